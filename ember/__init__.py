@@ -1,0 +1,34 @@
+"""ember: a small, hackable deep-learning framework with a torch-like lazy Tensor, fused kernels and pluggable backends."""
+
+from ember.core.creation import (
+    arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, linspace, logspace, manual_seed,
+    normal, ones, ones_like, rand, rand_like, randint, randn, randn_like, randperm, tensor, uniform, zeros, zeros_like,
+)
+from ember.core.dtype import (
+    DType, bfloat16, float16, float32, float64, int8, int16, int32, int64, promote_types, uint8, uint16, uint32,
+    uint64,
+)
+from ember.core.dtype import bool_ as bool  # noqa: A001 - torch's name
+from ember.core.errors import (
+    AxisError, BackendUnavailable, CompileError, DeviceError, DTypeError, EmberError, OutOfMemoryError, ShapeError,
+)
+from ember.core.movement import broadcast_tensors, cat, stack
+from ember.core.tensor import Tensor, realize
+from ember.scheduler.devices import get_default_device, set_default_device
+from ember.scheduler.profile import profile
+
+float = float32  # noqa: A001 - torch's aliases
+double = float64
+half = float16
+long = int64
+int = int32  # noqa: A001
+
+concat = concatenate = cat
+
+
+def where(condition: Tensor, input: object, other: object) -> Tensor:  # noqa: A002 - torch's names
+    """Elements of input where condition is True, else of other (a select: the other branch never leaks)."""
+    return condition.where(input, other)
+
+
+__version__ = "0.1.0"

@@ -1,0 +1,128 @@
+"""The backend contract: DeviceInfo (capabilities), MemoryPool, Program, Event and Device."""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ember.core import dtype as dtypes
+from ember.core.dtype import DType
+from ember.ir.ir import KernelIR
+
+
+@dataclass
+class DeviceInfo:
+    """What a device can do; the scheduler and the optimizer read it, backends carry no optimizers of their own."""
+
+    compute_units: int = 1
+    max_global_size: int = 2**31 - 1
+    max_local_size: int = 1
+    local_memory_bytes: int = 0
+    preferred_vector_width: int = 1
+    supported_dtypes: frozenset[DType] = frozenset(dtypes.ALL_DTYPES)
+    has_native_exp2: bool = True
+    can_run: bool = True  # False for render-only (dummy) devices
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def unsupported(self, used: set[DType]) -> list[DType]:
+        return sorted((d for d in used if d not in self.supported_dtypes), key=lambda d: d.name)
+
+
+class Event:
+    """Completion of an enqueued launch or copy. The default is already complete (synchronous backends)."""
+
+    def wait(self) -> None:
+        return None
+
+    @property
+    def done(self) -> bool:
+        return True
+
+
+COMPLETED = Event()
+
+
+class MemoryPool(ABC):
+    """Memory of one device: allocations, copies between host and device, and a byte count."""
+
+    def __init__(self, name: str, limit_bytes: int | None = None) -> None:
+        self.name = name
+        self.limit_bytes = limit_bytes
+        self.used_bytes = 0
+        self.peak_bytes = 0
+        self.live_buffers = 0
+
+    def allocate(self, nbytes: int) -> Any:
+        """Allocate (bookkeeping and the byte limit), then call the backend's alloc."""
+        from ember.core.errors import OutOfMemoryError
+
+        if self.limit_bytes is not None and self.used_bytes + nbytes > self.limit_bytes:
+            raise OutOfMemoryError(
+                f"memory pool {self.name}: cannot allocate {nbytes} bytes, {self.limit_bytes - self.used_bytes} "
+                f"of {self.limit_bytes} bytes are free"
+            )
+        handle = self.alloc(max(nbytes, 1))
+        self.used_bytes += nbytes
+        self.live_buffers += 1
+        self.peak_bytes = max(self.peak_bytes, self.used_bytes)
+        return handle
+
+    def release(self, handle: Any, nbytes: int) -> None:
+        self.free(handle)
+        self.used_bytes -= nbytes
+        self.live_buffers -= 1
+
+    @property
+    def free_bytes(self) -> int | None:
+        return None if self.limit_bytes is None else self.limit_bytes - self.used_bytes
+
+    @abstractmethod
+    def alloc(self, nbytes: int) -> Any: ...
+
+    @abstractmethod
+    def free(self, handle: Any) -> None: ...
+
+    @abstractmethod
+    def copy_in(self, handle: Any, source: memoryview) -> None: ...
+
+    @abstractmethod
+    def copy_out(self, destination: memoryview, handle: Any) -> None: ...
+
+
+class Program(ABC):
+    """A compiled kernel. Called with buffer handles in parameter order and the global size."""
+
+    @abstractmethod
+    def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event: ...
+
+
+class Device(ABC):
+    """One device of a backend: name ("c:0"), capabilities, a memory pool, and a compiler of kernel IR."""
+
+    name: str
+    info: DeviceInfo
+    pool: MemoryPool
+
+    @abstractmethod
+    def render(self, kernel: KernelIR) -> str:
+        """The source code of a kernel in this device's language."""
+
+    @abstractmethod
+    def compile(self, kernel: KernelIR) -> Program:
+        """Render and compile a kernel (implementations cache by source)."""
+
+    def synchronize(self) -> None:
+        return None
+
+
+def cache_directory(*parts: str) -> Path:
+    """ember's disk cache folder (EMBER_CACHE_DIR, else $XDG_CACHE_HOME/ember, else ~/.cache/ember)."""
+    base = os.environ.get("EMBER_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "ember"
+    )
+    path = Path(base, *parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path

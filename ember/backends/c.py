@@ -1,0 +1,168 @@
+"""The `c` backend: kernel IR to C with OpenMP, built by the system C compiler, loaded with ctypes, cached on disk."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program, cache_directory
+from ember.backends.c_style import CStyleRenderer, bitcast_helpers, used_bitcasts
+from ember.core.errors import BackendUnavailable, CompileError
+from ember.ir.ir import KernelIR
+
+C_PRELUDE = """#include <math.h>
+#include <stdint.h>
+static inline float ember_bf16_to_float(unsigned short value) {
+  union { unsigned int u; float f; } bits; bits.u = ((unsigned int)value) << 16; return bits.f; }
+static inline unsigned short ember_float_to_bf16(float value) {
+  union { unsigned int u; float f; } bits; bits.f = value;
+  if (value != value) return (unsigned short)((bits.u >> 16) | 64);
+  return (unsigned short)((bits.u + 0x7FFFu + ((bits.u >> 16) & 1u)) >> 16); }
+"""
+
+PARALLEL_THRESHOLD = 1 << 15  # estimated operations below which a kernel runs on one thread
+
+
+class CRenderer(CStyleRenderer):
+    """C with OpenMP: the parallel axis is a `for` loop split across threads."""
+
+    def prelude(self, kernel: KernelIR) -> str:
+        return C_PRELUDE + bitcast_helpers(self.type_names, used_bitcasts(kernel.sink))
+
+    def global_loop_open(self, kernel: KernelIR, index_type: str) -> list[str]:
+        work = kernel.global_size * max(1, _loop_work(kernel))
+        pragma = "  #pragma omp parallel for schedule(static)" if work >= PARALLEL_THRESHOLD else ""
+        return [pragma, f"  for ({index_type} gid = 0; gid < {kernel.global_size}; gid++) {{"]
+
+    def global_loop_close(self) -> list[str]:
+        return ["  }"]
+
+
+def _loop_work(kernel: KernelIR) -> int:
+    """The product of reduce loop sizes: a rough count of operations per work item."""
+    from ember.ir.ir import IROp
+
+    total, stack, seen = 1, [kernel.sink], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.op is IROp.RANGE:
+            total *= node.arg[1]
+        stack.extend(node.srcs)
+    return total
+
+
+class HostMemoryPool(MemoryPool):
+    """Host memory held in numpy byte arrays (so copies are numpy copies)."""
+
+    def alloc(self, nbytes: int) -> np.ndarray:
+        return np.empty(nbytes, dtype=np.uint8)
+
+    def free(self, handle: Any) -> None:
+        return None
+
+    def copy_in(self, handle: np.ndarray, source: memoryview) -> None:
+        handle[: len(source)] = np.frombuffer(source, dtype=np.uint8)
+
+    def copy_out(self, destination: memoryview, handle: np.ndarray) -> None:
+        np.frombuffer(destination, dtype=np.uint8)[:] = handle[: len(destination)]
+
+    @staticmethod
+    def pointer(handle: np.ndarray) -> int:
+        return handle.ctypes.data
+
+
+class CProgram(Program):
+    def __init__(self, library: ctypes.CDLL, name: str, parameter_count: int) -> None:
+        self.library = library  # keeps the shared library loaded
+        self.function = getattr(library, name)
+        self.function.argtypes = [ctypes.c_void_p] * parameter_count
+        self.function.restype = None
+
+    def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
+        for event in wait_for:
+            event.wait()
+        self.function(*[handle.ctypes.data for handle in buffers])
+        return COMPLETED
+
+
+def compiler_command() -> list[str]:
+    compiler = os.environ.get("CC", "cc")
+    return [compiler, "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno"]
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+class CDevice(Device):
+    """The host CPU: C kernels using every core through OpenMP."""
+
+    def __init__(self, name: str = "c:0") -> None:
+        self.name = name
+        self.info = DeviceInfo(compute_units=os.cpu_count() or 1, preferred_vector_width=8)
+        self.pool = HostMemoryPool(name)
+        self.renderer = CRenderer()
+        self._programs: dict[str, CProgram] = {}
+        self._cache_key_prefix = " ".join(compiler_command()) + "|" + _cpu_model()
+
+    def render(self, kernel: KernelIR) -> str:
+        return self.renderer.render(kernel)
+
+    def compile(self, kernel: KernelIR) -> Program:
+        source = self.render(kernel)
+        program = self._programs.get(source)
+        if program is None:
+            library = build_library(source, self._cache_key_prefix)
+            program = CProgram(library, kernel.name, len(kernel.params))
+            self._programs[source] = program
+        return program
+
+
+def build_library(source: str, key_prefix: str) -> ctypes.CDLL:
+    """Compile C source to a shared library, cached on disk by source, compiler and flags."""
+    digest = hashlib.sha256((key_prefix + "\n" + source).encode()).hexdigest()[:32]
+    folder = cache_directory("c")
+    library_path = folder / f"{digest}.so"
+    if library_path.exists():
+        try:
+            return ctypes.CDLL(str(library_path))
+        except OSError:
+            library_path.unlink(missing_ok=True)  # a corrupted cache entry is rebuilt, never trusted
+    with tempfile.TemporaryDirectory(prefix="ember-c-") as work:
+        source_path = Path(work, "kernel.c")
+        source_path.write_text(source)
+        output = Path(work, "kernel.so")
+        result = subprocess.run(
+            [*compiler_command(), "-o", str(output), str(source_path)], capture_output=True, text=True
+        )
+        if result.returncode != 0:
+            raise CompileError(f"the C compiler rejected a kernel:\n{result.stderr}\n--- source ---\n{source}")
+        temporary = folder / f"{digest}.{os.getpid()}.tmp"
+        shutil.move(str(output), temporary)
+        os.replace(temporary, library_path)
+    return ctypes.CDLL(str(library_path))
+
+
+def probe() -> list[Device]:
+    """The host CPU, if a C compiler with OpenMP is on PATH."""
+    compiler = os.environ.get("CC", "cc")
+    if shutil.which(compiler) is None:
+        raise BackendUnavailable(f"no C compiler: '{compiler}' is not on PATH (install gcc or set CC)")
+    return [CDevice("c:0")]

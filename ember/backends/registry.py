@@ -1,0 +1,95 @@
+"""Backend discovery: built-in backends and the `ember.backends` entry point, probed lazily, with reasons."""
+
+from __future__ import annotations
+
+import importlib
+import traceback
+from importlib import metadata
+from typing import Any
+
+from ember.backends.base import Device
+from ember.core.errors import BackendUnavailable, DeviceError
+
+BUILTIN_BACKENDS: dict[str, str] = {
+    "c": "ember.backends.c",
+    "opencl": "ember.backends.opencl",
+    "wgpu": "ember.backends.wgpu",
+    "cuda": "ember.backends.cuda",
+    "dummy": "ember.backends.dummy",
+}
+PREFERENCE = ("c", "opencl", "wgpu", "cuda")  # the default device is the first available of these
+
+
+class Registry:
+    """Every backend ember knows of; each is imported and probed the first time it is asked for."""
+
+    def __init__(self) -> None:
+        self.modules: dict[str, str | Any] = dict(BUILTIN_BACKENDS)
+        self.devices: dict[str, list[Device]] = {}
+        self.unavailable: dict[str, str] = {}
+        self._entry_points_loaded = False
+
+    def _load_entry_points(self) -> None:
+        if self._entry_points_loaded:
+            return
+        self._entry_points_loaded = True
+        try:
+            points = metadata.entry_points(group="ember.backends")
+        except Exception:  # noqa: BLE001 - a broken environment must not break import ember
+            return
+        for point in points:
+            self.modules.setdefault(point.name, point)
+
+    def backend_names(self) -> list[str]:
+        self._load_entry_points()
+        return list(self.modules)
+
+    def probe(self, backend: str) -> list[Device]:
+        """The devices of one backend, or a BackendUnavailable/DeviceError saying why there are none."""
+        self._load_entry_points()
+        if backend in self.devices:
+            return self.devices[backend]
+        if backend in self.unavailable:
+            raise BackendUnavailable(f"backend '{backend}' is not available: {self.unavailable[backend]}")
+        if backend not in self.modules:
+            raise DeviceError(f"unknown backend '{backend}'; known backends: {', '.join(self.backend_names())}")
+        source = self.modules[backend]
+        try:
+            module = source.load() if hasattr(source, "load") else importlib.import_module(source)
+            devices = list(module.probe())
+            if not devices:
+                raise BackendUnavailable("the backend found no devices")
+        except BackendUnavailable as error:
+            self.unavailable[backend] = str(error)
+            raise BackendUnavailable(f"backend '{backend}' is not available: {error}") from None
+        except Exception as error:  # noqa: BLE001 - a broken driver is reported, never fatal
+            reason = f"{type(error).__name__}: {error}"
+            self.unavailable[backend] = reason
+            if __import__("os").environ.get("EMBER_DEBUG"):
+                traceback.print_exc()
+            raise BackendUnavailable(f"backend '{backend}' is not available: {reason}") from None
+        self.devices[backend] = devices
+        return devices
+
+    def available(self) -> dict[str, list[Device]]:
+        """Probe every backend; the devices of those that work."""
+        found = {}
+        for backend in self.backend_names():
+            try:
+                found[backend] = self.probe(backend)
+            except (BackendUnavailable, DeviceError):
+                pass
+        return found
+
+    def device(self, name: str) -> Device:
+        """The device called `name` ("c:0", "opencl:1", "dummy:c")."""
+        backend, _, which = name.partition(":")
+        devices = self.probe(backend)
+        for device in devices:
+            if device.name == name or (which == "" and device is devices[0]):
+                return device
+        listed = ", ".join(device.name for device in devices)
+        raise DeviceError(f"no device '{name}'; backend '{backend}' has {listed}")
+
+
+REGISTRY = Registry()

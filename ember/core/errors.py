@@ -1,0 +1,35 @@
+"""The exceptions a user of ember can meet, each naming what was wrong and what would be valid."""
+
+from __future__ import annotations
+
+
+class EmberError(Exception):
+    """Base class of ember's own errors."""
+
+
+class ShapeError(EmberError, ValueError):
+    """Shapes that do not fit an op (broadcasting, reshape sizes, matmul inner dims, ...)."""
+
+
+class DTypeError(EmberError, TypeError):
+    """A dtype an op does not accept."""
+
+
+class AxisError(EmberError, IndexError):
+    """A dim/axis out of range for a tensor's rank."""
+
+
+class DeviceError(EmberError, RuntimeError):
+    """Tensors on different devices, an unknown device, or a device that cannot run a kernel."""
+
+
+class BackendUnavailable(EmberError, RuntimeError):
+    """Raised by a backend's probe() when its driver, library or hardware is missing; the message says why."""
+
+
+class CompileError(EmberError, RuntimeError):
+    """A backend's compiler rejected generated source; the message includes the source and the compiler output."""
+
+
+class OutOfMemoryError(EmberError, MemoryError):
+    """A memory pool could not give the bytes asked for."""

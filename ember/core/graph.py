@@ -1,0 +1,77 @@
+"""The lazy graph: a Node per recorded primitive op; Python's reference counts drop unreachable nodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.core import dtype as dtypes
+from ember.core.dtype import DType
+from ember.core.ops import BINARY_OPS, COMPARISON_OPS, MOVEMENT_OPS, REDUCE_OPS, UNARY_OPS, Op
+from ember.core.shapes import Shape, prod
+
+
+class Node:
+    """One primitive op applied to source nodes. A realized node becomes a BUFFER leaf and drops its sources."""
+
+    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "device", "buffer", "__weakref__")
+
+    def __init__(self, op: Op, srcs: tuple[Node, ...], arg: Any, shape: Shape, dtype: DType, device: str) -> None:
+        self.op = op
+        self.srcs = srcs
+        self.arg = arg
+        self.shape = shape
+        self.dtype = dtype
+        self.device = device
+        self.buffer: Any = None
+
+    def __repr__(self) -> str:
+        return f"Node({self.op.name}, shape={self.shape}, dtype={self.dtype.name}, device={self.device})"
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def realized(self) -> bool:
+        return self.op is Op.BUFFER
+
+    def become_buffer(self, buffer: Any) -> None:
+        """Turn this node into a leaf holding `buffer`; the graph above it is released."""
+        self.op, self.srcs, self.arg, self.buffer = Op.BUFFER, (), None, buffer
+        self.device = buffer.device_name
+
+
+def infer(op: Op, srcs: tuple[Node, ...], arg: Any) -> tuple[Shape, DType]:
+    """Shape and dtype of a primitive op's result. User-facing checks happen before this; these are invariants."""
+    first = srcs[0]
+    if op in UNARY_OPS:
+        return first.shape, (arg if op in (Op.CAST, Op.BITCAST) else first.dtype)
+    if op in BINARY_OPS:
+        assert first.shape == srcs[1].shape and first.dtype == srcs[1].dtype, (op, first, srcs[1])
+        return first.shape, (dtypes.bool_ if op in COMPARISON_OPS else first.dtype)
+    if op is Op.WHERE:
+        assert first.dtype == dtypes.bool_ and srcs[1].dtype == srcs[2].dtype, srcs
+        assert first.shape == srcs[1].shape == srcs[2].shape, srcs
+        return first.shape, srcs[1].dtype
+    if op in REDUCE_OPS:
+        return tuple(1 if axis in arg else size for axis, size in enumerate(first.shape)), first.dtype
+    if op in MOVEMENT_OPS:
+        return movement_shape(op, first.shape, arg), first.dtype
+    if op in (Op.COPY, Op.CONTIGUOUS):
+        return first.shape, first.dtype
+    raise AssertionError(f"infer: {op} has no sources to infer from")
+
+
+def movement_shape(op: Op, shape: Shape, arg: Any) -> Shape:
+    """The shape after a movement op."""
+    if op in (Op.RESHAPE, Op.EXPAND):
+        return tuple(arg)
+    if op is Op.PERMUTE:
+        return tuple(shape[axis] for axis in arg)
+    if op is Op.PAD:
+        return tuple(size + before + after for size, (before, after) in zip(shape, arg[0]))
+    if op is Op.SHRINK:
+        return tuple(end - start for start, end in arg)
+    if op is Op.FLIP:
+        return shape
+    raise AssertionError(op)

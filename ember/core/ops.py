@@ -1,0 +1,72 @@
+"""The primitive op set: the only ops the graph, kernelizer, IR, backward rules and backends know."""
+
+from __future__ import annotations
+
+from enum import Enum, auto
+
+
+class Op(Enum):
+    """Primitive ops. Every Tensor method is a composition of these."""
+
+    # sources
+    BUFFER = auto()  # a realized buffer; arg: the Buffer
+    CONST = auto()  # a scalar broadcast to the node's shape; arg: the Python value
+    ARANGE = auto()  # 0, 1, ..., n-1 along the only axis of a 1-d node
+    COPY = auto()  # the source moved to another device; arg: the target device name
+    CONTIGUOUS = auto()  # the source, stored to its own buffer (a forced kernel boundary)
+    # unary
+    NEG = auto()
+    RECIPROCAL = auto()
+    SQRT = auto()
+    EXP2 = auto()
+    LOG2 = auto()
+    SIN = auto()
+    TRUNC = auto()  # round toward zero (floats only)
+    NOT = auto()  # logical not for bool, bitwise not for integers
+    CAST = auto()  # arg: the target DType (value conversion, C semantics; float->int truncates)
+    BITCAST = auto()  # arg: the target DType of the same size (bits reinterpreted)
+    # binary (both sources have the same shape and dtype, except SHL/SHR where they match too)
+    ADD = auto()
+    SUB = auto()
+    MUL = auto()
+    DIV = auto()  # true division (floats only)
+    IDIV = auto()  # integer division rounding toward zero; x // 0 gives 0 (no trap)
+    MOD = auto()  # integer remainder with the sign of the dividend (C's %); x % 0 gives 0
+    MAX = auto()  # NaN-propagating maximum
+    CMPLT = auto()  # result bool
+    CMPEQ = auto()  # result bool
+    AND = auto()
+    OR = auto()
+    XOR = auto()
+    SHL = auto()
+    SHR = auto()  # arithmetic for signed, logical for unsigned
+    # ternary
+    WHERE = auto()  # (condition: bool, if_true, if_false): a select, the branch not taken never leaks
+    # reductions over arg: tuple of axes; the output keeps the reduced axes with size 1
+    SUM = auto()
+    PROD = auto()
+    REDUCE_MAX = auto()
+    # movement
+    RESHAPE = auto()  # arg: new shape
+    EXPAND = auto()  # arg: new shape (only size-1 axes grow)
+    PERMUTE = auto()  # arg: axis order
+    PAD = auto()  # arg: (((before, after), ...), fill value); negative amounts are not allowed here (use SHRINK)
+    SHRINK = auto()  # arg: ((start, end), ...)
+    FLIP = auto()  # arg: tuple of axes to reverse
+
+
+SOURCE_OPS = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE, Op.COPY, Op.CONTIGUOUS})
+UNARY_OPS = frozenset({Op.NEG, Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC, Op.NOT, Op.CAST, Op.BITCAST})
+BINARY_OPS = frozenset(
+    {Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.IDIV, Op.MOD, Op.MAX, Op.CMPLT, Op.CMPEQ, Op.AND, Op.OR, Op.XOR, Op.SHL, Op.SHR}
+)
+TERNARY_OPS = frozenset({Op.WHERE})
+ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | TERNARY_OPS
+REDUCE_OPS = frozenset({Op.SUM, Op.PROD, Op.REDUCE_MAX})
+MOVEMENT_OPS = frozenset({Op.RESHAPE, Op.EXPAND, Op.PERMUTE, Op.PAD, Op.SHRINK, Op.FLIP})
+COMPARISON_OPS = frozenset({Op.CMPLT, Op.CMPEQ})
+FLOAT_ONLY_OPS = frozenset({Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC, Op.DIV})
+INT_ONLY_OPS = frozenset({Op.IDIV, Op.MOD, Op.SHL, Op.SHR})
+BITWISE_OPS = frozenset({Op.AND, Op.OR, Op.XOR})
+
+assert SOURCE_OPS | ELEMENTWISE_OPS | REDUCE_OPS | MOVEMENT_OPS == frozenset(Op), "every op has a category"

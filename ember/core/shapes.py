@@ -1,0 +1,82 @@
+"""Shape arithmetic and the checks that raise user-facing errors: broadcasting, dims, reshape sizes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ember.core.errors import AxisError, ShapeError
+
+Shape = tuple[int, ...]
+
+
+def prod(values: Sequence[int]) -> int:
+    """The product of a sequence of ints (1 for an empty one)."""
+    return math.prod(values)
+
+
+def normalize_dim(dim: int, ndim: int, op: str = "op") -> int:
+    """A dim in [-ndim, ndim) made non-negative, or an AxisError naming the valid range."""
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"{op}: dim must be an int, got {type(dim).__name__}")
+    low, high = (-ndim, ndim - 1) if ndim > 0 else (-1, 0)
+    if not low <= dim <= high:
+        raise AxisError(f"{op}: dim {dim} is out of range for a tensor of rank {ndim} (valid: {low} to {high})")
+    return dim % ndim if ndim > 0 else 0
+
+
+def normalize_dims(dims: int | Sequence[int] | None, ndim: int, op: str = "op") -> tuple[int, ...]:
+    """Dims (None meaning all) as sorted non-negative ints; repeated dims raise."""
+    if dims is None:
+        return tuple(range(ndim))
+    if isinstance(dims, int):
+        dims = (dims,)
+    result = tuple(normalize_dim(dim, ndim, op) for dim in dims)
+    if len(set(result)) != len(result):
+        raise AxisError(f"{op}: dim {tuple(dims)} repeats an axis")
+    return tuple(sorted(result)) if ndim > 0 else ()
+
+
+def broadcast_shapes(*shapes: Shape, op: str = "op") -> Shape:
+    """PyTorch's broadcast of several shapes, or a ShapeError naming all of them."""
+    ndim = max((len(shape) for shape in shapes), default=0)
+    result = []
+    for axis in range(ndim):
+        sizes = {shape[axis - ndim + len(shape)] for shape in shapes if axis - ndim + len(shape) >= 0}
+        sizes.discard(1)
+        if len(sizes) > 1:
+            listed = ", ".join(str(tuple(shape)) for shape in shapes)
+            raise ShapeError(
+                f"{op}: shapes {listed} cannot be broadcast: at dim {axis - ndim} sizes {sorted(sizes)} differ and "
+                f"none is 1"
+            )
+        result.append(sizes.pop() if sizes else 1)
+    return tuple(result)
+
+
+def resolve_reshape(old: Shape, new: Sequence[int], op: str = "reshape") -> Shape:
+    """A reshape target with at most one -1 filled in, or a ShapeError naming both shapes."""
+    new = tuple(int(size) for size in new)
+    if sum(1 for size in new if size == -1) > 1:
+        raise ShapeError(f"{op}: only one dimension can be -1, got {new}")
+    if any(size < -1 for size in new):
+        raise ShapeError(f"{op}: invalid size in shape {new}; sizes must be non-negative or -1")
+    total = prod(old)
+    if -1 in new:
+        known = prod([size for size in new if size != -1])
+        if known == 0 or total % known != 0:
+            raise ShapeError(f"{op}: shape {new} is invalid for a tensor of shape {old} ({total} elements)")
+        new = tuple(total // known if size == -1 else size for size in new)
+    if prod(new) != total:
+        raise ShapeError(f"{op}: shape {new} is invalid for a tensor of shape {old} ({total} elements)")
+    return new
+
+
+def strides_of(shape: Shape) -> tuple[int, ...]:
+    """Contiguous (row-major) element strides of a shape."""
+    strides = []
+    running = 1
+    for size in reversed(shape):
+        strides.append(running)
+        running *= size
+    return tuple(reversed(strides))

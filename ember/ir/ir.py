@@ -1,0 +1,392 @@
+"""The kernel IR: a hash-consed DAG of typed nodes, simplified as it is built (folding, CSE, index algebra)."""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from enum import Enum, auto
+from typing import Any
+
+from ember.core import dtype as dtypes
+from ember.core.dtype import DType
+from ember.core.ops import Op
+
+
+class IROp(Enum):
+    """Structural IR ops. Arithmetic uses the primitive `Op` enum itself (one source of truth per op)."""
+
+    PARAM = auto()  # a buffer parameter; arg: (position, is_output); dtype: the element type
+    CONST = auto()  # arg: the value
+    GLOBAL_ID = auto()  # the index of this work item along the parallel axis; arg: the global size
+    RANGE = auto()  # a loop variable 0..size-1; arg: (loop number, size)
+    LOAD = auto()  # srcs: (param, index) or (param, index, valid): a guarded load gives 0 where not valid
+    STORE = auto()  # srcs: (param, index, value)
+    REDUCE = auto()  # arg: Op.SUM / Op.PROD / Op.REDUCE_MAX; srcs: (value, *ranges)
+    SINK = auto()  # srcs: the stores of the kernel
+
+
+class IRNode:
+    """One IR value. Built only through `Builder`, so equal structure means the same object."""
+
+    __slots__ = ("op", "dtype", "srcs", "arg", "minimum", "maximum")
+
+    def __init__(self, op: IROp | Op, dtype: DType, srcs: tuple[IRNode, ...], arg: Any,
+                 minimum: float, maximum: float) -> None:
+        self.op, self.dtype, self.srcs, self.arg = op, dtype, srcs, arg
+        self.minimum, self.maximum = minimum, maximum
+
+    def __repr__(self) -> str:
+        name = self.op.name
+        if self.op is IROp.CONST:
+            return f"{self.arg}"
+        return f"{name}({', '.join(map(repr, self.srcs))}{', ' + repr(self.arg) if self.arg is not None else ''})"
+
+    @property
+    def is_const(self) -> bool:
+        return self.op is IROp.CONST
+
+
+@dataclass(frozen=True)
+class BufferParam:
+    """What a kernel parameter is: its position, element dtype, element count, and whether it is written."""
+
+    position: int
+    dtype: DType
+    size: int
+    is_output: bool
+
+
+@dataclass
+class KernelIR:
+    """A lowered kernel: name, parameters, global size (parallel work items) and the SINK of its stores."""
+
+    name: str
+    params: list[BufferParam]
+    global_size: int
+    sink: IRNode
+    index_dtype: DType
+
+    def key(self) -> str:
+        """A structural description of the kernel (for caches and debug output)."""
+        return f"{self.name}:{self.global_size}:{self.sink!r}"
+
+
+def _wrap_integer(value: int, dtype: DType) -> int:
+    bits = dtype.bits
+    value &= (1 << bits) - 1
+    if dtype.kind == "i" and value >= 1 << (bits - 1):
+        value -= 1 << bits
+    return value
+
+
+def _round_float(value: float, dtype: DType) -> float:
+    if dtype == dtypes.float32 and math.isfinite(value):
+        try:
+            return struct.unpack("f", struct.pack("f", value))[0]
+        except OverflowError:
+            return math.copysign(math.inf, value)
+    return value
+
+
+def normalize_constant(value: Any, dtype: DType) -> Any:
+    """A Python value held exactly as the dtype holds it (wrapped ints, float32-rounded floats)."""
+    if dtype.is_bool:
+        return bool(value)
+    if dtype.is_int:
+        return _wrap_integer(int(value), dtype)
+    return _round_float(float(value), dtype)
+
+
+# Exact evaluation of ALU ops on Python constants (only used where the result is representable).
+def _fold(op: Op, dtype: DType, values: list[Any]) -> Any | None:
+    try:
+        if op is Op.ADD:
+            return values[0] + values[1]
+        if op is Op.SUB:
+            return values[0] - values[1]
+        if op is Op.MUL:
+            return values[0] * values[1]
+        if op is Op.NEG:
+            return -values[0]
+        if op in (Op.IDIV, Op.MOD):
+            a, b = values
+            if b == 0:
+                return 0
+            quotient = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
+            return quotient if op is Op.IDIV else a - b * quotient
+        if op is Op.MAX:
+            if any(isinstance(v, float) and math.isnan(v) for v in values):
+                return math.nan
+            return max(values)
+        if op is Op.CMPLT:
+            return values[0] < values[1]
+        if op is Op.CMPEQ:
+            return values[0] == values[1]
+        if op is Op.AND:
+            return values[0] and values[1] if dtype.is_bool else values[0] & values[1]
+        if op is Op.OR:
+            return values[0] or values[1] if dtype.is_bool else values[0] | values[1]
+        if op is Op.XOR:
+            return values[0] != values[1] if dtype.is_bool else values[0] ^ values[1]
+        if op is Op.NOT:
+            return (not values[0]) if dtype.is_bool else ~values[0]
+        if op is Op.WHERE:
+            return values[1] if values[0] else values[2]
+        if op is Op.CAST:
+            source = values[0]
+            if dtype.is_float:
+                return float(source)
+            if dtype.is_bool:
+                return bool(source)
+            if isinstance(source, float):
+                if not math.isfinite(source):
+                    return None
+                return int(source)
+            return int(source)
+    except (OverflowError, ValueError, ZeroDivisionError):
+        return None
+    return None
+
+
+_IDENTITY_REDUCE = {Op.SUM: 0, Op.PROD: 1}
+
+
+class Builder:
+    """Creates IR nodes with hash-consing (CSE), constant folding and index simplification."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[tuple, IRNode] = {}
+        self.loop_count = 0
+
+    def _make(self, op: IROp | Op, dtype: DType, srcs: tuple[IRNode, ...], arg: Any,
+              minimum: float = -math.inf, maximum: float = math.inf) -> IRNode:
+        key = (op, dtype, tuple(id(src) for src in srcs), arg if op is not IROp.CONST else (type(arg), arg))
+        node = self._nodes.get(key)
+        if node is None:
+            node = IRNode(op, dtype, srcs, arg, minimum, maximum)
+            self._nodes[key] = node
+        return node
+
+    # ---- leaves ---------------------------------------------------------------------------------------------
+
+    def const(self, value: Any, dtype: DType) -> IRNode:
+        value = normalize_constant(value, dtype)
+        if isinstance(value, float) and math.isnan(value):
+            return self._make(IROp.CONST, dtype, (), value, -math.inf, math.inf)
+        numeric = float(value)
+        return self._make(IROp.CONST, dtype, (), value, numeric, numeric)
+
+    def param(self, position: int, dtype: DType, is_output: bool) -> IRNode:
+        return self._make(IROp.PARAM, dtype, (), (position, is_output))
+
+    def global_id(self, size: int, dtype: DType) -> IRNode:
+        return self._make(IROp.GLOBAL_ID, dtype, (), size, 0, max(size - 1, 0))
+
+    def new_range(self, size: int, dtype: DType) -> IRNode:
+        self.loop_count += 1
+        return self._make(IROp.RANGE, dtype, (), (self.loop_count, size), 0, max(size - 1, 0))
+
+    # ---- memory ---------------------------------------------------------------------------------------------
+
+    def load(self, param: IRNode, index: IRNode, valid: IRNode | None) -> IRNode:
+        if valid is not None and valid.is_const:
+            if not valid.arg:
+                return self.const(0, param.dtype)
+            valid = None
+        srcs = (param, index) if valid is None else (param, index, valid)
+        return self._make(IROp.LOAD, param.dtype, srcs, None)
+
+    def store(self, param: IRNode, index: IRNode, value: IRNode) -> IRNode:
+        return self._make(IROp.STORE, value.dtype, (param, index, value), None)
+
+    def sink(self, stores: list[IRNode]) -> IRNode:
+        return self._make(IROp.SINK, dtypes.bool_, tuple(stores), None)
+
+    def reduce(self, op: Op, value: IRNode, ranges: tuple[IRNode, ...]) -> IRNode:
+        if not ranges:
+            return value
+        if value.is_const and op is Op.REDUCE_MAX:
+            return value
+        if value.is_const and op is Op.SUM and value.arg == 0:
+            return value
+        return self._make(IROp.REDUCE, value.dtype, (value, *ranges), op)
+
+    # ---- arithmetic with simplification ---------------------------------------------------------------------
+
+    def alu(self, op: Op, dtype: DType, *srcs: IRNode, arg: Any = None) -> IRNode:
+        if all(src.is_const for src in srcs) and op not in (Op.BITCAST,):
+            folded = _fold(op, dtype, [src.arg for src in srcs])
+            if folded is not None and not (dtype.is_int and isinstance(folded, float)):
+                return self.const(folded, dtype)
+        simplified = self._simplify(op, dtype, srcs)
+        if simplified is not None:
+            return simplified
+        minimum, maximum = _bounds(op, dtype, srcs)
+        return self._make(op, dtype, srcs, arg, minimum, maximum)
+
+    def _simplify(self, op: Op, dtype: DType, srcs: tuple[IRNode, ...]) -> IRNode | None:
+        """Algebraic identities that hold for every value of the non-constant operand."""
+        if op in (Op.CAST, Op.BITCAST) and srcs[0].dtype == dtype:
+            return srcs[0]
+        if len(srcs) == 2:
+            a, b = srcs
+            integer = dtype.is_int
+            if op is Op.ADD:
+                if b.is_const and b.arg == 0 and (integer or dtype.is_bool):
+                    return a
+                if a.is_const and a.arg == 0 and integer:
+                    return b
+                if integer and a.is_const and not b.is_const:
+                    return self.alu(Op.ADD, dtype, b, a)
+                if integer and b.is_const and a.op is Op.ADD and a.srcs[1].is_const:
+                    return self.alu(Op.ADD, dtype, a.srcs[0], self.const(a.srcs[1].arg + b.arg, dtype))
+            if op is Op.SUB and integer and b.is_const:
+                return self.alu(Op.ADD, dtype, a, self.const(-b.arg, dtype))
+            if op is Op.MUL and integer:
+                if a.is_const and not b.is_const:
+                    a, b = b, a
+                if b.is_const:
+                    if b.arg == 1:
+                        return a
+                    if b.arg == 0:
+                        return b
+                    if a.op is Op.MUL and a.srcs[1].is_const:
+                        return self.alu(Op.MUL, dtype, a.srcs[0], self.const(a.srcs[1].arg * b.arg, dtype))
+                    if a.op is Op.ADD and a.srcs[1].is_const:
+                        return self.alu(
+                            Op.ADD, dtype, self.alu(Op.MUL, dtype, a.srcs[0], b), self.const(a.srcs[1].arg * b.arg, dtype)
+                        )
+                if a is not srcs[0]:
+                    return self.alu(Op.MUL, dtype, a, b)
+            if op is Op.MUL and dtype.is_float and b.is_const and b.arg == 1.0:
+                return a
+            if op is Op.MUL and dtype.is_float and a.is_const and a.arg == 1.0:
+                return b
+            if op in (Op.IDIV, Op.MOD) and integer and b.is_const and b.arg > 0 and a.minimum >= 0:
+                return self._simplify_division(op, dtype, a, b.arg)
+            if op is Op.CMPLT and integer:
+                if a.maximum < b.minimum:
+                    return self.const(True, dtypes.bool_)
+                if a.minimum >= b.maximum:
+                    return self.const(False, dtypes.bool_)
+            if op is Op.AND and dtype.is_bool:
+                for first, second in ((a, b), (b, a)):
+                    if first.is_const:
+                        return second if first.arg else first
+                if a is b:
+                    return a
+            if op is Op.OR and dtype.is_bool:
+                for first, second in ((a, b), (b, a)):
+                    if first.is_const:
+                        return first if first.arg else second
+        if op is Op.WHERE:
+            condition, if_true, if_false = srcs
+            if condition.is_const:
+                return if_true if condition.arg else if_false
+            if if_true is if_false:
+                return if_true
+        return None
+
+    def _simplify_division(self, op: Op, dtype: DType, numerator: IRNode, divisor: int) -> IRNode | None:
+        """x // c and x % c for x >= 0, splitting x into terms whose coefficients c divides."""
+        if divisor == 1:
+            return numerator if op is Op.IDIV else self.const(0, dtype)
+        if numerator.maximum < divisor:
+            return self.const(0, dtype) if op is Op.IDIV else numerator
+        terms, constant = _linear_terms(numerator)
+        if any(coefficient < 0 or term.minimum < 0 for term, coefficient in terms) or constant < 0:
+            return None
+        quotient_terms = [(term, coefficient // divisor) for term, coefficient in terms if coefficient % divisor == 0]
+        rest_terms = [(term, coefficient) for term, coefficient in terms if coefficient % divisor != 0]
+        if op is Op.IDIV:
+            # nested division: (x // a) // b == x // (a * b)
+            if not terms and numerator.op is Op.IDIV and numerator.srcs[1].is_const:
+                return self.alu(Op.IDIV, dtype, numerator.srcs[0], self.const(numerator.srcs[1].arg * divisor, dtype))
+            if not quotient_terms and constant < divisor:
+                gcd = math.gcd(divisor, *[coefficient for _, coefficient in rest_terms]) if rest_terms else divisor
+                if gcd > 1 and constant % gcd == 0 and rest_terms:
+                    reduced = self._sum([(term, coefficient // gcd) for term, coefficient in rest_terms], constant // gcd, dtype)
+                    return self.alu(Op.IDIV, dtype, reduced, self.const(divisor // gcd, dtype))
+                return None
+            rest = self._sum(rest_terms, constant % divisor, dtype)
+            quotient = self._sum(quotient_terms, constant // divisor, dtype)
+            if rest.maximum < divisor:
+                return quotient
+            return self.alu(Op.ADD, dtype, quotient, self.alu(Op.IDIV, dtype, rest, self.const(divisor, dtype)))
+        # modulo
+        if not quotient_terms and constant < divisor:
+            # (x % (a*c)) % c == x % c
+            if not terms and numerator.op is Op.MOD and numerator.srcs[1].is_const and numerator.srcs[1].arg % divisor == 0:
+                return self.alu(Op.MOD, dtype, numerator.srcs[0], self.const(divisor, dtype))
+            return None
+        rest = self._sum(rest_terms, constant % divisor, dtype)
+        return rest if rest.maximum < divisor else self.alu(Op.MOD, dtype, rest, self.const(divisor, dtype))
+
+    def _sum(self, terms: list[tuple[IRNode, int]], constant: int, dtype: DType) -> IRNode:
+        result = self.const(constant, dtype)
+        for term, coefficient in terms:
+            result = self.alu(Op.ADD, dtype, self.alu(Op.MUL, dtype, term, self.const(coefficient, dtype)), result)
+        return result
+
+    # ---- conveniences for lowering ----------------------------------------------------------------------------
+
+    def add(self, a: IRNode, b: IRNode | int) -> IRNode:
+        return self.alu(Op.ADD, a.dtype, a, b if isinstance(b, IRNode) else self.const(b, a.dtype))
+
+    def mul(self, a: IRNode, b: int) -> IRNode:
+        return self.alu(Op.MUL, a.dtype, a, self.const(b, a.dtype))
+
+    def div(self, a: IRNode, b: int) -> IRNode:
+        return self.alu(Op.IDIV, a.dtype, a, self.const(b, a.dtype))
+
+    def mod(self, a: IRNode, b: int) -> IRNode:
+        return self.alu(Op.MOD, a.dtype, a, self.const(b, a.dtype))
+
+    def less(self, a: IRNode, b: int) -> IRNode:
+        return self.alu(Op.CMPLT, dtypes.bool_, a, self.const(b, a.dtype))
+
+    def both(self, a: IRNode | None, b: IRNode | None) -> IRNode | None:
+        if a is None:
+            return b
+        if b is None:
+            return a
+        return self.alu(Op.AND, dtypes.bool_, a, b)
+
+
+def _linear_terms(node: IRNode) -> tuple[list[tuple[IRNode, int]], int]:
+    """node as sum(coefficient * term) + constant, looking through ADD and MUL by constants."""
+    if node.is_const:
+        return [], int(node.arg)
+    if node.op is Op.ADD:
+        left_terms, left_constant = _linear_terms(node.srcs[0])
+        right_terms, right_constant = _linear_terms(node.srcs[1])
+        return left_terms + right_terms, left_constant + right_constant
+    if node.op is Op.MUL and node.srcs[1].is_const:
+        terms, constant = _linear_terms(node.srcs[0])
+        factor = int(node.srcs[1].arg)
+        return [(term, coefficient * factor) for term, coefficient in terms], constant * factor
+    return [(node, 1)], 0
+
+
+def _bounds(op: Op, dtype: DType, srcs: tuple[IRNode, ...]) -> tuple[float, float]:
+    """Conservative value bounds of integer index arithmetic (floats are unbounded)."""
+    if dtype.is_bool:
+        return 0, 1
+    if not dtype.is_int:
+        return -math.inf, math.inf
+    if op is Op.ADD:
+        return srcs[0].minimum + srcs[1].minimum, srcs[0].maximum + srcs[1].maximum
+    if op is Op.MUL and srcs[1].is_const:
+        factor = srcs[1].arg
+        values = (srcs[0].minimum * factor, srcs[0].maximum * factor)
+        return (min(values), max(values)) if factor != 0 else (0, 0)
+    if op is Op.IDIV and srcs[1].is_const and srcs[1].arg > 0 and srcs[0].minimum >= 0:
+        return srcs[0].minimum // srcs[1].arg, srcs[0].maximum // srcs[1].arg
+    if op is Op.MOD and srcs[1].is_const and srcs[1].arg > 0 and srcs[0].minimum >= 0:
+        return 0, min(srcs[1].arg - 1, srcs[0].maximum)
+    if op is Op.CAST and srcs[0].dtype.is_int:
+        return srcs[0].minimum, srcs[0].maximum
+    if op is Op.WHERE:
+        return min(srcs[1].minimum, srcs[2].minimum), max(srcs[1].maximum, srcs[2].maximum)
+    return -math.inf, math.inf

@@ -1,0 +1,128 @@
+"""Linearization: the IR DAG to an ordered instruction list with loops; values are hoisted out of every loop
+they do not depend on (loop-invariant hoisting) and nodes not reachable from the stores never appear (DCE)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ember.ir.ir import IRNode, IROp
+
+
+class Instruction(NamedTuple):
+    """kind: 'value' (compute node), 'define_acc', 'loop' (node is a RANGE), 'update_acc', 'end_loop', 'store'."""
+
+    kind: str
+    node: IRNode
+
+
+INLINE_OPS = (IROp.CONST, IROp.PARAM, IROp.RANGE, IROp.GLOBAL_ID, IROp.SINK)
+
+
+class Linearizer:
+    def __init__(self, sink: IRNode) -> None:
+        self.sink = sink
+        self.instructions: list[Instruction] = []
+        self.done: set[int] = set()
+        self.range_memo: dict[int, frozenset[int]] = {}
+        self.reduce_groups: dict[tuple[int, ...], list[IRNode]] = {}
+        self._collect(sink, set())
+
+    def _collect(self, root: IRNode, seen: set[int]) -> None:
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.op is IROp.REDUCE:
+                self.reduce_groups.setdefault(tuple(id(r) for r in node.srcs[1:]), []).append(node)
+            stack.extend(node.srcs)
+
+    def ranges_of(self, node: IRNode) -> frozenset[int]:
+        """The loop variables a node's value depends on."""
+        cached = self.range_memo.get(id(node))
+        if cached is not None:
+            return cached
+        if node.op is IROp.RANGE:
+            result = frozenset({id(node)})
+        elif node.op is IROp.REDUCE:
+            own = {id(r) for r in node.srcs[1:]}
+            result = self.ranges_of(node.srcs[0]) - own
+        else:
+            result = frozenset().union(*(self.ranges_of(src) for src in node.srcs)) if node.srcs else frozenset()
+        self.range_memo[id(node)] = result
+        return result
+
+    def _topological(self, roots: list[IRNode]) -> list[IRNode]:
+        """Nodes under roots not yet emitted, sources first; stops at emitted nodes and at reduces (a unit)."""
+        order: list[IRNode] = []
+        visited: set[int] = set()
+        for root in roots:
+            stack: list[tuple[IRNode, bool]] = [(root, False)]
+            while stack:
+                node, expanded = stack.pop()
+                if expanded:
+                    order.append(node)
+                    continue
+                if id(node) in visited or id(node) in self.done:
+                    continue
+                visited.add(id(node))
+                stack.append((node, True))
+                if node.op is not IROp.REDUCE:
+                    stack.extend((src, False) for src in reversed(node.srcs))
+        return order
+
+    def emit(self, node: IRNode) -> None:
+        for item in self._topological([node]):
+            if id(item) in self.done:
+                continue
+            if item.op is IROp.REDUCE:
+                self._emit_reduce_group(item)
+            elif item.op is IROp.STORE:
+                self.instructions.append(Instruction("store", item))
+                self.done.add(id(item))
+            elif item.op not in INLINE_OPS:
+                self.instructions.append(Instruction("value", item))
+                self.done.add(id(item))
+            else:
+                self.done.add(id(item))
+
+    def _emit_reduce_group(self, reduce: IRNode) -> None:
+        group = self.reduce_groups[tuple(id(r) for r in reduce.srcs[1:])]
+        loops = list(reduce.srcs[1:])
+        level_of = {id(loop): level for level, loop in enumerate(loops)}
+        body = self._topological([member.srcs[0] for member in group])
+        # values that need none of this group's loops are computed before the loops
+        outside = [n for n in body if not (self.ranges_of(n) & level_of.keys())]
+        for node in outside:
+            self.emit(node)
+        for member in group:
+            self.instructions.append(Instruction("define_acc", member))
+        for level, loop in enumerate(loops):
+            self.instructions.append(Instruction("loop", loop))
+            for node in body:
+                if id(node) in self.done:
+                    continue
+                depth = max((level_of[r] for r in self.ranges_of(node) if r in level_of), default=-1)
+                if depth == level:
+                    if node.op is IROp.REDUCE:
+                        self._emit_reduce_group(node)
+                    elif node.op not in INLINE_OPS:
+                        self.instructions.append(Instruction("value", node))
+                        self.done.add(id(node))
+                    else:
+                        self.done.add(id(node))
+        for member in group:
+            self.instructions.append(Instruction("update_acc", member))
+        for loop in reversed(loops):
+            self.instructions.append(Instruction("end_loop", loop))
+        for member in group:
+            self.done.add(id(member))
+
+
+def linearize(sink: IRNode) -> list[Instruction]:
+    """The instructions of a kernel body in execution order."""
+    linearizer = Linearizer(sink)
+    for store in sink.srcs:
+        linearizer.emit(store)
+    return linearizer.instructions

@@ -1,0 +1,201 @@
+"""Lowering: a Kernel (primitive steps) to kernel IR. Views become index math, padding becomes validity masks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.core import dtype as dtypes
+from ember.core.dtype import DType
+from ember.core.ops import ELEMENTWISE_OPS, MOVEMENT_OPS, REDUCE_OPS, Op
+from ember.core.shapes import prod, strides_of
+from ember.ir.ir import Builder, BufferParam, IRNode, IROp, KernelIR
+from ember.ir.kernel import Kernel, KernelStep
+
+HALF_TYPES = (dtypes.float16, dtypes.bfloat16)
+INT32_LIMIT = 2**31 - 1
+
+
+def compute_dtype(dtype: DType) -> DType:
+    """Half-precision values are computed in float32 and only stored as halves."""
+    return dtypes.float32 if dtype in HALF_TYPES else dtype
+
+
+class Lowerer:
+    """Lowers the steps of one kernel at symbolic indices, memoizing (step, index, validity)."""
+
+    def __init__(self, kernel: Kernel, builder: Builder, index_dtype: DType) -> None:
+        self.kernel = kernel
+        self.steps = kernel.steps
+        self.builder = builder
+        self.index_dtype = index_dtype
+        self.params: dict[int, IRNode] = {}
+        self.memo: dict[tuple, IRNode] = {}
+
+    def param(self, position: int, dtype: DType, is_output: bool) -> IRNode:
+        if position not in self.params:
+            self.params[position] = self.builder.param(position, dtype, is_output)
+        return self.params[position]
+
+    def lower(self, position: int, index: tuple[IRNode, ...], valid: IRNode | None) -> IRNode:
+        key = (position, tuple(id(i) for i in index), id(valid))
+        result = self.memo.get(key)
+        if result is None:
+            result = self._lower(self.steps[position], index, valid)
+            self.memo[key] = result
+        return result
+
+    def _lower(self, step: KernelStep, index: tuple[IRNode, ...], valid: IRNode | None) -> IRNode:
+        b = self.builder
+        op = step.op
+        if op is Op.BUFFER:
+            param = self.param(step.arg, step.dtype, False)
+            linear = b.const(0, self.index_dtype)
+            for axis_index, stride, size in zip(index, strides_of(step.shape), step.shape):
+                if size != 1:
+                    linear = b.add(b.mul(axis_index, stride), linear)
+            loaded = b.load(param, linear, valid)
+            return b.alu(Op.CAST, dtypes.float32, loaded) if step.dtype in HALF_TYPES else loaded
+        if op is Op.CONST:
+            value = float.fromhex(step.arg) if isinstance(step.arg, str) else step.arg
+            return b.const(value, compute_dtype(step.dtype))
+        if op is Op.ARANGE:
+            return b.alu(Op.CAST, compute_dtype(step.dtype), index[0])
+        if op is Op.CONTIGUOUS:
+            return self.lower(step.srcs[0], index, valid)
+        if op in ELEMENTWISE_OPS:
+            return self._lower_elementwise(step, index, valid)
+        if op in MOVEMENT_OPS:
+            return self._lower_movement(step, index, valid)
+        if op in REDUCE_OPS:
+            source_shape = self.steps[step.srcs[0]].shape
+            ranges = {axis: b.new_range(source_shape[axis], self.index_dtype) for axis in step.arg
+                      if source_shape[axis] != 1}
+            source_index = tuple(
+                ranges.get(axis, b.const(0, self.index_dtype)) if axis in step.arg else axis_index
+                for axis, axis_index in enumerate(index)
+            )
+            value = self.lower(step.srcs[0], source_index, valid)
+            if source_shape and prod(source_shape) == 0:
+                return b.const(_reduce_identity(op, step.dtype), compute_dtype(step.dtype))
+            return b.reduce(op, value, tuple(ranges.values()))
+        raise AssertionError(f"lowering: {op} cannot appear inside a kernel")
+
+    def _lower_elementwise(self, step: KernelStep, index: tuple[IRNode, ...], valid: IRNode | None) -> IRNode:
+        b = self.builder
+        sources = [self.lower(src, index, valid) for src in step.srcs]
+        source_dtype = self.steps[step.srcs[0]].dtype
+        if step.op is Op.CAST:
+            if step.dtype in HALF_TYPES:  # round through the half type, keep computing in float32
+                return b.alu(Op.CAST, dtypes.float32, b.alu(Op.CAST, step.dtype, sources[0]))
+            return b.alu(Op.CAST, step.dtype, sources[0])
+        if step.op is Op.BITCAST:
+            value = sources[0]
+            if source_dtype in HALF_TYPES:
+                value = b.alu(Op.CAST, source_dtype, value)
+            result = b.alu(Op.BITCAST, step.dtype, value)
+            return b.alu(Op.CAST, dtypes.float32, result) if step.dtype in HALF_TYPES else result
+        return b.alu(step.op, compute_dtype(step.dtype), *sources)
+
+    def _lower_movement(self, step: KernelStep, index: tuple[IRNode, ...], valid: IRNode | None) -> IRNode:
+        b = self.builder
+        source = self.steps[step.srcs[0]]
+        op, arg = step.op, step.arg
+        zero = b.const(0, self.index_dtype)
+        if op is Op.PERMUTE:
+            source_index = [zero] * len(arg)
+            for output_axis, source_axis in enumerate(arg):
+                source_index[source_axis] = index[output_axis]
+            return self.lower(step.srcs[0], tuple(source_index), valid)
+        if op is Op.EXPAND:
+            source_index = tuple(
+                zero if source_size == 1 else axis_index for axis_index, source_size in zip(index, source.shape)
+            )
+            return self.lower(step.srcs[0], source_index, valid)
+        if op is Op.SHRINK:
+            source_index = tuple(b.add(axis_index, start) for axis_index, (start, _) in zip(index, arg))
+            return self.lower(step.srcs[0], source_index, valid)
+        if op is Op.FLIP:
+            source_index = tuple(
+                b.alu(Op.SUB, self.index_dtype, b.const(size - 1, self.index_dtype), axis_index) if axis in arg
+                else axis_index
+                for axis, (axis_index, size) in enumerate(zip(index, step.shape))
+            )
+            return self.lower(step.srcs[0], source_index, valid)
+        if op is Op.RESHAPE:
+            return self.lower(step.srcs[0], self._reshape_index(index, step.shape, source.shape), valid)
+        if op is Op.PAD:
+            amounts, fill = arg
+            source_index, inside = [], None
+            for axis_index, (before, after), size in zip(index, amounts, source.shape):
+                if before or after:
+                    if before:
+                        inside = b.both(inside, b.alu(Op.CMPLT, dtypes.bool_, b.const(before - 1, self.index_dtype),
+                                                      axis_index))
+                    if after:
+                        inside = b.both(inside, b.less(axis_index, before + size))
+                    axis_index = b.add(axis_index, -before) if before else axis_index
+                source_index.append(axis_index)
+            value = self.lower(step.srcs[0], tuple(source_index), b.both(valid, inside))
+            if inside is None:
+                return value
+            fill_value = b.const(fill, compute_dtype(step.dtype))
+            if value.op is IROp.LOAD and fill == 0 and step.dtype not in HALF_TYPES:
+                return value  # a guarded load already gives 0 outside
+            return b.alu(Op.WHERE, value.dtype, inside, value, fill_value)
+        raise AssertionError(op)
+
+    def _reshape_index(self, index: tuple[IRNode, ...], shape: tuple[int, ...],
+                       source_shape: tuple[int, ...]) -> tuple[IRNode, ...]:
+        b = self.builder
+        zero = b.const(0, self.index_dtype)
+        if [s for s in shape if s != 1] == [s for s in source_shape if s != 1]:
+            kept = iter(axis_index for axis_index, size in zip(index, shape) if size != 1)
+            return tuple(zero if size == 1 else next(kept) for size in source_shape)
+        linear = zero
+        for axis_index, stride, size in zip(index, strides_of(shape), shape):
+            if size != 1:
+                linear = b.add(b.mul(axis_index, stride), linear)
+        result = []
+        for axis, (stride, size) in enumerate(zip(strides_of(source_shape), source_shape)):
+            if size == 1:
+                result.append(zero)
+                continue
+            value = b.div(linear, stride)
+            result.append(value if axis == 0 else b.mod(value, size))
+        return tuple(result)
+
+
+def _reduce_identity(op: Op, dtype: DType) -> Any:
+    if op is Op.SUM:
+        return 0
+    if op is Op.PROD:
+        return 1
+    return dtypes.min_value(dtype)
+
+
+def lower_kernel(kernel: Kernel, name: str) -> KernelIR:
+    """The kernel IR of one kernel: one work item per output element (before optimization)."""
+    output = kernel.output
+    largest = max((prod(output.shape), *kernel.input_sizes), default=0)
+    index_dtype = dtypes.int32 if largest <= INT32_LIMIT else dtypes.int64
+    builder = Builder()
+    lowerer = Lowerer(kernel, builder, index_dtype)
+    size = prod(output.shape)
+    global_id = builder.global_id(max(size, 1), index_dtype)
+    index = tuple(
+        builder.const(0, index_dtype) if extent == 1 else
+        (builder.div(global_id, stride) if axis == 0 else builder.mod(builder.div(global_id, stride), extent))
+        for axis, (extent, stride) in enumerate(zip(output.shape, strides_of(output.shape)))
+    )
+    value = lowerer.lower(len(kernel.steps) - 1, index, None)
+    output_param = lowerer.param(0, output.dtype, True)
+    if value.dtype != output.dtype:
+        value = builder.alu(Op.CAST, output.dtype, value)
+    sink = builder.sink([builder.store(output_param, global_id, value)])
+    params = [BufferParam(0, output.dtype, size, True)]
+    input_dtypes = {step.arg: step.dtype for step in kernel.steps if step.op is Op.BUFFER}
+    params += [
+        BufferParam(position, input_dtypes[position], kernel.input_sizes[position - 1], False)
+        for position in range(1, len(kernel.input_sizes) + 1)
+    ]
+    return KernelIR(name=name, params=params, global_size=size, sink=sink, index_dtype=index_dtype)

@@ -1,0 +1,156 @@
+"""The kernelizer: which nodes of a lazy graph are stored (kernel boundaries), and each kernel's steps.
+
+Fusion rule (DESIGN.md principle 4): elementwise and movement ops always fuse; a reduce fuses into the kernel that
+consumes it when every output element of that kernel uses a different reduce result (no EXPAND on the way) and it
+is not inside another reduce; otherwise the reduce is stored by a kernel of its own. CONTIGUOUS and COPY always
+mark a boundary. Cheap elementwise work with several consumers is recomputed, never stored.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ember.core.graph import Node
+from ember.core.ops import REDUCE_OPS, Op
+from ember.ir.kernel import Kernel, KernelStep
+
+INLINE_LEAVES = (Op.CONST, Op.ARANGE)
+
+
+class KernelItem(NamedTuple):
+    """Compute `output` with `kernel`, whose parameters 1..n are the buffers of `inputs`."""
+
+    output: Node
+    kernel: Kernel
+    inputs: tuple[Node, ...]
+
+
+class CopyItem(NamedTuple):
+    """Copy the buffer of `source` to the device of `output`."""
+
+    output: Node
+    source: Node
+
+
+ScheduleItem = KernelItem | CopyItem
+
+
+def find_boundaries(roots: list[Node]) -> list[Node]:
+    """Every node to store, dependencies first (the roots included)."""
+    boundaries: dict[int, Node] = {}
+    depends_on: dict[int, list[Node]] = {}
+    pending = []
+    for root in roots:
+        if not root.realized and id(root) not in boundaries:
+            boundaries[id(root)] = root
+            pending.append(root)
+    while pending:
+        kernel_root = pending.pop()
+        found: list[Node] = []
+        if kernel_root.op is Op.COPY:
+            source = kernel_root.srcs[0]
+            if not source.realized:
+                found.append(source)
+        else:
+            _walk(kernel_root, boundaries, found)
+        depends_on[id(kernel_root)] = found
+        for node in found:
+            if id(node) not in boundaries:
+                boundaries[id(node)] = node
+                pending.append(node)
+    ordered: list[Node] = []
+    placed: set[int] = set()
+    for root in roots:
+        if not root.realized:
+            _order(root, depends_on, placed, ordered)
+    return ordered
+
+
+def _order(node: Node, depends_on: dict[int, list[Node]], placed: set[int], ordered: list[Node]) -> None:
+    stack = [(node, False)]
+    while stack:
+        current, expanded = stack.pop()
+        if expanded:
+            if id(current) not in placed:
+                placed.add(id(current))
+                ordered.append(current)
+            continue
+        if id(current) in placed:
+            continue
+        stack.append((current, True))
+        stack.extend((dependency, False) for dependency in depends_on[id(current)] if id(dependency) not in placed)
+
+
+def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> None:
+    """Find the nodes below kernel_root that must be stored by other kernels."""
+    seen: set[tuple[int, bool, bool]] = set()
+    start_inside = kernel_root.op in REDUCE_OPS
+    stack = [(source, start_inside, True) for source in kernel_root.srcs]
+    while stack:
+        node, inside_reduce, injective = stack.pop()
+        key = (id(node), inside_reduce, injective)
+        if key in seen:
+            continue
+        seen.add(key)
+        if node.realized or node.op in INLINE_LEAVES:
+            continue
+        if id(node) in boundaries:
+            found.append(node)
+            continue
+        if node.op in (Op.CONTIGUOUS, Op.COPY) or (node.op in REDUCE_OPS and (inside_reduce or not injective)):
+            found.append(node)
+            continue
+        if node.op in REDUCE_OPS:
+            inside_reduce = True
+        elif node.op is Op.EXPAND:
+            injective = False
+        stack.extend((source, inside_reduce, injective) for source in node.srcs)
+
+
+def build_kernel(root: Node, boundaries: set[int]) -> KernelItem:
+    """The steps of the kernel that computes `root`; stored nodes below it become BUFFER parameters."""
+    steps: list[KernelStep] = []
+    position_of: dict[int, int] = {}
+    inputs: list[Node] = []
+    input_position: dict[int, int] = {}
+
+    def leaf_step(node: Node) -> KernelStep:
+        if id(node) not in input_position:
+            inputs.append(node)
+            input_position[id(node)] = len(inputs)
+        return KernelStep(Op.BUFFER, (), input_position[id(node)], node.shape, node.dtype)
+
+    stack = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if id(node) in position_of:
+            continue
+        is_leaf = node is not root and (node.realized or id(node) in boundaries)
+        if not expanded and not is_leaf and node.srcs:
+            stack.append((node, True))
+            stack.extend((source, False) for source in reversed(node.srcs) if id(source) not in position_of)
+            continue
+        if is_leaf:
+            step = leaf_step(node)
+        elif node.op is Op.CONTIGUOUS:  # only ever a kernel root (elsewhere it is a boundary): its source's value
+            step = steps[position_of[id(node.srcs[0])]]
+        else:
+            arg = node.arg.hex() if node.op is Op.CONST and isinstance(node.arg, float) else node.arg
+            step = KernelStep(node.op, tuple(position_of[id(s)] for s in node.srcs), arg, node.shape, node.dtype)
+        position_of[id(node)] = len(steps)
+        steps.append(step)
+    kernel = Kernel(tuple(steps), tuple(node.size for node in inputs))
+    return KernelItem(root, kernel, tuple(inputs))
+
+
+def kernelize(roots: list[Node]) -> list[ScheduleItem]:
+    """The schedule that realizes `roots`: kernels and copies in dependency order."""
+    ordered = find_boundaries(roots)
+    boundary_ids = {id(node) for node in ordered}
+    schedule: list[ScheduleItem] = []
+    for node in ordered:
+        if node.op is Op.COPY:
+            schedule.append(CopyItem(node, node.srcs[0]))
+        else:
+            schedule.append(build_kernel(node, boundary_ids))
+    return schedule

@@ -1,0 +1,85 @@
+"""What ran: kernels with their device and time, compiles, copies and bytes; `ember.profile()` and EMBER_DEBUG."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+def debug_level() -> int:
+    """EMBER_DEBUG: 1 realizes, 2 kernels with times, 3 + IR, 4 + generated source, 5 + every copy and free."""
+    try:
+        return int(os.environ.get("EMBER_DEBUG", "0") or 0)
+    except ValueError:
+        return 0
+
+
+@dataclass
+class KernelRecord:
+    name: str
+    device: str
+    seconds: float
+    global_size: int
+
+
+@dataclass
+class CompileRecord:
+    name: str
+    device: str
+    seconds: float
+    from_cache: bool
+
+
+@dataclass
+class Profile:
+    """Everything that ran inside an `ember.profile()` block."""
+
+    kernels: list[KernelRecord] = field(default_factory=list)
+    compiles: list[CompileRecord] = field(default_factory=list)
+    copies: list[tuple[str, str, int]] = field(default_factory=list)  # (from device, to device, bytes)
+    bytes_allocated: int = 0
+    realizes: int = 0
+    peak_bytes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def kernel_seconds(self) -> float:
+        return sum(record.seconds for record in self.kernels)
+
+    def __str__(self) -> str:
+        lines = [f"{self.realizes} realizes, {len(self.kernels)} kernels, {len(self.compiles)} compiles, "
+                 f"{len(self.copies)} copies, {self.bytes_allocated} bytes allocated"]
+        for record in self.kernels:
+            lines.append(f"  kernel {record.name:<40} {record.device:<10} {record.seconds * 1e6:10.1f} us")
+        for record in self.compiles:
+            source = "disk/memory cache" if record.from_cache else "compiled"
+            lines.append(f"  compile {record.name:<39} {record.device:<10} {record.seconds * 1e3:10.2f} ms ({source})")
+        for peak_device, peak in self.peak_bytes.items():
+            lines.append(f"  peak bytes on {peak_device}: {peak}")
+        return "\n".join(lines)
+
+
+class ActiveProfiles:
+    stack: list[Profile] = []
+
+
+@contextmanager
+def profile() -> Iterator[Profile]:
+    """Record what ember runs inside the block: `with ember.profile() as prof: ...; print(prof)`."""
+    record = Profile()
+    ActiveProfiles.stack.append(record)
+    try:
+        yield record
+    finally:
+        ActiveProfiles.stack.remove(record)
+
+
+def current() -> list[Profile]:
+    return ActiveProfiles.stack
+
+
+def debug_print(level: int, message: str) -> None:
+    if debug_level() >= level:
+        print(message, file=sys.stderr)

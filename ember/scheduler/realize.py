@@ -1,0 +1,161 @@
+"""Realizing nodes: kernelize, lower, compile (cached by structure), allocate, launch, and turn nodes into buffers."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+import numpy as np
+
+from ember.backends.base import Device, Program
+from ember.core.dtype import DType
+from ember.core.graph import Node
+from ember.core.ops import Op
+from ember.ir.ir import KernelIR
+from ember.ir.kernel import Kernel
+from ember.ir.lower import lower_kernel
+from ember.ir.opt import optimize
+from ember.scheduler import profile
+from ember.scheduler.devices import get_device
+from ember.scheduler.kernelize import CopyItem, KernelItem, kernelize
+
+
+class Buffer:
+    """Memory for one realized node, in one device's pool; released when the last node holding it is gone."""
+
+    __slots__ = ("device", "pool", "handle", "nbytes", "dtype", "size", "device_name")
+
+    def __init__(self, device: Device, size: int, dtype: DType) -> None:
+        self.device = device
+        self.pool = device.pool
+        self.device_name = device.name
+        self.size = size
+        self.dtype = dtype
+        self.nbytes = size * dtype.itemsize
+        self.handle = self.pool.allocate(self.nbytes)
+        for record in profile.current():
+            record.bytes_allocated += self.nbytes
+
+    def __del__(self) -> None:
+        try:
+            self.pool.release(self.handle, self.nbytes)
+        except Exception:  # noqa: BLE001 - interpreter shutdown may have torn the pool down already
+            pass
+
+    def read(self) -> np.ndarray:
+        array = np.empty(self.size, dtype=self.dtype.numpy)
+        if self.nbytes:
+            self.pool.copy_out(memoryview(array).cast("B"), self.handle)
+        return array
+
+    def write(self, array: np.ndarray) -> None:
+        if self.nbytes:
+            self.pool.copy_in(self.handle, memoryview(np.ascontiguousarray(array)).cast("B"))
+
+
+def buffer_node(array: np.ndarray, dtype: DType, device_name: str) -> Node:
+    """A realized leaf holding a copy of a contiguous numpy array."""
+    device = get_device(device_name)
+    buffer = Buffer(device, array.size, dtype)
+    buffer.write(array.reshape(-1))
+    node = Node(Op.BUFFER, (), None, tuple(array.shape), dtype, device.name)
+    node.buffer = buffer
+    return node
+
+
+def read_node(node: Node) -> np.ndarray:
+    """The values of a realized node as a numpy array of its shape."""
+    return node.buffer.read().reshape(node.shape)
+
+
+class CompiledKernel:
+    __slots__ = ("ir", "program", "name")
+
+    def __init__(self, ir: KernelIR, program: Program) -> None:
+        self.ir, self.program, self.name = ir, program, ir.name
+
+
+_compiled: dict[tuple[str, Kernel], CompiledKernel] = {}
+
+
+def kernel_name(kernel: Kernel) -> str:
+    """A readable, structure-unique name: r (has a reduce) or e, the output shape, and a short hash."""
+    has_reduce = any(step.op in (Op.SUM, Op.PROD, Op.REDUCE_MAX) for step in kernel.steps)
+    shape = "_".join(str(size) for size in kernel.output.shape) or "scalar"
+    digest = hashlib.blake2s(repr(kernel).encode(), digest_size=4).hexdigest()
+    return f"{'r' if has_reduce else 'e'}_{shape}_{digest}"
+
+
+def compile_kernel(device: Device, kernel: Kernel) -> CompiledKernel:
+    """Lower, optimize for the device, and compile a kernel; cached in memory by (device, structure)."""
+    key = (device.name, kernel)
+    compiled = _compiled.get(key)
+    if compiled is not None:
+        return compiled
+    start = time.perf_counter()
+    ir = optimize(lower_kernel(kernel, kernel_name(kernel)), device.info)
+    unsupported = device.info.unsupported({param.dtype for param in ir.params})
+    if unsupported:
+        from ember.core.errors import DeviceError
+
+        names = ", ".join(dtype.name for dtype in unsupported)
+        raise DeviceError(f"device {device.name} cannot run kernels on {names}; move the tensor to another device")
+    if profile.debug_level() >= 3:
+        profile.debug_print(3, f"IR of {ir.name}: {ir.sink!r}")
+    if profile.debug_level() >= 4:
+        profile.debug_print(4, device.render(ir))
+    program = device.compile(ir)
+    compiled = CompiledKernel(ir, program)
+    _compiled[key] = compiled
+    seconds = time.perf_counter() - start
+    for record in profile.current():
+        record.compiles.append(profile.CompileRecord(ir.name, device.name, seconds, from_cache=False))
+    return compiled
+
+
+def realize_nodes(nodes: list[Node]) -> None:
+    """Compute every unrealized node in `nodes` (and the stored nodes they need)."""
+    pending = [node for node in nodes if not node.realized]
+    if not pending:
+        return
+    schedule = kernelize(pending)
+    for record in profile.current():
+        record.realizes += 1
+    profile.debug_print(1, f"realize: {len(schedule)} items for {len(pending)} tensors")
+    for item in schedule:
+        if isinstance(item, CopyItem):
+            _run_copy(item)
+        else:
+            _run_kernel(item)
+
+
+def _run_kernel(item: KernelItem) -> None:
+    output = item.output
+    device = get_device(output.device)
+    buffer = Buffer(device, output.size, output.dtype)
+    if output.size > 0:
+        compiled = compile_kernel(device, item.kernel)
+        if device.info.can_run:
+            handles: list[Any] = [buffer.handle, *(node.buffer.handle for node in item.inputs)]
+            timed = bool(profile.current()) or profile.debug_level() >= 2
+            start = time.perf_counter() if timed else 0.0
+            event = compiled.program(handles, compiled.ir.global_size)
+            if timed:
+                event.wait()
+                seconds = time.perf_counter() - start
+                for record in profile.current():
+                    record.kernels.append(profile.KernelRecord(compiled.name, device.name, seconds, compiled.ir.global_size))
+                profile.debug_print(2, f"  {compiled.name:<40} {device.name:<10} {seconds * 1e6:10.1f} us")
+    output.become_buffer(buffer)
+
+
+def _run_copy(item: CopyItem) -> None:
+    source = item.source.buffer
+    target_device = get_device(item.output.device)
+    buffer = Buffer(target_device, item.output.size, item.output.dtype)
+    buffer.write(source.read())
+    for record in profile.current():
+        record.copies.append((source.device_name, target_device.name, buffer.nbytes))
+    profile.debug_print(2, f"  copy {source.device_name} -> {target_device.name}: {buffer.nbytes} bytes")
+    item.output.become_buffer(buffer)

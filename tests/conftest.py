@@ -1,0 +1,41 @@
+"""Test configuration: the devices every op test runs on, and the environment the backends need."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # wgpu warns without it
+
+import pytest
+
+import ember as em
+from ember.backends.registry import REGISTRY
+from ember.core.errors import BackendUnavailable, DeviceError
+
+DEFAULT_TEST_BACKENDS = "c,opencl"
+
+
+def available_test_devices() -> list[str]:
+    """EMBER_TEST_DEVICES (comma-separated backend names) filtered to those available here."""
+    wanted = os.environ.get("EMBER_TEST_DEVICES", DEFAULT_TEST_BACKENDS).split(",")
+    found = []
+    for backend in filter(None, (name.strip() for name in wanted)):
+        try:
+            found.append(REGISTRY.probe(backend)[0].name)
+        except (BackendUnavailable, DeviceError):
+            continue
+    return found
+
+
+TEST_DEVICES = available_test_devices()
+
+
+@pytest.fixture(params=TEST_DEVICES)
+def device(request: pytest.FixtureRequest) -> str:
+    """Every available test device in turn; tests create their tensors on it."""
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    em.manual_seed(0)

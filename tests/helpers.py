@@ -1,0 +1,58 @@
+"""Comparing ember with PyTorch: tensors made from the same numpy data, results checked value by value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+import ember as em
+
+TORCH_DTYPES = {
+    em.float32: torch.float32, em.float64: torch.float64, em.float16: torch.float16, em.bfloat16: torch.bfloat16,
+    em.int8: torch.int8, em.int16: torch.int16, em.int32: torch.int32, em.int64: torch.int64, em.uint8: torch.uint8,
+    em.uint16: torch.uint16, em.uint32: torch.uint32, em.uint64: torch.uint64, em.bool: torch.bool,
+}
+EMBER_DTYPES = {value: key for key, value in TORCH_DTYPES.items()}
+
+
+def random_array(shape: tuple[int, ...], dtype: Any = np.float32, low: float = -2.0, high: float = 2.0,
+                 seed: int = 0) -> np.ndarray:
+    """Deterministic test data of a numpy dtype."""
+    generator = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return generator.random(shape) < 0.5
+    if dtype.kind in "iu":
+        low_int = 0 if dtype.kind == "u" else int(low) * 5
+        return generator.integers(low_int, int(high) * 5 + 1, size=shape).astype(dtype)
+    return generator.uniform(low, high, size=shape).astype(dtype)
+
+
+def pair(array: np.ndarray, device: str, requires_grad: bool = False) -> tuple[em.Tensor, torch.Tensor]:
+    """The same data as an ember tensor on `device` and as a torch tensor."""
+    return em.tensor(array, device=device, requires_grad=requires_grad), torch.tensor(array, requires_grad=requires_grad)
+
+
+def assert_close(actual: Any, expected: Any, atol: float = 1e-5, rtol: float = 1e-4, check_dtype: bool = True) -> None:
+    """ember result vs torch result: same shape, matching dtype, values within tolerance, NaN/inf in place."""
+    if isinstance(expected, (tuple, list)):
+        assert isinstance(actual, (tuple, list)) and len(actual) == len(expected), (actual, expected)
+        for one_actual, one_expected in zip(actual, expected):
+            assert_close(one_actual, one_expected, atol, rtol, check_dtype)
+        return
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, em.Tensor), f"expected an ember Tensor, got {type(actual).__name__}"
+        assert tuple(actual.shape) == tuple(expected.shape), f"shape {actual.shape} != torch's {tuple(expected.shape)}"
+        if check_dtype:
+            assert TORCH_DTYPES[actual.dtype] == expected.dtype, f"dtype {actual.dtype} != torch's {expected.dtype}"
+        expected_array = expected.detach().float().numpy() if expected.dtype == torch.bfloat16 else expected.detach().numpy()
+        actual_array = actual.numpy()
+    else:
+        expected_array, actual_array = np.asarray(expected), np.asarray(actual)
+    if expected_array.dtype.kind in "biu" and actual_array.dtype.kind in "biu":
+        np.testing.assert_array_equal(actual_array, expected_array)
+    else:
+        np.testing.assert_allclose(actual_array.astype(np.float64), expected_array.astype(np.float64), atol=atol,
+                                   rtol=rtol, equal_nan=True)
