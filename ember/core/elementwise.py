@@ -31,7 +31,7 @@ class ElementwiseOps:
 
     def _operands(self: Tensor, other: Any, op_name: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
         """Promote and broadcast self and other (a Tensor or a Python number) to a common dtype and shape."""
-        if isinstance(other, type(self)):
+        if isinstance(other, ElementwiseOps):
             dtype = promote_types(self.dtype, other.dtype) if other.ndim > 0 or self.ndim == 0 else (
                 _promote_with_zero_dim(self.dtype, other.dtype)
             )
@@ -40,14 +40,14 @@ class ElementwiseOps:
             other_tensor = other
         elif isinstance(other, (int, float, bool)) or hasattr(other, "dtype") and not hasattr(other, "node"):
             if hasattr(other, "shape") and getattr(other, "shape", ()) != ():
-                other_tensor = type(self)(other, device=self.device)
+                other_tensor = _tensor_from(other, self.device)
                 dtype = promote_types(self.dtype, other_tensor.dtype)
             else:
                 value = other.item() if hasattr(other, "item") else other
                 dtype = result_type(self.dtype, value)
                 other_tensor = self._scalar_like(value, dtype)
         elif isinstance(other, (list, tuple)):
-            other_tensor = type(self)(other, device=self.device)
+            other_tensor = _tensor_from(other, self.device)
             dtype = promote_types(self.dtype, other_tensor.dtype)
         else:
             raise TypeError(f"{op_name}: unsupported operand type {type(other).__name__} (expected a Tensor or a number)")
@@ -496,8 +496,8 @@ class ElementwiseOps:
     def where(self: Tensor, input: Any, other: Any) -> Tensor:  # noqa: A002 - torch's names
         """`condition.where(x, y)`: x where self is True, else y (ember.where(condition, x, y) is the same)."""
         condition = self if self.dtype.is_bool else self != 0
-        first = input if isinstance(input, type(self)) else None
-        second = other if isinstance(other, type(self)) else None
+        first = input if isinstance(input, ElementwiseOps) else None
+        second = other if isinstance(other, ElementwiseOps) else None
         if first is None and second is None:
             dtype = result_type(result_type(dtypes.bool_, input), other)
             if isinstance(input, float) or isinstance(other, float):
@@ -508,7 +508,7 @@ class ElementwiseOps:
             first = second._scalar_like(input, result_type(second.dtype, input))
         elif second is None:
             second = first._scalar_like(other, result_type(first.dtype, other))
-        if first.ndim == 0 and second.ndim > 0 and isinstance(input, type(self)) is False:
+        if first.ndim == 0 and second.ndim > 0 and isinstance(input, ElementwiseOps) is False:
             pass
         dtype = promote_types(first.dtype, second.dtype)
         shape = broadcast_shapes(condition.shape, first.shape, second.shape, op="where")
@@ -517,10 +517,10 @@ class ElementwiseOps:
         )
 
     def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
-        if not isinstance(mask, type(self)) or mask.dtype != dtypes.bool_:
+        if not isinstance(mask, ElementwiseOps) or mask.dtype != dtypes.bool_:
             raise DTypeError(f"masked_fill: mask must be a bool tensor, got {getattr(mask, 'dtype', type(mask).__name__)}")
         broadcast_shapes(self.shape, mask.shape, op="masked_fill")
-        if isinstance(value, type(self)):
+        if isinstance(value, ElementwiseOps):
             value = value.cast(self.dtype)
         else:
             value = self._scalar_like(value, self.dtype)
@@ -720,7 +720,7 @@ def _promote_with_zero_dim(tensor_dtype: DType, zero_dim_dtype: DType) -> DType:
 
 
 def _as_bool(tensor: Tensor, other: Any) -> Any:
-    return other.cast(dtypes.bool_) if isinstance(other, type(tensor)) else bool(other)
+    return other.cast(dtypes.bool_) if isinstance(other, ElementwiseOps) else bool(other)
 
 
 def _integer_pow(base: Tensor, power: Tensor) -> Tensor:
@@ -740,3 +740,10 @@ def _raise_masked_fill(tensor: Tensor, mask: Tensor) -> Tensor:
     from ember.core.errors import ShapeError
 
     raise ShapeError(f"masked_fill: mask of shape {mask.shape} must broadcast to the tensor's shape {tensor.shape}")
+
+
+def _tensor_from(data: Any, device: str) -> Tensor:
+    """A plain Tensor from a list or array operand (never a subclass such as nn.Parameter)."""
+    from ember.core.tensor import Tensor
+
+    return Tensor(data, device=device)

@@ -25,7 +25,7 @@ class IndexingOps:
     def __getitem__(self: Tensor, indices: Any) -> Tensor:
         if not isinstance(indices, tuple):
             indices = (indices,)
-        if any(isinstance(index, type(self)) or isinstance(index, (list,)) for index in indices):
+        if any(isinstance(index, IndexingOps) or isinstance(index, (list,)) for index in indices):
             from ember.core.advanced_indexing import advanced_getitem
 
             return advanced_getitem(self, indices)

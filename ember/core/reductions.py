@@ -77,14 +77,14 @@ class ReductionOps:
 
     def max(self: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
         """max() of all elements, max(dim) -> (values, indices), or max(other) elementwise like torch."""
-        if isinstance(dim, type(self)):
+        if isinstance(dim, ReductionOps):
             return self.maximum(dim)
         if dim is None:
             return self._max_or_min_values(None, False, "max", minimum=False)
         return ValuesIndices(self._max_or_min_values(dim, keepdim, "max", False), self.argmax(dim, keepdim))
 
     def min(self: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
-        if isinstance(dim, type(self)):
+        if isinstance(dim, ReductionOps):
             return self.minimum(dim)
         if dim is None:
             return self._max_or_min_values(None, False, "min", minimum=True)
