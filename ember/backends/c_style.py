@@ -208,6 +208,9 @@ class CStyleRenderer:
             if len(node.srcs) == 3:
                 return f"({operand(node.srcs[2])}?{load}:{self.constant(0, node.dtype)})"
             return load
+        if node.op in (Op.IDIV, Op.MOD) and node.srcs[1].is_const and node.srcs[1].arg > 0:
+            symbol = "/" if node.op is Op.IDIV else "%"  # no guard needed for a positive constant divisor
+            return f"({operand(node.srcs[0])}{symbol}{operand(node.srcs[1])})"
         source_dtype = node.srcs[0].dtype if node.srcs else node.dtype
         if node.op is Op.WHERE:
             source_dtype = node.srcs[1].dtype

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from ember.core import dtype as dtypes
@@ -30,6 +31,8 @@ class Lowerer:
         self.index_dtype = index_dtype
         self.params: dict[int, IRNode] = {}
         self.memo: dict[tuple, IRNode] = {}
+        # one loop variable per (reduce step, axis): every output a work item computes shares the same loops
+        self.ranges: dict[tuple[int, int], IRNode] = {}
 
     def param(self, position: int, dtype: DType, is_output: bool) -> IRNode:
         if position not in self.params:
@@ -40,11 +43,11 @@ class Lowerer:
         key = (position, tuple(id(i) for i in index), id(valid))
         result = self.memo.get(key)
         if result is None:
-            result = self._lower(self.steps[position], index, valid)
+            result = self._lower(position, self.steps[position], index, valid)
             self.memo[key] = result
         return result
 
-    def _lower(self, step: KernelStep, index: tuple[IRNode, ...], valid: IRNode | None) -> IRNode:
+    def _lower(self, position: int, step: KernelStep, index: tuple[IRNode, ...], valid: IRNode | None) -> IRNode:
         b = self.builder
         op = step.op
         if op is Op.BUFFER:
@@ -68,8 +71,12 @@ class Lowerer:
             return self._lower_movement(step, index, valid)
         if op in REDUCE_OPS:
             source_shape = self.steps[step.srcs[0]].shape
-            ranges = {axis: b.new_range(source_shape[axis], self.index_dtype) for axis in step.arg
-                      if source_shape[axis] != 1}
+            ranges = {}
+            for axis in step.arg:
+                if source_shape[axis] != 1:
+                    if (position, axis) not in self.ranges:
+                        self.ranges[(position, axis)] = b.new_range(source_shape[axis], self.index_dtype)
+                    ranges[axis] = self.ranges[(position, axis)]
             source_index = tuple(
                 ranges.get(axis, b.const(0, self.index_dtype)) if axis in step.arg else axis_index
                 for axis, axis_index in enumerate(index)
@@ -173,29 +180,44 @@ def _reduce_identity(op: Op, dtype: DType) -> Any:
     return dtypes.min_value(dtype)
 
 
-def lower_kernel(kernel: Kernel, name: str) -> KernelIR:
-    """The kernel IR of one kernel: one work item per output element (before optimization)."""
+def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = None) -> KernelIR:
+    """The kernel IR of one kernel. Each work item computes a tile of outputs: `upcast[d]` consecutive elements
+    along output dim d (each factor divides its dim; None means one output per work item)."""
     output = kernel.output
-    largest = max((prod(output.shape), *kernel.input_sizes), default=0)
+    shape = output.shape
+    factors = upcast if upcast is not None else (1,) * len(shape)
+    largest = max((prod(shape), *kernel.input_sizes), default=0)
     index_dtype = dtypes.int32 if largest <= INT32_LIMIT else dtypes.int64
     builder = Builder()
     lowerer = Lowerer(kernel, builder, index_dtype)
-    size = prod(output.shape)
-    global_id = builder.global_id(max(size, 1), index_dtype)
-    index = tuple(
+    global_shape = tuple(extent // factor for extent, factor in zip(shape, factors))
+    global_size = prod(global_shape)
+    global_id = builder.global_id(max(global_size, 1), index_dtype)
+    tile_origin = [
         builder.const(0, index_dtype) if extent == 1 else
         (builder.div(global_id, stride) if axis == 0 else builder.mod(builder.div(global_id, stride), extent))
-        for axis, (extent, stride) in enumerate(zip(output.shape, strides_of(output.shape)))
-    )
-    value = lowerer.lower(len(kernel.steps) - 1, index, None)
+        for axis, (extent, stride) in enumerate(zip(global_shape, strides_of(global_shape)))
+    ]
     output_param = lowerer.param(0, output.dtype, True)
-    if value.dtype != output.dtype:
-        value = builder.alu(Op.CAST, output.dtype, value)
-    sink = builder.sink([builder.store(output_param, global_id, value)])
-    params = [BufferParam(0, output.dtype, size, True)]
+    stores = []
+    for offsets in itertools.product(*(range(factor) for factor in factors)):
+        index = tuple(
+            builder.add(builder.mul(origin, factor), offset) if factor > 1 else origin
+            for origin, factor, offset in zip(tile_origin, factors, offsets)
+        )
+        value = lowerer.lower(len(kernel.steps) - 1, index, None)
+        if value.dtype != output.dtype:
+            value = builder.alu(Op.CAST, output.dtype, value)
+        linear = builder.const(0, index_dtype)
+        for axis_index, stride, extent in zip(index, strides_of(shape), shape):
+            if extent != 1:
+                linear = builder.add(builder.mul(axis_index, stride), linear)
+        stores.append(builder.store(output_param, linear, value))
+    sink = builder.sink(stores)
+    params = [BufferParam(0, output.dtype, prod(shape), True)]
     input_dtypes = {step.arg: step.dtype for step in kernel.steps if step.op is Op.BUFFER}
     params += [
         BufferParam(position, input_dtypes[position], kernel.input_sizes[position - 1], False)
         for position in range(1, len(kernel.input_sizes) + 1)
     ]
-    return KernelIR(name=name, params=params, global_size=size, sink=sink, index_dtype=index_dtype)
+    return KernelIR(name=name, params=params, global_size=global_size, sink=sink, index_dtype=index_dtype)

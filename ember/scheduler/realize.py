@@ -14,8 +14,7 @@ from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.ir.ir import KernelIR
 from ember.ir.kernel import Kernel
-from ember.ir.lower import lower_kernel
-from ember.ir.opt import optimize
+from ember.ir.opt import build_kernel_ir
 from ember.scheduler import profile
 from ember.scheduler.devices import get_device
 from ember.scheduler.kernelize import CopyItem, KernelItem, kernelize
@@ -94,7 +93,7 @@ def compile_kernel(device: Device, kernel: Kernel) -> CompiledKernel:
     if compiled is not None:
         return compiled
     start = time.perf_counter()
-    ir = optimize(lower_kernel(kernel, kernel_name(kernel)), device.info)
+    ir = build_kernel_ir(kernel, kernel_name(kernel), device.info)
     unsupported = device.info.unsupported({param.dtype for param in ir.params})
     if unsupported:
         from ember.core.errors import DeviceError

@@ -1,0 +1,88 @@
+"""Fusion is tested by counting kernels (DESIGN.md principle 4) and by values against torch."""
+
+import gc
+
+import numpy as np
+import torch
+
+import ember as em
+from tests.helpers import assert_close, pair, random_array
+
+
+def count_kernels(*tensors: em.Tensor) -> int:
+    with em.profile() as record:
+        em.realize(*tensors)
+    return len(record.kernels)
+
+
+def test_elementwise_chain_of_ten_ops_is_one_kernel(device: str) -> None:
+    x, tx = pair(random_array((3, 17)), device)
+    y = x
+    ty = tx
+    for step in range(5):
+        y = (y * 0.9 + step).sigmoid() if step % 2 else (y - 0.1).abs()
+        ty = (ty * 0.9 + step).sigmoid() if step % 2 else (ty - 0.1).abs()
+    assert count_kernels(y) == 1
+    assert_close(y, ty)
+
+
+def test_add_then_sum_is_one_kernel(device: str) -> None:
+    a, ta = pair(random_array((17, 33)), device)
+    b, tb = pair(random_array((17, 33), seed=1), device)
+    result = (a + b).sum(1)
+    assert count_kernels(result) == 1
+    assert_close(result, (ta + tb).sum(1), atol=1e-4)
+
+
+def test_matmul_bias_relu_is_one_kernel(device: str) -> None:
+    a, ta = pair(random_array((16, 32)), device)
+    w, tw = pair(random_array((32, 24), seed=1), device)
+    bias, tbias = pair(random_array((24,), seed=2), device)
+    result = (a @ w + bias).relu()
+    assert count_kernels(result) == 1
+    assert_close(result, (ta @ tw + tbias).relu(), atol=1e-4)
+
+
+def test_movement_between_elementwise_ops_adds_no_kernel(device: str) -> None:
+    x, tx = pair(random_array((4, 6)), device)
+    y = (x + 1).reshape(2, 12).permute(1, 0).pad((1, 2, 0, 3)).shrink(((1, 13), (0, 4))).flip(0) * 2
+    ty = torch.nn.functional.pad((tx + 1).reshape(2, 12).permute(1, 0), (1, 2, 0, 3))[1:13, 0:4].flip(0) * 2
+    assert count_kernels(y) == 1
+    assert_close(y, ty)
+
+
+def test_softmax_over_last_axis_is_at_most_three_kernels(device: str) -> None:
+    x, tx = pair(random_array((5, 37)), device)
+    result = x.softmax(-1)
+    assert count_kernels(result) <= 3
+    assert_close(result, tx.softmax(-1))
+
+
+def test_realize_loop_keeps_memory_and_buffers_flat() -> None:
+    x = em.zeros(64)
+    x.realize()
+    pool = em.get_default_device()
+    from ember.scheduler.devices import get_device
+
+    memory = get_device(pool).pool
+    for _ in range(50):
+        x = (x * 0.5 + 1).realize()
+    gc.collect()
+    live_before, bytes_before = memory.live_buffers, memory.used_bytes
+    for _ in range(10_000):
+        x = (x * 0.5 + 1).realize()
+    gc.collect()
+    assert memory.live_buffers <= live_before
+    assert memory.used_bytes <= bytes_before
+    np.testing.assert_allclose(x.numpy(), np.full(64, 2.0, dtype=np.float32))
+
+
+def test_unreachable_nodes_are_dropped() -> None:
+    import weakref
+
+    x = em.ones(8)
+    y = (x + 1) * 3
+    reference = weakref.ref(y.node)
+    del y
+    gc.collect()
+    assert reference() is None
