@@ -7,9 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)
 class DType:
-    """A tensor element type. `kind` is 'b' (bool), 'i' (signed int), 'u' (unsigned int) or 'f' (float)."""
+    """A tensor element type. `kind` is 'b' (bool), 'i' (signed int), 'u' (unsigned int) or 'f' (float).
+
+    Each dtype exists once (the module constants below), so equality and hashing are by identity (fast)."""
 
     name: str
     itemsize: int
