@@ -9,12 +9,31 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 
+class DebugLevel:
+    """EMBER_DEBUG, read when ember is imported (`set_debug_level` changes it at run time)."""
+
+    value: int = 0
+
+
+def set_debug_level(level: int) -> None:
+    DebugLevel.value = int(level)
+
+
+def _read_debug_environment() -> int:
+    text = os.environ.get("EMBER_DEBUG", "0") or "0"
+    try:
+        return int(text)
+    except ValueError:
+        print(f"ember: EMBER_DEBUG={text!r} is not a number (use 0-5); debug output stays off", file=sys.stderr)
+        return 0
+
+
+DebugLevel.value = _read_debug_environment()
+
+
 def debug_level() -> int:
     """EMBER_DEBUG: 1 realizes, 2 kernels with times, 3 + IR, 4 + generated source, 5 + every copy and free."""
-    try:
-        return int(os.environ.get("EMBER_DEBUG", "0") or 0)
-    except ValueError:
-        return 0
+    return DebugLevel.value
 
 
 @dataclass
@@ -81,5 +100,5 @@ def current() -> list[Profile]:
 
 
 def debug_print(level: int, message: str) -> None:
-    if debug_level() >= level:
+    if DebugLevel.value >= level:
         print(message, file=sys.stderr)

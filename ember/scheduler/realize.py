@@ -101,7 +101,11 @@ def compile_kernel(device: Device, kernel: Kernel) -> CompiledKernel:
         names = ", ".join(dtype.name for dtype in unsupported)
         raise DeviceError(f"device {device.name} cannot run kernels on {names}; move the tensor to another device")
     if profile.debug_level() >= 3:
-        profile.debug_print(3, f"IR of {ir.name}: {ir.sink!r}")
+        from ember.ir.linearize import linearize
+
+        listing = "\n".join(f"  {item.kind:<10} {item.node.op.name:<10} {item.node.dtype.name}" for item in
+                             linearize(ir.sink))
+        profile.debug_print(3, f"IR of {ir.name} ({ir.global_size} work items):\n{listing}")
     if profile.debug_level() >= 4:
         profile.debug_print(4, device.render(ir))
     program = device.compile(ir)
@@ -121,7 +125,8 @@ def realize_nodes(nodes: list[Node]) -> None:
     schedule = kernelize(pending)
     for record in profile.current():
         record.realizes += 1
-    profile.debug_print(1, f"realize: {len(schedule)} items for {len(pending)} tensors")
+    if profile.DebugLevel.value >= 1:
+        profile.debug_print(1, f"realize: {len(schedule)} items for {len(pending)} tensors")
     for item in schedule:
         if isinstance(item, CopyItem):
             _run_copy(item)
