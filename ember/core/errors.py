@@ -33,3 +33,7 @@ class CompileError(EmberError, RuntimeError):
 
 class OutOfMemoryError(EmberError, MemoryError):
     """A memory pool could not give the bytes asked for."""
+
+
+class AutogradError(EmberError, RuntimeError):
+    """Misuse of autograd: backward without history, a missing gradient, an in-place change of a leaf needing grad."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -10,7 +11,7 @@ import numpy as np
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.elementwise import ElementwiseOps
-from ember.core.errors import DeviceError
+from ember.core.errors import AutogradError, DeviceError, DTypeError
 from ember.core.functional import FunctionalOps
 from ember.core.graph import Node, infer
 from ember.core.indexing import IndexingOps
@@ -27,10 +28,13 @@ class GradMode:
     enabled: bool = True
 
 
+_next_sequence = itertools.count().__next__  # creation order: a tensor's history only holds older tensors
+
+
 class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps):
     """A lazy n-dimensional array with PyTorch's API. Nothing runs until a value is needed."""
 
-    __slots__ = ("node", "requires_grad", "grad", "_context", "__weakref__")
+    __slots__ = ("node", "_requires_grad", "grad", "_context", "_hooks", "_retains_grad", "_sequence", "__weakref__")
     __array_priority__ = 1000  # numpy defers to Tensor's reflected operators
 
     def __init__(
@@ -43,9 +47,12 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         from ember.core.creation import node_from_data
 
         self.node: Node = node_from_data(data, dtype, device)
-        self.requires_grad = False
+        self._requires_grad = False
         self.grad: Tensor | None = None
         self._context: tuple[Op, Any, tuple[Tensor, ...]] | None = None
+        self._hooks: list[Callable[[Tensor], Tensor | None]] | None = None
+        self._retains_grad = False
+        self._sequence = _next_sequence()
         if requires_grad:
             self.requires_grad_(True)
 
@@ -53,9 +60,12 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
     def _from_node(cls, node: Node, requires_grad: bool = False) -> Tensor:
         tensor = cls.__new__(cls)
         tensor.node = node
-        tensor.requires_grad = requires_grad
+        tensor._requires_grad = requires_grad
         tensor.grad = None
         tensor._context = None
+        tensor._hooks = None
+        tensor._retains_grad = False
+        tensor._sequence = _next_sequence()
         return tensor
 
     # ---- the primitive interface the op mixins are written against --------------------------------------------
@@ -72,8 +82,9 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         nodes = tuple(source.node for source in sources)
         shape, result_dtype = infer(op, nodes, arg)
         output = Tensor._from_node(Node(op, nodes, arg, shape, result_dtype, self.node.device))
-        if GradMode.enabled and any(source.requires_grad for source in sources):
-            output.requires_grad = True
+        # record the history backward needs; comparisons, integer and bool results never carry a gradient
+        if GradMode.enabled and result_dtype.is_float and any(source._requires_grad for source in sources):
+            output._requires_grad = True
             output._context = (op, arg, sources)
         return output
 
@@ -119,13 +130,81 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
     def element_size(self) -> int:
         return self.dtype.itemsize
 
+    # ---- autograd -------------------------------------------------------------------------------------------
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self.requires_grad_(value)
+
     @property
     def is_leaf(self) -> bool:
+        """True for tensors made by the user (not by an op recorded for autograd), as in torch."""
         return self._context is None
 
     @property
     def grad_fn(self) -> Any:
-        return None if self._context is None else self._context[0]
+        """None for a leaf, else the backward function of the primitive op that made this tensor."""
+        from ember.autograd.engine import BackwardFunction
+
+        return None if self._context is None else BackwardFunction(self)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Make this leaf record the ops applied to it, so backward() gives it a .grad."""
+        if requires_grad and not self.dtype.is_float:
+            raise DTypeError(
+                f"only floating point tensors can require gradients, got a {self.dtype.name} tensor of shape "
+                f"{self.shape}; cast it first, e.g. .float()"
+            )
+        if not requires_grad and self._context is not None:
+            raise AutogradError(
+                f"requires_grad_(False): the tensor of shape {self.shape} is not a leaf (it was computed from "
+                "tensors that require grad); use .detach() to get a tensor without history"
+            )
+        self._requires_grad = bool(requires_grad)
+        return self
+
+    def detach(self) -> Tensor:
+        """The same values without a gradient history (shares the graph node, records nothing)."""
+        return Tensor._from_node(self.node)
+
+    def detach_(self) -> Tensor:
+        """Drop this tensor's history in place: it becomes a leaf that does not require grad."""
+        self._context = None
+        self._requires_grad = False
+        return self
+
+    def retain_grad(self) -> None:
+        """Let backward() fill .grad of this non-leaf too (leaves always get one)."""
+        if not self._requires_grad:
+            raise AutogradError(f"retain_grad: the tensor of shape {self.shape} does not require grad")
+        if self._context is not None:
+            self._retains_grad = True
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> Any:
+        """Call hook(gradient) when this tensor's gradient is computed; a returned tensor replaces the gradient."""
+        if not self._requires_grad:
+            raise AutogradError(f"register_hook: the tensor of shape {self.shape} does not require grad")
+        if self._hooks is None:
+            self._hooks = []
+        self._hooks.append(hook)
+        return _HookHandle(self._hooks, hook)
+
+    def backward(
+        self, gradient: Tensor | None = None, retain_graph: bool | None = None, create_graph: bool = False,
+        inputs: Sequence[Tensor] | None = None,
+    ) -> None:
+        """Accumulate the gradient of this tensor into .grad of the leaves it was computed from."""
+        from ember.autograd.engine import backward
+
+        backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
 
     def __len__(self) -> int:
         if not self.shape:
@@ -204,8 +283,8 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
     def _copy_to(self, device: str) -> Tensor:
         output = Tensor._from_node(Node(Op.COPY, (self.node,), device, self.shape, self.dtype, device))
-        if GradMode.enabled and self.requires_grad:
-            output.requires_grad = True
+        if GradMode.enabled and self._requires_grad:
+            output._requires_grad = True
             output._context = (Op.COPY, device, (self,))
         return output
 
@@ -215,21 +294,6 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
     def clone(self) -> Tensor:
         return self._apply(Op.CONTIGUOUS)
 
-    def detach(self) -> Tensor:
-        """The same values without a gradient history (shares the graph node, records nothing)."""
-        return Tensor._from_node(self.node)
-
-    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
-        if requires_grad and not (self.dtype.is_float):
-            raise RuntimeError(f"only tensors of floating point dtype can require gradients, got {self.dtype.name}")
-        self.requires_grad = requires_grad
-        return self
-
-    def backward(self, gradient: Tensor | None = None, retain_graph: bool = False, create_graph: bool = False) -> None:
-        from ember.autograd.engine import backward
-
-        backward(self, gradient, create_graph=create_graph)
-
     def assign(self, value: Tensor) -> Tensor:
         """Replace this tensor's value in place (shape and dtype are kept; used by in-place ops and optimizers)."""
         if value.shape != self.shape:
@@ -238,13 +302,59 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
             value = value.cast(self.dtype)
         if value.device != self.device:
             value = value.to(self.device)
+        if GradMode.enabled and (self._requires_grad or value._requires_grad):
+            self._assign_history(value)
         self.node = value.node
-        if not GradMode.enabled or not value.requires_grad:
-            self._context = None if not self.requires_grad or not GradMode.enabled else value._context
-        else:
-            self._context = value._context
-            self.requires_grad = True
         return self
+
+    def _assign_history(self, value: Tensor) -> None:
+        """Autograd for an in-place change: this tensor's history becomes value's (as torch rebases a grad_fn)."""
+        if self._requires_grad and self._context is None:
+            raise AutogradError(
+                f"a leaf tensor of shape {self.shape} that requires grad cannot be changed in place while grad is "
+                "recorded; do it inside `with em.no_grad():` (as optimizers do) or on a .detach()ed copy"
+            )
+        if not value._requires_grad:  # a non-leaf overwritten by a constant: no gradient flows to its past
+            self._context = (Op.CONTIGUOUS, None, (value,))
+            self._sequence = _next_sequence()
+            return
+        # value's history refers to this tensor as it was before; give that old state its own Tensor
+        previous = Tensor._from_node(self.node, self._requires_grad)
+        previous._context = self._context
+        _replace_source(value, self, previous)
+        self._context = value._context if value._context is not None else (Op.CONTIGUOUS, None, (value,))
+        self._requires_grad = True
+        self._sequence = _next_sequence()
+
+
+class _HookHandle:
+    """Returned by register_hook: .remove() takes the hook off again."""
+
+    def __init__(self, hooks: list[Any], hook: Any) -> None:
+        self.hooks, self.hook = hooks, hook
+
+    def remove(self) -> None:
+        if self.hook in self.hooks:
+            self.hooks.remove(self.hook)
+
+
+def _replace_source(root: Tensor, old: Tensor, new: Tensor) -> None:
+    """Rewrite the recorded history of root so that every use of `old` becomes `new`.
+
+    Only tensors created after `old` can refer to it, so the walk stops at older ones.
+    """
+    visited: set[int] = set()
+    pending = [root]
+    while pending:
+        tensor = pending.pop()
+        if tensor._context is None or id(tensor) in visited:
+            continue
+        visited.add(id(tensor))
+        op, arg, sources = tensor._context
+        if any(source is old for source in sources):
+            sources = tuple(new if source is old else source for source in sources)
+            tensor._context = (op, arg, sources)
+        pending.extend(source for source in sources if source._sequence > old._sequence)
 
 
 def realize(*tensors: Tensor) -> None:

@@ -1,0 +1,269 @@
+"""The backward engine: walks the recorded history in reverse, applies the rule table, fills .grad or returns grads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ember.autograd.grad_mode import set_grad_enabled
+from ember.autograd.rules import BACKWARD, Recorded
+from ember.core.errors import AutogradError, DeviceError, ShapeError
+
+if TYPE_CHECKING:
+    from ember.core.tensor import Tensor
+
+
+def backward(
+    tensors: Tensor | Sequence[Tensor],
+    grad_tensors: Tensor | Sequence[Tensor | None] | None = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    inputs: Tensor | Sequence[Tensor] | None = None,
+) -> None:
+    """Accumulate d(tensors)/d(leaf) into `.grad` of every leaf that requires grad (or of `inputs` only).
+
+    `grad_tensors` are the gradients of `tensors` (may be omitted for one-element tensors). The new gradients are
+    computed lazily and realized together in one schedule. With create_graph=True the gradients keep their own
+    history, so they can be differentiated again. ember never frees recorded history, so retain_graph is accepted
+    for compatibility and has no effect.
+    """
+    roots = _as_list(tensors, "backward", "tensors")
+    seeds = _seed_gradients(roots, grad_tensors, "backward")
+    targets = None if inputs is None else _as_list(inputs, "backward", "inputs")
+    if targets is not None:
+        _check_inputs(targets, "backward")
+    gradients = _propagate(roots, seeds, targets, create_graph, accumulate=True)
+    updated = []
+    for tensor, gradient in gradients:
+        tensor.grad = gradient if tensor.grad is None else _accumulate(tensor.grad, gradient, create_graph)
+        updated.append(tensor.grad)
+    _realize(updated)
+
+
+def grad(
+    outputs: Tensor | Sequence[Tensor],
+    inputs: Tensor | Sequence[Tensor],
+    grad_outputs: Tensor | Sequence[Tensor | None] | None = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool | None = None,
+    materialize_grads: bool = False,
+) -> tuple[Tensor | None, ...]:
+    """The gradients of `outputs` with respect to `inputs`, like torch.autograd.grad (`.grad` is left alone).
+
+    With create_graph=True the results keep their history (higher-order gradients). An input that the outputs do
+    not depend on is an error unless allow_unused=True (then its gradient is None) or materialize_grads=True (zeros).
+    """
+    roots = _as_list(outputs, "grad", "outputs")
+    targets = _as_list(inputs, "grad", "inputs")
+    _check_inputs(targets, "grad")
+    seeds = _seed_gradients(roots, grad_outputs, "grad")
+    found = {id(tensor): gradient for tensor, gradient in _propagate(roots, seeds, targets, create_graph, False)}
+    allow_unused = materialize_grads if allow_unused is None else allow_unused
+    results: list[Tensor | None] = []
+    for position, target in enumerate(targets):
+        gradient = found.get(id(target))
+        if gradient is None and materialize_grads:
+            gradient = target._full(target.shape, 0, target.dtype, target.device)
+        elif gradient is None and not allow_unused:
+            raise AutogradError(
+                f"grad: input {position} (shape {target.shape}) was not used to compute the outputs, so it has no "
+                "gradient; pass allow_unused=True to get None for it (or materialize_grads=True for zeros)"
+            )
+        results.append(gradient)
+    _realize([gradient for gradient in results if gradient is not None])
+    return tuple(results)
+
+
+# ---- the walk ------------------------------------------------------------------------------------------------------
+
+
+def _propagate(
+    roots: list[Tensor], seeds: list[Tensor], targets: list[Tensor] | None, create_graph: bool, accumulate: bool
+) -> list[tuple[Tensor, Tensor]]:
+    """Push the seed gradients back through the recorded history; return (tensor, gradient) for each target.
+
+    targets=None means every leaf that requires grad, plus non-leaves that asked for retain_grad().
+    """
+    order = _topological_order(roots)
+    target_ids = None if targets is None else {id(target) for target in targets}
+    needed = _needed(order, target_ids)
+    pending: dict[int, Tensor] = {}
+    for root, seed in zip(roots, seeds):
+        pending[id(root)] = seed if id(root) not in pending else pending[id(root)] + seed
+    results: list[tuple[Tensor, Tensor]] = []
+    with set_grad_enabled(create_graph):
+        for tensor in reversed(order):
+            gradient = pending.pop(id(tensor), None)
+            if gradient is None:
+                continue
+            for hook in tensor._hooks or ():
+                replaced = hook(gradient)
+                if replaced is not None:
+                    gradient = replaced
+            if target_ids is None:
+                if tensor._context is None or (tensor._retains_grad and accumulate):
+                    results.append((tensor, gradient))
+            elif id(tensor) in target_ids:
+                results.append((tensor, gradient))
+            if tensor._context is None:
+                continue
+            op, arg, sources = tensor._context
+            if not any(id(source) in needed for source in sources):
+                continue
+            source_gradients = BACKWARD[op](Recorded(tensor, arg, sources), gradient)
+            for source, source_gradient in zip(sources, source_gradients):
+                if source_gradient is None or id(source) not in needed:
+                    continue
+                assert source_gradient.shape == source.shape and source_gradient.dtype == source.dtype, (
+                    f"the backward rule of {op.name} gave a gradient of {source_gradient.shape} "
+                    f"{source_gradient.dtype.name} for a source of {source.shape} {source.dtype.name}"
+                )
+                previous = pending.get(id(source))
+                pending[id(source)] = source_gradient if previous is None else previous + source_gradient
+    return results
+
+
+def _topological_order(roots: list[Tensor]) -> list[Tensor]:
+    """Every tensor that requires grad reachable from the roots, each after all of its sources."""
+    order: list[Tensor] = []
+    visited: set[int] = set()
+    for root in roots:
+        stack: list[tuple[Tensor, bool]] = [(root, False)]
+        while stack:
+            tensor, finished = stack.pop()
+            if finished:
+                order.append(tensor)
+                continue
+            if id(tensor) in visited:
+                continue
+            visited.add(id(tensor))
+            stack.append((tensor, True))
+            if tensor._context is not None:
+                for source in tensor._context[2]:
+                    if source.requires_grad and id(source) not in visited:
+                        stack.append((source, False))
+    return order
+
+
+def _needed(order: list[Tensor], target_ids: set[int] | None) -> set[int]:
+    """Ids of the tensors a gradient must reach: targets and everything between them and the roots."""
+    if target_ids is None:
+        return {id(tensor) for tensor in order}
+    needed: set[int] = set()
+    for tensor in order:  # sources come first, so a tensor sees whether its sources are needed
+        if id(tensor) in target_ids or (
+            tensor._context is not None and any(id(source) in needed for source in tensor._context[2])
+        ):
+            needed.add(id(tensor))
+    return needed
+
+
+# ---- checks and small helpers ----------------------------------------------------------------------------------
+
+
+def _as_list(value: Any, function: str, name: str) -> list[Tensor]:
+    from ember.core.tensor import Tensor
+
+    values = [value] if isinstance(value, Tensor) else list(value)
+    for position, item in enumerate(values):
+        if not isinstance(item, Tensor):
+            raise TypeError(f"{function}: {name} must be Tensors, element {position} is {type(item).__name__}")
+    if not values:
+        raise ValueError(f"{function}: {name} is empty; give at least one tensor")
+    return values
+
+
+def _check_inputs(inputs: list[Tensor], function: str) -> None:
+    for position, tensor in enumerate(inputs):
+        if not tensor.requires_grad:
+            raise AutogradError(
+                f"{function}: input {position} (shape {tensor.shape}) does not require grad; create it with "
+                "requires_grad=True or call .requires_grad_() on it before computing the outputs"
+            )
+
+
+def _seed_gradients(roots: list[Tensor], given: Any, function: str) -> list[Tensor]:
+    """The gradient each root starts with: the given one (checked) or ones for a one-element root."""
+    from ember.core.tensor import Tensor
+
+    if given is None or isinstance(given, Tensor):
+        given = [given] * len(roots) if given is None else [given]
+    given = list(given)
+    if len(given) != len(roots):
+        raise ValueError(f"{function}: got {len(given)} gradients for {len(roots)} tensors; give one per tensor")
+    seeds = []
+    for position, (root, gradient) in enumerate(zip(roots, given)):
+        where = "the tensor" if len(roots) == 1 else f"tensor {position}"
+        if not root.requires_grad:
+            raise AutogradError(
+                f"{function}: {where} of shape {root.shape} does not require grad and has no grad_fn, so there is "
+                "nothing to differentiate; give some leaf requires_grad=True and compute it outside em.no_grad()"
+            )
+        if gradient is None:
+            if root.numel() != 1:
+                raise AutogradError(
+                    f"{function}: a gradient can be created implicitly only for a one-element output, but {where} "
+                    f"has shape {root.shape}; pass a gradient of shape {root.shape} (e.g. em.ones_like(output))"
+                )
+            gradient = root._full(root.shape, 1, root.dtype, root.device)
+        elif not isinstance(gradient, Tensor):
+            raise TypeError(f"{function}: gradient {position} must be a Tensor, got {type(gradient).__name__}")
+        else:
+            if gradient.shape != root.shape:
+                raise ShapeError(
+                    f"{function}: the gradient has shape {gradient.shape} but {where} has shape {root.shape}; "
+                    "they must match"
+                )
+            if gradient.device != root.device:
+                raise DeviceError(
+                    f"{function}: the gradient is on {gradient.device} but {where} is on {root.device}; "
+                    "move it with .to(device)"
+                )
+            if not gradient.dtype.is_float:
+                raise AutogradError(f"{function}: the gradient must be floating point, got {gradient.dtype.name}")
+            gradient = gradient.cast(root.dtype)
+        seeds.append(gradient)
+    return seeds
+
+
+def _accumulate(existing: Tensor, gradient: Tensor, create_graph: bool) -> Tensor:
+    with set_grad_enabled(create_graph):
+        return existing + gradient.cast(existing.dtype)
+
+
+def _realize(tensors: list[Tensor]) -> None:
+    from ember.core.tensor import realize
+
+    if tensors:
+        realize(*tensors)
+
+
+class BackwardFunction:
+    """What `tensor.grad_fn` returns for a non-leaf: the primitive op that made it and its sources' functions."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: Tensor) -> None:
+        self.tensor = tensor
+
+    @property
+    def op(self) -> Any:
+        return self.tensor._context[0]
+
+    def name(self) -> str:
+        return f"{self.op.name.title().replace('_', '')}Backward"
+
+    @property
+    def next_functions(self) -> tuple[tuple[Any, int], ...]:
+        """For each source: its BackwardFunction, "AccumulateGrad" for a leaf that requires grad, or None."""
+        result = []
+        for source in self.tensor._context[2]:
+            if source._context is not None:
+                result.append((BackwardFunction(source), 0))
+            else:
+                result.append(("AccumulateGrad" if source.requires_grad else None, 0))
+        return tuple(result)
+
+    def __repr__(self) -> str:
+        return f"<{self.name()}>"

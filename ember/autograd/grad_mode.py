@@ -1,0 +1,85 @@
+"""Grad modes: no_grad, enable_grad and set_grad_enabled switch whether ops record what backward needs."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ember.core.tensor import GradMode
+
+Function = TypeVar("Function", bound=Callable[..., Any])
+
+
+def is_grad_enabled() -> bool:
+    """Whether ops on tensors that require grad currently record their history."""
+    return GradMode.enabled
+
+
+class set_grad_enabled:  # noqa: N801 - torch's name
+    """Switch gradient recording on or off: as a call, a context manager (restoring on exit) or a decorator."""
+
+    def __init__(self, mode: bool) -> None:
+        self.previous = GradMode.enabled
+        self.mode = bool(mode)
+        GradMode.enabled = self.mode
+
+    def __enter__(self) -> None:
+        GradMode.enabled = self.mode
+
+    def __exit__(self, *exception: object) -> None:
+        GradMode.enabled = self.previous
+
+    def __call__(self, function: Function) -> Function:
+        GradMode.enabled = self.previous  # used as a decorator: the switch applies inside the function only
+        mode = self.mode
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with set_grad_enabled(mode):
+                return function(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
+class _GradModeSwitch:
+    """A context manager and decorator that sets GradMode.enabled to `mode` and restores the previous mode."""
+
+    mode: bool
+
+    def __new__(cls, function: Callable[..., Any] | None = None) -> Any:
+        if function is not None:  # used bare, as `@em.no_grad` (torch allows both forms)
+            return cls()(function)
+        return super().__new__(cls)
+
+    def __init__(self, function: Callable[..., Any] | None = None) -> None:
+        self.previous: list[bool] = []
+
+    def __enter__(self) -> None:
+        self.previous.append(GradMode.enabled)
+        GradMode.enabled = self.mode
+
+    def __exit__(self, *exception: object) -> None:
+        GradMode.enabled = self.previous.pop()
+
+    def __call__(self, function: Function) -> Function:
+        switch = type(self)
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with switch():
+                return function(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
+class no_grad(_GradModeSwitch):  # noqa: N801 - torch's name
+    """Ops inside record no history: `with em.no_grad():` or `@em.no_grad()` (optimizer steps, evaluation)."""
+
+    mode = False
+
+
+class enable_grad(_GradModeSwitch):  # noqa: N801 - torch's name
+    """Turn recording back on inside a no_grad region: `with em.enable_grad():` or `@em.enable_grad()`."""
+
+    mode = True

@@ -1,0 +1,184 @@
+"""Backward rules: for each primitive op, the gradients of its sources given the gradient of its output."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ember.core.ops import Op
+
+if TYPE_CHECKING:
+    from ember.core.tensor import Tensor
+
+LN_2 = math.log(2.0)
+
+
+class Recorded(NamedTuple):
+    """One recorded primitive: its output tensor, its arg and its source tensors (what a backward rule reads)."""
+
+    output: Tensor
+    arg: Any
+    sources: tuple[Tensor, ...]
+
+
+Gradients = tuple["Tensor | None", ...]
+Rule = Callable[[Recorded, "Tensor"], Gradients]
+
+
+# ---- small compositions the rules share (all of them Tensor ops, so the backward graph is lazy and fused) ----
+
+
+def _zeros(like: Tensor) -> Tensor:
+    """A lazy zero constant with the shape, dtype and device of `like` (torch's zeros_like, not like * 0)."""
+    return like._full(like.shape, 0, like.dtype, like.device)
+
+
+def _ones(like: Tensor) -> Tensor:
+    return like._full(like.shape, 1, like.dtype, like.device)
+
+
+def _select(mask: Tensor, if_true: Tensor, if_false: Tensor) -> Tensor:
+    return mask._apply(Op.WHERE, if_true, if_false)
+
+
+def _expand_to(gradient: Tensor, shape: tuple[int, ...]) -> Tensor:
+    return gradient if gradient.shape == shape else gradient._apply(Op.EXPAND, arg=shape)
+
+
+def _reduce(tensor: Tensor, op: Op, axes: tuple[int, ...]) -> Tensor:
+    return tensor._apply(op, arg=axes) if axes else tensor
+
+
+# ---- rules with more than one line -----------------------------------------------------------------------------
+
+
+def _maximum(step: Recorded, grad: Tensor) -> Gradients:
+    """Gradient to the larger operand; split in half on ties (as torch.maximum does)."""
+    left, right = step.sources
+    zeros = _zeros(grad)
+    equal_share = _select(left == right, grad * 0.5, grad)
+    return _select(left < right, zeros, equal_share), _select(right < left, zeros, equal_share)
+
+
+def _reduce_max(step: Recorded, grad: Tensor) -> Gradients:
+    """Gradient to every element equal to the maximum, split equally among ties (as torch.amax does)."""
+    (source,) = step.sources
+    is_maximum = source == _expand_to(step.output, source.shape)
+    as_float = _select(is_maximum, _ones(source), _zeros(source))
+    count = _reduce(as_float, Op.SUM, step.arg)
+    return (as_float * _expand_to(grad / count, source.shape),)
+
+
+def _product(step: Recorded, grad: Tensor) -> Gradients:
+    """d prod / d x_i is the product of the other elements, computed without dividing by zero.
+
+    No zero in a reduced group: output / x_i. Exactly one zero: the product of the non-zeros at the zero, 0 elsewhere.
+    Two or more zeros: 0 everywhere.
+    """
+    (source,) = step.sources
+    shape, axes = source.shape, step.arg
+    zeros, ones = _zeros(source), _ones(source)
+    is_zero = source == zeros
+    zero_count = _expand_to(_reduce(_select(is_zero, ones, zeros), Op.SUM, axes), shape)
+    product_of_nonzeros = _expand_to(_reduce(_select(is_zero, ones, source), Op.PROD, axes), shape)
+    without_zeros = _expand_to(step.output, shape) / _select(is_zero, ones, source)
+    with_one_zero = _select(is_zero, product_of_nonzeros, zeros)
+    others = _select(zero_count == zeros, without_zeros, _select(zero_count == ones, with_one_zero, zeros))
+    return (others * _expand_to(grad, shape),)
+
+
+def _expand(step: Recorded, grad: Tensor) -> Gradients:
+    (source,) = step.sources
+    axes = tuple(axis for axis, (old, new) in enumerate(zip(source.shape, step.output.shape)) if old != new)
+    return (_reduce(grad, Op.SUM, axes),)
+
+
+def _permute(step: Recorded, grad: Tensor) -> Gradients:
+    inverse = tuple(sorted(range(len(step.arg)), key=lambda axis: step.arg[axis]))
+    return (grad._apply(Op.PERMUTE, arg=inverse),)
+
+
+def _pad(step: Recorded, grad: Tensor) -> Gradients:
+    (source,) = step.sources
+    bounds = tuple((before, before + size) for size, (before, _) in zip(source.shape, step.arg[0]))
+    return (grad._apply(Op.SHRINK, arg=bounds),)
+
+
+def _shrink(step: Recorded, grad: Tensor) -> Gradients:
+    (source,) = step.sources
+    amounts = tuple((start, size - end) for size, (start, end) in zip(source.shape, step.arg))
+    return (grad._apply(Op.PAD, arg=(amounts, 0.0)),)
+
+
+def _cast(step: Recorded, grad: Tensor) -> Gradients:
+    (source,) = step.sources
+    return (grad._apply(Op.CAST, arg=source.dtype) if source.dtype.is_float else None,)
+
+
+def _not_differentiable(step: Recorded, grad: Tensor) -> Gradients:
+    return (None,) * len(step.sources)
+
+
+def _zero_gradient(step: Recorded, grad: Tensor) -> Gradients:
+    """Piecewise-constant ops (TRUNC and hence floor, ceil, round): a zero gradient, as torch gives."""
+    return (_zeros(grad),)
+
+
+# ---- the table: every primitive op, one entry each ----------------------------------------------------------------
+
+BACKWARD: dict[Op, Rule] = {
+    # sources have no sources of their own; COPY and CONTIGUOUS pass the gradient back
+    Op.COPY: lambda step, grad: (grad._copy_to(step.sources[0].device),),
+    Op.CONTIGUOUS: lambda step, grad: (grad,),
+    # unary
+    Op.NEG: lambda step, grad: (-grad,),
+    Op.RECIPROCAL: lambda step, grad: (-grad * (step.output * step.output),),
+    Op.SQRT: lambda step, grad: (grad / (step.output * 2),),
+    Op.EXP2: lambda step, grad: (grad * step.output * LN_2,),
+    Op.LOG2: lambda step, grad: (grad / (step.sources[0] * LN_2),),
+    Op.SIN: lambda step, grad: (grad * step.sources[0].cos(),),
+    Op.TRUNC: _zero_gradient,
+    Op.NOT: _not_differentiable,
+    Op.CAST: _cast,
+    Op.BITCAST: _not_differentiable,
+    # binary
+    Op.ADD: lambda step, grad: (grad, grad),
+    Op.SUB: lambda step, grad: (grad, -grad),
+    Op.MUL: lambda step, grad: (grad * step.sources[1], grad * step.sources[0]),
+    Op.DIV: lambda step, grad: (
+        grad / step.sources[1],
+        -grad * step.sources[0] / (step.sources[1] * step.sources[1]),
+    ),
+    Op.IDIV: _not_differentiable,
+    Op.MOD: _not_differentiable,
+    Op.MAX: _maximum,
+    Op.CMPLT: _not_differentiable,
+    Op.CMPEQ: _not_differentiable,
+    Op.AND: _not_differentiable,
+    Op.OR: _not_differentiable,
+    Op.XOR: _not_differentiable,
+    Op.SHL: _not_differentiable,
+    Op.SHR: _not_differentiable,
+    # ternary: the condition gets nothing, each branch gets the gradient where it was chosen
+    Op.WHERE: lambda step, grad: (
+        None,
+        _select(step.sources[0], grad, _zeros(grad)),
+        _select(step.sources[0], _zeros(grad), grad),
+    ),
+    # reductions (the output keeps the reduced axes with size 1)
+    Op.SUM: lambda step, grad: (_expand_to(grad, step.sources[0].shape),),
+    Op.PROD: _product,
+    Op.REDUCE_MAX: _reduce_max,
+    # movement: the inverse movement
+    Op.RESHAPE: lambda step, grad: (grad._apply(Op.RESHAPE, arg=step.sources[0].shape),),
+    Op.EXPAND: _expand,
+    Op.PERMUTE: _permute,
+    Op.PAD: _pad,
+    Op.SHRINK: _shrink,
+    Op.FLIP: lambda step, grad: (grad._apply(Op.FLIP, arg=step.arg),),
+}
+
+NO_SOURCES = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE})  # never recorded: they have no sources to differentiate
+
+assert set(BACKWARD) | NO_SOURCES == set(Op), f"ops without a backward rule: {set(Op) - set(BACKWARD) - NO_SOURCES}"
