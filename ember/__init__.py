@@ -1,5 +1,7 @@
 """ember: a small, hackable deep-learning framework with a torch-like lazy Tensor, fused kernels and pluggable backends."""
 
+from ember.autograd.engine import grad
+from ember.autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from ember.core.creation import (
     arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, linspace, logspace, manual_seed,
     normal, ones, ones_like, rand, rand_like, randint, randn, randn_like, randperm, tensor, uniform, zeros, zeros_like,
