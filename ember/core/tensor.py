@@ -46,27 +46,29 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
     ) -> None:
         from ember.core.creation import node_from_data
 
-        self.node: Node = node_from_data(data, dtype, device)
-        self._requires_grad = False
-        self.grad: Tensor | None = None
-        self._context: tuple[Op, Any, tuple[Tensor, ...]] | None = None
-        self._hooks: list[Callable[[Tensor], Tensor | None]] | None = None
-        self._retains_grad = False
-        self._sequence = _next_sequence()
+        self.node: Node
+        self.grad: Tensor | None
+        self._context: tuple[Op, Any, tuple[Tensor, ...]] | None
+        self._hooks: list[Callable[[Tensor], Tensor | None]] | None
+        self._initialize(node_from_data(data, dtype, device))
         if requires_grad:
             self.requires_grad_(True)
 
     @classmethod
     def _from_node(cls, node: Node, requires_grad: bool = False) -> Tensor:
         tensor = cls.__new__(cls)
-        tensor.node = node
-        tensor._requires_grad = requires_grad
-        tensor.grad = None
-        tensor._context = None
-        tensor._hooks = None
-        tensor._retains_grad = False
-        tensor._sequence = _next_sequence()
+        tensor._initialize(node, requires_grad)
         return tensor
+
+    def _initialize(self, node: Node, requires_grad: bool = False) -> None:
+        """Set every slot: a leaf holding `node` (subclasses such as nn.Parameter call this from __init__)."""
+        self.node = node
+        self._requires_grad = requires_grad
+        self.grad = None
+        self._context = None
+        self._hooks = None
+        self._retains_grad = False
+        self._sequence = _next_sequence()
 
     # ---- the primitive interface the op mixins are written against --------------------------------------------
 

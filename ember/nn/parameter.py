@@ -17,10 +17,7 @@ class Parameter(Tensor):
             data = Tensor._full((0,), 0.0, _default_float(), _default_device())
         elif not isinstance(data, Tensor):
             data = Tensor(data)
-        self.node = data.node
-        self.grad = None
-        self._context = None
-        self.requires_grad = False
+        self._initialize(data.node)
         if requires_grad:
             self.requires_grad_(True)
 
