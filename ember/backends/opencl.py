@@ -1,0 +1,346 @@
+"""The `opencl` backend: kernel IR to OpenCL C, built by pyopencl (programs cached in memory and on disk), run async."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, cache_directory
+from ember.backends.c_style import CStyleRenderer, used_bitcasts
+from ember.core import dtype as dtypes
+from ember.core.dtype import DType
+from ember.core.errors import BackendUnavailable, CompileError, OutOfMemoryError
+from ember.core.ops import Op
+from ember.ir.ir import KernelIR
+
+try:
+    import pyopencl as cl
+except ImportError:  # the renderer works without pyopencl; probe() says how to install it
+    cl = None
+
+LOCAL_SIZE = 32  # work items per work group: measured best on PoCL (16-32 beat 64-256); one size = one PoCL compile
+
+BFLOAT16_HELPERS = """float ember_bf16_to_float(ushort value) { return as_float(((uint)value) << 16); }
+ushort ember_float_to_bf16(float value) {
+  uint bits = as_uint(value);
+  if (value != value) return (ushort)((bits >> 16) | 64u);
+  return (ushort)((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16); }"""
+
+# float16 is stored as ushort and converted with the core (extension-free) vload_half/vstore_half_rte: kernels
+# compute halves in float32 (see ir/lower.py), so no device needs cl_khr_fp16 for them.
+FLOAT16_HELPERS = """float ember_half_to_float(ushort value) { return vload_half(0, (const __private half*)&value); }
+ushort ember_float_to_half(float value) { ushort bits; vstore_half_rte(value, 0, (__private half*)&bits); return bits; }"""
+DOUBLE_TO_HALF = """ushort ember_double_to_half(double value) {
+  ushort bits; vstore_half_rte(value, 0, (__private half*)&bits); return bits; }"""
+FP64_PRAGMA = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable"
+
+
+class OpenCLRenderer(CStyleRenderer):
+    """OpenCL C: one work item per global id, `__global` buffers, overloaded math functions, `as_<type>` bitcasts."""
+
+    kernel_prefix = "__kernel void"
+    global_qualifier = "__global "
+    type_names: dict[DType, str] = {
+        dtypes.bool_: "uchar", dtypes.int8: "char", dtypes.int16: "short", dtypes.int32: "int", dtypes.int64: "long",
+        dtypes.uint8: "uchar", dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.uint64: "ulong",
+        dtypes.float16: "ushort", dtypes.bfloat16: "ushort", dtypes.float32: "float", dtypes.float64: "double",
+    }
+
+    def __init__(self, has_fp64: bool = True) -> None:
+        super().__init__()
+        self.has_fp64 = has_fp64
+
+    def math_function(self, op: Op, dtype: DType) -> str:
+        return self.math_functions[op]  # OpenCL's math functions are overloaded: no 'f' suffix
+
+    def cast(self, operands: list[str], dtype: DType, source: DType) -> str:
+        value = operands[0]
+        if source == dtypes.float16:
+            value, source = f"ember_half_to_float({value})", dtypes.float32
+        elif source == dtypes.bfloat16:
+            value, source = f"ember_bf16_to_float({value})", dtypes.float32
+        if dtype.is_bool:
+            return f"({value}!=0)"
+        if dtype == dtypes.float16:
+            return f"ember_double_to_half({value})" if source == dtypes.float64 else f"ember_float_to_half({value})"
+        if dtype == dtypes.bfloat16:
+            return f"ember_float_to_bf16({value})"
+        if dtype == source:
+            return value
+        return f"(({self.type_name(dtype)})({value}))"
+
+    def bitcast(self, operands: list[str], dtype: DType, source: DType) -> str:
+        return f"as_{self.type_name(dtype)}({operands[0]})"
+
+    def constant(self, value: object, dtype: DType) -> str:
+        if dtype == dtypes.int64:
+            value = int(value)  # type: ignore[arg-type]
+            return f"{value}L" if value > -(2**63) else "(-9223372036854775807L-1)"
+        if dtype == dtypes.uint64:
+            return f"{int(value)}UL"  # type: ignore[arg-type]
+        return super().constant(value, dtype)
+
+    def prelude(self, kernel: KernelIR) -> str:
+        used = _used_dtypes(kernel)
+        lines = [FP64_PRAGMA] if self.has_fp64 else []
+        if dtypes.bfloat16 in used:
+            lines.append(BFLOAT16_HELPERS)
+        if dtypes.float16 in used:
+            lines.append(FLOAT16_HELPERS)
+            if self.has_fp64 and dtypes.float64 in used:
+                lines.append(DOUBLE_TO_HALF)
+        return "\n".join(lines)
+
+    def global_loop_open(self, kernel: KernelIR, index_type: str) -> list[str]:
+        # the global size is rounded up to a multiple of the local size, so extra work items return at once
+        return [f"  if (get_global_id(0) >= {kernel.global_size}) return;",
+                f"  {index_type} gid = ({index_type})get_global_id(0);"]
+
+
+def _used_dtypes(kernel: KernelIR) -> set[DType]:
+    found, stack, seen = {param.dtype for param in kernel.params}, [kernel.sink], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        found.add(node.dtype)
+        stack.extend(node.srcs)
+    for target, source in used_bitcasts(kernel.sink):
+        found.update((target, source))
+    return found
+
+
+class OpenCLEvent(Event):
+    """An enqueued OpenCL command."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, event: Any) -> None:
+        self.event = event
+
+    def wait(self) -> None:
+        self.event.wait()
+
+    @property
+    def done(self) -> bool:
+        return self.event.command_execution_status == cl.command_execution_status.COMPLETE
+
+
+class OpenCLMemoryPool(MemoryPool):
+    """cl.Buffers of one device. Copies share the device's in-order queue, so a read waits for every launch before."""
+
+    def __init__(self, device: OpenCLDevice) -> None:
+        super().__init__(device.name, limit_bytes=device.cl_device.global_mem_size)
+        self.device = device
+        self.max_allocation = device.cl_device.max_mem_alloc_size
+
+    def alloc(self, nbytes: int) -> Any:
+        if nbytes > self.max_allocation:
+            raise OutOfMemoryError(f"memory pool {self.name}: one buffer of {nbytes} bytes exceeds the device's "
+                                   f"largest allocation ({self.max_allocation} bytes)")
+        return cl.Buffer(self.device.context, cl.mem_flags.READ_WRITE, nbytes)
+
+    def free(self, handle: Any) -> None:
+        handle.release()  # OpenCL keeps the memory until the commands already enqueued on it have finished
+
+    def copy_in(self, handle: Any, source: memoryview) -> None:
+        cl.enqueue_copy(self.device.queue, handle, np.frombuffer(source, dtype=np.uint8), is_blocking=True)
+
+    def copy_out(self, destination: memoryview, handle: Any) -> None:
+        cl.enqueue_copy(self.device.queue, np.frombuffer(destination, dtype=np.uint8), handle, is_blocking=True)
+
+
+class OpenCLProgram(Program):
+    """One built kernel; a call enqueues it and returns at once with its event."""
+
+    def __init__(self, device: OpenCLDevice, program: Any, name: str) -> None:
+        self.device = device
+        self.kernel = cl.Kernel(program, name)
+        limit = self.kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device.cl_device)
+        self.local_size = max(1, min(LOCAL_SIZE, device.info.max_local_size, limit))
+
+    def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
+        native = [event.event for event in wait_for if isinstance(event, OpenCLEvent)]
+        for event in wait_for:
+            if not isinstance(event, OpenCLEvent):
+                event.wait()
+        self.kernel.set_args(*buffers)
+        groups = -(-max(global_size, 1) // self.local_size)
+        event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, (groups * self.local_size,),
+                                           (self.local_size,), wait_for=native or None)
+        return OpenCLEvent(event)
+
+
+class OpenCLDevice(Device):
+    """One OpenCL device with its own context and in-order queue (created on first use)."""
+
+    def __init__(self, name: str, cl_device: Any) -> None:
+        self.name = name
+        self.cl_device = cl_device
+        self.info = device_info(cl_device)
+        self.renderer = OpenCLRenderer(has_fp64=dtypes.float64 in self.info.supported_dtypes)
+        self.build_options = build_options(cl_device)
+        self._context: Any = None
+        self._queue: Any = None
+        self._built: dict[str, Any] = {}  # source -> cl.Program
+        self._programs: dict[tuple[str, str], OpenCLProgram] = {}
+        self._pool: OpenCLMemoryPool | None = None
+        platform = cl_device.platform
+        self._cache_key = "|".join((cl_device.name, cl_device.driver_version, platform.name, platform.version,
+                                    " ".join(self.build_options)))
+
+    @property
+    def context(self) -> Any:
+        if self._context is None:
+            self._context = cl.Context([self.cl_device])
+        return self._context
+
+    @property
+    def queue(self) -> Any:
+        if self._queue is None:
+            self._queue = cl.CommandQueue(self.context)
+        return self._queue
+
+    @property
+    def pool(self) -> OpenCLMemoryPool:  # type: ignore[override]
+        if self._pool is None:
+            self._pool = OpenCLMemoryPool(self)
+        return self._pool
+
+    def render(self, kernel: KernelIR) -> str:
+        return self.renderer.render(kernel)
+
+    def compile(self, kernel: KernelIR) -> Program:
+        source = self.render(kernel)
+        program = self._programs.get((source, kernel.name))
+        if program is None:
+            program = OpenCLProgram(self, self.build(source), kernel.name)
+            self._programs[(source, kernel.name)] = program
+        return program
+
+    def build(self, source: str) -> Any:
+        """A built cl.Program of the source: from memory, else the disk cache of binaries, else the compiler."""
+        program = self._built.get(source)
+        if program is None:
+            program = self._build_cached(source)
+            self._built[source] = program
+        return program
+
+    def _build_cached(self, source: str) -> Any:
+        digest = hashlib.sha256((self._cache_key + "\n" + source).encode()).hexdigest()[:32]
+        path = cache_directory("opencl") / f"{digest}.bin"
+        binary = read_cache_entry(path)
+        if binary is not None:
+            try:
+                return cl.Program(self.context, [self.cl_device], [binary]).build(options=self.build_options)
+            except Exception:  # noqa: BLE001 - a binary the driver rejects is rebuilt from source, never trusted
+                path.unlink(missing_ok=True)
+        try:
+            program = cl.Program(self.context, source).build(options=self.build_options)
+        except (cl.RuntimeError, cl.LogicError) as error:
+            raise CompileError(f"the OpenCL compiler of {self.name} ({self.cl_device.name}) rejected a kernel:\n"
+                               f"{error}\n--- source ---\n{source}") from None
+        binaries = program.get_info(cl.program_info.BINARIES)
+        if binaries and binaries[0]:
+            write_cache_entry(path, bytes(binaries[0]))
+        return program
+
+    def synchronize(self) -> None:
+        if self._queue is not None:
+            self._queue.finish()
+
+
+CACHE_MAGIC = b"EMBER-OPENCL-1\n"
+
+
+def read_cache_entry(path: Path) -> bytes | None:
+    """A cached program binary whose checksum matches, or None (a corrupt entry is deleted)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    header = len(CACHE_MAGIC) + 32
+    if data[: len(CACHE_MAGIC)] == CACHE_MAGIC and hashlib.sha256(data[header:]).digest() == data[len(CACHE_MAGIC):header]:
+        return data[header:]
+    path.unlink(missing_ok=True)
+    return None
+
+
+def write_cache_entry(path: Path, binary: bytes) -> None:
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_bytes(CACHE_MAGIC + hashlib.sha256(binary).digest() + binary)
+        os.replace(temporary, path)
+    except OSError:  # a read-only cache only costs a rebuild next time
+        temporary.unlink(missing_ok=True)
+
+
+def build_options(cl_device: Any) -> list[str]:
+    """Options that keep results IEEE-exact like the other backends (no fast math)."""
+    options = []
+    if cl_device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
+        options.append("-cl-fp32-correctly-rounded-divide-sqrt")
+    return options
+
+
+def device_info(cl_device: Any) -> DeviceInfo:
+    """The capabilities of an OpenCL device as ember's DeviceInfo."""
+    extensions = set(cl_device.extensions.split())
+    supported = set(dtypes.ALL_DTYPES)
+    has_fp64 = "cl_khr_fp64" in extensions or bool(getattr(cl_device, "double_fp_config", 0))
+    if not has_fp64:
+        supported.discard(dtypes.float64)
+    if cl_device.profile == "EMBEDDED_PROFILE" and "cles_khr_int64" not in extensions:
+        supported -= {dtypes.int64, dtypes.uint64}
+    widths = {name: getattr(cl_device, f"preferred_vector_width_{name}")
+              for name in ("char", "short", "int", "long", "half", "float", "double")}
+    return DeviceInfo(
+        compute_units=cl_device.max_compute_units,
+        max_global_size=2 ** cl_device.address_bits - 1,
+        max_local_size=cl_device.max_work_group_size,
+        local_memory_bytes=cl_device.local_mem_size,
+        preferred_vector_width=max(1, widths["float"]),
+        supported_dtypes=frozenset(supported),
+        has_native_exp2=True,
+        can_run=True,
+        extra={
+            "device": cl_device.name.strip(),
+            "platform": cl_device.platform.name.strip(),
+            "version": cl_device.version,
+            "driver": cl_device.driver_version,
+            "global_memory_bytes": cl_device.global_mem_size,
+            "max_allocation_bytes": cl_device.max_mem_alloc_size,
+            "preferred_vector_widths": widths,
+            "cl_khr_fp16": "cl_khr_fp16" in extensions,
+            "cl_khr_fp64": has_fp64,
+        },
+    )
+
+
+def probe() -> list[Device]:
+    """One Device per OpenCL device of every platform, or BackendUnavailable saying what is missing."""
+    if cl is None:
+        raise BackendUnavailable("pyopencl is not installed (pip install ember[opencl], which also brings PoCL)")
+    try:
+        platforms = cl.get_platforms()
+    except (cl.LogicError, cl.RuntimeError) as error:
+        raise BackendUnavailable(f"no OpenCL platform found ({error}); install a driver (ICD) such as PoCL: "
+                                 "pip install pocl-binary-distribution, or apt install pocl-opencl-icd") from None
+    if not platforms:
+        raise BackendUnavailable("no OpenCL platform found; install a driver (ICD) such as PoCL: "
+                                 "pip install pocl-binary-distribution, or apt install pocl-opencl-icd")
+    found = []
+    for platform in platforms:
+        try:
+            found.extend(platform.get_devices())
+        except (cl.LogicError, cl.RuntimeError):
+            continue  # a platform without devices
+    if not found:
+        names = ", ".join(platform.name for platform in platforms)
+        raise BackendUnavailable(f"the OpenCL platforms ({names}) have no devices")
+    return [OpenCLDevice(f"opencl:{number}", cl_device) for number, cl_device in enumerate(found)]
