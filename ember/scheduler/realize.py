@@ -17,7 +17,7 @@ from ember.ir.kernel import Kernel
 from ember.ir.opt import build_kernel_ir
 from ember.scheduler import profile
 from ember.scheduler.devices import get_device
-from ember.scheduler.kernelize import CopyItem, KernelItem, kernelize
+from ember.scheduler.schedule import SCHEDULES, CachedCopy
 
 
 class Buffer:
@@ -122,27 +122,26 @@ def realize_nodes(nodes: list[Node]) -> None:
     pending = [node for node in nodes if not node.realized]
     if not pending:
         return
-    schedule = kernelize(pending)
+    items, graph_nodes = SCHEDULES.schedule(pending)
     for record in profile.current():
         record.realizes += 1
     if profile.DebugLevel.value >= 1:
-        profile.debug_print(1, f"realize: {len(schedule)} items for {len(pending)} tensors")
-    for item in schedule:
-        if isinstance(item, CopyItem):
-            _run_copy(item)
+        profile.debug_print(1, f"realize: {len(items)} items for {len(pending)} tensors")
+    for item in items:
+        if isinstance(item, CachedCopy):
+            _run_copy(graph_nodes[item.output], graph_nodes[item.source])
         else:
-            _run_kernel(item)
+            _run_kernel(graph_nodes[item.output], item.kernel, [graph_nodes[i] for i in item.inputs])
 
 
-def _run_kernel(item: KernelItem) -> None:
-    output = item.output
+def _run_kernel(output: Node, kernel: Kernel, inputs: list[Node]) -> None:
     device = get_device(output.device)
     buffer = Buffer(device, output.size, output.dtype)
     if output.size > 0:
-        compiled = compile_kernel(device, item.kernel)
+        compiled = compile_kernel(device, kernel)
         if device.info.can_run:
-            handles: list[Any] = [buffer.handle, *(node.buffer.handle for node in item.inputs)]
-            timed = bool(profile.current()) or profile.debug_level() >= 2
+            handles: list[Any] = [buffer.handle, *(node.buffer.handle for node in inputs)]
+            timed = bool(profile.current()) or profile.DebugLevel.value >= 2
             start = time.perf_counter() if timed else 0.0
             event = compiled.program(handles, compiled.ir.global_size)
             if timed:
@@ -154,12 +153,12 @@ def _run_kernel(item: KernelItem) -> None:
     output.become_buffer(buffer)
 
 
-def _run_copy(item: CopyItem) -> None:
-    source = item.source.buffer
-    target_device = get_device(item.output.device)
-    buffer = Buffer(target_device, item.output.size, item.output.dtype)
+def _run_copy(output: Node, source_node: Node) -> None:
+    source = source_node.buffer
+    target_device = get_device(output.device)
+    buffer = Buffer(target_device, output.size, output.dtype)
     buffer.write(source.read())
     for record in profile.current():
         record.copies.append((source.device_name, target_device.name, buffer.nbytes))
     profile.debug_print(2, f"  copy {source.device_name} -> {target_device.name}: {buffer.nbytes} bytes")
-    item.output.become_buffer(buffer)
+    output.become_buffer(buffer)

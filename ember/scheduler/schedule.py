@@ -1,0 +1,91 @@
+"""Schedules cached by graph structure: a graph shaped like one seen before reuses its fusion decisions and
+compiled kernels, so a training loop does not re-fuse, re-lower or re-hash kernels every step."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import NamedTuple
+
+from ember.core.graph import Node
+from ember.core.ops import Op
+from ember.scheduler.kernelize import CopyItem, kernelize
+
+MAX_CACHED_SCHEDULES = 4096
+
+
+class CachedKernel(NamedTuple):
+    """Run the kernel for node `output` with the buffers of nodes `inputs` (positions in the signature's list)."""
+
+    output: int
+    inputs: tuple[int, ...]
+    kernel: object  # ember.ir.kernel.Kernel
+
+
+class CachedCopy(NamedTuple):
+    output: int
+    source: int
+
+
+def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
+    """A hashable description of the graph under `roots` (structure, not data) and its nodes in that order.
+
+    Realized nodes are leaves described by shape, dtype and device only; a node used twice appears once, so
+    sharing is part of the structure."""
+    index_of: dict[int, int] = {}
+    nodes: list[Node] = []
+    entries: list[tuple] = []
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if id(node) in index_of:
+                continue
+            if node.op is Op.BUFFER:
+                index_of[id(node)] = len(nodes)
+                nodes.append(node)
+                entries.append((node.shape, node.dtype, node.device))
+                continue
+            if not expanded:
+                stack.append((node, True))
+                stack.extend((source, False) for source in node.srcs if id(source) not in index_of)
+                continue
+            index_of[id(node)] = len(nodes)
+            nodes.append(node)
+            arg = node.arg.hex() if node.op is Op.CONST and isinstance(node.arg, float) else node.arg
+            entries.append((node.op, arg, node.shape, node.dtype, node.device,
+                            tuple(index_of[id(source)] for source in node.srcs)))
+    key = (tuple(entries), tuple(index_of[id(root)] for root in roots))
+    return key, nodes
+
+
+class ScheduleCache:
+    """Signature -> schedule (kernels and copies by node position), least recently used entries dropped."""
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[tuple, list[CachedKernel | CachedCopy]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def schedule(self, roots: list[Node]) -> tuple[list[CachedKernel | CachedCopy], list[Node]]:
+        key, nodes = signature(roots)
+        cached = self.entries.get(key)
+        if cached is not None:
+            self.hits += 1
+            self.entries.move_to_end(key)
+            return cached, nodes
+        self.misses += 1
+        position = {id(node): index for index, node in enumerate(nodes)}
+        items: list[CachedKernel | CachedCopy] = []
+        for item in kernelize(roots):
+            if isinstance(item, CopyItem):
+                items.append(CachedCopy(position[id(item.output)], position[id(item.source)]))
+            else:
+                items.append(CachedKernel(position[id(item.output)], tuple(position[id(n)] for n in item.inputs),
+                                          item.kernel))
+        self.entries[key] = items
+        if len(self.entries) > MAX_CACHED_SCHEDULES:
+            self.entries.popitem(last=False)
+        return items, nodes
+
+
+SCHEDULES = ScheduleCache()
