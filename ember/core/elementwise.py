@@ -45,7 +45,7 @@ class ElementwiseOps:
             else:
                 value = other.item() if hasattr(other, "item") else other
                 dtype = result_type(self.dtype, value)
-                other_tensor = self._scalar_like(value, dtype)
+                other_tensor = self._full(self.shape, value, dtype, self.device)  # no expand needed
         elif isinstance(other, (list, tuple)):
             other_tensor = _tensor_from(other, self.device)
             dtype = promote_types(self.dtype, other_tensor.dtype)

@@ -45,7 +45,9 @@ class MovementOps:
         return self.reshape(other.shape)
 
     def expand(self: Tensor, *shape: Any) -> Tensor:
-        target = _shape_argument(shape)
+        target = shape[0] if len(shape) == 1 and type(shape[0]) is tuple else _shape_argument(shape)
+        if target == self.shape:
+            return self
         if len(target) < self.ndim:
             raise ShapeError(f"expand: the target shape {target} has fewer dims than the tensor's shape {self.shape}")
         padded = (1,) * (len(target) - self.ndim) + self.shape
