@@ -66,7 +66,7 @@ def node_from_data(data: Any, dtype: Any, device: Any) -> Node:
         array = (rounded >> 16).astype(np.uint16)
     else:
         array = array.astype(target.numpy, copy=False)
-    return buffer_node(np.ascontiguousarray(array), target, _device(device))
+    return buffer_node(np.ascontiguousarray(array).reshape(array.shape), target, _device(device))
 
 
 def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
