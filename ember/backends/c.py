@@ -98,7 +98,7 @@ class CProgram(Program):
 
 def compiler_command() -> list[str]:
     compiler = os.environ.get("CC", "cc")
-    return [compiler, "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno"]
+    return [compiler, "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno"]
 
 
 def _cpu_model() -> str:
