@@ -25,6 +25,7 @@ class DeviceInfo:
     supported_dtypes: frozenset[DType] = frozenset(dtypes.ALL_DTYPES)
     has_native_exp2: bool = True
     can_run: bool = True  # False for render-only (dummy) devices
+    concurrent_compile: bool = False  # compile() may run in several threads at once (the C compiler may)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def unsupported(self, used: set[DType]) -> list[DType]:

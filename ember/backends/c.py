@@ -116,7 +116,7 @@ class CDevice(Device):
 
     def __init__(self, name: str = "c:0") -> None:
         self.name = name
-        self.info = DeviceInfo(compute_units=os.cpu_count() or 1, preferred_vector_width=8)
+        self.info = DeviceInfo(compute_units=os.cpu_count() or 1, preferred_vector_width=8, concurrent_compile=True)
         self.pool = HostMemoryPool(name)
         self.renderer = CRenderer()
         self._programs: dict[str, CProgram] = {}

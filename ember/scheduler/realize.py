@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -123,6 +125,7 @@ def realize_nodes(nodes: list[Node]) -> None:
     if not pending:
         return
     items, graph_nodes = SCHEDULES.schedule(pending)
+    _compile_ahead(items, graph_nodes)
     for record in profile.current():
         record.realizes += 1
     if profile.DebugLevel.value >= 1:
@@ -132,6 +135,21 @@ def realize_nodes(nodes: list[Node]) -> None:
             _run_copy(graph_nodes[item.output], graph_nodes[item.source])
         else:
             _run_kernel(graph_nodes[item.output], item.kernel, [graph_nodes[i] for i in item.inputs])
+
+
+def _compile_ahead(items: list, graph_nodes: list[Node]) -> None:
+    """Compile the new kernels of a schedule in parallel where the device allows it (a cold start compiles many)."""
+    missing = []
+    for item in items:
+        if isinstance(item, CachedCopy) or graph_nodes[item.output].size == 0:
+            continue
+        device = get_device(graph_nodes[item.output].device)
+        if device.info.concurrent_compile and (device.name, item.kernel) not in _compiled:
+            missing.append((device, item.kernel))
+    if len(missing) > 1:
+        unique = list({(device.name, kernel): (device, kernel) for device, kernel in missing}.values())
+        with ThreadPoolExecutor(max_workers=min(len(unique), os.cpu_count() or 1)) as pool:
+            list(pool.map(lambda pair: compile_kernel(*pair), unique))
 
 
 def _run_kernel(output: Node, kernel: Kernel, inputs: list[Node]) -> None:
