@@ -1,27 +1,359 @@
-"""Neural-network Tensor methods (softmax, normalization, convolution, pooling, losses, attention) from primitives."""
+"""nn-functional Tensor methods: softmax, normalization, dropout, embedding, linear and attention, from primitives."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ember.core import dtype as dtypes
 from ember.core.dtype import to_dtype
+from ember.core.errors import DTypeError, ShapeError
+from ember.core.shapes import broadcast_shapes, normalize_dim
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
 
+def _require_float(tensor: Tensor, op: str, what: str = "input") -> None:
+    if not tensor.dtype.is_float:
+        raise DTypeError(f"{op}: expected a floating point {what}, got {tensor.dtype.name}; cast it with .float()")
+
+
+def _normalized_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
+    return (int(shape),) if isinstance(shape, int) else tuple(int(size) for size in shape)
+
+
+def _check_normalized_shape(tensor: Tensor, normalized: tuple[int, ...], op: str) -> None:
+    if not normalized or tensor.shape[tensor.ndim - len(normalized):] != normalized or len(normalized) > tensor.ndim:
+        expected = "[*, " + ", ".join(str(size) for size in normalized) + "]"
+        raise ShapeError(
+            f"{op}: given normalized_shape={list(normalized)}, expected input with shape {expected}, but got input of "
+            f"shape {list(tensor.shape)}"
+        )
+
+
+def _check_affine(parameter: Tensor | None, normalized: tuple[int, ...], op: str, name: str) -> None:
+    if parameter is not None and parameter.shape != normalized:
+        raise ShapeError(
+            f"{op}: expected {name} of shape {list(normalized)} (the normalized_shape), got {list(parameter.shape)}"
+        )
+
+
+def _softmax_source(tensor: Tensor, dtype: Any, op: str) -> Tensor:
+    source = tensor.cast(to_dtype(dtype)) if dtype is not None else tensor
+    _require_float(source, op)
+    return source
+
+
 class FunctionalOps:
-    """Mixin: the nn.functional operations that torch also offers as Tensor methods."""
+    """Mixin: the nn.functional operations, as methods (torch's method names where torch has them)."""
 
     __slots__ = ()
 
+    # ---- softmax family ----------------------------------------------------------------------------------------
+
     def softmax(self: Tensor, dim: int, dtype: Any = None) -> Tensor:
-        source = (self.cast(to_dtype(dtype)) if dtype is not None else self)._float_operand()
+        """exp(x - max) / sum: three kernels over the last axis (max, sum, the division)."""
+        source = _softmax_source(self, dtype, "softmax")
+        normalize_dim(dim, self.ndim, "softmax")
+        if source.numel() == 0:
+            return source
         shifted = source - source.amax(dim, keepdim=True)
         exponentials = shifted.exp()
         return exponentials / exponentials.sum(dim, keepdim=True)
 
     def log_softmax(self: Tensor, dim: int, dtype: Any = None) -> Tensor:
-        source = (self.cast(to_dtype(dtype)) if dtype is not None else self)._float_operand()
+        source = _softmax_source(self, dtype, "log_softmax")
+        normalize_dim(dim, self.ndim, "log_softmax")
+        if source.numel() == 0:
+            return source
         shifted = source - source.amax(dim, keepdim=True)
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
+
+    def softmin(self: Tensor, dim: int, dtype: Any = None) -> Tensor:
+        return (-_softmax_source(self, dtype, "softmin")).softmax(dim)
+
+    # ---- normalization ----------------------------------------------------------------------------------------
+
+    def layer_norm(
+        self: Tensor,
+        normalized_shape: int | Sequence[int],
+        weight: Tensor | None = None,
+        bias: Tensor | None = None,
+        eps: float = 1e-5,
+    ) -> Tensor:
+        """torch.nn.functional.layer_norm: normalize over the last dims (biased variance), then scale and shift."""
+        _require_float(self, "layer_norm")
+        normalized = _normalized_shape(normalized_shape)
+        _check_normalized_shape(self, normalized, "layer_norm")
+        _check_affine(weight, normalized, "layer_norm", "weight")
+        _check_affine(bias, normalized, "layer_norm", "bias")
+        axes = tuple(range(self.ndim - len(normalized), self.ndim))
+        centered = self - self.mean(axes, keepdim=True)
+        variance = (centered * centered).mean(axes, keepdim=True)
+        result = centered * (variance + eps).rsqrt()
+        if weight is not None:
+            result = result * weight
+        return result + bias if bias is not None else result
+
+    def rms_norm(
+        self: Tensor,
+        normalized_shape: int | Sequence[int],
+        weight: Tensor | None = None,
+        eps: float | None = None,
+    ) -> Tensor:
+        """torch.nn.functional.rms_norm: x / sqrt(mean(x^2) + eps) over the last dims; eps defaults to finfo.eps."""
+        _require_float(self, "rms_norm")
+        normalized = _normalized_shape(normalized_shape)
+        _check_normalized_shape(self, normalized, "rms_norm")
+        _check_affine(weight, normalized, "rms_norm", "weight")
+        if eps is None:
+            eps = _machine_epsilon(self)
+        axes = tuple(range(self.ndim - len(normalized), self.ndim))
+        result = self * ((self * self).mean(axes, keepdim=True) + eps).rsqrt()
+        return result * weight if weight is not None else result
+
+    def group_norm(
+        self: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
+    ) -> Tensor:
+        """torch.nn.functional.group_norm: normalize each group of channels of [N, C, *] over its channels and space."""
+        _require_float(self, "group_norm")
+        if self.ndim < 2:
+            raise ShapeError(f"group_norm: expected an input of shape [N, C, *], got {list(self.shape)}")
+        channels = self.shape[1]
+        if num_groups <= 0 or channels % num_groups != 0:
+            raise ShapeError(
+                f"group_norm: expected the number of channels ({channels}) of input of shape {list(self.shape)} to be "
+                f"divisible by num_groups ({num_groups})"
+            )
+        for name, parameter in (("weight", weight), ("bias", bias)):
+            if parameter is not None and parameter.shape != (channels,):
+                raise ShapeError(f"group_norm: expected {name} of shape [{channels}], got {list(parameter.shape)}")
+        grouped = self.reshape((self.shape[0], num_groups, -1) if self.numel() else self.shape[:1] + (num_groups, 0))
+        centered = grouped - grouped.mean(-1, keepdim=True)
+        variance = (centered * centered).mean(-1, keepdim=True)
+        result = (centered * (variance + eps).rsqrt()).reshape(self.shape)
+        affine_shape = (channels,) + (1,) * (self.ndim - 2)
+        if weight is not None:
+            result = result * weight.reshape(affine_shape)
+        return result + bias.reshape(affine_shape) if bias is not None else result
+
+    def batch_norm(
+        self: Tensor,
+        running_mean: Tensor | None,
+        running_var: Tensor | None,
+        weight: Tensor | None = None,
+        bias: Tensor | None = None,
+        training: bool = False,
+        momentum: float = 0.1,
+        eps: float = 1e-5,
+    ) -> Tensor:
+        """torch.nn.functional.batch_norm over [N, C, *]; in training the running statistics are updated in place."""
+        _require_float(self, "batch_norm")
+        if self.ndim < 2:
+            raise ShapeError(f"batch_norm: expected an input of shape [N, C, *], got {list(self.shape)}")
+        channels = self.shape[1]
+        for name, parameter in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                                ("bias", bias)):
+            if parameter is not None and parameter.shape != (channels,):
+                raise ShapeError(
+                    f"batch_norm: expected {name} of shape [{channels}] for input of shape {list(self.shape)}, got "
+                    f"{list(parameter.shape)}"
+                )
+        axes = (0,) + tuple(range(2, self.ndim))
+        affine_shape = (channels,) + (1,) * (self.ndim - 2)
+        if training:
+            count = self.numel() // channels if channels else 0
+            if count <= 1:
+                raise ShapeError(
+                    f"batch_norm: expected more than 1 value per channel when training, got input of shape "
+                    f"{list(self.shape)}"
+                )
+            mean = self.mean(axes, keepdim=True)
+            centered = self - mean
+            variance = (centered * centered).mean(axes, keepdim=True)
+            if running_mean is not None:
+                running_mean.assign((1 - momentum) * running_mean + momentum * mean.detach().reshape(channels))
+            if running_var is not None:
+                unbiased = variance.detach().reshape(channels) * (count / (count - 1))
+                running_var.assign((1 - momentum) * running_var + momentum * unbiased)
+        else:
+            if running_mean is None or running_var is None:
+                raise ValueError("batch_norm: running_mean and running_var are required when training=False")
+            centered = self - running_mean.reshape(affine_shape)
+            variance = running_var.reshape(affine_shape)
+        result = centered * (variance + eps).rsqrt()
+        if weight is not None:
+            result = result * weight.reshape(affine_shape)
+        return result + bias.reshape(affine_shape) if bias is not None else result
+
+    def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+        """torch.nn.functional.normalize: x / max(||x||_p, eps) along dim."""
+        _require_float(self, "normalize")
+        axis = normalize_dim(dim, self.ndim, "normalize")
+        if p == math.inf:
+            norm = self.abs().amax(axis, keepdim=True)
+        elif p == 1:
+            norm = self.abs().sum(axis, keepdim=True)
+        elif p == 2:
+            norm = (self * self).sum(axis, keepdim=True).sqrt()
+        else:
+            norm = (self.abs() ** p).sum(axis, keepdim=True) ** (1.0 / p)
+        return self / norm.clamp_min(eps)
+
+    # ---- dropout ----------------------------------------------------------------------------------------------
+
+    def dropout(self: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+        """Zero each element with probability p (drawn with ember.rand) and scale the rest by 1 / (1 - p)."""
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        if not training or p == 0.0:
+            return self
+        _require_float(self, "dropout")
+        zero = self._full(self.shape, 0, self.dtype, self.device)
+        if p == 1.0:
+            return self * zero
+        from ember.core.creation import rand
+
+        keep = rand(self.shape, device=self.device) >= p
+        return keep.where(self * (1.0 / (1.0 - p)), zero)
+
+    def feature_dropout(self: Tensor, p: float, training: bool, spatial: int, op: str = "feature_dropout") -> Tensor:
+        """Channel dropout (dropout1d/2d/3d): one draw per channel of [N, C, *spatial] or [C, *spatial]."""
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        if self.ndim not in (spatial + 1, spatial + 2):
+            raise ShapeError(
+                f"{op}: expected {spatial + 1}-d (unbatched) or {spatial + 2}-d (batched) input, got shape "
+                f"{list(self.shape)}"
+            )
+        if not training or p == 0.0:
+            return self
+        _require_float(self, op)
+        zero = self._full(self.shape, 0, self.dtype, self.device)
+        if p == 1.0:
+            return self * zero
+        from ember.core.creation import rand
+
+        channels = self.shape[: self.ndim - spatial] + (1,) * spatial
+        keep = rand(channels, device=self.device) >= p
+        return keep.where(self * (1.0 / (1.0 - p)), zero)
+
+    # ---- embedding and linear ---------------------------------------------------------------------------------
+
+    def embedding(self: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,
+                  norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
+        """Rows of weight [V, D] picked by the integer indices in self: a one-hot select and sum (one kernel)."""
+        if max_norm is not None or scale_grad_by_freq or sparse:
+            raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not supported")
+        if not self.dtype.is_int:
+            raise DTypeError(f"embedding: expected integer indices (int64 or int32), got {self.dtype.name}")
+        if weight.ndim != 2:
+            raise ShapeError(f"embedding: weight must be 2-d [num_embeddings, embedding_dim], got {list(weight.shape)}")
+        count = weight.shape[0]
+        if padding_idx is not None:
+            if not -count <= padding_idx < count:
+                raise ValueError(f"embedding: padding_idx {padding_idx} must be within num_embeddings ({count})")
+            padding_idx %= count
+            rows = self._arange_primitive(count, dtypes.int64, self.device).reshape(count, 1)
+            weight = (rows == padding_idx).where(weight.detach(), weight)  # the padding row gets no gradient
+        positions = self._arange_primitive(count, dtypes.int64, self.device)
+        chosen = (self.unsqueeze(-1) == positions).unsqueeze(-1)  # [..., V, 1]
+        return chosen.where(weight, 0).sum(-2, dtype=weight.dtype)
+
+    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        """torch.nn.functional.linear: self @ weight.T + bias (one kernel)."""
+        if weight.ndim not in (1, 2):
+            raise ShapeError(f"linear: weight must be 1-d or 2-d [out_features, in_features], got {list(weight.shape)}")
+        if self.ndim == 0 or self.shape[-1] != weight.shape[-1]:
+            raise ShapeError(
+                f"linear: input of shape {list(self.shape)} and weight of shape {list(weight.shape)} cannot be "
+                f"multiplied: the input's last dim must equal in_features ({weight.shape[-1]})"
+            )
+        result = self.matmul(weight.mT if weight.ndim == 2 else weight)
+        if bias is None:
+            return result
+        broadcast_shapes(result.shape, bias.shape, op=f"linear (output {result.shape} + bias {bias.shape})")
+        return result + bias
+
+    # ---- attention ----------------------------------------------------------------------------------------------
+
+    def scaled_dot_product_attention(
+        self: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+    ) -> Tensor:
+        """softmax(self @ key^T * scale + mask) @ value; rows with every key masked give zeros (as torch)."""
+        query = self
+        if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+            raise ShapeError(
+                f"scaled_dot_product_attention: query, key and value need at least 2 dims [..., L, E], got "
+                f"{list(query.shape)}, {list(key.shape)} and {list(value.shape)}"
+            )
+        if not query.dtype == key.dtype == value.dtype:
+            raise DTypeError(
+                f"scaled_dot_product_attention: expected query, key and value to have the same dtype, but got "
+                f"{query.dtype.name}, {key.dtype.name} and {value.dtype.name}"
+            )
+        _require_float(query, "scaled_dot_product_attention", "query")
+        if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
+            raise ShapeError(
+                f"scaled_dot_product_attention: query {list(query.shape)}, key {list(key.shape)} and value "
+                f"{list(value.shape)} do not fit: need query [..., L, E], key [..., S, E], value [..., S, Ev]"
+            )
+        if enable_gqa and query.ndim >= 3 and key.shape[-3] != query.shape[-3]:
+            heads, key_heads = query.shape[-3], key.shape[-3]
+            if key_heads == 0 or heads % key_heads or heads % value.shape[-3]:
+                raise ShapeError(
+                    f"scaled_dot_product_attention: with enable_gqa the query heads ({heads}) must be a multiple of "
+                    f"the key and value heads ({key_heads}, {value.shape[-3]})"
+                )
+            key = key.repeat_interleave(heads // key_heads, dim=-3)
+            value = value.repeat_interleave(heads // value.shape[-3], dim=-3)
+        if is_causal and attn_mask is not None:
+            raise ValueError("scaled_dot_product_attention: explicit attn_mask should not be set when is_causal=True")
+        length, source_length = query.shape[-2], key.shape[-2]
+        scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+        scores = query.matmul(key.mT) * scale
+        if is_causal:
+            rows = self._arange_primitive(length, dtypes.int64, self.device).reshape(length, 1)
+            columns = self._arange_primitive(source_length, dtypes.int64, self.device).reshape(1, source_length)
+            attn_mask = rows >= columns
+        if attn_mask is not None:
+            try:
+                broadcast_shapes(scores.shape, attn_mask.shape)
+            except ShapeError:
+                raise ShapeError(
+                    f"scaled_dot_product_attention: attn_mask of shape {list(attn_mask.shape)} does not broadcast to "
+                    f"the attention scores of shape {list(scores.shape)} [..., L, S]"
+                ) from None
+            if attn_mask.dtype.is_bool:
+                scores = attn_mask.where(scores, -math.inf)
+            elif attn_mask.dtype.is_float:
+                scores = scores + attn_mask.cast(scores.dtype)
+            else:
+                raise DTypeError(
+                    f"scaled_dot_product_attention: expected attn_mask dtype to be bool or float, got "
+                    f"{attn_mask.dtype.name}"
+                )
+        maximum = scores.amax(-1, keepdim=True)
+        maximum = (maximum == -math.inf).where(0.0, maximum)  # a fully masked row: exp(-inf) = 0 everywhere
+        exponentials = (scores - maximum).exp()
+        total = exponentials.sum(-1, keepdim=True)
+        weights = (total == 0).where(0.0, exponentials / total)
+        if dropout_p > 0.0:
+            weights = weights.dropout(dropout_p, training=True)
+        return weights.matmul(value)
+
+
+def _machine_epsilon(tensor: Tensor) -> float:
+    """torch.finfo(dtype).eps of a float dtype."""
+    return {
+        dtypes.float16: 2.0**-10, dtypes.bfloat16: 2.0**-7, dtypes.float32: 2.0**-23, dtypes.float64: 2.0**-52,
+    }[tensor.dtype]

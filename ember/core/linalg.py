@@ -1,15 +1,26 @@
-"""Linear algebra Tensor methods: matmul with batch broadcasting, dot, outer, einsum."""
+"""Linear algebra Tensor methods: matmul with batch broadcasting, dot, outer, and torch's einsum."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ember.core.dtype import promote_types
 from ember.core.errors import DTypeError, ShapeError
 from ember.core.shapes import broadcast_shapes
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
+
+
+def _check_same_dtype(op: str, left: Tensor, right: Tensor) -> None:
+    """torch's matrix products do not promote: both operands must have one dtype, and it cannot be bool."""
+    if left.dtype != right.dtype:
+        raise DTypeError(
+            f"{op}: expected both operands to have the same dtype, but got {left.dtype.name} and {right.dtype.name}; "
+            "cast one with .to(dtype)"
+        )
+    if left.dtype.is_bool:
+        raise DTypeError(f"{op}: not supported for bool tensors; cast them to an integer or float dtype first")
 
 
 class LinalgOps:
@@ -18,12 +29,11 @@ class LinalgOps:
     __slots__ = ()
 
     def matmul(self: Tensor, other: Tensor) -> Tensor:
-        if not isinstance(other, LinalgOps):
+        if not isinstance(other, type(self)):
             raise TypeError(f"matmul: expected a Tensor, got {type(other).__name__}")
         if self.ndim == 0 or other.ndim == 0:
             raise ShapeError(f"matmul: both arguments need at least 1 dim, got shapes {self.shape} and {other.shape}")
-        if self.dtype.is_bool or other.dtype.is_bool:
-            raise DTypeError(f"matmul: not supported for bool tensors ({self.dtype.name} @ {other.dtype.name})")
+        _check_same_dtype("matmul", self, other)
         left = self.unsqueeze(0) if self.ndim == 1 else self
         right = other.unsqueeze(-1) if other.ndim == 1 else other
         if left.shape[-1] != right.shape[-2]:
@@ -31,12 +41,11 @@ class LinalgOps:
                 f"matmul: shapes {self.shape} and {other.shape} cannot be multiplied "
                 f"({left.shape[-2]}x{left.shape[-1]} and {right.shape[-2]}x{right.shape[-1]}): inner dims differ"
             )
-        batch = broadcast_shapes(left.shape[:-2], right.shape[:-2], op="matmul (batch dims)")
-        dtype = promote_types(self.dtype, other.dtype)
+        batch = broadcast_shapes(left.shape[:-2], right.shape[:-2], op=f"matmul of {self.shape} and {other.shape}")
         rows, inner, columns = left.shape[-2], left.shape[-1], right.shape[-1]
-        left = left.cast(dtype).expand(batch + (rows, inner)).unsqueeze(-2)  # [..., M, 1, K]
-        right = right.cast(dtype).expand(batch + (inner, columns)).mT.unsqueeze(-3)  # [..., 1, N, K]
-        product = (left * right).sum(-1, dtype=dtype)  # [..., M, N]
+        left = left.expand(batch + (rows, inner)).unsqueeze(-2)  # [..., M, 1, K]
+        right = right.expand(batch + (inner, columns)).mT.unsqueeze(-3)  # [..., 1, N, K]
+        product = (left * right).sum(-1, dtype=self.dtype)  # [..., M, N]
         if self.ndim == 1:
             product = product.squeeze(-2)
         if other.ndim == 1:
@@ -47,7 +56,7 @@ class LinalgOps:
         return self.matmul(other)
 
     def __rmatmul__(self: Tensor, other: Tensor) -> Tensor:
-        return other.matmul(self)
+        return type(self)(other, device=self.device).matmul(self)
 
     def mm(self: Tensor, other: Tensor) -> Tensor:
         if self.ndim != 2 or other.ndim != 2:
@@ -59,12 +68,184 @@ class LinalgOps:
             raise ShapeError(f"bmm: both arguments must be 3-d with one batch size, got {self.shape} and {other.shape}")
         return self.matmul(other)
 
+    def mv(self: Tensor, vector: Tensor) -> Tensor:
+        if self.ndim != 2 or vector.ndim != 1:
+            raise ShapeError(f"mv: expects a 2-d matrix and a 1-d vector, got shapes {self.shape} and {vector.shape}")
+        return self.matmul(vector)
+
     def dot(self: Tensor, other: Tensor) -> Tensor:
         if self.ndim != 1 or other.ndim != 1 or self.shape != other.shape:
             raise ShapeError(f"dot: expects two 1-d tensors of one size, got shapes {self.shape} and {other.shape}")
-        return (self * other).sum()
+        _check_same_dtype("dot", self, other)
+        return (self * other).sum(dtype=self.dtype)
+
+    inner = dot
 
     def outer(self: Tensor, other: Tensor) -> Tensor:
         if self.ndim != 1 or other.ndim != 1:
             raise ShapeError(f"outer: expects two 1-d tensors, got shapes {self.shape} and {other.shape}")
         return self.unsqueeze(1) * other.unsqueeze(0)
+
+    ger = outer
+
+    def addmm(self: Tensor, first: Tensor, second: Tensor, beta: float = 1, alpha: float = 1) -> Tensor:
+        """beta * self + alpha * (first @ second), like torch.addmm."""
+        product = first.mm(second)
+        product = product if alpha == 1 else product * alpha
+        return product + (self if beta == 1 else self * beta)
+
+
+# ---- einsum --------------------------------------------------------------------------------------------------
+
+ELLIPSIS = "..."
+
+
+def _parse_term(term: str, equation: str) -> list[str]:
+    """The labels of one subscript term, with '...' kept as one token."""
+    labels: list[str] = []
+    index = 0
+    while index < len(term):
+        if term.startswith(ELLIPSIS, index):
+            if ELLIPSIS in labels:
+                raise ValueError(f"einsum(): found more than one ellipsis ('...') in term {term!r} of {equation!r}")
+            labels.append(ELLIPSIS)
+            index += 3
+            continue
+        character = term[index]
+        if not (character.isascii() and character.isalpha()):
+            raise ValueError(
+                f"einsum(): invalid subscript {character!r} in term {term!r} of {equation!r}; subscripts must be in "
+                "[a-zA-Z] or '...'"
+            )
+        labels.append(character)
+        index += 1
+    return labels
+
+
+def _diagonal(tensor: Tensor, first: int, second: int) -> Tensor:
+    """The diagonal of two equal-size axes, kept at the position of `first` (a strided view, no copy)."""
+    size = tensor.shape[first]
+    others = [axis for axis in range(tensor.ndim) if axis not in (first, second)]
+    moved = tensor.permute(*others, first, second)
+    lead = moved.shape[:-2]
+    # element (i, i) of the flattened [size, size] block sits at i * (size + 1)
+    flat = moved.reshape(lead + (size * size,))
+    strided = flat._pad_and_shrink([(0, 0)] * len(lead) + [(0, size)]).reshape(lead + (size, size + 1))
+    diagonal = strided.shrink([None] * len(lead) + [None, (0, 1)]).reshape(lead + (size,))
+    target = first if first < second else first - 1
+    return diagonal.movedim(-1, target)
+
+
+def einsum(equation: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
+    """torch.einsum: repeated subscripts take diagonals, '...' broadcasts, an implicit output is sorted labels."""
+    from ember.core.tensor import Tensor, tensor_sequence
+
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    tensors = tensor_sequence(operands)
+    compact = equation.replace(" ", "")
+    input_part, arrow, output_part = compact.partition("->")
+    terms = input_part.split(",")
+    if len(terms) != len(tensors):
+        relation = "fewer" if len(tensors) < len(terms) else "more"
+        raise ValueError(
+            f"einsum(): {relation} operands were provided than specified in the equation {equation!r} "
+            f"({len(terms)} terms, {len(tensors)} tensors)"
+        )
+    if not tensors:
+        raise ValueError("einsum(): must provide at least one operand")
+    for tensor in tensors[1:]:
+        _check_same_dtype("einsum", tensors[0], tensor)
+    term_labels = [_parse_term(term, compact) for term in terms]
+
+    # name every dim: letters as given, the dims under '...' as '0', '1', ... aligned from the right
+    ellipsis_rank = 0
+    for position, (labels, tensor) in enumerate(zip(term_labels, tensors)):
+        named = len([label for label in labels if label != ELLIPSIS])
+        if (ELLIPSIS not in labels and named != tensor.ndim) or named > tensor.ndim:
+            raise ShapeError(
+                f"einsum(): the number of subscripts in the equation ({named}) does not match the number of dims "
+                f"({tensor.ndim}) of operand {position} with shape {tensor.shape}"
+                + ("" if ELLIPSIS in labels else " and no ellipsis was given")
+            )
+        if ELLIPSIS in labels:
+            ellipsis_rank = max(ellipsis_rank, tensor.ndim - named)
+    ellipsis_labels = [str(index) for index in range(ellipsis_rank)]
+    dim_labels: list[list[str]] = []
+    for labels, tensor in zip(term_labels, tensors):
+        covered = tensor.ndim - len([label for label in labels if label != ELLIPSIS])
+        expanded: list[str] = []
+        for label in labels:
+            expanded.extend(ellipsis_labels[ellipsis_rank - covered:] if label == ELLIPSIS else [label])
+        dim_labels.append(expanded)
+
+    # take diagonals of repeated labels within each operand, and check sizes across operands
+    sizes: dict[str, int] = {}
+    prepared: list[tuple[Tensor, list[str]]] = []
+    for position, (tensor, labels) in enumerate(zip(tensors, dim_labels)):
+        labels = list(labels)
+        for label in dict.fromkeys(labels):
+            while labels.count(label) > 1:
+                first = labels.index(label)
+                second = labels.index(label, first + 1)
+                if tensor.shape[first] != tensor.shape[second]:
+                    raise ShapeError(
+                        f"einsum(): subscript {label} is repeated for operand {position} but the sizes don't match, "
+                        f"{tensor.shape[first]} != {tensor.shape[second]} (shape {tensor.shape})"
+                    )
+                tensor = _diagonal(tensor, first, second)
+                del labels[second]
+        for label, size in zip(labels, tensor.shape):
+            seen = sizes.get(label, 1)
+            if size != 1 and seen != 1 and size != seen:
+                what = f"subscript {label}" if label.isalpha() else f"the dim {label} covered by the ellipsis"
+                raise ShapeError(
+                    f"einsum(): {what} has size {size} for operand {position} (shape {tensors[position].shape}) "
+                    f"which does not broadcast with the previously seen size {seen}"
+                )
+            sizes[label] = max(seen, size) if size != 0 and seen != 0 else 0
+        prepared.append((tensor, labels))
+
+    letters = [label for labels in dim_labels for label in labels if label.isalpha()]
+    if arrow:
+        output_labels: list[str] = []
+        for label in _parse_term(output_part, compact):
+            if label == ELLIPSIS:
+                if not any(ELLIPSIS in labels for labels in term_labels):
+                    raise ValueError(f"einsum(): output subscript '...' of {equation!r} appears in no input operand")
+                output_labels.extend(ellipsis_labels)
+                continue
+            if label not in letters:
+                raise ValueError(
+                    f"einsum(): output subscript {label} does not appear in the equation {equation!r} for any input"
+                )
+            if label in output_labels:
+                raise ValueError(f"einsum(): output subscript {label} appears more than once in the output")
+            output_labels.append(label)
+    else:
+        output_labels = ellipsis_labels + sorted(label for label in set(letters) if letters.count(label) == 1)
+
+    # contract left to right; sum a label as soon as no later operand and not the output needs it
+    result, result_labels = prepared[0]
+    for position in range(len(prepared)):
+        if position > 0:
+            operand, operand_labels = prepared[position]
+            combined = result_labels + [label for label in operand_labels if label not in result_labels]
+            result = _align(result, result_labels, combined) * _align(operand, operand_labels, combined)
+            result_labels = combined
+        needed_later = set(output_labels).union(*(labels for _, labels in prepared[position + 1:]))
+        summed = [axis for axis, label in enumerate(result_labels) if label not in needed_later]
+        if summed:
+            result = result.sum(summed, dtype=result.dtype)
+            result_labels = [label for label in result_labels if label in needed_later]
+    final = _align(result, result_labels, output_labels)
+    output_shape = tuple(sizes[label] for label in output_labels)
+    return final.expand(output_shape) if final.shape != output_shape else final
+
+
+def _align(tensor: Tensor, labels: list[str], order: list[str]) -> Tensor:
+    """Permute a tensor's labelled dims into `order`, with size-1 dims for labels it does not have."""
+    present = [label for label in order if label in labels]
+    permuted = tensor.permute([labels.index(label) for label in present]) if tensor.ndim else tensor
+    shape = tuple(permuted.shape[present.index(label)] if label in labels else 1 for label in order)
+    return permuted.reshape(shape)

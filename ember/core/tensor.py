@@ -10,12 +10,14 @@ import numpy as np
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
+from ember.core.convolution import ConvolutionOps
 from ember.core.elementwise import ElementwiseOps
 from ember.core.errors import AutogradError, DeviceError, DTypeError
 from ember.core.functional import FunctionalOps
 from ember.core.graph import Node, infer
 from ember.core.indexing import IndexingOps
 from ember.core.linalg import LinalgOps
+from ember.core.losses import LossOps
 from ember.core.movement import MovementOps
 from ember.core.ops import Op
 from ember.core.reductions import ReductionOps
@@ -31,7 +33,7 @@ class GradMode:
 _next_sequence = itertools.count().__next__  # creation order: a tensor's history only holds older tensors
 
 
-class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps):
+class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps, ConvolutionOps, LossOps):
     """A lazy n-dimensional array with PyTorch's API. Nothing runs until a value is needed."""
 
     __slots__ = ("node", "_requires_grad", "grad", "_context", "_hooks", "_retains_grad", "_sequence", "__weakref__")
