@@ -15,6 +15,7 @@ from ember.core.errors import (
     AxisError, BackendUnavailable, CompileError, DeviceError, DTypeError, EmberError, OutOfMemoryError, ShapeError,
 )
 from ember.core.movement import broadcast_tensors, cat, stack
+from ember.core.linalg import einsum
 from ember.core.tensor import Tensor, realize
 from ember.scheduler.devices import get_default_device, set_default_device
 from ember.scheduler.profile import profile
@@ -26,6 +27,11 @@ long = int64
 int = int32  # noqa: A001
 
 concat = concatenate = cat
+# torch's module-level forms of linear-algebra and nn methods: ember.matmul(a, b) is a.matmul(b)
+globals().update({name: getattr(Tensor, name) for name in (
+    "matmul", "mm", "bmm", "mv", "dot", "inner", "outer", "addmm", "softmax", "log_softmax", "layer_norm",
+    "group_norm", "rms_norm", "dropout", "conv1d", "conv2d", "conv3d", "max_pool1d", "max_pool2d", "avg_pool1d",
+)})
 
 
 def where(condition: Tensor, input: object, other: object) -> Tensor:  # noqa: A002 - torch's names
