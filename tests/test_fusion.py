@@ -86,3 +86,19 @@ def test_unreachable_nodes_are_dropped() -> None:
     del y
     gc.collect()
     assert reference() is None
+
+
+def test_intermediate_buffers_are_released_during_realize() -> None:
+    """softmax stores two intermediates (max and sum rows); the peak holds only what is live at each launch."""
+    from ember.scheduler.devices import get_device
+
+    x = em.rand(256, 1024).realize()
+    pool = get_device(x.device).pool
+    gc.collect()
+    before = pool.used_bytes
+    with em.profile() as record:
+        y = x.softmax(-1).sum(-1)
+        y.realize()
+    growth = record.peak_bytes[pool.name] - before
+    assert growth <= 3 * 256 * 4, (growth, str(record))  # two row intermediates and the output, never more
+    assert len(record.kernels) == 3

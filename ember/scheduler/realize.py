@@ -19,7 +19,7 @@ from ember.ir.kernel import Kernel
 from ember.ir.opt import build_kernel_ir
 from ember.scheduler import profile
 from ember.scheduler.devices import get_device
-from ember.scheduler.schedule import SCHEDULES, CachedCopy
+from ember.scheduler.schedule import SCHEDULES, CachedCopy, CachedKernel
 
 
 class Buffer:
@@ -88,6 +88,18 @@ def kernel_name(kernel: Kernel) -> str:
     return f"{'r' if has_reduce else 'e'}_{shape}_{digest}"
 
 
+def _value_dtypes(ir: KernelIR) -> set[DType]:
+    """The dtypes of every value a kernel computes (a device must support its intermediates too)."""
+    found, stack, seen = set(), [ir.sink], set()
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            found.add(node.dtype)
+            stack.extend(node.srcs)
+    return found
+
+
 def compile_kernel(device: Device, kernel: Kernel) -> CompiledKernel:
     """Lower, optimize for the device, and compile a kernel; cached in memory by (device, structure)."""
     key = (device.name, kernel)
@@ -96,7 +108,7 @@ def compile_kernel(device: Device, kernel: Kernel) -> CompiledKernel:
         return compiled
     start = time.perf_counter()
     ir = build_kernel_ir(kernel, kernel_name(kernel), device.info)
-    unsupported = device.info.unsupported({param.dtype for param in ir.params})
+    unsupported = device.info.unsupported({param.dtype for param in ir.params} | _value_dtypes(ir))
     if unsupported:
         from ember.core.errors import DeviceError
 
@@ -130,11 +142,34 @@ def realize_nodes(nodes: list[Node]) -> None:
         record.realizes += 1
     if profile.DebugLevel.value >= 1:
         profile.debug_print(1, f"realize: {len(items)} items for {len(pending)} tensors")
-    for item in items:
+    # hold only the nodes the schedule reads or writes, and each only until its last use, so an intermediate
+    # buffer is released as soon as the last kernel reading it has been launched
+    last_use: dict[int, int] = {}
+    for position, item in enumerate(items):
+        for index in _item_nodes(item):
+            last_use[index] = position
+    live = {index: graph_nodes[index] for index in last_use}
+    del graph_nodes
+    pools = {get_device(live[item.output].device).pool for item in items}
+    for pool in pools:
+        pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
+    for position, item in enumerate(items):
         if isinstance(item, CachedCopy):
-            _run_copy(graph_nodes[item.output], graph_nodes[item.source])
+            _run_copy(live[item.output], live[item.source])
         else:
-            _run_kernel(graph_nodes[item.output], item.kernel, [graph_nodes[i] for i in item.inputs])
+            _run_kernel(live[item.output], item.kernel, [live[i] for i in item.inputs])
+        for index in _item_nodes(item):
+            if last_use[index] == position:
+                del live[index]
+    for record in profile.current():
+        for pool in pools:
+            record.peak_bytes[pool.name] = max(record.peak_bytes.get(pool.name, 0), pool.peak_bytes)
+
+
+def _item_nodes(item: CachedKernel | CachedCopy) -> tuple[int, ...]:
+    if isinstance(item, CachedCopy):
+        return (item.output, item.source)
+    return (item.output, *item.inputs)
 
 
 def _compile_ahead(items: list, graph_nodes: list[Node]) -> None:
