@@ -119,6 +119,8 @@ def _propagate(
                     f"the backward rule of {op.name} gave a gradient of {source_gradient.shape} "
                     f"{source_gradient.dtype.name} for a source of {source.shape} {source.dtype.name}"
                 )
+                if source_gradient.device != source.device:  # a gradient lives where its tensor lives
+                    source_gradient = source_gradient.to(source.device)
                 previous = pending.get(id(source))
                 pending[id(source)] = source_gradient if previous is None else previous + source_gradient
     return results

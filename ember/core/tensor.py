@@ -75,17 +75,18 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
     # ---- the primitive interface the op mixins are written against --------------------------------------------
 
     def _apply(self, op: Op, *others: Tensor, arg: Any = None) -> Tensor:
-        """Record one primitive op on self and others (same device, shapes and dtypes already checked)."""
+        """Record one primitive op on self and others (shapes and dtypes already checked). Sources on different
+        devices are brought to the device the scheduler places the op on, by scheduled copies."""
         sources = (self, *others)
-        for other in others:
-            if other.node.device != self.node.device:
-                raise DeviceError(
-                    f"expected all tensors to be on the same device, but found {self.node.device} and "
-                    f"{other.node.device}; move one with .to(device)"
-                )
         nodes = tuple(source.node for source in sources)
+        device = self.node.device
+        if any(node.device != device for node in nodes):
+            from ember.scheduler.placement import choose_device, move_source
+
+            device = choose_device(nodes)
+            nodes = tuple(move_source(node, device) for node in nodes)
         shape, result_dtype = infer(op, nodes, arg)
-        output = Tensor._from_node(Node(op, nodes, arg, shape, result_dtype, self.node.device))
+        output = Tensor._from_node(Node(op, nodes, arg, shape, result_dtype, device))
         # record the history backward needs; comparisons, integer and bool results never carry a gradient
         if GradMode.enabled and result_dtype.is_float and any(source._requires_grad for source in sources):
             output._requires_grad = True
