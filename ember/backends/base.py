@@ -63,7 +63,8 @@ class MemoryPool(ABC):
         if self.limit_bytes is not None and self.used_bytes + nbytes > self.limit_bytes:
             raise OutOfMemoryError(
                 f"memory pool {self.name}: cannot allocate {nbytes} bytes, {self.limit_bytes - self.used_bytes} "
-                f"of {self.limit_bytes} bytes are free"
+                f"of {self.limit_bytes} bytes are free; free tensors you no longer need, or raise the limit "
+                f"(EMBER_POOL_LIMITS or [pools] in the config file)"
             )
         handle = self.alloc(max(nbytes, 1))
         self.used_bytes += nbytes

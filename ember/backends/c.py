@@ -32,14 +32,19 @@ PARALLEL_THRESHOLD = 1 << 15  # estimated operations below which a kernel runs o
 
 
 class CRenderer(CStyleRenderer):
-    """C with OpenMP: the parallel axis is a `for` loop split across threads."""
+    """C with OpenMP: the parallel axis is a `for` loop split across threads (all cores, or `threads`)."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        super().__init__()
+        self.threads = threads
 
     def prelude(self, kernel: KernelIR) -> str:
         return C_PRELUDE + bitcast_helpers(self.type_names, used_bitcasts(kernel.sink))
 
     def global_loop_open(self, kernel: KernelIR, index_type: str) -> list[str]:
         work = kernel.global_size * max(1, _loop_work(kernel))
-        pragma = "  #pragma omp parallel for schedule(static)" if work >= PARALLEL_THRESHOLD else ""
+        threads = f" num_threads({self.threads})" if self.threads else ""
+        pragma = f"  #pragma omp parallel for schedule(static){threads}" if work >= PARALLEL_THRESHOLD else ""
         return [pragma, f"  for ({index_type} gid = 0; gid < {kernel.global_size}; gid++) {{"]
 
     def global_loop_close(self) -> list[str]:
@@ -114,11 +119,12 @@ def _cpu_model() -> str:
 class CDevice(Device):
     """The host CPU: C kernels using every core through OpenMP."""
 
-    def __init__(self, name: str = "c:0") -> None:
+    def __init__(self, name: str = "c:0", threads: int | None = None) -> None:
         self.name = name
-        self.info = DeviceInfo(compute_units=os.cpu_count() or 1, preferred_vector_width=8, concurrent_compile=True)
+        cores = threads or os.cpu_count() or 1
+        self.info = DeviceInfo(compute_units=cores, preferred_vector_width=8, concurrent_compile=True)
         self.pool = HostMemoryPool(name)
-        self.renderer = CRenderer()
+        self.renderer = CRenderer(threads)
         self._programs: dict[str, CProgram] = {}
         self._cache_key_prefix = " ".join(compiler_command()) + "|" + _cpu_model()
 
@@ -161,8 +167,14 @@ def build_library(source: str, key_prefix: str) -> ctypes.CDLL:
 
 
 def probe() -> list[Device]:
-    """The host CPU, if a C compiler with OpenMP is on PATH."""
+    """The host CPU, if a C compiler with OpenMP is on PATH: one device, or `c.devices` (config) devices that split
+    the cores between them (so sharding across devices can be tested on one CPU)."""
+    from ember.backends.config import CONFIG
+
     compiler = os.environ.get("CC", "cc")
     if shutil.which(compiler) is None:
         raise BackendUnavailable(f"no C compiler: '{compiler}' is not on PATH (install gcc or set CC)")
-    return [CDevice("c:0")]
+    if CONFIG.c_devices == 1:
+        return [CDevice("c:0")]
+    threads = max(1, (os.cpu_count() or 1) // CONFIG.c_devices)
+    return [CDevice(f"c:{index}", threads) for index in range(CONFIG.c_devices)]

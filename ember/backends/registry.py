@@ -53,6 +53,13 @@ class Registry:
             raise BackendUnavailable(f"backend '{backend}' is not available: {self.unavailable[backend]}")
         if backend not in self.modules:
             raise DeviceError(f"unknown backend '{backend}'; known backends: {', '.join(self.backend_names())}")
+        from ember.backends.config import CONFIG
+
+        if CONFIG.enabled_backends is not None and backend not in CONFIG.enabled_backends and backend != "dummy":
+            self.unavailable[backend] = f"disabled by the configuration ({CONFIG.source}); enabled: " + ", ".join(
+                CONFIG.enabled_backends
+            )
+            raise BackendUnavailable(f"backend '{backend}' is not available: {self.unavailable[backend]}")
         source = self.modules[backend]
         try:
             module = source.load() if hasattr(source, "load") else importlib.import_module(source)
@@ -68,6 +75,10 @@ class Registry:
             if __import__("os").environ.get("EMBER_DEBUG"):
                 traceback.print_exc()
             raise BackendUnavailable(f"backend '{backend}' is not available: {reason}") from None
+        for device in devices:
+            limit = CONFIG.pool_limits.get(device.name)
+            if limit is not None:
+                device.pool.limit_bytes = limit
         self.devices[backend] = devices
         return devices
 

@@ -21,7 +21,9 @@ def set_default_device(device: Any) -> None:
 
 def get_default_device() -> str:
     if DefaultDevice.name is None:
-        requested = os.environ.get("EMBER_DEVICE")
+        from ember.backends.config import CONFIG
+
+        requested = CONFIG.default_device
         if requested:
             DefaultDevice.name = resolve_device(requested)
         else:

@@ -1,0 +1,129 @@
+"""ember's configuration: a TOML file in the user config directory, overridden by EMBER_* environment variables.
+
+```toml
+# ~/.config/ember/config.toml  (or the file named by EMBER_CONFIG)
+[backends]
+enabled = ["c", "opencl"]      # EMBER_BACKENDS=c,opencl      (default: every backend)
+default_device = "c"           # EMBER_DEVICE=c               (default: the first available of c, opencl, wgpu, cuda)
+
+[pools]                        # EMBER_POOL_LIMITS="c:0=2GB,opencl:0=512MB"
+"c:0" = "2GB"
+
+[c]
+devices = 1                    # EMBER_C_DEVICES=2: split the CPU cores into that many c devices
+
+[sharding]
+auto = false                   # EMBER_AUTO_SHARD=1: split large kernels across devices
+```
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ember.core.errors import EmberError
+
+_UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3}
+
+
+class ConfigError(EmberError, ValueError):
+    """A configuration file or EMBER_* variable that ember cannot use; the message names it and what is valid."""
+
+
+def parse_bytes(text: Any, where: str) -> int:
+    """'2GB', '512MiB', '1000' or an int as a byte count."""
+    if isinstance(text, int) and text >= 0:
+        return text
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]I?B|B)?\s*", str(text), flags=re.IGNORECASE)
+    if not match:
+        raise ConfigError(f"{where}: {text!r} is not a byte size; use e.g. 1000, '512MB' or '2GiB'")
+    return int(float(match.group(1)) * _UNITS[(match.group(2) or "").upper()])
+
+
+@dataclass
+class Config:
+    """The effective configuration (file, then environment)."""
+
+    source: str = "defaults"
+    enabled_backends: list[str] | None = None  # None: all
+    default_device: str | None = None
+    pool_limits: dict[str, int] = field(default_factory=dict)
+    c_devices: int = 1
+    auto_shard: bool = False
+
+    def describe(self) -> list[str]:
+        return [
+            f"config source: {self.source}",
+            f"enabled backends: {', '.join(self.enabled_backends) if self.enabled_backends else 'all'}",
+            f"default device: {self.default_device or 'first available'}",
+            "pool limits: " + (", ".join(f"{k}={v} bytes" for k, v in self.pool_limits.items()) or "none"),
+            f"c devices: {self.c_devices}",
+            f"automatic sharding: {'on' if self.auto_shard else 'off'}",
+        ]
+
+
+def config_path() -> Path:
+    if os.environ.get("EMBER_CONFIG"):
+        return Path(os.environ["EMBER_CONFIG"])
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base, "ember", "config.toml")
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise ConfigError(f"{path}: reading TOML on Python 3.10 needs the 'tomli' package") from None
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+
+
+def load_config() -> Config:
+    """Read the config file (if any) and apply the EMBER_* environment variables on top."""
+    config = Config()
+    path = config_path()
+    if path.exists():
+        data = _read_file(path)
+        config.source = str(path)
+        backends = data.get("backends", {})
+        if "enabled" in backends:
+            if not isinstance(backends["enabled"], list):
+                raise ConfigError(f"{path}: backends.enabled must be a list of backend names")
+            config.enabled_backends = [str(name) for name in backends["enabled"]]
+        config.default_device = backends.get("default_device")
+        for device, limit in data.get("pools", {}).items():
+            config.pool_limits[str(device)] = parse_bytes(limit, f"{path}: pools.{device}")
+        config.c_devices = int(data.get("c", {}).get("devices", 1))
+        config.auto_shard = bool(data.get("sharding", {}).get("auto", False))
+    environment = os.environ
+    if environment.get("EMBER_BACKENDS"):
+        config.enabled_backends = [name.strip() for name in environment["EMBER_BACKENDS"].split(",") if name.strip()]
+        config.source += " + environment"
+    if environment.get("EMBER_DEVICE"):
+        config.default_device = environment["EMBER_DEVICE"]
+    if environment.get("EMBER_POOL_LIMITS"):
+        for item in environment["EMBER_POOL_LIMITS"].split(","):
+            device, _, limit = item.partition("=")
+            if not limit:
+                raise ConfigError(f"EMBER_POOL_LIMITS: {item!r} is not device=size (e.g. c:0=2GB)")
+            config.pool_limits[device.strip()] = parse_bytes(limit, f"EMBER_POOL_LIMITS ({device.strip()})")
+    if environment.get("EMBER_C_DEVICES"):
+        config.c_devices = int(environment["EMBER_C_DEVICES"])
+    if environment.get("EMBER_AUTO_SHARD"):
+        config.auto_shard = environment["EMBER_AUTO_SHARD"] not in ("0", "", "false")
+    if config.c_devices < 1:
+        raise ConfigError(f"c devices must be at least 1, got {config.c_devices}")
+    return config
+
+
+CONFIG = load_config()
