@@ -1,0 +1,228 @@
+"""exp2, log2 and sin built from primitive IR ops, for targets whose own are missing (f64 on GPUs) or inaccurate.
+
+A renderer calls `expand_math(kernel, wanted)` before rendering: every EXP2/LOG2/SIN node whose (op, dtype) is in
+`wanted` is replaced by a polynomial after range reduction, written with ADD/MUL/TRUNC/BITCAST/shifts only, so the
+same expansion runs (and is tested) on the C backend. Accuracy, measured against numpy in tests/test_wgpu.py:
+exp2 and log2 within a few ulp over the whole range; sin within a few ulp for |x| < 8192 (float32) and
+|x| < 1e6 (float64); beyond, the error grows until the result is meaningless (but stays in [-1, 1]): the
+reduction is Cody-Waite's, without Payne-Hanek's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from ember.core import dtype as dtypes
+from ember.core.dtype import DType
+from ember.core.ops import Op
+from ember.ir.ir import Builder, IRNode, IROp, KernelIR
+
+MathOps = frozenset[tuple[Op, DType]]
+
+
+class _Float:
+    """Arithmetic on IR nodes of one float dtype, with the integer type of the same width for bit tricks."""
+
+    def __init__(self, builder: Builder, dtype: DType) -> None:
+        self.b = builder
+        self.dtype = dtype
+        wide = dtype == dtypes.float64
+        self.integer = dtypes.int64 if wide else dtypes.int32
+        self.mantissa_bits = 52 if wide else 23
+        self.bias = 1023 if wide else 127
+
+    def const(self, value: float) -> IRNode:
+        return self.b.const(value, self.dtype)
+
+    def int_const(self, value: int) -> IRNode:
+        return self.b.const(value, self.integer)
+
+    def op(self, op: Op, *srcs: IRNode) -> IRNode:
+        dtype = dtypes.bool_ if op in (Op.CMPLT, Op.CMPEQ) else srcs[-1].dtype
+        return self.b.alu(op, dtype, *srcs)
+
+    def node(self, value: IRNode | float) -> IRNode:
+        return value if isinstance(value, IRNode) else self.const(value)
+
+    def add(self, a: IRNode, b: IRNode | float) -> IRNode:
+        return self.op(Op.ADD, a, self.node(b))
+
+    def sub(self, a: IRNode, b: IRNode | float) -> IRNode:
+        return self.op(Op.SUB, a, self.node(b))
+
+    def mul(self, a: IRNode, b: IRNode | float) -> IRNode:
+        return self.op(Op.MUL, a, self.node(b))
+
+    def less(self, a: IRNode | float, b: IRNode | float) -> IRNode:
+        return self.op(Op.CMPLT, self.node(a), self.node(b))
+
+    def equal(self, a: IRNode, b: IRNode | float) -> IRNode:
+        return self.op(Op.CMPEQ, a, self.node(b))
+
+    def where(self, condition: IRNode, if_true: IRNode | float, if_false: IRNode | float) -> IRNode:
+        if_true, if_false = self.node(if_true), self.node(if_false)
+        return self.b.alu(Op.WHERE, if_true.dtype, condition, if_true, if_false)
+
+    def is_nan(self, x: IRNode) -> IRNode:
+        return self.b.alu(Op.NOT, dtypes.bool_, self.equal(x, x))
+
+    def polynomial(self, x: IRNode, coefficients: Iterable[float]) -> IRNode:
+        """c0 + c1*x + c2*x^2 + ... by Horner's rule."""
+        coefficients = list(coefficients)
+        result = self.const(coefficients[-1])
+        for coefficient in reversed(coefficients[:-1]):
+            result = self.add(self.mul(result, x), coefficient)
+        return result
+
+    def round_half_away(self, x: IRNode) -> IRNode:
+        """The nearest integer (halves away from zero), as a float; TRUNC is the only rounding primitive."""
+        return self.b.alu(Op.TRUNC, self.dtype, self.add(x, self.where(self.less(x, 0.0), -0.5, 0.5)))
+
+    def power_of_two(self, exponent: IRNode) -> IRNode:
+        """2**exponent for an integer node in the normal exponent range, built from its bits."""
+        biased = self.b.alu(Op.ADD, self.integer, exponent, self.int_const(self.bias))
+        shifted = self.b.alu(Op.SHL, self.integer, biased, self.int_const(self.mantissa_bits))
+        return self.b.alu(Op.BITCAST, self.dtype, shifted)
+
+
+def exp2(f: _Float, x: IRNode) -> IRNode:
+    """2**x: x = k + r with |r| <= 1/2, 2**r by its Taylor series, 2**k assembled from exponent bits in two halves
+    (so results down to the smallest subnormal and up to overflow come out right)."""
+    lowest, highest = -(f.bias + f.mantissa_bits + 2), f.bias + 1
+    clamped = f.where(f.less(x, float(lowest)), float(lowest), f.where(f.less(float(highest), x), float(highest), x))
+    k = f.round_half_away(clamped)
+    r = f.sub(clamped, k)
+    terms = 14 if f.dtype == dtypes.float64 else 8
+    series = f.polynomial(r, [math.log(2) ** n / math.factorial(n) for n in range(terms)])
+    k_int = f.b.alu(Op.CAST, f.integer, k)
+    first_half = f.b.alu(Op.SHR, f.integer, k_int, f.int_const(1))
+    second_half = f.b.alu(Op.SUB, f.integer, k_int, first_half)
+    result = f.mul(f.mul(series, f.power_of_two(first_half)), f.power_of_two(second_half))
+    return f.where(f.is_nan(x), x, result)
+
+
+def log2(f: _Float, x: IRNode) -> IRNode:
+    """log2(x): x = m * 2**e with m in [sqrt(1/2), sqrt(2)), log2(m) = 2/ln2 * atanh(s), s = (m-1)/(m+1)."""
+    wide = f.dtype == dtypes.float64
+    subnormal_scale = 54 if wide else 24
+    smallest_normal = 2.0 ** (1 - f.bias)
+    is_subnormal = f.less(x, smallest_normal)
+    scaled = f.where(is_subnormal, f.mul(x, 2.0**subnormal_scale), x)
+    bits = f.b.alu(Op.BITCAST, f.integer, scaled)
+    exponent_bits = f.b.alu(Op.SHR, f.integer, bits, f.int_const(f.mantissa_bits))
+    exponent = f.b.alu(Op.ADD, f.integer, exponent_bits, f.int_const(-f.bias))
+    exponent = f.b.alu(Op.WHERE, f.integer, is_subnormal,
+                       f.b.alu(Op.ADD, f.integer, exponent, f.int_const(-subnormal_scale)), exponent)
+    mantissa_mask = (1 << f.mantissa_bits) - 1
+    mantissa_bits = f.b.alu(Op.OR, f.integer, f.b.alu(Op.AND, f.integer, bits, f.int_const(mantissa_mask)),
+                            f.int_const(f.bias << f.mantissa_bits))
+    mantissa = f.b.alu(Op.BITCAST, f.dtype, mantissa_bits)
+    above = f.less(math.sqrt(2.0), mantissa)
+    mantissa = f.where(above, f.mul(mantissa, 0.5), mantissa)
+    exponent = f.b.alu(Op.WHERE, f.integer, above, f.b.alu(Op.ADD, f.integer, exponent, f.int_const(1)), exponent)
+    s = f.op(Op.DIV, f.sub(mantissa, 1.0), f.add(mantissa, 1.0))
+    z = f.mul(s, s)
+    terms = 12 if wide else 6
+    series = f.polynomial(z, [2.0 / math.log(2) / (2 * n + 1) for n in range(terms)])
+    result = f.add(f.b.alu(Op.CAST, f.dtype, exponent), f.mul(s, series))
+    result = f.where(f.equal(x, math.inf), math.inf, result)
+    result = f.where(f.equal(x, 0.0), -math.inf, result)
+    result = f.where(f.less(x, 0.0), math.nan, result)
+    return f.where(f.is_nan(x), x, result)
+
+
+# pi/2 split so that k * part is exact for the k a reduction meets (fdlibm's and Cephes' constants)
+_HALF_PI_PARTS = {
+    dtypes.float64: (1.57079632673412561417e00, 6.07710050630396597660e-11, 2.02226624879595063154e-21),
+    dtypes.float32: (1.5703125, 4.837512969970703125e-4, 7.54978995489188216e-8),
+}
+
+
+def sin(f: _Float, x: IRNode) -> IRNode:
+    """sin(x): x = k*pi/2 + r with |r| <= pi/4 (Cody-Waite), then +-sin(r) or +-cos(r) by the quadrant k mod 4."""
+    wide = f.dtype == dtypes.float64
+    k = f.round_half_away(f.mul(x, 2.0 / math.pi))
+    r = x
+    for part in _HALF_PI_PARTS[f.dtype]:
+        r = f.sub(r, f.mul(k, part))
+    z = f.mul(r, r)
+    sin_terms, cos_terms = (9, 10) if wide else (5, 6)
+    sin_series = f.polynomial(z, [(-1) ** n / math.factorial(2 * n + 1) for n in range(sin_terms)])
+    cos_series = f.polynomial(z, [(-1) ** n / math.factorial(2 * n) for n in range(cos_terms)])
+    sin_r = f.mul(r, sin_series)
+    quadrant = f.b.alu(Op.AND, f.integer, f.b.alu(Op.CAST, f.integer, k), f.int_const(3))
+
+    def in_quadrant(number: int) -> IRNode:
+        return f.b.alu(Op.CMPEQ, dtypes.bool_, quadrant, f.int_const(number))
+
+    negative_sin = f.op(Op.NEG, sin_r)
+    negative_cos = f.op(Op.NEG, cos_series)
+    result = f.where(in_quadrant(0), sin_r, f.where(in_quadrant(1), cos_series,
+                                                    f.where(in_quadrant(2), negative_sin, negative_cos)))
+    # far beyond the accurate range the reduction fails; keep the (meaningless) result inside [-1, 1]
+    return f.where(f.less(1.0, result), 1.0, f.where(f.less(result, -1.0), -1.0, result))
+
+
+EXPANSIONS = {Op.EXP2: exp2, Op.LOG2: log2, Op.SIN: sin}
+
+
+def expand_math(kernel: KernelIR, wanted: MathOps) -> KernelIR:
+    """The kernel with each EXP2/LOG2/SIN whose (op, dtype) is in `wanted` replaced by its expansion."""
+    if not wanted or not _uses(kernel.sink, wanted):
+        return kernel
+    builder = Builder()
+    rebuilt: dict[int, IRNode] = {}
+    for node in _topological(kernel.sink):
+        srcs = [rebuilt[id(src)] for src in node.srcs]
+        rebuilt[id(node)] = _rebuild(builder, node, srcs, wanted)
+    builder.loop_count = max(builder.loop_count, _loop_count(kernel.sink))
+    return KernelIR(kernel.name, kernel.params, kernel.global_size, rebuilt[id(kernel.sink)], kernel.index_dtype)
+
+
+def _rebuild(builder: Builder, node: IRNode, srcs: list[IRNode], wanted: MathOps) -> IRNode:
+    op = node.op
+    if op is IROp.CONST:
+        return builder.const(node.arg, node.dtype)
+    if op is IROp.PARAM:
+        return builder.param(node.arg[0], node.dtype, node.arg[1])
+    if op is IROp.GLOBAL_ID:
+        return builder.global_id(node.arg, node.dtype)
+    if op is IROp.RANGE:
+        return builder._make(IROp.RANGE, node.dtype, (), node.arg, node.minimum, node.maximum)
+    if op is IROp.LOAD:
+        return builder.load(srcs[0], srcs[1], srcs[2] if len(srcs) == 3 else None)
+    if op is IROp.STORE:
+        return builder.store(*srcs)
+    if op is IROp.REDUCE:
+        return builder.reduce(node.arg, srcs[0], tuple(srcs[1:]))
+    if op is IROp.SINK:
+        return builder.sink(srcs)
+    if (op, node.dtype) in wanted:
+        return EXPANSIONS[op](_Float(builder, node.dtype), srcs[0])
+    return builder.alu(op, node.dtype, *srcs, arg=node.arg)
+
+
+def _topological(sink: IRNode) -> list[IRNode]:
+    order: list[IRNode] = []
+    seen: set[int] = set()
+    stack: list[tuple[IRNode, bool]] = [(sink, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((src, False) for src in node.srcs)
+    return order
+
+
+def _uses(sink: IRNode, wanted: MathOps) -> bool:
+    return any((node.op, node.dtype) in wanted for node in _topological(sink))
+
+
+def _loop_count(sink: IRNode) -> int:
+    return max((node.arg[0] for node in _topological(sink) if node.op is IROp.RANGE), default=0)

@@ -1,0 +1,211 @@
+"""The `wgpu` backend: kernel IR to WGSL, run through wgpu-py (WebGPU on Vulkan, Metal or D3D12; on a CPU, Mesa's
+lavapipe). The wgpu package is imported only when the backend is probed."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program
+from ember.backends.wgsl import WGSLRenderer
+from ember.core import dtype as dtypes
+from ember.core.errors import BackendUnavailable, CompileError, DeviceError
+from ember.ir.ir import KernelIR
+
+# Adapter limits ember asks for in full (WebGPU's defaults are far lower than what adapters give).
+REQUESTED_LIMITS = ("max-storage-buffer-binding-size", "max-buffer-size", "max-storage-buffers-per-shader-stage",
+                    "max-compute-workgroups-per-dimension", "max-bindings-per-bind-group")
+NATIVE_FEATURES = ("shader-int64", "shader-f64")  # wgpu-native extensions beyond WebGPU
+PORTABLE_ENVIRONMENT = "EMBER_WGPU_PORTABLE"  # "1": standard WebGPU only (no i64/u64/f64), as in a browser
+
+
+def wait_idle(device: Any) -> None:
+    """Block until the GPU has finished everything submitted to the device's queue."""
+    poll = getattr(device, "_poll_wait", None)  # wgpuDevicePoll(wait=True)
+    if poll is not None:
+        poll()
+    else:  # a read maps a buffer, which waits for the queue (queue.on_submitted_work_done_sync is broken in 0.32)
+        device.queue.read_buffer(device.create_buffer(size=4, usage=0x0004 | 0x0001), 0, 4)
+
+
+class WGPUEvent(Event):
+    """Completion of the work submitted to a device's queue up to some point."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self.finished = False
+
+    def wait(self) -> None:
+        if not self.finished:
+            wait_idle(self.device)
+            self.finished = True
+
+    @property
+    def done(self) -> bool:
+        return self.finished
+
+
+class WGPUMemoryPool(MemoryPool):
+    """GPU buffers (storage, copy source and destination), sizes rounded up to whole 4-byte words."""
+
+    def __init__(self, name: str, device: Any, max_buffer_bytes: int) -> None:
+        super().__init__(name)
+        self.device = device
+        self.max_buffer_bytes = max_buffer_bytes
+
+    def alloc(self, nbytes: int) -> Any:
+        import wgpu
+
+        if nbytes > self.max_buffer_bytes:
+            raise DeviceError(
+                f"{self.name} cannot hold a buffer of {nbytes} bytes: the adapter binds at most "
+                f"{self.max_buffer_bytes} bytes per buffer; use a smaller tensor or another device"
+            )
+        usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        return self.device.create_buffer(size=_whole_words(nbytes), usage=usage)
+
+    def free(self, handle: Any) -> None:
+        handle.destroy()
+
+    def copy_in(self, handle: Any, source: memoryview) -> None:
+        data = bytes(source)
+        padding = _whole_words(len(data)) - len(data)
+        self.device.queue.write_buffer(handle, 0, data + bytes(padding) if padding else data)
+
+    def copy_out(self, destination: memoryview, handle: Any) -> None:
+        size = len(destination)
+        if size:
+            destination[:] = self.device.queue.read_buffer(handle, 0, _whole_words(size))[:size]
+
+
+def _whole_words(nbytes: int) -> int:
+    return max(4, (nbytes + 3) // 4 * 4)
+
+
+class WGPUProgram(Program):
+    """A compute pipeline with its shader module and bind group layout, built once; a launch only binds buffers."""
+
+    def __init__(self, device: Any, source: str, kernel: KernelIR, dispatch: tuple[int, int, int]) -> None:
+        import wgpu
+
+        self.device = device
+        self.dispatch = dispatch
+        self.module = device.create_shader_module(code=source)
+        entries = [
+            {
+                "binding": param.position,
+                "visibility": wgpu.ShaderStage.COMPUTE,
+                "buffer": {"type": wgpu.BufferBindingType.storage if param.is_output
+                           else wgpu.BufferBindingType.read_only_storage},
+            }
+            for param in kernel.params
+        ]
+        self.bind_group_layout = device.create_bind_group_layout(entries=entries)
+        layout = device.create_pipeline_layout(bind_group_layouts=[self.bind_group_layout])
+        self.pipeline = device.create_compute_pipeline(
+            layout=layout, compute={"module": self.module, "entry_point": kernel.name}
+        )
+
+    def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
+        # one queue executes in submission order, so earlier launches need no explicit wait
+        bind_group = self.device.create_bind_group(
+            layout=self.bind_group_layout,
+            entries=[{"binding": position, "resource": {"buffer": buffer}} for position, buffer in enumerate(buffers)],
+        )
+        encoder = self.device.create_command_encoder()
+        compute_pass = encoder.begin_compute_pass()
+        compute_pass.set_pipeline(self.pipeline)
+        compute_pass.set_bind_group(0, bind_group)
+        compute_pass.dispatch_workgroups(*self.dispatch)
+        compute_pass.end()
+        self.device.queue.submit([encoder.finish()])
+        return WGPUEvent(self.device)
+
+
+class WGPUDevice(Device):
+    """One WebGPU adapter. i64/u64/f64 are used when the adapter offers wgpu-native's shader-int64/shader-f64
+    (unless EMBER_WGPU_PORTABLE=1); otherwise kernels on those dtypes are refused by the capability table."""
+
+    def __init__(self, adapter: Any, name: str = "wgpu:0", portable: bool | None = None) -> None:
+        if portable is None:
+            portable = os.environ.get(PORTABLE_ENVIRONMENT, "0") not in ("", "0")
+        offered = set(adapter.features)
+        features = [] if portable else [feature for feature in NATIVE_FEATURES if feature in offered]
+        limits = {key: adapter.limits[key] for key in REQUESTED_LIMITS if key in adapter.limits}
+        self.adapter = adapter
+        self.device = adapter.request_device_sync(required_features=features, required_limits=limits)
+        self.name = name
+        int64 = "shader-int64" in features
+        float64 = int64 and "shader-f64" in features  # the f64 math expansions work on i64 bits
+        unsupported = set()
+        if not int64:
+            unsupported |= {dtypes.int64, dtypes.uint64}
+        if not float64:
+            unsupported.add(dtypes.float64)
+        adapter_info = adapter.info
+        self.info = DeviceInfo(
+            compute_units=(os.cpu_count() or 1) if adapter_info.get("adapter_type") == "CPU" else 1,
+            max_global_size=2**31 - 1,
+            max_local_size=adapter.limits.get("max-compute-invocations-per-workgroup", 256),
+            local_memory_bytes=adapter.limits.get("max-compute-workgroup-storage-size", 16384),
+            preferred_vector_width=4,
+            supported_dtypes=frozenset(dtypes.ALL_DTYPES) - unsupported,
+            extra={
+                "adapter": f"{adapter_info.get('device', '')} ({adapter_info.get('backend_type', '')})",
+                "max_buffers_per_kernel": limits.get("max-storage-buffers-per-shader-stage", 8),
+                "features": sorted(features),
+            },
+        )
+        max_buffer_bytes = min(limits.get("max-storage-buffer-binding-size", 2**27), limits.get("max-buffer-size", 2**28))
+        self.pool = WGPUMemoryPool(name, self.device, max_buffer_bytes)
+        self.renderer = WGSLRenderer(int64=int64, float64=float64)
+        self._programs: dict[str, WGPUProgram] = {}
+
+    def render(self, kernel: KernelIR) -> str:
+        return self.renderer.render(kernel)
+
+    def compile(self, kernel: KernelIR) -> Program:
+        source = self.render(kernel)
+        program = self._programs.get(source)
+        if program is None:
+            limit = self.info.extra["max_buffers_per_kernel"]
+            if len(kernel.params) > limit:
+                raise CompileError(
+                    f"kernel {kernel.name} has {len(kernel.params)} buffers; {self.name} binds at most {limit} "
+                    f"per kernel (realize some inputs first)"
+                )
+            try:
+                program = WGPUProgram(self.device, source, kernel, self.renderer.dispatch_size(kernel.global_size))
+            except Exception as error:  # wgpu raises its own validation error types
+                raise CompileError(f"wgpu rejected a kernel: {error}\n--- source ---\n{source}") from None
+            self._programs[source] = program
+        return program
+
+    def synchronize(self) -> None:
+        wait_idle(self.device)
+
+
+def request_adapter() -> Any:
+    """The best WebGPU adapter, or BackendUnavailable saying what is missing."""
+    os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # Mesa's Vulkan loader warns without it
+    try:
+        import wgpu
+    except ImportError as error:
+        raise BackendUnavailable(f"the wgpu package is not installed (pip install wgpu): {error}") from None
+    try:
+        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    except Exception as error:  # noqa: BLE001 - wgpu-native reports a missing driver in many ways
+        adapter, reason = None, f"{type(error).__name__}: {error}"
+    else:
+        reason = "wgpu found no adapter"
+    if adapter is None:
+        raise BackendUnavailable(
+            f"no WebGPU adapter ({reason}); on a machine without a GPU install Mesa's lavapipe "
+            f"(Debian/Ubuntu: apt install mesa-vulkan-drivers)"
+        )
+    return adapter
+
+
+def probe() -> list[Device]:
+    """The first WebGPU adapter as "wgpu:0"."""
+    return [WGPUDevice(request_adapter(), "wgpu:0")]

@@ -1,0 +1,419 @@
+"""The WGSL renderer: kernel IR to a WebGPU compute shader with one invocation per work item.
+
+WGSL has 32-bit scalars only (64-bit ones through wgpu-native's shader-int64/shader-f64 extensions). Types of 1 and
+2 bytes are stored packed in u32 words: loads extract their bits, stores merge them with two atomics (other
+invocations own the other bytes of the word). In registers, int8/int16 live in i32 and uint8/uint16 in u32,
+wrapped back to their width after every op that can overflow; float16 and bfloat16 live in f32 and are rounded
+through explicit bit conversions. NaN is tested on bits (`ember_isnan_*`), never with `x != x`: WGSL lets a
+compiler assume floats are finite, and Mesa does fold `x != x` to false.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable
+
+from ember.backends.libm import expand_math
+from ember.core import dtype as dtypes
+from ember.core.dtype import DType
+from ember.core.errors import CompileError
+from ember.core.ops import ELEMENTWISE_OPS, Op
+from ember.ir.ir import IRNode, IROp, KernelIR
+from ember.ir.linearize import linearize
+
+WORKGROUP_SIZE = 64
+MAX_WORKGROUPS_PER_DIMENSION = 65535
+
+PACKED_DTYPES = frozenset({dtypes.bool_, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.float16,
+                           dtypes.bfloat16})
+VALUE_TYPES: dict[DType, str] = {
+    dtypes.bool_: "bool", dtypes.int8: "i32", dtypes.int16: "i32", dtypes.int32: "i32", dtypes.int64: "i64",
+    dtypes.uint8: "u32", dtypes.uint16: "u32", dtypes.uint32: "u32", dtypes.uint64: "u64",
+    dtypes.float16: "f32", dtypes.bfloat16: "f32", dtypes.float32: "f32", dtypes.float64: "f64",
+}
+WRAPPING_OPS = frozenset({Op.NEG, Op.NOT, Op.ADD, Op.SUB, Op.MUL, Op.IDIV, Op.SHL, Op.CAST, Op.BITCAST})
+# Mesa's log2 is off by 2^-21 near 1 and its sin by whole units beyond |x| ~ 1e3; WGSL has no f64 transcendentals
+EXPANDED_MATH = frozenset({(Op.LOG2, dtypes.float32), (Op.SIN, dtypes.float32), (Op.EXP2, dtypes.float64),
+                           (Op.LOG2, dtypes.float64), (Op.SIN, dtypes.float64)})
+
+Template = Callable[[list[str], DType, DType], str]  # (operands, result dtype, operand dtype) -> expression
+
+FLOAT_HELPERS = """fn ember_isnan_{t}(x: {t}) -> bool {{ return (bitcast<{u}>(x) & {abs_mask}) > {inf_bits}; }}
+fn ember_lt_{t}(a: {t}, b: {t}) -> bool {{ return a < b && !ember_isnan_{t}(a) && !ember_isnan_{t}(b); }}
+fn ember_eq_{t}(a: {t}, b: {t}) -> bool {{ return a == b && !ember_isnan_{t}(a) && !ember_isnan_{t}(b); }}
+fn ember_max_{t}(a: {t}, b: {t}) -> {t} {{ return select(b, a, ember_isnan_{t}(a) || (a > b && !ember_isnan_{t}(b))); }}
+fn ember_nonzero_{t}(x: {t}) -> bool {{ return x != {zero} || ember_isnan_{t}(x); }}"""
+FLOAT_HELPER_ARGUMENTS = {
+    "f32": {"t": "f32", "u": "u32", "abs_mask": "0x7fffffffu", "inf_bits": "0x7f800000u", "zero": "0.0f"},
+    "f64": {"t": "f64", "u": "u64", "abs_mask": "0x7ffffffffffffffflu", "inf_bits": "0x7ff0000000000000lu",
+            "zero": "0.0lf"},
+}
+
+PACKING_HELPERS = {
+    "unpack8": """fn ember_unpack_u8(word: u32, index: i32) -> u32 { return (word >> (u32(index & 3) * 8u)) & 0xffu; }
+fn ember_unpack_i8(word: u32, index: i32) -> i32 { return bitcast<i32>(word << (24u - u32(index & 3) * 8u)) >> 24u; }""",
+    "unpack16": """fn ember_unpack_u16(word: u32, index: i32) -> u32 { return (word >> (u32(index & 1) * 16u)) & 0xffffu; }
+fn ember_unpack_i16(word: u32, index: i32) -> i32 { return bitcast<i32>(word << (16u - u32(index & 1) * 16u)) >> 16u; }""",
+    "f16": """fn ember_f16_to_f32(bits: u32) -> f32 {
+  let sign = (bits & 0x8000u) << 16u;
+  let exponent = (bits >> 10u) & 0x1fu;
+  let mantissa = bits & 0x3ffu;
+  if (exponent == 0x1fu) { return bitcast<f32>(sign | 0x7f800000u | (mantissa << 13u)); }
+  if (exponent != 0u) { return bitcast<f32>(sign | ((exponent + 112u) << 23u) | (mantissa << 13u)); }
+  if (mantissa == 0u) { return bitcast<f32>(sign); }
+  let top = firstLeadingBit(mantissa);  // a subnormal half is mantissa * 2^-24: normalize it
+  return bitcast<f32>(sign | ((top + 103u) << 23u) | ((mantissa << (23u - top)) & 0x7fffffu));
+}
+fn ember_f32_to_f16(value: f32) -> u32 {
+  let bits = bitcast<u32>(value);
+  let sign = (bits >> 16u) & 0x8000u;
+  let magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) { return sign | 0x7e00u | ((magnitude >> 13u) & 0x3ffu); }
+  if (magnitude >= 0x477ff000u) { return sign | 0x7c00u; }
+  if (magnitude >= 0x38800000u) { return sign | ((magnitude + 0xfffu + ((magnitude >> 13u) & 1u) - 0x38000000u) >> 13u); }
+  let exponent = magnitude >> 23u;
+  if (exponent < 102u) { return sign; }
+  let mantissa = (magnitude & 0x7fffffu) | 0x800000u;
+  let shift = 126u - exponent;
+  let half = 1u << (shift - 1u);
+  let rest = mantissa & ((1u << shift) - 1u);
+  let quotient = mantissa >> shift;
+  return sign | (quotient + select(0u, 1u, rest > half || (rest == half && (quotient & 1u) == 1u)));
+}
+fn ember_round_f16(value: f32) -> f32 { return ember_f16_to_f32(ember_f32_to_f16(value)); }""",
+    "bf16": """fn ember_f32_to_bf16(value: f32) -> u32 {
+  let bits = bitcast<u32>(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) { return (bits >> 16u) | 64u; }
+  return (bits + 0x7fffu + ((bits >> 16u) & 1u)) >> 16u;
+}
+fn ember_round_bf16(value: f32) -> f32 { return bitcast<f32>(ember_f32_to_bf16(value) << 16u); }""",
+}
+HELPER_ORDER = ("f32", "f64", "unpack8", "unpack16", "f16", "bf16")
+
+
+class WGSLRenderer:
+    """Renders kernel IR to WGSL. `int64`/`float64` allow i64/u64/f64 (wgpu-native extensions)."""
+
+    def __init__(self, int64: bool = False, float64: bool = False, workgroup_size: int = WORKGROUP_SIZE) -> None:
+        self.int64 = int64
+        self.float64 = float64
+        self.workgroup_size = workgroup_size
+        self.helpers: set[str] = set()
+        self.alu: dict[Op, Template] = {
+            Op.NEG: self._negate,
+            Op.RECIPROCAL: lambda o, d, s: f"({self.constant(1.0, d)} / {o[0]})",
+            Op.SQRT: lambda o, d, s: f"sqrt({o[0]})",
+            Op.EXP2: lambda o, d, s: f"exp2({o[0]})",
+            Op.LOG2: lambda o, d, s: f"log2({o[0]})",
+            Op.SIN: lambda o, d, s: f"sin({o[0]})",
+            Op.TRUNC: lambda o, d, s: f"trunc({o[0]})",
+            Op.NOT: lambda o, d, s: f"(!{o[0]})" if d.is_bool else f"(~{o[0]})",
+            Op.ADD: lambda o, d, s: f"({o[0]} | {o[1]})" if d.is_bool else f"({o[0]} + {o[1]})",
+            Op.SUB: lambda o, d, s: f"({o[0]} != {o[1]})" if d.is_bool else f"({o[0]} - {o[1]})",
+            Op.MUL: lambda o, d, s: f"({o[0]} & {o[1]})" if d.is_bool else f"({o[0]} * {o[1]})",
+            Op.DIV: lambda o, d, s: f"({o[0]} / {o[1]})",
+            Op.IDIV: lambda o, d, s: f"select({o[0]} / {o[1]}, {self.constant(0, d)}, {o[1]} == {self.constant(0, d)})",
+            Op.MOD: lambda o, d, s: f"select({o[0]} % {o[1]}, {self.constant(0, d)}, {o[1]} == {self.constant(0, d)})",
+            Op.MAX: self._maximum,
+            Op.CMPLT: self._less,
+            Op.CMPEQ: self._equal,
+            Op.AND: lambda o, d, s: f"({o[0]} & {o[1]})",
+            Op.OR: lambda o, d, s: f"({o[0]} | {o[1]})",
+            Op.XOR: lambda o, d, s: f"({o[0]} != {o[1]})" if d.is_bool else f"({o[0]} ^ {o[1]})",
+            Op.SHL: lambda o, d, s: f"({o[0]} << {_as_u32(o[1])})",
+            Op.SHR: lambda o, d, s: f"({o[0]} >> {_as_u32(o[1])})",
+            Op.WHERE: lambda o, d, s: f"select({o[2]}, {o[1]}, {o[0]})",
+            Op.CAST: lambda o, d, s: self.cast(o[0], d, s),
+            Op.BITCAST: lambda o, d, s: self.bitcast(o[0], d, s),
+        }
+        missing = ELEMENTWISE_OPS - self.alu.keys()
+        assert not missing, f"the WGSL ALU table lacks {missing}"
+
+    # ---- types and constants ----------------------------------------------------------------------------------
+
+    def value_type(self, dtype: DType) -> str:
+        if (dtype in (dtypes.int64, dtypes.uint64) and not self.int64) or (dtype == dtypes.float64 and not self.float64):
+            raise CompileError(f"WGSL has no {dtype.name} on this adapter (no shader-int64/shader-f64 feature)")
+        return VALUE_TYPES[dtype]
+
+    def storage_type(self, dtype: DType, is_output: bool) -> str:
+        if dtype in PACKED_DTYPES:
+            return "atomic<u32>" if is_output else "u32"
+        return self.value_type(dtype)
+
+    def constant(self, value: object, dtype: DType) -> str:
+        kind = self.value_type(dtype)
+        if kind == "bool":
+            return "true" if value else "false"
+        if kind in ("f32", "f64"):
+            value = float(value)  # type: ignore[arg-type]
+            smallest_normal = 2.0**-126 if kind == "f32" else 2.0**-1022
+            if math.isfinite(value) and (value == 0.0 or abs(value) >= smallest_normal):
+                text = repr(value)
+                return text + ("f" if kind == "f32" else "lf")
+            if kind == "f32":
+                return f"bitcast<f32>(0x{struct.unpack('<I', struct.pack('<f', value))[0]:08x}u)"
+            return f"bitcast<f64>(0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016x}lu)"
+        value = int(value)  # type: ignore[arg-type]
+        if kind == "i32":
+            return f"{value}i" if value > -(2**31) else "(-2147483647i - 1i)"
+        if kind == "i64":
+            return f"{value}li" if value > -(2**63) else "(-9223372036854775807li - 1li)"
+        return f"{value}u" if kind == "u32" else f"{value}lu"
+
+    def wrap(self, expression: str, dtype: DType) -> str:
+        """An i32/u32 expression brought back to the range of an 8- or 16-bit integer dtype."""
+        if dtype == dtypes.int8:
+            return f"(({expression} << 24u) >> 24u)"
+        if dtype == dtypes.int16:
+            return f"(({expression} << 16u) >> 16u)"
+        if dtype == dtypes.uint8:
+            return f"({expression} & 0xffu)"
+        if dtype == dtypes.uint16:
+            return f"({expression} & 0xffffu)"
+        return expression
+
+    def _float_helper(self, dtype: DType) -> str:
+        kind = self.value_type(dtype)
+        self.helpers.add(kind)
+        return kind
+
+    # ---- ALU templates that depend on the dtype ---------------------------------------------------------------
+
+    def _negate(self, operands: list[str], dtype: DType, _: DType) -> str:
+        if dtype.is_unsigned:
+            return f"({self.constant(0, dtype)} - {operands[0]})"
+        return f"(-{operands[0]})"
+
+    def _maximum(self, operands: list[str], dtype: DType, _: DType) -> str:
+        a, b = operands
+        if dtype.is_bool:
+            return f"({a} | {b})"
+        if dtype.is_float:
+            return f"ember_max_{self._float_helper(dtype)}({a}, {b})"
+        return f"max({a}, {b})"
+
+    def _less(self, operands: list[str], _: DType, source: DType) -> str:
+        a, b = operands
+        if source.is_bool:
+            return f"(!{a} & {b})"
+        if source.is_float:
+            return f"ember_lt_{self._float_helper(source)}({a}, {b})"
+        return f"({a} < {b})"
+
+    def _equal(self, operands: list[str], _: DType, source: DType) -> str:
+        if source.is_float:
+            return f"ember_eq_{self._float_helper(source)}({operands[0]}, {operands[1]})"
+        return f"({operands[0]} == {operands[1]})"
+
+    def cast(self, value: str, dtype: DType, source: DType) -> str:
+        """A value conversion with C's semantics (float to int truncates; to a narrow int wraps)."""
+        if dtype.is_bool:
+            if source.is_float:
+                return f"ember_nonzero_{self._float_helper(source)}({value})"
+            return f"({value} != {self.constant(0, source)})"
+        if source.is_bool:
+            return f"select({self.constant(0, dtype)}, {self.constant(1, dtype)}, {value})"
+        if dtype == dtypes.float16:
+            self.helpers.add("f16")
+            return f"ember_round_f16({self._to_f32(value, source)})"
+        if dtype == dtypes.bfloat16:
+            self.helpers.add("bf16")
+            return f"ember_round_bf16({self._to_f32(value, source)})"
+        target = self.value_type(dtype)
+        if dtype.is_float:
+            return value if self.value_type(source) == target else f"{target}({value})"
+        if source.is_float and dtype.is_unsigned and dtype.itemsize < 4:
+            return self.wrap(f"u32(i32({value}))", dtype)  # C: negative floats wrap through int
+        if source.is_int and source.kind == "i" and dtype == dtypes.uint64:
+            return f"u64(i64({value}))"  # sign-extend first, as C does
+        converted = value if self.value_type(source) == target else f"{target}({value})"
+        return self.wrap(converted, dtype)
+
+    def _to_f32(self, value: str, source: DType) -> str:
+        return value if self.value_type(source) == "f32" else f"f32({value})"
+
+    def bitcast(self, value: str, dtype: DType, source: DType) -> str:
+        bits = self._bits_of(value, source)
+        if dtype == dtypes.float16:
+            self.helpers.add("f16")
+            return f"ember_f16_to_f32({bits})"
+        if dtype == dtypes.bfloat16:
+            return f"bitcast<f32>({bits} << 16u)"
+        if dtype.itemsize < 4:
+            return self.wrap(f"bitcast<{self.value_type(dtype)}>({bits})", dtype)
+        return f"bitcast<{self.value_type(dtype)}>({bits})"
+
+    def _bits_of(self, value: str, source: DType) -> str:
+        """The raw bits of a value as u32 (types up to 4 bytes, the upper bits zero) or u64."""
+        if source == dtypes.float16:
+            self.helpers.add("f16")
+            return f"ember_f32_to_f16({value})"
+        if source == dtypes.bfloat16:
+            self.helpers.add("bf16")
+            return f"ember_f32_to_bf16({value})"
+        if source.itemsize < 4:
+            mask = "0xffu" if source.itemsize == 1 else "0xffffu"
+            return f"(bitcast<u32>({value}) & {mask})"
+        return f"bitcast<{'u64' if source.itemsize == 8 else 'u32'}>({value})"
+
+    # ---- memory -----------------------------------------------------------------------------------------------
+
+    def load(self, position: int, dtype: DType, index: str) -> str:
+        array = f"data{position}"
+        if dtype not in PACKED_DTYPES:
+            return f"{array}[{index}]"
+        if dtype.itemsize == 1:
+            self.helpers.add("unpack8")
+            word = f"{array}[{index} >> 2u]"
+            if dtype == dtypes.int8:
+                return f"ember_unpack_i8({word}, {index})"
+            unpacked = f"ember_unpack_u8({word}, {index})"
+            return f"({unpacked} != 0u)" if dtype.is_bool else unpacked
+        self.helpers.add("unpack16")
+        word = f"{array}[{index} >> 1u]"
+        if dtype == dtypes.int16:
+            return f"ember_unpack_i16({word}, {index})"
+        unpacked = f"ember_unpack_u16({word}, {index})"
+        if dtype == dtypes.float16:
+            self.helpers.add("f16")
+            return f"ember_f16_to_f32({unpacked})"
+        if dtype == dtypes.bfloat16:
+            return f"bitcast<f32>({unpacked} << 16u)"
+        return unpacked
+
+    def store(self, position: int, dtype: DType, index: str, value: str, number: int, pad: str) -> list[str]:
+        array = f"data{position}"
+        if dtype not in PACKED_DTYPES:
+            return [f"{pad}{array}[{index}] = {value};"]
+        if dtype.is_bool:
+            bits = f"select(0u, 1u, {value})"
+        elif dtype.is_float:
+            bits = self._bits_of(value, dtype)
+        else:
+            bits = f"(bitcast<u32>({value}) & {'0xffu' if dtype.itemsize == 1 else '0xffffu'})"
+        per_word, width = (4, 8) if dtype.itemsize == 1 else (2, 16)
+        mask = "0xffu" if width == 8 else "0xffffu"
+        return [
+            f"{pad}let word{number} = &{array}[{index} >> {per_word.bit_length() - 1}u];",
+            f"{pad}let shift{number} = u32({index} & {per_word - 1}) * {width}u;",
+            f"{pad}atomicAnd(word{number}, ~({mask} << shift{number}));",
+            f"{pad}atomicOr(word{number}, {bits} << shift{number});",
+        ]
+
+    # ---- the kernel -------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def dispatch_size(global_size: int, workgroup_size: int = WORKGROUP_SIZE) -> tuple[int, int, int]:
+        """Workgroups along x and y (WebGPU allows at most 65535 per dimension)."""
+        groups = max(1, -(-global_size // workgroup_size))
+        if groups <= MAX_WORKGROUPS_PER_DIMENSION:
+            return groups, 1, 1
+        return MAX_WORKGROUPS_PER_DIMENSION, -(-groups // MAX_WORKGROUPS_PER_DIMENSION), 1
+
+    def render(self, kernel: KernelIR) -> str:
+        if kernel.index_dtype != dtypes.int32:
+            raise CompileError(f"kernel {kernel.name} needs 64-bit indices; WGSL buffers are limited to 2**31 bytes")
+        self.helpers = set()
+        kernel = expand_math(kernel, EXPANDED_MATH)
+        names: dict[int, str] = {}
+        body: list[str] = []
+        counter = 0
+        indent = 1
+
+        def operand(node: IRNode) -> str:
+            if node.op is IROp.CONST:
+                return self.constant(node.arg, node.dtype)
+            if node.op is IROp.GLOBAL_ID:
+                return "gid"
+            return names[id(node)]
+
+        for instruction in linearize(kernel.sink):
+            node = instruction.node
+            pad = "  " * indent
+            if instruction.kind == "loop":
+                name = names[id(node)] = f"loop{node.arg[0]}"
+                body.append(f"{pad}for (var {name}: i32 = 0i; {name} < {node.arg[1]}i; {name}++) {{")
+                indent += 1
+            elif instruction.kind == "end_loop":
+                indent -= 1
+                body.append("  " * indent + "}")
+            elif instruction.kind == "define_acc":
+                name = names[id(node)] = f"acc{counter}"
+                counter += 1
+                identity = self.constant(_reduce_identity(node), node.dtype)
+                body.append(f"{pad}var {name}: {self.value_type(node.dtype)} = {identity};")
+            elif instruction.kind == "update_acc":
+                name = names[id(node)]
+                combine = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.REDUCE_MAX: Op.MAX}[node.arg]
+                update = self.alu[combine]([name, operand(node.srcs[0])], node.dtype, node.dtype)
+                if combine in WRAPPING_OPS:
+                    update = self.wrap(update, node.dtype)
+                body.append(f"{pad}{name} = {update};")
+            elif instruction.kind == "store":
+                param, index, value = node.srcs
+                body.extend(self.store(param.arg[0], param.dtype, operand(index), operand(value), counter, pad))
+                counter += 1
+            else:
+                name = names[id(node)] = f"v{counter}"
+                counter += 1
+                body.append(f"{pad}let {name}: {self.value_type(node.dtype)} = {self.expression(node, operand)};")
+
+        declarations = [
+            f"@group(0) @binding({param.position}) var<storage, {'read_write' if param.is_output else 'read'}> "
+            f"data{param.position}: array<{self.storage_type(param.dtype, param.is_output)}>;"
+            for param in kernel.params
+        ]
+        groups = self.dispatch_size(kernel.global_size, self.workgroup_size)
+        if groups[1] == 1:
+            arguments, global_id = "@builtin(global_invocation_id) id: vec3<u32>", "i32(id.x)"
+        else:
+            arguments = "@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>"
+            global_id = f"i32(id.x + id.y * groups.x * {self.workgroup_size}u)"
+        helpers = [
+            FLOAT_HELPERS.format(**FLOAT_HELPER_ARGUMENTS[name]) if name in FLOAT_HELPER_ARGUMENTS
+            else PACKING_HELPERS[name]
+            for name in HELPER_ORDER if name in self.helpers
+        ]
+        lines = [
+            *helpers,
+            *declarations,
+            f"@compute @workgroup_size({self.workgroup_size})",
+            f"fn {kernel.name}({arguments}) {{",
+            f"  let gid = {global_id};",
+            f"  if (gid >= {kernel.global_size}i) {{ return; }}",
+            *body,
+            "}",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        if node.op is IROp.LOAD:
+            param, index = node.srcs[0], node.srcs[1]
+            loaded = self.load(param.arg[0], param.dtype, operand(index))
+            if len(node.srcs) == 3:
+                return f"select({self.constant(0, node.dtype)}, {loaded}, {operand(node.srcs[2])})"
+            return loaded
+        source = node.srcs[1].dtype if node.op is Op.WHERE else node.srcs[0].dtype
+        operands = [operand(src) for src in node.srcs]
+        if node.op in (Op.SHL, Op.SHR) and node.srcs[1].is_const:
+            # a constant shift must be a u32 below the bit width (runtime shifts are taken modulo the width)
+            width = 64 if node.dtype.itemsize == 8 else 32
+            operands[1] = f"{int(node.srcs[1].arg) % width}u"
+        expression = self.alu[node.op](operands, node.dtype, source)
+        if node.op in WRAPPING_OPS and node.op not in (Op.CAST, Op.BITCAST):
+            return self.wrap(expression, node.dtype)
+        return expression
+
+
+def _as_u32(shift: str) -> str:
+    return shift if shift.endswith("u") and shift[:-1].isdigit() else f"u32({shift})"
+
+
+def _reduce_identity(node: IRNode) -> object:
+    if node.arg is Op.SUM:
+        return 0
+    if node.arg is Op.PROD:
+        return 1
+    return dtypes.min_value(node.dtype)
