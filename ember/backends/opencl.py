@@ -33,7 +33,8 @@ ushort ember_float_to_bf16(float value) {
 # float16 is stored as ushort and converted with the core (extension-free) vload_half/vstore_half_rte: kernels
 # compute halves in float32 (see ir/lower.py), so no device needs cl_khr_fp16 for them.
 FLOAT16_HELPERS = """float ember_half_to_float(ushort value) { return vload_half(0, (const __private half*)&value); }
-ushort ember_float_to_half(float value) { ushort bits; vstore_half_rte(value, 0, (__private half*)&bits); return bits; }"""
+ushort ember_float_to_half(float value) {
+  ushort bits; vstore_half_rte(value, 0, (__private half*)&bits); return bits; }"""
 DOUBLE_TO_HALF = """ushort ember_double_to_half(double value) {
   ushort bits; vstore_half_rte(value, 0, (__private half*)&bits); return bits; }"""
 FP64_PRAGMA = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable"
@@ -265,8 +266,9 @@ def read_cache_entry(path: Path) -> bytes | None:
     except OSError:
         return None
     header = len(CACHE_MAGIC) + 32
-    if data[: len(CACHE_MAGIC)] == CACHE_MAGIC and hashlib.sha256(data[header:]).digest() == data[len(CACHE_MAGIC):header]:
-        return data[header:]
+    checksum, binary = data[len(CACHE_MAGIC):header], data[header:]
+    if data[: len(CACHE_MAGIC)] == CACHE_MAGIC and hashlib.sha256(binary).digest() == checksum:
+        return binary
     path.unlink(missing_ok=True)
     return None
 

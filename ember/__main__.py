@@ -1,0 +1,128 @@
+"""The `ember` command line (`python -m ember <command>`): one function per subcommand, registered in build_parser."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import sys
+from typing import Any
+
+# The EMBER_* settings ember reads, with what each does when unset.
+SETTINGS: dict[str, str] = {
+    "EMBER_DEVICE": "the default device (unset: the first available of c, opencl, wgpu, cuda)",
+    "EMBER_DEBUG": "debug output 1..5: realizes, kernels with times, IR, generated source, copies (unset: 0)",
+    "EMBER_NOOPT": "1 disables every optional IR transform (unset: transforms on)",
+    "EMBER_CACHE_DIR": "the disk cache folder (unset: $XDG_CACHE_HOME/ember or ~/.cache/ember)",
+    "EMBER_TEST_DEVICES": "backends the test suite runs on (unset: c,opencl)",
+}
+
+
+def _device_info(device: Any) -> dict[str, Any]:
+    info = dataclasses.asdict(device.info)
+    info["supported_dtypes"] = sorted(dtype.name for dtype in device.info.supported_dtypes)
+    return {"name": device.name, **info}
+
+
+def collect_info() -> dict[str, Any]:
+    """Every backend with its devices or the reason it is unavailable, the default device, and the settings."""
+    import ember
+    from ember.backends.base import cache_directory
+    from ember.backends.registry import REGISTRY
+    from ember.core.errors import EmberError
+    from ember.scheduler.devices import get_default_device
+
+    backends: dict[str, Any] = {}
+    for backend in REGISTRY.backend_names():
+        try:
+            devices = REGISTRY.probe(backend)
+            backends[backend] = {"available": True, "devices": [_device_info(device) for device in devices]}
+        except EmberError:
+            backends[backend] = {"available": False, "reason": REGISTRY.unavailable.get(backend, "unknown")}
+    try:
+        default: str | None = get_default_device()
+        default_reason = ""
+    except EmberError as error:
+        default, default_reason = None, str(error)
+    settings = {name: os.environ.get(name) for name in SETTINGS}
+    settings.update({name: value for name, value in os.environ.items() if name.startswith("EMBER_")})
+    return {
+        "ember": ember.__version__,
+        "python": platform.python_version(),
+        "backends": backends,
+        "default_device": default,
+        "default_device_reason": default_reason,
+        "settings": settings,
+        "cache_directory": str(cache_directory()),
+    }
+
+
+def _dtype_summary(names: list[str]) -> str:
+    from ember.core.dtype import ALL_DTYPES
+
+    missing = [dtype.name for dtype in ALL_DTYPES if dtype.name not in names]
+    return "all" if not missing else f"all but {', '.join(missing)}"
+
+
+def _format_device(device: dict[str, Any]) -> list[str]:
+    extra = dict(device["extra"])
+    title = device["name"]
+    if "device" in extra:
+        title += f"  {extra.pop('device')} ({extra.pop('platform', '')}, {extra.pop('version', '')})"
+    lines = [f"    {title}"]
+    lines.append(f"      compute units {device['compute_units']}, max local size {device['max_local_size']}, "
+                 f"local memory {device['local_memory_bytes']} bytes, max global size {device['max_global_size']}")
+    lines.append(f"      preferred vector width {device['preferred_vector_width']}, native exp2 "
+                 f"{'yes' if device['has_native_exp2'] else 'no'}, runs kernels {'yes' if device['can_run'] else 'no'}")
+    lines.append(f"      dtypes: {_dtype_summary(device['supported_dtypes'])}")
+    for key, value in extra.items():
+        lines.append(f"      {key}: {value}")
+    return lines
+
+
+def command_info(arguments: argparse.Namespace) -> int:
+    """Print the backends, their devices and capabilities, why a backend is unavailable, and the settings."""
+    found = collect_info()
+    if arguments.json:
+        print(json.dumps(found, indent=2, default=str))
+        return 0
+    lines = [f"ember {found['ember']} (Python {found['python']})", "backends:"]
+    for backend, entry in found["backends"].items():
+        if entry["available"]:
+            lines.append(f"  {backend}: {len(entry['devices'])} device(s)")
+            for device in entry["devices"]:
+                lines.extend(_format_device(device))
+        else:
+            lines.append(f"  {backend}: unavailable: {entry['reason']}")
+    default = found["default_device"] or f"none ({found['default_device_reason']})"
+    lines.append(f"default device: {default}")
+    lines.append("settings:")
+    for name, value in found["settings"].items():
+        meaning = SETTINGS.get(name, "")
+        shown = "(unset)" if value is None else repr(value)
+        lines.append(f"  {name}={shown}" + (f"  - {meaning}" if meaning else ""))
+    lines.append(f"cache directory: {found['cache_directory']}")
+    print("\n".join(lines))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; a new subcommand is one `add_parser` here and one `command_<name>` function."""
+    parser = argparse.ArgumentParser(prog="ember", description="ember: lazy tensors, fused kernels, pluggable backends")
+    subcommands = parser.add_subparsers(dest="command", required=True)
+    info = subcommands.add_parser("info", help="list backends, devices and their capabilities, and settings")
+    info.add_argument("--json", action="store_true", help="print the same information as JSON")
+    info.set_defaults(run=command_info)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m ember` and of the `ember` script."""
+    arguments = build_parser().parse_args(argv)
+    return arguments.run(arguments)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

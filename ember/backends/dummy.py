@@ -1,0 +1,166 @@
+"""The `dummy` backend: "dummy:0" accepts every kernel and computes nothing; "dummy:<language>" devices render
+every kernel to a target language and check that it compiles, without running it (scheduler and golden tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program
+from ember.core.dtype import ALL_DTYPES, DType
+from ember.core.errors import BackendUnavailable
+from ember.ir.ir import KernelIR
+
+
+class Renderer(Protocol):
+    def render(self, kernel: KernelIR) -> str: ...
+
+
+CompileCheck = Callable[[str, KernelIR], None]  # (source, kernel) -> None, or raises CompileError
+
+
+@dataclass(frozen=True)
+class RenderTarget:
+    """A language a render-only device produces: how to make its renderer and its compile check.
+
+    `make_check` raises BackendUnavailable when no compiler for the language is installed; the device then only
+    renders, and `python -m ember info` says why.
+    """
+
+    language: str
+    make_renderer: Callable[[], Renderer]
+    make_check: Callable[[], CompileCheck]
+    supported_dtypes: Callable[[], frozenset[DType]] = lambda: frozenset(ALL_DTYPES)
+
+
+def _first_device(backend: str) -> Device:
+    from ember.backends.registry import REGISTRY
+
+    return REGISTRY.probe(backend)[0]  # raises BackendUnavailable with the backend's reason
+
+
+def _c_renderer() -> Renderer:
+    from ember.backends.c import CRenderer
+
+    return CRenderer()
+
+
+def _c_check() -> CompileCheck:
+    from ember.backends.c import build_library, compiler_command
+
+    _first_device("c")  # raises BackendUnavailable saying why there is no C compiler
+    key_prefix = "dummy|" + " ".join(compiler_command())
+
+    def check(source: str, kernel: KernelIR) -> None:
+        build_library(source, key_prefix)  # cached on disk like the c backend's libraries
+
+    return check
+
+
+def _opencl_renderer() -> Renderer:
+    try:
+        return _first_device("opencl").renderer  # type: ignore[attr-defined] - matches the device's extensions
+    except BackendUnavailable:
+        from ember.backends.opencl import OpenCLRenderer
+
+        return OpenCLRenderer()
+
+
+def _opencl_dtypes() -> frozenset[DType]:
+    try:
+        return _first_device("opencl").info.supported_dtypes
+    except BackendUnavailable:
+        return frozenset(ALL_DTYPES)
+
+
+def _opencl_check() -> CompileCheck:
+    device = _first_device("opencl")
+
+    def check(source: str, kernel: KernelIR) -> None:
+        device.build(source)  # type: ignore[attr-defined] - shares the opencl device's program caches
+
+    return check
+
+
+TARGETS: dict[str, RenderTarget] = {
+    "c": RenderTarget("C", _c_renderer, _c_check),
+    "opencl": RenderTarget("OpenCL C", _opencl_renderer, _opencl_check, _opencl_dtypes),
+}
+
+
+class DummyMemoryPool(MemoryPool):
+    """Holds no data: allocations are only counted and every read gives zeros."""
+
+    def alloc(self, nbytes: int) -> Any:
+        return nbytes
+
+    def free(self, handle: Any) -> None:
+        return None
+
+    def copy_in(self, handle: Any, source: memoryview) -> None:
+        return None
+
+    def copy_out(self, destination: memoryview, handle: Any) -> None:
+        destination[:] = bytes(len(destination))
+
+
+class DummyProgram(Program):
+    def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
+        return COMPLETED
+
+
+class DummyDevice(Device):
+    """A device that never runs a kernel. `rendered` lists (kernel name, source) of every kernel compiled on it."""
+
+    def __init__(self, name: str, target: RenderTarget | None = None) -> None:
+        self.name = name
+        self.pool = DummyMemoryPool(name)
+        self.renderer: Renderer | None = None
+        self.render_error = ""
+        self.check: CompileCheck | None = None
+        extra: dict[str, Any] = {"renders": "nothing"}
+        supported = frozenset(ALL_DTYPES)
+        if target is not None:
+            try:
+                self.renderer = target.make_renderer()
+                supported = target.supported_dtypes()
+                extra["renders"] = target.language
+            except Exception as error:  # noqa: BLE001 - a broken renderer module is reported, never fatal
+                self.render_error = f"{type(error).__name__}: {error}"
+                extra["renders"] = f"nothing: the {target.language} renderer failed to load ({self.render_error})"
+            try:
+                self.check = target.make_check()
+                extra["compile_check"] = "yes"
+            except BackendUnavailable as error:
+                extra["compile_check"] = f"no ({error})"
+        self.info = DeviceInfo(supported_dtypes=supported, can_run=False, extra=extra)
+        self.rendered: list[tuple[str, str]] = []
+        self.kernels: list[KernelIR] = []
+
+    def render(self, kernel: KernelIR) -> str:
+        if self.render_error:
+            raise BackendUnavailable(f"{self.name} cannot render kernels: {self.render_error}")
+        return self.renderer.render(kernel) if self.renderer is not None else ""
+
+    def compile(self, kernel: KernelIR) -> Program:
+        source = self.render(kernel)
+        if self.check is not None:
+            self.check(source, kernel)
+        self.rendered.append((kernel.name, source))
+        self.kernels.append(kernel)
+        return DummyProgram()
+
+    def clear(self) -> None:
+        """Forget the kernels rendered so far."""
+        self.rendered.clear()
+        self.kernels.clear()
+
+
+def probe() -> list[Device]:
+    """"dummy:0" .. "dummy:<n-1>" (n from the config, 8 by default, for placement and sharding tests) and one
+    render-only device per target language; always available."""
+    from ember.backends.config import CONFIG
+
+    plain = [DummyDevice(f"dummy:{index}") for index in range(CONFIG.dummy_devices)]
+    return [*plain, *(DummyDevice(f"dummy:{name}", target) for name, target in TARGETS.items())]
