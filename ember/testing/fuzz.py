@@ -1,0 +1,266 @@
+"""The fuzzer: random programs run by ember on a device and by the reference tensor, compared value by value.
+
+Floats are compared with a tolerance that follows the rounding sensitivity of each element: the program also runs
+on the reference with random relative noise of a few units in the last place on every rounding op (Monte Carlo
+arithmetic), and the spread of those runs widens the tolerance where the result is ill-conditioned. Elements whose
+NaN-ness, infinity, integer or boolean value changes between the noisy runs are uncertain and not compared; every
+other integer and boolean element must match exactly, and NaN and infinity positions must match.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis.errors import Flaky, FlakyFailure
+
+from ember.core import dtype as dtypes
+from ember.core.dtype import DType
+from ember.testing.program import Program
+from ember.testing.reference import UNIT_ROUNDOFF, ReferenceTensor, perturbation
+from ember.testing.strategies import ReferenceMaker, programs
+
+NOISE_SCALE = 4.0  # units in the last place of noise per rounding op (covers library functions' ulp errors)
+NOISY_RUNS = 3
+SPREAD_FACTOR = 4.0
+RELATIVE_ULPS = 16.0
+SMALLEST_NORMAL = {dtypes.float16: 6.1e-5, dtypes.bfloat16: 1.2e-38, dtypes.float32: 1.2e-38, dtypes.float64: 2.3e-308}
+
+
+class FuzzMismatch(AssertionError):
+    """ember and the reference disagree on a program (the message holds the program as code)."""
+
+
+class EmberMaker:
+    """Sources as ember tensors on one device."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+    def tensor(self, values: np.ndarray, dtype: DType) -> Any:
+        import ember
+
+        return ember.tensor(values, dtype=dtype, device=self.device)
+
+    def full(self, shape: tuple[int, ...], value: Any, dtype: DType) -> Any:
+        import ember
+
+        return ember.full(shape, value, dtype=dtype, device=self.device)
+
+    def arange(self, count: int, dtype: DType) -> Any:
+        import ember
+
+        return ember.arange(count, dtype=dtype, device=self.device)
+
+
+def device_dtypes(device: str) -> tuple[DType, ...]:
+    """The dtypes a device can run, most interesting first (float32 is what shrinking goes to)."""
+    from ember.scheduler.devices import get_device
+
+    order = (dtypes.float32, dtypes.int32, dtypes.bool_, dtypes.int64, dtypes.float16, dtypes.float64,
+             dtypes.bfloat16, dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.uint16, dtypes.uint32, dtypes.uint64)
+    unsupported = get_device(device).info.unsupported(set(order))
+    return tuple(dtype for dtype in order if dtype not in unsupported)
+
+
+# ---- comparing --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    """The comparison of one output: where it differs (a boolean mask) and why."""
+
+    problem: str = ""
+    bad: np.ndarray | None = None
+    compared: int = 0
+    uncertain: int = 0
+
+
+def compare(actual: np.ndarray, samples: list[np.ndarray], dtype: DType) -> Verdict:
+    """Check ember's values against the exact reference run (samples[0]) and the noisy runs (samples[1:])."""
+    expected = samples[0]
+    if actual.shape != expected.shape:
+        return Verdict(f"shape {actual.shape} != reference {expected.shape}")
+    stack = np.stack([np.asarray(sample) for sample in samples]) if samples else expected[None]
+    if not dtype.is_float:
+        agreed = np.all(stack == stack[0], axis=0)
+        bad = agreed & (actual != expected)
+        return Verdict("values differ" if bad.any() else "", bad, int(agreed.sum()), int((~agreed).sum()))
+    stack = stack.astype(np.float64)
+    got = np.asarray(actual).astype(np.float64)
+    nan = np.isnan(stack)
+    all_nan, any_nan = nan.all(axis=0), nan.any(axis=0)
+    infinite = np.isinf(stack)
+    same_infinity = infinite.all(axis=0) & np.all(stack == stack[0], axis=0)
+    any_infinite = infinite.any(axis=0)
+    finite = ~any_nan & ~any_infinite
+    uncertain = (any_nan & ~all_nan) | (any_infinite & ~same_infinity)
+    with np.errstate(all="ignore"):
+        low = np.where(finite, stack.min(axis=0), 0.0)
+        high = np.where(finite, stack.max(axis=0), 0.0)
+        center = np.where(finite, stack[0], 0.0)
+        unit = UNIT_ROUNDOFF[dtype]
+        tolerance = SMALLEST_NORMAL[dtype] + RELATIVE_ULPS * unit * np.abs(center) + SPREAD_FACTOR * (high - low)
+        wrong_finite = finite & ~(np.abs(got - center) <= tolerance)
+    wrong_nan = all_nan & ~np.isnan(got)
+    wrong_infinity = same_infinity & ~(got == stack[0])
+    bad = wrong_finite | wrong_nan | wrong_infinity
+    return Verdict("values differ" if bad.any() else "", bad, int((~uncertain).sum()), int(uncertain.sum()))
+
+
+def reference_samples(program: Program) -> list[list[ReferenceTensor]]:
+    """The outputs of the exact reference run and of the noisy runs."""
+    runs = []
+    for run in range(NOISY_RUNS + 1):
+        if run == 0:
+            values = program.run(ReferenceMaker())
+        else:
+            with perturbation(NOISE_SCALE, seed=run):
+                values = program.run(ReferenceMaker())
+        runs.append([values[index] for index in program.outputs])
+    return runs
+
+
+def check_program(program: Program, device: str) -> tuple[int, int]:
+    """Run a program on ember and on the reference; raise FuzzMismatch (with the code) if they disagree.
+
+    Returns the numbers of output elements compared and of elements left uncertain by the noisy runs."""
+    import ember
+
+    try:
+        runs = reference_samples(program)
+    except Exception as error:  # noqa: BLE001 - the reference itself failed on a program the generator accepted
+        raise FuzzMismatch(_report(program, device, f"the reference raised {type(error).__name__}: {error}")) from error
+    try:
+        values = program.run(EmberMaker(device))
+        outputs = [values[index] for index in program.outputs]
+        ember.realize(*outputs)
+        actual = [output.numpy() for output in outputs]
+    except Exception as error:  # noqa: BLE001 - any error of ember on a valid program is a finding
+        raise FuzzMismatch(_report(program, device, f"ember raised {type(error).__name__}: {error}")) from error
+    compared = uncertain = 0
+    for position, (index, result) in enumerate(zip(program.outputs, actual)):
+        expected = runs[0][position]
+        if outputs[position].dtype != expected.dtype:
+            raise FuzzMismatch(_report(program, device, f"t{index}: dtype {outputs[position].dtype.name} != "
+                                                        f"reference {expected.dtype.name}"))
+        verdict = compare(result, [run[position].numpy() for run in runs], expected.dtype)
+        if verdict.problem:
+            raise FuzzMismatch(_report(program, device, _describe(index, verdict, result, expected.numpy())))
+        compared += verdict.compared
+        uncertain += verdict.uncertain
+    return compared, uncertain
+
+
+def _describe(index: int, verdict: Verdict, actual: np.ndarray, expected: np.ndarray) -> str:
+    if verdict.bad is None:
+        return f"output {index}: {verdict.problem}"
+    positions = np.argwhere(verdict.bad)[:4]
+    shown = ", ".join(
+        f"at {tuple(int(p) for p in position)} ember {actual[tuple(position)]!r} reference {expected[tuple(position)]!r}"
+        for position in positions
+    )
+    return f"output {index}: {verdict.problem} in {int(verdict.bad.sum())} of {verdict.bad.size} elements: {shown}"
+
+
+def _report(program: Program, device: str, problem: str) -> str:
+    return f"{problem}\n--- program (paste to reproduce) ---\n{program.code(device)}\n"
+
+
+# ---- running ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FuzzStats:
+    """What a fuzz run did."""
+
+    examples: int = 0
+    passed: int = 0
+    elements_compared: int = 0
+    elements_uncertain: int = 0
+    failures: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def examples_per_second(self) -> float:
+        return self.examples / self.seconds if self.seconds else 0.0
+
+
+def fuzz_test(device: str, stats: FuzzStats, max_examples: int, max_calls: int = 8, derandomize: bool = False,
+              deadline: float | None = None) -> Callable[[], None]:
+    """A Hypothesis test that checks random programs on `device` (call it to run; it raises on a mismatch)."""
+    allowed = device_dtypes(device)
+
+    @settings(max_examples=max_examples, deadline=None, derandomize=derandomize, database=None, print_blob=False,
+              phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False,
+              suppress_health_check=list(HealthCheck))
+    @given(programs(allowed, max_calls=max_calls))
+    def test(program: Program) -> None:
+        if deadline is not None and time.monotonic() > deadline:
+            return
+        stats.examples += 1
+        compared, uncertain = check_program(program, device)
+        stats.passed += 1
+        stats.elements_compared += compared
+        stats.elements_uncertain += uncertain
+
+    return test
+
+
+def fuzz(device: str, seconds: float, start_seed: int = 0, chunk: int = 50, max_calls: int = 8,
+         report: Callable[[str], None] = print) -> FuzzStats:
+    """Fuzz `device` for `seconds`, in chunks of `chunk` examples seeded start_seed, start_seed + 1, ..."""
+    stats = FuzzStats()
+    start = time.monotonic()
+    deadline = start + seconds
+    chunk_seed = start_seed
+    while time.monotonic() < deadline:
+        test = seed(chunk_seed)(fuzz_test(device, stats, chunk, max_calls, deadline=deadline))
+        try:
+            test()
+        except (FuzzMismatch, Flaky) as failure:
+            text = failure_text(failure)
+            stats.failures.append(text)
+            report(f"MISMATCH on {device} (seed {chunk_seed}):\n{text}")
+        chunk_seed += 1
+        stats.seconds = time.monotonic() - start
+        report(f"{device}: {stats.examples} examples, {stats.passed} passed, {len(stats.failures)} failures, "
+               f"{stats.examples_per_second:.2f} examples/s")
+    stats.seconds = time.monotonic() - start
+    return stats
+
+
+def failure_text(failure: BaseException) -> str:
+    """The message of a fuzz failure; a flaky one (failing only sometimes) names itself and shows its programs."""
+    if isinstance(failure, FlakyFailure):
+        inner = "\n".join(failure_text(error) for error in failure.exceptions)
+        return f"FLAKY: the program failed once and then passed when run again\n{inner}"
+    if isinstance(failure, Flaky):
+        return f"FLAKY ({type(failure).__name__}): {failure}"
+    return str(failure)
+
+
+def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_calls: int = 8,
+              keep_cache: bool = False) -> int:
+    """`python -m ember fuzz`: fuzz until the time is up; print every failure; exit status 1 on a mismatch."""
+    import tempfile
+
+    from ember.scheduler.devices import resolve_device
+
+    device = resolve_device(device)
+    if start_seed is None:
+        start_seed = int.from_bytes(os.urandom(4), "little")
+    print(f"fuzzing {device} for {minutes:g} minutes from seed {start_seed}")
+    with tempfile.TemporaryDirectory(prefix="ember-fuzz-cache-") as cache:
+        if not keep_cache:  # fuzz kernels are one-off: keep them out of the user's kernel cache
+            os.environ["EMBER_CACHE_DIR"] = cache
+        stats = fuzz(device, minutes * 60, start_seed, max_calls=max_calls)
+    print(f"done: {stats.examples} examples in {stats.seconds:.0f} s ({stats.examples_per_second:.2f}/s), "
+          f"{stats.passed} without a mismatch, {len(stats.failures)} failures; "
+          f"{stats.elements_compared} output elements compared, {stats.elements_uncertain} left uncertain")
+    return 1 if stats.failures else 0

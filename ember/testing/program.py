@@ -1,0 +1,229 @@
+"""Fuzz programs: a list of tensor sources and Tensor-method calls that runs on ember or the reference, and prints as code."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ember.core import dtype as dtypes
+from ember.core.dtype import DType
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An argument that is an earlier value of the program."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class Source:
+    """A tensor made from data (`tensor`), a constant (`full`) or a range (`arange`)."""
+
+    kind: str
+    dtype: DType
+    shape: tuple[int, ...]
+    values: Any = None  # a numpy array for `tensor` (float32 holding bfloat16 values)
+    fill: Any = None  # the value of a `full`
+
+
+@dataclass(frozen=True)
+class Call:
+    """`values[target].method(*args, **kwargs)`; Ref arguments name other values."""
+
+    target: int
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+
+Node = Source | Call
+
+
+class TensorMaker(Protocol):
+    """How a program's sources become tensors of one implementation (ember on a device, or the reference)."""
+
+    def tensor(self, values: np.ndarray, dtype: DType) -> Any: ...
+
+    def full(self, shape: tuple[int, ...], value: Any, dtype: DType) -> Any: ...
+
+    def arange(self, count: int, dtype: DType) -> Any: ...
+
+
+@dataclass
+class Program:
+    """Sources and calls in order (value i is node i) and the values that are outputs."""
+
+    nodes: list[Node] = field(default_factory=list)
+    outputs: tuple[int, ...] = ()
+
+    def run(self, maker: TensorMaker, upto: int | None = None) -> list[Any]:
+        """Every value of the program, made with `maker` (up to node `upto`, exclusive)."""
+        values: list[Any] = []
+        for node in self.nodes[:upto]:
+            values.append(run_node(node, values, maker))
+        return values
+
+    def needed(self) -> list[int]:
+        """The nodes the outputs depend on, in order."""
+        keep: set[int] = set()
+        pending = list(self.outputs)
+        while pending:
+            index = pending.pop()
+            if index in keep:
+                continue
+            keep.add(index)
+            node = self.nodes[index]
+            if isinstance(node, Call):
+                pending.append(node.target)
+                pending.extend(ref.index for ref in references(node))
+        return sorted(keep)
+
+    def pruned(self) -> Program:
+        """The same program without the nodes no output needs (indices renumbered)."""
+        keep = self.needed()
+        renumber = {old: new for new, old in enumerate(keep)}
+        nodes = [renumbered(self.nodes[index], renumber) for index in keep]
+        return Program(nodes, tuple(renumber[index] for index in self.outputs))
+
+    def code(self, device: str) -> str:
+        """The program as ember code a person can paste (only what the outputs need)."""
+        program = self.pruned()
+        lines = ["import numpy as np", "import ember as em", ""]
+        for index, node in enumerate(program.nodes):
+            lines.append(f"t{index} = {node_code(node, device)}")
+        names = ", ".join(f"t{index}" for index in program.outputs)
+        lines.append(f"em.realize({names})")
+        for index in program.outputs:
+            lines.append(f"print(t{index}.numpy())")
+        return "\n".join(lines)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+def references(call: Call) -> list[Ref]:
+    found = [value for value in call.args if isinstance(value, Ref)]
+    found += [value for _, value in call.kwargs if isinstance(value, Ref)]
+    return found
+
+
+def renumbered(node: Node, renumber: dict[int, int]) -> Node:
+    if isinstance(node, Source):
+        return node
+
+    def fix(value: Any) -> Any:
+        return Ref(renumber[value.index]) if isinstance(value, Ref) else value
+
+    return Call(
+        renumber[node.target], node.method, tuple(fix(value) for value in node.args),
+        tuple((key, fix(value)) for key, value in node.kwargs),
+    )
+
+
+def run_node(node: Node, values: Sequence[Any], maker: TensorMaker) -> Any:
+    """Evaluate one node given the values before it."""
+    if isinstance(node, Source):
+        if node.kind == "tensor":
+            return maker.tensor(node.values, node.dtype)
+        if node.kind == "full":
+            return maker.full(node.shape, node.fill, node.dtype)
+        return maker.arange(node.shape[0], node.dtype)
+
+    def resolve(value: Any) -> Any:
+        return values[value.index] if isinstance(value, Ref) else value
+
+    method = getattr(values[node.target], node.method)
+    return method(*(resolve(value) for value in node.args), **{key: resolve(value) for key, value in node.kwargs})
+
+
+# ---- printing -----------------------------------------------------------------------------------------------------
+
+OPERATORS = {
+    "__add__": "+", "__sub__": "-", "__mul__": "*", "__truediv__": "/", "__floordiv__": "//", "__mod__": "%",
+    "__pow__": "**", "__lt__": "<", "__le__": "<=", "__gt__": ">", "__ge__": ">=", "__eq__": "==", "__ne__": "!=",
+    "__and__": "&", "__or__": "|", "__xor__": "^", "__lshift__": "<<", "__rshift__": ">>", "__matmul__": "@",
+}
+REFLECTED = {"__radd__": "+", "__rsub__": "-", "__rmul__": "*", "__rtruediv__": "/", "__rpow__": "**"}
+PREFIX = {"__neg__": "-", "__invert__": "~", "__abs__": "abs"}
+
+
+def node_code(node: Node, device: str) -> str:
+    if isinstance(node, Source):
+        where = f"dtype=em.{node.dtype.name}, device={device!r}"
+        if node.kind == "tensor":
+            return f"em.tensor({array_code(node.values, node.dtype)}, {where})"
+        if node.kind == "full":
+            return f"em.full({node.shape!r}, {value_code(node.fill)}, {where})"
+        return f"em.arange({node.shape[0]}, {where})"
+    target = f"t{node.target}"
+    args = [value_code(value) for value in node.args]
+    if node.method in OPERATORS and len(node.args) == 1 and not node.kwargs:
+        return f"{target} {OPERATORS[node.method]} {args[0]}"
+    if node.method in REFLECTED and len(node.args) == 1:
+        return f"{args[0]} {REFLECTED[node.method]} {target}"
+    if node.method in PREFIX and not node.args:
+        symbol = PREFIX[node.method]
+        return f"{symbol}({target})" if symbol.isalpha() else f"{symbol}{target}"
+    if node.method == "__getitem__":
+        return f"{target}[{index_code(node.args[0])}]"
+    arguments = args + [f"{key}={value_code(value)}" for key, value in node.kwargs]
+    return f"{target}.{node.method}({', '.join(arguments)})"
+
+
+def value_code(value: Any) -> str:
+    if isinstance(value, Ref):
+        return f"t{value.index}"
+    if isinstance(value, DType):
+        return f"em.{value.name}"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "float('nan')"
+        if math.isinf(value):
+            return "float('inf')" if value > 0 else "-float('inf')"
+        return repr(value)
+    if isinstance(value, tuple):
+        inner = ", ".join(value_code(item) for item in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, list):
+        return "[" + ", ".join(value_code(item) for item in value) + "]"
+    return repr(value)
+
+
+def index_code(index: Any) -> str:
+    parts = index if isinstance(index, tuple) else (index,)
+    shown = []
+    for part in parts:
+        if isinstance(part, slice):
+            text = ("" if part.start is None else str(part.start)) + ":" + ("" if part.stop is None else str(part.stop))
+            shown.append(text + ("" if part.step is None else f":{part.step}"))
+        elif part is None:
+            shown.append("None")
+        elif part is Ellipsis:
+            shown.append("...")
+        else:
+            shown.append(repr(part))
+    if len(parts) == 1 and isinstance(index, tuple):
+        return shown[0] + ","
+    return ", ".join(shown) if shown else "()"
+
+
+def array_code(values: np.ndarray, dtype: DType) -> str:
+    """A numpy literal for the values of a source (np.nan and np.inf spelled out)."""
+    numpy_name = "float32" if dtype == dtypes.bfloat16 else ("bool_" if dtype.is_bool else dtype.numpy.name)
+    return f"np.array({_nested(np.asarray(values).tolist())}, dtype=np.{numpy_name})"
+
+
+def _nested(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_nested(item) for item in value) + "]"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "np.nan"
+        if math.isinf(value):
+            return "np.inf" if value > 0 else "-np.inf"
+    return repr(value)
