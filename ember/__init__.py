@@ -27,6 +27,13 @@ long = int64
 int = int32  # noqa: A001
 
 concat = concatenate = cat
+# torch's module-level forms of movement and indexing methods: ember.gather(x, 1, index) is x.gather(1, index)
+globals().update({name: getattr(Tensor, name) for name in (
+    "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "permute", "transpose", "swapaxes", "swapdims", "t",
+    "movedim", "moveaxis", "flip", "narrow", "select", "split", "chunk", "unbind", "tensor_split", "roll",
+    "repeat_interleave", "broadcast_to", "gather", "scatter", "scatter_add", "scatter_reduce", "index_select",
+    "index_put", "take", "take_along_dim", "masked_select", "masked_fill", "nonzero", "argwhere", "tril", "triu",
+)})
 # torch's module-level forms of linear-algebra and nn methods: ember.matmul(a, b) is a.matmul(b)
 globals().update({name: getattr(Tensor, name) for name in (
     "matmul", "mm", "bmm", "mv", "dot", "inner", "outer", "addmm", "softmax", "log_softmax", "layer_norm",

@@ -1,0 +1,195 @@
+"""Advanced indexing as compositions of primitives: integer tensors and bool masks, for reads and writes.
+
+A read `values[..., index]` compares the index with an ARANGE over the indexed dim and sums the one selected
+element (the kernelizer fuses the comparison, the select and the sum into one kernel): the work is
+(result size) x (indexed dim size). A write compares the other way around (each target position looks for the
+index entries that name it). A bool mask is first turned into the positions of its True elements, which needs
+their count: it is read from the device, as torch does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ember.core import dtype as dtypes
+from ember.core.errors import ShapeError
+from ember.core.ops import Op
+from ember.core.shapes import Shape, broadcast_shapes, prod
+
+if TYPE_CHECKING:
+    from ember.core.indexing import AdvancedIndex, IndexPlan
+    from ember.core.tensor import Tensor
+
+
+def wrap_negative(index: Tensor, size: int) -> Tensor:
+    """index as int64 with negative entries counted from the end of a dim of `size`."""
+    index = index.cast(dtypes.int64)
+    return (index < 0).where(index + size, index)
+
+
+def _sum_last(tensor: Tensor) -> Tensor:
+    """Sum over the last dim, keeping the dtype (bool through uint8, as an 'any')."""
+    if tensor.dtype.is_bool:
+        return _sum_last(tensor.cast(dtypes.uint8)) != 0
+    return tensor._apply(Op.SUM, arg=(tensor.ndim - 1,)).reshape(tensor.shape[:-1])
+
+
+def _zero(tensor: Tensor) -> Tensor:
+    return tensor._full((), False if tensor.dtype.is_bool else 0, tensor.dtype, tensor.device)
+
+
+def take_last(values: Tensor, index: Tensor) -> Tensor:
+    """out[..., m] = values[..., index[..., m]] with leading dims broadcast; 0 where index is out of range."""
+    size = values.shape[-1]
+    positions = values._arange_primitive(size, dtypes.int64, values.device)
+    match = index.cast(dtypes.int64).unsqueeze(-1) == positions  # (..., M, N)
+    return _sum_last(match.where(values.unsqueeze(-2), _zero(values)))
+
+
+def put_last(target: Tensor, index: Tensor, source: Tensor, mode: str, include_self: bool = True) -> Tensor:
+    """target[..., index[..., m]] combined with source[..., m] over the last dim; leading dims broadcast.
+
+    mode "replace" writes (the last of repeated indices wins), "sum"/"prod"/"mean"/"amax"/"amin" reduce the
+    sources that land on one position together with the target (unless include_self is False). Positions no
+    index names keep the target's value; out-of-range indices write nothing.
+    """
+    size, count = target.shape[-1], index.shape[-1]
+    positions = target._arange_primitive(size, dtypes.int64, target.device).reshape(size, 1)
+    match = index.cast(dtypes.int64).unsqueeze(-2) == positions  # (..., N, M): index m names position n
+    spread = source.unsqueeze(-2)  # (..., 1, M)
+    if mode == "replace":
+        order = target._arange_primitive(count, dtypes.int64, target.device)
+        last = match.where(order, -1).amax(-1)  # the last m naming each position, -1 if none
+        chosen = last.unsqueeze(-1) == order
+        return (last >= 0).where(_sum_last(chosen.where(spread, _zero(source))), target)
+    hit = match.any(-1)
+    identities = {"sum": 0, "mean": 0, "prod": 1, "amax": dtypes.min_value(target.dtype),
+                  "amin": dtypes.max_value(target.dtype)}
+    identity = target._full((), identities[mode], target.dtype, target.device)
+    base = target if include_self else hit.where(identity, target)
+    selected = match.where(spread, identity)
+    if mode in ("sum", "mean"):
+        total = base + _sum_last(selected)
+        if mode == "sum":
+            return total
+        counted = match.sum(-1) + (1 if include_self else 0)
+        divisor = (counted == 0).where(1, counted).cast(target.dtype)
+        return total // divisor if not target.dtype.is_float else total / divisor
+    if mode == "prod":
+        return base * selected.prod(-1, dtype=target.dtype)
+    if mode == "amax":
+        return base.maximum(selected.amax(-1))
+    return base.minimum(selected.amin(-1))
+
+
+def nonzero_positions(mask: Tensor) -> Tensor:
+    """The row-major positions of the True elements of a bool tensor, int64 of shape (count,).
+
+    The count is read from the device; the r-th position is the number of elements whose running count of
+    Trues is at most r (a comparison and a sum, fused).
+    """
+    flat = mask.reshape(-1)
+    count = int(flat.sum().item()) if flat.numel() else 0
+    if count == 0:
+        return mask._full((0,), 0, dtypes.int64, mask.device)
+    running = flat.cast(dtypes.int64).cumsum(0)
+    ordinals = mask._arange_primitive(count, dtypes.int64, mask.device).unsqueeze(1)
+    return (running.unsqueeze(0) <= ordinals).sum(1)
+
+
+def _scalar_mask_count(mask: Tensor) -> int:
+    """1 or 0 for a 0-d bool index (a Python bool is a constant and is not read from the device)."""
+    return int(bool(mask.node.arg)) if mask.node.op is Op.CONST else int(bool(mask.item()))
+
+
+def _linear_index(view: Tensor, items: list[AdvancedIndex]) -> tuple[Tensor, list[int]]:
+    """One int64 index (broadcast shape of all indices) into the advanced dims of view flattened in order."""
+    advanced_dims = sorted(dim for item in items for dim in item.dims)
+    strides, running = {}, 1
+    for dim in reversed(advanced_dims):
+        strides[dim] = running
+        running *= view.shape[dim]
+    terms, valid = [], None
+    for item in items:
+        if item.is_mask and item.index.ndim == 0:
+            terms.append(view._full((_scalar_mask_count(item.index),), 0, dtypes.int64, view.device))
+        elif item.is_mask:
+            terms.append(nonzero_positions(item.index) * strides[item.dims[-1]])
+        else:
+            size = view.shape[item.dims[0]]
+            index = wrap_negative(item.index, size)
+            inside = (index >= 0).logical_and(index < size)
+            valid = inside if valid is None else valid.logical_and(inside)
+            terms.append(index * strides[item.dims[0]])
+    try:
+        shape = broadcast_shapes(*(term.shape for term in terms))
+    except ShapeError:
+        listed = ", ".join(str(term.shape) for term in terms)
+        raise IndexError(f"shape mismatch: indexing tensors could not be broadcast together with shapes {listed}")
+    linear = terms[0].expand(shape)
+    for term in terms[1:]:
+        linear = linear + term.expand(shape)
+    if valid is not None:
+        linear = valid.expand(shape).where(linear, -1)
+    return linear, advanced_dims
+
+
+def _layout(view: Tensor, plan: IndexPlan, advanced_dims: list[int], index_shape: Shape) -> tuple[list[int], list[int]]:
+    """The kept dims of view, and the permutation from (kept dims, index dims) to torch's result order."""
+    kept = [dim for dim in range(view.ndim) if dim not in advanced_dims]
+    placed = [item for item in plan.advanced if not item.acts_as_int]
+    before = sum(1 for dim in kept if placed and dim < placed[0].position)
+    kept_axes = list(range(len(kept)))
+    index_axes = list(range(len(kept), len(kept) + len(index_shape)))
+    if plan.adjacent:
+        return kept, kept_axes[:before] + index_axes + kept_axes[before:]
+    return kept, index_axes + kept_axes
+
+
+def advanced_take(view: Tensor, plan: IndexPlan) -> Tensor:
+    """view[advanced indices] with torch's rules for where the index dims go."""
+    linear, advanced_dims = _linear_index(view, plan.advanced)
+    kept, order = _layout(view, plan, advanced_dims, linear.shape)
+    kept_shape = tuple(view.shape[dim] for dim in kept)
+    values = view.permute(kept + advanced_dims).reshape(kept_shape + (prod(view.shape[d] for d in advanced_dims),))
+    taken = take_last(values, linear.reshape(-1)).reshape(kept_shape + linear.shape)
+    return taken.permute(order)
+
+
+def advanced_put(view: Tensor, plan: IndexPlan, value: Tensor, accumulate: bool) -> Tensor:
+    """view with view[advanced indices] replaced by (or increased by) value broadcast to the indexed shape."""
+    from ember.core.indexing import broadcast_value
+
+    single = plan.advanced[0] if len(plan.advanced) == 1 else None
+    if single is not None and single.is_mask:
+        written = _put_mask(view, single, value, accumulate)
+        if written is not None:
+            return written
+    linear, advanced_dims = _linear_index(view, plan.advanced)
+    kept, order = _layout(view, plan, advanced_dims, linear.shape)
+    kept_shape = tuple(view.shape[dim] for dim in kept)
+    result_shape = tuple((kept_shape + linear.shape)[axis] for axis in order)
+    inverse = sorted(range(len(order)), key=order.__getitem__)
+    update = broadcast_value(value, result_shape).permute(inverse).reshape(kept_shape + (linear.numel(),))
+    indexed_shape = tuple(view.shape[dim] for dim in advanced_dims)
+    values = view.permute(kept + advanced_dims).reshape(kept_shape + (prod(indexed_shape),))
+    written = put_last(values, linear.reshape(-1), update, "sum" if accumulate else "replace")
+    back = sorted(range(view.ndim), key=(kept + advanced_dims).__getitem__)
+    return written.reshape(kept_shape + indexed_shape).permute(back)
+
+
+def _put_mask(view: Tensor, item: AdvancedIndex, value: Tensor, accumulate: bool) -> Tensor | None:
+    """A write through one bool mask with a value that is the same for every True element: a select, no count."""
+    from ember.core.indexing import broadcast_value
+
+    mask = item.index
+    kept_shape = tuple(size for dim, size in enumerate(view.shape) if dim not in item.dims)
+    before = item.position
+    one_per_element = kept_shape[:before] + (1,) + kept_shape[before:]
+    try:
+        update = broadcast_value(value, one_per_element)
+    except ShapeError:
+        return None
+    update = update.reshape(kept_shape[:before] + (1,) * mask.ndim + kept_shape[before:]).expand(view.shape)
+    selector = mask.reshape((1,) * before + mask.shape + (1,) * (len(kept_shape) - before)).expand(view.shape)
+    return selector.where(view + update if accumulate else update, view)
