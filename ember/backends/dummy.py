@@ -83,9 +83,55 @@ def _opencl_check() -> CompileCheck:
     return check
 
 
+def _wgsl_renderer() -> Renderer:
+    try:
+        return _first_device("wgpu").renderer  # type: ignore[attr-defined] - matches the adapter's features
+    except BackendUnavailable:
+        from ember.backends.wgsl import WGSLRenderer
+
+        return WGSLRenderer(int64=True, float64=True)
+
+
+def _wgsl_check() -> CompileCheck:
+    device = _first_device("wgpu")
+
+    def check(source: str, kernel: KernelIR) -> None:
+        device.compile(kernel)  # type: ignore[attr-defined] - naga validates, the pipeline is cached
+
+    return check
+
+
+def _wgsl_dtypes() -> frozenset[DType]:
+    try:
+        return _first_device("wgpu").info.supported_dtypes
+    except BackendUnavailable:
+        return frozenset(ALL_DTYPES)
+
+
+def _ptx_renderer() -> Renderer:
+    from ember.backends.ptx import PTXRenderer
+
+    return PTXRenderer()
+
+
+def _ptx_check() -> CompileCheck:
+    from ember.backends.ptx import ASSEMBLY_TARGETS, assemble, ptxas_path
+
+    if ptxas_path() is None:
+        raise BackendUnavailable("ptxas is not on PATH (it comes with the CUDA toolkit)")
+
+    def check(source: str, kernel: KernelIR) -> None:
+        for target in ASSEMBLY_TARGETS:  # rendered for sm_75, assembled for each newer architecture too
+            assemble(source, target)
+
+    return check
+
+
 TARGETS: dict[str, RenderTarget] = {
     "c": RenderTarget("C", _c_renderer, _c_check),
     "opencl": RenderTarget("OpenCL C", _opencl_renderer, _opencl_check, _opencl_dtypes),
+    "wgsl": RenderTarget("WGSL", _wgsl_renderer, _wgsl_check, _wgsl_dtypes),
+    "ptx": RenderTarget("PTX", _ptx_renderer, _ptx_check),
 }
 
 

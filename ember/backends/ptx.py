@@ -1,0 +1,599 @@
+"""The PTX renderer: kernel IR to NVIDIA PTX assembly text (no CUDA C, no NVRTC), and `ptxas` to check it.
+
+Each IR value gets its own virtual register: bool in a predicate (%p), 8/16/32-bit integers in 32-bit registers
+(%r, wrapped back to their width after ops that can overflow), 64-bit integers in %rd, float16/bfloat16/float32
+in %f (halves hold values rounded to their precision), float64 in %fd. Accumulators and loop counters are the
+only registers written more than once. Semantics follow the C backend: x // 0 and x % 0 give 0, shifts take
+the amount modulo the width, float -> int truncates (PTX saturates; NaN gives 0), MAX propagates NaN.
+exp2 (float32) is `ex2.approx.f32` (2 ulp); log2 and sin (float32) and all float64 transcendentals are expanded
+into basic arithmetic by `libm` (PTX has no float64 ones; `lg2.approx`/`sin.approx` have only absolute error
+bounds, 2^-22.6 and 2^-20.9, and sin.approx is accurate only on [-pi, pi]).
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from ember.backends.libm import expand_math
+from ember.core import dtype as dtypes
+from ember.core.dtype import DType
+from ember.core.errors import CompileError
+from ember.core.ops import ELEMENTWISE_OPS, Op
+from ember.ir.ir import IRNode, IROp, KernelIR
+from ember.ir.linearize import linearize
+
+DEFAULT_TARGET = "sm_75"
+ASSEMBLY_TARGETS = ("sm_75", "sm_80", "sm_90")
+# the lowest PTX ISA version that can name a target (CUDA 11.5 and later drivers accept 7.5)
+PTX_VERSIONS = {"sm_90": "7.8", "sm_89": "7.8", "sm_100": "8.6", "sm_120": "8.7"}
+EXPANDED_MATH = frozenset({(Op.LOG2, dtypes.float32), (Op.SIN, dtypes.float32), (Op.EXP2, dtypes.float64),
+                           (Op.LOG2, dtypes.float64), (Op.SIN, dtypes.float64)})
+
+REGISTER_KINDS = {"pred": "%p", "b16": "%h", "b32": "%r", "b64": "%rd", "f32": "%f", "f64": "%fd"}
+KIND: dict[DType, str] = {
+    dtypes.bool_: "pred", dtypes.int8: "b32", dtypes.int16: "b32", dtypes.int32: "b32", dtypes.uint8: "b32",
+    dtypes.uint16: "b32", dtypes.uint32: "b32", dtypes.int64: "b64", dtypes.uint64: "b64",
+    dtypes.float16: "f32", dtypes.bfloat16: "f32", dtypes.float32: "f32", dtypes.float64: "f64",
+}
+SUFFIX: dict[DType, str] = {
+    dtypes.int8: "s32", dtypes.int16: "s32", dtypes.int32: "s32", dtypes.uint8: "u32", dtypes.uint16: "u32",
+    dtypes.uint32: "u32", dtypes.int64: "s64", dtypes.uint64: "u64", dtypes.float16: "f32",
+    dtypes.bfloat16: "f32", dtypes.float32: "f32", dtypes.float64: "f64",
+}
+MEMORY_TYPE: dict[DType, str] = {
+    dtypes.bool_: "u8", dtypes.int8: "s8", dtypes.uint8: "u8", dtypes.int16: "s16", dtypes.uint16: "u16",
+    dtypes.int32: "s32", dtypes.uint32: "u32", dtypes.int64: "s64", dtypes.uint64: "u64",
+    dtypes.float16: "b16", dtypes.bfloat16: "u16", dtypes.float32: "f32", dtypes.float64: "f64",
+}
+LOADED_KIND = {dtypes.bool_: "b32", dtypes.float16: "b16", dtypes.bfloat16: "b32"}  # registers loads fill
+WRAPPING_OPS = frozenset({Op.NEG, Op.NOT, Op.ADD, Op.SUB, Op.MUL, Op.IDIV, Op.SHL})
+
+Template = Callable[["_Emitter", str, list[str], DType, DType], None]  # (emitter, dest, operands, dtype, source)
+
+
+def float_bits(value: float, dtype: DType) -> str:
+    """A float immediate: 0f + 8 hex digits (float32) or 0d + 16 (float64), exact for NaN, inf and -0.0."""
+    if dtype == dtypes.float64:
+        return f"0d{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
+    return f"0f{struct.unpack('<I', struct.pack('<f', value))[0]:08X}"
+
+
+def immediate(value: object, dtype: DType) -> str:
+    if dtype.is_float:
+        return float_bits(float(value), dtype)  # type: ignore[arg-type]
+    value = int(value)  # type: ignore[arg-type]
+    if -(2**31) <= value < 2**32:
+        return str(value)
+    return f"0x{value & (2**64 - 1):016X}"
+
+
+class _Emitter:
+    """Registers and instruction lines of one kernel being rendered."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.counts = dict.fromkeys(REGISTER_KINDS, 0)
+
+    def register(self, kind: str) -> str:
+        self.counts[kind] += 1
+        return f"{REGISTER_KINDS[kind]}{self.counts[kind]}"
+
+    def emit(self, instruction: str, *operands: str, guard: str = "") -> None:
+        prefix = f"@{guard} " if guard else ""
+        self.lines.append(f"\t{prefix}{instruction} {', '.join(operands)};" if operands else f"\t{instruction};")
+
+    def label(self, name: str) -> None:
+        self.lines.append(f"{name}:")
+
+    def declarations(self) -> list[str]:
+        return [f"\t.reg .{kind} {prefix}<{self.counts[kind] + 1}>;"
+                for kind, prefix in REGISTER_KINDS.items() if self.counts[kind]]
+
+    # ---- sequences used by several templates ------------------------------------------------------------------
+
+    def wrap(self, destination: str, source: str, dtype: DType) -> None:
+        """Bring a 32-bit register back to the range of an 8- or 16-bit integer dtype."""
+        if dtype == dtypes.int8:
+            self.emit("cvt.s32.s8", destination, source)
+        elif dtype == dtypes.int16:
+            self.emit("cvt.s32.s16", destination, source)
+        elif dtype == dtypes.uint8:
+            self.emit("and.b32", destination, source, "255")
+        elif dtype == dtypes.uint16:
+            self.emit("and.b32", destination, source, "65535")
+        elif destination != source:
+            self.emit(f"mov.{KIND[dtype]}", destination, source)
+
+    def round_to_bfloat16(self, destination: str, value: str) -> None:
+        """A float32 register rounded to bfloat16 precision (nearest even; NaN stays NaN)."""
+        bits, low, rounded, quiet, nan = (self.register("b32") for _ in range(5))
+        is_nan = self.register("pred")
+        self.emit("mov.b32", bits, value)
+        self.emit("bfe.u32", low, bits, "16", "1")
+        self.emit("add.s32", low, low, "32767")
+        self.emit("add.s32", rounded, bits, low)
+        self.emit("and.b32", rounded, rounded, "-65536")
+        self.emit("or.b32", quiet, bits, "4194304")
+        self.emit("and.b32", nan, quiet, "-65536")
+        self.emit("setp.nan.f32", is_nan, value, value)
+        self.emit("selp.b32", rounded, nan, rounded, is_nan)
+        self.emit("mov.b32", destination, rounded)
+
+    def maximum(self, destination: str, a: str, b: str, dtype: DType) -> None:
+        if dtype.is_bool:
+            self.emit("or.pred", destination, a, b)
+        elif dtype.is_float:  # max.f32 returns the other operand for a NaN: put the NaN back
+            suffix = SUFFIX[dtype]
+            larger, either_nan = self.register(KIND[dtype]), self.register(KIND[dtype])
+            is_nan = self.register("pred")
+            self.emit(f"max.{suffix}", larger, a, b)
+            self.emit(f"add.{suffix}", either_nan, a, b)
+            self.emit(f"setp.nan.{suffix}", is_nan, a, b)
+            self.emit(f"selp.{suffix}", destination, either_nan, larger, is_nan)
+        else:
+            self.emit(f"max.{SUFFIX[dtype]}", destination, a, b)
+
+
+# ---- the ALU table: one entry per elementwise op ----------------------------------------------------------------
+
+
+def _arithmetic(integer: str, floating: str, boolean: str | None = None) -> Template:
+    def template(e: _Emitter, d: str, o: list[str], dtype: DType, _: DType) -> None:
+        if dtype.is_bool:
+            assert boolean is not None, "no boolean form"
+            e.emit(boolean, d, *o)
+        elif dtype.is_float:
+            e.emit(f"{floating}.{SUFFIX[dtype]}", d, *o)
+        else:
+            e.emit(f"{integer}.{SUFFIX[dtype]}", d, *o)
+
+    return template
+
+
+def _bitwise(name: str) -> Template:
+    def template(e: _Emitter, d: str, o: list[str], dtype: DType, _: DType) -> None:
+        e.emit(f"{name}.{'pred' if dtype.is_bool else KIND[dtype]}", d, *o)
+
+    return template
+
+
+def _negate(e: _Emitter, d: str, o: list[str], dtype: DType, _: DType) -> None:
+    e.emit(f"neg.{SUFFIX[dtype] if dtype.is_float else SUFFIX[dtype].replace('u', 's')}", d, o[0])
+
+
+def _not(e: _Emitter, d: str, o: list[str], dtype: DType, _: DType) -> None:
+    e.emit(f"not.{'pred' if dtype.is_bool else KIND[dtype]}", d, o[0])
+
+
+def _integer_division(remainder: bool) -> Template:
+    """a / b and a % b with b == 0 giving 0 and a / -1 giving -a (no trap, no undefined result)."""
+
+    def template(e: _Emitter, d: str, o: list[str], dtype: DType, _: DType) -> None:
+        a, b = o
+        suffix, kind = SUFFIX[dtype], KIND[dtype]
+        instruction = f"{'rem' if remainder else 'div'}.{suffix}"
+        if _is_immediate(b) and int(b, 0) not in (0, -1):
+            e.emit(instruction, d, a, b)
+            return
+        is_zero, is_minus_one = e.register("pred"), e.register("pred")
+        safe, quotient = e.register(kind), e.register(kind)
+        e.emit(f"setp.eq.{suffix}", is_zero, b, "0")
+        e.emit(f"selp.{kind}", safe, "1", b, is_zero)
+        if dtype.is_unsigned:
+            e.emit(instruction, quotient, a, safe)
+            e.emit(f"selp.{kind}", d, "0", quotient, is_zero)
+            return
+        e.emit(f"setp.eq.{suffix}", is_minus_one, safe, "-1")
+        e.emit(f"selp.{kind}", safe, "1", safe, is_minus_one)
+        e.emit(instruction, quotient, a, safe)
+        special = e.register(kind)
+        if remainder:
+            e.emit(f"selp.{kind}", quotient, "0", quotient, is_minus_one)
+        else:
+            e.emit(f"neg.{suffix}", special, a)
+            e.emit(f"selp.{kind}", quotient, special, quotient, is_minus_one)
+        e.emit(f"selp.{kind}", d, "0", quotient, is_zero)
+
+    return template
+
+
+def _shift(left: bool) -> Template:
+    def template(e: _Emitter, d: str, o: list[str], dtype: DType, _: DType) -> None:
+        a, b = o
+        width = 64 if dtype.itemsize == 8 else 32
+        if _is_immediate(b):
+            amount = str(int(b, 0) % width)
+        else:
+            amount = e.register("b32")
+            if dtype.itemsize == 8:
+                e.emit("cvt.u32.u64", amount, b)
+                e.emit("and.b32", amount, amount, str(width - 1))
+            else:
+                e.emit("and.b32", amount, b, str(width - 1))
+        name = f"shl.b{width}" if left else f"shr.{SUFFIX[dtype]}"
+        e.emit(name, d, a, amount)
+
+    return template
+
+
+def _less(e: _Emitter, d: str, o: list[str], _: DType, source: DType) -> None:
+    if source.is_bool:
+        negated = e.register("pred")
+        e.emit("not.pred", negated, o[0])
+        e.emit("and.pred", d, negated, o[1])
+    else:
+        e.emit(f"setp.lt.{SUFFIX[source]}", d, *o)  # ordered for floats: false with a NaN
+
+
+def _equal(e: _Emitter, d: str, o: list[str], _: DType, source: DType) -> None:
+    if source.is_bool:
+        different = e.register("pred")
+        e.emit("xor.pred", different, *o)
+        e.emit("not.pred", d, different)
+    else:
+        e.emit(f"setp.eq.{SUFFIX[source]}", d, *o)
+
+
+def _where(e: _Emitter, d: str, o: list[str], dtype: DType, _: DType) -> None:
+    condition, if_true, if_false = o
+    if dtype.is_bool:
+        taken, negated, other = e.register("pred"), e.register("pred"), e.register("pred")
+        e.emit("and.pred", taken, condition, if_true)
+        e.emit("not.pred", negated, condition)
+        e.emit("and.pred", other, negated, if_false)
+        e.emit("or.pred", d, taken, other)
+    else:
+        e.emit(f"selp.{SUFFIX[dtype] if dtype.is_float else KIND[dtype]}", d, if_true, if_false, condition)
+
+
+def _maximum(e: _Emitter, d: str, o: list[str], dtype: DType, _: DType) -> None:
+    e.maximum(d, o[0], o[1], dtype)
+
+
+def _unary_float(name: str) -> Template:
+    def template(e: _Emitter, d: str, o: list[str], dtype: DType, _: DType) -> None:
+        if name == "ex2.approx" and dtype == dtypes.float64:
+            raise CompileError("float64 exp2 must be expanded by libm before rendering PTX")
+        e.emit(f"{name}.{SUFFIX[dtype]}", d, o[0])
+
+    return template
+
+
+def cast(e: _Emitter, d: str, o: list[str], dtype: DType, source: DType) -> None:
+    """A value conversion with C's semantics; halves are rounded, narrow integers wrap."""
+    value = o[0]
+    if dtype.is_bool:
+        if source.is_float:
+            e.emit(f"setp.neu.{SUFFIX[source]}", d, value, float_bits(0.0, source))  # NaN is true, as in C
+        else:
+            e.emit(f"setp.ne.{SUFFIX[source]}", d, value, "0")
+        return
+    if source.is_bool:
+        one, zero = (float_bits(1.0, dtype), float_bits(0.0, dtype)) if dtype.is_float else ("1", "0")
+        e.emit(f"selp.{SUFFIX[dtype] if dtype.is_float else KIND[dtype]}", d, one, zero, value)
+        return
+    if dtype == dtypes.float16:
+        half = e.register("b16")
+        e.emit(f"cvt.rn.f16.{SUFFIX[source]}", half, value)
+        e.emit("cvt.f32.f16", d, half)
+        return
+    if dtype == dtypes.bfloat16:
+        single = value
+        if KIND[source] != "f32":
+            single = e.register("f32")
+            e.emit(f"cvt.rn.f32.{SUFFIX[source]}", single, value)
+        e.round_to_bfloat16(d, single)
+        return
+    if dtype.is_float:
+        if KIND[source] == KIND[dtype]:
+            e.emit(f"mov.{KIND[dtype]}", d, value)
+        elif source.is_float:
+            e.emit(f"cvt{'' if dtype == dtypes.float64 else '.rn'}.{SUFFIX[dtype]}.{SUFFIX[source]}", d, value)
+        else:
+            e.emit(f"cvt.rn.{SUFFIX[dtype]}.{SUFFIX[source]}", d, value)
+        return
+    if source.is_float:  # truncate; to a narrow unsigned type through int32, as C does
+        target = "s32" if dtype.itemsize < 4 else SUFFIX[dtype]
+        converted = e.register(KIND[dtype])
+        e.emit(f"cvt.rzi.{target}.{SUFFIX[source]}", converted, value)
+        e.wrap(d, converted, dtype)
+        return
+    if KIND[source] == KIND[dtype]:
+        e.wrap(d, value, dtype)
+    elif KIND[dtype] == "b32":
+        truncated = e.register("b32")
+        e.emit("cvt.u32.u64", truncated, value)
+        e.wrap(d, truncated, dtype)
+    else:
+        e.emit(f"cvt.{SUFFIX[dtype]}.{SUFFIX[source]}", d, value)
+
+
+def bitcast(e: _Emitter, d: str, o: list[str], dtype: DType, source: DType) -> None:
+    """Bits reinterpreted; halves go through their 16-bit patterns."""
+    value = o[0]
+    if dtype.itemsize >= 4:
+        e.emit(f"mov.b{dtype.bits}", d, value)
+        return
+    bits = e.register("b32")  # the source's bits in the low end of a 32-bit register
+    if source == dtypes.float16:
+        half = e.register("b16")
+        e.emit("cvt.rn.f16.f32", half, value)
+        e.emit("cvt.u32.u16", bits, half)
+    elif source == dtypes.bfloat16:
+        e.emit("mov.b32", bits, value)
+        e.emit("shr.u32", bits, bits, "16")
+    else:
+        bits = value
+    if dtype == dtypes.float16:
+        half = e.register("b16")
+        e.emit("cvt.u16.u32", half, bits)
+        e.emit("cvt.f32.f16", d, half)
+    elif dtype == dtypes.bfloat16:
+        shifted = e.register("b32")
+        e.emit("shl.b32", shifted, bits, "16")
+        e.emit("mov.b32", d, shifted)
+    else:
+        e.wrap(d, bits, dtype)
+
+
+ALU: dict[Op, Template] = {
+    Op.NEG: _negate,
+    Op.RECIPROCAL: _unary_float("rcp.rn"),
+    Op.SQRT: _unary_float("sqrt.rn"),
+    Op.EXP2: _unary_float("ex2.approx"),
+    Op.TRUNC: lambda e, d, o, dtype, s: e.emit(f"cvt.rzi.{SUFFIX[dtype]}.{SUFFIX[dtype]}", d, o[0]),
+    Op.NOT: _not,
+    Op.ADD: _arithmetic("add", "add", "or.pred"),
+    Op.SUB: _arithmetic("sub", "sub", "xor.pred"),
+    Op.MUL: _arithmetic("mul.lo", "mul", "and.pred"),
+    Op.DIV: _arithmetic("div", "div.rn"),
+    Op.IDIV: _integer_division(remainder=False),
+    Op.MOD: _integer_division(remainder=True),
+    Op.MAX: _maximum,
+    Op.CMPLT: _less,
+    Op.CMPEQ: _equal,
+    Op.AND: _bitwise("and"),
+    Op.OR: _bitwise("or"),
+    Op.XOR: _bitwise("xor"),
+    Op.SHL: _shift(left=True),
+    Op.SHR: _shift(left=False),
+    Op.WHERE: _where,
+    Op.CAST: cast,
+    Op.BITCAST: bitcast,
+}
+EXPANDED_OPS = frozenset({Op.LOG2, Op.SIN})  # always expanded by libm (see the module docstring)
+assert not ELEMENTWISE_OPS - ALU.keys() - EXPANDED_OPS, f"the PTX ALU table lacks {ELEMENTWISE_OPS - ALU.keys()}"
+
+
+def _is_immediate(operand: str) -> bool:
+    return not operand.startswith("%")
+
+
+class PTXRenderer:
+    """Renders kernel IR to a PTX module with one `.entry` per kernel, for one target architecture."""
+
+    def __init__(self, target: str = DEFAULT_TARGET, version: str | None = None) -> None:
+        self.target = target
+        self.version = version or PTX_VERSIONS.get(target, "7.5")
+
+    def header(self) -> str:
+        return f"//\n// Generated by ember\n//\n\n.version {self.version}\n.target {self.target}\n.address_size 64\n"
+
+    def render(self, kernel: KernelIR) -> str:
+        return self.header() + "\n" + self.render_entry(kernel)
+
+    def render_entry(self, kernel: KernelIR) -> str:
+        """The `.entry` of one kernel (modules of several kernels join entries under one header)."""
+        kernel = expand_math(kernel, EXPANDED_MATH)
+        e = _Emitter()
+        names: dict[int, str] = {}
+        wide_index = kernel.index_dtype == dtypes.int64
+        index_kind, index_suffix = ("b64", "s64") if wide_index else ("b32", "s32")
+
+        def operand(node: IRNode) -> str:
+            if node.op is IROp.CONST:
+                if node.dtype.is_bool:
+                    return materialize(node)
+                return immediate(node.arg, node.dtype)
+            if node.op is IROp.GLOBAL_ID:
+                return global_id
+            return names[id(node)]
+
+        def materialize(node: IRNode) -> str:
+            """A register holding the node (constants get a `mov`; some operands cannot be immediates)."""
+            if node.op is not IROp.CONST:
+                return names[id(node)]
+            register = e.register(KIND[node.dtype])
+            if node.dtype.is_bool:
+                e.emit("setp.ne.u32", register, "1" if node.arg else "0", "0")
+            else:
+                e.emit(f"mov.{KIND[node.dtype]}", register, immediate(node.arg, node.dtype))
+            return register
+
+        pointers = {}
+        for param in kernel.params:
+            pointer = e.register("b64")
+            e.emit("ld.param.u64", pointer, f"[data{param.position}]")
+            e.emit("cvta.to.global.u64", pointer, pointer)
+            pointers[param.position] = pointer
+        block, threads, thread = e.register("b32"), e.register("b32"), e.register("b32")
+        e.emit("mov.u32", block, "%ctaid.x")
+        e.emit("mov.u32", threads, "%ntid.x")
+        e.emit("mov.u32", thread, "%tid.x")
+        global_id = e.register(index_kind)
+        if wide_index:
+            thread_wide = e.register("b64")
+            e.emit("mul.wide.u32", global_id, block, threads)
+            e.emit("cvt.u64.u32", thread_wide, thread)
+            e.emit("add.s64", global_id, global_id, thread_wide)
+        else:
+            e.emit("mad.lo.s32", global_id, block, threads, thread)
+        outside = e.register("pred")
+        e.emit(f"setp.ge.{index_suffix}", outside, global_id, str(kernel.global_size))
+        e.emit("bra", "$L_end", guard=outside)
+
+        def address(param: IRNode, index: IRNode) -> str:
+            itemsize = param.dtype.itemsize
+            result = e.register("b64")
+            if index.op is IROp.CONST:
+                e.emit("add.s64", result, pointers[param.arg[0]], str(int(index.arg) * itemsize))
+                return result
+            offset = e.register("b64")
+            if wide_index:
+                e.emit("mul.lo.s64", offset, operand(index), str(itemsize))
+            else:
+                e.emit("mul.wide.s32", offset, operand(index), str(itemsize))
+            e.emit("add.s64", result, pointers[param.arg[0]], offset)
+            return result
+
+        def load(node: IRNode) -> str:
+            param = node.srcs[0]
+            dtype = param.dtype
+            where = address(param, node.srcs[1])
+            guard = operand(node.srcs[2]) if len(node.srcs) == 3 else ""
+            raw_kind = LOADED_KIND.get(dtype, KIND[dtype])
+            raw = e.register(raw_kind)
+            if guard:
+                zero = float_bits(0.0, dtype) if raw_kind in ("f32", "f64") else "0"
+                e.emit(f"mov.{raw_kind}", raw, zero)
+            e.emit(f"ld.global.{MEMORY_TYPE[dtype]}", raw, f"[{where}]", guard=guard)
+            if dtype.is_bool:
+                result = e.register("pred")
+                e.emit("setp.ne.u32", result, raw, "0")
+                return result
+            if dtype == dtypes.float16:
+                result = e.register("f32")
+                e.emit("cvt.f32.f16", result, raw)
+                return result
+            if dtype == dtypes.bfloat16:
+                result, shifted = e.register("f32"), e.register("b32")
+                e.emit("shl.b32", shifted, raw, "16")
+                e.emit("mov.b32", result, shifted)
+                return result
+            return raw
+
+        def store(node: IRNode) -> None:
+            param, index, value = node.srcs
+            dtype = param.dtype
+            where = address(param, index)
+            register = materialize(value)
+            if dtype.is_bool:
+                byte = e.register("b32")
+                e.emit("selp.u32", byte, "1", "0", register)
+                register = byte
+            elif dtype == dtypes.float16:
+                half = e.register("b16")
+                e.emit("cvt.rn.f16.f32", half, register)
+                register = half
+            elif dtype == dtypes.bfloat16:
+                bits = e.register("b32")
+                e.emit("mov.b32", bits, register)
+                e.emit("shr.u32", bits, bits, "16")
+                register = bits
+            e.emit(f"st.global.{MEMORY_TYPE[dtype]}", f"[{where}]", register)
+
+        loops: dict[int, str] = {}
+        for instruction in linearize(kernel.sink):
+            node = instruction.node
+            if instruction.kind == "loop":
+                counter = names[id(node)] = e.register(index_kind)
+                loops[id(node)] = f"$L_loop{node.arg[0]}"
+                e.emit(f"mov.{index_kind}", counter, "0")
+                e.label(loops[id(node)])
+            elif instruction.kind == "end_loop":
+                counter, again = names[id(node)], e.register("pred")
+                e.emit(f"add.{index_suffix}", counter, counter, "1")
+                e.emit(f"setp.lt.{index_suffix}", again, counter, str(node.arg[1]))
+                e.emit("bra", loops[id(node)], guard=again)
+            elif instruction.kind == "define_acc":
+                accumulator = names[id(node)] = e.register(KIND[node.dtype])
+                identity = _reduce_identity(node)
+                if node.dtype.is_bool:
+                    e.emit("setp.ne.u32", accumulator, "1" if identity else "0", "0")
+                else:
+                    e.emit(f"mov.{KIND[node.dtype]}", accumulator, immediate(identity, node.dtype))
+            elif instruction.kind == "update_acc":
+                accumulator = names[id(node)]
+                combine = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.REDUCE_MAX: Op.MAX}[node.arg]
+                ALU[combine](e, accumulator, [accumulator, operand(node.srcs[0])], node.dtype, node.dtype)
+                if combine in WRAPPING_OPS and node.dtype.itemsize < 4 and node.dtype.is_int:
+                    e.wrap(accumulator, accumulator, node.dtype)
+            elif instruction.kind == "store":
+                store(node)
+            elif node.op is IROp.LOAD:
+                names[id(node)] = load(node)
+            else:
+                names[id(node)] = self.alu(e, node, operand)
+
+        parameters = ",\n".join(f"\t.param .u64 data{param.position}" for param in kernel.params)
+        lines = [
+            f".visible .entry {kernel.name}(",
+            parameters,
+            ")",
+            "{",
+            *e.declarations(),
+            "",
+            *e.lines,
+            "$L_end:",
+            "\tret;",
+            "}",
+        ]
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def alu(e: _Emitter, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        source = node.srcs[1].dtype if node.op is Op.WHERE else node.srcs[0].dtype
+        operands = [operand(src) for src in node.srcs]
+        if node.op in (Op.CAST, Op.BITCAST) and _is_immediate(operands[0]):
+            register = e.register(KIND[source])  # cvt/mov need a register source
+            e.emit(f"mov.{KIND[source]}", register, operands[0])
+            operands[0] = register
+        if node.op in ALU and all(_is_immediate(operand) for operand in operands):
+            register = e.register(KIND[source])  # an instruction needs at least one register operand
+            e.emit(f"mov.{KIND[source]}", register, operands[0])
+            operands[0] = register
+        destination = e.register(KIND[node.dtype])
+        narrow = node.dtype.is_int and node.dtype.itemsize < 4 and node.op in WRAPPING_OPS
+        result = e.register(KIND[node.dtype]) if narrow else destination
+        ALU[node.op](e, result, operands, node.dtype, source)
+        if narrow:
+            e.wrap(destination, result, node.dtype)
+        return destination
+
+
+def _reduce_identity(node: IRNode) -> object:
+    if node.arg is Op.SUM:
+        return 0
+    if node.arg is Op.PROD:
+        return 1
+    return dtypes.min_value(node.dtype)
+
+
+def ptxas_path() -> str | None:
+    return shutil.which("ptxas")
+
+
+def assemble(source: str, target: str) -> bytes:
+    """Assemble PTX for one architecture with `ptxas`; raise CompileError with its messages on failure."""
+    executable = ptxas_path()
+    if executable is None:
+        raise CompileError("ptxas is not on PATH (it comes with the CUDA toolkit)")
+    with tempfile.TemporaryDirectory(prefix="ember-ptx-") as work:
+        source_path, output = Path(work, "kernel.ptx"), Path(work, "kernel.cubin")
+        source_path.write_text(source)
+        result = subprocess.run([executable, f"-arch={target}", "-o", str(output), str(source_path)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            numbered = "\n".join(f"{number:5} {line}" for number, line in enumerate(source.splitlines(), 1))
+            raise CompileError(f"ptxas rejected a kernel for {target}:\n{result.stderr}\n--- source ---\n{numbered}")
+        return output.read_bytes()
+
+
+def module_of(entries: list[str], renderer: PTXRenderer) -> str:
+    """One PTX module holding several kernels' entries (assembling many kernels in one ptxas call)."""
+    return renderer.header() + "\n" + "\n".join(entries)
