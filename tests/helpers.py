@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 import ember as em
+from ember.scheduler.sharding import ShardedTensor
 
 TORCH_DTYPES = {
     em.float32: torch.float32, em.float64: torch.float64, em.float16: torch.float16, em.bfloat16: torch.bfloat16,
@@ -43,7 +44,7 @@ def assert_close(actual: Any, expected: Any, atol: float = 1e-5, rtol: float = 1
             assert_close(one_actual, one_expected, atol, rtol, check_dtype)
         return
     if isinstance(expected, torch.Tensor):
-        assert isinstance(actual, em.Tensor), f"expected an ember Tensor, got {type(actual).__name__}"
+        assert isinstance(actual, (em.Tensor, ShardedTensor)), f"expected an ember Tensor, got {type(actual).__name__}"
         assert tuple(actual.shape) == tuple(expected.shape), f"shape {actual.shape} != torch's {tuple(expected.shape)}"
         if check_dtype:
             assert TORCH_DTYPES[actual.dtype] == expected.dtype, f"dtype {actual.dtype} != torch's {expected.dtype}"

@@ -12,6 +12,9 @@ default_device = "c"           # EMBER_DEVICE=c               (default: the firs
 [c]
 devices = 1                    # EMBER_C_DEVICES=2: split the CPU cores into that many c devices
 
+[dummy]
+devices = 8                    # EMBER_DUMMY_DEVICES: dummy:0 .. dummy:7 (compute nothing; for scheduler tests)
+
 [sharding]
 auto = false                   # EMBER_AUTO_SHARD=1: split large kernels across devices
 ```
@@ -53,6 +56,7 @@ class Config:
     default_device: str | None = None
     pool_limits: dict[str, int] = field(default_factory=dict)
     c_devices: int = 1
+    dummy_devices: int = 8
     auto_shard: bool = False
 
     def describe(self) -> list[str]:
@@ -62,6 +66,7 @@ class Config:
             f"default device: {self.default_device or 'first available'}",
             "pool limits: " + (", ".join(f"{k}={v} bytes" for k, v in self.pool_limits.items()) or "none"),
             f"c devices: {self.c_devices}",
+            f"dummy devices: {self.dummy_devices}",
             f"automatic sharding: {'on' if self.auto_shard else 'off'}",
         ]
 
@@ -104,6 +109,7 @@ def load_config() -> Config:
         for device, limit in data.get("pools", {}).items():
             config.pool_limits[str(device)] = parse_bytes(limit, f"{path}: pools.{device}")
         config.c_devices = int(data.get("c", {}).get("devices", 1))
+        config.dummy_devices = int(data.get("dummy", {}).get("devices", 8))
         config.auto_shard = bool(data.get("sharding", {}).get("auto", False))
     environment = os.environ
     if environment.get("EMBER_BACKENDS"):
@@ -119,6 +125,8 @@ def load_config() -> Config:
             config.pool_limits[device.strip()] = parse_bytes(limit, f"EMBER_POOL_LIMITS ({device.strip()})")
     if environment.get("EMBER_C_DEVICES"):
         config.c_devices = int(environment["EMBER_C_DEVICES"])
+    if environment.get("EMBER_DUMMY_DEVICES"):
+        config.dummy_devices = int(environment["EMBER_DUMMY_DEVICES"])
     if environment.get("EMBER_AUTO_SHARD"):
         config.auto_shard = environment["EMBER_AUTO_SHARD"] not in ("0", "", "false")
     if config.c_devices < 1:

@@ -29,7 +29,7 @@ class LinalgOps:
     __slots__ = ()
 
     def matmul(self: Tensor, other: Tensor) -> Tensor:
-        if not isinstance(other, type(self)):
+        if not isinstance(other, LinalgOps):
             raise TypeError(f"matmul: expected a Tensor, got {type(other).__name__}")
         if self.ndim == 0 or other.ndim == 0:
             raise ShapeError(f"matmul: both arguments need at least 1 dim, got shapes {self.shape} and {other.shape}")

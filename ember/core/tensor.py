@@ -38,6 +38,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
     __slots__ = ("node", "_requires_grad", "grad", "_context", "_hooks", "_retains_grad", "_sequence", "__weakref__")
     __array_priority__ = 1000  # numpy defers to Tensor's reflected operators
+    is_sharded = False  # ember.scheduler.sharding.ShardedTensor is the sharded kind
 
     def __init__(
         self,
@@ -78,6 +79,11 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         """Record one primitive op on self and others (shapes and dtypes already checked). Sources on different
         devices are brought to the device the scheduler places the op on, by scheduled copies."""
         sources = (self, *others)
+        for other in others:
+            if other.is_sharded:  # ops with a sharded operand run on its shards
+                from ember.scheduler.sharding import apply_sharded
+
+                return apply_sharded(other, op, sources, arg)
         nodes = tuple(source.node for source in sources)
         device = self.node.device
         if any(node.device != device for node in nodes):
@@ -293,6 +299,12 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
             output._context = (Op.COPY, device, (self,))
         return output
 
+    def shard(self, devices: Sequence[str], dim: int = 0) -> Any:
+        """Split this tensor along `dim` across `devices`; ops on the result run on every shard."""
+        from ember.scheduler.sharding import shard
+
+        return shard(self, devices, dim)
+
     def cpu(self) -> Tensor:
         return self.to("c")
 
@@ -366,7 +378,10 @@ def realize(*tensors: Tensor) -> None:
     """Compute several tensors at once, sharing one schedule (ember.realize(a, b, c))."""
     from ember.scheduler.realize import realize_nodes
 
-    realize_nodes([tensor.node for tensor in tensors])
+    nodes = []
+    for tensor in tensors:
+        nodes.extend(piece.node for piece in tensor.shards) if tensor.is_sharded else nodes.append(tensor.node)
+    realize_nodes(nodes)
 
 
 def tensor_sequence(values: Sequence[Tensor]) -> list[Tensor]:

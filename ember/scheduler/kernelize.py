@@ -38,32 +38,39 @@ ScheduleItem = KernelItem | CopyItem
 def find_boundaries(roots: list[Node]) -> list[Node]:
     """Every node to store, dependencies first (the roots included)."""
     boundaries: dict[int, Node] = {}
-    depends_on: dict[int, list[Node]] = {}
-    pending = []
-    for root in roots:
-        if not root.realized and id(root) not in boundaries:
-            boundaries[id(root)] = root
-            pending.append(root)
+    pending = [root for root in roots if not root.realized]
     while pending:
-        kernel_root = pending.pop()
-        found: list[Node] = []
-        if kernel_root.op is Op.COPY:
-            source = kernel_root.srcs[0]
-            if not source.realized:
-                found.append(source)
-        else:
-            _walk(kernel_root, boundaries, found)
-        depends_on[id(kernel_root)] = found
-        for node in found:
-            if id(node) not in boundaries:
-                boundaries[id(node)] = node
-                pending.append(node)
+        _discover(pending, boundaries)
+        # A boundary found late (e.g. the source of a COPY) changes the kernels walked before it was known:
+        # walk every kernel again with the final set; that pass gives the dependencies (and rarely more nodes).
+        depends_on = {id(root): _kernel_dependencies(root, boundaries) for root in boundaries.values()}
+        pending = [node for found in depends_on.values() for node in found if id(node) not in boundaries]
     ordered: list[Node] = []
     placed: set[int] = set()
     for root in roots:
         if not root.realized:
             _order(root, depends_on, placed, ordered)
     return ordered
+
+
+def _discover(pending: list[Node], boundaries: dict[int, Node]) -> None:
+    """Add the pending kernel roots and every node they need stored, transitively."""
+    while pending:
+        kernel_root = pending.pop()
+        if id(kernel_root) in boundaries:
+            continue
+        boundaries[id(kernel_root)] = kernel_root
+        pending.extend(node for node in _kernel_dependencies(kernel_root, boundaries) if id(node) not in boundaries)
+
+
+def _kernel_dependencies(kernel_root: Node, boundaries: dict[int, Node]) -> list[Node]:
+    """The stored nodes the kernel (or copy) computing kernel_root reads."""
+    if kernel_root.op is Op.COPY:
+        source = kernel_root.srcs[0]
+        return [] if source.realized else [source]
+    found: list[Node] = []
+    _walk(kernel_root, boundaries, found)
+    return found
 
 
 def _order(node: Node, depends_on: dict[int, list[Node]], placed: set[int], ordered: list[Node]) -> None:
