@@ -16,6 +16,7 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "wgpu": "ember.backends.wgpu",
     "cuda": "ember.backends.cuda",
     "dummy": "ember.backends.dummy",
+    "disk": "ember.backends.disk",
 }
 PREFERENCE = ("c", "opencl", "wgpu", "cuda")  # the default device is the first available of these
 
@@ -55,7 +56,8 @@ class Registry:
             raise DeviceError(f"unknown backend '{backend}'; known backends: {', '.join(self.backend_names())}")
         from ember.backends.config import CONFIG
 
-        if CONFIG.enabled_backends is not None and backend not in CONFIG.enabled_backends and backend != "dummy":
+        always_on = ("dummy", "disk")
+        if CONFIG.enabled_backends is not None and backend not in CONFIG.enabled_backends and backend not in always_on:
             self.unavailable[backend] = f"disabled by the configuration ({CONFIG.source}); enabled: " + ", ".join(
                 CONFIG.enabled_backends
             )

@@ -86,7 +86,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
                 return apply_sharded(other, op, sources, arg)
         nodes = tuple(source.node for source in sources)
         device = self.node.device
-        if any(node.device != device for node in nodes):
+        if device.startswith("disk") or any(node.device != device for node in nodes):
             from ember.scheduler.placement import choose_device, move_source
 
             device = choose_device(nodes)

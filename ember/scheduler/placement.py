@@ -18,14 +18,27 @@ def choose_device(nodes: tuple[Node, ...]) -> str:
             continue
         weight[node.device] = weight.get(node.device, 0) + node.size * node.dtype.itemsize
     if not weight:
-        return nodes[0].device
+        return compute_device(nodes[0].device)
     dtypes_used = {node.dtype for node in nodes}
     order = list(weight)
     candidates = [
         name for name in order
         if get_device(name).info.can_run and not get_device(name).info.unsupported(dtypes_used)
-    ] or order
+    ]
+    if not candidates:  # every input is in storage (e.g. a file on disk): compute on the default device
+        from ember.scheduler.devices import get_default_device
+
+        return get_default_device()
     return max(candidates, key=lambda name: (weight[name], -order.index(name)))
+
+
+def compute_device(device: str) -> str:
+    """`device`, or the default device when `device` only stores data (disk)."""
+    if get_device(device).info.can_run or device.startswith("dummy"):
+        return device
+    from ember.scheduler.devices import get_default_device
+
+    return get_default_device()
 
 
 def move_source(node: Node, device: str) -> Node:

@@ -27,14 +27,20 @@ class Buffer:
 
     __slots__ = ("device", "pool", "handle", "nbytes", "dtype", "size", "device_name")
 
-    def __init__(self, device: Device, size: int, dtype: DType) -> None:
+    def __init__(self, device: Device, size: int, dtype: DType, handle: Any = None) -> None:
+        """Allocate from the device's pool, or adopt `handle` (memory the pool did not allocate, e.g. a mapping)."""
         self.device = device
         self.pool = device.pool
         self.device_name = device.name
         self.size = size
         self.dtype = dtype
         self.nbytes = size * dtype.itemsize
-        self.handle = self.pool.allocate(self.nbytes)
+        if handle is None:
+            self.handle = self.pool.allocate(self.nbytes)
+        else:
+            self.handle = handle
+            self.pool.used_bytes += self.nbytes
+            self.pool.live_buffers += 1
         for record in profile.current():
             record.bytes_allocated += self.nbytes
 
@@ -62,6 +68,18 @@ def buffer_node(array: np.ndarray, dtype: DType, device_name: str) -> Node:
     buffer.write(array.reshape(-1))
     node = Node(Op.BUFFER, (), None, tuple(array.shape), dtype, device.name)
     node.buffer = buffer
+    return node
+
+
+def mapped_node(path: str, offset: int, shape: tuple[int, ...], dtype: DType, device_name: str = "disk:0") -> Node:
+    """A realized leaf whose bytes stay in a file until a kernel needs them (a read-only memory map)."""
+    from ember.core.shapes import prod
+
+    device = get_device(device_name)
+    size = prod(shape)
+    handle = device.pool.map_region(path, offset, size * dtype.itemsize)
+    node = Node(Op.BUFFER, (), None, tuple(shape), dtype, device.name)
+    node.buffer = Buffer(device, size, dtype, handle)
     return node
 
 
