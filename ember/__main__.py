@@ -17,6 +17,12 @@ SETTINGS: dict[str, str] = {
     "EMBER_NOOPT": "1 disables every optional IR transform (unset: transforms on)",
     "EMBER_CACHE_DIR": "the disk cache folder (unset: $XDG_CACHE_HOME/ember or ~/.cache/ember)",
     "EMBER_TEST_DEVICES": "backends the test suite runs on (unset: c,opencl)",
+    "EMBER_CONFIG": "the configuration file (unset: $XDG_CONFIG_HOME/ember/config.toml)",
+    "EMBER_BACKENDS": "the backends to enable, comma-separated (unset: all)",
+    "EMBER_POOL_LIMITS": "byte limits of memory pools, e.g. c:0=2GB,opencl:0=512MB (unset: none)",
+    "EMBER_C_DEVICES": "how many c devices share the CPU cores (unset: 1)",
+    "EMBER_DUMMY_DEVICES": "how many plain dummy devices there are (unset: 8)",
+    "EMBER_AUTO_SHARD": "1 splits large kernels across devices (unset: off)",
 }
 
 
@@ -30,6 +36,7 @@ def collect_info() -> dict[str, Any]:
     """Every backend with its devices or the reason it is unavailable, the default device, and the settings."""
     import ember
     from ember.backends.base import cache_directory
+    from ember.backends.config import CONFIG
     from ember.backends.registry import REGISTRY
     from ember.core.errors import EmberError
     from ember.scheduler.devices import get_default_device
@@ -55,6 +62,7 @@ def collect_info() -> dict[str, Any]:
         "default_device": default,
         "default_device_reason": default_reason,
         "settings": settings,
+        "configuration": CONFIG.describe(),
         "cache_directory": str(cache_directory()),
     }
 
@@ -82,6 +90,18 @@ def _format_device(device: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _groups_of_equal_devices(devices: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Consecutive devices whose capabilities are the same, so that identical devices print once."""
+    groups: list[list[dict[str, Any]]] = []
+    for device in devices:
+        capabilities = {key: value for key, value in device.items() if key != "name"}
+        if groups and capabilities == {key: value for key, value in groups[-1][0].items() if key != "name"}:
+            groups[-1].append(device)
+        else:
+            groups.append([device])
+    return groups
+
+
 def command_info(arguments: argparse.Namespace) -> int:
     """Print the backends, their devices and capabilities, why a backend is unavailable, and the settings."""
     found = collect_info()
@@ -92,8 +112,11 @@ def command_info(arguments: argparse.Namespace) -> int:
     for backend, entry in found["backends"].items():
         if entry["available"]:
             lines.append(f"  {backend}: {len(entry['devices'])} device(s)")
-            for device in entry["devices"]:
-                lines.extend(_format_device(device))
+            for group in _groups_of_equal_devices(entry["devices"]):
+                first = dict(group[0])
+                if len(group) > 1:
+                    first["name"] = f"{group[0]['name']} .. {group[-1]['name']} ({len(group)} devices alike)"
+                lines.extend(_format_device(first))
         else:
             lines.append(f"  {backend}: unavailable: {entry['reason']}")
     default = found["default_device"] or f"none ({found['default_device_reason']})"
@@ -103,6 +126,8 @@ def command_info(arguments: argparse.Namespace) -> int:
         meaning = SETTINGS.get(name, "")
         shown = "(unset)" if value is None else repr(value)
         lines.append(f"  {name}={shown}" + (f"  - {meaning}" if meaning else ""))
+    lines.append("configuration:")
+    lines.extend(f"  {line}" for line in found["configuration"])
     lines.append(f"cache directory: {found['cache_directory']}")
     print("\n".join(lines))
     return 0

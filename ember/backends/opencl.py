@@ -159,11 +159,13 @@ class OpenCLMemoryPool(MemoryPool):
 class OpenCLProgram(Program):
     """One built kernel; a call enqueues it and returns at once with its event."""
 
-    def __init__(self, device: OpenCLDevice, program: Any, name: str) -> None:
+    def __init__(self, device: OpenCLDevice, program: Any, name: str, cache_path: Path | None = None) -> None:
         self.device = device
+        self.program = program
         self.kernel = cl.Kernel(program, name)
         limit = self.kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device.cl_device)
         self.local_size = max(1, min(LOCAL_SIZE, device.info.max_local_size, limit))
+        self.cache_path = cache_path  # set while the disk cache lacks the work-group code of the first launch
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
         native = [event.event for event in wait_for if isinstance(event, OpenCLEvent)]
@@ -174,6 +176,12 @@ class OpenCLProgram(Program):
         groups = -(-max(global_size, 1) // self.local_size)
         event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, (groups * self.local_size,),
                                            (self.local_size,), wait_for=native or None)
+        if self.cache_path is not None:
+            # drivers such as PoCL compile the work-group code at the first launch and include it in the binary
+            # from then on: caching that binary saves the second compile in every later process
+            event.wait()
+            write_cache_entry(self.cache_path, program_binary(self.program), launched=True)
+            self.cache_path = None
         return OpenCLEvent(event)
 
 
@@ -189,6 +197,7 @@ class OpenCLDevice(Device):
         self._context: Any = None
         self._queue: Any = None
         self._built: dict[str, Any] = {}  # source -> cl.Program
+        self._unlaunched: dict[str, Path] = {}  # source -> its cache entry, written before any launch
         self._programs: dict[tuple[str, str], OpenCLProgram] = {}
         self._pool: OpenCLMemoryPool | None = None
         platform = cl_device.platform
@@ -220,7 +229,8 @@ class OpenCLDevice(Device):
         source = self.render(kernel)
         program = self._programs.get((source, kernel.name))
         if program is None:
-            program = OpenCLProgram(self, self.build(source), kernel.name)
+            built = self.build(source)
+            program = OpenCLProgram(self, built, kernel.name, self._unlaunched.pop(source, None))
             self._programs[(source, kernel.name)] = program
         return program
 
@@ -235,10 +245,14 @@ class OpenCLDevice(Device):
     def _build_cached(self, source: str) -> Any:
         digest = hashlib.sha256((self._cache_key + "\n" + source).encode()).hexdigest()[:32]
         path = cache_directory("opencl") / f"{digest}.bin"
-        binary = read_cache_entry(path)
-        if binary is not None:
+        entry = read_cache_entry(path)
+        if entry is not None:
+            binary, launched = entry
             try:
-                return cl.Program(self.context, [self.cl_device], [binary]).build(options=self.build_options)
+                program = cl.Program(self.context, [self.cl_device], [binary]).build(options=self.build_options)
+                if not launched:
+                    self._unlaunched[source] = path
+                return program
             except Exception:  # noqa: BLE001 - a binary the driver rejects is rebuilt from source, never trusted
                 path.unlink(missing_ok=True)
         try:
@@ -246,9 +260,10 @@ class OpenCLDevice(Device):
         except (cl.RuntimeError, cl.LogicError) as error:
             raise CompileError(f"the OpenCL compiler of {self.name} ({self.cl_device.name}) rejected a kernel:\n"
                                f"{error}\n--- source ---\n{source}") from None
-        binaries = program.get_info(cl.program_info.BINARIES)
-        if binaries and binaries[0]:
-            write_cache_entry(path, bytes(binaries[0]))
+        binary = program_binary(program)
+        if binary:
+            write_cache_entry(path, binary, launched=False)
+            self._unlaunched[source] = path
         return program
 
     def synchronize(self) -> None:
@@ -256,27 +271,35 @@ class OpenCLDevice(Device):
             self._queue.finish()
 
 
-CACHE_MAGIC = b"EMBER-OPENCL-1\n"
+CACHE_MAGIC = b"EMBER-OPENCL-2\n"
+LAUNCHED, BUILT = b"L", b"B"  # whether the binary was taken after a launch (with the driver's work-group code)
 
 
-def read_cache_entry(path: Path) -> bytes | None:
-    """A cached program binary whose checksum matches, or None (a corrupt entry is deleted)."""
+def program_binary(program: Any) -> bytes:
+    binaries = program.get_info(cl.program_info.BINARIES)
+    return bytes(binaries[0]) if binaries and binaries[0] else b""
+
+
+def read_cache_entry(path: Path) -> tuple[bytes, bool] | None:
+    """(program binary, taken after a launch) of a cache entry whose checksum matches; a corrupt entry is deleted
+    (PoCL crashes on a truncated binary, so a checksum guards every entry)."""
     try:
         data = path.read_bytes()
     except OSError:
         return None
-    header = len(CACHE_MAGIC) + 32
-    checksum, binary = data[len(CACHE_MAGIC):header], data[header:]
-    if data[: len(CACHE_MAGIC)] == CACHE_MAGIC and hashlib.sha256(binary).digest() == checksum:
-        return binary
+    magic, kind = data[: len(CACHE_MAGIC)], data[len(CACHE_MAGIC):len(CACHE_MAGIC) + 1]
+    checksum, binary = data[len(CACHE_MAGIC) + 1:len(CACHE_MAGIC) + 33], data[len(CACHE_MAGIC) + 33:]
+    if magic == CACHE_MAGIC and kind in (LAUNCHED, BUILT) and hashlib.sha256(binary).digest() == checksum:
+        return binary, kind == LAUNCHED
     path.unlink(missing_ok=True)
     return None
 
 
-def write_cache_entry(path: Path, binary: bytes) -> None:
+def write_cache_entry(path: Path, binary: bytes, launched: bool) -> None:
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        temporary.write_bytes(CACHE_MAGIC + hashlib.sha256(binary).digest() + binary)
+        kind = LAUNCHED if launched else BUILT
+        temporary.write_bytes(CACHE_MAGIC + kind + hashlib.sha256(binary).digest() + binary)
         os.replace(temporary, path)
     except OSError:  # a read-only cache only costs a rebuild next time
         temporary.unlink(missing_ok=True)
