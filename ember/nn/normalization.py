@@ -1,0 +1,231 @@
+"""Normalization layers: BatchNorm1d/2d (running statistics), LayerNorm, RMSNorm, GroupNorm."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import ember as em
+from ember.autograd.grad_mode import no_grad
+from ember.core.errors import ShapeError
+from ember.core.tensor import Tensor
+from ember.nn import functional as F
+from ember.nn import init
+from ember.nn.linear import empty_parameter
+from ember.nn.module import Module
+
+_pending_updates: dict[int, weakref.ref[Tensor]] = {}
+
+
+def pending_buffer_updates() -> list[Tensor]:
+    """Buffers given a lazy new value in forward (running statistics) and not computed yet; the list is emptied.
+
+    Optimizers realize these together with the parameters in their one realize per step, so running statistics
+    never build a chain of lazy updates across steps.
+    """
+    tensors = [tensor for reference in _pending_updates.values() if (tensor := reference()) is not None]
+    _pending_updates.clear()
+    return [tensor for tensor in tensors if not tensor.node.realized]
+
+
+def _mark_pending(tensor: Tensor) -> None:
+    _pending_updates[id(tensor)] = weakref.ref(tensor)
+
+
+class _BatchNorm(Module):
+    """Normalizes each channel (dim 1) over the batch and spatial dims; keeps running mean and variance."""
+
+    spatial_dims: tuple[int, ...] = ()
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, device: Any = None, dtype: Any = None, *, bias: bool = True) -> None:
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats, self.use_bias = affine, track_running_stats, bias
+        if affine:
+            self.weight = empty_parameter((num_features,), device, dtype)
+            if bias:
+                self.bias = empty_parameter((num_features,), device, dtype)
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", em.zeros(num_features, dtype=dtype, device=device))
+            self.register_buffer("running_var", em.ones(num_features, dtype=dtype, device=device))
+            self.register_buffer("num_batches_tracked", em.tensor(0, dtype=em.int64, device=device))
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+        self.reset_parameters()
+
+    def reset_running_stats(self) -> None:
+        if self.track_running_stats:
+            init.zeros_(self.running_mean)
+            init.ones_(self.running_var)
+            init.zeros_(self.num_batches_tracked)
+
+    def reset_parameters(self) -> None:
+        self.reset_running_stats()
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
+
+    def _check_input(self, input: Tensor) -> None:  # noqa: A002
+        raise NotImplementedError
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        self._check_input(input)
+        if input.shape[1] != self.num_features:
+            raise ShapeError(f"{type(self).__name__}({self.num_features}): input of shape {input.shape} has "
+                             f"{input.shape[1]} channels in dim 1, expected {self.num_features}")
+        use_batch_statistics = self.training or self.running_mean is None
+        if self.training and self.track_running_stats:
+            self._update_running_stats(input)
+        if use_batch_statistics:
+            return F.batch_norm(input, None, None, self.weight, self.bias, True, 0.0, self.eps)
+        return F.batch_norm(input, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+
+    def _update_running_stats(self, input: Tensor) -> None:  # noqa: A002
+        """running = (1 - momentum) * running + momentum * batch statistic (unbiased variance), lazily."""
+        buffers = [self.running_mean, self.running_var, self.num_batches_tracked]
+        waiting = [buffer for buffer in buffers if not buffer.node.realized]
+        if waiting:  # the previous step's update was never computed: do it now, so updates never chain
+            em.realize(*waiting)
+        dims = (0, *range(2, input.ndim))
+        count = input.numel() // input.shape[1]
+        if count <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size {input.shape}")
+        with no_grad():
+            values = input.detach()
+            self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+            if self.momentum is None:  # cumulative moving average: the factor is 1 / batches seen
+                factor: Any = 1.0 / self.num_batches_tracked.cast(self.running_mean.dtype)
+            else:
+                factor = self.momentum
+            mean = values.mean(dims)
+            variance = values.var(dims, correction=1)
+            self.running_mean.assign(self.running_mean * (1 - factor) + mean.cast(self.running_mean.dtype) * factor)
+            self.running_var.assign(self.running_var * (1 - factor) + variance.cast(self.running_var.dtype) * factor)
+        for buffer in buffers:
+            _mark_pending(buffer)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"bias={self.use_bias}, track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalization over (N, C) or (N, C, L) inputs."""
+
+    def _check_input(self, input: Tensor) -> None:  # noqa: A002
+        if input.ndim not in (2, 3):
+            raise ShapeError(f"BatchNorm1d: expected a 2-d or 3-d input (N, C) or (N, C, L), got shape {input.shape}")
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalization over (N, C, H, W) inputs."""
+
+    def _check_input(self, input: Tensor) -> None:  # noqa: A002
+        if input.ndim != 4:
+            raise ShapeError(f"BatchNorm2d: expected a 4-d input (N, C, H, W), got shape {input.shape}")
+
+
+def _shape_tuple(shape: int | Sequence[int]) -> tuple[int, ...]:
+    return (shape,) if isinstance(shape, int) else tuple(int(size) for size in shape)
+
+
+class LayerNorm(Module):
+    """Normalizes over the last len(normalized_shape) dims, then scales and shifts elementwise."""
+
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True,
+                 bias: bool = True, device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        self.normalized_shape = _shape_tuple(normalized_shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        if elementwise_affine:
+            self.weight = empty_parameter(self.normalized_shape, device, dtype)
+            if bias:
+                self.bias = empty_parameter(self.normalized_shape, device, dtype)
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")
+
+
+class RMSNorm(Module):
+    """x / sqrt(mean(x^2) + eps) over the last dims, times a weight; eps=None uses the dtype's machine epsilon."""
+
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float | None = None, elementwise_affine: bool = True,
+                 device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        self.normalized_shape = _shape_tuple(normalized_shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        if elementwise_affine:
+            self.weight = empty_parameter(self.normalized_shape, device, dtype)
+        else:
+            self.register_parameter("weight", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            init.ones_(self.weight)
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class GroupNorm(Module):
+    """Normalizes groups of channels of (N, C, *) inputs, then scales and shifts per channel."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
+                 device: Any = None, dtype: Any = None, *, bias: bool = True) -> None:
+        super().__init__()
+        if num_channels % num_groups:
+            raise ValueError(f"GroupNorm: num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        if affine:
+            self.weight = empty_parameter((num_channels,), device, dtype)
+            if bias:
+                self.bias = empty_parameter((num_channels,), device, dtype)
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
+                f"bias={self.bias is not None}")

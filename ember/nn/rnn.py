@@ -1,0 +1,302 @@
+"""Recurrent layers RNN, LSTM, GRU and their cells, with torch's gate layout and parameter names."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ember as em
+from ember.core.errors import ShapeError
+from ember.core.tensor import Tensor
+from ember.nn import functional as F
+from ember.nn import init
+from ember.nn.linear import empty_parameter
+from ember.nn.module import Module
+
+GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+
+
+def _cell_step(mode: str, input_part: Tensor, hidden: Tensor, cell: Tensor | None, weight_hh: Tensor,
+               bias_hh: Tensor | None, weight_hr: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """One time step: input_part is x @ W_ih^T + b_ih already. Gate order as torch: LSTM i,f,g,o; GRU r,z,n."""
+    hidden_part = F.linear(hidden, weight_hh, bias_hh)
+    if mode == "LSTM":
+        gates = input_part + hidden_part
+        input_gate, forget_gate, cell_gate, output_gate = gates.chunk(4, -1)
+        new_cell = forget_gate.sigmoid() * cell + input_gate.sigmoid() * cell_gate.tanh()
+        new_cell = new_cell.contiguous()  # a kernel boundary per step: the recurrence never recomputes old steps
+        new_hidden = output_gate.sigmoid() * new_cell.tanh()
+        if weight_hr is not None:
+            new_hidden = F.linear(new_hidden, weight_hr)
+        return new_hidden.contiguous(), new_cell
+    if mode == "GRU":
+        input_reset, input_update, input_new = input_part.chunk(3, -1)
+        hidden_reset, hidden_update, hidden_new = hidden_part.chunk(3, -1)
+        reset = (input_reset + hidden_reset).sigmoid()
+        update = (input_update + hidden_update).sigmoid()
+        new = (input_new + reset * hidden_new).tanh()
+        return ((1 - update) * new + update * hidden).contiguous(), None
+    total = input_part + hidden_part
+    return (total.tanh() if mode == "RNN_TANH" else total.relu()).contiguous(), None
+
+
+class RNNBase(Module):
+    """Shared by RNN, LSTM and GRU: parameters weight_ih_l{k}[_reverse], weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k}."""
+
+    def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
+                 device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        name = type(self).__name__
+        if not 0 <= dropout <= 1:
+            raise ValueError(f"{name}: dropout should be a number in [0, 1], got {dropout}")
+        if hidden_size <= 0 or num_layers <= 0:
+            raise ValueError(f"{name}: hidden_size and num_layers must be positive, got {hidden_size} and {num_layers}")
+        if proj_size < 0 or (proj_size and mode != "LSTM"):
+            raise ValueError(f"{name}: proj_size must be >= 0 and is only supported by LSTM, got {proj_size}")
+        if proj_size >= hidden_size:
+            raise ValueError(f"{name}: proj_size ({proj_size}) has to be smaller than hidden_size ({hidden_size})")
+        self.mode, self.input_size, self.hidden_size, self.num_layers = mode, input_size, hidden_size, num_layers
+        self.bias, self.batch_first, self.dropout = bias, batch_first, float(dropout)
+        self.bidirectional, self.proj_size = bidirectional, proj_size
+        directions = 2 if bidirectional else 1
+        output_size = proj_size if proj_size > 0 else hidden_size
+        gate_size = GATES[mode] * hidden_size
+        self._flat_weights_names: list[str] = []
+        for layer in range(num_layers):
+            for direction in range(directions):
+                layer_input = input_size if layer == 0 else output_size * directions
+                suffix = f"_l{layer}" + ("_reverse" if direction == 1 else "")
+                shapes = [("weight_ih", (gate_size, layer_input)), ("weight_hh", (gate_size, output_size))]
+                if bias:
+                    shapes += [("bias_ih", (gate_size,)), ("bias_hh", (gate_size,))]
+                if proj_size > 0:
+                    shapes.append(("weight_hr", (proj_size, hidden_size)))
+                for prefix, shape in shapes:
+                    setattr(self, prefix + suffix, empty_parameter(shape, device, dtype))
+                    self._flat_weights_names.append(prefix + suffix)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for parameter in self.parameters():
+            init.uniform_(parameter, -bound, bound)
+
+    def _layer_parameters(self, layer: int, direction: int) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None,
+                                                                     Tensor | None]:
+        suffix = f"_l{layer}" + ("_reverse" if direction == 1 else "")
+        return (getattr(self, "weight_ih" + suffix), getattr(self, "weight_hh" + suffix),
+                getattr(self, "bias_ih" + suffix) if self.bias else None,
+                getattr(self, "bias_hh" + suffix) if self.bias else None,
+                getattr(self, "weight_hr" + suffix) if self.proj_size > 0 else None)
+
+    def _initial_state(self, hx: Any, batch: int, input: Tensor, batched: bool) -> tuple[Tensor, Tensor | None]:  # noqa: A002
+        directions = 2 if self.bidirectional else 1
+        output_size = self.proj_size if self.proj_size > 0 else self.hidden_size
+        name = type(self).__name__
+        if hx is None:
+            hidden = em.zeros(self.num_layers * directions, batch, output_size, dtype=input.dtype, device=input.device)
+            cell = (em.zeros(self.num_layers * directions, batch, self.hidden_size, dtype=input.dtype,
+                             device=input.device) if self.mode == "LSTM" else None)
+            return hidden, cell
+        if self.mode == "LSTM":
+            if not isinstance(hx, (tuple, list)) or len(hx) != 2:
+                raise TypeError(f"{name}: hx must be a tuple (h_0, c_0)")
+            hidden, cell = hx
+        else:
+            hidden, cell = hx, None
+        if not batched:
+            hidden = hidden.unsqueeze(1)
+            cell = cell.unsqueeze(1) if cell is not None else None
+        expected = (self.num_layers * directions, batch, output_size)
+        if tuple(hidden.shape) != expected:
+            raise ShapeError(f"{name}: expected hidden state of shape {expected}, got {hidden.shape}")
+        if cell is not None and tuple(cell.shape) != (self.num_layers * directions, batch, self.hidden_size):
+            raise ShapeError(f"{name}: expected cell state of shape "
+                             f"{(self.num_layers * directions, batch, self.hidden_size)}, got {cell.shape}")
+        return hidden, cell
+
+    def forward(self, input: Tensor, hx: Any = None) -> tuple[Tensor, Any]:  # noqa: A002
+        """input (L, N, input_size) (N first with batch_first, or unbatched (L, input_size)) -> (output, h_n[, c_n])."""
+        name = type(self).__name__
+        if input.ndim not in (2, 3):
+            raise ShapeError(f"{name}: expected a 2-d (unbatched) or 3-d (batched) input, got shape {input.shape}")
+        batched = input.ndim == 3
+        sequence = input if batched else input.unsqueeze(1)
+        if batched and self.batch_first:
+            sequence = sequence.transpose(0, 1)
+        if sequence.shape[2] != self.input_size:
+            raise ShapeError(f"{name}: input of shape {input.shape} should have {self.input_size} features")
+        length, batch = sequence.shape[0], sequence.shape[1]
+        hidden0, cell0 = self._initial_state(hx, batch, input, batched)
+        directions = 2 if self.bidirectional else 1
+        final_hidden: list[Tensor] = []
+        final_cell: list[Tensor] = []
+        layer_input = sequence
+        for layer in range(self.num_layers):
+            outputs = []
+            for direction in range(directions):
+                weight_ih, weight_hh, bias_ih, bias_hh, weight_hr = self._layer_parameters(layer, direction)
+                projected = F.linear(layer_input, weight_ih, bias_ih)  # all time steps at once
+                state = layer * directions + direction
+                hidden = hidden0[state]
+                cell = cell0[state] if cell0 is not None else None
+                steps: list[Tensor] = [None] * length  # type: ignore[list-item]
+                order = range(length - 1, -1, -1) if direction == 1 else range(length)
+                for time in order:
+                    hidden, cell = _cell_step(self.mode, projected[time], hidden, cell, weight_hh, bias_hh, weight_hr)
+                    steps[time] = hidden
+                outputs.append(em.stack(steps) if length else projected[:, :, :0])
+                final_hidden.append(hidden)
+                if cell is not None:
+                    final_cell.append(cell)
+            layer_input = outputs[0] if directions == 1 else em.cat(outputs, dim=-1)
+            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
+                layer_input = F.dropout(layer_input, self.dropout, True)
+        output = layer_input
+        hidden_n = em.stack(final_hidden)
+        cell_n = em.stack(final_cell) if final_cell else None
+        if batched and self.batch_first:
+            output = output.transpose(0, 1)
+        if not batched:
+            output = output.squeeze(1)
+            hidden_n = hidden_n.squeeze(1)
+            cell_n = cell_n.squeeze(1) if cell_n is not None else None
+        return output, ((hidden_n, cell_n) if self.mode == "LSTM" else hidden_n)
+
+    def extra_repr(self) -> str:
+        text = f"{self.input_size}, {self.hidden_size}"
+        if self.proj_size != 0:
+            text += f", proj_size={self.proj_size}"
+        if self.num_layers != 1:
+            text += f", num_layers={self.num_layers}"
+        if self.bias is not True:
+            text += f", bias={self.bias}"
+        if self.batch_first is not False:
+            text += f", batch_first={self.batch_first}"
+        if self.dropout != 0:
+            text += f", dropout={self.dropout}"
+        if self.bidirectional is not False:
+            text += f", bidirectional={self.bidirectional}"
+        return text
+
+
+class RNN(RNNBase):
+    """Elman RNN: h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh) (or relu with nonlinearity='relu')."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 device: Any = None, dtype: Any = None) -> None:
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"RNN: unknown nonlinearity {nonlinearity!r}; valid: 'tanh', 'relu'")
+        super().__init__("RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU", input_size, hidden_size, num_layers,
+                         bias, batch_first, dropout, bidirectional, 0, device, dtype)
+        self.nonlinearity = nonlinearity
+
+    def extra_repr(self) -> str:
+        text = super().extra_repr()
+        return text + (f", nonlinearity={self.nonlinearity}" if self.nonlinearity != "tanh" else "")
+
+
+class LSTM(RNNBase):
+    """Long short-term memory; returns (output, (h_n, c_n)). Gates i, f, g, o stacked in that order as torch's."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
+                 device: Any = None, dtype: Any = None) -> None:
+        super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                         proj_size, device, dtype)
+
+
+class GRU(RNNBase):
+    """Gated recurrent unit; returns (output, h_n). Gates r, z, n stacked in that order as torch's."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, device: Any = None,
+                 dtype: Any = None) -> None:
+        super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0,
+                         device, dtype)
+
+
+class RNNCellBase(Module):
+    """One step of a recurrent layer: parameters weight_ih, weight_hh, bias_ih, bias_hh."""
+
+    def __init__(self, mode: str, input_size: int, hidden_size: int, bias: bool, device: Any, dtype: Any) -> None:
+        super().__init__()
+        self.mode, self.input_size, self.hidden_size, self.bias = mode, input_size, hidden_size, bias
+        gate_size = GATES[mode] * hidden_size
+        self.weight_ih = empty_parameter((gate_size, input_size), device, dtype)
+        self.weight_hh = empty_parameter((gate_size, hidden_size), device, dtype)
+        if bias:
+            self.bias_ih = empty_parameter((gate_size,), device, dtype)
+            self.bias_hh = empty_parameter((gate_size,), device, dtype)
+        else:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
+        bound = 1.0 / math.sqrt(hidden_size)
+        for parameter in self.parameters():
+            init.uniform_(parameter, -bound, bound)
+
+    def _step(self, input: Tensor, hx: Any) -> Any:  # noqa: A002
+        name = type(self).__name__
+        if input.ndim not in (1, 2) or input.shape[-1] != self.input_size:
+            raise ShapeError(f"{name}: expected input of shape (N, {self.input_size}) or ({self.input_size},), "
+                             f"got {input.shape}")
+        batched = input.ndim == 2
+        x = input if batched else input.unsqueeze(0)
+        zeros = em.zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device)
+        if self.mode == "LSTM":
+            hidden, cell = hx if hx is not None else (zeros, zeros)
+            if not batched and hx is not None:
+                hidden, cell = hidden.unsqueeze(0), cell.unsqueeze(0)
+        else:
+            hidden = hx if hx is not None else zeros
+            if not batched and hx is not None:
+                hidden = hidden.unsqueeze(0)
+            cell = None
+        projected = F.linear(x, self.weight_ih, self.bias_ih)
+        new_hidden, new_cell = _cell_step(self.mode, projected, hidden, cell, self.weight_hh, self.bias_hh, None)
+        if not batched:
+            new_hidden = new_hidden.squeeze(0)
+            new_cell = new_cell.squeeze(0) if new_cell is not None else None
+        return (new_hidden, new_cell) if self.mode == "LSTM" else new_hidden
+
+    def extra_repr(self) -> str:
+        text = f"{self.input_size}, {self.hidden_size}"
+        if self.bias is not True:
+            text += f", bias={self.bias}"
+        nonlinearity = getattr(self, "nonlinearity", "tanh")
+        if nonlinearity != "tanh":
+            text += f", nonlinearity={nonlinearity}"
+        return text
+
+
+class RNNCell(RNNCellBase):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh",
+                 device: Any = None, dtype: Any = None) -> None:
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"RNNCell: unknown nonlinearity {nonlinearity!r}; valid: 'tanh', 'relu'")
+        super().__init__("RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU", input_size, hidden_size, bias, device,
+                         dtype)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:  # noqa: A002
+        return self._step(input, hx)
+
+
+class LSTMCell(RNNCellBase):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None,
+                 dtype: Any = None) -> None:
+        super().__init__("LSTM", input_size, hidden_size, bias, device, dtype)
+
+    def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:  # noqa: A002
+        return self._step(input, hx)
+
+
+class GRUCell(RNNCellBase):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None,
+                 dtype: Any = None) -> None:
+        super().__init__("GRU", input_size, hidden_size, bias, device, dtype)
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:  # noqa: A002
+        return self._step(input, hx)

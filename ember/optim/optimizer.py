@@ -1,0 +1,247 @@
+"""Optimizer: param groups, state, state_dict, and the fused step that realizes every update in one schedule.
+
+A step builds the new value of every parameter and every state tensor lazily, then realizes them all with ONE
+`ember.realize(...)` call, so the kernelizer fuses each update into a few kernels. Hyperparameters that change
+between steps (the learning rate set by a scheduler, Adam's bias corrections) are not baked into the kernels as
+constants: they live in a small device tensor per step (`StepScalars`), so changing them never recompiles.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ember.autograd.grad_mode import enable_grad, no_grad
+from ember.core import dtype as dtypes
+from ember.core.tensor import Tensor, realize
+
+
+class _RequiredParameter:
+    """Marks a default that has no value: the user must give it (torch's `required`)."""
+
+    def __repr__(self) -> str:
+        return "<required parameter>"
+
+
+required = _RequiredParameter()
+
+
+class StepScalars:
+    """Named per-step hyperparameters held in one small device tensor, read by the update kernels as 0-d views."""
+
+    def __init__(self, names: Sequence[str], values: Sequence[float], device: str, dtype: dtypes.DType) -> None:
+        holder = dtypes.float64 if dtype == dtypes.float64 else dtypes.float32
+        self.vector = Tensor(np.asarray(values, dtype=holder.numpy), device=device)
+        self.views = {name: self.vector[index] for index, name in enumerate(names)}
+
+    def __getattr__(self, name: str) -> Tensor:
+        try:
+            return self.__dict__["views"][name]
+        except KeyError:
+            raise AttributeError(f"no step scalar named {name!r}") from None
+
+
+class Optimizer:
+    """Base class: subclasses give `scalar_names`, `_scalar_values` and `_update` for one parameter."""
+
+    scalar_names: tuple[str, ...] = ()
+
+    def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
+        self.defaults = defaults
+        self.state: dict[Tensor, dict[str, Any]] = {}
+        self.param_groups: list[dict[str, Any]] = []
+        self._scalar_cache: dict[tuple[Any, ...], StepScalars] = {}
+        if isinstance(params, Tensor):
+            raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, but "
+                            f"got a Tensor of shape {params.shape}; wrap it in a list")
+        groups = list(params)
+        if not groups:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
+            self.add_param_group(group)
+
+    def __repr__(self) -> str:
+        lines = [type(self).__name__ + " ("]
+        for index, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {index}")
+            for key in sorted(group):
+                if key != "params":
+                    lines.append(f"    {key}: {group[key]}")
+        lines.append(")")
+        return "\n".join(lines)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a group of parameters with its own hyperparameters (missing ones come from the defaults)."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, got {type(param_group).__name__}")
+        params = param_group["params"]
+        params = [params] if isinstance(params, Tensor) else list(params)
+        if params and isinstance(params[0], tuple):  # named parameters, as torch 2.6+ accepts
+            param_group["param_names"] = [name for name, _ in params]
+            params = [parameter for _, parameter in params]
+        for position, parameter in enumerate(params):
+            if not isinstance(parameter, Tensor):
+                raise TypeError(f"optimizer can only optimize Tensors, but parameter {position} of the group is a "
+                                f"{type(parameter).__name__}")
+            if not parameter.is_leaf:
+                raise ValueError(f"can't optimize a non-leaf Tensor (parameter {position}, shape {parameter.shape}); "
+                                 "optimize the leaf it was computed from, or .detach().requires_grad_() it")
+            if not parameter.dtype.is_float:
+                raise TypeError(f"optimizer can only optimize floating point Tensors, parameter {position} is "
+                                f"{parameter.dtype.name}")
+        param_group["params"] = params
+        for name, default in self.defaults.items():
+            if default is required and name not in param_group:
+                raise ValueError(f"parameter group didn't specify a value of required optimization parameter {name}")
+            param_group.setdefault(name, default)
+        existing = {id(parameter) for group in self.param_groups for parameter in group["params"]}
+        if len({id(parameter) for parameter in params}) != len(params):
+            raise ValueError("a parameter appears more than once in one parameter group")
+        if existing & {id(parameter) for parameter in params}:
+            raise ValueError("some parameters appear in more than one parameter group")
+        self.param_groups.append(param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget every parameter's gradient (None, or zeros with set_to_none=False)."""
+        for group in self.param_groups:
+            for parameter in group["params"]:
+                if parameter.grad is None:
+                    continue
+                if set_to_none:
+                    parameter.grad = None
+                else:
+                    parameter.grad = Tensor._full(parameter.shape, 0, parameter.dtype, parameter.device)
+
+    # ---- the fused step -------------------------------------------------------------------------------------
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Update every parameter that has a gradient; all new values are computed by one realize.
+
+        With a closure (which recomputes the loss and calls backward), the loss it returns is realized in the
+        same schedule as the update, so reading it afterwards costs nothing extra.
+        """
+        from ember.nn.normalization import pending_buffer_updates
+
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        outputs: list[Tensor] = []
+        scalars_this_step: dict[tuple[Any, ...], StepScalars] = {}
+        with no_grad():
+            for group in self.param_groups:
+                for parameter in group["params"]:
+                    if parameter.grad is None:
+                        continue
+                    grad = parameter.grad
+                    if grad.shape != parameter.shape:
+                        raise ValueError(f"the gradient of a parameter of shape {parameter.shape} has shape "
+                                         f"{grad.shape}; they must match")
+                    state = self.state.setdefault(parameter, {})
+                    values = self._scalar_values(group, state)
+                    scalars = self._scalars(values, parameter, scalars_this_step)
+                    outputs += self._update(parameter, grad.detach(), group, state, scalars)
+        self._scalar_cache = scalars_this_step
+        outputs += pending_buffer_updates()
+        if isinstance(loss, Tensor):
+            outputs.append(loss)
+        pending = [tensor for tensor in outputs if not tensor.node.realized]
+        if pending:
+            realize(*pending)
+        return loss
+
+    def _scalars(self, values: tuple[float, ...], parameter: Tensor,
+                 scalars_this_step: dict[tuple[Any, ...], StepScalars]) -> StepScalars:
+        """The device tensor holding `values` for parameter's device and dtype; reused while the values repeat."""
+        key = (parameter.device, parameter.dtype, *values)
+        scalars = scalars_this_step.get(key) or self._scalar_cache.get(key)
+        if scalars is None:
+            scalars = StepScalars(self.scalar_names, values, parameter.device, parameter.dtype)
+        scalars_this_step[key] = scalars
+        return scalars
+
+    def _scalar_values(self, group: dict[str, Any], state: dict[str, Any]) -> tuple[float, ...]:
+        """This step's values of `scalar_names` for one parameter (and advance its step count)."""
+        raise NotImplementedError
+
+    def _update(self, parameter: Tensor, grad: Tensor, group: dict[str, Any], state: dict[str, Any],
+                scalars: StepScalars) -> list[Tensor]:
+        """Assign the parameter's and its state's new (lazy) values; return every tensor to realize."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _state_tensor(state: dict[str, Any], name: str, value: Tensor) -> Tensor:
+        """Give state[name] the new value: assigned in place when it exists, so its Tensor object stays the same."""
+        existing = state.get(name)
+        if existing is None:
+            state[name] = value.detach()
+            return state[name]
+        return existing.assign(value)
+
+    # ---- state dicts ----------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """{'state': {index: {name: value}}, 'param_groups': [{..., 'params': [indices]}]}, as torch's."""
+        index_of: dict[int, int] = {}
+        groups = []
+        for group in self.param_groups:
+            packed = {key: value for key, value in group.items() if key != "params"}
+            for parameter in group["params"]:
+                index_of.setdefault(id(parameter), len(index_of))
+            packed["params"] = [index_of[id(parameter)] for parameter in group["params"]]
+            groups.append(packed)
+        state = {}
+        for parameter, values in self.state.items():
+            if id(parameter) not in index_of:
+                continue
+            state[index_of[id(parameter)]] = {
+                name: (Tensor(np.array(float(value), dtype=np.float32), device=parameter.device) if name == "step"
+                       else value.detach() if isinstance(value, Tensor) else value)
+                for name, value in values.items()
+            }
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore groups' hyperparameters and per-parameter state (ember or torch tensors are accepted)."""
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError(f"loaded state dict has {len(saved_groups)} parameter groups, the optimizer has "
+                             f"{len(self.param_groups)}")
+        for position, (saved, group) in enumerate(zip(saved_groups, self.param_groups)):
+            if len(saved["params"]) != len(group["params"]):
+                raise ValueError(f"loaded state dict's parameter group {position} has {len(saved['params'])} "
+                                 f"parameters, the optimizer's has {len(group['params'])}")
+        parameter_of = {}
+        for saved, group in zip(saved_groups, self.param_groups):
+            parameter_of.update(zip(saved["params"], group["params"]))
+        self.state = {}
+        for index, values in state_dict["state"].items():
+            parameter = parameter_of.get(int(index))
+            if parameter is None:
+                continue
+            self.state[parameter] = {name: _state_value(name, value, parameter) for name, value in values.items()}
+        new_groups = []
+        for saved, group in zip(saved_groups, self.param_groups):
+            restored = copy.deepcopy({key: value for key, value in saved.items() if key != "params"})
+            restored["params"] = group["params"]
+            new_groups.append(restored)
+        self.param_groups = new_groups
+        self._scalar_cache = {}
+
+
+def _state_value(name: str, value: Any, parameter: Tensor) -> Any:
+    """A saved state entry as the optimizer keeps it: step as an int, tensors on the parameter's device and dtype."""
+    if name == "step":
+        return int(float(value.item() if hasattr(value, "item") else value))
+    if isinstance(value, Tensor):
+        tensor = value.detach().to(parameter.device)
+    elif hasattr(value, "shape") or isinstance(value, (list, np.ndarray)):
+        tensor = Tensor(value, device=parameter.device)
+    else:
+        return value
+    return tensor.cast(parameter.dtype).realize() if tensor.dtype.is_float else tensor
