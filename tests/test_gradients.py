@@ -1,0 +1,202 @@
+"""Gradients of every differentiable Tensor method against torch.autograd.grad: elementwise, reductions, views, linalg."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812 - torch's convention
+
+import ember as em
+from tests.gradcheck import Case, check_gradients
+
+S = (3, 5)  # the usual shape: small, not a power of two
+
+ELEMENTWISE = [
+    # arithmetic, with broadcasting and Python scalars on either side
+    Case("add_broadcast", lambda x, y: x + y, [(4, 1, 5), (3, 5)]),
+    Case("add_alpha", lambda x, y: x.add(y, alpha=2.5), [S, S]),
+    Case("sub_broadcast", lambda x, y: x - y, [(3, 1), (1, 5)]),
+    Case("rsub_scalar", lambda x: 3.0 - x, [S]),
+    Case("mul_broadcast", lambda x, y: x * y, [(2, 3, 5), (5,)], second_order=True),
+    Case("mul_self", lambda x: x * x * x, [S], second_order=True),
+    Case("div", lambda x, y: x / y, [S, S], low=0.5, high=2.0, second_order=True),
+    Case("div_broadcast_scalar_left", lambda x: 2.0 / x, [S], low=0.5, high=2.0),
+    Case("div_scalar", lambda x: x / 3.0, [S]),
+    Case("neg", lambda x: -x, [S]),
+    Case("reciprocal", lambda x: x.reciprocal(), [S], low=0.5, high=2.0, second_order=True),
+    Case("square", lambda x: x.square(), [S]),
+    Case("pow_int", lambda x: x**3, [S], second_order=True),
+    Case("pow_float", lambda x: x**2.5, [S], low=0.2, high=2.0, second_order=True),
+    Case("pow_negative", lambda x: x**-1.5, [S], low=0.5, high=2.0),
+    Case("pow_tensor", lambda x, y: x**y, [S, S], low=0.5, high=2.0, second_order=True),
+    Case("rpow", lambda x: 2.0**x, [S]),
+    Case("abs", lambda x: x.abs(), [S]),
+    Case("sign", lambda x: x.sign() * x, [S]),
+    Case("remainder", lambda x, y: x.remainder(y), [S, S], low=0.5, high=3.0),
+    Case("fmod", lambda x, y: x.fmod(y), [S, S], low=0.5, high=3.0),
+    Case("lerp", lambda x, y: x.lerp(y, 0.3), [S, S]),
+    Case("lerp_tensor_weight", lambda x, y, w: x.lerp(y, w), [S, S, (5,)]),
+    # exponentials, logarithms, trigonometry
+    Case("exp", lambda x: x.exp(), [S], second_order=True),
+    Case("exp2", lambda x: x.exp2(), [S]),
+    Case("expm1", lambda x: x.expm1(), [S]),
+    Case("log", lambda x: x.log(), [S], low=0.2, high=3.0, second_order=True),
+    Case("log2", lambda x: x.log2(), [S], low=0.2, high=3.0),
+    Case("log10", lambda x: x.log10(), [S], low=0.2, high=3.0),
+    Case("log1p", lambda x: x.log1p(), [S], low=-0.5, high=3.0),
+    Case("sqrt", lambda x: x.sqrt(), [S], low=0.2, high=3.0, second_order=True),
+    Case("rsqrt", lambda x: x.rsqrt(), [S], low=0.2, high=3.0),
+    Case("sin", lambda x: x.sin(), [S], second_order=True),
+    Case("cos", lambda x: x.cos(), [S], second_order=True),
+    Case("tan", lambda x: x.tan(), [S], low=-1.2, high=1.2),
+    Case("tanh", lambda x: x.tanh(), [S], second_order=True),
+    Case("sigmoid", lambda x: x.sigmoid(), [S], low=-6.0, high=6.0, second_order=True),
+    Case("erf", lambda x: x.erf(), [S]),
+    # activations
+    Case("relu", lambda x: x.relu(), [S]),
+    Case("relu6", lambda x: F.relu6(x) if isinstance(x, torch.Tensor) else x.relu6(), [S], low=-3.0, high=9.0),
+    Case("leaky_relu", lambda x: x.leaky_relu(0.2), [S], torch_function=lambda x: F.leaky_relu(x, 0.2)),
+    Case("elu", lambda x: x.elu(0.7), [S], torch_function=lambda x: F.elu(x, 0.7)),
+    Case("selu", lambda x: x.selu(), [S], torch_function=F.selu),
+    Case("celu", lambda x: x.celu(1.3), [S], torch_function=lambda x: F.celu(x, 1.3)),
+    Case("gelu", lambda x: x.gelu(), [S], torch_function=F.gelu, second_order=True),
+    Case("gelu_tanh", lambda x: x.gelu("tanh"), [S], torch_function=lambda x: F.gelu(x, approximate="tanh")),
+    Case("silu", lambda x: x.silu(), [S], torch_function=F.silu, second_order=True),
+    Case("mish", lambda x: x.mish(), [S], torch_function=F.mish),
+    Case("softplus", lambda x: x.softplus(2.0, 3.0), [S], torch_function=lambda x: F.softplus(x, 2.0, 3.0)),
+    Case("hardtanh", lambda x: x.hardtanh(-0.5, 1.5), [S], torch_function=lambda x: F.hardtanh(x, -0.5, 1.5)),
+    Case("hardsigmoid", lambda x: x.hardsigmoid(), [S], low=-4.0, high=4.0, torch_function=F.hardsigmoid),
+    Case("hardswish", lambda x: x.hardswish(), [S], low=-4.0, high=4.0, torch_function=F.hardswish),
+    Case("softsign", lambda x: x.softsign(), [S], torch_function=F.softsign),
+    Case("logsigmoid", lambda x: x.logsigmoid(), [S], low=-6.0, high=6.0, torch_function=F.logsigmoid),
+    # piecewise constant (zero gradient, as torch) and their combinations
+    Case("trunc_floor_ceil_round", lambda x: x.trunc() + x.floor() * 2 + x.ceil() * 3 + x.round() * 4, [S]),
+    Case("frac", lambda x: x.frac(), [S]),
+    # selection and clamping
+    Case("maximum", lambda x, y: x.maximum(y), [(3, 1), S]),
+    Case("minimum", lambda x, y: x.minimum(y), [S, S]),
+    Case("maximum_ties", lambda x, y: x.maximum(y), [], data=[[1.0, 2.0, 3.0], [1.0, 0.0, 3.0]]),
+    Case("clamp", lambda x: x.clamp(-0.5, 0.7), [S]),
+    Case("clamp_min_tensor", lambda x, y: x.clamp(min=y), [S, (5,)]),
+    Case("clamp_max", lambda x: x.clamp(max=0.3), [S]),
+    Case("where", lambda x, y: (x > 0).where(x * 2, y), [S, (5,)],
+         torch_function=lambda x, y: torch.where(x > 0, x * 2, y)),
+    Case("where_scalar", lambda x: (x > 0).where(x, 0.5), [S], torch_function=lambda x: torch.where(x > 0, x, 0.5)),
+    Case("where_nan_branch", lambda x: (x > 0).where(x.sqrt(), 0.0), [S],
+         torch_function=lambda x: torch.where(x > 0, x.sqrt(), 0.0)),
+    Case("masked_fill", lambda x: x.masked_fill(x < 0.5, -1.0), [S]),
+    Case("nan_to_num", lambda x: (x.log()).nan_to_num(0.0, 1.0, -1.0), [S], low=0.0, high=2.0),
+    # casts between float dtypes keep the gradient (in the input's dtype)
+    Case("cast_double", lambda x: (x.double() * 3).sin().float(), [S]),
+    Case("cast_double_input", lambda x: (x.float() * 3).sin(), [S], dtype="float64"),
+    Case("cast_to_int_cuts_gradient", lambda x: x * x.long().float(), [S]),
+]
+
+REDUCTIONS = [
+    Case("sum_all", lambda x: x.sum(), [(3, 4, 5)]),
+    Case("sum_dim", lambda x: x.sum(1), [(3, 4, 5)]),
+    Case("sum_dims_keepdim", lambda x: x.sum((0, 2), keepdim=True), [(3, 4, 5)]),
+    Case("sum_negative_dim", lambda x: x.sum(-1), [S]),
+    Case("sum_zero_size", lambda x: x.sum(0), [(0, 4)]),
+    Case("mean", lambda x: x.mean(), [(3, 4, 5)]),
+    Case("mean_dim_keepdim", lambda x: x.mean(-1, keepdim=True), [(3, 4, 5)]),
+    Case("prod_all", lambda x: x.prod(), [(2, 3)], low=0.5, high=1.5),
+    Case("prod_dim", lambda x: x.prod(1), [(3, 4)], second_order=True),
+    Case("prod_dim_keepdim", lambda x: x.prod(0, keepdim=True), [(3, 4)]),
+    Case("prod_zeros", lambda x: x.prod(1), [],
+         data=[[[1.0, 2.0, 3.0, 4.0], [1.0, 0.0, 3.0, 4.0], [0.0, 2.0, 0.0, 4.0], [0.0, 0.0, 0.0, 0.0]]]),
+    Case("amax", lambda x: x.amax(1), [(3, 4, 5)]),
+    Case("amax_dims_keepdim", lambda x: x.amax((0, 2), keepdim=True), [(3, 4, 5)]),
+    Case("amin", lambda x: x.amin(-1), [(3, 4, 5)]),
+    Case("amax_ties", lambda x: x.amax(1), [], data=[[[1.0, 3.0, 3.0], [2.0, 2.0, 2.0], [0.0, -1.0, 5.0]]]),
+    Case("max_all", lambda x: x.max(), [(3, 4)]),
+    Case("max_all_ties", lambda x: x.max(), [], data=[[[1.0, 4.0], [4.0, 0.0]]]),
+    Case("min_all", lambda x: x.min(), [(3, 4)]),
+    Case("max_dim_values", lambda x: x.max(1).values, [(3, 4, 5)]),
+    Case("max_dim_keepdim", lambda x: x.max(-1, keepdim=True)[0], [(3, 4, 5)]),
+    Case("min_dim_values", lambda x: x.min(0).values, [(3, 4)]),
+    Case("var", lambda x: x.var(1), [(3, 6)], second_order=True),
+    Case("var_unbiased_false_keepdim", lambda x: x.var(0, unbiased=False, keepdim=True), [(3, 6)]),
+    Case("var_all", lambda x: x.var(), [(3, 6)]),
+    Case("std", lambda x: x.std(-1), [(3, 6)]),
+    Case("std_correction", lambda x: x.std((0, 1), correction=0), [(2, 3, 4)]),
+    Case("logsumexp", lambda x: x.logsumexp(1), [(3, 5)], second_order=True),
+    Case("logsumexp_keepdim", lambda x: x.logsumexp((0, 1), keepdim=True), [(3, 4, 2)]),
+    Case("norm", lambda x: x.norm(), [(3, 5)]),
+    Case("norm_dim", lambda x: x.norm(dim=1, keepdim=True), [(3, 5)]),
+    Case("norm_p1", lambda x: x.norm(p=1, dim=0), [(3, 5)]),
+    Case("norm_inf", lambda x: x.norm(p=math.inf, dim=1), [(3, 5)]),
+    Case("norm_p3", lambda x: x.norm(p=3, dim=1), [(3, 5)]),
+    Case("cumsum", lambda x: x.cumsum(1), [(3, 6)]),
+    Case("cumsum_dim0", lambda x: x.cumsum(0), [(5, 2)]),
+    Case("cumprod", lambda x: x.cumprod(1), [(3, 5)]),
+    Case("cummax", lambda x: x.cummax(1), [(3, 5)], torch_function=lambda x: x.cummax(1).values),
+]
+
+MOVEMENT = [
+    Case("reshape", lambda x: x.reshape(5, 3) * x.reshape(-1)[:, None].reshape(5, 3), [S]),
+    Case("view_flatten", lambda x: x.view(-1) * 2, [(2, 3, 4)]),
+    Case("expand", lambda x: x.expand(4, 3, 5), [(3, 1)]),
+    Case("expand_new_dims", lambda x: x.expand(2, 3, 4), [(4,)]),
+    Case("broadcast_to", lambda x: x.broadcast_to((2, 3, 5)) * 1.5, [(1, 5)]),
+    Case("permute", lambda x: x.permute(2, 0, 1), [(2, 3, 4)]),
+    Case("transpose", lambda x: x.transpose(0, -1), [(2, 3, 4)]),
+    Case("t_T_mT", lambda x, y: x.t() + y.T + y.mT, [(3, 5), (3, 5)]),
+    Case("movedim", lambda x: x.movedim(0, -1), [(2, 3, 4)]),
+    Case("flip", lambda x: x.flip(0, 2), [(2, 3, 4)]),
+    Case("pad", lambda x: x.pad((1, 2, 0, 3), value=0.5), [S], torch_function=lambda x: F.pad(x, (1, 2, 0, 3), value=0.5)),
+    Case("pad_negative", lambda x: x.pad((-1, 2, 1, -2)), [(4, 5)], torch_function=lambda x: F.pad(x, (-1, 2, 1, -2))),
+    Case("shrink", lambda x: x.shrink(((1, 3), None)), [(4, 5)], torch_function=lambda x: x[1:3]),
+    Case("flatten_unflatten", lambda x: x.flatten(1).unflatten(1, (4, 3)).sin(), [(2, 3, 4)]),
+    Case("squeeze_unsqueeze", lambda x: x.squeeze(1).unsqueeze(0), [(3, 1, 5)]),
+    Case("repeat", lambda x: x.repeat(2, 1, 3), [(3, 2)]),
+    Case("repeat_interleave", lambda x: x.repeat_interleave(3, dim=1), [(2, 3)]),
+    Case("narrow", lambda x: x.narrow(1, 1, 3), [S]),
+    Case("split", lambda x: x.split(2, dim=1), [S]),
+    Case("split_sections", lambda x: x.split([1, 4], dim=1), [S]),
+    Case("chunk", lambda x: x.chunk(2, dim=0), [(5, 3)]),
+    Case("unbind", lambda x: x.unbind(1), [(2, 3)]),
+    Case("tensor_split", lambda x: x.tensor_split(3, dim=1), [(2, 7)]),
+    Case("cat", lambda x, y: em.cat([x, y, x], dim=1) if isinstance(x, em.Tensor) else torch.cat([x, y, x], dim=1),
+         [(2, 3), (2, 4)]),
+    Case("stack", lambda x, y: em.stack([x, y], dim=-1) if isinstance(x, em.Tensor) else torch.stack([x, y], dim=-1),
+         [S, S]),
+    Case("index_int_slice", lambda x: x[1, 1:4], [(3, 5)]),
+    Case("index_steps", lambda x: x[::2, ..., 1::3], [(5, 2, 7)]),
+    Case("index_none_negative", lambda x: x[None, -1, :, None], [(3, 4)]),
+    Case("view_chain", lambda x: x.permute(1, 0)[1:, ::2].reshape(-1).flip(0).exp(), [(4, 5)]),
+]
+
+LINALG = [
+    Case("matmul", lambda x, y: x @ y, [(3, 4), (4, 5)], second_order=True),
+    Case("matmul_batched_broadcast", lambda x, y: x @ y, [(2, 1, 3, 4), (3, 4, 2)]),
+    Case("matmul_vector_matrix", lambda x, y: x @ y, [(4,), (4, 5)]),
+    Case("matmul_matrix_vector", lambda x, y: x @ y, [(3, 4), (4,)]),
+    Case("matmul_vector_vector", lambda x, y: x @ y, [(4,), (4,)]),
+    Case("mm", lambda x, y: x.mm(y), [(3, 4), (4, 2)]),
+    Case("bmm", lambda x, y: x.bmm(y), [(2, 3, 4), (2, 4, 2)]),
+    Case("dot", lambda x, y: x.dot(y), [(6,), (6,)]),
+    Case("outer", lambda x, y: x.outer(y), [(3,), (4,)]),
+    Case("mlp", lambda x, w, b: (x @ w + b).relu().sum(-1), [(4, 6), (6, 3), (3,)]),
+]
+
+FUNCTIONAL = [
+    Case("softmax", lambda x: x.softmax(-1), [(3, 5)], second_order=True),
+    Case("softmax_dim0", lambda x: x.softmax(0), [(3, 4, 2)]),
+    Case("log_softmax", lambda x: x.log_softmax(1), [(3, 5)], second_order=True),
+    Case("log_softmax_large", lambda x: (x * 30).log_softmax(-1), [(2, 7)]),
+]
+
+CASES = ELEMENTWISE + REDUCTIONS + MOVEMENT + LINALG + FUNCTIONAL
+
+
+@pytest.mark.parametrize("case", [pytest.param(case, id=case.name, marks=case.marks) for case in CASES])
+def test_gradient(case: Case, device: str) -> None:
+    check_gradients(case, device)
+
+
+def test_case_names_are_unique() -> None:
+    names = [case.name for case in CASES]
+    assert len(names) == len(set(names)), sorted(name for name in names if names.count(name) > 1)
