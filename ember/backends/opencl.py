@@ -177,8 +177,8 @@ class OpenCLProgram(Program):
         event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, (groups * self.local_size,),
                                            (self.local_size,), wait_for=native or None)
         if self.cache_path is not None:
-            # drivers such as PoCL compile the work-group code at the first launch and include it in the binary
-            # from then on: caching that binary saves the second compile in every later process
+            # PoCL compiles the work-group code at the first launch and includes it in the binary from then on:
+            # caching that binary saves the second compile in every later process
             event.wait()
             write_cache_entry(self.cache_path, program_binary(self.program), launched=True)
             self.cache_path = None
@@ -229,30 +229,30 @@ class OpenCLDevice(Device):
         source = self.render(kernel)
         program = self._programs.get((source, kernel.name))
         if program is None:
-            built = self.build(source)
+            built = self.build(source, for_launch=True)
             program = OpenCLProgram(self, built, kernel.name, self._unlaunched.pop(source, None))
             self._programs[(source, kernel.name)] = program
         return program
 
-    def build(self, source: str) -> Any:
-        """A built cl.Program of the source: from memory, else the disk cache of binaries, else the compiler."""
+    def build(self, source: str, for_launch: bool = False) -> Any:
+        """A built cl.Program of the source: from memory, else the disk cache of binaries, else the compiler.
+
+        A program built from source `for_launch` is written to the disk cache after its first launch (see
+        OpenCLProgram), because PoCL freezes a program's binary the first time it is asked for it.
+        """
         program = self._built.get(source)
         if program is None:
-            program = self._build_cached(source)
+            program = self._build_cached(source, for_launch)
             self._built[source] = program
         return program
 
-    def _build_cached(self, source: str) -> Any:
+    def _build_cached(self, source: str, for_launch: bool) -> Any:
         digest = hashlib.sha256((self._cache_key + "\n" + source).encode()).hexdigest()[:32]
         path = cache_directory("opencl") / f"{digest}.bin"
         entry = read_cache_entry(path)
         if entry is not None:
-            binary, launched = entry
             try:
-                program = cl.Program(self.context, [self.cl_device], [binary]).build(options=self.build_options)
-                if not launched:
-                    self._unlaunched[source] = path
-                return program
+                return cl.Program(self.context, [self.cl_device], [entry[0]]).build(options=self.build_options)
             except Exception:  # noqa: BLE001 - a binary the driver rejects is rebuilt from source, never trusted
                 path.unlink(missing_ok=True)
         try:
@@ -260,10 +260,10 @@ class OpenCLDevice(Device):
         except (cl.RuntimeError, cl.LogicError) as error:
             raise CompileError(f"the OpenCL compiler of {self.name} ({self.cl_device.name}) rejected a kernel:\n"
                                f"{error}\n--- source ---\n{source}") from None
-        binary = program_binary(program)
-        if binary:
-            write_cache_entry(path, binary, launched=False)
+        if for_launch:
             self._unlaunched[source] = path
+        else:
+            write_cache_entry(path, program_binary(program), launched=False)
         return program
 
     def synchronize(self) -> None:
@@ -296,6 +296,8 @@ def read_cache_entry(path: Path) -> tuple[bytes, bool] | None:
 
 
 def write_cache_entry(path: Path, binary: bytes, launched: bool) -> None:
+    if not binary:
+        return
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         kind = LAUNCHED if launched else BUILT
