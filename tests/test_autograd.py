@@ -1,0 +1,377 @@
+"""Autograd semantics against PyTorch: .grad, backward, em.grad, grad modes, higher order, hooks, in-place, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import ember as em
+from ember.autograd.rules import BACKWARD
+from ember.core.ops import Op
+from tests.conftest import TEST_DEVICES
+from tests.helpers import assert_close, pair, random_array
+
+
+def _leaves(device: str, *shapes: tuple[int, ...]) -> tuple[list[em.Tensor], list[torch.Tensor]]:
+    tensors = [pair(random_array(shape, seed=seed), device, requires_grad=True) for seed, shape in enumerate(shapes)]
+    return [ember for ember, _ in tensors], [reference for _, reference in tensors]
+
+
+# ---- backward and .grad ---------------------------------------------------------------------------------------------
+
+
+def test_backward_fills_and_accumulates_grad(device: str) -> None:
+    (x, w), (tx, tw) = _leaves(device, (4, 3), (3, 2))
+    for _ in range(2):  # the second backward adds to .grad
+        loss = ((x @ w).tanh() * x.sum(1, keepdim=True)).mean()
+        torch_loss = ((tx @ tw).tanh() * tx.sum(1, keepdim=True)).mean()
+        loss.backward()
+        torch_loss.backward()
+        assert_close(x.grad, tx.grad)
+        assert_close(w.grad, tw.grad)
+    for leaf in (x, w):
+        assert leaf.grad.node.realized, "backward realizes .grad"
+        assert leaf.grad.is_leaf and not leaf.grad.requires_grad, ".grad keeps no graph alive"
+        assert leaf.grad.dtype == leaf.dtype and leaf.grad.shape == leaf.shape and leaf.grad.device == leaf.device
+
+
+def test_backward_realizes_all_gradients_in_one_schedule(device: str) -> None:
+    (x, w, b), _ = _leaves(device, (8, 5), (5, 3), (3,))
+    loss = (x @ w + b).relu().sum()
+    loss.realize()
+    with em.profile() as profile:
+        loss.backward()
+    assert profile.realizes == 1, str(profile)
+    assert all(leaf.grad is not None for leaf in (x, w, b))
+
+
+def test_backward_with_gradient_for_non_scalar(device: str) -> None:
+    (x,), (tx,) = _leaves(device, (3, 4))
+    upstream, torch_upstream = pair(random_array((4, 3), seed=7), device)
+    x.exp().T.backward(upstream)
+    tx.exp().T.backward(torch_upstream)
+    assert_close(x.grad, tx.grad)
+
+
+def test_one_element_outputs_need_no_gradient(device: str) -> None:
+    (x,), (tx,) = _leaves(device, (2, 3))
+    x.sum(keepdim=True, dim=(0, 1)).backward()
+    tx.sum(keepdim=True, dim=(0, 1)).backward()
+    assert_close(x.grad, tx.grad)
+
+
+def test_backward_of_a_leaf_and_of_a_realized_forward(device: str) -> None:
+    (x,), (tx,) = _leaves(device, (5,))
+    upstream = em.ones(5, device=device) * 2
+    x.backward(upstream)
+    assert_close(x.grad, torch.full((5,), 2.0))
+    y = (x * x).sum()
+    y.realize()
+    y.numpy()  # realizing never destroys the history
+    x.grad = None
+    y.backward()
+    assert_close(x.grad, 2 * tx.detach())
+
+
+def test_gradient_dtype_follows_the_leaf(device: str) -> None:
+    data = random_array((3, 4), dtype=np.float64)
+    x, tx = pair(data, device, requires_grad=True)
+    (x.float().exp().sum()).backward()
+    (tx.float().exp().sum()).backward()
+    assert x.grad.dtype == em.float64
+    assert_close(x.grad, tx.grad)
+
+
+def test_shared_subexpressions_and_unused_branches(device: str) -> None:
+    (x, y), (tx, ty) = _leaves(device, (3,), (3,))
+    z = x * y
+    loss = (z * z + z.sin() + x).sum()
+    torch_z = tx * ty
+    (torch_z * torch_z + torch_z.sin() + tx).sum().backward()
+    unused = y * 3  # computed but not part of the loss
+    loss.backward()
+    assert_close(x.grad, tx.grad)
+    assert_close(y.grad, ty.grad)
+    assert unused.requires_grad
+
+
+def test_backward_inputs_restricts_accumulation(device: str) -> None:
+    (x, y), (tx, ty) = _leaves(device, (3,), (3,))
+    (x * y).sum().backward(inputs=[y])
+    assert x.grad is None
+    assert_close(y.grad, tx.detach())
+
+
+# ---- graph bookkeeping --------------------------------------------------------------------------------------------
+
+
+def test_leaves_grad_fn_and_requires_grad(device: str) -> None:
+    x = em.tensor([1.0, 2.0], device=device, requires_grad=True)
+    constant = em.tensor([3.0, 4.0], device=device)
+    y = x * constant
+    assert x.is_leaf and x.grad_fn is None and x.requires_grad
+    assert constant.is_leaf and not constant.requires_grad
+    assert not y.is_leaf and y.requires_grad and y.grad_fn is not None
+    assert y.grad_fn.name() == "MulBackward" and "MulBackward" in repr(y.grad_fn)
+    assert len(y.grad_fn.next_functions) == 2
+    assert (constant * 2).grad_fn is None and not (constant * 2).requires_grad
+
+
+def test_comparisons_and_integer_results_do_not_require_grad(device: str) -> None:
+    x = em.tensor([1.5, -2.0, 0.5], device=device, requires_grad=True)
+    for result in (x > 0, x == x, x.long(), x.argmax(), x.isnan(), x.int() + 1):
+        assert not result.requires_grad and result.grad_fn is None, result
+    assert x.max(0).values.requires_grad and not x.max(0).indices.requires_grad
+
+
+def test_detach_and_detach_(device: str) -> None:
+    x = em.tensor([1.0, 2.0], device=device, requires_grad=True)
+    y = x * 2
+    detached = y.detach()
+    assert detached.is_leaf and not detached.requires_grad
+    np.testing.assert_array_equal(detached.numpy(), [2.0, 4.0])
+    (detached * x).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0])  # no gradient through the detached factor
+    y.detach_()
+    assert y.is_leaf and not y.requires_grad
+
+
+def test_requires_grad_setter_and_leaf_rules(device: str) -> None:
+    x = em.tensor([1.0, 2.0], device=device)
+    x.requires_grad = True
+    assert x.requires_grad and x.requires_grad_(False) is x and not x.requires_grad
+    y = x.requires_grad_() * 2
+    with pytest.raises(em.AutogradError, match="not a leaf"):
+        y.requires_grad_(False)
+    assert em.zeros(2, device=device, requires_grad=True).requires_grad
+    assert em.rand(3, device=device, requires_grad=True).is_leaf
+
+
+# ---- grad modes -----------------------------------------------------------------------------------------------------
+
+
+def test_no_grad_context_and_decorators(device: str) -> None:
+    x = em.tensor([1.0, 2.0], device=device, requires_grad=True)
+    assert em.is_grad_enabled()
+    with em.no_grad():
+        assert not em.is_grad_enabled()
+        y = x * 2
+        with em.enable_grad():
+            assert em.is_grad_enabled()
+            z = x * 2
+        assert not em.is_grad_enabled()
+    assert em.is_grad_enabled()
+    assert not y.requires_grad and y.grad_fn is None
+    assert z.requires_grad
+
+    @em.no_grad()
+    def called() -> em.Tensor:
+        return x * 3
+
+    @em.no_grad
+    def bare() -> em.Tensor:
+        return x * 3
+
+    assert not called().requires_grad and not bare().requires_grad and em.is_grad_enabled()
+    assert called.__name__ == "called"
+
+
+def test_set_grad_enabled_forms(device: str) -> None:
+    x = em.tensor([1.0], device=device, requires_grad=True)
+    with em.set_grad_enabled(False):
+        assert not (x * 2).requires_grad
+    assert em.is_grad_enabled()
+    em.set_grad_enabled(False)
+    try:
+        assert not (x * 2).requires_grad
+    finally:
+        em.set_grad_enabled(True)
+    assert (x * 2).requires_grad
+
+    @em.set_grad_enabled(False)
+    def inside() -> bool:
+        return em.is_grad_enabled()
+
+    assert em.is_grad_enabled() and inside() is False and em.is_grad_enabled()
+
+
+def test_no_grad_restores_mode_after_an_exception(device: str) -> None:
+    with pytest.raises(ValueError):
+        with em.no_grad():
+            raise ValueError("inside")
+    assert em.is_grad_enabled()
+
+
+# ---- em.grad --------------------------------------------------------------------------------------------------------
+
+
+def test_grad_matches_torch_and_leaves_dot_grad_alone(device: str) -> None:
+    (x, w), (tx, tw) = _leaves(device, (3, 4), (4, 2))
+    hidden, torch_hidden = x @ w, tx @ tw
+    out, torch_out = hidden.sigmoid().sum(), torch_hidden.sigmoid().sum()
+    grads = em.grad(out, [w, hidden])  # with respect to a leaf and to an intermediate tensor
+    torch_grads = torch.autograd.grad(torch_out, [tw, torch_hidden])
+    assert_close(list(grads), list(torch_grads))
+    assert x.grad is None and w.grad is None
+    assert isinstance(grads, tuple)
+
+
+def test_grad_with_several_outputs_and_grad_outputs(device: str) -> None:
+    (x,), (tx,) = _leaves(device, (2, 3))
+    upstream, torch_upstream = pair(random_array((2, 3), seed=5), device)
+    (gx,) = em.grad([x.exp(), x.sum()], x, [upstream, None])
+    (tgx,) = torch.autograd.grad([tx.exp(), tx.sum()], tx, [torch_upstream, None])
+    assert_close(gx, tgx)
+
+
+def test_grad_unused_inputs(device: str) -> None:
+    (x, y), _ = _leaves(device, (3,), (3,))
+    out = (x * 2).sum()
+    with pytest.raises(em.AutogradError, match=r"input 1 \(shape \(3,\)\) was not used.*allow_unused=True"):
+        em.grad(out, [x, y])
+    gx, gy = em.grad(out, [x, y], allow_unused=True)
+    assert gy is None
+    np.testing.assert_array_equal(gx.numpy(), [2.0, 2.0, 2.0])
+    _, zeros = em.grad(out, [x, y], materialize_grads=True)
+    np.testing.assert_array_equal(zeros.numpy(), [0.0, 0.0, 0.0])
+
+
+# ---- higher order ----------------------------------------------------------------------------------------------------
+
+
+def test_second_and_third_derivatives(device: str) -> None:
+    (x,), (tx,) = _leaves(device, (5,))
+    function = lambda t: (t.sin() * t * t).sum()  # noqa: E731
+    first, torch_first = em.grad(function(x), x, create_graph=True)[0], torch.autograd.grad(
+        function(tx), tx, create_graph=True)[0]
+    assert first.requires_grad and not first.is_leaf
+    second = em.grad(first.sum(), x, create_graph=True)[0]
+    torch_second = torch.autograd.grad(torch_first.sum(), tx, create_graph=True)[0]
+    third = em.grad(second.sum(), x)[0]
+    torch_third = torch.autograd.grad(torch_second.sum(), tx)[0]
+    assert_close([first, second, third], [torch_first, torch_second, torch_third], atol=1e-4)
+    assert not third.requires_grad
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
+def test_backward_with_create_graph_then_gradient_penalty(device: str) -> None:
+    (x, w), (tx, tw) = _leaves(device, (4, 3), (3, 3))
+    (x @ w).tanh().sum().backward(create_graph=True)
+    (tx @ tw).tanh().sum().backward(create_graph=True)
+    assert x.grad.requires_grad
+    penalty, torch_penalty = (x.grad * x.grad).sum(), (tx.grad * tx.grad).sum()
+    (gw,) = em.grad(penalty, w)
+    (tgw,) = torch.autograd.grad(torch_penalty, tw)
+    assert_close(gw, tgw)
+
+
+# ---- hooks, retain_grad, in-place ------------------------------------------------------------------------------------
+
+
+def test_hooks_and_retain_grad(device: str) -> None:
+    (x,), (tx,) = _leaves(device, (3,))
+    seen = []
+    y, ty = x * 2, tx * 2
+    y.retain_grad()
+    ty.retain_grad()
+    handle = y.register_hook(lambda grad: seen.append(grad) or grad * 10)
+    ty.register_hook(lambda grad: grad * 10)
+    x.register_hook(lambda grad: grad + 1)
+    tx.register_hook(lambda grad: grad + 1)
+    (y * y).sum().backward()
+    (ty * ty).sum().backward()
+    assert len(seen) == 1 and y.retains_grad
+    assert_close(x.grad, tx.grad)
+    assert_close(y.grad, ty.grad)
+    handle.remove()
+    x.grad = None
+    (y * y).sum().backward()
+    assert len(seen) == 1
+
+
+def test_in_place_ops_on_non_leaves(device: str) -> None:
+    (x,), (tx,) = _leaves(device, (4,))
+    y, ty = x * 2, tx * 2
+    y += 1
+    ty += 1
+    y.mul_(x)
+    ty.mul_(tx)
+    z, tz = y.exp() * x, ty.exp() * tx
+    z.sum().backward()
+    tz.sum().backward()
+    assert_close(x.grad, tx.grad)
+    assert not y.is_leaf
+
+
+def test_in_place_on_a_leaf_under_no_grad_keeps_it_a_leaf(device: str) -> None:
+    x = em.tensor([1.0, 2.0], device=device, requires_grad=True)
+    (x * x).sum().backward()
+    with em.no_grad():
+        x -= x.grad * 0.5
+    assert x.is_leaf and x.requires_grad
+    np.testing.assert_allclose(x.numpy(), [0.0, 0.0])
+
+
+def test_in_place_into_a_tensor_without_grad(device: str) -> None:
+    (x,), (tx,) = _leaves(device, (3,))
+    buffer, torch_buffer = em.zeros(3, device=device), torch.zeros(3)
+    buffer += x * 3
+    torch_buffer += tx * 3
+    assert buffer.requires_grad and not buffer.is_leaf
+    (buffer * buffer).sum().backward()
+    (torch_buffer * torch_buffer).sum().backward()
+    assert_close(x.grad, tx.grad)
+
+
+# ---- devices -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "source, target",
+    [(source, target) for source in TEST_DEVICES for target in TEST_DEVICES if source != target] or [
+        pytest.param(None, None, marks=pytest.mark.skip(reason="needs two test devices"))
+    ],
+)
+def test_gradient_flows_back_across_devices(source: str, target: str) -> None:
+    x, tx = pair(random_array((3, 2)), source, requires_grad=True)
+    y = x.to(target).exp().sum()
+    y.backward()
+    tx.exp().sum().backward()
+    assert x.grad.device == x.device
+    assert_close(x.grad, tx.grad)
+
+
+# ---- errors ----------------------------------------------------------------------------------------------------------
+
+
+def test_errors_name_the_problem(device: str) -> None:
+    x = em.tensor([[1.0, 2.0, 3.0]], device=device, requires_grad=True)
+    constant = em.tensor([1.0, 2.0], device=device)
+    with pytest.raises(em.AutogradError, match=r"shape \(2,\) does not require grad"):
+        (constant * 2).backward(em.ones(2, device=device))
+    with pytest.raises(em.AutogradError, match=r"only for a one-element output.*shape \(1, 3\)"):
+        (x * 2).backward()
+    with pytest.raises(em.ShapeError, match=r"gradient has shape \(3,\) but the tensor has shape \(1, 3\)"):
+        (x * 2).backward(em.ones(3, device=device))
+    with pytest.raises(em.AutogradError, match="must be floating point"):
+        (x * 2).backward(em.ones((1, 3), dtype=em.int32, device=device))
+    with pytest.raises(TypeError, match="must be a Tensor"):
+        (x * 2).backward([[1.0, 1.0, 1.0]])
+    with pytest.raises(em.DTypeError, match="only floating point tensors can require gradients.*int64"):
+        em.tensor([1, 2], device=device, requires_grad=True)
+    with pytest.raises(em.DTypeError, match="int32"):
+        em.tensor([1, 2], dtype=em.int32, device=device).requires_grad_()
+    with pytest.raises(em.AutogradError, match=r"input 0 \(shape \(2,\)\) does not require grad"):
+        em.grad((x * 2).sum(), [constant])
+    with pytest.raises(em.AutogradError, match="leaf tensor of shape .* in place"):
+        x += 1
+    with pytest.raises(em.AutogradError, match="does not require grad"):
+        constant.register_hook(lambda grad: grad)
+    with pytest.raises(ValueError, match="2 gradients for 1 tensors"):
+        em.grad((x * 2).sum(), x, [em.ones((), device=device), em.ones((), device=device)])
+
+
+def test_every_primitive_op_has_one_backward_rule() -> None:
+    sources = {Op.BUFFER, Op.CONST, Op.ARANGE}
+    assert set(BACKWARD) == set(Op) - sources
