@@ -15,6 +15,9 @@ from ember.core.errors import BackendUnavailable, DeviceError
 DEFAULT_TEST_BACKENDS = "c,opencl"
 
 
+REGISTRY.modules.setdefault("ptxsim", "tests.ptx_simulator")  # the cuda backend's PTX, run by a simulator
+
+
 def available_test_devices() -> list[str]:
     """EMBER_TEST_DEVICES (comma-separated backend names) filtered to those available here."""
     wanted = os.environ.get("EMBER_TEST_DEVICES", DEFAULT_TEST_BACKENDS).split(",")

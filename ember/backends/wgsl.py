@@ -4,8 +4,12 @@ WGSL has 32-bit scalars only (64-bit ones through wgpu-native's shader-int64/sha
 2 bytes are stored packed in u32 words: loads extract their bits, stores merge them with two atomics (other
 invocations own the other bytes of the word). In registers, int8/int16 live in i32 and uint8/uint16 in u32,
 wrapped back to their width after every op that can overflow; float16 and bfloat16 live in f32 and are rounded
-through explicit bit conversions. NaN is tested on bits (`ember_isnan_*`), never with `x != x`: WGSL lets a
-compiler assume floats are finite, and Mesa does fold `x != x` to false.
+through explicit bit conversions.
+
+WGSL lets a compiler assume floats are finite, and Mesa does: it folds `x != x` to false, `x - x` and `x * 0` to
+0. So NaN is tested on bits (`ember_isnan_*`, also inside comparisons and max), and in x - x, x / x, x + (-x) and
+x * 0 one operand goes through `ember_opaque_*` (an OR with a zero the compiler cannot see). Other inexact
+rewrites, e.g. (a + b) - b -> a, are not guarded against: a NaN or infinity reached that way may be lost.
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ FLOAT_HELPER_ARGUMENTS = {
 }
 
 PACKING_HELPERS = {
+    "opaque": "var<private> ember_zero: u32;  // 0 at run time, unknown to the compiler (set from id.z)",
+    "opaque_f32": "fn ember_opaque_f32(x: f32) -> f32 { return bitcast<f32>(bitcast<u32>(x) | ember_zero); }",
+    "opaque_f64": "fn ember_opaque_f64(x: f64) -> f64 { return bitcast<f64>(bitcast<u64>(x) | u64(ember_zero)); }",
     "unpack8": """fn ember_unpack_u8(word: u32, index: i32) -> u32 { return (word >> (u32(index & 3) * 8u)) & 0xffu; }
 fn ember_unpack_i8(word: u32, index: i32) -> i32 { return bitcast<i32>(word << (24u - u32(index & 3) * 8u)) >> 24u; }""",
     "unpack16": """fn ember_unpack_u16(word: u32, index: i32) -> u32 { return (word >> (u32(index & 1) * 16u)) & 0xffffu; }
@@ -89,7 +96,7 @@ fn ember_round_f16(value: f32) -> f32 { return ember_f16_to_f32(ember_f32_to_f16
 }
 fn ember_round_bf16(value: f32) -> f32 { return bitcast<f32>(ember_f32_to_bf16(value) << 16u); }""",
 }
-HELPER_ORDER = ("f32", "f64", "unpack8", "unpack16", "f16", "bf16")
+HELPER_ORDER = ("opaque", "opaque_f32", "opaque_f64", "f32", "f64", "unpack8", "unpack16", "f16", "bf16")
 
 
 class WGSLRenderer:
@@ -381,12 +388,33 @@ class WGSLRenderer:
             *declarations,
             f"@compute @workgroup_size({self.workgroup_size})",
             f"fn {kernel.name}({arguments}) {{",
+            *(["  ember_zero = id.z;"] if "opaque" in self.helpers else []),
             f"  let gid = {global_id};",
             f"  if (gid >= {kernel.global_size}i) {{ return; }}",
             *body,
             "}",
         ]
         return "\n".join(lines) + "\n"
+
+    def _hide_from_fast_math(self, node: IRNode, operands: list[str]) -> list[str]:
+        """Pass one operand through `ember_opaque_*` where Mesa's inexact algebra would drop a NaN or infinity:
+        x - x -> 0, x / x -> 1, x + (-x) -> 0, x * 0 -> 0 (WGSL allows a compiler to assume finite floats)."""
+        a, b = (node.srcs + (None,))[:2]
+        if b is None:
+            return operands
+        same = a is b or (node.op is Op.ADD and (b.op is Op.NEG and b.srcs[0] is a or a.op is Op.NEG and a.srcs[0] is b))
+        hide = None
+        if same and node.op in (Op.SUB, Op.DIV, Op.ADD):
+            hide = 1
+        elif node.op is Op.MUL and (_is_zero(a) or _is_zero(b)):
+            hide = 0 if _is_zero(a) else 1
+        if hide is None:
+            return operands
+        kind = self.value_type(node.srcs[hide].dtype)
+        self.helpers.update({"opaque", f"opaque_{kind}"})
+        operands = list(operands)
+        operands[hide] = f"ember_opaque_{kind}({operands[hide]})"
+        return operands
 
     def expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
         if node.op is IROp.LOAD:
@@ -397,6 +425,8 @@ class WGSLRenderer:
             return loaded
         source = node.srcs[1].dtype if node.op is Op.WHERE else node.srcs[0].dtype
         operands = [operand(src) for src in node.srcs]
+        if node.dtype.is_float or (node.op is Op.CMPEQ and source.is_float):
+            operands = self._hide_from_fast_math(node, operands)
         if node.op in (Op.SHL, Op.SHR) and node.srcs[1].is_const:
             # a constant shift must be a u32 below the bit width (runtime shifts are taken modulo the width)
             width = 64 if node.dtype.itemsize == 8 else 32
@@ -405,6 +435,10 @@ class WGSLRenderer:
         if node.op in WRAPPING_OPS and node.op not in (Op.CAST, Op.BITCAST):
             return self.wrap(expression, node.dtype)
         return expression
+
+
+def _is_zero(node: IRNode) -> bool:
+    return node.is_const and node.arg == 0
 
 
 def _as_u32(shift: str) -> str:

@@ -1,0 +1,374 @@
+"""A PTX interpreter for the subset ember's PTX renderer emits, written from the PTX ISA manual, so that generated
+PTX runs (slowly, on numpy) without a GPU: the "ptxsim" test backend (EMBER_TEST_DEVICES=ptxsim).
+
+Every thread of a launch runs at once: registers are numpy arrays with one lane per thread, predicated
+instructions touch only their lanes, and a forward branch parks the lanes that take it until its label. Results
+the ISA leaves unspecified (integer division by zero, INT_MIN / -1) are poisoned, so kernels relying on them fail.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, Program
+from ember.backends.c import HostMemoryPool
+from ember.backends.ptx import PTXRenderer
+from ember.ir.ir import KernelIR
+
+BLOCK_SIZE = 256
+POISON = 0x5A5A5A5A  # what this simulator gives for results PTX leaves unspecified
+NUMPY_TYPES = {
+    "pred": np.bool_, "b8": np.uint8, "u8": np.uint8, "s8": np.int8, "b16": np.uint16, "u16": np.uint16,
+    "s16": np.int16, "f16": np.float16, "b32": np.uint32, "u32": np.uint32, "s32": np.int32, "f32": np.float32,
+    "b64": np.uint64, "u64": np.uint64, "s64": np.int64, "f64": np.float64,
+}
+REGISTER_TYPES = {"%p": "pred", "%h": "b16", "%r": "b32", "%rd": "b64", "%f": "f32", "%fd": "f64"}
+POINTER_SHIFT = 40  # a global address is (buffer number + 1) << 40 | byte offset
+
+
+class Instruction:
+    __slots__ = ("guard", "opcode", "parts", "operands")
+
+    def __init__(self, guard: str, opcode: str, operands: list[str]) -> None:
+        self.guard, self.opcode, self.operands = guard, opcode, operands
+        self.parts = opcode.split(".")
+
+
+class Module:
+    """A parsed PTX entry: parameter names, instructions and label positions."""
+
+    def __init__(self, source: str) -> None:
+        self.parameters: list[str] = []
+        self.instructions: list[Instruction] = []
+        self.labels: dict[str, int] = {}
+        in_body = False
+        for raw in source.splitlines():
+            line = raw.split("//", 1)[0].strip()
+            if not line:
+                continue
+            if line.startswith(".param"):
+                self.parameters.append(line.split()[-1].rstrip(","))
+            elif line == "{":
+                in_body = True
+            elif line == "}":
+                in_body = False
+            elif in_body and line.endswith(":"):
+                self.labels[line[:-1]] = len(self.instructions)
+            elif in_body and not line.startswith("."):
+                guard = ""
+                if line.startswith("@"):
+                    guard, line = line[1:].split(None, 1)
+                opcode, _, rest = line.rstrip(";").partition(" ")
+                operands = [operand.strip() for operand in rest.split(",")] if rest.strip() else []
+                self.instructions.append(Instruction(guard, opcode, operands))
+
+
+def _register_type(name: str) -> str:
+    match = re.match(r"(%[a-z]+)", name)
+    assert match and match.group(1) in REGISTER_TYPES, f"unknown register {name}"
+    return REGISTER_TYPES[match.group(1)]
+
+
+def _immediate(text: str, type_name: str, lanes: int) -> np.ndarray:
+    if text.startswith("0f"):
+        return np.full(lanes, int(text[2:], 16), dtype=np.uint32).view(np.float32).astype(NUMPY_TYPES[type_name])
+    if text.startswith("0d"):
+        return np.full(lanes, int(text[2:], 16), dtype=np.uint64).view(np.float64).astype(NUMPY_TYPES[type_name])
+    value = int(text, 0)
+    bits = 64 if type_name[1:] == "64" else 32 if type_name[1:] == "32" else int(type_name[1:]) if \
+        type_name[1:].isdigit() else 32
+    value &= (1 << bits) - 1
+    unsigned = np.array([value], dtype={8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[bits])
+    return np.repeat(unsigned.view(NUMPY_TYPES[type_name]) if type_name != "pred" else unsigned != 0, lanes)
+
+
+class Machine:
+    """The state of one launch: registers, memory and which lanes are running."""
+
+    def __init__(self, module: Module, buffers: list[np.ndarray], threads: int) -> None:
+        self.module = module
+        self.buffers = buffers
+        self.lanes = threads
+        self.registers: dict[str, np.ndarray] = {}
+        lane = np.arange(threads, dtype=np.uint32)
+        self.special = {"%ctaid.x": lane // BLOCK_SIZE, "%ntid.x": np.full(threads, BLOCK_SIZE, np.uint32),
+                        "%tid.x": lane % BLOCK_SIZE}
+
+    # ---- operands ---------------------------------------------------------------------------------------------
+
+    def read(self, operand: str, type_name: str) -> np.ndarray:
+        """An operand as an array of the instruction's type (registers are reinterpreted or truncated)."""
+        if operand in self.special:
+            return self.special[operand].astype(NUMPY_TYPES[type_name])
+        if not operand.startswith("%"):
+            return _immediate(operand, type_name, self.lanes)
+        stored = self.registers.get(operand)
+        if stored is None:
+            stored = np.zeros(self.lanes, NUMPY_TYPES[_register_type(operand)])
+        wanted = np.dtype(NUMPY_TYPES[type_name])
+        if type_name == "pred" or stored.dtype == np.bool_:
+            assert stored.dtype == np.bool_ and type_name == "pred", f"{operand} used as {type_name}"
+            return stored
+        if stored.dtype.itemsize == wanted.itemsize:
+            return stored.view(wanted)
+        assert stored.dtype.itemsize > wanted.itemsize, f"{operand} is narrower than .{type_name}"
+        unsigned = {1: np.uint8, 2: np.uint16, 4: np.uint32}[wanted.itemsize]
+        return stored.view({4: np.uint32, 8: np.uint64, 2: np.uint16}[stored.dtype.itemsize]).astype(unsigned) \
+            .view(wanted)
+
+    def write(self, register: str, value: np.ndarray, mask: np.ndarray) -> None:
+        """Store the lanes in mask; a value narrower than the register is sign- or zero-extended by its type."""
+        kind = _register_type(register)
+        storage = np.dtype(NUMPY_TYPES[kind])
+        current = self.registers.setdefault(register, np.zeros(self.lanes, storage))
+        if kind == "pred":
+            assert value.dtype == np.bool_, f"{register} is a predicate, got {value.dtype}"
+            current[mask] = value[mask]
+            return
+        if value.dtype.itemsize < storage.itemsize:
+            widened = np.int64 if value.dtype.kind == "i" else np.uint64
+            value = value.astype(widened).astype({4: np.int64, 8: np.int64}[storage.itemsize])
+            value = value.view(np.uint64).astype({4: np.uint32, 8: np.uint64}[storage.itemsize])
+        assert value.dtype.itemsize == storage.itemsize, f"{register}: {value.dtype} does not fit .{kind}"
+        current[mask] = value.view(storage)[mask]
+
+    # ---- memory -----------------------------------------------------------------------------------------------
+
+    def _locate(self, address: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        buffer_numbers = (address[mask] >> np.uint64(POINTER_SHIFT)).astype(np.int64) - 1
+        assert buffer_numbers.size == 0 or (buffer_numbers == buffer_numbers[0]).all(), "one buffer per access"
+        buffer = self.buffers[int(buffer_numbers[0])] if buffer_numbers.size else np.zeros(0, np.uint8)
+        offsets = (address[mask] & np.uint64((1 << POINTER_SHIFT) - 1)).astype(np.int64)
+        return buffer, offsets
+
+    def load(self, type_name: str, address: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        size = np.dtype(NUMPY_TYPES[type_name]).itemsize
+        result = np.zeros(self.lanes, NUMPY_TYPES[type_name])
+        buffer, offsets = self._locate(address, mask)
+        if offsets.size:
+            assert offsets.min() >= 0 and offsets.max() + size <= buffer.size, "load out of bounds"
+            gathered = buffer[offsets[:, None] + np.arange(size)]
+            result[mask] = np.ascontiguousarray(gathered).view(NUMPY_TYPES[type_name]).reshape(-1)
+        return result
+
+    def store(self, type_name: str, address: np.ndarray, value: np.ndarray, mask: np.ndarray) -> None:
+        size = np.dtype(NUMPY_TYPES[type_name]).itemsize
+        buffer, offsets = self._locate(address, mask)
+        if offsets.size:
+            assert offsets.min() >= 0 and offsets.max() + size <= buffer.size, "store out of bounds"
+            buffer[offsets[:, None] + np.arange(size)] = np.ascontiguousarray(value[mask]).view(np.uint8) \
+                .reshape(-1, size)
+
+    # ---- execution --------------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        instructions = self.module.instructions
+        active = np.ones(self.lanes, dtype=bool)
+        parked: dict[int, np.ndarray] = {}
+        position = 0
+        steps = 0
+        while position < len(instructions):
+            if position in parked:
+                active = active | parked.pop(position)
+            instruction = instructions[position]
+            mask = active & self.read(instruction.guard, "pred") if instruction.guard else active
+            steps += 1
+            assert steps < 10_000_000, "runaway kernel"
+            if instruction.opcode == "ret":
+                return
+            if instruction.parts[0] == "bra":
+                target = self.module.labels[instruction.operands[0]]
+                if target > position:
+                    parked[target] = parked.get(target, np.zeros(self.lanes, bool)) | mask
+                    active = active & ~mask
+                elif mask.any():
+                    assert (mask == active).all(), "divergent backward branch"
+                    position = target
+                    continue
+                position += 1
+                continue
+            if mask.any():
+                execute(self, instruction, mask)
+            position += 1
+            # labels reached by falling through also collect parked lanes
+        return
+
+
+def _ints(type_name: str) -> bool:
+    return type_name[0] in "sub"
+
+
+def _saturating_int(value: np.ndarray, type_name: str) -> np.ndarray:
+    info = np.iinfo(NUMPY_TYPES[type_name])
+    value = np.where(np.isnan(value), 0, np.trunc(value)).astype(np.float64)
+    clipped = np.clip(value, float(info.min), float(info.max))
+    result = clipped.astype(np.longdouble).astype(NUMPY_TYPES[type_name]) if info.bits == 64 else \
+        clipped.astype(NUMPY_TYPES[type_name])
+    too_big = value >= float(info.max)
+    result[too_big] = info.max  # float(max) of a 64-bit type rounds up past it
+    return result
+
+
+def _divide(a: np.ndarray, b: np.ndarray, type_name: str, remainder: bool) -> np.ndarray:
+    """Truncating division; lanes with b == 0 or INT_MIN / -1 are poisoned (PTX: unspecified)."""
+    wide_type = object if type_name[1:] == "64" else np.int64
+    a_wide, b_wide = a.astype(wide_type), b.astype(wide_type)
+    safe = np.where(b_wide == 0, 1, b_wide)
+    quotient = np.array([abs(x) // abs(y) * (1 if (x >= 0) == (y >= 0) else -1) for x, y in zip(a_wide, safe)],
+                        dtype=object) if wide_type is object else np.trunc(a_wide / safe).astype(np.int64)
+    if wide_type is not object:  # exact integer division (float division may round for big int32 values)
+        quotient = np.sign(a_wide) * np.sign(safe) * (np.abs(a_wide) // np.abs(safe))
+    result = a_wide - safe * quotient if remainder else quotient
+    info = np.iinfo(NUMPY_TYPES[type_name])
+    poison = (b_wide == 0) | ((a_wide == info.min) & (b_wide == -1)) if type_name[0] == "s" else (b_wide == 0)
+    result = np.where(poison, POISON, result)
+    bits = info.bits
+    masked = np.array([int(value) & ((1 << bits) - 1) for value in result], dtype=np.uint64) if wide_type is object \
+        else (result.astype(np.int64) & ((1 << bits) - 1)).astype(np.uint64)
+    return masked.astype({32: np.uint32, 64: np.uint64}[bits]).view(NUMPY_TYPES[type_name])
+
+
+def execute(machine: Machine, instruction: Instruction, mask: np.ndarray) -> None:
+    """One instruction on the lanes in mask."""
+    parts, operands = instruction.parts, instruction.operands
+    name = parts[0]
+    type_name = parts[-1]
+    read = machine.read
+
+    def out(value: np.ndarray) -> None:
+        machine.write(operands[0], value, mask)
+
+    with np.errstate(all="ignore"):
+        if name == "ld" and parts[1] == "param":
+            position = machine.module.parameters.index(operands[1].strip("[]"))
+            out(np.full(machine.lanes, (position + 1) << POINTER_SHIFT, dtype=np.uint64))
+        elif name == "cvta":
+            out(read(operands[1], "u64"))
+        elif name == "ld":
+            loaded = machine.load(type_name, read(operands[1].strip("[]"), "u64"), mask)
+            out(loaded)
+        elif name == "st":
+            machine.store(type_name, read(operands[0].strip("[]"), "u64"), read(operands[1], type_name), mask)
+        elif name == "mov":
+            out(read(operands[1], type_name))
+        elif name in ("add", "sub", "mul", "mad") and parts[1] not in ("wide",):
+            a, b = read(operands[1], type_name), read(operands[2], type_name)
+            if name == "add":
+                out(a + b)
+            elif name == "sub":
+                out(a - b)
+            elif name == "mul":
+                out(a * b)
+            else:
+                out(a * b + read(operands[3], type_name))
+        elif name == "mul" and parts[1] == "wide":
+            wide = "s64" if type_name == "s32" else "u64"
+            out(read(operands[1], type_name).astype(NUMPY_TYPES[wide]) * read(operands[2], type_name)
+                .astype(NUMPY_TYPES[wide]))
+        elif name in ("div", "rem") and _ints(type_name):
+            out(_divide(read(operands[1], type_name), read(operands[2], type_name), type_name, name == "rem"))
+        elif name == "div":
+            out(read(operands[1], type_name) / read(operands[2], type_name))
+        elif name == "neg":
+            out(-read(operands[1], type_name))
+        elif name == "not":
+            out(~read(operands[1], type_name))
+        elif name in ("and", "or", "xor"):
+            a, b = read(operands[1], type_name), read(operands[2], type_name)
+            out(a & b if name == "and" else a | b if name == "or" else a ^ b)
+        elif name in ("shl", "shr"):
+            a = read(operands[1], type_name)
+            bits = a.dtype.itemsize * 8
+            amount = np.minimum(read(operands[2], "u32").astype(np.uint64), bits)  # PTX clamps to the width
+            if name == "shl":
+                unsigned = a.view({32: np.uint32, 64: np.uint64}[bits]).astype(object)
+                out(np.array([(int(x) << int(s)) & ((1 << bits) - 1) for x, s in zip(unsigned, amount)],
+                             dtype=np.uint64).astype({32: np.uint32, 64: np.uint64}[bits]).view(a.dtype))
+            else:
+                out(np.array([int(x) >> min(int(s), bits - 1) if type_name[0] == "s" else
+                              (int(x) >> int(s) if s < bits else 0) for x, s in zip(a, amount)],
+                             dtype=object).astype(np.int64 if type_name[0] == "s" else np.uint64).astype(a.dtype))
+        elif name == "max":
+            a, b = read(operands[1], type_name), read(operands[2], type_name)
+            out(np.fmax(a, b) if type_name[0] == "f" else np.maximum(a, b))
+        elif name == "setp":
+            comparison = parts[1]
+            a, b = read(operands[1], type_name), read(operands[2], type_name)
+            either_nan = (np.isnan(a) | np.isnan(b)) if type_name[0] == "f" else np.zeros(machine.lanes, bool)
+            result = {"lt": a < b, "ge": a >= b, "eq": a == b, "ne": (a != b) & ~either_nan,
+                      "neu": (a != b) | either_nan, "nan": either_nan}[comparison]
+            out(np.asarray(result, dtype=bool))
+        elif name == "selp":
+            out(np.where(read(operands[3], "pred"), read(operands[1], type_name), read(operands[2], type_name)))
+        elif name == "bfe":
+            a = read(operands[1], "u32")
+            start, length = int(operands[2]), int(operands[3])
+            out((a >> np.uint32(start)) & np.uint32((1 << length) - 1))
+        elif name in ("rcp", "sqrt", "ex2"):
+            a = read(operands[1], type_name)
+            out({"rcp": lambda: np.ones_like(a) / a, "sqrt": lambda: np.sqrt(a), "ex2": lambda: np.exp2(a)}[name]())
+        elif name == "cvt":
+            convert(machine, parts, operands, out)
+        else:
+            raise NotImplementedError(f"the PTX simulator does not know {instruction.opcode}")
+
+
+def convert(machine: Machine, parts: list[str], operands: list[str], out: Any) -> None:
+    """cvt: rounding modifiers rn (nearest even) and rzi (toward zero, saturating to the integer range)."""
+    target, source = parts[-2], parts[-1]
+    value = machine.read(operands[1], source)
+    if source[0] == "f" and target[0] == "f":
+        if "rzi" in parts:
+            out(np.trunc(value))
+        else:
+            out(value.astype(NUMPY_TYPES[target]))
+    elif source[0] == "f":
+        out(_saturating_int(value.astype(np.float64), target))
+    elif target[0] == "f":
+        out(value.astype(np.float64).astype(NUMPY_TYPES[target]) if target != "f32" or value.dtype.itemsize < 8
+            else value.astype(NUMPY_TYPES[target]))
+    else:  # integer to integer: truncate to the target, then widen by the target's signedness
+        out(value.astype(NUMPY_TYPES[target]))
+
+
+def simulate(source: str, buffers: list[np.ndarray], threads: int) -> None:
+    """Run a PTX entry on host byte arrays (one per `.param`), `threads` lanes."""
+    Machine(Module(source), buffers, threads).run()
+
+
+class SimulatedProgram(Program):
+    def __init__(self, source: str, global_size: int) -> None:
+        self.module = Module(source)
+        self.threads = max(1, -(-global_size // BLOCK_SIZE)) * BLOCK_SIZE
+
+    def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
+        Machine(self.module, buffers, self.threads).run()
+        return COMPLETED
+
+
+class SimulatedCudaDevice(Device):
+    """Runs the cuda backend's PTX in this simulator: a test device for the renderer's semantics."""
+
+    def __init__(self, name: str = "ptxsim:0") -> None:
+        self.name = name
+        self.info = DeviceInfo(extra={"simulates": "PTX (tests/ptx_simulator.py)"})
+        self.pool = HostMemoryPool(name)
+        self.renderer = PTXRenderer()
+        self._programs: dict[str, SimulatedProgram] = {}
+
+    def render(self, kernel: KernelIR) -> str:
+        return self.renderer.render(kernel)
+
+    def compile(self, kernel: KernelIR) -> Program:
+        source = self.render(kernel)
+        program = self._programs.get(source)
+        if program is None:
+            program = self._programs[source] = SimulatedProgram(source, kernel.global_size)
+        return program
+
+
+def probe() -> list[Device]:
+    return [SimulatedCudaDevice()]
