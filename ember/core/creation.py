@@ -10,6 +10,7 @@ import numpy as np
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType, to_dtype
+from ember.core.errors import DTypeError, ShapeError
 from ember.core.graph import Node
 from ember.core.movement import _shape_argument
 
@@ -21,6 +22,14 @@ def _device(device: Any) -> str:
     from ember.scheduler.devices import resolve_device
 
     return resolve_device(device)
+
+
+def _checked_shape(size: Any, name: str) -> tuple[int, ...]:
+    """A size given as f(2, 3), f((2, 3)) or f([2, 3]) as a tuple, or a ShapeError for a negative size."""
+    shape = _shape_argument(size if isinstance(size, tuple) else (size,))
+    if any(extent < 0 for extent in shape):
+        raise ShapeError(f"{name}: negative dimension in size {shape}; sizes must be >= 0")
+    return shape
 
 
 def _numpy_from_data(data: Any, dtype: DType | None) -> np.ndarray:
@@ -48,8 +57,16 @@ def _numpy_from_data(data: Any, dtype: DType | None) -> np.ndarray:
         elif array.dtype == object or array.dtype.kind in "USO":
             raise TypeError(f"tensor(): could not make a tensor from data of type {type(data).__name__}")
     if array.dtype.kind == "c":
-        raise TypeError("tensor(): complex numbers are not supported")
+        raise DTypeError("tensor(): complex numbers are not supported")
     return array
+
+
+def _to_bfloat16_bits(array: np.ndarray) -> np.ndarray:
+    """float values rounded to bfloat16 (to nearest, ties to even; NaN stays NaN) as uint16 bits."""
+    as_float = np.asarray(array, dtype=np.float32)
+    bits = as_float.view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(as_float), np.uint16(0x7FC0), rounded).astype(np.uint16)
 
 
 def node_from_data(data: Any, dtype: Any, device: Any) -> Node:
@@ -60,12 +77,11 @@ def node_from_data(data: Any, dtype: Any, device: Any) -> Node:
     array = _numpy_from_data(data, target)
     if target is None:
         target = dtypes.from_numpy(array.dtype)
-    if target == dtypes.bfloat16:
-        as_float = array.astype(np.float32)
-        rounded = as_float.view(np.uint32) + 0x7FFF + ((as_float.view(np.uint32) >> 16) & 1)
-        array = (rounded >> 16).astype(np.uint16)
+    if target is dtypes.bfloat16:
+        array = _to_bfloat16_bits(array)
     else:
-        array = array.astype(target.numpy, copy=False)
+        with np.errstate(over="ignore", invalid="ignore"):  # out-of-range values become inf, as in torch
+            array = array.astype(target.numpy, copy=False)
     return buffer_node(np.ascontiguousarray(array).reshape(array.shape), target, _device(device))
 
 
@@ -87,30 +103,34 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
 from_numpy = as_tensor
 
 
-def full(size: Sequence[int], fill_value: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def full(size: Sequence[int], fill_value: Any, dtype: Any = None, device: Any = None,
+         requires_grad: bool = False) -> Tensor:
+    """A tensor of `size` filled with fill_value; the dtype defaults to fill_value's (bool, int64 or float32)."""
     from ember.core.tensor import Tensor
 
-    shape = _shape_argument((size,)) if not isinstance(size, int) else (size,)
-    if any(dim < 0 for dim in shape):
-        raise ValueError(f"full: negative dimension in size {shape}")
+    shape = _checked_shape(size, "full")
+    if hasattr(fill_value, "item") and not isinstance(fill_value, (int, float, bool)):
+        fill_value = fill_value.item()
     resolved = to_dtype(dtype) if dtype is not None else dtypes.scalar_dtype(fill_value)
     result = Tensor._full(shape, fill_value, resolved, _device(device))
     return result.requires_grad_() if requires_grad else result
 
 
 def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return full(_shape_argument(size), 0.0, dtype or dtypes.DEFAULT_FLOAT, device, requires_grad)
+    return full(_checked_shape(size, "zeros"), 0, dtype or dtypes.DEFAULT_FLOAT, device, requires_grad)
 
 
 def ones(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return full(_shape_argument(size), 1.0, dtype or dtypes.DEFAULT_FLOAT, device, requires_grad)
+    return full(_checked_shape(size, "ones"), 1, dtype or dtypes.DEFAULT_FLOAT, device, requires_grad)
 
 
 def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+    """Like torch.empty; ember's empty tensors hold zeros (a lazy constant costs no memory until used)."""
+    return full(_checked_shape(size, "empty"), 0, dtype or dtypes.DEFAULT_FLOAT, device, requires_grad)
 
 
-def full_like(other: Tensor, fill_value: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def full_like(other: Tensor, fill_value: Any, dtype: Any = None, device: Any = None,
+              requires_grad: bool = False) -> Tensor:
     return full(other.shape, fill_value, dtype or other.dtype, device or other.device, requires_grad)
 
 
@@ -128,66 +148,85 @@ def empty_like(other: Tensor, dtype: Any = None, device: Any = None, requires_gr
 
 def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device: Any = None,
            requires_grad: bool = False) -> Tensor:
-    """Values from start (inclusive) to end (exclusive) by step, like torch.arange."""
+    """start, start + step, ... up to end (excluded), like torch.arange: ceil((end - start) / step) values,
+    int64 unless an argument is a float (then float32)."""
     from ember.core.tensor import Tensor
 
     if end is None:
         start, end = 0, start
+    start, end, step = (value.item() if hasattr(value, "item") else value for value in (start, end, step))
     if step == 0:
         raise ValueError("arange: step must be nonzero")
+    if not all(math.isfinite(value) for value in (start, end, step)):
+        raise ValueError(f"arange: start, end and step must be finite, got {start}, {end}, {step}")
+    if (end - start) * step < 0:
+        raise ValueError(f"arange: the range from {start} to {end} and the step {step} have opposite signs")
     is_float = any(isinstance(value, float) for value in (start, end, step))
     resolved = to_dtype(dtype) if dtype is not None else (dtypes.DEFAULT_FLOAT if is_float else dtypes.DEFAULT_INT)
     count = max(0, math.ceil((end - start) / step))
-    index = Tensor._arange_primitive(count, dtypes.int64 if not resolved.is_float else resolved, _device(device))
-    if not resolved.is_float:
+    target = _device(device)
+    if not is_float:
+        index = Tensor._arange_primitive(count, dtypes.int64, target)
         values = index * int(step) + int(start) if (step != 1 or start != 0) else index
     else:
+        compute = dtypes.float64 if resolved is dtypes.float64 or not resolved.is_float else dtypes.float32
+        index = Tensor._arange_primitive(count, compute, target)
         values = index * float(step) + float(start)
     result = values.cast(resolved)
     return result.requires_grad_() if requires_grad else result
 
 
-def linspace(start: float, end: float, steps: int, dtype: Any = None, device: Any = None) -> Tensor:
+def linspace(start: float, end: float, steps: int, dtype: Any = None, device: Any = None,
+             requires_grad: bool = False) -> Tensor:
+    """`steps` values evenly spaced from start to end (both included), computed symmetrically like torch."""
+    if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool):
+        raise TypeError(f"linspace: steps must be an int, got {type(steps).__name__}")
     if steps < 0:
         raise ValueError(f"linspace: number of steps must be non-negative, got {steps}")
     resolved = to_dtype(dtype) if dtype is not None else dtypes.DEFAULT_FLOAT
-    if steps == 1:
-        return full((1,), start, resolved, device)
-    index = arange(steps, dtype=dtypes.float64 if resolved == dtypes.float64 else dtypes.float32, device=device)
+    compute = dtypes.float64 if resolved is dtypes.float64 else dtypes.float32
+    if steps <= 1:
+        result = full((steps,), start, compute, device).cast(resolved)
+        return result.requires_grad_() if requires_grad else result
+    index = arange(steps, dtype=compute, device=device)
     step = (end - start) / (steps - 1)
-    # torch computes the second half from the end for symmetry
     halfway = steps // 2
-    values = (index < halfway).where(start + step * index, end - step * (steps - 1 - index))
-    return values.cast(resolved)
+    values = (index < halfway).where(index * step + start, (steps - 1 - index) * -step + end)
+    result = values.cast(resolved)
+    return result.requires_grad_() if requires_grad else result
 
 
-def logspace(start: float, end: float, steps: int, base: float = 10.0, dtype: Any = None, device: Any = None) -> Tensor:
-    return (linspace(start, end, steps, dtypes.float64 if dtype == dtypes.float64 else None, device) * math.log2(base)).exp2().cast(
-        to_dtype(dtype) if dtype is not None else dtypes.DEFAULT_FLOAT
-    )
+def logspace(start: float, end: float, steps: int, base: float = 10.0, dtype: Any = None,
+             device: Any = None) -> Tensor:
+    resolved = to_dtype(dtype) if dtype is not None else dtypes.DEFAULT_FLOAT
+    exponents = linspace(start, end, steps, dtypes.float64 if resolved is dtypes.float64 else None, device)
+    return (exponents * math.log2(base)).exp2().cast(resolved)
 
 
-def eye(rows: int, columns: int | None = None, dtype: Any = None, device: Any = None) -> Tensor:
+def eye(rows: int, columns: int | None = None, dtype: Any = None, device: Any = None,
+        requires_grad: bool = False) -> Tensor:
+    """The rows x columns identity matrix (ones on the main diagonal)."""
     columns = rows if columns is None else columns
     if rows < 0 or columns < 0:
-        raise ValueError(f"eye: sizes must be non-negative, got {rows} x {columns}")
+        raise ShapeError(f"eye: sizes must be non-negative, got {rows} x {columns}")
     row_index = arange(rows, device=device).reshape(rows, 1)
     column_index = arange(columns, device=device).reshape(1, columns)
-    return (row_index == column_index).cast(to_dtype(dtype) if dtype is not None else dtypes.DEFAULT_FLOAT)
+    result = (row_index == column_index).cast(to_dtype(dtype) if dtype is not None else dtypes.DEFAULT_FLOAT)
+    return result.requires_grad_() if requires_grad else result
 
 
 def parse_to_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str | None, DType | None]:
     """The (device, dtype) of a Tensor.to(...) call."""
     device, dtype = kwargs.get("device"), kwargs.get("dtype")
     for value in args:
-        if isinstance(value, DType) or (not isinstance(value, str) and value is not None and "dtype" in type(value).__name__.lower()):
+        if isinstance(value, DType) or (
+            not isinstance(value, str) and value is not None and "dtype" in type(value).__name__.lower()
+        ):
             dtype = value
         elif isinstance(value, str):
-            try:
-                dtype = to_dtype(value) if value in dtypes.DTYPES_BY_NAME else None
-            except TypeError:
-                dtype = None
-            if dtype is None:
+            if value.replace("torch.", "").replace("ember.", "") in dtypes.DTYPES_BY_NAME:
+                dtype = value
+            else:
                 device = value
         elif hasattr(value, "device") and hasattr(value, "dtype"):
             device, dtype = value.device, value.dtype
@@ -195,6 +234,11 @@ def parse_to_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[s
 
 
 # ---- random numbers ------------------------------------------------------------------------------------------
+#
+# Counter-based: the n-th number drawn since manual_seed is a hash of (seed, n), computed with 32-bit integer ops
+# only, so every device gives the same bits; floats are made from the bits exactly (an integer times a power of 2).
+
+MANTISSA_BITS = {dtypes.float16: 11, dtypes.bfloat16: 8, dtypes.float32: 24}
 
 
 class RandomState:
@@ -206,60 +250,107 @@ class RandomState:
 
 def manual_seed(seed: int) -> None:
     """Seed ember's random numbers; the same seed gives the same numbers on every device."""
-    RandomState.seed = int(seed) & 0xFFFFFFFF
+    RandomState.seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     RandomState.counter = 0
 
 
+def _hash32(value: int) -> int:
+    """A 32-bit integer hash with good avalanche (xor-shift-multiply), the same as _hash_tensor."""
+    value &= 0xFFFFFFFF
+    value ^= value >> 16
+    value = (value * 0x7FEB352D) & 0xFFFFFFFF
+    value ^= value >> 15
+    value = (value * 0x846CA68B) & 0xFFFFFFFF
+    return value ^ (value >> 16)
+
+
+def _hash_tensor(state: Tensor) -> Tensor:
+    state = state ^ (state >> 16)
+    state = state * 0x7FEB352D
+    state = state ^ (state >> 15)
+    state = state * 0x846CA68B
+    return state ^ (state >> 16)
+
+
 def _random_bits(count: int, device: str) -> Tensor:
-    """`count` pseudo-random uint32 values from a counter-based hash of (seed, draw counter, position)."""
+    """`count` pseudo-random uint32 values: a double hash of (draw counter + position) keyed by the seed."""
     from ember.core.tensor import Tensor
 
-    key = Tensor(np.array([RandomState.seed, RandomState.counter & 0xFFFFFFFF], dtype=np.uint32), device=device)
+    seed, counter = RandomState.seed, RandomState.counter
     RandomState.counter += count
-    position = Tensor._arange_primitive(count, dtypes.uint32, device)
-    seed, offset = key[0].expand(count), key[1].expand(count)
-    state = (position + offset) * 0x9E3779B1 ^ seed
-    for multiplier in (0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F):
-        state = (state ^ (state >> 16)) * multiplier
-        state = state ^ (seed * 0x165667B1)
-    return state ^ (state >> 15)
+    first_key = _hash32(seed ^ _hash32((seed >> 32) ^ 0x5BD1E995 ^ _hash32(counter >> 32)))
+    second_key = _hash32(first_key ^ 0x27D4EB2F)
+    key = Tensor(np.array([counter & 0xFFFFFFFF, first_key, second_key], dtype=np.uint32), device=device)
+    offset, first, second = (key[index].reshape(1).expand(count) for index in range(3))
+    position = Tensor._arange_primitive(count, dtypes.uint32, device) + offset
+    return _hash_tensor(_hash_tensor(position ^ first) + second)
 
 
-def _uniform_unit(shape: tuple[int, ...], dtype: DType, device: str) -> Tensor:
-    """Uniform floats in [0, 1) with 24 random bits."""
+def _uniform(shape: tuple[int, ...], dtype: DType, device: str) -> Tensor:
+    """Uniform floats in [0, 1): as many random bits as the dtype's mantissa holds, scaled exactly."""
     count = math.prod(shape)
-    bits = _random_bits(count, device)
-    return ((bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))).reshape(shape).cast(dtype)
+    if dtype is dtypes.float64:
+        high = (_random_bits(count, device) >> 6).cast(dtypes.float64)  # 26 bits
+        low = (_random_bits(count, device) >> 5).cast(dtypes.float64)  # 27 bits
+        return ((high * float(1 << 27) + low) * 2.0**-53).reshape(shape)
+    bits = MANTISSA_BITS[dtype]
+    values = (_random_bits(count, device) >> (32 - bits)).cast(dtypes.float32) * 2.0**-bits
+    return values.reshape(shape).cast(dtype)
+
+
+def _float_dtype(dtype: Any, name: str) -> DType:
+    resolved = to_dtype(dtype) if dtype is not None else dtypes.DEFAULT_FLOAT
+    if not resolved.is_float:
+        raise DTypeError(f"{name}: random floats need a floating point dtype, got {resolved.name}")
+    return resolved
 
 
 def rand(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    shape = _shape_argument(size)
-    resolved = to_dtype(dtype) if dtype is not None else dtypes.DEFAULT_FLOAT
-    result = _uniform_unit(shape, resolved, _device(device))
+    """Uniform random numbers in [0, 1), the same on every device for the same seed."""
+    result = _uniform(_checked_shape(size, "rand"), _float_dtype(dtype, "rand"), _device(device))
     return result.requires_grad_() if requires_grad else result
 
 
 def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    """Standard normal numbers by the Box-Muller transform of two uniform draws."""
-    shape = _shape_argument(size)
-    resolved = to_dtype(dtype) if dtype is not None else dtypes.DEFAULT_FLOAT
+    """Standard normal random numbers (Box-Muller on two uniform draws)."""
+    shape = _checked_shape(size, "randn")
+    resolved = _float_dtype(dtype, "randn")
+    compute = dtypes.float64 if resolved is dtypes.float64 else dtypes.float32
     target = _device(device)
-    first = _uniform_unit(shape, dtypes.float32, target)
-    second = _uniform_unit(shape, dtypes.float32, target)
-    radius = (-2.0 * (1.0 - first).log()).sqrt()
-    result = (radius * (2 * math.pi * second).cos()).cast(resolved)
+    first = _uniform(shape, compute, target)
+    second = _uniform(shape, compute, target)
+    radius = ((1.0 - first).log() * -2.0).sqrt()  # 1 - first is in (0, 1]: the log is finite
+    result = (radius * (second * (2 * math.pi)).cos()).cast(resolved)
     return result.requires_grad_() if requires_grad else result
 
 
-def randint(low: int, high: int | None = None, size: Sequence[int] = (), dtype: Any = None, device: Any = None) -> Tensor:
-    if high is None:
+def randint(low: int, high: Any = None, size: Any = None, dtype: Any = None, device: Any = None,
+            requires_grad: bool = False) -> Tensor:
+    """Random integers in [low, high), uniform, like torch.randint(high, size) or randint(low, high, size)."""
+    if size is None:
+        if not isinstance(high, (tuple, list)):
+            raise TypeError("randint: expected randint(high, size) or randint(low, high, size) with size a tuple")
+        low, high, size = 0, low, high
+    elif high is None:
         low, high = 0, low
+    low, high = int(low), int(high)
     if high <= low:
         raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
-    shape = _shape_argument((size,)) if not isinstance(size, int) else (size,)
-    uniform = _uniform_unit(shape, dtypes.float64 if high - low > (1 << 24) else dtypes.float32, _device(device))
-    values = (uniform * (high - low)).floor().cast(dtypes.int64) + low
-    return values.cast(to_dtype(dtype) if dtype is not None else dtypes.DEFAULT_INT)
+    shape = _checked_shape(tuple(size) if isinstance(size, (tuple, list)) else (size,), "randint")
+    resolved = to_dtype(dtype) if dtype is not None else dtypes.DEFAULT_INT
+    if requires_grad:
+        raise DTypeError("randint: only floating point tensors can require gradients")
+    target = _device(device)
+    span = high - low
+    count = math.prod(shape)
+    if span <= 1 << 32:  # multiply-shift: floor(bits * span / 2^32), exact in 64-bit integers
+        bits = _random_bits(count, target).cast(dtypes.uint64)
+        offsets = (bits * span) >> 32
+    else:  # 64 random bits modulo the span (bias below span / 2^64)
+        high_bits = _random_bits(count, target).cast(dtypes.uint64) << 32
+        offsets = (high_bits | _random_bits(count, target).cast(dtypes.uint64)) % span
+    values = offsets.cast(dtypes.int64) + low
+    return values.reshape(shape).cast(resolved)
 
 
 def rand_like(other: Tensor, dtype: Any = None, device: Any = None) -> Tensor:
@@ -270,10 +361,26 @@ def randn_like(other: Tensor, dtype: Any = None, device: Any = None) -> Tensor:
     return randn(other.shape, dtype=dtype or other.dtype, device=device or other.device)
 
 
-def randperm(count: int, device: Any = None) -> Tensor:
-    """A random permutation of 0..count-1 (rank of random keys; O(count^2) work, fine for moderate sizes)."""
-    keys = rand(count, device=device)
-    return (keys.unsqueeze(0) < keys.unsqueeze(1)).sum(1)
+def randint_like(other: Tensor, low: int, high: int | None = None, dtype: Any = None, device: Any = None) -> Tensor:
+    if high is None:
+        low, high = 0, low
+    return randint(low, high, other.shape, dtype=dtype or other.dtype, device=device or other.device)
+
+
+def randperm(count: int, dtype: Any = None, device: Any = None) -> Tensor:
+    """A random permutation of 0..count-1: each position's rank among random keys, ties broken by position
+    (one O(count^2) kernel, fine up to a few thousand)."""
+    if count < 0:
+        raise ShapeError(f"randperm: count must be non-negative, got {count}")
+    target = _device(device)
+    keys = _random_bits(count, target)
+    row, column = keys.reshape(count, 1), keys.reshape(1, count)
+    from ember.core.tensor import Tensor
+
+    position = Tensor._arange_primitive(count, dtypes.int64, target)
+    earlier = position.reshape(1, count) < position.reshape(count, 1)
+    before = (column < row).logical_or((column == row).logical_and(earlier))
+    return before.sum(1).cast(to_dtype(dtype) if dtype is not None else dtypes.int64)
 
 
 def normal(mean: float, std: float, size: Sequence[int], device: Any = None) -> Tensor:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from ember.core.errors import DTypeError
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,37 +94,42 @@ def to_dtype(value: object) -> DType:
     if numpy_name in DTYPES_BY_NAME:
         return DTYPES_BY_NAME[numpy_name]
     valid = ", ".join(dtype.name for dtype in ALL_DTYPES)
-    raise TypeError(f"unknown dtype {value!r}; valid dtypes are {valid}")
+    raise DTypeError(f"unknown dtype {value!r}; valid dtypes are {valid}")
 
 
 def from_numpy(dtype: np.dtype) -> DType:
-    """The DType of a numpy array's dtype, or a TypeError naming the numpy dtype."""
+    """The DType of a numpy array's dtype, or a DTypeError naming the numpy dtype."""
     if dtype.name in DTYPES_BY_NAME:
         return DTYPES_BY_NAME[dtype.name]
-    raise TypeError(f"numpy dtype {dtype} has no ember equivalent; valid: {', '.join(d.name for d in ALL_DTYPES)}")
+    raise DTypeError(f"numpy dtype {dtype} has no ember equivalent; valid: {', '.join(d.name for d in ALL_DTYPES)}")
 
 
 _KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2}
 
 
 def promote_types(a: DType, b: DType) -> DType:
-    """PyTorch's torch.promote_types for two tensor dtypes."""
-    if a == b:
+    """torch.promote_types: the smallest dtype both a and b convert to without losing their category.
+
+    Where PyTorch leaves a pair undefined (uint16/32/64 with another integer type), ember follows numpy (the
+    smallest signed type holding both); only uint64 with a signed type has no such type and raises a DTypeError."""
+    if a is b:
         return a
     if _KIND_RANK[a.kind] != _KIND_RANK[b.kind]:
         return a if _KIND_RANK[a.kind] > _KIND_RANK[b.kind] else b
     if a.is_float:
-        if {a, b} == {float16, bfloat16}:
+        if a.itemsize == b.itemsize == 2:  # float16 with bfloat16: neither holds the other
             return float32
         return a if a.priority > b.priority else b
-    # integers
     if a.kind == b.kind:
         return a if a.itemsize > b.itemsize else b
     signed, unsigned = (a, b) if a.kind == "i" else (b, a)
     if signed.itemsize > unsigned.itemsize:
         return signed
     if unsigned.itemsize >= 8:
-        raise TypeError(f"promotion of {a.name} with {b.name} is not defined (as in PyTorch); cast one of them first")
+        raise DTypeError(
+            f"no integer dtype holds both {a.name} and {b.name} (PyTorch does not promote them either); "
+            f"cast one of them first, e.g. .to(ember.int64) or .to(ember.float64)"
+        )
     return {1: int16, 2: int32, 4: int64}[unsigned.itemsize]
 
 
@@ -133,15 +141,40 @@ def scalar_dtype(value: object) -> DType:
         return DEFAULT_INT
     if isinstance(value, (float, np.floating)):
         return DEFAULT_FLOAT
-    raise TypeError(f"expected a Python number, got {type(value).__name__}")
+    raise DTypeError(f"expected a Python number (bool, int or float), got {type(value).__name__}")
 
 
 def result_type(tensor_dtype: DType, scalar: object) -> DType:
     """torch.result_type(tensor, python_scalar): a scalar only lifts the category (bool < int < float)."""
-    category = scalar_dtype(scalar)
-    if _KIND_RANK[category.kind] > _KIND_RANK[tensor_dtype.kind]:
-        return category
-    return tensor_dtype
+    return combine_result_types((tensor_dtype,), (), (scalar_dtype(scalar),))
+
+
+def combine_result_types(dimensioned: Sequence[DType], zero_dim: Sequence[DType], scalars: Sequence[DType]) -> DType:
+    """torch.result_type over three groups of operands: tensors with dims, 0-d tensors, and Python numbers
+    (given as their category dtype, see scalar_dtype). Dimensioned tensors decide the dtype; 0-d tensors and
+    numbers only count when their category (bool < integer < float) is higher, 0-d tensors before numbers."""
+    dimensioned_result = _promote_all(dimensioned)
+    lower = _combine_categories(_promote_all(zero_dim), _promote_all(scalars))
+    result = _combine_categories(dimensioned_result, lower)
+    assert result is not None, "combine_result_types needs at least one operand"
+    return result
+
+
+def _promote_all(values: Sequence[DType]) -> DType | None:
+    result = None
+    for value in values:
+        result = value if result is None else promote_types(result, value)
+    return result
+
+
+def _combine_categories(higher: DType | None, lower: DType | None) -> DType | None:
+    if higher is None:
+        return lower
+    if lower is None or higher.is_float:
+        return higher
+    if higher.is_bool or lower.is_float:
+        return promote_types(higher, lower)
+    return higher
 
 
 def min_value(dtype: DType) -> float | int | bool:

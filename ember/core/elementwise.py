@@ -1,59 +1,44 @@
-"""Elementwise Tensor methods (arithmetic, math functions, comparisons, logic) as compositions of primitives."""
+"""Elementwise Tensor methods: casting, dtype promotion, arithmetic, comparisons, logic and bits, as primitives."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ember.core import dtype as dtypes
-from ember.core.dtype import DType, promote_types, result_type, to_dtype
-from ember.core.errors import DTypeError
+from ember.core.dtype import DType, combine_result_types, to_dtype
+from ember.core.errors import DTypeError, ShapeError
 from ember.core.ops import Op
 from ember.core.shapes import broadcast_shapes
+from ember.core.unary_math import UnaryMathOps
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
 Number = int | float | bool
-LOG2_E = 1.0 / math.log(2.0)
-LN_2 = math.log(2.0)
+PYTHON_NUMBERS = (bool, int, float, np.bool_, np.integer, np.floating)
 
 
-class ElementwiseOps:
+class ElementwiseOps(UnaryMathOps):
     """Mixin: every elementwise method. Needs `_apply`, `_full`, `shape`, `dtype`, `device` from the class."""
 
     __slots__ = ()
 
-    # ---- helpers shared by binary ops ------------------------------------------------------------------------
+    # ---- operands: PyTorch's type promotion and broadcasting ------------------------------------------------------
 
     def _scalar_like(self: Tensor, value: Number, dtype: DType) -> Tensor:
         return self._full((), value, dtype, self.device)
 
     def _operands(self: Tensor, other: Any, op_name: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
-        """Promote and broadcast self and other (a Tensor or a Python number) to a common dtype and shape."""
-        if isinstance(other, ElementwiseOps):
-            dtype = promote_types(self.dtype, other.dtype) if other.ndim > 0 or self.ndim == 0 else (
-                _promote_with_zero_dim(self.dtype, other.dtype)
-            )
-            if self.ndim == 0 and other.ndim > 0:
-                dtype = _promote_with_zero_dim(other.dtype, self.dtype)
-            other_tensor = other
-        elif isinstance(other, (int, float, bool)) or hasattr(other, "dtype") and not hasattr(other, "node"):
-            if hasattr(other, "shape") and getattr(other, "shape", ()) != ():
-                other_tensor = _tensor_from(other, self.device)
-                dtype = promote_types(self.dtype, other_tensor.dtype)
-            else:
-                value = other.item() if hasattr(other, "item") else other
-                dtype = result_type(self.dtype, value)
-                other_tensor = self._full(self.shape, value, dtype, self.device)  # no expand needed
-        elif isinstance(other, (list, tuple)):
-            other_tensor = _tensor_from(other, self.device)
-            dtype = promote_types(self.dtype, other_tensor.dtype)
+        """self and other (a Tensor, a Python number or array-like data) promoted to their torch.result_type and
+        broadcast to one shape; swapped when `reverse` (for the reflected operators)."""
+        if isinstance(other, ElementwiseOps) and other.dtype is self.dtype and other.shape == self.shape:
+            left, right = self, other
         else:
-            raise TypeError(f"{op_name}: unsupported operand type {type(other).__name__} (expected a Tensor or a number)")
-        shape = broadcast_shapes(self.shape, other_tensor.shape, op=op_name)
-        left = self.cast(dtype).expand(shape)
-        right = other_tensor.cast(dtype).expand(shape)
+            left, right = _align(self, (self, other), op_name)
         return (right, left) if reverse else (left, right)
 
     def _binary(self: Tensor, op: Op, other: Any, op_name: str, reverse: bool = False) -> Tensor:
@@ -67,13 +52,14 @@ class ElementwiseOps:
     # ---- casting ----------------------------------------------------------------------------------------------
 
     def cast(self: Tensor, dtype: DType | str) -> Tensor:
+        """The values converted to dtype (floats to integers truncate toward zero; anything nonzero is True)."""
         dtype = to_dtype(dtype)
-        if dtype == self.dtype:
+        if dtype is self.dtype:
             return self
         if dtype.is_bool:
             return self != 0
         if self.dtype.is_bool:
-            return self.where(self._scalar_like(1, dtype).expand(self.shape), self._scalar_like(0, dtype).expand(self.shape))
+            return self.where(self._full(self.shape, 1, dtype, self.device), self._full(self.shape, 0, dtype, self.device))
         return self._apply(Op.CAST, arg=dtype)
 
     def type(self: Tensor, dtype: DType | str) -> Tensor:
@@ -101,81 +87,91 @@ class ElementwiseOps:
         return self.cast(dtypes.bool_)
 
     def bitcast(self: Tensor, dtype: DType | str) -> Tensor:
+        """The same bits read as another dtype of the same size (torch's Tensor.view(dtype))."""
         dtype = to_dtype(dtype)
         if dtype.itemsize != self.dtype.itemsize:
-            raise DTypeError(f"bitcast: {self.dtype.name} and {dtype.name} differ in size; only same-size bitcasts")
-        return self if dtype == self.dtype else self._apply(Op.BITCAST, arg=dtype)
+            raise DTypeError(
+                f"bitcast: {self.dtype.name} ({self.dtype.itemsize} bytes) and {dtype.name} ({dtype.itemsize} bytes) "
+                f"differ in size; only same-size bitcasts are supported"
+            )
+        return self if dtype is self.dtype else self._apply(Op.BITCAST, arg=dtype)
 
     view_as_dtype = bitcast
 
     # ---- arithmetic -------------------------------------------------------------------------------------------
 
     def add(self: Tensor, other: Any, alpha: Number = 1) -> Tensor:
-        return self._binary(Op.ADD, other if alpha == 1 else other * alpha, "add")
+        """self + alpha * other; on bool tensors addition is logical or (like torch)."""
+        if alpha != 1:
+            other = other * alpha
+        left, right = self._operands(other, "add")
+        return left._apply(Op.OR if left.dtype.is_bool else Op.ADD, right)
 
     def sub(self: Tensor, other: Any, alpha: Number = 1) -> Tensor:
-        if self.dtype.is_bool and (isinstance(other, bool) or getattr(other, "dtype", None) == dtypes.bool_):
-            raise DTypeError("sub: subtraction of bool tensors is not supported; use logical_xor or ~")
+        """self - alpha * other; bool operands raise (use logical_xor or ~, as torch says)."""
+        _check_no_bool_subtraction(self, other)
         return self._binary(Op.SUB, other if alpha == 1 else other * alpha, "sub")
 
-    def mul(self: Tensor, other: Any) -> Tensor:
-        if self.dtype.is_bool and getattr(other, "dtype", dtypes.bool_ if isinstance(other, bool) else None) == dtypes.bool_:
-            return self.logical_and(other)
-        return self._binary(Op.MUL, other, "mul")
+    subtract = sub
 
-    def div(self: Tensor, other: Any, rounding_mode: str | None = None) -> Tensor:
-        if rounding_mode is None:
-            left, right = self._operands(other, "div")
-            left, right = left._float_operand(), right._float_operand()
-            return left._apply(Op.DIV, right)
-        if rounding_mode == "trunc":
-            left, right = self._operands(other, "div")
-            if left.dtype.is_float:
-                return left._apply(Op.DIV, right).trunc()
-            return left._apply(Op.IDIV, right)
+    def mul(self: Tensor, other: Any) -> Tensor:
+        """self * other; on bool tensors multiplication is logical and (like torch)."""
+        left, right = self._operands(other, "mul")
+        return left._apply(Op.AND if left.dtype.is_bool else Op.MUL, right)
+
+    multiply = mul
+
+    def div(self: Tensor, other: Any, rounding_mode: str | None = None, reverse: bool = False) -> Tensor:
+        """True division (integers give floats), or rounded with rounding_mode 'trunc' or 'floor' (torch.div)."""
         if rounding_mode == "floor":
-            return self.floor_divide(other)
-        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+            return self.floor_divide(other, reverse)
+        if rounding_mode not in (None, "trunc"):
+            raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+        left, right = self._operands(other, "div", reverse)
+        if rounding_mode is None:
+            return left._float_operand()._apply(Op.DIV, right._float_operand())
+        if left.dtype.is_bool:
+            raise DTypeError("div: rounding_mode='trunc' is not supported for bool tensors (as in PyTorch)")
+        if left.dtype.is_float:
+            return left._apply(Op.DIV, right).trunc()
+        return left._apply(Op.IDIV, right)
 
     true_divide = divide = div
 
     def floor_divide(self: Tensor, other: Any, reverse: bool = False) -> Tensor:
+        """Division rounded toward negative infinity, like Python's // (integers divided by zero give 0)."""
         left, right = self._operands(other, "floor_divide", reverse)
-        if left.dtype.is_float:
-            return left._apply(Op.DIV, right).floor()
         if left.dtype.is_bool:
-            raise DTypeError("floor_divide: not supported for bool tensors")
+            raise DTypeError("floor_divide: not supported for bool tensors (as in PyTorch); cast to an integer dtype")
+        if left.dtype.is_float:
+            return _float_floor_divide(left, right)
         quotient = left._apply(Op.IDIV, right)
         if left.dtype.is_unsigned:
             return quotient
         remainder = left._apply(Op.MOD, right)
-        zero = left._full(left.shape, 0, left.dtype, left.device)
-        needs_fix = (remainder != zero).logical_and((remainder < zero) != (right < zero))
-        return needs_fix.where(quotient - 1, quotient)
+        return _signs_differ(remainder, right).where(quotient - 1, quotient)
 
     def remainder(self: Tensor, other: Any, reverse: bool = False) -> Tensor:
-        """Python's modulo: the result has the sign of the divisor (torch.remainder)."""
+        """Python's modulo: the result has the sign of the divisor (torch.remainder; x % 0 is NaN for floats and
+        0 for integers)."""
         left, right = self._operands(other, "remainder", reverse)
         if left.dtype.is_bool:
-            raise DTypeError("remainder: not supported for bool tensors")
-        if left.dtype.is_float:
-            return left - (left / right).floor() * right
-        remainder = left._apply(Op.MOD, right)
+            raise DTypeError("remainder: not supported for bool tensors (as in PyTorch); cast to an integer dtype")
+        remainder = _float_fmod(left, right) if left.dtype.is_float else left._apply(Op.MOD, right)
         if left.dtype.is_unsigned:
             return remainder
-        zero = left._full(left.shape, 0, left.dtype, left.device)
-        needs_fix = (remainder != zero).logical_and((remainder < zero) != (right < zero))
-        return needs_fix.where(remainder + right, remainder)
+        return _signs_differ(remainder, right).where(remainder + right, remainder)
 
     def fmod(self: Tensor, other: Any) -> Tensor:
+        """C's fmod: the remainder of truncated division, with the sign of the dividend (torch.fmod)."""
         left, right = self._operands(other, "fmod")
-        if left.dtype.is_float:
-            return left - (left / right).trunc() * right
-        return left._apply(Op.MOD, right)
+        if left.dtype.is_bool:
+            raise DTypeError("fmod: not supported for bool tensors (as in PyTorch); cast to an integer dtype")
+        return _float_fmod(left, right) if left.dtype.is_float else left._apply(Op.MOD, right)
 
     def neg(self: Tensor) -> Tensor:
         if self.dtype.is_bool:
-            raise DTypeError("neg: negation of a bool tensor is not supported; use ~ or logical_not()")
+            raise DTypeError("neg: negation of a bool tensor is not supported (as in PyTorch); use ~ or logical_not()")
         return self._apply(Op.NEG)
 
     negative = neg
@@ -184,199 +180,45 @@ class ElementwiseOps:
         return self._float_operand()._apply(Op.RECIPROCAL)
 
     def pow(self: Tensor, exponent: Any, reverse: bool = False) -> Tensor:
+        """self ** exponent (or exponent ** self when `reverse`), with torch's dtypes and C pow's special values."""
+        if not reverse and isinstance(exponent, PYTHON_NUMBERS) and not isinstance(exponent, (bool, np.bool_)):
+            return _pow_scalar_exponent(self, exponent)
         base, power = self._operands(exponent, "pow", reverse)
-        if isinstance(exponent, (int, float)) and not reverse and not base.dtype.is_float and exponent < 0:
-            raise DTypeError("pow: integers to negative integer powers are not allowed (as in PyTorch)")
-        if isinstance(exponent, (int, float)) and not reverse and float(exponent) == int(exponent) and 0 <= exponent <= 4:
-            result = base._full(base.shape, 1, base.dtype, base.device)
-            for _ in range(int(exponent)):
-                result = result * base
-            return result
-        if not base.dtype.is_float:
-            return _integer_pow(base, power)
-        magnitude = (power * base.abs().log2()).exp2()
-        power_is_integer = power == power.trunc()
-        power_is_odd = power_is_integer.logical_and((power * 0.5) != (power * 0.5).trunc())
-        negative_base = base < 0
-        signed = (negative_base.logical_and(power_is_odd)).where(-magnitude, magnitude)
-        nan = base._full(base.shape, math.nan, base.dtype, base.device)
-        result = (negative_base.logical_and(power_is_integer.logical_not())).where(nan, signed)
-        one = base._full(base.shape, 1, base.dtype, base.device)
-        return (power == 0).logical_or(base == 1).where(one, result)
+        if base.dtype.is_bool:
+            raise DTypeError("pow: bool ** bool is not supported (as in PyTorch); cast one operand to a number dtype")
+        if base.dtype.is_float:
+            return _float_pow(base, power)
+        return _integer_pow(base, power)
+
+    def float_power(self: Tensor, exponent: Any) -> Tensor:
+        return self.double().pow(exponent.double() if isinstance(exponent, ElementwiseOps) else float(exponent))
 
     def square(self: Tensor) -> Tensor:
-        return self * self
+        return self.pow(2)
 
     def abs(self: Tensor) -> Tensor:
-        if self.dtype.is_bool or self.dtype.is_unsigned:
+        if self.dtype.is_bool:
+            raise DTypeError("abs: not supported for bool tensors (as in PyTorch)")
+        if self.dtype.is_unsigned:
             return self
-        return (self < 0).where(-self, self)
+        zero = self._full(self.shape, 0, self.dtype, self.device)
+        return (self < zero).logical_or(self == zero).where(zero - self, self)  # |-0.0| is +0.0
 
     absolute = abs
 
     def sign(self: Tensor) -> Tensor:
+        """-1, 0 or 1 in self's dtype (NaN gives 0, as in torch)."""
         if self.dtype.is_bool:
             return self
-        one = self._full(self.shape, 1, self.dtype, self.device)
         zero = self._full(self.shape, 0, self.dtype, self.device)
-        result = (self > 0).where(one, (self < 0).where(-one if not self.dtype.is_unsigned else zero, zero))
-        return self.isnan().where(self, result) if self.dtype.is_float else result
+        if self.dtype.is_unsigned:
+            return (self > zero).cast(self.dtype)
+        return (self > zero).cast(self.dtype) - (self < zero).cast(self.dtype)
 
     sgn = sign
 
-    # ---- exponentials and logarithms (float results) ---------------------------------------------------------
-
-    def exp2(self: Tensor) -> Tensor:
-        return self._float_operand()._apply(Op.EXP2)
-
-    def exp(self: Tensor) -> Tensor:
-        return (self._float_operand() * LOG2_E)._apply(Op.EXP2)
-
-    def expm1(self: Tensor) -> Tensor:
-        return self.exp() - 1
-
-    def log2(self: Tensor) -> Tensor:
-        return self._float_operand()._apply(Op.LOG2)
-
-    def log(self: Tensor) -> Tensor:
-        return self.log2() * LN_2
-
-    def log10(self: Tensor) -> Tensor:
-        return self.log2() * (LN_2 / math.log(10.0))
-
-    def log1p(self: Tensor) -> Tensor:
-        return (self._float_operand() + 1).log()
-
-    def sqrt(self: Tensor) -> Tensor:
-        return self._float_operand()._apply(Op.SQRT)
-
-    def rsqrt(self: Tensor) -> Tensor:
-        return self.sqrt().reciprocal()
-
-    # ---- trigonometry -----------------------------------------------------------------------------------------
-
-    def sin(self: Tensor) -> Tensor:
-        return self._float_operand()._apply(Op.SIN)
-
-    def cos(self: Tensor) -> Tensor:
-        operand = self._float_operand()
-        return (operand + math.pi / 2)._apply(Op.SIN) if operand.dtype != dtypes.float64 else (
-            (math.pi / 2 - operand)._apply(Op.SIN)
-        )
-
-    def tan(self: Tensor) -> Tensor:
-        return self.sin() / self.cos()
-
-    def tanh(self: Tensor) -> Tensor:
-        operand = self._float_operand()
-        return 2.0 * (2.0 * operand).sigmoid() - 1.0
-
-    def sigmoid(self: Tensor) -> Tensor:
-        operand = self._float_operand()
-        # exp of a non-positive number only: no overflow for large |x|
-        exp_negative_abs = (-operand.abs()).exp()
-        positive = 1.0 / (1.0 + exp_negative_abs)
-        return (operand >= 0).where(positive, exp_negative_abs * positive)
-
-    # ---- activations -------------------------------------------------------------------------------------------
-
-    def relu(self: Tensor) -> Tensor:
-        return (self > 0).where(self, self._full(self.shape, 0, self.dtype, self.device))
-
-    def relu6(self: Tensor) -> Tensor:
-        return self.clamp(0, 6)
-
-    def leaky_relu(self: Tensor, negative_slope: float = 0.01) -> Tensor:
-        return (self > 0).where(self, self * negative_slope)
-
-    def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
-        return (self > 0).where(self, alpha * self.expm1())
-
-    def selu(self: Tensor) -> Tensor:
-        alpha, scale = 1.6732632423543772, 1.0507009873554805
-        return scale * self.elu(alpha)
-
-    def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
-        return self.relu() + (-(self.relu() - self) / alpha).exp().sub(1).mul(alpha).minimum(0)
-
-    def gelu(self: Tensor, approximate: str = "none") -> Tensor:
-        if approximate == "tanh":
-            return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
-        if approximate != "none":
-            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-        return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
-
-    def erf(self: Tensor) -> Tensor:
-        """The error function (Abramowitz-Stegun 7.1.26 refined to float32 accuracy)."""
-        operand = self._float_operand()
-        magnitude = operand.abs()
-        t = 1.0 / (1.0 + 0.5 * magnitude)
-        polynomial = (
-            -1.26551223
-            + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (0.27886807 + t * (
-                -1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))
-        )
-        result = 1.0 - t * (polynomial - magnitude * magnitude).exp()
-        return (operand < 0).where(-result, result)
-
-    def silu(self: Tensor) -> Tensor:
-        return self * self.sigmoid()
-
-    def mish(self: Tensor) -> Tensor:
-        return self * self.softplus().tanh()
-
-    def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
-        scaled = self * beta
-        soft = (scaled.maximum(0) + (-scaled.abs()).exp().log1p()) / beta
-        return (scaled > threshold).where(self, soft)
-
-    def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
-        return self.clamp(min_val, max_val)
-
-    def hardsigmoid(self: Tensor) -> Tensor:
-        return (self / 6 + 0.5).clamp(0, 1)
-
-    def hardswish(self: Tensor) -> Tensor:
-        return self * self.hardsigmoid()
-
-    def softsign(self: Tensor) -> Tensor:
-        return self / (1 + self.abs())
-
-    def logsigmoid(self: Tensor) -> Tensor:
-        return -(-self).softplus()
-
-    # ---- rounding ----------------------------------------------------------------------------------------------
-
-    def trunc(self: Tensor) -> Tensor:
-        return self._apply(Op.TRUNC) if self.dtype.is_float else self
-
-    def floor(self: Tensor) -> Tensor:
-        if not self.dtype.is_float:
-            return self
-        truncated = self.trunc()
-        return (self < truncated).where(truncated - 1, truncated)
-
-    def ceil(self: Tensor) -> Tensor:
-        if not self.dtype.is_float:
-            return self
-        truncated = self.trunc()
-        return (self > truncated).where(truncated + 1, truncated)
-
-    def round(self: Tensor, decimals: int = 0) -> Tensor:
-        """Round half to even, like torch.round."""
-        if not self.dtype.is_float:
-            return self
-        if decimals != 0:
-            scale = 10.0**decimals
-            return (self * scale).round() / scale
-        floored = self.floor()
-        difference = self - floored
-        floored_is_even = (floored * 0.5).floor() * 2 == floored
-        round_up = (difference > 0.5).logical_or((difference == 0.5).logical_and(floored_is_even.logical_not()))
-        return round_up.where(floored + 1, floored)
-
-    def frac(self: Tensor) -> Tensor:
-        return self - self.trunc()
+    def lerp(self: Tensor, end: Any, weight: Any) -> Tensor:
+        return self + (end - self) * weight
 
     # ---- comparison -----------------------------------------------------------------------------------------
 
@@ -387,24 +229,18 @@ class ElementwiseOps:
         return self._binary(Op.CMPLT, other, "gt", reverse=True)
 
     def __le__(self: Tensor, other: Any) -> Tensor:
-        return (self > other).logical_not_nan_aware(self, other, "le")
+        left, right = self._operands(other, "le")
+        return left._apply(Op.CMPLT, right).logical_or(left._apply(Op.CMPEQ, right))
 
     def __ge__(self: Tensor, other: Any) -> Tensor:
-        return (self < other).logical_not_nan_aware(self, other, "ge")
-
-    def logical_not_nan_aware(self: Tensor, left: Tensor, right: Any, op_name: str) -> Tensor:
-        """not(self) where neither operand is NaN; False where one is (so that NaN <= x is False)."""
-        a, b = left._operands(right, op_name)
-        result = self.logical_not()
-        if a.dtype.is_float:
-            result = result.logical_and(a.isnan().logical_or(b.isnan()).logical_not())
-        return result
+        left, right = self._operands(other, "ge")
+        return right._apply(Op.CMPLT, left).logical_or(left._apply(Op.CMPEQ, right))
 
     def __eq__(self: Tensor, other: Any) -> Tensor:  # type: ignore[override]
         return self._binary(Op.CMPEQ, other, "eq")
 
     def __ne__(self: Tensor, other: Any) -> Tensor:  # type: ignore[override]
-        return self._binary(Op.CMPEQ, other, "ne").logical_not()
+        return self._binary(Op.CMPEQ, other, "ne")._apply(Op.NOT)
 
     def eq(self: Tensor, other: Any) -> Tensor:
         return self == other
@@ -429,7 +265,7 @@ class ElementwiseOps:
     def isnan(self: Tensor) -> Tensor:
         if not self.dtype.is_float:
             return self._full(self.shape, False, dtypes.bool_, self.device)
-        return self._apply(Op.CMPEQ, self).logical_not()
+        return self._apply(Op.CMPEQ, self)._apply(Op.NOT)
 
     def isinf(self: Tensor) -> Tensor:
         if not self.dtype.is_float:
@@ -437,50 +273,68 @@ class ElementwiseOps:
         return (self == math.inf).logical_or(self == -math.inf)
 
     def isposinf(self: Tensor) -> Tensor:
-        return self.isinf().logical_and(self > 0)
+        return self == math.inf if self.dtype.is_float else self._full(self.shape, False, dtypes.bool_, self.device)
 
     def isneginf(self: Tensor) -> Tensor:
-        return self.isinf().logical_and(self < 0)
+        return self == -math.inf if self.dtype.is_float else self._full(self.shape, False, dtypes.bool_, self.device)
 
     def isfinite(self: Tensor) -> Tensor:
-        return self.isnan().logical_or(self.isinf()).logical_not()
+        if not self.dtype.is_float:
+            return self._full(self.shape, True, dtypes.bool_, self.device)
+        return (self - self) == 0  # inf - inf and NaN - NaN are NaN
 
     def nan_to_num(self: Tensor, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Tensor:
         if not self.dtype.is_float:
             return self
-        import numpy as np
-
-        finfo = np.finfo(self.dtype.numpy) if self.dtype != dtypes.bfloat16 else np.finfo(np.float32)
-        posinf = float(finfo.max) if posinf is None else posinf
-        neginf = float(finfo.min) if neginf is None else neginf
+        finfo = np.finfo(np.float32 if self.dtype is dtypes.bfloat16 else self.dtype.numpy)
+        largest = 3.3895313892515355e38 if self.dtype is dtypes.bfloat16 else float(finfo.max)
         result = self.isnan().where(self._full(self.shape, nan, self.dtype, self.device), self)
-        result = (self == math.inf).where(self._full(self.shape, posinf, self.dtype, self.device), result)
-        return (self == -math.inf).where(self._full(self.shape, neginf, self.dtype, self.device), result)
+        result = (self == math.inf).where(self._full(self.shape, largest if posinf is None else posinf, self.dtype,
+                                                     self.device), result)
+        return (self == -math.inf).where(self._full(self.shape, -largest if neginf is None else neginf, self.dtype,
+                                                    self.device), result)
+
+    # ---- minimum, maximum, clamp, where -----------------------------------------------------------------------
 
     def maximum(self: Tensor, other: Any) -> Tensor:
+        """The larger of self and other elementwise; NaN wins (torch.maximum)."""
         left, right = self._operands(other, "maximum")
-        if left.dtype.is_bool:
-            return left.logical_or(right)
-        return left._apply(Op.MAX, right)
+        return _maximum(left, right)
 
     def minimum(self: Tensor, other: Any) -> Tensor:
+        """The smaller of self and other elementwise; NaN wins (torch.minimum)."""
         left, right = self._operands(other, "minimum")
-        if left.dtype.is_bool:
-            return left.logical_and(right)
-        if left.dtype.is_unsigned:
-            return (left < right).where(left, right)
-        return -((-left)._apply(Op.MAX, -right))
+        return _minimum(left, right)
 
-    fmax, fmin = maximum, minimum
+    def fmax(self: Tensor, other: Any) -> Tensor:
+        """maximum that ignores a NaN when the other value is a number (torch.fmax)."""
+        left, right = self._operands(other, "fmax")
+        if not left.dtype.is_float:
+            return _maximum(left, right)
+        return left.isnan().where(right, right.isnan().where(left, _maximum(left, right)))
+
+    def fmin(self: Tensor, other: Any) -> Tensor:
+        """minimum that ignores a NaN when the other value is a number (torch.fmin)."""
+        left, right = self._operands(other, "fmin")
+        if not left.dtype.is_float:
+            return _minimum(left, right)
+        return left.isnan().where(right, right.isnan().where(left, _minimum(left, right)))
 
     def clamp(self: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002 - torch's names
+        """min(max(self, min), max): bounds are numbers or tensors; the dtype is torch.result_type of all three."""
         if min is None and max is None:
             raise ValueError("clamp: at least one of min and max must be given")
-        result = self
+        bounds = [bound for bound in (min, max) if bound is not None]
+        aligned = _align(self, (self, *bounds), "clamp")
+        result = aligned[0]
+        if aligned[0].dtype.is_bool:
+            raise DTypeError("clamp: not supported for bool tensors with bool bounds; cast to an integer dtype")
+        position = 1
         if min is not None:
-            result = result.maximum(min)
+            result = _maximum(result, aligned[position])
+            position += 1
         if max is not None:
-            result = result.minimum(max)
+            result = _minimum(result, aligned[position])
         return result
 
     clip = clamp
@@ -491,45 +345,34 @@ class ElementwiseOps:
     def clamp_max(self: Tensor, max: Any) -> Tensor:  # noqa: A002
         return self.clamp(max=max)
 
-    # ---- selection ---------------------------------------------------------------------------------------------
-
     def where(self: Tensor, input: Any, other: Any) -> Tensor:  # noqa: A002 - torch's names
-        """`condition.where(x, y)`: x where self is True, else y (ember.where(condition, x, y) is the same)."""
-        condition = self if self.dtype.is_bool else self != 0
-        first = input if isinstance(input, ElementwiseOps) else None
-        second = other if isinstance(other, ElementwiseOps) else None
-        if first is None and second is None:
-            dtype = result_type(result_type(dtypes.bool_, input), other)
-            if isinstance(input, float) or isinstance(other, float):
-                dtype = dtypes.DEFAULT_FLOAT
-            first = self._full((), input, dtype, self.device)
-            second = self._full((), other, dtype, self.device)
-        elif first is None:
-            first = second._scalar_like(input, result_type(second.dtype, input))
-        elif second is None:
-            second = first._scalar_like(other, result_type(first.dtype, other))
-        if first.ndim == 0 and second.ndim > 0 and isinstance(input, ElementwiseOps) is False:
-            pass
-        dtype = promote_types(first.dtype, second.dtype)
-        shape = broadcast_shapes(condition.shape, first.shape, second.shape, op="where")
-        return condition.expand(shape)._apply(
-            Op.WHERE, first.cast(dtype).expand(shape), second.cast(dtype).expand(shape)
-        )
+        """`condition.where(x, y)`: x where the bool tensor self is True, else y (a select: the branch not taken
+        never leaks). The same as ember.where(condition, x, y); note torch's Tensor.where puts self as x instead."""
+        if not self.dtype.is_bool:
+            raise DTypeError(
+                f"where: the condition must be a bool tensor, got {self.dtype.name} (ember's Tensor.where takes self "
+                f"as the condition: condition.where(x, y), like ember.where(condition, x, y))"
+            )
+        first, second = _align(self, (input, other), "where", extra_shapes=(self.shape,))
+        shape = first.shape
+        condition = self if self.shape == shape else self.expand(shape)
+        return condition._apply(Op.WHERE, first, second)
 
     def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
-        if not isinstance(mask, ElementwiseOps) or mask.dtype != dtypes.bool_:
-            raise DTypeError(f"masked_fill: mask must be a bool tensor, got {getattr(mask, 'dtype', type(mask).__name__)}")
-        broadcast_shapes(self.shape, mask.shape, op="masked_fill")
+        """self with value where the bool mask (broadcast to self's shape) is True."""
+        if not isinstance(mask, ElementwiseOps) or not mask.dtype.is_bool:
+            raise DTypeError(
+                f"masked_fill: mask must be a bool tensor, got {getattr(mask, 'dtype', type(mask).__name__)}"
+            )
+        if broadcast_shapes(self.shape, mask.shape, op="masked_fill") != self.shape:
+            raise ShapeError(f"masked_fill: mask of shape {mask.shape} must broadcast to the tensor's shape {self.shape}")
         if isinstance(value, ElementwiseOps):
-            value = value.cast(self.dtype)
+            if value.ndim != 0:
+                raise ShapeError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
+            fill = value.cast(self.dtype).expand(self.shape)
         else:
-            value = self._scalar_like(value, self.dtype)
-        return mask.expand(broadcast_shapes(self.shape, mask.shape)).where(value, self).expand(self.shape) if (
-            broadcast_shapes(self.shape, mask.shape) == self.shape
-        ) else _raise_masked_fill(self, mask)
-
-    def lerp(self: Tensor, end: Any, weight: Any) -> Tensor:
-        return self + (end - self) * weight
+            fill = self._full(self.shape, value, self.dtype, self.device)
+        return mask.expand(self.shape)._apply(Op.WHERE, fill, self)
 
     # ---- logic and bits ----------------------------------------------------------------------------------------
 
@@ -537,15 +380,15 @@ class ElementwiseOps:
         return self.cast(dtypes.bool_)._apply(Op.NOT)
 
     def logical_and(self: Tensor, other: Any) -> Tensor:
-        left, right = self.cast(dtypes.bool_)._operands(_as_bool(self, other), "logical_and")
+        left, right = _as_bool(self)._operands(_as_bool(other), "logical_and")
         return left._apply(Op.AND, right)
 
     def logical_or(self: Tensor, other: Any) -> Tensor:
-        left, right = self.cast(dtypes.bool_)._operands(_as_bool(self, other), "logical_or")
+        left, right = _as_bool(self)._operands(_as_bool(other), "logical_or")
         return left._apply(Op.OR, right)
 
     def logical_xor(self: Tensor, other: Any) -> Tensor:
-        left, right = self.cast(dtypes.bool_)._operands(_as_bool(self, other), "logical_xor")
+        left, right = _as_bool(self)._operands(_as_bool(other), "logical_xor")
         return left._apply(Op.XOR, right)
 
     def _bitwise(self: Tensor, op: Op, other: Any, name: str, reverse: bool = False) -> Tensor:
@@ -569,10 +412,24 @@ class ElementwiseOps:
         return self._apply(Op.NOT)
 
     def bitwise_left_shift(self: Tensor, other: Any, reverse: bool = False) -> Tensor:
-        return self._bitwise(Op.SHL, other, "bitwise_left_shift", reverse)
+        """self << other; shifting by a negative amount or by the bit width or more gives 0 (like torch)."""
+        value, amount = self._operands(other, "bitwise_left_shift", reverse)
+        _check_shift_dtype(value.dtype, "bitwise_left_shift")
+        zero = value._full(value.shape, 0, value.dtype, value.device)
+        in_range = _shift_in_range(amount)
+        return in_range.where(value._apply(Op.SHL, in_range.where(amount, zero)), zero)
 
     def bitwise_right_shift(self: Tensor, other: Any, reverse: bool = False) -> Tensor:
-        return self._bitwise(Op.SHR, other, "bitwise_right_shift", reverse)
+        """self >> other (arithmetic for signed types); an amount out of [0, bits) shifts every bit out."""
+        value, amount = self._operands(other, "bitwise_right_shift", reverse)
+        _check_shift_dtype(value.dtype, "bitwise_right_shift")
+        zero = value._full(value.shape, 0, value.dtype, value.device)
+        in_range = _shift_in_range(amount)
+        shifted = value._apply(Op.SHR, in_range.where(amount, zero))
+        if value.dtype.is_unsigned:
+            return in_range.where(shifted, zero)
+        sign_fill = value._apply(Op.SHR, value._full(value.shape, value.dtype.bits - 1, value.dtype, value.device))
+        return in_range.where(shifted, sign_fill)
 
     # ---- operators -----------------------------------------------------------------------------------------
 
@@ -580,12 +437,13 @@ class ElementwiseOps:
         return self.add(other)
 
     def __radd__(self: Tensor, other: Any) -> Tensor:
-        return self._binary(Op.ADD, other, "add", reverse=True)
+        return self.add(other)
 
     def __sub__(self: Tensor, other: Any) -> Tensor:
         return self.sub(other)
 
     def __rsub__(self: Tensor, other: Any) -> Tensor:
+        _check_no_bool_subtraction(self, other)
         return self._binary(Op.SUB, other, "sub", reverse=True)
 
     def __mul__(self: Tensor, other: Any) -> Tensor:
@@ -598,8 +456,7 @@ class ElementwiseOps:
         return self.div(other)
 
     def __rtruediv__(self: Tensor, other: Any) -> Tensor:
-        left, right = self._operands(other, "div", reverse=True)
-        return left._float_operand()._apply(Op.DIV, right._float_operand())
+        return self.div(other, reverse=True)
 
     def __floordiv__(self: Tensor, other: Any) -> Tensor:
         return self.floor_divide(other)
@@ -629,7 +486,9 @@ class ElementwiseOps:
         return self.abs()
 
     def __invert__(self: Tensor) -> Tensor:
-        return self.logical_not() if self.dtype.is_bool else self.bitwise_not()
+        if self.dtype.is_float:
+            raise DTypeError(f"~ (bitwise not) needs an integer or bool tensor, got {self.dtype.name}")
+        return self._apply(Op.NOT)
 
     def __and__(self: Tensor, other: Any) -> Tensor:
         return self.bitwise_and(other)
@@ -652,94 +511,147 @@ class ElementwiseOps:
     def __lshift__(self: Tensor, other: Any) -> Tensor:
         return self.bitwise_left_shift(other)
 
+    def __rlshift__(self: Tensor, other: Any) -> Tensor:
+        return self.bitwise_left_shift(other, reverse=True)
+
     def __rshift__(self: Tensor, other: Any) -> Tensor:
         return self.bitwise_right_shift(other)
 
-    # in-place forms rebind this tensor to the new value (shape and dtype kept, as in torch)
+    def __rrshift__(self: Tensor, other: Any) -> Tensor:
+        return self.bitwise_right_shift(other, reverse=True)
+
+    # ---- in-place forms: rebind this tensor to the new value; the result must cast to self's dtype (as in torch) --
+
+    def _assign_in_place(self: Tensor, value: Tensor, op_name: str) -> Tensor:
+        if not _can_cast(value.dtype, self.dtype):
+            raise DTypeError(
+                f"{op_name}: the result type {value.dtype.name} can't be cast to the dtype {self.dtype.name} of the "
+                f"tensor changed in place; use the out-of-place form or cast first"
+            )
+        if value.shape != self.shape:
+            raise ShapeError(
+                f"{op_name}: the result of shape {value.shape} does not fit the tensor of shape {self.shape} changed "
+                f"in place (in-place ops cannot broadcast self)"
+            )
+        return self.assign(value)
+
     def __iadd__(self: Tensor, other: Any) -> Tensor:
-        return self.assign(self + other)
+        return self._assign_in_place(self + other, "add_")
 
     def __isub__(self: Tensor, other: Any) -> Tensor:
-        return self.assign(self - other)
+        return self._assign_in_place(self - other, "sub_")
 
     def __imul__(self: Tensor, other: Any) -> Tensor:
-        return self.assign(self * other)
+        return self._assign_in_place(self * other, "mul_")
 
     def __itruediv__(self: Tensor, other: Any) -> Tensor:
-        return self.assign(self / other)
+        return self._assign_in_place(self / other, "div_")
 
     def __ifloordiv__(self: Tensor, other: Any) -> Tensor:
-        return self.assign(self // other)
+        return self._assign_in_place(self // other, "floor_divide_")
 
     def __imod__(self: Tensor, other: Any) -> Tensor:
-        return self.assign(self % other)
+        return self._assign_in_place(self % other, "remainder_")
 
     def __ipow__(self: Tensor, other: Any) -> Tensor:
-        return self.assign(self**other)
+        return self._assign_in_place(self**other, "pow_")
 
     def __iand__(self: Tensor, other: Any) -> Tensor:
-        return self.assign(self & other)
+        return self._assign_in_place(self & other, "bitwise_and_")
 
     def __ior__(self: Tensor, other: Any) -> Tensor:
-        return self.assign(self | other)
+        return self._assign_in_place(self | other, "bitwise_or_")
 
     def __ixor__(self: Tensor, other: Any) -> Tensor:
-        return self.assign(self ^ other)
+        return self._assign_in_place(self ^ other, "bitwise_xor_")
+
+    def __ilshift__(self: Tensor, other: Any) -> Tensor:
+        return self._assign_in_place(self << other, "bitwise_left_shift_")
+
+    def __irshift__(self: Tensor, other: Any) -> Tensor:
+        return self._assign_in_place(self >> other, "bitwise_right_shift_")
 
     def add_(self: Tensor, other: Any, alpha: Number = 1) -> Tensor:
-        return self.assign(self.add(other, alpha))
+        return self._assign_in_place(self.add(other, alpha), "add_")
 
     def sub_(self: Tensor, other: Any, alpha: Number = 1) -> Tensor:
-        return self.assign(self.sub(other, alpha))
+        return self._assign_in_place(self.sub(other, alpha), "sub_")
 
     def mul_(self: Tensor, other: Any) -> Tensor:
-        return self.assign(self * other)
+        return self._assign_in_place(self * other, "mul_")
 
-    def div_(self: Tensor, other: Any) -> Tensor:
-        return self.assign(self / other)
+    def div_(self: Tensor, other: Any, rounding_mode: str | None = None) -> Tensor:
+        return self._assign_in_place(self.div(other, rounding_mode), "div_")
+
+    def pow_(self: Tensor, exponent: Any) -> Tensor:
+        return self._assign_in_place(self.pow(exponent), "pow_")
+
+    def neg_(self: Tensor) -> Tensor:
+        return self._assign_in_place(self.neg(), "neg_")
+
+    def abs_(self: Tensor) -> Tensor:
+        return self._assign_in_place(self.abs(), "abs_")
 
     def clamp_(self: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
-        return self.assign(self.clamp(min, max))
+        return self._assign_in_place(self.clamp(min, max), "clamp_")
 
     def zero_(self: Tensor) -> Tensor:
         return self.assign(self._full(self.shape, 0, self.dtype, self.device))
 
     def fill_(self: Tensor, value: Any) -> Tensor:
+        if isinstance(value, ElementwiseOps):
+            if value.ndim != 0:
+                raise ShapeError(f"fill_: value must be a number or a 0-d tensor, got shape {value.shape}")
+            return self.assign(value.cast(self.dtype).expand(self.shape))
         return self.assign(self._full(self.shape, value, self.dtype, self.device))
 
     def masked_fill_(self: Tensor, mask: Tensor, value: Any) -> Tensor:
         return self.assign(self.masked_fill(mask, value))
 
 
-def _promote_with_zero_dim(tensor_dtype: DType, zero_dim_dtype: DType) -> DType:
-    """torch: a 0-d tensor only lifts the category of a dimensioned tensor, like a Python scalar does."""
-    kind_rank = {"b": 0, "u": 1, "i": 1, "f": 2}
-    if kind_rank[zero_dim_dtype.kind] > kind_rank[tensor_dtype.kind]:
-        return zero_dim_dtype
-    return tensor_dtype
+# ---- helpers -----------------------------------------------------------------------------------------------------
 
 
-def _as_bool(tensor: Tensor, other: Any) -> Any:
-    return other.cast(dtypes.bool_) if isinstance(other, ElementwiseOps) else bool(other)
-
-
-def _integer_pow(base: Tensor, power: Tensor) -> Tensor:
-    """Integer power by repeated squaring over the bits of a non-negative integer exponent (up to 2**62)."""
-    result = base._full(base.shape, 1, base.dtype, base.device)
-    square = base
-    remaining = power
-    for _ in range(base.dtype.bits - 1):
-        odd = (remaining % 2) == 1
-        result = odd.where(result * square, result)
-        square = square * square
-        remaining = remaining // 2
+def _align(anchor: Tensor, values: Sequence[Any], op_name: str, extra_shapes: Sequence[tuple[int, ...]] = ()
+           ) -> list[Tensor]:
+    """Tensors and Python numbers as tensors of their torch.result_type, broadcast to one shape (numbers become
+    constants of that shape; array-like data becomes a tensor on anchor's device)."""
+    tensors: list[Any] = []
+    dimensioned: list[DType] = []
+    zero_dim: list[DType] = []
+    scalars: list[DType] = []
+    for value in values:
+        if isinstance(value, ElementwiseOps):
+            tensors.append(value)
+            (dimensioned if value.ndim else zero_dim).append(value.dtype)
+        elif isinstance(value, PYTHON_NUMBERS):
+            tensors.append(value)
+            scalars.append(dtypes.scalar_dtype(value))
+        elif hasattr(value, "shape") and hasattr(value, "dtype") and tuple(value.shape) == ():  # numpy/torch scalar
+            number = value.item()
+            tensors.append(number)
+            scalars.append(dtypes.scalar_dtype(number))
+        elif isinstance(value, (list, tuple, np.ndarray)) or hasattr(value, "__array__"):
+            converted = _tensor_from(value, anchor.device)
+            tensors.append(converted)
+            (dimensioned if converted.ndim else zero_dim).append(converted.dtype)
+        else:
+            raise TypeError(
+                f"{op_name}: unsupported operand type {type(value).__name__} (expected a Tensor, a number or array data)"
+            )
+    dtype = combine_result_types(dimensioned, zero_dim, scalars)
+    shapes = [value.shape for value in tensors if isinstance(value, ElementwiseOps)]
+    shape = broadcast_shapes(*shapes, *extra_shapes, op=op_name) if len(shapes) + len(extra_shapes) > 1 else (
+        shapes[0] if shapes else tuple(extra_shapes[0]) if extra_shapes else ()
+    )
+    result = []
+    for value in tensors:
+        if isinstance(value, ElementwiseOps):
+            value = value.cast(dtype)
+            result.append(value if value.shape == shape else value.expand(shape))
+        else:
+            result.append(anchor._full(shape, value, dtype, anchor.device))
     return result
-
-
-def _raise_masked_fill(tensor: Tensor, mask: Tensor) -> Tensor:
-    from ember.core.errors import ShapeError
-
-    raise ShapeError(f"masked_fill: mask of shape {mask.shape} must broadcast to the tensor's shape {tensor.shape}")
 
 
 def _tensor_from(data: Any, device: str) -> Tensor:
@@ -747,3 +659,168 @@ def _tensor_from(data: Any, device: str) -> Tensor:
     from ember.core.tensor import Tensor
 
     return Tensor(data, device=device)
+
+
+def _as_bool(value: Any) -> Any:
+    if isinstance(value, ElementwiseOps):
+        return value.cast(dtypes.bool_)
+    if isinstance(value, PYTHON_NUMBERS):
+        return bool(value)
+    return value
+
+
+def _can_cast(source: DType, target: DType) -> bool:
+    """torch.can_cast: an in-place result may not move to a lower category (float -> int, int -> bool)."""
+    rank = {"b": 0, "u": 1, "i": 1, "f": 2}
+    return rank[source.kind] <= rank[target.kind]
+
+
+def _check_no_bool_subtraction(tensor: Tensor, other: Any) -> None:
+    other_is_bool = isinstance(other, (bool, np.bool_)) or (isinstance(other, ElementwiseOps) and other.dtype.is_bool)
+    if tensor.dtype.is_bool or other_is_bool:
+        raise DTypeError(
+            "sub: subtraction with a bool operand is not supported (as in PyTorch); to invert a mask use ~ or "
+            "logical_not(), to compare masks use logical_xor()"
+        )
+
+
+def _check_shift_dtype(dtype: DType, name: str) -> None:
+    if not dtype.is_int:
+        raise DTypeError(f"{name}: shifts need integer tensors, got {dtype.name} (as in PyTorch)")
+
+
+def _shift_in_range(amount: Tensor) -> Tensor:
+    """amount in [0, bits): where a shift is defined on every device (C and OpenCL differ outside)."""
+    bits = amount._full(amount.shape, amount.dtype.bits, amount.dtype, amount.device)
+    in_range = amount < bits
+    if not amount.dtype.is_unsigned:
+        in_range = in_range.logical_and(amount >= 0)
+    return in_range
+
+
+def _maximum(left: Tensor, right: Tensor) -> Tensor:
+    if left.dtype.is_bool:
+        return left._apply(Op.OR, right)
+    return left._apply(Op.MAX, right)
+
+
+def _minimum(left: Tensor, right: Tensor) -> Tensor:
+    """min(a, b) = -max(-a, -b) for floats (NaN still wins) and ~max(~a, ~b) for integers (no overflow)."""
+    if left.dtype.is_bool:
+        return left._apply(Op.AND, right)
+    flip = Op.NEG if left.dtype.is_float else Op.NOT
+    return left._apply(flip)._apply(Op.MAX, right._apply(flip))._apply(flip)
+
+
+def _signs_differ(remainder: Tensor, divisor: Tensor) -> Tensor:
+    """Where a truncated remainder needs the floor correction: nonzero and of the other sign than the divisor."""
+    zero = remainder._full(remainder.shape, 0, remainder.dtype, remainder.device)
+    return (remainder != zero).logical_and((remainder < zero) != (divisor < zero))
+
+
+def _float_fmod(dividend: Tensor, divisor: Tensor) -> Tensor:
+    """C's fmod for floats: a - trunc(a / b) * b, and a itself for a finite a and an infinite b."""
+    remainder = dividend - (dividend / divisor).trunc() * divisor
+    return divisor.isinf().logical_and(dividend.isfinite()).where(dividend, remainder)
+
+
+def _float_floor_divide(dividend: Tensor, divisor: Tensor) -> Tensor:
+    """torch's floor division of floats: (a - fmod(a, b)) / b corrected toward -inf and rounded to an integer;
+    a division by zero gives a / 0 (inf or NaN)."""
+    remainder = _float_fmod(dividend, divisor)
+    quotient = (dividend - remainder) / divisor
+    quotient = _signs_differ(remainder, divisor).where(quotient - 1, quotient)
+    floored = quotient.floor()
+    floored = (quotient - floored > 0.5).where(floored + 1, floored)
+    exact = dividend / divisor
+    floored = (quotient == 0).where(exact * 0, floored)  # a zero keeps the sign of a / b
+    return (divisor == 0).where(exact, floored)
+
+
+def _pow_scalar_exponent(base: Tensor, exponent: Number) -> Tensor:
+    """base ** a Python number: small integer exponents multiply (exact for integers, accurate for floats)."""
+    left, power = base._operands(exponent, "pow")
+    dtype = left.dtype
+    if not dtype.is_float and exponent < 0:
+        raise DTypeError(
+            f"pow: integers to negative integer powers are not allowed (as in PyTorch), got a {base.dtype.name} "
+            f"tensor ** {exponent}; use a float tensor"
+        )
+    integral = float(exponent).is_integer()
+    if integral and abs(exponent) <= 64:
+        magnitude = int(abs(exponent))
+        result = _power_by_squaring(left, magnitude)
+        return result.reciprocal() if exponent < 0 else result
+    if dtype.is_float and exponent == 0.5:
+        return left.sqrt()
+    if dtype.is_float and exponent == -0.5:
+        return left.rsqrt()
+    if dtype.is_float:
+        return _float_pow(left, power)
+    return _integer_pow(left, power)
+
+
+def _power_by_squaring(base: Tensor, exponent: int) -> Tensor:
+    """base ** exponent for a non-negative Python int: about 2 * log2(exponent) multiplications."""
+    if exponent == 0:
+        return base._full(base.shape, 1, base.dtype, base.device)
+    result: Tensor | None = None
+    square = base
+    while True:
+        if exponent & 1:
+            result = square if result is None else result * square
+        exponent >>= 1
+        if not exponent:
+            return result
+        square = square * square
+
+
+def _float_pow(base: Tensor, power: Tensor) -> Tensor:
+    """Float pow with C's special values: x ** 0 = 1 ** y = 1, (-1) ** ±inf = 1, a negative finite base to a
+    non-integer power is NaN, and the sign of a negative (or -0.0) base survives odd integer powers."""
+    magnitude = (power * base.abs()._apply(Op.LOG2))._apply(Op.EXP2)
+    power_is_integer = power == power.trunc()
+    half = power * 0.5
+    power_is_odd = power_is_integer.logical_and(half != half.trunc())
+    zero = base._full(base.shape, 0, base.dtype, base.device)
+    sign_bit = (base < zero).logical_or((base == zero).logical_and(base.reciprocal() < zero))  # includes -0.0
+    result = sign_bit.logical_and(power_is_odd).where(-magnitude, magnitude)
+    negative_finite = (base < zero).logical_and(base.isfinite())
+    nan = base._full(base.shape, math.nan, base.dtype, base.device)
+    result = negative_finite.logical_and(power_is_integer.logical_not()).where(nan, result)
+    one = base._full(base.shape, 1, base.dtype, base.device)
+    is_one = (power == zero).logical_or(base == one).logical_or((base == -1.0).logical_and(power.isinf()))
+    return is_one.where(one, result)
+
+
+def _integer_pow(base: Tensor, power: Tensor) -> Tensor:
+    """Integer power with wraparound (like torch) for an integer exponent tensor, by the exponent's bits.
+
+    For bits >= width - 2 no squaring is needed: an odd base's square is then 1 modulo 2**width (the unit group
+    of Z/2**width has exponent 2**(width - 2)) and an even base's is 0. Negative exponents give 1 for a base of 1,
+    +-1 for -1 and 0 otherwise (torch's integer rule)."""
+    dtype = base.dtype
+    width = dtype.bits
+    one = base._full(base.shape, 1, dtype, base.device)
+    zero = base._full(base.shape, 0, dtype, base.device)
+    factors = []
+    square = base
+    for bit in range(width - 2):
+        mask = base._full(base.shape, 1 << bit, dtype, base.device)
+        factors.append((power._apply(Op.AND, mask) != zero).where(square, one))
+        if bit < width - 3:
+            square = square * square
+    while len(factors) > 1:  # a balanced product keeps the graph shallow
+        paired = [factors[index] * factors[index + 1] for index in range(0, len(factors) - 1, 2)]
+        factors = paired + ([factors[-1]] if len(factors) % 2 else [])
+    result = factors[0]
+    high_bits = power._apply(Op.SHR, base._full(base.shape, width - 2, dtype, base.device)) != zero
+    base_is_even = base._apply(Op.AND, one) == zero
+    result = high_bits.logical_and(base_is_even).where(zero, result)
+    if dtype.is_unsigned:
+        return result
+    negative_power = power < zero
+    odd_power = power._apply(Op.AND, one) != zero
+    minus_one = base == -1
+    negative_result = (base == one).where(one, minus_one.where(odd_power.where(base, one), zero))
+    return negative_power.where(negative_result, result)

@@ -1,7 +1,13 @@
-"""How a tensor prints: like torch (`tensor([[1., 2.], ...], dtype=..., device=...)`)."""
+"""How a tensor prints: PyTorch's repr (`tensor([[1., 2.], ...], dtype=ember.float16, device='opencl:0')`).
+
+The rules are torch's: one width for every element; floats print as integers with a dot when all are whole,
+in scientific notation when the nonzero magnitudes span more than 1000x or leave [1e-4, 1e8), else with 4
+decimals; lines wrap at 80 columns; tensors of more than 1000 elements show 3 items at each edge of every dim.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -11,39 +17,139 @@ from ember.core import dtype as dtypes
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
-
-def _format_floats(array: np.ndarray) -> dict:
-    finite = array[np.isfinite(array)]
-    if finite.size and np.all(finite == np.round(finite)) and np.abs(finite).max(initial=0) < 1e8:
-        return {"formatter": {"float_kind": lambda value: _integer_float(value)}}
-    magnitude = np.abs(finite[finite != 0]) if finite.size else finite
-    if magnitude.size and (magnitude.max() >= 1e8 or magnitude.min() < 1e-4 or magnitude.max() / magnitude.min() > 1000):
-        return {"formatter": {"float_kind": lambda value: f"{value:.4e}"}}
-    return {"formatter": {"float_kind": lambda value: f"{value:.4f}"}}
+PRECISION = 4
+THRESHOLD = 1000
+EDGE_ITEMS = 3
+LINE_WIDTH = 80
+PREFIX = "tensor("
 
 
-def _integer_float(value: float) -> str:
-    if np.isnan(value):
-        return "nan"
-    if np.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return f"{value:.0f}."
+class _Formatter:
+    """Formats every element of one tensor to a common width, choosing the float style from all the values."""
+
+    def __init__(self, values: np.ndarray, floating: bool) -> None:
+        self.floating = floating
+        self.integer_mode = True
+        self.scientific = False
+        self.width = 1
+        flat = values.reshape(-1)
+        if not floating:
+            for value in flat.tolist():
+                self.width = max(self.width, len(str(value)))
+            return
+        finite = flat[np.isfinite(flat) & (flat != 0)].astype(np.float64)
+        if finite.size == 0:
+            return
+        magnitude = np.abs(finite)
+        smallest, largest = float(magnitude.min()), float(magnitude.max())
+        self.integer_mode = bool(np.all(finite == np.ceil(finite)))
+        spread = largest / smallest > 1000.0 or largest > 1.0e8
+        if self.integer_mode:
+            self.scientific = spread
+        else:
+            self.scientific = spread or smallest < 1.0e-4
+        for value in finite.tolist():
+            if self.scientific:
+                text = f"{value:.{PRECISION}e}"
+            elif self.integer_mode:
+                text = f"{value:.0f}."
+            else:
+                text = f"{value:.{PRECISION}f}"
+            self.width = max(self.width, len(text))
+
+    def format(self, value: object) -> str:
+        if not self.floating:
+            text = str(value)
+        elif self.scientific:
+            text = f"{value:{self.width}.{PRECISION}e}"
+        elif self.integer_mode:
+            text = f"{value:.0f}" + ("" if math.isinf(value) or math.isnan(value) else ".")  # type: ignore[arg-type]
+        else:
+            text = f"{value:.{PRECISION}f}"
+        return " " * (self.width - len(text)) + text
+
+
+def _summarized(values: np.ndarray) -> np.ndarray:
+    """The elements a summarized print shows: EDGE_ITEMS at each end of every dim (for the formatter's widths)."""
+    if values.ndim == 0:
+        return values
+    if values.shape[0] > 2 * EDGE_ITEMS:
+        values = np.concatenate([values[:EDGE_ITEMS], values[-EDGE_ITEMS:]])
+    if values.ndim == 1:
+        return values
+    return np.stack([_summarized(row) for row in values])
+
+
+def _vector(values: np.ndarray, indent: int, summarize: bool, formatter: _Formatter) -> str:
+    per_line = max(1, (LINE_WIDTH - indent) // (formatter.width + 2))
+    if summarize and values.shape[0] > 2 * EDGE_ITEMS:
+        items = [formatter.format(value) for value in values[:EDGE_ITEMS].tolist()] + [" ..."] + [
+            formatter.format(value) for value in values[-EDGE_ITEMS:].tolist()
+        ]
+    else:
+        items = [formatter.format(value) for value in values.tolist()]
+    lines = [", ".join(items[start : start + per_line]) for start in range(0, len(items), per_line)]
+    return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
+
+
+def _nested(values: np.ndarray, indent: int, summarize: bool, formatter: _Formatter) -> str:
+    if values.ndim == 0:
+        return formatter.format(values.item())
+    if values.ndim == 1:
+        return _vector(values, indent, summarize, formatter)
+    if summarize and values.shape[0] > 2 * EDGE_ITEMS:
+        rows = [_nested(values[index], indent + 1, summarize, formatter) for index in range(EDGE_ITEMS)] + ["..."] + [
+            _nested(values[index], indent + 1, summarize, formatter)
+            for index in range(values.shape[0] - EDGE_ITEMS, values.shape[0])
+        ]
+    else:
+        rows = [_nested(row, indent + 1, summarize, formatter) for row in values]
+    return "[" + ("," + "\n" * (values.ndim - 1) + " " * (indent + 1)).join(rows) + "]"
+
+
+def _suffixes(tensor: Tensor, empty: bool) -> list[str]:
+    from ember.scheduler.devices import get_default_device
+
+    suffixes = []
+    if tensor.device != get_default_device():
+        suffixes.append(f"device='{tensor.device}'")
+    if empty:
+        if tensor.ndim != 1:
+            suffixes.append(f"size={tuple(tensor.shape)}")
+        if tensor.dtype is not dtypes.DEFAULT_FLOAT:
+            suffixes.append(f"dtype={tensor.dtype!r}")
+    elif tensor.dtype not in (dtypes.DEFAULT_FLOAT, dtypes.int64, dtypes.bool_):
+        suffixes.append(f"dtype={tensor.dtype!r}")
+    grad_fn = tensor.grad_fn
+    if grad_fn is not None:
+        suffixes.append(f"grad_fn=<{grad_fn.name()}>")
+    elif tensor.requires_grad:
+        suffixes.append("requires_grad=True")
+    return suffixes
 
 
 def tensor_repr(tensor: Tensor) -> str:
-    array = tensor.numpy()
-    options = _format_floats(array) if array.dtype.kind == "f" else {}
-    if array.dtype == np.bool_:
-        options = {"formatter": {"bool": lambda value: "True" if value else "False"}}
-    body = np.array2string(array, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3, **options)
-    suffix = []
-    if tensor.device.split(":")[0] != "c":
-        suffix.append(f"device='{tensor.device}'")
-    if tensor.dtype not in (dtypes.float32, dtypes.int64, dtypes.bool_):
-        suffix.append(f"dtype=ember.{tensor.dtype.name}")
-    if tensor.requires_grad:
-        suffix.append("requires_grad=True")
-    if array.size == 0:
+    """torch's repr of a tensor with ember's dtype names and device suffix (shown when not the default device)."""
+    values = tensor.detach().numpy()
+    indent = len(PREFIX)
+    empty = values.size == 0
+    if empty:
         body = "[]"
-        suffix.insert(0, f"size={tensor.shape}")
-    return "tensor(" + body + "".join(", " + item for item in suffix) + ")"
+    else:
+        summarize = values.size > THRESHOLD
+        floating = tensor.dtype.is_float
+        if floating:
+            values = values.astype(np.float32) if tensor.dtype in (dtypes.float16, dtypes.bfloat16) else values
+        formatter = _Formatter(_summarized(values) if summarize else values, floating)
+        body = _nested(values, indent, summarize, formatter)
+    text = PREFIX + body
+    last_line_length = len(text) - text.rfind("\n") + 1
+    parts = [text]
+    for suffix in _suffixes(tensor, empty):
+        if last_line_length + len(suffix) + 2 > LINE_WIDTH:
+            parts.append(",\n" + " " * indent + suffix)
+            last_line_length = indent + len(suffix)
+        else:
+            parts.append(", " + suffix)
+            last_line_length += len(suffix) + 2
+    return "".join(parts) + ")"

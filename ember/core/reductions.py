@@ -1,4 +1,4 @@
-"""Reduction Tensor methods (sum, mean, max, argmax, var, logsumexp, cumsum, ...) as compositions of primitives."""
+"""Reduction Tensor methods (sum, mean, max, argmax, var, logsumexp, cumsum, any, ...) as compositions of primitives."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from ember.core.shapes import normalize_dim, normalize_dims, prod
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
+Dims = int | Sequence[int] | None
+
 
 class ValuesIndices(NamedTuple):
     """The (values, indices) result of max/min/sort along a dim, like torch's named tuples."""
@@ -28,99 +30,121 @@ class ReductionOps:
 
     __slots__ = ()
 
-    def _reduce(self: Tensor, op: Op, dim: int | Sequence[int] | None, keepdim: bool, name: str) -> Tensor:
-        axes = normalize_dims(dim, self.ndim, name)
-        if op is Op.REDUCE_MAX and self.numel() == 0 and any(self.shape[axis] == 0 for axis in axes):
-            raise ShapeError(f"{name}: cannot reduce over a zero-size dim of a tensor of shape {self.shape} (no identity)")
+    def _reduce(self: Tensor, op: Op, dim: Dims, keepdim: bool, name: str) -> Tensor:
+        """One reduce primitive over dim (None or () meaning every dim, as in torch), then the reduced dims dropped
+        unless keepdim. A max over a zero-size dim has no identity and raises."""
+        axes = _reduction_axes(dim, self.ndim, name)
+        if op is Op.REDUCE_MAX:
+            empty = [axis for axis in axes if self.shape[axis] == 0]
+            if empty:
+                raise ShapeError(
+                    f"{name}: cannot reduce over the zero-size dim {empty[0]} of a tensor of shape {self.shape} "
+                    f"(a maximum or minimum of nothing is undefined); reduce over other dims"
+                )
+        return self._reduce_axes(op, axes, keepdim)
+
+    def _reduce_axes(self: Tensor, op: Op, axes: tuple[int, ...], keepdim: bool) -> Tensor:
         reduced = self._apply(op, arg=axes) if axes else self
-        if keepdim:
+        if keepdim or not axes:
             return reduced
         return reduced.reshape(tuple(size for axis, size in enumerate(reduced.shape) if axis not in axes))
 
-    def sum(self: Tensor, dim: int | Sequence[int] | None = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
-        source = self
+    def _accumulation_source(self: Tensor, dtype: Any) -> Tensor:
+        """The input of sum/prod/cumsum: cast to dtype if given, bool and integers widened to int64 (torch)."""
         if dtype is not None:
-            source = source.cast(to_dtype(dtype))
-        elif source.dtype.is_bool or source.dtype.is_int:
-            source = source.cast(dtypes.int64 if not source.dtype.is_unsigned or source.dtype.itemsize < 8 else source.dtype)
-        return source._reduce(Op.SUM, dim, keepdim, "sum")
+            return self.cast(to_dtype(dtype))
+        return self.cast(dtypes.int64) if not self.dtype.is_float else self
+
+    def sum(self: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        """The sum over dim (all dims by default); bool and integer tensors sum to int64."""
+        return self._accumulation_source(dtype)._reduce(Op.SUM, dim, keepdim, "sum")
 
     def prod(self: Tensor, dim: int | None = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
-        source = self
-        if dtype is not None:
-            source = source.cast(to_dtype(dtype))
-        elif source.dtype.is_bool or source.dtype.is_int:
-            source = source.cast(dtypes.int64)
-        return source._reduce(Op.PROD, dim, keepdim, "prod")
+        """The product over one dim (all by default); bool and integer tensors multiply in int64."""
+        if dim is not None and not isinstance(dim, int):
+            raise TypeError(f"prod: dim must be an int or None, got {dim!r}")
+        return self._accumulation_source(dtype)._reduce(Op.PROD, dim, keepdim, "prod")
 
-    def mean(self: Tensor, dim: int | Sequence[int] | None = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    def mean(self: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        """The mean over dim; needs a float tensor (or dtype=) like torch; an empty reduction gives NaN."""
         source = self.cast(to_dtype(dtype)) if dtype is not None else self
         if not source.dtype.is_float:
             raise DTypeError(
-                f"mean: could not infer output dtype; input dtype must be floating point, got {source.dtype.name}"
+                f"mean: could not infer the output dtype; the input must be a floating point tensor, got "
+                f"{source.dtype.name} (use .float() or mean(dtype=ember.float32))"
             )
-        axes = normalize_dims(dim, self.ndim, "mean")
+        axes = _reduction_axes(dim, self.ndim, "mean")
         count = prod([self.shape[axis] for axis in axes])
-        total = source._reduce(Op.SUM, dim, keepdim, "mean")
+        total = source._reduce_axes(Op.SUM, axes, keepdim)
         return total * (1.0 / count) if count else total * math.nan
 
-    def _max_or_min_values(self: Tensor, dim: Any, keepdim: bool, name: str, minimum: bool) -> Tensor:
-        if self.dtype.is_bool:
-            as_int = self.cast(dtypes.uint8)
-            return as_int._max_or_min_values(dim, keepdim, name, minimum).cast(dtypes.bool_)
+    # ---- maximum and minimum -------------------------------------------------------------------------------------
+
+    def _max_or_min_values(self: Tensor, dim: Dims, keepdim: bool, name: str, minimum: bool) -> Tensor:
+        """max (or min) values over dim; NaN propagates. min is ~max(~x) for integers (no overflow), -max(-x)
+        for floats and not(max(not x)) for bool."""
         if not minimum:
             return self._reduce(Op.REDUCE_MAX, dim, keepdim, name)
-        if self.dtype.is_unsigned:
-            flipped = self.bitwise_not()
-            return flipped._reduce(Op.REDUCE_MAX, dim, keepdim, name).bitwise_not()
-        return -((-self)._reduce(Op.REDUCE_MAX, dim, keepdim, name))
+        flip = Op.NEG if self.dtype.is_float else Op.NOT
+        return self._apply(flip)._reduce(Op.REDUCE_MAX, dim, keepdim, name)._apply(flip)
 
     def max(self: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
-        """max() of all elements, max(dim) -> (values, indices), or max(other) elementwise like torch."""
+        """max() of all elements, max(dim) -> (values, indices), or max(other) elementwise, like torch."""
         if isinstance(dim, ReductionOps):
             return self.maximum(dim)
         if dim is None:
             return self._max_or_min_values(None, False, "max", minimum=False)
-        return ValuesIndices(self._max_or_min_values(dim, keepdim, "max", False), self.argmax(dim, keepdim))
+        _check_single_dim(dim, "max")
+        indices = self._as_orderable()._arg_extreme(dim, keepdim, "max", minimum=False)
+        return ValuesIndices(self._max_or_min_values(dim, keepdim, "max", False), indices)
 
     def min(self: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
+        """min() of all elements, min(dim) -> (values, indices), or min(other) elementwise, like torch."""
         if isinstance(dim, ReductionOps):
             return self.minimum(dim)
         if dim is None:
             return self._max_or_min_values(None, False, "min", minimum=True)
-        return ValuesIndices(self._max_or_min_values(dim, keepdim, "min", True), self.argmin(dim, keepdim))
+        _check_single_dim(dim, "min")
+        indices = self._as_orderable()._arg_extreme(dim, keepdim, "min", minimum=True)
+        return ValuesIndices(self._max_or_min_values(dim, keepdim, "min", True), indices)
 
-    def amax(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-        return self._max_or_min_values(dim if dim != () else None, keepdim, "amax", minimum=False)
+    def _as_orderable(self: Tensor) -> Tensor:
+        """bool as uint8 (torch's max(dim) and min(dim) accept bool, its argmax and argmin do not)."""
+        return self.cast(dtypes.uint8) if self.dtype.is_bool else self
 
-    def amin(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-        return self._max_or_min_values(dim if dim != () else None, keepdim, "amin", minimum=True)
+    def amax(self: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+        return self._max_or_min_values(dim, keepdim, "amax", minimum=False)
+
+    def amin(self: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+        return self._max_or_min_values(dim, keepdim, "amin", minimum=True)
+
+    def aminmax(self: Tensor, dim: int | None = None, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+        return self.amin(dim, keepdim), self.amax(dim, keepdim)
 
     def _arg_extreme(self: Tensor, dim: int | None, keepdim: bool, name: str, minimum: bool) -> Tensor:
-        """The first index of the max (or min) along dim; NaN counts as the largest value, like torch."""
+        """The first index of the max (or min) along dim; a NaN counts as the extreme, like torch."""
+        if self.dtype.is_bool:
+            raise DTypeError(f"{name}: bool tensors are not supported (as in PyTorch); cast with .int() first")
         if dim is None:
-            flat = self.flatten()
-            result = flat._arg_extreme(0, False, name, minimum)
+            if self.numel() == 0:
+                raise ShapeError(f"{name}: the tensor of shape {self.shape} is empty; give a dim to reduce over")
+            result = self.reshape(-1)._arg_extreme(0, False, name, minimum)
             return result.reshape((1,) * self.ndim) if keepdim else result
+        _check_single_dim(dim, name)
+        if self.ndim == 0:
+            normalize_dim(dim, 0, name)
+            return self._full((), 0, dtypes.int64, self.device)
         axis = normalize_dim(dim, self.ndim, name)
         size = self.shape[axis]
-        if size == 0:
-            raise ShapeError(f"{name}: cannot take {name} of an empty dim (shape {self.shape}, dim {dim})")
-        extreme = self._max_or_min_values(axis, True, name, minimum)
+        extreme = self._max_or_min_values(axis, True, name, minimum)  # raises for a zero-size dim
         is_extreme = self == extreme
         if self.dtype.is_float:
-            nan_here = self.isnan()
-            any_nan = nan_here._reduce(Op.REDUCE_MAX, axis, True, name) if False else (
-                nan_here.cast(dtypes.uint8)._reduce(Op.REDUCE_MAX, axis, True, name) == 1
-            )
-            is_extreme = any_nan.where(nan_here, is_extreme)
-        shape = [1] * self.ndim
-        shape[axis] = size
-        # reversed positions: the first match gets the largest score
-        reversed_index = self._arange_primitive(size, dtypes.int64, self.device).reshape(shape)
-        score = is_extreme.where((size - 1) - reversed_index.expand(self.shape), self._full(self.shape, -1, dtypes.int64, self.device))
-        best = score._reduce(Op.REDUCE_MAX, axis, keepdim, name)
-        return (size - 1) - best
+            is_extreme = is_extreme.logical_or(self.isnan())  # where the extreme is NaN, only NaN matches
+        index_shape = [1] * self.ndim
+        index_shape[axis] = size
+        reversed_index = (size - 1) - self._arange_primitive(size, dtypes.int64, self.device).reshape(index_shape)
+        score = is_extreme.where(reversed_index.expand(self.shape), self._full(self.shape, -1, dtypes.int64, self.device))
+        return (size - 1) - score._reduce_axes(Op.REDUCE_MAX, (axis,), keepdim)
 
     def argmax(self: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
         return self._arg_extreme(dim, keepdim, "argmax", minimum=False)
@@ -128,52 +152,65 @@ class ReductionOps:
     def argmin(self: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
         return self._arg_extreme(dim, keepdim, "argmin", minimum=True)
 
-    def var(
-        self: Tensor, dim: Any = None, unbiased: bool | None = None, keepdim: bool = False, correction: Any = None
-    ) -> Tensor:
+    # ---- statistics -----------------------------------------------------------------------------------------------
+
+    def var(self: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False,
+            correction: float | None = None) -> Tensor:
+        """Variance over dim with Bessel's correction by default (correction=1, or unbiased=False for 0); a
+        divisor max(0, n - correction) of 0 gives inf or NaN like torch."""
+        if not self.dtype.is_float:
+            raise DTypeError(f"var/std: only floating point tensors are supported (as in PyTorch), got "
+                             f"{self.dtype.name}; cast with .float()")
         if correction is None:
             correction = 1 if unbiased is None or unbiased else 0
-        axes = normalize_dims(dim, self.ndim, "var")
+        axes = _reduction_axes(dim, self.ndim, "var")
         count = prod([self.shape[axis] for axis in axes])
         centered = self - self.mean(axes, keepdim=True)
-        total = (centered * centered).sum(axes, keepdim=keepdim)
-        divisor = count - correction
-        return total / divisor if divisor > 0 else total * math.nan
+        total = (centered * centered)._reduce_axes(Op.SUM, axes, keepdim)
+        return total / max(0.0, count - correction)  # a divisor of 0 gives inf or NaN, as in torch
 
-    def std(
-        self: Tensor, dim: Any = None, unbiased: bool | None = None, keepdim: bool = False, correction: Any = None
-    ) -> Tensor:
+    def std(self: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False,
+            correction: float | None = None) -> Tensor:
         return self.var(dim, unbiased, keepdim, correction).sqrt()
 
-    def var_mean(self: Tensor, dim: Any = None, unbiased: bool | None = None, keepdim: bool = False, correction: Any = None):
+    def var_mean(self: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False,
+                 correction: float | None = None) -> tuple[Tensor, Tensor]:
         return self.var(dim, unbiased, keepdim, correction), self.mean(dim, keepdim)
 
-    def std_mean(self: Tensor, dim: Any = None, unbiased: bool | None = None, keepdim: bool = False, correction: Any = None):
+    def std_mean(self: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False,
+                 correction: float | None = None) -> tuple[Tensor, Tensor]:
         return self.std(dim, unbiased, keepdim, correction), self.mean(dim, keepdim)
 
-    def logsumexp(self: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
+    def logsumexp(self: Tensor, dim: Dims, keepdim: bool = False) -> Tensor:
+        """log(sum(exp(x))) over dim without overflow (the max is subtracted first); empty gives -inf."""
         source = self._float_operand()
-        maximum = source.amax(dim, keepdim=True)
+        axes = _reduction_axes(dim, self.ndim, "logsumexp")
+        if any(self.shape[axis] == 0 for axis in axes):
+            return source.exp()._reduce_axes(Op.SUM, axes, keepdim).log()  # log(0) = -inf
+        maximum = source._reduce_axes(Op.REDUCE_MAX, axes, True)
         safe_maximum = maximum.isinf().where(maximum._full(maximum.shape, 0, maximum.dtype, maximum.device), maximum)
-        result = (source - safe_maximum).exp().sum(dim, keepdim=True).log() + safe_maximum
-        axes = normalize_dims(dim, self.ndim, "logsumexp")
-        return result if keepdim else result.reshape(tuple(s for a, s in enumerate(result.shape) if a not in axes))
-
-    def any(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-        as_int = (self != 0).cast(dtypes.uint8) if not self.dtype.is_bool else self.cast(dtypes.uint8)
-        if self.numel() == 0:
-            return self._full(_reduced_shape(self, dim, keepdim), False, dtypes.bool_, self.device)
-        return as_int._reduce(Op.REDUCE_MAX, dim, keepdim, "any") == 1
-
-    def all(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-        return (self == 0).any(dim, keepdim).logical_not() if not self.dtype.is_bool else (
-            self.logical_not().any(dim, keepdim).logical_not()
+        result = (source - safe_maximum).exp()._reduce_axes(Op.SUM, axes, True).log() + safe_maximum
+        return result if keepdim else result.reshape(
+            tuple(size for axis, size in enumerate(result.shape) if axis not in axes)
         )
 
-    def count_nonzero(self: Tensor, dim: Any = None) -> Tensor:
+    def any(self: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+        """Whether any element is nonzero over dim (bool; uint8 for uint8 input, like torch)."""
+        truth = self if self.dtype.is_bool else self != 0
+        result = truth._reduce_axes(Op.REDUCE_MAX, _reduction_axes(dim, self.ndim, "any"), keepdim)
+        return result.cast(dtypes.uint8) if self.dtype is dtypes.uint8 else result
+
+    def all(self: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+        """Whether every element is nonzero over dim (bool; uint8 for uint8 input, like torch)."""
+        falsity = self._apply(Op.NOT) if self.dtype.is_bool else self == 0
+        axes = _reduction_axes(dim, self.ndim, "all")
+        result = falsity._reduce_axes(Op.REDUCE_MAX, axes, keepdim)._apply(Op.NOT)
+        return result.cast(dtypes.uint8) if self.dtype is dtypes.uint8 else result
+
+    def count_nonzero(self: Tensor, dim: Dims = None) -> Tensor:
         return (self != 0).sum(dim)
 
-    def norm(self: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False) -> Tensor:
+    def norm(self: Tensor, p: Any = "fro", dim: Dims = None, keepdim: bool = False) -> Tensor:
         if p in ("fro", 2, 2.0):
             return (self * self).sum(dim, keepdim=keepdim).sqrt()
         if p in (math.inf, "inf"):
@@ -182,42 +219,33 @@ class ReductionOps:
             return self.abs().sum(dim, keepdim=keepdim)
         return (self.abs() ** p).sum(dim, keepdim=keepdim) ** (1.0 / p)
 
-    def cumsum(self: Tensor, dim: int, dtype: DType | None = None) -> Tensor:
-        """Inclusive prefix sum along dim, as a masked sum over a padded, expanded view (one fused kernel)."""
-        source = self.cast(dtype) if dtype is not None else (
-            self.cast(dtypes.int64) if self.dtype.is_int or self.dtype.is_bool else self
-        )
-        if source.ndim == 0:
-            return source
-        axis = normalize_dim(dim, source.ndim, "cumsum")
-        size = source.shape[axis]
-        if size <= 1:
-            return source
-        moved = source.transpose(axis, -1)
-        # windows[..., i, j] = x[..., j - (size - 1) + i], zero outside: pad left by size-1, then slide
-        padded = moved._pad_and_shrink([(0, 0)] * (moved.ndim - 1) + [(size - 1, 0)])
-        windows = _sliding_windows(padded, size)
-        return windows.sum(-1).transpose(axis, -1)
+    # ---- scans ------------------------------------------------------------------------------------------------------
 
-    def cumprod(self: Tensor, dim: int) -> Tensor:
-        axis = normalize_dim(dim, self.ndim, "cumprod")
-        size = self.shape[axis]
-        if size <= 1:
-            return self
-        moved = self.transpose(axis, -1)
-        padded = moved._pad_and_shrink([(0, 0)] * (moved.ndim - 1) + [(size - 1, 0)], value=1)
-        return _sliding_windows(padded, size)._reduce(Op.PROD, -1, False, "cumprod").transpose(axis, -1)
+    def cumsum(self: Tensor, dim: int, dtype: DType | None = None) -> Tensor:
+        """Inclusive prefix sum along dim, as a masked sum over a padded sliding-window view (one fused kernel,
+        O(n^2) work for n elements along dim); bool and integers accumulate in int64."""
+        return _scan(self._accumulation_source(dtype), dim, Op.SUM, "cumsum")
+
+    def cumprod(self: Tensor, dim: int, dtype: DType | None = None) -> Tensor:
+        return _scan(self._accumulation_source(dtype), dim, Op.PROD, "cumprod")
 
     def cummax(self: Tensor, dim: int) -> Tensor:
-        axis = normalize_dim(dim, self.ndim, "cummax")
-        size = self.shape[axis]
-        if size <= 1:
-            return self
-        moved = self.transpose(axis, -1)
-        from ember.core.dtype import min_value
+        return _scan(self, dim, Op.REDUCE_MAX, "cummax")
 
-        padded = moved._pad_and_shrink([(0, 0)] * (moved.ndim - 1) + [(size - 1, 0)], value=min_value(self.dtype))
-        return _sliding_windows(padded, size).amax(-1).transpose(axis, -1)
+
+def _scan(source: Tensor, dim: int, op: Op, name: str) -> Tensor:
+    """out[..., i] = reduce(x[..., 0..i]) along dim: window i of a view padded by n - 1 identities on the left."""
+    if source.ndim == 0:
+        normalize_dim(dim, 0, name)
+        return source
+    axis = normalize_dim(dim, source.ndim, name)
+    size = source.shape[axis]
+    if size <= 1:
+        return source
+    identity = {Op.SUM: 0, Op.PROD: 1, Op.REDUCE_MAX: dtypes.min_value(source.dtype)}[op]
+    moved = source.transpose(axis, -1)
+    padded = moved._pad_and_shrink([(0, 0)] * (moved.ndim - 1) + [(size - 1, 0)], value=identity)
+    return _sliding_windows(padded, size)._reduce_axes(op, (moved.ndim,), False).transpose(axis, -1)
 
 
 def _sliding_windows(padded: Tensor, size: int) -> Tensor:
@@ -230,8 +258,13 @@ def _sliding_windows(padded: Tensor, size: int) -> Tensor:
     return shifted._pad_and_shrink([(0, 0)] * len(lead) + [(0, 0), (0, size - width - 1)])
 
 
-def _reduced_shape(tensor: Tensor, dim: Any, keepdim: bool) -> tuple[int, ...]:
-    axes = normalize_dims(dim, tensor.ndim, "reduce")
-    if keepdim:
-        return tuple(1 if axis in axes else size for axis, size in enumerate(tensor.shape))
-    return tuple(size for axis, size in enumerate(tensor.shape) if axis not in axes)
+def _reduction_axes(dim: Dims, ndim: int, name: str) -> tuple[int, ...]:
+    """The sorted non-negative axes of dim; None and an empty sequence mean every axis (torch's rule)."""
+    if dim is None or (not isinstance(dim, int) and len(dim) == 0):
+        return tuple(range(ndim))
+    return normalize_dims(dim, ndim, name)
+
+
+def _check_single_dim(dim: Any, name: str) -> None:
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"{name}: dim must be a single int here, got {dim!r} (use amax/amin for several dims)")

@@ -1,0 +1,331 @@
+"""Math functions and activations (exp, log, sin, tanh, erf, gelu, rounding, ...) as compositions of primitives.
+
+The primitives give exp2, log2 and sin; the rest is built here with care for accuracy: exp reduces its argument
+exactly (Cody-Waite), cos uses 1 - 2 sin(x/2)^2 (no large-argument cancellation), expm1/log1p use Kahan's
+corrections, tanh is built on expm1 and erf on a Taylor series near 0 and a Chebyshev fit of erfc beyond.
+float16/bfloat16 inputs are computed in float32 and rounded once, as PyTorch does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ember.core import dtype as dtypes
+from ember.core.errors import DTypeError
+from ember.core.ops import Op
+
+if TYPE_CHECKING:
+    from ember.core.tensor import Tensor
+
+LOG2_E = 1.0 / math.log(2.0)
+LN_2 = math.log(2.0)
+# ln 2 split so that k * high is exact for the k exp meets: 15 significant bits (float32), 32 bits (float64)
+LN_2_PARTS = {dtypes.float32: (0.693145751953125, 1.4286068203094172e-06),
+              dtypes.float64: (0.6931471803691238, 1.9082149292705877e-10)}
+EXP_LIMIT = {dtypes.float32: 105.0, dtypes.float64: 746.0}  # |x| beyond which exp is 0 or inf
+TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+# erf(x) = 2/sqrt(pi) * sum_n (-1)^n x^(2n+1) / (n! (2n+1)): enough terms for |x| < 0.5 in each precision
+ERF_SERIES_TERMS = {dtypes.float32: 8, dtypes.float64: 13}
+# erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z/2), for z >= 0: fractional error below 1.2e-7 (Numerical Recipes)
+ERFC_COEFFICIENTS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
+                     1.48851587, -0.82215223, 0.17087277)
+
+
+def _in_compute_precision(function: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+    """Run `function` on float32 for float16/bfloat16 input and round the result back once."""
+
+    def wrapped(operand: Tensor) -> Tensor:
+        if operand.dtype in (dtypes.float16, dtypes.bfloat16):
+            return function(operand.cast(dtypes.float32)).cast(operand.dtype)
+        return function(operand)
+
+    return wrapped
+
+
+class UnaryMathOps:
+    """Mixin: math functions and activations. Needs `_apply`, `_full`, `shape`, `dtype`, `device`."""
+
+    __slots__ = ()
+
+    def _floating_only(self: Tensor, name: str) -> Tensor:
+        """self, if it is a float tensor; integer and bool inputs raise like torch's float-only kernels."""
+        if not self.dtype.is_float:
+            raise DTypeError(f"{name}: needs a floating point tensor, got {self.dtype.name} (as in PyTorch); cast it "
+                             f"with .float()")
+        return self
+
+    def _constant(self: Tensor, value: float) -> Tensor:
+        return self._full(self.shape, value, self.dtype, self.device)
+
+    # ---- exponentials and logarithms (integer inputs give float32) --------------------------------------------
+
+    def exp2(self: Tensor) -> Tensor:
+        return self._float_operand()._apply(Op.EXP2)
+
+    def exp(self: Tensor) -> Tensor:
+        return _in_compute_precision(_exp)(self._float_operand())
+
+    def expm1(self: Tensor) -> Tensor:
+        """exp(x) - 1, accurate for small x too (Kahan: (u - 1) * x / log(u) with u = exp(x))."""
+        return _in_compute_precision(_expm1)(self._float_operand())
+
+    def log2(self: Tensor) -> Tensor:
+        return self._float_operand()._apply(Op.LOG2)
+
+    def log(self: Tensor) -> Tensor:
+        return _in_compute_precision(lambda x: x._apply(Op.LOG2) * LN_2)(self._float_operand())
+
+    def log10(self: Tensor) -> Tensor:
+        return _in_compute_precision(lambda x: x._apply(Op.LOG2) * (LN_2 / math.log(10.0)))(self._float_operand())
+
+    def log1p(self: Tensor) -> Tensor:
+        """log(1 + x), accurate for small x too (Kahan: log(u) * x / (u - 1) with u = 1 + x)."""
+        return _in_compute_precision(_log1p)(self._float_operand())
+
+    def sqrt(self: Tensor) -> Tensor:
+        return self._float_operand()._apply(Op.SQRT)
+
+    def rsqrt(self: Tensor) -> Tensor:
+        return self.sqrt()._apply(Op.RECIPROCAL)
+
+    # ---- trigonometry -------------------------------------------------------------------------------------------
+
+    def sin(self: Tensor) -> Tensor:
+        return self._float_operand()._apply(Op.SIN)
+
+    def cos(self: Tensor) -> Tensor:
+        return _in_compute_precision(_cos)(self._float_operand())
+
+    def tan(self: Tensor) -> Tensor:
+        return _in_compute_precision(lambda x: x._apply(Op.SIN) / _cos(x))(self._float_operand())
+
+    def tanh(self: Tensor) -> Tensor:
+        return _in_compute_precision(_tanh)(self._float_operand())
+
+    def sigmoid(self: Tensor) -> Tensor:
+        return _in_compute_precision(_sigmoid)(self._float_operand())
+
+    def erf(self: Tensor) -> Tensor:
+        return _in_compute_precision(_erf)(self._float_operand())
+
+    def erfc(self: Tensor) -> Tensor:
+        return _in_compute_precision(_erfc)(self._float_operand())
+
+    # ---- activations --------------------------------------------------------------------------------------------
+
+    def relu(self: Tensor) -> Tensor:
+        """max(x, 0) for numbers (NaN stays NaN); bool tensors raise as in torch."""
+        if self.dtype.is_bool:
+            raise DTypeError("relu: bool inputs are not supported (as in PyTorch)")
+        return self._apply(Op.MAX, self._constant(0))
+
+    def relu6(self: Tensor) -> Tensor:
+        return self.hardtanh(0, 6)
+
+    def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+        """x clamped to [min_val, max_val], keeping x's dtype (torch.nn.functional.hardtanh)."""
+        if self.dtype.is_bool:
+            raise DTypeError("hardtanh: bool inputs are not supported (as in PyTorch)")
+        lower = self._apply(Op.MAX, self._constant(min_val))
+        upper = self._constant(max_val)
+        return (upper < lower).where(upper, lower)
+
+    def leaky_relu(self: Tensor, negative_slope: float = 0.01) -> Tensor:
+        self._floating_only("leaky_relu")
+        return (self > 0).where(self, self * negative_slope)
+
+    def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
+        self._floating_only("elu")
+        return (self > 0).where(self, self.expm1() * alpha)
+
+    def selu(self: Tensor) -> Tensor:
+        self._floating_only("selu")
+        alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+        return self.elu(alpha) * scale
+
+    def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
+        self._floating_only("celu")
+        return (self > 0).where(self, (self * (1.0 / alpha)).expm1() * alpha)
+
+    def gelu(self: Tensor, approximate: str = "none") -> Tensor:
+        """x * Phi(x) (the normal CDF), or its tanh approximation; as 0.5 x erfc(-x / sqrt 2), accurate for x < 0."""
+        self._floating_only("gelu")
+        if approximate == "tanh":
+            inner = (self + self * self * self * 0.044715) * math.sqrt(2.0 / math.pi)
+            return self * 0.5 * (inner.tanh() + 1.0)
+        if approximate != "none":
+            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        return _in_compute_precision(_gelu)(self)
+
+    def silu(self: Tensor) -> Tensor:
+        self._floating_only("silu")
+        return self * self.sigmoid()
+
+    def mish(self: Tensor) -> Tensor:
+        self._floating_only("mish")
+        return self * self.softplus().tanh()
+
+    def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+        """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (torch's linear region)."""
+        self._floating_only("softplus")
+        scaled = self * beta
+        soft = (scaled._apply(Op.MAX, self._constant(0)) + (-scaled.abs()).exp().log1p()) * (1.0 / beta)
+        return (scaled > threshold).where(self, soft)
+
+    def hardsigmoid(self: Tensor) -> Tensor:
+        self._floating_only("hardsigmoid")
+        return (self + 3.0).hardtanh(0.0, 6.0) / 6.0
+
+    def hardswish(self: Tensor) -> Tensor:
+        self._floating_only("hardswish")
+        return self * (self + 3.0).hardtanh(0.0, 6.0) / 6.0
+
+    def softsign(self: Tensor) -> Tensor:
+        return self / (self.abs() + 1)
+
+    def logsigmoid(self: Tensor) -> Tensor:
+        self._floating_only("logsigmoid")
+        return -((-self).softplus())
+
+    # ---- rounding (integers are returned unchanged; bool raises as in torch) --------------------------------------
+
+    def _rounding_operand(self: Tensor, name: str) -> bool:
+        if self.dtype.is_bool:
+            raise DTypeError(f"{name}: bool inputs are not supported (as in PyTorch)")
+        return self.dtype.is_float
+
+    def trunc(self: Tensor) -> Tensor:
+        return self._apply(Op.TRUNC) if self._rounding_operand("trunc") else self
+
+    fix = trunc
+
+    def floor(self: Tensor) -> Tensor:
+        if not self._rounding_operand("floor"):
+            return self
+        truncated = self._apply(Op.TRUNC)
+        return (self < truncated).where(truncated - 1, truncated)
+
+    def ceil(self: Tensor) -> Tensor:
+        if not self._rounding_operand("ceil"):
+            return self
+        truncated = self._apply(Op.TRUNC)
+        return (self > truncated).where(truncated + 1, truncated)
+
+    def round(self: Tensor, decimals: int = 0) -> Tensor:
+        """Round half to even, like torch.round; `decimals` scales by 10**decimals first (as torch does)."""
+        if not self._rounding_operand("round"):
+            return self
+        if decimals > 0:
+            scale = 10.0**decimals
+            return (self * scale).round() / scale
+        if decimals < 0:
+            scale = 10.0**-decimals
+            return (self / scale).round() * scale
+        floored = self.floor()
+        difference = self - floored
+        floored_is_even = (floored * 0.5).floor() * 2 == floored
+        round_up = (difference > 0.5).logical_or((difference == 0.5).logical_and(floored_is_even.logical_not()))
+        return round_up.where(floored + 1, floored)
+
+    def frac(self: Tensor) -> Tensor:
+        self._floating_only("frac")
+        return self - self.trunc()
+
+
+# ---- the float kernels of the functions above (operands are float32 or float64) --------------------------------
+
+
+def _exp(x: Tensor) -> Tensor:
+    """exp(x) = 2^k * exp2(r / ln 2) with k = trunc(x / ln 2) and r = x - k ln 2 computed exactly (Cody-Waite);
+    2^k is applied as two factors so that neither overflows before the product does."""
+    high, low = LN_2_PARTS[x.dtype]
+    limit = EXP_LIMIT[x.dtype]
+    clamped = x._apply(Op.MAX, x._constant(-limit))
+    clamped = (clamped > limit).where(x._constant(limit), clamped)  # keeps NaN
+    k = (clamped * LOG2_E)._apply(Op.TRUNC)
+    reduced = (clamped - k * high) - k * low
+    half_k = (k * 0.5)._apply(Op.TRUNC)
+    return (reduced * LOG2_E)._apply(Op.EXP2) * half_k._apply(Op.EXP2) * (k - half_k)._apply(Op.EXP2)
+
+
+def _expm1(x: Tensor) -> Tensor:
+    u = _exp(x)
+    one = x._constant(1.0)
+    u_minus_one = u - one
+    corrected = u_minus_one * (x / (u._apply(Op.LOG2) * LN_2))  # x / log u first: no overflow near the top
+    result = (u == one).where(x, corrected)
+    result = (u_minus_one == -1.0).where(x._constant(-1.0), result)
+    return (u == math.inf).where(u, result)
+
+
+def _log1p(x: Tensor) -> Tensor:
+    one = x._constant(1.0)
+    u = x + one
+    corrected = (u._apply(Op.LOG2) * LN_2) * (x / (u - one))
+    result = (u == one).where(x, corrected)
+    return (u == math.inf).where(u, result)
+
+
+def _cos(x: Tensor) -> Tensor:
+    """cos x = 1 - 2 sin^2(x / 2): halving is exact, so sin's own exact reduction serves any |x|."""
+    half_sine = (x * 0.5)._apply(Op.SIN)
+    return x._constant(1.0) - half_sine * half_sine * 2.0
+
+
+def _tanh(x: Tensor) -> Tensor:
+    """tanh |x| = -m / (2 + m) with m = expm1(-2|x|): accurate near 0, saturating to +-1 without overflow."""
+    magnitude = x.abs()
+    m = _expm1(magnitude * -2.0)
+    result = -m / (m + 2.0)
+    return (x < 0).where(-result, result)
+
+
+def _sigmoid(x: Tensor) -> Tensor:
+    """1 / (1 + e) and e / (1 + e) with e = exp(-|x|): never overflows, keeps tiny values for large -x."""
+    exp_negative_abs = _exp(-x.abs())
+    positive = (exp_negative_abs + 1.0)._apply(Op.RECIPROCAL)
+    return (x >= 0).where(positive, exp_negative_abs * positive)
+
+
+def _erfc_nonnegative(z: Tensor) -> Tensor:
+    """erfc(z) for z >= 0 with a fractional error below 1.2e-7."""
+    t = (z * 0.5 + 1.0)._apply(Op.RECIPROCAL)
+    polynomial = t * ERFC_COEFFICIENTS[-1]
+    for coefficient in reversed(ERFC_COEFFICIENTS[1:-1]):
+        polynomial = (polynomial + coefficient) * t
+    polynomial = polynomial + ERFC_COEFFICIENTS[0]
+    return t * _exp(polynomial - z * z)
+
+
+def _erf_series(x: Tensor) -> Tensor:
+    """The Taylor series of erf at 0, in Horner form over x^2 (used for |x| < 0.5)."""
+    square = x * x
+    terms = ERF_SERIES_TERMS[x.dtype]
+    coefficients = [(-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(terms)]
+    total = square * coefficients[-1]
+    for coefficient in reversed(coefficients[1:-1]):
+        total = (total + coefficient) * square
+    return (total + coefficients[0]) * x * TWO_OVER_SQRT_PI
+
+
+def _erf(x: Tensor) -> Tensor:
+    magnitude = x.abs()
+    outer = x._constant(1.0) - _erfc_nonnegative(magnitude)
+    outer = (x < 0).where(-outer, outer)
+    return (magnitude < 0.5).where(_erf_series(x), outer)
+
+
+def _erfc(x: Tensor) -> Tensor:
+    tail = _erfc_nonnegative(x.abs())
+    outer = (x < 0).where(x._constant(2.0) - tail, tail)
+    return (x.abs() < 0.5).where(x._constant(1.0) - _erf_series(x), outer)
+
+
+def _gelu(x: Tensor) -> Tensor:
+    """x Phi(x) = 0.5 x erfc(-x / sqrt 2): with h = 0.5 x erfc(|x| / sqrt 2), x - h for x >= 0 and h for x < 0."""
+    tail = _erfc_nonnegative(x.abs() * (1.0 / math.sqrt(2.0)))
+    half_tail = x * 0.5 * tail
+    positive = x - (tail == 0).where(tail, half_tail)  # gelu(inf) = inf, not inf - inf * 0; gelu(-inf) is NaN in torch
+    return (x >= 0).where(positive, half_tail)
