@@ -133,6 +133,15 @@ def command_info(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def command_fuzz(arguments: argparse.Namespace) -> int:
+    """Fuzz a device against the reference tensor until the time is up; exit status 1 on a mismatch."""
+    from ember.scheduler.devices import get_default_device
+    from ember.testing.fuzz import main_fuzz
+
+    device = arguments.device or get_default_device()
+    return main_fuzz(device, arguments.minutes, arguments.seed, arguments.max_calls, arguments.keep_cache)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; a new subcommand is one `add_parser` here and one `command_<name>` function."""
     parser = argparse.ArgumentParser(prog="ember", description="ember: lazy tensors, fused kernels, pluggable backends")
@@ -140,6 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
     info = subcommands.add_parser("info", help="list backends, devices and their capabilities, and settings")
     info.add_argument("--json", action="store_true", help="print the same information as JSON")
     info.set_defaults(run=command_info)
+    fuzz = subcommands.add_parser("fuzz", help="compare random op graphs on a device with the numpy reference")
+    fuzz.add_argument("--device", default=None, help="the device to fuzz (default: the default device)")
+    fuzz.add_argument("--minutes", type=float, default=1.0, help="how long to run (default: 1)")
+    fuzz.add_argument("--seed", type=int, default=None, help="the first seed (default: random)")
+    fuzz.add_argument("--max-calls", type=int, default=8, help="the most ops per random graph (default: 8)")
+    fuzz.add_argument("--keep-cache", action="store_true", help="put compiled fuzz kernels in the kernel cache")
+    fuzz.set_defaults(run=command_fuzz)
     return parser
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis.errors import Flaky, FlakyFailure
 
 from ember.core import dtype as dtypes
@@ -132,6 +132,7 @@ def check_program(program: Program, device: str) -> tuple[int, int]:
     Returns the numbers of output elements compared and of elements left uncertain by the noisy runs."""
     import ember
 
+    program = program.pruned()  # what the printed code shows, numbered the same way
     try:
         runs = reference_samples(program)
     except Exception as error:  # noqa: BLE001 - the reference itself failed on a program the generator accepted
@@ -192,18 +193,21 @@ class FuzzStats:
 
 
 def fuzz_test(device: str, stats: FuzzStats, max_examples: int, max_calls: int = 8, derandomize: bool = False,
-              deadline: float | None = None) -> Callable[[], None]:
+              deadline: float | None = None, source_outputs: bool = True) -> Callable[[], None]:
     """A Hypothesis test that checks random programs on `device` (call it to run; it raises on a mismatch)."""
     allowed = device_dtypes(device)
 
     @settings(max_examples=max_examples, deadline=None, derandomize=derandomize, database=None, print_blob=False,
-              phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False,
+              phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False, verbosity=Verbosity.quiet,
               suppress_health_check=list(HealthCheck))
-    @given(programs(allowed, max_calls=max_calls))
+    @given(programs(allowed, max_calls=max_calls, source_outputs=source_outputs))
     def test(program: Program) -> None:
         if deadline is not None and time.monotonic() > deadline:
             return
         stats.examples += 1
+        if CurrentProgram.path is not None:
+            with open(CurrentProgram.path, "w") as file:
+                file.write(program.code(device))
         compared, uncertain = check_program(program, device)
         stats.passed += 1
         stats.elements_compared += compared
@@ -213,14 +217,16 @@ def fuzz_test(device: str, stats: FuzzStats, max_examples: int, max_calls: int =
 
 
 def fuzz(device: str, seconds: float, start_seed: int = 0, chunk: int = 50, max_calls: int = 8,
-         report: Callable[[str], None] = print) -> FuzzStats:
+         report: Callable[[str], None] = print, progress_seconds: float = 30.0, source_outputs: bool = True) -> FuzzStats:
     """Fuzz `device` for `seconds`, in chunks of `chunk` examples seeded start_seed, start_seed + 1, ..."""
     stats = FuzzStats()
     start = time.monotonic()
     deadline = start + seconds
     chunk_seed = start_seed
+    last_report = start
     while time.monotonic() < deadline:
-        test = seed(chunk_seed)(fuzz_test(device, stats, chunk, max_calls, deadline=deadline))
+        test = seed(chunk_seed)(fuzz_test(device, stats, chunk, max_calls, deadline=deadline,
+                                          source_outputs=source_outputs))
         try:
             test()
         except (FuzzMismatch, Flaky) as failure:
@@ -229,8 +235,10 @@ def fuzz(device: str, seconds: float, start_seed: int = 0, chunk: int = 50, max_
             report(f"MISMATCH on {device} (seed {chunk_seed}):\n{text}")
         chunk_seed += 1
         stats.seconds = time.monotonic() - start
-        report(f"{device}: {stats.examples} examples, {stats.passed} passed, {len(stats.failures)} failures, "
-               f"{stats.examples_per_second:.2f} examples/s")
+        if time.monotonic() - last_report > progress_seconds:
+            last_report = time.monotonic()
+            report(f"{device}: {stats.examples} examples, {stats.passed} passed, {len(stats.failures)} failures, "
+                   f"{stats.examples_per_second:.2f} examples/s")
     stats.seconds = time.monotonic() - start
     return stats
 
@@ -245,22 +253,94 @@ def failure_text(failure: BaseException) -> str:
     return str(failure)
 
 
+WORKER_SECONDS = 300.0  # a fresh worker process every 5 minutes: compiled libraries do not pile up in one process
+
+
 def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_calls: int = 8,
               keep_cache: bool = False) -> int:
-    """`python -m ember fuzz`: fuzz until the time is up; print every failure; exit status 1 on a mismatch."""
+    """`python -m ember fuzz`: fuzz until the time is up; print every failure; exit status 1 on a mismatch.
+
+    The fuzzing runs in worker processes, so a crash of a kernel (a segfault) is reported with the program that
+    caused it and the run goes on."""
+    import json
+    import subprocess
+    import sys
     import tempfile
 
     from ember.scheduler.devices import resolve_device
 
     device = resolve_device(device)
     if start_seed is None:
-        start_seed = int.from_bytes(os.urandom(4), "little")
-    print(f"fuzzing {device} for {minutes:g} minutes from seed {start_seed}")
-    with tempfile.TemporaryDirectory(prefix="ember-fuzz-cache-") as cache:
+        start_seed = int.from_bytes(os.urandom(3), "little")
+    print(f"fuzzing {device} for {minutes:g} minutes from seed {start_seed}", flush=True)
+    total = FuzzStats()
+    deadline = time.monotonic() + minutes * 60
+    crashes = 0
+    with tempfile.TemporaryDirectory(prefix="ember-fuzz-") as work:
+        environment = dict(os.environ)
         if not keep_cache:  # fuzz kernels are one-off: keep them out of the user's kernel cache
-            os.environ["EMBER_CACHE_DIR"] = cache
-        stats = fuzz(device, minutes * 60, start_seed, max_calls=max_calls)
-    print(f"done: {stats.examples} examples in {stats.seconds:.0f} s ({stats.examples_per_second:.2f}/s), "
-          f"{stats.passed} without a mismatch, {len(stats.failures)} failures; "
-          f"{stats.elements_compared} output elements compared, {stats.elements_uncertain} left uncertain")
-    return 1 if stats.failures else 0
+            environment["EMBER_CACHE_DIR"] = os.path.join(work, "cache")
+        worker = 0
+        while (remaining := deadline - time.monotonic()) > 1:
+            stats_path, program_path = os.path.join(work, "stats.json"), os.path.join(work, "program.py")
+            for path in (stats_path, program_path):
+                if os.path.exists(path):
+                    os.remove(path)
+            command = [sys.executable, "-m", "ember.testing.fuzz", "--device", device, "--seconds",
+                       str(min(remaining, WORKER_SECONDS)), "--seed", str(start_seed + 10_000 * worker),
+                       "--max-calls", str(max_calls), "--stats", stats_path, "--program", program_path]
+            result = subprocess.run(command, env=environment)
+            worker += 1
+            if os.path.exists(stats_path):
+                with open(stats_path) as file:
+                    done = json.load(file)
+                total.examples += done["examples"]
+                total.passed += done["passed"]
+                total.elements_compared += done["elements_compared"]
+                total.elements_uncertain += done["elements_uncertain"]
+                total.failures += done["failures"]
+            else:
+                crashes += 1
+                program = open(program_path).read() if os.path.exists(program_path) else "(unknown)"
+                message = f"the worker died (exit status {result.returncode}) while running:\n{program}"
+                total.failures.append(message)
+                print(f"CRASH on {device}: {message}", flush=True)
+    total.seconds = minutes * 60
+    print(f"done: {total.examples} examples in {total.seconds:.0f} s ({total.examples_per_second:.2f}/s), "
+          f"{total.passed} without a mismatch, {len(total.failures)} failures ({crashes} crashes); "
+          f"{total.elements_compared} output elements compared, {total.elements_uncertain} left uncertain", flush=True)
+    return 1 if total.failures else 0
+
+
+def _worker(argv: list[str] | None = None) -> int:
+    """One fuzz worker process (started by main_fuzz): fuzz, then write the statistics as JSON."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description="one ember fuzz worker")
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--seconds", type=float, required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--max-calls", type=int, default=8)
+    parser.add_argument("--stats", required=True)
+    parser.add_argument("--program", required=True)
+    arguments = parser.parse_args(argv)
+    CurrentProgram.path = arguments.program
+    stats = fuzz(arguments.device, arguments.seconds, arguments.seed, max_calls=arguments.max_calls,
+                 report=lambda line: print(line, flush=True))
+    with open(arguments.stats, "w") as file:
+        json.dump({"examples": stats.examples, "passed": stats.passed, "elements_compared": stats.elements_compared,
+                   "elements_uncertain": stats.elements_uncertain, "failures": stats.failures}, file)
+    return 0
+
+
+class CurrentProgram:
+    """Where a worker writes the program it is about to run (so a crash can name it); None: nowhere."""
+
+    path: str | None = None
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_worker())

@@ -458,8 +458,12 @@ KINDS: dict[str, Callable[[st.DrawFn, ProgramBuilder, int], None]] = {
 
 
 @st.composite
-def programs(draw: st.DrawFn, allowed_dtypes: tuple[DType, ...], max_calls: int = 8) -> Program:
-    """A random program: sources of allowed dtypes and up to max_calls calls of any kind in any order."""
+def programs(draw: st.DrawFn, allowed_dtypes: tuple[DType, ...], max_calls: int = 8,
+             source_outputs: bool = True) -> Program:
+    """A random program: sources of allowed dtypes and up to max_calls calls of any kind in any order.
+
+    The last value is an output, and up to two other values are too (realized in the same call); with
+    source_outputs False, those are never sources (a switch for working around a known bug)."""
     builder = ProgramBuilder(allowed_dtypes)
     first_dtype = draw(st.sampled_from(allowed_dtypes))
     draw_source(draw, builder, first_dtype, draw(shapes()))
@@ -469,7 +473,8 @@ def programs(draw: st.DrawFn, allowed_dtypes: tuple[DType, ...], max_calls: int 
         kind = draw(st.sampled_from(list(KINDS)))
         KINDS[kind](draw, builder, builder.pick(draw))
     last = len(builder.values) - 1
-    extra = draw(st.lists(st.integers(0, last), max_size=2, unique=True))
+    candidates = [index for index, node in enumerate(builder.program.nodes) if source_outputs or isinstance(node, Call)]
+    extra = draw(st.lists(st.sampled_from(candidates), max_size=2, unique=True)) if candidates else []
     outputs = tuple(dict.fromkeys([last, *extra]))
     builder.program.outputs = outputs
     return builder.program

@@ -1,0 +1,543 @@
+"""The benchmark suite (`python -m ember bench`): ember on each device next to PyTorch and numpy, in one run.
+
+Every case of BENCHMARKS.md is timed for each implementation in the same process (medians of N runs after
+warm-up; inputs are touched before timing), and the cold-start cases run in fresh processes with empty kernel
+caches. Results print as one table with speed ratios and can be written as JSON; `--compare a.json b.json` shows
+how two runs differ. This is a measuring script, never a test: nothing here fails on a slow number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+Runner = Callable[[], Any]  # one timed run; its return value is ignored
+
+
+@dataclass
+class Result:
+    """One implementation's timing of one case."""
+
+    case: str
+    implementation: str
+    metric: float | None  # in the case's unit; None if the implementation could not run
+    unit: str
+    higher_is_better: bool
+    median_seconds: float | None = None
+    runs: list[float] = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass
+class Case:
+    """A benchmark: how to build each implementation's runner, and how seconds become the reported metric."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    to_metric: Callable[[float], float]
+    builders: dict[str, Callable[[], Runner]]
+    inner_loops: int = 1  # a runner repeats the op this many times (per-op overhead cases)
+
+
+# ---- timing --------------------------------------------------------------------------------------------------------
+
+
+def measure(runner: Runner, repeats: int, warmup: int) -> list[float]:
+    """Seconds of each of `repeats` runs after `warmup` runs."""
+    for _ in range(warmup):
+        runner()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        runner()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def touched(array: np.ndarray) -> np.ndarray:
+    """The array with every page written once (first touches of fresh memory are slow on some VMs)."""
+    array.reshape(-1)[:: max(1, 4096 // array.itemsize)] += 0
+    return array
+
+
+# ---- implementations -------------------------------------------------------------------------------------------------
+
+
+def ember_runner(device: str, build: Callable[[Any], Callable[[], Any]]) -> Callable[[], Runner]:
+    """A runner that realizes ember tensors on `device` and waits for the device."""
+
+    def make() -> Runner:
+        import ember
+        from ember.scheduler.devices import get_device
+
+        target = get_device(device)
+        step = build(ember)
+
+        def run() -> None:
+            outputs = step()
+            ember.realize(*(outputs if isinstance(outputs, tuple) else (outputs,)))
+            target.synchronize()
+
+        return run
+
+    return make
+
+
+def torch_module() -> Any:
+    import torch
+
+    return torch
+
+
+def compiled(function: Callable[..., Any]) -> Callable[..., Any]:
+    """torch.compile of a function (raises if inductor cannot work here; the case then notes it)."""
+    return torch_module().compile(function)
+
+
+def matmul_case(size: int, devices: list[str], with_compile: bool) -> Case:
+    generator = np.random.default_rng(0)
+    a = touched(generator.standard_normal((size, size), dtype=np.float32))
+    b = touched(generator.standard_normal((size, size), dtype=np.float32))
+
+    def ember_build(device: str) -> Callable[[Any], Callable[[], Any]]:
+        def build(ember: Any) -> Callable[[], Any]:
+            x, y = ember.tensor(a, device=device), ember.tensor(b, device=device)
+            return lambda: x @ y
+
+        return build
+
+    def torch_build(use_compile: bool) -> Callable[[], Runner]:
+        def make() -> Runner:
+            torch = torch_module()
+            x, y = torch.from_numpy(a), torch.from_numpy(b)
+            function = compiled(torch.matmul) if use_compile else torch.matmul
+            return lambda: function(x, y)
+
+        return make
+
+    builders: dict[str, Callable[[], Runner]] = {f"ember {device}": ember_runner(device, ember_build(device)) for device in devices}
+    builders["torch"] = torch_build(False)
+    if with_compile:
+        builders["torch.compile"] = torch_build(True)
+    builders["numpy"] = lambda: (lambda: np.matmul(a, b))
+    return Case(f"matmul {size}x{size} f32", "GFLOP/s", True, lambda seconds: 2 * size**3 / seconds / 1e9, builders)
+
+
+def elementwise_case(count: int, devices: list[str], with_compile: bool) -> Case:
+    data = touched(np.random.default_rng(1).uniform(-1, 1, count).astype(np.float32))
+
+    def chain(x: Any) -> Any:
+        return ((x * 2 + 1).exp()).sqrt()
+
+    def ember_build(device: str) -> Callable[[Any], Callable[[], Any]]:
+        def build(ember: Any) -> Callable[[], Any]:
+            x = ember.tensor(data, device=device)
+            return lambda: chain(x)
+
+        return build
+
+    def torch_build(use_compile: bool) -> Callable[[], Runner]:
+        def make() -> Runner:
+            x = torch_module().from_numpy(data)
+            function = compiled(chain) if use_compile else chain
+            return lambda: function(x)
+
+        return make
+
+    builders: dict[str, Callable[[], Runner]] = {f"ember {device}": ember_runner(device, ember_build(device)) for device in devices}
+    builders["torch"] = torch_build(False)
+    if with_compile:
+        builders["torch.compile"] = torch_build(True)
+    builders["numpy"] = lambda: (lambda: np.sqrt(np.exp(data * 2 + 1)))
+    name = f"elementwise ((x*2+1).exp()).sqrt(), {count // 2**20}M f32" if count >= 2**20 else (
+        f"elementwise ((x*2+1).exp()).sqrt(), {count} f32")
+    return Case(name, "GB/s", True, lambda seconds: 2 * 4 * count / seconds / 1e9, builders)
+
+
+def softmax_case(size: int, devices: list[str], with_compile: bool) -> Case:
+    data = touched(np.random.default_rng(2).standard_normal((size, size), dtype=np.float32))
+
+    def ember_build(device: str) -> Callable[[Any], Callable[[], Any]]:
+        def build(ember: Any) -> Callable[[], Any]:
+            x = ember.tensor(data, device=device)
+            return lambda: x.softmax(-1)
+
+        return build
+
+    def torch_build(use_compile: bool) -> Callable[[], Runner]:
+        def make() -> Runner:
+            torch = torch_module()
+            x = torch.from_numpy(data)
+
+            def softmax(value: Any) -> Any:
+                return torch.softmax(value, -1)
+
+            function = compiled(softmax) if use_compile else softmax
+            return lambda: function(x)
+
+        return make
+
+    def numpy_softmax() -> None:
+        exponentials = np.exp(data - data.max(-1, keepdims=True))
+        exponentials / exponentials.sum(-1, keepdims=True)
+
+    builders: dict[str, Callable[[], Runner]] = {f"ember {device}": ember_runner(device, ember_build(device)) for device in devices}
+    builders["torch"] = torch_build(False)
+    if with_compile:
+        builders["torch.compile"] = torch_build(True)
+    builders["numpy"] = lambda: numpy_softmax
+    return Case(f"softmax last axis {size}x{size} f32", "GB/s", True, lambda s: 2 * 4 * size * size / s / 1e9, builders)
+
+
+MLP_SOURCE = """
+def build_ember_mlp(ember, device, batch, inputs, hidden, classes, seed):
+    import numpy as np
+    import ember.nn as nn
+    import ember.nn.functional as F
+    import ember.optim as optim
+    ember.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, classes)).to(device)
+    optimizer = optim.SGD(model.parameters(), lr=0.01)
+    generator = np.random.default_rng(seed)
+    x = ember.tensor(generator.standard_normal((batch, inputs), dtype=np.float32), device=device)
+    y = ember.tensor(generator.integers(0, classes, batch), device=device)
+
+    def step():
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return (loss, *model.parameters())
+
+    return step
+
+
+def build_torch_mlp(torch, batch, inputs, hidden, classes, seed, use_compile=False):
+    import numpy as np
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(inputs, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, classes))
+    forward = torch.compile(model) if use_compile else model
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    generator = np.random.default_rng(seed)
+    x = torch.from_numpy(generator.standard_normal((batch, inputs), dtype=np.float32))
+    y = torch.from_numpy(generator.integers(0, classes, batch))
+
+    def step():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(forward(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step
+"""
+_mlp_namespace: dict[str, Any] = {}
+exec(compile(MLP_SOURCE, "<ember.bench mlp>", "exec"), _mlp_namespace)  # the same code runs in cold-start processes
+
+
+def mlp_case(batch: int, devices: list[str], with_compile: bool) -> Case:
+    shape = (batch, 784, 512, 10, 0)
+
+    def ember_build(device: str) -> Callable[[Any], Callable[[], Any]]:
+        return lambda ember: _mlp_namespace["build_ember_mlp"](ember, device, *shape)
+
+    def torch_build(use_compile: bool) -> Callable[[], Runner]:
+        def make() -> Runner:
+            step = _mlp_namespace["build_torch_mlp"](torch_module(), *shape, use_compile=use_compile)
+            return lambda: step()
+
+        return make
+
+    builders: dict[str, Callable[[], Runner]] = {f"ember {device}": ember_runner(device, ember_build(device)) for device in devices}
+    builders["torch"] = torch_build(False)
+    if with_compile:
+        builders["torch.compile"] = torch_build(True)
+    return Case(f"MLP 784-512-10 SGD step, batch {batch}", "ms", False, lambda seconds: seconds * 1e3, builders)
+
+
+def overhead_case(devices: list[str], loops: int) -> Case:
+    data = np.ones(16, dtype=np.float32)
+
+    def ember_build(device: str) -> Callable[[], Runner]:
+        def make() -> Runner:
+            import ember
+            from ember.scheduler.devices import get_device
+
+            target = get_device(device)
+            x = ember.tensor(data, device=device)
+
+            def run() -> None:
+                for _ in range(loops):
+                    (x + 1).realize()
+                target.synchronize()
+
+            return run
+
+        return make
+
+    def torch_make() -> Runner:
+        x = torch_module().from_numpy(data)
+
+        def run() -> None:
+            for _ in range(loops):
+                x + 1
+
+        return run
+
+    def numpy_make() -> Runner:
+        def run() -> None:
+            for _ in range(loops):
+                data + 1
+
+        return run
+
+    builders: dict[str, Callable[[], Runner]] = {f"ember {device}": ember_build(device) for device in devices}
+    builders["torch"] = torch_make
+    builders["numpy"] = numpy_make
+    return Case("per-op overhead (x+1).realize(), 16 elements", "us", False, lambda s: s / loops * 1e6, builders)
+
+
+# ---- cold start (fresh processes, empty caches) -------------------------------------------------------------------
+
+COLD_GRAPH = """
+import json, os, sys, time
+start = time.perf_counter()
+import numpy as np
+import ember
+imported = time.perf_counter()
+device = sys.argv[1]
+x = ember.tensor(np.random.default_rng(0).standard_normal((64, 64), dtype=np.float32), device=device)
+w = ember.tensor(np.random.default_rng(1).standard_normal((64, 64), dtype=np.float32), device=device)
+h = (x @ w).relu().contiguous()              # kernel 1
+s = h.softmax(-1)                            # kernels 2-4 (max, sum of exponentials, normalize)
+out = (s * 2 + x).sum(0)                     # kernel 5
+with ember.profile() as profile:
+    first = time.perf_counter()
+    out.realize()
+    ember.scheduler.devices.get_device(device).synchronize()
+    done = time.perf_counter()
+print(json.dumps({"import": imported - start, "first": done - first, "kernels": len(profile.kernels)}))
+"""
+
+COLD_MLP = """
+import json, sys, time
+start = time.perf_counter()
+import ember
+from ember.bench import _mlp_namespace
+imported = time.perf_counter()
+device = sys.argv[1]
+step = _mlp_namespace["build_ember_mlp"](ember, device, int(sys.argv[2]), 784, 512, 10, 0)
+with ember.profile() as profile:
+    first = time.perf_counter()
+    ember.realize(*step())
+    ember.scheduler.devices.get_device(device).synchronize()
+    done = time.perf_counter()
+print(json.dumps({"import": imported - start, "first": done - first, "kernels": len(profile.kernels)}))
+"""
+
+COLD_TORCH_MLP = """
+import json, sys, time
+start = time.perf_counter()
+import torch
+from ember.bench import _mlp_namespace
+imported = time.perf_counter()
+step = _mlp_namespace["build_torch_mlp"](torch, int(sys.argv[2]), 784, 512, 10, 0)
+first = time.perf_counter()
+step()
+done = time.perf_counter()
+print(json.dumps({"import": imported - start, "first": done - first, "kernels": 0}))
+"""
+
+
+def cold_start(source: str, arguments: list[str]) -> dict[str, float]:
+    """Run a script in a fresh process with empty ember, PoCL and Mesa caches; its JSON report."""
+    with tempfile.TemporaryDirectory(prefix="ember-cold-") as folder:
+        environment = dict(os.environ)
+        environment.update({
+            "EMBER_CACHE_DIR": os.path.join(folder, "ember"), "POCL_CACHE_DIR": os.path.join(folder, "pocl"),
+            "MESA_SHADER_CACHE_DIR": os.path.join(folder, "mesa"), "XDG_CACHE_HOME": os.path.join(folder, "xdg"),
+        })
+        result = subprocess.run([sys.executable, "-c", source, *arguments], capture_output=True, text=True,
+                                env=environment, timeout=1800)
+        if result.returncode != 0:
+            raise RuntimeError(result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "failed")
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def cold_results(devices: list[str], batch: int, repeats: int) -> list[Result]:
+    """Cold-start cases: first realize of a 5-kernel graph, first MLP training step (ember and torch)."""
+    results = []
+    cases = [("cold start: first realize of a 5-kernel graph", COLD_GRAPH, devices, False),
+             (f"cold start: first MLP training step, batch {batch}", COLD_MLP, devices, True)]
+    for name, source, case_devices, with_torch in cases:
+        runs: list[tuple[str, list[str], str]] = [(f"ember {device}", [device, str(batch)], source) for device in case_devices]
+        if with_torch:
+            runs.append(("torch", ["cpu", str(batch)], COLD_TORCH_MLP))
+        for implementation, arguments, script in runs:
+            try:
+                reports = [cold_start(script, arguments) for _ in range(repeats)]
+            except Exception as error:  # noqa: BLE001 - a case that cannot run is reported, not fatal
+                results.append(Result(name, implementation, None, "ms", False, note=f"failed: {error}"))
+                continue
+            firsts = [report["first"] for report in reports]
+            median = statistics.median(firsts)
+            note = f"{reports[0]['kernels']} kernels; import {statistics.median(r['import'] for r in reports):.2f} s"
+            results.append(Result(name, implementation, median * 1e3, "ms", False, median, firsts,
+                                  note if implementation != "torch" else note.split("; ")[1]))
+    return results
+
+
+# ---- running and reporting ----------------------------------------------------------------------------------------
+
+
+def run_case(case: Case, repeats: int, warmup: int, log: Callable[[str], None]) -> list[Result]:
+    results = []
+    for implementation, builder in case.builders.items():
+        try:
+            runner = builder()
+            times = measure(runner, repeats, warmup)
+        except Exception as error:  # noqa: BLE001 - e.g. torch.compile without a working inductor here
+            message = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
+            results.append(Result(case.name, implementation, None, case.unit, case.higher_is_better,
+                                  note=f"failed: {type(error).__name__}: {message}"))
+            log(f"  {implementation:<16} failed: {message}")
+            continue
+        median = statistics.median(times)
+        results.append(Result(case.name, implementation, case.to_metric(median), case.unit, case.higher_is_better,
+                              median, times))
+        log(f"  {implementation:<16} {case.to_metric(median):12.3f} {case.unit}")
+    return results
+
+
+def speed_ratio(result: Result, baseline: Result | None) -> float | None:
+    """How many times faster result is than baseline (both in the case's unit)."""
+    if baseline is None or result.metric is None or baseline.metric is None or not baseline.metric or not result.metric:
+        return None
+    return result.metric / baseline.metric if result.higher_is_better else baseline.metric / result.metric
+
+
+def format_table(results: list[Result]) -> str:
+    """One row per case and implementation, with the speed of ember relative to torch, torch.compile and numpy."""
+    baselines = ("torch", "torch.compile", "numpy")
+    header = f"| {'case':<50} | {'implementation':<16} | {'value':>11} | {'unit':<7} | " + " | ".join(
+        f"{'vs ' + name:>16}" for name in baselines) + " | note"
+    lines = [header, "|" + "|".join("-" * (len(part) + 0) for part in header.split("|")[1:-1]) + "|---"]
+    for result in results:
+        same_case = {other.implementation: other for other in results if other.case == result.case}
+        ratios = []
+        for name in baselines:
+            ratio = speed_ratio(result, same_case.get(name)) if result.implementation.startswith("ember") else None
+            ratios.append(f"{ratio:>15.2f}x" if ratio is not None else " " * 16)
+        value = f"{result.metric:11.3f}" if result.metric is not None else f"{'n/a':>11}"
+        lines.append(f"| {result.case:<50} | {result.implementation:<16} | {value} | {result.unit:<7} | "
+                     + " | ".join(ratios) + f" | {result.note}")
+    return "\n".join(lines)
+
+
+def compare_files(first_path: str, second_path: str) -> str:
+    """A table of two JSON runs: each case and implementation in both, and how much faster the second is."""
+    with open(first_path) as file:
+        first = {(row["case"], row["implementation"]): row for row in json.load(file)["results"]}
+    with open(second_path) as file:
+        second_rows = json.load(file)["results"]
+    lines = [f"| {'case':<50} | {'implementation':<16} | {'first':>11} | {'second':>11} | {'unit':<7} | speedup",
+             "|" + "-" * 52 + "|" + "-" * 18 + "|" + "-" * 13 + "|" + "-" * 13 + "|" + "-" * 9 + "|--------"]
+    for row in second_rows:
+        before = first.get((row["case"], row["implementation"]))
+        if before is None:
+            continue
+        ratio = speed_ratio(Result(**row), Result(**before))
+        shown = f"{ratio:.2f}x" if ratio is not None else "n/a"
+        value = lambda entry: f"{entry['metric']:11.3f}" if entry["metric"] is not None else f"{'n/a':>11}"  # noqa: E731
+        lines.append(f"| {row['case']:<50} | {row['implementation']:<16} | {value(before)} | {value(row)} | "
+                     f"{row['unit']:<7} | {shown}")
+    return "\n".join(lines)
+
+
+def available_devices() -> list[str]:
+    """Every device that runs kernels (not the render-only dummy devices)."""
+    from ember.backends.registry import REGISTRY
+
+    found = []
+    for backend, devices in REGISTRY.available().items():
+        if backend != "dummy":
+            found.extend(device.name for device in devices[:1] if device.info.can_run)
+    return found
+
+
+CASE_NAMES = ("matmul", "elementwise", "softmax", "mlp", "overhead", "cold")
+
+
+def run_benchmarks(devices: list[str] | None = None, quick: bool = False, cases: tuple[str, ...] = CASE_NAMES,
+                   with_compile: bool | None = None, repeats: int | None = None,
+                   log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the suite; the results with a description of the machine and versions (what --json writes)."""
+    import ember
+    from ember.scheduler.devices import resolve_device
+
+    devices = [resolve_device(device) for device in devices] if devices else available_devices()
+    with_compile = (not quick) if with_compile is None else with_compile
+    repeats = repeats or (3 if quick else 10)
+    warmup = 1 if quick else 2
+    sizes = {"matmul": 64, "elementwise": 1 << 12, "softmax": 64, "batch": 16, "loops": 100} if quick else (
+        {"matmul": 1024, "elementwise": 1 << 24, "softmax": 4096, "batch": 256, "loops": 1000})
+    results: list[Result] = []
+    builders = {
+        "matmul": lambda: matmul_case(sizes["matmul"], devices, with_compile),
+        "elementwise": lambda: elementwise_case(sizes["elementwise"], devices, with_compile),
+        "softmax": lambda: softmax_case(sizes["softmax"], devices, with_compile),
+        "mlp": lambda: mlp_case(sizes["batch"], devices, with_compile),
+        "overhead": lambda: overhead_case(devices, sizes["loops"]),
+    }
+    for name in cases:
+        if name == "cold":
+            log("cold start (fresh processes, empty caches)")
+            results += cold_results(devices, sizes["batch"], 1 if quick else 3)
+            continue
+        case = builders[name]()
+        log(case.name)
+        results += run_case(case, repeats, warmup, log)
+    return {
+        "meta": {
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": quick, "repeats": repeats, "warmup": warmup,
+            "devices": devices, "python": platform.python_version(), "ember": ember.__version__,
+            "numpy": np.__version__, "torch": _torch_version(), "machine": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+        },
+        "results": [asdict(result) for result in results],
+    }
+
+
+def _torch_version() -> str:
+    try:
+        return torch_module().__version__
+    except ImportError:
+        return "not installed"
+
+
+def main_bench(devices: list[str] | None, quick: bool, json_path: str | None, compare: list[str] | None,
+               cases: list[str] | None = None, repeats: int | None = None) -> int:
+    """`python -m ember bench`: run and print the table (and write JSON), or compare two JSON runs."""
+    if compare:
+        print(compare_files(compare[0], compare[1]))
+        return 0
+    report = run_benchmarks(devices, quick, tuple(cases) if cases else CASE_NAMES, repeats=repeats)
+    print()
+    print(format_table([Result(**row) for row in report["results"]]))
+    if json_path:
+        with open(json_path, "w") as file:
+            json.dump(report, file, indent=2)
+        print(f"\nwrote {json_path}")
+    return 0

@@ -1,0 +1,1 @@
+"""Regression tests: each failure the fuzzer found, kept as a test."""
