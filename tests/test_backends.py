@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -282,6 +283,16 @@ def test_opencl_compile_error_names_the_source(opencl_device: str) -> None:
     device = REGISTRY.device(opencl_device)
     with pytest.raises(CompileError, match="undeclared_thing"):
         device.build("__kernel void broken(__global int* data0) { data0[0] = undeclared_thing; }\n")
+
+
+def test_opencl_builds_print_no_compiler_warnings(opencl_device: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    device = opencl.OpenCLDevice("opencl:warning-test", REGISTRY.device(opencl_device).cl_device)
+    source = "__kernel void warns(__global int* data0) { int unused; data0[0] = (3 == 0 || 3 == -1) ? 0 : 1; }\n"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        device.build(source)
 
 
 def test_opencl_probe_reasons(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -308,8 +308,8 @@ def write_cache_entry(path: Path, binary: bytes, launched: bool) -> None:
 
 
 def build_options(cl_device: Any) -> list[str]:
-    """Options that keep results IEEE-exact like the other backends (no fast math)."""
-    options = []
+    """IEEE-exact results like the other backends (no fast math); -w: generated code's warnings are not the user's."""
+    options = ["-w"]
     if cl_device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
         options.append("-cl-fp32-correctly-rounded-divide-sqrt")
     return options
