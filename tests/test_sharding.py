@@ -106,3 +106,21 @@ def test_matmul_sharded_over_two_and_three_c_devices() -> None:
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                             env={**__import__("os").environ, "EMBER_C_DEVICES": "3"}, timeout=300)
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr
+
+
+def test_automatic_sharding_splits_a_large_kernel_across_c_devices() -> None:
+    code = """
+        import numpy as np, ember as em
+        a = np.random.default_rng(0).standard_normal((1024, 64)).astype(np.float32)
+        b = np.random.default_rng(1).standard_normal((64, 1024)).astype(np.float32)
+        with em.profile() as record:
+            result = (em.tensor(a) @ em.tensor(b)).realize()
+        assert sorted({kernel.device for kernel in record.kernels}) == ["c:0", "c:1"], record
+        assert np.abs(result.numpy() - a @ b).max() < 1e-3
+        small = (em.tensor(a[:4]) * 2).realize()  # below the threshold: one device
+        print("ok")
+    """
+    environment = {**__import__("os").environ, "EMBER_C_DEVICES": "2", "EMBER_AUTO_SHARD": "1", "EMBER_BACKENDS": "c"}
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                            env=environment, timeout=300)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ember.backends.base import Device, Program
+from ember.backends.config import CONFIG
 from ember.core.dtype import DType
 from ember.core.graph import Node
 from ember.core.ops import Op
@@ -149,11 +150,15 @@ def compile_kernel(device: Device, kernel: Kernel) -> CompiledKernel:
     return compiled
 
 
-def realize_nodes(nodes: list[Node]) -> None:
+def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
     """Compute every unrealized node in `nodes` (and the stored nodes they need)."""
     pending = [node for node in nodes if not node.realized]
     if not pending:
         return
+    if CONFIG.auto_shard and allow_sharding:
+        pending = _shard_large_outputs(pending)
+        if not pending:
+            return
     items, graph_nodes = SCHEDULES.schedule(pending)
     _compile_ahead(items, graph_nodes)
     for record in profile.current():
@@ -182,6 +187,23 @@ def realize_nodes(nodes: list[Node]) -> None:
     for record in profile.current():
         for pool in pools:
             record.peak_bytes[pool.name] = max(record.peak_bytes.get(pool.name, 0), pool.peak_bytes)
+
+
+def _shard_large_outputs(pending: list[Node]) -> list[Node]:
+    """Compute large outputs split across every compute device (automatic sharding); return the rest."""
+    from ember.scheduler.auto_shard import compute_devices, shard_plan
+
+    devices = compute_devices()
+    remaining = []
+    for node in pending:
+        plan = shard_plan(node, devices)
+        if plan is None:
+            remaining.append(node)
+            continue
+        profile.debug_print(1, f"auto-shard: {node} across {', '.join(devices)}")
+        realize_nodes([plan], allow_sharding=False)
+        node.become_buffer(plan.buffer)
+    return remaining
 
 
 def _item_nodes(item: CachedKernel | CachedCopy) -> tuple[int, ...]:
