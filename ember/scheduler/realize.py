@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends.base import Device, Program
+from ember.backends.base import COMPLETED, Device, Event, Program
 from ember.backends.config import CONFIG
 from ember.core.dtype import DType
 from ember.core.graph import Node
@@ -26,7 +26,7 @@ from ember.scheduler.schedule import SCHEDULES, CachedCopy, CachedKernel
 class Buffer:
     """Memory for one realized node, in one device's pool; released when the last node holding it is gone."""
 
-    __slots__ = ("device", "pool", "handle", "nbytes", "dtype", "size", "device_name")
+    __slots__ = ("device", "pool", "handle", "nbytes", "dtype", "size", "device_name", "event")
 
     def __init__(self, device: Device, size: int, dtype: DType, handle: Any = None) -> None:
         """Allocate from the device's pool, or adopt `handle` (memory the pool did not allocate, e.g. a mapping)."""
@@ -36,6 +36,7 @@ class Buffer:
         self.size = size
         self.dtype = dtype
         self.nbytes = size * dtype.itemsize
+        self.event: Event = COMPLETED  # the launch that writes this buffer; readers on other queues wait for it
         if handle is None:
             self.handle = self.pool.allocate(self.nbytes)
         else:
@@ -236,7 +237,9 @@ def _run_kernel(output: Node, kernel: Kernel, inputs: list[Node]) -> None:
             handles: list[Any] = [buffer.handle, *(node.buffer.handle for node in inputs)]
             timed = bool(profile.current()) or profile.DebugLevel.value >= 2
             start = time.perf_counter() if timed else 0.0
-            event = compiled.program(handles, compiled.ir.global_size)
+            pending = tuple(node.buffer.event for node in inputs if not node.buffer.event.done)
+            event = compiled.program(handles, compiled.ir.global_size, pending)
+            buffer.event = event
             if timed:
                 event.wait()
                 seconds = time.perf_counter() - start
