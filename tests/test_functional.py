@@ -349,3 +349,24 @@ def test_loss_errors(device: str) -> None:
         F.mse_loss(logits, em.ones(2, 4, device=device))
     with pytest.raises(em.DTypeError, match="floating point input, got int64"):
         F.l1_loss(em.ones(2, dtype=em.int64, device=device), em.ones(2, dtype=em.int64, device=device))
+
+
+def test_zero_size_inputs_and_pad(device: str) -> None:
+    empty, tempty = pair(np.zeros((0, 5), np.float32), device)
+    no_targets, tno_targets = pair(np.zeros((0,), np.int64), device)
+    assert_close(empty.layer_norm(5), TF.layer_norm(tempty, (5,)))
+    assert_close(F.cross_entropy(empty, no_targets), TF.cross_entropy(tempty, tno_targets))  # mean of nothing: nan
+    assert_close(F.cross_entropy(empty, no_targets, reduction="sum"),
+                 TF.cross_entropy(tempty, tno_targets, reduction="sum"))
+    assert_close(F.mse_loss(empty, empty), TF.mse_loss(tempty, tempty))
+    assert_close(F.embedding(no_targets, em.ones(3, 2, device=device)), TF.embedding(tno_targets, torch.ones(3, 2)))
+    query, tquery = pair(random_array((2, 4)), device)
+    assert_close(F.scaled_dot_product_attention(query, empty[:, :4], empty[:, :2]),  # no keys: zeros
+                 TF.scaled_dot_product_attention(tquery, tempty[:, :4], tempty[:, :2]))
+    assert_close(F.scaled_dot_product_attention(empty[:, :4], query, query), TF.scaled_dot_product_attention(
+        tempty[:, :4], tquery, tquery))
+    x, tx = pair(random_array((1, 2, 3, 4)), device)
+    assert_close(F.pad(x, (1, 2)), TF.pad(tx, (1, 2)))
+    assert_close(F.pad(x, (1, 0, 0, 2), value=-1.5), TF.pad(tx, (1, 0, 0, 2), value=-1.5))
+    for mode in ("reflect", "replicate", "circular"):
+        assert_close(F.pad(x, (2, 1, 1, 2), mode=mode), TF.pad(tx, (2, 1, 1, 2), mode=mode))

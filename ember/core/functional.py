@@ -342,6 +342,8 @@ class FunctionalOps:
                     f"scaled_dot_product_attention: expected attn_mask dtype to be bool or float, got "
                     f"{attn_mask.dtype.name}"
                 )
+        if source_length == 0:
+            return scores.matmul(value)  # no keys: zeros, like torch
         maximum = scores.amax(-1, keepdim=True)
         maximum = (maximum == -math.inf).where(0.0, maximum)  # a fully masked row: exp(-inf) = 0 everywhere
         exponentials = (scores - maximum).exp()
