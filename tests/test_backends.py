@@ -161,6 +161,29 @@ def test_opencl_wide_integers_and_doubles(opencl_device: str) -> None:
     assert_close(em.tensor(bits, device=opencl_device).bitcast(em.float32), torch.tensor(bits).view(torch.float32))
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_opencl_signed_overflow_wraps_like_torch(opencl_device: str, dtype: type) -> None:
+    """OpenCL C has no -fwrapv; the renderer wraps signed arithmetic itself where the IR cannot bound it."""
+    info = np.iinfo(dtype)
+    x, tx = pair(np.array([info.max, info.min, 5, 0, -7], dtype), opencl_device)
+    assert_close((x + 1) < x, (tx + 1) < tx)
+    assert_close(x * 3 - x.flip(0), tx * 3 - tx.flip(0))
+    assert_close(-x, -tx)
+    assert_close(x // -1, tx // -1)
+    assert_close(x * 2 // 2, tx * 2 // 2)
+    assert_close(x.sum(), tx.sum())
+
+
+def test_opencl_index_math_stays_plain() -> None:
+    """Index arithmetic whose IR bounds fit in int32 is rendered without the wrapping casts (it vectorizes better)."""
+    device = REGISTRY.device("dummy:0")
+    device.clear()
+    x = em.tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device="dummy:0")
+    x.permute(1, 0).flip(0).sum(1).realize()
+    source = opencl.OpenCLRenderer().render(device.kernels[-1])
+    assert "(uint)" not in source and "gid" in source and "loop" in source
+
+
 def test_opencl_launches_are_asynchronous_and_reads_wait(opencl_device: str) -> None:
     device = REGISTRY.device(opencl_device)
     start = random_array((4096,))
