@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -190,6 +191,72 @@ FUNCTIONAL = [
 ]
 
 CASES = ELEMENTWISE + REDUCTIONS + MOVEMENT + LINALG + FUNCTIONAL
+
+# Values where a composition can divide 0 by 0 or overflow in its backward graph even though the function is smooth
+# there: zero, tiny, moderate and large magnitudes of both signs. Kinks (relu at 0, ...) are not included.
+SPECIAL_VALUES = [0.0, 1e-9, -1e-9, 1e-4, -1e-4, 0.5, -0.5, 1.0, -1.0, 3.0, -3.0, 17.0, -17.0, 30.0, -30.0, 90.0, -90.0]
+POSITIVE = [value for value in SPECIAL_VALUES if value > 0]
+
+# (name, function on ember and torch tensors or an (ember, torch) pair, the values to use)
+SMOOTH_AT_SPECIAL_VALUES = [
+    ("exp", lambda x: x.exp(), [value for value in SPECIAL_VALUES if value < 80]),
+    ("expm1", lambda x: x.expm1(), [value for value in SPECIAL_VALUES if value < 80]),
+    ("log", lambda x: x.log(), POSITIVE),
+    ("log1p", lambda x: x.log1p(), [value for value in SPECIAL_VALUES if value > -1]),
+    ("sqrt", lambda x: x.sqrt(), POSITIVE),
+    ("pow_2_5", lambda x: x**2.5, POSITIVE + [0.0]),
+    ("pow_3", lambda x: x**3, SPECIAL_VALUES[:13]),
+    ("sin", lambda x: x.sin(), SPECIAL_VALUES),
+    ("cos", lambda x: x.cos(), SPECIAL_VALUES),
+    ("tanh", lambda x: x.tanh(), SPECIAL_VALUES),
+    ("sigmoid", lambda x: x.sigmoid(), SPECIAL_VALUES),
+    ("softplus", (lambda x: x.softplus(), F.softplus), SPECIAL_VALUES[1:]),
+    ("logsigmoid", (lambda x: x.logsigmoid(), F.logsigmoid), SPECIAL_VALUES),
+    ("silu", (lambda x: x.silu(), F.silu), SPECIAL_VALUES),
+    ("gelu", (lambda x: x.gelu(), F.gelu), SPECIAL_VALUES),
+    ("gelu_tanh", (lambda x: x.gelu("tanh"), lambda x: F.gelu(x, approximate="tanh")), SPECIAL_VALUES),
+    ("mish", (lambda x: x.mish(), F.mish), SPECIAL_VALUES),
+    ("elu", (lambda x: x.elu(), F.elu), SPECIAL_VALUES[1:]),
+    ("selu", (lambda x: x.selu(), F.selu), SPECIAL_VALUES[1:]),
+    ("erf", lambda x: x.erf(), SPECIAL_VALUES),
+    ("softsign", (lambda x: x.softsign(), F.softsign), SPECIAL_VALUES[1:]),
+    ("log_softmax", lambda x: x.log_softmax(0), SPECIAL_VALUES),
+    ("softmax", lambda x: x.softmax(0), SPECIAL_VALUES[:13]),
+    ("logsumexp", lambda x: x.logsumexp(0), SPECIAL_VALUES),
+    ("norm", lambda x: x.norm(), SPECIAL_VALUES[:13]),
+]
+
+
+# Known bugs in core compositions (not in the backward rules): a guarded branch still sends 0 * inf or 0 * NaN back.
+_NAN_GRADIENT = "core: the composition's backward graph gives NaN here ({}); torch gives a finite gradient"
+KNOWN_BAD_AT_SPECIAL_VALUES = {
+    "expm1": _NAN_GRADIENT.format("Kahan's (u - 1) * x / log(u) at x = 0 and |x| = 1e-9"),
+    "log1p": _NAN_GRADIENT.format("Kahan's log(u) * x / (u - 1) at x = 0 and |x| = 1e-9"),
+    "tanh": _NAN_GRADIENT.format("at x = 0 and |x| = 1e-9"),
+    "gelu_tanh": _NAN_GRADIENT.format("tanh at 0"),
+    "elu": _NAN_GRADIENT.format("expm1 near 0, and the unselected expm1 branch overflowing at x = 90"),
+    "selu": _NAN_GRADIENT.format("as elu"),
+    "softplus": _NAN_GRADIENT.format("log1p of a tiny exp(-|x|) at |x| >= 17"),
+    "logsigmoid": _NAN_GRADIENT.format("as softplus; and 1.0 instead of 0.5 at x = 0"),
+    "mish": _NAN_GRADIENT.format("softplus at |x| >= 17"),
+    "sigmoid": "core: sigmoid's gradient at x = 0 is -0.25 (torch 0.25): the x >= 0 branch and abs disagree at 0",
+    "pow_2_5": "core: x ** 2.5 has gradient 0 at x = 1 (the base == 1 special case is a constant) and NaN at x = 0",
+}
+
+
+def _special_value_params() -> list[Any]:
+    params = []
+    for name, function, values in SMOOTH_AT_SPECIAL_VALUES:
+        reason = KNOWN_BAD_AT_SPECIAL_VALUES.get(name)
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        params.append(pytest.param(name, function, values, id=name, marks=marks))
+    return params
+
+
+@pytest.mark.parametrize("name, function, values", _special_value_params())
+def test_gradient_at_special_values(name: str, function: Any, values: list[float], device: str) -> None:
+    ember_function, torch_function = function if isinstance(function, tuple) else (function, function)
+    check_gradients(Case(name, ember_function, [], torch_function=torch_function, data=[values], atol=1e-6), device)
 
 
 @pytest.mark.parametrize("case", [pytest.param(case, id=case.name, marks=case.marks) for case in CASES])
