@@ -280,6 +280,20 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
     def __hash__(self) -> int:
         return id(self)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Tensor:
+        """A leaf with the same values (graph nodes are immutable values, so it shares this one's node)."""
+        from copy import deepcopy
+
+        copied = type(self).__new__(type(self))
+        copied._initialize(self.node, self._requires_grad)
+        memo[id(self)] = copied
+        if self.grad is not None:
+            copied.grad = deepcopy(self.grad, memo)
+        return copied
+
+    def __reduce__(self) -> Any:
+        raise TypeError("ember tensors cannot be pickled; save tensors with ember.io.save_safetensors instead")
+
     def to(self, *args: Any, **kwargs: Any) -> Tensor:
         """`to(dtype)`, `to(device)` or `to(device, dtype)`, like torch.Tensor.to."""
         from ember.core.creation import parse_to_arguments

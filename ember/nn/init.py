@@ -42,10 +42,13 @@ def _fan(tensor: Tensor, mode: str) -> int:
 
 
 def _write(tensor: Tensor, value: Tensor) -> Tensor:
-    """Give `tensor` the new value without recording a gradient (the value stays lazy until first used)."""
+    """Give `tensor` the new value without recording a gradient, computed now.
+
+    Realizing at once keeps the random-number graph out of every kernel that later reads the parameter.
+    """
     with no_grad():
         tensor.assign(value.detach())
-    return tensor
+    return tensor.realize()
 
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Any = None) -> Tensor:

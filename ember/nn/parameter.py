@@ -29,9 +29,6 @@ class Parameter(Tensor):
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
 
-    def __reduce__(self) -> Any:
-        raise TypeError("ember tensors cannot be pickled; save a state_dict with ember.io.save_safetensors instead")
-
 
 def _default_float() -> Any:
     from ember.core import dtype as dtypes

@@ -16,28 +16,39 @@ from ember.nn.module import Module
 GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
 
+def _boundary(tensor: Tensor) -> Tensor:
+    """Store `tensor` (and its gradient, in backward) in a buffer of its own.
+
+    A recurrence otherwise fuses every earlier time step into each kernel, in forward and in backward; with a
+    boundary per step, kernels stay small and every step reuses the same compiled kernels.
+    """
+    stored = tensor.contiguous()
+    if stored.requires_grad:
+        stored.register_hook(lambda gradient: gradient.contiguous())
+    return stored
+
+
 def _cell_step(mode: str, input_part: Tensor, hidden: Tensor, cell: Tensor | None, weight_hh: Tensor,
                bias_hh: Tensor | None, weight_hr: Tensor | None) -> tuple[Tensor, Tensor | None]:
     """One time step: input_part is x @ W_ih^T + b_ih already. Gate order as torch: LSTM i,f,g,o; GRU r,z,n."""
-    hidden_part = F.linear(hidden, weight_hh, bias_hh)
+    hidden_part = _boundary(F.linear(hidden, weight_hh, bias_hh))
     if mode == "LSTM":
-        gates = input_part + hidden_part
+        gates = _boundary(input_part + hidden_part)
         input_gate, forget_gate, cell_gate, output_gate = gates.chunk(4, -1)
-        new_cell = forget_gate.sigmoid() * cell + input_gate.sigmoid() * cell_gate.tanh()
-        new_cell = new_cell.contiguous()  # a kernel boundary per step: the recurrence never recomputes old steps
+        new_cell = _boundary(forget_gate.sigmoid() * cell + input_gate.sigmoid() * cell_gate.tanh())
         new_hidden = output_gate.sigmoid() * new_cell.tanh()
         if weight_hr is not None:
             new_hidden = F.linear(new_hidden, weight_hr)
-        return new_hidden.contiguous(), new_cell
+        return _boundary(new_hidden), new_cell
     if mode == "GRU":
-        input_reset, input_update, input_new = input_part.chunk(3, -1)
+        input_reset, input_update, input_new = _boundary(input_part).chunk(3, -1)
         hidden_reset, hidden_update, hidden_new = hidden_part.chunk(3, -1)
         reset = (input_reset + hidden_reset).sigmoid()
         update = (input_update + hidden_update).sigmoid()
         new = (input_new + reset * hidden_new).tanh()
-        return ((1 - update) * new + update * hidden).contiguous(), None
+        return _boundary((1 - update) * new + update * hidden), None
     total = input_part + hidden_part
-    return (total.tanh() if mode == "RNN_TANH" else total.relu()).contiguous(), None
+    return _boundary(total.tanh() if mode == "RNN_TANH" else total.relu()), None
 
 
 class RNNBase(Module):
