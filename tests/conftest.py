@@ -42,3 +42,9 @@ def device(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     em.manual_seed(0)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from tests import kernel_recorder  # every kernel of the session is assembled by ptxas at the end
+
+    config.pluginmanager.register(kernel_recorder, "ember-ptx-check")

@@ -2,10 +2,10 @@
 
 A renderer calls `expand_math(kernel, wanted)` before rendering: every EXP2/LOG2/SIN node whose (op, dtype) is in
 `wanted` is replaced by a polynomial after range reduction, written with ADD/MUL/TRUNC/BITCAST/shifts only, so the
-same expansion runs (and is tested) on the C backend. Accuracy, measured against numpy in tests/test_wgpu.py:
-exp2 and log2 within a few ulp over the whole range; sin within a few ulp for |x| < 8192 (float32) and
-|x| < 1e6 (float64); beyond, the error grows until the result is meaningless (but stays in [-1, 1]): the
-reduction is Cody-Waite's, without Payne-Hanek's.
+same expansion runs (and is tested) on the C backend. Accuracy, measured against numpy in tests/test_ptx.py:
+exp2 and log2 within 3 ulp over the whole range (subnormals included); sin within 3 ulp for |x| < 2 and within
+2 ulp of 1.0 (absolute) for |x| < 8192 (float32) or 1e6 (float64); beyond, the error grows until the result is
+meaningless (but stays in [-1, 1]): the reduction is Cody-Waite's, without Payne-Hanek's.
 """
 
 from __future__ import annotations

@@ -578,15 +578,16 @@ def ptxas_path() -> str | None:
     return shutil.which("ptxas")
 
 
-def assemble(source: str, target: str) -> bytes:
-    """Assemble PTX for one architecture with `ptxas`; raise CompileError with its messages on failure."""
+def assemble(source: str, target: str, optimization: int = 3) -> bytes:
+    """Assemble PTX for one architecture with `ptxas`; raise CompileError with its messages on failure.
+    (Level 0 checks the same rules about twice as fast.)"""
     executable = ptxas_path()
     if executable is None:
         raise CompileError("ptxas is not on PATH (it comes with the CUDA toolkit)")
     with tempfile.TemporaryDirectory(prefix="ember-ptx-") as work:
         source_path, output = Path(work, "kernel.ptx"), Path(work, "kernel.cubin")
         source_path.write_text(source)
-        result = subprocess.run([executable, f"-arch={target}", "-o", str(output), str(source_path)],
+        result = subprocess.run([executable, f"-arch={target}", f"-O{optimization}", "-o", str(output), str(source_path)],
                                 capture_output=True, text=True)
         if result.returncode != 0:
             numbered = "\n".join(f"{number:5} {line}" for number, line in enumerate(source.splitlines(), 1))

@@ -1,0 +1,142 @@
+"""A pytest plugin: every kernel the test session compiles (on any device) is rendered to PTX at the end of the
+session and assembled with `ptxas` for sm_75, sm_80 and sm_90, many kernels per ptxas call.
+
+There is no GPU in CI, so this is how every kernel the op suite produces is checked to give valid PTX. On when
+ptxas is on PATH; EMBER_PTX_CHECK=0 turns it off. A kernel ptxas rejects fails the session (exit status 1) and is
+printed with ptxas's message; the summary line gives the number of kernels assembled.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ember.backends import ptx
+from ember.backends.base import DeviceInfo
+from ember.core.errors import CompileError
+from ember.core.dtype import DTYPES_BY_NAME, DType
+from ember.ir.kernel import Kernel, KernelStep
+
+DIRECTORY_VARIABLE = "EMBER_PTX_RECORD_DIR"
+KERNELS_PER_MODULE = 150
+_recorded: set[Kernel] = set()
+
+
+def enabled() -> bool:
+    return os.environ.get("EMBER_PTX_CHECK", "1") not in ("", "0") and ptx.ptxas_path() is not None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not enabled():
+        return
+    if DIRECTORY_VARIABLE not in os.environ:  # the controller (or a run without xdist); workers inherit it
+        os.environ[DIRECTORY_VARIABLE] = tempfile.mkdtemp(prefix="ember-ptx-kernels-")
+    from ember.scheduler import realize
+
+    original = realize.compile_kernel
+    if getattr(original, "records_kernels", False):
+        return
+
+    def recording(device: Any, kernel: Kernel) -> Any:
+        compiled = original(device, kernel)
+        _recorded.add(kernel)
+        return compiled
+
+    recording.records_kernels = True  # type: ignore[attr-defined]
+    realize.compile_kernel = recording
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if not enabled():
+        return
+    directory = Path(os.environ[DIRECTORY_VARIABLE])
+    worker = getattr(session.config, "workerinput", None)
+    if worker is not None:  # an xdist worker hands its kernels to the controller
+        (directory / f"kernels-{worker['workerid']}.pkl").write_bytes(pickle.dumps([_encode(k) for k in _recorded]))
+        return
+    kernels = set(_recorded)
+    for path in directory.glob("kernels-*.pkl"):
+        kernels |= {_decode(kernel) for kernel in pickle.loads(path.read_bytes())}
+        path.unlink()
+    if not kernels:
+        return
+    start = time.perf_counter()
+    failures = assemble_all(sorted(kernels, key=repr))
+    seconds = time.perf_counter() - start
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    targets = ", ".join(ptx.ASSEMBLY_TARGETS)
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(f"PTX check: {len(kernels)} kernels of this session rendered to PTX and assembled by "
+                            f"ptxas for {targets} in {seconds:.1f} s; {len(failures)} rejected")
+        for failure in failures[:10]:
+            reporter.write_line(failure, red=True)
+    if failures:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _encode(value: Any) -> Any:
+    """A kernel with each DType replaced by its name (dtypes compare by identity, which pickling loses)."""
+    if isinstance(value, DType):
+        return ("__dtype__", value.name)
+    if isinstance(value, KernelStep):
+        return KernelStep(*(_encode(field) for field in value))
+    if isinstance(value, Kernel):
+        return Kernel(tuple(_encode(step) for step in value.steps), value.input_sizes)
+    if isinstance(value, tuple):
+        return tuple(_encode(item) for item in value)
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == "__dtype__":
+        return DTYPES_BY_NAME[value[1]]
+    if isinstance(value, KernelStep):
+        return KernelStep(*(_decode(field) for field in value))
+    if isinstance(value, Kernel):
+        return Kernel(tuple(_decode(step) for step in value.steps), value.input_sizes)
+    if isinstance(value, tuple):
+        return tuple(_decode(item) for item in value)
+    return value
+
+
+def assemble_all(kernels: list[Kernel]) -> list[str]:
+    """Render each kernel's PTX and assemble them in modules of many entries; the messages of rejected ones."""
+    from ember.ir.opt import build_kernel_ir
+
+    renderer = ptx.PTXRenderer()
+    info = DeviceInfo()
+    entries, failures = [], []
+    for number, kernel in enumerate(kernels):
+        try:
+            entries.append(renderer.render_entry(build_kernel_ir(kernel, f"kernel{number}", info)))
+        except Exception as error:  # noqa: BLE001 - reported with the kernel that caused it
+            failures.append(f"rendering PTX failed ({type(error).__name__}: {error}) for {kernel!r}")
+    modules = [entries[start:start + KERNELS_PER_MODULE] for start in range(0, len(entries), KERNELS_PER_MODULE)]
+    jobs = [(module, target) for module in modules for target in ptx.ASSEMBLY_TARGETS]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        for messages in pool.map(lambda job: _assemble_module(*job, renderer), jobs):
+            failures.extend(messages)
+    return failures
+
+
+def _assemble_module(entries: list[str], target: str, renderer: ptx.PTXRenderer) -> list[str]:
+    try:
+        ptx.assemble(ptx.module_of(entries, renderer), target, optimization=0)
+        return []
+    except CompileError:
+        pass
+    messages = []  # find the entries ptxas rejects, one by one
+    for entry in entries:
+        try:
+            ptx.assemble(ptx.module_of([entry], renderer), target, optimization=0)
+        except CompileError as error:
+            messages.append(str(error)[:4000])
+    return messages

@@ -1,0 +1,310 @@
+"""The cuda backend without a GPU: PTX of every primitive op and dtype assembled by ptxas (sm_75, sm_80, sm_90),
+the driver-API code path run against a fake driver that executes the PTX in tests/ptx_simulator.py, the
+unavailable reason, and the float64/float32 math expansions the PTX renderer relies on (checked on the C backend).
+The PTX of every kernel the whole test session compiles is assembled too, by tests/kernel_recorder.py."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import ember as em
+from ember.backends import cuda, ptx
+from ember.backends.c import CDevice
+from ember.backends.libm import expand_math
+from ember.backends.registry import REGISTRY
+from ember.core import dtype as dtypes
+from ember.core.dtype import DType
+from ember.core.errors import BackendUnavailable
+from ember.core.ops import BINARY_OPS, FLOAT_ONLY_OPS, INT_ONLY_OPS, Op
+from ember.ir.ir import Builder, BufferParam, IRNode, KernelIR
+from tests.helpers import assert_close, random_array
+from tests.ptx_simulator import Machine, Module
+
+needs_ptxas = pytest.mark.skipif(ptx.ptxas_path() is None, reason="ptxas (CUDA toolkit) is not on PATH")
+ALL = dtypes.ALL_DTYPES
+
+
+# ---- kernels built directly in the IR: one per (op, dtype) ------------------------------------------------------
+
+
+def _kernel(name: str, output: DType, inputs: list[DType], body: Any, index_dtype: DType = dtypes.int32,
+            size: int = 7) -> KernelIR:
+    builder = Builder()
+    gid = builder.global_id(size, index_dtype)
+    valid = builder.less(gid, size - 1)
+    loads = [builder.load(builder.param(position + 1, dtype, False), gid, valid if position == 0 else None)
+             for position, dtype in enumerate(inputs)]
+    value = body(builder, loads)
+    sink = builder.sink([builder.store(builder.param(0, output, True), gid, value)])
+    params = [BufferParam(0, output, size, True)] + [BufferParam(i + 1, d, size, False) for i, d in enumerate(inputs)]
+    return KernelIR(name, params, size, sink, index_dtype)
+
+
+def _accepts(op: Op, dtype: DType) -> bool:
+    if op in FLOAT_ONLY_OPS:
+        return dtype.is_float
+    if op in INT_ONLY_OPS:
+        return dtype.is_int
+    if op in (Op.NEG, Op.SUB):
+        return not dtype.is_bool
+    return True
+
+
+def every_op_kernel() -> list[KernelIR]:
+    """Each elementwise op on each dtype it accepts, every cast and bitcast, and each reduce."""
+    kernels: list[KernelIR] = []
+
+    def add(output: DType, inputs: list[DType], body: Any, index_dtype: DType = dtypes.int32) -> None:
+        kernels.append(_kernel(f"k{len(kernels)}", output, inputs, body, index_dtype))
+
+    for dtype in ALL:
+        compute = dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
+        for op in (Op.NEG, Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC, Op.NOT):
+            if _accepts(op, dtype) and not (op is Op.NOT and dtype.is_float):
+                add(compute, [compute], lambda b, x, op=op, compute=compute: b.alu(op, compute, x[0]))
+        for op in BINARY_OPS:
+            if _accepts(op, dtype) and not (op in (Op.AND, Op.OR, Op.XOR) and dtype.is_float):
+                result = dtypes.bool_ if op in (Op.CMPLT, Op.CMPEQ) else compute
+                add(result, [compute, compute], lambda b, x, op=op, result=result: b.alu(op, result, x[0], x[1]))
+        add(compute, [dtypes.bool_, compute, compute], lambda b, x, compute=compute: b.alu(Op.WHERE, compute, *x))
+        add(dtype, [dtype], lambda b, x: x[0])  # load and store of the storage type
+        for op in (Op.SUM, Op.PROD, Op.REDUCE_MAX):
+            def reduce(b: Builder, x: list[IRNode], op: Op = op, compute: DType = compute) -> IRNode:
+                loop = b.new_range(5, dtypes.int32)
+                return b.reduce(op, b.alu(Op.ADD, compute, x[0], b.alu(Op.CAST, compute, loop)) if compute !=
+                                dtypes.bool_ else x[0], (loop,))
+            add(compute, [compute], reduce)
+    for source, target in itertools.product(ALL, ALL):
+        add(target, [source], lambda b, x, target=target: b.alu(Op.CAST, target, x[0]))
+        if source.itemsize == target.itemsize and source != target and dtypes.bool_ not in (source, target):
+            add(target, [source], lambda b, x, target=target: b.alu(Op.BITCAST, target, x[0]))
+    add(dtypes.float32, [dtypes.float32], lambda b, x: b.alu(Op.ADD, dtypes.float32, x[0], x[0]), dtypes.int64)
+    return kernels
+
+
+@needs_ptxas
+def test_every_primitive_op_and_dtype_assembles_for_each_architecture() -> None:
+    renderer = ptx.PTXRenderer()
+    kernels = every_op_kernel()
+    module = ptx.module_of([renderer.render_entry(kernel) for kernel in kernels], renderer)
+    for target in ptx.ASSEMBLY_TARGETS:
+        assert ptx.assemble(module, target, optimization=0)
+    assert len(kernels) > 400
+
+
+@needs_ptxas
+def test_dummy_ptx_device_renders_and_assembles_each_kernel() -> None:
+    device = REGISTRY.device("dummy:ptx")
+    assert device.info.extra["compile_check"] == "yes" and not device.info.can_run
+    device.clear()
+    x = em.tensor(random_array((3, 17)), device="dummy:ptx")
+    (x.softmax(-1) @ x.T).realize()
+    names = [name for name, _ in device.rendered]
+    assert names and all(source.startswith("//\n// Generated by ember") for _, source in device.rendered)
+    assert all(".target sm_75" in source for _, source in device.rendered)
+
+
+def test_targets_name_the_ptx_version_they_need() -> None:
+    assert ".version 7.5\n.target sm_75" in ptx.PTXRenderer("sm_75").header()
+    assert ".version 7.8\n.target sm_90" in ptx.PTXRenderer("sm_90").header()
+    assert ptx.float_bits(math.nan, dtypes.float32) == "0f7FC00000"
+    assert ptx.float_bits(-0.0, dtypes.float64) == "0d8000000000000000"
+
+
+# ---- the driver-API code path, with a fake driver that runs the PTX in the simulator ----------------------------
+
+
+class FakeDriver:
+    """cuda-python's driver calls ember uses, each returning (status, values...); launches run the simulator."""
+
+    CUdevice_attribute = SimpleNamespace(**{f"CU_DEVICE_ATTRIBUTE_{name}": name for name in (
+        "COMPUTE_CAPABILITY_MAJOR", "COMPUTE_CAPABILITY_MINOR", "MULTIPROCESSOR_COUNT", "MAX_THREADS_PER_BLOCK",
+        "MAX_SHARED_MEMORY_PER_BLOCK")})
+    ATTRIBUTES = {"COMPUTE_CAPABILITY_MAJOR": 8, "COMPUTE_CAPABILITY_MINOR": 6, "MULTIPROCESSOR_COUNT": 4,
+                  "MAX_THREADS_PER_BLOCK": 1024, "MAX_SHARED_MEMORY_PER_BLOCK": 49152}
+
+    def __init__(self) -> None:
+        self.memory: dict[int, np.ndarray] = {}
+        self.modules: list[str] = []
+        self.launches: list[tuple[int, int]] = []
+        self.next_pointer = 0x1000
+
+    def cuInit(self, flags: int) -> tuple:  # noqa: N802 - the driver's names
+        return (0,)
+
+    def cuDeviceGetCount(self) -> tuple:  # noqa: N802
+        return 0, 1
+
+    def cuDeviceGet(self, ordinal: int) -> tuple:  # noqa: N802
+        return 0, ordinal
+
+    def cuDevicePrimaryCtxRetain(self, device: int) -> tuple:  # noqa: N802
+        return 0, "context"
+
+    def cuCtxSetCurrent(self, context: Any) -> tuple:  # noqa: N802
+        return (0,)
+
+    def cuStreamCreate(self, flags: int) -> tuple:  # noqa: N802
+        return 0, "stream"
+
+    def cuDeviceGetAttribute(self, attribute: str, device: int) -> tuple:  # noqa: N802
+        return 0, self.ATTRIBUTES[attribute]
+
+    def cuDeviceGetName(self, length: int, device: int) -> tuple:  # noqa: N802
+        return 0, b"Simulated GPU\0\0"
+
+    def cuMemAlloc(self, nbytes: int) -> tuple:  # noqa: N802
+        pointer = self.next_pointer
+        self.next_pointer += nbytes + 256
+        self.memory[pointer] = np.zeros(nbytes, dtype=np.uint8)
+        return 0, pointer
+
+    def cuMemFree(self, pointer: int) -> tuple:  # noqa: N802
+        del self.memory[pointer]
+        return (0,)
+
+    def cuMemcpyHtoDAsync(self, pointer: int, host: np.ndarray, nbytes: int, stream: Any) -> tuple:  # noqa: N802
+        self.memory[pointer][:nbytes] = host[:nbytes]
+        return (0,)
+
+    def cuMemcpyDtoHAsync(self, host: np.ndarray, pointer: int, nbytes: int, stream: Any) -> tuple:  # noqa: N802
+        host[:nbytes] = self.memory[pointer][:nbytes]
+        return (0,)
+
+    def cuStreamSynchronize(self, stream: Any) -> tuple:  # noqa: N802
+        return (0,)
+
+    def cuMemGetInfo(self) -> tuple:  # noqa: N802
+        return 0, 2**30, 2**31
+
+    def cuModuleLoadData(self, image: bytes) -> tuple:  # noqa: N802
+        assert image.endswith(b"\0")
+        self.modules.append(image[:-1].decode())
+        return 0, len(self.modules) - 1
+
+    def cuModuleGetFunction(self, module: int, name: bytes) -> tuple:  # noqa: N802
+        assert f".entry {name.decode()}(" in self.modules[module]
+        return 0, Module(self.modules[module])
+
+    def cuLaunchKernel(self, function: Module, grid_x: int, grid_y: int, grid_z: int, block_x: int, block_y: int,  # noqa: N802
+                       block_z: int, shared: int, stream: Any, arguments: tuple, extra: int) -> tuple:
+        values, types = arguments
+        assert len(values) == len(types) == len(function.parameters) and (grid_y, grid_z, block_y, block_z) == (1,) * 4
+        self.launches.append((grid_x, block_x))
+        Machine(function, [self.memory[pointer] for pointer in values], grid_x * block_x).run()
+        return (0,)
+
+    def cuEventCreate(self, flags: int) -> tuple:  # noqa: N802
+        return 0, "event"
+
+    def cuEventRecord(self, event: Any, stream: Any) -> tuple:  # noqa: N802
+        return (0,)
+
+    def cuEventSynchronize(self, event: Any) -> tuple:  # noqa: N802
+        return (0,)
+
+    def cuEventQuery(self, event: Any) -> tuple:  # noqa: N802
+        return (0,)
+
+    def cuEventDestroy(self, event: Any) -> tuple:  # noqa: N802
+        return (0,)
+
+    def cuStreamWaitEvent(self, stream: Any, event: Any, flags: int) -> tuple:  # noqa: N802
+        return (0,)
+
+    def cuGetErrorString(self, status: Any) -> tuple:  # noqa: N802
+        return 0, b"fake error"
+
+
+def test_the_fake_driver_matches_cuda_python_names() -> None:
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        pytest.skip("cuda-python is not installed")
+    called = [name for name in dir(FakeDriver) if name.startswith("cu")]
+    assert [name for name in called if not hasattr(driver, name)] == []
+    assert all(hasattr(driver.CUdevice_attribute, name) for name in vars(FakeDriver.CUdevice_attribute))
+
+
+def test_cuda_backend_runs_ops_through_the_driver_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    driver = FakeDriver()
+    device = cuda.CudaDevice(driver, 0)
+    assert device.info.extra == {"gpu": "Simulated GPU", "target": "sm_86"} and device.info.compute_units == 4
+    monkeypatch.setitem(REGISTRY.devices, "cuda", [device])
+    a_data, b_data = random_array((17, 33)), random_array((33, 5), seed=1)
+    a, b = em.tensor(a_data, device="cuda:0"), em.tensor(b_data, device="cuda:0")
+    ta, tb = torch.tensor(a_data), torch.tensor(b_data)
+    assert_close((a @ b).relu().softmax(-1), (ta @ tb).relu().softmax(-1))
+    launches = len(driver.launches)
+    assert_close((a @ b).relu().softmax(-1), (ta @ tb).relu().softmax(-1))
+    assert len(driver.launches) == 2 * launches and len(driver.modules) == launches  # modules load once
+    assert all(".target sm_86" in module for module in driver.modules)
+    assert all(block == cuda.BLOCK_SIZE for _, block in driver.launches)
+    assert_close((a > 0).sum(1), (ta > 0).sum(1))
+    assert device.pool.free_bytes == 2**30
+
+
+def test_cuda_probe_says_why_without_a_driver() -> None:
+    try:
+        devices = REGISTRY.probe("cuda")
+    except BackendUnavailable as error:
+        assert "CUDA driver not found" in str(error) or "cuda-python" in str(error) or "no GPU" in str(error)
+    else:
+        pytest.skip(f"a GPU is present here ({devices[0].name}); the op suite runs on it with EMBER_TEST_DEVICES=cuda")
+
+
+# ---- the math expansions, checked on the C backend against numpy ----------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", (dtypes.float32, dtypes.float64), ids=lambda dtype: dtype.name)
+@pytest.mark.parametrize("op", (Op.EXP2, Op.LOG2, Op.SIN), ids=lambda op: op.name)
+def test_math_expansions_are_accurate_to_a_few_ulp(op: Op, dtype: DType) -> None:
+    numpy_dtype = np.float32 if dtype == dtypes.float32 else np.float64
+    generator = np.random.default_rng(0)
+    largest = 700 if dtype == dtypes.float64 else 87
+    special = [0.0, -0.0, math.inf, -math.inf, math.nan, 1.0, 2.0, 0.5, 3.0, -1.0, np.finfo(numpy_dtype).tiny / 64]
+    data = np.concatenate([generator.uniform(-3, 3, 20000), generator.uniform(-8000, 8000, 20000),
+                           np.exp(generator.uniform(-largest, largest, 20000)) * generator.choice([-1, 1], 20000),
+                           special]).astype(numpy_dtype)
+    if op is Op.EXP2:
+        data = np.clip(data, -1100, 1100) * (1 if dtype == dtypes.float64 else 0.15)
+    kernel = _kernel("expanded", dtype, [dtype], lambda b, x: b.alu(op, dtype, x[0]), size=data.size + 1)
+    expanded = expand_math(kernel, frozenset({(op, dtype)}))
+    assert all(node_op is not op for node_op in _ops(expanded.sink))
+    output = np.empty(data.size + 1, numpy_dtype)
+    CDevice().compile(expanded)([output, np.concatenate([data, [0]]).astype(numpy_dtype)], data.size + 1)
+    with np.errstate(all="ignore"):
+        exact = {Op.EXP2: np.exp2, Op.LOG2: np.log2, Op.SIN: np.sin}[op](data.astype(np.longdouble))
+        expected = exact.astype(numpy_dtype)
+    result = output[: data.size]
+    same_class = (np.isnan(result) == np.isnan(expected)) & (np.isinf(result) == np.isinf(expected))
+    assert same_class.all(), (data[~same_class][:5], result[~same_class][:5], expected[~same_class][:5])
+    accurate_range = (8192 if dtype == dtypes.float32 else 1e6) if op is Op.SIN else math.inf
+    finite = np.isfinite(expected) & (np.abs(data) < accurate_range)
+    error = np.abs(result[finite].astype(np.longdouble) - exact[finite])
+    ulps = error / np.spacing(np.abs(expected[finite])).astype(np.longdouble)
+    if op is Op.SIN:  # relative accuracy near the roots k*pi fades with k: bound the error relative to 1 there
+        small = np.abs(data[finite]) < 2
+        assert float(ulps[small].max()) <= 3.0
+        assert float(error.max()) <= 2 * np.finfo(numpy_dtype).eps
+    else:
+        assert float(ulps.max()) <= 3.0
+    assert (result[np.isinf(expected)] == expected[np.isinf(expected)]).all()
+
+
+def _ops(sink: IRNode) -> set:
+    found, stack, seen = set(), [sink], set()
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            found.add(node.op)
+            stack.extend(node.srcs)
+    return found
