@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -57,3 +58,43 @@ def assert_close(actual: Any, expected: Any, atol: float = 1e-5, rtol: float = 1
     else:
         np.testing.assert_allclose(actual_array.astype(np.float64), expected_array.astype(np.float64), atol=atol,
                                    rtol=rtol, equal_nan=True)
+
+
+class BatchedChecks:
+    """Collect (ember, torch) results and compare their values with one kernel per dtype (a concatenation).
+
+    Each distinct kernel costs a compile, so tests of many small views check them together: shapes and dtypes
+    are checked at once per call, values at `verify()` (and, on a mismatch, one by one to name the failing call).
+    """
+
+    def __init__(self, atol: float = 0.0, rtol: float = 0.0) -> None:
+        self.pairs: list[tuple[em.Tensor, torch.Tensor, str]] = []
+        self.atol, self.rtol = atol, rtol
+
+    def __call__(self, actual: Any, expected: Any, where: str = "") -> None:
+        where = where or "line {}".format(sys._getframe(1).f_lineno)
+        if isinstance(expected, (tuple, list)):
+            assert isinstance(actual, (tuple, list)) and len(actual) == len(expected), (actual, expected)
+            for one_actual, one_expected in zip(actual, expected):
+                self(one_actual, one_expected, where)
+            return
+        assert isinstance(actual, em.Tensor), f"expected an ember Tensor, got {type(actual).__name__}"
+        assert tuple(actual.shape) == tuple(expected.shape), f"shape {actual.shape} != torch's {tuple(expected.shape)}"
+        assert TORCH_DTYPES[actual.dtype] == expected.dtype, f"dtype {actual.dtype} != torch's {expected.dtype}"
+        self.pairs.append((actual.detach(), expected.detach().clone(), where))  # snapshots, not later in-place ops
+
+    def verify(self) -> None:
+        groups: dict[Any, list[tuple[em.Tensor, torch.Tensor, str]]] = {}
+        for entry in self.pairs:
+            groups.setdefault(entry[0].dtype, []).append(entry)
+        for group in groups.values():
+            try:
+                assert_close(em.cat([actual.reshape(-1) for actual, _, _ in group]),
+                             torch.cat([expected.reshape(-1) for _, expected, _ in group]), self.atol, self.rtol)
+            except AssertionError:
+                for actual, expected, where in group:
+                    try:
+                        assert_close(actual, expected, self.atol, self.rtol)
+                    except AssertionError as error:
+                        raise AssertionError(f"the check at {where}: {error}") from None
+                raise

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import ember as em
-from tests.helpers import assert_close, pair, random_array
+from tests.helpers import BatchedChecks, assert_close, pair, random_array
 
 
 def same(actual: object, expected: object) -> None:
@@ -23,6 +23,7 @@ def count_kernels(*tensors: em.Tensor) -> int:
 
 
 def test_reshape_view_flatten_unflatten(device: str) -> None:
+    same = BatchedChecks()
     x, tx = pair(random_array((3, 17)), device)
     same(x.reshape(17, 3), tx.reshape(17, 3))
     same(x.view(-1), tx.view(-1))
@@ -44,9 +45,11 @@ def test_reshape_view_flatten_unflatten(device: str) -> None:
     same(scalar.flatten(), tscalar.flatten())
     same(scalar.reshape(1, 1), tscalar.reshape(1, 1))
     same(x.reshape(51)[3:9].reshape(2, 3), tx.reshape(51)[3:9].reshape(2, 3))
+    same.verify()
 
 
 def test_squeeze_unsqueeze(device: str) -> None:
+    same = BatchedChecks()
     x, tx = pair(random_array((1, 3, 1, 17)), device)
     same(x.squeeze(), tx.squeeze())
     same(x.squeeze(0), tx.squeeze(0))
@@ -60,9 +63,11 @@ def test_squeeze_unsqueeze(device: str) -> None:
     same(scalar.unsqueeze(0), tscalar.unsqueeze(0))
     same(scalar.unsqueeze(-1).squeeze(0), tscalar.unsqueeze(-1).squeeze(0))
     same(scalar.squeeze(), tscalar.squeeze())
+    same.verify()
 
 
 def test_permute_transpose_t_mt(device: str) -> None:
+    same = BatchedChecks()
     x, tx = pair(random_array((2, 3, 17)), device)
     same(x.permute(2, 0, 1), tx.permute(2, 0, 1))
     same(x.permute((-1, 1, 0)), tx.permute((-1, 1, 0)))
@@ -79,9 +84,11 @@ def test_permute_transpose_t_mt(device: str) -> None:
     same(vector.t(), tvector.t())
     same(em.transpose(x, 0, 1), torch.transpose(tx, 0, 1))
     same(em.permute(x, (1, 2, 0)), torch.permute(tx, (1, 2, 0)))
+    same.verify()
 
 
 def test_expand_and_broadcast(device: str) -> None:
+    same = BatchedChecks()
     x, tx = pair(random_array((3, 1)), device)
     same(x.expand(3, 17), tx.expand(3, 17))
     same(x.expand(2, -1, 4), tx.expand(2, -1, 4))
@@ -99,9 +106,11 @@ def test_expand_and_broadcast(device: str) -> None:
     # expand then reshape: the expanded values are read through index math, not copied
     same(x.expand(3, 4).reshape(2, 6), tx.expand(3, 4).reshape(2, 6))
     same(x.expand(3, 4).T.reshape(-1), tx.expand(3, 4).T.reshape(-1))
+    same.verify()
 
 
 def test_repeat_and_repeat_interleave(device: str) -> None:
+    same = BatchedChecks()
     x, tx = pair(random_array((2, 3)), device)
     same(x.repeat(2, 3), tx.repeat(2, 3))
     same(x.repeat(2, 1, 1), tx.repeat(2, 1, 1))
@@ -117,9 +126,11 @@ def test_repeat_and_repeat_interleave(device: str) -> None:
     same(em.repeat_interleave(x[0], counts), torch.repeat_interleave(tx[0], tcounts))
     one, tone = pair(np.array([2], dtype=np.int64), device)
     same(x.repeat_interleave(one, dim=0), tx.repeat_interleave(tone, dim=0))
+    same.verify()
 
 
 def test_flip(device: str) -> None:
+    same = BatchedChecks()
     x, tx = pair(random_array((3, 1, 17)), device)
     same(x.flip(0), tx.flip(0))
     same(x.flip(-1, 0), tx.flip(-1, 0))
@@ -128,9 +139,11 @@ def test_flip(device: str) -> None:
     same(em.flip(x, [2]), torch.flip(tx, [2]))
     empty, tempty = pair(random_array((0, 3)), device)
     same(empty.flip(0, 1), tempty.flip(0, 1))
+    same.verify()
 
 
 def test_pad_constant(device: str) -> None:
+    same = BatchedChecks()
     x, tx = pair(random_array((3, 17)), device)
     same(x.pad((1, 2)), F.pad(tx, (1, 2)))
     same(x.pad((0, 1, 3, 0), value=2.5), F.pad(tx, (0, 1, 3, 0), value=2.5))
@@ -146,17 +159,21 @@ def test_pad_constant(device: str) -> None:
     same(halves.pad((1, 1), value=1.5), F.pad(thalves, (1, 1), value=1.5))
     empty, tempty = pair(random_array((0, 2)), device)
     same(empty.pad((1, 1, 1, 1)), F.pad(tempty, (1, 1, 1, 1)))
+    same.verify()
 
 
-@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
-def test_pad_modes(device: str, mode: str) -> None:
+def test_pad_modes(device: str) -> None:
+    same = BatchedChecks()
     x, tx = pair(random_array((2, 3, 5)), device)
-    same(x.pad((2, 1), mode=mode), F.pad(tx, (2, 1), mode=mode))
-    same(x.pad((1, 0, 2, 2), mode=mode), F.pad(tx, (1, 0, 2, 2), mode=mode))
-    same(x.transpose(1, 2).pad((0, 2), mode=mode), F.pad(tx.transpose(1, 2), (0, 2), mode=mode))
+    for mode in ("reflect", "replicate", "circular"):
+        same(x.pad((2, 1), mode=mode), F.pad(tx, (2, 1), mode=mode))
+        same(x.pad((1, 0, 2, 2), mode=mode), F.pad(tx, (1, 0, 2, 2), mode=mode))
+        same(x.transpose(1, 2).pad((0, 2), mode=mode), F.pad(tx.transpose(1, 2), (0, 2), mode=mode))
+    same.verify()
 
 
 def test_narrow_select_roll(device: str) -> None:
+    same = BatchedChecks()
     x, tx = pair(random_array((3, 17)), device)
     same(x.narrow(1, 2, 5), tx.narrow(1, 2, 5))
     same(x.narrow(0, -2, 2), tx.narrow(0, -2, 2))
@@ -171,9 +188,11 @@ def test_narrow_select_roll(device: str) -> None:
     same(x.roll((1, 2), (0, 1)), tx.roll((1, 2), (0, 1)))
     same(x.roll(5), tx.roll(5))
     same(x.roll(0, 0), tx.roll(0, 0))
+    same.verify()
 
 
 def test_cat_and_stack(device: str) -> None:
+    same = BatchedChecks()
     a, ta = pair(random_array((2, 3)), device)
     b, tb = pair(random_array((2, 17), seed=1), device)
     c, tc = pair(random_array((2, 1), seed=2), device)
@@ -197,6 +216,7 @@ def test_cat_and_stack(device: str) -> None:
     same(em.stack([a, a], 1), torch.stack([ta, ta], 1))
     scalar, tscalar = pair(np.array(3.0, dtype=np.float32), device)
     same(em.stack([scalar, scalar + 1]), torch.stack([tscalar, tscalar + 1]))
+    same.verify()
 
 
 def test_cat_keeps_special_values(device: str) -> None:
@@ -205,6 +225,7 @@ def test_cat_keeps_special_values(device: str) -> None:
 
 
 def test_split_chunk_unbind_tensor_split(device: str) -> None:
+    same = BatchedChecks()
     x, tx = pair(random_array((17, 3)), device)
     same(x.split(5), tx.split(5))
     same(x.split([2, 0, 15]), tx.split([2, 0, 15]))
@@ -226,9 +247,11 @@ def test_split_chunk_unbind_tensor_split(device: str) -> None:
     same(empty.split(2), tempty.split(2))
     same(empty.chunk(3), tempty.chunk(3))
     assert empty.unbind() == () and tempty.unbind() == ()
+    same.verify()
 
 
 def test_movement_chains_keep_values(device: str) -> None:
+    same = BatchedChecks()
     x, tx = pair(random_array((3, 4, 5)), device)
     # pad after permute
     same(x.permute(2, 0, 1).pad((1, 2, 0, 1)), F.pad(tx.permute(2, 0, 1), (1, 2, 0, 1)))
@@ -247,6 +270,7 @@ def test_movement_chains_keep_values(device: str) -> None:
     )
     same(chain, tchain)
     same(chain.reshape(-1)[::5], tchain.reshape(-1)[::5])
+    same.verify()
 
 
 def test_movement_chain_between_elementwise_ops_is_one_kernel(device: str) -> None:
@@ -266,10 +290,12 @@ def test_movement_chain_between_elementwise_ops_is_one_kernel(device: str) -> No
 
 
 def test_movement_on_several_dtypes(device: str) -> None:
+    same = BatchedChecks()
     for dtype in (np.int8, np.uint8, np.int64, np.float64, np.bool_):
         x, tx = pair(random_array((3, 4), dtype), device)
         same(x.T.flip(0).pad((1, 0)).reshape(2, 8), F.pad(tx.T.flip(0), (1, 0)).reshape(2, 8))
         same(em.cat([x, x[:1]]), torch.cat([tx, tx[:1]]))
+    same.verify()
 
 
 def test_movement_errors_name_the_shapes(device: str) -> None:

@@ -109,7 +109,7 @@ def _linear_index(view: Tensor, items: list[AdvancedIndex]) -> tuple[Tensor, lis
     for dim in reversed(advanced_dims):
         strides[dim] = running
         running *= view.shape[dim]
-    terms, valid = [], None
+    terms, checks = [], []
     for item in items:
         if item.is_mask and item.index.ndim == 0:
             terms.append(view._full((_scalar_mask_count(item.index),), 0, dtypes.int64, view.device))
@@ -118,8 +118,7 @@ def _linear_index(view: Tensor, items: list[AdvancedIndex]) -> tuple[Tensor, lis
         else:
             size = view.shape[item.dims[0]]
             index = wrap_negative(item.index, size)
-            inside = (index >= 0).logical_and(index < size)
-            valid = inside if valid is None else valid.logical_and(inside)
+            checks.append((index >= 0).logical_and(index < size))
             terms.append(index * strides[item.dims[0]])
     try:
         shape = broadcast_shapes(*(term.shape for term in terms))
@@ -129,8 +128,11 @@ def _linear_index(view: Tensor, items: list[AdvancedIndex]) -> tuple[Tensor, lis
     linear = terms[0].expand(shape)
     for term in terms[1:]:
         linear = linear + term.expand(shape)
-    if valid is not None:
-        linear = valid.expand(shape).where(linear, -1)
+    if checks:
+        valid = checks[0].expand(shape)
+        for check in checks[1:]:
+            valid = valid.logical_and(check.expand(shape))
+        linear = valid.where(linear, -1)
     return linear, advanced_dims
 
 
