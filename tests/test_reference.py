@@ -1,4 +1,4 @@
-"""The numpy reference tensor: one entry per primitive op, ember's semantics per primitive, the Tensor API vs PyTorch."""
+"""The numpy reference tensor: an entry per primitive op, ember's semantics per primitive, the Tensor API vs PyTorch."""
 
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ CASES: list[tuple[str, Callable[[Any, Any], Any]]] = [
     ("rounding", lambda x, y: (x * 3).round() + (x * 3).floor() - (x * 3).ceil() + (x * 3).trunc()),
     ("comparisons", lambda x, y: (x < y).logical_and(x >= 0).logical_or(x == y)),
     ("maximum minimum clamp", lambda x, y: x.maximum(y) + x.minimum(y) + x.clamp(-0.5, 0.5)),
-    ("where", lambda x, y: TORCH_OR_EMBER["where"](x > 0, x, y)),
+    ("where", lambda x, y: DTYPE["where"](x > 0, x, y)),
     ("sum dims", lambda x, y: x.sum((0, 2), keepdim=True)),
     ("mean var std", lambda x, y: x.mean(1) + x.var(0).sum() + x.std(2, keepdim=True).sum()),
     ("amax amin", lambda x, y: x.amax(1) - x.amin((0, 2)).sum()),
@@ -179,13 +179,13 @@ CASES: list[tuple[str, Callable[[Any, Any], Any]]] = [
     ("flip transpose", lambda x, y: x.flip(0, 2).transpose(0, 1) + 0),
     ("expand", lambda x, y: y[:, :1].expand(2, 3, 4) + 0),
     ("matmul", lambda x, y: x @ y.transpose(1, 2)),
-    ("casts", lambda x, y: (x * 4).to(TORCH_OR_EMBER["int32"]).to(TORCH_OR_EMBER["float32"]) + x.to(TORCH_OR_EMBER["float16"]).float()),
+    ("casts", lambda x, y: (x * 4).to(DTYPE["int32"]).to(DTYPE["float32"]) + x.to(DTYPE["float16"]).float()),
     ("any all", lambda x, y: (x > 0).any(1).logical_and((y < 1).all(2).any())),
 ]
 
 
 class _Either:
-    """Dtype names that resolve to torch's or ember's dtype, depending on which side is running."""
+    """Names (dtypes, where) that resolve to torch's or ember's, depending on which side is running."""
 
     side = "torch"
 
@@ -193,15 +193,15 @@ class _Either:
         return getattr(torch, name) if self.side == "torch" else getattr(em, name)
 
 
-TORCH_OR_EMBER = _Either()
+DTYPE = _Either()
 
 
 @pytest.mark.parametrize("name,function", CASES, ids=[name for name, _ in CASES])
 def test_tensor_api_on_the_reference_matches_torch(name: str, function: Callable[[Any, Any], Any]) -> None:
     x_data, y_data = random_array((2, 3, 4), seed=1), random_array((2, 3, 4), seed=2)
-    TORCH_OR_EMBER.side = "torch"
+    DTYPE.side = "torch"
     expected = function(torch.tensor(x_data), torch.tensor(y_data))
-    TORCH_OR_EMBER.side = "ember"
+    DTYPE.side = "ember"
     actual = function(R(x_data), R(y_data))
     assert actual.shape == tuple(expected.shape)
     assert TORCH_DTYPES[actual.dtype] == expected.dtype, (actual.dtype, expected.dtype)

@@ -42,10 +42,10 @@ class EmberMaker:
     def __init__(self, device: str) -> None:
         self.device = device
 
-    def tensor(self, values: np.ndarray, dtype: DType) -> Any:
+    def tensor(self, values: np.ndarray, dtype: DType, requires_grad: bool = False) -> Any:
         import ember
 
-        return ember.tensor(values, dtype=dtype, device=self.device)
+        return ember.tensor(values, dtype=dtype, device=self.device, requires_grad=requires_grad)
 
     def full(self, shape: tuple[int, ...], value: Any, dtype: DType) -> Any:
         import ember
@@ -163,7 +163,8 @@ def _describe(index: int, verdict: Verdict, actual: np.ndarray, expected: np.nda
         return f"output {index}: {verdict.problem}"
     positions = np.argwhere(verdict.bad)[:4]
     shown = ", ".join(
-        f"at {tuple(int(p) for p in position)} ember {actual[tuple(position)]!r} reference {expected[tuple(position)]!r}"
+        f"at {tuple(int(p) for p in position)} ember {actual[tuple(position)]!r} "
+        f"reference {expected[tuple(position)]!r}"
         for position in positions
     )
     return f"output {index}: {verdict.problem} in {int(verdict.bad.sum())} of {verdict.bad.size} elements: {shown}"
@@ -181,6 +182,7 @@ class FuzzStats:
     """What a fuzz run did."""
 
     examples: int = 0
+    gradient_examples: int = 0
     passed: int = 0
     elements_compared: int = 0
     elements_uncertain: int = 0
@@ -217,28 +219,41 @@ def fuzz_test(device: str, stats: FuzzStats, max_examples: int, max_calls: int =
 
 
 def fuzz(device: str, seconds: float, start_seed: int = 0, chunk: int = 50, max_calls: int = 8,
-         report: Callable[[str], None] = print, progress_seconds: float = 30.0, source_outputs: bool = True) -> FuzzStats:
-    """Fuzz `device` for `seconds`, in chunks of `chunk` examples seeded start_seed, start_seed + 1, ..."""
+         report: Callable[[str], None] = print, progress_seconds: float = 30.0, source_outputs: bool = True,
+         gradients: bool = True) -> FuzzStats:
+    """Fuzz `device` for `seconds`, in chunks of `chunk` examples seeded start_seed, start_seed + 1, ...
+
+    Every fourth chunk checks gradients against torch instead (when `gradients` is set)."""
     stats = FuzzStats()
     start = time.monotonic()
     deadline = start + seconds
     chunk_seed = start_seed
     last_report = start
+    seen: set[str] = set()
     while time.monotonic() < deadline:
-        test = seed(chunk_seed)(fuzz_test(device, stats, chunk, max_calls, deadline=deadline,
-                                          source_outputs=source_outputs))
+        if gradients and chunk_seed % 4 == 3:
+            from ember.testing.gradient_fuzz import gradient_fuzz_test
+
+            test = seed(chunk_seed)(gradient_fuzz_test(device, stats, max(1, chunk // 2), deadline=deadline))
+        else:
+            test = seed(chunk_seed)(fuzz_test(device, stats, chunk, max_calls, deadline=deadline,
+                                              source_outputs=source_outputs))
         try:
             test()
         except (FuzzMismatch, Flaky) as failure:
             text = failure_text(failure)
             stats.failures.append(text)
-            report(f"MISMATCH on {device} (seed {chunk_seed}):\n{text}")
+            if text in seen:
+                report(f"MISMATCH on {device} (seed {chunk_seed}): the same program as an earlier failure")
+            else:
+                report(f"MISMATCH on {device} (seed {chunk_seed}):\n{text}")
+            seen.add(text)
         chunk_seed += 1
         stats.seconds = time.monotonic() - start
         if time.monotonic() - last_report > progress_seconds:
             last_report = time.monotonic()
-            report(f"{device}: {stats.examples} examples, {stats.passed} passed, {len(stats.failures)} failures, "
-                   f"{stats.examples_per_second:.2f} examples/s")
+            report(f"{device}: {stats.examples} examples ({stats.gradient_examples} of gradients), {stats.passed} "
+                   f"passed, {len(stats.failures)} failures, {stats.examples_per_second:.2f} examples/s")
     stats.seconds = time.monotonic() - start
     return stats
 
@@ -295,6 +310,7 @@ def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_ca
                 with open(stats_path) as file:
                     done = json.load(file)
                 total.examples += done["examples"]
+                total.gradient_examples += done["gradient_examples"]
                 total.passed += done["passed"]
                 total.elements_compared += done["elements_compared"]
                 total.elements_uncertain += done["elements_uncertain"]
@@ -306,7 +322,8 @@ def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_ca
                 total.failures.append(message)
                 print(f"CRASH on {device}: {message}", flush=True)
     total.seconds = minutes * 60
-    print(f"done: {total.examples} examples in {total.seconds:.0f} s ({total.examples_per_second:.2f}/s), "
+    print(f"done: {total.examples} examples ({total.gradient_examples} of gradients) in {total.seconds:.0f} s "
+          f"({total.examples_per_second:.2f}/s), "
           f"{total.passed} without a mismatch, {len(total.failures)} failures ({crashes} crashes); "
           f"{total.elements_compared} output elements compared, {total.elements_uncertain} left uncertain", flush=True)
     return 1 if total.failures else 0
@@ -329,8 +346,9 @@ def _worker(argv: list[str] | None = None) -> int:
     stats = fuzz(arguments.device, arguments.seconds, arguments.seed, max_calls=arguments.max_calls,
                  report=lambda line: print(line, flush=True))
     with open(arguments.stats, "w") as file:
-        json.dump({"examples": stats.examples, "passed": stats.passed, "elements_compared": stats.elements_compared,
-                   "elements_uncertain": stats.elements_uncertain, "failures": stats.failures}, file)
+        json.dump({"examples": stats.examples, "gradient_examples": stats.gradient_examples, "passed": stats.passed,
+                   "elements_compared": stats.elements_compared, "elements_uncertain": stats.elements_uncertain,
+                   "failures": stats.failures}, file)
     return 0
 
 

@@ -1,9 +1,9 @@
-"""Fuzz programs: a list of tensor sources and Tensor-method calls that runs on ember or the reference, and prints as code."""
+"""Fuzz programs: tensor sources and Tensor-method calls that run on ember or the reference and print as code."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,6 +29,7 @@ class Source:
     shape: tuple[int, ...]
     values: Any = None  # a numpy array for `tensor` (float32 holding bfloat16 values)
     fill: Any = None  # the value of a `full`
+    requires_grad: bool = False  # a `tensor` whose gradient is checked
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ Node = Source | Call
 class TensorMaker(Protocol):
     """How a program's sources become tensors of one implementation (ember on a device, or the reference)."""
 
-    def tensor(self, values: np.ndarray, dtype: DType) -> Any: ...
+    def tensor(self, values: np.ndarray, dtype: DType, requires_grad: bool = False) -> Any: ...
 
     def full(self, shape: tuple[int, ...], value: Any, dtype: DType) -> Any: ...
 
@@ -61,11 +62,11 @@ class Program:
     nodes: list[Node] = field(default_factory=list)
     outputs: tuple[int, ...] = ()
 
-    def run(self, maker: TensorMaker, upto: int | None = None) -> list[Any]:
-        """Every value of the program, made with `maker` (up to node `upto`, exclusive)."""
+    def run(self, maker: TensorMaker, adapters: dict[str, Callable[..., Any]] | None = None) -> list[Any]:
+        """Every value of the program, made with `maker`; `adapters` replace methods by name (for other libraries)."""
         values: list[Any] = []
-        for node in self.nodes[:upto]:
-            values.append(run_node(node, values, maker))
+        for node in self.nodes:
+            values.append(run_node(node, values, maker, adapters))
         return values
 
     def needed(self) -> list[int]:
@@ -125,11 +126,13 @@ def renumbered(node: Node, renumber: dict[int, int]) -> Node:
     )
 
 
-def run_node(node: Node, values: Sequence[Any], maker: TensorMaker) -> Any:
+def run_node(node: Node, values: Sequence[Any], maker: TensorMaker,
+             adapters: dict[str, Callable[..., Any]] | None = None) -> Any:
     """Evaluate one node given the values before it."""
     if isinstance(node, Source):
         if node.kind == "tensor":
-            return maker.tensor(node.values, node.dtype)
+            return maker.tensor(node.values, node.dtype, node.requires_grad) if node.requires_grad else (
+                maker.tensor(node.values, node.dtype))
         if node.kind == "full":
             return maker.full(node.shape, node.fill, node.dtype)
         return maker.arange(node.shape[0], node.dtype)
@@ -137,8 +140,11 @@ def run_node(node: Node, values: Sequence[Any], maker: TensorMaker) -> Any:
     def resolve(value: Any) -> Any:
         return values[value.index] if isinstance(value, Ref) else value
 
-    method = getattr(values[node.target], node.method)
-    return method(*(resolve(value) for value in node.args), **{key: resolve(value) for key, value in node.kwargs})
+    arguments = [resolve(value) for value in node.args]
+    keywords = {key: resolve(value) for key, value in node.kwargs}
+    if adapters and node.method in adapters:
+        return adapters[node.method](values[node.target], *arguments, **keywords)
+    return getattr(values[node.target], node.method)(*arguments, **keywords)
 
 
 # ---- printing -----------------------------------------------------------------------------------------------------
@@ -156,7 +162,8 @@ def node_code(node: Node, device: str) -> str:
     if isinstance(node, Source):
         where = f"dtype=em.{node.dtype.name}, device={device!r}"
         if node.kind == "tensor":
-            return f"em.tensor({array_code(node.values, node.dtype)}, {where})"
+            grad = ", requires_grad=True" if node.requires_grad else ""
+            return f"em.tensor({array_code(node.values, node.dtype)}, {where}{grad})"
         if node.kind == "full":
             return f"em.full({node.shape!r}, {value_code(node.fill)}, {where})"
         return f"em.arange({node.shape[0]}, {where})"
@@ -215,7 +222,9 @@ def index_code(index: Any) -> str:
 def array_code(values: np.ndarray, dtype: DType) -> str:
     """A numpy literal for the values of a source (np.nan and np.inf spelled out)."""
     numpy_name = "float32" if dtype == dtypes.bfloat16 else ("bool_" if dtype.is_bool else dtype.numpy.name)
-    return f"np.array({_nested(np.asarray(values).tolist())}, dtype=np.{numpy_name})"
+    array = np.asarray(values)
+    literal = f"np.array({_nested(array.tolist())}, dtype=np.{numpy_name})"
+    return literal + (f".reshape({array.shape!r})" if array.size == 0 else "")
 
 
 def _nested(value: Any) -> str:

@@ -104,6 +104,10 @@ def _wrapped(value: Any, dtype: DType) -> Any:
     return (int(value) - low) % (1 << dtype.bits) + low
 
 
+def _constant(value: Any, output: Output) -> np.ndarray:
+    return np.full(output.shape, _wrapped(value, output.dtype), compute_numpy_dtype(output.dtype))
+
+
 def _integer_division(a: np.ndarray, b: np.ndarray, unsigned: bool) -> np.ndarray:
     """a / b rounded toward zero; x / 0 gives 0; MIN / -1 wraps to MIN (C on two's complement with -fwrapv)."""
     zero = b == 0
@@ -175,7 +179,7 @@ def _reduce_max(sources: list[np.ndarray], axes: Any, output: Output) -> np.ndar
 PRIMITIVES: dict[Op, Primitive] = {
     # sources
     Op.BUFFER: lambda s, arg, output: np.asarray(arg),
-    Op.CONST: lambda s, arg, output: np.full(output.shape, _wrapped(arg, output.dtype), compute_numpy_dtype(output.dtype)),
+    Op.CONST: lambda s, arg, output: _constant(arg, output),
     Op.ARANGE: lambda s, arg, output: np.arange(output.shape[0]).astype(compute_numpy_dtype(output.dtype)),
     Op.COPY: lambda s, arg, output: s[0],
     Op.CONTIGUOUS: lambda s, arg, output: s[0].copy(),
@@ -231,7 +235,8 @@ def evaluate(op: Op, sources: Sequence[np.ndarray], arg: Any, output: Output) ->
     if op in FLOAT_ONLY_OPS and not output.source_dtypes[0].is_float:
         raise DTypeError(f"reference: the primitive {op.name} needs float sources, got {output.source_dtypes[0].name}")
     if op in INT_ONLY_OPS and not output.source_dtypes[0].is_int:
-        raise DTypeError(f"reference: the primitive {op.name} needs integer sources, got {output.source_dtypes[0].name}")
+        name = output.source_dtypes[0].name
+        raise DTypeError(f"reference: the primitive {op.name} needs integer sources, got {name}")
     computed = [
         np.asarray(source).astype(compute_numpy_dtype(dtype), copy=False)
         for source, dtype in zip(sources, output.source_dtypes)
@@ -293,7 +298,8 @@ class ReferenceTensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, Li
         if isinstance(data, ReferenceTensor):
             array, source = data.array, data.dtype
             target = target or source
-            array = array if target == source else evaluate(Op.CAST, [array], target, Output(data.shape, target, (source,)))
+            if target != source:
+                array = evaluate(Op.CAST, [array], target, Output(data.shape, target, (source,)))
         else:
             array = _numpy_from_data(data, target)
             target = target or dtypes.from_numpy(array.dtype)

@@ -104,6 +104,7 @@ class ProgramBuilder:
         self.values: list[ReferenceTensor] = []
         self.allowed_dtypes = allowed_dtypes
         self.stopped = False
+        self.excluded: frozenset[str] = frozenset()  # methods never to draw
 
     def add_source(self, source: Source) -> int:
         self.program.nodes.append(source)
@@ -146,7 +147,7 @@ def _run_reference(program: Program, node: Any, values: list[ReferenceTensor]) -
 class ReferenceMaker:
     """Sources as reference tensors."""
 
-    def tensor(self, values: np.ndarray, dtype: DType) -> ReferenceTensor:
+    def tensor(self, values: np.ndarray, dtype: DType, requires_grad: bool = False) -> ReferenceTensor:
         return ReferenceTensor(values, dtype=dtype)
 
     def full(self, shape: tuple[int, ...], value: Any, dtype: DType) -> ReferenceTensor:
@@ -324,7 +325,8 @@ def movement(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
         axes = draw(st.lists(st.integers(-rank, rank - 1), min_size=1, max_size=rank, unique_by=lambda a: a % rank))
         builder.add_call(Call(target, "flip", (tuple(axes),)))
     elif method == "transpose" and rank:
-        builder.add_call(Call(target, "transpose", (draw(st.integers(-rank, rank - 1)), draw(st.integers(-rank, rank - 1)))))
+        first, second = draw(st.integers(-rank, rank - 1)), draw(st.integers(-rank, rank - 1))
+        builder.add_call(Call(target, "transpose", (first, second)))
     elif method == "squeeze":
         dims = [axis for axis, size in enumerate(shape) if size == 1]
         args = (draw(st.sampled_from(dims)),) if dims and draw(st.booleans()) else ()

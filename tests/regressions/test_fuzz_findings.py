@@ -58,3 +58,33 @@ def test_negative_zero_keeps_its_sign_through_constant_folding(device: str, requ
     assert expected.tolist() == [-math.inf] * 3
     assert (-em.zeros(3, device=device)).reciprocal().tolist() == expected.tolist()
     assert (-em.arange(1, dtype=em.float32, device=device)).reciprocal().tolist() == [-math.inf]
+
+
+def test_subtracting_a_negative_constant_compiles(device: str, request: pytest.FixtureRequest) -> None:
+    known_bug(request, device, {"c", "opencl"},
+              "backends/c_style.py: x - (-0.5) renders as (v0--0.5f), which C and OpenCL C reject (the SUB and ADD "
+              "templates need a space or parentheses around a negative constant)")
+    assert (em.tensor([1.0], device=device) - -0.5).tolist() == [1.5]
+    assert (em.tensor([3], device=device) - -2).tolist() == [5]
+
+
+def _gradient(device: str, value: float, function) -> float:  # noqa: ANN001
+    x = em.tensor(value, device=device, requires_grad=True)
+    function(x).backward()
+    return x.grad.item()
+
+
+def test_tanh_and_sigmoid_gradients_at_zero(device: str, request: pytest.FixtureRequest) -> None:
+    known_bug(request, device, {"c", "opencl", "wgpu"},
+              "core/unary_math.py compositions: at x == 0 the gradient of tanh is NaN (torch: 1) and the gradient of "
+              "sigmoid is -0.25 (torch: 0.25); elsewhere they match")
+    assert _gradient(device, 0.0, lambda x: x.tanh()) == pytest.approx(1.0)
+    assert _gradient(device, 0.0, lambda x: x.sigmoid()) == pytest.approx(0.25)
+
+
+def test_pow_gradient_at_base_one(device: str, request: pytest.FixtureRequest) -> None:
+    known_bug(request, device, {"c", "opencl", "wgpu"},
+              "core/elementwise.py pow: `(power == 0) | (base == 1)` selects a constant 1, so d(x**1.5)/dx at x == 1 "
+              "is 0 (torch: 1.5)")
+    assert _gradient(device, 1.0, lambda x: x**1.5) == pytest.approx(1.5)
+    assert _gradient(device, 2.0, lambda x: x**1.5) == pytest.approx(1.5 * 2**0.5, rel=1e-5)
