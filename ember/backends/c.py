@@ -20,12 +20,15 @@ from ember.ir.ir import KernelIR
 
 C_PRELUDE = """#include <math.h>
 #include <stdint.h>
+#ifndef EMBER_C_PRELUDE
+#define EMBER_C_PRELUDE
 static inline float ember_bf16_to_float(unsigned short value) {
   union { unsigned int u; float f; } bits; bits.u = ((unsigned int)value) << 16; return bits.f; }
 static inline unsigned short ember_float_to_bf16(float value) {
   union { unsigned int u; float f; } bits; bits.f = value;
   if (value != value) return (unsigned short)((bits.u >> 16) | 64);
   return (unsigned short)((bits.u + 0x7FFFu + ((bits.u >> 16) & 1u)) >> 16); }
+#endif
 """
 
 PARALLEL_THRESHOLD = 1 << 15  # estimated operations below which a kernel runs on one thread
@@ -39,7 +42,12 @@ class CRenderer(CStyleRenderer):
         self.threads = threads
 
     def prelude(self, kernel: KernelIR) -> str:
-        return C_PRELUDE + bitcast_helpers(self.type_names, used_bitcasts(kernel.sink))
+        # every helper is guarded, so several kernels can be compiled as one source (see CDevice.compile_many)
+        helpers = []
+        for line in bitcast_helpers(self.type_names, used_bitcasts(kernel.sink)).splitlines():
+            guard = "EMBER_" + line.split("(", 1)[0].split()[-1].upper()
+            helpers.append(f"#ifndef {guard}\n#define {guard}\n{line}\n#endif")
+        return C_PRELUDE + "\n".join(helpers)
 
     def global_loop_open(self, kernel: KernelIR, index_type: str) -> list[str]:
         work = kernel.global_size * max(1, _loop_work(kernel))
@@ -132,13 +140,20 @@ class CDevice(Device):
         return self.renderer.render(kernel)
 
     def compile(self, kernel: KernelIR) -> Program:
-        source = self.render(kernel)
-        program = self._programs.get(source)
-        if program is None:
-            library = build_library(source, self._cache_key_prefix)
-            program = CProgram(library, kernel.name, len(kernel.params))
-            self._programs[source] = program
-        return program
+        return self.compile_many([kernel])[0]
+
+    def compile_many(self, kernels: list[KernelIR]) -> list[Program]:
+        """Compile several kernels with one compiler run (a cold start pays the compiler's start-up once)."""
+        sources = [self.render(kernel) for kernel in kernels]
+        missing = {}
+        for kernel, source in zip(kernels, sources):
+            if source not in self._programs:
+                missing.setdefault(kernel.name, (kernel, source))
+        if missing:
+            library = build_library("\n".join(source for _, source in missing.values()), self._cache_key_prefix)
+            for kernel, source in missing.values():
+                self._programs[source] = CProgram(library, kernel.name, len(kernel.params))
+        return [self._programs[source] for source in sources]
 
 
 def build_library(source: str, key_prefix: str) -> ctypes.CDLL:

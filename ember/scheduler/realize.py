@@ -122,11 +122,29 @@ def _value_dtypes(ir: KernelIR) -> set[DType]:
 
 def compile_kernel(device: Device, kernel: Kernel) -> CompiledKernel:
     """Lower, optimize for the device, and compile a kernel; cached in memory by (device, structure)."""
-    key = (device.name, kernel)
-    compiled = _compiled.get(key)
-    if compiled is not None:
-        return compiled
+    compiled = _compiled.get((device.name, kernel))
+    return compiled if compiled is not None else compile_kernels(device, [kernel])[0]
+
+
+def compile_kernels(device: Device, kernels: list[Kernel]) -> list[CompiledKernel]:
+    """Compile several kernels for one device, in one compiler run where the device offers `compile_many`."""
     start = time.perf_counter()
+    irs = [_lower_for(device, kernel) for kernel in kernels]
+    compile_many = getattr(device, "compile_many", None)
+    programs = compile_many(irs) if compile_many is not None else [device.compile(ir) for ir in irs]
+    seconds = (time.perf_counter() - start) / max(1, len(kernels))
+    results = []
+    for kernel, ir, program in zip(kernels, irs, programs):
+        compiled = CompiledKernel(ir, program)
+        _compiled[(device.name, kernel)] = compiled
+        results.append(compiled)
+        for record in profile.current():
+            record.compiles.append(profile.CompileRecord(ir.name, device.name, seconds, from_cache=False))
+    return results
+
+
+def _lower_for(device: Device, kernel: Kernel) -> KernelIR:
+    """The kernel IR of a kernel for a device, after checking the device supports its dtypes."""
     ir = build_kernel_ir(kernel, kernel_name(kernel), device.info)
     unsupported = device.info.unsupported({param.dtype for param in ir.params} | _value_dtypes(ir))
     if unsupported:
@@ -142,13 +160,7 @@ def compile_kernel(device: Device, kernel: Kernel) -> CompiledKernel:
         profile.debug_print(3, f"IR of {ir.name} ({ir.global_size} work items):\n{listing}")
     if profile.debug_level() >= 4:
         profile.debug_print(4, device.render(ir))
-    program = device.compile(ir)
-    compiled = CompiledKernel(ir, program)
-    _compiled[key] = compiled
-    seconds = time.perf_counter() - start
-    for record in profile.current():
-        record.compiles.append(profile.CompileRecord(ir.name, device.name, seconds, from_cache=False))
-    return compiled
+    return ir
 
 
 def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
@@ -214,18 +226,28 @@ def _item_nodes(item: CachedKernel | CachedCopy) -> tuple[int, ...]:
 
 
 def _compile_ahead(items: list, graph_nodes: list[Node]) -> None:
-    """Compile the new kernels of a schedule in parallel where the device allows it (a cold start compiles many)."""
-    missing = []
+    """Compile the new kernels of a schedule before running it: in as many batches as there are cores (each one
+    compiler run) on devices that allow concurrent compiles, as one batch elsewhere. A cold start compiles many."""
+    missing: dict[str, dict[Kernel, None]] = {}
+    devices: dict[str, Device] = {}
     for item in items:
         if isinstance(item, CachedCopy) or graph_nodes[item.output].size == 0:
             continue
         device = get_device(graph_nodes[item.output].device)
-        if device.info.concurrent_compile and (device.name, item.kernel) not in _compiled:
-            missing.append((device, item.kernel))
-    if len(missing) > 1:
-        unique = list({(device.name, kernel): (device, kernel) for device, kernel in missing}.values())
-        with ThreadPoolExecutor(max_workers=min(len(unique), os.cpu_count() or 1)) as pool:
-            list(pool.map(lambda pair: compile_kernel(*pair), unique))
+        if (device.name, item.kernel) not in _compiled and device.info.can_run:
+            missing.setdefault(device.name, {})[item.kernel] = None
+            devices[device.name] = device
+    for name, kernels in missing.items():
+        device, batch = devices[name], list(kernels)
+        if len(batch) < 2:
+            continue
+        if not device.info.concurrent_compile:
+            compile_kernels(device, batch)
+            continue
+        workers = min(len(batch), os.cpu_count() or 1)
+        chunks = [batch[index::workers] for index in range(workers)]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(lambda chunk: compile_kernels(device, chunk), chunks))
 
 
 def _run_kernel(output: Node, kernel: Kernel, inputs: list[Node]) -> None:
