@@ -370,3 +370,23 @@ def test_zero_size_inputs_and_pad(device: str) -> None:
     assert_close(F.pad(x, (1, 0, 0, 2), value=-1.5), TF.pad(tx, (1, 0, 0, 2), value=-1.5))
     for mode in ("reflect", "replicate", "circular"):
         assert_close(F.pad(x, (2, 1, 1, 2), mode=mode), TF.pad(tx, (2, 1, 1, 2), mode=mode))
+
+
+def test_functional_forms_of_activations(device: str) -> None:
+    x, tx = pair(random_array((3, 17), low=-4, high=4), device)
+    for name in ("relu", "relu6", "leaky_relu", "elu", "selu", "celu", "gelu", "silu", "mish", "hardtanh",
+                 "hardsigmoid", "hardswish", "sigmoid", "tanh", "softplus", "softsign", "logsigmoid"):
+        assert_close(getattr(F, name)(x), getattr(TF, name)(tx), atol=1e-5)
+    assert_close(F.gelu(x, approximate="tanh"), TF.gelu(tx, approximate="tanh"), atol=1e-5)
+    assert_close(F.leaky_relu(x, 0.2), TF.leaky_relu(tx, 0.2))
+    inplace, tinplace = pair(random_array((4,)), device)
+    F.relu(inplace, inplace=True)
+    TF.relu(tinplace, inplace=True)
+    assert_close(inplace, tinplace)
+    left, tleft = pair(random_array((2, 3)), device)
+    right, tright = pair(random_array((2, 4), seed=1), device)
+    weight, tweight = pair(random_array((5, 3, 4), seed=2), device)
+    bias, tbias = pair(random_array((5,), seed=3), device)
+    assert_close(F.bilinear(left, right, weight, bias), TF.bilinear(tleft, tright, tweight, tbias), atol=1e-5)
+    labels, tlabels = pair(np.array([2, 0, 1]), device)
+    assert_close(F.one_hot(labels, 4), TF.one_hot(tlabels, 4))
