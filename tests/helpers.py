@@ -98,3 +98,14 @@ class BatchedChecks:
                     except AssertionError as error:
                         raise AssertionError(f"the check at {where}: {error}") from None
                 raise
+
+
+def require_dtypes(device: str, *dtypes: em.DType) -> None:
+    """Skip the calling test, saying why, when the device's capability table lacks a dtype the test needs."""
+    import pytest
+
+    from ember.backends.registry import REGISTRY
+
+    missing = REGISTRY.device(device).info.unsupported(set(dtypes))
+    if missing:
+        pytest.skip(f"{device} does not support {', '.join(dtype.name for dtype in missing)}")

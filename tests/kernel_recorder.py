@@ -73,7 +73,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     targets = ", ".join(ptx.ASSEMBLY_TARGETS)
     if reporter is not None:
-        reporter.ensure_newline()
+        reporter.write("\n")
         reporter.write_line(f"PTX check: {len(kernels)} kernels of this session rendered to PTX and assembled by "
                             f"ptxas for {targets} in {seconds:.1f} s; {len(failures)} rejected")
         for failure in failures[:10]:
