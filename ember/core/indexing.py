@@ -56,11 +56,20 @@ class IndexPlan:
         )
 
     def view(self, tensor: Tensor) -> Tensor:
-        """The basic part of the index, as views of tensor."""
-        result = tensor.shrink(self.bounds)
-        if any(step != 1 for step in self.steps):
-            result = _stride(result, self.steps)
-        return result.reshape(tuple(self.view_shape))
+        """The basic part of the index, as views of tensor: a shrink, then for steps a reshape and a shrink."""
+        if all(step == 1 for step in self.steps):
+            return tensor.shrink(self.bounds).reshape(tuple(self.view_shape))
+        # make each stepped range a whole number of steps long (reading past its end, or padding at the tensor's end),
+        # split it into (count, step) and keep index 0 of each step
+        bounds, padding, split_shape, keep = [], [], [], []
+        for (start, stop), step, count, size in zip(self.bounds, self.steps, self.strided_shape, tensor.shape):
+            end = start + count * step
+            bounds.append((start, min(end, size)))
+            padding.append((0, max(0, end - size)))
+            split_shape += [count, step]
+            keep += [None, (0, 1)]
+        result = tensor.shrink(bounds)._pad_and_shrink(padding)
+        return result.reshape(split_shape).shrink(keep).reshape(tuple(self.view_shape))
 
     def unview(self, value: Tensor, fill: Any) -> Tensor:
         """Inverse of view: value (of the view's shape) placed in the source's shape, `fill` elsewhere."""
@@ -210,19 +219,6 @@ def _slice_bounds(index: slice, size: int) -> tuple[int, int, int]:
         raise ValueError(f"slice step must be greater than zero, got {index.step} (torch has no negative steps; "
                          "use flip)")
     return start, max(start, stop), step
-
-
-def _stride(tensor: Tensor, steps: list[int]) -> Tensor:
-    """Take every step-th element of each dim: pad each dim to a multiple of its step, split it, keep index 0."""
-    amounts = [(0, (-size) % step) for size, step in zip(tensor.shape, steps)]
-    padded = tensor._pad_and_shrink(amounts)
-    split_shape: list[int] = []
-    keep: list[tuple[int, int] | None] = []
-    for size, step in zip(padded.shape, steps):
-        split_shape += [size // step, step]
-        keep += [None, (0, 1)]
-    result = padded.reshape(split_shape).shrink(keep)
-    return result.reshape(tuple(size // step for size, step in zip(padded.shape, steps)))
 
 
 class IndexingOps:
