@@ -142,6 +142,14 @@ def command_fuzz(arguments: argparse.Namespace) -> int:
     return main_fuzz(device, arguments.minutes, arguments.seed, arguments.max_calls, arguments.keep_cache)
 
 
+def command_bench(arguments: argparse.Namespace) -> int:
+    """Run the benchmark suite and print its table (optionally as JSON too), or compare two JSON runs."""
+    from ember.bench import main_bench
+
+    return main_bench(arguments.device, arguments.quick, arguments.json, arguments.compare, arguments.case,
+                      arguments.repeats)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; a new subcommand is one `add_parser` here and one `command_<name>` function."""
     parser = argparse.ArgumentParser(prog="ember", description="ember: lazy tensors, fused kernels, pluggable backends")
@@ -156,6 +164,15 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--max-calls", type=int, default=8, help="the most ops per random graph (default: 8)")
     fuzz.add_argument("--keep-cache", action="store_true", help="put compiled fuzz kernels in the kernel cache")
     fuzz.set_defaults(run=command_fuzz)
+    bench = subcommands.add_parser("bench", help="the benchmark suite: ember on each device next to torch and numpy")
+    bench.add_argument("--quick", action="store_true", help="tiny sizes and few runs (a smoke run, not a measurement)")
+    bench.add_argument("--device", action="append", help="a device to measure (repeatable; default: all available)")
+    bench.add_argument("--case", action="append", choices=("matmul", "elementwise", "softmax", "mlp", "overhead", "cold"),
+                       help="a case to run (repeatable; default: all)")
+    bench.add_argument("--repeats", type=int, default=None, help="timed runs per measurement (default: 10, quick 3)")
+    bench.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    bench.add_argument("--compare", nargs=2, metavar=("FIRST", "SECOND"), help="compare two JSON result files")
+    bench.set_defaults(run=command_bench)
     return parser
 
 

@@ -320,9 +320,8 @@ imported = time.perf_counter()
 device = sys.argv[1]
 x = ember.tensor(np.random.default_rng(0).standard_normal((64, 64), dtype=np.float32), device=device)
 w = ember.tensor(np.random.default_rng(1).standard_normal((64, 64), dtype=np.float32), device=device)
-h = (x @ w).relu().contiguous()              # kernel 1
-s = h.softmax(-1)                            # kernels 2-4 (max, sum of exponentials, normalize)
-out = (s * 2 + x).sum(0)                     # kernel 5
+h = (x @ w).relu().contiguous()                  # kernel 1
+out = (h.softmax(-1) * 2 + x).contiguous().sum(0)  # kernels 2-3 (max, sum of exponentials), 4 (store), 5 (sum)
 with ember.profile() as profile:
     first = time.perf_counter()
     out.realize()
@@ -417,7 +416,7 @@ def run_case(case: Case, repeats: int, warmup: int, log: Callable[[str], None]) 
         median = statistics.median(times)
         results.append(Result(case.name, implementation, case.to_metric(median), case.unit, case.higher_is_better,
                               median, times))
-        log(f"  {implementation:<16} {case.to_metric(median):12.3f} {case.unit}")
+        log(f"  {implementation:<16} {case.to_metric(median):12.4g} {case.unit}")
     return results
 
 
@@ -440,7 +439,7 @@ def format_table(results: list[Result]) -> str:
         for name in baselines:
             ratio = speed_ratio(result, same_case.get(name)) if result.implementation.startswith("ember") else None
             ratios.append(f"{ratio:>15.2f}x" if ratio is not None else " " * 16)
-        value = f"{result.metric:11.3f}" if result.metric is not None else f"{'n/a':>11}"
+        value = f"{result.metric:11.4g}" if result.metric is not None else f"{'n/a':>11}"
         lines.append(f"| {result.case:<50} | {result.implementation:<16} | {value} | {result.unit:<7} | "
                      + " | ".join(ratios) + f" | {result.note}")
     return "\n".join(lines)
@@ -460,7 +459,7 @@ def compare_files(first_path: str, second_path: str) -> str:
             continue
         ratio = speed_ratio(Result(**row), Result(**before))
         shown = f"{ratio:.2f}x" if ratio is not None else "n/a"
-        value = lambda entry: f"{entry['metric']:11.3f}" if entry["metric"] is not None else f"{'n/a':>11}"  # noqa: E731
+        value = lambda entry: f"{entry['metric']:11.4g}" if entry["metric"] is not None else f"{'n/a':>11}"  # noqa: E731
         lines.append(f"| {row['case']:<50} | {row['implementation']:<16} | {value(before)} | {value(row)} | "
                      f"{row['unit']:<7} | {shown}")
     return "\n".join(lines)
@@ -514,7 +513,7 @@ def run_benchmarks(devices: list[str] | None = None, quick: bool = False, cases:
             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": quick, "repeats": repeats, "warmup": warmup,
             "devices": devices, "python": platform.python_version(), "ember": ember.__version__,
             "numpy": np.__version__, "torch": _torch_version(), "machine": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(),
+            "cpus": os.cpu_count(), "load_average_before": os.getloadavg()[0], "load_average_after": None,
         },
         "results": [asdict(result) for result in results],
     }
@@ -534,7 +533,11 @@ def main_bench(devices: list[str] | None, quick: bool, json_path: str | None, co
         print(compare_files(compare[0], compare[1]))
         return 0
     report = run_benchmarks(devices, quick, tuple(cases) if cases else CASE_NAMES, repeats=repeats)
-    print()
+    meta = report["meta"]
+    meta["load_average_after"] = os.getloadavg()[0]
+    print(f"\n{meta['date']}: {meta['cpus']} CPUs, load average {meta['load_average_before']:.1f} before and "
+          f"{meta['load_average_after']:.1f} after (other processes make every number noisy); torch {meta['torch']}, "
+          f"numpy {meta['numpy']}; medians of {meta['repeats']} runs after {meta['warmup']} warm-up")
     print(format_table([Result(**row) for row in report["results"]]))
     if json_path:
         with open(json_path, "w") as file:
