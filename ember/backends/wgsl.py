@@ -427,6 +427,9 @@ class WGSLRenderer:
         operands = [operand(src) for src in node.srcs]
         if node.dtype.is_float or (node.op is Op.CMPEQ and source.is_float):
             operands = self._hide_from_fast_math(node, operands)
+        if node.op in (Op.IDIV, Op.MOD) and node.srcs[1].is_const and node.srcs[1].arg != 0:
+            symbol = "/" if node.op is Op.IDIV else "%"  # no zero to guard against
+            return self.wrap(f"({operands[0]} {symbol} {operands[1]})", node.dtype)
         if node.op in (Op.SHL, Op.SHR) and node.srcs[1].is_const:
             # a constant shift must be a u32 below the bit width (runtime shifts are taken modulo the width)
             width = 64 if node.dtype.itemsize == 8 else 32

@@ -1,0 +1,94 @@
+"""Golden files of generated code: a handful of kernels rendered by every backend's renderer and compared exactly
+with tests/golden/<target>/<case>.<extension>, so any change to generated code shows as a diff in review.
+
+Regenerate after an intended change with `EMBER_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py` and
+review the diff. Kernels are lowered for a fixed capability table, so the files do not depend on the machine.
+(The IR has no local-memory reductions yet; when it gets them, add a case here.)
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember.backends.base import DeviceInfo
+from ember.backends.c import CRenderer
+from ember.backends.opencl import OpenCLRenderer
+from ember.backends.ptx import PTXRenderer
+from ember.backends.wgsl import WGSLRenderer
+from ember.ir.opt import build_kernel_ir
+from ember.scheduler.kernelize import KernelItem, kernelize
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "backend_example"
+UPDATE = os.environ.get("EMBER_UPDATE_GOLDEN", "0") not in ("", "0")
+CAPABILITIES = DeviceInfo(compute_units=4, preferred_vector_width=4)
+
+
+def _python_renderer() -> object:
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        from ember_python_backend import PythonRenderer
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    return PythonRenderer()
+
+
+TARGETS: dict[str, tuple[Callable[[], object], str]] = {
+    "c": (CRenderer, "c"),
+    "opencl": (OpenCLRenderer, "cl"),
+    "wgsl": (lambda: WGSLRenderer(int64=True, float64=True), "wgsl"),
+    "ptx": (PTXRenderer, "ptx"),
+    "python": (_python_renderer, "py"),
+}
+
+
+def _tensor(*shape: int, dtype: em.DType = em.float32) -> em.Tensor:
+    return em.tensor(np.zeros(shape, dtype=dtype.numpy), device="dummy:0")
+
+
+CASES: dict[str, Callable[[], em.Tensor]] = {
+    "elementwise_broadcast": lambda: ((_tensor(3, 1, 4) * _tensor(1, 5, 1) + _tensor(4)).exp()
+                                      .maximum(_tensor(5, 1))),
+    "reduce": lambda: _tensor(3, 17, 5).sum(1),
+    "matmul": lambda: _tensor(16, 33) @ _tensor(33, 8),
+    "padded_permuted_view": lambda: _tensor(2, 3, 4).permute(2, 0, 1).pad((1, 2, 0, 0, 1, 0), value=-1.0) * 2 + 1,
+    "small_types": lambda: ((_tensor(6, dtype=em.int8) * 3).half() > _tensor(6, dtype=em.bfloat16).float()),
+}
+
+
+def rendered(case: str, target: str) -> str:
+    renderer = TARGETS[target][0]()
+    items = [item for item in kernelize([CASES[case]().node]) if isinstance(item, KernelItem)]
+    sources = [renderer.render(build_kernel_ir(item.kernel, f"{case}_{number}", CAPABILITIES))  # type: ignore[attr-defined]
+               for number, item in enumerate(items)]
+    return "\n".join(sources)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_generated_code_matches_the_golden_file(target: str, case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_NOOPT", "0")  # the files show the code with the default transforms
+    source = rendered(case, target)
+    path = GOLDEN / target / f"{case}.{TARGETS[target][1]}"
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+        return
+    assert path.exists(), f"no golden file {path}: create it with EMBER_UPDATE_GOLDEN=1 pytest {__file__}"
+    expected = path.read_text()
+    if source != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), source.splitlines(True), str(path), "rendered"))
+        pytest.fail(f"generated {target} code for '{case}' changed (EMBER_UPDATE_GOLDEN=1 accepts it):\n{diff}")
+
+
+def test_rendering_is_deterministic() -> None:
+    for target in TARGETS:
+        assert rendered("matmul", target) == rendered("matmul", target)
