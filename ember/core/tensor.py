@@ -402,6 +402,6 @@ def tensor_sequence(values: Sequence[Tensor]) -> list[Tensor]:
     """Check that a sequence holds Tensors, naming the first that is not."""
     result = list(values)
     for position, value in enumerate(result):
-        if not isinstance(value, Tensor):
+        if not isinstance(value, ElementwiseOps):  # the mixin: Tensor, its subclasses, and the reference tensor
             raise TypeError(f"expected a sequence of Tensors, element {position} is {type(value).__name__}")
     return result
