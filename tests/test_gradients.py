@@ -267,3 +267,52 @@ def test_gradient(case: Case, device: str) -> None:
 def test_case_names_are_unique() -> None:
     names = [case.name for case in CASES]
     assert len(names) == len(set(names)), sorted(name for name in names if names.count(name) > 1)
+
+
+# Kinks and ties, where torch picks a convention: relu'(0) = 0, |x|'(0) = 0, clamp passes the gradient at its bounds,
+# max(dim) and max_pool send it to the first maximum only while amax, max() and maximum split it among ties.
+KINK_VALUES = [0.0, -1.0, 1.0, 3.0, -3.0, 6.0, 0.5, 2.0, 2.0]
+TIES = [[[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 5.0], [0.0, 0.0, -1.0, 0.0]]]
+_FIRST_MAXIMUM = "core: {} splits the gradient among tied maxima (the REDUCE_MAX rule, as amax); torch gives it all " \
+                 "to the first maximum (the index it returns)"
+KINK_CASES = [
+    Case("kink_relu", lambda x: x.relu(), [], data=[KINK_VALUES],
+         marks=[pytest.mark.xfail(strict=True, reason="core: relu is MAX(x, 0), which splits the tie at 0 (0.5); "
+                                                      "torch's relu'(0) is 0")]),
+    Case("kink_abs", lambda x: x.abs(), [], data=[KINK_VALUES],
+         marks=[pytest.mark.xfail(strict=True, reason="core: abs'(0) is -1 (a where on x <= 0); torch gives 0")]),
+    Case("kink_clamp", lambda x: x.clamp(-1.0, 2.0), [], data=[KINK_VALUES],
+         marks=[pytest.mark.xfail(strict=True, reason="core: clamp at a bound splits (MAX tie) or drops the "
+                                                      "gradient; torch passes it (1) at both bounds")]),
+    Case("kink_hardtanh_relu6", lambda x: x.hardtanh(-1.0, 2.0) + (x * 2).relu6(), [], data=[KINK_VALUES],
+         torch_function=lambda x: F.hardtanh(x, -1.0, 2.0) + F.relu6(x * 2),
+         marks=[pytest.mark.xfail(strict=True, reason="core: hardtanh/relu6 at a bound give 0.5 or 1; torch 0")]),
+    Case("kink_hardsigmoid_hardswish", lambda x: x.hardsigmoid() + x.hardswish(), [], data=[KINK_VALUES],
+         torch_function=lambda x: F.hardsigmoid(x) + F.hardswish(x),
+         marks=[pytest.mark.xfail(strict=True, reason="core: hardsigmoid/hardswish at x = +-3 differ from torch")]),
+    Case("kink_leaky_relu", lambda x: x.leaky_relu(0.1), [], data=[KINK_VALUES],
+         torch_function=lambda x: F.leaky_relu(x, 0.1)),
+    Case("kink_floor_round_sign", lambda x: x.floor() + x.round() + x.sign() * x, [], data=[KINK_VALUES]),
+    Case("ties_amax", lambda x: x.amax(1), [], data=TIES),
+    Case("ties_max_all", lambda x: x.max(), [], data=TIES),
+    Case("ties_max_dim", lambda x: x.max(1).values, [], data=TIES,
+         marks=[pytest.mark.xfail(strict=True, reason=_FIRST_MAXIMUM.format("max(dim).values"))]),
+    Case("ties_min_dim", lambda x: x.min(1).values, [], data=TIES,
+         marks=[pytest.mark.xfail(strict=True, reason=_FIRST_MAXIMUM.format("min(dim).values"))]),
+    Case("ties_cummax", lambda x: x.cummax(1), [], data=TIES, torch_function=lambda x: x.cummax(1).values,
+         marks=[pytest.mark.xfail(strict=True, reason=_FIRST_MAXIMUM.format("cummax"))]),
+    Case("ties_max_pool2d", lambda x: x.unsqueeze(0).max_pool2d(2, 1), [], data=TIES,
+         torch_function=lambda x: F.max_pool2d(x.unsqueeze(0), 2, 1),
+         marks=[pytest.mark.xfail(strict=True, reason=_FIRST_MAXIMUM.format("max_pool2d"))]),
+    Case("zero_norm_and_std", lambda x: (x * 0).norm() + (x * 0).std(), [(2, 3)],
+         marks=[pytest.mark.xfail(strict=True, reason="core: norm and std of all-zero input give NaN gradients "
+                                                      "(sqrt'(0) * 0); torch gives 0")]),
+    Case("sign_alone", lambda x: x.sign(), [(2, 3)],
+         marks=[pytest.mark.xfail(strict=True, reason="core: sign is built from comparisons, so its result does not "
+                                                      "require grad; torch gives a zero gradient")]),
+]
+
+
+@pytest.mark.parametrize("case", [pytest.param(case, id=case.name, marks=case.marks) for case in KINK_CASES])
+def test_gradient_at_kinks_and_ties(case: Case, device: str) -> None:
+    check_gradients(case, device)
