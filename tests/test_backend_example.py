@@ -96,3 +96,19 @@ def test_the_capability_table_refuses_half_precision(python_device: str) -> None
     x = em.tensor([1.0, 2.0], device=python_device)
     with pytest.raises(DeviceError, match="python:0 cannot run kernels on float16"):
         x.half().realize()
+
+
+def test_import_ember_loads_no_driver_and_survives_broken_ones(tmp_path: Path) -> None:
+    """Drivers are imported only when a backend is probed; a broken one is a reason in `ember info`, not a crash."""
+    for package in ("wgpu", "pyopencl"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text(f"raise RuntimeError('{package} is broken here')\n")
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    check = "import sys, ember; print(sorted({m.split('.')[0] for m in sys.modules} & {'wgpu', 'pyopencl', 'cuda'}))"
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=environment)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stderr
+    info = subprocess.run([sys.executable, "-m", "ember", "info"], capture_output=True, text=True, env=environment)
+    assert info.returncode == 0, info.stderr
+    assert "wgpu: unavailable: RuntimeError: wgpu is broken here" in info.stdout
+    assert "opencl: unavailable" in info.stdout and "pyopencl is broken here" in info.stdout
+    assert "cuda: unavailable" in info.stdout
