@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-import torch.nn.functional as F  # noqa: N812 - torch's convention
+import torch.nn.functional as F
 
 import ember as em
 from tests.gradcheck import Case, check_gradients

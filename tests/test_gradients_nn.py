@@ -15,7 +15,7 @@ import ember.nn.functional
 from tests.gradcheck import Case, check_gradients
 
 
-def F(tensor: Any) -> ModuleType:  # noqa: N802 - reads like torch's F
+def F(tensor: Any) -> ModuleType:
     """torch.nn.functional or ember.nn.functional, whichever matches the tensor (the signatures are the same)."""
     return torch.nn.functional if isinstance(tensor, torch.Tensor) else ember.nn.functional
 

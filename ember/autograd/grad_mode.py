@@ -16,7 +16,7 @@ def is_grad_enabled() -> bool:
     return GradMode.enabled
 
 
-class set_grad_enabled:  # noqa: N801 - torch's name
+class set_grad_enabled:
     """Switch gradient recording on or off: as a call, a context manager (restoring on exit) or a decorator."""
 
     def __init__(self, mode: bool) -> None:
@@ -73,13 +73,13 @@ class _GradModeSwitch:
         return wrapper  # type: ignore[return-value]
 
 
-class no_grad(_GradModeSwitch):  # noqa: N801 - torch's name
+class no_grad(_GradModeSwitch):
     """Ops inside record no history: `with em.no_grad():` or `@em.no_grad()` (optimizer steps, evaluation)."""
 
     mode = False
 
 
-class enable_grad(_GradModeSwitch):  # noqa: N801 - torch's name
+class enable_grad(_GradModeSwitch):
     """Turn recording back on inside a no_grad region: `with em.enable_grad():` or `@em.enable_grad()`."""
 
     mode = True

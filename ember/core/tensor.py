@@ -36,7 +36,7 @@ _next_sequence = itertools.count().__next__  # creation order: a tensor's histor
 class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps, ConvolutionOps, LossOps):
     """A lazy n-dimensional array with PyTorch's API. Nothing runs until a value is needed."""
 
-    __slots__ = ("node", "_requires_grad", "grad", "_context", "_hooks", "_retains_grad", "_sequence", "__weakref__")
+    __slots__ = ("__weakref__", "_context", "_hooks", "_requires_grad", "_retains_grad", "_sequence", "grad", "node")
     __array_priority__ = 1000  # numpy defers to Tensor's reflected operators
     is_sharded = False  # ember.scheduler.sharding.ShardedTensor is the sharded kind
 
