@@ -76,6 +76,9 @@ def test_integer_tensor_indexing(device: str) -> None:
     same(x[:, em.tensor(-2, device=device), :, None], tx[:, torch.tensor(-2), :, None])
     same(x[em.tensor(2, device=device), :, rows[:2]], tx[torch.tensor(2), :, trows[:2]])
     same(x[:, [], 1], tx[:, [], 1])
+    with pytest.warns(UserWarning, match="tuple"):  # torch's legacy rule: a list holding lists is a tuple
+        legacy = x[[[0, 1], [1, 2]]]
+    same(legacy, tx[[0, 1], [1, 2]])
     same(x.permute(1, 2, 0)[cols, 2:], tx.permute(1, 2, 0)[tcols, 2:])
     for dtype in (np.int32, np.int16, np.uint32):  # torch takes int64 and int32 index tensors; ember any integer
         small, _ = index_pair([1, 0, 1], device, dtype)
@@ -207,6 +210,10 @@ def test_setitem_advanced(device: str) -> None:
     same(x, tx)
     x[True] = 2.0
     tx[True] = 2.0
+    x[False] = em.tensor([5.0], device=device)  # an empty selection writes nothing
+    tx[False] = torch.tensor([5.0])
+    x[1, ..., False] = 4.0
+    tx[1, ..., False] = 4.0
     same(x, tx)
     x[..., [True, False, False, True]] = em.tensor([1.0, 2.0], device=device)
     tx[..., [True, False, False, True]] = torch.tensor([1.0, 2.0])

@@ -54,6 +54,8 @@ def put_last(target: Tensor, index: Tensor, source: Tensor, mode: str, include_s
     index names keep the target's value; out-of-range indices write nothing.
     """
     size, count = target.shape[-1], index.shape[-1]
+    if count == 0:  # nothing is written
+        return target
     positions = target._arange_primitive(size, dtypes.int64, target.device).reshape(size, 1)
     match = index.cast(dtypes.int64).unsqueeze(-2) == positions  # (..., N, M): index m names position n
     spread = source.unsqueeze(-2)  # (..., 1, M)

@@ -9,6 +9,7 @@ bool tensors) in reads, and write nothing in writes. Out-of-range Python ints ra
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -96,6 +97,11 @@ class IndexPlan:
 
 def parse_indices(tensor: Tensor, indices: Any) -> IndexPlan:
     """Check an index against the tensor's shape (IndexError naming the dim and size) and plan it."""
+    if isinstance(indices, list) and _list_is_tuple(indices):
+        warnings.warn("indexing with a list that holds sequences, tensors, slices, None or Ellipsis reads it as a "
+                      "tuple of indices, as torch does (deprecated there); write x[tuple(indices)]", UserWarning,
+                      stacklevel=3)
+        indices = tuple(indices)
     if not isinstance(indices, tuple):
         indices = (indices,)
     items = [_classify(tensor, index) for index in indices]
@@ -163,6 +169,17 @@ def parse_indices(tensor: Tensor, indices: Any) -> IndexPlan:
     runs = "".join("a" if tag == "advanced" else "b" for tag in tags).strip("b")
     plan.adjacent = "b" not in runs
     return plan
+
+
+def _list_is_tuple(indices: list[Any]) -> bool:
+    """torch's legacy rule: a short list holding a sequence, tensor, slice, None or Ellipsis is a tuple of indices."""
+    from ember.core.tensor import Tensor
+
+    return len(indices) < 32 and any(
+        index is None or index is Ellipsis or isinstance(index, (list, tuple, slice, Tensor))
+        or (hasattr(index, "shape") and hasattr(index, "dtype"))
+        for index in indices
+    )
 
 
 def _classify(tensor: Tensor, index: Any) -> tuple[str, Any]:
