@@ -337,7 +337,7 @@ def test_movement_errors_name_the_shapes(device: str) -> None:
     with pytest.raises(em.ShapeError, match=r"length 3 does not fit.*size 3"):
         x.narrow(1, 1, 3)
     with pytest.raises(em.ShapeError, match="mT needs"):
-        em.zeros(3, device=device).mT
+        _ = em.zeros(3, device=device).mT
     with pytest.raises(em.ShapeError, match=r"t\(\) expects"):
         em.zeros(1, 2, 3, device=device).t()
     with pytest.raises(em.ShapeError, match=r"cat: the shapes \(2, 3\), \(3, 2\) must match.*dim 0"):

@@ -192,10 +192,10 @@ def _classify(tensor: Tensor, index: Any) -> tuple[str, Any]:
         return "ellipsis", None
     if isinstance(index, slice):
         return "slice", index
-    if isinstance(index, bool):
-        return "mask", tensor._full((), index, dtypes.bool_, tensor.device)
-    if not isinstance(index, Tensor) and hasattr(index, "__index__") and not hasattr(index, "shape"):
-        return "int", operator.index(index)
+    if isinstance(index, bool) or type(index).__name__ == "bool_":  # a Python or numpy bool: a 0-d mask
+        return "mask", tensor._full((), bool(index), dtypes.bool_, tensor.device)
+    if not isinstance(index, Tensor) and hasattr(index, "__index__") and getattr(index, "ndim", 0) == 0:
+        return "int", operator.index(index)  # ints, numpy integers and 0-d integer arrays
     if isinstance(index, (list, tuple)) or (hasattr(index, "shape") and hasattr(index, "dtype")
                                             and not isinstance(index, Tensor)):
         index = _tensor_from_sequence(tensor, index)

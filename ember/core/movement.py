@@ -183,12 +183,12 @@ class MovementOps:
         return self if self.ndim < 2 else self.transpose(0, 1)
 
     @property
-    def T(self: Tensor) -> Tensor:  # noqa: N802 - torch's name
+    def T(self: Tensor) -> Tensor:
         """All dims reversed (torch deprecates this for tensors that are not 2-d; use mT or permute there)."""
         return self.permute(tuple(reversed(range(self.ndim))))
 
     @property
-    def mT(self: Tensor) -> Tensor:  # noqa: N802 - torch's name
+    def mT(self: Tensor) -> Tensor:
         if self.ndim < 2:
             raise ShapeError(f"mT needs a matrix or a batch of matrices (>= 2 dims), got shape {self.shape}")
         return self.transpose(-2, -1)
