@@ -9,7 +9,7 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import Op
 from ember.ir.ir import IRNode, IROp, KernelIR
-from ember.ir.linearize import Instruction, linearize
+from ember.ir.linearize import linearize
 
 Template = Callable[[list[str], DType, DType], str]  # (operands, result dtype, operand dtype) -> expression
 
@@ -33,6 +33,40 @@ def _maximum(operands: list[str], dtype: DType, _: DType) -> str:
     if dtype.is_float:
         return f"(({a})>({b})||({a})!=({a})?({a}):({b}))"
     return f"(({a})>({b})?({a}):({b}))"
+
+
+WRAPPING_UNSIGNED = {dtypes.int32: dtypes.uint32, dtypes.int64: dtypes.uint64}  # narrower ints promote: no overflow
+WRAPPING_SYMBOLS = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.NEG: ""}
+UNBOUNDED = (-math.inf, math.inf)
+
+
+def fits(dtype: DType, bounds: tuple[float, float]) -> bool:
+    return dtypes.min_value(dtype) <= bounds[0] and bounds[1] <= dtypes.max_value(dtype)
+
+
+def value_bounds(node: IRNode, memo: dict[int, tuple[float, float]]) -> tuple[float, float]:
+    """The IR's integer value bounds, extended to SUB, NEG and products of bounded values (as if nothing wrapped)."""
+    bounds = memo.get(id(node))
+    if bounds is not None:
+        return bounds
+    if node.op in WRAPPING_SYMBOLS and node.dtype.is_int:
+        sources = [value_bounds(src, memo) for src in node.srcs]
+        (low, high), (other_low, other_high) = sources[0], sources[-1]
+        if not all(fits(node.dtype, source) for source in sources):
+            bounds = UNBOUNDED  # a source that may have wrapped bounds nothing
+        elif node.op is Op.NEG:
+            bounds = (-high, -low)
+        elif node.op is Op.ADD:
+            bounds = (low + other_low, high + other_high)
+        elif node.op is Op.SUB:
+            bounds = (low - other_high, high - other_low)
+        else:
+            corners = [a * b for a in (low, high) for b in (other_low, other_high)]
+            bounds = (min(corners), max(corners))
+    else:
+        bounds = (node.minimum, node.maximum)
+    memo[id(node)] = bounds
+    return bounds
 
 
 class CStyleRenderer:
@@ -100,6 +134,18 @@ class CStyleRenderer:
             return f"ember_bf16_to_float({operands[0]})"
         return f"(({self.type_name(dtype)})({operands[0]}))"
 
+    def signed_from_unsigned(self, expression: str, dtype: DType) -> str:
+        """The signed `dtype` with the bits of an unsigned expression (C converts modulo 2^n, as gcc documents)."""
+        return f"(({self.type_name(dtype)})({expression}))"
+
+    def wrapping(self, op: Op, operands: list[str], dtype: DType) -> str:
+        """Signed add/sub/mul/neg that wraps like PyTorch's: done on the unsigned type (no undefined overflow)."""
+        unsigned = self.type_name(WRAPPING_UNSIGNED[dtype])
+        values = [f"({unsigned})({value})" for value in operands]
+        if op is Op.NEG:
+            return self.signed_from_unsigned(f"({unsigned})0-{values[0]}", dtype)
+        return self.signed_from_unsigned(f"{values[0]}{WRAPPING_SYMBOLS[op]}{values[1]}", dtype)
+
     def bitcast(self, operands: list[str], dtype: DType, source: DType) -> str:
         return f"ember_bitcast_{dtype.name}_{source.name}({operands[0]})"
 
@@ -144,6 +190,7 @@ class CStyleRenderer:
     # ---- the skeleton -----------------------------------------------------------------------------------------
 
     def render(self, kernel: KernelIR) -> str:
+        self._bounds: dict[int, tuple[float, float]] = {}  # value bounds by node id, valid during one render
         instructions = linearize(kernel.sink)
         names: dict[int, str] = {}
         index_type = self.type_name(kernel.index_dtype)
@@ -177,7 +224,10 @@ class CStyleRenderer:
             elif instruction.kind == "update_acc":
                 name = names[id(node)]
                 value = operand(node.srcs[0])
-                if node.arg is Op.SUM:
+                if node.arg in (Op.SUM, Op.PROD) and node.dtype in WRAPPING_UNSIGNED:
+                    op = Op.ADD if node.arg is Op.SUM else Op.MUL
+                    body.append(f"{pad}{name} = {self.wrapping(op, [name, value], node.dtype)};")
+                elif node.arg is Op.SUM:
                     body.append(f"{pad}{name} += {value};")
                 elif node.arg is Op.PROD:
                     body.append(f"{pad}{name} *= {value};")
@@ -211,6 +261,15 @@ class CStyleRenderer:
         if node.op in (Op.IDIV, Op.MOD) and node.srcs[1].is_const and node.srcs[1].arg > 0:
             symbol = "/" if node.op is Op.IDIV else "%"  # no guard needed for a positive constant divisor
             return f"({operand(node.srcs[0])}{symbol}{operand(node.srcs[1])})"
+        if node.dtype in WRAPPING_UNSIGNED:
+            # signed int/long arithmetic that may overflow wraps like PyTorch's; index math whose IR bounds fit
+            # keeps the plain (faster) form
+            if node.op in WRAPPING_SYMBOLS and not fits(node.dtype, value_bounds(node, self._bounds)):
+                return self.wrapping(node.op, [operand(src) for src in node.srcs], node.dtype)
+            if node.op is Op.IDIV:  # x / -1 is -x, which overflows for the smallest value
+                a, b = (operand(src) for src in node.srcs)
+                negated = self.wrapping(Op.NEG, [a], node.dtype)
+                return f"(({b})==0?{self.constant(0, node.dtype)}:(({b})==-1?{negated}:({a})/({b})))"
         source_dtype = node.srcs[0].dtype if node.srcs else node.dtype
         if node.op is Op.WHERE:
             source_dtype = node.srcs[1].dtype

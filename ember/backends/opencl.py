@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import math
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import BackendUnavailable, CompileError, OutOfMemoryError
 from ember.core.ops import Op
-from ember.ir.ir import IRNode, KernelIR
+from ember.ir.ir import KernelIR
 
 try:
     import pyopencl as cl
@@ -40,40 +38,6 @@ ushort ember_float_to_half(float value) {
 DOUBLE_TO_HALF = """ushort ember_double_to_half(double value) {
   ushort bits; vstore_half_rte(value, 0, (__private half*)&bits); return bits; }"""
 FP64_PRAGMA = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable"
-WRAPPING_TYPES = {dtypes.int32: "uint", dtypes.int64: "ulong"}  # narrower types are promoted to int: no overflow
-WRAPPING_OPS = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.NEG: ""}
-UNBOUNDED = (-math.inf, math.inf)
-
-
-def fits(dtype: DType, bounds: tuple[float, float]) -> bool:
-    return dtypes.min_value(dtype) <= bounds[0] and bounds[1] <= dtypes.max_value(dtype)
-
-
-def value_bounds(node: IRNode, memo: dict[int, tuple[float, float]]) -> tuple[float, float]:
-    """The IR's integer value bounds, extended to SUB, NEG and products of bounded values (as if nothing wrapped)."""
-    bounds = memo.get(id(node))
-    if bounds is not None:
-        return bounds
-    if node.op in WRAPPING_OPS and node.dtype.is_int:
-        sources = [value_bounds(src, memo) for src in node.srcs]
-        (low, high), (other_low, other_high) = sources[0], sources[-1]
-        if not all(fits(node.dtype, source) for source in sources):
-            bounds = UNBOUNDED  # a source that may have wrapped bounds nothing
-        elif node.op is Op.NEG:
-            bounds = (-high, -low)
-        elif node.op is Op.ADD:
-            bounds = (low + other_low, high + other_high)
-        elif node.op is Op.SUB:
-            bounds = (low - other_high, high - other_low)
-        else:
-            corners = [a * b for a in (low, high) for b in (other_low, other_high)]
-            bounds = (min(corners), max(corners))
-    else:
-        bounds = (node.minimum, node.maximum)
-    memo[id(node)] = bounds
-    return bounds
-
-
 class OpenCLRenderer(CStyleRenderer):
     """OpenCL C: one work item per global id, `__global` buffers, overloaded math functions, `as_<type>` bitcasts."""
 
@@ -89,28 +53,8 @@ class OpenCLRenderer(CStyleRenderer):
         super().__init__()
         self.has_fp64 = has_fp64
 
-    def expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
-        # OpenCL C has no -fwrapv: signed int/long arithmetic that may overflow is done on the unsigned type and
-        # reinterpreted, so it wraps like PyTorch's; index math whose IR bounds fit keeps the plain (faster) form
-        unsigned = WRAPPING_TYPES.get(node.dtype)
-        if unsigned is not None and node.op in WRAPPING_OPS and self._may_overflow(node):
-            values = [f"({unsigned})({operand(src)})" for src in node.srcs]
-            signed = self.type_name(node.dtype)
-            if node.op is Op.NEG:
-                return f"as_{signed}(({unsigned})0-{values[0]})"
-            return f"as_{signed}({values[0]}{WRAPPING_OPS[node.op]}{values[1]})"
-        if unsigned is not None and node.op is Op.IDIV and not (node.srcs[1].is_const and node.srcs[1].arg > 0):
-            a, b = (operand(src) for src in node.srcs)  # x / -1 is -x, which overflows for the smallest value
-            negated = f"as_{self.type_name(node.dtype)}(({unsigned})0-({unsigned})({a}))"
-            return f"(({b})==0?{self.constant(0, node.dtype)}:(({b})==-1?{negated}:({a})/({b})))"
-        return super().expression(node, operand)
-
-    def render(self, kernel: KernelIR) -> str:
-        self._bounds: dict[int, tuple[float, float]] = {}  # by node id: valid during one render only
-        return super().render(kernel)
-
-    def _may_overflow(self, node: IRNode) -> bool:
-        return not fits(node.dtype, value_bounds(node, self._bounds))
+    def signed_from_unsigned(self, expression: str, dtype: DType) -> str:
+        return f"as_{self.type_name(dtype)}({expression})"
 
     def math_function(self, op: Op, dtype: DType) -> str:
         return self.math_functions[op]  # OpenCL's math functions are overloaded: no 'f' suffix

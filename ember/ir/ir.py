@@ -241,6 +241,10 @@ class Builder:
                     return self.alu(Op.ADD, dtype, b, a)
                 if integer and b.is_const and a.op is Op.ADD and a.srcs[1].is_const:
                     return self.alu(Op.ADD, dtype, a.srcs[0], self.const(a.srcs[1].arg + b.arg, dtype))
+                if integer:
+                    recombined = self._recombine(a, b, dtype)
+                    if recombined is not None:
+                        return recombined
             if op is Op.SUB and integer and b.is_const:
                 return self.alu(Op.ADD, dtype, a, self.const(-b.arg, dtype))
             if op is Op.MUL and integer:
@@ -263,6 +267,8 @@ class Builder:
                 return a
             if op is Op.MUL and dtype.is_float and a.is_const and a.arg == 1.0:
                 return b
+            if op in (Op.IDIV, Op.MOD) and integer and b.is_const and b.arg == 1:  # any sign
+                return a if op is Op.IDIV else self.const(0, dtype)
             if op in (Op.IDIV, Op.MOD) and integer and b.is_const and b.arg > 0 and a.minimum >= 0:
                 return self._simplify_division(op, dtype, a, b.arg)
             if op is Op.CMPLT and integer:
@@ -286,6 +292,22 @@ class Builder:
                 return if_true if condition.arg else if_false
             if if_true is if_false:
                 return if_true
+        return None
+
+    def _recombine(self, a: IRNode, b: IRNode, dtype: DType) -> IRNode | None:
+        """k*(x % c) + k*c*(x // c) == k*x for any x (C's truncating division and remainder agree)."""
+        terms_a, constant_a = _linear_terms(a)
+        terms_b, constant_b = _linear_terms(b)
+        terms = terms_a + terms_b
+        for position, (term, coefficient) in enumerate(terms):
+            if term.op is not Op.MOD or not term.srcs[1].is_const:
+                continue
+            source, divisor = term.srcs
+            for other_position, (other, other_coefficient) in enumerate(terms):
+                if (other.op is Op.IDIV and other.srcs[0] is source and other.srcs[1] is divisor
+                        and other_coefficient == coefficient * divisor.arg):
+                    rest = [item for index, item in enumerate(terms) if index not in (position, other_position)]
+                    return self._sum([*rest, (source, coefficient)], constant_a + constant_b, dtype)
         return None
 
     def _simplify_division(self, op: Op, dtype: DType, numerator: IRNode, divisor: int) -> IRNode | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from ember.backends.base import DeviceInfo
-from ember.core.ops import REDUCE_OPS
+from ember.core.ops import REDUCE_OPS, Op
 from ember.ir.ir import KernelIR
 from ember.ir.kernel import Kernel
 from ember.ir.lower import lower_kernel
@@ -24,7 +24,11 @@ def optimizations_enabled() -> bool:
 def choose_upcast(kernel: Kernel, info: DeviceInfo) -> tuple[int, ...] | None:
     """Tile factors for the output dims of a reduce kernel: the last dim by the vector width, the one before by 4,
     while enough work items remain to keep every compute unit busy."""
-    if not any(step.op in REDUCE_OPS for step in kernel.steps):
+    reduces = [step for step in kernel.steps if step.op in REDUCE_OPS]
+    if len(reduces) != 1 or not any(step.op is Op.EXPAND for step in kernel.steps):
+        return None  # tiles pay off where outputs share loads: one reduce over broadcast inputs (a matmul)
+    reduce_input = kernel.steps[reduces[0].srcs[0]].shape
+    if _product([reduce_input[axis] for axis in reduces[0].arg]) < 8:
         return None
     shape = kernel.output.shape
     if not shape:
