@@ -108,9 +108,30 @@ class Program:
 
 
 def references(call: Call) -> list[Ref]:
-    found = [value for value in call.args if isinstance(value, Ref)]
-    found += [value for _, value in call.kwargs if isinstance(value, Ref)]
+    """The values a call uses besides its target (Refs in its arguments, also inside lists and tuples)."""
+    found: list[Ref] = []
+
+    def collect(value: Any) -> None:
+        if isinstance(value, Ref):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                collect(item)
+
+    collect(call.args)
+    collect([value for _, value in call.kwargs])
     return found
+
+
+def _mapped(value: Any, function: Callable[[Ref], Any]) -> Any:
+    """value with every Ref in it (also inside lists and tuples) replaced by function(ref)."""
+    if isinstance(value, Ref):
+        return function(value)
+    if isinstance(value, list):
+        return [_mapped(item, function) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_mapped(item, function) for item in value)
+    return value
 
 
 def renumbered(node: Node, renumber: dict[int, int]) -> Node:
@@ -118,7 +139,7 @@ def renumbered(node: Node, renumber: dict[int, int]) -> Node:
         return node
 
     def fix(value: Any) -> Any:
-        return Ref(renumber[value.index]) if isinstance(value, Ref) else value
+        return _mapped(value, lambda ref: Ref(renumber[ref.index]))
 
     return Call(
         renumber[node.target], node.method, tuple(fix(value) for value in node.args),
@@ -138,7 +159,7 @@ def run_node(node: Node, values: Sequence[Any], maker: TensorMaker,
         return maker.arange(node.shape[0], node.dtype)
 
     def resolve(value: Any) -> Any:
-        return values[value.index] if isinstance(value, Ref) else value
+        return _mapped(value, lambda ref: values[ref.index])
 
     arguments = [resolve(value) for value in node.args]
     keywords = {key: resolve(value) for key, value in node.kwargs}

@@ -109,7 +109,7 @@ def _constant(value: Any, output: Output) -> np.ndarray:
 
 
 def _integer_division(a: np.ndarray, b: np.ndarray, unsigned: bool) -> np.ndarray:
-    """a / b rounded toward zero; x / 0 gives 0; MIN / -1 wraps to MIN (C on two's complement with -fwrapv)."""
+    """a / b rounded toward zero; x / 0 gives 0; MIN / -1 wraps to MIN (two's complement, as PyTorch)."""
     zero = b == 0
     if unsigned:
         return np.where(zero, 0, a // np.where(zero, 1, b)).astype(a.dtype)

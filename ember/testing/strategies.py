@@ -447,6 +447,29 @@ def combination(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
         builder.add_call(Call(target, draw(st.sampled_from(["__sub__", "__add__", "__mul__"])), (Ref(reduced),)))
 
 
+def join(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
+    """cat along an existing dim (parts of other sizes there) or stack along a new one."""
+    value = builder.values[target]
+    rank = value.ndim
+    others = []
+    for _ in range(draw(st.integers(1, 2))):
+        if draw(st.booleans()) or rank == 0:
+            others.append(Ref(target))
+        else:
+            shape = list(value.shape)
+            shape[draw(st.integers(0, rank - 1))] = draw(st.sampled_from([1, 2, 0, 3]))
+            others.append(Ref(draw_source(draw, builder, builder.dtype(draw, like=value.dtype), tuple(shape))))
+    if draw(st.booleans()) and rank:
+        axes = [axis for axis in range(rank) if all(
+            builder.values[other.index].shape[:axis] + builder.values[other.index].shape[axis + 1:]
+            == value.shape[:axis] + value.shape[axis + 1:] for other in others)]
+        if axes:
+            builder.add_call(Call(target, "cat", (others, draw(st.sampled_from(axes)))))
+        return
+    same = [other for other in others if builder.values[other.index].shape == value.shape]
+    builder.add_call(Call(target, "stack", (same, draw(st.integers(-rank - 1, rank)))))
+
+
 KINDS: dict[str, Callable[[st.DrawFn, ProgramBuilder, int], None]] = {
     "unary": unary,
     "binary": binary,
@@ -456,6 +479,7 @@ KINDS: dict[str, Callable[[st.DrawFn, ProgramBuilder, int], None]] = {
     "where": where,
     "cast": cast,
     "matmul": matmul,
+    "join": join,
 }
 
 

@@ -88,3 +88,13 @@ def test_pow_gradient_at_base_one(device: str, request: pytest.FixtureRequest) -
               "is 0 (torch: 1.5)")
     assert _gradient(device, 1.0, lambda x: x**1.5) == pytest.approx(1.5)
     assert _gradient(device, 2.0, lambda x: x**1.5) == pytest.approx(1.5 * 2**0.5, rel=1e-5)
+
+
+def test_division_by_a_zero_constant(device: str, request: pytest.FixtureRequest) -> None:
+    known_bug(request, device, {"wgpu"},
+              "wgpu: x / 0.0 with a constant 0.0 gives 0 for every x (IEEE: nan, inf, -inf), so var() of one element "
+              "is 0 instead of nan; dividing by a tensor of zeros is right")
+    values = em.tensor([0.0, 1.0, -1.0], device=device)
+    result = (values / 0.0).numpy()
+    assert np.isnan(result[0]) and result[1:].tolist() == [math.inf, -math.inf]
+    assert math.isnan(em.tensor(0.5, device=device).var().item())
