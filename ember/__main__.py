@@ -139,7 +139,8 @@ def command_fuzz(arguments: argparse.Namespace) -> int:
     from ember.testing.fuzz import main_fuzz
 
     device = arguments.device or get_default_device()
-    return main_fuzz(device, arguments.minutes, arguments.seed, arguments.max_calls, arguments.keep_cache)
+    return main_fuzz(device, arguments.minutes, arguments.seed, arguments.max_calls, arguments.keep_cache,
+                     tuple(arguments.with_device))
 
 
 def command_bench(arguments: argparse.Namespace) -> int:
@@ -163,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--seed", type=int, default=None, help="the first seed (default: random)")
     fuzz.add_argument("--max-calls", type=int, default=8, help="the most ops per random graph (default: 8)")
     fuzz.add_argument("--keep-cache", action="store_true", help="put compiled fuzz kernels in the kernel cache")
+    fuzz.add_argument("--with-device", action="append", default=[],
+                      help="also move values to this device within programs (repeatable; tests placement and copies)")
     fuzz.set_defaults(run=command_fuzz)
     bench = subcommands.add_parser("bench", help="the benchmark suite: ember on each device next to torch and numpy")
     bench.add_argument("--quick", action="store_true", help="tiny sizes and few runs (a smoke run, not a measurement)")

@@ -195,14 +195,15 @@ class FuzzStats:
 
 
 def fuzz_test(device: str, stats: FuzzStats, max_examples: int, max_calls: int = 8, derandomize: bool = False,
-              deadline: float | None = None, source_outputs: bool = True) -> Callable[[], None]:
+              deadline: float | None = None, source_outputs: bool = True,
+              other_devices: tuple[str, ...] = ()) -> Callable[[], None]:
     """A Hypothesis test that checks random programs on `device` (call it to run; it raises on a mismatch)."""
     allowed = device_dtypes(device)
 
     @settings(max_examples=max_examples, deadline=None, derandomize=derandomize, database=None, print_blob=False,
               phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False, verbosity=Verbosity.quiet,
               suppress_health_check=list(HealthCheck))
-    @given(programs(allowed, max_calls=max_calls, source_outputs=source_outputs))
+    @given(programs(allowed, max_calls=max_calls, source_outputs=source_outputs, other_devices=other_devices))
     def test(program: Program) -> None:
         if deadline is not None and time.monotonic() > deadline:
             return
@@ -220,7 +221,7 @@ def fuzz_test(device: str, stats: FuzzStats, max_examples: int, max_calls: int =
 
 def fuzz(device: str, seconds: float, start_seed: int = 0, chunk: int = 50, max_calls: int = 8,
          report: Callable[[str], None] = print, progress_seconds: float = 30.0, source_outputs: bool = True,
-         gradients: bool = True) -> FuzzStats:
+         gradients: bool = True, other_devices: tuple[str, ...] = ()) -> FuzzStats:
     """Fuzz `device` for `seconds`, in chunks of `chunk` examples seeded start_seed, start_seed + 1, ...
 
     Every fourth chunk checks gradients against torch instead (when `gradients` is set)."""
@@ -237,7 +238,7 @@ def fuzz(device: str, seconds: float, start_seed: int = 0, chunk: int = 50, max_
             test = seed(chunk_seed)(gradient_fuzz_test(device, stats, max(1, chunk // 2), deadline=deadline))
         else:
             test = seed(chunk_seed)(fuzz_test(device, stats, chunk, max_calls, deadline=deadline,
-                                              source_outputs=source_outputs))
+                                              source_outputs=source_outputs, other_devices=other_devices))
         try:
             test()
         except (FuzzMismatch, Flaky) as failure:
@@ -272,7 +273,7 @@ WORKER_SECONDS = 300.0  # a fresh worker process every 5 minutes: compiled libra
 
 
 def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_calls: int = 8,
-              keep_cache: bool = False) -> int:
+              keep_cache: bool = False, other_devices: tuple[str, ...] = ()) -> int:
     """`python -m ember fuzz`: fuzz until the time is up; print every failure; exit status 1 on a mismatch.
 
     The fuzzing runs in worker processes, so a crash of a kernel (a segfault) is reported with the program that
@@ -285,9 +286,11 @@ def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_ca
     from ember.scheduler.devices import resolve_device
 
     device = resolve_device(device)
+    other_devices = tuple(resolve_device(other) for other in other_devices)
     if start_seed is None:
         start_seed = int.from_bytes(os.urandom(3), "little")
-    print(f"fuzzing {device} for {minutes:g} minutes from seed {start_seed}", flush=True)
+    also = f" (moving values to {', '.join(other_devices)} too)" if other_devices else ""
+    print(f"fuzzing {device}{also} for {minutes:g} minutes from seed {start_seed}", flush=True)
     total = FuzzStats()
     deadline = time.monotonic() + minutes * 60
     crashes = 0
@@ -304,6 +307,7 @@ def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_ca
             command = [sys.executable, "-m", "ember.testing.fuzz", "--device", device, "--seconds",
                        str(min(remaining, WORKER_SECONDS)), "--seed", str(start_seed + 10_000 * worker),
                        "--max-calls", str(max_calls), "--stats", stats_path, "--program", program_path]
+            command += [argument for other in other_devices for argument in ("--with-device", other)]
             result = subprocess.run(command, env=environment)
             worker += 1
             if os.path.exists(stats_path):
@@ -341,10 +345,11 @@ def _worker(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-calls", type=int, default=8)
     parser.add_argument("--stats", required=True)
     parser.add_argument("--program", required=True)
+    parser.add_argument("--with-device", action="append", default=[])
     arguments = parser.parse_args(argv)
     CurrentProgram.path = arguments.program
     stats = fuzz(arguments.device, arguments.seconds, arguments.seed, max_calls=arguments.max_calls,
-                 report=lambda line: print(line, flush=True))
+                 report=lambda line: print(line, flush=True), other_devices=tuple(arguments.with_device))
     with open(arguments.stats, "w") as file:
         json.dump({"examples": stats.examples, "gradient_examples": stats.gradient_examples, "passed": stats.passed,
                    "elements_compared": stats.elements_compared, "elements_uncertain": stats.elements_uncertain,

@@ -105,6 +105,7 @@ class ProgramBuilder:
         self.allowed_dtypes = allowed_dtypes
         self.stopped = False
         self.excluded: frozenset[str] = frozenset()  # methods never to draw
+        self.other_devices: tuple[str, ...] = ()  # devices values may be moved to
 
     def add_source(self, source: Source) -> int:
         self.program.nodes.append(source)
@@ -485,19 +486,24 @@ KINDS: dict[str, Callable[[st.DrawFn, ProgramBuilder, int], None]] = {
 
 @st.composite
 def programs(draw: st.DrawFn, allowed_dtypes: tuple[DType, ...], max_calls: int = 8,
-             source_outputs: bool = True) -> Program:
+             source_outputs: bool = True, other_devices: tuple[str, ...] = ()) -> Program:
     """A random program: sources of allowed dtypes and up to max_calls calls of any kind in any order.
 
     The last value is an output, and up to two other values are too (realized in the same call); with
-    source_outputs False, those are never sources (a switch for working around a known bug)."""
+    source_outputs False, those are never sources (a switch for working around a known bug). With other_devices,
+    calls also move values to those devices (and ops then mix devices)."""
     builder = ProgramBuilder(allowed_dtypes)
+    builder.other_devices = other_devices
     first_dtype = draw(st.sampled_from(allowed_dtypes))
     draw_source(draw, builder, first_dtype, draw(shapes()))
     for _ in range(draw(st.integers(1, max_calls))):
         if builder.stopped:
             break
-        kind = draw(st.sampled_from(list(KINDS)))
-        KINDS[kind](draw, builder, builder.pick(draw))
+        kind = draw(st.sampled_from(list(KINDS) + (["transfer"] if other_devices else [])))
+        if kind == "transfer":
+            builder.add_call(Call(builder.pick(draw), "to", (draw(st.sampled_from(other_devices)),)))
+        else:
+            KINDS[kind](draw, builder, builder.pick(draw))
     last = len(builder.values) - 1
     candidates = [index for index, node in enumerate(builder.program.nodes) if source_outputs or isinstance(node, Call)]
     extra = draw(st.lists(st.sampled_from(candidates), max_size=2, unique=True)) if candidates else []
