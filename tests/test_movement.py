@@ -356,8 +356,6 @@ def test_movement_errors_name_the_shapes(device: str) -> None:
         x.reshape(2.0, 3)
 
 
-@pytest.mark.xfail(strict=True, reason="ir/lower.py: a PAD fill of -0.0 is lowered as a guarded load (fill == 0 is "
-                   "True for -0.0), so the pad gives +0.0; cat pads with -0.0 and loses the sign of zero")
 def test_negative_zero_survives_pad_and_cat(device: str) -> None:
     values = em.tensor([-0.0, 1.0], device=device)
     assert np.signbit(values.pad((1, 0), value=-0.0).numpy()).tolist() == [True, True, False]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -31,19 +33,42 @@ static inline unsigned short ember_float_to_bf16(float value) {
 #endif
 """
 
+# gcc vectorizes loops calling these through glibc's libmvec (x86_64, glibc >= 2.35: AVX2 variants of each)
+VECTOR_MATH_DECLARATIONS = "".join(
+    f"#pragma omp declare simd notinbranch\n{type_name} {function}({type_name});\n"
+    for type_name, suffix in (("float", "f"), ("double", ""))
+    for function in (f"exp2{suffix}", f"log2{suffix}", f"sin{suffix}")
+)
+
+
+@functools.cache
+def has_vector_math() -> bool:
+    """Whether glibc's libmvec has vector variants of exp2/log2/sin for this machine."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    try:
+        name, version = os.confstr("CS_GNU_LIBC_VERSION").split()  # type: ignore[union-attr]
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except (AttributeError, ValueError, OSError):
+        return False
+    return name == "glibc" and (major, minor) >= (2, 35)
+
+
 PARALLEL_THRESHOLD = 1 << 15  # estimated operations below which a kernel runs on one thread
 
 
 class CRenderer(CStyleRenderer):
     """C with OpenMP: the parallel axis is a `for` loop split across threads (all cores, or `threads`)."""
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, vector_math: bool = False) -> None:
         super().__init__()
         self.threads = threads
+        self.vector_math = vector_math  # declare libmvec's variants of exp2/log2/sin (see has_vector_math)
 
     def prelude(self, kernel: KernelIR) -> str:
         # every helper is guarded, so several kernels can be compiled as one source (see CDevice.compile_many)
-        helpers = []
+        helpers = ["#ifndef EMBER_VECTOR_MATH\n#define EMBER_VECTOR_MATH\n" + VECTOR_MATH_DECLARATIONS + "#endif"
+                   ] if self.vector_math else []
         for line in bitcast_helpers(self.type_names, used_bitcasts(kernel.sink)).splitlines():
             guard = "EMBER_" + line.split("(", 1)[0].split()[-1].upper()
             helpers.append(f"#ifndef {guard}\n#define {guard}\n{line}\n#endif")
@@ -110,8 +135,17 @@ class CProgram(Program):
 
 
 def compiler_command() -> list[str]:
+    """The compiler and its flags. No flag changes a value: -fno-trapping-math only drops FP exception flags
+    (which lets gcc vectorize truncf), -fno-math-errno only errno. -fno-tree-loop-if-convert works around a gcc 12
+    loop-vectorizer miscompile of masked max reductions (tests/test_convolution.py::test_adaptive_max_pooling
+    failed without it: -inf in most outputs)."""
     compiler = os.environ.get("CC", "cc")
-    return [compiler, "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno"]
+    return [compiler, "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
+            "-fno-tree-loop-if-convert"]
+
+
+def link_libraries() -> list[str]:
+    return ["-lmvec", "-lm"] if has_vector_math() else ["-lm"]
 
 
 def _cpu_model() -> str:
@@ -132,9 +166,9 @@ class CDevice(Device):
         cores = threads or os.cpu_count() or 1
         self.info = DeviceInfo(compute_units=cores, preferred_vector_width=8, concurrent_compile=True)
         self.pool = HostMemoryPool(name)
-        self.renderer = CRenderer(threads)
+        self.renderer = CRenderer(threads, vector_math=has_vector_math())
         self._programs: dict[str, CProgram] = {}
-        self._cache_key_prefix = " ".join(compiler_command()) + "|" + _cpu_model()
+        self._cache_key_prefix = " ".join(compiler_command() + link_libraries()) + "|" + _cpu_model()
 
     def render(self, kernel: KernelIR) -> str:
         return self.renderer.render(kernel)
@@ -171,7 +205,7 @@ def build_library(source: str, key_prefix: str) -> ctypes.CDLL:
         source_path.write_text(source)
         output = Path(work, "kernel.so")
         result = subprocess.run(
-            [*compiler_command(), "-o", str(output), str(source_path)], capture_output=True, text=True
+            [*compiler_command(), "-o", str(output), str(source_path), *link_libraries()], capture_output=True, text=True
         )
         if result.returncode != 0:
             raise CompileError(f"the C compiler rejected a kernel:\n{result.stderr}\n--- source ---\n{source}")

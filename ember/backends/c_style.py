@@ -31,7 +31,7 @@ def _signed_modulo(operands: list[str], dtype: DType, _: DType) -> str:
 def _maximum(operands: list[str], dtype: DType, _: DType) -> str:
     a, b = operands
     if dtype.is_float:
-        return f"(({a})>({b})||({a})!=({a})?({a}):({b}))"
+        return f"((({a})>({b}))|(({a})!=({a}))?({a}):({b}))"  # no short circuit: gcc vectorizes it
     return f"(({a})>({b})?({a}):({b}))"
 
 
@@ -231,8 +231,8 @@ class CStyleRenderer:
                     body.append(f"{pad}{name} += {value};")
                 elif node.arg is Op.PROD:
                     body.append(f"{pad}{name} *= {value};")
-                else:
-                    body.append(f"{pad}{name} = {_maximum([name, value], node.dtype, node.dtype)};")
+                else:  # the new value first: gcc 12 -O3 vectorizes `acc > v || acc != acc` reductions wrongly
+                    body.append(f"{pad}{name} = {_maximum([value, name], node.dtype, node.dtype)};")
             elif instruction.kind == "store":
                 param, index, value = node.srcs
                 body.append(f"{pad}data{param.arg[0]}[{operand(index)}] = {operand(value)};")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 from ember.core import dtype as dtypes
@@ -146,7 +147,8 @@ class Lowerer:
             if inside is None:
                 return value
             fill_value = b.const(fill, compute_dtype(step.dtype))
-            if value.op is IROp.LOAD and fill == 0 and step.dtype not in HALF_TYPES:
+            positive_zero = fill == 0 and math.copysign(1.0, fill) > 0  # -0.0 must be selected, not loaded as 0
+            if value.op is IROp.LOAD and positive_zero and step.dtype not in HALF_TYPES:
                 return value  # a guarded load already gives 0 outside
             return b.alu(Op.WHERE, value.dtype, inside, value, fill_value)
         raise AssertionError(op)
