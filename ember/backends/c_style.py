@@ -150,6 +150,11 @@ class CStyleRenderer:
         return f"ember_bitcast_{dtype.name}_{source.name}({operands[0]})"
 
     def constant(self, value: object, dtype: DType) -> str:
+        """A literal; negative ones in parentheses (so `a - -1` never renders as the decrement `a--1`)."""
+        text = self._literal(value, dtype)
+        return f"({text})" if text.startswith("-") else text
+
+    def _literal(self, value: object, dtype: DType) -> str:
         if dtype.is_bool:
             return "1" if value else "0"
         if dtype.is_float:

@@ -78,13 +78,13 @@ class OpenCLRenderer(CStyleRenderer):
     def bitcast(self, operands: list[str], dtype: DType, source: DType) -> str:
         return f"as_{self.type_name(dtype)}({operands[0]})"
 
-    def constant(self, value: object, dtype: DType) -> str:
+    def _literal(self, value: object, dtype: DType) -> str:
         if dtype == dtypes.int64:
             value = int(value)  # type: ignore[arg-type]
             return f"{value}L" if value > -(2**63) else "(-9223372036854775807L-1)"
         if dtype == dtypes.uint64:
             return f"{int(value)}UL"  # type: ignore[arg-type]
-        return super().constant(value, dtype)
+        return super()._literal(value, dtype)
 
     def prelude(self, kernel: KernelIR) -> str:
         used = _used_dtypes(kernel)

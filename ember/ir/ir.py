@@ -161,7 +161,11 @@ class Builder:
 
     def _make(self, op: IROp | Op, dtype: DType, srcs: tuple[IRNode, ...], arg: Any,
               minimum: float = -math.inf, maximum: float = math.inf) -> IRNode:
-        key = (op, dtype, tuple(id(src) for src in srcs), arg if op is not IROp.CONST else (type(arg), arg))
+        if op is IROp.CONST:  # 0.0 and -0.0 are equal in Python but different constants
+            arg_key = (type(arg), arg, math.copysign(1.0, arg) if isinstance(arg, float) else 1.0)
+        else:
+            arg_key = arg
+        key = (op, dtype, tuple(id(src) for src in srcs), arg_key)
         node = self._nodes.get(key)
         if node is None:
             node = IRNode(op, dtype, srcs, arg, minimum, maximum)
@@ -215,7 +219,9 @@ class Builder:
     # ---- arithmetic with simplification ---------------------------------------------------------------------
 
     def alu(self, op: Op, dtype: DType, *srcs: IRNode, arg: Any = None) -> IRNode:
-        if all(src.is_const for src in srcs) and op not in (Op.BITCAST,):
+        if all(src.is_const for src in srcs) and op is not Op.BITCAST and not (
+            op is Op.CAST and dtype in (dtypes.float16, dtypes.bfloat16)  # a half constant is rendered by a cast
+        ):
             folded = _fold(op, dtype, [src.arg for src in srcs])
             if folded is not None and not (dtype.is_int and isinstance(folded, float)):
                 return self.const(folded, dtype)

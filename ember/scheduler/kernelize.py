@@ -132,7 +132,8 @@ def build_kernel(root: Node, boundaries: set[int]) -> KernelItem:
         node, expanded = stack.pop()
         if id(node) in position_of:
             continue
-        is_leaf = node is not root and (node.realized or id(node) in boundaries)
+        # a stored node is read from its buffer; constants are recomputed even when also stored (no dependency)
+        is_leaf = node is not root and (node.realized or (id(node) in boundaries and node.op not in INLINE_LEAVES))
         if not expanded and not is_leaf and node.srcs:
             stack.append((node, True))
             stack.extend((source, False) for source in reversed(node.srcs) if id(source) not in position_of)

@@ -19,9 +19,6 @@ def known_bug(request: pytest.FixtureRequest, device: str, backends: set[str], r
 
 
 def test_realize_a_constant_with_its_consumer(device: str, request: pytest.FixtureRequest) -> None:
-    known_bug(request, device, {"c", "opencl", "wgpu"},
-              "scheduler/realize.py: realizing a lazy constant (em.full) together with a consumer of it raises "
-              "AttributeError: 'NoneType' object has no attribute 'handle'")
     constant = em.full((2,), 1.5, device=device)
     negated = -constant
     em.realize(negated, constant)
@@ -29,8 +26,6 @@ def test_realize_a_constant_with_its_consumer(device: str, request: pytest.Fixtu
 
 
 def test_a_view_of_a_constant_realized_with_its_reduction(device: str, request: pytest.FixtureRequest) -> None:
-    known_bug(request, device, {"c", "opencl", "wgpu"},
-              "scheduler/realize.py: the same bug through views that return the constant itself (pad by 0)")
     constant = em.full((1,), 2, dtype=em.uint64, device=device)
     view = constant.pad((0, 0)).permute((0,))
     smallest = view.min()
@@ -39,18 +34,12 @@ def test_a_view_of_a_constant_realized_with_its_reduction(device: str, request: 
 
 
 def test_a_constant_stored_as_a_half_type(device: str, request: pytest.FixtureRequest) -> None:
-    known_bug(request, device, {"c", "opencl"},
-              "ir: a constant stored straight to a float16/bfloat16 buffer is written as a float literal without "
-              "conversion (data0[0] = -2.5f into unsigned short): em.ones(3, dtype=em.bfloat16) gives 9.18e-41 "
-              "on c and opencl, em.ones(3, dtype=em.float16) gives 6e-08 on opencl")
     assert em.full((1, 1), -2.5, dtype=em.bfloat16, device=device).tolist() == [[-2.5]]
     assert em.ones(3, dtype=em.bfloat16, device=device).tolist() == [1.0, 1.0, 1.0]
     assert em.ones(3, dtype=em.float16, device=device).tolist() == [1.0, 1.0, 1.0]
 
 
 def test_negative_zero_keeps_its_sign_through_constant_folding(device: str, request: pytest.FixtureRequest) -> None:
-    known_bug(request, device, {"c", "opencl"},
-              "ir constant folding turns -(0.0) into +0.0: (-em.zeros(3)).reciprocal() is inf, torch gives -inf")
     known_bug(request, device, {"wgpu"},
               "wgpu: a constant-folded 1.0/0.0 is rendered as a WGSL literal expression that naga rejects "
               "('Float literal is infinite')")
@@ -61,9 +50,6 @@ def test_negative_zero_keeps_its_sign_through_constant_folding(device: str, requ
 
 
 def test_subtracting_a_negative_constant_compiles(device: str, request: pytest.FixtureRequest) -> None:
-    known_bug(request, device, {"c", "opencl"},
-              "backends/c_style.py: x - (-0.5) renders as (v0--0.5f), which C and OpenCL C reject (the SUB and ADD "
-              "templates need a space or parentheses around a negative constant)")
     assert (em.tensor([1.0], device=device) - -0.5).tolist() == [1.5]
     assert (em.tensor([3], device=device) - -2).tolist() == [5]
 

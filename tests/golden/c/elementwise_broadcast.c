@@ -27,7 +27,7 @@ void elementwise_broadcast_0(float* restrict data0, const float* restrict data1,
     float v12 = (v10*v11);
     float v13 = data3[v0];
     float v14 = (v12+v13);
-    float v15 = ((v14)>(-105.0f)||(v14)!=(v14)?(v14):(-105.0f));
+    float v15 = (((v14)>((-105.0f)))|((v14)!=(v14))?(v14):((-105.0f)));
     unsigned char v16 = (105.0f<v15);
     float v17 = (v16?105.0f:v15);
     float v18 = (v17*1.4426950216293335f);
@@ -46,7 +46,7 @@ void elementwise_broadcast_0(float* restrict data0, const float* restrict data1,
     float v31 = exp2f(v30);
     float v32 = (v29*v31);
     float v33 = data4[v2];
-    float v34 = ((v32)>(v33)||(v32)!=(v32)?(v32):(v33));
+    float v34 = (((v32)>(v33))|((v32)!=(v32))?(v32):(v33));
     data0[v7] = v34;
   }
 }

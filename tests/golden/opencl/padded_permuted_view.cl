@@ -15,14 +15,14 @@ __kernel void padded_permuted_view_0(__global float* restrict data0, __global co
     uchar v10 = (v8&v9);
     uchar v11 = (v0<4);
     uchar v12 = (v10&v11);
-    int v13 = (v4+-1);
+    int v13 = (v4+(-1));
     int v14 = (v0*4);
-    int v15 = (v14+-4);
+    int v15 = (v14+(-4));
     int v16 = (v2*12);
     int v17 = (v15+v16);
     int v18 = (v13+v17);
     float v19 = (v12?data1[v18]:0.0f);
-    float v20 = (v12?v19:-1.0f);
+    float v20 = (v12?v19:(-1.0f));
     float v21 = (v20*2.0f);
     float v22 = (v21+1.0f);
     data0[v7] = v22;
