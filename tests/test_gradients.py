@@ -190,7 +190,58 @@ FUNCTIONAL = [
     Case("log_softmax_large", lambda x: (x * 30).log_softmax(-1), [(2, 7)]),
 ]
 
-CASES = ELEMENTWISE + REDUCTIONS + MOVEMENT + LINALG + FUNCTIONAL
+def _einsum(equation: str, *operands: Any) -> Any:
+    return (torch if isinstance(operands[0], torch.Tensor) else em).einsum(equation, *operands)
+
+
+MORE = [
+    Case("erfc", lambda x: x.erfc(), [S]),
+    Case("fix", lambda x: x.fix() * x, [S]),
+    Case("float_power", lambda x: x.float_power(2.5), [S], low=0.2, high=2.0),
+    Case("fmax_fmin", lambda x, y: x.fmax(y) + x.fmin(y * 0.5), [S, S]),
+    Case("clamp_min_max", lambda x: x.clamp_min(-0.5) * x.clamp_max(0.5), [S]),
+    Case("half_cast", lambda x: (x.half() * 2).float(), [S], atol=1e-2, rtol=1e-2),
+    Case("div_rounding_mode", lambda x, y: x.div(y, rounding_mode="floor") * x + x.div(y, rounding_mode="trunc"),
+         [S, S], low=0.5, high=3.0),
+    Case("clone_contiguous", lambda x: x.T.contiguous().clone() * 2, [S]),
+    Case("expand_as_view_as", lambda x, y: x.expand_as(y) + y.view_as(y.T.T), [(3, 1), S]),
+    Case("roll", lambda x: x.roll((1, -2), (0, 1)), [(3, 4)]),
+    Case("roll_flat", lambda x: x.roll(2), [(3, 4)]),
+    Case("select", lambda x: x.select(1, -1), [(3, 4, 2)]),
+    Case("softmin", lambda x: x.softmin(1), [(3, 5)], torch_function=lambda x: F.softmin(x, 1)),
+    Case("std_mean", lambda x: x.std_mean(1), [(3, 5)], torch_function=lambda x: torch.std_mean(x, 1)),
+    Case("var_mean", lambda x: x.var_mean(0, keepdim=True), [(3, 5)],
+         torch_function=lambda x: torch.var_mean(x, 0, keepdim=True)),
+    Case("aminmax", lambda x: x.aminmax(dim=1), [(3, 5)], torch_function=lambda x: tuple(x.aminmax(dim=1))),
+    Case("addmm", lambda b, x, y: b.addmm(x, y, beta=0.5, alpha=2.0), [(3, 2), (3, 4), (4, 2)]),
+    Case("mv_inner_ger", lambda m, v, w: m.mv(v).inner(w) + v.ger(w).sum(), [(3, 4), (4,), (3,)]),
+    Case("einsum_batched", lambda x, y: _einsum("bij,bjk->bik", x, y), [(2, 3, 4), (2, 4, 5)]),
+    Case("einsum_trace_outer", lambda x, y: _einsum("ii,j->j", x, y), [(3, 3), (4,)]),
+    Case("take", lambda x: x.take(em.tensor([0, 5, 5], device=x.device) if isinstance(x, em.Tensor)
+                                   else torch.tensor([0, 5, 5])), [(2, 3)]),
+    Case("scatter_reduce_sum", lambda x, s: x.scatter_reduce(0, _index(x, [0, 1, 0]), s, "sum"), [(2,), (3,)]),
+    Case("scatter_reduce_mean", lambda x, s: x.scatter_reduce(0, _index(x, [0, 1, 0]), s, "mean"), [(2,), (3,)]),
+    Case("scatter_reduce_amax", lambda x, s: x.scatter_reduce(0, _index(x, [0, 1, 0]), s, "amax"), [(2,), (3,)]),
+    Case("scatter_reduce_prod", lambda x, s: x.scatter_reduce(0, _index(x, [0, 1, 0]), s, "prod",
+                                                              include_self=False), [(2,), (3,)]),
+    Case("in_place_on_non_leaf", lambda x: _in_place_chain(x), [S]),
+]
+
+
+def _index(like: Any, values: list[int]) -> Any:
+    return torch.tensor(values) if isinstance(like, torch.Tensor) else em.tensor(values, device=like.device)
+
+
+def _in_place_chain(x: Any) -> Any:
+    y = x * 1.0
+    y.mul_(2).add_(x).sub_(0.5)
+    y.clamp_(-1.0, 1.0)
+    y.masked_fill_(x > 1.5, 0.25)
+    y.pow_(2)
+    return y
+
+
+CASES = ELEMENTWISE + REDUCTIONS + MOVEMENT + LINALG + FUNCTIONAL + MORE
 
 # Values where a composition can divide 0 by 0 or overflow in its backward graph even though the function is smooth
 # there: zero, tiny, moderate and large magnitudes of both signs. Kinks (relu at 0, ...) are not included.
