@@ -23,14 +23,14 @@ from ember.testing.strategies import programs
 EXAMPLES = {"c": 150}
 OTHER_EXAMPLES = 50
 # A known scheduler bug (tests/regressions/test_fuzz_findings.py::test_realize_a_constant_with_its_consumer) makes
-# programs that realize a source together with its consumers crash; until it is fixed such outputs are not drawn.
-SOURCE_OUTPUTS = False
+# programs that realize a constant together with its consumers crash; until it is fixed, one output per program.
+EXTRA_OUTPUTS = False
 
 
 def test_fuzz_budget(device: str) -> None:
     examples = int(os.environ.get("EMBER_FUZZ_EXAMPLES", EXAMPLES.get(device.split(":")[0], OTHER_EXAMPLES)))
     stats = FuzzStats()
-    fuzz_test(device, stats, examples, max_calls=6, derandomize=True, source_outputs=SOURCE_OUTPUTS)()
+    fuzz_test(device, stats, examples, max_calls=6, derandomize=True, extra_outputs=EXTRA_OUTPUTS)()
     assert stats.passed == examples and stats.elements_compared > examples
 
 
@@ -60,7 +60,7 @@ def test_fuzzer_finds_and_shrinks_an_injected_bug(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(device.renderer.alu, Op.CMPLT, lambda operands, _, __: f"({operands[0]}<={operands[1]})")
     monkeypatch.setattr(device, "_programs", {})
     with pytest.raises(FuzzMismatch) as failure:
-        fuzz_test("c:0", FuzzStats(), 200, max_calls=6, derandomize=True, source_outputs=SOURCE_OUTPUTS)()
+        fuzz_test("c:0", FuzzStats(), 200, max_calls=6, derandomize=True, extra_outputs=EXTRA_OUTPUTS)()
     message = str(failure.value)
     assert "values differ" in message, message
     code = message.split("--- program (paste to reproduce) ---")[1]

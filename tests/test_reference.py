@@ -116,6 +116,15 @@ def test_half_types_round_when_stored() -> None:
     ]
 
 
+def test_half_types_can_stay_unrounded_between_ops() -> None:
+    third = R(np.array([1.0], dtype=np.float32), dtype=em.bfloat16) / 3
+    assert third.numpy().tolist() == [0.333984375]  # rounded to bfloat16
+    with reference.halves_unrounded():
+        unrounded = R(np.array([1.0], dtype=np.float32), dtype=em.bfloat16) / 3
+        inputs_still_round = R(np.array([1 + 2**-9], dtype=np.float32), dtype=em.bfloat16)
+    assert unrounded.numpy().tolist() == [np.float32(1 / 3)] and inputs_still_round.numpy().tolist() == [1.0]
+
+
 def test_reductions_keep_axes_and_have_identities() -> None:
     empty = R(np.zeros((2, 0, 3), dtype=np.float32))
     assert primitive(Op.SUM, empty, arg=(1,)).tolist() == [[[0.0] * 3]] * 2

@@ -2,7 +2,8 @@
 
 Floats are compared with a tolerance that follows the rounding sensitivity of each element: the program also runs
 on the reference with random relative noise of a few units in the last place on every rounding op (Monte Carlo
-arithmetic), and the spread of those runs widens the tolerance where the result is ill-conditioned. Elements whose
+arithmetic) and once with float16/bfloat16 intermediates unrounded (ember rounds them only where a kernel stores
+them), and the spread of those runs widens the tolerance where the result is ill-conditioned. Elements whose
 NaN-ness, infinity, integer or boolean value changes between the noisy runs are uncertain and not compared; every
 other integer and boolean element must match exactly, and NaN and infinity positions must match.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,11 +24,11 @@ from hypothesis.errors import Flaky, FlakyFailure
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.testing.program import Program
-from ember.testing.reference import UNIT_ROUNDOFF, ReferenceTensor, perturbation
+from ember.testing.reference import UNIT_ROUNDOFF, halves_unrounded, perturbation, store
 from ember.testing.strategies import ReferenceMaker, programs
 
 NOISE_SCALE = 4.0  # units in the last place of noise per rounding op (covers library functions' ulp errors)
-NOISY_RUNS = 3
+NOISY_RUNS = 5
 SPREAD_FACTOR = 4.0
 RELATIVE_ULPS = 16.0
 SMALLEST_NORMAL = {dtypes.float16: 6.1e-5, dtypes.bfloat16: 1.2e-38, dtypes.float32: 1.2e-38, dtypes.float64: 2.3e-308}
@@ -113,16 +115,14 @@ def compare(actual: np.ndarray, samples: list[np.ndarray], dtype: DType) -> Verd
     return Verdict("values differ" if bad.any() else "", bad, int((~uncertain).sum()), int(uncertain.sum()))
 
 
-def reference_samples(program: Program) -> list[list[ReferenceTensor]]:
-    """The outputs of the exact reference run and of the noisy runs."""
+def reference_samples(program: Program) -> list[list[np.ndarray]]:
+    """Output values of the exact reference run, of a run with half types unrounded, and of the noisy runs."""
     runs = []
-    for run in range(NOISY_RUNS + 1):
-        if run == 0:
+    for run in range(NOISY_RUNS + 2):
+        context = halves_unrounded() if run == 1 else perturbation(NOISE_SCALE, seed=run) if run else nullcontext()
+        with context:
             values = program.run(ReferenceMaker())
-        else:
-            with perturbation(NOISE_SCALE, seed=run):
-                values = program.run(ReferenceMaker())
-        runs.append([values[index] for index in program.outputs])
+        runs.append([store(values[index].array, values[index].dtype, always=True) for index in program.outputs])
     return runs
 
 
@@ -134,6 +134,7 @@ def check_program(program: Program, device: str) -> tuple[int, int]:
 
     program = program.pruned()  # what the printed code shows, numbered the same way
     try:
+        expected_values = program.run(ReferenceMaker())
         runs = reference_samples(program)
     except Exception as error:  # noqa: BLE001 - the reference itself failed on a program the generator accepted
         raise FuzzMismatch(_report(program, device, f"the reference raised {type(error).__name__}: {error}")) from error
@@ -146,11 +147,11 @@ def check_program(program: Program, device: str) -> tuple[int, int]:
         raise FuzzMismatch(_report(program, device, f"ember raised {type(error).__name__}: {error}")) from error
     compared = uncertain = 0
     for position, (index, result) in enumerate(zip(program.outputs, actual)):
-        expected = runs[0][position]
+        expected = expected_values[index]
         if outputs[position].dtype != expected.dtype:
             raise FuzzMismatch(_report(program, device, f"t{index}: dtype {outputs[position].dtype.name} != "
                                                         f"reference {expected.dtype.name}"))
-        verdict = compare(result, [run[position].numpy() for run in runs], expected.dtype)
+        verdict = compare(result, [run[position] for run in runs], expected.dtype)
         if verdict.problem:
             raise FuzzMismatch(_report(program, device, _describe(index, verdict, result, expected.numpy())))
         compared += verdict.compared
@@ -195,7 +196,7 @@ class FuzzStats:
 
 
 def fuzz_test(device: str, stats: FuzzStats, max_examples: int, max_calls: int = 8, derandomize: bool = False,
-              deadline: float | None = None, source_outputs: bool = True,
+              deadline: float | None = None, extra_outputs: bool = True,
               other_devices: tuple[str, ...] = ()) -> Callable[[], None]:
     """A Hypothesis test that checks random programs on `device` (call it to run; it raises on a mismatch)."""
     allowed = device_dtypes(device)
@@ -203,7 +204,7 @@ def fuzz_test(device: str, stats: FuzzStats, max_examples: int, max_calls: int =
     @settings(max_examples=max_examples, deadline=None, derandomize=derandomize, database=None, print_blob=False,
               phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False, verbosity=Verbosity.quiet,
               suppress_health_check=list(HealthCheck))
-    @given(programs(allowed, max_calls=max_calls, source_outputs=source_outputs, other_devices=other_devices))
+    @given(programs(allowed, max_calls=max_calls, extra_outputs=extra_outputs, other_devices=other_devices))
     def test(program: Program) -> None:
         if deadline is not None and time.monotonic() > deadline:
             return
@@ -220,7 +221,7 @@ def fuzz_test(device: str, stats: FuzzStats, max_examples: int, max_calls: int =
 
 
 def fuzz(device: str, seconds: float, start_seed: int = 0, chunk: int = 50, max_calls: int = 8,
-         report: Callable[[str], None] = print, progress_seconds: float = 30.0, source_outputs: bool = True,
+         report: Callable[[str], None] = print, progress_seconds: float = 30.0, extra_outputs: bool = True,
          gradients: bool = True, other_devices: tuple[str, ...] = ()) -> FuzzStats:
     """Fuzz `device` for `seconds`, in chunks of `chunk` examples seeded start_seed, start_seed + 1, ...
 
@@ -238,7 +239,7 @@ def fuzz(device: str, seconds: float, start_seed: int = 0, chunk: int = 50, max_
             test = seed(chunk_seed)(gradient_fuzz_test(device, stats, max(1, chunk // 2), deadline=deadline))
         else:
             test = seed(chunk_seed)(fuzz_test(device, stats, chunk, max_calls, deadline=deadline,
-                                              source_outputs=source_outputs, other_devices=other_devices))
+                                              extra_outputs=extra_outputs, other_devices=other_devices))
         try:
             test()
         except (FuzzMismatch, Flaky) as failure:

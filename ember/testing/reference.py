@@ -61,11 +61,33 @@ def round_to_bfloat16(array: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(values), values, result)
 
 
-def store(array: np.ndarray, dtype: DType) -> np.ndarray:
+class HalfRounding:
+    """Whether op results of the half types are rounded to their type (see `halves_unrounded`)."""
+
+    per_op: bool = True
+
+
+def store(array: np.ndarray, dtype: DType, always: bool = False) -> np.ndarray:
     """A computed array converted to how values of `dtype` are held (rounding the half types)."""
+    if dtype in HALF_TYPES and not (HalfRounding.per_op or always):
+        return np.asarray(array).astype(np.float32)
     if dtype == dtypes.bfloat16:
         return round_to_bfloat16(np.asarray(array).astype(np.float32))
     return np.asarray(array).astype(dtype.numpy, copy=False)
+
+
+@contextlib.contextmanager
+def halves_unrounded() -> Iterator[None]:
+    """Within this block, float16/bfloat16 results stay in float32 (inputs are still rounded).
+
+    ember rounds a half value only when a kernel stores it, so where it is rounded depends on fusion; a run with
+    every intermediate rounded and one with none bracket what ember may compute."""
+    previous = HalfRounding.per_op
+    HalfRounding.per_op = False
+    try:
+        yield
+    finally:
+        HalfRounding.per_op = previous
 
 
 def bits_of(values: np.ndarray, dtype: DType) -> np.ndarray:
@@ -303,7 +325,7 @@ class ReferenceTensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, Li
         else:
             array = _numpy_from_data(data, target)
             target = target or dtypes.from_numpy(array.dtype)
-            array = store(array.astype(np.float32) if target == dtypes.bfloat16 else array, target)
+            array = store(array.astype(np.float32) if target == dtypes.bfloat16 else array, target, always=True)
         self.array: np.ndarray = np.asarray(array)
         self._dtype = target
         self._device = device if device is not None else REFERENCE_DEVICE

@@ -486,12 +486,12 @@ KINDS: dict[str, Callable[[st.DrawFn, ProgramBuilder, int], None]] = {
 
 @st.composite
 def programs(draw: st.DrawFn, allowed_dtypes: tuple[DType, ...], max_calls: int = 8,
-             source_outputs: bool = True, other_devices: tuple[str, ...] = ()) -> Program:
+             extra_outputs: bool = True, other_devices: tuple[str, ...] = ()) -> Program:
     """A random program: sources of allowed dtypes and up to max_calls calls of any kind in any order.
 
-    The last value is an output, and up to two other values are too (realized in the same call); with
-    source_outputs False, those are never sources (a switch for working around a known bug). With other_devices,
-    calls also move values to those devices (and ops then mix devices)."""
+    The last value is an output, and unless extra_outputs is False (a switch for working around a known bug) up to
+    two other values are too, realized in the same call. With other_devices, calls also move values to those
+    devices (and ops then mix devices)."""
     builder = ProgramBuilder(allowed_dtypes)
     builder.other_devices = other_devices
     first_dtype = draw(st.sampled_from(allowed_dtypes))
@@ -505,8 +505,7 @@ def programs(draw: st.DrawFn, allowed_dtypes: tuple[DType, ...], max_calls: int 
         else:
             KINDS[kind](draw, builder, builder.pick(draw))
     last = len(builder.values) - 1
-    candidates = [index for index, node in enumerate(builder.program.nodes) if source_outputs or isinstance(node, Call)]
-    extra = draw(st.lists(st.sampled_from(candidates), max_size=2, unique=True)) if candidates else []
+    extra = draw(st.lists(st.integers(0, last), max_size=2, unique=True)) if extra_outputs else []
     outputs = tuple(dict.fromkeys([last, *extra]))
     builder.program.outputs = outputs
     return builder.program
