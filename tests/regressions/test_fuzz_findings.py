@@ -84,3 +84,12 @@ def test_division_by_a_zero_constant(device: str, request: pytest.FixtureRequest
     result = (values / 0.0).numpy()
     assert np.isnan(result[0]) and result[1:].tolist() == [math.inf, -math.inf]
     assert math.isnan(em.tensor(0.5, device=device).var().item())
+
+
+def test_abs_of_positive_zero_is_positive_zero(device: str, request: pytest.FixtureRequest) -> None:
+    known_bug(request, device, {"wgpu"},
+              "wgpu: abs(+0.0) gives -0.0 (abs selects 0.0 - x for x <= 0, and Mesa folds 0.0 - x to -x), so "
+              "em.tensor(0.0).abs().reciprocal() is -inf (torch: inf)")
+    zero = em.tensor(0.0, device=device)
+    assert zero.abs().reciprocal().item() == math.inf
+    assert (zero + 0.0).abs().reciprocal().item() == math.inf
