@@ -20,7 +20,7 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import EmberError
 from ember.core.shapes import prod
-from ember.testing.program import Call, Program, Ref, Source
+from ember.testing.program import Call, Program, Ref, Source, run_node
 from ember.testing.reference import REFERENCE_DEVICE, ReferenceTensor
 
 MAX_ELEMENTS = 256  # per value: keeps reductions short and failures printable
@@ -109,13 +109,13 @@ class ProgramBuilder:
 
     def add_source(self, source: Source) -> int:
         self.program.nodes.append(source)
-        self.values.append(_run_reference(self.program, source, self.values))
+        self.values.append(_run_reference(source, self.values))
         return len(self.values) - 1
 
     def add_call(self, call: Call) -> int | None:
         """Append `call` if the reference accepts it; None if it is a user error or makes too large a value."""
         try:
-            value = _run_reference(self.program, call, self.values)
+            value = _run_reference(call, self.values)
         except USER_ERRORS:
             return None
         except Exception:  # noqa: BLE001 - a crash of the reference itself: keep the call so the check reports it
@@ -139,9 +139,7 @@ class ProgramBuilder:
         return draw(st.sampled_from(choices))
 
 
-def _run_reference(program: Program, node: Any, values: list[ReferenceTensor]) -> ReferenceTensor:
-    from ember.testing.program import run_node
-
+def _run_reference(node: Any, values: list[ReferenceTensor]) -> ReferenceTensor:
     return run_node(node, values, ReferenceMaker())
 
 
