@@ -57,3 +57,26 @@ def test_constants_are_recreated_not_copied(device: str) -> None:
     assert result.device == device
     assert record.copies == []
     np.testing.assert_allclose(result.numpy(), [4.0, 5.0])
+
+
+def test_inputs_from_three_backends_meet_in_one_graph() -> None:
+    """c, opencl and wgpu (whichever of them are available here) each hold one input of one computation."""
+    from ember.backends.registry import REGISTRY
+    from ember.core.errors import BackendUnavailable
+
+    devices = []
+    for backend in ("c", "opencl", "wgpu"):
+        try:
+            devices.append(REGISTRY.probe(backend)[0].name)
+        except BackendUnavailable:
+            continue
+    if len(devices) < 2:
+        pytest.skip("needs at least two of c, opencl, wgpu")
+    arrays = [random_array((4, 5), seed=index) for index in range(len(devices))]
+    tensors = [em.tensor(array, device=device) for array, device in zip(arrays, devices)]
+    result = tensors[0]
+    expected = torch.tensor(arrays[0])
+    for tensor, array in zip(tensors[1:], arrays[1:]):
+        result = (result * tensor).relu() + tensor.sum(0)
+        expected = (expected * torch.tensor(array)).relu() + torch.tensor(array).sum(0)
+    assert_close(result, expected, atol=1e-4)
