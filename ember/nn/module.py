@@ -123,7 +123,7 @@ class Module:
         if not isinstance(name, str):
             raise TypeError(f"{kind} name should be a string, got {type(name).__name__}")
         if name == "" or "." in name:
-            raise KeyError(f'{kind} name can\'t be empty or contain ".", got "{name}"')
+            raise KeyError(f'{kind} name cannot be empty or contain ".", got "{name}"')
 
     def register_parameter(self, name: str, parameter: Parameter | None) -> None:
         """Add a parameter (or None, a declared but absent parameter such as a disabled bias)."""

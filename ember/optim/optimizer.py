@@ -142,10 +142,12 @@ class Optimizer:
                     if grad.shape != parameter.shape:
                         raise ValueError(f"the gradient of a parameter of shape {parameter.shape} has shape "
                                          f"{grad.shape}; they must match")
-                    state = self.state.setdefault(parameter, {})
+                    state = self.state.get(parameter, {})
                     values = self._scalar_values(group, state)
                     scalars = self._scalars(values, parameter, scalars_this_step)
                     outputs += self._update(parameter, grad.detach(), group, state, scalars)
+                    if state:  # as torch, a parameter gets a state entry only when its optimizer keeps one
+                        self.state[parameter] = state
         self._scalar_cache = scalars_this_step
         outputs += pending_buffer_updates()
         if isinstance(loss, Tensor):
