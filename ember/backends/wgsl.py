@@ -6,10 +6,11 @@ invocations own the other bytes of the word). In registers, int8/int16 live in i
 wrapped back to their width after every op that can overflow; float16 and bfloat16 live in f32 and are rounded
 through explicit bit conversions.
 
-WGSL lets a compiler assume floats are finite, and Mesa does: it folds `x != x` to false, `x - x` and `x * 0` to
-0. So NaN is tested on bits (`ember_isnan_*`, also inside comparisons and max), and in x - x, x / x, x + (-x) and
-x * 0 one operand goes through `ember_opaque_*` (an OR with a zero the compiler cannot see). Other inexact
-rewrites, e.g. (a + b) - b -> a, are not guarded against: a NaN or infinity reached that way may be lost.
+WGSL lets a compiler assume floats are finite and reassociate, and Mesa does: it folds `x != x` to false, `x - x`
+and `x * 0` to 0, and `(x + 1) - 1` to `x`. So NaN is tested on bits (`ember_isnan_*`, also inside comparisons
+and max); in x - x, x / x, x + (-x) and x * 0 one operand, and every float sum, goes through `ember_opaque_*` (an
+OR with a zero the compiler cannot see), which keeps compensated arithmetic intact. Products are not fenced:
+(x * a) * b may still become x * (a * b).
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ VALUE_TYPES: dict[DType, str] = {
     dtypes.float16: "f32", dtypes.bfloat16: "f32", dtypes.float32: "f32", dtypes.float64: "f64",
 }
 WRAPPING_OPS = frozenset({Op.NEG, Op.NOT, Op.ADD, Op.SUB, Op.MUL, Op.IDIV, Op.SHL, Op.CAST, Op.BITCAST})
-# Mesa's log2 is off by 2^-21 near 1 and its sin by whole units beyond |x| ~ 1e3; WGSL has no f64 transcendentals
-EXPANDED_MATH = frozenset({(Op.LOG2, dtypes.float32), (Op.SIN, dtypes.float32), (Op.EXP2, dtypes.float64),
-                           (Op.LOG2, dtypes.float64), (Op.SIN, dtypes.float64)})
+# Vulkan allows exp2 an error of 3 + 2|x| ulp, log2 2^-21 absolute near 1 and sin 2^-11 (Mesa's sin is off by whole
+# units beyond |x| ~ 1e3); WGSL has no f64 transcendentals at all
+EXPANDED_MATH = frozenset({(Op.EXP2, dtypes.float32), (Op.LOG2, dtypes.float32), (Op.SIN, dtypes.float32),
+                           (Op.EXP2, dtypes.float64), (Op.LOG2, dtypes.float64), (Op.SIN, dtypes.float64)})
 
 Template = Callable[[list[str], DType, DType], str]  # (operands, result dtype, operand dtype) -> expression
 
@@ -58,6 +60,20 @@ PACKING_HELPERS = {
     "opaque": "var<private> ember_zero: u32;  // 0 at run time, unknown to the compiler (set from id.z)",
     "opaque_f32": "fn ember_opaque_f32(x: f32) -> f32 { return bitcast<f32>(bitcast<u32>(x) | ember_zero); }",
     "opaque_f64": "fn ember_opaque_f64(x: f64) -> f64 { return bitcast<f64>(bitcast<u64>(x) | u64(ember_zero)); }",
+    "opaque_i32": "fn ember_opaque_i32(x: i32) -> i32 { return x | i32(ember_zero); }",
+    "opaque_u32": "fn ember_opaque_u32(x: u32) -> u32 { return x | ember_zero; }",
+    "opaque_i64": "fn ember_opaque_i64(x: i64) -> i64 { return x | i64(ember_zero); }",
+    "opaque_u64": "fn ember_opaque_u64(x: u64) -> u64 { return x | u64(ember_zero); }",
+    "lt_i64": """fn ember_lt_i64(a: i64, b: i64) -> bool {  // in 32-bit halves: Mesa 22 miscompiles some i64 `<`
+  let high_a = i32(a >> 32u);
+  let high_b = i32(b >> 32u);
+  return high_a < high_b || (high_a == high_b && u32(a & 0xffffffffli) < u32(b & 0xffffffffli));
+}""",
+    "lt_u64": """fn ember_lt_u64(a: u64, b: u64) -> bool {
+  let high_a = u32(a >> 32u);
+  let high_b = u32(b >> 32u);
+  return high_a < high_b || (high_a == high_b && u32(a & 0xfffffffflu) < u32(b & 0xfffffffflu));
+}""",
     "unpack8": """fn ember_unpack_u8(word: u32, index: i32) -> u32 { return (word >> (u32(index & 3) * 8u)) & 0xffu; }
 fn ember_unpack_i8(word: u32, index: i32) -> i32 { return bitcast<i32>(word << (24u - u32(index & 3) * 8u)) >> 24u; }""",
     "unpack16": """fn ember_unpack_u16(word: u32, index: i32) -> u32 { return (word >> (u32(index & 1) * 16u)) & 0xffffu; }
@@ -96,7 +112,8 @@ fn ember_round_f16(value: f32) -> f32 { return ember_f16_to_f32(ember_f32_to_f16
 }
 fn ember_round_bf16(value: f32) -> f32 { return bitcast<f32>(ember_f32_to_bf16(value) << 16u); }""",
 }
-HELPER_ORDER = ("opaque", "opaque_f32", "opaque_f64", "f32", "f64", "unpack8", "unpack16", "f16", "bf16")
+HELPER_ORDER = ("opaque", "opaque_f32", "opaque_f64", "opaque_i32", "opaque_u32", "opaque_i64", "opaque_u64",
+                "lt_i64", "lt_u64", "f32", "f64", "unpack8", "unpack16", "f16", "bf16")
 
 
 class WGSLRenderer:
@@ -199,6 +216,8 @@ class WGSLRenderer:
             return f"({a} | {b})"
         if dtype.is_float:
             return f"ember_max_{self._float_helper(dtype)}({a}, {b})"
+        if dtype.itemsize == 8:
+            return f"select({a}, {b}, {self._less([a, b], dtypes.bool_, dtype)})"
         return f"max({a}, {b})"
 
     def _less(self, operands: list[str], _: DType, source: DType) -> str:
@@ -207,6 +226,10 @@ class WGSLRenderer:
             return f"(!{a} & {b})"
         if source.is_float:
             return f"ember_lt_{self._float_helper(source)}({a}, {b})"
+        if source.itemsize == 8:
+            kind = self.value_type(source)
+            self.helpers.add(f"lt_{kind}")
+            return f"ember_lt_{kind}({a}, {b})"
         return f"({a} < {b})"
 
     def _equal(self, operands: list[str], _: DType, source: DType) -> str:
@@ -233,8 +256,8 @@ class WGSLRenderer:
             return value if self.value_type(source) == target else f"{target}({value})"
         if source.is_float and dtype.is_unsigned and dtype.itemsize < 4:
             return self.wrap(f"u32(i32({value}))", dtype)  # C: negative floats wrap through int
-        if source.is_int and source.kind == "i" and dtype == dtypes.uint64:
-            return f"u64(i64({value}))"  # sign-extend first, as C does
+        if source.kind == "i" and dtype == dtypes.uint64:
+            value = f"i64({value})"  # sign-extend first, as C does
         converted = value if self.value_type(source) == target else f"{target}({value})"
         return self.wrap(converted, dtype)
 
@@ -323,7 +346,7 @@ class WGSLRenderer:
         if kernel.index_dtype != dtypes.int32:
             raise CompileError(f"kernel {kernel.name} needs 64-bit indices; WGSL buffers are limited to 2**31 bytes")
         self.helpers = set()
-        kernel = expand_math(kernel, EXPANDED_MATH)
+        kernel = expand_math(kernel, EXPANDED_MATH, wide_integers=self.int64)
         names: dict[int, str] = {}
         body: list[str] = []
         counter = 0
@@ -427,6 +450,12 @@ class WGSLRenderer:
         operands = [operand(src) for src in node.srcs]
         if node.dtype.is_float or (node.op is Op.CMPEQ and source.is_float):
             operands = self._hide_from_fast_math(node, operands)
+        if node.srcs and all(src.is_const for src in node.srcs) and not node.srcs[0].dtype.is_bool:
+            # computed at run time: WGSL evaluates constant expressions when the shader is created and rejects
+            # an infinite, NaN or overflowing result (1.0f / 0.0f)
+            kind = self.value_type(node.srcs[0].dtype)
+            self.helpers.update({"opaque", f"opaque_{kind}"})
+            operands[0] = f"ember_opaque_{kind}({operands[0]})"
         if node.op in (Op.IDIV, Op.MOD) and node.srcs[1].is_const and node.srcs[1].arg != 0:
             symbol = "/" if node.op is Op.IDIV else "%"  # no zero to guard against
             return self.wrap(f"({operands[0]} {symbol} {operands[1]})", node.dtype)
@@ -435,6 +464,12 @@ class WGSLRenderer:
             width = 64 if node.dtype.itemsize == 8 else 32
             operands[1] = f"{int(node.srcs[1].arg) % width}u"
         expression = self.alu[node.op](operands, node.dtype, source)
+        if node.op in (Op.ADD, Op.SUB) and node.dtype.is_float:
+            # a sum the optimizer cannot see into: no reassociation such as (x + 1) - 1 -> x, which would undo
+            # compensated arithmetic (Kahan's log1p, Cody-Waite reductions)
+            kind = self.value_type(node.dtype)
+            self.helpers.update({"opaque", f"opaque_{kind}"})
+            return f"ember_opaque_{kind}{expression}"
         if node.op in WRAPPING_OPS and node.op not in (Op.CAST, Op.BITCAST):
             return self.wrap(expression, node.dtype)
         return expression

@@ -1,3 +1,5 @@
+var<private> ember_zero: u32;  // 0 at run time, unknown to the compiler (set from id.z)
+fn ember_opaque_f32(x: f32) -> f32 { return bitcast<f32>(bitcast<u32>(x) | ember_zero); }
 fn ember_isnan_f32(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
 fn ember_lt_f32(a: f32, b: f32) -> bool { return a < b && !ember_isnan_f32(a) && !ember_isnan_f32(b); }
 fn ember_eq_f32(a: f32, b: f32) -> bool { return a == b && !ember_isnan_f32(a) && !ember_isnan_f32(b); }
@@ -10,6 +12,7 @@ fn ember_nonzero_f32(x: f32) -> bool { return x != 0.0f || ember_isnan_f32(x); }
 @group(0) @binding(4) var<storage, read> data4: array<f32>;
 @compute @workgroup_size(64)
 fn elementwise_broadcast_0(@builtin(global_invocation_id) id: vec3<u32>) {
+  ember_zero = id.z;
   let gid = i32(id.x);
   if (gid >= 60i) { return; }
   let v0: i32 = (gid % 4i);
@@ -26,16 +29,16 @@ fn elementwise_broadcast_0(@builtin(global_invocation_id) id: vec3<u32>) {
   let v11: f32 = data2[v2];
   let v12: f32 = (v10 * v11);
   let v13: f32 = data3[v0];
-  let v14: f32 = (v12 + v13);
+  let v14: f32 = ember_opaque_f32(v12 + v13);
   let v15: f32 = ember_max_f32(v14, -105.0f);
   let v16: bool = ember_lt_f32(105.0f, v15);
   let v17: f32 = select(v15, 105.0f, v16);
   let v18: f32 = (v17 * 1.4426950216293335f);
   let v19: f32 = trunc(v18);
   let v20: f32 = (v19 * 0.693145751953125f);
-  let v21: f32 = (v17 - v20);
+  let v21: f32 = ember_opaque_f32(v17 - v20);
   let v22: f32 = (v19 * 1.428606765330187e-06f);
-  let v23: f32 = (v21 - v22);
+  let v23: f32 = ember_opaque_f32(v21 - v22);
   let v24: f32 = (v23 * 1.4426950216293335f);
   let v25: bool = ember_eq_f32(v24, v24);
   let v26: bool = (!v25);
@@ -45,23 +48,23 @@ fn elementwise_broadcast_0(@builtin(global_invocation_id) id: vec3<u32>) {
   let v30: f32 = select(v29, -152.0f, v27);
   let v31: bool = ember_lt_f32(v30, 0.0f);
   let v32: f32 = select(0.5f, -0.5f, v31);
-  let v33: f32 = (v30 + v32);
+  let v33: f32 = ember_opaque_f32(v30 + v32);
   let v34: f32 = trunc(v33);
-  let v35: f32 = (v30 - v34);
+  let v35: f32 = ember_opaque_f32(v30 - v34);
   let v36: f32 = (1.5252733646775596e-05f * v35);
-  let v37: f32 = (v36 + 0.0001540352968731895f);
+  let v37: f32 = ember_opaque_f32(v36 + 0.0001540352968731895f);
   let v38: f32 = (v37 * v35);
-  let v39: f32 = (v38 + 0.0013333557872101665f);
+  let v39: f32 = ember_opaque_f32(v38 + 0.0013333557872101665f);
   let v40: f32 = (v39 * v35);
-  let v41: f32 = (v40 + 0.009618128649890423f);
+  let v41: f32 = ember_opaque_f32(v40 + 0.009618128649890423f);
   let v42: f32 = (v41 * v35);
-  let v43: f32 = (v42 + 0.05550410971045494f);
+  let v43: f32 = ember_opaque_f32(v42 + 0.05550410971045494f);
   let v44: f32 = (v43 * v35);
-  let v45: f32 = (v44 + 0.24022650718688965f);
+  let v45: f32 = ember_opaque_f32(v44 + 0.24022650718688965f);
   let v46: f32 = (v45 * v35);
-  let v47: f32 = (v46 + 0.6931471824645996f);
+  let v47: f32 = ember_opaque_f32(v46 + 0.6931471824645996f);
   let v48: f32 = (v47 * v35);
-  let v49: f32 = (v48 + 1.0f);
+  let v49: f32 = ember_opaque_f32(v48 + 1.0f);
   let v50: i32 = i32(v34);
   let v51: i32 = (v50 >> 1u);
   let v52: i32 = (v51 + 127i);
@@ -84,23 +87,23 @@ fn elementwise_broadcast_0(@builtin(global_invocation_id) id: vec3<u32>) {
   let v69: f32 = select(v68, -152.0f, v66);
   let v70: bool = ember_lt_f32(v69, 0.0f);
   let v71: f32 = select(0.5f, -0.5f, v70);
-  let v72: f32 = (v69 + v71);
+  let v72: f32 = ember_opaque_f32(v69 + v71);
   let v73: f32 = trunc(v72);
-  let v74: f32 = (v69 - v73);
+  let v74: f32 = ember_opaque_f32(v69 - v73);
   let v75: f32 = (1.5252733646775596e-05f * v74);
-  let v76: f32 = (v75 + 0.0001540352968731895f);
+  let v76: f32 = ember_opaque_f32(v75 + 0.0001540352968731895f);
   let v77: f32 = (v76 * v74);
-  let v78: f32 = (v77 + 0.0013333557872101665f);
+  let v78: f32 = ember_opaque_f32(v77 + 0.0013333557872101665f);
   let v79: f32 = (v78 * v74);
-  let v80: f32 = (v79 + 0.009618128649890423f);
+  let v80: f32 = ember_opaque_f32(v79 + 0.009618128649890423f);
   let v81: f32 = (v80 * v74);
-  let v82: f32 = (v81 + 0.05550410971045494f);
+  let v82: f32 = ember_opaque_f32(v81 + 0.05550410971045494f);
   let v83: f32 = (v82 * v74);
-  let v84: f32 = (v83 + 0.24022650718688965f);
+  let v84: f32 = ember_opaque_f32(v83 + 0.24022650718688965f);
   let v85: f32 = (v84 * v74);
-  let v86: f32 = (v85 + 0.6931471824645996f);
+  let v86: f32 = ember_opaque_f32(v85 + 0.6931471824645996f);
   let v87: f32 = (v86 * v74);
-  let v88: f32 = (v87 + 1.0f);
+  let v88: f32 = ember_opaque_f32(v87 + 1.0f);
   let v89: i32 = i32(v73);
   let v90: i32 = (v89 >> 1u);
   let v91: i32 = (v90 + 127i);
@@ -114,7 +117,7 @@ fn elementwise_broadcast_0(@builtin(global_invocation_id) id: vec3<u32>) {
   let v99: f32 = (v94 * v98);
   let v100: f32 = select(v99, v63, v65);
   let v101: f32 = (v61 * v100);
-  let v102: f32 = (v19 - v63);
+  let v102: f32 = ember_opaque_f32(v19 - v63);
   let v103: bool = ember_eq_f32(v102, v102);
   let v104: bool = (!v103);
   let v105: bool = ember_lt_f32(v102, -152.0f);
@@ -123,23 +126,23 @@ fn elementwise_broadcast_0(@builtin(global_invocation_id) id: vec3<u32>) {
   let v108: f32 = select(v107, -152.0f, v105);
   let v109: bool = ember_lt_f32(v108, 0.0f);
   let v110: f32 = select(0.5f, -0.5f, v109);
-  let v111: f32 = (v108 + v110);
+  let v111: f32 = ember_opaque_f32(v108 + v110);
   let v112: f32 = trunc(v111);
-  let v113: f32 = (v108 - v112);
+  let v113: f32 = ember_opaque_f32(v108 - v112);
   let v114: f32 = (1.5252733646775596e-05f * v113);
-  let v115: f32 = (v114 + 0.0001540352968731895f);
+  let v115: f32 = ember_opaque_f32(v114 + 0.0001540352968731895f);
   let v116: f32 = (v115 * v113);
-  let v117: f32 = (v116 + 0.0013333557872101665f);
+  let v117: f32 = ember_opaque_f32(v116 + 0.0013333557872101665f);
   let v118: f32 = (v117 * v113);
-  let v119: f32 = (v118 + 0.009618128649890423f);
+  let v119: f32 = ember_opaque_f32(v118 + 0.009618128649890423f);
   let v120: f32 = (v119 * v113);
-  let v121: f32 = (v120 + 0.05550410971045494f);
+  let v121: f32 = ember_opaque_f32(v120 + 0.05550410971045494f);
   let v122: f32 = (v121 * v113);
-  let v123: f32 = (v122 + 0.24022650718688965f);
+  let v123: f32 = ember_opaque_f32(v122 + 0.24022650718688965f);
   let v124: f32 = (v123 * v113);
-  let v125: f32 = (v124 + 0.6931471824645996f);
+  let v125: f32 = ember_opaque_f32(v124 + 0.6931471824645996f);
   let v126: f32 = (v125 * v113);
-  let v127: f32 = (v126 + 1.0f);
+  let v127: f32 = ember_opaque_f32(v126 + 1.0f);
   let v128: i32 = i32(v112);
   let v129: i32 = (v128 >> 1u);
   let v130: i32 = (v129 + 127i);
