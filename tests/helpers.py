@@ -71,33 +71,35 @@ class BatchedChecks:
         self.pairs: list[tuple[em.Tensor, torch.Tensor, str]] = []
         self.atol, self.rtol = atol, rtol
 
-    def __call__(self, actual: Any, expected: Any, where: str = "") -> None:
+    def __call__(self, actual: Any, expected: Any, where: str = "", atol: float | None = None,
+                 rtol: float | None = None) -> None:
         where = where or "line {}".format(sys._getframe(1).f_lineno)
         if isinstance(expected, (tuple, list)):
             assert isinstance(actual, (tuple, list)) and len(actual) == len(expected), (actual, expected)
             for one_actual, one_expected in zip(actual, expected):
-                self(one_actual, one_expected, where)
+                self(one_actual, one_expected, where, atol, rtol)
             return
         assert isinstance(actual, em.Tensor), f"expected an ember Tensor, got {type(actual).__name__}"
-        assert tuple(actual.shape) == tuple(expected.shape), f"shape {actual.shape} != torch's {tuple(expected.shape)}"
-        assert TORCH_DTYPES[actual.dtype] == expected.dtype, f"dtype {actual.dtype} != torch's {expected.dtype}"
-        self.pairs.append((actual.detach(), expected.detach().clone(), where))  # snapshots, not later in-place ops
+        assert tuple(actual.shape) == tuple(expected.shape), \
+            f"{where}: shape {actual.shape} != torch's {tuple(expected.shape)}"
+        assert TORCH_DTYPES[actual.dtype] == expected.dtype, f"{where}: dtype {actual.dtype} != torch's {expected.dtype}"
+        tolerance = (self.atol if atol is None else atol, self.rtol if rtol is None else rtol)
+        self.pairs.append((actual.detach(), expected.detach().clone(), where, tolerance))  # snapshots
 
     def verify(self) -> None:
-        groups: dict[Any, list[tuple[em.Tensor, torch.Tensor, str]]] = {}
+        groups: dict[Any, list[tuple[em.Tensor, torch.Tensor, str, tuple[float, float]]]] = {}
         for entry in self.pairs:
             groups.setdefault(entry[0].dtype, []).append(entry)
         for group in groups.values():
-            try:
-                assert_close(em.cat([actual.reshape(-1) for actual, _, _ in group]),
-                             torch.cat([expected.reshape(-1) for _, expected, _ in group]), self.atol, self.rtol)
-            except AssertionError:
-                for actual, expected, where in group:
-                    try:
-                        assert_close(actual, expected, self.atol, self.rtol)
-                    except AssertionError as error:
-                        raise AssertionError(f"the check at {where}: {error}") from None
-                raise
+            values, start = em.cat([actual.reshape(-1) for actual, _, _, _ in group]).numpy(), 0
+            for actual, expected, where, (atol, rtol) in group:
+                expected_values = (expected.float() if expected.dtype == torch.bfloat16 else expected).numpy()
+                try:
+                    assert_close(values[start:start + actual.numel()].reshape(actual.shape), expected_values, atol,
+                                 rtol)
+                except AssertionError as error:
+                    raise AssertionError(f"the check at {where}: {error}") from None
+                start += actual.numel()
 
 
 def require_dtypes(device: str, *dtypes: em.DType) -> None:
@@ -109,3 +111,11 @@ def require_dtypes(device: str, *dtypes: em.DType) -> None:
     missing = REGISTRY.device(device).info.unsupported(set(dtypes))
     if missing:
         pytest.skip(f"{device} does not support {', '.join(dtype.name for dtype in missing)}")
+
+
+def assert_close_batch(cases: list[tuple[Any, ...]], atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    """BatchedChecks over a list of (label, ember result, torch result[, atol, rtol]) cases."""
+    check = BatchedChecks(atol, rtol)
+    for label, actual, expected, *tolerance in cases:
+        check(actual, expected, label, *tolerance)
+    check.verify()

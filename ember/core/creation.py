@@ -12,6 +12,7 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType, to_dtype
 from ember.core.errors import DTypeError, ShapeError
 from ember.core.graph import Node
+from ember.core.ops import Op
 from ember.core.movement import _shape_argument
 
 if TYPE_CHECKING:
@@ -155,21 +156,24 @@ def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device
     if end is None:
         start, end = 0, start
     start, end, step = (value.item() if hasattr(value, "item") else value for value in (start, end, step))
-    if step == 0:
-        raise ValueError("arange: step must be nonzero")
     if not all(math.isfinite(value) for value in (start, end, step)):
         raise ValueError(f"arange: start, end and step must be finite, got {start}, {end}, {step}")
-    if (end - start) * step < 0:
-        raise ValueError(f"arange: the range from {start} to {end} and the step {step} have opposite signs")
     is_float = any(isinstance(value, float) for value in (start, end, step))
     resolved = to_dtype(dtype) if dtype is not None else (dtypes.DEFAULT_FLOAT if is_float else dtypes.DEFAULT_INT)
+    if not resolved.is_float:  # torch converts the arguments to the integer dtype first
+        start, end, step = int(start), int(end), int(step)
+        is_float = False
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    if (end - start) * step < 0:
+        raise ValueError(f"arange: the range from {start} to {end} and the step {step} have opposite signs")
     count = max(0, math.ceil((end - start) / step))
     target = _device(device)
     if not is_float:
         index = Tensor._arange_primitive(count, dtypes.int64, target)
         values = index * int(step) + int(start) if (step != 1 or start != 0) else index
     else:
-        compute = dtypes.float64 if resolved is dtypes.float64 or not resolved.is_float else dtypes.float32
+        compute = dtypes.float64 if resolved is dtypes.float64 else dtypes.float32
         index = Tensor._arange_primitive(count, compute, target)
         values = index * float(step) + float(start)
     result = values.cast(resolved)
@@ -312,16 +316,73 @@ def rand(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool 
 
 
 def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    """Standard normal random numbers (Box-Muller on two uniform draws)."""
+    """Standard normal random numbers, the same bits on every device for the same seed (see _standard_normal)."""
     shape = _checked_shape(size, "randn")
     resolved = _float_dtype(dtype, "randn")
-    compute = dtypes.float64 if resolved is dtypes.float64 else dtypes.float32
-    target = _device(device)
-    first = _uniform(shape, compute, target)
-    second = _uniform(shape, compute, target)
-    radius = ((1.0 - first).log() * -2.0).sqrt()  # 1 - first is in (0, 1]: the log is finite
-    result = (radius * (second * (2 * math.pi)).cos()).cast(resolved)
+    result = _standard_normal(math.prod(shape), _device(device), resolved).reshape(shape)
     return result.requires_grad_() if requires_grad else result
+
+
+# fixed-point constants (Q30: value * 2**30) for _standard_normal
+Q = 30
+ONE = 1 << Q
+LN_2_Q = round(math.log(2.0) * ONE)
+SQRT_2_Q = round(math.sqrt(2.0) * ONE)
+HALF_PI_Q = round(math.pi / 2 * ONE)
+
+
+def _fixed(value: Tensor, constant: int) -> Tensor:
+    return value._full(value.shape, constant, dtypes.int64, value.device)
+
+
+def _fixed_multiply(first: Tensor, second: Tensor) -> Tensor:
+    """The product of two Q30 numbers (both below 2**31.5 in magnitude, so the int64 product cannot overflow)."""
+    return (first * second)._apply(Op.SHR, _fixed(first, Q))
+
+
+def _standard_normal(count: int, device: str, dtype: DType) -> Tensor:
+    """Box-Muller, z = sqrt(-2 ln u) * cos(2 pi v), in int64 fixed point: integer operations give the same bits on
+    every device (float libm functions differ in the last place between C and OpenCL). The result is a multiple
+    of 2**-24 converted exactly; cos(2 pi v) is drawn as +-cos(pi/2 w), which has the same distribution."""
+    from ember.core.tensor import Tensor
+
+    first = _random_bits(count, device).cast(dtypes.int64) + 1  # u = first / 2**32 in (0, 1]
+    second = _random_bits(count, device).cast(dtypes.int64)
+    # ln u = ln(m) + (e - 32) ln 2 with first = m * 2**e, m in [1/sqrt 2, sqrt 2)
+    exponent = _fixed(first, 0)
+    for step in (32, 16, 8, 4, 2, 1):
+        above = _fixed(first, 0) < first._apply(Op.SHR, exponent + step)
+        exponent = above.where(exponent + step, exponent)
+    mantissa = (first._apply(Op.SHL, _fixed(first, Q)))._apply(Op.SHR, exponent)  # Q30, in [1, 2)
+    large = _fixed(first, SQRT_2_Q) < mantissa
+    mantissa = large.where(mantissa._apply(Op.SHR, _fixed(first, 1)), mantissa)
+    exponent = large.where(exponent + 1, exponent)
+    # ln m = 2 atanh(s), s = (m - 1) / (m + 1) in (-0.172, 0.172): 6 odd terms reach 1e-10
+    x = mantissa - ONE
+    ratio = x._apply(Op.SHL, _fixed(x, Q))._apply(Op.IDIV, x + 2 * ONE)
+    ratio_squared = _fixed_multiply(ratio, ratio)
+    term, series = ratio, ratio
+    for odd in (3, 5, 7, 9, 11):
+        term = _fixed_multiply(term, ratio_squared)
+        series = series + term._apply(Op.IDIV, _fixed(term, odd))
+    radius_squared = series * -4 + (32 - exponent) * (2 * LN_2_Q)  # -2 ln u in Q30, in [0, 44.4]
+    # radius = floor(sqrt(radius_squared * 2**18)) in Q24: a float estimate, a Newton step, then exact +-1 fixes
+    target = radius_squared._apply(Op.SHL, _fixed(radius_squared, 18))
+    radius = target.cast(dtypes.float32).sqrt().cast(dtypes.int64) + 1  # devices may differ here, not below
+    radius = (radius + target._apply(Op.IDIV, radius))._apply(Op.SHR, _fixed(radius, 1))
+    radius = (target < radius * radius).where(radius - 1, radius)
+    radius = ((radius + 1) * (radius + 1) <= target).where(radius + 1, radius)
+    # cos(pi/2 w) for w in [0, 1) from 30 bits, sign from another bit: Horner on 1 - t/2 (1 - t/12 (1 - ...))
+    angle = _fixed_multiply(second._apply(Op.AND, _fixed(second, ONE - 1)), _fixed(second, HALF_PI_Q))
+    angle_squared = _fixed_multiply(angle, angle)
+    cosine = _fixed(second, ONE)
+    for denominator in (18 * 17, 16 * 15, 14 * 13, 12 * 11, 10 * 9, 8 * 7, 6 * 5, 4 * 3, 2 * 1):
+        cosine = ONE - _fixed_multiply(angle_squared, cosine)._apply(Op.IDIV, _fixed(cosine, denominator))
+    negative = _fixed(second, 0) < second._apply(Op.AND, _fixed(second, ONE))
+    cosine = negative.where(-cosine, cosine)
+    normal = (radius * cosine)._apply(Op.SHR, _fixed(radius, Q))  # Q24
+    result = normal.cast(dtypes.float64 if dtype is dtypes.float64 else dtypes.float32) * 2.0**-24
+    return result.cast(dtype)
 
 
 def randint(low: int, high: Any = None, size: Any = None, dtype: Any = None, device: Any = None,
@@ -368,19 +429,23 @@ def randint_like(other: Tensor, low: int, high: int | None = None, dtype: Any = 
 
 
 def randperm(count: int, dtype: Any = None, device: Any = None) -> Tensor:
-    """A random permutation of 0..count-1: each position's rank among random keys, ties broken by position
-    (one O(count^2) kernel, fine up to a few thousand)."""
+    """A random permutation of 0..count-1 (one O(count^2) kernel, fine up to a few thousand)."""
     if count < 0:
         raise ShapeError(f"randperm: count must be non-negative, got {count}")
-    target = _device(device)
-    keys = _random_bits(count, target)
-    row, column = keys.reshape(count, 1), keys.reshape(1, count)
+    permutation = _permutation_from_keys(_random_bits(count, _device(device)))
+    return permutation.cast(to_dtype(dtype)) if dtype is not None else permutation
+
+
+def _permutation_from_keys(keys: Tensor) -> Tensor:
+    """Each position's rank among the 1-d keys, ties broken by position: always a permutation of 0..n-1."""
     from ember.core.tensor import Tensor
 
-    position = Tensor._arange_primitive(count, dtypes.int64, target)
+    count = keys.shape[0]
+    row, column = keys.reshape(count, 1), keys.reshape(1, count)
+    position = Tensor._arange_primitive(count, dtypes.int64, keys.device)
     earlier = position.reshape(1, count) < position.reshape(count, 1)
     before = (column < row).logical_or((column == row).logical_and(earlier))
-    return before.sum(1).cast(to_dtype(dtype) if dtype is not None else dtypes.int64)
+    return before.sum(1)
 
 
 def normal(mean: float, std: float, size: Sequence[int], device: Any = None) -> Tensor:

@@ -807,7 +807,7 @@ def _integer_pow(base: Tensor, power: Tensor) -> Tensor:
     square = base
     for bit in range(width - 2):
         mask = base._full(base.shape, 1 << bit, dtype, base.device)
-        factors.append((power._apply(Op.AND, mask) != zero).where(square, one))
+        factors.append(zero._apply(Op.CMPLT, power._apply(Op.AND, mask)).where(square, one))  # bit < width - 1: >= 0
         if bit < width - 3:
             square = square * square
     while len(factors) > 1:  # a balanced product keeps the graph shallow
