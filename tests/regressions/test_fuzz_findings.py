@@ -40,9 +40,6 @@ def test_a_constant_stored_as_a_half_type(device: str, request: pytest.FixtureRe
 
 
 def test_negative_zero_keeps_its_sign_through_constant_folding(device: str, request: pytest.FixtureRequest) -> None:
-    known_bug(request, device, {"wgpu"},
-              "wgpu: a constant-folded 1.0/0.0 is rendered as a WGSL literal expression that naga rejects "
-              "('Float literal is infinite')")
     expected = (-ReferenceTensor(np.zeros(3, dtype=np.float32))).reciprocal().numpy()
     assert expected.tolist() == [-math.inf] * 3
     assert (-em.zeros(3, device=device)).reciprocal().tolist() == expected.tolist()
