@@ -37,7 +37,7 @@ def backward(
     for tensor, gradient in gradients:
         tensor.grad = gradient if tensor.grad is None else _accumulate(tensor.grad, gradient, create_graph)
         updated.append(tensor.grad)
-    _realize(updated)
+    _realize(updated + roots)  # the roots (the loss) too: reading them afterwards must not recompute the forward
 
 
 def grad(
