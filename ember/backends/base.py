@@ -21,7 +21,8 @@ class DeviceInfo:
     max_global_size: int = 2**31 - 1
     max_local_size: int = 1
     local_memory_bytes: int = 0
-    preferred_vector_width: int = 1
+    preferred_vector_width: int = 1  # float32 lanes of the device's vectors (so vectors have 4 * this bytes)
+    vector_ops: frozenset[Any] = frozenset()  # IR ops the renderer applies to vectors (ir/vectorize.py); empty: none
     supported_dtypes: frozenset[DType] = frozenset(dtypes.ALL_DTYPES)
     has_native_exp2: bool = True
     can_run: bool = True  # False for render-only (dummy) devices

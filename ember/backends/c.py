@@ -16,9 +16,18 @@ from typing import Any
 import numpy as np
 
 from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program, cache_directory
-from ember.backends.c_style import CStyleRenderer, bitcast_helpers, used_bitcasts
+from ember.backends.c_style import (
+    MASK_TYPES,
+    CStyleRenderer,
+    bitcast_helpers,
+    lane_dtype,
+    used_bitcasts,
+    vector_nodes,
+)
+from ember.core.dtype import DType
 from ember.core.errors import BackendUnavailable, CompileError
-from ember.ir.ir import KernelIR
+from ember.core.ops import Op
+from ember.ir.ir import IRNode, IROp, KernelIR
 
 C_PRELUDE = """#include <math.h>
 #include <stdint.h>
@@ -54,6 +63,9 @@ def has_vector_math() -> bool:
     return name == "glibc" and (major, minor) >= (2, 35)
 
 
+# what CRenderer renders on vectors (gcc's vector extensions, with helpers for MAX, WHERE and math functions)
+VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE,
+                        Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC})
 PARALLEL_THRESHOLD = 1 << 15  # estimated operations below which a kernel runs on one thread
 
 
@@ -63,16 +75,85 @@ class CRenderer(CStyleRenderer):
     def __init__(self, threads: int | None = None, vector_math: bool = False) -> None:
         super().__init__()
         self.threads = threads
-        self.vector_math = vector_math  # declare libmvec's variants of exp2/log2/sin (see has_vector_math)
+        self.use_libmvec = vector_math  # declare libmvec's variants of exp2/log2/sin (see has_vector_math)
 
     def prelude(self, kernel: KernelIR) -> str:
         # every helper is guarded, so several kernels can be compiled as one source (see CDevice.compile_many)
         helpers = ["#ifndef EMBER_VECTOR_MATH\n#define EMBER_VECTOR_MATH\n" + VECTOR_MATH_DECLARATIONS + "#endif"
-                   ] if self.vector_math else []
+                   ] if self.use_libmvec else []
         for line in bitcast_helpers(self.type_names, used_bitcasts(kernel.sink)).splitlines():
             guard = "EMBER_" + line.split("(", 1)[0].split()[-1].upper()
             helpers.append(f"#ifndef {guard}\n#define {guard}\n{line}\n#endif")
+        helpers.extend(self.vector_helpers(kernel))
         return C_PRELUDE + "\n".join(helpers)
+
+    # ---- vectors: gcc's vector extensions (lane-wise operators, [] for a lane, casts between same-size vectors
+    # keep the bits); loads and stores go through a 4-byte-aligned type, so any index works --------------------
+
+    def vector_type(self, dtype: DType, width: int) -> str:
+        return f"ember_{dtype.name}x{width}"
+
+    def vector_build(self, lanes: list[str], dtype: DType, width: int) -> str:
+        return f"(({self.vector_type(dtype, width)}){{{','.join(lanes)}}})"
+
+    def vector_lane(self, vector: str, lane: int, width: int) -> str:
+        return f"{vector}[{lane}]"
+
+    def vector_load(self, position: int, index: str, node: IRNode) -> str:
+        return f"(*(const {self.vector_type(node.dtype, node.width)}_u*)(data{position}+{index}))"
+
+    def vector_store(self, position: int, index: str, value: str, node: IRNode) -> str:
+        return f"*({self.vector_type(node.dtype, node.width)}_u*)(data{position}+{index}) = {value}"
+
+    def vector_maximum(self, operands: list[str], node: IRNode) -> str:
+        return f"ember_max_{self.vector_type(node.dtype, node.width)}({operands[0]}, {operands[1]})"
+
+    def vector_select(self, operands: list[str], node: IRNode) -> str:
+        return f"ember_select_{self.vector_type(node.dtype, node.width)}({', '.join(operands)})"
+
+    def vector_math(self, operands: list[str], node: IRNode) -> str:
+        return f"ember_{node.op.name.lower()}_{self.vector_type(node.dtype, node.width)}({operands[0]})"
+
+    def vector_helpers(self, kernel: KernelIR) -> list[str]:
+        """typedefs of the vector types a kernel uses, and the helpers for its vector MAX, WHERE and math."""
+        types: dict[str, tuple[DType, int]] = {}
+        functions: set[tuple[str, DType, int]] = set()
+        for node in vector_nodes(kernel.sink):
+            dtype = lane_dtype(node)
+            types[self.vector_type(dtype, node.width)] = (dtype, node.width)
+            if node.op is Op.MAX or (node.op is IROp.REDUCE and node.arg is Op.REDUCE_MAX):
+                functions.add(("max", dtype, node.width))
+            elif node.op is Op.WHERE:
+                functions.add(("select", dtype, node.width))
+            elif node.op in self.math_functions:
+                functions.add((node.op.name.lower(), dtype, node.width))
+        for kind, dtype, width in functions:
+            if kind in ("max", "select"):  # both need the mask type
+                mask = MASK_TYPES[dtype.itemsize]
+                types[self.vector_type(mask, width)] = (mask, width)
+        lines = []
+        for name, (dtype, width) in sorted(types.items()):
+            size = dtype.itemsize * width
+            lines.append(f"#ifndef {name.upper()}\n#define {name.upper()}\n"
+                         f"typedef {self.type_name(dtype)} {name} __attribute__((vector_size({size})));\n"
+                         f"typedef {self.type_name(dtype)} {name}_u __attribute__((vector_size({size}), "
+                         f"aligned({dtype.itemsize})));\n#endif")
+        for kind, dtype, width in sorted(functions, key=lambda item: (item[0], item[1].name, item[2])):
+            vector = self.vector_type(dtype, width)
+            mask = self.vector_type(MASK_TYPES[dtype.itemsize], width)
+            function = f"ember_{kind}_{vector}"
+            if kind == "max":  # NaN-propagating, like the scalar MAX
+                body = (f"static inline {vector} {function}({vector} a, {vector} b) {{ {mask} take = (a > b) | (a != a);"
+                        f" return ({vector})((take & ({mask})a) | (~take & ({mask})b)); }}")
+            elif kind == "select":
+                body = (f"static inline {vector} {function}({mask} take, {vector} a, {vector} b) {{"
+                        f" return ({vector})((take & ({mask})a) | (~take & ({mask})b)); }}")
+            else:  # gcc turns the lane loop into one instruction (sqrt, trunc) or a libmvec call (exp2, log2, sin)
+                scalar = self.math_function(Op[kind.upper()], dtype)
+                body = (f"static inline {vector} {function}({vector} x) {{ {vector} r;"
+                        f" for (int lane = 0; lane < {width}; lane++) r[lane] = {scalar}(x[lane]); return r; }}")
+            lines.append(f"#ifndef {function.upper()}\n#define {function.upper()}\n{body}\n#endif")
+        return lines
 
     def global_loop_open(self, kernel: KernelIR, index_type: str) -> list[str]:
         work = kernel.global_size * max(1, _loop_work(kernel))
@@ -136,12 +217,15 @@ class CProgram(Program):
 
 def compiler_command() -> list[str]:
     """The compiler and its flags. No flag changes a value: -fno-trapping-math only drops FP exception flags
-    (which lets gcc vectorize truncf), -fno-math-errno only errno. -fno-tree-loop-if-convert works around a gcc 12
-    loop-vectorizer miscompile of masked max reductions (tests/test_convolution.py::test_adaptive_max_pooling
-    failed without it: -inf in most outputs)."""
+    (which lets gcc vectorize truncf), -fno-math-errno only errno. -fno-thread-jumps works around a gcc 12 wrong-code
+    bug: its path-based jump threader (pass threadfull2, seen with -fdump-tree-all) proved the masks of a masked max
+    reduction false and dropped most of its loads (tests/test_convolution.py::test_adaptive_max_pooling: -inf in
+    most outputs). Unlike -fno-tree-loop-if-convert, which also hides it, it keeps loops with selects vectorized.
+    -fschedule-insns -fsched-pressure: scheduling before register allocation, aware of register pressure, keeps a
+    matmul tile's 12 vector accumulators in registers (without it gcc 12 spilled three: half the speed)."""
     compiler = os.environ.get("CC", "cc")
     return [compiler, "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
-            "-fno-tree-loop-if-convert"]
+            "-fno-thread-jumps", "-fschedule-insns", "-fsched-pressure"]
 
 
 def link_libraries() -> list[str]:
@@ -164,7 +248,8 @@ class CDevice(Device):
     def __init__(self, name: str = "c:0", threads: int | None = None) -> None:
         self.name = name
         cores = threads or os.cpu_count() or 1
-        self.info = DeviceInfo(compute_units=cores, preferred_vector_width=8, concurrent_compile=True)
+        self.info = DeviceInfo(compute_units=cores, preferred_vector_width=8, vector_ops=VECTOR_OPS,
+                               concurrent_compile=True)
         self.pool = HostMemoryPool(name)
         self.renderer = CRenderer(threads, vector_math=has_vector_math())
         self._programs: dict[str, CProgram] = {}

@@ -225,7 +225,10 @@ class CStyleRenderer:
                 name = f"acc{counter}"
                 counter += 1
                 names[id(node)] = name
-                body.append(f"{pad}{self.type_name(node.dtype)} {name} = {self.constant(self.identity(node), node.dtype)};")
+                initial = self.constant(self.identity(node), node.dtype)
+                if node.width > 1:
+                    initial = self.vector_build([initial] * node.width, node.dtype, node.width)
+                body.append(f"{pad}{self.value_type(node)} {name} = {initial};")
             elif instruction.kind == "update_acc":
                 name = names[id(node)]
                 value = operand(node.srcs[0])
@@ -236,16 +239,21 @@ class CStyleRenderer:
                     body.append(f"{pad}{name} += {value};")
                 elif node.arg is Op.PROD:
                     body.append(f"{pad}{name} *= {value};")
+                elif node.width > 1:
+                    body.append(f"{pad}{name} = {self.vector_maximum([value, name], node)};")
                 else:  # the new value first: gcc 12 -O3 vectorizes `acc > v || acc != acc` reductions wrongly
                     body.append(f"{pad}{name} = {_maximum([value, name], node.dtype, node.dtype)};")
             elif instruction.kind == "store":
                 param, index, value = node.srcs
-                body.append(f"{pad}data{param.arg[0]}[{operand(index)}] = {operand(value)};")
+                if value.width > 1:
+                    body.append(f"{pad}{self.vector_store(param.arg[0], operand(index), operand(value), value)};")
+                else:
+                    body.append(f"{pad}data{param.arg[0]}[{operand(index)}] = {operand(value)};")
             else:
                 name = f"v{counter}"
                 counter += 1
                 names[id(node)] = name
-                body.append(f"{pad}{self.type_name(node.dtype)} {name} = {self.expression(node, operand)};")
+                body.append(f"{pad}{self.value_type(node)} {name} = {self.expression(node, operand)};")
 
         parameters = [self.parameter(p.dtype, p.position, p.is_output) for p in kernel.params]
         lines.append(self.prelude(kernel))
@@ -256,7 +264,14 @@ class CStyleRenderer:
         lines.append("}")
         return "\n".join(line for line in lines if line != "") + "\n"
 
+    def value_type(self, node: IRNode) -> str:
+        if node.width > 1:
+            return self.vector_type(lane_dtype(node), node.width)
+        return self.type_name(node.dtype)
+
     def expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        if node.width > 1 or node.op is IROp.GEP:
+            return self.vector_expression(node, operand)
         if node.op is IROp.LOAD:
             param, index = node.srcs[0], node.srcs[1]
             load = f"data{param.arg[0]}[{operand(index)}]"
@@ -280,6 +295,56 @@ class CStyleRenderer:
             source_dtype = node.srcs[1].dtype
         return self.alu[node.op]([operand(src) for src in node.srcs], node.dtype, source_dtype)
 
+    # ---- vectors: a renderer whose device lists DeviceInfo.vector_ops implements these ------------------------
+
+    def vector_type(self, dtype: DType, width: int) -> str:
+        raise NotImplementedError(f"{type(self).__name__} renders no vector types (its DeviceInfo.vector_ops is empty)")
+
+    def vector_build(self, lanes: list[str], dtype: DType, width: int) -> str:
+        raise NotImplementedError(f"{type(self).__name__} renders no vector types")
+
+    def vector_lane(self, vector: str, lane: int, width: int) -> str:
+        raise NotImplementedError(f"{type(self).__name__} renders no vector types")
+
+    def vector_load(self, position: int, index: str, node: IRNode) -> str:
+        raise NotImplementedError(f"{type(self).__name__} renders no vector types")
+
+    def vector_store(self, position: int, index: str, value: str, node: IRNode) -> str:
+        raise NotImplementedError(f"{type(self).__name__} renders no vector types")
+
+    def vector_maximum(self, operands: list[str], node: IRNode) -> str:
+        raise NotImplementedError(f"{type(self).__name__} renders no vector types")
+
+    def vector_select(self, operands: list[str], node: IRNode) -> str:
+        raise NotImplementedError(f"{type(self).__name__} renders no vector types")
+
+    def vector_math(self, operands: list[str], node: IRNode) -> str:
+        """A unary math function (SQRT, EXP2, LOG2, SIN, TRUNC) lane by lane."""
+        raise NotImplementedError(f"{type(self).__name__} renders no vector types")
+
+    def vector_expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        operands = [operand(src) if src.op is not IROp.PARAM else "" for src in node.srcs]
+        if node.op is IROp.VECTORIZE:
+            return self.vector_build(operands, node.dtype, node.width)
+        if node.op is IROp.GEP:
+            return self.vector_lane(operands[0], node.arg, node.srcs[0].width)
+        if node.op is IROp.LOAD:
+            load = self.vector_load(node.srcs[0].arg[0], operands[1], node)
+            if len(node.srcs) == 3:
+                zero = self.vector_build([self.constant(0, node.dtype)] * node.width, node.dtype, node.width)
+                return f"({operands[2]}?{load}:{zero})"
+            return load
+        if node.op is Op.MAX:
+            return self.vector_maximum(operands, node)
+        if node.op is Op.WHERE:
+            return self.vector_select(operands, node)
+        if node.op in self.math_functions:
+            return self.vector_math(operands, node)
+        if node.op is Op.RECIPROCAL:
+            one = self.vector_build([self.constant(1.0, node.dtype)] * node.width, node.dtype, node.width)
+            return f"({one}/{operands[0]})"
+        return self.alu[node.op](operands, node.dtype, node.srcs[0].dtype)
+
     @staticmethod
     def identity(node: IRNode) -> object:
         if node.arg is Op.SUM:
@@ -287,6 +352,33 @@ class CStyleRenderer:
         if node.arg is Op.PROD:
             return 1
         return dtypes.min_value(node.dtype)
+
+
+def lane_dtype(node: IRNode) -> DType:
+    """The element type of a vector node; a vector of bools is a mask whose lanes are signed ints as wide as the
+    values compared (all bits set where true), as in C vector extensions and OpenCL."""
+    if not node.dtype.is_bool:
+        return node.dtype
+    if node.op in (Op.CMPLT, Op.CMPEQ):
+        return MASK_TYPES[node.srcs[0].dtype.itemsize]
+    return lane_dtype(node.srcs[0])
+
+
+MASK_TYPES = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+
+
+def vector_nodes(sink: IRNode) -> list[IRNode]:
+    """The vector nodes of a kernel (and the vectors its GEPs read)."""
+    found, stack, seen = [], [sink], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.width > 1:
+            found.append(node)
+        stack.extend(node.srcs)
+    return found
 
 
 def _global_ids(sink: IRNode) -> list[IRNode]:

@@ -24,22 +24,32 @@ class IROp(Enum):
     STORE = auto()  # srcs: (param, index, value)
     REDUCE = auto()  # arg: Op.SUM / Op.PROD / Op.REDUCE_MAX; srcs: (value, *ranges)
     SINK = auto()  # srcs: the stores of the kernel
+    VECTORIZE = auto()  # a vector from scalar srcs, one per lane
+    GEP = auto()  # one lane of a vector; srcs: (vector,); arg: the lane
+
+
+# Vectors: a node of `width` > 1 holds `width` lanes of its dtype. A vector LOAD reads (a vector STORE writes) the
+# `width` consecutive elements from its scalar index on; ALU ops and REDUCE work lane by lane. Only kernels for
+# devices whose renderer has vector types (DeviceInfo.vector_ops) contain them (see ir/vectorize.py).
 
 
 class IRNode:
     """One IR value. Built only through `Builder`, so equal structure means the same object."""
 
-    __slots__ = ("op", "dtype", "srcs", "arg", "minimum", "maximum")
+    __slots__ = ("op", "dtype", "srcs", "arg", "minimum", "maximum", "width")
 
     def __init__(self, op: IROp | Op, dtype: DType, srcs: tuple[IRNode, ...], arg: Any,
-                 minimum: float, maximum: float) -> None:
+                 minimum: float, maximum: float, width: int = 1) -> None:
         self.op, self.dtype, self.srcs, self.arg = op, dtype, srcs, arg
         self.minimum, self.maximum = minimum, maximum
+        self.width = width
 
     def __repr__(self) -> str:
         name = self.op.name
         if self.op is IROp.CONST:
             return f"{self.arg}"
+        if self.width > 1:
+            name += f"x{self.width}"
         return f"{name}({', '.join(map(repr, self.srcs))}{', ' + repr(self.arg) if self.arg is not None else ''})"
 
     @property
@@ -160,15 +170,15 @@ class Builder:
         self.loop_count = 0
 
     def _make(self, op: IROp | Op, dtype: DType, srcs: tuple[IRNode, ...], arg: Any,
-              minimum: float = -math.inf, maximum: float = math.inf) -> IRNode:
+              minimum: float = -math.inf, maximum: float = math.inf, width: int = 1) -> IRNode:
         if op is IROp.CONST:  # 0.0 and -0.0 are equal in Python but different constants
             arg_key = (type(arg), arg, math.copysign(1.0, arg) if isinstance(arg, float) else 1.0)
         else:
             arg_key = arg
-        key = (op, dtype, tuple(id(src) for src in srcs), arg_key)
+        key = (op, dtype, tuple(id(src) for src in srcs), arg_key, width)
         node = self._nodes.get(key)
         if node is None:
-            node = IRNode(op, dtype, srcs, arg, minimum, maximum)
+            node = IRNode(op, dtype, srcs, arg, minimum, maximum, width)
             self._nodes[key] = node
         return node
 
@@ -214,7 +224,61 @@ class Builder:
             return value
         if value.is_const and op is Op.SUM and value.arg == 0:
             return value
-        return self._make(IROp.REDUCE, value.dtype, (value, *ranges), op)
+        return self._make(IROp.REDUCE, value.dtype, (value, *ranges), op, width=value.width)
+
+    # ---- vectors ----------------------------------------------------------------------------------------------
+
+    def vectorize(self, lanes: list[IRNode] | tuple[IRNode, ...]) -> IRNode:
+        """A vector of scalar lanes (all of one dtype); lanes taken in order from one vector give that vector."""
+        lanes = tuple(lanes)
+        source = lanes[0].srcs[0] if lanes[0].op is IROp.GEP else None
+        if source is not None and source.width == len(lanes) and all(
+                lane.op is IROp.GEP and lane.srcs[0] is source and lane.arg == number
+                for number, lane in enumerate(lanes)):
+            return source
+        return self._make(IROp.VECTORIZE, lanes[0].dtype, lanes, None, width=len(lanes))
+
+    def gep(self, vector: IRNode, lane: int) -> IRNode:
+        if vector.op is IROp.VECTORIZE:
+            return vector.srcs[lane]
+        return self._make(IROp.GEP, vector.dtype, (vector,), lane)
+
+    def vector_load(self, param: IRNode, index: IRNode, valid: IRNode | None, width: int) -> IRNode:
+        """`width` consecutive elements from `index` on; a scalar `valid` guards all of them (0 where false)."""
+        srcs = (param, index) if valid is None else (param, index, valid)
+        return self._make(IROp.LOAD, param.dtype, srcs, None, width=width)
+
+    def vector_alu(self, op: Op, dtype: DType, *srcs: IRNode, arg: Any = None) -> IRNode:
+        """An ALU op lane by lane on vectors of one width (no simplification: the scalar DAG was simplified)."""
+        return self._make(op, dtype, srcs, arg, width=srcs[0].width)
+
+    def rebuild(self, node: IRNode, srcs: list[IRNode]) -> IRNode:
+        """A node like `node` (from another builder) over new sources, simplified again where it is scalar."""
+        op = node.op
+        if op is IROp.CONST:
+            return self.const(node.arg, node.dtype)
+        if op in (IROp.PARAM, IROp.GLOBAL_ID, IROp.RANGE):
+            if op is IROp.RANGE:
+                self.loop_count = max(self.loop_count, node.arg[0])
+            return self._make(op, node.dtype, (), node.arg, node.minimum, node.maximum)
+        if op is IROp.LOAD:
+            valid = srcs[2] if len(srcs) == 3 else None
+            if node.width > 1:
+                return self.vector_load(srcs[0], srcs[1], valid, node.width)
+            return self.load(srcs[0], srcs[1], valid)
+        if op is IROp.STORE:
+            return self.store(*srcs)
+        if op is IROp.REDUCE:
+            return self.reduce(node.arg, srcs[0], tuple(srcs[1:]))
+        if op is IROp.SINK:
+            return self.sink(srcs)
+        if op is IROp.VECTORIZE:
+            return self.vectorize(srcs)
+        if op is IROp.GEP:
+            return self.gep(srcs[0], node.arg)
+        if node.width > 1:
+            return self.vector_alu(op, node.dtype, *srcs, arg=node.arg)
+        return self.alu(op, node.dtype, *srcs, arg=node.arg)
 
     # ---- arithmetic with simplification ---------------------------------------------------------------------
 
@@ -374,12 +438,26 @@ class Builder:
     def less(self, a: IRNode, b: int) -> IRNode:
         return self.alu(Op.CMPLT, dtypes.bool_, a, self.const(b, a.dtype))
 
+    def at_most(self, a: IRNode, limit: int) -> IRNode:
+        """min(a, limit) for an integer index, with the bound the simplifier can use."""
+        if a.maximum <= limit:
+            return a
+        if a.minimum > limit:
+            return self.const(limit, a.dtype)
+        return self._make(Op.WHERE, a.dtype, (self.less(a, limit + 1), a, self.const(limit, a.dtype)), None,
+                          min(a.minimum, limit), limit)
+
     def both(self, a: IRNode | None, b: IRNode | None) -> IRNode | None:
         if a is None:
             return b
         if b is None:
             return a
         return self.alu(Op.AND, dtypes.bool_, a, b)
+
+
+def linear_terms(node: IRNode) -> tuple[list[tuple[IRNode, int]], int]:
+    """node as sum(coefficient * term) + constant, looking through ADD and MUL by constants."""
+    return _linear_terms(node)
 
 
 def _linear_terms(node: IRNode) -> tuple[list[tuple[IRNode, int]], int]:

@@ -10,7 +10,7 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import ELEMENTWISE_OPS, MOVEMENT_OPS, REDUCE_OPS, Op
 from ember.core.shapes import prod, strides_of
-from ember.ir.ir import Builder, BufferParam, IRNode, IROp, KernelIR
+from ember.ir.ir import BufferParam, Builder, IRNode, IROp, KernelIR
 from ember.ir.kernel import Kernel, KernelStep
 
 HALF_TYPES = (dtypes.float16, dtypes.bfloat16)
@@ -182,9 +182,13 @@ def _reduce_identity(op: Op, dtype: DType) -> Any:
     return dtypes.min_value(dtype)
 
 
-def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = None) -> KernelIR:
+def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = None,
+                 order: tuple[int, ...] | None = None) -> KernelIR:
     """The kernel IR of one kernel. Each work item computes a tile of outputs: `upcast[d]` consecutive elements
-    along output dim d (each factor divides its dim; None means one output per work item)."""
+    along output dim d (None: one output per work item). A factor that does not divide its dim is allowed: the
+    last tile's extra indices are clamped to the dim's last index, so they recompute and store that element's value
+    again (the same value, by the same work item). `order` lists the output dims from the slowest-varying to the
+    fastest-varying in the work item number (default: row-major, the last dim fastest)."""
     output = kernel.output
     shape = output.shape
     factors = upcast if upcast is not None else (1,) * len(shape)
@@ -192,20 +196,23 @@ def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = Non
     index_dtype = dtypes.int32 if largest <= INT32_LIMIT else dtypes.int64
     builder = Builder()
     lowerer = Lowerer(kernel, builder, index_dtype)
-    global_shape = tuple(extent // factor for extent, factor in zip(shape, factors))
+    global_shape = tuple(-(-extent // factor) for extent, factor in zip(shape, factors))
     global_size = prod(global_shape)
     global_id = builder.global_id(max(global_size, 1), index_dtype)
-    tile_origin = [
-        builder.const(0, index_dtype) if extent == 1 else
-        (builder.div(global_id, stride) if axis == 0 else builder.mod(builder.div(global_id, stride), extent))
-        for axis, (extent, stride) in enumerate(zip(global_shape, strides_of(global_shape)))
-    ]
+    axis_order = order if order is not None else tuple(range(len(shape)))
+    ordered_strides = strides_of(tuple(global_shape[axis] for axis in axis_order))
+    tile_origin = [builder.const(0, index_dtype)] * len(shape)
+    for position, (axis, stride) in enumerate(zip(axis_order, ordered_strides)):
+        extent = global_shape[axis]
+        if extent != 1:
+            quotient = builder.div(global_id, stride)
+            tile_origin[axis] = quotient if position == 0 else builder.mod(quotient, extent)
     output_param = lowerer.param(0, output.dtype, True)
     stores = []
     for offsets in itertools.product(*(range(factor) for factor in factors)):
         index = tuple(
-            builder.add(builder.mul(origin, factor), offset) if factor > 1 else origin
-            for origin, factor, offset in zip(tile_origin, factors, offsets)
+            builder.at_most(builder.add(builder.mul(origin, factor), offset), extent - 1) if factor > 1 else origin
+            for origin, factor, offset, extent in zip(tile_origin, factors, offsets, shape)
         )
         value = lowerer.lower(len(kernel.steps) - 1, index, None)
         if value.dtype != output.dtype:

@@ -1,8 +1,11 @@
-"""Device-tuned transforms chosen per kernel: upcasting output tiles (register tiling); EMBER_NOOPT=1 skips them.
+"""Device-tuned transforms chosen per kernel: output tiles (register tiling), the order of work items, and
+vectorization; EMBER_NOOPT=1 skips them all.
 
-The transforms parameterize lowering rather than rewrite IR afterwards: `lower_kernel` is told how many outputs
-each work item computes along each output dim, and hash-consing then shares the loads the tile's outputs have in
-common (the row of A and the column of B in a matmul)."""
+Tiling parameterizes lowering rather than rewriting IR afterwards: `lower_kernel` is told how many outputs each work
+item computes along each output dim, and hash-consing then shares the loads the tile's outputs have in common (the
+row of A and the column of B in a matmul). On devices with vector types (DeviceInfo.vector_ops) the tile's last
+dim is a whole number of vectors, vectorize.py packs it, and work items walk down the rows first, so consecutive
+work items of a thread reuse the same columns of B from cache."""
 
 from __future__ import annotations
 
@@ -13,8 +16,10 @@ from ember.core.ops import REDUCE_OPS, Op
 from ember.ir.ir import KernelIR
 from ember.ir.kernel import Kernel
 from ember.ir.lower import lower_kernel
+from ember.ir.vectorize import lanes_for, vectorize
 
 MAX_TILE_OUTPUTS = 32  # accumulators per work item; more spill registers on common CPUs
+MAX_TILE_VECTORS = 12  # vector accumulators per work item: 12 of 16 AVX2 registers, the rest hold the operands
 
 
 def optimizations_enabled() -> bool:
@@ -58,7 +63,44 @@ def _product(values: list[int]) -> int:
     return result
 
 
+def choose_vector_tile(kernel: Kernel, info: DeviceInfo) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(factors, work item order) of a vector tile for a matmul-like kernel: the last output dim by two vectors
+    (or one), the one before by as many rows as the accumulators allow (any number: the last tile is clamped),
+    work items along the rows fastest. None where the last dim is not a whole number of vectors."""
+    if not _shares_loads(kernel):
+        return None
+    shape = kernel.output.shape
+    lanes = lanes_for(kernel.output.dtype, 4 * info.preferred_vector_width)
+    if len(shape) < 2 or lanes <= 1 or shape[-1] % lanes != 0:
+        return None
+    vectors = 2 if shape[-1] % (2 * lanes) == 0 else 1
+    rows = min(MAX_TILE_VECTORS // vectors, shape[-2])
+    items = _product(list(shape)) // (vectors * lanes)
+    minimum_items = 4 * max(1, info.compute_units)
+    while rows > 1 and -(-items // rows) < minimum_items:
+        rows -= 1
+    factors = (1,) * (len(shape) - 2) + (rows, vectors * lanes)
+    order = tuple(range(len(shape) - 2)) + (len(shape) - 1, len(shape) - 2)
+    return factors, order
+
+
+def _shares_loads(kernel: Kernel) -> bool:
+    """One reduce over broadcast inputs (a matmul): the outputs of a tile share loads."""
+    reduces = [step for step in kernel.steps if step.op in REDUCE_OPS]
+    if len(reduces) != 1 or not any(step.op is Op.EXPAND for step in kernel.steps):
+        return False
+    reduce_input = kernel.steps[reduces[0].srcs[0]].shape
+    return _product([reduce_input[axis] for axis in reduces[0].arg]) >= 8
+
+
 def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
     """Lower a kernel with the transforms that suit the device (none when EMBER_NOOPT=1)."""
-    upcast = choose_upcast(kernel, info) if optimizations_enabled() else None
-    return lower_kernel(kernel, name, upcast)
+    if not optimizations_enabled():
+        return lower_kernel(kernel, name)
+    vector_bytes = 4 * info.preferred_vector_width if info.vector_ops else 0
+    vector_tile = choose_vector_tile(kernel, info) if vector_bytes else None
+    if vector_tile is not None:
+        lowered = lower_kernel(kernel, name, *vector_tile)
+    else:
+        lowered = lower_kernel(kernel, name, choose_upcast(kernel, info))
+    return vectorize(lowered, vector_bytes, info.vector_ops) if vector_bytes else lowered

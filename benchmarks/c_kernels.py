@@ -1,0 +1,145 @@
+"""Focused timing of the C backend's hot kernels (matmul, a fused elementwise chain, softmax) against torch.
+
+The machine these run on is often shared, so ember and torch are timed alternately in one process, each run
+several times, and the best (minimum) time of each is reported with the ratio. `--source` prints the generated C.
+On a heavily loaded machine, `--cpu` times with the process's CPU time instead of the wall clock; run it with
+OMP_NUM_THREADS=1 so that both libraries use one thread and no time is spent spinning.
+
+    python benchmarks/c_kernels.py [matmul|elementwise|softmax ...] [--repeats N] [--size N] [--source] [--cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+import ember as em
+
+
+def touched(array: np.ndarray) -> np.ndarray:
+    array.reshape(-1)[:: max(1, 4096 // array.itemsize)] += 0
+    return array
+
+
+CLOCK = time.perf_counter
+
+
+def best_times(runners: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+    """The minimum seconds of each runner over `repeats` rounds, runners alternating within a round."""
+    best = {name: float("inf") for name in runners}
+    for runner in runners.values():
+        runner()  # warm-up (compiles)
+    for _ in range(repeats):
+        for name, runner in runners.items():
+            start = CLOCK()
+            runner()
+            best[name] = min(best[name], CLOCK() - start)
+    return best
+
+
+def ember_runner(build: Callable[[], em.Tensor]) -> Callable[[], None]:
+    def run() -> None:
+        build().realize()
+
+    return run
+
+
+def report(title: str, unit: str, amount: float, times: dict[str, float]) -> None:
+    figures = {name: amount / seconds / 1e9 for name, seconds in times.items()}
+    reference = figures.get("torch")
+    parts = []
+    for name, figure in figures.items():
+        ratio = f" ({figure / reference:.2f}x torch)" if reference and name != "torch" else ""
+        parts.append(f"{name} {figure:8.2f} {unit}{ratio}")
+    print(f"{title:<34} " + " | ".join(parts), flush=True)
+
+
+def matmul(size: int, repeats: int) -> None:
+    generator = np.random.default_rng(0)
+    a = touched(generator.standard_normal((size, size), dtype=np.float32))
+    b = touched(generator.standard_normal((size, size), dtype=np.float32))
+    x, y = em.tensor(a), em.tensor(b)
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    result = (x @ y).numpy()
+    np.testing.assert_allclose(result, a @ b, rtol=1e-3, atol=1e-3 * size**0.5)
+    times = best_times({"ember": ember_runner(lambda: x @ y), "torch": lambda: ta @ tb}, repeats)
+    report(f"matmul {size}x{size} f32", "GFLOP/s", 2 * size**3, times)
+
+
+def elementwise(count: int, repeats: int) -> None:
+    data = touched(np.random.default_rng(1).uniform(-1, 1, count).astype(np.float32))
+    x, tx = em.tensor(data), torch.from_numpy(data)
+
+    def chain(value: Any) -> Any:
+        return ((value * 2 + 1).exp()).sqrt()
+
+    runners: dict[str, Callable[[], Any]] = {"ember": ember_runner(lambda: chain(x)), "torch": lambda: chain(tx)}
+    try:
+        compiled = torch.compile(chain)
+        compiled(tx)
+        runners["torch.compile"] = lambda: compiled(tx)
+    except Exception as error:  # noqa: BLE001 - inductor may be unavailable; the others still run
+        print(f"torch.compile unavailable: {error}")
+    np.testing.assert_allclose(chain(x).numpy(), chain(tx).numpy(), rtol=1e-5)
+    times = best_times(runners, repeats)
+    report(f"elementwise chain {count // 2**20}M f32", "GB/s", 8 * count, times)
+
+
+def softmax(size: int, repeats: int) -> None:
+    data = touched(np.random.default_rng(2).standard_normal((size, size), dtype=np.float32))
+    x, tx = em.tensor(data), torch.from_numpy(data)
+    np.testing.assert_allclose(x.softmax(-1).numpy(), torch.softmax(tx, -1).numpy(), rtol=1e-4, atol=1e-7)
+    times = best_times({"ember": ember_runner(lambda: x.softmax(-1)), "torch": lambda: torch.softmax(tx, -1)}, repeats)
+    report(f"softmax {size}x{size} f32", "GB/s", 8 * size * size, times)
+
+
+def print_sources(build: Callable[[], em.Tensor]) -> None:
+    os.environ["EMBER_DEBUG"] = "4"
+    from ember.scheduler import profile
+
+    profile.set_debug_level(4)
+    build().realize()
+    profile.set_debug_level(0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="*", default=["matmul", "elementwise", "softmax"])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--size", type=int, default=0, help="matmul/softmax size (default 1024/4096)")
+    parser.add_argument("--source", action="store_true", help="print the generated source of each case")
+    parser.add_argument("--cpu", action="store_true", help="time by process CPU time (use with OMP_NUM_THREADS=1)")
+    arguments = parser.parse_args()
+    if arguments.cpu:
+        global CLOCK
+        CLOCK = time.process_time
+    print(f"load average: {os.getloadavg()[0]:.1f}, torch threads: {torch.get_num_threads()}, "
+          f"EMBER_NOOPT={os.environ.get('EMBER_NOOPT', '0')}")
+    for case in arguments.cases:
+        if case == "matmul":
+            size = arguments.size or 1024
+            if arguments.source:
+                square = em.tensor(np.zeros((size, size), np.float32))
+                print_sources(lambda square=square: square @ square)
+            matmul(size, arguments.repeats)
+        elif case == "elementwise":
+            if arguments.source:
+                print_sources(lambda: ((em.tensor(np.zeros(1 << 24, np.float32)) * 2 + 1).exp()).sqrt())
+            elementwise(1 << 24, arguments.repeats)
+        elif case == "softmax":
+            size = arguments.size or 4096
+            if arguments.source:
+                print_sources(lambda size=size: em.tensor(np.zeros((size, size), np.float32)).softmax(-1))
+            softmax(size, arguments.repeats)
+        else:
+            parser.error(f"unknown case {case!r}: choose from matmul, elementwise, softmax")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""Vectorization (SLP): groups of stores to consecutive elements become vector stores, and their values vectors.
+
+Lowering with tiles (ir/opt.py) leaves each work item with scalar stores to consecutive elements of the output and
+values that differ only along that run: loads at consecutive indices, the same op in every lane, reduces over the
+same loops. Packing walks the values of such a group lane by lane from the stores up: lanes that are one node
+become a broadcast, loads at consecutive indices one vector load, lanes with one op the op on packed sources, and
+anything else a vector built from the scalar lanes. Reduces can also be packed from groups given by lowering (a
+reduce split into lanes, see `lower_kernel`); their scalar users then read lanes of the vector result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ember.core import dtype as dtypes
+from ember.core.dtype import DType
+from ember.core.ops import Op
+from ember.ir.ir import Builder, IRNode, IROp, KernelIR, linear_terms
+
+# the ALU ops a vector can carry, lane by lane, when the renderer supports them (DeviceInfo.vector_ops)
+VECTOR_ALU_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE, Op.TRUNC, Op.SQRT,
+                            Op.EXP2, Op.LOG2, Op.SIN, Op.RECIPROCAL})
+VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64})
+
+
+def lanes_for(dtype: DType, vector_bytes: int) -> int:
+    return vector_bytes // dtype.itemsize if dtype in VECTOR_DTYPES else 1
+
+
+def index_key(index: IRNode) -> tuple[tuple[tuple[int, int], ...], int]:
+    """An index as (its non-constant terms, its constant): indices with equal terms differ by their constants."""
+    terms, constant = linear_terms(index)
+    merged: dict[int, int] = {}
+    for term, coefficient in terms:
+        merged[id(term)] = merged.get(id(term), 0) + coefficient
+    return tuple(sorted((key, value) for key, value in merged.items() if value)), constant
+
+
+def consecutive(indices: Iterable[IRNode]) -> bool:
+    keys = [index_key(index) for index in indices]
+    return all(terms == keys[0][0] and constant == keys[0][1] + lane for lane, (terms, constant) in enumerate(keys))
+
+
+class Vectorizer:
+    """Rebuilds a kernel's DAG with a new builder, packing the given groups of scalar nodes into vectors."""
+
+    def __init__(self, vector_bytes: int, vector_ops: frozenset) -> None:
+        self.builder = Builder()
+        self.vector_bytes = vector_bytes
+        self.vector_ops = vector_ops
+        self.scalars: dict[int, IRNode] = {}  # old node id -> rebuilt scalar node
+        self.vectors: dict[tuple[int, ...], IRNode | None] = {}  # lane ids -> vector (None: cannot pack)
+        self.lane_of: dict[int, tuple[IRNode, int]] = {}  # old reduce id -> (its vector, lane)
+
+    # ---- scalars --------------------------------------------------------------------------------------------
+
+    def scalar(self, root: IRNode) -> IRNode:
+        """The rebuilt scalar node; a packed reduce is read as a lane of its vector."""
+        stack = [root]
+        while stack:
+            node = stack[-1]
+            if id(node) in self.scalars:
+                stack.pop()
+                continue
+            if id(node) in self.lane_of:
+                vector, lane = self.lane_of[id(node)]
+                self.scalars[id(node)] = self.builder.gep(vector, lane)
+                stack.pop()
+                continue
+            missing = [src for src in node.srcs if id(src) not in self.scalars]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            self.scalars[id(node)] = self.builder.rebuild(node, [self.scalars[id(src)] for src in node.srcs])
+        return self.scalars[id(root)]
+
+    # ---- packing --------------------------------------------------------------------------------------------
+
+    def pack(self, lanes: tuple[IRNode, ...]) -> IRNode | None:
+        """A vector whose lane i is lanes[i], or None where bool lanes cannot be packed by ops."""
+        key = tuple(id(lane) for lane in lanes)
+        if key in self.vectors:
+            return self.vectors[key]
+        vector = self._pack(lanes)
+        self.vectors[key] = vector
+        return vector
+
+    def _pack(self, lanes: tuple[IRNode, ...]) -> IRNode | None:
+        b = self.builder
+        first = lanes[0]
+        width = len(lanes)
+        if first.dtype.is_bool:
+            return self._pack_ops(lanes) if self._same_op(lanes) else None
+        if all(lane is first for lane in lanes) or first.dtype not in VECTOR_DTYPES:
+            return b.vectorize([self.scalar(lane) for lane in lanes])
+        if first.op is IROp.LOAD and IROp.LOAD in self.vector_ops and self._same_op(lanes) and all(
+                lane.srcs[0] is first.srcs[0] and lane.srcs[2:] == first.srcs[2:] for lane in lanes) and consecutive(
+                lane.srcs[1] for lane in lanes):
+            valid = self.scalar(first.srcs[2]) if len(first.srcs) == 3 else None
+            return b.vector_load(self.scalar(first.srcs[0]), self.scalar(first.srcs[1]), valid, width)
+        if first.op is IROp.REDUCE and IROp.REDUCE in self.vector_ops and self._same_op(lanes) and all(
+                lane.srcs[1:] == first.srcs[1:] for lane in lanes):
+            return self._pack_reduce(lanes)
+        if first.op in VECTOR_ALU_OPS and first.op in self.vector_ops and self._same_op(lanes):
+            packed = self._pack_ops(lanes)
+            if packed is not None:
+                return packed
+        return b.vectorize([self.scalar(lane) for lane in lanes])
+
+    @staticmethod
+    def _same_op(lanes: tuple[IRNode, ...]) -> bool:
+        first = lanes[0]
+        return all(lane.op is first.op and lane.dtype is first.dtype and lane.arg == first.arg
+                   and len(lane.srcs) == len(first.srcs) and lane.width == 1 for lane in lanes)
+
+    def _pack_ops(self, lanes: tuple[IRNode, ...]) -> IRNode | None:
+        first = lanes[0]
+        if first.op not in VECTOR_ALU_OPS or first.op not in self.vector_ops:
+            return None
+        if first.op is Op.CMPLT and first.srcs[0].dtype not in VECTOR_DTYPES:
+            return None
+        sources = []
+        for position in range(len(first.srcs)):
+            packed = self.pack(tuple(lane.srcs[position] for lane in lanes))
+            if packed is None:
+                return None
+            sources.append(packed)
+        return self.builder.vector_alu(first.op, first.dtype, *sources, arg=first.arg)
+
+    def _pack_reduce(self, lanes: tuple[IRNode, ...]) -> IRNode:
+        first = lanes[0]
+        value = self.pack(tuple(lane.srcs[0] for lane in lanes))
+        assert value is not None  # reduced values are numbers, never bools
+        ranges = tuple(self.scalar(loop) for loop in first.srcs[1:])
+        vector = self.builder.reduce(first.arg, value, ranges)
+        for lane_number, lane in enumerate(lanes):
+            self.lane_of.setdefault(id(lane), (vector, lane_number))
+        return vector
+
+    # ---- the kernel -----------------------------------------------------------------------------------------
+
+    def run(self, kernel: KernelIR, groups: list[tuple[IRNode, ...]],
+            reduce_groups: list[tuple[IRNode, ...]]) -> KernelIR:
+        for group in reduce_groups:
+            self.pack(group)
+        stores = []
+        for group in groups:
+            first = group[0]
+            if len(group) == 1:
+                stores.append(self.scalar(first))
+                continue
+            value = self.pack(tuple(store.srcs[2] for store in group))
+            assert value is not None
+            stores.append(self.builder.store(self.scalar(first.srcs[0]), self.scalar(first.srcs[1]), value))
+        sink = self.builder.sink(stores)
+        return KernelIR(kernel.name, kernel.params, kernel.global_size, sink, kernel.index_dtype)
+
+
+def store_groups(stores: Iterable[IRNode], vector_bytes: int) -> list[tuple[IRNode, ...]]:
+    """The stores in runs of one vector's width at consecutive indices of one buffer; the rest one by one."""
+    stores = list(stores)
+    by_run: dict[tuple, dict[int, IRNode]] = {}
+    for store in stores:
+        width = lanes_for(store.srcs[2].dtype, vector_bytes)
+        if width > 1 and store.srcs[2].width == 1:
+            terms, constant = index_key(store.srcs[1])
+            by_run.setdefault((id(store.srcs[0]), terms, store.srcs[2].dtype), {}).setdefault(constant, store)
+    grouped: dict[int, tuple[IRNode, ...]] = {}
+    for (_, _, dtype), by_constant in by_run.items():
+        width = lanes_for(dtype, vector_bytes)
+        taken: set[int] = set()
+        for constant in sorted(by_constant):
+            if constant in taken or any(constant + lane not in by_constant or constant + lane in taken
+                                        for lane in range(width)):
+                continue
+            group = tuple(by_constant[constant + lane] for lane in range(width))
+            taken.update(constant + lane for lane in range(width))
+            for store in group:
+                grouped[id(store)] = group
+    result, emitted = [], set()
+    for store in stores:
+        group = grouped.get(id(store), (store,))
+        if id(group[0]) not in emitted:
+            emitted.add(id(group[0]))
+            result.append(group)
+    return result
+
+
+def vectorize(kernel: KernelIR, vector_bytes: int, vector_ops: frozenset,
+              reduce_groups: list[tuple[IRNode, ...]] | None = None) -> KernelIR:
+    """The kernel with runs of consecutive stores (and the given groups of reduces) packed into vectors."""
+    if vector_bytes <= 0 or not vector_ops:
+        return kernel
+    groups = store_groups(kernel.sink.srcs, vector_bytes)
+    if not reduce_groups and all(len(group) == 1 for group in groups):
+        return kernel
+    return Vectorizer(vector_bytes, vector_ops).run(kernel, groups, reduce_groups or [])
