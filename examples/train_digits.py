@@ -7,6 +7,7 @@ Prints the test accuracy, the wall time and the kernels per training step. Run `
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -29,8 +30,14 @@ class DigitsCNN(nn.Module):
         first, second = channels
         norm = nn.BatchNorm2d if batch_norm else (lambda size: nn.Identity())
         self.features = nn.Sequential(
-            nn.Conv2d(1, first, 3, padding=1), norm(first), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(first, second, 3, padding=1), norm(second), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(1, first, 3, padding=1),
+            norm(first),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(first, second, 3, padding=1),
+            norm(second),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
         )
         self.classifier = nn.Linear(second * 2 * 2, 10)
 
@@ -52,13 +59,22 @@ def digits(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     data = load_digits()
     images = (data.images / 16.0).astype(np.float32)[:, None]
     train_images, test_images, train_labels, test_labels = train_test_split(
-        images, data.target.astype(np.int64), test_size=0.2, random_state=seed, stratify=data.target)
+        images, data.target.astype(np.int64), test_size=0.2, random_state=seed, stratify=data.target
+    )
     mean, std = train_images.mean(), train_images.std()  # standardize with the training set's statistics
     return (train_images - mean) / std, (test_images - mean) / std, train_labels, test_labels
 
 
-def train(epochs: int = 10, batch_size: int = 64, lr: float = 0.01, seed: int = 0, device: str | None = None,
-          progress: bool = True, channels: tuple[int, int] = (16, 32), batch_norm: bool = False) -> Result:
+def train(
+    epochs: int = 10,
+    batch_size: int = 64,
+    lr: float = 0.01,
+    seed: int = 0,
+    device: str | None = None,
+    progress: bool = True,
+    channels: tuple[int, int] = (16, 32),
+    batch_norm: bool = False,
+) -> Result:
     """Train DigitsCNN with AdamW and return its test accuracy, the wall time and the kernels per training step."""
     start = time.perf_counter()
     device = device or em.get_default_device()
@@ -70,27 +86,28 @@ def train(epochs: int = 10, batch_size: int = 64, lr: float = 0.01, seed: int = 
     scheduler = optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs * steps_per_epoch)
     shuffler = np.random.default_rng(seed)
     kernels_per_step = 0
-    bar = tqdm(total=epochs * steps_per_epoch * batch_size, unit="img", unit_scale=True, disable=not progress,
-               desc=f"training on {device}")
+    bar = tqdm(
+        total=epochs * steps_per_epoch * batch_size,
+        unit="img",
+        unit_scale=True,
+        disable=not progress,
+        desc=f"training on {device}",
+    )
     for epoch in range(epochs):
         order = shuffler.permutation(len(train_images))
         for step in range(steps_per_epoch):
-            batch = order[step * batch_size:(step + 1) * batch_size]
+            batch = order[step * batch_size : (step + 1) * batch_size]
             images = em.tensor(train_images[batch], device=device)
             labels = em.tensor(train_labels[batch], device=device)
 
-            def closure() -> em.Tensor:
+            measured = epoch == epochs - 1 and step == 0  # a warm step: every kernel is compiled by now
+            with em.profile() if measured else contextlib.nullcontext() as record:
                 optimizer.zero_grad()
                 loss = F.cross_entropy(model(images), labels)
-                loss.backward()
-                return loss
-
-            if epoch == epochs - 1 and step == 1:  # a warm step: what every step costs once kernels are compiled
-                with em.profile() as record:
-                    loss = optimizer.step(closure)
+                loss.backward()  # computes the gradients and the loss in one schedule
+                optimizer.step()  # every new parameter and moment in one more
+            if measured:
                 kernels_per_step = len(record.kernels)
-            else:
-                loss = optimizer.step(closure)  # the loss is computed in the same schedule as the update
             scheduler.step()
             bar.update(batch_size)
             bar.set_postfix(epoch=epoch + 1, loss=f"{loss.item():.4f}")
@@ -113,7 +130,10 @@ def main() -> None:
     result = train(arguments.epochs, arguments.batch_size, arguments.lr, arguments.seed, arguments.device)
     print(f"test accuracy: {result.accuracy * 100:.2f}% on {result.device}")
     print(f"wall time: {result.seconds:.1f} s for {result.steps} training steps (compiling included)")
-    print(f"kernels per training step: {result.kernels_per_step} (forward, backward and AdamW update, one realize)")
+    print(
+        f"kernels per training step: {result.kernels_per_step} "
+        "(forward and backward in one schedule, the AdamW update in a second)"
+    )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,15 @@ from tests.helpers import TORCH_DTYPES, assert_close
 
 
 def _small_cnn(nn: Any) -> Any:
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                         nn.Linear(4 * 3 * 3, 5), nn.LayerNorm(5))
+    return nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(4 * 3 * 3, 5),
+        nn.LayerNorm(5),
+    )
 
 
 def test_torch_saved_state_dict_loads_into_ember_and_gives_same_outputs(tmp_path: Path, device: str) -> None:
@@ -54,8 +61,10 @@ def test_ember_saved_state_dict_loads_in_torch(tmp_path: Path, device: str) -> N
 
 def test_every_dtype_both_ways(tmp_path: Path, device: str) -> None:
     generator = np.random.default_rng(1)
-    tensors = {f"t_{dtype.name}": em.tensor(generator.normal(size=(2, 3)) * 10, device=device).cast(dtype)
-               for dtype in TORCH_DTYPES}
+    tensors = {
+        f"t_{dtype.name}": em.tensor(generator.normal(size=(2, 3)) * 10, device=device).cast(dtype)
+        for dtype in TORCH_DTYPES
+    }
     tensors["scalar"] = em.tensor(2.5, device=device)
     tensors["empty"] = em.zeros(0, 4, device=device)
     path = tmp_path / "all.safetensors"
@@ -91,16 +100,24 @@ def test_corrupt_and_truncated_files_raise_clear_errors(tmp_path: Path) -> None:
         load_safetensors(empty)
     short_header = tmp_path / "short.safetensors"
     short_header.write_bytes(content[:20])
-    with pytest.raises(SafetensorsError, match=r"short\.safetensors: the header claims \d+ bytes but the file has only 20"):
+    with pytest.raises(
+        SafetensorsError, match=r"short\.safetensors: the header claims \d+ bytes but the file has only 20"
+    ):
         load_safetensors(short_header)
     with pytest.raises(SafetensorsError, match=r"json\.safetensors: the header is not valid JSON"):
         load_safetensors(_write(tmp_path / "json.safetensors", b"{not json"))
     with pytest.raises(SafetensorsError, match=r"dtype\.safetensors: tensor 'x' has dtype 'F8_E4M3'"):
-        load_safetensors(_write(tmp_path / "dtype.safetensors",
-                                {"x": {"dtype": "F8_E4M3", "shape": [1], "data_offsets": [0, 1]}}, b"\0"))
+        load_safetensors(
+            _write(
+                tmp_path / "dtype.safetensors", {"x": {"dtype": "F8_E4M3", "shape": [1], "data_offsets": [0, 1]}}, b"\0"
+            )
+        )
     with pytest.raises(SafetensorsError, match=r"needs 16 bytes but its data_offsets \[0, 12\] span 12"):
-        load_safetensors(_write(tmp_path / "size.safetensors",
-                                {"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 12]}}, bytes(16)))
+        load_safetensors(
+            _write(
+                tmp_path / "size.safetensors", {"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 12]}}, bytes(16)
+            )
+        )
     with pytest.raises(SafetensorsError, match="needs dtype, shape and data_offsets"):
         load_safetensors(_write(tmp_path / "fields.safetensors", {"x": {"dtype": "F32"}}))
     with pytest.raises(SafetensorsError, match="the header must be a JSON object"):

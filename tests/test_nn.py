@@ -45,9 +45,14 @@ LAYERS = [
     Layer("bilinear", lambda nn: nn.Bilinear(3, 4, 2), [(5, 3), (5, 4)]),
     Layer("conv1d_stride_groups", lambda nn: nn.Conv1d(4, 6, 3, stride=2, padding=1, groups=2), [(2, 4, 9)]),
     Layer("conv2d", lambda nn: nn.Conv2d(3, 4, 3, padding=1), [(2, 3, 6, 6)]),
-    Layer("conv2d_reflect_dilation", lambda nn: nn.Conv2d(2, 3, (3, 2), dilation=(1, 2), padding=(1, 2),
-                                                          padding_mode="reflect", bias=False), [(1, 2, 5, 7)]),
-    Layer("conv2d_same_circular", lambda nn: nn.Conv2d(2, 2, 4, padding="same", padding_mode="circular"), [(1, 2, 5, 5)]),
+    Layer(
+        "conv2d_reflect_dilation",
+        lambda nn: nn.Conv2d(2, 3, (3, 2), dilation=(1, 2), padding=(1, 2), padding_mode="reflect", bias=False),
+        [(1, 2, 5, 7)],
+    ),
+    Layer(
+        "conv2d_same_circular", lambda nn: nn.Conv2d(2, 2, 4, padding="same", padding_mode="circular"), [(1, 2, 5, 5)]
+    ),
     Layer("conv1d_valid_replicate", lambda nn: nn.Conv1d(2, 2, 3, padding=2, padding_mode="replicate"), [(2, 6)]),
     Layer("batchnorm1d_train", lambda nn: nn.BatchNorm1d(3), [(4, 3)], train=True),
     Layer("batchnorm1d_3d_eval", lambda nn: nn.BatchNorm1d(3, affine=False), [(2, 3, 4)]),
@@ -60,47 +65,128 @@ LAYERS = [
     Layer("embedding", lambda nn: nn.Embedding(7, 3, padding_idx=2), [ints((2, 5), 7)]),
     Layer("dropout_eval", lambda nn: nn.Sequential(nn.Dropout(0.5), nn.Dropout1d(0.3), nn.Linear(4, 2)), [(3, 2, 4)]),
     Layer("pooling", lambda nn: nn.Sequential(nn.MaxPool2d(2), nn.AvgPool2d(3, 2, 1)), [(1, 2, 7, 7)]),
-    Layer("adaptive_pooling", lambda nn: nn.Sequential(nn.AdaptiveAvgPool2d((2, 3)), nn.Flatten(),
-                                                       nn.Unflatten(1, (3, 4))), [(1, 2, 5, 7)]),
-    Layer("pooling_1d", lambda nn: nn.Sequential(nn.MaxPool1d(3, 2), nn.AvgPool1d(2), nn.AdaptiveAvgPool1d(2)),
-          [(2, 3, 11)]),
-    Layer("activations", lambda nn: nn.Sequential(
-        nn.ReLU(), nn.GELU("tanh"), nn.SiLU(), nn.ELU(0.5), nn.LeakyReLU(0.2), nn.Softplus(2.0), nn.Hardswish(),
-        nn.Mish(), nn.Linear(5, 5), nn.Tanh(), nn.GELU(), nn.CELU(), nn.SELU(), nn.Hardtanh(-0.5, 0.5), nn.Sigmoid(),
-        nn.Softsign(), nn.LogSigmoid(), nn.Hardsigmoid(), nn.ReLU6(), nn.Tanhshrink(), nn.Softshrink(0.3),
-        nn.Threshold(0.1, -1.0), nn.Softmax(1), nn.LogSoftmax(-1), nn.Softmin(0), nn.Identity(7)), [(3, 5)]),
+    Layer(
+        "adaptive_pooling",
+        lambda nn: nn.Sequential(nn.AdaptiveAvgPool2d((2, 3)), nn.Flatten(), nn.Unflatten(1, (3, 4))),
+        [(1, 2, 5, 7)],
+    ),
+    Layer(
+        "pooling_1d",
+        lambda nn: nn.Sequential(nn.MaxPool1d(3, 2), nn.AvgPool1d(2), nn.AdaptiveAvgPool1d(2)),
+        [(2, 3, 11)],
+    ),
+    Layer(
+        "activations",
+        lambda nn: nn.Sequential(
+            nn.ReLU(),
+            nn.GELU("tanh"),
+            nn.SiLU(),
+            nn.ELU(0.5),
+            nn.LeakyReLU(0.2),
+            nn.Softplus(2.0),
+            nn.Hardswish(),
+            nn.Mish(),
+            nn.Linear(5, 5),
+            nn.Tanh(),
+            nn.GELU(),
+            nn.CELU(),
+            nn.SELU(),
+            nn.Hardtanh(-0.5, 0.5),
+            nn.Sigmoid(),
+            nn.Softsign(),
+            nn.LogSigmoid(),
+            nn.Hardsigmoid(),
+            nn.ReLU6(),
+            nn.Tanhshrink(),
+            nn.Softshrink(0.3),
+            nn.Threshold(0.1, -1.0),
+            nn.Softmax(1),
+            nn.LogSoftmax(-1),
+            nn.Softmin(0),
+            nn.Identity(7),
+        ),
+        [(3, 5)],
+    ),
     Layer("prelu_glu", lambda nn: nn.Sequential(nn.PReLU(4), nn.GLU(1), nn.PReLU()), [(2, 4, 3)]),
     Layer("mha", lambda nn: nn.MultiheadAttention(8, 2), [(5, 2, 8), (6, 2, 8), (6, 2, 8)]),
-    Layer("mha_kv_dims_bias_kv_zero_attn", lambda nn: nn.MultiheadAttention(8, 2, batch_first=True, kdim=3, vdim=5,
-                                                                          add_bias_kv=True, add_zero_attn=True),
-          [(2, 5, 8), (2, 6, 3), (2, 6, 5)]),
-    Layer("mha_masks_per_head", lambda nn: nn.MultiheadAttention(4, 2, batch_first=True, bias=False),
-          [(2, 4, 4), (2, 5, 4), (2, 5, 4), np.random.default_rng(3).normal(size=(4, 5)).astype(np.float32), PADDING],
-          call=lambda m, q, k, v, mask, padding: m(q, k, v, attn_mask=mask, key_padding_mask=padding,
-                                                   average_attn_weights=False)),
-    Layer("mha_causal_unbatched_self", lambda nn: nn.MultiheadAttention(6, 3),
-          [(4, 6), CAUSAL], call=lambda m, x, mask: m(x, x, x, attn_mask=mask, need_weights=False, is_causal=True)),
+    Layer(
+        "mha_kv_dims_bias_kv_zero_attn",
+        lambda nn: nn.MultiheadAttention(8, 2, batch_first=True, kdim=3, vdim=5, add_bias_kv=True, add_zero_attn=True),
+        [(2, 5, 8), (2, 6, 3), (2, 6, 5)],
+    ),
+    Layer(
+        "mha_masks_per_head",
+        lambda nn: nn.MultiheadAttention(4, 2, batch_first=True, bias=False),
+        [(2, 4, 4), (2, 5, 4), (2, 5, 4), np.random.default_rng(3).normal(size=(4, 5)).astype(np.float32), PADDING],
+        call=lambda m, q, k, v, mask, padding: m(
+            q, k, v, attn_mask=mask, key_padding_mask=padding, average_attn_weights=False
+        ),
+    ),
+    Layer(
+        "mha_causal_unbatched_self",
+        lambda nn: nn.MultiheadAttention(6, 3),
+        [(4, 6), CAUSAL],
+        call=lambda m, x, mask: m(x, x, x, attn_mask=mask, need_weights=False, is_causal=True),
+    ),
     Layer("encoder_layer", lambda nn: nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0), [(5, 2, 8)]),
-    Layer("encoder_norm_first_gelu", lambda nn: nn.TransformerEncoderLayer(
-        8, 2, 16, dropout=0.0, norm_first=True, batch_first=True, activation="gelu"), [(2, 5, 8), PADDING],
-        call=lambda m, x, padding: m(x, src_key_padding_mask=padding)),
-    Layer("encoder_stack", lambda nn: nn.TransformerEncoder(nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0), 2,
-                                                            norm=nn.LayerNorm(4), enable_nested_tensor=False),
-          [(3, 2, 4)], grad=False),
+    Layer(
+        "encoder_norm_first_gelu",
+        lambda nn: nn.TransformerEncoderLayer(
+            8, 2, 16, dropout=0.0, norm_first=True, batch_first=True, activation="gelu"
+        ),
+        [(2, 5, 8), PADDING],
+        call=lambda m, x, padding: m(x, src_key_padding_mask=padding),
+    ),
+    Layer(
+        "encoder_stack",
+        lambda nn: nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0), 2, norm=nn.LayerNorm(4), enable_nested_tensor=False
+        ),
+        [(3, 2, 4)],
+        grad=False,
+    ),
     Layer("lstm_bidirectional_2_layers", lambda nn: nn.LSTM(3, 4, 2, bidirectional=True), [(2, 2, 3)]),
-    Layer("lstm_proj_batch_first_state", lambda nn: nn.LSTM(3, 4, batch_first=True, proj_size=2),
-          [(2, 3, 3), (1, 2, 2), (1, 2, 4)], call=lambda m, x, h, c: m(x, (h, c))),
+    Layer(
+        "lstm_proj_batch_first_state",
+        lambda nn: nn.LSTM(3, 4, batch_first=True, proj_size=2),
+        [(2, 3, 3), (1, 2, 2), (1, 2, 4)],
+        call=lambda m, x, h, c: m(x, (h, c)),
+    ),
     Layer("gru_2_layers", lambda nn: nn.GRU(3, 4, 2, batch_first=True), [(2, 3, 3)]),
     Layer("rnn_relu_unbatched", lambda nn: nn.RNN(3, 4, nonlinearity="relu"), [(3, 3), (1, 4)]),
-    Layer("cells", lambda nn: nn.ModuleList([nn.LSTMCell(3, 4), nn.GRUCell(3, 4), nn.RNNCell(3, 4)]), [(2, 3)],
-          call=lambda m, x: (m[0](x), m[1](x), m[2](x))),
-    Layer("losses", lambda nn: nn.ModuleList([nn.MSELoss(), nn.L1Loss(reduction="sum"), nn.HuberLoss(delta=0.5),
-                                              nn.SmoothL1Loss(beta=0.5), nn.BCEWithLogitsLoss(), nn.KLDivLoss("batchmean")]),
-          [(3, 4), np.random.default_rng(1).uniform(0.1, 0.9, (3, 4)).astype(np.float32)],
-          call=lambda m, x, y: tuple(loss(x, y) for loss in m)),
-    Layer("classification_losses", lambda nn: nn.ModuleList([nn.CrossEntropyLoss(label_smoothing=0.1),
-                                                             nn.NLLLoss(ignore_index=1), nn.CrossEntropyLoss(reduction="none")]),
-          [(5, 4), ints((5,), 4)], call=lambda m, x, y: (m[0](x, y), m[1](x.log_softmax(1), y), m[2](x, y))),
+    Layer(
+        "cells",
+        lambda nn: nn.ModuleList([nn.LSTMCell(3, 4), nn.GRUCell(3, 4), nn.RNNCell(3, 4)]),
+        [(2, 3)],
+        call=lambda m, x: (m[0](x), m[1](x), m[2](x)),
+    ),
+    Layer(
+        "losses",
+        lambda nn: nn.ModuleList(
+            [
+                nn.MSELoss(),
+                nn.L1Loss(reduction="sum"),
+                nn.HuberLoss(delta=0.5),
+                nn.SmoothL1Loss(beta=0.5),
+                nn.BCEWithLogitsLoss(),
+                nn.KLDivLoss("batchmean"),
+            ]
+        ),
+        [(3, 4), np.random.default_rng(1).uniform(0.1, 0.9, (3, 4)).astype(np.float32)],
+        call=lambda m, x, y: tuple(loss(x, y) for loss in m),
+    ),
+    Layer(
+        "classification_losses",
+        lambda nn: nn.ModuleList(
+            [
+                nn.CrossEntropyLoss(label_smoothing=0.1),
+                nn.NLLLoss(ignore_index=1),
+                nn.CrossEntropyLoss(reduction="none"),
+            ]
+        ),
+        [(5, 4), ints((5,), 4)],
+        call=lambda m, x, y: (m[0](x, y), m[1](x.log_softmax(1), y), m[2](x, y)),
+    ),
 ]
 
 
@@ -112,8 +198,10 @@ def _flatten(value: Any) -> list[Any]:
 
 def _arrays(layer: Layer) -> list[np.ndarray]:
     generator = np.random.default_rng(7)
-    return [item if isinstance(item, np.ndarray) else generator.normal(size=item).astype(np.float32)
-            for item in layer.inputs]
+    return [
+        item if isinstance(item, np.ndarray) else generator.normal(size=item).astype(np.float32)
+        for item in layer.inputs
+    ]
 
 
 @pytest.mark.parametrize("layer", LAYERS, ids=[layer.name for layer in LAYERS])
@@ -130,7 +218,9 @@ def test_layer_matches_torch(layer: Layer, device: str) -> None:
     arrays = _arrays(layer)
     differentiable = [layer.grad and array.dtype == np.float32 for array in arrays]
     torch_inputs = [torch.tensor(array, requires_grad=wants) for array, wants in zip(arrays, differentiable)]
-    ember_inputs = [em.tensor(array, device=device, requires_grad=wants) for array, wants in zip(arrays, differentiable)]
+    ember_inputs = [
+        em.tensor(array, device=device, requires_grad=wants) for array, wants in zip(arrays, differentiable)
+    ]
     torch_outputs = _flatten(layer.call(torch_module, *torch_inputs))
     ember_outputs = _flatten(layer.call(ember_module, *ember_inputs))
     assert_close(ember_outputs, torch_outputs, atol=layer.atol, rtol=1e-3)
@@ -141,8 +231,9 @@ def test_layer_matches_torch(layer: Layer, device: str) -> None:
     generator = np.random.default_rng(11)
     weights = [generator.normal(size=tuple(output.shape)).astype(np.float32) for output in torch_outputs]
     sum(((output * torch.tensor(weight)).sum() for output, weight in zip(torch_outputs, weights))).backward()
-    sum(((output * em.tensor(weight, device=device)).sum()
-         for output, weight in zip(ember_outputs, weights))).backward()
+    sum(
+        ((output * em.tensor(weight, device=device)).sum() for output, weight in zip(ember_outputs, weights))
+    ).backward()
     for (name, torch_parameter), ember_parameter in zip(torch_module.named_parameters(), ember_module.parameters()):
         assert torch_parameter.grad is not None, name
         assert_close(ember_parameter.grad, torch_parameter.grad, atol=1e-3, rtol=1e-3)
@@ -205,14 +296,37 @@ class Block(enn.Module):
 def test_module_registration_iteration_and_state_dict() -> None:
     model = enn.Sequential(Block(), enn.ReLU(), enn.Linear(4, 2))
     names = [name for name, _ in model.named_parameters()]
-    assert names == ["0.scalar", "0.linear.weight", "0.linear.bias", "0.norm.weight", "0.norm.bias", "2.weight",
-                     "2.bias"]
+    assert names == [
+        "0.scalar",
+        "0.linear.weight",
+        "0.linear.bias",
+        "0.norm.weight",
+        "0.norm.bias",
+        "2.weight",
+        "2.bias",
+    ]
     assert [name for name, _ in model.named_buffers()] == [
-        "0.scale", "0.cache", "0.norm.running_mean", "0.norm.running_var", "0.norm.num_batches_tracked"]
+        "0.scale",
+        "0.cache",
+        "0.norm.running_mean",
+        "0.norm.running_var",
+        "0.norm.num_batches_tracked",
+    ]
     assert list(model.state_dict()) == [
-        "0.scalar", "0.scale", "0.linear.weight", "0.linear.bias", "0.norm.weight", "0.norm.bias",
-        "0.norm.running_mean", "0.norm.running_var", "0.norm.num_batches_tracked", "0.shared.weight",
-        "0.shared.bias", "2.weight", "2.bias"]  # as torch: a module registered twice appears under both names
+        "0.scalar",
+        "0.scale",
+        "0.linear.weight",
+        "0.linear.bias",
+        "0.norm.weight",
+        "0.norm.bias",
+        "0.norm.running_mean",
+        "0.norm.running_var",
+        "0.norm.num_batches_tracked",
+        "0.shared.weight",
+        "0.shared.bias",
+        "2.weight",
+        "2.bias",
+    ]  # as torch: a module registered twice appears under both names
     assert [name for name, _ in model.named_modules()] == ["", "0", "0.linear", "0.norm", "1", "2"]
     assert [type(child).__name__ for child in model.children()] == ["Block", "ReLU", "Linear"]
     assert model.get_submodule("0.norm") is model[0].norm
@@ -253,7 +367,7 @@ def test_module_assignment_errors() -> None:
                 self.weight = enn.Parameter(em.ones(1))
 
         Forgetful()
-    with pytest.raises(NotImplementedError, match="missing the required \"forward\""):
+    with pytest.raises(NotImplementedError, match='missing the required "forward"'):
         enn.Module()(1)
     block.scalar = None  # None keeps the name declared, as torch
     assert "scalar" not in block.state_dict()
@@ -269,14 +383,20 @@ def test_load_state_dict_strict_and_errors() -> None:
     assert model[1].num_batches_tracked.dtype == em.int64
     partial = {key: value for key, value in state.items() if key != "1.bias"}
     partial["extra"] = torch.ones(1)
-    with pytest.raises(RuntimeError, match=r'Missing key\(s\) in state_dict: "1.bias"[\s\S]*Unexpected key\(s\) in '
-                                           r'state_dict: "extra"'):
+    with pytest.raises(
+        RuntimeError,
+        match=r'Missing key\(s\) in state_dict: "1.bias"[\s\S]*Unexpected key\(s\) in '
+        r'state_dict: "extra"',
+    ):
         model.load_state_dict(partial)
     missing, unexpected = model.load_state_dict(partial, strict=False)
     assert (missing, unexpected) == (["1.bias"], ["extra"])
     wrong = dict(state, **{"0.weight": torch.ones(4, 5)})
-    with pytest.raises(RuntimeError, match=r"size mismatch for 0.weight: copying a param with shape \(4, 5\) from "
-                                           r"checkpoint, the shape in current model is \(4, 3\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"size mismatch for 0.weight: copying a param with shape \(4, 5\) from "
+        r"checkpoint, the shape in current model is \(4, 3\)",
+    ):
         model.load_state_dict(wrong, strict=False)
     model.load_state_dict({key: value.numpy() for key, value in state.items()})  # numpy arrays load too
     float64 = {key: value.double() for key, value in state.items()}
@@ -351,12 +471,28 @@ def test_containers() -> None:
 def test_reprs_match_torch() -> None:
     def build(nn: Any) -> Any:
         return nn.Sequential(
-            nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4), nn.ReLU(inplace=True), nn.MaxPool2d(2),
-            nn.Conv1d(2, 4, 3, stride=2, groups=2, padding_mode="reflect", padding=1), nn.Dropout(0.2),
-            nn.Flatten(), nn.Linear(4, 2), nn.LayerNorm(2), nn.GroupNorm(1, 2), nn.Embedding(10, 3, padding_idx=0),
-            nn.LeakyReLU(), nn.GELU(), nn.Softmax(dim=1), nn.LSTM(3, 4, 2, batch_first=True), nn.GRU(2, 3),
-            nn.ModuleList([nn.Tanh(), nn.Tanh(), nn.Sigmoid()]), nn.ModuleDict({"a": nn.Identity()}),
-            nn.TransformerEncoderLayer(8, 2, 16), nn.RMSNorm(4), nn.CrossEntropyLoss(), nn.Unflatten(1, (2, 3)),
+            nn.Conv2d(1, 4, 3, padding=1, bias=False),
+            nn.BatchNorm2d(4),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(2),
+            nn.Conv1d(2, 4, 3, stride=2, groups=2, padding_mode="reflect", padding=1),
+            nn.Dropout(0.2),
+            nn.Flatten(),
+            nn.Linear(4, 2),
+            nn.LayerNorm(2),
+            nn.GroupNorm(1, 2),
+            nn.Embedding(10, 3, padding_idx=0),
+            nn.LeakyReLU(),
+            nn.GELU(),
+            nn.Softmax(dim=1),
+            nn.LSTM(3, 4, 2, batch_first=True),
+            nn.GRU(2, 3),
+            nn.ModuleList([nn.Tanh(), nn.Tanh(), nn.Sigmoid()]),
+            nn.ModuleDict({"a": nn.Identity()}),
+            nn.TransformerEncoderLayer(8, 2, 16),
+            nn.RMSNorm(4),
+            nn.CrossEntropyLoss(),
+            nn.Unflatten(1, (2, 3)),
         )
 
     assert repr(build(enn)) == repr(build(torch_nn))

@@ -38,12 +38,15 @@ OPTIONS = [
 def _parameters(device: str, seed: int = 0) -> tuple[list[enn.Parameter], list[torch.nn.Parameter]]:
     generator = np.random.default_rng(seed)
     arrays = [generator.normal(size=shape).astype(np.float32) for shape in SHAPES]
-    return ([enn.Parameter(em.tensor(array, device=device)) for array in arrays],
-            [torch.nn.Parameter(torch.tensor(array)) for array in arrays])
+    return (
+        [enn.Parameter(em.tensor(array, device=device)) for array in arrays],
+        [torch.nn.Parameter(torch.tensor(array)) for array in arrays],
+    )
 
 
-def _set_gradients(ember_parameters: list[Any], torch_parameters: list[Any], step: int, device: str,
-                   skip: int | None = None) -> None:
+def _set_gradients(
+    ember_parameters: list[Any], torch_parameters: list[Any], step: int, device: str, skip: int | None = None
+) -> None:
     generator = np.random.default_rng(100 + step)
     for index, (ember_parameter, torch_parameter) in enumerate(zip(ember_parameters, torch_parameters)):
         gradient = generator.normal(size=tuple(torch_parameter.shape)).astype(np.float32)
@@ -67,7 +70,9 @@ def _compare_state(ember_optimizer: optim.Optimizer, torch_optimizer: torch.opti
             assert ember_group[key] == torch_group[key]
 
 
-@pytest.mark.parametrize(("name", "options"), OPTIONS, ids=[f"{name}-{sorted(options.items())}" for name, options in OPTIONS])
+@pytest.mark.parametrize(
+    ("name", "options"), OPTIONS, ids=[f"{name}-{sorted(options.items())}" for name, options in OPTIONS]
+)
 def test_optimizer_matches_torch(name: str, options: dict[str, Any], device: str) -> None:
     ember_parameters, torch_parameters = _parameters(device)
     ember_optimizer = getattr(optim, name)(ember_parameters, **options)
@@ -121,10 +126,12 @@ def test_sgd_step_kernels_and_closure(device: str) -> None:
 
 def test_param_groups_add_group_and_zero_grad(device: str) -> None:
     ember_parameters, torch_parameters = _parameters(device)
-    ember_optimizer = optim.SGD([{"params": ember_parameters[:1], "lr": 0.5}, {"params": ember_parameters[1:2]}],
-                                lr=0.1, momentum=0.5)
-    torch_optimizer = torch.optim.SGD([{"params": torch_parameters[:1], "lr": 0.5}, {"params": torch_parameters[1:2]}],
-                                      lr=0.1, momentum=0.5)
+    ember_optimizer = optim.SGD(
+        [{"params": ember_parameters[:1], "lr": 0.5}, {"params": ember_parameters[1:2]}], lr=0.1, momentum=0.5
+    )
+    torch_optimizer = torch.optim.SGD(
+        [{"params": torch_parameters[:1], "lr": 0.5}, {"params": torch_parameters[1:2]}], lr=0.1, momentum=0.5
+    )
     ember_optimizer.add_param_group({"params": [ember_parameters[2]], "momentum": 0.0})
     torch_optimizer.add_param_group({"params": [torch_parameters[2]], "momentum": 0.0})
     assert [group["lr"] for group in ember_optimizer.param_groups] == [0.5, 0.1, 0.1]
@@ -151,8 +158,9 @@ def test_state_dict_round_trip_and_loading_torch_state(device: str) -> None:
         _set_gradients(ember_parameters, torch_parameters, step, device)
         ember_optimizer.step(), torch_optimizer.step()
     # a fresh ember optimizer loads torch's state dict (torch tensors) and continues exactly like torch
-    resumed_parameters = [enn.Parameter(em.tensor(parameter.detach().numpy(), device=device))
-                          for parameter in torch_parameters]
+    resumed_parameters = [
+        enn.Parameter(em.tensor(parameter.detach().numpy(), device=device)) for parameter in torch_parameters
+    ]
     resumed = optim.AdamW(resumed_parameters, lr=1.0)
     resumed.load_state_dict(torch_optimizer.state_dict())
     assert resumed.param_groups[0]["lr"] == 0.01 and resumed.param_groups[0]["params"] == resumed_parameters
@@ -201,11 +209,16 @@ def test_optimizer_argument_errors() -> None:
 def _scheduler_pairs(make: Any, epochs: int, groups: int = 2) -> tuple[list[list[float]], list[list[float]]]:
     ember_parameters = [[enn.Parameter(em.ones(1))] for _ in range(groups)]
     torch_parameters = [[torch.nn.Parameter(torch.ones(1))] for _ in range(groups)]
-    ember_optimizer = optim.SGD([{"params": params, "lr": 0.1 * (index + 1)}
-                                 for index, params in enumerate(ember_parameters)], lr=0.1)
-    torch_optimizer = torch.optim.SGD([{"params": params, "lr": 0.1 * (index + 1)}
-                                       for index, params in enumerate(torch_parameters)], lr=0.1)
-    ember_scheduler, torch_scheduler = make(lr_scheduler, ember_optimizer), make(torch.optim.lr_scheduler, torch_optimizer)
+    ember_optimizer = optim.SGD(
+        [{"params": params, "lr": 0.1 * (index + 1)} for index, params in enumerate(ember_parameters)], lr=0.1
+    )
+    torch_optimizer = torch.optim.SGD(
+        [{"params": params, "lr": 0.1 * (index + 1)} for index, params in enumerate(torch_parameters)], lr=0.1
+    )
+    ember_scheduler, torch_scheduler = (
+        make(lr_scheduler, ember_optimizer),
+        make(torch.optim.lr_scheduler, torch_optimizer),
+    )
     ember_lrs, torch_lrs = [ember_scheduler.get_last_lr()], [torch_scheduler.get_last_lr()]
     for _ in range(epochs):
         ember_optimizer.step(), torch_optimizer.step()
@@ -215,13 +228,17 @@ def _scheduler_pairs(make: Any, epochs: int, groups: int = 2) -> tuple[list[list
     return ember_lrs, torch_lrs
 
 
-@pytest.mark.parametrize("make", [
-    lambda module, optimizer: module.StepLR(optimizer, step_size=3, gamma=0.5),
-    lambda module, optimizer: module.MultiStepLR(optimizer, milestones=[2, 5, 5], gamma=0.3),
-    lambda module, optimizer: module.ExponentialLR(optimizer, gamma=0.9),
-    lambda module, optimizer: module.CosineAnnealingLR(optimizer, T_max=4, eta_min=0.01),
-    lambda module, optimizer: module.LambdaLR(optimizer, [lambda epoch: 0.9**epoch, lambda epoch: 1 / (epoch + 1)]),
-], ids=["StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LambdaLR"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda module, optimizer: module.StepLR(optimizer, step_size=3, gamma=0.5),
+        lambda module, optimizer: module.MultiStepLR(optimizer, milestones=[2, 5, 5], gamma=0.3),
+        lambda module, optimizer: module.ExponentialLR(optimizer, gamma=0.9),
+        lambda module, optimizer: module.CosineAnnealingLR(optimizer, T_max=4, eta_min=0.01),
+        lambda module, optimizer: module.LambdaLR(optimizer, [lambda epoch: 0.9**epoch, lambda epoch: 1 / (epoch + 1)]),
+    ],
+    ids=["StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LambdaLR"],
+)
 def test_schedulers_match_torch(make: Any) -> None:
     ember_lrs, torch_lrs = _scheduler_pairs(make, epochs=11)
     np.testing.assert_allclose(np.array(ember_lrs), np.array(torch_lrs), rtol=1e-12, atol=1e-15)

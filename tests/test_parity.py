@@ -3,8 +3,6 @@ curve for 20 steps of SGD with momentum and 20 steps of AdamW (within 1e-4)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 import torch
@@ -16,11 +14,22 @@ import ember.optim as optim
 from tests.helpers import assert_close
 
 MODELS = {
-    "mlp": (lambda nn: nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 16), nn.Tanh(), nn.Linear(16, 5)),
-            (16, 20)),
-    "cnn": (lambda nn: nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 8, 3),
-                                     nn.ReLU(), nn.Flatten(), nn.Linear(8 * 2 * 2, 5)),
-            (16, 1, 8, 8)),
+    "mlp": (
+        lambda nn: nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 16), nn.Tanh(), nn.Linear(16, 5)),
+        (16, 20),
+    ),
+    "cnn": (
+        lambda nn: nn.Sequential(
+            nn.Conv2d(1, 4, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(4, 8, 3),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(8 * 2 * 2, 5),
+        ),
+        (16, 1, 8, 8),
+    ),
 }
 OPTIMIZERS = {
     "sgd_momentum": lambda module, parameters: module.SGD(parameters, lr=0.05, momentum=0.9),

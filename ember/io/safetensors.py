@@ -20,9 +20,19 @@ from ember.core import dtype as dtypes
 from ember.core.tensor import Tensor
 
 DTYPE_CODES: dict[dtypes.DType, str] = {
-    dtypes.bool_: "BOOL", dtypes.uint8: "U8", dtypes.int8: "I8", dtypes.uint16: "U16", dtypes.int16: "I16",
-    dtypes.uint32: "U32", dtypes.int32: "I32", dtypes.uint64: "U64", dtypes.int64: "I64", dtypes.float16: "F16",
-    dtypes.bfloat16: "BF16", dtypes.float32: "F32", dtypes.float64: "F64",
+    dtypes.bool_: "BOOL",
+    dtypes.uint8: "U8",
+    dtypes.int8: "I8",
+    dtypes.uint16: "U16",
+    dtypes.int16: "I16",
+    dtypes.uint32: "U32",
+    dtypes.int32: "I32",
+    dtypes.uint64: "U64",
+    dtypes.int64: "I64",
+    dtypes.float16: "F16",
+    dtypes.bfloat16: "BF16",
+    dtypes.float32: "F32",
+    dtypes.float64: "F64",
 }
 DTYPES_BY_CODE = {code: dtype for dtype, code in DTYPE_CODES.items()}
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -41,8 +51,9 @@ def _raw_bytes(tensor: Tensor) -> np.ndarray:
     return np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False)
 
 
-def save_safetensors(state_dict: Mapping[str, Tensor], path: str | os.PathLike[str],
-                     metadata: Mapping[str, str] | None = None) -> None:
+def save_safetensors(
+    state_dict: Mapping[str, Tensor], path: str | os.PathLike[str], metadata: Mapping[str, str] | None = None
+) -> None:
     """Write a state dict (name -> ember Tensor) to `path` as safetensors; readable by `safetensors.torch.load_file`."""
     if not isinstance(state_dict, Mapping):
         raise TypeError(f"save_safetensors: expected a mapping of names to tensors, got {type(state_dict).__name__}")
@@ -62,10 +73,15 @@ def save_safetensors(state_dict: Mapping[str, Tensor], path: str | os.PathLike[s
         if not isinstance(name, str):
             raise TypeError(f"save_safetensors: keys must be strings, got {type(name).__name__}")
         if not isinstance(tensor, Tensor):
-            raise TypeError(f"save_safetensors: the value of {name!r} is a {type(tensor).__name__}, not an ember Tensor")
+            raise TypeError(
+                f"save_safetensors: the value of {name!r} is a {type(tensor).__name__}, not an ember Tensor"
+            )
         array = _raw_bytes(tensor)
-        header[name] = {"dtype": DTYPE_CODES[tensor.dtype], "shape": list(tensor.shape),
-                        "data_offsets": [offset, offset + array.nbytes]}
+        header[name] = {
+            "dtype": DTYPE_CODES[tensor.dtype],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + array.nbytes],
+        }
         arrays.append(array)
         offset += array.nbytes
     encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -85,12 +101,16 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> tuple[dict[str, Any
         with open(name, "rb") as file:
             prefix = file.read(8)
             if len(prefix) < 8:
-                raise SafetensorsError(f"{name}: not a safetensors file: {size} bytes is too short for the 8-byte "
-                                       "header length (the file is empty or truncated)")
+                raise SafetensorsError(
+                    f"{name}: not a safetensors file: {size} bytes is too short for the 8-byte "
+                    "header length (the file is empty or truncated)"
+                )
             (header_length,) = struct.unpack("<Q", prefix)
             if header_length > MAX_HEADER_BYTES or 8 + header_length > size:
-                raise SafetensorsError(f"{name}: the header claims {header_length} bytes but the file has only "
-                                       f"{size} bytes (truncated, or not a safetensors file)")
+                raise SafetensorsError(
+                    f"{name}: the header claims {header_length} bytes but the file has only "
+                    f"{size} bytes (truncated, or not a safetensors file)"
+                )
             raw_header = file.read(header_length)
     except FileNotFoundError:
         raise FileNotFoundError(f"no such safetensors file: {name}") from None
@@ -109,23 +129,35 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> tuple[dict[str, Any
 
 def _check_entry(name: str, key: str, entry: Any, data_size: int) -> None:
     if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
-        raise SafetensorsError(f"{name}: the header entry of {key!r} needs dtype, shape and data_offsets, got {entry!r}")
+        raise SafetensorsError(
+            f"{name}: the header entry of {key!r} needs dtype, shape and data_offsets, got {entry!r}"
+        )
     if entry["dtype"] not in DTYPES_BY_CODE:
-        raise SafetensorsError(f"{name}: tensor {key!r} has dtype {entry['dtype']!r}, which ember cannot load "
-                               f"(supported: {', '.join(DTYPES_BY_CODE)})")
+        raise SafetensorsError(
+            f"{name}: tensor {key!r} has dtype {entry['dtype']!r}, which ember cannot load "
+            f"(supported: {', '.join(DTYPES_BY_CODE)})"
+        )
     shape, offsets = entry["shape"], entry["data_offsets"]
     if not isinstance(shape, list) or not all(isinstance(size, int) and size >= 0 for size in shape):
         raise SafetensorsError(f"{name}: tensor {key!r} has an invalid shape {shape!r}")
-    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(isinstance(value, int) for value in offsets)
-            or not 0 <= offsets[0] <= offsets[1]):
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(value, int) for value in offsets)
+        or not 0 <= offsets[0] <= offsets[1]
+    ):
         raise SafetensorsError(f"{name}: tensor {key!r} has invalid data_offsets {offsets!r}")
     expected = int(np.prod(shape, dtype=np.int64)) * DTYPES_BY_CODE[entry["dtype"]].itemsize
     if offsets[1] - offsets[0] != expected:
-        raise SafetensorsError(f"{name}: tensor {key!r} of dtype {entry['dtype']} and shape {tuple(shape)} needs "
-                               f"{expected} bytes but its data_offsets {offsets} span {offsets[1] - offsets[0]}")
+        raise SafetensorsError(
+            f"{name}: tensor {key!r} of dtype {entry['dtype']} and shape {tuple(shape)} needs "
+            f"{expected} bytes but its data_offsets {offsets} span {offsets[1] - offsets[0]}"
+        )
     if offsets[1] > data_size:
-        raise SafetensorsError(f"{name}: tensor {key!r} ends at byte {offsets[1]} of the data, but the file holds only "
-                               f"{data_size} bytes of data (the file is truncated)")
+        raise SafetensorsError(
+            f"{name}: tensor {key!r} ends at byte {offsets[1]} of the data, but the file holds only "
+            f"{data_size} bytes of data (the file is truncated)"
+        )
 
 
 def load_safetensors(path: str | os.PathLike[str], device: Any = None) -> dict[str, Tensor]:
@@ -138,7 +170,7 @@ def load_safetensors(path: str | os.PathLike[str], device: Any = None) -> dict[s
     for key, entry in header.items():
         dtype = DTYPES_BY_CODE[entry["dtype"]]
         begin, end = entry["data_offsets"]
-        raw = mapped[data_start + begin:data_start + end]
+        raw = mapped[data_start + begin : data_start + end]
         array = raw.view(dtype.numpy.newbyteorder("<")).reshape(entry["shape"]).astype(dtype.numpy)
         if dtype == dtypes.bfloat16:
             result[key] = Tensor(array, device=device).bitcast(dtypes.bfloat16).realize()

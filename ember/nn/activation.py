@@ -233,8 +233,9 @@ class GLU(Module):
 class PReLU(Module):
     """Leaky ReLU with a learned slope (one, or one per channel along dim 1)."""
 
-    def __init__(self, num_parameters: int = 1, init: float = 0.25, device: str | None = None,
-                 dtype: object = None) -> None:
+    def __init__(
+        self, num_parameters: int = 1, init: float = 0.25, device: str | None = None, dtype: object = None
+    ) -> None:
         super().__init__()
         from ember.core.creation import full
 

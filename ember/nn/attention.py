@@ -25,16 +25,29 @@ def _float_mask(mask: Tensor | None, name: str, dtype: Any) -> Tensor | None:
     if mask.dtype.is_bool:
         return mask.where(float("-inf"), 0.0).cast(dtype)
     if not mask.dtype.is_float:
-        raise DTypeError(f"MultiheadAttention: only bool and floating types of {name} are supported, got {mask.dtype.name}")
+        raise DTypeError(
+            f"MultiheadAttention: only bool and floating types of {name} are supported, got {mask.dtype.name}"
+        )
     return mask.cast(dtype)
 
 
 class MultiheadAttention(Module):
     """Attention over num_heads heads: softmax(q k^T / sqrt(head_dim) + mask) v, projected in and out."""
 
-    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
-                 vdim: int | None = None, batch_first: bool = False, device: Any = None, dtype: Any = None) -> None:
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        batch_first: bool = False,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__()
         if embed_dim <= 0 or num_heads <= 0:
             raise ValueError(f"embed_dim and num_heads must be greater than 0, got {embed_dim} and {num_heads}")
@@ -87,51 +100,76 @@ class MultiheadAttention(Module):
         if self._qkv_same_embed_dim:
             size = self.embed_dim
             weight = self.in_proj_weight
-            return weight[:size], weight[size:2 * size], weight[2 * size:]
+            return weight[:size], weight[size : 2 * size], weight[2 * size :]
         return self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
 
-    def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None,
-                need_weights: bool = True, attn_mask: Tensor | None = None, average_attn_weights: bool = True,
-                is_causal: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = True,
+        attn_mask: Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
         """Inputs (L, N, E) (or (N, L, E) with batch_first, or unbatched (L, E)); returns (output, weights).
 
         weights are (N, L, S) averaged over heads, or (N, num_heads, L, S) with average_attn_weights=False,
         or None with need_weights=False. Bool masks mark positions that may NOT be attended; float masks are added.
         """
         if is_causal and attn_mask is None:
-            raise ValueError("MultiheadAttention: is_causal is a hint that attn_mask is the causal mask; pass attn_mask "
-                             "too (e.g. nn.Transformer.generate_square_subsequent_mask(L))")
+            raise ValueError(
+                "MultiheadAttention: is_causal is a hint that attn_mask is the causal mask; pass attn_mask "
+                "too (e.g. nn.Transformer.generate_square_subsequent_mask(L))"
+            )
         batched = query.ndim == 3
         if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
-            raise ShapeError(f"MultiheadAttention: query, key and value must all be 3-d (batched) or 2-d (unbatched), "
-                             f"got shapes {query.shape}, {key.shape}, {value.shape}")
+            raise ShapeError(
+                f"MultiheadAttention: query, key and value must all be 3-d (batched) or 2-d (unbatched), "
+                f"got shapes {query.shape}, {key.shape}, {value.shape}"
+            )
         if not batched:
             query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
             if key_padding_mask is not None:
                 key_padding_mask = key_padding_mask.unsqueeze(0)
         elif self.batch_first:
             query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
-        output, weights = self._attend(query, key, value, key_padding_mask, need_weights, attn_mask,
-                                       average_attn_weights)
+        output, weights = self._attend(
+            query, key, value, key_padding_mask, need_weights, attn_mask, average_attn_weights
+        )
         if not batched:
             return output.squeeze(1), (weights.squeeze(0) if weights is not None else None)
         if self.batch_first:
             output = output.transpose(0, 1)
         return output, weights
 
-    def _attend(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None, need_weights: bool,
-                attn_mask: Tensor | None, average_attn_weights: bool) -> tuple[Tensor, Tensor | None]:
+    def _attend(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None,
+        need_weights: bool,
+        attn_mask: Tensor | None,
+        average_attn_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
         """The sequence-first computation: query (L, N, E), key (S, N, kdim), value (S, N, vdim)."""
         target_length, batch, embed_dim = query.shape
         heads, head_dim = self.num_heads, self.head_dim
         if embed_dim != self.embed_dim:
             raise ShapeError(f"MultiheadAttention: query of shape {query.shape} should have embed_dim {self.embed_dim}")
         if key.shape[:2] != value.shape[:2] or key.shape[1] != batch:
-            raise ShapeError(f"MultiheadAttention: key {key.shape} and value {value.shape} must have the same sequence "
-                             f"length and batch size as each other, and the batch size of query {query.shape}")
+            raise ShapeError(
+                f"MultiheadAttention: key {key.shape} and value {value.shape} must have the same sequence "
+                f"length and batch size as each other, and the batch size of query {query.shape}"
+            )
         if key.shape[2] != self.kdim or value.shape[2] != self.vdim:
-            raise ShapeError(f"MultiheadAttention: key and value must have {self.kdim} and {self.vdim} features, got "
-                             f"shapes {key.shape} and {value.shape}")
+            raise ShapeError(
+                f"MultiheadAttention: key and value must have {self.kdim} and {self.vdim} features, got "
+                f"shapes {key.shape} and {value.shape}"
+            )
         weight_q, weight_k, weight_v = self._projection_weights()
         bias_q = bias_k = bias_v = None
         if self.in_proj_bias is not None:
@@ -145,13 +183,17 @@ class MultiheadAttention(Module):
         if attn_mask is not None:
             if attn_mask.ndim == 2:
                 if attn_mask.shape != (target_length, key.shape[0]):
-                    raise ShapeError(f"MultiheadAttention: the 2-d attn_mask should be ({target_length}, {key.shape[0]}), "
-                                     f"got {attn_mask.shape}")
+                    raise ShapeError(
+                        f"MultiheadAttention: the 2-d attn_mask should be ({target_length}, {key.shape[0]}), "
+                        f"got {attn_mask.shape}"
+                    )
                 attn_mask = attn_mask.unsqueeze(0)
             elif attn_mask.ndim == 3:
                 if attn_mask.shape != (batch * heads, target_length, key.shape[0]):
-                    raise ShapeError(f"MultiheadAttention: the 3-d attn_mask should be "
-                                     f"({batch * heads}, {target_length}, {key.shape[0]}), got {attn_mask.shape}")
+                    raise ShapeError(
+                        f"MultiheadAttention: the 3-d attn_mask should be "
+                        f"({batch * heads}, {target_length}, {key.shape[0]}), got {attn_mask.shape}"
+                    )
             else:
                 raise ShapeError(f"MultiheadAttention: attn_mask must be 2-d or 3-d, got shape {attn_mask.shape}")
         if self.bias_k is not None:
@@ -172,8 +214,10 @@ class MultiheadAttention(Module):
         source_length = k.shape[1]
         if key_padding_mask is not None:
             if key_padding_mask.shape != (batch, source_length):
-                raise ShapeError(f"MultiheadAttention: key_padding_mask should be ({batch}, {source_length}), "
-                                 f"got {key_padding_mask.shape}")
+                raise ShapeError(
+                    f"MultiheadAttention: key_padding_mask should be ({batch}, {source_length}), "
+                    f"got {key_padding_mask.shape}"
+                )
             padding = key_padding_mask.reshape(batch, 1, 1, source_length).expand(batch, heads, 1, source_length)
             padding = padding.reshape(batch * heads, 1, source_length)
             attn_mask = padding if attn_mask is None else attn_mask + padding

@@ -47,7 +47,7 @@ class Sequential(Module):
 
     def __delitem__(self, index: int | slice) -> None:
         names = list(self._modules)
-        for name in (names[index] if isinstance(index, slice) else [names[_index(index, len(names), "Sequential")]]):
+        for name in names[index] if isinstance(index, slice) else [names[_index(index, len(names), "Sequential")]]:
             del self._modules[name]
         remaining = list(self._modules.values())
         self._modules.clear()
@@ -125,7 +125,9 @@ class ModuleList(Module):
 
     def extend(self, modules: Iterable[Module]) -> ModuleList:
         if isinstance(modules, Module) and not isinstance(modules, (ModuleList, Sequential)):
-            raise TypeError(f"ModuleList.extend should be called with an iterable of modules, got {type(modules).__name__}")
+            raise TypeError(
+                f"ModuleList.extend should be called with an iterable of modules, got {type(modules).__name__}"
+            )
         for module in list(modules):
             self.append(module)
         return self
@@ -235,8 +237,10 @@ class ParameterList(Module):
         return self
 
     def extra_repr(self) -> str:
-        return "\n".join(f"({position}): Parameter containing: [{parameter.dtype.name} of size {parameter.shape}]"
-                         for position, parameter in enumerate(self))
+        return "\n".join(
+            f"({position}): Parameter containing: [{parameter.dtype.name} of size {parameter.shape}]"
+            for position, parameter in enumerate(self)
+        )
 
 
 class ParameterDict(Module):

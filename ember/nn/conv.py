@@ -28,16 +28,29 @@ class _ConvNd(Module):
 
     dims = 0
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1, padding: Any = 0,
-                 dilation: Any = 1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
-                 device: Any = None, dtype: Any = None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: Any,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__()
         name = type(self).__name__
         if groups <= 0:
             raise ValueError(f"{name}: groups must be a positive integer, got {groups}")
         if in_channels % groups or out_channels % groups:
-            raise ValueError(f"{name}: in_channels ({in_channels}) and out_channels ({out_channels}) must both be "
-                             f"divisible by groups ({groups})")
+            raise ValueError(
+                f"{name}: in_channels ({in_channels}) and out_channels ({out_channels}) must both be "
+                f"divisible by groups ({groups})"
+            )
         if padding_mode not in PADDING_MODES:
             raise ValueError(f"{name}: padding_mode must be one of {PADDING_MODES}, got {padding_mode!r}")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups

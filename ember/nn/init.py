@@ -6,13 +6,23 @@ import math
 from typing import Any
 
 import ember as em
-from ember.core.errors import ShapeError
 from ember.autograd.grad_mode import no_grad
+from ember.core.errors import ShapeError
 from ember.core.tensor import Tensor
 
-GAINS = {"linear": 1.0, "conv1d": 1.0, "conv2d": 1.0, "conv3d": 1.0, "conv_transpose1d": 1.0,
-         "conv_transpose2d": 1.0, "conv_transpose3d": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0),
-         "selu": 3.0 / 4}
+GAINS = {
+    "linear": 1.0,
+    "conv1d": 1.0,
+    "conv2d": 1.0,
+    "conv3d": 1.0,
+    "conv_transpose1d": 1.0,
+    "conv_transpose2d": 1.0,
+    "conv_transpose3d": 1.0,
+    "sigmoid": 1.0,
+    "tanh": 5.0 / 3,
+    "relu": math.sqrt(2.0),
+    "selu": 3.0 / 4,
+}
 
 
 def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
@@ -29,7 +39,9 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
 
 def _calculate_fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:
     if tensor.ndim < 2:
-        raise ShapeError(f"fan in and fan out can not be computed for a tensor with fewer than 2 dims (shape {tensor.shape})")
+        raise ShapeError(
+            f"fan in and fan out can not be computed for a tensor with fewer than 2 dims (shape {tensor.shape})"
+        )
     receptive_field = math.prod(tensor.shape[2:])
     return tensor.shape[1] * receptive_field, tensor.shape[0] * receptive_field
 
@@ -62,8 +74,9 @@ def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator: Any 
     return _write(tensor, em.randn(*tensor.shape, dtype=em.float32, device=tensor.device) * std + mean)
 
 
-def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
-                  generator: Any = None) -> Tensor:
+def trunc_normal_(
+    tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0, generator: Any = None
+) -> Tensor:
     """Normal values truncated to [a, b] by the inverse-CDF method (as torch): uniform in [cdf(a), cdf(b)] -> erfinv."""
     if b <= a:
         raise ValueError(f"trunc_normal_ expects a < b, got a={a}, b={b}")
@@ -83,13 +96,29 @@ def _erfinv(value: Tensor) -> Tensor:
     w = -((1 - value) * (1 + value)).log()
     central = w - 2.5
     central_poly = 2.81022636e-08
-    for coefficient in (3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
-                        -0.00417768164, 0.246640727, 1.50140941):
+    for coefficient in (
+        3.43273939e-07,
+        -3.5233877e-06,
+        -4.39150654e-06,
+        0.00021858087,
+        -0.00125372503,
+        -0.00417768164,
+        0.246640727,
+        1.50140941,
+    ):
         central_poly = central_poly * central + coefficient
     tail = w.clamp(min=5.0).sqrt() - 3
     tail_poly = -0.000200214257
-    for coefficient in (0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
-                        0.00943887047, 1.00167406, 2.83297682):
+    for coefficient in (
+        0.000100950558,
+        0.00134934322,
+        -0.00367342844,
+        0.00573950773,
+        -0.0076224613,
+        0.00943887047,
+        1.00167406,
+        2.83297682,
+    ):
         tail_poly = tail_poly * tail + coefficient
     return (w < 5.0).where(central_poly, tail_poly) * value
 
@@ -146,8 +175,9 @@ def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator: Any = None) -> 
     return normal_(tensor, 0.0, gain * math.sqrt(2.0 / float(fan_in + fan_out)))
 
 
-def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
-                     generator: Any = None) -> Tensor:
+def kaiming_uniform_(
+    tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", generator: Any = None
+) -> Tensor:
     """Uniform in [-bound, bound] with bound = gain * sqrt(3 / fan); torch's default for Linear/Conv uses a=sqrt(5)."""
     fan = _fan(tensor, mode)
     if fan == 0:
@@ -156,8 +186,9 @@ def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonli
     return uniform_(tensor, -bound, bound)
 
 
-def kaiming_normal_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
-                    generator: Any = None) -> Tensor:
+def kaiming_normal_(
+    tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", generator: Any = None
+) -> Tensor:
     fan = _fan(tensor, mode)
     if fan == 0:
         return tensor

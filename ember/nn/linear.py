@@ -33,8 +33,9 @@ class Identity(Module):
 class Linear(Module):
     """y = x @ weight.T + bias, weight of shape (out_features, in_features) initialized as torch does."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None,
-                 dtype: Any = None) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, device: Any = None, dtype: Any = None
+    ) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.weight = empty_parameter((out_features, in_features), device, dtype)
@@ -61,8 +62,15 @@ class Linear(Module):
 class Bilinear(Module):
     """y[..., k] = x1 @ weight[k] @ x2 + bias[k]."""
 
-    def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True,
-                 device: Any = None, dtype: Any = None) -> None:
+    def __init__(
+        self,
+        in1_features: int,
+        in2_features: int,
+        out_features: int,
+        bias: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__()
         self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
         self.weight = empty_parameter((out_features, in1_features, in2_features), device, dtype)
@@ -80,8 +88,10 @@ class Bilinear(Module):
 
     def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
         if input1.shape[-1] != self.in1_features or input2.shape[-1] != self.in2_features:
-            raise ShapeError(f"Bilinear: inputs of shapes {input1.shape} and {input2.shape} need last dims "
-                             f"{self.in1_features} and {self.in2_features}")
+            raise ShapeError(
+                f"Bilinear: inputs of shapes {input1.shape} and {input2.shape} need last dims "
+                f"{self.in1_features} and {self.in2_features}"
+            )
         # [..., 1, in1, 1] * [out, in1, in2] * [..., 1, 1, in2] summed over in1 and in2
         left = input1.unsqueeze(-2).unsqueeze(-1)
         right = input2.unsqueeze(-2).unsqueeze(-2)
@@ -89,8 +99,10 @@ class Bilinear(Module):
         return output + self.bias if self.bias is not None else output
 
     def extra_repr(self) -> str:
-        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
-                f"out_features={self.out_features}, bias={self.bias is not None}")
+        return (
+            f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+            f"out_features={self.out_features}, bias={self.bias is not None}"
+        )
 
 
 class Flatten(Module):

@@ -81,7 +81,8 @@ class Module:
         elif name in parameters:
             if value is not None:
                 raise TypeError(
-                    f"cannot assign '{type(value).__name__}' as parameter '{name}' (ember.nn.Parameter or None expected)"
+                    f"cannot assign '{type(value).__name__}' as parameter '{name}' "
+                    "(ember.nn.Parameter or None expected)"
                 )
             parameters[name] = None
         elif isinstance(value, Module):
@@ -89,7 +90,9 @@ class Module:
             self._modules[name] = value
         elif name in self._modules:
             if value is not None:
-                raise TypeError(f"cannot assign '{type(value).__name__}' as child module '{name}' (Module or None expected)")
+                raise TypeError(
+                    f"cannot assign '{type(value).__name__}' as child module '{name}' (Module or None expected)"
+                )
             self._modules[name] = None
         elif name in self._buffers:
             if value is not None and not isinstance(value, Tensor):
@@ -129,8 +132,10 @@ class Module:
         """Add a parameter (or None, a declared but absent parameter such as a disabled bias)."""
         self._check_name(name, "parameter")
         if parameter is not None and not isinstance(parameter, Parameter):
-            raise TypeError(f"cannot assign '{type(parameter).__name__}' object to parameter '{name}' "
-                            "(ember.nn.Parameter or None required)")
+            raise TypeError(
+                f"cannot assign '{type(parameter).__name__}' object to parameter '{name}' "
+                "(ember.nn.Parameter or None required)"
+            )
         if hasattr(self, name) and name not in self._parameters:
             raise KeyError(f"attribute '{name}' already exists")
         self._discard(name)
@@ -140,7 +145,9 @@ class Module:
         """Add state that is not trained (running statistics); non-persistent buffers stay out of state_dict."""
         self._check_name(name, "buffer")
         if tensor is not None and not isinstance(tensor, Tensor):
-            raise TypeError(f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' (Tensor or None required)")
+            raise TypeError(
+                f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' (Tensor or None required)"
+            )
         if hasattr(self, name) and name not in self._buffers:
             raise KeyError(f"attribute '{name}' already exists")
         self._discard(name)
@@ -186,8 +193,9 @@ class Module:
 
     # ---- iteration ----------------------------------------------------------------------------------------------
 
-    def _named_members(self, get_members: Callable[[Module], Any], prefix: str, recurse: bool,
-                       remove_duplicate: bool = True) -> Iterator[tuple[str, Any]]:
+    def _named_members(
+        self, get_members: Callable[[Module], Any], prefix: str, recurse: bool, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Any]]:
         seen: set[int] = set()
         modules = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
         for module_prefix, module in modules:
@@ -198,16 +206,18 @@ class Module:
                     seen.add(id(value))
                 yield (module_prefix + "." + name if module_prefix else name), value
 
-    def named_parameters(self, prefix: str = "", recurse: bool = True,
-                         remove_duplicate: bool = True) -> Iterator[tuple[str, Parameter]]:
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
         return self._named_members(lambda module: module._parameters.items(), prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
         for _, parameter in self.named_parameters(recurse=recurse):
             yield parameter
 
-    def named_buffers(self, prefix: str = "", recurse: bool = True,
-                      remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
+    def named_buffers(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Tensor]]:
         return self._named_members(lambda module: module._buffers.items(), prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
@@ -225,8 +235,9 @@ class Module:
         for _, module in self.named_children():
             yield module
 
-    def named_modules(self, memo: set[int] | None = None, prefix: str = "",
-                      remove_duplicate: bool = True) -> Iterator[tuple[str, Module]]:
+    def named_modules(
+        self, memo: set[int] | None = None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Module]]:
         if memo is None:
             memo = set()
         if remove_duplicate and id(self) in memo:
@@ -337,8 +348,9 @@ class Module:
 
     # ---- state dicts ------------------------------------------------------------------------------------------
 
-    def state_dict(self, destination: dict[str, Tensor] | None = None, prefix: str = "",
-                   keep_vars: bool = False) -> OrderedDict[str, Tensor]:
+    def state_dict(
+        self, destination: dict[str, Tensor] | None = None, prefix: str = "", keep_vars: bool = False
+    ) -> OrderedDict[str, Tensor]:
         """Parameters and persistent buffers by dotted name, with the same keys and shapes as torch's layers."""
         result: OrderedDict[str, Tensor] = OrderedDict() if destination is None else destination  # type: ignore[assignment]
         for name, parameter in self._parameters.items():
@@ -352,7 +364,9 @@ class Module:
                 module.state_dict(result, prefix + name + ".", keep_vars)
         return result
 
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> IncompatibleKeys:
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> IncompatibleKeys:
         """Copy values (ember tensors, numpy arrays or torch tensors) into parameters and buffers by name.
 
         strict=True raises when keys are missing or unexpected; shape mismatches always raise. Values keep the
@@ -379,13 +393,17 @@ class Module:
             target = module._parameters[name] if name in module._parameters else module._buffers[name]
             value = _as_ember_tensor(state_dict[key], target.device)
             if tuple(value.shape) != tuple(target.shape):
-                errors.append(f"size mismatch for {key}: copying a param with shape {tuple(value.shape)} from "
-                              f"checkpoint, the shape in current model is {tuple(target.shape)}.")
+                errors.append(
+                    f"size mismatch for {key}: copying a param with shape {tuple(value.shape)} from "
+                    f"checkpoint, the shape in current model is {tuple(target.shape)}."
+                )
                 continue
             updates.append((target, value))
         if strict:
             if unexpected:
-                errors.insert(0, "Unexpected key(s) in state_dict: " + ", ".join(f'"{key}"' for key in unexpected) + ". ")
+                errors.insert(
+                    0, "Unexpected key(s) in state_dict: " + ", ".join(f'"{key}"' for key in unexpected) + ". "
+                )
             if missing:
                 errors.insert(0, "Missing key(s) in state_dict: " + ", ".join(f'"{key}"' for key in missing) + ". ")
         if errors:

@@ -28,8 +28,15 @@ def _boundary(tensor: Tensor) -> Tensor:
     return stored
 
 
-def _cell_step(mode: str, input_part: Tensor, hidden: Tensor, cell: Tensor | None, weight_hh: Tensor,
-               bias_hh: Tensor | None, weight_hr: Tensor | None) -> tuple[Tensor, Tensor | None]:
+def _cell_step(
+    mode: str,
+    input_part: Tensor,
+    hidden: Tensor,
+    cell: Tensor | None,
+    weight_hh: Tensor,
+    bias_hh: Tensor | None,
+    weight_hr: Tensor | None,
+) -> tuple[Tensor, Tensor | None]:
     """One time step: input_part is x @ W_ih^T + b_ih already. Gate order as torch: LSTM i,f,g,o; GRU r,z,n."""
     hidden_part = _boundary(F.linear(hidden, weight_hh, bias_hh))
     if mode == "LSTM":
@@ -54,9 +61,20 @@ def _cell_step(mode: str, input_part: Tensor, hidden: Tensor, cell: Tensor | Non
 class RNNBase(Module):
     """Shared by RNN, LSTM and GRU: parameters weight_ih_l{k}[_reverse], weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k}."""
 
-    def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
-                 device: Any = None, dtype: Any = None) -> None:
+    def __init__(
+        self,
+        mode: str,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        proj_size: int = 0,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__()
         name = type(self).__name__
         if not 0 <= dropout <= 1:
@@ -93,13 +111,17 @@ class RNNBase(Module):
         for parameter in self.parameters():
             init.uniform_(parameter, -bound, bound)
 
-    def _layer_parameters(self, layer: int, direction: int) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None,
-                                                                     Tensor | None]:
+    def _layer_parameters(
+        self, layer: int, direction: int
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, Tensor | None]:
         suffix = f"_l{layer}" + ("_reverse" if direction == 1 else "")
-        return (getattr(self, "weight_ih" + suffix), getattr(self, "weight_hh" + suffix),
-                getattr(self, "bias_ih" + suffix) if self.bias else None,
-                getattr(self, "bias_hh" + suffix) if self.bias else None,
-                getattr(self, "weight_hr" + suffix) if self.proj_size > 0 else None)
+        return (
+            getattr(self, "weight_ih" + suffix),
+            getattr(self, "weight_hh" + suffix),
+            getattr(self, "bias_ih" + suffix) if self.bias else None,
+            getattr(self, "bias_hh" + suffix) if self.bias else None,
+            getattr(self, "weight_hr" + suffix) if self.proj_size > 0 else None,
+        )
 
     def _initial_state(self, hx: Any, batch: int, input: Tensor, batched: bool) -> tuple[Tensor, Tensor | None]:  # noqa: A002
         directions = 2 if self.bidirectional else 1
@@ -107,8 +129,11 @@ class RNNBase(Module):
         name = type(self).__name__
         if hx is None:
             hidden = em.zeros(self.num_layers * directions, batch, output_size, dtype=input.dtype, device=input.device)
-            cell = (em.zeros(self.num_layers * directions, batch, self.hidden_size, dtype=input.dtype,
-                             device=input.device) if self.mode == "LSTM" else None)
+            cell = (
+                em.zeros(self.num_layers * directions, batch, self.hidden_size, dtype=input.dtype, device=input.device)
+                if self.mode == "LSTM"
+                else None
+            )
             return hidden, cell
         if self.mode == "LSTM":
             if not isinstance(hx, (tuple, list)) or len(hx) != 2:
@@ -123,8 +148,10 @@ class RNNBase(Module):
         if tuple(hidden.shape) != expected:
             raise ShapeError(f"{name}: expected hidden state of shape {expected}, got {hidden.shape}")
         if cell is not None and tuple(cell.shape) != (self.num_layers * directions, batch, self.hidden_size):
-            raise ShapeError(f"{name}: expected cell state of shape "
-                             f"{(self.num_layers * directions, batch, self.hidden_size)}, got {cell.shape}")
+            raise ShapeError(
+                f"{name}: expected cell state of shape "
+                f"{(self.num_layers * directions, batch, self.hidden_size)}, got {cell.shape}"
+            )
         return hidden, cell
 
     def forward(self, input: Tensor, hx: Any = None) -> tuple[Tensor, Any]:  # noqa: A002
@@ -195,13 +222,34 @@ class RNNBase(Module):
 class RNN(RNNBase):
     """Elman RNN: h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh) (or relu with nonlinearity='relu')."""
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
-                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 device: Any = None, dtype: Any = None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        nonlinearity: str = "tanh",
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNN: unknown nonlinearity {nonlinearity!r}; valid: 'tanh', 'relu'")
-        super().__init__("RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU", input_size, hidden_size, num_layers,
-                         bias, batch_first, dropout, bidirectional, 0, device, dtype)
+        super().__init__(
+            "RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU",
+            input_size,
+            hidden_size,
+            num_layers,
+            bias,
+            batch_first,
+            dropout,
+            bidirectional,
+            0,
+            device,
+            dtype,
+        )
         self.nonlinearity = nonlinearity
 
     def extra_repr(self) -> str:
@@ -212,21 +260,52 @@ class RNN(RNNBase):
 class LSTM(RNNBase):
     """Long short-term memory; returns (output, (h_n, c_n)). Gates i, f, g, o stacked in that order as torch's."""
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
-                 device: Any = None, dtype: Any = None) -> None:
-        super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         proj_size, device, dtype)
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        proj_size: int = 0,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__(
+            "LSTM",
+            input_size,
+            hidden_size,
+            num_layers,
+            bias,
+            batch_first,
+            dropout,
+            bidirectional,
+            proj_size,
+            device,
+            dtype,
+        )
 
 
 class GRU(RNNBase):
     """Gated recurrent unit; returns (output, h_n). Gates r, z, n stacked in that order as torch's."""
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, device: Any = None,
-                 dtype: Any = None) -> None:
-        super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0,
-                         device, dtype)
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__(
+            "GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0, device, dtype
+        )
 
 
 class RNNCellBase(Module):
@@ -251,8 +330,9 @@ class RNNCellBase(Module):
     def _step(self, input: Tensor, hx: Any) -> Any:  # noqa: A002
         name = type(self).__name__
         if input.ndim not in (1, 2) or input.shape[-1] != self.input_size:
-            raise ShapeError(f"{name}: expected input of shape (N, {self.input_size}) or ({self.input_size},), "
-                             f"got {input.shape}")
+            raise ShapeError(
+                f"{name}: expected input of shape (N, {self.input_size}) or ({self.input_size},), got {input.shape}"
+            )
         batched = input.ndim == 2
         x = input if batched else input.unsqueeze(0)
         zeros = em.zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device)
@@ -283,12 +363,20 @@ class RNNCellBase(Module):
 
 
 class RNNCell(RNNCellBase):
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh",
-                 device: Any = None, dtype: Any = None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        nonlinearity: str = "tanh",
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNNCell: unknown nonlinearity {nonlinearity!r}; valid: 'tanh', 'relu'")
-        super().__init__("RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU", input_size, hidden_size, bias, device,
-                         dtype)
+        super().__init__(
+            "RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU", input_size, hidden_size, bias, device, dtype
+        )
         self.nonlinearity = nonlinearity
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:  # noqa: A002
@@ -296,8 +384,9 @@ class RNNCell(RNNCellBase):
 
 
 class LSTMCell(RNNCellBase):
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None,
-                 dtype: Any = None) -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None, dtype: Any = None
+    ) -> None:
         super().__init__("LSTM", input_size, hidden_size, bias, device, dtype)
 
     def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:  # noqa: A002
@@ -305,8 +394,9 @@ class LSTMCell(RNNCellBase):
 
 
 class GRUCell(RNNCellBase):
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None,
-                 dtype: Any = None) -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None, dtype: Any = None
+    ) -> None:
         super().__init__("GRU", input_size, hidden_size, bias, device, dtype)
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:  # noqa: A002

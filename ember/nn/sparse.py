@@ -18,18 +18,32 @@ from ember.nn.parameter import Parameter
 class Embedding(Module):
     """weight[index] for integer indices; weight (num_embeddings, embedding_dim) starts normal(0, 1)."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
-                 sparse: bool = False, _weight: Tensor | None = None, _freeze: bool = False, device: Any = None,
-                 dtype: Any = None) -> None:
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        _weight: Tensor | None = None,
+        _freeze: bool = False,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__()
         if padding_idx is not None:
             if not -num_embeddings <= padding_idx < num_embeddings:
-                raise ValueError(f"Embedding: padding_idx {padding_idx} must be within num_embeddings ({num_embeddings})")
+                raise ValueError(
+                    f"Embedding: padding_idx {padding_idx} must be within num_embeddings ({num_embeddings})"
+                )
             padding_idx %= num_embeddings
         if sparse:
-            raise ValueError("Embedding: sparse=True needs sparse gradient tensors, which ember does not have; the "
-                             "default dense gradient gives the same values")
+            raise ValueError(
+                "Embedding: sparse=True needs sparse gradient tensors, which ember does not have; the "
+                "default dense gradient gives the same values"
+            )
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
@@ -38,8 +52,9 @@ class Embedding(Module):
             self.reset_parameters()
         else:
             if tuple(_weight.shape) != (num_embeddings, embedding_dim):
-                raise ShapeError(f"Embedding: _weight of shape {_weight.shape} does not match "
-                                 f"({num_embeddings}, {embedding_dim})")
+                raise ShapeError(
+                    f"Embedding: _weight of shape {_weight.shape} does not match ({num_embeddings}, {embedding_dim})"
+                )
             self.weight = Parameter(_weight, requires_grad=not _freeze)
 
     def reset_parameters(self) -> None:
@@ -53,14 +68,30 @@ class Embedding(Module):
                 self.weight.assign((rows == self.padding_idx).where(0.0, self.weight))
 
     @classmethod
-    def from_pretrained(cls, embeddings: Tensor, freeze: bool = True, padding_idx: int | None = None,
-                        max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
-                        sparse: bool = False) -> Embedding:
+    def from_pretrained(
+        cls,
+        embeddings: Tensor,
+        freeze: bool = True,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+    ) -> Embedding:
         if embeddings.ndim != 2:
             raise ShapeError(f"Embedding.from_pretrained: embeddings must be 2-d, got shape {embeddings.shape}")
         rows, columns = embeddings.shape
-        return cls(rows, columns, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse, _weight=embeddings,
-                   _freeze=freeze)
+        return cls(
+            rows,
+            columns,
+            padding_idx,
+            max_norm,
+            norm_type,
+            scale_grad_by_freq,
+            sparse,
+            _weight=embeddings,
+            _freeze=freeze,
+        )
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         if input.dtype.is_float or input.dtype.is_bool:

@@ -32,21 +32,51 @@ def lerp(start: Tensor, end: Tensor, weight: float, weight_tensor: Tensor) -> Te
 class Adam(Optimizer):
     """Adaptive moments: p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)."""
 
-    scalar_names = ("one_minus_beta1", "beta2", "one_minus_beta2", "eps", "weight_decay", "step_size",
-                    "bias_correction2_sqrt", "decay_factor")
+    scalar_names = (
+        "one_minus_beta1",
+        "beta2",
+        "one_minus_beta2",
+        "eps",
+        "weight_decay",
+        "step_size",
+        "bias_correction2_sqrt",
+        "decay_factor",
+    )
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: bool = False, *, foreach: bool | None = None,
-                 maximize: bool = False, capturable: bool = False, differentiable: bool = False,
-                 fused: bool | None = None, decoupled_weight_decay: bool = False) -> None:
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        decoupled_weight_decay: bool = False,
+    ) -> None:
         lr = float(lr)
         betas = (float(betas[0]), float(betas[1]))
         _check_hyperparameters(lr, betas, eps, weight_decay)
         if differentiable:
             raise ValueError(f"{type(self).__name__}: differentiable=True is not supported by ember")
-        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "amsgrad": amsgrad,
-                    "maximize": maximize, "foreach": foreach, "capturable": capturable, "differentiable": False,
-                    "fused": fused, "decoupled_weight_decay": decoupled_weight_decay}
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "amsgrad": amsgrad,
+            "maximize": maximize,
+            "foreach": foreach,
+            "capturable": capturable,
+            "differentiable": False,
+            "fused": fused,
+            "decoupled_weight_decay": decoupled_weight_decay,
+        }
         super().__init__(params, defaults)
 
     def _scalar_values(self, group: dict[str, Any], state: dict[str, Any]) -> tuple[float, ...]:
@@ -54,11 +84,20 @@ class Adam(Optimizer):
         step = state["step"]
         lr, (beta1, beta2) = float(group["lr"]), group["betas"]
         weight_decay = float(group["weight_decay"])
-        return (1.0 - beta1, beta2, 1.0 - beta2, float(group["eps"]), weight_decay, lr / (1.0 - beta1**step),
-                math.sqrt(1.0 - beta2**step), 1.0 - lr * weight_decay)
+        return (
+            1.0 - beta1,
+            beta2,
+            1.0 - beta2,
+            float(group["eps"]),
+            weight_decay,
+            lr / (1.0 - beta1**step),
+            math.sqrt(1.0 - beta2**step),
+            1.0 - lr * weight_decay,
+        )
 
-    def _update(self, parameter: Tensor, grad: Tensor, group: dict[str, Any], state: dict[str, Any],
-                scalars: StepScalars) -> list[Tensor]:
+    def _update(
+        self, parameter: Tensor, grad: Tensor, group: dict[str, Any], state: dict[str, Any], scalars: StepScalars
+    ) -> list[Tensor]:
         outputs = [parameter]
         if not grad.node.realized:  # the gradient feeds both moments: compute it once
             outputs.append(grad)
@@ -73,10 +112,12 @@ class Adam(Optimizer):
         zeros = Tensor._full(parameter.shape, 0, parameter.dtype, parameter.device)
         previous_average = state.get("exp_avg", zeros)
         previous_square = state.get("exp_avg_sq", zeros)
-        average = self._state_tensor(state, "exp_avg",
-                                     lerp(previous_average, grad, 1.0 - group["betas"][0], scalars.one_minus_beta1))
-        square = self._state_tensor(state, "exp_avg_sq",
-                                    previous_square * scalars.beta2 + grad * grad * scalars.one_minus_beta2)
+        average = self._state_tensor(
+            state, "exp_avg", lerp(previous_average, grad, 1.0 - group["betas"][0], scalars.one_minus_beta1)
+        )
+        square = self._state_tensor(
+            state, "exp_avg_sq", previous_square * scalars.beta2 + grad * grad * scalars.one_minus_beta2
+        )
         outputs += [average, square]
         if group["amsgrad"]:
             maximum = self._state_tensor(state, "max_exp_avg_sq", state.get("max_exp_avg_sq", zeros).maximum(square))
@@ -90,10 +131,32 @@ class Adam(Optimizer):
 class AdamW(Adam):
     """Adam with decoupled weight decay: p *= 1 - lr * weight_decay before the Adam update (default 1e-2)."""
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
-                 foreach: bool | None = None, capturable: bool = False, differentiable: bool = False,
-                 fused: bool | None = None) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach, maximize=maximize,
-                         capturable=capturable, differentiable=differentiable, fused=fused,
-                         decoupled_weight_decay=True)
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+    ) -> None:
+        super().__init__(
+            params,
+            lr,
+            betas,
+            eps,
+            weight_decay,
+            amsgrad,
+            foreach=foreach,
+            maximize=maximize,
+            capturable=capturable,
+            differentiable=differentiable,
+            fused=fused,
+            decoupled_weight_decay=True,
+        )

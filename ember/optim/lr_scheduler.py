@@ -28,8 +28,10 @@ class LRScheduler:
         else:
             for index, group in enumerate(optimizer.param_groups):
                 if "initial_lr" not in group:
-                    raise KeyError(f"param 'initial_lr' is not specified in param_groups[{index}] when resuming a "
-                                   "scheduler with last_epoch >= 0; load the optimizer's state first")
+                    raise KeyError(
+                        f"param 'initial_lr' is not specified in param_groups[{index}] when resuming a "
+                        "scheduler with last_epoch >= 0; load the optimizer's state first"
+                    )
         self.base_lrs: list[float] = [group["initial_lr"] for group in optimizer.param_groups]
         self.last_epoch = last_epoch
         self._step_count = 0
@@ -68,8 +70,12 @@ class LRScheduler:
 class LambdaLR(LRScheduler):
     """lr = initial_lr * lr_lambda(epoch), one function for all groups or one per group."""
 
-    def __init__(self, optimizer: Optimizer, lr_lambda: Callable[[int], float] | list[Callable[[int], float]],
-                 last_epoch: int = -1) -> None:
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        lr_lambda: Callable[[int], float] | list[Callable[[int], float]],
+        last_epoch: int = -1,
+    ) -> None:
         self.optimizer = optimizer
         if isinstance(lr_lambda, (list, tuple)):
             if len(lr_lambda) != len(optimizer.param_groups):
@@ -85,8 +91,10 @@ class LambdaLR(LRScheduler):
     def state_dict(self) -> dict[str, Any]:
         """Lambdas and plain functions are not saved; callable objects save their attributes, as in torch."""
         state = {key: value for key, value in self.__dict__.items() if key not in ("optimizer", "lr_lambdas")}
-        state["lr_lambdas"] = [None if isinstance(function, types.FunctionType) else function.__dict__.copy()
-                               for function in self.lr_lambdas]
+        state["lr_lambdas"] = [
+            None if isinstance(function, types.FunctionType) else function.__dict__.copy()
+            for function in self.lr_lambdas
+        ]
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -117,7 +125,9 @@ class StepLR(LRScheduler):
 class MultiStepLR(LRScheduler):
     """Multiplies the lr by gamma at each epoch listed in milestones."""
 
-    def __init__(self, optimizer: Optimizer, milestones: Iterable[int], gamma: float = 0.1, last_epoch: int = -1) -> None:
+    def __init__(
+        self, optimizer: Optimizer, milestones: Iterable[int], gamma: float = 0.1, last_epoch: int = -1
+    ) -> None:
         self.milestones = Counter(milestones)
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
@@ -154,15 +164,25 @@ class CosineAnnealingLR(LRScheduler):
         if self._is_initial:
             return self._group_lrs()
         if self._step_count == 1 and self.last_epoch > 0:
-            return [self.eta_min + (base_lr - self.eta_min) * (1 + math.cos(self.last_epoch * math.pi / self.T_max)) / 2
-                    for base_lr in self.base_lrs]
+            return [
+                self.eta_min + (base_lr - self.eta_min) * (1 + math.cos(self.last_epoch * math.pi / self.T_max)) / 2
+                for base_lr in self.base_lrs
+            ]
         if (self.last_epoch - 1 - self.T_max) % (2 * self.T_max) == 0:
-            return [lr + (base_lr - self.eta_min) * (1 - math.cos(math.pi / self.T_max)) / 2
-                    for lr, base_lr in zip(self._group_lrs(), self.base_lrs)]
-        return [(1 + math.cos(math.pi * self.last_epoch / self.T_max))
-                / (1 + math.cos(math.pi * (self.last_epoch - 1) / self.T_max)) * (lr - self.eta_min) + self.eta_min
-                for lr in self._group_lrs()]
+            return [
+                lr + (base_lr - self.eta_min) * (1 - math.cos(math.pi / self.T_max)) / 2
+                for lr, base_lr in zip(self._group_lrs(), self.base_lrs)
+            ]
+        return [
+            (1 + math.cos(math.pi * self.last_epoch / self.T_max))
+            / (1 + math.cos(math.pi * (self.last_epoch - 1) / self.T_max))
+            * (lr - self.eta_min)
+            + self.eta_min
+            for lr in self._group_lrs()
+        ]
 
     def _get_closed_form_lr(self) -> list[float]:
-        return [self.eta_min + (base_lr - self.eta_min) * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
-                for base_lr in self.base_lrs]
+        return [
+            self.eta_min + (base_lr - self.eta_min) * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
+            for base_lr in self.base_lrs
+        ]

@@ -55,8 +55,10 @@ class Optimizer:
         self.param_groups: list[dict[str, Any]] = []
         self._scalar_cache: dict[tuple[Any, ...], StepScalars] = {}
         if isinstance(params, Tensor):
-            raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, but "
-                            f"got a Tensor of shape {params.shape}; wrap it in a list")
+            raise TypeError(
+                "params argument given to the optimizer should be an iterable of Tensors or dicts, but "
+                f"got a Tensor of shape {params.shape}; wrap it in a list"
+            )
         groups = list(params)
         if not groups:
             raise ValueError("optimizer got an empty parameter list")
@@ -86,14 +88,20 @@ class Optimizer:
             params = [parameter for _, parameter in params]
         for position, parameter in enumerate(params):
             if not isinstance(parameter, Tensor):
-                raise TypeError(f"optimizer can only optimize Tensors, but parameter {position} of the group is a "
-                                f"{type(parameter).__name__}")
+                raise TypeError(
+                    f"optimizer can only optimize Tensors, but parameter {position} of the group is a "
+                    f"{type(parameter).__name__}"
+                )
             if not parameter.is_leaf:
-                raise ValueError(f"can't optimize a non-leaf Tensor (parameter {position}, shape {parameter.shape}); "
-                                 "optimize the leaf it was computed from, or .detach().requires_grad_() it")
+                raise ValueError(
+                    f"can't optimize a non-leaf Tensor (parameter {position}, shape {parameter.shape}); "
+                    "optimize the leaf it was computed from, or .detach().requires_grad_() it"
+                )
             if not parameter.dtype.is_float:
-                raise TypeError(f"optimizer can only optimize floating point Tensors, parameter {position} is "
-                                f"{parameter.dtype.name}")
+                raise TypeError(
+                    f"optimizer can only optimize floating point Tensors, parameter {position} is "
+                    f"{parameter.dtype.name}"
+                )
         param_group["params"] = params
         for name, default in self.defaults.items():
             if default is required and name not in param_group:
@@ -140,8 +148,10 @@ class Optimizer:
                         continue
                     grad = parameter.grad
                     if grad.shape != parameter.shape:
-                        raise ValueError(f"the gradient of a parameter of shape {parameter.shape} has shape "
-                                         f"{grad.shape}; they must match")
+                        raise ValueError(
+                            f"the gradient of a parameter of shape {parameter.shape} has shape "
+                            f"{grad.shape}; they must match"
+                        )
                     state = self.state.get(parameter, {})
                     values = self._scalar_values(group, state)
                     scalars = self._scalars(values, parameter, scalars_this_step)
@@ -157,8 +167,9 @@ class Optimizer:
             realize(*pending)
         return loss
 
-    def _scalars(self, values: tuple[float, ...], parameter: Tensor,
-                 scalars_this_step: dict[tuple[Any, ...], StepScalars]) -> StepScalars:
+    def _scalars(
+        self, values: tuple[float, ...], parameter: Tensor, scalars_this_step: dict[tuple[Any, ...], StepScalars]
+    ) -> StepScalars:
         """The device tensor holding `values` for parameter's device and dtype; reused while the values repeat."""
         key = (parameter.device, parameter.dtype, *values)
         scalars = scalars_this_step.get(key) or self._scalar_cache.get(key)
@@ -171,8 +182,9 @@ class Optimizer:
         """This step's values of `scalar_names` for one parameter (and advance its step count)."""
         raise NotImplementedError
 
-    def _update(self, parameter: Tensor, grad: Tensor, group: dict[str, Any], state: dict[str, Any],
-                scalars: StepScalars) -> list[Tensor]:
+    def _update(
+        self, parameter: Tensor, grad: Tensor, group: dict[str, Any], state: dict[str, Any], scalars: StepScalars
+    ) -> list[Tensor]:
         """Assign the parameter's and its state's new (lazy) values; return every tensor to realize."""
         raise NotImplementedError
 
@@ -202,8 +214,13 @@ class Optimizer:
             if id(parameter) not in index_of:
                 continue
             state[index_of[id(parameter)]] = {
-                name: (Tensor(np.array(float(value), dtype=np.float32), device=parameter.device) if name == "step"
-                       else value.detach() if isinstance(value, Tensor) else value)
+                name: (
+                    Tensor(np.array(float(value), dtype=np.float32), device=parameter.device)
+                    if name == "step"
+                    else value.detach()
+                    if isinstance(value, Tensor)
+                    else value
+                )
                 for name, value in values.items()
             }
         return {"state": state, "param_groups": groups}
@@ -212,12 +229,16 @@ class Optimizer:
         """Restore groups' hyperparameters and per-parameter state (ember or torch tensors are accepted)."""
         saved_groups = state_dict["param_groups"]
         if len(saved_groups) != len(self.param_groups):
-            raise ValueError(f"loaded state dict has {len(saved_groups)} parameter groups, the optimizer has "
-                             f"{len(self.param_groups)}")
+            raise ValueError(
+                f"loaded state dict has {len(saved_groups)} parameter groups, the optimizer has "
+                f"{len(self.param_groups)}"
+            )
         for position, (saved, group) in enumerate(zip(saved_groups, self.param_groups)):
             if len(saved["params"]) != len(group["params"]):
-                raise ValueError(f"loaded state dict's parameter group {position} has {len(saved['params'])} "
-                                 f"parameters, the optimizer's has {len(group['params'])}")
+                raise ValueError(
+                    f"loaded state dict's parameter group {position} has {len(saved['params'])} "
+                    f"parameters, the optimizer's has {len(group['params'])}"
+                )
         parameter_of = {}
         for saved, group in zip(saved_groups, self.param_groups):
             parameter_of.update(zip(saved["params"], group["params"]))

@@ -15,9 +15,20 @@ class RMSprop(Optimizer):
 
     scalar_names = ("lr", "alpha", "one_minus_alpha", "eps", "weight_decay", "momentum")
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
-                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, capturable: bool = False,
-                 foreach: bool | None = None, maximize: bool = False, differentiable: bool = False) -> None:
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        centered: bool = False,
+        capturable: bool = False,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+    ) -> None:
         lr = float(lr)
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
@@ -31,19 +42,35 @@ class RMSprop(Optimizer):
             raise ValueError(f"Invalid alpha value: {alpha}")
         if differentiable:
             raise ValueError("RMSprop: differentiable=True is not supported by ember")
-        defaults = {"lr": lr, "alpha": alpha, "eps": eps, "weight_decay": weight_decay, "momentum": momentum,
-                    "centered": centered, "capturable": capturable, "foreach": foreach, "maximize": maximize,
-                    "differentiable": False}
+        defaults = {
+            "lr": lr,
+            "alpha": alpha,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "momentum": momentum,
+            "centered": centered,
+            "capturable": capturable,
+            "foreach": foreach,
+            "maximize": maximize,
+            "differentiable": False,
+        }
         super().__init__(params, defaults)
 
     def _scalar_values(self, group: dict[str, Any], state: dict[str, Any]) -> tuple[float, ...]:
         state["step"] = state.get("step", 0) + 1
         alpha = float(group["alpha"])
-        return (float(group["lr"]), alpha, 1.0 - alpha, float(group["eps"]), float(group["weight_decay"]),
-                float(group["momentum"]))
+        return (
+            float(group["lr"]),
+            alpha,
+            1.0 - alpha,
+            float(group["eps"]),
+            float(group["weight_decay"]),
+            float(group["momentum"]),
+        )
 
-    def _update(self, parameter: Tensor, grad: Tensor, group: dict[str, Any], state: dict[str, Any],
-                scalars: StepScalars) -> list[Tensor]:
+    def _update(
+        self, parameter: Tensor, grad: Tensor, group: dict[str, Any], state: dict[str, Any], scalars: StepScalars
+    ) -> list[Tensor]:
         outputs = [parameter]
         if not grad.node.realized:  # the gradient feeds the running average and the update: compute it once
             outputs.append(grad)
@@ -52,19 +79,24 @@ class RMSprop(Optimizer):
         if group["weight_decay"] != 0:
             grad = grad + scalars.weight_decay * parameter
         zeros = Tensor._full(parameter.shape, 0, parameter.dtype, parameter.device)
-        square = self._state_tensor(state, "square_avg",
-                                    state.get("square_avg", zeros) * scalars.alpha + grad * grad * scalars.one_minus_alpha)
+        square = self._state_tensor(
+            state, "square_avg", state.get("square_avg", zeros) * scalars.alpha + grad * grad * scalars.one_minus_alpha
+        )
         outputs.append(square)
         if group["centered"]:
-            average = self._state_tensor(state, "grad_avg", lerp(state.get("grad_avg", zeros), grad,
-                                                                 1.0 - group["alpha"], scalars.one_minus_alpha))
+            average = self._state_tensor(
+                state,
+                "grad_avg",
+                lerp(state.get("grad_avg", zeros), grad, 1.0 - group["alpha"], scalars.one_minus_alpha),
+            )
             outputs.append(average)
             denominator = (square - average * average).sqrt() + scalars.eps
         else:
             denominator = square.sqrt() + scalars.eps
         if group["momentum"] > 0:
-            buffer = self._state_tensor(state, "momentum_buffer",
-                                        state.get("momentum_buffer", zeros) * scalars.momentum + grad / denominator)
+            buffer = self._state_tensor(
+                state, "momentum_buffer", state.get("momentum_buffer", zeros) * scalars.momentum + grad / denominator
+            )
             outputs.append(buffer)
             parameter.assign(parameter - scalars.lr * buffer)
         else:

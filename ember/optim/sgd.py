@@ -14,9 +14,20 @@ class SGD(Optimizer):
 
     scalar_names = ("lr", "momentum", "one_minus_dampening", "weight_decay")
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False,
-                 foreach: bool | None = None, differentiable: bool = False, fused: bool | None = None) -> None:
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        differentiable: bool = False,
+        fused: bool | None = None,
+    ) -> None:
         lr = float(lr)
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
@@ -28,17 +39,30 @@ class SGD(Optimizer):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         if differentiable:
             raise ValueError("SGD: differentiable=True is not supported by ember")
-        defaults = {"lr": lr, "momentum": momentum, "dampening": dampening, "weight_decay": weight_decay,
-                    "nesterov": nesterov, "maximize": maximize, "foreach": foreach, "differentiable": False,
-                    "fused": fused}
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "dampening": dampening,
+            "weight_decay": weight_decay,
+            "nesterov": nesterov,
+            "maximize": maximize,
+            "foreach": foreach,
+            "differentiable": False,
+            "fused": fused,
+        }
         super().__init__(params, defaults)
 
     def _scalar_values(self, group: dict[str, Any], state: dict[str, Any]) -> tuple[float, ...]:
-        return (float(group["lr"]), float(group["momentum"]), 1.0 - float(group["dampening"]),
-                float(group["weight_decay"]))
+        return (
+            float(group["lr"]),
+            float(group["momentum"]),
+            1.0 - float(group["dampening"]),
+            float(group["weight_decay"]),
+        )
 
-    def _update(self, parameter: Tensor, grad: Tensor, group: dict[str, Any], state: dict[str, Any],
-                scalars: StepScalars) -> list[Tensor]:
+    def _update(
+        self, parameter: Tensor, grad: Tensor, group: dict[str, Any], state: dict[str, Any], scalars: StepScalars
+    ) -> list[Tensor]:
         direction = -grad if group["maximize"] else grad
         if group["weight_decay"] != 0:
             direction = direction + scalars.weight_decay * parameter
@@ -48,8 +72,9 @@ class SGD(Optimizer):
             if previous is None:  # the first step copies the direction, without dampening (as torch)
                 buffer = self._state_tensor(state, "momentum_buffer", direction)
             else:
-                buffer = self._state_tensor(state, "momentum_buffer",
-                                            previous * scalars.momentum + direction * scalars.one_minus_dampening)
+                buffer = self._state_tensor(
+                    state, "momentum_buffer", previous * scalars.momentum + direction * scalars.one_minus_dampening
+                )
             outputs.append(buffer)
             if group["nesterov"]:
                 if not grad.node.realized:  # the gradient feeds two updates: compute it once
