@@ -48,3 +48,6 @@ def where(condition: Tensor, input: object, other: object) -> Tensor:  # noqa: A
 
 
 __version__ = "0.1.0"
+
+# the subpackages, reachable as attributes after `import ember` like torch.nn and torch.optim (they import ember)
+from ember import io, nn, optim  # noqa: E402
