@@ -82,7 +82,8 @@ class BatchedChecks:
         assert isinstance(actual, em.Tensor), f"expected an ember Tensor, got {type(actual).__name__}"
         assert tuple(actual.shape) == tuple(expected.shape), \
             f"{where}: shape {actual.shape} != torch's {tuple(expected.shape)}"
-        assert TORCH_DTYPES[actual.dtype] == expected.dtype, f"{where}: dtype {actual.dtype} != torch's {expected.dtype}"
+        assert TORCH_DTYPES[actual.dtype] == expected.dtype, \
+            f"{where}: dtype {actual.dtype} != torch's {expected.dtype}"
         tolerance = (self.atol if atol is None else atol, self.rtol if rtol is None else rtol)
         self.pairs.append((actual.detach(), expected.detach().clone(), where, tolerance))  # snapshots
 

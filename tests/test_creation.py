@@ -17,7 +17,8 @@ def test_tensor_from_data_infers_like_torch(device: str) -> None:
         assert_close(em.tensor(data, device=device), torch.tensor(data))
     for dtype in TORCH_DTYPES:  # floats truncate toward zero when the dtype is an integer
         assert_close(em.tensor([[1.7, 0.0], [3.0, 2.2]], dtype=dtype, device=device),
-                     torch.tensor([[1.7, 0.0], [3.0, 2.2]], dtype=torch.float64).to(TORCH_DTYPES[dtype]), atol=0, rtol=0)
+                     torch.tensor([[1.7, 0.0], [3.0, 2.2]], dtype=torch.float64).to(TORCH_DTYPES[dtype]), atol=0,
+                     rtol=0)
     assert_close(em.tensor(torch.tensor([1.0, 2.5], dtype=torch.bfloat16), device=device),
                  torch.tensor([1.0, 2.5], dtype=torch.bfloat16).float())
     assert em.tensor(2.5, device=device).shape == ()
@@ -55,7 +56,8 @@ def test_like_functions_keep_shape_dtype_device(device: str) -> None:
         ("zeros_like", em.zeros_like(source), torch.zeros_like(torch_source)),
         ("ones_like", em.ones_like(source), torch.ones_like(torch_source)),
         ("full_like", em.full_like(source, 7.9), torch.full_like(torch_source, 7.9)),
-        ("ones_like float64", em.ones_like(source, dtype=em.float64), torch.ones_like(torch_source, dtype=torch.float64)),
+        ("ones_like float64", em.ones_like(source, dtype=em.float64),
+         torch.ones_like(torch_source, dtype=torch.float64)),
     ])
     assert em.empty_like(source).shape == (1, 3) and em.empty_like(source).dtype is em.int16
     for result in (em.zeros_like(source), em.rand_like(source, dtype=em.float32), em.randn_like(source.float())):
@@ -124,8 +126,10 @@ def test_manual_seed_is_deterministic_and_draws_advance(device: str) -> None:
 def _draw_everything(device: str) -> list[np.ndarray]:
     em.manual_seed(1234)
     return [em.rand(3000, device=device).numpy(), em.randn(3000, device=device).numpy(),
-            em.randint(-50, 10**6, (3000,), device=device).numpy(), em.rand(500, dtype=em.float64, device=device).numpy(),
-            em.randn(500, dtype=em.float64, device=device).numpy(), em.rand(300, dtype=em.float16, device=device).numpy(),
+            em.randint(-50, 10**6, (3000,), device=device).numpy(),
+            em.rand(500, dtype=em.float64, device=device).numpy(),
+            em.randn(500, dtype=em.float64, device=device).numpy(),
+            em.rand(300, dtype=em.float16, device=device).numpy(),
             em.randint(0, 2**40, (300,), device=device).numpy(), em.randperm(300, device=device).numpy()]
 
 

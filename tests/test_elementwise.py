@@ -208,7 +208,8 @@ def test_logical_and_bitwise_ops(device: str) -> None:
 def test_bool_arithmetic_is_logical(device: str) -> None:
     flags = np.array([True, False, True, False])
     other = np.array([True, True, False, False])
-    x, y, tx, ty = em.tensor(flags, device=device), em.tensor(other, device=device), torch.tensor(flags), torch.tensor(other)
+    x, y = em.tensor(flags, device=device), em.tensor(other, device=device)
+    tx, ty = torch.tensor(flags), torch.tensor(other)
     assert_close_batch([
         ("+", x + y, tx + ty),  # or, stored as 1 (not 2)
         ("+ == True", (x + y) == em.tensor([True] * 4, device=device), (tx + ty) == torch.tensor([True] * 4)),
@@ -361,7 +362,8 @@ def test_sizes_and_broadcasting(size: int, device: str) -> None:
     c = random_array((size,), dtype=np.int32, seed=2)
     x, y, z = em.tensor(a, device=device), em.tensor(b, device=device), em.tensor(c, device=device)
     tx, ty, tz = torch.tensor(a), torch.tensor(b), torch.tensor(c)
-    assert_close_batch([("x * y + z", x * y + z, tx * ty + tz), ("where", em.where(x > 0, z, y), torch.where(tx > 0, tz, ty)),
+    assert_close_batch([("x * y + z", x * y + z, tx * ty + tz),
+                        ("where", em.where(x > 0, z, y), torch.where(tx > 0, tz, ty)),
                         ("z // 3 - z % 3", z // 3 - z % 3, tz // 3 - tz % 3)])
 
 
@@ -393,7 +395,7 @@ def test_dtype_errors_name_the_dtypes() -> None:
     with pytest.raises(em.DTypeError, match="bitwise_and: .*float32"):
         floats & floats
     with pytest.raises(em.DTypeError, match="bitwise not.*float32"):
-        ~floats
+        _ = ~floats
     with pytest.raises(em.DTypeError, match="shifts need integer tensors, got float32"):
         floats << 1
     with pytest.raises(em.DTypeError, match="subtraction with a bool operand"):

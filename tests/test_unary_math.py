@@ -133,7 +133,7 @@ def test_bool_inputs_raise_where_torch_raises() -> None:
         with pytest.raises(em.DTypeError, match=f"{name}.*bool"):
             getattr(flags, name)()
     with pytest.raises(em.DTypeError, match="bool"):
-        -flags
+        _ = -flags
     with pytest.raises(em.DTypeError, match="hardtanh: bool"):
         flags.relu6()
 
@@ -145,7 +145,8 @@ def test_sin_cos_tan_for_large_arguments(device: str) -> None:
     for dtype, atol in ((em.float32, 2e-7), (em.float64, 1e-15)):
         data = values.astype(dtype.numpy)
         x, tx = em.tensor(data, device=device), torch.tensor(data)
-        cases += [(f"sin {dtype.name}", x.sin(), tx.sin(), atol, 0), (f"cos {dtype.name}", x.cos(), tx.cos(), 2 * atol, 0),
+        cases += [(f"sin {dtype.name}", x.sin(), tx.sin(), atol, 0),
+                  (f"cos {dtype.name}", x.cos(), tx.cos(), 2 * atol, 0),
                   (f"tan {dtype.name}", x.tan(), tx.tan(), 4 * atol, 1e-5)]
     assert_close_batch(cases)
 

@@ -12,8 +12,8 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType, to_dtype
 from ember.core.errors import DTypeError, ShapeError
 from ember.core.graph import Node
-from ember.core.ops import Op
 from ember.core.movement import _shape_argument
+from ember.core.ops import Op
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -44,7 +44,7 @@ def _numpy_from_data(data: Any, dtype: DType | None) -> np.ndarray:
         if str(data.dtype) == "torch.bfloat16":
             data = data.float()
         data = data.numpy()
-    if isinstance(data, np.ndarray) or isinstance(data, np.generic):
+    if isinstance(data, (np.ndarray, np.generic)):
         array = np.asarray(data)
     else:
         try:
@@ -344,7 +344,6 @@ def _standard_normal(count: int, device: str, dtype: DType) -> Tensor:
     """Box-Muller, z = sqrt(-2 ln u) * cos(2 pi v), in int64 fixed point: integer operations give the same bits on
     every device (float libm functions differ in the last place between C and OpenCL). The result is a multiple
     of 2**-24 converted exactly; cos(2 pi v) is drawn as +-cos(pi/2 w), which has the same distribution."""
-    from ember.core.tensor import Tensor
 
     first = _random_bits(count, device).cast(dtypes.int64) + 1  # u = first / 2**32 in (0, 1]
     second = _random_bits(count, device).cast(dtypes.int64)

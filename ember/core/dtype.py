@@ -68,10 +68,13 @@ ALL_DTYPES: tuple[DType, ...] = (
     bool_, uint8, uint16, uint32, uint64, int8, int16, int32, int64, float16, bfloat16, float32, float64,
 )
 DTYPES_BY_NAME: dict[str, DType] = {dtype.name: dtype for dtype in ALL_DTYPES}
-DTYPES_BY_NAME.update({"bool_": bool_, "float": float32, "double": float64, "half": float16, "long": int64, "int": int32})
+DTYPES_BY_NAME.update(
+    {"bool_": bool_, "float": float32, "double": float64, "half": float16, "long": int64, "int": int32}
+)
 
 DEFAULT_FLOAT = float32
 DEFAULT_INT = int64
+PYTHON_SCALARS = (bool, int, float, np.bool_, np.integer, np.floating)  # numbers that act as scalar operands
 
 
 def to_dtype(value: object) -> DType:

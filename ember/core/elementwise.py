@@ -1,4 +1,4 @@
-"""Elementwise Tensor methods: casting, dtype promotion, arithmetic, comparisons, logic and bits, as primitives."""
+"""Elementwise Tensor methods: casting, dtype promotion, arithmetic, comparisons, selection, as primitives."""
 
 from __future__ import annotations
 
@@ -9,8 +9,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.core import dtype as dtypes
-from ember.core.dtype import DType, combine_result_types, to_dtype
+from ember.core.arithmetic import (
+    float_floor_divide,
+    float_fmod,
+    float_pow,
+    integer_pow,
+    pow_scalar_exponent,
+    signs_differ,
+)
+from ember.core.dtype import PYTHON_SCALARS, DType, combine_result_types, to_dtype
 from ember.core.errors import DTypeError, ShapeError
+from ember.core.logic import LogicOps
 from ember.core.ops import Op
 from ember.core.shapes import broadcast_shapes
 from ember.core.unary_math import UnaryMathOps
@@ -19,10 +28,9 @@ if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
 Number = int | float | bool
-PYTHON_NUMBERS = (bool, int, float, np.bool_, np.integer, np.floating)
 
 
-class ElementwiseOps(UnaryMathOps):
+class ElementwiseOps(UnaryMathOps, LogicOps):
     """Mixin: every elementwise method. Needs `_apply`, `_full`, `shape`, `dtype`, `device` from the class."""
 
     __slots__ = ()
@@ -59,7 +67,8 @@ class ElementwiseOps(UnaryMathOps):
         if dtype.is_bool:
             return self != 0
         if self.dtype.is_bool:
-            return self.where(self._full(self.shape, 1, dtype, self.device), self._full(self.shape, 0, dtype, self.device))
+            one, zero = self._full(self.shape, 1, dtype, self.device), self._full(self.shape, 0, dtype, self.device)
+            return self.where(one, zero)
         return self._apply(Op.CAST, arg=dtype)
 
     def type(self: Tensor, dtype: DType | str) -> Tensor:
@@ -144,12 +153,12 @@ class ElementwiseOps(UnaryMathOps):
         if left.dtype.is_bool:
             raise DTypeError("floor_divide: not supported for bool tensors (as in PyTorch); cast to an integer dtype")
         if left.dtype.is_float:
-            return _float_floor_divide(left, right)
+            return float_floor_divide(left, right)
         quotient = left._apply(Op.IDIV, right)
         if left.dtype.is_unsigned:
             return quotient
         remainder = left._apply(Op.MOD, right)
-        return _signs_differ(remainder, right).where(quotient - 1, quotient)
+        return signs_differ(remainder, right).where(quotient - 1, quotient)
 
     def remainder(self: Tensor, other: Any, reverse: bool = False) -> Tensor:
         """Python's modulo: the result has the sign of the divisor (torch.remainder; x % 0 is NaN for floats and
@@ -157,17 +166,17 @@ class ElementwiseOps(UnaryMathOps):
         left, right = self._operands(other, "remainder", reverse)
         if left.dtype.is_bool:
             raise DTypeError("remainder: not supported for bool tensors (as in PyTorch); cast to an integer dtype")
-        remainder = _float_fmod(left, right) if left.dtype.is_float else left._apply(Op.MOD, right)
+        remainder = float_fmod(left, right) if left.dtype.is_float else left._apply(Op.MOD, right)
         if left.dtype.is_unsigned:
             return remainder
-        return _signs_differ(remainder, right).where(remainder + right, remainder)
+        return signs_differ(remainder, right).where(remainder + right, remainder)
 
     def fmod(self: Tensor, other: Any) -> Tensor:
         """C's fmod: the remainder of truncated division, with the sign of the dividend (torch.fmod)."""
         left, right = self._operands(other, "fmod")
         if left.dtype.is_bool:
             raise DTypeError("fmod: not supported for bool tensors (as in PyTorch); cast to an integer dtype")
-        return _float_fmod(left, right) if left.dtype.is_float else left._apply(Op.MOD, right)
+        return float_fmod(left, right) if left.dtype.is_float else left._apply(Op.MOD, right)
 
     def neg(self: Tensor) -> Tensor:
         if self.dtype.is_bool:
@@ -181,14 +190,14 @@ class ElementwiseOps(UnaryMathOps):
 
     def pow(self: Tensor, exponent: Any, reverse: bool = False) -> Tensor:
         """self ** exponent (or exponent ** self when `reverse`), with torch's dtypes and C pow's special values."""
-        if not reverse and isinstance(exponent, PYTHON_NUMBERS) and not isinstance(exponent, (bool, np.bool_)):
-            return _pow_scalar_exponent(self, exponent)
+        if not reverse and isinstance(exponent, PYTHON_SCALARS) and not isinstance(exponent, (bool, np.bool_)):
+            return pow_scalar_exponent(self, exponent)
         base, power = self._operands(exponent, "pow", reverse)
         if base.dtype.is_bool:
             raise DTypeError("pow: bool ** bool is not supported (as in PyTorch); cast one operand to a number dtype")
         if base.dtype.is_float:
-            return _float_pow(base, power)
-        return _integer_pow(base, power)
+            return float_pow(base, power)
+        return integer_pow(base, power)
 
     def float_power(self: Tensor, exponent: Any) -> Tensor:
         return self.double().pow(exponent.double() if isinstance(exponent, ElementwiseOps) else float(exponent))
@@ -236,10 +245,10 @@ class ElementwiseOps(UnaryMathOps):
         left, right = self._operands(other, "ge")
         return right._apply(Op.CMPLT, left).logical_or(left._apply(Op.CMPEQ, right))
 
-    def __eq__(self: Tensor, other: Any) -> Tensor:  # type: ignore[override]
+    def __eq__(self: Tensor, other: object) -> Tensor:  # type: ignore[override]
         return self._binary(Op.CMPEQ, other, "eq")
 
-    def __ne__(self: Tensor, other: Any) -> Tensor:  # type: ignore[override]
+    def __ne__(self: Tensor, other: object) -> Tensor:  # type: ignore[override]
         return self._binary(Op.CMPEQ, other, "ne")._apply(Op.NOT)
 
     def eq(self: Tensor, other: Any) -> Tensor:
@@ -320,7 +329,7 @@ class ElementwiseOps(UnaryMathOps):
             return _minimum(left, right)
         return left.isnan().where(right, right.isnan().where(left, _minimum(left, right)))
 
-    def clamp(self: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002 - torch's names
+    def clamp(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
         """min(max(self, min), max): bounds are numbers or tensors; the dtype is torch.result_type of all three."""
         if min is None and max is None:
             raise ValueError("clamp: at least one of min and max must be given")
@@ -339,13 +348,13 @@ class ElementwiseOps(UnaryMathOps):
 
     clip = clamp
 
-    def clamp_min(self: Tensor, min: Any) -> Tensor:  # noqa: A002
+    def clamp_min(self: Tensor, min: Any) -> Tensor:
         return self.clamp(min=min)
 
-    def clamp_max(self: Tensor, max: Any) -> Tensor:  # noqa: A002
+    def clamp_max(self: Tensor, max: Any) -> Tensor:
         return self.clamp(max=max)
 
-    def where(self: Tensor, input: Any, other: Any) -> Tensor:  # noqa: A002 - torch's names
+    def where(self: Tensor, input: Any, other: Any) -> Tensor:
         """`condition.where(x, y)`: x where the bool tensor self is True, else y (a select: the branch not taken
         never leaks). The same as ember.where(condition, x, y); note torch's Tensor.where puts self as x instead."""
         if not self.dtype.is_bool:
@@ -365,7 +374,9 @@ class ElementwiseOps(UnaryMathOps):
                 f"masked_fill: mask must be a bool tensor, got {getattr(mask, 'dtype', type(mask).__name__)}"
             )
         if broadcast_shapes(self.shape, mask.shape, op="masked_fill") != self.shape:
-            raise ShapeError(f"masked_fill: mask of shape {mask.shape} must broadcast to the tensor's shape {self.shape}")
+            raise ShapeError(
+                f"masked_fill: mask of shape {mask.shape} must broadcast to the tensor's shape {self.shape}"
+            )
         if isinstance(value, ElementwiseOps):
             if value.ndim != 0:
                 raise ShapeError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
@@ -373,63 +384,6 @@ class ElementwiseOps(UnaryMathOps):
         else:
             fill = self._full(self.shape, value, self.dtype, self.device)
         return mask.expand(self.shape)._apply(Op.WHERE, fill, self)
-
-    # ---- logic and bits ----------------------------------------------------------------------------------------
-
-    def logical_not(self: Tensor) -> Tensor:
-        return self.cast(dtypes.bool_)._apply(Op.NOT)
-
-    def logical_and(self: Tensor, other: Any) -> Tensor:
-        left, right = _as_bool(self)._operands(_as_bool(other), "logical_and")
-        return left._apply(Op.AND, right)
-
-    def logical_or(self: Tensor, other: Any) -> Tensor:
-        left, right = _as_bool(self)._operands(_as_bool(other), "logical_or")
-        return left._apply(Op.OR, right)
-
-    def logical_xor(self: Tensor, other: Any) -> Tensor:
-        left, right = _as_bool(self)._operands(_as_bool(other), "logical_xor")
-        return left._apply(Op.XOR, right)
-
-    def _bitwise(self: Tensor, op: Op, other: Any, name: str, reverse: bool = False) -> Tensor:
-        left, right = self._operands(other, name, reverse)
-        if left.dtype.is_float:
-            raise DTypeError(f"{name}: bitwise ops need integer or bool tensors, got {left.dtype.name}")
-        return left._apply(op, right)
-
-    def bitwise_and(self: Tensor, other: Any) -> Tensor:
-        return self._bitwise(Op.AND, other, "bitwise_and")
-
-    def bitwise_or(self: Tensor, other: Any) -> Tensor:
-        return self._bitwise(Op.OR, other, "bitwise_or")
-
-    def bitwise_xor(self: Tensor, other: Any) -> Tensor:
-        return self._bitwise(Op.XOR, other, "bitwise_xor")
-
-    def bitwise_not(self: Tensor) -> Tensor:
-        if self.dtype.is_float:
-            raise DTypeError(f"bitwise_not: needs an integer or bool tensor, got {self.dtype.name}")
-        return self._apply(Op.NOT)
-
-    def bitwise_left_shift(self: Tensor, other: Any, reverse: bool = False) -> Tensor:
-        """self << other; shifting by a negative amount or by the bit width or more gives 0 (like torch)."""
-        value, amount = self._operands(other, "bitwise_left_shift", reverse)
-        _check_shift_dtype(value.dtype, "bitwise_left_shift")
-        zero = value._full(value.shape, 0, value.dtype, value.device)
-        in_range = _shift_in_range(amount)
-        return in_range.where(value._apply(Op.SHL, in_range.where(amount, zero)), zero)
-
-    def bitwise_right_shift(self: Tensor, other: Any, reverse: bool = False) -> Tensor:
-        """self >> other (arithmetic for signed types); an amount out of [0, bits) shifts every bit out."""
-        value, amount = self._operands(other, "bitwise_right_shift", reverse)
-        _check_shift_dtype(value.dtype, "bitwise_right_shift")
-        zero = value._full(value.shape, 0, value.dtype, value.device)
-        in_range = _shift_in_range(amount)
-        shifted = value._apply(Op.SHR, in_range.where(amount, zero))
-        if value.dtype.is_unsigned:
-            return in_range.where(shifted, zero)
-        sign_fill = value._apply(Op.SHR, value._full(value.shape, value.dtype.bits - 1, value.dtype, value.device))
-        return in_range.where(shifted, sign_fill)
 
     # ---- operators -----------------------------------------------------------------------------------------
 
@@ -485,41 +439,6 @@ class ElementwiseOps(UnaryMathOps):
     def __abs__(self: Tensor) -> Tensor:
         return self.abs()
 
-    def __invert__(self: Tensor) -> Tensor:
-        if self.dtype.is_float:
-            raise DTypeError(f"~ (bitwise not) needs an integer or bool tensor, got {self.dtype.name}")
-        return self._apply(Op.NOT)
-
-    def __and__(self: Tensor, other: Any) -> Tensor:
-        return self.bitwise_and(other)
-
-    def __rand__(self: Tensor, other: Any) -> Tensor:
-        return self.bitwise_and(other)
-
-    def __or__(self: Tensor, other: Any) -> Tensor:
-        return self.bitwise_or(other)
-
-    def __ror__(self: Tensor, other: Any) -> Tensor:
-        return self.bitwise_or(other)
-
-    def __xor__(self: Tensor, other: Any) -> Tensor:
-        return self.bitwise_xor(other)
-
-    def __rxor__(self: Tensor, other: Any) -> Tensor:
-        return self.bitwise_xor(other)
-
-    def __lshift__(self: Tensor, other: Any) -> Tensor:
-        return self.bitwise_left_shift(other)
-
-    def __rlshift__(self: Tensor, other: Any) -> Tensor:
-        return self.bitwise_left_shift(other, reverse=True)
-
-    def __rshift__(self: Tensor, other: Any) -> Tensor:
-        return self.bitwise_right_shift(other)
-
-    def __rrshift__(self: Tensor, other: Any) -> Tensor:
-        return self.bitwise_right_shift(other, reverse=True)
-
     # ---- in-place forms: rebind this tensor to the new value; the result must cast to self's dtype (as in torch) --
 
     def _assign_in_place(self: Tensor, value: Tensor, op_name: str) -> Tensor:
@@ -556,21 +475,6 @@ class ElementwiseOps(UnaryMathOps):
     def __ipow__(self: Tensor, other: Any) -> Tensor:
         return self._assign_in_place(self**other, "pow_")
 
-    def __iand__(self: Tensor, other: Any) -> Tensor:
-        return self._assign_in_place(self & other, "bitwise_and_")
-
-    def __ior__(self: Tensor, other: Any) -> Tensor:
-        return self._assign_in_place(self | other, "bitwise_or_")
-
-    def __ixor__(self: Tensor, other: Any) -> Tensor:
-        return self._assign_in_place(self ^ other, "bitwise_xor_")
-
-    def __ilshift__(self: Tensor, other: Any) -> Tensor:
-        return self._assign_in_place(self << other, "bitwise_left_shift_")
-
-    def __irshift__(self: Tensor, other: Any) -> Tensor:
-        return self._assign_in_place(self >> other, "bitwise_right_shift_")
-
     def add_(self: Tensor, other: Any, alpha: Number = 1) -> Tensor:
         return self._assign_in_place(self.add(other, alpha), "add_")
 
@@ -592,7 +496,7 @@ class ElementwiseOps(UnaryMathOps):
     def abs_(self: Tensor) -> Tensor:
         return self._assign_in_place(self.abs(), "abs_")
 
-    def clamp_(self: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+    def clamp_(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
         return self._assign_in_place(self.clamp(min, max), "clamp_")
 
     def zero_(self: Tensor) -> Tensor:
@@ -624,7 +528,7 @@ def _align(anchor: Tensor, values: Sequence[Any], op_name: str, extra_shapes: Se
         if isinstance(value, ElementwiseOps):
             tensors.append(value)
             (dimensioned if value.ndim else zero_dim).append(value.dtype)
-        elif isinstance(value, PYTHON_NUMBERS):
+        elif isinstance(value, PYTHON_SCALARS):
             tensors.append(value)
             scalars.append(dtypes.scalar_dtype(value))
         elif hasattr(value, "shape") and hasattr(value, "dtype") and tuple(value.shape) == ():  # numpy/torch scalar
@@ -637,7 +541,8 @@ def _align(anchor: Tensor, values: Sequence[Any], op_name: str, extra_shapes: Se
             (dimensioned if converted.ndim else zero_dim).append(converted.dtype)
         else:
             raise TypeError(
-                f"{op_name}: unsupported operand type {type(value).__name__} (expected a Tensor, a number or array data)"
+                f"{op_name}: unsupported operand type {type(value).__name__} (expected a Tensor, a number or "
+                f"array data)"
             )
     dtype = combine_result_types(dimensioned, zero_dim, scalars)
     shapes = [value.shape for value in tensors if isinstance(value, ElementwiseOps)]
@@ -661,14 +566,6 @@ def _tensor_from(data: Any, device: str) -> Tensor:
     return Tensor(data, device=device)
 
 
-def _as_bool(value: Any) -> Any:
-    if isinstance(value, ElementwiseOps):
-        return value.cast(dtypes.bool_)
-    if isinstance(value, PYTHON_NUMBERS):
-        return bool(value)
-    return value
-
-
 def _can_cast(source: DType, target: DType) -> bool:
     """torch.can_cast: an in-place result may not move to a lower category (float -> int, int -> bool)."""
     rank = {"b": 0, "u": 1, "i": 1, "f": 2}
@@ -684,20 +581,6 @@ def _check_no_bool_subtraction(tensor: Tensor, other: Any) -> None:
         )
 
 
-def _check_shift_dtype(dtype: DType, name: str) -> None:
-    if not dtype.is_int:
-        raise DTypeError(f"{name}: shifts need integer tensors, got {dtype.name} (as in PyTorch)")
-
-
-def _shift_in_range(amount: Tensor) -> Tensor:
-    """amount in [0, bits): where a shift is defined on every device (C and OpenCL differ outside)."""
-    bits = amount._full(amount.shape, amount.dtype.bits, amount.dtype, amount.device)
-    in_range = amount < bits
-    if not amount.dtype.is_unsigned:
-        in_range = in_range.logical_and(amount >= 0)
-    return in_range
-
-
 def _maximum(left: Tensor, right: Tensor) -> Tensor:
     if left.dtype.is_bool:
         return left._apply(Op.OR, right)
@@ -710,117 +593,3 @@ def _minimum(left: Tensor, right: Tensor) -> Tensor:
         return left._apply(Op.AND, right)
     flip = Op.NEG if left.dtype.is_float else Op.NOT
     return left._apply(flip)._apply(Op.MAX, right._apply(flip))._apply(flip)
-
-
-def _signs_differ(remainder: Tensor, divisor: Tensor) -> Tensor:
-    """Where a truncated remainder needs the floor correction: nonzero and of the other sign than the divisor."""
-    zero = remainder._full(remainder.shape, 0, remainder.dtype, remainder.device)
-    return (remainder != zero).logical_and((remainder < zero) != (divisor < zero))
-
-
-def _float_fmod(dividend: Tensor, divisor: Tensor) -> Tensor:
-    """C's fmod for floats: a - trunc(a / b) * b, and a itself for a finite a and an infinite b."""
-    remainder = dividend - (dividend / divisor).trunc() * divisor
-    return divisor.isinf().logical_and(dividend.isfinite()).where(dividend, remainder)
-
-
-def _float_floor_divide(dividend: Tensor, divisor: Tensor) -> Tensor:
-    """torch's floor division of floats: (a - fmod(a, b)) / b corrected toward -inf and rounded to an integer;
-    a division by zero gives a / 0 (inf or NaN)."""
-    remainder = _float_fmod(dividend, divisor)
-    quotient = (dividend - remainder) / divisor
-    quotient = _signs_differ(remainder, divisor).where(quotient - 1, quotient)
-    floored = quotient.floor()
-    floored = (quotient - floored > 0.5).where(floored + 1, floored)
-    exact = dividend / divisor
-    floored = (quotient == 0).where(exact * 0, floored)  # a zero keeps the sign of a / b
-    return (divisor == 0).where(exact, floored)
-
-
-def _pow_scalar_exponent(base: Tensor, exponent: Number) -> Tensor:
-    """base ** a Python number: small integer exponents multiply (exact for integers, accurate for floats)."""
-    left, power = base._operands(exponent, "pow")
-    dtype = left.dtype
-    if not dtype.is_float and exponent < 0:
-        raise DTypeError(
-            f"pow: integers to negative integer powers are not allowed (as in PyTorch), got a {base.dtype.name} "
-            f"tensor ** {exponent}; use a float tensor"
-        )
-    integral = float(exponent).is_integer()
-    if integral and abs(exponent) <= 64:
-        magnitude = int(abs(exponent))
-        result = _power_by_squaring(left, magnitude)
-        return result.reciprocal() if exponent < 0 else result
-    if dtype.is_float and exponent == 0.5:
-        return left.sqrt()
-    if dtype.is_float and exponent == -0.5:
-        return left.rsqrt()
-    if dtype.is_float:
-        return _float_pow(left, power)
-    return _integer_pow(left, power)
-
-
-def _power_by_squaring(base: Tensor, exponent: int) -> Tensor:
-    """base ** exponent for a non-negative Python int: about 2 * log2(exponent) multiplications."""
-    if exponent == 0:
-        return base._full(base.shape, 1, base.dtype, base.device)
-    result: Tensor | None = None
-    square = base
-    while True:
-        if exponent & 1:
-            result = square if result is None else result * square
-        exponent >>= 1
-        if not exponent:
-            return result
-        square = square * square
-
-
-def _float_pow(base: Tensor, power: Tensor) -> Tensor:
-    """Float pow with C's special values: x ** 0 = 1 ** y = 1, (-1) ** ±inf = 1, a negative finite base to a
-    non-integer power is NaN, and the sign of a negative (or -0.0) base survives odd integer powers."""
-    magnitude = (power * base.abs()._apply(Op.LOG2))._apply(Op.EXP2)
-    power_is_integer = power == power.trunc()
-    half = power * 0.5
-    power_is_odd = power_is_integer.logical_and(half != half.trunc())
-    zero = base._full(base.shape, 0, base.dtype, base.device)
-    sign_bit = (base < zero).logical_or((base == zero).logical_and(base.reciprocal() < zero))  # includes -0.0
-    result = sign_bit.logical_and(power_is_odd).where(-magnitude, magnitude)
-    negative_finite = (base < zero).logical_and(base.isfinite())
-    nan = base._full(base.shape, math.nan, base.dtype, base.device)
-    result = negative_finite.logical_and(power_is_integer.logical_not()).where(nan, result)
-    one = base._full(base.shape, 1, base.dtype, base.device)
-    is_one = (power == zero).logical_or(base == one).logical_or((base == -1.0).logical_and(power.isinf()))
-    return is_one.where(one, result)
-
-
-def _integer_pow(base: Tensor, power: Tensor) -> Tensor:
-    """Integer power with wraparound (like torch) for an integer exponent tensor, by the exponent's bits.
-
-    For bits >= width - 2 no squaring is needed: an odd base's square is then 1 modulo 2**width (the unit group
-    of Z/2**width has exponent 2**(width - 2)) and an even base's is 0. Negative exponents give 1 for a base of 1,
-    +-1 for -1 and 0 otherwise (torch's integer rule)."""
-    dtype = base.dtype
-    width = dtype.bits
-    one = base._full(base.shape, 1, dtype, base.device)
-    zero = base._full(base.shape, 0, dtype, base.device)
-    factors = []
-    square = base
-    for bit in range(width - 2):
-        mask = base._full(base.shape, 1 << bit, dtype, base.device)
-        factors.append(zero._apply(Op.CMPLT, power._apply(Op.AND, mask)).where(square, one))  # bit < width - 1: >= 0
-        if bit < width - 3:
-            square = square * square
-    while len(factors) > 1:  # a balanced product keeps the graph shallow
-        paired = [factors[index] * factors[index + 1] for index in range(0, len(factors) - 1, 2)]
-        factors = paired + ([factors[-1]] if len(factors) % 2 else [])
-    result = factors[0]
-    high_bits = power._apply(Op.SHR, base._full(base.shape, width - 2, dtype, base.device)) != zero
-    base_is_even = base._apply(Op.AND, one) == zero
-    result = high_bits.logical_and(base_is_even).where(zero, result)
-    if dtype.is_unsigned:
-        return result
-    negative_power = power < zero
-    odd_power = power._apply(Op.AND, one) != zero
-    minus_one = base == -1
-    negative_result = (base == one).where(one, minus_one.where(odd_power.where(base, one), zero))
-    return negative_power.where(negative_result, result)

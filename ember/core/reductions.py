@@ -143,7 +143,8 @@ class ReductionOps:
         index_shape = [1] * self.ndim
         index_shape[axis] = size
         reversed_index = (size - 1) - self._arange_primitive(size, dtypes.int64, self.device).reshape(index_shape)
-        score = is_extreme.where(reversed_index.expand(self.shape), self._full(self.shape, -1, dtypes.int64, self.device))
+        missing = self._full(self.shape, -1, dtypes.int64, self.device)
+        score = is_extreme.where(reversed_index.expand(self.shape), missing)
         return (size - 1) - score._reduce_axes(Op.REDUCE_MAX, (axis,), keepdim)
 
     def argmax(self: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
