@@ -238,16 +238,15 @@ class UnaryMathOps:
 
 
 def _exp(x: Tensor) -> Tensor:
-    """exp(x) = 2^k * exp2(r / ln 2) with k = trunc(x / ln 2) and r = x - k ln 2 computed exactly (Cody-Waite);
-    2^k is applied as two factors so that neither overflows before the product does."""
+    """exp(x) = exp2(r / ln 2) * 2^k with k = trunc(x / ln 2) and r = x - k ln 2 computed exactly (Cody-Waite).
+    2^k is exact down to the smallest denormal, and k reaches the overflow exponent exactly where exp(x) does."""
     high, low = LN_2_PARTS[x.dtype]
     limit = EXP_LIMIT[x.dtype]
-    clamped = x._apply(Op.MAX, x._constant(-limit))
+    clamped = x._apply(Op.MAX, x._constant(-limit))  # +-inf would make r NaN; beyond the limit exp is 0 or inf
     clamped = (clamped > limit).where(x._constant(limit), clamped)  # keeps NaN
     k = (clamped * LOG2_E)._apply(Op.TRUNC)
     reduced = (clamped - k * high) - k * low
-    half_k = (k * 0.5)._apply(Op.TRUNC)
-    return (reduced * LOG2_E)._apply(Op.EXP2) * half_k._apply(Op.EXP2) * (k - half_k)._apply(Op.EXP2)
+    return (reduced * LOG2_E)._apply(Op.EXP2) * k._apply(Op.EXP2)
 
 
 def _expm1(x: Tensor) -> Tensor:
