@@ -435,3 +435,30 @@ def test_masked_fill_and_lerp(device: str) -> None:
         x.masked_fill(em.ones(2, 4, dtype=em.bool, device=device), 0.0)
     with pytest.raises(em.ShapeError, match=r"mask of shape \(2, 1, 4\) must broadcast to the tensor's shape \(3, 4\)"):
         x.masked_fill(em.ones(2, 1, 4, dtype=em.bool, device=device), 0.0)
+
+
+@pytest.mark.parametrize("dtype", [em.uint16, em.uint32, em.uint64])
+def test_wide_unsigned_types_against_numpy(dtype: em.DType, device: str) -> None:
+    """torch has almost no kernels for uint16/32/64; ember computes them like numpy (wraparound modulo 2**bits)."""
+    top = np.iinfo(dtype.numpy).max
+    left = np.array([0, 1, 7, 1000, top // 3, top - 1, top], dtype=dtype.numpy)
+    right = np.array([1, 3, 7, 9, 2, top, 5], dtype=dtype.numpy)
+    x, y = em.tensor(left, device=device), em.tensor(right, device=device)
+    with np.errstate(over="ignore"):
+        results = {"+": (x + y, left + right), "-": (x - y, left - right), "*": (x * y, left * right),
+                   "//": (x // y, left // right), "%": (x % y, left % right),
+                   "max": (x.maximum(y), np.maximum(left, right)), "min": (x.minimum(y), np.minimum(left, right)),
+                   "<": (x < y, left < right), "&": (x & y, left & right),
+                   ">> 3": (x >> 3, left >> 3), "<< 2": (x << 2, left << np.array(2, dtype=dtype.numpy)),
+                   "~": (~x, ~left), "sum": (x.sum(), np.array(left.astype(np.uint64).sum().astype(np.int64))),
+                   "amax": (x.amax(), left.max())}
+    groups: dict[em.DType, list[str]] = {}
+    for name, (actual, _) in results.items():
+        assert actual.dtype.name == ("int64" if name == "sum" else "bool" if name == "<" else dtype.name), name
+        groups.setdefault(actual.dtype, []).append(name)
+    for names in groups.values():  # one kernel per result dtype
+        values, start = em.cat([results[name][0].reshape(-1) for name in names]).numpy(), 0
+        for name in names:
+            expected = np.asarray(results[name][1]).reshape(-1)
+            np.testing.assert_array_equal(values[start:start + expected.size], expected, err_msg=name)
+            start += expected.size
