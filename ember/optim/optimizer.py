@@ -4,6 +4,8 @@ A step builds the new value of every parameter and every state tensor lazily, th
 `ember.realize(...)` call, so the kernelizer fuses each update into a few kernels. Hyperparameters that change
 between steps (the learning rate set by a scheduler, Adam's bias corrections) are not baked into the kernels as
 constants: they live in a small device tensor per step (`StepScalars`), so changing them never recompiles.
+torch's `foreach`, `fused` and `capturable` flags are accepted for compatibility and change nothing: every step is
+fused this way.
 """
 
 from __future__ import annotations
