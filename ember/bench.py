@@ -1,8 +1,8 @@
 """The benchmark suite (`python -m ember bench`): ember on each device next to PyTorch and numpy, in one run.
 
 Every case of BENCHMARKS.md is timed for each implementation in the same process (medians of N runs after
-warm-up; inputs are touched before timing), and the cold-start cases run in fresh processes with empty kernel
-caches. Results print as one table with speed ratios and can be written as JSON; `--compare a.json b.json` shows
+warm-up, the implementations taking turns; inputs are touched before timing), and the cold-start cases run in fresh
+processes with empty kernel caches. Results print as one table with speed ratios and can be written as JSON; `--compare a.json b.json` shows
 how two runs differ. This is a measuring script, never a test: nothing here fails on a slow number.
 """
 
@@ -402,20 +402,34 @@ def cold_results(devices: list[str], batch: int, repeats: int) -> list[Result]:
 
 
 def run_case(case: Case, repeats: int, warmup: int, log: Callable[[str], None]) -> list[Result]:
-    results = []
+    """Warm every implementation up, then time them in turns (run 1 of each, run 2 of each, ...).
+
+    Taking turns spreads the noise of other processes evenly over the implementations, so ratios hold up better
+    than absolute numbers on a busy machine."""
+    runners: dict[str, Runner] = {}
+    failures: dict[str, str] = {}
     for implementation, builder in case.builders.items():
         try:
             runner = builder()
-            times = measure(runner, repeats, warmup)
+            measure(runner, 0, warmup)
+            runners[implementation] = runner
         except Exception as error:  # noqa: BLE001 - e.g. torch.compile without a working inductor here
             message = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
+            failures[implementation] = f"failed: {type(error).__name__}: {message}"
+    times: dict[str, list[float]] = {implementation: [] for implementation in runners}
+    for _ in range(repeats):
+        for implementation, runner in runners.items():
+            times[implementation] += measure(runner, 1, 0)
+    results = []
+    for implementation in case.builders:
+        if implementation in failures:
             results.append(Result(case.name, implementation, None, case.unit, case.higher_is_better,
-                                  note=f"failed: {type(error).__name__}: {message}"))
-            log(f"  {implementation:<16} failed: {message}")
+                                  note=failures[implementation]))
+            log(f"  {implementation:<16} {failures[implementation]}")
             continue
-        median = statistics.median(times)
+        median = statistics.median(times[implementation])
         results.append(Result(case.name, implementation, case.to_metric(median), case.unit, case.higher_is_better,
-                              median, times))
+                              median, times[implementation]))
         log(f"  {implementation:<16} {case.to_metric(median):12.4g} {case.unit}")
     return results
 
