@@ -214,3 +214,20 @@ def test_transcendentals_are_accurate(device_under_test: str, dtype: em.DType) -
     exponents = wide / (80 if dtype == em.float32 else 10)
     np.testing.assert_allclose(em.tensor(exponents, device=device_under_test).exp2().numpy(),
                                np.exp2(exponents.astype(np.float64)), rtol=8 * ulp)
+
+
+def test_compiler_rewrites_that_change_results(device_under_test: str) -> None:
+    """Patterns an optimizing shader compiler gets wrong unless the renderer guards them (Mesa 22 on lavapipe)."""
+    require_dtypes(device_under_test, em.int64)
+    index = em.arange(7, device=device_under_test)  # int64 values from int32 index math
+    tindex = torch.arange(7)
+    assert_close((index > 0) & (index < 5), (tindex > 0) & (tindex < 5))
+    assert_close(index.maximum(index.flip(0)), tindex.maximum(tindex.flip(0)))
+    values, tvalues = pair_of([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], em.float32, device_under_test)
+    assert_close(em.where((index >= 1) & (index < 4), values, 0.0).sum(), torch.where((tindex >= 1) & (tindex < 4),
+                                                                                     tvalues, 0.0).sum())
+    small, tsmall = pair_of([1e-8, -3e-8, 1e-3], em.float32, device_under_test)
+    assert_close((small + 1) - 1, (tsmall + 1) - 1, atol=0, rtol=0)  # no reassociation to `small`
+    ones = em.full((3,), 1.0, device=device_under_test)
+    assert_close(ones / 0.0, torch.full((3,), 1.0) / 0.0)  # constant operands only: evaluated at run time
+    assert_close((ones * 0.0 - 1.0).log(), (torch.full((3,), 1.0) * 0.0 - 1.0).log())

@@ -420,8 +420,8 @@ class WGSLRenderer:
         return "\n".join(lines) + "\n"
 
     def _hide_from_fast_math(self, node: IRNode, operands: list[str]) -> list[str]:
-        """Pass one operand through `ember_opaque_*` where Mesa's inexact algebra would drop a NaN or infinity:
-        x - x -> 0, x / x -> 1, x + (-x) -> 0, x * 0 -> 0 (WGSL allows a compiler to assume finite floats)."""
+        """Pass one operand through `ember_opaque_*` where Mesa's inexact algebra would drop a NaN or infinity or
+        change the rounding: x - x -> 0, x / x -> 1, x + (-x) -> 0, x * 0 -> 0, x / c -> x * (1 / c)."""
         a, b = (node.srcs + (None,))[:2]
         if b is None:
             return operands
@@ -431,6 +431,8 @@ class WGSLRenderer:
             hide = 1
         elif node.op is Op.MUL and (_is_zero(a) or _is_zero(b)):
             hide = 0 if _is_zero(a) else 1
+        elif node.op is Op.DIV and b.is_const:
+            hide = 1  # Mesa turns x / c into x * (1 / c): inexact, and x / 0 gives 0
         if hide is None:
             return operands
         kind = self.value_type(node.srcs[hide].dtype)

@@ -28,14 +28,9 @@ __kernel void elementwise_broadcast_0(__global float* restrict data0, __global c
     float v23 = (v21-v22);
     float v24 = (v23*1.4426950216293335f);
     float v25 = exp2(v24);
-    float v26 = (v19*0.5f);
-    float v27 = trunc(v26);
-    float v28 = exp2(v27);
-    float v29 = (v25*v28);
-    float v30 = (v19-v27);
-    float v31 = exp2(v30);
-    float v32 = (v29*v31);
-    float v33 = data4[v2];
-    float v34 = (((v32)>(v33))|((v32)!=(v32))?(v32):(v33));
-    data0[v7] = v34;
+    float v26 = exp2(v19);
+    float v27 = (v25*v26);
+    float v28 = data4[v2];
+    float v29 = (((v27)>(v28))|((v27)!=(v27))?(v27):(v28));
+    data0[v7] = v29;
 }
