@@ -5,7 +5,7 @@ several times, and the best (minimum) time of each is reported with the ratio. `
 On a heavily loaded machine, `--cpu` times with the process's CPU time instead of the wall clock; run it with
 OMP_NUM_THREADS=1 so that both libraries use one thread and no time is spent spinning.
 
-    python benchmarks/c_kernels.py [matmul|elementwise|softmax ...] [--repeats N] [--size N] [--source] [--cpu]
+    python benchmarks/c_kernels.py [matmul|linear|elementwise|softmax ...] [--repeats N] [--size N] [--source] [--cpu]
 """
 
 from __future__ import annotations
@@ -72,6 +72,18 @@ def matmul(size: int, repeats: int) -> None:
     report(f"matmul {size}x{size} f32", "GFLOP/s", 2 * size**3, times)
 
 
+def linear(batch: int, inputs: int, outputs: int, repeats: int) -> None:
+    """x @ w.T as nn.Linear computes it: the weight is read along its rows (B transposed)."""
+    generator = np.random.default_rng(3)
+    a = touched(generator.standard_normal((batch, inputs), dtype=np.float32))
+    w = touched(generator.standard_normal((outputs, inputs), dtype=np.float32))
+    x, weight = em.tensor(a), em.tensor(w)
+    ta, tw = torch.from_numpy(a), torch.from_numpy(w)
+    np.testing.assert_allclose((x @ weight.T).numpy(), a @ w.T, rtol=1e-3, atol=1e-3 * inputs**0.5)
+    times = best_times({"ember": ember_runner(lambda: x @ weight.T), "torch": lambda: ta @ tw.T}, repeats)
+    report(f"x @ w.T {batch}x{inputs} @ {inputs}x{outputs}", "GFLOP/s", 2 * batch * inputs * outputs, times)
+
+
 def elementwise(count: int, repeats: int) -> None:
     data = touched(np.random.default_rng(1).uniform(-1, 1, count).astype(np.float32))
     x, tx = em.tensor(data), torch.from_numpy(data)
@@ -128,6 +140,9 @@ def main() -> None:
                 square = em.tensor(np.zeros((size, size), np.float32))
                 print_sources(lambda square=square: square @ square)
             matmul(size, arguments.repeats)
+        elif case == "linear":
+            linear(256, 784, 512, arguments.repeats)
+            linear(1024, 1024, 1024, arguments.repeats)
         elif case == "elementwise":
             if arguments.source:
                 print_sources(lambda: ((em.tensor(np.zeros(1 << 24, np.float32)) * 2 + 1).exp()).sqrt())
@@ -138,7 +153,7 @@ def main() -> None:
                 print_sources(lambda size=size: em.tensor(np.zeros((size, size), np.float32)).softmax(-1))
             softmax(size, arguments.repeats)
         else:
-            parser.error(f"unknown case {case!r}: choose from matmul, elementwise, softmax")
+            parser.error(f"unknown case {case!r}: choose from matmul, linear, elementwise, softmax")
 
 
 if __name__ == "__main__":

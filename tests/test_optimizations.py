@@ -53,6 +53,41 @@ def test_tiled_matmul_variants(device: str) -> None:
     assert_close(integers @ right, tintegers @ tright)
 
 
+def test_vector_reductions_values(device: str) -> None:
+    # rows of 16/24/40 elements are reduced by 8 lanes; 17 is not; 7 and 13 rows leave a clamped last tile
+    for seed, shape in enumerate([(7, 16), (13, 40), (5, 24), (9, 17), (2, 3, 32)]):
+        x, tx = pair(random_array(shape, seed=seed), device)
+        assert_close(x.softmax(-1), torch.softmax(tx, -1), atol=1e-6)
+        assert_close(x.sum(-1), tx.sum(-1), atol=1e-5)
+        assert_close(x.max(-1).values, tx.max(-1).values)
+        assert_close(x.sum(0), tx.sum(0), atol=1e-5)  # vectors along the output's last dim
+        assert_close(x.prod(-1), tx.prod(-1), atol=1e-5)
+    x, tx = pair(random_array((6, 32), np.float64, seed=9), device)
+    assert_close(x.logsumexp(-1), torch.logsumexp(tx, -1), atol=1e-12, rtol=1e-12)
+    special = np.array([[np.nan, 1.0] + [0.0] * 14, [-np.inf] * 16, [np.inf, -1.0] + [2.0] * 14], np.float32)
+    x, tx = pair(special, device)
+    assert_close(x.max(-1).values, tx.max(-1).values)  # NaN in one lane propagates
+    assert_close(x.sum(-1), tx.sum(-1))
+    integers, tintegers = pair(random_array((5, 32), np.int32, low=-9, high=9, seed=3), device)
+    assert_close(integers.sum(-1), tintegers.sum(-1))
+
+
+def test_vector_elementwise_values(device: str) -> None:
+    x, tx = pair(random_array((3, 32), seed=1), device)
+    y, ty = pair(random_array((3, 32), seed=2), device)
+    column, tcolumn = pair(random_array((3, 1), seed=3), device)
+    assert_close(((x * 2 + 1).exp()).sqrt(), ((tx * 2 + 1).exp()).sqrt())
+    assert_close(em.where(x > y, x, y * column), torch.where(tx > ty, tx, ty * tcolumn))  # masks, a broadcast column
+    assert_close((x - column).maximum(y), (tx - tcolumn).maximum(ty))
+    assert_close(x.log2().nan_to_num(0.0) + x.sin() + x.trunc() + x.reciprocal(),
+                 tx.log2().nan_to_num(0.0) + tx.sin() + tx.trunc() + tx.reciprocal(), atol=1e-4)
+    with_nan, twith_nan = pair(np.where(random_array((2, 16), seed=4) > 1, np.nan, 0.5).astype(np.float32), device)
+    assert_close(with_nan.relu() + with_nan.clamp(0, 1), twith_nan.relu() + twith_nan.clamp(0, 1))
+    wide, twide = pair(random_array((4, 8), np.float64, seed=5), device)
+    assert_close((wide * 3).exp() - wide.T.T, (twide * 3).exp() - twide, atol=1e-12, rtol=1e-12)
+    assert_close(x.T + 1, tx.T + 1)  # lanes would gather: stays scalar
+
+
 def rendered_c(tensor: em.Tensor, info: DeviceInfo = C_VECTORS) -> str:
     items = [item for item in kernelize([tensor.node]) if isinstance(item, KernelItem)]
     return "\n".join(CRenderer().render(build_kernel_ir(item.kernel, f"kernel{number}", info))
@@ -79,7 +114,23 @@ def test_matmul_tile_is_vectorized(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "ember_float32x" not in no_vectors and "float acc" in no_vectors  # a device without vector types
 
 
+def test_reductions_and_elementwise_are_vectorized(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    x = _dummy(64, 4096)
+    softmax = rendered_c(x.softmax(-1))
+    assert softmax.count("ember_float32x8 acc") == 8  # max and sum: 4 rows of 8 lanes each
+    assert "ember_exp2_float32x8(" in softmax and "ember_max_float32x8(" in softmax
+    assert "*(ember_float32x8_u*)(data0+" in softmax  # the last kernel stores vectors
+    column_sums = rendered_c(x.sum(0))
+    assert "ember_float32x8 acc" in column_sums and "loop1 < 64;" in column_sums
+    assert "ember_float32x" not in rendered_c(x.T + 1) and "ember_float32x" not in rendered_c(_dummy(64, 17).sum(1))
+    linear = rendered_c(_dummy(64, 32) @ _dummy(48, 32).T)  # B transposed: vectors along the reduced dim
+    assert linear.count("ember_float32x8 acc") == 12 and "loop1 < 4;" in linear
+
+
 def test_noopt_turns_every_transform_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EMBER_NOOPT", "1")
     source = rendered_c(_dummy(64, 32) @ _dummy(32, 64))
     assert "ember_float32x" not in source and source.count("acc") == 3  # one accumulator: defined, updated, stored
+    for tensor in (_dummy(64, 4096).softmax(-1), _dummy(64, 32) + 1, _dummy(64, 32) @ _dummy(48, 32).T):
+        assert "ember_float32x" not in rendered_c(tensor)

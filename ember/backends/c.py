@@ -106,13 +106,13 @@ class CRenderer(CStyleRenderer):
         return f"*({self.vector_type(node.dtype, node.width)}_u*)(data{position}+{index}) = {value}"
 
     def vector_maximum(self, operands: list[str], node: IRNode) -> str:
-        return f"ember_max_{self.vector_type(node.dtype, node.width)}({operands[0]}, {operands[1]})"
+        return f"ember_max_{node.dtype.name}x{node.width}({operands[0]}, {operands[1]})"
 
     def vector_select(self, operands: list[str], node: IRNode) -> str:
-        return f"ember_select_{self.vector_type(node.dtype, node.width)}({', '.join(operands)})"
+        return f"ember_select_{node.dtype.name}x{node.width}({', '.join(operands)})"
 
     def vector_math(self, operands: list[str], node: IRNode) -> str:
-        return f"ember_{node.op.name.lower()}_{self.vector_type(node.dtype, node.width)}({operands[0]})"
+        return f"ember_{node.op.name.lower()}_{node.dtype.name}x{node.width}({operands[0]})"
 
     def vector_helpers(self, kernel: KernelIR) -> list[str]:
         """typedefs of the vector types a kernel uses, and the helpers for its vector MAX, WHERE and math."""
@@ -141,7 +141,7 @@ class CRenderer(CStyleRenderer):
         for kind, dtype, width in sorted(functions, key=lambda item: (item[0], item[1].name, item[2])):
             vector = self.vector_type(dtype, width)
             mask = self.vector_type(MASK_TYPES[dtype.itemsize], width)
-            function = f"ember_{kind}_{vector}"
+            function = f"ember_{kind}_{dtype.name}x{width}"
             if kind == "max":  # NaN-propagating, like the scalar MAX
                 body = (f"static inline {vector} {function}({vector} a, {vector} b) {{ {mask} take = (a > b) | (a != a);"
                         f" return ({vector})((take & ({mask})a) | (~take & ({mask})b)); }}")

@@ -76,6 +76,8 @@ class KernelIR:
     global_size: int
     sink: IRNode
     index_dtype: DType
+    # groups of reduces that lowering split from one reduce, lane by lane (ir/vectorize.py packs each into a vector)
+    lane_groups: tuple[tuple[IRNode, ...], ...] = ()
 
     def key(self) -> str:
         """A structural description of the kernel (for caches and debug output)."""

@@ -25,7 +25,7 @@ def compute_dtype(dtype: DType) -> DType:
 class Lowerer:
     """Lowers the steps of one kernel at symbolic indices, memoizing (step, index, validity)."""
 
-    def __init__(self, kernel: Kernel, builder: Builder, index_dtype: DType) -> None:
+    def __init__(self, kernel: Kernel, builder: Builder, index_dtype: DType, reduce_lanes: int = 1) -> None:
         self.kernel = kernel
         self.steps = kernel.steps
         self.builder = builder
@@ -34,6 +34,8 @@ class Lowerer:
         self.memo: dict[tuple, IRNode] = {}
         # one loop variable per (reduce step, axis): every output a work item computes shares the same loops
         self.ranges: dict[tuple[int, int], IRNode] = {}
+        self.reduce_lanes = reduce_lanes
+        self.lane_groups: list[tuple[IRNode, ...]] = []
 
     def param(self, position: int, dtype: DType, is_output: bool) -> IRNode:
         if position not in self.params:
@@ -72,21 +74,42 @@ class Lowerer:
             return self._lower_movement(step, index, valid)
         if op in REDUCE_OPS:
             source_shape = self.steps[step.srcs[0]].shape
+            if source_shape and prod(source_shape) == 0:
+                return b.const(_reduce_identity(op, step.dtype), compute_dtype(step.dtype))
+            lanes = self.reduce_lanes
+            split = [axis for axis in step.arg if source_shape[axis] % lanes == 0 and source_shape[axis] >= 2 * lanes]
+            split_axis = split[-1] if lanes > 1 and split else None
             ranges = {}
             for axis in step.arg:
                 if source_shape[axis] != 1:
                     if (position, axis) not in self.ranges:
-                        self.ranges[(position, axis)] = b.new_range(source_shape[axis], self.index_dtype)
+                        size = source_shape[axis] // lanes if axis == split_axis else source_shape[axis]
+                        self.ranges[(position, axis)] = b.new_range(size, self.index_dtype)
                     ranges[axis] = self.ranges[(position, axis)]
-            source_index = tuple(
-                ranges.get(axis, b.const(0, self.index_dtype)) if axis in step.arg else axis_index
-                for axis, axis_index in enumerate(index)
-            )
-            value = self.lower(step.srcs[0], source_index, valid)
-            if source_shape and prod(source_shape) == 0:
-                return b.const(_reduce_identity(op, step.dtype), compute_dtype(step.dtype))
-            return b.reduce(op, value, tuple(ranges.values()))
+            if split_axis is None:
+                return b.reduce(op, self._reduced_value(step, index, ranges, valid), tuple(ranges.values()))
+            # split: `lanes` accumulators, lane l summing elements lanes*i + l of the axis, combined at the end
+            outer = ranges[split_axis]
+            group = []
+            for lane in range(lanes):
+                lane_ranges = {**ranges, split_axis: b.add(b.mul(outer, lanes), lane)}
+                group.append(b.reduce(op, self._reduced_value(step, index, lane_ranges, valid), tuple(ranges.values())))
+            self.lane_groups.append(tuple(group))
+            combine = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.REDUCE_MAX: Op.MAX}[op]
+            while len(group) > 1:
+                group = [b.alu(combine, group[0].dtype, *group[number:number + 2]) if number + 1 < len(group)
+                         else group[number] for number in range(0, len(group), 2)]
+            return group[0]
         raise AssertionError(f"lowering: {op} cannot appear inside a kernel")
+
+    def _reduced_value(self, step: KernelStep, index: tuple[IRNode, ...], ranges: dict[int, IRNode],
+                       valid: IRNode | None) -> IRNode:
+        """The value a reduce step reduces, at the output `index` and the reduced axes' `ranges`."""
+        zero = self.builder.const(0, self.index_dtype)
+        source_index = tuple(
+            ranges.get(axis, zero) if axis in step.arg else axis_index for axis, axis_index in enumerate(index)
+        )
+        return self.lower(step.srcs[0], source_index, valid)
 
     def _lower_elementwise(self, step: KernelStep, index: tuple[IRNode, ...], valid: IRNode | None) -> IRNode:
         b = self.builder
@@ -183,19 +206,21 @@ def _reduce_identity(op: Op, dtype: DType) -> Any:
 
 
 def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = None,
-                 order: tuple[int, ...] | None = None) -> KernelIR:
+                 order: tuple[int, ...] | None = None, reduce_lanes: int = 1) -> KernelIR:
     """The kernel IR of one kernel. Each work item computes a tile of outputs: `upcast[d]` consecutive elements
     along output dim d (None: one output per work item). A factor that does not divide its dim is allowed: the
     last tile's extra indices are clamped to the dim's last index, so they recompute and store that element's value
     again (the same value, by the same work item). `order` lists the output dims from the slowest-varying to the
-    fastest-varying in the work item number (default: row-major, the last dim fastest)."""
+    fastest-varying in the work item number (default: row-major, the last dim fastest). With `reduce_lanes` > 1
+    each reduce's last reduced axis that this many lanes divide is reduced by that many accumulators, lane l taking
+    every lanes-th element from l on, combined at the end (KernelIR.lane_groups lists them, for vectorize.py)."""
     output = kernel.output
     shape = output.shape
     factors = upcast if upcast is not None else (1,) * len(shape)
     largest = max((prod(shape), *kernel.input_sizes), default=0)
     index_dtype = dtypes.int32 if largest <= INT32_LIMIT else dtypes.int64
     builder = Builder()
-    lowerer = Lowerer(kernel, builder, index_dtype)
+    lowerer = Lowerer(kernel, builder, index_dtype, reduce_lanes)
     global_shape = tuple(-(-extent // factor) for extent, factor in zip(shape, factors))
     global_size = prod(global_shape)
     global_id = builder.global_id(max(global_size, 1), index_dtype)
@@ -229,4 +254,5 @@ def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = Non
         BufferParam(position, input_dtypes[position], kernel.input_sizes[position - 1], False)
         for position in range(1, len(kernel.input_sizes) + 1)
     ]
-    return KernelIR(name=name, params=params, global_size=global_size, sink=sink, index_dtype=index_dtype)
+    return KernelIR(name=name, params=params, global_size=global_size, sink=sink, index_dtype=index_dtype,
+                    lane_groups=tuple(lowerer.lane_groups))

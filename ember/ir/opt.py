@@ -10,13 +10,14 @@ work items of a thread reuse the same columns of B from cache."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from ember.backends.base import DeviceInfo
 from ember.core.ops import REDUCE_OPS, Op
 from ember.ir.ir import KernelIR
 from ember.ir.kernel import Kernel
-from ember.ir.lower import lower_kernel
-from ember.ir.vectorize import lanes_for, vectorize
+from ember.ir.lower import compute_dtype, lower_kernel
+from ember.ir.vectorize import gathers, lanes_for, vectorize
 
 MAX_TILE_OUTPUTS = 32  # accumulators per work item; more spill registers on common CPUs
 MAX_TILE_VECTORS = 12  # vector accumulators per work item: 12 of 16 AVX2 registers, the rest hold the operands
@@ -93,14 +94,59 @@ def _shares_loads(kernel: Kernel) -> bool:
     return _product([reduce_input[axis] for axis in reduces[0].arg]) >= 8
 
 
+@dataclass(frozen=True)
+class Plan:
+    """How to lower a kernel: outputs per work item along each dim, the work item order, the reduce split."""
+
+    upcast: tuple[int, ...] | None = None
+    order: tuple[int, ...] | None = None
+    reduce_lanes: int = 1
+
+
+def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
+    """The vector plans worth trying for a kernel, best first: vectors along the output's last dim (a matmul's
+    6x16 tile), then vectors along the reduced axis (a row reduction, a matmul whose B is transposed)."""
+    vector_bytes = 4 * info.preferred_vector_width
+    shape = kernel.output.shape
+    if not shape:
+        return []
+    minimum_items = 4 * max(1, info.compute_units)
+    output_lanes = lanes_for(kernel.output.dtype, vector_bytes)
+    reduces = [step for step in kernel.steps if step.op in REDUCE_OPS]
+    plans = []
+    if _shares_loads(kernel):
+        tile = choose_vector_tile(kernel, info)
+        if tile is not None:
+            plans.append(Plan(*tile))
+    elif output_lanes > 1 and shape[-1] % output_lanes == 0:
+        plans.append(Plan((1,) * (len(shape) - 1) + (output_lanes,)))
+    reduce_dtypes = {compute_dtype(step.dtype) for step in reduces}
+    if len(reduce_dtypes) == 1:
+        reduce_lanes = lanes_for(reduce_dtypes.pop(), vector_bytes)
+        # the last two output dims of size > 1: rows x columns of outputs (columns only where tiles share loads)
+        axes = [axis for axis, size in enumerate(shape) if size > 1][-2 if _shares_loads(kernel) else -1:]
+        factors = [1] * len(shape)
+        items = _product(list(shape))
+        for axis, wanted in zip(axes, (4, 3) if len(axes) == 2 else (4,)):
+            factor = min(wanted, shape[axis])
+            while factor > 1 and -(-items // factor) < minimum_items:
+                factor -= 1
+            factors[axis] = factor
+            items = -(-items // factor)
+        if reduce_lanes > 1:
+            plans.append(Plan(tuple(factors), reduce_lanes=reduce_lanes))
+    return plans
+
+
 def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
-    """Lower a kernel with the transforms that suit the device (none when EMBER_NOOPT=1)."""
+    """Lower a kernel with the transforms that suit the device (none when EMBER_NOOPT=1): the first vector plan
+    whose vectors need no gathering, else scalar tiles."""
     if not optimizations_enabled():
         return lower_kernel(kernel, name)
-    vector_bytes = 4 * info.preferred_vector_width if info.vector_ops else 0
-    vector_tile = choose_vector_tile(kernel, info) if vector_bytes else None
-    if vector_tile is not None:
-        lowered = lower_kernel(kernel, name, *vector_tile)
-    else:
-        lowered = lower_kernel(kernel, name, choose_upcast(kernel, info))
-    return vectorize(lowered, vector_bytes, info.vector_ops) if vector_bytes else lowered
+    if info.vector_ops:
+        for plan in vector_plans(kernel, info):
+            lowered = lower_kernel(kernel, name, plan.upcast, plan.order, plan.reduce_lanes)
+            vectorized = vectorize(lowered, 4 * info.preferred_vector_width, info.vector_ops)
+            if vectorized is not lowered and not gathers(vectorized):
+                return vectorized
+    return lower_kernel(kernel, name, choose_upcast(kernel, info))

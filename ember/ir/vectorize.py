@@ -92,7 +92,7 @@ class Vectorizer:
         width = len(lanes)
         if first.dtype.is_bool:
             return self._pack_ops(lanes) if self._same_op(lanes) else None
-        if all(lane is first for lane in lanes) or first.dtype not in VECTOR_DTYPES:
+        if all(lane is first for lane in lanes) or lanes_for(first.dtype, self.vector_bytes) != width:
             return b.vectorize([self.scalar(lane) for lane in lanes])
         if first.op is IROp.LOAD and IROp.LOAD in self.vector_ops and self._same_op(lanes) and all(
                 lane.srcs[0] is first.srcs[0] and lane.srcs[2:] == first.srcs[2:] for lane in lanes) and consecutive(
@@ -118,8 +118,8 @@ class Vectorizer:
         first = lanes[0]
         if first.op not in VECTOR_ALU_OPS or first.op not in self.vector_ops:
             return None
-        if first.op is Op.CMPLT and first.srcs[0].dtype not in VECTOR_DTYPES:
-            return None
+        if first.op is Op.CMPLT and lanes_for(first.srcs[0].dtype, self.vector_bytes) != len(lanes):
+            return None  # masks are as wide as the values compared, and a vector's lanes fill one register
         sources = []
         for position in range(len(first.srcs)):
             packed = self.pack(tuple(lane.srcs[position] for lane in lanes))
@@ -187,12 +187,43 @@ def store_groups(stores: Iterable[IRNode], vector_bytes: int) -> list[tuple[IRNo
     return result
 
 
-def vectorize(kernel: KernelIR, vector_bytes: int, vector_ops: frozenset,
-              reduce_groups: list[tuple[IRNode, ...]] | None = None) -> KernelIR:
-    """The kernel with runs of consecutive stores (and the given groups of reduces) packed into vectors."""
+def vectorize(kernel: KernelIR, vector_bytes: int, vector_ops: frozenset) -> KernelIR:
+    """The kernel with runs of consecutive stores, and its lane groups of reduces, packed into vectors."""
     if vector_bytes <= 0 or not vector_ops:
         return kernel
     groups = store_groups(kernel.sink.srcs, vector_bytes)
+    reduce_groups = [group for group in kernel.lane_groups if lanes_for(group[0].dtype, vector_bytes) == len(group)]
     if not reduce_groups and all(len(group) == 1 for group in groups):
         return kernel
-    return Vectorizer(vector_bytes, vector_ops).run(kernel, groups, reduce_groups or [])
+    return Vectorizer(vector_bytes, vector_ops).run(kernel, groups, reduce_groups)
+
+
+def gathers(kernel: KernelIR) -> bool:
+    """Whether the kernel builds vectors from computed scalars where it repeats work (in a loop, or anywhere in a
+    kernel without loops): a sign that the vectors run across memory that is not contiguous."""
+    nodes, in_loop = _nodes(kernel.sink), {}
+    has_loops = any(node.op is IROp.RANGE for node in nodes)
+    for node in nodes:  # sources first
+        in_loop[id(node)] = node.op is IROp.RANGE or (
+            node.op is not IROp.REDUCE and any(in_loop[id(src)] for src in node.srcs))
+    for node in nodes:
+        if node.op is IROp.VECTORIZE and (in_loop[id(node)] or not has_loops):
+            if any(lane is not node.srcs[0] for lane in node.srcs) and not all(lane.is_const for lane in node.srcs):
+                return True
+    return False
+
+
+def _nodes(sink: IRNode) -> list[IRNode]:
+    """Every node under sink, sources before their users."""
+    order: list[IRNode] = []
+    seen: set[int] = set()
+    stack: list[tuple[IRNode, bool]] = [(sink, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+        elif id(node) not in seen:
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((src, False) for src in node.srcs)
+    return order
