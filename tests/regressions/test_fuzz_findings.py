@@ -58,7 +58,7 @@ def _gradient(device: str, value: float, function) -> float:  # noqa: ANN001
 
 
 def test_tanh_and_sigmoid_gradients_at_zero(device: str, request: pytest.FixtureRequest) -> None:
-    known_bug(request, device, {"c", "opencl", "wgpu"},
+    known_bug(request, device, {"c", "opencl", "wgpu", "ptxsim"},
               "core/unary_math.py compositions: at x == 0 the gradient of tanh is NaN (torch: 1) and the gradient of "
               "sigmoid is -0.25 (torch: 0.25); elsewhere they match")
     assert _gradient(device, 0.0, lambda x: x.tanh()) == pytest.approx(1.0)
@@ -66,7 +66,7 @@ def test_tanh_and_sigmoid_gradients_at_zero(device: str, request: pytest.Fixture
 
 
 def test_pow_gradient_at_base_one(device: str, request: pytest.FixtureRequest) -> None:
-    known_bug(request, device, {"c", "opencl", "wgpu"},
+    known_bug(request, device, {"c", "opencl", "wgpu", "ptxsim"},
               "core/elementwise.py pow: `(power == 0) | (base == 1)` selects a constant 1, so d(x**1.5)/dx at x == 1 "
               "is 0 (torch: 1.5)")
     assert _gradient(device, 1.0, lambda x: x**1.5) == pytest.approx(1.5)
@@ -74,9 +74,6 @@ def test_pow_gradient_at_base_one(device: str, request: pytest.FixtureRequest) -
 
 
 def test_division_by_a_zero_constant(device: str, request: pytest.FixtureRequest) -> None:
-    known_bug(request, device, {"wgpu"},
-              "wgpu: x / 0.0 with a constant 0.0 gives 0 for every x (IEEE: nan, inf, -inf), so var() of one element "
-              "is 0 instead of nan; dividing by a tensor of zeros is right")
     values = em.tensor([0.0, 1.0, -1.0], device=device)
     result = (values / 0.0).numpy()
     assert np.isnan(result[0]) and result[1:].tolist() == [math.inf, -math.inf]
@@ -84,9 +81,6 @@ def test_division_by_a_zero_constant(device: str, request: pytest.FixtureRequest
 
 
 def test_abs_of_positive_zero_is_positive_zero(device: str, request: pytest.FixtureRequest) -> None:
-    known_bug(request, device, {"wgpu"},
-              "wgpu: abs(+0.0) gives -0.0 (abs selects 0.0 - x for x <= 0, and Mesa folds 0.0 - x to -x), so "
-              "em.tensor(0.0).abs().reciprocal() is -inf (torch: inf)")
     zero = em.tensor(0.0, device=device)
     assert zero.abs().reciprocal().item() == math.inf
     assert (zero + 0.0).abs().reciprocal().item() == math.inf
