@@ -113,9 +113,9 @@ def test_casts_between_every_pair_of_dtypes(device_under_test: str) -> None:
         elif source.is_float:
             values = [0.0, 1.0, 2.5, 100.75, 7.0]
         elif source.is_unsigned:
-            values = [0, 1, 127, 200, 255]
+            values = [0, 1, 127, 200, 255, int(np.iinfo(source.numpy).max), 1 << (source.bits - 1)]
         else:
-            values = [-128, -1, 0, 1, 127]
+            values = [-128, -1, 0, 1, 127, int(np.iinfo(source.numpy).max), int(np.iinfo(source.numpy).min)]
         x, tx = pair_of(values, source, device_under_test)
         for target in usable:
             if source.is_float and target == em.uint64:
@@ -226,6 +226,8 @@ def test_compiler_rewrites_that_change_results(device_under_test: str) -> None:
     values, tvalues = pair_of([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], em.float32, device_under_test)
     assert_close(em.where((index >= 1) & (index < 4), values, 0.0).sum(), torch.where((tindex >= 1) & (tindex < 4),
                                                                                      tvalues, 0.0).sum())
+    unsigned = em.tensor(np.array([4294967295, 2147483648, 7], dtype=np.uint32), device=device_under_test)
+    assert (unsigned.to(em.int64) + 1).tolist() == [4294967296, 2147483649, 8]  # zero-extended
     small, tsmall = pair_of([1e-8, -3e-8, 1e-3], em.float32, device_under_test)
     assert_close((small + 1) - 1, (tsmall + 1) - 1, atol=0, rtol=0)  # no reassociation to `small`
     ones = em.full((3,), 1.0, device=device_under_test)

@@ -258,6 +258,8 @@ class WGSLRenderer:
             return self.wrap(f"u32(i32({value}))", dtype)  # C: negative floats wrap through int
         if source.kind == "i" and dtype == dtypes.uint64:
             value = f"i64({value})"  # sign-extend first, as C does
+        if source.kind == "u" and source.itemsize <= 4 and dtype == dtypes.int64:
+            value = f"u64({value})"  # zero-extend first (naga's i64(u32) sign-extends)
         converted = value if self.value_type(source) == target else f"{target}({value})"
         return self.wrap(converted, dtype)
 
