@@ -30,7 +30,7 @@ POINTER_SHIFT = 40  # a global address is (buffer number + 1) << 40 | byte offse
 
 
 class Instruction:
-    __slots__ = ("guard", "opcode", "parts", "operands")
+    __slots__ = ("guard", "opcode", "operands", "parts")
 
     def __init__(self, guard: str, opcode: str, operands: list[str]) -> None:
         self.guard, self.opcode, self.operands = guard, opcode, operands
@@ -73,10 +73,12 @@ def _register_type(name: str) -> str:
 
 
 def _immediate(text: str, type_name: str, lanes: int) -> np.ndarray:
-    if text.startswith("0f"):
-        return np.full(lanes, int(text[2:], 16), dtype=np.uint32).view(np.float32).astype(NUMPY_TYPES[type_name])
+    if text.startswith("0f"):  # PTX's float immediates: 0f + 8 hex digits, 0d + 16
+        bits = np.full(lanes, int(text[2:], 16), dtype=np.uint32)  # noqa: FURB166
+        return bits.view(np.float32).astype(NUMPY_TYPES[type_name])
     if text.startswith("0d"):
-        return np.full(lanes, int(text[2:], 16), dtype=np.uint64).view(np.float64).astype(NUMPY_TYPES[type_name])
+        bits = np.full(lanes, int(text[2:], 16), dtype=np.uint64)  # noqa: FURB166
+        return bits.view(np.float64).astype(NUMPY_TYPES[type_name])
     value = int(text, 0)
     bits = 64 if type_name[1:] == "64" else 32 if type_name[1:] == "32" else int(type_name[1:]) if \
         type_name[1:].isdigit() else 32

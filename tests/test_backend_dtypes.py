@@ -44,7 +44,8 @@ def test_integer_arithmetic(device_under_test: str, dtype: em.DType) -> None:
     low = 0 if dtype.is_unsigned else -9
     a_values = [low, 7, 3, 100 if dtype.itemsize > 1 else 90, 5, 0, 13]
     b_values = [3, -2 if not dtype.is_unsigned else 2, 3, 7, 1, 4, 5]
-    a, b = em.tensor(a_values, device=device_under_test).to(dtype), em.tensor(b_values, device=device_under_test).to(dtype)
+    a = em.tensor(a_values, device=device_under_test).to(dtype)
+    b = em.tensor(b_values, device=device_under_test).to(dtype)
     if dtype in (em.uint16, em.uint32, em.uint64):  # torch has no arithmetic kernels for these: numpy's agree
         ta, tb = np.array(a_values, dtype=dtype.numpy), np.array(b_values, dtype=dtype.numpy)
     else:
@@ -167,7 +168,7 @@ def test_nan_and_infinity_semantics(device_under_test: str) -> None:
     assert_close(a.isinf(), ta.isinf())
     assert_close(a.isfinite(), ta.isfinite())
     for result, expected in [(a < b, ta < tb), (a > b, ta > tb), (a <= b, ta <= tb), (a >= b, ta >= tb),
-                             (a == b, ta == tb), (a != b, ta != tb), (a == a, ta == ta)]:
+                             (a == b, ta == tb), (a != b, ta != tb), (a == a, ta == ta)]:  # noqa: PLR0124
         assert_close(result, expected)
     assert_close(a.maximum(b), torch.maximum(ta, tb))
     assert_close(a.minimum(b), torch.minimum(ta, tb))

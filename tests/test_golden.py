@@ -67,8 +67,8 @@ CASES: dict[str, Callable[[], em.Tensor]] = {
 def rendered(case: str, target: str) -> str:
     renderer = TARGETS[target][0]()
     items = [item for item in kernelize([CASES[case]().node]) if isinstance(item, KernelItem)]
-    sources = [renderer.render(build_kernel_ir(item.kernel, f"{case}_{number}", CAPABILITIES))  # type: ignore[attr-defined]
-               for number, item in enumerate(items)]
+    kernels = [build_kernel_ir(item.kernel, f"{case}_{number}", CAPABILITIES) for number, item in enumerate(items)]
+    sources = [renderer.render(kernel) for kernel in kernels]  # type: ignore[attr-defined]
     return "\n".join(sources)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -23,7 +23,7 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import BackendUnavailable
 from ember.core.ops import BINARY_OPS, FLOAT_ONLY_OPS, INT_ONLY_OPS, Op
-from ember.ir.ir import Builder, BufferParam, IRNode, KernelIR
+from ember.ir.ir import BufferParam, Builder, IRNode, KernelIR
 from tests.helpers import assert_close, random_array
 from tests.ptx_simulator import Machine, Module
 
@@ -127,8 +127,10 @@ class FakeDriver:
     CUdevice_attribute = SimpleNamespace(**{f"CU_DEVICE_ATTRIBUTE_{name}": name for name in (
         "COMPUTE_CAPABILITY_MAJOR", "COMPUTE_CAPABILITY_MINOR", "MULTIPROCESSOR_COUNT", "MAX_THREADS_PER_BLOCK",
         "MAX_SHARED_MEMORY_PER_BLOCK")})
-    ATTRIBUTES = {"COMPUTE_CAPABILITY_MAJOR": 8, "COMPUTE_CAPABILITY_MINOR": 6, "MULTIPROCESSOR_COUNT": 4,
-                  "MAX_THREADS_PER_BLOCK": 1024, "MAX_SHARED_MEMORY_PER_BLOCK": 49152}
+    ATTRIBUTES: ClassVar[dict[str, int]] = {
+        "COMPUTE_CAPABILITY_MAJOR": 8, "COMPUTE_CAPABILITY_MINOR": 6, "MULTIPROCESSOR_COUNT": 4,
+        "MAX_THREADS_PER_BLOCK": 1024, "MAX_SHARED_MEMORY_PER_BLOCK": 49152,
+    }
 
     def __init__(self) -> None:
         self.memory: dict[int, np.ndarray] = {}
@@ -136,64 +138,64 @@ class FakeDriver:
         self.launches: list[tuple[int, int]] = []
         self.next_pointer = 0x1000
 
-    def cuInit(self, flags: int) -> tuple:  # noqa: N802 - the driver's names
+    def cuInit(self, flags: int) -> tuple:
         return (0,)
 
-    def cuDeviceGetCount(self) -> tuple:  # noqa: N802
+    def cuDeviceGetCount(self) -> tuple:
         return 0, 1
 
-    def cuDeviceGet(self, ordinal: int) -> tuple:  # noqa: N802
+    def cuDeviceGet(self, ordinal: int) -> tuple:
         return 0, ordinal
 
-    def cuDevicePrimaryCtxRetain(self, device: int) -> tuple:  # noqa: N802
+    def cuDevicePrimaryCtxRetain(self, device: int) -> tuple:
         return 0, "context"
 
-    def cuCtxSetCurrent(self, context: Any) -> tuple:  # noqa: N802
+    def cuCtxSetCurrent(self, context: Any) -> tuple:
         return (0,)
 
-    def cuStreamCreate(self, flags: int) -> tuple:  # noqa: N802
+    def cuStreamCreate(self, flags: int) -> tuple:
         return 0, "stream"
 
-    def cuDeviceGetAttribute(self, attribute: str, device: int) -> tuple:  # noqa: N802
+    def cuDeviceGetAttribute(self, attribute: str, device: int) -> tuple:
         return 0, self.ATTRIBUTES[attribute]
 
-    def cuDeviceGetName(self, length: int, device: int) -> tuple:  # noqa: N802
+    def cuDeviceGetName(self, length: int, device: int) -> tuple:
         return 0, b"Simulated GPU\0\0"
 
-    def cuMemAlloc(self, nbytes: int) -> tuple:  # noqa: N802
+    def cuMemAlloc(self, nbytes: int) -> tuple:
         pointer = self.next_pointer
         self.next_pointer += nbytes + 256
         self.memory[pointer] = np.zeros(nbytes, dtype=np.uint8)
         return 0, pointer
 
-    def cuMemFree(self, pointer: int) -> tuple:  # noqa: N802
+    def cuMemFree(self, pointer: int) -> tuple:
         del self.memory[pointer]
         return (0,)
 
-    def cuMemcpyHtoDAsync(self, pointer: int, host: np.ndarray, nbytes: int, stream: Any) -> tuple:  # noqa: N802
+    def cuMemcpyHtoDAsync(self, pointer: int, host: np.ndarray, nbytes: int, stream: Any) -> tuple:
         self.memory[pointer][:nbytes] = host[:nbytes]
         return (0,)
 
-    def cuMemcpyDtoHAsync(self, host: np.ndarray, pointer: int, nbytes: int, stream: Any) -> tuple:  # noqa: N802
+    def cuMemcpyDtoHAsync(self, host: np.ndarray, pointer: int, nbytes: int, stream: Any) -> tuple:
         host[:nbytes] = self.memory[pointer][:nbytes]
         return (0,)
 
-    def cuStreamSynchronize(self, stream: Any) -> tuple:  # noqa: N802
+    def cuStreamSynchronize(self, stream: Any) -> tuple:
         return (0,)
 
-    def cuMemGetInfo(self) -> tuple:  # noqa: N802
+    def cuMemGetInfo(self) -> tuple:
         return 0, 2**30, 2**31
 
-    def cuModuleLoadData(self, image: bytes) -> tuple:  # noqa: N802
+    def cuModuleLoadData(self, image: bytes) -> tuple:
         assert image.endswith(b"\0")
         self.modules.append(image[:-1].decode())
         return 0, len(self.modules) - 1
 
-    def cuModuleGetFunction(self, module: int, name: bytes) -> tuple:  # noqa: N802
+    def cuModuleGetFunction(self, module: int, name: bytes) -> tuple:
         assert f".entry {name.decode()}(" in self.modules[module]
         return 0, Module(self.modules[module])
 
-    def cuLaunchKernel(self, function: Module, grid_x: int, grid_y: int, grid_z: int, block_x: int, block_y: int,  # noqa: N802
+    def cuLaunchKernel(self, function: Module, grid_x: int, grid_y: int, grid_z: int, block_x: int, block_y: int,
                        block_z: int, shared: int, stream: Any, arguments: tuple, extra: int) -> tuple:
         values, types = arguments
         assert len(values) == len(types) == len(function.parameters) and (grid_y, grid_z, block_y, block_z) == (1,) * 4
@@ -201,25 +203,25 @@ class FakeDriver:
         Machine(function, [self.memory[pointer] for pointer in values], grid_x * block_x).run()
         return (0,)
 
-    def cuEventCreate(self, flags: int) -> tuple:  # noqa: N802
+    def cuEventCreate(self, flags: int) -> tuple:
         return 0, "event"
 
-    def cuEventRecord(self, event: Any, stream: Any) -> tuple:  # noqa: N802
+    def cuEventRecord(self, event: Any, stream: Any) -> tuple:
         return (0,)
 
-    def cuEventSynchronize(self, event: Any) -> tuple:  # noqa: N802
+    def cuEventSynchronize(self, event: Any) -> tuple:
         return (0,)
 
-    def cuEventQuery(self, event: Any) -> tuple:  # noqa: N802
+    def cuEventQuery(self, event: Any) -> tuple:
         return (0,)
 
-    def cuEventDestroy(self, event: Any) -> tuple:  # noqa: N802
+    def cuEventDestroy(self, event: Any) -> tuple:
         return (0,)
 
-    def cuStreamWaitEvent(self, stream: Any, event: Any, flags: int) -> tuple:  # noqa: N802
+    def cuStreamWaitEvent(self, stream: Any, event: Any, flags: int) -> tuple:
         return (0,)
 
-    def cuGetErrorString(self, status: Any) -> tuple:  # noqa: N802
+    def cuGetErrorString(self, status: Any) -> tuple:
         return 0, b"fake error"
 
 

@@ -1,6 +1,7 @@
 """The wgpu backend itself (WGSL on Mesa lavapipe here): 2-D dispatch of large launches, pipelines built once per
 program, the capability table of standard WebGPU (no 64-bit types), buffer limits, and probe reasons.
-Every dtype and op on wgpu is checked in tests/test_backend_dtypes.py; the op suite runs with EMBER_TEST_DEVICES=wgpu."""
+Every dtype and op on wgpu is checked in tests/test_backend_dtypes.py; the op suite runs with
+EMBER_TEST_DEVICES=wgpu."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ class CudaEvent(Event):
     def __del__(self) -> None:
         try:
             self.driver.cuEventDestroy(self.handle)
-        except Exception:  # noqa: BLE001 - the driver may be torn down at exit
+        except Exception:  # noqa: BLE001, S110 - the driver may be torn down at exit
             pass
 
 
@@ -111,7 +111,8 @@ class CudaProgram(Program):
             self.module = check(driver, "cuModuleLoadData", driver.cuModuleLoadData(source.encode() + b"\0"))
         except CudaError as error:
             raise CompileError(f"the CUDA driver rejected a kernel: {error}\n--- source ---\n{source}") from None
-        self.function = check(driver, "cuModuleGetFunction", driver.cuModuleGetFunction(self.module, kernel.name.encode()))
+        function = driver.cuModuleGetFunction(self.module, kernel.name.encode())
+        self.function = check(driver, "cuModuleGetFunction", function)
         self.blocks = max(1, -(-kernel.global_size // BLOCK_SIZE))
         self.parameter_types = (ctypes.c_void_p,) * len(kernel.params)
 

@@ -587,8 +587,8 @@ def assemble(source: str, target: str, optimization: int = 3) -> bytes:
     with tempfile.TemporaryDirectory(prefix="ember-ptx-") as work:
         source_path, output = Path(work, "kernel.ptx"), Path(work, "kernel.cubin")
         source_path.write_text(source)
-        result = subprocess.run([executable, f"-arch={target}", f"-O{optimization}", "-o", str(output), str(source_path)],
-                                capture_output=True, text=True)
+        command = [executable, f"-arch={target}", f"-O{optimization}", "-o", str(output), str(source_path)]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             numbered = "\n".join(f"{number:5} {line}" for number, line in enumerate(source.splitlines(), 1))
             raise CompileError(f"ptxas rejected a kernel for {target}:\n{result.stderr}\n--- source ---\n{numbered}")

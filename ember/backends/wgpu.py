@@ -156,7 +156,8 @@ class WGPUDevice(Device):
                 "features": sorted(features),
             },
         )
-        max_buffer_bytes = min(limits.get("max-storage-buffer-binding-size", 2**27), limits.get("max-buffer-size", 2**28))
+        max_buffer_bytes = min(limits.get("max-storage-buffer-binding-size", 2**27),
+                               limits.get("max-buffer-size", 2**28))
         self.pool = WGPUMemoryPool(name, self.device, max_buffer_bytes)
         self.renderer = WGSLRenderer(int64=int64, float64=float64)
         self._programs: dict[str, WGPUProgram] = {}
@@ -176,7 +177,7 @@ class WGPUDevice(Device):
                 )
             try:
                 program = WGPUProgram(self.device, source, kernel, self.renderer.dispatch_size(kernel.global_size))
-            except Exception as error:  # wgpu raises its own validation error types
+            except Exception as error:  # noqa: BLE001 - wgpu raises its own validation error types
                 raise CompileError(f"wgpu rejected a kernel: {error}\n--- source ---\n{source}") from None
             self._programs[source] = program
         return program

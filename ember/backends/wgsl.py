@@ -75,9 +75,15 @@ PACKING_HELPERS = {
   return high_a < high_b || (high_a == high_b && u32(a & 0xfffffffflu) < u32(b & 0xfffffffflu));
 }""",
     "unpack8": """fn ember_unpack_u8(word: u32, index: i32) -> u32 { return (word >> (u32(index & 3) * 8u)) & 0xffu; }
-fn ember_unpack_i8(word: u32, index: i32) -> i32 { return bitcast<i32>(word << (24u - u32(index & 3) * 8u)) >> 24u; }""",
-    "unpack16": """fn ember_unpack_u16(word: u32, index: i32) -> u32 { return (word >> (u32(index & 1) * 16u)) & 0xffffu; }
-fn ember_unpack_i16(word: u32, index: i32) -> i32 { return bitcast<i32>(word << (16u - u32(index & 1) * 16u)) >> 16u; }""",
+fn ember_unpack_i8(word: u32, index: i32) -> i32 {
+  return bitcast<i32>(word << (24u - u32(index & 3) * 8u)) >> 24u;
+}""",
+    "unpack16": """fn ember_unpack_u16(word: u32, index: i32) -> u32 {
+  return (word >> (u32(index & 1) * 16u)) & 0xffffu;
+}
+fn ember_unpack_i16(word: u32, index: i32) -> i32 {
+  return bitcast<i32>(word << (16u - u32(index & 1) * 16u)) >> 16u;
+}""",
     "f16": """fn ember_f16_to_f32(bits: u32) -> f32 {
   let sign = (bits & 0x8000u) << 16u;
   let exponent = (bits >> 10u) & 0x1fu;
@@ -94,7 +100,9 @@ fn ember_f32_to_f16(value: f32) -> u32 {
   let magnitude = bits & 0x7fffffffu;
   if (magnitude > 0x7f800000u) { return sign | 0x7e00u | ((magnitude >> 13u) & 0x3ffu); }
   if (magnitude >= 0x477ff000u) { return sign | 0x7c00u; }
-  if (magnitude >= 0x38800000u) { return sign | ((magnitude + 0xfffu + ((magnitude >> 13u) & 1u) - 0x38000000u) >> 13u); }
+  if (magnitude >= 0x38800000u) {  // a normal half: round the mantissa to nearest even, rebias the exponent
+    return sign | ((magnitude + 0xfffu + ((magnitude >> 13u) & 1u) - 0x38000000u) >> 13u);
+  }
   let exponent = magnitude >> 23u;
   if (exponent < 102u) { return sign; }
   let mantissa = (magnitude & 0x7fffffu) | 0x800000u;
@@ -157,7 +165,8 @@ class WGSLRenderer:
     # ---- types and constants ----------------------------------------------------------------------------------
 
     def value_type(self, dtype: DType) -> str:
-        if (dtype in (dtypes.int64, dtypes.uint64) and not self.int64) or (dtype == dtypes.float64 and not self.float64):
+        wide_integer = dtype in (dtypes.int64, dtypes.uint64)
+        if (wide_integer and not self.int64) or (dtype == dtypes.float64 and not self.float64):
             raise CompileError(f"WGSL has no {dtype.name} on this adapter (no shader-int64/shader-f64 feature)")
         return VALUE_TYPES[dtype]
 
@@ -428,7 +437,8 @@ class WGSLRenderer:
         a, b = (node.srcs + (None,))[:2]
         if b is None:
             return operands
-        same = a is b or (node.op is Op.ADD and (b.op is Op.NEG and b.srcs[0] is a or a.op is Op.NEG and a.srcs[0] is b))
+        negated = (b.op is Op.NEG and b.srcs[0] is a) or (a.op is Op.NEG and a.srcs[0] is b)
+        same = a is b or (node.op is Op.ADD and negated)
         hide = None
         if same and node.op in (Op.SUB, Op.DIV, Op.ADD):
             hide = 1

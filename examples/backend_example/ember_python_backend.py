@@ -136,7 +136,7 @@ def _wrap(value: int, bits: int, signed: bool) -> int:
 
 def _divide(a: float, b: float) -> float:
     if b == 0:
-        return math.nan if a == 0 or a != a else math.copysign(math.inf, a) * math.copysign(1.0, b)
+        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1.0, b)
     return a / b
 
 
@@ -149,7 +149,7 @@ def _remainder(a: int, b: int) -> int:
 
 
 def _maximum(a: Any, b: Any) -> Any:
-    return a if a > b or a != a else b
+    return a if a > b or a != a else b  # noqa: PLR0124 - a != a: a is NaN (a may be an int)
 
 
 def _sqrt(x: float) -> float:

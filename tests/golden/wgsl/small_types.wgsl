@@ -4,9 +4,15 @@ fn ember_eq_f32(a: f32, b: f32) -> bool { return a == b && !ember_isnan_f32(a) &
 fn ember_max_f32(a: f32, b: f32) -> f32 { return select(b, a, ember_isnan_f32(a) || (a > b && !ember_isnan_f32(b))); }
 fn ember_nonzero_f32(x: f32) -> bool { return x != 0.0f || ember_isnan_f32(x); }
 fn ember_unpack_u8(word: u32, index: i32) -> u32 { return (word >> (u32(index & 3) * 8u)) & 0xffu; }
-fn ember_unpack_i8(word: u32, index: i32) -> i32 { return bitcast<i32>(word << (24u - u32(index & 3) * 8u)) >> 24u; }
-fn ember_unpack_u16(word: u32, index: i32) -> u32 { return (word >> (u32(index & 1) * 16u)) & 0xffffu; }
-fn ember_unpack_i16(word: u32, index: i32) -> i32 { return bitcast<i32>(word << (16u - u32(index & 1) * 16u)) >> 16u; }
+fn ember_unpack_i8(word: u32, index: i32) -> i32 {
+  return bitcast<i32>(word << (24u - u32(index & 3) * 8u)) >> 24u;
+}
+fn ember_unpack_u16(word: u32, index: i32) -> u32 {
+  return (word >> (u32(index & 1) * 16u)) & 0xffffu;
+}
+fn ember_unpack_i16(word: u32, index: i32) -> i32 {
+  return bitcast<i32>(word << (16u - u32(index & 1) * 16u)) >> 16u;
+}
 fn ember_f16_to_f32(bits: u32) -> f32 {
   let sign = (bits & 0x8000u) << 16u;
   let exponent = (bits >> 10u) & 0x1fu;
@@ -23,7 +29,9 @@ fn ember_f32_to_f16(value: f32) -> u32 {
   let magnitude = bits & 0x7fffffffu;
   if (magnitude > 0x7f800000u) { return sign | 0x7e00u | ((magnitude >> 13u) & 0x3ffu); }
   if (magnitude >= 0x477ff000u) { return sign | 0x7c00u; }
-  if (magnitude >= 0x38800000u) { return sign | ((magnitude + 0xfffu + ((magnitude >> 13u) & 1u) - 0x38000000u) >> 13u); }
+  if (magnitude >= 0x38800000u) {  // a normal half: round the mantissa to nearest even, rebias the exponent
+    return sign | ((magnitude + 0xfffu + ((magnitude >> 13u) & 1u) - 0x38000000u) >> 13u);
+  }
   let exponent = magnitude >> 23u;
   if (exponent < 102u) { return sign; }
   let mantissa = (magnitude & 0x7fffffu) | 0x800000u;
