@@ -81,6 +81,7 @@ def train(
     em.manual_seed(seed)
     train_images, test_images, train_labels, test_labels = digits(seed)
     model = DigitsCNN(channels, batch_norm).to(device)
+    device = next(model.parameters()).device  # the resolved name, e.g. opencl:0
     optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
     steps_per_epoch = len(train_images) // batch_size  # full batches only: every step has the same kernels
     scheduler = optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs * steps_per_epoch)
