@@ -26,6 +26,8 @@ MATMUL_SHAPES = [
     ((1, 9), (9, 64)),
     ((6, 12), (12, 10)),
     ((30, 8), (8, 48)),
+    ((100, 37), (37, 48)),  # work items loop over 6 tiles each and stage their panel of B
+    ((2, 50, 9), (9, 32)),
 ]
 C_VECTORS = DeviceInfo(compute_units=2, preferred_vector_width=8, vector_ops=VECTOR_OPS)
 
@@ -45,6 +47,9 @@ def test_tiled_matmul_variants(device: str) -> None:
     assert_close((a @ b + bias).relu(), (ta @ tb + tbias).relu(), atol=1e-4)  # fused epilogue
     w, tw = pair(random_array((16, 20), seed=4), device)
     assert_close(a @ w.T, ta @ tw.T, atol=1e-4)  # columns of B are not contiguous: lanes are gathered
+    rows, trows = pair(random_array((70, 33), seed=7), device)
+    wide, twide = pair(random_array((48, 33), seed=8), device)
+    assert_close(rows @ wide.T, trows @ twide.T, atol=1e-4)  # the gather is staged once per work item
     padded, tpadded = a.pad((0, 0, 2, 3)), torch.nn.functional.pad(ta, (0, 0, 2, 3))
     assert_close(padded @ b, tpadded @ tb, atol=1e-4)  # masked rows
     assert_close(a.max(1, keepdim=True).values @ b[:1], ta.max(1, keepdim=True).values @ tb[:1], atol=1e-4)
@@ -100,18 +105,33 @@ def _dummy(*shape: int, dtype: em.DType = em.float32) -> em.Tensor:
 
 def test_matmul_tile_is_vectorized(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EMBER_NOOPT", "0")
-    source = rendered_c(_dummy(64, 32) @ _dummy(32, 64))
+    source = rendered_c(_dummy(23, 32) @ _dummy(32, 64))
     assert "ember_float32x8 acc" in source and source.count("ember_float32x8 acc") == 12  # 6 rows x 2 vectors
     assert source.count("*(ember_float32x8_u*)(data0+") == 12  # vector stores
     assert "(*(const ember_float32x8_u*)(data2+" in source  # vector loads of B's rows
-    # 11 tiles of 6 rows (the last clamped) x 4 of 16 columns, rows varying fastest
-    assert "for (int gid = 0; gid < 44;" in source and "(gid%11)" in source and "(gid/11)" in source
+    # 4 tiles of 6 rows (the last clamped: rows 18-22, then 22 again) x 4 of 16 columns, rows varying fastest
+    assert "for (int gid = 0; gid < 16;" in source and "(gid%4)" in source and "(gid/4)" in source
+    assert "<23)" in source and "local" not in source  # too few tiles per work item to stage B
     double = rendered_c(_dummy(64, 32, dtype=em.float64) @ _dummy(32, 64, dtype=em.float64))
     assert double.count("ember_float64x4 acc") == 12
     odd = rendered_c(_dummy(64, 32) @ _dummy(32, 12))  # 12 columns: no whole vectors, scalar tiles as before
     assert "ember_float32x" not in odd
     no_vectors = rendered_c(_dummy(64, 32) @ _dummy(32, 64), DeviceInfo(compute_units=2, preferred_vector_width=8))
     assert "ember_float32x" not in no_vectors and "float acc" in no_vectors  # a device without vector types
+
+
+def test_matmul_panel_is_staged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    source = rendered_c(_dummy(256, 96) @ _dummy(96, 64))
+    # 4 panels of 16 columns x 2 chunks of rows: each work item copies its panel (96 x 16) once, then loops over
+    # 22 tiles of 6 rows (43 in all, the last clamped) reading the copy
+    assert "for (int gid = 0; gid < 8;" in source and "float local1[1536] __attribute__((aligned(64)));" in source
+    fill, tiles = source.index("local1+"), source.index("for (int loop1 = 0; loop1 < 22; loop1++)")
+    assert fill < tiles and "(*(const ember_float32x8_u*)(local1+" in source[tiles:]
+    assert "data2" not in source[tiles:]  # B is read only by the fill
+    linear = rendered_c(_dummy(256, 96) @ _dummy(64, 96).T)
+    assert "float local1[1536]" in linear and "ember_float32x8 acc" in linear  # the transposed panel too
+    assert "local1" not in rendered_c(_dummy(256, 96) @ _dummy(96, 8))  # one panel, few tiles: no copy
 
 
 def test_reductions_and_elementwise_are_vectorized(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -99,11 +99,14 @@ class CRenderer(CStyleRenderer):
     def vector_lane(self, vector: str, lane: int, width: int) -> str:
         return f"{vector}[{lane}]"
 
-    def vector_load(self, position: int, index: str, node: IRNode) -> str:
-        return f"(*(const {self.vector_type(node.dtype, node.width)}_u*)(data{position}+{index}))"
+    def vector_load(self, buffer: str, index: str, node: IRNode) -> str:
+        return f"(*(const {self.vector_type(node.dtype, node.width)}_u*)({buffer}+{index}))"
 
-    def vector_store(self, position: int, index: str, value: str, node: IRNode) -> str:
-        return f"*({self.vector_type(node.dtype, node.width)}_u*)(data{position}+{index}) = {value}"
+    def vector_store(self, buffer: str, index: str, value: str, node: IRNode) -> str:
+        return f"*({self.vector_type(node.dtype, node.width)}_u*)({buffer}+{index}) = {value}"
+
+    def local_declaration(self, name: str, dtype: DType, size: int) -> str:
+        return f"{self.type_name(dtype)} {name}[{size}] __attribute__((aligned(64)))"
 
     def vector_maximum(self, operands: list[str], node: IRNode) -> str:
         return f"ember_max_{node.dtype.name}x{node.width}({operands[0]}, {operands[1]})"

@@ -205,6 +205,10 @@ class CStyleRenderer:
         def operand(node: IRNode) -> str:
             if node.op is IROp.CONST:
                 return self.constant(node.arg, node.dtype)
+            if node.op is IROp.PARAM:
+                return f"data{node.arg[0]}"
+            if node.op is IROp.AFTER:
+                return operand(node.srcs[0])
             return names[id(node)]
 
         names.update({id(node): "gid" for node in _global_ids(kernel.sink)})
@@ -244,11 +248,15 @@ class CStyleRenderer:
                 else:  # the new value first: gcc 12 -O3 vectorizes `acc > v || acc != acc` reductions wrongly
                     body.append(f"{pad}{name} = {_maximum([value, name], node.dtype, node.dtype)};")
             elif instruction.kind == "store":
-                param, index, value = node.srcs
+                buffer, index, value = node.srcs
                 if value.width > 1:
-                    body.append(f"{pad}{self.vector_store(param.arg[0], operand(index), operand(value), value)};")
+                    body.append(f"{pad}{self.vector_store(operand(buffer), operand(index), operand(value), value)};")
                 else:
-                    body.append(f"{pad}data{param.arg[0]}[{operand(index)}] = {operand(value)};")
+                    body.append(f"{pad}{operand(buffer)}[{operand(index)}] = {operand(value)};")
+            elif instruction.kind == "define_local":
+                name = f"local{node.arg[0]}"
+                names[id(node)] = name
+                body.append(f"{pad}{self.local_declaration(name, node.dtype, node.arg[1])};")
             else:
                 name = f"v{counter}"
                 counter += 1
@@ -273,8 +281,8 @@ class CStyleRenderer:
         if node.width > 1 or node.op is IROp.GEP:
             return self.vector_expression(node, operand)
         if node.op is IROp.LOAD:
-            param, index = node.srcs[0], node.srcs[1]
-            load = f"data{param.arg[0]}[{operand(index)}]"
+            buffer, index = node.srcs[0], node.srcs[1]
+            load = f"{operand(buffer)}[{operand(index)}]"
             if len(node.srcs) == 3:
                 return f"({operand(node.srcs[2])}?{load}:{self.constant(0, node.dtype)})"
             return load
@@ -306,11 +314,15 @@ class CStyleRenderer:
     def vector_lane(self, vector: str, lane: int, width: int) -> str:
         raise NotImplementedError(f"{type(self).__name__} renders no vector types")
 
-    def vector_load(self, position: int, index: str, node: IRNode) -> str:
+    def vector_load(self, buffer: str, index: str, node: IRNode) -> str:
         raise NotImplementedError(f"{type(self).__name__} renders no vector types")
 
-    def vector_store(self, position: int, index: str, value: str, node: IRNode) -> str:
+    def vector_store(self, buffer: str, index: str, value: str, node: IRNode) -> str:
         raise NotImplementedError(f"{type(self).__name__} renders no vector types")
+
+    def local_declaration(self, name: str, dtype: DType, size: int) -> str:
+        """A scratch array of each work item (IROp.DEFINE_LOCAL)."""
+        raise NotImplementedError(f"{type(self).__name__} renders no scratch arrays")
 
     def vector_maximum(self, operands: list[str], node: IRNode) -> str:
         raise NotImplementedError(f"{type(self).__name__} renders no vector types")
@@ -323,13 +335,13 @@ class CStyleRenderer:
         raise NotImplementedError(f"{type(self).__name__} renders no vector types")
 
     def vector_expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
-        operands = [operand(src) if src.op is not IROp.PARAM else "" for src in node.srcs]
+        operands = [operand(src) for src in node.srcs]
         if node.op is IROp.VECTORIZE:
             return self.vector_build(operands, node.dtype, node.width)
         if node.op is IROp.GEP:
             return self.vector_lane(operands[0], node.arg, node.srcs[0].width)
         if node.op is IROp.LOAD:
-            load = self.vector_load(node.srcs[0].arg[0], operands[1], node)
+            load = self.vector_load(operands[0], operands[1], node)
             if len(node.srcs) == 3:
                 zero = self.vector_build([self.constant(0, node.dtype)] * node.width, node.dtype, node.width)
                 return f"({operands[2]}?{load}:{zero})"

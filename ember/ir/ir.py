@@ -26,6 +26,9 @@ class IROp(Enum):
     SINK = auto()  # srcs: the stores of the kernel
     VECTORIZE = auto()  # a vector from scalar srcs, one per lane
     GEP = auto()  # one lane of a vector; srcs: (vector,); arg: the lane
+    DEFINE_LOCAL = auto()  # a scratch array of each work item; arg: (number, element count); loads/stores use it
+    LOOP = auto()  # a statement: srcs (body, *ranges), the body (a SINK of stores and loops) run for every range value
+    AFTER = auto()  # srcs (buffer, *statements): the buffer once the statements ran (loads from it wait for them)
 
 
 # Vectors: a node of `width` > 1 holds `width` lanes of its dtype. A vector LOAD reads (a vector STORE writes) the
@@ -170,6 +173,7 @@ class Builder:
     def __init__(self) -> None:
         self._nodes: dict[tuple, IRNode] = {}
         self.loop_count = 0
+        self.local_count = 0
 
     def _make(self, op: IROp | Op, dtype: DType, srcs: tuple[IRNode, ...], arg: Any,
               minimum: float = -math.inf, maximum: float = math.inf, width: int = 1) -> IRNode:
@@ -254,15 +258,32 @@ class Builder:
         """An ALU op lane by lane on vectors of one width (no simplification: the scalar DAG was simplified)."""
         return self._make(op, dtype, srcs, arg, width=srcs[0].width)
 
+    def define_local(self, dtype: DType, size: int) -> IRNode:
+        self.local_count += 1
+        return self._make(IROp.DEFINE_LOCAL, dtype, (), (self.local_count, size))
+
+    def loop(self, body: list[IRNode], ranges: tuple[IRNode, ...]) -> IRNode:
+        """The statements in `body` (stores, loops) run for every value of `ranges`."""
+        return self._make(IROp.LOOP, dtypes.bool_, (self.sink(body), *ranges), None)
+
+    def after(self, buffer: IRNode, statements: list[IRNode]) -> IRNode:
+        return self._make(IROp.AFTER, buffer.dtype, (buffer, *statements), None)
+
     def rebuild(self, node: IRNode, srcs: list[IRNode]) -> IRNode:
         """A node like `node` (from another builder) over new sources, simplified again where it is scalar."""
         op = node.op
         if op is IROp.CONST:
             return self.const(node.arg, node.dtype)
-        if op in (IROp.PARAM, IROp.GLOBAL_ID, IROp.RANGE):
+        if op in (IROp.PARAM, IROp.GLOBAL_ID, IROp.RANGE, IROp.DEFINE_LOCAL):
             if op is IROp.RANGE:
                 self.loop_count = max(self.loop_count, node.arg[0])
+            if op is IROp.DEFINE_LOCAL:
+                self.local_count = max(self.local_count, node.arg[0])
             return self._make(op, node.dtype, (), node.arg, node.minimum, node.maximum)
+        if op is IROp.LOOP:
+            return self._make(op, node.dtype, tuple(srcs), None)
+        if op is IROp.AFTER:
+            return self.after(srcs[0], srcs[1:])
         if op is IROp.LOAD:
             valid = srcs[2] if len(srcs) == 3 else None
             if node.width > 1:

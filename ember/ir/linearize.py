@@ -9,13 +9,15 @@ from ember.ir.ir import IRNode, IROp
 
 
 class Instruction(NamedTuple):
-    """kind: 'value' (compute node), 'define_acc', 'loop' (node is a RANGE), 'update_acc', 'end_loop', 'store'."""
+    """kind: 'value' (compute node), 'define_acc', 'loop' (node is a RANGE), 'update_acc', 'end_loop', 'store',
+    'define_local' (a scratch array of the work item)."""
 
     kind: str
     node: IRNode
 
 
-INLINE_OPS = (IROp.CONST, IROp.PARAM, IROp.RANGE, IROp.GLOBAL_ID, IROp.SINK)
+INLINE_OPS = (IROp.CONST, IROp.PARAM, IROp.RANGE, IROp.GLOBAL_ID, IROp.SINK, IROp.AFTER)
+UNITS = (IROp.REDUCE, IROp.LOOP)  # emitted as a whole: loops with what they contain
 
 
 class Linearizer:
@@ -25,6 +27,7 @@ class Linearizer:
         self.done: set[int] = set()
         self.range_memo: dict[int, frozenset[int]] = {}
         self.reduce_groups: dict[tuple[int, ...], list[IRNode]] = {}
+        self.open: set[int] = set()  # the loop variables of the loops open at the current instruction
         self._collect(sink, set())
 
     def _collect(self, root: IRNode, seen: set[int]) -> None:
@@ -45,7 +48,7 @@ class Linearizer:
             return cached
         if node.op is IROp.RANGE:
             result = frozenset({id(node)})
-        elif node.op is IROp.REDUCE:
+        elif node.op in UNITS:
             own = {id(r) for r in node.srcs[1:]}
             result = self.ranges_of(node.srcs[0]) - own
         else:
@@ -68,24 +71,71 @@ class Linearizer:
                     continue
                 visited.add(id(node))
                 stack.append((node, True))
-                if node.op is not IROp.REDUCE:
+                if node.op not in UNITS:
                     stack.extend((src, False) for src in reversed(node.srcs))
+                elif node.op is IROp.LOOP:  # what the loop needs outside it (its ranges are its own)
+                    stack.extend((src, False) for src in reversed(node.srcs[1:]))
         return order
 
     def emit(self, node: IRNode) -> None:
         for item in self._topological([node]):
-            if id(item) in self.done:
-                continue
-            if item.op is IROp.REDUCE:
-                self._emit_reduce_group(item)
-            elif item.op is IROp.STORE:
-                self.instructions.append(Instruction("store", item))
-                self.done.add(id(item))
-            elif item.op not in INLINE_OPS:
-                self.instructions.append(Instruction("value", item))
-                self.done.add(id(item))
-            else:
-                self.done.add(id(item))
+            if id(item) not in self.done:
+                self._emit_one(item)
+
+    def _emit_one(self, item: IRNode) -> None:
+        if item.op is IROp.REDUCE:
+            self._emit_reduce_group(item)
+        elif item.op is IROp.LOOP:
+            self._emit_loop(item)
+        elif item.op is IROp.STORE:
+            self.instructions.append(Instruction("store", item))
+            self.done.add(id(item))
+        elif item.op is IROp.DEFINE_LOCAL:
+            self.instructions.append(Instruction("define_local", item))
+            self.done.add(id(item))
+        elif item.op not in INLINE_OPS:
+            self.instructions.append(Instruction("value", item))
+            self.done.add(id(item))
+        else:
+            self.done.add(id(item))
+
+    def _emit_loop(self, loop: IRNode) -> None:
+        """A LOOP statement: first whatever its body needs, at any depth, that needs no loop not open yet (a
+        scratch array filled once, values that do not change inside), then the loops with the body inside."""
+        loops = list(loop.srcs[1:])
+        level_of = {id(range_): level for level, range_ in enumerate(loops)}
+        for node in self._topological_deep(list(loop.srcs[0].srcs)):
+            if id(node) not in self.done and node.op is not IROp.STORE and self.ranges_of(node) <= self.open:
+                self._emit_one(node)
+        body = self._topological(list(loop.srcs[0].srcs))
+        for level, range_ in enumerate(loops):
+            self.instructions.append(Instruction("loop", range_))
+            self.open.add(id(range_))
+            for node in body:
+                if id(node) in self.done:
+                    continue
+                depth = max((level_of[r] for r in self.ranges_of(node) if r in level_of), default=-1)
+                if depth == level:
+                    self._emit_one(node)
+        for range_ in reversed(loops):
+            self.instructions.append(Instruction("end_loop", range_))
+            self.open.discard(id(range_))
+        self.done.add(id(loop))
+
+    def _topological_deep(self, roots: list[IRNode]) -> list[IRNode]:
+        """Nodes under roots not yet emitted, sources first, including those inside reduces and loops."""
+        order: list[IRNode] = []
+        visited: set[int] = set()
+        stack: list[tuple[IRNode, bool]] = [(root, False) for root in reversed(roots)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+            elif id(node) not in visited and id(node) not in self.done:
+                visited.add(id(node))
+                stack.append((node, True))
+                stack.extend((src, False) for src in reversed(node.srcs))
+        return order
 
     def _emit_reduce_group(self, reduce: IRNode) -> None:
         group = self.reduce_groups[tuple(id(r) for r in reduce.srcs[1:])]
@@ -100,22 +150,18 @@ class Linearizer:
             self.instructions.append(Instruction("define_acc", member))
         for level, loop in enumerate(loops):
             self.instructions.append(Instruction("loop", loop))
+            self.open.add(id(loop))
             for node in body:
                 if id(node) in self.done:
                     continue
                 depth = max((level_of[r] for r in self.ranges_of(node) if r in level_of), default=-1)
                 if depth == level:
-                    if node.op is IROp.REDUCE:
-                        self._emit_reduce_group(node)
-                    elif node.op not in INLINE_OPS:
-                        self.instructions.append(Instruction("value", node))
-                        self.done.add(id(node))
-                    else:
-                        self.done.add(id(node))
+                    self._emit_one(node)
         for member in group:
             self.instructions.append(Instruction("update_acc", member))
         for loop in reversed(loops):
             self.instructions.append(Instruction("end_loop", loop))
+            self.open.discard(id(loop))
         for member in group:
             self.done.add(id(member))
 

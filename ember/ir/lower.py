@@ -206,14 +206,17 @@ def _reduce_identity(op: Op, dtype: DType) -> Any:
 
 
 def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = None,
-                 order: tuple[int, ...] | None = None, reduce_lanes: int = 1) -> KernelIR:
+                 order: tuple[int, ...] | None = None, reduce_lanes: int = 1,
+                 loop: tuple[int, int] | None = None) -> KernelIR:
     """The kernel IR of one kernel. Each work item computes a tile of outputs: `upcast[d]` consecutive elements
     along output dim d (None: one output per work item). A factor that does not divide its dim is allowed: the
     last tile's extra indices are clamped to the dim's last index, so they recompute and store that element's value
     again (the same value, by the same work item). `order` lists the output dims from the slowest-varying to the
     fastest-varying in the work item number (default: row-major, the last dim fastest). With `reduce_lanes` > 1
     each reduce's last reduced axis that this many lanes divide is reduced by that many accumulators, lane l taking
-    every lanes-th element from l on, combined at the end (KernelIR.lane_groups lists them, for vectorize.py)."""
+    every lanes-th element from l on, combined at the end (KernelIR.lane_groups lists them, for vectorize.py).
+    `loop` = (dim, tiles): each work item computes `tiles` consecutive tiles along that dim in a loop (a LOOP
+    statement around the stores; the last work item's extra tiles are clamped to the dim's last tile)."""
     output = kernel.output
     shape = output.shape
     factors = upcast if upcast is not None else (1,) * len(shape)
@@ -221,7 +224,10 @@ def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = Non
     index_dtype = dtypes.int32 if largest <= INT32_LIMIT else dtypes.int64
     builder = Builder()
     lowerer = Lowerer(kernel, builder, index_dtype, reduce_lanes)
-    global_shape = tuple(-(-extent // factor) for extent, factor in zip(shape, factors))
+    tile_counts = tuple(-(-extent // factor) for extent, factor in zip(shape, factors))
+    loop_axis, loop_tiles = loop if loop is not None and loop[1] > 1 else (None, 1)
+    global_shape = tuple(-(-count // loop_tiles) if axis == loop_axis else count
+                         for axis, count in enumerate(tile_counts))
     global_size = prod(global_shape)
     global_id = builder.global_id(max(global_size, 1), index_dtype)
     axis_order = order if order is not None else tuple(range(len(shape)))
@@ -232,6 +238,12 @@ def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = Non
         if extent != 1:
             quotient = builder.div(global_id, stride)
             tile_origin[axis] = quotient if position == 0 else builder.mod(quotient, extent)
+    loop_ranges: tuple[IRNode, ...] = ()
+    if loop_axis is not None:
+        loop_range = builder.new_range(loop_tiles, index_dtype)
+        tile = builder.add(builder.mul(tile_origin[loop_axis], loop_tiles), loop_range)
+        tile_origin[loop_axis] = builder.at_most(tile, tile_counts[loop_axis] - 1)
+        loop_ranges = (loop_range,)
     output_param = lowerer.param(0, output.dtype, True)
     stores = []
     for offsets in itertools.product(*(range(factor) for factor in factors)):
@@ -247,7 +259,7 @@ def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = Non
             if extent != 1:
                 linear = builder.add(builder.mul(axis_index, stride), linear)
         stores.append(builder.store(output_param, linear, value))
-    sink = builder.sink(stores)
+    sink = builder.sink([builder.loop(stores, loop_ranges)] if loop_ranges else stores)
     params = [BufferParam(0, output.dtype, prod(shape), True)]
     input_dtypes = {step.arg: step.dtype for step in kernel.steps if step.op is Op.BUFFER}
     params += [

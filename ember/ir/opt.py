@@ -17,10 +17,13 @@ from ember.core.ops import REDUCE_OPS, Op
 from ember.ir.ir import KernelIR
 from ember.ir.kernel import Kernel
 from ember.ir.lower import compute_dtype, lower_kernel
+from ember.ir.stage import stage_loads
 from ember.ir.vectorize import gathers, lanes_for, vectorize
 
 MAX_TILE_OUTPUTS = 32  # accumulators per work item; more spill registers on common CPUs
 MAX_TILE_VECTORS = 12  # vector accumulators per work item: 12 of 16 AVX2 registers, the rest hold the operands
+MINIMUM_STAGED_TILES = 4  # tiles a work item loops over before staging the panel they share pays for its copy
+MAX_STAGED_BYTES = 256 * 1024  # scratch per work item (on the stack of the C thread running it), within L2
 
 
 def optimizations_enabled() -> bool:
@@ -101,6 +104,8 @@ class Plan:
     upcast: tuple[int, ...] | None = None
     order: tuple[int, ...] | None = None
     reduce_lanes: int = 1
+    loop: tuple[int, int] | None = None  # (dim, tiles): a work item loops over this many tiles along dim
+    stage: bool = False  # copy what the loop's tiles all read into a scratch array first (ir/stage.py)
 
 
 def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
@@ -117,7 +122,13 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
     if _shares_loads(kernel):
         tile = choose_vector_tile(kernel, info)
         if tile is not None:
-            plans.append(Plan(*tile))
+            factors, order = tile
+            row_tiles = -(-shape[-2] // factors[-2])
+            panels = _product(list(shape[:-2])) * (shape[-1] // factors[-1])
+            loop_tiles = -(-row_tiles // max(1, -(-minimum_items // panels)))
+            if loop_tiles >= MINIMUM_STAGED_TILES:
+                plans.append(Plan(factors, order, loop=(len(shape) - 2, loop_tiles), stage=True))
+            plans.append(Plan(factors, order))
     elif output_lanes > 1 and shape[-1] % output_lanes == 0:
         plans.append(Plan((1,) * (len(shape) - 1) + (output_lanes,)))
     reduce_dtypes = {compute_dtype(step.dtype) for step in reduces}
@@ -145,8 +156,12 @@ def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
         return lower_kernel(kernel, name)
     if info.vector_ops:
         for plan in vector_plans(kernel, info):
-            lowered = lower_kernel(kernel, name, plan.upcast, plan.order, plan.reduce_lanes)
+            lowered = lower_kernel(kernel, name, plan.upcast, plan.order, plan.reduce_lanes, plan.loop)
             vectorized = vectorize(lowered, 4 * info.preferred_vector_width, info.vector_ops)
-            if vectorized is not lowered and not gathers(vectorized):
+            if vectorized is lowered:
+                continue
+            if plan.stage:
+                vectorized = stage_loads(vectorized, MAX_STAGED_BYTES)
+            if not gathers(vectorized):
                 return vectorized
     return lower_kernel(kernel, name, choose_upcast(kernel, info))

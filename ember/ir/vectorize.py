@@ -140,21 +140,27 @@ class Vectorizer:
 
     # ---- the kernel -----------------------------------------------------------------------------------------
 
-    def run(self, kernel: KernelIR, groups: list[tuple[IRNode, ...]],
-            reduce_groups: list[tuple[IRNode, ...]]) -> KernelIR:
+    def run(self, kernel: KernelIR, reduce_groups: list[tuple[IRNode, ...]]) -> KernelIR:
         for group in reduce_groups:
             self.pack(group)
-        stores = []
-        for group in groups:
+        return KernelIR(kernel.name, kernel.params, kernel.global_size, self.statements(kernel.sink),
+                        kernel.index_dtype)
+
+    def statements(self, sink: IRNode) -> IRNode:
+        """A SINK of stores and loops, rebuilt with its runs of stores as vector stores."""
+        statements = []
+        for group in store_groups(sink.srcs, self.vector_bytes):
             first = group[0]
-            if len(group) == 1:
-                stores.append(self.scalar(first))
-                continue
-            value = self.pack(tuple(store.srcs[2] for store in group))
-            assert value is not None
-            stores.append(self.builder.store(self.scalar(first.srcs[0]), self.scalar(first.srcs[1]), value))
-        sink = self.builder.sink(stores)
-        return KernelIR(kernel.name, kernel.params, kernel.global_size, sink, kernel.index_dtype)
+            if first.op is IROp.LOOP:
+                ranges = tuple(self.scalar(range_) for range_ in first.srcs[1:])
+                statements.append(self.builder.loop(list(self.statements(first.srcs[0]).srcs), ranges))
+            elif len(group) == 1:
+                statements.append(self.scalar(first))
+            else:
+                value = self.pack(tuple(store.srcs[2] for store in group))
+                assert value is not None
+                statements.append(self.builder.store(self.scalar(first.srcs[0]), self.scalar(first.srcs[1]), value))
+        return self.builder.sink(statements)
 
 
 def store_groups(stores: Iterable[IRNode], vector_bytes: int) -> list[tuple[IRNode, ...]]:
@@ -162,6 +168,8 @@ def store_groups(stores: Iterable[IRNode], vector_bytes: int) -> list[tuple[IRNo
     stores = list(stores)
     by_run: dict[tuple, dict[int, IRNode]] = {}
     for store in stores:
+        if store.op is not IROp.STORE:
+            continue
         width = lanes_for(store.srcs[2].dtype, vector_bytes)
         if width > 1 and store.srcs[2].width == 1:
             terms, constant = index_key(store.srcs[1])
@@ -191,26 +199,28 @@ def vectorize(kernel: KernelIR, vector_bytes: int, vector_ops: frozenset) -> Ker
     """The kernel with runs of consecutive stores, and its lane groups of reduces, packed into vectors."""
     if vector_bytes <= 0 or not vector_ops:
         return kernel
-    groups = store_groups(kernel.sink.srcs, vector_bytes)
     reduce_groups = [group for group in kernel.lane_groups if lanes_for(group[0].dtype, vector_bytes) == len(group)]
-    if not reduce_groups and all(len(group) == 1 for group in groups):
+    if not reduce_groups and not _has_store_runs(kernel.sink, vector_bytes):
         return kernel
-    return Vectorizer(vector_bytes, vector_ops).run(kernel, groups, reduce_groups)
+    return Vectorizer(vector_bytes, vector_ops).run(kernel, reduce_groups)
+
+
+def _has_store_runs(sink: IRNode, vector_bytes: int) -> bool:
+    return any(len(group) > 1 or (group[0].op is IROp.LOOP and _has_store_runs(group[0].srcs[0], vector_bytes))
+               for group in store_groups(sink.srcs, vector_bytes))
 
 
 def gathers(kernel: KernelIR) -> bool:
-    """Whether the kernel builds vectors from computed scalars where it repeats work (in a loop, or anywhere in a
-    kernel without loops): a sign that the vectors run across memory that is not contiguous."""
+    """Whether the kernel builds vectors from computed scalars where it repeats work (inside a reduce's loop, or
+    anywhere in a kernel without reduces): a sign that the vectors run across memory that is not contiguous."""
     nodes, in_loop = _nodes(kernel.sink), {}
-    has_loops = any(node.op is IROp.RANGE for node in nodes)
+    reduce_ranges = {id(range_) for node in nodes if node.op is IROp.REDUCE for range_ in node.srcs[1:]}
     for node in nodes:  # sources first
-        in_loop[id(node)] = node.op is IROp.RANGE or (
+        in_loop[id(node)] = id(node) in reduce_ranges or (
             node.op is not IROp.REDUCE and any(in_loop[id(src)] for src in node.srcs))
-    for node in nodes:
-        if node.op is IROp.VECTORIZE and (in_loop[id(node)] or not has_loops):
-            if any(lane is not node.srcs[0] for lane in node.srcs) and not all(lane.is_const for lane in node.srcs):
-                return True
-    return False
+    return any(node.op is IROp.VECTORIZE and (in_loop[id(node)] or not reduce_ranges)
+               and any(lane is not node.srcs[0] for lane in node.srcs) and not all(lane.is_const for lane in node.srcs)
+               for node in nodes)
 
 
 def _nodes(sink: IRNode) -> list[IRNode]:

@@ -1,0 +1,123 @@
+"""Staging: inputs a work item reads again for each tile of its loop are first copied into a contiguous scratch array.
+
+A matmul work item that loops down the rows of its column panel reads the same panel of B (K rows of 16 floats,
+N floats apart) for every tile. Read from B itself, the panel's rows fall into the same few cache sets when N is a
+power of two and keep evicting each other; copied once into a scratch array (K x 16 floats, contiguous) they stay
+in cache for every tile after the first. This is the packing step of BLAS libraries, done per work item.
+"""
+
+from __future__ import annotations
+
+from ember.ir.ir import Builder, IRNode, IROp, KernelIR
+
+
+class _Ranges:
+    """The loop variables each node depends on (a REDUCE or LOOP closes its own)."""
+
+    def __init__(self) -> None:
+        self.memo: dict[int, frozenset[int]] = {}
+
+    def __call__(self, node: IRNode) -> frozenset[int]:
+        cached = self.memo.get(id(node))
+        if cached is None:
+            if node.op is IROp.RANGE:
+                cached = frozenset({id(node)})
+            elif node.op in (IROp.REDUCE, IROp.LOOP):
+                cached = self(node.srcs[0]) - {id(range_) for range_ in node.srcs[1:]}
+            else:
+                cached = frozenset().union(*(self(src) for src in node.srcs))
+            self.memo[id(node)] = cached
+        return cached
+
+
+def _stageable(node: IRNode) -> bool:
+    """A load from a buffer, or a vector gathered from such loads."""
+    if node.op is IROp.VECTORIZE:
+        return all(lane.op is IROp.LOAD and lane.width == 1 and _stageable(lane) for lane in node.srcs)
+    return node.op is IROp.LOAD and node.srcs[0].op is IROp.PARAM and len(node.srcs) == 2
+
+
+def _reduced_reads(reduce: IRNode) -> list[IRNode]:
+    """The loads and gathered vectors under a reduce's value (not under nested reduces), in a deterministic order."""
+    found, seen, stack = [], set(), [reduce.srcs[0]]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if _stageable(node):
+            found.append(node)
+        elif node.op is not IROp.REDUCE:
+            stack.extend(reversed(node.srcs))
+    return found
+
+
+def stage_loads(kernel: KernelIR, max_bytes: int) -> KernelIR:
+    """The kernel with the loads (and gathered vectors) of its tile loop's reduces that do not change from tile to
+    tile (they depend on the reduce's loop only) read from a scratch array filled once per work item, if that
+    array fits in `max_bytes`. A gather staged this way runs once per work item instead of once per tile."""
+    if len(kernel.sink.srcs) != 1 or kernel.sink.srcs[0].op is not IROp.LOOP:
+        return kernel
+    ranges_of = _Ranges()
+    reduces, seen, stack = [], {}, [kernel.sink]
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen[id(node)] = node
+            if node.op is IROp.REDUCE and len(node.srcs) == 2:
+                reduces.append(node)
+            stack.extend(node.srcs)
+    staged: dict[int, tuple[IRNode, list[IRNode]]] = {}  # reduce range id -> (range, loads)
+    for reduce in reduces:
+        loop = reduce.srcs[1]
+        for load in _reduced_reads(reduce):
+            if ranges_of(load) == {id(loop)} and load not in staged.get(id(loop), (None, []))[1]:
+                staged.setdefault(id(loop), (loop, []))[1].append(load)
+    plans = []
+    for loop, loads in staged.values():
+        if len({load.dtype for load in loads}) != 1:
+            continue
+        stride = sum(load.width for load in loads)
+        if loop.arg[1] * stride * loads[0].dtype.itemsize <= max_bytes:
+            plans.append((loop, loads, stride))
+    if not plans:
+        return kernel
+    builder = Builder()
+    builder.loop_count = max(node.arg[0] for node in seen.values() if node.op is IROp.RANGE)
+    memo: dict[int, IRNode] = {}
+    for loop, loads, stride in plans:
+        local = builder.define_local(loads[0].dtype, loop.arg[1] * stride)
+        fill_range = builder.new_range(loop.arg[1], kernel.index_dtype)
+        fill_memo = {id(loop): fill_range}
+        fills, offsets, offset = [], [], 0
+        for load in loads:
+            value = _rebuild(builder, load, fill_memo)
+            index = builder.add(builder.mul(fill_range, stride), offset)
+            fills.append(builder.store(local, index, value))
+            offsets.append(offset)
+            offset += load.width
+        ready = builder.after(local, [builder.loop(fills, (fill_range,))])
+        new_loop = _rebuild(builder, loop, memo)
+        for load, load_offset in zip(loads, offsets):
+            index = builder.add(builder.mul(new_loop, stride), load_offset)
+            memo[id(load)] = (builder.vector_load(ready, index, None, load.width) if load.width > 1
+                              else builder.load(ready, index, None))
+    sink = _rebuild(builder, kernel.sink, memo)
+    return KernelIR(kernel.name, kernel.params, kernel.global_size, sink, kernel.index_dtype)
+
+
+def _rebuild(builder: Builder, root: IRNode, memo: dict[int, IRNode]) -> IRNode:
+    """root rebuilt with `builder`, nodes already in memo replaced by their entries."""
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        if id(node) in memo:
+            stack.pop()
+            continue
+        missing = [src for src in node.srcs if id(src) not in memo]
+        if missing:
+            stack.extend(missing)
+            continue
+        stack.pop()
+        memo[id(node)] = builder.rebuild(node, [memo[id(src)] for src in node.srcs])
+    return memo[id(root)]
