@@ -119,7 +119,7 @@ def test_generated_programs_are_valid_on_the_reference(data: st.DataObject) -> N
 
 
 def test_command_line_fuzz_runs_and_reports() -> None:
-    result = subprocess.run([sys.executable, "-m", "ember", "fuzz", "--device", "c", "--minutes", "0.1", "--seed", "3"],
+    result = subprocess.run([sys.executable, "-m", "ember", "fuzz", "--device", "c", "--minutes", "0.05", "--seed", "4"],
                             capture_output=True, text=True, timeout=300)
     assert "examples" in result.stdout and "/s" in result.stdout, result.stdout + result.stderr
     assert result.returncode == (1 if "MISMATCH" in result.stdout or "CRASH" in result.stdout else 0), result.stdout
