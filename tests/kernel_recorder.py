@@ -20,8 +20,8 @@ import pytest
 
 from ember.backends import ptx
 from ember.backends.base import DeviceInfo
-from ember.core.errors import CompileError
 from ember.core.dtype import DTYPES_BY_NAME, DType
+from ember.core.errors import CompileError
 from ember.ir.kernel import Kernel, KernelStep
 
 DIRECTORY_VARIABLE = "EMBER_PTX_RECORD_DIR"

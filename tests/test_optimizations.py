@@ -50,6 +50,9 @@ def test_tiled_matmul_variants(device: str) -> None:
     rows, trows = pair(random_array((70, 33), seed=7), device)
     wide, twide = pair(random_array((48, 33), seed=8), device)
     assert_close(rows @ wide.T, trows @ twide.T, atol=1e-4)  # the gather is staged once per work item
+    prologue, tprologue = pair(random_array((70, 48), seed=9), device)
+    right, tright = pair(random_array((70, 64), seed=10), device)
+    assert_close((prologue * (prologue > 0.5)).T @ right, (tprologue * (tprologue > 0.5)).T @ tright, atol=1e-4)
     padded, tpadded = a.pad((0, 0, 2, 3)), torch.nn.functional.pad(ta, (0, 0, 2, 3))
     assert_close(padded @ b, tpadded @ tb, atol=1e-4)  # masked rows
     assert_close(a.max(1, keepdim=True).values @ b[:1], ta.max(1, keepdim=True).values @ tb[:1], atol=1e-4)
@@ -132,6 +135,11 @@ def test_matmul_panel_is_staged(monkeypatch: pytest.MonkeyPatch) -> None:
     linear = rendered_c(_dummy(256, 96) @ _dummy(64, 96).T)
     assert "float local1[1536]" in linear and "ember_float32x8 acc" in linear  # the transposed panel too
     assert "local1" not in rendered_c(_dummy(256, 96) @ _dummy(96, 8))  # one panel, few tiles: no copy
+    # a computed A (an activation's gradient): work items walk along their rows, A's rows computed once each
+    h, x = _dummy(256, 512), _dummy(256, 784)
+    gradient = rendered_c((h * (h > 0)).T @ x)
+    tiles = gradient.index("for (int loop1 = 0; loop1 < 49; loop1++)")
+    assert "(0.0f<" in gradient[:tiles] and "(0.0f<" not in gradient[tiles:]  # h > 0 outside the tile loop
 
 
 def test_reductions_and_elementwise_are_vectorized(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,7 @@ from ember.backends.base import DeviceInfo
 from ember.core.ops import REDUCE_OPS, Op
 from ember.ir.ir import KernelIR
 from ember.ir.kernel import Kernel
+from ember.ir.linearize import linearize
 from ember.ir.lower import compute_dtype, lower_kernel
 from ember.ir.stage import stage_loads
 from ember.ir.vectorize import gathers, lanes_for, vectorize
@@ -24,6 +25,7 @@ MAX_TILE_OUTPUTS = 32  # accumulators per work item; more spill registers on com
 MAX_TILE_VECTORS = 12  # vector accumulators per work item: 12 of 16 AVX2 registers, the rest hold the operands
 MINIMUM_STAGED_TILES = 4  # tiles a work item loops over before staging the panel they share pays for its copy
 MAX_STAGED_BYTES = 256 * 1024  # scratch per work item (on the stack of the C thread running it), within L2
+WORK_TOLERANCE = 0.05  # tile plans within this much of the least work count as equal (the earlier one wins)
 
 
 def optimizations_enabled() -> bool:
@@ -68,23 +70,27 @@ def _product(values: list[int]) -> int:
 
 
 def choose_vector_tile(kernel: Kernel, info: DeviceInfo) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """(factors, work item order) of a vector tile for a matmul-like kernel: the last output dim by two vectors
-    (or one), the one before by as many rows as the accumulators allow (any number: the last tile is clamped),
-    work items along the rows fastest. None where the last dim is not a whole number of vectors."""
+    """(factors, work item order) of a vector tile for a matmul-like kernel: the last output dim of size > 1 by
+    two vectors (or one), the one before by as many rows as the accumulators allow (any number: the last tile is
+    clamped), work items along the rows fastest. None where the last dim is not a whole number of vectors."""
     if not _shares_loads(kernel):
         return None
     shape = kernel.output.shape
     lanes = lanes_for(kernel.output.dtype, 4 * info.preferred_vector_width)
-    if len(shape) < 2 or lanes <= 1 or shape[-1] % lanes != 0:
+    axes = [axis for axis, size in enumerate(shape) if size > 1]
+    if len(axes) < 2 or lanes <= 1 or shape[axes[-1]] % lanes != 0:
         return None
-    vectors = 2 if shape[-1] % (2 * lanes) == 0 else 1
-    rows = min(MAX_TILE_VECTORS // vectors, shape[-2])
+    row_axis, column_axis = axes[-2:]
+    vectors = 2 if shape[column_axis] % (2 * lanes) == 0 else 1
+    rows = min(MAX_TILE_VECTORS // vectors, shape[row_axis])
     items = _product(list(shape)) // (vectors * lanes)
     minimum_items = 4 * max(1, info.compute_units)
     while rows > 1 and -(-items // rows) < minimum_items:
         rows -= 1
-    factors = (1,) * (len(shape) - 2) + (rows, vectors * lanes)
-    order = tuple(range(len(shape) - 2)) + (len(shape) - 1, len(shape) - 2)
+    factors = tuple(rows if axis == row_axis else vectors * lanes if axis == column_axis else 1
+                    for axis in range(len(shape)))
+    order = tuple(column_axis if axis == row_axis else row_axis if axis == column_axis else axis
+                  for axis in range(len(shape)))
     return factors, order
 
 
@@ -123,11 +129,14 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
         tile = choose_vector_tile(kernel, info)
         if tile is not None:
             factors, order = tile
-            row_tiles = -(-shape[-2] // factors[-2])
-            panels = _product(list(shape[:-2])) * (shape[-1] // factors[-1])
-            loop_tiles = -(-row_tiles // max(1, -(-minimum_items // panels)))
-            if loop_tiles >= MINIMUM_STAGED_TILES:
-                plans.append(Plan(factors, order, loop=(len(shape) - 2, loop_tiles), stage=True))
+            tiles = _product([-(-size // factor) for size, factor in zip(shape, factors)])
+            # a work item loops down the rows of its column panel (B's panel staged), or along the columns of its
+            # rows (A's rows staged: pays where A is computed, e.g. a gradient through an activation)
+            for loop_axis in [axis for axis, size in enumerate(shape) if size > 1][-2:]:
+                along = -(-shape[loop_axis] // factors[loop_axis])
+                loop_tiles = -(-along // max(1, -(-minimum_items // (tiles // along))))
+                if loop_tiles >= MINIMUM_STAGED_TILES:
+                    plans.append(Plan(factors, order, loop=(loop_axis, loop_tiles), stage=True))
             plans.append(Plan(factors, order))
     elif output_lanes > 1 and shape[-1] % output_lanes == 0:
         plans.append(Plan((1,) * (len(shape) - 1) + (output_lanes,)))
@@ -155,13 +164,36 @@ def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
     if not optimizations_enabled():
         return lower_kernel(kernel, name)
     if info.vector_ops:
+        # tile plans (upcast, no reduce split) are compared by their estimated work, the others taken in order
+        tiles: list[tuple[float, KernelIR]] = []
         for plan in vector_plans(kernel, info):
+            if tiles and plan.reduce_lanes > 1:
+                break
             lowered = lower_kernel(kernel, name, plan.upcast, plan.order, plan.reduce_lanes, plan.loop)
             vectorized = vectorize(lowered, 4 * info.preferred_vector_width, info.vector_ops)
             if vectorized is lowered:
                 continue
             if plan.stage:
                 vectorized = stage_loads(vectorized, MAX_STAGED_BYTES)
-            if not gathers(vectorized):
+            if gathers(vectorized):
+                continue
+            if plan.reduce_lanes > 1 or plan.upcast is None:
                 return vectorized
+            tiles.append((estimated_work(vectorized), vectorized))
+        if tiles:
+            least = min(work for work, _ in tiles)
+            return next(ir for work, ir in tiles if work <= least * (1 + WORK_TOLERANCE))
     return lower_kernel(kernel, name, choose_upcast(kernel, info))
+
+
+def estimated_work(kernel: KernelIR) -> float:
+    """Instructions a kernel executes: each rendered instruction times the trip counts of the loops around it."""
+    trips, work = [kernel.global_size], 0.0
+    for instruction in linearize(kernel.sink):
+        if instruction.kind == "loop":
+            trips.append(trips[-1] * instruction.node.arg[1])
+        elif instruction.kind == "end_loop":
+            trips.pop()
+        elif instruction.kind in ("value", "store", "update_acc"):
+            work += trips[-1]
+    return work

@@ -30,32 +30,41 @@ class _Ranges:
         return cached
 
 
-def _stageable(node: IRNode) -> bool:
-    """A load from a buffer, or a vector gathered from such loads."""
-    if node.op is IROp.VECTORIZE:
-        return all(lane.op is IROp.LOAD and lane.width == 1 and _stageable(lane) for lane in node.srcs)
-    return node.op is IROp.LOAD and node.srcs[0].op is IROp.PARAM and len(node.srcs) == 2
+def _reads_memory(root: IRNode) -> bool:
+    stack, seen = [root], set()
+    while stack:
+        node = stack.pop()
+        if node.op is IROp.LOAD and node.srcs[0].op is IROp.PARAM:
+            return True
+        if id(node) not in seen:
+            seen.add(id(node))
+            stack.extend(node.srcs)
+    return False
 
 
-def _reduced_reads(reduce: IRNode) -> list[IRNode]:
-    """The loads and gathered vectors under a reduce's value (not under nested reduces), in a deterministic order."""
+def _values_to_stage(reduce: IRNode, ranges_of: _Ranges) -> list[IRNode]:
+    """The largest float values under a reduce's value that depend on the reduce's loop only and read memory (not
+    under nested reduces; through broadcasts to their scalar), in a deterministic order."""
+    loop = frozenset({id(reduce.srcs[1])})
     found, seen, stack = [], set(), [reduce.srcs[0]]
     while stack:
         node = stack.pop()
-        if id(node) in seen:
+        if id(node) in seen or node.op is IROp.REDUCE:
             continue
         seen.add(id(node))
-        if _stageable(node):
+        broadcast = node.op is IROp.VECTORIZE and all(lane is node.srcs[0] for lane in node.srcs)
+        if not broadcast and node.dtype.is_float and ranges_of(node) == loop and _reads_memory(node):
             found.append(node)
-        elif node.op is not IROp.REDUCE:
+        else:
             stack.extend(reversed(node.srcs))
     return found
 
 
 def stage_loads(kernel: KernelIR, max_bytes: int) -> KernelIR:
-    """The kernel with the loads (and gathered vectors) of its tile loop's reduces that do not change from tile to
-    tile (they depend on the reduce's loop only) read from a scratch array filled once per work item, if that
-    array fits in `max_bytes`. A gather staged this way runs once per work item instead of once per tile."""
+    """The kernel with the values of its tile loop's reduces that do not change from tile to tile (they depend on
+    the reduce's loop only: loads, gathered vectors, computed operands) read from a scratch array filled once per
+    work item, if that array fits in `max_bytes`. What the copy computes (a gather, an operand's elementwise
+    prologue) then runs once per work item instead of once per tile."""
     if len(kernel.sink.srcs) != 1 or kernel.sink.srcs[0].op is not IROp.LOOP:
         return kernel
     ranges_of = _Ranges()
@@ -70,9 +79,9 @@ def stage_loads(kernel: KernelIR, max_bytes: int) -> KernelIR:
     staged: dict[int, tuple[IRNode, list[IRNode]]] = {}  # reduce range id -> (range, loads)
     for reduce in reduces:
         loop = reduce.srcs[1]
-        for load in _reduced_reads(reduce):
-            if ranges_of(load) == {id(loop)} and load not in staged.get(id(loop), (None, []))[1]:
-                staged.setdefault(id(loop), (loop, []))[1].append(load)
+        for value in _values_to_stage(reduce, ranges_of):
+            if value not in staged.get(id(loop), (None, []))[1]:
+                staged.setdefault(id(loop), (loop, []))[1].append(value)
     plans = []
     for loop, loads in staged.values():
         if len({load.dtype for load in loads}) != 1:
