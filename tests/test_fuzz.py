@@ -123,3 +123,22 @@ def test_command_line_fuzz_runs_and_reports() -> None:
                             capture_output=True, text=True, timeout=300)
     assert "examples" in result.stdout and "/s" in result.stdout, result.stdout + result.stderr
     assert result.returncode == (1 if "MISMATCH" in result.stdout or "CRASH" in result.stdout else 0), result.stdout
+
+
+def test_a_gradient_mismatch_in_a_worker_is_reported_not_a_crash(tmp_path) -> None:
+    # the worker runs as __main__; the gradient fuzzer's FuzzMismatch must still be the class the worker catches
+    stats, program = tmp_path / "stats.json", tmp_path / "program.py"
+    code = (
+        "import runpy, sys\n"
+        "import ember.testing.gradient_fuzz as gradient_fuzz\n"
+        "from ember.testing.fuzz import FuzzMismatch\n"
+        "def planted(program, device):\n"
+        "    raise FuzzMismatch('planted gradient mismatch')\n"
+        "gradient_fuzz.check_gradients = planted\n"
+        f"sys.argv = ['fuzz', '--device', 'c:0', '--seconds', '3', '--seed', '3', '--stats', {str(stats)!r}, "
+        f"'--program', {str(program)!r}]\n"
+        "runpy.run_module('ember.testing.fuzz', run_name='__main__')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "MISMATCH on c:0 (seed 3)" in result.stdout and "planted gradient mismatch" in stats.read_text()

@@ -367,4 +367,8 @@ class CurrentProgram:
 if __name__ == "__main__":
     import sys
 
-    sys.exit(_worker())
+    # run the worker of the imported module, not of __main__: the gradient fuzzer imports ember.testing.fuzz, and
+    # its FuzzMismatch and CurrentProgram must be the classes the worker catches and fills
+    from ember.testing import fuzz as imported
+
+    sys.exit(imported._worker())
