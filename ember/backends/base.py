@@ -34,7 +34,17 @@ class DeviceInfo:
 
 
 class Event:
-    """Completion of an enqueued launch or copy. The default is already complete (synchronous backends)."""
+    """The completion of one enqueued command (a kernel launch or a copy) of a device.
+
+    Launches and copies return an event at once; the command may still be queued or running. `wait()` blocks the
+    calling thread until that command (and so everything it waited for) has finished, and nothing else: it does not
+    drain the device's queues. `done` asks without blocking. Events are passed as `wait_for` to later launches and
+    copies, which then start only after them: a backend turns an event of its own device into a native dependency
+    (an OpenCL event in a wait list, `cuStreamWaitEvent`) and waits on the host for any other event.
+
+    An event keeps alive whatever host memory its command reads or writes until it completes. The default event
+    is already complete: synchronous backends return `COMPLETED` from every call.
+    """
 
     def wait(self) -> None:
         return None
@@ -47,8 +57,23 @@ class Event:
 COMPLETED = Event()
 
 
+def wait_all(events: tuple[Event, ...] | list[Event]) -> None:
+    """Wait on the host for every event (what a backend does with events it cannot make native dependencies)."""
+    for event in events:
+        event.wait()
+
+
 class MemoryPool(ABC):
-    """Memory of one device: allocations, copies between host and device, and a byte count."""
+    """Memory of one device: allocations, copies between host and device, and a byte count.
+
+    A backend must provide alloc/free and the synchronous copy_in/copy_out. The asynchronous copies
+    (`copy_in_async`, `copy_out_async`, `copy_from`) default to the synchronous ones after waiting for `wait_for`
+    and return `COMPLETED`; a backend with queues overrides them to enqueue the copy and return its event.
+    """
+
+    frees_behind_events = False  # True: free() may be called while enqueued commands still use the buffer (the
+    # driver keeps the memory until they finish, as OpenCL does); False: the scheduler frees only after the events
+    # of every command using the buffer are done
 
     def __init__(self, name: str, limit_bytes: int | None = None) -> None:
         self.name = name
@@ -94,12 +119,39 @@ class MemoryPool(ABC):
     @abstractmethod
     def copy_out(self, destination: memoryview, handle: Any) -> None: ...
 
+    def copy_in_async(self, handle: Any, source: memoryview, wait_for: tuple[Event, ...] = ()) -> Event:
+        """Enqueue a copy of host bytes into a buffer after `wait_for`; `source` must stay unchanged until the
+        returned event is done (the event keeps it alive)."""
+        wait_all(wait_for)
+        self.copy_in(handle, source)
+        return COMPLETED
+
+    def copy_out_async(self, destination: memoryview, handle: Any, wait_for: tuple[Event, ...] = ()) -> Event:
+        """Enqueue a copy of a buffer's first len(destination) bytes into host memory after `wait_for`;
+        `destination` holds the bytes once the returned event is done (the event keeps it alive)."""
+        wait_all(wait_for)
+        self.copy_out(destination, handle)
+        return COMPLETED
+
+    def copy_from(self, handle: Any, source_pool: MemoryPool, source_handle: Any, nbytes: int,
+                  wait_for: tuple[Event, ...] = ()) -> Event | None:
+        """Enqueue a copy of `nbytes` from a buffer of another pool that this pool can reach directly (another
+        queue of the same context, peer memory); None when it cannot (the scheduler then goes through host memory).
+        """
+        return None
+
+    def host_view(self, handle: Any, nbytes: int) -> memoryview | None:
+        """The first `nbytes` of a buffer as host memory (a pool in host RAM), or None for device memory. A copy
+        to or from another pool then needs one host copy instead of two, without staging."""
+        return None
+
 
 class Program(ABC):
     """A compiled kernel. Called with buffer handles in parameter order and the global size."""
 
     @abstractmethod
-    def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event: ...
+    def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
+        """Enqueue the kernel after the events in `wait_for` and return its event (see Event)."""
 
 
 class Device(ABC):
@@ -118,6 +170,7 @@ class Device(ABC):
         """Render and compile a kernel (implementations cache by source)."""
 
     def synchronize(self) -> None:
+        """Wait until every command enqueued on this device has finished (benchmarks; reads use events)."""
         return None
 
 

@@ -32,6 +32,9 @@ class DiskPool(MemoryPool):
     def copy_out(self, destination: memoryview, handle: np.ndarray) -> None:
         np.frombuffer(destination, dtype=np.uint8)[:] = handle[: len(destination)]
 
+    def host_view(self, handle: np.ndarray, nbytes: int) -> memoryview:
+        return memoryview(handle[:nbytes])  # read-only: a copy to a device reads the mapped pages once
+
     def map_region(self, path: str | Path, offset: int, nbytes: int) -> np.ndarray:
         """A read-only byte view of `nbytes` at `offset` of a file (counted as used, never allocated)."""
         size = Path(path).stat().st_size

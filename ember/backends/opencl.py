@@ -10,18 +10,22 @@ from typing import Any
 import numpy as np
 
 from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, cache_directory
-from ember.backends.c_style import CStyleRenderer, used_bitcasts
+from ember.backends.c_style import MASK_TYPES, CStyleRenderer, lane_dtype, used_bitcasts, vector_nodes
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import BackendUnavailable, CompileError, OutOfMemoryError
 from ember.core.ops import Op
-from ember.ir.ir import KernelIR
+from ember.ir.ir import IRNode, IROp, KernelIR
 
 try:
     import pyopencl as cl
 except ImportError:  # the renderer works without pyopencl; probe() says how to install it
     cl = None
 
+# what OpenCLRenderer renders on vectors: PoCL's implicit vectorizer (across work items) leaves math functions
+# scalar calls (exp2 ~10x slower than on float8), so kernels carry explicit vector types where tiles allow
+VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE,
+                        Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC})
 LOCAL_SIZE = 32  # work items per work group: measured best on PoCL (16-32 beat 64-256); one size = one PoCL compile
 
 BFLOAT16_HELPERS = """float ember_bf16_to_float(ushort value) { return as_float(((uint)value) << 16); }
@@ -87,20 +91,72 @@ class OpenCLRenderer(CStyleRenderer):
         return super()._literal(value, dtype)
 
     def prelude(self, kernel: KernelIR) -> str:
+        # every helper is guarded, so several kernels can be built as one program (see OpenCLDevice.compile_many)
         used = _used_dtypes(kernel)
-        lines = [FP64_PRAGMA] if self.has_fp64 else []
+        helpers = []
         if dtypes.bfloat16 in used:
-            lines.append(BFLOAT16_HELPERS)
+            helpers.append(("EMBER_BF16", BFLOAT16_HELPERS))
         if dtypes.float16 in used:
-            lines.append(FLOAT16_HELPERS)
+            helpers.append(("EMBER_HALF", FLOAT16_HELPERS))
             if self.has_fp64 and dtypes.float64 in used:
-                lines.append(DOUBLE_TO_HALF)
+                helpers.append(("EMBER_DOUBLE_TO_HALF", DOUBLE_TO_HALF))
+        lines = [FP64_PRAGMA] if self.has_fp64 else []
+        lines.extend(f"#ifndef {guard}\n#define {guard}\n{text}\n#endif" for guard, text in helpers)
+        lines.extend(self.vector_helpers(kernel))
         return "\n".join(lines)
 
     def global_loop_open(self, kernel: KernelIR, index_type: str) -> list[str]:
         # the global size is rounded up to a multiple of the local size, so extra work items return at once
         return [f"  if (get_global_id(0) >= {kernel.global_size}) return;",
                 f"  {index_type} gid = ({index_type})get_global_id(0);"]
+
+    # ---- vectors: OpenCL C's floatN/doubleN (lane-wise operators and math functions, comparisons give masks of
+    # all bits set, select() picks by mask); vloadN/vstoreN need only element alignment, so any index works -------
+
+    def vector_type(self, dtype: DType, width: int) -> str:
+        return f"{self.type_name(dtype)}{width}"
+
+    def vector_build(self, lanes: list[str], dtype: DType, width: int) -> str:
+        if all(lane == lanes[0] for lane in lanes):
+            return f"(({self.vector_type(dtype, width)})({lanes[0]}))"
+        return f"(({self.vector_type(dtype, width)})({','.join(lanes)}))"
+
+    def vector_lane(self, vector: str, lane: int, width: int) -> str:
+        return f"{vector}.s{lane:x}"
+
+    def vector_load(self, buffer: str, index: str, node: IRNode) -> str:
+        return f"vload{node.width}(0, {buffer}+{index})"
+
+    def vector_store(self, buffer: str, index: str, value: str, node: IRNode) -> str:
+        return f"vstore{node.width}({value}, 0, {buffer}+{index})"
+
+    def local_declaration(self, name: str, dtype: DType, size: int) -> str:
+        return f"{self.type_name(dtype)} {name}[{size}]"
+
+    def vector_maximum(self, operands: list[str], node: IRNode) -> str:
+        return f"ember_max_{node.dtype.name}x{node.width}({operands[0]}, {operands[1]})"
+
+    def vector_select(self, operands: list[str], node: IRNode) -> str:
+        mask, (value_dtype, mask_dtype) = operands[0], (lane_dtype(node), lane_dtype(node.srcs[0]))
+        if value_dtype.itemsize != mask_dtype.itemsize:  # select() wants a mask as wide as the values
+            mask = f"convert_{self.vector_type(MASK_TYPES[value_dtype.itemsize], node.width)}({mask})"
+        return f"select({operands[2]}, {operands[1]}, {mask})"
+
+    def vector_math(self, operands: list[str], node: IRNode) -> str:
+        return f"{self.math_functions[node.op]}({operands[0]})"
+
+    def vector_helpers(self, kernel: KernelIR) -> list[str]:
+        """The NaN-propagating vector maximum of each vector type whose MAX a kernel uses (guarded, so several
+        kernels can be built as one program)."""
+        lines = []
+        for dtype, width in sorted({(node.dtype, node.width) for node in vector_nodes(kernel.sink)
+                                    if node.op is Op.MAX or (node.op is IROp.REDUCE and node.arg is Op.REDUCE_MAX)},
+                                   key=lambda item: (item[0].name, item[1])):
+            vector, function = self.vector_type(dtype, width), f"ember_max_{dtype.name}x{width}"
+            lines.append(f"#ifndef {function.upper()}\n#define {function.upper()}\n"
+                         f"{vector} {function}({vector} a, {vector} b) {{ return select(b, a, (a > b) | (a != a)); }}\n"
+                         "#endif")
+        return lines
 
 
 def _used_dtypes(kernel: KernelIR) -> set[DType]:
@@ -118,12 +174,13 @@ def _used_dtypes(kernel: KernelIR) -> set[DType]:
 
 
 class OpenCLEvent(Event):
-    """An enqueued OpenCL command."""
+    """An enqueued OpenCL command (pyopencl keeps the host memory of a non-blocking copy alive in its event)."""
 
-    __slots__ = ("event",)
+    __slots__ = ("event", "context")
 
-    def __init__(self, event: Any) -> None:
+    def __init__(self, event: Any, context: Any) -> None:
         self.event = event
+        self.context = context
 
     def wait(self) -> None:
         self.event.wait()
@@ -134,7 +191,10 @@ class OpenCLEvent(Event):
 
 
 class OpenCLMemoryPool(MemoryPool):
-    """cl.Buffers of one device. Copies share the device's in-order queue, so a read waits for every launch before."""
+    """cl.Buffers of one device. Copies run on the device's transfer queue, after the events they are given, so
+    they overlap the kernels of the compute queue; a blocking read or write waits only for its own copy."""
+
+    frees_behind_events = True  # clReleaseMemObject keeps the memory until the commands using it have finished
 
     def __init__(self, device: OpenCLDevice) -> None:
         super().__init__(device.name, limit_bytes=device.cl_device.global_mem_size)
@@ -151,10 +211,36 @@ class OpenCLMemoryPool(MemoryPool):
         handle.release()  # OpenCL keeps the memory until the commands already enqueued on it have finished
 
     def copy_in(self, handle: Any, source: memoryview) -> None:
-        cl.enqueue_copy(self.device.queue, handle, np.frombuffer(source, dtype=np.uint8), is_blocking=True)
+        self.copy_in_async(handle, source, self._after_launches()).wait()
 
     def copy_out(self, destination: memoryview, handle: Any) -> None:
-        cl.enqueue_copy(self.device.queue, np.frombuffer(destination, dtype=np.uint8), handle, is_blocking=True)
+        self.copy_out_async(destination, handle, self._after_launches()).wait()
+
+    def _after_launches(self) -> tuple[Event, ...]:
+        """A marker after every launch enqueued so far: the synchronous copies keep the one-queue ordering."""
+        if self.device._queue is None:
+            return ()
+        return (OpenCLEvent(cl.enqueue_marker(self.device._queue), self.device.context),)
+
+    def copy_in_async(self, handle: Any, source: memoryview, wait_for: tuple[Event, ...] = ()) -> Event:
+        host = np.frombuffer(source, dtype=np.uint8)
+        event = cl.enqueue_copy(self.device.transfer_queue, handle, host, is_blocking=False,
+                                wait_for=self.device.native_events(wait_for))
+        return OpenCLEvent(event, self.device.context)
+
+    def copy_out_async(self, destination: memoryview, handle: Any, wait_for: tuple[Event, ...] = ()) -> Event:
+        host = np.frombuffer(destination, dtype=np.uint8)
+        event = cl.enqueue_copy(self.device.transfer_queue, host, handle, is_blocking=False,
+                                wait_for=self.device.native_events(wait_for))
+        return OpenCLEvent(event, self.device.context)
+
+    def copy_from(self, handle: Any, source_pool: MemoryPool, source_handle: Any, nbytes: int,
+                  wait_for: tuple[Event, ...] = ()) -> Event | None:
+        if not isinstance(source_pool, OpenCLMemoryPool) or source_pool.device.context is not self.device.context:
+            return None  # buffers of another context are reached through host memory
+        event = cl.enqueue_copy(self.device.transfer_queue, handle, source_handle, byte_count=nbytes,
+                                wait_for=self.device.native_events(wait_for))
+        return OpenCLEvent(event, self.device.context)
 
 
 class OpenCLProgram(Program):
@@ -169,25 +255,23 @@ class OpenCLProgram(Program):
         self.cache_path = cache_path  # set while the disk cache lacks the work-group code of the first launch
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
-        native = [event.event for event in wait_for if isinstance(event, OpenCLEvent)]
-        for event in wait_for:
-            if not isinstance(event, OpenCLEvent):
-                event.wait()
+        native = self.device.native_events(wait_for)
         self.kernel.set_args(*buffers)
         groups = -(-max(global_size, 1) // self.local_size)
         event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, (groups * self.local_size,),
-                                           (self.local_size,), wait_for=native or None)
+                                           (self.local_size,), wait_for=native)
         if self.cache_path is not None:
             # PoCL compiles the work-group code at the first launch and includes it in the binary from then on:
             # caching that binary saves the second compile in every later process
             event.wait()
             write_cache_entry(self.cache_path, program_binary(self.program), launched=True)
             self.cache_path = None
-        return OpenCLEvent(event)
+        return OpenCLEvent(event, self.device.context)
 
 
 class OpenCLDevice(Device):
-    """One OpenCL device with its own context and in-order queue (created on first use)."""
+    """One OpenCL device with its own context and two in-order queues (created on first use): kernels run on the
+    compute queue, copies on the transfer queue, and events order commands across the two."""
 
     def __init__(self, name: str, cl_device: Any) -> None:
         self.name = name
@@ -197,6 +281,7 @@ class OpenCLDevice(Device):
         self.build_options = build_options(cl_device)
         self._context: Any = None
         self._queue: Any = None
+        self._transfer_queue: Any = None
         self._built: dict[str, Any] = {}  # source -> cl.Program
         self._unlaunched: dict[str, Path] = {}  # source -> its cache entry, written before any launch
         self._programs: dict[tuple[str, str], OpenCLProgram] = {}
@@ -216,6 +301,23 @@ class OpenCLDevice(Device):
         if self._queue is None:
             self._queue = cl.CommandQueue(self.context)
         return self._queue
+
+    @property
+    def transfer_queue(self) -> Any:
+        if self._transfer_queue is None:
+            self._transfer_queue = cl.CommandQueue(self.context)
+        return self._transfer_queue
+
+    def native_events(self, wait_for: tuple[Event, ...]) -> list[Any] | None:
+        """The cl.Events of `wait_for` that belong to this device's context, for a wait list; the others (another
+        backend's or another context's) are waited for on the host first."""
+        native = []
+        for event in wait_for:
+            if isinstance(event, OpenCLEvent) and event.context is self._context:
+                native.append(event.event)
+            else:
+                event.wait()
+        return native or None
 
     @property
     def pool(self) -> OpenCLMemoryPool:  # type: ignore[override]
@@ -268,8 +370,9 @@ class OpenCLDevice(Device):
         return program
 
     def synchronize(self) -> None:
-        if self._queue is not None:
-            self._queue.finish()
+        for queue in (self._queue, self._transfer_queue):
+            if queue is not None:
+                queue.finish()
 
 
 CACHE_MAGIC = b"EMBER-OPENCL-2\n"
@@ -333,6 +436,7 @@ def device_info(cl_device: Any) -> DeviceInfo:
         max_local_size=cl_device.max_work_group_size,
         local_memory_bytes=cl_device.local_mem_size,
         preferred_vector_width=max(1, widths["float"]),
+        vector_ops=VECTOR_OPS if widths["float"] > 1 else frozenset(),
         supported_dtypes=frozenset(supported),
         has_native_exp2=True,
         can_run=True,

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends.base import COMPLETED, Device, Event, Program
+from ember.backends.base import COMPLETED, Device, Event, MemoryPool, Program, wait_all
 from ember.backends.config import CONFIG
 from ember.core.dtype import DType
 from ember.core.graph import Node
@@ -24,9 +24,14 @@ from ember.scheduler.schedule import SCHEDULES, CachedCopy, CachedKernel
 
 
 class Buffer:
-    """Memory for one realized node, in one device's pool; released when the last node holding it is gone."""
+    """Memory for one realized node, in one device's pool; released when the last node holding it is gone.
 
-    __slots__ = ("device", "pool", "handle", "nbytes", "dtype", "size", "device_name", "event")
+    `event` completes when the command writing the buffer (a launch or a copy) has finished; `users` holds the
+    unfinished events of commands enqueued to read it. The memory goes back to its pool only when both are done
+    (unless the pool frees behind events itself), so dropping a tensor never blocks and never frees memory in use.
+    """
+
+    __slots__ = ("device", "pool", "handle", "nbytes", "dtype", "size", "device_name", "event", "users")
 
     def __init__(self, device: Device, size: int, dtype: DType, handle: Any = None) -> None:
         """Allocate from the device's pool, or adopt `handle` (memory the pool did not allocate, e.g. a mapping)."""
@@ -36,9 +41,10 @@ class Buffer:
         self.size = size
         self.dtype = dtype
         self.nbytes = size * dtype.itemsize
-        self.event: Event = COMPLETED  # the launch that writes this buffer; readers on other queues wait for it
+        self.event: Event = COMPLETED
+        self.users: list[Event] = []
         if handle is None:
-            self.handle = self.pool.allocate(self.nbytes)
+            self.handle = _allocate(self.pool, self.nbytes)
         else:
             self.handle = handle
             self.pool.used_bytes += self.nbytes
@@ -46,21 +52,73 @@ class Buffer:
         for record in profile.current():
             record.bytes_allocated += self.nbytes
 
+    def add_user(self, event: Event) -> None:
+        """Remember an enqueued command that reads this buffer (its memory must outlive the command)."""
+        if not self.pool.frees_behind_events and not event.done:
+            self.users = [user for user in self.users if not user.done]
+            self.users.append(event)
+
     def __del__(self) -> None:
         try:
-            self.pool.release(self.handle, self.nbytes)
+            pending = [] if self.pool.frees_behind_events else [
+                event for event in (self.event, *self.users) if not event.done]
+            if pending:
+                DEFERRED_FREES.append((self.pool, self.handle, self.nbytes, pending))
+            else:
+                self.pool.release(self.handle, self.nbytes)
         except Exception:  # noqa: BLE001 - interpreter shutdown may have torn the pool down already
             pass
 
     def read(self) -> np.ndarray:
+        """The buffer's values; waits only for the command that writes it (and the copy out), not for the device."""
         array = np.empty(self.size, dtype=self.dtype.numpy)
         if self.nbytes:
-            self.pool.copy_out(memoryview(array).cast("B"), self.handle)
+            self.pool.copy_out_async(memoryview(array).cast("B"), self.handle, _pending(self.event)).wait()
+        else:
+            self.event.wait()
+        release_finished()
         return array
 
     def write(self, array: np.ndarray) -> None:
+        """Copy host values into this new buffer, waiting only for that copy (the caller's array may change next)."""
         if self.nbytes:
-            self.pool.copy_in(self.handle, memoryview(np.ascontiguousarray(array)).cast("B"))
+            self.pool.copy_in_async(self.handle, memoryview(np.ascontiguousarray(array)).cast("B")).wait()
+
+
+DEFERRED_FREES: list[tuple[MemoryPool, Any, int, list[Event]]] = []  # buffers dropped while commands still use them
+
+
+def release_finished(wait: bool = False) -> int:
+    """Give back to their pools the dropped buffers whose commands have finished (with `wait`: all of them, after
+    waiting for their events). Returns how many buffers are still waiting."""
+    still: list[tuple[MemoryPool, Any, int, list[Event]]] = []
+    while DEFERRED_FREES:
+        pool, handle, nbytes, events = DEFERRED_FREES.pop()
+        if wait:
+            wait_all(events)
+        if all(event.done for event in events):
+            pool.release(handle, nbytes)
+        else:
+            still.append((pool, handle, nbytes, events))
+    DEFERRED_FREES.extend(still)
+    return len(still)
+
+
+def _allocate(pool: MemoryPool, nbytes: int) -> Any:
+    """Allocate from a pool; when it is full and dropped buffers wait behind events, wait for those and retry."""
+    from ember.core.errors import OutOfMemoryError
+
+    try:
+        return pool.allocate(nbytes)
+    except OutOfMemoryError:
+        if not any(entry[0] is pool for entry in DEFERRED_FREES):
+            raise
+        release_finished(wait=True)
+        return pool.allocate(nbytes)
+
+
+def _pending(*events: Event) -> tuple[Event, ...]:
+    return tuple(event for event in events if not event.done)
 
 
 def buffer_node(array: np.ndarray, dtype: DType, device_name: str) -> Node:
@@ -172,6 +230,8 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
         pending = _shard_large_outputs(pending)
         if not pending:
             return
+    if DEFERRED_FREES:
+        release_finished()
     items, graph_nodes = SCHEDULES.schedule(pending)
     _compile_ahead(items, graph_nodes)
     for record in profile.current():
@@ -259,9 +319,10 @@ def _run_kernel(output: Node, kernel: Kernel, inputs: list[Node]) -> None:
             handles: list[Any] = [buffer.handle, *(node.buffer.handle for node in inputs)]
             timed = bool(profile.current()) or profile.DebugLevel.value >= 2
             start = time.perf_counter() if timed else 0.0
-            pending = tuple(node.buffer.event for node in inputs if not node.buffer.event.done)
-            event = compiled.program(handles, compiled.ir.global_size, pending)
+            event = compiled.program(handles, compiled.ir.global_size, _pending(*(node.buffer.event for node in inputs)))
             buffer.event = event
+            for node in inputs:
+                node.buffer.add_user(event)
             if timed:
                 event.wait()
                 seconds = time.perf_counter() - start
@@ -272,11 +333,40 @@ def _run_kernel(output: Node, kernel: Kernel, inputs: list[Node]) -> None:
 
 
 def _run_copy(output: Node, source_node: Node) -> None:
+    """Enqueue the copy of a buffer into another pool after the command writing it; the realize loop goes on at
+    once, and the launches reading the copy wait for its event."""
     source = source_node.buffer
     target_device = get_device(output.device)
     buffer = Buffer(target_device, output.size, output.dtype)
-    buffer.write(source.read())
+    wait_for = _pending(source.event)
+    event, route = enqueue_copy(buffer, source, wait_for)
+    buffer.event = event
+    source.add_user(event)
     for record in profile.current():
         record.copies.append((source.device_name, target_device.name, buffer.nbytes))
-    profile.debug_print(2, f"  copy {source.device_name} -> {target_device.name}: {buffer.nbytes} bytes")
+    if profile.DebugLevel.value >= 1:
+        after = f", after {len(wait_for)} unfinished event{'s' * (len(wait_for) != 1)}" if wait_for else ""
+        profile.debug_print(1, f"  copy {source.device_name} -> {target_device.name}: {buffer.nbytes} bytes "
+                               f"({route}{after})")
     output.become_buffer(buffer)
+
+
+def enqueue_copy(target: Buffer, source: Buffer, wait_for: tuple[Event, ...]) -> tuple[Event, str]:
+    """Enqueue a copy of `source`'s bytes into `target` (another pool): directly when the target pool reaches the
+    source pool, else through host memory (one copy when either pool is host memory, two through a staging array
+    otherwise). Returns the copy's event and how it went."""
+    nbytes = target.nbytes
+    if nbytes == 0:
+        return (wait_for[0] if len(wait_for) == 1 else COMPLETED), "empty"
+    event = target.pool.copy_from(target.handle, source.pool, source.handle, nbytes, wait_for)
+    if event is not None:
+        return event, "direct"
+    source_view = source.pool.host_view(source.handle, nbytes)
+    if source_view is not None:
+        return target.pool.copy_in_async(target.handle, source_view, wait_for), "from host memory"
+    target_view = target.pool.host_view(target.handle, nbytes)
+    if target_view is not None:
+        return source.pool.copy_out_async(target_view, source.handle, wait_for), "into host memory"
+    staging = memoryview(np.empty(nbytes, dtype=np.uint8))
+    staged = source.pool.copy_out_async(staging, source.handle, wait_for)
+    return target.pool.copy_in_async(target.handle, staging, (staged,)), "staged through host memory"
