@@ -1,7 +1,10 @@
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#ifndef EMBER_HALF
+#define EMBER_HALF
 float ember_half_to_float(ushort value) { return vload_half(0, (const __private half*)&value); }
 ushort ember_float_to_half(float value) {
   ushort bits; vstore_half_rte(value, 0, (__private half*)&bits); return bits; }
+#endif
 __kernel void small_types_0(__global uchar* restrict data0, __global const ushort* restrict data1, __global const char* restrict data2) {
   if (get_global_id(0) >= 6) return;
   int gid = (int)get_global_id(0);
