@@ -1,0 +1,207 @@
+"""Copies between pools are enqueued operations with events: the realize loop never waits for them, a read waits
+only for the commands of what it reads, memory is freed only behind its commands, and the values match torch."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+import torch
+
+import ember as em
+from ember.backends.registry import REGISTRY
+from ember.core.errors import BackendUnavailable
+from ember.scheduler import profile
+from ember.scheduler.realize import DEFERRED_FREES, release_finished
+from tests.helpers import assert_close, random_array
+
+
+def _first_device(backend: str) -> str | None:
+    try:
+        return REGISTRY.probe(backend)[0].name
+    except BackendUnavailable:
+        return None
+
+
+OPENCL = _first_device("opencl")
+needs_opencl = pytest.mark.skipif(OPENCL is None, reason="needs an OpenCL device")
+
+
+@pytest.fixture(scope="module")
+def queued():  # noqa: ANN201
+    """The deferred-command test device of tests/queued_device.py, registered as the "queued" backend."""
+    REGISTRY.modules["queued"] = "tests.queued_device"
+    device = REGISTRY.probe("queued")[0]
+    yield device
+    device.synchronize()
+    REGISTRY.modules.pop("queued", None)
+    REGISTRY.devices.pop("queued", None)
+
+
+def _kernels(labels: list[str]) -> list[str]:
+    return [label for label in labels if not label.startswith("copy")]
+
+
+def test_realize_enqueues_copies_and_a_read_runs_its_chain(queued) -> None:  # noqa: ANN001
+    data = random_array((64,))
+    x = em.tensor(data, device="c")
+    y = (x.to("queued:0") * 2 + 1).to("c")
+    queued.log.ran.clear()
+    y.realize()
+    assert queued.log.ran == []  # the copy in, the kernel and the copy out are all still queued
+    values = y.numpy()
+    assert queued.log.ran[0] == "copy in 256" and queued.log.ran[-1] == "copy out 256"
+    assert len(_kernels(queued.log.ran)) == 1
+    assert_close(em.tensor(values), torch.tensor(data) * 2 + 1)
+
+
+def test_a_read_waits_only_for_what_it_reads(queued) -> None:  # noqa: ANN001
+    data = random_array((5, 7))
+    x = em.tensor(data, device="queued:0")
+    first, second = (x * 3).sum(1), (x - 1).exp()
+    em.realize(first, second)
+    queued.log.ran.clear()
+    first_values = first.numpy()
+    assert len(_kernels(queued.log.ran)) == 1 and queued.log.ran[-1] == "copy out 20"  # not second's kernel
+    second_values = second.numpy()
+    assert len(_kernels(queued.log.ran)) == 2
+    assert_close(em.tensor(first_values), (torch.tensor(data) * 3).sum(1))
+    assert_close(em.tensor(second_values), (torch.tensor(data) - 1).exp())
+
+
+def test_dropped_buffers_are_freed_only_after_their_commands(queued) -> None:  # noqa: ANN001
+    pool = queued.pool
+    data = random_array((100,))
+    x = em.tensor(data, device="queued:0")
+    gc.collect()
+    release_finished()
+    baseline = pool.used_bytes
+    doubled = (x * 2).realize()
+    shifted = (doubled + 1).realize()  # reads doubled's buffer in a command that has not run
+    del doubled
+    gc.collect()
+    assert pool.used_bytes == baseline + 800 and len(DEFERRED_FREES) == 1  # dropped, still in use: not freed
+    moved = x.to("c").realize()  # a copy out of a buffer, then the source dropped before the copy ran
+    values = shifted.numpy()
+    del shifted
+    gc.collect()
+    release_finished()
+    assert queued.log.unsafe_frees == []
+    assert pool.used_bytes == baseline and not DEFERRED_FREES
+    np.testing.assert_array_equal(moved.numpy(), data)
+    assert_close(em.tensor(values), torch.tensor(data) * 2 + 1)
+
+
+def test_a_full_pool_waits_for_buffers_dropped_behind_commands(queued) -> None:  # noqa: ANN001
+    pool = queued.pool
+    gc.collect()
+    release_finished()
+    saved = pool.limit_bytes
+    pool.limit_bytes = pool.used_bytes + 1000
+    try:
+        data = random_array((100,))
+        x = em.tensor(data, device="queued:0")  # 400 bytes
+        y = (x + 1).realize()  # 400 bytes, queued
+        del x
+        gc.collect()
+        z = (y * 2).realize()  # 400 more do not fit until x's buffer is released: that waits for y's command
+        assert_close(z, (torch.tensor(data) + 1) * 2)
+        with pytest.raises(em.OutOfMemoryError, match="queued:0: cannot allocate 4000 bytes"):
+            em.zeros(1000, device="queued:0").realize()
+    finally:
+        pool.limit_bytes = saved
+
+
+@needs_opencl
+def test_opencl_launch_waits_for_the_copy_event_not_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ember.backends import opencl
+
+    data = random_array((300,))
+    expected = torch.tensor(data) * 2 - 1
+    assert_close((em.tensor(data, device="c").to(OPENCL) * 2 - 1), expected)  # compiled and cached
+    copies, launches, host_waits = [], [], []
+    copy_in_async = opencl.OpenCLMemoryPool.copy_in_async
+    enqueue_kernel = opencl.cl.enqueue_nd_range_kernel
+
+    def recording_copy(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        copies.append(copy_in_async(self, *args, **kwargs))
+        return copies[-1]
+
+    def recording_launch(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        launches.append(kwargs.get("wait_for"))
+        return enqueue_kernel(*args, **kwargs)
+
+    monkeypatch.setattr(opencl.OpenCLMemoryPool, "copy_in_async", recording_copy)
+    monkeypatch.setattr(opencl.cl, "enqueue_nd_range_kernel", recording_launch)
+    monkeypatch.setattr(opencl.OpenCLEvent, "wait", lambda self: host_waits.append(self) or self.event.wait())
+    source = em.tensor(data, device="c")
+    device = REGISTRY.device(OPENCL)
+    gate = opencl.cl.UserEvent(device.context)  # the source "is still being written" until the test opens the gate
+    source.node.buffer.event = opencl.OpenCLEvent(gate, device.context)
+    result = (source.to(OPENCL) * 2 - 1).realize()  # returns with the copy and the launch still waiting
+    assert len(copies) == 1 and len(launches) == 1 and host_waits == []
+    assert not copies[0].done and copies[0].event in launches[0]
+    gate.set_status(opencl.cl.command_execution_status.COMPLETE)
+    assert_close(result, expected)
+    assert len(host_waits) == 1  # the read waited for its copy out, nothing else
+
+
+@needs_opencl
+def test_copies_both_ways_between_c_and_opencl_match_torch() -> None:
+    a_data, b_data = random_array((17, 9)), random_array((9, 3), seed=1)
+    a, b = em.tensor(a_data, device="c"), em.tensor(b_data, device=OPENCL)
+    with em.profile() as record:
+        on_opencl = (a.to(OPENCL) @ b).relu()
+        back = (on_opencl.to("c") + a.sum(1, keepdim=True)).exp2()
+        result = (back.to(OPENCL) * b.sum()).realize()
+    assert [(s, t) for s, t, _ in record.copies] == [("c:0", OPENCL), (OPENCL, "c:0"), ("c:0", OPENCL)]
+    a_torch, b_torch = torch.tensor(a_data), torch.tensor(b_data)
+    expected = ((a_torch @ b_torch).relu() + a_torch.sum(1, keepdim=True)).exp2() * b_torch.sum()
+    assert_close(result, expected, atol=1e-3, rtol=1e-4)
+
+
+@needs_opencl
+def test_copies_and_launches_on_two_queues_stay_ordered() -> None:
+    """Large buffers through copy queue and compute queue and back, many times, each read checked."""
+    generator = np.random.default_rng(0)
+    for _ in range(25):
+        data = generator.standard_normal(1 << 16, dtype=np.float32)
+        x = em.tensor(data, device="c")
+        on_device = x.to(OPENCL) * 3 + 1
+        on_host = on_device.to("c") - 2
+        again = (on_host.to(OPENCL) * on_device).to("c")
+        expected = (data * 3 + 1 - 2) * (data * 3 + 1)
+        np.testing.assert_allclose(again.numpy(), expected, rtol=1e-6, atol=1e-5)
+        np.testing.assert_allclose(on_host.numpy(), data * 3 - 1, rtol=1e-6, atol=1e-6)
+
+
+@needs_opencl
+def test_debug_output_shows_every_copy(capsys: pytest.CaptureFixture[str]) -> None:
+    x = em.tensor(random_array((8,)), device="c")
+    level = profile.DebugLevel.value
+    profile.set_debug_level(1)
+    try:
+        (x.to(OPENCL) + 1).to("c").realize()
+    finally:
+        profile.set_debug_level(level)
+    error = capsys.readouterr().err
+    assert f"copy c:0 -> {OPENCL}: 32 bytes (from host memory)" in error
+    assert f"copy {OPENCL} -> c:0: 32 bytes (into host memory" in error  # ", after 1 unfinished event" if so
+
+
+def test_device_to_device_copies_are_staged_through_host_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    wgpu = _first_device("wgpu")
+    if OPENCL is None or wgpu is None:
+        pytest.skip("needs OpenCL and wgpu devices")
+    data = random_array((6, 5))
+    x = em.tensor(data, device=OPENCL)
+    level = profile.DebugLevel.value
+    profile.set_debug_level(1)
+    try:
+        result = ((x * 2).to(wgpu) + 1).to(OPENCL).relu().realize()
+    finally:
+        profile.set_debug_level(level)
+    error = capsys.readouterr().err
+    assert f"copy {OPENCL} -> {wgpu}: 120 bytes (staged through host memory" in error
+    assert_close(result, (torch.tensor(data) * 2 + 1).relu())
