@@ -7,7 +7,8 @@ realize or a read made run, and that no memory is freed while a command using it
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

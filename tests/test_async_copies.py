@@ -4,6 +4,8 @@ only for the commands of what it reads, memory is freed only behind its commands
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from ember.core.errors import BackendUnavailable
 from ember.scheduler import profile
 from ember.scheduler.realize import DEFERRED_FREES, release_finished
 from tests.helpers import assert_close, random_array
+from tests.queued_device import QueuedDevice
 
 
 def _first_device(backend: str) -> str | None:
@@ -29,7 +32,7 @@ needs_opencl = pytest.mark.skipif(OPENCL is None, reason="needs an OpenCL device
 
 
 @pytest.fixture(scope="module")
-def queued():  # noqa: ANN201
+def queued() -> Iterator[QueuedDevice]:
     """The deferred-command test device of tests/queued_device.py, registered as the "queued" backend."""
     REGISTRY.modules["queued"] = "tests.queued_device"
     device = REGISTRY.probe("queued")[0]
@@ -43,7 +46,7 @@ def _kernels(labels: list[str]) -> list[str]:
     return [label for label in labels if not label.startswith("copy")]
 
 
-def test_realize_enqueues_copies_and_a_read_runs_its_chain(queued) -> None:  # noqa: ANN001
+def test_realize_enqueues_copies_and_a_read_runs_its_chain(queued: QueuedDevice) -> None:
     data = random_array((64,))
     x = em.tensor(data, device="c")
     y = (x.to("queued:0") * 2 + 1).to("c")
@@ -56,7 +59,7 @@ def test_realize_enqueues_copies_and_a_read_runs_its_chain(queued) -> None:  # n
     assert_close(em.tensor(values), torch.tensor(data) * 2 + 1)
 
 
-def test_a_read_waits_only_for_what_it_reads(queued) -> None:  # noqa: ANN001
+def test_a_read_waits_only_for_what_it_reads(queued: QueuedDevice) -> None:
     data = random_array((5, 7))
     x = em.tensor(data, device="queued:0")
     first, second = (x * 3).sum(1), (x - 1).exp()
@@ -70,7 +73,7 @@ def test_a_read_waits_only_for_what_it_reads(queued) -> None:  # noqa: ANN001
     assert_close(em.tensor(second_values), (torch.tensor(data) - 1).exp())
 
 
-def test_dropped_buffers_are_freed_only_after_their_commands(queued) -> None:  # noqa: ANN001
+def test_dropped_buffers_are_freed_only_after_their_commands(queued: QueuedDevice) -> None:
     pool = queued.pool
     data = random_array((100,))
     x = em.tensor(data, device="queued:0")
@@ -93,7 +96,7 @@ def test_dropped_buffers_are_freed_only_after_their_commands(queued) -> None:  #
     assert_close(em.tensor(values), torch.tensor(data) * 2 + 1)
 
 
-def test_a_full_pool_waits_for_buffers_dropped_behind_commands(queued) -> None:  # noqa: ANN001
+def test_a_full_pool_waits_for_buffers_dropped_behind_commands(queued: QueuedDevice) -> None:
     pool = queued.pool
     gc.collect()
     release_finished()
@@ -124,11 +127,11 @@ def test_opencl_launch_waits_for_the_copy_event_not_the_host(monkeypatch: pytest
     copy_in_async = opencl.OpenCLMemoryPool.copy_in_async
     enqueue_kernel = opencl.cl.enqueue_nd_range_kernel
 
-    def recording_copy(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def recording_copy(self: Any, *args: Any, **kwargs: Any) -> Any:
         copies.append(copy_in_async(self, *args, **kwargs))
         return copies[-1]
 
-    def recording_launch(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def recording_launch(*args: Any, **kwargs: Any) -> Any:
         launches.append(kwargs.get("wait_for"))
         return enqueue_kernel(*args, **kwargs)
 

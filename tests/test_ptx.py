@@ -134,6 +134,7 @@ class FakeDriver:
 
     def __init__(self) -> None:
         self.memory: dict[int, np.ndarray] = {}
+        self.host_memory: dict[int, np.ndarray] = {}
         self.modules: list[str] = []
         self.launches: list[tuple[int, int]] = []
         self.next_pointer = 0x1000
@@ -170,6 +171,15 @@ class FakeDriver:
 
     def cuMemFree(self, pointer: int) -> tuple:
         del self.memory[pointer]
+        return (0,)
+
+    def cuMemAllocHost(self, nbytes: int) -> tuple:  # page-locked staging memory of the copies
+        host = np.zeros(nbytes, dtype=np.uint8)
+        self.host_memory[host.ctypes.data] = host
+        return 0, host.ctypes.data
+
+    def cuMemFreeHost(self, pointer: int) -> tuple:
+        del self.host_memory[pointer]
         return (0,)
 
     def cuMemcpyHtoDAsync(self, pointer: int, host: np.ndarray, nbytes: int, stream: Any) -> tuple:

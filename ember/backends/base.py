@@ -171,7 +171,6 @@ class Device(ABC):
 
     def synchronize(self) -> None:
         """Wait until every command enqueued on this device has finished (benchmarks; reads use events)."""
-        return None
 
 
 def cache_directory(*parts: str) -> Path:

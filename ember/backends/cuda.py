@@ -1,21 +1,27 @@
 """The `cuda` backend: kernel IR rendered to PTX by `ptx.py`, loaded and launched through the CUDA driver API with
-cuda-python (cuModuleLoadData, cuLaunchKernel, cuMemAlloc, one stream per device, events). cuda-python and the
-driver library are imported only when the backend is probed."""
+cuda-python (cuModuleLoadData, cuLaunchKernel, cuMemAlloc; a compute and a transfer stream per device ordered by
+events; copies through page-locked staging buffers). cuda-python and the driver library are imported only when the
+backend is probed."""
 
 from __future__ import annotations
 
 import ctypes
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program
+from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, wait_all
 from ember.backends.ptx import PTXRenderer
 from ember.core.errors import BackendUnavailable, CompileError, EmberError
 from ember.ir.ir import KernelIR
 
 BLOCK_SIZE = 256
+EVENT_DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING: events for ordering only are cheaper
+STREAM_NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING: no implicit ordering with the legacy default stream
+NOT_READY = 600  # CUDA_ERROR_NOT_READY from cuEventQuery: the event has not completed yet
+STAGING_CACHE_BYTES = 64 << 20  # page-locked staging memory kept for reuse
 DRIVER_LIBRARY = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
 
 
@@ -49,20 +55,34 @@ def check(driver: Any, call: str, result: tuple) -> Any:
 
 
 class CudaEvent(Event):
-    """An event recorded on a stream after a launch or copy."""
+    """An event recorded on a stream after a launch or copy. It holds the host memory its copy uses until it is
+    complete, and runs its `finish` step (a staged copy out moving bytes to their destination) when first seen done.
+    """
 
-    def __init__(self, driver: Any, stream: Any) -> None:
+    def __init__(self, driver: Any, stream: Any, keep: tuple = (), finish: Callable[[], None] | None = None) -> None:
         self.driver = driver
-        self.handle = check(driver, "cuEventCreate", driver.cuEventCreate(0))
+        self.keep, self.finish = keep, finish
+        self.handle = check(driver, "cuEventCreate", driver.cuEventCreate(EVENT_DISABLE_TIMING))
         check(driver, "cuEventRecord", driver.cuEventRecord(self.handle, stream))
+
+    def _complete(self) -> None:
+        finish, self.finish = self.finish, None
+        if finish is not None:
+            finish()
+        self.keep = ()
 
     def wait(self) -> None:
         check(self.driver, "cuEventSynchronize", self.driver.cuEventSynchronize(self.handle))
+        self._complete()
 
     @property
     def done(self) -> bool:
         (status,) = self.driver.cuEventQuery(self.handle)
-        return int(status) == 0
+        if int(status) == NOT_READY:
+            return False
+        check(self.driver, "cuEventQuery", (status,))
+        self._complete()
+        return True
 
     def __del__(self) -> None:
         try:
@@ -71,13 +91,66 @@ class CudaEvent(Event):
             pass
 
 
-class CudaMemoryPool(MemoryPool):
-    """Device memory from cuMemAlloc; copies go through the device's stream."""
+def stream_wait(driver: Any, stream: Any, wait_for: tuple[Event, ...]) -> None:
+    """Make `stream` wait for CUDA events (of any device, without blocking the host); wait for others on the host."""
+    for event in wait_for:
+        if isinstance(event, CudaEvent):
+            check(driver, "cuStreamWaitEvent", driver.cuStreamWaitEvent(stream, event.handle, 0))
+        else:
+            event.wait()
 
-    def __init__(self, name: str, driver: Any, stream: Any) -> None:
+
+class PinnedStaging:
+    """Page-locked host buffers (cuMemAllocHost) for copies between device and pageable host memory, reused by
+    power-of-two size. With pageable memory the driver would block the host (a copy out, and a copy in after a
+    stream synchronization); through these the copies stay asynchronous."""
+
+    def __init__(self, driver: Any) -> None:
+        self.driver = driver
+        self.free: dict[int, list[tuple[int, np.ndarray]]] = {}
+        self.cached_bytes = 0
+        self.in_flight: list[tuple[Event, tuple[int, np.ndarray]]] = []
+
+    def take(self, nbytes: int) -> tuple[int, np.ndarray]:
+        """A staging buffer of at least nbytes: (pointer, byte array over it)."""
+        self._reclaim()
+        size = 1 << max(12, (nbytes - 1).bit_length())
+        if self.free.get(size):
+            entry = self.free[size].pop()
+            self.cached_bytes -= size
+            return entry
+        pointer = int(check(self.driver, "cuMemAllocHost", self.driver.cuMemAllocHost(size)))
+        return pointer, np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(pointer))
+
+    def give_after(self, event: Event, entry: tuple[int, np.ndarray]) -> None:
+        """Reuse a staging buffer once the copy using it (`event`) has completed."""
+        self.in_flight.append((event, entry))
+
+    def _reclaim(self) -> None:
+        still = []
+        for event, entry in self.in_flight:
+            if not event.done:
+                still.append((event, entry))
+                continue
+            size = len(entry[1])
+            if self.cached_bytes + size > STAGING_CACHE_BYTES:
+                check(self.driver, "cuMemFreeHost", self.driver.cuMemFreeHost(entry[0]))
+            else:
+                self.free.setdefault(size, []).append(entry)
+                self.cached_bytes += size
+        self.in_flight = still
+
+
+class CudaMemoryPool(MemoryPool):
+    """Device memory from cuMemAlloc. Copies run on the device's transfer stream after the events they are given
+    (cuStreamWaitEvent), so they overlap the kernels of the compute stream; host memory goes through pinned
+    staging. cuMemFree is not ordered with the streams, so the scheduler frees a buffer only after its events."""
+
+    def __init__(self, name: str, driver: Any, device: CudaDevice) -> None:
         super().__init__(name)
         self.driver = driver
-        self.stream = stream
+        self.device = device
+        self.staging = PinnedStaging(driver)
 
     def alloc(self, nbytes: int) -> Any:
         return check(self.driver, "cuMemAlloc", self.driver.cuMemAlloc(nbytes))
@@ -86,14 +159,51 @@ class CudaMemoryPool(MemoryPool):
         check(self.driver, "cuMemFree", self.driver.cuMemFree(handle))
 
     def copy_in(self, handle: Any, source: memoryview) -> None:
-        host = np.frombuffer(source, dtype=np.uint8)
-        check(self.driver, "cuMemcpyHtoDAsync", self.driver.cuMemcpyHtoDAsync(handle, host, host.nbytes, self.stream))
-        check(self.driver, "cuStreamSynchronize", self.driver.cuStreamSynchronize(self.stream))  # host may reuse it
+        self.copy_in_async(handle, source, (self.device.launches_so_far(),)).wait()
 
     def copy_out(self, destination: memoryview, handle: Any) -> None:
-        host = np.frombuffer(destination, dtype=np.uint8)
-        check(self.driver, "cuMemcpyDtoHAsync", self.driver.cuMemcpyDtoHAsync(host, handle, host.nbytes, self.stream))
-        check(self.driver, "cuStreamSynchronize", self.driver.cuStreamSynchronize(self.stream))
+        self.copy_out_async(destination, handle, (self.device.launches_so_far(),)).wait()
+
+    def copy_in_async(self, handle: Any, source: memoryview, wait_for: tuple[Event, ...] = ()) -> Event:
+        # the host copies `source` into staging now, so the commands writing `source` are waited for here (the
+        # host memory is only complete then: a staged copy out lands in it when its event is seen done)
+        wait_all(wait_for)
+        nbytes = len(source)
+        entry = self.staging.take(nbytes)
+        entry[1][:nbytes] = np.frombuffer(source, dtype=np.uint8)
+        stream = self.device.transfer_stream
+        check(self.driver, "cuMemcpyHtoDAsync", self.driver.cuMemcpyHtoDAsync(handle, entry[1], nbytes, stream))
+        event = CudaEvent(self.driver, stream)
+        self.staging.give_after(event, entry)
+        return event
+
+    def copy_out_async(self, destination: memoryview, handle: Any, wait_for: tuple[Event, ...] = ()) -> Event:
+        nbytes = len(destination)
+        entry = self.staging.take(nbytes)
+        stream = self.device.transfer_stream
+        stream_wait(self.driver, stream, wait_for)
+        check(self.driver, "cuMemcpyDtoHAsync", self.driver.cuMemcpyDtoHAsync(entry[1], handle, nbytes, stream))
+
+        def finish() -> None:
+            np.frombuffer(destination, dtype=np.uint8)[:] = entry[1][:nbytes]
+
+        event = CudaEvent(self.driver, stream, keep=(destination,), finish=finish)
+        self.staging.give_after(event, entry)
+        return event
+
+    def copy_from(self, handle: Any, source_pool: MemoryPool, source_handle: Any, nbytes: int,
+                  wait_for: tuple[Event, ...] = ()) -> Event | None:
+        if not isinstance(source_pool, CudaMemoryPool):
+            return None
+        stream = self.device.transfer_stream
+        stream_wait(self.driver, stream, wait_for)
+        if source_pool.device.context is self.device.context:
+            check(self.driver, "cuMemcpyDtoDAsync", self.driver.cuMemcpyDtoDAsync(handle, source_handle, nbytes,
+                                                                                  stream))
+        else:
+            check(self.driver, "cuMemcpyPeerAsync", self.driver.cuMemcpyPeerAsync(
+                handle, self.device.context, source_handle, source_pool.device.context, nbytes, stream))
+        return CudaEvent(self.driver, stream)
 
     @property
     def free_bytes(self) -> int | None:
@@ -117,11 +227,7 @@ class CudaProgram(Program):
         self.parameter_types = (ctypes.c_void_p,) * len(kernel.params)
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
-        for event in wait_for:
-            if isinstance(event, CudaEvent):
-                check(self.driver, "cuStreamWaitEvent", self.driver.cuStreamWaitEvent(self.stream, event.handle, 0))
-            else:
-                event.wait()
+        stream_wait(self.driver, self.stream, wait_for)
         arguments = (tuple(int(buffer) for buffer in buffers), self.parameter_types)
         check(self.driver, "cuLaunchKernel", self.driver.cuLaunchKernel(
             self.function, self.blocks, 1, 1, BLOCK_SIZE, 1, 1, 0, self.stream, arguments, 0))
@@ -134,7 +240,7 @@ def _attribute(driver: Any, device: Any, name: str) -> int:
 
 
 class CudaDevice(Device):
-    """One NVIDIA GPU: its primary context, one stream, PTX rendered for its compute capability."""
+    """One NVIDIA GPU: its primary context, a stream for kernels and one for copies, PTX for its compute capability."""
 
     def __init__(self, driver: Any, ordinal: int) -> None:
         self.driver = driver
@@ -142,7 +248,8 @@ class CudaDevice(Device):
         self.handle = check(driver, "cuDeviceGet", driver.cuDeviceGet(ordinal))
         self.context = check(driver, "cuDevicePrimaryCtxRetain", driver.cuDevicePrimaryCtxRetain(self.handle))
         check(driver, "cuCtxSetCurrent", driver.cuCtxSetCurrent(self.context))
-        self.stream = check(driver, "cuStreamCreate", driver.cuStreamCreate(0))
+        self.stream = check(driver, "cuStreamCreate", driver.cuStreamCreate(STREAM_NON_BLOCKING))
+        self.transfer_stream = check(driver, "cuStreamCreate", driver.cuStreamCreate(STREAM_NON_BLOCKING))
         major = _attribute(driver, self.handle, "COMPUTE_CAPABILITY_MAJOR")
         minor = _attribute(driver, self.handle, "COMPUTE_CAPABILITY_MINOR")
         name = check(driver, "cuDeviceGetName", driver.cuDeviceGetName(256, self.handle))
@@ -154,7 +261,7 @@ class CudaDevice(Device):
             preferred_vector_width=4,
             extra={"gpu": name.split(b"\0", 1)[0].decode(errors="replace"), "target": f"sm_{major}{minor}"},
         )
-        self.pool = CudaMemoryPool(self.name, driver, self.stream)
+        self.pool = CudaMemoryPool(self.name, driver, self)
         self.renderer = PTXRenderer(target=f"sm_{major}{minor}")
         self._programs: dict[str, CudaProgram] = {}
 
@@ -170,8 +277,13 @@ class CudaDevice(Device):
             self._programs[source] = program
         return program
 
+    def launches_so_far(self) -> CudaEvent:
+        """An event after every launch enqueued so far (the synchronous copies keep one-stream ordering with it)."""
+        return CudaEvent(self.driver, self.stream)
+
     def synchronize(self) -> None:
-        check(self.driver, "cuStreamSynchronize", self.driver.cuStreamSynchronize(self.stream))
+        for stream in (self.stream, self.transfer_stream):
+            check(self.driver, "cuStreamSynchronize", self.driver.cuStreamSynchronize(stream))
 
 
 def probe() -> list[Device]:

@@ -176,7 +176,7 @@ def _used_dtypes(kernel: KernelIR) -> set[DType]:
 class OpenCLEvent(Event):
     """An enqueued OpenCL command (pyopencl keeps the host memory of a non-blocking copy alive in its event)."""
 
-    __slots__ = ("event", "context")
+    __slots__ = ("context", "event")
 
     def __init__(self, event: Any, context: Any) -> None:
         self.event = event
@@ -243,16 +243,33 @@ class OpenCLMemoryPool(MemoryPool):
         return OpenCLEvent(event, self.device.context)
 
 
-class OpenCLProgram(Program):
-    """One built kernel; a call enqueues it and returns at once with its event."""
+class FirstLaunches:
+    """The kernels of one built program not launched yet, and the disk cache entry to rewrite once all have been:
+    PoCL compiles a kernel's work-group code at its first launch and includes it in the program's binary, but
+    freezes the binary the first time it is asked for it, so the entry is written after the last first launch."""
 
-    def __init__(self, device: OpenCLDevice, program: Any, name: str, cache_path: Path | None = None) -> None:
+    def __init__(self, program: Any, path: Path, names: set[str]) -> None:
+        self.program, self.path, self.names = program, path, names
+
+    def launched(self, name: str, event: Any) -> None:
+        self.names.discard(name)
+        if not self.names:
+            event.wait()
+            write_cache_entry(self.path, program_binary(self.program), launched=True)
+
+
+class OpenCLProgram(Program):
+    """One kernel of a built program; a call enqueues it and returns at once with its event."""
+
+    def __init__(self, device: OpenCLDevice, program: Any, name: str, first_launches: FirstLaunches | None = None
+                 ) -> None:
         self.device = device
         self.program = program
+        self.name = name
         self.kernel = cl.Kernel(program, name)
         limit = self.kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device.cl_device)
         self.local_size = max(1, min(LOCAL_SIZE, device.info.max_local_size, limit))
-        self.cache_path = cache_path  # set while the disk cache lacks the work-group code of the first launch
+        self.first_launches = first_launches  # set until this kernel's first launch while the cache entry waits
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
         native = self.device.native_events(wait_for)
@@ -260,12 +277,9 @@ class OpenCLProgram(Program):
         groups = -(-max(global_size, 1) // self.local_size)
         event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, (groups * self.local_size,),
                                            (self.local_size,), wait_for=native)
-        if self.cache_path is not None:
-            # PoCL compiles the work-group code at the first launch and includes it in the binary from then on:
-            # caching that binary saves the second compile in every later process
-            event.wait()
-            write_cache_entry(self.cache_path, program_binary(self.program), launched=True)
-            self.cache_path = None
+        if self.first_launches is not None:
+            self.first_launches.launched(self.name, event)
+            self.first_launches = None
         return OpenCLEvent(event, self.device.context)
 
 
@@ -329,13 +343,23 @@ class OpenCLDevice(Device):
         return self.renderer.render(kernel)
 
     def compile(self, kernel: KernelIR) -> Program:
-        source = self.render(kernel)
-        program = self._programs.get((source, kernel.name))
-        if program is None:
-            built = self.build(source, for_launch=True)
-            program = OpenCLProgram(self, built, kernel.name, self._unlaunched.pop(source, None))
-            self._programs[(source, kernel.name)] = program
-        return program
+        return self.compile_many([kernel])[0]
+
+    def compile_many(self, kernels: list[KernelIR]) -> list[Program]:
+        """Build the kernels not built yet as one program (PoCL's compiler then starts once, not once a kernel)."""
+        sources = [self.render(kernel) for kernel in kernels]
+        missing: dict[str, str] = {}  # kernel name -> source, one source per name (a program's names are unique)
+        for kernel, source in zip(kernels, sources):
+            if (source, kernel.name) not in self._programs and missing.setdefault(kernel.name, source) != source:
+                self.compile_many([kernel])  # another kernel of this name: a program of its own
+        if missing:
+            combined = "\n".join(missing.values())
+            built = self.build(combined, for_launch=True)
+            path = self._unlaunched.pop(combined, None)
+            first_launches = FirstLaunches(built, path, set(missing)) if path is not None else None
+            for name, source in missing.items():
+                self._programs[(source, name)] = OpenCLProgram(self, built, name, first_launches)
+        return [self._programs[(source, kernel.name)] for kernel, source in zip(kernels, sources)]
 
     def build(self, source: str, for_launch: bool = False) -> Any:
         """A built cl.Program of the source: from memory, else the disk cache of binaries, else the compiler.

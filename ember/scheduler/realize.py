@@ -31,7 +31,7 @@ class Buffer:
     (unless the pool frees behind events itself), so dropping a tensor never blocks and never frees memory in use.
     """
 
-    __slots__ = ("device", "pool", "handle", "nbytes", "dtype", "size", "device_name", "event", "users")
+    __slots__ = ("device", "device_name", "dtype", "event", "handle", "nbytes", "pool", "size", "users")
 
     def __init__(self, device: Device, size: int, dtype: DType, handle: Any = None) -> None:
         """Allocate from the device's pool, or adopt `handle` (memory the pool did not allocate, e.g. a mapping)."""
@@ -66,7 +66,7 @@ class Buffer:
                 DEFERRED_FREES.append((self.pool, self.handle, self.nbytes, pending))
             else:
                 self.pool.release(self.handle, self.nbytes)
-        except Exception:  # noqa: BLE001 - interpreter shutdown may have torn the pool down already
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown may have torn the pool down already
             pass
 
     def read(self) -> np.ndarray:
@@ -149,7 +149,7 @@ def read_node(node: Node) -> np.ndarray:
 
 
 class CompiledKernel:
-    __slots__ = ("ir", "program", "name")
+    __slots__ = ("ir", "name", "program")
 
     def __init__(self, ir: KernelIR, program: Program) -> None:
         self.ir, self.program, self.name = ir, program, ir.name

@@ -1,0 +1,173 @@
+"""The cuda backend's two streams and events, against a fake driver whose streams are queues that run only when
+the host synchronizes: a copy or launch missing its cuStreamWaitEvent would read memory not yet written, and the
+values (compared with torch) would be wrong."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import ember as em
+from ember.backends import cuda
+from ember.backends.registry import REGISTRY
+from tests.helpers import assert_close, random_array
+from tests.test_ptx import FakeDriver
+
+
+class StreamDriver(FakeDriver):
+    """FakeDriver with real stream semantics: commands queue per stream; cuEventSynchronize runs the event's stream
+    up to it (and, for a cuStreamWaitEvent met on the way, the other stream up to that event)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queues: dict[int, list[tuple[str, Any, tuple]]] = {}
+        self.events: dict[int, dict[str, Any]] = {}
+        self.next_handle = 1
+        self.host_syncs = 0
+        self.stream_waits: list[tuple[int, int]] = []
+        self.unsafe_frees: list[int] = []
+
+    def _handle(self) -> int:
+        self.next_handle += 1
+        return self.next_handle
+
+    def _enqueue(self, stream: int, action: Callable[[], Any], pointers: tuple) -> tuple:
+        self.queues[stream].append(("run", action, pointers))
+        return (0,)
+
+    def _run_until(self, event: int) -> None:
+        stream = self.events[event]["stream"]
+        while not self.events[event]["done"]:
+            kind, argument, _ = self.queues[stream].pop(0)
+            if kind == "record":
+                self.events[argument]["done"] = True
+            elif kind == "wait":
+                self._run_until(argument)
+            else:
+                argument()
+
+    def cuStreamCreate(self, flags: int) -> tuple:
+        stream = self._handle()
+        self.queues[stream] = []
+        return 0, stream
+
+    def cuEventCreate(self, flags: int) -> tuple:
+        event = self._handle()
+        self.events[event] = {"done": True, "stream": None}
+        return 0, event
+
+    def cuEventRecord(self, event: int, stream: int) -> tuple:
+        self.events[event] = {"done": False, "stream": stream}
+        self.queues[stream].append(("record", event, ()))
+        return (0,)
+
+    def cuStreamWaitEvent(self, stream: int, event: int, flags: int) -> tuple:
+        self.stream_waits.append((stream, event))
+        self.queues[stream].append(("wait", event, ()))
+        return (0,)
+
+    def cuEventSynchronize(self, event: int) -> tuple:
+        self.host_syncs += 1
+        self._run_until(event)
+        return (0,)
+
+    def cuEventQuery(self, event: int) -> tuple:
+        return (0 if self.events[event]["done"] else cuda.NOT_READY,)
+
+    def cuStreamSynchronize(self, stream: int) -> tuple:
+        self.host_syncs += 1
+        marker = self._handle()
+        self.cuEventRecord(marker, stream)
+        self._run_until(marker)
+        return (0,)
+
+    def cuMemFree(self, pointer: int) -> tuple:
+        if any(pointer in pointers for queue in self.queues.values() for _, _, pointers in queue):
+            self.unsafe_frees.append(pointer)
+        return super().cuMemFree(pointer)
+
+    def cuMemcpyHtoDAsync(self, pointer: int, host: np.ndarray, nbytes: int, stream: int) -> tuple:
+        return self._enqueue(stream, lambda: FakeDriver.cuMemcpyHtoDAsync(self, pointer, host, nbytes, stream),
+                             (pointer,))
+
+    def cuMemcpyDtoHAsync(self, host: np.ndarray, pointer: int, nbytes: int, stream: int) -> tuple:
+        return self._enqueue(stream, lambda: FakeDriver.cuMemcpyDtoHAsync(self, host, pointer, nbytes, stream),
+                             (pointer,))
+
+    def cuMemcpyDtoDAsync(self, target: int, source: int, nbytes: int, stream: int) -> tuple:
+        def copy() -> None:
+            self.memory[target][:nbytes] = self.memory[source][:nbytes]
+
+        return self._enqueue(stream, copy, (target, source))
+
+    def cuLaunchKernel(self, function: Any, *arguments: Any) -> tuple:
+        stream, (pointers, _) = arguments[7], arguments[8]
+        return self._enqueue(stream, lambda: FakeDriver.cuLaunchKernel(self, function, *arguments), tuple(pointers))
+
+
+@pytest.fixture
+def streams(monkeypatch: pytest.MonkeyPatch) -> tuple[StreamDriver, cuda.CudaDevice]:
+    driver = StreamDriver()
+    device = cuda.CudaDevice(driver, 0)
+    monkeypatch.setitem(REGISTRY.devices, "cuda", [device])
+    return driver, device
+
+
+def test_the_stream_driver_matches_cuda_python_names() -> None:
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        pytest.skip("cuda-python is not installed")
+    assert [name for name in dir(StreamDriver) if name.startswith("cu") and not hasattr(driver, name)] == []
+
+
+def test_launch_waits_for_the_copy_on_the_gpu_not_the_host(streams: tuple[StreamDriver, cuda.CudaDevice]) -> None:
+    driver, device = streams
+    a_data, b_data = random_array((7, 9)), random_array((9, 4), seed=1)
+    b = em.tensor(b_data, device="cuda:0")
+    a = em.tensor(a_data, device="c")
+    syncs = driver.host_syncs
+    result = (a.to("cuda:0") @ b).relu().realize()
+    assert driver.host_syncs == syncs  # the copy and the launch are queued; nothing waited
+    copy_events = [event for event, state in driver.events.items() if state["stream"] == device.transfer_stream
+                   and not state["done"]]
+    assert any((device.stream, event) in driver.stream_waits for event in copy_events)
+    assert_close(result, (torch.tensor(a_data) @ torch.tensor(b_data)).relu(), atol=1e-5)
+
+
+def test_round_trips_between_c_and_cuda_match_torch(streams: tuple[StreamDriver, cuda.CudaDevice]) -> None:
+    driver, _ = streams
+    for seed in range(3):
+        data = random_array((33,), seed=seed)
+        x = em.tensor(data, device="c")
+        on_gpu = x.to("cuda:0") * 2 + 1
+        back = (on_gpu.to("c") - x).exp()
+        again = (back.to("cuda:0") * on_gpu).sum()
+        moved = on_gpu.to("cuda:0")  # same device: no copy
+        torch_x = torch.tensor(data)
+        expected_on_gpu = torch_x * 2 + 1
+        assert_close(again, ((expected_on_gpu - torch_x).exp() * expected_on_gpu).sum(), atol=1e-4)
+        assert_close(moved, expected_on_gpu)
+    del x, on_gpu, back, again, moved
+    gc.collect()
+    assert driver.unsafe_frees == []
+
+
+def test_a_device_to_device_copy_stays_on_the_gpu(streams: tuple[StreamDriver, cuda.CudaDevice],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    driver, device = streams
+    second = cuda.CudaDevice(driver, 1)
+    second.name, second.context = "cuda:1", device.context  # a second device sharing the context: DtoD
+    monkeypatch.setitem(REGISTRY.devices, "cuda", [device, second])
+    data = random_array((4, 6))
+    x = em.tensor(data, device="cuda:0") * 3
+    before = set(driver.host_memory)
+    moved = x.to("cuda:1").realize()
+    assert any(kind == "run" for kind, _, pointers in driver.queues[second.transfer_stream] if len(pointers) == 2)
+    assert set(driver.host_memory) == before  # no staging buffer: the bytes did not pass through the host
+    assert_close(moved, torch.tensor(data) * 3)
