@@ -25,6 +25,8 @@ MAX_TILE_OUTPUTS = 32  # accumulators per work item; more spill registers on com
 MAX_TILE_VECTORS = 12  # vector accumulators per work item: 12 of 16 AVX2 registers, the rest hold the operands
 MINIMUM_STAGED_TILES = 4  # tiles a work item loops over before staging the panel they share pays for its copy
 MAX_STAGED_BYTES = 256 * 1024  # scratch per work item (on the stack of the C thread running it), within L2
+MAX_LOWERED_STEPS = 12_000  # kernel steps x lanes per tile a plan may lower: each lane is lowered (in Python)
+# separately, so a long fused expression tiled wide takes seconds to lower; such a kernel is compute-bound anyway
 WORK_TOLERANCE = 0.05  # tile plans within this much of the least work count as equal (the earlier one wins)
 
 
@@ -158,9 +160,14 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
     return plans
 
 
+def _affordable(kernel: Kernel, upcast: tuple[int, ...] | None, reduce_lanes: int = 1) -> bool:
+    """Whether lowering a kernel with this tile stays within MAX_LOWERED_STEPS."""
+    return len(kernel.steps) * _product(list(upcast or ())) * reduce_lanes <= MAX_LOWERED_STEPS
+
+
 def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
     """Lower a kernel with the transforms that suit the device (none when EMBER_NOOPT=1): the first vector plan
-    whose vectors need no gathering, else scalar tiles."""
+    whose vectors need no gathering, else scalar tiles; untiled where tiling would take too long to lower."""
     if not optimizations_enabled():
         return lower_kernel(kernel, name)
     if info.vector_ops:
@@ -169,6 +176,8 @@ def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
         for plan in vector_plans(kernel, info):
             if tiles and plan.reduce_lanes > 1:
                 break
+            if not _affordable(kernel, plan.upcast, plan.reduce_lanes):
+                continue
             lowered = lower_kernel(kernel, name, plan.upcast, plan.order, plan.reduce_lanes, plan.loop)
             vectorized = vectorize(lowered, 4 * info.preferred_vector_width, info.vector_ops)
             if vectorized is lowered:
@@ -183,7 +192,8 @@ def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
         if tiles:
             least = min(work for work, _ in tiles)
             return next(ir for work, ir in tiles if work <= least * (1 + WORK_TOLERANCE))
-    return lower_kernel(kernel, name, choose_upcast(kernel, info))
+    upcast = choose_upcast(kernel, info)
+    return lower_kernel(kernel, name, upcast if _affordable(kernel, upcast) else None)
 
 
 def estimated_work(kernel: KernelIR) -> float:
