@@ -60,8 +60,12 @@ class Buffer:
 
     def __del__(self) -> None:
         try:
-            pending = [] if self.pool.frees_behind_events else [
-                event for event in (self.event, *self.users) if not event.done]
+            if self.pool.frees_behind_events:
+                self.pool.release(self.handle, self.nbytes)
+                if not self.event.done:  # dropping an unfinished event may block (pyopencl waits for a copy's)
+                    PARKED_EVENTS.append(self.event)
+                return
+            pending = [event for event in (self.event, *self.users) if not event.done]
             if pending:
                 DEFERRED_FREES.append((self.pool, self.handle, self.nbytes, pending))
             else:
@@ -86,6 +90,7 @@ class Buffer:
 
 
 DEFERRED_FREES: list[tuple[MemoryPool, Any, int, list[Event]]] = []  # buffers dropped while commands still use them
+PARKED_EVENTS: list[Event] = []  # unfinished events of dropped buffers, kept until done
 
 
 def release_finished(wait: bool = False) -> int:
@@ -101,6 +106,9 @@ def release_finished(wait: bool = False) -> int:
         else:
             still.append((pool, handle, nbytes, events))
     DEFERRED_FREES.extend(still)
+    if wait:
+        wait_all(PARKED_EVENTS)
+    PARKED_EVENTS[:] = [event for event in PARKED_EVENTS if not event.done]
     return len(still)
 
 
@@ -230,7 +238,7 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
         pending = _shard_large_outputs(pending)
         if not pending:
             return
-    if DEFERRED_FREES:
+    if DEFERRED_FREES or PARKED_EVENTS:
         release_finished()
     items, graph_nodes = SCHEDULES.schedule(pending)
     _compile_ahead(items, graph_nodes)
