@@ -26,7 +26,8 @@ except ImportError:  # the renderer works without pyopencl; probe() says how to 
 # scalar calls (exp2 ~10x slower than on float8), so kernels carry explicit vector types where tiles allow
 VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE,
                         Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC})
-LOCAL_SIZE = 32  # work items per work group: measured best on PoCL (16-32 beat 64-256); one size = one PoCL compile
+LOCAL_SIZE = 32  # work items per work group at most: measured best on PoCL (16-32 beat 64-256)
+GROUPS_PER_UNIT = 4  # work groups per compute unit at least, where the global size allows (load balance)
 
 BFLOAT16_HELPERS = """float ember_bf16_to_float(ushort value) { return as_float(((uint)value) << 16); }
 ushort ember_float_to_bf16(float value) {
@@ -243,6 +244,16 @@ class OpenCLMemoryPool(MemoryPool):
         return OpenCLEvent(event, self.device.context)
 
 
+def local_size(global_size: int, compute_units: int, largest: int) -> int:
+    """Work items per work group: PoCL runs a group's items as one loop on one core, so groups are as large as
+    `largest` while there are at least GROUPS_PER_UNIT per compute unit (a tiled matmul has few work items: one
+    group of 32 would leave every other core idle). Powers of two: each size is one more PoCL compile."""
+    size = largest
+    while size > 1 and -(-global_size // size) < GROUPS_PER_UNIT * compute_units:
+        size //= 2
+    return size
+
+
 class FirstLaunches:
     """The kernels of one built program not launched yet, and the disk cache entry to rewrite once all have been:
     PoCL compiles a kernel's work-group code at its first launch and includes it in the program's binary, but
@@ -268,15 +279,18 @@ class OpenCLProgram(Program):
         self.name = name
         self.kernel = cl.Kernel(program, name)
         limit = self.kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device.cl_device)
-        self.local_size = max(1, min(LOCAL_SIZE, device.info.max_local_size, limit))
+        self.largest_local_size = max(1, min(LOCAL_SIZE, device.info.max_local_size, limit))
+        self.geometry: tuple[int, tuple[int], tuple[int]] | None = None  # (global size, global, local) of the last call
         self.first_launches = first_launches  # set until this kernel's first launch while the cache entry waits
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
         native = self.device.native_events(wait_for)
         self.kernel.set_args(*buffers)
-        groups = -(-max(global_size, 1) // self.local_size)
-        event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, (groups * self.local_size,),
-                                           (self.local_size,), wait_for=native)
+        if self.geometry is None or self.geometry[0] != global_size:
+            local = local_size(global_size, self.device.info.compute_units, self.largest_local_size)
+            self.geometry = (global_size, (-(-max(global_size, 1) // local) * local,), (local,))
+        event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, self.geometry[1], self.geometry[2],
+                                           wait_for=native)
         if self.first_launches is not None:
             self.first_launches.launched(self.name, event)
             self.first_launches = None
@@ -300,6 +314,10 @@ class OpenCLDevice(Device):
         self._unlaunched: dict[str, Path] = {}  # source -> its cache entry, written before any launch
         self._programs: dict[tuple[str, str], OpenCLProgram] = {}
         self._pool: OpenCLMemoryPool | None = None
+        # PoCL keeps source builds and work-group code in its own kernel cache, and asking it for a binary makes it
+        # compile every kernel once more (5.6 s for an MLP step's 15): its launched programs are not cached here
+        self.caches_launched_binaries = not (cl_device.platform.name.startswith("Portable Computing Language")
+                                             and os.environ.get("POCL_KERNEL_CACHE", "1") != "0")
         platform = cl_device.platform
         self._cache_key = "|".join((cl_device.name, cl_device.driver_version, platform.name, platform.version,
                                     " ".join(self.build_options)))
@@ -356,7 +374,8 @@ class OpenCLDevice(Device):
             combined = "\n".join(missing.values())
             built = self.build(combined, for_launch=True)
             path = self._unlaunched.pop(combined, None)
-            first_launches = FirstLaunches(built, path, set(missing)) if path is not None else None
+            first_launches = (FirstLaunches(built, path, set(missing))
+                              if path is not None and self.caches_launched_binaries else None)
             for name, source in missing.items():
                 self._programs[(source, name)] = OpenCLProgram(self, built, name, first_launches)
         return [self._programs[(source, kernel.name)] for kernel, source in zip(kernels, sources)]
