@@ -1,6 +1,7 @@
 """The optional transforms (ir/opt.py, ir/vectorize.py): values against torch on shapes that exercise vector tiles,
-clamped last tiles and the fallbacks, and checks of the generated C that each transform is applied where expected
-(and nowhere with EMBER_NOOPT=1). The whole suite also runs with EMBER_NOOPT=1, so these values are checked both ways.
+clamped last tiles and the fallbacks (on every test device, OpenCL included), and checks of the generated C and
+OpenCL C that each transform is applied where expected (and nowhere with EMBER_NOOPT=1); OpenCL's launch geometry
+and its one program for many kernels. The whole suite also runs with EMBER_NOOPT=1, so these values are checked both ways.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import torch
 
 import ember as em
 from ember.backends.base import DeviceInfo
+from ember.backends import opencl
 from ember.backends.c import VECTOR_OPS, CRenderer
+from ember.backends.registry import REGISTRY
+from ember.core.errors import BackendUnavailable
 from ember.ir.opt import build_kernel_ir
 from ember.scheduler.kernelize import KernelItem, kernelize
 from tests.helpers import assert_close, pair, random_array
@@ -162,3 +166,58 @@ def test_noopt_turns_every_transform_off(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "ember_float32x" not in source and source.count("acc") == 3  # one accumulator: defined, updated, stored
     for tensor in (_dummy(64, 4096).softmax(-1), _dummy(64, 32) + 1, _dummy(64, 32) @ _dummy(48, 32).T):
         assert "ember_float32x" not in rendered_c(tensor)
+
+
+OPENCL_VECTORS = DeviceInfo(compute_units=2, preferred_vector_width=8, vector_ops=opencl.VECTOR_OPS)
+
+
+def rendered_opencl(tensor: em.Tensor) -> str:
+    items = [item for item in kernelize([tensor.node]) if isinstance(item, KernelItem)]
+    renderer = opencl.OpenCLRenderer()
+    return "\n".join(renderer.render(build_kernel_ir(item.kernel, f"kernel{number}", OPENCL_VECTORS))
+                     for number, item in enumerate(items))
+
+
+def test_opencl_renders_vector_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    chain = rendered_opencl(((_dummy(64, 32) * 2 + 1).exp()).sqrt())
+    assert "vload8(0, data1+" in chain and "vstore8(" in chain and "exp2(v" in chain and "sqrt(v" in chain
+    assert "select(" in chain and "float ember_" not in chain  # the clamp of exp as a select of float8 lanes
+    matmul = rendered_opencl(_dummy(23, 32) @ _dummy(32, 64))
+    assert matmul.count("float8 acc") == 12 and matmul.count("vstore8(acc") == 12  # 6 rows x 2 vectors
+    softmax = rendered_opencl(_dummy(64, 4096).softmax(-1))
+    assert softmax.count("#define EMBER_MAX_FLOAT32X8") == 3 and "ember_max_float32x8(" in softmax  # guarded per kernel
+    assert "float8 acc" in softmax and ".s7" in softmax  # lanes of the vector accumulators summed at the end
+    double = rendered_opencl(_dummy(64, 32, dtype=em.float64) @ _dummy(32, 64, dtype=em.float64))
+    assert double.count("double4 acc") == 12
+    staged = rendered_opencl(_dummy(256, 96) @ _dummy(96, 64))
+    assert "float local1[1536];" in staged and "vload8(0, local1+" in staged
+    assert "float8" not in rendered_opencl(_dummy(64, 17).sum(1))  # no whole vectors: scalar as before
+
+
+def test_opencl_work_groups_leave_no_core_idle() -> None:
+    assert opencl.local_size(1 << 20, 2, 32) == 32  # plenty of work: the largest groups
+    assert opencl.local_size(64, 2, 32) == 8  # a tiled matmul's 64 work items: 8 groups for 2 cores
+    assert opencl.local_size(86, 4, 32) == 4 and opencl.local_size(3, 2, 32) == 1
+    assert opencl.local_size(1000, 2, 16) == 16  # never above the kernel's own limit
+
+
+def test_opencl_builds_a_schedule_as_one_program(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    try:
+        name = REGISTRY.probe("opencl")[0].name
+    except BackendUnavailable as error:
+        pytest.skip(f"no OpenCL device here: {error}")
+    from ember.scheduler import realize
+
+    device = REGISTRY.device(name)
+    built: list[str] = []
+    original = device._build_cached
+    monkeypatch.setattr(device, "_build_cached", lambda source, for_launch: built.append(source) or
+                        original(source, for_launch))
+    # shapes no other test uses, so every kernel is new: max, sum of exponentials, the normalized store
+    x, tx = pair(random_array((5, 4100), seed=11), name)
+    assert_close(x.softmax(-1) * 3, torch.softmax(tx, -1) * 3, atol=1e-6)
+    assert len(built) == 1 and built[0].count("__kernel void") >= 2
+    programs = {compiled.program.program for (device_name, _), compiled in realize._compiled.items()
+                if device_name == name and compiled.name in built[0]}
+    assert len(programs) == 1  # the kernels share one cl.Program
