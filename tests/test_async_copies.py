@@ -223,6 +223,10 @@ source.node.buffer.event = opencl.OpenCLEvent(gate, device.context)
 result = (source.to("{device}") * 2).realize()
 del source  # the copy still waits for the gate: the host buffer it reads must stay, and nothing may block
 assert len(DEFERRED_FREES) == 1, DEFERRED_FREES
+staged = np.ones(1000, dtype=np.float32)
+pending = device.pool.copy_in_async(device.pool.allocate(4000), memoryview(staged).cast("B"),
+                                    (opencl.OpenCLEvent(gate, device.context),))
+del pending, staged  # an unfinished pyopencl copy event dropped here would wait for the gate: the pool holds it
 gate.set_status(cl.command_execution_status.COMPLETE)
 np.testing.assert_array_equal(result.numpy(), np.arange(1000, dtype=np.float32) * 2)
 assert not DEFERRED_FREES

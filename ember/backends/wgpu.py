@@ -48,6 +48,8 @@ class WGPUEvent(Event):
 class WGPUMemoryPool(MemoryPool):
     """GPU buffers (storage, copy source and destination), sizes rounded up to whole 4-byte words."""
 
+    frees_behind_events = True  # WebGPU frees a destroyed buffer once the submitted work using it has completed
+
     def __init__(self, name: str, device: Any, max_buffer_bytes: int) -> None:
         super().__init__(name)
         self.device = device

@@ -62,8 +62,6 @@ class Buffer:
         try:
             if self.pool.frees_behind_events:
                 self.pool.release(self.handle, self.nbytes)
-                if not self.event.done:  # dropping an unfinished event may block (pyopencl waits for a copy's)
-                    PARKED_EVENTS.append(self.event)
                 return
             pending = [event for event in (self.event, *self.users) if not event.done]
             if pending:
@@ -90,7 +88,7 @@ class Buffer:
 
 
 DEFERRED_FREES: list[tuple[MemoryPool, Any, int, list[Event]]] = []  # buffers dropped while commands still use them
-PARKED_EVENTS: list[Event] = []  # unfinished events of dropped buffers, kept until done
+MAX_DEFERRED_FREES = 1024  # beyond this many, a realize waits for them (an event may report done only once waited)
 
 
 def release_finished(wait: bool = False) -> int:
@@ -106,9 +104,6 @@ def release_finished(wait: bool = False) -> int:
         else:
             still.append((pool, handle, nbytes, events))
     DEFERRED_FREES.extend(still)
-    if wait:
-        wait_all(PARKED_EVENTS)
-    PARKED_EVENTS[:] = [event for event in PARKED_EVENTS if not event.done]
     return len(still)
 
 
@@ -238,8 +233,8 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
         pending = _shard_large_outputs(pending)
         if not pending:
             return
-    if DEFERRED_FREES or PARKED_EVENTS:
-        release_finished()
+    if DEFERRED_FREES:
+        release_finished(wait=len(DEFERRED_FREES) > MAX_DEFERRED_FREES)
     items, graph_nodes = SCHEDULES.schedule(pending)
     _compile_ahead(items, graph_nodes)
     for record in profile.current():
