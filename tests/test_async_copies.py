@@ -116,6 +116,22 @@ def test_a_full_pool_waits_for_buffers_dropped_behind_commands(queued: QueuedDev
         pool.limit_bytes = saved
 
 
+def test_many_frees_waiting_behind_commands_are_bounded(queued: QueuedDevice) -> None:
+    """Events that report done only once waited must not hold memory back forever: past MAX_DEFERRED_FREES dropped
+    buffers, the next realize waits for them and frees them."""
+    from ember.scheduler import realize
+
+    x = em.tensor(random_array((4,)), device="queued:0")
+    gc.collect()
+    queued.synchronize()
+    release_finished()
+    for _ in range(realize.MAX_DEFERRED_FREES + 1):
+        (x + 1).realize()  # queued, never read, dropped at once
+    assert len(DEFERRED_FREES) == realize.MAX_DEFERRED_FREES + 1
+    assert_close((x * 2).realize(), torch.tensor(x.numpy()) * 2)
+    assert len(DEFERRED_FREES) <= 1 and queued.log.unsafe_frees == []
+
+
 @needs_opencl
 def test_opencl_launch_waits_for_the_copy_event_not_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     from ember.backends import opencl
@@ -145,6 +161,8 @@ def test_opencl_launch_waits_for_the_copy_event_not_the_host(monkeypatch: pytest
     result = (source.to(OPENCL) * 2 - 1).realize()  # returns with the copy and the launch still waiting
     assert len(copies) == 1 and len(launches) == 1 and host_waits == []
     assert not copies[0].done and copies[0].event in launches[0]
+    queue_of = opencl.cl.event_info.COMMAND_QUEUE
+    assert copies[0].event.get_info(queue_of) == device.transfer_queue != device.queue  # two queues, one event
     gate.set_status(opencl.cl.command_execution_status.COMPLETE)
     assert_close(result, expected)
     assert len(host_waits) == 1  # the read waited for its copy out, nothing else
