@@ -226,3 +226,28 @@ def test_opencl_builds_a_schedule_as_one_program(monkeypatch: pytest.MonkeyPatch
     programs = {compiled.program.program for (device_name, _), compiled in realize._compiled.items()
                 if device_name == name and compiled.name in built[0]}
     assert len(programs) == 1  # the kernels share one cl.Program
+
+
+def test_lowered_kernels_are_cached_on_disk(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    from ember.ir import lowered_cache, opt
+
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    (item,) = [item for item in kernelize([(_dummy(23, 32) @ _dummy(32, 64)).node]) if isinstance(item, KernelItem)]
+    lowered = build_kernel_ir(item.kernel, "cached", OPENCL_VECTORS)
+    (entry,) = (tmp_path / "ir").iterdir()  # type: ignore[operator]
+    calls: list[str] = []
+    original = opt._choose_lowering
+    monkeypatch.setattr(opt, "_choose_lowering", lambda *arguments: calls.append("lowered") or original(*arguments))
+    loaded = build_kernel_ir(item.kernel, "cached", OPENCL_VECTORS)
+    assert calls == [] and loaded is not lowered  # from the disk
+    renderer = opencl.OpenCLRenderer()
+    assert renderer.render(loaded) == renderer.render(lowered) and loaded.params == lowered.params
+    assert all(param.dtype is em.float32 for param in loaded.params)  # dtypes are the module's own objects
+    build_kernel_ir(item.kernel, "cached", DeviceInfo(compute_units=4, preferred_vector_width=8,
+                                                      vector_ops=VECTOR_OPS))  # other capabilities: another entry
+    assert calls == ["lowered"] and len(list((tmp_path / "ir").iterdir())) == 2  # type: ignore[operator]
+    entry.write_bytes(entry.read_bytes()[:-7])  # truncated: lowered again, the entry rewritten
+    again = build_kernel_ir(item.kernel, "cached", OPENCL_VECTORS)
+    assert calls == ["lowered", "lowered"] and renderer.render(again) == renderer.render(lowered)
+    assert lowered_cache.load(entry) is not None

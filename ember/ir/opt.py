@@ -25,7 +25,7 @@ MAX_TILE_OUTPUTS = 32  # accumulators per work item; more spill registers on com
 MAX_TILE_VECTORS = 12  # vector accumulators per work item: 12 of 16 AVX2 registers, the rest hold the operands
 MINIMUM_STAGED_TILES = 4  # tiles a work item loops over before staging the panel they share pays for its copy
 MAX_STAGED_BYTES = 256 * 1024  # scratch per work item (on the stack of the C thread running it), within L2
-MAX_LOWERED_STEPS = 12_000  # kernel steps x lanes per tile a plan may lower: each lane is lowered (in Python)
+MAX_LOWERED_STEPS = 6_000  # kernel steps x lanes per tile a plan may lower: each lane is lowered (in Python)
 # separately, so a long fused expression tiled wide takes seconds to lower; such a kernel is compute-bound anyway
 WORK_TOLERANCE = 0.05  # tile plans within this much of the least work count as equal (the earlier one wins)
 
