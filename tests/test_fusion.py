@@ -102,3 +102,33 @@ def test_intermediate_buffers_are_released_during_realize() -> None:
     growth = record.peak_bytes[pool.name] - before
     assert growth <= 3 * 256 * 4, (growth, str(record))  # two row intermediates and the output, never more
     assert len(record.kernels) == 3
+
+
+def _recurrence(inputs: "em.Tensor | torch.Tensor", steps: int) -> list:
+    """A cell-state recurrence like an LSTM's: each step's state is read by its own output and by the next step."""
+    state, outputs = inputs[0] * 0, []
+    for step in range(steps):
+        state = state * inputs[step].sigmoid() + inputs[step].tanh()
+        outputs.append(state.exp())
+    return outputs
+
+
+def test_an_expensive_recurrence_is_stored_not_recomputed_by_every_step() -> None:
+    from ember.scheduler.kernelize import KernelItem, kernelize
+
+    def kernel_steps(steps: int) -> list[int]:
+        outputs = _recurrence(em.tensor(random_array((steps, 8)), device="dummy:0"), steps)
+        items = kernelize([output.node for output in outputs])
+        return [len(item.kernel.steps) for item in items if isinstance(item, KernelItem)]
+
+    short, long = kernel_steps(12), kernel_steps(48)
+    # recomputing the state in every output's kernel would make the largest kernel (and the total) grow with steps
+    assert max(long) <= max(short) and sum(long) < 5 * sum(short), (short, long)
+
+
+def test_a_stored_recurrence_matches_torch(device: str) -> None:
+    inputs, tinputs = pair(random_array((16, 5)), device)
+    outputs, toutputs = _recurrence(inputs, 16), _recurrence(tinputs, 16)
+    em.realize(*outputs)
+    for output, toutput in zip(outputs, toutputs):
+        assert_close(output, toutput, atol=1e-4, rtol=1e-4)

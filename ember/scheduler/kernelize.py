@@ -3,7 +3,9 @@
 Fusion rule (DESIGN.md principle 4): elementwise and movement ops always fuse; a reduce fuses into the kernel that
 consumes it when every output element of that kernel uses a different reduce result (no EXPAND on the way) and it
 is not inside another reduce; otherwise the reduce is stored by a kernel of its own. CONTIGUOUS and COPY always
-mark a boundary. Cheap elementwise work with several consumers is recomputed, never stored.
+mark a boundary. Elementwise work with several consumer kernels is recomputed by each, unless it is expensive
+(SHARED_WORK_LIMIT ops per element or more): then it is stored once, so a recurrence (an RNN's cell state over time
+steps) costs linear work, not quadratic.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ember.core.graph import Node
-from ember.core.ops import REDUCE_OPS, Op
+from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
 from ember.ir.kernel import Kernel, KernelStep
 
 INLINE_LEAVES = (Op.CONST, Op.ARANGE)
+SHARED_WORK_LIMIT = 64  # elementwise ops per element above which a node read by several kernels is stored
 
 
 class KernelItem(NamedTuple):
@@ -45,6 +48,8 @@ def find_boundaries(roots: list[Node]) -> list[Node]:
         # walk every kernel again with the final set; that pass gives the dependencies (and rarely more nodes).
         depends_on = {id(root): _kernel_dependencies(root, boundaries) for root in boundaries.values()}
         pending = [node for found in depends_on.values() for node in found if id(node) not in boundaries]
+        if not pending:
+            pending = _expensive_shared_nodes(list(boundaries.values()), boundaries)
     ordered: list[Node] = []
     placed: set[int] = set()
     for root in roots:
@@ -71,6 +76,69 @@ def _kernel_dependencies(kernel_root: Node, boundaries: dict[int, Node]) -> list
     found: list[Node] = []
     _walk(kernel_root, boundaries, found)
     return found
+
+
+def _interior(kernel_root: Node, boundaries: dict[int, Node]) -> list[Node]:
+    """The nodes a kernel computes (not stored elsewhere, not inlined constants), each after its sources."""
+    ordered: list[Node] = []
+    seen: set[int] = set()
+    stack = [(source, False) for source in kernel_root.srcs]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            ordered.append(node)
+            continue
+        if id(node) in seen or node.realized or node.op in INLINE_LEAVES or id(node) in boundaries:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((source, False) for source in node.srcs)
+    return ordered
+
+
+def _expensive_shared_nodes(kernel_roots: list[Node], boundaries: dict[int, Node]) -> list[Node]:
+    """Elementwise nodes that several kernels would recompute and that cost SHARED_WORK_LIMIT ops per element or
+    more, counting from the last stored node below. Each one chosen counts as stored for the nodes above it, so a
+    long recurrence is stored every few steps rather than at every node."""
+    kernels_using: dict[int, int] = {}
+    in_order: list[Node] = []
+    for root in kernel_roots:
+        if root.op is Op.COPY:
+            continue
+        for node in _interior(root, boundaries):
+            if id(node) not in kernels_using:
+                kernels_using[id(node)] = 0
+                in_order.append(node)
+            kernels_using[id(node)] += 1
+    cost: dict[int, int] = {}
+    chosen: list[Node] = []
+    for node in _sources_first(in_order):
+        work = sum(cost.get(id(source), 0) for source in node.srcs) + (node.op in ELEMENTWISE_OPS)
+        if node.op in ELEMENTWISE_OPS and kernels_using[id(node)] > 1 and work >= SHARED_WORK_LIMIT:
+            chosen.append(node)
+            work = 0
+        cost[id(node)] = min(work, SHARED_WORK_LIMIT)
+    return chosen
+
+
+def _sources_first(nodes: list[Node]) -> list[Node]:
+    """`nodes` ordered so that each comes after those of its sources that are among them."""
+    members = {id(node) for node in nodes}
+    ordered: list[Node] = []
+    placed: set[int] = set()
+    for start in nodes:
+        stack = [(start, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                ordered.append(node)
+                continue
+            if id(node) in placed:
+                continue
+            placed.add(id(node))
+            stack.append((node, True))
+            stack.extend((source, False) for source in node.srcs if id(source) in members and id(source) not in placed)
+    return ordered
 
 
 def _order(node: Node, depends_on: dict[int, list[Node]], placed: set[int], ordered: list[Node]) -> None:
