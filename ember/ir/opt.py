@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ember.backends.base import DeviceInfo
 from ember.core.ops import REDUCE_OPS, Op
+from ember.ir import lowered_cache
 from ember.ir.ir import KernelIR
 from ember.ir.kernel import Kernel
 from ember.ir.linearize import linearize
@@ -166,10 +167,21 @@ def _affordable(kernel: Kernel, upcast: tuple[int, ...] | None, reduce_lanes: in
 
 
 def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
-    """Lower a kernel with the transforms that suit the device (none when EMBER_NOOPT=1): the first vector plan
-    whose vectors need no gathering, else scalar tiles; untiled where tiling would take too long to lower."""
-    if not optimizations_enabled():
-        return lower_kernel(kernel, name)
+    """Lower a kernel with the transforms that suit the device (none when EMBER_NOOPT=1), from the disk cache of
+    lowered kernels when an earlier process lowered it already."""
+    optimize = optimizations_enabled()
+    path = lowered_cache.entry_path(kernel, name, info, optimize)
+    cached = lowered_cache.load(path)
+    if cached is not None:
+        return cached
+    lowered = _choose_lowering(kernel, name, info) if optimize else lower_kernel(kernel, name)
+    lowered_cache.store(path, lowered)
+    return lowered
+
+
+def _choose_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
+    """The first vector plan whose vectors need no gathering (tile plans compared by estimated work), else scalar
+    tiles; untiled where tiling would take too long to lower."""
     if info.vector_ops:
         # tile plans (upcast, no reduce split) are compared by their estimated work, the others taken in order
         tiles: list[tuple[float, KernelIR]] = []
