@@ -15,6 +15,7 @@ from ember.core.errors import (
     AutogradError, AxisError, BackendUnavailable, CompileError, DeviceError, DTypeError, EmberError, OutOfMemoryError,
     ShapeError,
 )
+from ember.core.elementwise import where
 from ember.core.movement import broadcast_tensors, cat, stack
 from ember.core.linalg import einsum
 from ember.core.tensor import Tensor, realize
@@ -40,11 +41,6 @@ globals().update({name: getattr(Tensor, name) for name in (
     "matmul", "mm", "bmm", "mv", "dot", "inner", "outer", "addmm", "softmax", "log_softmax", "layer_norm",
     "group_norm", "rms_norm", "dropout", "conv1d", "conv2d", "conv3d", "max_pool1d", "max_pool2d", "avg_pool1d",
 )})
-
-
-def where(condition: Tensor, input: object, other: object) -> Tensor:  # noqa: A002 - torch's names
-    """Elements of input where condition is True, else of other (a select: the other branch never leaks)."""
-    return condition.where(input, other)
 
 
 __version__ = "0.1.0"

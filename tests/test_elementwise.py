@@ -243,7 +243,22 @@ def test_where_is_a_real_select(device: str) -> None:
     assert np.isfinite(ratio.numpy()).all()
     nan_branch = em.where(x < 10, x, em.tensor([np.nan, np.inf, -np.inf, np.nan], device=device))
     assert_close(nan_branch, tx)
-    assert_close((x > 0).where(x.sqrt(), -x), torch.where(tx > 0, tx.sqrt(), -tx))
+    assert_close(x.sqrt().where(x > 0, -x), tx.sqrt().where(tx > 0, -tx))  # torch's method: self is the input
+    assert_close(x.where(x > 0, 7), tx.where(tx > 0, 7))
+
+
+def test_primitive_add_and_max_of_bools_are_or(device: str) -> None:
+    """Op.ADD and Op.MAX on bool store True (1), not 2 or 255: comparing the result with True must hold."""
+    from ember.core.ops import Op
+
+    left, right = np.array([True, True, False, False]), np.array([True, False, True, False])
+    a, b = em.tensor(left, device=device), em.tensor(right, device=device)
+    ta, tb = torch.tensor(left), torch.tensor(right)
+    assert_close_batch([
+        ("add", a._apply(Op.ADD, b) == em.tensor(True, device=device), (ta + tb) == torch.tensor(True)),
+        ("max", a._apply(Op.MAX, b) == em.tensor(True, device=device), torch.maximum(ta, tb) == torch.tensor(True)),
+        ("+", (a + b) == True, (ta + tb) == True),  # noqa: E712 - the comparison is the point
+    ])
 
 
 def test_where_promotes_and_broadcasts_like_torch(device: str) -> None:
@@ -410,6 +425,10 @@ def test_dtype_errors_name_the_dtypes() -> None:
         flags**flags
     with pytest.raises(em.DTypeError, match="where: the condition must be a bool tensor, got float32"):
         em.where(floats, floats, floats)
+    with pytest.raises(em.DTypeError, match="where: the condition must be a bool tensor, got float32"):
+        flags.where(floats, 1.0)  # torch's order: input.where(condition, other)
+    with pytest.raises(em.DTypeError, match="where: the condition must be a bool tensor, got bool"):
+        floats.where(True, 1.0)
     with pytest.raises(em.DTypeError, match="masked_fill: mask must be a bool tensor"):
         floats.masked_fill(floats, 0.0)
     with pytest.raises(TypeError, match="unsupported operand type str"):

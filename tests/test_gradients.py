@@ -82,11 +82,13 @@ ELEMENTWISE = [
     Case("clamp", lambda x: x.clamp(-0.5, 0.7), [S]),
     Case("clamp_min_tensor", lambda x, y: x.clamp(min=y), [S, (5,)]),
     Case("clamp_max", lambda x: x.clamp(max=0.3), [S]),
-    Case("where", lambda x, y: (x > 0).where(x * 2, y), [S, (5,)],
+    Case("where", lambda x, y: (x * 2).where(x > 0, y), [S, (5,)]),
+    Case("where_function", lambda x, y: em.where(x > 0, x * 2, y), [S, (5,)],
          torch_function=lambda x, y: torch.where(x > 0, x * 2, y)),
-    Case("where_scalar", lambda x: (x > 0).where(x, 0.5), [S], torch_function=lambda x: torch.where(x > 0, x, 0.5)),
-    Case("where_nan_branch", lambda x: (x > 0).where(x.sqrt(), 0.0), [S],
-         torch_function=lambda x: torch.where(x > 0, x.sqrt(), 0.0)),
+    Case("where_scalar", lambda x: x.where(x > 0, 0.5), [S]),
+    Case("where_scalar_input", lambda x: em.where(x > 0, 0.5, x), [S],
+         torch_function=lambda x: torch.where(x > 0, 0.5, x)),
+    Case("where_nan_branch", lambda x: x.sqrt().where(x > 0, 0.0), [S]),
     Case("masked_fill", lambda x: x.masked_fill(x < 0.5, -1.0), [S]),
     Case("nan_to_num", lambda x: (x.log()).nan_to_num(0.0, 1.0, -1.0), [S], low=0.0, high=2.0),
     # casts between float dtypes keep the gradient (in the input's dtype)
@@ -278,33 +280,8 @@ SMOOTH_AT_SPECIAL_VALUES = [
 ]
 
 
-# Known bugs in core compositions (not in the backward rules): a guarded branch still sends 0 * inf or 0 * NaN back.
-_NAN_GRADIENT = "core: the composition's backward graph gives NaN here ({}); torch gives a finite gradient"
-KNOWN_BAD_AT_SPECIAL_VALUES = {
-    "expm1": _NAN_GRADIENT.format("Kahan's (u - 1) * x / log(u) at x = 0 and |x| = 1e-9"),
-    "log1p": _NAN_GRADIENT.format("Kahan's log(u) * x / (u - 1) at x = 0 and |x| = 1e-9"),
-    "tanh": _NAN_GRADIENT.format("at x = 0 and |x| = 1e-9"),
-    "gelu_tanh": _NAN_GRADIENT.format("tanh at 0"),
-    "elu": _NAN_GRADIENT.format("expm1 near 0, and the unselected expm1 branch overflowing at x = 90"),
-    "selu": _NAN_GRADIENT.format("as elu"),
-    "softplus": _NAN_GRADIENT.format("log1p of a tiny exp(-|x|) at |x| >= 17"),
-    "logsigmoid": _NAN_GRADIENT.format("as softplus; and 1.0 instead of 0.5 at x = 0"),
-    "mish": _NAN_GRADIENT.format("softplus at |x| >= 17"),
-    "sigmoid": "core: sigmoid's gradient at x = 0 is -0.25 (torch 0.25): the x >= 0 branch and abs disagree at 0",
-    "pow_2_5": "core: x ** 2.5 has gradient 0 at x = 1 (the base == 1 special case is a constant) and NaN at x = 0",
-}
-
-
-def _special_value_params() -> list[Any]:
-    params = []
-    for name, function, values in SMOOTH_AT_SPECIAL_VALUES:
-        reason = KNOWN_BAD_AT_SPECIAL_VALUES.get(name)
-        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-        params.append(pytest.param(name, function, values, id=name, marks=marks))
-    return params
-
-
-@pytest.mark.parametrize("name, function, values", _special_value_params())
+@pytest.mark.parametrize("name, function, values",
+                         [pytest.param(*entry, id=entry[0]) for entry in SMOOTH_AT_SPECIAL_VALUES])
 def test_gradient_at_special_values(name: str, function: Any, values: list[float], device: str) -> None:
     ember_function, torch_function = function if isinstance(function, tuple) else (function, function)
     check_gradients(Case(name, ember_function, [], torch_function=torch_function, data=[values], atol=1e-6), device)
@@ -327,40 +304,27 @@ TIES = [[[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 5.0], [0.0, 0.0, -1.0, 0.0]]]
 _FIRST_MAXIMUM = "core: {} splits the gradient among tied maxima (the REDUCE_MAX rule, as amax); torch gives it all " \
                  "to the first maximum (the index it returns)"
 KINK_CASES = [
-    Case("kink_relu", lambda x: x.relu(), [], data=[KINK_VALUES],
-         marks=[pytest.mark.xfail(strict=True, reason="core: relu is MAX(x, 0), which splits the tie at 0 (0.5); "
-                                                      "torch's relu'(0) is 0")]),
-    Case("kink_abs", lambda x: x.abs(), [], data=[KINK_VALUES],
-         marks=[pytest.mark.xfail(strict=True, reason="core: abs'(0) is -1 (a where on x <= 0); torch gives 0")]),
-    Case("kink_clamp", lambda x: x.clamp(-1.0, 2.0), [], data=[KINK_VALUES],
-         marks=[pytest.mark.xfail(strict=True, reason="core: clamp at a bound splits (MAX tie) or drops the "
-                                                      "gradient; torch passes it (1) at both bounds")]),
+    Case("kink_relu", lambda x: x.relu(), [], data=[KINK_VALUES]),
+    Case("kink_abs", lambda x: x.abs(), [], data=[KINK_VALUES]),
+    Case("kink_clamp", lambda x: x.clamp(-1.0, 2.0), [], data=[KINK_VALUES]),
     Case("kink_hardtanh_relu6", lambda x: x.hardtanh(-1.0, 2.0) + (x * 2).relu6(), [], data=[KINK_VALUES],
-         torch_function=lambda x: F.hardtanh(x, -1.0, 2.0) + F.relu6(x * 2),
-         marks=[pytest.mark.xfail(strict=True, reason="core: hardtanh/relu6 at a bound give 0.5 or 1; torch 0")]),
+         torch_function=lambda x: F.hardtanh(x, -1.0, 2.0) + F.relu6(x * 2)),
     Case("kink_hardsigmoid_hardswish", lambda x: x.hardsigmoid() + x.hardswish(), [], data=[KINK_VALUES],
-         torch_function=lambda x: F.hardsigmoid(x) + F.hardswish(x),
-         marks=[pytest.mark.xfail(strict=True, reason="core: hardsigmoid/hardswish at x = +-3 differ from torch")]),
+         torch_function=lambda x: F.hardsigmoid(x) + F.hardswish(x)),
     Case("kink_leaky_relu", lambda x: x.leaky_relu(0.1), [], data=[KINK_VALUES],
          torch_function=lambda x: F.leaky_relu(x, 0.1)),
     Case("kink_floor_round_sign", lambda x: x.floor() + x.round() + x.sign() * x, [], data=[KINK_VALUES]),
     Case("ties_amax", lambda x: x.amax(1), [], data=TIES),
     Case("ties_max_all", lambda x: x.max(), [], data=TIES),
-    Case("ties_max_dim", lambda x: x.max(1).values, [], data=TIES,
-         marks=[pytest.mark.xfail(strict=True, reason=_FIRST_MAXIMUM.format("max(dim).values"))]),
-    Case("ties_min_dim", lambda x: x.min(1).values, [], data=TIES,
-         marks=[pytest.mark.xfail(strict=True, reason=_FIRST_MAXIMUM.format("min(dim).values"))]),
+    Case("ties_max_dim", lambda x: x.max(1).values, [], data=TIES),
+    Case("ties_min_dim", lambda x: x.min(1).values, [], data=TIES),
     Case("ties_cummax", lambda x: x.cummax(1), [], data=TIES, torch_function=lambda x: x.cummax(1).values,
          marks=[pytest.mark.xfail(strict=True, reason=_FIRST_MAXIMUM.format("cummax"))]),
     Case("ties_max_pool2d", lambda x: x.unsqueeze(0).max_pool2d(2, 1), [], data=TIES,
          torch_function=lambda x: F.max_pool2d(x.unsqueeze(0), 2, 1),
          marks=[pytest.mark.xfail(strict=True, reason=_FIRST_MAXIMUM.format("max_pool2d"))]),
-    Case("zero_norm_and_std", lambda x: (x * 0).norm() + (x * 0).std(), [(2, 3)],
-         marks=[pytest.mark.xfail(strict=True, reason="core: norm and std of all-zero input give NaN gradients "
-                                                      "(sqrt'(0) * 0); torch gives 0")]),
-    Case("sign_alone", lambda x: x.sign(), [(2, 3)],
-         marks=[pytest.mark.xfail(strict=True, reason="core: sign is built from comparisons, so its result does not "
-                                                      "require grad; torch gives a zero gradient")]),
+    Case("zero_norm_and_std", lambda x: (x * 0).norm() + (x * 0).std(), [(2, 3)]),
+    Case("sign_alone", lambda x: x.sign(), [(2, 3)]),
 ]
 
 

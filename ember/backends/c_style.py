@@ -30,6 +30,8 @@ def _signed_modulo(operands: list[str], dtype: DType, _: DType) -> str:
 
 def _maximum(operands: list[str], dtype: DType, _: DType) -> str:
     a, b = operands
+    if dtype.is_bool:  # an OR: gcc 12's SLP vectorizer miscompiles a byte max of 0/1 values (255 instead of 1)
+        return f"(({a})|({b}))"
     if dtype.is_float:
         return f"((({a})>({b}))|(({a})!=({a}))?({a}):({b}))"  # no short circuit: gcc vectorizes it
     return f"(({a})>({b})?({a}):({b}))"
@@ -90,7 +92,7 @@ class CStyleRenderer:
             Op.RECIPROCAL: lambda o, d, s: f"({self.constant(1.0, d)}/{o[0]})",
             **{op: self._math_template(op) for op in self.math_functions},
             Op.NOT: lambda o, d, s: f"(!{o[0]})" if d.is_bool else f"(~{o[0]})",
-            Op.ADD: lambda o, d, s: f"({o[0]}+{o[1]})",
+            Op.ADD: lambda o, d, s: f"({o[0]}|{o[1]})" if d.is_bool else f"({o[0]}+{o[1]})",  # bool: True, not 2
             Op.SUB: lambda o, d, s: f"({o[0]}-{o[1]})",
             Op.MUL: lambda o, d, s: f"({o[0]}*{o[1]})",
             Op.DIV: lambda o, d, s: f"({o[0]}/{o[1]})",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ember.core import dtype as dtypes
+from ember.core.elementwise import where
 from ember.core.errors import ShapeError
 from ember.core.ops import Op
 from ember.core.shapes import Shape, broadcast_shapes, prod
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 def wrap_negative(index: Tensor, size: int) -> Tensor:
     """index as int64 with negative entries counted from the end of a dim of `size`."""
     index = index.cast(dtypes.int64)
-    return (index < 0).where(index + size, index)
+    return where(index < 0, index + size, index)
 
 
 def _sum_last(tensor: Tensor) -> Tensor:
@@ -43,7 +44,7 @@ def take_last(values: Tensor, index: Tensor) -> Tensor:
     size = values.shape[-1]
     positions = values._arange_primitive(size, dtypes.int64, values.device)
     match = index.cast(dtypes.int64).unsqueeze(-1) == positions  # (..., M, N)
-    return _sum_last(match.where(values.unsqueeze(-2), _zero(values)))
+    return _sum_last(where(match, values.unsqueeze(-2), _zero(values)))
 
 
 def put_last(target: Tensor, index: Tensor, source: Tensor, mode: str, include_self: bool = True) -> Tensor:
@@ -61,21 +62,21 @@ def put_last(target: Tensor, index: Tensor, source: Tensor, mode: str, include_s
     spread = source.unsqueeze(-2)  # (..., 1, M)
     if mode == "replace":
         order = target._arange_primitive(count, dtypes.int64, target.device)
-        last = match.where(order, -1).amax(-1)  # the last m naming each position, -1 if none
+        last = where(match, order, -1).amax(-1)  # the last m naming each position, -1 if none
         chosen = last.unsqueeze(-1) == order
-        return (last >= 0).where(_sum_last(chosen.where(spread, _zero(source))), target)
+        return where(last >= 0, _sum_last(where(chosen, spread, _zero(source))), target)
     hit = match.any(-1)
     identities = {"sum": 0, "mean": 0, "prod": 1, "amax": dtypes.min_value(target.dtype),
                   "amin": dtypes.max_value(target.dtype)}
     identity = target._full((), identities[mode], target.dtype, target.device)
-    base = target if include_self else hit.where(identity, target)
-    selected = match.where(spread, identity)
+    base = target if include_self else where(hit, identity, target)
+    selected = where(match, spread, identity)
     if mode in ("sum", "mean"):
         total = base + _sum_last(selected)
         if mode == "sum":
             return total
         counted = match.sum(-1) + (1 if include_self else 0)
-        divisor = (counted == 0).where(1, counted).cast(target.dtype)
+        divisor = where(counted == 0, 1, counted).cast(target.dtype)
         return total // divisor if not target.dtype.is_float else total / divisor
     if mode == "prod":
         return base * selected.prod(-1, dtype=target.dtype)
@@ -134,7 +135,7 @@ def _linear_index(view: Tensor, items: list[AdvancedIndex]) -> tuple[Tensor, lis
         valid = checks[0].expand(shape)
         for check in checks[1:]:
             valid = valid.logical_and(check.expand(shape))
-        linear = valid.where(linear, -1)
+        linear = where(valid, linear, -1)
     return linear, advanced_dims
 
 
@@ -196,4 +197,4 @@ def _put_mask(view: Tensor, item: AdvancedIndex, value: Tensor, accumulate: bool
         return None
     update = update.reshape(kept_shape[:before] + (1,) * mask.ndim + kept_shape[before:]).expand(view.shape)
     selector = mask.reshape((1,) * before + mask.shape + (1,) * (len(kept_shape) - before)).expand(view.shape)
-    return selector.where(view + update if accumulate else update, view)
+    return where(selector, view + update if accumulate else update, view)

@@ -23,7 +23,7 @@ def signs_differ(remainder: Tensor, divisor: Tensor) -> Tensor:
 def float_fmod(dividend: Tensor, divisor: Tensor) -> Tensor:
     """C's fmod for floats: a - trunc(a / b) * b, and a itself for a finite a and an infinite b."""
     remainder = dividend - (dividend / divisor).trunc() * divisor
-    return divisor.isinf().logical_and(dividend.isfinite()).where(dividend, remainder)
+    return dividend.where(divisor.isinf().logical_and(dividend.isfinite()), remainder)
 
 
 def float_floor_divide(dividend: Tensor, divisor: Tensor) -> Tensor:
@@ -31,12 +31,12 @@ def float_floor_divide(dividend: Tensor, divisor: Tensor) -> Tensor:
     a division by zero gives a / 0 (inf or NaN)."""
     remainder = float_fmod(dividend, divisor)
     quotient = (dividend - remainder) / divisor
-    quotient = signs_differ(remainder, divisor).where(quotient - 1, quotient)
+    quotient = (quotient - 1).where(signs_differ(remainder, divisor), quotient)
     floored = quotient.floor()
-    floored = (quotient - floored > 0.5).where(floored + 1, floored)
+    floored = (floored + 1).where(quotient - floored > 0.5, floored)
     exact = dividend / divisor
-    floored = (quotient == 0).where(exact * 0, floored)  # a zero keeps the sign of a / b
-    return (divisor == 0).where(exact, floored)
+    floored = (exact * 0).where(quotient == 0, floored)  # a zero keeps the sign of a / b
+    return exact.where(divisor == 0, floored)
 
 
 def pow_scalar_exponent(base: Tensor, exponent: Number) -> Tensor:
@@ -86,13 +86,14 @@ def float_pow(base: Tensor, power: Tensor) -> Tensor:
     power_is_odd = power_is_integer.logical_and(half != half.trunc())
     zero = base._full(base.shape, 0, base.dtype, base.device)
     sign_bit = (base < zero).logical_or((base == zero).logical_and(base.reciprocal() < zero))  # includes -0.0
-    result = sign_bit.logical_and(power_is_odd).where(-magnitude, magnitude)
+    result = (-magnitude).where(sign_bit.logical_and(power_is_odd), magnitude)
     negative_finite = (base < zero).logical_and(base.isfinite())
     nan = base._full(base.shape, math.nan, base.dtype, base.device)
-    result = negative_finite.logical_and(power_is_integer.logical_not()).where(nan, result)
+    result = nan.where(negative_finite.logical_and(power_is_integer.logical_not()), result)
     one = base._full(base.shape, 1, base.dtype, base.device)
     is_one = (power == zero).logical_or(base == one).logical_or((base == -1.0).logical_and(power.isinf()))
-    return is_one.where(one, result)
+    # only where the exp2/log2 form is not already 1 (so d(x ** p)/dx at x == 1 is p, not 0)
+    return one.where(is_one.logical_and(result != one), result)
 
 
 def integer_pow(base: Tensor, power: Tensor) -> Tensor:
@@ -109,7 +110,7 @@ def integer_pow(base: Tensor, power: Tensor) -> Tensor:
     square = base
     for bit in range(width - 2):
         mask = base._full(base.shape, 1 << bit, dtype, base.device)
-        factors.append(zero._apply(Op.CMPLT, power._apply(Op.AND, mask)).where(square, one))  # bit < width - 1: >= 0
+        factors.append(square.where(zero._apply(Op.CMPLT, power._apply(Op.AND, mask)), one))  # bit < width - 1: >= 0
         if bit < width - 3:
             square = square * square
     while len(factors) > 1:  # a balanced product keeps the graph shallow
@@ -118,11 +119,11 @@ def integer_pow(base: Tensor, power: Tensor) -> Tensor:
     result = factors[0]
     high_bits = power._apply(Op.SHR, base._full(base.shape, width - 2, dtype, base.device)) != zero
     base_is_even = base._apply(Op.AND, one) == zero
-    result = high_bits.logical_and(base_is_even).where(zero, result)
+    result = zero.where(high_bits.logical_and(base_is_even), result)
     if dtype.is_unsigned:
         return result
     negative_power = power < zero
     odd_power = power._apply(Op.AND, one) != zero
     minus_one = base == -1
-    negative_result = (base == one).where(one, minus_one.where(odd_power.where(base, one), zero))
-    return negative_power.where(negative_result, result)
+    negative_result = one.where(base == one, base.where(odd_power, one).where(minus_one, zero))
+    return negative_result.where(negative_power, result)

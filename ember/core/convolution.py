@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import min_value
+from ember.core.elementwise import where
 from ember.core.errors import DTypeError, ShapeError
 
 if TYPE_CHECKING:
@@ -325,9 +326,9 @@ class ConvolutionOps:
         expanded = source.reshape(source.shape[:2] + (1,) * spatial + sizes)
         reduced_axes = tuple(range(2 + spatial, 2 + 2 * spatial))
         if maximum:
-            result = mask.where(expanded, min_value(source.dtype)).amax(reduced_axes)
+            result = where(mask, expanded, min_value(source.dtype)).amax(reduced_axes)
         else:
-            total = mask.where(expanded, 0).sum(reduced_axes, dtype=source.dtype)
+            total = where(mask, expanded, 0).sum(reduced_axes, dtype=source.dtype)
             result = total / cells.cast(source.dtype)
         return result.squeeze(0) if unbatched else result
 
@@ -360,9 +361,9 @@ def _max_indices(source: Tensor, patches: Tensor, kernel: tuple[int, ...], strid
     flat = patches.reshape(patches.shape[:2 + spatial] + (count,))
     offset = source._arange_primitive(count, dtypes.int64, source.device)
     is_max = flat == flat.amax(-1, keepdim=True)
-    score = is_max.where(count - 1 - offset, -1)
+    score = where(is_max, count - 1 - offset, -1)
     if source.dtype.is_float:
-        score = flat.isnan().where(count + offset, score)
+        score = where(flat.isnan(), count + offset, score)
     best = score.amax(-1, keepdim=True)
-    chosen = (best >= count).where(best - count, count - 1 - best)
-    return (offset == chosen).where(position_windows, 0).sum(-1)
+    chosen = where(best >= count, best - count, count - 1 - best)
+    return where(offset == chosen, position_windows, 0).sum(-1)

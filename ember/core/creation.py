@@ -10,6 +10,7 @@ import numpy as np
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType, to_dtype
+from ember.core.elementwise import where
 from ember.core.errors import DTypeError, ShapeError
 from ember.core.graph import Node
 from ember.core.movement import _shape_argument
@@ -195,7 +196,7 @@ def linspace(start: float, end: float, steps: int, dtype: Any = None, device: An
     index = arange(steps, dtype=compute, device=device)
     step = (end - start) / (steps - 1)
     halfway = steps // 2
-    values = (index < halfway).where(index * step + start, (steps - 1 - index) * -step + end)
+    values = where(index < halfway, index * step + start, (steps - 1 - index) * -step + end)
     result = values.cast(resolved)
     return result.requires_grad_() if requires_grad else result
 
@@ -351,11 +352,11 @@ def _standard_normal(count: int, device: str, dtype: DType) -> Tensor:
     exponent = _fixed(first, 0)
     for step in (32, 16, 8, 4, 2, 1):
         above = _fixed(first, 0) < first._apply(Op.SHR, exponent + step)
-        exponent = above.where(exponent + step, exponent)
+        exponent = where(above, exponent + step, exponent)
     mantissa = (first._apply(Op.SHL, _fixed(first, Q)))._apply(Op.SHR, exponent)  # Q30, in [1, 2)
     large = _fixed(first, SQRT_2_Q) < mantissa
-    mantissa = large.where(mantissa._apply(Op.SHR, _fixed(first, 1)), mantissa)
-    exponent = large.where(exponent + 1, exponent)
+    mantissa = where(large, mantissa._apply(Op.SHR, _fixed(first, 1)), mantissa)
+    exponent = where(large, exponent + 1, exponent)
     # ln m = 2 atanh(s), s = (m - 1) / (m + 1) in (-0.172, 0.172): 6 odd terms reach 1e-10
     x = mantissa - ONE
     ratio = x._apply(Op.SHL, _fixed(x, Q))._apply(Op.IDIV, x + 2 * ONE)
@@ -369,8 +370,8 @@ def _standard_normal(count: int, device: str, dtype: DType) -> Tensor:
     target = radius_squared._apply(Op.SHL, _fixed(radius_squared, 18))
     radius = target.cast(dtypes.float32).sqrt().cast(dtypes.int64) + 1  # devices may differ here, not below
     radius = (radius + target._apply(Op.IDIV, radius))._apply(Op.SHR, _fixed(radius, 1))
-    radius = (target < radius * radius).where(radius - 1, radius)
-    radius = ((radius + 1) * (radius + 1) <= target).where(radius + 1, radius)
+    radius = where(target < radius * radius, radius - 1, radius)
+    radius = where((radius + 1) * (radius + 1) <= target, radius + 1, radius)
     # cos(pi/2 w) for w in [0, 1) from 30 bits, sign from another bit: Horner on 1 - t/2 (1 - t/12 (1 - ...))
     angle = _fixed_multiply(second._apply(Op.AND, _fixed(second, ONE - 1)), _fixed(second, HALF_PI_Q))
     angle_squared = _fixed_multiply(angle, angle)
@@ -378,7 +379,7 @@ def _standard_normal(count: int, device: str, dtype: DType) -> Tensor:
     for denominator in (18 * 17, 16 * 15, 14 * 13, 12 * 11, 10 * 9, 8 * 7, 6 * 5, 4 * 3, 2 * 1):
         cosine = ONE - _fixed_multiply(angle_squared, cosine)._apply(Op.IDIV, _fixed(cosine, denominator))
     negative = _fixed(second, 0) < second._apply(Op.AND, _fixed(second, ONE))
-    cosine = negative.where(-cosine, cosine)
+    cosine = where(negative, -cosine, cosine)
     normal = (radius * cosine)._apply(Op.SHR, _fixed(radius, Q))  # Q24
     result = normal.cast(dtypes.float64 if dtype is dtypes.float64 else dtypes.float32) * 2.0**-24
     return result.cast(dtype)

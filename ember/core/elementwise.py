@@ -68,7 +68,7 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
             return self != 0
         if self.dtype.is_bool:
             one, zero = self._full(self.shape, 1, dtype, self.device), self._full(self.shape, 0, dtype, self.device)
-            return self.where(one, zero)
+            return where(self, one, zero)
         return self._apply(Op.CAST, arg=dtype)
 
     def type(self: Tensor, dtype: DType | str) -> Tensor:
@@ -158,7 +158,7 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
         if left.dtype.is_unsigned:
             return quotient
         remainder = left._apply(Op.MOD, right)
-        return signs_differ(remainder, right).where(quotient - 1, quotient)
+        return where(signs_differ(remainder, right), quotient - 1, quotient)
 
     def remainder(self: Tensor, other: Any, reverse: bool = False) -> Tensor:
         """Python's modulo: the result has the sign of the divisor (torch.remainder; x % 0 is NaN for floats and
@@ -169,7 +169,7 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
         remainder = float_fmod(left, right) if left.dtype.is_float else left._apply(Op.MOD, right)
         if left.dtype.is_unsigned:
             return remainder
-        return signs_differ(remainder, right).where(remainder + right, remainder)
+        return where(signs_differ(remainder, right), remainder + right, remainder)
 
     def fmod(self: Tensor, other: Any) -> Tensor:
         """C's fmod: the remainder of truncated division, with the sign of the dividend (torch.fmod)."""
@@ -211,7 +211,8 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
         if self.dtype.is_unsigned:
             return self
         zero = self._full(self.shape, 0, self.dtype, self.device)
-        return (self < zero).logical_or(self == zero).where(zero - self, self)  # |-0.0| is +0.0
+        # |-0.0| is +0.0; a zero constant at 0 gives torch's abs'(0) = 0 (and keeps 0 * inf out of the backward)
+        return where(self < zero, zero - self, where(self == zero, zero, self))
 
     absolute = abs
 
@@ -222,7 +223,11 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
         zero = self._full(self.shape, 0, self.dtype, self.device)
         if self.dtype.is_unsigned:
             return (self > zero).cast(self.dtype)
-        return (self > zero).cast(self.dtype) - (self < zero).cast(self.dtype)
+        result = (self > zero).cast(self.dtype) - (self < zero).cast(self.dtype)
+        if not self.dtype.is_float:
+            return result
+        # the zeros come from 0 - trunc(x) (+0.0 at +-0.0): the result has torch's zero gradient, not none
+        return where(self != zero, result, zero - self._apply(Op.TRUNC))
 
     sgn = sign
 
@@ -297,10 +302,10 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
             return self
         finfo = np.finfo(np.float32 if self.dtype is dtypes.bfloat16 else self.dtype.numpy)
         largest = 3.3895313892515355e38 if self.dtype is dtypes.bfloat16 else float(finfo.max)
-        result = self.isnan().where(self._full(self.shape, nan, self.dtype, self.device), self)
-        result = (self == math.inf).where(self._full(self.shape, largest if posinf is None else posinf, self.dtype,
+        result = where(self.isnan(), self._full(self.shape, nan, self.dtype, self.device), self)
+        result = where(self == math.inf, self._full(self.shape, largest if posinf is None else posinf, self.dtype,
                                                      self.device), result)
-        return (self == -math.inf).where(self._full(self.shape, -largest if neginf is None else neginf, self.dtype,
+        return where(self == -math.inf, self._full(self.shape, -largest if neginf is None else neginf, self.dtype,
                                                     self.device), result)
 
     # ---- minimum, maximum, clamp, where -----------------------------------------------------------------------
@@ -320,14 +325,14 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
         left, right = self._operands(other, "fmax")
         if not left.dtype.is_float:
             return _maximum(left, right)
-        return left.isnan().where(right, right.isnan().where(left, _maximum(left, right)))
+        return where(left.isnan(), right, where(right.isnan(), left, _maximum(left, right)))
 
     def fmin(self: Tensor, other: Any) -> Tensor:
         """minimum that ignores a NaN when the other value is a number (torch.fmin)."""
         left, right = self._operands(other, "fmin")
         if not left.dtype.is_float:
             return _minimum(left, right)
-        return left.isnan().where(right, right.isnan().where(left, _minimum(left, right)))
+        return where(left.isnan(), right, where(right.isnan(), left, _minimum(left, right)))
 
     def clamp(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
         """min(max(self, min), max): bounds are numbers or tensors; the dtype is torch.result_type of all three."""
@@ -339,11 +344,15 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
         if aligned[0].dtype.is_bool:
             raise DTypeError("clamp: not supported for bool tensors with bool bounds; cast to an integer dtype")
         position = 1
+        # torch's gradient convention: self gets it where min <= self <= max (both bounds included), a bound where
+        # it is the result; the maximum/minimum is taken only where a NaN makes both comparisons false
         if min is not None:
-            result = _maximum(result, aligned[position])
+            bound = aligned[position]
+            result = where(result >= bound, result, where(result < bound, bound, _maximum(result, bound)))
             position += 1
         if max is not None:
-            result = _minimum(result, aligned[position])
+            bound = aligned[position]
+            result = where(result <= bound, result, where(result > bound, bound, _minimum(result, bound)))
         return result
 
     clip = clamp
@@ -354,18 +363,10 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
     def clamp_max(self: Tensor, max: Any) -> Tensor:
         return self.clamp(max=max)
 
-    def where(self: Tensor, input: Any, other: Any) -> Tensor:
-        """`condition.where(x, y)`: x where the bool tensor self is True, else y (a select: the branch not taken
-        never leaks). The same as ember.where(condition, x, y); note torch's Tensor.where puts self as x instead."""
-        if not self.dtype.is_bool:
-            raise DTypeError(
-                f"where: the condition must be a bool tensor, got {self.dtype.name} (ember's Tensor.where takes self "
-                f"as the condition: condition.where(x, y), like ember.where(condition, x, y))"
-            )
-        first, second = _align(self, (input, other), "where", extra_shapes=(self.shape,))
-        shape = first.shape
-        condition = self if self.shape == shape else self.expand(shape)
-        return condition._apply(Op.WHERE, first, second)
+    def where(self: Tensor, condition: Tensor, other: Any) -> Tensor:
+        """torch's `x.where(condition, y)`: self where the bool condition is True, else other (ember.where(condition,
+        self, other); a select: the branch not taken never leaks)."""
+        return where(condition, self, other)
 
     def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
         """self with value where the bool mask (broadcast to self's shape) is True."""
@@ -511,6 +512,24 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
 
     def masked_fill_(self: Tensor, mask: Tensor, value: Any) -> Tensor:
         return self.assign(self.masked_fill(mask, value))
+
+
+# ---- selection ---------------------------------------------------------------------------------------------------
+
+
+def where(condition: Tensor, input: Any, other: Any) -> Tensor:  # noqa: A002 - torch's names
+    """torch.where(condition, input, other): input where the bool condition is True, else other, broadcast together
+    and promoted like torch (either may be a Python number); a select: the branch not taken never leaks."""
+    if not isinstance(condition, ElementwiseOps) or not condition.dtype.is_bool:
+        kind = condition.dtype.name if isinstance(condition, ElementwiseOps) else type(condition).__name__
+        raise DTypeError(
+            f"where: the condition must be a bool tensor, got {kind} (torch's order: where(condition, input, other) "
+            f"or input.where(condition, other))"
+        )
+    first, second = _align(condition, (input, other), "where", extra_shapes=(condition.shape,))
+    shape = first.shape
+    condition = condition if condition.shape == shape else condition.expand(shape)
+    return condition._apply(Op.WHERE, first, second)
 
 
 # ---- helpers -----------------------------------------------------------------------------------------------------

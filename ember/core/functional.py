@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import to_dtype
+from ember.core.elementwise import where
 from ember.core.errors import DTypeError, ShapeError
 from ember.core.shapes import broadcast_shapes, normalize_dim
 
@@ -217,7 +218,7 @@ class FunctionalOps:
         from ember.core.creation import rand
 
         keep = rand(self.shape, device=self.device) >= p
-        return keep.where(self * (1.0 / (1.0 - p)), zero)
+        return where(keep, self * (1.0 / (1.0 - p)), zero)
 
     def feature_dropout(self: Tensor, p: float, training: bool, spatial: int, op: str = "feature_dropout") -> Tensor:
         """Channel dropout (dropout1d/2d/3d): one draw per channel of [N, C, *spatial] or [C, *spatial]."""
@@ -238,7 +239,7 @@ class FunctionalOps:
 
         channels = self.shape[: self.ndim - spatial] + (1,) * spatial
         keep = rand(channels, device=self.device) >= p
-        return keep.where(self * (1.0 / (1.0 - p)), zero)
+        return where(keep, self * (1.0 / (1.0 - p)), zero)
 
     # ---- embedding and linear ---------------------------------------------------------------------------------
 
@@ -257,10 +258,10 @@ class FunctionalOps:
                 raise ValueError(f"embedding: padding_idx {padding_idx} must be within num_embeddings ({count})")
             padding_idx %= count
             rows = self._arange_primitive(count, dtypes.int64, self.device).reshape(count, 1)
-            weight = (rows == padding_idx).where(weight.detach(), weight)  # the padding row gets no gradient
+            weight = where(rows == padding_idx, weight.detach(), weight)  # the padding row gets no gradient
         positions = self._arange_primitive(count, dtypes.int64, self.device)
         chosen = (self.unsqueeze(-1) == positions).unsqueeze(-1)  # [..., V, 1]
-        return chosen.where(weight, 0).sum(-2, dtype=weight.dtype)
+        return where(chosen, weight, 0).sum(-2, dtype=weight.dtype)
 
     def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """torch.nn.functional.linear: self @ weight.T + bias (one kernel)."""
@@ -334,7 +335,7 @@ class FunctionalOps:
                     f"the attention scores of shape {list(scores.shape)} [..., L, S]"
                 ) from None
             if attn_mask.dtype.is_bool:
-                scores = attn_mask.where(scores, -math.inf)
+                scores = where(attn_mask, scores, -math.inf)
             elif attn_mask.dtype.is_float:
                 scores = scores + attn_mask.cast(scores.dtype)
             else:
@@ -345,10 +346,10 @@ class FunctionalOps:
         if source_length == 0:
             return scores.matmul(value)  # no keys: zeros, like torch
         maximum = scores.amax(-1, keepdim=True)
-        maximum = (maximum == -math.inf).where(0.0, maximum)  # a fully masked row: exp(-inf) = 0 everywhere
+        maximum = where(maximum == -math.inf, 0.0, maximum)  # a fully masked row: exp(-inf) = 0 everywhere
         exponentials = (scores - maximum).exp()
         total = exponentials.sum(-1, keepdim=True)
-        weights = (total == 0).where(0.0, exponentials / total)
+        weights = where(total == 0, 0.0, exponentials / total)
         if dropout_p > 0.0:
             weights = weights.dropout(dropout_p, training=True)
         return weights.matmul(value)

@@ -61,7 +61,7 @@ class LogicOps:
         _check_shift_dtype(value.dtype, "bitwise_left_shift")
         zero = value._full(value.shape, 0, value.dtype, value.device)
         in_range = _shift_in_range(amount)
-        return in_range.where(value._apply(Op.SHL, in_range.where(amount, zero)), zero)
+        return value._apply(Op.SHL, amount.where(in_range, zero)).where(in_range, zero)
 
     def bitwise_right_shift(self: Tensor, other: Any, reverse: bool = False) -> Tensor:
         """self >> other (arithmetic for signed types); an amount out of [0, bits) shifts every bit out."""
@@ -69,11 +69,11 @@ class LogicOps:
         _check_shift_dtype(value.dtype, "bitwise_right_shift")
         zero = value._full(value.shape, 0, value.dtype, value.device)
         in_range = _shift_in_range(amount)
-        shifted = value._apply(Op.SHR, in_range.where(amount, zero))
+        shifted = value._apply(Op.SHR, amount.where(in_range, zero))
         if value.dtype.is_unsigned:
-            return in_range.where(shifted, zero)
+            return shifted.where(in_range, zero)
         sign_fill = value._apply(Op.SHR, value._full(value.shape, value.dtype.bits - 1, value.dtype, value.device))
-        return in_range.where(shifted, sign_fill)
+        return shifted.where(in_range, sign_fill)
 
     # ---- operators ---------------------------------------------------------------------------------------------
 

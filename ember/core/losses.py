@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ember.core import dtype as dtypes
+from ember.core.elementwise import where
 from ember.core.errors import DTypeError, ShapeError
 from ember.core.shapes import broadcast_shapes
 
@@ -130,7 +131,7 @@ class LossOps:
         loss = -picked
         if label_smoothing > 0:
             weighted = log_probabilities * weight if weight is not None else log_probabilities
-            smooth = (target.cast(dtypes.int64) != ignore_index).where(-weighted.sum(-1), 0.0)
+            smooth = where(target.cast(dtypes.int64) != ignore_index, -weighted.sum(-1), 0.0)
             if reduction == "none":
                 return (1 - label_smoothing) * loss + smooth * (label_smoothing / classes)
             if reduction == "sum":
@@ -163,7 +164,7 @@ class LossOps:
         distance = (input_ - target).abs()
         if beta == 0:
             return _reduce(distance, reduction)
-        return _reduce((distance < beta).where(0.5 * distance * distance / beta, distance - 0.5 * beta), reduction)
+        return _reduce(where(distance < beta, 0.5 * distance * distance / beta, distance - 0.5 * beta), reduction)
 
     def huber_loss(self: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
         """0.5 * d^2 where |d| < delta, else delta * (|d| - 0.5 * delta)."""
@@ -172,7 +173,7 @@ class LossOps:
             raise ValueError(f"huber_loss: delta must be positive, got {delta}")
         input_, target = _pointwise_operands(self, target, "huber_loss")
         distance = (input_ - target).abs()
-        return _reduce((distance < delta).where(0.5 * distance * distance, delta * (distance - 0.5 * delta)),
+        return _reduce(where(distance < delta, 0.5 * distance * distance, delta * (distance - 0.5 * delta)),
                        reduction)
 
     def kl_div(self: Tensor, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:
@@ -185,7 +186,7 @@ class LossOps:
             loss = target.exp() * (target - input_)
         else:
             # torch: xlogy(target, target) - target * input, where xlogy(0, y) = 0
-            loss = (target == 0).where(0.0, target * target.log()) - target * input_
+            loss = where(target == 0, 0.0, target * target.log()) - target * input_
         if reduction == "batchmean":
             batch = input_.shape[0] if input_.ndim else 1
             return loss.sum() / batch
@@ -237,9 +238,9 @@ def _pick_classes(log_probabilities: Tensor, target: Tensor, weight: Tensor | No
     chosen = (index == classes_range).logical_and(index != ignore_index)  # [..., C]
     dtype = log_probabilities.dtype
     values = log_probabilities * weight if weight is not None else log_probabilities
-    picked = chosen.where(values, 0.0).sum(-1)
+    picked = where(chosen, values, 0.0).sum(-1)
     if weight is not None:
-        picked_weight = chosen.where(weight.cast(dtype), 0.0).sum(-1)
+        picked_weight = where(chosen, weight.cast(dtype), 0.0).sum(-1)
     else:
         picked_weight = (target.cast(dtypes.int64) != ignore_index).cast(dtype)
     return picked, picked_weight

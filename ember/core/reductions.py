@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType, to_dtype
+from ember.core.elementwise import where
 from ember.core.errors import DTypeError, ShapeError
 from ember.core.ops import Op
 from ember.core.shapes import normalize_dim, normalize_dims, prod
@@ -94,9 +95,7 @@ class ReductionOps:
             return self.maximum(dim)
         if dim is None:
             return self._max_or_min_values(None, False, "max", minimum=False)
-        _check_single_dim(dim, "max")
-        indices = self._as_orderable()._arg_extreme(dim, keepdim, "max", minimum=False)
-        return ValuesIndices(self._max_or_min_values(dim, keepdim, "max", False), indices)
+        return self._values_and_indices(dim, keepdim, "max", minimum=False)
 
     def min(self: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
         """min() of all elements, min(dim) -> (values, indices), or min(other) elementwise, like torch."""
@@ -104,9 +103,18 @@ class ReductionOps:
             return self.minimum(dim)
         if dim is None:
             return self._max_or_min_values(None, False, "min", minimum=True)
-        _check_single_dim(dim, "min")
-        indices = self._as_orderable()._arg_extreme(dim, keepdim, "min", minimum=True)
-        return ValuesIndices(self._max_or_min_values(dim, keepdim, "min", True), indices)
+        return self._values_and_indices(dim, keepdim, "min", minimum=True)
+
+    def _values_and_indices(self: Tensor, dim: int, keepdim: bool, name: str, minimum: bool) -> ValuesIndices:
+        """max(dim)/min(dim): the values and the first index of the extreme. With a gradient to track, the values are
+        gathered at the index, so the gradient goes to that element only, as in torch (amax splits it among ties)."""
+        _check_single_dim(dim, name)
+        indices = self._as_orderable()._arg_extreme(dim, keepdim, name, minimum=minimum)
+        if not getattr(self, "requires_grad", False) or self.ndim == 0:
+            return ValuesIndices(self._max_or_min_values(dim, keepdim, name, minimum), indices)
+        axis = normalize_dim(dim, self.ndim, name)
+        values = self.gather(axis, indices if keepdim else indices.unsqueeze(axis))
+        return ValuesIndices(values if keepdim else values.squeeze(axis), indices)
 
     def _as_orderable(self: Tensor) -> Tensor:
         """bool as uint8 (torch's max(dim) and min(dim) accept bool, its argmax and argmin do not)."""
@@ -144,7 +152,7 @@ class ReductionOps:
         index_shape[axis] = size
         reversed_index = (size - 1) - self._arange_primitive(size, dtypes.int64, self.device).reshape(index_shape)
         missing = self._full(self.shape, -1, dtypes.int64, self.device)
-        score = is_extreme.where(reversed_index.expand(self.shape), missing)
+        score = where(is_extreme, reversed_index.expand(self.shape), missing)
         return (size - 1) - score._reduce_axes(Op.REDUCE_MAX, (axis,), keepdim)
 
     def argmax(self: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
@@ -172,7 +180,7 @@ class ReductionOps:
 
     def std(self: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False,
             correction: float | None = None) -> Tensor:
-        return self.var(dim, unbiased, keepdim, correction).sqrt()
+        return _sqrt_zero_gradient_at_zero(self.var(dim, unbiased, keepdim, correction))
 
     def var_mean(self: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False,
                  correction: float | None = None) -> tuple[Tensor, Tensor]:
@@ -189,7 +197,7 @@ class ReductionOps:
         if any(self.shape[axis] == 0 for axis in axes):
             return source.exp()._reduce_axes(Op.SUM, axes, keepdim).log()  # log(0) = -inf
         maximum = source._reduce_axes(Op.REDUCE_MAX, axes, True)
-        safe_maximum = maximum.isinf().where(maximum._full(maximum.shape, 0, maximum.dtype, maximum.device), maximum)
+        safe_maximum = where(maximum.isinf(), maximum._full(maximum.shape, 0, maximum.dtype, maximum.device), maximum)
         result = (source - safe_maximum).exp()._reduce_axes(Op.SUM, axes, True).log() + safe_maximum
         return result if keepdim else result.reshape(
             tuple(size for axis, size in enumerate(result.shape) if axis not in axes)
@@ -213,7 +221,7 @@ class ReductionOps:
 
     def norm(self: Tensor, p: Any = "fro", dim: Dims = None, keepdim: bool = False) -> Tensor:
         if p in ("fro", 2, 2.0):
-            return (self * self).sum(dim, keepdim=keepdim).sqrt()
+            return _sqrt_zero_gradient_at_zero((self * self).sum(dim, keepdim=keepdim))
         if p in (math.inf, "inf"):
             return self.abs().amax(dim, keepdim)
         if p == 1:
@@ -232,6 +240,11 @@ class ReductionOps:
 
     def cummax(self: Tensor, dim: int) -> Tensor:
         return _scan(self, dim, Op.REDUCE_MAX, "cummax")
+
+
+def _sqrt_zero_gradient_at_zero(value: Tensor) -> Tensor:
+    """sqrt of a sum of squares, with torch's zero gradient where it is 0 (a constant there, not sqrt'(0) * 0)."""
+    return value.where(value != 0, 0.0).sqrt()
 
 
 def _scan(source: Tensor, dim: int, op: Op, name: str) -> Tensor:

@@ -119,7 +119,9 @@ class UnaryMathOps:
         """max(x, 0) for numbers (NaN stays NaN); bool tensors raise as in torch."""
         if self.dtype.is_bool:
             raise DTypeError("relu: bool inputs are not supported (as in PyTorch)")
-        return self._apply(Op.MAX, self._constant(0))
+        zero = self._constant(0)
+        # torch's relu'(0) = 0: zeros and NaN come from self * 0 (which keeps -0.0 and NaN, with a zero gradient)
+        return zero.where(self < zero, self.where(self > zero, self * 0))
 
     def relu6(self: Tensor) -> Tensor:
         return self.hardtanh(0, 6)
@@ -128,17 +130,20 @@ class UnaryMathOps:
         """x clamped to [min_val, max_val], keeping x's dtype (torch.nn.functional.hardtanh)."""
         if self.dtype.is_bool:
             raise DTypeError("hardtanh: bool inputs are not supported (as in PyTorch)")
-        lower = self._apply(Op.MAX, self._constant(min_val))
-        upper = self._constant(max_val)
-        return (upper < lower).where(upper, lower)
+        if min_val > max_val:
+            raise ValueError(f"hardtanh: min_val {min_val} cannot be greater than max_val {max_val} (as in PyTorch)")
+        lower, upper = self._constant(min_val), self._constant(max_val)
+        # torch's gradient is 0 at both bounds (clamp passes it there instead); NaN passes through
+        return upper.where(self >= upper, lower.where(self <= lower, self))
 
     def leaky_relu(self: Tensor, negative_slope: float = 0.01) -> Tensor:
         self._floating_only("leaky_relu")
-        return (self > 0).where(self, self * negative_slope)
+        return self.where(self > 0, self * negative_slope)
 
     def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
         self._floating_only("elu")
-        return (self > 0).where(self, self.expm1() * alpha)
+        positive = self > 0
+        return self.where(positive, self._constant(0.0).where(positive, self).expm1() * alpha)  # no inf * 0 backward
 
     def selu(self: Tensor) -> Tensor:
         self._floating_only("selu")
@@ -147,7 +152,8 @@ class UnaryMathOps:
 
     def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
         self._floating_only("celu")
-        return (self > 0).where(self, (self * (1.0 / alpha)).expm1() * alpha)
+        positive = self > 0
+        return self.where(positive, (self._constant(0.0).where(positive, self) * (1.0 / alpha)).expm1() * alpha)
 
     def gelu(self: Tensor, approximate: str = "none") -> Tensor:
         """x * Phi(x) (the normal CDF), or its tanh approximation; as 0.5 x erfc(-x / sqrt 2), accurate for x < 0."""
@@ -171,8 +177,10 @@ class UnaryMathOps:
         """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (torch's linear region)."""
         self._floating_only("softplus")
         scaled = self * beta
-        soft = (scaled._apply(Op.MAX, self._constant(0)) + (-scaled.abs()).exp().log1p()) * (1.0 / beta)
-        return (scaled > threshold).where(self, soft)
+        nonnegative = scaled >= 0
+        negative_magnitude = (-scaled).where(nonnegative, scaled)  # -|x| differentiated like its branch: 0.5 at 0
+        soft = (scaled.where(nonnegative, 0.0) + negative_magnitude.exp().log1p()) * (1.0 / beta)
+        return self.where(scaled > threshold, soft)
 
     def hardsigmoid(self: Tensor) -> Tensor:
         self._floating_only("hardsigmoid")
@@ -205,13 +213,13 @@ class UnaryMathOps:
         if not self._rounding_operand("floor"):
             return self
         truncated = self._apply(Op.TRUNC)
-        return (self < truncated).where(truncated - 1, truncated)
+        return (truncated - 1).where(self < truncated, truncated)
 
     def ceil(self: Tensor) -> Tensor:
         if not self._rounding_operand("ceil"):
             return self
         truncated = self._apply(Op.TRUNC)
-        return (self > truncated).where(truncated + 1, truncated)
+        return (truncated + 1).where(self > truncated, truncated)
 
     def round(self: Tensor, decimals: int = 0) -> Tensor:
         """Round half to even, like torch.round; `decimals` scales by 10**decimals first (as torch does)."""
@@ -227,7 +235,7 @@ class UnaryMathOps:
         difference = self - floored
         floored_is_even = (floored * 0.5).floor() * 2 == floored
         round_up = (difference > 0.5).logical_or((difference == 0.5).logical_and(floored_is_even.logical_not()))
-        return round_up.where(floored + 1, floored)
+        return (floored + 1).where(round_up, floored)
 
     def frac(self: Tensor) -> Tensor:
         self._floating_only("frac")
@@ -243,28 +251,33 @@ def _exp(x: Tensor) -> Tensor:
     high, low = LN_2_PARTS[x.dtype]
     limit = EXP_LIMIT[x.dtype]
     clamped = x._apply(Op.MAX, x._constant(-limit))  # +-inf would make r NaN; beyond the limit exp is 0 or inf
-    clamped = (clamped > limit).where(x._constant(limit), clamped)  # keeps NaN
+    clamped = x._constant(limit).where(clamped > limit, clamped)  # keeps NaN
     k = (clamped * LOG2_E)._apply(Op.TRUNC)
     reduced = (clamped - k * high) - k * low
     return (reduced * LOG2_E)._apply(Op.EXP2) * k._apply(Op.EXP2)
 
 
 def _expm1(x: Tensor) -> Tensor:
+    """Kahan's (u - 1) * x / log u where it is defined; x near 0, -1 far below 0, u = inf above. The correction
+    gets safe inputs where it is not selected, so its backward never sends 0 * inf (NaN) to x."""
     u = _exp(x)
     one = x._constant(1.0)
     u_minus_one = u - one
-    corrected = u_minus_one * (x / (u._apply(Op.LOG2) * LN_2))  # x / log u first: no overflow near the top
-    result = (u == one).where(x, corrected)
-    result = (u_minus_one == -1.0).where(x._constant(-1.0), result)
-    return (u == math.inf).where(u, result)
+    kahan = (u != one).logical_and(u_minus_one != -1.0).logical_and(u != math.inf)
+    safe_u, safe_x = u.where(kahan, math.e), x.where(kahan, 1.0)
+    corrected = (safe_u - one) * (safe_x / (safe_u._apply(Op.LOG2) * LN_2))  # x / log u first: no overflow
+    special = x.where(u == one, x._constant(-1.0).where(u_minus_one == -1.0, u))
+    return corrected.where(kahan, special)
 
 
 def _log1p(x: Tensor) -> Tensor:
+    """Kahan's log(u) * x / (u - 1) with u = 1 + x where it is defined (with safe inputs elsewhere, as in expm1)."""
     one = x._constant(1.0)
     u = x + one
-    corrected = (u._apply(Op.LOG2) * LN_2) * (x / (u - one))
-    result = (u == one).where(x, corrected)
-    return (u == math.inf).where(u, result)
+    kahan = (u != one).logical_and(u != math.inf)
+    safe_u, safe_x = u.where(kahan, 2.0), x.where(kahan, 1.0)
+    corrected = (safe_u._apply(Op.LOG2) * LN_2) * (safe_x / (safe_u - one))
+    return corrected.where(kahan, x.where(u == one, u))
 
 
 def _cos(x: Tensor) -> Tensor:
@@ -275,17 +288,19 @@ def _cos(x: Tensor) -> Tensor:
 
 def _tanh(x: Tensor) -> Tensor:
     """tanh |x| = -m / (2 + m) with m = expm1(-2|x|): accurate near 0, saturating to +-1 without overflow."""
-    magnitude = x.abs()
+    negative = x < 0
+    magnitude = (-x).where(negative, x)  # |x| with the derivative of its branch (abs'(0) = 0 would lose tanh'(0))
     m = _expm1(magnitude * -2.0)
     result = -m / (m + 2.0)
-    return (x < 0).where(-result, result)
+    return (-result).where(negative, result)
 
 
 def _sigmoid(x: Tensor) -> Tensor:
     """1 / (1 + e) and e / (1 + e) with e = exp(-|x|): never overflows, keeps tiny values for large -x."""
-    exp_negative_abs = _exp(-x.abs())
+    nonnegative = x >= 0
+    exp_negative_abs = _exp((-x).where(nonnegative, x))  # -|x| differentiated like the branch that uses it
     positive = (exp_negative_abs + 1.0)._apply(Op.RECIPROCAL)
-    return (x >= 0).where(positive, exp_negative_abs * positive)
+    return positive.where(nonnegative, exp_negative_abs * positive)
 
 
 def _erfc_nonnegative(z: Tensor) -> Tensor:
@@ -312,19 +327,19 @@ def _erf_series(x: Tensor) -> Tensor:
 def _erf(x: Tensor) -> Tensor:
     magnitude = x.abs()
     outer = x._constant(1.0) - _erfc_nonnegative(magnitude)
-    outer = (x < 0).where(-outer, outer)
-    return (magnitude < 0.5).where(_erf_series(x), outer)
+    outer = (-outer).where(x < 0, outer)
+    return _erf_series(x).where(magnitude < 0.5, outer)
 
 
 def _erfc(x: Tensor) -> Tensor:
     tail = _erfc_nonnegative(x.abs())
-    outer = (x < 0).where(x._constant(2.0) - tail, tail)
-    return (x.abs() < 0.5).where(x._constant(1.0) - _erf_series(x), outer)
+    outer = (x._constant(2.0) - tail).where(x < 0, tail)
+    return (x._constant(1.0) - _erf_series(x)).where(x.abs() < 0.5, outer)
 
 
 def _gelu(x: Tensor) -> Tensor:
     """x Phi(x) = 0.5 x erfc(-x / sqrt 2): with h = 0.5 x erfc(|x| / sqrt 2), x - h for x >= 0 and h for x < 0."""
     tail = _erfc_nonnegative(x.abs() * (1.0 / math.sqrt(2.0)))
     half_tail = x * 0.5 * tail
-    positive = x - (tail == 0).where(tail, half_tail)  # gelu(inf) = inf, not inf - inf * 0; gelu(-inf) is NaN in torch
-    return (x >= 0).where(positive, half_tail)
+    positive = x - tail.where(tail == 0, half_tail)  # gelu(inf) = inf, not inf - inf * 0; gelu(-inf) is NaN in torch
+    return positive.where(x >= 0, half_tail)

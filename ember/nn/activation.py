@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ember as em
 from ember.core.errors import ShapeError
 from ember.core.tensor import Tensor
 from ember.nn.module import Module
@@ -162,7 +163,7 @@ class Threshold(Module):
         self.threshold, self.value, self.inplace = threshold, value, inplace
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
-        return (input > self.threshold).where(input, self.value)
+        return em.where(input > self.threshold, input, self.value)
 
     def extra_repr(self) -> str:
         return f"threshold={self.threshold}, value={self.value}" + (", inplace=True" if self.inplace else "")
@@ -174,7 +175,7 @@ class Softshrink(Module):
         self.lambd = lambd
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
-        return (input > self.lambd).where(input - self.lambd, (input < -self.lambd).where(input + self.lambd, 0.0))
+        return em.where(input > self.lambd, input - self.lambd, em.where(input < -self.lambd, input + self.lambd, 0.0))
 
     def extra_repr(self) -> str:
         return str(self.lambd)
@@ -182,7 +183,7 @@ class Softshrink(Module):
 
 class Hardshrink(Softshrink):
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
-        return (input.abs() > self.lambd).where(input, 0.0)
+        return em.where(input.abs() > self.lambd, input, 0.0)
 
 
 def _softmax_dim(ndim: int) -> int:
@@ -248,7 +249,7 @@ class PReLU(Module):
             if input.ndim < 2 or input.shape[1] != self.num_parameters:
                 raise ShapeError(f"PReLU: input of shape {input.shape} needs {self.num_parameters} channels in dim 1")
             weight = weight.reshape((self.num_parameters,) + (1,) * (input.ndim - 2))
-        return (input >= 0).where(input, input * weight)
+        return em.where(input >= 0, input, input * weight)
 
     def extra_repr(self) -> str:
         return f"num_parameters={self.num_parameters}"

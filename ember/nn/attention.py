@@ -23,7 +23,7 @@ def _float_mask(mask: Tensor | None, name: str, dtype: Any) -> Tensor | None:
     if mask is None:
         return None
     if mask.dtype.is_bool:
-        return mask.where(float("-inf"), 0.0).cast(dtype)
+        return em.where(mask, float("-inf"), 0.0).cast(dtype)
     if not mask.dtype.is_float:
         raise DTypeError(
             f"MultiheadAttention: only bool and floating types of {name} are supported, got {mask.dtype.name}"

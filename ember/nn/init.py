@@ -120,7 +120,7 @@ def _erfinv(value: Tensor) -> Tensor:
         2.83297682,
     ):
         tail_poly = tail_poly * tail + coefficient
-    return (w < 5.0).where(central_poly, tail_poly) * value
+    return em.where(w < 5.0, central_poly, tail_poly) * value
 
 
 def constant_(tensor: Tensor, val: float) -> Tensor:
@@ -217,4 +217,4 @@ def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator: Any =
     keys = em.rand(*tensor.shape, device=tensor.device)
     rank = (keys.unsqueeze(0) < keys.unsqueeze(1)).sum(1)  # rank of each key within its column
     values = em.randn(*tensor.shape, device=tensor.device) * std
-    return _write(tensor, (rank < zeros_per_column).where(0.0, values))
+    return _write(tensor, em.where(rank < zeros_per_column, 0.0, values))

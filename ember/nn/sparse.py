@@ -65,7 +65,7 @@ class Embedding(Module):
         if self.padding_idx is not None:
             with no_grad():
                 rows = em.arange(self.num_embeddings, device=self.weight.device).reshape(-1, 1)
-                self.weight.assign((rows == self.padding_idx).where(0.0, self.weight))
+                self.weight.assign(em.where(rows == self.padding_idx, 0.0, self.weight))
 
     @classmethod
     def from_pretrained(
@@ -113,7 +113,7 @@ class Embedding(Module):
             used = (rows == input.reshape(1, -1)).any(1, keepdim=True)
             norms = self.weight.abs().pow(self.norm_type).sum(1, keepdim=True).pow(1.0 / self.norm_type)
             scale = self.max_norm / (norms + 1e-7)
-            self.weight.assign((used & (norms > self.max_norm)).where(self.weight * scale, self.weight))
+            self.weight.assign(em.where(used & (norms > self.max_norm), self.weight * scale, self.weight))
             self.weight.realize()
 
     def extra_repr(self) -> str:

@@ -31,7 +31,7 @@ def generate_square_subsequent_mask(size: int, device: Any = None, dtype: Any = 
     """The causal mask: 0 on and below the diagonal, -inf above it (a float mask of shape (size, size))."""
     rows = em.arange(size, device=device).reshape(-1, 1)
     columns = em.arange(size, device=device).reshape(1, -1)
-    return (columns > rows).where(float("-inf"), 0.0).cast(dtype or em.float32)
+    return em.where(columns > rows, float("-inf"), 0.0).cast(dtype or em.float32)
 
 
 class TransformerEncoderLayer(Module):

@@ -178,7 +178,7 @@ def select(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
     condition = builder.add_source(Source("tensor", dtypes.bool_, condition_shape,
                                           values=draw(hnp.arrays(np.bool_, condition_shape))))
     other = draw(grad_source(builder, draw(broadcast_shape(shape))))
-    builder.add_call(Call(condition, "where", (Ref(target), Ref(other))))
+    builder.add_call(Call(target, "where", (Ref(condition), Ref(other))))
 
 
 KINDS: dict[str, Callable[[st.DrawFn, ProgramBuilder, int], None]] = {
@@ -245,7 +245,6 @@ def torch_adapters() -> dict[str, Callable[..., Any]]:
 
     return {
         "pad": lambda tensor, amounts, value=0: functional.pad(tensor, amounts, value=value),
-        "where": lambda condition, first, second: torch.where(condition, first, second),
         "silu": functional.silu, "gelu": functional.gelu, "softplus": functional.softplus,
         "maximum": lambda tensor, other: torch.maximum(tensor, as_tensor(tensor, other)),
         "minimum": lambda tensor, other: torch.minimum(tensor, as_tensor(tensor, other)),

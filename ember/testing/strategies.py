@@ -239,17 +239,19 @@ def binary(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
 
 
 def where(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
+    """torch's `input.where(condition, other)`: target is the condition (when bool) or the input."""
     value = builder.values[target]
     if value.dtype.is_bool and draw(st.booleans()):
         condition = target
-        first = draw_operand(draw, builder, target)
+        selected = draw_source(draw, builder, draw(st.sampled_from(builder.allowed_dtypes)),
+                               draw(broadcast_shape(value.shape)))
     else:
         condition = draw_source(draw, builder, dtypes.bool_, draw(broadcast_shape(value.shape)))
-        first = Ref(target)
-    second = draw_operand(draw, builder, target)
-    if draw(st.booleans()):
-        first, second = second, first
-    builder.add_call(Call(condition, "where", (first, second)))
+        selected = target
+    other = draw_operand(draw, builder, selected)
+    if isinstance(other, Ref) and draw(st.booleans()):
+        selected, other = other.index, Ref(selected)
+    builder.add_call(Call(selected, "where", (Ref(condition), other)))
 
 
 def cast(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
