@@ -224,11 +224,15 @@ class Builder:
         return self._make(IROp.SINK, dtypes.bool_, tuple(stores), None)
 
     def reduce(self, op: Op, value: IRNode, ranges: tuple[IRNode, ...]) -> IRNode:
+        positive_zero = value.is_const and value.arg == 0 and math.copysign(1.0, value.arg) > 0
         if not ranges:
+            # a sum starts from +0.0 like torch's: a lone -0.0 sums to +0.0 (products and maxima keep it)
+            if op is Op.SUM and value.dtype.is_float and value.width == 1 and not positive_zero:
+                return self.alu(Op.ADD, value.dtype, value, self.const(0.0, value.dtype))
             return value
         if value.is_const and op is Op.REDUCE_MAX:
             return value
-        if value.is_const and op is Op.SUM and value.arg == 0:
+        if op is Op.SUM and positive_zero:
             return value
         return self._make(IROp.REDUCE, value.dtype, (value, *ranges), op, width=value.width)
 

@@ -118,3 +118,12 @@ def test_all_and_amin_of_false_values(device: str, request: pytest.FixtureReques
         assert falses.all().item() is False and falses.amin().item() is False, count
     grid = em.tensor(np.zeros((2, 2, 1, 1, 1), dtype=bool), device=device)
     assert grid.amin((0, 1), keepdim=True).expand((2, 2, 1, 1, 1)).tolist() == grid.tolist()
+
+
+def test_a_sum_of_negative_zeros_is_positive_zero(device: str) -> None:
+    # torch's sums start from +0.0: a sum over a size-1 axis of -0.0 is +0.0 (it was folded to the -0.0 itself)
+    zeros = -em.zeros((1, 3), device=device)
+    for total in (zeros.sum(0), zeros.sum(), (-em.zeros((1, 1), device=device)).sum((0,))):
+        assert all(math.copysign(1.0, value) > 0 for value in np.ravel(total.numpy())), total.numpy()
+    kept = zeros.prod(0).numpy().tolist() + zeros.amax(0).numpy().tolist()  # products and maxima keep -0.0
+    assert all(math.copysign(1.0, value) < 0 for value in kept), kept
