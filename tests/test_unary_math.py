@@ -247,3 +247,25 @@ def test_non_contiguous_inputs(device: str) -> None:
         ("flipped", x.flip(0)[2:, 5:9].cos(), tx.flip(0)[2:, 5:9].cos()),
     ], rtol=3e-6)
     assert math.isclose(float(x[0, 0].exp()), math.exp(float(data[0, 0])), rel_tol=2e-6)
+
+
+def test_kinks_keep_torch_values_at_signed_zeros_nan_and_infinities(device: str) -> None:
+    """relu/abs/sign/clamp/hardtanh are selects now (for torch's gradients at kinks): the values, the sign of zero
+    and NaN must still be torch's."""
+    values = [-0.0, 0.0, -1.0, 2.5, math.nan, math.inf, -math.inf, 1.0, -1.5]
+    x, tx = em.tensor(values, device=device), torch.tensor(values)
+    functions = {
+        "relu": (lambda v: v.relu(), torch.relu), "abs": (lambda v: v.abs(), torch.abs),
+        "sign": (lambda v: v.sign(), torch.sign), "clamp": (lambda v: v.clamp(-1.0, 1.0),) * 2,
+        "clamp nan bound": (lambda v: v.clamp(min=math.nan),) * 2,
+        "hardtanh": (lambda v: v.hardtanh(-1.0, 1.0), lambda v: F.hardtanh(v, -1.0, 1.0)),
+        "softplus": (lambda v: v.softplus(), F.softplus), "tanh": (lambda v: v.tanh(), torch.tanh),
+        "sigmoid": (lambda v: v.sigmoid(), torch.sigmoid), "expm1": (lambda v: v.expm1(), torch.expm1),
+    }
+    results = {name: (mine(x), theirs(tx)) for name, (mine, theirs) in functions.items()}
+    assert_close_batch([(name, mine, theirs) for name, (mine, theirs) in results.items()])
+    for name, (mine, theirs) in results.items():
+        zeros = theirs.numpy() == 0
+        assert (np.signbit(mine.numpy())[zeros] == np.signbit(theirs.numpy())[zeros]).all(), name
+    with pytest.raises(ValueError, match="min_val 2.0 cannot be greater than max_val 1.0"):
+        x.hardtanh(2.0, 1.0)
