@@ -29,6 +29,7 @@ class Registry:
         self.devices: dict[str, list[Device]] = {}
         self.unavailable: dict[str, str] = {}
         self._entry_points_loaded = False
+        self._by_name: dict[str, tuple[list[Device], Device]] = {}  # name -> (its backend's device list, device)
 
     def _load_entry_points(self) -> None:
         if self._entry_points_loaded:
@@ -97,9 +98,13 @@ class Registry:
     def device(self, name: str) -> Device:
         """The device called `name` ("c:0", "opencl:1", "dummy:c")."""
         backend, _, which = name.partition(":")
+        cached = self._by_name.get(name)
+        if cached is not None and cached[0] is self.devices.get(backend):  # the hot path: every op asks
+            return cached[1]
         devices = self.probe(backend)
         for device in devices:
             if device.name == name or (which == "" and device is devices[0]):
+                self._by_name[name] = (devices, device)
                 return device
         listed = ", ".join(device.name for device in devices)
         raise DeviceError(f"no device '{name}'; backend '{backend}' has {listed}")
