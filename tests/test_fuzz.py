@@ -33,11 +33,10 @@ def test_fuzz_budget(device: str) -> None:
     assert stats.passed == examples and stats.elements_compared > examples
 
 
-# Gradient programs compile forward and backward kernels: a smaller budget. Known gradient bugs (regression tests
-# test_tanh_and_sigmoid_gradients_at_zero, test_pow_gradient_at_base_one) keep these methods out until fixed.
+# Gradient programs compile forward and backward kernels: a smaller budget.
 GRADIENT_EXAMPLES = {"c": 40}
 OTHER_GRADIENT_EXAMPLES = 15
-GRADIENT_EXCLUDED = frozenset({"tanh", "sigmoid", "__pow__"})
+GRADIENT_EXCLUDED: frozenset[str] = frozenset()
 
 
 def test_gradient_fuzz_budget(device: str) -> None:

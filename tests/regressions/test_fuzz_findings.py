@@ -57,18 +57,12 @@ def _gradient(device: str, value: float, function) -> float:  # noqa: ANN001
     return x.grad.item()
 
 
-def test_tanh_and_sigmoid_gradients_at_zero(device: str, request: pytest.FixtureRequest) -> None:
-    known_bug(request, device, {"c", "opencl", "wgpu", "ptxsim"},
-              "core/unary_math.py compositions: at x == 0 the gradient of tanh is NaN (torch: 1) and the gradient of "
-              "sigmoid is -0.25 (torch: 0.25); elsewhere they match")
+def test_tanh_and_sigmoid_gradients_at_zero(device: str) -> None:
     assert _gradient(device, 0.0, lambda x: x.tanh()) == pytest.approx(1.0)
     assert _gradient(device, 0.0, lambda x: x.sigmoid()) == pytest.approx(0.25)
 
 
-def test_pow_gradient_at_base_one(device: str, request: pytest.FixtureRequest) -> None:
-    known_bug(request, device, {"c", "opencl", "wgpu", "ptxsim"},
-              "core/elementwise.py pow: `(power == 0) | (base == 1)` selects a constant 1, so d(x**1.5)/dx at x == 1 "
-              "is 0 (torch: 1.5)")
+def test_pow_gradient_at_base_one(device: str) -> None:
     assert _gradient(device, 1.0, lambda x: x**1.5) == pytest.approx(1.5)
     assert _gradient(device, 2.0, lambda x: x**1.5) == pytest.approx(1.5 * 2**0.5, rel=1e-5)
 
