@@ -102,11 +102,9 @@ def test_concatenating_an_empty_int64_tensor(device: str, request: pytest.Fixtur
     assert em.tensor(np.ones((1, 2), dtype=np.float32), device=device).cat([empty], 1).tolist() == [[1.0, 1.0]]
 
 
-def test_all_and_amin_of_false_values(device: str, request: pytest.FixtureRequest) -> None:
-    known_bug(request, device, {"c"},
-              "c: gcc 12 -O3 -march=native SLP-vectorizes the max reduction of !x over unsigned char with vpcmpeqb "
-              "(true is 0xFF, not 1), then !acc gives 254: em.tensor([False] * 4).all() is True (fine with "
-              "-fno-tree-slp-vectorize, or with acc | v instead of the max select)")
+def test_all_and_amin_of_false_values(device: str) -> None:
+    # c: gcc 12 -O3 -march=native SLP-vectorized the max select of !x over unsigned char with vpcmpeqb (0xFF, not 1);
+    # a max over bools is now rendered acc | v
     for count in (2, 4, 8, 16):
         falses = em.tensor(np.zeros(count, dtype=bool), device=device)
         assert falses.all().item() is False and falses.amin().item() is False, count
