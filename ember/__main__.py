@@ -16,7 +16,7 @@ SETTINGS: dict[str, str] = {
     "EMBER_DEBUG": "debug output 1..5: realizes, kernels with times, IR, generated source, copies (unset: 0)",
     "EMBER_NOOPT": "1 disables every optional IR transform (unset: transforms on)",
     "EMBER_CACHE_DIR": "the disk cache folder (unset: $XDG_CACHE_HOME/ember or ~/.cache/ember)",
-    "EMBER_TEST_DEVICES": "backends the test suite runs on (unset: c,opencl)",
+    "EMBER_TEST_DEVICES": "backends the test suite runs on (unset: c,opencl,wgpu)",
     "EMBER_CONFIG": "the configuration file (unset: $XDG_CONFIG_HOME/ember/config.toml)",
     "EMBER_BACKENDS": "the backends to enable, comma-separated (unset: all)",
     "EMBER_POOL_LIMITS": "byte limits of memory pools, e.g. c:0=2GB,opencl:0=512MB (unset: none)",

@@ -12,7 +12,7 @@ import ember as em
 from ember.backends.registry import REGISTRY
 from ember.core.errors import BackendUnavailable, DeviceError
 
-DEFAULT_TEST_BACKENDS = "c,opencl"
+DEFAULT_TEST_BACKENDS = "c,opencl,wgpu"  # each one that is available here (wgpu: Mesa lavapipe on a CPU)
 
 
 REGISTRY.modules.setdefault("ptxsim", "tests.ptx_simulator")  # the cuda backend's PTX, run by a simulator

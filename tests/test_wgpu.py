@@ -5,7 +5,9 @@ EMBER_TEST_DEVICES=wgpu."""
 
 from __future__ import annotations
 
+import gc
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -98,3 +100,30 @@ def test_probe_says_why_without_the_wgpu_package(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(sys.modules, "wgpu", None)  # makes `import wgpu` raise ImportError
     with pytest.raises(BackendUnavailable, match="wgpu package is not installed"):
         wgpu_backend.probe()
+
+
+def test_buffers_dropped_behind_a_kernel_are_freed_once_it_has_run_without_a_wait(wgpu_device: str) -> None:
+    """A wgpu event reports done by asking the device (not only after wait()), so the scheduler's deferred frees of
+    buffers dropped while a kernel still used them go back to the pool at the next realize."""
+    from ember.scheduler.realize import DEFERRED_FREES, release_finished
+
+    device = REGISTRY.device(wgpu_device)
+    data = np.arange(10_000, dtype=np.float32)
+    x = em.tensor(data, device=wgpu_device).realize()
+    gc.collect()
+    device.synchronize()
+    release_finished()
+    baseline = device.pool.used_bytes
+    doubled = (x * 2).realize()
+    shifted = (doubled + 1).realize()  # reads doubled's buffer
+    del doubled
+    gc.collect()
+    event = device.queue.submit([])  # marks the point after both kernels
+    deadline = time.monotonic() + 30
+    while not event.done and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert event.done
+    release_finished()
+    assert not any(entry[0] is device.pool for entry in DEFERRED_FREES)
+    assert device.pool.used_bytes == baseline + data.nbytes  # only shifted's buffer is left
+    np.testing.assert_array_equal(shifted.numpy(), data * 2 + 1)

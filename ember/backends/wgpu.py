@@ -28,21 +28,55 @@ def wait_idle(device: Any) -> None:
         device.queue.read_buffer(device.create_buffer(size=4, usage=0x0004 | 0x0001), 0, 4)
 
 
-class WGPUEvent(Event):
-    """Completion of the work submitted to a device's queue up to some point."""
+def queue_is_empty(device: Any) -> bool:
+    """Whether everything submitted to the device's queue has finished, without blocking (False when unknown)."""
+    try:
+        from wgpu.backends.wgpu_native._api import ffi, libf
+    except ImportError:
+        return False
+    # wgpuDevicePoll(wait=False) returns whether the queue is empty; only the low byte of its WGPUBool is defined
+    return bool(libf.wgpuDevicePoll(device._internal, False, ffi.NULL) & 0xFF)
+
+
+class WGPUQueue:
+    """Counts a device's submissions and how many of them are known to have finished."""
 
     def __init__(self, device: Any) -> None:
         self.device = device
-        self.finished = False
+        self.submitted = 0
+        self.finished = 0
+
+    def submit(self, command_buffers: list[Any]) -> WGPUEvent:
+        self.device.queue.submit(command_buffers)
+        self.submitted += 1
+        return WGPUEvent(self, self.submitted)
+
+    def is_finished(self, number: int) -> bool:
+        if number > self.finished and queue_is_empty(self.device):
+            self.finished = self.submitted
+        return number <= self.finished
+
+    def wait(self, number: int) -> None:
+        if number > self.finished:
+            submitted = self.submitted
+            wait_idle(self.device)
+            self.finished = submitted
+
+
+class WGPUEvent(Event):
+    """Completion of the work submitted to a device's queue up to some submission; `done` asks the device without
+    blocking, so buffers dropped while a kernel used them are freed once it has run."""
+
+    def __init__(self, queue: WGPUQueue, number: int) -> None:
+        self.queue = queue
+        self.number = number
 
     def wait(self) -> None:
-        if not self.finished:
-            wait_idle(self.device)
-            self.finished = True
+        self.queue.wait(self.number)
 
     @property
     def done(self) -> bool:
-        return self.finished
+        return self.queue.is_finished(self.number)
 
 
 class WGPUMemoryPool(MemoryPool):
@@ -87,10 +121,11 @@ def _whole_words(nbytes: int) -> int:
 class WGPUProgram(Program):
     """A compute pipeline with its shader module and bind group layout, built once; a launch only binds buffers."""
 
-    def __init__(self, device: Any, source: str, kernel: KernelIR, dispatch: tuple[int, int, int]) -> None:
+    def __init__(self, queue: WGPUQueue, source: str, kernel: KernelIR, dispatch: tuple[int, int, int]) -> None:
         import wgpu
 
-        self.device = device
+        self.queue = queue
+        self.device = device = queue.device
         self.dispatch = dispatch
         self.module = device.create_shader_module(code=source)
         entries = [
@@ -120,8 +155,7 @@ class WGPUProgram(Program):
         compute_pass.set_bind_group(0, bind_group)
         compute_pass.dispatch_workgroups(*self.dispatch)
         compute_pass.end()
-        self.device.queue.submit([encoder.finish()])
-        return WGPUEvent(self.device)
+        return self.queue.submit([encoder.finish()])
 
 
 class WGPUDevice(Device):
@@ -162,6 +196,7 @@ class WGPUDevice(Device):
                                limits.get("max-buffer-size", 2**28))
         self.pool = WGPUMemoryPool(name, self.device, max_buffer_bytes)
         self.renderer = WGSLRenderer(int64=int64, float64=float64)
+        self.queue = WGPUQueue(self.device)
         self._programs: dict[str, WGPUProgram] = {}
 
     def render(self, kernel: KernelIR) -> str:
@@ -178,14 +213,14 @@ class WGPUDevice(Device):
                     f"per kernel (realize some inputs first)"
                 )
             try:
-                program = WGPUProgram(self.device, source, kernel, self.renderer.dispatch_size(kernel.global_size))
+                program = WGPUProgram(self.queue, source, kernel, self.renderer.dispatch_size(kernel.global_size))
             except Exception as error:  # noqa: BLE001 - wgpu raises its own validation error types
                 raise CompileError(f"wgpu rejected a kernel: {error}\n--- source ---\n{source}") from None
             self._programs[source] = program
         return program
 
     def synchronize(self) -> None:
-        wait_idle(self.device)
+        self.queue.wait(self.queue.submitted)
 
 
 def request_adapter() -> Any:
