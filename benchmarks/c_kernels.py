@@ -1,4 +1,5 @@
-"""Focused timing of the C backend's hot kernels (matmul, a fused elementwise chain, softmax) against torch.
+"""Focused timing of a device's hot kernels (matmul, a fused elementwise chain, softmax) against torch (the C
+backend by default; `--device opencl` for PoCL, whose launches are asynchronous: each run waits for the device).
 
 The machine these run on is often shared, so ember and torch are timed alternately in one process, each run
 several times, and the best (minimum) time of each is reported with the ratio. `--source` prints the generated C.
@@ -6,6 +7,7 @@ On a heavily loaded machine, `--cpu` times with the process's CPU time instead o
 OMP_NUM_THREADS=1 so that both libraries use one thread and no time is spent spinning.
 
     python benchmarks/c_kernels.py [matmul|linear|elementwise|softmax ...] [--repeats N] [--size N] [--source] [--cpu]
+                                   [--device c|opencl|...]
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ def touched(array: np.ndarray) -> np.ndarray:
 
 
 CLOCK = time.perf_counter
+DEVICE = "c"
+
+
+def tensor(array: np.ndarray) -> em.Tensor:
+    return em.tensor(array, device=DEVICE)
 
 
 def best_times(runners: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
@@ -44,8 +51,13 @@ def best_times(runners: dict[str, Callable[[], Any]], repeats: int) -> dict[str,
 
 
 def ember_runner(build: Callable[[], em.Tensor]) -> Callable[[], None]:
+    from ember.scheduler.devices import get_device
+
+    device = get_device(DEVICE)
+
     def run() -> None:
         build().realize()
+        device.synchronize()
 
     return run
 
@@ -64,7 +76,7 @@ def matmul(size: int, repeats: int) -> None:
     generator = np.random.default_rng(0)
     a = touched(generator.standard_normal((size, size), dtype=np.float32))
     b = touched(generator.standard_normal((size, size), dtype=np.float32))
-    x, y = em.tensor(a), em.tensor(b)
+    x, y = tensor(a), tensor(b)
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
     result = (x @ y).numpy()
     np.testing.assert_allclose(result, a @ b, rtol=1e-3, atol=1e-3 * size**0.5)
@@ -77,7 +89,7 @@ def linear(batch: int, inputs: int, outputs: int, repeats: int) -> None:
     generator = np.random.default_rng(3)
     a = touched(generator.standard_normal((batch, inputs), dtype=np.float32))
     w = touched(generator.standard_normal((outputs, inputs), dtype=np.float32))
-    x, weight = em.tensor(a), em.tensor(w)
+    x, weight = tensor(a), tensor(w)
     ta, tw = torch.from_numpy(a), torch.from_numpy(w)
     np.testing.assert_allclose((x @ weight.T).numpy(), a @ w.T, rtol=1e-3, atol=1e-3 * inputs**0.5)
     times = best_times({"ember": ember_runner(lambda: x @ weight.T), "torch": lambda: ta @ tw.T}, repeats)
@@ -86,7 +98,7 @@ def linear(batch: int, inputs: int, outputs: int, repeats: int) -> None:
 
 def elementwise(count: int, repeats: int) -> None:
     data = touched(np.random.default_rng(1).uniform(-1, 1, count).astype(np.float32))
-    x, tx = em.tensor(data), torch.from_numpy(data)
+    x, tx = tensor(data), torch.from_numpy(data)
 
     def chain(value: Any) -> Any:
         return ((value * 2 + 1).exp()).sqrt()
@@ -105,7 +117,7 @@ def elementwise(count: int, repeats: int) -> None:
 
 def softmax(size: int, repeats: int) -> None:
     data = touched(np.random.default_rng(2).standard_normal((size, size), dtype=np.float32))
-    x, tx = em.tensor(data), torch.from_numpy(data)
+    x, tx = tensor(data), torch.from_numpy(data)
     np.testing.assert_allclose(x.softmax(-1).numpy(), torch.softmax(tx, -1).numpy(), rtol=1e-4, atol=1e-7)
     times = best_times({"ember": ember_runner(lambda: x.softmax(-1)), "torch": lambda: torch.softmax(tx, -1)}, repeats)
     report(f"softmax {size}x{size} f32", "GB/s", 8 * size * size, times)
@@ -127,17 +139,20 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=0, help="matmul/softmax size (default 1024/4096)")
     parser.add_argument("--source", action="store_true", help="print the generated source of each case")
     parser.add_argument("--cpu", action="store_true", help="time by process CPU time (use with OMP_NUM_THREADS=1)")
+    parser.add_argument("--device", default="c", help="the ember device to time (default c)")
     arguments = parser.parse_args()
+    global DEVICE
+    DEVICE = arguments.device
     if arguments.cpu:
         global CLOCK
         CLOCK = time.process_time
-    print(f"load average: {os.getloadavg()[0]:.1f}, torch threads: {torch.get_num_threads()}, "
+    print(f"device {DEVICE}, load average: {os.getloadavg()[0]:.1f}, torch threads: {torch.get_num_threads()}, "
           f"EMBER_NOOPT={os.environ.get('EMBER_NOOPT', '0')}")
     for case in arguments.cases:
         if case == "matmul":
             size = arguments.size or 1024
             if arguments.source:
-                square = em.tensor(np.zeros((size, size), np.float32))
+                square = tensor(np.zeros((size, size), np.float32))
                 print_sources(lambda square=square: square @ square)
             matmul(size, arguments.repeats)
         elif case == "linear":
@@ -145,12 +160,12 @@ def main() -> None:
             linear(1024, 1024, 1024, arguments.repeats)
         elif case == "elementwise":
             if arguments.source:
-                print_sources(lambda: ((em.tensor(np.zeros(1 << 24, np.float32)) * 2 + 1).exp()).sqrt())
+                print_sources(lambda: ((tensor(np.zeros(1 << 24, np.float32)) * 2 + 1).exp()).sqrt())
             elementwise(1 << 24, arguments.repeats)
         elif case == "softmax":
             size = arguments.size or 4096
             if arguments.source:
-                print_sources(lambda size=size: em.tensor(np.zeros((size, size), np.float32)).softmax(-1))
+                print_sources(lambda size=size: tensor(np.zeros((size, size), np.float32)).softmax(-1))
             softmax(size, arguments.repeats)
         else:
             parser.error(f"unknown case {case!r}: choose from matmul, linear, elementwise, softmax")
