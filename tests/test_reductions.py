@@ -269,3 +269,17 @@ def test_any_all_of_bytes(device: str) -> None:
     assert_close(x.all(), tx.all())
     assert_close(y.any(), ty.any())
     assert_close(y.all(), ty.all())
+
+
+def test_cummax_values_and_indices_like_torch(device: str) -> None:
+    """torch.cummax's (values, indices): the last index where the running maximum was reached; a NaN stays."""
+    ties = np.array([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 5.0], [0.0, 0.0, -1.0, 0.0]], dtype=np.float32)
+    cases = [(ties, 1), (ties, 0), (ties, -1), (np.array([1.0, np.nan, 2.0, np.nan, 0.0], dtype=np.float32), 0),
+             (np.array([True, False, True]), 0), (np.array([4, -2, 7, 7], dtype=np.int32), 0),
+             (np.zeros((2, 0), dtype=np.float32), 1)]
+    checks = []
+    for data, dim in cases:
+        mine, theirs = em.tensor(data, device=device).cummax(dim), torch.tensor(data).cummax(dim)
+        checks += [(f"values {data.dtype} {dim}", mine.values, theirs.values),
+                   (f"indices {data.dtype} {dim}", mine.indices, theirs.indices)]
+    assert_close_batch(checks)

@@ -238,8 +238,27 @@ class ReductionOps:
     def cumprod(self: Tensor, dim: int, dtype: DType | None = None) -> Tensor:
         return _scan(self._accumulation_source(dtype), dim, Op.PROD, "cumprod")
 
-    def cummax(self: Tensor, dim: int) -> Tensor:
-        return _scan(self, dim, Op.REDUCE_MAX, "cummax")
+    def cummax(self: Tensor, dim: int) -> ValuesIndices:
+        """The running maximum along dim and the last index where it was reached (a NaN, once met, stays), like
+        torch.cummax; with a gradient to track the values are gathered there, so the gradient goes to that index."""
+        values = _scan(self, dim, Op.REDUCE_MAX, "cummax")
+        if self.ndim == 0:
+            return ValuesIndices(values, self._full((), 0, dtypes.int64, self.device))
+        axis = normalize_dim(dim, self.ndim, "cummax")
+        size = self.shape[axis]
+        source = self.transpose(axis, -1).unsqueeze(-2)  # [..., 1, j]
+        running = values.transpose(axis, -1).unsqueeze(-1)  # [..., i, 1]
+        reached = source == running
+        if self.dtype.is_float:
+            reached = reached.logical_or(source.isnan())  # where the running maximum is NaN only NaN matches
+        positions = self._arange_primitive(size, dtypes.int64, self.device)
+        reached = reached.logical_and(positions <= positions.reshape(size, 1))  # j <= i
+        missing = self._full((), -1, dtypes.int64, self.device)
+        indices = where(reached, positions, missing)._reduce_axes(Op.REDUCE_MAX, (self.ndim,), False)
+        indices = indices.transpose(axis, -1)
+        if getattr(self, "requires_grad", False):
+            values = self.gather(axis, indices)
+        return ValuesIndices(values, indices)
 
 
 def _sqrt_zero_gradient_at_zero(value: Tensor) -> Tensor:
