@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import ember as em
-from ember.backends.base import DeviceInfo
 from ember.backends import opencl
+from ember.backends.base import DeviceInfo
 from ember.backends.c import VECTOR_OPS, CRenderer
 from ember.backends.registry import REGISTRY
 from ember.core.errors import BackendUnavailable

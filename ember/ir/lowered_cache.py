@@ -68,7 +68,7 @@ def load(path: Path) -> KernelIR | None:
             raise ValueError("checksum")
         ir = _Unpickler(io.BytesIO(body)).load()
         if not isinstance(ir, KernelIR):
-            raise ValueError("not a KernelIR")
+            raise TypeError("not a KernelIR")
         return ir
     except Exception:  # noqa: BLE001 - a corrupt entry is lowered again, never trusted
         path.unlink(missing_ok=True)
