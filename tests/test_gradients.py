@@ -301,8 +301,6 @@ def test_case_names_are_unique() -> None:
 # max(dim) and max_pool send it to the first maximum only while amax, max() and maximum split it among ties.
 KINK_VALUES = [0.0, -1.0, 1.0, 3.0, -3.0, 6.0, 0.5, 2.0, 2.0]
 TIES = [[[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 5.0], [0.0, 0.0, -1.0, 0.0]]]
-_FIRST_MAXIMUM = "core: {} splits the gradient among tied maxima (the REDUCE_MAX rule, as amax); torch gives it all " \
-                 "to the first maximum (the index it returns)"
 KINK_CASES = [
     Case("kink_relu", lambda x: x.relu(), [], data=[KINK_VALUES]),
     Case("kink_abs", lambda x: x.abs(), [], data=[KINK_VALUES]),
@@ -320,8 +318,7 @@ KINK_CASES = [
     Case("ties_min_dim", lambda x: x.min(1).values, [], data=TIES),
     Case("ties_cummax", lambda x: x.cummax(1).values + x.cummax(0).values, [], data=TIES),
     Case("ties_max_pool2d", lambda x: x.unsqueeze(0).max_pool2d(2, 1), [], data=TIES,
-         torch_function=lambda x: F.max_pool2d(x.unsqueeze(0), 2, 1),
-         marks=[pytest.mark.xfail(strict=True, reason=_FIRST_MAXIMUM.format("max_pool2d"))]),
+         torch_function=lambda x: F.max_pool2d(x.unsqueeze(0), 2, 1)),
     Case("zero_norm_and_std", lambda x: (x * 0).norm() + (x * 0).std(), [(2, 3)]),
     Case("sign_alone", lambda x: x.sign(), [(2, 3)]),
 ]

@@ -228,10 +228,17 @@ class ConvolutionOps:
         padded = source._pad_and_shrink([(0, 0), (0, 0)] + amounts, value=min_value(source.dtype))
         patches = windows(padded, kernel, strides, dilations, outputs)  # [N, C, *outputs, *kernel]
         kernel_axes = tuple(range(2 + spatial, 2 + 2 * spatial))
-        values = patches.amax(kernel_axes)
+        tracked = getattr(source, "requires_grad", False)
+        if return_indices or tracked:
+            flat = patches.reshape(patches.shape[:2 + spatial] + (math.prod(kernel),))
+            chosen = _chosen_offset(flat) == source._arange_primitive(flat.shape[-1], dtypes.int64, source.device)
+        if tracked:  # the value at the index torch returns: the gradient goes there only, not split among ties
+            values = where(chosen, flat, 0).sum(-1, dtype=source.dtype)
+        else:
+            values = patches.amax(kernel_axes)
         if not return_indices:
             return values.squeeze(0) if unbatched else values
-        indices = _max_indices(source, patches, kernel, strides, dilations, outputs, amounts)
+        indices = _max_indices(source, chosen, kernel, strides, dilations, outputs, amounts)
         return (values.squeeze(0), indices.squeeze(0)) if unbatched else (values, indices)
 
     def max_pool1d(self: Tensor, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
@@ -343,9 +350,21 @@ class ConvolutionOps:
         return self._adaptive_pool(output_size, 2, True, "adaptive_max_pool2d")
 
 
-def _max_indices(source: Tensor, patches: Tensor, kernel: tuple[int, ...], strides: tuple[int, ...],
+def _chosen_offset(flat: Tensor) -> Tensor:
+    """The offset in each window (the last axis of flat) of its first maximum, or of its last NaN (torch's)."""
+    count = flat.shape[-1]
+    offset = flat._arange_primitive(count, dtypes.int64, flat.device)
+    is_max = flat == flat.amax(-1, keepdim=True)
+    score = where(is_max, count - 1 - offset, -1)
+    if flat.dtype.is_float:
+        score = where(flat.isnan(), count + offset, score)
+    best = score.amax(-1, keepdim=True)
+    return where(best >= count, best - count, count - 1 - best)
+
+
+def _max_indices(source: Tensor, chosen: Tensor, kernel: tuple[int, ...], strides: tuple[int, ...],
                  dilations: tuple[int, ...], outputs: tuple[int, ...], amounts: list[tuple[int, int]]) -> Tensor:
-    """torch's max-pool indices: the flat input position of the first maximum of each window (the last NaN)."""
+    """torch's max-pool indices: the flat input position of the chosen element of each window (a bool mask)."""
     spatial = len(kernel)
     sizes = source.shape[2:]
     position = None
@@ -357,13 +376,4 @@ def _max_indices(source: Tensor, patches: Tensor, kernel: tuple[int, ...], strid
         position = term if position is None else position + term
     position = position.expand(sizes)._pad_and_shrink(amounts, value=-1)
     position_windows = windows(position, kernel, strides, dilations, outputs).reshape(outputs + (-1,))
-    count = math.prod(kernel)
-    flat = patches.reshape(patches.shape[:2 + spatial] + (count,))
-    offset = source._arange_primitive(count, dtypes.int64, source.device)
-    is_max = flat == flat.amax(-1, keepdim=True)
-    score = where(is_max, count - 1 - offset, -1)
-    if source.dtype.is_float:
-        score = where(flat.isnan(), count + offset, score)
-    best = score.amax(-1, keepdim=True)
-    chosen = where(best >= count, best - count, count - 1 - best)
-    return where(offset == chosen, position_windows, 0).sum(-1)
+    return where(chosen, position_windows, 0).sum(-1)
