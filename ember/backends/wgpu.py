@@ -98,7 +98,8 @@ class WGPUMemoryPool(MemoryPool):
                 f"{self.max_buffer_bytes} bytes per buffer; use a smaller tensor or another device"
             )
         usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
-        return self.device.create_buffer(size=_whole_words(nbytes), usage=usage)
+        # at least 8 bytes: a binding must hold one element of its array type (an empty int64 input too)
+        return self.device.create_buffer(size=max(8, _whole_words(nbytes)), usage=usage)
 
     def free(self, handle: Any) -> None:
         handle.destroy()

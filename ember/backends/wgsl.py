@@ -432,7 +432,7 @@ class WGSLRenderer:
 
     def _hide_from_fast_math(self, node: IRNode, operands: list[str]) -> list[str]:
         """Pass one operand through `ember_opaque_*` where Mesa's inexact algebra would drop a NaN or infinity or
-        change the rounding or the sign of zero: x - x -> 0, x / x -> 1, x + (-x) -> 0, x * 0 -> 0,
+        change the rounding or the sign of zero: x - x -> 0, x / x -> 1, x + (-x) -> 0, x * 0 -> 0, 0 / x -> 0,
         x / c -> x * (1 / c), x + 0 -> x, 0 - x -> -x."""
         a, b = (node.srcs + (None,))[:2]
         if b is None:
@@ -446,6 +446,8 @@ class WGSLRenderer:
             hide = 0 if _is_zero(a) else 1
         elif node.op is Op.DIV and b.is_const:
             hide = 1  # Mesa turns x / c into x * (1 / c): inexact, and x / 0 gives 0
+        elif node.op is Op.DIV and _is_zero(a):
+            hide = 0  # Mesa folds 0 / x to 0 (NaN at x = 0 or NaN)
         elif node.op in (Op.ADD, Op.SUB) and (_is_zero(a) or _is_zero(b)):
             hide = 0 if _is_zero(a) else 1  # x + 0 -> x and 0 - x -> -x lose the sign of zero
         if hide is None:
