@@ -17,7 +17,7 @@ from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
 from ember.ir.kernel import Kernel, KernelStep
 
 INLINE_LEAVES = (Op.CONST, Op.ARANGE)
-SHARED_WORK_LIMIT = 64  # elementwise ops per element above which a node read by several kernels is stored
+SHARED_WORK_LIMIT = 256  # elementwise ops per element above which a node read by several kernels is stored
 
 
 class KernelItem(NamedTuple):
