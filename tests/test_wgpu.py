@@ -1,7 +1,7 @@
 """The wgpu backend itself (WGSL on Mesa lavapipe here): 2-D dispatch of large launches, pipelines built once per
-program, the capability table of standard WebGPU (no 64-bit types), buffer limits, and probe reasons.
-Every dtype and op on wgpu is checked in tests/test_backend_dtypes.py; the op suite runs with
-EMBER_TEST_DEVICES=wgpu."""
+program, the capability table of standard WebGPU (no 64-bit types), buffer limits, events, and probe reasons.
+Every dtype and op on wgpu is checked in tests/test_backend_dtypes.py; the whole op, gradient and fuzz-budget suite
+runs on wgpu by default (tests/conftest.py) wherever an adapter is found."""
 
 from __future__ import annotations
 
@@ -18,8 +18,6 @@ from ember.backends import wgpu as wgpu_backend
 from ember.backends.registry import REGISTRY
 from ember.core.errors import BackendUnavailable, DeviceError
 from tests.helpers import assert_close
-
-pytestmark = pytest.mark.xdist_group("wgpu")  # one worker opens the adapter (~3 s with lavapipe)
 
 
 @pytest.fixture(scope="module")
