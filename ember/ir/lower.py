@@ -8,7 +8,7 @@ from typing import Any
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
-from ember.core.ops import ELEMENTWISE_OPS, MOVEMENT_OPS, REDUCE_OPS, Op
+from ember.core.ops import COMPARISON_OPS, ELEMENTWISE_OPS, MOVEMENT_OPS, REDUCE_OPS, Op
 from ember.core.shapes import prod, strides_of
 from ember.ir.ir import BufferParam, Builder, IRNode, IROp, KernelIR
 from ember.ir.kernel import Kernel, KernelStep
@@ -73,34 +73,45 @@ class Lowerer:
         if op in MOVEMENT_OPS:
             return self._lower_movement(step, index, valid)
         if op in REDUCE_OPS:
-            source_shape = self.steps[step.srcs[0]].shape
-            if source_shape and prod(source_shape) == 0:
-                return b.const(_reduce_identity(op, step.dtype), compute_dtype(step.dtype))
-            lanes = self.reduce_lanes
-            split = [axis for axis in step.arg if source_shape[axis] % lanes == 0 and source_shape[axis] >= 2 * lanes]
-            split_axis = split[-1] if lanes > 1 and split else None
-            ranges = {}
-            for axis in step.arg:
-                if source_shape[axis] != 1:
-                    if (position, axis) not in self.ranges:
-                        size = source_shape[axis] // lanes if axis == split_axis else source_shape[axis]
-                        self.ranges[(position, axis)] = b.new_range(size, self.index_dtype)
-                    ranges[axis] = self.ranges[(position, axis)]
-            if split_axis is None:
-                return b.reduce(op, self._reduced_value(step, index, ranges, valid), tuple(ranges.values()))
-            # split: `lanes` accumulators, lane l summing elements lanes*i + l of the axis, combined at the end
-            outer = ranges[split_axis]
-            group = []
-            for lane in range(lanes):
-                lane_ranges = {**ranges, split_axis: b.add(b.mul(outer, lanes), lane)}
-                group.append(b.reduce(op, self._reduced_value(step, index, lane_ranges, valid), tuple(ranges.values())))
-            self.lane_groups.append(tuple(group))
-            combine = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.REDUCE_MAX: Op.MAX}[op]
-            while len(group) > 1:
-                group = [b.alu(combine, group[0].dtype, *group[number:number + 2]) if number + 1 < len(group)
-                         else group[number] for number in range(0, len(group), 2)]
-            return group[0]
+            return self._lower_reduce(position, step, index, valid)
         raise AssertionError(f"lowering: {op} cannot appear inside a kernel")
+
+    def _rounded(self, dtype: DType, value: IRNode) -> IRNode:
+        """A half-type value (computed in float32) rounded to its type."""
+        if dtype not in HALF_TYPES:
+            return value
+        return self.builder.alu(Op.CAST, dtypes.float32, self.builder.alu(Op.CAST, dtype, value))
+
+    def _lower_reduce(self, position: int, step: KernelStep, index: tuple[IRNode, ...],
+                      valid: IRNode | None) -> IRNode:
+        b, op = self.builder, step.op
+        source_shape = self.steps[step.srcs[0]].shape
+        if source_shape and prod(source_shape) == 0:
+            return b.const(_reduce_identity(op, step.dtype), compute_dtype(step.dtype))
+        lanes = self.reduce_lanes
+        split = [axis for axis in step.arg if source_shape[axis] % lanes == 0 and source_shape[axis] >= 2 * lanes]
+        split_axis = split[-1] if lanes > 1 and split else None
+        ranges = {}
+        for axis in step.arg:
+            if source_shape[axis] != 1:
+                if (position, axis) not in self.ranges:
+                    size = source_shape[axis] // lanes if axis == split_axis else source_shape[axis]
+                    self.ranges[(position, axis)] = b.new_range(size, self.index_dtype)
+                ranges[axis] = self.ranges[(position, axis)]
+        if split_axis is None:
+            return b.reduce(op, self._reduced_value(step, index, ranges, valid), tuple(ranges.values()))
+        # split: `lanes` accumulators, lane l summing elements lanes*i + l of the axis, combined at the end
+        outer = ranges[split_axis]
+        group = []
+        for lane in range(lanes):
+            lane_ranges = {**ranges, split_axis: b.add(b.mul(outer, lanes), lane)}
+            group.append(b.reduce(op, self._reduced_value(step, index, lane_ranges, valid), tuple(ranges.values())))
+        self.lane_groups.append(tuple(group))
+        combine = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.REDUCE_MAX: Op.MAX}[op]
+        while len(group) > 1:
+            group = [b.alu(combine, group[0].dtype, *group[number:number + 2]) if number + 1 < len(group)
+                     else group[number] for number in range(0, len(group), 2)]
+        return group[0]
 
     def _reduced_value(self, step: KernelStep, index: tuple[IRNode, ...], ranges: dict[int, IRNode],
                        valid: IRNode | None) -> IRNode:
@@ -125,6 +136,10 @@ class Lowerer:
                 value = b.alu(Op.CAST, source_dtype, value)
             result = b.alu(Op.BITCAST, step.dtype, value)
             return b.alu(Op.CAST, dtypes.float32, result) if step.dtype in HALF_TYPES else result
+        if step.op in COMPARISON_OPS and source_dtype in HALF_TYPES:
+            # half values are computed in float32 inside a kernel and rounded when stored: compare them rounded, so
+            # a value equals its stored maximum (argmax) as the rounded values torch compares do
+            sources = [self._rounded(source_dtype, source) for source in sources]
         return b.alu(step.op, compute_dtype(step.dtype), *sources)
 
     def _lower_movement(self, step: KernelStep, index: tuple[IRNode, ...], valid: IRNode | None) -> IRNode:

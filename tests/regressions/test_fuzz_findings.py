@@ -117,3 +117,13 @@ def test_a_sum_of_negative_zeros_is_positive_zero(device: str) -> None:
         assert all(math.copysign(1.0, value) > 0 for value in np.ravel(total.numpy())), total.numpy()
     kept = zeros.prod(0).numpy().tolist() + zeros.amax(0).numpy().tolist()  # products and maxima keep -0.0
     assert all(math.copysign(1.0, value) < 0 for value in kept), kept
+
+
+def test_argmax_of_a_computed_float16_value(device: str) -> None:
+    # half values are compared rounded: the fused kernel compared an unrounded float32 value with its stored
+    # (rounded) maximum, matched nothing, and argmax returned 3 for three elements
+    values = em.tensor(np.array([0.0, 1.0, 1.0], dtype=np.float16), device=device)
+    centered = -(values - values.mean(0, keepdim=True)) + em.zeros(3, dtype=em.float16, device=device)
+    assert centered.argmax(0).item() == 0
+    tenths = em.tensor(np.array([0.1, 0.2, 0.3], dtype=np.float16), device=device) * 3
+    assert (tenths == tenths.max()).tolist() == [False, False, True] and tenths.argmin(0).item() == 0
