@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 import torch.nn.functional as TF
 
 import ember as em

@@ -3,7 +3,6 @@
 import numpy as np
 import torch
 
-import ember as em
 from tests.helpers import assert_close, pair, random_array
 
 

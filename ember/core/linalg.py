@@ -138,7 +138,7 @@ def _diagonal(tensor: Tensor, first: int, second: int) -> Tensor:
 
 def einsum(equation: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
     """torch.einsum: repeated subscripts take diagonals, '...' broadcasts, an implicit output is sorted labels."""
-    from ember.core.tensor import Tensor, tensor_sequence
+    from ember.core.tensor import tensor_sequence
 
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])

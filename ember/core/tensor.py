@@ -12,7 +12,7 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.convolution import ConvolutionOps
 from ember.core.elementwise import ElementwiseOps
-from ember.core.errors import AutogradError, DeviceError, DTypeError
+from ember.core.errors import AutogradError, DTypeError
 from ember.core.functional import FunctionalOps
 from ember.core.graph import Node, infer
 from ember.core.indexing import IndexingOps

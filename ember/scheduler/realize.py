@@ -310,7 +310,7 @@ def _compile_ahead(items: list, graph_nodes: list[Node]) -> None:
         workers = min(len(batch), os.cpu_count() or 1)
         chunks = [batch[index::workers] for index in range(workers)]
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(lambda chunk: compile_kernels(device, chunk), chunks))
+            list(pool.map(compile_kernels, [device] * len(chunks), chunks))
 
 
 def _run_kernel(output: Node, kernel: Kernel, inputs: list[Node]) -> None:
