@@ -132,3 +132,32 @@ def test_a_stored_recurrence_matches_torch(device: str) -> None:
     em.realize(*outputs)
     for output, toutput in zip(outputs, toutputs):
         assert_close(output, toutput, atol=1e-4, rtol=1e-4)
+
+
+def test_mlp_training_step_kernel_count_and_values(device: str) -> None:
+    # forward + cross-entropy + backward + SGD-momentum update of a 2-layer MLP: 15 kernels for the loss and its
+    # gradients, 2 per parameter tensor for the update (momentum buffer and parameter); more is a fusion regression
+    from ember import nn, optim
+
+    em.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).to(device)
+    reference = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    reference.load_state_dict({name: torch.tensor(value.numpy()) for name, value in model.state_dict().items()})
+    optimizer = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
+    inputs, tinputs = pair(random_array((32, 8)), device)
+    targets = np.arange(32) % 3
+    for _ in range(3):
+        with em.profile() as record:
+            optimizer.zero_grad()
+            loss = nn.functional.cross_entropy(model(inputs), em.tensor(targets, device=device))
+            loss.backward()
+            optimizer.step()
+            loss.item()
+        reference_optimizer.zero_grad()
+        tloss = torch.nn.functional.cross_entropy(reference(tinputs), torch.tensor(targets))
+        tloss.backward()
+        reference_optimizer.step()
+        assert abs(loss.item() - tloss.item()) < 1e-4
+    assert len(record.kernels) <= 15 + 2 * 4, str(record)
+    assert_close(model[2].weight, reference[2].weight.detach(), atol=1e-5)
