@@ -127,3 +127,12 @@ def test_argmax_of_a_computed_float16_value(device: str) -> None:
     assert centered.argmax(0).item() == 0
     tenths = em.tensor(np.array([0.1, 0.2, 0.3], dtype=np.float16), device=device) * 3
     assert (tenths == tenths.max()).tolist() == [False, False, True] and tenths.argmin(0).item() == 0
+
+
+def test_sum_of_a_concatenation(device: str) -> None:
+    # gcc 12 on c: loop if-conversion of the masked loads of a fused cat + sum gave 3.0 (one block of three)
+    zeros = em.tensor(np.zeros((2, 3), dtype=np.float32), device=device)
+    ones = em.tensor(np.ones((3, 3), dtype=np.float32), device=device)
+    joined = zeros.cat([ones, zeros], 0)
+    assert joined.sum().item() == 9.0 and (-(-joined)).sum((0, 1)).item() == 9.0
+    assert joined.sum(1).tolist() == [0.0, 0.0, 3.0, 3.0, 3.0, 0.0, 0.0]
