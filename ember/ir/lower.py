@@ -129,7 +129,13 @@ class Lowerer:
         if step.op is Op.CAST:
             if step.dtype in HALF_TYPES:  # round through the half type, keep computing in float32
                 return b.alu(Op.CAST, dtypes.float32, b.alu(Op.CAST, step.dtype, sources[0]))
-            return b.alu(Op.CAST, step.dtype, sources[0])
+            result = b.alu(Op.CAST, step.dtype, sources[0])
+            source = sources[0]
+            if step.dtype.is_float and source.op is Op.CAST and source.dtype.is_int and source.srcs[0].dtype.is_float:
+                # compilers turn (float)(int)x into trunc(x), which keeps the sign of -0.0 (gcc with SSE4.1 and
+                # -fno-trapping-math, Mesa): an int has no -0.0, and adding +0.0 gives it back its +0.0
+                result = b.alu(Op.ADD, result.dtype, result, b.const(0.0, result.dtype))
+            return result
         if step.op is Op.BITCAST:
             value = sources[0]
             if source_dtype in HALF_TYPES:

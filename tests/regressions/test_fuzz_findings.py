@@ -136,3 +136,11 @@ def test_sum_of_a_concatenation(device: str) -> None:
     joined = zeros.cat([ones, zeros], 0)
     assert joined.sum().item() == 9.0 and (-(-joined)).sum((0, 1)).item() == 9.0
     assert joined.sum(1).tolist() == [0.0, 0.0, 3.0, 3.0, 3.0, 0.0, 0.0]
+
+
+def test_a_float_through_an_integer_has_no_negative_zero(device: str) -> None:
+    # (float)(int)x became trunc(x) in gcc (SSE4.1, -fno-trapping-math) and Mesa, keeping -0.0: 1 / it was -inf
+    negative_zero = -em.tensor(np.zeros((1, 3), dtype=np.float32), device=device)
+    through_int = negative_zero.to(em.int32)
+    assert (1 / through_int).tolist() == [[math.inf] * 3]
+    assert (1 / through_int.to(em.float32)).tolist() == [[math.inf] * 3]
