@@ -10,6 +10,7 @@ steps) costs linear work, not quadratic.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from ember.core.graph import Node
@@ -50,12 +51,7 @@ def find_boundaries(roots: list[Node]) -> list[Node]:
         pending = [node for found in depends_on.values() for node in found if id(node) not in boundaries]
         if not pending:
             pending = _expensive_shared_nodes(list(boundaries.values()), boundaries)
-    ordered: list[Node] = []
-    placed: set[int] = set()
-    for root in roots:
-        if not root.realized:
-            _order(root, depends_on, placed, ordered)
-    return ordered
+    return _post_order([root for root in roots if not root.realized], lambda node: depends_on[id(node)])
 
 
 def _discover(pending: list[Node], boundaries: dict[int, Node]) -> None:
@@ -78,22 +74,32 @@ def _kernel_dependencies(kernel_root: Node, boundaries: dict[int, Node]) -> list
     return found
 
 
-def _interior(kernel_root: Node, boundaries: dict[int, Node]) -> list[Node]:
-    """The nodes a kernel computes (not stored elsewhere, not inlined constants), each after its sources."""
+def _post_order(starts: list[Node], children: Callable[[Node], Iterable[Node]]) -> list[Node]:
+    """Every node reachable from `starts` through `children`, once, each after its children."""
     ordered: list[Node] = []
-    seen: set[int] = set()
-    stack = [(source, False) for source in kernel_root.srcs]
+    placed: set[int] = set()
+    stack = [(start, False) for start in reversed(starts)]
     while stack:
         node, expanded = stack.pop()
         if expanded:
             ordered.append(node)
             continue
-        if id(node) in seen or node.realized or node.op in INLINE_LEAVES or id(node) in boundaries:
+        if id(node) in placed:
             continue
-        seen.add(id(node))
+        placed.add(id(node))
         stack.append((node, True))
-        stack.extend((source, False) for source in node.srcs)
+        stack.extend((child, False) for child in children(node) if id(child) not in placed)
     return ordered
+
+
+def _interior(kernel_root: Node, boundaries: dict[int, Node]) -> list[Node]:
+    """The nodes a kernel computes (not stored elsewhere, not inlined constants), each after its sources."""
+
+    def computed_sources(node: Node) -> list[Node]:
+        return [source for source in node.srcs
+                if not (source.realized or source.op in INLINE_LEAVES or id(source) in boundaries)]
+
+    return _post_order(computed_sources(kernel_root), computed_sources)
 
 
 def _expensive_shared_nodes(kernel_roots: list[Node], boundaries: dict[int, Node]) -> list[Node]:
@@ -112,48 +118,13 @@ def _expensive_shared_nodes(kernel_roots: list[Node], boundaries: dict[int, Node
             kernels_using[id(node)] += 1
     cost: dict[int, int] = {}
     chosen: list[Node] = []
-    for node in _sources_first(in_order):
+    for node in _post_order(in_order, lambda node: [source for source in node.srcs if id(source) in kernels_using]):
         work = sum(cost.get(id(source), 0) for source in node.srcs) + (node.op in ELEMENTWISE_OPS)
         if node.op in ELEMENTWISE_OPS and kernels_using[id(node)] > 1 and work >= SHARED_WORK_LIMIT:
             chosen.append(node)
             work = 0
         cost[id(node)] = min(work, SHARED_WORK_LIMIT)
     return chosen
-
-
-def _sources_first(nodes: list[Node]) -> list[Node]:
-    """`nodes` ordered so that each comes after those of its sources that are among them."""
-    members = {id(node) for node in nodes}
-    ordered: list[Node] = []
-    placed: set[int] = set()
-    for start in nodes:
-        stack = [(start, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if expanded:
-                ordered.append(node)
-                continue
-            if id(node) in placed:
-                continue
-            placed.add(id(node))
-            stack.append((node, True))
-            stack.extend((source, False) for source in node.srcs if id(source) in members and id(source) not in placed)
-    return ordered
-
-
-def _order(node: Node, depends_on: dict[int, list[Node]], placed: set[int], ordered: list[Node]) -> None:
-    stack = [(node, False)]
-    while stack:
-        current, expanded = stack.pop()
-        if expanded:
-            if id(current) not in placed:
-                placed.add(id(current))
-                ordered.append(current)
-            continue
-        if id(current) in placed:
-            continue
-        stack.append((current, True))
-        stack.extend((dependency, False) for dependency in depends_on[id(current)] if id(dependency) not in placed)
 
 
 def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> None:
