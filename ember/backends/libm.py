@@ -18,6 +18,7 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import Op
 from ember.ir.ir import Builder, IRNode, IROp, KernelIR
+from ember.ir.vectorize import topological_nodes
 
 MathOps = frozenset[tuple[Op, DType]]
 
@@ -290,7 +291,7 @@ def expand_math(kernel: KernelIR, wanted: MathOps, wide_integers: bool = True) -
         return kernel
     builder = Builder()
     rebuilt: dict[int, IRNode] = {}
-    for node in _topological(kernel.sink):
+    for node in topological_nodes(kernel.sink):
         srcs = [rebuilt[id(src)] for src in node.srcs]
         rebuilt[id(node)] = _rebuild(builder, node, srcs, wanted, wide_integers)
     builder.loop_count = max(builder.loop_count, _loop_count(kernel.sink))
@@ -322,26 +323,9 @@ def _rebuild(builder: Builder, node: IRNode, srcs: list[IRNode], wanted: MathOps
     return builder.alu(op, node.dtype, *srcs, arg=node.arg)
 
 
-def _topological(sink: IRNode) -> list[IRNode]:
-    order: list[IRNode] = []
-    seen: set[int] = set()
-    stack: list[tuple[IRNode, bool]] = [(sink, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        stack.extend((src, False) for src in node.srcs)
-    return order
-
-
 def _uses(sink: IRNode, wanted: MathOps) -> bool:
-    return any((node.op, node.dtype) in wanted for node in _topological(sink))
+    return any((node.op, node.dtype) in wanted for node in topological_nodes(sink))
 
 
 def _loop_count(sink: IRNode) -> int:
-    return max((node.arg[0] for node in _topological(sink) if node.op is IROp.RANGE), default=0)
+    return max((node.arg[0] for node in topological_nodes(sink) if node.op is IROp.RANGE), default=0)
