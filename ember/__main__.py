@@ -23,6 +23,10 @@ SETTINGS: dict[str, str] = {
     "EMBER_C_DEVICES": "how many c devices share the CPU cores (unset: 1)",
     "EMBER_DUMMY_DEVICES": "how many plain dummy devices there are (unset: 8)",
     "EMBER_AUTO_SHARD": "1 splits large kernels across devices (unset: off)",
+    "EMBER_OPENCL_VECTOR_WIDTH": "float32 lanes of the vectors in OpenCL kernels: 1 (none), 2, 4, 8 or 16, where "
+                                 "the device's compiler passes the vector probe (unset: the device's preferred width)",
+    "EMBER_OPENCL_PROBE_CRASH": "tests only: OP:WIDTH[:build],... makes the OpenCL vector probe's child process abort "
+                                "on those cases, as a crashing driver would (unset: none)",
 }
 
 

@@ -23,6 +23,10 @@ class DeviceInfo:
     local_memory_bytes: int = 0
     preferred_vector_width: int = 1  # float32 lanes of the device's vectors (so vectors have 4 * this bytes)
     vector_ops: frozenset[Any] = frozenset()  # IR ops the renderer applies to vectors (ir/vectorize.py); empty: none
+    # narrower vector widths (float32 lanes, widest first), each with the IR ops usable at it, for kernels needing an
+    # op `vector_ops` lacks, and for a kernel the device failed to build (a driver that cannot compile some vector
+    # forms, found by probing: see opencl_probe.py); empty: the preferred width serves every op in vector_ops
+    fallback_vector_widths: tuple[tuple[int, frozenset[Any]], ...] = ()
     supported_dtypes: frozenset[DType] = frozenset(dtypes.ALL_DTYPES)
     has_native_exp2: bool = True
     can_run: bool = True  # False for render-only (dummy) devices

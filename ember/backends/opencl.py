@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.backends import opencl_probe
 from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, cache_directory
 from ember.backends.c_style import MASK_TYPES, CStyleRenderer, lane_dtype, used_bitcasts, vector_nodes
 from ember.core import dtype as dtypes
@@ -335,10 +336,15 @@ class OpenCLProgram(Program):
         self.device = device
         self.program = program
         self.name = name
-        self.kernel = cl.Kernel(program, name)
-        limit = self.kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device.cl_device)
+        try:  # PoCL makes a kernel's machine code here (or at the first launch of a local size), and may fail
+            self.kernel = cl.Kernel(program, name)
+            limit = self.kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device.cl_device)
+        except (cl.RuntimeError, cl.LogicError) as error:
+            raise CompileError(f"the OpenCL driver of {device.name} ({device.cl_device.name.strip()}) could not "
+                               f"create kernel {name}: {_one_line(error)}") from None
         self.largest_local_size = max(1, min(LOCAL_SIZE, device.info.max_local_size, limit))
         self.geometry: tuple[int, tuple[int], tuple[int]] | None = None  # (global size, global, local) of the last call
+        self.launched_local_sizes: set[int] = set()
         self.first_launches = first_launches  # set until this kernel's first launch while the cache entry waits
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
@@ -347,8 +353,18 @@ class OpenCLProgram(Program):
         if self.geometry is None or self.geometry[0] != global_size:
             local = local_size(global_size, self.device.info.compute_units, self.largest_local_size)
             self.geometry = (global_size, (-(-max(global_size, 1) // local) * local,), (local,))
-        event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, self.geometry[1], self.geometry[2],
-                                           wait_for=native)
+        local = self.geometry[2][0]
+        if local in self.launched_local_sizes:
+            event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, self.geometry[1], self.geometry[2],
+                                               wait_for=native)
+        else:
+            try:  # the first launch of a local size makes its work-group code, which the driver may fail to make
+                event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, self.geometry[1], self.geometry[2],
+                                                   wait_for=native)
+            except (cl.RuntimeError, cl.LogicError) as error:
+                raise CompileError(f"the OpenCL driver of {self.device.name} could not launch kernel {self.name} "
+                                   f"with work groups of {local}: {_one_line(error)}") from None
+            self.launched_local_sizes.add(local)
         if self.first_launches is not None:
             self.first_launches.launched(self.name, event)
             self.first_launches = None
@@ -462,8 +478,8 @@ class OpenCLDevice(Device):
         try:
             program = cl.Program(self.context, source).build(options=self.build_options)
         except (cl.RuntimeError, cl.LogicError) as error:
-            raise CompileError(f"the OpenCL compiler of {self.name} ({self.cl_device.name}) rejected a kernel:\n"
-                               f"{error}\n--- source ---\n{source}") from None
+            raise CompileError(f"the OpenCL compiler of {self.name} ({self.cl_device.name.strip()}) rejected a "
+                               f"program: {_one_line(error)}\n{error}\n--- source ---\n{source}") from None
         if for_launch:
             self._unlaunched[source] = path
         else:
@@ -520,6 +536,10 @@ def build_options(cl_device: Any) -> list[str]:
     return options
 
 
+def _one_line(error: object, limit: int = 200) -> str:
+    return " ".join(str(error).split())[:limit]
+
+
 def device_info(cl_device: Any) -> DeviceInfo:
     """The capabilities of an OpenCL device as ember's DeviceInfo."""
     extensions = set(cl_device.extensions.split())
@@ -531,13 +551,15 @@ def device_info(cl_device: Any) -> DeviceInfo:
         supported -= {dtypes.int64, dtypes.uint64}
     widths = {name: getattr(cl_device, f"preferred_vector_width_{name}")
               for name in ("char", "short", "int", "long", "half", "float", "double")}
+    vectors = opencl_probe.vector_capabilities(cl_device, widths["float"], has_fp64)
     return DeviceInfo(
         compute_units=cl_device.max_compute_units,
         max_global_size=2 ** cl_device.address_bits - 1,
         max_local_size=cl_device.max_work_group_size,
         local_memory_bytes=cl_device.local_mem_size,
-        preferred_vector_width=max(1, widths["float"]),
-        vector_ops=VECTOR_OPS if widths["float"] > 1 else frozenset(),
+        preferred_vector_width=vectors["preferred_vector_width"],
+        vector_ops=vectors["vector_ops"],
+        fallback_vector_widths=vectors["fallback_vector_widths"],
         supported_dtypes=frozenset(supported),
         has_native_exp2=True,
         can_run=True,
@@ -551,6 +573,7 @@ def device_info(cl_device: Any) -> DeviceInfo:
             "preferred_vector_widths": widths,
             "cl_khr_fp16": "cl_khr_fp16" in extensions,
             "cl_khr_fp64": has_fp64,
+            **vectors.get("extra", {}),
         },
     )
 

@@ -37,3 +37,8 @@ class OutOfMemoryError(EmberError, MemoryError):
 
 class AutogradError(EmberError, RuntimeError):
     """Misuse of autograd: backward without history, a missing gradient, an in-place change of a leaf needing grad."""
+
+
+class CompileFallbackWarning(RuntimeWarning):
+    """A device failed to build or launch a kernel as ember lowered it (a driver that cannot compile some vector
+    form), so ember built it again with narrower vectors or none; the message names the device, kernel and error."""

@@ -37,7 +37,8 @@ def code_digest() -> str:
 
 
 def entry_path(kernel: Kernel, name: str, info: DeviceInfo, optimize: bool) -> Path:
-    capabilities = (info.compute_units, info.preferred_vector_width, sorted(str(op) for op in info.vector_ops))
+    capabilities = (info.compute_units, info.preferred_vector_width, sorted(str(op) for op in info.vector_ops),
+                    [(width, sorted(str(op) for op in ops)) for width, ops in info.fallback_vector_widths])
     key = "\n".join((code_digest(), name, repr(kernel), repr(capabilities), str(optimize)))
     return cache_directory("ir") / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.pkl"
 

@@ -10,12 +10,12 @@ work items of a thread reuse the same columns of B from cache."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ember.backends.base import DeviceInfo
 from ember.core.ops import REDUCE_OPS, Op
 from ember.ir import lowered_cache
-from ember.ir.ir import KernelIR
+from ember.ir.ir import IROp, KernelIR
 from ember.ir.kernel import Kernel
 from ember.ir.linearize import linearize
 from ember.ir.lower import compute_dtype, lower_kernel
@@ -168,7 +168,8 @@ def _affordable(kernel: Kernel, upcast: tuple[int, ...] | None, reduce_lanes: in
 
 def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
     """Lower a kernel with the transforms that suit the device (none when EMBER_NOOPT=1), from the disk cache of
-    lowered kernels when an earlier process lowered it already."""
+    lowered kernels when an earlier process lowered it already. (The scheduler passes narrower capabilities, from
+    `narrower_capabilities`, for a kernel the device failed to build.)"""
     optimize = optimizations_enabled()
     path = lowered_cache.entry_path(kernel, name, info, optimize)
     cached = lowered_cache.load(path)
@@ -180,32 +181,65 @@ def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
 
 
 def _choose_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
-    """The first vector plan whose vectors need no gathering (tile plans compared by estimated work), else scalar
+    """The first vector plan whose vectors need no gathering (tile plans compared by estimated work), at the
+    preferred vector width or, for a kernel needing an op only a narrower width has, at that width; else scalar
     tiles; untiled where tiling would take too long to lower."""
-    if info.vector_ops:
-        # tile plans (upcast, no reduce split) are compared by their estimated work, the others taken in order
-        tiles: list[tuple[float, KernelIR]] = []
-        for plan in vector_plans(kernel, info):
-            if tiles and plan.reduce_lanes > 1:
-                break
-            if not _affordable(kernel, plan.upcast, plan.reduce_lanes):
-                continue
-            lowered = lower_kernel(kernel, name, plan.upcast, plan.order, plan.reduce_lanes, plan.loop)
-            vectorized = vectorize(lowered, 4 * info.preferred_vector_width, info.vector_ops)
-            if vectorized is lowered:
-                continue
-            if plan.stage:
-                vectorized = stage_loads(vectorized, MAX_STAGED_BYTES)
-            if gathers(vectorized):
-                continue
-            if plan.reduce_lanes > 1 or plan.upcast is None:
-                return vectorized
-            tiles.append((estimated_work(vectorized), vectorized))
-        if tiles:
-            least = min(work for work, _ in tiles)
-            return next(ir for work, ir in tiles if work <= least * (1 + WORK_TOLERANCE))
+    for capabilities in _vector_widths_for(kernel, info):
+        vectorized = _vector_lowering(kernel, name, capabilities)
+        if vectorized is not None:
+            return vectorized
     upcast = choose_upcast(kernel, info)
     return lower_kernel(kernel, name, upcast if _affordable(kernel, upcast) else None)
+
+
+def _vector_widths_for(kernel: Kernel, info: DeviceInfo) -> list[DeviceInfo]:
+    """The capabilities to try vector plans with: the preferred width, then each fallback width that has an op the
+    kernel uses and the wider ones lack (DeviceInfo.fallback_vector_widths)."""
+    choices = [info] if info.vector_ops else []
+    used = {step.op for step in kernel.steps} | {IROp.LOAD} | (
+        {IROp.REDUCE} if any(step.op in REDUCE_OPS for step in kernel.steps) else set())
+    covered = set(info.vector_ops)
+    for width, ops in info.fallback_vector_widths:
+        if (ops - covered) & used:
+            choices.append(replace(info, preferred_vector_width=width, vector_ops=ops, fallback_vector_widths=()))
+        covered |= ops
+    return choices
+
+
+def narrower_capabilities(info: DeviceInfo, width: int) -> list[DeviceInfo]:
+    """What to lower a kernel with after the device failed to build or launch it with vectors of `width` float32
+    lanes: each narrower fallback width, then no vectors (scalar tiles)."""
+    choices = [replace(info, preferred_vector_width=narrower, vector_ops=ops, fallback_vector_widths=())
+               for narrower, ops in info.fallback_vector_widths if narrower < width]
+    if width > 1:
+        choices.append(replace(info, vector_ops=frozenset(), fallback_vector_widths=()))
+    return choices
+
+
+def _vector_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR | None:
+    """The kernel lowered by the first vector plan that packs vectors without gathering them, or None."""
+    # tile plans (upcast, no reduce split) are compared by their estimated work, the others taken in order
+    tiles: list[tuple[float, KernelIR]] = []
+    for plan in vector_plans(kernel, info):
+        if tiles and plan.reduce_lanes > 1:
+            break
+        if not _affordable(kernel, plan.upcast, plan.reduce_lanes):
+            continue
+        lowered = lower_kernel(kernel, name, plan.upcast, plan.order, plan.reduce_lanes, plan.loop)
+        vectorized = vectorize(lowered, 4 * info.preferred_vector_width, info.vector_ops)
+        if vectorized is lowered:
+            continue
+        if plan.stage:
+            vectorized = stage_loads(vectorized, MAX_STAGED_BYTES)
+        if gathers(vectorized):
+            continue
+        if plan.reduce_lanes > 1 or plan.upcast is None:
+            return vectorized
+        tiles.append((estimated_work(vectorized), vectorized))
+    if tiles:
+        least = min(work for work, _ in tiles)
+        return next(ir for work, ir in tiles if work <= least * (1 + WORK_TOLERANCE))
+    return None
 
 
 def estimated_work(kernel: KernelIR) -> float:

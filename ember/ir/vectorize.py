@@ -223,6 +223,12 @@ def gathers(kernel: KernelIR) -> bool:
                for node in nodes)
 
 
+def vector_width(kernel: KernelIR) -> int:
+    """The width of a kernel's widest vector in float32 lanes, as DeviceInfo.preferred_vector_width counts (1: none)."""
+    return max((node.width * node.dtype.itemsize // 4 for node in topological_nodes(kernel.sink)
+                if node.width > 1 and node.dtype in VECTOR_DTYPES), default=1)
+
+
 def topological_nodes(sink: IRNode) -> list[IRNode]:
     """Every node under sink, sources before their users."""
     order: list[IRNode] = []

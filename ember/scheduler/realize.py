@@ -5,19 +5,22 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from ember.backends.base import COMPLETED, Device, Event, MemoryPool, Program, wait_all
+from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program, wait_all
 from ember.backends.config import CONFIG
 from ember.core.dtype import DType
+from ember.core.errors import CompileError, CompileFallbackWarning
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.ir.ir import KernelIR
 from ember.ir.kernel import Kernel
-from ember.ir.opt import build_kernel_ir
+from ember.ir.opt import build_kernel_ir, narrower_capabilities
+from ember.ir.vectorize import vector_width
 from ember.scheduler import profile
 from ember.scheduler.devices import get_device
 from ember.scheduler.schedule import SCHEDULES, CachedCopy, CachedKernel
@@ -188,11 +191,16 @@ def compile_kernel(device: Device, kernel: Kernel) -> CompiledKernel:
 
 
 def compile_kernels(device: Device, kernels: list[Kernel]) -> list[CompiledKernel]:
-    """Compile several kernels for one device, in one compiler run where the device offers `compile_many`."""
+    """Compile several kernels for one device, in one compiler run where the device offers `compile_many`; if that
+    fails, one by one, a kernel the device cannot build with vectors again with narrower ones or none."""
     start = time.perf_counter()
     irs = [_lower_for(device, kernel) for kernel in kernels]
-    compile_many = getattr(device, "compile_many", None)
-    programs = compile_many(irs) if compile_many is not None else [device.compile(ir) for ir in irs]
+    try:
+        programs = _compile_irs(device, irs)
+    except CompileError as error:
+        built = [_compile_narrower(device, kernel, ir, error) if len(kernels) == 1 else _compile_one(device, kernel, ir)
+                 for kernel, ir in zip(kernels, irs)]
+        irs, programs = [ir for ir, _ in built], [program for _, program in built]
     seconds = (time.perf_counter() - start) / max(1, len(kernels))
     results = []
     for kernel, ir, program in zip(kernels, irs, programs):
@@ -204,9 +212,45 @@ def compile_kernels(device: Device, kernels: list[Kernel]) -> list[CompiledKerne
     return results
 
 
-def _lower_for(device: Device, kernel: Kernel) -> KernelIR:
-    """The kernel IR of a kernel for a device, after checking the device supports its dtypes."""
-    ir = build_kernel_ir(kernel, kernel_name(kernel), device.info)
+def _compile_irs(device: Device, irs: list[KernelIR]) -> list[Program]:
+    compile_many = getattr(device, "compile_many", None)
+    return compile_many(irs) if compile_many is not None else [device.compile(ir) for ir in irs]
+
+
+def _compile_one(device: Device, kernel: Kernel, ir: KernelIR) -> tuple[KernelIR, Program]:
+    try:
+        return ir, _compile_irs(device, [ir])[0]
+    except CompileError as error:
+        return _compile_narrower(device, kernel, ir, error)
+
+
+def _compile_narrower(device: Device, kernel: Kernel, failed: KernelIR, error: CompileError
+                      ) -> tuple[KernelIR, Program]:
+    """The kernel lowered with narrower vectors than `failed`, which the device could not build or launch, or with
+    none (opt.narrower_capabilities), with a one-line warning for each failure; the error if even that fails."""
+    for capabilities in narrower_capabilities(device.info, vector_width(failed)):
+        ir = _lower_for(device, kernel, capabilities)
+        if vector_width(ir) >= vector_width(failed):
+            continue
+        warnings.warn(f"ember: {device.name} failed on kernel {failed.name} with {_vectors(failed)} "
+                      f"({str(error).splitlines()[0]}); using {_vectors(ir)} instead", CompileFallbackWarning,
+                      stacklevel=2)
+        try:
+            return ir, _compile_irs(device, [ir])[0]
+        except CompileError as next_error:
+            failed, error = ir, next_error
+    raise error
+
+
+def _vectors(ir: KernelIR) -> str:
+    width = vector_width(ir)
+    return f"vectors of {width} float32 lanes" if width > 1 else "no vectors"
+
+
+def _lower_for(device: Device, kernel: Kernel, capabilities: DeviceInfo | None = None) -> KernelIR:
+    """The kernel IR of a kernel for a device (with its capabilities unless others are given), after checking the
+    device supports its dtypes."""
+    ir = build_kernel_ir(kernel, kernel_name(kernel), capabilities or device.info)
     unsupported = device.info.unsupported({param.dtype for param in ir.params} | _value_dtypes(ir))
     if unsupported:
         from ember.core.errors import DeviceError
@@ -322,7 +366,7 @@ def _run_kernel(output: Node, kernel: Kernel, inputs: list[Node]) -> None:
             handles: list[Any] = [buffer.handle, *(node.buffer.handle for node in inputs)]
             timed = bool(profile.current()) or profile.DebugLevel.value >= 2
             start = time.perf_counter() if timed else 0.0
-            event = compiled.program(handles, compiled.ir.global_size, _pending(*(node.buffer.event for node in inputs)))
+            event = _launch(device, kernel, compiled, handles, _pending(*(node.buffer.event for node in inputs)))
             buffer.event = event
             for node in inputs:
                 node.buffer.add_user(event)
@@ -333,6 +377,18 @@ def _run_kernel(output: Node, kernel: Kernel, inputs: list[Node]) -> None:
                     record.kernels.append(profile.KernelRecord(compiled.name, device.name, seconds, compiled.ir.global_size))
                 profile.debug_print(2, f"  {compiled.name:<40} {device.name:<10} {seconds * 1e6:10.1f} us")
     output.become_buffer(buffer)
+
+
+def _launch(device: Device, kernel: Kernel, compiled: CompiledKernel, handles: list[Any],
+            wait_for: tuple[Event, ...]) -> Event:
+    """Launch a compiled kernel; one the device fails to launch with vectors (a driver making its machine code at
+    the first launch) is compiled and launched again with narrower vectors or none."""
+    while True:
+        try:
+            return compiled.program(handles, compiled.ir.global_size, wait_for)
+        except CompileError as error:
+            ir, program = _compile_narrower(device, kernel, compiled.ir, error)
+            compiled = _compiled[(device.name, kernel)] = CompiledKernel(ir, program)
 
 
 def _run_copy(output: Node, source_node: Node) -> None:
