@@ -137,12 +137,22 @@ def workload_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("ember-cache")
 
 
+def assert_widths_follow_the_probe(found: dict[str, Any]) -> None:
+    """A form the probe failed at 16 lanes is never emitted 16 wide; one it passed is (these workloads need it).
+    A failure is a driver's crash or error, never wrong values (which would be a bug in the renderer)."""
+    assert not any("wrong values" in failure for failure in found["failures"]), found["failures"]
+    for op, widths in (("SQRT", "sqrt_widths"), ("WHERE", "select_widths"), ("REDUCE", "reduce_widths")):
+        failed = any(failure.startswith(f"{op} float32 x16:") for failure in found["failures"])
+        assert (16 not in found[widths]) if failed else (16 in found[widths]), (op, found)
+
+
 def test_issue_cases_with_16_wide_vectors_match_torch(opencl_device: str, workload_cache: Path) -> None:
     """PoCL on AVX-512 crashed on exactly these forms: AdamW's 16-wide sqrt, relu's 16-wide select, 16-wide
-    reduces of a matrix-vector product and of cross-entropy with class probabilities."""
+    reduces of a matrix-vector product and of cross-entropy with class probabilities. Here they either run 16 wide
+    and match torch, or (where this machine's driver fails them) were probed out and still match torch."""
     found = run_workloads(workload_cache)
-    assert found["preferred_vector_width"] == 16 and found["failures"] == []
-    assert 16 in found["sqrt_widths"] and 16 in found["select_widths"] and 16 in found["reduce_widths"], found
+    assert found["preferred_vector_width"] == 16
+    assert_widths_follow_the_probe(found)
     assert_match_torch(found)
 
 
@@ -153,9 +163,11 @@ def test_a_probe_crash_is_contained_cached_and_falls_back(opencl_device: str, wo
     found = run_workloads(workload_cache, **crash)
     assert any(failure.startswith("SQRT float32 x16: the driver crashed the process (SIGABRT")
                for failure in found["failures"]), found
-    assert not any(failure.startswith(("WHERE", "LOAD", "REDUCE")) for failure in found["failures"]), found
+    if not any(failure.startswith("LOAD float32 x16:") for failure in found["failures"]):
+        assert 16 in found["kernel_widths"], found  # one bad op leaves the other ops 16 wide
     assert found["probe"] != "from the cache"
-    assert found["sqrt_widths"] == [8] and 16 in found["select_widths"], found
+    assert found["sqrt_widths"] == [8], found  # the narrower width, probed in a second child
+    assert_widths_follow_the_probe(found)
     assert_match_torch(found)
     again = run_workloads(workload_cache, PROBE_ONLY, **crash)
     assert again["probe"] == "from the cache" and again["failures"] == found["failures"]

@@ -95,8 +95,8 @@ def case_expression(op: Any) -> tuple:
 
 
 def probe_inputs(count: int, dtype: DType) -> np.ndarray:
-    """INPUTS deterministic vectors of `count` values, one after another: the first in (-2, 2) with a NaN, the others
-    in (0.28, 4.3), exact in binary, never 0; neighbouring lanes all differ."""
+    """INPUTS deterministic vectors of `count` values, one after another: the first in (-1.97, 1.97) with a NaN, the
+    others in (0.28, 4.22), exact in binary, never 0; neighbouring lanes all differ."""
     positions = np.arange(count)
     inputs = []
     for index in range(INPUTS):
@@ -147,11 +147,20 @@ def _case(builder: Builder, case: ProbeCase, source: IRNode, output: IRNode, ori
     def store(number: int, value: IRNode) -> None:
         stores.append(builder.store(output, builder.add(origin, offset + number * count), value))
 
-    if op is IROp.LOAD:  # a guarded load: the last work item's vector is not valid and reads as zeros
+    if op is IROp.LOAD:  # vectors in memory and their lanes (every vector kernel needs them): a guarded load (the
+        # last work item's vector is not valid and reads as zeros), a round trip through a private scratch array
+        # (ir/stage.py), and the lanes of a vector reversed (lane reads, a vector built from scalars)
         store(0, load(0, builder.less(builder.global_id(WORK_ITEMS, dtypes.int32), WORK_ITEMS - 1)))
-        expected = inputs[0].copy()
-        expected[-lanes:] = 0
-        return expected
+        row = builder.new_range(REDUCE_ROWS, dtypes.int32)
+        scratch = builder.define_local(dtype, REDUCE_ROWS * lanes)
+        filled = builder.after(scratch, [builder.loop([builder.store(scratch, builder.mul(row, lanes), load(row))],
+                                                      (row,))])
+        store(1, builder.vector_load(filled, builder.const(lanes, dtypes.int32), None, lanes))
+        vector = load(2)
+        store(2, builder.vectorize([builder.gep(vector, lanes - 1 - lane) for lane in range(lanes)]))
+        guarded = inputs[0].copy()
+        guarded[-lanes:] = 0
+        return np.concatenate([guarded, inputs[1], inputs[2].reshape(-1, lanes)[:, ::-1].reshape(-1)])
     if op is IROp.REDUCE:  # each reduce op over the first REDUCE_ROWS inputs, one after another
         row = builder.new_range(REDUCE_ROWS, dtypes.int32)
         reduce_ops = sorted(REDUCE_OPS, key=lambda reduce_op: reduce_op.name)
