@@ -238,7 +238,7 @@ MORE = [
 
 
 def _torch_aminmax_has_gradient() -> bool:
-    """torch.aminmax has a backward from torch 2.12 on (pytorch#175215); before, its gradient raised."""
+    """torch.aminmax got a backward in 2026 (pytorch#175215; 2.13 has it, 2.11 raised), so ask the installed one."""
     x = torch.zeros(1, 2, requires_grad=True)
     try:
         torch.autograd.grad(x.aminmax(dim=1)[0].sum(), x)

@@ -267,8 +267,8 @@ def test_kinks_keep_torch_values_at_signed_zeros_nan_and_infinities(device: str)
     functions = {
         "relu": (lambda v: v.relu(), torch.relu), "abs": (lambda v: v.abs(), torch.abs),
         "sign": (lambda v: v.sign(), torch.sign), "clamp": (lambda v: v.clamp(-1.0, 1.0),) * 2,
-        # a NaN bound makes every value NaN (torch.clamp_min/clamp_max, two-bound clamp, numpy.clip); torch before
-        # 2.12 returned the input from a one-sided clamp(min=nan) (pytorch#172067), so its clamp_min is the truth
+        # a NaN bound makes every value NaN (torch.clamp_min/clamp_max, two-bound clamp, numpy.clip); older torch
+        # (2.11; fixed by pytorch#172200) returned the input from a one-sided clamp(min=nan), so clamp_min is the truth
         "clamp nan bound": (lambda v: v.clamp(min=math.nan), lambda v: torch.clamp_min(v, math.nan)),
         "clamp nan max": (lambda v: v.clamp(max=math.nan), lambda v: torch.clamp_max(v, math.nan)),
         "clamp nan, 1": (lambda v: v.clamp(math.nan, 1.0),) * 2,
