@@ -4,6 +4,14 @@ PTX runs (slowly, on numpy) without a GPU: the "ptxsim" test backend (EMBER_TEST
 Every thread of a launch runs at once: registers are numpy arrays with one lane per thread, predicated
 instructions touch only their lanes, and a forward branch parks the lanes that take it until its label. Results
 the ISA leaves unspecified (integer division by zero, INT_MIN / -1) are poisoned, so kernels relying on them fail.
+
+Where the ISA lets the GPU differ from exact IEEE arithmetic, the simulator takes the GPU's liberty too, so that a
+kernel relying on more than the ISA promises fails here and not first on a GPU:
+- a `mul` and an `add`/`sub` without a rounding modifier may be fused into one `fma` by ptxas (its default
+  `--fmad=true`); the simulator fuses every such pair it meets (CONTRACT), rounding once;
+- `.approx` instructions (ex2, lg2, sin, cos, tanh, rcp/sqrt.approx) return the exact value perturbed by the error
+  bound the ISA gives them, and `.ftz` flushes subnormal inputs and results to zero;
+- float `max` returns the other operand for a NaN and +0.0 for (+0.0, -0.0), as the ISA specifies.
 """
 
 from __future__ import annotations
@@ -27,6 +35,19 @@ NUMPY_TYPES = {
 }
 REGISTER_TYPES = {"%p": "pred", "%h": "b16", "%r": "b32", "%rd": "b64", "%f": "f32", "%fd": "f64"}
 POINTER_SHIFT = 40  # a global address is (buffer number + 1) << 40 | byte offset
+CONTRACT = True  # fuse mul + add/sub without rounding modifiers into one rounding, as ptxas does by default
+# the error bounds the PTX ISA gives the float32 .approx instructions: (units in the last place, relative, absolute);
+# the simulator returns the exact value moved by the bound, up or down by lane
+APPROXIMATION_ERRORS: dict[str, tuple[int, float, float]] = {
+    "ex2": (2, 0.0, 0.0),
+    "lg2": (0, 0.0, 2.0**-22.6),
+    "sin": (0, 0.0, 2.0**-20.9),
+    "cos": (0, 0.0, 2.0**-20.9),
+    "tanh": (0, 2.0**-10.987, 0.0),
+    "rcp": (1, 0.0, 0.0),
+    "sqrt": (0, 2.0**-23, 0.0),
+    "rsqrt": (0, 2.0**-22.9, 0.0),
+}
 
 
 class Instruction:
@@ -90,11 +111,15 @@ def _immediate(text: str, type_name: str, lanes: int) -> np.ndarray:
 class Machine:
     """The state of one launch: registers, memory and which lanes are running."""
 
-    def __init__(self, module: Module, buffers: list[np.ndarray], threads: int) -> None:
+    def __init__(self, module: Module, buffers: list[np.ndarray], threads: int, contract: bool = CONTRACT) -> None:
         self.module = module
         self.buffers = buffers
         self.lanes = threads
+        self.contract = contract
         self.registers: dict[str, np.ndarray] = {}
+        # register -> (a, b, lanes) of a float `mul` without rounding modifier whose result it still holds: an add or
+        # sub reading it may use the unrounded product (ptxas contracts such pairs into fma)
+        self.products: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         lane = np.arange(threads, dtype=np.uint32)
         self.special = {"%ctaid.x": lane // BLOCK_SIZE, "%ntid.x": np.full(threads, BLOCK_SIZE, np.uint32),
                         "%tid.x": lane % BLOCK_SIZE}
@@ -123,6 +148,7 @@ class Machine:
 
     def write(self, register: str, value: np.ndarray, mask: np.ndarray) -> None:
         """Store the lanes in mask; a value narrower than the register is sign- or zero-extended by its type."""
+        self.products.pop(register, None)
         kind = _register_type(register)
         storage = np.dtype(NUMPY_TYPES[kind])
         current = self.registers.setdefault(register, np.zeros(self.lanes, storage))
@@ -256,6 +282,8 @@ def execute(machine: Machine, instruction: Instruction, mask: np.ndarray) -> Non
             machine.store(type_name, read(operands[0].strip("[]"), "u64"), read(operands[1], type_name), mask)
         elif name == "mov":
             out(read(operands[1], type_name))
+        elif name in ("add", "sub") and type_name[0] == "f" and len(parts) == 2 and machine.contract:
+            out(_add_contracted(machine, operands, name == "sub", type_name))
         elif name in ("add", "sub", "mul", "mad") and parts[1] not in ("wide",):
             a, b = read(operands[1], type_name), read(operands[2], type_name)
             if name == "add":
@@ -264,6 +292,8 @@ def execute(machine: Machine, instruction: Instruction, mask: np.ndarray) -> Non
                 out(a - b)
             elif name == "mul":
                 out(a * b)
+                if type_name[0] == "f" and len(parts) == 2:  # no rounding modifier: ptxas may fuse it
+                    machine.products[operands[0]] = (a, b, mask.copy())
             else:
                 out(a * b + read(operands[3], type_name))
         elif name == "mul" and parts[1] == "wide":
@@ -295,27 +325,109 @@ def execute(machine: Machine, instruction: Instruction, mask: np.ndarray) -> Non
                              dtype=object).astype(np.int64 if type_name[0] == "s" else np.uint64).astype(a.dtype))
         elif name == "max":
             a, b = read(operands[1], type_name), read(operands[2], type_name)
-            out(np.fmax(a, b) if type_name[0] == "f" else np.maximum(a, b))
+            out(_float_max(a, b) if type_name[0] == "f" else np.maximum(a, b))
         elif name == "setp":
             comparison = parts[1]
             a, b = read(operands[1], type_name), read(operands[2], type_name)
             either_nan = (np.isnan(a) | np.isnan(b)) if type_name[0] == "f" else np.zeros(machine.lanes, bool)
-            result = {"lt": a < b, "ge": a >= b, "eq": a == b, "ne": (a != b) & ~either_nan,
-                      "neu": (a != b) | either_nan, "nan": either_nan}[comparison]
-            out(np.asarray(result, dtype=bool))
+            result = np.asarray({"lt": a < b, "gt": a > b, "ge": a >= b, "eq": a == b, "ne": (a != b) & ~either_nan,
+                                 "neu": (a != b) | either_nan, "nan": either_nan}[comparison], dtype=bool)
+            if len(parts) == 4:  # setp.cmp.bool.type d, a, b, c: the comparison combined with predicate c
+                other = read(operands[3].lstrip("!"), "pred") ^ operands[3].startswith("!")
+                result = {"and": result & other, "or": result | other, "xor": result ^ other}[parts[2]]
+            out(result)
         elif name == "selp":
             out(np.where(read(operands[3], "pred"), read(operands[1], type_name), read(operands[2], type_name)))
         elif name == "bfe":
             a = read(operands[1], "u32")
             start, length = int(operands[2]), int(operands[3])
             out((a >> np.uint32(start)) & np.uint32((1 << length) - 1))
-        elif name in ("rcp", "sqrt", "ex2"):
+        elif name in ("rcp", "sqrt") and "rn" in parts:
             a = read(operands[1], type_name)
-            out({"rcp": lambda: np.ones_like(a) / a, "sqrt": lambda: np.sqrt(a), "ex2": lambda: np.exp2(a)}[name]())
+            out(np.ones_like(a) / a if name == "rcp" else np.sqrt(a))
+        elif name in APPROXIMATION_ERRORS and "approx" in parts:
+            out(_approximate(name, "ftz" in parts, read(operands[1], type_name)))
         elif name == "cvt":
             convert(machine, parts, operands, out)
         else:
             raise NotImplementedError(f"the PTX simulator does not know {instruction.opcode}")
+
+
+def _add_contracted(machine: Machine, operands: list[str], subtract: bool, type_name: str) -> np.ndarray:
+    """add/sub without rounding modifier: where an operand still holds the product of such a `mul`, the sum is
+    rounded once with the unrounded product (the fma ptxas makes of the pair), elsewhere an ordinary add/sub."""
+    a, b = machine.read(operands[1], type_name), machine.read(operands[2], type_name)
+    result = a - b if subtract else a + b
+    for position, (register, other) in enumerate(((operands[1], b), (operands[2], a))):
+        product = machine.products.get(register)
+        if product is None:
+            continue
+        x, y, lanes = product
+        if position == 1 and subtract:  # a - x*y = fma(-x, y, a)
+            x = -x
+        addend = -other if position == 0 and subtract else other
+        result = np.where(lanes, _fma(x, y, addend), result)
+        break
+    return result
+
+
+def _fma(x: np.ndarray, y: np.ndarray, addend: np.ndarray) -> np.ndarray:
+    """x * y + addend with the product unrounded: rounded once for float32; for float64 with the product's exact
+    error term (Dekker), which is the fma itself but for rare ties and results near overflow or underflow."""
+    if x.dtype == np.float32:
+        # the product of two float32 is exact in float64; the sum is rounded to odd there, so that rounding it to
+        # float32 afterwards rounds the exact value once (53 >= 24 + 2 bits)
+        product, other = x.astype(np.float64) * y.astype(np.float64), addend.astype(np.float64)
+        total, error = _two_sum(product, other)
+        even = (total.view(np.uint64) & np.uint64(1)) == 0
+        inexact = np.isfinite(total) & (error != 0) & even
+        total = np.where(inexact, np.nextafter(total, np.where(error > 0, np.inf, -np.inf)), total)
+        return total.astype(np.float32)
+    product = x * y
+    split = 134217729.0  # 2^27 + 1: Veltkamp's split of a float64 into two halves of 26 bits
+    x_high = x * split - (x * split - x)
+    y_high = y * split - (y * split - y)
+    x_low, y_low = x - x_high, y - y_high
+    product_error = ((x_high * y_high - product) + x_high * y_low + x_low * y_high) + x_low * y_low
+    total, error = _two_sum(product, addend)
+    fused = total + (error + product_error)
+    usable = np.isfinite(fused) & (np.abs(x) < 2.0**500) & (np.abs(y) < 2.0**500) & (fused != 0)
+    return np.where(usable, fused, product + addend)
+
+
+def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a + b rounded, its rounding error): Knuth's error-free sum."""
+    total = a + b
+    back = total - a
+    return total, (a - (total - back)) + (b - back)
+
+
+def _float_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """PTX max.f32/f64: the other operand where one is NaN (NaN if both), +0.0 for +0.0 and -0.0."""
+    larger = np.where(a > b, a, b)
+    both_zero = (a == 0) & (b == 0)
+    larger = np.where(both_zero, np.where(np.signbit(a) & np.signbit(b), a, np.abs(a)), larger)
+    return np.where(np.isnan(a), b, np.where(np.isnan(b), a, larger))
+
+
+def _approximate(name: str, flush: bool, x: np.ndarray) -> np.ndarray:
+    """An .approx instruction: the exact result moved by the ISA's error bound (up on lanes whose input has an even
+    bit pattern, down on the others), with .ftz flushing subnormal inputs and results to signed zero."""
+    assert x.dtype == np.float32, f"{name}.approx is float32 only"
+    tiny = np.finfo(np.float32).tiny
+    if flush:
+        x = np.where(np.abs(x) < tiny, np.copysign(np.float32(0), x), x)
+    wide = x.astype(np.float64)
+    exact = {"ex2": np.exp2, "lg2": np.log2, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
+             "rcp": lambda v: 1 / v, "sqrt": np.sqrt, "rsqrt": lambda v: 1 / np.sqrt(v)}[name](wide)
+    ulps, relative, absolute = APPROXIMATION_ERRORS[name]
+    direction = np.where((x.view(np.uint32) & np.uint32(1)) == 0, 1.0, -1.0)
+    spacing = np.spacing(np.abs(exact.astype(np.float32))).astype(np.float64)
+    moved = exact * (1 + direction * relative) + direction * (absolute + ulps * spacing)
+    result = np.where(np.isfinite(exact) & (exact != 0), moved, exact).astype(np.float32)
+    if flush:
+        result = np.where(np.abs(result) < tiny, np.copysign(np.float32(0), result), result)
+    return result
 
 
 def convert(machine: Machine, parts: list[str], operands: list[str], out: Any) -> None:
@@ -336,9 +448,9 @@ def convert(machine: Machine, parts: list[str], operands: list[str], out: Any) -
         out(value.astype(NUMPY_TYPES[target]))
 
 
-def simulate(source: str, buffers: list[np.ndarray], threads: int) -> None:
+def simulate(source: str, buffers: list[np.ndarray], threads: int, contract: bool = CONTRACT) -> None:
     """Run a PTX entry on host byte arrays (one per `.param`), `threads` lanes."""
-    Machine(Module(source), buffers, threads).run()
+    Machine(Module(source), buffers, threads, contract).run()
 
 
 class SimulatedProgram(Program):

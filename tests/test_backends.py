@@ -457,13 +457,26 @@ def test_ember_info_lists_devices_and_reasons(tmp_path: Path) -> None:
     lines = result.stdout.splitlines()
     for name in ["c:0", "dummy:0", "dummy:c", "dummy:opencl"]:
         assert any(line.strip().startswith(name) for line in lines), result.stdout
-    cuda = [line for line in lines if line.strip().startswith("cuda:")]
-    assert cuda and "unavailable:" in cuda[0] and len(cuda[0].split("unavailable:")[1].strip()) > 5, result.stdout
     assert any("fakegpu: unavailable: RuntimeError: fakegpu driver crashed" in line for line in lines), result.stdout
     assert any(line.startswith("default device: ") for line in lines)
     assert "EMBER_DEVICE" in result.stdout and "EMBER_DEBUG" in result.stdout
-    opencl_line = [line for line in lines if line.strip().startswith("opencl:")][0]
-    assert "unavailable" in opencl_line or any(line.strip().startswith("opencl:0") for line in lines), result.stdout
+    # every backend, whatever this machine has (a GPU, a driver, or neither): its devices, or why there are none
+    for backend in ("c", "opencl", "wgpu", "cuda", "dummy", "fakegpu"):
+        _assert_devices_or_reason(lines, backend, result.stdout)
+
+
+def _assert_devices_or_reason(lines: list[str], backend: str, text: str) -> None:
+    """`ember info` has a line `  backend: N device(s)` followed by the devices `backend:0`.., or a line
+    `  backend: unavailable: reason` with a reason worth reading."""
+    heading = [line for line in lines if line.startswith(f"  {backend}: ")]
+    assert len(heading) == 1, f"no single line for backend {backend}:\n{text}"
+    status = heading[0].split(": ", 1)[1]
+    if status.startswith("unavailable: "):
+        assert len(status.removeprefix("unavailable: ").strip()) > 5, heading[0]
+        return
+    count = int(status.split()[0])
+    assert count >= 1 and status.endswith("device(s)"), heading[0]
+    assert any(line.strip().startswith(f"{backend}:") for line in lines[lines.index(heading[0]) + 1:]), text
 
 
 def test_ember_info_json(capsys: pytest.CaptureFixture) -> None:

@@ -118,6 +118,87 @@ def test_targets_name_the_ptx_version_they_need() -> None:
     assert ptx.float_bits(-0.0, dtypes.float64) == "0d8000000000000000"
 
 
+# ---- what a GPU may do where IEEE arithmetic is exact: the simulator does it too ---------------------------------
+
+
+def _run_float32(body: list[str], inputs: list[float], contract: bool = True) -> float:
+    """PTX instructions run by the simulator on one thread: %f1, %f2, %f3 hold the inputs, %f9 is the result."""
+    loads = ["ld.global.f32 %f1, [%rd2];", "add.s64 %rd3, %rd2, 4;", "ld.global.f32 %f2, [%rd3];",
+             "add.s64 %rd3, %rd2, 8;", "ld.global.f32 %f3, [%rd3];"]
+    lines = ["ld.param.u64 %rd1, [data0];", "ld.param.u64 %rd2, [data1];", *loads, *body,
+             "st.global.f32 [%rd1], %f9;", "ret;"]
+    source = ".visible .entry snippet(\n\t.param .u64 data0,\n\t.param .u64 data1\n)\n{\n" + "\n".join(
+        f"\t{line}" for line in lines) + "\n}\n"
+    output = np.zeros(4, np.uint8)
+    values = np.zeros(3, np.float32)
+    values[: len(inputs)] = inputs
+    Machine(Module(source), [output, values.view(np.uint8)], 1, contract).run()
+    return float(output.view(np.float32)[0])
+
+
+def test_the_simulator_fuses_a_product_into_a_sum_as_ptxas_may() -> None:
+    """mul + add without rounding modifiers may become one fma (ptxas --fmad=true, its default): a*b + c with
+    a = b = 1 + 2^-12 and c = -(1 + 2^-11) is 2^-24 rounded once, 0 with the product rounded first."""
+    a, c = 1 + 2.0**-12, -(1 + 2.0**-11)
+    assert _run_float32(["mul.f32 %f4, %f1, %f2;", "add.f32 %f9, %f4, %f3;"], [a, a, c]) == 2.0**-24
+    assert _run_float32(["mul.f32 %f4, %f1, %f2;", "sub.f32 %f9, %f3, %f4;"], [a, a, -c]) == -(2.0**-24)
+    assert _run_float32(["mul.f32 %f4, %f1, %f2;", "add.f32 %f9, %f4, %f3;"], [a, a, c], contract=False) == 0.0
+    assert _run_float32(["mul.rn.f32 %f4, %f1, %f2;", "add.f32 %f9, %f4, %f3;"], [a, a, c]) == 0.0  # never fused
+
+
+def test_the_simulator_gives_approximate_instructions_their_documented_error() -> None:
+    exact_root = float(np.float32(math.sqrt(2.0)))
+    ulp = float(np.spacing(np.float32(exact_root)))
+    root = _run_float32(["ex2.approx.f32 %f9, %f1;"], [0.5])
+    assert root != exact_root and abs(root - exact_root) <= 2 * ulp
+    assert _run_float32(["ex2.approx.ftz.f32 %f9, %f1;"], [-130.0]) == 0.0  # a subnormal result is flushed
+    assert abs(_run_float32(["ex2.approx.f32 %f9, %f1;"], [-130.0]) - 2.0**-130) <= 2.0**-148  # kept, 2 ulp
+    tanh = _run_float32(["tanh.approx.f32 %f9, %f1;"], [0.5])
+    assert 2.0**-12 < abs(tanh / math.tanh(0.5) - 1) <= 2.0**-10.9
+    assert _run_float32(["rcp.rn.f32 %f9, %f1;"], [3.0]) == float(np.float32(1 / 3))
+    assert _run_float32(["rcp.approx.f32 %f9, %f1;"], [3.0]) != float(np.float32(1 / 3))
+
+
+def test_the_simulator_max_is_the_isas() -> None:
+    """max.f32 returns the number where the other operand is NaN and orders -0.0 below +0.0."""
+    assert _run_float32(["max.f32 %f9, %f1, %f2;"], [math.nan, 1.0]) == 1.0
+    assert _run_float32(["max.f32 %f9, %f1, %f2;"], [1.0, math.nan]) == 1.0
+    assert math.copysign(1, _run_float32(["max.f32 %f9, %f1, %f2;"], [-0.0, 0.0])) == 1
+    assert math.copysign(1, _run_float32(["max.f32 %f9, %f1, %f2;"], [0.0, -0.0])) == 1
+
+
+@pytest.mark.parametrize("dtype", (dtypes.float32, dtypes.float64), ids=lambda dtype: dtype.name)
+def test_max_is_the_same_on_ptx_and_c_bit_for_bit(dtype: DType) -> None:
+    """MAX is C's (a > b or a is NaN ? a : b): NaN from either side, the second operand on a tie (so -0.0/+0.0
+    keep their order), whatever max.f32 itself does."""
+    numpy_dtype = np.float32 if dtype == dtypes.float32 else np.float64
+    values = [math.nan, -math.inf, -1.0, -0.0, 0.0, 2.0, math.inf]
+    pairs = np.array(list(itertools.product(values, values)), dtype=numpy_dtype)
+    size = len(pairs) + 1
+    kernel = _kernel("max", dtype, [dtype, dtype], lambda b, x: b.alu(Op.MAX, dtype, x[0], x[1]), size=size)
+    left, right = (np.concatenate([pairs[:, side], [0]]).astype(numpy_dtype) for side in (0, 1))
+    on_c, on_ptx = np.empty(size, numpy_dtype), np.zeros(size, numpy_dtype)
+    CDevice().compile(kernel)([on_c, left, right], size)
+    Machine(Module(ptx.PTXRenderer().render(kernel)), [on_ptx.view(np.uint8), left.view(np.uint8),
+                                                         right.view(np.uint8)], 256).run()
+    assert (on_c[:-1].view(np.uint8) == on_ptx[:-1].view(np.uint8)).all(), (pairs, on_c, on_ptx)
+
+
+def test_ptx_uses_no_approximate_or_flushing_instructions() -> None:
+    """Every op, and the math compositions built on them, render to instructions exact to IEEE (rounded once),
+    so that what the simulator runs is what a GPU runs: no `.approx`, no `.ftz`."""
+    device = REGISTRY.device("dummy:ptx")
+    device.clear()
+    x = em.tensor(random_array((4, 5)), device="dummy:ptx")
+    em.realize(x.gelu(), x.gelu("tanh"), x.erf(), x.tanh(), x.sigmoid(), x.exp(), x.log(), x.sin(), x.cos(),
+               x.sqrt(), x.rsqrt(), x.reciprocal(), x.silu(), x.softplus(), x.double().exp())
+    renderer = ptx.PTXRenderer()
+    sources = [renderer.render_entry(kernel) for kernel in every_op_kernel()] + [s for _, s in device.rendered]
+    assert len(sources) > 400
+    for source in sources:
+        assert ".approx" not in source and ".ftz" not in source, source
+
+
 # ---- the driver-API code path, with a fake driver that runs the PTX in the simulator ----------------------------
 
 

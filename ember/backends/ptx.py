@@ -4,7 +4,8 @@ Each IR value gets its own virtual register: bool in a predicate (%p), 8/16/32-b
 (%r, wrapped back to their width after ops that can overflow), 64-bit integers in %rd, float16/bfloat16/float32
 in %f (halves hold values rounded to their precision), float64 in %fd. Accumulators and loop counters are the
 only registers written more than once. Semantics follow the C backend: x // 0 and x % 0 give 0, shifts take
-the amount modulo the width, float -> int truncates (PTX saturates; NaN gives 0), MAX propagates NaN.
+the amount modulo the width, float -> int truncates (PTX saturates; NaN gives 0), MAX is C's (a > b or a is NaN ?
+a : b: NaN propagates, a tie gives b).
 exp2, log2 and sin are expanded into basic arithmetic by `libm`, for float32 too: PTX has no float64 ones, and
 the float32 `.approx` instructions are specified loosely (`lg2.approx`/`sin.approx` by absolute error, 2^-22.6
 and 2^-20.9, sin only on [-pi, pi]; `ex2.approx` by 2 ulp, exact powers of two not promised), while libm's are
@@ -27,6 +28,7 @@ from ember.core.errors import CompileError
 from ember.core.ops import ELEMENTWISE_OPS, Op
 from ember.ir.ir import IRNode, IROp, KernelIR
 from ember.ir.linearize import linearize
+from ember.ir.vectorize import topological_nodes
 
 DEFAULT_TARGET = "sm_75"
 ASSEMBLY_TARGETS = ("sm_75", "sm_80", "sm_90")
@@ -128,14 +130,19 @@ class _Emitter:
     def maximum(self, destination: str, a: str, b: str, dtype: DType) -> None:
         if dtype.is_bool:
             self.emit("or.pred", destination, a, b)
-        elif dtype.is_float:  # max.f32 returns the other operand for a NaN: put the NaN back
+        elif dtype.is_float:  # C's (a > b || a != a) ? a : b; max.f32 would drop a NaN and order -0.0 < +0.0
             suffix = SUFFIX[dtype]
-            larger, either_nan = self.register(KIND[dtype]), self.register(KIND[dtype])
-            is_nan = self.register("pred")
-            self.emit(f"max.{suffix}", larger, a, b)
-            self.emit(f"add.{suffix}", either_nan, a, b)
-            self.emit(f"setp.nan.{suffix}", is_nan, a, b)
-            self.emit(f"selp.{suffix}", destination, either_nan, larger, is_nan)
+            take_a = self.register("pred")
+            if _is_immediate(a):  # a constant a is NaN or not at render time
+                if _immediate_is_nan(a):
+                    self.emit(f"mov.{suffix}", destination, a)
+                    return
+                self.emit(f"setp.gt.{suffix}", take_a, a, b)
+            else:
+                a_is_nan = self.register("pred")
+                self.emit(f"setp.nan.{suffix}", a_is_nan, a, a)
+                self.emit(f"setp.gt.or.{suffix}", take_a, a, b, a_is_nan)
+            self.emit(f"selp.{suffix}", destination, a, b, take_a)
         else:
             self.emit(f"max.{SUFFIX[dtype]}", destination, a, b)
 
@@ -372,6 +379,14 @@ def _is_immediate(operand: str) -> bool:
     return not operand.startswith("%")
 
 
+def _immediate_is_nan(operand: str) -> bool:
+    """Whether a float immediate (0f + 8 hex digits, 0d + 16) is a NaN."""
+    bits = int(operand[2:], 16)
+    exponent, fraction = (bits >> 52 & 0x7FF, bits & (2**52 - 1)) if operand.startswith("0d") else (
+        bits >> 23 & 0xFF, bits & (2**23 - 1))
+    return exponent == (0x7FF if operand.startswith("0d") else 0xFF) and fraction != 0
+
+
 class PTXRenderer:
     """Renders kernel IR to a PTX module with one `.entry` per kernel, for one target architecture."""
 
@@ -390,6 +405,7 @@ class PTXRenderer:
         kernel = expand_math(kernel, EXPANDED_MATH)
         e = _Emitter()
         names: dict[int, str] = {}
+        shared = _shared_nodes(kernel.sink)
         wide_index = kernel.index_dtype == dtypes.int64
         index_kind, index_suffix = ("b64", "s64") if wide_index else ("b32", "s32")
 
@@ -526,7 +542,7 @@ class PTXRenderer:
             elif node.op is IROp.LOAD:
                 names[id(node)] = load(node)
             else:
-                names[id(node)] = self.alu(e, node, operand)
+                names[id(node)] = self.alu(e, node, operand, id(node) in shared)
 
         parameters = ",\n".join(f"\t.param .u64 data{param.position}" for param in kernel.params)
         lines = [
@@ -544,7 +560,10 @@ class PTXRenderer:
         return "\n".join(lines) + "\n"
 
     @staticmethod
-    def alu(e: _Emitter, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+    def alu(e: _Emitter, node: IRNode, operand: Callable[[IRNode], str], shared: bool = False) -> str:
+        """One ALU node; `shared`: its value has several consumers (a float product is then rounded where it is
+        computed, `mul.rn`: ptxas fuses a plain `mul` into an `add` reading it, and every consumer must see the
+        same value; a product used once may become an fma)."""
         source = node.srcs[1].dtype if node.op is Op.WHERE else node.srcs[0].dtype
         operands = [operand(src) for src in node.srcs]
         if node.op in (Op.CAST, Op.BITCAST) and _is_immediate(operands[0]):
@@ -558,10 +577,23 @@ class PTXRenderer:
         destination = e.register(KIND[node.dtype])
         narrow = node.dtype.is_int and node.dtype.itemsize < 4 and node.op in WRAPPING_OPS
         result = e.register(KIND[node.dtype]) if narrow else destination
-        ALU[node.op](e, result, operands, node.dtype, source)
+        if node.op is Op.MUL and node.dtype.is_float and shared:
+            e.emit(f"mul.rn.{SUFFIX[node.dtype]}", result, *operands)
+        else:
+            ALU[node.op](e, result, operands, node.dtype, source)
         if narrow:
             e.wrap(destination, result, node.dtype)
         return destination
+
+
+def _shared_nodes(sink: IRNode) -> set[int]:
+    """The ids of the nodes that more than one node reads."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+    for node in topological_nodes(sink):
+        for source in node.srcs:
+            (shared if id(source) in seen else seen).add(id(source))
+    return shared
 
 
 def _reduce_identity(node: IRNode) -> object:
