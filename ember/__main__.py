@@ -138,7 +138,7 @@ def command_info(arguments: argparse.Namespace) -> int:
 
 
 def command_fuzz(arguments: argparse.Namespace) -> int:
-    """Fuzz a device against the reference tensor until the time is up; exit status 1 on a mismatch."""
+    """Fuzz a device against the reference tensor until the time is up; the exit status says what was found."""
     from ember.scheduler.devices import get_default_device
     from ember.testing.fuzz import main_fuzz
 
@@ -162,7 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     info = subcommands.add_parser("info", help="list backends, devices and their capabilities, and settings")
     info.add_argument("--json", action="store_true", help="print the same information as JSON")
     info.set_defaults(run=command_info)
-    fuzz = subcommands.add_parser("fuzz", help="compare random op graphs on a device with the numpy reference")
+    fuzz = subcommands.add_parser(
+        "fuzz", help="compare random op graphs on a device with the numpy reference",
+        epilog="exit status: 0 nothing found; 1 a mismatch or crash of ember (each printed with its program); "
+               "2 a bad command line or an unknown device; "
+               "3 only bugs of the fuzzer itself (printed as FUZZER BUG with the seed that repeats them); "
+               "77 the device's backend is not available here (the reason is printed; nothing fuzzed)")
     fuzz.add_argument("--device", default=None, help="the device to fuzz (default: the default device)")
     fuzz.add_argument("--minutes", type=float, default=1.0, help="how long to run (default: 1)")
     fuzz.add_argument("--seed", type=int, default=None, help="the first seed (default: random)")

@@ -9,15 +9,17 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
 import ember as em
 from ember.core import dtype as dtypes
 from ember.core.ops import Op
-from ember.testing.fuzz import EmberMaker, FuzzMismatch, FuzzStats, check_program, compare, fuzz_test
+from ember.core.errors import DTypeError
+from ember.testing.fuzz import (EXIT_CLEAN, EXIT_FINDINGS, EXIT_FUZZER_BUG, EXIT_UNAVAILABLE, EmberMaker, FuzzMismatch,
+                                FuzzStats, check_program, compare, fuzz, fuzz_test)
 from ember.testing.program import Call, Program, Ref, Source
-from ember.testing.strategies import programs
+from ember.testing.strategies import broadcast_shape, broadcastable, programs, shapes
 
 # Examples per device: the C backend compiles a kernel in ~70 ms, PoCL in ~0.3 s (a cold cache costs ~1 s/example).
 EXAMPLES = {"c": 150}
@@ -121,7 +123,102 @@ def test_command_line_fuzz_runs_and_reports() -> None:
     result = subprocess.run([sys.executable, "-m", "ember", "fuzz", "--device", "c", "--minutes", "0.05", "--seed", "4"],
                             capture_output=True, text=True, timeout=300)
     assert "examples" in result.stdout and "/s" in result.stdout, result.stdout + result.stderr
-    assert result.returncode == (1 if "MISMATCH" in result.stdout or "CRASH" in result.stdout else 0), result.stdout
+    found = "MISMATCH" in result.stdout or "CRASH" in result.stdout
+    expected = EXIT_FINDINGS if found else EXIT_FUZZER_BUG if "FUZZER BUG" in result.stdout else EXIT_CLEAN
+    assert result.returncode == expected, result.stdout + result.stderr
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@given(st.data())
+def test_a_broadcast_shape_broadcasts(data: st.DataObject) -> None:
+    shape = data.draw(shapes())
+    first = data.draw(broadcast_shape(shape))
+    assert broadcastable(first, shape), (first, shape)
+    joint = np.broadcast_shapes(shape, first)
+    second = data.draw(broadcast_shape(joint))  # what `where` draws its other value with
+    np.broadcast_shapes(shape, first, second)
+
+
+GENERATOR_SEEDS = range(201)  # the chunk seeds a fuzz run starting at 0 goes through first
+
+
+def test_both_generators_draw_valid_programs_for_many_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The op fuzzer's and the gradient fuzzer's Hypothesis tests, two programs for each seed, with the device check
+    replaced by the rest of the harness (the reference's noisy runs; torch's gradients) and the printing: nothing
+    raises, and every call drawn is one the reference accepts unless it mixes dtypes a user may not mix (shapes are
+    drawn to fit: operands broadcast, dims exist, crops stay inside)."""
+    import ember.testing.fuzz as fuzz_module
+    import ember.testing.gradient_fuzz as gradient_module
+    import ember.testing.strategies as strategies
+
+    rejected: list[str] = []
+    run_reference = strategies._run_reference
+
+    def watched(node: object, values: list) -> object:
+        try:
+            return run_reference(node, values)
+        except DTypeError:
+            raise
+        except Exception as error:
+            rejected.append(f"{node}: {type(error).__name__}: {error}")
+            raise
+
+    def harness_only(program: Program, device: str) -> tuple[int, int]:
+        fuzz_module.reference_samples(program.pruned())
+        compile(program.code(device), "<program>", "exec")
+        return 1, 0
+
+    def gradient_harness_only(program: Program, device: str) -> None:
+        gradient_module.gradients(program.pruned(), gradient_module.TorchMaker(), gradient_module.torch_adapters())
+        compile(gradient_module.gradient_code(program, device), "<program>", "exec")
+
+    monkeypatch.setattr(strategies, "_run_reference", watched)
+    monkeypatch.setattr(fuzz_module, "check_program", harness_only)
+    monkeypatch.setattr(gradient_module, "check_gradients", gradient_harness_only)
+    stats = FuzzStats()
+    for chunk_seed in GENERATOR_SEEDS:
+        for test in (fuzz_test("dummy:0", stats, 2), gradient_module.gradient_fuzz_test("dummy:0", stats, 2)):
+            try:
+                seed(chunk_seed)(test)()
+            except Exception as error:  # noqa: BLE001 - the seed goes into the failure
+                pytest.fail(f"seed {chunk_seed}: the generator or harness raised {type(error).__name__}: {error}")
+        assert not rejected, f"seed {chunk_seed}: drew calls the reference rejects:\n" + "\n".join(rejected)
+    assert stats.passed == stats.examples == 4 * len(GENERATOR_SEEDS)
+
+
+def test_a_generator_error_is_a_fuzzer_bug_with_its_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ember.testing.strategies as strategies
+
+    def broken(draw: object, builder: object, target: int) -> None:
+        raise ValueError("planted generator error")
+
+    monkeypatch.setattr(strategies, "KINDS", {"unary": broken})
+    lines: list[str] = []
+    stats = fuzz("dummy:0", 2.0, start_seed=40, chunk=2, report=lines.append, gradients=False)
+    assert not stats.failures and stats.fuzzer_bugs and stats.examples == 0, lines
+    assert lines[0].startswith("FUZZER BUG on dummy:0 (seed 40):"), lines[0]
+    assert "the fuzzer itself raised ValueError: planted generator error" in lines[0]
+    assert "not in dummy:0" in lines[0] and "--seed 40" in lines[0] and "MISMATCH" not in "".join(lines)
+
+
+def test_command_line_exit_status_tells_a_fuzzer_bug_and_an_unavailable_device(tmp_path) -> None:
+    # a sitecustomize on PYTHONPATH plants a generator error in the command and in its worker processes
+    (tmp_path / "sitecustomize.py").write_text(
+        "import ember.testing.strategies as strategies\n"
+        "def broken(draw, builder, target):\n"
+        "    raise ValueError('planted generator error')\n"
+        "strategies.KINDS = {'unary': broken}\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), root, os.environ.get("PYTHONPATH", "")]))
+    command = [sys.executable, "-m", "ember", "fuzz", "--device", "dummy", "--minutes", "0.04", "--seed", "8"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
+    assert result.returncode == EXIT_FUZZER_BUG, result.stdout + result.stderr
+    assert "FUZZER BUG on dummy:0 (seed 8)" in result.stdout and "planted generator error" in result.stdout
+    assert "MISMATCH" not in result.stdout and "CRASH" not in result.stdout and "FUZZER BUGS" in result.stdout
+    unavailable = subprocess.run([sys.executable, "-m", "ember", "fuzz", "--device", "opencl", "--minutes", "0.04"],
+                                 capture_output=True, text=True, timeout=300, env=dict(os.environ, EMBER_BACKENDS="c"))
+    assert unavailable.returncode == EXIT_UNAVAILABLE, unavailable.stdout + unavailable.stderr
+    assert "backend 'opencl' is not available" in unavailable.stdout and "Traceback" not in unavailable.stderr
 
 
 def test_a_gradient_mismatch_in_a_worker_is_reported_not_a_crash(tmp_path) -> None:

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
-from hypothesis.errors import Flaky, FlakyFailure
+from hypothesis.errors import FlakyFailure
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
@@ -187,7 +188,8 @@ class FuzzStats:
     passed: int = 0
     elements_compared: int = 0
     elements_uncertain: int = 0
-    failures: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # ember disagreed with the reference, raised, or crashed
+    fuzzer_bugs: list[str] = field(default_factory=list)  # the fuzzer itself failed (its generator or its harness)
     seconds: float = 0.0
 
     @property
@@ -209,10 +211,8 @@ def fuzz_test(device: str, stats: FuzzStats, max_examples: int, max_calls: int =
         if deadline is not None and time.monotonic() > deadline:
             return
         stats.examples += 1
-        if CurrentProgram.path is not None:
-            with open(CurrentProgram.path, "w") as file:
-                file.write(program.code(device))
-        compared, uncertain = check_program(program, device)
+        with CurrentProgram.running(lambda: program.code(device)):
+            compared, uncertain = check_program(program, device)
         stats.passed += 1
         stats.elements_compared += compared
         stats.elements_uncertain += uncertain
@@ -225,7 +225,8 @@ def fuzz(device: str, seconds: float, start_seed: int = 0, chunk: int = 50, max_
          gradients: bool = True, other_devices: tuple[str, ...] = ()) -> FuzzStats:
     """Fuzz `device` for `seconds`, in chunks of `chunk` examples seeded start_seed, start_seed + 1, ...
 
-    Every fourth chunk checks gradients against torch instead (when `gradients` is set)."""
+    Every fourth chunk checks gradients against torch instead (when `gradients` is set). A chunk whose generator or
+    harness raises (anything but a FuzzMismatch) is a fuzzer bug: reported with its seed, and the next chunk goes on."""
     stats = FuzzStats()
     start = time.monotonic()
     deadline = start + seconds
@@ -242,22 +243,38 @@ def fuzz(device: str, seconds: float, start_seed: int = 0, chunk: int = 50, max_
                                               extra_outputs=extra_outputs, other_devices=other_devices))
         try:
             test()
-        except (FuzzMismatch, Flaky) as failure:
-            text = failure_text(failure)
-            stats.failures.append(text)
-            if text in seen:
-                report(f"MISMATCH on {device} (seed {chunk_seed}): the same program as an earlier failure")
+        except Exception as failure:  # noqa: BLE001 - sorted below: a finding about ember, or a bug of the fuzzer
+            if is_fuzzer_bug(failure):
+                text = fuzzer_bug_text(failure, device, chunk_seed, max_calls)
+                stats.fuzzer_bugs.append(text)
+                kind, key = "FUZZER BUG", "".join(traceback.format_exception(failure))
             else:
-                report(f"MISMATCH on {device} (seed {chunk_seed}):\n{text}")
-            seen.add(text)
+                text = failure_text(failure)
+                stats.failures.append(text)
+                kind, key = "MISMATCH", text
+            if key in seen:
+                report(f"{kind} on {device} (seed {chunk_seed}): the same as an earlier one")
+            else:
+                report(f"{kind} on {device} (seed {chunk_seed}):\n{text}")
+            seen.add(key)
         chunk_seed += 1
         stats.seconds = time.monotonic() - start
         if time.monotonic() - last_report > progress_seconds:
             last_report = time.monotonic()
             report(f"{device}: {stats.examples} examples ({stats.gradient_examples} of gradients), {stats.passed} "
-                   f"passed, {len(stats.failures)} failures, {stats.examples_per_second:.2f} examples/s")
+                   f"passed, {len(stats.failures)} failures, {len(stats.fuzzer_bugs)} fuzzer bugs, "
+                   f"{stats.examples_per_second:.2f} examples/s")
     stats.seconds = time.monotonic() - start
     return stats
+
+
+def is_fuzzer_bug(failure: BaseException) -> bool:
+    """Whether a failed chunk is the fuzzer's own fault: anything but a FuzzMismatch (a program ember got wrong) and
+    a FlakyFailure made of FuzzMismatches (ember got a program wrong only sometimes). A FlakyStrategyDefinition
+    (the generator drew differently from the same choices) is the generator's fault too."""
+    if isinstance(failure, FlakyFailure):
+        return not all(isinstance(error, FuzzMismatch) for error in failure.exceptions)
+    return not isinstance(failure, FuzzMismatch)
 
 
 def failure_text(failure: BaseException) -> str:
@@ -265,29 +282,54 @@ def failure_text(failure: BaseException) -> str:
     if isinstance(failure, FlakyFailure):
         inner = "\n".join(failure_text(error) for error in failure.exceptions)
         return f"FLAKY: the program failed once and then passed when run again\n{inner}"
-    if isinstance(failure, Flaky):
-        return f"FLAKY ({type(failure).__name__}): {failure}"
     return str(failure)
+
+
+def fuzzer_bug_text(failure: BaseException, device: str, chunk_seed: int, max_calls: int = 8) -> str:
+    """The report of an error of the fuzzer itself: what raised, the traceback, and the command that repeats it."""
+    calls = f" --max-calls {max_calls}" if max_calls != 8 else ""
+    backend = device.split(":")[0]
+    return (f"the fuzzer itself raised {type(failure).__name__}: {failure}\n"
+            f"This is a bug in ember/testing (the program generator or the checking harness), not in {device}. "
+            f"Repeat it with: python -m ember fuzz --device {backend} --seed {chunk_seed}{calls} --minutes 1\n"
+            + "".join(traceback.format_exception(failure)).rstrip())
 
 
 WORKER_SECONDS = 300.0  # a fresh worker process every 5 minutes: compiled libraries do not pile up in one process
 
+# Exit statuses of `python -m ember fuzz` (2 is argparse's for a bad command line).
+EXIT_CLEAN = 0
+EXIT_FINDINGS = 1  # ember disagreed with the reference or torch, raised on a valid program, or crashed
+EXIT_FUZZER_BUG = 3  # no finding about ember, but the fuzzer itself failed (its generator or its harness)
+EXIT_BAD_DEVICE = 2  # no such backend or device
+EXIT_UNAVAILABLE = 77  # the device's backend is not available here: nothing fuzzed (77: "skipped", as in automake)
+
 
 def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_calls: int = 8,
               keep_cache: bool = False, other_devices: tuple[str, ...] = ()) -> int:
-    """`python -m ember fuzz`: fuzz until the time is up; print every failure; exit status 1 on a mismatch.
+    """`python -m ember fuzz`: fuzz until the time is up; print every failure; return the exit status.
 
     The fuzzing runs in worker processes, so a crash of a kernel (a segfault) is reported with the program that
-    caused it and the run goes on."""
+    caused it and the run goes on. Exit status: EXIT_FINDINGS on a mismatch or crash, else EXIT_FUZZER_BUG if the
+    fuzzer itself failed, else EXIT_CLEAN; EXIT_UNAVAILABLE (with the reason printed) if the device is not here."""
     import json
+    import signal
     import subprocess
     import sys
     import tempfile
 
+    from ember.core.errors import BackendUnavailable, DeviceError
     from ember.scheduler.devices import resolve_device
 
-    device = resolve_device(device)
-    other_devices = tuple(resolve_device(other) for other in other_devices)
+    try:
+        device = resolve_device(device)
+        other_devices = tuple(resolve_device(other) for other in other_devices)
+    except BackendUnavailable as error:
+        print(f"ember fuzz: {error}; nothing fuzzed (exit status {EXIT_UNAVAILABLE}: skipped)", flush=True)
+        return EXIT_UNAVAILABLE
+    except DeviceError as error:
+        print(f"ember fuzz: {error}", flush=True)
+        return EXIT_BAD_DEVICE
     if start_seed is None:
         start_seed = int.from_bytes(os.urandom(3), "little")
     also = f" (moving values to {', '.join(other_devices)} too)" if other_devices else ""
@@ -305,8 +347,9 @@ def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_ca
             for path in (stats_path, program_path):
                 if os.path.exists(path):
                     os.remove(path)
+            worker_seed = start_seed + 10_000 * worker
             command = [sys.executable, "-m", "ember.testing.fuzz", "--device", device, "--seconds",
-                       str(min(remaining, WORKER_SECONDS)), "--seed", str(start_seed + 10_000 * worker),
+                       str(min(remaining, WORKER_SECONDS)), "--seed", str(worker_seed),
                        "--max-calls", str(max_calls), "--stats", stats_path, "--program", program_path]
             command += [argument for other in other_devices for argument in ("--with-device", other)]
             result = subprocess.run(command, env=environment)
@@ -320,18 +363,33 @@ def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_ca
                 total.elements_compared += done["elements_compared"]
                 total.elements_uncertain += done["elements_uncertain"]
                 total.failures += done["failures"]
-            else:
+                total.fuzzer_bugs += done["fuzzer_bugs"]
+                continue
+            # the worker died: while running a program (its code is still in program_path), or by a signal, is a
+            # crash of ember; a worker that exited with a Python traceback between programs is a fuzzer bug
+            running = os.path.exists(program_path)
+            how = (f"killed by {signal.Signals(-result.returncode).name}" if result.returncode < 0 and
+                   -result.returncode in signal.valid_signals() else f"exit status {result.returncode}")
+            if running or result.returncode < 0:
                 crashes += 1
-                program = open(program_path).read() if os.path.exists(program_path) else "(unknown)"
-                message = f"the worker died (exit status {result.returncode}) while running:\n{program}"
+                program = open(program_path).read() if running else "(no program: it died between programs)"
+                message = f"the worker died ({how}) while running:\n{program}"
                 total.failures.append(message)
                 print(f"CRASH on {device}: {message}", flush=True)
+            else:
+                message = (f"the fuzz worker (seeds from {worker_seed}) stopped with {how} outside any program "
+                           "(its traceback is above): a bug in the fuzzer, not in the device")
+                total.fuzzer_bugs.append(message)
+                print(f"FUZZER BUG on {device}: {message}", flush=True)
     total.seconds = minutes * 60
+    bugs = f", {len(total.fuzzer_bugs)} FUZZER BUGS (in ember/testing, not in {device})" if total.fuzzer_bugs else ""
     print(f"done: {total.examples} examples ({total.gradient_examples} of gradients) in {total.seconds:.0f} s "
           f"({total.examples_per_second:.2f}/s), "
-          f"{total.passed} without a mismatch, {len(total.failures)} failures ({crashes} crashes); "
+          f"{total.passed} without a mismatch, {len(total.failures)} failures ({crashes} crashes){bugs}; "
           f"{total.elements_compared} output elements compared, {total.elements_uncertain} left uncertain", flush=True)
-    return 1 if total.failures else 0
+    if total.failures:
+        return EXIT_FINDINGS
+    return EXIT_FUZZER_BUG if total.fuzzer_bugs else EXIT_CLEAN
 
 
 def _worker(argv: list[str] | None = None) -> int:
@@ -354,7 +412,7 @@ def _worker(argv: list[str] | None = None) -> int:
     with open(arguments.stats, "w") as file:
         json.dump({"examples": stats.examples, "gradient_examples": stats.gradient_examples, "passed": stats.passed,
                    "elements_compared": stats.elements_compared, "elements_uncertain": stats.elements_uncertain,
-                   "failures": stats.failures}, file)
+                   "failures": stats.failures, "fuzzer_bugs": stats.fuzzer_bugs}, file)
     return 0
 
 
@@ -362,6 +420,20 @@ class CurrentProgram:
     """Where a worker writes the program it is about to run (so a crash can name it); None: nowhere."""
 
     path: str | None = None
+
+    @classmethod
+    @contextmanager
+    def running(cls, code: Callable[[], str]) -> Iterator[None]:
+        """Keep the program's code in `path` while it runs: only a worker that dies meanwhile leaves it there."""
+        if cls.path is None:
+            yield
+            return
+        with open(cls.path, "w") as file:
+            file.write(code())
+        try:
+            yield
+        finally:
+            os.remove(cls.path)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,11 @@ from hypothesis.extra import numpy as hnp
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
+from ember.core.shapes import broadcast_shapes
 from ember.testing.fuzz import CurrentProgram, EmberMaker, FuzzMismatch, FuzzStats
 from ember.testing.program import Call, Program, Ref, Source
-from ember.testing.strategies import ProgramBuilder, broadcast_shape, getitem, pad, reshape, shapes
+from ember.testing.strategies import (ProgramBuilder, broadcast_shape, broadcastable, getitem, matmul_operand_shape, pad,
+                                      reshape, shapes)
 
 RELATIVE_TOLERANCE = 2e-3
 ABSOLUTE_TOLERANCE = 2e-4  # times the largest gradient magnitude (at least 1)
@@ -78,7 +80,7 @@ def arithmetic(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
     elif kind == "existing":
         shape = builder.values[target].shape
         candidates = [index for index, value in enumerate(builder.values)
-                      if value is not None and value.dtype.is_float and _broadcastable(value.shape, shape)]
+                      if value is not None and value.dtype.is_float and broadcastable(value.shape, shape)]
         operand = Ref(draw(st.sampled_from(candidates[::-1])))
     else:
         operand = Ref(draw(grad_source(builder, draw(broadcast_shape(builder.values[target].shape)))))
@@ -90,10 +92,6 @@ def arithmetic(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
                 np.abs(np.broadcast_arrays(values, other)[0] - np.broadcast_arrays(values, other)[1]).min() < 1e-2):
             return
     builder.add_call(Call(target, method, (operand,)))
-
-
-def _broadcastable(first: tuple[int, ...], second: tuple[int, ...]) -> bool:
-    return all(a == b or a == 1 or b == 1 for a, b in zip(reversed(first), reversed(second)))
 
 
 def reduction(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
@@ -166,8 +164,7 @@ def matmul(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
     value = builder.values[target]
     if value.ndim == 0:
         return
-    shape = draw(st.sampled_from([(value.shape[-1], 3), (value.shape[-1],), (2, value.shape[-1], 2)]))
-    other = draw(grad_source(builder, shape))
+    other = draw(grad_source(builder, matmul_operand_shape(draw, value.shape, draw(st.sampled_from([3, 2])))))
     builder.add_call(Call(target, "__matmul__", (Ref(other),)))
 
 
@@ -177,7 +174,8 @@ def select(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
     condition_shape = draw(broadcast_shape(shape))
     condition = builder.add_source(Source("tensor", dtypes.bool_, condition_shape,
                                           values=draw(hnp.arrays(np.bool_, condition_shape))))
-    other = draw(grad_source(builder, draw(broadcast_shape(shape))))
+    # the other value broadcasts with the condition too, not only with the target
+    other = draw(grad_source(builder, draw(broadcast_shape(broadcast_shapes(shape, condition_shape)))))
     builder.add_call(Call(target, "where", (Ref(condition), Ref(other))))
 
 
@@ -333,10 +331,8 @@ def gradient_fuzz_test(device: str, stats: FuzzStats, max_examples: int, derando
             return
         stats.examples += 1
         stats.gradient_examples += 1
-        if CurrentProgram.path is not None:
-            with open(CurrentProgram.path, "w") as file:
-                file.write(gradient_code(program, device))
-        check_gradients(program, device)
+        with CurrentProgram.running(lambda: gradient_code(program, device)):
+            check_gradients(program, device)
         stats.passed += 1
 
     return test

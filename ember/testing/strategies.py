@@ -1,9 +1,12 @@
 """Hypothesis strategies for the fuzzer: random programs of Tensor ops over random shapes, dtypes and values.
 
 A program is built one call at a time. Each call is evaluated on the reference tensor as it is drawn, so the
-generator knows every value's shape, dtype and contents: calls a user would get an error for (a bad broadcast, sub
-on bools) are skipped, and float-to-integer casts of values outside the target range (undefined in C) get a clamp.
-Draws are ordered so that Hypothesis shrinks toward short chains of simple ops on small shapes.
+generator knows every value's shape, dtype and contents. Shapes and dims are drawn to fit (operands broadcast with
+each other, dims and indices exist, crops stay inside, a maximum is never taken over nothing); dtype combinations a
+user would get an error for (sub on bools, mean of integers) are drawn and then skipped, and float-to-integer casts
+of values outside the target range (undefined in C) get a clamp. A drawing error is a bug of the fuzzer: the
+runner reports it as one (tests/test_fuzz.py generates many seeds to keep it so). Draws are ordered so that
+Hypothesis shrinks toward short chains of simple ops on small shapes.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from hypothesis.extra import numpy as hnp
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import EmberError
-from ember.core.shapes import prod
+from ember.core.shapes import broadcast_shapes, prod
 from ember.testing.program import Call, Program, Ref, Source, run_node
 from ember.testing.reference import REFERENCE_DEVICE, ReferenceTensor
 
@@ -49,6 +52,7 @@ REDUCTIONS = [
     "softmax", "log_softmax", "max", "min",
 ]
 SINGLE_DIM = frozenset({"argmax", "argmin", "cumsum", "softmax", "log_softmax"})
+EXTREMES = frozenset({"amax", "amin", "max", "min", "argmax", "argmin"})  # undefined over an empty dim
 MOVEMENT = ["reshape", "permute", "expand", "pad", "getitem", "flip", "transpose", "squeeze", "unsqueeze", "flatten",
             "narrow", "contiguous", "realize"]
 
@@ -113,7 +117,10 @@ class ProgramBuilder:
         return len(self.values) - 1
 
     def add_call(self, call: Call) -> int | None:
-        """Append `call` if the reference accepts it; None if it is a user error or makes too large a value."""
+        """Append `call` if the reference accepts it and return its index.
+
+        None if it is a user error or makes too large a value (not appended), or if the reference crashed on it:
+        then the call is kept as the program's last value, so the check reports the crash, and drawing stops."""
         try:
             value = _run_reference(call, self.values)
         except USER_ERRORS:
@@ -122,7 +129,7 @@ class ProgramBuilder:
             self.program.nodes.append(call)
             self.values.append(None)  # type: ignore[arg-type]
             self.stopped = True
-            return len(self.values) - 1
+            return None
         if not isinstance(value, ReferenceTensor) or value.numel() > MAX_ELEMENTS:
             return None
         self.program.nodes.append(call)
@@ -174,18 +181,26 @@ def draw_source(draw: st.DrawFn, builder: ProgramBuilder, dtype: DType, shape: t
 
 @st.composite
 def broadcast_shape(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """A shape that broadcasts with `shape`: each dim kept or 1, leading dims dropped or added."""
+    """A shape that broadcasts with `shape`: each dim kept or 1, then leading dims dropped or one new one added.
+
+    A new leading dim goes in front of all of `shape`'s dims (only when none were dropped), so it never lines up
+    with one of them."""
     result = [draw(st.sampled_from([size, 1])) for size in shape]
-    drop = draw(st.integers(0, len(result)))
-    result = result[drop:] if draw(st.integers(0, 3)) == 3 else result
-    if draw(st.integers(0, 5)) == 5 and len(result) < 5:
+    change = draw(st.sampled_from(["none", "none", "none", "drop", "none", "add"]))  # shrinks to "none"
+    if change == "drop":
+        result = result[draw(st.integers(0, len(result))):]
+    elif change == "add" and len(result) < 5:
         result = [draw(st.sampled_from([2, 1, 3]))] + result
     return tuple(result)
 
 
-def draw_operand(draw: st.DrawFn, builder: ProgramBuilder, target: int, want_dtype: DType | None = None) -> Any:
-    """A second operand for a binary op on values[target]: an existing value, a new source, or a Python scalar."""
+def draw_operand(draw: st.DrawFn, builder: ProgramBuilder, target: int, want_dtype: DType | None = None,
+                 broadcast_with: tuple[int, ...] | None = None) -> Any:
+    """A second operand for a binary op on values[target]: an existing value, a new source, or a Python scalar.
+
+    A tensor operand broadcasts with `broadcast_with` (default: the target's shape)."""
     value = builder.values[target]
+    shape = value.shape if broadcast_with is None else broadcast_with
     kind = draw(st.sampled_from(["source", "scalar", "existing"]))
     if kind == "scalar":
         dtype = want_dtype or draw(st.sampled_from([value.dtype, dtypes.float32, dtypes.int64, dtypes.bool_]))
@@ -194,20 +209,18 @@ def draw_operand(draw: st.DrawFn, builder: ProgramBuilder, target: int, want_dty
     if kind == "existing":
         compatible = [
             index for index, other in enumerate(builder.values)
-            if other is not None and _broadcastable(other.shape, value.shape)
+            if other is not None and broadcastable(other.shape, shape)
         ]
         if compatible:
             return Ref(draw(st.sampled_from(compatible[::-1])))
-    shape = draw(broadcast_shape(value.shape))
+    new_shape = draw(broadcast_shape(shape))
     dtype = want_dtype or builder.dtype(draw, like=value.dtype)
-    return Ref(draw_source(draw, builder, dtype, shape))
+    return Ref(draw_source(draw, builder, dtype, new_shape))
 
 
-def _broadcastable(first: tuple[int, ...], second: tuple[int, ...]) -> bool:
-    for a, b in zip(reversed(first), reversed(second)):
-        if a != b and a != 1 and b != 1:
-            return False
-    return True
+def broadcastable(first: tuple[int, ...], second: tuple[int, ...]) -> bool:
+    """Whether two shapes broadcast together (each trailing pair of dims equal or one of them 1)."""
+    return all(a == b or a == 1 or b == 1 for a, b in zip(reversed(first), reversed(second)))
 
 
 # ---- calls by kind ---------------------------------------------------------------------------------------------------
@@ -248,7 +261,8 @@ def where(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
     else:
         condition = draw_source(draw, builder, dtypes.bool_, draw(broadcast_shape(value.shape)))
         selected = target
-    other = draw_operand(draw, builder, selected)
+    both = broadcast_shapes(builder.values[condition].shape, builder.values[selected].shape)
+    other = draw_operand(draw, builder, selected, broadcast_with=both)  # broadcasts with the condition too
     if isinstance(other, Ref) and draw(st.booleans()):
         selected, other = other.index, Ref(selected)
     builder.add_call(Call(selected, "where", (Ref(condition), other)))
@@ -360,10 +374,12 @@ def pad(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
 
 
 def getitem(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
-    """Basic indexing: ints, slices with positive steps, None and Ellipsis."""
+    """Basic indexing: ints, slices with positive steps, None and Ellipsis (then the parts index the last dims)."""
     value = builder.values[target]
-    parts: list[Any] = []
-    for size in value.shape[: draw(st.integers(1, value.ndim))]:
+    count = draw(st.integers(1, value.ndim))
+    ellipsis = draw(st.integers(0, 4)) == 4 and count < value.ndim
+    parts: list[Any] = [Ellipsis] if ellipsis else []
+    for size in (value.shape[value.ndim - count:] if ellipsis else value.shape[:count]):
         kind = draw(st.sampled_from(["slice", "slice", "int", "none", "all"]))
         if kind == "int" and size:
             parts.append(draw(st.integers(-size, size - 1)))
@@ -377,8 +393,6 @@ def getitem(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
             stop = draw(st.one_of(st.none(), st.integers(-size - 1, size + 1)))
             step = draw(st.sampled_from([None, 1, 2, 3]))
             parts.append(slice(start, stop, step))
-    if draw(st.integers(0, 4)) == 4:
-        parts.insert(0, Ellipsis) if len(parts) < value.ndim else None
     builder.add_call(Call(target, "__getitem__", (tuple(parts),)))
 
 
@@ -387,37 +401,63 @@ def reduction(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
     method = draw(st.sampled_from(REDUCTIONS))
     rank = value.ndim
     keepdim = draw(st.booleans())
+    # a maximum or minimum of nothing (or its index) is an error: those reduce only dims that are not empty
+    axes = nonempty_axes(value.shape) if method in EXTREMES else list(range(rank))
+    dims_allowed = [*axes, *(axis - rank for axis in axes)] if rank else [0, -1]
+    whole_allowed = method not in EXTREMES or value.numel() > 0
     if method in SINGLE_DIM:
-        if method in ("argmax", "argmin") and draw(st.integers(0, 3)) == 3:
+        if method in ("argmax", "argmin") and draw(st.integers(0, 3)) == 3 and whole_allowed:
             builder.add_call(Call(target, method, (), (("keepdim", keepdim),)))
             return
-        dim = draw(st.integers(-max(rank, 1), max(rank, 1) - 1))
+        if not dims_allowed:
+            return
+        dim = draw(st.sampled_from(dims_allowed))
         kwargs = (("keepdim", keepdim),) if method in ("argmax", "argmin") else ()
         builder.add_call(Call(target, method, (dim,), kwargs))
         return
     if method in ("max", "min"):
-        builder.add_call(Call(target, method))
+        if whole_allowed:
+            builder.add_call(Call(target, method))
         return
-    if draw(st.integers(0, 4)) == 4 or rank == 0:
-        builder.add_call(Call(target, method, (), (("keepdim", keepdim),) if method != "logsumexp" else ()))
+    if (draw(st.integers(0, 4)) == 4 or rank == 0) and whole_allowed:
+        if method == "logsumexp":  # it has no form without dims: name them all
+            builder.add_call(Call(target, method, (tuple(range(rank)) if rank else 0,), (("keepdim", keepdim),)))
+        else:
+            builder.add_call(Call(target, method, (), (("keepdim", keepdim),)))
         return
-    dims = draw(st.lists(st.integers(-rank, rank - 1), min_size=1, max_size=rank, unique_by=lambda a: a % rank))
+    if not rank or not axes:
+        return
+    dims = draw(st.lists(st.sampled_from(dims_allowed), min_size=1, max_size=len(axes), unique_by=lambda a: a % rank))
     dim: Any = dims[0] if len(dims) == 1 and draw(st.booleans()) else tuple(dims)
     if method == "prod":
         dim = dims[0]
     builder.add_call(Call(target, method, (dim,), (("keepdim", keepdim),)))
 
 
+def nonempty_axes(shape: tuple[int, ...]) -> list[int]:
+    """The axes of a shape whose size is not 0 (the ones a maximum or minimum may reduce)."""
+    return [axis for axis, size in enumerate(shape) if size]
+
+
+def matmul_operand_shape(draw: st.DrawFn, shape: tuple[int, ...], columns: int) -> tuple[int, ...]:
+    """A right operand's shape for `a @ b` with `a` of `shape` (rank 1 or more): a matrix, a vector, or a batch of
+    matrices whose batch dim broadcasts with `a`'s."""
+    inner = shape[-1]
+    form = draw(st.sampled_from(["matrix", "vector", "batched"]))
+    if form == "vector":
+        return (inner,)
+    if form == "matrix":
+        return (inner, columns)
+    batch = draw(st.sampled_from([shape[-3], 1])) if len(shape) >= 3 else 2
+    return (batch, inner, columns)
+
+
 def matmul(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
     value = builder.values[target]
-    if value.ndim == 0:
+    if value.ndim == 0 or value.dtype.is_bool:  # matmul takes two numbers of one dtype
         return
-    inner = value.shape[-1]
-    columns = draw(st.sampled_from([1, 3, 2, 5, 0]))
-    form = draw(st.sampled_from(["matrix", "vector", "batched"]))
-    shape = {"matrix": (inner, columns), "vector": (inner,), "batched": (2, inner, columns)}[form]
-    dtype = builder.dtype(draw, like=value.dtype)
-    other = draw_source(draw, builder, dtype, shape)
+    shape = matmul_operand_shape(draw, value.shape, draw(st.sampled_from([1, 3, 2, 5, 0])))
+    other = draw_source(draw, builder, value.dtype, shape)
     builder.add_call(Call(target, "__matmul__", (Ref(other),)))
 
 
@@ -427,11 +467,18 @@ def combination(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
     rank = value.ndim
     if rank == 0:
         return
-    axes = tuple(sorted(set(draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank)))))
     method = draw(st.sampled_from(["sum", "amax", "mean", "amin"]))
+    allowed = nonempty_axes(value.shape) if method in EXTREMES else list(range(rank))
+    if not allowed:
+        method, allowed = "sum", list(range(rank))
+    axes = tuple(sorted(set(draw(st.lists(st.sampled_from(allowed), min_size=1, max_size=rank)))))
     form = draw(st.sampled_from(["pad", "expand", "reshape", "permute_padded", "broadcast_back"]))
     if form == "permute_padded":
-        padded = builder.add_call(Call(target, "pad", (tuple(draw(st.integers(-1, 2)) for _ in range(2 * rank)),)))
+        amounts: list[int] = []
+        for size in reversed(value.shape):  # torch's order: the last dim's (before, after) first
+            before = draw(st.integers(-min(1, size), 2))
+            amounts += [before, draw(st.integers(-min(1, size + min(0, before)), 2))]  # crops stay inside the dim
+        padded = builder.add_call(Call(target, "pad", (tuple(amounts),)))
         if padded is not None:
             builder.add_call(Call(padded, "permute", (tuple(draw(st.permutations(range(rank)))),)))
         return
