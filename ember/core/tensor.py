@@ -21,7 +21,9 @@ from ember.core.losses import LossOps
 from ember.core.movement import MovementOps
 from ember.core.ops import Op
 from ember.core.reductions import ReductionOps
+from ember.core.searching import SearchingOps
 from ember.core.shapes import Shape, prod
+from ember.core.sorting import SortingOps
 
 
 class GradMode:
@@ -33,7 +35,8 @@ class GradMode:
 _next_sequence = itertools.count().__next__  # creation order: a tensor's history only holds older tensors
 
 
-class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps, ConvolutionOps, LossOps):
+class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps, ConvolutionOps, LossOps,
+             SortingOps, SearchingOps):
     """A lazy n-dimensional array with PyTorch's API. Nothing runs until a value is needed."""
 
     __slots__ = ("__weakref__", "_context", "_hooks", "_requires_grad", "_retains_grad", "_sequence", "grad", "node")
