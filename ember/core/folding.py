@@ -11,7 +11,7 @@ fused kernel, which also does the zero products of the inserted elements.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ember.core.convolution import IntOrInts, _check_positive, _ints, _spatial_input, _window_axis, windows
 from ember.core.errors import DTypeError, ShapeError
@@ -106,8 +106,14 @@ def _transposed_convolution(source: Tensor, weight: Tensor, bias: Tensor | None,
     if any(size == 0 for size in sizes) or any(size < 0 for size in outputs):
         raise ShapeError(f"{op}: given input of shape {list(source.shape)} and weight of shape {list(weight.shape)}, "
                          f"the output size {list(outputs)} is negative (or the input's spatial size is 0)")
-    if batched.shape[0] == 0 or any(size == 0 for size in outputs):  # an empty result (torch allows it)
-        empty = batched._full((batched.shape[0], out_channels) + outputs, 0, batched.dtype, batched.device)
+    if batched.shape[0] == 0 or any(size == 0 for size in outputs):  # an empty result (torch allows it), made
+        # from the operands so that their gradients are zeros rather than missing
+        shape = (batched.shape[0], out_channels) + outputs
+        empty = None
+        for operand in (batched, weight, bias):
+            if operand is not None:
+                part = operand.reshape(-1).narrow(0, 0, 0).reshape(shape)
+                empty = part if empty is None else empty + part
         return empty.squeeze(0) if unbatched else empty
     # stride - 1 zeros between the elements: each becomes (element, zeros...) and the trailing zeros are cut
     spread = batched

@@ -1,4 +1,4 @@
-"""Searching and counting Tensor methods (unique, unique_consecutive, histc) and the functions searchsorted and bucketize.
+"""Searching and counting: Tensor.unique, unique_consecutive and histc; the functions searchsorted and bucketize.
 
 unique sorts (see `sort_network`), marks where each run of equal values starts, reads the number of runs from the
 device (the output size depends on the data, as in torch), and moves the first element of each run to the front by

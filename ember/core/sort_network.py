@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 COUNTING_LIMIT = 64  # rows up to this length are ranked by counting; longer rows sort blocks of it, then merge
 COUNTING_WORK_LIMIT = 2**22  # longer rows are still ranked by counting while batch * n^2 stays below this
-STEPS_PER_KERNEL = 2  # compare-exchange steps fused in one kernel (each fused step doubles the reads; 3 compiles slowly)
+STEPS_PER_KERNEL = 2  # network steps fused per kernel (each fused step doubles the reads; 3 compile very slowly)
 LOW_BITS = 2**32
 
 

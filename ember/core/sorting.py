@@ -49,7 +49,8 @@ class SortingOps:
         """The values sorted along dim 0 (torch.msort)."""
         return _sort_along(self, 0, False, "msort")[0]
 
-    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> ValuesIndices:  # noqa: A002
+    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True,
+             sorted: bool = True) -> ValuesIndices:  # noqa: A002 - torch's name
         """The k largest (or smallest) values along dim and their indices, sorted (also for sorted=False)."""
         _reject_bool(self, "topk")
         axis, size = _axis_and_size(self, dim, "topk")
@@ -256,8 +257,9 @@ def _evenly_distributed(flat: Tensor, value: Tensor) -> Tensor:
     matches = (flat == exact).logical_or(flat.isnan().logical_and(exact.isnan()))
     # a maximum over the matches alone is the value, and REDUCE_MAX splits its gradient among them; for -inf the
     # sign is turned so the matches are not tied with the fill
+    # (without NaN matches, so that branch's own backward stays finite when the other one is taken)
     turn = where(exact == -math.inf, -1.0, 1.0).cast(flat.dtype)
-    maximum = where(matches, flat * turn, -math.inf).amax() * turn
+    maximum = where(matches.logical_and(exact.isnan().logical_not()), flat * turn, -math.inf).amax() * turn
     nan_mean = where(matches, flat, 0.0).sum() / matches.sum().cast(flat.dtype)  # NaN, with the gradient shared
     return where(exact.isnan(), nan_mean, maximum)
 
