@@ -13,6 +13,7 @@ from ember.core.dtype import DType
 from ember.core.convolution import ConvolutionOps
 from ember.core.elementwise import ElementwiseOps
 from ember.core.errors import AutogradError, DTypeError
+from ember.core.folding import FoldingOps
 from ember.core.functional import FunctionalOps
 from ember.core.graph import Node, infer
 from ember.core.indexing import IndexingOps
@@ -21,7 +22,9 @@ from ember.core.losses import LossOps
 from ember.core.movement import MovementOps
 from ember.core.ops import Op
 from ember.core.reductions import ReductionOps
+from ember.core.searching import SearchingOps
 from ember.core.shapes import Shape, prod
+from ember.core.sorting import SortingOps
 
 
 class GradMode:
@@ -33,7 +36,8 @@ class GradMode:
 _next_sequence = itertools.count().__next__  # creation order: a tensor's history only holds older tensors
 
 
-class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps, ConvolutionOps, LossOps):
+class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps, ConvolutionOps, LossOps,
+             SortingOps, SearchingOps, FoldingOps):
     """A lazy n-dimensional array with PyTorch's API. Nothing runs until a value is needed."""
 
     __slots__ = ("__weakref__", "_context", "_hooks", "_requires_grad", "_retains_grad", "_sequence", "grad", "node")

@@ -31,8 +31,9 @@ from ember.nn.activation import (
 )
 from ember.nn.attention import MultiheadAttention
 from ember.nn.containers import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
-from ember.nn.conv import Conv1d, Conv2d
+from ember.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from ember.nn.dropout import Dropout, Dropout1d, Dropout2d
+from ember.nn.fold import Fold, Unfold
 from ember.nn.linear import Bilinear, Flatten, Identity, Linear, Unflatten
 from ember.nn.loss import (
     BCELoss,
@@ -73,12 +74,17 @@ __all__ = [
     "Bilinear",
     "Conv1d",
     "Conv2d",
+    "Conv3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "ConvTranspose3d",
     "CrossEntropyLoss",
     "Dropout",
     "Dropout1d",
     "Dropout2d",
     "Embedding",
     "Flatten",
+    "Fold",
     "GRUCell",
     "GroupNorm",
     "Hardshrink",
@@ -128,6 +134,7 @@ __all__ = [
     "TransformerEncoder",
     "TransformerEncoderLayer",
     "Unflatten",
+    "Unfold",
     "functional",
     "init",
 ]

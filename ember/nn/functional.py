@@ -38,6 +38,40 @@ def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: In
     return input.conv3d(weight, bias, stride, padding, dilation, groups)
 
 
+def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,  # noqa: A002
+                     padding: IntOrInts = 0, output_padding: IntOrInts = 0, groups: int = 1,
+                     dilation: IntOrInts = 1) -> Tensor:
+    return input.conv_transpose1d(weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,  # noqa: A002
+                     padding: IntOrInts = 0, output_padding: IntOrInts = 0, groups: int = 1,
+                     dilation: IntOrInts = 1) -> Tensor:
+    return input.conv_transpose2d(weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,  # noqa: A002
+                     padding: IntOrInts = 0, output_padding: IntOrInts = 0, groups: int = 1,
+                     dilation: IntOrInts = 1) -> Tensor:
+    return input.conv_transpose3d(weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def unfold(input: Tensor, kernel_size: IntOrInts, dilation: IntOrInts = 1, padding: IntOrInts = 0,  # noqa: A002
+           stride: IntOrInts = 1) -> Tensor:
+    """im2col: the sliding blocks of [N, C, H, W] as columns [N, C * kh * kw, L] (a view)."""
+    from ember.core.folding import im2col
+
+    return im2col(input, kernel_size, dilation, padding, stride)
+
+
+def fold(input: Tensor, output_size: IntOrInts, kernel_size: IntOrInts, dilation: IntOrInts = 1,  # noqa: A002
+         padding: IntOrInts = 0, stride: IntOrInts = 1) -> Tensor:
+    """col2im: columns [N, C * kh * kw, L] summed into [N, C, *output_size] (overlaps add up)."""
+    from ember.core.folding import col2im
+
+    return col2im(input, output_size, kernel_size, dilation, padding, stride)
+
+
 # ---- pooling ------------------------------------------------------------------------------------------------
 
 

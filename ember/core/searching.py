@@ -1,0 +1,271 @@
+"""Searching and counting: Tensor.unique, unique_consecutive and histc; the functions searchsorted and bucketize.
+
+unique sorts (see `sort_network`), marks where each run of equal values starts, reads the number of runs from the
+device (the output size depends on the data, as in torch), and moves the first element of each run to the front by
+a second stable sort keyed on (not a run start, position). The inverse indices are a prefix count of the run
+starts, carried back to input order by sorting on the input positions. Equality is torch's: -0.0 equals 0.0, each
+NaN is a value of its own. searchsorted, bucketize and histc compare every value with every boundary or bin
+(one fused reduce, no memory of that size).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from ember.core import dtype as dtypes
+from ember.core.dtype import promote_types
+from ember.core.elementwise import where
+from ember.core.errors import DTypeError, ShapeError
+from ember.core.movement import cat, stack
+from ember.core.shapes import normalize_dim, prod
+from ember.core.sort_network import order_keys, sort_records, sort_rows, values_from_keys
+
+if TYPE_CHECKING:
+    from ember.core.tensor import Tensor
+
+SCAN_COUNTING_LIMIT = 2048  # prefix counts of rows up to this length are one masked sum (n^2 work), longer ones
+# take log2(n) shifted additions
+
+
+class SearchingOps:
+    """Mixin: unique, unique_consecutive and histc. Needs the elementwise, reduction and movement mixins."""
+
+    __slots__ = ()
+
+    def unique(self: Tensor, sorted: bool = True, return_inverse: bool = False,  # noqa: A002 - torch's name
+               return_counts: bool = False, dim: int | None = None) -> Any:
+        """The distinct values in ascending order (also for sorted=False, as torch does on the CPU); optionally the
+        index of each input element in them and how often each occurs. With dim, the distinct slices along dim."""
+        if dim is None:
+            values, inverse, counts = _unique_sorted(self.reshape(-1, 1), return_inverse, return_counts)
+            inverse = inverse.reshape(self.shape) if inverse is not None else None
+            return _outputs(values.reshape(-1), inverse, counts, return_inverse, return_counts)
+        axis = normalize_dim(dim, self.ndim, "unique")
+        moved = self.movedim(axis, 0)
+        slices = moved.reshape(moved.shape[0], prod(moved.shape[1:]))  # [n, m]: one row per slice
+        values, inverse, counts = _unique_sorted(slices, return_inverse, return_counts)
+        values = values.reshape((values.shape[0],) + moved.shape[1:]).movedim(0, axis)
+        return _outputs(values, inverse, counts, return_inverse, return_counts)
+
+    def unique_consecutive(self: Tensor, return_inverse: bool = False, return_counts: bool = False,
+                           dim: int | None = None) -> Any:
+        """The first value of each run of equal consecutive values (or slices along dim), like torch."""
+        if dim is None:
+            flat = self.reshape(-1)
+            values, inverse, counts = _compact(flat, _run_starts(flat.reshape(-1, 1)), return_inverse, return_counts)
+            inverse = inverse.reshape(self.shape) if inverse is not None else None
+            return _outputs(values, inverse, counts, return_inverse, return_counts)
+        axis = normalize_dim(dim, self.ndim, "unique_consecutive")
+        moved = self.movedim(axis, 0)
+        slices = moved.reshape(moved.shape[0], prod(moved.shape[1:]))
+        values, inverse, counts = _compact(slices, _run_starts(slices), return_inverse, return_counts)
+        values = values.reshape((values.shape[0],) + moved.shape[1:]).movedim(0, axis)
+        return _outputs(values, inverse, counts, return_inverse, return_counts)
+
+    def histc(self: Tensor, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:  # noqa: A002
+        """A histogram of `bins` equal bins over [min, max] (the data's range when min == max); values outside it
+        and NaN are ignored, the last bin includes max. Counts have the input's dtype, as in torch."""
+        if not self.dtype.is_float:
+            raise DTypeError(f"histc: expects a floating point tensor (as in PyTorch), got {self.dtype.name}")
+        if isinstance(bins, bool) or not isinstance(bins, int) or bins <= 0:
+            raise ValueError(f"histc: bins must be a positive integer, got {bins!r}")
+        low, high = float(min), float(max)
+        if low == high and self.numel() > 0:
+            from ember.core.tensor import realize
+
+            smallest, largest = self.amin(), self.amax()
+            realize(smallest, largest)
+            low, high = float(smallest.item()), float(largest.item())
+        if low == high:
+            low, high = low - 1, high + 1
+        if not (math.isfinite(low) and math.isfinite(high)):
+            raise ValueError(f"histc: the range [{low}, {high}] is not finite")
+        if low > high:
+            raise ValueError(f"histc: max ({high}) must be larger than min ({low})")
+        flat = self.reshape(-1)
+        # torch's bin: trunc((x - min) * bins / (max - min)) in the input's dtype, max itself in the last bin
+        left = self._full((), low, self.dtype, self.device)
+        width = self._full((), high, self.dtype, self.device) - left
+        position = ((flat - left) * bins / width).cast(dtypes.int64)
+        position = where(position == bins, bins - 1, position)
+        inside = (flat >= low).logical_and(flat <= high)
+        position = where(inside, position, -1)
+        labels = self._arange_primitive(bins, dtypes.int64, self.device).reshape(bins, 1)
+        return (position == labels).sum(1, dtype=self.dtype)
+
+
+def searchsorted(sorted_sequence: Tensor, input: Any, *, out_int32: bool = False, right: bool = False,  # noqa: A002
+                 side: str | None = None, sorter: Tensor | None = None) -> Tensor:
+    """torch.searchsorted: for each value, the index where it would be inserted into the innermost dim of
+    sorted_sequence to keep it sorted (before equal values, or after them with right=True or side='right').
+
+    A NaN value goes after everything; a sorted_sequence holding NaN (at its end, as sort puts it) is read with NaN
+    as the largest value (torch's binary search gives varying answers there).
+    """
+    from ember.core.tensor import Tensor
+
+    if side is not None:
+        if side not in ("left", "right"):
+            raise ValueError(f"searchsorted: side can only be 'left' or 'right', got {side!r}")
+        if right and side == "left":
+            raise ValueError("searchsorted: side='left' and right=True contradict each other")
+        right = side == "right"
+    if not isinstance(sorted_sequence, Tensor):
+        raise TypeError(f"searchsorted: sorted_sequence must be a Tensor, got {type(sorted_sequence).__name__}")
+    scalar = not isinstance(input, Tensor)
+    values = sorted_sequence._full((), input, _scalar_dtype(sorted_sequence, input), sorted_sequence.device) \
+        if scalar else input
+    boundaries = sorted_sequence
+    if sorter is not None:
+        if sorter.shape != boundaries.shape or not sorter.dtype.is_int:
+            raise ShapeError(f"searchsorted: sorter must be an integer tensor of the shape of sorted_sequence "
+                             f"{boundaries.shape}, got {sorter.dtype.name} {sorter.shape}")
+        boundaries = boundaries.gather(-1, sorter)
+    if boundaries.ndim == 0:
+        raise ShapeError("searchsorted: sorted_sequence must have at least one dim")
+    if boundaries.ndim > 1 and (values.ndim != boundaries.ndim or values.shape[:-1] != boundaries.shape[:-1]):
+        raise ShapeError(
+            f"searchsorted: sorted_sequence of shape {boundaries.shape} must be 1-d, or its leading dims must match "
+            f"those of the values, got values of shape {values.shape}"
+        )
+    if values.dtype.is_bool or boundaries.dtype.is_bool:
+        raise DTypeError("searchsorted: bool tensors are not supported (as in PyTorch)")
+    common = promote_types(values.dtype, boundaries.dtype)
+    values, boundaries = values.cast(common), boundaries.cast(common)
+    size = boundaries.shape[-1]
+    expanded = values.unsqueeze(-1)  # [..., M, 1] against boundaries [..., 1, N]
+    edges = boundaries.unsqueeze(-2) if boundaries.ndim > 1 else boundaries
+    counted = (edges <= expanded) if right else (edges < expanded)
+    result = counted.sum(-1)
+    if common.is_float:
+        result = where(values.isnan(), size, result)
+    return result.cast(dtypes.int32 if out_int32 else dtypes.int64)
+
+
+def bucketize(input: Any, boundaries: Tensor, *, out_int32: bool = False, right: bool = False) -> Tensor:  # noqa: A002
+    """torch.bucketize: the index of the bucket of each value among 1-d boundaries (boundaries[i-1] < x <=
+    boundaries[i], or boundaries[i-1] <= x < boundaries[i] with right=True)."""
+    if getattr(boundaries, "ndim", None) != 1:
+        raise ShapeError(f"bucketize: boundaries must be a 1-d tensor, got shape {getattr(boundaries, 'shape', None)}")
+    return searchsorted(boundaries, input, out_int32=out_int32, right=right)
+
+
+# ---- helpers --------------------------------------------------------------------------------------------------------
+
+
+def _scalar_dtype(like: Tensor, value: Any) -> Any:
+    if isinstance(value, bool):
+        return dtypes.bool_
+    if isinstance(value, int):
+        return like.dtype if not like.dtype.is_bool else dtypes.int64
+    return like.dtype if like.dtype.is_float else dtypes.float32
+
+
+def _outputs(values: Tensor, inverse: Tensor | None, counts: Tensor | None, return_inverse: bool,
+             return_counts: bool) -> Any:
+    if not return_inverse and not return_counts:
+        return values
+    result = [values]
+    if return_inverse:
+        result.append(inverse)
+    if return_counts:
+        result.append(counts)
+    return tuple(result)
+
+
+def _key_rows(slices: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+    """The n slices [n, m] as m int64 key rows that order them and m rows of -0.0 flags (none for non-floats)."""
+    keys, flags = order_keys(slices.T)
+    key_rows = [row.reshape(-1) for row in keys.cast(dtypes.int64).split(1, 0)] if slices.shape[1] else []
+    flag_rows = [row.reshape(-1) for row in flags.split(1, 0)] if slices.dtype.is_float and slices.shape[1] else []
+    return key_rows, flag_rows
+
+
+def _slices_from_rows(key_rows: Tensor, flag_rows: Tensor | None, dtype: Any) -> Tensor:
+    """The inverse of _key_rows for rows [m, k]: slices [k, m]."""
+    flags = flag_rows if flag_rows is not None else key_rows * 0
+    return values_from_keys(key_rows, flags, dtype).T
+
+
+def _run_starts(slices: Tensor) -> Tensor:
+    """Whether each of the slices [n, m] starts a run: it is the first, or differs from the one before it (NaN
+    differs from everything, -0.0 equals 0.0)."""
+    size = slices.shape[0]
+    previous = slices._pad_and_shrink([(1, -1), (0, 0)])
+    if slices.shape[1]:
+        differs = (slices != previous).any(1)
+    else:
+        differs = slices._full((size,), False, dtypes.bool_, slices.device)
+    first = slices._arange_primitive(size, dtypes.int64, slices.device) == 0
+    return differs.logical_or(first)
+
+
+def _unique_sorted(slices: Tensor, return_inverse: bool, return_counts: bool
+                   ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """unique over the n slices of slices [n, m] (m = 1: single elements), in lexicographic order."""
+    size, width = slices.shape
+    if size == 0:
+        empty = slices._full((0,), 0, dtypes.int64, slices.device)
+        return slices, empty, empty
+    positions = slices._arange_primitive(size, dtypes.int64, slices.device)
+    if width == 1:
+        values, order = sort_rows(slices.reshape(1, -1), False)
+        sorted_slices, order = values.reshape(-1, 1), order.reshape(-1)
+    elif width == 0:
+        sorted_slices, order = slices, positions
+    else:  # records (keys..., position, flags...): the position breaks ties before the sign of a zero is seen
+        key_rows, flag_rows = _key_rows(slices)
+        records = sort_records(stack(key_rows + [positions] + flag_rows).unsqueeze(0))
+        records = records.reshape(-1, size)
+        order = records[width]
+        sorted_slices = _slices_from_rows(records[:width], records[width + 1:] if flag_rows else None, slices.dtype)
+    values, sorted_inverse, counts = _compact(sorted_slices, _run_starts(sorted_slices), return_inverse,
+                                              return_counts)
+    inverse = None
+    if return_inverse:  # inverse[order[r]] = sorted_inverse[r]: sort the (order, group) pairs by order
+        pairs = sort_records(stack([order, sorted_inverse]).unsqueeze(0))
+        inverse = pairs.reshape(2, size)[1]
+    return values, inverse, counts
+
+
+def _compact(slices: Tensor, starts: Tensor, return_inverse: bool, return_counts: bool
+             ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """The slices [n, m] (or elements [n]) where starts is True, in order; for each slice its group (the number of
+    starts up to it, minus one); and the length of each group. Reads the number of groups from the device."""
+    size = slices.shape[0]
+    if size == 0:
+        empty = slices._full((0,), 0, dtypes.int64, slices.device)
+        return slices, empty, empty
+    rows = slices.reshape(size, -1)
+    width = rows.shape[1]
+    count = int(starts.sum().item())
+    positions = slices._arange_primitive(size, dtypes.int64, slices.device)
+    key_rows, flag_rows = _key_rows(rows)
+    not_start = starts.logical_not().cast(dtypes.int64)
+    # (not a start, position) orders the starts first, in input order; the values ride along as payload
+    records = sort_records(stack([not_start, positions] + key_rows + flag_rows).unsqueeze(0))
+    records = records.reshape(-1, size)[:, :count]
+    values = _slices_from_rows(records[2:2 + width], records[2 + width:] if flag_rows else None, slices.dtype)
+    values = values.reshape((count,) + slices.shape[1:])
+    counts = None
+    if return_counts:
+        first = records[1]  # the position of the first slice of each group
+        counts = cat([first[1:], first._full((1,), size, dtypes.int64, first.device)]) - first
+    inverse = _inclusive_count(starts) - 1 if return_inverse else None
+    return values, inverse, counts
+
+
+def _inclusive_count(flags: Tensor) -> Tensor:
+    """The running number of True flags (an int64 prefix sum of a 1-d bool tensor)."""
+    running = flags.cast(dtypes.int64)
+    size = running.shape[0]
+    if size <= SCAN_COUNTING_LIMIT:
+        return running.cumsum(0)
+    shift = 1
+    while shift < size:  # Hillis-Steele: add the value `shift` places back, doubling shift; one kernel per 2 steps
+        running = running + running._pad_and_shrink([(shift, -shift)])
+        shift *= 2
+        if shift.bit_length() % 2 == 1 and shift < size:
+            running = running.contiguous()
+    return running
