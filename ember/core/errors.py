@@ -37,3 +37,7 @@ class OutOfMemoryError(EmberError, MemoryError):
 
 class AutogradError(EmberError, RuntimeError):
     """Misuse of autograd: backward without history, a missing gradient, an in-place change of a leaf needing grad."""
+
+
+class LinAlgError(EmberError, RuntimeError):
+    """A linear-algebra routine met a matrix it cannot handle (a singular matrix where an inverse was asked)."""
