@@ -60,8 +60,8 @@ def test_in_place_forms(device: str) -> None:
     source, torch_source = pair(random_array((2, 3), seed=1), device)
     results = [x.clone().index_add_(0, index, source), x.clone().index_copy_(0, index, source),
                x.clone().index_fill_(1, index[:1], -1.0), x.clone().put_(index, source[0, :2], accumulate=True)]
-    expected = [tx.clone().index_add_(0, torch_index, torch_source), tx.clone().index_copy_(0, torch_index, torch_source),
-                tx.clone().index_fill_(1, torch_index[:1], -1.0),
+    expected = [tx.clone().index_add_(0, torch_index, torch_source),
+                tx.clone().index_copy_(0, torch_index, torch_source), tx.clone().index_fill_(1, torch_index[:1], -1.0),
                 tx.clone().put_(torch_index, torch_source[0, :2], accumulate=True)]
     mask, torch_mask = pair(random_array((3,), np.bool_, seed=2), device)
     results.append(x.clone().masked_scatter_(mask, x.flip(0)))
@@ -94,7 +94,8 @@ def test_put_and_masked_scatter(device: str) -> None:
     check(x.masked_scatter(wide, many), tx.masked_scatter(torch_wide, torch_many), "broadcast self, 1-d source")
     check(integers.masked_scatter(mask[:2, :3], integers.flip(1)),
           torch_integers.masked_scatter(torch_mask[:2, :3], torch_integers.flip(1)))
-    check(em.zeros(0, 2, device=device).masked_scatter(em.zeros(0, 2, device=device).bool(), em.zeros(0, device=device)),
+    nothing = em.zeros(0, 2, device=device)
+    check(nothing.masked_scatter(nothing.bool(), em.zeros(0, device=device)),
           torch.zeros(0, 2).masked_scatter(torch.zeros(0, 2).bool(), torch.zeros(0)))
     check.verify()
 
