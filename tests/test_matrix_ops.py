@@ -60,6 +60,29 @@ def test_diagonals(device: str) -> None:
     check.verify()
 
 
+def test_diagonal_writes(device: str) -> None:
+    check = BatchedChecks()
+    x, tx = pair(random_array((2, 3, 4)), device)
+    for offset, dim1, dim2 in ((0, 0, 1), (1, -1, 1), (-2, 2, 0), (5, 1, 2)):
+        shape = tuple(tx.diagonal(offset, dim1, dim2).shape)
+        src, torch_src = pair(random_array(shape, seed=1), device)
+        check(x.diagonal_scatter(src, offset, dim1, dim2), torch.diagonal_scatter(tx, torch_src, offset, dim1, dim2),
+              f"diagonal_scatter {offset} {dim1} {dim2}")
+    integers, torch_integers = pair(random_array((3, 3), np.int32), device)
+    check(integers.diagonal_scatter(em.ones(3, device=device)),
+          torch.diagonal_scatter(torch_integers, torch.ones(3)), "src cast to self's dtype")
+    for shape, wrap in (((7, 3), True), ((7, 3), False), ((3, 7), True), ((2, 2, 2), False), ((0, 3), True)):
+        filled = em.zeros(*shape, device=device)
+        assert filled.fill_diagonal_(2.5, wrap) is filled
+        check(filled, torch.zeros(*shape).fill_diagonal_(2.5, wrap), f"fill_diagonal_ {shape} {wrap}")
+    check(integers.clone().fill_diagonal_(-1.7), torch_integers.clone().fill_diagonal_(-1.7))
+    check.verify()
+    with pytest.raises(em.ShapeError, match="must have the shape"):
+        x.diagonal_scatter(em.ones(3, device=device))
+    with pytest.raises(em.ShapeError, match="one size"):
+        x.fill_diagonal_(1.0)
+
+
 def test_rot90_kron_tensordot(device: str) -> None:
     check = BatchedChecks(atol=1e-5, rtol=1e-5)
     a, ta = pair(random_array((2, 3, 4)), device)
@@ -291,6 +314,7 @@ GRADIENT_CASES = [
     Case("diagonal", lambda x: x.diagonal(-1, 2, 0), [(4, 2, 3)]),
     Case("diag_embed", lambda x: x.diag_embed(1, 0, -1), [(2, 3)]),
     Case("trace", lambda x: x.trace(), [(4, 3)]),
+    Case("diagonal_scatter", lambda x, y: x.diagonal_scatter(y, -1), [(4, 3), (3,)]),
     Case("rot90", lambda x: x.rot90(3, (1, 0)), [(2, 3)]),
     Case("kron", lambda x, y: x.kron(y), [(2, 3), (2, 1, 2)]),
     Case("tensordot", lambda x, y: function("tensordot")(x, y, ([0, 2], [1, 0])), [(2, 3, 4), (4, 2, 5)]),

@@ -6,6 +6,7 @@ column 0 of the block flattened and padded to n x (n + 1)), so gradients come fr
 
 from __future__ import annotations
 
+import math
 import operator
 import warnings
 from collections.abc import Sequence
@@ -94,6 +95,48 @@ class MatrixStructureOps:
             raise ShapeError(f"diag_embed: the dims cannot be identical, got dim1={dim1} and dim2={dim2}")
         source = self.reshape(1) if self.ndim == 0 else self
         return embed_last(source, offset).movedim((-2, -1), (first, second))
+
+    def diagonal_scatter(self: Tensor, src: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        """A copy of self with the diagonal that diagonal(offset, dim1, dim2) reads replaced by src (cast)."""
+        from ember.core.elementwise import where
+
+        diagonal_shape = self.diagonal(offset, dim1, dim2).shape  # checks the dims
+        if src.shape != diagonal_shape:
+            raise ShapeError(f"diagonal_scatter: src of shape {src.shape} must have the shape {diagonal_shape} of the "
+                             f"diagonal it replaces (offset {offset}, dims {dim1} and {dim2} of the shape {self.shape})")
+        first, second = normalize_dim(dim1, self.ndim), normalize_dim(dim2, self.ndim)
+        rows, columns = self.shape[first], self.shape[second]
+        length = src.shape[-1]
+        if length == 0:
+            return self
+        row_start, column_start = (0, offset) if offset >= 0 else (-offset, 0)
+        amounts = [(0, 0)] * (src.ndim - 1) + [(row_start, rows - row_start - length),
+                                               (column_start, columns - column_start - length)]
+
+        def placed(values: Tensor) -> Tensor:
+            return embed_last(values, 0)._pad_and_shrink(amounts).movedim((-2, -1), (first, second))
+
+        inside = placed(src._full(src.shape, True, dtypes.bool_, src.device))
+        return where(inside, placed(src.cast(self.dtype)), self)
+
+    def fill_diagonal_(self: Tensor, fill_value: Any, wrap: bool = False) -> Tensor:
+        """Set the main diagonal (all indices equal) to fill_value in place; a tall matrix with wrap=True starts
+        the diagonal again every columns + 1 rows, as torch."""
+        from ember.core.elementwise import where
+
+        if self.ndim < 2:
+            raise ShapeError(f"fill_diagonal_: the tensor needs at least 2 dims, got shape {self.shape}")
+        if self.ndim > 2 and len(set(self.shape)) != 1:
+            raise ShapeError(f"fill_diagonal_: all dims of a tensor with more than 2 dims must have one size, got "
+                             f"shape {self.shape}")
+        step = sum(math.prod(self.shape[axis + 1:]) for axis in range(self.ndim))  # the flat distance of (i, i, ..)
+        count = min(self.shape)
+        total = math.prod(self.shape)
+        if wrap and self.ndim == 2:
+            count = -(-total // step) if step else 0
+        flat = self._arange_primitive(total, dtypes.int64, self.device)
+        on_diagonal = ((flat % max(step, 1)) == 0).logical_and(flat < step * count).reshape(self.shape)
+        return self.assign(where(on_diagonal, self._full((), fill_value, self.dtype, self.device), self))
 
     def trace(self: Tensor) -> Tensor:
         """The sum of the main diagonal of a matrix (integers and bool sum to int64, like torch)."""
