@@ -42,3 +42,7 @@ class AutogradError(EmberError, RuntimeError):
 class CompileFallbackWarning(RuntimeWarning):
     """A device failed to build or launch a kernel as ember lowered it (a driver that cannot compile some vector
     form), so ember built it again with narrower vectors or none; the message names the device, kernel and error."""
+
+
+class LinAlgError(EmberError, RuntimeError):
+    """A linear-algebra routine met a matrix it cannot handle (a singular matrix where an inverse was asked)."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember.core import dtype as dtypes
 from ember.core.errors import DTypeError, ShapeError
+from ember.core.index_updates import IndexUpdateOps
 from ember.core.ops import Op
 from ember.core.shapes import Shape, broadcast_shapes, normalize_dim
 
@@ -238,7 +239,7 @@ def _slice_bounds(index: slice, size: int) -> tuple[int, int, int]:
     return start, max(start, stop), step
 
 
-class IndexingOps:
+class IndexingOps(IndexUpdateOps):
     """Mixin: indexing, gather/scatter and masks. Needs the movement and elementwise mixins."""
 
     __slots__ = ()

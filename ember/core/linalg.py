@@ -1,11 +1,18 @@
-"""Linear algebra Tensor methods: matmul with batch broadcasting, dot, outer, and torch's einsum."""
+"""Linear algebra Tensor methods: matmul with batch broadcasting, dot, outer, and torch's einsum.
+
+LinalgOps also gathers the families with files of their own: diagonals and grids (matrix_structure), products,
+distances and covariance (products), determinants, inverses and solves (elimination).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ember.core.elimination import EliminationOps
 from ember.core.errors import DTypeError, ShapeError
+from ember.core.matrix_structure import MatrixStructureOps
+from ember.core.products import ProductOps
 from ember.core.shapes import broadcast_shapes
 
 if TYPE_CHECKING:
@@ -23,7 +30,7 @@ def _check_same_dtype(op: str, left: Tensor, right: Tensor) -> None:
         raise DTypeError(f"{op}: not supported for bool tensors; cast them to an integer or float dtype first")
 
 
-class LinalgOps:
+class LinalgOps(MatrixStructureOps, ProductOps, EliminationOps):
     """Mixin: matrix products, written as broadcast multiply + sum so they fuse with what comes after."""
 
     __slots__ = ()
@@ -124,16 +131,7 @@ def _parse_term(term: str, equation: str) -> list[str]:
 
 def _diagonal(tensor: Tensor, first: int, second: int) -> Tensor:
     """The diagonal of two equal-size axes, kept at the position of `first` (a strided view, no copy)."""
-    size = tensor.shape[first]
-    others = [axis for axis in range(tensor.ndim) if axis not in (first, second)]
-    moved = tensor.permute(*others, first, second)
-    lead = moved.shape[:-2]
-    # element (i, i) of the flattened [size, size] block sits at i * (size + 1)
-    flat = moved.reshape(lead + (size * size,))
-    strided = flat._pad_and_shrink([(0, 0)] * len(lead) + [(0, size)]).reshape(lead + (size, size + 1))
-    diagonal = strided.shrink([None] * len(lead) + [None, (0, 1)]).reshape(lead + (size,))
-    target = first if first < second else first - 1
-    return diagonal.movedim(-1, target)
+    return tensor.diagonal(0, first, second).movedim(-1, first if first < second else first - 1)
 
 
 def einsum(equation: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
