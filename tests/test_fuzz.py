@@ -202,12 +202,15 @@ def test_a_generator_error_is_a_fuzzer_bug_with_its_seed(monkeypatch: pytest.Mon
 
 
 def test_command_line_exit_status_tells_a_fuzzer_bug_and_an_unavailable_device(tmp_path) -> None:
-    # a sitecustomize on PYTHONPATH plants a generator error in the command and in its worker processes
+    # a sitecustomize on PYTHONPATH plants a generator error in the command and in its worker processes, in both
+    # generators: the dummy device computes nothing, so any program that ran would be a (true) mismatch there
     (tmp_path / "sitecustomize.py").write_text(
+        "import ember.testing.gradient_fuzz as gradient_fuzz\n"
         "import ember.testing.strategies as strategies\n"
         "def broken(draw, builder, target):\n"
         "    raise ValueError('planted generator error')\n"
-        "strategies.KINDS = {'unary': broken}\n")
+        "strategies.KINDS = {'unary': broken}\n"
+        "gradient_fuzz.KINDS = {'unary': broken}\n")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), root, os.environ.get("PYTHONPATH", "")]))
     command = [sys.executable, "-m", "ember", "fuzz", "--device", "dummy", "--minutes", "0.04", "--seed", "8"]
