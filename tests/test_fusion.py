@@ -161,3 +161,27 @@ def test_mlp_training_step_kernel_count_and_values(device: str) -> None:
         assert abs(loss.item() - tloss.item()) < 1e-4
     assert len(record.kernels) <= 15 + 2 * 4, str(record)
     assert_close(model[2].weight, reference[2].weight.detach(), atol=1e-5)
+
+
+def test_a_kernel_never_reads_more_buffers_than_its_device_binds(device: str, monkeypatch) -> None:
+    from ember.scheduler import schedule
+    from ember.scheduler.kernelize import KernelItem, kernelize
+
+    limit = 6  # WebGPU adapters bind 8 to a few dozen storage buffers per kernel
+    arrays = [random_array((4, 3), seed=seed) for seed in range(40)]
+    tensors = [em.tensor(array, device=device).realize() for array in arrays]
+    total = tensors[0]
+    for tensor in tensors[1:]:
+        total = total * 0.5 + tensor.exp()
+    total = total.sum(1) * tensors[-1][:, 0]  # a fused reduction, then a broadcast read
+    expected = torch.tensor(arrays[0])
+    for array in arrays[1:]:
+        expected = expected * 0.5 + torch.tensor(array).exp()
+    expected = expected.sum(1) * torch.tensor(arrays[-1])[:, 0]
+    items = kernelize([total.node], lambda name: limit)
+    reads = [len(item.inputs) for item in items if isinstance(item, KernelItem)]
+    assert max(reads) <= limit - 1 and len(reads) > 1, reads
+    assert max(len(item.inputs) for item in kernelize([total.node]) if isinstance(item, KernelItem)) >= limit
+    monkeypatch.setattr(schedule, "kernel_buffer_limit", lambda name: limit)
+    schedule.SCHEDULES.entries.clear()
+    assert_close(total, expected, rtol=1e-4)

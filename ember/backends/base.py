@@ -31,6 +31,7 @@ class DeviceInfo:
     has_native_exp2: bool = True
     can_run: bool = True  # False for render-only (dummy) devices
     concurrent_compile: bool = False  # compile() may run in several threads at once (the C compiler may)
+    max_kernel_buffers: int = 2**31 - 1  # buffers one kernel may bind, its output included (WebGPU: a few dozen)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def unsupported(self, used: set[DType]) -> list[DType]:

@@ -187,9 +187,9 @@ class WGPUDevice(Device):
             local_memory_bytes=adapter.limits.get("max-compute-workgroup-storage-size", 16384),
             preferred_vector_width=4,
             supported_dtypes=frozenset(dtypes.ALL_DTYPES) - unsupported,
+            max_kernel_buffers=limits.get("max-storage-buffers-per-shader-stage", 8),
             extra={
                 "adapter": f"{adapter_info.get('device', '')} ({adapter_info.get('backend_type', '')})",
-                "max_buffers_per_kernel": limits.get("max-storage-buffers-per-shader-stage", 8),
                 "features": sorted(features),
             },
         )
@@ -207,7 +207,7 @@ class WGPUDevice(Device):
         source = self.render(kernel)
         program = self._programs.get(source)
         if program is None:
-            limit = self.info.extra["max_buffers_per_kernel"]
+            limit = self.info.max_kernel_buffers
             if len(kernel.params) > limit:
                 raise CompileError(
                     f"kernel {kernel.name} has {len(kernel.params)} buffers; {self.name} binds at most {limit} "

@@ -5,7 +5,8 @@ consumes it when every output element of that kernel uses a different reduce res
 is not inside another reduce; otherwise the reduce is stored by a kernel of its own. CONTIGUOUS and COPY always
 mark a boundary. Elementwise work with several consumer kernels is recomputed by each, unless it is expensive
 (SHARED_WORK_LIMIT ops per element or more): then it is stored once, so a recurrence (an RNN's cell state over time
-steps) costs linear work, not quadratic.
+steps) costs linear work, not quadratic. A kernel never reads more buffers than its device binds
+(DeviceInfo.max_kernel_buffers): intermediates are stored until it fits.
 """
 
 from __future__ import annotations
@@ -39,7 +40,14 @@ class CopyItem(NamedTuple):
 ScheduleItem = KernelItem | CopyItem
 
 
-def find_boundaries(roots: list[Node]) -> list[Node]:
+BufferLimit = Callable[[str], int]  # device name -> the most buffers one kernel may bind there, its output included
+
+
+def unlimited_buffers(device: str) -> int:
+    return 2**31 - 1
+
+
+def find_boundaries(roots: list[Node], buffer_limit: BufferLimit = unlimited_buffers) -> list[Node]:
     """Every node to store, dependencies first (the roots included)."""
     boundaries: dict[int, Node] = {}
     pending = [root for root in roots if not root.realized]
@@ -51,6 +59,8 @@ def find_boundaries(roots: list[Node]) -> list[Node]:
         pending = [node for found in depends_on.values() for node in found if id(node) not in boundaries]
         if not pending:
             pending = _expensive_shared_nodes(list(boundaries.values()), boundaries)
+        if not pending:
+            pending = _buffer_limit_cuts(list(boundaries.values()), boundaries, buffer_limit)
     return _post_order([root for root in roots if not root.realized], lambda node: depends_on[id(node)])
 
 
@@ -127,6 +137,39 @@ def _expensive_shared_nodes(kernel_roots: list[Node], boundaries: dict[int, Node
     return chosen
 
 
+def _buffer_limit_cuts(kernel_roots: list[Node], boundaries: dict[int, Node], buffer_limit: BufferLimit) -> list[Node]:
+    """Nodes to store so that no kernel reads more buffers than its device binds (WebGPU: a few dozen).
+
+    Sources first, each node's set of buffers read is the union of its sources'; where it would pass the limit (the
+    output takes one binding), the source reading the most buffers is stored instead, so it counts as one."""
+    chosen: list[Node] = []
+    for root in kernel_roots:
+        if root.op is Op.COPY:
+            continue
+        budget = buffer_limit(root.device) - 1
+        interior = _interior(root, boundaries)
+        computed = {id(node) for node in interior}
+        reads: dict[int, frozenset[int]] = {}
+
+        def reads_of(source: Node) -> frozenset[int]:
+            if id(source) in computed:
+                return reads[id(source)]
+            return frozenset() if source.op in INLINE_LEAVES and not source.realized else frozenset({id(source)})
+
+        for node in (*interior, root):
+            combined = frozenset().union(*(reads_of(source) for source in node.srcs))
+            while len(combined) > budget:
+                splittable = [source for source in node.srcs if id(source) in computed and len(reads[id(source)]) > 1]
+                if not splittable:
+                    break  # one op reading more buffers than the limit directly: the backend says so at compile time
+                largest = max(splittable, key=lambda source: len(reads[id(source)]))
+                chosen.append(largest)
+                computed.discard(id(largest))
+                combined = frozenset().union(*(reads_of(source) for source in node.srcs))
+            reads[id(node)] = combined
+    return chosen
+
+
 def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> None:
     """Find the nodes below kernel_root that must be stored by other kernels."""
     seen: set[tuple[int, bool, bool]] = set()
@@ -190,9 +233,9 @@ def build_kernel(root: Node, boundaries: set[int]) -> KernelItem:
     return KernelItem(root, kernel, tuple(inputs))
 
 
-def kernelize(roots: list[Node]) -> list[ScheduleItem]:
+def kernelize(roots: list[Node], buffer_limit: BufferLimit = unlimited_buffers) -> list[ScheduleItem]:
     """The schedule that realizes `roots`: kernels and copies in dependency order."""
-    ordered = find_boundaries(roots)
+    ordered = find_boundaries(roots, buffer_limit)
     boundary_ids = {id(node) for node in ordered}
     schedule: list[ScheduleItem] = []
     for node in ordered:

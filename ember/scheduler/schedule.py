@@ -58,6 +58,13 @@ def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
     return key, nodes
 
 
+def kernel_buffer_limit(device: str) -> int:
+    """The most buffers one kernel on `device` may bind (its DeviceInfo.max_kernel_buffers)."""
+    from ember.backends.registry import REGISTRY
+
+    return REGISTRY.device(device).info.max_kernel_buffers
+
+
 class ScheduleCache:
     """Signature -> schedule (kernels and copies by node position), least recently used entries dropped."""
 
@@ -76,7 +83,7 @@ class ScheduleCache:
         self.misses += 1
         position = {id(node): index for index, node in enumerate(nodes)}
         items: list[CachedKernel | CachedCopy] = []
-        for item in kernelize(roots):
+        for item in kernelize(roots, kernel_buffer_limit):
             if isinstance(item, CopyItem):
                 items.append(CachedCopy(position[id(item.output)], position[id(item.source)]))
             else:
