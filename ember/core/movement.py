@@ -6,6 +6,7 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ember.core.aliases import numpy_argument_names
 from ember.core.errors import ShapeError
 from ember.core.ops import Op
 from ember.core.shapes import Shape, normalize_dim, normalize_dims, prod, resolve_reshape
@@ -400,6 +401,7 @@ def _pad_axis(tensor: Tensor, axis: int, before: int, after: int, mode: str) -> 
     return cat([left, tensor, right], axis)
 
 
+@numpy_argument_names
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """torch.cat: join tensors along an existing dim (each is padded into place and the pads summed, one kernel).
 
@@ -442,6 +444,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     return result
 
 
+@numpy_argument_names
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """torch.stack: join tensors of one shape along a new dim."""
     from ember.core.tensor import tensor_sequence

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ember.core import dtype as dtypes
+from ember.core.aliases import numpy_argument_names
 from ember.core.dtype import DType
 from ember.core.convolution import ConvolutionOps
 from ember.core.elementwise import ElementwiseOps
@@ -33,6 +34,7 @@ class GradMode:
 _next_sequence = itertools.count().__next__  # creation order: a tensor's history only holds older tensors
 
 
+@numpy_argument_names
 class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps, ConvolutionOps, LossOps):
     """A lazy n-dimensional array with PyTorch's API. Nothing runs until a value is needed."""
 
@@ -292,7 +294,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         return copied
 
     def __reduce__(self) -> Any:
-        raise TypeError("ember tensors cannot be pickled; save tensors with ember.io.save_safetensors instead")
+        raise TypeError("ember tensors cannot be pickled; save them with ember.save(obj, path) (safetensors) instead")
 
     def to(self, *args: Any, **kwargs: Any) -> Tensor:
         """`to(dtype)`, `to(device)` or `to(device, dtype)`, like torch.Tensor.to."""

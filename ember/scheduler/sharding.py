@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.core.aliases import numpy_argument_names
 from ember.core.convolution import ConvolutionOps
 from ember.core.dtype import DType
 from ember.core.elementwise import ElementwiseOps
@@ -61,6 +62,7 @@ def shard(tensor: Tensor, devices: Sequence[str], dim: int = 0) -> ShardedTensor
     return result
 
 
+@numpy_argument_names
 class ShardedTensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps,
                     ConvolutionOps, LossOps):
     """A tensor whose values live in shards along dim `axis`, one shard per device."""
