@@ -12,7 +12,7 @@ from ember.core.dtype import (
 )
 from ember.core.dtype import bool_ as bool  # noqa: A001 - torch's name
 from ember.core.errors import (
-    AutogradError, AxisError, BackendUnavailable, CompileError, DeviceError, DTypeError, EmberError, OutOfMemoryError,
+    ArgumentError, AutogradError, AxisError, BackendUnavailable, CompileError, DeviceError, DTypeError, EmberError, OutOfMemoryError,
     ShapeError,
 )
 from ember.core.elementwise import where

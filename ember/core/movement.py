@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ember.core.aliases import numpy_argument_names
-from ember.core.errors import ShapeError
+from ember.core.errors import ArgumentError, ShapeError
 from ember.core.ops import Op
 from ember.core.shapes import Shape, normalize_dim, normalize_dims, prod, resolve_reshape
 
@@ -144,9 +144,9 @@ class MovementOps:
         if mode == "constant":
             return self._pad_and_shrink(pairs, 0 if value is None else value)
         if mode not in PAD_MODES:
-            raise ValueError(f"pad: unknown mode {mode!r}; valid modes: {', '.join(PAD_MODES)}")
+            raise ArgumentError(f"pad: unknown mode {mode!r}; valid modes: {', '.join(PAD_MODES)}")
         if value is not None and value != 0:
-            raise ValueError(f"pad: a fill value is only used by mode 'constant', not {mode!r}")
+            raise ArgumentError(f"pad: a fill value is only used by mode 'constant', not {mode!r}")
         result = self
         for axis, (before, after) in enumerate(pairs):
             if before or after:
@@ -327,7 +327,7 @@ class MovementOps:
         else:
             split_size = _integer(split_size_or_sections, "split: split_size")
             if split_size < 0 or (split_size == 0 and size != 0):
-                raise ValueError(f"split: split_size must be positive, got {split_size} for dim {dim} of size {size}")
+                raise ArgumentError(f"split: split_size must be positive, got {split_size} for dim {dim} of size {size}")
             step = max(split_size, 1)
             sections = [min(step, size - start) for start in range(0, size, step)] or [0]
         result, start = [], 0
@@ -338,7 +338,7 @@ class MovementOps:
 
     def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         if _integer(chunks, "chunk: chunks") <= 0:
-            raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+            raise ArgumentError(f"chunk: chunks must be positive, got {chunks}")
         size = self.shape[normalize_dim(dim, self.ndim, "chunk")]
         if size == 0:
             return self.split([0] * chunks, dim)
@@ -362,7 +362,7 @@ class MovementOps:
             return tuple(self.narrow(axis, start, max(end - start, 0)) for start, end in zip(starts, ends))
         sections = _integer(split_points, "tensor_split: sections")
         if sections <= 0:
-            raise ValueError(f"tensor_split: the number of sections must be positive, got {sections}")
+            raise ArgumentError(f"tensor_split: the number of sections must be positive, got {sections}")
         base, extra = divmod(size, sections)
         return self.split([base + (1 if index < extra else 0) for index in range(sections)], axis)
 
@@ -412,7 +412,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
 
     parts = tensor_sequence(tensors)
     if not parts:
-        raise ValueError("cat: expected a non-empty sequence of tensors")
+        raise ArgumentError("cat: expected a non-empty sequence of tensors")
     for position, part in enumerate(parts):
         if part.ndim == 0:
             raise ShapeError(f"cat: the zero-dimensional tensor at position {position} cannot be concatenated")
@@ -451,7 +451,7 @@ def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
 
     parts = tensor_sequence(tensors)
     if not parts:
-        raise ValueError("stack: expected a non-empty sequence of tensors")
+        raise ArgumentError("stack: expected a non-empty sequence of tensors")
     for part in parts:
         if part.shape != parts[0].shape:
             shapes = ", ".join(str(part.shape) for part in parts)

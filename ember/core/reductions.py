@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType, to_dtype
 from ember.core.elementwise import where
-from ember.core.errors import DTypeError, ShapeError
+from ember.core.errors import AxisError, DTypeError, ShapeError
 from ember.core.ops import Op
 from ember.core.shapes import normalize_dim, normalize_dims, prod
 
@@ -26,6 +26,13 @@ class ValuesIndices(NamedTuple):
     indices: Any
 
 
+class MinMax(NamedTuple):
+    """The (min, max) result of aminmax, like torch's named tuple."""
+
+    min: Any
+    max: Any
+
+
 class ReductionOps:
     """Mixin: reductions. Needs `_apply`, `_full`, `shape`, `dtype`, `device` from the class."""
 
@@ -33,12 +40,14 @@ class ReductionOps:
 
     def _reduce(self: Tensor, op: Op, dim: Dims, keepdim: bool, name: str) -> Tensor:
         """One reduce primitive over dim (None or () meaning every dim, as in torch), then the reduced dims dropped
-        unless keepdim. A max over a zero-size dim has no identity and raises."""
+        unless keepdim. A max over a zero-size dim has no identity and raises (torch's classes: IndexError for a
+        dim given, RuntimeError for a reduction over every dim)."""
         axes = _reduction_axes(dim, self.ndim, name)
         if op is Op.REDUCE_MAX:
             empty = [axis for axis in axes if self.shape[axis] == 0]
             if empty:
-                raise ShapeError(
+                every_dim = dim is None or (not isinstance(dim, int) and len(dim) == 0)
+                raise (ShapeError if every_dim else AxisError)(
                     f"{name}: cannot reduce over the zero-size dim {empty[0]} of a tensor of shape {self.shape} "
                     f"(a maximum or minimum of nothing is undefined); reduce over other dims"
                 )
@@ -126,8 +135,15 @@ class ReductionOps:
     def amin(self: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
         return self._max_or_min_values(dim, keepdim, "amin", minimum=True)
 
-    def aminmax(self: Tensor, dim: int | None = None, keepdim: bool = False) -> tuple[Tensor, Tensor]:
-        return self.amin(dim, keepdim), self.amax(dim, keepdim)
+    def aminmax(self: Tensor, *, dim: int | None = None, keepdim: bool = False) -> ValuesIndices:
+        """(min, max) over dim (every dim by default), as torch.aminmax's named tuple (min, max)."""
+        if dim is not None:
+            _check_single_dim(dim, "aminmax")
+        axes = _reduction_axes(dim, self.ndim, "aminmax")
+        if any(self.shape[axis] == 0 for axis in axes):
+            raise ShapeError(f"aminmax: cannot compute the minimum and maximum over an empty dim of a tensor of shape "
+                             f"{self.shape} (there is no identity)")
+        return MinMax(self.amin(dim, keepdim), self.amax(dim, keepdim))
 
     def _arg_extreme(self: Tensor, dim: int | None, keepdim: bool, name: str, minimum: bool) -> Tensor:
         """The first index of the max (or min) along dim; a NaN counts as the extreme, like torch."""
@@ -135,7 +151,7 @@ class ReductionOps:
             raise DTypeError(f"{name}: bool tensors are not supported (as in PyTorch); cast with .int() first")
         if dim is None:
             if self.numel() == 0:
-                raise ShapeError(f"{name}: the tensor of shape {self.shape} is empty; give a dim to reduce over")
+                raise AxisError(f"{name}: the tensor of shape {self.shape} is empty; give a dim to reduce over")
             result = self.reshape(-1)._arg_extreme(0, False, name, minimum)
             return result.reshape((1,) * self.ndim) if keepdim else result
         _check_single_dim(dim, name)

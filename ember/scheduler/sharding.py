@@ -141,7 +141,8 @@ class ShardedTensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, Lina
             return Tensor._full(piece_shape, node.arg, node.dtype, device)
         if node.op is Op.EXPAND and node.srcs[0].shape[self.axis] == 1:
             # broadcast along the sharded dim: move the small tensor before the expand, never the expanded one
-            base = source._context[2][0] if source._context is not None else Tensor._from_node(node.srcs[0])
+            base = (source._context[2][0] if source._context is not None and source._context[0] is Op.EXPAND
+                    else Tensor._from_node(node.srcs[0]))
             moved = base if base.device == device else base.to(device)
             return moved.expand(_with(source.shape, self.axis, end - start))
         part = source if source.shape[self.axis] == 1 else source.narrow(self.axis, start, end - start)
