@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ember.core import dtype as dtypes
 from ember.core.creation import _random_bits, _uniform, randn
 from ember.core.elementwise import where
@@ -100,13 +102,17 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *,  
         return input._full(input.shape[:-1] + (num_samples,), 0, dtypes.int64, input.device)
     _check_weights(rows)
     compute = dtypes.float64 if input.dtype is dtypes.float64 else dtypes.float32
-    log_weights = rows.detach().cast(compute).log()  # zero weights give -inf: never chosen while others remain
+    # a zero weight gets the lowest finite key: never chosen while others remain, then (without replacement) in
+    # index order, as torch does; -inf marks the categories already taken
+    weights = rows.detach().cast(compute)
+    log_weights = where(weights == 0, -float(np.finfo(compute.numpy).max), weights.log())
+    # the keys are stored once (contiguous): every comparison below must see the same values, and a fused kernel
+    # recomputing the logarithms could round them differently from another (vectorized or not)
     if replacement or num_samples == 1:
-        keys = log_weights.unsqueeze(1) + _gumbel((rows.shape[0], num_samples, categories), input.device, compute)
-        samples = keys.argmax(-1)
+        noise = _gumbel((rows.shape[0], num_samples, categories), input.device, compute)
+        samples = (log_weights.unsqueeze(1) + noise).contiguous().argmax(-1)
     else:
-        keys = log_weights + _gumbel(rows.shape, input.device, compute)
-        samples = _largest_first(keys, num_samples)
+        samples = _largest_first((log_weights + _gumbel(rows.shape, input.device, compute)).contiguous(), num_samples)
     return samples.reshape(input.shape[:-1] + (num_samples,))
 
 
@@ -129,7 +135,8 @@ def _gumbel(shape: tuple[int, ...], device: str, dtype: dtypes.DType) -> Tensor:
 
 
 def _largest_first(keys: Tensor, count: int) -> Tensor:
-    """The column indices of the `count` largest keys of each row, largest first (ties: the lower index first)."""
+    """The column indices of the `count` largest (finite) keys of each row, largest first (ties: the lower index
+    first)."""
     rows, width = keys.shape
     if count <= WITHOUT_REPLACEMENT_BY_ARGMAX:
         positions = keys._arange_primitive(width, dtypes.int64, keys.device)
