@@ -12,8 +12,8 @@ from ember.core.dtype import (
 )
 from ember.core.dtype import bool_ as bool  # noqa: A001 - torch's name
 from ember.core.errors import (
-    ArgumentError, AutogradError, AxisError, BackendUnavailable, CompileError, DeviceError, DTypeError, EmberError, OutOfMemoryError,
-    ShapeError,
+    ArgumentError, AutogradError, AxisError, BackendUnavailable, CompileError, DeviceError, DTypeError, EmberError,
+    OutOfMemoryError, ShapeError,
 )
 from ember.core.elementwise import where
 from ember.core.movement import broadcast_tensors, cat, stack

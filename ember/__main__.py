@@ -185,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     bench.add_argument("--compare", nargs=2, metavar=("FIRST", "SECOND"), help="compare two JSON result files")
     bench.set_defaults(run=command_bench)
-    parity = subcommands.add_parser("parity", help="which of PyTorch's torch.*, Tensor and nn.functional names ember has")
+    parity = subcommands.add_parser("parity", help="which of PyTorch's torch.*, Tensor and nn.functional names "
+                                    "ember has")
     parity.add_argument("--json", action="store_true", help="print the same report as JSON")
     parity.set_defaults(run=command_parity)
     return parser

@@ -1,4 +1,5 @@
-"""Backward rules: for each primitive op, the gradients of its sources given the gradient of its output."""
+"""Backward rules: for each primitive op (and each composition recorded as one step), the gradients of its sources
+given the gradient of its output."""
 
 from __future__ import annotations
 

@@ -318,7 +318,9 @@ class FunctionalOps:
             key = key.repeat_interleave(heads // key_heads, dim=-3)
             value = value.repeat_interleave(heads // value.shape[-3], dim=-3)
         if is_causal and attn_mask is not None:
-            raise ArgumentError("scaled_dot_product_attention: explicit attn_mask should not be set when is_causal=True")
+            raise ArgumentError(
+                "scaled_dot_product_attention: explicit attn_mask should not be set when is_causal=True"
+            )
         length, source_length = query.shape[-2], key.shape[-2]
         scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
         scores = query.matmul(key.mT) * scale

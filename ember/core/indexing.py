@@ -338,7 +338,9 @@ class IndexingOps:
                        include_self: bool = True) -> Tensor:
         """torch.scatter_reduce with reduce 'sum', 'prod', 'mean', 'amax' or 'amin'."""
         if reduce not in ("sum", "prod", "mean", "amax", "amin"):
-            raise ArgumentError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}")
+            raise ArgumentError(
+                f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}"
+            )
         return _scatter(self, dim, index, src, reduce, include_self, "scatter_reduce")
 
     def scatter_reduce_(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *,

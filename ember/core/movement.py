@@ -327,7 +327,9 @@ class MovementOps:
         else:
             split_size = _integer(split_size_or_sections, "split: split_size")
             if split_size < 0 or (split_size == 0 and size != 0):
-                raise ArgumentError(f"split: split_size must be positive, got {split_size} for dim {dim} of size {size}")
+                raise ArgumentError(
+                    f"split: split_size must be positive, got {split_size} for dim {dim} of size {size}"
+                )
             step = max(split_size, 1)
             sections = [min(step, size - start) for start in range(0, size, step)] or [0]
         result, start = [], 0

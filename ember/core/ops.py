@@ -1,4 +1,5 @@
-"""The primitive op set: the only ops the graph, kernelizer, IR, backward rules and backends know."""
+"""The primitive op set: the only ops the graph, kernelizer, IR, backward rules and backends know (and Composite,
+the compositions autograd records as one step with their own rule)."""
 
 from __future__ import annotations
 

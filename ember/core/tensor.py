@@ -208,7 +208,9 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         from ember.core.creation import full
 
         if not isinstance(size, (tuple, list)):
-            raise TypeError(f"new_full(): argument 'size' (position 1) must be tuple of ints, not {type(size).__name__}")
+            raise TypeError(
+                f"new_full(): argument 'size' (position 1) must be tuple of ints, not {type(size).__name__}"
+            )
         return full(size, fill_value, dtype or self.dtype, device or self.device, requires_grad)
 
     def new_zeros(self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
@@ -371,7 +373,9 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
     def item(self) -> bool | int | float:
         if self.numel() != 1:
-            raise ShapeError(f"item(): only one-element tensors can be converted to Python scalars, got shape {self.shape}")
+            raise ShapeError(
+                f"item(): only one-element tensors can be converted to Python scalars, got shape {self.shape}"
+            )
         return self.numpy().reshape(()).item()
 
     def tolist(self) -> Any:
@@ -379,7 +383,9 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
-            raise RuntimeError(f"the truth value of a tensor with {self.numel()} elements is ambiguous; use any() or all()")
+            raise RuntimeError(
+                f"the truth value of a tensor with {self.numel()} elements is ambiguous; use any() or all()"
+            )
         return bool(self.item())
 
     def __int__(self) -> int:
