@@ -438,3 +438,72 @@ def test_cuda_moves_or_says_why_it_cannot() -> None:
     assert model.weight.device == devices[0].name
     with pytest.raises(em.DeviceError, match="no device cuda:99"):
         x.cuda(99)
+
+
+# ---- scans and NaN-skipping reductions, dtype shorthands, size queries, tile/fliplr/flipud -----------------------
+
+
+def test_cummin_logcumsumexp_and_nan_reductions_with_gradients(device: str) -> None:
+    data = np.array([[1.0, np.nan, -2.0, 3.0, 3.0, -5.0], [0.0, 2.0, 2.0, -1.0, 0.5, 4.0],
+                     [0.0, 80.0, -80.0, 5.0, -np.inf, 3.0]], dtype=np.float32)
+    finite = np.nan_to_num(data, nan=0.25, neginf=-7.0)
+    check = BatchedChecks(atol=1e-5, rtol=1e-5)
+    x, tx = pair(data, device)
+    for dim in (0, 1, -1):
+        check(list(x.cummin(dim)), list(tx.cummin(dim)), f"cummin {dim}")
+        check(x.logcumsumexp(dim), tx.logcumsumexp(dim), f"logcumsumexp {dim}")
+        check(em.nansum(x, dim), torch.nansum(tx, dim), f"nansum {dim}")
+        check(x.nanmean(axis=dim, keepdims=True), tx.nanmean(dim=dim, keepdim=True), f"nanmean {dim}")
+    check(x.nansum(), tx.nansum(), "nansum all")
+    check(em.nanmean(x), torch.nanmean(tx), "nanmean all")
+    check(em.tensor([np.nan], device=device).nanmean(), torch.tensor([np.nan]).nanmean(), "nanmean of only NaN")
+    integers, torch_integers = pair(np.array([[3, 1, 2, 1, 5], [-4, 0, -4, 7, -9]], dtype=np.int32), device)
+    check(list(integers.cummin(1)), list(torch_integers.cummin(1)), "cummin int32")
+    check(integers.nansum(1), torch_integers.nansum(1), "nansum int32 widens to int64")
+    check(em.tensor(2.5, device=device).logcumsumexp(0), torch.tensor(2.5).logcumsumexp(0), "0-d")
+    check.verify()
+    # gradients: cummin to the index it returns, logcumsumexp's softmax of each prefix, NaN counted as absent
+    for name, call in (("cummin", lambda t: t.cummin(1)[0]), ("logcumsumexp", lambda t: t.logcumsumexp(1)),
+                       ("nansum", lambda t: t.nansum(0)), ("nanmean", lambda t: t.nanmean(1))):
+        source = data if name.startswith("nan") else finite
+        y, ty = pair(source, device, requires_grad=True)
+        weights = random_array(tuple(call(ty).shape), low=0.5, high=2.0)
+        (call(y) * em.tensor(weights, device=device)).sum().backward()
+        (call(ty) * torch.tensor(weights)).sum().backward()
+        assert_close(y.grad, ty.grad, atol=1e-5, rtol=1e-5)
+    with pytest.raises(em.DTypeError, match="nanmean"):
+        integers.nanmean()
+
+
+def test_dtype_shorthands_size_queries_and_flips(device: str) -> None:
+    data = random_array((2, 3, 4), low=-3.0, high=300.0)
+    x, tx = pair(data, device)
+    check = BatchedChecks()
+    for name in ("byte", "char", "short"):
+        check(getattr(x.abs(), name)(), getattr(tx.abs(), name)(), name)
+    check(x.tile(2), tx.tile(2), "tile fewer counts")
+    check(x.tile((2, 1, 1, 3)), tx.tile((2, 1, 1, 3)), "tile more counts")
+    check(em.tile(x, (1, 2)), torch.tile(tx, (1, 2)), "ember.tile")
+    check(x.fliplr(), tx.fliplr(), "fliplr")
+    check(em.flipud(x), torch.flipud(tx), "flipud")
+    check.verify()
+    assert x.itemsize == tx.itemsize == 4 and x.nbytes == tx.nbytes == 96
+    assert x.short().nbytes == tx.short().nbytes
+    for dtype, torch_dtype in ((em.float32, torch.float32), (em.uint8, torch.uint8), (em.bool, torch.bool),
+                               (em.int16, torch.int16)):
+        assert em.zeros(1, dtype=dtype, device=device).is_signed() == torch.zeros(1, dtype=torch_dtype).is_signed()
+    assert x.is_same_size(x + 1) and not x.is_same_size(x[0])
+    assert em.tensor([0.5], device=device).is_nonzero() and not em.tensor([[0.0]], device=device).is_nonzero()
+    with pytest.raises(RuntimeError):
+        torch.ones(2).is_nonzero()
+    with pytest.raises(RuntimeError):
+        em.ones(2, device=device).is_nonzero()
+    nan = em.tensor([1.0, np.nan], device=device)
+    assert em.equal(x, x + 0) and not em.equal(x, x[:1]) and not x.equal(x + 1)
+    assert em.equal(nan, nan) is torch.equal(torch.tensor([1.0, np.nan]), torch.tensor([1.0, np.nan])) is False
+    assert em.ones(1, device=device).cpu().is_cpu and x.is_cpu == (device.split(":")[0] == "c")
+    for call in (lambda m: m.ones(3).fliplr(), lambda m: m.tensor(1.0).flipud()):
+        with pytest.raises(RuntimeError):
+            call(torch)
+        with pytest.raises(RuntimeError):
+            call(em)

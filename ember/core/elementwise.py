@@ -92,6 +92,15 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
     def long(self: Tensor) -> Tensor:
         return self.cast(dtypes.int64)
 
+    def short(self: Tensor) -> Tensor:
+        return self.cast(dtypes.int16)
+
+    def char(self: Tensor) -> Tensor:
+        return self.cast(dtypes.int8)
+
+    def byte(self: Tensor) -> Tensor:
+        return self.cast(dtypes.uint8)
+
     def bool(self: Tensor) -> Tensor:
         return self.cast(dtypes.bool_)
 

@@ -251,6 +251,23 @@ class MovementOps:
         interleaved = base.reshape(tuple(value for size in base.shape for value in (1, size)))
         return interleaved.expand(expanded_shape).reshape(tuple(c * s for c, s in zip(counts, base.shape)))
 
+    def tile(self: Tensor, *dims: Any) -> Tensor:
+        """torch.tile: repeat, with fewer counts than dims meaning leading counts of 1."""
+        counts = _shape_argument(dims)
+        return self.repeat((1,) * (self.ndim - len(counts)) + tuple(counts))
+
+    def fliplr(self: Tensor) -> Tensor:
+        """Reverse dim 1 (the columns), for tensors of at least 2 dims."""
+        if self.ndim < 2:
+            raise ShapeError(f"fliplr: the input must have at least 2 dims, got shape {self.shape}")
+        return self.flip(1)
+
+    def flipud(self: Tensor) -> Tensor:
+        """Reverse dim 0 (the rows), for tensors of at least 1 dim."""
+        if self.ndim < 1:
+            raise ShapeError("flipud: the input must have at least 1 dim, got a 0-d tensor")
+        return self.flip(0)
+
     def repeat_interleave(self: Tensor, repeats: Any, dim: int | None = None, output_size: int | None = None) -> Tensor:
         """Repeat each element `repeats` times along dim (flattened when dim is None).
 

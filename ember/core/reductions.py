@@ -257,24 +257,69 @@ class ReductionOps:
     def cummax(self: Tensor, dim: int) -> ValuesIndices:
         """The running maximum along dim and the last index where it was reached (a NaN, once met, stays), like
         torch.cummax; with a gradient to track the values are gathered there, so the gradient goes to that index."""
-        values = _scan(self, dim, Op.REDUCE_MAX, "cummax")
-        if self.ndim == 0:
-            return ValuesIndices(values, self._full((), 0, dtypes.int64, self.device))
-        axis = normalize_dim(dim, self.ndim, "cummax")
-        size = self.shape[axis]
-        source = self.transpose(axis, -1).unsqueeze(-2)  # [..., 1, j]
-        running = values.transpose(axis, -1).unsqueeze(-1)  # [..., i, 1]
-        reached = source == running
-        if self.dtype.is_float:
-            reached = reached.logical_or(source.isnan())  # where the running maximum is NaN only NaN matches
-        positions = self._arange_primitive(size, dtypes.int64, self.device)
-        reached = reached.logical_and(positions <= positions.reshape(size, 1))  # j <= i
-        missing = self._full((), -1, dtypes.int64, self.device)
-        indices = where(reached, positions, missing)._reduce_axes(Op.REDUCE_MAX, (self.ndim,), False)
-        indices = indices.transpose(axis, -1)
-        if getattr(self, "requires_grad", False):
-            values = self.gather(axis, indices)
-        return ValuesIndices(values, indices)
+        return _cumulative_extreme(self, dim, "cummax", minimum=False)
+
+    def cummin(self: Tensor, dim: int) -> ValuesIndices:
+        """The running minimum along dim and the last index where it was reached, like torch.cummin."""
+        return _cumulative_extreme(self, dim, "cummin", minimum=True)
+
+    def logcumsumexp(self: Tensor, dim: int) -> Tensor:
+        """log(cumsum(exp(x))) along dim without overflow: a logsumexp over each prefix window (each has its own
+        maximum, so a large later value does not flush an earlier prefix to -inf)."""
+        source = self._float_operand()
+        if source.ndim == 0:
+            normalize_dim(dim, 0, "logcumsumexp")
+            return source
+        axis = normalize_dim(dim, source.ndim, "logcumsumexp")
+        if source.shape[axis] <= 1:
+            return source
+        windows = _prefix_windows(source.transpose(axis, -1), -math.inf)
+        return windows.logsumexp(-1).transpose(axis, -1)
+
+    # ---- reductions that skip NaN --------------------------------------------------------------------------------
+
+    def nansum(self: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        """The sum over dim counting NaN as zero (torch.nansum)."""
+        source = self._accumulation_source(dtype)
+        if source.dtype.is_float:
+            source = where(source.isnan(), source._full((), 0, source.dtype, source.device), source)
+        return source._reduce(Op.SUM, dim, keepdim, "nansum")
+
+    def nanmean(self: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        """The mean of the non-NaN elements over dim (NaN where there are none), like torch.nanmean."""
+        source = self.cast(to_dtype(dtype)) if dtype is not None else self
+        if not source.dtype.is_float:
+            raise DTypeError(
+                f"nanmean: expected a floating point tensor as input, got {source.dtype.name} (use .float() or "
+                f"nanmean(dtype=ember.float32))"
+            )
+        return source.nansum(dim, keepdim) / source.isnan().logical_not().sum(dim, keepdim=keepdim)
+
+
+def _cumulative_extreme(self: Tensor, dim: int, name: str, minimum: bool) -> ValuesIndices:
+    """cummax / cummin: running values by a scan of REDUCE_MAX (of the flipped values for the minimum, as min's
+    reductions do) and the last index j <= i where x[j] equals the running value at i (or is NaN)."""
+    flip = Op.NEG if self.dtype.is_float else Op.NOT
+    values = _scan(self._apply(flip), dim, Op.REDUCE_MAX, name)._apply(flip) if minimum else _scan(
+        self, dim, Op.REDUCE_MAX, name
+    )
+    if self.ndim == 0:
+        return ValuesIndices(values, self._full((), 0, dtypes.int64, self.device))
+    axis = normalize_dim(dim, self.ndim, name)
+    size = self.shape[axis]
+    source = self.transpose(axis, -1).unsqueeze(-2)  # [..., 1, j]
+    running = values.transpose(axis, -1).unsqueeze(-1)  # [..., i, 1]
+    reached = source == running
+    if self.dtype.is_float:
+        reached = reached.logical_or(source.isnan())  # where the running value is NaN only NaN matches
+    positions = self._arange_primitive(size, dtypes.int64, self.device)
+    reached = reached.logical_and(positions <= positions.reshape(size, 1))  # j <= i
+    missing = self._full((), -1, dtypes.int64, self.device)
+    indices = where(reached, positions, missing)._reduce_axes(Op.REDUCE_MAX, (self.ndim,), False)
+    indices = indices.transpose(axis, -1)
+    if getattr(self, "requires_grad", False):
+        values = self.gather(axis, indices)
+    return ValuesIndices(values, indices)
 
 
 def _sqrt_zero_gradient_at_zero(value: Tensor) -> Tensor:
@@ -293,8 +338,15 @@ def _scan(source: Tensor, dim: int, op: Op, name: str) -> Tensor:
         return source
     identity = {Op.SUM: 0, Op.PROD: 1, Op.REDUCE_MAX: dtypes.min_value(source.dtype)}[op]
     moved = source.transpose(axis, -1)
+    return _prefix_windows(moved, identity)._reduce_axes(op, (moved.ndim,), False).transpose(axis, -1)
+
+
+def _prefix_windows(moved: Tensor, identity: Any) -> Tensor:
+    """[..., n] -> [..., n, n] with row i = (identity, ..., identity, x[0], ..., x[i]): the prefixes of the last
+    dim as a view of the input padded by n - 1 identities on the left."""
+    size = moved.shape[-1]
     padded = moved._pad_and_shrink([(0, 0)] * (moved.ndim - 1) + [(size - 1, 0)], value=identity)
-    return _sliding_windows(padded, size)._reduce_axes(op, (moved.ndim,), False).transpose(axis, -1)
+    return _sliding_windows(padded, size)
 
 
 def _sliding_windows(padded: Tensor, size: int) -> Tensor:

@@ -170,6 +170,38 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
     def is_complex(self) -> bool:
         return False  # ember has no complex dtypes
 
+    def is_signed(self) -> bool:
+        return not self.dtype.is_bool and not self.dtype.is_unsigned
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self.dtype.itemsize
+
+    @property
+    def is_cpu(self) -> bool:
+        """Whether this tensor is on the c device, where x.cpu() puts it."""
+        return self.device.split(":")[0] == "c"
+
+    def is_same_size(self, other: Tensor) -> bool:
+        return self.shape == other.shape
+
+    def is_nonzero(self) -> bool:
+        """The truth of a one-element tensor (torch's is_nonzero; a RuntimeError for other sizes)."""
+        if self.numel() != 1:
+            raise ShapeError(f"is_nonzero(): a tensor with {self.numel()} elements has no single truth value; "
+                             f"it needs exactly one element")
+        return bool(self.item())
+
+    def equal(self, other: Tensor) -> bool:
+        """Whether other has the same shape and elements (torch.equal: NaN is not equal to NaN)."""
+        if not isinstance(other, Tensor):
+            raise TypeError(f"equal(): argument 'other' (position 1) must be Tensor, not {type(other).__name__}")
+        return self.shape == other.shape and bool((self == other).all().item())
+
     # ember tensors are values, not views into shared storage: whatever view ops made one, it reads as (and is
     # stored as, when it is stored) a row-major tensor of its own, so torch's layout queries answer for that layout
 
