@@ -180,6 +180,7 @@ def _torch_error(case: str) -> type[BaseException]:
     return RuntimeError if raised.type is NotImplementedError else raised.type
 
 
+@pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter:UserWarning")
 @pytest.mark.parametrize("case", list(CASES))
 def test_error_class_matches_torch(case: str, device: str) -> None:
     expected = _torch_error(case)
@@ -190,6 +191,25 @@ def test_error_class_matches_torch(case: str, device: str) -> None:
         f"{expected.__name__}"
     )
     assert str(raised.value), f"{case}: the error has no message"
+
+
+# the cases issue 11 names: torch raises RuntimeError for each, so `except RuntimeError` must catch ember's too
+RUNTIME_ERROR_CASES = [
+    "permute: wrong number of dims", "permute: repeated dim", "flip: repeated dim",
+    "roll: shifts and dims differ in length", "gather: index rank differs", "einsum: sizes differ",
+    "conv2d: channels differ", "div: unknown rounding_mode",
+    "scatter_reduce: unknown reduce", "scatter: unknown reduce", "clip: no bounds", "clamp: no bounds",
+    "pow: integer to negative integer power", "pow: integer to negative power, function form",
+]
+
+
+@pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter:UserWarning")
+@pytest.mark.parametrize("case", RUNTIME_ERROR_CASES)
+def test_runtime_error_where_torch_raises_one(case: str, device: str) -> None:
+    assert issubclass(_torch_error(case), RuntimeError), case
+    with pytest.raises(RuntimeError) as raised:
+        CASES[case](em, EF, device)
+    assert isinstance(raised.value, em.EmberError) and str(raised.value)
 
 
 def test_error_class_bases() -> None:
