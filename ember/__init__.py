@@ -12,12 +12,15 @@ from ember.core.dtype import (
 )
 from ember.core.dtype import bool_ as bool  # noqa: A001 - torch's name
 from ember.core.errors import (
-    AutogradError, AxisError, BackendUnavailable, CompileError, CompileFallbackWarning, DeviceError, DTypeError,
-    EmberError, OutOfMemoryError, ShapeError,
+    ArgumentError, AutogradError, AxisError, BackendUnavailable, CompileError, CompileFallbackWarning, DeviceError,
+    DTypeError, EmberError, OutOfMemoryError, ShapeError,
 )
 from ember.core.elementwise import where
 from ember.core.movement import broadcast_tensors, cat, stack
 from ember.core.linalg import einsum
+from ember.core.matrix_structure import block_diag, cartesian_prod, meshgrid, tril_indices, triu_indices, vander
+from ember.core.products import cdist, tensordot
+from ember.core.searching import bucketize, searchsorted
 from ember.core.tensor import Tensor, realize
 from ember.scheduler.devices import get_default_device, set_default_device
 from ember.scheduler.profile import profile
@@ -29,21 +32,16 @@ long = int64
 int = int32  # noqa: A001
 
 concat = concatenate = cat
-# torch's module-level forms of movement and indexing methods: ember.gather(x, 1, index) is x.gather(1, index)
-globals().update({name: getattr(Tensor, name) for name in (
-    "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "permute", "transpose", "swapaxes", "swapdims", "t",
-    "movedim", "moveaxis", "flip", "narrow", "select", "split", "chunk", "unbind", "tensor_split", "roll",
-    "repeat_interleave", "broadcast_to", "gather", "scatter", "scatter_add", "scatter_reduce", "index_select",
-    "index_put", "take", "take_along_dim", "masked_select", "masked_fill", "nonzero", "argwhere", "tril", "triu",
-)})
-# torch's module-level forms of linear-algebra and nn methods: ember.matmul(a, b) is a.matmul(b)
-globals().update({name: getattr(Tensor, name) for name in (
-    "matmul", "mm", "bmm", "mv", "dot", "inner", "outer", "addmm", "softmax", "log_softmax", "layer_norm",
-    "group_norm", "rms_norm", "dropout", "conv1d", "conv2d", "conv3d", "max_pool1d", "max_pool2d", "avg_pool1d",
-)})
-
 
 __version__ = "0.1.0"
 
 # the subpackages, reachable as attributes after `import ember` like torch.nn and torch.optim (they import ember)
-from ember import io, nn, optim  # noqa: E402
+from ember import io, linalg, nn, optim  # noqa: E402
+from ember.io import load, save  # noqa: E402
+
+# torch's module-level forms of Tensor methods (ember.exp(x) is x.exp(), ember.gather(x, 1, index) is
+# x.gather(1, index)): every Tensor method named like a torch.* function (see ember/function_forms.py)
+from ember.function_forms import function_forms  # noqa: E402
+
+globals().update(function_forms(Tensor, globals()))
+del function_forms

@@ -155,6 +155,15 @@ def command_bench(arguments: argparse.Namespace) -> int:
                       arguments.repeats)
 
 
+def command_parity(arguments: argparse.Namespace) -> int:
+    """Print which of PyTorch's public names ember has and which it lacks (counts, then the missing names)."""
+    from ember.parity import format_report, report
+
+    found = report()
+    print(json.dumps(found, indent=2) if arguments.json else format_report(found))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; a new subcommand is one `add_parser` here and one `command_<name>` function."""
     parser = argparse.ArgumentParser(prog="ember", description="ember: lazy tensors, fused kernels, pluggable backends")
@@ -185,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     bench.add_argument("--compare", nargs=2, metavar=("FIRST", "SECOND"), help="compare two JSON result files")
     bench.set_defaults(run=command_bench)
+    parity = subcommands.add_parser("parity", help="which of PyTorch's torch.*, Tensor and nn.functional names "
+                                    "ember has")
+    parity.add_argument("--json", action="store_true", help="print the same report as JSON")
+    parity.set_defaults(run=command_parity)
     return parser
 
 

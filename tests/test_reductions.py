@@ -114,13 +114,13 @@ def test_empty_reduction_errors_name_the_shape_and_dim() -> None:
     empty = em.zeros(0, 3)
     with pytest.raises(em.ShapeError, match=r"max: cannot reduce over the zero-size dim 0 of a tensor of shape \(0, "):
         empty.max()
-    with pytest.raises(em.ShapeError, match=r"amax: .*zero-size dim 0 .*\(0, 3\)"):
+    with pytest.raises(em.AxisError, match=r"amax: .*zero-size dim 0 .*\(0, 3\)"):
         empty.amax(0)
-    with pytest.raises(em.ShapeError, match=r"argmax: the tensor of shape \(0, 3\) is empty"):
+    with pytest.raises(em.AxisError, match=r"argmax: the tensor of shape \(0, 3\) is empty"):
         empty.argmax()
-    with pytest.raises(em.ShapeError, match="zero-size dim 0"):
+    with pytest.raises(em.AxisError, match="zero-size dim 0"):
         empty.max(0)
-    with pytest.raises(em.ShapeError, match="zero-size dim 0"):
+    with pytest.raises(em.AxisError, match="zero-size dim 0"):
         empty.argmin(0)
     for torch_call in (lambda: torch.zeros(0, 3).max(), lambda: torch.zeros(0, 3).amax(0),
                        lambda: torch.zeros(0, 3).argmax(0)):
@@ -235,7 +235,7 @@ def test_axis_errors_name_the_dim_and_the_valid_range() -> None:
                  lambda: x.cumsum(2), lambda: x.max(-3), lambda: x.var(4), lambda: x.any(2)):
         with pytest.raises(em.AxisError, match=r"dim -?\d is out of range for a tensor of rank 2 \(valid: -2 to 1\)"):
             call()
-    with pytest.raises(em.AxisError, match="repeats an axis"):
+    with pytest.raises(em.ArgumentError, match="repeats an axis"):  # a RuntimeError, as torch raises
         x.sum((0, -2))
     with pytest.raises(TypeError, match="dim must be a single int"):
         x.max((0, 1))

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ember.autograd.grad_mode import set_grad_enabled
-from ember.autograd.rules import BACKWARD, Recorded
+from ember.autograd.rules import RULES, Recorded
 from ember.core.errors import AutogradError, DeviceError, ShapeError
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ def _propagate(
             op, arg, sources = tensor._context
             if not any(id(source) in needed for source in sources):
                 continue
-            source_gradients = BACKWARD[op](Recorded(tensor, arg, sources), gradient)
+            source_gradients = RULES[op](Recorded(tensor, arg, sources), gradient)
             for source, source_gradient in zip(sources, source_gradients):
                 if source_gradient is None or id(source) not in needed:
                     continue

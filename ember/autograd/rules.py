@@ -1,4 +1,5 @@
-"""Backward rules: for each primitive op, the gradients of its sources given the gradient of its output."""
+"""Backward rules: for each primitive op (and each composition recorded as one step), the gradients of its sources
+given the gradient of its output."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ember.core.ops import Op
+from ember.core.ops import Composite, Op
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -125,6 +126,27 @@ def _zero_gradient(step: Recorded, grad: Tensor) -> Gradients:
     return (_zeros(grad),)
 
 
+def _pow_scalar(step: Recorded, grad: Tensor) -> Gradients:
+    """torch's pow_backward: 0 for an exponent of 0, else grad * exponent * base ** (exponent - 1)."""
+    (base,) = step.sources
+    exponent = step.arg
+    if exponent == 0:
+        return (_zeros(base),)
+    return (grad * (base.pow(exponent - 1) * exponent),)
+
+
+def _pow(step: Recorded, grad: Tensor) -> Gradients:
+    """torch's pow_backward_self and pow_backward_exponent: grad * exponent * base ** (exponent - 1) (0 where the
+    exponent is 0), and grad * base ** exponent * log(base) (0 where base is 0 and the exponent >= 0)."""
+    from ember.core.elementwise import where
+
+    base, exponent = step.sources
+    zero = _zeros(base)
+    base_gradient = _select(exponent == zero, zero, grad * (exponent * base.pow(exponent - 1)))
+    exponent_gradient = grad * where((base == zero).logical_and(exponent >= zero), zero, step.output * base.log())
+    return base_gradient, exponent_gradient
+
+
 # ---- the table: every primitive op, one entry each ----------------------------------------------------------------
 
 BACKWARD: dict[Op, Rule] = {
@@ -179,6 +201,15 @@ BACKWARD: dict[Op, Rule] = {
     Op.FLIP: lambda step, grad: (grad._apply(Op.FLIP, arg=step.arg),),
 }
 
+# compositions whose recorded step has its own rule (ember/core/ops.py says why): torch's formulas
+COMPOSITE_BACKWARD: dict[Composite, Rule] = {
+    Composite.EXP: lambda step, grad: (grad * step.output,),
+    Composite.POW: _pow,
+    Composite.POW_SCALAR: _pow_scalar,
+}
+
 NO_SOURCES = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE})  # never recorded: they have no sources to differentiate
 
 assert set(BACKWARD) | NO_SOURCES == set(Op), f"ops without a backward rule: {set(Op) - set(BACKWARD) - NO_SOURCES}"
+assert set(COMPOSITE_BACKWARD) == set(Composite), f"without a rule: {set(Composite) - set(COMPOSITE_BACKWARD)}"
+RULES: dict[Op | Composite, Rule] = {**BACKWARD, **COMPOSITE_BACKWARD}  # what the engine looks up

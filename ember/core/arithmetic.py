@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
 from ember.core.errors import DTypeError
-from ember.core.ops import Op
+from ember.core.ops import Composite, Op
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -40,26 +41,33 @@ def float_floor_divide(dividend: Tensor, divisor: Tensor) -> Tensor:
 
 
 def pow_scalar_exponent(base: Tensor, exponent: Number) -> Tensor:
-    """base ** a Python number: small integer exponents multiply (exact for integers, accurate for floats)."""
+    """base ** a Python number: small integer exponents multiply (exact for integers, accurate for floats). For
+    floats autograd records one POW_SCALAR step: torch's gradient, exponent * base ** (exponent - 1), and 0 for
+    an exponent of 0 (the value 1 then still depends on base, as in torch)."""
     left, power = base._operands(exponent, "pow")
-    dtype = left.dtype
-    if not dtype.is_float and exponent < 0:
+    if left.dtype.is_float:
+        return left._recorded(Composite.POW_SCALAR, functools.partial(float_pow_scalar, exponent=exponent), (left,),
+                              arg=exponent)
+    if exponent < 0:
         raise DTypeError(
             f"pow: integers to negative integer powers are not allowed (as in PyTorch), got a {base.dtype.name} "
             f"tensor ** {exponent}; use a float tensor"
         )
-    integral = float(exponent).is_integer()
-    if integral and abs(exponent) <= 64:
-        magnitude = int(abs(exponent))
-        result = power_by_squaring(left, magnitude)
-        return result.reciprocal() if exponent < 0 else result
-    if dtype.is_float and exponent == 0.5:
-        return left.sqrt()
-    if dtype.is_float and exponent == -0.5:
-        return left.rsqrt()
-    if dtype.is_float:
-        return float_pow(left, power)
+    if abs(exponent) <= 64:
+        return power_by_squaring(left, int(exponent))
     return integer_pow(left, power)
+
+
+def float_pow_scalar(base: Tensor, exponent: Number) -> Tensor:
+    """A float base ** a Python number, with the special cases torch's pow kernel has (sqrt, rsqrt, products)."""
+    if float(exponent).is_integer() and abs(exponent) <= 64:
+        result = power_by_squaring(base, int(abs(exponent)))
+        return result.reciprocal() if exponent < 0 else result
+    if exponent == 0.5:
+        return base.sqrt()
+    if exponent == -0.5:
+        return base.rsqrt()
+    return float_pow(base, base._full(base.shape, exponent, base.dtype, base.device))
 
 
 def power_by_squaring(base: Tensor, exponent: int) -> Tensor:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ember.core import dtype as dtypes
 from ember.core.dtype import min_value
 from ember.core.elementwise import where
-from ember.core.errors import DTypeError, ShapeError
+from ember.core.errors import ArgumentError, DTypeError, ShapeError
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -23,7 +23,7 @@ def _ints(value: IntOrInts, count: int, name: str, op: str) -> tuple[int, ...]:
     if len(values) == 1:
         values = values * count
     if len(values) != count:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: expected {name} to be a single int or a list of {count} ints to match the {count} spatial dims, "
             f"but got {name}={list(values)}"
         )
@@ -84,7 +84,7 @@ def _spatial_input(tensor: Tensor, spatial: int, op: str) -> tuple[Tensor, bool]
 
 def _check_positive(values: tuple[int, ...], name: str, op: str) -> None:
     if any(value <= 0 for value in values):
-        raise ValueError(f"{op}: non-positive {name} is not supported, got {name}={list(values)}")
+        raise ArgumentError(f"{op}: non-positive {name} is not supported, got {name}={list(values)}")
 
 
 def _pool_geometry(
@@ -96,9 +96,9 @@ def _pool_geometry(
     for size, k, s, p, d in zip(sizes, kernel, stride, padding, dilation):
         span = d * (k - 1) + 1
         if p < 0:
-            raise ValueError(f"{op}: negative padding is not supported, got padding={list(padding)}")
+            raise ArgumentError(f"{op}: negative padding is not supported, got padding={list(padding)}")
         if 2 * p > span:
-            raise ValueError(
+            raise ArgumentError(
                 f"{op}: pad should be at most half of effective kernel size, but got pad={p}, kernel_size={k} and "
                 f"dilation={d}"
             )
@@ -144,7 +144,7 @@ class ConvolutionOps:
         out_channels, group_channels = weight.shape[:2]
         kernel = weight.shape[2:]
         if groups <= 0:
-            raise ValueError(f"{op}: non-positive groups is not supported, got groups={groups}")
+            raise ArgumentError(f"{op}: non-positive groups is not supported, got groups={groups}")
         if out_channels % groups != 0:
             raise ShapeError(
                 f"{op}: given groups={groups}, expected weight to be divisible by {groups} at dim 0, but got weight "
@@ -165,15 +165,15 @@ class ConvolutionOps:
                 pads = [(0, 0)] * spatial
             elif padding == "same":
                 if any(value != 1 for value in strides):
-                    raise ValueError(f"{op}: padding='same' is not supported for strided convolutions")
+                    raise ArgumentError(f"{op}: padding='same' is not supported for strided convolutions")
                 totals = [d * (k - 1) for k, d in zip(kernel, dilations)]
                 pads = [(total // 2, total - total // 2) for total in totals]
             else:
-                raise ValueError(f"{op}: invalid padding string {padding!r}, should be one of 'valid', 'same'")
+                raise ArgumentError(f"{op}: invalid padding string {padding!r}, should be one of 'valid', 'same'")
         else:
             amounts = _ints(padding, spatial, "padding", op)
             if any(value < 0 for value in amounts):
-                raise ValueError(f"{op}: negative padding is not supported, got padding={list(amounts)}")
+                raise ArgumentError(f"{op}: negative padding is not supported, got padding={list(amounts)}")
             pads = [(value, value) for value in amounts]
         sizes = source.shape[2:]
         padded_sizes = tuple(size + before + after for size, (before, after) in zip(sizes, pads))
@@ -261,7 +261,7 @@ class ConvolutionOps:
         _check_positive(kernel, "kernel_size", op)
         _check_positive(strides, "stride", op)
         if divisor_override is not None and divisor_override == 0:
-            raise ValueError(f"{op}: divisor must be not zero")
+            raise ArgumentError(f"{op}: divisor must be not zero")
         pads = _ints(padding, spatial, "padding", op)
         ones = (1,) * spatial
         sizes = source.shape[2:]
@@ -312,7 +312,7 @@ class ConvolutionOps:
             output_size
         )
         if len(requested) != spatial:
-            raise ValueError(f"{op}: output_size must be an int or {spatial} ints, got {output_size}")
+            raise ArgumentError(f"{op}: output_size must be an int or {spatial} ints, got {output_size}")
         outputs = tuple(size if wanted is None else int(wanted) for size, wanted in zip(sizes, requested))
         if any(size == 0 for size in sizes) or any(count <= 0 for count in outputs):
             raise ShapeError(f"{op}: expected non-empty spatial dims and positive output_size, got input "

@@ -11,7 +11,7 @@ import numpy as np
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType, to_dtype
 from ember.core.elementwise import where
-from ember.core.errors import DTypeError, ShapeError
+from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.graph import Node
 from ember.core.movement import _shape_argument
 from ember.core.ops import Op
@@ -158,16 +158,16 @@ def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device
         start, end = 0, start
     start, end, step = (value.item() if hasattr(value, "item") else value for value in (start, end, step))
     if not all(math.isfinite(value) for value in (start, end, step)):
-        raise ValueError(f"arange: start, end and step must be finite, got {start}, {end}, {step}")
+        raise ArgumentError(f"arange: start, end and step must be finite, got {start}, {end}, {step}")
     is_float = any(isinstance(value, float) for value in (start, end, step))
     resolved = to_dtype(dtype) if dtype is not None else (dtypes.DEFAULT_FLOAT if is_float else dtypes.DEFAULT_INT)
     if not resolved.is_float:  # torch converts the arguments to the integer dtype first
         start, end, step = int(start), int(end), int(step)
         is_float = False
     if step == 0:
-        raise ValueError("arange: step must be nonzero")
+        raise ArgumentError("arange: step must be nonzero")
     if (end - start) * step < 0:
-        raise ValueError(f"arange: the range from {start} to {end} and the step {step} have opposite signs")
+        raise ArgumentError(f"arange: the range from {start} to {end} and the step {step} have opposite signs")
     count = max(0, math.ceil((end - start) / step))
     target = _device(device)
     if not is_float:
@@ -187,7 +187,7 @@ def linspace(start: float, end: float, steps: int, dtype: Any = None, device: An
     if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool):
         raise TypeError(f"linspace: steps must be an int, got {type(steps).__name__}")
     if steps < 0:
-        raise ValueError(f"linspace: number of steps must be non-negative, got {steps}")
+        raise ArgumentError(f"linspace: number of steps must be non-negative, got {steps}")
     resolved = to_dtype(dtype) if dtype is not None else dtypes.DEFAULT_FLOAT
     compute = dtypes.float64 if resolved is dtypes.float64 else dtypes.float32
     if steps <= 1:
@@ -396,7 +396,7 @@ def randint(low: int, high: Any = None, size: Any = None, dtype: Any = None, dev
         low, high = 0, low
     low, high = int(low), int(high)
     if high <= low:
-        raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
+        raise ArgumentError(f"randint: high ({high}) must be greater than low ({low})")
     shape = _checked_shape(tuple(size) if isinstance(size, (tuple, list)) else (size,), "randint")
     resolved = to_dtype(dtype) if dtype is not None else dtypes.DEFAULT_INT
     if requires_grad:

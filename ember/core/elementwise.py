@@ -18,9 +18,9 @@ from ember.core.arithmetic import (
     signs_differ,
 )
 from ember.core.dtype import PYTHON_SCALARS, DType, combine_result_types, to_dtype
-from ember.core.errors import DTypeError, ShapeError
+from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.logic import LogicOps
-from ember.core.ops import Op
+from ember.core.ops import Composite, Op
 from ember.core.shapes import broadcast_shapes
 from ember.core.unary_math import UnaryMathOps
 
@@ -92,6 +92,15 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
     def long(self: Tensor) -> Tensor:
         return self.cast(dtypes.int64)
 
+    def short(self: Tensor) -> Tensor:
+        return self.cast(dtypes.int16)
+
+    def char(self: Tensor) -> Tensor:
+        return self.cast(dtypes.int8)
+
+    def byte(self: Tensor) -> Tensor:
+        return self.cast(dtypes.uint8)
+
     def bool(self: Tensor) -> Tensor:
         return self.cast(dtypes.bool_)
 
@@ -135,7 +144,7 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
         if rounding_mode == "floor":
             return self.floor_divide(other, reverse)
         if rounding_mode not in (None, "trunc"):
-            raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+            raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
         left, right = self._operands(other, "div", reverse)
         if rounding_mode is None:
             return left._float_operand()._apply(Op.DIV, right._float_operand())
@@ -196,7 +205,7 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
         if base.dtype.is_bool:
             raise DTypeError("pow: bool ** bool is not supported (as in PyTorch); cast one operand to a number dtype")
         if base.dtype.is_float:
-            return float_pow(base, power)
+            return base._recorded(Composite.POW, float_pow, (base, power))
         return integer_pow(base, power)
 
     def float_power(self: Tensor, exponent: Any) -> Tensor:
@@ -337,7 +346,7 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
     def clamp(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
         """min(max(self, min), max): bounds are numbers or tensors; the dtype is torch.result_type of all three."""
         if min is None and max is None:
-            raise ValueError("clamp: at least one of min and max must be given")
+            raise ArgumentError("clamp: at least one of min and max must be given")
         bounds = [bound for bound in (min, max) if bound is not None]
         aligned = _align(self, (self, *bounds), "clamp")
         result = aligned[0]

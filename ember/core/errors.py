@@ -1,4 +1,10 @@
-"""The exceptions a user of ember can meet, each naming what was wrong and what would be valid."""
+"""The exceptions a user of ember can meet, each naming what was wrong and what would be valid.
+
+Each one is also the builtin class PyTorch raises for the same mistake, so code written for torch catches it:
+torch raises RuntimeError for shape, dtype and bad-argument errors (ShapeError, DTypeError, ArgumentError),
+IndexError for a dim out of range (AxisError). They keep ValueError/TypeError as a second base, which is what
+Python code outside torch expects for a bad value or type.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +13,21 @@ class EmberError(Exception):
     """Base class of ember's own errors."""
 
 
-class ShapeError(EmberError, ValueError):
+class ShapeError(EmberError, RuntimeError, ValueError):
     """Shapes that do not fit an op (broadcasting, reshape sizes, matmul inner dims, ...)."""
 
 
-class DTypeError(EmberError, TypeError):
+class DTypeError(EmberError, RuntimeError, TypeError):
     """A dtype an op does not accept."""
 
 
 class AxisError(EmberError, IndexError):
-    """A dim/axis out of range for a tensor's rank."""
+    """A dim/axis out of range for a tensor's rank, or one an op cannot reduce (max over a zero-size dim)."""
+
+
+class ArgumentError(EmberError, RuntimeError, ValueError):
+    """An argument value an op does not accept: an unknown mode or reduce string, a repeated dim, no clamp bounds,
+    a non-positive count, a random distribution with invalid parameters."""
 
 
 class DeviceError(EmberError, RuntimeError):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ember.core import dtype as dtypes
 from ember.core.dtype import to_dtype
 from ember.core.elementwise import where
-from ember.core.errors import DTypeError, ShapeError
+from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.shapes import broadcast_shapes, normalize_dim
 
 if TYPE_CHECKING:
@@ -181,7 +181,7 @@ class FunctionalOps:
                 running_var.assign((1 - momentum) * running_var + momentum * unbiased)
         else:
             if running_mean is None or running_var is None:
-                raise ValueError("batch_norm: running_mean and running_var are required when training=False")
+                raise ArgumentError("batch_norm: running_mean and running_var are required when training=False")
             centered = self - running_mean.reshape(affine_shape)
             variance = running_var.reshape(affine_shape)
         result = centered * (variance + eps).rsqrt()
@@ -208,7 +208,7 @@ class FunctionalOps:
     def dropout(self: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
         """Zero each element with probability p (drawn with ember.rand) and scale the rest by 1 / (1 - p)."""
         if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+            raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
         if not training or p == 0.0:
             return self
         _require_float(self, "dropout")
@@ -223,7 +223,7 @@ class FunctionalOps:
     def feature_dropout(self: Tensor, p: float, training: bool, spatial: int, op: str = "feature_dropout") -> Tensor:
         """Channel dropout (dropout1d/2d/3d): one draw per channel of [N, C, *spatial] or [C, *spatial]."""
         if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+            raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
         if self.ndim not in (spatial + 1, spatial + 2):
             raise ShapeError(
                 f"{op}: expected {spatial + 1}-d (unbatched) or {spatial + 2}-d (batched) input, got shape "
@@ -255,7 +255,7 @@ class FunctionalOps:
         count = weight.shape[0]
         if padding_idx is not None:
             if not -count <= padding_idx < count:
-                raise ValueError(f"embedding: padding_idx {padding_idx} must be within num_embeddings ({count})")
+                raise ArgumentError(f"embedding: padding_idx {padding_idx} must be within num_embeddings ({count})")
             padding_idx %= count
             rows = self._arange_primitive(count, dtypes.int64, self.device).reshape(count, 1)
             weight = where(rows == padding_idx, weight.detach(), weight)  # the padding row gets no gradient
@@ -318,7 +318,9 @@ class FunctionalOps:
             key = key.repeat_interleave(heads // key_heads, dim=-3)
             value = value.repeat_interleave(heads // value.shape[-3], dim=-3)
         if is_causal and attn_mask is not None:
-            raise ValueError("scaled_dot_product_attention: explicit attn_mask should not be set when is_causal=True")
+            raise ArgumentError(
+                "scaled_dot_product_attention: explicit attn_mask should not be set when is_causal=True"
+            )
         length, source_length = query.shape[-2], key.shape[-2]
         scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
         scores = query.matmul(key.mT) * scale

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ember.core import dtype as dtypes
-from ember.core.errors import DTypeError, ShapeError
+from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.index_updates import IndexUpdateOps
 from ember.core.ops import Op
 from ember.core.shapes import Shape, broadcast_shapes, normalize_dim
@@ -234,7 +234,7 @@ def _slice_bounds(index: slice, size: int) -> tuple[int, int, int]:
     except TypeError:
         raise IndexError(f"slice indices must be integers or None, got {index}") from None
     if step <= 0:
-        raise ValueError(f"slice step must be greater than zero, got {index.step} (torch has no negative steps; "
+        raise ArgumentError(f"slice step must be greater than zero, got {index.step} (torch has no negative steps; "
                          "use flip)")
     return start, max(start, stop), step
 
@@ -322,7 +322,7 @@ class IndexingOps(IndexUpdateOps):
             raise TypeError("scatter: give src (a tensor or a number) or value")
         modes = {None: "replace", "add": "sum", "multiply": "prod"}
         if reduce not in modes:
-            raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+            raise ArgumentError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
         return _scatter(self, dim, index, source, modes[reduce], True, "scatter")
 
     def scatter_(self: Tensor, dim: int, index: Tensor, src: Any = None, value: Any = None, *,
@@ -339,7 +339,9 @@ class IndexingOps(IndexUpdateOps):
                        include_self: bool = True) -> Tensor:
         """torch.scatter_reduce with reduce 'sum', 'prod', 'mean', 'amax' or 'amin'."""
         if reduce not in ("sum", "prod", "mean", "amax", "amin"):
-            raise ValueError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}")
+            raise ArgumentError(
+                f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}"
+            )
         return _scatter(self, dim, index, src, reduce, include_self, "scatter_reduce")
 
     def scatter_reduce_(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *,
@@ -406,10 +408,10 @@ class IndexingOps(IndexUpdateOps):
             largest, smallest = self.max(), self.min()
             realize(largest, smallest)
             if smallest.item() < 0:
-                raise ValueError(f"one_hot: class values must be non-negative, got {smallest.item()}")
+                raise ArgumentError(f"one_hot: class values must be non-negative, got {smallest.item()}")
             num_classes = int(largest.item()) + 1
         if num_classes < 0:
-            raise ValueError(f"one_hot: num_classes must be -1 or non-negative, got {num_classes}")
+            raise ArgumentError(f"one_hot: num_classes must be -1 or non-negative, got {num_classes}")
         classes = self._arange_primitive(num_classes, dtypes.int64, self.device)
         return (self.cast(dtypes.int64).unsqueeze(-1) == classes).cast(dtypes.int64)
 
@@ -540,7 +542,7 @@ def repeat_indices(counts: Tensor, output_size: int | None) -> Tensor:
         total, smallest = counts.sum(), counts.min() if counts.numel() else counts.sum()
         realize(total, smallest)
         if smallest.item() < 0:
-            raise ValueError("repeat_interleave: repeats must be non-negative")
+            raise ArgumentError("repeat_interleave: repeats must be non-negative")
         output_size = int(total.item())
     ends = counts.cast(dtypes.int64).cumsum(0)  # element i fills outputs [ends[i] - counts[i], ends[i])
     outputs = counts._arange_primitive(output_size, dtypes.int64, counts.device)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ember.core.elimination import EliminationOps
-from ember.core.errors import DTypeError, ShapeError
+from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.matrix_structure import MatrixStructureOps
 from ember.core.products import ProductOps
 from ember.core.shapes import broadcast_shapes
@@ -114,13 +114,13 @@ def _parse_term(term: str, equation: str) -> list[str]:
     while index < len(term):
         if term.startswith(ELLIPSIS, index):
             if ELLIPSIS in labels:
-                raise ValueError(f"einsum(): found more than one ellipsis ('...') in term {term!r} of {equation!r}")
+                raise ArgumentError(f"einsum(): found more than one ellipsis ('...') in term {term!r} of {equation!r}")
             labels.append(ELLIPSIS)
             index += 3
             continue
         character = term[index]
         if not (character.isascii() and character.isalpha()):
-            raise ValueError(
+            raise ArgumentError(
                 f"einsum(): invalid subscript {character!r} in term {term!r} of {equation!r}; subscripts must be in "
                 "[a-zA-Z] or '...'"
             )
@@ -146,12 +146,12 @@ def einsum(equation: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
     terms = input_part.split(",")
     if len(terms) != len(tensors):
         relation = "fewer" if len(tensors) < len(terms) else "more"
-        raise ValueError(
+        raise ArgumentError(
             f"einsum(): {relation} operands were provided than specified in the equation {equation!r} "
             f"({len(terms)} terms, {len(tensors)} tensors)"
         )
     if not tensors:
-        raise ValueError("einsum(): must provide at least one operand")
+        raise ArgumentError("einsum(): must provide at least one operand")
     for tensor in tensors[1:]:
         _check_same_dtype("einsum", tensors[0], tensor)
     term_labels = [_parse_term(term, compact) for term in terms]
@@ -210,15 +210,15 @@ def einsum(equation: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
         for label in _parse_term(output_part, compact):
             if label == ELLIPSIS:
                 if not any(ELLIPSIS in labels for labels in term_labels):
-                    raise ValueError(f"einsum(): output subscript '...' of {equation!r} appears in no input operand")
+                    raise ArgumentError(f"einsum(): output subscript '...' of {equation!r} appears in no input operand")
                 output_labels.extend(ellipsis_labels)
                 continue
             if label not in letters:
-                raise ValueError(
+                raise ArgumentError(
                     f"einsum(): output subscript {label} does not appear in the equation {equation!r} for any input"
                 )
             if label in output_labels:
-                raise ValueError(f"einsum(): output subscript {label} appears more than once in the output")
+                raise ArgumentError(f"einsum(): output subscript {label} appears more than once in the output")
             output_labels.append(label)
     else:
         output_labels = ellipsis_labels + sorted(label for label in set(letters) if letters.count(label) == 1)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ember.core import dtype as dtypes
 from ember.core.elementwise import where
-from ember.core.errors import DTypeError, ShapeError
+from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.shapes import broadcast_shapes
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
 
 def _check_reduction(reduction: str) -> None:
     if reduction not in REDUCTIONS:
-        raise ValueError(f"{reduction!r} is not a valid value for reduction; valid: 'mean', 'sum', 'none'")
+        raise ArgumentError(f"{reduction!r} is not a valid value for reduction; valid: 'mean', 'sum', 'none'")
 
 
 def _pointwise_operands(input: Tensor, target: Tensor, op: str) -> tuple[Tensor, Tensor]:  # noqa: A002
@@ -100,7 +100,7 @@ class LossOps:
         if not self.dtype.is_float:
             raise DTypeError(f"cross_entropy: expected a floating point input, got {self.dtype.name}")
         if not 0.0 <= label_smoothing <= 1.0:
-            raise ValueError(f"cross_entropy: label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
+            raise ArgumentError(f"cross_entropy: label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
         if self.ndim == 0:
             raise ShapeError("cross_entropy: input must have at least 1 dim [C] or [N, C, ...], got a 0-d tensor")
         class_dim = 0 if self.ndim == 1 else 1
@@ -159,7 +159,7 @@ class LossOps:
         """0.5 * d^2 / beta where |d| < beta, else |d| - 0.5 * beta (beta = 0 gives l1_loss)."""
         _check_reduction(reduction)
         if beta < 0:
-            raise ValueError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
+            raise ArgumentError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
         input_, target = _pointwise_operands(self, target, "smooth_l1_loss")
         distance = (input_ - target).abs()
         if beta == 0:
@@ -170,7 +170,7 @@ class LossOps:
         """0.5 * d^2 where |d| < delta, else delta * (|d| - 0.5 * delta)."""
         _check_reduction(reduction)
         if delta <= 0:
-            raise ValueError(f"huber_loss: delta must be positive, got {delta}")
+            raise ArgumentError(f"huber_loss: delta must be positive, got {delta}")
         input_, target = _pointwise_operands(self, target, "huber_loss")
         distance = (input_ - target).abs()
         return _reduce(where(distance < delta, 0.5 * distance * distance, delta * (distance - 0.5 * delta)),
@@ -179,7 +179,7 @@ class LossOps:
     def kl_div(self: Tensor, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:
         """KL divergence with self holding log-probabilities: target * (log(target) - self), like torch."""
         if reduction not in REDUCTIONS + ("batchmean",):
-            raise ValueError(f"{reduction!r} is not a valid value for reduction; valid: 'mean', 'batchmean', 'sum', "
+            raise ArgumentError(f"{reduction!r} is not a valid value for reduction; valid: 'mean', 'batchmean', 'sum', "
                              "'none'")
         input_, target = _pointwise_operands(self, target, "kl_div")
         if log_target:

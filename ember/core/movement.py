@@ -6,7 +6,8 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ember.core.errors import ShapeError
+from ember.core.aliases import numpy_argument_names
+from ember.core.errors import ArgumentError, ShapeError
 from ember.core.ops import Op
 from ember.core.shapes import Shape, normalize_dim, normalize_dims, prod, resolve_reshape
 
@@ -143,9 +144,9 @@ class MovementOps:
         if mode == "constant":
             return self._pad_and_shrink(pairs, 0 if value is None else value)
         if mode not in PAD_MODES:
-            raise ValueError(f"pad: unknown mode {mode!r}; valid modes: {', '.join(PAD_MODES)}")
+            raise ArgumentError(f"pad: unknown mode {mode!r}; valid modes: {', '.join(PAD_MODES)}")
         if value is not None and value != 0:
-            raise ValueError(f"pad: a fill value is only used by mode 'constant', not {mode!r}")
+            raise ArgumentError(f"pad: a fill value is only used by mode 'constant', not {mode!r}")
         result = self
         for axis, (before, after) in enumerate(pairs):
             if before or after:
@@ -250,6 +251,23 @@ class MovementOps:
         interleaved = base.reshape(tuple(value for size in base.shape for value in (1, size)))
         return interleaved.expand(expanded_shape).reshape(tuple(c * s for c, s in zip(counts, base.shape)))
 
+    def tile(self: Tensor, *dims: Any) -> Tensor:
+        """torch.tile: repeat, with fewer counts than dims meaning leading counts of 1."""
+        counts = _shape_argument(dims)
+        return self.repeat((1,) * (self.ndim - len(counts)) + tuple(counts))
+
+    def fliplr(self: Tensor) -> Tensor:
+        """Reverse dim 1 (the columns), for tensors of at least 2 dims."""
+        if self.ndim < 2:
+            raise ShapeError(f"fliplr: the input must have at least 2 dims, got shape {self.shape}")
+        return self.flip(1)
+
+    def flipud(self: Tensor) -> Tensor:
+        """Reverse dim 0 (the rows), for tensors of at least 1 dim."""
+        if self.ndim < 1:
+            raise ShapeError("flipud: the input must have at least 1 dim, got a 0-d tensor")
+        return self.flip(0)
+
     def repeat_interleave(self: Tensor, repeats: Any, dim: int | None = None, output_size: int | None = None) -> Tensor:
         """Repeat each element `repeats` times along dim (flattened when dim is None).
 
@@ -326,7 +344,9 @@ class MovementOps:
         else:
             split_size = _integer(split_size_or_sections, "split: split_size")
             if split_size < 0 or (split_size == 0 and size != 0):
-                raise ValueError(f"split: split_size must be positive, got {split_size} for dim {dim} of size {size}")
+                raise ArgumentError(
+                    f"split: split_size must be positive, got {split_size} for dim {dim} of size {size}"
+                )
             step = max(split_size, 1)
             sections = [min(step, size - start) for start in range(0, size, step)] or [0]
         result, start = [], 0
@@ -337,7 +357,7 @@ class MovementOps:
 
     def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         if _integer(chunks, "chunk: chunks") <= 0:
-            raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+            raise ArgumentError(f"chunk: chunks must be positive, got {chunks}")
         size = self.shape[normalize_dim(dim, self.ndim, "chunk")]
         if size == 0:
             return self.split([0] * chunks, dim)
@@ -361,7 +381,7 @@ class MovementOps:
             return tuple(self.narrow(axis, start, max(end - start, 0)) for start, end in zip(starts, ends))
         sections = _integer(split_points, "tensor_split: sections")
         if sections <= 0:
-            raise ValueError(f"tensor_split: the number of sections must be positive, got {sections}")
+            raise ArgumentError(f"tensor_split: the number of sections must be positive, got {sections}")
         base, extra = divmod(size, sections)
         return self.split([base + (1 if index < extra else 0) for index in range(sections)], axis)
 
@@ -400,6 +420,7 @@ def _pad_axis(tensor: Tensor, axis: int, before: int, after: int, mode: str) -> 
     return cat([left, tensor, right], axis)
 
 
+@numpy_argument_names
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """torch.cat: join tensors along an existing dim (each is padded into place and the pads summed, one kernel).
 
@@ -410,7 +431,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
 
     parts = tensor_sequence(tensors)
     if not parts:
-        raise ValueError("cat: expected a non-empty sequence of tensors")
+        raise ArgumentError("cat: expected a non-empty sequence of tensors")
     for position, part in enumerate(parts):
         if part.ndim == 0:
             raise ShapeError(f"cat: the zero-dimensional tensor at position {position} cannot be concatenated")
@@ -442,13 +463,14 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     return result
 
 
+@numpy_argument_names
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """torch.stack: join tensors of one shape along a new dim."""
     from ember.core.tensor import tensor_sequence
 
     parts = tensor_sequence(tensors)
     if not parts:
-        raise ValueError("stack: expected a non-empty sequence of tensors")
+        raise ArgumentError("stack: expected a non-empty sequence of tensors")
     for part in parts:
         if part.shape != parts[0].shape:
             shapes = ", ".join(str(part.shape) for part in parts)

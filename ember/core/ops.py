@@ -1,4 +1,5 @@
-"""The primitive op set: the only ops the graph, kernelizer, IR, backward rules and backends know."""
+"""The primitive op set: the only ops the graph, kernelizer, IR, backward rules and backends know (and Composite,
+the compositions autograd records as one step with their own rule)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,18 @@ class Op(Enum):
     FLIP = auto()  # arg: tuple of axes to reverse
 
     __hash__ = object.__hash__  # members are singletons: identity hashing is exact and much faster than Enum's
+
+
+class Composite(Enum):
+    """Compositions recorded for autograd as one step with their own backward rule (torch's formula): the chain
+    rule through their primitives gives other values than torch at special points (0, inf, NaN, clamped ranges).
+    Only autograd knows them; the graph, kernelizer and backends see the primitives the composition is made of."""
+
+    EXP = auto()  # sources: (x,); d/dx = exp(x), also where the composition clamps (exp'(+inf) = inf)
+    POW = auto()  # sources: (base, exponent) of one shape and dtype
+    POW_SCALAR = auto()  # sources: (base,); arg: the Python number exponent (x ** 0 has a zero gradient)
+
+    __hash__ = object.__hash__
 
 
 SOURCE_OPS = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE, Op.COPY, Op.CONTIGUOUS})

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType, to_dtype
 from ember.core.elementwise import where
-from ember.core.errors import DTypeError, ShapeError
+from ember.core.errors import AxisError, DTypeError, ShapeError
 from ember.core.ops import Op
 from ember.core.shapes import normalize_dim, normalize_dims, prod
 
@@ -26,6 +26,13 @@ class ValuesIndices(NamedTuple):
     indices: Any
 
 
+class MinMax(NamedTuple):
+    """The (min, max) result of aminmax, like torch's named tuple."""
+
+    min: Any
+    max: Any
+
+
 class ReductionOps:
     """Mixin: reductions. Needs `_apply`, `_full`, `shape`, `dtype`, `device` from the class."""
 
@@ -33,12 +40,14 @@ class ReductionOps:
 
     def _reduce(self: Tensor, op: Op, dim: Dims, keepdim: bool, name: str) -> Tensor:
         """One reduce primitive over dim (None or () meaning every dim, as in torch), then the reduced dims dropped
-        unless keepdim. A max over a zero-size dim has no identity and raises."""
+        unless keepdim. A max over a zero-size dim has no identity and raises (torch's classes: IndexError for a
+        dim given, RuntimeError for a reduction over every dim)."""
         axes = _reduction_axes(dim, self.ndim, name)
         if op is Op.REDUCE_MAX:
             empty = [axis for axis in axes if self.shape[axis] == 0]
             if empty:
-                raise ShapeError(
+                every_dim = dim is None or (not isinstance(dim, int) and len(dim) == 0)
+                raise (ShapeError if every_dim else AxisError)(
                     f"{name}: cannot reduce over the zero-size dim {empty[0]} of a tensor of shape {self.shape} "
                     f"(a maximum or minimum of nothing is undefined); reduce over other dims"
                 )
@@ -126,8 +135,15 @@ class ReductionOps:
     def amin(self: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
         return self._max_or_min_values(dim, keepdim, "amin", minimum=True)
 
-    def aminmax(self: Tensor, dim: int | None = None, keepdim: bool = False) -> tuple[Tensor, Tensor]:
-        return self.amin(dim, keepdim), self.amax(dim, keepdim)
+    def aminmax(self: Tensor, *, dim: int | None = None, keepdim: bool = False) -> ValuesIndices:
+        """(min, max) over dim (every dim by default), as torch.aminmax's named tuple (min, max)."""
+        if dim is not None:
+            _check_single_dim(dim, "aminmax")
+        axes = _reduction_axes(dim, self.ndim, "aminmax")
+        if any(self.shape[axis] == 0 for axis in axes):
+            raise ShapeError(f"aminmax: cannot compute the minimum and maximum over an empty dim of a tensor of shape "
+                             f"{self.shape} (there is no identity)")
+        return MinMax(self.amin(dim, keepdim), self.amax(dim, keepdim))
 
     def _arg_extreme(self: Tensor, dim: int | None, keepdim: bool, name: str, minimum: bool) -> Tensor:
         """The first index of the max (or min) along dim; a NaN counts as the extreme, like torch."""
@@ -135,7 +151,7 @@ class ReductionOps:
             raise DTypeError(f"{name}: bool tensors are not supported (as in PyTorch); cast with .int() first")
         if dim is None:
             if self.numel() == 0:
-                raise ShapeError(f"{name}: the tensor of shape {self.shape} is empty; give a dim to reduce over")
+                raise AxisError(f"{name}: the tensor of shape {self.shape} is empty; give a dim to reduce over")
             result = self.reshape(-1)._arg_extreme(0, False, name, minimum)
             return result.reshape((1,) * self.ndim) if keepdim else result
         _check_single_dim(dim, name)
@@ -241,24 +257,69 @@ class ReductionOps:
     def cummax(self: Tensor, dim: int) -> ValuesIndices:
         """The running maximum along dim and the last index where it was reached (a NaN, once met, stays), like
         torch.cummax; with a gradient to track the values are gathered there, so the gradient goes to that index."""
-        values = _scan(self, dim, Op.REDUCE_MAX, "cummax")
-        if self.ndim == 0:
-            return ValuesIndices(values, self._full((), 0, dtypes.int64, self.device))
-        axis = normalize_dim(dim, self.ndim, "cummax")
-        size = self.shape[axis]
-        source = self.transpose(axis, -1).unsqueeze(-2)  # [..., 1, j]
-        running = values.transpose(axis, -1).unsqueeze(-1)  # [..., i, 1]
-        reached = source == running
-        if self.dtype.is_float:
-            reached = reached.logical_or(source.isnan())  # where the running maximum is NaN only NaN matches
-        positions = self._arange_primitive(size, dtypes.int64, self.device)
-        reached = reached.logical_and(positions <= positions.reshape(size, 1))  # j <= i
-        missing = self._full((), -1, dtypes.int64, self.device)
-        indices = where(reached, positions, missing)._reduce_axes(Op.REDUCE_MAX, (self.ndim,), False)
-        indices = indices.transpose(axis, -1)
-        if getattr(self, "requires_grad", False):
-            values = self.gather(axis, indices)
-        return ValuesIndices(values, indices)
+        return _cumulative_extreme(self, dim, "cummax", minimum=False)
+
+    def cummin(self: Tensor, dim: int) -> ValuesIndices:
+        """The running minimum along dim and the last index where it was reached, like torch.cummin."""
+        return _cumulative_extreme(self, dim, "cummin", minimum=True)
+
+    def logcumsumexp(self: Tensor, dim: int) -> Tensor:
+        """log(cumsum(exp(x))) along dim without overflow: a logsumexp over each prefix window (each has its own
+        maximum, so a large later value does not flush an earlier prefix to -inf)."""
+        source = self._float_operand()
+        if source.ndim == 0:
+            normalize_dim(dim, 0, "logcumsumexp")
+            return source
+        axis = normalize_dim(dim, source.ndim, "logcumsumexp")
+        if source.shape[axis] <= 1:
+            return source
+        windows = _prefix_windows(source.transpose(axis, -1), -math.inf)
+        return windows.logsumexp(-1).transpose(axis, -1)
+
+    # ---- reductions that skip NaN --------------------------------------------------------------------------------
+
+    def nansum(self: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        """The sum over dim counting NaN as zero (torch.nansum)."""
+        source = self._accumulation_source(dtype)
+        if source.dtype.is_float:
+            source = where(source.isnan(), source._full((), 0, source.dtype, source.device), source)
+        return source._reduce(Op.SUM, dim, keepdim, "nansum")
+
+    def nanmean(self: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        """The mean of the non-NaN elements over dim (NaN where there are none), like torch.nanmean."""
+        source = self.cast(to_dtype(dtype)) if dtype is not None else self
+        if not source.dtype.is_float:
+            raise DTypeError(
+                f"nanmean: expected a floating point tensor as input, got {source.dtype.name} (use .float() or "
+                f"nanmean(dtype=ember.float32))"
+            )
+        return source.nansum(dim, keepdim) / source.isnan().logical_not().sum(dim, keepdim=keepdim)
+
+
+def _cumulative_extreme(self: Tensor, dim: int, name: str, minimum: bool) -> ValuesIndices:
+    """cummax / cummin: running values by a scan of REDUCE_MAX (of the flipped values for the minimum, as min's
+    reductions do) and the last index j <= i where x[j] equals the running value at i (or is NaN)."""
+    flip = Op.NEG if self.dtype.is_float else Op.NOT
+    values = _scan(self._apply(flip), dim, Op.REDUCE_MAX, name)._apply(flip) if minimum else _scan(
+        self, dim, Op.REDUCE_MAX, name
+    )
+    if self.ndim == 0:
+        return ValuesIndices(values, self._full((), 0, dtypes.int64, self.device))
+    axis = normalize_dim(dim, self.ndim, name)
+    size = self.shape[axis]
+    source = self.transpose(axis, -1).unsqueeze(-2)  # [..., 1, j]
+    running = values.transpose(axis, -1).unsqueeze(-1)  # [..., i, 1]
+    reached = source == running
+    if self.dtype.is_float:
+        reached = reached.logical_or(source.isnan())  # where the running value is NaN only NaN matches
+    positions = self._arange_primitive(size, dtypes.int64, self.device)
+    reached = reached.logical_and(positions <= positions.reshape(size, 1))  # j <= i
+    missing = self._full((), -1, dtypes.int64, self.device)
+    indices = where(reached, positions, missing)._reduce_axes(Op.REDUCE_MAX, (self.ndim,), False)
+    indices = indices.transpose(axis, -1)
+    if getattr(self, "requires_grad", False):
+        values = self.gather(axis, indices)
+    return ValuesIndices(values, indices)
 
 
 def _sqrt_zero_gradient_at_zero(value: Tensor) -> Tensor:
@@ -277,8 +338,15 @@ def _scan(source: Tensor, dim: int, op: Op, name: str) -> Tensor:
         return source
     identity = {Op.SUM: 0, Op.PROD: 1, Op.REDUCE_MAX: dtypes.min_value(source.dtype)}[op]
     moved = source.transpose(axis, -1)
+    return _prefix_windows(moved, identity)._reduce_axes(op, (moved.ndim,), False).transpose(axis, -1)
+
+
+def _prefix_windows(moved: Tensor, identity: Any) -> Tensor:
+    """[..., n] -> [..., n, n] with row i = (identity, ..., identity, x[0], ..., x[i]): the prefixes of the last
+    dim as a view of the input padded by n - 1 identities on the left."""
+    size = moved.shape[-1]
     padded = moved._pad_and_shrink([(0, 0)] * (moved.ndim - 1) + [(size - 1, 0)], value=identity)
-    return _sliding_windows(padded, size)._reduce_axes(op, (moved.ndim,), False).transpose(axis, -1)
+    return _sliding_windows(padded, size)
 
 
 def _sliding_windows(padded: Tensor, size: int) -> Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ember.core.errors import AxisError, ShapeError
+from ember.core.errors import ArgumentError, AxisError, ShapeError
 
 Shape = tuple[int, ...]
 
@@ -33,7 +33,7 @@ def normalize_dims(dims: int | Sequence[int] | None, ndim: int, op: str = "op") 
         dims = (dims,)
     result = tuple(normalize_dim(dim, ndim, op) for dim in dims)
     if len(set(result)) != len(result):
-        raise AxisError(f"{op}: dim {tuple(dims)} repeats an axis")
+        raise ArgumentError(f"{op}: dim {tuple(dims)} repeats an axis; give each dim once")
     return tuple(sorted(result)) if ndim > 0 else ()
 
 

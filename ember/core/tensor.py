@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 
 from ember.core import dtype as dtypes
+from ember.core.aliases import numpy_argument_names
 from ember.core.dtype import DType
 from ember.core.convolution import ConvolutionOps
 from ember.core.elementwise import ElementwiseOps
-from ember.core.errors import AutogradError, DTypeError
+from ember.core.errors import AutogradError, DTypeError, ShapeError
 from ember.core.folding import FoldingOps
 from ember.core.functional import FunctionalOps
 from ember.core.graph import Node, infer
@@ -20,7 +21,7 @@ from ember.core.indexing import IndexingOps
 from ember.core.linalg import LinalgOps
 from ember.core.losses import LossOps
 from ember.core.movement import MovementOps
-from ember.core.ops import Op
+from ember.core.ops import Composite, Op
 from ember.core.reductions import ReductionOps
 from ember.core.searching import SearchingOps
 from ember.core.shapes import Shape, prod
@@ -36,6 +37,7 @@ class GradMode:
 _next_sequence = itertools.count().__next__  # creation order: a tensor's history only holds older tensors
 
 
+@numpy_argument_names
 class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps, ConvolutionOps, LossOps,
              SortingOps, SearchingOps, FoldingOps):
     """A lazy n-dimensional array with PyTorch's API. Nothing runs until a value is needed."""
@@ -103,6 +105,24 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
             output._context = (op, arg, sources)
         return output
 
+    def _recorded(self, composite: Composite, compute: Callable[..., Tensor], sources: tuple[Tensor, ...],
+                  arg: Any = None) -> Tensor:
+        """compute(*sources) (run without recording), recorded for autograd as one `composite` step whose rule in
+        autograd/rules.py gives torch's gradient formula, also where the primitives' chain rule would not."""
+        if not GradMode.enabled or not any(source._requires_grad for source in sources):
+            return compute(*sources)
+        GradMode.enabled = False
+        try:
+            result = compute(*sources)
+        finally:
+            GradMode.enabled = True
+        if not result.dtype.is_float:
+            return result
+        output = Tensor._from_node(result.node)  # a new tensor even when compute returned a source unchanged
+        output._requires_grad = True
+        output._context = (composite, arg, sources)
+        return output
+
     @classmethod
     def _full(cls, shape: Shape, value: Any, dtype: DType, device: str) -> Tensor:
         """A lazy constant of a shape (no memory until used)."""
@@ -144,6 +164,141 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
     def element_size(self) -> int:
         return self.dtype.itemsize
+
+    nelement = numel
+    ndimension = dim
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_float
+
+    def is_complex(self) -> bool:
+        return False  # ember has no complex dtypes
+
+    def is_signed(self) -> bool:
+        return not self.dtype.is_bool and not self.dtype.is_unsigned
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self.dtype.itemsize
+
+    @property
+    def is_cpu(self) -> bool:
+        """Whether this tensor is on the c device, where x.cpu() puts it."""
+        return self.device.split(":")[0] == "c"
+
+    def is_same_size(self, other: Tensor) -> bool:
+        return self.shape == other.shape
+
+    def is_nonzero(self) -> bool:
+        """The truth of a one-element tensor (torch's is_nonzero; a RuntimeError for other sizes)."""
+        if self.numel() != 1:
+            raise ShapeError(f"is_nonzero(): a tensor with {self.numel()} elements has no single truth value; "
+                             f"it needs exactly one element")
+        return bool(self.item())
+
+    def equal(self, other: Tensor) -> bool:
+        """Whether other has the same shape and elements (torch.equal: NaN is not equal to NaN)."""
+        if not isinstance(other, Tensor):
+            raise TypeError(f"equal(): argument 'other' (position 1) must be Tensor, not {type(other).__name__}")
+        return self.shape == other.shape and bool((self == other).all().item())
+
+    # ember tensors are values, not views into shared storage: whatever view ops made one, it reads as (and is
+    # stored as, when it is stored) a row-major tensor of its own, so torch's layout queries answer for that layout
+
+    def stride(self, dim: int | None = None) -> tuple[int, ...] | int:
+        """The row-major element strides of this shape (torch's strides of a contiguous tensor)."""
+        from ember.core.shapes import normalize_dim, strides_of
+
+        strides = strides_of(self.shape)
+        return strides if dim is None else strides[normalize_dim(dim, self.ndim, "stride")]
+
+    def storage_offset(self) -> int:
+        return 0
+
+    def is_contiguous(self, memory_format: Any = None) -> bool:
+        return True
+
+    def type_as(self, other: Tensor) -> Tensor:
+        """self cast to other's dtype."""
+        if not isinstance(other, Tensor):
+            raise TypeError(f"type_as(): argument 'other' (position 1) must be Tensor, not {type(other).__name__}")
+        return self.cast(other.dtype)
+
+    def ravel(self) -> Tensor:
+        return self.reshape(-1)
+
+    # ---- torch's new_* constructors: the dtype and device of self unless given ------------------------------
+
+    def new_tensor(self, data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        """A new leaf holding a copy of data, in self's dtype and on self's device unless given."""
+        if isinstance(data, Tensor):
+            data = data.detach()
+        return Tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_full(self, size: Sequence[int], fill_value: Any, *, dtype: Any = None, device: Any = None,
+                 requires_grad: bool = False) -> Tensor:
+        from ember.core.creation import full
+
+        if not isinstance(size, (tuple, list)):
+            raise TypeError(
+                f"new_full(): argument 'size' (position 1) must be tuple of ints, not {type(size).__name__}"
+            )
+        return full(size, fill_value, dtype or self.dtype, device or self.device, requires_grad)
+
+    def new_zeros(self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        from ember.core.creation import zeros
+
+        return zeros(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_ones(self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        from ember.core.creation import ones
+
+        return ones(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_empty(self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        from ember.core.creation import empty
+
+        return empty(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    # ---- in-place copies and random fills ------------------------------------------------------------------
+
+    def copy_(self, src: Tensor, non_blocking: bool = False) -> Tensor:
+        """Overwrite self with src broadcast to self's shape, cast to its dtype, moved to its device."""
+        if not isinstance(src, Tensor):
+            raise TypeError(f"copy_(): argument 'src' (position 1) must be Tensor, not {type(src).__name__}")
+        return self.assign(src)
+
+    def uniform_(self, from_: float = 0.0, to: float = 1.0, *, generator: Any = None, **bounds: float) -> Tensor:
+        """Fill with uniform values in [from, to) (`from` may be given by name too, as in torch)."""
+        from ember.core.random import uniform_
+
+        return uniform_(self, float(bounds.pop("from", from_)), float(to))
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> Tensor:
+        from ember.core.random import normal_
+
+        return normal_(self, float(mean), float(std))
+
+    def bernoulli(self, p: float | None = None, *, generator: Any = None) -> Tensor:
+        """0/1 draws, 1 with probability self (or p), in self's float dtype (torch.bernoulli)."""
+        from ember.core.random import bernoulli
+
+        return bernoulli(self, p)
+
+    def bernoulli_(self, p: Any = 0.5, *, generator: Any = None) -> Tensor:
+        from ember.core.random import bernoulli_
+
+        return bernoulli_(self, p)
+
+    def multinomial(self, num_samples: int, replacement: bool = False, *, generator: Any = None) -> Tensor:
+        """Category indices drawn from the weights of each row (torch.multinomial)."""
+        from ember.core.random import multinomial
+
+        return multinomial(self, num_samples, replacement)
 
     # ---- autograd -------------------------------------------------------------------------------------------
 
@@ -254,7 +409,9 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
     def item(self) -> bool | int | float:
         if self.numel() != 1:
-            raise ValueError(f"item(): only one-element tensors can be converted to Python scalars, got shape {self.shape}")
+            raise ShapeError(
+                f"item(): only one-element tensors can be converted to Python scalars, got shape {self.shape}"
+            )
         return self.numpy().reshape(()).item()
 
     def tolist(self) -> Any:
@@ -262,7 +419,9 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
-            raise RuntimeError(f"the truth value of a tensor with {self.numel()} elements is ambiguous; use any() or all()")
+            raise RuntimeError(
+                f"the truth value of a tensor with {self.numel()} elements is ambiguous; use any() or all()"
+            )
         return bool(self.item())
 
     def __int__(self) -> int:
@@ -296,7 +455,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         return copied
 
     def __reduce__(self) -> Any:
-        raise TypeError("ember tensors cannot be pickled; save tensors with ember.io.save_safetensors instead")
+        raise TypeError("ember tensors cannot be pickled; save them with ember.save(obj, path) (safetensors) instead")
 
     def to(self, *args: Any, **kwargs: Any) -> Tensor:
         """`to(dtype)`, `to(device)` or `to(device, dtype)`, like torch.Tensor.to."""
@@ -323,8 +482,17 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
         return shard(self, devices, dim)
 
-    def cpu(self) -> Tensor:
-        return self.to("c")
+    def cpu(self, memory_format: Any = None) -> Tensor:
+        """This tensor on ember's CPU device (the c backend), like torch's x.cpu()."""
+        from ember.scheduler.devices import backend_device
+
+        return self.to(backend_device("c", None, "cpu()"))
+
+    def cuda(self, device: Any = None, non_blocking: bool = False, memory_format: Any = None) -> Tensor:
+        """This tensor on a cuda device (the first, or `device`: an index or 'cuda:N'), like torch's x.cuda()."""
+        from ember.scheduler.devices import backend_device
+
+        return self.to(backend_device("cuda", device, "cuda()"))
 
     def clone(self) -> Tensor:
         return self._apply(Op.CONTIGUOUS)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ember.core import dtype as dtypes
-from ember.core.errors import DTypeError
-from ember.core.ops import Op
+from ember.core.errors import ArgumentError, DTypeError
+from ember.core.ops import Composite, Op
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -59,13 +59,20 @@ class UnaryMathOps:
     def _constant(self: Tensor, value: float) -> Tensor:
         return self._full(self.shape, value, self.dtype, self.device)
 
+    def _recorded(self: Tensor, composite: Composite, compute: Callable[..., Tensor], sources: tuple[Tensor, ...],
+                  arg: Any = None) -> Tensor:
+        """compute(*sources), which autograd sees as one `composite` step (its rule in autograd/rules.py) rather
+        than the primitives it is made of. Here, for tensors without autograd, just the value; Tensor overrides."""
+        return compute(*sources)
+
     # ---- exponentials and logarithms (integer inputs give float32) --------------------------------------------
 
     def exp2(self: Tensor) -> Tensor:
         return self._float_operand()._apply(Op.EXP2)
 
     def exp(self: Tensor) -> Tensor:
-        return _in_compute_precision(_exp)(self._float_operand())
+        operand = self._float_operand()
+        return operand._recorded(Composite.EXP, _in_compute_precision(_exp), (operand,))
 
     def expm1(self: Tensor) -> Tensor:
         """exp(x) - 1, accurate for small x too (Kahan: (u - 1) * x / log(u) with u = exp(x))."""
@@ -131,7 +138,7 @@ class UnaryMathOps:
         if self.dtype.is_bool:
             raise DTypeError("hardtanh: bool inputs are not supported (as in PyTorch)")
         if min_val > max_val:
-            raise ValueError(f"hardtanh: min_val {min_val} cannot be greater than max_val {max_val} (as in PyTorch)")
+            raise ArgumentError(f"hardtanh: min_val {min_val} cannot be greater than max_val {max_val} (as in PyTorch)")
         lower, upper = self._constant(min_val), self._constant(max_val)
         # torch's gradient is 0 at both bounds (clamp passes it there instead); NaN passes through
         return upper.where(self >= upper, lower.where(self <= lower, self))
@@ -162,7 +169,7 @@ class UnaryMathOps:
             inner = (self + self * self * self * 0.044715) * math.sqrt(2.0 / math.pi)
             return self * 0.5 * (inner.tanh() + 1.0)
         if approximate != "none":
-            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+            raise ArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
         return _in_compute_precision(_gelu)(self)
 
     def silu(self: Tensor) -> Tensor:

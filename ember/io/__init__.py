@@ -1,5 +1,6 @@
-"""ember.io: saving and loading tensors and state dicts (safetensors)."""
+"""ember.io: saving and loading tensors, state dicts and checkpoints (safetensors)."""
 
+from ember.io.checkpoint import load, save
 from ember.io.safetensors import (
     SafetensorsError,
     load_safetensors,
@@ -10,8 +11,10 @@ from ember.io.safetensors import (
 
 __all__ = [
     "SafetensorsError",
+    "load",
     "load_safetensors",
     "load_safetensors_metadata",
     "read_safetensors_header",
+    "save",
     "save_safetensors",
 ]

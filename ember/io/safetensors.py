@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ember.core import dtype as dtypes
+from ember.core.errors import EmberError
 from ember.core.tensor import Tensor
 
 DTYPE_CODES: dict[dtypes.DType, str] = {
@@ -38,8 +39,9 @@ DTYPES_BY_CODE = {code: dtype for dtype, code in DTYPE_CODES.items()}
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 
 
-class SafetensorsError(ValueError):
-    """A file that is not valid safetensors (truncated, corrupt header, bad offsets, unknown dtype)."""
+class SafetensorsError(EmberError, RuntimeError, ValueError):
+    """A file that is not valid safetensors (truncated, corrupt header, bad offsets, unknown dtype); a RuntimeError
+    like torch.load's error for a corrupt file."""
 
 
 def _raw_bytes(tensor: Tensor) -> np.ndarray:

@@ -332,7 +332,16 @@ class Module:
         return self
 
     def cpu(self) -> Module:
-        return self.to("c")
+        """Move parameters and buffers to ember's CPU device (the c backend), in place."""
+        from ember.scheduler.devices import backend_device
+
+        return self.to(backend_device("c", None, "Module.cpu()"))
+
+    def cuda(self, device: Any = None) -> Module:
+        """Move parameters and buffers to a cuda device (the first, or `device`: an index or 'cuda:N'), in place."""
+        from ember.scheduler.devices import backend_device
+
+        return self.to(backend_device("cuda", device, "Module.cuda()"))
 
     def float(self) -> Module:
         return self.to("float32")

@@ -58,3 +58,38 @@ def resolve_device(device: Any) -> str:
 
 def get_device(name: str) -> Device:
     return REGISTRY.device(name)
+
+
+NOT_COMPUTE_BACKENDS = ("dummy", "disk")  # devices that hold or render, never listed as somewhere to compute
+
+
+def compute_devices() -> list[str]:
+    """The names of every device that computes (probing each backend once)."""
+    return [device.name for backend, devices in REGISTRY.available().items() if backend not in NOT_COMPUTE_BACKENDS
+            for device in devices]
+
+
+def backend_device(backend: str, which: Any, caller: str) -> str:
+    """The device `which` of a backend (None: its first; an int index; 'cuda:1'), as x.cuda() and x.cpu() want it,
+    or a DeviceError naming why the backend has none and which devices there are."""
+    try:
+        devices = REGISTRY.probe(backend)
+    except (BackendUnavailable, DeviceError):
+        reason = REGISTRY.unavailable.get(backend, "unknown backend")
+        raise DeviceError(
+            f"{caller}: no {backend} device: {reason}; available devices: {', '.join(compute_devices()) or 'none'}"
+        ) from None
+    if which is None:
+        return devices[0].name
+    index_text = str(which.name if isinstance(which, Device) else which)
+    if index_text.startswith(f"{backend}:"):
+        index_text = index_text.partition(":")[2]
+    elif index_text == backend:
+        return devices[0].name
+    if isinstance(which, bool) or not index_text.lstrip("-").isdigit():
+        raise DeviceError(f"{caller}: expected a {backend} device index or '{backend}:N', got {which!r}")
+    name = f"{backend}:{int(index_text)}"
+    if name not in [device.name for device in devices]:
+        raise DeviceError(f"{caller}: no device {name}; the {backend} devices are "
+                          f"{', '.join(device.name for device in devices)}")
+    return name

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.core.aliases import numpy_argument_names
 from ember.core.convolution import ConvolutionOps
 from ember.core.dtype import DType
 from ember.core.elementwise import ElementwiseOps
@@ -61,6 +62,7 @@ def shard(tensor: Tensor, devices: Sequence[str], dim: int = 0) -> ShardedTensor
     return result
 
 
+@numpy_argument_names
 class ShardedTensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps,
                     ConvolutionOps, LossOps):
     """A tensor whose values live in shards along dim `axis`, one shard per device."""
@@ -139,7 +141,8 @@ class ShardedTensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, Lina
             return Tensor._full(piece_shape, node.arg, node.dtype, device)
         if node.op is Op.EXPAND and node.srcs[0].shape[self.axis] == 1:
             # broadcast along the sharded dim: move the small tensor before the expand, never the expanded one
-            base = source._context[2][0] if source._context is not None else Tensor._from_node(node.srcs[0])
+            base = (source._context[2][0] if source._context is not None and source._context[0] is Op.EXPAND
+                    else Tensor._from_node(node.srcs[0]))
             moved = base if base.device == device else base.to(device)
             return moved.expand(_with(source.shape, self.axis, end - start))
         part = source if source.shape[self.axis] == 1 else source.narrow(self.axis, start, end - start)

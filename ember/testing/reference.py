@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ember.core import dtype as dtypes
+from ember.core.aliases import numpy_argument_names
 from ember.core.dtype import DType, to_dtype
 from ember.core.elementwise import ElementwiseOps
 from ember.core.errors import DTypeError
@@ -307,6 +308,7 @@ def perturbation(scale: float, seed: int) -> Iterator[None]:
 # ---- the tensor ------------------------------------------------------------------------------------------------
 
 
+@numpy_argument_names
 class ReferenceTensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps):
     """An eager numpy tensor with the Tensor API: every method is the same composition of primitives as in ember."""
 

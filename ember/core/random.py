@@ -1,0 +1,181 @@
+"""Sampling from given distributions: bernoulli, multinomial, and the in-place uniform_/normal_ fills.
+
+Every draw comes from the counter-based random bits of `creation.py`, computed in kernels (the same bits on every
+device for a seed). Checks that torch makes on the values (probabilities in [0, 1], non-negative finite weights)
+read those values back, which costs one synchronization per call, as torch's own checks do on the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ember.core import dtype as dtypes
+from ember.core.creation import _random_bits, _uniform, randn
+from ember.core.elementwise import where
+from ember.core.errors import ArgumentError, DTypeError, ShapeError
+
+if TYPE_CHECKING:
+    from ember.core.tensor import Tensor
+
+WITHOUT_REPLACEMENT_BY_ARGMAX = 16  # up to this many samples: one argmax each; beyond: ranks of all keys at once
+
+
+def _require_float(tensor: Tensor, op: str) -> None:
+    if not tensor.dtype.is_float:
+        raise DTypeError(f"{op}: needs a floating point tensor, got {tensor.dtype.name} (as in PyTorch); cast it with "
+                         f".float()")
+
+
+def _check_probabilities(probabilities: Tensor, op: str) -> None:
+    """Raise unless every value is in [0, 1] (NaN is not); reads one bool back."""
+    outside = (probabilities < 0).logical_or(probabilities > 1).logical_or(probabilities.isnan()).any()
+    if outside.item():
+        low, high = probabilities.amin().item(), probabilities.amax().item()
+        raise ArgumentError(f"{op}: probabilities must be in [0, 1], got values from {low} to {high}")
+
+
+def _open_uniform(shape: tuple[int, ...], device: str, dtype: dtypes.DType) -> Tensor:
+    """Uniform floats in (0, 1), never 0 (so the logarithms of the Gumbel trick stay finite)."""
+    count = math.prod(shape)
+    values = ((_random_bits(count, device) >> 8).cast(dtypes.float32) + 0.5) * 2.0**-24
+    return values.cast(dtype).reshape(shape)
+
+
+# ---- bernoulli ---------------------------------------------------------------------------------------------------
+
+
+def bernoulli(input: Tensor, p: float | None = None, *, generator: Any = None) -> Tensor:  # noqa: A002 - torch's name
+    """0 or 1 in input's (float) dtype, 1 with probability input (or p, when given) for each element."""
+    _require_float(input, "bernoulli")
+    if p is not None:
+        if not 0.0 <= p <= 1.0:
+            raise ArgumentError(f"bernoulli: p must be in [0, 1], got {p}")
+        probabilities: Any = p
+    else:
+        _check_probabilities(input, "bernoulli")
+        probabilities = input.detach()
+    draw = _uniform(input.shape, dtypes.float64 if input.dtype is dtypes.float64 else dtypes.float32, input.device)
+    return (draw < probabilities).cast(input.dtype)
+
+
+def bernoulli_(tensor: Tensor, p: Any = 0.5) -> Tensor:
+    """Fill tensor in place with 0/1 draws, 1 with probability p (a number, or a tensor broadcast to its shape)."""
+    from ember.core.elementwise import ElementwiseOps
+
+    if isinstance(p, ElementwiseOps):
+        _require_float(p, "bernoulli_")
+        if p.shape != tensor.shape:
+            p = p.expand(tensor.shape)  # raises like torch when p does not broadcast to the tensor
+        _check_probabilities(p, "bernoulli_")
+        p = p.detach()
+    elif not 0.0 <= float(p) <= 1.0:
+        raise ArgumentError(f"bernoulli_: expects p to be in [0, 1], got p={p}")
+    draw = _uniform(tensor.shape, dtypes.float32, tensor.device)
+    return tensor.assign((draw < p).cast(tensor.dtype))
+
+
+# ---- multinomial ---------------------------------------------------------------------------------------------
+
+
+def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *,  # noqa: A002 - torch's name
+                generator: Any = None) -> Tensor:
+    """Indices (int64) drawn from the categories of each row of input (1-d or 2-d, non-negative weights that need
+    not sum to 1), like torch.multinomial. Each draw is a Gumbel-max: the category whose log weight plus Gumbel
+    noise is largest; without replacement the first num_samples of that order (Gumbel-top-k), which is sequential
+    sampling without replacement."""
+    if input.ndim not in (1, 2):
+        raise ShapeError(f"multinomial: the input must be 1-d or 2-d (prob_dist), got shape {input.shape}")
+    if not input.dtype.is_float:
+        raise DTypeError(f"multinomial: only floating point inputs are supported (as in PyTorch), got "
+                         f"{input.dtype.name}")
+    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
+        raise ArgumentError(f"multinomial: cannot sample num_samples={num_samples!r}; it must be a positive int")
+    categories = input.shape[-1]
+    if not replacement and num_samples > categories:
+        raise ArgumentError(f"multinomial: cannot sample {num_samples} samples without replacement from "
+                            f"{categories} categories")
+    rows = input.reshape(-1, categories)
+    if rows.shape[0] == 0:
+        return input._full(input.shape[:-1] + (num_samples,), 0, dtypes.int64, input.device)
+    _check_weights(rows)
+    compute = dtypes.float64 if input.dtype is dtypes.float64 else dtypes.float32
+    # a zero weight gets the lowest finite key: never chosen while others remain, then (without replacement) in
+    # index order, as torch does; -inf marks the categories already taken
+    weights = rows.detach().cast(compute)
+    log_weights = where(weights == 0, -float(np.finfo(compute.numpy).max), weights.log())
+    # the keys are stored once (contiguous): every comparison below must see the same values, and a fused kernel
+    # recomputing the logarithms could round them differently from another (vectorized or not)
+    if replacement or num_samples == 1:
+        noise = _gumbel((rows.shape[0], num_samples, categories), input.device, compute)
+        samples = (log_weights.unsqueeze(1) + noise).contiguous().argmax(-1)
+    else:
+        samples = _largest_first((log_weights + _gumbel(rows.shape, input.device, compute)).contiguous(), num_samples)
+    return samples.reshape(input.shape[:-1] + (num_samples,))
+
+
+def _check_weights(rows: Tensor) -> None:
+    """torch's checks, read back at once: finite non-negative weights, and a positive sum in every row."""
+    from ember.core.tensor import realize
+
+    invalid = (rows < 0).logical_or(rows.isfinite().logical_not()).any()
+    smallest_sum = rows.detach().cast(dtypes.float64).sum(-1).amin()
+    realize(invalid, smallest_sum)
+    if invalid.item():
+        raise ArgumentError("multinomial: the probability tensor contains inf, nan or an element < 0")
+    if smallest_sum.item() <= 0:
+        raise ArgumentError("multinomial: invalid distribution: a row's sum of probabilities is <= 0")
+
+
+def _gumbel(shape: tuple[int, ...], device: str, dtype: dtypes.DType) -> Tensor:
+    """Standard Gumbel noise -log(-log(u)), u uniform in (0, 1)."""
+    return -(-_open_uniform(shape, device, dtype).log()).log()
+
+
+def _largest_first(keys: Tensor, count: int) -> Tensor:
+    """The column indices of the `count` largest (finite) keys of each row, largest first (ties: the lower index
+    first)."""
+    rows, width = keys.shape
+    if count <= WITHOUT_REPLACEMENT_BY_ARGMAX:
+        positions = keys._arange_primitive(width, dtypes.int64, keys.device)
+        chosen = []
+        for _ in range(count):
+            index = keys.argmax(-1, keepdim=True)
+            chosen.append(index)
+            keys = where(positions == index, -math.inf, keys)
+        from ember.core.movement import cat
+
+        return cat(chosen, 1)
+    # rank of each key among its row (how many keys come before it), then the index holding each rank < count
+    positions = keys._arange_primitive(width, dtypes.int64, keys.device)
+    row, column = keys.unsqueeze(2), keys.unsqueeze(1)  # [r, i, 1] and [r, 1, j]
+    earlier = positions.reshape(1, 1, width) < positions.reshape(1, width, 1)
+    before = (column > row).logical_or((column == row).logical_and(earlier))
+    rank = before.sum(2)  # [r, i]
+    wanted = keys._arange_primitive(count, dtypes.int64, keys.device).reshape(1, count, 1)
+    holder = rank.unsqueeze(1) == wanted  # [r, count, i]
+    return where(holder, positions.reshape(1, 1, width), 0).sum(2)
+
+
+# ---- in-place fills ----------------------------------------------------------------------------------------------
+
+
+def uniform_(tensor: Tensor, low: float, high: float) -> Tensor:
+    """Fill tensor in place with uniform values in [low, high)."""
+    _require_float(tensor, "uniform_")
+    if not low <= high:
+        raise ArgumentError(f"uniform_: expects a [from, to) range, got from={low} > to={high}")
+    draw = _uniform(tensor.shape, tensor.dtype, tensor.device)
+    return tensor.assign(draw * (high - low) + low if (low, high) != (0.0, 1.0) else draw)
+
+
+def normal_(tensor: Tensor, mean: float, std: float) -> Tensor:
+    """Fill tensor in place with normal values of mean and std (std >= 0)."""
+    _require_float(tensor, "normal_")
+    if not std >= 0:
+        raise ArgumentError(f"normal_: expects std >= 0.0, got std={std}")
+    draw = randn(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+    return tensor.assign(draw * std + mean if (mean, std) != (0.0, 1.0) else draw)
+
