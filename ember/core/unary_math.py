@@ -247,13 +247,15 @@ class UnaryMathOps:
 
 def _exp(x: Tensor) -> Tensor:
     """exp(x) = exp2(r / ln 2) * 2^k with k = trunc(x / ln 2) and r = x - k ln 2 computed exactly (Cody-Waite).
-    2^k is exact down to the smallest denormal, and k reaches the overflow exponent exactly where exp(x) does."""
+    2^k is exact down to the smallest denormal, and k reaches the overflow exponent exactly where exp(x) does.
+    k comes from x clamped to the limit (k of +-inf would make r NaN), r from x itself: beyond the limit r alone
+    overflows or underflows exp2, and the gradient is still exp(x) (inf, or 0), as in torch."""
     high, low = LN_2_PARTS[x.dtype]
     limit = EXP_LIMIT[x.dtype]
-    clamped = x._apply(Op.MAX, x._constant(-limit))  # +-inf would make r NaN; beyond the limit exp is 0 or inf
+    clamped = x._apply(Op.MAX, x._constant(-limit))
     clamped = x._constant(limit).where(clamped > limit, clamped)  # keeps NaN
     k = (clamped * LOG2_E)._apply(Op.TRUNC)
-    reduced = (clamped - k * high) - k * low
+    reduced = (x - k * high) - k * low
     return (reduced * LOG2_E)._apply(Op.EXP2) * k._apply(Op.EXP2)
 
 
