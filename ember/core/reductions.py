@@ -79,6 +79,22 @@ class ReductionOps:
         total = source._reduce_axes(Op.SUM, axes, keepdim)
         return total * (1.0 / count) if count else total * math.nan
 
+    def nansum(self: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        """sum with NaNs counted as zero (their gradient is 0, as in torch)."""
+        source = self._accumulation_source(dtype)
+        if source.dtype.is_float:
+            source = source.where(source.isnan().logical_not(), 0.0)
+        return source._reduce(Op.SUM, dim, keepdim, "nansum")
+
+    def nanmean(self: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        """The mean of the non-NaN elements over dim (NaN where there are none); needs floats, like torch."""
+        source = self.cast(to_dtype(dtype)) if dtype is not None else self
+        if not source.dtype.is_float:
+            raise DTypeError(f"nanmean: needs a floating point tensor (as in PyTorch), got {source.dtype.name}; "
+                             f"use .float() or nanmean(dtype=ember.float32)")
+        count = source.isnan().logical_not().sum(dim, keepdim)
+        return source.nansum(dim, keepdim) / count
+
     # ---- maximum and minimum -------------------------------------------------------------------------------------
 
     def _max_or_min_values(self: Tensor, dim: Dims, keepdim: bool, name: str, minimum: bool) -> Tensor:
@@ -260,6 +276,63 @@ class ReductionOps:
             values = self.gather(axis, indices)
         return ValuesIndices(values, indices)
 
+    def cummin(self: Tensor, dim: int) -> ValuesIndices:
+        """The running minimum along dim and the last index where it was reached (a NaN, once met, stays), like
+        torch.cummin: cummax of the order-reversed values (-x for floats, ~x for integers, not x for bool)."""
+        flip = Op.NEG if self.dtype.is_float else Op.NOT
+        values, indices = self._apply(flip).cummax(dim)
+        if getattr(self, "requires_grad", False) and self.ndim:
+            return ValuesIndices(self.gather(normalize_dim(dim, self.ndim, "cummin"), indices), indices)
+        return ValuesIndices(values._apply(flip), indices)
+
+    def logcumsumexp(self: Tensor, dim: int) -> Tensor:
+        """log(cumsum(exp(x))) along dim without overflow: element i subtracts the running maximum up to i, so
+        early elements far below a later maximum do not underflow. Floats only, like torch."""
+        if not self.dtype.is_float:
+            raise DTypeError(f"logcumsumexp: needs a floating point tensor (as in PyTorch), got {self.dtype.name}")
+        if self.dtype in (dtypes.float16, dtypes.bfloat16):  # computed in float32, rounded once (as torch)
+            return self.cast(dtypes.float32).logcumsumexp(dim).cast(self.dtype)
+        if self.ndim == 0:
+            normalize_dim(dim, 0, "logcumsumexp")
+            return self
+        axis = normalize_dim(dim, self.ndim, "logcumsumexp")
+        size = self.shape[axis]
+        if size <= 1:
+            return self
+        windows = _scan_windows(self, axis, -math.inf)  # [..., i, j]: x[i + j - size + 1], -inf before the start
+        maximum = windows._reduce_axes(Op.REDUCE_MAX, (self.ndim,), True)
+        shift = maximum.where(maximum.isinf().logical_not(), 0.0)  # an infinite maximum: exp(+-inf) gives the result
+        total = (windows - shift).exp()._reduce_axes(Op.SUM, (self.ndim,), True)
+        return (total.log() + shift).reshape(windows.shape[:-1]).transpose(axis, -1)
+
+    def diff(self: Tensor, n: int = 1, dim: int = -1, prepend: Tensor | None = None, append: Tensor | None = None
+             ) -> Tensor:
+        """The n-th forward difference along dim (out[i] = x[i + 1] - x[i], n times; xor for bool), after joining
+        prepend and append along dim, as torch.diff."""
+        from ember.core.movement import cat
+
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"diff: the order n must be a non-negative int, got {n!r}")
+        if self.ndim == 0:
+            raise ShapeError("diff: expects a tensor of at least one dim, got a 0-d tensor")
+        axis = normalize_dim(dim, self.ndim, "diff")
+        parts = []
+        for name, part in (("prepend", prepend), (None, self), ("append", append)):
+            if part is None:
+                continue
+            if name is not None and (not hasattr(part, "ndim") or part.ndim != self.ndim):
+                raise ShapeError(f"diff: {name} must be a tensor with the input's {self.ndim} dims, got "
+                                 f"{getattr(part, 'shape', type(part).__name__)}")
+            parts.append(part)
+        result = cat(parts, axis) if len(parts) > 1 else self
+        for _ in range(n):
+            size = result.shape[axis]
+            if size == 0:
+                break
+            later, earlier = result.narrow(axis, 1, size - 1), result.narrow(axis, 0, size - 1)
+            result = later.logical_xor(earlier) if result.dtype.is_bool else later - earlier
+        return result
+
 
 def _sqrt_zero_gradient_at_zero(value: Tensor) -> Tensor:
     """sqrt of a sum of squares, with torch's zero gradient where it is 0 (a constant there, not sqrt'(0) * 0)."""
@@ -276,9 +349,16 @@ def _scan(source: Tensor, dim: int, op: Op, name: str) -> Tensor:
     if size <= 1:
         return source
     identity = {Op.SUM: 0, Op.PROD: 1, Op.REDUCE_MAX: dtypes.min_value(source.dtype)}[op]
+    return _scan_windows(source, axis, identity)._reduce_axes(op, (source.ndim,), False).transpose(axis, -1)
+
+
+def _scan_windows(source: Tensor, axis: int, identity: Any) -> Tensor:
+    """A view of shape [..., size, size] (dim `axis` moved last, then the window): window i holds the elements 0..i
+    of that dim, after size - 1 - i copies of identity."""
+    size = source.shape[axis]
     moved = source.transpose(axis, -1)
     padded = moved._pad_and_shrink([(0, 0)] * (moved.ndim - 1) + [(size - 1, 0)], value=identity)
-    return _sliding_windows(padded, size)._reduce_axes(op, (moved.ndim,), False).transpose(axis, -1)
+    return _sliding_windows(padded, size)
 
 
 def _sliding_windows(padded: Tensor, size: int) -> Tensor:
