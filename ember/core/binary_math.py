@@ -229,10 +229,12 @@ class BinaryMathOps:
 
 
 def _copysign(magnitude: Tensor, sign: Tensor) -> Tensor:
-    """A zero self takes a constant signed zero: torch's gradient result / self is masked to 0 there."""
+    """A zero self takes a constant signed zero: torch's gradient result / self is masked to 0 there. A NaN self has
+    torch's NaN gradient (NaN / NaN); an infinite one +-1 (torch: inf / inf = NaN)."""
     flipped = sign_bit(magnitude) != sign_bit(sign)
     signed_zero = magnitude._constant(-0.0).where(sign_bit(sign), 0.0)
-    return signed_zero.where(magnitude == 0, (-magnitude).where(flipped, magnitude))
+    result = signed_zero.where(magnitude == 0, (-magnitude).where(flipped, magnitude))
+    return result * magnitude._constant(1.0).where(magnitude.isnan().logical_not(), math.nan)
 
 
 def _log_add(a: Tensor, b: Tensor, base_two: bool) -> Tensor:

@@ -121,15 +121,20 @@ def _atan(x: Tensor) -> Tensor:
 
 
 def _atan2(y: Tensor, x: Tensor) -> Tensor:
-    """atan of min(|x|, |y|) / max(|x|, |y|), moved to its quadrant. At (0, 0) the unselected ratio 0 / 0 gives the
-    gradient NaN, as torch's x / (x^2 + y^2) does."""
+    """atan of min(|x|, |y|) / max(|x|, |y|), moved to its quadrant. At (0, 0) and (+-inf, +-inf) the value is a
+    constant and the ratio gets safe operands (no 0 / 0 in its backward): the gradient is 0 there, as torch's (which
+    masks x / (x^2 + y^2) where the reciprocal is infinite)."""
     y_magnitude, y_negative = magnitude_and_sign(y)
     x_magnitude, x_negative = magnitude_and_sign(x)
+    both_zero = (y_magnitude == 0).logical_and(x_magnitude == 0)
+    both_infinite = (y_magnitude == math.inf).logical_and(x_magnitude == math.inf)
+    constant = both_zero.logical_or(both_infinite)
+    y_magnitude, x_magnitude = y_magnitude.where(constant.logical_not(), 1.0), x_magnitude.where(constant.logical_not(), 1.0)
     swap = y_magnitude > x_magnitude
     result = _atan_unit(x_magnitude.where(swap, y_magnitude) / y_magnitude.where(swap, x_magnitude))
     result = (HALF_PI - result).where(swap, result)
-    result = x._constant(0.0).where((y_magnitude == 0).logical_and(x_magnitude == 0), result)
-    result = x._constant(math.pi / 4).where((y_magnitude == math.inf).logical_and(x_magnitude == math.inf), result)
+    result = x._constant(0.0).where(both_zero, result)
+    result = x._constant(math.pi / 4).where(both_infinite, result)
     return with_sign((math.pi - result).where(x_negative, result), y_negative)
 
 
