@@ -9,7 +9,7 @@ float16/bfloat16 inputs are computed in float32 and rounded once, as PyTorch doe
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ember.core import dtype as dtypes
@@ -33,15 +33,24 @@ ERFC_COEFFICIENTS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.1862880
                      1.48851587, -0.82215223, 0.17087277)
 
 
-def _in_compute_precision(function: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
-    """Run `function` on float32 for float16/bfloat16 input and round the result back once."""
+def _in_compute_precision(function: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """Run `function` on float32 for float16/bfloat16 operands (all of one dtype) and round the result back once."""
 
-    def wrapped(operand: Tensor) -> Tensor:
-        if operand.dtype in (dtypes.float16, dtypes.bfloat16):
-            return function(operand.cast(dtypes.float32)).cast(operand.dtype)
-        return function(operand)
+    def wrapped(*operands: Tensor) -> Tensor:
+        dtype = operands[0].dtype
+        if dtype in (dtypes.float16, dtypes.bfloat16):
+            return function(*(operand.cast(dtypes.float32) for operand in operands)).cast(dtype)
+        return function(*operands)
 
     return wrapped
+
+
+def horner(x: Tensor, coefficients: Sequence[float]) -> Tensor:
+    """The polynomial sum(c_k x^k) by Horner's rule; coefficients lowest degree first (at least two)."""
+    result = x * coefficients[-1] + coefficients[-2]
+    for coefficient in reversed(coefficients[:-2]):
+        result = result * x + coefficient
+    return result
 
 
 class UnaryMathOps:
@@ -216,6 +225,12 @@ class UnaryMathOps:
 
     fix = trunc
 
+    def positive(self: Tensor) -> Tensor:
+        """self itself (torch.positive; bool raises as in torch)."""
+        if self.dtype.is_bool:
+            raise DTypeError("positive: bool inputs are not supported (as in PyTorch)")
+        return self
+
     def floor(self: Tensor) -> Tensor:
         if not self._rounding_operand("floor"):
             return self
@@ -254,13 +269,15 @@ class UnaryMathOps:
 
 def _exp(x: Tensor) -> Tensor:
     """exp(x) = exp2(r / ln 2) * 2^k with k = trunc(x / ln 2) and r = x - k ln 2 computed exactly (Cody-Waite).
-    2^k is exact down to the smallest denormal, and k reaches the overflow exponent exactly where exp(x) does."""
+    2^k is exact down to the smallest denormal, and k reaches the overflow exponent exactly where exp(x) does.
+    k comes from x clamped to the limit (k of +-inf would make r NaN), r from x itself: beyond the limit r alone
+    overflows or underflows exp2, and the gradient is still exp(x) (inf, or 0), as in torch."""
     high, low = LN_2_PARTS[x.dtype]
     limit = EXP_LIMIT[x.dtype]
-    clamped = x._apply(Op.MAX, x._constant(-limit))  # +-inf would make r NaN; beyond the limit exp is 0 or inf
+    clamped = x._apply(Op.MAX, x._constant(-limit))
     clamped = x._constant(limit).where(clamped > limit, clamped)  # keeps NaN
     k = (clamped * LOG2_E)._apply(Op.TRUNC)
-    reduced = (clamped - k * high) - k * low
+    reduced = (x - k * high) - k * low
     return (reduced * LOG2_E)._apply(Op.EXP2) * k._apply(Op.EXP2)
 
 
@@ -335,13 +352,15 @@ def _erf(x: Tensor) -> Tensor:
     magnitude = x.abs()
     outer = x._constant(1.0) - _erfc_nonnegative(magnitude)
     outer = (-outer).where(x < 0, outer)
-    return _erf_series(x).where(magnitude < 0.5, outer)
+    near_zero = magnitude < 0.5
+    return _erf_series(x.where(near_zero, 0.0)).where(near_zero, outer)  # no inf * 0 from x^2 in that backward
 
 
 def _erfc(x: Tensor) -> Tensor:
     tail = _erfc_nonnegative(x.abs())
     outer = (x._constant(2.0) - tail).where(x < 0, tail)
-    return (x._constant(1.0) - _erf_series(x)).where(x.abs() < 0.5, outer)
+    near_zero = x.abs() < 0.5
+    return (x._constant(1.0) - _erf_series(x.where(near_zero, 0.0))).where(near_zero, outer)
 
 
 def _gelu(x: Tensor) -> Tensor:
