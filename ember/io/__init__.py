@@ -1,5 +1,7 @@
-"""ember.io: saving and loading tensors and state dicts (safetensors)."""
+"""ember.io: saving and loading tensors and state dicts (safetensors), reading GGUF files, quantized blocks."""
 
+from ember.io.gguf import GGUFError, GGUFHeader, GGUFTensorInfo, load_gguf, load_gguf_metadata, read_gguf_header
+from ember.io.quantized import Q4_K, Q5_0, Q6_K, Q8_0, QuantFormat, QuantizedTensor
 from ember.io.safetensors import (
     SafetensorsError,
     load_safetensors,
@@ -9,9 +11,21 @@ from ember.io.safetensors import (
 )
 
 __all__ = [
+    "GGUFError",
+    "GGUFHeader",
+    "GGUFTensorInfo",
+    "Q4_K",
+    "Q5_0",
+    "Q6_K",
+    "Q8_0",
+    "QuantFormat",
+    "QuantizedTensor",
     "SafetensorsError",
+    "load_gguf",
+    "load_gguf_metadata",
     "load_safetensors",
     "load_safetensors_metadata",
+    "read_gguf_header",
     "read_safetensors_header",
     "save_safetensors",
 ]
