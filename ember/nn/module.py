@@ -370,7 +370,8 @@ class Module:
         """Copy values (ember tensors, numpy arrays or torch tensors) into parameters and buffers by name.
 
         strict=True raises when keys are missing or unexpected; shape mismatches always raise. Values keep the
-        module's dtype and device (assign=True takes the checkpoint's dtype and device instead, like torch's assign).
+        module's dtype and device (assign=True takes the checkpoint's dtype and device instead, as torch's assign
+        does).
         """
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"expected a mapping of names to tensors for state_dict, got {type(state_dict).__name__}")
@@ -391,7 +392,7 @@ class Module:
             if key not in state_dict:
                 continue
             target = module._parameters[name] if name in module._parameters else module._buffers[name]
-            # assign=True keeps the checkpoint tensor as it is (its dtype and device: memory-mapped weights stay on disk)
+            # assign=True keeps the checkpoint tensor as it is (dtype and device: memory-mapped weights stay on disk)
             value = _as_ember_tensor(state_dict[key], None if assign else target.device)
             if tuple(value.shape) != tuple(target.shape):
                 errors.append(
