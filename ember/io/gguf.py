@@ -20,7 +20,7 @@ import numpy as np
 
 from ember.core import dtype as dtypes
 from ember.core.tensor import Tensor
-from ember.io.quantized import FORMATS_BY_NAME, QuantizedTensor
+from ember.io.quantized import FORMATS_BY_NAME, MappedRows, QuantizedTensor
 
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -251,7 +251,8 @@ def load_gguf_tensor(header: GGUFHeader, tensor_name: str) -> Tensor | Quantized
     rows = info.shape[:-1] if info.shape else ()
     row_bytes = (info.shape[-1] if info.shape else 1) // quant_format.block_elements * quant_format.block_bytes
     raw = Tensor._from_node(mapped_node(header.path, info.offset, (*rows, row_bytes), dtypes.uint8))
-    return QuantizedTensor(raw, quant_format, info.shape)
+    source = MappedRows(header.path, info.offset, row_bytes, info.shape[-1], quant_format) if len(rows) == 1 else None
+    return QuantizedTensor(raw, quant_format, info.shape, source)
 
 
 def load_gguf(path: str | os.PathLike[str]) -> dict[str, Tensor | QuantizedTensor]:

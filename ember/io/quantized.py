@@ -116,10 +116,31 @@ Q6_K = QuantFormat("Q6_K", QK_K, 210, dequantize_q6_k)
 FORMATS_BY_NAME: dict[str, QuantFormat] = {quant.name: quant for quant in (Q8_0, Q5_0, Q4_K, Q6_K)}
 
 
-class QuantizedTensor:
-    """A tensor stored as ggml blocks: `raw` holds the bytes (uint8, (*rows, row_bytes)), `shape` the values'."""
+@dataclass(frozen=True)
+class MappedRows:
+    """Where the rows of a 2-d quantized tensor lie in a file, so single rows can be memory-mapped on their own."""
 
-    def __init__(self, raw: Tensor, quant_format: QuantFormat, shape: tuple[int, ...]) -> None:
+    path: str
+    offset: int
+    row_bytes: int
+    row_elements: int
+    quant_format: QuantFormat
+
+    def row(self, index: int) -> QuantizedTensor:
+        """Row `index` as a (1, row_elements) quantized disk tensor (only its bytes are read when used)."""
+        from ember.scheduler.realize import mapped_node
+
+        node = mapped_node(self.path, self.offset + index * self.row_bytes, (1, self.row_bytes), dtypes.uint8)
+        return QuantizedTensor(Tensor._from_node(node), self.quant_format, (1, self.row_elements))
+
+
+class QuantizedTensor:
+    """A tensor stored as ggml blocks: `raw` holds the bytes (uint8, (*rows, row_bytes)), `shape` the values'.
+    `source` says where a 2-d tensor's rows lie in a file (embedding tables look rows up there)."""
+
+    def __init__(
+        self, raw: Tensor, quant_format: QuantFormat, shape: tuple[int, ...], source: MappedRows | None = None
+    ) -> None:
         if raw.dtype != dtypes.uint8:
             raise TypeError(f"QuantizedTensor: the raw blocks must be uint8, got {raw.dtype.name}")
         if not shape or shape[-1] % quant_format.block_elements:
@@ -129,7 +150,7 @@ class QuantizedTensor:
         if tuple(raw.shape) != (*shape[:-1], row_bytes):
             raise ValueError(f"QuantizedTensor: {quant_format.name} values of shape {shape} need raw bytes of shape "
                              f"{(*shape[:-1], row_bytes)}, got {tuple(raw.shape)}")
-        self.raw, self.format, self.shape = raw, quant_format, tuple(shape)
+        self.raw, self.format, self.shape, self.source = raw, quant_format, tuple(shape), source
 
     @property
     def dtype(self) -> QuantFormat:
@@ -145,7 +166,7 @@ class QuantizedTensor:
 
     def to(self, device: str) -> QuantizedTensor:
         """The same blocks on another device (copied when realized; the values stay quantized)."""
-        return QuantizedTensor(self.raw.to(device), self.format, self.shape)
+        return QuantizedTensor(self.raw.to(device), self.format, self.shape, self.source)
 
     def realize(self) -> QuantizedTensor:
         self.raw.realize()
