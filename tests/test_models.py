@@ -80,3 +80,25 @@ def test_gemma3_greedy_tokens_match_transformers() -> None:
         expected = reference.generate(ids, max_new_tokens=new_tokens, do_sample=False)[0, ids.shape[1] :].tolist()
         got = list(generate(model, ids[0].tolist(), max_new_tokens=new_tokens, device=device))
         assert got == expected, (prompt, got, expected)
+
+
+def test_choose_token_greedy_and_sampling_restrictions(device: str) -> None:
+    """Greedy is the argmax; samples stay within top-k and within the top-p nucleus; a seed repeats a sample."""
+    from ember.models.generate import choose_token
+
+    logits_values = np.array([0.1, 2.0, -1.0, 1.5, 0.3, 1.9], dtype=np.float32)
+    logits = em.tensor(logits_values, device=device)
+    assert choose_token(logits) == int(logits_values.argmax())
+    top_two = set(np.argsort(-logits_values)[:2].tolist())
+    em.manual_seed(3)
+    samples = [choose_token(logits, temperature=1.0, top_k=2) for _ in range(12)]
+    assert set(samples) <= top_two and len(set(samples)) == 2, samples  # both of the top two occur
+    probabilities = np.exp(logits_values) / np.exp(logits_values).sum()
+    nucleus = np.argsort(-probabilities)[: np.searchsorted(np.cumsum(np.sort(probabilities)[::-1]), 0.5) + 1]
+    assert {choose_token(logits, temperature=1.0, top_p=0.5) for _ in range(8)} <= set(nucleus.tolist())
+    em.manual_seed(7)
+    first = [choose_token(logits, temperature=0.8) for _ in range(5)]
+    em.manual_seed(7)
+    assert [choose_token(logits, temperature=0.8) for _ in range(5)] == first
+    with pytest.raises(ValueError, match="need temperature >= 0"):
+        choose_token(logits, temperature=-1.0)
