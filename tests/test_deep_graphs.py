@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import numpy as np
+import pytest
 import torch
 
 import ember as em
@@ -53,6 +54,31 @@ def test_long_chain_over_constants_is_cut_too(device: str) -> None:
         result = y.numpy()
     np.testing.assert_array_equal(result, np.full((3, 5), 3000, dtype=np.float32))
     assert len(profile.kernels) >= 3_000 // kernelize.MAX_KERNEL_OPS
+
+
+def _flip_chain(device: str, length: int) -> tuple[em.Tensor, np.ndarray]:
+    array = random_array((2, 3), seed=4)
+    y, expected = em.tensor(array, device=device), array
+    for _ in range(length // 2):  # an index expression and a value as deep as the chain
+        y, expected = y.flip(1) + 1.0, expected[:, ::-1] + np.float32(1.0)
+    return y, expected
+
+
+def test_one_kernel_deeper_than_the_recursion_limit(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernelize, "MAX_KERNEL_OPS", 10**9)  # no cut: lowering and rendering see the whole depth
+    y, expected = _flip_chain(device, 3_000)
+    with em.profile() as profile:
+        result = y.numpy()
+    assert len(profile.kernels) == 1
+    np.testing.assert_array_equal(result, expected)
+
+
+@pytest.mark.parametrize("renderer", ["dummy:ptx", "dummy:wgsl", "dummy:opencl"])
+def test_every_renderer_takes_a_kernel_deeper_than_the_recursion_limit(renderer: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernelize, "MAX_KERNEL_OPS", 10**9)
+    y, _ = _flip_chain(renderer, 3_000)
+    y.realize()  # rendered and compiled (PTX assembled by ptxas where it is installed), nothing run
 
 
 def _mixed_step(y: em.Tensor | np.ndarray, base: em.Tensor | np.ndarray) -> em.Tensor | np.ndarray:
