@@ -11,9 +11,9 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import COMPARISON_OPS, ELEMENTWISE_OPS, MOVEMENT_OPS, REDUCE_OPS, Op
 from ember.core.shapes import prod, strides_of
+from ember.core.walk import evaluate
 from ember.ir.ir import BufferParam, Builder, IRNode, IROp, KernelIR
 from ember.ir.kernel import Kernel, KernelStep
-from ember.core.walk import evaluate
 
 HALF_TYPES = (dtypes.float16, dtypes.bfloat16)
 INT32_LIMIT = 2**31 - 1

@@ -15,8 +15,8 @@ from collections.abc import Generator, Iterable
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import Op
-from ember.ir.ir import Builder, IRNode, IROp, KernelIR, linear_terms
 from ember.core.walk import evaluate, post_order
+from ember.ir.ir import Builder, IRNode, IROp, KernelIR, linear_terms
 
 # the ALU ops a vector can carry, lane by lane, when the renderer supports them (DeviceInfo.vector_ops)
 VECTOR_ALU_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE, Op.TRUNC, Op.SQRT,
