@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ember.core.graph import Node
 from ember.core.ops import Op
+from ember.core.walk import post_order
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -42,17 +43,9 @@ def graph_dot(roots: list[Node], title: str = "ember graph") -> str:
     from ember.scheduler.schedule import kernel_buffer_limit
 
     groups = kernel_groups([root for root in roots if not root.realized], kernel_buffer_limit)
-    names: dict[int, str] = {}
-    every: list[Node] = []
-    stack = list(roots)
-    while stack:  # every node reachable from the roots, realized leaves included
-        node = stack.pop()
-        if id(node) in names:
-            continue
-        names[id(node)] = f"n{len(names)}"
-        every.append(node)
-        if not node.realized:
-            stack.extend(node.srcs)
+    # every node reachable from the roots, realized leaves included
+    every = post_order(roots, lambda node: () if node.realized else node.srcs)
+    names = {id(node): f"n{number}" for number, node in enumerate(every)}
     lines = [f'digraph "{_escape(title)}" {{', "  rankdir=BT;", '  node [fontname="monospace", fontsize=10];']
     placed: set[int] = set()
     for index, (output, interior) in enumerate(groups):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ember.autograd.grad_mode import set_grad_enabled
 from ember.autograd.rules import RULES, Recorded
 from ember.core.errors import AutogradError, DeviceError, ShapeError
+from ember.core.walk import post_order
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -128,24 +129,8 @@ def _propagate(
 
 def _topological_order(roots: list[Tensor]) -> list[Tensor]:
     """Every tensor that requires grad reachable from the roots, each after all of its sources."""
-    order: list[Tensor] = []
-    visited: set[int] = set()
-    for root in roots:
-        stack: list[tuple[Tensor, bool]] = [(root, False)]
-        while stack:
-            tensor, finished = stack.pop()
-            if finished:
-                order.append(tensor)
-                continue
-            if id(tensor) in visited:
-                continue
-            visited.add(id(tensor))
-            stack.append((tensor, True))
-            if tensor._context is not None:
-                for source in tensor._context[2]:
-                    if source.requires_grad and id(source) not in visited:
-                        stack.append((source, False))
-    return order
+    return post_order(roots, lambda tensor: () if tensor._context is None else
+                      [source for source in tensor._context[2] if source.requires_grad])
 
 
 def _needed(order: list[Tensor], target_ids: set[int] | None) -> set[int]:

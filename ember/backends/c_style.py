@@ -8,6 +8,7 @@ from collections.abc import Callable
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import Op
+from ember.core.walk import compute_bottom_up
 from ember.ir.ir import IRNode, IROp, KernelIR
 from ember.ir.linearize import linearize
 
@@ -46,29 +47,29 @@ def fits(dtype: DType, bounds: tuple[float, float]) -> bool:
     return dtypes.min_value(dtype) <= bounds[0] and bounds[1] <= dtypes.max_value(dtype)
 
 
-def value_bounds(node: IRNode, memo: dict[int, tuple[float, float]]) -> tuple[float, float]:
+def value_bounds(root: IRNode, memo: dict[int, tuple[float, float]]) -> tuple[float, float]:
     """The IR's integer value bounds, extended to SUB, NEG and products of bounded values (as if nothing wrapped)."""
-    bounds = memo.get(id(node))
-    if bounds is not None:
-        return bounds
-    if node.op in WRAPPING_SYMBOLS and node.dtype.is_int:
-        sources = [value_bounds(src, memo) for src in node.srcs]
+
+    def extended(node: IRNode) -> bool:
+        return node.op in WRAPPING_SYMBOLS and node.dtype.is_int
+
+    def bounds_of(node: IRNode) -> tuple[float, float]:
+        if not extended(node):
+            return node.minimum, node.maximum
+        sources = [memo[id(src)] for src in node.srcs]
         (low, high), (other_low, other_high) = sources[0], sources[-1]
         if not all(fits(node.dtype, source) for source in sources):
-            bounds = UNBOUNDED  # a source that may have wrapped bounds nothing
-        elif node.op is Op.NEG:
-            bounds = (-high, -low)
-        elif node.op is Op.ADD:
-            bounds = (low + other_low, high + other_high)
-        elif node.op is Op.SUB:
-            bounds = (low - other_high, high - other_low)
-        else:
-            corners = [a * b for a in (low, high) for b in (other_low, other_high)]
-            bounds = (min(corners), max(corners))
-    else:
-        bounds = (node.minimum, node.maximum)
-    memo[id(node)] = bounds
-    return bounds
+            return UNBOUNDED  # a source that may have wrapped bounds nothing
+        if node.op is Op.NEG:
+            return -high, -low
+        if node.op is Op.ADD:
+            return low + other_low, high + other_high
+        if node.op is Op.SUB:
+            return low - other_high, high - other_low
+        corners = [a * b for a in (low, high) for b in (other_low, other_high)]
+        return min(corners), max(corners)
+
+    return compute_bottom_up(root, lambda node: node.srcs if extended(node) else (), bounds_of, memo)
 
 
 class CStyleRenderer:
@@ -205,12 +206,12 @@ class CStyleRenderer:
         indent = 1
 
         def operand(node: IRNode) -> str:
+            while node.op is IROp.AFTER:  # a buffer once statements ran: the buffer's name
+                node = node.srcs[0]
             if node.op is IROp.CONST:
                 return self.constant(node.arg, node.dtype)
             if node.op is IROp.PARAM:
                 return f"data{node.arg[0]}"
-            if node.op is IROp.AFTER:
-                return operand(node.srcs[0])
             return names[id(node)]
 
         names.update({id(node): "gid" for node in _global_ids(kernel.sink)})
@@ -371,11 +372,11 @@ class CStyleRenderer:
 def lane_dtype(node: IRNode) -> DType:
     """The element type of a vector node; a vector of bools is a mask whose lanes are signed ints as wide as the
     values compared (all bits set where true), as in C vector extensions and OpenCL."""
+    while node.dtype.is_bool and node.op not in (Op.CMPLT, Op.CMPEQ):
+        node = node.srcs[0]  # a mask combined from masks: the type of the first comparison below it
     if not node.dtype.is_bool:
         return node.dtype
-    if node.op in (Op.CMPLT, Op.CMPEQ):
-        return MASK_TYPES[node.srcs[0].dtype.itemsize]
-    return lane_dtype(node.srcs[0])
+    return MASK_TYPES[node.srcs[0].dtype.itemsize]
 
 
 MASK_TYPES = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}

@@ -11,6 +11,7 @@ from typing import Any
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import Op
+from ember.core.walk import compute_bottom_up
 
 
 class IROp(Enum):
@@ -48,12 +49,18 @@ class IRNode:
         self.width = width
 
     def __repr__(self) -> str:
-        name = self.op.name
+        """The expression this node computes (shared nodes spelled out at each use)."""
+        texts: dict[int, str] = {}
+        return compute_bottom_up(self, lambda node: node.srcs,
+                                 lambda node: node._text([texts[id(src)] for src in node.srcs]), texts)
+
+    def _text(self, sources: list[str]) -> str:
         if self.op is IROp.CONST:
             return f"{self.arg}"
+        name = self.op.name
         if self.width > 1:
             name += f"x{self.width}"
-        return f"{name}({', '.join(map(repr, self.srcs))}{', ' + repr(self.arg) if self.arg is not None else ''})"
+        return f"{name}({', '.join(sources)}{', ' + repr(self.arg) if self.arg is not None else ''})"
 
     @property
     def is_const(self) -> bool:
@@ -488,18 +495,23 @@ def linear_terms(node: IRNode) -> tuple[list[tuple[IRNode, int]], int]:
 
 
 def _linear_terms(node: IRNode) -> tuple[list[tuple[IRNode, int]], int]:
-    """node as sum(coefficient * term) + constant, looking through ADD and MUL by constants."""
-    if node.is_const:
-        return [], int(node.arg)
-    if node.op is Op.ADD:
-        left_terms, left_constant = _linear_terms(node.srcs[0])
-        right_terms, right_constant = _linear_terms(node.srcs[1])
-        return left_terms + right_terms, left_constant + right_constant
-    if node.op is Op.MUL and node.srcs[1].is_const:
-        terms, constant = _linear_terms(node.srcs[0])
-        factor = int(node.srcs[1].arg)
-        return [(term, coefficient * factor) for term, coefficient in terms], constant * factor
-    return [(node, 1)], 0
+    """node as sum(coefficient * term) + constant, looking through ADD and MUL by constants; the terms in the order
+    of the expression (left to right), found with an explicit stack of (node, factor)."""
+    terms: list[tuple[IRNode, int]] = []
+    constant = 0
+    stack = [(node, 1)]
+    while stack:
+        node, factor = stack.pop()
+        if node.is_const:
+            constant += int(node.arg) * factor
+        elif node.op is Op.ADD:
+            stack.append((node.srcs[1], factor))
+            stack.append((node.srcs[0], factor))
+        elif node.op is Op.MUL and node.srcs[1].is_const:
+            stack.append((node.srcs[0], factor * int(node.srcs[1].arg)))
+        else:
+            terms.append((node, factor))
+    return terms, constant
 
 
 def _bounds(op: Op, dtype: DType, srcs: tuple[IRNode, ...]) -> tuple[float, float]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ember.core.walk import compute_bottom_up, post_order
 from ember.ir.ir import IRNode, IROp
 
 
@@ -20,12 +21,30 @@ INLINE_OPS = (IROp.CONST, IROp.PARAM, IROp.RANGE, IROp.GLOBAL_ID, IROp.SINK, IRO
 UNITS = (IROp.REDUCE, IROp.LOOP)  # emitted as a whole: loops with what they contain
 
 
+class LoopVariables:
+    """The loop variables (ids of RANGE nodes) a node's value depends on; a REDUCE or LOOP closes its own ranges.
+    Memoized across calls."""
+
+    def __init__(self) -> None:
+        self.memo: dict[int, frozenset[int]] = {}
+
+    def __call__(self, root: IRNode) -> frozenset[int]:
+        return compute_bottom_up(root, lambda node: node.srcs, self._own, self.memo)
+
+    def _own(self, node: IRNode) -> frozenset[int]:
+        if node.op is IROp.RANGE:
+            return frozenset({id(node)})
+        if node.op in UNITS:
+            return self.memo[id(node.srcs[0])] - {id(range_) for range_ in node.srcs[1:]}
+        return frozenset().union(*(self.memo[id(src)] for src in node.srcs))
+
+
 class Linearizer:
     def __init__(self, sink: IRNode) -> None:
         self.sink = sink
         self.instructions: list[Instruction] = []
         self.done: set[int] = set()
-        self.range_memo: dict[int, frozenset[int]] = {}
+        self.ranges_of = LoopVariables()
         self.reduce_groups: dict[tuple[int, ...], list[IRNode]] = {}
         self.open: set[int] = set()  # the loop variables of the loops open at the current instruction
         self._collect(sink, set())
@@ -41,41 +60,16 @@ class Linearizer:
                 self.reduce_groups.setdefault(tuple(id(r) for r in node.srcs[1:]), []).append(node)
             stack.extend(node.srcs)
 
-    def ranges_of(self, node: IRNode) -> frozenset[int]:
-        """The loop variables a node's value depends on."""
-        cached = self.range_memo.get(id(node))
-        if cached is not None:
-            return cached
-        if node.op is IROp.RANGE:
-            result = frozenset({id(node)})
-        elif node.op in UNITS:
-            own = {id(r) for r in node.srcs[1:]}
-            result = self.ranges_of(node.srcs[0]) - own
-        else:
-            result = frozenset().union(*(self.ranges_of(src) for src in node.srcs)) if node.srcs else frozenset()
-        self.range_memo[id(node)] = result
-        return result
-
     def _topological(self, roots: list[IRNode]) -> list[IRNode]:
         """Nodes under roots not yet emitted, sources first; stops at emitted nodes and at reduces (a unit)."""
-        order: list[IRNode] = []
-        visited: set[int] = set()
-        for root in roots:
-            stack: list[tuple[IRNode, bool]] = [(root, False)]
-            while stack:
-                node, expanded = stack.pop()
-                if expanded:
-                    order.append(node)
-                    continue
-                if id(node) in visited or id(node) in self.done:
-                    continue
-                visited.add(id(node))
-                stack.append((node, True))
-                if node.op not in UNITS:
-                    stack.extend((src, False) for src in reversed(node.srcs))
-                elif node.op is IROp.LOOP:  # what the loop needs outside it (its ranges are its own)
-                    stack.extend((src, False) for src in reversed(node.srcs[1:]))
-        return order
+        def sources(node: IRNode) -> list[IRNode]:
+            if node.op is IROp.REDUCE:
+                return []
+            # a LOOP: only what it needs outside it (its ranges are its own)
+            return [src for src in reversed(node.srcs[1:] if node.op is IROp.LOOP else node.srcs)
+                    if id(src) not in self.done]
+
+        return post_order([root for root in roots if id(root) not in self.done], sources)
 
     def emit(self, node: IRNode) -> None:
         for item in self._topological([node]):
@@ -124,18 +118,8 @@ class Linearizer:
 
     def _topological_deep(self, roots: list[IRNode]) -> list[IRNode]:
         """Nodes under roots not yet emitted, sources first, including those inside reduces and loops."""
-        order: list[IRNode] = []
-        visited: set[int] = set()
-        stack: list[tuple[IRNode, bool]] = [(root, False) for root in reversed(roots)]
-        while stack:
-            node, expanded = stack.pop()
-            if expanded:
-                order.append(node)
-            elif id(node) not in visited and id(node) not in self.done:
-                visited.add(id(node))
-                stack.append((node, True))
-                stack.extend((src, False) for src in reversed(node.srcs))
-        return order
+        return post_order([root for root in roots if id(root) not in self.done],
+                          lambda node: [src for src in reversed(node.srcs) if id(src) not in self.done])
 
     def _emit_reduce_group(self, reduce: IRNode) -> None:
         group = self.reduce_groups[tuple(id(r) for r in reduce.srcs[1:])]

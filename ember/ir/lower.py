@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Generator
 from typing import Any
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import COMPARISON_OPS, ELEMENTWISE_OPS, MOVEMENT_OPS, REDUCE_OPS, Op
 from ember.core.shapes import prod, strides_of
+from ember.core.walk import evaluate
 from ember.ir.ir import BufferParam, Builder, IRNode, IROp, KernelIR
 from ember.ir.kernel import Kernel, KernelStep
 
 HALF_TYPES = (dtypes.float16, dtypes.bfloat16)
 INT32_LIMIT = 2**31 - 1
+# lowering one step: yields (source position, index, valid) for each source value it needs, returns its IR value
+Lowering = Generator[tuple[int, tuple[IRNode, ...], IRNode | None], IRNode, IRNode]
 
 
 def compute_dtype(dtype: DType) -> DType:
@@ -43,14 +47,16 @@ class Lowerer:
         return self.params[position]
 
     def lower(self, position: int, index: tuple[IRNode, ...], valid: IRNode | None) -> IRNode:
-        key = (position, tuple(id(i) for i in index), id(valid))
-        result = self.memo.get(key)
-        if result is None:
-            result = self._lower(position, self.steps[position], index, valid)
-            self.memo[key] = result
-        return result
+        """The value of step `position` at `index` (where `valid`). Steps are lowered by generators that yield the
+        (source position, index, valid) they need, so a chain of any length lowers without recursion (walk.py)."""
+        return evaluate((position, index, valid), _request_key, self._start, self.memo)
 
-    def _lower(self, position: int, step: KernelStep, index: tuple[IRNode, ...], valid: IRNode | None) -> IRNode:
+    def _start(self, request: tuple[int, tuple[IRNode, ...], IRNode | None]) -> Lowering:
+        position, index, valid = request
+        return self._lower(position, self.steps[position], index, valid)
+
+    def _lower(self, position: int, step: KernelStep, index: tuple[IRNode, ...], valid: IRNode | None) -> Lowering:
+        """Lower one step (a generator: see `lower`)."""
         b = self.builder
         op = step.op
         if op is Op.BUFFER:
@@ -67,13 +73,13 @@ class Lowerer:
         if op is Op.ARANGE:
             return b.alu(Op.CAST, compute_dtype(step.dtype), index[0])
         if op is Op.CONTIGUOUS:
-            return self.lower(step.srcs[0], index, valid)
+            return (yield step.srcs[0], index, valid)
         if op in ELEMENTWISE_OPS:
-            return self._lower_elementwise(step, index, valid)
+            return (yield from self._lower_elementwise(step, index, valid))
         if op in MOVEMENT_OPS:
-            return self._lower_movement(step, index, valid)
+            return (yield from self._lower_movement(step, index, valid))
         if op in REDUCE_OPS:
-            return self._lower_reduce(position, step, index, valid)
+            return (yield from self._lower_reduce(position, step, index, valid))
         raise AssertionError(f"lowering: {op} cannot appear inside a kernel")
 
     def _rounded(self, dtype: DType, value: IRNode) -> IRNode:
@@ -83,7 +89,7 @@ class Lowerer:
         return self.builder.alu(Op.CAST, dtypes.float32, self.builder.alu(Op.CAST, dtype, value))
 
     def _lower_reduce(self, position: int, step: KernelStep, index: tuple[IRNode, ...],
-                      valid: IRNode | None) -> IRNode:
+                      valid: IRNode | None) -> Lowering:
         b, op = self.builder, step.op
         source_shape = self.steps[step.srcs[0]].shape
         if source_shape and prod(source_shape) == 0:
@@ -99,13 +105,15 @@ class Lowerer:
                     self.ranges[(position, axis)] = b.new_range(size, self.index_dtype)
                 ranges[axis] = self.ranges[(position, axis)]
         if split_axis is None:
-            return b.reduce(op, self._reduced_value(step, index, ranges, valid), tuple(ranges.values()))
+            reduced = yield from self._reduced_value(step, index, ranges, valid)
+            return b.reduce(op, reduced, tuple(ranges.values()))
         # split: `lanes` accumulators, lane l summing elements lanes*i + l of the axis, combined at the end
         outer = ranges[split_axis]
         group = []
         for lane in range(lanes):
             lane_ranges = {**ranges, split_axis: b.add(b.mul(outer, lanes), lane)}
-            group.append(b.reduce(op, self._reduced_value(step, index, lane_ranges, valid), tuple(ranges.values())))
+            reduced = yield from self._reduced_value(step, index, lane_ranges, valid)
+            group.append(b.reduce(op, reduced, tuple(ranges.values())))
         self.lane_groups.append(tuple(group))
         combine = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.REDUCE_MAX: Op.MAX}[op]
         while len(group) > 1:
@@ -114,17 +122,19 @@ class Lowerer:
         return group[0]
 
     def _reduced_value(self, step: KernelStep, index: tuple[IRNode, ...], ranges: dict[int, IRNode],
-                       valid: IRNode | None) -> IRNode:
+                       valid: IRNode | None) -> Lowering:
         """The value a reduce step reduces, at the output `index` and the reduced axes' `ranges`."""
         zero = self.builder.const(0, self.index_dtype)
         source_index = tuple(
             ranges.get(axis, zero) if axis in step.arg else axis_index for axis, axis_index in enumerate(index)
         )
-        return self.lower(step.srcs[0], source_index, valid)
+        return (yield step.srcs[0], source_index, valid)
 
-    def _lower_elementwise(self, step: KernelStep, index: tuple[IRNode, ...], valid: IRNode | None) -> IRNode:
+    def _lower_elementwise(self, step: KernelStep, index: tuple[IRNode, ...], valid: IRNode | None) -> Lowering:
         b = self.builder
-        sources = [self.lower(src, index, valid) for src in step.srcs]
+        sources = []
+        for src in step.srcs:
+            sources.append((yield src, index, valid))
         source_dtype = self.steps[step.srcs[0]].dtype
         if step.op is Op.CAST:
             if step.dtype in HALF_TYPES:  # round through the half type, keep computing in float32
@@ -148,7 +158,7 @@ class Lowerer:
             sources = [self._rounded(source_dtype, source) for source in sources]
         return b.alu(step.op, compute_dtype(step.dtype), *sources)
 
-    def _lower_movement(self, step: KernelStep, index: tuple[IRNode, ...], valid: IRNode | None) -> IRNode:
+    def _lower_movement(self, step: KernelStep, index: tuple[IRNode, ...], valid: IRNode | None) -> Lowering:
         b = self.builder
         source = self.steps[step.srcs[0]]
         op, arg = step.op, step.arg
@@ -157,24 +167,24 @@ class Lowerer:
             source_index = [zero] * len(arg)
             for output_axis, source_axis in enumerate(arg):
                 source_index[source_axis] = index[output_axis]
-            return self.lower(step.srcs[0], tuple(source_index), valid)
+            return (yield step.srcs[0], tuple(source_index), valid)
         if op is Op.EXPAND:
             source_index = tuple(
                 zero if source_size == 1 else axis_index for axis_index, source_size in zip(index, source.shape)
             )
-            return self.lower(step.srcs[0], source_index, valid)
+            return (yield step.srcs[0], source_index, valid)
         if op is Op.SHRINK:
             source_index = tuple(b.add(axis_index, start) for axis_index, (start, _) in zip(index, arg))
-            return self.lower(step.srcs[0], source_index, valid)
+            return (yield step.srcs[0], source_index, valid)
         if op is Op.FLIP:
             source_index = tuple(
                 b.alu(Op.SUB, self.index_dtype, b.const(size - 1, self.index_dtype), axis_index) if axis in arg
                 else axis_index
                 for axis, (axis_index, size) in enumerate(zip(index, step.shape))
             )
-            return self.lower(step.srcs[0], source_index, valid)
+            return (yield step.srcs[0], source_index, valid)
         if op is Op.RESHAPE:
-            return self.lower(step.srcs[0], self._reshape_index(index, step.shape, source.shape), valid)
+            return (yield step.srcs[0], self._reshape_index(index, step.shape, source.shape), valid)
         if op is Op.PAD:
             amounts, fill = arg
             source_index, inside = [], None
@@ -187,7 +197,7 @@ class Lowerer:
                         inside = b.both(inside, b.less(axis_index, before + size))
                     axis_index = b.add(axis_index, -before) if before else axis_index
                 source_index.append(axis_index)
-            value = self.lower(step.srcs[0], tuple(source_index), b.both(valid, inside))
+            value = yield step.srcs[0], tuple(source_index), b.both(valid, inside)
             if inside is None:
                 return value
             fill_value = b.const(fill, compute_dtype(step.dtype))
@@ -216,6 +226,12 @@ class Lowerer:
             value = b.div(linear, stride)
             result.append(value if axis == 0 else b.mod(value, size))
         return tuple(result)
+
+
+def _request_key(request: tuple[int, tuple[IRNode, ...], IRNode | None]) -> tuple:
+    """Lowering is memoized by (step, index, validity); IR nodes are hash-consed, so identity is structure."""
+    position, index, valid = request
+    return (position, tuple(id(axis_index) for axis_index in index), id(valid))
 
 
 def _reduce_identity(op: Op, dtype: DType) -> Any:

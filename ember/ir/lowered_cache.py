@@ -19,10 +19,11 @@ from typing import Any
 
 from ember.backends.base import DeviceInfo, cache_directory
 from ember.core import dtype as dtypes
-from ember.ir.ir import KernelIR
+from ember.core.walk import post_order
+from ember.ir.ir import IRNode, KernelIR
 from ember.ir.kernel import Kernel
 
-MAGIC = b"EMBER-IR-1\n"
+MAGIC = b"EMBER-IR-2\n"
 
 
 @cache
@@ -57,6 +58,28 @@ class _Unpickler(pickle.Unpickler):
         return dtypes.DTYPES_BY_NAME[name]
 
 
+def _flatten(ir: KernelIR) -> tuple:
+    """A KernelIR as flat tables (each node's sources by number, sources first): pickling the DAG itself would
+    recurse as deep as the kernel's longest expression."""
+    number: dict[int, int] = {}
+    table: list[tuple] = []
+    for node in post_order([ir.sink, *(node for group in ir.lane_groups for node in group)], lambda node: node.srcs):
+        number[id(node)] = len(table)
+        table.append((node.op, node.dtype, tuple(number[id(src)] for src in node.srcs), node.arg, node.minimum,
+                      node.maximum, node.width))
+    lane_groups = tuple(tuple(number[id(node)] for node in group) for group in ir.lane_groups)
+    return (ir.name, ir.params, ir.global_size, ir.index_dtype, table, number[id(ir.sink)], lane_groups)
+
+
+def _unflatten(flat: tuple) -> KernelIR:
+    name, params, global_size, index_dtype, table, sink, lane_groups = flat
+    nodes: list[IRNode] = []
+    for op, dtype, sources, arg, minimum, maximum, width in table:
+        nodes.append(IRNode(op, dtype, tuple(nodes[source] for source in sources), arg, minimum, maximum, width))
+    return KernelIR(name=name, params=params, global_size=global_size, sink=nodes[sink], index_dtype=index_dtype,
+                    lane_groups=tuple(tuple(nodes[node] for node in group) for group in lane_groups))
+
+
 def load(path: Path) -> KernelIR | None:
     """The cached KernelIR at path, or None (a missing, corrupt or unreadable entry; the last two are deleted)."""
     try:
@@ -67,21 +90,18 @@ def load(path: Path) -> KernelIR | None:
     try:
         if data[: len(MAGIC)] != MAGIC or hashlib.sha256(body).digest() != data[len(MAGIC):len(MAGIC) + 32]:
             raise ValueError("checksum")
-        ir = _Unpickler(io.BytesIO(body)).load()
-        if not isinstance(ir, KernelIR):
-            raise TypeError("not a KernelIR")
-        return ir
+        return _unflatten(_Unpickler(io.BytesIO(body)).load())
     except Exception:  # noqa: BLE001 - a corrupt entry is lowered again, never trusted
         path.unlink(missing_ok=True)
         return None
 
 
 def store(path: Path, ir: KernelIR) -> None:
-    """Write an entry (atomically); a kernel too deep to pickle or a read-only cache is simply not cached."""
+    """Write an entry (atomically); a read-only cache is simply not written."""
     buffer = io.BytesIO()
     try:
-        _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(ir)
-    except (RecursionError, pickle.PicklingError, TypeError, AttributeError):
+        _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(_flatten(ir))
+    except (pickle.PicklingError, TypeError, AttributeError):
         return
     body = buffer.getvalue()
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")

@@ -8,26 +8,9 @@ in cache for every tile after the first. This is the packing step of BLAS librar
 
 from __future__ import annotations
 
+from ember.core.walk import compute_bottom_up
 from ember.ir.ir import Builder, IRNode, IROp, KernelIR
-
-
-class _Ranges:
-    """The loop variables each node depends on (a REDUCE or LOOP closes its own)."""
-
-    def __init__(self) -> None:
-        self.memo: dict[int, frozenset[int]] = {}
-
-    def __call__(self, node: IRNode) -> frozenset[int]:
-        cached = self.memo.get(id(node))
-        if cached is None:
-            if node.op is IROp.RANGE:
-                cached = frozenset({id(node)})
-            elif node.op in (IROp.REDUCE, IROp.LOOP):
-                cached = self(node.srcs[0]) - {id(range_) for range_ in node.srcs[1:]}
-            else:
-                cached = frozenset().union(*(self(src) for src in node.srcs))
-            self.memo[id(node)] = cached
-        return cached
+from ember.ir.linearize import LoopVariables
 
 
 def _reads_memory(root: IRNode) -> bool:
@@ -42,7 +25,7 @@ def _reads_memory(root: IRNode) -> bool:
     return False
 
 
-def _values_to_stage(reduce: IRNode, ranges_of: _Ranges) -> list[IRNode]:
+def _values_to_stage(reduce: IRNode, ranges_of: LoopVariables) -> list[IRNode]:
     """The largest float values under a reduce's value that depend on the reduce's loop only and read memory (not
     under nested reduces; through broadcasts to their scalar), in a deterministic order."""
     loop = frozenset({id(reduce.srcs[1])})
@@ -67,7 +50,7 @@ def stage_loads(kernel: KernelIR, max_bytes: int) -> KernelIR:
     prologue) then runs once per work item instead of once per tile."""
     if len(kernel.sink.srcs) != 1 or kernel.sink.srcs[0].op is not IROp.LOOP:
         return kernel
-    ranges_of = _Ranges()
+    ranges_of = LoopVariables()
     reduces, seen, stack = [], {}, [kernel.sink]
     while stack:
         node = stack.pop()
@@ -117,16 +100,5 @@ def stage_loads(kernel: KernelIR, max_bytes: int) -> KernelIR:
 
 def _rebuild(builder: Builder, root: IRNode, memo: dict[int, IRNode]) -> IRNode:
     """root rebuilt with `builder`, nodes already in memo replaced by their entries."""
-    stack = [root]
-    while stack:
-        node = stack[-1]
-        if id(node) in memo:
-            stack.pop()
-            continue
-        missing = [src for src in node.srcs if id(src) not in memo]
-        if missing:
-            stack.extend(missing)
-            continue
-        stack.pop()
-        memo[id(node)] = builder.rebuild(node, [memo[id(src)] for src in node.srcs])
-    return memo[id(root)]
+    return compute_bottom_up(root, lambda node: node.srcs,
+                             lambda node: builder.rebuild(node, [memo[id(src)] for src in node.srcs]), memo)

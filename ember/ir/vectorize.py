@@ -10,17 +10,24 @@ reduce split into lanes, see `lower_kernel`); their scalar users then read lanes
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import Op
+from ember.core.walk import evaluate, post_order
 from ember.ir.ir import Builder, IRNode, IROp, KernelIR, linear_terms
 
 # the ALU ops a vector can carry, lane by lane, when the renderer supports them (DeviceInfo.vector_ops)
 VECTOR_ALU_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE, Op.TRUNC, Op.SQRT,
                             Op.EXP2, Op.LOG2, Op.SIN, Op.RECIPROCAL})
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64})
+# packing one group of lanes: yields the groups of source lanes it needs packed, returns the vector (or None)
+Packing = Generator[tuple[IRNode, ...], IRNode | None, IRNode | None]
+
+
+def _lane_ids(lanes: tuple[IRNode, ...]) -> tuple[int, ...]:
+    return tuple(id(lane) for lane in lanes)
 
 
 def lanes_for(dtype: DType, vector_bytes: int) -> int:
@@ -78,20 +85,16 @@ class Vectorizer:
     # ---- packing --------------------------------------------------------------------------------------------
 
     def pack(self, lanes: tuple[IRNode, ...]) -> IRNode | None:
-        """A vector whose lane i is lanes[i], or None where bool lanes cannot be packed by ops."""
-        key = tuple(id(lane) for lane in lanes)
-        if key in self.vectors:
-            return self.vectors[key]
-        vector = self._pack(lanes)
-        self.vectors[key] = vector
-        return vector
+        """A vector whose lane i is lanes[i], or None where bool lanes cannot be packed by ops. Packing a group
+        yields the groups of sources it needs packed first (walk.py: no recursion up a long chain of ops)."""
+        return evaluate(lanes, _lane_ids, self._pack, self.vectors)
 
-    def _pack(self, lanes: tuple[IRNode, ...]) -> IRNode | None:
+    def _pack(self, lanes: tuple[IRNode, ...]) -> Packing:
         b = self.builder
         first = lanes[0]
         width = len(lanes)
         if first.dtype.is_bool:
-            return self._pack_ops(lanes) if self._same_op(lanes) else None
+            return (yield from self._pack_ops(lanes)) if self._same_op(lanes) else None
         if all(lane is first for lane in lanes) or lanes_for(first.dtype, self.vector_bytes) != width:
             return b.vectorize([self.scalar(lane) for lane in lanes])
         if first.op is IROp.LOAD and IROp.LOAD in self.vector_ops and self._same_op(lanes) and all(
@@ -101,9 +104,9 @@ class Vectorizer:
             return b.vector_load(self.scalar(first.srcs[0]), self.scalar(first.srcs[1]), valid, width)
         if first.op is IROp.REDUCE and IROp.REDUCE in self.vector_ops and self._same_op(lanes) and all(
                 lane.srcs[1:] == first.srcs[1:] for lane in lanes):
-            return self._pack_reduce(lanes)
+            return (yield from self._pack_reduce(lanes))
         if first.op in VECTOR_ALU_OPS and first.op in self.vector_ops and self._same_op(lanes):
-            packed = self._pack_ops(lanes)
+            packed = yield from self._pack_ops(lanes)
             if packed is not None:
                 return packed
         return b.vectorize([self.scalar(lane) for lane in lanes])
@@ -114,7 +117,7 @@ class Vectorizer:
         return all(lane.op is first.op and lane.dtype is first.dtype and lane.arg == first.arg
                    and len(lane.srcs) == len(first.srcs) and lane.width == 1 for lane in lanes)
 
-    def _pack_ops(self, lanes: tuple[IRNode, ...]) -> IRNode | None:
+    def _pack_ops(self, lanes: tuple[IRNode, ...]) -> Packing:
         first = lanes[0]
         if first.op not in VECTOR_ALU_OPS or first.op not in self.vector_ops:
             return None
@@ -122,15 +125,15 @@ class Vectorizer:
             return None  # masks are as wide as the values compared, and a vector's lanes fill one register
         sources = []
         for position in range(len(first.srcs)):
-            packed = self.pack(tuple(lane.srcs[position] for lane in lanes))
+            packed = yield tuple(lane.srcs[position] for lane in lanes)
             if packed is None:
                 return None
             sources.append(packed)
         return self.builder.vector_alu(first.op, first.dtype, *sources, arg=first.arg)
 
-    def _pack_reduce(self, lanes: tuple[IRNode, ...]) -> IRNode:
+    def _pack_reduce(self, lanes: tuple[IRNode, ...]) -> Packing:
         first = lanes[0]
-        value = self.pack(tuple(lane.srcs[0] for lane in lanes))
+        value = yield tuple(lane.srcs[0] for lane in lanes)
         assert value is not None  # reduced values are numbers, never bools
         ranges = tuple(self.scalar(loop) for loop in first.srcs[1:])
         vector = self.builder.reduce(first.arg, value, ranges)
@@ -148,12 +151,17 @@ class Vectorizer:
 
     def statements(self, sink: IRNode) -> IRNode:
         """A SINK of stores and loops, rebuilt with its runs of stores as vector stores."""
+        return evaluate(sink, id, self._statements, {})
+
+    def _statements(self, sink: IRNode) -> Generator[IRNode, IRNode, IRNode]:
+        """Rebuild one SINK (a generator: it yields the body of each LOOP in it, and is sent that body rebuilt)."""
         statements = []
         for group in store_groups(sink.srcs, self.vector_bytes):
             first = group[0]
             if first.op is IROp.LOOP:
                 ranges = tuple(self.scalar(range_) for range_ in first.srcs[1:])
-                statements.append(self.builder.loop(list(self.statements(first.srcs[0]).srcs), ranges))
+                body = yield first.srcs[0]
+                statements.append(self.builder.loop(list(body.srcs), ranges))
             elif len(group) == 1:
                 statements.append(self.scalar(first))
             else:
@@ -206,8 +214,15 @@ def vectorize(kernel: KernelIR, vector_bytes: int, vector_ops: frozenset) -> Ker
 
 
 def _has_store_runs(sink: IRNode, vector_bytes: int) -> bool:
-    return any(len(group) > 1 or (group[0].op is IROp.LOOP and _has_store_runs(group[0].srcs[0], vector_bytes))
-               for group in store_groups(sink.srcs, vector_bytes))
+    """Whether some run of stores (in the sink or in the body of a loop in it) can become a vector store."""
+    sinks = [sink]
+    while sinks:
+        for group in store_groups(sinks.pop().srcs, vector_bytes):
+            if len(group) > 1:
+                return True
+            if group[0].op is IROp.LOOP:
+                sinks.append(group[0].srcs[0])
+    return False
 
 
 def gathers(kernel: KernelIR) -> bool:
@@ -231,15 +246,4 @@ def vector_width(kernel: KernelIR) -> int:
 
 def topological_nodes(sink: IRNode) -> list[IRNode]:
     """Every node under sink, sources before their users."""
-    order: list[IRNode] = []
-    seen: set[int] = set()
-    stack: list[tuple[IRNode, bool]] = [(sink, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-        elif id(node) not in seen:
-            seen.add(id(node))
-            stack.append((node, True))
-            stack.extend((src, False) for src in node.srcs)
-    return order
+    return post_order([sink], lambda node: node.srcs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.shapes import prod
+from ember.core.walk import compute_bottom_up
 from ember.scheduler.devices import get_device
 
 MINIMUM_ELEMENTS = 1 << 20  # outputs smaller than this are not worth the copies
@@ -24,22 +25,23 @@ def compute_devices() -> list[str]:
     return names
 
 
-def _clone(node: Node, device: str, memo: dict[int, Node]) -> Node:
-    """node's graph rebuilt on `device`: realized leaves arrive by COPY, constants are recreated."""
-    cached = memo.get(id(node))
-    if cached is not None:
-        return cached
-    if node.realized:
-        clone = node if node.device == device else Node(Op.COPY, (node,), device, node.shape, node.dtype, device)
-    elif node.op in (Op.CONST, Op.ARANGE):
-        clone = Node(node.op, (), node.arg, node.shape, node.dtype, device)
-    elif node.op is Op.COPY:
-        clone = _clone(node.srcs[0], device, memo)
-    else:
-        sources = tuple(_clone(source, device, memo) for source in node.srcs)
-        clone = Node(node.op, sources, node.arg, node.shape, node.dtype, device)
-    memo[id(node)] = clone
-    return clone
+def _clone(root: Node, device: str, memo: dict[int, Node]) -> Node:
+    """root's graph rebuilt on `device`: realized leaves arrive by COPY, constants are recreated."""
+
+    def sources(node: Node) -> tuple[Node, ...]:
+        return () if node.realized or node.op in (Op.CONST, Op.ARANGE) else node.srcs
+
+    def clone(node: Node) -> Node:
+        if node.realized:
+            return node if node.device == device else Node(Op.COPY, (node,), device, node.shape, node.dtype, device)
+        if node.op in (Op.CONST, Op.ARANGE):
+            return Node(node.op, (), node.arg, node.shape, node.dtype, device)
+        if node.op is Op.COPY:
+            return memo[id(node.srcs[0])]
+        return Node(node.op, tuple(memo[id(source)] for source in node.srcs), node.arg, node.shape, node.dtype,
+                    device)
+
+    return compute_bottom_up(root, sources, clone, memo)
 
 
 def shard_plan(root: Node, devices: list[str]) -> Node | None:

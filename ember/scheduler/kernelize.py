@@ -11,15 +11,17 @@ steps) costs linear work, not quadratic. A kernel never reads more buffers than 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import NamedTuple
 
 from ember.core.graph import Node
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
+from ember.core.walk import post_order
 from ember.ir.kernel import Kernel, KernelStep
 
 INLINE_LEAVES = (Op.CONST, Op.ARANGE)
 SHARED_WORK_LIMIT = 256  # elementwise ops per element above which a node read by several kernels is stored
+MAX_KERNEL_OPS = 1024  # ops (elementwise, movement, reduce) above which a kernel is split by storing intermediates
 
 
 class KernelItem(NamedTuple):
@@ -50,7 +52,7 @@ def unlimited_buffers(device: str) -> int:
 def find_boundaries(roots: list[Node], buffer_limit: BufferLimit = unlimited_buffers) -> list[Node]:
     """Every node to store, dependencies first (the roots included)."""
     boundaries: dict[int, Node] = {}
-    pending = [root for root in roots if not root.realized]
+    pending = [root for root in roots if not root.realized] + _deep_cuts(roots)
     while pending:
         _discover(pending, boundaries)
         # A boundary found late (e.g. the source of a COPY) changes the kernels walked before it was known:
@@ -60,18 +62,21 @@ def find_boundaries(roots: list[Node], buffer_limit: BufferLimit = unlimited_buf
         if not pending:
             pending = _expensive_shared_nodes(list(boundaries.values()), boundaries)
         if not pending:
+            pending = _oversized_kernel_cuts(list(boundaries.values()), boundaries)
+        if not pending:
             pending = _buffer_limit_cuts(list(boundaries.values()), boundaries, buffer_limit)
-    return _post_order([root for root in roots if not root.realized], lambda node: depends_on[id(node)])
+    return post_order([root for root in roots if not root.realized], lambda node: depends_on[id(node)])
 
 
 def _discover(pending: list[Node], boundaries: dict[int, Node]) -> None:
-    """Add the pending kernel roots and every node they need stored, transitively."""
+    """Add the pending kernel roots and every node they need stored, transitively. Each round adds all the nodes
+    found before walking their kernels, so a walk stops at every boundary known (walking a chain cut into many
+    kernels top-down one cut at a time would walk the whole chain below each cut: quadratic)."""
     while pending:
-        kernel_root = pending.pop()
-        if id(kernel_root) in boundaries:
-            continue
-        boundaries[id(kernel_root)] = kernel_root
-        pending.extend(node for node in _kernel_dependencies(kernel_root, boundaries) if id(node) not in boundaries)
+        added = {id(node): node for node in pending if id(node) not in boundaries}
+        boundaries.update(added)
+        pending = [node for kernel_root in added.values() for node in _kernel_dependencies(kernel_root, boundaries)
+                   if id(node) not in boundaries]
 
 
 def _kernel_dependencies(kernel_root: Node, boundaries: dict[int, Node]) -> list[Node]:
@@ -84,24 +89,6 @@ def _kernel_dependencies(kernel_root: Node, boundaries: dict[int, Node]) -> list
     return found
 
 
-def _post_order(starts: list[Node], children: Callable[[Node], Iterable[Node]]) -> list[Node]:
-    """Every node reachable from `starts` through `children`, once, each after its children."""
-    ordered: list[Node] = []
-    placed: set[int] = set()
-    stack = [(start, False) for start in reversed(starts)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            ordered.append(node)
-            continue
-        if id(node) in placed:
-            continue
-        placed.add(id(node))
-        stack.append((node, True))
-        stack.extend((child, False) for child in children(node) if id(child) not in placed)
-    return ordered
-
-
 def _interior(kernel_root: Node, boundaries: dict[int, Node]) -> list[Node]:
     """The nodes a kernel computes (not stored elsewhere, not inlined constants), each after its sources."""
 
@@ -109,7 +96,7 @@ def _interior(kernel_root: Node, boundaries: dict[int, Node]) -> list[Node]:
         return [source for source in node.srcs
                 if not (source.realized or source.op in INLINE_LEAVES or id(source) in boundaries)]
 
-    return _post_order(computed_sources(kernel_root), computed_sources)
+    return post_order(computed_sources(kernel_root), computed_sources)
 
 
 def _expensive_shared_nodes(kernel_roots: list[Node], boundaries: dict[int, Node]) -> list[Node]:
@@ -128,12 +115,67 @@ def _expensive_shared_nodes(kernel_roots: list[Node], boundaries: dict[int, Node
             kernels_using[id(node)] += 1
     cost: dict[int, int] = {}
     chosen: list[Node] = []
-    for node in _post_order(in_order, lambda node: [source for source in node.srcs if id(source) in kernels_using]):
+    for node in post_order(in_order, lambda node: [source for source in node.srcs if id(source) in kernels_using]):
         work = sum(cost.get(id(source), 0) for source in node.srcs) + (node.op in ELEMENTWISE_OPS)
         if node.op in ELEMENTWISE_OPS and kernels_using[id(node)] > 1 and work >= SHARED_WORK_LIMIT:
             chosen.append(node)
             work = 0
         cost[id(node)] = min(work, SHARED_WORK_LIMIT)
+    return chosen
+
+
+def _deep_cuts(roots: list[Node]) -> list[Node]:
+    """Elementwise nodes to store so that no chain of ops between stored nodes is MAX_KERNEL_OPS long, chosen in
+    one pass over the whole graph before any kernel is walked: a kernel's walk then never runs down a long chain
+    (walking each of n kernels down a chain below it is quadratic). Counted by depth, so only deep graphs are cut;
+    a node is stored only where it has no more elements than a root or the largest buffer below it (never a
+    broadcast)."""
+    depth: dict[int, int] = {}
+    largest_below: dict[int, int] = {}
+    largest_root = max((root.size for root in roots), default=0)
+    chosen: list[Node] = []
+
+    def computed_sources(node: Node) -> list[Node]:
+        return [source for source in node.srcs if not (source.realized or source.op in INLINE_LEAVES)]
+
+    for node in post_order([root for root in roots if not root.realized], computed_sources):
+        sources = computed_sources(node)
+        largest = max((largest_below[id(source)] for source in sources), default=0)
+        largest_below[id(node)] = max([largest, *(source.size for source in node.srcs if source.realized)])
+        if node.op in (Op.COPY, Op.CONTIGUOUS):  # always stored
+            depth[id(node)] = 0
+            continue
+        depth[id(node)] = 1 + max((depth[id(source)] for source in sources), default=0)
+        if depth[id(node)] >= MAX_KERNEL_OPS and node.op in ELEMENTWISE_OPS and node.size <= max(
+                largest_below[id(node)], largest_root):
+            chosen.append(node)
+            depth[id(node)] = 0
+    return chosen
+
+
+def _oversized_kernel_cuts(kernel_roots: list[Node], boundaries: dict[int, Node]) -> list[Node]:
+    """Nodes to store so that no kernel computes MAX_KERNEL_OPS ops or more (compilers take superlinear time on
+    huge kernels). In a kernel that is too large, a node is stored once the ops below it since the last stored
+    node reach the limit (counted as a tree: shared work counts once per use, so the pieces only get smaller),
+    unless it has more elements than every buffer the kernel reads or writes (no broadcast is ever stored)."""
+    chosen: list[Node] = []
+    for root in kernel_roots:
+        if root.op is Op.COPY:
+            continue
+        interior = _interior(root, boundaries)
+        if len(interior) + 1 < MAX_KERNEL_OPS:
+            continue
+        computed = {id(node) for node in interior}
+        largest = max((source.size for node in (*interior, root) for source in node.srcs
+                       if id(source) not in computed and source.op not in INLINE_LEAVES), default=root.size)
+        largest = max(largest, root.size)
+        cost: dict[int, int] = {}
+        for node in interior:  # sources first
+            work = 1 + sum(cost.get(id(source), 0) for source in node.srcs)
+            if work >= MAX_KERNEL_OPS and node.size <= largest:
+                chosen.append(node)
+                work = 0
+            cost[id(node)] = min(work, MAX_KERNEL_OPS)
     return chosen
 
 
@@ -209,18 +251,12 @@ def build_kernel(root: Node, boundaries: set[int]) -> KernelItem:
             input_position[id(node)] = len(inputs)
         return KernelStep(Op.BUFFER, (), input_position[id(node)], node.shape, node.dtype)
 
-    stack = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if id(node) in position_of:
-            continue
+    def is_leaf(node: Node) -> bool:
         # a stored node is read from its buffer; constants are recomputed even when also stored (no dependency)
-        is_leaf = node is not root and (node.realized or (id(node) in boundaries and node.op not in INLINE_LEAVES))
-        if not expanded and not is_leaf and node.srcs:
-            stack.append((node, True))
-            stack.extend((source, False) for source in reversed(node.srcs) if id(source) not in position_of)
-            continue
-        if is_leaf:
+        return node is not root and (node.realized or (id(node) in boundaries and node.op not in INLINE_LEAVES))
+
+    for node in post_order([root], lambda node: () if is_leaf(node) else reversed(node.srcs)):
+        if is_leaf(node):
             step = leaf_step(node)
         elif node.op is Op.CONTIGUOUS:  # only ever a kernel root (elsewhere it is a boundary): its source's value
             step = steps[position_of[id(node.srcs[0])]]

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 from ember.core.graph import Node
 from ember.core.ops import Op
+from ember.core.walk import post_order
 from ember.scheduler.kernelize import CopyItem, kernelize
 
 MAX_CACHED_SCHEDULES = 4096
@@ -34,26 +35,15 @@ def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
     index_of: dict[int, int] = {}
     nodes: list[Node] = []
     entries: list[tuple] = []
-    for root in roots:
-        stack = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if id(node) in index_of:
-                continue
-            if node.op is Op.BUFFER:
-                index_of[id(node)] = len(nodes)
-                nodes.append(node)
-                entries.append((node.shape, node.dtype, node.device))
-                continue
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((source, False) for source in node.srcs if id(source) not in index_of)
-                continue
-            index_of[id(node)] = len(nodes)
-            nodes.append(node)
-            arg = node.arg.hex() if node.op is Op.CONST and isinstance(node.arg, float) else node.arg
-            entries.append((node.op, arg, node.shape, node.dtype, node.device,
-                            tuple(index_of[id(source)] for source in node.srcs)))
+    for node in post_order(roots, lambda node: node.srcs):  # a realized node (a BUFFER) has no sources
+        index_of[id(node)] = len(nodes)
+        nodes.append(node)
+        if node.op is Op.BUFFER:
+            entries.append((node.shape, node.dtype, node.device))
+            continue
+        arg = node.arg.hex() if node.op is Op.CONST and isinstance(node.arg, float) else node.arg
+        entries.append((node.op, arg, node.shape, node.dtype, node.device,
+                        tuple(index_of[id(source)] for source in node.srcs)))
     key = (tuple(entries), tuple(index_of[id(root)] for root in roots))
     return key, nodes
 
