@@ -1,15 +1,21 @@
 """ember: a small, hackable deep-learning framework with a torch-like lazy Tensor, fused kernels and pluggable backends."""
 
 from ember.autograd.engine import grad
-from ember.autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from ember.autograd.grad_mode import (
+    enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, set_grad_enabled,
+)
 from ember.core.creation import (
-    arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, linspace, logspace, manual_seed,
-    normal, ones, ones_like, rand, rand_like, randint, randn, randn_like, randperm, tensor, uniform, zeros, zeros_like,
+    arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, initial_seed, linspace, logspace,
+    manual_seed, normal, ones, ones_like, rand, rand_like, randint, randint_like, randn, randn_like, randperm,
+    scalar_tensor, seed, tensor, uniform, zeros, zeros_like,
 )
 from ember.core.dtype import (
-    DType, bfloat16, float16, float32, float64, int8, int16, int32, int64, promote_types, uint8, uint16, uint32,
-    uint64,
+    DType, bfloat16, can_cast, float16, float32, float64, int8, int16, int32, int64, promote_types, uint8, uint16,
+    uint32, uint64,
 )
+from ember.core.dtype_info import finfo, get_default_dtype, iinfo, result_type, set_default_dtype
+from ember.core.printing import set_printoptions
+from ember.core.shapes import broadcast_shapes
 from ember.core.dtype import bool_ as bool  # noqa: A001 - torch's name
 from ember.core.errors import (
     ArgumentError, AutogradError, AxisError, BackendUnavailable, CompileError, CompileFallbackWarning, DeviceError,
@@ -21,7 +27,7 @@ from ember.core.linalg import einsum
 from ember.core.matrix_structure import block_diag, cartesian_prod, meshgrid, tril_indices, triu_indices, vander
 from ember.core.products import cdist, tensordot
 from ember.core.searching import bucketize, searchsorted
-from ember.core.tensor import Tensor, realize
+from ember.core.tensor import Tensor, is_tensor, realize
 from ember.scheduler.devices import get_default_device, set_default_device
 from ember.scheduler.profile import profile
 

@@ -52,8 +52,8 @@ def _numpy_from_data(data: Any, dtype: DType | None) -> np.ndarray:
             array = np.array(data)
         except ValueError as error:
             raise ValueError(f"tensor(): could not make a tensor from ragged or mixed data: {error}") from None
-        if array.dtype == np.float64 and dtype is None:
-            array = array.astype(np.float32)
+        if array.dtype == np.float64 and dtype is None and dtypes.DEFAULT_FLOAT is not dtypes.float64:
+            array = array.astype(np.float32)  # then the default dtype (set_default_dtype), in node_from_data
         elif array.dtype.kind == "i" and dtype is None:
             array = array.astype(np.int64)
         elif array.dtype == object or array.dtype.kind in "USO":
@@ -79,6 +79,8 @@ def node_from_data(data: Any, dtype: Any, device: Any) -> Node:
     array = _numpy_from_data(data, target)
     if target is None:
         target = dtypes.from_numpy(array.dtype)
+        if target.is_float and not isinstance(data, (np.ndarray, np.generic)) and not hasattr(data, "dtype"):
+            target = dtypes.DEFAULT_FLOAT  # Python floats (torch.tensor([1.5]) has the default dtype)
     if target is dtypes.bfloat16:
         array = _to_bfloat16_bits(array)
     else:
@@ -116,6 +118,15 @@ def full(size: Sequence[int], fill_value: Any, dtype: Any = None, device: Any = 
     resolved = to_dtype(dtype) if dtype is not None else dtypes.scalar_dtype(fill_value)
     result = Tensor._full(shape, fill_value, resolved, _device(device))
     return result.requires_grad_() if requires_grad else result
+
+
+def scalar_tensor(value: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """A 0-d tensor holding a number, in the default float dtype unless dtype is given (torch.scalar_tensor)."""
+    if hasattr(value, "item") and not isinstance(value, (int, float, bool)):
+        value = value.item()
+    if not isinstance(value, (int, float, bool, np.number, np.bool_)):
+        raise TypeError(f"scalar_tensor(): argument 's' must be Number, not {type(value).__name__}")
+    return full((), value, dtype if dtype is not None else dtypes.DEFAULT_FLOAT, device, requires_grad)
 
 
 def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
@@ -257,6 +268,20 @@ def manual_seed(seed: int) -> None:
     """Seed ember's random numbers; the same seed gives the same numbers on every device."""
     RandomState.seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     RandomState.counter = 0
+
+
+def initial_seed() -> int:
+    """The seed the random numbers were last seeded with (torch.initial_seed)."""
+    return RandomState.seed
+
+
+def seed() -> int:
+    """Seed the random numbers from the operating system's entropy and return the seed (torch.seed)."""
+    import os
+
+    value = int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
+    manual_seed(value)
+    return value
 
 
 def _hash32(value: int) -> int:

@@ -17,6 +17,7 @@ from ember.core.errors import AutogradError, DTypeError, ShapeError
 from ember.core.folding import FoldingOps
 from ember.core.functional import FunctionalOps
 from ember.core.graph import Node, infer
+from ember.core.in_place import in_place_variants
 from ember.core.indexing import IndexingOps
 from ember.core.linalg import LinalgOps
 from ember.core.losses import LossOps
@@ -38,6 +39,7 @@ _next_sequence = itertools.count().__next__  # creation order: a tensor's histor
 
 
 @numpy_argument_names
+@in_place_variants
 class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps, ConvolutionOps, LossOps,
              SortingOps, SearchingOps, FoldingOps):
     """A lazy n-dimensional array with PyTorch's API. Nothing runs until a value is needed."""
@@ -510,6 +512,13 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         self.node = value.node
         return self
 
+    def _assign_view(self, value: Tensor) -> Tensor:
+        """Rebind this tensor to value, a view of it with another shape (torch's t_, squeeze_, transpose_, ...)."""
+        if GradMode.enabled and (self._requires_grad or value._requires_grad):
+            self._assign_history(value)
+        self.node = value.node
+        return self
+
     def _assign_history(self, value: Tensor) -> None:
         """Autograd for an in-place change: this tensor's history becomes value's (as torch rebases a grad_fn)."""
         if self._requires_grad and self._context is None:
@@ -568,6 +577,11 @@ def realize(*tensors: Tensor) -> None:
     for tensor in tensors:
         nodes.extend(piece.node for piece in tensor.shards) if tensor.is_sharded else nodes.append(tensor.node)
     realize_nodes(nodes)
+
+
+def is_tensor(obj: Any) -> bool:
+    """Whether obj is an ember Tensor (torch.is_tensor)."""
+    return isinstance(obj, Tensor) or getattr(obj, "is_sharded", False) is True
 
 
 def tensor_sequence(values: Sequence[Tensor]) -> list[Tensor]:
