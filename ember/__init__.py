@@ -27,6 +27,9 @@ from ember.core.linalg import einsum
 from ember.core.matrix_structure import block_diag, cartesian_prod, meshgrid, tril_indices, triu_indices, vander
 from ember.core.products import cdist, tensordot
 from ember.core.searching import bucketize, searchsorted
+from ember.core.stacking import (
+    atleast_1d, atleast_2d, atleast_3d, column_stack, dstack, hstack, row_stack, unravel_index, vstack,
+)
 from ember.core.tensor import Tensor, is_tensor, realize
 from ember.scheduler.devices import get_default_device, set_default_device
 from ember.scheduler.profile import profile

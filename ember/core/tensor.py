@@ -27,6 +27,7 @@ from ember.core.reductions import ReductionOps
 from ember.core.searching import SearchingOps
 from ember.core.shapes import Shape, prod
 from ember.core.sorting import SortingOps
+from ember.core.stacking import StackingOps
 
 
 class GradMode:
@@ -41,7 +42,7 @@ _next_sequence = itertools.count().__next__  # creation order: a tensor's histor
 @numpy_argument_names
 @in_place_variants
 class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps, ConvolutionOps, LossOps,
-             SortingOps, SearchingOps, FoldingOps):
+             SortingOps, SearchingOps, FoldingOps, StackingOps):
     """A lazy n-dimensional array with PyTorch's API. Nothing runs until a value is needed."""
 
     __slots__ = ("__weakref__", "_context", "_hooks", "_requires_grad", "_retains_grad", "_sequence", "grad", "node")
