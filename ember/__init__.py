@@ -26,6 +26,8 @@ from ember.core.movement import broadcast_tensors, cat, stack
 from ember.core.linalg import einsum
 from ember.core.matrix_structure import block_diag, cartesian_prod, meshgrid, tril_indices, triu_indices, vander
 from ember.core.products import cdist, tensordot
+from ember.core.arithmetic_forms import rsub
+from ember.core.number_ops import isin
 from ember.core.searching import bucketize, searchsorted
 from ember.core.stacking import (
     atleast_1d, atleast_2d, atleast_3d, column_stack, dstack, hstack, row_stack, unravel_index, vstack,
@@ -50,7 +52,11 @@ from ember.io import load, save  # noqa: E402
 
 # torch's module-level forms of Tensor methods (ember.exp(x) is x.exp(), ember.gather(x, 1, index) is
 # x.gather(1, index)): every Tensor method named like a torch.* function (see ember/function_forms.py)
+from ember import torch_names  # noqa: E402
 from ember.function_forms import function_forms  # noqa: E402
 
 globals().update(function_forms(Tensor, globals()))
 del function_forms
+# torch.celu_, torch.selu_, torch.rrelu_, ...: in-place functions torch.Tensor has no method for are nn.functional's
+globals().update({name: getattr(nn.functional, name) for name in torch_names.TORCH_FUNCTIONS
+                  if name.endswith("_") and name not in globals() and hasattr(nn.functional, name)})

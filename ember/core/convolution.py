@@ -250,6 +250,10 @@ class ConvolutionOps:
         """torch.nn.functional.max_pool2d (padding counts as -inf); with return_indices also (values, indices)."""
         return self._max_pool(kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2, "max_pool2d")
 
+    def max_pool3d(self: Tensor, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
+                   dilation: IntOrInts = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+        return self._max_pool(kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3, "max_pool3d")
+
     def _avg_pool(self: Tensor, kernel_size: IntOrInts, stride: IntOrInts | None, padding: IntOrInts,
                   ceil_mode: bool, count_include_pad: bool, divisor_override: int | None, spatial: int,
                   op: str) -> Tensor:
@@ -302,6 +306,12 @@ class ConvolutionOps:
         return self._avg_pool(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2,
                               "avg_pool2d")
 
+    def avg_pool3d(self: Tensor, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
+                   ceil_mode: bool = False, count_include_pad: bool = True,
+                   divisor_override: int | None = None) -> Tensor:
+        return self._avg_pool(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3,
+                              "avg_pool3d")
+
     def _adaptive_pool(self: Tensor, output_size: IntOrInts | None, spatial: int, maximum: bool, op: str) -> Tensor:
         """Output cell i of an axis of length L covers [floor(i*L/o), ceil((i+1)*L/o)): a masked reduce (one kernel)."""
         source, unbatched = _spatial_input(self, spatial, op)
@@ -346,8 +356,17 @@ class ConvolutionOps:
         """torch.nn.functional.adaptive_avg_pool2d (None keeps an input size)."""
         return self._adaptive_pool(output_size, 2, False, "adaptive_avg_pool2d")
 
+    def adaptive_avg_pool3d(self: Tensor, output_size: IntOrInts) -> Tensor:
+        return self._adaptive_pool(output_size, 3, False, "adaptive_avg_pool3d")
+
+    def adaptive_max_pool1d(self: Tensor, output_size: IntOrInts) -> Tensor:
+        return self._adaptive_pool(output_size, 1, True, "adaptive_max_pool1d")
+
     def adaptive_max_pool2d(self: Tensor, output_size: IntOrInts) -> Tensor:
         return self._adaptive_pool(output_size, 2, True, "adaptive_max_pool2d")
+
+    def adaptive_max_pool3d(self: Tensor, output_size: IntOrInts) -> Tensor:
+        return self._adaptive_pool(output_size, 3, True, "adaptive_max_pool3d")
 
 
 def _chosen_offset(flat: Tensor) -> Tensor:

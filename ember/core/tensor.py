@@ -10,6 +10,8 @@ import numpy as np
 
 from ember.core import dtype as dtypes
 from ember.core.aliases import numpy_argument_names
+from ember.core.arithmetic_forms import ArithmeticFormOps
+from ember.core.distances import DistanceOps
 from ember.core.dtype import DType
 from ember.core.convolution import ConvolutionOps
 from ember.core.elementwise import ElementwiseOps
@@ -21,7 +23,9 @@ from ember.core.in_place import in_place_variants
 from ember.core.indexing import IndexingOps
 from ember.core.linalg import LinalgOps
 from ember.core.losses import LossOps
+from ember.core.margin_losses import MarginLossOps
 from ember.core.movement import MovementOps
+from ember.core.number_ops import NumberOps
 from ember.core.ops import Composite, Op
 from ember.core.reductions import ReductionOps
 from ember.core.searching import SearchingOps
@@ -42,7 +46,8 @@ _next_sequence = itertools.count().__next__  # creation order: a tensor's histor
 @numpy_argument_names
 @in_place_variants
 class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps, ConvolutionOps, LossOps,
-             SortingOps, SearchingOps, FoldingOps, StackingOps):
+             SortingOps, SearchingOps, FoldingOps, StackingOps, ArithmeticFormOps, NumberOps, DistanceOps,
+             MarginLossOps):
     """A lazy n-dimensional array with PyTorch's API. Nothing runs until a value is needed."""
 
     __slots__ = ("__weakref__", "_context", "_hooks", "_requires_grad", "_retains_grad", "_sequence", "grad", "node")

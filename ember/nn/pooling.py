@@ -1,4 +1,4 @@
-"""Pooling layers: max, average and adaptive average pooling in 1 and 2 dims (wrappers over ember.nn.functional)."""
+"""Pooling layers: max, average, adaptive average and adaptive max pooling in 1, 2 and 3 dims (over ember.nn.functional)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,12 @@ class MaxPool2d(_MaxPoolNd):
             ceil_mode=self.ceil_mode,
             return_indices=self.return_indices,
         )
+
+
+class MaxPool3d(_MaxPoolNd):
+    def forward(self, input: Tensor) -> Any:  # noqa: A002
+        return F.max_pool3d(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                            ceil_mode=self.ceil_mode, return_indices=self.return_indices)
 
 
 class AvgPool1d(Module):
@@ -126,6 +132,39 @@ class AdaptiveAvgPool1d(Module):
 class AdaptiveAvgPool2d(AdaptiveAvgPool1d):
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         return F.adaptive_avg_pool2d(input, self.output_size)
+
+
+class AvgPool3d(AvgPool2d):
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.avg_pool3d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)
+
+
+class AdaptiveAvgPool3d(AdaptiveAvgPool1d):
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.adaptive_avg_pool3d(input, self.output_size)
+
+
+class AdaptiveMaxPool1d(Module):
+    def __init__(self, output_size: Any, return_indices: bool = False) -> None:
+        super().__init__()
+        self.output_size, self.return_indices = output_size, return_indices
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.adaptive_max_pool1d(input, self.output_size, self.return_indices)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveMaxPool2d(AdaptiveMaxPool1d):
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.adaptive_max_pool2d(input, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool3d(AdaptiveMaxPool1d):
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.adaptive_max_pool3d(input, self.output_size, self.return_indices)
 
 
 def _one(value: Any) -> tuple[int]:

@@ -1,0 +1,123 @@
+"""Integer and float-representation ops: gcd, lcm (Euclid's algorithm unrolled), ldexp, frexp (from the bits),
+isreal, and isin (membership by comparing every pair)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from ember.core import dtype as dtypes
+from ember.core.dtype import DType
+from ember.core.errors import DTypeError
+from ember.core.ops import Op
+
+if TYPE_CHECKING:
+    from ember.core.tensor import Tensor
+
+# (integer dtype of the same size, mantissa bits, exponent bias) of each float dtype computed from its bits
+_FLOAT_LAYOUT: dict[str, tuple[DType, int, int]] = {"float32": (dtypes.int32, 23, 127), "float64": (dtypes.int64, 52, 1023)}
+_GOLDEN_RATIO = (1 + math.sqrt(5)) / 2
+
+
+def _euclid_steps(dtype: DType) -> int:
+    """An upper bound on Euclid's steps for values below 2^bits: consecutive Fibonacci numbers are the worst case."""
+    return math.ceil(dtype.bits * math.log(2) / math.log(_GOLDEN_RATIO)) + 2
+
+
+class NumberOps:
+    """Mixin: gcd, lcm, ldexp, frexp, isreal."""
+
+    __slots__ = ()
+
+    def _integer_operands(self: Tensor, other: Any, op: str) -> tuple[Tensor, Tensor]:
+        left, right = self._operands(other, op)
+        if not left.dtype.is_int:
+            raise DTypeError(f"{op}: only integer dtypes are supported (as in PyTorch), got {left.dtype.name}")
+        return left, right
+
+    def gcd(self: Tensor, other: Any) -> Tensor:
+        """The greatest common divisor of |self| and |other| elementwise (gcd(0, 0) = 0), integers only."""
+        left, right = self._integer_operands(other, "gcd")
+        return _gcd(left.abs(), right.abs())
+
+    def lcm(self: Tensor, other: Any) -> Tensor:
+        """The least common multiple of |self| and |other| elementwise (0 when either is 0), integers only."""
+        left, right = self._integer_operands(other, "lcm")
+        left, right = left.abs(), right.abs()
+        divisor = _gcd(left, right)
+        zero = divisor._full(divisor.shape, 0, divisor.dtype, divisor.device)
+        one = divisor._full(divisor.shape, 1, divisor.dtype, divisor.device)
+        safe = divisor.where(divisor != zero, one)
+        return left._apply(Op.IDIV, safe) * right
+
+    def ldexp(self: Tensor, other: Any) -> Tensor:
+        """self * 2 ** other, in a float dtype (torch.ldexp)."""
+        left, right = self._operands(other, "ldexp")
+        left = left._float_operand()
+        return left * right.cast(left.dtype).exp2()
+
+    def frexp(self: Tensor) -> tuple[Tensor, Tensor]:
+        """(mantissa, exponent) with self = mantissa * 2 ** exponent, 0.5 <= |mantissa| < 1 and an int32 exponent
+        (0 for zeros, infinities and NaN), like torch.frexp; the mantissa's gradient is grad / 2 ** exponent."""
+        if not self.dtype.is_float:
+            raise DTypeError(f"frexp: only floating point dtypes are supported (as in PyTorch), got {self.dtype.name}")
+        wide = self if self.dtype.name in _FLOAT_LAYOUT else self.cast(dtypes.float32)
+        integer, mantissa_bits, bias = _FLOAT_LAYOUT[wide.dtype.name]
+        exponent = _binary_exponent(wide.detach(), integer, mantissa_bits, bias)
+        # the mantissa as self times two exact powers of two (one could overflow for subnormal self), so the
+        # gradient 2 ** -exponent comes from the multiplication
+        first = exponent._apply(Op.IDIV, exponent._full(exponent.shape, 2, exponent.dtype, exponent.device))
+        second = exponent - first
+        mantissa = self * _power_of_two(-first, wide.dtype, integer, mantissa_bits, bias).cast(self.dtype) * \
+            _power_of_two(-second, wide.dtype, integer, mantissa_bits, bias).cast(self.dtype)
+        return mantissa, exponent.cast(dtypes.int32)
+
+    def isreal(self: Tensor) -> Tensor:
+        """True everywhere: ember has no complex dtypes (torch.isreal)."""
+        return self._full(self.shape, True, dtypes.bool_, self.device)
+
+
+def _gcd(left: Tensor, right: Tensor) -> Tensor:
+    """Euclid's algorithm on non-negative integers, unrolled for the dtype's worst case (one fused kernel)."""
+    zero = left._full(left.shape, 0, left.dtype, left.device)
+    one = left._full(left.shape, 1, left.dtype, left.device)
+    for _ in range(_euclid_steps(left.dtype)):
+        done = right == zero
+        remainder = left._apply(Op.MOD, right.where(done.logical_not(), one))
+        left, right = left.where(done, right), zero.where(done, remainder)
+    return left
+
+
+def _binary_exponent(value: Tensor, integer: DType, mantissa_bits: int, bias: int) -> Tensor:
+    """frexp's exponent of float32/float64 values from their bits (subnormals scaled into the normal range first)."""
+    scale_bits = mantissa_bits + 1
+    subnormal = value.abs() < 2.0 ** (1 - bias)
+    scaled = value.where(subnormal.logical_not(), value * 2.0**scale_bits)
+    bits = scaled.bitcast(integer)
+    field = (bits >> mantissa_bits) & ((1 << (integer.bits - 1 - mantissa_bits)) - 1)
+    exponent = field - (bias - 1) - subnormal.cast(integer) * scale_bits
+    special = (value == 0).logical_or(value.isfinite().logical_not())
+    return exponent.where(special.logical_not(), exponent._full(exponent.shape, 0, integer, exponent.device))
+
+
+def _power_of_two(exponent: Tensor, dtype: DType, integer: DType, mantissa_bits: int, bias: int) -> Tensor:
+    """2 ** exponent exactly, from the bits, for exponents of normal numbers (1 - bias <= exponent <= bias)."""
+    return ((exponent + bias) << mantissa_bits).bitcast(dtype)
+
+
+def isin(elements: Any, test_elements: Any, *, assume_unique: bool = False, invert: bool = False) -> Tensor:
+    """Whether each of elements is in test_elements (either may be a number, not both), as a bool tensor of
+    elements' shape (torch.isin; NaN is in nothing)."""
+    from ember.core.elementwise import ElementwiseOps
+
+    if not isinstance(elements, ElementwiseOps) and not isinstance(test_elements, ElementwiseOps):
+        raise TypeError(f"isin(): expected elements or test_elements to be a Tensor, got "
+                        f"{type(elements).__name__} and {type(test_elements).__name__}")
+    anchor = elements if isinstance(elements, ElementwiseOps) else test_elements
+    if not isinstance(elements, ElementwiseOps):
+        elements = anchor._full((), elements, dtypes.scalar_dtype(elements), anchor.device)
+    if not isinstance(test_elements, ElementwiseOps):
+        test_elements = anchor._full((), test_elements, dtypes.scalar_dtype(test_elements), anchor.device)
+    candidates = test_elements.reshape(*([1] * elements.ndim), -1)
+    found = (elements.unsqueeze(-1) == candidates).any(-1)
+    return found.logical_not() if invert else found

@@ -1,0 +1,288 @@
+"""nn.functional and nn modules added for torch parity, against torch: distances (cosine_similarity,
+pairwise_distance, pdist), the margin and likelihood losses, pixel/channel shuffles, instance_norm, prelu, rrelu,
+glu, 3-d and adaptive max pooling, and the in-place F.NAME_ forms (values, gradients, errors)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import ember as em
+import ember.nn.functional as EF
+from tests.helpers import BatchedChecks, pair, random_array
+
+
+def _run(call: Any, shapes: list[tuple[int, ...]], device: str, check: BatchedChecks, label: str,
+         extra: list[np.ndarray] = (), grad: bool = True) -> None:
+    """call(F, *tensors, *extra) in torch and ember; values and the gradients of the float inputs compared."""
+    pairs = [pair(random_array(shape, seed=index), device, requires_grad=grad) for index, shape in enumerate(shapes)]
+    extras = [pair(array, device) for array in extra]
+    result = call(EF, *(ours for ours, _ in pairs), *(ours for ours, _ in extras))
+    expected = call(TF, *(theirs for _, theirs in pairs), *(theirs for _, theirs in extras))
+    check(result, expected, label)
+    if grad:
+        weights = random_array(tuple(expected.shape), seed=21)
+        (result * em.tensor(weights, device=device)).sum().backward()
+        (expected * torch.tensor(weights)).sum().backward()
+        for index, (ours, theirs) in enumerate(pairs):
+            check(ours.grad, theirs.grad, f"{label} gradient {index}")
+
+
+def test_distances_match_torch(device: str) -> None:
+    check = BatchedChecks(atol=1e-5, rtol=1e-4)
+    _run(lambda F, a, b: F.cosine_similarity(a, b), [(4, 5), (4, 5)], device, check, "cosine_similarity")
+    _run(lambda F, a, b: F.cosine_similarity(a, b, dim=-1), [(3, 1, 5), (4, 5)], device, check, "cosine broadcast")
+    for p in (2.0, 1.0, 3.0, float("inf")):
+        _run(lambda F, a, b: F.pairwise_distance(a, b, p=p), [(4, 5), (4, 5)], device, check, f"pairwise p={p}")
+        _run(lambda F, a: F.pdist(a, p=p), [(5, 3)], device, check, f"pdist p={p}")
+    _run(lambda F, a, b: F.pairwise_distance(a, b, keepdim=True), [(4, 5), (5,)], device, check, "keepdim")
+    _run(lambda F, a, b: (em if F is EF else torch).cosine_similarity(a, b, 0), [(6,), (6,)], device, check,
+         "torch.cosine_similarity")
+    check.verify()
+    x, tx = pair(random_array((1, 3)), device)
+    assert tuple(EF.pdist(x).shape) == tuple(TF.pdist(tx).shape) == (0,)
+    with pytest.raises(RuntimeError):
+        TF.pdist(torch.ones(2, 2, 2))
+    with pytest.raises(RuntimeError):
+        EF.pdist(em.ones(2, 2, 2, device=device))
+
+
+def test_modules_for_distances(device: str) -> None:
+    check = BatchedChecks(atol=1e-5, rtol=1e-4)
+    a, ta = pair(random_array((3, 4)), device)
+    b, tb = pair(random_array((3, 4), seed=1), device)
+    check(em.nn.CosineSimilarity(dim=0)(a, b), torch.nn.CosineSimilarity(dim=0)(ta, tb), "CosineSimilarity")
+    check(em.nn.PairwiseDistance(p=1.0, keepdim=True)(a, b), torch.nn.PairwiseDistance(p=1.0, keepdim=True)(ta, tb),
+          "PairwiseDistance")
+    check.verify()
+
+
+def _signs(shape: tuple[int, ...], seed: int = 5) -> np.ndarray:
+    return np.where(np.random.default_rng(seed).random(shape) < 0.5, -1.0, 1.0).astype(np.float32)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_margin_losses_match_torch(device: str, reduction: str) -> None:
+    check = BatchedChecks(atol=1e-5, rtol=1e-4)
+    r = {"reduction": reduction}
+    _run(lambda F, a, b, y: F.margin_ranking_loss(a, b, y, margin=0.3, **r), [(6,), (6,)], device, check,
+         "margin_ranking", [_signs((6,))])
+    _run(lambda F, a, y: F.hinge_embedding_loss(a, y, margin=0.8, **r), [(3, 4)], device, check, "hinge",
+         [_signs((3, 4))])
+    _run(lambda F, a, y: F.soft_margin_loss(a, y, **r), [(3, 4)], device, check, "soft_margin", [_signs((3, 4))])
+    _run(lambda F, a, y: F.multilabel_soft_margin_loss(a, y, **r), [(3, 4)], device, check, "multilabel",
+         [(random_array((3, 4), seed=9) > 0).astype(np.float32)])
+    _run(lambda F, a, y, w: F.multilabel_soft_margin_loss(a, y, weight=w, **r), [(3, 4)], device, check,
+         "multilabel weight", [(random_array((3, 4), seed=9) > 0).astype(np.float32), random_array((4,), seed=3)])
+    _run(lambda F, a, b, y: F.cosine_embedding_loss(a, b, y, margin=0.1, **r), [(5, 4), (5, 4)], device, check,
+         "cosine_embedding", [_signs((5,))])
+    _run(lambda F, a, b, y: F.cosine_embedding_loss(a, b, y, **r), [(4,), (4,)], device, check,
+         "cosine_embedding 1-d", [np.array(-1.0, np.float32)])
+    for swap in (False, True):
+        _run(lambda F, a, b, c: F.triplet_margin_loss(a, b, c, margin=0.7, swap=swap, **r), [(4, 5)] * 3, device,
+             check, f"triplet swap={swap}")
+    _run(lambda F, a, b, c: F.triplet_margin_loss(a, b, c, p=1, **r), [(4, 5)] * 3, device, check, "triplet p=1")
+    check.verify()
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_likelihood_losses_match_torch(device: str, reduction: str) -> None:
+    check = BatchedChecks(atol=1e-5, rtol=1e-4)
+    r = {"reduction": reduction}
+    counts = np.array([[0.0, 1.0, 2.0, 5.0], [3.0, 0.0, 1.0, 9.0]], dtype=np.float32)
+    _run(lambda F, a, y: F.poisson_nll_loss(a, y, **r), [(2, 4)], device, check, "poisson log_input", [counts])
+    _run(lambda F, a, y: F.poisson_nll_loss(a, y, full=True, **r), [(2, 4)], device, check, "poisson full", [counts])
+    positive = np.abs(random_array((2, 4))) + 0.1
+    x, tx = pair(positive, device, requires_grad=True)
+    y, ty = pair(counts, device)
+    check(EF.poisson_nll_loss(x, y, log_input=False, **r), TF.poisson_nll_loss(tx, ty, log_input=False, **r),
+          "poisson rates")
+    variance = np.abs(random_array((2, 4), seed=4)) + 0.05
+    variance[0, 0] = 1e-9  # clamped to eps, the gradient passing through as torch's
+    _run(lambda F, a, b, v: F.gaussian_nll_loss(a, b, v, **r), [(2, 4), (2, 4)], device, check, "gaussian",
+         [variance])
+    for var_shape in ((2, 4), (2,), (2, 1)):
+        a, ta = pair(random_array((2, 4)), device, requires_grad=True)
+        b, tb = pair(random_array((2, 4), seed=1), device)
+        v, tv = pair(np.abs(random_array(var_shape, seed=2)) + 0.1, device, requires_grad=True)
+        result, expected = EF.gaussian_nll_loss(a, b, v, full=True, **r), TF.gaussian_nll_loss(ta, tb, tv, full=True,
+                                                                                              **r)
+        check(result, expected, f"gaussian var {var_shape}")
+        result.sum().backward()
+        expected.sum().backward()
+        check(a.grad, ta.grad, f"gaussian var {var_shape} input gradient")
+        check(v.grad, tv.grad, f"gaussian var {var_shape} var gradient")
+    check.verify()
+    for call in (lambda m, F: F.gaussian_nll_loss(m.ones(2, 3), m.ones(2, 3), -m.ones(2, 3)),
+                 lambda m, F: F.gaussian_nll_loss(m.ones(2, 3), m.ones(2, 3), m.ones(3, 2))):
+        with pytest.raises(ValueError):
+            call(torch, TF)
+        with pytest.raises(ValueError):
+            call(em, EF)
+
+
+def test_loss_modules_match_torch(device: str) -> None:
+    check = BatchedChecks(atol=1e-5, rtol=1e-4)
+    a, ta = pair(random_array((4, 5)), device)
+    b, tb = pair(random_array((4, 5), seed=1), device)
+    c, tc = pair(random_array((4, 5), seed=2), device)
+    y, ty = pair(_signs((4,)), device)
+    y2, ty2 = pair(_signs((4, 5)), device)
+    check(em.nn.MarginRankingLoss(0.2)(a, b, y2), torch.nn.MarginRankingLoss(0.2)(ta, tb, ty2), "MarginRanking")
+    check(em.nn.HingeEmbeddingLoss(0.5, reduction="sum")(a, y2),
+          torch.nn.HingeEmbeddingLoss(0.5, reduction="sum")(ta, ty2), "HingeEmbedding")
+    check(em.nn.SoftMarginLoss()(a, y2), torch.nn.SoftMarginLoss()(ta, ty2), "SoftMargin")
+    check(em.nn.MultiLabelSoftMarginLoss()(a, (y2 > 0).float()),
+          torch.nn.MultiLabelSoftMarginLoss()(ta, (ty2 > 0).float()), "MultiLabelSoftMargin")
+    check(em.nn.CosineEmbeddingLoss(0.1)(a, b, y), torch.nn.CosineEmbeddingLoss(0.1)(ta, tb, ty), "CosineEmbedding")
+    check(em.nn.TripletMarginLoss(swap=True)(a, b, c), torch.nn.TripletMarginLoss(swap=True)(ta, tb, tc), "Triplet")
+    check(em.nn.PoissonNLLLoss(full=True)(a, b.abs()), torch.nn.PoissonNLLLoss(full=True)(ta, tb.abs()), "Poisson")
+    check(em.nn.GaussianNLLLoss()(a, b, c.abs()), torch.nn.GaussianNLLLoss()(ta, tb, tc.abs()), "Gaussian")
+    check.verify()
+
+
+@pytest.mark.parametrize("call", [
+    lambda m, F, d: F.margin_ranking_loss(m.ones(2, device=d), m.ones(2, 1, device=d), m.ones(2, device=d)),
+    lambda m, F, d: F.triplet_margin_loss(m.ones(2, 3, device=d), m.ones(3, device=d), m.ones(2, 3, device=d)),
+    lambda m, F, d: F.triplet_margin_loss(*(m.ones(2, 3, device=d),) * 3, margin=0.0),
+    lambda m, F, d: F.cosine_embedding_loss(m.ones(2, 3, device=d), m.ones(2, 3, device=d), m.ones(2, 3, device=d)),
+    lambda m, F, d: F.hinge_embedding_loss(m.ones(2, device=d), m.ones(2, device=d), reduction="avg"),
+], ids=["ranking ranks", "triplet ranks", "triplet margin", "cosine target rank", "bad reduction"])
+def test_loss_errors_are_torch_s(device: str, call: Any) -> None:
+    with pytest.raises((RuntimeError, ValueError)) as torch_error:
+        call(torch, TF, "cpu")
+    with pytest.raises(ValueError if isinstance(torch_error.value, ValueError) else RuntimeError):
+        call(em, EF, device)
+
+
+def test_shuffles_match_torch(device: str) -> None:
+    check = BatchedChecks(atol=0, rtol=0)
+    _run(lambda F, x: F.pixel_shuffle(x, 2), [(2, 8, 3, 4)], device, check, "pixel_shuffle")
+    _run(lambda F, x: F.pixel_shuffle(x, 3), [(9, 2, 2)], device, check, "pixel_shuffle unbatched")
+    _run(lambda F, x: F.pixel_unshuffle(x, 2), [(2, 3, 4, 6)], device, check, "pixel_unshuffle")
+    _run(lambda F, x: F.pixel_unshuffle(x, 2), [(2, 1, 3, 4, 2)], device, check, "pixel_unshuffle 5-d")
+    _run(lambda F, x: F.channel_shuffle(x, 3), [(2, 6, 2, 2)], device, check, "channel_shuffle")
+    _run(lambda F, x: F.channel_shuffle(x, 2), [(1, 4, 3)], device, check, "channel_shuffle 3-d")
+    x, tx = pair(random_array((1, 8, 2, 2)), device)
+    check(em.pixel_shuffle(x, 2), torch.pixel_shuffle(tx, 2), "torch.pixel_shuffle")
+    check(em.nn.PixelShuffle(2)(x), torch.nn.PixelShuffle(2)(tx), "PixelShuffle")
+    check(em.nn.PixelUnshuffle(2)(x), torch.nn.PixelUnshuffle(2)(tx), "PixelUnshuffle")
+    check(em.nn.ChannelShuffle(4)(x), torch.nn.ChannelShuffle(4)(tx), "ChannelShuffle")
+    check.verify()
+    for call in (lambda m, F: F.pixel_shuffle(m.ones(1, 3, 2, 2), 2), lambda m, F: F.pixel_unshuffle(m.ones(1, 1, 3, 4), 2),
+                 lambda m, F: F.pixel_shuffle(m.ones(4, 2), 2), lambda m, F: F.channel_shuffle(m.ones(1, 5, 2), 2)):
+        with pytest.raises(RuntimeError):
+            call(torch, TF)
+        with pytest.raises(RuntimeError):
+            call(em, EF)
+
+
+def test_instance_norm_matches_torch(device: str) -> None:
+    check = BatchedChecks(atol=1e-5, rtol=1e-4)
+    _run(lambda F, x: F.instance_norm(x), [(2, 3, 5)], device, check, "instance_norm 1d")
+    _run(lambda F, x, w, b: F.instance_norm(x, weight=w, bias=b), [(2, 3, 4, 4), (3,), (3,)], device, check,
+         "affine 2d")
+    mean, tmean = pair(random_array((3,)), device)
+    var, tvar = pair(np.abs(random_array((3,), seed=1)) + 0.5, device)
+    x, tx = pair(random_array((2, 3, 4)), device)
+    check(EF.instance_norm(x, mean, var, momentum=0.3), TF.instance_norm(tx, tmean, tvar, momentum=0.3), "running")
+    check(mean, tmean, "running mean updated")
+    check(var, tvar, "running var updated")
+    check(EF.instance_norm(x, mean, var, use_input_stats=False), TF.instance_norm(tx, tmean, tvar,
+                                                                                  use_input_stats=False), "eval")
+    for module_name, shape in (("InstanceNorm1d", (2, 3, 5)), ("InstanceNorm2d", (3, 4, 4)),
+                               ("InstanceNorm3d", (2, 3, 2, 3, 2))):
+        ours = getattr(em.nn, module_name)(3, affine=True, track_running_stats=True).to(device)
+        theirs = getattr(torch.nn, module_name)(3, affine=True, track_running_stats=True)
+        assert sorted(ours.state_dict()) == sorted(theirs.state_dict())
+        x, tx = pair(random_array(shape), device)
+        check(ours(x), theirs(tx), f"{module_name} training")
+        check(ours.running_mean, theirs.running_mean, f"{module_name} running mean")
+        check(ours.running_var, theirs.running_var, f"{module_name} running var")
+        ours.eval()
+        theirs.eval()
+        check(ours(x), theirs(tx), f"{module_name} eval")
+    check.verify()
+    assert sorted(em.nn.InstanceNorm2d(3).state_dict()) == sorted(torch.nn.InstanceNorm2d(3).state_dict()) == []
+    for module in (torch, em):
+        with pytest.raises(ValueError):
+            module.nn.InstanceNorm2d(3)(module.ones(2, 3, 4, 4, 4))
+
+
+def test_activations_match_torch(device: str) -> None:
+    check = BatchedChecks(atol=1e-5, rtol=1e-4)
+    _run(lambda F, x, w: F.prelu(x, w), [(2, 3, 4), (3,)], device, check, "prelu per channel")
+    _run(lambda F, x, w: F.prelu(x, w), [(5,), (1,)], device, check, "prelu one weight")
+    _run(lambda F, x: F.rrelu(x, 0.1, 0.3), [(3, 4)], device, check, "rrelu eval")
+    _run(lambda F, x: F.glu(x, 1), [(2, 6, 3)], device, check, "glu")
+    zero_data = np.array([-1.0, 0.0, 2.0], np.float32)
+    x, tx = pair(zero_data, device, requires_grad=True)
+    w, tw = pair(np.array([0.25], np.float32), device, requires_grad=True)
+    EF.prelu(x, w).sum().backward()
+    TF.prelu(tx, tw).sum().backward()
+    check(x.grad, tx.grad, "prelu gradient at 0")
+    check(w.grad, tw.grad, "prelu weight gradient")
+    ours, theirs = em.nn.PReLU(3).to(device), torch.nn.PReLU(3)
+    x, tx = pair(random_array((2, 3, 2)), device)
+    check(ours(x), theirs(tx), "PReLU")
+    check(em.nn.RReLU(0.2, 0.4).eval()(x), torch.nn.RReLU(0.2, 0.4).eval()(tx), "RReLU eval")
+    check(em.nn.GLU(1)(x[:, :2]), torch.nn.GLU(1)(tx[:, :2]), "GLU")
+    check(em.nn.Threshold(0.1, 20.0)(x), torch.nn.Threshold(0.1, 20.0)(tx), "Threshold")
+    check.verify()
+    # training: each negative element gets its own slope in [lower, upper]
+    x = em.tensor(-np.ones(2000, np.float32), device=device)
+    slopes = -EF.rrelu(x, 0.1, 0.3, training=True).numpy()
+    assert slopes.min() >= 0.1 and slopes.max() <= 0.3 and slopes.std() > 0.03
+    assert np.all(EF.rrelu(-x, 0.1, 0.3, training=True).numpy() == 1)
+    for call in (lambda m, F: F.prelu(m.ones(2, 3), m.ones(2)), lambda m, F: F.glu(m.ones(3, 3)),
+                 lambda m, F: F.rrelu(m.ones(2), 0.5, 0.1)):
+        with pytest.raises(RuntimeError):
+            call(torch, TF)
+        with pytest.raises(RuntimeError):
+            call(em, EF)
+
+
+def test_pooling_in_3d_and_adaptive_max_match_torch(device: str) -> None:
+    check = BatchedChecks(atol=1e-5, rtol=1e-5)
+    _run(lambda F, x: F.max_pool3d(x, 2), [(1, 2, 4, 4, 4)], device, check, "max_pool3d")
+    _run(lambda F, x: F.max_pool3d(x, (2, 1, 3), stride=1, padding=(1, 0, 1)), [(2, 3, 4, 3, 5)], device, check,
+         "max_pool3d padded")
+    _run(lambda F, x: F.avg_pool3d(x, 2, stride=1), [(1, 2, 3, 4, 3)], device, check, "avg_pool3d")
+    _run(lambda F, x: F.adaptive_max_pool1d(x, 3), [(2, 3, 7)], device, check, "adaptive_max_pool1d")
+    _run(lambda F, x: F.adaptive_max_pool3d(x, (2, 1, 3)), [(1, 2, 4, 3, 5)], device, check, "adaptive_max_pool3d")
+    _run(lambda F, x: F.adaptive_avg_pool3d(x, 2), [(1, 2, 4, 3, 5)], device, check, "adaptive_avg_pool3d")
+    x, tx = pair(random_array((1, 2, 4, 4, 4)), device)
+    check(em.max_pool3d(x, 2), torch.max_pool3d(tx, 2), "torch.max_pool3d")
+    values, indices = EF.max_pool3d(x, 2, return_indices=True)
+    expected_values, expected_indices = TF.max_pool3d(tx, 2, return_indices=True)
+    check(values, expected_values, "values")
+    check(indices, expected_indices, "indices")
+    for name, arguments in (("MaxPool3d", (2,)), ("AvgPool3d", (2,)), ("AdaptiveAvgPool3d", (2,)),
+                            ("AdaptiveMaxPool3d", ((1, 2, 3),))):
+        check(getattr(em.nn, name)(*arguments)(x), getattr(torch.nn, name)(*arguments)(tx), name)
+    y, ty = pair(random_array((2, 6, 5)), device)
+    check(em.nn.AdaptiveMaxPool1d(2)(y), torch.nn.AdaptiveMaxPool1d(2)(ty), "AdaptiveMaxPool1d")
+    check(em.nn.AdaptiveMaxPool2d((2, 3))(y), torch.nn.AdaptiveMaxPool2d((2, 3))(ty), "AdaptiveMaxPool2d")
+    check.verify()
+
+
+def test_in_place_functional_forms(device: str) -> None:
+    check = BatchedChecks(atol=1e-6, rtol=1e-5)
+    data = random_array((3, 4))
+    for name, arguments in (("relu_", ()), ("elu_", (0.5,)), ("leaky_relu_", (0.2,)), ("hardtanh_", (-0.5, 0.5)),
+                            ("celu_", ()), ("selu_", ()), ("threshold_", (0.1, 5.0)), ("rrelu_", (0.2, 0.3))):
+        x, tx = pair(data, device)
+        returned = getattr(EF, name)(x, *arguments)
+        getattr(TF, name)(tx, *arguments)
+        assert returned is x
+        check(x, tx, name)
+    for name in ("celu_", "selu_", "rrelu_", "relu_"):
+        x, tx = pair(data, device)
+        getattr(em, name)(x)
+        getattr(torch, name)(tx)
+        check(x, tx, f"torch.{name}")
+    check.verify()
