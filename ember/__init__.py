@@ -24,15 +24,20 @@ from ember.core.errors import (
 from ember.core.elementwise import where
 from ember.core.movement import broadcast_tensors, cat, stack
 from ember.core.linalg import einsum
-from ember.core.matrix_structure import block_diag, cartesian_prod, meshgrid, tril_indices, triu_indices, vander
+from ember.core.matrix_structure import (
+    block_diag, cartesian_prod, combinations, meshgrid, tril_indices, triu_indices, vander,
+)
 from ember.core.products import cdist, tensordot
 from ember.core.arithmetic_forms import rsub
+from ember.core.calculus import cumulative_trapezoid, trapezoid, trapz
 from ember.core.number_ops import isin
 from ember.core.searching import bucketize, searchsorted
 from ember.core.stacking import (
     atleast_1d, atleast_2d, atleast_3d, column_stack, dstack, hstack, row_stack, unravel_index, vstack,
 )
 from ember.core.tensor import Tensor, is_tensor, realize
+from ember.core.tensor_attributes import imag, real
+from ember.core.windows import bartlett_window, blackman_window, hamming_window, hann_window
 from ember.scheduler.devices import get_default_device, set_default_device
 from ember.scheduler.profile import profile
 

@@ -286,3 +286,57 @@ def test_in_place_functional_forms(device: str) -> None:
         getattr(torch, name)(tx)
         check(x, tx, f"torch.{name}")
     check.verify()
+
+
+def test_composed_functional_matches_torch(device: str) -> None:
+    check = BatchedChecks(atol=1e-5, rtol=1e-4)
+    positive = np.abs(random_array((2, 3, 6, 6))) + 0.1
+    for norm_type in (2.0, 1.0, 3.0):
+        x, tx = pair(positive, device, requires_grad=True)
+        result, expected = EF.lp_pool2d(x, norm_type, (2, 3), stride=1), TF.lp_pool2d(tx, norm_type, (2, 3), stride=1)
+        check(result, expected, f"lp_pool2d p={norm_type}")
+        result.sum().backward()
+        expected.sum().backward()
+        check(x.grad, tx.grad, f"lp_pool2d p={norm_type} gradient")
+    x, tx = pair(positive.reshape(2, 3, 36), device)
+    check(EF.lp_pool1d(x, 2.0, 3), TF.lp_pool1d(tx, 2.0, 3), "lp_pool1d")
+    x, tx = pair(positive.reshape(2, 3, 4, 3, 3), device)
+    check(EF.lp_pool3d(x, 2.0, 2, ceil_mode=True), TF.lp_pool3d(tx, 2.0, 2, ceil_mode=True), "lp_pool3d")
+    check(em.nn.LPPool2d(2, 2)(x[:, :, 0]), torch.nn.LPPool2d(2, 2)(tx[:, :, 0]), "LPPool2d")
+    _run(lambda F, x: F.local_response_norm(x, 3), [(2, 5, 4)], device, check, "local_response_norm 3-d")
+    _run(lambda F, x: F.local_response_norm(x, 2, alpha=0.1, beta=0.5, k=2.0), [(2, 5, 3, 3)], device, check,
+         "local_response_norm 4-d")
+    x, tx = pair(random_array((1, 4, 2, 3)), device)
+    check(em.nn.LocalResponseNorm(3)(x), torch.nn.LocalResponseNorm(3)(tx), "LocalResponseNorm")
+    for spatial in (1, 2, 3):
+        x, tx = pair(random_array((2, 2) + (4,) * spatial), device)
+        name = f"max_pool{spatial}d_with_indices"
+        check(list(getattr(EF, name)(x, 2)), list(getattr(TF, name)(tx, 2)), name)
+    check.verify()
+    with pytest.raises(ValueError):
+        TF.local_response_norm(torch.ones(2, 3), 2)
+    with pytest.raises(ValueError):
+        EF.local_response_norm(em.ones(2, 3, device=device), 2)
+
+
+def test_dropout3d_and_gumbel_softmax(device: str) -> None:
+    x = em.ones(4, 8, 2, 2, 2, device=device)
+    result = EF.dropout3d(x, 0.5).numpy()
+    per_channel = result.reshape(4, 8, -1)
+    assert np.all((per_channel == 0).all(-1) | (per_channel == 2).all(-1))  # whole channels, scaled by 1 / (1 - p)
+    assert 0 < (per_channel[..., 0] == 0).sum() < 32
+    assert np.array_equal(EF.dropout3d(x, 0.5, training=False).numpy(), x.numpy())
+    assert np.array_equal(em.nn.Dropout3d(0.5).eval()(x).numpy(), x.numpy())
+    logits_data = np.array([[1.0, 2.0, 0.5, -1.0]], dtype=np.float32)
+    logits = em.tensor(np.repeat(logits_data, 4000, 0), device=device, requires_grad=True)
+    hard = EF.gumbel_softmax(logits, tau=0.5, hard=True)
+    values = hard.numpy()
+    assert np.all(values.sum(1) == 1) and set(np.unique(values)) <= {0.0, 1.0}
+    # the argmax of logits + Gumbel noise is a sample of softmax(logits)
+    expected = torch.softmax(torch.tensor(logits_data[0]), 0).numpy()
+    np.testing.assert_allclose(values.mean(0), expected, atol=0.03)
+    soft = EF.gumbel_softmax(logits, tau=2.0)
+    np.testing.assert_allclose(soft.numpy().sum(1), 1.0, rtol=1e-5)
+    (hard * em.tensor(np.arange(4, dtype=np.float32), device=device)).sum().backward()
+    assert logits.grad is not None and np.isfinite(logits.grad.numpy()).all()
+    np.testing.assert_allclose(logits.grad.numpy().sum(1), 0.0, atol=1e-4)  # a softmax's gradient sums to 0

@@ -32,6 +32,7 @@ from ember.core.searching import SearchingOps
 from ember.core.shapes import Shape, prod
 from ember.core.sorting import SortingOps
 from ember.core.stacking import StackingOps
+from ember.core.tensor_attributes import TensorAttributeOps
 
 
 class GradMode:
@@ -47,7 +48,7 @@ _next_sequence = itertools.count().__next__  # creation order: a tensor's histor
 @in_place_variants
 class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps, ConvolutionOps, LossOps,
              SortingOps, SearchingOps, FoldingOps, StackingOps, ArithmeticFormOps, NumberOps, DistanceOps,
-             MarginLossOps):
+             MarginLossOps, TensorAttributeOps):
     """A lazy n-dimensional array with PyTorch's API. Nothing runs until a value is needed."""
 
     __slots__ = ("__weakref__", "_context", "_hooks", "_requires_grad", "_retains_grad", "_sequence", "grad", "node")
@@ -543,6 +544,20 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         self._context = value._context if value._context is not None else (Op.CONTIGUOUS, None, (value,))
         self._requires_grad = True
         self._sequence = _next_sequence()
+
+
+class DataView(Tensor):
+    """What `tensor.data` returns: the tensor's values without history, whose in-place changes (which rebind the
+    view, see assign) are passed on to the tensor it came from, as writes through torch's shared storage are."""
+
+    __slots__ = ("_owner",)
+
+    def assign(self, value: Tensor) -> Tensor:
+        super().assign(value)
+        owner = getattr(self, "_owner", None)
+        if owner is not None and owner.shape == self.shape and owner.dtype == self.dtype:
+            owner.node = self.node
+        return self
 
 
 class _HookHandle:

@@ -34,7 +34,7 @@ from ember.nn.attention import MultiheadAttention
 from ember.nn.containers import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from ember.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from ember.nn.distance import CosineSimilarity, PairwiseDistance
-from ember.nn.dropout import Dropout, Dropout1d, Dropout2d
+from ember.nn.dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from ember.nn.fold import Fold, Unfold
 from ember.nn.linear import Bilinear, Flatten, Identity, Linear, Unflatten
 from ember.nn.instance_norm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
@@ -58,7 +58,7 @@ from ember.nn.loss import (
     TripletMarginLoss,
 )
 from ember.nn.module import Module
-from ember.nn.normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
+from ember.nn.normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, LocalResponseNorm, RMSNorm
 from ember.nn.parameter import Parameter
 from ember.nn.pooling import (
     AdaptiveAvgPool1d,
@@ -70,6 +70,9 @@ from ember.nn.pooling import (
     AvgPool1d,
     AvgPool2d,
     AvgPool3d,
+    LPPool1d,
+    LPPool2d,
+    LPPool3d,
     MaxPool1d,
     MaxPool2d,
     MaxPool3d,
@@ -115,6 +118,7 @@ __all__ = [
     "Dropout",
     "Dropout1d",
     "Dropout2d",
+    "Dropout3d",
     "Embedding",
     "Flatten",
     "Fold",
@@ -133,10 +137,14 @@ __all__ = [
     "InstanceNorm3d",
     "KLDivLoss",
     "L1Loss",
+    "LPPool1d",
+    "LPPool2d",
+    "LPPool3d",
     "LSTMCell",
     "LayerNorm",
     "LeakyReLU",
     "Linear",
+    "LocalResponseNorm",
     "LogSigmoid",
     "LogSoftmax",
     "MSELoss",

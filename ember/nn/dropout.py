@@ -37,3 +37,10 @@ class Dropout2d(_DropoutNd):
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         return F.dropout2d(input, self.p, self.training)
+
+
+class Dropout3d(_DropoutNd):
+    """Zeroes whole channels of (N, C, D, H, W) or (C, D, H, W) inputs with probability p in training mode."""
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.dropout3d(input, self.p, self.training)

@@ -7,6 +7,17 @@ from typing import Any
 
 from ember.core.convolution import IntOrInts
 from ember.core.tensor import Tensor
+from ember.nn.composed_functional import (  # noqa: F401 - part of nn.functional
+    dropout3d,
+    gumbel_softmax,
+    local_response_norm,
+    lp_pool1d,
+    lp_pool2d,
+    lp_pool3d,
+    max_pool1d_with_indices,
+    max_pool2d_with_indices,
+    max_pool3d_with_indices,
+)
 
 # ---- linear and convolution -----------------------------------------------------------------------------------
 

@@ -269,3 +269,17 @@ class GroupNorm(Module):
             f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
             f"bias={self.bias is not None}"
         )
+
+
+class LocalResponseNorm(Module):
+    """Each element divided by (k + alpha * the mean square of `size` neighbouring channels) ^ beta."""
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0) -> None:
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self) -> str:
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"

@@ -170,3 +170,28 @@ class AdaptiveMaxPool3d(AdaptiveMaxPool1d):
 def _one(value: Any) -> tuple[int]:
     """torch stores the 1-d average pooling sizes as 1-tuples."""
     return (value,) if isinstance(value, int) else tuple(value)  # type: ignore[return-value]
+
+
+class _LPPoolNd(Module):
+    def __init__(self, norm_type: float, kernel_size: Any, stride: Any = None, ceil_mode: bool = False) -> None:
+        super().__init__()
+        self.norm_type, self.kernel_size, self.stride, self.ceil_mode = norm_type, kernel_size, stride, ceil_mode
+
+    def extra_repr(self) -> str:
+        return (f"norm_type={self.norm_type}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"ceil_mode={self.ceil_mode}")
+
+
+class LPPool1d(_LPPoolNd):
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.lp_pool1d(input, float(self.norm_type), self.kernel_size, self.stride, self.ceil_mode)
+
+
+class LPPool2d(_LPPoolNd):
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.lp_pool2d(input, float(self.norm_type), self.kernel_size, self.stride, self.ceil_mode)
+
+
+class LPPool3d(_LPPoolNd):
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.lp_pool3d(input, float(self.norm_type), self.kernel_size, self.stride, self.ceil_mode)

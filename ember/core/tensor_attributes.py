@@ -1,0 +1,118 @@
+"""Tensor attributes torch code reads: `data`, `get_device`, `sum_to_size`, and the complex-number views of a real
+tensor (ember has no complex dtypes, so conj, adjoint, H and mH are the identity or a transpose, imag an error)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ember.core.errors import DTypeError, ShapeError
+
+if TYPE_CHECKING:
+    from ember.core.tensor import Tensor
+
+
+class TensorAttributeOps:
+    """Mixin: data, get_device, sum_to_size, conj, resolve_conj, resolve_neg, conj_physical, is_conj, is_neg,
+    real, imag, adjoint, H, mH."""
+
+    __slots__ = ()
+
+    @property
+    def data(self: Tensor) -> Tensor:
+        """The values without gradient history (torch's .data): in-place ops on it (`p.data.mul_(0.9)`) change this
+        tensor's values without recording them; assigning `x.data = y` replaces x's values, keeping its
+        requires_grad and history, as in torch."""
+        from ember.core.tensor import DataView
+
+        view = DataView._from_node(self.node)
+        view._owner = self
+        return view
+
+    @data.setter
+    def data(self: Tensor, value: Tensor) -> None:
+        if not hasattr(value, "node"):
+            raise TypeError(f"data: expected a Tensor to assign, got {type(value).__name__}")
+        self.node = value.node
+
+    def get_device(self: Tensor) -> int:
+        """-1 for a tensor on the CPU (the c backend), else the index of its device (torch.Tensor.get_device)."""
+        backend, _, index = self.device.partition(":")
+        return -1 if backend == "c" else int(index or 0)
+
+    def sum_to_size(self: Tensor, *size: Any) -> Tensor:
+        """Sum the dims self was broadcast along so that its shape becomes `size` (which must expand to self's)."""
+        target = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
+        if len(target) > self.ndim or any(
+                wanted not in (1, actual) for wanted, actual in zip(target[::-1], self.shape[::-1])):
+            raise ShapeError(f"sum_to_size: size {list(target)} is not expandable to the tensor's size "
+                             f"{list(self.shape)}")
+        leading = self.ndim - len(target)
+        dims = tuple(range(leading)) + tuple(
+            leading + index for index, wanted in enumerate(target) if wanted == 1 and self.shape[leading + index] != 1)
+        result = self.sum(dims, keepdim=True) if dims else self
+        return result.reshape(target)
+
+    # ---- complex views of a real tensor ---------------------------------------------------------------------------
+
+    def conj(self: Tensor) -> Tensor:
+        """self: the conjugate of a real tensor."""
+        return self
+
+    def resolve_conj(self: Tensor) -> Tensor:
+        return self
+
+    def resolve_neg(self: Tensor) -> Tensor:
+        return self
+
+    def conj_physical(self: Tensor) -> Tensor:
+        """A copy of self (torch's conj_physical materializes the conjugate)."""
+        return self.clone()
+
+    def is_conj(self: Tensor) -> bool:
+        return False
+
+    def is_neg(self: Tensor) -> bool:
+        return False
+
+    @property
+    def real(self: Tensor) -> Tensor:
+        return self
+
+    @property
+    def imag(self: Tensor) -> Tensor:
+        raise DTypeError(f"imag is not implemented for tensors with non-complex dtypes (got {self.dtype.name}); "
+                         f"ember has no complex dtypes")
+
+    def adjoint(self: Tensor) -> Tensor:
+        """The conjugate transpose of the last two dims (their transpose, for real tensors)."""
+        return _matrix_transpose(self, "tensor.adjoint()")
+
+    @property
+    def mH(self: Tensor) -> Tensor:  # noqa: N802 - torch's name
+        return _matrix_transpose(self, "tensor.mH")
+
+    @property
+    def H(self: Tensor) -> Tensor:  # noqa: N802 - torch's name
+        """The conjugate transpose of a matrix (2-d); a 0-d tensor is returned as it is."""
+        if self.ndim == 0:
+            return self
+        if self.ndim != 2:
+            raise ShapeError(f"tensor.H is only supported on matrices (2-D tensors), got a {self.ndim}-D tensor; "
+                             f"for batches of matrices use tensor.mH")
+        return self.transpose(0, 1)
+
+
+def _matrix_transpose(tensor: Tensor, op: str) -> Tensor:
+    if tensor.ndim < 2:
+        raise ShapeError(f"{op} is only supported on matrices or batches of matrices, got a {tensor.ndim}-D tensor")
+    return tensor.transpose(-2, -1)
+
+
+def real(input: Tensor) -> Tensor:  # noqa: A002 - torch's name
+    """torch.real: the real part, the tensor itself for ember's real dtypes."""
+    return input.real
+
+
+def imag(input: Tensor) -> Tensor:  # noqa: A002 - torch's name
+    """torch.imag: an error for real tensors, as in torch."""
+    return input.imag
