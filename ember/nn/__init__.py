@@ -81,6 +81,7 @@ from ember.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from ember.nn.shuffle import ChannelShuffle, PixelShuffle, PixelUnshuffle
 from ember.nn.sparse import Embedding
 from ember.nn.transformer import TransformerEncoder, TransformerEncoderLayer
+from ember.nn.upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 
 __all__ = [
     "CELU",
@@ -191,6 +192,9 @@ __all__ = [
     "TripletMarginLoss",
     "Unflatten",
     "Unfold",
+    "Upsample",
+    "UpsamplingBilinear2d",
+    "UpsamplingNearest2d",
     "functional",
     "init",
 ]

@@ -1,5 +1,6 @@
 """nn.functional functions that torch too writes as compositions of other functional ones: lp_pool1d/2d/3d,
-max_pool*_with_indices, local_response_norm, dropout3d and gumbel_softmax (re-exported by ember.nn.functional)."""
+max_pool*_with_indices, local_response_norm, dropout3d, gumbel_softmax and interpolate's older names (upsample,
+upsample_nearest, upsample_bilinear); re-exported by ember.nn.functional."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 from typing import Any
 
 from ember.core.convolution import IntOrInts
+from ember.core.interpolation import interpolate
 from ember.core.tensor import Tensor
 
 
@@ -97,11 +99,27 @@ def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, eps: fl
     return one_hot - soft.detach() + soft
 
 
+def upsample(input: Tensor, size: Any = None, scale_factor: Any = None, mode: str = "nearest",  # noqa: A002
+             align_corners: bool | None = None) -> Tensor:
+    """torch's deprecated name of interpolate."""
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input: Tensor, size: Any = None, scale_factor: Any = None) -> Tensor:  # noqa: A002
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input: Tensor, size: Any = None, scale_factor: Any = None) -> Tensor:  # noqa: A002
+    """Bilinear upsampling with align_corners=True (torch's deprecated upsample_bilinear)."""
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
 def _tiny(tensor: Tensor) -> Any:
     from ember.core.dtype_info import finfo
 
     return finfo(tensor.dtype).tiny
 
 
-__all__ = ["dropout3d", "gumbel_softmax", "local_response_norm", "lp_pool1d", "lp_pool2d", "lp_pool3d",
-           "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices"]
+__all__ = ["dropout3d", "gumbel_softmax", "interpolate", "local_response_norm", "lp_pool1d", "lp_pool2d", "lp_pool3d",
+           "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices", "upsample",
+           "upsample_bilinear", "upsample_nearest"]

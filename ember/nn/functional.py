@@ -10,6 +10,7 @@ from ember.core.tensor import Tensor
 from ember.nn.composed_functional import (  # noqa: F401 - part of nn.functional
     dropout3d,
     gumbel_softmax,
+    interpolate,
     local_response_norm,
     lp_pool1d,
     lp_pool2d,
@@ -17,6 +18,9 @@ from ember.nn.composed_functional import (  # noqa: F401 - part of nn.functional
     max_pool1d_with_indices,
     max_pool2d_with_indices,
     max_pool3d_with_indices,
+    upsample,
+    upsample_bilinear,
+    upsample_nearest,
 )
 
 # ---- linear and convolution -----------------------------------------------------------------------------------
