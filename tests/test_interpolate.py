@@ -48,6 +48,7 @@ def test_interpolate_matches_torch(device: str, shape: tuple[int, ...], options:
     check.verify()
 
 
+@pytest.mark.filterwarnings("ignore:.*nn.functional.upsample")
 def test_nearest_keeps_integer_dtypes_and_modules_match_torch(device: str) -> None:
     check = BatchedChecks(atol=1e-5, rtol=1e-4)
     i, ti = pair(random_array((1, 2, 3, 3), np.uint8), device)
@@ -59,8 +60,9 @@ def test_nearest_keeps_integer_dtypes_and_modules_match_torch(device: str) -> No
                          (em.nn.UpsamplingBilinear2d(size=(6, 2)), torch.nn.UpsamplingBilinear2d(size=(6, 2)))):
         check(ours(x), theirs(tx), repr(theirs))
         assert repr(ours) == repr(theirs)
-    check(EF.upsample(x, scale_factor=2, mode="bilinear"), TF.upsample(tx, scale_factor=2, mode="bilinear"),
-          "upsample")
+    with pytest.warns(UserWarning, match="deprecated"):
+        check(EF.upsample(x, scale_factor=2, mode="bilinear"), TF.upsample(tx, scale_factor=2, mode="bilinear"),
+              "upsample")
     check(EF.upsample_nearest(x, size=(4, 4)), TF.upsample_nearest(tx, size=(4, 4)), "upsample_nearest")
     check(EF.upsample_bilinear(x, scale_factor=2), TF.upsample_bilinear(tx, scale_factor=2), "upsample_bilinear")
     check.verify()

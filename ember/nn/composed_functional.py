@@ -101,17 +101,27 @@ def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, eps: fl
 
 def upsample(input: Tensor, size: Any = None, scale_factor: Any = None, mode: str = "nearest",  # noqa: A002
              align_corners: bool | None = None) -> Tensor:
-    """torch's deprecated name of interpolate."""
+    """torch's deprecated name of interpolate (it warns, as torch does)."""
+    _deprecated("upsample")
     return interpolate(input, size, scale_factor, mode, align_corners)
 
 
 def upsample_nearest(input: Tensor, size: Any = None, scale_factor: Any = None) -> Tensor:  # noqa: A002
+    _deprecated("upsample_nearest")
     return interpolate(input, size, scale_factor, mode="nearest")
 
 
 def upsample_bilinear(input: Tensor, size: Any = None, scale_factor: Any = None) -> Tensor:  # noqa: A002
     """Bilinear upsampling with align_corners=True (torch's deprecated upsample_bilinear)."""
+    _deprecated("upsample_bilinear")
     return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
+def _deprecated(name: str) -> None:
+    import warnings
+
+    warnings.warn(f"nn.functional.{name} is deprecated. Use nn.functional.interpolate instead.", UserWarning,
+                  stacklevel=3)
 
 
 def _tiny(tensor: Tensor) -> Any:
