@@ -5,7 +5,8 @@ from ember.autograd.grad_mode import (
     enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, set_grad_enabled,
 )
 from ember.core.creation import (
-    arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, initial_seed, linspace, logspace,
+    arange, as_tensor, asarray, empty, empty_like, empty_strided, eye, from_numpy, frombuffer, full, full_like,
+    initial_seed, linspace, logspace,
     manual_seed, normal, ones, ones_like, rand, rand_like, randint, randint_like, randn, randn_like, randperm,
     scalar_tensor, seed, tensor, uniform, zeros, zeros_like,
 )
@@ -15,6 +16,7 @@ from ember.core.dtype import (
 )
 from ember.core.dtype_info import finfo, get_default_dtype, iinfo, result_type, set_default_dtype
 from ember.core.printing import set_printoptions
+from ember.core.random import get_rng_state, set_rng_state
 from ember.core.shapes import broadcast_shapes
 from ember.core.dtype import bool_ as bool  # noqa: A001 - torch's name
 from ember.core.errors import (

@@ -340,3 +340,58 @@ def test_dropout3d_and_gumbel_softmax(device: str) -> None:
     (hard * em.tensor(np.arange(4, dtype=np.float32), device=device)).sum().backward()
     assert logits.grad is not None and np.isfinite(logits.grad.numpy()).all()
     np.testing.assert_allclose(logits.grad.numpy().sum(1), 0.0, atol=1e-4)  # a softmax's gradient sums to 0
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_multi_class_margin_losses_match_torch(device: str, reduction: str) -> None:
+    check = BatchedChecks(atol=1e-5, rtol=1e-4)
+    target = np.array([1, 0, 4])
+    for p in (1, 2):
+        _run(lambda F, x, t: F.multi_margin_loss(x, t, p=p, margin=0.7, reduction=reduction), [(3, 5)], device,
+             check, f"multi_margin p={p}", [target])
+    _run(lambda F, x, t, w: F.multi_margin_loss(x, t, weight=w, reduction=reduction), [(3, 5)], device, check,
+         "multi_margin weight", [target, np.abs(random_array((5,), seed=8))])
+    _run(lambda F, x, t: F.multi_margin_loss(x, t, reduction=reduction), [(5,)], device, check, "multi_margin 1-d",
+         [np.array(2)])
+    labels = np.array([[3, 0, -1, 1, 2], [1, 2, 3, 4, 0], [-1, 2, 0, 0, 0]])
+    _run(lambda F, x, t: F.multilabel_margin_loss(x, t, reduction=reduction), [(3, 5)], device, check,
+         "multilabel_margin", [labels])
+    _run(lambda F, x, t: F.multilabel_margin_loss(x, t, reduction=reduction), [(4,)], device, check,
+         "multilabel_margin 1-d", [np.array([2, 1, -1, 3])])
+    check.verify()
+    x, tx = pair(random_array((3, 5)), device)
+    t, tt = pair(target, device)
+    check(em.nn.MultiMarginLoss(p=2)(x, t), torch.nn.MultiMarginLoss(p=2)(tx, tt), "MultiMarginLoss")
+    labels_pair = pair(labels, device)
+    check(em.nn.MultiLabelMarginLoss()(x, labels_pair[0]), torch.nn.MultiLabelMarginLoss()(tx, labels_pair[1]),
+          "MultiLabelMarginLoss")
+    check.verify()
+    with pytest.raises(ValueError):
+        TF.multi_margin_loss(tx, tt, p=3)
+    with pytest.raises(ValueError):
+        EF.multi_margin_loss(x, t, p=3)
+
+
+def test_alpha_dropout_keeps_mean_and_variance(device: str) -> None:
+    """Random, so compared with torch by statistics: for standard normal input (SELU's fixed point) both keep the
+    mean 0 and variance 1, and dropped elements take the same value."""
+    data = np.random.default_rng(4).standard_normal((200, 100)).astype(np.float32)
+    x = em.tensor(data, device=device)
+    for name, module in (("alpha_dropout", em.nn.AlphaDropout), ("feature_alpha_dropout", em.nn.FeatureAlphaDropout)):
+        assert getattr(EF, name)(x, 0.3, training=False) is x
+        ours = getattr(EF, name)(x, 0.3, training=True).numpy()
+        theirs = getattr(TF, name)(torch.tensor(data), 0.3, training=True).numpy()
+        assert abs(ours.mean()) < 0.05 and abs(theirs.mean()) < 0.05, name
+        assert abs(ours.std() - 1) < 0.05 and abs(theirs.std() - 1) < 0.05, name
+        alpha = 1.7580993408473766
+        dropped_value = -alpha * (1 - 0.3) / np.sqrt((alpha * alpha * 0.3 + 1) * (1 - 0.3))
+        for result in (ours, theirs):
+            assert 0.25 < np.isclose(result, dropped_value, atol=1e-5).mean() < 0.35, name
+        assert np.array_equal(module(0.3).eval()(x).numpy(), data)
+    per_channel = EF.feature_alpha_dropout(em.tensor(np.ones((4, 50, 3), np.float32), device=device), 0.5,
+                                           training=True).numpy()
+    assert np.all(per_channel == per_channel[:, :, :1])  # one draw per channel
+    with pytest.raises(ValueError):
+        TF.alpha_dropout(torch.ones(2), 1.5)
+    with pytest.raises(ValueError):
+        EF.alpha_dropout(em.ones(2, device=device), 1.5)

@@ -154,3 +154,107 @@ def test_windows_match_torch(device: str, name: str) -> None:
             call(torch)
         with pytest.raises(RuntimeError):
             call(em)
+
+
+def test_strided_constructors_asarray_frombuffer_and_unsafe_splits(device: str) -> None:
+    assert em.empty_strided((2, 3), (1, 2), device=device).shape == tuple(torch.empty_strided((2, 3), (1, 2)).shape)
+    x, tx = pair(random_array((2, 3)), device)
+    made, expected = x.new_empty_strided((4,), (1,)), tx.new_empty_strided((4,), (1,))
+    assert made.shape == tuple(expected.shape) and made.dtype is em.float32 and made.device == x.device
+    assert x.dim_order() == tx.dim_order() == (0, 1)
+    with pytest.raises(RuntimeError):
+        torch.empty_strided((2, 3), (1,))
+    with pytest.raises(RuntimeError):
+        em.empty_strided((2, 3), (1,))
+    check = BatchedChecks(atol=0, rtol=0)
+    check(em.asarray([1, 2], device=device), torch.asarray([1, 2]), "asarray list")
+    check(em.asarray(x, dtype=em.float64), torch.asarray(tx, dtype=torch.float64), "asarray cast")
+    assert em.asarray(x) is x and torch.asarray(tx) is tx
+    data = bytearray(np.arange(6, dtype=np.int16).tobytes())
+    check(em.frombuffer(data, dtype=em.int16), torch.frombuffer(data, dtype=torch.int16), "frombuffer")
+    check(em.frombuffer(data, dtype=em.int16, count=2, offset=4),
+          torch.frombuffer(data, dtype=torch.int16, count=2, offset=4), "frombuffer count offset")
+    v, tv = pair(random_array((7,)), device)
+    check(list(em.unsafe_chunk(v, 3)), list(torch.unsafe_chunk(tv, 3)), "unsafe_chunk")
+    check(list(v.unsafe_split(3)), list(tv.unsafe_split(3)), "unsafe_split")
+    check(list(em.unsafe_split_with_sizes(v, [2, 5])), list(torch.unsafe_split_with_sizes(tv, [2, 5])),
+          "unsafe_split_with_sizes")
+    check.verify()
+    with pytest.raises(ValueError):
+        torch.frombuffer(data, dtype=torch.int16, count=10)
+    with pytest.raises(ValueError):
+        em.frombuffer(data, dtype=em.int16, count=10)
+
+
+@pytest.mark.filterwarnings("ignore:index_reduce\\(\\) is in beta")
+def test_nonzero_static_index_reduce_nextafter_histogram(device: str) -> None:
+    check = BatchedChecks(atol=1e-6, rtol=1e-6)
+    m, tm = pair(np.array([[0, 1, 0], [2, 0, 3]], np.int64), device)
+    for size, fill in ((0, -1), (2, -1), (5, -7)):
+        check(m.nonzero_static(size=size, fill_value=fill), tm.nonzero_static(size=size, fill_value=fill),
+              f"nonzero_static {size}")
+    check(em.nonzero_static(m[0], size=3), torch.nonzero_static(tm[0], size=3), "1-d")
+    base, tbase = pair(random_array((4, 3)), device, requires_grad=True)
+    source, tsource = pair(random_array((5, 3), seed=1), device, requires_grad=True)
+    index, tindex = pair(np.array([0, 2, 0, 3, 2]), device)
+    for reduce in ("prod", "mean", "amax", "amin"):
+        for include_self in (True, False):
+            check(base.index_reduce(0, index, source, reduce, include_self=include_self),
+                  tbase.index_reduce(0, tindex, tsource, reduce, include_self=include_self),
+                  f"index_reduce {reduce} {include_self}")
+    result = base.index_reduce(0, index, source, "prod")
+    expected = tbase.index_reduce(0, tindex, tsource, "prod")
+    result.sum().backward()
+    expected.sum().backward()
+    check(base.grad, tbase.grad, "index_reduce gradient self")
+    check(source.grad, tsource.grad, "index_reduce gradient source")
+    start = np.array([1.0, 0.0, -1.0, np.inf, np.nan, 2.0, 0.0, -0.0, 3.5, -1e-45], np.float32)
+    toward = np.array([2.0, -1.0, -1.0, 0.0, 1.0, np.nan, 1.0, 1.0, -np.inf, 0.0], np.float32)
+    for dtype in (np.float32,):
+        a, ta = pair(start.astype(dtype), device)
+        b, tb = pair(toward.astype(dtype), device)
+        check(a.nextafter(b), ta.nextafter(tb), "nextafter", atol=0, rtol=0)
+        check(em.nextafter(a, b), torch.nextafter(ta, tb), "ember.nextafter", atol=0, rtol=0)
+    values, tvalues = pair(random_array((50,)), device)
+    weights, tweights = pair(np.abs(random_array((50,), seed=3)), device)
+    edges, tedges = pair(np.array([-2.0, -0.5, 0.0, 1.0, 2.0], np.float32), device)
+    for label, ours, theirs in (
+            ("bins", values.histogram(7), tvalues.histogram(7)),
+            ("range", em.histogram(values, 4, range=(-1.0, 1.0)), torch.histogram(tvalues, 4, range=(-1.0, 1.0))),
+            ("edges", values.histogram(edges), tvalues.histogram(tedges)),
+            ("weights density", values.histogram(5, weight=weights, density=True),
+             tvalues.histogram(5, weight=tweights, density=True))):
+        check(ours.hist, theirs.hist, f"histogram {label}")
+        check(ours.bin_edges, theirs.bin_edges, f"histogram {label} edges")
+    check.verify()
+
+
+def test_random_fills_and_rng_state(device: str) -> None:
+    count = 20000
+    samples = {
+        "exponential_": (em.empty(count, device=device).exponential_(2.0), 0.5, 0.5),
+        "log_normal_": (em.empty(count, device=device).log_normal_(0.0, 0.5).log(), 0.0, 0.5),
+        "geometric_": (em.empty(count, device=device).geometric_(0.25), 4.0, (0.75 ** 0.5) / 0.25),
+        "random_": (em.empty(count, device=device).random_(10, 20), 14.5, (99 / 12) ** 0.5),
+    }
+    for name, (values, mean, std) in samples.items():
+        array = values.numpy().astype(np.float64)
+        assert abs(array.mean() - mean) < 0.05 * max(std, 1), (name, array.mean())
+        assert abs(array.std() - std) < 0.05 * std, (name, array.std())
+    cauchy = em.empty(count, device=device).cauchy_(1.0, 2.0).numpy()
+    assert abs(np.median(cauchy) - 1.0) < 0.1 and abs(np.percentile(cauchy, 75) - 3.0) < 0.2
+    assert set(np.unique(em.zeros(200, dtype=em.int32, device=device).random_(3).numpy())) == {0, 1, 2}
+    assert em.zeros(100, dtype=em.uint8, device=device).random_().numpy().max() > 200
+    for call in (lambda m: m.ones(3).exponential_(-1.0), lambda m: m.ones(3).geometric_(1.5),
+                 lambda m: m.ones(3).random_(5, 2), lambda m: m.ones(3, dtype=m.int64).exponential_()):
+        with pytest.raises(RuntimeError):
+            call(torch)
+        with pytest.raises(RuntimeError):
+            call(em)
+    state = em.get_rng_state()
+    assert state.dtype is em.uint8 and state.shape == (16,)
+    first = em.rand(5, device=device).numpy()
+    em.set_rng_state(state)
+    np.testing.assert_array_equal(em.rand(5, device=device).numpy(), first)
+    with pytest.raises(TypeError):
+        em.set_rng_state(em.ones(3))

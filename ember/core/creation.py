@@ -142,6 +142,50 @@ def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     return full(_checked_shape(size, "empty"), 0, dtype or dtypes.DEFAULT_FLOAT, device, requires_grad)
 
 
+def empty_strided(size: Any, stride: Any, *, dtype: Any = None, device: Any = None,
+                  requires_grad: bool = False, **options: Any) -> Tensor:
+    """torch.empty_strided: an empty tensor of `size`; the strides must fit it but are not kept (ember's tensors
+    are row-major values)."""
+    shape = _checked_shape(tuple(size), "empty_strided")
+    if len(tuple(stride)) != len(shape):
+        raise ShapeError(f"empty_strided: mismatch in length of strides and shape ({len(tuple(stride))} strides "
+                         f"for shape {shape})")
+    return empty(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def asarray(obj: Any, *, dtype: Any = None, device: Any = None, copy: bool | None = None,
+            requires_grad: bool = False) -> Tensor:
+    """torch.asarray: obj as a tensor (a tensor is returned as it is unless copy=True or a conversion is asked)."""
+    from ember.core.tensor import Tensor
+
+    if isinstance(obj, Tensor):
+        result = obj.to(device=device, dtype=dtype) if (device or dtype) else obj
+        result = result.clone() if copy and result is obj else result
+    else:
+        result = tensor(obj, dtype, device)
+    return result.requires_grad_() if requires_grad and not result.requires_grad else result
+
+
+def frombuffer(buffer: Any, *, dtype: Any, count: int = -1, offset: int = 0, requires_grad: bool = False) -> Tensor:
+    """torch.frombuffer: a 1-d tensor of `count` elements of dtype read from an object with the buffer protocol,
+    starting `offset` bytes in (copied: ember's tensors do not share memory with Python objects)."""
+    resolved = to_dtype(dtype)
+    view = memoryview(buffer).cast("B")
+    if offset < 0 or offset > len(view):
+        raise ValueError(f"frombuffer: offset {offset} must be between 0 and the buffer's {len(view)} bytes")
+    available = (len(view) - offset) // resolved.itemsize
+    count = available if count == -1 else count
+    if count <= 0 or count > available:
+        raise ValueError(f"frombuffer: asked for {count} elements of {resolved.name} from offset {offset}, but the "
+                         f"buffer of {len(view)} bytes holds {available}")
+    raw = np.frombuffer(view, dtype=np.uint8, count=count * resolved.itemsize, offset=offset)
+    values = raw.view(resolved.numpy).copy()
+    if resolved is dtypes.bfloat16:  # bfloat16's bits: widened to float32, which holds every such value exactly
+        values = (values.astype(np.uint32) << 16).view(np.float32)
+    result = tensor(values, dtype=resolved)
+    return result.requires_grad_() if requires_grad else result
+
+
 def full_like(other: Tensor, fill_value: Any, dtype: Any = None, device: Any = None,
               requires_grad: bool = False) -> Tensor:
     return full(other.shape, fill_value, dtype or other.dtype, device or other.device, requires_grad)

@@ -285,6 +285,26 @@ class FunctionalOps:
         keep = rand(channels, device=self.device) >= p
         return where(keep, self * (1.0 / (1.0 - p)), zero)
 
+    def alpha_dropout(self: Tensor, p: float = 0.5, training: bool = False, feature: bool = False) -> Tensor:
+        """SELU's dropout: dropped elements (or channels, `feature`) become SELU's negative saturation, and an affine
+        map keeps the mean and variance (torch.alpha_dropout / feature_alpha_dropout)."""
+        if not 0.0 <= p <= 1.0:
+            raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
+        if not training or p == 0.0:
+            return self
+        _require_float(self, "alpha_dropout")
+        if p == 1.0:
+            return self * self._full(self.shape, 0, self.dtype, self.device)
+        if feature and self.ndim < 2:
+            raise ShapeError(f"feature_alpha_dropout: expected an input with at least 2 dims, got {list(self.shape)}")
+        from ember.core.creation import rand
+
+        alpha = 1.7580993408473766  # SELU's scale * alpha: -alpha is its limit at -inf
+        scale = 1.0 / math.sqrt((alpha * alpha * p + 1) * (1 - p))
+        noise_shape = self.shape[:2] + (1,) * (self.ndim - 2) if feature else self.shape
+        keep = (rand(noise_shape, device=self.device) >= p).cast(self.dtype)
+        return self * (keep * scale) + ((keep - 1) * (alpha * scale) + alpha * scale * p)
+
     # ---- embedding and linear ---------------------------------------------------------------------------------
 
     def embedding(self: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,

@@ -1,11 +1,12 @@
 """More loss Tensor methods with torch's formulas: margin ranking, hinge and cosine embedding, triplet margin, soft
-margin, multi-label soft margin, Poisson and Gaussian negative log likelihood."""
+margin, multi-class and multi-label margin, multi-label soft margin, Poisson and Gaussian negative log likelihood."""
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING, Any
 
+from ember.core import dtype as dtypes
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.losses import _check_reduction, _pointwise_operands, _reduce
@@ -66,6 +67,56 @@ class MarginLossOps:
             raise ShapeError("multilabel_soft_margin_loss: expected an input of shape [C] or [N, C], got a 0-d tensor")
         loss = loss.sum(loss.ndim - 1) / input_.shape[-1]
         return _reduce(loss, reduction)
+
+    def multi_margin_loss(self: Tensor, target: Tensor, p: int = 1, margin: float = 1.0,
+                          weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
+        """The multi-class hinge loss: the sum over the other classes i of max(0, margin - x[y] + x[i]) ^ p (times
+        weight[y]) divided by the number of classes, for [N, C] (or [C]) scores and class indices y."""
+        _check_reduction(reduction)
+        if p not in (1, 2):
+            raise ValueError("only p == 1 and p == 2 supported")
+        if weight is not None and weight.ndim != 1:
+            raise ValueError("weight must be one-dimensional")
+        if self.ndim not in (1, 2) or target.ndim != self.ndim - 1 or (
+                self.ndim == 2 and target.shape[0] != self.shape[0]):
+            raise ShapeError(f"multi_margin_loss: expected input [N, C] with target [N] (or [C] with a 0-d target), "
+                             f"got input {list(self.shape)} and target {list(target.shape)}")
+        if not target.dtype.is_int:
+            raise DTypeError(f"multi_margin_loss: expected integer class indices, got {target.dtype.name}")
+        scores = self if self.ndim == 2 else self.unsqueeze(0)
+        classes = scores.shape[1]
+        chosen = target.reshape(-1, 1).cast(dtypes.int64) == scores._arange_primitive(
+            classes, dtypes.int64, scores.device).reshape(1, classes)
+        picked = where(chosen, scores, 0).sum(1, keepdim=True)
+        hinge = (margin - picked + scores).clamp_min(0)
+        hinge = hinge * hinge if p == 2 else hinge
+        if weight is not None:
+            hinge = hinge * where(chosen, weight.reshape(1, classes), 0).sum(1, keepdim=True)
+        loss = where(chosen, 0, hinge).sum(1) / classes
+        return _reduce(loss if self.ndim == 2 else loss.reshape(()), reduction)
+
+    def multilabel_margin_loss(self: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+        """For each sample, the sum over its target classes j (target's leading entries up to the first -1) and
+        the other classes i of max(0, 1 - (x[j] - x[i])), divided by the number of classes."""
+        _check_reduction(reduction)
+        if self.ndim not in (1, 2) or target.shape != self.shape:
+            raise ShapeError(f"multilabel_margin_loss: expected input [N, C] (or [C]) and a target of its shape, got "
+                             f"input {list(self.shape)} and target {list(target.shape)}")
+        if not target.dtype.is_int:
+            raise DTypeError(f"multilabel_margin_loss: expected integer class indices, got {target.dtype.name}")
+        scores = self if self.ndim == 2 else self.unsqueeze(0)
+        labels = target.reshape(scores.shape).cast(dtypes.int64)
+        classes = scores.shape[1]
+        valid = (labels != -1).cast(dtypes.int64).cumprod(1) > 0  # [N, K]: before the first -1
+        one_hot = labels.unsqueeze(2) == scores._arange_primitive(classes, dtypes.int64, scores.device).reshape(
+            1, 1, classes)  # [N, K, C]
+        chosen = one_hot.logical_and(valid.unsqueeze(2))
+        is_target = chosen.any(1)  # [N, C]
+        target_scores = where(chosen, scores.unsqueeze(1), 0).sum(2)  # [N, K]: x[y_k]
+        hinge = (1 - target_scores.unsqueeze(2) + scores.unsqueeze(1)).clamp_min(0)  # [N, K, C]
+        counted = valid.unsqueeze(2).logical_and(is_target.logical_not().unsqueeze(1))
+        loss = where(counted, hinge, 0).sum((1, 2)) / classes
+        return _reduce(loss if self.ndim == 2 else loss.reshape(()), reduction)
 
     def cosine_embedding_loss(self: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
                               reduction: str = "mean") -> Tensor:

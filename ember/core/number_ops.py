@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
+from ember.core.elementwise import where
 from ember.core.errors import DTypeError
 from ember.core.ops import Op
 
@@ -71,6 +72,24 @@ class NumberOps:
         mantissa = self * _power_of_two(-first, wide.dtype, integer, mantissa_bits, bias).cast(self.dtype) * \
             _power_of_two(-second, wide.dtype, integer, mantissa_bits, bias).cast(self.dtype)
         return mantissa, exponent.cast(dtypes.int32)
+
+    def nextafter(self: Tensor, other: Any) -> Tensor:
+        """The next float after self toward other, elementwise (the float itself when they are equal; NaN when
+        either is NaN), from the bits: one step of the integer holding them."""
+        left, right = self._operands(other, "nextafter")
+        if left.dtype.name not in _FLOAT_LAYOUT:
+            raise DTypeError(f"nextafter: only float32 and float64 are supported, got {left.dtype.name}")
+        integer = _FLOAT_LAYOUT[left.dtype.name][0]
+        bits = left.bitcast(integer)
+        one = bits._full(bits.shape, 1, integer, bits.device)
+        # away from zero when moving toward the larger magnitude on the same side, else toward it
+        step = where((right > left) == (left >= 0), one, -one)
+        moved = (bits + step).bitcast(left.dtype)
+        smallest = left._full(left.shape, 0, integer, left.device) + one  # the smallest subnormal's bits
+        from_zero = smallest.bitcast(left.dtype).where(right > 0, -smallest.bitcast(left.dtype))
+        result = from_zero.where(left == 0, moved)
+        result = right.where(left == right, result)
+        return (left + right).where(left.isnan().logical_or(right.isnan()), result)
 
     def isreal(self: Tensor) -> Tensor:
         """True everywhere: ember has no complex dtypes (torch.isreal)."""

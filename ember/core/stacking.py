@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 class StackingOps:
-    """Mixin: the Tensor methods among them (hsplit, vsplit, dsplit, split_with_sizes)."""
+    """Mixin: the Tensor methods among them (hsplit, vsplit, dsplit, split_with_sizes, unsafe_split, ...)."""
 
     __slots__ = ()
 
@@ -25,6 +25,16 @@ class StackingOps:
             raise TypeError(f"split_with_sizes(): argument 'split_sizes' must be a sequence of ints, not "
                             f"{type(split_sizes).__name__}")
         return self.split(list(split_sizes), dim)
+
+    def unsafe_split(self: Tensor, split_size: int, dim: int = 0) -> tuple[Tensor, ...]:
+        """split (torch's unsafe_ forms skip view bookkeeping that ember's values do not have)."""
+        return self.split(split_size, dim)
+
+    def unsafe_split_with_sizes(self: Tensor, split_sizes: Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        return self.split_with_sizes(split_sizes, dim)
+
+    def unsafe_chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        return self.chunk(chunks, dim)
 
     def hsplit(self: Tensor, indices_or_sections: Any) -> tuple[Tensor, ...]:
         """Split along dim 1 (dim 0 of a 1-d tensor) into equal sections or at indices (torch.hsplit)."""

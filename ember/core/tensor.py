@@ -27,6 +27,7 @@ from ember.core.margin_losses import MarginLossOps
 from ember.core.movement import MovementOps
 from ember.core.number_ops import NumberOps
 from ember.core.ops import Composite, Op
+from ember.core.random import RandomOps
 from ember.core.reductions import ReductionOps
 from ember.core.searching import SearchingOps
 from ember.core.shapes import Shape, prod
@@ -48,7 +49,7 @@ _next_sequence = itertools.count().__next__  # creation order: a tensor's histor
 @in_place_variants
 class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps, ConvolutionOps, LossOps,
              SortingOps, SearchingOps, FoldingOps, StackingOps, ArithmeticFormOps, NumberOps, DistanceOps,
-             MarginLossOps, TensorAttributeOps):
+             MarginLossOps, TensorAttributeOps, RandomOps):
     """A lazy n-dimensional array with PyTorch's API. Nothing runs until a value is needed."""
 
     __slots__ = ("__weakref__", "_context", "_hooks", "_requires_grad", "_retains_grad", "_sequence", "grad", "node")
@@ -280,34 +281,6 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         if not isinstance(src, Tensor):
             raise TypeError(f"copy_(): argument 'src' (position 1) must be Tensor, not {type(src).__name__}")
         return self.assign(src)
-
-    def uniform_(self, from_: float = 0.0, to: float = 1.0, *, generator: Any = None, **bounds: float) -> Tensor:
-        """Fill with uniform values in [from, to) (`from` may be given by name too, as in torch)."""
-        from ember.core.random import uniform_
-
-        return uniform_(self, float(bounds.pop("from", from_)), float(to))
-
-    def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> Tensor:
-        from ember.core.random import normal_
-
-        return normal_(self, float(mean), float(std))
-
-    def bernoulli(self, p: float | None = None, *, generator: Any = None) -> Tensor:
-        """0/1 draws, 1 with probability self (or p), in self's float dtype (torch.bernoulli)."""
-        from ember.core.random import bernoulli
-
-        return bernoulli(self, p)
-
-    def bernoulli_(self, p: Any = 0.5, *, generator: Any = None) -> Tensor:
-        from ember.core.random import bernoulli_
-
-        return bernoulli_(self, p)
-
-    def multinomial(self, num_samples: int, replacement: bool = False, *, generator: Any = None) -> Tensor:
-        """Category indices drawn from the weights of each row (torch.multinomial)."""
-        from ember.core.random import multinomial
-
-        return multinomial(self, num_samples, replacement)
 
     # ---- autograd -------------------------------------------------------------------------------------------
 

@@ -39,6 +39,18 @@ class TensorAttributeOps:
         backend, _, index = self.device.partition(":")
         return -1 if backend == "c" else int(index or 0)
 
+    def dim_order(self: Tensor, *, ambiguity_check: Any = False) -> tuple[int, ...]:
+        """The dims from outermost to innermost in memory: row-major for every ember tensor."""
+        return tuple(range(self.ndim))
+
+    def new_empty_strided(self: Tensor, size: Any, stride: Any, *, dtype: Any = None, device: Any = None,
+                          requires_grad: bool = False) -> Tensor:
+        """new_empty of `size` (ember's tensors are row-major values: the strides are accepted, not kept)."""
+        from ember.core.creation import empty_strided
+
+        return empty_strided(size, stride, dtype=dtype or self.dtype, device=device or self.device,
+                             requires_grad=requires_grad)
+
     def sum_to_size(self: Tensor, *size: Any) -> Tensor:
         """Sum the dims self was broadcast along so that its shape becomes `size` (which must expand to self's)."""
         target = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)

@@ -34,7 +34,7 @@ from ember.nn.attention import MultiheadAttention
 from ember.nn.containers import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from ember.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from ember.nn.distance import CosineSimilarity, PairwiseDistance
-from ember.nn.dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
+from ember.nn.dropout import AlphaDropout, Dropout, Dropout1d, Dropout2d, Dropout3d, FeatureAlphaDropout
 from ember.nn.fold import Fold, Unfold
 from ember.nn.linear import Bilinear, Flatten, Identity, Linear, Unflatten
 from ember.nn.instance_norm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
@@ -50,7 +50,9 @@ from ember.nn.loss import (
     L1Loss,
     MarginRankingLoss,
     MSELoss,
+    MultiLabelMarginLoss,
     MultiLabelSoftMarginLoss,
+    MultiMarginLoss,
     NLLLoss,
     PoissonNLLLoss,
     SmoothL1Loss,
@@ -98,6 +100,7 @@ __all__ = [
     "AdaptiveMaxPool1d",
     "AdaptiveMaxPool2d",
     "AdaptiveMaxPool3d",
+    "AlphaDropout",
     "AvgPool1d",
     "AvgPool2d",
     "AvgPool3d",
@@ -121,6 +124,7 @@ __all__ = [
     "Dropout2d",
     "Dropout3d",
     "Embedding",
+    "FeatureAlphaDropout",
     "Flatten",
     "Fold",
     "GRUCell",
@@ -157,7 +161,9 @@ __all__ = [
     "Module",
     "ModuleDict",
     "ModuleList",
+    "MultiLabelMarginLoss",
     "MultiLabelSoftMarginLoss",
+    "MultiMarginLoss",
     "MultiheadAttention",
     "NLLLoss",
     "PReLU",

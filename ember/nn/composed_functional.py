@@ -83,11 +83,9 @@ def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, eps: fl
                    dim: int = -1) -> Tensor:
     """A softmax of (logits + Gumbel noise) / tau; `hard` gives the one-hot of its maximum with the soft sample's
     gradient (the straight-through estimator)."""
-    from ember.core.creation import rand
+    from ember.core.random import _gumbel
 
-    uniform = rand(*logits.shape, dtype=logits.dtype, device=logits.device)
-    tiny = float(_tiny(logits))
-    gumbels = -(-(uniform.clamp_min(tiny)).log()).clamp_min(tiny).log()
+    gumbels = _gumbel(logits.shape, logits.device, logits.dtype)
     soft = ((logits + gumbels) / tau).softmax(dim)
     if not hard:
         return soft
@@ -122,12 +120,6 @@ def _deprecated(name: str) -> None:
 
     warnings.warn(f"nn.functional.{name} is deprecated. Use nn.functional.interpolate instead.", UserWarning,
                   stacklevel=3)
-
-
-def _tiny(tensor: Tensor) -> Any:
-    from ember.core.dtype_info import finfo
-
-    return finfo(tensor.dtype).tiny
 
 
 __all__ = ["dropout3d", "gumbel_softmax", "interpolate", "local_response_norm", "lp_pool1d", "lp_pool2d", "lp_pool3d",

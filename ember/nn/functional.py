@@ -336,6 +336,17 @@ def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
     return input.assign(result) if inplace else result
 
 
+def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False) -> Tensor:  # noqa: A002
+    result = input.alpha_dropout(p, training)
+    return input.assign(result) if inplace else result
+
+
+def feature_alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False,  # noqa: A002
+                          inplace: bool = False) -> Tensor:
+    result = input.alpha_dropout(p, training, feature=True)
+    return input.assign(result) if inplace else result
+
+
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,  # noqa: A002
               max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
               sparse: bool = False) -> Tensor:
@@ -438,6 +449,19 @@ def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | 
                                 size_average: Any = None, reduce: Any = None, reduction: str = "mean") -> Tensor:
     _no_legacy_reduction(size_average, reduce, "multilabel_soft_margin_loss")
     return input.multilabel_soft_margin_loss(target, weight, reduction)
+
+
+def multi_margin_loss(input: Tensor, target: Tensor, p: int = 1, margin: float = 1.0,  # noqa: A002
+                      weight: Tensor | None = None, size_average: Any = None, reduce: Any = None,
+                      reduction: str = "mean") -> Tensor:
+    _no_legacy_reduction(size_average, reduce, "multi_margin_loss")
+    return input.multi_margin_loss(target, p, margin, weight, reduction)
+
+
+def multilabel_margin_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,  # noqa: A002
+                           reduction: str = "mean") -> Tensor:
+    _no_legacy_reduction(size_average, reduce, "multilabel_margin_loss")
+    return input.multilabel_margin_loss(target, reduction)
 
 
 def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
