@@ -395,3 +395,58 @@ def test_alpha_dropout_keeps_mean_and_variance(device: str) -> None:
         TF.alpha_dropout(torch.ones(2), 1.5)
     with pytest.raises(ValueError):
         EF.alpha_dropout(em.ones(2, device=device), 1.5)
+
+
+PAD_MODULES = [("ConstantPad1d", (2, 1.5), 3), ("ConstantPad2d", ((1, 0, 2, 1), -1.0), 4),
+               ("ConstantPad3d", (1, 0.5), 5), ("ZeroPad1d", ((0, 2),), 3), ("ZeroPad2d", (1,), 4),
+               ("ZeroPad3d", ((1, 0, 0, 1, 1, 1),), 5), ("ReflectionPad1d", (2,), 3),
+               ("ReflectionPad2d", ((1, 2, 0, 1),), 4), ("ReflectionPad3d", (1,), 5), ("ReplicationPad1d", ((3, 1),), 3),
+               ("ReplicationPad2d", (2,), 4), ("ReplicationPad3d", ((1, 0, 1, 0, 0, 2),), 5),
+               ("CircularPad1d", (1,), 3), ("CircularPad2d", ((1, 2, 2, 0),), 4), ("CircularPad3d", (1,), 5)]
+
+
+def test_padding_modules_match_torch(device: str) -> None:
+    check = BatchedChecks(atol=0, rtol=0)
+    for name, arguments, rank in PAD_MODULES:
+        ours, theirs = getattr(em.nn, name)(*arguments), getattr(torch.nn, name)(*arguments)
+        assert repr(ours) == repr(theirs)
+        x, tx = pair(random_array((2, 3, 4, 3, 4)[:rank]), device, requires_grad=True)
+        result, expected = ours(x), theirs(tx)
+        check(result, expected, name)
+        weights = random_array(tuple(expected.shape), seed=2)
+        (result * em.tensor(weights, device=device)).sum().backward()
+        (expected * torch.tensor(weights)).sum().backward()
+        check(x.grad, tx.grad, f"{name} gradient", atol=1e-6, rtol=1e-6)  # sums in another order
+    check.verify()
+
+
+def test_more_modules_match_torch(device: str) -> None:
+    check = BatchedChecks(atol=1e-5, rtol=1e-4)
+    ours, theirs = em.nn.BatchNorm3d(3).to(device), torch.nn.BatchNorm3d(3)
+    assert sorted(ours.state_dict()) == sorted(theirs.state_dict())
+    x, tx = pair(random_array((2, 3, 2, 3, 2)), device)
+    check(ours(x), theirs(tx), "BatchNorm3d")
+    check(ours.running_var, theirs.running_var, "BatchNorm3d running var")
+    y, ty = pair(random_array((2, 4, 3, 3)), device)
+    check(em.nn.Softmax2d()(y), torch.nn.Softmax2d()(ty), "Softmax2d")
+    anchor, positive, negative = (pair(random_array((4, 5), seed=seed), device, requires_grad=True)
+                                  for seed in range(3))
+    for options in ({}, {"swap": True, "margin": 0.5}, {"reduction": "none"}):
+        for distance in (None, lambda a, b: 1 - (em if isinstance(a, em.Tensor) else torch).cosine_similarity(a, b)):
+            result = EF.triplet_margin_with_distance_loss(anchor[0], positive[0], negative[0],
+                                                          distance_function=distance, **options)
+            expected = TF.triplet_margin_with_distance_loss(anchor[1], positive[1], negative[1],
+                                                            distance_function=distance, **options)
+            check(result, expected, f"triplet with distance {options} {distance is None}")
+    result = em.nn.TripletMarginWithDistanceLoss(margin=2.0)(anchor[0], positive[0], negative[0])
+    expected = torch.nn.TripletMarginWithDistanceLoss(margin=2.0)(anchor[1], positive[1], negative[1])
+    check(result, expected, "TripletMarginWithDistanceLoss")
+    result.backward()
+    expected.backward()
+    check(anchor[0].grad, anchor[1].grad, "gradient")
+    check.verify()
+    for module in (torch, em):
+        with pytest.raises(ValueError):
+            module.nn.Softmax2d()(module.ones(2, 3))
+        with pytest.raises(ValueError):
+            module.nn.BatchNorm3d(3)(module.ones(2, 3, 4, 4))

@@ -213,6 +213,15 @@ class Softmin(Softmax):
         return (-input).softmax(self.dim if self.dim is not None else _softmax_dim(input.ndim))
 
 
+class Softmax2d(Module):
+    """Softmax over the channels (dim -3) of (N, C, H, W) or (C, H, W) inputs."""
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        if input.ndim not in (3, 4):
+            raise ValueError(f"Softmax2d: expected input of 3 or 4 dims (got {input.ndim}D input)")
+        return input.softmax(-3)
+
+
 class GLU(Module):
     """Gated linear unit: the first half of `dim` times the sigmoid of the second half."""
 

@@ -97,6 +97,29 @@ def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, eps: fl
     return one_hot - soft.detach() + soft
 
 
+def triplet_margin_with_distance_loss(anchor: Tensor, positive: Tensor, negative: Tensor, *,
+                                      distance_function: Any = None, margin: float = 1.0, swap: bool = False,
+                                      reduction: str = "mean") -> Tensor:
+    """max(0, margin + d(anchor, positive) - d(anchor, negative)) for any distance function (pairwise_distance by
+    default); `swap` takes the smaller of d(anchor, negative) and d(positive, negative)."""
+    from ember.core.losses import _check_reduction, _reduce
+
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    _check_reduction(reduction)
+    if margin <= 0:
+        raise ValueError(f"triplet_margin_with_distance_loss: margin must be greater than 0, got {margin}")
+    if not (anchor.ndim == positive.ndim == negative.ndim):
+        raise RuntimeError(f"triplet_margin_with_distance_loss: the anchor, positive and negative tensors must have "
+                           f"the same number of dims, got {anchor.ndim}, {positive.ndim} and {negative.ndim}")
+    distance = distance_function if distance_function is not None else (lambda x, y: x.pairwise_distance(y))
+    positive_distance = distance(anchor, positive)
+    negative_distance = distance(anchor, negative)
+    if swap:
+        negative_distance = negative_distance.minimum(distance(positive, negative))
+    return _reduce((margin + positive_distance - negative_distance).clamp_min(0), reduction)
+
+
 def upsample(input: Tensor, size: Any = None, scale_factor: Any = None, mode: str = "nearest",  # noqa: A002
              align_corners: bool | None = None) -> Tensor:
     """torch's deprecated name of interpolate (it warns, as torch does)."""
@@ -122,6 +145,6 @@ def _deprecated(name: str) -> None:
                   stacklevel=3)
 
 
-__all__ = ["dropout3d", "gumbel_softmax", "interpolate", "local_response_norm", "lp_pool1d", "lp_pool2d", "lp_pool3d",
+__all__ = ["dropout3d", "gumbel_softmax", "interpolate", "triplet_margin_with_distance_loss", "local_response_norm", "lp_pool1d", "lp_pool2d", "lp_pool3d",
            "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices", "upsample",
            "upsample_bilinear", "upsample_nearest"]

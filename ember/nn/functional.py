@@ -18,6 +18,7 @@ from ember.nn.composed_functional import (  # noqa: F401 - part of nn.functional
     max_pool1d_with_indices,
     max_pool2d_with_indices,
     max_pool3d_with_indices,
+    triplet_margin_with_distance_loss,
     upsample,
     upsample_bilinear,
     upsample_nearest,

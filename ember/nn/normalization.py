@@ -1,4 +1,4 @@
-"""Normalization layers: BatchNorm1d/2d (running statistics), LayerNorm, RMSNorm, GroupNorm."""
+"""Normalization layers: BatchNorm1d/2d/3d (running statistics), LayerNorm, RMSNorm, GroupNorm, LocalResponseNorm."""
 
 from __future__ import annotations
 
@@ -147,6 +147,14 @@ class BatchNorm2d(_BatchNorm):
     def _check_input(self, input: Tensor) -> None:  # noqa: A002
         if input.ndim != 4:
             raise ShapeError(f"BatchNorm2d: expected a 4-d input (N, C, H, W), got shape {input.shape}")
+
+
+class BatchNorm3d(_BatchNorm):
+    """Batch normalization over (N, C, D, H, W) inputs."""
+
+    def _check_input(self, input: Tensor) -> None:  # noqa: A002
+        if input.ndim != 5:
+            raise ShapeError(f"BatchNorm3d: expected a 5-d input (N, C, D, H, W), got shape {input.shape}")
 
 
 def _shape_tuple(shape: int | Sequence[int]) -> tuple[int, ...]:
