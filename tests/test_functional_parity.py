@@ -450,3 +450,59 @@ def test_more_modules_match_torch(device: str) -> None:
             module.nn.Softmax2d()(module.ones(2, 3))
         with pytest.raises(ValueError):
             module.nn.BatchNorm3d(3)(module.ones(2, 3, 4, 4))
+
+
+def test_max_unpool_and_embedding_bag_match_torch(device: str) -> None:
+    check = BatchedChecks(atol=1e-5, rtol=1e-5)
+    for spatial, shape in ((1, (2, 3, 8)), (2, (2, 3, 4, 6)), (3, (1, 2, 4, 4, 2))):
+        x, tx = pair(random_array(shape), device)
+        values, indices = getattr(EF, f"max_pool{spatial}d")(x, 2, return_indices=True)
+        tvalues, tindices = getattr(TF, f"max_pool{spatial}d")(tx, 2, return_indices=True)
+        v, tv = pair(values.numpy(), device, requires_grad=True)
+        tv = tv.detach().requires_grad_()
+        ours = getattr(EF, f"max_unpool{spatial}d")(v, indices, 2)
+        theirs = getattr(TF, f"max_unpool{spatial}d")(tv, tindices, 2)
+        check(ours, theirs, f"max_unpool{spatial}d")
+        bigger = tuple(size + 1 for size in shape[2:])
+        check(getattr(EF, f"max_unpool{spatial}d")(v, indices, 2, output_size=bigger),
+              getattr(TF, f"max_unpool{spatial}d")(tv, tindices, 2, output_size=bigger), f"output_size {spatial}d")
+        module = getattr(em.nn, f"MaxUnpool{spatial}d")(2)
+        check(module(v, indices), getattr(torch.nn, f"MaxUnpool{spatial}d")(2)(tv, tindices), "module")
+        weights = random_array(tuple(theirs.shape), seed=5)
+        (ours * em.tensor(weights, device=device)).sum().backward()
+        (theirs * torch.tensor(weights)).sum().backward()
+        check(v.grad, tv.grad, f"max_unpool{spatial}d gradient")
+    weight, tweight = pair(random_array((6, 3)), device, requires_grad=True)
+    flat, tflat = pair(np.array([1, 2, 4, 5, 4, 3]), device)
+    offsets, toffsets = pair(np.array([0, 2, 2, 4]), device)
+    bags, tbags = pair(np.array([[1, 2, 0], [4, 5, 5]]), device)
+    sample, tsample = pair(random_array((2, 3), seed=6), device)
+    cases = [
+        ({"mode": "mean"}, (flat, offsets), (tflat, toffsets)),
+        ({"mode": "max"}, (flat, offsets), (tflat, toffsets)),
+        ({"mode": "sum", "include_last_offset": True}, (flat, offsets), (tflat, toffsets)),
+        ({"mode": "mean", "padding_idx": 4}, (flat, offsets), (tflat, toffsets)),
+        ({"mode": "sum"}, (bags, None), (tbags, None)),
+        ({"mode": "max"}, (bags, None), (tbags, None)),
+    ]
+    for options, (indices, bag_offsets), (tindices, tbag_offsets) in cases:
+        ours = EF.embedding_bag(indices, weight, bag_offsets, **options)
+        theirs = TF.embedding_bag(tindices, tweight, tbag_offsets, **options)
+        check(ours, theirs, f"embedding_bag {options}")
+    ours = EF.embedding_bag(bags, weight, mode="sum", per_sample_weights=sample)
+    theirs = TF.embedding_bag(tbags, tweight, mode="sum", per_sample_weights=tsample)
+    check(ours, theirs, "per_sample_weights")
+    (ours * 2).sum().backward()
+    (theirs * 2).sum().backward()
+    check(weight.grad, tweight.grad, "embedding_bag gradient")
+    module, tmodule = em.nn.EmbeddingBag(6, 3, mode="max").to(device), torch.nn.EmbeddingBag(6, 3, mode="max")
+    module.load_state_dict({"weight": em.tensor(tmodule.weight.detach().numpy(), device=device)})
+    check(module(flat, offsets), tmodule(tflat, toffsets), "EmbeddingBag")
+    check.verify()
+    for call in (lambda m, F: F.embedding_bag(m.tensor([[1, 2]]), m.ones(4, 2), m.tensor([0])),
+                 lambda m, F: F.embedding_bag(m.tensor([1, 2]), m.ones(4, 2), m.tensor([0]), mode="max",
+                                              per_sample_weights=m.ones(2))):
+        with pytest.raises((ValueError, NotImplementedError)) as torch_error:
+            call(torch, TF)
+        with pytest.raises(type(torch_error.value)):
+            call(em, EF)

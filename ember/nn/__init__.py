@@ -99,10 +99,13 @@ from ember.nn.pooling import (
     MaxPool1d,
     MaxPool2d,
     MaxPool3d,
+    MaxUnpool1d,
+    MaxUnpool2d,
+    MaxUnpool3d,
 )
 from ember.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from ember.nn.shuffle import ChannelShuffle, PixelShuffle, PixelUnshuffle
-from ember.nn.sparse import Embedding
+from ember.nn.sparse import Embedding, EmbeddingBag
 from ember.nn.transformer import TransformerEncoder, TransformerEncoderLayer
 from ember.nn.upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 
@@ -152,6 +155,7 @@ __all__ = [
     "Dropout2d",
     "Dropout3d",
     "Embedding",
+    "EmbeddingBag",
     "FeatureAlphaDropout",
     "Flatten",
     "Fold",
@@ -185,6 +189,9 @@ __all__ = [
     "MaxPool1d",
     "MaxPool2d",
     "MaxPool3d",
+    "MaxUnpool1d",
+    "MaxUnpool2d",
+    "MaxUnpool3d",
     "Mish",
     "Module",
     "ModuleDict",

@@ -195,3 +195,36 @@ class LPPool2d(_LPPoolNd):
 class LPPool3d(_LPPoolNd):
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         return F.lp_pool3d(input, float(self.norm_type), self.kernel_size, self.stride, self.ceil_mode)
+
+
+class _MaxUnpoolNd(Module):
+    spatial = 1
+
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0) -> None:
+        super().__init__()
+
+        def expand(value: Any) -> tuple[int, ...]:
+            return (value,) * self.spatial if isinstance(value, int) else tuple(value)
+
+        self.kernel_size = expand(kernel_size)
+        self.stride = expand(stride if stride is not None else kernel_size)
+        self.padding = expand(padding)
+
+    def forward(self, input: Tensor, indices: Tensor, output_size: Any = None) -> Tensor:  # noqa: A002
+        unpool = {1: F.max_unpool1d, 2: F.max_unpool2d, 3: F.max_unpool3d}[self.spatial]
+        return unpool(input, indices, self.kernel_size, self.stride, self.padding, output_size)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpoolNd):
+    spatial = 1
+
+
+class MaxUnpool2d(_MaxUnpoolNd):
+    spatial = 2
+
+
+class MaxUnpool3d(_MaxUnpoolNd):
+    spatial = 3
