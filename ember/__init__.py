@@ -31,7 +31,7 @@ from ember.core.matrix_structure import (
 )
 from ember.core.products import cdist, tensordot
 from ember.core.arithmetic_forms import rsub
-from ember.core.calculus import cumulative_trapezoid, trapezoid, trapz
+from ember.core.calculus import cumulative_trapezoid, gradient, trapezoid, trapz
 from ember.core.number_ops import isin
 from ember.core.searching import bucketize, searchsorted
 from ember.core.stacking import (
@@ -39,7 +39,7 @@ from ember.core.stacking import (
 )
 from ember.core.tensor import Tensor, is_tensor, realize
 from ember.core.tensor_attributes import imag, real
-from ember.core.windows import bartlett_window, blackman_window, hamming_window, hann_window
+from ember.core.windows import bartlett_window, blackman_window, hamming_window, hann_window, kaiser_window
 from ember.scheduler.devices import get_default_device, set_default_device
 from ember.scheduler.profile import profile
 
@@ -61,6 +61,9 @@ from ember.io import load, save  # noqa: E402
 # x.gather(1, index)): every Tensor method named like a torch.* function (see ember/function_forms.py)
 from ember import torch_names  # noqa: E402
 from ember.function_forms import function_forms  # noqa: E402
+from ember.torch_level import (  # noqa: E402
+    bilinear, chain_matmul, constant_pad_nd, dtype, feature_alpha_dropout, fill, is_storage, max_pool1d_with_indices,
+)
 
 globals().update(function_forms(Tensor, globals()))
 del function_forms

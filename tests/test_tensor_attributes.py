@@ -258,3 +258,70 @@ def test_random_fills_and_rng_state(device: str) -> None:
     np.testing.assert_array_equal(em.rand(5, device=device).numpy(), first)
     with pytest.raises(TypeError):
         em.set_rng_state(em.ones(3))
+
+
+def test_gradient_matches_torch(device: str) -> None:
+    check = BatchedChecks(atol=1e-5, rtol=1e-5)
+    y, ty = pair(random_array((4, 5)), device, requires_grad=True)
+    coordinates = np.sort(random_array((5,), seed=2)) + np.arange(5, dtype=np.float32)
+    c, tc = pair(coordinates, device)
+    cases = [({}, {}), ({"spacing": 0.5}, {"spacing": 0.5}), ({"dim": 1, "edge_order": 2}, {"dim": 1, "edge_order": 2}),
+             ({"spacing": [2.0, 0.5]}, {"spacing": [2.0, 0.5]}), ({"dim": -1, "spacing": (c,)}, {"dim": -1,
+                                                                                                  "spacing": (tc,)})]
+    for ours, theirs in cases:
+        check(list(em.gradient(y, **ours)), list(torch.gradient(ty, **theirs)), str(theirs))
+    result, expected = em.gradient(y, dim=0, edge_order=2)[0], torch.gradient(ty, dim=0, edge_order=2)[0]
+    weights = random_array((4, 5), seed=7)
+    (result * em.tensor(weights, device=device)).sum().backward()
+    (expected * torch.tensor(weights)).sum().backward()
+    check(y.grad, ty.grad, "gradient of gradient")
+    i, ti = pair(np.array([1, 2, 4, 7]), device)
+    check(list(em.gradient(i)), list(torch.gradient(ti)), "int input")
+    check.verify()
+    for call in (lambda m: m.gradient(m.ones(2), edge_order=2), lambda m: m.gradient(m.ones(3, 3), spacing=[1.0])):
+        with pytest.raises(RuntimeError):
+            call(torch)
+        with pytest.raises(RuntimeError):
+            call(em)
+
+
+def test_i0_and_kaiser_window_match_torch(device: str) -> None:
+    check = BatchedChecks(atol=0, rtol=2e-6)
+    data = np.concatenate([np.linspace(-95, 95, 381), [0.0, 29.99, 30.01, 88.7, 88.8]]).astype(np.float32)
+    x, tx = pair(data, device, requires_grad=True)
+    result, expected = x.i0(), tx.i0()
+    check(result, expected, "i0 float32")
+    check(em.i0(em.tensor([0, 3, -7], device=device)), torch.i0(torch.tensor([0, 3, -7])), "int i0")
+    moderate = np.abs(data) < 80
+    weights = moderate.astype(np.float32) * 1e-30  # i0's derivative is I1; keep the sum finite
+    (result * em.tensor(weights, device=device)).sum().backward()
+    (expected * torch.tensor(weights)).sum().backward()
+    check(x.grad, tx.grad, "i0 gradient", atol=1e-35, rtol=1e-4)
+    for length in (0, 1, 2, 7, 16):
+        for periodic in (True, False):
+            for beta in (12.0, 5.0):
+                check(em.kaiser_window(length, periodic, beta, device=device),
+                      torch.kaiser_window(length, periodic, beta), f"kaiser {length} {periodic} {beta}", atol=1e-6)
+    check.verify()
+
+
+def test_torch_level_functions_match_torch(device: str) -> None:
+    check = BatchedChecks(atol=1e-6, rtol=1e-6)
+    x, tx = pair(random_array((2, 3)), device)
+    check(em.fill(x, 2.5), torch.fill(tx, 2.5), "fill")
+    check(em.fill(x, em.tensor(3.0, device=device)), torch.fill(tx, torch.tensor(3.0)), "fill tensor")
+    check(em.constant_pad_nd(x, (1, 2), 4.0), torch.constant_pad_nd(tx, (1, 2), 4.0), "constant_pad_nd")
+    a, ta = pair(random_array((3, 4), seed=1), device)
+    b, tb = pair(random_array((4, 2), seed=2), device)
+    with pytest.warns(UserWarning, match="deprecated"):
+        check(em.chain_matmul(x, a, b), torch.chain_matmul(tx, ta, tb), "chain_matmul")
+    w, tw = pair(random_array((5, 3, 4), seed=3), device)
+    check(em.bilinear(x, a[:2], w, None), torch.bilinear(tx, ta[:2], tw, None), "bilinear")
+    p, tp = pair(random_array((2, 3, 8)), device)
+    check(list(em.max_pool1d_with_indices(p, 2)), list(torch.max_pool1d_with_indices(tp, 2)), "max_pool1d_with_indices")
+    check.verify()
+    assert isinstance(x.dtype, em.dtype) and em.is_storage(x) is torch.is_storage(tx) is False
+    with pytest.raises(RuntimeError):
+        torch.fill(tx, torch.ones(2))
+    with pytest.raises(RuntimeError):
+        em.fill(x, em.ones(2))

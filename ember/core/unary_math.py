@@ -120,6 +120,11 @@ class UnaryMathOps:
     def erfc(self: Tensor) -> Tensor:
         return _in_compute_precision(_erfc)(self._float_operand())
 
+    def i0(self: Tensor) -> Tensor:
+        """The modified Bessel function of the first kind of order 0 (torch.i0): its power series up to |x| = 30,
+        its asymptotic expansion beyond (integer inputs give floats)."""
+        return _in_compute_precision(_i0)(self._float_operand())
+
     # ---- activations --------------------------------------------------------------------------------------------
 
     def relu(self: Tensor) -> Tensor:
@@ -392,6 +397,32 @@ def _erfc(x: Tensor) -> Tensor:
     tail = _erfc_nonnegative(x.abs())
     outer = (x._constant(2.0) - tail).where(x < 0, tail)
     return (x._constant(1.0) - _erf_series(x)).where(x.abs() < 0.5, outer)
+
+
+I0_SERIES_LIMIT = 30.0  # |x| up to which the power series is summed (its terms peak near k = |x| / 2)
+I0_SERIES_TERMS = 64
+I0_ASYMPTOTIC_TERMS = 12
+
+
+def _i0(x: Tensor) -> Tensor:
+    """sum_k (x^2/4)^k / (k!)^2 for small |x|; e^|x| / sqrt(2 pi |x|) * sum_k ((2k-1)!!)^2 / (k! (8|x|)^k) beyond."""
+    magnitude = x.abs()
+    near = magnitude <= I0_SERIES_LIMIT
+    small = magnitude.where(near, x._constant(0.0))  # each branch sees only inputs it is accurate (and finite) for
+    quarter_square = small * small * 0.25
+    term, total = x._constant(1.0), x._constant(1.0)
+    for k in range(1, I0_SERIES_TERMS):
+        term = term * quarter_square * (1.0 / (k * k))
+        total = total + term
+    large = magnitude.where(near.logical_not(), x._constant(I0_SERIES_LIMIT + 1))
+    inverse = 1.0 / (large * 8.0)
+    coefficient, correction, power = 1.0, x._constant(1.0), x._constant(1.0)
+    for k in range(1, I0_ASYMPTOTIC_TERMS):
+        coefficient *= (2 * k - 1) ** 2 / k
+        power = power * inverse
+        correction = correction + power * coefficient
+    asymptotic = large.exp() * (correction * (large * (2 * math.pi)).rsqrt())  # e^|x| overflows where torch's does
+    return total.where(near, asymptotic)
 
 
 def _gelu(x: Tensor) -> Tensor:

@@ -1,4 +1,4 @@
-"""torch's window functions for signal processing: hann, hamming, bartlett and blackman windows."""
+"""torch's window functions for signal processing: hann, hamming, bartlett, blackman and kaiser windows."""
 
 from __future__ import annotations
 
@@ -71,3 +71,15 @@ def blackman_window(window_length: int, periodic: bool = True, *, dtype: Any = N
         return positions
     angle = positions * (2 * math.pi / span)
     return _finish(0.42 - 0.5 * angle.cos() + 0.08 * (angle * 2).cos(), requires_grad)
+
+
+def kaiser_window(window_length: int, periodic: bool = True, beta: float = 12.0, *, dtype: Any = None,
+                  device: Any = None, requires_grad: bool = False, **options: Any) -> Tensor:
+    """I0(beta * sqrt(1 - ((n - N/2) / (N/2))^2)) / I0(beta), N = length (periodic) or length - 1."""
+    positions, span = _positions("kaiser_window", window_length, periodic, dtype, device, requires_grad)
+    if not span:
+        return positions
+    half = span / 2
+    ratio = (positions - half) / half
+    argument = ((1 - ratio * ratio).clamp_min(0)).sqrt() * beta
+    return _finish(argument.i0() / positions._full((), beta, positions.dtype, positions.device).i0(), requires_grad)
