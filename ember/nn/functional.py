@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ember.core.convolution import IntOrInts
+from ember.core.grid_sampling import affine_grid, grid_sample  # noqa: F401 - part of nn.functional
 from ember.core.tensor import Tensor
 from ember.nn.bags_and_unpooling import embedding_bag, max_unpool1d, max_unpool2d, max_unpool3d  # noqa: F401
 from ember.nn.composed_functional import (  # noqa: F401 - part of nn.functional
