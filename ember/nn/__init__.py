@@ -106,7 +106,9 @@ from ember.nn.pooling import (
 from ember.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from ember.nn.shuffle import ChannelShuffle, PixelShuffle, PixelUnshuffle
 from ember.nn.sparse import Embedding, EmbeddingBag
-from ember.nn.transformer import TransformerEncoder, TransformerEncoderLayer
+from ember.nn.transformer import (
+    Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer,
+)
 from ember.nn.upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 
 __all__ = [
@@ -235,6 +237,9 @@ __all__ = [
     "Tanh",
     "Tanhshrink",
     "Threshold",
+    "Transformer",
+    "TransformerDecoder",
+    "TransformerDecoderLayer",
     "TransformerEncoder",
     "TransformerEncoderLayer",
     "TripletMarginLoss",
