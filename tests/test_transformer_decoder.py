@@ -12,6 +12,8 @@ import torch
 import ember as em
 from tests.helpers import BatchedChecks, pair
 
+pytestmark = pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")  # torch's note on its fast path
+
 
 def _compare(ember_module: Any, torch_module: Any, inputs: list[np.ndarray], device: str, label: str,
              **options: Any) -> None:
