@@ -35,8 +35,6 @@ NOT_FUNCTION_FORMS: dict[str, str] = {
     "poisson_nll_loss": "torch's takes reduction as an integer enum; use ember.nn.functional.poisson_nll_loss",
     "instance_norm": "torch.instance_norm(input, weight, bias, running_mean, running_var, use_input_stats, ...) "
                      "orders its arguments differently; use ember.nn.functional.instance_norm",
-    "adaptive_max_pool1d": "torch.adaptive_max_pool1d returns (values, indices); use "
-                           "ember.nn.functional.adaptive_max_pool1d",
 }
 
 

@@ -1,6 +1,6 @@
 """torch.* functions that are not the function form of a Tensor method (function_forms.py makes those): fill,
-constant_pad_nd, bilinear, chain_matmul, feature_alpha_dropout, max_pool1d/2d/3d_with_indices, is_storage, and
-`dtype`, the class of ember's dtypes."""
+constant_pad_nd, bilinear, chain_matmul, feature_alpha_dropout, max_pool1d_with_indices, adaptive_max_pool1d (which
+returns indices too), is_storage, and `dtype`, the class of ember's dtypes."""
 
 from __future__ import annotations
 
@@ -56,6 +56,11 @@ def feature_alpha_dropout(input: Tensor, p: float, train: bool) -> Tensor:  # no
 def max_pool1d_with_indices(input: Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0,  # noqa: A002
                             dilation: Any = 1, ceil_mode: bool = False) -> tuple[Tensor, Tensor]:
     return input.max_pool1d(kernel_size, stride or None, padding, dilation, ceil_mode, True)
+
+
+def adaptive_max_pool1d(input: Tensor, output_size: Any) -> tuple[Tensor, Tensor]:  # noqa: A002
+    """torch.adaptive_max_pool1d: (values, indices), unlike nn.functional's, which returns the values alone."""
+    return input.adaptive_max_pool1d(output_size, True)
 
 
 def is_storage(obj: Any) -> bool:

@@ -506,3 +506,27 @@ def test_max_unpool_and_embedding_bag_match_torch(device: str) -> None:
             call(torch, TF)
         with pytest.raises(type(torch_error.value)):
             call(em, EF)
+
+
+def test_adaptive_max_pool_indices_match_torch(device: str) -> None:
+    check = BatchedChecks(atol=1e-6, rtol=1e-6)
+    for spatial, shape, size in ((1, (2, 3, 7), 3), (2, (2, 2, 5, 6), (2, 4)), (3, (1, 2, 4, 3, 5), (2, 2, 3))):
+        data = random_array(shape)
+        data.reshape(-1)[::7] = 1.5  # ties: the first position wins, as in torch
+        x, tx = pair(data, device, requires_grad=True)
+        name = f"adaptive_max_pool{spatial}d"
+        values, indices = getattr(EF, name)(x, size, return_indices=True)
+        expected_values, expected_indices = getattr(TF, name)(tx, size, return_indices=True)
+        check(values, expected_values, f"{name} values")
+        check(indices, expected_indices, f"{name} indices")
+        check(list(getattr(EF, f"{name}_with_indices")(x, size)), list(getattr(TF, f"{name}_with_indices")(tx, size)),
+              f"{name}_with_indices")
+        weights = random_array(tuple(expected_values.shape), seed=4)
+        (values * em.tensor(weights, device=device)).sum().backward()
+        (expected_values * torch.tensor(weights)).sum().backward()
+        check(x.grad, tx.grad, f"{name} gradient")
+    x, tx = pair(random_array((2, 3, 7)), device)
+    check(list(em.adaptive_max_pool1d(x, 2)), list(torch.adaptive_max_pool1d(tx, 2)), "torch.adaptive_max_pool1d")
+    check(list(em.nn.AdaptiveMaxPool1d(3, return_indices=True)(x)),
+          list(torch.nn.AdaptiveMaxPool1d(3, return_indices=True)(tx)), "AdaptiveMaxPool1d")
+    check.verify()

@@ -140,24 +140,31 @@ def adaptive_avg_pool3d(input: Tensor, output_size: IntOrInts) -> Tensor:  # noq
     return input.adaptive_avg_pool3d(output_size)
 
 
-def _no_adaptive_indices(return_indices: bool, op: str) -> None:
-    if return_indices:
-        raise NotImplementedError(f"{op}: return_indices=True is not supported by ember; use return_indices=False")
+def adaptive_max_pool1d(input: Tensor, output_size: IntOrInts, return_indices: bool = False) -> Any:  # noqa: A002
+    return input.adaptive_max_pool1d(output_size, return_indices)
 
 
-def adaptive_max_pool1d(input: Tensor, output_size: IntOrInts, return_indices: bool = False) -> Tensor:  # noqa: A002
-    _no_adaptive_indices(return_indices, "adaptive_max_pool1d")
-    return input.adaptive_max_pool1d(output_size)
+def adaptive_max_pool2d(input: Tensor, output_size: IntOrInts, return_indices: bool = False) -> Any:  # noqa: A002
+    return input.adaptive_max_pool2d(output_size, return_indices)
 
 
-def adaptive_max_pool2d(input: Tensor, output_size: IntOrInts, return_indices: bool = False) -> Tensor:  # noqa: A002
-    _no_adaptive_indices(return_indices, "adaptive_max_pool2d")
-    return input.adaptive_max_pool2d(output_size)
+def adaptive_max_pool3d(input: Tensor, output_size: IntOrInts, return_indices: bool = False) -> Any:  # noqa: A002
+    return input.adaptive_max_pool3d(output_size, return_indices)
 
 
-def adaptive_max_pool3d(input: Tensor, output_size: IntOrInts, return_indices: bool = False) -> Tensor:  # noqa: A002
-    _no_adaptive_indices(return_indices, "adaptive_max_pool3d")
-    return input.adaptive_max_pool3d(output_size)
+def adaptive_max_pool1d_with_indices(input: Tensor, output_size: IntOrInts,  # noqa: A002
+                                     return_indices: bool = True) -> tuple[Tensor, Tensor]:
+    return input.adaptive_max_pool1d(output_size, True)
+
+
+def adaptive_max_pool2d_with_indices(input: Tensor, output_size: IntOrInts,  # noqa: A002
+                                     return_indices: bool = True) -> tuple[Tensor, Tensor]:
+    return input.adaptive_max_pool2d(output_size, True)
+
+
+def adaptive_max_pool3d_with_indices(input: Tensor, output_size: IntOrInts,  # noqa: A002
+                                     return_indices: bool = True) -> tuple[Tensor, Tensor]:
+    return input.adaptive_max_pool3d(output_size, True)
 
 
 def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:  # noqa: A002
