@@ -325,3 +325,42 @@ def test_torch_level_functions_match_torch(device: str) -> None:
         torch.fill(tx, torch.ones(2))
     with pytest.raises(RuntimeError):
         em.fill(x, em.ones(2))
+
+
+def test_resize_matches_torch(device: str) -> None:
+    check = BatchedChecks(atol=0, rtol=0)
+    data = random_array((2, 3))
+    for sizes in ((3, 2), (4,), ((1, 2, 2),), (6,)):
+        x, tx = pair(data, device)
+        assert x.resize_(*sizes) is x
+        tx.resize_(*sizes)
+        check(x, tx, f"resize_ {sizes}")
+    x, tx = pair(data, device)
+    x.resize_as_(em.ones(3, 2, device=device))
+    tx.resize_as_(torch.ones(3, 2))
+    check(x, tx, "resize_as_")
+    check.verify()
+    x = em.ones(2, 3, device=device)
+    assert x.resize_(9).shape == tuple(torch.ones(2, 3).resize_(9).shape)  # new elements: torch's are uninitialized
+    for module in (torch, em):
+        with pytest.raises(RuntimeError):
+            module.ones(2, requires_grad=True).resize_(3)
+
+
+def test_matrix_exp_matches_torch(device: str) -> None:
+    check = BatchedChecks(atol=1e-4, rtol=1e-4)
+    generator = np.random.default_rng(0)
+    for scale in (0.1, 1.0, 3.0):
+        data = (generator.normal(size=(3, 4, 4)) * scale).astype(np.float32)
+        x, tx = pair(data, device, requires_grad=True)
+        result, expected = em.matrix_exp(x), torch.matrix_exp(tx)
+        check(result, expected, f"scale {scale}", rtol=2e-5)
+        check(em.linalg.matrix_exp(x), torch.linalg.matrix_exp(tx), "linalg", rtol=2e-5)
+        weights = generator.normal(size=(3, 4, 4)).astype(np.float32)
+        (result * em.tensor(weights, device=device)).sum().backward()
+        (expected * torch.tensor(weights)).sum().backward()
+        check(x.grad, tx.grad, f"scale {scale} gradient", rtol=1e-3)
+    check.verify()
+    for module in (torch, em):
+        with pytest.raises(RuntimeError):
+            module.matrix_exp(module.ones(2, 3))

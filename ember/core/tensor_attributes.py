@@ -12,8 +12,8 @@ if TYPE_CHECKING:
 
 
 class TensorAttributeOps:
-    """Mixin: data, get_device, sum_to_size, conj, resolve_conj, resolve_neg, conj_physical, is_conj, is_neg,
-    real, imag, adjoint, H, mH."""
+    """Mixin: data, get_device, dim_order, new_empty_strided, sum_to_size, resize_, resize_as_, and the complex
+    views (conj, resolve_conj, resolve_neg, conj_physical, is_conj, is_neg, real, imag, adjoint, H, mH)."""
 
     __slots__ = ()
 
@@ -63,6 +63,28 @@ class TensorAttributeOps:
             leading + index for index, wanted in enumerate(target) if wanted == 1 and self.shape[leading + index] != 1)
         result = self.sum(dims, keepdim=True) if dims else self
         return result.reshape(target)
+
+    def resize_(self: Tensor, *sizes: Any, memory_format: Any = None) -> Tensor:
+        """Give this tensor the shape `sizes`, keeping its first elements in row-major order; elements beyond the old
+        ones are zeros (torch leaves them uninitialized). A tensor that requires grad cannot be resized."""
+        from ember.core.errors import AutogradError
+
+        shape = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else tuple(sizes)
+        if any(not isinstance(size, int) or size < 0 for size in shape):
+            raise ShapeError(f"resize_: sizes must be non-negative ints, got {shape}")
+        if self.requires_grad:
+            raise AutogradError("cannot resize variables that require grad")
+        count = 1
+        for size in shape:
+            count *= size
+        flat = self.reshape(-1)
+        kept = flat.narrow(0, 0, min(count, flat.shape[0]))
+        if count > flat.shape[0]:
+            kept = kept._pad_and_shrink([(0, count - flat.shape[0])], 0)
+        return self._assign_view(kept.reshape(shape))
+
+    def resize_as_(self: Tensor, other: Tensor, memory_format: Any = None) -> Tensor:
+        return self.resize_(tuple(other.shape))
 
     # ---- complex views of a real tensor ---------------------------------------------------------------------------
 
