@@ -14,6 +14,7 @@ from typing import Any
 SETTINGS: dict[str, str] = {
     "EMBER_DEVICE": "the default device (unset: the first available of c, opencl, wgpu, cuda)",
     "EMBER_DEBUG": "debug output 1..5: realizes, kernels with times, IR, generated source, copies (unset: 0)",
+    "EMBER_VIZ": "a folder where every realize writes its graph as Graphviz DOT, kernels as clusters (unset: none)",
     "EMBER_NOOPT": "1 disables every optional IR transform (unset: transforms on)",
     "EMBER_CACHE_DIR": "the disk cache folder (unset: $XDG_CACHE_HOME/ember or ~/.cache/ember)",
     "EMBER_TEST_DEVICES": "backends the test suite runs on (unset: c,opencl,wgpu)",

@@ -173,7 +173,8 @@ def test_shuffles_match_torch(device: str) -> None:
     check(em.nn.PixelUnshuffle(2)(x), torch.nn.PixelUnshuffle(2)(tx), "PixelUnshuffle")
     check(em.nn.ChannelShuffle(4)(x), torch.nn.ChannelShuffle(4)(tx), "ChannelShuffle")
     check.verify()
-    for call in (lambda m, F: F.pixel_shuffle(m.ones(1, 3, 2, 2), 2), lambda m, F: F.pixel_unshuffle(m.ones(1, 1, 3, 4), 2),
+    for call in (lambda m, F: F.pixel_shuffle(m.ones(1, 3, 2, 2), 2),
+                 lambda m, F: F.pixel_unshuffle(m.ones(1, 1, 3, 4), 2),
                  lambda m, F: F.pixel_shuffle(m.ones(4, 2), 2), lambda m, F: F.channel_shuffle(m.ones(1, 5, 2), 2)):
         with pytest.raises(RuntimeError):
             call(torch, TF)
@@ -400,7 +401,8 @@ def test_alpha_dropout_keeps_mean_and_variance(device: str) -> None:
 PAD_MODULES = [("ConstantPad1d", (2, 1.5), 3), ("ConstantPad2d", ((1, 0, 2, 1), -1.0), 4),
                ("ConstantPad3d", (1, 0.5), 5), ("ZeroPad1d", ((0, 2),), 3), ("ZeroPad2d", (1,), 4),
                ("ZeroPad3d", ((1, 0, 0, 1, 1, 1),), 5), ("ReflectionPad1d", (2,), 3),
-               ("ReflectionPad2d", ((1, 2, 0, 1),), 4), ("ReflectionPad3d", (1,), 5), ("ReplicationPad1d", ((3, 1),), 3),
+               ("ReflectionPad2d", ((1, 2, 0, 1),), 4), ("ReflectionPad3d", (1,), 5),
+               ("ReplicationPad1d", ((3, 1),), 3),
                ("ReplicationPad2d", (2,), 4), ("ReplicationPad3d", ((1, 0, 1, 0, 0, 2),), 5),
                ("CircularPad1d", (1,), 3), ("CircularPad2d", ((1, 2, 2, 0),), 4), ("CircularPad3d", (1,), 5)]
 

@@ -127,3 +127,13 @@ def test_corrupt_and_truncated_files_raise_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="not an ember Tensor"):
         save_safetensors({"x": np.ones(2)}, tmp_path / "bad.safetensors")
     assert load_safetensors(_write(tmp_path / "nothing.safetensors", {"__metadata__": {"a": "b"}})) == {}
+
+
+def test_loading_reads_only_the_header(tmp_path: Path) -> None:
+    """Tensors stay memory-mapped on disk until a kernel needs them; nothing is copied or computed on load."""
+    path = tmp_path / "lazy.safetensors"
+    save_safetensors({"weight": em.arange(6, dtype=em.float32).reshape(2, 3)}, path)
+    with em.profile() as record:
+        loaded = load_safetensors(path)
+    assert loaded["weight"].device == "disk:0" and not record.copies and not record.kernels
+    np.testing.assert_array_equal((loaded["weight"] * 2).numpy(), np.arange(6).reshape(2, 3) * 2)

@@ -408,6 +408,24 @@ def test_load_state_dict_strict_and_errors() -> None:
         model.load_state_dict([1, 2])
 
 
+def test_skip_init_and_assign_keep_checkpoint_tensors_where_they_are(tmp_path: Any) -> None:
+    """Layers made inside skip_init run no kernels; assign=True keeps a memory-mapped checkpoint on disk (torch's
+    assign keeps the checkpoint tensor's device too), so a model loads without computing or copying anything."""
+    from ember.io import load_safetensors, save_safetensors
+
+    source = enn.Linear(3, 2)
+    save_safetensors(source.state_dict(), tmp_path / "linear.safetensors")
+    with em.profile() as record:
+        with enn.init.skip_init():
+            model = enn.Linear(3, 2)
+        model.load_state_dict(load_safetensors(tmp_path / "linear.safetensors"), assign=True)
+    assert not record.kernels and not record.copies and model.weight.device == "disk:0"
+    inputs = em.randn(4, 3)
+    np.testing.assert_allclose(model(inputs).numpy(), source(inputs).numpy(), rtol=1e-6)
+    initialized = enn.Linear(3, 2)  # outside the block, init writes again
+    assert initialized.weight.node.realized and initialized.weight.abs().sum().item() > 0
+
+
 def test_module_to_device_dtype_keeps_parameter_objects(device: str) -> None:
     model = enn.Sequential(enn.Linear(3, 2), enn.BatchNorm1d(2))
     weight = model[0].weight

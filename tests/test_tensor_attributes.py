@@ -285,23 +285,14 @@ def test_gradient_matches_torch(device: str) -> None:
             call(em)
 
 
-def test_i0_and_kaiser_window_match_torch(device: str) -> None:
-    check = BatchedChecks(atol=0, rtol=2e-6)
-    data = np.concatenate([np.linspace(-95, 95, 381), [0.0, 29.99, 30.01, 88.7, 88.8]]).astype(np.float32)
-    x, tx = pair(data, device, requires_grad=True)
-    result, expected = x.i0(), tx.i0()
-    check(result, expected, "i0 float32")
-    check(em.i0(em.tensor([0, 3, -7], device=device)), torch.i0(torch.tensor([0, 3, -7])), "int i0")
-    moderate = np.abs(data) < 80
-    weights = moderate.astype(np.float32) * 1e-30  # i0's derivative is I1; keep the sum finite
-    (result * em.tensor(weights, device=device)).sum().backward()
-    (expected * torch.tensor(weights)).sum().backward()
-    check(x.grad, tx.grad, "i0 gradient", atol=1e-35, rtol=1e-4)
+def test_kaiser_window_matches_torch(device: str) -> None:
+    """kaiser_window is a ratio of i0 values (special_functions.py's i0, tested with it)."""
+    check = BatchedChecks(atol=1e-6, rtol=2e-6)
     for length in (0, 1, 2, 7, 16):
         for periodic in (True, False):
             for beta in (12.0, 5.0):
                 check(em.kaiser_window(length, periodic, beta, device=device),
-                      torch.kaiser_window(length, periodic, beta), f"kaiser {length} {periodic} {beta}", atol=1e-6)
+                      torch.kaiser_window(length, periodic, beta), f"kaiser {length} {periodic} {beta}")
     check.verify()
 
 

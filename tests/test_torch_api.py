@@ -162,13 +162,6 @@ atleast_2d addcmul addmm baddbmm relu_ exp_ sigmoid_ clamp_ interpolate cosine_s
 """.split()
 
 
-# First-hour names issue 11 gives to work done on other branches (inverse trigonometry, binary math and closeness;
-# sorting and selection, fold/unfold and transposed convolutions; diagonals and linalg): until those are merged
-# they may be missing, and `python -m ember parity` lists them. Everything else must be there already. Delete
-# this set once they are all present.
-ADDED_ON_OTHER_BRANCHES = set("""
-acos asin atan acosh asinh atanh sinh cosh atan2 copysign logaddexp logaddexp2 hypot isclose allclose
-""".split())
 
 
 def test_first_hour_names_exist_wherever_torch_has_them() -> None:
@@ -193,8 +186,7 @@ def test_first_hour_names_exist_wherever_torch_has_them() -> None:
                     missing.append(label + name)
         assert found_in_torch, f"{name} is not a torch name"
     assert missing == missing_first_hour(), "the parity report computes the same gap from the committed names"
-    missing_here = [label for label in missing if label.rsplit(".", 1)[-1] not in ADDED_ON_OTHER_BRANCHES]
-    assert not missing_here, f"missing first-hour names: {', '.join(missing_here)}"
+    assert not missing, f"missing first-hour names: {', '.join(missing)}"
 
 
 def test_committed_torch_names_match_the_installed_torch() -> None:

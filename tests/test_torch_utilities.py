@@ -12,7 +12,7 @@ import torch
 import ember as em
 from ember.core.in_place import NOT_IN_PLACE_FORMS, VIEW_IN_PLACE
 from ember.torch_names import TENSOR_METHODS
-from tests.helpers import EMBER_DTYPES, TORCH_DTYPES, BatchedChecks, assert_close, pair, random_array
+from tests.helpers import EMBER_DTYPES, TORCH_DTYPES, BatchedChecks, pair, random_array
 
 FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 INTEGER_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32,
@@ -87,7 +87,8 @@ def test_result_type_and_can_cast_match_torch(device: str) -> None:
         "int64 scalar tensor": (em.tensor(5, device=device), torch.tensor(5)),
         "float16 vector": (em.ones(2, dtype=em.float16, device=device), torch.ones(2, dtype=torch.float16)),
         "bool vector": (em.tensor([True], device=device), torch.tensor([True])),
-        "float64 scalar tensor": (em.tensor(1.0, dtype=em.float64, device=device), torch.tensor(1.0, dtype=torch.float64)),
+        "float64 scalar tensor": (em.tensor(1.0, dtype=em.float64, device=device),
+                                  torch.tensor(1.0, dtype=torch.float64)),
         "int": (3, 3), "float": (2.5, 2.5), "bool": (True, True),
     }
     for first_name, (first, torch_first) in samples.items():

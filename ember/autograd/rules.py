@@ -170,7 +170,7 @@ BACKWARD: dict[Op, Rule] = {
     Op.MUL: lambda step, grad: (grad * step.sources[1], grad * step.sources[0]),
     Op.DIV: lambda step, grad: (
         grad / step.sources[1],
-        -grad * step.sources[0] / (step.sources[1] * step.sources[1]),
+        -grad * (step.output / step.sources[1]),  # torch's (a / b) / b: no overflow of b^2 or of grad * a
     ),
     Op.IDIV: _not_differentiable,
     Op.MOD: _not_differentiable,

@@ -1,11 +1,11 @@
-"""torch's fused arithmetic forms as compositions: addcmul, addcdiv, the scaled sums of products (addmv, addr,
-baddbmm, addbmm, and addmm's rule), vdot, positive and rsub."""
+"""torch's fused arithmetic forms as compositions: the scaled sums of products (addmv, addr, baddbmm, addbmm, and
+addmm's rule), vdot and rsub."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ember.core.errors import DTypeError, ShapeError
+from ember.core.errors import ShapeError
 from ember.core.shapes import broadcast_shapes
 
 if TYPE_CHECKING:
@@ -27,27 +27,9 @@ def scaled_sum(input: Tensor, product: Tensor, beta: Number, alpha: Number, op: 
 
 
 class ArithmeticFormOps:
-    """Mixin: addcmul, addcdiv, addmv, addr, baddbmm, addbmm, vdot, positive."""
+    """Mixin: addmv, addr, baddbmm, addbmm, vdot (addcmul and addcdiv are binary_math's)."""
 
     __slots__ = ()
-
-    def addcmul(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Number = 1) -> Tensor:
-        """self + value * tensor1 * tensor2, all three broadcast and promoted together (torch.addcmul)."""
-        product = tensor1 * tensor2
-        if value != 1:
-            product = product * (int(value) if _integral(self, product) else value)
-        return self + product
-
-    def addcdiv(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Number = 1) -> Tensor:
-        """self + value * tensor1 / tensor2 (torch.addcdiv; integer tensor1 and tensor2 are an error, as in torch)."""
-        first_dtype = getattr(tensor1, "dtype", None)
-        second_dtype = getattr(tensor2, "dtype", None)
-        if first_dtype is not None and second_dtype is not None and not first_dtype.is_float \
-                and not second_dtype.is_float:
-            raise DTypeError(f"addcdiv: integer division is not supported (tensor1 is {first_dtype.name}, tensor2 "
-                             f"{second_dtype.name}); use addcmul with the reciprocal or cast them to a float dtype")
-        quotient = tensor1 / tensor2
-        return self + (quotient if value == 1 else quotient * value)
 
     def addmv(self: Tensor, mat: Tensor, vec: Tensor, *, beta: Number = 1, alpha: Number = 1) -> Tensor:
         """beta * self + alpha * (mat @ vec) (torch.addmv)."""
@@ -82,12 +64,6 @@ class ArithmeticFormOps:
                              f"{getattr(other, 'shape', type(other).__name__)}")
         return self.dot(other)
 
-    def positive(self: Tensor) -> Tensor:
-        """self (torch.positive, unary +); a bool tensor is an error, as in torch."""
-        if self.dtype.is_bool:
-            raise DTypeError("positive: the `+` operator on a bool tensor is not supported (as in PyTorch)")
-        return self
-
 
 def rsub(input: Tensor, other: Any, *, alpha: Number = 1) -> Tensor:  # noqa: A002 - torch's names
     """other - alpha * input (torch.rsub)."""
@@ -99,10 +75,6 @@ def rsub(input: Tensor, other: Any, *, alpha: Number = 1) -> Tensor:  # noqa: A0
     if isinstance(other, ElementwiseOps):
         return other - scaled
     return scaled.__rsub__(other)
-
-
-def _integral(*tensors: Tensor) -> bool:
-    return all(not tensor.dtype.is_float for tensor in tensors)
 
 
 def _check_batches(batch1: Tensor, batch2: Tensor, op: str) -> None:

@@ -67,7 +67,8 @@ def cumulative_trapezoid(y: Tensor, x: Any = None, *, dx: Any = None, dim: int =
     return areas.cumsum(axis)
 
 
-def gradient(input: Tensor, *, spacing: Any = 1, dim: Any = None, edge_order: int = 1) -> tuple[Tensor, ...]:  # noqa: A002
+def gradient(input: Tensor, *, spacing: Any = 1, dim: Any = None,  # noqa: A002 - torch's names
+             edge_order: int = 1) -> tuple[Tensor, ...]:
     """torch.gradient: the derivative along each dim by central differences inside and one-sided ones (of
     `edge_order` 1 or 2) at the ends; spacing is a number, one number per dim, or one coordinate tensor per dim."""
     if not hasattr(input, "_apply"):

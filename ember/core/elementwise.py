@@ -17,11 +17,14 @@ from ember.core.arithmetic import (
     pow_scalar_exponent,
     signs_differ,
 )
+from ember.core.binary_math import BinaryMathOps
 from ember.core.dtype import PYTHON_SCALARS, DType, can_cast, combine_result_types, to_dtype
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.logic import LogicOps
 from ember.core.ops import Composite, Op
 from ember.core.shapes import broadcast_shapes
+from ember.core.special_functions import SpecialFunctionOps
+from ember.core.trigonometry import TrigonometryOps
 from ember.core.unary_math import UnaryMathOps
 
 if TYPE_CHECKING:
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
 Number = int | float | bool
 
 
-class ElementwiseOps(UnaryMathOps, LogicOps):
+class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMathOps, LogicOps):
     """Mixin: every elementwise method. Needs `_apply`, `_full`, `shape`, `dtype`, `device` from the class."""
 
     __slots__ = ()
@@ -208,9 +211,6 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
             return base._recorded(Composite.POW, float_pow, (base, power))
         return integer_pow(base, power)
 
-    def float_power(self: Tensor, exponent: Any) -> Tensor:
-        return self.double().pow(exponent.double() if isinstance(exponent, ElementwiseOps) else float(exponent))
-
     def square(self: Tensor) -> Tensor:
         return self.pow(2)
 
@@ -239,9 +239,6 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
         return where(self != zero, result, zero - self._apply(Op.TRUNC))
 
     sgn = sign
-
-    def lerp(self: Tensor, end: Any, weight: Any) -> Tensor:
-        return self + (end - self) * weight
 
     # ---- comparison -----------------------------------------------------------------------------------------
 
@@ -328,20 +325,6 @@ class ElementwiseOps(UnaryMathOps, LogicOps):
         """The smaller of self and other elementwise; NaN wins (torch.minimum)."""
         left, right = self._operands(other, "minimum")
         return _minimum(left, right)
-
-    def fmax(self: Tensor, other: Any) -> Tensor:
-        """maximum that ignores a NaN when the other value is a number (torch.fmax)."""
-        left, right = self._operands(other, "fmax")
-        if not left.dtype.is_float:
-            return _maximum(left, right)
-        return where(left.isnan(), right, where(right.isnan(), left, _maximum(left, right)))
-
-    def fmin(self: Tensor, other: Any) -> Tensor:
-        """minimum that ignores a NaN when the other value is a number (torch.fmin)."""
-        left, right = self._operands(other, "fmin")
-        if not left.dtype.is_float:
-            return _minimum(left, right)
-        return where(left.isnan(), right, where(right.isnan(), left, _minimum(left, right)))
 
     def clamp(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
         """min(max(self, min), max): bounds are numbers or tensors; the dtype is torch.result_type of all three."""

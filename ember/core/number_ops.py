@@ -1,9 +1,8 @@
-"""Integer and float-representation ops: gcd, lcm (Euclid's algorithm unrolled), ldexp, frexp (from the bits),
-isreal, and isin (membership by comparing every pair)."""
+"""Float-representation and membership ops: frexp and nextafter (from the bits), isreal, and isin (membership by
+comparing every pair); gcd, lcm and ldexp are binary_math's."""
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 from ember.core import dtype as dtypes
@@ -16,46 +15,15 @@ if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
 # (integer dtype of the same size, mantissa bits, exponent bias) of each float dtype computed from its bits
-_FLOAT_LAYOUT: dict[str, tuple[DType, int, int]] = {"float32": (dtypes.int32, 23, 127), "float64": (dtypes.int64, 52, 1023)}
-_GOLDEN_RATIO = (1 + math.sqrt(5)) / 2
-
-
-def _euclid_steps(dtype: DType) -> int:
-    """An upper bound on Euclid's steps for values below 2^bits: consecutive Fibonacci numbers are the worst case."""
-    return math.ceil(dtype.bits * math.log(2) / math.log(_GOLDEN_RATIO)) + 2
+_FLOAT_LAYOUT: dict[str, tuple[DType, int, int]] = {
+    "float32": (dtypes.int32, 23, 127), "float64": (dtypes.int64, 52, 1023),
+}
 
 
 class NumberOps:
-    """Mixin: gcd, lcm, ldexp, frexp, isreal."""
+    """Mixin: frexp, nextafter, isreal."""
 
     __slots__ = ()
-
-    def _integer_operands(self: Tensor, other: Any, op: str) -> tuple[Tensor, Tensor]:
-        left, right = self._operands(other, op)
-        if not left.dtype.is_int:
-            raise DTypeError(f"{op}: only integer dtypes are supported (as in PyTorch), got {left.dtype.name}")
-        return left, right
-
-    def gcd(self: Tensor, other: Any) -> Tensor:
-        """The greatest common divisor of |self| and |other| elementwise (gcd(0, 0) = 0), integers only."""
-        left, right = self._integer_operands(other, "gcd")
-        return _gcd(left.abs(), right.abs())
-
-    def lcm(self: Tensor, other: Any) -> Tensor:
-        """The least common multiple of |self| and |other| elementwise (0 when either is 0), integers only."""
-        left, right = self._integer_operands(other, "lcm")
-        left, right = left.abs(), right.abs()
-        divisor = _gcd(left, right)
-        zero = divisor._full(divisor.shape, 0, divisor.dtype, divisor.device)
-        one = divisor._full(divisor.shape, 1, divisor.dtype, divisor.device)
-        safe = divisor.where(divisor != zero, one)
-        return left._apply(Op.IDIV, safe) * right
-
-    def ldexp(self: Tensor, other: Any) -> Tensor:
-        """self * 2 ** other, in a float dtype (torch.ldexp)."""
-        left, right = self._operands(other, "ldexp")
-        left = left._float_operand()
-        return left * right.cast(left.dtype).exp2()
 
     def frexp(self: Tensor) -> tuple[Tensor, Tensor]:
         """(mantissa, exponent) with self = mantissa * 2 ** exponent, 0.5 <= |mantissa| < 1 and an int32 exponent
@@ -94,17 +62,6 @@ class NumberOps:
     def isreal(self: Tensor) -> Tensor:
         """True everywhere: ember has no complex dtypes (torch.isreal)."""
         return self._full(self.shape, True, dtypes.bool_, self.device)
-
-
-def _gcd(left: Tensor, right: Tensor) -> Tensor:
-    """Euclid's algorithm on non-negative integers, unrolled for the dtype's worst case (one fused kernel)."""
-    zero = left._full(left.shape, 0, left.dtype, left.device)
-    one = left._full(left.shape, 1, left.dtype, left.device)
-    for _ in range(_euclid_steps(left.dtype)):
-        done = right == zero
-        remainder = left._apply(Op.MOD, right.where(done.logical_not(), one))
-        left, right = left.where(done, right), zero.where(done, remainder)
-    return left
 
 
 def _binary_exponent(value: Tensor, integer: DType, mantissa_bits: int, bias: int) -> Tensor:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType, to_dtype
 from ember.core.elementwise import where
-from ember.core.errors import AxisError, DTypeError, ShapeError
+from ember.core.errors import ArgumentError, AxisError, DTypeError, ShapeError
 from ember.core.ops import Op
 from ember.core.shapes import normalize_dim, normalize_dims, prod
 
@@ -266,7 +266,11 @@ class ReductionOps:
     def logcumsumexp(self: Tensor, dim: int) -> Tensor:
         """log(cumsum(exp(x))) along dim without overflow: a logsumexp over each prefix window (each has its own
         maximum, so a large later value does not flush an earlier prefix to -inf)."""
-        source = self._float_operand()
+        if not self.dtype.is_float:
+            raise DTypeError(f"logcumsumexp: needs a floating point tensor (as in PyTorch), got {self.dtype.name}")
+        if self.dtype in (dtypes.float16, dtypes.bfloat16):  # computed in float32, rounded once (as torch)
+            return self.cast(dtypes.float32).logcumsumexp(dim).cast(self.dtype)
+        source = self
         if source.ndim == 0:
             normalize_dim(dim, 0, "logcumsumexp")
             return source
@@ -294,6 +298,34 @@ class ReductionOps:
                 f"nanmean(dtype=ember.float32))"
             )
         return source.nansum(dim, keepdim) / source.isnan().logical_not().sum(dim, keepdim=keepdim)
+
+    def diff(self: Tensor, n: int = 1, dim: int = -1, prepend: Tensor | None = None, append: Tensor | None = None
+             ) -> Tensor:
+        """The n-th forward difference along dim (out[i] = x[i + 1] - x[i], n times; xor for bool), after joining
+        prepend and append along dim, as torch.diff."""
+        from ember.core.movement import cat
+
+        if not isinstance(n, int) or n < 0:
+            raise ArgumentError(f"diff: the order n must be a non-negative int, got {n!r}")
+        if self.ndim == 0:
+            raise ShapeError("diff: expects a tensor of at least one dim, got a 0-d tensor")
+        axis = normalize_dim(dim, self.ndim, "diff")
+        parts = []
+        for name, part in (("prepend", prepend), (None, self), ("append", append)):
+            if part is None:
+                continue
+            if name is not None and (not hasattr(part, "ndim") or part.ndim != self.ndim):
+                raise ShapeError(f"diff: {name} must be a tensor with the input's {self.ndim} dims, got "
+                                 f"{getattr(part, 'shape', type(part).__name__)}")
+            parts.append(part)
+        result = cat(parts, axis) if len(parts) > 1 else self
+        for _ in range(n):
+            size = result.shape[axis]
+            if size == 0:
+                break
+            later, earlier = result.narrow(axis, 1, size - 1), result.narrow(axis, 0, size - 1)
+            result = later.logical_xor(earlier) if result.dtype.is_bool else later - earlier
+        return result
 
 
 def _cumulative_extreme(self: Tensor, dim: int, name: str, minimum: bool) -> ValuesIndices:

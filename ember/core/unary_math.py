@@ -9,7 +9,7 @@ float16/bfloat16 inputs are computed in float32 and rounded once, as PyTorch doe
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ember.core import dtype as dtypes
@@ -33,15 +33,24 @@ ERFC_COEFFICIENTS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.1862880
                      1.48851587, -0.82215223, 0.17087277)
 
 
-def _in_compute_precision(function: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
-    """Run `function` on float32 for float16/bfloat16 input and round the result back once."""
+def _in_compute_precision(function: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """Run `function` on float32 for float16/bfloat16 operands (all of one dtype) and round the result back once."""
 
-    def wrapped(operand: Tensor) -> Tensor:
-        if operand.dtype in (dtypes.float16, dtypes.bfloat16):
-            return function(operand.cast(dtypes.float32)).cast(operand.dtype)
-        return function(operand)
+    def wrapped(*operands: Tensor) -> Tensor:
+        dtype = operands[0].dtype
+        if dtype in (dtypes.float16, dtypes.bfloat16):
+            return function(*(operand.cast(dtypes.float32) for operand in operands)).cast(dtype)
+        return function(*operands)
 
     return wrapped
+
+
+def horner(x: Tensor, coefficients: Sequence[float]) -> Tensor:
+    """The polynomial sum(c_k x^k) by Horner's rule; coefficients lowest degree first (at least two)."""
+    result = x * coefficients[-1] + coefficients[-2]
+    for coefficient in reversed(coefficients[:-2]):
+        result = result * x + coefficient
+    return result
 
 
 class UnaryMathOps:
@@ -119,11 +128,6 @@ class UnaryMathOps:
 
     def erfc(self: Tensor) -> Tensor:
         return _in_compute_precision(_erfc)(self._float_operand())
-
-    def i0(self: Tensor) -> Tensor:
-        """The modified Bessel function of the first kind of order 0 (torch.i0): its power series up to |x| = 30,
-        its asymptotic expansion beyond (integer inputs give floats)."""
-        return _in_compute_precision(_i0)(self._float_operand())
 
     # ---- activations --------------------------------------------------------------------------------------------
 
@@ -271,6 +275,12 @@ class UnaryMathOps:
 
     fix = trunc
 
+    def positive(self: Tensor) -> Tensor:
+        """self itself (torch.positive; bool raises as in torch)."""
+        if self.dtype.is_bool:
+            raise DTypeError("positive: bool inputs are not supported (as in PyTorch)")
+        return self
+
     def floor(self: Tensor) -> Tensor:
         if not self._rounding_operand("floor"):
             return self
@@ -309,13 +319,15 @@ class UnaryMathOps:
 
 def _exp(x: Tensor) -> Tensor:
     """exp(x) = exp2(r / ln 2) * 2^k with k = trunc(x / ln 2) and r = x - k ln 2 computed exactly (Cody-Waite).
-    2^k is exact down to the smallest denormal, and k reaches the overflow exponent exactly where exp(x) does."""
+    2^k is exact down to the smallest denormal, and k reaches the overflow exponent exactly where exp(x) does.
+    k comes from x clamped to the limit (k of +-inf would make r NaN), r from x itself: beyond the limit r alone
+    overflows or underflows exp2, and the gradient is still exp(x) (inf, or 0), as in torch."""
     high, low = LN_2_PARTS[x.dtype]
     limit = EXP_LIMIT[x.dtype]
-    clamped = x._apply(Op.MAX, x._constant(-limit))  # +-inf would make r NaN; beyond the limit exp is 0 or inf
+    clamped = x._apply(Op.MAX, x._constant(-limit))
     clamped = x._constant(limit).where(clamped > limit, clamped)  # keeps NaN
     k = (clamped * LOG2_E)._apply(Op.TRUNC)
-    reduced = (clamped - k * high) - k * low
+    reduced = (x - k * high) - k * low
     return (reduced * LOG2_E)._apply(Op.EXP2) * k._apply(Op.EXP2)
 
 
@@ -390,39 +402,15 @@ def _erf(x: Tensor) -> Tensor:
     magnitude = x.abs()
     outer = x._constant(1.0) - _erfc_nonnegative(magnitude)
     outer = (-outer).where(x < 0, outer)
-    return _erf_series(x).where(magnitude < 0.5, outer)
+    near_zero = magnitude < 0.5
+    return _erf_series(x.where(near_zero, 0.0)).where(near_zero, outer)  # no inf * 0 from x^2 in that backward
 
 
 def _erfc(x: Tensor) -> Tensor:
     tail = _erfc_nonnegative(x.abs())
     outer = (x._constant(2.0) - tail).where(x < 0, tail)
-    return (x._constant(1.0) - _erf_series(x)).where(x.abs() < 0.5, outer)
-
-
-I0_SERIES_LIMIT = 30.0  # |x| up to which the power series is summed (its terms peak near k = |x| / 2)
-I0_SERIES_TERMS = 64
-I0_ASYMPTOTIC_TERMS = 12
-
-
-def _i0(x: Tensor) -> Tensor:
-    """sum_k (x^2/4)^k / (k!)^2 for small |x|; e^|x| / sqrt(2 pi |x|) * sum_k ((2k-1)!!)^2 / (k! (8|x|)^k) beyond."""
-    magnitude = x.abs()
-    near = magnitude <= I0_SERIES_LIMIT
-    small = magnitude.where(near, x._constant(0.0))  # each branch sees only inputs it is accurate (and finite) for
-    quarter_square = small * small * 0.25
-    term, total = x._constant(1.0), x._constant(1.0)
-    for k in range(1, I0_SERIES_TERMS):
-        term = term * quarter_square * (1.0 / (k * k))
-        total = total + term
-    large = magnitude.where(near.logical_not(), x._constant(I0_SERIES_LIMIT + 1))
-    inverse = 1.0 / (large * 8.0)
-    coefficient, correction, power = 1.0, x._constant(1.0), x._constant(1.0)
-    for k in range(1, I0_ASYMPTOTIC_TERMS):
-        coefficient *= (2 * k - 1) ** 2 / k
-        power = power * inverse
-        correction = correction + power * coefficient
-    asymptotic = large.exp() * (correction * (large * (2 * math.pi)).rsqrt())  # e^|x| overflows where torch's does
-    return total.where(near, asymptotic)
+    near_zero = x.abs() < 0.5
+    return (x._constant(1.0) - _erf_series(x.where(near_zero, 0.0))).where(near_zero, outer)
 
 
 def _gelu(x: Tensor) -> Tensor:

@@ -1,6 +1,9 @@
-"""ember.io: saving and loading tensors, state dicts and checkpoints (safetensors)."""
+"""ember.io: saving and loading tensors, state dicts and checkpoints (safetensors), reading GGUF files, quantized
+blocks."""
 
 from ember.io.checkpoint import load, save
+from ember.io.gguf import GGUFError, GGUFHeader, GGUFTensorInfo, load_gguf, load_gguf_metadata, read_gguf_header
+from ember.io.quantized import Q4_K, Q5_0, Q6_K, Q8_0, QuantFormat, QuantizedTensor
 from ember.io.safetensors import (
     SafetensorsError,
     load_safetensors,
@@ -10,10 +13,22 @@ from ember.io.safetensors import (
 )
 
 __all__ = [
+    "GGUFError",
+    "GGUFHeader",
+    "GGUFTensorInfo",
+    "Q4_K",
+    "Q5_0",
+    "Q6_K",
+    "Q8_0",
+    "QuantFormat",
+    "QuantizedTensor",
     "SafetensorsError",
     "load",
+    "load_gguf",
+    "load_gguf_metadata",
     "load_safetensors",
     "load_safetensors_metadata",
+    "read_gguf_header",
     "read_safetensors_header",
     "save",
     "save_safetensors",

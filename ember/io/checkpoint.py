@@ -112,7 +112,10 @@ def load(f: str | os.PathLike[str], map_location: Any = None, weights_only: bool
     if not isinstance(f, (str, os.PathLike)):
         raise TypeError(f"ember.load: f must be a file path (str or os.PathLike), got {type(f).__name__}")
     _, metadata, _ = read_safetensors_header(f)
-    tensors = load_safetensors(f, device=map_location)
+    from ember.scheduler.devices import get_default_device
+
+    # mapped from the file, copied to the device when first used (load_safetensors alone keeps disk tensors)
+    tensors = load_safetensors(f, device=map_location if map_location is not None else get_default_device())
     if STRUCTURE_KEY not in metadata:
         return tensors
     try:

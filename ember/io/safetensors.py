@@ -4,6 +4,8 @@ Layout: an 8-byte little-endian header length N, N bytes of JSON {name: {dtype, 
 "__metadata__": {str: str}}, then the tensors' bytes (little-endian, row-major) with offsets relative to the end of
 the header. The format is read and written here rather than through the safetensors package's numpy API because that
 API cannot represent bfloat16 and its errors do not name the file; files are exchanged with the package in the tests.
+Loading reads only the header: the tensors are memory-mapped `disk` tensors (ember assumes a little-endian host, as
+the writer does).
 """
 
 from __future__ import annotations
@@ -163,21 +165,19 @@ def _check_entry(name: str, key: str, entry: Any, data_size: int) -> None:
 
 
 def load_safetensors(path: str | os.PathLike[str], device: Any = None) -> dict[str, Tensor]:
-    """Read every tensor of a safetensors file into ember tensors on `device` (the default device if None)."""
+    """Every tensor of a safetensors file, lazily: only the header is read. With `device` None the tensors are
+    memory-mapped `disk` tensors (their bytes are read when a kernel needs them); with a device, copies to it that
+    are made when first used."""
+    from ember.scheduler.realize import mapped_node
+
     header, _, data_start = read_safetensors_header(path)
+    name = os.fspath(path)
     result: dict[str, Tensor] = {}
-    if not header:
-        return result
-    mapped = np.memmap(os.fspath(path), dtype=np.uint8, mode="r")
     for key, entry in header.items():
-        dtype = DTYPES_BY_CODE[entry["dtype"]]
-        begin, end = entry["data_offsets"]
-        raw = mapped[data_start + begin : data_start + end]
-        array = raw.view(dtype.numpy.newbyteorder("<")).reshape(entry["shape"]).astype(dtype.numpy)
-        if dtype == dtypes.bfloat16:
-            result[key] = Tensor(array, device=device).bitcast(dtypes.bfloat16).realize()
-        else:
-            result[key] = Tensor(array, device=device)
+        begin = entry["data_offsets"][0]
+        node = mapped_node(name, data_start + begin, tuple(entry["shape"]), DTYPES_BY_CODE[entry["dtype"]])
+        tensor = Tensor._from_node(node)
+        result[key] = tensor if device is None else tensor.to(device)
     return result
 
 

@@ -145,6 +145,7 @@ def _deprecated(name: str) -> None:
                   stacklevel=3)
 
 
-__all__ = ["dropout3d", "gumbel_softmax", "interpolate", "triplet_margin_with_distance_loss", "local_response_norm", "lp_pool1d", "lp_pool2d", "lp_pool3d",
+__all__ = ["dropout3d", "gumbel_softmax", "interpolate", "local_response_norm", "lp_pool1d", "lp_pool2d", "lp_pool3d",
+           "triplet_margin_with_distance_loss",
            "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices", "upsample",
            "upsample_bilinear", "upsample_nearest"]

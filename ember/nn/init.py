@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import ember as em
@@ -53,11 +55,28 @@ def _fan(tensor: Tensor, mode: str) -> int:
     return fan_in if mode == "fan_in" else fan_out
 
 
+_SKIPPING = [False]
+
+
+@contextmanager
+def skip_init() -> Iterator[None]:
+    """Inside this block init functions write nothing: new layers' parameters stay lazy constants (no memory, no
+    kernels) until a checkpoint replaces them, e.g. by `load_state_dict(..., assign=True)` (torch's skip_init)."""
+    previous = _SKIPPING[0]
+    _SKIPPING[0] = True
+    try:
+        yield
+    finally:
+        _SKIPPING[0] = previous
+
+
 def _write(tensor: Tensor, value: Tensor) -> Tensor:
-    """Give `tensor` the new value without recording a gradient, computed now.
+    """Give `tensor` the new value without recording a gradient, computed now (nothing inside `skip_init`).
 
     Realizing at once keeps the random-number graph out of every kernel that later reads the parameter.
     """
+    if _SKIPPING[0]:
+        return tensor
     with no_grad():
         tensor.assign(value.detach())
     return tensor.realize()

@@ -379,7 +379,8 @@ class Module:
         """Copy values (ember tensors, numpy arrays or torch tensors) into parameters and buffers by name.
 
         strict=True raises when keys are missing or unexpected; shape mismatches always raise. Values keep the
-        module's dtype and device (assign=True takes the checkpoint's dtype instead, like torch's assign).
+        module's dtype and device (assign=True takes the checkpoint's dtype and device instead, as torch's assign
+        does).
         """
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"expected a mapping of names to tensors for state_dict, got {type(state_dict).__name__}")
@@ -400,7 +401,8 @@ class Module:
             if key not in state_dict:
                 continue
             target = module._parameters[name] if name in module._parameters else module._buffers[name]
-            value = _as_ember_tensor(state_dict[key], target.device)
+            # assign=True keeps the checkpoint tensor as it is (dtype and device: memory-mapped weights stay on disk)
+            value = _as_ember_tensor(state_dict[key], None if assign else target.device)
             if tuple(value.shape) != tuple(target.shape):
                 errors.append(
                     f"size mismatch for {key}: copying a param with shape {tuple(value.shape)} from "
@@ -466,10 +468,11 @@ def _indent(text: str, spaces: int) -> str:
     return "\n".join([first] + [" " * spaces + line for line in rest])
 
 
-def _as_ember_tensor(value: Any, device: str) -> Tensor:
-    """A state-dict value (ember Tensor, numpy array, torch tensor, number) as an ember tensor on `device`."""
+def _as_ember_tensor(value: Any, device: str | None) -> Tensor:
+    """A state-dict value (ember Tensor, numpy array, torch tensor, number) as an ember tensor on `device` (an ember
+    tensor stays where it is when device is None; other values go to the default device)."""
     if isinstance(value, Tensor):
-        return value.detach().to(device)
+        return value.detach() if device is None else value.detach().to(device)
     return Tensor(value, device=device)
 
 

@@ -1,4 +1,4 @@
-"""Pooling layers: max, average, adaptive average and adaptive max pooling in 1, 2 and 3 dims (over ember.nn.functional)."""
+"""Pooling layers: max, average, adaptive, LP pooling and max unpooling in 1, 2 and 3 dims (over nn.functional)."""
 
 from __future__ import annotations
 

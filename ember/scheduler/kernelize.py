@@ -233,6 +233,14 @@ def build_kernel(root: Node, boundaries: set[int]) -> KernelItem:
     return KernelItem(root, kernel, tuple(inputs))
 
 
+def kernel_groups(roots: list[Node], buffer_limit: BufferLimit = unlimited_buffers) -> list[tuple[Node, list[Node]]]:
+    """Each stored node (kernel output or copy) with the nodes its kernel computes, dependencies first: what
+    `kernelize` fuses, for pictures and debug output."""
+    ordered = find_boundaries(roots, buffer_limit)
+    boundaries = {id(node): node for node in ordered}
+    return [(node, [] if node.op is Op.COPY else _interior(node, boundaries)) for node in ordered]
+
+
 def kernelize(roots: list[Node], buffer_limit: BufferLimit = unlimited_buffers) -> list[ScheduleItem]:
     """The schedule that realizes `roots`: kernels and copies in dependency order."""
     ordered = find_boundaries(roots, buffer_limit)

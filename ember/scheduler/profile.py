@@ -31,6 +31,12 @@ def _read_debug_environment() -> int:
 DebugLevel.value = _read_debug_environment()
 
 
+class VizFolder:
+    """EMBER_VIZ: a folder where every realize writes its graph as DOT (ember/viz.py); empty: none."""
+
+    value: str = os.environ.get("EMBER_VIZ", "")
+
+
 def debug_level() -> int:
     """EMBER_DEBUG: 1 realizes, 2 kernels with times, 3 + IR, 4 + generated source, 5 + every copy and free."""
     return DebugLevel.value

@@ -279,6 +279,10 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
             return
     if DEFERRED_FREES:
         release_finished(wait=len(DEFERRED_FREES) > MAX_DEFERRED_FREES)
+    if profile.VizFolder.value:
+        from ember.viz import write_realize
+
+        profile.debug_print(1, f"graph written to {write_realize(pending, profile.VizFolder.value)}")
     items, graph_nodes = SCHEDULES.schedule(pending)
     _compile_ahead(items, graph_nodes)
     for record in profile.current():

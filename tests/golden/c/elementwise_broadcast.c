@@ -33,7 +33,7 @@ void elementwise_broadcast_0(float* restrict data0, const float* restrict data1,
     float v18 = (v17*1.4426950216293335f);
     float v19 = truncf(v18);
     float v20 = (v19*0.693145751953125f);
-    float v21 = (v17-v20);
+    float v21 = (v14-v20);
     float v22 = (v19*1.428606765330187e-06f);
     float v23 = (v21-v22);
     float v24 = (v23*1.4426950216293335f);

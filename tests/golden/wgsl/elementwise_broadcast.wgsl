@@ -36,7 +36,7 @@ fn elementwise_broadcast_0(@builtin(global_invocation_id) id: vec3<u32>) {
   let v18: f32 = (v17 * 1.4426950216293335f);
   let v19: f32 = trunc(v18);
   let v20: f32 = (v19 * 0.693145751953125f);
-  let v21: f32 = ember_opaque_f32(v17 - v20);
+  let v21: f32 = ember_opaque_f32(v14 - v20);
   let v22: f32 = (v19 * 1.428606765330187e-06f);
   let v23: f32 = ember_opaque_f32(v21 - v22);
   let v24: f32 = (v23 * 1.4426950216293335f);

@@ -1,0 +1,74 @@
+"""Decoding speed of Gemma-3-270M (Q4_K_M GGUF): ember against transformers + PyTorch (float32) on this machine.
+
+Both decode greedily from the same prompt ids; the figure is tokens per second of the generated tokens after the
+first (ember's first step compiles its kernels; the later ones reuse them). The load average is printed too: the
+machine may be shared.
+
+    python benchmarks/gemma.py [--tokens N] [--device c]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from ember.models.gemma import Gemma3, default_gguf_path
+from ember.models.generate import generate
+from ember.scheduler.devices import get_device
+
+PROMPT = "The capital of France is"
+
+
+def ember_rate(path: str, ids: list[int], tokens: int, device: str) -> tuple[float, list[int]]:
+    model = Gemma3.from_gguf(path)
+    stamps, chosen = [], []
+    for token in generate(model, ids, max_new_tokens=tokens, device=device):
+        stamps.append(time.perf_counter())
+        chosen.append(token)
+    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), chosen
+
+
+def torch_rate(path: str, ids: list[int], tokens: int) -> tuple[float, list[int]]:
+    import torch
+    import transformers
+
+    folder, name = str(Path(path).parent), Path(path).name
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    stamps, chosen = [], []
+
+    class Clock(transformers.generation.streamers.BaseStreamer):
+        def put(self, value: torch.Tensor) -> None:
+            stamps.append(time.perf_counter())
+
+        def end(self) -> None:
+            pass
+
+    output = model.generate(torch.tensor([ids]), max_new_tokens=tokens, do_sample=False, streamer=Clock())
+    chosen = output[0, len(ids):].tolist()
+    stamps = stamps[1:]  # the first put is the prompt
+    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), chosen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--device", default="c")
+    arguments = parser.parse_args()
+    import transformers
+
+    path = default_gguf_path()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(Path(path).parent), gguf_file=Path(path).name)
+    ids = tokenizer(PROMPT).input_ids
+    device = get_device(arguments.device).name
+    ember_speed, ember_tokens = ember_rate(path, ids, arguments.tokens, device)
+    torch_speed, torch_tokens = torch_rate(path, ids, arguments.tokens)
+    print(f"load average {os.getloadavg()[0]:.1f}; prompt {PROMPT!r} ({len(ids)} tokens), {arguments.tokens} new")
+    print(f"ember ({arguments.device}): {ember_speed:.2f} tokens/s")
+    print(f"transformers + torch f32: {torch_speed:.2f} tokens/s")
+    print(f"ratio ember / torch: {ember_speed / torch_speed:.2f}x; same tokens: {ember_tokens == torch_tokens}")
+
+
+if __name__ == "__main__":
+    main()

