@@ -26,6 +26,15 @@ NOT_FUNCTION_FORMS: dict[str, str] = {
     "feature_dropout": "torch.feature_dropout(input, p, train) has no spatial argument; use "
                        "ember.nn.functional.dropout1d/dropout2d",
     "kl_div": "torch's takes reduction as an integer enum; use ember.nn.functional.kl_div",
+    "margin_ranking_loss": "torch's takes reduction as an integer enum; use ember.nn.functional.margin_ranking_loss",
+    "hinge_embedding_loss": "torch's takes reduction as an integer enum; use "
+                            "ember.nn.functional.hinge_embedding_loss",
+    "cosine_embedding_loss": "torch's takes reduction as an integer enum; use "
+                             "ember.nn.functional.cosine_embedding_loss",
+    "triplet_margin_loss": "torch's takes reduction as an integer enum; use ember.nn.functional.triplet_margin_loss",
+    "poisson_nll_loss": "torch's takes reduction as an integer enum; use ember.nn.functional.poisson_nll_loss",
+    "instance_norm": "torch.instance_norm(input, weight, bias, running_mean, running_var, use_input_stats, ...) "
+                     "orders its arguments differently; use ember.nn.functional.instance_norm",
 }
 
 

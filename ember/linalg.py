@@ -110,6 +110,10 @@ def matrix_power(A: Tensor, n: int) -> Tensor:  # noqa: N803
     return A.matrix_power(n)
 
 
+def matrix_exp(A: Tensor) -> Tensor:  # noqa: N803
+    return A.matrix_exp()
+
+
 def matmul(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     return input.matmul(other)
 

@@ -34,6 +34,8 @@ softmax log_softmax dropout linear conv1d conv2d conv_transpose1d conv_transpose
 max_pool2d avg_pool2d pad layer_norm one_hot cross_entropy nll_loss mse_loss l1_loss binary_cross_entropy gelu
 silu scaled_dot_product_attention normalize
 bernoulli multinomial normal uniform_ normal_
+is_tensor get_default_dtype set_default_dtype finfo iinfo set_printoptions inference_mode seed data hstack vstack
+atleast_2d addcmul addmm baddbmm relu_ exp_ sigmoid_ clamp_ interpolate cosine_similarity pairwise_distance
 """.split())
 
 # names that only make sense for another backend, storage format or tool (counted, listed apart)

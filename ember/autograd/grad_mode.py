@@ -1,4 +1,4 @@
-"""Grad modes: no_grad, enable_grad and set_grad_enabled switch whether ops record what backward needs."""
+"""Grad modes (no_grad, enable_grad, set_grad_enabled, inference_mode): whether ops record what backward needs."""
 
 from __future__ import annotations
 
@@ -83,3 +83,47 @@ class enable_grad(_GradModeSwitch):
     """Turn recording back on inside a no_grad region: `with em.enable_grad():` or `@em.enable_grad()`."""
 
     mode = True
+
+
+class _InferenceState:
+    """Whether an inference_mode region is active (is_inference_mode_enabled)."""
+
+    enabled: bool = False
+
+
+def is_inference_mode_enabled() -> bool:
+    """Whether code runs inside `ember.inference_mode()`."""
+    return _InferenceState.enabled
+
+
+class inference_mode:
+    """torch.inference_mode: no_grad for code that will never call backward: `with em.inference_mode():`,
+    `@em.inference_mode()` or `@em.inference_mode`; `inference_mode(False)` changes nothing."""
+
+    def __new__(cls, mode: bool | Callable[..., Any] = True) -> Any:
+        if callable(mode) and not isinstance(mode, bool):  # used bare, as `@em.inference_mode`
+            return cls()(mode)
+        return super().__new__(cls)
+
+    def __init__(self, mode: bool = True) -> None:
+        self.mode = bool(mode)
+        self.previous: list[tuple[bool, bool]] = []
+
+    def __enter__(self) -> None:
+        self.previous.append((GradMode.enabled, _InferenceState.enabled))
+        if self.mode:
+            GradMode.enabled = False
+            _InferenceState.enabled = True
+
+    def __exit__(self, *exception: object) -> None:
+        GradMode.enabled, _InferenceState.enabled = self.previous.pop()
+
+    def __call__(self, function: Function) -> Function:
+        mode = self.mode
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with inference_mode(mode):
+                return function(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]

@@ -250,6 +250,10 @@ class ConvolutionOps:
         """torch.nn.functional.max_pool2d (padding counts as -inf); with return_indices also (values, indices)."""
         return self._max_pool(kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2, "max_pool2d")
 
+    def max_pool3d(self: Tensor, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
+                   dilation: IntOrInts = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+        return self._max_pool(kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3, "max_pool3d")
+
     def _avg_pool(self: Tensor, kernel_size: IntOrInts, stride: IntOrInts | None, padding: IntOrInts,
                   ceil_mode: bool, count_include_pad: bool, divisor_override: int | None, spatial: int,
                   op: str) -> Tensor:
@@ -302,7 +306,14 @@ class ConvolutionOps:
         return self._avg_pool(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2,
                               "avg_pool2d")
 
-    def _adaptive_pool(self: Tensor, output_size: IntOrInts | None, spatial: int, maximum: bool, op: str) -> Tensor:
+    def avg_pool3d(self: Tensor, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
+                   ceil_mode: bool = False, count_include_pad: bool = True,
+                   divisor_override: int | None = None) -> Tensor:
+        return self._avg_pool(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3,
+                              "avg_pool3d")
+
+    def _adaptive_pool(self: Tensor, output_size: IntOrInts | None, spatial: int, maximum: bool, op: str,
+                       return_indices: bool = False) -> Any:
         """Output cell i of an axis of length L covers [floor(i*L/o), ceil((i+1)*L/o)): a masked reduce (one kernel)."""
         source, unbatched = _spatial_input(self, spatial, op)
         if not maximum and not source.dtype.is_float:
@@ -332,7 +343,22 @@ class ConvolutionOps:
             cells = cell_size if cells is None else cells * cell_size
         expanded = source.reshape(source.shape[:2] + (1,) * spatial + sizes)
         reduced_axes = tuple(range(2 + spatial, 2 + 2 * spatial))
-        if maximum:
+        if maximum and (return_indices or getattr(source, "requires_grad", False)):
+            # the first position of each cell's maximum (NaN counts as the maximum): the index torch returns, and
+            # where the gradient goes
+            count = math.prod(sizes)
+            flat_shape = source.shape[:2] + tuple(outputs) + (count,)
+            values = where(mask, expanded, min_value(source.dtype)).reshape(flat_shape)
+            inside = mask.reshape(tuple(outputs) + (count,))
+            largest = values.amax(-1, keepdim=True)
+            hit = inside.logical_and((values == largest).logical_or(values.isnan().logical_and(largest.isnan())))
+            positions = source._arange_primitive(count, dtypes.int64, source.device)
+            indices = where(hit, positions, count).amin(-1)
+            chosen = indices.unsqueeze(-1) == positions
+            result = where(chosen, values, 0).sum(-1, dtype=source.dtype)
+            if return_indices:
+                return (result.squeeze(0), indices.squeeze(0)) if unbatched else (result, indices)
+        elif maximum:
             result = where(mask, expanded, min_value(source.dtype)).amax(reduced_axes)
         else:
             total = where(mask, expanded, 0).sum(reduced_axes, dtype=source.dtype)
@@ -346,8 +372,17 @@ class ConvolutionOps:
         """torch.nn.functional.adaptive_avg_pool2d (None keeps an input size)."""
         return self._adaptive_pool(output_size, 2, False, "adaptive_avg_pool2d")
 
-    def adaptive_max_pool2d(self: Tensor, output_size: IntOrInts) -> Tensor:
-        return self._adaptive_pool(output_size, 2, True, "adaptive_max_pool2d")
+    def adaptive_avg_pool3d(self: Tensor, output_size: IntOrInts) -> Tensor:
+        return self._adaptive_pool(output_size, 3, False, "adaptive_avg_pool3d")
+
+    def adaptive_max_pool1d(self: Tensor, output_size: IntOrInts, return_indices: bool = False) -> Any:
+        return self._adaptive_pool(output_size, 1, True, "adaptive_max_pool1d", return_indices)
+
+    def adaptive_max_pool2d(self: Tensor, output_size: IntOrInts, return_indices: bool = False) -> Any:
+        return self._adaptive_pool(output_size, 2, True, "adaptive_max_pool2d", return_indices)
+
+    def adaptive_max_pool3d(self: Tensor, output_size: IntOrInts, return_indices: bool = False) -> Any:
+        return self._adaptive_pool(output_size, 3, True, "adaptive_max_pool3d", return_indices)
 
 
 def _chosen_offset(flat: Tensor) -> Tensor:

@@ -52,8 +52,8 @@ def _numpy_from_data(data: Any, dtype: DType | None) -> np.ndarray:
             array = np.array(data)
         except ValueError as error:
             raise ValueError(f"tensor(): could not make a tensor from ragged or mixed data: {error}") from None
-        if array.dtype == np.float64 and dtype is None:
-            array = array.astype(np.float32)
+        if array.dtype == np.float64 and dtype is None and dtypes.DEFAULT_FLOAT is not dtypes.float64:
+            array = array.astype(np.float32)  # then the default dtype (set_default_dtype), in node_from_data
         elif array.dtype.kind == "i" and dtype is None:
             array = array.astype(np.int64)
         elif array.dtype == object or array.dtype.kind in "USO":
@@ -79,6 +79,8 @@ def node_from_data(data: Any, dtype: Any, device: Any) -> Node:
     array = _numpy_from_data(data, target)
     if target is None:
         target = dtypes.from_numpy(array.dtype)
+        if target.is_float and not isinstance(data, (np.ndarray, np.generic)) and not hasattr(data, "dtype"):
+            target = dtypes.DEFAULT_FLOAT  # Python floats (torch.tensor([1.5]) has the default dtype)
     if target is dtypes.bfloat16:
         array = _to_bfloat16_bits(array)
     else:
@@ -118,6 +120,15 @@ def full(size: Sequence[int], fill_value: Any, dtype: Any = None, device: Any = 
     return result.requires_grad_() if requires_grad else result
 
 
+def scalar_tensor(value: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """A 0-d tensor holding a number, in the default float dtype unless dtype is given (torch.scalar_tensor)."""
+    if hasattr(value, "item") and not isinstance(value, (int, float, bool)):
+        value = value.item()
+    if not isinstance(value, (int, float, bool, np.number, np.bool_)):
+        raise TypeError(f"scalar_tensor(): argument 's' must be Number, not {type(value).__name__}")
+    return full((), value, dtype if dtype is not None else dtypes.DEFAULT_FLOAT, device, requires_grad)
+
+
 def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     return full(_checked_shape(size, "zeros"), 0, dtype or dtypes.DEFAULT_FLOAT, device, requires_grad)
 
@@ -129,6 +140,50 @@ def ones(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool 
 def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """Like torch.empty; ember's empty tensors hold zeros (a lazy constant costs no memory until used)."""
     return full(_checked_shape(size, "empty"), 0, dtype or dtypes.DEFAULT_FLOAT, device, requires_grad)
+
+
+def empty_strided(size: Any, stride: Any, *, dtype: Any = None, device: Any = None,
+                  requires_grad: bool = False, **options: Any) -> Tensor:
+    """torch.empty_strided: an empty tensor of `size`; the strides must fit it but are not kept (ember's tensors
+    are row-major values)."""
+    shape = _checked_shape(tuple(size), "empty_strided")
+    if len(tuple(stride)) != len(shape):
+        raise ShapeError(f"empty_strided: mismatch in length of strides and shape ({len(tuple(stride))} strides "
+                         f"for shape {shape})")
+    return empty(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def asarray(obj: Any, *, dtype: Any = None, device: Any = None, copy: bool | None = None,
+            requires_grad: bool = False) -> Tensor:
+    """torch.asarray: obj as a tensor (a tensor is returned as it is unless copy=True or a conversion is asked)."""
+    from ember.core.tensor import Tensor
+
+    if isinstance(obj, Tensor):
+        result = obj.to(device=device, dtype=dtype) if (device or dtype) else obj
+        result = result.clone() if copy and result is obj else result
+    else:
+        result = tensor(obj, dtype, device)
+    return result.requires_grad_() if requires_grad and not result.requires_grad else result
+
+
+def frombuffer(buffer: Any, *, dtype: Any, count: int = -1, offset: int = 0, requires_grad: bool = False) -> Tensor:
+    """torch.frombuffer: a 1-d tensor of `count` elements of dtype read from an object with the buffer protocol,
+    starting `offset` bytes in (copied: ember's tensors do not share memory with Python objects)."""
+    resolved = to_dtype(dtype)
+    view = memoryview(buffer).cast("B")
+    if offset < 0 or offset > len(view):
+        raise ValueError(f"frombuffer: offset {offset} must be between 0 and the buffer's {len(view)} bytes")
+    available = (len(view) - offset) // resolved.itemsize
+    count = available if count == -1 else count
+    if count <= 0 or count > available:
+        raise ValueError(f"frombuffer: asked for {count} elements of {resolved.name} from offset {offset}, but the "
+                         f"buffer of {len(view)} bytes holds {available}")
+    raw = np.frombuffer(view, dtype=np.uint8, count=count * resolved.itemsize, offset=offset)
+    values = raw.view(resolved.numpy).copy()
+    if resolved is dtypes.bfloat16:  # bfloat16's bits: widened to float32, which holds every such value exactly
+        values = (values.astype(np.uint32) << 16).view(np.float32)
+    result = tensor(values, dtype=resolved)
+    return result.requires_grad_() if requires_grad else result
 
 
 def full_like(other: Tensor, fill_value: Any, dtype: Any = None, device: Any = None,
@@ -257,6 +312,20 @@ def manual_seed(seed: int) -> None:
     """Seed ember's random numbers; the same seed gives the same numbers on every device."""
     RandomState.seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     RandomState.counter = 0
+
+
+def initial_seed() -> int:
+    """The seed the random numbers were last seeded with (torch.initial_seed)."""
+    return RandomState.seed
+
+
+def seed() -> int:
+    """Seed the random numbers from the operating system's entropy and return the seed (torch.seed)."""
+    import os
+
+    value = int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
+    manual_seed(value)
+    return value
 
 
 def _hash32(value: int) -> int:

@@ -110,6 +110,12 @@ def from_numpy(dtype: np.dtype) -> DType:
 _KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2}
 
 
+def can_cast(from_: object, to: object) -> bool:
+    """torch.can_cast: whether an op may write a `from_` result into a `to` tensor, i.e. the cast does not lower the
+    category (bool < integer < float): float to int and int to bool are not allowed, narrowing within one is."""
+    return _KIND_RANK[to_dtype(from_).kind] <= _KIND_RANK[to_dtype(to).kind]
+
+
 def promote_types(a: DType, b: DType) -> DType:
     """torch.promote_types: the smallest dtype both a and b convert to without losing their category.
 

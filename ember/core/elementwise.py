@@ -18,7 +18,7 @@ from ember.core.arithmetic import (
     signs_differ,
 )
 from ember.core.binary_math import BinaryMathOps
-from ember.core.dtype import PYTHON_SCALARS, DType, combine_result_types, to_dtype
+from ember.core.dtype import PYTHON_SCALARS, DType, can_cast, combine_result_types, to_dtype
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.logic import LogicOps
 from ember.core.ops import Composite, Op
@@ -435,7 +435,7 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
     # ---- in-place forms: rebind this tensor to the new value; the result must cast to self's dtype (as in torch) --
 
     def _assign_in_place(self: Tensor, value: Tensor, op_name: str) -> Tensor:
-        if not _can_cast(value.dtype, self.dtype):
+        if not can_cast(value.dtype, self.dtype):
             raise DTypeError(
                 f"{op_name}: the result type {value.dtype.name} can't be cast to the dtype {self.dtype.name} of the "
                 f"tensor changed in place; use the out-of-place form or cast first"
@@ -575,12 +575,6 @@ def _tensor_from(data: Any, device: str) -> Tensor:
     from ember.core.tensor import Tensor
 
     return Tensor(data, device=device)
-
-
-def _can_cast(source: DType, target: DType) -> bool:
-    """torch.can_cast: an in-place result may not move to a lower category (float -> int, int -> bool)."""
-    rank = {"b": 0, "u": 1, "i": 1, "f": 2}
-    return rank[source.kind] <= rank[target.kind]
 
 
 def _check_no_bool_subtraction(tensor: Tensor, other: Any) -> None:

@@ -17,6 +17,7 @@ exactly singular matrix, where torch's det uses an SVD.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, NamedTuple
 
 from ember.core import dtype as dtypes
@@ -173,6 +174,29 @@ class EliminationOps:
         identity = (self._arange_primitive(size, dtypes.int64, self.device).unsqueeze(1)
                     == self._arange_primitive(size, dtypes.int64, self.device)).cast(self.dtype)
         return solve_system(self, identity.expand(self.shape[:-2] + (size, size)), "linalg.inv")[0]
+
+    def matrix_exp(self: Tensor) -> Tensor:
+        """e^A of each square matrix: a degree-18 Taylor polynomial of A / 2^s, squared s times, where s brings the
+        largest 1-norm in the batch to at most 1/2 (read back from the device: one synchronization)."""
+        if self.ndim < 2 or self.shape[-1] != self.shape[-2]:
+            shape = f"{self.shape[-2]} by {self.shape[-1]}" if self.ndim >= 2 else f"{self.ndim}-d"
+            raise ShapeError(f"linalg.matrix_exp: A must be batches of square matrices, but they are {shape} matrices")
+        if not self.dtype.is_float:
+            raise DTypeError(f"linalg.matrix_exp: expected a floating point tensor, got {self.dtype.name}")
+        size = self.shape[-1]
+        identity = (self._arange_primitive(size, dtypes.int64, self.device).unsqueeze(1) ==
+                    self._arange_primitive(size, dtypes.int64, self.device)).cast(self.dtype)
+        if self.numel() == 0:
+            return self
+        norm = float(self.detach().abs().sum(-2).amax().item())
+        squarings = max(0, math.ceil(math.log2(norm / 0.5))) if math.isfinite(norm) and norm > 0.5 else 0
+        scaled = self * (0.5**squarings) if squarings else self
+        result = identity.expand(self.shape)
+        for degree in range(18, 0, -1):  # Horner: I + A/1 (I + A/2 (I + ...))
+            result = identity + scaled.matmul(result) * (1.0 / degree)
+        for _ in range(squarings):
+            result = result.matmul(result)
+        return result
 
     def matrix_power(self: Tensor, n: int) -> Tensor:
         """The n-th power of each square matrix by repeated squaring (the inverse's power for n < 0; I for 0)."""

@@ -140,6 +140,50 @@ class FunctionalOps:
             result = result * weight.reshape(affine_shape)
         return result + bias.reshape(affine_shape) if bias is not None else result
 
+    def instance_norm(
+        self: Tensor, running_mean: Tensor | None = None, running_var: Tensor | None = None,
+        weight: Tensor | None = None, bias: Tensor | None = None, use_input_stats: bool = True,
+        momentum: float = 0.1, eps: float = 1e-5,
+    ) -> Tensor:
+        """torch.nn.functional.instance_norm: normalize each channel of each sample of [N, C, *] over its spatial
+        dims; given running stats, update them in place with the batch's mean (or use them: use_input_stats=False)."""
+        _require_float(self, "instance_norm")
+        if self.ndim < 3:
+            raise ShapeError(f"instance_norm: expected an input of shape [N, C, *] with at least one spatial dim, got "
+                             f"{list(self.shape)}")
+        channels = self.shape[1]
+        for name, parameter in (("weight", weight), ("bias", bias), ("running_mean", running_mean),
+                                ("running_var", running_var)):
+            if parameter is not None and parameter.shape != (channels,):
+                raise ShapeError(f"instance_norm: expected {name} of shape [{channels}], got {list(parameter.shape)}")
+        spatial = tuple(range(2, self.ndim))
+        affine_shape = (channels,) + (1,) * (self.ndim - 2)
+        if use_input_stats:
+            mean = self.mean(spatial, keepdim=True)
+            centered = self - mean
+            variance = (centered * centered).mean(spatial, keepdim=True)
+            result = centered * (variance + eps).rsqrt()
+            if running_mean is not None or running_var is not None:
+                _update_instance_stats(self, mean, variance, running_mean, running_var, momentum)
+        else:
+            if running_mean is None or running_var is None:
+                raise ArgumentError("instance_norm: expected running_mean and running_var when use_input_stats=False")
+            result = (self - running_mean.reshape(affine_shape)) * (running_var.reshape(affine_shape) + eps).rsqrt()
+        if weight is not None:
+            result = result * weight.reshape(affine_shape)
+        return result + bias.reshape(affine_shape) if bias is not None else result
+
+    def glu(self: Tensor, dim: int = -1) -> Tensor:
+        """The first half of `dim` times the sigmoid of the second half (gated linear unit)."""
+        if self.ndim == 0:
+            raise ShapeError("glu does not support scalars because halving size must be even")
+        size = self.shape[normalize_dim(dim, self.ndim, "glu")]
+        if size % 2:
+            raise ShapeError(f"glu: halving dimension must be even, but dimension {dim} of shape {self.shape} has "
+                             f"size {size}")
+        first, second = self.chunk(2, dim)
+        return first * second.sigmoid()
+
     def batch_norm(
         self: Tensor,
         running_mean: Tensor | None,
@@ -240,6 +284,26 @@ class FunctionalOps:
         channels = self.shape[: self.ndim - spatial] + (1,) * spatial
         keep = rand(channels, device=self.device) >= p
         return where(keep, self * (1.0 / (1.0 - p)), zero)
+
+    def alpha_dropout(self: Tensor, p: float = 0.5, training: bool = False, feature: bool = False) -> Tensor:
+        """SELU's dropout: dropped elements (or channels, `feature`) become SELU's negative saturation, and an affine
+        map keeps the mean and variance (torch.alpha_dropout / feature_alpha_dropout)."""
+        if not 0.0 <= p <= 1.0:
+            raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
+        if not training or p == 0.0:
+            return self
+        _require_float(self, "alpha_dropout")
+        if p == 1.0:
+            return self * self._full(self.shape, 0, self.dtype, self.device)
+        if feature and self.ndim < 2:
+            raise ShapeError(f"feature_alpha_dropout: expected an input with at least 2 dims, got {list(self.shape)}")
+        from ember.core.creation import rand
+
+        alpha = 1.7580993408473766  # SELU's scale * alpha: -alpha is its limit at -inf
+        scale = 1.0 / math.sqrt((alpha * alpha * p + 1) * (1 - p))
+        noise_shape = self.shape[:2] + (1,) * (self.ndim - 2) if feature else self.shape
+        keep = (rand(noise_shape, device=self.device) >= p).cast(self.dtype)
+        return self * (keep * scale) + ((keep - 1) * (alpha * scale) + alpha * scale * p)
 
     # ---- embedding and linear ---------------------------------------------------------------------------------
 
@@ -355,6 +419,19 @@ class FunctionalOps:
         if dropout_p > 0.0:
             weights = weights.dropout(dropout_p, training=True)
         return weights.matmul(value)
+
+
+def _update_instance_stats(tensor: Tensor, mean: Tensor, variance: Tensor, running_mean: Tensor | None,
+                           running_var: Tensor | None, momentum: float) -> None:
+    """torch's running stats of instance_norm: the momentum update with the batch average of each sample's mean
+    and unbiased variance."""
+    count = math.prod(tensor.shape[2:])
+    if running_mean is not None:
+        batch_mean = mean.detach().reshape(mean.shape[:2]).mean(0)
+        running_mean.assign((1 - momentum) * running_mean + momentum * batch_mean)
+    if running_var is not None:
+        unbiased = variance.detach().reshape(variance.shape[:2]) * (count / max(count - 1, 1))
+        running_var.assign((1 - momentum) * running_var + momentum * unbiased.mean(0))
 
 
 def _machine_epsilon(tensor: Tensor) -> float:

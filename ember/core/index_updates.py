@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember.core import dtype as dtypes
 from ember.core.elementwise import where
-from ember.core.errors import DTypeError, ShapeError
+from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.shapes import broadcast_shapes, normalize_dim
 
 if TYPE_CHECKING:
@@ -109,6 +109,25 @@ class IndexUpdateOps:
 
     def index_fill_(self: Tensor, dim: int, index: Tensor, value: Any) -> Tensor:
         return self.assign(self.index_fill(dim, index, value))
+
+    def index_reduce(self: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, *,
+                     include_self: bool = True) -> Tensor:
+        """Combine the slices of source into self at positions index along dim by 'prod', 'mean', 'amax' or
+        'amin' (torch.index_reduce): a scatter_reduce with the index spread along source's other dims."""
+        if reduce not in ("prod", "mean", "amax", "amin"):
+            raise ArgumentError(f"index_reduce: reduce must be one of 'prod', 'mean', 'amax' or 'amin', got "
+                                f"{reduce!r}")
+        axis = normalize_dim(dim, self.ndim, "index_reduce")
+        vector = _index_vector(index, "index_reduce", allow_int32=True)
+        if source.ndim != self.ndim or source.shape[axis] != vector.shape[0] or any(
+                size != other for position, (size, other) in enumerate(zip(source.shape, self.shape))
+                if position != axis):
+            raise ShapeError(f"index_reduce: source of shape {source.shape} must match self's shape {self.shape} "
+                             f"except along dim {dim}, where it needs {vector.shape[0]} slices (one per index)")
+        shape = [1] * self.ndim
+        shape[axis] = vector.shape[0]
+        spread = vector.cast(dtypes.int64).reshape(shape).expand(source.shape)
+        return self.scatter_reduce(axis, spread, source, reduce, include_self=include_self)
 
     def put(self: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:
         """A copy of self with the elements of self.flatten() at index (negative from the end) set to source's (or

@@ -96,10 +96,10 @@ class LinalgOps(MatrixStructureOps, ProductOps, EliminationOps):
     ger = outer
 
     def addmm(self: Tensor, first: Tensor, second: Tensor, beta: float = 1, alpha: float = 1) -> Tensor:
-        """beta * self + alpha * (first @ second), like torch.addmm."""
-        product = first.mm(second)
-        product = product if alpha == 1 else product * alpha
-        return product + (self if beta == 1 else self * beta)
+        """beta * self + alpha * (first @ second), like torch.addmm (beta = 0 ignores self's NaN and inf)."""
+        from ember.core.arithmetic_forms import scaled_sum
+
+        return scaled_sum(self, first.mm(second), beta, alpha, "addmm")
 
 
 # ---- einsum --------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import to_dtype
-from ember.core.errors import DTypeError, ShapeError
+from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.shapes import normalize_dim
 
 if TYPE_CHECKING:
@@ -85,6 +85,10 @@ class MatrixStructureOps:
             return self.diagonal(offset)
         raise ShapeError(f"diag(): supports 1-d or 2-d tensors, got a {self.ndim}-d tensor of shape {self.shape}; "
                          "use diagonal() or diag_embed() for batches")
+
+    def diagflat(self: Tensor, offset: int = 0) -> Tensor:
+        """A square matrix with the flattened input on diagonal `offset` (torch.diagflat)."""
+        return embed_last(self.reshape(-1), _integer(offset, "diagflat: offset"))
 
     def diag_embed(self: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
         """The last dim placed on diagonal `offset` of new (dim1, dim2) planes (dims of the result), zeros elsewhere."""
@@ -248,6 +252,30 @@ def cartesian_prod(*tensors: Tensor) -> Tensor:
     if len(parts) == 1:
         return parts[0]
     return stack([grid.reshape(-1) for grid in meshgrid(*parts, indexing="ij")], 1)
+
+
+def combinations(input: Tensor, r: int = 2, with_replacement: bool = False) -> Tensor:  # noqa: A002 - torch's
+    """torch.combinations: the r-element combinations of a 1-d tensor's elements as rows, in lexicographic order of
+    positions (itertools.combinations, or combinations_with_replacement); gathered, so gradients flow."""
+    import itertools
+
+    from ember.core.creation import tensor as new_tensor
+
+    if not hasattr(input, "_apply"):
+        raise TypeError(f"combinations(): argument 'input' must be Tensor, not {type(input).__name__}")
+    if input.ndim != 1:
+        raise ShapeError(f"combinations: expect a 1D vector, but got shape {list(input.shape)}")
+    count = _integer(r, "combinations: r")
+    if count < 0:
+        raise ArgumentError(f"combinations: expect a non-negative number, but got {count}")
+    if count == 0:
+        return input._full((0,), 0, input.dtype, input.device)
+    choose = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+    rows = list(choose(range(input.shape[0]), count))
+    if not rows:
+        return input._full((0, count), 0, input.dtype, input.device)
+    positions = new_tensor([index for row in rows for index in row], device=input.device)
+    return input.index_select(0, positions).reshape(len(rows), count)
 
 
 def _triangle_indices(row: int, col: int, offset: int, dtype: Any, device: Any, lower: bool) -> Tensor:

@@ -385,6 +385,43 @@ class MovementOps:
         base, extra = divmod(size, sections)
         return self.split([base + (1 if index < extra else 0) for index in range(sections)], axis)
 
+    def pixel_shuffle(self: Tensor, upscale_factor: int) -> Tensor:
+        """[*, C * r^2, H, W] -> [*, C, H * r, W * r]: each group of r^2 channels becomes an r x r block."""
+        factor = _integer(upscale_factor, "pixel_shuffle: upscale_factor")
+        if self.ndim < 3 or factor <= 0 or self.shape[-3] % (factor * factor):
+            raise ArgumentError(f"pixel_shuffle expects an input of at least 3 dims whose channel dim (-3) is "
+                                f"divisible by upscale_factor^2 = {factor * factor}, got shape {self.shape}")
+        *batch, channels, height, width = self.shape
+        blocks = self.reshape(*batch, channels // (factor * factor), factor, factor, height, width)
+        count = len(batch)
+        order = list(range(count)) + [count + axis for axis in (0, 3, 1, 4, 2)]
+        return blocks.permute(order).reshape(*batch, channels // (factor * factor), height * factor, width * factor)
+
+    def pixel_unshuffle(self: Tensor, downscale_factor: int) -> Tensor:
+        """[*, C, H * r, W * r] -> [*, C * r^2, H, W], the inverse of pixel_shuffle."""
+        factor = _integer(downscale_factor, "pixel_unshuffle: downscale_factor")
+        if self.ndim < 3 or factor <= 0 or self.shape[-1] % factor or self.shape[-2] % factor:
+            raise ArgumentError(f"pixel_unshuffle expects an input of at least 3 dims whose height and width are "
+                                f"divisible by downscale_factor = {factor}, got shape {self.shape}")
+        *batch, channels, height, width = self.shape
+        blocks = self.reshape(*batch, channels, height // factor, factor, width // factor, factor)
+        count = len(batch)
+        order = list(range(count)) + [count + axis for axis in (0, 2, 4, 1, 3)]
+        return blocks.permute(order).reshape(*batch, channels * factor * factor, height // factor, width // factor)
+
+    def channel_shuffle(self: Tensor, groups: int) -> Tensor:
+        """[N, C, *] with its C channels in `groups` groups read out interleaved (ShuffleNet's channel shuffle)."""
+        count = _integer(groups, "channel_shuffle: groups")
+        if count <= 0:
+            raise ArgumentError(f"channel_shuffle: number of groups to divide channels in must be positive, got "
+                                f"{count}")
+        if self.ndim < 3 or self.shape[1] % count:
+            raise ArgumentError(f"channel_shuffle expects an input of at least 3 dims whose channel dim (1) is "
+                                f"divisible by groups = {count}, got shape {self.shape}")
+        batch, channels, *rest = self.shape
+        grouped = self.reshape(batch, count, channels // count, *rest)
+        return grouped.transpose(1, 2).reshape(self.shape)
+
     def cat(self: Tensor, others: Sequence[Tensor], dim: int = 0) -> Tensor:
         return cat([self, *others], dim)
 

@@ -1,4 +1,5 @@
-"""Sampling from given distributions: bernoulli, multinomial, and the in-place uniform_/normal_ fills.
+"""Sampling from given distributions: bernoulli, multinomial, the in-place fills (uniform_, normal_, random_,
+exponential_, cauchy_, log_normal_, geometric_) and the generator state (get_rng_state, set_rng_state).
 
 Every draw comes from the counter-based random bits of `creation.py`, computed in kernels (the same bits on every
 device for a seed). Checks that torch makes on the values (probabilities in [0, 1], non-negative finite weights)
@@ -179,3 +180,120 @@ def normal_(tensor: Tensor, mean: float, std: float) -> Tensor:
     draw = randn(tensor.shape, dtype=tensor.dtype, device=tensor.device)
     return tensor.assign(draw * std + mean if (mean, std) != (0.0, 1.0) else draw)
 
+
+
+def random_(tensor: Tensor, low: Any = None, high: Any = None) -> Tensor:
+    """Fill with integers uniform in [low, high): random_(to) is [0, to), random_() [0, 2^mantissa bits] for floats
+    and the dtype's non-negative range for integers (torch.Tensor.random_)."""
+    from ember.core.creation import MANTISSA_BITS, randint
+
+    if low is not None and high is None:
+        low, high = 0, low
+    if low is None:
+        low = 0
+        if tensor.dtype.is_bool:
+            high = 2
+        elif tensor.dtype.is_float:
+            high = 2 ** (53 if tensor.dtype is dtypes.float64 else MANTISSA_BITS[tensor.dtype]) + 1
+        else:
+            high = int(np.iinfo(tensor.dtype.numpy).max) + (1 if tensor.dtype.bits < 64 else 0)
+    if not int(low) < int(high):
+        raise ArgumentError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+    return tensor.assign(randint(int(low), int(high), tensor.shape, device=tensor.device).cast(tensor.dtype))
+
+
+def exponential_(tensor: Tensor, lambd: float = 1.0) -> Tensor:
+    """Fill with exponential values of rate lambd: -log(1 - U) / lambd."""
+    _require_float(tensor, "exponential_")
+    if not lambd > 0:
+        raise ArgumentError(f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
+    draw = _uniform(tensor.shape, tensor.dtype, tensor.device)
+    return tensor.assign(-(1 - draw).log() / lambd)
+
+
+def cauchy_(tensor: Tensor, median: float = 0.0, sigma: float = 1.0) -> Tensor:
+    """Fill with Cauchy values: median + sigma * tan(pi * (U - 1/2))."""
+    _require_float(tensor, "cauchy_")
+    if not sigma > 0:
+        raise ArgumentError(f"cauchy_ expects sigma > 0.0, but found sigma={sigma}")
+    draw = _open_uniform(tensor.shape, tensor.device, tensor.dtype)
+    return tensor.assign(((draw - 0.5) * math.pi).tan() * sigma + median)
+
+
+def log_normal_(tensor: Tensor, mean: float = 1.0, std: float = 2.0) -> Tensor:
+    """Fill with exp of normal values of mean and std."""
+    _require_float(tensor, "log_normal_")
+    if not std > 0:
+        raise ArgumentError(f"log_normal_ expects std > 0.0, but found std={std}")
+    draw = randn(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+    return tensor.assign((draw * std + mean).exp())
+
+
+def geometric_(tensor: Tensor, p: float) -> Tensor:
+    """Fill with the number of Bernoulli(p) trials up to the first success: ceil(log(U) / log(1 - p))."""
+    if not 0 < p < 1:
+        raise ArgumentError(f"geometric_ expects p to be in (0, 1), but got p={p}")
+    draw = _open_uniform(tensor.shape, tensor.device, dtypes.float32)
+    trials = (draw.log() / math.log1p(-p)).ceil().clamp_min(1)
+    return tensor.assign(trials.cast(tensor.dtype))
+
+
+def get_rng_state() -> Tensor:
+    """The random state (the seed and the count of numbers drawn) as a uint8 tensor for set_rng_state."""
+    from ember.core.creation import RandomState, tensor
+
+    raw = np.array([RandomState.seed, RandomState.counter], dtype=np.uint64).view(np.uint8)
+    return tensor(raw.copy())
+
+
+def set_rng_state(new_state: Tensor) -> None:
+    """Restore a state from get_rng_state: the numbers drawn next repeat those drawn after it was taken."""
+    from ember.core.creation import RandomState
+
+    if not hasattr(new_state, "dtype") or new_state.dtype is not dtypes.uint8 or tuple(new_state.shape) != (16,):
+        raise TypeError(f"set_rng_state: expected the uint8 tensor of 16 bytes get_rng_state returns, got "
+                        f"{getattr(new_state, 'dtype', type(new_state).__name__)} of shape "
+                        f"{tuple(getattr(new_state, 'shape', ()))}")
+    seed, counter = np.asarray(new_state.numpy(), dtype=np.uint8).view(np.uint64).tolist()
+    RandomState.seed, RandomState.counter = int(seed), int(counter)
+
+
+class RandomOps:
+    """Mixin: the Tensor methods that draw random numbers (bernoulli, multinomial and the in-place fills)."""
+
+    __slots__ = ()
+
+    def uniform_(self: Tensor, from_: float = 0.0, to: float = 1.0, *, generator: Any = None,
+                 **bounds: float) -> Tensor:
+        """Fill with uniform values in [from, to) (`from` may be given by name too, as in torch)."""
+        return uniform_(self, float(bounds.pop("from", from_)), float(to))
+
+    def normal_(self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> Tensor:
+        return normal_(self, float(mean), float(std))
+
+    def random_(self: Tensor, from_: Any = None, to: Any = None, *, generator: Any = None, **bounds: Any) -> Tensor:
+        """Fill with random integers in [from, to) (see random.random_ for the defaults)."""
+        return random_(self, bounds.pop("from", from_), to)
+
+    def exponential_(self: Tensor, lambd: float = 1.0, *, generator: Any = None) -> Tensor:
+        return exponential_(self, float(lambd))
+
+    def cauchy_(self: Tensor, median: float = 0.0, sigma: float = 1.0, *, generator: Any = None) -> Tensor:
+        return cauchy_(self, float(median), float(sigma))
+
+    def log_normal_(self: Tensor, mean: float = 1.0, std: float = 2.0, *, generator: Any = None) -> Tensor:
+        return log_normal_(self, float(mean), float(std))
+
+    def geometric_(self: Tensor, p: float, *, generator: Any = None) -> Tensor:
+        return geometric_(self, float(p))
+
+    def bernoulli(self: Tensor, p: float | None = None, *, generator: Any = None) -> Tensor:
+        """0/1 draws, 1 with probability self (or p), in self's float dtype (torch.bernoulli)."""
+        return bernoulli(self, p)
+
+    def bernoulli_(self: Tensor, p: Any = 0.5, *, generator: Any = None) -> Tensor:
+        return bernoulli_(self, p)
+
+    def multinomial(self: Tensor, num_samples: int, replacement: bool = False, *, generator: Any = None) -> Tensor:
+        """Category indices drawn from the weights of each row (torch.multinomial)."""
+        return multinomial(self, num_samples, replacement)

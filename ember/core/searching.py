@@ -11,12 +11,12 @@ NaN is a value of its own. searchsorted, bucketize and histc compare every value
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import promote_types
 from ember.core.elementwise import where
-from ember.core.errors import DTypeError, ShapeError
+from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.movement import cat, stack
 from ember.core.shapes import normalize_dim, prod
 from ember.core.sort_network import order_keys, sort_records, sort_rows, values_from_keys
@@ -26,6 +26,13 @@ if TYPE_CHECKING:
 
 SCAN_COUNTING_LIMIT = 2048  # prefix counts of rows up to this length are one masked sum (n^2 work), longer ones
 # take log2(n) shifted additions
+
+
+class Histogram(NamedTuple):
+    """What histogram returns, torch's names: the counts (or weight sums) and the bin edges."""
+
+    hist: Tensor
+    bin_edges: Tensor
 
 
 class SearchingOps:
@@ -62,6 +69,69 @@ class SearchingOps:
         values, inverse, counts = _compact(slices, _run_starts(slices), return_inverse, return_counts)
         values = values.reshape((values.shape[0],) + moved.shape[1:]).movedim(0, axis)
         return _outputs(values, inverse, counts, return_inverse, return_counts)
+
+    def nonzero_static(self: Tensor, *, size: int, fill_value: int = -1) -> Tensor:
+        """The first `size` rows of nonzero() (padded with fill_value): a static shape, so nothing is read back."""
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ArgumentError(f"nonzero_static: 'size' must be a non-negative int, got {size!r}")
+        flat = (self if self.dtype.is_bool else self != 0).reshape(-1)
+        running = flat.cast(dtypes.int64).cumsum(0) if flat.numel() else flat.cast(dtypes.int64)
+        ordinals = self._arange_primitive(size, dtypes.int64, self.device).unsqueeze(1)
+        positions = (running.unsqueeze(0) <= ordinals).sum(1) if flat.numel() else ordinals.reshape(size) * 0
+        found = ordinals.reshape(size) < (running[-1] if flat.numel() else 0)
+        columns, stride = [], 1
+        for length in reversed(self.shape):
+            columns.append(where(found, (positions // stride) % length, fill_value))
+            stride *= length
+        columns.reverse()
+        if not columns:
+            return positions.reshape(size, 1)._pad_and_shrink([(0, 0), (0, -1)])
+        return columns[0].unsqueeze(1).cat([column.unsqueeze(1) for column in columns[1:]], 1)
+
+    def histogram(self: Tensor, bins: Any = 100, *, range: Any = None, weight: Tensor | None = None,  # noqa: A002
+                  density: bool = False) -> Histogram:
+        """(hist, bin_edges): counts (or weight sums) of the values in each bin, the bins given by a count with
+        an optional (min, max) range or by a 1-d tensor of increasing edges; the last bin includes its right edge."""
+        if not self.dtype.is_float:
+            raise DTypeError(f"histogram: expects a floating point input, got {self.dtype.name}")
+        if hasattr(bins, "_apply"):
+            if bins.ndim != 1 or bins.numel() < 2:
+                raise ShapeError(f"histogram: bins must be a 1-d tensor of at least 2 edges, got shape {bins.shape}")
+            edges = bins.cast(self.dtype)
+        else:
+            if isinstance(bins, bool) or not isinstance(bins, int) or bins <= 0:
+                raise ArgumentError(f"histogram: bins must be a positive int or a tensor of edges, got {bins!r}")
+            if range is not None:
+                low, high = float(range[0]), float(range[1])
+            elif self.numel():
+                from ember.core.tensor import realize
+
+                smallest, largest = self.amin(), self.amax()
+                realize(smallest, largest)
+                low, high = float(smallest.item()), float(largest.item())
+            else:
+                low, high = 0.0, 0.0
+            if low > high:
+                raise ArgumentError(f"histogram: min ({low}) should not exceed max ({high})")
+            if low == high:
+                low, high = low - 0.5, high + 0.5
+            from ember.core.creation import linspace
+
+            edges = linspace(low, high, bins + 1, dtype=self.dtype, device=self.device)
+        flat = self.reshape(-1, 1)
+        count = edges.shape[0] - 1
+        left, right = edges[:-1].reshape(1, count), edges[1:].reshape(1, count)
+        last = self._arange_primitive(count, dtypes.int64, self.device).reshape(1, count) == count - 1
+        inside = (flat >= left).logical_and((flat < right).logical_or(last.logical_and(flat <= right)))
+        if weight is not None:
+            if weight.shape != self.shape:
+                raise ShapeError(f"histogram: weight of shape {weight.shape} must have the input's shape {self.shape}")
+            hist = where(inside, weight.reshape(-1, 1).cast(self.dtype), 0).sum(0)
+        else:
+            hist = inside.sum(0, dtype=self.dtype)
+        if density:
+            hist = hist / ((edges[1:] - edges[:-1]) * hist.sum())
+        return Histogram(hist, edges)
 
     def histc(self: Tensor, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:  # noqa: A002
         """A histogram of `bins` equal bins over [min, max] (the data's range when min == max); values outside it

@@ -37,8 +37,10 @@ def normalize_dims(dims: int | Sequence[int] | None, ndim: int, op: str = "op") 
     return tuple(sorted(result)) if ndim > 0 else ()
 
 
-def broadcast_shapes(*shapes: Shape, op: str = "op") -> Shape:
-    """PyTorch's broadcast of several shapes, or a ShapeError naming all of them."""
+def broadcast_shapes(*shapes: Shape | int, op: str = "broadcast_shapes") -> Shape:
+    """PyTorch's broadcast of several shapes (an int is a 1-d shape, as in torch.broadcast_shapes), or a ShapeError
+    naming all of them."""
+    shapes = tuple((shape,) if isinstance(shape, int) else tuple(shape) for shape in shapes)
     ndim = max((len(shape) for shape in shapes), default=0)
     result = []
     for axis in range(ndim):

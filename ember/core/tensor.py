@@ -10,6 +10,8 @@ import numpy as np
 
 from ember.core import dtype as dtypes
 from ember.core.aliases import numpy_argument_names
+from ember.core.arithmetic_forms import ArithmeticFormOps
+from ember.core.distances import DistanceOps
 from ember.core.dtype import DType
 from ember.core.convolution import ConvolutionOps
 from ember.core.elementwise import ElementwiseOps
@@ -17,15 +19,21 @@ from ember.core.errors import AutogradError, DTypeError, ShapeError
 from ember.core.folding import FoldingOps
 from ember.core.functional import FunctionalOps
 from ember.core.graph import Node, infer
+from ember.core.in_place import in_place_variants
 from ember.core.indexing import IndexingOps
 from ember.core.linalg import LinalgOps
 from ember.core.losses import LossOps
+from ember.core.margin_losses import MarginLossOps
 from ember.core.movement import MovementOps
+from ember.core.number_ops import NumberOps
 from ember.core.ops import Composite, Op
+from ember.core.random import RandomOps
 from ember.core.reductions import ReductionOps
 from ember.core.searching import SearchingOps
 from ember.core.shapes import Shape, prod
 from ember.core.sorting import SortingOps
+from ember.core.stacking import StackingOps
+from ember.core.tensor_attributes import TensorAttributeOps
 
 
 class GradMode:
@@ -38,8 +46,10 @@ _next_sequence = itertools.count().__next__  # creation order: a tensor's histor
 
 
 @numpy_argument_names
+@in_place_variants
 class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps, ConvolutionOps, LossOps,
-             SortingOps, SearchingOps, FoldingOps):
+             SortingOps, SearchingOps, FoldingOps, StackingOps, ArithmeticFormOps, NumberOps, DistanceOps,
+             MarginLossOps, TensorAttributeOps, RandomOps):
     """A lazy n-dimensional array with PyTorch's API. Nothing runs until a value is needed."""
 
     __slots__ = ("__weakref__", "_context", "_hooks", "_requires_grad", "_retains_grad", "_sequence", "grad", "node")
@@ -272,34 +282,6 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
             raise TypeError(f"copy_(): argument 'src' (position 1) must be Tensor, not {type(src).__name__}")
         return self.assign(src)
 
-    def uniform_(self, from_: float = 0.0, to: float = 1.0, *, generator: Any = None, **bounds: float) -> Tensor:
-        """Fill with uniform values in [from, to) (`from` may be given by name too, as in torch)."""
-        from ember.core.random import uniform_
-
-        return uniform_(self, float(bounds.pop("from", from_)), float(to))
-
-    def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> Tensor:
-        from ember.core.random import normal_
-
-        return normal_(self, float(mean), float(std))
-
-    def bernoulli(self, p: float | None = None, *, generator: Any = None) -> Tensor:
-        """0/1 draws, 1 with probability self (or p), in self's float dtype (torch.bernoulli)."""
-        from ember.core.random import bernoulli
-
-        return bernoulli(self, p)
-
-    def bernoulli_(self, p: Any = 0.5, *, generator: Any = None) -> Tensor:
-        from ember.core.random import bernoulli_
-
-        return bernoulli_(self, p)
-
-    def multinomial(self, num_samples: int, replacement: bool = False, *, generator: Any = None) -> Tensor:
-        """Category indices drawn from the weights of each row (torch.multinomial)."""
-        from ember.core.random import multinomial
-
-        return multinomial(self, num_samples, replacement)
-
     # ---- autograd -------------------------------------------------------------------------------------------
 
     @property
@@ -510,6 +492,13 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         self.node = value.node
         return self
 
+    def _assign_view(self, value: Tensor) -> Tensor:
+        """Rebind this tensor to value, a view of it with another shape (torch's t_, squeeze_, transpose_, ...)."""
+        if GradMode.enabled and (self._requires_grad or value._requires_grad):
+            self._assign_history(value)
+        self.node = value.node
+        return self
+
     def _assign_history(self, value: Tensor) -> None:
         """Autograd for an in-place change: this tensor's history becomes value's (as torch rebases a grad_fn)."""
         if self._requires_grad and self._context is None:
@@ -528,6 +517,20 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         self._context = value._context if value._context is not None else (Op.CONTIGUOUS, None, (value,))
         self._requires_grad = True
         self._sequence = _next_sequence()
+
+
+class DataView(Tensor):
+    """What `tensor.data` returns: the tensor's values without history, whose in-place changes (which rebind the
+    view, see assign) are passed on to the tensor it came from, as writes through torch's shared storage are."""
+
+    __slots__ = ("_owner",)
+
+    def assign(self, value: Tensor) -> Tensor:
+        super().assign(value)
+        owner = getattr(self, "_owner", None)
+        if owner is not None and owner.shape == self.shape and owner.dtype == self.dtype:
+            owner.node = self.node
+        return self
 
 
 class _HookHandle:
@@ -568,6 +571,11 @@ def realize(*tensors: Tensor) -> None:
     for tensor in tensors:
         nodes.extend(piece.node for piece in tensor.shards) if tensor.is_sharded else nodes.append(tensor.node)
     realize_nodes(nodes)
+
+
+def is_tensor(obj: Any) -> bool:
+    """Whether obj is an ember Tensor (torch.is_tensor)."""
+    return isinstance(obj, Tensor) or getattr(obj, "is_sharded", False) is True
 
 
 def tensor_sequence(values: Sequence[Tensor]) -> list[Tensor]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ember.core import dtype as dtypes
-from ember.core.errors import ArgumentError, DTypeError
+from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.ops import Composite, Op
 
 if TYPE_CHECKING:
@@ -212,6 +212,56 @@ class UnaryMathOps:
     def logsigmoid(self: Tensor) -> Tensor:
         self._floating_only("logsigmoid")
         return -((-self).softplus())
+
+    def prelu(self: Tensor, weight: Tensor) -> Tensor:
+        """self where it is positive, else weight * self; weight has one element or one per channel (dim 1)."""
+        self._floating_only("prelu")
+        channels = self.shape[1] if self.ndim >= 2 else 1
+        count = weight.numel() if hasattr(weight, "numel") else -1
+        if count != 1 and count != channels or getattr(weight, "ndim", 2) > 1:
+            raise ShapeError(f"prelu: weight must have 1 element or one per channel ({channels} for an input of "
+                             f"shape {self.shape}), got {getattr(weight, 'shape', type(weight).__name__)}")
+        if weight.ndim == 1 and count > 1:
+            weight = weight.reshape((count,) + (1,) * (self.ndim - 2))
+        elif weight.ndim == 1:
+            weight = weight.reshape(())
+        return self.where(self > 0, self * weight)
+
+    def rrelu(self: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False) -> Tensor:
+        """Leaky ReLU whose negative slope is drawn uniformly from [lower, upper] per element when training, and
+        is their mean otherwise (torch.nn.functional.rrelu)."""
+        self._floating_only("rrelu")
+        if lower > upper:
+            raise ArgumentError(f"rrelu: lower bound {lower} should be less than or equal to upper bound {upper}")
+        if not training:
+            return self.leaky_relu((lower + upper) / 2)
+        from ember.core.creation import rand
+
+        slope = rand(*self.shape, dtype=self.dtype, device=self.device) * (upper - lower) + lower
+        return self.where(self >= 0, self * slope)
+
+    def threshold(self: Tensor, threshold: float, value: float) -> Tensor:
+        """value where self <= threshold, else self (NaN stays NaN), in self's dtype (torch.threshold)."""
+        if self.dtype.is_bool:
+            raise DTypeError("threshold: bool inputs are not supported (as in PyTorch)")
+        return self._constant(value).where(self <= threshold, self)
+
+    def hardshrink(self: Tensor, lambd: float = 0.5) -> Tensor:
+        """self where |self| > lambd, else 0 (NaN stays NaN)."""
+        self._floating_only("hardshrink")
+        return self._constant(0).where((self >= -lambd).logical_and(self <= lambd), self)
+
+    def softshrink(self: Tensor, lambd: float = 0.5) -> Tensor:
+        """self - lambd above lambd, self + lambd below -lambd, 0 between (torch.nn.functional.softshrink)."""
+        self._floating_only("softshrink")
+        if not lambd >= 0:
+            raise ArgumentError(f"softshrink: lambda must be non-negative (as in PyTorch), got {lambd}")
+        return (self - lambd).where(self > lambd, (self + lambd).where(self < -lambd, self * 0))
+
+    def tanhshrink(self: Tensor) -> Tensor:
+        """self - tanh(self)."""
+        operand = self._float_operand()
+        return operand - operand.tanh()
 
     # ---- rounding (integers are returned unchanged; bool raises as in torch) --------------------------------------
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import ember as em
-from ember.core.errors import ShapeError
 from ember.core.tensor import Tensor
+from ember.nn import functional as F
 from ember.nn.module import Module
 from ember.nn.parameter import Parameter
 
@@ -83,7 +83,7 @@ class LogSigmoid(_Elementwise):
 
 class Tanhshrink(Module):
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
-        return input - input.tanh()
+        return input.tanhshrink()
 
 
 class LeakyReLU(Module):
@@ -163,7 +163,7 @@ class Threshold(Module):
         self.threshold, self.value, self.inplace = threshold, value, inplace
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
-        return em.where(input > self.threshold, input, self.value)
+        return F.threshold(input, self.threshold, self.value, self.inplace)
 
     def extra_repr(self) -> str:
         return f"threshold={self.threshold}, value={self.value}" + (", inplace=True" if self.inplace else "")
@@ -175,7 +175,7 @@ class Softshrink(Module):
         self.lambd = lambd
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
-        return em.where(input > self.lambd, input - self.lambd, em.where(input < -self.lambd, input + self.lambd, 0.0))
+        return input.softshrink(self.lambd)
 
     def extra_repr(self) -> str:
         return str(self.lambd)
@@ -183,7 +183,7 @@ class Softshrink(Module):
 
 class Hardshrink(Softshrink):
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
-        return em.where(input.abs() > self.lambd, input, 0.0)
+        return input.hardshrink(self.lambd)
 
 
 def _softmax_dim(ndim: int) -> int:
@@ -213,6 +213,15 @@ class Softmin(Softmax):
         return (-input).softmax(self.dim if self.dim is not None else _softmax_dim(input.ndim))
 
 
+class Softmax2d(Module):
+    """Softmax over the channels (dim -3) of (N, C, H, W) or (C, H, W) inputs."""
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        if input.ndim not in (3, 4):
+            raise ValueError(f"Softmax2d: expected input of 3 or 4 dims (got {input.ndim}D input)")
+        return input.softmax(-3)
+
+
 class GLU(Module):
     """Gated linear unit: the first half of `dim` times the sigmoid of the second half."""
 
@@ -221,11 +230,7 @@ class GLU(Module):
         self.dim = dim
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
-        size = input.shape[self.dim] if input.ndim else 0
-        if size % 2:
-            raise ShapeError(f"GLU: dim {self.dim} of shape {input.shape} must have an even size, got {size}")
-        first, second = input.chunk(2, self.dim)
-        return first * second.sigmoid()
+        return input.glu(self.dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
@@ -241,15 +246,24 @@ class PReLU(Module):
         from ember.core.creation import full
 
         self.num_parameters = num_parameters
-        self.weight = Parameter(full((num_parameters,), init, dtype=dtype or "float32", device=device))
+        self.weight = Parameter(full((num_parameters,), init, dtype=dtype or em.get_default_dtype(), device=device))
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
-        weight = self.weight
-        if self.num_parameters > 1:
-            if input.ndim < 2 or input.shape[1] != self.num_parameters:
-                raise ShapeError(f"PReLU: input of shape {input.shape} needs {self.num_parameters} channels in dim 1")
-            weight = weight.reshape((self.num_parameters,) + (1,) * (input.ndim - 2))
-        return em.where(input >= 0, input, input * weight)
+        return input.prelu(self.weight)
 
     def extra_repr(self) -> str:
         return f"num_parameters={self.num_parameters}"
+
+
+class RReLU(Module):
+    """Leaky ReLU with a random negative slope from [lower, upper] in training, their mean in evaluation."""
+
+    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False) -> None:
+        super().__init__()
+        self.lower, self.upper, self.inplace = lower, upper, inplace
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.rrelu(input, self.lower, self.upper, self.training, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"lower={self.lower}, upper={self.upper}" + (", inplace=True" if self.inplace else "")

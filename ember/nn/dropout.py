@@ -37,3 +37,24 @@ class Dropout2d(_DropoutNd):
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         return F.dropout2d(input, self.p, self.training)
+
+
+class Dropout3d(_DropoutNd):
+    """Zeroes whole channels of (N, C, D, H, W) or (C, D, H, W) inputs with probability p in training mode."""
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.dropout3d(input, self.p, self.training)
+
+
+class AlphaDropout(_DropoutNd):
+    """Dropout for SELU networks: keeps the mean and variance of its input in training mode."""
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.alpha_dropout(input, self.p, self.training)
+
+
+class FeatureAlphaDropout(_DropoutNd):
+    """AlphaDropout of whole channels."""
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.feature_alpha_dropout(input, self.p, self.training)

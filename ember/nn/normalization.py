@@ -1,4 +1,4 @@
-"""Normalization layers: BatchNorm1d/2d (running statistics), LayerNorm, RMSNorm, GroupNorm."""
+"""Normalization layers: BatchNorm1d/2d/3d (running statistics), LayerNorm, RMSNorm, GroupNorm, LocalResponseNorm."""
 
 from __future__ import annotations
 
@@ -149,6 +149,14 @@ class BatchNorm2d(_BatchNorm):
             raise ShapeError(f"BatchNorm2d: expected a 4-d input (N, C, H, W), got shape {input.shape}")
 
 
+class BatchNorm3d(_BatchNorm):
+    """Batch normalization over (N, C, D, H, W) inputs."""
+
+    def _check_input(self, input: Tensor) -> None:  # noqa: A002
+        if input.ndim != 5:
+            raise ShapeError(f"BatchNorm3d: expected a 5-d input (N, C, D, H, W), got shape {input.shape}")
+
+
 def _shape_tuple(shape: int | Sequence[int]) -> tuple[int, ...]:
     return (shape,) if isinstance(shape, int) else tuple(int(size) for size in shape)
 
@@ -269,3 +277,17 @@ class GroupNorm(Module):
             f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
             f"bias={self.bias is not None}"
         )
+
+
+class LocalResponseNorm(Module):
+    """Each element divided by (k + alpha * the mean square of `size` neighbouring channels) ^ beta."""
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0) -> None:
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self) -> str:
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"

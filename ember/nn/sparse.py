@@ -1,4 +1,4 @@
-"""Embedding: a lookup table of learned vectors indexed by integer ids."""
+"""Embedding: a lookup table of learned vectors indexed by integer ids; EmbeddingBag: reductions of bags of them."""
 
 from __future__ import annotations
 
@@ -129,3 +129,41 @@ class Embedding(Module):
         if self.sparse:
             text += ", sparse=True"
         return text
+
+
+class EmbeddingBag(Module):
+    """Sums, means or maxima of bags of embeddings (F.embedding_bag); weight starts normal(0, 1) like Embedding's."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, max_norm: float | None = None,
+                 norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False,
+                 _weight: Tensor | None = None, include_last_offset: bool = False, padding_idx: int | None = None,
+                 device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise ValueError(f"EmbeddingBag: padding_idx {padding_idx} must be within num_embeddings "
+                                 f"({num_embeddings})")
+            padding_idx %= num_embeddings
+        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
+        self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
+        self.mode, self.sparse, self.include_last_offset = mode, sparse, include_last_offset
+        if _weight is None:
+            self.weight = empty_parameter((num_embeddings, embedding_dim), device, dtype)
+            init.normal_(self.weight)
+            if padding_idx is not None:
+                with no_grad():
+                    self.weight[padding_idx] = 0
+        else:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise ShapeError(f"EmbeddingBag: _weight of shape {_weight.shape} does not match "
+                                 f"({num_embeddings}, {embedding_dim})")
+            self.weight = Parameter(_weight)
+
+    def forward(self, input: Tensor, offsets: Tensor | None = None,  # noqa: A002
+                per_sample_weights: Tensor | None = None) -> Tensor:
+        return F.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type, self.scale_grad_by_freq,
+                               self.mode, self.sparse, per_sample_weights, self.include_last_offset, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, mode='{self.mode}'" + (
+            f", padding_idx={self.padding_idx}" if self.padding_idx is not None else "")

@@ -23,6 +23,7 @@ import numpy as np
 
 from ember.core import dtype as dtypes
 from ember.core.aliases import numpy_argument_names
+from ember.core.in_place import in_place_variants
 from ember.core.dtype import DType, to_dtype
 from ember.core.elementwise import ElementwiseOps
 from ember.core.errors import DTypeError
@@ -309,6 +310,7 @@ def perturbation(scale: float, seed: int) -> Iterator[None]:
 
 
 @numpy_argument_names
+@in_place_variants
 class ReferenceTensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps):
     """An eager numpy tensor with the Tensor API: every method is the same composition of primitives as in ember."""
 
@@ -480,6 +482,11 @@ class ReferenceTensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, Li
             value = value.expand(self.shape)
         if value.dtype != self.dtype:
             value = value.cast(self.dtype)
+        self.array = value.array
+        return self
+
+    def _assign_view(self, value: ReferenceTensor) -> ReferenceTensor:
+        """Rebind to value, a view with another shape (the in-place view ops), as Tensor._assign_view does."""
         self.array = value.array
         return self
 
