@@ -18,5 +18,5 @@ install-test: system-packages
 	$(PYTHON) -m pip install -q -e ".[test]"
 
 test: install-test
-	$(PYTHON) -m pytest -q -n 2 --dist loadgroup tests; status=$$?; \
+	$(PYTHON) -m pytest -q -n 2 --dist loadgroup --durations=20 tests; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$status
