@@ -54,7 +54,7 @@ concat = concatenate = cat
 __version__ = "0.1.0"
 
 # the subpackages, reachable as attributes after `import ember` like torch.nn and torch.optim (they import ember)
-from ember import io, linalg, nn, optim, viz  # noqa: E402
+from ember import cuda, io, linalg, nn, optim, viz  # noqa: E402
 from ember.io import load, save  # noqa: E402
 
 # torch's module-level forms of Tensor methods (ember.exp(x) is x.exp(), ember.gather(x, 1, index) is
@@ -62,8 +62,8 @@ from ember.io import load, save  # noqa: E402
 from ember import torch_names  # noqa: E402
 from ember.function_forms import function_forms  # noqa: E402
 from ember.torch_level import (  # noqa: E402
-    adaptive_max_pool1d, bilinear, chain_matmul, constant_pad_nd, dtype, feature_alpha_dropout, fill, is_storage,
-    max_pool1d_with_indices,
+    adaptive_max_pool1d, bilinear, chain_matmul, constant_pad_nd, device, dtype, feature_alpha_dropout, fill,
+    is_storage, max_pool1d_with_indices,
 )
 
 globals().update(function_forms(Tensor, globals()))

@@ -46,8 +46,8 @@ def resolve_device(device: Any) -> str:
     if device is None:
         return get_default_device()
     name = str(device.name if isinstance(device, Device) else device)
-    if name == "cpu":
-        name = "c"
+    if name == "cpu" or name.startswith("cpu:"):  # torch's name for the host: ember's c device
+        name = "c" + name[3:]
     cached = _resolved.get(name)
     if cached is not None:
         return cached
