@@ -43,7 +43,9 @@ class device(str):  # noqa: N801 - torch's name
         return int(number) if number else None
 
     def __repr__(self) -> str:
-        return f"device(type='{self.type}')" if self.index is None else f"device(type='{self.type}', index={self.index})"
+        if self.index is None:
+            return f"device(type='{self.type}')"
+        return f"device(type='{self.type}', index={self.index})"
 
 
 def fill(input: Tensor, value: Any) -> Tensor:  # noqa: A002 - torch's names

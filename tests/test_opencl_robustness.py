@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 
 import ember as em
 from ember.backends import opencl, opencl_probe

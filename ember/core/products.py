@@ -6,7 +6,6 @@ import math
 import numbers
 import operator
 import warnings
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ember.core import dtype as dtypes
