@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import ember as em
 from ember.core.errors import ShapeError
 from ember.core.tensor import Tensor
 from ember.nn import functional as F
 from ember.nn import init
 from ember.nn.linear import empty_parameter
 from ember.nn.module import Module
+from ember.nn.normalization import register_running_stats
 
 
 class _InstanceNorm(Module):
@@ -31,14 +31,7 @@ class _InstanceNorm(Module):
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
-        if track_running_stats:
-            self.register_buffer("running_mean", em.zeros(num_features, dtype=dtype, device=device))
-            self.register_buffer("running_var", em.ones(num_features, dtype=dtype, device=device))
-            self.register_buffer("num_batches_tracked", em.tensor(0, dtype=em.int64, device=device))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
+        register_running_stats(self, num_features, track_running_stats, device, dtype)
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         batched = self.spatial + 2

@@ -33,6 +33,18 @@ def _mark_pending(tensor: Tensor) -> None:
     _pending_updates[id(tensor)] = weakref.ref(tensor)
 
 
+def register_running_stats(module: Module, num_features: int, track: bool, device: Any, dtype: Any) -> None:
+    """torch's running-statistics buffers of a batch or instance norm: running_mean (zeros), running_var (ones) and
+    num_batches_tracked, or the three registered as None when statistics are not tracked."""
+    if track:
+        module.register_buffer("running_mean", em.zeros(num_features, dtype=dtype, device=device))
+        module.register_buffer("running_var", em.ones(num_features, dtype=dtype, device=device))
+        module.register_buffer("num_batches_tracked", em.tensor(0, dtype=em.int64, device=device))
+    else:
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            module.register_buffer(name, None)
+
+
 class _BatchNorm(Module):
     """Normalizes each channel (dim 1) over the batch and spatial dims; keeps running mean and variance."""
 
@@ -62,14 +74,7 @@ class _BatchNorm(Module):
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
-        if track_running_stats:
-            self.register_buffer("running_mean", em.zeros(num_features, dtype=dtype, device=device))
-            self.register_buffer("running_var", em.ones(num_features, dtype=dtype, device=device))
-            self.register_buffer("num_batches_tracked", em.tensor(0, dtype=em.int64, device=device))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
+        register_running_stats(self, num_features, track_running_stats, device, dtype)
         self.reset_parameters()
 
     def reset_running_stats(self) -> None:
