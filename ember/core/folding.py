@@ -11,22 +11,23 @@ fused kernel, which also does the zero products of the inserted elements.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ember.core.convolution import IntOrInts, _check_positive, _ints, _spatial_input, _window_axis, windows
 from ember.core.errors import DTypeError, ShapeError
 from ember.core.shapes import normalize_dim
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
 
-class FoldingOps:
+class FoldingOps(TensorBase):
     """Mixin: Tensor.unfold and conv_transpose1d/2d/3d. Needs the movement, reduction and convolution mixins."""
 
     __slots__ = ()
 
-    def unfold(self: Tensor, dimension: int, size: int, step: int) -> Tensor:
+    def unfold(self, dimension: int, size: int, step: int) -> Tensor:
         """Every slice of `size` elements along dimension, `step` apart, in a new last dim (a view), like torch."""
         axis = normalize_dim(dimension, self.ndim, "unfold")
         length = self.shape[axis] if self.ndim else 1
@@ -43,27 +44,27 @@ class FoldingOps:
         result = _window_axis(source, axis, size, step, 1, count).movedim(axis, -1)
         return result.reshape(size) if self.ndim == 0 else result
 
-    def conv_transpose1d(self: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
+    def conv_transpose1d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                          padding: IntOrInts = 0, output_padding: IntOrInts = 0, groups: int = 1,
                          dilation: IntOrInts = 1) -> Tensor:
         """torch.nn.functional.conv_transpose1d over [N, C_in, L] (or unbatched [C_in, L]); weight
         [C_in, C_out / groups, k]."""
-        return _transposed_convolution(self, weight, bias, stride, padding, output_padding, groups, dilation, 1,
+        return _transposed_convolution(cast("Tensor", self), weight, bias, stride, padding, output_padding, groups, dilation, 1,
                                        "conv_transpose1d")
 
-    def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
+    def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                          padding: IntOrInts = 0, output_padding: IntOrInts = 0, groups: int = 1,
                          dilation: IntOrInts = 1) -> Tensor:
         """torch.nn.functional.conv_transpose2d over [N, C_in, H, W] (or unbatched); weight [C_in, C_out / groups,
         kh, kw]."""
-        return _transposed_convolution(self, weight, bias, stride, padding, output_padding, groups, dilation, 2,
+        return _transposed_convolution(cast("Tensor", self), weight, bias, stride, padding, output_padding, groups, dilation, 2,
                                        "conv_transpose2d")
 
-    def conv_transpose3d(self: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
+    def conv_transpose3d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                          padding: IntOrInts = 0, output_padding: IntOrInts = 0, groups: int = 1,
                          dilation: IntOrInts = 1) -> Tensor:
         """torch.nn.functional.conv_transpose3d over [N, C_in, D, H, W] (or unbatched)."""
-        return _transposed_convolution(self, weight, bias, stride, padding, output_padding, groups, dilation, 3,
+        return _transposed_convolution(cast("Tensor", self), weight, bias, stride, padding, output_padding, groups, dilation, 3,
                                        "conv_transpose3d")
 
 
