@@ -221,8 +221,8 @@ class ConvolutionOps(TensorBase):
         kernel = _ints(kernel_size, spatial, "kernel_size", op)
         strides = kernel if stride is None or stride == [] or stride == () else _ints(stride, spatial, "stride", op)
         dilations = _ints(dilation, spatial, "dilation", op)
-        for values, name in ((kernel, "kernel_size"), (strides, "stride"), (dilations, "dilation")):
-            _check_positive(values, name, op)
+        for numbers, name in ((kernel, "kernel_size"), (strides, "stride"), (dilations, "dilation")):
+            _check_positive(numbers, name, op)
         pads = _ints(padding, spatial, "padding", op)
         sizes = source.shape[2:]
         outputs, amounts = _pool_geometry(sizes, kernel, strides, pads, dilations, ceil_mode, op)
@@ -342,6 +342,7 @@ class ConvolutionOps(TensorBase):
             mask = inside if mask is None else mask.logical_and(inside)
             cell_size = (end - start).reshape([count if index == axis else 1 for index in range(spatial)])
             cells = cell_size if cells is None else cells * cell_size
+        assert mask is not None and cells is not None  # spatial >= 1 axes were visited
         expanded = source.reshape(source.shape[:2] + (1,) * spatial + sizes)
         reduced_axes = tuple(range(2 + spatial, 2 + 2 * spatial))
         if maximum and (return_indices or getattr(source, "requires_grad", False)):
@@ -410,6 +411,7 @@ def _max_indices(source: Tensor, chosen: Tensor, kernel: tuple[int, ...], stride
         stride = math.prod(sizes[axis + 1:])
         term = (source._arange_primitive(size, dtypes.int64, source.device) * stride).reshape(shape)
         position = term if position is None else position + term
+    assert position is not None  # spatial >= 1
     position = position.expand(sizes)._pad_and_shrink(amounts, value=-1)
     position_windows = windows(position, kernel, strides, dilations, outputs).reshape(outputs + (-1,))
     return where(chosen, position_windows, 0).sum(-1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -47,7 +48,7 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
         """self and other (a Tensor, a Python number or array-like data) promoted to their torch.result_type and
         broadcast to one shape; swapped when `reverse` (for the reflected operators)."""
         if isinstance(other, ElementwiseOps) and other.dtype is self.dtype and other.shape == self.shape:
-            left, right = self, other
+            left, right = cast("Tensor", self), cast("Tensor", other)
         else:
             left, right = _align(cast("Tensor", self), (cast("Tensor", self), other), op_name)
         return (right, left) if reverse else (left, right)
@@ -142,7 +143,7 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
 
     multiply = mul
 
-    def div(self, other: Any, rounding_mode: str | None = None, reverse: bool = False) -> Tensor:
+    def div(self, other: Any, rounding_mode: str | None = None, reverse: builtins.bool = False) -> Tensor:
         """True division (integers give floats), or rounded with rounding_mode 'trunc' or 'floor' (torch.div)."""
         if rounding_mode == "floor":
             return self.floor_divide(other, reverse)
@@ -159,7 +160,7 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
 
     true_divide = divide = div
 
-    def floor_divide(self, other: Any, reverse: bool = False) -> Tensor:
+    def floor_divide(self, other: Any, reverse: builtins.bool = False) -> Tensor:
         """Division rounded toward negative infinity, like Python's // (integers divided by zero give 0)."""
         left, right = self._operands(other, "floor_divide", reverse)
         if left.dtype.is_bool:
@@ -172,7 +173,7 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
         remainder = left._apply(Op.MOD, right)
         return where(signs_differ(remainder, right), quotient - 1, quotient)
 
-    def remainder(self, other: Any, reverse: bool = False) -> Tensor:
+    def remainder(self, other: Any, reverse: builtins.bool = False) -> Tensor:
         """Python's modulo: the result has the sign of the divisor (torch.remainder; x % 0 is NaN for floats and
         0 for integers)."""
         left, right = self._operands(other, "remainder", reverse)
@@ -200,10 +201,10 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
     def reciprocal(self) -> Tensor:
         return self._float_operand()._apply(Op.RECIPROCAL)
 
-    def pow(self, exponent: Any, reverse: bool = False) -> Tensor:
+    def pow(self, exponent: Any, reverse: builtins.bool = False) -> Tensor:
         """self ** exponent (or exponent ** self when `reverse`), with torch's dtypes and C pow's special values."""
         if not reverse and isinstance(exponent, PYTHON_SCALARS) and not isinstance(exponent, (bool, np.bool_)):
-            return pow_scalar_exponent(self, exponent)
+            return pow_scalar_exponent(cast("Tensor", self), cast(Number, exponent))  # numpy scalars act as numbers
         base, power = self._operands(exponent, "pow", reverse)
         if base.dtype.is_bool:
             raise DTypeError("pow: bool ** bool is not supported (as in PyTorch); cast one operand to a number dtype")
@@ -303,7 +304,8 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
             return self._full(self.shape, True, dtypes.bool_, self.device)
         return (self - self) == 0  # inf - inf and NaN - NaN are NaN
 
-    def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Tensor:
+    def nan_to_num(self, nan: builtins.float = 0.0, posinf: builtins.float | None = None,
+                   neginf: builtins.float | None = None) -> Tensor:
         if not self.dtype.is_float:
             return cast("Tensor", self)
         finfo = np.finfo(np.float32 if self.dtype is dtypes.bfloat16 else self.dtype.numpy)

@@ -140,6 +140,7 @@ def solve_system(matrix: Tensor, rhs: Tensor, name: str) -> tuple[Tensor, Tensor
     """X with matrix @ X = rhs (batch dims broadcast; rhs (..., n, k)), and the info of each system."""
     batch = broadcast_shapes(matrix.shape[:-2], rhs.shape[:-2], op=name)
     outcome = eliminate(matrix.expand(batch + matrix.shape[-2:]), rhs.expand(batch + rhs.shape[-2:]))
+    assert outcome.solution is not None  # right-hand sides were given
     return outcome.solution, first_zero_pivot(outcome.pivots)
 
 
@@ -154,7 +155,7 @@ class EliminationOps(TensorBase):
         outcome = eliminate(cast("Tensor", self))
         return permutation_sign(outcome.row_steps, self.dtype) * outcome.pivots.prod(-1)
 
-    def slogdet(self) -> tuple[Tensor, Tensor]:
+    def slogdet(self) -> SignLogAbsDet:
         """(sign, log |det|) of each square matrix: the log is a sum of logs, so it does not overflow."""
         check_square(cast("Tensor", self), "linalg.slogdet")
         outcome = eliminate(cast("Tensor", self))
@@ -206,7 +207,7 @@ class EliminationOps(TensorBase):
         exponent = operator.index(n)
         if self.ndim < 2 or self.shape[-1] != self.shape[-2]:
             raise ShapeError(f"matrix_power: expected a batch of square matrices, got shape {self.shape}")
-        base = self.inverse() if exponent < 0 else self
+        base = self.inverse() if exponent < 0 else cast("Tensor", self)
         exponent = abs(exponent)
         size = self.shape[-1]
         if exponent == 0:
@@ -220,6 +221,7 @@ class EliminationOps(TensorBase):
             exponent >>= 1
             if exponent:
                 base = base.matmul(base)
+        assert result is not None  # exponent > 0: its lowest set bit set result
         return result
 
 

@@ -36,7 +36,7 @@ class FoldingOps(TensorBase):
                              f"(shape {self.shape})")
         if not isinstance(step, int) or step <= 0:
             raise ValueError(f"unfold: step must be a positive integer, got {step}")
-        source = self.reshape(1) if self.ndim == 0 else self
+        source = self.reshape(1) if self.ndim == 0 else cast("Tensor", self)
         count = (length - size) // step + 1
         if size == 0:  # empty windows: nothing to read
             shape = (0,) if self.ndim == 0 else source.shape[:axis] + (count,) + source.shape[axis + 1:] + (0,)
@@ -49,23 +49,23 @@ class FoldingOps(TensorBase):
                          dilation: IntOrInts = 1) -> Tensor:
         """torch.nn.functional.conv_transpose1d over [N, C_in, L] (or unbatched [C_in, L]); weight
         [C_in, C_out / groups, k]."""
-        return _transposed_convolution(cast("Tensor", self), weight, bias, stride, padding, output_padding, groups, dilation, 1,
-                                       "conv_transpose1d")
+        return _transposed_convolution(cast("Tensor", self), weight, bias, stride, padding, output_padding, groups,
+                                       dilation, 1, "conv_transpose1d")
 
     def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                          padding: IntOrInts = 0, output_padding: IntOrInts = 0, groups: int = 1,
                          dilation: IntOrInts = 1) -> Tensor:
         """torch.nn.functional.conv_transpose2d over [N, C_in, H, W] (or unbatched); weight [C_in, C_out / groups,
         kh, kw]."""
-        return _transposed_convolution(cast("Tensor", self), weight, bias, stride, padding, output_padding, groups, dilation, 2,
-                                       "conv_transpose2d")
+        return _transposed_convolution(cast("Tensor", self), weight, bias, stride, padding, output_padding, groups,
+                                       dilation, 2, "conv_transpose2d")
 
     def conv_transpose3d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                          padding: IntOrInts = 0, output_padding: IntOrInts = 0, groups: int = 1,
                          dilation: IntOrInts = 1) -> Tensor:
         """torch.nn.functional.conv_transpose3d over [N, C_in, D, H, W] (or unbatched)."""
-        return _transposed_convolution(cast("Tensor", self), weight, bias, stride, padding, output_padding, groups, dilation, 3,
-                                       "conv_transpose3d")
+        return _transposed_convolution(cast("Tensor", self), weight, bias, stride, padding, output_padding, groups,
+                                       dilation, 3, "conv_transpose3d")
 
 
 def _transposed_convolution(source: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrInts,
@@ -115,6 +115,7 @@ def _transposed_convolution(source: Tensor, weight: Tensor, bias: Tensor | None,
             if operand is not None:
                 part = operand.reshape(-1).narrow(0, 0, 0).reshape(shape)
                 empty = part if empty is None else empty + part
+        assert empty is not None  # batched is an operand
         return empty.squeeze(0) if unbatched else empty
     # stride - 1 zeros between the elements: each becomes (element, zeros...) and the trailing zeros are cut
     spread = batched

@@ -356,7 +356,7 @@ class FunctionalOps(TensorBase):
         enable_gqa: bool = False,
     ) -> Tensor:
         """softmax(self @ key^T * scale + mask) @ value; rows with every key masked give zeros (as torch)."""
-        query = self
+        query = cast("Tensor", self)
         if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
             raise ShapeError(
                 f"scaled_dot_product_attention: query, key and value need at least 2 dims [..., L, E], got "

@@ -159,7 +159,7 @@ class IndexUpdateOps(TensorBase):
 
         if not hasattr(mask, "node") or not mask.dtype.is_bool:
             raise DTypeError(f"masked_scatter: mask must be a bool tensor, got "
-                             f"{getattr(mask, 'dtype', type(mask)).name}")
+                             f"{getattr(getattr(mask, 'dtype', None), 'name', type(mask).__name__)}")
         _same_dtype("masked_scatter", cast("Tensor", self), source)
         shape = broadcast_shapes(self.shape, mask.shape, op="masked_scatter")
         flat_mask = mask.expand(shape).reshape(-1)

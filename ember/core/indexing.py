@@ -12,7 +12,7 @@ import operator
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from ember.core import dtype as dtypes
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
@@ -356,6 +356,15 @@ class IndexingOps(IndexUpdateOps):
             raise DTypeError(f"masked_select: mask must be a bool tensor, got {mask.dtype.name}")
         shape = broadcast_shapes(self.shape, mask.shape, op="masked_select")
         return self.expand(shape)[mask.expand(shape)]
+
+    @overload
+    def nonzero(self, *, as_tuple: Literal[False] = False) -> Tensor: ...
+
+    @overload
+    def nonzero(self, *, as_tuple: Literal[True]) -> tuple[Tensor, ...]: ...
+
+    @overload
+    def nonzero(self, *, as_tuple: bool) -> Tensor | tuple[Tensor, ...]: ...
 
     def nonzero(self, *, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
         """The indices of the non-zero elements, (count, ndim) int64 (reads the count from the device)."""

@@ -7,7 +7,7 @@ distances and covariance (products), determinants, inverses and solves (eliminat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.core.elimination import EliminationOps
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
@@ -138,9 +138,8 @@ def einsum(equation: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
     """torch.einsum: repeated subscripts take diagonals, '...' broadcasts, an implicit output is sorted labels."""
     from ember.core.tensor import tensor_sequence
 
-    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
-        operands = tuple(operands[0])
-    tensors = tensor_sequence(operands)
+    flat: Sequence[Any] = operands[0] if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
+    tensors = tensor_sequence(tuple(flat))
     compact = equation.replace(" ", "")
     input_part, arrow, output_part = compact.partition("->")
     terms = input_part.split(",")

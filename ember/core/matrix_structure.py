@@ -98,7 +98,7 @@ class MatrixStructureOps(TensorBase):
         second = normalize_dim(dim2, self.ndim + 1, "diag_embed")
         if first == second:
             raise ShapeError(f"diag_embed: the dims cannot be identical, got dim1={dim1} and dim2={dim2}")
-        source = self.reshape(1) if self.ndim == 0 else self
+        source = self.reshape(1) if self.ndim == 0 else cast("Tensor", self)
         return embed_last(source, offset).movedim((-2, -1), (first, second))
 
     def diagonal_scatter(self, src: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
@@ -208,9 +208,8 @@ def meshgrid(*tensors: Tensor | Sequence[Tensor], indexing: str | None = None) -
     or 'xy' (the first two output dims swapped, as numpy)."""
     from ember.core.tensor import tensor_sequence
 
-    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
-        tensors = tuple(tensors[0])
-    parts = tensor_sequence(tensors)
+    flat: Sequence[Any] = tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else tensors
+    parts = tensor_sequence(tuple(flat))
     if not parts:
         raise ValueError("meshgrid: expected a non-empty sequence of tensors")
     if indexing is None:

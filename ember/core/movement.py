@@ -83,7 +83,7 @@ class MovementOps(TensorBase):
                     f"(tensor shape {self.shape}, target {target})"
                 )
             resolved.append(new)
-        result = self if padded == self.shape else self._apply(Op.RESHAPE, arg=padded)
+        result = cast("Tensor", self) if padded == self.shape else self._apply(Op.RESHAPE, arg=padded)
         return result if tuple(resolved) == padded else result._apply(Op.EXPAND, arg=tuple(resolved))
 
     def expand_as(self, other: Tensor) -> Tensor:
@@ -101,7 +101,9 @@ class MovementOps(TensorBase):
         normalized = tuple(normalize_dim(dim, self.ndim, "permute") for dim in order)
         if sorted(normalized) != list(range(self.ndim)):
             raise ShapeError(f"permute: {order} is not a permutation of the dims 0..{self.ndim - 1} (shape {self.shape})")
-        return cast("Tensor", self) if normalized == tuple(range(self.ndim)) else self._apply(Op.PERMUTE, arg=normalized)
+        if normalized == tuple(range(self.ndim)):
+            return cast("Tensor", self)
+        return self._apply(Op.PERMUTE, arg=normalized)
 
     def flip(self, *dims: Any) -> Tensor:
         axes = normalize_dims(_shape_argument(dims), self.ndim, "flip")
@@ -118,7 +120,7 @@ class MovementOps(TensorBase):
                 raise ShapeError(
                     f"pad: the amounts {tuple(amounts)} crop more than the size of a dim of the shape {self.shape}"
                 )
-        result = self
+        result = cast("Tensor", self)
         if any(start != 0 or end != size for size, (start, end) in zip(self.shape, shrink)):
             result = result._apply(Op.SHRINK, arg=shrink)
         padding = tuple((max(0, before), max(0, after)) for before, after in amounts)
@@ -148,7 +150,7 @@ class MovementOps(TensorBase):
             raise ArgumentError(f"pad: unknown mode {mode!r}; valid modes: {', '.join(PAD_MODES)}")
         if value is not None and value != 0:
             raise ArgumentError(f"pad: a fill value is only used by mode 'constant', not {mode!r}")
-        result = self
+        result = cast("Tensor", self)
         for axis, (before, after) in enumerate(pairs):
             if before or after:
                 result = _pad_axis(result, axis, before, after, mode)
@@ -305,7 +307,7 @@ class MovementOps(TensorBase):
         dim_list = [dims] if isinstance(dims, int) else list(dims)
         if len(shift_list) != len(dim_list):
             raise ShapeError(f"roll: shifts {shifts} and dims {dims} must have the same length")
-        result = self
+        result = cast("Tensor", self)
         for shift, dim in zip(shift_list, dim_list):
             axis = normalize_dim(dim, self.ndim, "roll")
             size = result.shape[axis]
@@ -498,6 +500,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         else:
             result = result._apply(Op.OR if dtype.is_bool else Op.ADD, padded)
         offset += part.shape[axis]
+    assert result is not None  # parts is not empty
     return result
 
 

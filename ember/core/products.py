@@ -120,7 +120,7 @@ class ProductOps(TensorBase):
         difference = self - other
         if not difference.dtype.is_float:
             raise DTypeError(f"dist: expected floating point inputs, got {self.dtype.name} and "
-                             f"{getattr(other, 'dtype', type(other)).name}")
+                             f"{getattr(getattr(other, 'dtype', None), 'name', type(other).__name__)}")
         return vector_norm(difference, p)
 
     def renorm(self, p: float, dim: int, maxnorm: float) -> Tensor:

@@ -68,6 +68,7 @@ def bernoulli_(tensor: Tensor, p: Any = 0.5) -> Tensor:
     from ember.core.elementwise import ElementwiseOps
 
     if isinstance(p, ElementwiseOps):
+        p = cast("Tensor", p)
         _require_float(p, "bernoulli_")
         if p.shape != tensor.shape:
             p = p.expand(tensor.shape)  # raises like torch when p does not broadcast to the tensor

@@ -55,7 +55,7 @@ class ReductionOps(TensorBase):
         return self._reduce_axes(op, axes, keepdim)
 
     def _reduce_axes(self, op: Op, axes: tuple[int, ...], keepdim: bool) -> Tensor:
-        reduced = self._apply(op, arg=axes) if axes else self
+        reduced = self._apply(op, arg=axes) if axes else cast("Tensor", self)
         if keepdim or not axes:
             return reduced
         return reduced.reshape(tuple(size for axis, size in enumerate(reduced.shape) if axis not in axes))
@@ -136,7 +136,7 @@ class ReductionOps(TensorBase):
     def amin(self, dim: Dims = None, keepdim: bool = False) -> Tensor:
         return self._max_or_min_values(dim, keepdim, "amin", minimum=True)
 
-    def aminmax(self, *, dim: int | None = None, keepdim: bool = False) -> ValuesIndices:
+    def aminmax(self, *, dim: int | None = None, keepdim: bool = False) -> MinMax:
         """(min, max) over dim (every dim by default), as torch.aminmax's named tuple (min, max)."""
         if dim is not None:
             _check_single_dim(dim, "aminmax")
@@ -271,7 +271,7 @@ class ReductionOps(TensorBase):
             raise DTypeError(f"logcumsumexp: needs a floating point tensor (as in PyTorch), got {self.dtype.name}")
         if self.dtype in (dtypes.float16, dtypes.bfloat16):  # computed in float32, rounded once (as torch)
             return self.cast(dtypes.float32).logcumsumexp(dim).cast(self.dtype)
-        source = self
+        source = cast("Tensor", self)
         if source.ndim == 0:
             normalize_dim(dim, 0, "logcumsumexp")
             return source
@@ -312,7 +312,7 @@ class ReductionOps(TensorBase):
             raise ShapeError("diff: expects a tensor of at least one dim, got a 0-d tensor")
         axis = normalize_dim(dim, self.ndim, "diff")
         parts = []
-        for name, part in (("prepend", prepend), (None, self), ("append", append)):
+        for name, part in (("prepend", prepend), (None, cast("Tensor", self)), ("append", append)):
             if part is None:
                 continue
             if name is not None and (not hasattr(part, "ndim") or part.ndim != self.ndim):

@@ -237,7 +237,7 @@ def _outputs(values: Tensor, inverse: Tensor | None, counts: Tensor | None, retu
              return_counts: bool) -> Any:
     if not return_inverse and not return_counts:
         return values
-    result = [values]
+    result: list[Tensor | None] = [values]
     if return_inverse:
         result.append(inverse)
     if return_counts:
@@ -295,6 +295,7 @@ def _unique_sorted(slices: Tensor, return_inverse: bool, return_counts: bool
                                               return_counts)
     inverse = None
     if return_inverse:  # inverse[order[r]] = sorted_inverse[r]: sort the (order, group) pairs by order
+        assert sorted_inverse is not None  # _compact gives it when asked
         pairs = sort_records(stack([order, sorted_inverse]).unsqueeze(0))
         inverse = pairs.reshape(2, size)[1]
     return values, inverse, counts

@@ -97,7 +97,7 @@ class SortingOps(TensorBase):
             return ValuesIndices(self, self._full((), 0, dtypes.int64, self.device))
         if size == 0:
             raise ShapeError(f"mode: cannot reduce over the zero-size dim {dim} of a tensor of shape {self.shape}")
-        source = self.cast(dtypes.uint8) if self.dtype.is_bool else self
+        source = self.cast(dtypes.uint8) if self.dtype.is_bool else cast("Tensor", self)
         rows = _rows(source, axis)  # [B, n]
         equal = rows.unsqueeze(2) == rows.unsqueeze(1)  # [B, i, j]
         counts = equal.sum(2)

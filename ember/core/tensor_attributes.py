@@ -26,14 +26,14 @@ class TensorAttributeOps(TensorBase):
         from ember.core.tensor import DataView
 
         view = DataView._from_node(self.node)
-        view._owner = self
+        view._owner = self  # type: ignore[attr-defined]  # DataView (core/tensor.py) declares the slot, not its type
         return view
 
     @data.setter
     def data(self, value: Tensor) -> None:
         if not hasattr(value, "node"):
             raise TypeError(f"data: expected a Tensor to assign, got {type(value).__name__}")
-        self.node = value.node
+        cast("Tensor", self).node = value.node
 
     def get_device(self) -> int:
         """-1 for a tensor on the CPU (the c backend), else the index of its device (torch.Tensor.get_device)."""
