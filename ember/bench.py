@@ -483,7 +483,7 @@ def available_devices() -> list[str]:
     """Every device that runs kernels (not the render-only dummy devices)."""
     from ember.backends.registry import REGISTRY
 
-    found = []
+    found: list[str] = []
     for backend, devices in REGISTRY.available().items():
         if backend != "dummy":
             found.extend(device.name for device in devices[:1] if device.info.can_run)

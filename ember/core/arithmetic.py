@@ -81,6 +81,7 @@ def power_by_squaring(base: Tensor, exponent: int) -> Tensor:
             result = square if result is None else result * square
         exponent >>= 1
         if not exponent:
+            assert result is not None  # exponent > 0: its lowest set bit set result
             return result
         square = square * square
 

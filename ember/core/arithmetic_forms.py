@@ -3,10 +3,11 @@ addmm's rule), vdot and rsub."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.core.errors import ShapeError
 from ember.core.shapes import broadcast_shapes
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -26,38 +27,38 @@ def scaled_sum(input: Tensor, product: Tensor, beta: Number, alpha: Number, op: 
     return scaled + (input if beta == 1 else input * beta)
 
 
-class ArithmeticFormOps:
+class ArithmeticFormOps(TensorBase):
     """Mixin: addmv, addr, baddbmm, addbmm, vdot (addcmul and addcdiv are binary_math's)."""
 
     __slots__ = ()
 
-    def addmv(self: Tensor, mat: Tensor, vec: Tensor, *, beta: Number = 1, alpha: Number = 1) -> Tensor:
+    def addmv(self, mat: Tensor, vec: Tensor, *, beta: Number = 1, alpha: Number = 1) -> Tensor:
         """beta * self + alpha * (mat @ vec) (torch.addmv)."""
         if mat.ndim != 2 or vec.ndim != 1 or mat.shape[1] != vec.shape[0]:
             raise ShapeError(f"addmv: size mismatch, got input {self.shape}, mat {mat.shape}, vec {vec.shape}; "
                              f"mat must be 2-d (n, m) and vec 1-d (m)")
-        return scaled_sum(self, mat.mv(vec), beta, alpha, "addmv")
+        return scaled_sum(cast("Tensor", self), mat.mv(vec), beta, alpha, "addmv")
 
-    def addr(self: Tensor, vec1: Tensor, vec2: Tensor, *, beta: Number = 1, alpha: Number = 1) -> Tensor:
+    def addr(self, vec1: Tensor, vec2: Tensor, *, beta: Number = 1, alpha: Number = 1) -> Tensor:
         """beta * self + alpha * outer(vec1, vec2) (torch.addr)."""
         for name, vector in (("vec1", vec1), ("vec2", vec2)):
             if vector.ndim != 1:
                 raise ShapeError(f"addr: expected 1-d argument {name}, but got shape {vector.shape}")
-        return scaled_sum(self, vec1.outer(vec2), beta, alpha, "addr")
+        return scaled_sum(cast("Tensor", self), vec1.outer(vec2), beta, alpha, "addr")
 
-    def baddbmm(self: Tensor, batch1: Tensor, batch2: Tensor, *, beta: Number = 1, alpha: Number = 1) -> Tensor:
+    def baddbmm(self, batch1: Tensor, batch2: Tensor, *, beta: Number = 1, alpha: Number = 1) -> Tensor:
         """beta * self + alpha * (batch1 @ batch2) for batches of matrices (torch.baddbmm)."""
         _check_batches(batch1, batch2, "baddbmm")
-        return scaled_sum(self, batch1.bmm(batch2), beta, alpha, "baddbmm")
+        return scaled_sum(cast("Tensor", self), batch1.bmm(batch2), beta, alpha, "baddbmm")
 
-    def addbmm(self: Tensor, batch1: Tensor, batch2: Tensor, *, beta: Number = 1, alpha: Number = 1) -> Tensor:
+    def addbmm(self, batch1: Tensor, batch2: Tensor, *, beta: Number = 1, alpha: Number = 1) -> Tensor:
         """beta * self + alpha * the sum over the batch of batch1[i] @ batch2[i] (torch.addbmm)."""
         _check_batches(batch1, batch2, "addbmm")
         left = batch1.permute(1, 0, 2).reshape(batch1.shape[1], -1)  # (n, batch * k)
         right = batch2.reshape(-1, batch2.shape[2])  # (batch * k, m)
-        return scaled_sum(self, left.mm(right), beta, alpha, "addbmm")
+        return scaled_sum(cast("Tensor", self), left.mm(right), beta, alpha, "addbmm")
 
-    def vdot(self: Tensor, other: Tensor) -> Tensor:
+    def vdot(self, other: Tensor) -> Tensor:
         """The dot product of two 1-d tensors (torch.vdot; ember has no complex dtypes to conjugate)."""
         if self.ndim != 1 or getattr(other, "ndim", None) != 1 or self.shape != other.shape:
             raise ShapeError(f"vdot: expects two 1-d tensors of one size, got shapes {self.shape} and "

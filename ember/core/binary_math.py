@@ -8,11 +8,12 @@ the same values at the edge points too (see manuals/architecture.md, "Gradients 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.core import dtype as dtypes
 from ember.core.errors import DTypeError
 from ember.core.ops import Op
+from ember.core.tensor_base import TensorBase
 from ember.core.unary_math import LN_2, _exp, _in_compute_precision, _log1p
 
 if TYPE_CHECKING:
@@ -42,12 +43,12 @@ def _natural_log(x: Tensor) -> Tensor:
     return x._apply(Op.LOG2) * LN_2
 
 
-class BinaryMathOps:
+class BinaryMathOps(TensorBase):
     """Mixin: math on two or three operands. Needs the Tensor primitives and the elementwise methods."""
 
     __slots__ = ()
 
-    def _float_operands(self: Tensor, other: Any, name: str, integers: bool = True) -> tuple[Tensor, Tensor]:
+    def _float_operands(self, other: Any, name: str, integers: bool = True) -> tuple[Tensor, Tensor]:
         """self and other promoted (torch.result_type) and broadcast; integer and bool results become the default
         float (torch's float ops), or raise like torch's float-only kernels when `integers` is False."""
         left, right = self._operands(other, name)
@@ -60,48 +61,48 @@ class BinaryMathOps:
 
     # ---- signs ---------------------------------------------------------------------------------------------------
 
-    def signbit(self: Tensor) -> Tensor:
+    def signbit(self) -> Tensor:
         """Whether the sign bit is set (True for -0.0 and negative NaNs; for integers, whether x < 0)."""
         if self.dtype.is_bool or self.dtype.is_unsigned:
             return self._full(self.shape, False, dtypes.bool_, self.device)
         if not self.dtype.is_float:
             return self < 0
-        return sign_bit(self.cast(dtypes.float32) if self.dtype.itemsize == 2 else self)
+        return sign_bit(self.cast(dtypes.float32) if self.dtype.itemsize == 2 else cast("Tensor", self))
 
-    def copysign(self: Tensor, other: Any) -> Tensor:
+    def copysign(self, other: Any) -> Tensor:
         """|self| with the sign (bit) of other; integers give floats. The gradient is torch's: +-1, and 0 at 0."""
         left, right = self._float_operands(other, "copysign")
         return _in_compute_precision(_copysign)(left, right)
 
     # ---- exponential and logarithmic -------------------------------------------------------------------------------
 
-    def logaddexp(self: Tensor, other: Any) -> Tensor:
+    def logaddexp(self, other: Any) -> Tensor:
         """log(exp(self) + exp(other)) without overflow or underflow (floats only, as in torch)."""
         left, right = self._float_operands(other, "logaddexp", integers=False)
         return _in_compute_precision(lambda a, b: _log_add(a, b, base_two=False))(left, right)
 
-    def logaddexp2(self: Tensor, other: Any) -> Tensor:
+    def logaddexp2(self, other: Any) -> Tensor:
         """log2(2**self + 2**other) without overflow or underflow (floats only, as in torch)."""
         left, right = self._float_operands(other, "logaddexp2", integers=False)
         return _in_compute_precision(lambda a, b: _log_add(a, b, base_two=True))(left, right)
 
-    def xlogy(self: Tensor, other: Any) -> Tensor:
+    def xlogy(self, other: Any) -> Tensor:
         """self * log(other), and 0 where self is 0 (unless other is NaN); integers give floats."""
         left, right = self._float_operands(other, "xlogy")
         return _in_compute_precision(_xlogy)(left, right)
 
-    def hypot(self: Tensor, other: Any) -> Tensor:
+    def hypot(self, other: Any) -> Tensor:
         """sqrt(self**2 + other**2) without overflow or underflow; inf if either is infinite (floats only)."""
         left, right = self._float_operands(other, "hypot", integers=False)
         return _in_compute_precision(_hypot)(left, right)
 
-    def ldexp(self: Tensor, other: Any) -> Tensor:
+    def ldexp(self, other: Any) -> Tensor:
         """self * 2**other (torch.ldexp: integer operands give floats)."""
         return self._float_operand() * (2.0 ** other)
 
     # ---- step, maximum, minimum ----------------------------------------------------------------------------------
 
-    def heaviside(self: Tensor, values: Any) -> Tensor:
+    def heaviside(self, values: Any) -> Tensor:
         """0 where self < 0, values where self == 0, 1 where self > 0 (and 0 for NaN, as torch on CPU)."""
         if hasattr(values, "dtype") and values.dtype is not self.dtype:
             raise DTypeError(f"heaviside: the input ({self.dtype.name}) and values ({values.dtype.name}) must have "
@@ -111,7 +112,7 @@ class BinaryMathOps:
         step = positive.cast(left.dtype)
         return right.where(left == 0, step)
 
-    def fmax(self: Tensor, other: Any) -> Tensor:
+    def fmax(self, other: Any) -> Tensor:
         """The larger of self and other, ignoring a NaN when the other is a number (torch.fmax); the gradient goes
         to self where self >= other (ties included) or other is NaN, as in torch."""
         left, right = self._operands(other, "fmax")
@@ -119,7 +120,7 @@ class BinaryMathOps:
             return left.maximum(right)
         return left.where((left >= right).logical_or(right.isnan()), right)
 
-    def fmin(self: Tensor, other: Any) -> Tensor:
+    def fmin(self, other: Any) -> Tensor:
         """The smaller of self and other, ignoring a NaN when the other is a number (torch.fmin); ties and a NaN
         other give the gradient to self, as in torch."""
         left, right = self._operands(other, "fmin")
@@ -129,19 +130,19 @@ class BinaryMathOps:
 
     # ---- integer number theory -----------------------------------------------------------------------------------
 
-    def gcd(self: Tensor, other: Any) -> Tensor:
+    def gcd(self, other: Any) -> Tensor:
         """The greatest common divisor (non-negative) of integers, by Euclid's algorithm unrolled for the dtype."""
         left, right = self._integer_operands(other, "gcd")
         return _gcd(left, right)
 
-    def lcm(self: Tensor, other: Any) -> Tensor:
+    def lcm(self, other: Any) -> Tensor:
         """The least common multiple (non-negative) of integers: |a / gcd(a, b) * b|, and 0 where gcd is 0."""
         left, right = self._integer_operands(other, "lcm")
         divisor = _gcd(left, right)
         zero = left._full(left.shape, 0, left.dtype, left.device)
         return zero.where(divisor == zero, (left._apply(Op.IDIV, divisor) * right).abs())  # x // 0 is 0, no trap
 
-    def _integer_operands(self: Tensor, other: Any, name: str) -> tuple[Tensor, Tensor]:
+    def _integer_operands(self, other: Any, name: str) -> tuple[Tensor, Tensor]:
         left, right = self._operands(other, name)
         if left.dtype.is_float or left.dtype.is_bool:
             raise DTypeError(f"{name}: needs integer operands, got {left.dtype.name} (as in PyTorch)")
@@ -149,7 +150,7 @@ class BinaryMathOps:
 
     # ---- closeness -----------------------------------------------------------------------------------------------
 
-    def isclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+    def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
         """|self - other| <= atol + rtol * |other| elementwise, or equal (infinities only match themselves); NaNs
         match each other only with equal_nan. self and a tensor other must have the same dtype, as in torch."""
         if hasattr(other, "dtype") and other.dtype is not self.dtype:
@@ -170,13 +171,13 @@ class BinaryMathOps:
         actual = difference.abs()
         return close.logical_or(actual.isfinite().logical_and(actual <= allowed))
 
-    def allclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+    def allclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
         """Whether isclose holds everywhere, as a Python bool (this reads the result)."""
         return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
 
     # ---- interpolation and fused multiply-add forms --------------------------------------------------------------
 
-    def lerp(self: Tensor, end: Any, weight: Any) -> Tensor:
+    def lerp(self, end: Any, weight: Any) -> Tensor:
         """self + weight * (end - self), computed as torch does: from the end for |weight| >= 0.5 (so weight 1 gives
         end exactly). self, end and a tensor weight must share one float dtype, as in torch."""
         if not self.dtype.is_float:
@@ -187,14 +188,14 @@ class BinaryMathOps:
                                  f"(as in PyTorch); cast it")
         from ember.core.elementwise import _align
 
-        return _in_compute_precision(_lerp)(*_align(self, (self, end, weight), "lerp"))
+        return _in_compute_precision(_lerp)(*_align(cast("Tensor", self), (cast("Tensor", self), end, weight), "lerp"))
 
-    def addcmul(self: Tensor, tensor1: Any, tensor2: Any, value: Number = 1) -> Tensor:
+    def addcmul(self, tensor1: Any, tensor2: Any, value: Number = 1) -> Tensor:
         """self + value * tensor1 * tensor2, promoted and broadcast together (torch.addcmul)."""
         first, second, result = self._fused_operands(tensor1, tensor2, value, "addcmul")
         return result + first * second
 
-    def addcdiv(self: Tensor, tensor1: Any, tensor2: Any, value: Number = 1) -> Tensor:
+    def addcdiv(self, tensor1: Any, tensor2: Any, value: Number = 1) -> Tensor:
         """self + value * tensor1 / tensor2, promoted and broadcast together (torch.addcdiv; not for integers)."""
         if all(hasattr(operand, "dtype") and not operand.dtype.is_float for operand in (tensor1, tensor2)):
             raise DTypeError("addcdiv: integer division of tensor1 by tensor2 is not supported (as in PyTorch); use "
@@ -202,12 +203,12 @@ class BinaryMathOps:
         first, second, result = self._fused_operands(tensor1, tensor2, value, "addcdiv")
         return result + first / second
 
-    def _fused_operands(self: Tensor, tensor1: Any, tensor2: Any, value: Number, name: str
+    def _fused_operands(self, tensor1: Any, tensor2: Any, value: Number, name: str
                         ) -> tuple[Tensor, Tensor, Tensor]:
         """(value * tensor1, tensor2, self), all promoted to their torch.result_type and broadcast to one shape."""
         from ember.core.elementwise import _align
 
-        result, first, second = _align(self, (self, tensor1, tensor2), name)
+        result, first, second = _align(cast("Tensor", self), (cast("Tensor", self), tensor1, tensor2), name)
         if not result.dtype.is_float and not float(value).is_integer():
             raise DTypeError(f"{name}: value must be an integer for {result.dtype.name} operands, got {value!r}")
         if result.dtype.is_bool:
@@ -218,7 +219,7 @@ class BinaryMathOps:
 
     # ---- powers ------------------------------------------------------------------------------------------------------
 
-    def float_power(self: Tensor, exponent: Any) -> Tensor:
+    def float_power(self, exponent: Any) -> Tensor:
         """self ** exponent in float64, whatever the input dtypes (torch.float_power)."""
         if isinstance(exponent, BinaryMathOps):
             return self.double().pow(exponent.double())

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import min_value
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -116,16 +117,16 @@ def _pool_geometry(
     return tuple(outputs), pads
 
 
-class ConvolutionOps:
+class ConvolutionOps(TensorBase):
     """Mixin: conv1d/conv2d/conv3d, max and average pooling (plain and adaptive)."""
 
     __slots__ = ()
 
     def _convolution(
-        self: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrInts, padding: IntOrInts | str,
+        self, weight: Tensor, bias: Tensor | None, stride: IntOrInts, padding: IntOrInts | str,
         dilation: IntOrInts, groups: int, spatial: int, op: str,
     ) -> Tensor:
-        source, unbatched = _spatial_input(self, spatial, op)
+        source, unbatched = _spatial_input(cast("Tensor", self), spatial, op)
         if weight.ndim != spatial + 2:
             raise ShapeError(
                 f"{op}: expected {spatial + 2}-d weight [out_channels, in_channels / groups, *kernel], but got weight "
@@ -195,33 +196,33 @@ class ConvolutionOps:
             result = result + bias.reshape((out_channels,) + (1,) * spatial)
         return result.squeeze(0) if unbatched else result
 
-    def conv1d(self: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
+    def conv1d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                padding: IntOrInts | str = 0, dilation: IntOrInts = 1, groups: int = 1) -> Tensor:
         """torch.nn.functional.conv1d over [N, C, L] (or unbatched [C, L]): one fused kernel."""
         return self._convolution(weight, bias, stride, padding, dilation, groups, 1, "conv1d")
 
-    def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
+    def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                padding: IntOrInts | str = 0, dilation: IntOrInts = 1, groups: int = 1) -> Tensor:
         """torch.nn.functional.conv2d over [N, C, H, W] (or unbatched [C, H, W]): one fused kernel."""
         return self._convolution(weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
-    def conv3d(self: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
+    def conv3d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                padding: IntOrInts | str = 0, dilation: IntOrInts = 1, groups: int = 1) -> Tensor:
         """torch.nn.functional.conv3d over [N, C, D, H, W] (or unbatched): one fused kernel."""
         return self._convolution(weight, bias, stride, padding, dilation, groups, 3, "conv3d")
 
     # ---- pooling ----------------------------------------------------------------------------------------------
 
-    def _max_pool(self: Tensor, kernel_size: IntOrInts, stride: IntOrInts | None, padding: IntOrInts,
+    def _max_pool(self, kernel_size: IntOrInts, stride: IntOrInts | None, padding: IntOrInts,
                   dilation: IntOrInts, ceil_mode: bool, return_indices: bool, spatial: int, op: str) -> Any:
-        source, unbatched = _spatial_input(self, spatial, op)
+        source, unbatched = _spatial_input(cast("Tensor", self), spatial, op)
         if source.dtype.is_bool:
             raise DTypeError(f"{op}: not supported for bool tensors")
         kernel = _ints(kernel_size, spatial, "kernel_size", op)
         strides = kernel if stride is None or stride == [] or stride == () else _ints(stride, spatial, "stride", op)
         dilations = _ints(dilation, spatial, "dilation", op)
-        for values, name in ((kernel, "kernel_size"), (strides, "stride"), (dilations, "dilation")):
-            _check_positive(values, name, op)
+        for numbers, name in ((kernel, "kernel_size"), (strides, "stride"), (dilations, "dilation")):
+            _check_positive(numbers, name, op)
         pads = _ints(padding, spatial, "padding", op)
         sizes = source.shape[2:]
         outputs, amounts = _pool_geometry(sizes, kernel, strides, pads, dilations, ceil_mode, op)
@@ -241,23 +242,23 @@ class ConvolutionOps:
         indices = _max_indices(source, chosen, kernel, strides, dilations, outputs, amounts)
         return (values.squeeze(0), indices.squeeze(0)) if unbatched else (values, indices)
 
-    def max_pool1d(self: Tensor, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
+    def max_pool1d(self, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
                    dilation: IntOrInts = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
         return self._max_pool(kernel_size, stride, padding, dilation, ceil_mode, return_indices, 1, "max_pool1d")
 
-    def max_pool2d(self: Tensor, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
+    def max_pool2d(self, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
                    dilation: IntOrInts = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
         """torch.nn.functional.max_pool2d (padding counts as -inf); with return_indices also (values, indices)."""
         return self._max_pool(kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2, "max_pool2d")
 
-    def max_pool3d(self: Tensor, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
+    def max_pool3d(self, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
                    dilation: IntOrInts = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
         return self._max_pool(kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3, "max_pool3d")
 
-    def _avg_pool(self: Tensor, kernel_size: IntOrInts, stride: IntOrInts | None, padding: IntOrInts,
+    def _avg_pool(self, kernel_size: IntOrInts, stride: IntOrInts | None, padding: IntOrInts,
                   ceil_mode: bool, count_include_pad: bool, divisor_override: int | None, spatial: int,
                   op: str) -> Tensor:
-        source, unbatched = _spatial_input(self, spatial, op)
+        source, unbatched = _spatial_input(cast("Tensor", self), spatial, op)
         if source.dtype.is_bool:
             raise DTypeError(f"{op}: not supported for bool tensors")
         kernel = _ints(kernel_size, spatial, "kernel_size", op)
@@ -295,27 +296,27 @@ class ConvolutionOps:
             result = total.div(divisor, rounding_mode="trunc").cast(source.dtype)
         return result.squeeze(0) if unbatched else result
 
-    def avg_pool1d(self: Tensor, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
+    def avg_pool1d(self, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
                    ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
         return self._avg_pool(kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1, "avg_pool1d")
 
-    def avg_pool2d(self: Tensor, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
+    def avg_pool2d(self, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
                    ceil_mode: bool = False, count_include_pad: bool = True,
                    divisor_override: int | None = None) -> Tensor:
         """torch.nn.functional.avg_pool2d with torch's divisor rules (count_include_pad, ceil_mode, override)."""
         return self._avg_pool(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2,
                               "avg_pool2d")
 
-    def avg_pool3d(self: Tensor, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
+    def avg_pool3d(self, kernel_size: IntOrInts, stride: IntOrInts | None = None, padding: IntOrInts = 0,
                    ceil_mode: bool = False, count_include_pad: bool = True,
                    divisor_override: int | None = None) -> Tensor:
         return self._avg_pool(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3,
                               "avg_pool3d")
 
-    def _adaptive_pool(self: Tensor, output_size: IntOrInts | None, spatial: int, maximum: bool, op: str,
+    def _adaptive_pool(self, output_size: IntOrInts | None, spatial: int, maximum: bool, op: str,
                        return_indices: bool = False) -> Any:
         """Output cell i of an axis of length L covers [floor(i*L/o), ceil((i+1)*L/o)): a masked reduce (one kernel)."""
-        source, unbatched = _spatial_input(self, spatial, op)
+        source, unbatched = _spatial_input(cast("Tensor", self), spatial, op)
         if not maximum and not source.dtype.is_float:
             raise DTypeError(f"{op}: expected a floating point input, got {source.dtype.name}")
         sizes = source.shape[2:]
@@ -341,6 +342,7 @@ class ConvolutionOps:
             mask = inside if mask is None else mask.logical_and(inside)
             cell_size = (end - start).reshape([count if index == axis else 1 for index in range(spatial)])
             cells = cell_size if cells is None else cells * cell_size
+        assert mask is not None and cells is not None  # spatial >= 1 axes were visited
         expanded = source.reshape(source.shape[:2] + (1,) * spatial + sizes)
         reduced_axes = tuple(range(2 + spatial, 2 + 2 * spatial))
         if maximum and (return_indices or getattr(source, "requires_grad", False)):
@@ -365,23 +367,23 @@ class ConvolutionOps:
             result = total / cells.cast(source.dtype)
         return result.squeeze(0) if unbatched else result
 
-    def adaptive_avg_pool1d(self: Tensor, output_size: IntOrInts) -> Tensor:
+    def adaptive_avg_pool1d(self, output_size: IntOrInts) -> Tensor:
         return self._adaptive_pool(output_size, 1, False, "adaptive_avg_pool1d")
 
-    def adaptive_avg_pool2d(self: Tensor, output_size: IntOrInts) -> Tensor:
+    def adaptive_avg_pool2d(self, output_size: IntOrInts) -> Tensor:
         """torch.nn.functional.adaptive_avg_pool2d (None keeps an input size)."""
         return self._adaptive_pool(output_size, 2, False, "adaptive_avg_pool2d")
 
-    def adaptive_avg_pool3d(self: Tensor, output_size: IntOrInts) -> Tensor:
+    def adaptive_avg_pool3d(self, output_size: IntOrInts) -> Tensor:
         return self._adaptive_pool(output_size, 3, False, "adaptive_avg_pool3d")
 
-    def adaptive_max_pool1d(self: Tensor, output_size: IntOrInts, return_indices: bool = False) -> Any:
+    def adaptive_max_pool1d(self, output_size: IntOrInts, return_indices: bool = False) -> Any:
         return self._adaptive_pool(output_size, 1, True, "adaptive_max_pool1d", return_indices)
 
-    def adaptive_max_pool2d(self: Tensor, output_size: IntOrInts, return_indices: bool = False) -> Any:
+    def adaptive_max_pool2d(self, output_size: IntOrInts, return_indices: bool = False) -> Any:
         return self._adaptive_pool(output_size, 2, True, "adaptive_max_pool2d", return_indices)
 
-    def adaptive_max_pool3d(self: Tensor, output_size: IntOrInts, return_indices: bool = False) -> Any:
+    def adaptive_max_pool3d(self, output_size: IntOrInts, return_indices: bool = False) -> Any:
         return self._adaptive_pool(output_size, 3, True, "adaptive_max_pool3d", return_indices)
 
 
@@ -409,6 +411,7 @@ def _max_indices(source: Tensor, chosen: Tensor, kernel: tuple[int, ...], stride
         stride = math.prod(sizes[axis + 1:])
         term = (source._arange_primitive(size, dtypes.int64, source.device) * stride).reshape(shape)
         position = term if position is None else position + term
+    assert position is not None  # spatial >= 1
     position = position.expand(sizes)._pad_and_shrink(amounts, value=-1)
     position_windows = windows(position, kernel, strides, dilations, outputs).reshape(outputs + (-1,))
     return where(chosen, position_windows, 0).sum(-1)

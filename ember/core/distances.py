@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ember.core import dtype as dtypes
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.norms import p_norm
 from ember.core.shapes import broadcast_shapes, normalize_dim
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -20,14 +21,14 @@ def _float_pair(x1: Tensor, x2: Tensor, op: str) -> None:
         raise DTypeError(f"{op}: expected floating point inputs, got {x1.dtype.name} and {x2.dtype.name}")
 
 
-class DistanceOps:
+class DistanceOps(TensorBase):
     """Mixin: cosine_similarity, pairwise_distance, pdist."""
 
     __slots__ = ()
 
-    def cosine_similarity(self: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    def cosine_similarity(self, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
         """The cosine of the angle between self and x2 along dim, each norm at least eps (broadcast together)."""
-        _float_pair(self, x2, "cosine_similarity")
+        _float_pair(cast("Tensor", self), x2, "cosine_similarity")
         shape = broadcast_shapes(self.shape, x2.shape, op="cosine_similarity")
         first, second = self.expand(shape), x2.expand(shape)
         axis = normalize_dim(dim, len(shape), "cosine_similarity")
@@ -36,16 +37,16 @@ class DistanceOps:
         second_norm = p_norm(second, 2, (axis,), True).clamp_min(eps)
         return ((first / first_norm) * (second / second_norm)).sum(axis)
 
-    def pairwise_distance(self: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6,
+    def pairwise_distance(self, x2: Tensor, p: float = 2.0, eps: float = 1e-6,
                           keepdim: bool = False) -> Tensor:
         """The p-norm of self - x2 + eps over the last dim (torch.pairwise_distance)."""
-        _float_pair(self, x2, "pairwise_distance")
+        _float_pair(cast("Tensor", self), x2, "pairwise_distance")
         difference = self - x2 + eps
         if difference.ndim == 0:
             return difference.abs()
         return p_norm(difference, float(p), (difference.ndim - 1,), keepdim)
 
-    def pdist(self: Tensor, p: float = 2.0) -> Tensor:
+    def pdist(self, p: float = 2.0) -> Tensor:
         """The p-norm distances between each pair of rows i < j of an [N, M] tensor, in row-major pair order."""
         if self.ndim != 2:
             raise ShapeError(f"pdist only supports 2-d tensors, got shape {self.shape}")

@@ -27,7 +27,7 @@ class finfo:  # noqa: N801 - torch's name
             info = np.finfo(resolved.numpy)
             values = {"bits": int(info.bits), "eps": float(info.eps), "max": float(info.max),
                       "tiny": float(info.tiny), "resolution": 10.0 ** -int(info.precision)}
-        self.bits: int = values["bits"]
+        self.bits: int = int(values["bits"])
         self.eps: float = values["eps"]
         self.max: float = values["max"]
         self.min: float = -values["max"]

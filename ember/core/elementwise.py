@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -40,74 +41,74 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
 
     # ---- operands: PyTorch's type promotion and broadcasting ------------------------------------------------------
 
-    def _scalar_like(self: Tensor, value: Number, dtype: DType) -> Tensor:
+    def _scalar_like(self, value: Number, dtype: DType) -> Tensor:
         return self._full((), value, dtype, self.device)
 
-    def _operands(self: Tensor, other: Any, op_name: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
+    def _operands(self, other: Any, op_name: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
         """self and other (a Tensor, a Python number or array-like data) promoted to their torch.result_type and
         broadcast to one shape; swapped when `reverse` (for the reflected operators)."""
         if isinstance(other, ElementwiseOps) and other.dtype is self.dtype and other.shape == self.shape:
-            left, right = self, other
+            left, right = cast("Tensor", self), cast("Tensor", other)
         else:
-            left, right = _align(self, (self, other), op_name)
+            left, right = _align(cast("Tensor", self), (cast("Tensor", self), other), op_name)
         return (right, left) if reverse else (left, right)
 
-    def _binary(self: Tensor, op: Op, other: Any, op_name: str, reverse: bool = False) -> Tensor:
+    def _binary(self, op: Op, other: Any, op_name: str, reverse: bool = False) -> Tensor:
         left, right = self._operands(other, op_name, reverse)
         return left._apply(op, right)
 
-    def _float_operand(self: Tensor) -> Tensor:
+    def _float_operand(self) -> Tensor:
         """self cast to the default float dtype when it is an integer or bool (like torch's unary float ops)."""
-        return self if self.dtype.is_float else self.cast(dtypes.DEFAULT_FLOAT)
+        return cast("Tensor", self) if self.dtype.is_float else self.cast(dtypes.DEFAULT_FLOAT)
 
     # ---- casting ----------------------------------------------------------------------------------------------
 
-    def cast(self: Tensor, dtype: DType | str) -> Tensor:
+    def cast(self, dtype: DType | str) -> Tensor:
         """The values converted to dtype (floats to integers truncate toward zero; anything nonzero is True)."""
         dtype = to_dtype(dtype)
         if dtype is self.dtype:
-            return self
+            return cast("Tensor", self)
         if dtype.is_bool:
             return self != 0
         if self.dtype.is_bool:
             one, zero = self._full(self.shape, 1, dtype, self.device), self._full(self.shape, 0, dtype, self.device)
-            return where(self, one, zero)
+            return where(cast("Tensor", self), one, zero)
         return self._apply(Op.CAST, arg=dtype)
 
-    def type(self: Tensor, dtype: DType | str) -> Tensor:
+    def type(self, dtype: DType | str) -> Tensor:
         return self.cast(dtype)
 
-    def float(self: Tensor) -> Tensor:
+    def float(self) -> Tensor:
         return self.cast(dtypes.float32)
 
-    def double(self: Tensor) -> Tensor:
+    def double(self) -> Tensor:
         return self.cast(dtypes.float64)
 
-    def half(self: Tensor) -> Tensor:
+    def half(self) -> Tensor:
         return self.cast(dtypes.float16)
 
-    def bfloat16(self: Tensor) -> Tensor:
+    def bfloat16(self) -> Tensor:
         return self.cast(dtypes.bfloat16)
 
-    def int(self: Tensor) -> Tensor:
+    def int(self) -> Tensor:
         return self.cast(dtypes.int32)
 
-    def long(self: Tensor) -> Tensor:
+    def long(self) -> Tensor:
         return self.cast(dtypes.int64)
 
-    def short(self: Tensor) -> Tensor:
+    def short(self) -> Tensor:
         return self.cast(dtypes.int16)
 
-    def char(self: Tensor) -> Tensor:
+    def char(self) -> Tensor:
         return self.cast(dtypes.int8)
 
-    def byte(self: Tensor) -> Tensor:
+    def byte(self) -> Tensor:
         return self.cast(dtypes.uint8)
 
-    def bool(self: Tensor) -> Tensor:
+    def bool(self) -> Tensor:
         return self.cast(dtypes.bool_)
 
-    def bitcast(self: Tensor, dtype: DType | str) -> Tensor:
+    def bitcast(self, dtype: DType | str) -> Tensor:
         """The same bits read as another dtype of the same size (torch's Tensor.view(dtype))."""
         dtype = to_dtype(dtype)
         if dtype.itemsize != self.dtype.itemsize:
@@ -115,34 +116,34 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
                 f"bitcast: {self.dtype.name} ({self.dtype.itemsize} bytes) and {dtype.name} ({dtype.itemsize} bytes) "
                 f"differ in size; only same-size bitcasts are supported"
             )
-        return self if dtype is self.dtype else self._apply(Op.BITCAST, arg=dtype)
+        return cast("Tensor", self) if dtype is self.dtype else self._apply(Op.BITCAST, arg=dtype)
 
     view_as_dtype = bitcast
 
     # ---- arithmetic -------------------------------------------------------------------------------------------
 
-    def add(self: Tensor, other: Any, alpha: Number = 1) -> Tensor:
+    def add(self, other: Any, alpha: Number = 1) -> Tensor:
         """self + alpha * other; on bool tensors addition is logical or (like torch)."""
         if alpha != 1:
             other = other * alpha
         left, right = self._operands(other, "add")
         return left._apply(Op.OR if left.dtype.is_bool else Op.ADD, right)
 
-    def sub(self: Tensor, other: Any, alpha: Number = 1) -> Tensor:
+    def sub(self, other: Any, alpha: Number = 1) -> Tensor:
         """self - alpha * other; bool operands raise (use logical_xor or ~, as torch says)."""
-        _check_no_bool_subtraction(self, other)
+        _check_no_bool_subtraction(cast("Tensor", self), other)
         return self._binary(Op.SUB, other if alpha == 1 else other * alpha, "sub")
 
     subtract = sub
 
-    def mul(self: Tensor, other: Any) -> Tensor:
+    def mul(self, other: Any) -> Tensor:
         """self * other; on bool tensors multiplication is logical and (like torch)."""
         left, right = self._operands(other, "mul")
         return left._apply(Op.AND if left.dtype.is_bool else Op.MUL, right)
 
     multiply = mul
 
-    def div(self: Tensor, other: Any, rounding_mode: str | None = None, reverse: bool = False) -> Tensor:
+    def div(self, other: Any, rounding_mode: str | None = None, reverse: builtins.bool = False) -> Tensor:
         """True division (integers give floats), or rounded with rounding_mode 'trunc' or 'floor' (torch.div)."""
         if rounding_mode == "floor":
             return self.floor_divide(other, reverse)
@@ -159,7 +160,7 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
 
     true_divide = divide = div
 
-    def floor_divide(self: Tensor, other: Any, reverse: bool = False) -> Tensor:
+    def floor_divide(self, other: Any, reverse: builtins.bool = False) -> Tensor:
         """Division rounded toward negative infinity, like Python's // (integers divided by zero give 0)."""
         left, right = self._operands(other, "floor_divide", reverse)
         if left.dtype.is_bool:
@@ -172,7 +173,7 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
         remainder = left._apply(Op.MOD, right)
         return where(signs_differ(remainder, right), quotient - 1, quotient)
 
-    def remainder(self: Tensor, other: Any, reverse: bool = False) -> Tensor:
+    def remainder(self, other: Any, reverse: builtins.bool = False) -> Tensor:
         """Python's modulo: the result has the sign of the divisor (torch.remainder; x % 0 is NaN for floats and
         0 for integers)."""
         left, right = self._operands(other, "remainder", reverse)
@@ -183,27 +184,27 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
             return remainder
         return where(signs_differ(remainder, right), remainder + right, remainder)
 
-    def fmod(self: Tensor, other: Any) -> Tensor:
+    def fmod(self, other: Any) -> Tensor:
         """C's fmod: the remainder of truncated division, with the sign of the dividend (torch.fmod)."""
         left, right = self._operands(other, "fmod")
         if left.dtype.is_bool:
             raise DTypeError("fmod: not supported for bool tensors (as in PyTorch); cast to an integer dtype")
         return float_fmod(left, right) if left.dtype.is_float else left._apply(Op.MOD, right)
 
-    def neg(self: Tensor) -> Tensor:
+    def neg(self) -> Tensor:
         if self.dtype.is_bool:
             raise DTypeError("neg: negation of a bool tensor is not supported (as in PyTorch); use ~ or logical_not()")
         return self._apply(Op.NEG)
 
     negative = neg
 
-    def reciprocal(self: Tensor) -> Tensor:
+    def reciprocal(self) -> Tensor:
         return self._float_operand()._apply(Op.RECIPROCAL)
 
-    def pow(self: Tensor, exponent: Any, reverse: bool = False) -> Tensor:
+    def pow(self, exponent: Any, reverse: builtins.bool = False) -> Tensor:
         """self ** exponent (or exponent ** self when `reverse`), with torch's dtypes and C pow's special values."""
         if not reverse and isinstance(exponent, PYTHON_SCALARS) and not isinstance(exponent, (bool, np.bool_)):
-            return pow_scalar_exponent(self, exponent)
+            return pow_scalar_exponent(cast("Tensor", self), cast(Number, exponent))  # numpy scalars act as numbers
         base, power = self._operands(exponent, "pow", reverse)
         if base.dtype.is_bool:
             raise DTypeError("pow: bool ** bool is not supported (as in PyTorch); cast one operand to a number dtype")
@@ -211,24 +212,24 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
             return base._recorded(Composite.POW, float_pow, (base, power))
         return integer_pow(base, power)
 
-    def square(self: Tensor) -> Tensor:
+    def square(self) -> Tensor:
         return self.pow(2)
 
-    def abs(self: Tensor) -> Tensor:
+    def abs(self) -> Tensor:
         if self.dtype.is_bool:
             raise DTypeError("abs: not supported for bool tensors (as in PyTorch)")
         if self.dtype.is_unsigned:
-            return self
+            return cast("Tensor", self)
         zero = self._full(self.shape, 0, self.dtype, self.device)
         # |-0.0| is +0.0; a zero constant at 0 gives torch's abs'(0) = 0 (and keeps 0 * inf out of the backward)
         return where(self < zero, zero - self, where(self == zero, zero, self))
 
     absolute = abs
 
-    def sign(self: Tensor) -> Tensor:
+    def sign(self) -> Tensor:
         """-1, 0 or 1 in self's dtype (NaN gives 0, as in torch)."""
         if self.dtype.is_bool:
-            return self
+            return cast("Tensor", self)
         zero = self._full(self.shape, 0, self.dtype, self.device)
         if self.dtype.is_unsigned:
             return (self > zero).cast(self.dtype)
@@ -242,70 +243,71 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
 
     # ---- comparison -----------------------------------------------------------------------------------------
 
-    def __lt__(self: Tensor, other: Any) -> Tensor:
+    def __lt__(self, other: Any) -> Tensor:
         return self._binary(Op.CMPLT, other, "lt")
 
-    def __gt__(self: Tensor, other: Any) -> Tensor:
+    def __gt__(self, other: Any) -> Tensor:
         return self._binary(Op.CMPLT, other, "gt", reverse=True)
 
-    def __le__(self: Tensor, other: Any) -> Tensor:
+    def __le__(self, other: Any) -> Tensor:
         left, right = self._operands(other, "le")
         return left._apply(Op.CMPLT, right).logical_or(left._apply(Op.CMPEQ, right))
 
-    def __ge__(self: Tensor, other: Any) -> Tensor:
+    def __ge__(self, other: Any) -> Tensor:
         left, right = self._operands(other, "ge")
         return right._apply(Op.CMPLT, left).logical_or(left._apply(Op.CMPEQ, right))
 
-    def __eq__(self: Tensor, other: object) -> Tensor:  # type: ignore[override]
+    def __eq__(self, other: object) -> Tensor:  # type: ignore[override]
         return self._binary(Op.CMPEQ, other, "eq")
 
-    def __ne__(self: Tensor, other: object) -> Tensor:  # type: ignore[override]
+    def __ne__(self, other: object) -> Tensor:  # type: ignore[override]
         return self._binary(Op.CMPEQ, other, "ne")._apply(Op.NOT)
 
-    def eq(self: Tensor, other: Any) -> Tensor:
+    def eq(self, other: Any) -> Tensor:
         return self == other
 
-    def ne(self: Tensor, other: Any) -> Tensor:
+    def ne(self, other: Any) -> Tensor:
         return self != other
 
-    def lt(self: Tensor, other: Any) -> Tensor:
+    def lt(self, other: Any) -> Tensor:
         return self < other
 
-    def le(self: Tensor, other: Any) -> Tensor:
+    def le(self, other: Any) -> Tensor:
         return self <= other
 
-    def gt(self: Tensor, other: Any) -> Tensor:
+    def gt(self, other: Any) -> Tensor:
         return self > other
 
-    def ge(self: Tensor, other: Any) -> Tensor:
+    def ge(self, other: Any) -> Tensor:
         return self >= other
 
     less, less_equal, greater, greater_equal, not_equal = lt, le, gt, ge, ne
 
-    def isnan(self: Tensor) -> Tensor:
+    def isnan(self) -> Tensor:
         if not self.dtype.is_float:
             return self._full(self.shape, False, dtypes.bool_, self.device)
         return self._apply(Op.CMPEQ, self)._apply(Op.NOT)
 
-    def isinf(self: Tensor) -> Tensor:
+    def isinf(self) -> Tensor:
         if not self.dtype.is_float:
             return self._full(self.shape, False, dtypes.bool_, self.device)
         return (self == math.inf).logical_or(self == -math.inf)
 
-    def isposinf(self: Tensor) -> Tensor:
+    def isposinf(self) -> Tensor:
         return self == math.inf if self.dtype.is_float else self._full(self.shape, False, dtypes.bool_, self.device)
 
-    def isneginf(self: Tensor) -> Tensor:
+    def isneginf(self) -> Tensor:
         return self == -math.inf if self.dtype.is_float else self._full(self.shape, False, dtypes.bool_, self.device)
 
-    def isfinite(self: Tensor) -> Tensor:
+    def isfinite(self) -> Tensor:
         if not self.dtype.is_float:
             return self._full(self.shape, True, dtypes.bool_, self.device)
         return (self - self) == 0  # inf - inf and NaN - NaN are NaN
 
-    def nan_to_num(self: Tensor, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Tensor:
+    def nan_to_num(self, nan: builtins.float = 0.0, posinf: builtins.float | None = None,
+                   neginf: builtins.float | None = None) -> Tensor:
         if not self.dtype.is_float:
-            return self
+            return cast("Tensor", self)
         finfo = np.finfo(np.float32 if self.dtype is dtypes.bfloat16 else self.dtype.numpy)
         largest = 3.3895313892515355e38 if self.dtype is dtypes.bfloat16 else float(finfo.max)
         result = where(self.isnan(), self._full(self.shape, nan, self.dtype, self.device), self)
@@ -316,22 +318,22 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
 
     # ---- minimum, maximum, clamp, where -----------------------------------------------------------------------
 
-    def maximum(self: Tensor, other: Any) -> Tensor:
+    def maximum(self, other: Any) -> Tensor:
         """The larger of self and other elementwise; NaN wins (torch.maximum)."""
         left, right = self._operands(other, "maximum")
         return _maximum(left, right)
 
-    def minimum(self: Tensor, other: Any) -> Tensor:
+    def minimum(self, other: Any) -> Tensor:
         """The smaller of self and other elementwise; NaN wins (torch.minimum)."""
         left, right = self._operands(other, "minimum")
         return _minimum(left, right)
 
-    def clamp(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
+    def clamp(self, min: Any = None, max: Any = None) -> Tensor:
         """min(max(self, min), max): bounds are numbers or tensors; the dtype is torch.result_type of all three."""
         if min is None and max is None:
             raise ArgumentError("clamp: at least one of min and max must be given")
         bounds = [bound for bound in (min, max) if bound is not None]
-        aligned = _align(self, (self, *bounds), "clamp")
+        aligned = _align(cast("Tensor", self), (cast("Tensor", self), *bounds), "clamp")
         result = aligned[0]
         if aligned[0].dtype.is_bool:
             raise DTypeError("clamp: not supported for bool tensors with bool bounds; cast to an integer dtype")
@@ -349,18 +351,18 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
 
     clip = clamp
 
-    def clamp_min(self: Tensor, min: Any) -> Tensor:
+    def clamp_min(self, min: Any) -> Tensor:
         return self.clamp(min=min)
 
-    def clamp_max(self: Tensor, max: Any) -> Tensor:
+    def clamp_max(self, max: Any) -> Tensor:
         return self.clamp(max=max)
 
-    def where(self: Tensor, condition: Tensor, other: Any) -> Tensor:
+    def where(self, condition: Tensor, other: Any) -> Tensor:
         """torch's `x.where(condition, y)`: self where the bool condition is True, else other (ember.where(condition,
         self, other); a select: the branch not taken never leaks)."""
         return where(condition, self, other)
 
-    def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
+    def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
         """self with value where the bool mask (broadcast to self's shape) is True."""
         if not isinstance(mask, ElementwiseOps) or not mask.dtype.is_bool:
             raise DTypeError(
@@ -376,65 +378,65 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
             fill = value.cast(self.dtype).expand(self.shape)
         else:
             fill = self._full(self.shape, value, self.dtype, self.device)
-        return mask.expand(self.shape)._apply(Op.WHERE, fill, self)
+        return mask.expand(self.shape)._apply(Op.WHERE, fill, cast("Tensor", self))
 
     # ---- operators -----------------------------------------------------------------------------------------
 
-    def __add__(self: Tensor, other: Any) -> Tensor:
+    def __add__(self, other: Any) -> Tensor:
         return self.add(other)
 
-    def __radd__(self: Tensor, other: Any) -> Tensor:
+    def __radd__(self, other: Any) -> Tensor:
         return self.add(other)
 
-    def __sub__(self: Tensor, other: Any) -> Tensor:
+    def __sub__(self, other: Any) -> Tensor:
         return self.sub(other)
 
-    def __rsub__(self: Tensor, other: Any) -> Tensor:
-        _check_no_bool_subtraction(self, other)
+    def __rsub__(self, other: Any) -> Tensor:
+        _check_no_bool_subtraction(cast("Tensor", self), other)
         return self._binary(Op.SUB, other, "sub", reverse=True)
 
-    def __mul__(self: Tensor, other: Any) -> Tensor:
+    def __mul__(self, other: Any) -> Tensor:
         return self.mul(other)
 
-    def __rmul__(self: Tensor, other: Any) -> Tensor:
+    def __rmul__(self, other: Any) -> Tensor:
         return self.mul(other)
 
-    def __truediv__(self: Tensor, other: Any) -> Tensor:
+    def __truediv__(self, other: Any) -> Tensor:
         return self.div(other)
 
-    def __rtruediv__(self: Tensor, other: Any) -> Tensor:
+    def __rtruediv__(self, other: Any) -> Tensor:
         return self.div(other, reverse=True)
 
-    def __floordiv__(self: Tensor, other: Any) -> Tensor:
+    def __floordiv__(self, other: Any) -> Tensor:
         return self.floor_divide(other)
 
-    def __rfloordiv__(self: Tensor, other: Any) -> Tensor:
+    def __rfloordiv__(self, other: Any) -> Tensor:
         return self.floor_divide(other, reverse=True)
 
-    def __mod__(self: Tensor, other: Any) -> Tensor:
+    def __mod__(self, other: Any) -> Tensor:
         return self.remainder(other)
 
-    def __rmod__(self: Tensor, other: Any) -> Tensor:
+    def __rmod__(self, other: Any) -> Tensor:
         return self.remainder(other, reverse=True)
 
-    def __pow__(self: Tensor, other: Any) -> Tensor:
+    def __pow__(self, other: Any) -> Tensor:
         return self.pow(other)
 
-    def __rpow__(self: Tensor, other: Any) -> Tensor:
+    def __rpow__(self, other: Any) -> Tensor:
         return self.pow(other, reverse=True)
 
-    def __neg__(self: Tensor) -> Tensor:
+    def __neg__(self) -> Tensor:
         return self.neg()
 
-    def __pos__(self: Tensor) -> Tensor:
-        return self
+    def __pos__(self) -> Tensor:
+        return cast("Tensor", self)
 
-    def __abs__(self: Tensor) -> Tensor:
+    def __abs__(self) -> Tensor:
         return self.abs()
 
     # ---- in-place forms: rebind this tensor to the new value; the result must cast to self's dtype (as in torch) --
 
-    def _assign_in_place(self: Tensor, value: Tensor, op_name: str) -> Tensor:
+    def _assign_in_place(self, value: Tensor, op_name: str) -> Tensor:
         if not can_cast(value.dtype, self.dtype):
             raise DTypeError(
                 f"{op_name}: the result type {value.dtype.name} can't be cast to the dtype {self.dtype.name} of the "
@@ -447,62 +449,62 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
             )
         return self.assign(value)
 
-    def __iadd__(self: Tensor, other: Any) -> Tensor:
+    def __iadd__(self, other: Any) -> Tensor:
         return self._assign_in_place(self + other, "add_")
 
-    def __isub__(self: Tensor, other: Any) -> Tensor:
+    def __isub__(self, other: Any) -> Tensor:
         return self._assign_in_place(self - other, "sub_")
 
-    def __imul__(self: Tensor, other: Any) -> Tensor:
+    def __imul__(self, other: Any) -> Tensor:
         return self._assign_in_place(self * other, "mul_")
 
-    def __itruediv__(self: Tensor, other: Any) -> Tensor:
+    def __itruediv__(self, other: Any) -> Tensor:
         return self._assign_in_place(self / other, "div_")
 
-    def __ifloordiv__(self: Tensor, other: Any) -> Tensor:
+    def __ifloordiv__(self, other: Any) -> Tensor:
         return self._assign_in_place(self // other, "floor_divide_")
 
-    def __imod__(self: Tensor, other: Any) -> Tensor:
+    def __imod__(self, other: Any) -> Tensor:
         return self._assign_in_place(self % other, "remainder_")
 
-    def __ipow__(self: Tensor, other: Any) -> Tensor:
+    def __ipow__(self, other: Any) -> Tensor:
         return self._assign_in_place(self**other, "pow_")
 
-    def add_(self: Tensor, other: Any, alpha: Number = 1) -> Tensor:
+    def add_(self, other: Any, alpha: Number = 1) -> Tensor:
         return self._assign_in_place(self.add(other, alpha), "add_")
 
-    def sub_(self: Tensor, other: Any, alpha: Number = 1) -> Tensor:
+    def sub_(self, other: Any, alpha: Number = 1) -> Tensor:
         return self._assign_in_place(self.sub(other, alpha), "sub_")
 
-    def mul_(self: Tensor, other: Any) -> Tensor:
+    def mul_(self, other: Any) -> Tensor:
         return self._assign_in_place(self * other, "mul_")
 
-    def div_(self: Tensor, other: Any, rounding_mode: str | None = None) -> Tensor:
+    def div_(self, other: Any, rounding_mode: str | None = None) -> Tensor:
         return self._assign_in_place(self.div(other, rounding_mode), "div_")
 
-    def pow_(self: Tensor, exponent: Any) -> Tensor:
+    def pow_(self, exponent: Any) -> Tensor:
         return self._assign_in_place(self.pow(exponent), "pow_")
 
-    def neg_(self: Tensor) -> Tensor:
+    def neg_(self) -> Tensor:
         return self._assign_in_place(self.neg(), "neg_")
 
-    def abs_(self: Tensor) -> Tensor:
+    def abs_(self) -> Tensor:
         return self._assign_in_place(self.abs(), "abs_")
 
-    def clamp_(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
+    def clamp_(self, min: Any = None, max: Any = None) -> Tensor:
         return self._assign_in_place(self.clamp(min, max), "clamp_")
 
-    def zero_(self: Tensor) -> Tensor:
+    def zero_(self) -> Tensor:
         return self.assign(self._full(self.shape, 0, self.dtype, self.device))
 
-    def fill_(self: Tensor, value: Any) -> Tensor:
+    def fill_(self, value: Any) -> Tensor:
         if isinstance(value, ElementwiseOps):
             if value.ndim != 0:
                 raise ShapeError(f"fill_: value must be a number or a 0-d tensor, got shape {value.shape}")
             return self.assign(value.cast(self.dtype).expand(self.shape))
         return self.assign(self._full(self.shape, value, self.dtype, self.device))
 
-    def masked_fill_(self: Tensor, mask: Tensor, value: Any) -> Tensor:
+    def masked_fill_(self, mask: Tensor, value: Any) -> Tensor:
         return self.assign(self.masked_fill(mask, value))
 
 

@@ -18,12 +18,13 @@ exactly singular matrix, where torch's det uses an SVD.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from ember.core import dtype as dtypes
 from ember.core.elementwise import where
 from ember.core.errors import DTypeError, LinAlgError, ShapeError
 from ember.core.shapes import broadcast_shapes
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -139,43 +140,44 @@ def solve_system(matrix: Tensor, rhs: Tensor, name: str) -> tuple[Tensor, Tensor
     """X with matrix @ X = rhs (batch dims broadcast; rhs (..., n, k)), and the info of each system."""
     batch = broadcast_shapes(matrix.shape[:-2], rhs.shape[:-2], op=name)
     outcome = eliminate(matrix.expand(batch + matrix.shape[-2:]), rhs.expand(batch + rhs.shape[-2:]))
+    assert outcome.solution is not None  # right-hand sides were given
     return outcome.solution, first_zero_pivot(outcome.pivots)
 
 
-class EliminationOps:
+class EliminationOps(TensorBase):
     """Mixin: det, logdet, slogdet, inverse and matrix_power on batches of square matrices."""
 
     __slots__ = ()
 
-    def det(self: Tensor) -> Tensor:
+    def det(self) -> Tensor:
         """The determinant of each square matrix of the batch (..., n, n) -> (...)."""
-        check_square(self, "linalg.det")
-        outcome = eliminate(self)
+        check_square(cast("Tensor", self), "linalg.det")
+        outcome = eliminate(cast("Tensor", self))
         return permutation_sign(outcome.row_steps, self.dtype) * outcome.pivots.prod(-1)
 
-    def slogdet(self: Tensor) -> tuple[Tensor, Tensor]:
+    def slogdet(self) -> SignLogAbsDet:
         """(sign, log |det|) of each square matrix: the log is a sum of logs, so it does not overflow."""
-        check_square(self, "linalg.slogdet")
-        outcome = eliminate(self)
+        check_square(cast("Tensor", self), "linalg.slogdet")
+        outcome = eliminate(cast("Tensor", self))
         sign = permutation_sign(outcome.row_steps, self.dtype) * outcome.pivots.sign().prod(-1)
         return SignLogAbsDet(sign, outcome.pivots.abs().log().sum(-1))
 
-    def logdet(self: Tensor) -> Tensor:
+    def logdet(self) -> Tensor:
         """log(det) of each square matrix: NaN for a negative determinant, -inf for 0, as torch."""
-        check_square(self, "logdet")
+        check_square(cast("Tensor", self), "logdet")
         sign, logarithm = self.slogdet()
         return where(sign == -1, float("nan"), logarithm)
 
-    def inverse(self: Tensor) -> Tensor:
+    def inverse(self) -> Tensor:
         """The inverse of each square matrix (a singular one gives inf/NaN, not an error: that would read the data;
         ember.linalg.inv_ex(A, check_errors=True) checks)."""
-        check_square(self, "linalg.inv")
+        check_square(cast("Tensor", self), "linalg.inv")
         size = self.shape[-1]
         identity = (self._arange_primitive(size, dtypes.int64, self.device).unsqueeze(1)
                     == self._arange_primitive(size, dtypes.int64, self.device)).cast(self.dtype)
-        return solve_system(self, identity.expand(self.shape[:-2] + (size, size)), "linalg.inv")[0]
+        return solve_system(cast("Tensor", self), identity.expand(self.shape[:-2] + (size, size)), "linalg.inv")[0]
 
-    def matrix_exp(self: Tensor) -> Tensor:
+    def matrix_exp(self) -> Tensor:
         """e^A of each square matrix: a degree-18 Taylor polynomial of A / 2^s, squared s times, where s brings the
         largest 1-norm in the batch to at most 1/2 (read back from the device: one synchronization)."""
         if self.ndim < 2 or self.shape[-1] != self.shape[-2]:
@@ -187,7 +189,7 @@ class EliminationOps:
         identity = (self._arange_primitive(size, dtypes.int64, self.device).unsqueeze(1) ==
                     self._arange_primitive(size, dtypes.int64, self.device)).cast(self.dtype)
         if self.numel() == 0:
-            return self
+            return cast("Tensor", self)
         norm = float(self.detach().abs().sum(-2).amax().item())
         squarings = max(0, math.ceil(math.log2(norm / 0.5))) if math.isfinite(norm) and norm > 0.5 else 0
         scaled = self * (0.5**squarings) if squarings else self
@@ -198,14 +200,14 @@ class EliminationOps:
             result = result.matmul(result)
         return result
 
-    def matrix_power(self: Tensor, n: int) -> Tensor:
+    def matrix_power(self, n: int) -> Tensor:
         """The n-th power of each square matrix by repeated squaring (the inverse's power for n < 0; I for 0)."""
         import operator
 
         exponent = operator.index(n)
         if self.ndim < 2 or self.shape[-1] != self.shape[-2]:
             raise ShapeError(f"matrix_power: expected a batch of square matrices, got shape {self.shape}")
-        base = self.inverse() if exponent < 0 else self
+        base = self.inverse() if exponent < 0 else cast("Tensor", self)
         exponent = abs(exponent)
         size = self.shape[-1]
         if exponent == 0:
@@ -219,6 +221,7 @@ class EliminationOps:
             exponent >>= 1
             if exponent:
                 base = base.matmul(base)
+        assert result is not None  # exponent > 0: its lowest set bit set result
         return result
 
 

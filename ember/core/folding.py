@@ -11,22 +11,23 @@ fused kernel, which also does the zero products of the inserted elements.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ember.core.convolution import IntOrInts, _check_positive, _ints, _spatial_input, _window_axis, windows
 from ember.core.errors import DTypeError, ShapeError
 from ember.core.shapes import normalize_dim
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
 
-class FoldingOps:
+class FoldingOps(TensorBase):
     """Mixin: Tensor.unfold and conv_transpose1d/2d/3d. Needs the movement, reduction and convolution mixins."""
 
     __slots__ = ()
 
-    def unfold(self: Tensor, dimension: int, size: int, step: int) -> Tensor:
+    def unfold(self, dimension: int, size: int, step: int) -> Tensor:
         """Every slice of `size` elements along dimension, `step` apart, in a new last dim (a view), like torch."""
         axis = normalize_dim(dimension, self.ndim, "unfold")
         length = self.shape[axis] if self.ndim else 1
@@ -35,7 +36,7 @@ class FoldingOps:
                              f"(shape {self.shape})")
         if not isinstance(step, int) or step <= 0:
             raise ValueError(f"unfold: step must be a positive integer, got {step}")
-        source = self.reshape(1) if self.ndim == 0 else self
+        source = self.reshape(1) if self.ndim == 0 else cast("Tensor", self)
         count = (length - size) // step + 1
         if size == 0:  # empty windows: nothing to read
             shape = (0,) if self.ndim == 0 else source.shape[:axis] + (count,) + source.shape[axis + 1:] + (0,)
@@ -43,28 +44,28 @@ class FoldingOps:
         result = _window_axis(source, axis, size, step, 1, count).movedim(axis, -1)
         return result.reshape(size) if self.ndim == 0 else result
 
-    def conv_transpose1d(self: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
+    def conv_transpose1d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                          padding: IntOrInts = 0, output_padding: IntOrInts = 0, groups: int = 1,
                          dilation: IntOrInts = 1) -> Tensor:
         """torch.nn.functional.conv_transpose1d over [N, C_in, L] (or unbatched [C_in, L]); weight
         [C_in, C_out / groups, k]."""
-        return _transposed_convolution(self, weight, bias, stride, padding, output_padding, groups, dilation, 1,
-                                       "conv_transpose1d")
+        return _transposed_convolution(cast("Tensor", self), weight, bias, stride, padding, output_padding, groups,
+                                       dilation, 1, "conv_transpose1d")
 
-    def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
+    def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                          padding: IntOrInts = 0, output_padding: IntOrInts = 0, groups: int = 1,
                          dilation: IntOrInts = 1) -> Tensor:
         """torch.nn.functional.conv_transpose2d over [N, C_in, H, W] (or unbatched); weight [C_in, C_out / groups,
         kh, kw]."""
-        return _transposed_convolution(self, weight, bias, stride, padding, output_padding, groups, dilation, 2,
-                                       "conv_transpose2d")
+        return _transposed_convolution(cast("Tensor", self), weight, bias, stride, padding, output_padding, groups,
+                                       dilation, 2, "conv_transpose2d")
 
-    def conv_transpose3d(self: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
+    def conv_transpose3d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                          padding: IntOrInts = 0, output_padding: IntOrInts = 0, groups: int = 1,
                          dilation: IntOrInts = 1) -> Tensor:
         """torch.nn.functional.conv_transpose3d over [N, C_in, D, H, W] (or unbatched)."""
-        return _transposed_convolution(self, weight, bias, stride, padding, output_padding, groups, dilation, 3,
-                                       "conv_transpose3d")
+        return _transposed_convolution(cast("Tensor", self), weight, bias, stride, padding, output_padding, groups,
+                                       dilation, 3, "conv_transpose3d")
 
 
 def _transposed_convolution(source: Tensor, weight: Tensor, bias: Tensor | None, stride: IntOrInts,
@@ -114,6 +115,7 @@ def _transposed_convolution(source: Tensor, weight: Tensor, bias: Tensor | None,
             if operand is not None:
                 part = operand.reshape(-1).narrow(0, 0, 0).reshape(shape)
                 empty = part if empty is None else empty + part
+        assert empty is not None  # batched is an operand
         return empty.squeeze(0) if unbatched else empty
     # stride - 1 zeros between the elements: each becomes (element, zeros...) and the trailing zeros are cut
     spread = batched

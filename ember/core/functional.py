@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.shapes import broadcast_shapes, normalize_dim
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -47,16 +48,16 @@ def _softmax_source(tensor: Tensor, dtype: Any, op: str) -> Tensor:
     return source
 
 
-class FunctionalOps:
+class FunctionalOps(TensorBase):
     """Mixin: the nn.functional operations, as methods (torch's method names where torch has them)."""
 
     __slots__ = ()
 
     # ---- softmax family ----------------------------------------------------------------------------------------
 
-    def softmax(self: Tensor, dim: int, dtype: Any = None) -> Tensor:
+    def softmax(self, dim: int, dtype: Any = None) -> Tensor:
         """exp(x - max) / sum: three kernels over the last axis (max, sum, the division)."""
-        source = _softmax_source(self, dtype, "softmax")
+        source = _softmax_source(cast("Tensor", self), dtype, "softmax")
         normalize_dim(dim, self.ndim, "softmax")
         if source.numel() == 0:
             return source
@@ -64,30 +65,30 @@ class FunctionalOps:
         exponentials = shifted.exp()
         return exponentials / exponentials.sum(dim, keepdim=True)
 
-    def log_softmax(self: Tensor, dim: int, dtype: Any = None) -> Tensor:
-        source = _softmax_source(self, dtype, "log_softmax")
+    def log_softmax(self, dim: int, dtype: Any = None) -> Tensor:
+        source = _softmax_source(cast("Tensor", self), dtype, "log_softmax")
         normalize_dim(dim, self.ndim, "log_softmax")
         if source.numel() == 0:
             return source
         shifted = source - source.amax(dim, keepdim=True)
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
-    def softmin(self: Tensor, dim: int, dtype: Any = None) -> Tensor:
-        return (-_softmax_source(self, dtype, "softmin")).softmax(dim)
+    def softmin(self, dim: int, dtype: Any = None) -> Tensor:
+        return (-_softmax_source(cast("Tensor", self), dtype, "softmin")).softmax(dim)
 
     # ---- normalization ----------------------------------------------------------------------------------------
 
     def layer_norm(
-        self: Tensor,
+        self,
         normalized_shape: int | Sequence[int],
         weight: Tensor | None = None,
         bias: Tensor | None = None,
         eps: float = 1e-5,
     ) -> Tensor:
         """torch.nn.functional.layer_norm: normalize over the last dims (biased variance), then scale and shift."""
-        _require_float(self, "layer_norm")
+        _require_float(cast("Tensor", self), "layer_norm")
         normalized = _normalized_shape(normalized_shape)
-        _check_normalized_shape(self, normalized, "layer_norm")
+        _check_normalized_shape(cast("Tensor", self), normalized, "layer_norm")
         _check_affine(weight, normalized, "layer_norm", "weight")
         _check_affine(bias, normalized, "layer_norm", "bias")
         axes = tuple(range(self.ndim - len(normalized), self.ndim))
@@ -99,27 +100,27 @@ class FunctionalOps:
         return result + bias if bias is not None else result
 
     def rms_norm(
-        self: Tensor,
+        self,
         normalized_shape: int | Sequence[int],
         weight: Tensor | None = None,
         eps: float | None = None,
     ) -> Tensor:
         """torch.nn.functional.rms_norm: x / sqrt(mean(x^2) + eps) over the last dims; eps defaults to finfo.eps."""
-        _require_float(self, "rms_norm")
+        _require_float(cast("Tensor", self), "rms_norm")
         normalized = _normalized_shape(normalized_shape)
-        _check_normalized_shape(self, normalized, "rms_norm")
+        _check_normalized_shape(cast("Tensor", self), normalized, "rms_norm")
         _check_affine(weight, normalized, "rms_norm", "weight")
         if eps is None:
-            eps = _machine_epsilon(self)
+            eps = _machine_epsilon(cast("Tensor", self))
         axes = tuple(range(self.ndim - len(normalized), self.ndim))
         result = self * ((self * self).mean(axes, keepdim=True) + eps).rsqrt()
         return result * weight if weight is not None else result
 
     def group_norm(
-        self: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
+        self, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
     ) -> Tensor:
         """torch.nn.functional.group_norm: normalize each group of channels of [N, C, *] over its channels and space."""
-        _require_float(self, "group_norm")
+        _require_float(cast("Tensor", self), "group_norm")
         if self.ndim < 2:
             raise ShapeError(f"group_norm: expected an input of shape [N, C, *], got {list(self.shape)}")
         channels = self.shape[1]
@@ -141,13 +142,13 @@ class FunctionalOps:
         return result + bias.reshape(affine_shape) if bias is not None else result
 
     def instance_norm(
-        self: Tensor, running_mean: Tensor | None = None, running_var: Tensor | None = None,
+        self, running_mean: Tensor | None = None, running_var: Tensor | None = None,
         weight: Tensor | None = None, bias: Tensor | None = None, use_input_stats: bool = True,
         momentum: float = 0.1, eps: float = 1e-5,
     ) -> Tensor:
         """torch.nn.functional.instance_norm: normalize each channel of each sample of [N, C, *] over its spatial
         dims; given running stats, update them in place with the batch's mean (or use them: use_input_stats=False)."""
-        _require_float(self, "instance_norm")
+        _require_float(cast("Tensor", self), "instance_norm")
         if self.ndim < 3:
             raise ShapeError(f"instance_norm: expected an input of shape [N, C, *] with at least one spatial dim, got "
                              f"{list(self.shape)}")
@@ -164,7 +165,7 @@ class FunctionalOps:
             variance = (centered * centered).mean(spatial, keepdim=True)
             result = centered * (variance + eps).rsqrt()
             if running_mean is not None or running_var is not None:
-                _update_instance_stats(self, mean, variance, running_mean, running_var, momentum)
+                _update_instance_stats(cast("Tensor", self), mean, variance, running_mean, running_var, momentum)
         else:
             if running_mean is None or running_var is None:
                 raise ArgumentError("instance_norm: expected running_mean and running_var when use_input_stats=False")
@@ -173,7 +174,7 @@ class FunctionalOps:
             result = result * weight.reshape(affine_shape)
         return result + bias.reshape(affine_shape) if bias is not None else result
 
-    def glu(self: Tensor, dim: int = -1) -> Tensor:
+    def glu(self, dim: int = -1) -> Tensor:
         """The first half of `dim` times the sigmoid of the second half (gated linear unit)."""
         if self.ndim == 0:
             raise ShapeError("glu does not support scalars because halving size must be even")
@@ -185,7 +186,7 @@ class FunctionalOps:
         return first * second.sigmoid()
 
     def batch_norm(
-        self: Tensor,
+        self,
         running_mean: Tensor | None,
         running_var: Tensor | None,
         weight: Tensor | None = None,
@@ -195,7 +196,7 @@ class FunctionalOps:
         eps: float = 1e-5,
     ) -> Tensor:
         """torch.nn.functional.batch_norm over [N, C, *]; in training the running statistics are updated in place."""
-        _require_float(self, "batch_norm")
+        _require_float(cast("Tensor", self), "batch_norm")
         if self.ndim < 2:
             raise ShapeError(f"batch_norm: expected an input of shape [N, C, *], got {list(self.shape)}")
         channels = self.shape[1]
@@ -233,9 +234,9 @@ class FunctionalOps:
             result = result * weight.reshape(affine_shape)
         return result + bias.reshape(affine_shape) if bias is not None else result
 
-    def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
         """torch.nn.functional.normalize: x / max(||x||_p, eps) along dim."""
-        _require_float(self, "normalize")
+        _require_float(cast("Tensor", self), "normalize")
         axis = normalize_dim(dim, self.ndim, "normalize")
         if p == math.inf:
             norm = self.abs().amax(axis, keepdim=True)
@@ -249,13 +250,13 @@ class FunctionalOps:
 
     # ---- dropout ----------------------------------------------------------------------------------------------
 
-    def dropout(self: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    def dropout(self, p: float = 0.5, training: bool = True) -> Tensor:
         """Zero each element with probability p (drawn with ember.rand) and scale the rest by 1 / (1 - p)."""
         if not 0.0 <= p <= 1.0:
             raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
         if not training or p == 0.0:
-            return self
-        _require_float(self, "dropout")
+            return cast("Tensor", self)
+        _require_float(cast("Tensor", self), "dropout")
         zero = self._full(self.shape, 0, self.dtype, self.device)
         if p == 1.0:
             return self * zero
@@ -264,7 +265,7 @@ class FunctionalOps:
         keep = rand(self.shape, device=self.device) >= p
         return where(keep, self * (1.0 / (1.0 - p)), zero)
 
-    def feature_dropout(self: Tensor, p: float, training: bool, spatial: int, op: str = "feature_dropout") -> Tensor:
+    def feature_dropout(self, p: float, training: bool, spatial: int, op: str = "feature_dropout") -> Tensor:
         """Channel dropout (dropout1d/2d/3d): one draw per channel of [N, C, *spatial] or [C, *spatial]."""
         if not 0.0 <= p <= 1.0:
             raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
@@ -274,8 +275,8 @@ class FunctionalOps:
                 f"{list(self.shape)}"
             )
         if not training or p == 0.0:
-            return self
-        _require_float(self, op)
+            return cast("Tensor", self)
+        _require_float(cast("Tensor", self), op)
         zero = self._full(self.shape, 0, self.dtype, self.device)
         if p == 1.0:
             return self * zero
@@ -285,14 +286,14 @@ class FunctionalOps:
         keep = rand(channels, device=self.device) >= p
         return where(keep, self * (1.0 / (1.0 - p)), zero)
 
-    def alpha_dropout(self: Tensor, p: float = 0.5, training: bool = False, feature: bool = False) -> Tensor:
+    def alpha_dropout(self, p: float = 0.5, training: bool = False, feature: bool = False) -> Tensor:
         """SELU's dropout: dropped elements (or channels, `feature`) become SELU's negative saturation, and an affine
         map keeps the mean and variance (torch.alpha_dropout / feature_alpha_dropout)."""
         if not 0.0 <= p <= 1.0:
             raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
         if not training or p == 0.0:
-            return self
-        _require_float(self, "alpha_dropout")
+            return cast("Tensor", self)
+        _require_float(cast("Tensor", self), "alpha_dropout")
         if p == 1.0:
             return self * self._full(self.shape, 0, self.dtype, self.device)
         if feature and self.ndim < 2:
@@ -307,7 +308,7 @@ class FunctionalOps:
 
     # ---- embedding and linear ---------------------------------------------------------------------------------
 
-    def embedding(self: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,
+    def embedding(self, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,
                   norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
         """Rows of weight [V, D] picked by the integer indices in self: a one-hot select and sum (one kernel)."""
         if max_norm is not None or scale_grad_by_freq or sparse:
@@ -327,7 +328,7 @@ class FunctionalOps:
         chosen = (self.unsqueeze(-1) == positions).unsqueeze(-1)  # [..., V, 1]
         return where(chosen, weight, 0).sum(-2, dtype=weight.dtype)
 
-    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """torch.nn.functional.linear: self @ weight.T + bias (one kernel)."""
         if weight.ndim not in (1, 2):
             raise ShapeError(f"linear: weight must be 1-d or 2-d [out_features, in_features], got {list(weight.shape)}")
@@ -345,7 +346,7 @@ class FunctionalOps:
     # ---- attention ----------------------------------------------------------------------------------------------
 
     def scaled_dot_product_attention(
-        self: Tensor,
+        self,
         key: Tensor,
         value: Tensor,
         attn_mask: Tensor | None = None,
@@ -355,7 +356,7 @@ class FunctionalOps:
         enable_gqa: bool = False,
     ) -> Tensor:
         """softmax(self @ key^T * scale + mask) @ value; rows with every key masked give zeros (as torch)."""
-        query = self
+        query = cast("Tensor", self)
         if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
             raise ShapeError(
                 f"scaled_dot_product_attention: query, key and value need at least 2 dims [..., L, E], got "

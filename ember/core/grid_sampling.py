@@ -125,6 +125,7 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mod
         hit = (index == pixels).logical_and(inside)  # [N, HW, P]
         term = where(hit, weight, 0.0)
         weights = term if weights is None else weights + term
+    assert weights is not None  # four taps (or one)
     samples = input.reshape(batch, channels, height * width) @ weights  # [N, C, P]
     return samples.reshape(batch, channels, *grid.shape[1:3])
 

@@ -41,7 +41,7 @@ def _in_place(base: str, name: str, method: Callable[..., Any]) -> Callable[...,
         variant.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
     except (TypeError, ValueError):
         pass
-    variant._numpy_argument_names = True  # type: ignore[attr-defined] - the out-of-place method it calls takes them
+    variant._numpy_argument_names = True  # type: ignore[attr-defined]  # the out-of-place method it calls takes them
     return variant
 
 

@@ -8,12 +8,13 @@ reject them in torch, write nothing for them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.core import dtype as dtypes
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.shapes import broadcast_shapes, normalize_dim
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -61,33 +62,33 @@ def _indexed_write(tensor: Tensor, dim: int, index: Tensor, source: Tensor, mode
     return written.transpose(axis, -1).reshape(tensor.shape)
 
 
-class IndexUpdateOps:
+class IndexUpdateOps(TensorBase):
     """Mixin: writes through index vectors and masks, and bincount. Needs the indexing and elementwise mixins."""
 
     __slots__ = ()
 
-    def index_add(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
+    def index_add(self, dim: int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
         """A copy of self with alpha * source's slice i added to the slice index[i] along dim (repeated indices
         accumulate)."""
         vector = _index_vector(index, "index_add", allow_int32=True)
-        _same_dtype("index_add", self, source)
+        _same_dtype("index_add", cast("Tensor", self), source)
         scaled = source if alpha == 1 else (source * alpha).cast(self.dtype)
-        return _indexed_write(self, dim, vector, scaled, "sum", "index_add")
+        return _indexed_write(cast("Tensor", self), dim, vector, scaled, "sum", "index_add")
 
-    def index_add_(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
+    def index_add_(self, dim: int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
         return self.assign(self.index_add(dim, index, source, alpha=alpha))
 
-    def index_copy(self: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
+    def index_copy(self, dim: int, index: Tensor, source: Tensor) -> Tensor:
         """A copy of self with the slice index[i] along dim replaced by source's slice i (for a repeated index the
         last one wins; torch leaves that unspecified)."""
         vector = _index_vector(index, "index_copy", allow_int32=False)
-        _same_dtype("index_copy", self, source)
-        return _indexed_write(self, dim, vector, source, "replace", "index_copy")
+        _same_dtype("index_copy", cast("Tensor", self), source)
+        return _indexed_write(cast("Tensor", self), dim, vector, source, "replace", "index_copy")
 
-    def index_copy_(self: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
+    def index_copy_(self, dim: int, index: Tensor, source: Tensor) -> Tensor:
         return self.assign(self.index_copy(dim, index, source))
 
-    def index_fill(self: Tensor, dim: int, index: Tensor, value: Any) -> Tensor:
+    def index_fill(self, dim: int, index: Tensor, value: Any) -> Tensor:
         """A copy of self with the slices index[i] along dim (negative indices count from the end) set to value, a
         number or a 0-d tensor (which gets the gradient of the filled elements)."""
         from ember.core.advanced_indexing import wrap_negative
@@ -107,10 +108,10 @@ class IndexUpdateOps:
         hit = hit.reshape(tuple(size if d == axis else 1 for d in range(target.ndim)))
         return where(hit, fill, target).reshape(self.shape)
 
-    def index_fill_(self: Tensor, dim: int, index: Tensor, value: Any) -> Tensor:
+    def index_fill_(self, dim: int, index: Tensor, value: Any) -> Tensor:
         return self.assign(self.index_fill(dim, index, value))
 
-    def index_reduce(self: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, *,
+    def index_reduce(self, dim: int, index: Tensor, source: Tensor, reduce: str, *,
                      include_self: bool = True) -> Tensor:
         """Combine the slices of source into self at positions index along dim by 'prod', 'mean', 'amax' or
         'amin' (torch.index_reduce): a scatter_reduce with the index spread along source's other dims."""
@@ -129,7 +130,7 @@ class IndexUpdateOps:
         spread = vector.cast(dtypes.int64).reshape(shape).expand(source.shape)
         return self.scatter_reduce(axis, spread, source, reduce, include_self=include_self)
 
-    def put(self: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:
+    def put(self, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:
         """A copy of self with the elements of self.flatten() at index (negative from the end) set to source's (or
         increased by them, repeats summed, when accumulate); index and source have the same number of elements."""
         from ember.core.advanced_indexing import put_last, wrap_negative
@@ -138,7 +139,7 @@ class IndexUpdateOps:
         _check_index_dtype(index, "put")
         if index.dtype != dtypes.int64:
             raise DTypeError(f"put: index must be an int64 tensor, got {index.dtype.name}")
-        _same_dtype("put", self, source)
+        _same_dtype("put", cast("Tensor", self), source)
         if index.numel() != source.numel():
             raise IndexError(f"put: index and source need the same number of elements, got {index.numel()} "
                              f"(shape {index.shape}) and {source.numel()} (shape {source.shape})")
@@ -147,10 +148,10 @@ class IndexUpdateOps:
         written = put_last(flat, positions, source.reshape(-1), "sum" if accumulate else "replace")
         return written.reshape(self.shape)
 
-    def put_(self: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:
+    def put_(self, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:
         return self.assign(self.put(index, source, accumulate))
 
-    def masked_scatter(self: Tensor, mask: Tensor, source: Tensor) -> Tensor:
+    def masked_scatter(self, mask: Tensor, source: Tensor) -> Tensor:
         """self (broadcast with mask) with the elements where mask is True replaced, in row-major order, by the
         first elements of source. Source needs as many elements as mask has Trues: when it has fewer than mask has
         elements, the count is read from the device to check."""
@@ -158,8 +159,8 @@ class IndexUpdateOps:
 
         if not hasattr(mask, "node") or not mask.dtype.is_bool:
             raise DTypeError(f"masked_scatter: mask must be a bool tensor, got "
-                             f"{getattr(mask, 'dtype', type(mask)).name}")
-        _same_dtype("masked_scatter", self, source)
+                             f"{getattr(getattr(mask, 'dtype', None), 'name', type(mask).__name__)}")
+        _same_dtype("masked_scatter", cast("Tensor", self), source)
         shape = broadcast_shapes(self.shape, mask.shape, op="masked_scatter")
         flat_mask = mask.expand(shape).reshape(-1)
         if source.numel() < flat_mask.shape[0]:
@@ -171,13 +172,13 @@ class IndexUpdateOps:
         taken = take_last(source.reshape(-1), ordinal)
         return where(flat_mask, taken, self.expand(shape).reshape(-1)).reshape(shape)
 
-    def masked_scatter_(self: Tensor, mask: Tensor, source: Tensor) -> Tensor:
+    def masked_scatter_(self, mask: Tensor, source: Tensor) -> Tensor:
         if broadcast_shapes(self.shape, mask.shape, op="masked_scatter_") != self.shape:
             raise ShapeError(f"masked_scatter_: mask of shape {mask.shape} must broadcast to self's shape "
                              f"{self.shape}")
         return self.assign(self.masked_scatter(mask, source))
 
-    def bincount(self: Tensor, weights: Tensor | None = None, minlength: int = 0) -> Tensor:
+    def bincount(self, weights: Tensor | None = None, minlength: int = 0) -> Tensor:
         """torch.bincount: how often each value 0..max occurs in a 1-d non-negative integer tensor (the sum of the
         weights at its positions, as float32 for float32 weights and float64 otherwise). The length depends on the
         data: the max (and min, to check) are read from the device first."""

@@ -12,7 +12,7 @@ import operator
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from ember.core import dtype as dtypes
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
@@ -244,41 +244,41 @@ class IndexingOps(IndexUpdateOps):
 
     __slots__ = ()
 
-    def __getitem__(self: Tensor, indices: Any) -> Tensor:
+    def __getitem__(self, indices: Any) -> Tensor:
         from ember.core.advanced_indexing import advanced_take
 
-        plan = parse_indices(self, indices)
-        view = plan.view(self)
+        plan = parse_indices(cast("Tensor", self), indices)
+        view = plan.view(cast("Tensor", self))
         return advanced_take(view, plan) if plan.advanced else view
 
-    def __setitem__(self: Tensor, indices: Any, value: Any) -> None:
+    def __setitem__(self, indices: Any, value: Any) -> None:
         """Write value (broadcast to the indexed shape, cast to this dtype) in place, like torch: self.assign(...)."""
-        self.assign(_put(self, indices, value, accumulate=False))
+        self.assign(_put(cast("Tensor", self), indices, value, accumulate=False))
 
-    def __iter__(self: Tensor) -> Iterator[Tensor]:
+    def __iter__(self) -> Iterator[Tensor]:
         if self.ndim == 0:
             raise TypeError("iteration over a 0-d tensor")
         return iter(self.unbind(0))
 
-    def index_put(self: Tensor, indices: Sequence[Any], values: Any, accumulate: bool = False) -> Tensor:
+    def index_put(self, indices: Sequence[Any], values: Any, accumulate: bool = False) -> Tensor:
         """A copy of self with self[indices] = values (or += values, duplicates summed, when accumulate)."""
-        return _put(self, tuple(indices), values, accumulate)
+        return _put(cast("Tensor", self), tuple(indices), values, accumulate)
 
-    def index_put_(self: Tensor, indices: Sequence[Any], values: Any, accumulate: bool = False) -> Tensor:
+    def index_put_(self, indices: Sequence[Any], values: Any, accumulate: bool = False) -> Tensor:
         return self.assign(self.index_put(indices, values, accumulate))
 
     # ---- gather / scatter --------------------------------------------------------------------------------------
 
-    def gather(self: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:
+    def gather(self, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:
         """out[i][j][k] = self[index[i][j][k]][j][k] for dim 0 (and so on for other dims), like torch.gather."""
         from ember.core.advanced_indexing import take_last
 
-        source, axis = _scatter_gather_checks(self, dim, index, None, "gather")
+        source, axis = _scatter_gather_checks(cast("Tensor", self), dim, index, None, "gather")
         values = source.shrink([None if d == axis else (0, size) for d, size in enumerate(index.shape)])
         result = take_last(values.transpose(axis, -1), _as_1d(index).transpose(axis, -1))
         return result.transpose(axis, -1).reshape(index.shape)
 
-    def take_along_dim(self: Tensor, indices: Tensor, dim: int | None = None) -> Tensor:
+    def take_along_dim(self, indices: Tensor, dim: int | None = None) -> Tensor:
         if dim is None:
             return self.flatten().gather(0, indices.flatten())
         axis = normalize_dim(dim, self.ndim, "take_along_dim")
@@ -292,7 +292,7 @@ class IndexingOps(IndexUpdateOps):
         return source.gather(axis, indices.expand(tuple(indices.shape[axis] if d == axis else s
                                                         for d, s in enumerate(shape))))
 
-    def take(self: Tensor, index: Tensor) -> Tensor:
+    def take(self, index: Tensor) -> Tensor:
         """self flattened, indexed by index (negative indices count from the end); the result has index's shape."""
         from ember.core.advanced_indexing import take_last, wrap_negative
 
@@ -300,7 +300,7 @@ class IndexingOps(IndexUpdateOps):
         flat = self.flatten()
         return take_last(flat, wrap_negative(index.flatten(), flat.shape[0])).reshape(index.shape)
 
-    def index_select(self: Tensor, dim: int, index: Tensor) -> Tensor:
+    def index_select(self, dim: int, index: Tensor) -> Tensor:
         from ember.core.advanced_indexing import take_last
 
         _check_index_dtype(index, "index_select")
@@ -311,7 +311,7 @@ class IndexingOps(IndexUpdateOps):
         result = take_last(source.transpose(axis, -1), index.reshape(-1)).transpose(axis, -1)
         return result.reshape(()) if self.ndim == 0 and index.ndim == 0 else result
 
-    def scatter(self: Tensor, dim: int, index: Tensor, src: Any = None, value: Any = None, *,
+    def scatter(self, dim: int, index: Tensor, src: Any = None, value: Any = None, *,
                 reduce: str | None = None) -> Tensor:
         """A copy of self with self[index[i][j]][j] = src[i][j] for dim 0 (reduce: None, 'add' or 'multiply').
 
@@ -323,45 +323,54 @@ class IndexingOps(IndexUpdateOps):
         modes = {None: "replace", "add": "sum", "multiply": "prod"}
         if reduce not in modes:
             raise ArgumentError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
-        return _scatter(self, dim, index, source, modes[reduce], True, "scatter")
+        return _scatter(cast("Tensor", self), dim, index, source, modes[reduce], True, "scatter")
 
-    def scatter_(self: Tensor, dim: int, index: Tensor, src: Any = None, value: Any = None, *,
+    def scatter_(self, dim: int, index: Tensor, src: Any = None, value: Any = None, *,
                  reduce: str | None = None) -> Tensor:
         return self.assign(self.scatter(dim, index, src, value, reduce=reduce))
 
-    def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
-        return _scatter(self, dim, index, src, "sum", True, "scatter_add")
+    def scatter_add(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
+        return _scatter(cast("Tensor", self), dim, index, src, "sum", True, "scatter_add")
 
-    def scatter_add_(self: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    def scatter_add_(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
         return self.assign(self.scatter_add(dim, index, src))
 
-    def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *,
+    def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str, *,
                        include_self: bool = True) -> Tensor:
         """torch.scatter_reduce with reduce 'sum', 'prod', 'mean', 'amax' or 'amin'."""
         if reduce not in ("sum", "prod", "mean", "amax", "amin"):
             raise ArgumentError(
                 f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}"
             )
-        return _scatter(self, dim, index, src, reduce, include_self, "scatter_reduce")
+        return _scatter(cast("Tensor", self), dim, index, src, reduce, include_self, "scatter_reduce")
 
-    def scatter_reduce_(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *,
+    def scatter_reduce_(self, dim: int, index: Tensor, src: Tensor, reduce: str, *,
                         include_self: bool = True) -> Tensor:
         return self.assign(self.scatter_reduce(dim, index, src, reduce, include_self=include_self))
 
     # ---- masks ---------------------------------------------------------------------------------------------------
 
-    def masked_select(self: Tensor, mask: Tensor) -> Tensor:
+    def masked_select(self, mask: Tensor) -> Tensor:
         """The elements where mask (broadcast with self) is True, as a 1-d tensor (reads the mask's count)."""
         if mask.dtype != dtypes.bool_:
             raise DTypeError(f"masked_select: mask must be a bool tensor, got {mask.dtype.name}")
         shape = broadcast_shapes(self.shape, mask.shape, op="masked_select")
         return self.expand(shape)[mask.expand(shape)]
 
-    def nonzero(self: Tensor, *, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
+    @overload
+    def nonzero(self, *, as_tuple: Literal[False] = False) -> Tensor: ...
+
+    @overload
+    def nonzero(self, *, as_tuple: Literal[True]) -> tuple[Tensor, ...]: ...
+
+    @overload
+    def nonzero(self, *, as_tuple: bool) -> Tensor | tuple[Tensor, ...]: ...
+
+    def nonzero(self, *, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
         """The indices of the non-zero elements, (count, ndim) int64 (reads the count from the device)."""
         from ember.core.advanced_indexing import nonzero_positions
 
-        positions = nonzero_positions(self if self.dtype.is_bool else self != 0)
+        positions = nonzero_positions(cast("Tensor", self) if self.dtype.is_bool else cast("Tensor", self) != 0)
         columns = []
         stride = 1
         for size in reversed(self.shape):
@@ -374,26 +383,26 @@ class IndexingOps(IndexUpdateOps):
             return positions.reshape(-1, 1)._pad_and_shrink([(0, 0), (0, -1)])
         return columns[0].unsqueeze(1).cat([column.unsqueeze(1) for column in columns[1:]], 1)
 
-    def argwhere(self: Tensor) -> Tensor:
+    def argwhere(self) -> Tensor:
         return self.nonzero()
 
     # ---- triangles and one-hot ---------------------------------------------------------------------------------
 
-    def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+    def tril(self, diagonal: int = 0) -> Tensor:
         """The lower triangle of the last two dims (elements with column - row <= diagonal), zeros elsewhere."""
-        return _triangle(self, diagonal, lower=True)
+        return _triangle(cast("Tensor", self), diagonal, lower=True)
 
-    def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+    def triu(self, diagonal: int = 0) -> Tensor:
         """The upper triangle of the last two dims (elements with column - row >= diagonal), zeros elsewhere."""
-        return _triangle(self, diagonal, lower=False)
+        return _triangle(cast("Tensor", self), diagonal, lower=False)
 
-    def tril_(self: Tensor, diagonal: int = 0) -> Tensor:
+    def tril_(self, diagonal: int = 0) -> Tensor:
         return self.assign(self.tril(diagonal))
 
-    def triu_(self: Tensor, diagonal: int = 0) -> Tensor:
+    def triu_(self, diagonal: int = 0) -> Tensor:
         return self.assign(self.triu(diagonal))
 
-    def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
+    def one_hot(self, num_classes: int = -1) -> Tensor:
         """torch.nn.functional.one_hot: int64 with a new last dim of num_classes (inferred as max + 1 when -1).
 
         With an explicit num_classes nothing is read from the device: out-of-range classes give all-zero rows.

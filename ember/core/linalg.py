@@ -7,7 +7,7 @@ distances and covariance (products), determinants, inverses and solves (eliminat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.core.elimination import EliminationOps
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
@@ -35,12 +35,12 @@ class LinalgOps(MatrixStructureOps, ProductOps, EliminationOps):
 
     __slots__ = ()
 
-    def matmul(self: Tensor, other: Tensor) -> Tensor:
+    def matmul(self, other: Tensor) -> Tensor:
         if not isinstance(other, LinalgOps):
             raise TypeError(f"matmul: expected a Tensor, got {type(other).__name__}")
         if self.ndim == 0 or other.ndim == 0:
             raise ShapeError(f"matmul: both arguments need at least 1 dim, got shapes {self.shape} and {other.shape}")
-        _check_same_dtype("matmul", self, other)
+        _check_same_dtype("matmul", cast("Tensor", self), other)
         left = self.unsqueeze(0) if self.ndim == 1 else self
         right = other.unsqueeze(-1) if other.ndim == 1 else other
         if left.shape[-1] != right.shape[-2]:
@@ -59,47 +59,47 @@ class LinalgOps(MatrixStructureOps, ProductOps, EliminationOps):
             product = product.squeeze(-1)
         return product
 
-    def __matmul__(self: Tensor, other: Tensor) -> Tensor:
+    def __matmul__(self, other: Tensor) -> Tensor:
         return self.matmul(other)
 
-    def __rmatmul__(self: Tensor, other: Tensor) -> Tensor:
-        return type(self)(other, device=self.device).matmul(self)
+    def __rmatmul__(self, other: Tensor) -> Tensor:
+        return type(cast("Tensor", self))(other, device=self.device).matmul(cast("Tensor", self))
 
-    def mm(self: Tensor, other: Tensor) -> Tensor:
+    def mm(self, other: Tensor) -> Tensor:
         if self.ndim != 2 or other.ndim != 2:
             raise ShapeError(f"mm: both arguments must be 2-d, got shapes {self.shape} and {other.shape}")
         return self.matmul(other)
 
-    def bmm(self: Tensor, other: Tensor) -> Tensor:
+    def bmm(self, other: Tensor) -> Tensor:
         if self.ndim != 3 or other.ndim != 3 or self.shape[0] != other.shape[0]:
             raise ShapeError(f"bmm: both arguments must be 3-d with one batch size, got {self.shape} and {other.shape}")
         return self.matmul(other)
 
-    def mv(self: Tensor, vector: Tensor) -> Tensor:
+    def mv(self, vector: Tensor) -> Tensor:
         if self.ndim != 2 or vector.ndim != 1:
             raise ShapeError(f"mv: expects a 2-d matrix and a 1-d vector, got shapes {self.shape} and {vector.shape}")
         return self.matmul(vector)
 
-    def dot(self: Tensor, other: Tensor) -> Tensor:
+    def dot(self, other: Tensor) -> Tensor:
         if self.ndim != 1 or other.ndim != 1 or self.shape != other.shape:
             raise ShapeError(f"dot: expects two 1-d tensors of one size, got shapes {self.shape} and {other.shape}")
-        _check_same_dtype("dot", self, other)
+        _check_same_dtype("dot", cast("Tensor", self), other)
         return (self * other).sum(dtype=self.dtype)
 
     inner = dot
 
-    def outer(self: Tensor, other: Tensor) -> Tensor:
+    def outer(self, other: Tensor) -> Tensor:
         if self.ndim != 1 or other.ndim != 1:
             raise ShapeError(f"outer: expects two 1-d tensors, got shapes {self.shape} and {other.shape}")
         return self.unsqueeze(1) * other.unsqueeze(0)
 
     ger = outer
 
-    def addmm(self: Tensor, first: Tensor, second: Tensor, beta: float = 1, alpha: float = 1) -> Tensor:
+    def addmm(self, first: Tensor, second: Tensor, beta: float = 1, alpha: float = 1) -> Tensor:
         """beta * self + alpha * (first @ second), like torch.addmm (beta = 0 ignores self's NaN and inf)."""
         from ember.core.arithmetic_forms import scaled_sum
 
-        return scaled_sum(self, first.mm(second), beta, alpha, "addmm")
+        return scaled_sum(cast("Tensor", self), first.mm(second), beta, alpha, "addmm")
 
 
 # ---- einsum --------------------------------------------------------------------------------------------------
@@ -138,9 +138,8 @@ def einsum(equation: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
     """torch.einsum: repeated subscripts take diagonals, '...' broadcasts, an implicit output is sorted labels."""
     from ember.core.tensor import tensor_sequence
 
-    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
-        operands = tuple(operands[0])
-    tensors = tensor_sequence(operands)
+    flat: Sequence[Any] = operands[0] if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
+    tensors = tensor_sequence(tuple(flat))
     compact = equation.replace(" ", "")
     input_part, arrow, output_part = compact.partition("->")
     terms = input_part.split(",")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ember.core import dtype as dtypes
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.shapes import broadcast_shapes
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -73,19 +74,19 @@ def _class_axis_last(tensor: Tensor) -> Tensor:
     return tensor if tensor.ndim <= 2 else tensor.movedim(1, -1)
 
 
-class LossOps:
+class LossOps(TensorBase):
     """Mixin: loss functions as methods of the input (self), with torch.nn.functional's arguments."""
 
     __slots__ = ()
 
-    def nll_loss(self: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+    def nll_loss(self, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
                  reduction: str = "mean") -> Tensor:
         """Negative log-likelihood of class indices; 'mean' divides by the total weight of the counted targets."""
         _check_reduction(reduction)
-        _check_class_target(self, target, "nll_loss")
+        _check_class_target(cast("Tensor", self), target, "nll_loss")
         classes = self.shape[0] if self.ndim == 1 else self.shape[1]
         _class_weight(weight, classes, "nll_loss")
-        picked, picked_weight = _pick_classes(_class_axis_last(self), target, weight, ignore_index, classes)
+        picked, picked_weight = _pick_classes(_class_axis_last(cast("Tensor", self)), target, weight, ignore_index, classes)
         loss = -picked
         if reduction == "none":
             return loss
@@ -93,7 +94,7 @@ class LossOps:
             return loss.sum()
         return loss.sum() / picked_weight.sum()
 
-    def cross_entropy(self: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+    def cross_entropy(self, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
                       reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
         """log_softmax over the class dim (1, or 0 for [C]) then nll; targets are class indices or probabilities."""
         _check_reduction(reduction)
@@ -126,7 +127,7 @@ class LossOps:
                 count = loss.numel()
                 return loss.sum() / count if count else loss.sum() * math.nan
             return _reduce(loss, reduction)
-        _check_class_target(self, target, "cross_entropy")
+        _check_class_target(cast("Tensor", self), target, "cross_entropy")
         picked, picked_weight = _pick_classes(log_probabilities, target, weight, ignore_index, classes)
         loss = -picked
         if label_smoothing > 0:
@@ -144,44 +145,44 @@ class LossOps:
             return loss.sum()
         return loss.sum() / picked_weight.sum()
 
-    def mse_loss(self: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    def mse_loss(self, target: Tensor, reduction: str = "mean") -> Tensor:
         _check_reduction(reduction)
-        input_, target = _pointwise_operands(self, target, "mse_loss")
+        input_, target = _pointwise_operands(cast("Tensor", self), target, "mse_loss")
         difference = input_ - target
         return _reduce(difference * difference, reduction)
 
-    def l1_loss(self: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    def l1_loss(self, target: Tensor, reduction: str = "mean") -> Tensor:
         _check_reduction(reduction)
-        input_, target = _pointwise_operands(self, target, "l1_loss")
+        input_, target = _pointwise_operands(cast("Tensor", self), target, "l1_loss")
         return _reduce((input_ - target).abs(), reduction)
 
-    def smooth_l1_loss(self: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
+    def smooth_l1_loss(self, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
         """0.5 * d^2 / beta where |d| < beta, else |d| - 0.5 * beta (beta = 0 gives l1_loss)."""
         _check_reduction(reduction)
         if beta < 0:
             raise ArgumentError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
-        input_, target = _pointwise_operands(self, target, "smooth_l1_loss")
+        input_, target = _pointwise_operands(cast("Tensor", self), target, "smooth_l1_loss")
         distance = (input_ - target).abs()
         if beta == 0:
             return _reduce(distance, reduction)
         return _reduce(where(distance < beta, 0.5 * distance * distance / beta, distance - 0.5 * beta), reduction)
 
-    def huber_loss(self: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
+    def huber_loss(self, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
         """0.5 * d^2 where |d| < delta, else delta * (|d| - 0.5 * delta)."""
         _check_reduction(reduction)
         if delta <= 0:
             raise ArgumentError(f"huber_loss: delta must be positive, got {delta}")
-        input_, target = _pointwise_operands(self, target, "huber_loss")
+        input_, target = _pointwise_operands(cast("Tensor", self), target, "huber_loss")
         distance = (input_ - target).abs()
         return _reduce(where(distance < delta, 0.5 * distance * distance, delta * (distance - 0.5 * delta)),
                        reduction)
 
-    def kl_div(self: Tensor, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:
+    def kl_div(self, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:
         """KL divergence with self holding log-probabilities: target * (log(target) - self), like torch."""
         if reduction not in REDUCTIONS + ("batchmean",):
             raise ArgumentError(f"{reduction!r} is not a valid value for reduction; valid: 'mean', 'batchmean', 'sum', "
                              "'none'")
-        input_, target = _pointwise_operands(self, target, "kl_div")
+        input_, target = _pointwise_operands(cast("Tensor", self), target, "kl_div")
         if log_target:
             loss = target.exp() * (target - input_)
         else:
@@ -192,7 +193,7 @@ class LossOps:
             return loss.sum() / batch
         return _reduce(loss, reduction)
 
-    def binary_cross_entropy(self: Tensor, target: Tensor, weight: Tensor | None = None,
+    def binary_cross_entropy(self, target: Tensor, weight: Tensor | None = None,
                              reduction: str = "mean") -> Tensor:
         """-(t * log(x) + (1 - t) * log(1 - x)) with each log clamped to >= -100, like torch."""
         _check_reduction(reduction)
@@ -201,7 +202,7 @@ class LossOps:
                 f"binary_cross_entropy: using a target size ({list(target.shape)}) that is different to the input "
                 f"size ({list(self.shape)}) is not supported; please ensure they have the same size"
             )
-        input_, target = _pointwise_operands(self, target, "binary_cross_entropy")
+        input_, target = _pointwise_operands(cast("Tensor", self), target, "binary_cross_entropy")
         log_input = input_.log().clamp_min(-100.0)
         log_complement = (1 - input_).log().clamp_min(-100.0)
         loss = -(target * log_input + (1 - target) * log_complement)
@@ -209,7 +210,7 @@ class LossOps:
             loss = loss * weight
         return _reduce(loss, reduction)
 
-    def binary_cross_entropy_with_logits(self: Tensor, target: Tensor, weight: Tensor | None = None,
+    def binary_cross_entropy_with_logits(self, target: Tensor, weight: Tensor | None = None,
                                          reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
         """BCE of sigmoid(x), computed stably: (1 - t) x + (1 + (pw - 1) t) (log(1 + exp(-|x|)) + max(-x, 0))."""
         _check_reduction(reduction)
@@ -218,7 +219,7 @@ class LossOps:
                 f"binary_cross_entropy_with_logits: target size ({list(target.shape)}) must be the same as input "
                 f"size ({list(self.shape)})"
             )
-        input_, target = _pointwise_operands(self, target, "binary_cross_entropy_with_logits")
+        input_, target = _pointwise_operands(cast("Tensor", self), target, "binary_cross_entropy_with_logits")
         softplus_negative = (-input_.abs()).exp().log1p() + (-input_).maximum(0)
         if pos_weight is not None:
             broadcast_shapes(pos_weight.shape, input_.shape, op="binary_cross_entropy_with_logits (pos_weight)")

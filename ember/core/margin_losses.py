@@ -4,12 +4,13 @@ margin, multi-class and multi-label margin, multi-label soft margin, Poisson and
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.core import dtype as dtypes
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.losses import _check_reduction, _pointwise_operands, _reduce
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -27,39 +28,39 @@ def _same_ranks(op: str, **tensors: Tensor) -> None:
         raise ShapeError(f"{op}: all input tensors should have the same number of dims, but got {listed}")
 
 
-class MarginLossOps:
+class MarginLossOps(TensorBase):
     """Mixin: margin_ranking_loss, hinge_embedding_loss, cosine_embedding_loss, triplet_margin_loss,
     soft_margin_loss, multilabel_soft_margin_loss, poisson_nll_loss, gaussian_nll_loss."""
 
     __slots__ = ()
 
-    def margin_ranking_loss(self: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
+    def margin_ranking_loss(self, input2: Tensor, target: Tensor, margin: float = 0.0,
                             reduction: str = "mean") -> Tensor:
         """max(0, -target * (self - input2) + margin), self being input1."""
         _check_reduction(reduction)
-        _same_ranks("margin_ranking_loss", input1=self, input2=input2, target=target)
+        _same_ranks("margin_ranking_loss", input1=cast("Tensor", self), input2=input2, target=target)
         return _reduce((-target * (self - input2) + margin).clamp_min(0), reduction)
 
-    def hinge_embedding_loss(self: Tensor, target: Tensor, margin: float = 1.0, reduction: str = "mean") -> Tensor:
+    def hinge_embedding_loss(self, target: Tensor, margin: float = 1.0, reduction: str = "mean") -> Tensor:
         """self where target is 1, max(0, margin - self) where it is -1 (both terms for other targets, as torch)."""
         _check_reduction(reduction)
-        input_, target = _pointwise_operands(self, target, "hinge_embedding_loss")
+        input_, target = _pointwise_operands(cast("Tensor", self), target, "hinge_embedding_loss")
         zero = input_._full((), 0, input_.dtype, input_.device)
         margin_term = where(target != 1, (margin - input_).clamp_min(0), zero)
         self_term = where(target != -1, input_, zero)
         return _reduce(margin_term + self_term, reduction)
 
-    def soft_margin_loss(self: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    def soft_margin_loss(self, target: Tensor, reduction: str = "mean") -> Tensor:
         """log(1 + exp(-target * self))."""
         _check_reduction(reduction)
-        input_, target = _pointwise_operands(self, target, "soft_margin_loss")
+        input_, target = _pointwise_operands(cast("Tensor", self), target, "soft_margin_loss")
         return _reduce((-input_ * target).exp().log1p(), reduction)
 
-    def multilabel_soft_margin_loss(self: Tensor, target: Tensor, weight: Tensor | None = None,
+    def multilabel_soft_margin_loss(self, target: Tensor, weight: Tensor | None = None,
                                     reduction: str = "mean") -> Tensor:
         """The binary cross entropy of sigmoid(self) for each class, averaged over the classes (the last dim)."""
         _check_reduction(reduction)
-        input_, target = _pointwise_operands(self, target, "multilabel_soft_margin_loss")
+        input_, target = _pointwise_operands(cast("Tensor", self), target, "multilabel_soft_margin_loss")
         loss = -(target * input_.logsigmoid() + (1 - target) * (-input_).logsigmoid())
         if weight is not None:
             loss = loss * weight
@@ -68,7 +69,7 @@ class MarginLossOps:
         loss = loss.sum(loss.ndim - 1) / input_.shape[-1]
         return _reduce(loss, reduction)
 
-    def multi_margin_loss(self: Tensor, target: Tensor, p: int = 1, margin: float = 1.0,
+    def multi_margin_loss(self, target: Tensor, p: int = 1, margin: float = 1.0,
                           weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
         """The multi-class hinge loss: the sum over the other classes i of max(0, margin - x[y] + x[i]) ^ p (times
         weight[y]) divided by the number of classes, for [N, C] (or [C]) scores and class indices y."""
@@ -95,7 +96,7 @@ class MarginLossOps:
         loss = where(chosen, 0, hinge).sum(1) / classes
         return _reduce(loss if self.ndim == 2 else loss.reshape(()), reduction)
 
-    def multilabel_margin_loss(self: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    def multilabel_margin_loss(self, target: Tensor, reduction: str = "mean") -> Tensor:
         """For each sample, the sum over its target classes j (target's leading entries up to the first -1) and
         the other classes i of max(0, 1 - (x[j] - x[i])), divided by the number of classes."""
         _check_reduction(reduction)
@@ -118,7 +119,7 @@ class MarginLossOps:
         loss = where(counted, hinge, 0).sum((1, 2)) / classes
         return _reduce(loss if self.ndim == 2 else loss.reshape(()), reduction)
 
-    def cosine_embedding_loss(self: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
+    def cosine_embedding_loss(self, input2: Tensor, target: Tensor, margin: float = 0.0,
                               reduction: str = "mean") -> Tensor:
         """1 - cos(self, input2) where target is 1, max(0, cos - margin) where it is -1; cos over the last dim."""
         _check_reduction(reduction)
@@ -142,12 +143,12 @@ class MarginLossOps:
         negative = where(target == -1, (cosine - margin).clamp_min(0), zero)
         return _reduce(positive + negative, reduction)
 
-    def triplet_margin_loss(self: Tensor, positive: Tensor, negative: Tensor, margin: float = 1.0, p: float = 2,
+    def triplet_margin_loss(self, positive: Tensor, negative: Tensor, margin: float = 1.0, p: float = 2,
                             eps: float = 1e-6, swap: bool = False, reduction: str = "mean") -> Tensor:
         """max(0, margin + d(anchor, positive) - d(anchor, negative)) with pairwise p-norm distances; `swap` takes
         the smaller of d(anchor, negative) and d(positive, negative)."""
         _check_reduction(reduction)
-        _same_ranks("triplet_margin_loss", anchor=self, positive=positive, negative=negative)
+        _same_ranks("triplet_margin_loss", anchor=cast("Tensor", self), positive=positive, negative=negative)
         if margin <= 0:
             raise ArgumentError(f"triplet_margin_loss: margin must be greater than 0, got {margin}")
         positive_distance = self.pairwise_distance(positive, p, eps)
@@ -156,12 +157,12 @@ class MarginLossOps:
             negative_distance = negative_distance.minimum(positive.pairwise_distance(negative, p, eps))
         return _reduce((margin + positive_distance - negative_distance).clamp_min(0), reduction)
 
-    def poisson_nll_loss(self: Tensor, target: Tensor, log_input: bool = True, full: bool = False,
+    def poisson_nll_loss(self, target: Tensor, log_input: bool = True, full: bool = False,
                          eps: float = 1e-8, reduction: str = "mean") -> Tensor:
         """exp(self) - target * self (self a log-rate), or self - target * log(self + eps); `full` adds Stirling's
         approximation of log(target!) where target > 1."""
         _check_reduction(reduction)
-        input_, target = _pointwise_operands(self, target, "poisson_nll_loss")
+        input_, target = _pointwise_operands(cast("Tensor", self), target, "poisson_nll_loss")
         loss = input_.exp() - target * input_ if log_input else input_ - target * (input_ + eps).log()
         if full:
             safe = where(target > 1, target, 2.0)  # keeps log(0) out of the unused branch (and its gradient)
@@ -169,13 +170,13 @@ class MarginLossOps:
             loss = loss + where(target > 1, stirling, 0.0)
         return _reduce(loss, reduction)
 
-    def gaussian_nll_loss(self: Tensor, target: Tensor, var: Any, full: bool = False, eps: float = 1e-6,
+    def gaussian_nll_loss(self, target: Tensor, var: Any, full: bool = False, eps: float = 1e-6,
                           reduction: str = "mean") -> Tensor:
         """0.5 * (log(var) + (self - target)^2 / var) with var clamped to eps (its gradient passing unclamped, as
         torch's in-place clamp under no_grad does); var may lack the last dim or have size 1 there."""
         if reduction not in ("mean", "sum", "none"):
             raise ValueError(f"{reduction} is not valid")
-        input_, target = _pointwise_operands(self, target, "gaussian_nll_loss")
+        input_, target = _pointwise_operands(cast("Tensor", self), target, "gaussian_nll_loss")
         if isinstance(var, (int, float)):
             if var < 0:
                 raise ValueError("var has negative entry/entries")

@@ -10,12 +10,13 @@ import math
 import operator
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import to_dtype
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.shapes import normalize_dim
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -49,12 +50,12 @@ def diagonal_length(rows: int, columns: int, offset: int) -> int:
     return max(0, min(rows, columns - offset) if offset >= 0 else min(rows + offset, columns))
 
 
-class MatrixStructureOps:
+class MatrixStructureOps(TensorBase):
     """Mixin: diagonals, trace and rotations (views of the tensor). Needs the movement and reduction mixins."""
 
     __slots__ = ()
 
-    def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
         """The diagonal `offset` of the (dim1, dim2) planes as a last dim (torch.diagonal; a view, no copy)."""
         offset = _integer(offset, "diagonal: offset")
         first, second = normalize_dim(dim1, self.ndim, "diagonal"), normalize_dim(dim2, self.ndim, "diagonal")
@@ -75,32 +76,32 @@ class MatrixStructureOps:
         strided = flat.reshape(lead + (length, length + 1))
         return strided.shrink([None] * len(lead) + [None, (0, 1)]).reshape(lead + (length,))
 
-    def diag(self: Tensor, diagonal: int = 0) -> Tensor:
+    def diag(self, diagonal: int = 0) -> Tensor:
         """torch.diag: a 1-d tensor becomes a square matrix with it on diagonal `diagonal`; a matrix gives that
         diagonal as a 1-d tensor."""
         offset = _integer(diagonal, "diag: diagonal")
         if self.ndim == 1:
-            return embed_last(self, offset)
+            return embed_last(cast("Tensor", self), offset)
         if self.ndim == 2:
             return self.diagonal(offset)
         raise ShapeError(f"diag(): supports 1-d or 2-d tensors, got a {self.ndim}-d tensor of shape {self.shape}; "
                          "use diagonal() or diag_embed() for batches")
 
-    def diagflat(self: Tensor, offset: int = 0) -> Tensor:
+    def diagflat(self, offset: int = 0) -> Tensor:
         """A square matrix with the flattened input on diagonal `offset` (torch.diagflat)."""
         return embed_last(self.reshape(-1), _integer(offset, "diagflat: offset"))
 
-    def diag_embed(self: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
+    def diag_embed(self, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
         """The last dim placed on diagonal `offset` of new (dim1, dim2) planes (dims of the result), zeros elsewhere."""
         offset = _integer(offset, "diag_embed: offset")
         first = normalize_dim(dim1, self.ndim + 1, "diag_embed")
         second = normalize_dim(dim2, self.ndim + 1, "diag_embed")
         if first == second:
             raise ShapeError(f"diag_embed: the dims cannot be identical, got dim1={dim1} and dim2={dim2}")
-        source = self.reshape(1) if self.ndim == 0 else self
+        source = self.reshape(1) if self.ndim == 0 else cast("Tensor", self)
         return embed_last(source, offset).movedim((-2, -1), (first, second))
 
-    def diagonal_scatter(self: Tensor, src: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    def diagonal_scatter(self, src: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
         """A copy of self with the diagonal that diagonal(offset, dim1, dim2) reads replaced by src (cast)."""
         from ember.core.elementwise import where
 
@@ -112,7 +113,7 @@ class MatrixStructureOps:
         rows, columns = self.shape[first], self.shape[second]
         length = src.shape[-1]
         if length == 0:
-            return self
+            return cast("Tensor", self)
         row_start, column_start = (0, offset) if offset >= 0 else (-offset, 0)
         amounts = [(0, 0)] * (src.ndim - 1) + [(row_start, rows - row_start - length),
                                                (column_start, columns - column_start - length)]
@@ -123,7 +124,7 @@ class MatrixStructureOps:
         inside = placed(src._full(src.shape, True, dtypes.bool_, src.device))
         return where(inside, placed(src.cast(self.dtype)), self)
 
-    def fill_diagonal_(self: Tensor, fill_value: Any, wrap: bool = False) -> Tensor:
+    def fill_diagonal_(self, fill_value: Any, wrap: bool = False) -> Tensor:
         """Set the main diagonal (all indices equal) to fill_value in place; a tall matrix with wrap=True starts
         the diagonal again every columns + 1 rows, as torch."""
         from ember.core.elementwise import where
@@ -142,7 +143,7 @@ class MatrixStructureOps:
         on_diagonal = ((flat % max(step, 1)) == 0).logical_and(flat < step * count).reshape(self.shape)
         return self.assign(where(on_diagonal, self._full((), fill_value, self.dtype, self.device), self))
 
-    def trace(self: Tensor) -> Tensor:
+    def trace(self) -> Tensor:
         """The sum of the main diagonal of a matrix (integers and bool sum to int64, like torch)."""
         if self.ndim != 2:
             raise ShapeError(f"trace: expected a matrix (2-d), but got a tensor of shape {self.shape}")
@@ -150,7 +151,7 @@ class MatrixStructureOps:
             raise DTypeError("trace: not supported for bool tensors (as in PyTorch); cast to an integer dtype first")
         return self.diagonal().sum()
 
-    def rot90(self: Tensor, k: int = 1, dims: Sequence[int] = (0, 1)) -> Tensor:
+    def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Tensor:
         """Rotate by 90 degrees k times in the plane of dims, from the first dim towards the second (a view)."""
         dims = list(dims)
         if len(dims) != 2:
@@ -167,7 +168,7 @@ class MatrixStructureOps:
             return self.flip(first, second)
         if turns == 3:
             return self.flip(first).transpose(first, second)
-        return self
+        return cast("Tensor", self)
 
 
 # ---- functions without a method form (torch.block_diag, torch.meshgrid, torch.tril_indices, ...) ----------------
@@ -207,9 +208,8 @@ def meshgrid(*tensors: Tensor | Sequence[Tensor], indexing: str | None = None) -
     or 'xy' (the first two output dims swapped, as numpy)."""
     from ember.core.tensor import tensor_sequence
 
-    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
-        tensors = tuple(tensors[0])
-    parts = tensor_sequence(tensors)
+    flat: Sequence[Any] = tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else tensors
+    parts = tensor_sequence(tuple(flat))
     if not parts:
         raise ValueError("meshgrid: expected a non-empty sequence of tensors")
     if indexing is None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.core.aliases import numpy_argument_names
 from ember.core.errors import ArgumentError, ShapeError
 from ember.core.ops import Op
 from ember.core.shapes import Shape, normalize_dim, normalize_dims, prod, resolve_reshape
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -37,18 +38,18 @@ def _integer(value: Any, name: str) -> int:
         raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
 
 
-class MovementOps:
+class MovementOps(TensorBase):
     """Mixin: views of a tensor. Needs `_apply`, `shape`, `ndim` from the class."""
 
     __slots__ = ()
 
     # ---- the primitives, with user-facing checks -------------------------------------------------------------
 
-    def reshape(self: Tensor, *shape: Any) -> Tensor:
+    def reshape(self, *shape: Any) -> Tensor:
         new_shape = resolve_reshape(self.shape, _shape_argument(shape))
-        return self if new_shape == self.shape else self._apply(Op.RESHAPE, arg=new_shape)
+        return cast("Tensor", self) if new_shape == self.shape else self._apply(Op.RESHAPE, arg=new_shape)
 
-    def view(self: Tensor, *shape: Any) -> Tensor:
+    def view(self, *shape: Any) -> Tensor:
         """A reshape (every ember tensor can be viewed: views are index math) or, given a dtype, a bitcast."""
         from ember.core.dtype import DType
 
@@ -56,13 +57,13 @@ class MovementOps:
             return self.bitcast(shape[0])
         return self.reshape(*shape)
 
-    def view_as(self: Tensor, other: Tensor) -> Tensor:
+    def view_as(self, other: Tensor) -> Tensor:
         return self.reshape(other.shape)
 
-    def reshape_as(self: Tensor, other: Tensor) -> Tensor:
+    def reshape_as(self, other: Tensor) -> Tensor:
         return self.reshape(other.shape)
 
-    def expand(self: Tensor, *shape: Any) -> Tensor:
+    def expand(self, *shape: Any) -> Tensor:
         target = _shape_argument(shape)
         if len(target) < self.ndim:
             raise ShapeError(
@@ -82,16 +83,16 @@ class MovementOps:
                     f"(tensor shape {self.shape}, target {target})"
                 )
             resolved.append(new)
-        result = self if padded == self.shape else self._apply(Op.RESHAPE, arg=padded)
+        result = cast("Tensor", self) if padded == self.shape else self._apply(Op.RESHAPE, arg=padded)
         return result if tuple(resolved) == padded else result._apply(Op.EXPAND, arg=tuple(resolved))
 
-    def expand_as(self: Tensor, other: Tensor) -> Tensor:
+    def expand_as(self, other: Tensor) -> Tensor:
         return self.expand(other.shape)
 
-    def broadcast_to(self: Tensor, shape: Sequence[int]) -> Tensor:
+    def broadcast_to(self, shape: Sequence[int]) -> Tensor:
         return self.expand(tuple(shape))
 
-    def permute(self: Tensor, *dims: Any) -> Tensor:
+    def permute(self, *dims: Any) -> Tensor:
         order = _shape_argument(dims)
         if len(order) != self.ndim:
             raise ShapeError(
@@ -100,24 +101,26 @@ class MovementOps:
         normalized = tuple(normalize_dim(dim, self.ndim, "permute") for dim in order)
         if sorted(normalized) != list(range(self.ndim)):
             raise ShapeError(f"permute: {order} is not a permutation of the dims 0..{self.ndim - 1} (shape {self.shape})")
-        return self if normalized == tuple(range(self.ndim)) else self._apply(Op.PERMUTE, arg=normalized)
+        if normalized == tuple(range(self.ndim)):
+            return cast("Tensor", self)
+        return self._apply(Op.PERMUTE, arg=normalized)
 
-    def flip(self: Tensor, *dims: Any) -> Tensor:
+    def flip(self, *dims: Any) -> Tensor:
         axes = normalize_dims(_shape_argument(dims), self.ndim, "flip")
         axes = tuple(axis for axis in axes if self.shape[axis] > 1)
-        return self if not axes else self._apply(Op.FLIP, arg=axes)
+        return cast("Tensor", self) if not axes else self._apply(Op.FLIP, arg=axes)
 
-    def _pad_and_shrink(self: Tensor, amounts: Sequence[tuple[int, int]], value: Any = 0) -> Tensor:
+    def _pad_and_shrink(self, amounts: Sequence[tuple[int, int]], value: Any = 0) -> Tensor:
         """Pad (positive amounts) and crop (negative amounts) each dim; amounts are per dim, first dim first."""
         if all(before == 0 and after == 0 for before, after in amounts):
-            return self
+            return cast("Tensor", self)
         shrink = tuple((max(0, -before), size - max(0, -after)) for size, (before, after) in zip(self.shape, amounts))
         for size, (start, end) in zip(self.shape, shrink):
             if end < start:
                 raise ShapeError(
                     f"pad: the amounts {tuple(amounts)} crop more than the size of a dim of the shape {self.shape}"
                 )
-        result = self
+        result = cast("Tensor", self)
         if any(start != 0 or end != size for size, (start, end) in zip(self.shape, shrink)):
             result = result._apply(Op.SHRINK, arg=shrink)
         padding = tuple((max(0, before), max(0, after)) for before, after in amounts)
@@ -126,7 +129,7 @@ class MovementOps:
             result = result._apply(Op.PAD, arg=(padding, fill))
         return result
 
-    def pad(self: Tensor, pad: Sequence[int], mode: str = "constant", value: Any = None) -> Tensor:
+    def pad(self, pad: Sequence[int], mode: str = "constant", value: Any = None) -> Tensor:
         """torch.nn.functional.pad: `pad` lists (before, after) pairs starting from the last dim.
 
         mode "constant" fills with `value` (0 by default) and crops for negative amounts; "reflect", "replicate" and
@@ -147,13 +150,13 @@ class MovementOps:
             raise ArgumentError(f"pad: unknown mode {mode!r}; valid modes: {', '.join(PAD_MODES)}")
         if value is not None and value != 0:
             raise ArgumentError(f"pad: a fill value is only used by mode 'constant', not {mode!r}")
-        result = self
+        result = cast("Tensor", self)
         for axis, (before, after) in enumerate(pairs):
             if before or after:
                 result = _pad_axis(result, axis, before, after, mode)
         return result
 
-    def shrink(self: Tensor, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
+    def shrink(self, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
         """Keep [start, end) of each dim (None keeps the whole dim)."""
         if len(bounds) > self.ndim:
             raise ShapeError(f"shrink: {len(bounds)} bounds given for the shape {self.shape}")
@@ -163,38 +166,38 @@ class MovementOps:
             if not 0 <= start <= end <= size:
                 raise ShapeError(f"shrink: the bounds {resolved} do not fit the shape {self.shape}")
         if resolved == tuple((0, size) for size in self.shape):
-            return self
+            return cast("Tensor", self)
         return self._apply(Op.SHRINK, arg=resolved)
 
     # ---- compositions ------------------------------------------------------------------------------------------
 
-    def transpose(self: Tensor, dim0: int, dim1: int) -> Tensor:
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
         first, second = normalize_dim(dim0, self.ndim, "transpose"), normalize_dim(dim1, self.ndim, "transpose")
         if self.ndim == 0:
-            return self
+            return cast("Tensor", self)
         order = list(range(self.ndim))
         order[first], order[second] = order[second], order[first]
         return self.permute(order)
 
     swapaxes = swapdims = transpose
 
-    def t(self: Tensor) -> Tensor:
+    def t(self) -> Tensor:
         if self.ndim > 2:
             raise ShapeError(f"t() expects a tensor with <= 2 dims, got shape {self.shape}; use transpose or mT")
-        return self if self.ndim < 2 else self.transpose(0, 1)
+        return cast("Tensor", self) if self.ndim < 2 else self.transpose(0, 1)
 
     @property
-    def T(self: Tensor) -> Tensor:
+    def T(self) -> Tensor:
         """All dims reversed (torch deprecates this for tensors that are not 2-d; use mT or permute there)."""
         return self.permute(tuple(reversed(range(self.ndim))))
 
     @property
-    def mT(self: Tensor) -> Tensor:
+    def mT(self) -> Tensor:
         if self.ndim < 2:
             raise ShapeError(f"mT needs a matrix or a batch of matrices (>= 2 dims), got shape {self.shape}")
         return self.transpose(-2, -1)
 
-    def movedim(self: Tensor, source: int | Sequence[int], destination: int | Sequence[int]) -> Tensor:
+    def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Tensor:
         sources = [source] if isinstance(source, int) else list(source)
         destinations = [destination] if isinstance(destination, int) else list(destination)
         if len(sources) != len(destinations):
@@ -210,7 +213,7 @@ class MovementOps:
 
     moveaxis = movedim
 
-    def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
         if self.ndim == 0:
             return self.reshape(1)
         start = normalize_dim(start_dim, self.ndim, "flatten")
@@ -219,25 +222,25 @@ class MovementOps:
             raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for the shape {self.shape}")
         return self.reshape(self.shape[:start] + (prod(self.shape[start : end + 1]),) + self.shape[end + 1 :])
 
-    def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
         axis = normalize_dim(dim, self.ndim, "unflatten")
         inner = resolve_reshape((self.shape[axis],), _shape_argument((sizes,)), "unflatten")
         return self.reshape(self.shape[:axis] + inner + self.shape[axis + 1 :])
 
-    def squeeze(self: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
+    def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
         axes = normalize_dims(dim, self.ndim, "squeeze")
         return self.reshape(tuple(size for axis, size in enumerate(self.shape) if not (axis in axes and size == 1)))
 
-    def unsqueeze(self: Tensor, dim: int) -> Tensor:
+    def unsqueeze(self, dim: int) -> Tensor:
         axis = normalize_dim(dim, self.ndim + 1, "unsqueeze")
         return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
 
-    def select(self: Tensor, dim: int, index: int) -> Tensor:
+    def select(self, dim: int, index: int) -> Tensor:
         """The slice at `index` along `dim`, with that dim removed (x.select(1, 2) is x[:, 2])."""
         axis = normalize_dim(dim, self.ndim, "select")
         return self[(slice(None),) * axis + (_integer(index, "select: index"),)]
 
-    def repeat(self: Tensor, *repeats: Any) -> Tensor:
+    def repeat(self, *repeats: Any) -> Tensor:
         counts = _shape_argument(repeats)
         if len(counts) < self.ndim:
             raise ShapeError(
@@ -251,24 +254,24 @@ class MovementOps:
         interleaved = base.reshape(tuple(value for size in base.shape for value in (1, size)))
         return interleaved.expand(expanded_shape).reshape(tuple(c * s for c, s in zip(counts, base.shape)))
 
-    def tile(self: Tensor, *dims: Any) -> Tensor:
+    def tile(self, *dims: Any) -> Tensor:
         """torch.tile: repeat, with fewer counts than dims meaning leading counts of 1."""
         counts = _shape_argument(dims)
         return self.repeat((1,) * (self.ndim - len(counts)) + tuple(counts))
 
-    def fliplr(self: Tensor) -> Tensor:
+    def fliplr(self) -> Tensor:
         """Reverse dim 1 (the columns), for tensors of at least 2 dims."""
         if self.ndim < 2:
             raise ShapeError(f"fliplr: the input must have at least 2 dims, got shape {self.shape}")
         return self.flip(1)
 
-    def flipud(self: Tensor) -> Tensor:
+    def flipud(self) -> Tensor:
         """Reverse dim 0 (the rows), for tensors of at least 1 dim."""
         if self.ndim < 1:
             raise ShapeError("flipud: the input must have at least 1 dim, got a 0-d tensor")
         return self.flip(0)
 
-    def repeat_interleave(self: Tensor, repeats: Any, dim: int | None = None, output_size: int | None = None) -> Tensor:
+    def repeat_interleave(self, repeats: Any, dim: int | None = None, output_size: int | None = None) -> Tensor:
         """Repeat each element `repeats` times along dim (flattened when dim is None).
 
         An int repeats is a view; a tensor of counts has a data-dependent length, which is read from the device
@@ -296,7 +299,7 @@ class MovementOps:
         target[axis + 1] = count
         return expanded.expand(target).flatten(axis, axis + 1)
 
-    def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
         """Rotate elements along dims (flattened when dims is None): a view of the dim repeated twice."""
         if dims is None:
             return self.flatten().roll(shifts, 0).reshape(self.shape)
@@ -304,7 +307,7 @@ class MovementOps:
         dim_list = [dims] if isinstance(dims, int) else list(dims)
         if len(shift_list) != len(dim_list):
             raise ShapeError(f"roll: shifts {shifts} and dims {dims} must have the same length")
-        result = self
+        result = cast("Tensor", self)
         for shift, dim in zip(shift_list, dim_list):
             axis = normalize_dim(dim, self.ndim, "roll")
             size = result.shape[axis]
@@ -316,7 +319,7 @@ class MovementOps:
             result = doubled.narrow(axis, offset, size)
         return result
 
-    def narrow(self: Tensor, dim: int, start: int, length: int) -> Tensor:
+    def narrow(self, dim: int, start: int, length: int) -> Tensor:
         axis = normalize_dim(dim, self.ndim, "narrow")
         size = self.shape[axis]
         start, length = _integer(start, "narrow: start"), _integer(length, "narrow: length")
@@ -331,7 +334,7 @@ class MovementOps:
             )
         return self.shrink([None] * axis + [(begin, begin + length)])
 
-    def split(self: Tensor, split_size_or_sections: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    def split(self, split_size_or_sections: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         axis = normalize_dim(dim, self.ndim, "split")
         size = self.shape[axis]
         if isinstance(split_size_or_sections, (list, tuple)):
@@ -355,7 +358,7 @@ class MovementOps:
             start += length
         return tuple(result)
 
-    def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         if _integer(chunks, "chunk: chunks") <= 0:
             raise ArgumentError(f"chunk: chunks must be positive, got {chunks}")
         size = self.shape[normalize_dim(dim, self.ndim, "chunk")]
@@ -363,11 +366,11 @@ class MovementOps:
             return self.split([0] * chunks, dim)
         return self.split(-(-size // chunks), dim)
 
-    def unbind(self: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
+    def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:
         axis = normalize_dim(dim, self.ndim, "unbind")
         return tuple(self.select(axis, index) for index in range(self.shape[axis]))
 
-    def tensor_split(self: Tensor, indices_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
+    def tensor_split(self, indices_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
         """Split into n nearly equal parts (an int) or at the given indices (a sequence or a 1-d tensor)."""
         axis = normalize_dim(dim, self.ndim, "tensor_split")
         size = self.shape[axis]
@@ -385,7 +388,7 @@ class MovementOps:
         base, extra = divmod(size, sections)
         return self.split([base + (1 if index < extra else 0) for index in range(sections)], axis)
 
-    def pixel_shuffle(self: Tensor, upscale_factor: int) -> Tensor:
+    def pixel_shuffle(self, upscale_factor: int) -> Tensor:
         """[*, C * r^2, H, W] -> [*, C, H * r, W * r]: each group of r^2 channels becomes an r x r block."""
         factor = _integer(upscale_factor, "pixel_shuffle: upscale_factor")
         if self.ndim < 3 or factor <= 0 or self.shape[-3] % (factor * factor):
@@ -397,7 +400,7 @@ class MovementOps:
         order = list(range(count)) + [count + axis for axis in (0, 3, 1, 4, 2)]
         return blocks.permute(order).reshape(*batch, channels // (factor * factor), height * factor, width * factor)
 
-    def pixel_unshuffle(self: Tensor, downscale_factor: int) -> Tensor:
+    def pixel_unshuffle(self, downscale_factor: int) -> Tensor:
         """[*, C, H * r, W * r] -> [*, C * r^2, H, W], the inverse of pixel_shuffle."""
         factor = _integer(downscale_factor, "pixel_unshuffle: downscale_factor")
         if self.ndim < 3 or factor <= 0 or self.shape[-1] % factor or self.shape[-2] % factor:
@@ -409,7 +412,7 @@ class MovementOps:
         order = list(range(count)) + [count + axis for axis in (0, 2, 4, 1, 3)]
         return blocks.permute(order).reshape(*batch, channels * factor * factor, height // factor, width // factor)
 
-    def channel_shuffle(self: Tensor, groups: int) -> Tensor:
+    def channel_shuffle(self, groups: int) -> Tensor:
         """[N, C, *] with its C channels in `groups` groups read out interleaved (ShuffleNet's channel shuffle)."""
         count = _integer(groups, "channel_shuffle: groups")
         if count <= 0:
@@ -422,15 +425,15 @@ class MovementOps:
         grouped = self.reshape(batch, count, channels // count, *rest)
         return grouped.transpose(1, 2).reshape(self.shape)
 
-    def cat(self: Tensor, others: Sequence[Tensor], dim: int = 0) -> Tensor:
-        return cat([self, *others], dim)
+    def cat(self, others: Sequence[Tensor], dim: int = 0) -> Tensor:
+        return cat([cast("Tensor", self), *others], dim)
 
-    def stack(self: Tensor, others: Sequence[Tensor], dim: int = 0) -> Tensor:
-        return stack([self, *others], dim)
+    def stack(self, others: Sequence[Tensor], dim: int = 0) -> Tensor:
+        return stack([cast("Tensor", self), *others], dim)
 
-    def _from_data(self: Tensor, data: Any) -> Tensor:
+    def _from_data(self, data: Any) -> Tensor:
         """A tensor of data on this tensor's device."""
-        return type(self)(data, device=self.device)
+        return type(cast("Tensor", self))(data, device=self.device)
 
 
 def _pad_axis(tensor: Tensor, axis: int, before: int, after: int, mode: str) -> Tensor:
@@ -497,6 +500,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         else:
             result = result._apply(Op.OR if dtype.is_bool else Op.ADD, padded)
         offset += part.shape[axis]
+    assert result is not None  # parts is not empty
     return result
 
 

@@ -10,6 +10,7 @@ from ember.core.dtype import DType
 from ember.core.elementwise import where
 from ember.core.errors import DTypeError
 from ember.core.ops import Op
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -20,12 +21,12 @@ _FLOAT_LAYOUT: dict[str, tuple[DType, int, int]] = {
 }
 
 
-class NumberOps:
+class NumberOps(TensorBase):
     """Mixin: frexp, nextafter, isreal."""
 
     __slots__ = ()
 
-    def frexp(self: Tensor) -> tuple[Tensor, Tensor]:
+    def frexp(self) -> tuple[Tensor, Tensor]:
         """(mantissa, exponent) with self = mantissa * 2 ** exponent, 0.5 <= |mantissa| < 1 and an int32 exponent
         (0 for zeros, infinities and NaN), like torch.frexp; the mantissa's gradient is grad / 2 ** exponent."""
         if not self.dtype.is_float:
@@ -41,7 +42,7 @@ class NumberOps:
             _power_of_two(-second, wide.dtype, integer, mantissa_bits, bias).cast(self.dtype)
         return mantissa, exponent.cast(dtypes.int32)
 
-    def nextafter(self: Tensor, other: Any) -> Tensor:
+    def nextafter(self, other: Any) -> Tensor:
         """The next float after self toward other, elementwise (the float itself when they are equal; NaN when
         either is NaN), from the bits: one step of the integer holding them."""
         left, right = self._operands(other, "nextafter")
@@ -59,7 +60,7 @@ class NumberOps:
         result = right.where(left == right, result)
         return (left + right).where(left.isnan().logical_or(right.isnan()), result)
 
-    def isreal(self: Tensor) -> Tensor:
+    def isreal(self) -> Tensor:
         """True everywhere: ember has no complex dtypes (torch.isreal)."""
         return self._full(self.shape, True, dtypes.bool_, self.device)
 

@@ -6,7 +6,7 @@ import math
 import numbers
 import operator
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.core import dtype as dtypes
 from ember.core.elementwise import where
@@ -14,6 +14,7 @@ from ember.core.errors import DTypeError, ShapeError
 from ember.core.norms import p_norm, vector_norm
 from ember.core.reductions import _sqrt_zero_gradient_at_zero
 from ember.core.shapes import broadcast_shapes, normalize_dim, prod
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -87,13 +88,13 @@ def _largest_difference(difference: Tensor) -> Tensor:
     return (largest + where(carries, absolute - fixed, 0.0).sum(-1, keepdim=True)).squeeze(-1)
 
 
-class ProductOps:
+class ProductOps(TensorBase):
     """Mixin: Kronecker and cross products, distances and covariance. Needs the elementwise, reduction and
     movement mixins and matmul."""
 
     __slots__ = ()
 
-    def kron(self: Tensor, other: Tensor) -> Tensor:
+    def kron(self, other: Tensor) -> Tensor:
         """torch.kron: the Kronecker product (block (i, j) is self[i, j] * other), any number of dims."""
         rank = max(self.ndim, other.ndim)
         left = self.reshape((1,) * (rank - self.ndim) + self.shape)
@@ -103,7 +104,7 @@ class ProductOps:
         product = spread_left * spread_right
         return product.reshape(tuple(a * b for a, b in zip(left.shape, right.shape)))
 
-    def cross(self: Tensor, other: Tensor, dim: int | None = None) -> Tensor:
+    def cross(self, other: Tensor, dim: int | None = None) -> Tensor:
         """torch.cross: the cross product along dim (size 3 in both), other dims broadcast. Without dim it takes
         the first dim of size 3 of self, as torch does (deprecated there, with a warning)."""
         if dim is None:
@@ -112,17 +113,17 @@ class ProductOps:
             dim = next((axis for axis, size in enumerate(self.shape) if size == 3), None)
             if dim is None:
                 raise ShapeError(f"cross: no dim of size 3 in the input of shape {self.shape}")
-        return linalg_cross(self, other, dim)
+        return linalg_cross(cast("Tensor", self), other, dim)
 
-    def dist(self: Tensor, other: Tensor, p: float = 2) -> Tensor:
+    def dist(self, other: Tensor, p: float = 2) -> Tensor:
         """torch.dist: the p-norm of self - other (broadcast, promoted) over every element."""
         difference = self - other
         if not difference.dtype.is_float:
             raise DTypeError(f"dist: expected floating point inputs, got {self.dtype.name} and "
-                             f"{getattr(other, 'dtype', type(other)).name}")
+                             f"{getattr(getattr(other, 'dtype', None), 'name', type(other).__name__)}")
         return vector_norm(difference, p)
 
-    def renorm(self: Tensor, p: float, dim: int, maxnorm: float) -> Tensor:
+    def renorm(self, p: float, dim: int, maxnorm: float) -> Tensor:
         """torch.renorm: each slice along dim whose p-norm exceeds maxnorm scaled to norm maxnorm (by
         maxnorm / (norm + 1e-7))."""
         if self.ndim < 2:
@@ -134,11 +135,11 @@ class ProductOps:
         if not maxnorm >= 0:
             raise ValueError(f"renorm: maxnorm must be >= 0, got {maxnorm}")
         axis = normalize_dim(dim, self.ndim, "renorm")
-        norms = p_norm(self, float(p), tuple(d for d in range(self.ndim) if d != axis), True)
+        norms = p_norm(cast("Tensor", self), float(p), tuple(d for d in range(self.ndim) if d != axis), True)
         factor = where(norms > maxnorm, maxnorm / (norms + 1e-7), 1.0)
         return self * factor.cast(self.dtype)
 
-    def cov(self: Tensor, *, correction: int = 1, fweights: Tensor | None = None,
+    def cov(self, *, correction: int = 1, fweights: Tensor | None = None,
             aweights: Tensor | None = None) -> Tensor:
         """torch.cov: the covariance of the variables in the rows of self (observations in the columns), with
         integer frequency weights and float observation weights. Negative weights are not checked (that would read
@@ -182,7 +183,7 @@ class ProductOps:
         weighted = centered if weights is None else centered * weights
         return (centered.matmul(weighted.mT.cast(centered.dtype)) / degrees).squeeze()
 
-    def corrcoef(self: Tensor) -> Tensor:
+    def corrcoef(self) -> Tensor:
         """torch.corrcoef: the Pearson correlation coefficients of the rows (cov divided by the standard deviations,
         clipped to [-1, 1])."""
         if self.ndim > 2:

@@ -9,7 +9,7 @@ read those values back, which costs one synchronization per call, as torch's own
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from ember.core import dtype as dtypes
 from ember.core.creation import _random_bits, _uniform, randn
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -67,6 +68,7 @@ def bernoulli_(tensor: Tensor, p: Any = 0.5) -> Tensor:
     from ember.core.elementwise import ElementwiseOps
 
     if isinstance(p, ElementwiseOps):
+        p = cast("Tensor", p)
         _require_float(p, "bernoulli_")
         if p.shape != tensor.shape:
             p = p.expand(tensor.shape)  # raises like torch when p does not broadcast to the tensor
@@ -258,42 +260,42 @@ def set_rng_state(new_state: Tensor) -> None:
     RandomState.seed, RandomState.counter = int(seed), int(counter)
 
 
-class RandomOps:
+class RandomOps(TensorBase):
     """Mixin: the Tensor methods that draw random numbers (bernoulli, multinomial and the in-place fills)."""
 
     __slots__ = ()
 
-    def uniform_(self: Tensor, from_: float = 0.0, to: float = 1.0, *, generator: Any = None,
+    def uniform_(self, from_: float = 0.0, to: float = 1.0, *, generator: Any = None,
                  **bounds: float) -> Tensor:
         """Fill with uniform values in [from, to) (`from` may be given by name too, as in torch)."""
-        return uniform_(self, float(bounds.pop("from", from_)), float(to))
+        return uniform_(cast("Tensor", self), float(bounds.pop("from", from_)), float(to))
 
-    def normal_(self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> Tensor:
-        return normal_(self, float(mean), float(std))
+    def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> Tensor:
+        return normal_(cast("Tensor", self), float(mean), float(std))
 
-    def random_(self: Tensor, from_: Any = None, to: Any = None, *, generator: Any = None, **bounds: Any) -> Tensor:
+    def random_(self, from_: Any = None, to: Any = None, *, generator: Any = None, **bounds: Any) -> Tensor:
         """Fill with random integers in [from, to) (see random.random_ for the defaults)."""
-        return random_(self, bounds.pop("from", from_), to)
+        return random_(cast("Tensor", self), bounds.pop("from", from_), to)
 
-    def exponential_(self: Tensor, lambd: float = 1.0, *, generator: Any = None) -> Tensor:
-        return exponential_(self, float(lambd))
+    def exponential_(self, lambd: float = 1.0, *, generator: Any = None) -> Tensor:
+        return exponential_(cast("Tensor", self), float(lambd))
 
-    def cauchy_(self: Tensor, median: float = 0.0, sigma: float = 1.0, *, generator: Any = None) -> Tensor:
-        return cauchy_(self, float(median), float(sigma))
+    def cauchy_(self, median: float = 0.0, sigma: float = 1.0, *, generator: Any = None) -> Tensor:
+        return cauchy_(cast("Tensor", self), float(median), float(sigma))
 
-    def log_normal_(self: Tensor, mean: float = 1.0, std: float = 2.0, *, generator: Any = None) -> Tensor:
-        return log_normal_(self, float(mean), float(std))
+    def log_normal_(self, mean: float = 1.0, std: float = 2.0, *, generator: Any = None) -> Tensor:
+        return log_normal_(cast("Tensor", self), float(mean), float(std))
 
-    def geometric_(self: Tensor, p: float, *, generator: Any = None) -> Tensor:
-        return geometric_(self, float(p))
+    def geometric_(self, p: float, *, generator: Any = None) -> Tensor:
+        return geometric_(cast("Tensor", self), float(p))
 
-    def bernoulli(self: Tensor, p: float | None = None, *, generator: Any = None) -> Tensor:
+    def bernoulli(self, p: float | None = None, *, generator: Any = None) -> Tensor:
         """0/1 draws, 1 with probability self (or p), in self's float dtype (torch.bernoulli)."""
-        return bernoulli(self, p)
+        return bernoulli(cast("Tensor", self), p)
 
-    def bernoulli_(self: Tensor, p: Any = 0.5, *, generator: Any = None) -> Tensor:
-        return bernoulli_(self, p)
+    def bernoulli_(self, p: Any = 0.5, *, generator: Any = None) -> Tensor:
+        return bernoulli_(cast("Tensor", self), p)
 
-    def multinomial(self: Tensor, num_samples: int, replacement: bool = False, *, generator: Any = None) -> Tensor:
+    def multinomial(self, num_samples: int, replacement: bool = False, *, generator: Any = None) -> Tensor:
         """Category indices drawn from the weights of each row (torch.multinomial)."""
-        return multinomial(self, num_samples, replacement)
+        return multinomial(cast("Tensor", self), num_samples, replacement)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType, to_dtype
@@ -12,6 +12,7 @@ from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, AxisError, DTypeError, ShapeError
 from ember.core.ops import Op
 from ember.core.shapes import normalize_dim, normalize_dims, prod
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -33,12 +34,12 @@ class MinMax(NamedTuple):
     max: Any
 
 
-class ReductionOps:
+class ReductionOps(TensorBase):
     """Mixin: reductions. Needs `_apply`, `_full`, `shape`, `dtype`, `device` from the class."""
 
     __slots__ = ()
 
-    def _reduce(self: Tensor, op: Op, dim: Dims, keepdim: bool, name: str) -> Tensor:
+    def _reduce(self, op: Op, dim: Dims, keepdim: bool, name: str) -> Tensor:
         """One reduce primitive over dim (None or () meaning every dim, as in torch), then the reduced dims dropped
         unless keepdim. A max over a zero-size dim has no identity and raises (torch's classes: IndexError for a
         dim given, RuntimeError for a reduction over every dim)."""
@@ -53,29 +54,29 @@ class ReductionOps:
                 )
         return self._reduce_axes(op, axes, keepdim)
 
-    def _reduce_axes(self: Tensor, op: Op, axes: tuple[int, ...], keepdim: bool) -> Tensor:
-        reduced = self._apply(op, arg=axes) if axes else self
+    def _reduce_axes(self, op: Op, axes: tuple[int, ...], keepdim: bool) -> Tensor:
+        reduced = self._apply(op, arg=axes) if axes else cast("Tensor", self)
         if keepdim or not axes:
             return reduced
         return reduced.reshape(tuple(size for axis, size in enumerate(reduced.shape) if axis not in axes))
 
-    def _accumulation_source(self: Tensor, dtype: Any) -> Tensor:
+    def _accumulation_source(self, dtype: Any) -> Tensor:
         """The input of sum/prod/cumsum: cast to dtype if given, bool and integers widened to int64 (torch)."""
         if dtype is not None:
             return self.cast(to_dtype(dtype))
-        return self.cast(dtypes.int64) if not self.dtype.is_float else self
+        return self.cast(dtypes.int64) if not self.dtype.is_float else cast("Tensor", self)
 
-    def sum(self: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    def sum(self, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
         """The sum over dim (all dims by default); bool and integer tensors sum to int64."""
         return self._accumulation_source(dtype)._reduce(Op.SUM, dim, keepdim, "sum")
 
-    def prod(self: Tensor, dim: int | None = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    def prod(self, dim: int | None = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
         """The product over one dim (all by default); bool and integer tensors multiply in int64."""
         if dim is not None and not isinstance(dim, int):
             raise TypeError(f"prod: dim must be an int or None, got {dim!r}")
         return self._accumulation_source(dtype)._reduce(Op.PROD, dim, keepdim, "prod")
 
-    def mean(self: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    def mean(self, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
         """The mean over dim; needs a float tensor (or dtype=) like torch; an empty reduction gives NaN."""
         source = self.cast(to_dtype(dtype)) if dtype is not None else self
         if not source.dtype.is_float:
@@ -90,7 +91,7 @@ class ReductionOps:
 
     # ---- maximum and minimum -------------------------------------------------------------------------------------
 
-    def _max_or_min_values(self: Tensor, dim: Dims, keepdim: bool, name: str, minimum: bool) -> Tensor:
+    def _max_or_min_values(self, dim: Dims, keepdim: bool, name: str, minimum: bool) -> Tensor:
         """max (or min) values over dim; NaN propagates. min is ~max(~x) for integers (no overflow), -max(-x)
         for floats and not(max(not x)) for bool."""
         if not minimum:
@@ -98,7 +99,7 @@ class ReductionOps:
         flip = Op.NEG if self.dtype.is_float else Op.NOT
         return self._apply(flip)._reduce(Op.REDUCE_MAX, dim, keepdim, name)._apply(flip)
 
-    def max(self: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
+    def max(self, dim: Any = None, keepdim: bool = False) -> Any:
         """max() of all elements, max(dim) -> (values, indices), or max(other) elementwise, like torch."""
         if isinstance(dim, ReductionOps):
             return self.maximum(dim)
@@ -106,7 +107,7 @@ class ReductionOps:
             return self._max_or_min_values(None, False, "max", minimum=False)
         return self._values_and_indices(dim, keepdim, "max", minimum=False)
 
-    def min(self: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
+    def min(self, dim: Any = None, keepdim: bool = False) -> Any:
         """min() of all elements, min(dim) -> (values, indices), or min(other) elementwise, like torch."""
         if isinstance(dim, ReductionOps):
             return self.minimum(dim)
@@ -114,7 +115,7 @@ class ReductionOps:
             return self._max_or_min_values(None, False, "min", minimum=True)
         return self._values_and_indices(dim, keepdim, "min", minimum=True)
 
-    def _values_and_indices(self: Tensor, dim: int, keepdim: bool, name: str, minimum: bool) -> ValuesIndices:
+    def _values_and_indices(self, dim: int, keepdim: bool, name: str, minimum: bool) -> ValuesIndices:
         """max(dim)/min(dim): the values and the first index of the extreme. With a gradient to track, the values are
         gathered at the index, so the gradient goes to that element only, as in torch (amax splits it among ties)."""
         _check_single_dim(dim, name)
@@ -125,17 +126,17 @@ class ReductionOps:
         values = self.gather(axis, indices if keepdim else indices.unsqueeze(axis))
         return ValuesIndices(values if keepdim else values.squeeze(axis), indices)
 
-    def _as_orderable(self: Tensor) -> Tensor:
+    def _as_orderable(self) -> Tensor:
         """bool as uint8 (torch's max(dim) and min(dim) accept bool, its argmax and argmin do not)."""
-        return self.cast(dtypes.uint8) if self.dtype.is_bool else self
+        return self.cast(dtypes.uint8) if self.dtype.is_bool else cast("Tensor", self)
 
-    def amax(self: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+    def amax(self, dim: Dims = None, keepdim: bool = False) -> Tensor:
         return self._max_or_min_values(dim, keepdim, "amax", minimum=False)
 
-    def amin(self: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+    def amin(self, dim: Dims = None, keepdim: bool = False) -> Tensor:
         return self._max_or_min_values(dim, keepdim, "amin", minimum=True)
 
-    def aminmax(self: Tensor, *, dim: int | None = None, keepdim: bool = False) -> ValuesIndices:
+    def aminmax(self, *, dim: int | None = None, keepdim: bool = False) -> MinMax:
         """(min, max) over dim (every dim by default), as torch.aminmax's named tuple (min, max)."""
         if dim is not None:
             _check_single_dim(dim, "aminmax")
@@ -145,7 +146,7 @@ class ReductionOps:
                              f"{self.shape} (there is no identity)")
         return MinMax(self.amin(dim, keepdim), self.amax(dim, keepdim))
 
-    def _arg_extreme(self: Tensor, dim: int | None, keepdim: bool, name: str, minimum: bool) -> Tensor:
+    def _arg_extreme(self, dim: int | None, keepdim: bool, name: str, minimum: bool) -> Tensor:
         """The first index of the max (or min) along dim; a NaN counts as the extreme, like torch."""
         if self.dtype.is_bool:
             raise DTypeError(f"{name}: bool tensors are not supported (as in PyTorch); cast with .int() first")
@@ -171,15 +172,15 @@ class ReductionOps:
         score = where(is_extreme, reversed_index.expand(self.shape), missing)
         return (size - 1) - score._reduce_axes(Op.REDUCE_MAX, (axis,), keepdim)
 
-    def argmax(self: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
         return self._arg_extreme(dim, keepdim, "argmax", minimum=False)
 
-    def argmin(self: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
         return self._arg_extreme(dim, keepdim, "argmin", minimum=True)
 
     # ---- statistics -----------------------------------------------------------------------------------------------
 
-    def var(self: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False,
+    def var(self, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False,
             correction: float | None = None) -> Tensor:
         """Variance over dim with Bessel's correction by default (correction=1, or unbiased=False for 0); a
         divisor max(0, n - correction) of 0 gives inf or NaN like torch."""
@@ -194,19 +195,19 @@ class ReductionOps:
         total = (centered * centered)._reduce_axes(Op.SUM, axes, keepdim)
         return total / max(0.0, count - correction)  # a divisor of 0 gives inf or NaN, as in torch
 
-    def std(self: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False,
+    def std(self, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False,
             correction: float | None = None) -> Tensor:
         return _sqrt_zero_gradient_at_zero(self.var(dim, unbiased, keepdim, correction))
 
-    def var_mean(self: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False,
+    def var_mean(self, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False,
                  correction: float | None = None) -> tuple[Tensor, Tensor]:
         return self.var(dim, unbiased, keepdim, correction), self.mean(dim, keepdim)
 
-    def std_mean(self: Tensor, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False,
+    def std_mean(self, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False,
                  correction: float | None = None) -> tuple[Tensor, Tensor]:
         return self.std(dim, unbiased, keepdim, correction), self.mean(dim, keepdim)
 
-    def logsumexp(self: Tensor, dim: Dims, keepdim: bool = False) -> Tensor:
+    def logsumexp(self, dim: Dims, keepdim: bool = False) -> Tensor:
         """log(sum(exp(x))) over dim without overflow (the max is subtracted first); empty gives -inf."""
         source = self._float_operand()
         axes = _reduction_axes(dim, self.ndim, "logsumexp")
@@ -219,23 +220,23 @@ class ReductionOps:
             tuple(size for axis, size in enumerate(result.shape) if axis not in axes)
         )
 
-    def any(self: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+    def any(self, dim: Dims = None, keepdim: bool = False) -> Tensor:
         """Whether any element is nonzero over dim (bool; uint8 for uint8 input, like torch)."""
         truth = self if self.dtype.is_bool else self != 0
         result = truth._reduce_axes(Op.REDUCE_MAX, _reduction_axes(dim, self.ndim, "any"), keepdim)
         return result.cast(dtypes.uint8) if self.dtype is dtypes.uint8 else result
 
-    def all(self: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+    def all(self, dim: Dims = None, keepdim: bool = False) -> Tensor:
         """Whether every element is nonzero over dim (bool; uint8 for uint8 input, like torch)."""
         falsity = self._apply(Op.NOT) if self.dtype.is_bool else self == 0
         axes = _reduction_axes(dim, self.ndim, "all")
         result = falsity._reduce_axes(Op.REDUCE_MAX, axes, keepdim)._apply(Op.NOT)
         return result.cast(dtypes.uint8) if self.dtype is dtypes.uint8 else result
 
-    def count_nonzero(self: Tensor, dim: Dims = None) -> Tensor:
+    def count_nonzero(self, dim: Dims = None) -> Tensor:
         return (self != 0).sum(dim)
 
-    def norm(self: Tensor, p: Any = "fro", dim: Dims = None, keepdim: bool = False) -> Tensor:
+    def norm(self, p: Any = "fro", dim: Dims = None, keepdim: bool = False) -> Tensor:
         if p in ("fro", 2, 2.0):
             return _sqrt_zero_gradient_at_zero((self * self).sum(dim, keepdim=keepdim))
         if p in (math.inf, "inf"):
@@ -246,31 +247,31 @@ class ReductionOps:
 
     # ---- scans ------------------------------------------------------------------------------------------------------
 
-    def cumsum(self: Tensor, dim: int, dtype: DType | None = None) -> Tensor:
+    def cumsum(self, dim: int, dtype: DType | None = None) -> Tensor:
         """Inclusive prefix sum along dim, as a masked sum over a padded sliding-window view (one fused kernel,
         O(n^2) work for n elements along dim); bool and integers accumulate in int64."""
         return _scan(self._accumulation_source(dtype), dim, Op.SUM, "cumsum")
 
-    def cumprod(self: Tensor, dim: int, dtype: DType | None = None) -> Tensor:
+    def cumprod(self, dim: int, dtype: DType | None = None) -> Tensor:
         return _scan(self._accumulation_source(dtype), dim, Op.PROD, "cumprod")
 
-    def cummax(self: Tensor, dim: int) -> ValuesIndices:
+    def cummax(self, dim: int) -> ValuesIndices:
         """The running maximum along dim and the last index where it was reached (a NaN, once met, stays), like
         torch.cummax; with a gradient to track the values are gathered there, so the gradient goes to that index."""
         return _cumulative_extreme(self, dim, "cummax", minimum=False)
 
-    def cummin(self: Tensor, dim: int) -> ValuesIndices:
+    def cummin(self, dim: int) -> ValuesIndices:
         """The running minimum along dim and the last index where it was reached, like torch.cummin."""
         return _cumulative_extreme(self, dim, "cummin", minimum=True)
 
-    def logcumsumexp(self: Tensor, dim: int) -> Tensor:
+    def logcumsumexp(self, dim: int) -> Tensor:
         """log(cumsum(exp(x))) along dim without overflow: a logsumexp over each prefix window (each has its own
         maximum, so a large later value does not flush an earlier prefix to -inf)."""
         if not self.dtype.is_float:
             raise DTypeError(f"logcumsumexp: needs a floating point tensor (as in PyTorch), got {self.dtype.name}")
         if self.dtype in (dtypes.float16, dtypes.bfloat16):  # computed in float32, rounded once (as torch)
             return self.cast(dtypes.float32).logcumsumexp(dim).cast(self.dtype)
-        source = self
+        source = cast("Tensor", self)
         if source.ndim == 0:
             normalize_dim(dim, 0, "logcumsumexp")
             return source
@@ -282,14 +283,14 @@ class ReductionOps:
 
     # ---- reductions that skip NaN --------------------------------------------------------------------------------
 
-    def nansum(self: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    def nansum(self, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
         """The sum over dim counting NaN as zero (torch.nansum)."""
         source = self._accumulation_source(dtype)
         if source.dtype.is_float:
             source = where(source.isnan(), source._full((), 0, source.dtype, source.device), source)
         return source._reduce(Op.SUM, dim, keepdim, "nansum")
 
-    def nanmean(self: Tensor, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    def nanmean(self, dim: Dims = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
         """The mean of the non-NaN elements over dim (NaN where there are none), like torch.nanmean."""
         source = self.cast(to_dtype(dtype)) if dtype is not None else self
         if not source.dtype.is_float:
@@ -299,7 +300,7 @@ class ReductionOps:
             )
         return source.nansum(dim, keepdim) / source.isnan().logical_not().sum(dim, keepdim=keepdim)
 
-    def diff(self: Tensor, n: int = 1, dim: int = -1, prepend: Tensor | None = None, append: Tensor | None = None
+    def diff(self, n: int = 1, dim: int = -1, prepend: Tensor | None = None, append: Tensor | None = None
              ) -> Tensor:
         """The n-th forward difference along dim (out[i] = x[i + 1] - x[i], n times; xor for bool), after joining
         prepend and append along dim, as torch.diff."""
@@ -311,14 +312,14 @@ class ReductionOps:
             raise ShapeError("diff: expects a tensor of at least one dim, got a 0-d tensor")
         axis = normalize_dim(dim, self.ndim, "diff")
         parts = []
-        for name, part in (("prepend", prepend), (None, self), ("append", append)):
+        for name, part in (("prepend", prepend), (None, cast("Tensor", self)), ("append", append)):
             if part is None:
                 continue
             if name is not None and (not hasattr(part, "ndim") or part.ndim != self.ndim):
                 raise ShapeError(f"diff: {name} must be a tensor with the input's {self.ndim} dims, got "
                                  f"{getattr(part, 'shape', type(part).__name__)}")
             parts.append(part)
-        result = cat(parts, axis) if len(parts) > 1 else self
+        result = cat(parts, axis) if len(parts) > 1 else cast("Tensor", self)
         for _ in range(n):
             size = result.shape[axis]
             if size == 0:
@@ -328,7 +329,7 @@ class ReductionOps:
         return result
 
 
-def _cumulative_extreme(self: Tensor, dim: int, name: str, minimum: bool) -> ValuesIndices:
+def _cumulative_extreme(self, dim: int, name: str, minimum: bool) -> ValuesIndices:
     """cummax / cummin: running values by a scan of REDUCE_MAX (of the flipped values for the minimum, as min's
     reductions do) and the last index j <= i where x[j] equals the running value at i (or is NaN)."""
     flip = Op.NEG if self.dtype.is_float else Op.NOT

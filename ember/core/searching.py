@@ -20,6 +20,7 @@ from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.movement import cat, stack
 from ember.core.shapes import normalize_dim, prod
 from ember.core.sort_network import order_keys, sort_records, sort_rows, values_from_keys
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -35,12 +36,12 @@ class Histogram(NamedTuple):
     bin_edges: Tensor
 
 
-class SearchingOps:
+class SearchingOps(TensorBase):
     """Mixin: unique, unique_consecutive and histc. Needs the elementwise, reduction and movement mixins."""
 
     __slots__ = ()
 
-    def unique(self: Tensor, sorted: bool = True, return_inverse: bool = False,  # noqa: A002 - torch's name
+    def unique(self, sorted: bool = True, return_inverse: bool = False,  # noqa: A002 - torch's name
                return_counts: bool = False, dim: int | None = None) -> Any:
         """The distinct values in ascending order (also for sorted=False, as torch does on the CPU); optionally the
         index of each input element in them and how often each occurs. With dim, the distinct slices along dim."""
@@ -55,7 +56,7 @@ class SearchingOps:
         values = values.reshape((values.shape[0],) + moved.shape[1:]).movedim(0, axis)
         return _outputs(values, inverse, counts, return_inverse, return_counts)
 
-    def unique_consecutive(self: Tensor, return_inverse: bool = False, return_counts: bool = False,
+    def unique_consecutive(self, return_inverse: bool = False, return_counts: bool = False,
                            dim: int | None = None) -> Any:
         """The first value of each run of equal consecutive values (or slices along dim), like torch."""
         if dim is None:
@@ -70,7 +71,7 @@ class SearchingOps:
         values = values.reshape((values.shape[0],) + moved.shape[1:]).movedim(0, axis)
         return _outputs(values, inverse, counts, return_inverse, return_counts)
 
-    def nonzero_static(self: Tensor, *, size: int, fill_value: int = -1) -> Tensor:
+    def nonzero_static(self, *, size: int, fill_value: int = -1) -> Tensor:
         """The first `size` rows of nonzero() (padded with fill_value): a static shape, so nothing is read back."""
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ArgumentError(f"nonzero_static: 'size' must be a non-negative int, got {size!r}")
@@ -88,7 +89,7 @@ class SearchingOps:
             return positions.reshape(size, 1)._pad_and_shrink([(0, 0), (0, -1)])
         return columns[0].unsqueeze(1).cat([column.unsqueeze(1) for column in columns[1:]], 1)
 
-    def histogram(self: Tensor, bins: Any = 100, *, range: Any = None, weight: Tensor | None = None,  # noqa: A002
+    def histogram(self, bins: Any = 100, *, range: Any = None, weight: Tensor | None = None,  # noqa: A002
                   density: bool = False) -> Histogram:
         """(hist, bin_edges): counts (or weight sums) of the values in each bin, the bins given by a count with
         an optional (min, max) range or by a 1-d tensor of increasing edges; the last bin includes its right edge."""
@@ -133,7 +134,7 @@ class SearchingOps:
             hist = hist / ((edges[1:] - edges[:-1]) * hist.sum())
         return Histogram(hist, edges)
 
-    def histc(self: Tensor, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:  # noqa: A002
+    def histc(self, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:  # noqa: A002
         """A histogram of `bins` equal bins over [min, max] (the data's range when min == max); values outside it
         and NaN are ignored, the last bin includes max. Counts have the input's dtype, as in torch."""
         if not self.dtype.is_float:
@@ -236,7 +237,7 @@ def _outputs(values: Tensor, inverse: Tensor | None, counts: Tensor | None, retu
              return_counts: bool) -> Any:
     if not return_inverse and not return_counts:
         return values
-    result = [values]
+    result: list[Tensor | None] = [values]
     if return_inverse:
         result.append(inverse)
     if return_counts:
@@ -294,6 +295,7 @@ def _unique_sorted(slices: Tensor, return_inverse: bool, return_counts: bool
                                               return_counts)
     inverse = None
     if return_inverse:  # inverse[order[r]] = sorted_inverse[r]: sort the (order, group) pairs by order
+        assert sorted_inverse is not None  # _compact gives it when asked
         pairs = sort_records(stack([order, sorted_inverse]).unsqueeze(0))
         inverse = pairs.reshape(2, size)[1]
     return values, inverse, counts

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ember.core.errors import ArgumentError, AxisError, ShapeError
 
 Shape = tuple[int, ...]
 
 
-def prod(values: Sequence[int]) -> int:
+def prod(values: Iterable[int]) -> int:
     """The product of a sequence of ints (1 for an empty one)."""
     return math.prod(values)
 
@@ -40,14 +40,14 @@ def normalize_dims(dims: int | Sequence[int] | None, ndim: int, op: str = "op") 
 def broadcast_shapes(*shapes: Shape | int, op: str = "broadcast_shapes") -> Shape:
     """PyTorch's broadcast of several shapes (an int is a 1-d shape, as in torch.broadcast_shapes), or a ShapeError
     naming all of them."""
-    shapes = tuple((shape,) if isinstance(shape, int) else tuple(shape) for shape in shapes)
-    ndim = max((len(shape) for shape in shapes), default=0)
+    normalized = tuple((shape,) if isinstance(shape, int) else tuple(shape) for shape in shapes)
+    ndim = max((len(shape) for shape in normalized), default=0)
     result = []
     for axis in range(ndim):
-        sizes = {shape[axis - ndim + len(shape)] for shape in shapes if axis - ndim + len(shape) >= 0}
+        sizes = {shape[axis - ndim + len(shape)] for shape in normalized if axis - ndim + len(shape) >= 0}
         sizes.discard(1)
         if len(sizes) > 1:
-            listed = ", ".join(str(tuple(shape)) for shape in shapes)
+            listed = ", ".join(str(shape) for shape in normalized)
             raise ShapeError(
                 f"{op}: shapes {listed} cannot be broadcast: at dim {axis - ndim} sizes {sorted(sizes)} differ and "
                 f"none is 1"

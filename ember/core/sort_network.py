@@ -69,7 +69,7 @@ def order_keys(values: Tensor, descending: bool = False) -> tuple[Tensor, Tensor
     """Integer keys (int32, or int64 for 64-bit types) in torch's sort order of values (NaN largest, zeros of both
     signs equal; the order reversed when descending), and int64 flags marking -0.0."""
     kind = dtypes.int64 if values.dtype.itemsize == 8 else dtypes.int32
-    sign_bit = dtypes.min_value(kind)
+    sign_bit = int(dtypes.min_value(kind))
     flags = values._full(values.shape, 0, dtypes.int64, values.device)
     if values.dtype.is_float:
         source = values.cast(dtypes.float32) if values.dtype.itemsize == 2 else values
@@ -89,7 +89,7 @@ def values_from_keys(keys: Tensor, flags: Tensor, dtype: DType, descending: bool
     kind = dtypes.int64 if dtype.itemsize == 8 else dtypes.int32
     keys = keys.cast(kind)
     keys = ~keys if descending else keys
-    sign_bit = dtypes.min_value(kind)
+    sign_bit = int(dtypes.min_value(kind))
     if dtype.is_float:
         bits = where(keys < 0, keys ^ ~sign_bit, keys)
         values = bits.bitcast(dtypes.float64 if kind.itemsize == 8 else dtypes.float32)

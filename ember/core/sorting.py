@@ -13,7 +13,7 @@ another element with the same value.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.core import dtype as dtypes
 from ember.core.advanced_indexing import take_last
@@ -22,6 +22,7 @@ from ember.core.errors import DTypeError, ShapeError
 from ember.core.reductions import ValuesIndices
 from ember.core.shapes import normalize_dim
 from ember.core.sort_network import sort_rows
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -29,74 +30,74 @@ if TYPE_CHECKING:
 INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 
 
-class SortingOps:
+class SortingOps(TensorBase):
     """Mixin: sorting and order statistics. Needs the elementwise, reduction, movement and indexing mixins."""
 
     __slots__ = ()
 
     # ---- sorting ---------------------------------------------------------------------------------------------------
 
-    def sort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> ValuesIndices:
+    def sort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> ValuesIndices:
         """(values, indices) sorted along dim; stable always (so `stable=` changes nothing), NaN last (first when
         descending), like torch.sort."""
-        values, indices = _sort_along(self, dim, descending, "sort")
+        values, indices = _sort_along(cast("Tensor", self), dim, descending, "sort")
         return ValuesIndices(values, indices)
 
-    def argsort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
-        return _sort_along(self, dim, descending, "argsort", need_values=False)[1]
+    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
+        return _sort_along(cast("Tensor", self), dim, descending, "argsort", need_values=False)[1]
 
-    def msort(self: Tensor) -> Tensor:
+    def msort(self) -> Tensor:
         """The values sorted along dim 0 (torch.msort)."""
-        return _sort_along(self, 0, False, "msort")[0]
+        return _sort_along(cast("Tensor", self), 0, False, "msort")[0]
 
-    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True,
+    def topk(self, k: int, dim: int = -1, largest: bool = True,
              sorted: bool = True) -> ValuesIndices:  # noqa: A002 - torch's name
         """The k largest (or smallest) values along dim and their indices, sorted (also for sorted=False)."""
-        _reject_bool(self, "topk")
-        axis, size = _axis_and_size(self, dim, "topk")
+        _reject_bool(cast("Tensor", self), "topk")
+        axis, size = _axis_and_size(cast("Tensor", self), dim, "topk")
         k = _integer(k, "topk: k")
         if not 0 <= k <= size:
             raise ShapeError(f"topk: selected index k={k} is out of range for dim {dim} of size {size} "
                              f"(shape {self.shape}); valid: 0 to {size}")
-        values, indices = _sort_along(self, dim, largest, "topk")
+        values, indices = _sort_along(cast("Tensor", self), dim, largest, "topk")
         if self.ndim == 0:
             return ValuesIndices(values, indices)
         return ValuesIndices(values.narrow(axis, 0, k), indices.narrow(axis, 0, k))
 
-    def kthvalue(self: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
+    def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
         """The k-th smallest value along dim (k counts from 1) and its index."""
-        _reject_bool(self, "kthvalue")
-        axis, size = _axis_and_size(self, dim, "kthvalue")
+        _reject_bool(cast("Tensor", self), "kthvalue")
+        axis, size = _axis_and_size(cast("Tensor", self), dim, "kthvalue")
         k = _integer(k, "kthvalue: k")
         if not 1 <= k <= size:
             raise ShapeError(f"kthvalue: k={k} is out of range for dim {dim} of size {size} (shape {self.shape}); "
                              f"valid: 1 to {size}")
-        values, indices = _sort_along(self, dim, False, "kthvalue")
+        values, indices = _sort_along(cast("Tensor", self), dim, False, "kthvalue")
         if self.ndim == 0:
             return ValuesIndices(values, indices)
         return ValuesIndices(_select(values, axis, k - 1, keepdim), _select(indices, axis, k - 1, keepdim))
 
     # ---- medians and modes ---------------------------------------------------------------------------------------
 
-    def median(self: Tensor, dim: int | None = None, keepdim: bool = False) -> Any:
+    def median(self, dim: int | None = None, keepdim: bool = False) -> Any:
         """The lower median (of all elements, or (values, indices) along dim); NaN if the values hold a NaN."""
-        return _median(self, dim, keepdim, ignore_nan=False, name="median")
+        return _median(cast("Tensor", self), dim, keepdim, ignore_nan=False, name="median")
 
-    def nanmedian(self: Tensor, dim: int | None = None, keepdim: bool = False) -> Any:
+    def nanmedian(self, dim: int | None = None, keepdim: bool = False) -> Any:
         """median ignoring NaN (NaN only where every value is NaN)."""
-        return _median(self, dim, keepdim, ignore_nan=True, name="nanmedian")
+        return _median(cast("Tensor", self), dim, keepdim, ignore_nan=True, name="nanmedian")
 
-    def mode(self: Tensor, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
+    def mode(self, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
         """The most frequent value along dim (the smallest of equally frequent ones) and its last index.
 
         Counted by comparing every pair (n^2 work per row); each NaN counts as a value of its own.
         """
-        axis, size = _axis_and_size(self, dim, "mode")
+        axis, size = _axis_and_size(cast("Tensor", self), dim, "mode")
         if self.ndim == 0:
             return ValuesIndices(self, self._full((), 0, dtypes.int64, self.device))
         if size == 0:
             raise ShapeError(f"mode: cannot reduce over the zero-size dim {dim} of a tensor of shape {self.shape}")
-        source = self.cast(dtypes.uint8) if self.dtype.is_bool else self
+        source = self.cast(dtypes.uint8) if self.dtype.is_bool else cast("Tensor", self)
         rows = _rows(source, axis)  # [B, n]
         equal = rows.unsqueeze(2) == rows.unsqueeze(1)  # [B, i, j]
         counts = equal.sum(2)
@@ -114,26 +115,26 @@ class SortingOps:
         if smallest.dtype.is_float:  # an all-NaN row: torch gives its first index
             last = where(smallest.isnan(), 0, last)
         values = _take_exact(rows, last) if not getattr(self, "requires_grad", False) else None
-        indices = _unrows(last, self, axis, keepdim)
+        indices = _unrows(last, cast("Tensor", self), axis, keepdim)
         if values is None:
             values = self.gather(axis, indices if keepdim else indices.unsqueeze(axis))
             values = values if keepdim else values.squeeze(axis)
         else:
-            values = _unrows(values, self, axis, keepdim).cast(self.dtype)
+            values = _unrows(values, cast("Tensor", self), axis, keepdim).cast(self.dtype)
         return ValuesIndices(values, indices)
 
     # ---- quantiles ---------------------------------------------------------------------------------------------------
 
-    def quantile(self: Tensor, q: Any, dim: int | None = None, keepdim: bool = False, *,
+    def quantile(self, q: Any, dim: int | None = None, keepdim: bool = False, *,
                  interpolation: str = "linear") -> Tensor:
         """The q-th quantiles along dim (of all elements by default), torch's five interpolation modes; a row with
         a NaN gives NaN. A 1-d q puts its dim first in the result."""
-        return _quantile(self, q, dim, keepdim, interpolation, ignore_nan=False, name="quantile")
+        return _quantile(cast("Tensor", self), q, dim, keepdim, interpolation, ignore_nan=False, name="quantile")
 
-    def nanquantile(self: Tensor, q: Any, dim: int | None = None, keepdim: bool = False, *,
+    def nanquantile(self, q: Any, dim: int | None = None, keepdim: bool = False, *,
                     interpolation: str = "linear") -> Tensor:
         """quantile ignoring NaN (NaN only where every value is NaN)."""
-        return _quantile(self, q, dim, keepdim, interpolation, ignore_nan=True, name="nanquantile")
+        return _quantile(cast("Tensor", self), q, dim, keepdim, interpolation, ignore_nan=True, name="nanquantile")
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from ember.core import dtype as dtypes
 from ember.core.binary_math import magnitude_and_sign
 from ember.core.ops import Op
+from ember.core.tensor_base import TensorBase
 from ember.core.unary_math import LN_2, _cos, _exp, _in_compute_precision, _log1p, horner
 
 if TYPE_CHECKING:
@@ -91,26 +92,26 @@ I0_ASYMPTOTIC = {dtype: tuple(math.prod((2 * j - 1) ** 2 / (8 * j) for j in rang
                  for dtype, terms in ((FLOAT32, 12), (FLOAT64, 21))}
 
 
-class SpecialFunctionOps:
+class SpecialFunctionOps(TensorBase):
     """Mixin: erfinv, logit, lgamma, digamma, i0. Needs the Tensor primitives and the elementwise methods."""
 
     __slots__ = ()
 
-    def erfinv(self: Tensor) -> Tensor:
+    def erfinv(self) -> Tensor:
         """The inverse of erf on [-1, 1] (+-inf at +-1, NaN beyond)."""
         return _in_compute_precision(_erfinv)(self._float_operand())
 
-    def lgamma(self: Tensor) -> Tensor:
+    def lgamma(self) -> Tensor:
         """log |Gamma(x)| (+inf at the poles 0, -1, -2, ... and at +-inf)."""
         return _in_compute_precision(_lgamma)(self._float_operand())
 
-    def digamma(self: Tensor) -> Tensor:
+    def digamma(self) -> Tensor:
         """The logarithmic derivative of Gamma (-inf at +0, +inf at -0, NaN at the negative integers)."""
         return _in_compute_precision(_digamma)(self._float_operand())
 
     psi = digamma
 
-    def logit(self: Tensor, eps: float | None = None) -> Tensor:
+    def logit(self, eps: float | None = None) -> Tensor:
         """log(x / (1 - x)), the inverse of sigmoid; with eps, x is clamped to [eps, 1 - eps] first (a zero
         gradient outside), as in torch."""
         operand = self._float_operand()
@@ -120,7 +121,7 @@ class SpecialFunctionOps:
             operand = operand.clamp(eps, 1.0 - eps)
         return _in_compute_precision(_logit)(operand)
 
-    def i0(self: Tensor) -> Tensor:
+    def i0(self) -> Tensor:
         """The modified Bessel function of the first kind of order 0."""
         return _in_compute_precision(_i0)(self._float_operand())
 

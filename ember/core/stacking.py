@@ -4,49 +4,50 @@ hsplit/vsplit/dsplit, split_with_sizes, unravel_index; all views plus cat, so gr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.core import dtype as dtypes
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.movement import cat
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
 
-class StackingOps:
+class StackingOps(TensorBase):
     """Mixin: the Tensor methods among them (hsplit, vsplit, dsplit, split_with_sizes, unsafe_split, ...)."""
 
     __slots__ = ()
 
-    def split_with_sizes(self: Tensor, split_sizes: Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    def split_with_sizes(self, split_sizes: Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         """Pieces of the given sizes along dim; the sizes must sum to its size (torch.split_with_sizes)."""
         if not isinstance(split_sizes, (list, tuple)):
             raise TypeError(f"split_with_sizes(): argument 'split_sizes' must be a sequence of ints, not "
                             f"{type(split_sizes).__name__}")
         return self.split(list(split_sizes), dim)
 
-    def unsafe_split(self: Tensor, split_size: int, dim: int = 0) -> tuple[Tensor, ...]:
+    def unsafe_split(self, split_size: int, dim: int = 0) -> tuple[Tensor, ...]:
         """split (torch's unsafe_ forms skip view bookkeeping that ember's values do not have)."""
         return self.split(split_size, dim)
 
-    def unsafe_split_with_sizes(self: Tensor, split_sizes: Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    def unsafe_split_with_sizes(self, split_sizes: Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         return self.split_with_sizes(split_sizes, dim)
 
-    def unsafe_chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    def unsafe_chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         return self.chunk(chunks, dim)
 
-    def hsplit(self: Tensor, indices_or_sections: Any) -> tuple[Tensor, ...]:
+    def hsplit(self, indices_or_sections: Any) -> tuple[Tensor, ...]:
         """Split along dim 1 (dim 0 of a 1-d tensor) into equal sections or at indices (torch.hsplit)."""
-        return _numpy_split(self, indices_or_sections, 1 if self.ndim > 1 else 0, 1, "hsplit")
+        return _numpy_split(cast("Tensor", self), indices_or_sections, 1 if self.ndim > 1 else 0, 1, "hsplit")
 
-    def vsplit(self: Tensor, indices_or_sections: Any) -> tuple[Tensor, ...]:
+    def vsplit(self, indices_or_sections: Any) -> tuple[Tensor, ...]:
         """Split along dim 0 of a tensor with at least 2 dims (torch.vsplit)."""
-        return _numpy_split(self, indices_or_sections, 0, 2, "vsplit")
+        return _numpy_split(cast("Tensor", self), indices_or_sections, 0, 2, "vsplit")
 
-    def dsplit(self: Tensor, indices_or_sections: Any) -> tuple[Tensor, ...]:
+    def dsplit(self, indices_or_sections: Any) -> tuple[Tensor, ...]:
         """Split along dim 2 of a tensor with at least 3 dims (torch.dsplit)."""
-        return _numpy_split(self, indices_or_sections, 2, 3, "dsplit")
+        return _numpy_split(cast("Tensor", self), indices_or_sections, 2, 3, "dsplit")
 
 
 def _numpy_split(tensor: Tensor, indices_or_sections: Any, dim: int, least: int, op: str) -> tuple[Tensor, ...]:

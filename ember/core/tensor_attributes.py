@@ -3,47 +3,48 @@ tensor (ember has no complex dtypes, so conj, adjoint, H and mH are the identity
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.core.errors import DTypeError, ShapeError
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
 
-class TensorAttributeOps:
+class TensorAttributeOps(TensorBase):
     """Mixin: data, get_device, dim_order, new_empty_strided, sum_to_size, resize_, resize_as_, and the complex
     views (conj, resolve_conj, resolve_neg, conj_physical, is_conj, is_neg, real, imag, adjoint, H, mH)."""
 
     __slots__ = ()
 
     @property
-    def data(self: Tensor) -> Tensor:
+    def data(self) -> Tensor:
         """The values without gradient history (torch's .data): in-place ops on it (`p.data.mul_(0.9)`) change this
         tensor's values without recording them; assigning `x.data = y` replaces x's values, keeping its
         requires_grad and history, as in torch."""
         from ember.core.tensor import DataView
 
         view = DataView._from_node(self.node)
-        view._owner = self
+        view._owner = self  # type: ignore[attr-defined]  # DataView (core/tensor.py) declares the slot, not its type
         return view
 
     @data.setter
-    def data(self: Tensor, value: Tensor) -> None:
+    def data(self, value: Tensor) -> None:
         if not hasattr(value, "node"):
             raise TypeError(f"data: expected a Tensor to assign, got {type(value).__name__}")
-        self.node = value.node
+        cast("Tensor", self).node = value.node
 
-    def get_device(self: Tensor) -> int:
+    def get_device(self) -> int:
         """-1 for a tensor on the CPU (the c backend), else the index of its device (torch.Tensor.get_device)."""
         backend, _, index = self.device.partition(":")
         return -1 if backend == "c" else int(index or 0)
 
-    def dim_order(self: Tensor, *, ambiguity_check: Any = False) -> tuple[int, ...]:
+    def dim_order(self, *, ambiguity_check: Any = False) -> tuple[int, ...]:
         """The dims from outermost to innermost in memory: row-major for every ember tensor."""
         return tuple(range(self.ndim))
 
-    def new_empty_strided(self: Tensor, size: Any, stride: Any, *, dtype: Any = None, device: Any = None,
+    def new_empty_strided(self, size: Any, stride: Any, *, dtype: Any = None, device: Any = None,
                           requires_grad: bool = False) -> Tensor:
         """new_empty of `size` (ember's tensors are row-major values: the strides are accepted, not kept)."""
         from ember.core.creation import empty_strided
@@ -51,7 +52,7 @@ class TensorAttributeOps:
         return empty_strided(size, stride, dtype=dtype or self.dtype, device=device or self.device,
                              requires_grad=requires_grad)
 
-    def sum_to_size(self: Tensor, *size: Any) -> Tensor:
+    def sum_to_size(self, *size: Any) -> Tensor:
         """Sum the dims self was broadcast along so that its shape becomes `size` (which must expand to self's)."""
         target = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
         if len(target) > self.ndim or any(
@@ -64,7 +65,7 @@ class TensorAttributeOps:
         result = self.sum(dims, keepdim=True) if dims else self
         return result.reshape(target)
 
-    def resize_(self: Tensor, *sizes: Any, memory_format: Any = None) -> Tensor:
+    def resize_(self, *sizes: Any, memory_format: Any = None) -> Tensor:
         """Give this tensor the shape `sizes`, keeping its first elements in row-major order; elements beyond the old
         ones are zeros (torch leaves them uninitialized). A tensor that requires grad cannot be resized."""
         from ember.core.errors import AutogradError
@@ -83,53 +84,53 @@ class TensorAttributeOps:
             kept = kept._pad_and_shrink([(0, count - flat.shape[0])], 0)
         return self._assign_view(kept.reshape(shape))
 
-    def resize_as_(self: Tensor, other: Tensor, memory_format: Any = None) -> Tensor:
+    def resize_as_(self, other: Tensor, memory_format: Any = None) -> Tensor:
         return self.resize_(tuple(other.shape))
 
     # ---- complex views of a real tensor ---------------------------------------------------------------------------
 
-    def conj(self: Tensor) -> Tensor:
+    def conj(self) -> Tensor:
         """self: the conjugate of a real tensor."""
-        return self
+        return cast("Tensor", self)
 
-    def resolve_conj(self: Tensor) -> Tensor:
-        return self
+    def resolve_conj(self) -> Tensor:
+        return cast("Tensor", self)
 
-    def resolve_neg(self: Tensor) -> Tensor:
-        return self
+    def resolve_neg(self) -> Tensor:
+        return cast("Tensor", self)
 
-    def conj_physical(self: Tensor) -> Tensor:
+    def conj_physical(self) -> Tensor:
         """A copy of self (torch's conj_physical materializes the conjugate)."""
         return self.clone()
 
-    def is_conj(self: Tensor) -> bool:
+    def is_conj(self) -> bool:
         return False
 
-    def is_neg(self: Tensor) -> bool:
+    def is_neg(self) -> bool:
         return False
 
     @property
-    def real(self: Tensor) -> Tensor:
-        return self
+    def real(self) -> Tensor:
+        return cast("Tensor", self)
 
     @property
-    def imag(self: Tensor) -> Tensor:
+    def imag(self) -> Tensor:
         raise DTypeError(f"imag is not implemented for tensors with non-complex dtypes (got {self.dtype.name}); "
                          f"ember has no complex dtypes")
 
-    def adjoint(self: Tensor) -> Tensor:
+    def adjoint(self) -> Tensor:
         """The conjugate transpose of the last two dims (their transpose, for real tensors)."""
-        return _matrix_transpose(self, "tensor.adjoint()")
+        return _matrix_transpose(cast("Tensor", self), "tensor.adjoint()")
 
     @property
-    def mH(self: Tensor) -> Tensor:  # noqa: N802 - torch's name
-        return _matrix_transpose(self, "tensor.mH")
+    def mH(self) -> Tensor:  # noqa: N802 - torch's name
+        return _matrix_transpose(cast("Tensor", self), "tensor.mH")
 
     @property
-    def H(self: Tensor) -> Tensor:  # noqa: N802 - torch's name
+    def H(self) -> Tensor:  # noqa: N802 - torch's name
         """The conjugate transpose of a matrix (2-d); a 0-d tensor is returned as it is."""
         if self.ndim == 0:
-            return self
+            return cast("Tensor", self)
         if self.ndim != 2:
             raise ShapeError(f"tensor.H is only supported on matrices (2-D tensors), got a {self.ndim}-D tensor; "
                              f"for batches of matrices use tensor.mH")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ember.core import dtype as dtypes
 from ember.core.binary_math import magnitude_and_sign, with_sign
 from ember.core.ops import Op
+from ember.core.tensor_base import TensorBase
 from ember.core.unary_math import LN_2, _exp, _expm1, _in_compute_precision, _log1p, horner
 
 if TYPE_CHECKING:
@@ -48,51 +49,51 @@ HUGE = 2.0**28  # asinh/acosh: beyond this sqrt(x^2 + 1) is |x| to rounding, so 
 EXP_HALF_SQUARED_FROM = 20.0  # beyond this e^-|x| is below the rounding of e^|x|: sinh and cosh are e^|x| / 2
 
 
-class TrigonometryOps:
+class TrigonometryOps(TensorBase):
     """Mixin: inverse trigonometric and hyperbolic functions. Needs the Tensor primitives and elementwise methods."""
 
     __slots__ = ()
 
-    def asin(self: Tensor) -> Tensor:
+    def asin(self) -> Tensor:
         return _in_compute_precision(_asin)(self._float_operand())
 
-    def acos(self: Tensor) -> Tensor:
+    def acos(self) -> Tensor:
         return _in_compute_precision(_acos)(self._float_operand())
 
-    def atan(self: Tensor) -> Tensor:
+    def atan(self) -> Tensor:
         return _in_compute_precision(_atan)(self._float_operand())
 
-    def atan2(self: Tensor, other: Any) -> Tensor:
+    def atan2(self, other: Any) -> Tensor:
         """The angle of the point (other, self) in (-pi, pi], with C's values at zeros and infinities."""
         left, right = self._float_operands(other, "atan2")
         return _in_compute_precision(_atan2)(left, right)
 
-    def sinh(self: Tensor) -> Tensor:
+    def sinh(self) -> Tensor:
         return _in_compute_precision(_sinh)(self._float_operand())
 
-    def cosh(self: Tensor) -> Tensor:
+    def cosh(self) -> Tensor:
         return _in_compute_precision(_cosh)(self._float_operand())
 
-    def asinh(self: Tensor) -> Tensor:
+    def asinh(self) -> Tensor:
         return _in_compute_precision(_asinh)(self._float_operand())
 
-    def acosh(self: Tensor) -> Tensor:
+    def acosh(self) -> Tensor:
         return _in_compute_precision(_acosh)(self._float_operand())
 
-    def atanh(self: Tensor) -> Tensor:
+    def atanh(self) -> Tensor:
         return _in_compute_precision(_atanh)(self._float_operand())
 
     arcsin, arccos, arctan, arctan2 = asin, acos, atan, atan2
     arcsinh, arccosh, arctanh = asinh, acosh, atanh
 
-    def sinc(self: Tensor) -> Tensor:
+    def sinc(self) -> Tensor:
         """sin(pi x) / (pi x), and 1 at 0 (with torch's zero gradient there)."""
         return _in_compute_precision(_sinc)(self._float_operand())
 
-    def deg2rad(self: Tensor) -> Tensor:
+    def deg2rad(self) -> Tensor:
         return self._float_operand() * (math.pi / 180.0)
 
-    def rad2deg(self: Tensor) -> Tensor:
+    def rad2deg(self) -> Tensor:
         return self._float_operand() * (180.0 / math.pi)
 
 

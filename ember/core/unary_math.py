@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.core import dtype as dtypes
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.ops import Composite, Op
+from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -53,22 +54,22 @@ def horner(x: Tensor, coefficients: Sequence[float]) -> Tensor:
     return result
 
 
-class UnaryMathOps:
+class UnaryMathOps(TensorBase):
     """Mixin: math functions and activations. Needs `_apply`, `_full`, `shape`, `dtype`, `device`."""
 
     __slots__ = ()
 
-    def _floating_only(self: Tensor, name: str) -> Tensor:
+    def _floating_only(self, name: str) -> Tensor:
         """self, if it is a float tensor; integer and bool inputs raise like torch's float-only kernels."""
         if not self.dtype.is_float:
             raise DTypeError(f"{name}: needs a floating point tensor, got {self.dtype.name} (as in PyTorch); cast it "
                              f"with .float()")
-        return self
+        return cast("Tensor", self)
 
-    def _constant(self: Tensor, value: float) -> Tensor:
+    def _constant(self, value: float) -> Tensor:
         return self._full(self.shape, value, self.dtype, self.device)
 
-    def _recorded(self: Tensor, composite: Composite, compute: Callable[..., Tensor], sources: tuple[Tensor, ...],
+    def _recorded(self, composite: Composite, compute: Callable[..., Tensor], sources: tuple[Tensor, ...],
                   arg: Any = None) -> Tensor:
         """compute(*sources), which autograd sees as one `composite` step (its rule in autograd/rules.py) rather
         than the primitives it is made of. Here, for tensors without autograd, just the value; Tensor overrides."""
@@ -76,62 +77,62 @@ class UnaryMathOps:
 
     # ---- exponentials and logarithms (integer inputs give float32) --------------------------------------------
 
-    def exp2(self: Tensor) -> Tensor:
+    def exp2(self) -> Tensor:
         return self._float_operand()._apply(Op.EXP2)
 
-    def exp(self: Tensor) -> Tensor:
+    def exp(self) -> Tensor:
         operand = self._float_operand()
         return operand._recorded(Composite.EXP, _in_compute_precision(_exp), (operand,))
 
-    def expm1(self: Tensor) -> Tensor:
+    def expm1(self) -> Tensor:
         """exp(x) - 1, accurate for small x too (Kahan: (u - 1) * x / log(u) with u = exp(x))."""
         return _in_compute_precision(_expm1)(self._float_operand())
 
-    def log2(self: Tensor) -> Tensor:
+    def log2(self) -> Tensor:
         return self._float_operand()._apply(Op.LOG2)
 
-    def log(self: Tensor) -> Tensor:
+    def log(self) -> Tensor:
         return _in_compute_precision(lambda x: x._apply(Op.LOG2) * LN_2)(self._float_operand())
 
-    def log10(self: Tensor) -> Tensor:
+    def log10(self) -> Tensor:
         return _in_compute_precision(lambda x: x._apply(Op.LOG2) * (LN_2 / math.log(10.0)))(self._float_operand())
 
-    def log1p(self: Tensor) -> Tensor:
+    def log1p(self) -> Tensor:
         """log(1 + x), accurate for small x too (Kahan: log(u) * x / (u - 1) with u = 1 + x)."""
         return _in_compute_precision(_log1p)(self._float_operand())
 
-    def sqrt(self: Tensor) -> Tensor:
+    def sqrt(self) -> Tensor:
         return self._float_operand()._apply(Op.SQRT)
 
-    def rsqrt(self: Tensor) -> Tensor:
+    def rsqrt(self) -> Tensor:
         return self.sqrt()._apply(Op.RECIPROCAL)
 
     # ---- trigonometry -------------------------------------------------------------------------------------------
 
-    def sin(self: Tensor) -> Tensor:
+    def sin(self) -> Tensor:
         return self._float_operand()._apply(Op.SIN)
 
-    def cos(self: Tensor) -> Tensor:
+    def cos(self) -> Tensor:
         return _in_compute_precision(_cos)(self._float_operand())
 
-    def tan(self: Tensor) -> Tensor:
+    def tan(self) -> Tensor:
         return _in_compute_precision(lambda x: x._apply(Op.SIN) / _cos(x))(self._float_operand())
 
-    def tanh(self: Tensor) -> Tensor:
+    def tanh(self) -> Tensor:
         return _in_compute_precision(_tanh)(self._float_operand())
 
-    def sigmoid(self: Tensor) -> Tensor:
+    def sigmoid(self) -> Tensor:
         return _in_compute_precision(_sigmoid)(self._float_operand())
 
-    def erf(self: Tensor) -> Tensor:
+    def erf(self) -> Tensor:
         return _in_compute_precision(_erf)(self._float_operand())
 
-    def erfc(self: Tensor) -> Tensor:
+    def erfc(self) -> Tensor:
         return _in_compute_precision(_erfc)(self._float_operand())
 
     # ---- activations --------------------------------------------------------------------------------------------
 
-    def relu(self: Tensor) -> Tensor:
+    def relu(self) -> Tensor:
         """max(x, 0) for numbers (NaN stays NaN); bool tensors raise as in torch."""
         if self.dtype.is_bool:
             raise DTypeError("relu: bool inputs are not supported (as in PyTorch)")
@@ -139,10 +140,10 @@ class UnaryMathOps:
         # torch's relu'(0) = 0: zeros and NaN come from self * 0 (which keeps -0.0 and NaN, with a zero gradient)
         return zero.where(self < zero, self.where(self > zero, self * 0))
 
-    def relu6(self: Tensor) -> Tensor:
+    def relu6(self) -> Tensor:
         return self.hardtanh(0, 6)
 
-    def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
         """x clamped to [min_val, max_val], keeping x's dtype (torch.nn.functional.hardtanh)."""
         if self.dtype.is_bool:
             raise DTypeError("hardtanh: bool inputs are not supported (as in PyTorch)")
@@ -152,26 +153,26 @@ class UnaryMathOps:
         # torch's gradient is 0 at both bounds (clamp passes it there instead); NaN passes through
         return upper.where(self >= upper, lower.where(self <= lower, self))
 
-    def leaky_relu(self: Tensor, negative_slope: float = 0.01) -> Tensor:
+    def leaky_relu(self, negative_slope: float = 0.01) -> Tensor:
         self._floating_only("leaky_relu")
         return self.where(self > 0, self * negative_slope)
 
-    def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
+    def elu(self, alpha: float = 1.0) -> Tensor:
         self._floating_only("elu")
         positive = self > 0
         return self.where(positive, self._constant(0.0).where(positive, self).expm1() * alpha)  # no inf * 0 backward
 
-    def selu(self: Tensor) -> Tensor:
+    def selu(self) -> Tensor:
         self._floating_only("selu")
         alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
         return self.elu(alpha) * scale
 
-    def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
+    def celu(self, alpha: float = 1.0) -> Tensor:
         self._floating_only("celu")
         positive = self > 0
         return self.where(positive, (self._constant(0.0).where(positive, self) * (1.0 / alpha)).expm1() * alpha)
 
-    def gelu(self: Tensor, approximate: str = "none") -> Tensor:
+    def gelu(self, approximate: str = "none") -> Tensor:
         """x * Phi(x) (the normal CDF), or its tanh approximation; as 0.5 x erfc(-x / sqrt 2), accurate for x < 0."""
         self._floating_only("gelu")
         if approximate == "tanh":
@@ -181,15 +182,15 @@ class UnaryMathOps:
             raise ArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
         return _in_compute_precision(_gelu)(self)
 
-    def silu(self: Tensor) -> Tensor:
+    def silu(self) -> Tensor:
         self._floating_only("silu")
         return self * self.sigmoid()
 
-    def mish(self: Tensor) -> Tensor:
+    def mish(self) -> Tensor:
         self._floating_only("mish")
         return self * self.softplus().tanh()
 
-    def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
         """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (torch's linear region)."""
         self._floating_only("softplus")
         scaled = self * beta
@@ -198,22 +199,22 @@ class UnaryMathOps:
         soft = (scaled.where(nonnegative, 0.0) + negative_magnitude.exp().log1p()) * (1.0 / beta)
         return self.where(scaled > threshold, soft)
 
-    def hardsigmoid(self: Tensor) -> Tensor:
+    def hardsigmoid(self) -> Tensor:
         self._floating_only("hardsigmoid")
         return (self + 3.0).hardtanh(0.0, 6.0) / 6.0
 
-    def hardswish(self: Tensor) -> Tensor:
+    def hardswish(self) -> Tensor:
         self._floating_only("hardswish")
         return self * (self + 3.0).hardtanh(0.0, 6.0) / 6.0
 
-    def softsign(self: Tensor) -> Tensor:
+    def softsign(self) -> Tensor:
         return self / (self.abs() + 1)
 
-    def logsigmoid(self: Tensor) -> Tensor:
+    def logsigmoid(self) -> Tensor:
         self._floating_only("logsigmoid")
         return -((-self).softplus())
 
-    def prelu(self: Tensor, weight: Tensor) -> Tensor:
+    def prelu(self, weight: Tensor) -> Tensor:
         """self where it is positive, else weight * self; weight has one element or one per channel (dim 1)."""
         self._floating_only("prelu")
         channels = self.shape[1] if self.ndim >= 2 else 1
@@ -227,7 +228,7 @@ class UnaryMathOps:
             weight = weight.reshape(())
         return self.where(self > 0, self * weight)
 
-    def rrelu(self: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False) -> Tensor:
+    def rrelu(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False) -> Tensor:
         """Leaky ReLU whose negative slope is drawn uniformly from [lower, upper] per element when training, and
         is their mean otherwise (torch.nn.functional.rrelu)."""
         self._floating_only("rrelu")
@@ -240,63 +241,63 @@ class UnaryMathOps:
         slope = rand(*self.shape, dtype=self.dtype, device=self.device) * (upper - lower) + lower
         return self.where(self >= 0, self * slope)
 
-    def threshold(self: Tensor, threshold: float, value: float) -> Tensor:
+    def threshold(self, threshold: float, value: float) -> Tensor:
         """value where self <= threshold, else self (NaN stays NaN), in self's dtype (torch.threshold)."""
         if self.dtype.is_bool:
             raise DTypeError("threshold: bool inputs are not supported (as in PyTorch)")
         return self._constant(value).where(self <= threshold, self)
 
-    def hardshrink(self: Tensor, lambd: float = 0.5) -> Tensor:
+    def hardshrink(self, lambd: float = 0.5) -> Tensor:
         """self where |self| > lambd, else 0 (NaN stays NaN)."""
         self._floating_only("hardshrink")
         return self._constant(0).where((self >= -lambd).logical_and(self <= lambd), self)
 
-    def softshrink(self: Tensor, lambd: float = 0.5) -> Tensor:
+    def softshrink(self, lambd: float = 0.5) -> Tensor:
         """self - lambd above lambd, self + lambd below -lambd, 0 between (torch.nn.functional.softshrink)."""
         self._floating_only("softshrink")
         if not lambd >= 0:
             raise ArgumentError(f"softshrink: lambda must be non-negative (as in PyTorch), got {lambd}")
         return (self - lambd).where(self > lambd, (self + lambd).where(self < -lambd, self * 0))
 
-    def tanhshrink(self: Tensor) -> Tensor:
+    def tanhshrink(self) -> Tensor:
         """self - tanh(self)."""
         operand = self._float_operand()
         return operand - operand.tanh()
 
     # ---- rounding (integers are returned unchanged; bool raises as in torch) --------------------------------------
 
-    def _rounding_operand(self: Tensor, name: str) -> bool:
+    def _rounding_operand(self, name: str) -> bool:
         if self.dtype.is_bool:
             raise DTypeError(f"{name}: bool inputs are not supported (as in PyTorch)")
         return self.dtype.is_float
 
-    def trunc(self: Tensor) -> Tensor:
-        return self._apply(Op.TRUNC) if self._rounding_operand("trunc") else self
+    def trunc(self) -> Tensor:
+        return self._apply(Op.TRUNC) if self._rounding_operand("trunc") else cast("Tensor", self)
 
     fix = trunc
 
-    def positive(self: Tensor) -> Tensor:
+    def positive(self) -> Tensor:
         """self itself (torch.positive; bool raises as in torch)."""
         if self.dtype.is_bool:
             raise DTypeError("positive: bool inputs are not supported (as in PyTorch)")
-        return self
+        return cast("Tensor", self)
 
-    def floor(self: Tensor) -> Tensor:
+    def floor(self) -> Tensor:
         if not self._rounding_operand("floor"):
-            return self
+            return cast("Tensor", self)
         truncated = self._apply(Op.TRUNC)
         return (truncated - 1).where(self < truncated, truncated)
 
-    def ceil(self: Tensor) -> Tensor:
+    def ceil(self) -> Tensor:
         if not self._rounding_operand("ceil"):
-            return self
+            return cast("Tensor", self)
         truncated = self._apply(Op.TRUNC)
         return (truncated + 1).where(self > truncated, truncated)
 
-    def round(self: Tensor, decimals: int = 0) -> Tensor:
+    def round(self, decimals: int = 0) -> Tensor:
         """Round half to even, like torch.round; `decimals` scales by 10**decimals first (as torch does)."""
         if not self._rounding_operand("round"):
-            return self
+            return cast("Tensor", self)
         if decimals > 0:
             scale = 10.0**decimals
             return (self * scale).round() / scale
@@ -309,7 +310,7 @@ class UnaryMathOps:
         round_up = (difference > 0.5).logical_or((difference == 0.5).logical_and(floored_is_even.logical_not()))
         return (floored + 1).where(round_up, floored)
 
-    def frac(self: Tensor) -> Tensor:
+    def frac(self) -> Tensor:
         self._floating_only("frac")
         return self - self.trunc()
 

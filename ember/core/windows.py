@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def _positions(name: str, window_length: int, periodic: bool, dtype: Any, device: Any,
-               requires_grad: bool) -> tuple[Tensor | None, float]:
+               requires_grad: bool) -> tuple[Tensor, float]:
     """(n = 0..length-1 as floats, the denominator N - 1 of the symmetric window), or (a ready result, 0)."""
     from ember.core.creation import arange, ones, zeros
 

@@ -241,7 +241,7 @@ class Optimizer:
                     f"loaded state dict's parameter group {position} has {len(saved['params'])} "
                     f"parameters, the optimizer's has {len(group['params'])}"
                 )
-        parameter_of = {}
+        parameter_of: dict[int, Any] = {}
         for saved, group in zip(saved_groups, self.param_groups):
             parameter_of.update(zip(saved["params"], group["params"]))
         self.state = {}
