@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from ember.backends import ptx
-from ember.backends.base import DeviceInfo
+from ember.capabilities import DeviceInfo
 from ember.core.dtype import DTYPES_BY_NAME, DType
 from ember.core.errors import CompileError
 from ember.ir.kernel import Kernel, KernelStep

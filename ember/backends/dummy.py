@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program
+from ember.backends.base import COMPLETED, Device, Event, MemoryPool, Program
+from ember.capabilities import DeviceInfo
 from ember.core.dtype import ALL_DTYPES, DType
 from ember.core.errors import BackendUnavailable, CompileError
 from ember.ir.ir import KernelIR
@@ -139,10 +140,10 @@ TARGETS: dict[str, RenderTarget] = {
 class DummyMemoryPool(MemoryPool):
     """Holds no data: allocations are only counted and every read gives zeros."""
 
-    def alloc(self, nbytes: int) -> Any:
+    def create_buffer(self, nbytes: int) -> Any:
         return nbytes
 
-    def free(self, handle: Any) -> None:
+    def destroy_buffer(self, handle: Any) -> None:
         return None
 
     def copy_in(self, handle: Any, source: memoryview) -> None:
