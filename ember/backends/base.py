@@ -10,8 +10,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-from ember.capabilities import DeviceInfo
+from ember.capabilities import DeviceInfo, launch_geometry  # re-exported: backends import the contract from here
 from ember.ir.ir import KernelIR
+
+__all__ = ["COMPLETED", "Device", "DeviceInfo", "Event", "MemoryPool", "Program", "launch_geometry", "wait_all"]
 
 MIN_REUSABLE_BYTES = 1 << 20  # freed buffers at least this large may be kept for reuse (MemoryPool.reuse_budget_bytes)
 MAX_REUSABLE_BYTES = 1 << 30  # the most bytes of them a pool keeps

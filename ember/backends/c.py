@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ember import cache
-from ember.backends.base import COMPLETED, Device, Event, MemoryPool, Program
+from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program
 from ember.backends.c_style import (
     MASK_TYPES,
     CStyleRenderer,
@@ -24,7 +24,6 @@ from ember.backends.c_style import (
     used_bitcasts,
     vector_nodes,
 )
-from ember.capabilities import DeviceInfo
 from ember.core.dtype import DType
 from ember.core.errors import BackendUnavailable, CompileError
 from ember.core.ops import Op
@@ -303,10 +302,8 @@ def build_library(source: str, key_prefix: str) -> ctypes.CDLL:
                 cache.discard(entry)  # checked bytes the loader refuses (another machine's?): rebuilt
         source_path = Path(work, "kernel.c")
         source_path.write_text(source)
-        result = subprocess.run(
-            [*compiler_command(), "-o", str(output), str(source_path), *link_libraries()], capture_output=True, text=True,
-            check=False,
-        )
+        result = subprocess.run([*compiler_command(), "-o", str(output), str(source_path), *link_libraries()],
+                                capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise CompileError(f"the C compiler rejected a kernel:\n{result.stderr}\n--- source ---\n{source}")
         cache.write_entry(entry, output.read_bytes())

@@ -12,9 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends.base import Device, Event, MemoryPool, Program, wait_all
+from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, launch_geometry, wait_all
 from ember.backends.ptx import PTXRenderer
-from ember.capabilities import DeviceInfo, launch_geometry
 from ember.core.errors import BackendUnavailable, CompileError, EmberError
 from ember.ir.ir import KernelIR
 
@@ -222,8 +221,7 @@ class CudaProgram(Program):
             self.module = check(driver, "cuModuleLoadData", driver.cuModuleLoadData(source.encode() + b"\0"))
         except CudaError as error:
             raise CompileError(f"the CUDA driver rejected a kernel: {error}\n--- source ---\n{source}") from None
-        function = driver.cuModuleGetFunction(self.module, kernel.name.encode())
-        self.function = check(driver, "cuModuleGetFunction", function)
+        self.function = check(driver, "cuModuleGetFunction", driver.cuModuleGetFunction(self.module, kernel.name.encode()))
         (self.blocks, _, _), self.block_size = launch_geometry(kernel.global_size, info)
         self.parameter_types = (ctypes.c_void_p,) * len(kernel.params)
 

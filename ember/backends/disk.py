@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends.base import Device, MemoryPool, Program
-from ember.capabilities import DeviceInfo
+from ember.backends.base import Device, DeviceInfo, MemoryPool, Program
 from ember.core.errors import DeviceError
 from ember.ir.ir import KernelIR
 

@@ -7,8 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ember.backends.base import COMPLETED, Device, Event, MemoryPool, Program
-from ember.capabilities import DeviceInfo
+from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program
 from ember.core.dtype import ALL_DTYPES, DType
 from ember.core.errors import BackendUnavailable, CompileError
 from ember.ir.ir import KernelIR

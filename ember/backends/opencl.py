@@ -10,9 +10,8 @@ import numpy as np
 
 from ember import cache
 from ember.backends import opencl_probe
-from ember.backends.base import Device, Event, MemoryPool, Program
+from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, launch_geometry
 from ember.backends.c_style import MASK_TYPES, CStyleRenderer, lane_dtype, used_bitcasts, vector_nodes
-from ember.capabilities import DeviceInfo, launch_geometry
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import BackendUnavailable, CompileError, OutOfMemoryError

@@ -6,9 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ember.backends.base import Device, Event, MemoryPool, Program
+from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, launch_geometry
 from ember.backends.wgsl import MAX_WORKGROUPS_PER_DIMENSION, WORKGROUP_SIZE, WGSLRenderer
-from ember.capabilities import DeviceInfo, launch_geometry
 from ember.core import dtype as dtypes
 from ember.core.errors import BackendUnavailable, CompileError, DeviceError
 from ember.ir.ir import KernelIR
@@ -212,10 +211,8 @@ class WGPUDevice(Device):
         if program is None:
             limit = self.info.max_kernel_buffers
             if len(kernel.params) > limit:
-                raise CompileError(
-                    f"kernel {kernel.name} has {len(kernel.params)} buffers; {self.name} binds at most {limit} "
-                    f"per kernel (realize some inputs first)"
-                )
+                raise CompileError(f"kernel {kernel.name} has {len(kernel.params)} buffers; {self.name} binds at most "
+                                   f"{limit} per kernel (realize some inputs first)")
             try:
                 program = WGPUProgram(self.queue, source, kernel, launch_geometry(kernel.global_size, self.info)[0])
             except Exception as error:  # noqa: BLE001 - wgpu raises its own validation error types
