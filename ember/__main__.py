@@ -40,9 +40,9 @@ def _device_info(device: Any) -> dict[str, Any]:
 def collect_info() -> dict[str, Any]:
     """Every backend with its devices or the reason it is unavailable, the default device, and the settings."""
     import ember
-    from ember.backends.base import cache_directory
     from ember.backends.config import CONFIG
     from ember.backends.registry import REGISTRY
+    from ember.cache import cache_directory
     from ember.core.errors import EmberError
     from ember.scheduler.devices import get_default_device
 

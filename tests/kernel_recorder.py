@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from ember.backends import ptx
-from ember.backends.base import DeviceInfo
+from ember.capabilities import DeviceInfo
 from ember.core.errors import CompileError
 from ember.ir.kernel import Kernel
 

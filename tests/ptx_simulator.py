@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, Program
+from ember.backends.base import COMPLETED, Device, Event, Program
 from ember.backends.c import HostMemoryPool
 from ember.backends.ptx import PTXRenderer
+from ember.capabilities import DeviceInfo
 from ember.ir.ir import KernelIR
 
 BLOCK_SIZE = 256

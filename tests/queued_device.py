@@ -58,10 +58,10 @@ class QueuedPool(MemoryPool):
         super().__init__(name)
         self.log = log
 
-    def alloc(self, nbytes: int) -> np.ndarray:
+    def create_buffer(self, nbytes: int) -> np.ndarray:
         return np.zeros(nbytes, dtype=np.uint8)
 
-    def free(self, handle: np.ndarray) -> None:
+    def destroy_buffer(self, handle: np.ndarray) -> None:
         for event in self.log.pending:
             if any(used is handle for used in event.handles):
                 self.log.unsafe_frees.append(event.label)

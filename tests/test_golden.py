@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember.backends.base import DeviceInfo
 from ember.backends.c import CRenderer
 from ember.backends.opencl import OpenCLRenderer
 from ember.backends.ptx import PTXRenderer
 from ember.backends.wgsl import WGSLRenderer
+from ember.capabilities import DeviceInfo
 from ember.ir.opt import build_kernel_ir
 from ember.scheduler.kernelize import KernelItem, kernelize
 

@@ -12,9 +12,9 @@ import torch
 
 import ember as em
 from ember.backends import opencl
-from ember.backends.base import DeviceInfo
 from ember.backends.c import VECTOR_OPS, CRenderer
 from ember.backends.registry import REGISTRY
+from ember.capabilities import DeviceInfo, launch_geometry
 from ember.core.errors import BackendUnavailable
 from ember.ir.opt import build_kernel_ir
 from ember.scheduler.kernelize import KernelItem, kernelize
@@ -201,10 +201,28 @@ def test_opencl_renders_vector_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_opencl_work_groups_leave_no_core_idle() -> None:
-    assert opencl.local_size(1 << 20, 2, 32) == 32  # plenty of work: the largest groups
-    assert opencl.local_size(64, 2, 32) == 8  # a tiled matmul's 64 work items: 8 groups for 2 cores
-    assert opencl.local_size(86, 4, 32) == 4 and opencl.local_size(3, 2, 32) == 1
-    assert opencl.local_size(1000, 2, 16) == 16  # never above the kernel's own limit
+    def local_size(global_size: int, compute_units: int, largest: int) -> int:
+        info = DeviceInfo(compute_units=compute_units, preferred_local_size=opencl.LOCAL_SIZE,
+                          min_groups_per_unit=opencl.GROUPS_PER_UNIT)
+        (groups, rows, _), size = launch_geometry(global_size, info, largest)
+        assert rows == 1 and (groups - 1) * size < max(global_size, 1) <= groups * size
+        return size
+
+    assert local_size(1 << 20, 2, 32) == 32  # plenty of work: the largest groups
+    assert local_size(64, 2, 32) == 8  # a tiled matmul's 64 work items: 8 groups for 2 cores
+    assert local_size(86, 4, 32) == 4 and local_size(3, 2, 32) == 1
+    assert local_size(1000, 2, 16) == 16  # never above the kernel's own limit
+
+
+def test_launch_geometry_of_each_backend() -> None:
+    """One function chooses every backend's groups from DeviceInfo: CUDA's blocks of 256 threads, WebGPU's
+    workgroups of 64 in rows of at most 65535."""
+    cuda_like = DeviceInfo(compute_units=80, preferred_local_size=256)
+    assert launch_geometry(1000, cuda_like) == ((4, 1, 1), 256) and launch_geometry(0, cuda_like) == ((1, 1, 1), 256)
+    webgpu = DeviceInfo(preferred_local_size=64, max_groups_per_dimension=65535)
+    assert launch_geometry(64 * 65535, webgpu) == ((65535, 1, 1), 64)
+    assert launch_geometry(64 * 65535 + 1, webgpu) == ((65535, 2, 1), 64)
+    assert launch_geometry(5, DeviceInfo()) == ((5, 1, 1), 1)
 
 
 def test_opencl_builds_a_schedule_as_one_program(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:

@@ -1,41 +1,22 @@
-"""The backend contract: DeviceInfo (capabilities), MemoryPool, Program, Event and Device."""
+"""The backend contract: MemoryPool (with the one reuse policy for freed buffers), Program, Event and Device.
+
+Every optional part of the contract is declared here with its default, so the scheduler calls it without asking
+whether a backend has it; manuals/adding-a-backend.md explains each. Capabilities (DeviceInfo) and the launch
+geometry live in ember/capabilities.py, the disk cache in ember/cache.py.
+"""
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ember.core import dtype as dtypes
-from ember.core.dtype import DType
+from ember.capabilities import DeviceInfo, launch_geometry  # re-exported: backends import the contract from here
 from ember.ir.ir import KernelIR
 
+__all__ = ["COMPLETED", "Device", "DeviceInfo", "Event", "MemoryPool", "Program", "launch_geometry", "wait_all"]
 
-@dataclass
-class DeviceInfo:
-    """What a device can do; the scheduler and the optimizer read it, backends carry no optimizers of their own."""
-
-    compute_units: int = 1
-    max_global_size: int = 2**31 - 1
-    max_local_size: int = 1
-    local_memory_bytes: int = 0
-    preferred_vector_width: int = 1  # float32 lanes of the device's vectors (so vectors have 4 * this bytes)
-    vector_ops: frozenset[Any] = frozenset()  # IR ops the renderer applies to vectors (ir/vectorize.py); empty: none
-    # narrower vector widths (float32 lanes, widest first), each with the IR ops usable at it, for kernels needing an
-    # op `vector_ops` lacks, and for a kernel the device failed to build (a driver that cannot compile some vector
-    # forms, found by probing: see opencl_probe.py); empty: the preferred width serves every op in vector_ops
-    fallback_vector_widths: tuple[tuple[int, frozenset[Any]], ...] = ()
-    supported_dtypes: frozenset[DType] = frozenset(dtypes.ALL_DTYPES)
-    has_native_exp2: bool = True
-    can_run: bool = True  # False for render-only (dummy) devices
-    concurrent_compile: bool = False  # compile() may run in several threads at once (the C compiler may)
-    max_kernel_buffers: int = 2**31 - 1  # buffers one kernel may bind, its output included (WebGPU: a few dozen)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def unsupported(self, used: set[DType]) -> list[DType]:
-        return sorted((d for d in used if d not in self.supported_dtypes), key=lambda d: d.name)
+MIN_REUSABLE_BYTES = 1 << 20  # freed buffers at least this large may be kept for reuse (MemoryPool.reuse_budget_bytes)
+MAX_REUSABLE_BYTES = 1 << 30  # the most bytes of them a pool keeps
 
 
 class Event:
@@ -71,14 +52,26 @@ def wait_all(events: tuple[Event, ...] | list[Event]) -> None:
 class MemoryPool(ABC):
     """Memory of one device: allocations, copies between host and device, and a byte count.
 
-    A backend must provide alloc/free and the synchronous copy_in/copy_out. The asynchronous copies
-    (`copy_in_async`, `copy_out_async`, `copy_from`) default to the synchronous ones after waiting for `wait_for`
-    and return `COMPLETED`; a backend with queues overrides them to enqueue the copy and return its event.
+    Two levels, named so they cannot be confused: the scheduler calls `allocate(nbytes)` and `release(handle,
+    nbytes)`, which keep the byte count and the limit and apply the reuse policy; a backend implements
+    `create_buffer(nbytes)` and `destroy_buffer(handle)`, the device's own operations, which nothing but these two
+    calls. A backend must also provide the synchronous copy_in/copy_out. The asynchronous copies (`copy_in_async`,
+    `copy_out_async`, `copy_from`) default to the synchronous ones after waiting for `wait_for` and return
+    `COMPLETED`; a backend with queues overrides them to enqueue the copy and return its event.
+
+    Reuse policy (one for every backend, off by default): a pool whose `reuse_budget_bytes` is positive keeps
+    released buffers of MIN_REUSABLE_BYTES or more, up to that many bytes, and `allocate` hands one of exactly the
+    size asked for out again once the events of `pending_work()` taken at its release are done (a CPU driver gives
+    fresh pages whose first touch costs as much as a large elementwise kernel).
     """
 
-    frees_behind_events = False  # True: free() may be called while enqueued commands still use the buffer (the
-    # driver keeps the memory until they finish, as OpenCL does); False: the scheduler frees only after the events
-    # of every command using the buffer are done
+    reuse_budget_bytes = 0  # bytes of released buffers kept for reuse (0: none; see the reuse policy above)
+    _kept: dict[int, list[tuple[Any, tuple[Event, ...]]]] | None = None  # kept buffers by size, with pending_work
+    _kept_bytes = 0
+
+    frees_behind_events = False  # True: release() may be called while enqueued commands still use the buffer (the
+    # driver keeps the memory until they finish, as OpenCL does); False: the scheduler releases only after the
+    # events of every command using the buffer are done
 
     def __init__(self, name: str, limit_bytes: int | None = None) -> None:
         self.name = name
@@ -88,7 +81,7 @@ class MemoryPool(ABC):
         self.live_buffers = 0
 
     def allocate(self, nbytes: int) -> Any:
-        """Allocate (bookkeeping and the byte limit), then call the backend's alloc."""
+        """Allocate (bookkeeping and the byte limit): a kept buffer of this size, or the backend's create_buffer."""
         from ember.core.errors import OutOfMemoryError
 
         if self.limit_bytes is not None and self.used_bytes + nbytes > self.limit_bytes:
@@ -97,14 +90,15 @@ class MemoryPool(ABC):
                 f"of {self.limit_bytes} bytes are free; free tensors you no longer need, or raise the limit "
                 f"(EMBER_POOL_LIMITS or [pools] in the config file)"
             )
-        handle = self.alloc(max(nbytes, 1))
+        handle = self._reused_or_created(max(nbytes, 1))
         self.used_bytes += nbytes
         self.live_buffers += 1
         self.peak_bytes = max(self.peak_bytes, self.used_bytes)
         return handle
 
     def release(self, handle: Any, nbytes: int) -> None:
-        self.free(handle)
+        """Undo an allocate: the bookkeeping, then keep the buffer for reuse or call the backend's destroy_buffer."""
+        self._keep_or_destroy(handle, max(nbytes, 1))
         self.used_bytes -= nbytes
         self.live_buffers -= 1
 
@@ -113,10 +107,40 @@ class MemoryPool(ABC):
         return None if self.limit_bytes is None else self.limit_bytes - self.used_bytes
 
     @abstractmethod
-    def alloc(self, nbytes: int) -> Any: ...
+    def create_buffer(self, nbytes: int) -> Any:
+        """A new buffer of at least `nbytes` (> 0) bytes from the device (called by allocate only)."""
 
     @abstractmethod
-    def free(self, handle: Any) -> None: ...
+    def destroy_buffer(self, handle: Any) -> None:
+        """Give a buffer back to the device (called by release only; see frees_behind_events for when)."""
+
+    def pending_work(self) -> tuple[Event, ...]:
+        """Events done once every command enqueued on this pool's device so far has finished (the reuse policy waits
+        for them before handing a released buffer out again). Default: none, which is right for synchronous
+        backends and for pools the scheduler releases only after the buffer's commands are done."""
+        return ()
+
+    # ---- the reuse policy ---------------------------------------------------------------------------------------
+
+    def _reused_or_created(self, nbytes: int) -> Any:
+        candidates = self._kept.get(nbytes) if self._kept else None
+        if candidates:
+            for position, (handle, events) in enumerate(candidates):
+                if all(event.done for event in events):
+                    del candidates[position]
+                    self._kept_bytes -= nbytes
+                    return handle
+        return self.create_buffer(nbytes)
+
+    def _keep_or_destroy(self, handle: Any, nbytes: int) -> None:
+        if (nbytes < MIN_REUSABLE_BYTES
+                or self._kept_bytes + nbytes > min(self.reuse_budget_bytes, MAX_REUSABLE_BYTES)):
+            self.destroy_buffer(handle)
+            return
+        if self._kept is None:
+            self._kept = {}
+        self._kept.setdefault(nbytes, []).append((handle, self.pending_work()))
+        self._kept_bytes += nbytes
 
     @abstractmethod
     def copy_in(self, handle: Any, source: memoryview) -> None: ...
@@ -174,15 +198,11 @@ class Device(ABC):
     def compile(self, kernel: KernelIR) -> Program:
         """Render and compile a kernel (implementations cache by source)."""
 
+    def compile_many(self, kernels: list[KernelIR]) -> list[Program]:
+        """Compile several kernels, in order (the scheduler gives all new kernels of a schedule at once). Default:
+        compile each; a backend whose compiler has a start-up cost builds them as one unit (c, opencl)."""
+        return [self.compile(kernel) for kernel in kernels]
+
     def synchronize(self) -> None:
         """Wait until every command enqueued on this device has finished (benchmarks; reads use events)."""
 
-
-def cache_directory(*parts: str) -> Path:
-    """ember's disk cache folder (EMBER_CACHE_DIR, else $XDG_CACHE_HOME/ember, else ~/.cache/ember)."""
-    base = os.environ.get("EMBER_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "ember"
-    )
-    path = Path(base, *parts)
-    path.mkdir(parents=True, exist_ok=True)
-    return path

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
 import platform
 import shutil
@@ -15,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program, cache_directory
+from ember import cache
+from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program
 from ember.backends.c_style import (
     MASK_TYPES,
     CStyleRenderer,
@@ -187,10 +187,10 @@ def _loop_work(kernel: KernelIR) -> int:
 class HostMemoryPool(MemoryPool):
     """Host memory held in numpy byte arrays (so copies are numpy copies)."""
 
-    def alloc(self, nbytes: int) -> np.ndarray:
+    def create_buffer(self, nbytes: int) -> np.ndarray:
         return np.empty(nbytes, dtype=np.uint8)
 
-    def free(self, handle: Any) -> None:
+    def destroy_buffer(self, handle: Any) -> None:
         return None
 
     def copy_in(self, handle: np.ndarray, source: memoryview) -> None:
@@ -288,28 +288,26 @@ class CDevice(Device):
 
 
 def build_library(source: str, key_prefix: str) -> ctypes.CDLL:
-    """Compile C source to a shared library, cached on disk by source, compiler and flags."""
-    digest = hashlib.sha256((key_prefix + "\n" + source).encode()).hexdigest()[:32]
-    folder = cache_directory("c")
-    library_path = folder / f"{digest}.so"
-    if library_path.exists():
-        try:
-            return ctypes.CDLL(str(library_path))
-        except OSError:
-            library_path.unlink(missing_ok=True)  # a corrupted cache entry is rebuilt, never trusted
-    with tempfile.TemporaryDirectory(prefix="ember-c-") as work:
+    """Compile C source to a shared library, cached on disk (ember/cache.py: checked entries) by source, compiler
+    and flags. A cached library is loaded from a private copy of its checked bytes, never from the entry itself."""
+    entry = cache.entry_path("c", key_prefix + "\n" + source)
+    library = cache.read_entry(entry)
+    with tempfile.TemporaryDirectory(prefix="ember-c-", dir=entry.parent) as work:
+        output = Path(work, "kernel.so")
+        if library is not None:
+            output.write_bytes(library)
+            try:
+                return ctypes.CDLL(str(output))  # dlopen maps the file; the folder may go once it is loaded
+            except OSError:
+                cache.discard(entry)  # checked bytes the loader refuses (another machine's?): rebuilt
         source_path = Path(work, "kernel.c")
         source_path.write_text(source)
-        output = Path(work, "kernel.so")
-        result = subprocess.run(
-            [*compiler_command(), "-o", str(output), str(source_path), *link_libraries()], capture_output=True, text=True
-        )
+        result = subprocess.run([*compiler_command(), "-o", str(output), str(source_path), *link_libraries()],
+                                capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise CompileError(f"the C compiler rejected a kernel:\n{result.stderr}\n--- source ---\n{source}")
-        temporary = folder / f"{digest}.{os.getpid()}.tmp"
-        shutil.move(str(output), temporary)
-        os.replace(temporary, library_path)
-    return ctypes.CDLL(str(library_path))
+        cache.write_entry(entry, output.read_bytes())
+        return ctypes.CDLL(str(output))
 
 
 def probe() -> list[Device]:

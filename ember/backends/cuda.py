@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, wait_all
+from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, launch_geometry, wait_all
 from ember.backends.ptx import PTXRenderer
 from ember.core.errors import BackendUnavailable, CompileError, EmberError
 from ember.ir.ir import KernelIR
 
-BLOCK_SIZE = 256
+BLOCK_SIZE = 256  # threads per block (DeviceInfo.preferred_local_size)
 EVENT_DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING: events for ordering only are cheaper
 STREAM_NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING: no implicit ordering with the legacy default stream
 NOT_READY = 600  # CUDA_ERROR_NOT_READY from cuEventQuery: the event has not completed yet
@@ -152,10 +152,10 @@ class CudaMemoryPool(MemoryPool):
         self.device = device
         self.staging = PinnedStaging(driver)
 
-    def alloc(self, nbytes: int) -> Any:
+    def create_buffer(self, nbytes: int) -> Any:
         return check(self.driver, "cuMemAlloc", self.driver.cuMemAlloc(nbytes))
 
-    def free(self, handle: Any) -> None:
+    def destroy_buffer(self, handle: Any) -> None:
         check(self.driver, "cuMemFree", self.driver.cuMemFree(handle))
 
     def copy_in(self, handle: Any, source: memoryview) -> None:
@@ -214,23 +214,22 @@ class CudaMemoryPool(MemoryPool):
 class CudaProgram(Program):
     """A loaded module and its kernel function; a launch is one cuLaunchKernel on the device's stream."""
 
-    def __init__(self, driver: Any, stream: Any, source: str, kernel: KernelIR) -> None:
+    def __init__(self, driver: Any, stream: Any, source: str, kernel: KernelIR, info: DeviceInfo) -> None:
         self.driver = driver
         self.stream = stream
         try:
             self.module = check(driver, "cuModuleLoadData", driver.cuModuleLoadData(source.encode() + b"\0"))
         except CudaError as error:
             raise CompileError(f"the CUDA driver rejected a kernel: {error}\n--- source ---\n{source}") from None
-        function = driver.cuModuleGetFunction(self.module, kernel.name.encode())
-        self.function = check(driver, "cuModuleGetFunction", function)
-        self.blocks = max(1, -(-kernel.global_size // BLOCK_SIZE))
+        self.function = check(driver, "cuModuleGetFunction", driver.cuModuleGetFunction(self.module, kernel.name.encode()))
+        (self.blocks, _, _), self.block_size = launch_geometry(kernel.global_size, info)
         self.parameter_types = (ctypes.c_void_p,) * len(kernel.params)
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
         stream_wait(self.driver, self.stream, wait_for)
         arguments = (tuple(int(buffer) for buffer in buffers), self.parameter_types)
         check(self.driver, "cuLaunchKernel", self.driver.cuLaunchKernel(
-            self.function, self.blocks, 1, 1, BLOCK_SIZE, 1, 1, 0, self.stream, arguments, 0))
+            self.function, self.blocks, 1, 1, self.block_size, 1, 1, 0, self.stream, arguments, 0))
         return CudaEvent(self.driver, self.stream)
 
 
@@ -259,6 +258,7 @@ class CudaDevice(Device):
             max_local_size=_attribute(driver, self.handle, "MAX_THREADS_PER_BLOCK"),
             local_memory_bytes=_attribute(driver, self.handle, "MAX_SHARED_MEMORY_PER_BLOCK"),
             preferred_vector_width=4,
+            preferred_local_size=BLOCK_SIZE,
             extra={"gpu": name.split(b"\0", 1)[0].decode(errors="replace"), "target": f"sm_{major}{minor}"},
         )
         self.pool = CudaMemoryPool(self.name, driver, self)
@@ -273,7 +273,7 @@ class CudaDevice(Device):
         program = self._programs.get(source)
         if program is None:
             check(self.driver, "cuCtxSetCurrent", self.driver.cuCtxSetCurrent(self.context))
-            program = CudaProgram(self.driver, self.stream, source, kernel)
+            program = CudaProgram(self.driver, self.stream, source, kernel, self.info)
             self._programs[source] = program
         return program
 

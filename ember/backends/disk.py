@@ -19,11 +19,11 @@ from ember.ir.ir import KernelIR
 class DiskPool(MemoryPool):
     """Memory-mapped file regions; allocation of new memory is not possible."""
 
-    def alloc(self, nbytes: int) -> Any:
+    def create_buffer(self, nbytes: int) -> Any:
         raise DeviceError(f"{self.name} holds memory-mapped files only; tensors computed from it live on a "
                           "compute device")
 
-    def free(self, handle: Any) -> None:
+    def destroy_buffer(self, handle: Any) -> None:
         return None  # the mapping is released when the last view of it is gone
 
     def copy_in(self, handle: Any, source: memoryview) -> None:

@@ -139,10 +139,10 @@ TARGETS: dict[str, RenderTarget] = {
 class DummyMemoryPool(MemoryPool):
     """Holds no data: allocations are only counted and every read gives zeros."""
 
-    def alloc(self, nbytes: int) -> Any:
+    def create_buffer(self, nbytes: int) -> Any:
         return nbytes
 
-    def free(self, handle: Any) -> None:
+    def destroy_buffer(self, handle: Any) -> None:
         return None
 
     def copy_in(self, handle: Any, source: memoryview) -> None:

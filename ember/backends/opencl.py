@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ember import cache
 from ember.backends import opencl_probe
-from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, cache_directory
+from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, launch_geometry
 from ember.backends.c_style import MASK_TYPES, CStyleRenderer, lane_dtype, used_bitcasts, vector_nodes
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
@@ -28,9 +28,8 @@ except ImportError:  # the renderer works without pyopencl; probe() says how to 
 VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE,
                         Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC})
 LOCAL_SIZE = 32  # work items per work group at most: measured best on PoCL (16-32 beat 64-256)
-MIN_REUSABLE_BYTES = 1 << 20  # freed buffers at least this large are kept for reuse (see OpenCLMemoryPool.free)
-MAX_REUSABLE_BYTES = 1 << 30  # at most this many bytes of them (and an eighth of the device's memory)
-GROUPS_PER_UNIT = 4  # work groups per compute unit at least, where the global size allows (load balance)
+GROUPS_PER_UNIT = 4  # work groups per compute unit at least, where the global size allows (load balance on PoCL,
+# which runs a group's items as one loop on one core)
 
 BFLOAT16_HELPERS = """float ember_bf16_to_float(ushort value) { return as_float(((uint)value) << 16); }
 ushort ember_float_to_bf16(float value) {
@@ -232,10 +231,9 @@ class OpenCLMemoryPool(MemoryPool):
         self.device = device
         self.max_allocation = device.cl_device.max_mem_alloc_size
         self.host_copies: list[Any] = []  # unfinished copies to or from host memory (see _track)
-        # freed large buffers kept for reuse, by size: (buffer, markers after every command enqueued before the free)
-        self._reusable: dict[int, list[tuple[Any, list[Any]]]] = {}
-        self._reusable_bytes = 0
-        self.max_reusable_bytes = min(MAX_REUSABLE_BYTES, device.cl_device.global_mem_size // 8)
+        # released large buffers are kept for reuse (base.MemoryPool's policy): a CPU driver hands out fresh pages,
+        # and their first touch cost as much as a 16M-element elementwise kernel (0.77 against 1.86 GB/s on PoCL)
+        self.reuse_budget_bytes = device.cl_device.global_mem_size // 8
 
     def _track(self, event: Any) -> OpenCLEvent:
         """Hold the event of a copy with host memory until it completes: pyopencl's event keeps that memory alive,
@@ -245,30 +243,19 @@ class OpenCLMemoryPool(MemoryPool):
         self.host_copies.append(event)
         return OpenCLEvent(event, self.device.context)
 
-    def alloc(self, nbytes: int) -> Any:
+    def create_buffer(self, nbytes: int) -> Any:
         if nbytes > self.max_allocation:
             raise OutOfMemoryError(f"memory pool {self.name}: one buffer of {nbytes} bytes exceeds the device's "
                                    f"largest allocation ({self.max_allocation} bytes)")
-        candidates = self._reusable.get(nbytes, [])
-        for position, (handle, markers) in enumerate(candidates):
-            if all(marker.command_execution_status == cl.command_execution_status.COMPLETE for marker in markers):
-                del candidates[position]
-                self._reusable_bytes -= nbytes
-                return handle
         return cl.Buffer(self.device.context, cl.mem_flags.READ_WRITE, nbytes)
 
-    def free(self, handle: Any) -> None:
-        """Release a buffer (OpenCL keeps the memory until the commands already enqueued on it have finished), or
-        keep a large one for reuse once those commands are done: a CPU driver hands out fresh pages, and their first
-        touch cost as much as a 16M-element elementwise kernel itself (0.77 against 1.86 GB/s on PoCL)."""
-        nbytes = handle.size
-        if nbytes < MIN_REUSABLE_BYTES or self._reusable_bytes + nbytes > self.max_reusable_bytes:
-            handle.release()
-            return
+    def destroy_buffer(self, handle: Any) -> None:
+        handle.release()  # OpenCL keeps the memory until the commands already enqueued on it have finished
+
+    def pending_work(self) -> tuple[Event, ...]:
         queues = (self.device._queue, self.device._transfer_queue)
-        markers = [cl.enqueue_marker(queue) for queue in queues if queue is not None]
-        self._reusable.setdefault(nbytes, []).append((handle, markers))
-        self._reusable_bytes += nbytes
+        return tuple(OpenCLEvent(cl.enqueue_marker(queue), self.device.context) for queue in queues
+                     if queue is not None)
 
     def copy_in(self, handle: Any, source: memoryview) -> None:
         self.copy_in_async(handle, source, self._after_launches()).wait()
@@ -303,16 +290,6 @@ class OpenCLMemoryPool(MemoryPool):
         return OpenCLEvent(event, self.device.context)
 
 
-def local_size(global_size: int, compute_units: int, largest: int) -> int:
-    """Work items per work group: PoCL runs a group's items as one loop on one core, so groups are as large as
-    `largest` while there are at least GROUPS_PER_UNIT per compute unit (a tiled matmul has few work items: one
-    group of 32 would leave every other core idle). Powers of two: each size is one more PoCL compile."""
-    size = largest
-    while size > 1 and -(-global_size // size) < GROUPS_PER_UNIT * compute_units:
-        size //= 2
-    return size
-
-
 class FirstLaunches:
     """The kernels of one built program not launched yet, and the disk cache entry to rewrite once all have been:
     PoCL compiles a kernel's work-group code at its first launch and includes it in the program's binary, but
@@ -342,7 +319,7 @@ class OpenCLProgram(Program):
         except (cl.RuntimeError, cl.LogicError) as error:
             raise CompileError(f"the OpenCL driver of {device.name} ({device.cl_device.name.strip()}) could not "
                                f"create kernel {name}: {_one_line(error)}") from None
-        self.largest_local_size = max(1, min(LOCAL_SIZE, device.info.max_local_size, limit))
+        self.largest_local_size = limit
         self.geometry: tuple[int, tuple[int], tuple[int]] | None = None  # (global size, global, local) of the last call
         self.launched_local_sizes: set[int] = set()
         self.first_launches = first_launches  # set until this kernel's first launch while the cache entry waits
@@ -351,8 +328,8 @@ class OpenCLProgram(Program):
         native = self.device.native_events(wait_for)
         self.kernel.set_args(*buffers)
         if self.geometry is None or self.geometry[0] != global_size:
-            local = local_size(global_size, self.device.info.compute_units, self.largest_local_size)
-            self.geometry = (global_size, (-(-max(global_size, 1) // local) * local,), (local,))
+            (groups, _, _), local = launch_geometry(global_size, self.device.info, self.largest_local_size)
+            self.geometry = (global_size, (groups * local,), (local,))
         local = self.geometry[2][0]
         if local in self.launched_local_sizes:
             event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, self.geometry[1], self.geometry[2],
@@ -467,14 +444,13 @@ class OpenCLDevice(Device):
         return program
 
     def _build_cached(self, source: str, for_launch: bool) -> Any:
-        digest = hashlib.sha256((self._cache_key + "\n" + source).encode()).hexdigest()[:32]
-        path = cache_directory("opencl") / f"{digest}.bin"
+        path = cache.entry_path("opencl", self._cache_key + "\n" + source)
         entry = read_cache_entry(path)
         if entry is not None:
             try:
                 return cl.Program(self.context, [self.cl_device], [entry[0]]).build(options=self.build_options)
             except Exception:  # noqa: BLE001 - a binary the driver rejects is rebuilt from source, never trusted
-                path.unlink(missing_ok=True)
+                cache.discard(path)
         try:
             program = cl.Program(self.context, source).build(options=self.build_options)
         except (cl.RuntimeError, cl.LogicError) as error:
@@ -492,7 +468,6 @@ class OpenCLDevice(Device):
                 queue.finish()
 
 
-CACHE_MAGIC = b"EMBER-OPENCL-2\n"
 LAUNCHED, BUILT = b"L", b"B"  # whether the binary was taken after a launch (with the driver's work-group code)
 
 
@@ -502,30 +477,17 @@ def program_binary(program: Any) -> bytes:
 
 
 def read_cache_entry(path: Path) -> tuple[bytes, bool] | None:
-    """(program binary, taken after a launch) of a cache entry whose checksum matches; a corrupt entry is deleted
-    (PoCL crashes on a truncated binary, so a checksum guards every entry)."""
-    try:
-        data = path.read_bytes()
-    except OSError:
+    """(program binary, taken after a launch) of a checked cache entry (ember/cache.py: PoCL crashes on a truncated
+    binary, so a corrupt entry is deleted before the driver sees it)."""
+    payload = cache.read_entry(path)
+    if payload is None or payload[:1] not in (LAUNCHED, BUILT):
         return None
-    magic, kind = data[: len(CACHE_MAGIC)], data[len(CACHE_MAGIC):len(CACHE_MAGIC) + 1]
-    checksum, binary = data[len(CACHE_MAGIC) + 1:len(CACHE_MAGIC) + 33], data[len(CACHE_MAGIC) + 33:]
-    if magic == CACHE_MAGIC and kind in (LAUNCHED, BUILT) and hashlib.sha256(binary).digest() == checksum:
-        return binary, kind == LAUNCHED
-    path.unlink(missing_ok=True)
-    return None
+    return payload[1:], payload[:1] == LAUNCHED
 
 
 def write_cache_entry(path: Path, binary: bytes, launched: bool) -> None:
-    if not binary:
-        return
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        kind = LAUNCHED if launched else BUILT
-        temporary.write_bytes(CACHE_MAGIC + kind + hashlib.sha256(binary).digest() + binary)
-        os.replace(temporary, path)
-    except OSError:  # a read-only cache only costs a rebuild next time
-        temporary.unlink(missing_ok=True)
+    if binary:
+        cache.write_entry(path, (LAUNCHED if launched else BUILT) + binary)
 
 
 def build_options(cl_device: Any) -> list[str]:
@@ -556,6 +518,8 @@ def device_info(cl_device: Any) -> DeviceInfo:
         compute_units=cl_device.max_compute_units,
         max_global_size=2 ** cl_device.address_bits - 1,
         max_local_size=cl_device.max_work_group_size,
+        preferred_local_size=min(LOCAL_SIZE, cl_device.max_work_group_size),
+        min_groups_per_unit=GROUPS_PER_UNIT,
         local_memory_bytes=cl_device.local_mem_size,
         preferred_vector_width=vectors["preferred_vector_width"],
         vector_ops=vectors["vector_ops"],

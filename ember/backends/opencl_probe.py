@@ -30,12 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends.base import cache_directory
+from ember import cache
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import BackendUnavailable
 from ember.core.ops import BINARY_OPS, COMPARISON_OPS, REDUCE_OPS, UNARY_OPS, Op
-from ember.ir.ir import Builder, BufferParam, IRNode, IROp, KernelIR
+from ember.ir.ir import BufferParam, Builder, IRNode, IROp, KernelIR
 from ember.ir.vectorize import VECTOR_DTYPES
 
 PROBE_FORMAT = 1
@@ -436,42 +436,30 @@ def renderer_digest() -> str:
 
 
 def cache_path(key: str) -> Path:
-    return cache_directory("opencl-probe") / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
-
-
-def _checksum(key: str, verdicts: dict[str, str]) -> str:
-    body = json.dumps({"format": PROBE_FORMAT, "key": key, "verdicts": verdicts}, sort_keys=True)
-    return hashlib.sha256(body.encode()).hexdigest()
+    return cache.entry_path("opencl-probe", key)
 
 
 def load_verdicts(path: Path, key: str) -> dict[str, str]:
-    """The cached verdicts by case name; an entry of another format or key, or whose checksum does not match, is
-    deleted (and so probed again), never trusted."""
-    try:
-        text = path.read_text()
-    except OSError:
+    """The cached verdicts by case name; an entry that fails ember/cache.py's checks, or of another probe format
+    or key, is deleted (and so probed again), never trusted."""
+    payload = cache.read_entry(path)
+    if payload is None:
         return {}
     try:
-        entry = json.loads(text)
+        entry = json.loads(payload)
         verdicts = entry["verdicts"]
         if (entry["format"] != PROBE_FORMAT or entry["key"] != key or not isinstance(verdicts, dict)
-                or not all(isinstance(value, str) for value in verdicts.values())
-                or entry["checksum"] != _checksum(key, verdicts)):
+                or not all(isinstance(value, str) for value in verdicts.values())):
             raise ValueError("not a valid probe cache entry")
         return verdicts
     except (ValueError, KeyError, TypeError):
-        path.unlink(missing_ok=True)
+        cache.discard(path)
         return {}
 
 
 def store_verdicts(path: Path, key: str, verdicts: dict[str, str]) -> None:
-    entry = {"format": PROBE_FORMAT, "key": key, "verdicts": verdicts, "checksum": _checksum(key, verdicts)}
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(json.dumps(entry, indent=1, sort_keys=True))
-        os.replace(temporary, path)
-    except OSError:  # a read-only cache only costs a probe in the next process
-        temporary.unlink(missing_ok=True)
+    entry = {"format": PROBE_FORMAT, "key": key, "verdicts": verdicts}
+    cache.write_entry(path, json.dumps(entry, indent=1, sort_keys=True).encode())
 
 
 def cached_probe(target: dict[str, Any], key: str, cases: list[ProbeCase]) -> ProbeReport:

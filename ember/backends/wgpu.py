@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program
-from ember.backends.wgsl import WGSLRenderer
+from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, launch_geometry
+from ember.backends.wgsl import MAX_WORKGROUPS_PER_DIMENSION, WORKGROUP_SIZE, WGSLRenderer
 from ember.core import dtype as dtypes
 from ember.core.errors import BackendUnavailable, CompileError, DeviceError
 from ember.ir.ir import KernelIR
@@ -89,7 +89,7 @@ class WGPUMemoryPool(MemoryPool):
         self.device = device
         self.max_buffer_bytes = max_buffer_bytes
 
-    def alloc(self, nbytes: int) -> Any:
+    def create_buffer(self, nbytes: int) -> Any:
         import wgpu
 
         if nbytes > self.max_buffer_bytes:
@@ -101,7 +101,7 @@ class WGPUMemoryPool(MemoryPool):
         # at least 8 bytes: a binding must hold one element of its array type (an empty int64 input too)
         return self.device.create_buffer(size=max(8, _whole_words(nbytes)), usage=usage)
 
-    def free(self, handle: Any) -> None:
+    def destroy_buffer(self, handle: Any) -> None:
         handle.destroy()
 
     def copy_in(self, handle: Any, source: memoryview) -> None:
@@ -186,6 +186,8 @@ class WGPUDevice(Device):
             max_local_size=adapter.limits.get("max-compute-invocations-per-workgroup", 256),
             local_memory_bytes=adapter.limits.get("max-compute-workgroup-storage-size", 16384),
             preferred_vector_width=4,
+            preferred_local_size=WORKGROUP_SIZE,  # the renderer's @workgroup_size
+            max_groups_per_dimension=MAX_WORKGROUPS_PER_DIMENSION,
             supported_dtypes=frozenset(dtypes.ALL_DTYPES) - unsupported,
             max_kernel_buffers=limits.get("max-storage-buffers-per-shader-stage", 8),
             extra={
@@ -209,12 +211,10 @@ class WGPUDevice(Device):
         if program is None:
             limit = self.info.max_kernel_buffers
             if len(kernel.params) > limit:
-                raise CompileError(
-                    f"kernel {kernel.name} has {len(kernel.params)} buffers; {self.name} binds at most {limit} "
-                    f"per kernel (realize some inputs first)"
-                )
+                raise CompileError(f"kernel {kernel.name} has {len(kernel.params)} buffers; {self.name} binds at most "
+                                   f"{limit} per kernel (realize some inputs first)")
             try:
-                program = WGPUProgram(self.queue, source, kernel, self.renderer.dispatch_size(kernel.global_size))
+                program = WGPUProgram(self.queue, source, kernel, launch_geometry(kernel.global_size, self.info)[0])
             except Exception as error:  # noqa: BLE001 - wgpu raises its own validation error types
                 raise CompileError(f"wgpu rejected a kernel: {error}\n--- source ---\n{source}") from None
             self._programs[source] = program

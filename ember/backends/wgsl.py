@@ -20,6 +20,7 @@ import struct
 from collections.abc import Callable
 
 from ember.backends.libm import expand_math
+from ember.capabilities import work_group_counts
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import CompileError
@@ -347,11 +348,8 @@ class WGSLRenderer:
 
     @staticmethod
     def dispatch_size(global_size: int, workgroup_size: int = WORKGROUP_SIZE) -> tuple[int, int, int]:
-        """Workgroups along x and y (WebGPU allows at most 65535 per dimension)."""
-        groups = max(1, -(-global_size // workgroup_size))
-        if groups <= MAX_WORKGROUPS_PER_DIMENSION:
-            return groups, 1, 1
-        return MAX_WORKGROUPS_PER_DIMENSION, -(-groups // MAX_WORKGROUPS_PER_DIMENSION), 1
+        """Workgroups along x and y (WebGPU allows at most 65535 per dimension), as the wgpu device launches them."""
+        return work_group_counts(global_size, workgroup_size, MAX_WORKGROUPS_PER_DIMENSION)
 
     def render(self, kernel: KernelIR) -> str:
         if kernel.index_dtype != dtypes.int32:

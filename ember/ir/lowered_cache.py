@@ -3,30 +3,28 @@
 Lowering with tile and vector plans costs ~0.1 s of Python per kernel (an MLP training step: 1.2 s), which a warm
 start would pay again in every process. Entries are keyed by the kernel's structure, the capabilities the
 transforms read, EMBER_NOOPT, and a digest of the source of the IR package and the op/dtype tables (so a change
-to lowering never reuses an old entry). Each entry carries a checksum; one that does not load is deleted and the
-kernel lowered again, never trusted.
+to lowering never reuses an old entry). Entries are ember/cache.py's checked entries; one that fails its checks or
+does not unpickle is deleted and the kernel lowered again, never trusted.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
-import os
 import pickle
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ember.backends.base import DeviceInfo, cache_directory
+from ember import cache
+from ember.capabilities import DeviceInfo
 from ember.core import dtype as dtypes
 from ember.core.walk import post_order
 from ember.ir.ir import IRNode, KernelIR
 from ember.ir.kernel import Kernel
 
-MAGIC = b"EMBER-IR-2\n"
 
-
-@cache
+@functools.cache
 def code_digest() -> str:
     """A digest of the code lowering depends on: ember/ir/*.py and the core op and dtype tables."""
     package = Path(__file__).resolve().parent
@@ -41,7 +39,7 @@ def entry_path(kernel: Kernel, name: str, info: DeviceInfo, optimize: bool) -> P
     capabilities = (info.compute_units, info.preferred_vector_width, sorted(str(op) for op in info.vector_ops),
                     [(width, sorted(str(op) for op in ops)) for width, ops in info.fallback_vector_widths])
     key = "\n".join((code_digest(), name, repr(kernel), repr(capabilities), str(optimize)))
-    return cache_directory("ir") / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.pkl"
+    return cache.entry_path("ir", key)
 
 
 class _Pickler(pickle.Pickler):
@@ -82,17 +80,13 @@ def _unflatten(flat: tuple) -> KernelIR:
 
 def load(path: Path) -> KernelIR | None:
     """The cached KernelIR at path, or None (a missing, corrupt or unreadable entry; the last two are deleted)."""
-    try:
-        data = path.read_bytes()
-    except OSError:
+    payload = cache.read_entry(path)
+    if payload is None:
         return None
-    body = data[len(MAGIC) + 32:]
     try:
-        if data[: len(MAGIC)] != MAGIC or hashlib.sha256(body).digest() != data[len(MAGIC):len(MAGIC) + 32]:
-            raise ValueError("checksum")
-        return _unflatten(_Unpickler(io.BytesIO(body)).load())
-    except Exception:  # noqa: BLE001 - a corrupt entry is lowered again, never trusted
-        path.unlink(missing_ok=True)
+        return _unflatten(_Unpickler(io.BytesIO(payload)).load())
+    except Exception:  # noqa: BLE001 - an entry that does not load is lowered again, never trusted
+        cache.discard(path)
         return None
 
 
@@ -103,10 +97,4 @@ def store(path: Path, ir: KernelIR) -> None:
         _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(_flatten(ir))
     except (pickle.PicklingError, TypeError, AttributeError):
         return
-    body = buffer.getvalue()
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_bytes(MAGIC + hashlib.sha256(body).digest() + body)
-        os.replace(temporary, path)
-    except OSError:
-        temporary.unlink(missing_ok=True)
+    cache.write_entry(path, buffer.getvalue())

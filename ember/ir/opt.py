@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from ember.backends.base import DeviceInfo
+from ember.capabilities import DeviceInfo
 from ember.core.ops import REDUCE_OPS, Op
 from ember.ir import lowered_cache
 from ember.ir.ir import IROp, KernelIR

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program, wait_all
+from ember.backends.base import COMPLETED, Device, Event, MemoryPool, Program, wait_all
 from ember.backends.config import CONFIG
+from ember.capabilities import DeviceInfo
 from ember.core.dtype import DType
 from ember.core.errors import CompileError, CompileFallbackWarning
 from ember.core.graph import Node
@@ -213,8 +214,7 @@ def compile_kernels(device: Device, kernels: list[Kernel]) -> list[CompiledKerne
 
 
 def _compile_irs(device: Device, irs: list[KernelIR]) -> list[Program]:
-    compile_many = getattr(device, "compile_many", None)
-    return compile_many(irs) if compile_many is not None else [device.compile(ir) for ir in irs]
+    return device.compile_many(irs)
 
 
 def _compile_one(device: Device, kernel: Kernel, ir: KernelIR) -> tuple[KernelIR, Program]:

@@ -13,7 +13,8 @@ import math
 import struct
 from typing import Any
 
-from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program
+from ember.backends.base import COMPLETED, Device, Event, MemoryPool, Program
+from ember.capabilities import DeviceInfo
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import CompileError
@@ -201,10 +202,10 @@ RUNTIME = {name: value for name, value in globals().items() if name.startswith("
 class PythonMemoryPool(MemoryPool):
     """Buffers are bytearrays (of whole 8-byte words, so every element type can view them)."""
 
-    def alloc(self, nbytes: int) -> bytearray:
+    def create_buffer(self, nbytes: int) -> bytearray:
         return bytearray(-(-nbytes // 8) * 8)
 
-    def free(self, handle: bytearray) -> None:
+    def destroy_buffer(self, handle: bytearray) -> None:
         return None
 
     def copy_in(self, handle: bytearray, source: memoryview) -> None:

@@ -1,0 +1,65 @@
+"""What a device can do (DeviceInfo) and the launch geometry that follows from it; imports no ir and no backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ember.core import dtype as dtypes
+from ember.core.dtype import DType
+
+
+@dataclass
+class DeviceInfo:
+    """What a device can do; the scheduler and the optimizer read it, backends carry no optimizers of their own."""
+
+    compute_units: int = 1
+    max_global_size: int = 2**31 - 1
+    max_local_size: int = 1
+    local_memory_bytes: int = 0
+    preferred_vector_width: int = 1  # float32 lanes of the device's vectors (so vectors have 4 * this bytes)
+    vector_ops: frozenset[Any] = frozenset()  # IR ops the renderer applies to vectors (ir/vectorize.py); empty: none
+    # narrower vector widths (float32 lanes, widest first), each with the IR ops usable at it, for kernels needing an
+    # op `vector_ops` lacks, and for a kernel the device failed to build (a driver that cannot compile some vector
+    # forms, found by probing: see opencl_probe.py); empty: the preferred width serves every op in vector_ops
+    fallback_vector_widths: tuple[tuple[int, frozenset[Any]], ...] = ()
+    supported_dtypes: frozenset[DType] = frozenset(dtypes.ALL_DTYPES)
+    has_native_exp2: bool = True
+    can_run: bool = True  # False for render-only (dummy) devices
+    concurrent_compile: bool = False  # compile() may run in several threads at once (the C compiler may)
+    max_kernel_buffers: int = 2**31 - 1  # buffers one kernel may bind, its output included (WebGPU: a few dozen)
+    # launch geometry (see launch_geometry): work items per group at most, work groups per compute unit at least
+    # (smaller groups are used to reach it; 0: never), and work groups per dimension of a launch at most
+    preferred_local_size: int = 1
+    min_groups_per_unit: int = 0
+    max_groups_per_dimension: int = 2**31 - 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def unsupported(self, used: set[DType]) -> list[DType]:
+        return sorted((d for d in used if d not in self.supported_dtypes), key=lambda d: d.name)
+
+
+def work_group_counts(global_size: int, local_size: int, max_per_dimension: int) -> tuple[int, int, int]:
+    """Work groups along x, y, z covering `global_size` items in groups of `local_size` (at least one group): one
+    dimension while it holds them, else rows of `max_per_dimension` groups (kernels then compute their id from x
+    and y, and the items past `global_size` return at once)."""
+    groups = max(1, -(-global_size // local_size))
+    if groups <= max_per_dimension:
+        return groups, 1, 1
+    return max_per_dimension, -(-groups // max_per_dimension), 1
+
+
+def launch_geometry(global_size: int, info: DeviceInfo, largest_local_size: int | None = None
+                    ) -> tuple[tuple[int, int, int], int]:
+    """(work groups along x, y, z; work items per group) for a kernel of `global_size` work items on a device.
+
+    Groups are `info.preferred_local_size` items (at most `largest_local_size`, a kernel's own limit), halved while
+    there are fewer than `info.min_groups_per_unit` groups per compute unit (a CPU driver runs a group on one core:
+    a tiled matmul of 64 items in one group of 32 would leave other cores idle). Powers of two when the preferred
+    size is one: on PoCL each local size is one more compile. Every backend that launches groups uses this.
+    """
+    size = max(1, info.preferred_local_size if largest_local_size is None
+               else min(info.preferred_local_size, largest_local_size))
+    while size > 1 and -(-global_size // size) < info.min_groups_per_unit * info.compute_units:
+        size //= 2
+    return work_group_counts(global_size, size, info.max_groups_per_dimension), size
