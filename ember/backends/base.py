@@ -71,9 +71,11 @@ def wait_all(events: tuple[Event, ...] | list[Event]) -> None:
 class MemoryPool(ABC):
     """Memory of one device: allocations, copies between host and device, and a byte count.
 
-    A backend must provide alloc/free and the synchronous copy_in/copy_out. The asynchronous copies
-    (`copy_in_async`, `copy_out_async`, `copy_from`) default to the synchronous ones after waiting for `wait_for`
-    and return `COMPLETED`; a backend with queues overrides them to enqueue the copy and return its event.
+    The scheduler calls allocate/adopt/release, which keep the byte count (nothing else writes `used_bytes` or
+    `live_buffers`) and call the backend's alloc/free. A backend must provide alloc/free and the synchronous
+    copy_in/copy_out. The asynchronous copies (`copy_in_async`, `copy_out_async`, `copy_from`) default to the
+    synchronous ones after waiting for `wait_for` and return `COMPLETED`; a backend with queues overrides them to
+    enqueue the copy and return its event.
     """
 
     frees_behind_events = False  # True: free() may be called while enqueued commands still use the buffer (the
@@ -103,7 +105,13 @@ class MemoryPool(ABC):
         self.peak_bytes = max(self.peak_bytes, self.used_bytes)
         return handle
 
+    def adopt(self, nbytes: int) -> None:
+        """Count memory the pool did not allocate (a file mapping) as in use until `release` gives it back."""
+        self.used_bytes += nbytes
+        self.live_buffers += 1
+
     def release(self, handle: Any, nbytes: int) -> None:
+        """Free a buffer from `allocate` or `adopt` (bookkeeping, then the backend's free)."""
         self.free(handle)
         self.used_bytes -= nbytes
         self.live_buffers -= 1
@@ -173,6 +181,10 @@ class Device(ABC):
     @abstractmethod
     def compile(self, kernel: KernelIR) -> Program:
         """Render and compile a kernel (implementations cache by source)."""
+
+    def compile_many(self, kernels: list[KernelIR]) -> list[Program]:
+        """Compile several kernels; a backend that builds them in one compiler run (c, opencl) overrides this."""
+        return [self.compile(kernel) for kernel in kernels]
 
     def synchronize(self) -> None:
         """Wait until every command enqueued on this device has finished (benchmarks; reads use events)."""

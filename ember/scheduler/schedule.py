@@ -10,6 +10,7 @@ from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.walk import post_order
 from ember.scheduler.kernelize import CopyItem, kernelize
+from ember.scheduler.placement import placed_sources
 
 MAX_CACHED_SCHEDULES = 4096
 
@@ -28,14 +29,16 @@ class CachedCopy(NamedTuple):
 
 
 def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
-    """A hashable description of the graph under `roots` (structure, not data) and its nodes in that order.
+    """A hashable description of the graph under `roots` (structure, not data) and its nodes in that order, after
+    placing every node on its device.
 
     Realized nodes are leaves described by shape, dtype and device only; a node used twice appears once, so
     sharing is part of the structure."""
     index_of: dict[int, int] = {}
     nodes: list[Node] = []
     entries: list[tuple] = []
-    for node in post_order(roots, lambda node: node.srcs):  # a realized node (a BUFFER) has no sources
+    # the walk places each node as it goes (placement.placed_sources: its device, COPY nodes for sources elsewhere)
+    for node in post_order(roots, placed_sources):  # a realized node (a BUFFER) has no sources
         index_of[id(node)] = len(nodes)
         nodes.append(node)
         if node.op is Op.BUFFER:
