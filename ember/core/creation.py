@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.core import dtype as dtypes
+from ember.core import runtime
 from ember.core.dtype import DType, to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.graph import Node
 from ember.core.movement import _shape_argument
 from ember.core.ops import Op
-from ember.core import runtime
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ember.core import dtype as dtypes
+from ember.core import runtime
 from ember.core.aliases import numpy_argument_names
 from ember.core.arithmetic_forms import ArithmeticFormOps
 from ember.core.distances import DistanceOps
@@ -29,7 +30,6 @@ from ember.core.number_ops import NumberOps
 from ember.core.ops import Composite, Op
 from ember.core.random import RandomOps
 from ember.core.reductions import ReductionOps
-from ember.core import runtime
 from ember.core.searching import SearchingOps
 from ember.core.shapes import Shape, prod
 from ember.core.sorting import SortingOps

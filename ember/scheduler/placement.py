@@ -1,12 +1,12 @@
 """Placement, a scheduler pass: the device each recorded op runs on, and the COPY nodes that bring its sources
 there. Core records ops with their sources as they are; `device_of` answers `Tensor.device` before a realize and
-`placed_sources` moves the sources during the schedule's walk at realize time."""
+`place_node` moves the sources during the schedule's walk at realize time."""
 
 from __future__ import annotations
 
 from ember.core.graph import Node
 from ember.core.ops import Op
-from ember.core.walk import compute_bottom_up, post_order
+from ember.core.walk import post_order
 from ember.scheduler.devices import get_default_device, get_device
 
 FREE_SOURCES = (Op.CONST, Op.ARANGE)  # recreated on the target device instead of copied
@@ -15,28 +15,35 @@ _computes_here: dict[str, bool] = {}  # device name -> whether ops on it alone r
 
 def device_of(node: Node) -> str:
     """The device `node` runs on, deciding it (memoized in node.device) for it and the undecided nodes below it,
-    sources first, without recursion: the same answer before and at realize time."""
+    sources first, on an explicit stack (a graph may be a chain of 100,000 ops): the same answer before and at
+    realize time."""
     if node.device is None:
-        if all(source.device is not None for source in node.srcs):
-            node.device = _decide(node)
-        else:
-            compute_bottom_up(node, lambda below: [source for source in below.srcs if source.device is None],
-                              _decide_in_place, {})
+        stack = [node]
+        while stack:
+            top = stack[-1]
+            for source in top.srcs:
+                if source.device is None:
+                    stack.append(source)
+                    break
+            else:
+                stack.pop()
+                if top.device is None:  # a node shared by two pending ones is decided once
+                    top.device = _decide(top)
     return node.device  # type: ignore[return-value]
 
 
-def _decide_in_place(node: Node) -> str:
-    node.device = _decide(node)
-    return node.device
-
-
 def _decide(node: Node) -> str:
-    """The rule: the sources' device when they share one that computes, else `choose_device`."""
-    first = node.srcs[0].device
-    assert first is not None
-    if all(source.device == first for source in node.srcs) and _runs_ops(first):
-        return first
-    return choose_device(node.srcs)
+    """The rule, for a node whose sources are placed: their device when they share one that runs ops, else
+    `choose_device`."""
+    sources = node.srcs
+    first = sources[0].device
+    for source in sources:
+        if source.device != first:
+            return choose_device(sources)
+    runs_ops = _computes_here.get(first)  # type: ignore[arg-type]
+    if runs_ops is None:
+        runs_ops = _runs_ops(first)  # type: ignore[arg-type]
+    return first if runs_ops else choose_device(sources)  # type: ignore[return-value]
 
 
 def _runs_ops(device: str) -> bool:
@@ -83,21 +90,27 @@ def move_source(node: Node, device: str) -> Node:
     return Node(Op.COPY, (node,), device, node.shape, node.dtype, device)
 
 
-def placed_sources(node: Node) -> tuple[Node, ...]:
-    """node's sources after placing it: those on another device are replaced (in node.srcs) by a COPY to its
-    device or a constant recreated there. The schedule's walk uses this as its children, so placing a graph costs
-    no walk of its own; a COPY keeps its source where it is."""
+def place_node(node: Node) -> tuple[Node, ...]:
+    """Place a node whose sources are placed: decide its device if the query has not, and replace (in node.srcs)
+    each source on another device by a COPY to it or a constant recreated there. Returns those new nodes (usually
+    none). The schedule's walk calls this for every node, sources first, so placing costs no walk of its own."""
+    device = node.device
+    if device is None:
+        device = node.device = _decide(node)
+    elif node.op is Op.COPY:  # a copy's source stays where it is
+        return ()
     sources = node.srcs
-    if not sources or node.op is Op.COPY:
-        return sources
-    device = node.device if node.device is not None else device_of(node)
     for source in sources:
-        if (source.device if source.device is not None else device_of(source)) != device:
-            node.srcs = sources = tuple(move_source(source, device) for source in sources)
+        if source.device != device:
             break
-    return sources
+    else:
+        return ()
+    node.srcs = tuple(move_source(source, device) for source in sources)
+    return tuple(new for new, old in zip(node.srcs, sources) if new is not old)
 
 
 def place(roots: list[Node]) -> None:
     """Place every node under `roots` (as a realize does; for passes that look at a graph before its schedule)."""
-    post_order(roots, placed_sources)
+    for node in post_order(roots, lambda node: node.srcs):
+        if node.srcs:
+            place_node(node)
