@@ -4,6 +4,7 @@ from ember.scheduler.runtime import install as _install_runtime
 
 _install_runtime()  # core reaches the scheduler only through core/runtime.py's interface
 del _install_runtime
+
 from ember.autograd.engine import grad
 from ember.autograd.grad_mode import (
     enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, set_grad_enabled,

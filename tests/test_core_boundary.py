@@ -39,15 +39,17 @@ def test_core_imports_nothing_from_the_layers_above_it() -> None:
 
 
 def test_creating_a_tensor_allocates_no_device_memory(device: str) -> None:
-    pool = get_device(device).pool
+    pool, default_pool = get_device(device).pool, get_device(em.get_default_device()).pool
     data = random_array((64, 32))
     gc.collect()
-    before = pool.used_bytes
+    before, default_before = pool.used_bytes, default_pool.used_bytes
     with em.profile() as record:
         x = em.tensor(data, device=device)
-        y = em.from_numpy(data).to(device)
+        y = em.as_tensor(data, device=device)
         z = Tensor(data, device=device)
-    assert pool.used_bytes == before and record.bytes_allocated == 0
+        w = em.from_numpy(data)
+    assert pool.used_bytes == before and default_pool.used_bytes == default_before
+    assert record.bytes_allocated == 0
     assert x.device == device and x.node.realized
     data[0, 0] = 1000.0  # the tensors hold their own copy of the values
     with em.profile() as record:
@@ -57,6 +59,7 @@ def test_creating_a_tensor_allocates_no_device_memory(device: str) -> None:
     # the three inputs are uploaded when the kernel first needs them, then the output is allocated
     assert record.bytes_allocated == 4 * data.nbytes
     assert pool.used_bytes >= before + 4 * data.nbytes
+    np.testing.assert_array_equal(w.numpy(), random_array((64, 32)))
 
 
 def test_a_mixed_device_op_is_recorded_as_is_and_placed_at_realize(tmp_path: Path) -> None:

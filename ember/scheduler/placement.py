@@ -36,14 +36,11 @@ def _decide(node: Node) -> str:
     """The rule, for a node whose sources are placed: their device when they share one that runs ops, else
     `choose_device`."""
     sources = node.srcs
-    first = sources[0].device
+    first: str = sources[0].device  # type: ignore[assignment]
     for source in sources:
         if source.device != first:
             return choose_device(sources)
-    runs_ops = _computes_here.get(first)  # type: ignore[arg-type]
-    if runs_ops is None:
-        runs_ops = _runs_ops(first)  # type: ignore[arg-type]
-    return first if runs_ops else choose_device(sources)  # type: ignore[return-value]
+    return first if _runs_ops(first) else choose_device(sources)
 
 
 def _runs_ops(device: str) -> bool:
