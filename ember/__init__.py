@@ -1,5 +1,10 @@
 """ember: a small, hackable deep-learning framework with a torch-like lazy Tensor, fused kernels and pluggable backends."""
 
+from ember.scheduler.runtime import install as _install_runtime
+
+_install_runtime()  # core reaches the scheduler only through core/runtime.py's interface
+del _install_runtime
+
 from ember.autograd.engine import grad
 from ember.autograd.grad_mode import (
     enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, set_grad_enabled,

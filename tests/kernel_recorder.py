@@ -43,9 +43,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if DIRECTORY_VARIABLE not in os.environ:  # the controller (or a run without xdist); workers inherit it
         os.environ[DIRECTORY_VARIABLE] = tempfile.mkdtemp(prefix="ember-ptx-kernels-")
-    from ember.scheduler import realize
+    from ember.scheduler import compile_cache
 
-    original = realize.compile_kernel
+    original = compile_cache.compile_kernel
     if getattr(original, "records_kernels", False):
         return
 
@@ -55,7 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return compiled
 
     recording.records_kernels = True  # type: ignore[attr-defined]
-    realize.compile_kernel = recording
+    compile_cache.compile_kernel = recording
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

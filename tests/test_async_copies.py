@@ -15,7 +15,7 @@ import ember as em
 from ember.backends.registry import REGISTRY
 from ember.core.errors import BackendUnavailable
 from ember.scheduler import profile
-from ember.scheduler.realize import DEFERRED_FREES, release_finished
+from ember.scheduler.buffers import DEFERRED_FREES, release_finished
 from tests.helpers import assert_close, random_array
 from tests.queued_device import QueuedDevice
 
@@ -76,7 +76,7 @@ def test_a_read_waits_only_for_what_it_reads(queued: QueuedDevice) -> None:
 def test_dropped_buffers_are_freed_only_after_their_commands(queued: QueuedDevice) -> None:
     pool = queued.pool
     data = random_array((100,))
-    x = em.tensor(data, device="queued:0")
+    x = em.tensor(data, device="queued:0").realize()  # its memory now (em.tensor alone allocates at first use)
     gc.collect()
     release_finished()
     baseline = pool.used_bytes
@@ -104,7 +104,7 @@ def test_a_full_pool_waits_for_buffers_dropped_behind_commands(queued: QueuedDev
     pool.limit_bytes = pool.used_bytes + 1000
     try:
         data = random_array((100,))
-        x = em.tensor(data, device="queued:0")  # 400 bytes
+        x = em.tensor(data, device="queued:0").realize()  # 400 bytes
         y = (x + 1).realize()  # 400 bytes, queued
         del x
         gc.collect()
@@ -119,15 +119,15 @@ def test_a_full_pool_waits_for_buffers_dropped_behind_commands(queued: QueuedDev
 def test_many_frees_waiting_behind_commands_are_bounded(queued: QueuedDevice) -> None:
     """Events that report done only once waited must not hold memory back forever: past MAX_DEFERRED_FREES dropped
     buffers, the next realize waits for them and frees them."""
-    from ember.scheduler import realize
+    from ember.scheduler import buffers
 
     x = em.tensor(random_array((4,)), device="queued:0")
     gc.collect()
     queued.synchronize()
     release_finished()
-    for _ in range(realize.MAX_DEFERRED_FREES + 1):
+    for _ in range(buffers.MAX_DEFERRED_FREES + 1):
         (x + 1).realize()  # queued, never read, dropped at once
-    assert len(DEFERRED_FREES) == realize.MAX_DEFERRED_FREES + 1
+    assert len(DEFERRED_FREES) == buffers.MAX_DEFERRED_FREES + 1
     assert_close((x * 2).realize(), torch.tensor(x.numpy()) * 2)
     assert len(DEFERRED_FREES) <= 1 and queued.log.unsafe_frees == []
 
@@ -154,7 +154,7 @@ def test_opencl_launch_waits_for_the_copy_event_not_the_host(monkeypatch: pytest
     monkeypatch.setattr(opencl.OpenCLMemoryPool, "copy_in_async", recording_copy)
     monkeypatch.setattr(opencl.cl, "enqueue_nd_range_kernel", recording_launch)
     monkeypatch.setattr(opencl.OpenCLEvent, "wait", lambda self: host_waits.append(self) or self.event.wait())
-    source = em.tensor(data, device="c")
+    source = em.tensor(data, device="c").realize()  # its buffer exists now
     device = REGISTRY.device(OPENCL)
     gate = opencl.cl.UserEvent(device.context)  # the source "is still being written" until the test opens the gate
     source.node.buffer.event = opencl.OpenCLEvent(gate, device.context)
@@ -233,10 +233,10 @@ import numpy as np, pyopencl as cl
 import ember as em
 from ember.backends import opencl
 from ember.backends.registry import REGISTRY
-from ember.scheduler.realize import DEFERRED_FREES
+from ember.scheduler.buffers import DEFERRED_FREES
 device = REGISTRY.device("{device}")
 gate = cl.UserEvent(device.context)
-source = em.tensor(np.arange(1000, dtype=np.float32), device="c")
+source = em.tensor(np.arange(1000, dtype=np.float32), device="c").realize()
 source.node.buffer.event = opencl.OpenCLEvent(gate, device.context)
 result = (source.to("{device}") * 2).realize()
 del source  # the copy still waits for the gate: the host buffer it reads must stay, and nothing may block

@@ -207,9 +207,9 @@ def test_opencl_launches_are_asynchronous_and_reads_wait(opencl_device: str) -> 
 
 
 def _compiled_kernels() -> dict:
-    from ember.scheduler import realize
+    from ember.scheduler.compile_cache import COMPILED
 
-    return realize._compiled
+    return COMPILED
 
 
 def test_opencl_renderer_strings() -> None:

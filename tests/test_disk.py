@@ -5,7 +5,7 @@ import pytest
 
 import ember as em
 from ember.core.tensor import Tensor
-from ember.scheduler.realize import mapped_node
+from ember.scheduler.buffers import mapped_node
 
 
 def mapped(path, offset, shape, dtype=em.float32) -> Tensor:

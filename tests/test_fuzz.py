@@ -52,11 +52,11 @@ def test_gradient_fuzz_budget(device: str) -> None:
 
 def test_fuzzer_finds_and_shrinks_an_injected_bug(monkeypatch: pytest.MonkeyPatch) -> None:
     """Break `<` in the C renderer (render it as `<=`): the fuzzer must notice and print a short program."""
-    import ember.scheduler.realize as realize_module
+    from ember.scheduler import compile_cache
     from ember.scheduler.devices import get_device
 
     device = get_device("c")
-    monkeypatch.setattr(realize_module, "_compiled", {})
+    monkeypatch.setattr(compile_cache, "COMPILED", compile_cache.CompileCache())
     monkeypatch.setitem(device.renderer.alu, Op.CMPLT, lambda operands, _, __: f"({operands[0]}<={operands[1]})")
     monkeypatch.setattr(device, "_programs", {})
     with pytest.raises(FuzzMismatch) as failure:

@@ -24,7 +24,7 @@ from ember.core.errors import BackendUnavailable, CompileFallbackWarning
 from ember.core.ops import Op
 from ember.ir.ir import IROp
 from ember.ir.vectorize import vector_width
-from ember.scheduler import realize
+from ember.scheduler.compile_cache import COMPILED
 from tests.helpers import assert_close, pair, random_array
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -49,7 +49,7 @@ WORKLOADS = textwrap.dedent("""
     from ember.ir.ir import IROp
     from ember.ir.vectorize import vector_width
     from ember.core.ops import Op
-    from ember.scheduler import realize
+    from ember.scheduler.compile_cache import COMPILED
 
     device = "opencl:0"
     rng = np.random.default_rng(0)
@@ -80,7 +80,7 @@ WORKLOADS = textwrap.dedent("""
 
     def widths_of(op):
         found = set()
-        for (name, _), compiled in realize._compiled.items():
+        for (name, _), compiled in COMPILED.items():
             stack, seen = [compiled.ir.sink], set()
             while stack:
                 node = stack.pop()
@@ -94,7 +94,7 @@ WORKLOADS = textwrap.dedent("""
     info = REGISTRY.device(device).info
     print(json.dumps({
         "errors": {name: float(value) for name, value in errors.items()},
-        "kernel_widths": sorted({vector_width(compiled.ir) for compiled in realize._compiled.values()}),
+        "kernel_widths": sorted({vector_width(compiled.ir) for compiled in COMPILED.values()}),
         "sqrt_widths": widths_of(Op.SQRT), "select_widths": widths_of(Op.WHERE),
         "reduce_widths": widths_of(IROp.REDUCE),
         "preferred_vector_width": info.preferred_vector_width,
@@ -253,7 +253,7 @@ def _vector_source(program: Any) -> bool:
 
 
 def _compiled_since(device: str, before: set) -> list[Any]:
-    return [compiled for key, compiled in realize._compiled.items() if key[0] == device and key not in before]
+    return [compiled for key, compiled in COMPILED.items() if key[0] == device and key not in before]
 
 
 def test_a_kernel_the_driver_cannot_create_is_built_again_without_vectors(
@@ -268,7 +268,7 @@ def test_a_kernel_the_driver_cannot_create_is_built_again_without_vectors(
         return original(program, name)
 
     monkeypatch.setattr(opencl.cl, "Kernel", failing_kernel)
-    before = set(realize._compiled)
+    before = set(COMPILED)
     x, tx = pair(random_array((24, 40)), opencl_device)
     v, tv = pair(random_array((40,), seed=1), opencl_device)
     with pytest.warns(CompileFallbackWarning, match=rf"{opencl_device} failed on kernel \w+ with vectors of \d+ "
@@ -291,7 +291,7 @@ def test_a_kernel_the_driver_cannot_launch_is_built_again_without_vectors(
         return original(queue, kernel, *arguments, **options)
 
     monkeypatch.setattr(opencl.cl, "enqueue_nd_range_kernel", failing_launch)
-    before = set(realize._compiled)
+    before = set(COMPILED)
     x, tx = pair(random_array((12, 56)), opencl_device)
     with pytest.warns(CompileFallbackWarning, match=r"could not launch kernel .* BUILD_PROGRAM_FAILURE"):
         assert_close((x * 2).sqrt(), (tx * 2).sqrt())

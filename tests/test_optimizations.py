@@ -230,7 +230,7 @@ def test_opencl_builds_a_schedule_as_one_program(monkeypatch: pytest.MonkeyPatch
         name = REGISTRY.probe("opencl")[0].name
     except BackendUnavailable as error:
         pytest.skip(f"no OpenCL device here: {error}")
-    from ember.scheduler import realize
+    from ember.scheduler.compile_cache import COMPILED
 
     device = REGISTRY.device(name)
     built: list[str] = []
@@ -241,7 +241,7 @@ def test_opencl_builds_a_schedule_as_one_program(monkeypatch: pytest.MonkeyPatch
     x, tx = pair(random_array((5, 4100), seed=11), name)
     assert_close(x.softmax(-1) * 3, torch.softmax(tx, -1) * 3, atol=1e-6)
     assert len(built) == 1 and built[0].count("__kernel void") >= 2
-    programs = {compiled.program.program for (device_name, _), compiled in realize._compiled.items()
+    programs = {compiled.program.program for (device_name, _), compiled in COMPILED.items()
                 if device_name == name and compiled.name in built[0]}
     assert len(programs) == 1  # the kernels share one cl.Program
 

@@ -103,7 +103,7 @@ def test_probe_says_why_without_the_wgpu_package(monkeypatch: pytest.MonkeyPatch
 def test_buffers_dropped_behind_a_kernel_are_freed_once_it_has_run_without_a_wait(wgpu_device: str) -> None:
     """A wgpu event reports done by asking the device (not only after wait()), so the scheduler's deferred frees of
     buffers dropped while a kernel still used them go back to the pool at the next realize."""
-    from ember.scheduler.realize import DEFERRED_FREES, release_finished
+    from ember.scheduler.buffers import DEFERRED_FREES, release_finished
 
     device = REGISTRY.device(wgpu_device)
     data = np.arange(10_000, dtype=np.float32)

@@ -52,8 +52,9 @@ def wait_all(events: tuple[Event, ...] | list[Event]) -> None:
 class MemoryPool(ABC):
     """Memory of one device: allocations, copies between host and device, and a byte count.
 
-    Two levels, named so they cannot be confused: the scheduler calls `allocate(nbytes)` and `release(handle,
-    nbytes)`, which keep the byte count and the limit and apply the reuse policy; a backend implements
+    Two levels, named so they cannot be confused: the scheduler calls `allocate(nbytes)`, `adopt(nbytes)` (memory
+    the pool did not allocate, e.g. a file mapping) and `release(handle, nbytes)`, which keep the byte count (nothing
+    else writes `used_bytes` or `live_buffers`) and the limit and apply the reuse policy; a backend implements
     `create_buffer(nbytes)` and `destroy_buffer(handle)`, the device's own operations, which nothing but these two
     calls. A backend must also provide the synchronous copy_in/copy_out. The asynchronous copies (`copy_in_async`,
     `copy_out_async`, `copy_from`) default to the synchronous ones after waiting for `wait_for` and return
@@ -95,6 +96,11 @@ class MemoryPool(ABC):
         self.live_buffers += 1
         self.peak_bytes = max(self.peak_bytes, self.used_bytes)
         return handle
+
+    def adopt(self, nbytes: int) -> None:
+        """Count memory the pool did not allocate (a file mapping) as in use until `release` gives it back."""
+        self.used_bytes += nbytes
+        self.live_buffers += 1
 
     def release(self, handle: Any, nbytes: int) -> None:
         """Undo an allocate: the bookkeeping, then keep the buffer for reuse or call the backend's destroy_buffer."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.core import dtype as dtypes
+from ember.core import runtime
 from ember.core.dtype import DType, to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
@@ -21,9 +22,7 @@ if TYPE_CHECKING:
 
 
 def _device(device: Any) -> str:
-    from ember.scheduler.devices import resolve_device
-
-    return resolve_device(device)
+    return runtime.RUNTIME.resolve_device(device)
 
 
 def _checked_shape(size: Any, name: str) -> tuple[int, ...]:
@@ -72,11 +71,11 @@ def _to_bfloat16_bits(array: np.ndarray) -> np.ndarray:
 
 
 def node_from_data(data: Any, dtype: Any, device: Any) -> Node:
-    """A realized BUFFER node holding a copy of data on a device."""
-    from ember.scheduler.realize import buffer_node
-
+    """A BUFFER leaf holding a private, read-only copy of data on the host; the scheduler allocates its device
+    memory and uploads it when a kernel or a copy first uses it (creating a tensor allocates nothing)."""
     target = to_dtype(dtype) if dtype is not None else None
-    array = _numpy_from_data(data, target)
+    source = _numpy_from_data(data, target)
+    array = source
     if target is None:
         target = dtypes.from_numpy(array.dtype)
         if target.is_float and not isinstance(data, (np.ndarray, np.generic)) and not hasattr(data, "dtype"):
@@ -86,7 +85,11 @@ def node_from_data(data: Any, dtype: Any, device: Any) -> Node:
     else:
         with np.errstate(over="ignore", invalid="ignore"):  # out-of-range values become inf, as in torch
             array = array.astype(target.numpy, copy=False)
-    return buffer_node(np.ascontiguousarray(array).reshape(array.shape), target, _device(device))
+    array = np.ascontiguousarray(array).reshape(array.shape)
+    if np.may_share_memory(array, source):  # the caller's memory (a numpy array, a torch tensor) may change later
+        array = array.copy()
+    array.flags.writeable = False
+    return Node(Op.BUFFER, (), array, tuple(array.shape), target, _device(device))
 
 
 def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:

@@ -11,11 +11,17 @@ from ember.core.shapes import Shape, prod
 
 
 class Node:
-    """One primitive op applied to source nodes. A realized node becomes a BUFFER leaf and drops its sources."""
+    """One primitive op applied to source nodes. A realized node becomes a BUFFER leaf and drops its sources.
+
+    `device` is where the node's value lives or will be computed: given for sources (BUFFER, CONST, ARANGE) and
+    COPY; None for a recorded op until the scheduler's placement rule decides it (`Tensor.device` asks, and
+    realize places every node it runs). A BUFFER leaf made from host data holds the array in `arg` and no
+    `buffer` until the scheduler uploads it, at its first use by a kernel or copy."""
 
     __slots__ = ("op", "srcs", "arg", "shape", "dtype", "device", "buffer", "__weakref__")
 
-    def __init__(self, op: Op, srcs: tuple[Node, ...], arg: Any, shape: Shape, dtype: DType, device: str) -> None:
+    def __init__(self, op: Op, srcs: tuple[Node, ...], arg: Any, shape: Shape, dtype: DType,
+                 device: str | None = None) -> None:
         self.op = op
         self.srcs = srcs
         self.arg = arg

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ember.core import dtype as dtypes
+from ember.core import runtime
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -144,10 +145,8 @@ def _nested(values: np.ndarray, indent: int, summarize: bool, formatter: _Format
 
 
 def _suffixes(tensor: Tensor, empty: bool) -> list[str]:
-    from ember.scheduler.devices import get_default_device
-
     suffixes = []
-    if tensor.device != get_default_device():
+    if tensor.device != runtime.RUNTIME.default_device():
         suffixes.append(f"device='{tensor.device}'")
     if empty:
         if tensor.ndim != 1:

@@ -1,4 +1,4 @@
-"""The lazy Tensor: records primitive ops as graph nodes, realizes them through the scheduler, converts to numpy."""
+"""The lazy Tensor: records primitive ops as graph nodes; realizing and reading go through core's runtime interface."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ember.core import dtype as dtypes
+from ember.core import runtime
 from ember.core.aliases import numpy_argument_names
 from ember.core.arithmetic_forms import ArithmeticFormOps
 from ember.core.distances import DistanceOps
@@ -54,7 +55,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
     __slots__ = ("__weakref__", "_context", "_hooks", "_requires_grad", "_retains_grad", "_sequence", "grad", "node")
     __array_priority__ = 1000  # numpy defers to Tensor's reflected operators
-    is_sharded = False  # ember.scheduler.sharding.ShardedTensor is the sharded kind
+    is_sharded = False  # a sharded kind (ShardedTensor) takes over the ops it is an operand of: _apply_as_operand
 
     def __init__(
         self,
@@ -92,23 +93,15 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
     # ---- the primitive interface the op mixins are written against --------------------------------------------
 
     def _apply(self, op: Op, *others: Tensor, arg: Any = None) -> Tensor:
-        """Record one primitive op on self and others (shapes and dtypes already checked). Sources on different
-        devices are brought to the device the scheduler places the op on, by scheduled copies."""
+        """Record one primitive op on self and others (shapes and dtypes already checked), with its sources as they
+        are: where it runs, and the copies that bring sources from other devices, are the scheduler's decision."""
         sources = (self, *others)
         for other in others:
-            if other.is_sharded:  # ops with a sharded operand run on its shards
-                from ember.scheduler.sharding import apply_sharded
-
-                return apply_sharded(other, op, sources, arg)
+            if other.is_sharded:  # an operand of a sharded kind runs the op itself (on its shards)
+                return other._apply_as_operand(op, sources, arg)
         nodes = tuple(source.node for source in sources)
-        device = self.node.device
-        if device.startswith("disk") or any(node.device != device for node in nodes):
-            from ember.scheduler.placement import choose_device, move_source
-
-            device = choose_device(nodes)
-            nodes = tuple(move_source(node, device) for node in nodes)
         shape, result_dtype = infer(op, nodes, arg)
-        output = Tensor._from_node(Node(op, nodes, arg, shape, result_dtype, device))
+        output = Tensor._from_node(Node(op, nodes, arg, shape, result_dtype))
         # record the history backward needs; comparisons, integer and bool results never carry a gradient
         if GradMode.enabled and result_dtype.is_float and any(source._requires_grad for source in sources):
             output._requires_grad = True
@@ -155,7 +148,9 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
     @property
     def device(self) -> str:
-        return self.node.device
+        """Where the values live, or for a recorded op the device the scheduler's placement rule runs it on."""
+        device = self.node.device
+        return device if device is not None else runtime.RUNTIME.device_of(self.node)
 
     @property
     def ndim(self) -> int:
@@ -367,9 +362,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
     def realize(self) -> Tensor:
         """Compute this tensor now (fusing, compiling and running its kernels); returns self."""
-        from ember.scheduler.realize import realize_nodes
-
-        realize_nodes([self.node])
+        runtime.RUNTIME.realize([self.node])
         return self
 
     def contiguous(self) -> Tensor:
@@ -377,10 +370,8 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
     def numpy(self) -> np.ndarray:
         """A numpy copy of the values (bfloat16 is returned as float32)."""
-        from ember.scheduler.realize import read_node
-
         self.realize()
-        array = read_node(self.node)
+        array = runtime.RUNTIME.read(self.node)
         if self.dtype == dtypes.bfloat16:
             array = (array.astype(np.uint32) << 16).view(np.float32)
         return array
@@ -460,21 +451,15 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
     def shard(self, devices: Sequence[str], dim: int = 0) -> Any:
         """Split this tensor along `dim` across `devices`; ops on the result run on every shard."""
-        from ember.scheduler.sharding import shard
-
-        return shard(self, devices, dim)
+        return runtime.RUNTIME.shard(self, devices, dim)
 
     def cpu(self, memory_format: Any = None) -> Tensor:
         """This tensor on ember's CPU device (the c backend), like torch's x.cpu()."""
-        from ember.scheduler.devices import backend_device
-
-        return self.to(backend_device("c", None, "cpu()"))
+        return self.to(runtime.RUNTIME.backend_device("c", None, "cpu()"))
 
     def cuda(self, device: Any = None, non_blocking: bool = False, memory_format: Any = None) -> Tensor:
         """This tensor on a cuda device (the first, or `device`: an index or 'cuda:N'), like torch's x.cuda()."""
-        from ember.scheduler.devices import backend_device
-
-        return self.to(backend_device("cuda", device, "cuda()"))
+        return self.to(runtime.RUNTIME.backend_device("cuda", device, "cuda()"))
 
     def clone(self) -> Tensor:
         return self._apply(Op.CONTIGUOUS)
@@ -565,12 +550,10 @@ def _replace_source(root: Tensor, old: Tensor, new: Tensor) -> None:
 
 def realize(*tensors: Tensor) -> None:
     """Compute several tensors at once, sharing one schedule (ember.realize(a, b, c))."""
-    from ember.scheduler.realize import realize_nodes
-
     nodes = []
     for tensor in tensors:
         nodes.extend(piece.node for piece in tensor.shards) if tensor.is_sharded else nodes.append(tensor.node)
-    realize_nodes(nodes)
+    runtime.RUNTIME.realize(nodes)
 
 
 def is_tensor(obj: Any) -> bool:

@@ -236,7 +236,7 @@ def _check_tensor(
 
 def load_gguf_tensor(header: GGUFHeader, tensor_name: str) -> Tensor | QuantizedTensor:
     """One tensor of a GGUF file as a memory-mapped disk tensor (a QuantizedTensor for block-quantized types)."""
-    from ember.scheduler.realize import mapped_node
+    from ember.scheduler.buffers import mapped_node
 
     info = header.tensors[tensor_name]
     type_name = info.ggml_type.name

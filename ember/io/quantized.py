@@ -128,7 +128,7 @@ class MappedRows:
 
     def row(self, index: int) -> QuantizedTensor:
         """Row `index` as a (1, row_elements) quantized disk tensor (only its bytes are read when used)."""
-        from ember.scheduler.realize import mapped_node
+        from ember.scheduler.buffers import mapped_node
 
         node = mapped_node(self.path, self.offset + index * self.row_bytes, (1, self.row_bytes), dtypes.uint8)
         return QuantizedTensor(Tensor._from_node(node), self.quant_format, (1, self.row_elements))

@@ -168,7 +168,7 @@ def load_safetensors(path: str | os.PathLike[str], device: Any = None) -> dict[s
     """Every tensor of a safetensors file, lazily: only the header is read. With `device` None the tensors are
     memory-mapped `disk` tensors (their bytes are read when a kernel needs them); with a device, copies to it that
     are made when first used."""
-    from ember.scheduler.realize import mapped_node
+    from ember.scheduler.buffers import mapped_node
 
     header, _, data_start = read_safetensors_header(path)
     name = os.fspath(path)

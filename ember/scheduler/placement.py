@@ -1,12 +1,54 @@
-"""Placement: where an op on tensors from several devices runs, and the copies that bring its inputs there."""
+"""Placement, a scheduler pass: the device each recorded op runs on, and the COPY nodes that bring its sources
+there. Core records ops with their sources as they are; `device_of` answers `Tensor.device` before a realize and
+`place_node` moves the sources during the schedule's walk at realize time."""
 
 from __future__ import annotations
 
 from ember.core.graph import Node
 from ember.core.ops import Op
-from ember.scheduler.devices import get_device
+from ember.core.walk import post_order
+from ember.scheduler.devices import get_default_device, get_device
 
 FREE_SOURCES = (Op.CONST, Op.ARANGE)  # recreated on the target device instead of copied
+_computes_here: dict[str, bool] = {}  # device name -> whether ops on it alone run there (False: storage, e.g. disk)
+
+
+def device_of(node: Node) -> str:
+    """The device `node` runs on, deciding it (memoized in node.device) for it and the undecided nodes below it,
+    sources first, on an explicit stack (a graph may be a chain of 100,000 ops): the same answer before and at
+    realize time."""
+    if node.device is None:
+        stack = [node]
+        while stack:
+            top = stack[-1]
+            for source in top.srcs:
+                if source.device is None:
+                    stack.append(source)
+                    break
+            else:
+                stack.pop()
+                if top.device is None:  # a node shared by two pending ones is decided once
+                    top.device = _decide(top)
+    return node.device  # type: ignore[return-value]
+
+
+def _decide(node: Node) -> str:
+    """The rule, for a node whose sources are placed: their device when they share one that runs ops, else
+    `choose_device`."""
+    sources = node.srcs
+    first: str = sources[0].device  # type: ignore[assignment]
+    for source in sources:
+        if source.device != first:
+            return choose_device(sources)
+    return first if _runs_ops(first) else choose_device(sources)
+
+
+def _runs_ops(device: str) -> bool:
+    """Whether an op on sources that all live on `device` runs there (not for a storage device such as disk)."""
+    answer = _computes_here.get(device)
+    if answer is None:
+        answer = _computes_here[device] = get_device(device).info.can_run or device.startswith("dummy")
+    return answer
 
 
 def choose_device(nodes: tuple[Node, ...]) -> str:
@@ -16,9 +58,10 @@ def choose_device(nodes: tuple[Node, ...]) -> str:
     for node in nodes:
         if node.op in FREE_SOURCES:
             continue
-        weight[node.device] = weight.get(node.device, 0) + node.size * node.dtype.itemsize
+        device = device_of(node)
+        weight[device] = weight.get(device, 0) + node.size * node.dtype.itemsize
     if not weight:
-        return compute_device(nodes[0].device)
+        return compute_device(device_of(nodes[0]))
     dtypes_used = {node.dtype for node in nodes}
     order = list(weight)
     candidates = [
@@ -26,19 +69,13 @@ def choose_device(nodes: tuple[Node, ...]) -> str:
         if get_device(name).info.can_run and not get_device(name).info.unsupported(dtypes_used)
     ]
     if not candidates:  # every input is in storage (e.g. a file on disk): compute on the default device
-        from ember.scheduler.devices import get_default_device
-
         return get_default_device()
     return max(candidates, key=lambda name: (weight[name], -order.index(name)))
 
 
 def compute_device(device: str) -> str:
     """`device`, or the default device when `device` only stores data (disk)."""
-    if get_device(device).info.can_run or device.startswith("dummy"):
-        return device
-    from ember.scheduler.devices import get_default_device
-
-    return get_default_device()
+    return device if _runs_ops(device) else get_default_device()
 
 
 def move_source(node: Node, device: str) -> Node:
@@ -48,3 +85,29 @@ def move_source(node: Node, device: str) -> Node:
     if node.op in FREE_SOURCES:
         return Node(node.op, (), node.arg, node.shape, node.dtype, device)
     return Node(Op.COPY, (node,), device, node.shape, node.dtype, device)
+
+
+def place_node(node: Node) -> tuple[Node, ...]:
+    """Place a node whose sources are placed: decide its device if the query has not, and replace (in node.srcs)
+    each source on another device by a COPY to it or a constant recreated there. Returns those new nodes (usually
+    none). The schedule's walk calls this for every node, sources first, so placing costs no walk of its own."""
+    device = node.device
+    if device is None:
+        device = node.device = _decide(node)
+    elif node.op is Op.COPY:  # a copy's source stays where it is
+        return ()
+    sources = node.srcs
+    for source in sources:
+        if source.device != device:
+            break
+    else:
+        return ()
+    node.srcs = tuple(move_source(source, device) for source in sources)
+    return tuple(new for new, old in zip(node.srcs, sources) if new is not old)
+
+
+def place(roots: list[Node]) -> None:
+    """Place every node under `roots` (as a realize does; for passes that look at a graph before its schedule)."""
+    for node in post_order(roots, lambda node: node.srcs):
+        if node.srcs:
+            place_node(node)

@@ -68,6 +68,7 @@ class Profile:
     bytes_allocated: int = 0
     realizes: int = 0
     peak_bytes: dict[str, int] = field(default_factory=dict)
+    programs_evicted: int = 0  # compiled kernels dropped from the bounded in-memory cache (compile_cache.py)
 
     @property
     def kernel_seconds(self) -> float:
@@ -75,7 +76,8 @@ class Profile:
 
     def __str__(self) -> str:
         lines = [f"{self.realizes} realizes, {len(self.kernels)} kernels, {len(self.compiles)} compiles, "
-                 f"{len(self.copies)} copies, {self.bytes_allocated} bytes allocated"]
+                 f"{len(self.copies)} copies, {self.bytes_allocated} bytes allocated"
+                 + (f", {self.programs_evicted} programs evicted" if self.programs_evicted else "")]
         for record in self.kernels:
             lines.append(f"  kernel {record.name:<40} {record.device:<10} {record.seconds * 1e6:10.1f} us")
         for record in self.compiles:

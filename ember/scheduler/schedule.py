@@ -10,6 +10,7 @@ from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.walk import post_order
 from ember.scheduler.kernelize import CopyItem, kernelize
+from ember.scheduler.placement import place_node
 
 MAX_CACHED_SCHEDULES = 4096
 
@@ -28,22 +29,30 @@ class CachedCopy(NamedTuple):
 
 
 def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
-    """A hashable description of the graph under `roots` (structure, not data) and its nodes in that order.
+    """A hashable description of the graph under `roots` (structure, not data) and its nodes in that order, after
+    placing every node on its device (the placement pass runs in this walk: `placement.place_node`, sources first).
 
     Realized nodes are leaves described by shape, dtype and device only; a node used twice appears once, so
     sharing is part of the structure."""
     index_of: dict[int, int] = {}
     nodes: list[Node] = []
     entries: list[tuple] = []
-    for node in post_order(roots, lambda node: node.srcs):  # a realized node (a BUFFER) has no sources
+
+    def add(node: Node) -> None:
         index_of[id(node)] = len(nodes)
         nodes.append(node)
         if node.op is Op.BUFFER:
             entries.append((node.shape, node.dtype, node.device))
-            continue
+            return
         arg = node.arg.hex() if node.op is Op.CONST and isinstance(node.arg, float) else node.arg
         entries.append((node.op, arg, node.shape, node.dtype, node.device,
                         tuple(index_of[id(source)] for source in node.srcs)))
+
+    for node in post_order(roots, lambda node: node.srcs):  # a realized node (a BUFFER) has no sources
+        if node.srcs:
+            for moved in place_node(node):  # COPY nodes (or constants made again) bringing sources to its device
+                add(moved)
+        add(node)
     key = (tuple(entries), tuple(index_of[id(root)] for root in roots))
     return key, nodes
 

@@ -151,6 +151,10 @@ class ShardedTensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, Lina
     def _apply(self, op: Op, *others: Any, arg: Any = None) -> Tensor | ShardedTensor:
         return apply_sharded(self, op, (self, *others), arg)
 
+    def _apply_as_operand(self, op: Op, sources: tuple[Any, ...], arg: Any) -> Tensor | ShardedTensor:
+        """Tensor._apply hands an op with a sharded operand (not the first) to it: it runs on the shards."""
+        return apply_sharded(self, op, sources, arg)
+
     # ---- whole-tensor operations ---------------------------------------------------------------------------
 
     def gather(self, device: str | None = None) -> Tensor:

@@ -1,0 +1,142 @@
+"""Device memory of realized nodes: Buffer, deferred frees behind events, uploads of host data, file mappings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ember.backends.base import COMPLETED, Device, Event, MemoryPool, wait_all
+from ember.core.dtype import DType
+from ember.core.errors import OutOfMemoryError
+from ember.core.graph import Node
+from ember.core.ops import Op
+from ember.core.shapes import prod
+from ember.scheduler import profile
+from ember.scheduler.devices import get_device
+
+
+class Buffer:
+    """Memory for one realized node, in one device's pool; released when the last node holding it is gone.
+
+    `event` completes when the command writing the buffer (a launch or a copy) has finished; `users` holds the
+    unfinished events of commands enqueued to read it. The memory goes back to its pool only when both are done
+    (unless the pool frees behind events itself), so dropping a tensor never blocks and never frees memory in use.
+    """
+
+    __slots__ = ("device", "device_name", "dtype", "event", "handle", "nbytes", "pool", "size", "users")
+
+    def __init__(self, device: Device, size: int, dtype: DType, handle: Any = None) -> None:
+        """Allocate from the device's pool, or adopt `handle` (memory the pool did not allocate, e.g. a mapping)."""
+        self.device = device
+        self.pool = device.pool
+        self.device_name = device.name
+        self.size = size
+        self.dtype = dtype
+        self.nbytes = size * dtype.itemsize
+        self.event: Event = COMPLETED
+        self.users: list[Event] = []
+        if handle is None:
+            self.handle = allocate(self.pool, self.nbytes)
+        else:
+            self.handle = handle
+            self.pool.adopt(self.nbytes)
+        for record in profile.current():
+            record.bytes_allocated += self.nbytes
+
+    def add_user(self, event: Event) -> None:
+        """Remember an enqueued command that reads this buffer (its memory must outlive the command)."""
+        if not self.pool.frees_behind_events and not event.done:
+            self.users = [user for user in self.users if not user.done]
+            self.users.append(event)
+
+    def __del__(self) -> None:
+        try:
+            if self.pool.frees_behind_events:
+                self.pool.release(self.handle, self.nbytes)
+                return
+            waiting = [event for event in (self.event, *self.users) if not event.done]
+            if waiting:
+                DEFERRED_FREES.append((self.pool, self.handle, self.nbytes, waiting))
+            else:
+                self.pool.release(self.handle, self.nbytes)
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown may have torn the pool down already
+            pass
+
+    def read(self) -> np.ndarray:
+        """The buffer's values; waits only for the command that writes it (and the copy out), not for the device."""
+        array = np.empty(self.size, dtype=self.dtype.numpy)
+        if self.nbytes:
+            self.pool.copy_out_async(memoryview(array).cast("B"), self.handle, pending(self.event)).wait()
+        else:
+            self.event.wait()
+        release_finished()
+        return array
+
+    def write(self, array: np.ndarray) -> None:
+        """Copy host values into this new buffer, waiting only for that copy (the caller's array may change next)."""
+        if self.nbytes:
+            self.pool.copy_in_async(self.handle, memoryview(np.ascontiguousarray(array)).cast("B")).wait()
+
+
+DEFERRED_FREES: list[tuple[MemoryPool, Any, int, list[Event]]] = []  # buffers dropped while commands still use them
+MAX_DEFERRED_FREES = 1024  # beyond this many, a realize waits for them (an event may report done only once waited)
+
+
+def release_finished(wait: bool = False) -> int:
+    """Give back to their pools the dropped buffers whose commands have finished (with `wait`: all of them, after
+    waiting for their events). Returns how many buffers are still waiting."""
+    still: list[tuple[MemoryPool, Any, int, list[Event]]] = []
+    while DEFERRED_FREES:
+        pool, handle, nbytes, events = DEFERRED_FREES.pop()
+        if wait:
+            wait_all(events)
+        if all(event.done for event in events):
+            pool.release(handle, nbytes)
+        else:
+            still.append((pool, handle, nbytes, events))
+    DEFERRED_FREES.extend(still)
+    return len(still)
+
+
+def allocate(pool: MemoryPool, nbytes: int) -> Any:
+    """Allocate from a pool; when it is full and dropped buffers wait behind events, wait for those and retry."""
+    try:
+        return pool.allocate(nbytes)
+    except OutOfMemoryError:
+        if not any(entry[0] is pool for entry in DEFERRED_FREES):
+            raise
+        release_finished(wait=True)
+        return pool.allocate(nbytes)
+
+
+def pending(*events: Event) -> tuple[Event, ...]:
+    """The events that have not finished yet (what a command must wait for)."""
+    return tuple(event for event in events if not event.done)
+
+
+def buffer_of(node: Node) -> Buffer:
+    """The device buffer of a realized node. A leaf made from host data (`ember.tensor`) gets its memory and its
+    values here, at its first use by a kernel or a copy; its host copy is dropped then."""
+    buffer = node.buffer
+    if buffer is None:
+        array = node.arg
+        buffer = Buffer(get_device(node.device), array.size, node.dtype)
+        buffer.write(array.reshape(-1))
+        node.buffer, node.arg = buffer, None
+    return buffer
+
+
+def mapped_node(path: str, offset: int, shape: tuple[int, ...], dtype: DType, device_name: str = "disk:0") -> Node:
+    """A realized leaf whose bytes stay in a file until a kernel needs them (a read-only memory map)."""
+    device = get_device(device_name)
+    size = prod(shape)
+    handle = device.pool.map_region(path, offset, size * dtype.itemsize)
+    node = Node(Op.BUFFER, (), None, tuple(shape), dtype, device.name)
+    node.buffer = Buffer(device, size, dtype, handle)
+    return node
+
+
+def read_node(node: Node) -> np.ndarray:
+    """The values of a realized node as a new numpy array of its shape."""
+    return buffer_of(node).read().reshape(node.shape)

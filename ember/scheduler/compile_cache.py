@@ -1,0 +1,208 @@
+"""Compiled kernels: lowering for a device (dtype checks, IR and source debug output), compiling in batches, the
+bounded in-memory cache by (device, kernel structure), and the CompileError fallback to narrower vectors."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+from ember.backends.base import Device, DeviceInfo, Program
+from ember.core.dtype import DType
+from ember.core.errors import CompileError, CompileFallbackWarning, DeviceError
+from ember.core.graph import Node
+from ember.core.ops import Op
+from ember.ir.ir import KernelIR
+from ember.ir.kernel import Kernel
+from ember.ir.opt import build_kernel_ir, narrower_capabilities
+from ember.ir.vectorize import vector_width
+from ember.scheduler import profile
+from ember.scheduler.devices import get_device
+from ember.scheduler.schedule import CachedCopy, CachedKernel
+
+MAX_COMPILED_PROGRAMS = 4096  # kernels kept compiled in memory (all devices); beyond it the least recently used go
+
+
+class CompiledKernel:
+    __slots__ = ("ir", "name", "program")
+
+    def __init__(self, ir: KernelIR, program: Program) -> None:
+        self.ir, self.program, self.name = ir, program, ir.name
+
+
+class CompileCache:
+    """(device name, kernel) -> CompiledKernel, least recently used dropped beyond `limit`; a dropped kernel is
+    compiled again when met (the backends' disk caches make that cheap). Evictions are counted here, in
+    `em.profile().programs_evicted`, and printed at EMBER_DEBUG=1."""
+
+    def __init__(self, limit: int = MAX_COMPILED_PROGRAMS) -> None:
+        self.limit = limit
+        self.entries: OrderedDict[tuple[str, Kernel], CompiledKernel] = OrderedDict()
+        self.evictions = 0
+        self._lock = threading.Lock()  # batches compile in threads (compile_ahead)
+
+    def get(self, key: tuple[str, Kernel]) -> CompiledKernel | None:
+        compiled = self.entries.get(key)
+        if compiled is not None:
+            self.entries.move_to_end(key)
+        return compiled
+
+    def put(self, key: tuple[str, Kernel], compiled: CompiledKernel) -> None:
+        with self._lock:
+            self.entries[key] = compiled
+            self.entries.move_to_end(key)
+            while len(self.entries) > self.limit:
+                (device_name, _), dropped = self.entries.popitem(last=False)
+                self.evictions += 1
+                for record in profile.current():
+                    record.programs_evicted += 1
+                profile.debug_print(1, f"  compile cache full ({self.limit} programs): dropped {dropped.name} "
+                                       f"on {device_name}")
+
+    def __contains__(self, key: tuple[str, Kernel]) -> bool:
+        return key in self.entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __iter__(self) -> Iterator[tuple[str, Kernel]]:
+        return iter(list(self.entries))
+
+    def items(self) -> list[tuple[tuple[str, Kernel], CompiledKernel]]:
+        return list(self.entries.items())
+
+    def values(self) -> list[CompiledKernel]:
+        return list(self.entries.values())
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+COMPILED = CompileCache()
+
+
+def kernel_name(kernel: Kernel) -> str:
+    """A readable, structure-unique name: r (has a reduce) or e, the output shape, and a short hash."""
+    has_reduce = any(step.op in (Op.SUM, Op.PROD, Op.REDUCE_MAX) for step in kernel.steps)
+    shape = "_".join(str(size) for size in kernel.output.shape) or "scalar"
+    digest = hashlib.blake2s(repr(kernel).encode(), digest_size=4).hexdigest()
+    return f"{'r' if has_reduce else 'e'}_{shape}_{digest}"
+
+
+def _value_dtypes(ir: KernelIR) -> set[DType]:
+    """The dtypes of every value a kernel computes (a device must support its intermediates too)."""
+    found, stack, seen = set(), [ir.sink], set()
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            found.add(node.dtype)
+            stack.extend(node.srcs)
+    return found
+
+
+def lower_for(device: Device, kernel: Kernel, capabilities: DeviceInfo | None = None) -> KernelIR:
+    """The kernel IR of a kernel for a device (with its capabilities unless others are given), after checking the
+    device supports its dtypes; EMBER_DEBUG=3 prints the linearized IR, 4 the generated source."""
+    ir = build_kernel_ir(kernel, kernel_name(kernel), capabilities or device.info)
+    unsupported = device.info.unsupported({param.dtype for param in ir.params} | _value_dtypes(ir))
+    if unsupported:
+        names = ", ".join(dtype.name for dtype in unsupported)
+        raise DeviceError(f"device {device.name} cannot run kernels on {names}; move the tensor to another device")
+    if profile.debug_level() >= 3:
+        from ember.ir.linearize import linearize
+
+        listing = "\n".join(f"  {item.kind:<10} {item.node.op.name:<10} {item.node.dtype.name}" for item in
+                             linearize(ir.sink))
+        profile.debug_print(3, f"IR of {ir.name} ({ir.global_size} work items):\n{listing}")
+    if profile.debug_level() >= 4:
+        profile.debug_print(4, device.render(ir))
+    return ir
+
+
+def compile_kernel(device: Device, kernel: Kernel) -> CompiledKernel:
+    """Lower, optimize for the device, and compile a kernel; cached in memory by (device, structure)."""
+    compiled = COMPILED.get((device.name, kernel))
+    return compiled if compiled is not None else compile_kernels(device, [kernel])[0]
+
+
+def compile_kernels(device: Device, kernels: list[Kernel]) -> list[CompiledKernel]:
+    """Compile several kernels for one device, in one compiler run where the device's `compile_many` makes one; if
+    that fails, one by one, a kernel the device cannot build with vectors again with narrower ones or none."""
+    start = time.perf_counter()
+    irs = [lower_for(device, kernel) for kernel in kernels]
+    try:
+        programs = device.compile_many(irs)
+    except CompileError as error:
+        built = [compile_narrower(device, kernel, ir, error) if len(kernels) == 1 else _compile_one(device, kernel, ir)
+                 for kernel, ir in zip(kernels, irs)]
+        irs, programs = [ir for ir, _ in built], [program for _, program in built]
+    seconds = (time.perf_counter() - start) / max(1, len(kernels))
+    results = []
+    for kernel, ir, program in zip(kernels, irs, programs):
+        compiled = CompiledKernel(ir, program)
+        COMPILED.put((device.name, kernel), compiled)
+        results.append(compiled)
+        for record in profile.current():
+            record.compiles.append(profile.CompileRecord(ir.name, device.name, seconds, from_cache=False))
+    return results
+
+
+def _compile_one(device: Device, kernel: Kernel, ir: KernelIR) -> tuple[KernelIR, Program]:
+    try:
+        return ir, device.compile_many([ir])[0]
+    except CompileError as error:
+        return compile_narrower(device, kernel, ir, error)
+
+
+def compile_narrower(device: Device, kernel: Kernel, failed: KernelIR, error: CompileError
+                     ) -> tuple[KernelIR, Program]:
+    """The kernel lowered with narrower vectors than `failed`, which the device could not build or launch, or with
+    none (opt.narrower_capabilities), with a one-line warning for each failure; the error if even that fails."""
+    for capabilities in narrower_capabilities(device.info, vector_width(failed)):
+        ir = lower_for(device, kernel, capabilities)
+        if vector_width(ir) >= vector_width(failed):
+            continue
+        warnings.warn(f"ember: {device.name} failed on kernel {failed.name} with {_vectors(failed)} "
+                      f"({str(error).splitlines()[0]}); using {_vectors(ir)} instead", CompileFallbackWarning,
+                      stacklevel=2)
+        try:
+            return ir, device.compile_many([ir])[0]
+        except CompileError as next_error:
+            failed, error = ir, next_error
+    raise error
+
+
+def _vectors(ir: KernelIR) -> str:
+    width = vector_width(ir)
+    return f"vectors of {width} float32 lanes" if width > 1 else "no vectors"
+
+
+def compile_ahead(items: list[CachedKernel | CachedCopy], graph_nodes: list[Node]) -> None:
+    """Compile the new kernels of a schedule before running it: in as many batches as there are cores (each one
+    compiler run) on devices that allow concurrent compiles, as one batch elsewhere. A cold start compiles many."""
+    missing: dict[str, dict[Kernel, None]] = {}
+    devices: dict[str, Device] = {}
+    for item in items:
+        if isinstance(item, CachedCopy) or graph_nodes[item.output].size == 0:
+            continue
+        device = get_device(graph_nodes[item.output].device)
+        if (device.name, item.kernel) not in COMPILED and device.info.can_run:
+            missing.setdefault(device.name, {})[item.kernel] = None
+            devices[device.name] = device
+    for name, kernels in missing.items():
+        device, batch = devices[name], list(kernels)
+        if len(batch) < 2:
+            continue
+        if not device.info.concurrent_compile:
+            compile_kernels(device, batch)
+            continue
+        workers = min(len(batch), os.cpu_count() or 1)
+        chunks = [batch[index::workers] for index in range(workers)]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(compile_kernels, [device] * len(chunks), chunks))

@@ -1,0 +1,51 @@
+"""Copies between pools: a COPY node's buffer filled from its source's, by the shortest route the pools offer."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ember.backends.base import COMPLETED, Event
+from ember.core.graph import Node
+from ember.scheduler import profile
+from ember.scheduler.buffers import Buffer, buffer_of, pending
+from ember.scheduler.devices import get_device
+
+
+def run_copy(output: Node, source_node: Node) -> None:
+    """Enqueue the copy of a buffer into another pool after the command writing it; the realize loop goes on at
+    once, and the launches reading the copy wait for its event."""
+    source = buffer_of(source_node)
+    target_device = get_device(output.device)
+    buffer = Buffer(target_device, output.size, output.dtype)
+    wait_for = pending(source.event)
+    event, route = enqueue_copy(buffer, source, wait_for)
+    buffer.event = event
+    source.add_user(event)
+    for record in profile.current():
+        record.copies.append((source.device_name, target_device.name, buffer.nbytes))
+    if profile.DebugLevel.value >= 1:
+        after = f", after {len(wait_for)} unfinished event{'s' * (len(wait_for) != 1)}" if wait_for else ""
+        profile.debug_print(1, f"  copy {source.device_name} -> {target_device.name}: {buffer.nbytes} bytes "
+                               f"({route}{after})")
+    output.become_buffer(buffer)
+
+
+def enqueue_copy(target: Buffer, source: Buffer, wait_for: tuple[Event, ...]) -> tuple[Event, str]:
+    """Enqueue a copy of `source`'s bytes into `target` (another pool): directly when the target pool reaches the
+    source pool, else through host memory (one copy when either pool is host memory, two through a staging array
+    otherwise). Returns the copy's event and how it went."""
+    nbytes = target.nbytes
+    if nbytes == 0:
+        return (wait_for[0] if len(wait_for) == 1 else COMPLETED), "empty"
+    event = target.pool.copy_from(target.handle, source.pool, source.handle, nbytes, wait_for)
+    if event is not None:
+        return event, "direct"
+    source_view = source.pool.host_view(source.handle, nbytes)
+    if source_view is not None:
+        return target.pool.copy_in_async(target.handle, source_view, wait_for), "from host memory"
+    target_view = target.pool.host_view(target.handle, nbytes)
+    if target_view is not None:
+        return source.pool.copy_out_async(target_view, source.handle, wait_for), "into host memory"
+    staging = memoryview(np.empty(nbytes, dtype=np.uint8))
+    staged = source.pool.copy_out_async(staging, source.handle, wait_for)
+    return target.pool.copy_in_async(target.handle, staging, (staged,)), "staged through host memory"

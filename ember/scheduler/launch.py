@@ -1,0 +1,54 @@
+"""Launching a kernel: its output buffer, the events it waits for, timing for em.profile and EMBER_DEBUG=2, and
+a relaunch with narrower vectors when the driver fails at the first launch."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ember.backends.base import Device, Event
+from ember.core.errors import CompileError
+from ember.core.graph import Node
+from ember.ir.kernel import Kernel
+from ember.scheduler import compile_cache, profile
+from ember.scheduler.buffers import Buffer, buffer_of, pending
+from ember.scheduler.compile_cache import CompiledKernel, compile_narrower
+from ember.scheduler.devices import get_device
+
+
+def run_kernel(output: Node, kernel: Kernel, inputs: list[Node]) -> None:
+    """Allocate the output, launch the kernel after the writers of its inputs, and make `output` a buffer leaf."""
+    device = get_device(output.device)
+    buffer = Buffer(device, output.size, output.dtype)
+    if output.size > 0:
+        compiled = compile_cache.compile_kernel(device, kernel)  # through the module: tests wrap it
+        if device.info.can_run:
+            input_buffers = [buffer_of(node) for node in inputs]
+            handles: list[Any] = [buffer.handle, *(input_buffer.handle for input_buffer in input_buffers)]
+            timed = bool(profile.current()) or profile.DebugLevel.value >= 2
+            start = time.perf_counter() if timed else 0.0
+            event = launch(device, kernel, compiled, handles, pending(*(source.event for source in input_buffers)))
+            buffer.event = event
+            for input_buffer in input_buffers:
+                input_buffer.add_user(event)
+            if timed:
+                event.wait()
+                seconds = time.perf_counter() - start
+                for record in profile.current():
+                    record.kernels.append(profile.KernelRecord(compiled.name, device.name, seconds,
+                                                               compiled.ir.global_size))
+                profile.debug_print(2, f"  {compiled.name:<40} {device.name:<10} {seconds * 1e6:10.1f} us")
+    output.become_buffer(buffer)
+
+
+def launch(device: Device, kernel: Kernel, compiled: CompiledKernel, handles: list[Any],
+           wait_for: tuple[Event, ...]) -> Event:
+    """Launch a compiled kernel; one the device fails to launch with vectors (a driver making its machine code at
+    the first launch) is compiled and launched again with narrower vectors or none."""
+    while True:
+        try:
+            return compiled.program(handles, compiled.ir.global_size, wait_for)
+        except CompileError as error:
+            ir, program = compile_narrower(device, kernel, compiled.ir, error)
+            compiled = CompiledKernel(ir, program)
+            compile_cache.COMPILED.put((device.name, kernel), compiled)

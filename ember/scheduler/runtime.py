@@ -1,0 +1,27 @@
+"""The scheduler's implementation of core's runtime interface (core/runtime.py), installed when ember is imported."""
+
+from __future__ import annotations
+
+from ember.core import runtime
+from ember.scheduler import devices
+from ember.scheduler.buffers import read_node
+from ember.scheduler.placement import device_of
+from ember.scheduler.realize import realize_nodes
+from ember.scheduler.sharding import shard
+
+
+class SchedulerRuntime(runtime.Runtime):
+    """Core's calls go straight to the scheduler's functions (no wrapper on the per-op path)."""
+
+    realize = staticmethod(realize_nodes)  # type: ignore[assignment]
+    read = staticmethod(read_node)  # type: ignore[assignment]
+    device_of = staticmethod(device_of)  # type: ignore[assignment]
+    resolve_device = staticmethod(devices.resolve_device)  # type: ignore[assignment]
+    default_device = staticmethod(devices.get_default_device)  # type: ignore[assignment]
+    backend_device = staticmethod(devices.backend_device)  # type: ignore[assignment]
+    shard = staticmethod(shard)  # type: ignore[assignment]
+
+
+def install() -> None:
+    """Make the scheduler the runtime core calls (done once, by `import ember`)."""
+    runtime.install(SchedulerRuntime())
