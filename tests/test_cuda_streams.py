@@ -129,8 +129,8 @@ def test_the_stream_driver_matches_cuda_python_names() -> None:
 def test_launch_waits_for_the_copy_on_the_gpu_not_the_host(streams: tuple[StreamDriver, cuda.CudaDevice]) -> None:
     driver, device = streams
     a_data, b_data = random_array((7, 9)), random_array((9, 4), seed=1)
-    b = em.tensor(b_data, device="cuda:0")
-    a = em.tensor(a_data, device="c")
+    b = em.tensor(b_data, device="cuda:0").realize()  # uploaded now (em.tensor alone uploads at first use)
+    a = em.tensor(a_data, device="c").realize()
     syncs = driver.host_syncs
     result = (a.to("cuda:0") @ b).relu().realize()
     assert driver.host_syncs == syncs  # the copy and the launch are queued; nothing waited
@@ -165,7 +165,7 @@ def test_a_device_to_device_copy_stays_on_the_gpu(streams: tuple[StreamDriver, c
     second.name, second.context = "cuda:1", device.context  # a second device sharing the context: DtoD
     monkeypatch.setitem(REGISTRY.devices, "cuda", [device, second])
     data = random_array((4, 6))
-    x = em.tensor(data, device="cuda:0") * 3
+    x = em.tensor(data, device="cuda:0").realize() * 3  # uploaded now, through a staging buffer
     before = set(driver.host_memory)
     moved = x.to("cuda:1").realize()
     assert any(kind == "run" for kind, _, pointers in driver.queues[second.transfer_stream] if len(pointers) == 2)

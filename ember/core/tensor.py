@@ -56,6 +56,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
     __slots__ = ("__weakref__", "_context", "_hooks", "_requires_grad", "_retains_grad", "_sequence", "grad", "node")
     __array_priority__ = 1000  # numpy defers to Tensor's reflected operators
     is_sharded = False  # a sharded kind (ShardedTensor) takes over the ops it is an operand of: _apply_as_operand
+    _apply_as_operand: Callable[[Op, tuple[Any, ...], Any], Any]  # defined by the sharded kinds only
 
     def __init__(
         self,

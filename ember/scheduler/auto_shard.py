@@ -4,6 +4,8 @@ output lives."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.shapes import prod
@@ -48,7 +50,7 @@ def shard_plan(root: Node, devices: list[str]) -> Node | None:
     """A node computing root's value with its first dim split across devices, or None if it is not worth it."""
     if root.op in (Op.COPY, Op.BUFFER) or not root.shape or prod(root.shape) < MINIMUM_ELEMENTS:
         return None
-    if len(devices) < 2 or root.shape[0] < len(devices) or not get_device(root.device).info.can_run:
+    if len(devices) < 2 or root.shape[0] < len(devices) or not get_device(cast(str, root.device)).info.can_run:
         return None
     rows = root.shape[0]
     base, extra = divmod(rows, len(devices))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -121,7 +121,7 @@ def buffer_of(node: Node) -> Buffer:
     buffer = node.buffer
     if buffer is None:
         array = node.arg
-        buffer = Buffer(get_device(node.device), array.size, node.dtype)
+        buffer = Buffer(get_device(cast(str, node.device)), array.size, node.dtype)
         buffer.write(array.reshape(-1))
         node.buffer, node.arg = buffer, None
     return buffer

@@ -11,6 +11,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 from ember.backends.base import Device, DeviceInfo, Program
 from ember.core.dtype import DType
@@ -64,7 +65,7 @@ class CompileCache:
                 profile.debug_print(1, f"  compile cache full ({self.limit} programs): dropped {dropped.name} "
                                        f"on {device_name}")
 
-    def __contains__(self, key: tuple[str, Kernel]) -> bool:
+    def __contains__(self, key: object) -> bool:
         return key in self.entries
 
     def __len__(self) -> int:
@@ -191,7 +192,7 @@ def compile_ahead(items: list[CachedKernel | CachedCopy], graph_nodes: list[Node
     for item in items:
         if isinstance(item, CachedCopy) or graph_nodes[item.output].size == 0:
             continue
-        device = get_device(graph_nodes[item.output].device)
+        device = get_device(cast(str, graph_nodes[item.output].device))
         if (device.name, item.kernel) not in COMPILED and device.info.can_run:
             missing.setdefault(device.name, {})[item.kernel] = None
             devices[device.name] = device

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from ember.backends.base import COMPLETED, Event
@@ -15,7 +17,7 @@ def run_copy(output: Node, source_node: Node) -> None:
     """Enqueue the copy of a buffer into another pool after the command writing it; the realize loop goes on at
     once, and the launches reading the copy wait for its event."""
     source = buffer_of(source_node)
-    target_device = get_device(output.device)
+    target_device = get_device(cast(str, output.device))
     buffer = Buffer(target_device, output.size, output.dtype)
     wait_for = pending(source.event)
     event, route = enqueue_copy(buffer, source, wait_for)

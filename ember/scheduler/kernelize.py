@@ -12,7 +12,7 @@ steps) costs linear work, not quadratic. A kernel never reads more buffers than 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from ember.core.graph import Node
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
@@ -188,7 +188,7 @@ def _buffer_limit_cuts(kernel_roots: list[Node], boundaries: dict[int, Node], bu
     for root in kernel_roots:
         if root.op is Op.COPY:
             continue
-        budget = buffer_limit(root.device) - 1
+        budget = buffer_limit(cast(str, root.device)) - 1  # placed by the schedule's walk
         interior = _interior(root, boundaries)
         computed = {id(node) for node in interior}
         reads: dict[int, frozenset[int]] = {}

@@ -4,7 +4,7 @@ a relaunch with narrower vectors when the driver fails at the first launch."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 from ember.backends.base import Device, Event
 from ember.core.errors import CompileError
@@ -18,7 +18,7 @@ from ember.scheduler.devices import get_device
 
 def run_kernel(output: Node, kernel: Kernel, inputs: list[Node]) -> None:
     """Allocate the output, launch the kernel after the writers of its inputs, and make `output` a buffer leaf."""
-    device = get_device(output.device)
+    device = get_device(cast(str, output.device))  # every node of a schedule is placed
     buffer = Buffer(device, output.size, output.dtype)
     if output.size > 0:
         compiled = compile_cache.compile_kernel(device, kernel)  # through the module: tests wrap it

@@ -3,6 +3,8 @@ order, releasing every intermediate buffer after its last reader; EMBER_DEBUG=1 
 
 from __future__ import annotations
 
+from typing import cast
+
 from ember.backends.config import CONFIG
 from ember.core.graph import Node
 from ember.scheduler import profile
@@ -50,7 +52,7 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
             last_use[index] = position
     live = {index: graph_nodes[index] for index in last_use}
     del graph_nodes
-    pools = {get_device(live[item.output].device).pool for item in items}
+    pools = {get_device(cast(str, live[item.output].device)).pool for item in items}
     for pool in pools:
         pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
     for position, item in enumerate(items):

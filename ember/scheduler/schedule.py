@@ -9,6 +9,7 @@ from typing import NamedTuple
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.walk import post_order
+from ember.ir.kernel import Kernel
 from ember.scheduler.kernelize import CopyItem, kernelize
 from ember.scheduler.placement import place_node
 
@@ -20,7 +21,7 @@ class CachedKernel(NamedTuple):
 
     output: int
     inputs: tuple[int, ...]
-    kernel: object  # ember.ir.kernel.Kernel
+    kernel: Kernel
 
 
 class CachedCopy(NamedTuple):
