@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
-from ember.core.ops import Op
+from ember.core.ops import REDUCE_COMBINE, Op, reduce_identity
 from ember.core.walk import compute_bottom_up
 from ember.ir.ir import IRNode, IROp, KernelIR
 from ember.ir.linearize import linearize
@@ -232,7 +232,7 @@ class CStyleRenderer:
                 name = f"acc{counter}"
                 counter += 1
                 names[id(node)] = name
-                initial = self.constant(self.identity(node), node.dtype)
+                initial = self.constant(reduce_identity(node.arg, node.dtype), node.dtype)
                 if node.width > 1:
                     initial = self.vector_build([initial] * node.width, node.dtype, node.width)
                 body.append(f"{pad}{self.value_type(node)} {name} = {initial};")
@@ -240,8 +240,7 @@ class CStyleRenderer:
                 name = names[id(node)]
                 value = operand(node.srcs[0])
                 if node.arg in (Op.SUM, Op.PROD) and node.dtype in WRAPPING_UNSIGNED:
-                    op = Op.ADD if node.arg is Op.SUM else Op.MUL
-                    body.append(f"{pad}{name} = {self.wrapping(op, [name, value], node.dtype)};")
+                    body.append(f"{pad}{name} = {self.wrapping(REDUCE_COMBINE[node.arg], [name, value], node.dtype)};")
                 elif node.arg is Op.SUM:
                     body.append(f"{pad}{name} += {value};")
                 elif node.arg is Op.PROD:
@@ -359,14 +358,6 @@ class CStyleRenderer:
             one = self.vector_build([self.constant(1.0, node.dtype)] * node.width, node.dtype, node.width)
             return f"({one}/{operands[0]})"
         return self.alu[node.op](operands, node.dtype, node.srcs[0].dtype)
-
-    @staticmethod
-    def identity(node: IRNode) -> object:
-        if node.arg is Op.SUM:
-            return 0
-        if node.arg is Op.PROD:
-            return 1
-        return dtypes.min_value(node.dtype)
 
 
 def lane_dtype(node: IRNode) -> DType:

@@ -25,7 +25,7 @@ from ember.backends.libm import expand_math
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import CompileError
-from ember.core.ops import ELEMENTWISE_OPS, Op
+from ember.core.ops import ELEMENTWISE_OPS, REDUCE_COMBINE, Op, reduce_identity
 from ember.ir.ir import IRNode, IROp, KernelIR
 from ember.ir.linearize import linearize
 from ember.ir.vectorize import topological_nodes
@@ -526,14 +526,14 @@ class PTXRenderer:
                 e.emit("bra", loops[id(node)], guard=again)
             elif instruction.kind == "define_acc":
                 accumulator = names[id(node)] = e.register(KIND[node.dtype])
-                identity = _reduce_identity(node)
+                identity = reduce_identity(node.arg, node.dtype)
                 if node.dtype.is_bool:
                     e.emit("setp.ne.u32", accumulator, "1" if identity else "0", "0")
                 else:
                     e.emit(f"mov.{KIND[node.dtype]}", accumulator, immediate(identity, node.dtype))
             elif instruction.kind == "update_acc":
                 accumulator = names[id(node)]
-                combine = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.REDUCE_MAX: Op.MAX}[node.arg]
+                combine = REDUCE_COMBINE[node.arg]
                 ALU[combine](e, accumulator, [accumulator, operand(node.srcs[0])], node.dtype, node.dtype)
                 if combine in WRAPPING_OPS and node.dtype.itemsize < 4 and node.dtype.is_int:
                     e.wrap(accumulator, accumulator, node.dtype)
@@ -594,14 +594,6 @@ def _shared_nodes(sink: IRNode) -> set[int]:
         for source in node.srcs:
             (shared if id(source) in seen else seen).add(id(source))
     return shared
-
-
-def _reduce_identity(node: IRNode) -> object:
-    if node.arg is Op.SUM:
-        return 0
-    if node.arg is Op.PROD:
-        return 1
-    return dtypes.min_value(node.dtype)
 
 
 def ptxas_path() -> str | None:

@@ -23,7 +23,7 @@ from ember.backends.libm import expand_math
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import CompileError
-from ember.core.ops import ELEMENTWISE_OPS, Op
+from ember.core.ops import ELEMENTWISE_OPS, REDUCE_COMBINE, Op, reduce_identity
 from ember.ir.ir import IRNode, IROp, KernelIR
 from ember.ir.linearize import linearize
 
@@ -383,11 +383,11 @@ class WGSLRenderer:
             elif instruction.kind == "define_acc":
                 name = names[id(node)] = f"acc{counter}"
                 counter += 1
-                identity = self.constant(_reduce_identity(node), node.dtype)
+                identity = self.constant(reduce_identity(node.arg, node.dtype), node.dtype)
                 body.append(f"{pad}var {name}: {self.value_type(node.dtype)} = {identity};")
             elif instruction.kind == "update_acc":
                 name = names[id(node)]
-                combine = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.REDUCE_MAX: Op.MAX}[node.arg]
+                combine = REDUCE_COMBINE[node.arg]
                 update = self.alu[combine]([name, operand(node.srcs[0])], node.dtype, node.dtype)
                 if combine in WRAPPING_OPS:
                     update = self.wrap(update, node.dtype)
@@ -501,10 +501,3 @@ def _is_zero(node: IRNode) -> bool:
 def _as_u32(shift: str) -> str:
     return shift if shift.endswith("u") and shift[:-1].isdigit() else f"u32({shift})"
 
-
-def _reduce_identity(node: IRNode) -> object:
-    if node.arg is Op.SUM:
-        return 0
-    if node.arg is Op.PROD:
-        return 1
-    return dtypes.min_value(node.dtype)
