@@ -9,7 +9,7 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import REDUCE_COMBINE, Op, reduce_identity
 from ember.core.walk import compute_bottom_up
-from ember.ir.ir import IRNode, IROp, KernelIR
+from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
 from ember.ir.linearize import linearize
 
 Template = Callable[[list[str], DType, DType], str]  # (operands, result dtype, operand dtype) -> expression
@@ -214,7 +214,7 @@ class CStyleRenderer:
                 return f"data{node.arg[0]}"
             return names[id(node)]
 
-        names.update({id(node): "gid" for node in _global_ids(kernel.sink)})
+        names.update({id(node): "gid" for node in topological_nodes(kernel.sink) if node.op is IROp.GLOBAL_ID})
         body: list[str] = []
         counter = 0
         for instruction in instructions:
@@ -375,29 +375,7 @@ MASK_TYPES = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
 
 def vector_nodes(sink: IRNode) -> list[IRNode]:
     """The vector nodes of a kernel (and the vectors its GEPs read)."""
-    found, stack, seen = [], [sink], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.width > 1:
-            found.append(node)
-        stack.extend(node.srcs)
-    return found
-
-
-def _global_ids(sink: IRNode) -> list[IRNode]:
-    found, stack, seen = [], [sink], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.op is IROp.GLOBAL_ID:
-            found.append(node)
-        stack.extend(node.srcs)
-    return found
+    return [node for node in topological_nodes(sink) if node.width > 1]
 
 
 def bitcast_helpers(types: dict[DType, str], pairs: set[tuple[DType, DType]], inline: str = "static inline") -> str:
@@ -412,13 +390,4 @@ def bitcast_helpers(types: dict[DType, str], pairs: set[tuple[DType, DType]], in
 
 
 def used_bitcasts(sink: IRNode) -> set[tuple[DType, DType]]:
-    pairs, stack, seen = set(), [sink], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.op is Op.BITCAST:
-            pairs.add((node.dtype, node.srcs[0].dtype))
-        stack.extend(node.srcs)
-    return pairs
+    return {(node.dtype, node.srcs[0].dtype) for node in topological_nodes(sink) if node.op is Op.BITCAST}

@@ -17,8 +17,7 @@ from collections.abc import Iterable
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import Op
-from ember.ir.ir import Builder, IRNode, IROp, KernelIR
-from ember.ir.vectorize import topological_nodes
+from ember.ir.ir import Builder, IRNode, IROp, KernelIR, topological_nodes
 
 MathOps = frozenset[tuple[Op, DType]]
 

@@ -26,9 +26,8 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import CompileError
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_COMBINE, Op, reduce_identity
-from ember.ir.ir import IRNode, IROp, KernelIR
+from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
 from ember.ir.linearize import linearize
-from ember.ir.vectorize import topological_nodes
 
 DEFAULT_TARGET = "sm_75"
 ASSEMBLY_TARGETS = ("sm_75", "sm_80", "sm_90")

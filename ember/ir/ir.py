@@ -11,7 +11,7 @@ from typing import Any
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import Op
-from ember.core.walk import compute_bottom_up
+from ember.core.walk import compute_bottom_up, post_order
 
 
 class IROp(Enum):
@@ -65,6 +65,11 @@ class IRNode:
     @property
     def is_const(self) -> bool:
         return self.op is IROp.CONST
+
+
+def topological_nodes(root: IRNode) -> list[IRNode]:
+    """Every node under root (root included), sources before their users."""
+    return post_order([root], lambda node: node.srcs)
 
 
 @dataclass(frozen=True)

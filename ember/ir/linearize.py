@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ember.core.walk import compute_bottom_up, post_order
+from ember.core.walk import compute_bottom_up, post_order, pre_order
 from ember.ir.ir import IRNode, IROp
 
 
@@ -47,18 +47,9 @@ class Linearizer:
         self.ranges_of = LoopVariables()
         self.reduce_groups: dict[tuple[int, ...], list[IRNode]] = {}
         self.open: set[int] = set()  # the loop variables of the loops open at the current instruction
-        self._collect(sink, set())
-
-    def _collect(self, root: IRNode, seen: set[int]) -> None:
-        stack = [root]
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
+        for node in pre_order([sink], lambda node: node.srcs):  # the order decides the accumulators' order
             if node.op is IROp.REDUCE:
                 self.reduce_groups.setdefault(tuple(id(r) for r in node.srcs[1:]), []).append(node)
-            stack.extend(node.srcs)
 
     def _topological(self, roots: list[IRNode]) -> list[IRNode]:
         """Nodes under roots not yet emitted, sources first; stops at emitted nodes and at reduces (a unit)."""
