@@ -21,12 +21,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ember.backends.libm import expand_math
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import CompileError
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_COMBINE, Op, reduce_identity
 from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
+from ember.ir.libm import expand_math
 from ember.ir.linearize import linearize
 
 DEFAULT_TARGET = "sm_75"

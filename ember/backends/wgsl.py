@@ -19,12 +19,12 @@ import math
 import struct
 from collections.abc import Callable
 
-from ember.backends.libm import expand_math
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import CompileError
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_COMBINE, Op, reduce_identity
 from ember.ir.ir import IRNode, IROp, KernelIR
+from ember.ir.libm import expand_math
 from ember.ir.linearize import linearize
 
 WORKGROUP_SIZE = 64

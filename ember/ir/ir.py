@@ -3,6 +3,7 @@ by the rules of ir/simplify.py)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from dataclasses import dataclass
@@ -69,9 +70,11 @@ class IRNode:
         return self.op is IROp.CONST
 
 
-def topological_nodes(root: IRNode) -> list[IRNode]:
-    """Every node under root (root included), sources before their users."""
-    return post_order([root], lambda node: node.srcs)
+@functools.lru_cache(maxsize=16)
+def topological_nodes(root: IRNode) -> tuple[IRNode, ...]:
+    """Every node under root (root included), sources before their users. Nodes never change, so the last few
+    answers are kept: a renderer and its helpers ask for the nodes of one kernel several times."""
+    return tuple(post_order([root], lambda node: node.srcs))
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,7 @@ class Builder:
             arg_key = (type(arg), arg, math.copysign(1.0, arg) if isinstance(arg, float) else 1.0)
         else:
             arg_key = arg
-        key = (op, dtype, tuple(id(src) for src in srcs), arg_key, width)
+        key = (op, dtype, tuple(map(id, srcs)), arg_key, width)
         node = self._nodes.get(key)
         if node is None:
             node = IRNode(op, dtype, srcs, arg, minimum, maximum, width)
@@ -276,9 +279,14 @@ class Builder:
 
     def alu(self, op: Op, dtype: DType, *srcs: IRNode, arg: Any = None) -> IRNode:
         """An ALU node, or what the first rule of the builder's table (ir/simplify.py) that fires on it gives."""
-        replacement = self.rules.first(self, IRNode(op, dtype, srcs, arg, -math.inf, math.inf))
-        if replacement is not None:
-            return replacement
+        rules = self.rules.by_op.get(op)
+        if rules is not None:
+            candidate = IRNode(op, dtype, srcs, arg, -math.inf, math.inf)
+            for rule in rules:
+                if rule.applies(candidate):
+                    replacement = rule.build(self, candidate)
+                    if replacement is not None:
+                        return replacement
         minimum, maximum = _bounds(op, dtype, srcs)
         return self._make(op, dtype, srcs, arg, minimum, maximum)
 

@@ -55,32 +55,33 @@ def rewrite(root: IRNode, rules: RuleTable, builder: Builder) -> IRNode:
     nodes are rewritten in turn and the node stands for the replacement's rewritten form. A rule set that keeps
     producing new matches does not terminate, as with any rewriting to a fixed point."""
     normal: dict[int, IRNode] = {}  # id of a node (old or built) -> its rewritten form
-    replaced: dict[int, IRNode] = {}  # id of an old node -> the replacement a rule gave (waiting to be rewritten)
-    stack: list[tuple[IRNode, bool]] = [(root, False)]  # (node, built by `builder` already)
+    replaced: dict[int, IRNode] = {}  # id of a node -> the replacement a rule gave (waiting to be rewritten)
+    by_op = rules.by_op
+    # (node, built by `builder` already, sources pushed already)
+    stack: list[tuple[IRNode, bool, bool]] = [(root, False, False)]
     while stack:
-        node, built = stack[-1]
-        if id(node) in normal:
-            stack.pop()
+        node, built, expanded = stack.pop()
+        key = id(node)
+        if key in normal:
             continue
-        replacement = replaced.get(id(node))
+        if not expanded:
+            stack.append((node, built, True))
+            stack.extend((source, built, False) for source in reversed(node.srcs) if id(source) not in normal)
+            continue
+        replacement = replaced.pop(key, None)
         if replacement is not None:
-            stack.pop()
-            normal[id(node)] = normal[id(replacement)]
-            continue
-        waiting = [(source, built) for source in node.srcs if id(source) not in normal]
-        if waiting:
-            stack.extend(reversed(waiting))
+            normal[key] = normal[id(replacement)]
             continue
         sources = [normal[id(source)] for source in node.srcs]
         if built and all(new is old for new, old in zip(sources, node.srcs)):
             rebuilt = node
         else:
             rebuilt = builder.rebuild(node, sources)
-        replacement = rules.first(builder, rebuilt)
+        replacement = rules.first(builder, rebuilt) if rebuilt.op in by_op else None
         if replacement is None or replacement is rebuilt:
-            stack.pop()
-            normal[id(node)] = normal[id(rebuilt)] = rebuilt
+            normal[key] = normal[id(rebuilt)] = rebuilt
         else:  # rewrite what the rule built (its sources are rewritten already), then come back to this node
-            replaced[id(node)] = replacement
-            stack.append((replacement, True))
+            replaced[key] = replacement
+            stack.append((node, built, True))
+            stack.append((replacement, True, False))
     return normal[id(root)]

@@ -10,7 +10,7 @@ from typing import Any
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import Op
-from ember.ir.ir import Builder, IRNode, linear_terms
+from ember.ir.ir import Builder, IRNode, IROp, linear_terms
 from ember.ir.rewrite import Rule, RuleTable
 
 
@@ -59,9 +59,11 @@ FOLD: dict[Op, Callable[[DType, list[Any]], Any]] = {
 
 
 def _foldable(node: IRNode) -> bool:
+    for src in node.srcs:
+        if src.op is not IROp.CONST:
+            return False
     # a half constant is rendered by a cast, so a CAST to a half type stays
-    return all(src.is_const for src in node.srcs) and not (
-        node.op is Op.CAST and node.dtype in (dtypes.float16, dtypes.bfloat16))
+    return not (node.op is Op.CAST and node.dtype in (dtypes.float16, dtypes.bfloat16))
 
 
 def _fold(builder: Builder, node: IRNode) -> IRNode | None:
