@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,7 +25,7 @@ def _plain_builder() -> Builder:
 
 def _evaluate(root: IRNode, x: float) -> float:
     """The value of a float DAG over one LOAD (bound to x), computed with numpy float32 (an independent truth)."""
-    values: dict[int, np.float32] = {}
+    values: dict[int, Any] = {}
     for node in topological_nodes(root):
         if node.op is IROp.CONST:
             values[id(node)] = np.float32(node.arg)
@@ -34,7 +35,8 @@ def _evaluate(root: IRNode, x: float) -> float:
             values[id(node)] = np.float32(0)
         else:
             operands = [values[id(src)] for src in node.srcs]
-            values[id(node)] = {Op.ADD: np.add, Op.MUL: np.multiply, Op.SUB: np.subtract}[node.op](*operands)
+            functions: dict[Any, Any] = {Op.ADD: np.add, Op.MUL: np.multiply, Op.SUB: np.subtract}
+            values[id(node)] = functions[node.op](*operands)
     return float(values[id(root)])
 
 
@@ -114,7 +116,7 @@ def test_the_simplifier_is_a_table_run_as_nodes_are_built() -> None:
     assert b.alu(Op.ADD, F32, y, b.const(0.0, F32)).op is Op.ADD
 
 
-@pytest.mark.parametrize("op", sorted(FOLD, key=lambda op: op.name))
+@pytest.mark.parametrize("op", sorted(FOLD, key=str))
 def test_constant_folding_matches_numpy(op: Op) -> None:
     """Each folder against numpy's result on int32 values (C semantics: truncating division, x // 0 = 0)."""
     b = Builder()
@@ -129,6 +131,7 @@ def test_constant_folding_matches_numpy(op: Op) -> None:
 def _fold_case(b: Builder, op: Op, a: int, c: int) -> tuple[IRNode, object]:
     """The node the builder makes of op on constants a (and c), and numpy's value of it."""
     left, right = np.int32(a), np.int32(c)
+    expected: Any
     if op in (Op.NEG, Op.NOT, Op.CAST):
         expected = {Op.NEG: -left, Op.NOT: ~left, Op.CAST: left}[op]
         node = b.alu(op, I32, b.const(a, I32))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import cast
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
@@ -342,7 +343,7 @@ class CStyleRenderer:
         """Signed int/long arithmetic that may overflow wraps like PyTorch's; index math whose IR bounds fit keeps
         the plain (faster) form."""
         if node.dtype in WRAPPING_UNSIGNED and not fits(node.dtype, value_bounds(node, self._bounds)):
-            return self.wrapping(node.op, [operand(src) for src in node.srcs], node.dtype)
+            return self.wrapping(cast(Op, node.op), [operand(src) for src in node.srcs], node.dtype)
         return self.alu_expression(node, operand)
 
     # ---- vectors: a renderer whose device lists DeviceInfo.vector_ops implements these ------------------------

@@ -136,9 +136,10 @@ class Builder:
 
     def __init__(self, rules: RuleTable | None = None) -> None:
         if rules is None:
-            from ember.ir.simplify import SIMPLIFY as rules  # the table is written with this module's nodes
+            from ember.ir.simplify import SIMPLIFY  # the table is written with this module's nodes
 
-        self.rules = rules
+            rules = SIMPLIFY
+        self.rules: RuleTable = rules
         self._nodes: dict[tuple, IRNode] = {}
         self.loop_count = 0
         self.local_count = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
@@ -68,7 +68,7 @@ def _foldable(node: IRNode) -> bool:
 
 def _fold(builder: Builder, node: IRNode) -> IRNode | None:
     try:
-        value = FOLD[node.op](node.dtype, [src.arg for src in node.srcs])
+        value = FOLD[cast(Op, node.op)](node.dtype, [src.arg for src in node.srcs])
     except (OverflowError, ValueError, ZeroDivisionError):
         return None
     if value is None or (node.dtype.is_int and isinstance(value, float)):
@@ -178,14 +178,15 @@ def _second(builder: Builder, node: IRNode) -> IRNode:
 
 
 def _swapped(builder: Builder, node: IRNode) -> IRNode:
-    return builder.alu(node.op, node.dtype, node.srcs[1], node.srcs[0])
+    return builder.alu(cast(Op, node.op), node.dtype, node.srcs[1], node.srcs[0])
 
 
 def _merge_inner_constant(builder: Builder, node: IRNode) -> IRNode:
     """(x + c1) + c2 -> x + (c1 + c2) and (x * c1) * c2 -> x * (c1 * c2)."""
     inner, outer = node.srcs
-    merged = FOLD[node.op](node.dtype, [inner.srcs[1].arg, outer.arg])
-    return builder.alu(node.op, node.dtype, inner.srcs[0], builder.const(merged, node.dtype))
+    op = cast(Op, node.op)
+    merged = FOLD[op](node.dtype, [inner.srcs[1].arg, outer.arg])
+    return builder.alu(op, node.dtype, inner.srcs[0], builder.const(merged, node.dtype))
 
 
 def _distribute(builder: Builder, node: IRNode) -> IRNode:
