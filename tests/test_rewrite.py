@@ -76,6 +76,23 @@ def test_a_rule_that_declines_leaves_the_node() -> None:
     assert calls == [Op.ADD] and result.op is Op.ADD and result.srcs[1].arg == 1.0
 
 
+def test_a_final_rule_is_not_applied_to_what_it_built() -> None:
+    """`final` promises the replacement needs no rewriting: x * 2 -> (x * 2) + 0 stops after one step (without
+    the promise the same rule would fire on its own x * 2 forever)."""
+    b = _plain_builder()
+    x = b.load(b.param(0, F32, False), b.const(0, I32), None)
+    root = b.alu(Op.MUL, F32, x, b.const(2.0, F32))
+    calls = []
+
+    def build(builder: Builder, node: IRNode) -> IRNode:
+        calls.append(node)
+        return builder.alu(Op.ADD, F32, builder.alu(Op.MUL, F32, *node.srcs), builder.const(0.0, F32))
+
+    rule = Rule("x * 2 -> (x * 2) + 0", frozenset({Op.MUL}), lambda node: True, build, final=True)
+    result = rewrite(root, RuleTable([rule]), _plain_builder())
+    assert len(calls) == 1 and result.op is Op.ADD and result.srcs[0].op is Op.MUL
+
+
 def test_rewrite_takes_no_recursion_on_a_chain_of_100000_nodes() -> None:
     """Every node of a long chain is rewritten (x + 1 -> x - (-1)) under Python's default recursion limit."""
     assert sys.getrecursionlimit() <= 10_000

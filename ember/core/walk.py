@@ -41,13 +41,14 @@ def pre_order(starts: Iterable[Node], children: Callable[[Node], Iterable[Node]]
     ordered: list[Node] = []
     placed: set[int] = set()
     stack = list(starts)[::-1]
+    pop, extend, place, append = stack.pop, stack.extend, placed.add, ordered.append
     while stack:
-        node = stack.pop()
-        if id(node) in placed:
+        node = pop()
+        if id(node) in placed:  # (a child reached before is pushed anyway and skipped here: the same order)
             continue
-        placed.add(id(node))
-        ordered.append(node)
-        stack.extend(child for child in children(node) if id(child) not in placed)
+        place(id(node))
+        append(node)
+        extend(children(node))
     return ordered
 
 

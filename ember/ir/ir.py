@@ -280,12 +280,12 @@ class Builder:
 
     def alu(self, op: Op, dtype: DType, *srcs: IRNode, arg: Any = None) -> IRNode:
         """An ALU node, or what the first rule of the builder's table (ir/simplify.py) that fires on it gives."""
-        rules = self.rules.by_op.get(op)
-        if rules is not None:
+        matchers = self.rules.matchers.get(op)
+        if matchers is not None:
             candidate = IRNode(op, dtype, srcs, arg, -math.inf, math.inf)
-            for rule in rules:
-                if rule.applies(candidate):
-                    replacement = rule.build(self, candidate)
+            for applies, build in matchers:
+                if applies(candidate):
+                    replacement = build(self, candidate)
                     if replacement is not None:
                         return replacement
         minimum, maximum = _bounds(op, dtype, srcs)

@@ -293,7 +293,9 @@ def expansion_rules(wanted: MathOps, wide_integers: bool = True) -> RuleTable:
             return sin(_Float(builder, node.dtype), node.srcs[0], wide_integers)
         return EXPANSIONS[node.op](_Float(builder, node.dtype), node.srcs[0])
 
-    return RuleTable([Rule("expand math", frozenset(EXPANSIONS), lambda node: (node.op, node.dtype) in wanted, expand)])
+    # final: an expansion holds no EXP2/LOG2/SIN, so the engine need not walk it again
+    return RuleTable([Rule("expand math", frozenset(EXPANSIONS), lambda node: (node.op, node.dtype) in wanted, expand,
+                           final=True)])
 
 
 def expand_math(kernel: KernelIR, wanted: MathOps, wide_integers: bool = True) -> KernelIR:

@@ -15,12 +15,15 @@ if TYPE_CHECKING:
 class Rule:
     """One rewrite: a node whose op is in `ops` and for which `applies(node)` holds is replaced by
     `build(builder, node)` (built with the builder, so it is simplified too); `build` may still return None (no
-    change), for rules whose pattern is only known once they look further."""
+    change), for rules whose pattern is only known once they look further. `final`: the rule promises that what it
+    builds holds no node its table rewrites, so `rewrite` does not walk the replacement again (an expansion into
+    other ops)."""
 
     name: str
     ops: frozenset[Any]
     applies: Callable[[IRNode], bool]
     build: Callable[[Builder, IRNode], IRNode | None]
+    final: bool = False
 
 
 class RuleTable:
@@ -33,17 +36,26 @@ class RuleTable:
             for op in rule.ops:
                 by_op.setdefault(op, []).append(rule)
         self.by_op: dict[Any, tuple[Rule, ...]] = {op: tuple(rules) for op, rules in by_op.items()}
+        # the same as (applies, build) pairs: what Builder.alu runs for every node it builds
+        self.matchers: dict[Any, tuple[tuple[Callable[[IRNode], bool], Callable[[Builder, IRNode], IRNode | None]],
+                                       ...]] = {op: tuple((rule.applies, rule.build) for rule in rules)
+                                                for op, rules in self.by_op.items()}
 
     def __add__(self, other: RuleTable) -> RuleTable:
         return RuleTable(self.rules + other.rules)
 
     def first(self, builder: Builder, node: IRNode) -> IRNode | None:
         """The replacement of `node` by the first rule that fires on it, or None."""
+        fired = self.fire(builder, node)
+        return None if fired is None else fired[0]
+
+    def fire(self, builder: Builder, node: IRNode) -> tuple[IRNode, Rule] | None:
+        """The replacement of `node` by the first rule that fires on it, and that rule; or None."""
         for rule in self.by_op.get(node.op, ()):
             if rule.applies(node):
                 replacement = rule.build(builder, node)
                 if replacement is not None:
-                    return replacement
+                    return replacement, rule
         return None
 
 
@@ -77,9 +89,13 @@ def rewrite(root: IRNode, rules: RuleTable, builder: Builder) -> IRNode:
             rebuilt = node
         else:
             rebuilt = builder.rebuild(node, sources)
-        replacement = rules.first(builder, rebuilt) if rebuilt.op in by_op else None
-        if replacement is None or replacement is rebuilt:
+        fired = rules.fire(builder, rebuilt) if rebuilt.op in by_op else None
+        if fired is None or fired[0] is rebuilt:
             normal[key] = normal[id(rebuilt)] = rebuilt
+            continue
+        replacement, rule = fired
+        if rule.final:  # nothing in it to rewrite
+            normal[key] = normal[id(replacement)] = replacement
         else:  # rewrite what the rule built (its sources are rewritten already), then come back to this node
             replaced[key] = replacement
             stack.append((node, built, True))
