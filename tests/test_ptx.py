@@ -17,13 +17,13 @@ import torch
 import ember as em
 from ember.backends import cuda, ptx
 from ember.backends.c import CDevice
-from ember.backends.libm import expand_math
 from ember.backends.registry import REGISTRY
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import BackendUnavailable
 from ember.core.ops import BINARY_OPS, FLOAT_ONLY_OPS, INT_ONLY_OPS, Op
 from ember.ir.ir import BufferParam, Builder, IRNode, KernelIR
+from ember.ir.libm import expand_math
 from tests.helpers import assert_close, random_array
 from tests.ptx_simulator import Machine, Module
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 import platform
 import shutil
@@ -27,7 +28,7 @@ from ember.backends.c_style import (
 from ember.core.dtype import DType
 from ember.core.errors import BackendUnavailable, CompileError
 from ember.core.ops import Op
-from ember.ir.ir import IRNode, IROp, KernelIR
+from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
 
 C_PRELUDE = """#include <math.h>
 #include <stdint.h>
@@ -170,18 +171,7 @@ class CRenderer(CStyleRenderer):
 
 def _loop_work(kernel: KernelIR) -> int:
     """The product of reduce loop sizes: a rough count of operations per work item."""
-    from ember.ir.ir import IROp
-
-    total, stack, seen = 1, [kernel.sink], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.op is IROp.RANGE:
-            total *= node.arg[1]
-        stack.extend(node.srcs)
-    return total
+    return math.prod(node.arg[1] for node in topological_nodes(kernel.sink) if node.op is IROp.RANGE)
 
 
 class HostMemoryPool(MemoryPool):

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import cast
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
-from ember.core.ops import Op
+from ember.core.ops import REDUCE_COMBINE, Op, reduce_identity
 from ember.core.walk import compute_bottom_up
-from ember.ir.ir import IRNode, IROp, KernelIR
-from ember.ir.linearize import linearize
+from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
+from ember.ir.linearize import Step, linearize
 
 Template = Callable[[list[str], DType, DType], str]  # (operands, result dtype, operand dtype) -> expression
 
@@ -115,6 +116,27 @@ class CStyleRenderer:
 
         missing = ELEMENTWISE_OPS - self.alu.keys()
         assert not missing, f"the ALU table lacks {missing}"
+        # the values that are not just their op's ALU template: (node, operand) -> expression
+        Expression = Callable[[IRNode, Callable[[IRNode], str]], str]
+        self.expressions: dict[IROp | Op, Expression] = {
+            IROp.LOAD: self.load_expression,
+            Op.IDIV: self.division_expression, Op.MOD: self.division_expression,
+            **{op: self.wrapping_expression for op in WRAPPING_SYMBOLS},
+        }
+
+        def operands(method: Callable[[list[str], IRNode], str]) -> Expression:
+            return lambda node, operand: method([operand(src) for src in node.srcs], node)
+
+        self.vector_expressions: dict[IROp | Op, Expression] = {
+            IROp.VECTORIZE: lambda node, operand: self.vector_build([operand(src) for src in node.srcs], node.dtype,
+                                                                    node.width),
+            IROp.GEP: lambda node, operand: self.vector_lane(operand(node.srcs[0]), node.arg, node.srcs[0].width),
+            IROp.LOAD: self.vector_load_expression,
+            Op.MAX: operands(self.vector_maximum),
+            Op.WHERE: operands(self.vector_select),
+            **{op: operands(self.vector_math) for op in self.math_functions},
+            Op.RECIPROCAL: self.vector_reciprocal,
+        }
 
     # ---- strings a subclass may change ----------------------------------------------------------------------
 
@@ -199,11 +221,12 @@ class CStyleRenderer:
 
     def render(self, kernel: KernelIR) -> str:
         self._bounds: dict[int, tuple[float, float]] = {}  # value bounds by node id, valid during one render
-        instructions = linearize(kernel.sink)
-        names: dict[int, str] = {}
+        names: dict[int, str] = {id(node): "gid" for node in topological_nodes(kernel.sink)
+                                 if node.op is IROp.GLOBAL_ID}
         index_type = self.type_name(kernel.index_dtype)
-        lines: list[str] = []
+        body: list[str] = []
         indent = 1
+        counter = 0
 
         def operand(node: IRNode) -> str:
             while node.op is IROp.AFTER:  # a buffer once statements ran: the buffer's name
@@ -214,66 +237,75 @@ class CStyleRenderer:
                 return f"data{node.arg[0]}"
             return names[id(node)]
 
-        names.update({id(node): "gid" for node in _global_ids(kernel.sink)})
-        body: list[str] = []
-        counter = 0
-        for instruction in instructions:
-            node = instruction.node
-            pad = "  " * (indent + 1)
-            if instruction.kind == "loop":
-                name = f"loop{node.arg[0]}"
-                names[id(node)] = name
-                body.append(f"{pad}for ({index_type} {name} = 0; {name} < {node.arg[1]}; {name}++) {{")
-                indent += 1
-            elif instruction.kind == "end_loop":
-                indent -= 1
-                body.append("  " * (indent + 1) + "}")
-            elif instruction.kind == "define_acc":
-                name = f"acc{counter}"
-                counter += 1
-                names[id(node)] = name
-                initial = self.constant(self.identity(node), node.dtype)
-                if node.width > 1:
-                    initial = self.vector_build([initial] * node.width, node.dtype, node.width)
-                body.append(f"{pad}{self.value_type(node)} {name} = {initial};")
-            elif instruction.kind == "update_acc":
-                name = names[id(node)]
-                value = operand(node.srcs[0])
-                if node.arg in (Op.SUM, Op.PROD) and node.dtype in WRAPPING_UNSIGNED:
-                    op = Op.ADD if node.arg is Op.SUM else Op.MUL
-                    body.append(f"{pad}{name} = {self.wrapping(op, [name, value], node.dtype)};")
-                elif node.arg is Op.SUM:
-                    body.append(f"{pad}{name} += {value};")
-                elif node.arg is Op.PROD:
-                    body.append(f"{pad}{name} *= {value};")
-                elif node.width > 1:
-                    body.append(f"{pad}{name} = {self.vector_maximum([value, name], node)};")
-                else:  # the new value first: gcc 12 -O3 vectorizes `acc > v || acc != acc` reductions wrongly
-                    body.append(f"{pad}{name} = {_maximum([value, name], node.dtype, node.dtype)};")
-            elif instruction.kind == "store":
-                buffer, index, value = node.srcs
-                if value.width > 1:
-                    body.append(f"{pad}{self.vector_store(operand(buffer), operand(index), operand(value), value)};")
-                else:
-                    body.append(f"{pad}{operand(buffer)}[{operand(index)}] = {operand(value)};")
-            elif instruction.kind == "define_local":
-                name = f"local{node.arg[0]}"
-                names[id(node)] = name
-                body.append(f"{pad}{self.local_declaration(name, node.dtype, node.arg[1])};")
+        def name_of(node: IRNode, prefix: str) -> str:
+            nonlocal counter
+            name = names[id(node)] = f"{prefix}{counter}"
+            counter += 1
+            return name
+
+        def statement(text: str) -> None:
+            body.append("  " * (indent + 1) + text)
+
+        def open_loop(node: IRNode) -> None:
+            nonlocal indent
+            name = names[id(node)] = f"loop{node.arg[0]}"
+            statement(f"for ({index_type} {name} = 0; {name} < {node.arg[1]}; {name}++) {{")
+            indent += 1
+
+        def close_loop(node: IRNode) -> None:
+            nonlocal indent
+            indent -= 1
+            statement("}")
+
+        def define_accumulator(node: IRNode) -> None:
+            name = name_of(node, "acc")
+            initial = self.constant(reduce_identity(node.arg, node.dtype), node.dtype)
+            if node.width > 1:
+                initial = self.vector_build([initial] * node.width, node.dtype, node.width)
+            statement(f"{self.value_type(node)} {name} = {initial};")
+
+        def update_accumulator(node: IRNode) -> None:
+            statement(f"{self.accumulate(names[id(node)], operand(node.srcs[0]), node)};")
+
+        def store(node: IRNode) -> None:
+            buffer, index, value = node.srcs
+            if value.width > 1:
+                statement(f"{self.vector_store(operand(buffer), operand(index), operand(value), value)};")
             else:
-                name = f"v{counter}"
-                counter += 1
-                names[id(node)] = name
-                body.append(f"{pad}{self.value_type(node)} {name} = {self.expression(node, operand)};")
+                statement(f"{operand(buffer)}[{operand(index)}] = {operand(value)};")
+
+        def define_local(node: IRNode) -> None:
+            name = names[id(node)] = f"local{node.arg[0]}"
+            statement(f"{self.local_declaration(name, node.dtype, node.arg[1])};")
+
+        def value(node: IRNode) -> None:
+            name = name_of(node, "v")
+            statement(f"{self.value_type(node)} {name} = {self.expression(node, operand)};")
+
+        statements: dict[Step, Callable[[IRNode], None]] = {
+            Step.LOOP: open_loop, Step.END_LOOP: close_loop, Step.DEFINE_ACC: define_accumulator,
+            Step.UPDATE_ACC: update_accumulator, Step.STORE: store, Step.DEFINE_LOCAL: define_local, Step.VALUE: value,
+        }
+        for instruction in linearize(kernel.sink):
+            statements[instruction.kind](instruction.node)
 
         parameters = [self.parameter(p.dtype, p.position, p.is_output) for p in kernel.params]
-        lines.append(self.prelude(kernel))
-        lines.append(self.signature(kernel, parameters) + " {")
-        lines.extend(self.global_loop_open(kernel, index_type))
-        lines.extend(body)
-        lines.extend(self.global_loop_close())
-        lines.append("}")
+        lines = [self.prelude(kernel), self.signature(kernel, parameters) + " {",
+                 *self.global_loop_open(kernel, index_type), *body, *self.global_loop_close(), "}"]
         return "\n".join(line for line in lines if line != "") + "\n"
+
+    def accumulate(self, accumulator: str, value: str, node: IRNode) -> str:
+        """The statement combining a reduce's value into its accumulator."""
+        if node.dtype in WRAPPING_UNSIGNED and node.arg is not Op.REDUCE_MAX:
+            return f"{accumulator} = {self.wrapping(REDUCE_COMBINE[node.arg], [accumulator, value], node.dtype)}"
+        if node.arg is Op.SUM:
+            return f"{accumulator} += {value}"
+        if node.arg is Op.PROD:
+            return f"{accumulator} *= {value}"
+        if node.width > 1:
+            return f"{accumulator} = {self.vector_maximum([value, accumulator], node)}"
+        # the new value first: gcc 12 -O3 vectorizes `acc > v || acc != acc` reductions wrongly
+        return f"{accumulator} = {_maximum([value, accumulator], node.dtype, node.dtype)}"
 
     def value_type(self, node: IRNode) -> str:
         if node.width > 1:
@@ -281,30 +313,38 @@ class CStyleRenderer:
         return self.type_name(node.dtype)
 
     def expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        """A value's expression: from the table of the few ops that need code, else the op's ALU template."""
         if node.width > 1 or node.op is IROp.GEP:
-            return self.vector_expression(node, operand)
-        if node.op is IROp.LOAD:
-            buffer, index = node.srcs[0], node.srcs[1]
-            load = f"{operand(buffer)}[{operand(index)}]"
-            if len(node.srcs) == 3:
-                return f"({operand(node.srcs[2])}?{load}:{self.constant(0, node.dtype)})"
-            return load
-        if node.op in (Op.IDIV, Op.MOD) and node.srcs[1].is_const and node.srcs[1].arg > 0:
+            return self.vector_expressions.get(node.op, self.vector_alu_expression)(node, operand)
+        return self.expressions.get(node.op, self.alu_expression)(node, operand)
+
+    def alu_expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        source_dtype = node.srcs[1].dtype if node.op is Op.WHERE else node.srcs[0].dtype if node.srcs else node.dtype
+        return self.alu[node.op]([operand(src) for src in node.srcs], node.dtype, source_dtype)
+
+    def load_expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        buffer, index = node.srcs[0], node.srcs[1]
+        load = f"{operand(buffer)}[{operand(index)}]"
+        if len(node.srcs) == 3:
+            return f"({operand(node.srcs[2])}?{load}:{self.constant(0, node.dtype)})"
+        return load
+
+    def division_expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        if node.srcs[1].is_const and node.srcs[1].arg > 0:
             symbol = "/" if node.op is Op.IDIV else "%"  # no guard needed for a positive constant divisor
             return f"({operand(node.srcs[0])}{symbol}{operand(node.srcs[1])})"
-        if node.dtype in WRAPPING_UNSIGNED:
-            # signed int/long arithmetic that may overflow wraps like PyTorch's; index math whose IR bounds fit
-            # keeps the plain (faster) form
-            if node.op in WRAPPING_SYMBOLS and not fits(node.dtype, value_bounds(node, self._bounds)):
-                return self.wrapping(node.op, [operand(src) for src in node.srcs], node.dtype)
-            if node.op is Op.IDIV:  # x / -1 is -x, which overflows for the smallest value
-                a, b = (operand(src) for src in node.srcs)
-                negated = self.wrapping(Op.NEG, [a], node.dtype)
-                return f"(({b})==0?{self.constant(0, node.dtype)}:(({b})==-1?{negated}:({a})/({b})))"
-        source_dtype = node.srcs[0].dtype if node.srcs else node.dtype
-        if node.op is Op.WHERE:
-            source_dtype = node.srcs[1].dtype
-        return self.alu[node.op]([operand(src) for src in node.srcs], node.dtype, source_dtype)
+        if node.op is Op.IDIV and node.dtype in WRAPPING_UNSIGNED:  # x / -1 is -x, which overflows for the minimum
+            a, b = (operand(src) for src in node.srcs)
+            negated = self.wrapping(Op.NEG, [a], node.dtype)
+            return f"(({b})==0?{self.constant(0, node.dtype)}:(({b})==-1?{negated}:({a})/({b})))"
+        return self.alu_expression(node, operand)
+
+    def wrapping_expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        """Signed int/long arithmetic that may overflow wraps like PyTorch's; index math whose IR bounds fit keeps
+        the plain (faster) form."""
+        if node.dtype in WRAPPING_UNSIGNED and not fits(node.dtype, value_bounds(node, self._bounds)):
+            return self.wrapping(cast(Op, node.op), [operand(src) for src in node.srcs], node.dtype)
+        return self.alu_expression(node, operand)
 
     # ---- vectors: a renderer whose device lists DeviceInfo.vector_ops implements these ------------------------
 
@@ -337,36 +377,19 @@ class CStyleRenderer:
         """A unary math function (SQRT, EXP2, LOG2, SIN, TRUNC) lane by lane."""
         raise NotImplementedError(f"{type(self).__name__} renders no vector types")
 
-    def vector_expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
-        operands = [operand(src) for src in node.srcs]
-        if node.op is IROp.VECTORIZE:
-            return self.vector_build(operands, node.dtype, node.width)
-        if node.op is IROp.GEP:
-            return self.vector_lane(operands[0], node.arg, node.srcs[0].width)
-        if node.op is IROp.LOAD:
-            load = self.vector_load(operands[0], operands[1], node)
-            if len(node.srcs) == 3:
-                zero = self.vector_build([self.constant(0, node.dtype)] * node.width, node.dtype, node.width)
-                return f"({operands[2]}?{load}:{zero})"
-            return load
-        if node.op is Op.MAX:
-            return self.vector_maximum(operands, node)
-        if node.op is Op.WHERE:
-            return self.vector_select(operands, node)
-        if node.op in self.math_functions:
-            return self.vector_math(operands, node)
-        if node.op is Op.RECIPROCAL:
-            one = self.vector_build([self.constant(1.0, node.dtype)] * node.width, node.dtype, node.width)
-            return f"({one}/{operands[0]})"
-        return self.alu[node.op](operands, node.dtype, node.srcs[0].dtype)
+    def vector_alu_expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        return self.alu[node.op]([operand(src) for src in node.srcs], node.dtype, node.srcs[0].dtype)
 
-    @staticmethod
-    def identity(node: IRNode) -> object:
-        if node.arg is Op.SUM:
-            return 0
-        if node.arg is Op.PROD:
-            return 1
-        return dtypes.min_value(node.dtype)
+    def vector_load_expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        load = self.vector_load(operand(node.srcs[0]), operand(node.srcs[1]), node)
+        if len(node.srcs) == 3:
+            zero = self.vector_build([self.constant(0, node.dtype)] * node.width, node.dtype, node.width)
+            return f"({operand(node.srcs[2])}?{load}:{zero})"
+        return load
+
+    def vector_reciprocal(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        one = self.vector_build([self.constant(1.0, node.dtype)] * node.width, node.dtype, node.width)
+        return f"({one}/{operand(node.srcs[0])})"
 
 
 def lane_dtype(node: IRNode) -> DType:
@@ -384,29 +407,7 @@ MASK_TYPES = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
 
 def vector_nodes(sink: IRNode) -> list[IRNode]:
     """The vector nodes of a kernel (and the vectors its GEPs read)."""
-    found, stack, seen = [], [sink], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.width > 1:
-            found.append(node)
-        stack.extend(node.srcs)
-    return found
-
-
-def _global_ids(sink: IRNode) -> list[IRNode]:
-    found, stack, seen = [], [sink], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.op is IROp.GLOBAL_ID:
-            found.append(node)
-        stack.extend(node.srcs)
-    return found
+    return [node for node in topological_nodes(sink) if node.width > 1]
 
 
 def bitcast_helpers(types: dict[DType, str], pairs: set[tuple[DType, DType]], inline: str = "static inline") -> str:
@@ -421,13 +422,4 @@ def bitcast_helpers(types: dict[DType, str], pairs: set[tuple[DType, DType]], in
 
 
 def used_bitcasts(sink: IRNode) -> set[tuple[DType, DType]]:
-    pairs, stack, seen = set(), [sink], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.op is Op.BITCAST:
-            pairs.add((node.dtype, node.srcs[0].dtype))
-        stack.extend(node.srcs)
-    return pairs
+    return {(node.dtype, node.srcs[0].dtype) for node in topological_nodes(sink) if node.op is Op.BITCAST}

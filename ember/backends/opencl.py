@@ -16,7 +16,7 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import BackendUnavailable, CompileError, OutOfMemoryError
 from ember.core.ops import Op
-from ember.ir.ir import IRNode, IROp, KernelIR
+from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
 
 try:
     import pyopencl as cl
@@ -162,8 +162,8 @@ class OpenCLRenderer(CStyleRenderer):
         lines = []
         for dtype, width in sorted({(node.dtype, node.width) for node in vector_nodes(kernel.sink)
                                     if node.op is IROp.LOAD or node.op is IROp.STORE}
-                                   | {(node.srcs[2].dtype, node.srcs[2].width) for node in _stores(kernel.sink)
-                                      if node.srcs[2].width > 1}, key=lambda item: (item[0].name, item[1])):
+                                   | {(node.srcs[2].dtype, node.srcs[2].width) for node in topological_nodes(kernel.sink)
+                                      if node.op is IROp.STORE and node.srcs[2].width > 1}, key=lambda item: (item[0].name, item[1])):
             vector = self.vector_type(dtype, width)
             lines.append(f"#ifndef EMBER_{vector.upper()}_U\n#define EMBER_{vector.upper()}_U\n"
                          f"typedef {vector} ember_{vector}_u __attribute__((aligned({dtype.itemsize})));\n#endif")
@@ -177,27 +177,8 @@ class OpenCLRenderer(CStyleRenderer):
         return lines
 
 
-def _stores(sink: IRNode) -> list[IRNode]:
-    found, stack, seen = [], [sink], set()
-    while stack:
-        node = stack.pop()
-        if id(node) not in seen:
-            seen.add(id(node))
-            if node.op is IROp.STORE:
-                found.append(node)
-            stack.extend(node.srcs)
-    return found
-
-
 def _used_dtypes(kernel: KernelIR) -> set[DType]:
-    found, stack, seen = {param.dtype for param in kernel.params}, [kernel.sink], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        found.add(node.dtype)
-        stack.extend(node.srcs)
+    found = {param.dtype for param in kernel.params} | {node.dtype for node in topological_nodes(kernel.sink)}
     for target, source in used_bitcasts(kernel.sink):
         found.update((target, source))
     return found

@@ -21,14 +21,13 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ember.backends.libm import expand_math
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import CompileError
-from ember.core.ops import ELEMENTWISE_OPS, Op
-from ember.ir.ir import IRNode, IROp, KernelIR
-from ember.ir.linearize import linearize
-from ember.ir.vectorize import topological_nodes
+from ember.core.ops import ELEMENTWISE_OPS, REDUCE_COMBINE, Op, reduce_identity
+from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
+from ember.ir.libm import expand_math
+from ember.ir.linearize import Step, linearize
 
 DEFAULT_TARGET = "sm_75"
 ASSEMBLY_TARGETS = ("sm_75", "sm_80", "sm_90")
@@ -512,37 +511,50 @@ class PTXRenderer:
             e.emit(f"st.global.{MEMORY_TYPE[dtype]}", f"[{where}]", register)
 
         loops: dict[int, str] = {}
-        for instruction in linearize(kernel.sink):
-            node = instruction.node
-            if instruction.kind == "loop":
-                counter = names[id(node)] = e.register(index_kind)
-                loops[id(node)] = f"$L_loop{node.arg[0]}"
-                e.emit(f"mov.{index_kind}", counter, "0")
-                e.label(loops[id(node)])
-            elif instruction.kind == "end_loop":
-                counter, again = names[id(node)], e.register("pred")
-                e.emit(f"add.{index_suffix}", counter, counter, "1")
-                e.emit(f"setp.lt.{index_suffix}", again, counter, str(node.arg[1]))
-                e.emit("bra", loops[id(node)], guard=again)
-            elif instruction.kind == "define_acc":
-                accumulator = names[id(node)] = e.register(KIND[node.dtype])
-                identity = _reduce_identity(node)
-                if node.dtype.is_bool:
-                    e.emit("setp.ne.u32", accumulator, "1" if identity else "0", "0")
-                else:
-                    e.emit(f"mov.{KIND[node.dtype]}", accumulator, immediate(identity, node.dtype))
-            elif instruction.kind == "update_acc":
-                accumulator = names[id(node)]
-                combine = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.REDUCE_MAX: Op.MAX}[node.arg]
-                ALU[combine](e, accumulator, [accumulator, operand(node.srcs[0])], node.dtype, node.dtype)
-                if combine in WRAPPING_OPS and node.dtype.itemsize < 4 and node.dtype.is_int:
-                    e.wrap(accumulator, accumulator, node.dtype)
-            elif instruction.kind == "store":
-                store(node)
-            elif node.op is IROp.LOAD:
+
+        def open_loop(node: IRNode) -> None:
+            counter = names[id(node)] = e.register(index_kind)
+            loops[id(node)] = f"$L_loop{node.arg[0]}"
+            e.emit(f"mov.{index_kind}", counter, "0")
+            e.label(loops[id(node)])
+
+        def close_loop(node: IRNode) -> None:
+            counter, again = names[id(node)], e.register("pred")
+            e.emit(f"add.{index_suffix}", counter, counter, "1")
+            e.emit(f"setp.lt.{index_suffix}", again, counter, str(node.arg[1]))
+            e.emit("bra", loops[id(node)], guard=again)
+
+        def define_accumulator(node: IRNode) -> None:
+            accumulator = names[id(node)] = e.register(KIND[node.dtype])
+            identity = reduce_identity(node.arg, node.dtype)
+            if node.dtype.is_bool:
+                e.emit("setp.ne.u32", accumulator, "1" if identity else "0", "0")
+            else:
+                e.emit(f"mov.{KIND[node.dtype]}", accumulator, immediate(identity, node.dtype))
+
+        def update_accumulator(node: IRNode) -> None:
+            accumulator = names[id(node)]
+            combine = REDUCE_COMBINE[node.arg]
+            ALU[combine](e, accumulator, [accumulator, operand(node.srcs[0])], node.dtype, node.dtype)
+            if combine in WRAPPING_OPS and node.dtype.itemsize < 4 and node.dtype.is_int:
+                e.wrap(accumulator, accumulator, node.dtype)
+
+        def value(node: IRNode) -> None:
+            if node.op is IROp.LOAD:
                 names[id(node)] = load(node)
             else:
                 names[id(node)] = self.alu(e, node, operand, id(node) in shared)
+
+        def define_local(node: IRNode) -> None:
+            raise CompileError(f"kernel {kernel.name} uses a scratch array, which the PTX renderer does not render "
+                               "(only kernels for devices with vector_ops are staged)")
+
+        statements: dict[Step, Callable[[IRNode], None]] = {
+            Step.LOOP: open_loop, Step.END_LOOP: close_loop, Step.DEFINE_ACC: define_accumulator,
+            Step.UPDATE_ACC: update_accumulator, Step.STORE: store, Step.VALUE: value, Step.DEFINE_LOCAL: define_local,
+        }
+        for instruction in linearize(kernel.sink):
+            statements[instruction.kind](instruction.node)
 
         parameters = ",\n".join(f"\t.param .u64 data{param.position}" for param in kernel.params)
         lines = [
@@ -594,14 +606,6 @@ def _shared_nodes(sink: IRNode) -> set[int]:
         for source in node.srcs:
             (shared if id(source) in seen else seen).add(id(source))
     return shared
-
-
-def _reduce_identity(node: IRNode) -> object:
-    if node.arg is Op.SUM:
-        return 0
-    if node.arg is Op.PROD:
-        return 1
-    return dtypes.min_value(node.dtype)
 
 
 def ptxas_path() -> str | None:

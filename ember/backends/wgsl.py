@@ -19,14 +19,14 @@ import math
 import struct
 from collections.abc import Callable
 
-from ember.backends.libm import expand_math
 from ember.capabilities import work_group_counts
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import CompileError
-from ember.core.ops import ELEMENTWISE_OPS, Op
+from ember.core.ops import ELEMENTWISE_OPS, REDUCE_COMBINE, Op, reduce_identity
 from ember.ir.ir import IRNode, IROp, KernelIR
-from ember.ir.linearize import linearize
+from ember.ir.libm import expand_math
+from ember.ir.linearize import Step, linearize
 
 WORKGROUP_SIZE = 64
 MAX_WORKGROUPS_PER_DIMENSION = 65535
@@ -368,36 +368,56 @@ class WGSLRenderer:
                 return "gid"
             return names[id(node)]
 
+        def name_of(node: IRNode, prefix: str) -> str:
+            nonlocal counter
+            name = names[id(node)] = f"{prefix}{counter}"
+            counter += 1
+            return name
+
+        def open_loop(node: IRNode) -> None:
+            nonlocal indent
+            name = names[id(node)] = f"loop{node.arg[0]}"
+            body.append(f"{'  ' * indent}for (var {name}: i32 = 0i; {name} < {node.arg[1]}i; {name}++) {{")
+            indent += 1
+
+        def close_loop(node: IRNode) -> None:
+            nonlocal indent
+            indent -= 1
+            body.append("  " * indent + "}")
+
+        def define_accumulator(node: IRNode) -> None:
+            name = name_of(node, "acc")
+            identity = self.constant(reduce_identity(node.arg, node.dtype), node.dtype)
+            body.append(f"{'  ' * indent}var {name}: {self.value_type(node.dtype)} = {identity};")
+
+        def update_accumulator(node: IRNode) -> None:
+            name = names[id(node)]
+            combine = REDUCE_COMBINE[node.arg]
+            update = self.alu[combine]([name, operand(node.srcs[0])], node.dtype, node.dtype)
+            if combine in WRAPPING_OPS:
+                update = self.wrap(update, node.dtype)
+            body.append(f"{'  ' * indent}{name} = {update};")
+
+        def store(node: IRNode) -> None:
+            nonlocal counter
+            param, index, value = node.srcs
+            body.extend(self.store(param.arg[0], param.dtype, operand(index), operand(value), counter, "  " * indent))
+            counter += 1
+
+        def value(node: IRNode) -> None:
+            name = name_of(node, "v")
+            body.append(f"{'  ' * indent}let {name}: {self.value_type(node.dtype)} = {self.expression(node, operand)};")
+
+        def define_local(node: IRNode) -> None:
+            raise CompileError(f"kernel {kernel.name} uses a scratch array, which the WGSL renderer does not render "
+                               "(only kernels for devices with vector_ops are staged)")
+
+        statements: dict[Step, Callable[[IRNode], None]] = {
+            Step.LOOP: open_loop, Step.END_LOOP: close_loop, Step.DEFINE_ACC: define_accumulator,
+            Step.UPDATE_ACC: update_accumulator, Step.STORE: store, Step.VALUE: value, Step.DEFINE_LOCAL: define_local,
+        }
         for instruction in linearize(kernel.sink):
-            node = instruction.node
-            pad = "  " * indent
-            if instruction.kind == "loop":
-                name = names[id(node)] = f"loop{node.arg[0]}"
-                body.append(f"{pad}for (var {name}: i32 = 0i; {name} < {node.arg[1]}i; {name}++) {{")
-                indent += 1
-            elif instruction.kind == "end_loop":
-                indent -= 1
-                body.append("  " * indent + "}")
-            elif instruction.kind == "define_acc":
-                name = names[id(node)] = f"acc{counter}"
-                counter += 1
-                identity = self.constant(_reduce_identity(node), node.dtype)
-                body.append(f"{pad}var {name}: {self.value_type(node.dtype)} = {identity};")
-            elif instruction.kind == "update_acc":
-                name = names[id(node)]
-                combine = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.REDUCE_MAX: Op.MAX}[node.arg]
-                update = self.alu[combine]([name, operand(node.srcs[0])], node.dtype, node.dtype)
-                if combine in WRAPPING_OPS:
-                    update = self.wrap(update, node.dtype)
-                body.append(f"{pad}{name} = {update};")
-            elif instruction.kind == "store":
-                param, index, value = node.srcs
-                body.extend(self.store(param.arg[0], param.dtype, operand(index), operand(value), counter, pad))
-                counter += 1
-            else:
-                name = names[id(node)] = f"v{counter}"
-                counter += 1
-                body.append(f"{pad}let {name}: {self.value_type(node.dtype)} = {self.expression(node, operand)};")
+            statements[instruction.kind](instruction.node)
 
         declarations = [
             f"@group(0) @binding({param.position}) var<storage, {'read_write' if param.is_output else 'read'}> "
@@ -457,12 +477,20 @@ class WGSLRenderer:
         return operands
 
     def expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        """A value's expression: LOAD has its own code, every ALU op goes through its template (with the guards
+        against the shader compiler's constant evaluation and inexact algebra below)."""
         if node.op is IROp.LOAD:
-            param, index = node.srcs[0], node.srcs[1]
-            loaded = self.load(param.arg[0], param.dtype, operand(index))
-            if len(node.srcs) == 3:
-                return f"select({self.constant(0, node.dtype)}, {loaded}, {operand(node.srcs[2])})"
-            return loaded
+            return self.load_expression(node, operand)
+        return self.alu_expression(node, operand)
+
+    def load_expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        param, index = node.srcs[0], node.srcs[1]
+        loaded = self.load(param.arg[0], param.dtype, operand(index))
+        if len(node.srcs) == 3:
+            return f"select({self.constant(0, node.dtype)}, {loaded}, {operand(node.srcs[2])})"
+        return loaded
+
+    def alu_expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
         source = node.srcs[1].dtype if node.op is Op.WHERE else node.srcs[0].dtype
         operands = [operand(src) for src in node.srcs]
         if node.dtype.is_float or (node.op is Op.CMPEQ and source.is_float):
@@ -499,10 +527,3 @@ def _is_zero(node: IRNode) -> bool:
 def _as_u32(shift: str) -> str:
     return shift if shift.endswith("u") and shift[:-1].isdigit() else f"u32({shift})"
 
-
-def _reduce_identity(node: IRNode) -> object:
-    if node.arg is Op.SUM:
-        return 0
-    if node.arg is Op.PROD:
-        return 1
-    return dtypes.min_value(node.dtype)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from enum import Enum, auto
 
+from ember.core.dtype import DType, min_value
+
 
 class Op(Enum):
     """Primitive ops. Every Tensor method is a composition of these."""
@@ -83,5 +85,22 @@ COMPARISON_OPS = frozenset({Op.CMPLT, Op.CMPEQ})
 FLOAT_ONLY_OPS = frozenset({Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC, Op.DIV})
 INT_ONLY_OPS = frozenset({Op.IDIV, Op.MOD, Op.SHL, Op.SHR})
 BITWISE_OPS = frozenset({Op.AND, Op.OR, Op.XOR})
+
+# each reduce as the binary op that combines two partial results (lowering's lane split, renderers' accumulator
+# updates, sharded reductions)
+REDUCE_COMBINE = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.REDUCE_MAX: Op.MAX}
+
+
+def reduce_identity(op: Op, dtype: DType) -> float | int | bool:
+    """The value a reduce starts from (its result over no elements): 0 for SUM, 1 for PROD, the dtype's smallest
+    value for REDUCE_MAX (-inf for floats)."""
+    if op is Op.SUM:
+        return 0
+    if op is Op.PROD:
+        return 1
+    if op is Op.REDUCE_MAX:
+        return min_value(dtype)
+    raise ValueError(f"reduce_identity: {op} is not a reduce; the reduces are {sorted(o.name for o in REDUCE_OPS)}")
+
 
 assert SOURCE_OPS | ELEMENTWISE_OPS | REDUCE_OPS | MOVEMENT_OPS == frozenset(Op), "every op has a category"

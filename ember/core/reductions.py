@@ -10,7 +10,7 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType, to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, AxisError, DTypeError, ShapeError
-from ember.core.ops import Op
+from ember.core.ops import Op, reduce_identity
 from ember.core.shapes import normalize_dim, normalize_dims, prod
 from ember.core.tensor_base import TensorBase
 
@@ -369,7 +369,7 @@ def _scan(source: Tensor, dim: int, op: Op, name: str) -> Tensor:
     size = source.shape[axis]
     if size <= 1:
         return source
-    identity = {Op.SUM: 0, Op.PROD: 1, Op.REDUCE_MAX: dtypes.min_value(source.dtype)}[op]
+    identity = reduce_identity(op, source.dtype)
     moved = source.transpose(axis, -1)
     return _prefix_windows(moved, identity)._reduce_axes(op, (moved.ndim,), False).transpose(axis, -1)
 

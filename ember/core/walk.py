@@ -1,5 +1,6 @@
 """Graph walks without recursion (a graph can be as deep as a chain of 100,000 ops): post-order, and nested
-evaluation of computations that need other computations' values, both on explicit stacks."""
+evaluation of computations that need other computations' values, all on explicit stacks: the only hand-written
+graph walks of ember's IR and backends."""
 
 from __future__ import annotations
 
@@ -29,6 +30,25 @@ def post_order(starts: Iterable[Node], children: Callable[[Node], Iterable[Node]
         placed.add(id(node))
         stack.append((node, True))
         stack.extend((child, False) for child in children(node) if id(child) not in placed)
+    return ordered
+
+
+def pre_order(starts: Iterable[Node], children: Callable[[Node], Iterable[Node]]) -> list[Node]:
+    """Every node reachable from `starts` through `children` (compared by identity), once, in the order a
+    depth-first search first reaches it (a node before its children; children from last to first, as in
+    `post_order`). `children` is called once per node, in this order, so it may also decide where the search
+    stops (return no children)."""
+    ordered: list[Node] = []
+    placed: set[int] = set()
+    stack = list(starts)[::-1]
+    pop, extend, place, append = stack.pop, stack.extend, placed.add, ordered.append
+    while stack:
+        node = pop()
+        if id(node) in placed:  # (a child reached before is pushed anyway and skipped here: the same order)
+            continue
+        place(id(node))
+        append(node)
+        extend(children(node))
     return ordered
 
 

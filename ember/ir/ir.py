@@ -1,7 +1,9 @@
-"""The kernel IR: a hash-consed DAG of typed nodes, simplified as it is built (folding, CSE, index algebra)."""
+"""The kernel IR: a hash-consed DAG of typed nodes, simplified as it is built (CSE here; folding and index algebra
+by the rules of ir/simplify.py)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from dataclasses import dataclass
@@ -11,7 +13,8 @@ from typing import Any
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import Op
-from ember.core.walk import compute_bottom_up
+from ember.core.walk import compute_bottom_up, post_order
+from ember.ir.rewrite import RuleTable
 
 
 class IROp(Enum):
@@ -67,6 +70,13 @@ class IRNode:
         return self.op is IROp.CONST
 
 
+@functools.lru_cache(maxsize=16)
+def topological_nodes(root: IRNode) -> tuple[IRNode, ...]:
+    """Every node under root (root included), sources before their users. Nodes never change, so the last few
+    answers are kept: a renderer and its helpers ask for the nodes of one kernel several times."""
+    return tuple(post_order([root], lambda node: node.srcs))
+
+
 @dataclass(frozen=True)
 class BufferParam:
     """What a kernel parameter is: its position, element dtype, element count, and whether it is written."""
@@ -120,64 +130,16 @@ def normalize_constant(value: Any, dtype: DType) -> Any:
     return _round_float(float(value), dtype)
 
 
-# Exact evaluation of ALU ops on Python constants (only used where the result is representable).
-def _fold(op: Op, dtype: DType, values: list[Any]) -> Any | None:
-    try:
-        if op is Op.ADD:
-            return values[0] + values[1]
-        if op is Op.SUB:
-            return values[0] - values[1]
-        if op is Op.MUL:
-            return values[0] * values[1]
-        if op is Op.NEG:
-            return -values[0]
-        if op in (Op.IDIV, Op.MOD):
-            a, b = values
-            if b == 0:
-                return 0
-            quotient = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
-            return quotient if op is Op.IDIV else a - b * quotient
-        if op is Op.MAX:
-            if any(isinstance(v, float) and math.isnan(v) for v in values):
-                return math.nan
-            return max(values)
-        if op is Op.CMPLT:
-            return values[0] < values[1]
-        if op is Op.CMPEQ:
-            return values[0] == values[1]
-        if op is Op.AND:
-            return values[0] and values[1] if dtype.is_bool else values[0] & values[1]
-        if op is Op.OR:
-            return values[0] or values[1] if dtype.is_bool else values[0] | values[1]
-        if op is Op.XOR:
-            return values[0] != values[1] if dtype.is_bool else values[0] ^ values[1]
-        if op is Op.NOT:
-            return (not values[0]) if dtype.is_bool else ~values[0]
-        if op is Op.WHERE:
-            return values[1] if values[0] else values[2]
-        if op is Op.CAST:
-            source = values[0]
-            if dtype.is_float:
-                return float(source)
-            if dtype.is_bool:
-                return bool(source)
-            if isinstance(source, float):
-                if not math.isfinite(source):
-                    return None
-                return int(source)
-            return int(source)
-    except (OverflowError, ValueError, ZeroDivisionError):
-        return None
-    return None
-
-
-_IDENTITY_REDUCE = {Op.SUM: 0, Op.PROD: 1}
-
-
 class Builder:
-    """Creates IR nodes with hash-consing (CSE), constant folding and index simplification."""
+    """Creates IR nodes with hash-consing (CSE) and simplification: scalar ALU nodes go through a rule table
+    (`rules`, by default ir/simplify.py's: constant folding, algebraic identities, index algebra)."""
 
-    def __init__(self) -> None:
+    def __init__(self, rules: RuleTable | None = None) -> None:
+        if rules is None:
+            from ember.ir.simplify import SIMPLIFY  # the table is written with this module's nodes
+
+            rules = SIMPLIFY
+        self.rules: RuleTable = rules
         self._nodes: dict[tuple, IRNode] = {}
         self.loop_count = 0
         self.local_count = 0
@@ -188,7 +150,7 @@ class Builder:
             arg_key = (type(arg), arg, math.copysign(1.0, arg) if isinstance(arg, float) else 1.0)
         else:
             arg_key = arg
-        key = (op, dtype, tuple(id(src) for src in srcs), arg_key, width)
+        key = (op, dtype, tuple(map(id, srcs)), arg_key, width)
         node = self._nodes.get(key)
         if node is None:
             node = IRNode(op, dtype, srcs, arg, minimum, maximum, width)
@@ -317,143 +279,17 @@ class Builder:
     # ---- arithmetic with simplification ---------------------------------------------------------------------
 
     def alu(self, op: Op, dtype: DType, *srcs: IRNode, arg: Any = None) -> IRNode:
-        if all(src.is_const for src in srcs) and op is not Op.BITCAST and not (
-            op is Op.CAST and dtype in (dtypes.float16, dtypes.bfloat16)  # a half constant is rendered by a cast
-        ):
-            folded = _fold(op, dtype, [src.arg for src in srcs])
-            if folded is not None and not (dtype.is_int and isinstance(folded, float)):
-                return self.const(folded, dtype)
-        simplified = self._simplify(op, dtype, srcs)
-        if simplified is not None:
-            return simplified
+        """An ALU node, or what the first rule of the builder's table (ir/simplify.py) that fires on it gives."""
+        matchers = self.rules.matchers.get(op)
+        if matchers is not None:
+            candidate = IRNode(op, dtype, srcs, arg, -math.inf, math.inf)
+            for applies, build in matchers:
+                if applies(candidate):
+                    replacement = build(self, candidate)
+                    if replacement is not None:
+                        return replacement
         minimum, maximum = _bounds(op, dtype, srcs)
         return self._make(op, dtype, srcs, arg, minimum, maximum)
-
-    def _simplify(self, op: Op, dtype: DType, srcs: tuple[IRNode, ...]) -> IRNode | None:
-        """Algebraic identities that hold for every value of the non-constant operand."""
-        if op in (Op.CAST, Op.BITCAST) and srcs[0].dtype == dtype:
-            return srcs[0]
-        if len(srcs) == 2:
-            a, b = srcs
-            integer = dtype.is_int
-            if op is Op.ADD:
-                if b.is_const and b.arg == 0 and (integer or dtype.is_bool):
-                    return a
-                if a.is_const and a.arg == 0 and integer:
-                    return b
-                if integer and a.is_const and not b.is_const:
-                    return self.alu(Op.ADD, dtype, b, a)
-                if integer and b.is_const and a.op is Op.ADD and a.srcs[1].is_const:
-                    return self.alu(Op.ADD, dtype, a.srcs[0], self.const(a.srcs[1].arg + b.arg, dtype))
-                if integer:
-                    recombined = self._recombine(a, b, dtype)
-                    if recombined is not None:
-                        return recombined
-            if op is Op.SUB and integer and b.is_const:
-                return self.alu(Op.ADD, dtype, a, self.const(-b.arg, dtype))
-            if op is Op.MUL and integer:
-                if a.is_const and not b.is_const:
-                    a, b = b, a
-                if b.is_const:
-                    if b.arg == 1:
-                        return a
-                    if b.arg == 0:
-                        return b
-                    if a.op is Op.MUL and a.srcs[1].is_const:
-                        return self.alu(Op.MUL, dtype, a.srcs[0], self.const(a.srcs[1].arg * b.arg, dtype))
-                    if a.op is Op.ADD and a.srcs[1].is_const:
-                        return self.alu(
-                            Op.ADD, dtype, self.alu(Op.MUL, dtype, a.srcs[0], b), self.const(a.srcs[1].arg * b.arg, dtype)
-                        )
-                if a is not srcs[0]:
-                    return self.alu(Op.MUL, dtype, a, b)
-            if op is Op.MUL and dtype.is_float and b.is_const and b.arg == 1.0:
-                return a
-            if op is Op.MUL and dtype.is_float and a.is_const and a.arg == 1.0:
-                return b
-            if op in (Op.IDIV, Op.MOD) and integer and b.is_const and b.arg == 1:  # any sign
-                return a if op is Op.IDIV else self.const(0, dtype)
-            if op in (Op.IDIV, Op.MOD) and integer and b.is_const and b.arg > 0 and a.minimum >= 0:
-                return self._simplify_division(op, dtype, a, b.arg)
-            if op is Op.CMPLT and integer:
-                if a.maximum < b.minimum:
-                    return self.const(True, dtypes.bool_)
-                if a.minimum >= b.maximum:
-                    return self.const(False, dtypes.bool_)
-            if op is Op.AND and dtype.is_bool:
-                for first, second in ((a, b), (b, a)):
-                    if first.is_const:
-                        return second if first.arg else first
-                if a is b:
-                    return a
-            if op is Op.OR and dtype.is_bool:
-                for first, second in ((a, b), (b, a)):
-                    if first.is_const:
-                        return first if first.arg else second
-        if op is Op.WHERE:
-            condition, if_true, if_false = srcs
-            if condition.is_const:
-                return if_true if condition.arg else if_false
-            if if_true is if_false:
-                return if_true
-        return None
-
-    def _recombine(self, a: IRNode, b: IRNode, dtype: DType) -> IRNode | None:
-        """k*(x % c) + k*c*(x // c) == k*x for any x (C's truncating division and remainder agree)."""
-        terms_a, constant_a = _linear_terms(a)
-        terms_b, constant_b = _linear_terms(b)
-        terms = terms_a + terms_b
-        for position, (term, coefficient) in enumerate(terms):
-            if term.op is not Op.MOD or not term.srcs[1].is_const:
-                continue
-            source, divisor = term.srcs
-            for other_position, (other, other_coefficient) in enumerate(terms):
-                if (other.op is Op.IDIV and other.srcs[0] is source and other.srcs[1] is divisor
-                        and other_coefficient == coefficient * divisor.arg):
-                    rest = [item for index, item in enumerate(terms) if index not in (position, other_position)]
-                    return self._sum([*rest, (source, coefficient)], constant_a + constant_b, dtype)
-        return None
-
-    def _simplify_division(self, op: Op, dtype: DType, numerator: IRNode, divisor: int) -> IRNode | None:
-        """x // c and x % c for x >= 0, splitting x into terms whose coefficients c divides."""
-        if divisor == 1:
-            return numerator if op is Op.IDIV else self.const(0, dtype)
-        if numerator.maximum < divisor:
-            return self.const(0, dtype) if op is Op.IDIV else numerator
-        terms, constant = _linear_terms(numerator)
-        if any(coefficient < 0 or term.minimum < 0 for term, coefficient in terms) or constant < 0:
-            return None
-        quotient_terms = [(term, coefficient // divisor) for term, coefficient in terms if coefficient % divisor == 0]
-        rest_terms = [(term, coefficient) for term, coefficient in terms if coefficient % divisor != 0]
-        if op is Op.IDIV:
-            # nested division: (x // a) // b == x // (a * b)
-            if not terms and numerator.op is Op.IDIV and numerator.srcs[1].is_const:
-                return self.alu(Op.IDIV, dtype, numerator.srcs[0], self.const(numerator.srcs[1].arg * divisor, dtype))
-            if not quotient_terms and constant < divisor:
-                gcd = math.gcd(divisor, *[coefficient for _, coefficient in rest_terms]) if rest_terms else divisor
-                if gcd > 1 and constant % gcd == 0 and rest_terms:
-                    reduced = self._sum([(term, coefficient // gcd) for term, coefficient in rest_terms], constant // gcd, dtype)
-                    return self.alu(Op.IDIV, dtype, reduced, self.const(divisor // gcd, dtype))
-                return None
-            rest = self._sum(rest_terms, constant % divisor, dtype)
-            quotient = self._sum(quotient_terms, constant // divisor, dtype)
-            if rest.maximum < divisor:
-                return quotient
-            return self.alu(Op.ADD, dtype, quotient, self.alu(Op.IDIV, dtype, rest, self.const(divisor, dtype)))
-        # modulo
-        if not quotient_terms and constant < divisor:
-            # (x % (a*c)) % c == x % c
-            if not terms and numerator.op is Op.MOD and numerator.srcs[1].is_const and numerator.srcs[1].arg % divisor == 0:
-                return self.alu(Op.MOD, dtype, numerator.srcs[0], self.const(divisor, dtype))
-            return None
-        rest = self._sum(rest_terms, constant % divisor, dtype)
-        return rest if rest.maximum < divisor else self.alu(Op.MOD, dtype, rest, self.const(divisor, dtype))
-
-    def _sum(self, terms: list[tuple[IRNode, int]], constant: int, dtype: DType) -> IRNode:
-        result = self.const(constant, dtype)
-        for term, coefficient in terms:
-            result = self.alu(Op.ADD, dtype, self.alu(Op.MUL, dtype, term, self.const(coefficient, dtype)), result)
-        return result
 
     # ---- conveniences for lowering ----------------------------------------------------------------------------
 
@@ -490,11 +326,6 @@ class Builder:
 
 
 def linear_terms(node: IRNode) -> tuple[list[tuple[IRNode, int]], int]:
-    """node as sum(coefficient * term) + constant, looking through ADD and MUL by constants."""
-    return _linear_terms(node)
-
-
-def _linear_terms(node: IRNode) -> tuple[list[tuple[IRNode, int]], int]:
     """node as sum(coefficient * term) + constant, looking through ADD and MUL by constants; the terms in the order
     of the expression (left to right), found with an explicit stack of (node, factor)."""
     terms: list[tuple[IRNode, int]] = []

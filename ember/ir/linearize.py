@@ -3,17 +3,32 @@ they do not depend on (loop-invariant hoisting) and nodes not reachable from the
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import NamedTuple
 
-from ember.core.walk import compute_bottom_up, post_order
+from ember.core.walk import compute_bottom_up, post_order, pre_order
 from ember.ir.ir import IRNode, IROp
 
 
-class Instruction(NamedTuple):
-    """kind: 'value' (compute node), 'define_acc', 'loop' (node is a RANGE), 'update_acc', 'end_loop', 'store',
-    'define_local' (a scratch array of the work item)."""
+class Step(str, Enum):
+    """What an instruction does with its node; renderers keep one handler per step (a str, so a backend written
+    against the names, `kind == "loop"`, keeps working)."""
 
-    kind: str
+    VALUE = "value"  # compute the node (an ALU op, LOAD, VECTORIZE, GEP)
+    DEFINE_ACC = "define_acc"  # a REDUCE's accumulator, set to the reduce's identity
+    LOOP = "loop"  # open the loop of a RANGE node
+    UPDATE_ACC = "update_acc"  # combine a REDUCE's value into its accumulator
+    END_LOOP = "end_loop"  # close the loop of a RANGE node
+    STORE = "store"  # a STORE node
+    DEFINE_LOCAL = "define_local"  # a DEFINE_LOCAL node: a scratch array of the work item
+
+    __hash__ = str.__hash__
+
+
+class Instruction(NamedTuple):
+    """One step of a kernel body and the IR node it is about."""
+
+    kind: Step
     node: IRNode
 
 
@@ -47,18 +62,9 @@ class Linearizer:
         self.ranges_of = LoopVariables()
         self.reduce_groups: dict[tuple[int, ...], list[IRNode]] = {}
         self.open: set[int] = set()  # the loop variables of the loops open at the current instruction
-        self._collect(sink, set())
-
-    def _collect(self, root: IRNode, seen: set[int]) -> None:
-        stack = [root]
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
+        for node in pre_order([sink], lambda node: node.srcs):  # the order decides the accumulators' order
             if node.op is IROp.REDUCE:
                 self.reduce_groups.setdefault(tuple(id(r) for r in node.srcs[1:]), []).append(node)
-            stack.extend(node.srcs)
 
     def _topological(self, roots: list[IRNode]) -> list[IRNode]:
         """Nodes under roots not yet emitted, sources first; stops at emitted nodes and at reduces (a unit)."""
@@ -82,13 +88,13 @@ class Linearizer:
         elif item.op is IROp.LOOP:
             self._emit_loop(item)
         elif item.op is IROp.STORE:
-            self.instructions.append(Instruction("store", item))
+            self.instructions.append(Instruction(Step.STORE, item))
             self.done.add(id(item))
         elif item.op is IROp.DEFINE_LOCAL:
-            self.instructions.append(Instruction("define_local", item))
+            self.instructions.append(Instruction(Step.DEFINE_LOCAL, item))
             self.done.add(id(item))
         elif item.op not in INLINE_OPS:
-            self.instructions.append(Instruction("value", item))
+            self.instructions.append(Instruction(Step.VALUE, item))
             self.done.add(id(item))
         else:
             self.done.add(id(item))
@@ -103,7 +109,7 @@ class Linearizer:
                 self._emit_one(node)
         body = self._topological(list(loop.srcs[0].srcs))
         for level, range_ in enumerate(loops):
-            self.instructions.append(Instruction("loop", range_))
+            self.instructions.append(Instruction(Step.LOOP, range_))
             self.open.add(id(range_))
             for node in body:
                 if id(node) in self.done:
@@ -112,7 +118,7 @@ class Linearizer:
                 if depth == level:
                     self._emit_one(node)
         for range_ in reversed(loops):
-            self.instructions.append(Instruction("end_loop", range_))
+            self.instructions.append(Instruction(Step.END_LOOP, range_))
             self.open.discard(id(range_))
         self.done.add(id(loop))
 
@@ -131,9 +137,9 @@ class Linearizer:
         for node in outside:
             self.emit(node)
         for member in group:
-            self.instructions.append(Instruction("define_acc", member))
+            self.instructions.append(Instruction(Step.DEFINE_ACC, member))
         for level, loop in enumerate(loops):
-            self.instructions.append(Instruction("loop", loop))
+            self.instructions.append(Instruction(Step.LOOP, loop))
             self.open.add(id(loop))
             for node in body:
                 if id(node) in self.done:
@@ -142,9 +148,9 @@ class Linearizer:
                 if depth == level:
                     self._emit_one(node)
         for member in group:
-            self.instructions.append(Instruction("update_acc", member))
+            self.instructions.append(Instruction(Step.UPDATE_ACC, member))
         for loop in reversed(loops):
-            self.instructions.append(Instruction("end_loop", loop))
+            self.instructions.append(Instruction(Step.END_LOOP, loop))
             self.open.discard(id(loop))
         for member in group:
             self.done.add(id(member))

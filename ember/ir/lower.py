@@ -5,11 +5,18 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Generator
-from typing import Any
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
-from ember.core.ops import COMPARISON_OPS, ELEMENTWISE_OPS, MOVEMENT_OPS, REDUCE_OPS, Op
+from ember.core.ops import (
+    COMPARISON_OPS,
+    ELEMENTWISE_OPS,
+    MOVEMENT_OPS,
+    REDUCE_COMBINE,
+    REDUCE_OPS,
+    Op,
+    reduce_identity,
+)
 from ember.core.shapes import prod, strides_of
 from ember.core.walk import evaluate
 from ember.ir.ir import BufferParam, Builder, IRNode, IROp, KernelIR
@@ -93,7 +100,7 @@ class Lowerer:
         b, op = self.builder, step.op
         source_shape = self.steps[step.srcs[0]].shape
         if source_shape and prod(source_shape) == 0:
-            return b.const(_reduce_identity(op, step.dtype), compute_dtype(step.dtype))
+            return b.const(reduce_identity(op, step.dtype), compute_dtype(step.dtype))
         lanes = self.reduce_lanes
         split = [axis for axis in step.arg if source_shape[axis] % lanes == 0 and source_shape[axis] >= 2 * lanes]
         split_axis = split[-1] if lanes > 1 and split else None
@@ -115,7 +122,7 @@ class Lowerer:
             reduced = yield from self._reduced_value(step, index, lane_ranges, valid)
             group.append(b.reduce(op, reduced, tuple(ranges.values())))
         self.lane_groups.append(tuple(group))
-        combine = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.REDUCE_MAX: Op.MAX}[op]
+        combine = REDUCE_COMBINE[op]
         while len(group) > 1:
             group = [b.alu(combine, group[0].dtype, *group[number:number + 2]) if number + 1 < len(group)
                      else group[number] for number in range(0, len(group), 2)]
@@ -232,14 +239,6 @@ def _request_key(request: tuple[int, tuple[IRNode, ...], IRNode | None]) -> tupl
     """Lowering is memoized by (step, index, validity); IR nodes are hash-consed, so identity is structure."""
     position, index, valid = request
     return (position, tuple(id(axis_index) for axis_index in index), id(valid))
-
-
-def _reduce_identity(op: Op, dtype: DType) -> Any:
-    if op is Op.SUM:
-        return 0
-    if op is Op.PROD:
-        return 1
-    return dtypes.min_value(dtype)
 
 
 def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = None,

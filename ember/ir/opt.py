@@ -17,7 +17,7 @@ from ember.core.ops import REDUCE_OPS, Op
 from ember.ir import lowered_cache
 from ember.ir.ir import IROp, KernelIR
 from ember.ir.kernel import Kernel
-from ember.ir.linearize import linearize
+from ember.ir.linearize import Step, linearize
 from ember.ir.lower import compute_dtype, lower_kernel
 from ember.ir.stage import stage_loads
 from ember.ir.vectorize import gathers, lanes_for, vectorize
@@ -246,10 +246,10 @@ def estimated_work(kernel: KernelIR) -> float:
     """Instructions a kernel executes: each rendered instruction times the trip counts of the loops around it."""
     trips, work = [kernel.global_size], 0.0
     for instruction in linearize(kernel.sink):
-        if instruction.kind == "loop":
+        if instruction.kind is Step.LOOP:
             trips.append(trips[-1] * instruction.node.arg[1])
-        elif instruction.kind == "end_loop":
+        elif instruction.kind is Step.END_LOOP:
             trips.pop()
-        elif instruction.kind in ("value", "store", "update_acc"):
+        elif instruction.kind in (Step.VALUE, Step.STORE, Step.UPDATE_ACC):
             work += trips[-1]
     return work

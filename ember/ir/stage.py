@@ -8,38 +8,40 @@ in cache for every tile after the first. This is the packing step of BLAS librar
 
 from __future__ import annotations
 
-from ember.core.walk import compute_bottom_up
+from ember.core.walk import compute_bottom_up, pre_order
 from ember.ir.ir import Builder, IRNode, IROp, KernelIR
 from ember.ir.linearize import LoopVariables
 
 
-def _reads_memory(root: IRNode) -> bool:
-    stack, seen = [root], set()
-    while stack:
-        node = stack.pop()
-        if node.op is IROp.LOAD and node.srcs[0].op is IROp.PARAM:
-            return True
-        if id(node) not in seen:
-            seen.add(id(node))
-            stack.extend(node.srcs)
-    return False
+class _ReadsMemory:
+    """Whether a node's value depends on a load from a kernel parameter (memoized across calls)."""
+
+    def __init__(self) -> None:
+        self.memo: dict[int, bool] = {}
+
+    def __call__(self, root: IRNode) -> bool:
+        return compute_bottom_up(root, lambda node: node.srcs, self._own, self.memo)
+
+    def _own(self, node: IRNode) -> bool:
+        return (node.op is IROp.LOAD and node.srcs[0].op is IROp.PARAM) or any(self.memo[id(src)] for src in node.srcs)
 
 
-def _values_to_stage(reduce: IRNode, ranges_of: LoopVariables) -> list[IRNode]:
+def _values_to_stage(reduce: IRNode, ranges_of: LoopVariables, reads_memory: _ReadsMemory) -> list[IRNode]:
     """The largest float values under a reduce's value that depend on the reduce's loop only and read memory (not
-    under nested reduces; through broadcasts to their scalar), in a deterministic order."""
+    under nested reduces; through broadcasts to their scalar), in a deterministic order (first reached first)."""
     loop = frozenset({id(reduce.srcs[1])})
-    found, seen, stack = [], set(), [reduce.srcs[0]]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen or node.op is IROp.REDUCE:
-            continue
-        seen.add(id(node))
+    found: list[IRNode] = []
+
+    def search_below(node: IRNode) -> tuple[IRNode, ...]:
+        if node.op is IROp.REDUCE:
+            return ()
         broadcast = node.op is IROp.VECTORIZE and all(lane is node.srcs[0] for lane in node.srcs)
-        if not broadcast and node.dtype.is_float and ranges_of(node) == loop and _reads_memory(node):
+        if not broadcast and node.dtype.is_float and ranges_of(node) == loop and reads_memory(node):
             found.append(node)
-        else:
-            stack.extend(reversed(node.srcs))
+            return ()
+        return node.srcs[::-1]
+
+    pre_order([reduce.srcs[0]], search_below)
     return found
 
 
@@ -50,19 +52,13 @@ def stage_loads(kernel: KernelIR, max_bytes: int) -> KernelIR:
     prologue) then runs once per work item instead of once per tile."""
     if len(kernel.sink.srcs) != 1 or kernel.sink.srcs[0].op is not IROp.LOOP:
         return kernel
-    ranges_of = LoopVariables()
-    reduces, seen, stack = [], {}, [kernel.sink]
-    while stack:
-        node = stack.pop()
-        if id(node) not in seen:
-            seen[id(node)] = node
-            if node.op is IROp.REDUCE and len(node.srcs) == 2:
-                reduces.append(node)
-            stack.extend(node.srcs)
+    ranges_of, reads_memory = LoopVariables(), _ReadsMemory()
+    nodes = pre_order([kernel.sink], lambda node: node.srcs)
+    reduces = [node for node in nodes if node.op is IROp.REDUCE and len(node.srcs) == 2]
     staged: dict[int, tuple[IRNode, list[IRNode]]] = {}  # reduce range id -> (range, loads)
     for reduce in reduces:
         loop = reduce.srcs[1]
-        for value in _values_to_stage(reduce, ranges_of):
+        for value in _values_to_stage(reduce, ranges_of, reads_memory):
             if value not in staged.get(id(loop), (None, []))[1]:
                 staged.setdefault(id(loop), (loop, []))[1].append(value)
     plans = []
@@ -75,7 +71,7 @@ def stage_loads(kernel: KernelIR, max_bytes: int) -> KernelIR:
     if not plans:
         return kernel
     builder = Builder()
-    builder.loop_count = max(node.arg[0] for node in seen.values() if node.op is IROp.RANGE)
+    builder.loop_count = max(node.arg[0] for node in nodes if node.op is IROp.RANGE)
     memo: dict[int, IRNode] = {}
     for loop, loads, stride in plans:
         local = builder.define_local(loads[0].dtype, loop.arg[1] * stride)

@@ -15,8 +15,8 @@ from collections.abc import Generator, Iterable
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import Op
-from ember.core.walk import evaluate, post_order
-from ember.ir.ir import Builder, IRNode, IROp, KernelIR, linear_terms
+from ember.core.walk import compute_bottom_up, evaluate
+from ember.ir.ir import Builder, IRNode, IROp, KernelIR, linear_terms, topological_nodes
 
 # the ALU ops a vector can carry, lane by lane, when the renderer supports them (DeviceInfo.vector_ops)
 VECTOR_ALU_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE, Op.TRUNC, Op.SQRT,
@@ -63,24 +63,14 @@ class Vectorizer:
 
     def scalar(self, root: IRNode) -> IRNode:
         """The rebuilt scalar node; a packed reduce is read as a lane of its vector."""
-        stack = [root]
-        while stack:
-            node = stack[-1]
-            if id(node) in self.scalars:
-                stack.pop()
-                continue
+        def rebuilt(node: IRNode) -> IRNode:
             if id(node) in self.lane_of:
                 vector, lane = self.lane_of[id(node)]
-                self.scalars[id(node)] = self.builder.gep(vector, lane)
-                stack.pop()
-                continue
-            missing = [src for src in node.srcs if id(src) not in self.scalars]
-            if missing:
-                stack.extend(missing)
-                continue
-            stack.pop()
-            self.scalars[id(node)] = self.builder.rebuild(node, [self.scalars[id(src)] for src in node.srcs])
-        return self.scalars[id(root)]
+                return self.builder.gep(vector, lane)
+            return self.builder.rebuild(node, [self.scalars[id(src)] for src in node.srcs])
+
+        return compute_bottom_up(root, lambda node: () if id(node) in self.lane_of else node.srcs, rebuilt,
+                                 self.scalars)
 
     # ---- packing --------------------------------------------------------------------------------------------
 
@@ -243,7 +233,3 @@ def vector_width(kernel: KernelIR) -> int:
     return max((node.width * node.dtype.itemsize // 4 for node in topological_nodes(kernel.sink)
                 if node.width > 1 and node.dtype in VECTOR_DTYPES), default=1)
 
-
-def topological_nodes(sink: IRNode) -> list[IRNode]:
-    """Every node under sink, sources before their users."""
-    return post_order([sink], lambda node: node.srcs)

@@ -23,12 +23,10 @@ from ember.core.indexing import IndexingOps
 from ember.core.linalg import LinalgOps
 from ember.core.losses import LossOps
 from ember.core.movement import MovementOps
-from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
+from ember.core.ops import ELEMENTWISE_OPS, REDUCE_COMBINE, REDUCE_OPS, Op
 from ember.core.reductions import ReductionOps
 from ember.core.shapes import Shape, normalize_dim, prod
 from ember.core.tensor import Tensor
-
-COMBINE = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.REDUCE_MAX: Op.MAX}
 
 
 def split_sizes(size: int, parts: int) -> list[int]:
@@ -257,7 +255,7 @@ def apply_sharded(layout: ShardedTensor, op: Op, sources: tuple[Any, ...], arg: 
         # partial results over each shard, combined on the first device
         combined = partial.shards[0]
         for piece in partial.shards[1:]:
-            combined = combined._apply(COMBINE[op], piece.to(combined.device))
+            combined = combined._apply(REDUCE_COMBINE[op], piece.to(combined.device))
         return combined
     if op is Op.PERMUTE:
         return _per_shard(layout, op, sources, lambda index: arg, arg.index(axis))

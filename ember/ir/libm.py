@@ -1,8 +1,9 @@
 """exp2, log2 and sin built from primitive IR ops, for targets whose own are missing (f64 on GPUs) or inaccurate.
 
-A renderer calls `expand_math(kernel, wanted)` before rendering: every EXP2/LOG2/SIN node whose (op, dtype) is in
-`wanted` is replaced by a polynomial after range reduction, written with ADD/MUL/TRUNC/BITCAST/shifts only, so the
-same expansion runs (and is tested) on the C backend. Accuracy, measured against numpy in tests/test_ptx.py:
+An IR-to-IR pass: a renderer calls `expand_math(kernel, wanted)` before rendering, and the rewrite engine
+(ir/rewrite.py) replaces every EXP2/LOG2/SIN node whose (op, dtype) is in `wanted` by a polynomial after range
+reduction, written with ADD/MUL/TRUNC/BITCAST/shifts only, so the same expansion runs (and is tested) on the C
+backend. Accuracy, measured against numpy in tests/test_ptx.py:
 exp2 and log2 within 3 ulp over the whole range (subnormals included); sin within 3 ulp for |x| < 2 and within
 2 ulp of 1.0 (absolute) for any finite x: Cody-Waite's reduction up to |x| = 8192 (float32) or 2^19 (float64),
 Payne-Hanek's in 64-bit integer arithmetic beyond. Without 64-bit integers (standard WebGPU) sin has only
@@ -17,8 +18,8 @@ from collections.abc import Iterable
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import Op
-from ember.ir.ir import Builder, IRNode, IROp, KernelIR
-from ember.ir.vectorize import topological_nodes
+from ember.ir.ir import Builder, IRNode, IROp, KernelIR, topological_nodes
+from ember.ir.rewrite import Rule, RuleTable, rewrite
 
 MathOps = frozenset[tuple[Op, DType]]
 
@@ -284,48 +285,27 @@ def sin(f: _Float, x: IRNode, wide_integers: bool = True) -> IRNode:
 EXPANSIONS = {Op.EXP2: exp2, Op.LOG2: log2, Op.SIN: sin}
 
 
+def expansion_rules(wanted: MathOps, wide_integers: bool = True) -> RuleTable:
+    """The rules replacing each EXP2/LOG2/SIN whose (op, dtype) is in `wanted` by its expansion."""
+
+    def expand(builder: Builder, node: IRNode) -> IRNode:
+        if node.op is Op.SIN:
+            return sin(_Float(builder, node.dtype), node.srcs[0], wide_integers)
+        return EXPANSIONS[node.op](_Float(builder, node.dtype), node.srcs[0])
+
+    # final: an expansion holds no EXP2/LOG2/SIN, so the engine need not walk it again
+    return RuleTable([Rule("expand math", frozenset(EXPANSIONS), lambda node: (node.op, node.dtype) in wanted, expand,
+                           final=True)])
+
+
 def expand_math(kernel: KernelIR, wanted: MathOps, wide_integers: bool = True) -> KernelIR:
     """The kernel with each EXP2/LOG2/SIN whose (op, dtype) is in `wanted` replaced by its expansion.
     Without `wide_integers` (64-bit integer support) sin is accurate only for |x| < 8192 (Cody-Waite)."""
-    if not wanted or not _uses(kernel.sink, wanted):
+    nodes = topological_nodes(kernel.sink)
+    if not wanted or not any((node.op, node.dtype) in wanted for node in nodes):
         return kernel
     builder = Builder()
-    rebuilt: dict[int, IRNode] = {}
-    for node in topological_nodes(kernel.sink):
-        srcs = [rebuilt[id(src)] for src in node.srcs]
-        rebuilt[id(node)] = _rebuild(builder, node, srcs, wanted, wide_integers)
-    builder.loop_count = max(builder.loop_count, _loop_count(kernel.sink))
-    return KernelIR(kernel.name, kernel.params, kernel.global_size, rebuilt[id(kernel.sink)], kernel.index_dtype)
-
-
-def _rebuild(builder: Builder, node: IRNode, srcs: list[IRNode], wanted: MathOps, wide_integers: bool) -> IRNode:
-    op = node.op
-    if op is IROp.CONST:
-        return builder.const(node.arg, node.dtype)
-    if op is IROp.PARAM:
-        return builder.param(node.arg[0], node.dtype, node.arg[1])
-    if op is IROp.GLOBAL_ID:
-        return builder.global_id(node.arg, node.dtype)
-    if op is IROp.RANGE:
-        return builder._make(IROp.RANGE, node.dtype, (), node.arg, node.minimum, node.maximum)
-    if op is IROp.LOAD:
-        return builder.load(srcs[0], srcs[1], srcs[2] if len(srcs) == 3 else None)
-    if op is IROp.STORE:
-        return builder.store(*srcs)
-    if op is IROp.REDUCE:
-        return builder.reduce(node.arg, srcs[0], tuple(srcs[1:]))
-    if op is IROp.SINK:
-        return builder.sink(srcs)
-    if (op, node.dtype) in wanted:
-        if op is Op.SIN:
-            return sin(_Float(builder, node.dtype), srcs[0], wide_integers)
-        return EXPANSIONS[op](_Float(builder, node.dtype), srcs[0])
-    return builder.alu(op, node.dtype, *srcs, arg=node.arg)
-
-
-def _uses(sink: IRNode, wanted: MathOps) -> bool:
-    return any((node.op, node.dtype) in wanted for node in topological_nodes(sink))
-
-
-def _loop_count(sink: IRNode) -> int:
-    return max((node.arg[0] for node in topological_nodes(sink) if node.op is IROp.RANGE), default=0)
+    sink = rewrite(kernel.sink, expansion_rules(wanted, wide_integers), builder)
+    builder.loop_count = max(builder.loop_count, max((node.arg[0] for node in nodes if node.op is IROp.RANGE),
+                                                     default=0))
+    return KernelIR(kernel.name, kernel.params, kernel.global_size, sink, kernel.index_dtype)
