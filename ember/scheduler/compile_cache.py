@@ -44,6 +44,7 @@ class CompileCache:
         self.limit = limit
         self.entries: OrderedDict[tuple[str, Kernel], CompiledKernel] = OrderedDict()
         self.evictions = 0
+        self.generation = 0  # changes whenever a program leaves the cache (a schedule compiled before may miss some)
         self._lock = threading.Lock()  # batches compile in threads (compile_ahead)
 
     def get(self, key: tuple[str, Kernel]) -> CompiledKernel | None:
@@ -59,6 +60,7 @@ class CompileCache:
             while len(self.entries) > self.limit:
                 (device_name, _), dropped = self.entries.popitem(last=False)
                 self.evictions += 1
+                self.generation += 1
                 for record in profile.current():
                     record.programs_evicted += 1
                 profile.debug_print(1, f"  compile cache full ({self.limit} programs): dropped {dropped.name} "
@@ -81,6 +83,7 @@ class CompileCache:
 
     def clear(self) -> None:
         self.entries.clear()
+        self.generation += 1
 
 
 COMPILED = CompileCache()
