@@ -7,7 +7,7 @@ from ember.backends.config import CONFIG
 from ember.core.graph import Node
 from ember.scheduler import compile_cache, profile
 from ember.scheduler.buffers import DEFERRED_FREES, MAX_DEFERRED_FREES, buffer_of, release_finished
-from ember.scheduler.compile_cache import compile_ahead
+from ember.scheduler.compile_ahead import compile_ahead
 from ember.scheduler.copies import run_copy
 from ember.scheduler.devices import get_device
 from ember.scheduler.launch import run_kernel
