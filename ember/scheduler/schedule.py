@@ -67,24 +67,40 @@ def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
         entries.append((node.op, arg, node.shape, node.dtype, node.device,
                         tuple([index_of[id(source)] for source in node.srcs])))
 
-    # core.walk.post_order's walk, written out: this runs at every realize (a realized node has no sources)
-    visited: set[int] = set()
-    stack: list[tuple[Node, bool]] = [(root, False) for root in reversed(roots)]
+    # a post-order walk written out (this runs at every realize): a node stays on the stack until its sources are
+    # indexed, then is placed and indexed itself (a realized node has no sources)
+    stack = list(reversed(roots))
     while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            for moved in place_node(node):  # COPY nodes (or constants made again) bringing sources to its device
-                add(moved)
-            add(node)
+        node = stack[-1]
+        if id(node) in index_of:
+            stack.pop()
             continue
-        if id(node) in visited:
+        sources = node.srcs
+        waiting = False
+        for source in sources:
+            if id(source) not in index_of:
+                stack.append(source)
+                waiting = True
+        if waiting:
             continue
-        visited.add(id(node))
-        if node.srcs:
-            stack.append((node, True))
-            stack.extend([(source, False) for source in node.srcs if id(source) not in visited])
-        else:
-            add(node)
+        stack.pop()
+        if sources:
+            moved = place_node(node)  # COPY nodes (or constants made again) bringing sources to its device
+            if moved:
+                for extra in moved:
+                    add(extra)
+                sources = node.srcs
+        index_of[id(node)] = len(nodes)
+        nodes.append(node)
+        op = node.op
+        if op is buffer_op:
+            entries.append((node.shape, node.dtype, node.device))
+            continue
+        arg = node.arg
+        if op is const_op and isinstance(arg, float):
+            arg = arg.hex()
+        entries.append((op, arg, node.shape, node.dtype, node.device,
+                        tuple([index_of[id(source)] for source in sources])))
     key = (tuple(entries), tuple(index_of[id(root)] for root in roots))
     return key, nodes
 
