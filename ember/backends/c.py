@@ -174,11 +174,20 @@ def _loop_work(kernel: KernelIR) -> int:
     return math.prod(node.arg[1] for node in topological_nodes(kernel.sink) if node.op is IROp.RANGE)
 
 
+class HostArray(np.ndarray):
+    """A numpy byte array that knows its address, read once when it is created (numpy's `.ctypes.data` costs a few
+    microseconds at every launch)."""
+
+    address: int
+
+
 class HostMemoryPool(MemoryPool):
     """Host memory held in numpy byte arrays (so copies are numpy copies)."""
 
     def create_buffer(self, nbytes: int) -> np.ndarray:
-        return np.empty(nbytes, dtype=np.uint8)
+        array = np.empty(nbytes, dtype=np.uint8).view(HostArray)
+        array.address = array.ctypes.data
+        return array
 
     def destroy_buffer(self, handle: Any) -> None:
         return None
@@ -209,7 +218,11 @@ class CProgram(Program):
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
         for event in wait_for:
             event.wait()
-        self.function(*[handle.ctypes.data for handle in buffers])
+        try:
+            addresses = [handle.address for handle in buffers]
+        except AttributeError:  # an array this pool did not create
+            addresses = [handle.ctypes.data for handle in buffers]
+        self.function(*addresses)
         return COMPLETED
 
 

@@ -4,27 +4,21 @@ bounded in-memory cache by (device, kernel structure), and the CompileError fall
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import cast
 
 from ember.backends.base import Device, DeviceInfo, Program
 from ember.core.dtype import DType
 from ember.core.errors import CompileError, CompileFallbackWarning, DeviceError
-from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.ir.ir import KernelIR
 from ember.ir.kernel import Kernel
 from ember.ir.opt import build_kernel_ir, narrower_capabilities
 from ember.ir.vectorize import vector_width
 from ember.scheduler import profile
-from ember.scheduler.devices import get_device
-from ember.scheduler.schedule import CachedCopy, CachedKernel
 
 MAX_COMPILED_PROGRAMS = 4096  # kernels kept compiled in memory (all devices); beyond it the least recently used go
 
@@ -45,6 +39,7 @@ class CompileCache:
         self.limit = limit
         self.entries: OrderedDict[tuple[str, Kernel], CompiledKernel] = OrderedDict()
         self.evictions = 0
+        self.generation = 0  # changes whenever a program leaves the cache (a schedule compiled before may miss some)
         self._lock = threading.Lock()  # batches compile in threads (compile_ahead)
 
     def get(self, key: tuple[str, Kernel]) -> CompiledKernel | None:
@@ -60,6 +55,7 @@ class CompileCache:
             while len(self.entries) > self.limit:
                 (device_name, _), dropped = self.entries.popitem(last=False)
                 self.evictions += 1
+                self.generation += 1
                 for record in profile.current():
                     record.programs_evicted += 1
                 profile.debug_print(1, f"  compile cache full ({self.limit} programs): dropped {dropped.name} "
@@ -82,6 +78,7 @@ class CompileCache:
 
     def clear(self) -> None:
         self.entries.clear()
+        self.generation += 1
 
 
 COMPILED = CompileCache()
@@ -132,11 +129,13 @@ def compile_kernel(device: Device, kernel: Kernel) -> CompiledKernel:
     return compiled if compiled is not None else compile_kernels(device, [kernel])[0]
 
 
-def compile_kernels(device: Device, kernels: list[Kernel]) -> list[CompiledKernel]:
-    """Compile several kernels for one device, in one compiler run where the device's `compile_many` makes one; if
-    that fails, one by one, a kernel the device cannot build with vectors again with narrower ones or none."""
+def compile_kernels(device: Device, kernels: list[Kernel], irs: list[KernelIR] | None = None) -> list[CompiledKernel]:
+    """Compile several kernels for one device (lowered here unless their `irs` are given), in one compiler run where
+    the device's `compile_many` makes one; if that fails, one by one, a kernel the device cannot build with vectors
+    again with narrower ones or none."""
     start = time.perf_counter()
-    irs = [lower_for(device, kernel) for kernel in kernels]
+    if irs is None:
+        irs = [lower_for(device, kernel) for kernel in kernels]
     try:
         programs = device.compile_many(irs)
     except CompileError as error:
@@ -183,27 +182,3 @@ def _vectors(ir: KernelIR) -> str:
     width = vector_width(ir)
     return f"vectors of {width} float32 lanes" if width > 1 else "no vectors"
 
-
-def compile_ahead(items: list[CachedKernel | CachedCopy], graph_nodes: list[Node]) -> None:
-    """Compile the new kernels of a schedule before running it: in as many batches as there are cores (each one
-    compiler run) on devices that allow concurrent compiles, as one batch elsewhere. A cold start compiles many."""
-    missing: dict[str, dict[Kernel, None]] = {}
-    devices: dict[str, Device] = {}
-    for item in items:
-        if isinstance(item, CachedCopy) or graph_nodes[item.output].size == 0:
-            continue
-        device = get_device(cast(str, graph_nodes[item.output].device))
-        if (device.name, item.kernel) not in COMPILED and device.info.can_run:
-            missing.setdefault(device.name, {})[item.kernel] = None
-            devices[device.name] = device
-    for name, kernels in missing.items():
-        device, batch = devices[name], list(kernels)
-        if len(batch) < 2:
-            continue
-        if not device.info.concurrent_compile:
-            compile_kernels(device, batch)
-            continue
-        workers = min(len(batch), os.cpu_count() or 1)
-        chunks = [batch[index::workers] for index in range(workers)]
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(compile_kernels, [device] * len(chunks), chunks))

@@ -7,14 +7,14 @@ from typing import cast
 
 from ember.backends.config import CONFIG
 from ember.core.graph import Node
-from ember.scheduler import profile
+from ember.scheduler import compile_cache, profile
 from ember.scheduler.buffers import DEFERRED_FREES, MAX_DEFERRED_FREES, buffer_of, release_finished
-from ember.scheduler.compile_cache import compile_ahead
+from ember.scheduler.compile_ahead import compile_ahead
 from ember.scheduler.copies import run_copy
 from ember.scheduler.devices import get_device
 from ember.scheduler.launch import run_kernel
 from ember.scheduler.placement import place
-from ember.scheduler.schedule import SCHEDULES, CachedCopy, CachedKernel
+from ember.scheduler.schedule import SCHEDULES, CachedCopy
 
 
 def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
@@ -39,30 +39,32 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
 
         profile.debug_print(1, f"graph written to {write_realize(pending, profile.VizFolder.value)}")
     items, graph_nodes = SCHEDULES.schedule(pending)  # places the graph as it walks it
-    compile_ahead(items, graph_nodes)
+    compiled = compile_cache.COMPILED
+    stamp = (compiled, compiled.generation)
+    if items.compiled_stamp != stamp:  # else every kernel is still in the compile cache since the last realize
+        compile_ahead(items, graph_nodes)
+        if (compile_cache.COMPILED, compile_cache.COMPILED.generation) == stamp:
+            items.compiled_stamp = stamp
     for record in profile.current():
         record.realizes += 1
     if profile.DebugLevel.value >= 1:
         profile.debug_print(1, f"realize: {len(items)} items for {len(pending)} tensors")
-    # hold only the nodes the schedule reads or writes, and each only until its last use, so an intermediate
-    # buffer is released as soon as the last kernel reading it has been launched
-    last_use: dict[int, int] = {}
-    for position, item in enumerate(items):
-        for index in _item_nodes(item):
-            last_use[index] = position
-    live = {index: graph_nodes[index] for index in last_use}
+    # hold only the nodes the schedule reads or writes, and each only until its last use (items.releases), so an
+    # intermediate buffer is released as soon as the last kernel reading it has been launched
+    live: list[Node | None] = [None] * len(graph_nodes)
+    for index in items.used:
+        live[index] = graph_nodes[index]
     del graph_nodes
     pools = {get_device(cast(str, live[item.output].device)).pool for item in items}
     for pool in pools:
         pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
-    for position, item in enumerate(items):
+    for item, releases in zip(items, items.releases):
         if isinstance(item, CachedCopy):
-            run_copy(live[item.output], live[item.source])
+            run_copy(live[item.output], live[item.source])  # type: ignore[arg-type]
         else:
-            run_kernel(live[item.output], item.kernel, [live[i] for i in item.inputs])
-        for index in _item_nodes(item):
-            if last_use[index] == position:
-                del live[index]
+            run_kernel(live[item.output], item.kernel, [live[i] for i in item.inputs])  # type: ignore[arg-type, misc]
+        for index in releases:
+            live[index] = None
     for record in profile.current():
         for pool in pools:
             record.peak_bytes[pool.name] = max(record.peak_bytes.get(pool.name, 0), pool.peak_bytes)
@@ -84,8 +86,3 @@ def _shard_large_outputs(pending: list[Node]) -> list[Node]:
         node.become_buffer(plan.buffer)
     return remaining
 
-
-def _item_nodes(item: CachedKernel | CachedCopy) -> tuple[int, ...]:
-    if isinstance(item, CachedCopy):
-        return (item.output, item.source)
-    return (item.output, *item.inputs)

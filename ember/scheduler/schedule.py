@@ -8,7 +8,6 @@ from typing import NamedTuple
 
 from ember.core.graph import Node
 from ember.core.ops import Op
-from ember.core.walk import post_order
 from ember.ir.kernel import Kernel
 from ember.scheduler.kernelize import CopyItem, kernelize
 from ember.scheduler.placement import place_node
@@ -29,6 +28,25 @@ class CachedCopy(NamedTuple):
     source: int
 
 
+class Schedule(list):  # list[CachedKernel | CachedCopy]
+    """A cached schedule: its items in order, and what every realize of it would otherwise work out again: the node
+    positions the items use (`used`), those whose last use is each item (`releases`), and the stamp of the compile
+    cache its kernels were compiled ahead for (`compiled_stamp`, set by realize)."""
+
+    def __init__(self, items: list[CachedKernel | CachedCopy]) -> None:
+        super().__init__(items)
+        last_use: dict[int, int] = {}
+        for position, item in enumerate(items):
+            for index in (item.output, item.source) if isinstance(item, CachedCopy) else (item.output, *item.inputs):
+                last_use[index] = position
+        self.used = tuple(last_use)
+        releases: list[list[int]] = [[] for _ in items]
+        for index, position in last_use.items():
+            releases[position].append(index)
+        self.releases = [tuple(indices) for indices in releases]
+        self.compiled_stamp: tuple[object, int] | None = None
+
+
 def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
     """A hashable description of the graph under `roots` (structure, not data) and its nodes in that order, after
     placing every node on its device (the placement pass runs in this walk: `placement.place_node`, sources first).
@@ -38,22 +56,52 @@ def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
     index_of: dict[int, int] = {}
     nodes: list[Node] = []
     entries: list[tuple] = []
+    buffer_op, const_op = Op.BUFFER, Op.CONST
 
     def add(node: Node) -> None:
         index_of[id(node)] = len(nodes)
         nodes.append(node)
-        if node.op is Op.BUFFER:
+        if node.op is buffer_op:
             entries.append((node.shape, node.dtype, node.device))
             return
-        arg = node.arg.hex() if node.op is Op.CONST and isinstance(node.arg, float) else node.arg
+        arg = node.arg.hex() if node.op is const_op and isinstance(node.arg, float) else node.arg
         entries.append((node.op, arg, node.shape, node.dtype, node.device,
-                        tuple(index_of[id(source)] for source in node.srcs)))
+                        tuple([index_of[id(source)] for source in node.srcs])))
 
-    for node in post_order(roots, lambda node: node.srcs):  # a realized node (a BUFFER) has no sources
-        if node.srcs:
-            for moved in place_node(node):  # COPY nodes (or constants made again) bringing sources to its device
-                add(moved)
-        add(node)
+    # a post-order walk written out (this runs at every realize): a node stays on the stack until its sources are
+    # indexed, then is placed and indexed itself (a realized node has no sources)
+    stack = list(reversed(roots))
+    while stack:
+        node = stack[-1]
+        if id(node) in index_of:
+            stack.pop()
+            continue
+        sources = node.srcs
+        waiting = False
+        for source in sources:
+            if id(source) not in index_of:
+                stack.append(source)
+                waiting = True
+        if waiting:
+            continue
+        stack.pop()
+        if sources:
+            moved = place_node(node)  # COPY nodes (or constants made again) bringing sources to its device
+            if moved:
+                for extra in moved:
+                    add(extra)
+                sources = node.srcs
+        index_of[id(node)] = len(nodes)
+        nodes.append(node)
+        op = node.op
+        if op is buffer_op:
+            entries.append((node.shape, node.dtype, node.device))
+            continue
+        arg = node.arg
+        if op is const_op and isinstance(arg, float):
+            arg = arg.hex()
+        entries.append((op, arg, node.shape, node.dtype, node.device,
+                        tuple([index_of[id(source)] for source in sources])))
     key = (tuple(entries), tuple(index_of[id(root)] for root in roots))
     return key, nodes
 
@@ -69,11 +117,11 @@ class ScheduleCache:
     """Signature -> schedule (kernels and copies by node position), least recently used entries dropped."""
 
     def __init__(self) -> None:
-        self.entries: OrderedDict[tuple, list[CachedKernel | CachedCopy]] = OrderedDict()
+        self.entries: OrderedDict[tuple, Schedule] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
-    def schedule(self, roots: list[Node]) -> tuple[list[CachedKernel | CachedCopy], list[Node]]:
+    def schedule(self, roots: list[Node]) -> tuple[Schedule, list[Node]]:
         key, nodes = signature(roots)
         cached = self.entries.get(key)
         if cached is not None:
@@ -89,10 +137,10 @@ class ScheduleCache:
             else:
                 items.append(CachedKernel(position[id(item.output)], tuple(position[id(n)] for n in item.inputs),
                                           item.kernel))
-        self.entries[key] = items
+        schedule = self.entries[key] = Schedule(items)
         if len(self.entries) > MAX_CACHED_SCHEDULES:
             self.entries.popitem(last=False)
-        return items, nodes
+        return schedule, nodes
 
 
 SCHEDULES = ScheduleCache()

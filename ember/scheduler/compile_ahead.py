@@ -1,0 +1,70 @@
+"""Compiling a schedule's new kernels before it runs (a cold start compiles many): lowered in order on this thread
+while compiler runs build the batches already lowered, in parallel, with a progress bar for a long cold compile."""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from typing import cast
+
+from ember.backends.base import Device
+from ember.core.graph import Node
+from ember.ir.kernel import Kernel
+from ember.progress import Progress
+from ember.scheduler import compile_cache
+from ember.scheduler.devices import get_device
+from ember.scheduler.schedule import CachedCopy, CachedKernel
+
+PROGRESS_MIN_KERNELS = 8  # a cold compile of this many kernels or more shows a progress bar (ember/progress.py)
+
+
+def compile_ahead(items: list[CachedKernel | CachedCopy], graph_nodes: list[Node]) -> None:
+    """Compile the kernels of a schedule that are not in the compile cache yet, each device's in batches (one
+    compiler run each): in parallel on devices that allow concurrent compiles, as one batch elsewhere. A single new
+    kernel is left to its launch."""
+    missing: dict[str, dict[Kernel, None]] = {}
+    devices: dict[str, Device] = {}
+    compiled = compile_cache.COMPILED
+    for item in items:
+        if isinstance(item, CachedCopy) or graph_nodes[item.output].size == 0:
+            continue
+        device = get_device(cast(str, graph_nodes[item.output].device))
+        kernel = cast(Kernel, item.kernel)
+        if (device.name, kernel) not in compiled and device.info.can_run:
+            missing.setdefault(device.name, {})[kernel] = None
+            devices[device.name] = device
+    for name, kernels in missing.items():
+        device, batch = devices[name], list(kernels)
+        if len(batch) < 2:
+            continue
+        with Progress(len(batch), f"ember: compiling {len(batch)} kernels for {name}", "kernel",
+                      shown=len(batch) >= PROGRESS_MIN_KERNELS) as progress:
+            if device.info.concurrent_compile:
+                _compile_pipelined(device, batch, progress)
+            else:
+                compile_cache.compile_kernels(device, batch)
+                progress.advance(len(batch))
+
+
+def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) -> None:
+    """Lower the kernels in order here and hand each batch, once lowered, to a compiler thread, so compilers run
+    while the next kernels are lowered (lowering is Python and holds the interpreter; a compiler run does not).
+    Batches are small enough for every core to get two, large enough that a compiler start serves several kernels."""
+    workers = min(len(batch), os.cpu_count() or 1)
+    size = max(2, math.ceil(len(batch) / (2 * workers)))
+    futures: list[Future[list[compile_cache.CompiledKernel]]] = []
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for start in range(0, len(batch), size):
+            chunk = batch[start:start + size]
+            irs = [compile_cache.lower_for(device, kernel) for kernel in chunk]
+            future = pool.submit(compile_cache.compile_kernels, device, chunk, irs)
+            future.add_done_callback(partial(_advance, progress, len(chunk)))
+            futures.append(future)
+        for future in futures:
+            future.result()  # the first error, if any, is raised here
+
+
+def _advance(progress: Progress, count: int, _: Future[list[compile_cache.CompiledKernel]]) -> None:
+    progress.advance(count)
