@@ -20,6 +20,8 @@ from ember.ir.rewrite import RuleTable
 class IROp(Enum):
     """Structural IR ops. Arithmetic uses the primitive `Op` enum itself (one source of truth per op)."""
 
+    __hash__ = object.__hash__  # members are singletons compared by identity; Enum's name hash is 4x slower
+
     PARAM = auto()  # a buffer parameter; arg: (position, is_output); dtype: the element type
     CONST = auto()  # arg: the value
     GLOBAL_ID = auto()  # the index of this work item along the parallel axis; arg: the global size
