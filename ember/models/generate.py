@@ -1,17 +1,19 @@
 """Text generation with a key/value cache on the device: greedy decoding and sampling (temperature, top-k, top-p),
-one token at a time as an iterator (streaming)."""
+one token at a time as an iterator (streaming), and the text of such a stream piece by piece."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import ember as em
 from ember.core.tensor import Tensor, realize
 from ember.models.gemma import Gemma3, KVCache
+from ember.models.tokenizer import SentencePieceTokenizer
 
 CACHE_GRANULE = 128
+PAD_ID = 0  # what fills a prompt up to its padded size (never seen: the mask is causal)
 
 
 def choose_token(logits: Tensor, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None) -> int:
@@ -53,11 +55,13 @@ def generate(
     cache_length: int | None = None,
 ) -> Iterator[int]:
     """Yield up to max_new_tokens tokens following prompt_ids, each as soon as it is chosen (stops after a token
-    of stop_ids). The prompt is read one token per step through the same compiled step as generation."""
+    of stop_ids). The prompt runs in one pass (padded to `prompt_size`), then one token per step."""
     if not prompt_ids:
         raise ValueError("generate: the prompt needs at least one token (e.g. the model's beginning-of-text id)")
     if max_new_tokens < 0:
         raise ValueError(f"generate: max_new_tokens must be >= 0, got {max_new_tokens}")
+    if max_new_tokens == 0:
+        return
     device = device or em.get_default_device()
     model.on_device(device)
     # the cache length is part of every step's kernels: rounding it up lets other prompts reuse the compiled step
@@ -65,17 +69,41 @@ def generate(
     if length < len(prompt_ids) + max_new_tokens:
         raise ValueError(f"generate: cache_length {length} is shorter than the prompt ({len(prompt_ids)}) plus "
                          f"max_new_tokens ({max_new_tokens})")
+    padded = min(prompt_size(len(prompt_ids)), length)
     cache = KVCache(model.config, length, device)
-    tokens = list(prompt_ids)
     with em.no_grad():
-        for position in range(len(prompt_ids) + max_new_tokens - 1):
-            logits = model.step(tokens[position], em.tensor([position], dtype=em.int64, device=device), cache)
-            if position + 1 < len(prompt_ids):
-                realize(*cache.keys, *cache.values)  # a prompt token: its logits are never computed
-                continue
+        last = em.tensor([len(prompt_ids) - 1], dtype=em.int64, device=device)
+        logits = model.prefill([*prompt_ids, *[PAD_ID] * (padded - len(prompt_ids))], last, cache)
+        for position in range(len(prompt_ids), len(prompt_ids) + max_new_tokens):
             realize(logits, *cache.keys, *cache.values)
             token = choose_token(logits, temperature, top_k, top_p)
-            tokens.append(token)
             yield token
-            if token in stop_ids:
+            if token in stop_ids or position == len(prompt_ids) + max_new_tokens - 1:
                 return
+            logits = model.step(token, em.tensor([position], dtype=em.int64, device=device), cache)
+
+
+def prompt_size(tokens: int) -> int:
+    """The length a prompt of `tokens` is padded to: a power of two from 8, then multiples of CACHE_GRANULE, so a
+    few compiled prompt passes serve every prompt."""
+    if tokens > CACHE_GRANULE:
+        return -(-tokens // CACHE_GRANULE) * CACHE_GRANULE
+    return max(8, 1 << (tokens - 1).bit_length())
+
+
+def stream_text(tokens: Iterable[int], tokenizer: SentencePieceTokenizer) -> Iterator[str]:
+    """The text of a stream of generated tokens, piece by piece as they come (control tokens left out). A piece
+    is held back while it ends inside a character whose UTF-8 bytes are split over several byte tokens."""
+    ids: list[int] = []
+    shown = 0
+    for token in tokens:
+        ids.append(token)
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        if text.endswith("\ufffd"):
+            continue  # maybe the first bytes of a character: wait for the rest
+        if len(text) > shown:
+            yield text[shown:]
+            shown = len(text)
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    if len(text) > shown:
+        yield text[shown:]
