@@ -205,9 +205,13 @@ def command_generate(arguments: argparse.Namespace) -> int:
     tokens = generate(model, prompt, max_new_tokens=arguments.max_new_tokens, temperature=arguments.temperature,
                       top_k=arguments.top_k, top_p=arguments.top_p, stop_ids=stop_ids, device=device)
     sys.stdout.write(arguments.prompt)
-    for piece in stream_text(timed(tokens), tokenizer):
-        sys.stdout.write(piece)
-        sys.stdout.flush()
+    try:
+        for piece in stream_text(timed(tokens), tokenizer):
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+    except ValueError as error:  # a bad sampling setting (checked before any work)
+        print(f"\nember generate: {error}", file=sys.stderr)
+        return 2
     sys.stdout.write("\n")
     first = stamps[0] - start
     rate = f"{(len(stamps) - 1) / (stamps[-1] - stamps[0]):.2f} tokens/s after the first" if len(stamps) > 1 else ""

