@@ -70,3 +70,11 @@ def test_choose_token_greedy_and_sampling_restrictions(device: str) -> None:
     assert [choose_token(logits, temperature=0.8) for _ in range(5)] == first
     with pytest.raises(ValueError, match="need temperature >= 0"):
         choose_token(logits, temperature=-1.0)
+    wide = np.random.default_rng(5).normal(size=3000).astype(np.float32)  # past any sort: bisection finds the edge
+    wide_logits = em.tensor(wide, device=device)
+    top_five = set(np.argsort(-wide)[:5].tolist())
+    assert {choose_token(wide_logits, temperature=2.0, top_k=5) for _ in range(6)} <= top_five
+    sorted_probabilities = np.sort(np.exp(wide - wide.max()) / np.exp(wide - wide.max()).sum())[::-1]
+    nucleus_size = int(np.searchsorted(np.cumsum(sorted_probabilities), 0.3)) + 1
+    wide_nucleus = set(np.argsort(-wide)[:nucleus_size].tolist())
+    assert {choose_token(wide_logits, temperature=1.0, top_p=0.3) for _ in range(6)} <= wide_nucleus

@@ -4,7 +4,7 @@ one token at a time as an iterator (streaming), and the text of such a stream pi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import ember as em
@@ -25,27 +25,48 @@ def check_sampling(temperature: float, top_k: int | None, top_p: float | None, c
 
 def choose_token(logits: Tensor, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None) -> int:
     """The next token from logits (vocab,): the argmax when temperature is 0, else a sample of
-    softmax(logits / temperature) restricted to the top_k most likely tokens and to the smallest set whose
-    probability reaches top_p. The selection runs on the logits' device; only the chosen index is read back."""
+    softmax(logits / temperature) restricted to the top_k most likely tokens (ties at the k-th value kept) and to
+    the smallest set of the most likely tokens whose probability reaches top_p (ties at its edge kept).
+
+    Everything runs on the logits' device and nothing is sorted (a sort of a 262k vocabulary is hundreds of
+    kernels): the k-th largest value and the nucleus' smallest probability are found by bisection over the
+    values' bit patterns (32 small reductions each, only a count or a mass read back), and the sample is the
+    argmax of the logits plus Gumbel noise, which is distributed as softmax(logits)."""
     check_sampling(temperature, top_k, top_p, "choose_token")
     if temperature == 0 or top_k == 1:
         return int(logits.argmax().item())
     scaled = logits.cast(em.float32) / temperature
     if top_k is not None and top_k < scaled.shape[0]:
-        threshold = scaled.topk(top_k).values[top_k - 1]
-        scaled = em.where(scaled < threshold, -math.inf, scaled)
-    probabilities = scaled.softmax(-1)
-    order = None
+        keys = _ordered_keys(scaled).realize()
+        kth = _largest_threshold(keys, lambda kept: kept.sum(), top_k)
+        scaled = em.where(keys >= kth, scaled, -math.inf)
     if top_p is not None and top_p < 1:
-        probabilities, order = probabilities.sort(descending=True)
-        before = probabilities.cumsum(0) - probabilities  # the mass of the more likely tokens
-        probabilities = em.where(before < top_p, probabilities, 0.0)
-    cumulative = probabilities.cumsum(0)
-    draw = em.rand(1, device=logits.device) * cumulative[-1]
-    index = (cumulative <= draw).sum().clamp(max=cumulative.shape[0] - 1)
-    if order is not None:
-        index = order[index]
-    return int(index.item())
+        probabilities = scaled.softmax(-1).realize()
+        keys = _ordered_keys(probabilities).realize()
+        smallest = _largest_threshold(keys, lambda kept: em.where(kept, probabilities, 0.0).sum(), top_p)
+        scaled = em.where(keys >= smallest, scaled, -math.inf)
+    uniform = em.rand(*scaled.shape, device=scaled.device)
+    return int((scaled - (-uniform.log()).log()).argmax().item())
+
+
+def _ordered_keys(values: Tensor) -> Tensor:
+    """int32 keys of float32 values in the same order (the bit pattern, with the negatives' magnitude bits flipped)."""
+    bits = values.bitcast(em.int32)
+    return em.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+def _largest_threshold(keys: Tensor, measure: Callable[[Tensor], Tensor], target: float) -> Tensor:
+    """The largest key t whose set {keys >= t} measures at least target (measure grows as t falls), as a device
+    tensor; by bisection over the int32 range, one reduction and one number read back per halving."""
+    low, high = int(keys.min().item()), int(keys.max().item()) + 1  # measure(low) >= target > measure(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        threshold = em.tensor([middle], dtype=em.int32, device=keys.device)
+        if float(measure(keys >= threshold).item()) >= target:
+            low = middle
+        else:
+            high = middle
+    return em.tensor([low], dtype=em.int32, device=keys.device)
 
 
 def generate(
