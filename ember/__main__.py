@@ -213,6 +213,7 @@ def command_generate(arguments: argparse.Namespace) -> int:
         print(f"\nember generate: {error}", file=sys.stderr)
         return 2
     sys.stdout.write("\n")
+    sys.stdout.flush()
     first = stamps[0] - start
     rate = f"{(len(stamps) - 1) / (stamps[-1] - stamps[0]):.2f} tokens/s after the first" if len(stamps) > 1 else ""
     print(f"[{device}] prompt {len(prompt)} tokens, first token after {first:.2f} s; {len(stamps)} tokens"
