@@ -1,10 +1,11 @@
 """Decoding speed of Gemma-3-270M (Q4_K_M GGUF): ember against transformers + PyTorch (float32) on this machine.
 
 Both decode greedily from the same prompt ids; the figure is tokens per second of the generated tokens after the
-first (ember's first step compiles its kernels; the later ones reuse them). The load average is printed too: the
-machine may be shared.
+first (ember's first step compiles its kernels; the later ones reuse them), and ember's time to the first token of
+a second run (the prompt's pass, compiled by then). The load average is printed too: the machine may be shared.
+ember keeps float32 weights (as transformers does) unless --quantized.
 
-    python benchmarks/gemma.py [--tokens N] [--device c]
+    python benchmarks/gemma.py [--tokens N] [--device c] [--quantized]
 """
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ from ember.scheduler.devices import get_device
 PROMPT = "The capital of France is"
 
 
-def ember_rate(path: str, ids: list[int], tokens: int, device: str) -> tuple[float, list[int]]:
-    model = Gemma3.from_gguf(path)
+def ember_rate(path: str, ids: list[int], tokens: int, device: str, quantized: bool) -> tuple[float, float, list[int]]:
+    """Tokens per second after the first, the seconds to the first token of a second run, and the tokens."""
+    model = Gemma3.from_gguf(path, float32_weights=not quantized)
     stamps, chosen = [], []
     for token in generate(model, ids, max_new_tokens=tokens, device=device):
         stamps.append(time.perf_counter())
         chosen.append(token)
-    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), chosen
+    start = time.perf_counter()
+    next(generate(model, ids, max_new_tokens=1, device=device))
+    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), time.perf_counter() - start, chosen
 
 
 def torch_rate(path: str, ids: list[int], tokens: int) -> tuple[float, list[int]]:
@@ -55,6 +59,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--device", default="c")
+    parser.add_argument("--quantized", action="store_true", help="keep ember's weights as the file's blocks")
     arguments = parser.parse_args()
     import transformers
 
@@ -62,10 +67,12 @@ def main() -> None:
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(Path(path).parent), gguf_file=Path(path).name)
     ids = tokenizer(PROMPT).input_ids
     device = get_device(arguments.device).name
-    ember_speed, ember_tokens = ember_rate(path, ids, arguments.tokens, device)
+    ember_speed, first_token, ember_tokens = ember_rate(path, ids, arguments.tokens, device, arguments.quantized)
     torch_speed, torch_tokens = torch_rate(path, ids, arguments.tokens)
     print(f"load average {os.getloadavg()[0]:.1f}; prompt {PROMPT!r} ({len(ids)} tokens), {arguments.tokens} new")
-    print(f"ember ({arguments.device}): {ember_speed:.2f} tokens/s")
+    weights = "quantized" if arguments.quantized else "float32"
+    print(f"ember ({arguments.device}, {weights} weights): {ember_speed:.2f} tokens/s; first token after "
+          f"{first_token:.2f} s")
     print(f"transformers + torch f32: {torch_speed:.2f} tokens/s")
     print(f"ratio ember / torch: {ember_speed / torch_speed:.2f}x; same tokens: {ember_tokens == torch_tokens}")
 

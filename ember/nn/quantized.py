@@ -33,8 +33,16 @@ class QuantizedLinear(Module):
             return self.raw if self.raw.dtype == dtypes.float32 else self.raw.cast(dtypes.float32)
         return QuantizedTensor(self.raw, self.format, (self.out_features, self.in_features)).dequantize()
 
-    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+    def forward(self, input: Tensor) -> Tensor:
         return F.linear(input, self.weight())
+
+    def store_float32(self) -> None:
+        """Keep the weight as float32 from now on, dequantized once where it lies (4 bytes a weight instead of the
+        format's 0.5 to 1): each forward then reads plain floats instead of unpacking blocks again. The values are
+        the same; a model that is short of memory keeps the blocks instead."""
+        if self.format is not None:
+            self.raw = self.weight().realize()
+            self.format = None
 
     def extra_repr(self) -> str:
         kind = self.format.name if self.format is not None else self.raw.dtype.name
