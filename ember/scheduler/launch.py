@@ -14,12 +14,18 @@ from ember.scheduler import compile_cache, profile
 from ember.scheduler.buffers import Buffer, buffer_of, pending
 from ember.scheduler.compile_cache import CompiledKernel, compile_narrower
 from ember.scheduler.devices import get_device
+from ember.scheduler.in_place import reusable_buffer
 
 
-def run_kernel(output: Node, kernel: Kernel, inputs: list[Node]) -> None:
-    """Allocate the output, launch the kernel after the writers of its inputs, and make `output` a buffer leaf."""
+def run_kernel(output: Node, kernel: Kernel, inputs: list[Node], held_by_schedule: int | None = None) -> None:
+    """Allocate the output, launch the kernel after the writers of its inputs, and make `output` a buffer leaf.
+
+    With `held_by_schedule` (no later command reads the node `output` replaces, see in_place.reusable_buffer) the
+    kernel may write into the replaced node's buffer instead of allocating."""
     device = get_device(output.device)
-    buffer = Buffer(device, output.size, output.dtype)
+    reused = None if held_by_schedule is None else reusable_buffer(output, inputs, held_by_schedule)
+    buffer = Buffer(device, output.size, output.dtype) if reused is None else reused
+    output.replaces = None
     if output.size > 0:
         compiled = compile_cache.compile_kernel(device, kernel)  # through the module: tests wrap it
         if device.info.can_run:
@@ -27,7 +33,11 @@ def run_kernel(output: Node, kernel: Kernel, inputs: list[Node]) -> None:
             handles: list[Any] = [buffer.handle, *(input_buffer.handle for input_buffer in input_buffers)]
             timed = bool(profile.current()) or profile.DebugLevel.value >= 2
             start = time.perf_counter() if timed else 0.0
-            event = launch(device, kernel, compiled, handles, pending(*(source.event for source in input_buffers)))
+            wait_for = pending(*(source.event for source in input_buffers))
+            if reused is not None:  # also after the writer and the readers of the old value
+                wait_for = pending(*wait_for, reused.event, *reused.users)
+                reused.users = []
+            event = launch(device, kernel, compiled, handles, wait_for)
             buffer.event = event
             for input_buffer in input_buffers:
                 input_buffer.add_user(event)

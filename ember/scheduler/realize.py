@@ -10,6 +10,7 @@ from ember.scheduler.buffers import DEFERRED_FREES, MAX_DEFERRED_FREES, buffer_o
 from ember.scheduler.compile_cache import compile_ahead
 from ember.scheduler.copies import run_copy
 from ember.scheduler.devices import get_device
+from ember.scheduler.in_place import schedule_hold
 from ember.scheduler.launch import run_kernel
 from ember.scheduler.placement import place
 from ember.scheduler.schedule import SCHEDULES, CachedCopy, CachedKernel
@@ -57,7 +58,11 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
         if isinstance(item, CachedCopy):
             run_copy(live[item.output], live[item.source])
         else:
-            run_kernel(live[item.output], item.kernel, [live[i] for i in item.inputs])
+            output = live[item.output]
+            replaced = output.replaces
+            held = None if replaced is None else schedule_hold(replaced, live, last_use, position)
+            del replaced
+            run_kernel(output, item.kernel, [live[i] for i in item.inputs], held)
         for index in _item_nodes(item):
             if last_use[index] == position:
                 del live[index]
