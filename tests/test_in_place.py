@@ -49,6 +49,8 @@ def test_optimizer_step_updates_parameters_and_state_in_place(name: str, options
         torch_optimizer.step()
         for ember_parameter, torch_parameter in zip(ember_parameters, torch_parameters):
             assert_close(ember_parameter, torch_parameter.detach(), atol=1e-5, rtol=1e-4)
+        if not get_device(device).info.output_may_alias_input:  # (WebGPU) each update allocates
+            continue
         assert all(after is before for after, before in zip(_buffers(ember_parameters), parameters_before))
         if step >= 1:  # the first step creates the state
             assert all(after is before for after, before in zip(_buffers(state), state_before))
@@ -68,6 +70,10 @@ def test_assign_keeps_values_another_tensor_holds(device: str) -> None:
     buffer = parameter.node.buffer
     parameter *= 2.0
     np.testing.assert_array_equal(parameter.numpy(), (values - 0.5) * 2)
+    assert (parameter.node.buffer is buffer) == get_device(device).info.output_may_alias_input
+    buffer = parameter.node.buffer
+    parameter.assign(em.ones(6, device=device))  # does not read the old value: in place on every device
+    np.testing.assert_array_equal(parameter.numpy(), np.ones(6))
     assert parameter.node.buffer is buffer
 
 

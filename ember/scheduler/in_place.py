@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import sys
 
+from ember.backends.base import Device
 from ember.core.graph import Node
 from ember.core.ops import ELEMENTWISE_OPS
 from ember.scheduler.buffers import Buffer
 
 
-def reusable_buffer(output: Node, inputs: list[Node], held_by_schedule: int) -> Buffer | None:
+def reusable_buffer(output: Node, inputs: list[Node], held_by_schedule: int, device: Device) -> Buffer | None:
     """The buffer of `output.replaces` when `output`'s kernel may write into it, else None.
 
     The caller knows that no later command of the schedule reads the replaced node; `held_by_schedule` is how many
     references the realize loop itself holds to it (0 or 1). Any other holder (a tensor, a lazy graph not in this
     schedule) shows in its reference count, so the write is done only when every reference is accounted for: the
-    `replaces` slot, the kernel's input list and the sources of the unrealized nodes the kernel computes."""
+    `replaces` slot, the kernel's input list and the sources of the unrealized nodes the kernel computes. A kernel
+    reading the buffer it writes needs `DeviceInfo.output_may_alias_input`."""
     old = output.replaces
     if old is None or old.buffer is None or not old.realized:
         return None
@@ -26,7 +28,10 @@ def reusable_buffer(output: Node, inputs: list[Node], held_by_schedule: int) -> 
     references = _aligned_references(output, old)
     if references is None:
         return None
-    expected = 1 + held_by_schedule + references + sum(node is old for node in inputs)
+    read = sum(node is old for node in inputs)
+    if read and not device.info.output_may_alias_input:
+        return None
+    expected = 1 + held_by_schedule + references + read
     # getrefcount counts its own argument and this frame's `old`
     if sys.getrefcount(old) - 2 != expected:
         return None

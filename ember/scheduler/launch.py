@@ -10,7 +10,7 @@ from ember.backends.base import Device, Event
 from ember.core.errors import CompileError
 from ember.core.graph import Node
 from ember.ir.kernel import Kernel
-from ember.scheduler import compile_cache, profile
+from ember.scheduler import compile_cache, profile, recording
 from ember.scheduler.buffers import Buffer, buffer_of, pending
 from ember.scheduler.compile_cache import CompiledKernel, compile_narrower
 from ember.scheduler.devices import get_device
@@ -23,9 +23,8 @@ def run_kernel(output: Node, kernel: Kernel, inputs: list[Node], held_by_schedul
     With `held_by_schedule` (no later command reads the node `output` replaces, see in_place.reusable_buffer) the
     kernel may write into the replaced node's buffer instead of allocating."""
     device = get_device(output.device)
-    reused = None if held_by_schedule is None else reusable_buffer(output, inputs, held_by_schedule)
+    reused = None if held_by_schedule is None else reusable_buffer(output, inputs, held_by_schedule, device)
     buffer = Buffer(device, output.size, output.dtype) if reused is None else reused
-    output.replaces = None
     if output.size > 0:
         compiled = compile_cache.compile_kernel(device, kernel)  # through the module: tests wrap it
         if device.info.can_run:
@@ -39,6 +38,10 @@ def run_kernel(output: Node, kernel: Kernel, inputs: list[Node], held_by_schedul
                 reused.users = []
             event = launch(device, kernel, compiled, handles, wait_for)
             buffer.event = event
+            if recording.ACTIVE is not None:
+                recording.ACTIVE.launch(device, kernel, compiled, buffer, input_buffers)
+                if output.replaces is not None and reused is None and output.replaces.buffer is not None:
+                    recording.ACTIVE.assign_not_in_place(output.replaces.buffer, buffer)
             for input_buffer in input_buffers:
                 input_buffer.add_user(event)
             if timed:
@@ -48,7 +51,7 @@ def run_kernel(output: Node, kernel: Kernel, inputs: list[Node], held_by_schedul
                     record.kernels.append(profile.KernelRecord(compiled.name, device.name, seconds,
                                                                compiled.ir.global_size))
                 profile.debug_print(2, f"  {compiled.name:<40} {device.name:<10} {seconds * 1e6:10.1f} us")
-    output.become_buffer(buffer)
+    output.become_buffer(buffer)  # (and forgets the node it replaced)
 
 
 def launch(device: Device, kernel: Kernel, compiled: CompiledKernel, handles: list[Any],
