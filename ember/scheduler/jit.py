@@ -51,6 +51,7 @@ class Capture:
     state_copies: list[tuple[int, int]]  # (target slot, source slot) copied before the steps
     memory_plan: dict[str, DevicePlan]
     kernels: int = 0
+    bound: list[Callable[[tuple[Event, ...]], Event] | None] | None = None  # per step, made at the first replay
 
 
 class Jitted:
@@ -144,33 +145,45 @@ class Jitted:
 
     def _replay(self, capture: Capture, leaves: list[Any]) -> Any:
         realize(*(leaf for leaf in leaves if isinstance(leaf, Tensor) and not leaf.node.realized))
-        buffers = list(capture.buffers)
-        for position, slot in capture.input_slots:
-            buffers[slot] = buffer_of(leaves[position].node)
+        buffers = capture.buffers
+        if capture.input_slots:
+            buffers = list(buffers)
+            for position, slot in capture.input_slots:
+                buffers[slot] = buffer_of(leaves[position].node)
+        if capture.bound is None:
+            capture.bound = _bind(capture)
+        # events are tracked only once a command is unfinished (synchronous devices never are)
+        tracking = any(not buffer.event.done or any(not user.done for user in buffer.users)
+                       for buffer in buffers if buffer is not None)
         writers: list[Event | None] = [None] * len(buffers)
         readers: list[list[Event]] = [[] for _ in buffers]
         for target, source in capture.state_copies:
-            _run_copy(buffers, writers, readers, target, source)
-        for step in capture.steps:
+            tracking |= _run_copy(buffers, writers, readers, target, source)
+        for step, bound in zip(capture.steps, capture.bound):
             if isinstance(step, RecordedCopy):
-                _run_copy(buffers, writers, readers, step.output, step.source)
+                tracking |= _run_copy(buffers, writers, readers, step.output, step.source)
                 continue
-            output = buffers[step.output]
-            assert output is not None
-            wait_for = _wait_for(buffers, writers, readers, step.output, step.inputs)
-            handles = [output.handle, *(buffers[slot].handle for slot in step.inputs)]  # type: ignore[union-attr]
-            event = launch(step.device, step.kernel, step.compiled, handles, wait_for)
-            writers[step.output] = event
-            readers[step.output] = []
-            for slot in step.inputs:
-                readers[slot].append(event)
-        for slot, buffer in enumerate(buffers):  # what reads these buffers next waits for the replay's commands
-            if buffer is None:
-                continue
-            if writers[slot] is not None:
-                buffer.event = writers[slot]  # type: ignore[assignment]
-            for event in readers[slot]:
-                buffer.add_user(event)
+            wait_for = _wait_for(buffers, writers, readers, step.output, step.inputs) if tracking else ()
+            if bound is not None:
+                event = bound(wait_for)
+            else:
+                handles = [buffers[step.output].handle,  # type: ignore[union-attr]
+                           *(buffers[slot].handle for slot in step.inputs)]  # type: ignore[union-attr]
+                event = launch(step.device, step.kernel, step.compiled, handles, wait_for)
+            if tracking or not event.done:
+                tracking = True
+                writers[step.output] = event
+                readers[step.output] = []
+                for slot in step.inputs:
+                    readers[slot].append(event)
+        if tracking:  # what reads these buffers next waits for the replay's commands
+            for slot, buffer in enumerate(buffers):
+                if buffer is None:
+                    continue
+                if writers[slot] is not None:
+                    buffer.event = writers[slot]  # type: ignore[assignment]
+                for event in readers[slot]:
+                    buffer.add_user(event)
         self.replays += 1
         values = []
         for kind, where in capture.outputs:
@@ -312,13 +325,28 @@ def _wait_for(buffers: list[Buffer | None], writers: list[Event | None], readers
 
 
 def _run_copy(buffers: list[Buffer | None], writers: list[Event | None], readers: list[list[Event]], output: int,
-              source: int) -> None:
+              source: int) -> bool:
+    """Enqueue a recorded copy; whether it is unfinished."""
     target, origin = buffers[output], buffers[source]
     assert target is not None and origin is not None
     event, _ = enqueue_copy(target, origin, _wait_for(buffers, writers, readers, output, (source,)))
     writers[output] = event
     readers[output] = []
     readers[source].append(event)
+    return not event.done
+
+
+def _bind(capture: Capture) -> list[Callable[[tuple[Event, ...]], Event] | None]:
+    """Per step, the launch bound to its buffers (Program.bind) when none of them is an input bound per call."""
+    inputs = {slot for _, slot in capture.input_slots}
+    bound: list[Callable[[tuple[Event, ...]], Event] | None] = []
+    for step in capture.steps:
+        if isinstance(step, RecordedCopy) or step.output in inputs or inputs.intersection(step.inputs):
+            bound.append(None)
+            continue
+        handles = [capture.buffers[slot].handle for slot in (step.output, *step.inputs)]  # type: ignore[union-attr]
+        bound.append(step.compiled.program.bind(handles, step.compiled.ir.global_size))
+    return bound
 
 
 # ---- arguments ---------------------------------------------------------------------------------------------------
