@@ -177,3 +177,40 @@ def test_changing_python_values_in_tensors_raise(device: str) -> None:
     step(model, optimizer, inputs, targets)
     with pytest.raises(JitError, match="differ between its first two calls"):
         step(model, optimizer, inputs, targets)
+
+
+def test_many_captures_warn(device: str) -> None:
+    doubled = em.jit(lambda tensor: tensor * 2)
+    for rows in (1, 1, 2, 2, 3, 3):
+        np.testing.assert_array_equal(doubled(em.ones(rows, device=device)).numpy(), np.full(rows, 2.0))
+    assert doubled.captures == 3
+    with pytest.warns(UserWarning, match=r"captured again for inputs \(\(4,\) float32"):
+        np.testing.assert_array_equal(doubled(em.ones(4, device=device)).numpy(), np.full(4, 2.0))
+
+
+def test_arguments_changed_in_place(device: str) -> None:
+    @em.jit
+    def increment(tensor: em.Tensor) -> em.Tensor:
+        tensor += 1  # nothing else reads the old value: written in place where the device allows it
+        return tensor * 2
+
+    values = [np.arange(3, dtype=np.float32) + index for index in range(4)]
+    for index, value in enumerate(values):
+        argument = em.tensor(value, device=device).realize()
+        if index == 1 and not get_device(device).info.output_may_alias_input:  # the update needs a new buffer
+            with pytest.raises(JitError, match="changes an argument in place"):
+                increment(argument)
+            break
+        result = increment(argument)
+        np.testing.assert_array_equal(argument.numpy(), value + 1)
+        np.testing.assert_array_equal(result.numpy(), (value + 1) * 2)
+
+    @em.jit
+    def increment_kept(tensor: em.Tensor) -> em.Tensor:
+        kept = tensor * 1  # a lazy graph reading the old value: the update needs a new buffer
+        tensor += 1
+        return kept + tensor
+
+    increment_kept(em.tensor(values[0], device=device).realize())
+    with pytest.raises(JitError, match="changes an argument in place"):
+        increment_kept(em.tensor(values[1], device=device).realize())

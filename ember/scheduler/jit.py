@@ -103,8 +103,8 @@ class Jitted:
         recording.ACTIVE = recorder
         try:
             result = self.function(*args, **kwargs)
-            output_tensors = [leaf for leaf in _flatten(result)[0] if isinstance(leaf, Tensor)]
-            realize(*output_tensors)
+            # the outputs and the arguments (which the function may have changed in place) in one schedule
+            realize(*(leaf for leaf in _flatten((result, args, kwargs))[0] if isinstance(leaf, Tensor)))
         finally:
             recording.ACTIVE = None
         return result
@@ -125,6 +125,13 @@ class Jitted:
         self._first_call = None
         input_slots = [(position, recorder.slot_of[id(buffer)]) for position, buffer in input_buffers
                        if id(buffer) in recorder.slot_of]
+        rebound_inputs = {old for old, _ in recorder.rebound} & {slot for _, slot in input_slots}
+        if rebound_inputs:
+            raise JitError(
+                f"ember.jit({self.function.__name__}): the function changes an argument in place in a way that needs "
+                "a new buffer (another tensor still reads its old value); a replay could not give the new value back "
+                "to the caller's tensor. Return the new value instead"
+            )
         output_leaves, rebuild = _flatten(result)
         outputs: list[Any] = []
         input_position_of = {id(buffer): position for position, buffer in input_buffers}
