@@ -46,6 +46,7 @@ from ember.core.tensor import Tensor, is_tensor, realize
 from ember.core.tensor_attributes import imag, real
 from ember.core.windows import bartlett_window, blackman_window, hamming_window, hann_window, kaiser_window
 from ember.scheduler.devices import get_default_device, set_default_device
+from ember.scheduler.jit import JitError, jit
 from ember.scheduler.profile import profile
 
 float = float32  # noqa: A001 - torch's aliases

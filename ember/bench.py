@@ -260,11 +260,77 @@ def mlp_case(batch: int, devices: list[str], with_compile: bool) -> Case:
 
         return make
 
-    builders: dict[str, Callable[[], Runner]] = {f"ember {device}": ember_runner(device, ember_build(device)) for device in devices}
+    def ember_jit_build(device: str) -> Callable[[Any], Callable[[], Any]]:
+        return lambda ember: ember.jit(_mlp_namespace["build_ember_mlp"](ember, device, *shape))
+
+    builders: dict[str, Callable[[], Runner]] = {}
+    for device in devices:
+        builders[f"ember {device}"] = ember_runner(device, ember_build(device))
+        builders[f"ember {device} jit"] = ember_runner(device, ember_jit_build(device))
     builders["torch"] = torch_build(False)
     if with_compile:
         builders["torch.compile"] = torch_build(True)
     return Case(f"MLP 784-512-10 SGD step, batch {batch}", "ms", False, lambda seconds: seconds * 1e3, builders)
+
+
+def graph_ops(function: Callable[[], Any]) -> int:
+    """How many primitive ops (graph nodes) one eager call of `function` records."""
+    from ember.core.graph import Node
+
+    created = 0
+    original = Node.__init__
+
+    def counting(node: Node, *args: Any, **kwargs: Any) -> None:
+        nonlocal created
+        created += 1
+        original(node, *args, **kwargs)
+
+    Node.__init__ = counting  # type: ignore[method-assign, assignment]
+    try:
+        function()
+    finally:
+        Node.__init__ = original  # type: ignore[method-assign]
+    return created
+
+
+def jit_replay_case(devices: list[str], loops: int) -> Case:
+    """ember.jit replays of a small MLP training step (launch overhead dominates), as tensor ops per second: the
+    primitive ops the eager step records, per second of replay; torch's eager step is timed the same way."""
+    shape = (4, 16, 32, 4, 0)
+    ops: dict[str, int] = {}
+
+    def ember_build(device: str) -> Callable[[], Runner]:
+        def make() -> Runner:
+            import ember
+            from ember.scheduler.devices import get_device
+
+            target = get_device(device)
+            step = _mlp_namespace["build_ember_mlp"](ember, device, *shape)
+            ops["ember"] = graph_ops(lambda: ember.realize(*step()))
+            jitted = ember.jit(step)
+
+            def run() -> None:
+                for _ in range(loops):
+                    jitted()
+                target.synchronize()
+
+            return run
+
+        return make
+
+    def torch_make() -> Runner:
+        step = _mlp_namespace["build_torch_mlp"](torch_module(), *shape)
+
+        def run() -> None:
+            for _ in range(loops):
+                step()
+
+        return run
+
+    builders: dict[str, Callable[[], Runner]] = {f"ember {device} jit": ember_build(device) for device in devices}
+    builders["torch"] = torch_make
+    return Case("jit replay: MLP 16-32-4 SGD step, batch 4", "M ops/s", True,
+                lambda seconds: ops.get("ember", 0) * loops / seconds / 1e6, builders)
 
 
 def overhead_case(devices: list[str], loops: int) -> Case:
@@ -490,7 +556,7 @@ def available_devices() -> list[str]:
     return found
 
 
-CASE_NAMES = ("matmul", "elementwise", "softmax", "mlp", "overhead", "cold")
+CASE_NAMES = ("matmul", "elementwise", "softmax", "mlp", "jit", "overhead", "cold")
 
 
 def run_benchmarks(devices: list[str] | None = None, quick: bool = False, cases: tuple[str, ...] = CASE_NAMES,
@@ -512,6 +578,7 @@ def run_benchmarks(devices: list[str] | None = None, quick: bool = False, cases:
         "elementwise": lambda: elementwise_case(sizes["elementwise"], devices, with_compile),
         "softmax": lambda: softmax_case(sizes["softmax"], devices, with_compile),
         "mlp": lambda: mlp_case(sizes["batch"], devices, with_compile),
+        "jit": lambda: jit_replay_case(devices, sizes["loops"]),
         "overhead": lambda: overhead_case(devices, sizes["loops"]),
     }
     for name in cases:

@@ -28,6 +28,9 @@ class DeviceInfo:
     can_run: bool = True  # False for render-only (dummy) devices
     concurrent_compile: bool = False  # compile() may run in several threads at once (the C compiler may)
     max_kernel_buffers: int = 2**31 - 1  # buffers one kernel may bind, its output included (WebGPU: a few dozen)
+    # a kernel's output may be the buffer of one of its inputs (an in-place update reading each element at its own
+    # index; WebGPU: no, a buffer bound read-write in a dispatch cannot also be bound read-only)
+    output_may_alias_input: bool = True
     # launch geometry (see launch_geometry): work items per group at most, work groups per compute unit at least
     # (smaller groups are used to reach it; 0: never), and work groups per dimension of a launch at most
     preferred_local_size: int = 1

@@ -8,6 +8,7 @@ geometry live in ember/capabilities.py, the disk cache in ember/cache.py.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 from ember.capabilities import DeviceInfo, launch_geometry  # re-exported: backends import the contract from here
@@ -187,6 +188,12 @@ class Program(ABC):
     @abstractmethod
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
         """Enqueue the kernel after the events in `wait_for` and return its event (see Event)."""
+
+    def bind(self, buffers: list[Any], global_size: int) -> Callable[[tuple[Event, ...]], Event]:
+        """A launch of this kernel with fixed buffers, called again and again (ember.jit's replays); it takes the
+        events to wait for and returns the launch's event. Optional: the default calls the program each time; a
+        backend converts the handles once where that costs (c: the pointers)."""
+        return lambda wait_for: self(buffers, global_size, wait_for)
 
 
 class Device(ABC):

@@ -10,6 +10,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +225,17 @@ class CProgram(Program):
             addresses = [handle.ctypes.data for handle in buffers]
         self.function(*addresses)
         return COMPLETED
+
+    def bind(self, buffers: list[Any], global_size: int) -> Callable[[tuple[Event, ...]], Event]:
+        function, pointers = self.function, [handle.ctypes.data for handle in buffers]
+
+        def run(wait_for: tuple[Event, ...], keep_alive: list[Any] = buffers) -> Event:  # keeps the memory alive
+            for event in wait_for:
+                event.wait()
+            function(*pointers)
+            return COMPLETED
+
+        return run
 
 
 def compiler_command() -> list[str]:

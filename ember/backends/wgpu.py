@@ -4,6 +4,7 @@ lavapipe). The wgpu package is imported only when the backend is probed."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, launch_geometry
@@ -146,10 +147,19 @@ class WGPUProgram(Program):
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
         # one queue executes in submission order, so earlier launches need no explicit wait
-        bind_group = self.device.create_bind_group(
+        return self._submit(self._bind_group(buffers))
+
+    def bind(self, buffers: list[Any], global_size: int) -> Callable[[tuple[Event, ...]], Event]:
+        bind_group = self._bind_group(buffers)  # made once (it holds the buffers)
+        return lambda wait_for: self._submit(bind_group)
+
+    def _bind_group(self, buffers: list[Any]) -> Any:
+        return self.device.create_bind_group(
             layout=self.bind_group_layout,
             entries=[{"binding": position, "resource": {"buffer": buffer}} for position, buffer in enumerate(buffers)],
         )
+
+    def _submit(self, bind_group: Any) -> Event:
         encoder = self.device.create_command_encoder()
         compute_pass = encoder.begin_compute_pass()
         compute_pass.set_pipeline(self.pipeline)
@@ -190,6 +200,7 @@ class WGPUDevice(Device):
             max_groups_per_dimension=MAX_WORKGROUPS_PER_DIMENSION,
             supported_dtypes=frozenset(dtypes.ALL_DTYPES) - unsupported,
             max_kernel_buffers=limits.get("max-storage-buffers-per-shader-stage", 8),
+            output_may_alias_input=False,
             extra={
                 "adapter": f"{adapter_info.get('device', '')} ({adapter_info.get('backend_type', '')})",
                 "features": sorted(features),

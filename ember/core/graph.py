@@ -16,9 +16,10 @@ class Node:
     `device` is where the node's value lives or will be computed: given for sources (BUFFER, CONST, ARANGE) and
     COPY; None for a recorded op until the scheduler's placement rule decides it (`Tensor.device` asks, and
     realize places every node it runs). A BUFFER leaf made from host data holds the array in `arg` and no
-    `buffer` until the scheduler uploads it, at its first use by a kernel or copy."""
+    `buffer` until the scheduler uploads it, at its first use by a kernel or copy. `replaces` is the realized node
+    an in-place assign rebound away from: the scheduler may write this node's value into its buffer."""
 
-    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "device", "buffer", "__weakref__")
+    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "device", "buffer", "replaces", "__weakref__")
 
     def __init__(self, op: Op, srcs: tuple[Node, ...], arg: Any, shape: Shape, dtype: DType,
                  device: str | None = None) -> None:
@@ -29,6 +30,7 @@ class Node:
         self.dtype = dtype
         self.device = device
         self.buffer: Any = None
+        self.replaces: Node | None = None
 
     def __repr__(self) -> str:
         return f"Node({self.op.name}, shape={self.shape}, dtype={self.dtype.name}, device={self.device})"
@@ -43,7 +45,7 @@ class Node:
 
     def become_buffer(self, buffer: Any) -> None:
         """Turn this node into a leaf holding `buffer`; the graph above it is released."""
-        self.op, self.srcs, self.arg, self.buffer = Op.BUFFER, (), None, buffer
+        self.op, self.srcs, self.arg, self.buffer, self.replaces = Op.BUFFER, (), None, buffer, None
         self.device = buffer.device_name
 
 

@@ -475,7 +475,10 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
             value = value.to(self.device)
         if GradMode.enabled and (self._requires_grad or value._requires_grad):
             self._assign_history(value)
-        self.node = value.node
+        old, new = self.node, value.node
+        if old.buffer is not None and not new.realized and new.replaces is None and old.realized:
+            new.replaces = old  # the scheduler may compute new into old's buffer when nothing else reads it
+        self.node = new
         return self
 
     def _assign_view(self, value: Tensor) -> Tensor:

@@ -12,7 +12,7 @@ from ember.core.errors import OutOfMemoryError
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.shapes import prod
-from ember.scheduler import profile
+from ember.scheduler import profile, recording
 from ember.scheduler.devices import get_device
 
 
@@ -124,6 +124,8 @@ def buffer_of(node: Node) -> Buffer:
         buffer = Buffer(get_device(cast(str, node.device)), array.size, node.dtype)
         buffer.write(array.reshape(-1))
         node.buffer, node.arg = buffer, None
+        if recording.ACTIVE is not None:
+            recording.ACTIVE.upload(array)
     return buffer
 
 

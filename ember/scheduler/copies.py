@@ -8,7 +8,7 @@ import numpy as np
 
 from ember.backends.base import COMPLETED, Event
 from ember.core.graph import Node
-from ember.scheduler import profile
+from ember.scheduler import profile, recording
 from ember.scheduler.buffers import Buffer, buffer_of, pending
 from ember.scheduler.devices import get_device
 
@@ -23,6 +23,8 @@ def run_copy(output: Node, source_node: Node) -> None:
     event, route = enqueue_copy(buffer, source, wait_for)
     buffer.event = event
     source.add_user(event)
+    if recording.ACTIVE is not None:
+        recording.ACTIVE.copy(buffer, source)
     for record in profile.current():
         record.copies.append((source.device_name, target_device.name, buffer.nbytes))
     if profile.DebugLevel.value >= 1:

@@ -10,16 +10,21 @@ from ember.backends.base import Device, Event
 from ember.core.errors import CompileError
 from ember.core.graph import Node
 from ember.ir.kernel import Kernel
-from ember.scheduler import compile_cache, profile
+from ember.scheduler import compile_cache, profile, recording
 from ember.scheduler.buffers import Buffer, buffer_of, pending
 from ember.scheduler.compile_cache import CompiledKernel, compile_narrower
 from ember.scheduler.devices import get_device
+from ember.scheduler.in_place import reusable_buffer
 
 
-def run_kernel(output: Node, kernel: Kernel, inputs: list[Node]) -> None:
-    """Allocate the output, launch the kernel after the writers of its inputs, and make `output` a buffer leaf."""
+def run_kernel(output: Node, kernel: Kernel, inputs: list[Node], held_by_schedule: int | None = None) -> None:
+    """Allocate the output, launch the kernel after the writers of its inputs, and make `output` a buffer leaf.
+
+    With `held_by_schedule` (no later command reads the node `output` replaces, see in_place.reusable_buffer) the
+    kernel may write into the replaced node's buffer instead of allocating."""
     device = get_device(cast(str, output.device))  # every node of a schedule is placed
-    buffer = Buffer(device, output.size, output.dtype)
+    reused = None if held_by_schedule is None else reusable_buffer(output, inputs, held_by_schedule, device)
+    buffer = Buffer(device, output.size, output.dtype) if reused is None else reused
     if output.size > 0:
         compiled = compile_cache.compile_kernel(device, kernel)  # through the module: tests wrap it
         if device.info.can_run:
@@ -27,8 +32,16 @@ def run_kernel(output: Node, kernel: Kernel, inputs: list[Node]) -> None:
             handles: list[Any] = [buffer.handle, *(input_buffer.handle for input_buffer in input_buffers)]
             timed = bool(profile.current()) or profile.DebugLevel.value >= 2
             start = time.perf_counter() if timed else 0.0
-            event = launch(device, kernel, compiled, handles, pending(*(source.event for source in input_buffers)))
+            wait_for = pending(*(source.event for source in input_buffers))
+            if reused is not None:  # also after the writer and the readers of the old value
+                wait_for = pending(*wait_for, reused.event, *reused.users)
+                reused.users = []
+            event = launch(device, kernel, compiled, handles, wait_for)
             buffer.event = event
+            if recording.ACTIVE is not None:
+                recording.ACTIVE.launch(device, kernel, compiled, buffer, input_buffers)
+                if output.replaces is not None and reused is None and output.replaces.buffer is not None:
+                    recording.ACTIVE.assign_not_in_place(output.replaces.buffer, buffer)
             for input_buffer in input_buffers:
                 input_buffer.add_user(event)
             if timed:
@@ -38,7 +51,7 @@ def run_kernel(output: Node, kernel: Kernel, inputs: list[Node]) -> None:
                     record.kernels.append(profile.KernelRecord(compiled.name, device.name, seconds,
                                                                compiled.ir.global_size))
                 profile.debug_print(2, f"  {compiled.name:<40} {device.name:<10} {seconds * 1e6:10.1f} us")
-    output.become_buffer(buffer)
+    output.become_buffer(buffer)  # (and forgets the node it replaced)
 
 
 def launch(device: Device, kernel: Kernel, compiled: CompiledKernel, handles: list[Any],

@@ -12,6 +12,7 @@ from ember.scheduler.buffers import DEFERRED_FREES, MAX_DEFERRED_FREES, buffer_o
 from ember.scheduler.compile_ahead import compile_ahead
 from ember.scheduler.copies import run_copy
 from ember.scheduler.devices import get_device
+from ember.scheduler.in_place import schedule_hold
 from ember.scheduler.launch import run_kernel
 from ember.scheduler.placement import place
 from ember.scheduler.schedule import SCHEDULES, CachedCopy
@@ -58,11 +59,16 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
     pools = {get_device(cast(str, live[item.output].device)).pool for item in items}
     for pool in pools:
         pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
-    for item, releases in zip(items, items.releases):
+    for position, (item, releases) in enumerate(zip(items, items.releases)):
         if isinstance(item, CachedCopy):
             run_copy(live[item.output], live[item.source])  # type: ignore[arg-type]
         else:
-            run_kernel(live[item.output], item.kernel, [live[i] for i in item.inputs])  # type: ignore[arg-type, misc]
+            output = live[item.output]
+            assert output is not None
+            replaced = output.replaces
+            held = None if replaced is None else schedule_hold(replaced, live, items.last_use, position)
+            del replaced
+            run_kernel(output, item.kernel, [live[i] for i in item.inputs], held)  # type: ignore[misc]
         for index in releases:
             live[index] = None
     for record in profile.current():

@@ -30,8 +30,9 @@ class CachedCopy(NamedTuple):
 
 class Schedule(list):  # list[CachedKernel | CachedCopy]
     """A cached schedule: its items in order, and what every realize of it would otherwise work out again: the node
-    positions the items use (`used`), those whose last use is each item (`releases`), and the stamp of the compile
-    cache its kernels were compiled ahead for (`compiled_stamp`, set by realize)."""
+    positions the items use (`used`), the item of each one's last use (`last_use`), the positions whose last use is
+    each item (`releases`), and the stamp of the compile cache its kernels were compiled ahead for (`compiled_stamp`,
+    set by realize)."""
 
     def __init__(self, items: list[CachedKernel | CachedCopy]) -> None:
         super().__init__(items)
@@ -40,6 +41,7 @@ class Schedule(list):  # list[CachedKernel | CachedCopy]
             for index in (item.output, item.source) if isinstance(item, CachedCopy) else (item.output, *item.inputs):
                 last_use[index] = position
         self.used = tuple(last_use)
+        self.last_use = last_use
         releases: list[list[int]] = [[] for _ in items]
         for index, position in last_use.items():
             releases[position].append(index)

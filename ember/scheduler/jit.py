@@ -1,0 +1,400 @@
+"""ember.jit: capture the kernel launches of a function once, then replay them with new inputs: no graph, no
+schedule, no compile and no allocation on replay; the capture's intermediate buffers share memory by lifetime."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ember.backends.base import Event
+from ember.core.graph import Node
+from ember.core.ops import Op
+from ember.core.tensor import Tensor, realize
+from ember.scheduler import recording
+from ember.scheduler.buffers import Buffer, buffer_of, pending
+from ember.scheduler.copies import enqueue_copy
+from ember.scheduler.launch import launch
+from ember.scheduler.recording import RecordedCopy, RecordedLaunch, Recorder
+
+RECAPTURE_WARNING_AFTER = 3  # re-captures (inputs of new shapes) before a one-line warning
+
+
+class JitError(RuntimeError):
+    """A jitted function was called in a way its capture cannot replay."""
+
+
+@dataclass
+class DevicePlan:
+    """The static memory plan of one device's intermediate buffers in a capture."""
+
+    intermediates: int = 0  # intermediate buffers the capture allocated
+    buffers: int = 0  # buffers the replay uses for them (one per lifetime-disjoint group of equal size)
+    planned_bytes: int = 0  # bytes of those buffers: the replay's peak for intermediates
+    unplanned_bytes: int = 0  # the intermediates' bytes if each had its own buffer
+    sizes: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Capture:
+    """One recorded call: the commands by buffer slot, the slot buffers, and where inputs and outputs are."""
+
+    key: list[Any]
+    steps: list[RecordedLaunch | RecordedCopy]
+    buffers: list[Buffer | None]  # by slot; None for a slot bound to an input at each replay
+    input_slots: list[tuple[int, int]]  # (input position, slot)
+    outputs: list[Any]  # per output leaf: ("input", position) | ("slot", (slot, shape)) | ("value", object)
+    rebuild: Callable[[list[Any]], Any]
+    state_copies: list[tuple[int, int]]  # (target slot, source slot) copied before the steps
+    memory_plan: dict[str, DevicePlan]
+    kernels: int = 0
+    bound: list[Callable[[tuple[Event, ...]], Event] | None] | None = None  # per step, made at the first replay
+
+
+class Jitted:
+    """A function whose calls after the first two replay the kernels the second call launched (see `jit`)."""
+
+    def __init__(self, function: Callable[..., Any], recapture: bool = True) -> None:
+        functools.update_wrapper(self, function)
+        self.function = function
+        self.recapture = recapture
+        self.capture: Capture | None = None
+        self.captures = 0
+        self.replays = 0
+        self._first_call: tuple[list[Any], list[tuple[tuple[int, ...], str, bytes]]] | None = None
+
+    @property
+    def memory_plan(self) -> dict[str, DevicePlan]:
+        """Per device, the static plan of the capture's intermediate buffers (empty before a capture)."""
+        return {} if self.capture is None else self.capture.memory_plan
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, _ = _flatten((args, kwargs))
+        key = _key(leaves)
+        if self.capture is not None:
+            if _same_key(self.capture.key, key):
+                return self._replay(self.capture, leaves)
+            if not self.recapture:
+                raise JitError(
+                    f"ember.jit({self.function.__name__}): called with inputs {_describe(key)}, but it was captured "
+                    f"for {_describe(self.capture.key)}; use inputs of the captured shapes, dtypes and devices, or "
+                    "ember.jit(function, recapture=True) to capture again"
+                )
+            self.capture = None
+            self._first_call = None
+            if self.captures >= RECAPTURE_WARNING_AFTER:
+                warnings.warn(f"ember.jit({self.function.__name__}) captured again for inputs {_describe(key)} "
+                              f"({self.captures} captures so far): replays need inputs of one signature",
+                              stacklevel=2)
+        if self._first_call is None or not _same_key(self._first_call[0], key):
+            uploads = Recorder(commands=False)
+            result = self._record(uploads, args, kwargs)
+            self._first_call = (key, uploads.uploads)
+            return result
+        return self._capture(key, leaves, args, kwargs)
+
+    def _record(self, recorder: Recorder, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if recording.ACTIVE is not None:
+            raise JitError(f"ember.jit({self.function.__name__}): a jitted function cannot run inside another "
+                           "one's capture")
+        recording.ACTIVE = recorder
+        try:
+            result = self.function(*args, **kwargs)
+            # the outputs and the arguments (which the function may have changed in place) in one schedule
+            realize(*(leaf for leaf in _flatten((result, args, kwargs))[0] if isinstance(leaf, Tensor)))
+        finally:
+            recording.ACTIVE = None
+        return result
+
+    def _capture(self, key: list[Any], leaves: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        inputs = [(position, leaf) for position, leaf in enumerate(leaves) if isinstance(leaf, Tensor)]
+        realize(*(tensor for _, tensor in inputs))
+        input_buffers = [(position, buffer_of(tensor.node)) for position, tensor in inputs]
+        recorder = Recorder()
+        result = self._record(recorder, args, kwargs)
+        assert self._first_call is not None
+        if recorder.uploads and recorder.uploads != self._first_call[1]:
+            raise JitError(
+                f"ember.jit({self.function.__name__}): the function made tensors from Python values that differ "
+                "between its first two calls (e.g. a step count or a bias correction read from Python); a replay "
+                "would reuse the captured values. Keep such values in tensors updated in place"
+            )
+        self._first_call = None
+        input_slots = [(position, recorder.slot_of[id(buffer)]) for position, buffer in input_buffers
+                       if id(buffer) in recorder.slot_of]
+        rebound_inputs = {old for old, _ in recorder.rebound} & {slot for _, slot in input_slots}
+        if rebound_inputs:
+            raise JitError(
+                f"ember.jit({self.function.__name__}): the function changes an argument in place in a way that needs "
+                "a new buffer (another tensor still reads its old value); a replay could not give the new value back "
+                "to the caller's tensor. Return the new value instead"
+            )
+        output_leaves, rebuild = _flatten(result)
+        outputs: list[Any] = []
+        input_position_of = {id(buffer): position for position, buffer in input_buffers}
+        for leaf in output_leaves:
+            if not isinstance(leaf, Tensor):
+                outputs.append(("value", leaf))
+                continue
+            buffer = buffer_of(leaf.node)
+            if id(buffer) in input_position_of:
+                outputs.append(("input", input_position_of[id(buffer)]))
+            else:
+                outputs.append(("slot", (recorder.slot(buffer), leaf.shape)))
+            del buffer
+        del input_buffers, input_position_of, output_leaves
+        self.capture = _plan(recorder, key, input_slots, outputs, rebuild)
+        self.captures += 1
+        return result
+
+    def _replay(self, capture: Capture, leaves: list[Any]) -> Any:
+        realize(*(leaf for leaf in leaves if isinstance(leaf, Tensor) and not leaf.node.realized))
+        buffers = capture.buffers
+        if capture.input_slots:
+            buffers = list(buffers)
+            for position, slot in capture.input_slots:
+                buffers[slot] = buffer_of(leaves[position].node)
+        if capture.bound is None:
+            capture.bound = _bind(capture)
+        # events are tracked only once a command is unfinished (synchronous devices never are)
+        tracking = any(not buffer.event.done or any(not user.done for user in buffer.users)
+                       for buffer in buffers if buffer is not None)
+        writers: list[Event | None] = [None] * len(buffers)
+        readers: list[list[Event]] = [[] for _ in buffers]
+        for target, source in capture.state_copies:
+            tracking |= _run_copy(buffers, writers, readers, target, source)
+        for step, bound in zip(capture.steps, capture.bound):
+            if isinstance(step, RecordedCopy):
+                tracking |= _run_copy(buffers, writers, readers, step.output, step.source)
+                continue
+            wait_for = _wait_for(buffers, writers, readers, step.output, step.inputs) if tracking else ()
+            if bound is not None:
+                event = bound(wait_for)
+            else:
+                handles = [buffers[step.output].handle,  # type: ignore[union-attr]
+                           *(buffers[slot].handle for slot in step.inputs)]  # type: ignore[union-attr]
+                event = launch(step.device, step.kernel, step.compiled, handles, wait_for)
+            if tracking or not event.done:
+                tracking = True
+                writers[step.output] = event
+                readers[step.output] = []
+                for slot in step.inputs:
+                    readers[slot].append(event)
+        if tracking:  # what reads these buffers next waits for the replay's commands
+            for slot, buffer in enumerate(buffers):
+                if buffer is None:
+                    continue
+                if writers[slot] is not None:
+                    buffer.event = writers[slot]  # type: ignore[assignment]
+                for event in readers[slot]:
+                    buffer.add_user(event)
+        self.replays += 1
+        values = []
+        for kind, where in capture.outputs:
+            if kind == "value":
+                values.append(where)
+            elif kind == "input":
+                values.append(leaves[where])
+            else:
+                slot, shape = where
+                buffer = buffers[slot]
+                assert buffer is not None
+                node = Node(Op.BUFFER, (), None, shape, buffer.dtype, buffer.device_name)
+                node.buffer = buffer
+                values.append(Tensor._from_node(node))
+        return capture.rebuild(values)
+
+
+def jit(function: Callable[..., Any] | None = None, *, recapture: bool = True) -> Any:
+    """Capture a function's kernel launches and replay them (`@ember.jit`, or `ember.jit(function)`).
+
+    The first call runs eagerly, the second runs eagerly while its launches are recorded, later calls with inputs
+    of the same shapes, dtypes and devices (and equal non-tensor arguments) replay the recorded kernels: no graph,
+    no scheduling, no compiling, no allocation. Inputs of another signature capture again (or raise `JitError` with
+    recapture=False). As with torch's CUDA graphs, the tensors a replay returns live in the capture's buffers and
+    are overwritten by the next replay (clone them to keep them); Python values the function reads (globals, a
+    learning rate) are captured as they were; state must change by in-place updates (`assign`, `+=`, optimizer
+    steps), which replays repeat."""
+    if function is None:
+        return lambda wrapped: Jitted(wrapped, recapture)
+    return Jitted(function, recapture)
+
+
+# ---- planning ----------------------------------------------------------------------------------------------------
+
+
+def _plan(recorder: Recorder, key: list[Any], input_slots: list[tuple[int, int]], outputs: list[Any],
+          rebuild: Callable[[list[Any]], Any]) -> Capture:
+    """Turn a recording into a replay: classify its buffers, share the intermediates' memory by lifetime."""
+    steps = recorder.commands
+    buffers: list[Buffer | None] = list(recorder.buffers)
+    recorder.buffers.clear()
+    escaped = [_held_elsewhere(buffers, slot) for slot in range(len(buffers))]
+    first_use: dict[int, int] = {}
+    last_use: dict[int, int] = {}
+    first_is_write: dict[int, bool] = {}
+    for index, step in enumerate(steps):
+        reads = (step.source,) if isinstance(step, RecordedCopy) else step.inputs
+        for slot in reads:
+            first_use.setdefault(slot, index)
+            first_is_write.setdefault(slot, False)
+            last_use[slot] = index
+        first_use.setdefault(step.output, index)
+        first_is_write.setdefault(step.output, True)
+        last_use[step.output] = index
+    inputs = {slot for _, slot in input_slots}
+    outputs_kept = {where[0] for kind, where in outputs if kind == "slot"}
+    intermediate = [slot for slot in range(len(buffers)) if first_is_write.get(slot) and not escaped[slot]
+                    and slot not in inputs and slot not in outputs_kept]
+    # state an assign could not update in place: the capture reads `old` and writes `new` (which tensors now hold);
+    # each replay first copies the current value (new) into old
+    successor = dict(recorder.rebound)
+    state_copies = []
+    for old in successor:
+        if old in successor.values() or first_is_write.get(old, True) or old in inputs:
+            continue
+        new = old
+        while new in successor:
+            new = successor[new]
+        if escaped[new] or new in outputs_kept:
+            state_copies.append((old, new))
+    memory_plan = _share_by_lifetime(buffers, intermediate, first_use, last_use)
+    for _, slot in input_slots:
+        buffers[slot] = None
+    kernels = sum(isinstance(step, RecordedLaunch) for step in steps)
+    return Capture(key, steps, buffers, input_slots, outputs, rebuild, state_copies, memory_plan, kernels)
+
+
+def _held_elsewhere(buffers: list[Buffer | None], slot: int) -> bool:
+    """Whether a node outside the recording still holds the buffer (a tensor's value: state or an output)."""
+    # references: the list, getrefcount's argument
+    return sys.getrefcount(buffers[slot]) > 2
+
+
+def _share_by_lifetime(buffers: list[Buffer | None], intermediate: list[int], first_use: dict[int, int],
+                       last_use: dict[int, int]) -> dict[str, DevicePlan]:
+    """Give the intermediates buffers by a greedy interval allocation: one whose last command is done is reused by
+    the next intermediate of the same device and size (never by the command that last reads it)."""
+    plans: dict[str, DevicePlan] = {}
+    starting: dict[int, list[int]] = {}
+    ending: dict[int, list[int]] = {}
+    for slot in intermediate:
+        starting.setdefault(first_use[slot], []).append(slot)
+        ending.setdefault(last_use[slot], []).append(slot)
+    free: dict[tuple[str, int], list[Buffer]] = {}
+    assigned: dict[int, Buffer] = {}
+    for index in sorted(set(starting) | set(ending)):
+        for slot in starting.get(index, ()):
+            original = buffers[slot]
+            assert original is not None
+            plan = plans.setdefault(original.device_name, DevicePlan())
+            plan.intermediates += 1
+            plan.unplanned_bytes += original.nbytes
+            group = free.setdefault((original.device_name, original.nbytes), [])
+            if group:
+                assigned[slot] = group.pop()
+            else:
+                assigned[slot] = Buffer(original.device, original.size, original.dtype)
+                plan.buffers += 1
+                plan.planned_bytes += original.nbytes
+                plan.sizes.append(original.nbytes)
+        for slot in ending.get(index, ()):
+            buffer = assigned[slot]
+            free.setdefault((buffer.device_name, buffer.nbytes), []).append(buffer)
+    for slot, buffer in assigned.items():
+        buffers[slot] = buffer  # the capture's own buffer is released here
+    return plans
+
+
+# ---- replay helpers ------------------------------------------------------------------------------------------------
+
+
+def _wait_for(buffers: list[Buffer | None], writers: list[Event | None], readers: list[list[Event]], output: int,
+              inputs: tuple[int, ...]) -> tuple[Event, ...]:
+    """The unfinished commands a command writing `output` and reading `inputs` must wait for (the buffers' own
+    writers and readers from before the replay, then the replay's)."""
+    events: list[Event] = []
+    for slot in (*inputs, output):
+        writer = writers[slot]
+        if writer is None:
+            buffer = buffers[slot]
+            assert buffer is not None
+            events.append(buffer.event)
+            if slot == output:
+                events.extend(buffer.users)
+        else:
+            events.append(writer)
+    events.extend(readers[output])
+    return pending(*events)
+
+
+def _run_copy(buffers: list[Buffer | None], writers: list[Event | None], readers: list[list[Event]], output: int,
+              source: int) -> bool:
+    """Enqueue a recorded copy; whether it is unfinished."""
+    target, origin = buffers[output], buffers[source]
+    assert target is not None and origin is not None
+    event, _ = enqueue_copy(target, origin, _wait_for(buffers, writers, readers, output, (source,)))
+    writers[output] = event
+    readers[output] = []
+    readers[source].append(event)
+    return not event.done
+
+
+def _bind(capture: Capture) -> list[Callable[[tuple[Event, ...]], Event] | None]:
+    """Per step, the launch bound to its buffers (Program.bind) when none of them is an input bound per call."""
+    inputs = {slot for _, slot in capture.input_slots}
+    bound: list[Callable[[tuple[Event, ...]], Event] | None] = []
+    for step in capture.steps:
+        if isinstance(step, RecordedCopy) or step.output in inputs or inputs.intersection(step.inputs):
+            bound.append(None)
+            continue
+        handles = [capture.buffers[slot].handle for slot in (step.output, *step.inputs)]  # type: ignore[union-attr]
+        bound.append(step.compiled.program.bind(handles, step.compiled.ir.global_size))
+    return bound
+
+
+# ---- arguments ---------------------------------------------------------------------------------------------------
+
+
+def _flatten(value: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
+    """The leaves of nested tuples, lists and dicts, and a function building the same structure from new leaves."""
+    if isinstance(value, (tuple, list)):
+        parts = [_flatten(item) for item in value]
+        kind = type(value)
+
+        def rebuild_sequence(leaves: list[Any]) -> Any:
+            items, start = [], 0
+            for part_leaves, part_rebuild in parts:
+                items.append(part_rebuild(leaves[start:start + len(part_leaves)]))
+                start += len(part_leaves)
+            return kind(items) if kind in (tuple, list) else kind(*items)
+
+        return [leaf for part_leaves, _ in parts for leaf in part_leaves], rebuild_sequence
+    if isinstance(value, dict):
+        keys = list(value)
+        leaves, rebuild_values = _flatten([value[name] for name in keys])
+        return leaves, lambda new: dict(zip(keys, rebuild_values(new)))
+    return [value], lambda leaves: leaves[0]
+
+
+def _key(leaves: list[Any]) -> list[Any]:
+    return [("tensor", leaf.shape, leaf.dtype, leaf.device) if isinstance(leaf, Tensor) else ("value", leaf)
+            for leaf in leaves]
+
+
+def _same_key(first: list[Any], second: list[Any]) -> bool:
+    if len(first) != len(second):
+        return False
+    try:
+        return all(bool(one == other) for one, other in zip(first, second))
+    except Exception:  # noqa: BLE001 - a value that cannot be compared is a different argument
+        return False
+
+
+def _describe(key: list[Any]) -> str:
+    parts = [f"{entry[1]} {entry[2].name} on {entry[3]}" if entry[0] == "tensor" else repr(entry[1])
+             for entry in key]
+    return "(" + ", ".join(parts) + ")"

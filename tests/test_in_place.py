@@ -1,0 +1,104 @@
+"""In-place updates: an assigned value is computed into the replaced tensor's buffer when nothing else can read
+it (optimizer steps allocate nothing); otherwise a new buffer keeps every other holder's values. Against torch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import ember as em
+from ember import optim
+from ember.scheduler.devices import get_device
+from tests.helpers import assert_close
+
+OPTIMIZERS = [
+    ("SGD", {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01}),
+    ("SGD", {"lr": 0.05, "momentum": 0.9, "nesterov": True}),
+    ("Adam", {"lr": 0.01, "amsgrad": True}),
+    ("AdamW", {"lr": 0.01, "weight_decay": 0.1}),
+    ("RMSprop", {"lr": 0.01, "centered": True, "momentum": 0.5}),
+]
+
+
+def _buffers(tensors: list[em.Tensor]) -> list[Any]:
+    return [tensor.node.buffer for tensor in tensors]
+
+
+@pytest.mark.parametrize(("name", "options"), OPTIMIZERS, ids=[name for name, _ in OPTIMIZERS])
+def test_optimizer_step_updates_parameters_and_state_in_place(name: str, options: dict[str, Any],
+                                                              device: str) -> None:
+    generator = np.random.default_rng(0)
+    arrays = [generator.normal(size=shape).astype(np.float32) for shape in [(5, 3), (3,)]]
+    ember_parameters = [em.nn.Parameter(em.tensor(array, device=device).realize()) for array in arrays]
+    torch_parameters = [torch.nn.Parameter(torch.tensor(array)) for array in arrays]
+    ember_optimizer = getattr(optim, name)(ember_parameters, **options)
+    torch_optimizer = getattr(torch.optim, name)(torch_parameters, **options)
+    pool = get_device(device).pool
+    for step in range(4):
+        for ember_parameter, torch_parameter in zip(ember_parameters, torch_parameters):
+            gradient = generator.normal(size=tuple(torch_parameter.shape)).astype(np.float32)
+            ember_parameter.grad = em.tensor(gradient, device=device).realize()
+            torch_parameter.grad = torch.tensor(gradient)
+        state = [value for entry in ember_optimizer.state.values() for value in entry.values()
+                 if isinstance(value, em.Tensor)]
+        parameters_before, state_before, used_before = _buffers(ember_parameters), _buffers(state), pool.used_bytes
+        ember_optimizer.step()
+        torch_optimizer.step()
+        for ember_parameter, torch_parameter in zip(ember_parameters, torch_parameters):
+            assert_close(ember_parameter, torch_parameter.detach(), atol=1e-5, rtol=1e-4)
+        if not get_device(device).info.output_may_alias_input:  # (WebGPU) each update allocates
+            continue
+        assert all(after is before for after, before in zip(_buffers(ember_parameters), parameters_before))
+        if step >= 1:  # the first step creates the state
+            assert all(after is before for after, before in zip(_buffers(state), state_before))
+            assert pool.used_bytes == used_before, (pool.used_bytes, used_before)
+
+
+def test_assign_keeps_values_another_tensor_holds(device: str) -> None:
+    values = np.arange(6, dtype=np.float32)
+    parameter = em.tensor(values, device=device).realize()
+    kept = parameter.detach()  # shares the old value: the update must not overwrite it
+    buffer = parameter.node.buffer
+    parameter -= 0.5
+    np.testing.assert_array_equal(parameter.numpy(), values - 0.5)
+    np.testing.assert_array_equal(kept.numpy(), values)
+    assert parameter.node.buffer is not buffer
+    del kept
+    buffer = parameter.node.buffer
+    parameter *= 2.0
+    np.testing.assert_array_equal(parameter.numpy(), (values - 0.5) * 2)
+    assert (parameter.node.buffer is buffer) == get_device(device).info.output_may_alias_input
+    buffer = parameter.node.buffer
+    parameter.assign(em.ones(6, device=device))  # does not read the old value: in place on every device
+    np.testing.assert_array_equal(parameter.numpy(), np.ones(6))
+    assert parameter.node.buffer is buffer
+
+
+def test_assign_reading_other_positions_allocates(device: str) -> None:
+    values = np.arange(6, dtype=np.float32)
+    tensor = em.tensor(values, device=device).realize()
+    buffer = tensor.node.buffer
+    tensor.assign(tensor.flip(0) + tensor)  # reads other elements of the buffer it replaces
+    np.testing.assert_array_equal(tensor.numpy(), values[::-1] + values)
+    assert tensor.node.buffer is not buffer
+    lazy = tensor * 3  # a lazy graph still reading the old value
+    buffer = tensor.node.buffer
+    tensor += 1
+    np.testing.assert_array_equal(tensor.numpy(), values[::-1] + values + 1)
+    np.testing.assert_array_equal(lazy.numpy(), (values[::-1] + values) * 3)
+    assert tensor.node.buffer is not buffer
+
+
+def test_assign_with_a_later_reader_in_the_same_realize(device: str) -> None:
+    values = np.arange(4, dtype=np.float32)
+    tensor = em.tensor(values, device=device).realize()
+    doubled = tensor * 2
+    reversed_sum = tensor.flip(0) + 0  # read by another kernel of the same realize
+    tensor += 10
+    em.realize(tensor, reversed_sum, doubled)
+    np.testing.assert_array_equal(tensor.numpy(), values + 10)
+    np.testing.assert_array_equal(reversed_sum.numpy(), values[::-1])
+    np.testing.assert_array_equal(doubled.numpy(), values * 2)

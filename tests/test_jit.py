@@ -1,0 +1,216 @@
+"""ember.jit against torch: replays of an MLP forward and of full training steps (forward, backward, SGD step,
+zero_grad) match torch and the un-jitted run; replays build no graph, schedule, compile or allocate nothing;
+inputs of another signature capture again or raise; what a capture fixes (Python values) is as documented."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import ember as em
+from ember.scheduler import buffers, compile_cache, schedule
+from ember.scheduler.devices import get_device
+from ember.scheduler.jit import JitError
+from tests.helpers import assert_close
+
+SIZES = [(6, 16), (16, 16), (16, 3)]
+
+
+def _weights(seed: int = 0) -> list[np.ndarray]:
+    generator = np.random.default_rng(seed)
+    arrays = []
+    for inputs, outputs in SIZES:
+        arrays += [generator.normal(size=(outputs, inputs)).astype(np.float32) * 0.4,
+                   generator.normal(size=(outputs,)).astype(np.float32) * 0.1]
+    return arrays
+
+
+def _ember_model(device: str) -> em.nn.Sequential:
+    model = em.nn.Sequential(em.nn.Linear(6, 16), em.nn.Tanh(), em.nn.Linear(16, 16), em.nn.ReLU(),
+                             em.nn.Linear(16, 3)).to(device)
+    with em.no_grad():
+        for parameter, array in zip(model.parameters(), _weights()):
+            parameter.assign(em.tensor(array, device=device)).realize()
+    return model
+
+
+def _torch_model() -> torch.nn.Sequential:
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 3))
+    with torch.no_grad():
+        for parameter, array in zip(model.parameters(), _weights()):
+            parameter.copy_(torch.tensor(array))
+    return model
+
+
+def _batch(step: int, rows: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    generator = np.random.default_rng(1000 + step)
+    return (generator.normal(size=(rows, 6)).astype(np.float32), generator.normal(size=(rows, 3)).astype(np.float32))
+
+
+def test_mlp_inference_replays_match_torch(device: str) -> None:
+    model, reference = _ember_model(device), _torch_model()
+
+    @em.jit
+    def predict(inputs: em.Tensor) -> em.Tensor:
+        with em.no_grad():
+            return model(inputs).softmax(-1)
+
+    for step in range(5):
+        inputs, _ = _batch(step)
+        result = predict(em.tensor(inputs, device=device))
+        assert_close(result, reference(torch.tensor(inputs)).softmax(-1).detach())
+    assert predict.captures == 1 and predict.replays == 3
+    plan = predict.memory_plan[device]
+    assert plan.intermediates >= 1 and plan.planned_bytes <= plan.unplanned_bytes
+
+
+def _train_step(model: Any, optimizer: Any, inputs: Any, targets: Any) -> Any:
+    loss = (model(inputs) - targets).square().mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss
+
+
+@pytest.mark.parametrize("options", [{"lr": 0.05}, {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}],
+                         ids=["sgd", "momentum"])
+def test_training_step_replays_match_eager_and_torch(options: dict[str, Any], device: str) -> None:
+    eager_model, jit_model, reference = _ember_model(device), _ember_model(device), _torch_model()
+    eager_optimizer = em.optim.SGD(eager_model.parameters(), **options)
+    jit_optimizer = em.optim.SGD(jit_model.parameters(), **options)
+    torch_optimizer = torch.optim.SGD(reference.parameters(), **options)
+    step = em.jit(_train_step)
+    for index in range(7):  # eager, capture, then 5 replays
+        inputs, targets = _batch(index)
+        eager_loss = _train_step(eager_model, eager_optimizer, em.tensor(inputs, device=device),
+                                 em.tensor(targets, device=device))
+        jit_loss = step(jit_model, jit_optimizer, em.tensor(inputs, device=device), em.tensor(targets, device=device))
+        torch_loss = _train_step(reference, torch_optimizer, torch.tensor(inputs), torch.tensor(targets))
+        assert jit_loss.item() == eager_loss.item()
+        assert_close(jit_loss, torch_loss.detach())
+        for jit_parameter, eager_parameter, torch_parameter in zip(jit_model.parameters(), eager_model.parameters(),
+                                                                   reference.parameters()):
+            np.testing.assert_array_equal(jit_parameter.numpy(), eager_parameter.numpy())
+            assert_close(jit_parameter, torch_parameter.detach(), atol=1e-5, rtol=1e-4)
+    assert step.captures == 1 and step.replays == 5
+
+
+def test_replay_builds_no_graph_schedule_compile_or_allocation(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _ember_model(device)
+    optimizer = em.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    step = em.jit(_train_step)
+    batches = [[em.tensor(array, device=device).realize() for array in _batch(index)] for index in range(4)]
+    for inputs, targets in batches[:2]:
+        step(model, optimizer, inputs, targets)
+    calls: list[str] = []
+
+    def forbidden(name: str) -> Any:
+        def record(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            raise AssertionError(f"a replay called {name}")
+        return record
+
+    monkeypatch.setattr(schedule.SCHEDULES, "schedule", forbidden("schedule"))
+    monkeypatch.setattr(schedule, "kernelize", forbidden("kernelize"))
+    monkeypatch.setattr(compile_cache, "compile_kernel", forbidden("compile_kernel"))
+    monkeypatch.setattr(compile_cache, "lower_for", forbidden("lower_for"))
+    monkeypatch.setattr(buffers, "allocate", forbidden("allocate"))
+    pool = get_device(device).pool
+    used = pool.used_bytes
+    for inputs, targets in batches[2:]:
+        loss = step(model, optimizer, inputs, targets)
+    assert calls == [] and step.replays == 2
+    assert pool.used_bytes == used
+    monkeypatch.undo()
+    assert np.isfinite(loss.item())
+
+
+def test_new_shapes_capture_again_or_raise(device: str) -> None:
+    model, reference = _ember_model(device), _torch_model()
+
+    def predict(inputs: em.Tensor) -> em.Tensor:
+        with em.no_grad():
+            return model(inputs)
+
+    jitted, strict = em.jit(predict), em.jit(predict, recapture=False)
+    for rows in (8, 8, 8, 5, 5, 5, 8):
+        inputs, _ = _batch(rows, rows)
+        assert_close(jitted(em.tensor(inputs, device=device)), reference(torch.tensor(inputs)).detach())
+    assert jitted.captures == 2 and jitted.replays == 2  # the last call runs eagerly: the first of a new signature
+    for _ in range(3):
+        strict(em.tensor(_batch(0)[0], device=device))
+    with pytest.raises(JitError, match=r"captured for \(\(8, 6\) float32"):
+        strict(em.tensor(_batch(0, 5)[0], device=device))
+
+
+SCALE = 2.0
+
+
+def test_python_values_are_captured_and_replay_outputs_are_overwritten(device: str) -> None:
+    @em.jit
+    def scaled(inputs: em.Tensor) -> em.Tensor:
+        return inputs * SCALE + 1
+
+    global SCALE
+    values = [np.arange(4, dtype=np.float32) + index for index in range(4)]
+    results = [scaled(em.tensor(value, device=device)) for value in values[:3]]
+    SCALE = 5.0  # read by Python at capture time: replays keep 2.0, as documented
+    try:
+        kept = results[2].clone().realize()
+        latest = scaled(em.tensor(values[3], device=device))
+        np.testing.assert_array_equal(latest.numpy(), values[3] * 2 + 1)
+        np.testing.assert_array_equal(results[2].numpy(), values[3] * 2 + 1)  # the same buffer, overwritten
+        np.testing.assert_array_equal(kept.numpy(), values[2] * 2 + 1)
+    finally:
+        SCALE = 2.0
+
+
+def test_changing_python_values_in_tensors_raise(device: str) -> None:
+    model = _ember_model(device)
+    optimizer = em.optim.Adam(model.parameters(), lr=0.01)  # its bias corrections change every step
+    step = em.jit(_train_step)
+    inputs, targets = (em.tensor(array, device=device) for array in _batch(0))
+    step(model, optimizer, inputs, targets)
+    with pytest.raises(JitError, match="differ between its first two calls"):
+        step(model, optimizer, inputs, targets)
+
+
+def test_many_captures_warn(device: str) -> None:
+    doubled = em.jit(lambda tensor: tensor * 2)
+    for rows in (1, 1, 2, 2, 3, 3):
+        np.testing.assert_array_equal(doubled(em.ones(rows, device=device)).numpy(), np.full(rows, 2.0))
+    assert doubled.captures == 3
+    with pytest.warns(UserWarning, match=r"captured again for inputs \(\(4,\) float32"):
+        np.testing.assert_array_equal(doubled(em.ones(4, device=device)).numpy(), np.full(4, 2.0))
+
+
+def test_arguments_changed_in_place(device: str) -> None:
+    @em.jit
+    def increment(tensor: em.Tensor) -> em.Tensor:
+        tensor += 1  # nothing else reads the old value: written in place where the device allows it
+        return tensor * 2
+
+    values = [np.arange(3, dtype=np.float32) + index for index in range(4)]
+    for index, value in enumerate(values):
+        argument = em.tensor(value, device=device).realize()
+        if index == 1 and not get_device(device).info.output_may_alias_input:  # the update needs a new buffer
+            with pytest.raises(JitError, match="changes an argument in place"):
+                increment(argument)
+            break
+        result = increment(argument)
+        np.testing.assert_array_equal(argument.numpy(), value + 1)
+        np.testing.assert_array_equal(result.numpy(), (value + 1) * 2)
+
+    @em.jit
+    def increment_kept(tensor: em.Tensor) -> em.Tensor:
+        kept = tensor * 1  # a lazy graph reading the old value: the update needs a new buffer
+        tensor += 1
+        return kept + tensor
+
+    increment_kept(em.tensor(values[0], device=device).realize())
+    with pytest.raises(JitError, match="changes an argument in place"):
+        increment_kept(em.tensor(values[1], device=device).realize())
