@@ -11,7 +11,7 @@ from ember.core.dtype import DType
 from ember.core.ops import REDUCE_COMBINE, Op, reduce_identity
 from ember.core.walk import compute_bottom_up
 from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
-from ember.ir.linearize import Step, linearize
+from ember.ir.linearize import Step, run_steps
 
 Template = Callable[[list[str], DType, DType], str]  # (operands, result dtype, operand dtype) -> expression
 
@@ -286,8 +286,7 @@ class CStyleRenderer:
             Step.LOOP: open_loop, Step.END_LOOP: close_loop, Step.DEFINE_ACC: define_accumulator,
             Step.UPDATE_ACC: update_accumulator, Step.STORE: store, Step.DEFINE_LOCAL: define_local, Step.VALUE: value,
         }
-        for instruction in linearize(kernel.sink):
-            statements[instruction.kind](instruction.node)
+        run_steps(kernel.sink, statements)
 
         parameters = [self.parameter(p.dtype, p.position, p.is_output) for p in kernel.params]
         lines = [self.prelude(kernel), self.signature(kernel, parameters) + " {",

@@ -27,7 +27,7 @@ from ember.core.errors import CompileError
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_COMBINE, Op, reduce_identity
 from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
 from ember.ir.libm import expand_math
-from ember.ir.linearize import Step, linearize
+from ember.ir.linearize import Step, refuse_scratch_arrays, run_steps
 
 DEFAULT_TARGET = "sm_75"
 ASSEMBLY_TARGETS = ("sm_75", "sm_80", "sm_90")
@@ -545,16 +545,11 @@ class PTXRenderer:
             else:
                 names[id(node)] = self.alu(e, node, operand, id(node) in shared)
 
-        def define_local(node: IRNode) -> None:
-            raise CompileError(f"kernel {kernel.name} uses a scratch array, which the PTX renderer does not render "
-                               "(only kernels for devices with vector_ops are staged)")
-
         statements: dict[Step, Callable[[IRNode], None]] = {
             Step.LOOP: open_loop, Step.END_LOOP: close_loop, Step.DEFINE_ACC: define_accumulator,
-            Step.UPDATE_ACC: update_accumulator, Step.STORE: store, Step.VALUE: value, Step.DEFINE_LOCAL: define_local,
+            Step.UPDATE_ACC: update_accumulator, Step.STORE: store, Step.VALUE: value, Step.DEFINE_LOCAL: refuse_scratch_arrays(kernel.name, "PTX"),
         }
-        for instruction in linearize(kernel.sink):
-            statements[instruction.kind](instruction.node)
+        run_steps(kernel.sink, statements)
 
         parameters = ",\n".join(f"\t.param .u64 data{param.position}" for param in kernel.params)
         lines = [

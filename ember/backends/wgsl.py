@@ -26,7 +26,7 @@ from ember.core.errors import CompileError
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_COMBINE, Op, reduce_identity
 from ember.ir.ir import IRNode, IROp, KernelIR
 from ember.ir.libm import expand_math
-from ember.ir.linearize import Step, linearize
+from ember.ir.linearize import Step, refuse_scratch_arrays, run_steps
 
 WORKGROUP_SIZE = 64
 MAX_WORKGROUPS_PER_DIMENSION = 65535
@@ -408,16 +408,11 @@ class WGSLRenderer:
             name = name_of(node, "v")
             body.append(f"{'  ' * indent}let {name}: {self.value_type(node.dtype)} = {self.expression(node, operand)};")
 
-        def define_local(node: IRNode) -> None:
-            raise CompileError(f"kernel {kernel.name} uses a scratch array, which the WGSL renderer does not render "
-                               "(only kernels for devices with vector_ops are staged)")
-
         statements: dict[Step, Callable[[IRNode], None]] = {
             Step.LOOP: open_loop, Step.END_LOOP: close_loop, Step.DEFINE_ACC: define_accumulator,
-            Step.UPDATE_ACC: update_accumulator, Step.STORE: store, Step.VALUE: value, Step.DEFINE_LOCAL: define_local,
+            Step.UPDATE_ACC: update_accumulator, Step.STORE: store, Step.VALUE: value, Step.DEFINE_LOCAL: refuse_scratch_arrays(kernel.name, "WGSL"),
         }
-        for instruction in linearize(kernel.sink):
-            statements[instruction.kind](instruction.node)
+        run_steps(kernel.sink, statements)
 
         declarations = [
             f"@group(0) @binding({param.position}) var<storage, {'read_write' if param.is_output else 'read'}> "

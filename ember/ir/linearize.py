@@ -3,6 +3,7 @@ they do not depend on (loop-invariant hoisting) and nodes not reachable from the
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import NamedTuple
 
@@ -162,3 +163,20 @@ def linearize(sink: IRNode) -> list[Instruction]:
     for store in sink.srcs:
         linearizer.emit(store)
     return linearizer.instructions
+
+
+def run_steps(sink: IRNode, handlers: Mapping[Step, Callable[[IRNode], None]]) -> None:
+    """Every renderer's main loop: each instruction of the kernel, in order, handed to the handler of its step."""
+    for instruction in linearize(sink):
+        handlers[instruction.kind](instruction.node)
+
+
+def refuse_scratch_arrays(kernel_name: str, renderer: str) -> Callable[[IRNode], None]:
+    """The DEFINE_LOCAL handler of a renderer that has no scratch arrays: a CompileError naming the kernel."""
+    def define_local(node: IRNode) -> None:
+        from ember.core.errors import CompileError
+
+        raise CompileError(f"kernel {kernel_name} uses a scratch array, which the {renderer} renderer does not render "
+                           "(only kernels for devices with vector_ops are staged)")
+
+    return define_local
