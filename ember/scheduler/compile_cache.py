@@ -14,7 +14,7 @@ from ember.backends.base import Device, DeviceInfo, Program
 from ember.core.dtype import DType
 from ember.core.errors import CompileError, CompileFallbackWarning, DeviceError
 from ember.core.ops import Op
-from ember.ir.ir import KernelIR
+from ember.ir.ir import KernelIR, topological_nodes
 from ember.ir.kernel import Kernel
 from ember.ir.opt import build_kernel_ir, narrower_capabilities
 from ember.ir.vectorize import vector_width
@@ -94,14 +94,7 @@ def kernel_name(kernel: Kernel) -> str:
 
 def _value_dtypes(ir: KernelIR) -> set[DType]:
     """The dtypes of every value a kernel computes (a device must support its intermediates too)."""
-    found, stack, seen = set(), [ir.sink], set()
-    while stack:
-        node = stack.pop()
-        if id(node) not in seen:
-            seen.add(id(node))
-            found.add(node.dtype)
-            stack.extend(node.srcs)
-    return found
+    return {node.dtype for node in topological_nodes(ir.sink)}
 
 
 def lower_for(device: Device, kernel: Kernel, capabilities: DeviceInfo | None = None) -> KernelIR:
