@@ -37,8 +37,8 @@ class device(str):  # noqa: N801 - torch's name
     def type(self) -> str:
         return self.partition(":")[0]
 
-    @property
-    def index(self) -> int | None:
+    @property  # torch.device.index, the device number (str.index is not used on a device name)
+    def index(self) -> int | None:  # type: ignore[override]
         number = self.partition(":")[2]
         return int(number) if number else None
 

@@ -236,7 +236,13 @@ class BackwardFunction:
 
     @property
     def op(self) -> Any:
-        return self.tensor._context[0]
+        return self._recorded()[0]
+
+    def _recorded(self) -> tuple[Any, Any, tuple[Tensor, ...]]:
+        """The tensor's recorded (op, arg, sources): a BackwardFunction is made only for a tensor that has one."""
+        context = self.tensor._context
+        assert context is not None, "a BackwardFunction belongs to a tensor with recorded history"
+        return context
 
     def name(self) -> str:
         return f"{self.op.name.title().replace('_', '')}Backward"
@@ -244,8 +250,8 @@ class BackwardFunction:
     @property
     def next_functions(self) -> tuple[tuple[Any, int], ...]:
         """For each source: its BackwardFunction, "AccumulateGrad" for a leaf that requires grad, or None."""
-        result = []
-        for source in self.tensor._context[2]:
+        result: list[tuple[BackwardFunction | str | None, int]] = []
+        for source in self._recorded()[2]:
             if source._context is not None:
                 result.append((BackwardFunction(source), 0))
             else:

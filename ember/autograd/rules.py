@@ -212,4 +212,5 @@ NO_SOURCES = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE})  # never recorded: they
 
 assert set(BACKWARD) | NO_SOURCES == set(Op), f"ops without a backward rule: {set(Op) - set(BACKWARD) - NO_SOURCES}"
 assert set(COMPOSITE_BACKWARD) == set(Composite), f"without a rule: {set(Composite) - set(COMPOSITE_BACKWARD)}"
-RULES: dict[Op | Composite, Rule] = {**BACKWARD, **COMPOSITE_BACKWARD}  # what the engine looks up
+RULES: dict[Op | Composite, Rule] = dict(BACKWARD.items())  # what the engine looks up
+RULES.update(COMPOSITE_BACKWARD.items())

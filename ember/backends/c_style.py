@@ -86,10 +86,10 @@ class CStyleRenderer:
         dtypes.uint32: "unsigned int", dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16",
         dtypes.bfloat16: "unsigned short", dtypes.float32: "float", dtypes.float64: "double",
     }
-    math_functions: dict[Op, str] = {Op.SQRT: "sqrt", Op.EXP2: "exp2", Op.LOG2: "log2", Op.SIN: "sin", Op.TRUNC: "trunc"}
+    math_functions: dict[Op | IROp, str] = {Op.SQRT: "sqrt", Op.EXP2: "exp2", Op.LOG2: "log2", Op.SIN: "sin", Op.TRUNC: "trunc"}
 
     def __init__(self) -> None:
-        self.alu: dict[Op, Template] = {
+        self.alu: dict[Op | IROp, Template] = {
             Op.NEG: lambda o, d, s: f"(-{o[0]})",
             Op.RECIPROCAL: lambda o, d, s: f"({self.constant(1.0, d)}/{o[0]})",
             **{op: self._math_template(op) for op in self.math_functions},
@@ -143,10 +143,10 @@ class CStyleRenderer:
     def type_name(self, dtype: DType) -> str:
         return self.type_names[dtype]
 
-    def _math_template(self, op: Op) -> Template:
+    def _math_template(self, op: Op | IROp) -> Template:
         return lambda operands, dtype, _: f"{self.math_function(op, dtype)}({operands[0]})"
 
-    def math_function(self, op: Op, dtype: DType) -> str:
+    def math_function(self, op: Op | IROp, dtype: DType) -> str:
         name = self.math_functions[op]
         return name + ("f" if dtype == dtypes.float32 else "")
 
@@ -174,23 +174,23 @@ class CStyleRenderer:
     def bitcast(self, operands: list[str], dtype: DType, source: DType) -> str:
         return f"ember_bitcast_{dtype.name}_{source.name}({operands[0]})"
 
-    def constant(self, value: object, dtype: DType) -> str:
+    def constant(self, value: float, dtype: DType) -> str:
         """A literal; negative ones in parentheses (so `a - -1` never renders as the decrement `a--1`)."""
         text = self._literal(value, dtype)
         return f"({text})" if text.startswith("-") else text
 
-    def _literal(self, value: object, dtype: DType) -> str:
+    def _literal(self, value: float, dtype: DType) -> str:
         if dtype.is_bool:
             return "1" if value else "0"
         if dtype.is_float:
-            value = float(value)  # type: ignore[arg-type]
+            value = float(value)
             if math.isnan(value):
                 return "NAN"
             if math.isinf(value):
                 return "INFINITY" if value > 0 else "-INFINITY"
             suffix = self.float_suffix if dtype != dtypes.float64 else ""
             return f"{value!r}{suffix}" if "e" in repr(value) or "." in repr(value) else f"{value!r}.0{suffix}"
-        value = int(value)  # type: ignore[arg-type]
+        value = int(value)
         if dtype == dtypes.int64:
             return f"{value}LL" if value > -(2**63) else "(-9223372036854775807LL-1)"
         if dtype == dtypes.uint64:

@@ -33,7 +33,9 @@ class DiskPool(MemoryPool):
         np.frombuffer(destination, dtype=np.uint8)[:] = handle[: len(destination)]
 
     def host_view(self, handle: np.ndarray, nbytes: int) -> memoryview:
-        return memoryview(handle[:nbytes])  # read-only: a copy to a device reads the mapped pages once
+        # read-only: a copy to a device reads the mapped pages once. numpy declares ndarray.__buffer__ only for
+        # Python >= 3.12 (mypy checks 3.11), but every ndarray has the buffer protocol
+        return memoryview(handle[:nbytes])  # type: ignore[arg-type]
 
     def map_region(self, path: str | Path, offset: int, nbytes: int) -> np.ndarray:
         """A read-only byte view of `nbytes` at `offset` of a file (counted as used, never allocated)."""

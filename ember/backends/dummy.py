@@ -60,7 +60,7 @@ def _c_check() -> CompileCheck:
 
 def _opencl_renderer() -> Renderer:
     try:
-        return _first_device("opencl").renderer  # type: ignore[attr-defined] - matches the device's extensions
+        return _first_device("opencl").renderer  # type: ignore[attr-defined]  # an OpenCLDevice, renderer fits it
     except BackendUnavailable:
         from ember.backends.opencl import OpenCLRenderer
 
@@ -78,7 +78,7 @@ def _opencl_check() -> CompileCheck:
     device = _first_device("opencl")
 
     def check(source: str, kernel: KernelIR) -> None:
-        device.build(source)  # type: ignore[attr-defined] - shares the opencl device's program caches
+        device.build(source)  # type: ignore[attr-defined]  # an OpenCLDevice: shares its program caches
 
     return check
 

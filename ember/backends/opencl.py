@@ -21,7 +21,7 @@ from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
 try:
     import pyopencl as cl
 except ImportError:  # the renderer works without pyopencl; probe() says how to install it
-    cl = None
+    cl = None  # type: ignore[assignment]  # optional import: probe() reports `cl is None` before any use
 
 # what OpenCLRenderer renders on vectors: PoCL's implicit vectorizer (across work items) leaves math functions
 # scalar calls (exp2 ~10x slower than on float8), so kernels carry explicit vector types where tiles allow
@@ -63,7 +63,7 @@ class OpenCLRenderer(CStyleRenderer):
     def signed_from_unsigned(self, expression: str, dtype: DType) -> str:
         return f"as_{self.type_name(dtype)}({expression})"
 
-    def math_function(self, op: Op, dtype: DType) -> str:
+    def math_function(self, op: Op | IROp, dtype: DType) -> str:
         return self.math_functions[op]  # OpenCL's math functions are overloaded: no 'f' suffix
 
     def cast(self, operands: list[str], dtype: DType, source: DType) -> str:
@@ -85,12 +85,12 @@ class OpenCLRenderer(CStyleRenderer):
     def bitcast(self, operands: list[str], dtype: DType, source: DType) -> str:
         return f"as_{self.type_name(dtype)}({operands[0]})"
 
-    def _literal(self, value: object, dtype: DType) -> str:
+    def _literal(self, value: float, dtype: DType) -> str:
         if dtype == dtypes.int64:
-            value = int(value)  # type: ignore[arg-type]
+            value = int(value)
             return f"{value}L" if value > -(2**63) else "(-9223372036854775807L-1)"
         if dtype == dtypes.uint64:
-            return f"{int(value)}UL"  # type: ignore[arg-type]
+            return f"{int(value)}UL"
         return super()._literal(value, dtype)
 
     def prelude(self, kernel: KernelIR) -> str:

@@ -119,7 +119,9 @@ def unit_kernel(unit: tuple[ProbeCase, ...], name: str) -> tuple[KernelIR, np.nd
     origin = builder.mul(global_id, lanes)
     output, source = builder.param(0, dtype, True), builder.param(1, dtype, False)
     inputs = probe_inputs(count, dtype)
-    stores, expected, regions = [], [], {}
+    stores: list[IRNode] = []
+    expected: list[np.ndarray] = []
+    regions: dict[ProbeCase, slice] = {}
     for case in unit:
         offset = sum(values.size for values in expected)
         values = _case(builder, case, source, output, origin, offset, inputs.reshape(INPUTS, count), stores)
@@ -387,7 +389,7 @@ def probe_cases(target: dict[str, Any], cases: list[ProbeCase]) -> ProbeReport:
             else:
                 report.verdicts[units[0][0]] = result.detail
             continue
-        again = []
+        again: list[tuple[ProbeCase, ...]] = []
         for number, unit in enumerate(units):
             if number in blamed:
                 reason = blamed[number] if result.clean or number == result.current else (
@@ -413,7 +415,8 @@ def probe_cases(target: dict[str, Any], cases: list[ProbeCase]) -> ProbeReport:
 
 def _suspects_last(units: list[tuple[ProbeCase, ...]], bad_ops: set[str]) -> list[tuple[ProbeCase, ...]]:
     """The units with each case of an op found bad elsewhere taken out into a unit of its own, at the end."""
-    kept, suspects = [], []
+    kept: list[tuple[ProbeCase, ...]] = []
+    suspects: list[tuple[ProbeCase, ...]] = []
     for unit in units:
         suspect = tuple(case for case in unit if case.op in bad_ops)
         rest = tuple(case for case in unit if case.op not in bad_ops)

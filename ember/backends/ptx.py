@@ -65,10 +65,10 @@ def float_bits(value: float, dtype: DType) -> str:
     return f"0f{struct.unpack('<I', struct.pack('<f', value))[0]:08X}"
 
 
-def immediate(value: object, dtype: DType) -> str:
+def immediate(value: float, dtype: DType) -> str:
     if dtype.is_float:
-        return float_bits(float(value), dtype)  # type: ignore[arg-type]
-    value = int(value)  # type: ignore[arg-type]
+        return float_bits(float(value), dtype)
+    value = int(value)
     if -(2**31) <= value < 2**32:
         return str(value)
     return f"0x{value & (2**64 - 1):016X}"
@@ -346,7 +346,7 @@ def bitcast(e: _Emitter, d: str, o: list[str], dtype: DType, source: DType) -> N
         e.wrap(d, bits, dtype)
 
 
-ALU: dict[Op, Template] = {
+ALU: dict[Op | IROp, Template] = {
     Op.NEG: _negate,
     Op.RECIPROCAL: _unary_float("rcp.rn"),
     Op.SQRT: _unary_float("sqrt.rn"),

@@ -133,7 +133,7 @@ class WGSLRenderer:
         self.float64 = float64
         self.workgroup_size = workgroup_size
         self.helpers: set[str] = set()
-        self.alu: dict[Op, Template] = {
+        self.alu: dict[Op | IROp, Template] = {
             Op.NEG: self._negate,
             Op.RECIPROCAL: lambda o, d, s: f"({self.constant(1.0, d)} / {o[0]})",
             Op.SQRT: lambda o, d, s: f"sqrt({o[0]})",
@@ -176,12 +176,12 @@ class WGSLRenderer:
             return "atomic<u32>" if is_output else "u32"
         return self.value_type(dtype)
 
-    def constant(self, value: object, dtype: DType) -> str:
+    def constant(self, value: float, dtype: DType) -> str:
         kind = self.value_type(dtype)
         if kind == "bool":
             return "true" if value else "false"
         if kind in ("f32", "f64"):
-            value = float(value)  # type: ignore[arg-type]
+            value = float(value)
             smallest_normal = 2.0**-126 if kind == "f32" else 2.0**-1022
             if math.isfinite(value) and (value == 0.0 or abs(value) >= smallest_normal):
                 text = repr(value)
@@ -189,7 +189,7 @@ class WGSLRenderer:
             if kind == "f32":
                 return f"bitcast<f32>(0x{struct.unpack('<I', struct.pack('<f', value))[0]:08x}u)"
             return f"bitcast<f64>(0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016x}lu)"
-        value = int(value)  # type: ignore[arg-type]
+        value = int(value)
         if kind == "i32":
             return f"{value}i" if value > -(2**31) else "(-2147483647i - 1i)"
         if kind == "i64":
@@ -447,9 +447,9 @@ class WGSLRenderer:
         """Pass one operand through `ember_opaque_*` where Mesa's inexact algebra would drop a NaN or infinity or
         change the rounding or the sign of zero: x - x -> 0, x / x -> 1, x + (-x) -> 0, x * 0 -> 0, 0 / x -> 0,
         x / c -> x * (1 / c), x + 0 -> x, 0 - x -> -x."""
-        a, b = (node.srcs + (None,))[:2]
-        if b is None:
+        if len(node.srcs) < 2:
             return operands
+        a, b = node.srcs[0], node.srcs[1]
         negated = (b.op is Op.NEG and b.srcs[0] is a) or (a.op is Op.NEG and a.srcs[0] is b)
         same = a is b or (node.op is Op.ADD and negated)
         hide = None

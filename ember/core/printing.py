@@ -33,7 +33,7 @@ class PrintOptions:
     sci_mode: bool | None = None
 
 
-PROFILES = {
+PROFILES: dict[str, dict[str, float]] = {
     "default": {"precision": 4, "threshold": 1000, "edgeitems": 3, "linewidth": 80},
     "short": {"precision": 2, "threshold": 1000, "edgeitems": 2, "linewidth": 80},
     "full": {"precision": 4, "threshold": math.inf, "edgeitems": 3, "linewidth": 80},
@@ -47,8 +47,8 @@ def set_printoptions(precision: int | None = None, threshold: float | None = Non
     if profile is not None:
         if profile not in PROFILES:
             raise ValueError(f"set_printoptions: unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
-        for name, value in PROFILES[profile].items():
-            setattr(PrintOptions, name, value)
+        for name, profile_value in PROFILES[profile].items():
+            setattr(PrintOptions, name, profile_value)
     for name, value in (("precision", precision), ("threshold", threshold), ("edgeitems", edgeitems),
                         ("linewidth", linewidth)):
         if value is not None:

@@ -111,7 +111,7 @@ def load(f: str | os.PathLike[str], map_location: Any = None, weights_only: bool
     never runs code."""
     if not isinstance(f, (str, os.PathLike)):
         raise TypeError(f"ember.load: f must be a file path (str or os.PathLike), got {type(f).__name__}")
-    _, metadata, _ = read_safetensors_header(f)
+    metadata = read_safetensors_header(f)[1]
     from ember.scheduler.devices import get_default_device
 
     # mapped from the file, copied to the device when first used (load_safetensors alone keeps disk tensors)

@@ -13,7 +13,7 @@ Cody-Waite's reduction: accurate for |x| < 8192, meaningless (but inside [-1, 1]
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
@@ -282,7 +282,7 @@ def sin(f: _Float, x: IRNode, wide_integers: bool = True) -> IRNode:
     return f.where(f.less(1.0, result), 1.0, f.where(f.less(result, -1.0), -1.0, result))
 
 
-EXPANSIONS = {Op.EXP2: exp2, Op.LOG2: log2, Op.SIN: sin}
+EXPANSIONS: dict[Op | IROp, Callable[[_Float, IRNode], IRNode]] = {Op.EXP2: exp2, Op.LOG2: log2, Op.SIN: sin}
 
 
 def expansion_rules(wanted: MathOps, wide_integers: bool = True) -> RuleTable:

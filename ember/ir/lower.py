@@ -171,10 +171,10 @@ class Lowerer:
         op, arg = step.op, step.arg
         zero = b.const(0, self.index_dtype)
         if op is Op.PERMUTE:
-            source_index = [zero] * len(arg)
+            permuted = [zero] * len(arg)
             for output_axis, source_axis in enumerate(arg):
-                source_index[source_axis] = index[output_axis]
-            return (yield step.srcs[0], tuple(source_index), valid)
+                permuted[source_axis] = index[output_axis]
+            return (yield step.srcs[0], tuple(permuted), valid)
         if op is Op.EXPAND:
             source_index = tuple(
                 zero if source_size == 1 else axis_index for axis_index, source_size in zip(index, source.shape)
@@ -194,7 +194,8 @@ class Lowerer:
             return (yield step.srcs[0], self._reshape_index(index, step.shape, source.shape), valid)
         if op is Op.PAD:
             amounts, fill = arg
-            source_index, inside = [], None
+            padded: list[IRNode] = []
+            inside: IRNode | None = None
             for axis_index, (before, after), size in zip(index, amounts, source.shape):
                 if before or after:
                     if before:
@@ -203,8 +204,8 @@ class Lowerer:
                     if after:
                         inside = b.both(inside, b.less(axis_index, before + size))
                     axis_index = b.add(axis_index, -before) if before else axis_index
-                source_index.append(axis_index)
-            value = yield step.srcs[0], tuple(source_index), b.both(valid, inside)
+                padded.append(axis_index)
+            value = yield step.srcs[0], tuple(padded), b.both(valid, inside)
             if inside is None:
                 return value
             fill_value = b.const(fill, compute_dtype(step.dtype))

@@ -148,16 +148,16 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
         reduce_lanes = lanes_for(reduce_dtypes.pop(), vector_bytes)
         # the last two output dims of size > 1: rows x columns of outputs (columns only where tiles share loads)
         axes = [axis for axis, size in enumerate(shape) if size > 1][-2 if _shares_loads(kernel) else -1:]
-        factors = [1] * len(shape)
+        reduce_factors = [1] * len(shape)
         items = _product(list(shape))
         for axis, wanted in zip(axes, (4, 3) if len(axes) == 2 else (4,)):
             factor = min(wanted, shape[axis])
             while factor > 1 and -(-items // factor) < minimum_items:
                 factor -= 1
-            factors[axis] = factor
+            reduce_factors[axis] = factor
             items = -(-items // factor)
         if reduce_lanes > 1:
-            plans.append(Plan(tuple(factors), reduce_lanes=reduce_lanes))
+            plans.append(Plan(tuple(reduce_factors), reduce_lanes=reduce_lanes))
     return plans
 
 

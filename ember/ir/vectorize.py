@@ -218,7 +218,8 @@ def _has_store_runs(sink: IRNode, vector_bytes: int) -> bool:
 def gathers(kernel: KernelIR) -> bool:
     """Whether the kernel builds vectors from computed scalars where it repeats work (inside a reduce's loop, or
     anywhere in a kernel without reduces): a sign that the vectors run across memory that is not contiguous."""
-    nodes, in_loop = topological_nodes(kernel.sink), {}
+    nodes = topological_nodes(kernel.sink)
+    in_loop: dict[int, bool] = {}
     reduce_ranges = {id(range_) for node in nodes if node.op is IROp.REDUCE for range_ in node.srcs[1:]}
     for node in nodes:  # sources first
         in_loop[id(node)] = id(node) in reduce_ranges or (

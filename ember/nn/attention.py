@@ -12,6 +12,7 @@ from ember.nn import functional as F
 from ember.nn import init
 from ember.nn.linear import Linear, empty_parameter
 from ember.nn.module import Module
+from ember.nn.parameter import Parameter
 
 
 class NonDynamicallyQuantizableLinear(Linear):
@@ -74,8 +75,8 @@ class MultiheadAttention(Module):
             self.register_parameter("in_proj_bias", None)
         self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
         if add_bias_kv:
-            self.bias_k = empty_parameter((1, 1, embed_dim), device, dtype)
-            self.bias_v = empty_parameter((1, 1, embed_dim), device, dtype)
+            self.bias_k: Parameter | None = empty_parameter((1, 1, embed_dim), device, dtype)
+            self.bias_v: Parameter | None = empty_parameter((1, 1, embed_dim), device, dtype)
         else:
             self.bias_k = self.bias_v = None
         self.add_zero_attn = add_zero_attn
@@ -196,7 +197,7 @@ class MultiheadAttention(Module):
                     )
             else:
                 raise ShapeError(f"MultiheadAttention: attn_mask must be 2-d or 3-d, got shape {attn_mask.shape}")
-        if self.bias_k is not None:
+        if self.bias_k is not None and self.bias_v is not None:  # set together (add_bias_kv), as in torch
             k = em.cat([k, self.bias_k.expand(1, batch, embed_dim)])
             v = em.cat([v, self.bias_v.expand(1, batch, embed_dim)])
             attn_mask = F.pad(attn_mask, (0, 1)) if attn_mask is not None else None

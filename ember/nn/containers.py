@@ -26,8 +26,8 @@ class Sequential(Module):
             for name, module in modules[0].items():
                 self.add_module(name, module)
         else:
-            for position, module in enumerate(modules):
-                self.add_module(str(position), module)  # type: ignore[arg-type]
+            for position, child in enumerate(modules):  # Modules (add_module rejects anything else)
+                self.add_module(str(position), child)  # type: ignore[arg-type]  # a lone Mapping is handled above
 
     @overload
     def __getitem__(self, index: int) -> Module: ...

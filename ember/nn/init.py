@@ -114,7 +114,7 @@ def _erfinv(value: Tensor) -> Tensor:
     value = value.clamp(-1 + 1e-7, 1 - 1e-7)
     w = -((1 - value) * (1 + value)).log()
     central = w - 2.5
-    central_poly = 2.81022636e-08
+    central_poly: Tensor | float = 2.81022636e-08
     for coefficient in (
         3.43273939e-07,
         -3.5233877e-06,
@@ -127,7 +127,7 @@ def _erfinv(value: Tensor) -> Tensor:
     ):
         central_poly = central_poly * central + coefficient
     tail = w.clamp(min=5.0).sqrt() - 3
-    tail_poly = -0.000200214257
+    tail_poly: Tensor | float = -0.000200214257
     for coefficient in (
         0.000100950558,
         0.00134934322,
@@ -157,7 +157,8 @@ def zeros_(tensor: Tensor) -> Tensor:
 def eye_(tensor: Tensor) -> Tensor:
     if tensor.ndim != 2:
         raise ShapeError(f"eye_ needs a 2-d tensor, got shape {tensor.shape}")
-    return _write(tensor, em.eye(*tensor.shape, dtype=tensor.dtype, device=tensor.device))
+    rows, columns = tensor.shape
+    return _write(tensor, em.eye(rows, columns, dtype=tensor.dtype, device=tensor.device))
 
 
 def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 
 from ember.autograd.grad_mode import no_grad
 from ember.core.tensor import Tensor
@@ -256,17 +256,17 @@ class Module:
 
     # ---- modes and gradients ----------------------------------------------------------------------------------
 
-    def train(self, mode: bool = True) -> Module:
+    def train(self, mode: bool = True) -> Self:
         if not isinstance(mode, bool):
             raise ValueError(f"training mode is expected to be a bool, got {type(mode).__name__}")
         for module in self.modules():
             object.__setattr__(module, "training", mode)
         return self
 
-    def eval(self) -> Module:
+    def eval(self) -> Self:
         return self.train(False)
 
-    def requires_grad_(self, requires_grad: bool = True) -> Module:
+    def requires_grad_(self, requires_grad: bool = True) -> Self:
         for parameter in self.parameters():
             parameter.requires_grad_(requires_grad)
         return self
@@ -281,7 +281,7 @@ class Module:
             else:
                 parameter.grad = Tensor._full(parameter.shape, 0, parameter.dtype, parameter.device)
 
-    def apply(self, function: Callable[[Module], Any]) -> Module:
+    def apply(self, function: Callable[[Module], Any]) -> Self:
         """Call function on every submodule (children first) and on self, like torch's Module.apply."""
         for module in self.children():
             module.apply(function)
@@ -290,7 +290,7 @@ class Module:
 
     # ---- devices and dtypes -----------------------------------------------------------------------------------
 
-    def to(self, *args: Any, **kwargs: Any) -> Module:
+    def to(self, *args: Any, **kwargs: Any) -> Self:
         """Move and/or cast parameters and buffers in place: `to(device)`, `to(dtype)` or `to(device, dtype)`.
 
         Only floating-point parameters and buffers change dtype, as in torch. The Parameter objects stay the same,
@@ -312,7 +312,7 @@ class Module:
 
         return self._replace_tensors(convert)
 
-    def _replace_tensors(self, convert: Callable[[Tensor], Tensor]) -> Module:
+    def _replace_tensors(self, convert: Callable[[Tensor], Tensor]) -> Self:
         """Give every parameter, gradient and buffer the value convert(value), realized in one schedule."""
         changed: list[Tensor] = []
         for module in self.modules():
@@ -331,28 +331,28 @@ class Module:
         _realize([tensor for tensor in changed if not tensor.node.realized])
         return self
 
-    def cpu(self) -> Module:
+    def cpu(self) -> Self:
         """Move parameters and buffers to ember's CPU device (the c backend), in place."""
         from ember.scheduler.devices import backend_device
 
         return self.to(backend_device("c", None, "Module.cpu()"))
 
-    def cuda(self, device: Any = None) -> Module:
+    def cuda(self, device: Any = None) -> Self:
         """Move parameters and buffers to a cuda device (the first, or `device`: an index or 'cuda:N'), in place."""
         from ember.scheduler.devices import backend_device
 
         return self.to(backend_device("cuda", device, "Module.cuda()"))
 
-    def float(self) -> Module:
+    def float(self) -> Self:
         return self.to("float32")
 
-    def double(self) -> Module:
+    def double(self) -> Self:
         return self.to("float64")
 
-    def half(self) -> Module:
+    def half(self) -> Self:
         return self.to("float16")
 
-    def bfloat16(self) -> Module:
+    def bfloat16(self) -> Self:
         return self.to("bfloat16")
 
     # ---- state dicts ------------------------------------------------------------------------------------------

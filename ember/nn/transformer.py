@@ -64,6 +64,7 @@ class TransformerEncoderLayer(Module):
         self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
         self.dropout1 = Dropout(dropout)
         self.dropout2 = Dropout(dropout)
+        self.activation: Module | Callable[[Tensor], Tensor]
         if isinstance(activation, Module):
             self.activation = activation
         else:

@@ -19,7 +19,7 @@ def compute_devices() -> list[str]:
     """Every available device that runs kernels (dummy and storage devices excluded)."""
     from ember.backends.registry import REGISTRY
 
-    names = []
+    names: list[str] = []
     for backend, devices in REGISTRY.available().items():
         if backend in ("dummy", "disk"):
             continue

@@ -80,9 +80,10 @@ class Profile:
                  + (f", {self.programs_evicted} programs evicted" if self.programs_evicted else "")]
         for record in self.kernels:
             lines.append(f"  kernel {record.name:<40} {record.device:<10} {record.seconds * 1e6:10.1f} us")
-        for record in self.compiles:
-            source = "disk/memory cache" if record.from_cache else "compiled"
-            lines.append(f"  compile {record.name:<39} {record.device:<10} {record.seconds * 1e3:10.2f} ms ({source})")
+        for compile_record in self.compiles:
+            source = "disk/memory cache" if compile_record.from_cache else "compiled"
+            lines.append(f"  compile {compile_record.name:<39} {compile_record.device:<10} "
+                         f"{compile_record.seconds * 1e3:10.2f} ms ({source})")
         for peak_device, peak in self.peak_bytes.items():
             lines.append(f"  peak bytes on {peak_device}: {peak}")
         return "\n".join(lines)

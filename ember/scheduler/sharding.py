@@ -116,6 +116,8 @@ class ShardedTensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, Lina
         return f"ShardedTensor(shape={self.shape}, dim={self.axis}, devices={list(self.devices)})\n{self.gather()!r}"
 
     # ---- the primitive interface ----------------------------------------------------------------------------
+    # TensorBase declares the primitives as returning `Tensor`, meaning "the concrete tensor class"; an op on a
+    # ShardedTensor gives a ShardedTensor (or a Tensor where the result is joined), hence the ignore[override]s.
 
     @classmethod
     def _full(cls, shape: Shape, value: Any, dtype: DType, device: str) -> Tensor:
@@ -146,7 +148,7 @@ class ShardedTensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, Lina
         part = source if source.shape[self.axis] == 1 else source.narrow(self.axis, start, end - start)
         return part if part.device == device else part.to(device)
 
-    def _apply(self, op: Op, *others: Any, arg: Any = None) -> Tensor | ShardedTensor:
+    def _apply(self, op: Op, *others: Any, arg: Any = None) -> Tensor | ShardedTensor:  # type: ignore[override]
         return apply_sharded(self, op, (self, *others), arg)
 
     def _apply_as_operand(self, op: Op, sources: tuple[Any, ...], arg: Any) -> Tensor | ShardedTensor:
@@ -155,7 +157,8 @@ class ShardedTensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, Lina
 
     # ---- whole-tensor operations ---------------------------------------------------------------------------
 
-    def gather(self, device: str | None = None) -> Tensor:
+    # joining the shards is a sharded tensor's own `gather`; torch's index gather is not offered on one
+    def gather(self, device: str | None = None) -> Tensor:  # type: ignore[override]
         """All shards joined on one device (the first shard's by default)."""
         from ember.core.movement import cat
 
@@ -188,11 +191,11 @@ class ShardedTensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, Lina
     def contiguous(self) -> ShardedTensor:
         return ShardedTensor([piece.contiguous() for piece in self.shards], self.axis)
 
-    def detach(self) -> ShardedTensor:
+    def detach(self) -> ShardedTensor:  # type: ignore[override]  # see the primitive interface
         return ShardedTensor([piece.detach() for piece in self.shards], self.axis)
 
-    @property
-    def requires_grad(self) -> bool:
+    @property  # read-only here (set through requires_grad_), a plain attribute on Tensor
+    def requires_grad(self) -> bool:  # type: ignore[override]
         return any(piece.requires_grad for piece in self.shards)
 
     def requires_grad_(self, requires_grad: bool = True) -> ShardedTensor:
@@ -217,7 +220,7 @@ class ShardedTensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, Lina
     def backward(self, gradient: Any = None, **kwargs: Any) -> None:
         self.gather().backward(gradient, **kwargs)
 
-    def assign(self, value: Any) -> ShardedTensor:
+    def assign(self, value: Any) -> ShardedTensor:  # type: ignore[override]  # see the primitive interface
         if not isinstance(value, (Tensor, ShardedTensor)):
             value = Tensor._full(self.shape, value, self.dtype, self.device)
         if value.shape != self.shape:

@@ -259,6 +259,7 @@ def gradients(program: Program, maker: Any, adapters: dict[str, Callable[..., An
         weights = loss_weights(tuple(output.shape), position)
         term = (output * maker.tensor(weights, dtypes.float32)).sum()
         loss = term if loss is None else loss + term
+    assert loss is not None, "a program has at least one output"
     loss.backward()
     found = []
     for index in _gradient_inputs(program):

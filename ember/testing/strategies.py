@@ -276,9 +276,10 @@ def cast(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
         clamped = builder.add_call(Call(target, "clamp", (low, high)))
         if clamped is None:
             return
-        target = builder.add_call(Call(clamped, "nan_to_num", (0.0,)))
-        if target is None:
+        finite = builder.add_call(Call(clamped, "nan_to_num", (0.0,)))
+        if finite is None:
             return
+        target = finite
     method = draw(st.sampled_from(["to", "cast"]))
     builder.add_call(Call(target, method, (dtype,)))
 
@@ -344,7 +345,9 @@ def movement(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
         builder.add_call(Call(target, "transpose", (first, second)))
     elif method == "squeeze":
         dims = [axis for axis, size in enumerate(shape) if size == 1]
-        args = (draw(st.sampled_from(dims)),) if dims and draw(st.booleans()) else ()
+        args: tuple[int, ...] = ()
+        if len(dims) > 0 and draw(st.booleans()):
+            args = (draw(st.sampled_from(dims)),)
         builder.add_call(Call(target, "squeeze", args))
     elif method == "unsqueeze":
         builder.add_call(Call(target, "unsqueeze", (draw(st.integers(-rank - 1, rank)),)))
@@ -411,7 +414,7 @@ def reduction(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
             return
         if not dims_allowed:
             return
-        dim = draw(st.sampled_from(dims_allowed))
+        dim: Any = draw(st.sampled_from(dims_allowed))
         kwargs = (("keepdim", keepdim),) if method in ("argmax", "argmin") else ()
         builder.add_call(Call(target, method, (dim,), kwargs))
         return
@@ -428,7 +431,7 @@ def reduction(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
     if not rank or not axes:
         return
     dims = draw(st.lists(st.sampled_from(dims_allowed), min_size=1, max_size=len(axes), unique_by=lambda a: a % rank))
-    dim: Any = dims[0] if len(dims) == 1 and draw(st.booleans()) else tuple(dims)
+    dim = dims[0] if len(dims) == 1 and draw(st.booleans()) else tuple(dims)
     if method == "prod":
         dim = dims[0]
     builder.add_call(Call(target, method, (dim,), (("keepdim", keepdim),)))
