@@ -145,14 +145,14 @@ class CRenderer(CStyleRenderer):
                          f"aligned({dtype.itemsize})));\n#endif")
         for kind, dtype, width in sorted(functions, key=lambda item: (item[0], item[1].name, item[2])):
             vector = self.vector_type(dtype, width)
-            mask = self.vector_type(MASK_TYPES[dtype.itemsize], width)
+            mask_vector = self.vector_type(MASK_TYPES[dtype.itemsize], width)
             function = f"ember_{kind}_{dtype.name}x{width}"
             if kind == "max":  # NaN-propagating, like the scalar MAX
-                body = (f"static inline {vector} {function}({vector} a, {vector} b) {{ {mask} take = (a > b) | (a != a);"
-                        f" return ({vector})((take & ({mask})a) | (~take & ({mask})b)); }}")
+                body = (f"static inline {vector} {function}({vector} a, {vector} b) {{ {mask_vector} take = "
+                        f"(a > b) | (a != a); return ({vector})((take & ({mask_vector})a) | (~take & ({mask_vector})b)); }}")
             elif kind == "select":
-                body = (f"static inline {vector} {function}({mask} take, {vector} a, {vector} b) {{"
-                        f" return ({vector})((take & ({mask})a) | (~take & ({mask})b)); }}")
+                body = (f"static inline {vector} {function}({mask_vector} take, {vector} a, {vector} b) {{"
+                        f" return ({vector})((take & ({mask_vector})a) | (~take & ({mask_vector})b)); }}")
             else:  # gcc turns the lane loop into one instruction (sqrt, trunc) or a libmvec call (exp2, log2, sin)
                 scalar = self.math_function(Op[kind.upper()], dtype)
                 body = (f"static inline {vector} {function}({vector} x) {{ {vector} r;"
@@ -202,7 +202,7 @@ class HostMemoryPool(MemoryPool):
     # copies to and from another pool are synchronous memcpys (the base class's *_async): a worker thread would
     # take a core from the OpenMP kernels for a copy that runs at memory speed; the copy's event is COMPLETED
     def host_view(self, handle: np.ndarray, nbytes: int) -> memoryview:
-        return memoryview(handle[:nbytes])
+        return handle[:nbytes].data
 
     @staticmethod
     def pointer(handle: np.ndarray) -> int:
@@ -291,7 +291,7 @@ class CDevice(Device):
     def compile_many(self, kernels: list[KernelIR]) -> list[Program]:
         """Compile several kernels with one compiler run (a cold start pays the compiler's start-up once)."""
         sources = [self.render(kernel) for kernel in kernels]
-        missing = {}
+        missing: dict[str, tuple[KernelIR, str]] = {}
         for kernel, source in zip(kernels, sources):
             if source not in self._programs:
                 missing.setdefault(kernel.name, (kernel, source))

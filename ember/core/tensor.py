@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -12,9 +12,9 @@ from ember.core import dtype as dtypes
 from ember.core import runtime
 from ember.core.aliases import numpy_argument_names
 from ember.core.arithmetic_forms import ArithmeticFormOps
+from ember.core.convolution import ConvolutionOps
 from ember.core.distances import DistanceOps
 from ember.core.dtype import DType
-from ember.core.convolution import ConvolutionOps
 from ember.core.elementwise import ElementwiseOps
 from ember.core.errors import AutogradError, DTypeError, ShapeError
 from ember.core.folding import FoldingOps
@@ -69,7 +69,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
         self.node: Node
         self.grad: Tensor | None
-        self._context: tuple[Op, Any, tuple[Tensor, ...]] | None
+        self._context: tuple[Op | Composite, Any, tuple[Tensor, ...]] | None
         self._hooks: list[Callable[[Tensor], Tensor | None]] | None
         self._initialize(node_from_data(data, dtype, device))
         if requires_grad:
@@ -554,9 +554,12 @@ def _replace_source(root: Tensor, old: Tensor, new: Tensor) -> None:
 
 def realize(*tensors: Tensor) -> None:
     """Compute several tensors at once, sharing one schedule (ember.realize(a, b, c))."""
-    nodes = []
+    nodes: list[Node] = []
     for tensor in tensors:
-        nodes.extend(piece.node for piece in tensor.shards) if tensor.is_sharded else nodes.append(tensor.node)
+        if tensor.is_sharded:  # a ShardedTensor (scheduler/sharding.py): its shards' nodes
+            nodes.extend(piece.node for piece in cast(Any, tensor).shards)
+        else:
+            nodes.append(tensor.node)
     runtime.RUNTIME.realize(nodes)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from ember.backends.base import COMPLETED, Device, Event, MemoryPool, wait_all
 from ember.core.dtype import DType
-from ember.core.errors import OutOfMemoryError
+from ember.core.errors import DeviceError, OutOfMemoryError
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.shapes import prod
@@ -67,7 +67,7 @@ class Buffer:
         """The buffer's values; waits only for the command that writes it (and the copy out), not for the device."""
         array = np.empty(self.size, dtype=self.dtype.numpy)
         if self.nbytes:
-            self.pool.copy_out_async(memoryview(array).cast("B"), self.handle, pending(self.event)).wait()
+            self.pool.copy_out_async(array.data.cast("B"), self.handle, pending(self.event)).wait()
         else:
             self.event.wait()
         release_finished()
@@ -76,7 +76,7 @@ class Buffer:
     def write(self, array: np.ndarray) -> None:
         """Copy host values into this new buffer, waiting only for that copy (the caller's array may change next)."""
         if self.nbytes:
-            self.pool.copy_in_async(self.handle, memoryview(np.ascontiguousarray(array)).cast("B")).wait()
+            self.pool.copy_in_async(self.handle, np.ascontiguousarray(array).data.cast("B")).wait()
 
 
 DEFERRED_FREES: list[tuple[MemoryPool, Any, int, list[Event]]] = []  # buffers dropped while commands still use them
@@ -131,7 +131,12 @@ def buffer_of(node: Node) -> Buffer:
 
 def mapped_node(path: str, offset: int, shape: tuple[int, ...], dtype: DType, device_name: str = "disk:0") -> Node:
     """A realized leaf whose bytes stay in a file until a kernel needs them (a read-only memory map)."""
+    from ember.backends.disk import DiskPool
+
     device = get_device(device_name)
+    if not isinstance(device.pool, DiskPool):
+        raise DeviceError(f"{device_name} does not map files (its pool is {type(device.pool).__name__}); map weights "
+                          f"on a disk device, e.g. 'disk:0'")
     size = prod(shape)
     handle = device.pool.map_region(path, offset, size * dtype.itemsize)
     node = Node(Op.BUFFER, (), None, tuple(shape), dtype, device.name)

@@ -50,6 +50,6 @@ def enqueue_copy(target: Buffer, source: Buffer, wait_for: tuple[Event, ...]) ->
     target_view = target.pool.host_view(target.handle, nbytes)
     if target_view is not None:
         return source.pool.copy_out_async(target_view, source.handle, wait_for), "into host memory"
-    staging = memoryview(np.empty(nbytes, dtype=np.uint8))
+    staging = np.empty(nbytes, dtype=np.uint8).data
     staged = source.pool.copy_out_async(staging, source.handle, wait_for)
     return target.pool.copy_in_async(target.handle, staging, (staged,)), "staged through host memory"
