@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,16 +31,8 @@ def lerp(start: Tensor, end: Tensor, weight: float, weight_tensor: Tensor) -> Te
 class Adam(Optimizer):
     """Adaptive moments: p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)."""
 
-    scalar_names = (
-        "one_minus_beta1",
-        "beta2",
-        "one_minus_beta2",
-        "eps",
-        "weight_decay",
-        "step_size",
-        "bias_correction2_sqrt",
-        "decay_factor",
-    )
+    scalar_names = ("lr", "beta1", "one_minus_beta1", "beta2", "one_minus_beta2", "eps", "weight_decay", "decay_factor")
+    counts_steps = True
 
     def __init__(
         self,
@@ -79,21 +70,10 @@ class Adam(Optimizer):
         }
         super().__init__(params, defaults)
 
-    def _scalar_values(self, group: dict[str, Any], state: dict[str, Any]) -> tuple[float, ...]:
-        state["step"] = state.get("step", 0) + 1
-        step = state["step"]
+    def _scalar_values(self, group: dict[str, Any]) -> tuple[float, ...]:
         lr, (beta1, beta2) = float(group["lr"]), group["betas"]
         weight_decay = float(group["weight_decay"])
-        return (
-            1.0 - beta1,
-            beta2,
-            1.0 - beta2,
-            float(group["eps"]),
-            weight_decay,
-            lr / (1.0 - beta1**step),
-            math.sqrt(1.0 - beta2**step),
-            1.0 - lr * weight_decay,
-        )
+        return (lr, beta1, 1.0 - beta1, beta2, 1.0 - beta2, float(group["eps"]), weight_decay, 1.0 - lr * weight_decay)
 
     def _update(
         self, parameter: Tensor, grad: Tensor, group: dict[str, Any], state: dict[str, Any], scalars: StepScalars
@@ -123,8 +103,11 @@ class Adam(Optimizer):
             maximum = self._state_tensor(state, "max_exp_avg_sq", state.get("max_exp_avg_sq", zeros).maximum(square))
             outputs.append(maximum)
             square = maximum
-        denominator = square.sqrt() / scalars.bias_correction2_sqrt + scalars.eps
-        parameter.assign(base - scalars.step_size * (average / denominator))
+        # the bias corrections from the step count on the device (as torch's capturable Adam)
+        step = state["step"]
+        step_size = scalars.lr / (1 - scalars.beta1**step)
+        denominator = square.sqrt() / (1 - scalars.beta2**step).sqrt() + scalars.eps
+        parameter.assign(base - step_size * (average / denominator))
         return outputs
 
 
