@@ -1,5 +1,6 @@
-"""ember.jit against torch: replays of an MLP forward and of full training steps (forward, backward, SGD step,
-zero_grad) match torch and the un-jitted run; replays build no graph, schedule, compile or allocate nothing;
+"""ember.jit against torch: replays of an MLP forward and of full training steps (forward, backward, optimizer step,
+zero_grad) with SGD, Adam, AdamW and RMSprop match torch and the un-jitted run, also when an lr scheduler changes
+the learning rate between replays; replays build no graph, schedule, compile or allocate nothing;
 inputs of another signature capture again or raise; what a capture fixes (Python values) is as documented."""
 
 from __future__ import annotations
@@ -170,13 +171,82 @@ def test_python_values_are_captured_and_replay_outputs_are_overwritten(device: s
 
 
 def test_changing_python_values_in_tensors_raise(device: str) -> None:
-    model = _ember_model(device)
-    optimizer = em.optim.Adam(model.parameters(), lr=0.01)  # its bias corrections change every step
-    step = em.jit(_train_step)
-    inputs, targets = (em.tensor(array, device=device) for array in _batch(0))
-    step(model, optimizer, inputs, targets)
+    calls = [0]
+
+    @em.jit
+    def add_call_count(inputs: em.Tensor) -> em.Tensor:
+        calls[0] += 1  # a Python count made into a tensor: a replay would reuse the captured value
+        return inputs + em.tensor(np.float32(calls[0]), device=device)
+
+    inputs = em.tensor(np.arange(3, dtype=np.float32), device=device)
+    add_call_count(inputs)
     with pytest.raises(JitError, match="differ between its first two calls"):
-        step(model, optimizer, inputs, targets)
+        add_call_count(inputs)
+
+
+@pytest.mark.parametrize("options", [{"name": "Adam", "lr": 0.01},
+                                     {"name": "Adam", "lr": 0.01, "amsgrad": True, "weight_decay": 0.01},
+                                     {"name": "AdamW", "lr": 0.01, "betas": (0.8, 0.99)},
+                                     {"name": "RMSprop", "lr": 0.01, "momentum": 0.5, "centered": True}],
+                         ids=["adam", "adam-amsgrad", "adamw", "rmsprop"])
+def test_adam_training_step_replays_match_eager_and_torch(options: dict[str, Any], device: str) -> None:
+    options = dict(options)
+    name = options.pop("name")
+    eager_model, jit_model, reference = _ember_model(device), _ember_model(device), _torch_model()
+    eager_optimizer = getattr(em.optim, name)(eager_model.parameters(), **options)
+    jit_optimizer = getattr(em.optim, name)(jit_model.parameters(), **options)
+    torch_optimizer = getattr(torch.optim, name)(reference.parameters(), **options)
+    step = em.jit(_train_step)
+    exact = device.startswith("c")  # the same kernels, compiled once: bit for bit; other devices may reorder
+    for index in range(7):  # eager, capture, then 5 replays: the bias corrections change every step
+        inputs, targets = _batch(index)
+        eager_loss = _train_step(eager_model, eager_optimizer, em.tensor(inputs, device=device),
+                                 em.tensor(targets, device=device))
+        jit_loss = step(jit_model, jit_optimizer, em.tensor(inputs, device=device), em.tensor(targets, device=device))
+        torch_loss = _train_step(reference, torch_optimizer, torch.tensor(inputs), torch.tensor(targets))
+        assert_close(jit_loss, eager_loss, atol=0 if exact else 1e-6, rtol=0 if exact else 1e-6)
+        assert_close(jit_loss, torch_loss.detach())
+        for jit_parameter, eager_parameter, torch_parameter in zip(jit_model.parameters(), eager_model.parameters(),
+                                                                   reference.parameters()):
+            if exact:
+                np.testing.assert_array_equal(jit_parameter.numpy(), eager_parameter.numpy())
+            else:
+                np.testing.assert_allclose(jit_parameter.numpy(), eager_parameter.numpy(), atol=1e-6, rtol=0)
+            assert_close(jit_parameter, torch_parameter.detach(), atol=1e-5, rtol=1e-4)
+    assert step.captures == 1 and step.replays == 5
+    for jit_state, torch_state in zip(jit_optimizer.state_dict()["state"].values(),
+                                      torch_optimizer.state_dict()["state"].values()):
+        assert jit_state["step"].item() == torch_state["step"].item() == 7  # the replays counted the steps
+
+
+def test_lr_scheduler_between_replays_changes_the_update(device: str) -> None:
+    jit_model, reference = _ember_model(device), _torch_model()
+    jit_optimizer = em.optim.Adam(jit_model.parameters(), lr=0.02)
+    torch_optimizer = torch.optim.Adam(reference.parameters(), lr=0.02)
+    jit_scheduler = em.optim.lr_scheduler.StepLR(jit_optimizer, step_size=2, gamma=0.1)
+    torch_scheduler = torch.optim.lr_scheduler.StepLR(torch_optimizer, step_size=2, gamma=0.1)
+    step = em.jit(_train_step)
+    for index in range(8):
+        inputs, targets = _batch(index)
+        before = [parameter.numpy() for parameter in jit_model.parameters()]
+        step(jit_model, jit_optimizer, em.tensor(inputs, device=device), em.tensor(targets, device=device))
+        _train_step(reference, torch_optimizer, torch.tensor(inputs), torch.tensor(targets))
+        for jit_parameter, torch_parameter in zip(jit_model.parameters(), reference.parameters()):
+            assert_close(jit_parameter, torch_parameter.detach(), atol=1e-5, rtol=1e-4)
+        if index == 6:  # lr 0.02 * 0.1**3: Adam's first steps move each weight by about lr
+            change = max(np.abs(parameter.numpy() - old).max() for parameter, old in zip(jit_model.parameters(),
+                                                                                           before))
+            assert change < 0.02 * 0.1**3 * 3
+        jit_scheduler.step()
+        torch_scheduler.step()
+    assert step.captures == 1 and step.replays == 6
+    for group in jit_optimizer.param_groups:  # a learning rate set by hand reaches the replays too
+        group["lr"] = 0.0
+    frozen = [parameter.numpy() for parameter in jit_model.parameters()]
+    step(jit_model, jit_optimizer, *(em.tensor(array, device=device) for array in _batch(9)))
+    for parameter, old in zip(jit_model.parameters(), frozen):
+        np.testing.assert_array_equal(parameter.numpy(), old)
+    assert step.replays == 7
 
 
 def test_many_captures_warn(device: str) -> None:

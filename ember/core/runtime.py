@@ -24,6 +24,11 @@ class Runtime:
         """The values of a realized node as a new numpy array of its shape."""
         raise _not_installed()
 
+    def write(self, node: Node, array: np.ndarray) -> None:
+        """Overwrite a realized node's values in place with host values (after the commands using them), so every
+        tensor and every ember.jit replay reading its buffer sees the new values."""
+        raise _not_installed()
+
     def device_of(self, node: Node) -> str:
         """The device an op node will run on (the placement rule; memoized in `node.device`)."""
         raise _not_installed()

@@ -22,6 +22,10 @@ def _check_hyperparameters(lr: float, betas: tuple[float, float], eps: float, we
         raise ValueError(f"Invalid weight_decay value: {weight_decay}")
 
 
+def _log2(beta: float) -> float:
+    return math.log2(beta) if beta > 0 else -math.inf
+
+
 def lerp(start: Tensor, end: Tensor, weight: float, weight_tensor: Tensor) -> Tensor:
     """torch.lerp's formula, which switches form at weight 0.5 for accuracy."""
     if weight < 0.5:
@@ -33,15 +37,17 @@ class Adam(Optimizer):
     """Adaptive moments: p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)."""
 
     scalar_names = (
+        "lr",
         "one_minus_beta1",
         "beta2",
         "one_minus_beta2",
         "eps",
         "weight_decay",
-        "step_size",
-        "bias_correction2_sqrt",
         "decay_factor",
+        "log2_beta1",
+        "log2_beta2",
     )
+    counts_steps = True
 
     def __init__(
         self,
@@ -79,21 +85,28 @@ class Adam(Optimizer):
         }
         super().__init__(params, defaults)
 
-    def _scalar_values(self, group: dict[str, Any], state: dict[str, Any]) -> tuple[float, ...]:
-        state["step"] = state.get("step", 0) + 1
-        step = state["step"]
+    def _scalar_values(self, group: dict[str, Any]) -> tuple[float, ...]:
         lr, (beta1, beta2) = float(group["lr"]), group["betas"]
         weight_decay = float(group["weight_decay"])
         return (
+            lr,
             1.0 - beta1,
             beta2,
             1.0 - beta2,
             float(group["eps"]),
             weight_decay,
-            lr / (1.0 - beta1**step),
-            math.sqrt(1.0 - beta2**step),
             1.0 - lr * weight_decay,
+            _log2(beta1),
+            _log2(beta2),
         )
+
+    @staticmethod
+    def _bias_corrections(scalars: StepScalars, step: Tensor) -> tuple[Tensor, Tensor]:
+        """lr / (1 - beta1^step) and sqrt(1 - beta2^step) from the step count on the device (as torch's capturable
+        Adam), with beta^t = exp2(t * log2 beta): a few scalar ops that the update kernel computes inline."""
+        bias_correction1 = 1 - (step * scalars.log2_beta1).exp2()
+        bias_correction2 = 1 - (step * scalars.log2_beta2).exp2()
+        return scalars.lr / bias_correction1, bias_correction2.sqrt()
 
     def _update(
         self, parameter: Tensor, grad: Tensor, group: dict[str, Any], state: dict[str, Any], scalars: StepScalars
@@ -123,8 +136,9 @@ class Adam(Optimizer):
             maximum = self._state_tensor(state, "max_exp_avg_sq", state.get("max_exp_avg_sq", zeros).maximum(square))
             outputs.append(maximum)
             square = maximum
-        denominator = square.sqrt() / scalars.bias_correction2_sqrt + scalars.eps
-        parameter.assign(base - scalars.step_size * (average / denominator))
+        step_size, bias_correction2_sqrt = self._bias_corrections(scalars, state["step"])
+        denominator = square.sqrt() / bias_correction2_sqrt + scalars.eps
+        parameter.assign(base - step_size * (average / denominator))
         return outputs
 
 

@@ -1,9 +1,11 @@
 """Optimizer: param groups, state, state_dict, and the fused step that realizes every update in one schedule.
 
 A step builds the new value of every parameter and every state tensor lazily, then realizes them all with ONE
-`ember.realize(...)` call, so the kernelizer fuses each update into a few kernels. Hyperparameters that change
-between steps (the learning rate set by a scheduler, Adam's bias corrections) are not baked into the kernels as
-constants: they live in a small device tensor per step (`StepScalars`), so changing them never recompiles.
+`ember.realize(...)` call, so the kernelizer fuses each update into a few kernels. Nothing that changes between
+steps is baked into the kernels as a constant, so changing it never recompiles and an `ember.jit` replay of a step
+is exact: a group's hyperparameters live in a small device tensor per group and device (`StepScalars`), overwritten
+in place when a scheduler or the user sets one (`ParamGroup`); step counts are device tensors that the step's
+kernels advance, and what depends on them (Adam's bias corrections) is computed from them in the update kernels.
 torch's `foreach`, `fused` and `capturable` flags are accepted for compatibility and change nothing: every step is
 fused this way.
 """
@@ -11,6 +13,7 @@ fused this way.
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -18,6 +21,7 @@ import numpy as np
 
 from ember.autograd.grad_mode import enable_grad, no_grad
 from ember.core import dtype as dtypes
+from ember.core.runtime import RUNTIME
 from ember.core.tensor import Tensor, realize
 
 
@@ -32,10 +36,12 @@ required = _RequiredParameter()
 
 
 class StepScalars:
-    """Named per-step hyperparameters held in one small device tensor, read by the update kernels as 0-d views."""
+    """Named hyperparameters held in one small device tensor, read by the update kernels as 0-d views; `write`
+    overwrites the tensor's buffer in place, so kernels (and jit replays) already reading it see the new values."""
 
     def __init__(self, names: Sequence[str], values: Sequence[float], device: str, dtype: dtypes.DType) -> None:
         holder = dtypes.float64 if dtype == dtypes.float64 else dtypes.float32
+        self.values = tuple(values)
         self.vector = Tensor(np.asarray(values, dtype=holder.numpy), device=device)
         self.views = {name: self.vector[index] for index, name in enumerate(names)}
 
@@ -45,17 +51,43 @@ class StepScalars:
         except KeyError:
             raise AttributeError(f"no step scalar named {name!r}") from None
 
+    def write(self, values: Sequence[float]) -> None:
+        """Give the scalars new values (in place; nothing happens when they are unchanged)."""
+        values = tuple(values)
+        if values != self.values:
+            RUNTIME.write(self.vector.node, np.asarray(values, dtype=self.vector.dtype.numpy))
+            self.values = values
+
+
+class ParamGroup(dict):  # type: ignore[type-arg]
+    """A parameter group: a dict, as torch's, that writes a hyperparameter set on it (`group["lr"] = 0.1`) into the
+    optimizer's device scalars at once, so a jitted step replayed afterwards uses it. Copies are plain dicts."""
+
+    def __init__(self, values: dict[str, Any], on_change: Callable[[dict[str, Any]], None]) -> None:
+        super().__init__(values)
+        self.on_change = on_change
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        if key != "params":
+            self.on_change(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self),))
+
 
 class Optimizer:
-    """Base class: subclasses give `scalar_names`, `_scalar_values` and `_update` for one parameter."""
+    """Base class: subclasses give `scalar_names`, `_scalar_values` and `_update` for one parameter, and
+    `counts_steps` when each parameter's state keeps a step count (torch's "step")."""
 
     scalar_names: tuple[str, ...] = ()
+    counts_steps = False
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         self.defaults = defaults
         self.state: dict[Tensor, dict[str, Any]] = {}
         self.param_groups: list[dict[str, Any]] = []
-        self._scalar_cache: dict[tuple[Any, ...], StepScalars] = {}
+        self._scalar_cache: dict[tuple[int, str, dtypes.DType], StepScalars] = {}  # by (id(group), device, dtype)
         if isinstance(params, Tensor):
             raise TypeError(
                 "params argument given to the optimizer should be an iterable of Tensors or dicts, but "
@@ -104,6 +136,7 @@ class Optimizer:
                     f"optimizer can only optimize floating point Tensors, parameter {position} is "
                     f"{parameter.dtype.name}"
                 )
+        param_group = ParamGroup(param_group, self._write_scalars)
         param_group["params"] = params
         for name, default in self.defaults.items():
             if default is required and name not in param_group:
@@ -142,25 +175,26 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         outputs: list[Tensor] = []
-        scalars_this_step: dict[tuple[Any, ...], StepScalars] = {}
         with no_grad():
+            stepped = []
             for group in self.param_groups:
                 for parameter in group["params"]:
                     if parameter.grad is None:
                         continue
-                    grad = parameter.grad
-                    if grad.shape != parameter.shape:
+                    if parameter.grad.shape != parameter.shape:
                         raise ValueError(
                             f"the gradient of a parameter of shape {parameter.shape} has shape "
-                            f"{grad.shape}; they must match"
+                            f"{parameter.grad.shape}; they must match"
                         )
-                    state = self.state.get(parameter, {})
-                    values = self._scalar_values(group, state)
-                    scalars = self._scalars(values, parameter, scalars_this_step)
-                    outputs += self._update(parameter, grad.detach(), group, state, scalars)
-                    if state:  # as torch, a parameter gets a state entry only when its optimizer keeps one
-                        self.state[parameter] = state
-        self._scalar_cache = scalars_this_step
+                    stepped.append((group, parameter))
+            if self.counts_steps:
+                outputs += self._advance_steps([parameter for _, parameter in stepped])
+            for group, parameter in stepped:
+                state = self.state.get(parameter, {})
+                scalars = self._scalars(group, parameter)
+                outputs += self._update(parameter, parameter.grad.detach(), group, state, scalars)
+                if state:  # as torch, a parameter gets a state entry only when its optimizer keeps one
+                    self.state[parameter] = state
         outputs += pending_buffer_updates()
         if isinstance(loss, Tensor):
             outputs.append(loss)
@@ -169,19 +203,57 @@ class Optimizer:
             realize(*pending)
         return loss
 
-    def _scalars(
-        self, values: tuple[float, ...], parameter: Tensor, scalars_this_step: dict[tuple[Any, ...], StepScalars]
-    ) -> StepScalars:
-        """The device tensor holding `values` for parameter's device and dtype; reused while the values repeat."""
-        key = (parameter.device, parameter.dtype, *values)
-        scalars = scalars_this_step.get(key) or self._scalar_cache.get(key)
+    def _scalars(self, group: dict[str, Any], parameter: Tensor) -> StepScalars:
+        """The device scalars of a group for parameter's device and dtype, holding the group's current values."""
+        key = (id(group), parameter.device, parameter.dtype)
+        scalars = self._scalar_cache.get(key)
         if scalars is None:
-            scalars = StepScalars(self.scalar_names, values, parameter.device, parameter.dtype)
-        scalars_this_step[key] = scalars
+            scalars = StepScalars(self.scalar_names, self._scalar_values(group), parameter.device, parameter.dtype)
+            self._scalar_cache[key] = scalars
+        else:
+            scalars.write(self._scalar_values(group))
         return scalars
 
-    def _scalar_values(self, group: dict[str, Any], state: dict[str, Any]) -> tuple[float, ...]:
-        """This step's values of `scalar_names` for one parameter (and advance its step count)."""
+    def _write_scalars(self, group: dict[str, Any]) -> None:
+        """Write a group's changed hyperparameters into its device scalars (a ParamGroup calls this on a change)."""
+        for (group_id, _, _), scalars in self._scalar_cache.items():
+            if group_id == id(group):
+                scalars.write(self._scalar_values(group))
+
+    def _advance_steps(self, parameters: list[Tensor]) -> list[Tensor]:
+        """Add one to the step count of each parameter, on the device; return the counts to realize.
+
+        Parameters that have always been stepped together share one count tensor (one kernel advances them all);
+        when only some of a count's holders are stepped, those go on with a count of their own, as torch's
+        per-parameter counts do."""
+        holders = Counter(id(state["step"]) for state in self.state.values() if "step" in state)
+        by_count: dict[int, list[Tensor]] = {}
+        fresh: dict[str, list[Tensor]] = {}
+        for parameter in parameters:
+            count = self.state.get(parameter, {}).get("step")
+            if count is None:
+                fresh.setdefault(parameter.device, []).append(parameter)
+            else:
+                by_count.setdefault(id(count), []).append(parameter)
+        counts = []
+        for members in by_count.values():
+            count = self.state[members[0]]["step"]
+            if len(members) == holders[id(count)]:
+                count.assign(count + 1)
+            else:
+                count = (count + 1).detach()
+                for parameter in members:
+                    self.state[parameter]["step"] = count
+            counts.append(count)
+        for device, members in fresh.items():
+            count = Tensor._full((), 1, dtypes.float32, device)
+            for parameter in members:
+                self.state.setdefault(parameter, {})["step"] = count
+            counts.append(count)
+        return counts
+
+    def _scalar_values(self, group: dict[str, Any]) -> tuple[float, ...]:
+        """The values of `scalar_names` for a group (none may depend on a step count)."""
         raise NotImplementedError
 
     def _update(
@@ -216,13 +288,7 @@ class Optimizer:
             if id(parameter) not in index_of:
                 continue
             state[index_of[id(parameter)]] = {
-                name: (
-                    Tensor(np.array(float(value), dtype=np.float32), device=parameter.device)
-                    if name == "step"
-                    else value.detach()
-                    if isinstance(value, Tensor)
-                    else value
-                )
+                name: value.detach() if isinstance(value, Tensor) else value
                 for name, value in values.items()
             }
         return {"state": state, "param_groups": groups}
@@ -245,24 +311,31 @@ class Optimizer:
         for saved, group in zip(saved_groups, self.param_groups):
             parameter_of.update(zip(saved["params"], group["params"]))
         self.state = {}
+        counts: dict[tuple[str, float], Tensor] = {}  # equal step counts on one device share a tensor
         for index, values in state_dict["state"].items():
             parameter = parameter_of.get(int(index))
             if parameter is None:
                 continue
             self.state[parameter] = {name: _state_value(name, value, parameter) for name, value in values.items()}
-        new_groups = []
+            if "step" in values:
+                step = float(values["step"].item() if hasattr(values["step"], "item") else values["step"])
+                key = (parameter.device, step)
+                counts.setdefault(key, Tensor(np.array(step, dtype=np.float32), device=parameter.device))
+                self.state[parameter]["step"] = counts[key]
+        new_groups: list[dict[str, Any]] = []
         for saved, group in zip(saved_groups, self.param_groups):
             restored = copy.deepcopy({key: value for key, value in saved.items() if key != "params"})
             restored["params"] = group["params"]
-            new_groups.append(restored)
+            new_groups.append(ParamGroup(restored, self._write_scalars))
         self.param_groups = new_groups
         self._scalar_cache = {}
 
 
 def _state_value(name: str, value: Any, parameter: Tensor) -> Any:
-    """A saved state entry as the optimizer keeps it: step as an int, tensors on the parameter's device and dtype."""
+    """A saved state entry as the optimizer keeps it: tensors on the parameter's device and dtype (load_state_dict
+    makes the step counts)."""
     if name == "step":
-        return int(float(value.item() if hasattr(value, "item") else value))
+        return None
     if isinstance(value, Tensor):
         tensor = value.detach().to(parameter.device)
     elif hasattr(value, "shape") or isinstance(value, (list, np.ndarray)):

@@ -14,6 +14,7 @@ class RMSprop(Optimizer):
     """p -= lr * g / (sqrt(running mean of g^2 [- (mean g)^2 if centered]) + eps), optionally through momentum."""
 
     scalar_names = ("lr", "alpha", "one_minus_alpha", "eps", "weight_decay", "momentum")
+    counts_steps = True
 
     def __init__(
         self,
@@ -56,8 +57,7 @@ class RMSprop(Optimizer):
         }
         super().__init__(params, defaults)
 
-    def _scalar_values(self, group: dict[str, Any], state: dict[str, Any]) -> tuple[float, ...]:
-        state["step"] = state.get("step", 0) + 1
+    def _scalar_values(self, group: dict[str, Any]) -> tuple[float, ...]:
         alpha = float(group["alpha"])
         return (
             float(group["lr"]),

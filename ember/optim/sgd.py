@@ -52,7 +52,7 @@ class SGD(Optimizer):
         }
         super().__init__(params, defaults)
 
-    def _scalar_values(self, group: dict[str, Any], state: dict[str, Any]) -> tuple[float, ...]:
+    def _scalar_values(self, group: dict[str, Any]) -> tuple[float, ...]:
         return (
             float(group["lr"]),
             float(group["momentum"]),

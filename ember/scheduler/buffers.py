@@ -147,3 +147,20 @@ def mapped_node(path: str, offset: int, shape: tuple[int, ...], dtype: DType, de
 def read_node(node: Node) -> np.ndarray:
     """The values of a realized node as a new numpy array of its shape."""
     return buffer_of(node).read().reshape(node.shape)
+
+
+def write_node(node: Node, array: np.ndarray) -> None:
+    """Overwrite a realized node's values in place with host values, once the commands writing or reading its buffer
+    have finished: every tensor and every ember.jit replay reading that buffer sees the new values."""
+    if not node.realized:
+        raise ValueError("write_node: the node is not realized; only a realized tensor's buffer can be overwritten")
+    values = np.ascontiguousarray(array, dtype=node.dtype.numpy).reshape(-1)
+    if values.size != node.size:
+        raise ValueError(f"write_node: {values.size} values for a node of {node.size} elements")
+    buffer = node.buffer
+    if buffer is None:  # host data not uploaded yet: its first use uploads the new values
+        node.arg = values.reshape(node.shape)
+        return
+    wait_all(pending(buffer.event, *buffer.users))
+    buffer.users = []
+    buffer.write(values)

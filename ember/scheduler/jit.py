@@ -215,9 +215,9 @@ def jit(function: Callable[..., Any] | None = None, *, recapture: bool = True) -
     of the same shapes, dtypes and devices (and equal non-tensor arguments) replay the recorded kernels: no graph,
     no scheduling, no compiling, no allocation. Inputs of another signature capture again (or raise `JitError` with
     recapture=False). As with torch's CUDA graphs, the tensors a replay returns live in the capture's buffers and
-    are overwritten by the next replay (clone them to keep them); Python values the function reads (globals, a
-    learning rate) are captured as they were; state must change by in-place updates (`assign`, `+=`, optimizer
-    steps), which replays repeat."""
+    are overwritten by the next replay (clone them to keep them); Python values the function reads (globals) are
+    captured as they were (an optimizer's learning rate and step counts live on the device, so replays see a new
+    lr); state must change by in-place updates (`assign`, `+=`, optimizer steps), which replays repeat."""
     if function is None:
         return lambda wrapped: Jitted(wrapped, recapture)
     return Jitted(function, recapture)

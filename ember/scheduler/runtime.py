@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ember.core import runtime
 from ember.scheduler import devices
-from ember.scheduler.buffers import read_node
+from ember.scheduler.buffers import read_node, write_node
 from ember.scheduler.placement import device_of
 from ember.scheduler.realize import realize_nodes
 from ember.scheduler.sharding import shard
@@ -15,6 +15,7 @@ class SchedulerRuntime(runtime.Runtime):
 
     realize = staticmethod(realize_nodes)  # type: ignore[assignment]
     read = staticmethod(read_node)  # type: ignore[assignment]
+    write = staticmethod(write_node)  # type: ignore[assignment]
     device_of = staticmethod(device_of)  # type: ignore[assignment]
     resolve_device = staticmethod(devices.resolve_device)  # type: ignore[assignment]
     default_device = staticmethod(devices.get_default_device)  # type: ignore[assignment]
