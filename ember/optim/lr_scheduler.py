@@ -154,7 +154,7 @@ class ExponentialLR(LRScheduler):
 class CosineAnnealingLR(LRScheduler):
     """Cosine from the initial lr down to eta_min over T_max epochs (torch's recursive form, same values)."""
 
-    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1) -> None:  # noqa: N803
+    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1) -> None:
         if T_max <= 0:
             raise ValueError(f"CosineAnnealingLR: T_max must be a positive integer, got {T_max}")
         self.T_max, self.eta_min = T_max, eta_min
