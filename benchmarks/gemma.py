@@ -1,9 +1,9 @@
 """Decoding speed of Gemma-3-270M (Q4_K_M GGUF): ember against transformers + PyTorch (float32) on this machine.
 
 Both decode greedily from the same prompt ids; the figure is tokens per second of the generated tokens after the
-first (ember's first step compiles its kernels; the later ones reuse them), and ember's time to the first token of
-a second run (the prompt's pass, compiled by then). The load average is printed too: the machine may be shared.
-ember keeps float32 weights (as transformers does) unless --quantized.
+first (ember's first step compiles its kernels, the second records them under ember.jit, later ones replay them),
+and ember's time to the first token of a second run (the prompt's pass, compiled by then). The load average is
+printed too: the machine may be shared. ember keeps float32 weights (as transformers does) unless --quantized.
 
     python benchmarks/gemma.py [--tokens N] [--device c] [--quantized]
 """

@@ -122,6 +122,47 @@ def test_gemma3_greedy_tokens_match_transformers(gguf_path: Path, reference_gree
     assert all(linear.format is not None for linear in quantized.modules() if isinstance(linear, QuantizedLinear))
 
 
+def test_jitted_steps_match_eager_steps_and_replay_without_building_graphs(
+        gguf_path: Path, reference_greedy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """generate's steps under ember.jit (the default) choose the tokens of steps built eagerly and of transformers;
+    a replayed step builds, schedules, compiles and allocates nothing: the cache is written in place."""
+    device = c_device()
+    from ember.models.gemma import Gemma3
+    from ember.models.generate import generate
+    from ember.scheduler import buffers, compile_cache, schedule
+
+    model = Gemma3.from_gguf(gguf_path)
+    ids, expected = reference_greedy[PROMPTS[1]]
+    tokens = NEW_TOKENS + 2
+    eager = list(generate(model, ids, max_new_tokens=tokens, device=device, jit=False))
+    assert eager[:NEW_TOKENS] == expected and not model._jitted_steps
+    assert list(generate(model, ids, max_new_tokens=2, device=device)) == expected[:2]  # its one step runs eagerly
+    (decode,) = model._jitted_steps.values()
+    replay = decode._replay
+    checked: list[int] = []
+
+    def forbidden(name: str) -> Any:
+        def fail(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError(f"a replayed step called {name}")
+        return fail
+
+    def guarded_replay(*args: Any) -> Any:
+        with monkeypatch.context() as patch, em.profile() as record:
+            patch.setattr(schedule.SCHEDULES, "schedule", forbidden("schedule"))
+            patch.setattr(schedule, "kernelize", forbidden("kernelize"))
+            patch.setattr(compile_cache, "compile_kernel", forbidden("compile_kernel"))
+            patch.setattr(buffers, "allocate", forbidden("allocate"))
+            result = replay(*args)
+        assert record.bytes_allocated == 0
+        checked.append(decode.replays)
+        return result
+
+    monkeypatch.setattr(decode, "_replay", guarded_replay)
+    jitted = list(generate(model, ids, max_new_tokens=tokens, device=device))  # a capture, then replays
+    assert jitted == eager
+    assert decode.captures == 1 and len(checked) == decode.replays == tokens - 2
+
+
 def test_generate_command_streams_the_greedy_text(reference_greedy: Any, reference_tokenizer: Any,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """`python -m ember generate PROMPT` prints the prompt and transformers' greedy continuation, decoded."""

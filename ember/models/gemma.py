@@ -17,7 +17,7 @@ from typing import Any
 
 import ember as em
 from ember import nn
-from ember.core.tensor import Tensor
+from ember.core.tensor import Tensor, realize
 from ember.io import read_gguf_header
 from ember.io.gguf import GGUFHeader, load_gguf_tensor
 from ember.nn import functional as F
@@ -152,8 +152,8 @@ class GemmaBlock(nn.Module):
     def forward(self, hidden: Tensor, inputs: StepInputs, keys: Tensor | None,
                 values: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """hidden (tokens, hidden_size) of the tokens at `inputs.positions`. With a cache (keys/values of shape
-        (kv_heads, length, head_dim)), one token is written at its position and attends to the slots up to it;
-        without one (a prompt from position 0), the tokens attend causally to each other and become the first
+        (kv_heads, length, head_dim)), one token is written in place at its position and attends to the slots up to
+        it; without one (a prompt from position 0), the tokens attend causally to each other and become the first
         slots of a new cache. Returns the new hidden states and the caches. The residual stream and the inputs of
         the matrix products are stored (`contiguous`): recomputed instead, the stream's chain of norms and sums
         would be repeated for every weight element of the products that read it."""
@@ -171,8 +171,10 @@ class GemmaBlock(nn.Module):
             keys = F.pad(key, (0, 0, 0, inputs.length - tokens))
             values = F.pad(value, (0, 0, 0, inputs.length - tokens))
         else:
-            keys = attended_keys = em.where(inputs.here, key, keys)
-            values = attended_values = em.where(inputs.here, value, values)
+            # the new slot written in place: `where` reads the old cache only at its own index, so its kernel
+            # computes into the cache's buffer (nothing is allocated or copied)
+            attended_keys = keys.assign(em.where(inputs.here, key, keys))
+            attended_values = values.assign(em.where(inputs.here, value, values))
         visible = inputs.visible[self.sliding]
         group = config.heads // config.kv_heads
         grouped_query = query.reshape(tokens, config.kv_heads, group, config.head_dim).permute(1, 2, 0, 3)
@@ -215,6 +217,7 @@ class Gemma3(nn.Module):
         ])
         self.norm = GemmaRMSNorm(weights["output_norm.weight"], config.rms_norm_eps)
         self.float32_weights = False
+        self._jitted_steps: dict[tuple[int, str], Any] = {}  # em.jit(self._decode) by cache length and device
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str], float32_weights: bool = True) -> Gemma3:
@@ -268,16 +271,29 @@ class Gemma3(nn.Module):
         chosen = (positions == last).reshape(len(tokens), 1)
         return self._logits(em.where(chosen, hidden, 0.0).sum(0, keepdim=True))
 
-    def step(self, token: int, position: Tensor, cache: KVCache) -> Tensor:
+    def step(self, token: int, position: Tensor, cache: KVCache, jit: bool = False) -> Tensor:
         """The logits (vocab_size,) after the token at `position` (a 1-element device tensor); writes the token's keys
-        and values to the (prefilled) cache."""
+        and values into the (prefilled) cache in place.
+
+        With jit the step runs under `ember.jit`, one capture per cache length and device kept by the model: its
+        first two calls run eagerly, later ones replay the recorded kernels (no graph is built); the logits then
+        live in the capture's buffers and are overwritten by the next step."""
         if len(cache.keys) != self.config.layers:
             raise ValueError("Gemma3.step: the cache is empty; start with Gemma3.prefill")
         hidden = self._embed([token], cache.device)
-        inputs = StepInputs.build(self.config, position, cache.length, prefill=False)
-        for index, block in enumerate(self.blocks):
-            hidden, cache.keys[index], cache.values[index] = block(hidden, inputs, cache.keys[index],
-                                                                   cache.values[index])
+        if not jit:
+            return self._decode(hidden, position, cache.keys, cache.values)
+        realize(hidden, position)  # outside the replay: the row is read from the mapped file, uploaded each step
+        decode = self._jitted_steps.get((cache.length, cache.device))
+        if decode is None:
+            decode = self._jitted_steps[cache.length, cache.device] = em.jit(self._decode, recapture=False)
+        return decode(hidden, position, cache.keys, cache.values)
+
+    def _decode(self, hidden: Tensor, position: Tensor, keys: list[Tensor], values: list[Tensor]) -> Tensor:
+        """One decode step from the token's embedding (1, hidden_size); the caches are changed in place."""
+        inputs = StepInputs.build(self.config, position, keys[0].shape[1], prefill=False)
+        for block, layer_keys, layer_values in zip(self.blocks, keys, values):
+            hidden, _, _ = block(hidden, inputs, layer_keys, layer_values)
         return self._logits(hidden)
 
 

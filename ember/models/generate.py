@@ -79,9 +79,12 @@ def generate(
     stop_ids: Sequence[int] = (),
     device: Any = None,
     cache_length: int | None = None,
+    jit: bool = True,
 ) -> Iterator[int]:
     """Yield up to max_new_tokens tokens following prompt_ids, each as soon as it is chosen (stops after a token
-    of stop_ids). The prompt runs in one pass (padded to `prompt_size`), then one token per step."""
+    of stop_ids). The prompt runs in one pass (padded to `prompt_size`), then one token per step, the cache written
+    in place; with jit (the default) the steps replay the kernels the model captured (`Gemma3.step`) instead of
+    building each step's graph."""
     if not prompt_ids:
         raise ValueError("generate: the prompt needs at least one token (e.g. the model's beginning-of-text id)")
     if max_new_tokens < 0:
@@ -107,7 +110,7 @@ def generate(
             yield token
             if token in stop_ids or position == len(prompt_ids) + max_new_tokens - 1:
                 return
-            logits = model.step(token, em.tensor([position], dtype=em.int64, device=device), cache)
+            logits = model.step(token, em.tensor([position], dtype=em.int64, device=device), cache, jit=jit)
 
 
 def prompt_size(tokens: int) -> int:
