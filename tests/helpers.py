@@ -120,3 +120,16 @@ def assert_close_batch(cases: list[tuple[Any, ...]], atol: float = 1e-5, rtol: f
     for label, actual, expected, *tolerance in cases:
         check(actual, expected, label, *tolerance)
     check.verify()
+
+
+def run_float_kernel(device: Any, ir: Any) -> np.ndarray:
+    """Compile a float32 kernel IR on a device and run it directly through the backend contract (no scheduler),
+    each input filled with 0, 1, 2, ...; the output's values."""
+    program = device.compile(ir)
+    buffers = [device.pool.allocate(param.size * param.dtype.itemsize) for param in ir.params]
+    for buffer, param in zip(buffers[1:], ir.params[1:]):
+        device.pool.copy_in(buffer, memoryview(np.arange(param.size, dtype=np.float32)).cast("B"))
+    program(buffers, ir.global_size).wait()
+    result = np.zeros(ir.params[0].size, np.float32)
+    device.pool.copy_out(memoryview(result).cast("B"), buffers[0])
+    return result

@@ -18,7 +18,7 @@ import ember as em
 from ember.backends import dummy, opencl
 from ember.backends.registry import REGISTRY
 from ember.core.errors import BackendUnavailable, CompileError, DeviceError
-from tests.helpers import TORCH_DTYPES, assert_close, pair, random_array
+from tests.helpers import TORCH_DTYPES, assert_close, pair, random_array, run_float_kernel
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -284,14 +284,7 @@ def test_opencl_cache_keeps_the_binary_of_the_first_launch(opencl_device: str, t
     def launch() -> tuple[np.ndarray, opencl.OpenCLDevice]:
         device = opencl.OpenCLDevice("opencl:cache-test", cl_device)
         device.caches_launched_binaries = True  # as for drivers other than PoCL (which caches kernels itself)
-        program = device.compile(ir)
-        buffers = [device.pool.allocate(param.size * param.dtype.itemsize) for param in ir.params]
-        for buffer, param in zip(buffers[1:], ir.params[1:]):
-            device.pool.copy_in(buffer, memoryview(np.arange(param.size, dtype=np.float32)).cast("B"))
-        program(buffers, ir.global_size).wait()
-        result = np.zeros(ir.params[0].size, np.float32)
-        device.pool.copy_out(memoryview(result).cast("B"), buffers[0])
-        return result, device
+        return run_float_kernel(device, ir), device
 
     result, device = launch()
     np.testing.assert_array_equal(result, np.arange(17, dtype=np.float32) * 3 + 1)

@@ -19,6 +19,7 @@ from ember.core.errors import BackendUnavailable
 from ember.ir.ir import KernelIR
 from ember.ir.opt import build_kernel_ir
 from ember.scheduler.kernelize import KernelItem, kernelize
+from tests.helpers import run_float_kernel
 
 # ---- the entry format --------------------------------------------------------------------------------------------
 
@@ -91,17 +92,6 @@ def _kernel_for(backend: str) -> tuple[Any, KernelIR]:
     return device, build_kernel_ir(item.kernel, "ember_cache_test", device.info)
 
 
-def _run(device: Any, ir: KernelIR) -> np.ndarray:
-    program = device.compile(ir)
-    buffers = [device.pool.allocate(param.size * param.dtype.itemsize) for param in ir.params]
-    for buffer, param in zip(buffers[1:], ir.params[1:]):
-        device.pool.copy_in(buffer, memoryview(np.arange(param.size, dtype=np.float32)).cast("B"))
-    program(buffers, ir.global_size).wait()
-    result = np.zeros(ir.params[0].size, np.float32)
-    device.pool.copy_out(memoryview(result).cast("B"), buffers[0])
-    return result
-
-
 def _fresh_c_device(template: Any) -> Any:
     return c_backend.CDevice("c:cache-test")
 
@@ -152,17 +142,17 @@ def test_damaged_entries_are_rebuilt(backend: str, damage: str, cache_folder: Pa
     folder, fresh_device, count_builds = BACKENDS[backend]
     template, ir = _kernel_for(backend)
     expected = np.arange(17, dtype=np.float32) * 3 + 1
-    np.testing.assert_array_equal(_run(fresh_device(template), ir), expected)  # compiles and writes the entry
+    np.testing.assert_array_equal(run_float_kernel(fresh_device(template), ir), expected)  # compiles and writes the entry
     (entry,) = (cache_folder / folder).iterdir()
     builds = count_builds(monkeypatch)
-    np.testing.assert_array_equal(_run(fresh_device(template), ir), expected)
+    np.testing.assert_array_equal(run_float_kernel(fresh_device(template), ir), expected)
     assert builds == []  # loaded from the disk cache
     if damage in DAMAGES:
         entry.write_bytes(DAMAGES[damage](entry.read_bytes()))
     else:  # passes every check of the entry: the loader (dlopen, the OpenCL driver) refuses it, then it is rebuilt
         cache.write_entry(entry, b"B" + b"not a shared library nor a program binary" * 10)
-    np.testing.assert_array_equal(_run(fresh_device(template), ir), expected)
+    np.testing.assert_array_equal(run_float_kernel(fresh_device(template), ir), expected)
     assert len(builds) == 1  # rebuilt from source
     assert cache.read_entry(entry) is not None  # and the rebuilt entry written again, whole
-    np.testing.assert_array_equal(_run(fresh_device(template), ir), expected)
+    np.testing.assert_array_equal(run_float_kernel(fresh_device(template), ir), expected)
     assert len(builds) == 1
