@@ -1,18 +1,17 @@
-"""A pytest plugin: every kernel the test session compiles (on any device) is rendered to PTX and assembled with
-`ptxas` at the end of the session, many kernels per ptxas call.
+"""A pytest plugin: every kernel the test session compiles (on any device) is rendered to PTX at the end of the
+session and assembled with `ptxas` for sm_75 (the oldest architecture ember targets) and sm_90 (an H100, with that
+target's PTX header), many kernels per ptxas call. The renderer emits the same instructions for every target, and
+`tests/test_ptx.py` assembles every primitive op and dtype for each of `ptx.ASSEMBLY_TARGETS`. Workers only hand
+their kernels over and the controller renders them once they have all finished (a full run that rendered in the
+workers' sessionfinish was interrupted at its end, most likely by xdist's 10-second shutdown of the workers).
 
-There is no GPU in CI, so this is how every kernel the op suite produces is checked to give valid PTX. Each xdist
-worker renders its own kernels when it finishes (both cores render), the controller joins the entries (a kernel
-several workers compiled is assembled once) and assembles them for sm_75, the oldest architecture ember targets, and
-for sm_90 (an H100) with that target's PTX header. The renderer emits the same instructions for every target, and
-`tests/test_ptx.py` assembles every primitive op and dtype for each of `ptx.ASSEMBLY_TARGETS`. On when ptxas is on
-PATH; EMBER_PTX_CHECK=0 turns it off. A kernel ptxas rejects fails the session (exit status 1) and is printed with
-ptxas's message; the summary line gives the number of kernels assembled.
+There is no GPU in CI, so this is how every kernel the op suite produces is checked to give valid PTX. On when
+ptxas is on PATH; EMBER_PTX_CHECK=0 turns it off. A kernel ptxas rejects fails the session (exit status 1) and is
+printed with ptxas's message; the summary line gives the number of kernels assembled.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import tempfile
@@ -25,8 +24,9 @@ import pytest
 
 from ember.backends import ptx
 from ember.capabilities import DeviceInfo
+from ember.core.dtype import DTYPES_BY_NAME, DType
 from ember.core.errors import CompileError
-from ember.ir.kernel import Kernel
+from ember.ir.kernel import Kernel, KernelStep
 
 DIRECTORY_VARIABLE = "EMBER_PTX_RECORD_DIR"
 SESSION_TARGETS = ("sm_75", "sm_90")
@@ -62,54 +62,70 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if not enabled():
         return
     directory = Path(os.environ[DIRECTORY_VARIABLE])
-    entries, failures = render_entries(_recorded)
     worker = getattr(session.config, "workerinput", None)
-    if worker is not None:  # an xdist worker hands its rendered kernels to the controller
-        (directory / f"kernels-{worker['workerid']}.pkl").write_bytes(pickle.dumps((entries, failures)))
+    if worker is not None:  # an xdist worker hands its kernels to the controller
+        (directory / f"kernels-{worker['workerid']}.pkl").write_bytes(pickle.dumps([_encode(k) for k in _recorded]))
         return
+    kernels = set(_recorded)
     for path in directory.glob("kernels-*.pkl"):
-        worker_entries, worker_failures = pickle.loads(path.read_bytes())
-        entries.update(worker_entries)
-        failures.extend(worker_failures)
+        kernels |= {_decode(kernel) for kernel in pickle.loads(path.read_bytes())}
         path.unlink()
-    if not entries and not failures:
+    if not kernels:
         return
     start = time.perf_counter()
-    failures.extend(assemble_all([entries[name] for name in sorted(entries)]))
+    failures = assemble_all(sorted(kernels, key=repr))
     seconds = time.perf_counter() - start
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    targets = ", ".join(SESSION_TARGETS)
     if reporter is not None:
         reporter.write("\n")
-        reporter.write_line(f"PTX check: {len(entries)} kernels of this session rendered to PTX and assembled by "
-                            f"ptxas for {', '.join(SESSION_TARGETS)} in {seconds:.1f} s; {len(failures)} rejected")
+        reporter.write_line(f"PTX check: {len(kernels)} kernels of this session rendered to PTX and assembled by "
+                            f"ptxas for {targets} in {seconds:.1f} s; {len(failures)} rejected")
         for failure in failures[:10]:
             reporter.write_line(failure, red=True)
     if failures:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def render_entries(kernels: set[Kernel]) -> tuple[dict[str, str], list[str]]:
-    """Each kernel's PTX entry, named by a hash of the kernel (so workers name a kernel alike), and the messages of
-    kernels whose rendering failed."""
+def _encode(value: Any) -> Any:
+    """A kernel with each DType replaced by its name (dtypes compare by identity, which pickling loses)."""
+    if isinstance(value, DType):
+        return ("__dtype__", value.name)
+    if isinstance(value, KernelStep):
+        return KernelStep(*(_encode(field) for field in value))
+    if isinstance(value, Kernel):
+        return Kernel(tuple(_encode(step) for step in value.steps), value.input_sizes)
+    if isinstance(value, tuple):
+        return tuple(_encode(item) for item in value)
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == "__dtype__":
+        return DTYPES_BY_NAME[value[1]]
+    if isinstance(value, KernelStep):
+        return KernelStep(*(_decode(field) for field in value))
+    if isinstance(value, Kernel):
+        return Kernel(tuple(_decode(step) for step in value.steps), value.input_sizes)
+    if isinstance(value, tuple):
+        return tuple(_decode(item) for item in value)
+    return value
+
+
+def assemble_all(kernels: list[Kernel]) -> list[str]:
+    """Render each kernel's PTX and assemble them in modules of many entries; the messages of rejected ones."""
     from ember.ir.opt import build_kernel_ir
 
     renderer = ptx.PTXRenderer()
     info = DeviceInfo()
-    entries, failures = {}, []
-    for kernel in kernels:
-        name = "kernel_" + hashlib.sha256(repr(kernel).encode()).hexdigest()[:20]
+    entries, failures = [], []
+    for number, kernel in enumerate(kernels):
         try:
-            entries[name] = renderer.render_entry(build_kernel_ir(kernel, name, info))
+            entries.append(renderer.render_entry(build_kernel_ir(kernel, f"kernel{number}", info)))
         except Exception as error:  # noqa: BLE001 - reported with the kernel that caused it
             failures.append(f"rendering PTX failed ({type(error).__name__}: {error}) for {kernel!r}")
-    return entries, failures
-
-
-def assemble_all(entries: list[str]) -> list[str]:
-    """Assemble the entries in modules of many, for each session target; the messages of rejected ones."""
     modules = [entries[start:start + KERNELS_PER_MODULE] for start in range(0, len(entries), KERNELS_PER_MODULE)]
     jobs = [(module, ptx.PTXRenderer(target)) for module in modules for target in SESSION_TARGETS]
-    failures = []
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         for messages in pool.map(lambda job: _assemble_module(*job), jobs):
             failures.extend(messages)
