@@ -181,6 +181,13 @@ class MemoryPool(ABC):
         to or from another pool then needs one host copy instead of two, without staging."""
         return None
 
+    def map_region(self, path: str, offset: int, nbytes: int) -> Any:
+        """A read-only view of `nbytes` at `offset` of a file, for a pool that maps files (disk); others cannot."""
+        from ember.core.errors import DeviceError
+
+        raise DeviceError(f"{self.name} does not map files (its pool is {type(self).__name__}); map weights on a "
+                          f"disk device, e.g. 'disk:0'")
+
 
 class Program(ABC):
     """A compiled kernel. Called with buffer handles in parameter order and the global size."""

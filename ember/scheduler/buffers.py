@@ -8,7 +8,7 @@ import numpy as np
 
 from ember.backends.base import COMPLETED, Device, Event, MemoryPool, wait_all
 from ember.core.dtype import DType
-from ember.core.errors import DeviceError, OutOfMemoryError
+from ember.core.errors import OutOfMemoryError
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.shapes import prod
@@ -131,12 +131,7 @@ def buffer_of(node: Node) -> Buffer:
 
 def mapped_node(path: str, offset: int, shape: tuple[int, ...], dtype: DType, device_name: str = "disk:0") -> Node:
     """A realized leaf whose bytes stay in a file until a kernel needs them (a read-only memory map)."""
-    from ember.backends.disk import DiskPool
-
     device = get_device(device_name)
-    if not isinstance(device.pool, DiskPool):
-        raise DeviceError(f"{device_name} does not map files (its pool is {type(device.pool).__name__}); map weights "
-                          f"on a disk device, e.g. 'disk:0'")
     size = prod(shape)
     handle = device.pool.map_region(path, offset, size * dtype.itemsize)
     node = Node(Op.BUFFER, (), None, tuple(shape), dtype, device.name)
