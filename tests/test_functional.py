@@ -149,7 +149,7 @@ def test_dropout(device: str) -> None:
         F.dropout(x, 1.5)
     channels = F.dropout2d(em.ones(4, 32, 3, 5, device=device), 0.5).numpy()
     per_channel = channels.reshape(4, 32, -1)
-    assert np.all((per_channel == per_channel[..., :1]))  # whole channels are kept or dropped
+    assert np.all(per_channel == per_channel[..., :1])  # whole channels are kept or dropped
     assert set(np.unique(channels)) <= {0.0, 2.0} and 0 < (per_channel[..., 0] == 0).mean() < 1
     with pytest.raises(em.ShapeError, match=r"dropout2d: expected 3-d \(unbatched\) or 4-d.*\[4, 3\]"):
         F.dropout2d(em.ones(4, 3, device=device))
@@ -220,7 +220,9 @@ def test_attention_kernel_count_and_errors(device: str) -> None:
     q = em.randn(2, 4, 8, 16, device=device).realize()
     k = em.randn(2, 4, 8, 16, device=device).realize()
     v = em.randn(2, 4, 8, 16, device=device).realize()
-    assert kernel_count(F.scaled_dot_product_attention(q, k, v, is_causal=True)) <= 4
+    # scores, row max, row sum, the probabilities (stored: the product with v would recompute the softmax once per
+    # output feature), the product with v
+    assert kernel_count(F.scaled_dot_product_attention(q, k, v, is_causal=True)) <= 5
     with pytest.raises(ValueError, match="attn_mask should not be set when is_causal=True"):
         F.scaled_dot_product_attention(q, k, v, attn_mask=em.ones(8, 8, device=device).bool(), is_causal=True)
     with pytest.raises(em.ShapeError, match=r"query \[2, 4, 8, 16\], key \[2, 4, 8, 5\]"):

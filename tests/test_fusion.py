@@ -1,6 +1,7 @@
 """Fusion is tested by counting kernels (DESIGN.md principle 4) and by values against torch."""
 
 import gc
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -185,3 +186,56 @@ def test_a_kernel_never_reads_more_buffers_than_its_device_binds(device: str, mo
     monkeypatch.setattr(schedule, "kernel_buffer_limit", lambda name: limit)
     schedule.SCHEDULES.entries.clear()
     assert_close(total, expected, rtol=1e-4)
+
+
+def _largest_domain_evaluating(realize: Callable[[], object], ops: set, monkeypatch) -> int:
+    """The largest iteration domain (elements of the widest step) among the kernels that `realize` schedules and
+    that evaluate any of `ops` (0 when none does)."""
+    from ember.scheduler import schedule
+    from ember.scheduler.kernelize import KernelItem
+
+    scheduled: list = []
+
+    def recording_kernelize(*args, **kwargs):
+        items = original(*args, **kwargs)
+        scheduled.extend(item for item in items if isinstance(item, KernelItem))
+        return items
+
+    original = schedule.kernelize
+    monkeypatch.setattr(schedule, "kernelize", recording_kernelize)
+    realize()
+    monkeypatch.undo()
+    return max((max(int(np.prod(step.shape)) for step in item.kernel.steps) for item in scheduled
+                if any(step.op in ops for step in item.kernel.steps)), default=0)
+
+
+def test_a_softmax_read_by_a_gradient_matmul_is_stored_not_recomputed_per_product(monkeypatch) -> None:
+    # cross-entropy's gradient (softmax - one_hot) / n is read by the weight gradient's matmul once per hidden unit:
+    # recomputing its exp there costs 48x the exps (the old schedule did: 25x slower on that kernel, MLP b256)
+    from ember.core.ops import Op
+    from ember.nn import functional as F
+
+    x = em.tensor(random_array((64, 32)), device="dummy:0")
+    first = em.tensor(random_array((48, 32), seed=1), device="dummy:0", requires_grad=True)
+    second = em.tensor(random_array((10, 48), seed=2), device="dummy:0", requires_grad=True)
+    loss = F.cross_entropy((x @ first.T).relu() @ second.T, em.tensor(np.arange(64) % 10, device="dummy:0"))
+    domain = _largest_domain_evaluating(loss.backward, {Op.EXP2}, monkeypatch)
+    assert 0 < domain <= 64 * 10
+
+
+def test_a_normalized_activation_feeding_a_matmul_is_stored_not_recomputed_per_product(monkeypatch) -> None:
+    from ember.core.ops import Op
+
+    x = em.tensor(random_array((64, 128)), device="dummy:0")
+    weight = em.tensor(random_array((96, 128), seed=1), device="dummy:0")
+    result = (x * ((x * x).mean(-1, keepdim=True) + 1e-6).rsqrt()) @ weight.T
+    domain = _largest_domain_evaluating(result.realize, {Op.SQRT, Op.RECIPROCAL}, monkeypatch)
+    assert 0 < domain <= 64 * 128
+
+
+def test_a_cheap_activation_stays_fused_into_the_matmul_that_reads_it(device: str) -> None:
+    a, ta = pair(random_array((16, 32)), device)
+    w, tw = pair(random_array((32, 24), seed=1), device)
+    result = (a * 0.5 + 1).relu() @ w
+    assert count_kernels(result) == 1
+    assert_close(result, (ta * 0.5 + 1).relu() @ tw, atol=1e-4)

@@ -5,7 +5,10 @@ consumes it when every output element of that kernel uses a different reduce res
 is not inside another reduce; otherwise the reduce is stored by a kernel of its own. CONTIGUOUS and COPY always
 mark a boundary. Elementwise work with several consumer kernels is recomputed by each, unless it is expensive
 (SHARED_WORK_LIMIT ops per element or more): then it is stored once, so a recurrence (an RNN's cell state over time
-steps) costs linear work, not quadratic. A kernel never reads more buffers than its device binds
+steps) costs linear work, not quadratic. Elementwise work that a kernel reads under a broadcast (a softmax's output
+in the matmul of its gradient, a normalized activation in the next matmul) is evaluated once per use, not once per
+element: it is stored when it costs EXPENSIVE_WORK weighted ops per element or more and the repeated evaluations add
+up to BROADCAST_WORK_LIMIT weighted ops (so a small value broadcast a little stays fused). A kernel never reads more buffers than its device binds
 (DeviceInfo.max_kernel_buffers): intermediates are stored until it fits.
 """
 
@@ -21,6 +24,10 @@ from ember.ir.kernel import Kernel, KernelStep
 
 INLINE_LEAVES = (Op.CONST, Op.ARANGE)
 SHARED_WORK_LIMIT = 256  # elementwise ops per element above which a node read by several kernels is stored
+EXPENSIVE_WORK = 4  # weighted ops per element from which a value read under a broadcast may be stored
+BROADCAST_WORK_LIMIT = 1 << 18  # weighted ops of repeated evaluation from which it is stored
+TRANSCENDENTAL_OPS = frozenset({Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.DIV, Op.IDIV, Op.MOD})
+TRANSCENDENTAL_WEIGHT = 8  # these become polynomial approximations or divisions: several ops each
 MAX_KERNEL_OPS = 1024  # ops (elementwise, movement, reduce) above which a kernel is split by storing intermediates
 
 
@@ -61,6 +68,8 @@ def find_boundaries(roots: list[Node], buffer_limit: BufferLimit = unlimited_buf
         pending = [node for found in depends_on.values() for node in found if id(node) not in boundaries]
         if not pending:
             pending = _expensive_shared_nodes(list(boundaries.values()), boundaries)
+        if not pending:
+            pending = _broadcast_recompute_cuts(list(boundaries.values()), boundaries)
         if not pending:
             pending = _oversized_kernel_cuts(list(boundaries.values()), boundaries)
         if not pending:
@@ -121,6 +130,49 @@ def _expensive_shared_nodes(kernel_roots: list[Node], boundaries: dict[int, Node
             chosen.append(node)
             work = 0
         cost[id(node)] = min(work, SHARED_WORK_LIMIT)
+    return chosen
+
+
+def _broadcast_recompute_cuts(kernel_roots: list[Node], boundaries: dict[int, Node]) -> list[Node]:
+    """Elementwise nodes that a kernel evaluates many times per element (read under an EXPAND, e.g. as a matmul
+    operand) and that are expensive to evaluate: storing one costs a write and a read per use, recomputing it costs
+    its whole chain per use. The span of a node is the largest iteration domain above it in the kernel (a reduce's
+    source, an expanded shape); a node is chosen when it reads memory (index arithmetic on aranges and constants stays
+recomputed, like a constant), its span is at least twice its size, its chain costs
+    EXPENSIVE_WORK weighted ops or more, and the repeated evaluations cost BROADCAST_WORK_LIMIT or more. Only the
+    highest such node of a chain is chosen in a pass (it covers the nodes below)."""
+    chosen: list[Node] = []
+    for root in kernel_roots:
+        if root.op is Op.COPY:
+            continue
+        interior = _interior(root, boundaries)  # sources first
+        if not interior:
+            continue
+        computed = {id(node) for node in interior}
+        cost: dict[int, int] = {}
+        reads_memory: set[int] = set()  # nodes whose chain loads a buffer (the others are index arithmetic)
+        for node in interior:
+            own = TRANSCENDENTAL_WEIGHT if node.op in TRANSCENDENTAL_OPS else int(node.op in ELEMENTWISE_OPS)
+            cost[id(node)] = min(own + sum(cost.get(id(source), 0) for source in node.srcs), BROADCAST_WORK_LIMIT)
+            if any(id(source) in reads_memory or (source.op not in INLINE_LEAVES and id(source) not in computed)
+                   for source in node.srcs):
+                reads_memory.add(id(node))
+        span: dict[int, int] = {}
+        covered: set[int] = set()
+        for node in (root, *reversed(interior)):  # consumers before their sources
+            node_span = max(node.size, span.get(id(node), 0))
+            if id(node) in covered:
+                covered.update(id(source) for source in node.srcs)
+                continue
+            if (node is not root and node.op in ELEMENTWISE_OPS and id(node) in reads_memory
+                    and node_span >= 2 * node.size and cost[id(node)] >= EXPENSIVE_WORK
+                    and (node_span - node.size) * cost[id(node)] >= BROADCAST_WORK_LIMIT):
+                chosen.append(node)
+                covered.update(id(source) for source in node.srcs)
+                continue
+            for source in node.srcs:
+                if id(source) in computed:
+                    span[id(source)] = max(span.get(id(source), 0), node_span)
     return chosen
 
 
