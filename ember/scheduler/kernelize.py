@@ -8,8 +8,9 @@ mark a boundary. Elementwise work with several consumer kernels is recomputed by
 steps) costs linear work, not quadratic. Elementwise work that a kernel reads under a broadcast (a softmax's output
 in the matmul of its gradient, a normalized activation in the next matmul) is evaluated once per use, not once per
 element: it is stored when it costs EXPENSIVE_WORK weighted ops per element or more and the repeated evaluations add
-up to BROADCAST_WORK_LIMIT weighted ops (so a small value broadcast a little stays fused). A kernel never reads more buffers than its device binds
-(DeviceInfo.max_kernel_buffers): intermediates are stored until it fits.
+up to BROADCAST_WORK_LIMIT weighted ops (so a small value broadcast a little stays fused); a stored value is never
+larger than what it is computed from (a quantized weight is dequantized inside its matmul, but the scales of its
+blocks are stored). A kernel never reads more buffers than its device binds (DeviceInfo.max_kernel_buffers): intermediates are stored until it fits.
 """
 
 from __future__ import annotations
@@ -137,8 +138,10 @@ def _broadcast_recompute_cuts(kernel_roots: list[Node], boundaries: dict[int, No
     """Elementwise nodes that a kernel evaluates many times per element (read under an EXPAND, e.g. as a matmul
     operand) and that are expensive to evaluate: storing one costs a write and a read per use, recomputing it costs
     its whole chain per use. The span of a node is the largest iteration domain above it in the kernel (a reduce's
-    source, an expanded shape); a node is chosen when it reads memory (index arithmetic on aranges and constants stays
-recomputed, like a constant), its span is at least twice its size, its chain costs
+    source, an expanded shape); a node is chosen when it reads memory and is no larger than the largest buffer its
+chain reads (index arithmetic stays recomputed like a constant, and a decompression, such as a quantized weight's
+dequantization, is never stored: it is read in its compact form), its span is at least twice its size, its chain
+costs
     EXPENSIVE_WORK weighted ops or more, and the repeated evaluations cost BROADCAST_WORK_LIMIT or more. Only the
     highest such node of a chain is chosen in a pass (it covers the nodes below)."""
     chosen: list[Node] = []
@@ -150,13 +153,13 @@ recomputed, like a constant), its span is at least twice its size, its chain cos
             continue
         computed = {id(node) for node in interior}
         cost: dict[int, int] = {}
-        reads_memory: set[int] = set()  # nodes whose chain loads a buffer (the others are index arithmetic)
+        largest_read: dict[int, int] = {}  # bytes of the largest buffer a node's chain loads (0: index arithmetic)
         for node in interior:
             own = TRANSCENDENTAL_WEIGHT if node.op in TRANSCENDENTAL_OPS else int(node.op in ELEMENTWISE_OPS)
             cost[id(node)] = min(own + sum(cost.get(id(source), 0) for source in node.srcs), BROADCAST_WORK_LIMIT)
-            if any(id(source) in reads_memory or (source.op not in INLINE_LEAVES and id(source) not in computed)
-                   for source in node.srcs):
-                reads_memory.add(id(node))
+            largest_read[id(node)] = max((largest_read[id(source)] if id(source) in computed else
+                                          0 if source.op in INLINE_LEAVES else source.size * source.dtype.itemsize
+                                          for source in node.srcs), default=0)
         span: dict[int, int] = {}
         covered: set[int] = set()
         for node in (root, *reversed(interior)):  # consumers before their sources
@@ -164,7 +167,8 @@ recomputed, like a constant), its span is at least twice its size, its chain cos
             if id(node) in covered:
                 covered.update(id(source) for source in node.srcs)
                 continue
-            if (node is not root and node.op in ELEMENTWISE_OPS and id(node) in reads_memory
+            if (node is not root and node.op in ELEMENTWISE_OPS
+                    and 0 < node.size * node.dtype.itemsize <= largest_read[id(node)]
                     and node_span >= 2 * node.size and cost[id(node)] >= EXPENSIVE_WORK
                     and (node_span - node.size) * cost[id(node)] >= BROADCAST_WORK_LIMIT):
                 chosen.append(node)
