@@ -10,7 +10,8 @@ in the matmul of its gradient, a normalized activation in the next matmul) is ev
 element: it is stored when it costs EXPENSIVE_WORK weighted ops per element or more and the repeated evaluations add
 up to BROADCAST_WORK_LIMIT weighted ops (so a small value broadcast a little stays fused); a stored value is never
 larger than what it is computed from (a quantized weight is dequantized inside its matmul, but the scales of its
-blocks are stored). A kernel never reads more buffers than its device binds (DeviceInfo.max_kernel_buffers): intermediates are stored until it fits.
+blocks are stored). A kernel never reads more buffers than its device binds (DeviceInfo.max_kernel_buffers):
+intermediates are stored until it fits.
 """
 
 from __future__ import annotations
