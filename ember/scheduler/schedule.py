@@ -31,8 +31,8 @@ class CachedCopy(NamedTuple):
 class Schedule(list):  # list[CachedKernel | CachedCopy]
     """A cached schedule: its items in order, and what every realize of it would otherwise work out again: the node
     positions the items use (`used`), the item of each one's last use (`last_use`), the positions whose last use is
-    each item (`releases`), and the stamp of the compile cache its kernels were compiled ahead for (`compiled_stamp`,
-    set by realize)."""
+    each item (`releases`), the stamp of the compile cache its kernels were compiled ahead for (`compiled_stamp`,
+    set by realize), and the devices its items write (`device_names`, set by realize at the first run)."""
 
     def __init__(self, items: list[CachedKernel | CachedCopy]) -> None:
         super().__init__(items)
@@ -47,6 +47,7 @@ class Schedule(list):  # list[CachedKernel | CachedCopy]
             releases[position].append(index)
         self.releases = [tuple(indices) for indices in releases]
         self.compiled_stamp: tuple[object, int] | None = None
+        self.device_names: tuple[str | None, ...] | None = None  # the devices of the outputs, set by realize
 
 
 def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
