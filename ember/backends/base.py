@@ -84,9 +84,9 @@ class MemoryPool(ABC):
 
     def allocate(self, nbytes: int) -> Any:
         """Allocate (bookkeeping and the byte limit): a kept buffer of this size, or the backend's create_buffer."""
-        from ember.core.errors import OutOfMemoryError
-
         if self.limit_bytes is not None and self.used_bytes + nbytes > self.limit_bytes:
+            from ember.core.errors import OutOfMemoryError
+
             raise OutOfMemoryError(
                 f"memory pool {self.name}: cannot allocate {nbytes} bytes, {self.limit_bytes - self.used_bytes} "
                 f"of {self.limit_bytes} bytes are free; free tensors you no longer need, or raise the limit "

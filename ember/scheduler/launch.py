@@ -33,10 +33,12 @@ def run_kernel(output: Node, kernel: Kernel, inputs: list[Node], held_by_schedul
     if size > 0:
         compiled = compile_cache.compile_kernel(device, kernel)  # through the module: tests wrap it
         if device.info.can_run:
-            input_buffers = [node.buffer or buffer_of(node) for node in inputs]
+            input_buffers: list[Buffer] = []
             handles: list[Any] = [buffer.handle]
             wait_for: tuple[Event, ...] = ()
-            for input_buffer in input_buffers:
+            for node in inputs:
+                input_buffer = node.buffer or buffer_of(node)
+                input_buffers.append(input_buffer)
                 handles.append(input_buffer.handle)
                 event = input_buffer.event
                 if event is not COMPLETED and not event.done:

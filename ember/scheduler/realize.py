@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import cast
 
+from ember.backends.base import Device, MemoryPool
 from ember.backends.config import CONFIG
 from ember.core.graph import Node
 from ember.core.ops import Op
@@ -63,8 +64,11 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
     device_names = items.device_names
     if device_names is None:  # fixed by the signature (it holds every node's device): worked out once
         device_names = items.device_names = tuple(dict.fromkeys(cast(Node, live[item.output]).device for item in items))
-    devices = {name: get_device(cast(str, name)) for name in device_names}
-    pools = {device.pool for device in devices.values()}
+    devices: dict[str | None, Device] = {}
+    pools: set[MemoryPool] = set()
+    for name in device_names:
+        device = devices[name] = get_device(cast(str, name))
+        pools.add(device.pool)
     for pool in pools:
         pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
     last_use = items.last_use

@@ -56,45 +56,45 @@ def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
 
     Realized nodes are leaves described by shape, dtype and device only; a node used twice appears once, so
     sharing is part of the structure."""
-    index_of: dict[int, int] = {}
+    index_of: dict[Node, int] = {}  # (nodes hash by identity)
     nodes: list[Node] = []
     entries: list[tuple] = []
     buffer_op, const_op = Op.BUFFER, Op.CONST
 
     def add(node: Node) -> None:
-        index_of[id(node)] = len(nodes)
+        index_of[node] = len(nodes)
         nodes.append(node)
         if node.op is buffer_op:
             entries.append((node.shape, node.dtype, node.device))
             return
         arg = node.arg.hex() if node.op is const_op and isinstance(node.arg, float) else node.arg
         entries.append((node.op, arg, node.shape, node.dtype, node.device,
-                        tuple([index_of[id(source)] for source in node.srcs])))
+                        tuple([index_of[source] for source in node.srcs])))
 
     # a post-order walk written out (this runs at every realize): a node stays on the stack until its sources are
     # indexed, then is placed and indexed itself (a realized node has no sources)
     stack = list(reversed(roots))
     while stack:
         node = stack[-1]
-        if id(node) in index_of:
+        if node in index_of:
             stack.pop()
             continue
         sources = node.srcs
-        waiting = False
-        for source in sources:
-            if id(source) not in index_of:
-                stack.append(source)
-                waiting = True
-        if waiting:
-            continue
-        stack.pop()
         if sources:
+            waiting = False
+            for source in sources:
+                if source not in index_of:
+                    stack.append(source)
+                    waiting = True
+            if waiting:
+                continue
             moved = place_node(node)  # COPY nodes (or constants made again) bringing sources to its device
             if moved:
                 for extra in moved:
                     add(extra)
                 sources = node.srcs
-        index_of[id(node)] = len(nodes)
+        stack.pop()
+        index_of[node] = len(nodes)
         nodes.append(node)
         op = node.op
         if op is buffer_op:
@@ -104,8 +104,8 @@ def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
         if op is const_op and isinstance(arg, float):
             arg = arg.hex()
         entries.append((op, arg, node.shape, node.dtype, node.device,
-                        tuple([index_of[id(source)] for source in sources])))
-    key = (tuple(entries), tuple(index_of[id(root)] for root in roots))
+                        tuple([index_of[source] for source in sources])))
+    key = (tuple(entries), tuple([index_of[root] for root in roots]))
     return key, nodes
 
 
