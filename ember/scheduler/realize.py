@@ -76,7 +76,7 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
         if item.__class__ is CachedCopy:
             run_copy(live[item.output], live[item.source])  # type: ignore[arg-type]
         else:
-            output = cast(Node, live[item.output])
+            output: Node = live[item.output]  # type: ignore[assignment]
             replaced = output.replaces
             held = None if replaced is None else schedule_hold(replaced, live, last_use, position)
             del replaced

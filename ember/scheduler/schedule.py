@@ -60,16 +60,7 @@ def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
     nodes: list[Node] = []
     entries: list[tuple] = []
     buffer_op, const_op = Op.BUFFER, Op.CONST
-
-    def add(node: Node) -> None:
-        index_of[node] = len(nodes)
-        nodes.append(node)
-        if node.op is buffer_op:
-            entries.append((node.shape, node.dtype, node.device))
-            return
-        arg = node.arg.hex() if node.op is const_op and isinstance(node.arg, float) else node.arg
-        entries.append((node.op, arg, node.shape, node.dtype, node.device,
-                        tuple([index_of[source] for source in node.srcs])))
+    position_of = index_of.__getitem__
 
     # a post-order walk written out (this runs at every realize): a node stays on the stack until its sources are
     # indexed, then is placed and indexed itself (a realized node has no sources)
@@ -90,8 +81,10 @@ def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
                 continue
             moved = place_node(node)  # COPY nodes (or constants made again) bringing sources to its device
             if moved:
-                for extra in moved:
-                    add(extra)
+                for extra in moved:  # a leaf recreated on the device, or a COPY of an indexed source
+                    index_of[extra] = len(nodes)
+                    nodes.append(extra)
+                    entries.append(_entry(extra, index_of))
                 sources = node.srcs
         stack.pop()
         index_of[node] = len(nodes)
@@ -103,10 +96,17 @@ def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
         arg = node.arg
         if op is const_op and isinstance(arg, float):
             arg = arg.hex()
-        entries.append((op, arg, node.shape, node.dtype, node.device,
-                        tuple([index_of[source] for source in sources])))
-    key = (tuple(entries), tuple([index_of[root] for root in roots]))
+        entries.append((op, arg, node.shape, node.dtype, node.device, tuple(map(position_of, sources))))
+    key = (tuple(entries), tuple(map(position_of, roots)))
     return key, nodes
+
+
+def _entry(node: Node, index_of: dict[Node, int]) -> tuple:
+    """The signature's entry of one node whose sources are indexed (what the walk in `signature` writes inline)."""
+    if node.op is Op.BUFFER:
+        return (node.shape, node.dtype, node.device)
+    arg = node.arg.hex() if node.op is Op.CONST and isinstance(node.arg, float) else node.arg
+    return (node.op, arg, node.shape, node.dtype, node.device, tuple([index_of[source] for source in node.srcs]))
 
 
 def kernel_buffer_limit(device: str) -> int:
