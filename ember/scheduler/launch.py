@@ -43,13 +43,16 @@ def run_kernel(output: Node, kernel: Kernel, inputs: list[Node], held_by_schedul
                 event = input_buffer.event
                 if event is not COMPLETED and not event.done:
                     wait_for += (event,)
-            records = profile.current()
+            records = profile.ActiveProfiles.stack
             timed = bool(records) or profile.DebugLevel.value >= 2
             start = time.perf_counter() if timed else 0.0
             if reused is not None:  # also after the writer and the readers of the old value
                 wait_for = pending(*wait_for, reused.event, *reused.users)
                 reused.users = []
-            event = launch(device, kernel, compiled, handles, wait_for)
+            try:
+                event = compiled.program(handles, compiled.ir.global_size, wait_for)
+            except CompileError as error:  # a driver making its machine code at the first launch
+                event = launch(device, kernel, compiled, handles, wait_for, error)
             buffer.event = event
             if recording.ACTIVE is not None:
                 recording.ACTIVE.launch(device, kernel, compiled, buffer, input_buffers)
@@ -69,13 +72,17 @@ def run_kernel(output: Node, kernel: Kernel, inputs: list[Node], held_by_schedul
 
 
 def launch(device: Device, kernel: Kernel, compiled: CompiledKernel, handles: list[Any],
-           wait_for: tuple[Event, ...]) -> Event:
+           wait_for: tuple[Event, ...], error: CompileError | None = None) -> Event:
     """Launch a compiled kernel; one the device fails to launch with vectors (a driver making its machine code at
-    the first launch) is compiled and launched again with narrower vectors or none."""
+    the first launch; `error` when that launch was tried already) is compiled and launched again with narrower
+    vectors or none."""
     while True:
-        try:
-            return compiled.program(handles, compiled.ir.global_size, wait_for)
-        except CompileError as error:
-            ir, program = compile_narrower(device, kernel, compiled.ir, error)
-            compiled = CompiledKernel(ir, program)
-            compile_cache.COMPILED.put((device.name, kernel), compiled)
+        if error is None:
+            try:
+                return compiled.program(handles, compiled.ir.global_size, wait_for)
+            except CompileError as failure:
+                error = failure
+        ir, program = compile_narrower(device, kernel, compiled.ir, error)
+        compiled = CompiledKernel(ir, program)
+        compile_cache.COMPILED.put((device.name, kernel), compiled)
+        error = None
