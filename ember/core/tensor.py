@@ -106,10 +106,13 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         shape, result_dtype = infer(op, nodes, arg)
         output = Tensor._from_node(Node(op, nodes, arg, shape, result_dtype))
         # record the history backward needs; comparisons, integer and bool results never carry a gradient
-        if GradMode.enabled and result_dtype.is_float and (
-                self._requires_grad or any(other._requires_grad for other in others)):
-            output._requires_grad = True
-            output._context = (op, arg, (self, *others))
+        if GradMode.enabled and result_dtype.is_float:
+            tracked = self._requires_grad
+            for other in others:
+                tracked = tracked or other._requires_grad
+            if tracked:
+                output._requires_grad = True
+                output._context = (op, arg, (self, *others))
         return output
 
     def _recorded(self, composite: Composite, compute: Callable[..., Tensor], sources: tuple[Tensor, ...],

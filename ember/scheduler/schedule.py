@@ -64,7 +64,7 @@ def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
 
     # a post-order walk written out (this runs at every realize): a node stays on the stack until its sources are
     # indexed, then is placed and indexed itself (a realized node has no sources)
-    stack = list(reversed(roots))
+    stack = roots[::-1]
     while stack:
         node = stack[-1]
         if node in index_of:
