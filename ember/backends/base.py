@@ -84,15 +84,15 @@ class MemoryPool(ABC):
 
     def allocate(self, nbytes: int) -> Any:
         """Allocate (bookkeeping and the byte limit): a kept buffer of this size, or the backend's create_buffer."""
-        from ember.core.errors import OutOfMemoryError
-
         if self.limit_bytes is not None and self.used_bytes + nbytes > self.limit_bytes:
+            from ember.core.errors import OutOfMemoryError
+
             raise OutOfMemoryError(
                 f"memory pool {self.name}: cannot allocate {nbytes} bytes, {self.limit_bytes - self.used_bytes} "
                 f"of {self.limit_bytes} bytes are free; free tensors you no longer need, or raise the limit "
                 f"(EMBER_POOL_LIMITS or [pools] in the config file)"
             )
-        handle = self._reused_or_created(max(nbytes, 1))
+        handle = self._reused_or_created(nbytes or 1) if self._kept else self.create_buffer(nbytes or 1)
         self.used_bytes += nbytes
         self.live_buffers += 1
         self.peak_bytes = max(self.peak_bytes, self.used_bytes)
@@ -105,7 +105,10 @@ class MemoryPool(ABC):
 
     def release(self, handle: Any, nbytes: int) -> None:
         """Undo an allocate: the bookkeeping, then keep the buffer for reuse or call the backend's destroy_buffer."""
-        self._keep_or_destroy(handle, max(nbytes, 1))
+        if nbytes < MIN_REUSABLE_BYTES:  # (never kept: the reuse policy's first test, without its call)
+            self.destroy_buffer(handle)
+        else:
+            self._keep_or_destroy(handle, nbytes)
         self.used_bytes -= nbytes
         self.live_buffers -= 1
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,21 +24,17 @@ class DType:
     def __repr__(self) -> str:
         return f"ember.{self.name}"
 
-    @property
-    def is_float(self) -> bool:
-        return self.kind == "f"
+    # the kind tests, asked for at every recorded op: plain attributes, set once (a property is a call each time)
+    is_float: bool = field(init=False, repr=False)
+    is_int: bool = field(init=False, repr=False)
+    is_unsigned: bool = field(init=False, repr=False)
+    is_bool: bool = field(init=False, repr=False)
 
-    @property
-    def is_int(self) -> bool:
-        return self.kind in ("i", "u")
-
-    @property
-    def is_unsigned(self) -> bool:
-        return self.kind == "u"
-
-    @property
-    def is_bool(self) -> bool:
-        return self.kind == "b"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_float", self.kind == "f")
+        object.__setattr__(self, "is_int", self.kind in ("i", "u"))
+        object.__setattr__(self, "is_unsigned", self.kind == "u")
+        object.__setattr__(self, "is_bool", self.kind == "b")
 
     @property
     def numpy(self) -> np.dtype:

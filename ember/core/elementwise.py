@@ -49,6 +49,10 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
         broadcast to one shape; swapped when `reverse` (for the reflected operators)."""
         if isinstance(other, ElementwiseOps) and other.dtype is self.dtype and other.shape == self.shape:
             left, right = cast("Tensor", self), cast("Tensor", other)
+        elif (type(other) is float or type(other) is int) and self.dtype.is_float:
+            # the common `x + 1`: what _align decides for a float tensor and a Python number, without its lists
+            left = cast("Tensor", self)
+            right = left._full(left.shape, other, left.dtype, left.device)
         else:
             left, right = _align(cast("Tensor", self), (cast("Tensor", self), other), op_name)
         return (right, left) if reverse else (left, right)

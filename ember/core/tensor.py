@@ -96,17 +96,23 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
     def _apply(self, op: Op, *others: Tensor, arg: Any = None) -> Tensor:
         """Record one primitive op on self and others (shapes and dtypes already checked), with its sources as they
         are: where it runs, and the copies that bring sources from other devices, are the scheduler's decision."""
-        sources = (self, *others)
-        for other in others:
-            if other.is_sharded:  # an operand of a sharded kind runs the op itself (on its shards)
-                return other._apply_as_operand(op, sources, arg)
-        nodes = tuple(source.node for source in sources)
+        if others:
+            for other in others:
+                if other.is_sharded:  # an operand of a sharded kind runs the op itself (on its shards)
+                    return other._apply_as_operand(op, (self, *others), arg)
+            nodes = (self.node, *[other.node for other in others])
+        else:
+            nodes = (self.node,)
         shape, result_dtype = infer(op, nodes, arg)
         output = Tensor._from_node(Node(op, nodes, arg, shape, result_dtype))
         # record the history backward needs; comparisons, integer and bool results never carry a gradient
-        if GradMode.enabled and result_dtype.is_float and any(source._requires_grad for source in sources):
-            output._requires_grad = True
-            output._context = (op, arg, sources)
+        if GradMode.enabled and result_dtype.is_float:
+            tracked = self._requires_grad
+            for other in others:
+                tracked = tracked or other._requires_grad
+            if tracked:
+                output._requires_grad = True
+                output._context = (op, arg, (self, *others))
         return output
 
     def _recorded(self, composite: Composite, compute: Callable[..., Tensor], sources: tuple[Tensor, ...],

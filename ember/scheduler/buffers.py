@@ -41,7 +41,7 @@ class Buffer:
         else:
             self.handle = handle
             self.pool.adopt(self.nbytes)
-        for record in profile.current():
+        for record in profile.ActiveProfiles.stack:
             record.bytes_allocated += self.nbytes
 
     def add_user(self, event: Event) -> None:
@@ -52,8 +52,9 @@ class Buffer:
 
     def __del__(self) -> None:
         try:
-            if self.pool.frees_behind_events:
-                self.pool.release(self.handle, self.nbytes)
+            pool = self.pool
+            if pool.frees_behind_events or (not self.users and (self.event is COMPLETED or self.event.done)):
+                pool.release(self.handle, self.nbytes)
                 return
             waiting = [event for event in (self.event, *self.users) if not event.done]
             if waiting:

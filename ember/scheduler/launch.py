@@ -3,10 +3,11 @@ a relaunch with narrower vectors when the driver fails at the first launch."""
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, cast
 
-from ember.backends.base import Device, Event
+from ember.backends.base import COMPLETED, Device, Event
 from ember.core.errors import CompileError
 from ember.core.graph import Node
 from ember.ir.kernel import Kernel
@@ -17,37 +18,53 @@ from ember.scheduler.devices import get_device
 from ember.scheduler.in_place import reusable_buffer
 
 
-def run_kernel(output: Node, kernel: Kernel, inputs: list[Node], held_by_schedule: int | None = None) -> None:
+def run_kernel(output: Node, kernel: Kernel, inputs: list[Node], held_by_schedule: int | None = None,
+               device: Device | None = None) -> None:
     """Allocate the output, launch the kernel after the writers of its inputs, and make `output` a buffer leaf.
 
     With `held_by_schedule` (no later command reads the node `output` replaces, see in_place.reusable_buffer) the
-    kernel may write into the replaced node's buffer instead of allocating."""
-    device = get_device(cast(str, output.device))  # every node of a schedule is placed
+    kernel may write into the replaced node's buffer instead of allocating. `device` is `output`'s device when the
+    caller has it already (the realize loop looks each device up once)."""
+    if device is None:
+        device = get_device(cast(str, output.device))  # every node of a schedule is placed
     reused = None if held_by_schedule is None else reusable_buffer(output, inputs, held_by_schedule, device)
-    buffer = Buffer(device, output.size, output.dtype) if reused is None else reused
-    if output.size > 0:
+    size = math.prod(output.shape)
+    buffer = Buffer(device, size, output.dtype) if reused is None else reused
+    if size > 0:
         compiled = compile_cache.compile_kernel(device, kernel)  # through the module: tests wrap it
         if device.info.can_run:
-            input_buffers = [buffer_of(node) for node in inputs]
-            handles: list[Any] = [buffer.handle, *(input_buffer.handle for input_buffer in input_buffers)]
-            timed = bool(profile.current()) or profile.DebugLevel.value >= 2
+            input_buffers: list[Buffer] = []
+            handles: list[Any] = [buffer.handle]
+            wait_for: tuple[Event, ...] = ()
+            for node in inputs:
+                input_buffer = node.buffer or buffer_of(node)
+                input_buffers.append(input_buffer)
+                handles.append(input_buffer.handle)
+                event = input_buffer.event
+                if event is not COMPLETED and not event.done:
+                    wait_for += (event,)
+            records = profile.ActiveProfiles.stack
+            timed = bool(records) or profile.DebugLevel.value >= 2
             start = time.perf_counter() if timed else 0.0
-            wait_for = pending(*(source.event for source in input_buffers))
             if reused is not None:  # also after the writer and the readers of the old value
                 wait_for = pending(*wait_for, reused.event, *reused.users)
                 reused.users = []
-            event = launch(device, kernel, compiled, handles, wait_for)
+            try:
+                event = compiled.program(handles, compiled.ir.global_size, wait_for)
+            except CompileError as error:  # a driver making its machine code at the first launch
+                event = launch(device, kernel, compiled, handles, wait_for, error)
             buffer.event = event
             if recording.ACTIVE is not None:
                 recording.ACTIVE.launch(device, kernel, compiled, buffer, input_buffers)
                 if output.replaces is not None and reused is None and output.replaces.buffer is not None:
                     recording.ACTIVE.assign_not_in_place(output.replaces.buffer, buffer)
-            for input_buffer in input_buffers:
-                input_buffer.add_user(event)
+            if event is not COMPLETED:  # (a completed command needs no reader kept)
+                for input_buffer in input_buffers:
+                    input_buffer.add_user(event)
             if timed:
                 event.wait()
                 seconds = time.perf_counter() - start
-                for record in profile.current():
+                for record in records:
                     record.kernels.append(profile.KernelRecord(compiled.name, device.name, seconds,
                                                                compiled.ir.global_size))
                 profile.debug_print(2, f"  {compiled.name:<40} {device.name:<10} {seconds * 1e6:10.1f} us")
@@ -55,13 +72,17 @@ def run_kernel(output: Node, kernel: Kernel, inputs: list[Node], held_by_schedul
 
 
 def launch(device: Device, kernel: Kernel, compiled: CompiledKernel, handles: list[Any],
-           wait_for: tuple[Event, ...]) -> Event:
+           wait_for: tuple[Event, ...], error: CompileError | None = None) -> Event:
     """Launch a compiled kernel; one the device fails to launch with vectors (a driver making its machine code at
-    the first launch) is compiled and launched again with narrower vectors or none."""
+    the first launch; `error` when that launch was tried already) is compiled and launched again with narrower
+    vectors or none."""
     while True:
-        try:
-            return compiled.program(handles, compiled.ir.global_size, wait_for)
-        except CompileError as error:
-            ir, program = compile_narrower(device, kernel, compiled.ir, error)
-            compiled = CompiledKernel(ir, program)
-            compile_cache.COMPILED.put((device.name, kernel), compiled)
+        if error is None:
+            try:
+                return compiled.program(handles, compiled.ir.global_size, wait_for)
+            except CompileError as failure:
+                error = failure
+        ir, program = compile_narrower(device, kernel, compiled.ir, error)
+        compiled = CompiledKernel(ir, program)
+        compile_cache.COMPILED.put((device.name, kernel), compiled)
+        error = None

@@ -40,7 +40,10 @@ def _decide(node: Node) -> str:
     for source in sources:
         if source.device != first:
             return choose_device(sources)
-    return first if _runs_ops(first) else choose_device(sources)
+    runs_ops = _computes_here.get(first)
+    if runs_ops is None:
+        runs_ops = _runs_ops(first)
+    return first if runs_ops else choose_device(sources)
 
 
 def _runs_ops(device: str) -> bool:

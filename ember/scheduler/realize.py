@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import cast
 
+from ember.backends.base import Device, MemoryPool
 from ember.backends.config import CONFIG
 from ember.core.graph import Node
+from ember.core.ops import Op
 from ember.scheduler import compile_cache, profile
 from ember.scheduler.buffers import DEFERRED_FREES, MAX_DEFERRED_FREES, buffer_of, release_finished
 from ember.scheduler.compile_ahead import compile_ahead
@@ -17,12 +19,14 @@ from ember.scheduler.launch import run_kernel
 from ember.scheduler.placement import place
 from ember.scheduler.schedule import SCHEDULES, CachedCopy
 
+BUFFER = Op.BUFFER
+
 
 def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
     """Compute every unrealized node in `nodes` (and the stored nodes they need); a leaf of host data is uploaded."""
     pending = []
     for node in nodes:
-        if not node.realized:
+        if node.op is not BUFFER:  # not realized
             pending.append(node)
         elif node.buffer is None:
             buffer_of(node)
@@ -46,7 +50,8 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
         compile_ahead(items, graph_nodes)
         if (compile_cache.COMPILED, compile_cache.COMPILED.generation) == stamp:
             items.compiled_stamp = stamp
-    for record in profile.current():
+    records = profile.current()
+    for record in records:
         record.realizes += 1
     if profile.DebugLevel.value >= 1:
         profile.debug_print(1, f"realize: {len(items)} items for {len(pending)} tensors")
@@ -56,22 +61,30 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
     for index in items.used:
         live[index] = graph_nodes[index]
     del graph_nodes
-    pools = {get_device(cast(str, live[item.output].device)).pool for item in items}
+    device_names = items.device_names
+    if device_names is None:  # fixed by the signature (it holds every node's device): worked out once
+        device_names = items.device_names = tuple(dict.fromkeys(cast(Node, live[item.output]).device for item in items))
+    devices: dict[str | None, Device] = {}
+    pools: set[MemoryPool] = set()
+    for name in device_names:
+        device = devices[name] = get_device(cast(str, name))
+        pools.add(device.pool)
     for pool in pools:
         pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
+    last_use = items.last_use
     for position, (item, releases) in enumerate(zip(items, items.releases)):
-        if isinstance(item, CachedCopy):
+        if item.__class__ is CachedCopy:
             run_copy(live[item.output], live[item.source])  # type: ignore[arg-type]
         else:
-            output = live[item.output]
-            assert output is not None
+            output: Node = live[item.output]  # type: ignore[assignment]
             replaced = output.replaces
-            held = None if replaced is None else schedule_hold(replaced, live, items.last_use, position)
+            held = None if replaced is None else schedule_hold(replaced, live, last_use, position)
             del replaced
-            run_kernel(output, item.kernel, [live[i] for i in item.inputs], held)  # type: ignore[misc]
+            run_kernel(output, item.kernel, [live[i] for i in item.inputs], held,  # type: ignore[misc]
+                       devices[output.device])
         for index in releases:
             live[index] = None
-    for record in profile.current():
+    for record in records:
         for pool in pools:
             record.peak_bytes[pool.name] = max(record.peak_bytes.get(pool.name, 0), pool.peak_bytes)
 

@@ -31,8 +31,8 @@ class CachedCopy(NamedTuple):
 class Schedule(list):  # list[CachedKernel | CachedCopy]
     """A cached schedule: its items in order, and what every realize of it would otherwise work out again: the node
     positions the items use (`used`), the item of each one's last use (`last_use`), the positions whose last use is
-    each item (`releases`), and the stamp of the compile cache its kernels were compiled ahead for (`compiled_stamp`,
-    set by realize)."""
+    each item (`releases`), the stamp of the compile cache its kernels were compiled ahead for (`compiled_stamp`,
+    set by realize), and the devices its items write (`device_names`, set by realize at the first run)."""
 
     def __init__(self, items: list[CachedKernel | CachedCopy]) -> None:
         super().__init__(items)
@@ -47,6 +47,7 @@ class Schedule(list):  # list[CachedKernel | CachedCopy]
             releases[position].append(index)
         self.releases = [tuple(indices) for indices in releases]
         self.compiled_stamp: tuple[object, int] | None = None
+        self.device_names: tuple[str | None, ...] | None = None  # the devices of the outputs, set by realize
 
 
 def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
@@ -55,45 +56,38 @@ def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
 
     Realized nodes are leaves described by shape, dtype and device only; a node used twice appears once, so
     sharing is part of the structure."""
-    index_of: dict[int, int] = {}
+    index_of: dict[Node, int] = {}  # (nodes hash by identity)
     nodes: list[Node] = []
     entries: list[tuple] = []
     buffer_op, const_op = Op.BUFFER, Op.CONST
-
-    def add(node: Node) -> None:
-        index_of[id(node)] = len(nodes)
-        nodes.append(node)
-        if node.op is buffer_op:
-            entries.append((node.shape, node.dtype, node.device))
-            return
-        arg = node.arg.hex() if node.op is const_op and isinstance(node.arg, float) else node.arg
-        entries.append((node.op, arg, node.shape, node.dtype, node.device,
-                        tuple([index_of[id(source)] for source in node.srcs])))
+    position_of = index_of.__getitem__
 
     # a post-order walk written out (this runs at every realize): a node stays on the stack until its sources are
     # indexed, then is placed and indexed itself (a realized node has no sources)
-    stack = list(reversed(roots))
+    stack = roots[::-1]
     while stack:
         node = stack[-1]
-        if id(node) in index_of:
+        if node in index_of:
             stack.pop()
             continue
         sources = node.srcs
-        waiting = False
-        for source in sources:
-            if id(source) not in index_of:
-                stack.append(source)
-                waiting = True
-        if waiting:
-            continue
-        stack.pop()
         if sources:
+            waiting = False
+            for source in sources:
+                if source not in index_of:
+                    stack.append(source)
+                    waiting = True
+            if waiting:
+                continue
             moved = place_node(node)  # COPY nodes (or constants made again) bringing sources to its device
             if moved:
-                for extra in moved:
-                    add(extra)
+                for extra in moved:  # a leaf recreated on the device, or a COPY of an indexed source
+                    index_of[extra] = len(nodes)
+                    nodes.append(extra)
+                    entries.append(_entry(extra, index_of))
                 sources = node.srcs
-        index_of[id(node)] = len(nodes)
+        stack.pop()
+        index_of[node] = len(nodes)
         nodes.append(node)
         op = node.op
         if op is buffer_op:
@@ -102,10 +96,17 @@ def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
         arg = node.arg
         if op is const_op and isinstance(arg, float):
             arg = arg.hex()
-        entries.append((op, arg, node.shape, node.dtype, node.device,
-                        tuple([index_of[id(source)] for source in sources])))
-    key = (tuple(entries), tuple(index_of[id(root)] for root in roots))
+        entries.append((op, arg, node.shape, node.dtype, node.device, tuple(map(position_of, sources))))
+    key = (tuple(entries), tuple(map(position_of, roots)))
     return key, nodes
+
+
+def _entry(node: Node, index_of: dict[Node, int]) -> tuple:
+    """The signature's entry of one node whose sources are indexed (what the walk in `signature` writes inline)."""
+    if node.op is Op.BUFFER:
+        return (node.shape, node.dtype, node.device)
+    arg = node.arg.hex() if node.op is Op.CONST and isinstance(node.arg, float) else node.arg
+    return (node.op, arg, node.shape, node.dtype, node.device, tuple([index_of[source] for source in node.srcs]))
 
 
 def kernel_buffer_limit(device: str) -> int:
