@@ -1,10 +1,12 @@
 """ember.jit's static memory plan on real devices: intermediates live in one arena per device where the pool makes
 views (c, opencl), replays through it match torch, an MLP training step replays bit-exact against eager, the
-pool's byte count is right (the arena counted once, views never released), and EMBER_DEBUG=1 shows the plan."""
+pool's byte count is right (the arena counted once, views never released), the arena's memory outlives commands
+still queued on its views, and EMBER_DEBUG=1 shows the plan."""
 
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ from ember.scheduler.buffers import release_finished
 from ember.scheduler.devices import get_device
 from ember.scheduler.memory_plan import padded
 from tests.helpers import assert_close
+from tests.queued_device import QueuedDevice, QueuedPool
 from tests.test_jit import _batch, _ember_model, _train_step
 
 
@@ -138,3 +141,51 @@ def test_debug_output_shows_the_plan_at_capture(device: str, capsys: pytest.Capt
     assert f"peak live {plan.peak_bytes} bytes" in line[0]
     if plan.arena:
         assert f"arena of {plan.arena_bytes} bytes" in line[0]
+
+
+class ViewingQueuedPool(QueuedPool):
+    """The queued test device's pool with views (numpy slices); a buffer destroyed while a pending command uses any
+    of its memory (through a view too) is an unsafe free."""
+
+    view_alignment = 16
+
+    def view(self, handle: np.ndarray, offset: int, nbytes: int) -> np.ndarray:
+        return handle[offset:offset + nbytes]
+
+    def destroy_buffer(self, handle: np.ndarray) -> None:
+        for event in self.log.pending:
+            if any(np.shares_memory(used, handle) for used in event.handles):
+                self.log.unsafe_frees.append(event.label)
+        self.log.freed.append(id(handle))
+
+
+@pytest.fixture
+def queued() -> Iterator[QueuedDevice]:
+    """The deferred-command device of tests/queued_device.py (commands run only when waited for), with views."""
+    REGISTRY.modules["queued"] = "tests.queued_device"
+    device = REGISTRY.probe("queued")[0]
+    device.pool = ViewingQueuedPool(device.name, device.log)
+    yield device
+    device.synchronize()
+    release_finished(wait=True)
+    REGISTRY.modules.pop("queued", None)
+    REGISTRY.devices.pop("queued", None)
+
+
+def test_the_arena_outlives_the_pending_commands_of_its_views(queued: QueuedDevice) -> None:
+    device = queued.name
+    arrays, weights = _layers(device)
+    model = em.jit(lambda inputs: _forward(em.Tensor, inputs, weights))
+    inputs = np.random.default_rng(5).normal(size=(9, 12)).astype(np.float32)
+    for _ in range(3):
+        result = model(em.tensor(inputs, device=device))
+    assert model.memory_plan[device].arena and model.replays == 1
+    assert any(not label.startswith("copy") for label in (event.label for event in queued.log.pending))
+    del model  # the capture, its views and its arena go while the replay's kernels wait to run
+    gc.collect()
+    release_finished()
+    assert queued.log.unsafe_frees == []
+    truth = _forward(torch.Tensor, torch.tensor(inputs), [torch.tensor(array) for array in arrays])
+    assert_close(result, truth, atol=1e-5, rtol=1e-4)  # reading runs the replay's kernels, in the arena's memory
+    release_finished(wait=True)
+    assert queued.log.unsafe_frees == []
