@@ -24,6 +24,7 @@ from ember.core.errors import BackendUnavailable
 from ember.core.ops import BINARY_OPS, FLOAT_ONLY_OPS, INT_ONLY_OPS, Op
 from ember.ir.ir import BufferParam, Builder, IRNode, KernelIR
 from ember.ir.libm import expand_math
+from ember.scheduler.arena import ArenaView
 from tests.helpers import assert_close, random_array
 from tests.ptx_simulator import Machine, Module
 
@@ -263,12 +264,19 @@ class FakeDriver:
         del self.host_memory[pointer]
         return (0,)
 
+    def at(self, pointer: int) -> np.ndarray:
+        """The device bytes from a pointer into an allocation (its start, or inside it: a view) to its end."""
+        for start, memory in self.memory.items():
+            if start <= pointer <= start + len(memory):
+                return memory[pointer - start:]
+        raise AssertionError(f"pointer {pointer:#x} is in no allocation")
+
     def cuMemcpyHtoDAsync(self, pointer: int, host: np.ndarray, nbytes: int, stream: Any) -> tuple:
-        self.memory[pointer][:nbytes] = host[:nbytes]
+        self.at(pointer)[:nbytes] = host[:nbytes]
         return (0,)
 
     def cuMemcpyDtoHAsync(self, host: np.ndarray, pointer: int, nbytes: int, stream: Any) -> tuple:
-        host[:nbytes] = self.memory[pointer][:nbytes]
+        host[:nbytes] = self.at(pointer)[:nbytes]
         return (0,)
 
     def cuStreamSynchronize(self, stream: Any) -> tuple:
@@ -291,7 +299,7 @@ class FakeDriver:
         values, types = arguments
         assert len(values) == len(types) == len(function.parameters) and (grid_y, grid_z, block_y, block_z) == (1,) * 4
         self.launches.append((grid_x, block_x))
-        Machine(function, [self.memory[pointer] for pointer in values], grid_x * block_x).run()
+        Machine(function, [self.at(pointer) for pointer in values], grid_x * block_x).run()
         return (0,)
 
     def cuEventCreate(self, flags: int) -> tuple:
@@ -342,6 +350,25 @@ def test_cuda_backend_runs_ops_through_the_driver_api(monkeypatch: pytest.Monkey
     assert all(block == cuda.BLOCK_SIZE for _, block in driver.launches)
     assert_close((a > 0).sum(1), (ta > 0).sum(1))
     assert device.pool.free_bytes == 2**30
+
+
+def test_cuda_jit_replays_through_an_arena_of_device_pointers(monkeypatch: pytest.MonkeyPatch) -> None:
+    driver = FakeDriver()
+    device = cuda.CudaDevice(driver, 0)
+    monkeypatch.setitem(REGISTRY.devices, "cuda", [device])
+    weights_data = random_array((31, 6), seed=1)  # shapes of its own: kernels cached for another fake device differ
+    weights = em.tensor(weights_data, device="cuda:0")
+    model = em.jit(lambda inputs: ((inputs @ weights).relu().softmax(-1) + inputs.sum(-1, keepdim=True).tanh()))
+    for seed in range(4):
+        inputs = random_array((19, 31), seed=10 + seed)
+        expected = (torch.tensor(inputs) @ torch.tensor(weights_data)).relu().softmax(-1)
+        assert_close(model(em.tensor(inputs, device="cuda:0")), expected + torch.tensor(inputs).sum(-1, True).tanh())
+    plan = model.memory_plan["cuda:0"]
+    assert model.replays == 2 and plan.arena and plan.buffers == 1 and plan.intermediates >= 2
+    assert model.capture is not None
+    views = [buffer for buffer in model.capture.buffers if isinstance(buffer, ArenaView)]
+    assert len(views) == plan.intermediates
+    assert all(view.offset % 256 == 0 and view.handle == int(view.arena.handle) + view.offset for view in views)
 
 
 def test_cuda_probe_says_why_without_a_driver() -> None:

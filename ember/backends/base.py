@@ -184,6 +184,18 @@ class MemoryPool(ABC):
         to or from another pool then needs one host copy instead of two, without staging."""
         return None
 
+    view_alignment = 0  # bytes: offsets of `view` are multiples of this; 0: the pool makes no views (the default)
+
+    def view(self, handle: Any, offset: int, nbytes: int) -> Any:
+        """A handle to the `nbytes` (> 0) at `offset` of a buffer this pool created, usable wherever a buffer handle
+        is (launches, copies): an arena's piece (ember.jit's static memory plan). It owns no memory and is never
+        given to `release` or `destroy_buffer`; the caller keeps the buffer alive while the view is used. Only for
+        pools whose `view_alignment` is positive (then `offset` is a multiple of it); the default cannot."""
+        from ember.core.errors import DeviceError
+
+        raise DeviceError(f"{self.name} makes no views of its buffers (view_alignment is 0); allocate a buffer of "
+                          f"its own instead")
+
     def map_region(self, path: str, offset: int, nbytes: int) -> Any:
         """A read-only view of `nbytes` at `offset` of a file, for a pool that maps files (disk); others cannot."""
         from ember.core.errors import DeviceError

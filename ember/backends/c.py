@@ -205,6 +205,13 @@ class HostMemoryPool(MemoryPool):
     def host_view(self, handle: np.ndarray, nbytes: int) -> memoryview:
         return handle[:nbytes].data
 
+    view_alignment = 16  # as numpy aligns its arrays (the kernels need only element alignment)
+
+    def view(self, handle: np.ndarray, offset: int, nbytes: int) -> np.ndarray:
+        view = handle[offset:offset + nbytes].view(HostArray)  # the slice keeps the buffer's array alive
+        view.address = handle.ctypes.data + offset
+        return view
+
     @staticmethod
     def pointer(handle: np.ndarray) -> int:
         return handle.ctypes.data

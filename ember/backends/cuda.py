@@ -155,6 +155,11 @@ class CudaMemoryPool(MemoryPool):
     def create_buffer(self, nbytes: int) -> Any:
         return check(self.driver, "cuMemAlloc", self.driver.cuMemAlloc(nbytes))
 
+    view_alignment = 256  # cuMemAlloc's own alignment: a view is as aligned as an allocation
+
+    def view(self, handle: Any, offset: int, nbytes: int) -> Any:
+        return int(handle) + offset  # a device pointer into the buffer (the driver calls take plain integers)
+
     def destroy_buffer(self, handle: Any) -> None:
         check(self.driver, "cuMemFree", self.driver.cuMemFree(handle))
 

@@ -1,5 +1,5 @@
 """ember.jit: capture the kernel launches of a function once, then replay them with new inputs: no graph, no
-schedule, no compile and no allocation on replay; the capture's intermediate buffers share memory by lifetime."""
+schedule, no compile and no allocation on replay; the capture's intermediates get a static memory plan (arena.py)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ import functools
 import sys
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ember.backends.base import Event
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.tensor import Tensor, realize
-from ember.scheduler import recording
+from ember.scheduler import profile, recording
+from ember.scheduler.arena import DevicePlan, place_intermediates
 from ember.scheduler.buffers import Buffer, buffer_of, pending
 from ember.scheduler.copies import enqueue_copy
 from ember.scheduler.launch import launch
@@ -25,17 +26,6 @@ RECAPTURE_WARNING_AFTER = 3  # re-captures (inputs of new shapes) before a one-l
 
 class JitError(RuntimeError):
     """A jitted function was called in a way its capture cannot replay."""
-
-
-@dataclass
-class DevicePlan:
-    """The static memory plan of one device's intermediate buffers in a capture."""
-
-    intermediates: int = 0  # intermediate buffers the capture allocated
-    buffers: int = 0  # buffers the replay uses for them (one per lifetime-disjoint group of equal size)
-    planned_bytes: int = 0  # bytes of those buffers: the replay's peak for intermediates
-    unplanned_bytes: int = 0  # the intermediates' bytes if each had its own buffer
-    sizes: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -148,6 +138,10 @@ class Jitted:
         del input_buffers, input_position_of, output_leaves
         self.capture = _plan(recorder, key, input_slots, outputs, rebuild)
         self.captures += 1
+        if profile.debug_level() >= 1:
+            for device_name, plan in self.capture.memory_plan.items():
+                profile.debug_print(1, f"ember.jit({self.function.__name__}) memory plan on {device_name}: "
+                                       f"{plan.describe()}")
         return result
 
     def _replay(self, capture: Capture, leaves: list[Any]) -> Any:
@@ -228,7 +222,7 @@ def jit(function: Callable[..., Any] | None = None, *, recapture: bool = True) -
 
 def _plan(recorder: Recorder, key: list[Any], input_slots: list[tuple[int, int]], outputs: list[Any],
           rebuild: Callable[[list[Any]], Any]) -> Capture:
-    """Turn a recording into a replay: classify its buffers, share the intermediates' memory by lifetime."""
+    """Turn a recording into a replay: classify its buffers, plan the intermediates' memory by their lifetimes."""
     steps = recorder.commands
     buffers: list[Buffer | None] = list(recorder.buffers)
     recorder.buffers.clear()
@@ -261,7 +255,7 @@ def _plan(recorder: Recorder, key: list[Any], input_slots: list[tuple[int, int]]
             new = successor[new]
         if escaped[new] or new in outputs_kept:
             state_copies.append((old, new))
-    memory_plan = _share_by_lifetime(buffers, intermediate, first_use, last_use)
+    memory_plan = place_intermediates(buffers, intermediate, first_use, last_use)
     for _, slot in input_slots:
         buffers[slot] = None
     kernels = sum(isinstance(step, RecordedLaunch) for step in steps)
@@ -272,41 +266,6 @@ def _held_elsewhere(buffers: list[Buffer | None], slot: int) -> bool:
     """Whether a node outside the recording still holds the buffer (a tensor's value: state or an output)."""
     # references: the list, getrefcount's argument
     return sys.getrefcount(buffers[slot]) > 2
-
-
-def _share_by_lifetime(buffers: list[Buffer | None], intermediate: list[int], first_use: dict[int, int],
-                       last_use: dict[int, int]) -> dict[str, DevicePlan]:
-    """Give the intermediates buffers by a greedy interval allocation: one whose last command is done is reused by
-    the next intermediate of the same device and size (never by the command that last reads it)."""
-    plans: dict[str, DevicePlan] = {}
-    starting: dict[int, list[int]] = {}
-    ending: dict[int, list[int]] = {}
-    for slot in intermediate:
-        starting.setdefault(first_use[slot], []).append(slot)
-        ending.setdefault(last_use[slot], []).append(slot)
-    free: dict[tuple[str, int], list[Buffer]] = {}
-    assigned: dict[int, Buffer] = {}
-    for index in sorted(set(starting) | set(ending)):
-        for slot in starting.get(index, ()):
-            original = buffers[slot]
-            assert original is not None
-            plan = plans.setdefault(original.device_name, DevicePlan())
-            plan.intermediates += 1
-            plan.unplanned_bytes += original.nbytes
-            group = free.setdefault((original.device_name, original.nbytes), [])
-            if group:
-                assigned[slot] = group.pop()
-            else:
-                assigned[slot] = Buffer(original.device, original.size, original.dtype)
-                plan.buffers += 1
-                plan.planned_bytes += original.nbytes
-                plan.sizes.append(original.nbytes)
-        for slot in ending.get(index, ()):
-            buffer = assigned[slot]
-            free.setdefault((buffer.device_name, buffer.nbytes), []).append(buffer)
-    for slot, buffer in assigned.items():
-        buffers[slot] = buffer  # the capture's own buffer is released here
-    return plans
 
 
 # ---- replay helpers ------------------------------------------------------------------------------------------------

@@ -1,0 +1,126 @@
+"""The memory of an ember.jit capture's intermediates: one arena per device with a view per intermediate (where
+the pool makes views), else buffers shared by intermediates of equal size whose lifetimes do not overlap."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ember.backends.base import COMPLETED, Device, Event
+from ember.core.dtype import DType, uint8
+from ember.scheduler.buffers import Buffer
+from ember.scheduler.memory_plan import Lifetime, peak_live_bytes, plan_arena
+
+
+@dataclass
+class DevicePlan:
+    """The static memory plan of one device's intermediate buffers in a capture."""
+
+    intermediates: int = 0  # intermediate buffers the capture allocated
+    unplanned_bytes: int = 0  # their bytes if each had its own buffer (what eager allocation needs)
+    peak_bytes: int = 0  # the most of those bytes live at one command: what any plan needs at least
+    arena: bool = False  # True: one arena holds them all at offsets; False: the pool makes no views (equal sizes share)
+    arena_bytes: int = 0  # the arena's size (0 without one)
+    buffers: int = 0  # allocations the replay uses for them (1 with an arena)
+    planned_bytes: int = 0  # bytes of those allocations: the replay's memory for intermediates
+    sizes: list[int] = field(default_factory=list)  # bytes of each allocation
+
+    def describe(self) -> str:
+        """One line for EMBER_DEBUG."""
+        kind = f"arena of {self.arena_bytes} bytes" if self.arena else f"{self.buffers} shared buffers, " \
+            f"{self.planned_bytes} bytes (the pool makes no views)"
+        return (f"{self.intermediates} intermediates in {kind}; peak live {self.peak_bytes} bytes, eager "
+                f"{self.unplanned_bytes} bytes")
+
+
+class ArenaView(Buffer):
+    """An intermediate's piece of an arena: a Buffer whose handle is the pool's view at an offset of the arena's
+    memory. It allocates nothing and releases nothing; the commands still using it when it goes are handed to the
+    arena, which it keeps alive and which frees the memory once they are done."""
+
+    __slots__ = ("arena", "offset")
+
+    def __init__(self, arena: Buffer, offset: int, size: int, dtype: DType) -> None:
+        self.arena = arena
+        self.offset = offset
+        self.device = arena.device
+        self.pool = arena.pool
+        self.device_name = arena.device_name
+        self.size = size
+        self.dtype = dtype
+        self.nbytes = size * dtype.itemsize
+        self.event: Event = COMPLETED
+        self.users: list[Event] = []
+        self.handle = self.pool.view(arena.handle, offset, max(self.nbytes, 1))
+
+    def __del__(self) -> None:
+        try:
+            for event in (self.event, *self.users):
+                self.arena.add_user(event)
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown may have torn things down already
+            pass
+
+
+def place_intermediates(buffers: list[Buffer | None], intermediate: list[int], first_use: dict[int, int],
+                        last_use: dict[int, int]) -> dict[str, DevicePlan]:
+    """Replace the capture's intermediate buffers (by slot) by planned ones; per device, the plan's numbers.
+
+    The capture's own buffers are dropped first, so the planned memory replaces theirs instead of adding to it."""
+    by_device: dict[str, list[tuple[int, Device, int, DType]]] = {}
+    original: Buffer | None = None
+    for slot in intermediate:
+        original = buffers[slot]
+        assert original is not None
+        by_device.setdefault(original.device_name, []).append((slot, original.device, original.size, original.dtype))
+        buffers[slot] = None
+    original = None  # the last one is released here too
+    plans: dict[str, DevicePlan] = {}
+    for device_name, entries in by_device.items():
+        lifetimes = [Lifetime(size * dtype.itemsize, first_use[slot], last_use[slot])
+                     for slot, _, size, dtype in entries]
+        plan = plans[device_name] = DevicePlan(len(entries), sum(lifetime.nbytes for lifetime in lifetimes),
+                                               peak_live_bytes(lifetimes))
+        device = entries[0][1]
+        if device.pool.view_alignment > 0:
+            _place_in_arena(buffers, entries, lifetimes, device, plan)
+        else:
+            _share_by_lifetime(buffers, entries, lifetimes, plan)
+    return plans
+
+
+def _place_in_arena(buffers: list[Buffer | None], entries: list[tuple[int, Device, int, DType]],
+                    lifetimes: list[Lifetime], device: Device, plan: DevicePlan) -> None:
+    layout = plan_arena(lifetimes, device.pool.view_alignment)
+    arena = Buffer(device, layout.arena_bytes, uint8)
+    for (slot, _, size, dtype), offset in zip(entries, layout.offsets):
+        buffers[slot] = ArenaView(arena, offset, size, dtype)
+    plan.arena, plan.arena_bytes = True, layout.arena_bytes
+    plan.buffers, plan.planned_bytes, plan.sizes = 1, layout.arena_bytes, [layout.arena_bytes]
+
+
+def _share_by_lifetime(buffers: list[Buffer | None], entries: list[tuple[int, Device, int, DType]],
+                       lifetimes: list[Lifetime], plan: DevicePlan) -> None:
+    """A greedy interval allocation: a buffer whose last command is done is reused by the next intermediate of the
+    same size (never by the command that last reads it)."""
+    starting: dict[int, list[int]] = {}
+    ending: dict[int, list[int]] = {}
+    for position, lifetime in enumerate(lifetimes):
+        starting.setdefault(lifetime.first, []).append(position)
+        ending.setdefault(lifetime.last, []).append(position)
+    free: dict[int, list[Buffer]] = {}
+    assigned: dict[int, Buffer] = {}
+    for index in sorted(set(starting) | set(ending)):
+        for position in starting.get(index, ()):
+            slot, device, size, dtype = entries[position]
+            nbytes = lifetimes[position].nbytes
+            group = free.setdefault(nbytes, [])
+            if group:
+                assigned[position] = buffer = group.pop()
+            else:
+                assigned[position] = buffer = Buffer(device, size, dtype)
+                plan.buffers += 1
+                plan.planned_bytes += nbytes
+                plan.sizes.append(nbytes)
+            buffers[slot] = buffer
+        for position in ending.get(index, ()):
+            free.setdefault(lifetimes[position].nbytes, []).append(assigned[position])
+
