@@ -1,0 +1,141 @@
+"""`Region`: a box of a tensor's elements (one half-open range per axis), the unit of dirty-region tracking."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ember.core.errors import ArgumentError, ShapeError
+from ember.core.shapes import Shape, prod
+
+Range = tuple[int, int]
+
+
+class Region:
+    """The elements of a tensor of `shape` whose index lies in `ranges[axis]` = [start, end) on every axis.
+
+    A region is immutable. Every empty box is the same region (`Region.empty(shape)`), so equality is exact; a
+    rank-0 shape has two regions, the empty one and its single element."""
+
+    __slots__ = ("is_empty", "ranges", "shape")
+
+    shape: Shape
+    ranges: tuple[Range, ...]
+    is_empty: bool
+
+    def __init__(self, shape: Sequence[int], ranges: Sequence[Sequence[int]]) -> None:
+        shape = tuple(int(size) for size in shape)
+        if len(ranges) != len(shape):
+            raise ShapeError(
+                f"Region: {len(ranges)} ranges {[tuple(r) for r in ranges]} for shape {shape} of rank {len(shape)}; "
+                f"give one (start, end) per axis"
+            )
+        checked = []
+        for axis, (size, bounds) in enumerate(zip(shape, ranges)):
+            if len(bounds) != 2:
+                raise ArgumentError(f"Region: axis {axis} range {tuple(bounds)} is not a (start, end) pair")
+            start, end = int(bounds[0]), int(bounds[1])
+            if not 0 <= start <= end <= size:
+                raise ArgumentError(
+                    f"Region: axis {axis} range ({start}, {end}) is out of range for shape {shape}; "
+                    f"need 0 <= start <= end <= {size}"
+                )
+            checked.append((start, end))
+        self.shape = shape
+        self.is_empty = any(start == end for start, end in checked)
+        self.ranges = tuple((0, 0) for _ in shape) if self.is_empty else tuple(checked)
+
+    @classmethod
+    def empty(cls, shape: Sequence[int]) -> Region:
+        """No element of a tensor of `shape`."""
+        region = cls(shape, [(0, 0)] * len(shape))
+        region.is_empty = True  # (a rank-0 shape has no range to be empty)
+        return region
+
+    @classmethod
+    def whole(cls, shape: Sequence[int]) -> Region:
+        """Every element of a tensor of `shape` (empty when the shape has a zero-size axis)."""
+        return cls(shape, [(0, size) for size in shape])
+
+    @classmethod
+    def from_index(cls, shape: Sequence[int], index: int | slice | Sequence[int | slice]) -> Region:
+        """The box a basic index selects (`x[index]`: ints and slices of step 1, as many as the rank at most)."""
+        items = list(index) if isinstance(index, (tuple, list)) else [index]
+        shape = tuple(shape)
+        if len(items) > len(shape):
+            raise ShapeError(f"Region.from_index: index {index!r} has {len(items)} items for shape {shape}")
+        ranges = []
+        for axis, size in enumerate(shape):
+            item = items[axis] if axis < len(items) else slice(None)
+            if isinstance(item, slice):
+                start, end, step = item.indices(size)
+                if step != 1:
+                    raise ArgumentError(f"Region.from_index: axis {axis} slice {item} has step {step}; only 1 is a box")
+                ranges.append((start, max(start, end)))
+            elif isinstance(item, int):
+                position = item + size if item < 0 else item
+                if not 0 <= position < size:
+                    raise ArgumentError(f"Region.from_index: index {item} is out of range for axis {axis} of {shape}")
+                ranges.append((position, position + 1))
+            else:
+                raise ArgumentError(f"Region.from_index: axis {axis} index {item!r} is not an int or a slice")
+        return cls(shape, ranges)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """The number of elements in the region."""
+        return 0 if self.is_empty else prod(end - start for start, end in self.ranges)
+
+    @property
+    def is_whole(self) -> bool:
+        return not self.is_empty and all(bounds == (0, size) for bounds, size in zip(self.ranges, self.shape))
+
+    def slices(self) -> tuple[slice, ...]:
+        """The region as a basic index (`array[region.slices()]` is the box; empty slices when empty)."""
+        return tuple(slice(start, end) for start, end in self.ranges)
+
+    def _check_same_shape(self, other: Region, operation: str) -> None:
+        if self.shape != other.shape:
+            raise ShapeError(f"Region.{operation}: regions of shapes {self.shape} and {other.shape}; need one shape")
+
+    def hull(self, other: Region) -> Region:
+        """The smallest box containing both regions (their union when it is a box)."""
+        self._check_same_shape(other, "hull")
+        if other.is_empty:
+            return self
+        if self.is_empty:
+            return other
+        return Region(self.shape, [(min(a, c), max(b, d)) for (a, b), (c, d) in zip(self.ranges, other.ranges)])
+
+    def intersection(self, other: Region) -> Region:
+        """The elements in both regions."""
+        self._check_same_shape(other, "intersection")
+        if self.is_empty or other.is_empty:
+            return Region.empty(self.shape)
+        ranges = [(max(a, c), min(b, d)) for (a, b), (c, d) in zip(self.ranges, other.ranges)]
+        if any(start >= end for start, end in ranges):
+            return Region.empty(self.shape)
+        return Region(self.shape, ranges)
+
+    def contains(self, other: Region) -> bool:
+        """Whether every element of `other` is in this region."""
+        self._check_same_shape(other, "contains")
+        if other.is_empty:
+            return True
+        return not self.is_empty and all(a <= c and d <= b for (a, b), (c, d) in zip(self.ranges, other.ranges))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Region):
+            return NotImplemented
+        return (self.shape, self.ranges, self.is_empty) == (other.shape, other.ranges, other.is_empty)
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.ranges, self.is_empty))
+
+    def __repr__(self) -> str:
+        if self.is_empty:
+            return f"Region.empty({self.shape})"
+        return f"Region({self.shape}, {list(self.ranges)})"

@@ -1,0 +1,288 @@
+"""Dirty regions (ember/incremental): the Region box, and propagation through lazy graphs checked for soundness
+(an element outside the propagated region never changes) and tightness against values computed before and after
+an edit of an input: by the numpy reference tensor on random graphs, and by each device on hand-written ones."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ember as em
+from ember.core.errors import ArgumentError, ShapeError
+from ember.incremental.propagate import propagate, reshape_groups
+from ember.incremental.region import Region
+from ember.testing.reference import ReferenceTensor
+
+# ---- Region ------------------------------------------------------------------------------------------------------
+
+
+def box_mask(region: Region) -> np.ndarray:
+    mask = np.zeros(region.shape, dtype=bool)
+    if not region.is_empty:
+        mask[region.slices()] = True
+    return mask
+
+
+def bounding_region(mask: np.ndarray) -> Region:
+    """The smallest box holding every True element of mask (numpy's answer, independent of Region.hull)."""
+    if not mask.any():
+        return Region.empty(mask.shape)
+    positions = np.argwhere(mask)
+    return Region(mask.shape, list(zip(positions.min(0).tolist(), (positions.max(0) + 1).tolist())))
+
+
+@st.composite
+def regions(draw: st.DrawFn, shape: tuple[int, ...]) -> Region:
+    ranges = []
+    for size in shape:
+        start = draw(st.integers(0, size))
+        ranges.append((start, draw(st.integers(start, size))))
+    return Region(shape, ranges)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(st.data())
+def test_region_operations_match_numpy_masks(data: st.DataObject) -> None:
+    shape = tuple(data.draw(st.lists(st.integers(0, 4), min_size=0, max_size=3)))
+    first, second = data.draw(regions(shape)), data.draw(regions(shape))
+    first_mask, second_mask = box_mask(first), box_mask(second)
+    assert first.size == first_mask.sum() and first.is_empty == (not first_mask.any())
+    assert first.hull(second) == bounding_region(first_mask | second_mask)
+    intersection = first.intersection(second)
+    assert (box_mask(intersection) == (first_mask & second_mask)).all()
+    assert intersection == bounding_region(first_mask & second_mask)
+    assert first.contains(second) == (not (second_mask & ~first_mask).any())
+    assert first.hull(second).contains(first) and first.hull(second).contains(second)
+
+
+def test_region_constructors_and_equality() -> None:
+    assert Region.whole((2, 3)) == Region((2, 3), [(0, 2), (0, 3)]) and Region.whole((2, 3)).is_whole
+    assert Region.empty((2, 3)) == Region((2, 3), [(1, 1), (0, 3)])
+    assert Region.empty((2, 3)).size == 0 and not Region.empty((2, 3)).is_whole
+    assert Region.whole(()).size == 1 and Region.empty(()).size == 0 and Region.whole(()) != Region.empty(())
+    assert Region.whole(()).hull(Region.empty(())) == Region.whole(())
+    assert Region.whole((0, 3)).is_empty
+    assert Region.from_index((4, 5), (-1, slice(1, 3))) == Region((4, 5), [(3, 4), (1, 3)])
+    assert Region.from_index((4, 5), 2) == Region((4, 5), [(2, 3), (0, 5)])
+    assert len({Region.whole((2,)), Region((2,), [(0, 2)]), Region.empty((2,))}) == 2
+
+
+def test_region_errors_name_the_problem() -> None:
+    with pytest.raises(ShapeError, match=r"2 ranges .* rank 1"):
+        Region((3,), [(0, 1), (0, 1)])
+    with pytest.raises(ArgumentError, match=r"axis 0 range \(2, 5\) is out of range for shape \(3,\)"):
+        Region((3,), [(2, 5)])
+    with pytest.raises(ArgumentError, match=r"out of range"):
+        Region((3,), [(2, 1)])
+    with pytest.raises(ShapeError, match=r"shapes \(3,\) and \(4,\)"):
+        Region.whole((3,)).hull(Region.whole((4,)))
+    with pytest.raises(ArgumentError, match="step 2"):
+        Region.from_index((4,), slice(0, 4, 2))
+    with pytest.raises(ArgumentError, match="out of range"):
+        Region.from_index((4,), 4)
+    x = em.tensor(np.zeros((2, 3), np.float32))
+    with pytest.raises(ShapeError, match=r"shape \(3, 2\) .* need \(2, 3\)"):
+        propagate([(x + 1).node], {x.node: Region.whole((3, 2))})
+
+
+def test_reshape_groups() -> None:
+    assert reshape_groups((2, 3, 4), (6, 4)) == [(range(2), range(1)), (range(2, 3), range(1, 2))]
+    assert reshape_groups((4, 6), (2, 2, 3, 2)) == [(range(1), range(2)), (range(1, 2), range(2, 4))]
+    assert reshape_groups((2, 3), (3, 2)) == [(range(2), range(2))]
+    groups = reshape_groups((1, 6), (2, 3, 1))
+    assert [(len(old), len(new)) for old, new in groups] == [(1, 0), (1, 2), (0, 1)]
+
+
+# ---- random graphs, evaluated by the reference tensor -------------------------------------------------------------
+
+Make = Callable[[np.ndarray], Any]  # numpy array -> a tensor of the kind being evaluated (ember or reference)
+
+
+@dataclass
+class Step:
+    """One op of a random program: `apply(tensor, make)`; `exact` when the propagated region must be tight."""
+
+    name: str
+    apply: Callable[[Any, Make], Any]
+    exact: bool
+
+
+def _broadcast_other(data: st.DataObject, shape: tuple[int, ...], random: np.random.Generator) -> np.ndarray:
+    other_shape = tuple(size if data.draw(st.booleans()) else 1 for size in shape)
+    return random.uniform(0.5, 1.5, size=other_shape).astype(np.float32)
+
+
+def draw_step(data: st.DataObject, shape: tuple[int, ...], random: np.random.Generator) -> Step:
+    rank, size = len(shape), int(np.prod(shape))
+    kinds = ["affine", "negate", "add", "multiply", "maximum", "sin", "permute", "flip", "shrink", "reshape", "sum",
+             "max", "cumsum", "softmax", "matmul"]
+    if size <= 64 and rank < 4:
+        kinds += ["pad", "expand", "cat"]
+    kind = data.draw(st.sampled_from(kinds), label="step")
+    axis = data.draw(st.integers(0, rank - 1), label="axis") if rank else 0
+    if kind == "affine":
+        scale = data.draw(st.sampled_from([2.0, -0.5, 3.0]))
+        return Step(f"x*{scale}+1", lambda t, make: t * scale + 1.0, True)
+    if kind == "negate":
+        return Step("-x", lambda t, make: -t, True)
+    if kind in ("add", "multiply", "maximum"):
+        other = _broadcast_other(data, shape, random)
+        if kind == "add":
+            return Step(f"x+{other.shape}", lambda t, make: t + make(other), True)
+        if kind == "multiply":
+            return Step(f"x*{other.shape}", lambda t, make: t * make(other), False)
+        return Step(f"maximum{other.shape}", lambda t, make: t.maximum(make(other)), False)
+    if kind == "sin":
+        return Step("sin", lambda t, make: t.sin(), False)
+    if kind == "permute":
+        order = data.draw(st.permutations(range(rank)))
+        return Step(f"permute{order}", lambda t, make: t.permute(*order), True)
+    if kind == "flip":
+        axes = data.draw(st.lists(st.integers(0, rank - 1), unique=True, max_size=rank)) if rank else []
+        return Step(f"flip{axes}", lambda t, make: t.flip(axes) if axes else t, True)
+    if kind == "shrink":
+        slices = []
+        for axis_size in shape:
+            start = data.draw(st.integers(0, axis_size - 1))
+            slices.append(slice(start, data.draw(st.integers(start + 1, axis_size))))
+        return Step(f"x[{slices}]", lambda t, make: t[tuple(slices)], True)
+    if kind == "pad":
+        amounts = [data.draw(st.integers(0, 2)) for _ in range(2 * rank)]
+        return Step(f"pad{amounts}", lambda t, make: t.pad(amounts, value=0.25), True)
+    if kind == "expand":
+        copies = data.draw(st.integers(1, 3))
+        position = data.draw(st.integers(0, rank))
+        new_shape = shape[:position] + (copies,) + shape[position:]
+        return Step(f"expand{new_shape}", lambda t, make: t.unsqueeze(position).expand(*new_shape), True)
+    if kind == "cat":
+        other_shape = shape[:axis] + (data.draw(st.integers(1, 2)),) + shape[axis + 1:]
+        other = random.uniform(-1, 1, size=other_shape).astype(np.float32)
+        before = data.draw(st.booleans())
+        return Step(f"cat{other_shape}@{axis}",
+                    lambda t, make: make(other).cat([t], axis) if before else t.cat([make(other)], axis), True)
+    if kind == "reshape":
+        new_shape = draw_reshape(data, shape)
+        return Step(f"reshape{new_shape}", lambda t, make: t.reshape(*new_shape), False)
+    if kind in ("sum", "max"):
+        keep = data.draw(st.booleans())
+        if kind == "sum":
+            return Step(f"sum({axis}, {keep})", lambda t, make: t.sum(axis, keepdim=keep), False)
+        return Step(f"max({axis}, {keep})", lambda t, make: t.amax(axis, keepdim=keep), False)
+    if kind == "cumsum":
+        return Step(f"cumsum({axis})", lambda t, make: t.cumsum(axis), False)
+    if kind == "softmax":
+        return Step(f"softmax({axis})", lambda t, make: t.softmax(axis), False)
+    columns = data.draw(st.integers(1, 3))
+    weight = random.uniform(-1, 1, size=((shape[-1] if rank else 1), columns)).astype(np.float32)
+    if rank == 0:
+        return Step("x*w", lambda t, make: t * make(weight[0, 0]), False)
+    return Step(f"x@w{weight.shape}", lambda t, make: t @ make(weight), False)
+
+
+def draw_reshape(data: st.DataObject, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A new shape of the same size: adjacent axes merged, an axis split, a size-1 axis added, or any factoring."""
+    how = data.draw(st.sampled_from(["merge", "split", "unit", "any"]))
+    if how == "merge" and len(shape) >= 2:
+        axis = data.draw(st.integers(0, len(shape) - 2))
+        return shape[:axis] + (shape[axis] * shape[axis + 1],) + shape[axis + 2:]
+    if how == "split":
+        splittable = [axis for axis, size in enumerate(shape) if any(size % f == 0 for f in range(2, size))]
+        if splittable:
+            axis = data.draw(st.sampled_from(splittable))
+            factor = data.draw(st.sampled_from([f for f in range(2, shape[axis]) if shape[axis] % f == 0]))
+            return shape[:axis] + (factor, shape[axis] // factor) + shape[axis + 1:]
+    if how == "unit":
+        position = data.draw(st.integers(0, len(shape)))
+        return shape[:position] + (1,) + shape[position:]
+    remaining, factors = int(np.prod(shape)), []
+    while remaining > 1 and len(factors) < 3:
+        factor = data.draw(st.sampled_from([f for f in range(2, remaining + 1) if remaining % f == 0]))
+        factors.append(factor)
+        remaining //= factor
+    if remaining > 1:
+        factors.append(remaining)
+    return tuple(factors)
+
+
+@dataclass
+class Program:
+    input: np.ndarray
+    steps: list[Step]
+
+    @property
+    def exact(self) -> bool:
+        return all(step.exact for step in self.steps)
+
+    def run(self, tensor: Any, make: Make) -> Any:
+        for step in self.steps:
+            tensor = step.apply(tensor, make)
+        return tensor
+
+
+@st.composite
+def programs(draw: st.DrawFn, exact_only: bool = False) -> Program:
+    data = draw(st.data())
+    random = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    tensor = ReferenceTensor(np.zeros(shape, np.float32))
+    steps: list[Step] = []
+    for _ in range(draw(st.integers(1, 5))):
+        step = draw_step(data, tensor.shape, random)
+        if exact_only and not step.exact:
+            continue
+        steps.append(step)
+        tensor = step.apply(tensor, ReferenceTensor)
+    return Program(random.uniform(-2, 2, size=shape).astype(np.float32), steps)
+
+
+def edit(data: st.DataObject, array: np.ndarray) -> tuple[Region, np.ndarray]:
+    """A random non-empty box of array and a copy with every element inside it changed (by 1 to 2 either way)."""
+    ranges = []
+    for size in array.shape:
+        start = data.draw(st.integers(0, size - 1), label="edit start")
+        ranges.append((start, data.draw(st.integers(start + 1, size), label="edit end")))
+    region = Region(array.shape, ranges)
+    changed = array.copy()
+    random = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    box = changed[region.slices()]
+    changed[region.slices()] = box + random.choice([-1.0, 1.0], box.shape) * random.uniform(1, 2, box.shape)
+    return region, changed
+
+
+def differences(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """Elements whose value changed (NaN staying NaN is no change)."""
+    return ~((before == after) | (np.isnan(before) & np.isnan(after)))
+
+
+def check_program(program: Program, region: Region, changed: np.ndarray, exact: bool) -> None:
+    source = em.tensor(program.input)
+    output = program.run(source, em.tensor)
+    dirty = propagate([output.node], {source.node: region})[output.node]
+    before = np.asarray(program.run(ReferenceTensor(program.input), ReferenceTensor).array)
+    after = np.asarray(program.run(ReferenceTensor(changed), ReferenceTensor).array)
+    changed_elements = differences(before, after)
+    steps = [step.name for step in program.steps]
+    outside = changed_elements & ~box_mask(dirty)
+    assert not outside.any(), f"{steps}: elements {np.argwhere(outside).tolist()} changed outside {dirty}"
+    if exact:
+        assert dirty == bounding_region(changed_elements), f"{steps}: {dirty} is not tight"
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(programs(), st.data())
+def test_propagated_regions_are_sound_on_random_graphs(program: Program, data: st.DataObject) -> None:
+    region, changed = edit(data, program.input)
+    check_program(program, region, changed, exact=False)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(programs(exact_only=True), st.data())
+def test_propagated_regions_are_tight_through_elementwise_and_slices(program: Program, data: st.DataObject) -> None:
+    region, changed = edit(data, program.input)
+    check_program(program, region, changed, exact=True)
