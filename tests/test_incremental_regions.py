@@ -286,3 +286,94 @@ def test_propagated_regions_are_sound_on_random_graphs(program: Program, data: s
 def test_propagated_regions_are_tight_through_elementwise_and_slices(program: Program, data: st.DataObject) -> None:
     region, changed = edit(data, program.input)
     check_program(program, region, changed, exact=True)
+
+
+# ---- hand-written graphs, evaluated on each device ------------------------------------------------------------------
+
+
+def device_regions(function: Callable[..., Any], arrays: list[np.ndarray], edited: int, region: Region,
+                   device: str) -> tuple[Region, np.ndarray]:
+    """(the propagated dirty region of function's output when `region` of input `edited` changes, the elements that
+    changed on the device when that region of the input got new values)."""
+    random = np.random.default_rng(1)
+    changed = [array.copy() for array in arrays]
+    box = changed[edited][region.slices()]
+    changed[edited][region.slices()] = box + random.uniform(1, 2, box.shape).astype(np.float32)
+    inputs = [em.tensor(array, device=device) for array in arrays]
+    output = function(*inputs)
+    dirty = propagate([output.node], {inputs[edited].node: region})[output.node]
+    before = output.numpy()
+    after = function(*[em.tensor(array, device=device) for array in changed]).numpy()
+    changed_elements = differences(before, after)
+    outside = changed_elements & ~box_mask(dirty)
+    assert not outside.any(), f"elements {np.argwhere(outside).tolist()} changed outside {dirty}"
+    return dirty, changed_elements
+
+
+def random_arrays(*shapes: tuple[int, ...]) -> list[np.ndarray]:
+    random = np.random.default_rng(0)
+    return [random.uniform(-1, 1, shape).astype(np.float32) for shape in shapes]
+
+
+def test_appended_row_through_matmul_dirties_its_output_row(device: str) -> None:
+    arrays = random_arrays((6, 4), (4, 3))
+    dirty, changed = device_regions(lambda x, w: x @ w, arrays, 0, Region.from_index((6, 4), 5), device)
+    assert dirty == Region.from_index((6, 3), 5) == bounding_region(changed)
+    dirty, _ = device_regions(lambda x, w: (x @ w).relu() @ w.T, arrays, 0, Region.from_index((6, 4), 5), device)
+    assert dirty == Region.from_index((6, 4), 5)
+    # a changed weight column dirties that output column of every row
+    dirty, changed = device_regions(lambda x, w: x @ w, arrays, 1, Region.from_index((4, 3), (slice(None), 2)), device)
+    assert dirty == Region.from_index((6, 3), (slice(None), 2)) == bounding_region(changed)
+
+
+def test_softmax_and_cumsum_over_features_keep_the_appended_row(device: str) -> None:
+    (array,) = random_arrays((5, 7))
+    for function in (lambda x: x.softmax(-1), lambda x: x.cumsum(-1), lambda x: x.log_softmax(-1),
+                     lambda x: x.layer_norm((7,))):
+        dirty, changed = device_regions(function, [array], 0, Region.from_index((5, 7), 4), device)
+        assert dirty == Region.from_index((5, 7), 4) == bounding_region(changed)
+
+
+def test_cumsum_along_the_edited_axis_is_sound(device: str) -> None:
+    """A scan is a sum over a sliding-window view whose dirty elements lie on a diagonal: the box covering them is
+    every window, so the whole output is dirty (sound, not tight; a tighter rule needs more than one box)."""
+    (array,) = random_arrays((6, 3))
+    dirty, changed = device_regions(lambda x: x.cumsum(0), [array], 0, Region.from_index((6, 3), 3), device)
+    assert dirty.contains(bounding_region(changed))
+    assert bounding_region(changed) == Region.from_index((6, 3), slice(3, 6))
+
+
+def test_causal_attention_with_an_appended_token_is_sound(device: str) -> None:
+    """Appending a token (the last row of query, key and value changes): the true change is the last output row."""
+    arrays = random_arrays((2, 6, 4), (2, 6, 4), (2, 6, 4))
+    region = Region.from_index((2, 6, 4), (slice(None), 5))
+
+    def attention(query: Any, key: Any, value: Any) -> Any:
+        return query.scaled_dot_product_attention(key, value, is_causal=True)
+
+    for edited in range(3):
+        dirty, changed = device_regions(attention, arrays, edited, region, device)
+        assert bounding_region(changed) == region
+        assert dirty.contains(region)
+
+
+@pytest.mark.xfail(strict=True, reason="a box cannot hold the L-shaped dirty scores (new query row, new key "
+                   "column) nor know the masked weights are exactly 0: causal-aware rules come later")
+def test_causal_attention_dirties_only_the_appended_row() -> None:
+    query = em.tensor(np.zeros((2, 6, 4), np.float32))
+    output = query.scaled_dot_product_attention(query, query, is_causal=True)
+    region = Region.from_index((2, 6, 4), (slice(None), 5))
+    assert propagate([output.node], {query.node: region})[output.node] == region
+
+
+@settings(max_examples=6, deadline=None, derandomize=True, database=None)
+@given(programs(), st.data())
+def test_propagated_regions_are_sound_on_devices(program: Program, data: st.DataObject) -> None:
+    from tests.conftest import TEST_DEVICES
+
+    region, _ = edit(data, program.input)
+    for device in TEST_DEVICES:
+        def on_device(x: Any, device: str = device) -> Any:
+            return program.run(x, lambda array: em.tensor(array, device=device))
+
+        device_regions(on_device, [program.input], 0, region, device)
