@@ -1,144 +1,176 @@
-"""Dirty-region propagation: which region of each node of a lazy graph may change when regions of some nodes
-change, by one forward walk with one rule per primitive op family (a sound box for each node)."""
+"""Dirty-region propagation: which elements of each node of a lazy graph may change when regions of some nodes
+change, by one forward walk with one rule per primitive op family (a few disjoint boxes per node)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 from ember.core.errors import ShapeError
 from ember.core.graph import Node
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
-from ember.core.shapes import Shape, prod
+from ember.core.shapes import prod
 from ember.core.walk import post_order
-from ember.incremental.region import Range, Region
+from ember.incremental.region import Region
+from ember.incremental.static_bounds import bounds_over, is_static
+
+MAX_BOXES = 8  # a node's dirty boxes beyond this many become their hull (one box)
+
+Boxes = tuple[Region, ...]  # disjoint, non-empty boxes of one shape
 
 
 def propagate(roots: Sequence[Node], changed: Mapping[Node, Region]) -> dict[Node, Region]:
-    """The dirty region of every node reachable from `roots`: elements whose value may differ from the last run
-    when only the `changed` regions of their nodes differ (every other element surely has its last value).
-
-    `changed` usually names source nodes (BUFFER leaves); a region given for an inner node is added to what its
-    sources make dirty. Nodes not above a changed node get the empty region."""
-    for node, region in changed.items():
-        if region.shape != node.shape:
-            raise ShapeError(f"propagate: a changed region of shape {region.shape} for {node}; need {node.shape}")
+    """The dirty region of every node reachable from `roots`: a box holding every element whose value may differ
+    from the last run when only the `changed` regions of their nodes differ (every element outside it surely has
+    its last value). The hull of `propagate_boxes`."""
     dirty: dict[Node, Region] = {}
-    for node in post_order(roots, lambda node: node.srcs):
-        sources = [dirty[source] for source in node.srcs]
-        if any(not region.is_empty for region in sources) and prod(node.shape) > 0:
-            region = _RULES[node.op](node, sources) if node.op in _RULES else _elementwise(node, sources)
-        else:
-            region = Region.empty(node.shape)
-        given = changed.get(node)
-        dirty[node] = region if given is None else region.hull(given)
+    for node, boxes in propagate_boxes(roots, changed).items():
+        region = Region.empty(node.shape)
+        for box in boxes:
+            region = region.hull(box)
+        dirty[node] = region
     return dirty
 
 
-def _elementwise(node: Node, sources: list[Region]) -> Region:
-    """Elementwise ops (and COPY, CONTIGUOUS): each output element reads its own index of every source."""
-    assert node.op in ELEMENTWISE_OPS or node.op in (Op.COPY, Op.CONTIGUOUS), node
-    region = Region.empty(node.shape)
-    for source in sources:
-        region = region.hull(source)
-    return region
+def propagate_boxes(roots: Sequence[Node], changed: Mapping[Node, Region]) -> dict[Node, Boxes]:
+    """The dirty elements of every node reachable from `roots` as disjoint boxes (none: nothing changed).
+
+    `changed` usually names source nodes (BUFFER leaves); a region given for an inner node is added to what its
+    sources make dirty."""
+    for node, region in changed.items():
+        if region.shape != node.shape:
+            raise ShapeError(f"propagate: a changed region of shape {region.shape} for {node}; need {node.shape}")
+    dirty: dict[Node, Boxes] = {}
+    static: dict[Node, bool] = {}
+    for node in post_order(roots, lambda node: node.srcs):
+        static[node] = is_static(node, [static[source] for source in node.srcs])
+        sources = [dirty[source] for source in node.srcs]
+        boxes: Boxes = ()
+        if any(sources) and prod(node.shape) > 0:
+            if node.op is Op.WHERE:
+                boxes = _where(node, sources, static[node.srcs[0]])
+            elif node.op in _RULES:
+                rule = _RULES[node.op]
+                boxes = union((), [rule(node, box) for box in sources[0]])
+            else:
+                assert node.op in ELEMENTWISE_OPS or node.op in (Op.COPY, Op.CONTIGUOUS), node
+                boxes = union((), [box for source in sources for box in source])
+        given = changed.get(node)
+        dirty[node] = boxes if given is None else union(boxes, [given])
+    return dirty
 
 
-def _reduce(node: Node, sources: list[Region]) -> Region:
+def union(boxes: Boxes, new: Sequence[Region]) -> Boxes:
+    """`boxes` with the elements of `new` added, as disjoint boxes; more than MAX_BOXES become their hull."""
+    result = list(boxes)
+    for box in new:
+        pieces = [] if box.is_empty else [box]
+        for existing in result:
+            pieces = [piece for part in pieces for piece in part.difference(existing)]
+        result.extend(pieces)
+    if len(result) > MAX_BOXES:
+        hull = result[0]
+        for box in result[1:]:
+            hull = hull.hull(box)
+        return (hull,)
+    return tuple(result)
+
+
+def _where(node: Node, sources: list[Boxes], static_condition: bool) -> Boxes:
+    """A select: a dirty branch matters only where the condition may pick it. A condition that depends on no buffer
+    (a causal mask) is bounded over each dirty box, which is narrowed to the part where the branch may be picked."""
+    condition_boxes, true_boxes, false_boxes = sources
+    kept: list[Region] = list(condition_boxes)
+    for boxes, excluded in ((true_boxes, (0, 0)), (false_boxes, (1, 1))):
+        for box in boxes:
+            narrowed = _narrow(box, node.srcs[0], excluded) if static_condition else box
+            if narrowed is not None:
+                kept.append(narrowed)
+    return union((), kept)
+
+
+def _narrow(box: Region, condition: Node, excluded: tuple[int, int]) -> Region | None:
+    """The smallest box inside `box` outside which the static condition surely has the `excluded` value: each axis
+    loses its longest prefix and suffix of slabs where it does (found by bisection: a slab inside an excluded slab
+    is excluded), or None when the whole box is excluded."""
+    def is_excluded(candidate: Region) -> bool:
+        return bounds_over(condition, candidate) == excluded
+
+    if is_excluded(box):
+        return None
+    ranges = list(box.ranges)
+
+    def slab_excluded(axis: int, low: int, high: int) -> bool:
+        return is_excluded(Region(box.shape, [*ranges[:axis], (low, high), *ranges[axis + 1:]]))
+
+    for axis in range(box.rank):
+        start, end = ranges[axis]
+        start += _longest(end - start, partial(_prefix_excluded, slab_excluded, axis, start))
+        end -= _longest(end - start, partial(_suffix_excluded, slab_excluded, axis, end))
+        ranges[axis] = (start, end)
+    return Region(box.shape, ranges)
+
+
+def _prefix_excluded(slab_excluded: Callable[[int, int, int], bool], axis: int, start: int, length: int) -> bool:
+    return slab_excluded(axis, start, start + length)
+
+
+def _suffix_excluded(slab_excluded: Callable[[int, int, int], bool], axis: int, end: int, length: int) -> bool:
+    return slab_excluded(axis, end - length, end)
+
+
+def _longest(limit: int, holds: Callable[[int], bool]) -> int:
+    """The largest length in [0, limit) for which `holds` (true for all shorter lengths once true for one)."""
+    low, high = 0, limit - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if holds(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _reduce(node: Node, box: Region) -> Region:
     """A reduce keeps its reduced axes with size 1: a dirty slice of a reduced axis dirties that whole output."""
-    (source,) = sources
-    return Region(node.shape, [(0, 1) if axis in node.arg else bounds for axis, bounds in enumerate(source.ranges)])
+    return Region(node.shape, [(0, 1) if axis in node.arg else bounds for axis, bounds in enumerate(box.ranges)])
 
 
-def _expand(node: Node, sources: list[Region]) -> Region:
+def _expand(node: Node, box: Region) -> Region:
     """An axis broadcast from size 1 is dirty wholly (every copy reads the one dirty element)."""
-    (source,) = sources
     return Region(node.shape, [
         (0, size) if size != old_size else bounds
-        for bounds, size, old_size in zip(source.ranges, node.shape, node.srcs[0].shape)
+        for bounds, size, old_size in zip(box.ranges, node.shape, node.srcs[0].shape)
     ])
 
 
-def _permute(node: Node, sources: list[Region]) -> Region:
-    (source,) = sources
-    return Region(node.shape, [source.ranges[axis] for axis in node.arg])
+def _permute(node: Node, box: Region) -> Region:
+    return Region(node.shape, [box.ranges[axis] for axis in node.arg])
 
 
-def _pad(node: Node, sources: list[Region]) -> Region:
+def _pad(node: Node, box: Region) -> Region:
     """Padding shifts the box by the amounts before it; the padding itself is a constant, never dirty."""
-    (source,) = sources
-    return Region(node.shape, [(start + before, end + before)
-                               for (start, end), (before, _) in zip(source.ranges, node.arg[0])])
+    return Region(node.shape, [(start + before, end + before) for (start, end), (before, _) in zip(box.ranges, node.arg[0])])
 
 
-def _shrink(node: Node, sources: list[Region]) -> Region:
+def _shrink(node: Node, box: Region) -> Region:
     """A slice keeps the part of the box inside it, shifted to its start."""
-    (source,) = sources
-    ranges = [(max(start, low) - low, min(end, high) - low) for (start, end), (low, high) in zip(source.ranges, node.arg)]
+    ranges = [(max(start, low) - low, min(end, high) - low) for (start, end), (low, high) in zip(box.ranges, node.arg)]
     if any(start >= end for start, end in ranges):
         return Region.empty(node.shape)
     return Region(node.shape, ranges)
 
 
-def _flip(node: Node, sources: list[Region]) -> Region:
-    (source,) = sources
+def _flip(node: Node, box: Region) -> Region:
     return Region(node.shape, [(size - end, size - start) if axis in node.arg else (start, end)
-                               for axis, ((start, end), size) in enumerate(zip(source.ranges, node.shape))])
+                               for axis, ((start, end), size) in enumerate(zip(box.ranges, node.shape))])
 
 
-def _reshape(node: Node, sources: list[Region]) -> Region:
-    """Exact where each group of axes that reshape splits or merges keeps the box a box; otherwise the smallest box
-    that covers the group's elements (see `_reshape_group`)."""
-    (source,) = sources
-    ranges: list[Range] = []
-    for old_axes, new_axes in reshape_groups(node.srcs[0].shape, node.shape):
-        old_sizes = [node.srcs[0].shape[axis] for axis in old_axes]
-        new_sizes = [node.shape[axis] for axis in new_axes]
-        ranges.extend(_reshape_group([source.ranges[axis] for axis in old_axes], old_sizes, new_sizes))
-    return Region(node.shape, ranges)
+def _reshape(node: Node, box: Region) -> Region:
+    return box.reshaped(node.shape)
 
 
-def reshape_groups(old: Shape, new: Shape) -> list[tuple[range, range]]:
-    """The shortest runs of axes (old axes, new axes) with equal products, in order: a reshape maps each run of
-    old axes onto its run of new axes independently (a run may have no axes on one side: size-1 axes)."""
-    groups: list[tuple[range, range]] = []
-    old_index = new_index = old_start = new_start = 0
-    old_product = new_product = 1
-    while old_index < len(old) or new_index < len(new):
-        if new_index == len(new) or (old_index < len(old) and old_product <= new_product):
-            old_product *= old[old_index]
-            old_index += 1
-        else:
-            new_product *= new[new_index]
-            new_index += 1
-        if old_product == new_product:
-            groups.append((range(old_start, old_index), range(new_start, new_index)))
-            old_start, new_start = old_index, new_index
-    return groups
-
-
-def _reshape_group(ranges: list[Range], old_sizes: list[int], new_sizes: list[int]) -> list[Range]:
-    """One group: the box's elements lie between its first and last element in row-major order, so the flat range
-    [first, last] covers them; that range as a box of the new axes is exact when it is one, else its smallest
-    covering box (an axis spanning several positions of the axis outside it becomes whole)."""
-    first = last = 0
-    for (start, end), size in zip(ranges, old_sizes):
-        first, last = first * size + start, last * size + end - 1
-    result: list[Range] = []
-    inner = prod(new_sizes)
-    spread = False  # an outer axis spans several positions: this one and all inner ones are whole
-    for size in new_sizes:
-        inner //= size
-        if spread:
-            result.append((0, size))
-            continue
-        low, high = first // inner, last // inner
-        result.append((low, high + 1))
-        first, last = first - low * inner, last - low * inner
-        spread = low != high
-    return result
-
-
-_RULES: dict[Op, Callable[[Node, list[Region]], Region]] = {
+_RULES: dict[Op, Callable[[Node, Region], Region]] = {
     **{op: _reduce for op in REDUCE_OPS},
     Op.EXPAND: _expand,
     Op.PERMUTE: _permute,
@@ -147,4 +179,3 @@ _RULES: dict[Op, Callable[[Node, list[Region]], Region]] = {
     Op.FLIP: _flip,
     Op.RESHAPE: _reshape,
 }
-

@@ -127,6 +127,33 @@ class Region:
             return True
         return not self.is_empty and all(a <= c and d <= b for (a, b), (c, d) in zip(self.ranges, other.ranges))
 
+    def difference(self, other: Region) -> list[Region]:
+        """The elements of this region not in `other`, as disjoint boxes (at most two per axis)."""
+        overlap = self.intersection(other)
+        if overlap.is_empty:
+            return [] if self.is_empty else [self]
+        pieces, remaining = [], list(self.ranges)
+        for axis, ((start, end), (inner_start, inner_end)) in enumerate(zip(self.ranges, overlap.ranges)):
+            for bounds in ((start, inner_start), (inner_end, end)):
+                if bounds[0] < bounds[1]:
+                    pieces.append(Region(self.shape, [*remaining[:axis], bounds, *remaining[axis + 1:]]))
+            remaining[axis] = (inner_start, inner_end)
+        return pieces
+
+    def reshaped(self, shape: Sequence[int]) -> Region:
+        """The smallest box of a reshape to `shape` holding this region's elements: exact where each group of axes
+        the reshape splits or merges (`reshape_groups`) keeps the box a box, else a covering box (`_reshape_group`)."""
+        shape = tuple(shape)
+        if prod(shape) != prod(self.shape):
+            raise ShapeError(f"Region.reshaped: shape {self.shape} cannot become {shape} (sizes differ)")
+        if self.is_empty:
+            return Region.empty(shape)
+        ranges: list[Range] = []
+        for old_axes, new_axes in reshape_groups(self.shape, shape):
+            ranges.extend(_reshape_group([self.ranges[axis] for axis in old_axes],
+                                         [self.shape[axis] for axis in old_axes], [shape[axis] for axis in new_axes]))
+        return Region(shape, ranges)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Region):
             return NotImplemented
@@ -139,3 +166,44 @@ class Region:
         if self.is_empty:
             return f"Region.empty({self.shape})"
         return f"Region({self.shape}, {list(self.ranges)})"
+
+
+def reshape_groups(old: Shape, new: Shape) -> list[tuple[range, range]]:
+    """The shortest runs of axes (old axes, new axes) with equal products, in order: a reshape maps each run of
+    old axes onto its run of new axes independently (a run may have no axes on one side: size-1 axes)."""
+    groups: list[tuple[range, range]] = []
+    old_index = new_index = old_start = new_start = 0
+    old_product = new_product = 1
+    while old_index < len(old) or new_index < len(new):
+        if new_index == len(new) or (old_index < len(old) and old_product <= new_product):
+            old_product *= old[old_index]
+            old_index += 1
+        else:
+            new_product *= new[new_index]
+            new_index += 1
+        if old_product == new_product:
+            groups.append((range(old_start, old_index), range(new_start, new_index)))
+            old_start, new_start = old_index, new_index
+    return groups
+
+
+def _reshape_group(ranges: list[Range], old_sizes: list[int], new_sizes: list[int]) -> list[Range]:
+    """One group: the box's elements lie between its first and last element in row-major order, so the flat range
+    [first, last] covers them; that range as a box of the new axes is exact when it is one, else its smallest
+    covering box (an axis spanning several positions of the axis outside it becomes whole)."""
+    first = last = 0
+    for (start, end), size in zip(ranges, old_sizes):
+        first, last = first * size + start, last * size + end - 1
+    result: list[Range] = []
+    inner = prod(new_sizes)
+    spread = False  # an outer axis spans several positions: this one and all inner ones are whole
+    for size in new_sizes:
+        inner //= size
+        if spread:
+            result.append((0, size))
+            continue
+        low, high = first // inner, last // inner
+        result.append((low, high + 1))
+        first, last = first - low * inner, last - low * inner
+        spread = low != high
+    return result
