@@ -64,7 +64,9 @@ def union(boxes: Boxes, new: Sequence[Region]) -> Boxes:
     """`boxes` with the elements of `new` added, as disjoint boxes; more than MAX_BOXES become their hull."""
     result = list(boxes)
     for box in new:
-        pieces = [] if box.is_empty else [box]
+        if box.is_empty or box in result:
+            continue
+        pieces = [box]
         for existing in result:
             pieces = [piece for part in pieces for piece in part.difference(existing)]
         result.extend(pieces)
@@ -133,36 +135,34 @@ def _longest(limit: int, holds: Callable[[int], bool]) -> int:
 
 def _reduce(node: Node, box: Region) -> Region:
     """A reduce keeps its reduced axes with size 1: a dirty slice of a reduced axis dirties that whole output."""
-    return Region(node.shape, [(0, 1) if axis in node.arg else bounds for axis, bounds in enumerate(box.ranges)])
+    return Region._of(node.shape, [(0, 1) if axis in node.arg else bounds for axis, bounds in enumerate(box.ranges)])
 
 
 def _expand(node: Node, box: Region) -> Region:
     """An axis broadcast from size 1 is dirty wholly (every copy reads the one dirty element)."""
-    return Region(node.shape, [
+    return Region._of(node.shape, [
         (0, size) if size != old_size else bounds
         for bounds, size, old_size in zip(box.ranges, node.shape, node.srcs[0].shape)
     ])
 
 
 def _permute(node: Node, box: Region) -> Region:
-    return Region(node.shape, [box.ranges[axis] for axis in node.arg])
+    return Region._of(node.shape, [box.ranges[axis] for axis in node.arg])
 
 
 def _pad(node: Node, box: Region) -> Region:
     """Padding shifts the box by the amounts before it; the padding itself is a constant, never dirty."""
-    return Region(node.shape, [(start + before, end + before) for (start, end), (before, _) in zip(box.ranges, node.arg[0])])
+    return Region._of(node.shape, [(start + before, end + before) for (start, end), (before, _) in zip(box.ranges, node.arg[0])])
 
 
 def _shrink(node: Node, box: Region) -> Region:
     """A slice keeps the part of the box inside it, shifted to its start."""
     ranges = [(max(start, low) - low, min(end, high) - low) for (start, end), (low, high) in zip(box.ranges, node.arg)]
-    if any(start >= end for start, end in ranges):
-        return Region.empty(node.shape)
-    return Region(node.shape, ranges)
+    return Region._of(node.shape, ranges)
 
 
 def _flip(node: Node, box: Region) -> Region:
-    return Region(node.shape, [(size - end, size - start) if axis in node.arg else (start, end)
+    return Region._of(node.shape, [(size - end, size - start) if axis in node.arg else (start, end)
                                for axis, ((start, end), size) in enumerate(zip(box.ranges, node.shape))])
 
 

@@ -45,6 +45,15 @@ class Region:
         self.ranges = tuple((0, 0) for _ in shape) if self.is_empty else tuple(checked)
 
     @classmethod
+    def _of(cls, shape: Shape, ranges: Sequence[Range]) -> Region:
+        """A region from ranges known to be valid for the shape (the rules' results): no checks."""
+        region = cls.__new__(cls)
+        region.shape = shape
+        region.is_empty = any(start >= end for start, end in ranges)
+        region.ranges = tuple((0, 0) for _ in shape) if region.is_empty else tuple(ranges)
+        return region
+
+    @classmethod
     def empty(cls, shape: Sequence[int]) -> Region:
         """No element of a tensor of `shape`."""
         region = cls(shape, [(0, 0)] * len(shape))
@@ -108,7 +117,7 @@ class Region:
             return self
         if self.is_empty:
             return other
-        return Region(self.shape, [(min(a, c), max(b, d)) for (a, b), (c, d) in zip(self.ranges, other.ranges)])
+        return Region._of(self.shape, [(min(a, c), max(b, d)) for (a, b), (c, d) in zip(self.ranges, other.ranges)])
 
     def intersection(self, other: Region) -> Region:
         """The elements in both regions."""
@@ -116,9 +125,7 @@ class Region:
         if self.is_empty or other.is_empty:
             return Region.empty(self.shape)
         ranges = [(max(a, c), min(b, d)) for (a, b), (c, d) in zip(self.ranges, other.ranges)]
-        if any(start >= end for start, end in ranges):
-            return Region.empty(self.shape)
-        return Region(self.shape, ranges)
+        return Region._of(self.shape, ranges)
 
     def contains(self, other: Region) -> bool:
         """Whether every element of `other` is in this region."""
@@ -136,7 +143,7 @@ class Region:
         for axis, ((start, end), (inner_start, inner_end)) in enumerate(zip(self.ranges, overlap.ranges)):
             for bounds in ((start, inner_start), (inner_end, end)):
                 if bounds[0] < bounds[1]:
-                    pieces.append(Region(self.shape, [*remaining[:axis], bounds, *remaining[axis + 1:]]))
+                    pieces.append(Region._of(self.shape, [*remaining[:axis], bounds, *remaining[axis + 1:]]))
             remaining[axis] = (inner_start, inner_end)
         return pieces
 
@@ -152,7 +159,7 @@ class Region:
         for old_axes, new_axes in reshape_groups(self.shape, shape):
             ranges.extend(_reshape_group([self.ranges[axis] for axis in old_axes],
                                          [self.shape[axis] for axis in old_axes], [shape[axis] for axis in new_axes]))
-        return Region(shape, ranges)
+        return Region._of(shape, ranges)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Region):
