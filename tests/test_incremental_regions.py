@@ -77,6 +77,20 @@ def test_region_operations_match_numpy_masks(data: st.DataObject) -> None:
         bounding_region(first_mask.reshape(-1)))
 
 
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(st.data())
+def test_reshaped_region_holds_the_reshaped_elements(data: st.DataObject) -> None:
+    shape = tuple(data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=4)))
+    region = data.draw(regions(shape))
+    new_shape = draw_reshape(data, shape)
+    moved = box_mask(region).reshape(new_shape)
+    reshaped = region.reshaped(new_shape)
+    assert reshaped.contains(bounding_region(moved))
+    if all(len(old) <= 1 for old, _ in reshape_groups(shape, new_shape)):  # only splits: exact
+        assert reshaped == bounding_region(moved)
+    assert reshaped.reshaped(shape).contains(region)
+
+
 def test_region_constructors_and_equality() -> None:
     assert Region.whole((2, 3)) == Region((2, 3), [(0, 2), (0, 3)]) and Region.whole((2, 3)).is_whole
     assert Region.empty((2, 3)) == Region((2, 3), [(1, 1), (0, 3)])
