@@ -206,6 +206,8 @@ def test_static_bounds_of_a_causal_mask_are_exact_and_floats_unknown() -> None:
     assert bounds_over(causal, Region.whole((6, 6))) == (0, 1)
     assert bounds_over((query @ query.T).node, Region.whole((6, 6))) is None
     assert bounds_over((row.float() < 3).node, Region.whole((6, 6))) is None
+    assert bounds_over((~(row < 2).long()).node, Region.whole((6, 6))) is None  # bitwise not of an integer: no rule
+    assert bounds_over((~(row < 2)).node, Region.from_index((6, 6), slice(0, 2))) == (0, 0)
 
 
 # ---- random graphs, evaluated by the reference tensor -------------------------------------------------------------

@@ -43,7 +43,7 @@ def _bounds(request: Request) -> Generator[Request, Any, Bounds | None]:
     if op is Op.ARANGE:
         (start, end), = box.ranges
         return _fits((start, end - 1), node.dtype)
-    if op in DATA_OPS or node.dtype.is_float:
+    if op in DATA_OPS or node.dtype.is_float or (op in LOGIC_OPS and not node.dtype.is_bool):
         return None
     if op in _MOVEMENT_BACK:
         source_box, padded = _MOVEMENT_BACK[op](node, box)
@@ -74,9 +74,10 @@ def _bounds(request: Request) -> Generator[Request, Any, Bounds | None]:
 
 
 def _join(values: list[Bounds | None]) -> Bounds | None:
-    if not values or any(bounds is None for bounds in values):
+    known = [bounds for bounds in values if bounds is not None]
+    if not values or len(known) < len(values):
         return None
-    return min(low for low, _ in values), max(high for _, high in values)  # type: ignore[misc]
+    return min(low for low, _ in known), max(high for _, high in known)
 
 
 def _to_bool(low: int, high: int) -> Bounds:
@@ -110,36 +111,15 @@ _ARITHMETIC: dict[Op, Any] = {
     Op.MAX: lambda a, b: (max(a[0], b[0]), max(a[1], b[1])),
     Op.CMPLT: _less,
     Op.CMPEQ: _equal,
+    # logic of bools only (NOT of an integer is bitwise: no rule)
+    Op.NOT: lambda a: (1 - a[1], 1 - a[0]),
+    Op.AND: lambda a, b: (a[0] & b[0], a[1] & b[1]),
+    Op.OR: lambda a, b: (a[0] | b[0], a[1] | b[1]),
 }
-
-
-def _bool_rule(op: Op) -> Any:
-    """AND, OR, NOT of bools (0/1 bounds); other dtypes have no rule."""
-    if op is Op.NOT:
-        return lambda a: (1 - a[1], 1 - a[0])
-    if op is Op.AND:
-        return lambda a, b: (a[0] & b[0], a[1] & b[1])
-    return lambda a, b: (a[0] | b[0], a[1] | b[1])
-
-
-def _logic(op: Op) -> Any:
-    rule = _bool_rule(op)
-
-    def apply(*sources: Bounds) -> Bounds | None:
-        return rule(*sources) if all(0 <= low <= high <= 1 for low, high in sources) else None
-
-    return apply
-
-
-_ARITHMETIC.update({Op.NOT: _logic(Op.NOT), Op.AND: _logic(Op.AND), Op.OR: _logic(Op.OR)})
+LOGIC_OPS = frozenset({Op.NOT, Op.AND, Op.OR})
 
 
 # ---- movement ops: the source box an output box reads, and whether it reads padding -------------------------------
-
-
-def source_box(node: Node, box: Region) -> Region | None:
-    """The smallest box of the movement op's source that the output box reads (None: only padding)."""
-    return _MOVEMENT_BACK[node.op](node, box)[0]
 
 
 def _permute_back(node: Node, box: Region) -> tuple[Region | None, bool]:
