@@ -17,7 +17,7 @@ import ember as em
 from ember.core import dtype as dtypes
 from ember.core.errors import ArgumentError, ShapeError
 from ember.core.ops import Op
-from ember.incremental.propagate import propagate, propagate_boxes
+from ember.incremental.propagate import MAX_BOXES, propagate, propagate_boxes, union
 from ember.incremental.region import Region, reshape_groups
 from ember.incremental.static_bounds import bounds_over
 from ember.testing.reference import ReferenceTensor
@@ -89,6 +89,20 @@ def test_reshaped_region_holds_the_reshaped_elements(data: st.DataObject) -> Non
     if all(len(old) <= 1 for old, _ in reshape_groups(shape, new_shape)):  # only splits: exact
         assert reshaped == bounding_region(moved)
     assert reshaped.reshaped(shape).contains(region)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(st.data())
+def test_union_of_boxes_is_disjoint_and_exact_up_to_the_cap(data: st.DataObject) -> None:
+    shape = tuple(data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
+    boxes = data.draw(st.lists(regions(shape), max_size=12))
+    result = union((), boxes)
+    wanted = boxes_mask(shape, boxes)
+    exact = (boxes_mask(shape, result) == wanted).all() and sum(box.size for box in result) == wanted.sum()
+    assert exact or result == (bounding_region(wanted),)  # disjoint boxes of exactly the union, or (past the cap) its hull
+    assert len(result) <= MAX_BOXES and all(not box.is_empty for box in result)
+    many = [Region.from_index((2 * MAX_BOXES + 2,), 2 * index) for index in range(MAX_BOXES + 1)]
+    assert union((), many) == (Region.from_index((2 * MAX_BOXES + 2,), slice(0, 2 * MAX_BOXES + 1)),)
 
 
 def test_region_constructors_and_equality() -> None:
