@@ -1,0 +1,1 @@
+"""Incremental recomputation (internal, not exported yet): dirty regions and their propagation through a lazy graph."""
