@@ -45,13 +45,14 @@ class IROp(Enum):
 class IRNode:
     """One IR value. Built only through `Builder`, so equal structure means the same object."""
 
-    __slots__ = ("op", "dtype", "srcs", "arg", "minimum", "maximum", "width")
+    __slots__ = ("arg", "dtype", "is_const", "maximum", "minimum", "op", "srcs", "width")
 
     def __init__(self, op: IROp | Op, dtype: DType, srcs: tuple[IRNode, ...], arg: Any,
                  minimum: float, maximum: float, width: int = 1) -> None:
         self.op, self.dtype, self.srcs, self.arg = op, dtype, srcs, arg
         self.minimum, self.maximum = minimum, maximum
         self.width = width
+        self.is_const = op is IROp.CONST  # an attribute, not a property: lowering asks it ~100,000 times a step
 
     def __repr__(self) -> str:
         """The expression this node computes (shared nodes spelled out at each use)."""
@@ -66,10 +67,6 @@ class IRNode:
         if self.width > 1:
             name += f"x{self.width}"
         return f"{name}({', '.join(sources)}{', ' + repr(self.arg) if self.arg is not None else ''})"
-
-    @property
-    def is_const(self) -> bool:
-        return self.op is IROp.CONST
 
 
 @functools.lru_cache(maxsize=16)
@@ -143,6 +140,7 @@ class Builder:
             rules = SIMPLIFY
         self.rules: RuleTable = rules
         self._nodes: dict[tuple, IRNode] = {}
+        self._integers: dict[tuple[int, DType], IRNode] = {}  # const(int, dtype), looked up before normalizing
         self.loop_count = 0
         self.local_count = 0
 
@@ -162,6 +160,15 @@ class Builder:
     # ---- leaves ---------------------------------------------------------------------------------------------
 
     def const(self, value: Any, dtype: DType) -> IRNode:
+        if type(value) is int:  # index math asks for the same few integers again and again
+            key = (value, dtype)
+            node = self._integers.get(key)
+            if node is None:
+                node = self._integers[key] = self._const(value, dtype)
+            return node
+        return self._const(value, dtype)
+
+    def _const(self, value: Any, dtype: DType) -> IRNode:
         value = normalize_constant(value, dtype)
         if isinstance(value, float) and math.isnan(value):
             return self._make(IROp.CONST, dtype, (), value, -math.inf, math.inf)
