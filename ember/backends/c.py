@@ -280,6 +280,7 @@ class CDevice(Device):
         self.pool = HostMemoryPool(name)
         self.renderer = CRenderer(threads, vector_math=has_vector_math())
         self._programs: dict[str, CProgram] = {}
+        self._libraries: dict[str, ctypes.CDLL] = {}  # loaded from the disk cache, by entry file name
         self._cache_key_prefix = " ".join(compiler_command() + link_libraries()) + "|" + _cpu_model()
 
     def render(self, kernel: KernelIR) -> str:
@@ -289,32 +290,70 @@ class CDevice(Device):
         return self.compile_many([kernel])[0]
 
     def compile_many(self, kernels: list[KernelIR]) -> list[Program]:
-        """Compile several kernels with one compiler run (a cold start pays the compiler's start-up once)."""
+        """Compile several kernels with one compiler run (a cold start pays the compiler's start-up once). Each
+        kernel's source also indexes the library that holds it on disk, so a later process finds it whatever batch
+        it was built in (the scheduler's batches depend on timing)."""
         sources = [self.render(kernel) for kernel in kernels]
         missing: dict[str, tuple[KernelIR, str]] = {}
         for kernel, source in zip(kernels, sources):
             if source not in self._programs:
-                missing.setdefault(kernel.name, (kernel, source))
+                library = self._indexed_library(source)
+                if library is not None:
+                    self._programs[source] = CProgram(library, kernel.name, len(kernel.params))
+                else:
+                    missing.setdefault(kernel.name, (kernel, source))
         if missing:
-            library = build_library("\n".join(source for _, source in missing.values()), self._cache_key_prefix)
+            library, entry = build_library("\n".join(source for _, source in missing.values()), self._cache_key_prefix)
+            self._libraries[entry.name] = library
             for kernel, source in missing.values():
                 self._programs[source] = CProgram(library, kernel.name, len(kernel.params))
+                cache.write_entry(self._index_path(source), entry.name.encode())
         return [self._programs[source] for source in sources]
 
+    def _index_path(self, source: str) -> Path:
+        return cache.entry_path("c-index", self._cache_key_prefix + "\n" + source)
 
-def build_library(source: str, key_prefix: str) -> ctypes.CDLL:
-    """Compile C source to a shared library, cached on disk (ember/cache.py: checked entries) by source, compiler
-    and flags. A cached library is loaded from a private copy of its checked bytes, never from the entry itself."""
-    entry = cache.entry_path("c", key_prefix + "\n" + source)
+    def _indexed_library(self, source: str) -> ctypes.CDLL | None:
+        """The library on disk that holds a kernel's source (built in an earlier batch or process), or None."""
+        index = self._index_path(source)
+        name = cache.read_entry(index)
+        if name is None:
+            return None
+        library = self._libraries.get(name.decode(errors="replace"))
+        if library is None:
+            library = load_library(index.parent.parent / "c" / name.decode(errors="replace"))
+            if library is None:
+                cache.discard(index)  # the library it names is gone or failed its checks
+                return None
+            self._libraries[name.decode()] = library
+        return library
+
+
+def load_library(entry: Path) -> ctypes.CDLL | None:
+    """The cached library at `entry` loaded from a private copy of its checked bytes (never from the entry itself),
+    or None where there is none or the loader refuses it (then it is discarded)."""
     library = cache.read_entry(entry)
+    if library is None:
+        return None
     with tempfile.TemporaryDirectory(prefix="ember-c-", dir=entry.parent) as work:
         output = Path(work, "kernel.so")
-        if library is not None:
-            output.write_bytes(library)
-            try:
-                return ctypes.CDLL(str(output))  # dlopen maps the file; the folder may go once it is loaded
-            except OSError:
-                cache.discard(entry)  # checked bytes the loader refuses (another machine's?): rebuilt
+        output.write_bytes(library)
+        try:
+            return ctypes.CDLL(str(output))  # dlopen maps the file; the folder may go once it is loaded
+        except OSError:
+            cache.discard(entry)  # checked bytes the loader refuses (another machine's?): rebuilt
+            return None
+
+
+def build_library(source: str, key_prefix: str) -> tuple[ctypes.CDLL, Path]:
+    """Compile C source to a shared library, cached on disk (ember/cache.py: checked entries) by source, compiler
+    and flags; the library and its entry."""
+    entry = cache.entry_path("c", key_prefix + "\n" + source)
+    cached = load_library(entry)
+    if cached is not None:
+        return cached, entry
+    with tempfile.TemporaryDirectory(prefix="ember-c-", dir=entry.parent) as work:
+        output = Path(work, "kernel.so")
         source_path = Path(work, "kernel.c")
         source_path.write_text(source)
         result = subprocess.run([*compiler_command(), "-o", str(output), str(source_path), *link_libraries()],
@@ -322,7 +361,7 @@ def build_library(source: str, key_prefix: str) -> ctypes.CDLL:
         if result.returncode != 0:
             raise CompileError(f"the C compiler rejected a kernel:\n{result.stderr}\n--- source ---\n{source}")
         cache.write_entry(entry, output.read_bytes())
-        return ctypes.CDLL(str(output))
+        return ctypes.CDLL(str(output)), entry
 
 
 def probe() -> list[Device]:
