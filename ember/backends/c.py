@@ -255,6 +255,16 @@ def compiler_command() -> list[str]:
             "-fno-thread-jumps", "-fno-tree-loop-if-convert", "-fschedule-insns", "-fsched-pressure"]
 
 
+BACKGROUND_PREFIX = ["nice", "-n", "19"]  # runs a background compile (CDevice.compile_background) at low priority
+
+
+def quick_compiler_command() -> list[str]:
+    """compiler_command at -O0, for programs launched while the optimized ones are built (CDevice.compile_quick):
+    values as -O3's but for the fused multiply-adds -O3 contracts (within float tolerance)."""
+    scheduling = ("-fschedule-insns", "-fsched-pressure")
+    return ["-O0" if flag == "-O3" else flag for flag in compiler_command() if flag not in scheduling]
+
+
 def link_libraries() -> list[str]:
     return ["-lmvec", "-lm"] if has_vector_math() else ["-lm"]
 
@@ -282,6 +292,7 @@ class CDevice(Device):
         self._programs: dict[str, CProgram] = {}
         self._libraries: dict[str, ctypes.CDLL] = {}  # loaded from the disk cache, by entry file name
         self._cache_key_prefix = " ".join(compiler_command() + link_libraries()) + "|" + _cpu_model()
+        self._quick_key_prefix = " ".join(quick_compiler_command() + link_libraries()) + "|" + _cpu_model()
 
     def render(self, kernel: KernelIR) -> str:
         return self.renderer.render(kernel)
@@ -293,6 +304,9 @@ class CDevice(Device):
         """Compile several kernels with one compiler run (a cold start pays the compiler's start-up once). Each
         kernel's source also indexes the library that holds it on disk, so a later process finds it whatever batch
         it was built in (the scheduler's batches depend on timing)."""
+        return self._compile(kernels, [])
+
+    def _compile(self, kernels: list[KernelIR], launcher: list[str]) -> list[Program]:
         sources = [self.render(kernel) for kernel in kernels]
         missing: dict[str, tuple[KernelIR, str]] = {}
         for kernel, source in zip(kernels, sources):
@@ -303,12 +317,29 @@ class CDevice(Device):
                 else:
                     missing.setdefault(kernel.name, (kernel, source))
         if missing:
-            library, entry = build_library("\n".join(source for _, source in missing.values()), self._cache_key_prefix)
+            library, entry = build_library("\n".join(source for _, source in missing.values()), self._cache_key_prefix,
+                                           launcher + compiler_command())
             self._libraries[entry.name] = library
             for kernel, source in missing.values():
                 self._programs[source] = CProgram(library, kernel.name, len(kernel.params))
                 cache.write_entry(self._index_path(source), entry.name.encode())
         return [self._programs[source] for source in sources]
+
+    def compile_background(self, kernels: list[KernelIR]) -> list[Program]:
+        """compile_many with the compiler at the lowest priority (`nice -n 19`), so it takes only the cores the
+        quick builds' kernels leave idle."""
+        return self._compile(kernels, BACKGROUND_PREFIX if shutil.which(BACKGROUND_PREFIX[0]) else [])
+
+    def compile_quick(self, kernels: list[KernelIR]) -> list[Program] | None:
+        """The kernels built at -O0 (a third of -O3's compile time; slower to run), as one library kept out of the
+        programs by source, so `compile_many` still builds the optimized ones; None where every optimized program
+        is loaded or on disk already."""
+        sources = [self.render(kernel) for kernel in kernels]
+        if all(source in self._programs or self._indexed_library(source) is not None for source in sources):
+            return None
+        by_name = {kernel.name: source for kernel, source in zip(kernels, sources)}
+        library, _ = build_library("\n".join(by_name.values()), self._quick_key_prefix, quick_compiler_command())
+        return [CProgram(library, kernel.name, len(kernel.params)) for kernel in kernels]
 
     def _index_path(self, source: str) -> Path:
         return cache.entry_path("c-index", self._cache_key_prefix + "\n" + source)
@@ -345,9 +376,9 @@ def load_library(entry: Path) -> ctypes.CDLL | None:
             return None
 
 
-def build_library(source: str, key_prefix: str) -> tuple[ctypes.CDLL, Path]:
-    """Compile C source to a shared library, cached on disk (ember/cache.py: checked entries) by source, compiler
-    and flags; the library and its entry."""
+def build_library(source: str, key_prefix: str, command: list[str] | None = None) -> tuple[ctypes.CDLL, Path]:
+    """Compile C source to a shared library (with `command`, default compiler_command()), cached on disk
+    (ember/cache.py: checked entries) by source, compiler and flags (`key_prefix`); the library and its entry."""
     entry = cache.entry_path("c", key_prefix + "\n" + source)
     cached = load_library(entry)
     if cached is not None:
@@ -356,7 +387,7 @@ def build_library(source: str, key_prefix: str) -> tuple[ctypes.CDLL, Path]:
         output = Path(work, "kernel.so")
         source_path = Path(work, "kernel.c")
         source_path.write_text(source)
-        result = subprocess.run([*compiler_command(), "-o", str(output), str(source_path), *link_libraries()],
+        result = subprocess.run([*(command or compiler_command()), "-o", str(output), str(source_path), *link_libraries()],
                                 capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise CompileError(f"the C compiler rejected a kernel:\n{result.stderr}\n--- source ---\n{source}")

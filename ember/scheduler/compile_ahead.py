@@ -14,7 +14,7 @@ from ember.core.graph import Node
 from ember.ir.ir import KernelIR
 from ember.ir.kernel import Kernel
 from ember.progress import Progress
-from ember.scheduler import compile_cache
+from ember.scheduler import compile_cache, quick_compile
 from ember.scheduler.devices import get_device
 from ember.scheduler.schedule import CachedCopy, CachedKernel
 
@@ -62,7 +62,7 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
     futures: list[Future[list[compile_cache.CompiledKernel]]] = []
 
     def submit(kernels: list[Kernel], irs: list[KernelIR]) -> None:
-        future = pool.submit(compile_cache.compile_kernels, device, kernels, irs)
+        future = pool.submit(_build, device, kernels, irs)
         future.add_done_callback(partial(_advance, progress, len(kernels)))
         running.append(future)
         futures.append(future)
@@ -83,6 +83,12 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
                 submit(lowered[0][start:start + size], lowered[1][start:start + size])
         for future in futures:
             future.result()  # the first error, if any, is raised here
+
+
+def _build(device: Device, kernels: list[Kernel], irs: list[KernelIR]) -> list[compile_cache.CompiledKernel]:
+    """Quick builds to launch now, the optimized ones following in the background (quick_compile.py), where the
+    device makes them; else the optimized builds."""
+    return quick_compile.compile_quickly(device, kernels, irs) or compile_cache.compile_kernels(device, kernels, irs)
 
 
 def _advance(progress: Progress, count: int, _: Future[list[compile_cache.CompiledKernel]]) -> None:
