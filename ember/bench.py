@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from ember.scheduler import quick_compile
+
 Runner = Callable[[], Any]  # one timed run; its return value is ignored
 
 
@@ -478,6 +480,7 @@ def run_case(case: Case, repeats: int, warmup: int, log: Callable[[str], None]) 
         try:
             runner = builder()
             measure(runner, 0, warmup)
+            quick_compile.wait_for_optimized()  # time the optimized kernels, not a cold start's quick builds
             runners[implementation] = runner
         except Exception as error:  # noqa: BLE001 - e.g. torch.compile without a working inductor here
             message = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
