@@ -141,6 +141,9 @@ class Builder:
         self.rules: RuleTable = rules
         self._nodes: dict[tuple, IRNode] = {}
         self._integers: dict[tuple[int, DType], IRNode] = {}  # const(int, dtype), looked up before normalizing
+        # alu's answers: half the ALU nodes lowering asks for were asked for before, and the rules (linear_terms
+        # walks whole sums) cost more than the lookup
+        self._simplified: dict[tuple[Op, DType, tuple[IRNode, ...]], IRNode] = {}
         self.loop_count = 0
         self.local_count = 0
 
@@ -289,6 +292,17 @@ class Builder:
 
     def alu(self, op: Op, dtype: DType, *srcs: IRNode, arg: Any = None) -> IRNode:
         """An ALU node, or what the first rule of the builder's table (ir/simplify.py) that fires on it gives."""
+        key = (op, dtype, srcs) if arg is None else None  # sources compare by identity (hash-consed)
+        if key is not None:
+            known = self._simplified.get(key)
+            if known is not None:
+                return known
+        result = self._simplify(op, dtype, srcs, arg)
+        if key is not None:
+            self._simplified[key] = result
+        return result
+
+    def _simplify(self, op: Op, dtype: DType, srcs: tuple[IRNode, ...], arg: Any) -> IRNode:
         matchers = self.rules.matchers.get(op)
         if matchers is not None:
             candidate = IRNode(op, dtype, srcs, arg, -math.inf, math.inf)
