@@ -6,6 +6,7 @@ compile cache when it is ready."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -20,6 +21,8 @@ from ember.scheduler.compile_cache import CompileCache, CompiledKernel
 # pending work is finished at interpreter exit (concurrent.futures joins its threads), so the disk cache gets it
 _OPTIMIZER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ember-optimize")
 _PENDING: list[Future[None]] = []
+_QUEUE: list[tuple[CompileCache, Device, list[Kernel], list[KernelIR], list[CompiledKernel]]] = []
+_LOCK = threading.Lock()
 
 
 def enabled() -> bool:
@@ -47,9 +50,27 @@ def compile_quickly(device: Device, kernels: list[Kernel], irs: list[KernelIR]) 
         cache.put((device.name, kernel), compiled)
         for record in profile.current():
             record.compiles.append(profile.CompileRecord(compiled.name, device.name, seconds, from_cache=False))
+    with _LOCK:
+        _QUEUE.append((cache, device, kernels, irs, quick))
     _PENDING[:] = [future for future in _PENDING if not future.done()]
-    _PENDING.append(_OPTIMIZER.submit(_optimize, cache, device, kernels, irs, quick))
+    _PENDING.append(_OPTIMIZER.submit(_optimize_queued))
     return quick
+
+
+def _optimize_queued() -> None:
+    """Build everything queued so far, one compiler run per device (batches queued while the last run went on are
+    built together; a run that finds the queue empty was served by an earlier one)."""
+    with _LOCK:
+        jobs = list(_QUEUE)
+        _QUEUE.clear()
+    groups: dict[tuple[int, str], tuple[CompileCache, Device, list[Kernel], list[KernelIR], list[CompiledKernel]]] = {}
+    for cache, device, kernels, irs, quick in jobs:
+        group = groups.setdefault((id(cache), device.name), (cache, device, [], [], []))
+        group[2].extend(kernels)
+        group[3].extend(irs)
+        group[4].extend(quick)
+    for group in groups.values():
+        _optimize(*group)
 
 
 def _optimize(cache: CompileCache, device: Device, kernels: list[Kernel], irs: list[KernelIR],
