@@ -68,6 +68,7 @@ def has_vector_math() -> bool:
 # what CRenderer renders on vectors (gcc's vector extensions, with helpers for MAX, WHERE and math functions)
 VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE,
                         Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC})
+RENDERED_KEPT = 256  # sources of the kernels rendered last, kept for compile_many after compile_quick
 PARALLEL_THRESHOLD = 1 << 15  # estimated operations below which a kernel runs on one thread
 
 
@@ -291,6 +292,7 @@ class CDevice(Device):
         self.renderer = CRenderer(threads, vector_math=has_vector_math())
         self._programs: dict[str, CProgram] = {}
         self._libraries: dict[str, ctypes.CDLL] = {}  # loaded from the disk cache, by entry file name
+        self._rendered: dict[int, tuple[KernelIR, str]] = {}  # the last RENDERED_KEPT kernels rendered, by id
         self._cache_key_prefix = " ".join(compiler_command() + link_libraries()) + "|" + _cpu_model()
         self._quick_key_prefix = " ".join(quick_compiler_command() + link_libraries()) + "|" + _cpu_model()
 
@@ -307,15 +309,11 @@ class CDevice(Device):
         return self._compile(kernels, [])
 
     def _compile(self, kernels: list[KernelIR], launcher: list[str]) -> list[Program]:
-        sources = [self.render(kernel) for kernel in kernels]
+        sources = [self._source(kernel) for kernel in kernels]
         missing: dict[str, tuple[KernelIR, str]] = {}
         for kernel, source in zip(kernels, sources):
-            if source not in self._programs:
-                library = self._indexed_library(source)
-                if library is not None:
-                    self._programs[source] = CProgram(library, kernel.name, len(kernel.params))
-                else:
-                    missing.setdefault(kernel.name, (kernel, source))
+            if not self._at_hand(kernel, source):
+                missing.setdefault(kernel.name, (kernel, source))
         if missing:
             library, entry = build_library("\n".join(source for _, source in missing.values()), self._cache_key_prefix,
                                            launcher + compiler_command())
@@ -334,12 +332,30 @@ class CDevice(Device):
         """The kernels built at -O0 (a third of -O3's compile time; slower to run), as one library kept out of the
         programs by source, so `compile_many` still builds the optimized ones; None where every optimized program
         is loaded or on disk already."""
-        sources = [self.render(kernel) for kernel in kernels]
-        if all(source in self._programs or self._indexed_library(source) is not None for source in sources):
+        sources = [self._source(kernel) for kernel in kernels]
+        if all(self._at_hand(kernel, source) for kernel, source in zip(kernels, sources)):
             return None
         by_name = {kernel.name: source for kernel, source in zip(kernels, sources)}
         library, _ = build_library("\n".join(by_name.values()), self._quick_key_prefix, quick_compiler_command())
         return [CProgram(library, kernel.name, len(kernel.params)) for kernel in kernels]
+
+    def _source(self, kernel: KernelIR) -> str:
+        """The kernel's source, rendered once (compile_quick and then compile_many ask for the same kernels)."""
+        known = self._rendered.get(id(kernel))
+        if known is None or known[0] is not kernel:
+            known = self._rendered[id(kernel)] = (kernel, self.render(kernel))
+            while len(self._rendered) > RENDERED_KEPT:
+                self._rendered.pop(next(iter(self._rendered)))
+        return known[1]
+
+    def _at_hand(self, kernel: KernelIR, source: str) -> bool:
+        """Whether the optimized program of a source is loaded, after loading it from the disk cache if it is there."""
+        if source in self._programs:
+            return True
+        library = self._indexed_library(source)
+        if library is not None:
+            self._programs[source] = CProgram(library, kernel.name, len(kernel.params))
+        return library is not None
 
     def _index_path(self, source: str) -> Path:
         return cache.entry_path("c-index", self._cache_key_prefix + "\n" + source)
