@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from ember.scheduler import quick_compile
+
 Runner = Callable[[], Any]  # one timed run; its return value is ignored
 
 
@@ -426,14 +428,14 @@ print(json.dumps({"import": imported - start, "first": done - first, "kernels": 
 """
 
 
-def cold_start(source: str, arguments: list[str]) -> dict[str, float]:
+def cold_start(source: str, arguments: list[str], extra_environment: dict[str, str] | None = None) -> dict[str, float]:
     """Run a script in a fresh process with empty ember, PoCL and Mesa caches; its JSON report."""
     with tempfile.TemporaryDirectory(prefix="ember-cold-") as folder:
         environment = dict(os.environ)
         environment.update({
             "EMBER_CACHE_DIR": os.path.join(folder, "ember"), "POCL_CACHE_DIR": os.path.join(folder, "pocl"),
             "MESA_SHADER_CACHE_DIR": os.path.join(folder, "mesa"), "XDG_CACHE_HOME": os.path.join(folder, "xdg"),
-        })
+        }, **(extra_environment or {}))
         result = subprocess.run([sys.executable, "-c", source, *arguments], capture_output=True, text=True,
                                 env=environment, timeout=1800)
         if result.returncode != 0:
@@ -447,12 +449,15 @@ def cold_results(devices: list[str], batch: int, repeats: int) -> list[Result]:
     cases = [("cold start: first realize of a 5-kernel graph", COLD_GRAPH, devices, False),
              (f"cold start: first MLP training step, batch {batch}", COLD_MLP, devices, True)]
     for name, source, case_devices, with_torch in cases:
-        runs: list[tuple[str, list[str], str]] = [(f"ember {device}", [device, str(batch)], source) for device in case_devices]
+        runs: list[tuple[str, list[str], str, dict[str, str]]] = [
+            (f"ember {device}", [device, str(batch)], source, {}) for device in case_devices]
+        if "c" in case_devices:  # quick builds first (opt-in: values within float tolerance of the optimized ones)
+            runs.append(("ember c EMBER_QUICK_COMPILE=1", ["c", str(batch)], source, {"EMBER_QUICK_COMPILE": "1"}))
         if with_torch:
-            runs.append(("torch", ["cpu", str(batch)], COLD_TORCH_MLP))
-        for implementation, arguments, script in runs:
+            runs.append(("torch", ["cpu", str(batch)], COLD_TORCH_MLP, {}))
+        for implementation, arguments, script, extra in runs:
             try:
-                reports = [cold_start(script, arguments) for _ in range(repeats)]
+                reports = [cold_start(script, arguments, extra) for _ in range(repeats)]
             except Exception as error:  # noqa: BLE001 - a case that cannot run is reported, not fatal
                 results.append(Result(name, implementation, None, "ms", False, note=f"failed: {error}"))
                 continue
@@ -478,6 +483,7 @@ def run_case(case: Case, repeats: int, warmup: int, log: Callable[[str], None]) 
         try:
             runner = builder()
             measure(runner, 0, warmup)
+            quick_compile.wait_for_optimized()  # time the optimized kernels, not a cold start's quick builds
             runners[implementation] = runner
         except Exception as error:  # noqa: BLE001 - e.g. torch.compile without a working inductor here
             message = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__

@@ -131,6 +131,21 @@ def _count_opencl_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return builds
 
 
+def test_a_c_kernel_built_in_a_batch_is_found_alone(cache_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scheduler's batches depend on timing: a later process must find each kernel whatever batch built it."""
+    template, ir = _kernel_for("c")
+    x = em.tensor(np.arange(17, dtype=np.float32), device=template.name)
+    (item,) = [item for item in kernelize([(x * 5 - 2).node]) if isinstance(item, KernelItem)]
+    other = build_kernel_ir(item.kernel, "ember_cache_test_other", template.info)
+    c_backend.CDevice("c:cache-test").compile_many([ir, other])  # one library holding both
+    builds = _count_c_builds(monkeypatch)
+    np.testing.assert_array_equal(run_float_kernel(c_backend.CDevice("c:cache-test"), other),
+                                  np.arange(17, dtype=np.float32) * 5 - 2)
+    np.testing.assert_array_equal(run_float_kernel(c_backend.CDevice("c:cache-test"), ir),
+                                  np.arange(17, dtype=np.float32) * 3 + 1)
+    assert builds == []
+
+
 BACKENDS = {"c": ("c", _fresh_c_device, _count_c_builds), "opencl": ("opencl", _fresh_opencl_device,
                                                                       _count_opencl_builds)}
 

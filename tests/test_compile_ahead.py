@@ -9,16 +9,17 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember.scheduler import compile_cache
+from ember.backends import c as c_backend
+from ember.scheduler import compile_cache, quick_compile
 from ember.scheduler.compile_ahead import PROGRESS_MIN_KERNELS
 
 
-def _many_kernels(count: int, device: str) -> tuple[list[em.Tensor], list[np.ndarray]]:
+def _many_kernels(count: int, device: str, first_rows: int = 2) -> tuple[list[em.Tensor], list[np.ndarray]]:
     """`count` outputs of distinct shapes (so distinct kernels), each its own kernel, and their numpy values."""
     generator = np.random.default_rng(13)
     outputs, expected = [], []
     for index in range(count):
-        data = generator.standard_normal((index + 2, 3), dtype=np.float32)
+        data = generator.standard_normal((index + first_rows, 3), dtype=np.float32)
         outputs.append((em.tensor(data, device=device) * 1.5 + 0.25).exp().sum(0))
         expected.append(np.exp(data * np.float32(1.5) + np.float32(0.25)).sum(0))
     return outputs, expected
@@ -62,3 +63,32 @@ def test_no_progress_for_few_kernels_or_without_a_terminal(cold: None, monkeypat
     assert "compiling" not in capsys.readouterr().err
     for output, values in zip(outputs + doubled, expected + [values * 2 for values in more_expected]):
         np.testing.assert_allclose(output.numpy(), values, rtol=1e-5)
+
+
+@pytest.mark.parametrize("quick", ["1", "0"])
+def test_quick_builds_run_first_and_the_optimized_ones_replace_them(cold: None, quick: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold compile launches quick builds (c: -O0) while the optimized ones are built in the background; these
+    replace them in the compile cache, give the same values, and are the ones a later process finds on disk."""
+    monkeypatch.setenv("EMBER_QUICK_COMPILE", quick)
+    rows = 40 if quick == "1" else 50  # kernels no earlier test built (the device keeps its programs in memory)
+    outputs, expected = _many_kernels(4, "c", rows)
+    em.realize(*outputs)
+    first = dict(compile_cache.COMPILED.items())
+    assert len(first) == 4
+    for output, values in zip(outputs, expected):
+        np.testing.assert_allclose(output.numpy(), values, rtol=1e-5)
+    quick_compile.wait_for_optimized()
+    optimized = dict(compile_cache.COMPILED.items())
+    assert optimized.keys() == first.keys()
+    replaced = [optimized[key] is not first[key] for key in first]
+    assert replaced == [quick == "1"] * 4
+    for key, compiled in optimized.items():  # the same IR, built the other way
+        assert compiled.ir is first[key].ir
+    fresh = c_backend.CDevice("c:quick-test")
+    assert fresh.compile_quick([compiled.ir for compiled in optimized.values()]) is None  # optimized ones on disk
+    rerun, rerun_expected = _many_kernels(4, "c", rows)  # the same kernels again: now the optimized programs run
+    em.realize(*rerun)
+    for output, values in zip(rerun, rerun_expected):
+        np.testing.assert_allclose(output.numpy(), values, rtol=1e-5)
+    assert all(compile_cache.COMPILED.get(key) is optimized[key] for key in first)

@@ -238,6 +238,18 @@ class Device(ABC):
         compile each; a backend whose compiler has a start-up cost builds them as one unit (c, opencl)."""
         return [self.compile(kernel) for kernel in kernels]
 
+    def compile_quick(self, kernels: list[KernelIR]) -> list[Program] | None:
+        """Optional: the kernels built as fast as the compiler can, less optimized (the same values within float
+        tolerance, integers exact), for a cold start to launch while `compile_many` builds the optimized programs
+        in the background; None where the device has no quicker build, or has every optimized program at hand
+        already (in memory or in its disk cache). Default: None."""
+        return None
+
+    def compile_background(self, kernels: list[KernelIR]) -> list[Program]:
+        """`compile_many` for the optimized builds that replace quick ones (run in a background thread while the
+        quick builds run): a device may build them at a low priority. Default: compile_many."""
+        return self.compile_many(kernels)
+
     def synchronize(self) -> None:
         """Wait until every command enqueued on this device has finished (benchmarks; reads use events)."""
 

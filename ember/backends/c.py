@@ -68,6 +68,7 @@ def has_vector_math() -> bool:
 # what CRenderer renders on vectors (gcc's vector extensions, with helpers for MAX, WHERE and math functions)
 VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE,
                         Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC})
+RENDERED_KEPT = 256  # sources of the kernels rendered last, kept for compile_many after compile_quick
 PARALLEL_THRESHOLD = 1 << 15  # estimated operations below which a kernel runs on one thread
 
 
@@ -263,6 +264,16 @@ def compiler_command() -> list[str]:
             "-fno-thread-jumps", "-fno-tree-loop-if-convert", "-fschedule-insns", "-fsched-pressure"]
 
 
+BACKGROUND_PREFIX = ["nice", "-n", "19"]  # runs a background compile (CDevice.compile_background) at low priority
+
+
+def quick_compiler_command() -> list[str]:
+    """compiler_command at -O0, for programs launched while the optimized ones are built (CDevice.compile_quick):
+    values as -O3's but for the fused multiply-adds -O3 contracts (within float tolerance)."""
+    scheduling = ("-fschedule-insns", "-fsched-pressure")
+    return ["-O0" if flag == "-O3" else flag for flag in compiler_command() if flag not in scheduling]
+
+
 def link_libraries() -> list[str]:
     return ["-lmvec", "-lm"] if has_vector_math() else ["-lm"]
 
@@ -288,7 +299,10 @@ class CDevice(Device):
         self.pool = HostMemoryPool(name)
         self.renderer = CRenderer(threads, vector_math=has_vector_math())
         self._programs: dict[str, CProgram] = {}
+        self._libraries: dict[str, ctypes.CDLL] = {}  # loaded from the disk cache, by entry file name
+        self._rendered: dict[int, tuple[KernelIR, str]] = {}  # the last RENDERED_KEPT kernels rendered, by id
         self._cache_key_prefix = " ".join(compiler_command() + link_libraries()) + "|" + _cpu_model()
+        self._quick_key_prefix = " ".join(quick_compiler_command() + link_libraries()) + "|" + _cpu_model()
 
     def render(self, kernel: KernelIR) -> str:
         return self.renderer.render(kernel)
@@ -297,40 +311,112 @@ class CDevice(Device):
         return self.compile_many([kernel])[0]
 
     def compile_many(self, kernels: list[KernelIR]) -> list[Program]:
-        """Compile several kernels with one compiler run (a cold start pays the compiler's start-up once)."""
-        sources = [self.render(kernel) for kernel in kernels]
+        """Compile several kernels with one compiler run (a cold start pays the compiler's start-up once). Each
+        kernel's source also indexes the library that holds it on disk, so a later process finds it whatever batch
+        it was built in (the scheduler's batches depend on timing)."""
+        return self._compile(kernels, [])
+
+    def _compile(self, kernels: list[KernelIR], launcher: list[str]) -> list[Program]:
+        sources = [self._source(kernel) for kernel in kernels]
         missing: dict[str, tuple[KernelIR, str]] = {}
         for kernel, source in zip(kernels, sources):
-            if source not in self._programs:
+            if not self._at_hand(kernel, source):
                 missing.setdefault(kernel.name, (kernel, source))
         if missing:
-            library = build_library("\n".join(source for _, source in missing.values()), self._cache_key_prefix)
+            library, entry = build_library("\n".join(source for _, source in missing.values()), self._cache_key_prefix,
+                                           launcher + compiler_command())
+            self._libraries[entry.name] = library
             for kernel, source in missing.values():
                 self._programs[source] = CProgram(library, kernel.name, len(kernel.params))
+                cache.write_entry(self._index_path(source), entry.name.encode())
         return [self._programs[source] for source in sources]
 
+    def compile_background(self, kernels: list[KernelIR]) -> list[Program]:
+        """compile_many with the compiler at the lowest priority (`nice -n 19`), so it takes only the cores the
+        quick builds' kernels leave idle."""
+        return self._compile(kernels, BACKGROUND_PREFIX if shutil.which(BACKGROUND_PREFIX[0]) else [])
 
-def build_library(source: str, key_prefix: str) -> ctypes.CDLL:
-    """Compile C source to a shared library, cached on disk (ember/cache.py: checked entries) by source, compiler
-    and flags. A cached library is loaded from a private copy of its checked bytes, never from the entry itself."""
-    entry = cache.entry_path("c", key_prefix + "\n" + source)
+    def compile_quick(self, kernels: list[KernelIR]) -> list[Program] | None:
+        """The kernels built at -O0 (a third of -O3's compile time; slower to run), as one library kept out of the
+        programs by source, so `compile_many` still builds the optimized ones; None where every optimized program
+        is loaded or on disk already."""
+        sources = [self._source(kernel) for kernel in kernels]
+        if all(self._at_hand(kernel, source) for kernel, source in zip(kernels, sources)):
+            return None
+        by_name = {kernel.name: source for kernel, source in zip(kernels, sources)}
+        library, _ = build_library("\n".join(by_name.values()), self._quick_key_prefix, quick_compiler_command())
+        return [CProgram(library, kernel.name, len(kernel.params)) for kernel in kernels]
+
+    def _source(self, kernel: KernelIR) -> str:
+        """The kernel's source, rendered once (compile_quick and then compile_many ask for the same kernels)."""
+        known = self._rendered.get(id(kernel))
+        if known is None or known[0] is not kernel:
+            known = self._rendered[id(kernel)] = (kernel, self.render(kernel))
+            while len(self._rendered) > RENDERED_KEPT:
+                self._rendered.pop(next(iter(self._rendered)))
+        return known[1]
+
+    def _at_hand(self, kernel: KernelIR, source: str) -> bool:
+        """Whether the optimized program of a source is loaded, after loading it from the disk cache if it is there."""
+        if source in self._programs:
+            return True
+        library = self._indexed_library(source)
+        if library is not None:
+            self._programs[source] = CProgram(library, kernel.name, len(kernel.params))
+        return library is not None
+
+    def _index_path(self, source: str) -> Path:
+        return cache.entry_path("c-index", self._cache_key_prefix + "\n" + source)
+
+    def _indexed_library(self, source: str) -> ctypes.CDLL | None:
+        """The library on disk that holds a kernel's source (built in an earlier batch or process), or None."""
+        index = self._index_path(source)
+        name = cache.read_entry(index)
+        if name is None:
+            return None
+        library = self._libraries.get(name.decode(errors="replace"))
+        if library is None:
+            library = load_library(index.parent.parent / "c" / name.decode(errors="replace"))
+            if library is None:
+                cache.discard(index)  # the library it names is gone or failed its checks
+                return None
+            self._libraries[name.decode()] = library
+        return library
+
+
+def load_library(entry: Path) -> ctypes.CDLL | None:
+    """The cached library at `entry` loaded from a private copy of its checked bytes (never from the entry itself),
+    or None where there is none or the loader refuses it (then it is discarded)."""
     library = cache.read_entry(entry)
+    if library is None:
+        return None
     with tempfile.TemporaryDirectory(prefix="ember-c-", dir=entry.parent) as work:
         output = Path(work, "kernel.so")
-        if library is not None:
-            output.write_bytes(library)
-            try:
-                return ctypes.CDLL(str(output))  # dlopen maps the file; the folder may go once it is loaded
-            except OSError:
-                cache.discard(entry)  # checked bytes the loader refuses (another machine's?): rebuilt
+        output.write_bytes(library)
+        try:
+            return ctypes.CDLL(str(output))  # dlopen maps the file; the folder may go once it is loaded
+        except OSError:
+            cache.discard(entry)  # checked bytes the loader refuses (another machine's?): rebuilt
+            return None
+
+
+def build_library(source: str, key_prefix: str, command: list[str] | None = None) -> tuple[ctypes.CDLL, Path]:
+    """Compile C source to a shared library (with `command`, default compiler_command()), cached on disk
+    (ember/cache.py: checked entries) by source, compiler and flags (`key_prefix`); the library and its entry."""
+    entry = cache.entry_path("c", key_prefix + "\n" + source)
+    cached = load_library(entry)
+    if cached is not None:
+        return cached, entry
+    with tempfile.TemporaryDirectory(prefix="ember-c-", dir=entry.parent) as work:
+        output = Path(work, "kernel.so")
         source_path = Path(work, "kernel.c")
         source_path.write_text(source)
-        result = subprocess.run([*compiler_command(), "-o", str(output), str(source_path), *link_libraries()],
+        result = subprocess.run([*(command or compiler_command()), "-o", str(output), str(source_path), *link_libraries()],
                                 capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise CompileError(f"the C compiler rejected a kernel:\n{result.stderr}\n--- source ---\n{source}")
         cache.write_entry(entry, output.read_bytes())
-        return ctypes.CDLL(str(output))
+        return ctypes.CDLL(str(output)), entry
 
 
 def probe() -> list[Device]:

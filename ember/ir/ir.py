@@ -45,13 +45,14 @@ class IROp(Enum):
 class IRNode:
     """One IR value. Built only through `Builder`, so equal structure means the same object."""
 
-    __slots__ = ("op", "dtype", "srcs", "arg", "minimum", "maximum", "width")
+    __slots__ = ("arg", "dtype", "is_const", "maximum", "minimum", "op", "srcs", "width")
 
     def __init__(self, op: IROp | Op, dtype: DType, srcs: tuple[IRNode, ...], arg: Any,
                  minimum: float, maximum: float, width: int = 1) -> None:
         self.op, self.dtype, self.srcs, self.arg = op, dtype, srcs, arg
         self.minimum, self.maximum = minimum, maximum
         self.width = width
+        self.is_const = op is IROp.CONST  # an attribute, not a property: lowering asks it ~100,000 times a step
 
     def __repr__(self) -> str:
         """The expression this node computes (shared nodes spelled out at each use)."""
@@ -66,10 +67,6 @@ class IRNode:
         if self.width > 1:
             name += f"x{self.width}"
         return f"{name}({', '.join(sources)}{', ' + repr(self.arg) if self.arg is not None else ''})"
-
-    @property
-    def is_const(self) -> bool:
-        return self.op is IROp.CONST
 
 
 @functools.lru_cache(maxsize=16)
@@ -143,6 +140,10 @@ class Builder:
             rules = SIMPLIFY
         self.rules: RuleTable = rules
         self._nodes: dict[tuple, IRNode] = {}
+        self._integers: dict[tuple[int, DType], IRNode] = {}  # const(int, dtype), looked up before normalizing
+        # alu's answers: half the ALU nodes lowering asks for were asked for before, and the rules (linear_terms
+        # walks whole sums) cost more than the lookup
+        self._simplified: dict[tuple[Op, DType, tuple[IRNode, ...]], IRNode] = {}
         self.loop_count = 0
         self.local_count = 0
 
@@ -162,6 +163,15 @@ class Builder:
     # ---- leaves ---------------------------------------------------------------------------------------------
 
     def const(self, value: Any, dtype: DType) -> IRNode:
+        if type(value) is int:  # index math asks for the same few integers again and again
+            key = (value, dtype)
+            node = self._integers.get(key)
+            if node is None:
+                node = self._integers[key] = self._const(value, dtype)
+            return node
+        return self._const(value, dtype)
+
+    def _const(self, value: Any, dtype: DType) -> IRNode:
         value = normalize_constant(value, dtype)
         if isinstance(value, float) and math.isnan(value):
             return self._make(IROp.CONST, dtype, (), value, -math.inf, math.inf)
@@ -282,6 +292,17 @@ class Builder:
 
     def alu(self, op: Op, dtype: DType, *srcs: IRNode, arg: Any = None) -> IRNode:
         """An ALU node, or what the first rule of the builder's table (ir/simplify.py) that fires on it gives."""
+        key = (op, dtype, srcs) if arg is None else None  # sources compare by identity (hash-consed)
+        if key is not None:
+            known = self._simplified.get(key)
+            if known is not None:
+                return known
+        result = self._simplify(op, dtype, srcs, arg)
+        if key is not None:
+            self._simplified[key] = result
+        return result
+
+    def _simplify(self, op: Op, dtype: DType, srcs: tuple[IRNode, ...], arg: Any) -> IRNode:
         matchers = self.rules.matchers.get(op)
         if matchers is not None:
             candidate = IRNode(op, dtype, srcs, arg, -math.inf, math.inf)

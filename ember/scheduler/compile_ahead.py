@@ -11,9 +11,10 @@ from typing import cast
 
 from ember.backends.base import Device
 from ember.core.graph import Node
+from ember.ir.ir import KernelIR
 from ember.ir.kernel import Kernel
 from ember.progress import Progress
-from ember.scheduler import compile_cache
+from ember.scheduler import compile_cache, quick_compile
 from ember.scheduler.devices import get_device
 from ember.scheduler.schedule import CachedCopy, CachedKernel
 
@@ -49,21 +50,45 @@ def compile_ahead(items: list[CachedKernel | CachedCopy], graph_nodes: list[Node
 
 
 def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) -> None:
-    """Lower the kernels in order here and hand each batch, once lowered, to a compiler thread, so compilers run
-    while the next kernels are lowered (lowering is Python and holds the interpreter; a compiler run does not).
-    Batches are small enough for every core to get two, large enough that a compiler start serves several kernels."""
-    workers = min(len(batch), os.cpu_count() or 1)
-    size = max(2, math.ceil(len(batch) / (2 * workers)))
+    """Lower the kernels in order here and hand what is lowered to compiler threads, so compilers run while the next
+    kernels are lowered (lowering is Python and holds the interpreter; a compiler run does not). While lowering goes
+    on, one core is left to it: a compiler run starts whenever fewer than the other cores compile, with every kernel
+    lowered since the last run, so a slow run gathers a large batch for the next (a compiler start costs ~0.1 s
+    whatever the batch: the fewer runs, the sooner all are built). Once all are lowered, the rest is split between
+    the idle cores."""
+    cores = os.cpu_count() or 1
+    lowered: tuple[list[Kernel], list[KernelIR]] = ([], [])
+    running: list[Future[list[compile_cache.CompiledKernel]]] = []
     futures: list[Future[list[compile_cache.CompiledKernel]]] = []
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for start in range(0, len(batch), size):
-            chunk = batch[start:start + size]
-            irs = [compile_cache.lower_for(device, kernel) for kernel in chunk]
-            future = pool.submit(compile_cache.compile_kernels, device, chunk, irs)
-            future.add_done_callback(partial(_advance, progress, len(chunk)))
-            futures.append(future)
+
+    def submit(kernels: list[Kernel], irs: list[KernelIR]) -> None:
+        future = pool.submit(_build, device, kernels, irs)
+        future.add_done_callback(partial(_advance, progress, len(kernels)))
+        running.append(future)
+        futures.append(future)
+
+    with ThreadPoolExecutor(max_workers=cores) as pool:
+        for kernel in batch:
+            lowered[0].append(kernel)
+            lowered[1].append(compile_cache.lower_for(device, kernel))
+            running[:] = [future for future in running if not future.done()]
+            if len(running) < max(1, cores - 1):
+                submit(list(lowered[0]), list(lowered[1]))
+                lowered[0].clear()
+                lowered[1].clear()
+        running[:] = [future for future in running if not future.done()]
+        if lowered[0]:
+            size = math.ceil(len(lowered[0]) / max(1, min(len(lowered[0]), cores - len(running))))
+            for start in range(0, len(lowered[0]), size):
+                submit(lowered[0][start:start + size], lowered[1][start:start + size])
         for future in futures:
             future.result()  # the first error, if any, is raised here
+
+
+def _build(device: Device, kernels: list[Kernel], irs: list[KernelIR]) -> list[compile_cache.CompiledKernel]:
+    """Quick builds to launch now, the optimized ones following in the background (quick_compile.py), where the
+    device makes them; else the optimized builds."""
+    return quick_compile.compile_quickly(device, kernels, irs) or compile_cache.compile_kernels(device, kernels, irs)
 
 
 def _advance(progress: Progress, count: int, _: Future[list[compile_cache.CompiledKernel]]) -> None:

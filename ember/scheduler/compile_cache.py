@@ -61,6 +61,12 @@ class CompileCache:
                 profile.debug_print(1, f"  compile cache full ({self.limit} programs): dropped {dropped.name} "
                                        f"on {device_name}")
 
+    def replace(self, key: tuple[str, Kernel], old: CompiledKernel, new: CompiledKernel) -> None:
+        """Put `new` where `old` still is (a quick build swapped for its optimized one); else leave the entry."""
+        with self._lock:
+            if self.entries.get(key) is old:
+                self.entries[key] = new
+
     def __contains__(self, key: object) -> bool:
         return key in self.entries
 

@@ -11,7 +11,7 @@ from ember.backends.base import COMPLETED, Device, Event
 from ember.core.errors import CompileError
 from ember.core.graph import Node
 from ember.ir.kernel import Kernel
-from ember.scheduler import compile_cache, profile, recording
+from ember.scheduler import compile_cache, profile, quick_compile, recording
 from ember.scheduler.buffers import Buffer, buffer_of, pending
 from ember.scheduler.compile_cache import CompiledKernel, compile_narrower
 from ember.scheduler.devices import get_device
@@ -31,6 +31,8 @@ def run_kernel(output: Node, kernel: Kernel, inputs: list[Node], held_by_schedul
     size = math.prod(output.shape)
     buffer = Buffer(device, size, output.dtype) if reused is None else reused
     if size > 0:
+        if recording.ACTIVE is not None:  # a capture replays its programs: the optimized ones, not quick builds
+            quick_compile.wait_for_optimized()
         compiled = compile_cache.compile_kernel(device, kernel)  # through the module: tests wrap it
         if device.info.can_run:
             input_buffers: list[Buffer] = []
