@@ -133,6 +133,42 @@ def test_the_simplifier_is_a_table_run_as_nodes_are_built() -> None:
     assert b.alu(Op.ADD, F32, y, b.const(0.0, F32)).op is Op.ADD
 
 
+def _integer_value(root: IRNode, bindings: dict[int, int]) -> int:
+    """The value of an integer index DAG with its RANGE nodes bound, computed with Python's integers."""
+    values: dict[int, int] = {}
+    for node in topological_nodes(root):
+        if node.op is IROp.CONST:
+            values[id(node)] = node.arg
+        elif node.op is IROp.RANGE:
+            values[id(node)] = bindings[id(node)]
+        else:
+            a, b = (values[id(src)] for src in node.srcs)
+            values[id(node)] = {Op.ADD: a + b, Op.MUL: a * b, Op.IDIV: a // b, Op.MOD: a % b}[node.op]
+    return values[id(root)]
+
+
+@pytest.mark.parametrize("step, offset, divisor", [(8, 3, 256), (8, 0, 256), (8, 13, 256), (4, 6, 24), (6, 5, 4)])
+def test_division_of_lane_offsets_keeps_one_term(step: int, offset: int, divisor: int) -> None:
+    """(g*y + c) // (g*m) and % (what a reduce split into vector lanes indexes through a reshape) are rewritten to a
+    term of y shared by the lanes plus constants, with the values Python's integers give."""
+    b = Builder()
+    y = b.new_range(100, I32)
+    numerator = b.alu(Op.ADD, I32, b.alu(Op.MUL, I32, y, b.const(step, I32)), b.const(offset, I32))
+    quotient = b.alu(Op.IDIV, I32, numerator, b.const(divisor, I32))
+    remainder = b.alu(Op.MOD, I32, numerator, b.const(divisor, I32))
+    for value in range(100):
+        expected = step * value + offset
+        assert _integer_value(quotient, {id(y): value}) == expected // divisor
+        assert _integer_value(remainder, {id(y): value}) == expected % divisor
+    # the reshape's index quotient * divisor + remainder recombines to the linear index itself
+    linear = b.alu(Op.ADD, I32, b.alu(Op.MUL, I32, quotient, b.const(divisor, I32)), remainder)
+    assert linear is numerator or _integer_value(linear, {id(y): 7}) == step * 7 + offset
+    if math.gcd(step, divisor) == step and offset < step:  # lanes of one vector: the same quotient as lane 0's
+        lane_zero = b.alu(Op.MUL, I32, y, b.const(step, I32))
+        assert quotient is b.alu(Op.IDIV, I32, lane_zero, b.const(divisor, I32))
+        assert linear is numerator
+
+
 @pytest.mark.parametrize("op", sorted(FOLD, key=str))
 def test_constant_folding_matches_numpy(op: Op) -> None:
     """Each folder against numpy's result on int32 values (C semantics: truncating division, x // 0 = 0)."""

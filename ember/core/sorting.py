@@ -59,10 +59,14 @@ class SortingOps(TensorBase):
         if not 0 <= k <= size:
             raise ShapeError(f"topk: selected index k={k} is out of range for dim {dim} of size {size} "
                              f"(shape {self.shape}); valid: 0 to {size}")
-        values, indices = _sort_along(cast("Tensor", self), dim, largest, "topk")
+        tracked = getattr(self, "requires_grad", False)
+        values, indices = _sort_along(cast("Tensor", self), dim, largest, "topk", need_values=not tracked)
         if self.ndim == 0:
             return ValuesIndices(values, indices)
-        return ValuesIndices(values.narrow(axis, 0, k), indices.narrow(axis, 0, k))
+        indices = indices.narrow(axis, 0, k)
+        # with a gradient to track, only the k values are gathered from the input (n * k work, not n * n)
+        values = self.gather(axis, indices) if tracked else values.narrow(axis, 0, k)
+        return ValuesIndices(values, indices)
 
     def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
         """The k-th smallest value along dim (k counts from 1) and its index."""

@@ -145,8 +145,9 @@ def _divide_terms(builder: Builder, node: IRNode) -> IRNode | None:
         if not terms and numerator.op is Op.IDIV and numerator.srcs[1].is_const:
             return builder.alu(Op.IDIV, dtype, numerator.srcs[0], builder.const(numerator.srcs[1].arg * divisor, dtype))
         if not quotient_terms and constant < divisor:
+            # (g*y + c) // (g*m) == (y + c // g) // m for y, c >= 0 (a vector lane's offset c inside a run of g)
             gcd = math.gcd(divisor, *[coefficient for _, coefficient in rest_terms]) if rest_terms else divisor
-            if gcd > 1 and constant % gcd == 0 and rest_terms:
+            if gcd > 1 and rest_terms:
                 reduced = _sum(builder, [(term, coefficient // gcd) for term, coefficient in rest_terms],
                                constant // gcd, dtype)
                 return builder.alu(Op.IDIV, dtype, reduced, builder.const(divisor // gcd, dtype))
@@ -161,6 +162,14 @@ def _divide_terms(builder: Builder, node: IRNode) -> IRNode | None:
         if (not terms and numerator.op is Op.MOD and numerator.srcs[1].is_const
                 and numerator.srcs[1].arg % divisor == 0):
             return builder.alu(Op.MOD, dtype, numerator.srcs[0], builder.const(divisor, dtype))
+        # (g*y + c) % (g*m) == g * ((y + c // g) % m) + c % g for y, c >= 0 (so the lanes of a vector, offsets c
+        # inside a run of g, share the term and differ by their constants)
+        gcd = math.gcd(divisor, *[coefficient for _, coefficient in rest_terms]) if rest_terms else divisor
+        if gcd > 1 and rest_terms:
+            reduced = _sum(builder, [(term, coefficient // gcd) for term, coefficient in rest_terms],
+                           constant // gcd, dtype)
+            inner = builder.alu(Op.MOD, dtype, reduced, builder.const(divisor // gcd, dtype))
+            return _sum(builder, [(inner, gcd)], constant % gcd, dtype)
         return None
     rest = _sum(builder, rest_terms, constant % divisor, dtype)
     return rest if rest.maximum < divisor else builder.alu(Op.MOD, dtype, rest, builder.const(divisor, dtype))

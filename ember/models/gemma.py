@@ -175,6 +175,9 @@ class GemmaBlock(nn.Module):
             # computes into the cache's buffer (nothing is allocated or copied)
             attended_keys = keys.assign(em.where(inputs.here, key, keys))
             attended_values = values.assign(em.where(inputs.here, value, values))
+            # written before the attention reads them: fused into its products instead, the select would be
+            # recomputed for every element they read and keep them from running on vectors
+            realize(query, attended_keys, attended_values)
         visible = inputs.visible[self.sliding]
         group = config.heads // config.kv_heads
         grouped_query = query.reshape(tokens, config.kv_heads, group, config.head_dim).permute(1, 2, 0, 3)
@@ -184,7 +187,9 @@ class GemmaBlock(nn.Module):
             cap = config.attn_logit_softcapping
             scores = (scores / cap).tanh() * cap
         scores = em.where(visible.reshape(1, 1, tokens, -1), scores, -math.inf)
-        attended = scores.softmax(-1) @ attended_values.unsqueeze(1)  # (kv_heads, group, tokens, head_dim)
+        # the probabilities are stored: fused into the product, each exp would be computed once per value element
+        probabilities = scores.softmax(-1).contiguous()
+        attended = probabilities @ attended_values.unsqueeze(1)  # (kv_heads, group, tokens, head_dim)
         attended = attended.permute(2, 0, 1, 3).reshape(tokens, config.heads * config.head_dim)
         hidden = (hidden + self.post_attention_norm(self.output(attended))).contiguous()
         normed = self.ffn_norm(hidden).contiguous()
