@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--device", default="c")
     parser.add_argument("--quantized", action="store_true", help="keep ember's weights as the file's blocks")
     arguments = parser.parse_args()
-    # the device first: the c backend's probe sets OMP_WAIT_POLICY before an OpenMP runtime starts, and torch
+    # the device first: the c backend's probe sets GOMP_SPINCOUNT before an OpenMP runtime starts, and torch
     # (imported by transformers) shares that runtime (libgomp), so both run under the same policy, printed below
     device = get_device(arguments.device).name
     import transformers
@@ -71,7 +71,8 @@ def main() -> None:
     ids = tokenizer(PROMPT).input_ids
     ember_speed, first_token, ember_tokens = ember_rate(path, ids, arguments.tokens, device, arguments.quantized)
     torch_speed, torch_tokens = torch_rate(path, ids, arguments.tokens)
-    print(f"load average {os.getloadavg()[0]:.1f}; OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}; "
+    print(f"load average {os.getloadavg()[0]:.1f}; OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
+          f"GOMP_SPINCOUNT {os.environ.get('GOMP_SPINCOUNT', 'unset')}; "
           f"prompt {PROMPT!r} ({len(ids)} tokens), {arguments.tokens} new")
     weights = "quantized" if arguments.quantized else "float32"
     print(f"ember ({arguments.device}, {weights} weights): {ember_speed:.2f} tokens/s; first token after "

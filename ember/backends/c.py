@@ -69,7 +69,7 @@ def has_vector_math() -> bool:
 VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE,
                         Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC})
 RENDERED_KEPT = 256  # sources of the kernels rendered last, kept for compile_many after compile_quick
-OMP_WAIT_POLICY = "PASSIVE"  # how idle OpenMP threads wait, unless the environment says otherwise (probe)
+SPIN_COUNT = "20000"  # how long idle OpenMP threads spin before they sleep, unless the environment says (probe)
 PARALLEL_THRESHOLD = 1 << 15  # estimated operations below which a kernel runs on one thread
 
 
@@ -428,10 +428,13 @@ def probe() -> list[Device]:
     compiler = os.environ.get("CC", "cc")
     if shutil.which(compiler) is None:
         raise BackendUnavailable(f"no C compiler: '{compiler}' is not on PATH (install gcc or set CC)")
-    # before the first kernel library loads libgomp (which reads it once): threads that finish a kernel sleep
-    # instead of spinning for the next one. Spinning takes a core from whatever else runs (Python between the
-    # kernels, other processes); on a busy machine a decode step took 4 to 5 times longer. A user's setting wins.
-    os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
+    # before the first kernel library loads libgomp (which reads it once): threads that finish a kernel spin a
+    # short while (tens of microseconds: back-to-back launches) and then sleep. libgomp's default spins ~15x longer,
+    # which takes a core from whatever else runs (Python between kernels, other processes): Gemma's decode step
+    # was 4-5x slower on a busy machine and ~20% slower on a quiet one; sleeping at once (OMP_WAIT_POLICY=PASSIVE)
+    # costs a wake-up per kernel (~25% slower there). A user's setting of either variable wins.
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)
     if CONFIG.c_devices == 1:
         return [CDevice("c:0")]
     threads = max(1, (os.cpu_count() or 1) // CONFIG.c_devices)
