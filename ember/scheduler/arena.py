@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ember.backends.base import COMPLETED, Device, Event
+from ember.backends.base import Device
 from ember.core.dtype import DType, uint8
 from ember.scheduler.buffers import Buffer
 from ember.scheduler.memory_plan import Lifetime, peak_live_bytes, plan_arena
@@ -42,14 +42,7 @@ class ArenaView(Buffer):
     def __init__(self, arena: Buffer, offset: int, size: int, dtype: DType) -> None:
         self.arena = arena
         self.offset = offset
-        self.device = arena.device
-        self.pool = arena.pool
-        self.device_name = arena.device_name
-        self.size = size
-        self.dtype = dtype
-        self.nbytes = size * dtype.itemsize
-        self.event: Event = COMPLETED
-        self.users: list[Event] = []
+        self._describe(arena.device, size, dtype)
         self.handle = self.pool.view(arena.handle, offset, max(self.nbytes, 1))
 
     def __del__(self) -> None:

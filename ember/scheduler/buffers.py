@@ -28,6 +28,17 @@ class Buffer:
 
     def __init__(self, device: Device, size: int, dtype: DType, handle: Any = None) -> None:
         """Allocate from the device's pool, or adopt `handle` (memory the pool did not allocate, e.g. a mapping)."""
+        self._describe(device, size, dtype)
+        if handle is None:
+            self.handle = allocate(self.pool, self.nbytes)
+        else:
+            self.handle = handle
+            self.pool.adopt(self.nbytes)
+        for record in profile.ActiveProfiles.stack:
+            record.bytes_allocated += self.nbytes
+
+    def _describe(self, device: Device, size: int, dtype: DType) -> None:
+        """Every field but the handle: where the buffer lives, what it holds, and no commands yet."""
         self.device = device
         self.pool = device.pool
         self.device_name = device.name
@@ -36,13 +47,6 @@ class Buffer:
         self.nbytes = size * dtype.itemsize
         self.event: Event = COMPLETED
         self.users: list[Event] = []
-        if handle is None:
-            self.handle = allocate(self.pool, self.nbytes)
-        else:
-            self.handle = handle
-            self.pool.adopt(self.nbytes)
-        for record in profile.ActiveProfiles.stack:
-            record.bytes_allocated += self.nbytes
 
     def add_user(self, event: Event) -> None:
         """Remember an enqueued command that reads this buffer (its memory must outlive the command)."""
