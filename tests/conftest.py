@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # wgpu warns without it
@@ -48,3 +49,15 @@ def pytest_configure(config: pytest.Config) -> None:
     from tests import kernel_recorder  # every kernel of the session is assembled by ptxas at the end
 
     config.pluginmanager.register(kernel_recorder, "ember-ptx-check")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker collects its garbage here, before it reports that it has finished, and then no more.
+
+    Once every worker has finished, xdist tells them to exit, and a worker whose session is still running 5 seconds
+    later sends itself SIGINT (execnet's shutdown). A full collection of a worker's heap (thousands of tensors,
+    buffers and compiled programs, each with finalizers) could fall in that window on a loaded machine: a run
+    ended with a KeyboardInterrupt inside a garbage-collector callback after all tests had passed."""
+    if getattr(session.config, "workerinput", None) is not None:
+        gc.collect()
+        gc.disable()
