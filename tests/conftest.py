@@ -52,12 +52,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """An xdist worker collects its garbage here, before it reports that it has finished, and then no more.
+    """An xdist worker collects its garbage here, before it reports that it has finished, and freezes what is left.
 
     Once every worker has finished, xdist tells them to exit, and a worker whose session is still running 5 seconds
-    later sends itself SIGINT (execnet's shutdown). A full collection of a worker's heap (thousands of tensors,
-    buffers and compiled programs, each with finalizers) could fall in that window on a loaded machine: a run
-    ended with a KeyboardInterrupt inside a garbage-collector callback after all tests had passed."""
+    later sends itself SIGINT (execnet's shutdown). pytest's cleanup after the report collects garbage several times
+    (to find unraisable exceptions), and a full collection of a worker's heap (thousands of tensors, buffers and
+    compiled programs) took longer than that on a loaded machine: runs printed a KeyboardInterrupt inside a
+    garbage-collector callback after every test had passed. Frozen objects are left out of later collections."""
     if getattr(session.config, "workerinput", None) is not None:
         gc.collect()
-        gc.disable()
+        gc.freeze()
