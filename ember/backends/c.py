@@ -372,16 +372,17 @@ class CDevice(Device):
     def _indexed_library(self, source: str) -> ctypes.CDLL | None:
         """The library on disk that holds a kernel's source (built in an earlier batch or process), or None."""
         index = self._index_path(source)
-        name = cache.read_entry(index)
-        if name is None:
+        entry = cache.read_entry(index)
+        if entry is None:
             return None
-        library = self._libraries.get(name.decode(errors="replace"))
+        name = entry.decode(errors="replace")
+        library = self._libraries.get(name)
         if library is None:
-            library = load_library(index.parent.parent / "c" / name.decode(errors="replace"))
+            library = load_library(index.parent.parent / "c" / name)
             if library is None:
                 cache.discard(index)  # the library it names is gone or failed its checks
                 return None
-            self._libraries[name.decode()] = library
+            self._libraries[name] = library
         return library
 
 
