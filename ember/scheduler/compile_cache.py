@@ -141,14 +141,20 @@ def compile_kernels(device: Device, kernels: list[Kernel], irs: list[KernelIR] |
         built = [compile_narrower(device, kernel, ir, error) if len(kernels) == 1 else _compile_one(device, kernel, ir)
                  for kernel, ir in zip(kernels, irs)]
         irs, programs = [ir for ir, _ in built], [program for _, program in built]
-    seconds = (time.perf_counter() - start) / max(1, len(kernels))
+    return enter_compiled(device, kernels, irs, programs, time.perf_counter() - start)
+
+
+def enter_compiled(device: Device, kernels: list[Kernel], irs: list[KernelIR], programs: list[Program],
+                   seconds: float) -> list[CompiledKernel]:
+    """Put freshly built programs in the compile cache and record each compile (`seconds` for the whole batch)."""
+    per_kernel = seconds / max(1, len(kernels))
     results = []
     for kernel, ir, program in zip(kernels, irs, programs):
         compiled = CompiledKernel(ir, program)
         COMPILED.put((device.name, kernel), compiled)
         results.append(compiled)
         for record in profile.current():
-            record.compiles.append(profile.CompileRecord(ir.name, device.name, seconds, from_cache=False))
+            record.compiles.append(profile.CompileRecord(ir.name, device.name, per_kernel, from_cache=False))
     return results
 
 

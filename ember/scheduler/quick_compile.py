@@ -44,13 +44,8 @@ def compile_quickly(device: Device, kernels: list[Kernel], irs: list[KernelIR]) 
         return None
     if programs is None:
         return None
-    seconds = (time.perf_counter() - start) / max(1, len(kernels))
     cache = compile_cache.COMPILED
-    quick = [CompiledKernel(ir, program) for ir, program in zip(irs, programs)]
-    for kernel, compiled in zip(kernels, quick):
-        cache.put((device.name, kernel), compiled)
-        for record in profile.current():
-            record.compiles.append(profile.CompileRecord(compiled.name, device.name, seconds, from_cache=False))
+    quick = compile_cache.enter_compiled(device, kernels, irs, programs, time.perf_counter() - start)
     with _LOCK:
         _QUEUE.append((cache, device, kernels, irs, quick))
     _PENDING[:] = [future for future in _PENDING if not future.done()]
