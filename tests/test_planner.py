@@ -189,3 +189,29 @@ def test_a_plan_never_replaces_a_folder_that_is_not_a_plan(tmp_path: Path) -> No
     with pytest.raises(PlanError, match="exists and is not a plan folder"):
         make_plan(trace, tmp_path / "work")
     assert (tmp_path / "work" / "notes.txt").read_text() == "mine"
+
+
+def test_record_trace_writes_schedules_kernel_times_and_regions(tmp_path: Path) -> None:
+    path = tmp_path / "trace.json"
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with em.record_trace(path):
+        x = em.tensor(values)
+        result = (x.exp() @ x.T).softmax(-1).numpy()
+        (x.exp() @ x.T).softmax(-1).numpy()  # the same structure again: one schedule, run twice
+        from ember.scheduler import trace
+
+        trace.record_region("row", (3, 4), [(2, 3), (0, 4)])
+        with pytest.raises(RuntimeError, match="already recording a trace"), em.record_trace(tmp_path / "other.json"):
+            pass
+    expected = torch.softmax(torch.exp(torch.tensor(values)) @ torch.tensor(values).T, -1).numpy()
+    np.testing.assert_allclose(result, expected, rtol=1e-5)
+    document = json.loads(path.read_text())
+    assert document["format"] == "ember-trace" and document["source_digest"] == environment()["source_digest"]
+    runs = {entry["signature"]: entry["runs"] for entry in document["schedules"]}
+    assert 2 in runs.values()
+    assert document["regions"] == [{"node": "row", "shape": [3, 4], "ranges": [[2, 3], [0, 4]]}]
+    assert document["kernel_times"] and all(t["seconds"] > 0 for t in document["kernel_times"].values())
+    assert not (tmp_path / "other.json").exists()
+    from ember.scheduler.profile import ActiveProfiles
+
+    assert ActiveProfiles.stack == []  # the trace's kernel timing ended with it

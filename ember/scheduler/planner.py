@@ -172,7 +172,11 @@ def make_plan(trace_path: str | os.PathLike[str], output: str | os.PathLike[str]
     devices = {}
     with _cache_folder(folder / "cache"):
         for device_name, device_kernels in kernels.items():
-            device = get_device(device_name)
+            try:
+                device = get_device(device_name)
+            except EmberError as error:
+                raise PlanError(f"{trace_path}: the trace ran kernels on {device_name}, which is not available "
+                                f"here ({error}); make the plan where the traced run ran") from None
             devices[device_name] = {"fingerprint": device_fingerprint(device), "kernels": len(device_kernels)}
             if device.info.can_run:
                 compile_cache.compile_kernels(device, list(device_kernels))
