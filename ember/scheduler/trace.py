@@ -30,6 +30,7 @@ class Trace:
         self.arenas: dict[str, dict[str, Any]] = {}  # arena key -> a jit capture's memory plan on one device
         self.regions: list[dict[str, Any]] = []  # dirty regions reported by incremental updates (record_region)
         self.unencodable = 0  # graphs whose structure has no JSON form (left out of the trace)
+        self.compiles = 0  # kernels compiled while recording (what a plan saves a later run)
         self.timing = profile.Profile()  # on the profile stack while recording: launch.py times every kernel
 
     def record_realize(self, key: tuple, items: list[Any], graph_nodes: list[Node]) -> None:
@@ -64,11 +65,15 @@ class Trace:
         self._collect_kernel_times()
 
     def _collect_kernel_times(self) -> None:
+        """Fold the kernels timed since the last call into `kernel_times`, and count the compiles (the profile's
+        lists are emptied, so a long traced run does not grow them)."""
         for record in self.timing.kernels:
             times = self.kernel_times.setdefault(record.name, {"device": record.device, "runs": 0, "seconds": 0.0})
             times["runs"] += 1
             times["seconds"] += record.seconds
-        self.timing.kernels.clear()
+        self.compiles += len(self.timing.compiles)
+        for listed in (self.timing.kernels, self.timing.compiles, self.timing.copies):
+            listed.clear()
 
     def record_arena(self, device: str, alignment: int, lifetimes: list[tuple[int, int, int]], offsets: list[int],
                      arena_bytes: int, peak_bytes: int) -> None:
@@ -82,7 +87,8 @@ class Trace:
 
         return {"format": TRACE_FORMAT, "version": TRACE_VERSION, **environment(), "schedules":
                 list(self.schedules.values()), "kernel_times": self.kernel_times, "jit_arenas":
-                list(self.arenas.values()), "regions": self.regions, "unencodable_graphs": self.unencodable}
+                list(self.arenas.values()), "regions": self.regions, "unencodable_graphs": self.unencodable,
+                "compiles": self.compiles}
 
     def write(self) -> None:
         self._collect_kernel_times()
