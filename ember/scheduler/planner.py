@@ -212,7 +212,8 @@ def planned_arena(device: str, alignment: int, lifetimes: list[tuple[int, int, i
 
 
 def _copy_cache(source: Path) -> int:
-    """Copy the plan's disk cache entries that the disk cache lacks into it; the number copied."""
+    """Copy the plan's disk cache entries that the disk cache lacks into it (each is checked when read, like any
+    entry); the number copied."""
     from ember.cache import cache_directory
 
     copied = 0
@@ -221,9 +222,12 @@ def _copy_cache(source: Path) -> int:
         for entry in kind.glob("*.entry"):
             if not (target / entry.name).exists():
                 temporary = target / f"{entry.name}.{os.getpid()}.plan.tmp"
-                shutil.copyfile(entry, temporary)
-                os.replace(temporary, target / entry.name)
-                copied += 1
+                try:
+                    shutil.copyfile(entry, temporary)
+                    os.replace(temporary, target / entry.name)
+                    copied += 1
+                except OSError:  # a cache that cannot be written: those kernels are compiled at load instead
+                    temporary.unlink(missing_ok=True)
     return copied
 
 
