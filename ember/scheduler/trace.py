@@ -26,6 +26,7 @@ class Trace:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.schedules: dict[str, dict[str, Any]] = {}  # signature digest -> its schedule and run count
+        self.digests: dict[tuple, str] = {}  # signature -> its digest (a training loop repeats a few structures)
         self.kernel_times: dict[str, dict[str, Any]] = {}  # kernel name -> device, runs, seconds
         self.arenas: dict[str, dict[str, Any]] = {}  # arena key -> a jit capture's memory plan on one device
         self.regions: list[dict[str, Any]] = []  # dirty regions reported by incremental updates (record_region)
@@ -37,11 +38,13 @@ class Trace:
         """One realize of the graph with signature `key`, run as the schedule `items` (schedule.py)."""
         from ember.scheduler.schedule import CachedCopy
 
-        try:
-            digest = signature_digest(key)
-        except CodecError:
-            self.unencodable += 1
-            return
+        digest = self.digests.get(key)
+        if digest is None:
+            try:
+                digest = self.digests[key] = signature_digest(key)
+            except CodecError:
+                self.unencodable += 1
+                return
         entry = self.schedules.get(digest)
         if entry is None:
             roots = set(key[1])
