@@ -47,7 +47,9 @@ from ember.core.tensor_attributes import imag, real
 from ember.core.windows import bartlett_window, blackman_window, hamming_window, hann_window, kaiser_window
 from ember.scheduler.devices import get_default_device, set_default_device
 from ember.scheduler.jit import JitError, jit
+from ember.scheduler.planner import PlanError, load_plan
 from ember.scheduler.profile import profile
+from ember.scheduler.trace import record_trace
 
 float = float32  # noqa: A001 - torch's aliases
 double = float64
@@ -77,3 +79,11 @@ del function_forms
 # torch.celu_, torch.selu_, torch.rrelu_, ...: in-place functions torch.Tensor has no method for are nn.functional's
 globals().update({name: getattr(nn.functional, name) for name in torch_names.TORCH_FUNCTIONS
                   if name.endswith("_") and name not in globals() and hasattr(nn.functional, name)})
+
+# EMBER_TRACE=path records this run's trace; EMBER_PLAN=path loads a plan (`python -m ember plan`)
+from ember.scheduler import planner as _planner
+from ember.scheduler import trace as _trace
+
+_trace.start_from_environment()
+_planner.load_from_environment()
+del _planner, _trace

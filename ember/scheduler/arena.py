@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from ember.backends.base import Device
 from ember.core.dtype import DType, uint8
 from ember.scheduler.buffers import Buffer
-from ember.scheduler.memory_plan import Lifetime, peak_live_bytes, plan_arena
+from ember.scheduler.memory_plan import ArenaPlan, Lifetime, peak_live_bytes, plan_arena
 
 
 @dataclass
@@ -82,12 +82,29 @@ def place_intermediates(buffers: list[Buffer | None], intermediate: list[int], f
 
 def _place_in_arena(buffers: list[Buffer | None], entries: list[tuple[int, Device, int, DType]],
                     lifetimes: list[Lifetime], device: Device, plan: DevicePlan) -> None:
-    layout = plan_arena(lifetimes, device.pool.view_alignment)
+    layout = _layout(device.name, lifetimes, device.pool.view_alignment)
     arena = Buffer(device, layout.arena_bytes, uint8)
     for (slot, _, size, dtype), offset in zip(entries, layout.offsets):
         buffers[slot] = ArenaView(arena, offset, size, dtype)
     plan.arena, plan.arena_bytes = True, layout.arena_bytes
     plan.buffers, plan.planned_bytes, plan.sizes = 1, layout.arena_bytes, [layout.arena_bytes]
+
+
+def _layout(device_name: str, lifetimes: list[Lifetime], alignment: int) -> ArenaPlan:
+    """The arena layout of these lifetimes: a loaded plan's (scheduler/planner.py), else planned now; a trace being
+    recorded keeps it."""
+    from ember.scheduler import planner, trace
+
+    described = [(lifetime.nbytes, lifetime.first, lifetime.last) for lifetime in lifetimes]
+    planned = planner.planned_arena(device_name, alignment, described)
+    if planned is not None:
+        layout = ArenaPlan(planned[0], planned[1], peak_live_bytes(lifetimes), sum(t.nbytes for t in lifetimes))
+    else:
+        layout = plan_arena(lifetimes, alignment)
+    if trace.Recording.active is not None:
+        trace.Recording.active.record_arena(device_name, alignment, described, layout.offsets, layout.arena_bytes,
+                                            layout.peak_bytes)
+    return layout
 
 
 def _share_by_lifetime(buffers: list[Buffer | None], entries: list[tuple[int, Device, int, DType]],

@@ -18,6 +18,7 @@ from ember.scheduler.in_place import schedule_hold
 from ember.scheduler.launch import run_kernel
 from ember.scheduler.placement import place
 from ember.scheduler.schedule import SCHEDULES, CachedCopy
+from ember.scheduler.trace import Recording
 
 BUFFER = Op.BUFFER
 
@@ -44,6 +45,8 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
 
         profile.debug_print(1, f"graph written to {write_realize(pending, profile.VizFolder.value)}")
     items, graph_nodes = SCHEDULES.schedule(pending)  # places the graph as it walks it
+    if Recording.active is not None:  # ember.trace / EMBER_TRACE
+        Recording.active.record_realize(cast(tuple, SCHEDULES.last_key), items, graph_nodes)
     compiled = compile_cache.COMPILED
     stamp = (compiled, compiled.generation)
     if items.compiled_stamp != stamp:  # else every kernel is still in the compile cache since the last realize

@@ -122,15 +122,24 @@ class ScheduleCache:
     def __init__(self) -> None:
         self.entries: OrderedDict[tuple, Schedule] = OrderedDict()
         self.hits = 0
-        self.misses = 0
+        self.misses = 0  # kernelize calls
+        # schedules of a loaded plan (scheduler/planner.py) by signature digest, consulted before kernelizing
+        self.planned: dict[str, list[CachedKernel | CachedCopy]] = {}
+        self.planned_hits = 0
+        self.last_key: tuple | None = None  # the signature of the last graph scheduled (for traces)
 
     def schedule(self, roots: list[Node]) -> tuple[Schedule, list[Node]]:
         key, nodes = signature(roots)
+        self.last_key = key
         cached = self.entries.get(key)
         if cached is not None:
             self.hits += 1
             self.entries.move_to_end(key)
             return cached, nodes
+        if self.planned:
+            planned = self._from_plan(key)
+            if planned is not None:
+                return planned, nodes
         self.misses += 1
         position = {id(node): index for index, node in enumerate(nodes)}
         items: list[CachedKernel | CachedCopy] = []
@@ -140,10 +149,26 @@ class ScheduleCache:
             else:
                 items.append(CachedKernel(position[id(item.output)], tuple(position[id(n)] for n in item.inputs),
                                           item.kernel))
+        return self._enter(key, items), nodes
+
+    def _enter(self, key: tuple, items: list[CachedKernel | CachedCopy]) -> Schedule:
         schedule = self.entries[key] = Schedule(items)
         if len(self.entries) > MAX_CACHED_SCHEDULES:
             self.entries.popitem(last=False)
-        return schedule, nodes
+        return schedule
+
+    def _from_plan(self, key: tuple) -> Schedule | None:
+        """The loaded plan's schedule of this signature (entered in the cache), or None."""
+        from ember.scheduler.kernel_codec import CodecError, signature_digest
+
+        try:
+            items = self.planned.get(signature_digest(key))
+        except CodecError:
+            return None
+        if items is None:
+            return None
+        self.planned_hits += 1
+        return self._enter(key, items)
 
 
 SCHEDULES = ScheduleCache()

@@ -1,0 +1,340 @@
+"""The offline planner: a trace (scheduler/trace.py) becomes a plan folder (`python -m ember plan trace.json`), and
+`ember.load_plan` (or EMBER_PLAN) loads one so the traced graphs run with no kernelize and no compile.
+
+A plan folder holds `plan.json` (the schedules by graph signature, what each stores, the kernels per device, the
+jit captures' arena layouts, the kernel times) and `cache/`, an ember disk cache (ember/cache.py) in which every
+kernel of the trace was lowered and compiled for its device; loading copies those entries into the disk cache and
+loads every program from them."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import shutil
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ember.core.errors import EmberError
+from ember.scheduler.kernel_codec import CodecError, decode
+
+PLAN_FORMAT = "ember-plan"
+PLAN_VERSION = 1
+PLAN_FILE = "plan.json"
+IDENTITY_EXTRAS = ("device", "platform", "version", "driver", "adapter")  # DeviceInfo.extra keys naming a device
+
+
+class PlanError(EmberError):
+    """A trace or plan that is missing, corrupt, or made by another ember."""
+
+
+class PlanWarning(UserWarning):
+    """Entries of a plan skipped at load (their device is not here or not the same)."""
+
+
+@functools.cache
+def source_digest() -> str:
+    """A digest of ember's own source files: schedules and kernels are only valid for the code that made them."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def environment() -> dict[str, str]:
+    """What a trace or plan records of the ember that made it (checked when a plan is made and loaded)."""
+    import ember
+
+    return {"ember": ember.__version__, "source_digest": source_digest()}
+
+
+def device_fingerprint(device: Any) -> str:
+    """A digest of a device's capabilities (what lowering reads): a plan's kernels were lowered for exactly these."""
+    fields = {name: sorted(map(str, value)) if isinstance(value, (set, frozenset)) else value
+              for name, value in dataclasses.asdict(device.info).items() if name != "extra"}
+    # of the free-form extras, only what names the device and its driver (others, like how the OpenCL vector probe
+    # was answered, differ between runs of the same device)
+    fields["identity"] = {key: str(device.info.extra[key]) for key in IDENTITY_EXTRAS if key in device.info.extra}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _read_json(path: Path, kind: str, expected_format: str, version: int) -> dict[str, Any]:
+    """The JSON document at `path`, checked to be an ember `kind` of `version` made by this ember."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise PlanError(f"{path}: no such {kind} file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise PlanError(f"{path}: cannot read the {kind} ({error})") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise PlanError(f"{path} is not a valid {kind}: corrupt JSON ({error})") from None
+    if not isinstance(document, dict) or document.get("format") != expected_format:
+        found = document.get("format") if isinstance(document, dict) else type(document).__name__
+        raise PlanError(f"{path} is not an ember {kind} (its format is {found!r}, expected {expected_format!r})")
+    if document.get("version") != version:
+        raise PlanError(f"{path}: {kind} format version {document.get('version')!r} is not supported (this ember "
+                        f"reads version {version})")
+    here = environment()
+    if document.get("source_digest") != here["source_digest"]:
+        raise PlanError(f"{path}: the {kind} was made by another ember (version {document.get('ember')!r}, source "
+                        f"digest {str(document.get('source_digest'))[:12]}; this is {here['ember']}, "
+                        f"{here['source_digest'][:12]}); record the trace and make the plan again with this ember")
+    return document
+
+
+def _schedule_items(entry: Any, where: str) -> list[Any]:
+    """A trace's or plan's schedule items decoded to schedule.CachedKernel / CachedCopy."""
+    from ember.ir.kernel import Kernel
+    from ember.scheduler.schedule import CachedCopy, CachedKernel
+
+    try:
+        items: list[Any] = []
+        for item in entry["items"]:
+            if "copy" in item:
+                output, source = item["copy"]
+                items.append(CachedCopy(int(output), int(source)))
+            else:
+                output, inputs, kernel = item["kernel"]
+                decoded = decode(kernel)
+                if not isinstance(decoded, Kernel):
+                    raise CodecError(f"not a kernel: {kernel!r:.60}")
+                items.append(CachedKernel(int(output), tuple(int(i) for i in inputs), decoded))
+        return items
+    except (CodecError, KeyError, TypeError, ValueError) as error:
+        raise PlanError(f"{where}: a corrupt schedule ({type(error).__name__}: {error})") from None
+
+
+# ---- making a plan -----------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _cache_folder(folder: Path) -> Iterator[None]:
+    """Point ember's disk cache (EMBER_CACHE_DIR) at `folder` inside the block."""
+    before = os.environ.get("EMBER_CACHE_DIR")
+    os.environ["EMBER_CACHE_DIR"] = str(folder)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["EMBER_CACHE_DIR"]
+        else:
+            os.environ["EMBER_CACHE_DIR"] = before
+
+
+def default_plan_path(trace_path: Path) -> Path:
+    return trace_path.with_name(trace_path.stem + ".plan")
+
+
+def make_plan(trace_path: str | os.PathLike[str], output: str | os.PathLike[str] | None = None) -> Path:
+    """Write the plan folder of a trace (default: next to it, `<name>.plan`): compile every kernel of the trace for
+    its device into the plan's own disk cache. Run it in a process that has compiled nothing yet (`python -m ember
+    plan`): a program this process holds already would not be written to the plan's cache."""
+    from ember.scheduler import compile_cache
+    from ember.scheduler.devices import get_device
+    from ember.scheduler.schedule import CachedKernel
+
+    trace_path = Path(trace_path)
+    document = _read_json(trace_path, "trace", "ember-trace", 1)
+    folder = Path(output) if output is not None else default_plan_path(trace_path)
+    schedules: dict[str, Any] = {}
+    kernels: dict[str, dict[Any, None]] = {}
+    try:
+        entries = list(document["schedules"])
+        for number, entry in enumerate(entries):
+            where = f"{trace_path}: schedule {number}"
+            items = _schedule_items(entry, where)
+            for item, encoded in zip(items, entry["items"]):
+                if isinstance(item, CachedKernel):
+                    kernels.setdefault(str(encoded["device"]), {})[item.kernel] = None
+            schedules[str(entry["signature"])] = {"items": entry["items"], "keep": entry.get("keep", []),
+                                                  "runs": entry.get("runs", 0)}
+        arenas = list(document.get("jit_arenas", []))
+    except (KeyError, TypeError) as error:
+        raise PlanError(f"{trace_path}: a corrupt trace (missing or malformed field {error})") from None
+    if len(compile_cache.COMPILED):
+        raise PlanError(f"cannot plan {trace_path} in this process: it holds compiled kernels already (loaded with "
+                        "EMBER_PLAN?), which would be left out of the plan; run `python -m ember plan` without "
+                        "EMBER_PLAN")
+    if folder.exists():  # only an earlier plan is replaced: never a folder of something else
+        if not (folder / PLAN_FILE).is_file() or any(path.name not in (PLAN_FILE, "cache") for path in folder.iterdir()):
+            raise PlanError(f"{folder} exists and is not a plan folder; name a new folder with -o")
+        (folder / PLAN_FILE).unlink()
+        shutil.rmtree(folder / "cache", ignore_errors=True)
+    (folder / "cache").mkdir(parents=True)
+    devices = {}
+    with _cache_folder(folder / "cache"):
+        for device_name, device_kernels in kernels.items():
+            try:
+                device = get_device(device_name)
+            except EmberError as error:
+                raise PlanError(f"{trace_path}: the trace ran kernels on {device_name}, which is not available "
+                                f"here ({error}); make the plan where the traced run ran") from None
+            devices[device_name] = {"fingerprint": device_fingerprint(device), "kernels": len(device_kernels)}
+            if device.info.can_run:
+                compile_cache.compile_kernels(device, list(device_kernels))
+    plan = {"format": PLAN_FORMAT, "version": PLAN_VERSION, **environment(), "trace": str(trace_path),
+            "devices": devices, "schedules": schedules, "jit_arenas": arenas,
+            "kernel_times": document.get("kernel_times", {}), "regions": document.get("regions", [])}
+    (folder / PLAN_FILE).write_text(json.dumps(plan))
+    return folder
+
+
+# ---- loading a plan ----------------------------------------------------------------------------------------------
+
+
+PLANNED_ARENAS: dict[str, tuple[list[int], int]] = {}  # arena key (trace.arena_key) -> offsets, arena bytes
+
+
+class PlanUse:
+    """How often jit captures took their arena layout from a loaded plan instead of planning it."""
+
+    arenas: int = 0
+
+
+def planned_arena(device: str, alignment: int, lifetimes: list[tuple[int, int, int]]) -> tuple[list[int], int] | None:
+    """A loaded plan's arena layout (offsets, arena bytes) for these lifetimes on `device`, or None."""
+    if not PLANNED_ARENAS:
+        return None
+    from ember.scheduler.trace import arena_key
+
+    layout = PLANNED_ARENAS.get(arena_key(device, alignment, lifetimes))
+    if layout is not None:
+        PlanUse.arenas += 1
+    return layout
+
+
+def _copy_cache(source: Path) -> int:
+    """Copy the plan's disk cache entries that the disk cache lacks into it (each is checked when read, like any
+    entry); the number copied."""
+    from ember.cache import cache_directory
+
+    copied = 0
+    for kind in sorted(path for path in source.iterdir() if path.is_dir()):
+        target = cache_directory(kind.name)
+        for entry in kind.glob("*.entry"):
+            if not (target / entry.name).exists():
+                temporary = target / f"{entry.name}.{os.getpid()}.plan.tmp"
+                try:
+                    shutil.copyfile(entry, temporary)
+                    os.replace(temporary, target / entry.name)
+                    copied += 1
+                except OSError:  # a cache that cannot be written: those kernels are compiled at load instead
+                    temporary.unlink(missing_ok=True)
+    return copied
+
+
+@dataclasses.dataclass
+class LoadedPlan:
+    """What `load_plan` did: schedules entered, programs loaded per device, arena layouts, skipped devices."""
+
+    path: Path
+    schedules: int
+    programs: dict[str, int]
+    arenas: int
+    skipped_devices: list[str]
+    cache_entries_copied: int
+
+
+def load_plan(path: str | os.PathLike[str]) -> LoadedPlan:
+    """Load a plan folder (or its plan.json) from `python -m ember plan`: its schedules go into the schedule cache
+    (a traced graph is not kernelized again), its compiled kernels into the disk cache and the compile cache (none
+    is compiled again), its jit arena layouts replace planning them. A plan made by another ember raises PlanError;
+    the entries of a device that is not here, or not the same device, are skipped with a PlanWarning."""
+    from ember.core.errors import DeviceError
+    from ember.scheduler import compile_cache
+    from ember.scheduler.devices import get_device
+    from ember.scheduler.schedule import SCHEDULES, CachedKernel
+
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    document = _read_json(folder / PLAN_FILE, "plan", PLAN_FORMAT, PLAN_VERSION)
+    skipped: list[str] = []
+    usable: dict[str, Any] = {}
+    try:
+        for device_name, recorded in document["devices"].items():
+            try:
+                device = get_device(device_name)
+            except (DeviceError, EmberError) as error:
+                skipped.append(device_name)
+                warnings.warn(f"ember: plan {folder}: device {device_name} is not available here ({error}); its "
+                              "kernels are compiled when they run", PlanWarning, stacklevel=2)
+                continue
+            if device_fingerprint(device) != recorded["fingerprint"]:
+                skipped.append(device_name)
+                warnings.warn(f"ember: plan {folder}: device {device_name} has other capabilities than the one the "
+                              "plan was made for; its kernels are compiled when they run", PlanWarning, stacklevel=2)
+                continue
+            usable[device_name] = device
+        schedules = {str(signature): _schedule_items(entry, f"{folder / PLAN_FILE}: schedule {signature[:12]}")
+                     for signature, entry in document["schedules"].items()}
+        devices_of = {str(signature): {item["device"] for item in entry["items"] if "kernel" in item}
+                      for signature, entry in document["schedules"].items()}
+        arenas = {arena_key_of(arena): _checked_layout(arena, folder / PLAN_FILE)
+                  for arena in document.get("jit_arenas", []) if arena["device"] in usable}
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise PlanError(f"{folder / PLAN_FILE}: a corrupt plan (missing or malformed field {error})") from None
+    copied = _copy_cache(folder / "cache") if (folder / "cache").is_dir() else 0
+    wanted: dict[str, dict[Any, None]] = {}
+    for signature, items in schedules.items():
+        if not devices_of[signature] <= set(usable):
+            continue
+        for item, encoded in zip(items, document["schedules"][signature]["items"]):
+            if isinstance(item, CachedKernel):
+                wanted.setdefault(encoded["device"], {})[item.kernel] = None
+    programs = {}
+    for device_name, device_kernels in wanted.items():
+        device = usable[device_name]
+        missing = [kernel for kernel in device_kernels if (device_name, kernel) not in compile_cache.COMPILED]
+        if missing and device.info.can_run:
+            compile_cache.compile_kernels(device, missing)
+        programs[device_name] = len(device_kernels)
+    SCHEDULES.planned.update({signature: items for signature, items in schedules.items()
+                              if devices_of[signature] <= set(usable)})
+    PLANNED_ARENAS.update(arenas)
+    return LoadedPlan(folder, len(schedules), programs, len(arenas), skipped, copied)
+
+
+def _checked_layout(arena: dict[str, Any], where: Path) -> tuple[list[int], int]:
+    """An arena layout's offsets and size, after checking it is one (aligned, inside the arena, no two buffers
+    that are live at once overlapping): a wrong layout would make kernels overwrite each other's values."""
+    from ember.scheduler.memory_plan import padded
+
+    alignment, arena_bytes = int(arena["alignment"]), int(arena["arena_bytes"])
+    lifetimes = [(int(size), int(first), int(last)) for size, first, last in arena["lifetimes"]]
+    offsets = [int(offset) for offset in arena["offsets"]]
+    spans = [(offset, offset + padded(size, alignment)) for offset, (size, _, _) in zip(offsets, lifetimes)]
+    valid = len(offsets) == len(lifetimes) and all(
+        offset % alignment == 0 and 0 <= offset and end <= arena_bytes for offset, end in spans)
+    for index, (start, end) in enumerate(spans if valid else []):
+        for other in range(index):
+            if (lifetimes[other][1] <= lifetimes[index][2] and lifetimes[index][1] <= lifetimes[other][2]
+                    and spans[other][0] < end and start < spans[other][1]):
+                valid = False
+    if not valid:
+        raise PlanError(f"{where}: a corrupt plan: the jit arena layout on {arena['device']} puts buffers that are "
+                        "live at the same time in overlapping memory (or outside the arena)")
+    return offsets, arena_bytes
+
+
+def arena_key_of(arena: dict[str, Any]) -> str:
+    from ember.scheduler.trace import arena_key
+
+    return arena_key(str(arena["device"]), int(arena["alignment"]),
+                     [(int(size), int(first), int(last)) for size, first, last in arena["lifetimes"]])
+
+
+def load_from_environment() -> None:
+    """EMBER_PLAN=path: load that plan when ember is imported. The variable is removed from the environment first:
+    loading probes the devices, and the OpenCL probe's child process imports ember (it would load the plan too,
+    probe again, and so on)."""
+    path = os.environ.pop("EMBER_PLAN", None)
+    if path:
+        load_plan(path)
