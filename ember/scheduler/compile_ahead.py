@@ -68,14 +68,16 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
         futures.append(future)
 
     with ThreadPoolExecutor(max_workers=cores) as pool:
-        for kernel in batch:
+        for position, kernel in enumerate(batch):
             lowered[0].append(kernel)
             lowered[1].append(compile_cache.lower_for(device, kernel))
             running[:] = [future for future in running if not future.done()]
             if len(running) < max(1, cores - 1):
-                submit(list(lowered[0]), list(lowered[1]))
-                lowered[0].clear()
-                lowered[1].clear()
+                # at most a core's share of the kernels left to build: a run started near the end of lowering
+                # with everything lowered so far would keep one core busy long after the others are done
+                share = math.ceil((len(lowered[0]) + len(batch) - position - 1) / cores)
+                submit(lowered[0][:share], lowered[1][:share])
+                del lowered[0][:share], lowered[1][:share]
         running[:] = [future for future in running if not future.done()]
         if lowered[0]:
             size = math.ceil(len(lowered[0]) / max(1, min(len(lowered[0]), cores - len(running))))
