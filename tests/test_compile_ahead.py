@@ -10,8 +10,10 @@ import pytest
 
 import ember as em
 from ember.backends import c as c_backend
+from ember.ir.kernel import Kernel
 from ember.scheduler import compile_cache, quick_compile
-from ember.scheduler.compile_ahead import PROGRESS_MIN_KERNELS
+from ember.scheduler.compile_ahead import COMPILE_COST_FIXED, PROGRESS_MIN_KERNELS, _compile_cost, _first_part
+from ember.scheduler.kernelize import KernelItem, kernelize
 
 
 def _many_kernels(count: int, device: str, first_rows: int = 2) -> tuple[list[em.Tensor], list[np.ndarray]]:
@@ -92,3 +94,21 @@ def test_quick_builds_run_first_and_the_optimized_ones_replace_them(cold: None, 
     for output, values in zip(rerun, rerun_expected):
         np.testing.assert_allclose(output.numpy(), values, rtol=1e-5)
     assert all(compile_cache.COMPILED.get(key) is optimized[key] for key in first)
+
+
+def test_a_compiler_run_takes_about_its_share_of_the_compile_cost() -> None:
+    """A run takes the first kernels up to its share of the cost (a kernel while at least half of it fits), at
+    least one, so a run started near the end of lowering does not take all the work from the other cores."""
+    assert _first_part([10, 10, 10, 10], 20) == 2
+    assert _first_part([10, 10, 10, 10], 25) == 3  # the third fits by half
+    assert _first_part([10, 10, 10, 10], 24) == 2
+    assert _first_part([100, 1, 1], 10) == 1  # at least one, however large
+    assert _first_part([5, 5], 1000) == 2
+    kernel_ir = compile_cache.lower_for(em.scheduler.devices.get_device("c"), _kernel_of_a_sum())
+    assert _compile_cost(kernel_ir) > COMPILE_COST_FIXED  # a kernel's nodes count beyond the fixed part
+
+
+def _kernel_of_a_sum() -> Kernel:
+    """The kernel of (x * 2).sum(0) for a 4x3 x on c."""
+    x = em.tensor(np.arange(12, dtype=np.float32).reshape(4, 3), device="c")
+    return next(item.kernel for item in kernelize([(x * 2).sum(0).node]) if isinstance(item, KernelItem))

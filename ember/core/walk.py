@@ -56,9 +56,16 @@ def compute_bottom_up(root: Node, sources: Callable[[Node], Iterable[Node]], com
                       memo: dict[int, Value]) -> Value:
     """The value of `root`: `compute(node)` is called for each node not yet in `memo` (keyed by id), after the
     nodes of `sources(node)`, and may read their values from `memo`."""
-    if id(root) not in memo:
-        for node in post_order([root], lambda node: [source for source in sources(node) if id(source) not in memo]):
-            memo[id(node)] = compute(node)
+    if id(root) in memo:
+        return memo[id(root)]
+    for source in sources(root):
+        if id(source) not in memo:
+            break
+    else:  # every source known (the common case): no walk to set up
+        value = memo[id(root)] = compute(root)
+        return value
+    for node in post_order([root], lambda node: [source for source in sources(node) if id(source) not in memo]):
+        memo[id(node)] = compute(node)
     return memo[id(root)]
 
 

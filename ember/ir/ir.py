@@ -348,9 +348,11 @@ class Builder:
         return self.alu(Op.AND, dtypes.bool_, a, b)
 
 
-def linear_terms(node: IRNode) -> tuple[list[tuple[IRNode, int]], int]:
+@functools.lru_cache(maxsize=8192)
+def linear_terms(node: IRNode) -> tuple[tuple[tuple[IRNode, int], ...], int]:
     """node as sum(coefficient * term) + constant, looking through ADD and MUL by constants; the terms in the order
-    of the expression (left to right), found with an explicit stack of (node, factor)."""
+    of the expression (left to right), found with an explicit stack of (node, factor). Nodes never change, so the
+    answers are kept: the simplifier and the vectorizer ask for the same sums again and again."""
     terms: list[tuple[IRNode, int]] = []
     constant = 0
     stack = [(node, 1)]
@@ -365,7 +367,7 @@ def linear_terms(node: IRNode) -> tuple[list[tuple[IRNode, int]], int]:
             stack.append((node.srcs[0], factor * int(node.srcs[1].arg)))
         else:
             terms.append((node, factor))
-    return terms, constant
+    return tuple(terms), constant
 
 
 def _bounds(op: Op, dtype: DType, srcs: tuple[IRNode, ...]) -> tuple[float, float]:

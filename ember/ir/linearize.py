@@ -3,6 +3,7 @@ they do not depend on (loop-invariant hoisting) and nodes not reachable from the
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import NamedTuple
@@ -157,12 +158,14 @@ class Linearizer:
             self.done.add(id(member))
 
 
-def linearize(sink: IRNode) -> list[Instruction]:
-    """The instructions of a kernel body in execution order."""
+@functools.lru_cache(maxsize=16)
+def linearize(sink: IRNode) -> tuple[Instruction, ...]:
+    """The instructions of a kernel body in execution order. Nodes never change, so the last few answers are kept:
+    choosing a tile plan linearizes the kernel it keeps (ir/opt.py: estimated_work), and rendering it again."""
     linearizer = Linearizer(sink)
     for store in sink.srcs:
         linearizer.emit(store)
-    return linearizer.instructions
+    return tuple(linearizer.instructions)
 
 
 def run_steps(sink: IRNode, handlers: Mapping[Step, Callable[[IRNode], None]]) -> None:

@@ -239,7 +239,7 @@ class Lowerer:
 def _request_key(request: tuple[int, tuple[IRNode, ...], IRNode | None]) -> tuple:
     """Lowering is memoized by (step, index, validity); IR nodes are hash-consed, so identity is structure."""
     position, index, valid = request
-    return (position, tuple(id(axis_index) for axis_index in index), id(valid))
+    return (position, tuple(map(id, index)), id(valid))
 
 
 def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = None,

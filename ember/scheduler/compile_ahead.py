@@ -3,7 +3,6 @@ while compiler runs build the batches already lowered, in parallel, with a progr
 
 from __future__ import annotations
 
-import math
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
@@ -11,7 +10,7 @@ from typing import cast
 
 from ember.backends.base import Device
 from ember.core.graph import Node
-from ember.ir.ir import KernelIR
+from ember.ir.ir import KernelIR, topological_nodes
 from ember.ir.kernel import Kernel
 from ember.progress import Progress
 from ember.scheduler import compile_cache, quick_compile
@@ -19,6 +18,7 @@ from ember.scheduler.devices import get_device
 from ember.scheduler.schedule import CachedCopy, CachedKernel
 
 PROGRESS_MIN_KERNELS = 8  # a cold compile of this many kernels or more shows a progress bar (ember/progress.py)
+COMPILE_COST_FIXED = 50  # a compiler run's cost of a kernel beyond its IR nodes, in nodes (see _compile_cost)
 
 
 def compile_ahead(items: list[CachedKernel | CachedCopy], graph_nodes: list[Node]) -> None:
@@ -52,37 +52,60 @@ def compile_ahead(items: list[CachedKernel | CachedCopy], graph_nodes: list[Node
 def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) -> None:
     """Lower the kernels in order here and hand what is lowered to compiler threads, so compilers run while the next
     kernels are lowered (lowering is Python and holds the interpreter; a compiler run does not). While lowering goes
-    on, one core is left to it: a compiler run starts whenever fewer than the other cores compile, with every kernel
-    lowered since the last run, so a slow run gathers a large batch for the next (a compiler start costs ~0.1 s
-    whatever the batch: the fewer runs, the sooner all are built). Once all are lowered, the rest is split between
-    the idle cores."""
+    on, one core is left to it: a compiler run starts whenever fewer than the other cores compile, with the kernels
+    lowered since the last run up to a core's share of the compile work left (`_compile_cost`; the kernels still to
+    lower counted at the average so far): a compiler start costs tens of milliseconds whatever the batch, so runs
+    gather batches, but a run that took everything lowered near the end of lowering would keep one core busy long
+    after the others are done. Once all are lowered, the rest is split between the idle cores by cost."""
     cores = os.cpu_count() or 1
-    lowered: tuple[list[Kernel], list[KernelIR]] = ([], [])
+    lowered: tuple[list[Kernel], list[KernelIR], list[int]] = ([], [], [])
     running: list[Future[list[compile_cache.CompiledKernel]]] = []
     futures: list[Future[list[compile_cache.CompiledKernel]]] = []
+    total_cost = 0
 
-    def submit(kernels: list[Kernel], irs: list[KernelIR]) -> None:
+    def submit(count: int) -> None:
+        kernels, irs = lowered[0][:count], lowered[1][:count]
+        del lowered[0][:count], lowered[1][:count], lowered[2][:count]
         future = pool.submit(_build, device, kernels, irs)
         future.add_done_callback(partial(_advance, progress, len(kernels)))
         running.append(future)
         futures.append(future)
 
     with ThreadPoolExecutor(max_workers=cores) as pool:
-        for kernel in batch:
+        for position, kernel in enumerate(batch):
+            ir = compile_cache.lower_for(device, kernel)
+            cost = _compile_cost(ir)
+            total_cost += cost
             lowered[0].append(kernel)
-            lowered[1].append(compile_cache.lower_for(device, kernel))
+            lowered[1].append(ir)
+            lowered[2].append(cost)
             running[:] = [future for future in running if not future.done()]
             if len(running) < max(1, cores - 1):
-                submit(list(lowered[0]), list(lowered[1]))
-                lowered[0].clear()
-                lowered[1].clear()
+                left = sum(lowered[2]) + total_cost / (position + 1) * (len(batch) - position - 1)
+                submit(_first_part(lowered[2], left / cores))
         running[:] = [future for future in running if not future.done()]
-        if lowered[0]:
-            size = math.ceil(len(lowered[0]) / max(1, min(len(lowered[0]), cores - len(running))))
-            for start in range(0, len(lowered[0]), size):
-                submit(lowered[0][start:start + size], lowered[1][start:start + size])
+        parts = max(1, min(len(lowered[0]), cores - len(running)))
+        while lowered[0]:
+            submit(_first_part(lowered[2], sum(lowered[2]) / parts))
+            parts = max(1, parts - 1)
         for future in futures:
             future.result()  # the first error, if any, is raised here
+
+
+def _compile_cost(ir: KernelIR) -> int:
+    """A kernel's compile time in a unit of IR nodes: a fixed part and one per node (gcc -O3 on the MLP step's
+    kernels: ~10 ms plus ~0.2 ms a node)."""
+    return COMPILE_COST_FIXED + len(topological_nodes(ir.sink))
+
+
+def _first_part(costs: list[int], share: float) -> int:
+    """How many of the first kernels (at least one) make up `share` of compile cost: each kernel is taken while
+    at least half of it fits."""
+    count, taken = 1, costs[0]
+    while count < len(costs) and taken + costs[count] / 2 <= share:
+        taken += costs[count]
+        count += 1
+    return count
 
 
 def _build(device: Device, kernels: list[Kernel], irs: list[KernelIR]) -> list[compile_cache.CompiledKernel]:
