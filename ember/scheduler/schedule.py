@@ -4,7 +4,7 @@ compiled kernels, so a training loop does not re-fuse, re-lower or re-hash kerne
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ember.core.graph import Node
 from ember.core.ops import Op
@@ -48,6 +48,7 @@ class Schedule(list):  # list[CachedKernel | CachedCopy]
         self.releases = [tuple(indices) for indices in releases]
         self.compiled_stamp: tuple[object, int] | None = None
         self.device_names: tuple[str | None, ...] | None = None  # the devices of the outputs, set by realize
+        self.budget_plans: dict[tuple, Any] = {}  # memory_budget.py's plans of this schedule, by budget and state
 
 
 def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
