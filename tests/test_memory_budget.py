@@ -147,3 +147,41 @@ def test_memory_budget_arguments_and_scopes() -> None:
             em.memory_budget(wrong)
     assert em.get_memory_budget() is None
     assert get_device("c").pool.used_bytes >= 0
+
+
+def _jit_training(budget: int | None) -> tuple[list[np.ndarray], int, int]:
+    """_ember_training's steps on c as one ember.jit function (eager, capture, replays): the parameters, the kernels
+    the capture recorded and the most bytes the pool held after a call."""
+    parameters, input_array, target_array = _initial_state()
+    model = nn.Sequential(*[module for _ in range(LAYERS) for module in (nn.Linear(WIDTH, WIDTH), nn.ReLU())],
+                          nn.Linear(WIDTH, 4)).to("c")
+    with em.no_grad():
+        for parameter, array in zip(model.parameters(), parameters):
+            parameter.assign(em.tensor(array, device="c")).realize()
+    optimizer = optim.SGD(model.parameters(), lr=0.1)
+    inputs, targets = em.tensor(input_array, device="c"), em.tensor(target_array, device="c")
+
+    @em.jit
+    def step(inputs: em.Tensor, targets: em.Tensor) -> None:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(inputs), targets).backward()
+        optimizer.step()
+
+    pool, held = get_device("c").pool, 0
+    with em.memory_budget(budget):
+        for _ in range(STEPS):
+            step(inputs, targets)
+            held = max(held, pool.used_bytes)
+    assert step.replays == STEPS - 2 and step.capture is not None and step.memory_plan["c:0"].arena
+    return [parameter.detach().numpy() for parameter in model.parameters()], step.capture.kernels, held
+
+
+def test_a_step_captured_by_jit_under_a_budget_replays_its_recomputes() -> None:
+    eager, free_peak, _, _ = _ember_training("c", None)
+    budget = free_peak // 2
+    free, free_kernels, _ = _jit_training(None)
+    budgeted, budgeted_kernels, held = _jit_training(budget)
+    assert budgeted_kernels > free_kernels and held <= budget
+    for eager_parameter, free_parameter, budgeted_parameter in zip(eager, free, budgeted):
+        np.testing.assert_array_equal(free_parameter, eager_parameter)
+        np.testing.assert_array_equal(budgeted_parameter, eager_parameter)

@@ -4,13 +4,14 @@ freeing intermediates early and recomputing them (the plan is budget_plan.py's).
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Self
 
 from ember.backends.base import Device
 from ember.core.errors import ArgumentError, MemoryBudgetError
 from ember.core.graph import Node
 from ember.core.ops import Op
-from ember.scheduler import profile
+from ember.scheduler import profile, recording
 from ember.scheduler.budget_plan import BudgetPlan, BudgetTooSmall, PlanItem, plan_budget, smallest_budget
 from ember.scheduler.copies import run_copy
 from ember.scheduler.devices import get_device
@@ -88,12 +89,13 @@ def run_budgeted(items: Schedule, live: list[Node | None], roots: list[Node], de
     nbytes: dict[int, int] = {}
     pools: dict[int, str] = {}
     baseline: dict[str, int] = {}
+    capture_only = _held_by_capture_only()
     for index, node in enumerate(live):
         if node is not None:
             nbytes[index] = math.prod(node.shape) * node.dtype.itemsize
             pool = get_device(node.device).pool  # type: ignore[arg-type]
             pools[index] = pool.name
-            baseline[pool.name] = pool.used_bytes
+            baseline[pool.name] = pool.used_bytes - capture_only.get(pool.name, 0)
     budgeted = sorted({device.pool.name for device in devices.values()})
     key = (budget, tuple(sorted(baseline.items())), kept, uploads)
     plans: dict[tuple, BudgetPlan] = items.budget_plans
@@ -138,6 +140,18 @@ def run_budgeted(items: Schedule, live: list[Node | None], roots: list[Node], de
             run_kernel(target, item.kernel, [table[i] for i in item.inputs], None,  # type: ignore[misc]
                        devices[target.device])
         table[item.output] = target
+
+
+def _held_by_capture_only() -> dict[str, int]:
+    """Per pool, the bytes of buffers only an ember.jit capture in progress holds: the capture keeps every buffer
+    until it has planned its arena, where a budgeted realize would have freed them, so the plan leaves them out."""
+    recorder = recording.ACTIVE
+    held: dict[str, int] = {}
+    if recorder is not None:
+        for buffer in recorder.buffers:
+            if sys.getrefcount(buffer) <= 3:  # the list, the loop variable, getrefcount's argument
+                held[buffer.pool.name] = held.get(buffer.pool.name, 0) + buffer.nbytes
+    return held
 
 
 def _plan_item(item: Any, live: list[Node | None]) -> PlanItem:
