@@ -185,3 +185,18 @@ def test_a_step_captured_by_jit_under_a_budget_replays_its_recomputes() -> None:
     for eager_parameter, free_parameter, budgeted_parameter in zip(eager, free, budgeted):
         np.testing.assert_array_equal(free_parameter, eager_parameter)
         np.testing.assert_array_equal(budgeted_parameter, eager_parameter)
+
+
+def test_an_optimizer_step_under_a_budget_updates_in_place() -> None:
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4)).to("c")
+    optimizer = optim.Adam(model.parameters(), lr=0.01)
+    inputs = em.randn(32, 64, device="c").realize()
+    allocated = []
+    for budget in (None, None, 10**8, None, 10**8):
+        optimizer.zero_grad()
+        model(inputs).square().mean().backward()
+        with em.memory_budget(budget), em.profile() as record:
+            optimizer.step()
+        allocated.append(record.bytes_allocated)
+    parameter_bytes = sum(parameter.numel() * 4 for parameter in model.parameters())
+    assert allocated[2] == allocated[3] == allocated[4] < parameter_bytes, (allocated, parameter_bytes)

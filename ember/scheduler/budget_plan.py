@@ -26,6 +26,7 @@ class BudgetPlan:
     commands: list[int] = field(default_factory=list)
     peak_bytes: dict[str, int] = field(default_factory=dict)
     recomputed: int = 0
+    last_read: dict[int, int] | None = None  # per position, the last command reading it (set by the caller)
 
 
 class BudgetTooSmall(Exception):

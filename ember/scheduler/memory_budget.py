@@ -15,6 +15,7 @@ from ember.scheduler import profile, recording
 from ember.scheduler.budget_plan import BudgetPlan, BudgetTooSmall, PlanItem, plan_budget, smallest_budget
 from ember.scheduler.copies import run_copy
 from ember.scheduler.devices import get_device
+from ember.scheduler.in_place import schedule_hold
 from ember.scheduler.launch import run_kernel
 from ember.scheduler.schedule import CachedCopy, Schedule
 
@@ -123,13 +124,21 @@ def run_budgeted(items: Schedule, live: list[Node | None], roots: list[Node], de
         peaks = ", ".join(f"{name} {plan.peak_bytes.get(name, 0)}" for name in budgeted)
         profile.debug_print(1, f"memory budget {budget} bytes: planned peak {peaks}; {plan.recomputed} commands "
                                f"recomputed")
-    table = list(live)
-    for command in plan.commands:
+    if plan.last_read is None:  # per position, the last command reading it (for in-place assigns)
+        plan.last_read = {}
+        for index, command in enumerate(plan.commands):
+            if command >= 0:
+                item = items[command]
+                for position in (item.source,) if item.__class__ is CachedCopy else item.inputs:
+                    plan.last_read[position] = index
+    originals = {item.output: live[item.output] for item in items}
+    table = live  # (the realize's own table: no other list holds the nodes, as in_place.schedule_hold expects)
+    for index, command in enumerate(plan.commands):
         if command < 0:
             table[~command] = None
             continue
         item = items[command]
-        original: Node = live[item.output]  # type: ignore[assignment]
+        original: Node = originals[item.output]  # type: ignore[assignment]
         if item.output in kept:
             target = original
         else:  # a stand-in receives the buffer: the intermediate itself stays lazy
@@ -137,9 +146,30 @@ def run_budgeted(items: Schedule, live: list[Node | None], roots: list[Node], de
         if item.__class__ is CachedCopy:
             run_copy(target, table[item.source])  # type: ignore[arg-type]
         else:
-            run_kernel(target, item.kernel, [table[i] for i in item.inputs], None,  # type: ignore[misc]
+            held = None
+            replaced = target.replaces
+            if replaced is not None and not any(_reaches(originals[position], replaced) for position in item.inputs
+                                                if position in originals and position not in kept):
+                # (in place only when no intermediate it reads reaches the replaced node: one staying lazy would
+                # read the overwritten buffer if a tensor holding it were read later)
+                held = schedule_hold(replaced, table, plan.last_read, index)
+            del replaced
+            run_kernel(target, item.kernel, [table[i] for i in item.inputs], held,  # type: ignore[misc]
                        devices[target.device])
         table[item.output] = target
+
+
+def _reaches(node: Node | None, target: Node) -> bool:
+    """Whether `target` is `node` or lies under it in the lazy graph (the walk stops at realized nodes)."""
+    stack, seen = [node], set()
+    while stack:
+        current = stack.pop()
+        if current is target:
+            return True
+        if current is not None and id(current) not in seen:
+            seen.add(id(current))
+            stack.extend(current.srcs)
+    return False
 
 
 def _held_by_capture_only() -> dict[str, int]:
