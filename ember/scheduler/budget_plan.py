@@ -48,8 +48,10 @@ def plan_budget(items: list[PlanItem], nbytes: dict[int, int], pools: dict[int, 
     reader; when an allocation would exceed its pool's budget, the resident intermediates no command in progress
     reads are evicted one at a time, the one with the most bytes freed for the longest time per unit of recompute
     work first (bytes * commands until its next use / work of its producer and of the producers of its inputs that
-    are not resident). An evicted intermediate is recomputed before its next reader, with its own evicted inputs
-    first (on an explicit stack). More than `max_recomputes` recomputes (default 8 per item) counts as not fitting."""
+    are not resident); what commands waiting on the stack read goes last. An evicted intermediate is recomputed
+    before its next reader, with its own evicted inputs first (on an explicit stack; an input evicted again before
+    its reader runs is recomputed again). More than `max_recomputes` recomputes (default 8 per item) counts as not
+    fitting."""
     producer = {item.output: index for index, item in enumerate(items)}
     uses: dict[int, list[int]] = {}
     for index, item in enumerate(items):
@@ -80,14 +82,16 @@ def plan_budget(items: list[PlanItem], nbytes: dict[int, int], pools: dict[int, 
                                if evictable(source) and source not in resident)
         return nbytes[position] * distance / max(1, work), position
 
-    def charge(position: int) -> None:
+    def charge(position: int, reading: tuple[int, ...]) -> None:
         pool, size = pools[position], nbytes[position]
         budget = budgets.get(pool)
         while budget is not None and live.get(pool, 0) + size > budget:
-            candidates = [other for other in resident if pools[other] == pool and not pins.get(other)]
+            # never what the command being placed reads; what a command waiting on the stack reads only when
+            # nothing else is left (it is recomputed again if its reader finds it gone)
+            candidates = [other for other in resident if pools[other] == pool and other not in reading]
             if not candidates:
                 raise BudgetTooSmall(pool)
-            release(max(candidates, key=score))
+            release(max(candidates, key=lambda other: (not pins.get(other), *score(other))))
         live[pool] = live.get(pool, 0) + size
         plan.peak_bytes[pool] = max(plan.peak_bytes.get(pool, 0), live[pool])
 
@@ -101,18 +105,17 @@ def plan_budget(items: list[PlanItem], nbytes: dict[int, int], pools: dict[int, 
                     continue
                 for position in item.inputs:
                     pins[position] = pins.get(position, 0) + 1
+            missing = [position for position in dict.fromkeys(item.inputs)
+                       if evictable(position) and position not in resident]
+            if missing:  # not computed yet, or evicted again while another input was recomputed
                 stack.append((current, True))
-                for position in dict.fromkeys(item.inputs):
-                    if evictable(position) and position not in resident:
-                        stack.append((producer[position], False))
+                stack.extend((producer[position], False) for position in missing)
                 continue
             for position in item.inputs:
                 if position in uploads and position not in uploaded:
                     uploaded.add(position)
-                    charge(position)
-            pins[item.output] = pins.get(item.output, 0) + 1
-            charge(item.output)
-            pins[item.output] -= 1
+                    charge(position, item.inputs)
+            charge(item.output, item.inputs)
             plan.commands.append(current)
             if evictable(item.output):
                 resident.add(item.output)
