@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
-from ember.backends.base import Device
+from ember.backends.base import Device, MemoryPool
 from ember.core.errors import ArgumentError, MemoryBudgetError
 from ember.core.graph import Node
 from ember.core.ops import Op
@@ -19,7 +19,7 @@ from ember.scheduler.in_place import schedule_hold
 from ember.scheduler.launch import run_kernel
 from ember.scheduler.schedule import CachedCopy, Schedule
 
-MAX_CACHED_PLANS = 16  # per schedule: (budget, bytes held before, ...) -> plan
+MAX_CACHED_PLANS = 16  # per schedule: (budget, bytes held before, kept, uploads) -> plan
 
 
 class Budget:
@@ -82,24 +82,18 @@ def run_budgeted(items: Schedule, live: list[Node | None], roots: list[Node], de
     """Run a schedule's items under `budget` bytes per pool they write: the realize loop of realize.py, with the
     commands of the budget's plan (intermediates computed into buffers of their own, freed and recomputed as it
     says); only the roots and assigned nodes become buffers."""
-    position_of = {id(node): index for index, node in enumerate(live) if node is not None}
-    kept = frozenset([position_of[id(root)] for root in roots if id(root) in position_of]
-                     + [item.output for item in items if live[item.output].replaces is not None])  # type: ignore[union-attr]
-    uploads = frozenset(index for index, node in enumerate(live)
-                        if node is not None and node.op is Op.BUFFER and node.buffer is None)
-    nbytes: dict[int, int] = {}
-    pools: dict[int, str] = {}
-    baseline: dict[str, int] = {}
+    layout = items.budget_layout
+    if layout is None:  # fixed by the signature (shapes, dtypes, devices, roots): worked out once per schedule
+        layout = items.budget_layout = _layout(items, live, roots)
+    kept = layout.roots.union([item.output for item in items if live[item.output].replaces is not None])  # type: ignore[union-attr]
+    uploads = frozenset([index for index, node in enumerate(live)
+                         if node is not None and node.buffer is None and node.op is Op.BUFFER])
+    nbytes, pools = layout.nbytes, layout.pools
     capture_only = _held_by_capture_only()
-    for index, node in enumerate(live):
-        if node is not None:
-            nbytes[index] = math.prod(node.shape) * node.dtype.itemsize
-            pool = get_device(node.device).pool  # type: ignore[arg-type]
-            pools[index] = pool.name
-            baseline[pool.name] = pool.used_bytes - capture_only.get(pool.name, 0)
+    baseline = {pool.name: pool.used_bytes - capture_only.get(pool.name, 0) for pool in layout.pool_objects}
     budgeted = sorted({device.pool.name for device in devices.values()})
     key = (budget, tuple(sorted(baseline.items())), kept, uploads)
-    plans: dict[tuple, BudgetPlan] = items.budget_plans
+    plans = layout.plans
     plan = plans.get(key)
     if plan is None:
         plan_items = [_plan_item(item, live) for item in items]
@@ -157,6 +151,32 @@ def run_budgeted(items: Schedule, live: list[Node | None], roots: list[Node], de
             run_kernel(target, item.kernel, [table[i] for i in item.inputs], held,  # type: ignore[misc]
                        devices[target.device])
         table[item.output] = target
+
+
+class _Layout(NamedTuple):
+    """What a schedule's positions are, for its budget plans (the same at every realize of the schedule), and the
+    plans made for it by (budget, bytes held before, kept, uploads)."""
+
+    nbytes: dict[int, int]
+    pools: dict[int, str]
+    pool_objects: list[MemoryPool]
+    roots: frozenset[int]
+    plans: dict[tuple, BudgetPlan]
+
+
+def _layout(items: Schedule, live: list[Node | None], roots: list[Node]) -> _Layout:
+    position_of = {id(node): index for index, node in enumerate(live) if node is not None}
+    nbytes: dict[int, int] = {}
+    pools: dict[int, str] = {}
+    pool_objects: dict[str, MemoryPool] = {}
+    for index, node in enumerate(live):
+        if node is not None:
+            nbytes[index] = math.prod(node.shape) * node.dtype.itemsize
+            pool = get_device(node.device).pool  # type: ignore[arg-type]
+            pools[index] = pool.name
+            pool_objects[pool.name] = pool
+    return _Layout(nbytes, pools, list(pool_objects.values()),
+                   frozenset([position_of[id(root)] for root in roots if id(root) in position_of]), {})
 
 
 def _reaches(node: Node | None, target: Node) -> bool:

@@ -48,7 +48,7 @@ class Schedule(list):  # list[CachedKernel | CachedCopy]
         self.releases = [tuple(indices) for indices in releases]
         self.compiled_stamp: tuple[object, int] | None = None
         self.device_names: tuple[str | None, ...] | None = None  # the devices of the outputs, set by realize
-        self.budget_plans: dict[tuple, Any] = {}  # memory_budget.py's plans of this schedule, by budget and state
+        self.budget_layout: Any = None  # memory_budget.py's view of the positions and its plans (set under a budget)
 
 
 def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
