@@ -128,6 +128,7 @@ def test_the_plan_recomputes_evicted_inputs_first_and_stays_within_the_budget() 
     assert free.peak_bytes == {"pool": 400} and free.recomputed == 0
     plan = plan_budget(items, nbytes, pools, kept, frozenset(), {"pool": 100}, {"pool": 310})
     assert plan.peak_bytes["pool"] == 310 and plan.recomputed == 1
+    assert [plan.commands[index] for index in plan.recomputes] == [0]  # item 0 (1 from 0) run again
     resident: set[int] = {0}
     for command in plan.commands:  # every command reads only values that are resident when it runs
         if command < 0:

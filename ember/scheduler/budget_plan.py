@@ -26,6 +26,7 @@ class BudgetPlan:
     commands: list[int] = field(default_factory=list)
     peak_bytes: dict[str, int] = field(default_factory=dict)
     recomputed: int = 0
+    recomputes: set[int] = field(default_factory=set)  # the indices in `commands` that run an item again
     last_read: dict[int, int] | None = None  # per position, the last command reading it (set by the caller)
 
 
@@ -122,6 +123,7 @@ def plan_budget(items: list[PlanItem], nbytes: dict[int, int], pools: dict[int, 
             for position in item.inputs:
                 pins[position] -= 1
             if current != index:
+                plan.recomputes.add(len(plan.commands) - 1)
                 plan.recomputed += 1
                 if plan.recomputed > limit:
                     raise BudgetTooSmall(pools[item.output])

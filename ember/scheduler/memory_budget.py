@@ -137,6 +137,9 @@ def run_budgeted(items: Schedule, live: list[Node | None], roots: list[Node], de
             target = original
         else:  # a stand-in receives the buffer: the intermediate itself stays lazy
             target = Node(Op.CONTIGUOUS, (), None, original.shape, original.dtype, original.device)
+        if index in plan.recomputes and profile.DebugLevel.value >= 2:
+            profile.debug_print(2, f"  recompute of {'a copy' if item.__class__ is CachedCopy else 'a kernel'} "
+                                   f"(item {command} of {len(items)}) under the memory budget:")
         if item.__class__ is CachedCopy:
             run_copy(target, table[item.source])  # type: ignore[arg-type]
         else:
