@@ -10,11 +10,13 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 import ember as em
 from ember import nn, optim
 from ember.scheduler import profile
-from ember.scheduler.budget_plan import BudgetTooSmall, PlanItem, plan_budget
+from ember.scheduler.budget_plan import BudgetTooSmall, PlanItem, plan_budget, smallest_budget
 from ember.scheduler.devices import get_device
 
 WIDTH, BATCH, LAYERS, STEPS = 32, 1024, 8, 3
@@ -216,3 +218,48 @@ def test_an_optimizer_step_under_a_budget_updates_in_place() -> None:
         allocated.append(record.bytes_allocated)
     parameter_bytes = sum(parameter.numel() * 4 for parameter in model.parameters())
     assert allocated[2] == allocated[3] == allocated[4] < parameter_bytes, (allocated, parameter_bytes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_every_plan_reads_only_resident_values_and_keeps_to_the_budget(data: st.DataObject) -> None:
+    leaves = data.draw(st.integers(1, 3))
+    count = data.draw(st.integers(1, 14))
+    items, nbytes = [], {position: data.draw(st.integers(1, 50)) for position in range(leaves)}
+    for output in range(leaves, leaves + count):
+        inputs = tuple(data.draw(st.lists(st.integers(0, output - 1), min_size=1, max_size=3)))
+        items.append(PlanItem(output, inputs, data.draw(st.integers(1, 100))))
+        nbytes[output] = data.draw(st.integers(0, 50))
+    read = {position for item in items for position in item.inputs}
+    kept = frozenset([item.output for item in items if item.output not in read or data.draw(st.booleans())])
+    uploads = frozenset(data.draw(st.sets(st.integers(0, leaves - 1))))
+    pools = dict.fromkeys(nbytes, "pool")
+    baseline = {"pool": sum(nbytes[position] for position in range(leaves) if position not in uploads)}
+    free = plan_budget(items, nbytes, pools, kept, uploads, baseline, {})
+    least = smallest_budget(items, nbytes, pools, kept, uploads, baseline, ["pool"])
+    budget = data.draw(st.one_of(st.just(least), st.integers(least, max(least, free.peak_bytes["pool"]))))
+    try:
+        plan = plan_budget(items, nbytes, pools, kept, uploads, baseline, {"pool": budget})
+    except BudgetTooSmall:
+        event("no plan")
+        return
+    event(f"recomputes: {min(plan.recomputed, 3)}")
+    resident = set(range(leaves)) - uploads
+    live = baseline["pool"]
+    for command in plan.commands:
+        if command < 0:
+            assert ~command in resident and ~command not in kept
+            resident.remove(~command)
+            live -= nbytes[~command]
+            continue
+        item = items[command]
+        for position in item.inputs:
+            if position in uploads and position not in resident:  # host data allocated at its first use
+                resident.add(position)
+                live += nbytes[position]
+        assert set(item.inputs) <= resident and item.output not in resident
+        resident.add(item.output)
+        live += nbytes[item.output]
+        assert live <= budget
+    assert kept <= resident and resident - kept <= set(range(leaves))  # every intermediate freed in the end
+    assert plan.peak_bytes["pool"] <= budget and len(plan.recomputes) == plan.recomputed

@@ -130,11 +130,11 @@ def plan_budget(items: list[PlanItem], nbytes: dict[int, int], pools: dict[int, 
 
     for now, item in enumerate(items):
         run(now)
-        for position in dict.fromkeys((*item.inputs, item.output)):
-            if position in resident:
-                readers = uses.get(position, [])
-                if bisect_left(readers, now + 1) == len(readers):  # no later reader
-                    release(position)
+        # free what no later item reads: this item's inputs and output, and what recomputes brought back
+        for position in sorted(resident):
+            readers = uses.get(position, [])
+            if bisect_left(readers, now + 1) == len(readers):
+                release(position)
     return plan
 
 
