@@ -263,3 +263,34 @@ def test_every_plan_reads_only_resident_values_and_keeps_to_the_budget(data: st.
         assert live <= budget
     assert kept <= resident and resident - kept <= set(range(leaves))  # every intermediate freed in the end
     assert plan.peak_bytes["pool"] <= budget and len(plan.recomputes) == plan.recomputed
+
+
+def test_a_copy_between_devices_is_recomputed_under_the_budget(device: str) -> None:
+    if device == "c:0":
+        pytest.skip("copies from c to another device")
+    generator = np.random.default_rng(5)
+    input_array = generator.normal(size=(256, 64)).astype(np.float32)
+    weight_arrays = [(generator.normal(size=(64, 64)) * 0.2).astype(np.float32) for _ in range(6)]
+    inputs = em.tensor(input_array, device="c")
+    weights = [em.tensor(array, device=device) for array in weight_arrays]
+
+    def ember_loss() -> em.Tensor:
+        first = (inputs * 2).to(device)  # a copy read by every term: evicted and copied again under the budget
+        hidden, terms = first, []
+        for weight in weights:
+            hidden = (hidden @ weight).tanh()
+            terms.append(((hidden - first) ** 2).sum())
+        return em.stack(terms).sum()
+
+    first = torch.from_numpy(input_array) * 2
+    hidden, expected = first, torch.zeros(())
+    for array in weight_arrays:
+        hidden = (hidden @ torch.from_numpy(array)).tanh()
+        expected = expected + ((hidden - first) ** 2).sum()
+    with pytest.raises(em.MemoryBudgetError) as caught, em.memory_budget(1):
+        ember_loss().realize()
+    with em.memory_budget(caught.value.needed), em.profile() as record:
+        value = ember_loss().item()
+    assert record.recomputed_kernels > 0 and len(record.copies) > 1, record
+    assert max(record.peak_bytes.values()) <= caught.value.needed
+    np.testing.assert_allclose(value, expected.item(), rtol=1e-4)
