@@ -85,7 +85,8 @@ def run_budgeted(items: Schedule, live: list[Node | None], roots: list[Node], de
     layout = items.budget_layout
     if layout is None:  # fixed by the signature (shapes, dtypes, devices, roots): worked out once per schedule
         layout = items.budget_layout = _layout(items, live, roots)
-    kept = layout.roots.union([item.output for item in items if live[item.output].replaces is not None])  # type: ignore[union-attr]
+    assigned = [item.output for item in items if live[item.output].replaces is not None]  # type: ignore[union-attr]
+    kept = layout.roots.union(assigned)
     uploads = frozenset([index for index, node in enumerate(live)
                          if node is not None and node.buffer is None and node.op is Op.BUFFER])
     nbytes, pools = layout.nbytes, layout.pools
