@@ -1,5 +1,6 @@
 """Realizing nodes: place, schedule (kernelize, cached by structure), compile ahead, then run each kernel and copy in
-order, releasing every intermediate buffer after its last reader; EMBER_DEBUG=1 output and peak bytes."""
+order, releasing every intermediate buffer after its last reader (under ember.memory_budget, as memory_budget.py
+plans); EMBER_DEBUG=1 output and peak bytes."""
 
 from __future__ import annotations
 
