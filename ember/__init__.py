@@ -26,7 +26,7 @@ from ember.core.shapes import broadcast_shapes
 from ember.core.dtype import bool_ as bool  # noqa: A001 - torch's name
 from ember.core.errors import (
     ArgumentError, AutogradError, AxisError, BackendUnavailable, CompileError, CompileFallbackWarning, DeviceError,
-    DTypeError, EmberError, OutOfMemoryError, ShapeError,
+    DTypeError, EmberError, MemoryBudgetError, OutOfMemoryError, ShapeError,
 )
 from ember.core.elementwise import where
 from ember.core.movement import broadcast_tensors, cat, stack
@@ -47,6 +47,7 @@ from ember.core.tensor_attributes import imag, real
 from ember.core.windows import bartlett_window, blackman_window, hamming_window, hann_window, kaiser_window
 from ember.scheduler.devices import get_default_device, set_default_device
 from ember.scheduler.jit import JitError, jit
+from ember.scheduler.memory_budget import get_memory_budget, memory_budget
 from ember.scheduler.planner import PlanError, load_plan
 from ember.scheduler.profile import profile
 from ember.scheduler.trace import record_trace

@@ -46,6 +46,15 @@ class OutOfMemoryError(EmberError, MemoryError):
     """A memory pool could not give the bytes asked for."""
 
 
+class MemoryBudgetError(OutOfMemoryError):
+    """A realize cannot fit `ember.memory_budget` even recomputing every intermediate; `needed` is the least budget
+    that fits (bytes), `pool` the pool that ran out."""
+
+    def __init__(self, message: str, budget: int, needed: int, pool: str) -> None:
+        super().__init__(message)
+        self.budget, self.needed, self.pool = budget, needed, pool
+
+
 class AutogradError(EmberError, RuntimeError):
     """Misuse of autograd: backward without history, a missing gradient, an in-place change of a leaf needing grad."""
 

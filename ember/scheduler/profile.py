@@ -69,6 +69,8 @@ class Profile:
     realizes: int = 0
     peak_bytes: dict[str, int] = field(default_factory=dict)
     programs_evicted: int = 0  # compiled kernels dropped from the bounded in-memory cache (compile_cache.py)
+    recomputed_kernels: int = 0  # commands run again under ember.memory_budget (memory_budget.py)
+    planned_peak_bytes: dict[str, int] = field(default_factory=dict)  # per pool, the budget plans' peaks
 
     @property
     def kernel_seconds(self) -> float:
@@ -86,6 +88,10 @@ class Profile:
                          f"{compile_record.seconds * 1e3:10.2f} ms ({source})")
         for peak_device, peak in self.peak_bytes.items():
             lines.append(f"  peak bytes on {peak_device}: {peak}")
+        for planned_device, planned in self.planned_peak_bytes.items():
+            lines.append(f"  memory budget plan on {planned_device}: peak {planned} bytes")
+        if self.recomputed_kernels:
+            lines.append(f"  {self.recomputed_kernels} commands recomputed under the memory budget")
         return "\n".join(lines)
 
 

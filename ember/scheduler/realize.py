@@ -1,5 +1,6 @@
 """Realizing nodes: place, schedule (kernelize, cached by structure), compile ahead, then run each kernel and copy in
-order, releasing every intermediate buffer after its last reader; EMBER_DEBUG=1 output and peak bytes."""
+order, releasing every intermediate buffer after its last reader (under ember.memory_budget, as memory_budget.py
+plans); EMBER_DEBUG=1 output and peak bytes."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ember.scheduler.copies import run_copy
 from ember.scheduler.devices import get_device
 from ember.scheduler.in_place import schedule_hold
 from ember.scheduler.launch import run_kernel
+from ember.scheduler.memory_budget import Budget, run_budgeted
 from ember.scheduler.placement import place
 from ember.scheduler.schedule import SCHEDULES, CachedCopy
 from ember.scheduler.trace import Recording
@@ -74,6 +76,10 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
         pools.add(device.pool)
     for pool in pools:
         pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
+    if Budget.value is not None:  # ember.memory_budget: intermediates freed early and recomputed as planned
+        run_budgeted(items, live, pending, devices, Budget.value)
+        _record_peaks(records, pools)
+        return
     last_use = items.last_use
     for position, (item, releases) in enumerate(zip(items, items.releases)):
         if item.__class__ is CachedCopy:
@@ -87,6 +93,11 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
                        devices[output.device])
         for index in releases:
             live[index] = None
+    _record_peaks(records, pools)
+
+
+def _record_peaks(records: list[profile.Profile], pools: set[MemoryPool]) -> None:
+    """Each pool's high-water mark of this realize into the active profiles."""
     for record in records:
         for pool in pools:
             record.peak_bytes[pool.name] = max(record.peak_bytes.get(pool.name, 0), pool.peak_bytes)

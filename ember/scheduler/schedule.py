@@ -4,7 +4,7 @@ compiled kernels, so a training loop does not re-fuse, re-lower or re-hash kerne
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ember.core.graph import Node
 from ember.core.ops import Op
@@ -48,6 +48,7 @@ class Schedule(list):  # list[CachedKernel | CachedCopy]
         self.releases = [tuple(indices) for indices in releases]
         self.compiled_stamp: tuple[object, int] | None = None
         self.device_names: tuple[str | None, ...] | None = None  # the devices of the outputs, set by realize
+        self.budget_layout: Any = None  # memory_budget.py's view of the positions and its plans (set under a budget)
 
 
 def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
