@@ -159,13 +159,15 @@ def make_plan(trace_path: str | os.PathLike[str], output: str | os.PathLike[str]
         arenas = list(document.get("jit_arenas", []))
     except (KeyError, TypeError) as error:
         raise PlanError(f"{trace_path}: a corrupt trace (missing or malformed field {error})") from None
+    replacing = folder.exists()
+    if replacing and (not (folder / PLAN_FILE).is_file()
+                      or any(path.name not in (PLAN_FILE, "cache") for path in folder.iterdir())):
+        raise PlanError(f"{folder} exists and is not a plan folder; name a new folder with -o")  # never replaced
     if len(compile_cache.COMPILED):
         raise PlanError(f"cannot plan {trace_path} in this process: it holds compiled kernels already (loaded with "
                         "EMBER_PLAN?), which would be left out of the plan; run `python -m ember plan` without "
                         "EMBER_PLAN")
-    if folder.exists():  # only an earlier plan is replaced: never a folder of something else
-        if not (folder / PLAN_FILE).is_file() or any(path.name not in (PLAN_FILE, "cache") for path in folder.iterdir()):
-            raise PlanError(f"{folder} exists and is not a plan folder; name a new folder with -o")
+    if replacing:  # an earlier plan
         (folder / PLAN_FILE).unlink()
         shutil.rmtree(folder / "cache", ignore_errors=True)
     (folder / "cache").mkdir(parents=True)
