@@ -1,0 +1,169 @@
+"""The incremental runner: realize a graph once keeping every value the kernelizer stores, then after edits of
+regions of its inputs recompute only the dirty elements that are needed, written into the kept buffers in place."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ember.core import runtime
+from ember.core.errors import ArgumentError, ShapeError
+from ember.core.graph import Node
+from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
+from ember.core.shapes import prod
+from ember.core.tensor import Tensor
+from ember.core.walk import post_order
+from ember.incremental.propagate import Boxes, _narrow, propagate_boxes, union
+from ember.incremental.region import Region
+from ember.incremental.restrict import Reader, restrict, source_boxes
+from ember.incremental.static_bounds import is_static
+from ember.incremental.write import write_box
+from ember.scheduler.kernelize import KernelItem, find_boundaries, kernelize
+
+LEAF_OPS = (Op.BUFFER, Op.CONST, Op.ARANGE)
+
+
+class IncrementalGraph:
+    """`outputs` computed from `inputs`, recomputed incrementally (internal API).
+
+    The first run realizes every node the kernelizer stores for `outputs` (kernel outputs: the key and value
+    projections of an attention are kept, a KV cache nobody wrote) and keeps their buffers. After the caller wrote
+    new values into regions of some inputs (`tensor[index] = value`, `assign`), `update({input: region})`
+    propagates the dirty boxes through the graph, works out backwards which of them are needed (a causal mask
+    needs no later column: those elements stay stale, remembered as invalid and recomputed once needed), and
+    recomputes each needed box of each kept value, sources first, by a restricted graph written into that box of
+    its buffer. `outputs` then holds the values a full recompute would give. `last_flops` / `full_flops` count
+    the arithmetic of the kernels launched (elementwise ops and reduce inputs, per element) when `count_flops`."""
+
+    def __init__(self, outputs: Sequence[Tensor], inputs: Sequence[Tensor], count_flops: bool = False) -> None:
+        for tensor in inputs:
+            tensor.realize()
+        self.count_flops = count_flops
+        roots = [tensor.node for tensor in outputs]
+        self.full_flops = kernel_flops(roots) if count_flops else 0
+        self.last_flops = 0
+        kept = [node for node in find_boundaries(roots) if not node.realized]
+        template: dict[int, Node] = {}
+        for node in post_order(roots, lambda node: node.srcs):
+            if node.op in LEAF_OPS:
+                template[id(node)] = node
+            else:
+                sources = tuple(template[id(source)] for source in node.srcs)
+                template[id(node)] = Node(node.op, sources, node.arg, node.shape, node.dtype,
+                                          node.device if node.op is Op.COPY else None)
+        runtime.RUNTIME.realize(kept)
+        self.roots = [template[id(node)] for node in roots]
+        self.values: dict[Node, Tensor] = {template[id(node)]: Tensor._from_node(node) for node in kept}
+        for root, node in zip(self.roots, roots):
+            self.values.setdefault(root, Tensor._from_node(node))  # an output that was already realized
+        self.outputs = [self.values[root] for root in self.roots]
+        self.inputs: dict[int, tuple[Node, Tensor]] = {id(tensor): (tensor.node, tensor) for tensor in inputs}
+        self.leaf_inputs: dict[Node, Tensor] = {leaf: tensor for leaf, tensor in self.inputs.values()}
+        self.order = post_order(self.roots, lambda node: node.srcs)
+        self.static: dict[Node, bool] = {}
+        for node in self.order:
+            self.static[node] = is_static(node, [self.static[source] for source in node.srcs])
+        self.invalid: dict[Node, Boxes] = {}
+
+    def update(self, changed: Mapping[Tensor, Region], needed: Sequence[Region | None] | None = None) -> list[Tensor]:
+        """Recompute after the given regions of inputs changed; returns `outputs`. `needed` (one region or None per
+        output: the whole) limits what must be right afterwards: the rest of an output may be stale (it is
+        recomputed by a later update that needs it)."""
+        leaf_changes: dict[Node, Region] = {}
+        for tensor, region in changed.items():
+            if id(tensor) not in self.inputs:
+                raise ArgumentError(f"IncrementalGraph.update: {tensor.shape} tensor is not one of the inputs given")
+            leaf, _ = self.inputs[id(tensor)]
+            if region.shape != leaf.shape or tensor.shape != leaf.shape or tensor.dtype != leaf.dtype:
+                raise ShapeError(f"IncrementalGraph.update: a region of shape {region.shape} for an input of shape "
+                                 f"{leaf.shape}; the input must keep its shape and dtype")
+            tensor.realize()
+            leaf_changes[leaf] = region
+        dirty = propagate_boxes(self.roots, leaf_changes)
+        if needed is not None and len(needed) != len(self.roots):
+            raise ArgumentError(f"IncrementalGraph.update: {len(needed)} needed regions for {len(self.roots)} outputs")
+        wanted = [Region.whole(root.shape) if needed is None or needed[index] is None else needed[index]
+                  for index, root in enumerate(self.roots)]
+        recompute = self._needed(dirty, wanted)
+        self.last_flops = 0
+        for node in self.order:
+            if node not in self.values:
+                continue
+            stale = union(dirty.get(node, ()), self.invalid.get(node, ()))
+            boxes = recompute.get(node, [])
+            for box in boxes:
+                value = restrict(node, box, self._reader(node))
+                if self.count_flops:
+                    self.last_flops += kernel_flops([value])
+                write_box(self.values[node], box, value)
+            remaining = [piece for part in stale for piece in _subtract(part, boxes)]
+            self.invalid[node] = union((), remaining)
+        return self.outputs
+
+    def _needed(self, dirty: dict[Node, Boxes], wanted: list[Region | None]) -> dict[Node, list[Region]]:
+        """The boxes of each kept value to recompute: its dirty or invalid elements that the outputs need, found by
+        pushing the boxes to recompute down to the sources they read (a causal select needs no masked element)."""
+        demand: dict[Node, Region] = {}
+        for root, region in zip(self.roots, wanted):
+            assert region is not None
+            if region.shape != root.shape:
+                raise ShapeError(f"IncrementalGraph.update: a needed region of shape {region.shape} for an output of "
+                                 f"shape {root.shape}")
+            demand[root] = region if root not in demand else demand[root].hull(region)
+        recompute: dict[Node, list[Region]] = {}
+        for node in reversed(self.order):
+            needed = demand.get(node)
+            if needed is None or needed.is_empty or node.op in LEAF_OPS:
+                continue
+            if node in self.values:
+                stale = union(dirty.get(node, ()), self.invalid.get(node, ()))
+                boxes = [box for box in (part.intersection(needed) for part in stale) if not box.is_empty]
+                recompute[node] = boxes
+            else:
+                boxes = [needed]
+            for box in boxes:
+                for source, source_box in zip(node.srcs, self._source_demand(node, box)):
+                    if source_box is not None and not source_box.is_empty:
+                        previous = demand.get(source)
+                        demand[source] = source_box if previous is None else previous.hull(source_box)
+        return recompute
+
+    def _source_demand(self, node: Node, box: Region) -> list[Region | None]:
+        boxes = source_boxes(node, box)
+        if node.op is Op.WHERE and self.static[node.srcs[0]]:
+            boxes[1] = _narrow(box, node.srcs[0], (0, 0))
+            boxes[2] = _narrow(box, node.srcs[0], (1, 1))
+        return boxes
+
+    def _reader(self, computing: Node) -> Reader:
+        def read(node: Node) -> Node | None:
+            if node is computing:
+                return None
+            value = self.values.get(node)
+            if value is not None:
+                return value.node
+            tensor = self.leaf_inputs.get(node)
+            return None if tensor is None else tensor.node
+
+        return read
+
+
+def kernel_flops(roots: Sequence[Node]) -> int:
+    """The arithmetic of the kernels that would compute `roots`: per element, one for each elementwise op and one
+    for each element a reduce reads (a matmul's multiply and add: 2 * M * N * K)."""
+    total = 0
+    for item in kernelize(list(roots)):
+        if isinstance(item, KernelItem):
+            steps = item.kernel.steps
+            for step in steps:
+                if step.op in ELEMENTWISE_OPS:
+                    total += prod(step.shape)
+                elif step.op in REDUCE_OPS:
+                    total += prod(steps[step.srcs[0]].shape)
+    return total
+
+
+def _subtract(box: Region, removed: list[Region]) -> list[Region]:
+    pieces = [box]
+    for other in removed:
+        pieces = [piece for part in pieces for piece in part.difference(other)]
+    return pieces

@@ -1,0 +1,88 @@
+"""Writing a box of a realized value in place: kernels that compute only the box store into views of its buffer
+(one per contiguous run of the box); where the pool makes no views, one select over the whole buffer."""
+
+from __future__ import annotations
+
+from ember.core import runtime
+from ember.core.graph import Node, infer
+from ember.core.ops import Op
+from ember.core.tensor import Tensor
+from ember.incremental.region import Range, Region
+from ember.scheduler.arena import ArenaView
+from ember.scheduler.buffers import Buffer
+
+MAX_RUNS = 64  # a box in more contiguous pieces than this is written by one select over the whole buffer
+
+
+def write_box(target: Tensor, box: Region, value: Node) -> None:
+    """Make `target` (realized) hold `value` (a lazy node of the box's shape) inside `box`, the rest unchanged.
+
+    The value's kernel writes straight into the target's buffer when the box is one contiguous run; a box in a few
+    runs is computed once into its own buffer and each run copied into the target by a kernel. Elsewhere (no
+    views: wgpu; offsets the pool cannot view) `target[box] = value` (a select over the whole buffer)."""
+    target.realize()
+    buffer = target.node.buffer
+    runs = _runs(box)
+    if buffer is None or not _viewable(buffer, box, runs):
+        target[box.slices()] = Tensor._from_node(value)
+        target.realize()
+        return
+    if len(runs) == 1:
+        _compute_into(buffer, runs[0][1], value)
+        return
+    computed = Tensor._from_node(value).realize().node
+    for run, offset in runs:
+        inner = tuple((start - box_start, end - box_start) for (start, end), (box_start, _) in zip(run, box.ranges))
+        _compute_into(buffer, offset, _make(Op.CONTIGUOUS, (_make(Op.SHRINK, (computed,), inner),)))
+
+
+def _compute_into(buffer: Buffer, offset: int, value: Node) -> None:
+    """Run the kernel computing `value` with its output a view at element `offset` of `buffer` (the in-place
+    write of scheduler/in_place.py: the view is the node `value` replaces, held by nothing else)."""
+    if value.op is not Op.CONTIGUOUS:
+        value = _make(Op.CONTIGUOUS, (value,))
+    view = ArenaView(buffer, offset * buffer.dtype.itemsize, value.size, buffer.dtype)
+    view.event, view.users = buffer.event, list(buffer.users)  # after the buffer's writer and readers
+    replaced = Node(Op.BUFFER, (), None, value.shape, value.dtype, buffer.device_name)
+    replaced.buffer = view
+    value.replaces = replaced
+    del replaced
+    runtime.RUNTIME.realize([value])
+    assert value.buffer is view, "write_box: the kernel did not write into the view"
+    buffer.event = view.event
+
+
+def _viewable(buffer: Buffer, box: Region, runs: list[tuple[tuple[Range, ...], int]]) -> bool:
+    alignment = buffer.pool.view_alignment
+    if alignment <= 0 or len(runs) > MAX_RUNS or not buffer.device.info.can_run:
+        return False
+    return all((offset * buffer.dtype.itemsize) % alignment == 0 for _, offset in runs)
+
+
+def _runs(box: Region) -> list[tuple[tuple[Range, ...], int]]:
+    """The box as pieces contiguous in row-major memory: each piece's ranges and its first element's offset."""
+    shape, ranges = box.shape, box.ranges
+    split = 0  # the axes from `split` on form contiguous runs: every axis after the first partial one is whole
+    for axis in range(len(shape) - 1, -1, -1):
+        if ranges[axis] != (0, shape[axis]):
+            split = axis
+            break
+    strides = [1] * len(shape)
+    for axis in range(len(shape) - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * shape[axis + 1]
+    pieces: list[tuple[tuple[Range, ...], int]] = [((), 0)]
+    for axis in range(len(shape)):
+        start, end = ranges[axis]
+        if axis < split:
+            pieces = [((*prefix, (index, index + 1)), offset + index * strides[axis])
+                      for prefix, offset in pieces for index in range(start, end)]
+            if len(pieces) > MAX_RUNS:
+                return pieces
+        else:
+            pieces = [((*prefix, (start, end)), offset + start * strides[axis]) for prefix, offset in pieces]
+    return pieces
+
+
+def _make(op: Op, sources: tuple[Node, ...], arg: object = None) -> Node:
+    shape, dtype = infer(op, sources, arg)
+    return Node(op, sources, arg, shape, dtype)
