@@ -100,7 +100,7 @@ class _Restriction:
     def _pad(self, node: Node, box: Region, source: Node | None) -> Node:
         padding, fill = node.arg
         if source is None:  # the box lies wholly in the padding
-            return Node(Op.CONST, (), fill, _box_shape(box), node.dtype, None)
+            return Node(Op.CONST, (), fill, _box_shape(box), node.dtype, _device_below(node))
         amounts = []
         for (start, end), (before, _), size in zip(box.ranges, padding, node.srcs[0].shape):
             inner_start, inner_end = max(start, before), min(end, before + size)
@@ -167,6 +167,14 @@ def _reshape_covering(node: Node, box: Region) -> Region:
         exact = back.size == group.size and back.reshaped(group_shape) == group
         ranges.extend(group.ranges if exact else [(0, size) for size in group_shape])
     return Region._of(node.shape, ranges)
+
+
+def _device_below(node: Node) -> str | None:
+    """The device of the first source down the first-source chain that has one (a constant made for a box lies
+    where the values it stands for would be computed)."""
+    while node.device is None and node.srcs:
+        node = node.srcs[0]
+    return node.device
 
 
 def _box_shape(box: Region) -> tuple[int, ...]:

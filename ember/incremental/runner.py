@@ -38,7 +38,9 @@ class IncrementalGraph:
         for tensor in inputs:
             tensor.realize()
         self.count_flops = count_flops
-        roots = [tensor.node for tensor in outputs]
+        # an output that is already a value (an input itself) is copied, so that it is a value of its own
+        roots = [Node(Op.CONTIGUOUS, (tensor.node,), None, tensor.shape, tensor.dtype) if tensor.node.realized
+                 else tensor.node for tensor in outputs]
         self.full_flops = kernel_flops(roots) if count_flops else 0
         self.last_flops = 0
         kept = [node for node in find_boundaries(roots) if not node.realized]
@@ -53,8 +55,6 @@ class IncrementalGraph:
         runtime.RUNTIME.realize(kept)
         self.roots = [template[id(node)] for node in roots]
         self.values: dict[Node, Tensor] = {template[id(node)]: Tensor._from_node(node) for node in kept}
-        for root, node in zip(self.roots, roots):
-            self.values.setdefault(root, Tensor._from_node(node))  # an output that was already realized
         self.outputs = [self.values[root] for root in self.roots]
         self.inputs: dict[int, tuple[Node, Tensor]] = {id(tensor): (tensor.node, tensor) for tensor in inputs}
         self.leaf_inputs: dict[Node, Tensor] = {leaf: tensor for leaf, tensor in self.inputs.values()}
