@@ -4,6 +4,7 @@ regions of its inputs recompute only the dirty elements that are needed, written
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ember.core import runtime
 from ember.core.errors import ArgumentError, ShapeError
@@ -14,12 +15,15 @@ from ember.core.tensor import Tensor
 from ember.core.walk import post_order
 from ember.incremental.propagate import Boxes, _narrow, propagate_boxes, union
 from ember.incremental.region import Region
-from ember.incremental.restrict import Reader, restrict, source_boxes
+from ember.incremental.restrict import restrict, source_boxes
 from ember.incremental.static_bounds import is_static
-from ember.incremental.write import write_box
+from ember.incremental.write import aligned_box, write_box
 from ember.scheduler.kernelize import KernelItem, find_boundaries, kernelize
 
 LEAF_OPS = (Op.BUFFER, Op.CONST, Op.ARANGE)
+MAX_CACHED = 256  # plans and restricted graphs kept (per graph) before the caches start over
+
+Plan = tuple[list[tuple[Node, Region]], dict[Node, "Boxes"]]
 
 
 class IncrementalGraph:
@@ -63,6 +67,10 @@ class IncrementalGraph:
         for node in self.order:
             self.static[node] = is_static(node, [self.static[source] for source in node.srcs])
         self.invalid: dict[Node, Boxes] = {}
+        self.kept = [node for node in self.order if node in self.values]
+        self.stops: set[Node] = set(self.values) | set(self.leaf_inputs)
+        self.plans: dict[Any, Plan] = {}
+        self.restricted: dict[tuple[Node, Region], Node] = {}
 
     def update(self, changed: Mapping[Tensor, Region], needed: Sequence[Region | None] | None = None) -> list[Tensor]:
         """Recompute after the given regions of inputs changed; returns `outputs`. `needed` (one region or None per
@@ -78,26 +86,74 @@ class IncrementalGraph:
                                  f"{leaf.shape}; the input must keep its shape and dtype")
             tensor.realize()
             leaf_changes[leaf] = region
-        dirty = propagate_boxes(self.roots, leaf_changes)
         if needed is not None and len(needed) != len(self.roots):
             raise ArgumentError(f"IncrementalGraph.update: {len(needed)} needed regions for {len(self.roots)} outputs")
         wanted = [Region.whole(root.shape) if needed is None or needed[index] is None else needed[index]
                   for index, root in enumerate(self.roots)]
-        recompute = self._needed(dirty, wanted)
+        key = (tuple((id(leaf), region) for leaf, region in leaf_changes.items()), tuple(wanted),
+               tuple((index, self.invalid[node]) for index, node in enumerate(self.kept) if self.invalid.get(node)))
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self._plan(leaf_changes, wanted)
+            if len(self.plans) >= MAX_CACHED:
+                self.plans.clear()
+            self.plans[key] = plan
+        recompute, self.invalid = plan
         self.last_flops = 0
-        for node in self.order:
-            if node not in self.values:
-                continue
+        for node, box in recompute:
+            value = self._restricted(node, box)
+            if self.count_flops:
+                self.last_flops += kernel_flops([value])
+            write_box(self.values[node], box, value)
+        return self.outputs
+
+    def _plan(self, leaf_changes: dict[Node, Region], wanted: list[Region]) -> Plan:
+        """The boxes to recompute (kept values in order, sources first) and the invalid boxes afterwards."""
+        dirty = propagate_boxes(self.roots, leaf_changes)
+        recompute = self._needed(dirty, wanted)
+        steps: list[tuple[Node, Region]] = []
+        invalid: dict[Node, Boxes] = {}
+        for node in self.kept:
             stale = union(dirty.get(node, ()), self.invalid.get(node, ()))
             boxes = recompute.get(node, [])
-            for box in boxes:
-                value = restrict(node, box, self._reader(node))
-                if self.count_flops:
-                    self.last_flops += kernel_flops([value])
-                write_box(self.values[node], box, value)
-            remaining = [piece for part in stale for piece in _subtract(part, boxes)]
-            self.invalid[node] = union((), remaining)
-        return self.outputs
+            steps.extend((node, box) for box in boxes)
+            remaining = union((), [piece for part in stale for piece in _subtract(part, boxes)])
+            if remaining:
+                invalid[node] = remaining
+        return steps, invalid
+
+    def _restricted(self, node: Node, box: Region) -> Node:
+        """restrict(node, box) reading the kept values and inputs as they are now: built once per (node, box) over
+        the template's nodes, then copied with those nodes replaced by the current values at each use."""
+        key = (node, box)
+        graph = self.restricted.get(key)
+        if graph is None:
+            graph = restrict(node, box, lambda source: source if source is not node and source in self.stops else None)
+            if len(self.restricted) >= MAX_CACHED:
+                self.restricted.clear()
+            self.restricted[key] = graph
+        copies: dict[Node, Node] = {}
+        stops = self.stops
+        for original in post_order([graph], lambda current: () if current in stops else current.srcs):
+            if original in stops:
+                copies[original] = self._current(original)
+            elif original.op in LEAF_OPS:
+                copies[original] = original
+            else:
+                copies[original] = Node(original.op, tuple(copies[source] for source in original.srcs), original.arg,
+                                         original.shape, original.dtype, original.device)
+        return copies[graph]
+
+    def _alignment(self, node: Node) -> int:
+        """The element alignment of views of a kept value's buffer (0: none are made)."""
+        buffer = self.values[node].node.buffer
+        if buffer is None or buffer.pool.view_alignment % buffer.dtype.itemsize:
+            return 0
+        return buffer.pool.view_alignment // buffer.dtype.itemsize
+
+    def _current(self, node: Node) -> Node:
+        value = self.values.get(node)
+        return value.node if value is not None else self.leaf_inputs[node].node
 
     def _needed(self, dirty: dict[Node, Boxes], wanted: list[Region | None]) -> dict[Node, list[Region]]:
         """The boxes of each kept value to recompute: its dirty or invalid elements that the outputs need, found by
@@ -116,7 +172,8 @@ class IncrementalGraph:
                 continue
             if node in self.values:
                 stale = union(dirty.get(node, ()), self.invalid.get(node, ()))
-                boxes = [box for box in (part.intersection(needed) for part in stale) if not box.is_empty]
+                boxes = [aligned_box(box, self._alignment(node))
+                         for box in (part.intersection(needed) for part in stale) if not box.is_empty]
                 recompute[node] = boxes
             else:
                 boxes = [needed]
@@ -133,18 +190,6 @@ class IncrementalGraph:
             boxes[1] = _narrow(box, node.srcs[0], (0, 0))
             boxes[2] = _narrow(box, node.srcs[0], (1, 1))
         return boxes
-
-    def _reader(self, computing: Node) -> Reader:
-        def read(node: Node) -> Node | None:
-            if node is computing:
-                return None
-            value = self.values.get(node)
-            if value is not None:
-                return value.node
-            tensor = self.leaf_inputs.get(node)
-            return None if tensor is None else tensor.node
-
-        return read
 
 
 def kernel_flops(roots: Sequence[Node]) -> int:

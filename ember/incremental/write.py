@@ -52,6 +52,34 @@ def _compute_into(buffer: Buffer, offset: int, value: Node) -> None:
     buffer.event = view.event
 
 
+def aligned_box(box: Region, alignment: int) -> Region:
+    """`box` grown towards the start of its first partial axis from the end until each of its contiguous runs
+    starts at a multiple of `alignment` elements (where views of the buffer may start), when that is possible
+    within a few steps; else `box` (written by the select of `write_box`)."""
+    if alignment <= 1 or box.is_empty:
+        return box
+    for extra in range(alignment):
+        ranges = list(box.ranges)
+        axis = _split_axis(box)
+        start, end = ranges[axis]
+        if start - extra < 0:
+            break
+        ranges[axis] = (start - extra, end)
+        grown = Region._of(box.shape, ranges)
+        runs = _runs(grown)
+        if len(runs) <= MAX_RUNS and all(offset % alignment == 0 for _, offset in runs):
+            return grown
+    return box
+
+
+def _split_axis(box: Region) -> int:
+    """The first axis, counted from the end, whose range is not whole (every later axis is): runs split there."""
+    for axis in range(len(box.shape) - 1, -1, -1):
+        if box.ranges[axis] != (0, box.shape[axis]):
+            return axis
+    return 0
+
+
 def _viewable(buffer: Buffer, box: Region, runs: list[tuple[tuple[Range, ...], int]]) -> bool:
     alignment = buffer.pool.view_alignment
     if alignment <= 0 or len(runs) > MAX_RUNS or not buffer.device.info.can_run:
@@ -62,11 +90,7 @@ def _viewable(buffer: Buffer, box: Region, runs: list[tuple[tuple[Range, ...], i
 def _runs(box: Region) -> list[tuple[tuple[Range, ...], int]]:
     """The box as pieces contiguous in row-major memory: each piece's ranges and its first element's offset."""
     shape, ranges = box.shape, box.ranges
-    split = 0  # the axes from `split` on form contiguous runs: every axis after the first partial one is whole
-    for axis in range(len(shape) - 1, -1, -1):
-        if ranges[axis] != (0, shape[axis]):
-            split = axis
-            break
+    split = _split_axis(box)  # the axes from `split` on form contiguous runs
     strides = [1] * len(shape)
     for axis in range(len(shape) - 2, -1, -1):
         strides[axis] = strides[axis + 1] * shape[axis + 1]
