@@ -88,8 +88,10 @@ class IncrementalGraph:
             leaf_changes[leaf] = region
         if needed is not None and len(needed) != len(self.roots):
             raise ArgumentError(f"IncrementalGraph.update: {len(needed)} needed regions for {len(self.roots)} outputs")
-        wanted = [Region.whole(root.shape) if needed is None or needed[index] is None else needed[index]
-                  for index, root in enumerate(self.roots)]
+        wanted: list[Region] = []
+        for index, root in enumerate(self.roots):
+            given = None if needed is None else needed[index]
+            wanted.append(Region.whole(root.shape) if given is None else given)
         key = (tuple((id(leaf), region) for leaf, region in leaf_changes.items()), tuple(wanted),
                tuple((index, self.invalid[node]) for index, node in enumerate(self.kept) if self.invalid.get(node)))
         plan = self.plans.get(key)
@@ -155,12 +157,11 @@ class IncrementalGraph:
         value = self.values.get(node)
         return value.node if value is not None else self.leaf_inputs[node].node
 
-    def _needed(self, dirty: dict[Node, Boxes], wanted: list[Region | None]) -> dict[Node, list[Region]]:
+    def _needed(self, dirty: dict[Node, Boxes], wanted: list[Region]) -> dict[Node, list[Region]]:
         """The boxes of each kept value to recompute: its dirty or invalid elements that the outputs need, found by
         pushing the boxes to recompute down to the sources they read (a causal select needs no masked element)."""
         demand: dict[Node, Region] = {}
         for root, region in zip(self.roots, wanted):
-            assert region is not None
             if region.shape != root.shape:
                 raise ShapeError(f"IncrementalGraph.update: a needed region of shape {region.shape} for an output of "
                                  f"shape {root.shape}")
