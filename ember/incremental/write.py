@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from ember.core import dtype as dtypes
 from ember.core import runtime
 from ember.core.graph import Node, infer
 from ember.core.ops import Op
@@ -12,6 +13,7 @@ from ember.scheduler.arena import ArenaView
 from ember.scheduler.buffers import Buffer
 
 MAX_RUNS = 64  # a box in more contiguous pieces than this is written by one select over the whole buffer
+SMALL_BUFFER = 1 << 16  # elements: a buffer this small is written by the select (one launch, no view)
 
 
 def write_box(target: Tensor, box: Region, value: Node) -> None:
@@ -24,8 +26,7 @@ def write_box(target: Tensor, box: Region, value: Node) -> None:
     buffer = target.node.buffer
     runs = _runs(box)
     if buffer is None or not _viewable(buffer, box, runs):
-        target[box.slices()] = Tensor._from_node(value)
-        target.realize()
+        _select_write(target, box, value)
         return
     if len(runs) == 1:
         _compute_into(buffer, runs[0][1], value)
@@ -34,6 +35,17 @@ def write_box(target: Tensor, box: Region, value: Node) -> None:
     for run, offset in runs:
         inner = tuple((start - box_start, end - box_start) for (start, end), (box_start, _) in zip(run, box.ranges))
         _compute_into(buffer, offset, _make(Op.CONTIGUOUS, (_make(Op.SHRINK, (computed,), inner),)))
+
+
+def _select_write(target: Tensor, box: Region, value: Node) -> None:
+    """target = where(inside the box, value padded to the target's shape, target): one elementwise kernel over the
+    whole buffer (in place where the device allows it), the box a mask of constants."""
+    value = Tensor._from_node(value).realize().node  # its own kernel: fused, every element would compute it
+    padding = tuple((start, size - end) for (start, end), size in zip(box.ranges, box.shape))
+    inside = _make(Op.PAD, (Node(Op.CONST, (), True, value.shape, dtypes.bool_, target.node.device),), (padding, False))
+    spread = _make(Op.PAD, (value,), (padding, 0))
+    target.assign(Tensor._from_node(_make(Op.WHERE, (inside, spread, target.node))))
+    target.realize()
 
 
 def _compute_into(buffer: Buffer, offset: int, value: Node) -> None:
@@ -82,7 +94,7 @@ def _split_axis(box: Region) -> int:
 
 def _viewable(buffer: Buffer, box: Region, runs: list[tuple[tuple[Range, ...], int]]) -> bool:
     alignment = buffer.pool.view_alignment
-    if alignment <= 0 or len(runs) > MAX_RUNS or not buffer.device.info.can_run:
+    if alignment <= 0 or len(runs) > MAX_RUNS or buffer.size <= SMALL_BUFFER or not buffer.device.info.can_run:
         return False
     return all((offset * buffer.dtype.itemsize) % alignment == 0 for _, offset in runs)
 
