@@ -22,9 +22,10 @@ def write_box(target: Tensor, box: Region, value: Node) -> None:
     The value's kernel writes straight into the target's buffer when the box is one contiguous run; a box in a few
     runs is computed once into its own buffer and each run copied into the target by a kernel. Elsewhere (no
     views: wgpu; offsets the pool cannot view) `target[box] = value` (a select over the whole buffer)."""
-    target.realize()
+    if not target.node.realized:
+        target.realize()
     buffer = target.node.buffer
-    runs = _runs(box)
+    runs = contiguous_runs(box)
     if buffer is None or not _viewable(buffer, box, runs):
         _select_write(target, box, value)
         return
@@ -78,7 +79,7 @@ def aligned_box(box: Region, alignment: int) -> Region:
             break
         ranges[axis] = (start - extra, end)
         grown = Region._of(box.shape, ranges)
-        runs = _runs(grown)
+        runs = contiguous_runs(grown)
         if len(runs) <= MAX_RUNS and all(offset % alignment == 0 for _, offset in runs):
             return grown
     return box
@@ -99,7 +100,7 @@ def _viewable(buffer: Buffer, box: Region, runs: list[tuple[tuple[Range, ...], i
     return all((offset * buffer.dtype.itemsize) % alignment == 0 for _, offset in runs)
 
 
-def _runs(box: Region) -> list[tuple[tuple[Range, ...], int]]:
+def contiguous_runs(box: Region) -> list[tuple[tuple[Range, ...], int]]:
     """The box as pieces contiguous in row-major memory: each piece's ranges and its first element's offset."""
     shape, ranges = box.shape, box.ranges
     split = _split_axis(box)  # the axes from `split` on form contiguous runs
