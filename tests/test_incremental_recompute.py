@@ -4,6 +4,7 @@ and edits and on every device; a causal transformer block decodes token by token
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -15,12 +16,15 @@ from hypothesis import strategies as st
 import ember as em
 import ember.nn.functional as F
 from ember.core.tensor import Tensor
+from ember.incremental import write
 from ember.incremental.region import Region
 from ember.incremental.restrict import restrict
 from ember.incremental.runner import IncrementalGraph
 from ember.testing.reference import ReferenceTensor
 from tests.conftest import TEST_DEVICES
 from tests.test_incremental_regions import Program, edit, programs, regions
+
+SMALL_BUFFER = write.SMALL_BUFFER
 
 
 def assert_close(actual: np.ndarray, expected: np.ndarray, tolerance: float = 1e-4) -> None:
@@ -34,7 +38,8 @@ def test_incremental_result_equals_a_full_recompute(program: Program, data: st.D
     edits.append(edit(data, edits[0][1]))  # a second edit on top of the first
     shape = program.run(ReferenceTensor(program.input), ReferenceTensor).shape
     needed = [data.draw(regions(shape, nonempty=True), label="needed first"), None]  # then all: stale parts too
-    for device in TEST_DEVICES:
+    for device, small_buffer in itertools.product(TEST_DEVICES, (write.SMALL_BUFFER, 0)):
+        write.SMALL_BUFFER = small_buffer  # 0: every box written through views where the pool makes them
         source = em.tensor(program.input, device=device)
         output = program.run(source, lambda array, device=device: em.tensor(array, device=device))
         graph = IncrementalGraph([output], [source])
@@ -44,6 +49,7 @@ def test_incremental_result_equals_a_full_recompute(program: Program, data: st.D
             expected = program.run(ReferenceTensor(changed), ReferenceTensor).numpy()
             inside = Region.whole(shape) if wanted is None else wanted
             assert_close(result[inside.slices()], expected[inside.slices()])
+    write.SMALL_BUFFER = SMALL_BUFFER
 
 
 @pytest.mark.parametrize("name", ["matmul", "softmax", "layer_norm"])
@@ -118,7 +124,10 @@ def transformer_block(tokens: Any, parameters: dict[str, Any], functional: Any) 
     return functional.linear(x, parameters["head"])
 
 
-def test_decoding_a_transformer_block_matches_torch(device: str) -> None:
+@pytest.mark.parametrize("small_buffer", [SMALL_BUFFER, 0], ids=["select", "views"])
+def test_decoding_a_transformer_block_matches_torch(device: str, small_buffer: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(write, "SMALL_BUFFER", small_buffer)  # 0: kernels write into views of the kept buffers
     parameters = transformer_parameters()
     ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
     prompt = 6

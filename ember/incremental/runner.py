@@ -13,11 +13,12 @@ from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
 from ember.core.shapes import prod
 from ember.core.tensor import Tensor
 from ember.core.walk import post_order
+from ember.incremental import write
 from ember.incremental.propagate import Boxes, _narrow, propagate_boxes, union
 from ember.incremental.region import Region
 from ember.incremental.restrict import restrict, source_boxes
 from ember.incremental.static_bounds import is_static
-from ember.incremental.write import SMALL_BUFFER, aligned_box, write_box
+from ember.incremental.write import aligned_box, write_box
 from ember.scheduler.kernelize import KernelItem, find_boundaries, kernelize
 
 LEAF_OPS = (Op.BUFFER, Op.CONST, Op.ARANGE)
@@ -149,7 +150,7 @@ class IncrementalGraph:
     def _alignment(self, node: Node) -> int:
         """The element alignment of views of a kept value's buffer (0: none are made)."""
         buffer = self.values[node].node.buffer
-        if buffer is None or buffer.size <= SMALL_BUFFER or buffer.pool.view_alignment % buffer.dtype.itemsize:
+        if buffer is None or buffer.size <= write.SMALL_BUFFER or buffer.pool.view_alignment % buffer.dtype.itemsize:
             return 0  # (written by a select over the buffer)
         return buffer.pool.view_alignment // buffer.dtype.itemsize
 

@@ -30,12 +30,14 @@ def write_box(target: Tensor, box: Region, value: Node) -> None:
         _select_write(target, box, value)
         return
     if len(runs) == 1:
-        _compute_into(buffer, runs[0][1], value)
+        _compute_into(buffer, [(runs[0][1], value)])
         return
     computed = Tensor._from_node(value).realize().node
+    pieces = []
     for run, offset in runs:
         inner = tuple((start - box_start, end - box_start) for (start, end), (box_start, _) in zip(run, box.ranges))
-        _compute_into(buffer, offset, _make(Op.CONTIGUOUS, (_make(Op.SHRINK, (computed,), inner),)))
+        pieces.append((offset, _make(Op.SHRINK, (computed,), inner)))
+    _compute_into(buffer, pieces)
 
 
 def _select_write(target: Tensor, box: Region, value: Node) -> None:
@@ -49,20 +51,29 @@ def _select_write(target: Tensor, box: Region, value: Node) -> None:
     target.realize()
 
 
-def _compute_into(buffer: Buffer, offset: int, value: Node) -> None:
-    """Run the kernel computing `value` with its output a view at element `offset` of `buffer` (the in-place
-    write of scheduler/in_place.py: the view is the node `value` replaces, held by nothing else)."""
-    if value.op is not Op.CONTIGUOUS:
-        value = _make(Op.CONTIGUOUS, (value,))
-    view = ArenaView(buffer, offset * buffer.dtype.itemsize, value.size, buffer.dtype)
-    view.event, view.users = buffer.event, list(buffer.users)  # after the buffer's writer and readers
-    replaced = Node(Op.BUFFER, (), None, value.shape, value.dtype, buffer.device_name)
-    replaced.buffer = view
-    value.replaces = replaced
-    del replaced
-    runtime.RUNTIME.realize([value])
-    assert value.buffer is view, "write_box: the kernel did not write into the view"
-    buffer.event = view.event
+def _compute_into(buffer: Buffer, pieces: list[tuple[int, Node]]) -> None:
+    """Run the kernels computing each value with its output a view at its element offset of `buffer` (the in-place
+    write of scheduler/in_place.py: the view is the node the value replaces, held by nothing else), in one
+    realize. Each waits for the buffer's writer and readers; the last becomes the buffer's writer (the others
+    its readers: the devices with views run kernels in order)."""
+    values: list[Node] = []
+    views: list[ArenaView] = []
+    for offset, value in pieces:
+        if value.op is not Op.CONTIGUOUS:
+            value = _make(Op.CONTIGUOUS, (value,))
+        view = ArenaView(buffer, offset * buffer.dtype.itemsize, value.size, buffer.dtype)
+        view.event, view.users = buffer.event, list(buffer.users)
+        replaced = Node(Op.BUFFER, (), None, value.shape, value.dtype, buffer.device_name)
+        replaced.buffer = view
+        value.replaces = replaced
+        del replaced
+        values.append(value)
+        views.append(view)
+    runtime.RUNTIME.realize(values)
+    for value, view in zip(values, views):
+        assert value.buffer is view, "write_box: a kernel did not write into its view"
+        buffer.add_user(view.event)
+    buffer.event = views[-1].event
 
 
 def aligned_box(box: Region, alignment: int) -> Region:
