@@ -415,11 +415,20 @@ class FunctionalOps(TensorBase):
         maximum = scores.amax(-1, keepdim=True)
         maximum = where(maximum == -math.inf, 0.0, maximum)  # a fully masked row: exp(-inf) = 0 everywhere
         exponentials = (scores - maximum).exp()
+        mask = attn_mask if attn_mask is not None and attn_mask.dtype.is_bool else None
+        if mask is not None:
+            exponentials = where(mask, exponentials, 0.0)  # exactly 0 where masked, not by exp's underflow
         total = exponentials.sum(-1, keepdim=True)
         weights = where(total == 0, 0.0, exponentials / total)
         if dropout_p > 0.0:
             weights = weights.dropout(dropout_p, training=True)
-        return weights.matmul(value)
+        if mask is None:
+            return weights.matmul(value)
+        # weights @ value with the mask selecting each product: a masked key's value contributes an exact 0, so
+        # incremental recomputation (ember/incremental) can prove an appended key leaves earlier rows unchanged
+        products = weights.unsqueeze(-2) * value.mT.unsqueeze(-3)  # [..., L, Ev, S]
+        products = where(mask.unsqueeze(-2) if mask.ndim else mask, products, 0.0)
+        return products.sum(-1, dtype=query.dtype)
 
 
 def _update_instance_stats(tensor: Tensor, mean: Tensor, variance: Tensor, running_mean: Tensor | None,

@@ -1,0 +1,216 @@
+"""The incremental runner: realize a graph once keeping every value the kernelizer stores, then after edits of
+regions of its inputs recompute only the dirty elements that are needed, written into the kept buffers in place."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ember.core import runtime
+from ember.core.errors import ArgumentError, ShapeError
+from ember.core.graph import Node
+from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
+from ember.core.shapes import prod
+from ember.core.tensor import Tensor
+from ember.core.walk import post_order
+from ember.incremental import write
+from ember.incremental.propagate import Boxes, _narrow, propagate_boxes, union
+from ember.incremental.region import Region
+from ember.incremental.restrict import restrict, source_boxes
+from ember.incremental.static_bounds import is_static
+from ember.incremental.write import aligned_box, write_box
+from ember.scheduler.kernelize import KernelItem, find_boundaries, kernelize
+
+LEAF_OPS = (Op.BUFFER, Op.CONST, Op.ARANGE)
+MAX_CACHED = 256  # plans and restricted graphs kept (per graph) before the caches start over
+
+Plan = tuple[list[tuple[Node, Region]], dict[Node, "Boxes"]]
+
+
+class IncrementalGraph:
+    """`outputs` computed from `inputs`, recomputed incrementally (internal API).
+
+    The first run realizes every node the kernelizer stores for `outputs` (kernel outputs: the key and value
+    projections of an attention are kept, a KV cache nobody wrote) and keeps their buffers. After the caller wrote
+    new values into regions of some inputs (`tensor[index] = value`, `assign`), `update({input: region})`
+    propagates the dirty boxes through the graph, works out backwards which of them are needed (a causal mask
+    needs no later column: those elements stay stale, remembered as invalid and recomputed once needed), and
+    recomputes each needed box of each kept value, sources first, by a restricted graph written into that box of
+    its buffer. `outputs` then holds the values a full recompute would give. `last_flops` / `full_flops` count
+    the arithmetic of the kernels launched (elementwise ops and reduce inputs, per element) when `count_flops`."""
+
+    def __init__(self, outputs: Sequence[Tensor], inputs: Sequence[Tensor], count_flops: bool = False) -> None:
+        for tensor in inputs:
+            tensor.realize()
+        self.count_flops = count_flops
+        # an output that is already a value (an input itself) is copied, so that it is a value of its own
+        roots = [Node(Op.CONTIGUOUS, (tensor.node,), None, tensor.shape, tensor.dtype) if tensor.node.realized
+                 else tensor.node for tensor in outputs]
+        self.full_flops = kernel_flops(roots) if count_flops else 0
+        self.last_flops = 0
+        kept = [node for node in find_boundaries(roots) if not node.realized]
+        template: dict[int, Node] = {}
+        for node in post_order(roots, lambda node: node.srcs):
+            if node.op in LEAF_OPS:
+                template[id(node)] = node
+            else:
+                sources = tuple(template[id(source)] for source in node.srcs)
+                template[id(node)] = Node(node.op, sources, node.arg, node.shape, node.dtype,
+                                          node.device if node.op is Op.COPY else None)
+        runtime.RUNTIME.realize(kept)
+        self.roots = [template[id(node)] for node in roots]
+        self.values: dict[Node, Tensor] = {template[id(node)]: Tensor._from_node(node) for node in kept}
+        self.outputs = [self.values[root] for root in self.roots]
+        self.inputs: dict[int, tuple[Node, Tensor]] = {id(tensor): (tensor.node, tensor) for tensor in inputs}
+        self.leaf_inputs: dict[Node, Tensor] = {leaf: tensor for leaf, tensor in self.inputs.values()}
+        self.order = post_order(self.roots, lambda node: node.srcs)
+        self.static: dict[Node, bool] = {}
+        for node in self.order:
+            self.static[node] = is_static(node, [self.static[source] for source in node.srcs])
+        self.invalid: dict[Node, Boxes] = {}
+        self.kept = [node for node in self.order if node in self.values]
+        self.stops: set[Node] = set(self.values) | set(self.leaf_inputs)
+        self.plans: dict[Any, Plan] = {}
+        self.restricted: dict[tuple[Node, Region], Node] = {}
+
+    def update(self, changed: Mapping[Tensor, Region], needed: Sequence[Region | None] | None = None) -> list[Tensor]:
+        """Recompute after the given regions of inputs changed; returns `outputs`. `needed` (one region or None per
+        output: the whole) limits what must be right afterwards: the rest of an output may be stale (it is
+        recomputed by a later update that needs it)."""
+        leaf_changes: dict[Node, Region] = {}
+        for tensor, region in changed.items():
+            if id(tensor) not in self.inputs:
+                raise ArgumentError(f"IncrementalGraph.update: {tensor.shape} tensor is not one of the inputs given")
+            leaf, _ = self.inputs[id(tensor)]
+            if region.shape != leaf.shape or tensor.shape != leaf.shape or tensor.dtype != leaf.dtype:
+                raise ShapeError(f"IncrementalGraph.update: a region of shape {region.shape} for an input of shape "
+                                 f"{leaf.shape}; the input must keep its shape and dtype")
+            tensor.realize()
+            leaf_changes[leaf] = region
+        if needed is not None and len(needed) != len(self.roots):
+            raise ArgumentError(f"IncrementalGraph.update: {len(needed)} needed regions for {len(self.roots)} outputs")
+        wanted: list[Region] = []
+        for index, root in enumerate(self.roots):
+            given = None if needed is None else needed[index]
+            wanted.append(Region.whole(root.shape) if given is None else given)
+        key = (tuple((id(leaf), region) for leaf, region in leaf_changes.items()), tuple(wanted),
+               tuple((index, self.invalid[node]) for index, node in enumerate(self.kept) if self.invalid.get(node)))
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self._plan(leaf_changes, wanted)
+            if len(self.plans) >= MAX_CACHED:
+                self.plans.clear()
+            self.plans[key] = plan
+        recompute, self.invalid = plan
+        self.last_flops = 0
+        for node, box in recompute:
+            value = self._restricted(node, box)
+            if self.count_flops:
+                self.last_flops += kernel_flops([value])
+            write_box(self.values[node], box, value)
+        return self.outputs
+
+    def _plan(self, leaf_changes: dict[Node, Region], wanted: list[Region]) -> Plan:
+        """The boxes to recompute (kept values in order, sources first) and the invalid boxes afterwards."""
+        dirty = propagate_boxes(self.roots, leaf_changes)
+        recompute = self._needed(dirty, wanted)
+        steps: list[tuple[Node, Region]] = []
+        invalid: dict[Node, Boxes] = {}
+        for node in self.kept:
+            stale = union(dirty.get(node, ()), self.invalid.get(node, ()))
+            boxes = recompute.get(node, [])
+            steps.extend((node, box) for box in boxes)
+            remaining = union((), [piece for part in stale for piece in _subtract(part, boxes)])
+            if remaining:
+                invalid[node] = remaining
+        return steps, invalid
+
+    def _restricted(self, node: Node, box: Region) -> Node:
+        """restrict(node, box) reading the kept values and inputs as they are now: built once per (node, box) over
+        the template's nodes, then copied with those nodes replaced by the current values at each use."""
+        key = (node, box)
+        graph = self.restricted.get(key)
+        if graph is None:
+            graph = restrict(node, box, lambda source: source if source is not node and source in self.stops else None)
+            if len(self.restricted) >= MAX_CACHED:
+                self.restricted.clear()
+            self.restricted[key] = graph
+        copies: dict[Node, Node] = {}
+        stops = self.stops
+        for original in post_order([graph], lambda current: () if current in stops else current.srcs):
+            if original in stops:
+                copies[original] = self._current(original)
+            elif original.op in LEAF_OPS:
+                copies[original] = original
+            else:
+                copies[original] = Node(original.op, tuple(copies[source] for source in original.srcs), original.arg,
+                                         original.shape, original.dtype, original.device)
+        return copies[graph]
+
+    def _alignment(self, node: Node) -> int:
+        """The element alignment of views of a kept value's buffer (0: none are made)."""
+        buffer = self.values[node].node.buffer
+        if buffer is None or buffer.size <= write.SMALL_BUFFER or buffer.pool.view_alignment % buffer.dtype.itemsize:
+            return 0  # (written by a select over the buffer)
+        return buffer.pool.view_alignment // buffer.dtype.itemsize
+
+    def _current(self, node: Node) -> Node:
+        value = self.values.get(node)
+        return value.node if value is not None else self.leaf_inputs[node].node
+
+    def _needed(self, dirty: dict[Node, Boxes], wanted: list[Region]) -> dict[Node, list[Region]]:
+        """The boxes of each kept value to recompute: its dirty or invalid elements that the outputs need, found by
+        pushing the boxes to recompute down to the sources they read (a causal select needs no masked element)."""
+        demand: dict[Node, Region] = {}
+        for root, region in zip(self.roots, wanted):
+            if region.shape != root.shape:
+                raise ShapeError(f"IncrementalGraph.update: a needed region of shape {region.shape} for an output of "
+                                 f"shape {root.shape}")
+            demand[root] = region if root not in demand else demand[root].hull(region)
+        recompute: dict[Node, list[Region]] = {}
+        for node in reversed(self.order):
+            needed = demand.get(node)
+            if needed is None or needed.is_empty or node.op in LEAF_OPS:
+                continue
+            if node in self.values:
+                stale = union(dirty.get(node, ()), self.invalid.get(node, ()))
+                boxes = [aligned_box(box, self._alignment(node))
+                         for box in (part.intersection(needed) for part in stale) if not box.is_empty]
+                recompute[node] = boxes
+            else:
+                boxes = [needed]
+            for box in boxes:
+                for source, source_box in zip(node.srcs, self._source_demand(node, box)):
+                    if source_box is not None and not source_box.is_empty:
+                        previous = demand.get(source)
+                        demand[source] = source_box if previous is None else previous.hull(source_box)
+        return recompute
+
+    def _source_demand(self, node: Node, box: Region) -> list[Region | None]:
+        boxes = source_boxes(node, box)
+        if node.op is Op.WHERE and self.static[node.srcs[0]]:
+            boxes[1] = _narrow(box, node.srcs[0], (0, 0))
+            boxes[2] = _narrow(box, node.srcs[0], (1, 1))
+        return boxes
+
+
+def kernel_flops(roots: Sequence[Node]) -> int:
+    """The arithmetic of the kernels that would compute `roots`: per element, one for each elementwise op and one
+    for each element a reduce reads (a matmul's multiply and add: 2 * M * N * K)."""
+    total = 0
+    for item in kernelize(list(roots)):
+        if isinstance(item, KernelItem):
+            steps = item.kernel.steps
+            for step in steps:
+                if step.op in ELEMENTWISE_OPS:
+                    total += prod(step.shape)
+                elif step.op in REDUCE_OPS:
+                    total += prod(steps[step.srcs[0]].shape)
+    return total
+
+
+def _subtract(box: Region, removed: list[Region]) -> list[Region]:
+    pieces = [box]
+    for other in removed:
+        pieces = [piece for part in pieces for piece in part.difference(other)]
+    return pieces

@@ -1,0 +1,147 @@
+"""Incremental recomputation (ember/incremental: restrict, IncrementalGraph): after edits of input regions, the
+kept values hold what a full recompute gives (the numpy reference tensor and torch are the truth), on random graphs
+and edits and on every device; a causal transformer block decodes token by token like torch."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ember as em
+import ember.nn.functional as F
+from ember.core.tensor import Tensor
+from ember.incremental import write
+from ember.incremental.region import Region
+from ember.incremental.restrict import restrict
+from ember.incremental.runner import IncrementalGraph
+from ember.testing.reference import ReferenceTensor
+from tests.conftest import TEST_DEVICES
+from tests.test_incremental_regions import Program, edit, programs, regions
+
+SMALL_BUFFER = write.SMALL_BUFFER
+
+
+def assert_close(actual: np.ndarray, expected: np.ndarray, tolerance: float = 1e-4) -> None:
+    np.testing.assert_allclose(actual, expected, rtol=tolerance, atol=tolerance, equal_nan=True)
+
+
+@settings(max_examples=4, deadline=None, derandomize=True, database=None)
+@given(programs(), st.data())
+def test_incremental_result_equals_a_full_recompute(program: Program, data: st.DataObject) -> None:
+    edits = [edit(data, program.input)]
+    edits.append(edit(data, edits[0][1]))  # a second edit on top of the first
+    shape = program.run(ReferenceTensor(program.input), ReferenceTensor).shape
+    needed = [data.draw(regions(shape, nonempty=True), label="needed first"), None]  # then all: stale parts too
+    for device, small_buffer in itertools.product(TEST_DEVICES, (write.SMALL_BUFFER, 0)):
+        write.SMALL_BUFFER = small_buffer  # 0: every box written through views where the pool makes them
+        source = em.tensor(program.input, device=device)
+        output = program.run(source, lambda array, device=device: em.tensor(array, device=device))
+        graph = IncrementalGraph([output], [source])
+        for (region, changed), wanted in zip(edits, needed):
+            source[region.slices()] = em.tensor(changed[region.slices()], device=device)
+            result = graph.update({source: region}, [wanted])[0].numpy()
+            expected = program.run(ReferenceTensor(changed), ReferenceTensor).numpy()
+            inside = Region.whole(shape) if wanted is None else wanted
+            assert_close(result[inside.slices()], expected[inside.slices()])
+    write.SMALL_BUFFER = SMALL_BUFFER
+
+
+@pytest.mark.parametrize("name", ["matmul", "softmax", "layer_norm"])
+def test_appending_a_row_recomputes_only_that_row(device: str, name: str) -> None:
+    random = np.random.default_rng(0)
+    rows, features = 64, 16
+    values = np.zeros((rows, features), np.float32)
+    values[:6] = random.standard_normal((6, features))
+    weight = random.standard_normal((features, 24)).astype(np.float32)
+    functions = {
+        "matmul": lambda x, w: x @ w,
+        "softmax": lambda x, w: (x @ w).softmax(-1),
+        "layer_norm": lambda x, w: F.layer_norm(x @ w, (24,)),
+    }
+    torch_functions = {
+        "matmul": lambda x, w: x @ w,
+        "softmax": lambda x, w: (x @ w).softmax(-1),
+        "layer_norm": lambda x, w: torch.nn.functional.layer_norm(x @ w, (24,)),
+    }
+    tokens = em.tensor(values, device=device)
+    graph = IncrementalGraph([functions[name](tokens, em.tensor(weight, device=device))], [tokens], count_flops=True)
+    for row in (6, 7):
+        values[row] = random.standard_normal(features)
+        tokens[row] = em.tensor(values[row], device=device)
+        output = graph.update({tokens: Region.from_index(values.shape, row)})[0]
+        assert_close(output.numpy(), torch_functions[name](torch.tensor(values), torch.tensor(weight)).numpy())
+        # a row, grown to where the pool's views may start (a few rows on opencl): a small part of the work
+        assert graph.last_flops * 8 <= graph.full_flops, (graph.last_flops, graph.full_flops)
+
+
+def test_restrict_computes_the_box_of_every_op_family(device: str) -> None:
+    random = np.random.default_rng(1)
+    values = random.standard_normal((6, 5)).astype(np.float32)
+    weight = random.standard_normal((5, 7)).astype(np.float32)
+    x, w = em.tensor(values, device=device), em.tensor(weight, device=device)
+    output = (x @ w).softmax(-1).reshape(6, 7, 1).permute(1, 0, 2).pad((0, 0, 0, 2, 1, 1)).flip(0).cumsum(1)
+    expected = (torch.tensor(values) @ torch.tensor(weight)).softmax(-1).reshape(6, 7, 1).permute(1, 0, 2)
+    expected = torch.nn.functional.pad(expected, (0, 0, 0, 2, 1, 1)).flip(0).cumsum(1).numpy()
+    for ranges in ([(0, 9), (2, 3), (0, 1)], [(3, 5), (4, 8), (0, 1)], [(0, 1), (0, 8), (0, 1)]):
+        box = Region(output.shape, ranges)
+        assert_close(Tensor._from_node(restrict(output.node, box)).numpy(), expected[box.slices()])
+    merged = (x.reshape(30) + 1).reshape(5, 6)  # a box of the merged axis that is no box of the source
+    box = Region(merged.shape, [(1, 3), (2, 4)])
+    assert_close(Tensor._from_node(restrict(merged.node, box)).numpy(), (values.reshape(5, 6) + 1)[1:3, 2:4])
+
+
+# ---- decoding a causal transformer block -------------------------------------------------------------------------
+
+VOCABULARY, CAPACITY, WIDTH, HEADS, HIDDEN = 11, 16, 16, 2, 32
+
+
+def transformer_parameters() -> dict[str, np.ndarray]:
+    random = np.random.default_rng(2)
+    shapes = {"embedding": (VOCABULARY, WIDTH), "position": (CAPACITY, WIDTH), "query": (WIDTH, WIDTH),
+              "key": (WIDTH, WIDTH), "value": (WIDTH, WIDTH), "out": (WIDTH, WIDTH), "up": (HIDDEN, WIDTH),
+              "down": (WIDTH, HIDDEN), "head": (VOCABULARY, WIDTH)}
+    return {name: (random.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+            for name, shape in shapes.items()}
+
+
+def transformer_block(tokens: Any, parameters: dict[str, Any], functional: Any) -> Any:
+    """Logits of every position: embedding + position, causal self-attention and a GELU MLP with pre-norms."""
+    length = tokens.shape[0]
+    x = functional.embedding(tokens, parameters["embedding"]) + parameters["position"][:length]
+    normed = functional.layer_norm(x, (WIDTH,))
+    heads = [functional.linear(normed, parameters[name]).reshape(length, HEADS, WIDTH // HEADS).permute(1, 0, 2)
+             for name in ("query", "key", "value")]
+    attended = functional.scaled_dot_product_attention(*heads, is_causal=True).permute(1, 0, 2).reshape(length, WIDTH)
+    x = x + functional.linear(attended, parameters["out"])
+    hidden = functional.gelu(functional.linear(functional.layer_norm(x, (WIDTH,)), parameters["up"]))
+    x = x + functional.linear(hidden, parameters["down"])
+    return functional.linear(x, parameters["head"])
+
+
+@pytest.mark.parametrize("small_buffer", [SMALL_BUFFER, 0], ids=["select", "views"])
+def test_decoding_a_transformer_block_matches_torch(device: str, small_buffer: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(write, "SMALL_BUFFER", small_buffer)  # 0: kernels write into views of the kept buffers
+    parameters = transformer_parameters()
+    ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
+    prompt = 6
+    buffer = np.zeros(CAPACITY, np.int64)
+    buffer[:prompt] = ids[:prompt]
+    tokens = em.tensor(buffer, device=device)
+    weights = {name: em.tensor(value, device=device) for name, value in parameters.items()}
+    torch_weights = {name: torch.tensor(value) for name, value in parameters.items()}
+    graph = IncrementalGraph([transformer_block(tokens, weights, F)], [tokens], count_flops=True)
+    steps = len(ids) - prompt if device.startswith("c") else 1  # each position compiles its own kernels
+    for position in range(prompt, prompt + steps):
+        tokens[position] = ids[position]
+        logits = graph.update({tokens: Region.from_index((CAPACITY,), position)},
+                              needed=[Region.from_index((CAPACITY, VOCABULARY), slice(0, position + 1))])[0]
+        expected = transformer_block(torch.tensor(ids[:position + 1]), torch_weights, torch.nn.functional)
+        assert_close(logits.numpy()[:position + 1], expected.numpy())
+        assert graph.last_flops * 4 < graph.full_flops, (graph.last_flops, graph.full_flops)
