@@ -209,7 +209,7 @@ def test_static_bounds_hold_every_value_in_the_box(rows: int, columns: int, step
     assert known == len(nodes)  # every step here has a rule
 
 
-def test_static_bounds_of_a_causal_mask_are_exact_and_floats_unknown() -> None:
+def test_static_bounds_of_a_causal_mask_are_exact_and_inexact_floats_unknown() -> None:
     query = em.tensor(np.zeros((6, 4), np.float32))
     row = query._arange_primitive(6, em.int64, query.device).reshape(6, 1).expand(6, 6)
     column = query._arange_primitive(6, em.int64, query.device).reshape(1, 6).expand(6, 6)
@@ -219,7 +219,15 @@ def test_static_bounds_of_a_causal_mask_are_exact_and_floats_unknown() -> None:
     assert bounds_over(causal, Region.from_index((6, 6), 5)) == (0, 1)  # (the two comparisons are bounded apart)
     assert bounds_over(causal, Region.whole((6, 6))) == (0, 1)
     assert bounds_over((query @ query.T).node, Region.whole((6, 6))) is None
-    assert bounds_over((row.float() < 3).node, Region.whole((6, 6))) is None
+    # whole numbers a float holds exactly are known (sdpa's causal mask compares float32 indices) ...
+    assert bounds_over((row.float() < 3).node, Region.whole((6, 6))) == (0, 1)
+    assert bounds_over((row.float() + 1 < 3).node, Region.from_index((6, 6), slice(0, 2))) == (1, 1)
+    assert bounds_over((row.float() + 1 < 3).node, Region.from_index((6, 6), slice(2, 6))) == (0, 0)
+    # ... fractions and numbers past a float's exact range are not
+    assert bounds_over((row.float() * 0.5 < 3).node, Region.whole((6, 6))) is None
+    assert bounds_over((row.float() * 2.0**24 < 3).node, Region.whole((6, 6))) is None
+    assert bounds_over((row.half() * 1024 < 3).node, Region.whole((6, 6))) is None  # 5 * 1024 > 2**11
+    assert bounds_over((row.half() * 256 < 3).node, Region.whole((6, 6))) == (0, 1)
     assert bounds_over((~(row < 2).long()).node, Region.whole((6, 6))) is None  # bitwise not of an integer: no rule
     assert bounds_over((~(row < 2)).node, Region.from_index((6, 6), slice(0, 2))) == (0, 0)
 

@@ -390,9 +390,12 @@ class FunctionalOps(TensorBase):
         scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
         scores = query.matmul(key.mT) * scale
         if is_causal:
-            rows = self._arange_primitive(length, dtypes.int64, self.device).reshape(length, 1)
-            columns = self._arange_primitive(source_length, dtypes.int64, self.device).reshape(1, source_length)
-            attn_mask = rows >= columns
+            # row >= column as one comparison of float32 indices (exact below 2**24), column < row + 1: kernels pack
+            # float comparisons into vectors, not integer ones
+            index_dtype = dtypes.float32 if max(length, source_length) < 2**24 else dtypes.int64
+            rows = self._arange_primitive(length, index_dtype, self.device).reshape(length, 1)
+            columns = self._arange_primitive(source_length, index_dtype, self.device).reshape(1, source_length)
+            attn_mask = columns < rows + 1
         if attn_mask is not None:
             try:
                 broadcast_shapes(scores.shape, attn_mask.shape)
@@ -422,10 +425,15 @@ class FunctionalOps(TensorBase):
         weights = where(total == 0, 0.0, exponentials / total)
         if dropout_p > 0.0:
             weights = weights.dropout(dropout_p, training=True)
-        if mask is None:
+        if not is_causal:
             return weights.matmul(value)
-        # weights @ value with the mask selecting each product: a masked key's value contributes an exact 0, so
-        # incremental recomputation (ember/incremental) can prove an appended key leaves earlier rows unchanged
+        # weights @ value with the causal mask selecting each product: a later key's value contributes an exact 0
+        # (0 * value would be NaN for an infinite value), so incremental recomputation (ember/incremental) can prove
+        # an appended key leaves earlier rows unchanged. Only for the causal mask: propagation narrows by a mask made
+        # of indices, never by one made of data, so another mask gains nothing from it. It costs speed: the select
+        # keeps the product's kernel from vectorizing (a tile's lanes share one row's condition; vectorize.py does
+        # not pack that yet).
+        assert mask is not None
         products = weights.unsqueeze(-2) * value.mT.unsqueeze(-3)  # [..., L, Ev, S]
         products = where(mask.unsqueeze(-2) if mask.ndim else mask, products, 0.0)
         return products.sum(-1, dtype=query.dtype)

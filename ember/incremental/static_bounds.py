@@ -1,5 +1,6 @@
 """Bounds of data-independent integer and bool values over a box (a causal mask's `row >= column` on a block of
-rows and columns), so that a select whose condition is surely one value there reads only one branch."""
+rows and columns), so that a select whose condition is surely one value there reads only one branch. Float values
+count where they are whole numbers a float holds exactly (a float index: its arithmetic is then exact too)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Generator
 from typing import Any
 
 from ember.core.dtype import DType, max_value, min_value
+from ember.core.dtype_info import finfo
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.walk import evaluate
@@ -30,27 +32,36 @@ def bounds_over(node: Node, box: Region) -> Bounds | None:
 
 
 def _fits(bounds: Bounds | None, dtype: DType) -> Bounds | None:
-    if bounds is None or dtype.is_float:
+    if bounds is None:
         return None
+    if dtype.is_float:  # whole numbers up to 2 / eps are exact, and so is +, -, * and max of them in that range
+        exact = int(2 / finfo(dtype).eps)
+        return bounds if -exact <= bounds[0] and bounds[1] <= exact else None
     return bounds if min_value(dtype) <= bounds[0] and bounds[1] <= max_value(dtype) else None
+
+
+def _whole(value: Any) -> Bounds | None:
+    """A constant's bounds: itself where it is a whole number."""
+    number = float(value)
+    return (int(number), int(number)) if number.is_integer() else None
 
 
 def _bounds(request: Request) -> Generator[Request, Any, Bounds | None]:
     node, box = request
     op = node.op
     if op is Op.CONST:
-        return _fits((int(node.arg), int(node.arg)), node.dtype) if not node.dtype.is_float else None
+        return _fits(_whole(node.arg), node.dtype) if isinstance(node.arg, (int, float)) else None
     if op is Op.ARANGE:
         (start, end), = box.ranges
         return _fits((start, end - 1), node.dtype)
-    if op in DATA_OPS or node.dtype.is_float or (op in LOGIC_OPS and not node.dtype.is_bool):
+    if op in DATA_OPS or (op in LOGIC_OPS and not node.dtype.is_bool):
         return None
     if op in _MOVEMENT_BACK:
         source_box, padded = _MOVEMENT_BACK[op](node, box)
         values = [] if source_box is None else [(yield (node.srcs[0], source_box))]
         if padded:
             fill = node.arg[1]
-            values.append(None if isinstance(fill, float) and not float(fill).is_integer() else (int(fill), int(fill)))
+            values.append(_whole(fill))
         return _join(values)
     if op is Op.WHERE:
         condition = yield (node.srcs[0], box)
@@ -69,7 +80,7 @@ def _bounds(request: Request) -> Generator[Request, Any, Bounds | None]:
         sources.append(bounds)
     if op is Op.CAST:
         (source,) = sources
-        return _to_bool(*source) if node.dtype.is_bool else _fits(source, node.dtype)
+        return _to_bool(*source) if node.dtype.is_bool else _fits(source, node.dtype)  # whole numbers: exact
     return _fits(_ARITHMETIC[op](*sources) if op in _ARITHMETIC else None, node.dtype)
 
 
