@@ -215,3 +215,13 @@ def test_record_trace_writes_schedules_kernel_times_and_regions(tmp_path: Path) 
     from ember.scheduler.profile import ActiveProfiles
 
     assert ActiveProfiles.stack == []  # the trace's kernel timing ended with it
+
+
+def test_a_device_fingerprint_is_the_same_in_every_process() -> None:
+    # a set's order follows its members' hashes, which PYTHONHASHSEED changes: a fingerprint that printed a set in
+    # its own order (OpenCL's fallback vector widths hold sets of ops) made plans unusable in the next process
+    code = ("import sys, ember; from ember.scheduler.devices import get_device; "
+            "from ember.scheduler.planner import device_fingerprint; "
+            "print(*(device_fingerprint(get_device(name)) for name in sys.argv[1:]))")
+    printed = {_run(["-c", code, *TEST_DEVICES], {"PYTHONHASHSEED": seed}).strip() for seed in ("1", "2", "3")}
+    assert len(printed) == 1, printed

@@ -56,12 +56,23 @@ def environment() -> dict[str, str]:
 
 def device_fingerprint(device: Any) -> str:
     """A digest of a device's capabilities (what lowering reads): a plan's kernels were lowered for exactly these."""
-    fields = {name: sorted(map(str, value)) if isinstance(value, (set, frozenset)) else value
-              for name, value in dataclasses.asdict(device.info).items() if name != "extra"}
+    fields = {name: _canonical(value) for name, value in dataclasses.asdict(device.info).items() if name != "extra"}
     # of the free-form extras, only what names the device and its driver (others, like how the OpenCL vector probe
     # was answered, differ between runs of the same device)
     fields["identity"] = {key: str(device.info.extra[key]) for key in IDENTITY_EXTRAS if key in device.info.extra}
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _canonical(value: Any) -> Any:
+    """`value` with every set, also one inside a tuple (OpenCL's fallback vector widths), a sorted list: a set's
+    order follows the hashes of its members, which differ between processes (enum members hash their names)."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(map(str, value))
+    if isinstance(value, (tuple, list)):
+        return [_canonical(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _canonical(item) for key, item in value.items()}
+    return value
 
 
 def _read_json(path: Path, kind: str, expected_format: str, version: int) -> dict[str, Any]:
