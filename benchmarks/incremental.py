@@ -5,8 +5,9 @@ over a fixed buffer of token embeddings; appending the last token recomputes onl
 Reported: the kernel FLOPs of a full recompute and of the incremental update (elementwise ops and reduce inputs
 per element, as `runner.kernel_flops` counts them) and the wall time of each, timed alternately in one process
 (the machine is often shared), best of several rounds. The update is timed in its steady state: the same position
-rewritten with new values, so its restricted kernels (whose box offsets are compiled in) come from the compile and
-schedule caches; the first update at a position, which compiles them, is reported on its own.
+rewritten with new values, whose recorded launches the runner replays (no graph, schedule or compile-cache work);
+the first update at a position, which builds its restricted graphs and compiles their kernels (box offsets are
+compiled in), is reported on its own.
 
     python benchmarks/incremental.py [--tokens 512] [--width 512] [--heads 8] [--hidden 2048] [--rounds 5]
                                      [--device c]
@@ -92,7 +93,8 @@ def main() -> None:
     print(f"  FLOPs   full {full_flops / 1e9:.3f} G   update {update_flops / 1e6:.3f} M   "
           f"ratio 1/{full_flops / max(update_flops, 1):.0f}")
     print(f"  time    full {full_time * 1e3:.1f} ms   update {update_time * 1e3:.2f} ms (steady state)   "
-          f"speedup {full_time / update_time:.1f}x   (best of {arguments.rounds}, alternated)")
+          f"speedup {full_time / update_time:.1f}x   (best of {arguments.rounds}, alternated; {graph.replayed} "
+          "updates replayed)")
     print(f"  first run (realize, keeping {len(graph.values)} values) {first_run * 1e3:.0f} ms; first update at a "
           f"new position (compiles its restricted kernels) {first_update * 1e3:.0f} ms")
     print(f"  max |incremental - full| = {error:.2e}")

@@ -4,6 +4,7 @@ regions of its inputs recompute only the dirty elements that are needed, written
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ember.core import runtime
@@ -19,12 +20,30 @@ from ember.incremental.region import Region
 from ember.incremental.restrict import restrict, source_boxes
 from ember.incremental.static_bounds import is_static
 from ember.incremental.write import aligned_box, write_box
+from ember.scheduler import recording
+from ember.scheduler.arena import ArenaView
+from ember.scheduler.buffers import Buffer, buffer_of
 from ember.scheduler.kernelize import KernelItem, find_boundaries, kernelize
+from ember.scheduler.recording import Recorder
+from ember.scheduler.replay import BoundLaunch, Step, bind_steps, run_steps
 
 LEAF_OPS = (Op.BUFFER, Op.CONST, Op.ARANGE)
 MAX_CACHED = 256  # plans and restricted graphs kept (per graph) before the caches start over
 
 Plan = tuple[list[tuple[Node, Region]], dict[Node, "Boxes"]]
+
+
+@dataclass
+class Replay:
+    """The commands one plan's recompute launched, by buffer slot, to run again while the buffers they wrote and
+    read are the same: the kept values' buffers (written in place) must be those recorded; an input's slot takes
+    the input's buffer of the moment; the restricted graphs' temporaries are the replay's own."""
+
+    steps: list[Step]
+    buffers: list[Buffer | None]  # by slot; None for an input's slot
+    input_slots: list[tuple[Node, int]]  # (input leaf, slot)
+    value_buffers: list[Buffer]  # the kept values' buffers when recorded, in `kept` order
+    bound: list[BoundLaunch | None]
 
 
 class IncrementalGraph:
@@ -36,8 +55,11 @@ class IncrementalGraph:
     propagates the dirty boxes through the graph, works out backwards which of them are needed (a causal mask
     needs no later column: those elements stay stale, remembered as invalid and recomputed once needed), and
     recomputes each needed box of each kept value, sources first, by a restricted graph written into that box of
-    its buffer. `outputs` then holds the values a full recompute would give. `last_flops` / `full_flops` count
-    the arithmetic of the kernels launched (elementwise ops and reduce inputs, per element) when `count_flops`."""
+    its buffer. `outputs` then holds the values a full recompute would give. The launches of a plan's first run
+    are recorded; an update with the same plan (the same edited regions: a token rewritten, a row edited again)
+    replays them with no graph, schedule or allocation (`replayed` counts those). `last_flops` / `full_flops`
+    count the arithmetic of the kernels launched (elementwise ops and reduce inputs, per element) when
+    `count_flops`."""
 
     def __init__(self, outputs: Sequence[Tensor], inputs: Sequence[Tensor], count_flops: bool = False) -> None:
         for tensor in inputs:
@@ -71,6 +93,8 @@ class IncrementalGraph:
         self.kept = [node for node in self.order if node in self.values]
         self.stops: set[Node] = set(self.values) | set(self.leaf_inputs)
         self.plans: dict[Any, Plan] = {}
+        self.replays: dict[Any, Replay] = {}
+        self.replayed = 0  # updates that ran a recorded recompute
         self.restricted: dict[tuple[Node, Region], Node] = {}
 
     def update(self, changed: Mapping[Tensor, Region], needed: Sequence[Region | None] | None = None) -> list[Tensor]:
@@ -100,15 +124,81 @@ class IncrementalGraph:
             plan = self._plan(leaf_changes, wanted)
             if len(self.plans) >= MAX_CACHED:
                 self.plans.clear()
+                self.replays.clear()
             self.plans[key] = plan
         recompute, self.invalid = plan
-        self.last_flops = 0
-        for node, box in recompute:
-            value = self._restricted(node, box)
-            if self.count_flops:
-                self.last_flops += kernel_flops([value])
-            write_box(self.values[node], box, value)
+        self.last_flops = sum(kernel_flops([self._restricted(node, box)]) for node, box in recompute) \
+            if self.count_flops else 0
+        replay = self.replays.get(key)
+        if replay is not None and recording.ACTIVE is None and self._run_replay(replay):
+            self.replayed += 1
+            return self.outputs
+        self.replays.pop(key, None)
+        if recording.ACTIVE is not None:  # inside an ember.jit capture: its recorder takes the launches
+            self._recompute(recompute)
+            return self.outputs
+        replay = self._record(recompute)
+        if replay is not None:
+            self.replays[key] = replay
         return self.outputs
+
+    def _recompute(self, recompute: list[tuple[Node, Region]]) -> None:
+        """Build each box's restricted graph and write it into its kept value (graph, schedule, launches)."""
+        for node, box in recompute:
+            write_box(self.values[node], box, self._restricted(node, box))
+
+    def _record(self, recompute: list[tuple[Node, Region]]) -> Replay | None:
+        """Recompute while recording the launches; the replay of them, or None when a later run could not repeat
+        them as they are (a value moved to a new buffer, host data was uploaded, an input is not realized)."""
+        if not self._inputs_realized():
+            self._recompute(recompute)
+            return None
+        value_buffers = self._value_buffers()
+        input_buffers = {id(buffer): leaf for leaf, buffer in self._input_buffers()}
+        recorder = Recorder()
+        recording.ACTIVE = recorder
+        try:
+            self._recompute(recompute)
+        finally:
+            recording.ACTIVE = None
+        steps = recorder.commands
+        if recorder.uploads or recorder.rebound or any(
+                now is not before for now, before in zip(self._value_buffers(), value_buffers)):
+            return None
+        buffers: list[Buffer | None] = list(recorder.buffers)
+        input_slots = []
+        for slot, buffer in enumerate(recorder.buffers):
+            leaf = input_buffers.get(id(buffer))
+            if leaf is not None:
+                input_slots.append((leaf, slot))
+                buffers[slot] = None
+        return Replay(steps, buffers, input_slots, value_buffers, bind_steps(steps, buffers))
+
+    def _run_replay(self, replay: Replay) -> bool:
+        """Run a recorded recompute again; False (nothing run) when a kept value is in another buffer now."""
+        if not self._inputs_realized() or any(
+                now is not before for now, before in zip(self._value_buffers(), replay.value_buffers)):
+            return False
+        buffers = replay.buffers
+        if replay.input_slots:
+            buffers = list(buffers)
+            for leaf, slot in replay.input_slots:
+                buffers[slot] = buffer_of(self.leaf_inputs[leaf].node)
+        writers = run_steps(replay.steps, replay.bound, buffers)
+        for buffer, writer in zip(buffers, writers):
+            if writer is not None and isinstance(buffer, ArenaView):  # a box written into a kept value's buffer
+                buffer.arena.add_user(writer)
+                buffer.arena.event = writer
+        return True
+
+    def _inputs_realized(self) -> bool:
+        return all(tensor.node.realized for tensor in self.leaf_inputs.values())
+
+    def _value_buffers(self) -> list[Buffer]:
+        return [buffer_of(self.values[node].node) for node in self.kept]
+
+    def _input_buffers(self) -> list[tuple[Node, Buffer]]:
+        return [(leaf, buffer_of(tensor.node)) for leaf, tensor in self.leaf_inputs.items()]
 
     def _plan(self, leaf_changes: dict[Node, Region], wanted: list[Region]) -> Plan:
         """The boxes to recompute (kept values in order, sources first) and the invalid boxes afterwards."""

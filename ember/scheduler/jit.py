@@ -16,10 +16,9 @@ from ember.core.ops import Op
 from ember.core.tensor import Tensor, realize
 from ember.scheduler import profile, recording
 from ember.scheduler.arena import DevicePlan, place_intermediates
-from ember.scheduler.buffers import Buffer, buffer_of, pending
-from ember.scheduler.copies import enqueue_copy
-from ember.scheduler.launch import launch
+from ember.scheduler.buffers import Buffer, buffer_of
 from ember.scheduler.recording import RecordedCopy, RecordedLaunch, Recorder
+from ember.scheduler.replay import bind_steps, run_steps
 
 RECAPTURE_WARNING_AFTER = 3  # re-captures (inputs of new shapes) before a one-line warning
 
@@ -152,39 +151,8 @@ class Jitted:
             for position, slot in capture.input_slots:
                 buffers[slot] = buffer_of(leaves[position].node)
         if capture.bound is None:
-            capture.bound = _bind(capture)
-        # events are tracked only once a command is unfinished (synchronous devices never are)
-        tracking = any(not buffer.event.done or any(not user.done for user in buffer.users)
-                       for buffer in buffers if buffer is not None)
-        writers: list[Event | None] = [None] * len(buffers)
-        readers: list[list[Event]] = [[] for _ in buffers]
-        for target, source in capture.state_copies:
-            tracking |= _run_copy(buffers, writers, readers, target, source)
-        for step, bound in zip(capture.steps, capture.bound):
-            if isinstance(step, RecordedCopy):
-                tracking |= _run_copy(buffers, writers, readers, step.output, step.source)
-                continue
-            wait_for = _wait_for(buffers, writers, readers, step.output, step.inputs) if tracking else ()
-            if bound is not None:
-                event = bound(wait_for)
-            else:
-                handles = [buffers[step.output].handle,  # type: ignore[union-attr]
-                           *(buffers[slot].handle for slot in step.inputs)]  # type: ignore[union-attr]
-                event = launch(step.device, step.kernel, step.compiled, handles, wait_for)
-            if tracking or not event.done:
-                tracking = True
-                writers[step.output] = event
-                readers[step.output] = []
-                for slot in step.inputs:
-                    readers[slot].append(event)
-        if tracking:  # what reads these buffers next waits for the replay's commands
-            for slot, buffer in enumerate(buffers):
-                if buffer is None:
-                    continue
-                if writers[slot] is not None:
-                    buffer.event = writers[slot]  # type: ignore[assignment]
-                for event in readers[slot]:
-                    buffer.add_user(event)
+            capture.bound = bind_steps(capture.steps, capture.buffers)
+        run_steps(capture.steps, capture.bound, buffers, capture.state_copies)
         self.replays += 1
         values = []
         for kind, where in capture.outputs:
@@ -266,53 +234,6 @@ def _held_elsewhere(buffers: list[Buffer | None], slot: int) -> bool:
     """Whether a node outside the recording still holds the buffer (a tensor's value: state or an output)."""
     # references: the list, getrefcount's argument
     return sys.getrefcount(buffers[slot]) > 2
-
-
-# ---- replay helpers ------------------------------------------------------------------------------------------------
-
-
-def _wait_for(buffers: list[Buffer | None], writers: list[Event | None], readers: list[list[Event]], output: int,
-              inputs: tuple[int, ...]) -> tuple[Event, ...]:
-    """The unfinished commands a command writing `output` and reading `inputs` must wait for (the buffers' own
-    writers and readers from before the replay, then the replay's)."""
-    events: list[Event] = []
-    for slot in (*inputs, output):
-        writer = writers[slot]
-        if writer is None:
-            buffer = buffers[slot]
-            assert buffer is not None
-            events.append(buffer.event)
-            if slot == output:
-                events.extend(buffer.users)
-        else:
-            events.append(writer)
-    events.extend(readers[output])
-    return pending(*events)
-
-
-def _run_copy(buffers: list[Buffer | None], writers: list[Event | None], readers: list[list[Event]], output: int,
-              source: int) -> bool:
-    """Enqueue a recorded copy; whether it is unfinished."""
-    target, origin = buffers[output], buffers[source]
-    assert target is not None and origin is not None
-    event, _ = enqueue_copy(target, origin, _wait_for(buffers, writers, readers, output, (source,)))
-    writers[output] = event
-    readers[output] = []
-    readers[source].append(event)
-    return not event.done
-
-
-def _bind(capture: Capture) -> list[Callable[[tuple[Event, ...]], Event] | None]:
-    """Per step, the launch bound to its buffers (Program.bind) when none of them is an input bound per call."""
-    inputs = {slot for _, slot in capture.input_slots}
-    bound: list[Callable[[tuple[Event, ...]], Event] | None] = []
-    for step in capture.steps:
-        if isinstance(step, RecordedCopy) or step.output in inputs or inputs.intersection(step.inputs):
-            bound.append(None)
-            continue
-        handles = [capture.buffers[slot].handle for slot in (step.output, *step.inputs)]  # type: ignore[union-attr]
-        bound.append(step.compiled.program.bind(handles, step.compiled.ir.global_size))
-    return bound
 
 
 # ---- arguments ---------------------------------------------------------------------------------------------------
