@@ -55,9 +55,9 @@ class IncrementalGraph:
     propagates the dirty boxes through the graph, works out backwards which of them are needed (a causal mask
     needs no later column: those elements stay stale, remembered as invalid and recomputed once needed), and
     recomputes each needed box of each kept value, sources first, by a restricted graph written into that box of
-    its buffer. `outputs` then holds the values a full recompute would give. The launches of a plan's first run
-    are recorded; an update with the same plan (the same edited regions: a token rewritten, a row edited again)
-    replays them with no graph, schedule or allocation (`replayed` counts those). `last_flops` / `full_flops`
+    its buffer. `outputs` then holds the values a full recompute would give. The launches of a plan's second run
+    are recorded; later updates with the same plan (the same edited regions: a token rewritten, a row edited
+    again) replay them with no graph, schedule or allocation (`replayed` counts those). `last_flops` / `full_flops`
     count the arithmetic of the kernels launched (elementwise ops and reduce inputs, per element) when
     `count_flops`."""
 
@@ -120,6 +120,7 @@ class IncrementalGraph:
         key = (tuple((id(leaf), region) for leaf, region in leaf_changes.items()), tuple(wanted),
                tuple((index, self.invalid[node]) for index, node in enumerate(self.kept) if self.invalid.get(node)))
         plan = self.plans.get(key)
+        seen_before = plan is not None
         if plan is None:
             plan = self._plan(leaf_changes, wanted)
             if len(self.plans) >= MAX_CACHED:
@@ -129,17 +130,16 @@ class IncrementalGraph:
         recompute, self.invalid = plan
         self.last_flops = sum(kernel_flops([self._restricted(node, box)]) for node, box in recompute) \
             if self.count_flops else 0
-        replay = self.replays.get(key)
+        replay = self.replays.pop(key, None)
         if replay is not None and recording.ACTIVE is None and self._run_replay(replay):
             self.replayed += 1
-            return self.outputs
-        self.replays.pop(key, None)
-        if recording.ACTIVE is not None:  # inside an ember.jit capture: its recorder takes the launches
-            self._recompute(recompute)
-            return self.outputs
-        replay = self._record(recompute)
-        if replay is not None:
             self.replays[key] = replay
+        elif seen_before and recording.ACTIVE is None:  # a plan that repeats: record it (its temporaries are kept)
+            replay = self._record(recompute)
+            if replay is not None:
+                self.replays[key] = replay
+        else:  # a plan's first run (a decode step at a new position may never come again), or inside an ember.jit
+            self._recompute(recompute)  # capture, whose recorder takes the launches
         return self.outputs
 
     def _recompute(self, recompute: list[tuple[Node, Region]]) -> None:
