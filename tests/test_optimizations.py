@@ -152,9 +152,10 @@ def test_reductions_and_elementwise_are_vectorized(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("EMBER_NOOPT", "0")
     x = _dummy(64, 4096)
     softmax = rendered_c(x.softmax(-1))
-    assert softmax.count("ember_float32x8 acc") == 8  # max and sum: 4 rows of 8 lanes each
+    # one kernel, a row per work item: the max and the sum in 8 lanes each, then the row stored in vectors
+    assert softmax.count("ember_float32x8 acc") == 2 and softmax.count("void ") == 1
     assert "ember_exp2_float32x8(" in softmax and "ember_max_float32x8(" in softmax
-    assert "*(ember_float32x8_u*)(data0+" in softmax  # the last kernel stores vectors
+    assert "*(ember_float32x8_u*)(data0+" in softmax and "loop1 < 512;" in softmax
     column_sums = rendered_c(x.sum(0))
     assert "ember_float32x8 acc" in column_sums and "loop1 < 64;" in column_sums
     assert "ember_float32x" not in rendered_c(x.T + 1) and "ember_float32x" not in rendered_c(_dummy(64, 17).sum(1))
@@ -190,9 +191,11 @@ def test_opencl_renders_vector_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "select(" in chain and "float ember_" not in chain  # the clamp of exp as a select of float8 lanes
     matmul = rendered_opencl(_dummy(23, 32) @ _dummy(32, 64))
     assert matmul.count("float8 acc") == 12 and matmul.count(") = acc") == 12  # 6 rows x 2 vectors
-    softmax = rendered_opencl(_dummy(64, 4096).softmax(-1))
-    assert softmax.count("#define EMBER_MAX_FLOAT32X8") == 3 and "ember_max_float32x8(" in softmax  # guarded per kernel
+    softmax = rendered_opencl(_dummy(64, 4096).softmax(-1))  # one kernel (the row's max and sum fused)
+    assert softmax.count("__kernel void") == 1 and "ember_max_float32x8(" in softmax
     assert "float8 acc" in softmax and ".s7" in softmax  # lanes of the vector accumulators summed at the end
+    columns = rendered_opencl(_dummy(64, 4096).softmax(0))  # three kernels, two of them take maxima
+    assert columns.count("__kernel void") == 3 and columns.count("#define EMBER_MAX_FLOAT32X8") == 2  # guarded
     double = rendered_opencl(_dummy(64, 32, dtype=em.float64) @ _dummy(32, 64, dtype=em.float64))
     assert double.count("double4 acc") == 12
     staged = rendered_opencl(_dummy(256, 96) @ _dummy(96, 64))
@@ -237,9 +240,10 @@ def test_opencl_builds_a_schedule_as_one_program(monkeypatch: pytest.MonkeyPatch
     original = device._build_cached
     monkeypatch.setattr(device, "_build_cached", lambda source, for_launch: built.append(source) or
                         original(source, for_launch))
-    # shapes no other test uses, so every kernel is new: max, sum of exponentials, the normalized store
-    x, tx = pair(random_array((5, 4100), seed=11), name)
-    assert_close(x.softmax(-1) * 3, torch.softmax(tx, -1) * 3, atol=1e-6)
+    # shapes no other test uses, so every kernel is new: max, sum of exponentials, the normalized store (a softmax
+    # over the first axis: over the last, it is one kernel)
+    x, tx = pair(random_array((4100, 5), seed=11), name)
+    assert_close(x.softmax(0) * 3, torch.softmax(tx, 0) * 3, atol=1e-6)
     assert len(built) == 1 and built[0].count("__kernel void") >= 2
     programs = {compiled.program.program for (device_name, _), compiled in COMPILED.items()
                 if device_name == name and compiled.name in built[0]}

@@ -56,7 +56,7 @@ class FunctionalOps(TensorBase):
     # ---- softmax family ----------------------------------------------------------------------------------------
 
     def softmax(self, dim: int, dtype: Any = None) -> Tensor:
-        """exp(x - max) / sum: three kernels over the last axis (max, sum, the division)."""
+        """exp(x - max) / sum; over the last axis one kernel (the max and the sum fused by rows), else three."""
         source = _softmax_source(cast("Tensor", self), dtype, "softmax")
         normalize_dim(dim, self.ndim, "softmax")
         if source.numel() == 0:

@@ -20,7 +20,7 @@ from ember.core.ops import (
 from ember.core.shapes import prod, strides_of
 from ember.core.walk import evaluate
 from ember.ir.ir import BufferParam, Builder, IRNode, IROp, KernelIR
-from ember.ir.kernel import Kernel, KernelStep
+from ember.ir.kernel import Kernel, KernelStep, row_loop
 
 HALF_TYPES = (dtypes.float16, dtypes.bfloat16)
 INT32_LIMIT = 2**31 - 1
@@ -253,7 +253,9 @@ def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = Non
     each reduce's last reduced axis that this many lanes divide is reduced by that many accumulators, lane l taking
     every lanes-th element from l on, combined at the end (KernelIR.lane_groups lists them, for vectorize.py).
     `loop` = (dim, tiles): each work item computes `tiles` consecutive tiles along that dim in a loop (a LOOP
-    statement around the stores; the last work item's extra tiles are clamped to the dim's last tile)."""
+    statement around the stores; the last work item's extra tiles are clamped to the dim's last tile). A kernel
+    with a reduce fused by rows (kernel.row_loop) always loops over whole rows: the reduce, which does not depend
+    on the loop, is computed once before it."""
     output = kernel.output
     shape = output.shape
     factors = upcast if upcast is not None else (1,) * len(shape)
@@ -262,6 +264,8 @@ def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = Non
     builder = Builder()
     lowerer = Lowerer(kernel, builder, index_dtype, reduce_lanes)
     tile_counts = tuple(-(-extent // factor) for extent, factor in zip(shape, factors))
+    if row_loop(kernel):
+        loop = (len(shape) - 1, tile_counts[-1])
     loop_axis, loop_tiles = loop if loop is not None and loop[1] > 1 else (None, 1)
     global_shape = tuple(-(-count // loop_tiles) if axis == loop_axis else count
                          for axis, count in enumerate(tile_counts))

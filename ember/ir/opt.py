@@ -16,7 +16,7 @@ from ember.capabilities import DeviceInfo
 from ember.core.ops import REDUCE_OPS, Op
 from ember.ir import lowered_cache
 from ember.ir.ir import IROp, KernelIR
-from ember.ir.kernel import Kernel
+from ember.ir.kernel import Kernel, row_loop
 from ember.ir.linearize import Step, linearize
 from ember.ir.lower import compute_dtype, lower_kernel
 from ember.ir.stage import stage_loads
@@ -39,7 +39,7 @@ def choose_upcast(kernel: Kernel, info: DeviceInfo) -> tuple[int, ...] | None:
     """Tile factors for the output dims of a reduce kernel: the last dim by the vector width, the one before by 4,
     while enough work items remain to keep every compute unit busy."""
     reduces = [step for step in kernel.steps if step.op in REDUCE_OPS]
-    if len(reduces) != 1 or not any(step.op is Op.EXPAND for step in kernel.steps):
+    if len(reduces) != 1 or not any(step.op is Op.EXPAND for step in kernel.steps) or row_loop(kernel):
         return None  # tiles pay off where outputs share loads: one reduce over broadcast inputs (a matmul)
     reduce_input = kernel.steps[reduces[0].srcs[0]].shape
     if _product([reduce_input[axis] for axis in reduces[0].arg]) < 8:
@@ -127,6 +127,11 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
     minimum_items = 4 * max(1, info.compute_units)
     output_lanes = lanes_for(kernel.output.dtype, vector_bytes)
     reduces = [step for step in kernel.steps if step.op in REDUCE_OPS]
+    reduce_dtypes = {compute_dtype(step.dtype) for step in reduces}
+    if row_loop(kernel):  # whole rows per work item: vectors along the row, in the loop and in the row's reduces
+        reduce_lanes = lanes_for(reduce_dtypes.pop(), vector_bytes) if len(reduce_dtypes) == 1 else 1
+        vectors = output_lanes > 1 and shape[-1] % output_lanes == 0
+        return [Plan((1,) * (len(shape) - 1) + (output_lanes,) if vectors else None, reduce_lanes=reduce_lanes)]
     plans = []
     if _shares_loads(kernel):
         tile = choose_vector_tile(kernel, info)
@@ -143,7 +148,6 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
             plans.append(Plan(factors, order))
     elif output_lanes > 1 and shape[-1] % output_lanes == 0:
         plans.append(Plan((1,) * (len(shape) - 1) + (output_lanes,)))
-    reduce_dtypes = {compute_dtype(step.dtype) for step in reduces}
     if len(reduce_dtypes) == 1:
         reduce_lanes = lanes_for(reduce_dtypes.pop(), vector_bytes)
         # the last two output dims of size > 1: rows x columns of outputs (columns only where tiles share loads)

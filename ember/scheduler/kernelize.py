@@ -2,7 +2,9 @@
 
 Fusion rule (DESIGN.md principle 4): elementwise and movement ops always fuse; a reduce fuses into the kernel that
 consumes it when every output element of that kernel uses a different reduce result (no EXPAND on the way) and it
-is not inside another reduce; otherwise the reduce is stored by a kernel of its own. CONTIGUOUS and COPY always
+is not inside another reduce, or when it reduces the last axis and is read back along it by a kernel whose work
+items walk whole rows (row fusion, ir/kernel.py: softmax is one kernel); otherwise the reduce is stored by a kernel
+of its own. CONTIGUOUS and COPY always
 mark a boundary. Elementwise work with several consumer kernels is recomputed by each, unless it is expensive
 (SHARED_WORK_LIMIT ops per element or more): then it is stored once, so a recurrence (an RNN's cell state over time
 steps) costs linear work, not quadratic. Elementwise work that a kernel reads under a broadcast (a softmax's output
@@ -22,7 +24,7 @@ from typing import NamedTuple, cast
 from ember.core.graph import Node
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
 from ember.core.walk import post_order
-from ember.ir.kernel import Kernel, KernelStep
+from ember.ir.kernel import NO_ROW, REDUCED, ROW_SPANNING_OPS, SPAN, Kernel, KernelStep, row_state_below
 
 INLINE_LEAVES = (Op.CONST, Op.ARANGE)
 SHARED_WORK_LIMIT = 256  # elementwise ops per element above which a node read by several kernels is stored
@@ -177,8 +179,26 @@ costs
                 continue
             for source in node.srcs:
                 if id(source) in computed:
-                    span[id(source)] = max(span.get(id(source), 0), node_span)
+                    # a row's value read along the row is evaluated once per row (row fusion): not a broadcast
+                    source_span = source.size if _reads_a_row_value(node, source, computed) else node_span
+                    span[id(source)] = max(span.get(id(source), 0), source_span)
     return chosen
+
+
+def _reads_a_row_value(node: Node, source: Node, computed: set[int]) -> bool:
+    """Whether `node` is an EXPAND of the last axis over a value that the kernel computes from a reduce fused by
+    rows (through elementwise ops): a kernel reaches a fused reduce through an EXPAND only by row fusion."""
+    if node.op is not Op.EXPAND or row_state_below(node.op, node.arg, node.shape, source.shape, SPAN,
+                                                   node.shape[-1] if node.shape else 0) != REDUCED:
+        return False
+    stack = [source]
+    while stack:
+        current = stack.pop()
+        if current.op in REDUCE_OPS:
+            return True
+        stack.extend(below for below in current.srcs if id(below) in computed and below.op in ELEMENTWISE_OPS
+                     | REDUCE_OPS)
+    return False
 
 
 def _deep_cuts(roots: list[Node]) -> list[Node]:
@@ -270,13 +290,20 @@ def _buffer_limit_cuts(kernel_roots: list[Node], boundaries: dict[int, Node], bu
 
 
 def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> None:
-    """Find the nodes below kernel_root that must be stored by other kernels."""
-    seen: set[tuple[int, bool, bool]] = set()
-    start_inside = kernel_root.op in REDUCE_OPS
-    stack = [(source, start_inside, True) for source in kernel_root.srcs]
+    """Find the nodes below kernel_root that must be stored by other kernels.
+
+    A walk state is (node, inside a reduce, reached without an EXPAND, row, row length). `row` follows the row
+    fusion of ir/kernel.py: SPAN where one work item evaluates the node along a whole last axis (the kernel's output
+    when lowering loops over its rows, the source of a fused reduce of the last axis), REDUCED where the node is
+    read through an EXPAND of that axis from a SPAN (one value per row): a reduce of the last axis reached REDUCED
+    is computed once per row by the work item that needs it (softmax's max and sum, layer_norm's mean and
+    variance), so it is fused, and its source is a SPAN again."""
+    seen: set[tuple[int, bool, bool, int, int]] = set()
+    stack = [(source, kernel_root.op in REDUCE_OPS, True, *_row_of_sources(kernel_root))
+             for source in kernel_root.srcs]
     while stack:
-        node, inside_reduce, injective = stack.pop()
-        key = (id(node), inside_reduce, injective)
+        node, inside_reduce, injective, row, row_length = stack.pop()
+        key = (id(node), inside_reduce, injective, row, row_length)
         if key in seen:
             continue
         seen.add(key)
@@ -285,14 +312,34 @@ def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> 
         if id(node) in boundaries:
             found.append(node)
             continue
+        row = row_state_below(node.op, node.arg, node.shape, node.srcs[0].shape if node.srcs else (), row,
+                              row_length)
+        if node.op in REDUCE_OPS and row == SPAN:  # a last-axis reduce read once per row: fused
+            stack.extend((source, True, injective, SPAN, row_length) for source in node.srcs)
+            continue
         if node.op in (Op.CONTIGUOUS, Op.COPY) or (node.op in REDUCE_OPS and (inside_reduce or not injective)):
             found.append(node)
             continue
         if node.op in REDUCE_OPS:
             inside_reduce = True
+            row, row_length = _row_of_sources(node)
         elif node.op is Op.EXPAND:
             injective = False
-        stack.extend((source, inside_reduce, injective) for source in node.srcs)
+        stack.extend((source, inside_reduce, injective, row, row_length) for source in node.srcs)
+
+
+def _row_of_sources(node: Node) -> tuple[int, int]:
+    """The row state (and row length) of the sources of a kernel's root or of a reduce it fuses: a reduce of its
+    source's last axis, or an elementwise root (whose rows lowering loops over when it fuses a reduce by rows),
+    evaluates its sources along whole rows."""
+    if node.op in REDUCE_OPS:
+        source_shape = node.srcs[0].shape
+        if node.arg == (len(source_shape) - 1,) and source_shape[-1] > 1:
+            return SPAN, source_shape[-1]
+        return NO_ROW, 0
+    if node.op in ROW_SPANNING_OPS and node.shape and node.shape[-1] > 1:
+        return SPAN, node.shape[-1]
+    return NO_ROW, 0
 
 
 def build_kernel(root: Node, boundaries: set[int]) -> KernelItem:
