@@ -112,6 +112,30 @@ def test_editing_one_region_again_replays_the_recorded_launches(device: str, sma
     assert_close(graph.update({tokens: region})[0].numpy(), expected())
 
 
+def test_an_update_captured_by_jit_replays_into_the_kept_values(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the boxes are written into views of the kept values' buffers: a capture must replay those writes there, not
+    # move them into its arena of intermediates
+    monkeypatch.setattr(write, "SMALL_BUFFER", 0)
+    random = np.random.default_rng(2)
+    values = random.standard_normal((64, 32)).astype(np.float32)
+    weight = random.standard_normal((32, 24)).astype(np.float32)
+    tokens = em.tensor(values, device=device)
+    graph = IncrementalGraph([F.layer_norm(tokens @ em.tensor(weight, device=device), (24,)).softmax(-1)], [tokens])
+    region = Region.from_index(values.shape, 9)
+
+    @em.jit
+    def step(row: Tensor) -> Tensor:
+        tokens[9] = row
+        return graph.update({tokens: region})[0]
+
+    for _ in range(5):
+        values[9] = random.standard_normal(32)
+        result = step(em.tensor(values[9], device=device)).numpy()
+        expected = torch.nn.functional.layer_norm(torch.tensor(values) @ torch.tensor(weight), (24,)).softmax(-1)
+        assert_close(result, expected.numpy())
+    assert step.replays == 3
+
+
 def test_restrict_computes_the_box_of_every_op_family(device: str) -> None:
     random = np.random.default_rng(1)
     values = random.standard_normal((6, 5)).astype(np.float32)

@@ -21,7 +21,6 @@ from ember.incremental.restrict import restrict, source_boxes
 from ember.incremental.static_bounds import is_static
 from ember.incremental.write import aligned_box, write_box
 from ember.scheduler import recording
-from ember.scheduler.arena import ArenaView
 from ember.scheduler.buffers import Buffer, buffer_of
 from ember.scheduler.kernelize import KernelItem, find_boundaries, kernelize
 from ember.scheduler.recording import Recorder
@@ -130,16 +129,19 @@ class IncrementalGraph:
         recompute, self.invalid = plan
         self.last_flops = sum(kernel_flops([self._restricted(node, box)]) for node, box in recompute) \
             if self.count_flops else 0
-        replay = self.replays.pop(key, None)
-        if replay is not None and recording.ACTIVE is None and self._run_replay(replay):
+        replay = self.replays.get(key)
+        if not seen_before or recording.ACTIVE is not None:
+            # a plan's first run (a decode step at a new position may never come again), or inside an ember.jit
+            # capture, whose recorder takes the launches
+            self._recompute(recompute)
+        elif replay is not None and self._run_replay(replay):
             self.replayed += 1
-            self.replays[key] = replay
-        elif seen_before and recording.ACTIVE is None:  # a plan that repeats: record it (its temporaries are kept)
+        else:  # a plan that repeats: record it (the replay keeps its temporaries)
             replay = self._record(recompute)
-            if replay is not None:
+            if replay is None:
+                self.replays.pop(key, None)
+            else:
                 self.replays[key] = replay
-        else:  # a plan's first run (a decode step at a new position may never come again), or inside an ember.jit
-            self._recompute(recompute)  # capture, whose recorder takes the launches
         return self.outputs
 
     def _recompute(self, recompute: list[tuple[Node, Region]]) -> None:
@@ -184,11 +186,7 @@ class IncrementalGraph:
             buffers = list(buffers)
             for leaf, slot in replay.input_slots:
                 buffers[slot] = buffer_of(self.leaf_inputs[leaf].node)
-        writers = run_steps(replay.steps, replay.bound, buffers)
-        for buffer, writer in zip(buffers, writers):
-            if writer is not None and isinstance(buffer, ArenaView):  # a box written into a kept value's buffer
-                buffer.arena.add_user(writer)
-                buffer.arena.event = writer
+        run_steps(replay.steps, replay.bound, buffers)
         return True
 
     def _inputs_realized(self) -> bool:

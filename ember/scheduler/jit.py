@@ -15,7 +15,7 @@ from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.tensor import Tensor, realize
 from ember.scheduler import profile, recording
-from ember.scheduler.arena import DevicePlan, place_intermediates
+from ember.scheduler.arena import ArenaView, DevicePlan, place_intermediates
 from ember.scheduler.buffers import Buffer, buffer_of
 from ember.scheduler.recording import RecordedCopy, RecordedLaunch, Recorder
 from ember.scheduler.replay import bind_steps, run_steps
@@ -231,9 +231,11 @@ def _plan(recorder: Recorder, key: list[Any], input_slots: list[tuple[int, int]]
 
 
 def _held_elsewhere(buffers: list[Buffer | None], slot: int) -> bool:
-    """Whether a node outside the recording still holds the buffer (a tensor's value: state or an output)."""
+    """Whether a node outside the recording still holds the buffer (a tensor's value: state or an output), or the
+    buffer is a view into another one (a box written in place by an incremental update: its memory is that
+    buffer's, which outlives the capture; the capture's own arena views are made only after recording)."""
     # references: the list, getrefcount's argument
-    return sys.getrefcount(buffers[slot]) > 2
+    return isinstance(buffers[slot], ArenaView) or sys.getrefcount(buffers[slot]) > 2
 
 
 # ---- arguments ---------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ember.backends.base import Event
+from ember.scheduler.arena import ArenaView
 from ember.scheduler.buffers import Buffer, pending
 from ember.scheduler.copies import enqueue_copy
 from ember.scheduler.launch import launch
@@ -30,10 +31,11 @@ def bind_steps(steps: Sequence[Step], buffers: Sequence[Buffer | None]) -> list[
 
 
 def run_steps(steps: Sequence[Step], bound: Sequence[BoundLaunch | None], buffers: Sequence[Buffer | None],
-              state_copies: Sequence[tuple[int, int]] = ()) -> list[Event | None]:
+              state_copies: Sequence[tuple[int, int]] = ()) -> None:
     """Run `state_copies` (target slot, source slot), then the steps over `buffers` (every slot filled). Events are
     tracked only once a command is unfinished (synchronous devices never are); what reads the buffers next waits for
-    these commands. Returns each slot's last writer in this run (None: not written, or every command finished)."""
+    these commands, also what reads the buffer a written view is part of (a box an incremental update writes in
+    place: readers of the whole value wait for it)."""
     tracking = any(not buffer.event.done or any(not user.done for user in buffer.users)
                    for buffer in buffers if buffer is not None)
     writers: list[Event | None] = [None] * len(buffers)
@@ -61,11 +63,14 @@ def run_steps(steps: Sequence[Step], bound: Sequence[BoundLaunch | None], buffer
         for slot, buffer in enumerate(buffers):
             if buffer is None:
                 continue
-            if writers[slot] is not None:
-                buffer.event = writers[slot]  # type: ignore[assignment]
+            writer = writers[slot]
+            if writer is not None:
+                buffer.event = writer
+                if isinstance(buffer, ArenaView):  # (devices with views run commands in order: the last one wins)
+                    buffer.arena.add_user(writer)
+                    buffer.arena.event = writer
             for event in readers[slot]:
                 buffer.add_user(event)
-    return writers
 
 
 def _wait_for(buffers: Sequence[Buffer | None], writers: list[Event | None], readers: list[list[Event]], output: int,
