@@ -389,7 +389,7 @@ device = sys.argv[1]
 x = ember.tensor(np.random.default_rng(0).standard_normal((64, 64), dtype=np.float32), device=device)
 w = ember.tensor(np.random.default_rng(1).standard_normal((64, 64), dtype=np.float32), device=device)
 h = (x @ w).relu().contiguous()                  # kernel 1
-out = (h.softmax(-1) * 2 + x).contiguous().sum(0)  # kernels 2-3 (max, sum of exponentials), 4 (store), 5 (sum)
+out = (h.softmax(0) * 2 + x).contiguous().sum(0)  # kernels 2-3 (column max, sum of exponentials), 4 (store), 5 (sum)
 with ember.profile() as profile:
     first = time.perf_counter()
     out.realize()

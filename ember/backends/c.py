@@ -185,7 +185,16 @@ class HostArray(np.ndarray):
 
 
 class HostMemoryPool(MemoryPool):
-    """Host memory held in numpy byte arrays (so copies are numpy copies)."""
+    """Host memory held in numpy byte arrays (so copies are numpy copies). Released large buffers are kept for reuse
+    (base.MemoryPool's policy, up to an eighth of the machine's memory): the system hands out fresh pages, whose
+    first touch cost as much as the kernel writing them (softmax over 4096x4096: 47 against 40 ms)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        try:
+            self.reuse_budget_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 8
+        except (ValueError, OSError, AttributeError):  # a system that does not say: a budget of 256 MiB
+            self.reuse_budget_bytes = 1 << 28
 
     def create_buffer(self, nbytes: int) -> np.ndarray:
         array = np.empty(nbytes, dtype=np.uint8).view(HostArray)
