@@ -80,59 +80,64 @@ def test_appending_a_row_recomputes_only_that_row(device: str, name: str) -> Non
         assert graph.last_flops * 8 <= graph.full_flops, (graph.last_flops, graph.full_flops)
 
 
+class NormalizedProjection:
+    """softmax(layer_norm(tokens @ weight)) over random tokens, incrementally (its graph) and in torch (`expected`)."""
+
+    def __init__(self, device: str, rows: int, features: int, seed: int) -> None:
+        self.random = np.random.default_rng(seed)
+        self.values = self.random.standard_normal((rows, features)).astype(np.float32)
+        self.weight = self.random.standard_normal((features, 24)).astype(np.float32)
+        self.tokens = em.tensor(self.values, device=device)
+        output = F.layer_norm(self.tokens @ em.tensor(self.weight, device=device), (24,)).softmax(-1)
+        self.graph = IncrementalGraph([output], [self.tokens])
+
+    def new_row(self, row: int) -> np.ndarray:
+        self.values[row] = self.random.standard_normal(self.values.shape[1])
+        return self.values[row]
+
+    def expected(self) -> np.ndarray:
+        product = torch.tensor(self.values) @ torch.tensor(self.weight)
+        return torch.nn.functional.layer_norm(product, (24,)).softmax(-1).numpy()
+
+
 @pytest.mark.parametrize("small_buffer", [SMALL_BUFFER, 0], ids=["select", "views"])
 def test_editing_one_region_again_replays_the_recorded_launches(device: str, small_buffer: int,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(write, "SMALL_BUFFER", small_buffer)  # 0: kernels write into views of the kept buffers
-    random = np.random.default_rng(1)
-    values = random.standard_normal((32, 16)).astype(np.float32)
-    weight = random.standard_normal((16, 24)).astype(np.float32)
-    tokens = em.tensor(values, device=device)
-    graph = IncrementalGraph([F.layer_norm(tokens @ em.tensor(weight, device=device), (24,)).softmax(-1)], [tokens])
-    region = Region.from_index(values.shape, 9)
-
-    def expected() -> np.ndarray:
-        return torch.nn.functional.layer_norm(torch.tensor(values) @ torch.tensor(weight), (24,)).softmax(-1).numpy()
-
+    case = NormalizedProjection(device, 32, 16, seed=1)
+    tokens, graph = case.tokens, case.graph
+    region = Region.from_index(case.values.shape, 9)
     for step in range(5):
-        values[9] = random.standard_normal(16)
+        row = case.new_row(9)
         # at step 3 a tensor still holds the old value: the edit cannot be in place, the input moves to a new
         # buffer, which the replay must read
         old_tokens = tokens.detach() if step == 3 else None
-        tokens[9] = em.tensor(values[9], device=device)
-        assert_close(graph.update({tokens: region})[0].numpy(), expected())
+        tokens[9] = em.tensor(row, device=device)
+        assert_close(graph.update({tokens: region})[0].numpy(), case.expected())
         del old_tokens
     assert graph.replayed >= (3 if device.split(":")[0] in ("c", "opencl") else 0), graph.replayed
     # an edit elsewhere is another plan, recorded in its turn; the first region's replay still holds
-    values[20] = random.standard_normal(16)
-    tokens[20] = em.tensor(values[20], device=device)
-    assert_close(graph.update({tokens: Region.from_index(values.shape, 20)})[0].numpy(), expected())
-    values[9] = random.standard_normal(16)
-    tokens[9] = em.tensor(values[9], device=device)
-    assert_close(graph.update({tokens: region})[0].numpy(), expected())
+    tokens[20] = em.tensor(case.new_row(20), device=device)
+    assert_close(graph.update({tokens: Region.from_index(case.values.shape, 20)})[0].numpy(), case.expected())
+    tokens[9] = em.tensor(case.new_row(9), device=device)
+    assert_close(graph.update({tokens: region})[0].numpy(), case.expected())
 
 
 def test_an_update_captured_by_jit_replays_into_the_kept_values(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # the boxes are written into views of the kept values' buffers: a capture must replay those writes there, not
     # move them into its arena of intermediates
     monkeypatch.setattr(write, "SMALL_BUFFER", 0)
-    random = np.random.default_rng(2)
-    values = random.standard_normal((64, 32)).astype(np.float32)
-    weight = random.standard_normal((32, 24)).astype(np.float32)
-    tokens = em.tensor(values, device=device)
-    graph = IncrementalGraph([F.layer_norm(tokens @ em.tensor(weight, device=device), (24,)).softmax(-1)], [tokens])
-    region = Region.from_index(values.shape, 9)
+    case = NormalizedProjection(device, 64, 32, seed=2)
+    region = Region.from_index(case.values.shape, 9)
 
     @em.jit
     def step(row: Tensor) -> Tensor:
-        tokens[9] = row
-        return graph.update({tokens: region})[0]
+        case.tokens[9] = row
+        return case.graph.update({case.tokens: region})[0]
 
     for _ in range(5):
-        values[9] = random.standard_normal(32)
-        result = step(em.tensor(values[9], device=device)).numpy()
-        expected = torch.nn.functional.layer_norm(torch.tensor(values) @ torch.tensor(weight), (24,)).softmax(-1)
-        assert_close(result, expected.numpy())
+        result = step(em.tensor(case.new_row(9), device=device)).numpy()
+        assert_close(result, case.expected())
     assert step.replays == 3
 
 
