@@ -191,14 +191,18 @@ def _reads_a_row_value(node: Node, source: Node, computed: set[int]) -> bool:
     if node.op is not Op.EXPAND or row_state_below(node.op, node.arg, node.shape, source.shape, SPAN,
                                                    node.shape[-1] if node.shape else 0) != REDUCED:
         return False
-    stack = [source]
+    stack, seen = [source], set()
     while stack:
         current = stack.pop()
         if current.op in REDUCE_OPS:
             return True
-        stack.extend(below for below in current.srcs if id(below) in computed and below.op in ELEMENTWISE_OPS
-                     | REDUCE_OPS)
+        if id(current) not in seen:  # (shared values are walked once: a chain of them could branch exponentially)
+            seen.add(id(current))
+            stack.extend(below for below in current.srcs if id(below) in computed and below.op in ROW_VALUE_OPS)
     return False
+
+
+ROW_VALUE_OPS = ELEMENTWISE_OPS | REDUCE_OPS  # what lies between a row-fused reduce and the EXPAND reading it
 
 
 def _deep_cuts(roots: list[Node]) -> list[Node]:
