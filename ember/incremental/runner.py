@@ -164,8 +164,7 @@ class IncrementalGraph:
         finally:
             recording.ACTIVE = None
         steps = recorder.commands
-        if recorder.uploads or recorder.rebound or any(
-                now is not before for now, before in zip(self._value_buffers(), value_buffers)):
+        if recorder.uploads or recorder.rebound or self._values_moved(value_buffers):
             return None
         buffers: list[Buffer | None] = list(recorder.buffers)
         input_slots = []
@@ -178,8 +177,7 @@ class IncrementalGraph:
 
     def _run_replay(self, replay: Replay) -> bool:
         """Run a recorded recompute again; False (nothing run) when a kept value is in another buffer now."""
-        if not self._inputs_realized() or any(
-                now is not before for now, before in zip(self._value_buffers(), replay.value_buffers)):
+        if not self._inputs_realized() or self._values_moved(replay.value_buffers):
             return False
         buffers = replay.buffers
         if replay.input_slots:
@@ -194,6 +192,10 @@ class IncrementalGraph:
 
     def _value_buffers(self) -> list[Buffer]:
         return [buffer_of(self.values[node].node) for node in self.kept]
+
+    def _values_moved(self, value_buffers: list[Buffer]) -> bool:
+        """Whether a kept value is in another buffer than in `value_buffers` (taken by _value_buffers earlier)."""
+        return any(now is not before for now, before in zip(self._value_buffers(), value_buffers))
 
     def _input_buffers(self) -> list[tuple[Node, Buffer]]:
         return [(leaf, buffer_of(tensor.node)) for leaf, tensor in self.leaf_inputs.items()]
