@@ -95,7 +95,8 @@ class MemoryPool(ABC):
         handle = self._reused_or_created(nbytes or 1) if self._kept else self.create_buffer(nbytes or 1)
         self.used_bytes += nbytes
         self.live_buffers += 1
-        self.peak_bytes = max(self.peak_bytes, self.used_bytes)
+        if self.used_bytes > self.peak_bytes:
+            self.peak_bytes = self.used_bytes
         return handle
 
     def adopt(self, nbytes: int) -> None:

@@ -29,7 +29,8 @@ class Registry:
         self.devices: dict[str, list[Device]] = {}
         self.unavailable: dict[str, str] = {}
         self._entry_points_loaded = False
-        self._by_name: dict[str, tuple[list[Device], Device]] = {}  # name -> (its backend's device list, device)
+        # name -> (its backend, the backend's device list when it was found, the device)
+        self._by_name: dict[str, tuple[str, list[Device], Device]] = {}
 
     def _load_entry_points(self) -> None:
         if self._entry_points_loaded:
@@ -97,14 +98,14 @@ class Registry:
 
     def device(self, name: str) -> Device:
         """The device called `name` ("c:0", "opencl:1", "dummy:c")."""
-        backend, _, which = name.partition(":")
         cached = self._by_name.get(name)
-        if cached is not None and cached[0] is self.devices.get(backend):  # the hot path: every op asks
-            return cached[1]
+        if cached is not None and cached[1] is self.devices.get(cached[0]):  # the hot path: every op asks
+            return cached[2]
+        backend, _, which = name.partition(":")
         devices = self.probe(backend)
         for device in devices:
             if device.name == name or (which == "" and device is devices[0]):
-                self._by_name[name] = (devices, device)
+                self._by_name[name] = (backend, devices, device)
                 return device
         listed = ", ".join(device.name for device in devices)
         raise DeviceError(f"no device '{name}'; backend '{backend}' has {listed}")

@@ -30,7 +30,10 @@ class Buffer:
         """Allocate from the device's pool, or adopt `handle` (memory the pool did not allocate, e.g. a mapping)."""
         self._describe(device, size, dtype)
         if handle is None:
-            self.handle = allocate(self.pool, self.nbytes)
+            try:
+                self.handle = self.pool.allocate(self.nbytes)
+            except OutOfMemoryError:  # full: `allocate` waits for the dropped buffers still in use, if any, and retries
+                self.handle = allocate(self.pool, self.nbytes)
         else:
             self.handle = handle
             self.pool.adopt(self.nbytes)

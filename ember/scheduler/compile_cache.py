@@ -39,7 +39,8 @@ class CompileCache:
         self.limit = limit
         self.entries: OrderedDict[tuple[str, Kernel], CompiledKernel] = OrderedDict()
         self.evictions = 0
-        self.generation = 0  # changes whenever a program leaves the cache (a schedule compiled before may miss some)
+        self.generation = 0  # changes whenever a program leaves the cache or is replaced (a schedule compiled before
+        # may miss some; a launch plan may hold the old program)
         self._lock = threading.Lock()  # batches compile in threads (compile_ahead)
 
     def get(self, key: tuple[str, Kernel]) -> CompiledKernel | None:
@@ -50,6 +51,8 @@ class CompileCache:
 
     def put(self, key: tuple[str, Kernel], compiled: CompiledKernel) -> None:
         with self._lock:
+            if key in self.entries:  # a program replaced (narrower vectors after a failed launch)
+                self.generation += 1
             self.entries[key] = compiled
             self.entries.move_to_end(key)
             while len(self.entries) > self.limit:
@@ -66,6 +69,7 @@ class CompileCache:
         with self._lock:
             if self.entries.get(key) is old:
                 self.entries[key] = new
+                self.generation += 1  # (launch plans hold programs: they are made again)
 
     def __contains__(self, key: object) -> bool:
         return key in self.entries

@@ -35,42 +35,49 @@ def run_kernel(output: Node, kernel: Kernel, inputs: list[Node], held_by_schedul
             quick_compile.wait_for_optimized()
         compiled = compile_cache.compile_kernel(device, kernel)  # through the module: tests wrap it
         if device.info.can_run:
-            input_buffers: list[Buffer] = []
-            handles: list[Any] = [buffer.handle]
-            wait_for: tuple[Event, ...] = ()
-            for node in inputs:
-                input_buffer = node.buffer or buffer_of(node)
-                input_buffers.append(input_buffer)
-                handles.append(input_buffer.handle)
-                event = input_buffer.event
-                if event is not COMPLETED and not event.done:
-                    wait_for += (event,)
-            records = profile.ActiveProfiles.stack
-            timed = bool(records) or profile.DebugLevel.value >= 2
-            start = time.perf_counter() if timed else 0.0
-            if reused is not None:  # also after the writer and the readers of the old value
-                wait_for = pending(*wait_for, reused.event, *reused.users)
-                reused.users = []
-            try:
-                event = compiled.program(handles, compiled.ir.global_size, wait_for)
-            except CompileError as error:  # a driver making its machine code at the first launch
-                event = launch(device, kernel, compiled, handles, wait_for, error)
-            buffer.event = event
-            if recording.ACTIVE is not None:
-                recording.ACTIVE.launch(device, kernel, compiled, buffer, input_buffers)
-                if output.replaces is not None and reused is None and output.replaces.buffer is not None:
-                    recording.ACTIVE.assign_not_in_place(output.replaces.buffer, buffer)
-            if event is not COMPLETED:  # (a completed command needs no reader kept)
-                for input_buffer in input_buffers:
-                    input_buffer.add_user(event)
-            if timed:
-                event.wait()
-                seconds = time.perf_counter() - start
-                for record in records:
-                    record.kernels.append(profile.KernelRecord(compiled.name, device.name, seconds,
-                                                               compiled.ir.global_size))
-                profile.debug_print(2, f"  {compiled.name:<40} {device.name:<10} {seconds * 1e6:10.1f} us")
+            launch_compiled(output, kernel, compiled, buffer, inputs, reused, device)
     output.become_buffer(buffer)  # (and forgets the node it replaced)
+
+
+def launch_compiled(output: Node, kernel: Kernel, compiled: CompiledKernel, buffer: Buffer, inputs: list[Node],
+                    reused: Buffer | None, device: Device) -> None:
+    """Launch `compiled` writing `buffer` (the reused buffer of `output.replaces` when `reused` is it) after the
+    writers of its inputs, and keep the launch's event on the buffers it writes and reads."""
+    input_buffers: list[Buffer] = []
+    handles: list[Any] = [buffer.handle]
+    wait_for: tuple[Event, ...] = ()
+    for node in inputs:
+        input_buffer = node.buffer or buffer_of(node)
+        input_buffers.append(input_buffer)
+        handles.append(input_buffer.handle)
+        event = input_buffer.event
+        if event is not COMPLETED and not event.done:
+            wait_for += (event,)
+    records = profile.ActiveProfiles.stack
+    timed = bool(records) or profile.DebugLevel.value >= 2
+    start = time.perf_counter() if timed else 0.0
+    if reused is not None:  # also after the writer and the readers of the old value
+        wait_for = pending(*wait_for, reused.event, *reused.users)
+        reused.users = []
+    try:
+        event = compiled.program(handles, compiled.ir.global_size, wait_for)
+    except CompileError as error:  # a driver making its machine code at the first launch
+        event = launch(device, kernel, compiled, handles, wait_for, error)
+    buffer.event = event
+    if recording.ACTIVE is not None:
+        recording.ACTIVE.launch(device, kernel, compiled, buffer, input_buffers)
+        if output.replaces is not None and reused is None and output.replaces.buffer is not None:
+            recording.ACTIVE.assign_not_in_place(output.replaces.buffer, buffer)
+    if event is not COMPLETED:  # (a completed command needs no reader kept)
+        for input_buffer in input_buffers:
+            input_buffer.add_user(event)
+    if timed:
+        event.wait()
+        seconds = time.perf_counter() - start
+        for record in records:
+            record.kernels.append(profile.KernelRecord(compiled.name, device.name, seconds,
+                                                       compiled.ir.global_size))
+        profile.debug_print(2, f"  {compiled.name:<40} {device.name:<10} {seconds * 1e6:10.1f} us")
 
 
 def launch(device: Device, kernel: Kernel, compiled: CompiledKernel, handles: list[Any],

@@ -10,16 +10,17 @@ from ember.backends.base import Device, MemoryPool
 from ember.backends.config import CONFIG
 from ember.core.graph import Node
 from ember.core.ops import Op
-from ember.scheduler import compile_cache, profile
+from ember.scheduler import compile_cache, profile, recording
 from ember.scheduler.buffers import DEFERRED_FREES, MAX_DEFERRED_FREES, buffer_of, release_finished
 from ember.scheduler.compile_ahead import compile_ahead
 from ember.scheduler.copies import run_copy
 from ember.scheduler.devices import get_device
 from ember.scheduler.in_place import schedule_hold
 from ember.scheduler.launch import run_kernel
+from ember.scheduler.launch_plan import plan_launches
 from ember.scheduler.memory_budget import Budget, run_budgeted
 from ember.scheduler.placement import place
-from ember.scheduler.schedule import SCHEDULES, CachedCopy
+from ember.scheduler.schedule import SCHEDULES, CachedCopy, Schedule
 from ember.scheduler.trace import Recording
 
 BUFFER = Op.BUFFER
@@ -55,6 +56,18 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
         compile_ahead(items, graph_nodes)
         if (compile_cache.COMPILED, compile_cache.COMPILED.generation) == stamp:
             items.compiled_stamp = stamp
+    elif (Budget.value is None and recording.ACTIVE is None and not profile.ActiveProfiles.stack
+          and profile.DebugLevel.value == 0):  # the per-op path: launch from the schedule's plan
+        plan = items.launch_plan
+        if plan is None or not plan.holds(stamp):
+            plan = items.launch_plan = plan_launches(items, graph_nodes, stamp)
+        if plan.runnable:
+            live = _live_nodes(items, graph_nodes)
+            del graph_nodes
+            for pool in plan.pools:
+                pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
+            plan.run(live, items.last_use)
+            return
     records = profile.current()
     for record in records:
         record.realizes += 1
@@ -62,9 +75,7 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
         profile.debug_print(1, f"realize: {len(items)} items for {len(pending)} tensors")
     # hold only the nodes the schedule reads or writes, and each only until its last use (items.releases), so an
     # intermediate buffer is released as soon as the last kernel reading it has been launched
-    live: list[Node | None] = [None] * len(graph_nodes)
-    for index in items.used:
-        live[index] = graph_nodes[index]
+    live = _live_nodes(items, graph_nodes)
     del graph_nodes
     device_names = items.device_names
     if device_names is None:  # fixed by the signature (it holds every node's device): worked out once
@@ -94,6 +105,15 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
         for index in releases:
             live[index] = None
     _record_peaks(records, pools)
+
+
+def _live_nodes(items: Schedule, graph_nodes: list[Node]) -> list[Node | None]:
+    """The realize loop's table of nodes by position: the nodes the schedule's items read or write (each dropped
+    after its last use), None for the rest (the nodes fused into kernels)."""
+    live: list[Node | None] = [None] * len(graph_nodes)
+    for index in items.used:
+        live[index] = graph_nodes[index]
+    return live
 
 
 def _record_peaks(records: list[profile.Profile], pools: set[MemoryPool]) -> None:

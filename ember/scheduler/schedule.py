@@ -32,7 +32,8 @@ class Schedule(list):  # list[CachedKernel | CachedCopy]
     """A cached schedule: its items in order, and what every realize of it would otherwise work out again: the node
     positions the items use (`used`), the item of each one's last use (`last_use`), the positions whose last use is
     each item (`releases`), the stamp of the compile cache its kernels were compiled ahead for (`compiled_stamp`,
-    set by realize), and the devices its items write (`device_names`, set by realize at the first run)."""
+    set by realize), the devices its items write (`device_names`, set by realize at the first run) and its launch
+    plan (`launch_plan`, launch_plan.py, made by realize once its kernels are compiled)."""
 
     def __init__(self, items: list[CachedKernel | CachedCopy]) -> None:
         super().__init__(items)
@@ -48,6 +49,7 @@ class Schedule(list):  # list[CachedKernel | CachedCopy]
         self.releases = [tuple(indices) for indices in releases]
         self.compiled_stamp: tuple[object, int] | None = None
         self.device_names: tuple[str | None, ...] | None = None  # the devices of the outputs, set by realize
+        self.launch_plan: Any = None  # a launch_plan.LaunchPlan, set by realize
         self.budget_layout: Any = None  # memory_budget.py's view of the positions and its plans (set under a budget)
 
 
@@ -57,6 +59,39 @@ def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
 
     Realized nodes are leaves described by shape, dtype and device only; a node used twice appears once, so
     sharing is part of the structure."""
+    if len(roots) == 1:
+        single = _single_op_signature(roots[0])
+        if single is not None:
+            return single
+    return _walked_signature(roots)
+
+
+def _single_op_signature(root: Node) -> tuple[tuple, list[Node]] | None:
+    """The signature of one op whose sources are leaves on its device (the per-op path: an op on realized tensors
+    and constants), the same as the walk's, without the walk; None for any other graph (after placing the op)."""
+    sources = root.srcs
+    if not sources:
+        return None
+    for source in sources:
+        if source.srcs:
+            return None
+    if place_node(root):  # sources brought from other devices: the walk indexes the new nodes
+        return None
+    index_of: dict[Node, int] = {}
+    nodes: list[Node] = []
+    entries: list[tuple] = []
+    for source in sources[::-1]:  # (the walk's stack takes the last source first)
+        if source not in index_of:
+            index_of[source] = len(nodes)
+            nodes.append(source)
+            entries.append(_entry(source, index_of))
+    nodes.append(root)
+    entries.append(_entry(root, index_of))
+    return (tuple(entries), (len(entries) - 1,)), nodes
+
+
+def _walked_signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
+    """`signature` of any graph, by a walk from the roots."""
     index_of: dict[Node, int] = {}  # (nodes hash by identity)
     nodes: list[Node] = []
     entries: list[tuple] = []
@@ -95,8 +130,8 @@ def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
             entries.append((node.shape, node.dtype, node.device))
             continue
         arg = node.arg
-        if op is const_op and isinstance(arg, float):
-            arg = arg.hex()
+        if op is const_op and isinstance(arg, float) and (arg != arg or arg == 0.0):
+            arg = arg.hex()  # (see _entry)
         entries.append((op, arg, node.shape, node.dtype, node.device, tuple(map(position_of, sources))))
     key = (tuple(entries), tuple(map(position_of, roots)))
     return key, nodes
@@ -106,8 +141,10 @@ def _entry(node: Node, index_of: dict[Node, int]) -> tuple:
     """The signature's entry of one node whose sources are indexed (what the walk in `signature` writes inline)."""
     if node.op is Op.BUFFER:
         return (node.shape, node.dtype, node.device)
-    arg = node.arg.hex() if node.op is Op.CONST and isinstance(node.arg, float) else node.arg
-    return (node.op, arg, node.shape, node.dtype, node.device, tuple([index_of[source] for source in node.srcs]))
+    arg = node.arg
+    if node.op is Op.CONST and isinstance(arg, float) and (arg != arg or arg == 0.0):
+        arg = arg.hex()  # a constant by its bits where equality is not (0.0 and -0.0 compare equal, NaN unequal)
+    return (node.op, arg, node.shape, node.dtype, node.device, tuple(map(index_of.__getitem__, node.srcs)))
 
 
 def kernel_buffer_limit(device: str) -> int:
