@@ -67,17 +67,15 @@ class LaunchPlan:
         """Run every step on the nodes of `live` (by position), releasing each node after its last use. An output
         that replaces a node (an in-place assign) goes through run_kernel, which decides whether it writes in place."""
         for position, step in enumerate(self.steps):
-            output = cast(Node, live[step.output])
-            if step.__class__ is PlannedCopy:
-                run_copy(output, live[cast(PlannedCopy, step).source])  # type: ignore[arg-type]
+            output: Node = live[step.output]  # type: ignore[assignment]
+            if isinstance(step, PlannedCopy):
+                run_copy(output, live[step.source])  # type: ignore[arg-type]
             elif output.replaces is None:
-                step = cast(PlannedKernel, step)
                 buffer = Buffer(step.device, step.size, step.dtype)
-                inputs = cast(list[Node], list(map(live.__getitem__, step.inputs)))  # (a map: no comprehension frame)
+                inputs: list[Node] = list(map(live.__getitem__, step.inputs))  # type: ignore[arg-type]
                 launch_compiled(output, step.kernel, step.compiled, buffer, inputs, None, step.device)
                 output.become_buffer(buffer)
             else:
-                step = cast(PlannedKernel, step)
                 held = schedule_hold(output.replaces, live, last_use, position)
                 run_kernel(output, step.kernel, [live[index] for index in step.inputs], held,  # type: ignore[misc]
                            step.device)
