@@ -194,7 +194,7 @@ class HostMemoryPool(MemoryPool):
     """Host memory held in numpy byte arrays (so copies are numpy copies). Released large buffers are kept for reuse
     (base.MemoryPool's policy, up to an eighth of the machine's memory): the system hands out fresh pages, whose
     first touch cost as much as the kernel writing them (softmax over 4096x4096: 47 against 40 ms). Released small
-    buffers are kept too, a few of each size, for the next allocation of that size (a fifth of an op's overhead)."""
+    buffers are kept too, a few of each size, for the next allocation of that size (about 1 us, a tenth of an op)."""
 
     def __init__(self, name: str) -> None:
         super().__init__(name)

@@ -84,9 +84,13 @@ def _single_op_signature(root: Node) -> tuple[tuple, list[Node]] | None:
         if source not in index_of:
             index_of[source] = len(nodes)
             nodes.append(source)
-            entries.append(_entry(source, index_of))
+            if source.op is Op.BUFFER:
+                entries.append((source.shape, source.dtype, source.device))
+            else:
+                entries.append(_entry(source, index_of))
     nodes.append(root)
-    entries.append(_entry(root, index_of))
+    # (a node with sources is no constant: its arg is as the walk writes it)
+    entries.append((root.op, root.arg, root.shape, root.dtype, root.device, tuple(map(index_of.__getitem__, sources))))
     return (tuple(entries), (len(entries) - 1,)), nodes
 
 
