@@ -47,11 +47,13 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
     def _operands(self, other: Any, op_name: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
         """self and other (a Tensor, a Python number or array-like data) promoted to their torch.result_type and
         broadcast to one shape; swapped when `reverse` (for the reflected operators)."""
+        # (no typing.cast calls on the per-op path: annotations and type: ignore instead)
         if isinstance(other, ElementwiseOps) and other.dtype is self.dtype and other.shape == self.shape:
-            left, right = cast("Tensor", self), cast("Tensor", other)
+            left: Tensor = self  # type: ignore[assignment]
+            right: Tensor = other  # type: ignore[assignment]
         elif (type(other) is float or type(other) is int) and self.dtype.is_float:
             # the common `x + 1`: what _align decides for a float tensor and a Python number, without its lists
-            left = cast("Tensor", self)
+            left = self  # type: ignore[assignment]
             right = left._full(left.shape, other, left.dtype, left.device)
         else:
             left, right = _align(cast("Tensor", self), (cast("Tensor", self), other), op_name)

@@ -100,7 +100,8 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
             for other in others:
                 if other.is_sharded:  # an operand of a sharded kind runs the op itself (on its shards)
                     return other._apply_as_operand(op, (self, *others), arg)
-            nodes = (self.node, *[other.node for other in others])
+            # (a binary op without the comprehension's frame: the per-op path)
+            nodes = (self.node, others[0].node) if len(others) == 1 else (self.node, *[other.node for other in others])
         else:
             nodes = (self.node,)
         shape, result_dtype = infer(op, nodes, arg)

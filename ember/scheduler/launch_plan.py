@@ -8,6 +8,7 @@ import math
 from typing import NamedTuple, cast
 
 from ember.backends.base import Device, MemoryPool
+from ember.backends.registry import REGISTRY
 from ember.core.dtype import DType
 from ember.core.graph import Node
 from ember.ir.kernel import Kernel
@@ -42,24 +43,26 @@ class PlannedCopy(NamedTuple):
 
 
 class LaunchPlan:
-    """The steps of one schedule, for the compile cache stamp `stamp` and the devices `devices` (name, device).
-    `runnable` is False for a schedule that cannot be planned (its realizes take the general path)."""
+    """The steps of one schedule, for the compile cache stamp `stamp` and the devices `devices`, found in the
+    registry's device lists `device_lists` (backend, list). `runnable` is False for a schedule that cannot be
+    planned (its realizes take the general path)."""
 
     def __init__(self, steps: list[PlannedKernel | PlannedCopy] | None, stamp: tuple[object, int],
-                 devices: tuple[tuple[str, Device], ...]) -> None:
+                 devices: list[Device], device_lists: dict[str, list[Device]]) -> None:
         self.runnable = steps is not None
         self.steps = steps or []
         self.stamp = stamp
-        self.devices = devices
-        self.pools: tuple[MemoryPool, ...] = tuple({device.pool: None for _, device in devices})
+        self.pools: tuple[MemoryPool, ...] = tuple({device.pool: None for device in devices})
+        self.device_lists = tuple(device_lists.items())
 
     def holds(self, stamp: tuple[object, int]) -> bool:
         """Whether the plan is still right: the compile cache has the same stamp (no program left it or was
-        swapped) and every device name still names the same device."""
+        swapped) and the registry has the same devices (a backend probed again, or a device swapped by a test)."""
         if stamp != self.stamp:
             return False
-        for name, device in self.devices:
-            if get_device(name) is not device:
+        table = REGISTRY.devices
+        for backend, listed in self.device_lists:
+            if table.get(backend) is not listed:
                 return False
         return True
 
@@ -90,11 +93,17 @@ def plan_launches(items: Schedule, nodes: list[Node], stamp: tuple[object, int])
     kernels."""
     steps: list[PlannedKernel | PlannedCopy] = []
     devices: dict[str, Device] = {}
+    device_lists: dict[str, list[Device]] = {}
     cache = compile_cache.COMPILED
+    unplanned = LaunchPlan(None, stamp, [], {})
     for item, releases in zip(items, items.releases):
         output = nodes[item.output]
         name = cast(str, output.device)
         device = devices[name] = get_device(name)
+        backend = name.partition(":")[0]
+        listed = device_lists[backend] = REGISTRY.devices.get(backend)  # type: ignore[assignment]
+        if listed is None or not any(entry is device for entry in listed):  # (named apart from its backend)
+            return unplanned
         if item.__class__ is CachedCopy:
             steps.append(PlannedCopy(item.output, cast(CachedCopy, item).source, releases))
             continue
@@ -102,7 +111,7 @@ def plan_launches(items: Schedule, nodes: list[Node], stamp: tuple[object, int])
         size = math.prod(output.shape)
         compiled = cache.get((name, item.kernel))  # (marks the kernel used: plans are made again after an eviction)
         if size == 0 or not device.info.can_run or compiled is None:
-            return LaunchPlan(None, stamp, ())
+            return unplanned
         steps.append(PlannedKernel(item.output, item.inputs, item.kernel, compiled, device, size, output.dtype,
                                    releases))
-    return LaunchPlan(steps, stamp, tuple(devices.items()))
+    return LaunchPlan(steps, stamp, list(devices.values()), device_lists)
