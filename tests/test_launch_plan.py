@@ -161,3 +161,20 @@ def test_the_c_pool_hands_a_released_small_buffer_to_the_next_of_its_size() -> N
     view = pool.view(base, 64, 64)
     pool.destroy_buffer(view)  # a view is never kept (its memory belongs to its base)
     assert pool.create_buffer(64) is not view
+
+
+def test_plans_let_go_of_their_programs_once_the_compile_cache_evicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = random_array((2, 11), seed=5)  # a shape of its own: these kernels are new to the session's caches
+    x = em.tensor(data, device="c").realize()
+    for _ in range(2):
+        assert_close((x * 1.75).realize(), torch.tensor(data) * 1.75)
+    assert_close((x * 1.75).realize(), torch.tensor(data) * 1.75)
+    plan = _plan_of(x * 1.75)
+    assert plan is not None and plan.runnable
+    monkeypatch.setattr(compile_cache.COMPILED, "limit", len(compile_cache.COMPILED))
+    for _ in range(2):  # a new program, which evicts one; the next realize finds the compile cache changed
+        assert_close((x - 0.625).realize(), torch.tensor(data) - 0.625)
+    assert _plan_of(x * 1.75) is None  # every plan was dropped, with the programs it held
+    for _ in range(2):
+        assert_close((x * 1.75).realize(), torch.tensor(data) * 1.75)
+    assert _plan_of(x * 1.75) is not None

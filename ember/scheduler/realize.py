@@ -53,6 +53,7 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
     compiled = compile_cache.COMPILED
     stamp = (compiled, compiled.generation)
     if items.compiled_stamp != stamp:  # else every kernel is still in the compile cache since the last realize
+        SCHEDULES.drop_stale_plans(stamp)
         compile_ahead(items, graph_nodes)
         if (compile_cache.COMPILED, compile_cache.COMPILED.generation) == stamp:
             items.compiled_stamp = stamp

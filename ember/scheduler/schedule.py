@@ -169,6 +169,7 @@ class ScheduleCache:
         self.planned: dict[str, list[CachedKernel | CachedCopy]] = {}
         self.planned_hits = 0
         self.last_key: tuple | None = None  # the signature of the last graph scheduled (for traces)
+        self.plans_stamp: tuple[object, int] | None = None  # the compile cache stamp the launch plans were made at
 
     def schedule(self, roots: list[Node]) -> tuple[Schedule, list[Node]]:
         key, nodes = signature(roots)
@@ -192,6 +193,14 @@ class ScheduleCache:
                 items.append(CachedKernel(position[id(item.output)], tuple(position[id(n)] for n in item.inputs),
                                           item.kernel))
         return self._enter(key, items), nodes
+
+    def drop_stale_plans(self, stamp: tuple[object, int]) -> None:
+        """Forget every schedule's launch plan once the compile cache's stamp has changed (a program left it or
+        was replaced): a plan holds its programs, which would otherwise outlive their eviction."""
+        if stamp != self.plans_stamp:
+            for cached in self.entries.values():
+                cached.launch_plan = None
+            self.plans_stamp = stamp
 
     def _enter(self, key: tuple, items: list[CachedKernel | CachedCopy]) -> Schedule:
         schedule = self.entries[key] = Schedule(items)
