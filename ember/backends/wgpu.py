@@ -226,7 +226,7 @@ class WGPUDevice(Device):
         if program is None:
             iterations = loop_iterations(kernel.sink) if self.loop_limit is not None else 0
             if self.loop_limit is not None and iterations > self.loop_limit:
-                raise CompileError(
+                raise DeviceError(
                     f"kernel {kernel.name} runs {iterations} loop iterations per work item; {self.name} "
                     f"({self.info.extra['adapter']}) ends every invocation after {self.loop_limit} (Mesa llvmpipe's "
                     f"loop limiter), which would give a wrong answer: run this computation on the c or opencl device")

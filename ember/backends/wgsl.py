@@ -22,7 +22,7 @@ from collections.abc import Callable
 from ember.capabilities import work_group_counts
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
-from ember.core.errors import CompileError
+from ember.core.errors import CompileError, DeviceError
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_COMBINE, Op, reduce_identity
 from ember.core.walk import compute_bottom_up
 from ember.ir.ir import IRNode, IROp, KernelIR
@@ -355,7 +355,10 @@ class WGSLRenderer:
 
     def render(self, kernel: KernelIR) -> str:
         if kernel.index_dtype != dtypes.int32:
-            raise CompileError(f"kernel {kernel.name} needs 64-bit indices; WGSL buffers are limited to 2**31 bytes")
+            raise DeviceError(
+                f"kernel {kernel.name} needs 64-bit indices (a tensor, view or loop of 2**31 elements or more); WGSL "
+                f"kernels index with 32-bit integers, up to 2**31 - 1 elements: run this computation on the c or "
+                f"opencl device")
         self.helpers = set()
         self.reads_memory = {}
         kernel = expand_math(kernel, EXPANDED_MATH, wide_integers=self.int64)

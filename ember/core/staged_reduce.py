@@ -1,14 +1,15 @@
-"""Reduces over many elements recorded as a few stages of short reduces (partial results, then partials of those).
+"""Reduces over many elements recorded as stages of short reduces (partial results, then partials of those).
 
 One reduce primitive is lowered to one loop per output element: a full sum of 2*10^7 float32 values would then be
 one sequential float32 accumulator on one core (it stops growing at 2^24, and its rounding error grows with the
-length). A reduce of more than STAGE_THRESHOLD elements per output is recorded instead as reduces of at most
-FIRST_STAGE_CHUNK elements (the work items of that first kernel run in parallel over the chunks), then of at most
-LATER_STAGE_CHUNK partials, until one value per output is left. The last stages combine few values each, like the top
-levels of pairwise summation, so the rounding error stays near torch's; the sum of n float32 ones is exact while n
-is representable. The stages are recorded as one reduce for autograd (its rule sees the whole reduce: a maximum's
-gradient is shared by all its ties, as torch.amax does), and the kernelizer stores each stage's partials (a reduce
-read by another reduce is stored). Reduces of up to STAGE_THRESHOLD elements are one primitive, as before.
+length). A reduce of more than STAGE_THRESHOLD elements per output is recorded instead as reduces of
+FIRST_STAGE_CHUNK elements (more where the outputs are many, so the partials stay within PARTIALS_LIMIT values),
+whose work items run in parallel over the chunks, then of LATER_STAGE_CHUNK partials, until one value per output
+is left. Every stage combines few values, like the levels of pairwise summation, so the rounding error stays near
+torch's; the sum of n float32 ones is exact while n is representable. The stages are recorded as one reduce for
+autograd (its rule sees the whole reduce: a maximum's gradient is shared by all its ties, as torch.amax does), and
+the kernelizer stores each stage's partials (a reduce read by another reduce is stored). Reduces of up to
+STAGE_THRESHOLD elements are one primitive, as before.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
 STAGE_THRESHOLD = 1 << 14  # reduced elements per output above which a reduce runs in stages
-FIRST_STAGE_CHUNK = 4096  # elements a work item of the first stage reduces (at most)
+FIRST_STAGE_CHUNK = 64  # elements a work item of the first stage reduces (at most), unless there are many outputs:
+PARTIALS_LIMIT = 1 << 22  # first-stage partials (all outputs together) past which its chunks grow, up to
+MAX_FIRST_STAGE_CHUNK = 4096  # (a matmul of many outputs with a long inner dim: partials stay within 4M values)
 LATER_STAGE_CHUNK = 16  # partials a work item of a later stage combines (at most)
 
 
@@ -48,11 +51,13 @@ def reduce_axes(tensor: Tensor, op: Op, axes: tuple[int, ...]) -> Tensor:
     return output
 
 
-def stage_extents(extent: int) -> list[int]:
-    """The number of elements each stage reduces per output (each stage's chunks are equal: the extent is padded
-    with the reduce's identity to chunks times chunk)."""
+def stage_extents(extent: int, outputs: int = 1) -> list[int]:
+    """The number of elements each stage reduces per output, for a reduce of `extent` elements per output (each
+    stage's chunks are equal: the extent is padded with the reduce's identity to chunks times chunk). Short chunks
+    keep the rounding error of a sum near pairwise summation's (a sum of equal values, rounded the same way at every
+    step of a long chunk, drifts by the chunk's length in ulps)."""
     extents = []
-    chunk_limit = FIRST_STAGE_CHUNK
+    chunk_limit = min(MAX_FIRST_STAGE_CHUNK, max(FIRST_STAGE_CHUNK, -(-outputs * extent // PARTIALS_LIMIT)))
     while extent > 1:
         parts = -(-extent // chunk_limit)
         extents.append(-(-extent // parts))
@@ -72,7 +77,7 @@ def _staged(tensor: Tensor, op: Op, axes: tuple[int, ...]) -> Tensor:
     extent = prod([shape[axis] for axis in axes])
     current = current._apply(Op.RESHAPE, arg=kept_shape + (extent,))
     identity = reduce_identity(op, tensor.dtype)
-    for chunk in stage_extents(extent):
+    for chunk in stage_extents(extent, prod(list(kept_shape))):
         parts = -(-extent // chunk)
         if parts * chunk > extent:
             padding = ((0, 0),) * len(kept_shape) + ((0, parts * chunk - extent),)
