@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ember.core.ops import Composite, Op
+from ember.core.staged_reduce import reduce_axes
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -48,7 +49,7 @@ def _expand_to(gradient: Tensor, shape: tuple[int, ...]) -> Tensor:
 
 
 def _reduce(tensor: Tensor, op: Op, axes: tuple[int, ...]) -> Tensor:
-    return tensor._apply(op, arg=axes) if axes else tensor
+    return reduce_axes(tensor, op, axes)
 
 
 # ---- rules with more than one line -----------------------------------------------------------------------------

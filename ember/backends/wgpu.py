@@ -12,11 +12,13 @@ from ember.backends.wgsl import MAX_WORKGROUPS_PER_DIMENSION, WORKGROUP_SIZE, WG
 from ember.core import dtype as dtypes
 from ember.core.errors import BackendUnavailable, CompileError, DeviceError
 from ember.ir.ir import KernelIR
+from ember.ir.linearize import loop_iterations
 
 # Adapter limits ember asks for in full (WebGPU's defaults are far lower than what adapters give).
 REQUESTED_LIMITS = ("max-storage-buffer-binding-size", "max-buffer-size", "max-storage-buffers-per-shader-stage",
                     "max-compute-workgroups-per-dimension", "max-bindings-per-bind-group")
 NATIVE_FEATURES = ("shader-int64", "shader-f64")  # wgpu-native extensions beyond WebGPU
+LLVMPIPE_LOOP_LIMIT = 65535  # gallivm's LP_MAX_TGSI_LOOP_ITERATIONS: loop iterations per invocation, all loops
 PORTABLE_ENVIRONMENT = "EMBER_WGPU_PORTABLE"  # "1": standard WebGPU only (no i64/u64/f64), as in a browser
 
 
@@ -208,6 +210,8 @@ class WGPUDevice(Device):
         )
         max_buffer_bytes = min(limits.get("max-storage-buffer-binding-size", 2**27),
                                limits.get("max-buffer-size", 2**28))
+        # Mesa's llvmpipe (lavapipe) stops a shader invocation after 65535 loop iterations in all, silently
+        self.loop_limit = LLVMPIPE_LOOP_LIMIT if "llvmpipe" in str(adapter_info.get("device", "")).lower() else None
         self.pool = WGPUMemoryPool(name, self.device, max_buffer_bytes)
         self.renderer = WGSLRenderer(int64=int64, float64=float64)
         self.queue = WGPUQueue(self.device)
@@ -220,6 +224,12 @@ class WGPUDevice(Device):
         source = self.render(kernel)
         program = self._programs.get(source)
         if program is None:
+            iterations = loop_iterations(kernel.sink) if self.loop_limit is not None else 0
+            if self.loop_limit is not None and iterations > self.loop_limit:
+                raise DeviceError(
+                    f"kernel {kernel.name} runs {iterations} loop iterations per work item; {self.name} "
+                    f"({self.info.extra['adapter']}) ends every invocation after {self.loop_limit} (Mesa llvmpipe's "
+                    f"loop limiter), which would give a wrong answer: run this computation on the c or opencl device")
             limit = self.info.max_kernel_buffers
             if len(kernel.params) > limit:
                 raise CompileError(f"kernel {kernel.name} has {len(kernel.params)} buffers; {self.name} binds at most "

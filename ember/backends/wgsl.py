@@ -22,8 +22,9 @@ from collections.abc import Callable
 from ember.capabilities import work_group_counts
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
-from ember.core.errors import CompileError
+from ember.core.errors import CompileError, DeviceError
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_COMBINE, Op, reduce_identity
+from ember.core.walk import compute_bottom_up
 from ember.ir.ir import IRNode, IROp, KernelIR
 from ember.ir.libm import expand_math
 from ember.ir.linearize import Step, refuse_scratch_arrays, run_steps
@@ -132,6 +133,7 @@ class WGSLRenderer:
         self.int64 = int64
         self.float64 = float64
         self.workgroup_size = workgroup_size
+        self.reads_memory: dict[int, bool] = {}  # per kernel: whether a node's value depends on a load
         self.helpers: set[str] = set()
         self.alu: dict[Op | IROp, Template] = {
             Op.NEG: self._negate,
@@ -353,8 +355,12 @@ class WGSLRenderer:
 
     def render(self, kernel: KernelIR) -> str:
         if kernel.index_dtype != dtypes.int32:
-            raise CompileError(f"kernel {kernel.name} needs 64-bit indices; WGSL buffers are limited to 2**31 bytes")
+            raise DeviceError(
+                f"kernel {kernel.name} needs 64-bit indices (a tensor, view or loop of 2**31 elements or more); WGSL "
+                f"kernels index with 32-bit integers, up to 2**31 - 1 elements: run this computation on the c or "
+                f"opencl device")
         self.helpers = set()
+        self.reads_memory = {}
         kernel = expand_math(kernel, EXPANDED_MATH, wide_integers=self.int64)
         names: dict[int, str] = {}
         body: list[str] = []
@@ -455,11 +461,11 @@ class WGSLRenderer:
         hide = None
         if same and node.op in (Op.SUB, Op.DIV, Op.ADD):
             hide = 1
-        elif node.op is Op.MUL and (_is_zero(a) or _is_zero(b)):
-            hide = 0 if _is_zero(a) else 1
+        elif node.op is Op.MUL and (self._may_become_zero(a) or self._may_become_zero(b)):
+            hide = 0 if self._may_become_zero(a) else 1  # x * 0 -> 0 once a loop is unrolled
         elif node.op is Op.DIV and b.is_const:
             hide = 1  # Mesa turns x / c into x * (1 / c): inexact, and x / 0 gives 0
-        elif node.op is Op.DIV and _is_zero(a):
+        elif node.op is Op.DIV and self._may_become_zero(a):
             hide = 0  # Mesa folds 0 / x to 0 (NaN at x = 0 or NaN)
         elif node.op in (Op.ADD, Op.SUB) and (_is_zero(a) or _is_zero(b)):
             hide = 0 if _is_zero(a) else 1  # x + 0 -> x and 0 - x -> -x lose the sign of zero
@@ -470,6 +476,17 @@ class WGSLRenderer:
         operands = list(operands)
         operands[hide] = f"ember_opaque_{kind}({operands[hide]})"
         return operands
+
+    def _may_become_zero(self, node: IRNode) -> bool:
+        """Whether the shader compiler may see a float value as a constant zero (and fold its product to 0): a
+        zero constant, or a value that reads no memory, computed from constants and loop counters (an unrolled
+        loop makes a counter constant: `x * float(i)` is `x * 0.0` in the first iteration)."""
+        if node.is_const:
+            return _is_zero(node)
+        return node.dtype.is_float and not compute_bottom_up(
+            node, lambda below: below.srcs,
+            lambda below: below.op is IROp.LOAD or any(self.reads_memory[id(src)] for src in below.srcs),
+            self.reads_memory)
 
     def expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
         """A value's expression: LOAD has its own code, every ALU op goes through its template (with the guards

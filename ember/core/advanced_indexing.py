@@ -16,6 +16,7 @@ from ember.core.elementwise import where
 from ember.core.errors import ShapeError
 from ember.core.ops import Op
 from ember.core.shapes import Shape, broadcast_shapes, prod
+from ember.core.staged_reduce import reduce_axes
 
 if TYPE_CHECKING:
     from ember.core.indexing import AdvancedIndex, IndexPlan
@@ -32,7 +33,7 @@ def _sum_last(tensor: Tensor) -> Tensor:
     """Sum over the last dim, keeping the dtype (bool through uint8, as an 'any')."""
     if tensor.dtype.is_bool:
         return _sum_last(tensor.cast(dtypes.uint8)) != 0
-    return tensor._apply(Op.SUM, arg=(tensor.ndim - 1,)).reshape(tensor.shape[:-1])
+    return reduce_axes(tensor, Op.SUM, (tensor.ndim - 1,)).reshape(tensor.shape[:-1])
 
 
 def _zero(tensor: Tensor) -> Tensor:

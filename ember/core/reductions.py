@@ -12,6 +12,7 @@ from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, AxisError, DTypeError, ShapeError
 from ember.core.ops import Op, reduce_identity
 from ember.core.shapes import normalize_dim, normalize_dims, prod
+from ember.core.staged_reduce import reduce_axes
 from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ class ReductionOps(TensorBase):
         return self._reduce_axes(op, axes, keepdim)
 
     def _reduce_axes(self, op: Op, axes: tuple[int, ...], keepdim: bool) -> Tensor:
-        reduced = self._apply(op, arg=axes) if axes else cast("Tensor", self)
+        reduced = reduce_axes(cast("Tensor", self), op, axes)
         if keepdim or not axes:
             return reduced
         return reduced.reshape(tuple(size for axis, size in enumerate(reduced.shape) if axis not in axes))

@@ -183,3 +183,15 @@ def refuse_scratch_arrays(kernel_name: str, renderer: str) -> Callable[[IRNode],
                            "(only kernels for devices with vector_ops are staged)")
 
     return define_local
+
+
+def loop_iterations(sink: IRNode) -> int:
+    """How many loop iterations one work item runs, every loop counted (an inner loop once per outer iteration)."""
+    trips, total = [1], 0
+    for instruction in linearize(sink):
+        if instruction.kind is Step.LOOP:
+            trips.append(trips[-1] * instruction.node.arg[1])
+            total += trips[-1]
+        elif instruction.kind is Step.END_LOOP:
+            trips.pop()
+    return total

@@ -259,7 +259,8 @@ def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = Non
     output = kernel.output
     shape = output.shape
     factors = upcast if upcast is not None else (1,) * len(shape)
-    largest = max((prod(shape), *kernel.input_sizes), default=0)
+    # every index the kernel computes (a view's, a loop counter's) is below the element count of some step
+    largest = max((prod(shape), *kernel.input_sizes, *(prod(step.shape) for step in kernel.steps)), default=0)
     index_dtype = dtypes.int32 if largest <= INT32_LIMIT else dtypes.int64
     builder = Builder()
     lowerer = Lowerer(kernel, builder, index_dtype, reduce_lanes)

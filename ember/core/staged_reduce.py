@@ -1,0 +1,89 @@
+"""Reduces over many elements recorded as stages of short reduces (partial results, then partials of those).
+
+One reduce primitive is lowered to one loop per output element: a full sum of 2*10^7 float32 values would then be
+one sequential float32 accumulator on one core (it stops growing at 2^24, and its rounding error grows with the
+length). A reduce of more than STAGE_THRESHOLD elements per output is recorded instead as reduces of
+FIRST_STAGE_CHUNK elements (more where the outputs are many, so the partials stay within PARTIALS_LIMIT values),
+whose work items run in parallel over the chunks, then of LATER_STAGE_CHUNK partials, until one value per output
+is left. Every stage combines few values, like the levels of pairwise summation, so the rounding error stays near
+torch's; the sum of n float32 ones is exact while n is representable. The stages are recorded as one reduce for
+autograd (its rule sees the whole reduce: a maximum's gradient is shared by all its ties, as torch.amax does), and
+the kernelizer stores each stage's partials (a reduce read by another reduce is stored). Reduces of up to
+STAGE_THRESHOLD elements are one primitive, as before.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ember.core.ops import Op, reduce_identity
+from ember.core.shapes import prod
+
+if TYPE_CHECKING:
+    from ember.core.tensor import Tensor
+
+STAGE_THRESHOLD = 1 << 14  # reduced elements per output above which a reduce runs in stages
+FIRST_STAGE_CHUNK = 64  # elements a work item of the first stage reduces (at most), unless there are many outputs:
+PARTIALS_LIMIT = 1 << 22  # first-stage partials (all outputs together) past which its chunks grow, up to
+MAX_FIRST_STAGE_CHUNK = 4096  # (a matmul of many outputs with a long inner dim: partials stay within 4M values)
+LATER_STAGE_CHUNK = 16  # partials a work item of a later stage combines (at most)
+
+
+def reduce_axes(tensor: Tensor, op: Op, axes: tuple[int, ...]) -> Tensor:
+    """The reduce primitive `op` of tensor over `axes` (kept as size-1 dims), in stages when it reduces more than
+    STAGE_THRESHOLD elements per output."""
+    if not axes or prod([tensor.shape[axis] for axis in axes]) <= STAGE_THRESHOLD:
+        return tensor._apply(op, arg=axes) if axes else tensor
+    from ember.core.tensor import GradMode, Tensor
+
+    if not (GradMode.enabled and tensor._requires_grad):
+        return _staged(tensor, op, axes)
+    GradMode.enabled = False
+    try:
+        result = _staged(tensor, op, axes)
+    finally:
+        GradMode.enabled = True
+    if not result.dtype.is_float:
+        return result
+    output = Tensor._from_node(result.node)
+    output._requires_grad = True
+    output._context = (op, axes, (tensor,))  # backward sees one reduce primitive (autograd/rules.py)
+    return output
+
+
+def stage_extents(extent: int, outputs: int = 1) -> list[int]:
+    """The number of elements each stage reduces per output, for a reduce of `extent` elements per output (each
+    stage's chunks are equal: the extent is padded with the reduce's identity to chunks times chunk). Short chunks
+    keep the rounding error of a sum near pairwise summation's (a sum of equal values, rounded the same way at every
+    step of a long chunk, drifts by the chunk's length in ulps)."""
+    extents = []
+    chunk_limit = min(MAX_FIRST_STAGE_CHUNK, max(FIRST_STAGE_CHUNK, -(-outputs * extent // PARTIALS_LIMIT)))
+    while extent > 1:
+        parts = -(-extent // chunk_limit)
+        extents.append(-(-extent // parts))
+        extent = parts
+        chunk_limit = LATER_STAGE_CHUNK
+    return extents
+
+
+def _staged(tensor: Tensor, op: Op, axes: tuple[int, ...]) -> Tensor:
+    """The stages of a long reduce: the reduced axes moved last and flattened into one, then reduced chunk by chunk
+    (padded with the identity to whole chunks) until one value per output is left."""
+    shape = tensor.shape
+    kept = tuple(axis for axis in range(len(shape)) if axis not in axes)
+    order = kept + tuple(sorted(axes))
+    current = tensor if order == tuple(range(len(shape))) else tensor._apply(Op.PERMUTE, arg=order)
+    kept_shape = tuple(shape[axis] for axis in kept)
+    extent = prod([shape[axis] for axis in axes])
+    current = current._apply(Op.RESHAPE, arg=kept_shape + (extent,))
+    identity = reduce_identity(op, tensor.dtype)
+    for chunk in stage_extents(extent, prod(list(kept_shape))):
+        parts = -(-extent // chunk)
+        if parts * chunk > extent:
+            padding = ((0, 0),) * len(kept_shape) + ((0, parts * chunk - extent),)
+            current = current._apply(Op.PAD, arg=(padding, identity))
+        current = current._apply(Op.RESHAPE, arg=kept_shape + (parts, chunk))
+        current = current._apply(op, arg=(len(kept_shape) + 1,))
+        current = current._apply(Op.RESHAPE, arg=kept_shape + (parts,))
+        extent = parts
+    return current._apply(Op.RESHAPE, arg=tuple(1 if axis in axes else size for axis, size in enumerate(shape)))

@@ -1,0 +1,169 @@
+"""Reductions at real sizes: long reduces run in stages (core/staged_reduce.py) and stay exact or as accurate as
+torch's; 64-bit loop counters where an extent passes 2**31; wgpu's limits give errors, never wrong answers."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import ember as em
+from ember.backends.registry import REGISTRY
+from ember.core.errors import DeviceError
+from ember.core.ops import Op
+from ember.core.staged_reduce import (
+    FIRST_STAGE_CHUNK,
+    MAX_FIRST_STAGE_CHUNK,
+    PARTIALS_LIMIT,
+    STAGE_THRESHOLD,
+    stage_extents,
+)
+from ember.ir.lower import lower_kernel
+from ember.scheduler.kernelize import KernelItem, kernelize
+from tests.helpers import assert_close
+
+WGPU_ELEMENTS = 30_000_000  # float32 values a wgpu (lavapipe) buffer holds: 128 MiB per binding
+
+
+def count_kernels(*tensors: em.Tensor) -> int:
+    with em.profile() as record:
+        em.realize(*tensors)
+    return len(record.kernels)
+
+
+def float32_ulp(value: float) -> float:
+    return float(np.spacing(np.float32(abs(value))))
+
+
+def test_stage_extents_cover_the_reduce_in_short_stages() -> None:
+    for extent in (STAGE_THRESHOLD + 1, 20_000, 10**8, 2**31 + 5):
+        extents = stage_extents(extent)
+        assert extents[0] <= max(FIRST_STAGE_CHUNK, -(-extent // PARTIALS_LIMIT)) and all(
+            chunk <= 16 for chunk in extents[1:])
+        assert math.prod(extents) >= extent and math.prod(extents[1:]) < extent
+    # many outputs (a matmul with a long inner dim): longer first chunks, so the partials stay bounded
+    extents = stage_extents(70_000, outputs=256 * 256)
+    assert 256 * 256 * -(-70_000 // extents[0]) <= PARTIALS_LIMIT and extents[0] <= MAX_FIRST_STAGE_CHUNK
+
+
+def test_sum_of_ones_is_exact_and_mean_of_ones_is_one(device: str) -> None:
+    total = em.ones(20_000_000, device=device).sum()
+    mean = em.ones(4000, 5000, device=device).mean()
+    assert total.item() == 20_000_000.0  # a single float32 accumulator stops at 2**24
+    assert mean.item() == 1.0
+    assert em.ones(100_000, device=device).sum().item() == 100_000.0
+    assert em.ones(65_536, device=device).sum().item() == 65_536.0
+
+
+def test_float32_sum_of_random_values_is_as_accurate_as_torch(device: str) -> None:
+    count = WGPU_ELEMENTS if device.startswith("wgpu") else 10**8
+    values = torch.rand(count, generator=torch.Generator().manual_seed(7))
+    exact = values.double().sum().item()
+    torch_error = abs(values.sum().item() - exact)
+    x = em.tensor(values.numpy(), device=device)
+    total, maximum, index, minimum, minimum_index = results = (x.sum(), x.max(), x.argmax(), x.min(), x.argmin())
+    em.realize(*results)
+    # torch sums pairwise; its error (or two float32 ulps of the sum, where torch is lucky) bounds ember's
+    assert abs(total.item() - exact) <= max(torch_error, 2 * float32_ulp(exact)), (total.item(), exact, torch_error)
+    assert maximum.item() == values.max().item() and index.item() == values.argmax().item()
+    assert minimum.item() == values.min().item() and minimum_index.item() == values.argmin().item()
+
+
+def test_max_and_argmax_over_long_rows(device: str) -> None:
+    values = torch.randn(4, 300_000, generator=torch.Generator().manual_seed(3))
+    values[1, 123_456] = 50.0
+    values[2, 299_999] = 60.0
+    values[3, :] = values[3, 17]  # ties: the first index wins, as in torch
+    x = em.tensor(values.numpy(), device=device)
+    maximum, index = x.max(1)
+    minimum, minimum_index = x.min(1)
+    assert_close(maximum.numpy(), values.max(1).values.numpy(), atol=0, rtol=0)
+    assert index.tolist() == values.argmax(1).tolist()
+    assert_close(minimum.numpy(), values.min(1).values.numpy(), atol=0, rtol=0)
+    assert minimum_index.tolist() == values.argmin(1).tolist()
+    assert_close(x.sum(1).numpy(), values.double().sum(1).float().numpy(), atol=1e-3, rtol=1e-5)
+
+
+def test_matmul_with_a_long_inner_dim_and_softmax_over_a_long_row(device: str) -> None:
+    generator = torch.Generator().manual_seed(5)
+    left, right = torch.rand(1, 70_000, generator=generator), torch.rand(70_000, 1, generator=generator)
+    product = em.tensor(left.numpy(), device=device) @ em.tensor(right.numpy(), device=device)
+    assert_close(product.numpy(), (left.double() @ right.double()).float().numpy(), atol=0, rtol=1e-6)
+    assert (em.ones(1, 70_000, device=device) @ em.ones(70_000, 1, device=device)).item() == 70_000.0
+    row = torch.randn(2, 100_000, generator=generator)
+    softmax = em.tensor(row.numpy(), device=device).softmax(-1)
+    assert_close(softmax.sum(-1).numpy(), np.ones(2, np.float32), atol=1e-5, rtol=0)
+    assert_close(softmax.numpy(), row.softmax(-1).numpy(), atol=1e-9, rtol=1e-4)
+    zeros = em.zeros(1, 100_000, device=device).softmax(-1).sum()
+    assert abs(zeros.item() - 1.0) < 1e-4
+
+
+def test_nan_propagates_through_matmul_and_long_reductions(device: str) -> None:
+    nan = float("nan")
+    left = em.tensor([nan, 0.0], device=device)
+    for right in (em.tensor([0.0, 1.0], device=device), em.arange(2, device=device).float(),
+                  em.eye(2, device=device)[1]):
+        assert math.isnan((left @ right).item())
+        assert math.isnan((left.reshape(1, 2) @ right.reshape(2, 1)).item())
+    values = np.ones(100_000, np.float32)
+    values[54_321] = nan
+    x = em.tensor(values, device=device)
+    assert math.isnan(x.sum().item()) and math.isnan(x.max().item()) and x.argmax().item() == 54_321
+
+
+def test_ordinary_reductions_stay_one_kernel_and_long_ones_are_staged(device: str) -> None:
+    x = em.ones(128, 128, device=device)  # STAGE_THRESHOLD elements: one kernel, as before
+    assert count_kernels(x.sum()) == 1 and count_kernels(x.softmax(-1)) == 1
+    longer = em.ones(STAGE_THRESHOLD + 1, device=device)
+    assert count_kernels(longer.sum()) == len(stage_extents(STAGE_THRESHOLD + 1)) > 1
+
+
+def test_gradients_of_staged_reductions_are_torch_gradients(device: str) -> None:
+    values = torch.rand(40_000, generator=torch.Generator().manual_seed(11))
+    values[[5, 30_000]] = 2.0  # a tie for the maximum: torch shares the gradient between them
+    x = em.tensor(values.numpy(), device=device, requires_grad=True)
+    reference = values.clone().requires_grad_(True)
+    (x.sum() * 3 + x.max()).backward()
+    (reference.sum() * 3 + reference.max()).backward()
+    assert_close(x.grad.numpy(), reference.grad.numpy(), atol=1e-6, rtol=0)
+
+
+def test_int64_sum_past_two_to_the_31_uses_64_bit_counters(device: str) -> None:
+    ones = em.ones(2**31 + 5, dtype=em.int64, device=device)  # a constant: no buffer behind it
+    if device.startswith("wgpu"):
+        with pytest.raises(DeviceError, match=r"2\*\*31"):
+            ones.sum().item()
+        return
+    assert ones.sum().item() == 2**31 + 5
+
+
+def test_an_unstaged_reduce_past_two_to_the_31_is_lowered_with_64_bit_indices() -> None:
+    ones = em.ones(2**31 + 5, dtype=em.int64)
+    (item,) = [item for item in kernelize([ones._apply(Op.SUM, arg=(0,)).node]) if isinstance(item, KernelItem)]
+    assert lower_kernel(item.kernel, "long_sum").index_dtype == em.int64
+    small = em.ones(2**20, dtype=em.int64)
+    (item,) = [item for item in kernelize([small._apply(Op.SUM, arg=(0,)).node]) if isinstance(item, KernelItem)]
+    assert lower_kernel(item.kernel, "short_sum").index_dtype == em.int32
+
+
+def test_ptx_of_a_sum_past_two_to_the_31_assembles_with_64_bit_counters() -> None:
+    device = REGISTRY.device("dummy:ptx")
+    if device.info.extra.get("compile_check") != "yes":
+        pytest.skip("ptxas is not on PATH")
+    device.clear()
+    em.ones(2**31 + 5, dtype=em.int64, device="dummy:ptx").sum().realize()  # each kernel assembled by ptxas
+    first = device.rendered[0][1]
+    assert "setp.lt.s64" in first and "2147483653" in first
+
+
+def test_wgpu_refuses_a_kernel_past_llvmpipes_loop_limit() -> None:
+    try:
+        device = REGISTRY.device("wgpu:0")
+    except Exception:  # noqa: BLE001 - no wgpu here
+        pytest.skip("no wgpu device")
+    if getattr(device, "loop_limit", None) is None:
+        pytest.skip("this adapter has no loop limit")
+    x = em.ones(70_000, device="wgpu")  # one reduce primitive, not staged: a loop of 70,000 iterations
+    (item,) = [item for item in kernelize([x._apply(Op.SUM, arg=(0,)).node]) if isinstance(item, KernelItem)]
+    with pytest.raises(DeviceError, match="65535"):
+        device.compile(lower_kernel(item.kernel, "long_loop"))
