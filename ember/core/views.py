@@ -34,7 +34,7 @@ Step = tuple[Op, Any, Shape]  # a movement op, its arg, and the shape it applies
 VIEW_METHODS = ("reshape", "view", "view_as", "reshape_as", "expand", "expand_as", "broadcast_to", "permute", "shrink",
                 "narrow", "select", "transpose", "swapaxes", "swapdims", "t", "movedim", "moveaxis", "flatten",
                 "unflatten", "squeeze", "unsqueeze", "split", "chunk", "unbind", "tensor_split", "__getitem__",
-                "diagonal", "unfold", "adjoint")
+                "unfold", "adjoint")
 VIEW_PROPERTIES = ("T", "mT", "H", "mH")
 
 OVERLAP_MESSAGE = ("unsupported operation: more than one element of the written-to tensor refers to a single memory "
@@ -90,15 +90,20 @@ class Alias:
 # ---- making views --------------------------------------------------------------------------------------------------
 
 
-def link_view(source: Tensor, result: Tensor, shares_version: bool = True) -> Tensor:
-    """Make result (computed from source by a view op) a view of source's storage when it is one in torch."""
+def link_view(source: Tensor, result: Tensor, shares_version: bool = True,
+              layout_of: Callable[[tuple[int, ...], int], tuple[tuple[int, ...], int]] | None = None) -> Tensor:
+    """Make result (computed from source by a view op) a view of source's storage when it is one in torch.
+    layout_of(strides, offset) gives the result's layout from the source's where the steps do not say it."""
     if result is source or result._alias is not None:  # the source itself, or linked by an inner view op
         return result
     steps = movement_steps(result.node, source.node)
     if steps is None:
         return result
     alias = source._alias if source._alias is not None else _new_storage(source)
-    layout = simulate_layout(source.shape, alias.strides, alias.offset, steps)
+    if layout_of is not None:
+        layout: tuple[tuple[int, ...], int] | None = layout_of(alias.strides, alias.offset)
+    else:
+        layout = simulate_layout(source.shape, alias.strides, alias.offset, steps)
     if layout is None:  # torch copies here (a reshape its strides cannot express)
         return result
     shares = alias.shares_version and shares_version
@@ -193,16 +198,30 @@ def view_methods(tensor_class: type) -> type:
     for name in VIEW_METHODS:
         method = getattr(tensor_class, name)
         setattr(tensor_class, name, _viewing(method))
+    tensor_class.diagonal = _diagonal_view(tensor_class.diagonal)  # type: ignore[attr-defined]
     for name in VIEW_PROPERTIES:
         getter = getattr(tensor_class, name).fget
         setattr(tensor_class, name, property(_viewing(getter), doc=getter.__doc__))
     return tensor_class
 
 
+class _Nesting:
+    """How many view ops are running: only the outermost links its result (the view ops it calls make
+    intermediates, which are not the user's views)."""
+
+    depth = 0
+
+
 def _viewing(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def view_op(self: Tensor, *args: Any, **kwargs: Any) -> Any:
-        result = method(self, *args, **kwargs)
+        if _Nesting.depth:
+            return method(self, *args, **kwargs)
+        _Nesting.depth = 1
+        try:
+            result = method(self, *args, **kwargs)
+        finally:
+            _Nesting.depth = 0
         if isinstance(result, tuple):
             for piece in result:
                 link_view(self, piece)
@@ -210,6 +229,31 @@ def _viewing(method: Callable[..., Any]) -> Callable[..., Any]:
         return link_view(self, result)
 
     return view_op
+
+
+def _diagonal_view(method: Callable[..., Any]) -> Callable[..., Any]:
+    """diagonal as a view: its steps (a crop, a flatten and a strided crop) are invertible, but the flatten of the
+    crop is no view, so its layout is torch's formula (the two dims' strides summed)."""
+
+    @functools.wraps(method)
+    def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
+        if _Nesting.depth:
+            return method(self, offset, dim1, dim2)
+        _Nesting.depth = 1
+        try:
+            result = method(self, offset, dim1, dim2)
+        finally:
+            _Nesting.depth = 0
+        first, second = dim1 % self.ndim, dim2 % self.ndim
+
+        def layout_of(strides: tuple[int, ...], start: int) -> tuple[tuple[int, ...], int]:
+            lead = tuple(stride for axis, stride in enumerate(strides) if axis not in (first, second))
+            shift = offset * strides[second] if offset >= 0 else -offset * strides[first]
+            return lead + (strides[first] + strides[second],), start + (shift if result.numel() else 0)
+
+        return link_view(self, result, layout_of=layout_of)
+
+    return diagonal
 
 
 def check_viewable(source: Tensor, shape: Shape) -> None:
