@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ember.autograd.grad_mode import set_grad_enabled
 from ember.autograd.rules import RULES, Recorded
 from ember.core.errors import AutogradError, DeviceError, ShapeError
+from ember.core.ops import Op
 from ember.core.walk import post_order
 
 if TYPE_CHECKING:
@@ -109,7 +110,8 @@ def _propagate(
                 results.append((tensor, gradient))
             if tensor._context is None:
                 continue
-            op, arg, sources = tensor._context
+            op, arg, _ = tensor._context
+            sources = sources_at_record(tensor)
             if not any(id(source) in needed for source in sources):
                 continue
             source_gradients = RULES[op](Recorded(tensor, arg, sources), gradient)
@@ -130,7 +132,7 @@ def _propagate(
 def _topological_order(roots: list[Tensor]) -> list[Tensor]:
     """Every tensor that requires grad reachable from the roots, each after all of its sources."""
     return post_order(roots, lambda tensor: () if tensor._context is None else
-                      [source for source in tensor._context[2] if source.requires_grad])
+                      [source for source in sources_at_record(tensor) if source.requires_grad])
 
 
 def _needed(order: list[Tensor], target_ids: set[int] | None) -> set[int]:
@@ -140,10 +142,48 @@ def _needed(order: list[Tensor], target_ids: set[int] | None) -> set[int]:
     needed: set[int] = set()
     for tensor in order:  # sources come first, so a tensor sees whether its sources are needed
         if id(tensor) in target_ids or (
-            tensor._context is not None and any(id(source) in needed for source in tensor._context[2])
+            tensor._context is not None and any(id(source) in needed for source in sources_at_record(tensor))
         ):
             needed.add(id(tensor))
     return needed
+
+
+# ---- in-place changes since the history was recorded ------------------------------------------------------------
+
+# ops whose backward rule reads no value of their sources (only shapes): a source changed in place since is fine
+VALUE_FREE = frozenset({Op.ADD, Op.SUB, Op.NEG, Op.CAST, Op.CONTIGUOUS, Op.COPY, Op.SUM, Op.RESHAPE, Op.EXPAND,
+                        Op.PERMUTE, Op.PAD, Op.SHRINK, Op.FLIP})
+
+
+def sources_at_record(tensor: Tensor) -> tuple[Tensor, ...]:
+    """The sources of tensor's recorded op as they were when it was recorded: a source changed in place since is
+    replaced by its state then (its history before the change); where the rule reads that value, torch's error."""
+    assert tensor._context is not None
+    op, _, sources = tensor._context
+    saved = tensor._saved_versions
+    if saved is None:
+        return sources
+    resolved: list[Tensor] | None = None
+    for position, (source, version) in enumerate(zip(sources, saved)):
+        if source._version == version:
+            continue
+        if op not in VALUE_FREE:
+            name = op.name.title().replace("_", "")
+            raise AutogradError(
+                f"one of the variables needed for gradient computation has been modified by an inplace operation: "
+                f"[{source.dtype.name} {list(source.shape)}], which {name}Backward saved, is at version "
+                f"{source._version}; expected version {version} instead. Hint: it was changed in place after the op "
+                f"used it; change a clone() of it, or change it after backward()"
+            )
+        state = source._previous
+        found = source
+        while state is not None and state._version >= version:  # the oldest state saved at or after `version`
+            found = state
+            state = state._previous
+        if found is not source:
+            resolved = list(sources) if resolved is None else resolved
+            resolved[position] = found
+    return sources if resolved is None else tuple(resolved)
 
 
 # ---- checks and small helpers ----------------------------------------------------------------------------------

@@ -55,6 +55,10 @@ class MovementOps(TensorBase):
 
         if len(shape) == 1 and isinstance(shape[0], (DType, str)):
             return self.bitcast(shape[0])
+        if getattr(self, "_alias", None) is not None:  # a view whose strides may not express the shape (torch's error)
+            from ember.core.views import check_viewable
+
+            check_viewable(cast("Tensor", self), resolve_reshape(self.shape, _shape_argument(shape)))
         return self.reshape(*shape)
 
     def view_as(self, other: Tensor) -> Tensor:

@@ -35,6 +35,7 @@ from ember.core.shapes import Shape, prod
 from ember.core.sorting import SortingOps
 from ember.core.stacking import StackingOps
 from ember.core.tensor_attributes import TensorAttributeOps
+from ember.core.views import Alias, rebind_view, view_methods, write_through
 
 
 class GradMode:
@@ -46,6 +47,7 @@ class GradMode:
 _next_sequence = itertools.count().__next__  # creation order: a tensor's history only holds older tensors
 
 
+@view_methods
 @numpy_argument_names
 @in_place_variants
 class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, FunctionalOps, ConvolutionOps, LossOps,
@@ -53,7 +55,8 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
              MarginLossOps, TensorAttributeOps, RandomOps):
     """A lazy n-dimensional array with PyTorch's API. Nothing runs until a value is needed."""
 
-    __slots__ = ("__weakref__", "_context", "_hooks", "_requires_grad", "_retains_grad", "_sequence", "grad", "node")
+    __slots__ = ("__weakref__", "_alias", "_context", "_hooks", "_previous", "_requires_grad", "_retains_grad",
+                 "_saved_versions", "_sequence", "_version", "grad", "node")
     __array_priority__ = 1000  # numpy defers to Tensor's reflected operators
     is_sharded = False  # a sharded kind (ShardedTensor) takes over the ops it is an operand of: _apply_as_operand
     _apply_as_operand: Callable[[Op, tuple[Any, ...], Any], Any]  # defined by the sharded kinds only
@@ -71,6 +74,9 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         self.grad: Tensor | None
         self._context: tuple[Op | Composite, Any, tuple[Tensor, ...]] | None
         self._hooks: list[Callable[[Tensor], Tensor | None]] | None
+        self._alias: Alias | None  # the storage this tensor shares with its views (core/views.py), if any
+        self._saved_versions: tuple[int, ...] | None  # the versions of the _context's sources when it was recorded
+        self._previous: Tensor | None  # this tensor as it was before its last recorded in-place change
         self._initialize(node_from_data(data, dtype, device))
         if requires_grad:
             self.requires_grad_(True)
@@ -90,6 +96,10 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         self._hooks = None
         self._retains_grad = False
         self._sequence = _next_sequence()
+        self._alias = None
+        self._version = 0  # in-place changes so far (torch's version counter; a storage's is shared by its views)
+        self._saved_versions = None
+        self._previous = None
 
     # ---- the primitive interface the op mixins are written against --------------------------------------------
 
@@ -114,6 +124,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
             if tracked:
                 output._requires_grad = True
                 output._context = (op, arg, (self, *others))
+                output._saved_versions = (self._version, *[other._version for other in others])
         return output
 
     def _recorded(self, composite: Composite, compute: Callable[..., Tensor], sources: tuple[Tensor, ...],
@@ -132,6 +143,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         output = Tensor._from_node(result.node)  # a new tensor even when compute returned a source unchanged
         output._requires_grad = True
         output._context = (composite, arg, sources)
+        output._saved_versions = tuple(source._version for source in sources)
         return output
 
     @classmethod
@@ -219,21 +231,38 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
             raise TypeError(f"equal(): argument 'other' (position 1) must be Tensor, not {type(other).__name__}")
         return self.shape == other.shape and bool((self == other).all().item())
 
-    # ember tensors are values, not views into shared storage: whatever view ops made one, it reads as (and is
-    # stored as, when it is stored) a row-major tensor of its own, so torch's layout queries answer for that layout
+    # torch's layout queries: a view answers with torch's strides and offset into the storage it shares with its
+    # base (core/views.py); any other tensor is row-major
 
     def stride(self, dim: int | None = None) -> tuple[int, ...] | int:
-        """The row-major element strides of this shape (torch's strides of a contiguous tensor)."""
+        """The element strides (row-major, or a view's torch strides into its base)."""
         from ember.core.shapes import normalize_dim, strides_of
 
-        strides = strides_of(self.shape)
+        strides = strides_of(self.shape) if self._alias is None else self._alias.strides
         return strides if dim is None else strides[normalize_dim(dim, self.ndim, "stride")]
 
     def storage_offset(self) -> int:
-        return 0
+        return 0 if self._alias is None else self._alias.offset
 
     def is_contiguous(self, memory_format: Any = None) -> bool:
-        return True
+        """Whether the strides are row-major (dims of size 1 do not count, as in torch)."""
+        from ember.core.shapes import strides_of
+
+        if self._alias is None:
+            return True
+        return all(size == 1 or stride == expected
+                   for size, stride, expected in zip(self.shape, self._alias.strides, strides_of(self.shape)))
+
+    @property
+    def _base(self) -> Tensor | None:
+        """The tensor this one is a view of (torch's _base), None for a tensor that is not a view."""
+        if self._alias is None:
+            return None
+        base = self._alias.storage.base()
+        return None if base is self else base
+
+    def _is_view(self) -> bool:
+        return self._base is not None
 
     def type_as(self, other: Tensor) -> Tensor:
         """self cast to other's dtype."""
@@ -455,6 +484,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         if GradMode.enabled and self._requires_grad:
             output._requires_grad = True
             output._context = (Op.COPY, device, (self,))
+            output._saved_versions = (self._version,)
         return output
 
     def shard(self, devices: Sequence[str], dim: int = 0) -> Any:
@@ -480,18 +510,23 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
             value = value.cast(self.dtype)
         if value.device != self.device:
             value = value.to(self.device)
+        if self._alias is not None:  # a view, or a tensor with views: write into the storage they share
+            return write_through(self, value)
         if GradMode.enabled and (self._requires_grad or value._requires_grad):
             self._assign_history(value)
         old, new = self.node, value.node
         if old.buffer is not None and not new.realized and new.replaces is None and old.realized:
             new.replaces = old  # the scheduler may compute new into old's buffer when nothing else reads it
         self.node = new
+        self._version += 1
         return self
 
     def _assign_view(self, value: Tensor) -> Tensor:
         """Rebind this tensor to value, a view of it with another shape (torch's t_, squeeze_, transpose_, ...)."""
         if GradMode.enabled and (self._requires_grad or value._requires_grad):
             self._assign_history(value)
+        if self._alias is not None:
+            rebind_view(self, value)
         self.node = value.node
         return self
 
@@ -502,31 +537,31 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
                 f"a leaf tensor of shape {self.shape} that requires grad cannot be changed in place while grad is "
                 "recorded; do it inside `with em.no_grad():` (as optimizers do) or on a .detach()ed copy"
             )
-        if not value._requires_grad:  # a non-leaf overwritten by a constant: no gradient flows to its past
+        # value's history, and that of tensors made from this one before, refer to this tensor as it was before;
+        # give that old state its own Tensor (backward finds it by the version it was saved at)
+        if self._requires_grad:
+            previous = snapshot(self)
+            self._previous = previous
+            _replace_source(value, self, previous)
+        if not value._requires_grad or value._context is None:  # e.g. a non-leaf overwritten by a constant
             self._context = (Op.CONTIGUOUS, None, (value,))
-            self._sequence = _next_sequence()
-            return
-        # value's history refers to this tensor as it was before; give that old state its own Tensor
-        previous = Tensor._from_node(self.node, self._requires_grad)
-        previous._context = self._context
-        _replace_source(value, self, previous)
-        self._context = value._context if value._context is not None else (Op.CONTIGUOUS, None, (value,))
-        self._requires_grad = True
+            self._saved_versions = (value._version,)
+        else:
+            self._context = value._context
+            self._saved_versions = value._saved_versions
+        self._requires_grad = value._requires_grad or self._requires_grad
         self._sequence = _next_sequence()
 
 
-class DataView(Tensor):
-    """What `tensor.data` returns: the tensor's values without history, whose in-place changes (which rebind the
-    view, see assign) are passed on to the tensor it came from, as writes through torch's shared storage are."""
-
-    __slots__ = ("_owner",)
-
-    def assign(self, value: Tensor) -> Tensor:
-        super().assign(value)
-        owner = getattr(self, "_owner", None)
-        if owner is not None and owner.shape == self.shape and owner.dtype == self.dtype:
-            owner.node = self.node
-        return self
+def snapshot(tensor: Tensor) -> Tensor:
+    """tensor as it is now (value, history, version), as a Tensor of its own: what histories recorded before an
+    in-place change of tensor refer to (autograd/engine.py finds it by version)."""
+    previous = Tensor._from_node(tensor.node, tensor._requires_grad)
+    previous._context = tensor._context
+    previous._saved_versions = tensor._saved_versions
+    previous._version = tensor._version
+    previous._previous = tensor._previous
+    return previous
 
 
 class _HookHandle:

@@ -23,17 +23,19 @@ class TensorAttributeOps(TensorBase):
         """The values without gradient history (torch's .data): in-place ops on it (`p.data.mul_(0.9)`) change this
         tensor's values without recording them; assigning `x.data = y` replaces x's values, keeping its
         requires_grad and history, as in torch."""
-        from ember.core.tensor import DataView
+        from ember.core.tensor import Tensor
+        from ember.core.views import link_view
 
-        view = DataView._from_node(self.node)
-        view._owner = self  # type: ignore[attr-defined]  # DataView (core/tensor.py) declares the slot, not its type
-        return view
+        # an alias of the same storage whose writes do not count in its version (as torch's .data)
+        return link_view(cast("Tensor", self), Tensor._from_node(self.node), shares_version=False)
 
     @data.setter
     def data(self, value: Tensor) -> None:
+        from ember.core.views import set_value
+
         if not hasattr(value, "node"):
             raise TypeError(f"data: expected a Tensor to assign, got {type(value).__name__}")
-        cast("Tensor", self).node = value.node
+        set_value(cast("Tensor", self), value.node)
 
     def get_device(self) -> int:
         """-1 for a tensor on the CPU (the c backend), else the index of its device (torch.Tensor.get_device)."""

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple, Self
 
 from ember.autograd.grad_mode import no_grad
 from ember.core.tensor import Tensor
+from ember.core.views import set_value, unlink
 from ember.nn.parameter import Parameter
 
 
@@ -319,6 +320,7 @@ class Module:
             for parameter in module._parameters.values():
                 if parameter is None:
                     continue
+                unlink(parameter)  # as torch's param.data = ...: views taken before keep the old values
                 parameter.node = convert(parameter).node
                 changed.append(parameter)
                 if parameter.grad is not None:
@@ -326,6 +328,7 @@ class Module:
                     changed.append(parameter.grad)
             for name, buffer in module._buffers.items():
                 if buffer is not None:
+                    unlink(buffer)
                     buffer.node = convert(buffer).node
                     changed.append(buffer)
         _realize([tensor for tensor in changed if not tensor.node.realized])
@@ -421,7 +424,11 @@ class Module:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
         with no_grad():
             for target, value in updates:
-                target.node = value.node if assign else value.cast(target.dtype).node
+                if assign:
+                    unlink(target)
+                    target.node = value.node
+                else:  # copied in place, as torch's copy_: views of the parameter see the new values
+                    set_value(target, value.cast(target.dtype).node)
         _realize([target for target, _ in updates if not target.node.realized])
         return IncompatibleKeys(missing, unexpected)
 

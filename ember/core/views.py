@@ -1,0 +1,427 @@
+"""Views that alias, as in torch: a tensor made by a view op shares its source's storage, so a write through any
+tensor of a storage changes every other one, and each storage has one version counter autograd checks.
+
+A `Storage` holds a hidden tensor with the storage's value (the shape of the tensor first viewed) and its autograd
+history. Each tensor of the storage (its `_alias`) records the movement ops that derive it from that value
+(`steps`) and torch's layout of it (strides and offset in elements). A write through a tensor of the storage puts
+the new values into the storage's value through the inverse of its steps (a pad and a select per crop: one fused
+kernel over the storage), then re-derives every live tensor of the storage from the new value, so reads of any of
+them see it. A tensor that is not a view and has no views has no storage and pays nothing.
+
+Which results are views follows torch: the view ops (`VIEW_METHODS`) give views when their result is movement ops
+of the source and torch's strides can describe it (a reshape that torch must copy, e.g. of a transpose, is a copy,
+as is flip); the view ops are marked on the Tensor class by `view_methods`.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ember.core.errors import AutogradError, ShapeError
+from ember.core.graph import Node, movement_shape
+from ember.core.ops import MOVEMENT_OPS, Op
+from ember.core.shapes import Shape, prod, strides_of
+
+if TYPE_CHECKING:
+    from ember.core.tensor import Tensor
+
+Step = tuple[Op, Any, Shape]  # a movement op, its arg, and the shape it applies to
+
+# the Tensor methods and properties whose results are views of their source in torch
+VIEW_METHODS = ("reshape", "view", "view_as", "reshape_as", "expand", "expand_as", "broadcast_to", "permute", "shrink",
+                "narrow", "select", "transpose", "swapaxes", "swapdims", "t", "movedim", "moveaxis", "flatten",
+                "unflatten", "squeeze", "unsqueeze", "split", "chunk", "unbind", "tensor_split", "__getitem__",
+                "unfold", "adjoint")
+VIEW_PROPERTIES = ("T", "mT", "H", "mH")
+
+OVERLAP_MESSAGE = ("unsupported operation: more than one element of the written-to tensor refers to a single memory "
+                   "location. Please clone() the tensor before performing the operation.")
+
+
+class Storage:
+    """The memory a base tensor and its views share: a hidden tensor with its value and history, a version counter,
+    weak references to the tensors viewing it, and the tensor first viewed (torch's `_base` of its views)."""
+
+    __slots__ = ("base", "members", "tensor", "version", "__weakref__")
+
+    def __init__(self, tensor: Tensor, version: int, base: Tensor) -> None:
+        self.tensor = tensor
+        self.version = version
+        self.members: list[weakref.ref[Tensor]] = []
+        self.base = weakref.ref(base)
+
+    def live_members(self) -> list[Tensor]:
+        """The tensors of this storage still alive (dead references are dropped)."""
+        alive = []
+        references = []
+        for reference in self.members:
+            member = reference()
+            if member is not None and member._alias is not None and member._alias.storage is self:
+                alive.append(member)
+                references.append(reference)
+        self.members = references
+        return alive
+
+    def add(self, member: Tensor) -> None:
+        members = self.members
+        if len(members) >= 16 and (len(members) & (len(members) - 1)) == 0:  # at powers of two: drop the dead
+            self.live_members()
+        self.members.append(weakref.ref(member))
+
+
+class Alias:
+    """How one tensor views its storage: the steps from the storage's value, torch's strides and offset of it, and
+    whether its writes count in the storage's version (a `.data` alias's do not, as in torch)."""
+
+    __slots__ = ("offset", "shares_version", "steps", "storage", "strides")
+
+    def __init__(self, storage: Storage, steps: tuple[Step, ...], strides: tuple[int, ...], offset: int,
+                 shares_version: bool) -> None:
+        self.storage = storage
+        self.steps = steps
+        self.strides = strides
+        self.offset = offset
+        self.shares_version = shares_version
+
+
+# ---- making views --------------------------------------------------------------------------------------------------
+
+
+def link_view(source: Tensor, result: Tensor, shares_version: bool = True,
+              layout_of: Callable[[tuple[int, ...], int], tuple[tuple[int, ...], int]] | None = None) -> Tensor:
+    """Make result (computed from source by a view op) a view of source's storage when it is one in torch.
+    layout_of(strides, offset) gives the result's layout from the source's where the steps do not say it."""
+    if result is source or result._alias is not None:  # the source itself, or linked by an inner view op
+        return result
+    steps = movement_steps(result.node, source.node)
+    if steps is None:
+        return result
+    alias = source._alias if source._alias is not None else _new_storage(source)
+    if layout_of is not None:
+        layout: tuple[tuple[int, ...], int] | None = layout_of(alias.strides, alias.offset)
+    else:
+        layout = simulate_layout(source.shape, alias.strides, alias.offset, steps)
+    if layout is None:  # torch copies here (a reshape its strides cannot express)
+        return result
+    shares = alias.shares_version and shares_version
+    result._alias = Alias(alias.storage, alias.steps + steps, layout[0], layout[1], shares)
+    result._version = alias.storage.version if shares else 0
+    alias.storage.add(result)
+    return result
+
+
+def _new_storage(source: Tensor) -> Alias:
+    """Give source a storage of its own (it becomes the base of the views made from it)."""
+    from ember.core.tensor import Tensor
+
+    hidden = Tensor._from_node(source.node, source._requires_grad)
+    hidden._context = source._context
+    hidden._saved_versions = source._saved_versions
+    hidden._version = source._version
+    storage = Storage(hidden, source._version, source)
+    alias = Alias(storage, (), strides_of(source.shape), 0, True)
+    source._alias = alias
+    storage.add(source)
+    return alias
+
+
+def movement_steps(node: Node, source: Node) -> tuple[Step, ...] | None:
+    """The movement ops that make node from source, first first; None when node is not movement ops of source."""
+    steps: list[Step] = []
+    while node is not source:
+        if node.op not in MOVEMENT_OPS or not node.srcs:
+            return None
+        parent = node.srcs[0]
+        steps.append((node.op, node.arg, parent.shape))
+        node = parent
+    steps.reverse()
+    return tuple(steps)
+
+
+def simulate_layout(shape: Shape, strides: tuple[int, ...], offset: int,
+                    steps: tuple[Step, ...]) -> tuple[tuple[int, ...], int] | None:
+    """torch's strides and offset after the steps, or None where torch could not view (a flip, a reshape across
+    non-contiguous dims). A pad (which a stepped slice uses to make its range whole steps long) extends a dim past
+    the storage; the crop after it never reads there."""
+    current = list(strides)
+    for op, arg, in_shape in steps:
+        if op is Op.RESHAPE:
+            found = reshape_strides(in_shape, tuple(current), tuple(arg))
+            if found is None:
+                return None
+            current = list(found)
+        elif op is Op.PERMUTE:
+            current = [current[axis] for axis in arg]
+        elif op is Op.EXPAND:
+            current = [0 if old != new else stride for old, new, stride in zip(in_shape, arg, current)]
+        elif op is Op.SHRINK:
+            offset += sum(start * stride for (start, _), stride in zip(arg, current))
+        elif op is not Op.PAD:  # FLIP: torch has no negative strides, flip copies
+            return None
+    return tuple(current), offset
+
+
+def reshape_strides(old_shape: Shape, old_strides: tuple[int, ...], new_shape: Shape) -> tuple[int, ...] | None:
+    """The strides of a view of new_shape over a tensor of old_shape and old_strides, or None where torch's view
+    is impossible (torch's computeStride)."""
+    if prod(old_shape) == 0 or not old_shape:
+        return strides_of(new_shape)
+    new_strides = [0] * len(new_shape)
+    view_dim = len(new_shape) - 1
+    chunk_base_stride = old_strides[-1]
+    tensor_count = 1
+    view_count = 1
+    for tensor_dim in range(len(old_shape) - 1, -1, -1):
+        tensor_count *= old_shape[tensor_dim]
+        if tensor_dim == 0 or (old_shape[tensor_dim - 1] != 1
+                               and old_strides[tensor_dim - 1] != tensor_count * chunk_base_stride):
+            while view_dim >= 0 and (view_count < tensor_count or new_shape[view_dim] == 1):
+                new_strides[view_dim] = view_count * chunk_base_stride
+                view_count *= new_shape[view_dim]
+                view_dim -= 1
+            if view_count != tensor_count:
+                return None
+            if tensor_dim > 0:
+                chunk_base_stride = old_strides[tensor_dim - 1]
+                tensor_count = 1
+                view_count = 1
+    if view_dim != -1:
+        return None
+    return tuple(new_strides)
+
+
+def view_methods(tensor_class: type) -> type:
+    """Mark the view ops of tensor_class: their results become views of the tensor they are called on."""
+    for name in VIEW_METHODS:
+        method = getattr(tensor_class, name)
+        setattr(tensor_class, name, _viewing(method))
+    tensor_class.diagonal = _diagonal_view(tensor_class.diagonal)  # type: ignore[attr-defined]
+    for name in VIEW_PROPERTIES:
+        getter = getattr(tensor_class, name).fget
+        setattr(tensor_class, name, property(_viewing(getter), doc=getter.__doc__))
+    return tensor_class
+
+
+class _Nesting:
+    """How many view ops are running: only the outermost links its result (the view ops it calls make
+    intermediates, which are not the user's views)."""
+
+    depth = 0
+
+
+def _viewing(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def view_op(self: Tensor, *args: Any, **kwargs: Any) -> Any:
+        if _Nesting.depth:
+            return method(self, *args, **kwargs)
+        _Nesting.depth = 1
+        try:
+            result = method(self, *args, **kwargs)
+        finally:
+            _Nesting.depth = 0
+        if isinstance(result, tuple):
+            for piece in result:
+                link_view(self, piece)
+            return result
+        return link_view(self, result)
+
+    return view_op
+
+
+def _diagonal_view(method: Callable[..., Any]) -> Callable[..., Any]:
+    """diagonal as a view: its steps (a crop, a flatten and a strided crop) are invertible, but the flatten of the
+    crop is no view, so its layout is torch's formula (the two dims' strides summed)."""
+
+    @functools.wraps(method)
+    def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
+        if _Nesting.depth:
+            return method(self, offset, dim1, dim2)
+        _Nesting.depth = 1
+        try:
+            result = method(self, offset, dim1, dim2)
+        finally:
+            _Nesting.depth = 0
+        first, second = dim1 % self.ndim, dim2 % self.ndim
+
+        def layout_of(strides: tuple[int, ...], start: int) -> tuple[tuple[int, ...], int]:
+            lead = tuple(stride for axis, stride in enumerate(strides) if axis not in (first, second))
+            shift = offset * strides[second] if offset >= 0 else -offset * strides[first]
+            return lead + (strides[first] + strides[second],), start + (shift if result.numel() else 0)
+
+        return link_view(self, result, layout_of=layout_of)
+
+    return diagonal
+
+
+def check_viewable(source: Tensor, shape: Shape) -> None:
+    """torch's view() error for a shape that source's strides cannot express (reshape copies there instead)."""
+    alias = source._alias
+    if alias is None or source.shape == shape or reshape_strides(source.shape, alias.strides, shape) is not None:
+        return
+    raise ShapeError(
+        f"view size is not compatible with input tensor's size and stride (at least one dimension spans across two "
+        f"contiguous subspaces): a tensor of shape {source.shape} and strides {alias.strides} cannot be viewed as "
+        f"{shape}. Use .reshape(...) instead."
+    )
+
+
+# ---- writing through a view -----------------------------------------------------------------------------------
+
+
+def write_through(target: Tensor, value: Tensor) -> Tensor:
+    """Write value (target's shape, dtype and device) into target's storage; every tensor of it sees the change."""
+    from ember.core.tensor import GradMode
+
+    alias = target._alias
+    assert alias is not None
+    storage = alias.storage
+    hidden = storage.tensor
+    if any(stride == 0 and size > 1 for stride, size in zip(alias.strides, target.shape)):
+        raise RuntimeError(OVERLAP_MESSAGE)
+    if any(op is Op.EXPAND for op, _, _ in alias.steps):
+        raise RuntimeError(f"{OVERLAP_MESSAGE} (ember cannot write through a view of an expanded tensor)")
+    # a `.data` alias writes without history (it is detached); other writes are recorded as torch's CopySlices
+    recording = GradMode.enabled and alias.shares_version and (hidden._requires_grad or value._requires_grad)
+    if recording and hidden._requires_grad and hidden._context is None:
+        if alias.steps or target is not storage.base():
+            raise AutogradError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
+        raise AutogradError("a leaf Variable that requires grad is being used in an in-place operation.")
+    members = storage.live_members()
+    enabled = GradMode.enabled
+    GradMode.enabled = recording
+    try:
+        _write(target, value, members, recording)
+    finally:
+        GradMode.enabled = enabled
+    return target
+
+
+def _write(target: Tensor, value: Tensor, members: list[Tensor], recording: bool) -> None:
+    """write_through's work, with grad recording switched to `recording`."""
+    from ember.core.tensor import snapshot
+
+    alias = target._alias
+    assert alias is not None
+    storage = alias.storage
+    hidden = storage.tensor
+    new_value = value if not alias.steps else _scatter(hidden, alias.steps, value)
+    if recording:  # the history of the new value refers to the tensors of the storage as they were before
+        from ember.core.tensor import _replace_source
+
+        for member in members:
+            if member._requires_grad:
+                previous = snapshot(member)
+                member._previous = previous
+                _replace_source(new_value, member, previous)
+    hidden.assign(new_value)
+    if alias.shares_version:
+        storage.version += 1
+    else:
+        target._version += 1
+    for member in members:
+        _derive(member, hidden, recording)
+        if member._alias is not None and member._alias.shares_version:
+            member._version = storage.version
+
+
+def _scatter(hidden: Tensor, steps: tuple[Step, ...], value: Tensor) -> Tensor:
+    """hidden with the elements that steps select replaced by value: each step's inverse, last step first."""
+    parents = [hidden]
+    for op, arg, _ in steps[:-1]:
+        parents.append(parents[-1]._apply(op, arg=arg))
+    result = value
+    for (op, arg, in_shape), parent in zip(reversed(steps), reversed(parents)):
+        if op is Op.RESHAPE:
+            result = result._apply(Op.RESHAPE, arg=in_shape)
+        elif op is Op.PERMUTE:
+            inverse = [0] * len(arg)
+            for position, axis in enumerate(arg):
+                inverse[axis] = position
+            result = result._apply(Op.PERMUTE, arg=tuple(inverse))
+        elif op is Op.PAD:
+            result = result._apply(Op.SHRINK, arg=tuple((before, before + size)
+                                                         for (before, _), size in zip(arg[0], in_shape)))
+        elif op is Op.SHRINK:
+            amounts = tuple((start, size - end) for (start, end), size in zip(arg, in_shape))
+            placed = result._apply(Op.PAD, arg=(amounts, _zero(result)))
+            region = hidden._full(result.shape, True, _bool(), result.device)._apply(Op.PAD, arg=(amounts, False))
+            result = region._apply(Op.WHERE, placed, parent)
+        else:  # flip and expand are never steps of a view that can be written
+            raise AssertionError(op)
+    return result
+
+
+def _derive(member: Tensor, hidden: Tensor, recording: bool) -> None:
+    """Give member its value (and with recording, its history) anew from the storage's hidden tensor."""
+    alias = member._alias
+    assert alias is not None
+    if recording and (member._requires_grad or hidden._requires_grad):
+        from ember.core.tensor import Op as TensorOp
+        from ember.core.tensor import _next_sequence
+
+        derived = hidden
+        for op, arg, _ in alias.steps:
+            derived = derived._apply(op, arg=arg)
+        member.node = derived.node
+        member._requires_grad = derived._requires_grad
+        if derived is hidden:
+            member._context = (TensorOp.CONTIGUOUS, None, (hidden,))
+            member._saved_versions = (hidden._version,)
+        else:
+            member._context = derived._context
+            member._saved_versions = derived._saved_versions
+        member._sequence = _next_sequence()
+        return
+    node = hidden.node
+    for op, arg, _ in alias.steps:
+        node = Node(op, (node,), arg, movement_shape(op, node.shape, arg), node.dtype)
+    member.node = node
+
+
+def set_value(tensor: Tensor, node: Node) -> None:
+    """Replace tensor's values by node's without history (load_state_dict, `x.data = y`): its views see them too
+    when the shape and dtype are kept; otherwise it leaves its storage."""
+    from ember.core.tensor import GradMode, Tensor
+
+    if tensor._alias is None or node.shape != tensor.shape or node.dtype != tensor.dtype:
+        unlink(tensor)
+        tensor.node = node
+        return
+    enabled = GradMode.enabled
+    GradMode.enabled = False
+    try:
+        tensor.assign(Tensor._from_node(node))
+    finally:
+        GradMode.enabled = enabled
+
+
+def unlink(tensor: Tensor) -> None:
+    """Take tensor out of its storage: it stops sharing values with the other tensors of it."""
+    tensor._alias = None
+
+
+def rebind_view(tensor: Tensor, value: Tensor) -> None:
+    """tensor becomes value, a view of it with another shape (t_, squeeze_, resize_): still in its storage when it
+    stays a view of it."""
+    alias = tensor._alias
+    if alias is None:
+        return
+    steps = movement_steps(value.node, tensor.node)
+    layout = None if steps is None else simulate_layout(tensor.shape, alias.strides, alias.offset, steps)
+    if steps is None or layout is None:
+        unlink(tensor)
+        return
+    tensor._alias = Alias(alias.storage, alias.steps + steps, layout[0], layout[1], alias.shares_version)
+
+
+def _zero(tensor: Tensor) -> Any:
+    return False if tensor.dtype.is_bool else 0 if tensor.dtype.is_int else 0.0
+
+
+def _bool() -> Any:
+    from ember.core import dtype as dtypes
+
+    return dtypes.bool_
