@@ -355,3 +355,57 @@ def test_wgpu_from_several_threads_does_not_crash() -> None:
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(WGPU_THREADS)], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0 and "ok 3" in result.stdout, result.stderr[-3000:]
+
+
+# ---- cuda: the driver's current context is per thread ---------------------------------------------------------------
+
+
+def test_cuda_calls_from_new_threads_have_their_context_current(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ember.backends import cuda
+    from ember.backends.registry import REGISTRY
+    from tests.test_ptx import FakeDriver
+
+    class PerThreadContextDriver(FakeDriver):
+        """A fake driver that, like CUDA, keeps the current context per thread: a new thread has none."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.current = threading.local()
+            self.without_context: list[str] = []
+
+        def cuCtxSetCurrent(self, context: Any) -> tuple:
+            self.current.context = context
+            return (0,)
+
+        def _check(self, call: str) -> None:
+            if getattr(self.current, "context", None) is None:
+                self.without_context.append(call)
+
+        def cuMemAlloc(self, *arguments: Any) -> tuple:
+            self._check("cuMemAlloc")
+            return super().cuMemAlloc(*arguments)
+
+        def cuMemcpyHtoDAsync(self, *arguments: Any) -> tuple:
+            self._check("cuMemcpyHtoDAsync")
+            return super().cuMemcpyHtoDAsync(*arguments)
+
+        def cuMemcpyDtoHAsync(self, *arguments: Any) -> tuple:
+            self._check("cuMemcpyDtoHAsync")
+            return super().cuMemcpyDtoHAsync(*arguments)
+
+        def cuLaunchKernel(self, *arguments: Any) -> tuple:
+            self._check("cuLaunchKernel")
+            return super().cuLaunchKernel(*arguments)
+
+    driver = PerThreadContextDriver()
+    device = cuda.CudaDevice(driver, 0)
+    monkeypatch.setitem(REGISTRY.devices, "cuda", [device])
+    data = np.random.default_rng(3).standard_normal((13, 7)).astype(np.float32)
+
+    def compute(seed: int) -> np.ndarray:
+        return ((em.tensor(data, device="cuda:0") * (seed + 1)).exp().sum(0)).numpy()
+
+    results = run_threads([lambda seed=seed: compute(seed) for seed in range(2)])
+    for seed, result in enumerate(results):
+        np.testing.assert_allclose(result, np.exp(data * (seed + 1)).sum(0), rtol=1e-5)
+    assert driver.without_context == []
