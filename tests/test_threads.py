@@ -235,6 +235,51 @@ def test_debug_level_is_per_thread(capsys: pytest.CaptureFixture[str]) -> None:
         profiling.set_debug_level(level)
 
 
+def test_asyncio_tasks_each_have_their_own_grad_mode() -> None:
+    import asyncio
+
+    weight = em.tensor(np.ones(3, np.float32), device="c", requires_grad=True)
+
+    async def task(inside_no_grad: bool, entered: asyncio.Event, other_entered: asyncio.Event) -> list[bool]:
+        if inside_no_grad:
+            with em.no_grad():
+                entered.set()
+                await other_entered.wait()  # the other task runs while this one is inside no_grad
+                return [em.is_grad_enabled(), (weight * 2).requires_grad]
+        entered.set()
+        await other_entered.wait()
+        await asyncio.sleep(0)
+        return [em.is_grad_enabled(), (weight * 2).requires_grad]
+
+    async def main() -> list[list[bool]]:
+        first, second = asyncio.Event(), asyncio.Event()
+        return list(await asyncio.gather(task(True, first, second), task(False, second, first)))
+
+    assert asyncio.run(main()) == [[False, False], [True, True]]
+    assert em.is_grad_enabled()
+
+
+def test_a_realize_inside_a_realize_on_the_same_thread_does_not_deadlock(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ember.scheduler import compile_cache
+
+    inner_values = np.arange(5, dtype=np.float32) + 0.5
+    inner_results: list[np.ndarray] = []
+    calls: list[Any] = []
+    original = compile_cache.compile_kernel
+
+    def compile_and_realize(device: Any, kernel: Any) -> Any:  # a callback inside the realize that realizes
+        calls.append(kernel)
+        if len(calls) == 1:
+            inner_results.append((em.tensor(inner_values, device="c") * 4 - 1).numpy())
+        return original(device, kernel)
+
+    monkeypatch.setattr(compile_cache, "compile_kernel", compile_and_realize)
+    outer = np.arange(7, dtype=np.float32)
+    (result,) = run_threads([lambda: (em.tensor(outer, device="c").exp() + 0.25).numpy()])
+    np.testing.assert_allclose(result, np.exp(outer) + 0.25, rtol=1e-6)
+    np.testing.assert_allclose(inner_results[0], inner_values * 4 - 1)
+
+
 # ---- four threads training at once, on every device ----------------------------------------------------------------
 
 SIZES = [(6, 12), (12, 3)]
