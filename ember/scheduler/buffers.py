@@ -14,7 +14,7 @@ from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.shapes import prod
 from ember.scheduler.devices import get_device
-from ember.scheduler.lock import SCHEDULER_LOCK
+from ember.scheduler.lock import SCHEDULER_LOCK, acquire, release
 
 
 class Buffer:
@@ -60,7 +60,7 @@ class Buffer:
 
     def __del__(self) -> None:
         try:
-            if not SCHEDULER_LOCK.acquire(blocking=False):  # another thread is using the pools: it is released later
+            if not acquire(False):  # another thread is using the pools: the buffer is released later
                 DEFERRED_FREES.append((self.pool, self.handle, self.nbytes, [self.event, *self.users]))
                 return
             try:
@@ -74,7 +74,7 @@ class Buffer:
                 else:
                     self.pool.release(self.handle, self.nbytes)
             finally:
-                SCHEDULER_LOCK.release()
+                release()
         except Exception:  # noqa: BLE001, S110 - interpreter shutdown may have torn the pool down already
             pass
 

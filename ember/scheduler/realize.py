@@ -19,7 +19,7 @@ from ember.scheduler.devices import get_device
 from ember.scheduler.in_place import schedule_hold
 from ember.scheduler.launch import run_kernel
 from ember.scheduler.launch_plan import plan_launches
-from ember.scheduler.lock import SCHEDULER_LOCK
+from ember.scheduler.lock import acquire, release
 from ember.scheduler.memory_budget import run_budgeted
 from ember.scheduler.placement import place
 from ember.scheduler.schedule import SCHEDULES, CachedCopy, Schedule
@@ -31,8 +31,11 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
     """Compute every unrealized node in `nodes` (and the stored nodes they need); a leaf of host data is uploaded.
     One thread at a time (lock.py); what the calling thread is inside of (grad mode, profiles, a budget, a capture,
     a trace, debug output) is its context (ember/context.py), read once here."""
-    with SCHEDULER_LOCK:
+    acquire()
+    try:
         _realize(nodes, allow_sharding, CONTEXT.get())
+    finally:
+        release()
 
 
 def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext) -> None:
