@@ -200,7 +200,7 @@ def test_copies_and_launches_on_two_queues_stay_ordered() -> None:
 @needs_opencl
 def test_debug_output_shows_every_copy(capsys: pytest.CaptureFixture[str]) -> None:
     x = em.tensor(random_array((8,)), device="c")
-    level = profile.DebugLevel.value
+    level = profile.debug_level()
     profile.set_debug_level(1)
     try:
         (x.to(OPENCL) + 1).to("c").realize()
@@ -217,7 +217,7 @@ def test_device_to_device_copies_are_staged_through_host_memory(capsys: pytest.C
         pytest.skip("needs OpenCL and wgpu devices")
     data = random_array((6, 5))
     x = em.tensor(data, device=OPENCL)
-    level = profile.DebugLevel.value
+    level = profile.debug_level()
     profile.set_debug_level(1)
     try:
         result = ((x * 2).to(wgpu) + 1).to(OPENCL).relu().realize()

@@ -106,7 +106,7 @@ def test_a_budget_too_small_names_the_peak_it_needs(capsys: pytest.CaptureFixtur
     error = caught.value
     assert isinstance(error, MemoryError) and error.budget == 100_000 and error.needed > 100_000
     expected = chain().numpy()
-    previous = profile.DebugLevel.value
+    previous = profile.debug_level()
     profile.set_debug_level(1)
     try:
         with em.memory_budget(error.needed), em.profile() as record:  # the least it needs is enough

@@ -37,12 +37,12 @@ def test_a_realized_tensor_is_one_box_and_save_writes_the_file(tmp_path) -> None
     assert path.read_text().count("subgraph cluster_") == 1
 
 
-def test_ember_viz_environment_writes_each_realize(tmp_path, monkeypatch) -> None:
-    from ember.scheduler import profile
+def test_ember_viz_environment_writes_each_realize(tmp_path) -> None:
+    from ember.context import overriding
 
     x = em.ones(3, device="c").realize()
-    monkeypatch.setattr(profile.VizFolder, "value", str(tmp_path))
-    (x + 1).realize()
-    (x * 3).sum().realize()
+    with overriding(viz_folder=str(tmp_path)):  # what EMBER_VIZ sets for every thread
+        (x + 1).realize()
+        (x * 3).sum().realize()
     files = sorted(tmp_path.glob("realize-*.dot"))
     assert len(files) == 2 and all(file.read_text().startswith("digraph") for file in files)

@@ -1,4 +1,6 @@
-"""Grad modes (no_grad, enable_grad, set_grad_enabled, inference_mode): whether ops record what backward needs."""
+"""Grad modes (no_grad, enable_grad, set_grad_enabled, inference_mode): whether ops record what backward needs.
+Each is a field of the calling thread's (task's) context (ember/context.py): a switch in one thread never changes
+another's, and a new thread starts with grad enabled, as in torch."""
 
 from __future__ import annotations
 
@@ -6,32 +8,36 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ember.core.tensor import GradMode
+from ember.context import CONTEXT
 
 Function = TypeVar("Function", bound=Callable[..., Any])
 
 
 def is_grad_enabled() -> bool:
-    """Whether ops on tensors that require grad currently record their history."""
-    return GradMode.enabled
+    """Whether ops on tensors that require grad currently record their history (in this thread)."""
+    return CONTEXT.get().grad_enabled
+
+
+def _set_grad(enabled: bool) -> None:
+    CONTEXT.set(CONTEXT.get().with_grad(enabled))
 
 
 class set_grad_enabled:
     """Switch gradient recording on or off: as a call, a context manager (restoring on exit) or a decorator."""
 
     def __init__(self, mode: bool) -> None:
-        self.previous = GradMode.enabled
+        self.previous = CONTEXT.get().grad_enabled
         self.mode = bool(mode)
-        GradMode.enabled = self.mode
+        _set_grad(self.mode)
 
     def __enter__(self) -> None:
-        GradMode.enabled = self.mode
+        _set_grad(self.mode)
 
     def __exit__(self, *exception: object) -> None:
-        GradMode.enabled = self.previous
+        _set_grad(self.previous)
 
     def __call__(self, function: Function) -> Function:
-        GradMode.enabled = self.previous  # used as a decorator: the switch applies inside the function only
+        _set_grad(self.previous)  # used as a decorator: the switch applies inside the function only
         mode = self.mode
 
         @functools.wraps(function)
@@ -43,7 +49,7 @@ class set_grad_enabled:
 
 
 class _GradModeSwitch:
-    """A context manager and decorator that sets GradMode.enabled to `mode` and restores the previous mode."""
+    """A context manager and decorator that sets grad recording to `mode` and restores the previous mode."""
 
     mode: bool
 
@@ -56,11 +62,11 @@ class _GradModeSwitch:
         self.previous: list[bool] = []
 
     def __enter__(self) -> None:
-        self.previous.append(GradMode.enabled)
-        GradMode.enabled = self.mode
+        self.previous.append(CONTEXT.get().grad_enabled)
+        _set_grad(self.mode)
 
     def __exit__(self, *exception: object) -> None:
-        GradMode.enabled = self.previous.pop()
+        _set_grad(self.previous.pop())
 
     def __call__(self, function: Function) -> Function:
         switch = type(self)
@@ -85,15 +91,9 @@ class enable_grad(_GradModeSwitch):
     mode = True
 
 
-class _InferenceState:
-    """Whether an inference_mode region is active (is_inference_mode_enabled)."""
-
-    enabled: bool = False
-
-
 def is_inference_mode_enabled() -> bool:
-    """Whether code runs inside `ember.inference_mode()`."""
-    return _InferenceState.enabled
+    """Whether code runs inside `ember.inference_mode()` (in this thread)."""
+    return CONTEXT.get().inference
 
 
 class inference_mode:
@@ -110,13 +110,14 @@ class inference_mode:
         self.previous: list[tuple[bool, bool]] = []
 
     def __enter__(self) -> None:
-        self.previous.append((GradMode.enabled, _InferenceState.enabled))
+        context = CONTEXT.get()
+        self.previous.append((context.grad_enabled, context.inference))
         if self.mode:
-            GradMode.enabled = False
-            _InferenceState.enabled = True
+            CONTEXT.set(context.replace(grad_enabled=False, inference=True))
 
     def __exit__(self, *exception: object) -> None:
-        GradMode.enabled, _InferenceState.enabled = self.previous.pop()
+        grad_enabled, inference = self.previous.pop()
+        CONTEXT.set(CONTEXT.get().replace(grad_enabled=grad_enabled, inference=inference))
 
     def __call__(self, function: Function) -> Function:
         mode = self.mode

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -91,6 +92,17 @@ class CudaEvent(Event):
             pass
 
 
+_CURRENT = threading.local()  # per thread: the CUDA context last made current on it (ember's calls only)
+
+
+def make_current(driver: Any, context: Any) -> None:
+    """Make `context` the calling thread's current CUDA context before driver calls that use it: CUDA keeps one per
+    thread (a thread ember did not start with has none), and with several GPUs the last one set would be used."""
+    if getattr(_CURRENT, "context", None) is not context:
+        check(driver, "cuCtxSetCurrent", driver.cuCtxSetCurrent(context))
+        _CURRENT.context = context
+
+
 def stream_wait(driver: Any, stream: Any, wait_for: tuple[Event, ...]) -> None:
     """Make `stream` wait for CUDA events (of any device, without blocking the host); wait for others on the host."""
     for event in wait_for:
@@ -153,6 +165,7 @@ class CudaMemoryPool(MemoryPool):
         self.staging = PinnedStaging(driver)
 
     def create_buffer(self, nbytes: int) -> Any:
+        make_current(self.driver, self.device.context)
         return check(self.driver, "cuMemAlloc", self.driver.cuMemAlloc(nbytes))
 
     view_alignment = 256  # cuMemAlloc's own alignment: a view is as aligned as an allocation
@@ -161,6 +174,7 @@ class CudaMemoryPool(MemoryPool):
         return int(handle) + offset  # a device pointer into the buffer (the driver calls take plain integers)
 
     def destroy_buffer(self, handle: Any) -> None:
+        make_current(self.driver, self.device.context)
         check(self.driver, "cuMemFree", self.driver.cuMemFree(handle))
 
     def copy_in(self, handle: Any, source: memoryview) -> None:
@@ -173,6 +187,7 @@ class CudaMemoryPool(MemoryPool):
         # the host copies `source` into staging now, so the commands writing `source` are waited for here (the
         # host memory is only complete then: a staged copy out lands in it when its event is seen done)
         wait_all(wait_for)
+        make_current(self.driver, self.device.context)
         nbytes = len(source)
         entry = self.staging.take(nbytes)
         entry[1][:nbytes] = np.frombuffer(source, dtype=np.uint8)
@@ -183,6 +198,7 @@ class CudaMemoryPool(MemoryPool):
         return event
 
     def copy_out_async(self, destination: memoryview, handle: Any, wait_for: tuple[Event, ...] = ()) -> Event:
+        make_current(self.driver, self.device.context)
         nbytes = len(destination)
         entry = self.staging.take(nbytes)
         stream = self.device.transfer_stream
@@ -200,6 +216,7 @@ class CudaMemoryPool(MemoryPool):
                   wait_for: tuple[Event, ...] = ()) -> Event | None:
         if not isinstance(source_pool, CudaMemoryPool):
             return None
+        make_current(self.driver, self.device.context)
         stream = self.device.transfer_stream
         stream_wait(self.driver, stream, wait_for)
         if source_pool.device.context is self.device.context:
@@ -212,6 +229,7 @@ class CudaMemoryPool(MemoryPool):
 
     @property
     def free_bytes(self) -> int | None:
+        make_current(self.driver, self.device.context)
         free, _ = check(self.driver, "cuMemGetInfo", self.driver.cuMemGetInfo())
         return int(free)
 
@@ -219,9 +237,11 @@ class CudaMemoryPool(MemoryPool):
 class CudaProgram(Program):
     """A loaded module and its kernel function; a launch is one cuLaunchKernel on the device's stream."""
 
-    def __init__(self, driver: Any, stream: Any, source: str, kernel: KernelIR, info: DeviceInfo) -> None:
+    def __init__(self, driver: Any, stream: Any, source: str, kernel: KernelIR, info: DeviceInfo,
+                 context: Any = None) -> None:
         self.driver = driver
         self.stream = stream
+        self.context = context
         try:
             self.module = check(driver, "cuModuleLoadData", driver.cuModuleLoadData(source.encode() + b"\0"))
         except CudaError as error:
@@ -231,6 +251,7 @@ class CudaProgram(Program):
         self.parameter_types = (ctypes.c_void_p,) * len(kernel.params)
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
+        make_current(self.driver, self.context)
         stream_wait(self.driver, self.stream, wait_for)
         arguments = (tuple(int(buffer) for buffer in buffers), self.parameter_types)
         check(self.driver, "cuLaunchKernel", self.driver.cuLaunchKernel(
@@ -251,7 +272,7 @@ class CudaDevice(Device):
         self.name = f"cuda:{ordinal}"
         self.handle = check(driver, "cuDeviceGet", driver.cuDeviceGet(ordinal))
         self.context = check(driver, "cuDevicePrimaryCtxRetain", driver.cuDevicePrimaryCtxRetain(self.handle))
-        check(driver, "cuCtxSetCurrent", driver.cuCtxSetCurrent(self.context))
+        make_current(driver, self.context)
         self.stream = check(driver, "cuStreamCreate", driver.cuStreamCreate(STREAM_NON_BLOCKING))
         self.transfer_stream = check(driver, "cuStreamCreate", driver.cuStreamCreate(STREAM_NON_BLOCKING))
         major = _attribute(driver, self.handle, "COMPUTE_CAPABILITY_MAJOR")
@@ -277,8 +298,8 @@ class CudaDevice(Device):
         source = self.render(kernel)
         program = self._programs.get(source)
         if program is None:
-            check(self.driver, "cuCtxSetCurrent", self.driver.cuCtxSetCurrent(self.context))
-            program = CudaProgram(self.driver, self.stream, source, kernel, self.info)
+            make_current(self.driver, self.context)
+            program = CudaProgram(self.driver, self.stream, source, kernel, self.info, self.context)
             self._programs[source] = program
         return program
 
@@ -287,6 +308,7 @@ class CudaDevice(Device):
         return CudaEvent(self.driver, self.stream)
 
     def synchronize(self) -> None:
+        make_current(self.driver, self.context)
         for stream in (self.stream, self.transfer_stream):
             check(self.driver, "cuStreamSynchronize", self.driver.cuStreamSynchronize(stream))
 

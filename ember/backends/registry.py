@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import threading
 import traceback
 from importlib import metadata
 from typing import Any
@@ -31,6 +32,7 @@ class Registry:
         self._entry_points_loaded = False
         # name -> (its backend, the backend's device list when it was found, the device)
         self._by_name: dict[str, tuple[str, list[Device], Device]] = {}
+        self._lock = threading.RLock()  # probing (a backend's probe may ask for another backend's devices)
 
     def _load_entry_points(self) -> None:
         if self._entry_points_loaded:
@@ -48,7 +50,16 @@ class Registry:
         return list(self.modules)
 
     def probe(self, backend: str) -> list[Device]:
-        """The devices of one backend, or a BackendUnavailable/DeviceError saying why there are none."""
+        """The devices of one backend, or a BackendUnavailable/DeviceError saying why there are none. One thread
+        probes at a time: two threads asking for a backend first at once get the same devices (two wgpu devices
+        made at once, one thread's buffers bound on the other's device, abort the interpreter in wgpu-core)."""
+        devices = self.devices.get(backend)
+        if devices is not None:
+            return devices
+        with self._lock:
+            return self._probe(backend)
+
+    def _probe(self, backend: str) -> list[Device]:
         self._load_entry_points()
         if backend in self.devices:
             return self.devices[backend]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ember.context import CONTEXT
 from ember.core.ops import Op, reduce_identity
 from ember.core.shapes import prod
 
@@ -34,15 +35,16 @@ def reduce_axes(tensor: Tensor, op: Op, axes: tuple[int, ...]) -> Tensor:
     STAGE_THRESHOLD elements per output."""
     if not axes or prod([tensor.shape[axis] for axis in axes]) <= STAGE_THRESHOLD:
         return tensor._apply(op, arg=axes) if axes else tensor
-    from ember.core.tensor import GradMode, Tensor
+    from ember.core.tensor import Tensor
 
-    if not (GradMode.enabled and tensor._requires_grad):
+    context = CONTEXT.get()
+    if not (context.grad_enabled and tensor._requires_grad):
         return _staged(tensor, op, axes)
-    GradMode.enabled = False
+    token = CONTEXT.set(context.with_grad(False))
     try:
         result = _staged(tensor, op, axes)
     finally:
-        GradMode.enabled = True
+        CONTEXT.reset(token)
     if not result.dtype.is_float:
         return result
     output = Tensor._from_node(result.node)

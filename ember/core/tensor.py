@@ -9,6 +9,7 @@ from typing import Any, cast
 import numpy as np
 
 from ember.core import dtype as dtypes
+from ember.context import CONTEXT
 from ember.core import runtime
 from ember.core.aliases import numpy_argument_names
 from ember.core.arithmetic_forms import ArithmeticFormOps
@@ -36,12 +37,6 @@ from ember.core.sorting import SortingOps
 from ember.core.stacking import StackingOps
 from ember.core.tensor_attributes import TensorAttributeOps
 from ember.core.views import Alias, rebind_view, view_methods, write_through
-
-
-class GradMode:
-    """Whether ops record what autograd needs (switched off by ember.no_grad)."""
-
-    enabled: bool = True
 
 
 _next_sequence = itertools.count().__next__  # creation order: a tensor's history only holds older tensors
@@ -117,11 +112,11 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         shape, result_dtype = infer(op, nodes, arg)
         output = Tensor._from_node(Node(op, nodes, arg, shape, result_dtype))
         # record the history backward needs; comparisons, integer and bool results never carry a gradient
-        if GradMode.enabled and result_dtype.is_float:
+        if result_dtype.is_float:
             tracked = self._requires_grad
             for other in others:
                 tracked = tracked or other._requires_grad
-            if tracked:
+            if tracked and CONTEXT.get().grad_enabled:  # (grad mode is per thread: ember/context.py)
                 output._requires_grad = True
                 output._context = (op, arg, (self, *others))
                 output._saved_versions = (self._version, *[other._version for other in others])
@@ -131,13 +126,14 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
                   arg: Any = None) -> Tensor:
         """compute(*sources) (run without recording), recorded for autograd as one `composite` step whose rule in
         autograd/rules.py gives torch's gradient formula, also where the primitives' chain rule would not."""
-        if not GradMode.enabled or not any(source._requires_grad for source in sources):
+        context = CONTEXT.get()
+        if not context.grad_enabled or not any(source._requires_grad for source in sources):
             return compute(*sources)
-        GradMode.enabled = False
+        token = CONTEXT.set(context.with_grad(False))
         try:
             result = compute(*sources)
         finally:
-            GradMode.enabled = True
+            CONTEXT.reset(token)
         if not result.dtype.is_float:
             return result
         output = Tensor._from_node(result.node)  # a new tensor even when compute returned a source unchanged
@@ -481,7 +477,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
     def _copy_to(self, device: str) -> Tensor:
         output = Tensor._from_node(Node(Op.COPY, (self.node,), device, self.shape, self.dtype, device))
-        if GradMode.enabled and self._requires_grad:
+        if CONTEXT.get().grad_enabled and self._requires_grad:
             output._requires_grad = True
             output._context = (Op.COPY, device, (self,))
             output._saved_versions = (self._version,)
@@ -512,7 +508,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
             value = value.to(self.device)
         if self._alias is not None:  # a view, or a tensor with views: write into the storage they share
             return write_through(self, value)
-        if GradMode.enabled and (self._requires_grad or value._requires_grad):
+        if CONTEXT.get().grad_enabled and (self._requires_grad or value._requires_grad):
             self._assign_history(value)
         old, new = self.node, value.node
         if old.buffer is not None and not new.realized and new.replaces is None and old.realized:
@@ -523,7 +519,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
     def _assign_view(self, value: Tensor) -> Tensor:
         """Rebind this tensor to value, a view of it with another shape (torch's t_, squeeze_, transpose_, ...)."""
-        if GradMode.enabled and (self._requires_grad or value._requires_grad):
+        if CONTEXT.get().grad_enabled and (self._requires_grad or value._requires_grad):
             self._assign_history(value)
         if self._alias is not None:
             rebind_view(self, value)

@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ember.context import CONTEXT
 from ember.core.errors import AutogradError, ShapeError
 from ember.core.graph import Node, movement_shape
 from ember.core.ops import MOVEMENT_OPS, Op
@@ -273,8 +274,6 @@ def check_viewable(source: Tensor, shape: Shape) -> None:
 
 def write_through(target: Tensor, value: Tensor) -> Tensor:
     """Write value (target's shape, dtype and device) into target's storage; every tensor of it sees the change."""
-    from ember.core.tensor import GradMode
-
     alias = target._alias
     assert alias is not None
     storage = alias.storage
@@ -284,18 +283,18 @@ def write_through(target: Tensor, value: Tensor) -> Tensor:
     if any(op is Op.EXPAND for op, _, _ in alias.steps):
         raise RuntimeError(f"{OVERLAP_MESSAGE} (ember cannot write through a view of an expanded tensor)")
     # a `.data` alias writes without history (it is detached); other writes are recorded as torch's CopySlices
-    recording = GradMode.enabled and alias.shares_version and (hidden._requires_grad or value._requires_grad)
+    context = CONTEXT.get()
+    recording = context.grad_enabled and alias.shares_version and (hidden._requires_grad or value._requires_grad)
     if recording and hidden._requires_grad and hidden._context is None:
         if alias.steps or target is not storage.base():
             raise AutogradError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
         raise AutogradError("a leaf Variable that requires grad is being used in an in-place operation.")
     members = storage.live_members()
-    enabled = GradMode.enabled
-    GradMode.enabled = recording
+    token = CONTEXT.set(context.with_grad(recording))
     try:
         _write(target, value, members, recording)
     finally:
-        GradMode.enabled = enabled
+        CONTEXT.reset(token)
     return target
 
 
@@ -384,18 +383,17 @@ def _derive(member: Tensor, hidden: Tensor, recording: bool) -> None:
 def set_value(tensor: Tensor, node: Node) -> None:
     """Replace tensor's values by node's without history (load_state_dict, `x.data = y`): its views see them too
     when the shape and dtype are kept; otherwise it leaves its storage."""
-    from ember.core.tensor import GradMode, Tensor
+    from ember.core.tensor import Tensor
 
     if tensor._alias is None or node.shape != tensor.shape or node.dtype != tensor.dtype:
         unlink(tensor)
         tensor.node = node
         return
-    enabled = GradMode.enabled
-    GradMode.enabled = False
+    token = CONTEXT.set(CONTEXT.get().with_grad(False))
     try:
         tensor.assign(Tensor._from_node(node))
     finally:
-        GradMode.enabled = enabled
+        CONTEXT.reset(token)
 
 
 def unlink(tensor: Tensor) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ember.context import CONTEXT, update
 from ember.core import runtime
 from ember.core.errors import ArgumentError, ShapeError
 from ember.core.graph import Node
@@ -20,9 +21,9 @@ from ember.incremental.region import Region
 from ember.incremental.restrict import restrict, source_boxes
 from ember.incremental.static_bounds import is_static
 from ember.incremental.write import aligned_box, write_box
-from ember.scheduler import recording
 from ember.scheduler.buffers import Buffer, buffer_of
 from ember.scheduler.kernelize import KernelItem, find_boundaries, kernelize
+from ember.scheduler.lock import SCHEDULER_LOCK
 from ember.scheduler.recording import Recorder
 from ember.scheduler.replay import BoundLaunch, Step, bind_steps, run_steps
 
@@ -130,7 +131,7 @@ class IncrementalGraph:
         self.last_flops = sum(kernel_flops([self._restricted(node, box)]) for node, box in recompute) \
             if self.count_flops else 0
         replay = self.replays.get(key)
-        if not seen_before or recording.ACTIVE is not None:
+        if not seen_before or CONTEXT.get().recorder is not None:
             # a plan's first run (a decode step at a new position may never come again), or inside an ember.jit
             # capture, whose recorder takes the launches
             self._recompute(recompute)
@@ -158,11 +159,11 @@ class IncrementalGraph:
         value_buffers = self._value_buffers()
         input_buffers = {id(buffer): leaf for leaf, buffer in self._input_buffers()}
         recorder = Recorder()
-        recording.ACTIVE = recorder
+        before = update(recorder=recorder)  # (the calling thread's capture: ember/context.py)
         try:
             self._recompute(recompute)
         finally:
-            recording.ACTIVE = None
+            update(recorder=before.recorder)
         steps = recorder.commands
         if recorder.uploads or recorder.rebound or self._values_moved(value_buffers):
             return None
@@ -173,7 +174,9 @@ class IncrementalGraph:
             if leaf is not None:
                 input_slots.append((leaf, slot))
                 buffers[slot] = None
-        return Replay(steps, buffers, input_slots, value_buffers, bind_steps(steps, buffers))
+        with SCHEDULER_LOCK:
+            bound = bind_steps(steps, buffers)
+        return Replay(steps, buffers, input_slots, value_buffers, bound)
 
     def _run_replay(self, replay: Replay) -> bool:
         """Run a recorded recompute again; False (nothing run) when a kept value is in another buffer now."""
@@ -184,7 +187,8 @@ class IncrementalGraph:
             buffers = list(buffers)
             for leaf, slot in replay.input_slots:
                 buffers[slot] = buffer_of(self.leaf_inputs[leaf].node)
-        run_steps(replay.steps, replay.bound, buffers)
+        with SCHEDULER_LOCK:  # (the pools and device queues are shared with other threads)
+            run_steps(replay.steps, replay.bound, buffers)
         return True
 
     def _inputs_realized(self) -> bool:

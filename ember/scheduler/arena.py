@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ember.backends.base import Device
+from ember.context import CONTEXT
 from ember.core.dtype import DType, uint8
 from ember.scheduler.buffers import Buffer
 from ember.scheduler.memory_plan import ArenaPlan, Lifetime, peak_live_bytes, plan_arena
@@ -93,7 +94,7 @@ def _place_in_arena(buffers: list[Buffer | None], entries: list[tuple[int, Devic
 def _layout(device_name: str, lifetimes: list[Lifetime], alignment: int) -> ArenaPlan:
     """The arena layout of these lifetimes: a loaded plan's (scheduler/planner.py), else planned now; a trace being
     recorded keeps it."""
-    from ember.scheduler import planner, trace
+    from ember.scheduler import planner
 
     described = [(lifetime.nbytes, lifetime.first, lifetime.last) for lifetime in lifetimes]
     planned = planner.planned_arena(device_name, alignment, described)
@@ -101,9 +102,9 @@ def _layout(device_name: str, lifetimes: list[Lifetime], alignment: int) -> Aren
         layout = ArenaPlan(planned[0], planned[1], peak_live_bytes(lifetimes), sum(t.nbytes for t in lifetimes))
     else:
         layout = plan_arena(lifetimes, alignment)
-    if trace.Recording.active is not None:
-        trace.Recording.active.record_arena(device_name, alignment, described, layout.offsets, layout.arena_bytes,
-                                            layout.peak_bytes)
+    active = CONTEXT.get().trace
+    if active is not None:
+        active.record_arena(device_name, alignment, described, layout.offsets, layout.arena_bytes, layout.peak_bytes)
     return layout
 
 

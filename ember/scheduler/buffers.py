@@ -7,13 +7,14 @@ from typing import Any, cast
 import numpy as np
 
 from ember.backends.base import COMPLETED, Device, Event, MemoryPool, wait_all
+from ember.context import CONTEXT
 from ember.core.dtype import DType
 from ember.core.errors import OutOfMemoryError
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.shapes import prod
-from ember.scheduler import profile, recording
 from ember.scheduler.devices import get_device
+from ember.scheduler.lock import SCHEDULER_LOCK, acquire, release
 
 
 class Buffer:
@@ -37,7 +38,7 @@ class Buffer:
         else:
             self.handle = handle
             self.pool.adopt(self.nbytes)
-        for record in profile.ActiveProfiles.stack:
+        for record in CONTEXT.get().profiles:
             record.bytes_allocated += self.nbytes
 
     def _describe(self, device: Device, size: int, dtype: DType) -> None:
@@ -59,35 +60,44 @@ class Buffer:
 
     def __del__(self) -> None:
         try:
-            pool = self.pool
-            if pool.frees_behind_events or (not self.users and (self.event is COMPLETED or self.event.done)):
-                pool.release(self.handle, self.nbytes)
+            if not acquire(False):  # another thread is using the pools: the buffer is released later
+                DEFERRED_FREES.append((self.pool, self.handle, self.nbytes, [self.event, *self.users]))
                 return
-            waiting = [event for event in (self.event, *self.users) if not event.done]
-            if waiting:
-                DEFERRED_FREES.append((self.pool, self.handle, self.nbytes, waiting))
-            else:
-                self.pool.release(self.handle, self.nbytes)
+            try:
+                pool = self.pool
+                if pool.frees_behind_events or (not self.users and (self.event is COMPLETED or self.event.done)):
+                    pool.release(self.handle, self.nbytes)
+                    return
+                waiting = [event for event in (self.event, *self.users) if not event.done]
+                if waiting:
+                    DEFERRED_FREES.append((self.pool, self.handle, self.nbytes, waiting))
+                else:
+                    self.pool.release(self.handle, self.nbytes)
+            finally:
+                release()
         except Exception:  # noqa: BLE001, S110 - interpreter shutdown may have torn the pool down already
             pass
 
     def read(self) -> np.ndarray:
         """The buffer's values; waits only for the command that writes it (and the copy out), not for the device."""
         array = np.empty(self.size, dtype=self.dtype.numpy)
-        if self.nbytes:
-            self.pool.copy_out_async(array.data.cast("B"), self.handle, pending(self.event)).wait()
-        else:
-            self.event.wait()
-        release_finished()
+        with SCHEDULER_LOCK:
+            if self.nbytes:
+                self.pool.copy_out_async(array.data.cast("B"), self.handle, pending(self.event)).wait()
+            else:
+                self.event.wait()
+            release_finished()
         return array
 
     def write(self, array: np.ndarray) -> None:
         """Copy host values into this new buffer, waiting only for that copy (the caller's array may change next)."""
         if self.nbytes:
-            self.pool.copy_in_async(self.handle, np.ascontiguousarray(array).data.cast("B")).wait()
+            with SCHEDULER_LOCK:
+                self.pool.copy_in_async(self.handle, np.ascontiguousarray(array).data.cast("B")).wait()
 
 
-DEFERRED_FREES: list[tuple[MemoryPool, Any, int, list[Event]]] = []  # buffers dropped while commands still use them
+# buffers dropped while commands still used them, or while another thread held the scheduler's lock (lock.py)
+DEFERRED_FREES: list[tuple[MemoryPool, Any, int, list[Event]]] = []
 MAX_DEFERRED_FREES = 1024  # beyond this many, a realize waits for them (an event may report done only once waited)
 
 
@@ -95,15 +105,16 @@ def release_finished(wait: bool = False) -> int:
     """Give back to their pools the dropped buffers whose commands have finished (with `wait`: all of them, after
     waiting for their events). Returns how many buffers are still waiting."""
     still: list[tuple[MemoryPool, Any, int, list[Event]]] = []
-    while DEFERRED_FREES:
-        pool, handle, nbytes, events = DEFERRED_FREES.pop()
-        if wait:
-            wait_all(events)
-        if all(event.done for event in events):
-            pool.release(handle, nbytes)
-        else:
-            still.append((pool, handle, nbytes, events))
-    DEFERRED_FREES.extend(still)
+    with SCHEDULER_LOCK:
+        while DEFERRED_FREES:
+            pool, handle, nbytes, events = DEFERRED_FREES.pop()
+            if wait:
+                wait_all(events)
+            if pool.frees_behind_events or all(event.done for event in events):
+                pool.release(handle, nbytes)
+            else:
+                still.append((pool, handle, nbytes, events))
+        DEFERRED_FREES.extend(still)
     return len(still)
 
 
@@ -128,12 +139,16 @@ def buffer_of(node: Node) -> Buffer:
     values here, at its first use by a kernel or a copy; its host copy is dropped then."""
     buffer = node.buffer
     if buffer is None:
-        array = node.arg
-        buffer = Buffer(get_device(cast(str, node.device)), array.size, node.dtype)
-        buffer.write(array.reshape(-1))
-        node.buffer, node.arg = buffer, None
-        if recording.ACTIVE is not None:
-            recording.ACTIVE.upload(array)
+        with SCHEDULER_LOCK:
+            if node.buffer is not None:  # uploaded by another thread meanwhile (a tensor they share)
+                return node.buffer
+            array = node.arg
+            buffer = Buffer(get_device(cast(str, node.device)), array.size, node.dtype)
+            buffer.write(array.reshape(-1))
+            node.buffer, node.arg = buffer, None
+        recorder = CONTEXT.get().recorder
+        if recorder is not None:
+            recorder.upload(array)
     return buffer
 
 
@@ -141,9 +156,10 @@ def mapped_node(path: str, offset: int, shape: tuple[int, ...], dtype: DType, de
     """A realized leaf whose bytes stay in a file until a kernel needs them (a read-only memory map)."""
     device = get_device(device_name)
     size = prod(shape)
-    handle = device.pool.map_region(path, offset, size * dtype.itemsize)
     node = Node(Op.BUFFER, (), None, tuple(shape), dtype, device.name)
-    node.buffer = Buffer(device, size, dtype, handle)
+    with SCHEDULER_LOCK:
+        handle = device.pool.map_region(path, offset, size * dtype.itemsize)
+        node.buffer = Buffer(device, size, dtype, handle)
     return node
 
 
@@ -164,6 +180,7 @@ def write_node(node: Node, array: np.ndarray) -> None:
     if buffer is None:  # host data not uploaded yet: its first use uploads the new values
         node.arg = values.reshape(node.shape)
         return
-    wait_all(pending(buffer.event, *buffer.users))
-    buffer.users = []
-    buffer.write(values)
+    with SCHEDULER_LOCK:
+        wait_all(pending(buffer.event, *buffer.users))
+        buffer.users = []
+        buffer.write(values)

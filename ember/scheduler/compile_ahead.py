@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextvars import copy_context
 from functools import partial
 from typing import cast
 
@@ -66,7 +67,8 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
     def submit(count: int) -> None:
         kernels, irs = lowered[0][:count], lowered[1][:count]
         del lowered[0][:count], lowered[1][:count], lowered[2][:count]
-        future = pool.submit(_build, device, kernels, irs)
+        # in the caller's context: the compiles are recorded in its profiles (ember/context.py)
+        future = pool.submit(copy_context().run, _build, device, kernels, irs)
         future.add_done_callback(partial(_advance, progress, len(kernels)))
         running.append(future)
         futures.append(future)

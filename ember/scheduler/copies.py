@@ -7,8 +7,9 @@ from typing import cast
 import numpy as np
 
 from ember.backends.base import COMPLETED, Event
+from ember.context import CONTEXT
 from ember.core.graph import Node
-from ember.scheduler import profile, recording
+from ember.scheduler import profile
 from ember.scheduler.buffers import Buffer, buffer_of, pending
 from ember.scheduler.devices import get_device
 
@@ -23,11 +24,12 @@ def run_copy(output: Node, source_node: Node) -> None:
     event, route = enqueue_copy(buffer, source, wait_for)
     buffer.event = event
     source.add_user(event)
-    if recording.ACTIVE is not None:
-        recording.ACTIVE.copy(buffer, source)
-    for record in profile.current():
+    context = CONTEXT.get()  # (the calling thread's: ember/context.py)
+    if context.recorder is not None:
+        context.recorder.copy(buffer, source)
+    for record in context.profiles:
         record.copies.append((source.device_name, target_device.name, buffer.nbytes))
-    if profile.DebugLevel.value >= 1:
+    if context.debug_level >= 1:
         after = f", after {len(wait_for)} unfinished event{'s' * (len(wait_for) != 1)}" if wait_for else ""
         profile.debug_print(1, f"  copy {source.device_name} -> {target_device.name}: {buffer.nbytes} bytes "
                                f"({route}{after})")

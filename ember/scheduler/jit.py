@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ember.backends.base import Event
+from ember.context import CONTEXT, update
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.tensor import Tensor, realize
-from ember.scheduler import profile, recording
+from ember.scheduler import profile
 from ember.scheduler.arena import ArenaView, DevicePlan, place_intermediates
 from ember.scheduler.buffers import Buffer, buffer_of
+from ember.scheduler.lock import SCHEDULER_LOCK
 from ember.scheduler.recording import RecordedCopy, RecordedLaunch, Recorder
 from ember.scheduler.replay import bind_steps, run_steps
 
@@ -86,16 +88,16 @@ class Jitted:
         return self._capture(key, leaves, args, kwargs)
 
     def _record(self, recorder: Recorder, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if recording.ACTIVE is not None:
+        if CONTEXT.get().recorder is not None:
             raise JitError(f"ember.jit({self.function.__name__}): a jitted function cannot run inside another "
                            "one's capture")
-        recording.ACTIVE = recorder
+        update(recorder=recorder)  # records what this thread runs only (ember/context.py)
         try:
             result = self.function(*args, **kwargs)
             # the outputs and the arguments (which the function may have changed in place) in one schedule
             realize(*(leaf for leaf in _flatten((result, args, kwargs))[0] if isinstance(leaf, Tensor)))
         finally:
-            recording.ACTIVE = None
+            update(recorder=None)
         return result
 
     def _capture(self, key: list[Any], leaves: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -150,9 +152,10 @@ class Jitted:
             buffers = list(buffers)
             for position, slot in capture.input_slots:
                 buffers[slot] = buffer_of(leaves[position].node)
-        if capture.bound is None:
-            capture.bound = bind_steps(capture.steps, capture.buffers)
-        run_steps(capture.steps, capture.bound, buffers, capture.state_copies)
+        with SCHEDULER_LOCK:  # (the pools and device queues are shared with other threads)
+            if capture.bound is None:
+                capture.bound = bind_steps(capture.steps, capture.buffers)
+            run_steps(capture.steps, capture.bound, buffers, capture.state_copies)
         self.replays += 1
         values = []
         for kind, where in capture.outputs:

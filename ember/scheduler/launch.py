@@ -8,10 +8,11 @@ import time
 from typing import Any, cast
 
 from ember.backends.base import COMPLETED, Device, Event
+from ember.context import CONTEXT
 from ember.core.errors import CompileError
 from ember.core.graph import Node
 from ember.ir.kernel import Kernel
-from ember.scheduler import compile_cache, profile, quick_compile, recording
+from ember.scheduler import compile_cache, profile, quick_compile
 from ember.scheduler.buffers import Buffer, buffer_of, pending
 from ember.scheduler.compile_cache import CompiledKernel, compile_narrower
 from ember.scheduler.devices import get_device
@@ -31,7 +32,7 @@ def run_kernel(output: Node, kernel: Kernel, inputs: list[Node], held_by_schedul
     size = math.prod(output.shape)
     buffer = Buffer(device, size, output.dtype) if reused is None else reused
     if size > 0:
-        if recording.ACTIVE is not None:  # a capture replays its programs: the optimized ones, not quick builds
+        if CONTEXT.get().recorder is not None:  # a capture replays its programs: the optimized ones, not quick builds
             quick_compile.wait_for_optimized()
         compiled = compile_cache.compile_kernel(device, kernel)  # through the module: tests wrap it
         if device.info.can_run:
@@ -53,8 +54,9 @@ def launch_compiled(output: Node, kernel: Kernel, compiled: CompiledKernel, buff
         event = input_buffer.event
         if event is not COMPLETED and not event.done:
             wait_for += (event,)
-    records = profile.ActiveProfiles.stack
-    timed = bool(records) or profile.DebugLevel.value >= 2
+    context = CONTEXT.get()  # (the calling thread's: ember/context.py)
+    records = context.profiles
+    timed = bool(records) or context.debug_level >= 2
     start = time.perf_counter() if timed else 0.0
     if reused is not None:  # also after the writer and the readers of the old value
         wait_for = pending(*wait_for, reused.event, *reused.users)
@@ -64,10 +66,11 @@ def launch_compiled(output: Node, kernel: Kernel, compiled: CompiledKernel, buff
     except CompileError as error:  # a driver making its machine code at the first launch
         event = launch(device, kernel, compiled, handles, wait_for, error)
     buffer.event = event
-    if recording.ACTIVE is not None:
-        recording.ACTIVE.launch(device, kernel, compiled, buffer, input_buffers)
+    recorder = context.recorder
+    if recorder is not None:
+        recorder.launch(device, kernel, compiled, buffer, input_buffers)
         if output.replaces is not None and reused is None and output.replaces.buffer is not None:
-            recording.ACTIVE.assign_not_in_place(output.replaces.buffer, buffer)
+            recorder.assign_not_in_place(output.replaces.buffer, buffer)
     if event is not COMPLETED:  # (a completed command needs no reader kept)
         for input_buffer in input_buffers:
             input_buffer.add_user(event)

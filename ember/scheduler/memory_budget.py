@@ -8,10 +8,11 @@ import sys
 from typing import Any, NamedTuple, Self
 
 from ember.backends.base import Device, MemoryPool
+from ember.context import CONTEXT, update
 from ember.core.errors import ArgumentError, MemoryBudgetError
 from ember.core.graph import Node
 from ember.core.ops import Op
-from ember.scheduler import profile, recording
+from ember.scheduler import profile
 from ember.scheduler.budget_plan import BudgetPlan, BudgetTooSmall, PlanItem, plan_budget, smallest_budget
 from ember.scheduler.copies import run_copy
 from ember.scheduler.devices import get_device
@@ -20,12 +21,6 @@ from ember.scheduler.launch import run_kernel
 from ember.scheduler.schedule import CachedCopy, Schedule
 
 MAX_CACHED_PLANS = 16  # per schedule: (budget, bytes held before, kept, uploads) -> plan
-
-
-class Budget:
-    """The budget in force (bytes per pool), or None: realizes keep every intermediate until its last reader."""
-
-    value: int | None = None
 
 
 class memory_budget:  # a function-like name, as torch's no_grad and set_grad_enabled
@@ -42,23 +37,22 @@ class memory_budget:  # a function-like name, as torch's no_grad and set_grad_en
     strings like "512MB" or "2GiB" (EMBER_POOL_LIMITS' format)."""
 
     def __init__(self, limit: int | str | None) -> None:
-        self.previous = Budget.value
-        Budget.value = check_budget(limit)
-        self.value = Budget.value
+        self.value = check_budget(limit)
+        self.previous = update(budget=self.value).budget  # (the calling thread's: ember/context.py)
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exception: object) -> None:
-        Budget.value = self.previous
+        update(budget=self.previous)
 
     def __repr__(self) -> str:
         return f"ember.memory_budget({self.value})"
 
 
 def get_memory_budget() -> int | None:
-    """The memory budget in force, in bytes per pool (None: no budget)."""
-    return Budget.value
+    """The memory budget in force in the calling thread, in bytes per pool (None: no budget)."""
+    return CONTEXT.get().budget
 
 
 def check_budget(limit: Any) -> int | None:
@@ -115,7 +109,7 @@ def run_budgeted(items: Schedule, live: list[Node | None], roots: list[Node], de
         for pool_name in budgeted:
             planned = plan.peak_bytes.get(pool_name, 0)
             record.planned_peak_bytes[pool_name] = max(record.planned_peak_bytes.get(pool_name, 0), planned)
-    if profile.DebugLevel.value >= 1:
+    if CONTEXT.get().debug_level >= 1:
         peaks = ", ".join(f"{name} {plan.peak_bytes.get(name, 0)}" for name in budgeted)
         profile.debug_print(1, f"memory budget {budget} bytes: planned peak {peaks}; {plan.recomputed} commands "
                                f"recomputed")
@@ -138,7 +132,7 @@ def run_budgeted(items: Schedule, live: list[Node | None], roots: list[Node], de
             target = original
         else:  # a stand-in receives the buffer: the intermediate itself stays lazy
             target = Node(Op.CONTIGUOUS, (), None, original.shape, original.dtype, original.device)
-        if index in plan.recomputes and profile.DebugLevel.value >= 2:
+        if index in plan.recomputes and CONTEXT.get().debug_level >= 2:
             profile.debug_print(2, f"  recompute of {'a copy' if item.__class__ is CachedCopy else 'a kernel'} "
                                    f"(item {command} of {len(items)}) under the memory budget:")
         if item.__class__ is CachedCopy:
@@ -199,7 +193,7 @@ def _reaches(node: Node | None, target: Node) -> bool:
 def _held_by_capture_only() -> dict[str, int]:
     """Per pool, the bytes of buffers only an ember.jit capture in progress holds: the capture keeps every buffer
     until it has planned its arena, where a budgeted realize would have freed them, so the plan leaves them out."""
-    recorder = recording.ACTIVE
+    recorder = CONTEXT.get().recorder
     held: dict[str, int] = {}
     if recorder is not None:
         for buffer in recorder.buffers:

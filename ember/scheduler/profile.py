@@ -2,44 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-
-class DebugLevel:
-    """EMBER_DEBUG, read when ember is imported (`set_debug_level` changes it at run time)."""
-
-    value: int = 0
+from ember.context import CONTEXT, update
 
 
 def set_debug_level(level: int) -> None:
-    DebugLevel.value = int(level)
-
-
-def _read_debug_environment() -> int:
-    text = os.environ.get("EMBER_DEBUG", "0") or "0"
-    try:
-        return int(text)
-    except ValueError:
-        print(f"ember: EMBER_DEBUG={text!r} is not a number (use 0-5); debug output stays off", file=sys.stderr)
-        return 0
-
-
-DebugLevel.value = _read_debug_environment()
-
-
-class VizFolder:
-    """EMBER_VIZ: a folder where every realize writes its graph as DOT (ember/viz.py); empty: none."""
-
-    value: str = os.environ.get("EMBER_VIZ", "")
+    """Debug output from now on in the calling thread (EMBER_DEBUG sets every thread's at import)."""
+    update(debug_level=int(level))
 
 
 def debug_level() -> int:
     """EMBER_DEBUG: 1 realizes, 2 kernels with times, 3 + IR, 4 + generated source, 5 + every copy and free."""
-    return DebugLevel.value
+    return CONTEXT.get().debug_level
 
 
 @dataclass
@@ -95,25 +73,23 @@ class Profile:
         return "\n".join(lines)
 
 
-class ActiveProfiles:
-    stack: list[Profile] = []
-
-
 @contextmanager
 def profile() -> Iterator[Profile]:
-    """Record what ember runs inside the block: `with ember.profile() as prof: ...; print(prof)`."""
+    """Record what ember runs inside the block: `with ember.profile() as prof: ...; print(prof)`. Only what the
+    calling thread (or task) runs is recorded: a profile is a field of its context (ember/context.py)."""
     record = Profile()
-    ActiveProfiles.stack.append(record)
+    update(profiles=(*CONTEXT.get().profiles, record))
     try:
         yield record
     finally:
-        ActiveProfiles.stack.remove(record)
+        update(profiles=tuple(open_record for open_record in CONTEXT.get().profiles if open_record is not record))
 
 
-def current() -> list[Profile]:
-    return ActiveProfiles.stack
+def current() -> tuple[Profile, ...]:
+    """The profiles open in the calling thread (innermost last)."""
+    return CONTEXT.get().profiles
 
 
 def debug_print(level: int, message: str) -> None:
-    if DebugLevel.value >= level:
+    if CONTEXT.get().debug_level >= level:
         print(message, file=sys.stderr)

@@ -9,6 +9,7 @@ import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextvars import copy_context
 
 from ember.backends.base import Device
 from ember.core.errors import CompileError
@@ -46,10 +47,10 @@ def compile_quickly(device: Device, kernels: list[Kernel], irs: list[KernelIR]) 
         return None
     cache = compile_cache.COMPILED
     quick = compile_cache.enter_compiled(device, kernels, irs, programs, time.perf_counter() - start)
-    with _LOCK:
+    with _LOCK:  # (compile_ahead's threads come here at once)
         _QUEUE.append((cache, device, kernels, irs, quick))
-    _PENDING[:] = [future for future in _PENDING if not future.done()]
-    _PENDING.append(_OPTIMIZER.submit(_optimize_queued))
+        _PENDING[:] = [future for future in _PENDING if not future.done()]
+        _PENDING.append(_OPTIMIZER.submit(copy_context().run, _optimize_queued))  # (its debug output: the caller's)
     return quick
 
 

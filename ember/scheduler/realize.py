@@ -8,9 +8,10 @@ from typing import cast
 
 from ember.backends.base import Device, MemoryPool
 from ember.backends.config import CONFIG
+from ember.context import CONTEXT, CallContext
 from ember.core.graph import Node
 from ember.core.ops import Op
-from ember.scheduler import compile_cache, profile, recording
+from ember.scheduler import compile_cache, profile
 from ember.scheduler.buffers import DEFERRED_FREES, MAX_DEFERRED_FREES, buffer_of, release_finished
 from ember.scheduler.compile_ahead import compile_ahead
 from ember.scheduler.copies import run_copy
@@ -18,16 +19,26 @@ from ember.scheduler.devices import get_device
 from ember.scheduler.in_place import schedule_hold
 from ember.scheduler.launch import run_kernel
 from ember.scheduler.launch_plan import plan_launches
-from ember.scheduler.memory_budget import Budget, run_budgeted
+from ember.scheduler.lock import acquire, release
+from ember.scheduler.memory_budget import run_budgeted
 from ember.scheduler.placement import place
 from ember.scheduler.schedule import SCHEDULES, CachedCopy, Schedule
-from ember.scheduler.trace import Recording
 
 BUFFER = Op.BUFFER
 
 
 def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
-    """Compute every unrealized node in `nodes` (and the stored nodes they need); a leaf of host data is uploaded."""
+    """Compute every unrealized node in `nodes` (and the stored nodes they need); a leaf of host data is uploaded.
+    One thread at a time (lock.py); what the calling thread is inside of (grad mode, profiles, a budget, a capture,
+    a trace, debug output) is its context (ember/context.py), read once here."""
+    acquire()
+    try:
+        _realize(nodes, allow_sharding, CONTEXT.get())
+    finally:
+        release()
+
+
+def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext) -> None:
     pending = []
     for node in nodes:
         if node.op is not BUFFER:  # not realized
@@ -43,13 +54,13 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
             return
     if DEFERRED_FREES:
         release_finished(wait=len(DEFERRED_FREES) > MAX_DEFERRED_FREES)
-    if profile.VizFolder.value:
+    if context.viz_folder:
         from ember.viz import write_realize
 
-        profile.debug_print(1, f"graph written to {write_realize(pending, profile.VizFolder.value)}")
+        profile.debug_print(1, f"graph written to {write_realize(pending, context.viz_folder)}")
     items, graph_nodes = SCHEDULES.schedule(pending)  # places the graph as it walks it
-    if Recording.active is not None:  # ember.trace / EMBER_TRACE
-        Recording.active.record_realize(cast(tuple, SCHEDULES.last_key), items, graph_nodes)
+    if context.trace is not None:  # ember.record_trace / EMBER_TRACE
+        context.trace.record_realize(cast(tuple, SCHEDULES.last_key), items, graph_nodes)
     compiled = compile_cache.COMPILED
     stamp = (compiled, compiled.generation)
     if items.compiled_stamp != stamp:  # else every kernel is still in the compile cache since the last realize
@@ -57,8 +68,7 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
         compile_ahead(items, graph_nodes)
         if (compile_cache.COMPILED, compile_cache.COMPILED.generation) == stamp:
             items.compiled_stamp = stamp
-    elif (Budget.value is None and recording.ACTIVE is None and not profile.ActiveProfiles.stack
-          and profile.DebugLevel.value == 0):  # the per-op path: launch from the schedule's plan
+    elif context.plain:  # nothing to record, time, budget or print: the per-op path, from the schedule's plan
         plan = items.launch_plan
         if plan is None or not plan.holds(stamp):
             plan = items.launch_plan = plan_launches(items, graph_nodes, stamp)
@@ -69,10 +79,10 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
                 pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
             plan.run(live, items.last_use)
             return
-    records = profile.current()
+    records = context.profiles
     for record in records:
         record.realizes += 1
-    if profile.DebugLevel.value >= 1:
+    if context.debug_level >= 1:
         profile.debug_print(1, f"realize: {len(items)} items for {len(pending)} tensors")
     # hold only the nodes the schedule reads or writes, and each only until its last use (items.releases), so an
     # intermediate buffer is released as soon as the last kernel reading it has been launched
@@ -88,8 +98,8 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
         pools.add(device.pool)
     for pool in pools:
         pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
-    if Budget.value is not None:  # ember.memory_budget: intermediates freed early and recomputed as planned
-        run_budgeted(items, live, pending, devices, Budget.value)
+    if context.budget is not None:  # ember.memory_budget: intermediates freed early and recomputed as planned
+        run_budgeted(items, live, pending, devices, context.budget)
         _record_peaks(records, pools)
         return
     last_use = items.last_use
@@ -117,7 +127,7 @@ def _live_nodes(items: Schedule, graph_nodes: list[Node]) -> list[Node | None]:
     return live
 
 
-def _record_peaks(records: list[profile.Profile], pools: set[MemoryPool]) -> None:
+def _record_peaks(records: tuple[profile.Profile, ...], pools: set[MemoryPool]) -> None:
     """Each pool's high-water mark of this realize into the active profiles."""
     for record in records:
         for pool in pools:

@@ -29,8 +29,9 @@ class RecordedCopy(NamedTuple):
 
 
 class Recorder:
-    """Collects the commands run while it is `ACTIVE`. Buffers are numbered in order of first appearance (a slot
-    each) and held here, so none is freed or reused before the recording is turned into a replay."""
+    """Collects the commands run while it is the `recorder` of the calling thread's context (ember/context.py).
+    Buffers are numbered in order of first appearance (a slot each) and held here, so none is freed or reused before
+    the recording is turned into a replay."""
 
     def __init__(self, commands: bool = True) -> None:
         self.commands_wanted = commands
@@ -64,6 +65,3 @@ class Recorder:
     def assign_not_in_place(self, old: Any, new: Any) -> None:
         if self.commands_wanted:
             self.rebound.append((self.slot(old), self.slot(new)))
-
-
-ACTIVE: Recorder | None = None  # the recorder of the capture in progress, if any

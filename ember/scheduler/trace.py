@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ember.context import CONTEXT, DEFAULTS, set_defaults, update
 from ember.core.graph import Node
 from ember.scheduler import profile
 from ember.scheduler.kernel_codec import CodecError, encode, signature_digest
@@ -101,46 +102,52 @@ class Trace:
         os.replace(temporary, self.path)
 
 
-class Recording:
-    """The trace being recorded, or None (checked at every realize, so a plain attribute)."""
-
-    active: Trace | None = None
-
-
 def arena_key(device: str, alignment: int, lifetimes: list[tuple[int, int, int]]) -> str:
     """The name of one arena layout problem: the device, the alignment and the buffers' lifetimes."""
     return f"{device}|{alignment}|" + ";".join(f"{size},{first},{last}" for size, first, last in lifetimes)
 
 
 def start(path: str | os.PathLike[str]) -> Trace:
-    """Start recording a trace to `path` (one at a time)."""
-    if Recording.active is not None:
-        raise RuntimeError(f"ember.record_trace: already recording a trace to {Recording.active.path}; "
+    """Start recording a trace to `path` of what the calling thread runs (one at a time per thread)."""
+    context = CONTEXT.get()
+    if context.trace is not None:
+        raise RuntimeError(f"ember.record_trace: already recording a trace to {context.trace.path}; "
                            "finish it before starting another")
-    active = Recording.active = Trace(path)
-    profile.ActiveProfiles.stack.append(active.timing)
+    active = Trace(path)
+    update(trace=active, profiles=(*context.profiles, active.timing))  # launch.py times every kernel
     return active
 
 
 def stop() -> Trace | None:
     """Stop recording and write the trace; the trace, or None when none was being recorded."""
-    active = Recording.active
-    if active is None:
-        return None
-    Recording.active = None
-    if active.timing in profile.ActiveProfiles.stack:
-        profile.ActiveProfiles.stack.remove(active.timing)
-    active.write()
+    active = _end()
+    if active is not None:
+        active.write()
     return active
 
 
 def discard() -> None:
     """Stop recording without writing anything (`python -m ember plan` under EMBER_TRACE must not overwrite the
     trace it reads)."""
-    active = Recording.active
-    Recording.active = None
-    if active is not None and active.timing in profile.ActiveProfiles.stack:
-        profile.ActiveProfiles.stack.remove(active.timing)
+    _end()
+
+
+def _end() -> Trace | None:
+    """Take the trace being recorded out of the calling thread's context (and out of the defaults every thread
+    starts from, when EMBER_TRACE put it there); the trace, or None."""
+    active = CONTEXT.get().trace
+    if active is None:
+        return None
+    if DEFAULTS.trace is active:
+        set_defaults(trace=None, profiles=_without(DEFAULTS.profiles, active.timing))
+    context = CONTEXT.get()
+    if context.trace is active:
+        update(trace=None, profiles=_without(context.profiles, active.timing))
+    return active
+
+
+def _without(profiles: tuple[profile.Profile, ...], timing: profile.Profile) -> tuple[profile.Profile, ...]:
+    return tuple(record for record in profiles if record is not timing)
 
 
 @contextmanager
@@ -152,7 +159,7 @@ def record_trace(path: str | os.PathLike[str]) -> Iterator[Trace]:
     try:
         yield recording
     finally:
-        if Recording.active is recording:
+        if CONTEXT.get().trace is recording:
             stop()
 
 
@@ -160,8 +167,9 @@ def record_region(node: str, shape: tuple[int, ...], ranges: list[tuple[int, int
     """The hook for incremental updates (ember/incremental): the runner calls it with each node's dirty region (a
     name for the node, its shape and one half-open range per axis) when it recomputes only that region; the trace's
     `regions` field lists them in order (empty while nothing calls this)."""
-    if Recording.active is not None:
-        Recording.active.regions.append({"node": node, "shape": list(shape), "ranges": [list(r) for r in ranges]})
+    active = CONTEXT.get().trace
+    if active is not None:
+        active.regions.append({"node": node, "shape": list(shape), "ranges": [list(r) for r in ranges]})
 
 
 def start_from_environment() -> None:
@@ -169,6 +177,14 @@ def start_from_environment() -> None:
     from the environment, so child processes (ember's own OpenCL probe, a user's workers) do not record into, and
     overwrite, the same file."""
     path = os.environ.pop("EMBER_TRACE", None)
-    if path and Recording.active is None:
-        start(path)
-        atexit.register(stop)
+    if path and DEFAULTS.trace is None:
+        active = Trace(path)
+        set_defaults(trace=active, profiles=(*DEFAULTS.profiles, active.timing))  # every thread records into it
+        atexit.register(_stop_environment_trace, active)
+
+
+def _stop_environment_trace(active: Trace) -> None:
+    """At exit: write EMBER_TRACE's trace, unless it was stopped (and written or discarded) already."""
+    if DEFAULTS.trace is active:
+        set_defaults(trace=None, profiles=_without(DEFAULTS.profiles, active.timing))
+        active.write()
