@@ -8,10 +8,11 @@ from typing import cast
 
 from ember.backends.base import Device, MemoryPool
 from ember.backends.config import CONFIG
+from ember.core import checks as value_checks
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.scheduler import compile_cache, profile, recording
-from ember.scheduler.buffers import DEFERRED_FREES, MAX_DEFERRED_FREES, buffer_of, release_finished
+from ember.scheduler.buffers import DEFERRED_FREES, MAX_DEFERRED_FREES, buffer_of, read_node, release_finished
 from ember.scheduler.compile_ahead import compile_ahead
 from ember.scheduler.copies import run_copy
 from ember.scheduler.devices import get_device
@@ -26,10 +27,14 @@ from ember.scheduler.trace import Recording
 BUFFER = Op.BUFFER
 
 
-def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
-    """Compute every unrealized node in `nodes` (and the stored nodes they need); a leaf of host data is uploaded."""
+def realize_nodes(nodes: list[Node], allow_sharding: bool = True, checked: bool = False) -> None:
+    """Compute every unrealized node in `nodes` (and the stored nodes they need); a leaf of host data is uploaded.
+    Value checks the nodes carry (core/checks.py) are computed in the same schedule and raise their failure."""
     pending = []
     for node in nodes:
+        if node.checks is not None and not checked:
+            _realize_checked(nodes, allow_sharding)
+            return
         if node.op is not BUFFER:  # not realized
             pending.append(node)
         elif node.buffer is None:
@@ -106,6 +111,17 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
         for index in releases:
             live[index] = None
     _record_peaks(records, pools)
+
+
+def _realize_checked(nodes: list[Node], allow_sharding: bool) -> None:
+    """realize_nodes for nodes with value checks: the checks' violations are realized with them, then read."""
+    checks = value_checks.pending(nodes)
+    violations = [cast(Node, check.violation) for check in checks]
+    realize_nodes(nodes + violations, allow_sharding, checked=True)
+    if recording.ACTIVE is not None:  # ember.jit: a replay reads the violations again
+        for check in checks:
+            recording.ACTIVE.check(buffer_of(cast(Node, check.violation)), check.describe)
+    value_checks.settle(checks, nodes, read_node)
 
 
 def _live_nodes(items: Schedule, graph_nodes: list[Node]) -> list[Node | None]:
