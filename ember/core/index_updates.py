@@ -37,7 +37,9 @@ def _index_vector(index: Any, name: str, allow_int32: bool) -> Tensor:
 
 
 def _same_dtype(name: str, tensor: Tensor, source: Tensor) -> None:
-    if not hasattr(source, "node"):
+    from ember.core.elementwise import ElementwiseOps
+
+    if not isinstance(source, ElementwiseOps):  # Tensor, and the numpy reference tensor
         raise TypeError(f"{name}: source must be a Tensor, got {type(source).__name__}")
     if source.dtype != tensor.dtype:
         raise DTypeError(f"{name}: self and source must have the same dtype, got {tensor.dtype.name} and "

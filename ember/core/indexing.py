@@ -187,7 +187,7 @@ def _list_is_tuple(indices: list[Any]) -> bool:
 
 def _classify(tensor: Tensor, index: Any) -> tuple[str, Any]:
     """One index as (kind, value): none, ellipsis, slice, int, tensor (integer) or mask (bool)."""
-    from ember.core.tensor import Tensor
+    from ember.core.elementwise import ElementwiseOps as Tensor  # Tensor, and the numpy reference tensor
 
     if index is None:
         return "none", None
@@ -491,9 +491,9 @@ def broadcast_value(value: Tensor, shape: Shape) -> Tensor:
 
 
 def _check_index_dtype(index: Any, name: str) -> None:
-    from ember.core.tensor import Tensor
+    from ember.core.elementwise import ElementwiseOps
 
-    if not isinstance(index, Tensor):
+    if not isinstance(index, ElementwiseOps):  # Tensor, and the numpy reference tensor
         raise TypeError(f"{name}: index must be an integer Tensor, got {type(index).__name__}")
     if not index.dtype.is_int:
         raise DTypeError(f"{name}: index must be an integer tensor, got {index.dtype.name}")
