@@ -159,8 +159,8 @@ def describe_index(op: str, index_shape: tuple[int, ...], dim: int | None, size:
     def describe(position: int, value: int | None) -> Exception:
         location = f" at position {unravel(position, index_shape)} of the index (shape {index_shape})"
         shown = "an index" if value is None else f"index {value}"
-        return IndexOutOfRangeError(f"{op}: {shown}{location} is out of bounds{where_text} with size {size}; valid indices are in "
-                    f"{valid}")
+        return IndexOutOfRangeError(f"{op}: {shown}{location} is out of bounds{where_text} with size {size}; "
+                                    f"valid indices are in {valid}")
 
     return describe
 
