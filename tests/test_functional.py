@@ -169,7 +169,10 @@ def test_embedding(device: str) -> None:
     assert_close(indices.embedding(weight[:, ::2]), TF.embedding(tindices, tweight[:, ::2]))  # a strided weight
     with em.profile() as profile:
         F.embedding(indices, weight).realize()
-    assert len(profile.kernels) == 1
+    assert len(profile.kernels) == 2  # the lookup, and the range check of the indices (on the device since used)
+    with em.profile() as profile:
+        F.embedding(em.tensor([[0, 5], [5, 1]], device=device), weight).realize()
+    assert len(profile.kernels) == 1  # indices still on the host are checked there
     with pytest.raises(em.DTypeError, match="embedding: expected integer indices.*float32"):
         F.embedding(em.ones(2, device=device), weight)
     with pytest.raises(em.ShapeError, match=r"weight must be 2-d.*\[10\]"):

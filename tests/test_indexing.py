@@ -367,16 +367,24 @@ def test_one_hot(device: str) -> None:
     same.verify()
 
 
-def test_tensor_index_out_of_range_is_documented(device: str) -> None:
-    """Tensor indices are not checked (that needs their values): reads give 0 (False), writes write nothing."""
+def test_tensor_index_out_of_range_raises(device: str) -> None:
+    """Tensor indices out of range raise IndexError (as torch does; tests/test_index_checks.py checks every op)."""
     x = em.tensor([[1.0, 2.0], [3.0, 4.0]], device=device)
-    assert x[em.tensor([1, 2, -3], device=device)].tolist() == [[3.0, 4.0], [0.0, 0.0], [0.0, 0.0]]
-    assert x.gather(1, em.tensor([[5], [-1]], device=device)).tolist() == [[0.0], [0.0]]
-    assert x.index_select(0, em.tensor([7], device=device)).tolist() == [[0.0, 0.0]]
-    assert em.tensor([2, 9], device=device).one_hot(3).tolist() == [[0, 0, 1], [0, 0, 0]]
-    x[em.tensor([5, 0], device=device)] = 9.0
-    assert x.tolist() == [[9.0, 9.0], [3.0, 4.0]]
-    assert x.scatter(1, em.tensor([[2], [-1]], device=device), 7.0).tolist() == [[9.0, 9.0], [3.0, 4.0]]
+    tx = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    cases = [
+        (lambda t, make: t[make([1, 2, -3])]),
+        (lambda t, make: t.gather(1, make([[5], [-1]]))),
+        (lambda t, make: t.index_select(0, make([7]))),
+        (lambda t, make: t.scatter(1, make([[2], [-1]]), 7.0)),
+    ]
+    for case in cases:
+        with pytest.raises((IndexError, RuntimeError)):
+            case(tx, torch.tensor)
+        with pytest.raises(IndexError, match="out of bounds"):
+            case(x, lambda values: em.tensor(values, device=device)).tolist()
+    with pytest.raises(IndexError, match="out of bounds"):
+        x[em.tensor([5, 0], device=device)] = 9.0
+    assert x.tolist() == [[1.0, 2.0], [3.0, 4.0]]  # raised before anything was written
 
 
 def test_gather_and_advanced_index_are_one_kernel(device: str) -> None:
@@ -386,7 +394,7 @@ def test_gather_and_advanced_index_are_one_kernel(device: str) -> None:
     assert count_kernels(gathered) == 1
     same(gathered, (tx * 2).gather(1, tindex) + 1)
     picked = x[index[:2, :3] % 4, 2:].exp()
-    assert count_kernels(picked) == 1
+    assert count_kernels(picked) == 2  # the values, and the range check of the computed index (one reduce)
     assert_close(picked, tx[tindex[:2, :3] % 4, 2:].exp())
     written = x.clone()
     written[1:3, ::4] = 0.0

@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ember.core import dtype as dtypes
+from ember.core.arithmetic import integer_floor_divide
+from ember.core.checks import check_index
 from ember.core.elementwise import where
 from ember.core.errors import ShapeError
 from ember.core.ops import Op
@@ -41,7 +43,8 @@ def _zero(tensor: Tensor) -> Tensor:
 
 
 def take_last(values: Tensor, index: Tensor) -> Tensor:
-    """out[..., m] = values[..., index[..., m]] with leading dims broadcast; 0 where index is out of range."""
+    """out[..., m] = values[..., index[..., m]] with leading dims broadcast; 0 where index is out of range (callers
+    check their indices: core/checks.py)."""
     size = values.shape[-1]
     positions = values._arange_primitive(size, dtypes.int64, values.device)
     match = index.cast(dtypes.int64).unsqueeze(-1) == positions  # (..., M, N)
@@ -78,7 +81,8 @@ def put_last(target: Tensor, index: Tensor, source: Tensor, mode: str, include_s
             return total
         counted = match.sum(-1) + (1 if include_self else 0)
         divisor = where(counted == 0, 1, counted).cast(target.dtype)
-        return total // divisor if not target.dtype.is_float else total / divisor
+        # (the divisor is at least 1: no division check)
+        return integer_floor_divide(total, divisor) if not target.dtype.is_float else total / divisor
     if mode == "prod":
         return base * selected.prod(-1, dtype=target.dtype)
     if mode == "amax":
@@ -113,7 +117,7 @@ def _linear_index(view: Tensor, items: list[AdvancedIndex]) -> tuple[Tensor, lis
     for dim in reversed(advanced_dims):
         strides[dim] = running
         running *= view.shape[dim]
-    terms, checks = [], []
+    terms = []
     for item in items:
         if item.is_mask and item.index.ndim == 0:
             terms.append(view._full((_scalar_mask_count(item.index),), 0, dtypes.int64, view.device))
@@ -121,8 +125,7 @@ def _linear_index(view: Tensor, items: list[AdvancedIndex]) -> tuple[Tensor, lis
             terms.append(nonzero_positions(item.index) * strides[item.dims[-1]])
         else:
             size = view.shape[item.dims[0]]
-            index = wrap_negative(item.index, size)
-            checks.append((index >= 0).logical_and(index < size))
+            index = check_index(item.index, size, "index", item.dims[0], negatives=True)
             terms.append(index * strides[item.dims[0]])
     try:
         shape = broadcast_shapes(*(term.shape for term in terms))
@@ -132,11 +135,6 @@ def _linear_index(view: Tensor, items: list[AdvancedIndex]) -> tuple[Tensor, lis
     linear = terms[0].expand(shape)
     for term in terms[1:]:
         linear = linear + term.expand(shape)
-    if checks:
-        valid = checks[0].expand(shape)
-        for check in checks[1:]:
-            valid = valid.logical_and(check.expand(shape))
-        linear = where(valid, linear, -1)
     return linear, advanced_dims
 
 

@@ -40,6 +40,15 @@ def float_floor_divide(dividend: Tensor, divisor: Tensor) -> Tensor:
     return exact.where(divisor == 0, floored)
 
 
+def integer_floor_divide(dividend: Tensor, divisor: Tensor) -> Tensor:
+    """Floor division of integers (the divisor checked by the caller: IDIV of 0 gives 0, no trap)."""
+    quotient = dividend._apply(Op.IDIV, divisor)
+    if dividend.dtype.is_unsigned:
+        return quotient
+    remainder = dividend._apply(Op.MOD, divisor)
+    return (quotient - 1).where(signs_differ(remainder, divisor), quotient)
+
+
 def pow_scalar_exponent(base: Tensor, exponent: Number) -> Tensor:
     """base ** a Python number: small integer exponents multiply (exact for integers, accurate for floats). For
     floats autograd records one POW_SCALAR step: torch's gradient, exponent * base ** (exponent - 1), and 0 for

@@ -12,6 +12,7 @@ import numpy as np
 from ember.core import dtype as dtypes
 from ember.core.arithmetic import (
     float_floor_divide,
+    integer_floor_divide,
     float_fmod,
     float_pow,
     integer_pow,
@@ -19,6 +20,7 @@ from ember.core.arithmetic import (
     signs_differ,
 )
 from ember.core.binary_math import BinaryMathOps
+from ember.core.checks import check_divisor
 from ember.core.dtype import PYTHON_SCALARS, DType, can_cast, combine_result_types, to_dtype
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.logic import LogicOps
@@ -162,30 +164,31 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
             raise DTypeError("div: rounding_mode='trunc' is not supported for bool tensors (as in PyTorch)")
         if left.dtype.is_float:
             return left._apply(Op.DIV, right).trunc()
-        return left._apply(Op.IDIV, right)
+        return left._apply(Op.IDIV, check_divisor(right, "div (rounding_mode='trunc')"))
 
     true_divide = divide = div
 
     def floor_divide(self, other: Any, reverse: builtins.bool = False) -> Tensor:
-        """Division rounded toward negative infinity, like Python's // (integers divided by zero give 0)."""
+        """Division rounded toward negative infinity, like Python's // (an integer divisor of 0 raises
+        IntegerDivisionByZeroError, as torch)."""
         left, right = self._operands(other, "floor_divide", reverse)
         if left.dtype.is_bool:
             raise DTypeError("floor_divide: not supported for bool tensors (as in PyTorch); cast to an integer dtype")
         if left.dtype.is_float:
             return float_floor_divide(left, right)
-        quotient = left._apply(Op.IDIV, right)
-        if left.dtype.is_unsigned:
-            return quotient
-        remainder = left._apply(Op.MOD, right)
-        return where(signs_differ(remainder, right), quotient - 1, quotient)
+        return integer_floor_divide(left, check_divisor(right, "floor_divide"))
 
     def remainder(self, other: Any, reverse: builtins.bool = False) -> Tensor:
         """Python's modulo: the result has the sign of the divisor (torch.remainder; x % 0 is NaN for floats and
-        0 for integers)."""
+        raises IntegerDivisionByZeroError for integers, as torch)."""
         left, right = self._operands(other, "remainder", reverse)
         if left.dtype.is_bool:
             raise DTypeError("remainder: not supported for bool tensors (as in PyTorch); cast to an integer dtype")
-        remainder = float_fmod(left, right) if left.dtype.is_float else left._apply(Op.MOD, right)
+        if left.dtype.is_float:
+            remainder = float_fmod(left, right)
+        else:
+            right = check_divisor(right, "remainder")
+            remainder = left._apply(Op.MOD, right)
         if left.dtype.is_unsigned:
             return remainder
         return where(signs_differ(remainder, right), remainder + right, remainder)
@@ -195,7 +198,7 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
         left, right = self._operands(other, "fmod")
         if left.dtype.is_bool:
             raise DTypeError("fmod: not supported for bool tensors (as in PyTorch); cast to an integer dtype")
-        return float_fmod(left, right) if left.dtype.is_float else left._apply(Op.MOD, right)
+        return float_fmod(left, right) if left.dtype.is_float else left._apply(Op.MOD, check_divisor(right, "fmod"))
 
     def neg(self) -> Tensor:
         if self.dtype.is_bool:

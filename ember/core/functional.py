@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from ember.core import dtype as dtypes
+from ember.core.checks import check_index
 from ember.core.dtype import to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
@@ -310,7 +311,8 @@ class FunctionalOps(TensorBase):
 
     def embedding(self, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,
                   norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
-        """Rows of weight [V, D] picked by the integer indices in self: a one-hot select and sum (one kernel)."""
+        """Rows of weight [V, D] picked by the integer indices in self: a one-hot select and sum (one kernel); an
+        index outside [0, V) raises IndexOutOfRangeError."""
         if max_norm is not None or scale_grad_by_freq or sparse:
             raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not supported")
         if not self.dtype.is_int:
@@ -325,7 +327,8 @@ class FunctionalOps(TensorBase):
             rows = self._arange_primitive(count, dtypes.int64, self.device).reshape(count, 1)
             weight = where(rows == padding_idx, weight.detach(), weight)  # the padding row gets no gradient
         positions = self._arange_primitive(count, dtypes.int64, self.device)
-        chosen = (self.unsqueeze(-1) == positions).unsqueeze(-1)  # [..., V, 1]
+        index = check_index(cast("Tensor", self), count, "embedding", 0, negatives=False)
+        chosen = (index.unsqueeze(-1) == positions).unsqueeze(-1)  # [..., V, 1]
         return where(chosen, weight, 0).sum(-2, dtype=weight.dtype)
 
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ember.core import dtype as dtypes
+from ember.core.checks import Check, merge
 from ember.core.dtype import DType
 from ember.core.ops import BINARY_OPS, COMPARISON_OPS, MOVEMENT_OPS, REDUCE_OPS, UNARY_OPS, Op
 from ember.core.shapes import Shape, prod
@@ -17,9 +18,10 @@ class Node:
     COPY; None for a recorded op until the scheduler's placement rule decides it (`Tensor.device` asks, and
     realize places every node it runs). A BUFFER leaf made from host data holds the array in `arg` and no
     `buffer` until the scheduler uploads it, at its first use by a kernel or copy. `replaces` is the realized node
-    an in-place assign rebound away from: the scheduler may write this node's value into its buffer."""
+    an in-place assign rebound away from: the scheduler may write this node's value into its buffer. `checks` are
+    the value checks (core/checks.py) of its sources and its own, evaluated when it is realized; None for none."""
 
-    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "device", "buffer", "replaces", "__weakref__")
+    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "device", "buffer", "replaces", "checks", "__weakref__")
 
     def __init__(self, op: Op, srcs: tuple[Node, ...], arg: Any, shape: Shape, dtype: DType,
                  device: str | None = None) -> None:
@@ -31,6 +33,11 @@ class Node:
         self.device = device
         self.buffer: Any = None
         self.replaces: Node | None = None
+        checks = None  # the sources' checks pass on (a loop without a generator's frame: the per-op path)
+        for source in srcs:
+            if source.checks is not None:
+                checks = source.checks if checks is None or checks is source.checks else merge(checks, source.checks)
+        self.checks: tuple[Check, ...] | None = checks
 
     def __repr__(self) -> str:
         return f"Node({self.op.name}, shape={self.shape}, dtype={self.dtype.name}, device={self.device})"

@@ -1,9 +1,9 @@
 """Index updates with torch's semantics: index_add, index_copy, index_fill, put, masked_scatter (and their in-place
 forms) and bincount, as compositions of advanced_indexing's compare-and-sum reads and writes.
 
-As everywhere in ember, out-of-range integer tensor indices are not checked (that would read them): they write
-nothing. index_fill and put count negative indices from the end, as torch does; index_add and index_copy, which
-reject them in torch, write nothing for them.
+An index out of range raises IndexOutOfRangeError (core/checks.py) when the result is realized (at the call when
+the index is host data). index_fill and put count negative indices from the end, as torch does; index_add,
+index_copy and index_reduce reject them, as torch does.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from ember.core import dtype as dtypes
+from ember.core.checks import check_index
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.shapes import broadcast_shapes, normalize_dim
@@ -36,7 +37,9 @@ def _index_vector(index: Any, name: str, allow_int32: bool) -> Tensor:
 
 
 def _same_dtype(name: str, tensor: Tensor, source: Tensor) -> None:
-    if not hasattr(source, "node"):
+    from ember.core.elementwise import ElementwiseOps
+
+    if not isinstance(source, ElementwiseOps):  # Tensor, and the numpy reference tensor
         raise TypeError(f"{name}: source must be a Tensor, got {type(source).__name__}")
     if source.dtype != tensor.dtype:
         raise DTypeError(f"{name}: self and source must have the same dtype, got {tensor.dtype.name} and "
@@ -58,7 +61,8 @@ def _indexed_write(tensor: Tensor, dim: int, index: Tensor, source: Tensor, mode
     if values.shape != expected:
         raise ShapeError(f"{name}: the number of indices ({index.shape[0]}) must equal source's size in dim {dim} "
                          f"({values.shape[axis]})")
-    written = put_last(target.transpose(axis, -1), index, values.transpose(axis, -1), mode)
+    positions = check_index(index, target.shape[axis], name, axis, negatives=False)
+    written = put_last(target.transpose(axis, -1), positions, values.transpose(axis, -1), mode)
     return written.transpose(axis, -1).reshape(tensor.shape)
 
 
@@ -91,8 +95,6 @@ class IndexUpdateOps(TensorBase):
     def index_fill(self, dim: int, index: Tensor, value: Any) -> Tensor:
         """A copy of self with the slices index[i] along dim (negative indices count from the end) set to value, a
         number or a 0-d tensor (which gets the gradient of the filled elements)."""
-        from ember.core.advanced_indexing import wrap_negative
-
         vector = _index_vector(index, "index_fill", allow_int32=False)
         target = self.reshape(1) if self.ndim == 0 else self
         axis = normalize_dim(dim, target.ndim, "index_fill")
@@ -104,7 +106,8 @@ class IndexUpdateOps(TensorBase):
             fill = self._full((), value, self.dtype, self.device)
         size = target.shape[axis]
         positions = self._arange_primitive(size, dtypes.int64, self.device).unsqueeze(1)
-        hit = (wrap_negative(vector, size).unsqueeze(0) == positions).any(1)  # (size,): named by some index
+        checked = check_index(vector, size, "index_fill", axis, negatives=True)
+        hit = (checked.unsqueeze(0) == positions).any(1)  # (size,): named by some index
         hit = hit.reshape(tuple(size if d == axis else 1 for d in range(target.ndim)))
         return where(hit, fill, target).reshape(self.shape)
 
@@ -133,7 +136,7 @@ class IndexUpdateOps(TensorBase):
     def put(self, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:
         """A copy of self with the elements of self.flatten() at index (negative from the end) set to source's (or
         increased by them, repeats summed, when accumulate); index and source have the same number of elements."""
-        from ember.core.advanced_indexing import put_last, wrap_negative
+        from ember.core.advanced_indexing import put_last
         from ember.core.indexing import _check_index_dtype
 
         _check_index_dtype(index, "put")
@@ -144,7 +147,7 @@ class IndexUpdateOps(TensorBase):
             raise IndexError(f"put: index and source need the same number of elements, got {index.numel()} "
                              f"(shape {index.shape}) and {source.numel()} (shape {source.shape})")
         flat = self.reshape(-1)
-        positions = wrap_negative(index.reshape(-1), flat.shape[0])
+        positions = check_index(index.reshape(-1), flat.shape[0], "put", None, negatives=True)
         written = put_last(flat, positions, source.reshape(-1), "sum" if accumulate else "replace")
         return written.reshape(self.shape)
 

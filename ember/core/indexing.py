@@ -2,8 +2,9 @@
 
 Basic indices (ints, slices with steps, None, Ellipsis) are views. Integer-tensor and boolean-mask indices are
 compositions in `advanced_indexing`: a comparison against an ARANGE and a reduce, fused into one kernel.
-Out-of-range *integer tensor* indices are not checked (that would need their values): they select 0 (False for
-bool tensors) in reads, and write nothing in writes. Out-of-range Python ints raise IndexError at the call.
+Out-of-range Python ints raise IndexError at the call; out-of-range integer tensor indices raise
+IndexOutOfRangeError (core/checks.py): at the call when their values are on the host, else when a value computed
+from them is first realized.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from ember.core import dtype as dtypes
+from ember.core.checks import check_index
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.index_updates import IndexUpdateOps
 from ember.core.ops import Op
@@ -185,7 +187,7 @@ def _list_is_tuple(indices: list[Any]) -> bool:
 
 def _classify(tensor: Tensor, index: Any) -> tuple[str, Any]:
     """One index as (kind, value): none, ellipsis, slice, int, tensor (integer) or mask (bool)."""
-    from ember.core.tensor import Tensor
+    from ember.core.elementwise import ElementwiseOps as Tensor  # Tensor, and the numpy reference tensor
 
     if index is None:
         return "none", None
@@ -270,12 +272,20 @@ class IndexingOps(IndexUpdateOps):
     # ---- gather / scatter --------------------------------------------------------------------------------------
 
     def gather(self, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:
-        """out[i][j][k] = self[index[i][j][k]][j][k] for dim 0 (and so on for other dims), like torch.gather."""
+        """out[i][j][k] = self[index[i][j][k]][j][k] for dim 0 (and so on for other dims), like torch.gather; an
+        index outside [0, size of dim) raises IndexOutOfRangeError."""
+        return self._gather(dim, index, checked=True)
+
+    def _gather(self, dim: int, index: Tensor, checked: bool) -> Tensor:
+        """gather; `checked=False` for the indices ember computes itself (sort, topk, max), which are in range."""
         from ember.core.advanced_indexing import take_last
 
         source, axis = _scatter_gather_checks(cast("Tensor", self), dim, index, None, "gather")
         values = source.shrink([None if d == axis else (0, size) for d, size in enumerate(index.shape)])
-        result = take_last(values.transpose(axis, -1), _as_1d(index).transpose(axis, -1))
+        flat_index = _as_1d(index)
+        if checked:
+            flat_index = check_index(flat_index, source.shape[axis], "gather", axis, negatives=False)
+        result = take_last(values.transpose(axis, -1), flat_index.transpose(axis, -1))
         return result.transpose(axis, -1).reshape(index.shape)
 
     def take_along_dim(self, indices: Tensor, dim: int | None = None) -> Tensor:
@@ -294,13 +304,19 @@ class IndexingOps(IndexUpdateOps):
 
     def take(self, index: Tensor) -> Tensor:
         """self flattened, indexed by index (negative indices count from the end); the result has index's shape."""
-        from ember.core.advanced_indexing import take_last, wrap_negative
+        from ember.core.advanced_indexing import take_last
 
         _check_index_dtype(index, "take")
         flat = self.flatten()
-        return take_last(flat, wrap_negative(index.flatten(), flat.shape[0])).reshape(index.shape)
+        positions = check_index(index.flatten(), flat.shape[0], "take", None, negatives=True)
+        return take_last(flat, positions).reshape(index.shape)
 
     def index_select(self, dim: int, index: Tensor) -> Tensor:
+        """The slices index[i] along dim (an index outside [0, size of dim) raises, negative ones too, as torch)."""
+        return self._index_select(dim, index, checked=True)
+
+    def _index_select(self, dim: int, index: Tensor, checked: bool) -> Tensor:
+        """index_select; `checked=False` for the indices ember computes itself, which are in range."""
         from ember.core.advanced_indexing import take_last
 
         _check_index_dtype(index, "index_select")
@@ -308,7 +324,10 @@ class IndexingOps(IndexUpdateOps):
             raise ShapeError(f"index_select: index must be 0-d or 1-d, got shape {index.shape}")
         source = self.reshape(1) if self.ndim == 0 else self
         axis = normalize_dim(dim, source.ndim, "index_select")
-        result = take_last(source.transpose(axis, -1), index.reshape(-1)).transpose(axis, -1)
+        flat_index = index.reshape(-1)
+        if checked:
+            flat_index = check_index(flat_index, source.shape[axis], "index_select", axis, negatives=False)
+        result = take_last(source.transpose(axis, -1), flat_index).transpose(axis, -1)
         return result.reshape(()) if self.ndim == 0 and index.ndim == 0 else result
 
     def scatter(self, dim: int, index: Tensor, src: Any = None, value: Any = None, *,
@@ -405,11 +424,13 @@ class IndexingOps(IndexUpdateOps):
     def one_hot(self, num_classes: int = -1) -> Tensor:
         """torch.nn.functional.one_hot: int64 with a new last dim of num_classes (inferred as max + 1 when -1).
 
-        With an explicit num_classes nothing is read from the device: out-of-range classes give all-zero rows.
+        With an explicit num_classes nothing is read from the device when it is recorded: a class outside
+        [0, num_classes) raises IndexOutOfRangeError when the result is realized.
         """
         if not self.dtype.is_int:
             raise DTypeError(f"one_hot: expects an integer (index) tensor, got {self.dtype.name}")
-        if num_classes == -1:
+        inferred = num_classes == -1  # from the values read: no check needed
+        if inferred:
             if self.numel() == 0:
                 raise ShapeError(f"one_hot: cannot infer the number of classes from an empty tensor {self.shape}")
             from ember.core.tensor import realize
@@ -422,7 +443,9 @@ class IndexingOps(IndexUpdateOps):
         if num_classes < 0:
             raise ArgumentError(f"one_hot: num_classes must be -1 or non-negative, got {num_classes}")
         classes = self._arange_primitive(num_classes, dtypes.int64, self.device)
-        return (self.cast(dtypes.int64).unsqueeze(-1) == classes).cast(dtypes.int64)
+        values = self.cast(dtypes.int64) if inferred else check_index(
+            cast("Tensor", self), num_classes, "one_hot (class values)", None, negatives=False)
+        return (values.unsqueeze(-1) == classes).cast(dtypes.int64)
 
 
 def _put(tensor: Tensor, indices: Any, value: Any, accumulate: bool) -> Tensor:
@@ -468,9 +491,9 @@ def broadcast_value(value: Tensor, shape: Shape) -> Tensor:
 
 
 def _check_index_dtype(index: Any, name: str) -> None:
-    from ember.core.tensor import Tensor
+    from ember.core.elementwise import ElementwiseOps
 
-    if not isinstance(index, Tensor):
+    if not isinstance(index, ElementwiseOps):  # Tensor, and the numpy reference tensor
         raise TypeError(f"{name}: index must be an integer Tensor, got {type(index).__name__}")
     if not index.dtype.is_int:
         raise DTypeError(f"{name}: index must be an integer tensor, got {index.dtype.name}")
@@ -519,7 +542,8 @@ def _scatter(tensor: Tensor, dim: int, index: Tensor, source: Any, mode: str, in
         values = tensor._full(index_shape, source, tensor.dtype, tensor.device)
     values = _as_1d(values).shrink([(0, size) for size in index_shape])
     sub = target.shrink(region)
-    updated = put_last(sub.transpose(axis, -1), _as_1d(index).transpose(axis, -1), values.transpose(axis, -1),
+    positions = check_index(_as_1d(index), target.shape[axis], name, axis, negatives=False)
+    updated = put_last(sub.transpose(axis, -1), positions.transpose(axis, -1), values.transpose(axis, -1),
                        mode, include_self).transpose(axis, -1)
     if sub.shape != target.shape:
         amounts = [(0, 0) if bound is None else (0, size - bound[1]) for bound, size in zip(region, target.shape)]

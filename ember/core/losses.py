@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING, cast
 
 from ember.core import dtype as dtypes
+from ember.core.checks import check_index, describe_target
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.shapes import broadcast_shapes
@@ -86,7 +87,8 @@ class LossOps(TensorBase):
         _check_class_target(cast("Tensor", self), target, "nll_loss")
         classes = self.shape[0] if self.ndim == 1 else self.shape[1]
         _class_weight(weight, classes, "nll_loss")
-        picked, picked_weight = _pick_classes(_class_axis_last(cast("Tensor", self)), target, weight, ignore_index, classes)
+        picked, picked_weight = _pick_classes(_class_axis_last(cast("Tensor", self)), target, weight, ignore_index,
+                                              classes, "nll_loss")
         loss = -picked
         if reduction == "none":
             return loss
@@ -128,7 +130,8 @@ class LossOps(TensorBase):
                 return loss.sum() / count if count else loss.sum() * math.nan
             return _reduce(loss, reduction)
         _check_class_target(cast("Tensor", self), target, "cross_entropy")
-        picked, picked_weight = _pick_classes(log_probabilities, target, weight, ignore_index, classes)
+        picked, picked_weight = _pick_classes(log_probabilities, target, weight, ignore_index, classes,
+                                              "cross_entropy")
         loss = -picked
         if label_smoothing > 0:
             weighted = log_probabilities * weight if weight is not None else log_probabilities
@@ -232,10 +235,13 @@ class LossOps(TensorBase):
 
 
 def _pick_classes(log_probabilities: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int,
-                  classes: int) -> tuple[Tensor, Tensor]:
-    """(w[t] * x[..., t], w[t]) for each target t (0 where t == ignore_index), by a one-hot select and sum."""
+                  classes: int, op: str) -> tuple[Tensor, Tensor]:
+    """(w[t] * x[..., t], w[t]) for each target t (0 where t == ignore_index), by a one-hot select and sum; a target
+    outside [0, classes) that is not ignore_index raises IndexOutOfRangeError (torch: 'Target 5 is out of bounds')."""
     classes_range = log_probabilities._arange_primitive(classes, dtypes.int64, log_probabilities.device)
-    index = target.cast(dtypes.int64).unsqueeze(-1)
+    target = check_index(target, classes, op, None, negatives=False, ignore=ignore_index,
+                         describe=describe_target(op, target.shape, classes, ignore_index))
+    index = target.unsqueeze(-1)
     chosen = (index == classes_range).logical_and(index != ignore_index)  # [..., C]
     dtype = log_probabilities.dtype
     values = log_probabilities * weight if weight is not None else log_probabilities

@@ -7,6 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any, cast
 
 from ember.core import dtype as dtypes
+from ember.core.checks import check_index, describe_target
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.losses import _check_reduction, _pointwise_operands, _reduce
@@ -86,7 +87,9 @@ class MarginLossOps(TensorBase):
             raise DTypeError(f"multi_margin_loss: expected integer class indices, got {target.dtype.name}")
         scores = self if self.ndim == 2 else self.unsqueeze(0)
         classes = scores.shape[1]
-        chosen = target.reshape(-1, 1).cast(dtypes.int64) == scores._arange_primitive(
+        target = check_index(target, classes, "multi_margin_loss", None, negatives=False,
+                             describe=describe_target("multi_margin_loss", target.shape, classes, None))
+        chosen = target.reshape(-1, 1) == scores._arange_primitive(
             classes, dtypes.int64, scores.device).reshape(1, classes)
         picked = where(chosen, scores, 0).sum(1, keepdim=True)
         hinge = (margin - picked + scores).clamp_min(0)

@@ -294,7 +294,8 @@ class MovementOps(TensorBase):
                     f"repeat_interleave: repeats of shape {counts.shape} must have one count per element of dim "
                     f"{axis} (size {source.shape[axis]}) of the shape {source.shape}"
                 )
-            return source.index_select(axis, repeat_indices(counts, output_size))
+            # in range when the output size is the counts' sum (read when not given): checked only when given
+            return source._index_select(axis, repeat_indices(counts, output_size), checked=output_size is not None)
         count = _integer(repeats, "repeat_interleave: repeats")
         if count < 0:
             raise ShapeError(f"repeat_interleave: repeats must be non-negative, got {count}")

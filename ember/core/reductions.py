@@ -124,7 +124,7 @@ class ReductionOps(TensorBase):
         if not getattr(self, "requires_grad", False) or self.ndim == 0:
             return ValuesIndices(self._max_or_min_values(dim, keepdim, name, minimum), indices)
         axis = normalize_dim(dim, self.ndim, name)
-        values = self.gather(axis, indices if keepdim else indices.unsqueeze(axis))
+        values = self._gather(axis, indices if keepdim else indices.unsqueeze(axis), checked=False)
         return ValuesIndices(values if keepdim else values.squeeze(axis), indices)
 
     def _as_orderable(self) -> Tensor:
@@ -352,7 +352,7 @@ def _cumulative_extreme(self, dim: int, name: str, minimum: bool) -> ValuesIndic
     indices = where(reached, positions, missing)._reduce_axes(Op.REDUCE_MAX, (self.ndim,), False)
     indices = indices.transpose(axis, -1)
     if getattr(self, "requires_grad", False):
-        values = self.gather(axis, indices)
+        values = self._gather(axis, indices, checked=False)
     return ValuesIndices(values, indices)
 
 

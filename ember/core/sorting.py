@@ -65,7 +65,7 @@ class SortingOps(TensorBase):
             return ValuesIndices(values, indices)
         indices = indices.narrow(axis, 0, k)
         # with a gradient to track, only the k values are gathered from the input (n * k work, not n * n)
-        values = self.gather(axis, indices) if tracked else values.narrow(axis, 0, k)
+        values = self._gather(axis, indices, checked=False) if tracked else values.narrow(axis, 0, k)
         return ValuesIndices(values, indices)
 
     def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
@@ -121,7 +121,7 @@ class SortingOps(TensorBase):
         values = _take_exact(rows, last) if not getattr(self, "requires_grad", False) else None
         indices = _unrows(last, cast("Tensor", self), axis, keepdim)
         if values is None:
-            values = self.gather(axis, indices if keepdim else indices.unsqueeze(axis))
+            values = self._gather(axis, indices if keepdim else indices.unsqueeze(axis), checked=False)
             values = values if keepdim else values.squeeze(axis)
         else:
             values = _unrows(values, cast("Tensor", self), axis, keepdim).cast(self.dtype)
@@ -188,7 +188,7 @@ def _sort_along(tensor: Tensor, dim: int, descending: bool, name: str, need_valu
     values, positions = sort_rows(_rows(tensor, axis), descending)
     indices = _unrows(positions, tensor, axis, keepdim=True)
     if getattr(tensor, "requires_grad", False) and need_values:
-        return tensor.gather(axis, indices), indices
+        return tensor._gather(axis, indices, checked=False), indices
     return _unrows(values, tensor, axis, keepdim=True), indices
 
 

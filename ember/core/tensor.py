@@ -142,6 +142,19 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         output._saved_versions = tuple(source._version for source in sources)
         return output
 
+    def _checked(self, invalid: Tensor, describe: Any, named: Tensor | None) -> Tensor:
+        """self as a new node carrying a check (core/checks.py): its violation is computed lazily from `invalid`."""
+        from ember.core.checks import Check, attach, first_invalid_position, fresh_node
+
+        token = CONTEXT.set(CONTEXT.get().with_grad(False))
+        try:
+            violation = first_invalid_position(invalid)
+        finally:
+            CONTEXT.reset(token)
+        output = fresh_node(self)
+        attach(output.node, Check(violation.node, None if named is None else named.node, describe))
+        return output
+
     @classmethod
     def _full(cls, shape: Shape, value: Any, dtype: DType, device: str) -> Tensor:
         """A lazy constant of a shape (no memory until used)."""

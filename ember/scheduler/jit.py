@@ -41,6 +41,7 @@ class Capture:
     rebuild: Callable[[list[Any]], Any]
     state_copies: list[tuple[int, int]]  # (target slot, source slot) copied before the steps
     memory_plan: dict[str, DevicePlan]
+    checks: list[tuple[int, Any]]  # (slot of a value check's violation, its describe function): read after a replay
     kernels: int = 0
     bound: list[Callable[[tuple[Event, ...]], Event] | None] | None = None  # per step, made at the first replay
 
@@ -157,6 +158,15 @@ class Jitted:
                 capture.bound = bind_steps(capture.steps, capture.buffers)
             run_steps(capture.steps, capture.bound, buffers, capture.state_copies)
         self.replays += 1
+        for slot, describe in capture.checks:  # value checks (core/checks.py) raise as they would without jit
+            violation = buffers[slot]
+            assert violation is not None
+            position = int(violation.read()[0])
+            if position >= 0:
+                error = describe(position, None)
+                error.args = (f"{error.args[0]} (in a replay of ember.jit({self.function.__name__}); the "
+                              "values it computed are wrong and its in-place updates are done)",)
+                raise error
         values = []
         for kind, where in capture.outputs:
             if kind == "value":
@@ -212,6 +222,7 @@ def _plan(recorder: Recorder, key: list[Any], input_slots: list[tuple[int, int]]
         last_use[step.output] = index
     inputs = {slot for _, slot in input_slots}
     outputs_kept = {where[0] for kind, where in outputs if kind == "slot"}
+    outputs_kept |= {slot for slot, _ in recorder.checks}  # read after the steps: never shares arena memory
     intermediate = [slot for slot in range(len(buffers)) if first_is_write.get(slot) and not escaped[slot]
                     and slot not in inputs and slot not in outputs_kept]
     # state an assign could not update in place: the capture reads `old` and writes `new` (which tensors now hold);
@@ -230,7 +241,8 @@ def _plan(recorder: Recorder, key: list[Any], input_slots: list[tuple[int, int]]
     for _, slot in input_slots:
         buffers[slot] = None
     kernels = sum(isinstance(step, RecordedLaunch) for step in steps)
-    return Capture(key, steps, buffers, input_slots, outputs, rebuild, state_copies, memory_plan, kernels)
+    return Capture(key, steps, buffers, input_slots, outputs, rebuild, state_copies, memory_plan, list(recorder.checks),
+                   kernels)
 
 
 def _held_elsewhere(buffers: list[Buffer | None], slot: int) -> bool:

@@ -9,10 +9,11 @@ from typing import cast
 from ember.backends.base import Device, MemoryPool
 from ember.backends.config import CONFIG
 from ember.context import CONTEXT, CallContext
+from ember.core import checks as value_checks
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.scheduler import compile_cache, profile
-from ember.scheduler.buffers import DEFERRED_FREES, MAX_DEFERRED_FREES, buffer_of, release_finished
+from ember.scheduler.buffers import DEFERRED_FREES, MAX_DEFERRED_FREES, buffer_of, read_node, release_finished
 from ember.scheduler.compile_ahead import compile_ahead
 from ember.scheduler.copies import run_copy
 from ember.scheduler.devices import get_device
@@ -30,7 +31,8 @@ BUFFER = Op.BUFFER
 def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
     """Compute every unrealized node in `nodes` (and the stored nodes they need); a leaf of host data is uploaded.
     One thread at a time (lock.py); what the calling thread is inside of (grad mode, profiles, a budget, a capture,
-    a trace, debug output) is its context (ember/context.py), read once here."""
+    a trace, debug output) is its context (ember/context.py), read once here. Value checks the nodes carry
+    (core/checks.py) are computed in the same schedule and raise their failure."""
     acquire()
     try:
         _realize(nodes, allow_sharding, CONTEXT.get())
@@ -38,9 +40,12 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
         release()
 
 
-def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext) -> None:
+def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, checked: bool = False) -> None:
     pending = []
     for node in nodes:
+        if node.checks is not None and not checked:
+            _realize_checked(nodes, allow_sharding, context)
+            return
         if node.op is not BUFFER:  # not realized
             pending.append(node)
         elif node.buffer is None:
@@ -116,6 +121,17 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext) -> N
         for index in releases:
             live[index] = None
     _record_peaks(records, pools)
+
+
+def _realize_checked(nodes: list[Node], allow_sharding: bool, context: CallContext) -> None:
+    """_realize for nodes with value checks: the checks' violations are realized with them, then read."""
+    checks = value_checks.pending(nodes)
+    violations = [cast(Node, check.violation) for check in checks]
+    _realize(nodes + violations, allow_sharding, context, checked=True)
+    if context.recorder is not None:  # ember.jit: a replay reads the violations again
+        for check in checks:
+            context.recorder.check(buffer_of(cast(Node, check.violation)), check.describe)
+    value_checks.settle(checks, nodes, read_node)
 
 
 def _live_nodes(items: Schedule, graph_nodes: list[Node]) -> list[Node | None]:

@@ -40,6 +40,7 @@ class Recorder:
         self.commands: list[RecordedLaunch | RecordedCopy] = []
         self.uploads: list[tuple[tuple[int, ...], str, bytes]] = []  # host data uploaded: size, dtype, bytes
         self.rebound: list[tuple[int, int]] = []  # (old slot, new slot) of assigns computed into a new buffer
+        self.checks: list[tuple[int, Any]] = []  # (slot of a value check's violation, its describe function)
 
     def slot(self, buffer: Any) -> int:
         """The slot number of a buffer (a new one at its first appearance)."""
@@ -61,6 +62,11 @@ class Recorder:
 
     def upload(self, array: np.ndarray) -> None:
         self.uploads.append((array.shape, array.dtype.str, array.tobytes()))
+
+    def check(self, violation: Any, describe: Any) -> None:
+        """A value check (core/checks.py) whose violation buffer a replay reads after its commands."""
+        if self.commands_wanted:
+            self.checks.append((self.slot(violation), describe))
 
     def assign_not_in_place(self, old: Any, new: Any) -> None:
         if self.commands_wanted:

@@ -5,7 +5,8 @@
 Tensor API runs eagerly in numpy, without the kernelizer, the IR or a backend. Semantics follow `ember/core/ops.py`:
 integer division truncates and x // 0 gives 0, MOD is C's remainder and x % 0 gives 0, MAX propagates NaN, CAST
 from float to int truncates, ADD/MUL/MAX on bool are or/and/or, and float16/bfloat16 values are computed in float32
-and rounded to their type whenever a result is stored (here: after every op).
+and rounded to their type whenever a result is stored (here: after every op). The Tensor methods check indices and
+integer divisors before those primitives (core/checks.py): here at once, raising the errors ember's Tensor raises.
 
 `perturbation(scale, seed)` makes float results carry random relative noise of `scale` units in the last place of
 their dtype (Monte Carlo arithmetic): comparing several perturbed runs tells which output elements are sensitive to
@@ -360,6 +361,15 @@ class ReferenceTensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, Li
         result = evaluate(op, [source.array for source in sources], arg, output)
         assert result.shape == shape, (op, result.shape, shape)
         return ReferenceTensor._from_array(result, result_dtype, self._device)
+
+    def _checked(self, invalid: ReferenceTensor, describe: Any,  # type: ignore[override]  # see the note above _apply
+                 named: ReferenceTensor | None) -> ReferenceTensor:
+        """A value check (core/checks.py), evaluated now: raises describe(first invalid position, value there)."""
+        bad = np.flatnonzero(invalid.array.reshape(-1))
+        if bad.size:
+            position = int(bad[0])
+            raise describe(position, None if named is None else int(named.array.reshape(-1)[position]))
+        return self
 
     @classmethod
     def _full(cls, shape: Shape, value: Any, dtype: DType, device: str) -> ReferenceTensor:  # type: ignore[override]  # see the note above _apply
