@@ -23,6 +23,7 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import EmberError
 from ember.core.shapes import broadcast_shapes, prod
+from ember.testing.large import large_programs
 from ember.testing.program import Call, Program, Ref, Source, run_node
 from ember.testing.reference import REFERENCE_DEVICE, ReferenceTensor
 
@@ -559,3 +560,15 @@ def programs(draw: st.DrawFn, allowed_dtypes: tuple[DType, ...], max_calls: int 
     outputs = tuple(dict.fromkeys([last, *extra]))
     builder.program.outputs = outputs
     return builder.program
+
+
+@st.composite
+def fuzz_examples(draw: st.DrawFn, allowed_dtypes: tuple[DType, ...], max_calls: int = 8, extra_outputs: bool = True,
+                  other_devices: tuple[str, ...] = (), large_percent: int = 0) -> Program:
+    """What the fuzzer checks: a large program (large.py) for `large_percent` of the examples, else a small one.
+
+    The choice is drawn first and shrinks toward 0 (a small program). Large programs are float32, which every
+    device runs."""
+    if large_percent and dtypes.float32 in allowed_dtypes and draw(st.integers(0, 99)) >= 100 - large_percent:
+        return draw(large_programs())
+    return draw(programs(allowed_dtypes, max_calls, extra_outputs, other_devices))
