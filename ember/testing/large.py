@@ -94,10 +94,10 @@ def large_matmul(draw: st.DrawFn, count: int) -> Program:
         rows, columns = draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 2, 3]))
         vector = draw(st.booleans())
         inner = count // (rows + (1 if vector else columns))
-    else:  # wide: `count` products in all, at most MAX_MATMUL_OUTPUTS outputs
-        inner = draw(st.sampled_from([1, 2, 4, 16]))
+    else:  # wide: `count` outputs (at most MAX_MATMUL_OUTPUTS), each a short sum; inputs as large at most
         columns = draw(st.sampled_from([1, 3, 257]))
-        rows, vector = max(1, min(count // inner, MAX_MATMUL_OUTPUTS) // columns), False
+        rows, vector = min(count, MAX_MATMUL_OUTPUTS) // columns, False
+        inner = min(draw(st.sampled_from([1, 2, 4, 16])), max(1, MAX_MATMUL_OUTPUTS // rows))
     left = large_source(draw, (rows, inner), inner, product=False)
     right = large_source(draw, (inner,) if vector else (inner, columns), inner, product=False)
     return Program([left, right, Call(0, "__matmul__", (Ref(1),))], outputs=(2,), large=True)
