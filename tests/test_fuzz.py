@@ -195,7 +195,7 @@ def test_a_generator_error_is_a_fuzzer_bug_with_its_seed(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(strategies, "KINDS", {"unary": broken})
     lines: list[str] = []
-    stats = fuzz("dummy:0", 2.0, start_seed=40, chunk=2, report=lines.append, gradients=False)
+    stats = fuzz("dummy:0", 2.0, start_seed=40, chunk=2, report=lines.append, gradients=False, large_percent=0)
     assert not stats.failures and stats.fuzzer_bugs and stats.examples == 0, lines
     assert lines[0].startswith("FUZZER BUG on dummy:0 (seed 40):"), lines[0]
     assert "the fuzzer itself raised ValueError: planted generator error" in lines[0]
@@ -211,6 +211,8 @@ def test_command_line_exit_status_tells_a_fuzzer_bug_and_an_unavailable_device(t
         "def broken(draw, builder, target):\n"
         "    raise ValueError('planted generator error')\n"
         "strategies.KINDS = {'unary': broken}\n"
+        "import ember.testing.large as large\n"
+        "large.LARGE_PERCENT = 0\n"
         "gradient_fuzz.KINDS = {'unary': broken}\n")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), root, os.environ.get("PYTHONPATH", "")]))

@@ -6,6 +6,13 @@ arithmetic) and once with float16/bfloat16 intermediates unrounded (ember rounds
 them), and the spread of those runs widens the tolerance where the result is ill-conditioned. Elements whose
 NaN-ness, infinity, integer or boolean value changes between the noisy runs are uncertain and not compared; every
 other integer and boolean element must match exactly, and NaN and infinity positions must match.
+
+A few examples in a hundred (large.LARGE_PERCENT) are one reduction or matmul over 10^5 to 5 * 10^7 elements instead,
+compared with the exact float64 result and a float32 error bound (large.py says why it is right).
+
+A run keeps to its time: no example starts after the deadline, a large one only if its estimated time still fits,
+and once Hypothesis is shrinking a failure, running out of time stops the shrinking (TimeUp) and the smallest
+failing program found so far is reported.
 """
 
 from __future__ import annotations
@@ -24,9 +31,11 @@ from hypothesis.errors import FlakyFailure
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
-from ember.testing.program import Program
+from ember.testing import large
+from ember.testing.large import estimated_seconds, large_problem, program_truth, source_values
+from ember.testing.program import Call, Program, Source, run_node
 from ember.testing.reference import UNIT_ROUNDOFF, halves_unrounded, perturbation, store
-from ember.testing.strategies import ReferenceMaker, programs
+from ember.testing.strategies import ReferenceMaker, fuzz_examples
 
 NOISE_SCALE = 4.0  # units in the last place of noise per rounding op (covers library functions' ulp errors)
 NOISY_RUNS = 5
@@ -116,6 +125,38 @@ def compare(actual: np.ndarray, samples: list[np.ndarray], dtype: DType) -> Verd
     return Verdict("values differ" if bad.any() else "", bad, int((~uncertain).sum()), int(uncertain.sum()))
 
 
+def check_large(program: Program, device: str) -> tuple[int, int]:
+    """Run a large program on ember and compare it with its float64 truth; raise FuzzMismatch if out of bounds."""
+    import ember
+
+    sources = [node for node in program.nodes if isinstance(node, Source)]
+    inputs = [source_values(source) for source in sources]
+    truth = program_truth(program, inputs)
+    try:
+        maker = EmberMaker(device)
+        values: list[Any] = []
+        for node in program.nodes:
+            if isinstance(node, Source) and node.kind == "random":  # the values the truth was computed from
+                values.append(maker.tensor(inputs[sources.index(node)], node.dtype))
+            else:
+                values.append(run_node(node, values, maker))
+        output = values[program.outputs[0]]
+        ember.realize(output)
+        actual = output.numpy()
+    except Exception as error:  # noqa: BLE001 - any error of ember on a valid program is a finding
+        raise FuzzMismatch(_report(program, device, f"ember raised {type(error).__name__}: {error}")) from error
+    del values, inputs
+    call = program.nodes[-1]
+    assert isinstance(call, Call)
+    expected_dtype = dtypes.int64 if call.method in ("argmax", "argmin") else dtypes.float32
+    if output.dtype != expected_dtype:
+        raise FuzzMismatch(_report(program, device, f"dtype {output.dtype.name} != {expected_dtype.name}"))
+    problem = large_problem(actual, truth)
+    if problem:
+        raise FuzzMismatch(_report(program, device, f"output {program.outputs[0]}: {problem}"))
+    return int(np.size(actual)), 0
+
+
 def reference_samples(program: Program) -> list[list[np.ndarray]]:
     """Output values of the exact reference run, of a run with half types unrounded, and of the noisy runs."""
     runs = []
@@ -134,6 +175,8 @@ def check_program(program: Program, device: str) -> tuple[int, int]:
     import ember
 
     program = program.pruned()  # what the printed code shows, numbered the same way
+    if program.large:
+        return check_large(program, device)
     try:
         expected_values = program.run(ReferenceMaker())
         runs = reference_samples(program)
@@ -185,6 +228,8 @@ class FuzzStats:
 
     examples: int = 0
     gradient_examples: int = 0
+    large_examples: int = 0
+    large_skipped: int = 0  # drawn when their estimated time no longer fitted before the deadline
     passed: int = 0
     elements_compared: int = 0
     elements_uncertain: int = 0
@@ -197,21 +242,65 @@ class FuzzStats:
         return self.examples / self.seconds if self.seconds else 0.0
 
 
+class TimeUp(BaseException):
+    """A fuzz run's time ran out while Hypothesis was shrinking a failure.
+
+    A BaseException (like KeyboardInterrupt), so that Hypothesis stops at once instead of taking it for a failure of
+    the program; the run then reports the smallest failure recorded in its Budget."""
+
+
+@dataclass
+class Budget:
+    """The deadline of one fuzz test (time.monotonic(); None: none) and the failures it raised so far."""
+
+    deadline: float | None = None
+    failures: list[str] = field(default_factory=list)
+
+    def allows(self, seconds: float = 0.0) -> bool:
+        """Whether an example expected to take `seconds` may start now.
+
+        Once a failure was raised, Hypothesis is shrinking it and a skipped example would look like one that passes
+        (so that the failure could not be replayed): running out of time then raises TimeUp instead."""
+        if self.deadline is None or time.monotonic() + seconds <= self.deadline:
+            return True
+        if self.failures:
+            raise TimeUp(f"the time ran out while shrinking ({len(self.failures)} failing programs run)")
+        return False
+
+    @contextmanager
+    def recording(self) -> Iterator[None]:
+        """Record the message of a FuzzMismatch raised inside (and let it go on)."""
+        try:
+            yield
+        except FuzzMismatch as mismatch:
+            self.failures.append(str(mismatch))
+            raise
+
+    def smallest_failure(self) -> str:
+        """The shortest failure message recorded (its program is the most shrunk one)."""
+        return min(self.failures, key=len)
+
+
 def fuzz_test(device: str, stats: FuzzStats, max_examples: int, max_calls: int = 8, derandomize: bool = False,
-              deadline: float | None = None, extra_outputs: bool = True,
-              other_devices: tuple[str, ...] = ()) -> Callable[[], None]:
-    """A Hypothesis test that checks random programs on `device` (call it to run; it raises on a mismatch)."""
+              deadline: float | None = None, extra_outputs: bool = True, other_devices: tuple[str, ...] = (),
+              large_percent: int = 0, budget: Budget | None = None) -> Callable[[], None]:
+    """A Hypothesis test that checks random programs on `device` (call it to run; it raises on a mismatch).
+
+    `large_percent` of the examples are large programs (see large.py); `budget` (or `deadline`) bounds the time."""
     allowed = device_dtypes(device)
+    budget = budget if budget is not None else Budget(deadline)
 
     @settings(max_examples=max_examples, deadline=None, derandomize=derandomize, database=None, print_blob=False,
               phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False, verbosity=Verbosity.quiet,
               suppress_health_check=list(HealthCheck))
-    @given(programs(allowed, max_calls=max_calls, extra_outputs=extra_outputs, other_devices=other_devices))
+    @given(fuzz_examples(allowed, max_calls, extra_outputs, other_devices, large_percent))
     def test(program: Program) -> None:
-        if deadline is not None and time.monotonic() > deadline:
+        if not budget.allows(estimated_seconds(program) if program.large else 0.0):
+            stats.large_skipped += program.large
             return
         stats.examples += 1
-        with CurrentProgram.running(lambda: program.code(device)):
+        stats.large_examples += program.large
+        with CurrentProgram.running(lambda: program.code(device)), budget.recording():
             compared, uncertain = check_program(program, device)
         stats.passed += 1
         stats.elements_compared += compared
@@ -222,11 +311,16 @@ def fuzz_test(device: str, stats: FuzzStats, max_examples: int, max_calls: int =
 
 def fuzz(device: str, seconds: float, start_seed: int = 0, chunk: int = 50, max_calls: int = 8,
          report: Callable[[str], None] = print, progress_seconds: float = 30.0, extra_outputs: bool = True,
-         gradients: bool = True, other_devices: tuple[str, ...] = ()) -> FuzzStats:
+         gradients: bool = True, other_devices: tuple[str, ...] = (), large_percent: int | None = None) -> FuzzStats:
     """Fuzz `device` for `seconds`, in chunks of `chunk` examples seeded start_seed, start_seed + 1, ...
 
     Every fourth chunk checks gradients against torch instead (when `gradients` is set). A chunk whose generator or
-    harness raises (anything but a FuzzMismatch) is a fuzzer bug: reported with its seed, and the next chunk goes on."""
+    harness raises (anything but a FuzzMismatch) is a fuzzer bug: reported with its seed, and the next chunk goes on.
+    `large_percent` of the examples (default: large.LARGE_PERCENT) are large programs. A mismatch's report ends with
+    the command that repeats it; a failure whose shrinking the deadline cut off is reported with the smallest program
+    found."""
+    if large_percent is None:
+        large_percent = large.LARGE_PERCENT
     stats = FuzzStats()
     start = time.monotonic()
     deadline = start + seconds
@@ -234,22 +328,29 @@ def fuzz(device: str, seconds: float, start_seed: int = 0, chunk: int = 50, max_
     last_report = start
     seen: set[str] = set()
     while time.monotonic() < deadline:
+        budget = Budget(deadline)
         if gradients and chunk_seed % 4 == 3:
             from ember.testing.gradient_fuzz import gradient_fuzz_test
 
-            test = seed(chunk_seed)(gradient_fuzz_test(device, stats, max(1, chunk // 2), deadline=deadline))
+            test = seed(chunk_seed)(gradient_fuzz_test(device, stats, max(1, chunk // 2), budget=budget))
         else:
-            test = seed(chunk_seed)(fuzz_test(device, stats, chunk, max_calls, deadline=deadline,
-                                              extra_outputs=extra_outputs, other_devices=other_devices))
+            test = seed(chunk_seed)(fuzz_test(device, stats, chunk, max_calls, extra_outputs=extra_outputs,
+                                              other_devices=other_devices, large_percent=large_percent,
+                                              budget=budget))
+        repeat = repeat_command(device, chunk_seed, max_calls)
         try:
             test()
+        except TimeUp:
+            text = f"{budget.smallest_failure()}(shrinking stopped at the time limit)\n{repeat}"
+            stats.failures.append(text)
+            report(f"MISMATCH on {device} (seed {chunk_seed}):\n{text}")
         except Exception as failure:  # noqa: BLE001 - sorted below: a finding about ember, or a bug of the fuzzer
             if is_fuzzer_bug(failure):
                 text = fuzzer_bug_text(failure, device, chunk_seed, max_calls)
                 stats.fuzzer_bugs.append(text)
                 kind, key = "FUZZER BUG", "".join(traceback.format_exception(failure))
             else:
-                text = failure_text(failure)
+                text = f"{failure_text(failure)}\n{repeat}"
                 stats.failures.append(text)
                 kind, key = "MISMATCH", text
             if key in seen:
@@ -261,7 +362,8 @@ def fuzz(device: str, seconds: float, start_seed: int = 0, chunk: int = 50, max_
         stats.seconds = time.monotonic() - start
         if time.monotonic() - last_report > progress_seconds:
             last_report = time.monotonic()
-            report(f"{device}: {stats.examples} examples ({stats.gradient_examples} of gradients), {stats.passed} "
+            report(f"{device}: {stats.examples} examples ({stats.gradient_examples} of gradients, "
+                   f"{stats.large_examples} large), {stats.passed} "
                    f"passed, {len(stats.failures)} failures, {len(stats.fuzzer_bugs)} fuzzer bugs, "
                    f"{stats.examples_per_second:.2f} examples/s")
     stats.seconds = time.monotonic() - start
@@ -285,13 +387,17 @@ def failure_text(failure: BaseException) -> str:
     return str(failure)
 
 
+def repeat_command(device: str, chunk_seed: int, max_calls: int = 8) -> str:
+    """The sentence with the command that runs a chunk again (its seed is the first one of a new run)."""
+    calls = f" --max-calls {max_calls}" if max_calls != 8 else ""
+    return f"Repeat it with: python -m ember fuzz --device {device.split(':')[0]} --seed {chunk_seed}{calls} --minutes 1"
+
+
 def fuzzer_bug_text(failure: BaseException, device: str, chunk_seed: int, max_calls: int = 8) -> str:
     """The report of an error of the fuzzer itself: what raised, the traceback, and the command that repeats it."""
-    calls = f" --max-calls {max_calls}" if max_calls != 8 else ""
-    backend = device.split(":")[0]
     return (f"the fuzzer itself raised {type(failure).__name__}: {failure}\n"
             f"This is a bug in ember/testing (the program generator or the checking harness), not in {device}. "
-            f"Repeat it with: python -m ember fuzz --device {backend} --seed {chunk_seed}{calls} --minutes 1\n"
+            f"{repeat_command(device, chunk_seed, max_calls)}\n"
             + "".join(traceback.format_exception(failure)).rstrip())
 
 
@@ -335,7 +441,8 @@ def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_ca
     also = f" (moving values to {', '.join(other_devices)} too)" if other_devices else ""
     print(f"fuzzing {device}{also} for {minutes:g} minutes from seed {start_seed}", flush=True)
     total = FuzzStats()
-    deadline = time.monotonic() + minutes * 60
+    started = time.monotonic()
+    deadline = started + minutes * 60
     crashes = 0
     with tempfile.TemporaryDirectory(prefix="ember-fuzz-") as work:
         environment = dict(os.environ)
@@ -348,8 +455,10 @@ def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_ca
                 if os.path.exists(path):
                     os.remove(path)
             worker_seed = start_seed + 10_000 * worker
-            command = [sys.executable, "-m", "ember.testing.fuzz", "--device", device, "--seconds",
-                       str(min(remaining, WORKER_SECONDS)), "--seed", str(worker_seed),
+            # the worker's time is a point on the wall clock: its start-up (imports, devices) counts against it
+            until = time.time() + min(remaining, WORKER_SECONDS)
+            command = [sys.executable, "-m", "ember.testing.fuzz", "--device", device, "--until", repr(until),
+                       "--seed", str(worker_seed),
                        "--max-calls", str(max_calls), "--stats", stats_path, "--program", program_path]
             command += [argument for other in other_devices for argument in ("--with-device", other)]
             result = subprocess.run(command, env=environment)
@@ -359,6 +468,8 @@ def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_ca
                     done = json.load(file)
                 total.examples += done["examples"]
                 total.gradient_examples += done["gradient_examples"]
+                total.large_examples += done["large_examples"]
+                total.large_skipped += done["large_skipped"]
                 total.passed += done["passed"]
                 total.elements_compared += done["elements_compared"]
                 total.elements_uncertain += done["elements_uncertain"]
@@ -381,9 +492,11 @@ def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_ca
                            "(its traceback is above): a bug in the fuzzer, not in the device")
                 total.fuzzer_bugs.append(message)
                 print(f"FUZZER BUG on {device}: {message}", flush=True)
-    total.seconds = minutes * 60
+    total.seconds = time.monotonic() - started
     bugs = f", {len(total.fuzzer_bugs)} FUZZER BUGS (in ember/testing, not in {device})" if total.fuzzer_bugs else ""
-    print(f"done: {total.examples} examples ({total.gradient_examples} of gradients) in {total.seconds:.0f} s "
+    skipped = f", {total.large_skipped} large ones skipped for lack of time" if total.large_skipped else ""
+    print(f"done: {total.examples} examples ran ({total.gradient_examples} of gradients, {total.large_examples} "
+          f"large{skipped}) in {total.seconds:.0f} s "
           f"({total.examples_per_second:.2f}/s), "
           f"{total.passed} without a mismatch, {len(total.failures)} failures ({crashes} crashes){bugs}; "
           f"{total.elements_compared} output elements compared, {total.elements_uncertain} left uncertain", flush=True)
@@ -399,7 +512,9 @@ def _worker(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description="one ember fuzz worker")
     parser.add_argument("--device", required=True)
-    parser.add_argument("--seconds", type=float, required=True)
+    timing = parser.add_mutually_exclusive_group(required=True)
+    timing.add_argument("--seconds", type=float, help="how long to fuzz")
+    timing.add_argument("--until", type=float, help="when to stop, as time.time()")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--max-calls", type=int, default=8)
     parser.add_argument("--stats", required=True)
@@ -407,10 +522,12 @@ def _worker(argv: list[str] | None = None) -> int:
     parser.add_argument("--with-device", action="append", default=[])
     arguments = parser.parse_args(argv)
     CurrentProgram.path = arguments.program
-    stats = fuzz(arguments.device, arguments.seconds, arguments.seed, max_calls=arguments.max_calls,
+    seconds = arguments.seconds if arguments.until is None else arguments.until - time.time()
+    stats = fuzz(arguments.device, seconds, arguments.seed, max_calls=arguments.max_calls,
                  report=lambda line: print(line, flush=True), other_devices=tuple(arguments.with_device))
     with open(arguments.stats, "w") as file:
-        json.dump({"examples": stats.examples, "gradient_examples": stats.gradient_examples, "passed": stats.passed,
+        json.dump({"examples": stats.examples, "gradient_examples": stats.gradient_examples,
+                   "large_examples": stats.large_examples, "large_skipped": stats.large_skipped, "passed": stats.passed,
                    "elements_compared": stats.elements_compared, "elements_uncertain": stats.elements_uncertain,
                    "failures": stats.failures, "fuzzer_bugs": stats.fuzzer_bugs}, file)
     return 0

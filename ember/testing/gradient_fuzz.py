@@ -20,7 +20,7 @@ from hypothesis.extra import numpy as hnp
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.shapes import broadcast_shapes
-from ember.testing.fuzz import CurrentProgram, EmberMaker, FuzzMismatch, FuzzStats
+from ember.testing.fuzz import Budget, CurrentProgram, EmberMaker, FuzzMismatch, FuzzStats
 from ember.testing.program import Call, Program, Ref, Source
 from ember.testing.strategies import (ProgramBuilder, broadcast_shape, broadcastable, getitem, matmul_operand_shape, pad,
                                       reshape, shapes)
@@ -320,19 +320,21 @@ def gradient_code(program: Program, device: str) -> str:
 
 def gradient_fuzz_test(device: str, stats: FuzzStats, max_examples: int, derandomize: bool = False,
                        max_calls: int = 6, exclude: frozenset[str] = frozenset(),
-                       deadline: float | None = None) -> Callable[[], None]:
-    """A Hypothesis test comparing the gradients of random programs on `device` with torch's."""
+                       deadline: float | None = None, budget: Budget | None = None) -> Callable[[], None]:
+    """A Hypothesis test comparing the gradients of random programs on `device` with torch's (`budget`, or
+    `deadline`, bounds its time as in fuzz.fuzz_test)."""
+    budget = budget if budget is not None else Budget(deadline)
 
     @settings(max_examples=max_examples, deadline=None, derandomize=derandomize, database=None, print_blob=False,
               phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False, verbosity=Verbosity.quiet,
               suppress_health_check=list(HealthCheck))
     @given(differentiable_programs(max_calls=max_calls, exclude=exclude))
     def test(program: Program) -> None:
-        if deadline is not None and time.monotonic() > deadline:
+        if not budget.allows():
             return
         stats.examples += 1
         stats.gradient_examples += 1
-        with CurrentProgram.running(lambda: gradient_code(program, device)):
+        with CurrentProgram.running(lambda: gradient_code(program, device)), budget.recording():
             check_gradients(program, device)
         stats.passed += 1
 

@@ -21,14 +21,38 @@ class Ref:
 
 
 @dataclass(frozen=True)
+class SeededValues:
+    """Seeded random float32 values uniform in [offset, offset + scale), rounded down to integers if `integral`.
+
+    The values of a large source: they print as the numpy expression that makes them (`code`), not as a literal."""
+
+    seed: int
+    scale: float
+    offset: float
+    integral: bool = False
+
+    def array(self, shape: tuple[int, ...]) -> np.ndarray:
+        """The values: the same as `code` computes (float32 arithmetic, done in place to save memory)."""
+        values = np.random.default_rng(self.seed).random(shape, dtype=np.float32)
+        values *= np.float32(self.scale)
+        values += np.float32(self.offset)
+        return np.floor(values, out=values) if self.integral else values
+
+    def code(self, shape: tuple[int, ...]) -> str:
+        expression = (f"np.random.default_rng({self.seed}).random({shape!r}, dtype=np.float32) * "
+                      f"np.float32({self.scale!r}) + np.float32({self.offset!r})")
+        return f"np.floor({expression})" if self.integral else expression
+
+
+@dataclass(frozen=True)
 class Source:
-    """A tensor made from data (`tensor`), a constant (`full`) or a range (`arange`)."""
+    """A tensor made from data (`tensor`), a constant (`full`), a range (`arange`) or seeded values (`random`)."""
 
     kind: str
     dtype: DType
     shape: tuple[int, ...]
     values: Any = None  # a numpy array for `tensor` (float32 holding bfloat16 values)
-    fill: Any = None  # the value of a `full`
+    fill: Any = None  # the value of a `full`, the SeededValues of a `random`
     requires_grad: bool = False  # a `tensor` whose gradient is checked
 
 
@@ -61,6 +85,7 @@ class Program:
 
     nodes: list[Node] = field(default_factory=list)
     outputs: tuple[int, ...] = ()
+    large: bool = False  # one op over large inputs, checked against float64 truth (ember/testing/large.py)
 
     def run(self, maker: TensorMaker, adapters: dict[str, Callable[..., Any]] | None = None) -> list[Any]:
         """Every value of the program, made with `maker`; `adapters` replace methods by name (for other libraries)."""
@@ -89,7 +114,7 @@ class Program:
         keep = self.needed()
         renumber = {old: new for new, old in enumerate(keep)}
         nodes = [renumbered(self.nodes[index], renumber) for index in keep]
-        return Program(nodes, tuple(renumber[index] for index in self.outputs))
+        return Program(nodes, tuple(renumber[index] for index in self.outputs), self.large)
 
     def code(self, device: str) -> str:
         """The program as ember code a person can paste (only what the outputs need)."""
@@ -156,6 +181,8 @@ def run_node(node: Node, values: Sequence[Any], maker: TensorMaker,
                 maker.tensor(node.values, node.dtype))
         if node.kind == "full":
             return maker.full(node.shape, node.fill, node.dtype)
+        if node.kind == "random":
+            return maker.tensor(node.fill.array(node.shape), node.dtype)
         return maker.arange(node.shape[0], node.dtype)
 
     def resolve(value: Any) -> Any:
@@ -187,6 +214,8 @@ def node_code(node: Node, device: str) -> str:
             return f"em.tensor({array_code(node.values, node.dtype)}, {where}{grad})"
         if node.kind == "full":
             return f"em.full({node.shape!r}, {value_code(node.fill)}, {where})"
+        if node.kind == "random":
+            return f"em.tensor({node.fill.code(node.shape)}, {where})"
         return f"em.arange({node.shape[0]}, {where})"
     target = f"t{node.target}"
     args = [value_code(value) for value in node.args]

@@ -23,6 +23,7 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import EmberError
 from ember.core.shapes import broadcast_shapes, prod
+from ember.testing.large import large_programs
 from ember.testing.program import Call, Program, Ref, Source, run_node
 from ember.testing.reference import REFERENCE_DEVICE, ReferenceTensor
 
@@ -33,6 +34,7 @@ USER_ERRORS = (EmberError, TypeError, ValueError, IndexError, NotImplementedErro
 FLOAT_VALUES = [0.0, 1.0, -1.0, 0.5, 2.0, -2.5, 3.0, -0.25, 1.5, -3.5, 4.0, 0.75, -1.25, 0.1, -0.3, 7.0, 1e-3, 100.0,
                 -0.0, 0.3333333333, -6.0, 12.5]
 FLOAT_SPECIALS = [math.nan, math.inf, -math.inf, 1e30, -1e-30, 65504.0, 3e38]
+NON_FINITE = [math.nan, math.inf, -math.inf]
 INT_VALUES = [0, 1, -1, 2, -2, 3, 5, -7, 8, -8, 4, 6, 9, -3, 100, -100, 31, 17]
 SIZES = [1, 2, 3, 4, 5, 1, 2, 3, 7, 0]  # small dims, 1 often, 0 (empty) rarely; shrinks toward 1
 
@@ -92,10 +94,15 @@ def shapes(draw: st.DrawFn, max_rank: int = 5, max_elements: int = MAX_INPUT_ELE
 
 @st.composite
 def arrays(draw: st.DrawFn, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
-    """Values for a tensor: mostly plain values; sometimes with the dtype's extremes (NaN, inf, MIN, MAX)."""
+    """Values for a tensor: mostly plain values; sometimes with the dtype's extremes (NaN, inf, MIN, MAX), and for
+    floats sometimes with many NaN and infinities, so that they reach every op on every device. The modes shrink
+    toward plain values."""
     values = scalar_values(dtype)
-    if draw(st.integers(0, 4)) == 4:
+    mode = draw(st.integers(0, 9))
+    if mode >= 8:
         values = values * 3 + extreme_values(dtype)
+    elif mode >= 6 and dtype.is_float:
+        values = NON_FINITE + values[:5]  # about half the values: most such tensors hold NaN and an infinity
     holder = np.float32 if dtype == dtypes.bfloat16 else dtype.numpy
     return draw(hnp.arrays(holder, shape, elements=st.sampled_from(values)))
 
@@ -559,3 +566,15 @@ def programs(draw: st.DrawFn, allowed_dtypes: tuple[DType, ...], max_calls: int 
     outputs = tuple(dict.fromkeys([last, *extra]))
     builder.program.outputs = outputs
     return builder.program
+
+
+@st.composite
+def fuzz_examples(draw: st.DrawFn, allowed_dtypes: tuple[DType, ...], max_calls: int = 8, extra_outputs: bool = True,
+                  other_devices: tuple[str, ...] = (), large_percent: int = 0) -> Program:
+    """What the fuzzer checks: a large program (large.py) for `large_percent` of the examples, else a small one.
+
+    The choice is drawn first and shrinks toward 0 (a small program). Large programs are float32, which every
+    device runs."""
+    if large_percent and dtypes.float32 in allowed_dtypes and draw(st.integers(0, 99)) >= 100 - large_percent:
+        return draw(large_programs())
+    return draw(programs(allowed_dtypes, max_calls, extra_outputs, other_devices))
