@@ -56,8 +56,9 @@ def warn_unusable(folder: Path, error: BaseException) -> None:
             return
         _warned.add(base)
     reason = f"{type(error).__name__}: {error}"
-    warnings.warn(f"ember: the disk cache folder {base} cannot be used ({reason}, at {folder}); kernels are built "
-                  f"again in every process (set EMBER_CACHE_DIR to a writable folder)", CacheWarning, stacklevel=3)
+    warnings.warn(f"ember: the disk cache folder {base} cannot be written ({reason}, at {folder}); kernels built "
+                  f"now are not cached, so each process builds them again (set EMBER_CACHE_DIR to a writable folder)",
+                  CacheWarning, stacklevel=3)
 
 
 def cache_directory(*parts: str) -> Path:
@@ -140,13 +141,15 @@ def store(kind: str, key: str, payload: bytes) -> Path:
 
 
 @contextlib.contextmanager
-def scratch_directory(kind: str, prefix: str) -> Iterator[Path]:
+def scratch_directory(kind: str, prefix: str, warn: bool = True) -> Iterator[Path]:
     """A temporary folder for a build, inside the cache folder `kind` where it can be written (the same file
-    system as its entries), else in the system's temporary folder."""
+    system as its entries), else in the system's temporary folder (with the CacheWarning, unless `warn` is False:
+    loading from a read-only cache is no loss)."""
     try:
         folder = tempfile.TemporaryDirectory(prefix=prefix, dir=cache_directory(kind))
     except OSError as error:
-        warn_unusable(cache_directory(kind), error)
+        if warn:
+            warn_unusable(cache_directory(kind), error)
         folder = tempfile.TemporaryDirectory(prefix=prefix)
     with folder as name:
         yield Path(name)

@@ -469,7 +469,7 @@ def load_library(entry: Path, names: list[str]) -> ctypes.CDLL | None:
     library = cache.read_entry(entry)
     if library is None:
         return None
-    with cache.scratch_directory("c", "ember-c-") as work:
+    with cache.scratch_directory("c", "ember-c-", warn=False) as work:
         output = work / "kernel.so"
         output.write_bytes(library)
         try:
@@ -504,6 +504,21 @@ def build_library(source: str, key_prefix: str, command: list[str] | None = None
         return open_library(output), entry
 
 
+def missing_linker(compiler: str) -> str | None:
+    """The linker the compiler would run if it cannot find it (gcc and clang name it with -print-prog-name=ld: a
+    full path where it has one of its own, else the bare name, looked up on PATH); None where it is found or the
+    compiler does not say."""
+    try:
+        answer = subprocess.run([compiler, "-print-prog-name=ld"], capture_output=True, text=True, timeout=30,
+                                check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if not answer or "\n" in answer:
+        return None
+    found = os.path.isfile(answer) if os.path.isabs(answer) else shutil.which(answer) is not None
+    return None if found else answer
+
+
 def probe() -> list[Device]:
     """The host CPU, if a C compiler with OpenMP is on PATH: one device, or `c.devices` (config) devices that split
     the cores between them (so sharding across devices can be tested on one CPU)."""
@@ -512,6 +527,10 @@ def probe() -> list[Device]:
     compiler = os.environ.get("CC", "cc")
     if shutil.which(compiler) is None:
         raise BackendUnavailable(f"no C compiler: '{compiler}' is not on PATH (install gcc or set CC)")
+    linker = missing_linker(compiler)
+    if linker is not None:
+        raise BackendUnavailable(f"the C compiler '{compiler}' cannot link kernels: its linker '{linker}' is not on "
+                                 "PATH (install binutils, or put the folder holding it on PATH)")
     # before the first kernel library loads libgomp (which reads it once): threads that finish a kernel spin a
     # short while (tens of microseconds: back-to-back launches) and then sleep. libgomp's default spins ~15x longer,
     # which takes a core from whatever else runs (Python between kernels, other processes): Gemma's decode step
