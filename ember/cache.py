@@ -146,7 +146,11 @@ def scratch_directory(kind: str, prefix: str, warn: bool = True) -> Iterator[Pat
     system as its entries), else in the system's temporary folder (with the CacheWarning, unless `warn` is False:
     loading from a read-only cache is no loss)."""
     try:
-        folder = tempfile.TemporaryDirectory(prefix=prefix, dir=cache_directory(kind))
+        try:
+            folder = tempfile.TemporaryDirectory(prefix=prefix, dir=cache_directory(kind))
+        except FileNotFoundError:  # the folder went since it was made: made again
+            _created.discard(root() / kind)
+            folder = tempfile.TemporaryDirectory(prefix=prefix, dir=cache_directory(kind))
     except OSError as error:
         if warn:
             warn_unusable(cache_directory(kind), error)
