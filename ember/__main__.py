@@ -17,6 +17,8 @@ SETTINGS: dict[str, str] = {
     "EMBER_VIZ": "a folder where every realize writes its graph as Graphviz DOT, kernels as clusters (unset: none)",
     "EMBER_NOOPT": "1 disables every optional IR transform (unset: transforms on)",
     "EMBER_CACHE_DIR": "the disk cache folder (unset: $XDG_CACHE_HOME/ember or ~/.cache/ember)",
+    "EMBER_CACHE_LIMIT": "the disk cache's size bound, e.g. 500MB or 2GiB; least recently used entries go beyond it "
+                         "(unset: 2 GiB)",
     "EMBER_TEST_DEVICES": "backends the test suite runs on (unset: c,opencl,wgpu)",
     "EMBER_CONFIG": "the configuration file (unset: $XDG_CONFIG_HOME/ember/config.toml)",
     "EMBER_BACKENDS": "the backends to enable, comma-separated (unset: all)",

@@ -13,6 +13,7 @@ from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
 import ember as em
+from ember.backends.base import ProgramTable
 from ember.core import dtype as dtypes
 from ember.core.ops import Op
 from ember.core.errors import DTypeError
@@ -58,7 +59,7 @@ def test_fuzzer_finds_and_shrinks_an_injected_bug(monkeypatch: pytest.MonkeyPatc
     device = get_device("c")
     monkeypatch.setattr(compile_cache, "COMPILED", compile_cache.CompileCache())
     monkeypatch.setitem(device.renderer.alu, Op.CMPLT, lambda operands, _, __: f"({operands[0]}<={operands[1]})")
-    monkeypatch.setattr(device, "_programs", {})
+    monkeypatch.setattr(device, "_programs", ProgramTable())
     with pytest.raises(FuzzMismatch) as failure:
         fuzz_test("c:0", FuzzStats(), 200, max_calls=6, derandomize=True, extra_outputs=EXTRA_OUTPUTS)()
     message = str(failure.value)

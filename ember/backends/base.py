@@ -8,16 +8,19 @@ geometry live in ember/capabilities.py, the disk cache in ember/cache.py.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ember.capabilities import DeviceInfo, launch_geometry  # re-exported: backends import the contract from here
 from ember.ir.ir import KernelIR
 
-__all__ = ["COMPLETED", "Device", "DeviceInfo", "Event", "MemoryPool", "Program", "launch_geometry", "wait_all"]
+__all__ = ["COMPLETED", "Device", "DeviceInfo", "Event", "MemoryPool", "Program", "ProgramTable", "launch_geometry",
+           "wait_all"]
 
 MIN_REUSABLE_BYTES = 1 << 20  # freed buffers at least this large may be kept for reuse (MemoryPool.reuse_budget_bytes)
 MAX_REUSABLE_BYTES = 1 << 30  # the most bytes of them a pool keeps
+PROGRAMS_KEPT = 4096  # programs a device's table keeps (each distinct shape is a kernel): as the compile cache
 
 
 class Event:
@@ -217,6 +220,48 @@ class Program(ABC):
         events to wait for and returns the launch's event. Optional: the default calls the program each time; a
         backend converts the handles once where that costs (c: the pointers)."""
         return lambda wait_for: self(buffers, global_size, wait_for)
+
+
+Key = TypeVar("Key")
+Value = TypeVar("Value")
+
+
+class ProgramTable(Generic[Key, Value]):
+    """A device's built programs (or driver program objects) by source, the least recently used dropped beyond
+    PROGRAMS_KEPT: a program the compile cache evicted is not kept alive here, so its memory (and a c library's
+    code) goes once no launch plan or jit replay holds it; one met again is loaded from the disk cache."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit
+        self.entries: OrderedDict[Key, Value] = OrderedDict()
+
+    def get(self, key: Key) -> Value | None:
+        value = self.entries.get(key)
+        if value is not None:
+            self.entries.move_to_end(key)
+        return value
+
+    def require(self, key: Key) -> Value:
+        """The entry of `key`, which the caller just made or found (KeyError otherwise)."""
+        value = self.entries[key]
+        self.entries.move_to_end(key)
+        return value
+
+    def put(self, key: Key, value: Value) -> None:
+        self.entries[key] = value
+        self.entries.move_to_end(key)
+        limit = PROGRAMS_KEPT if self.limit is None else self.limit
+        while len(self.entries) > limit:
+            self.entries.popitem(last=False)
+
+    def pop(self, key: Key) -> Value | None:
+        return self.entries.pop(key, None)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
 
 
 class Device(ABC):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import _ctypes
+import contextlib
 import ctypes
 import functools
 import math
@@ -10,7 +12,7 @@ import os
 import platform
 import shutil
 import subprocess
-import tempfile
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ember import cache
-from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program
+from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program, ProgramTable
 from ember.backends.c_style import (
     MASK_TYPES,
     CStyleRenderer,
@@ -339,8 +341,9 @@ class CDevice(Device):
                                concurrent_compile=True)
         self.pool = HostMemoryPool(name)
         self.renderer = CRenderer(threads, vector_math=has_vector_math())
-        self._programs: dict[str, CProgram] = {}
-        self._libraries: dict[str, ctypes.CDLL] = {}  # loaded from the disk cache, by entry file name
+        self._programs: ProgramTable[str, CProgram] = ProgramTable()  # by source, least recently used dropped
+        # the libraries that programs still use, by entry file name (a library no program uses is dlclosed)
+        self._libraries: weakref.WeakValueDictionary[str, ctypes.CDLL] = weakref.WeakValueDictionary()
         self._rendered: dict[int, tuple[KernelIR, str]] = {}  # the last RENDERED_KEPT kernels rendered, by id
         self._cache_key_prefix = " ".join(compiler_command() + link_libraries()) + "|" + _cpu_model()
         self._quick_key_prefix = " ".join(quick_compiler_command() + link_libraries()) + "|" + _cpu_model()
@@ -359,18 +362,23 @@ class CDevice(Device):
 
     def _compile(self, kernels: list[KernelIR], launcher: list[str]) -> list[Program]:
         sources = [self._source(kernel) for kernel in kernels]
+        found: dict[str, CProgram] = {}  # (a batch larger than the table must not lose its first programs)
         missing: dict[str, tuple[KernelIR, str]] = {}
         for kernel, source in zip(kernels, sources):
-            if not self._at_hand(kernel, source):
+            program = self._at_hand(kernel, source)
+            if program is not None:
+                found[source] = program
+            else:
                 missing.setdefault(kernel.name, (kernel, source))
         if missing:
             library, entry = build_library("\n".join(source for _, source in missing.values()), self._cache_key_prefix,
-                                           launcher + compiler_command())
+                                           launcher + compiler_command(), list(missing))
             self._libraries[entry.name] = library
             for kernel, source in missing.values():
-                self._programs[source] = CProgram(library, kernel.name, len(kernel.params))
+                found[source] = CProgram(library, kernel.name, len(kernel.params))
+                self._programs.put(source, found[source])
                 cache.write_entry(self._index_path(source), entry.name.encode())
-        return [self._programs[source] for source in sources]
+        return [found[source] for source in sources]
 
     def compile_background(self, kernels: list[KernelIR]) -> list[Program]:
         """compile_many with the compiler at the lowest priority (`nice -n 19`), so it takes only the cores the
@@ -382,10 +390,11 @@ class CDevice(Device):
         programs by source, so `compile_many` still builds the optimized ones; None where every optimized program
         is loaded or on disk already."""
         sources = [self._source(kernel) for kernel in kernels]
-        if all(self._at_hand(kernel, source) for kernel, source in zip(kernels, sources)):
+        if all(self._at_hand(kernel, source) is not None for kernel, source in zip(kernels, sources)):
             return None
         by_name = {kernel.name: source for kernel, source in zip(kernels, sources)}
-        library, _ = build_library("\n".join(by_name.values()), self._quick_key_prefix, quick_compiler_command())
+        library, _ = build_library("\n".join(by_name.values()), self._quick_key_prefix, quick_compiler_command(),
+                                   list(by_name))
         return [CProgram(library, kernel.name, len(kernel.params)) for kernel in kernels]
 
     def _source(self, kernel: KernelIR) -> str:
@@ -397,19 +406,22 @@ class CDevice(Device):
                 self._rendered.pop(next(iter(self._rendered)))
         return known[1]
 
-    def _at_hand(self, kernel: KernelIR, source: str) -> bool:
-        """Whether the optimized program of a source is loaded, after loading it from the disk cache if it is there."""
-        if source in self._programs:
-            return True
-        library = self._indexed_library(source)
-        if library is not None:
-            self._programs[source] = CProgram(library, kernel.name, len(kernel.params))
-        return library is not None
+    def _at_hand(self, kernel: KernelIR, source: str) -> CProgram | None:
+        """The optimized program of a source if it is loaded, after loading it from the disk cache if it is there."""
+        program = self._programs.get(source)
+        if program is not None:
+            return program
+        library = self._indexed_library(source, kernel.name)
+        if library is None:
+            return None
+        program = CProgram(library, kernel.name, len(kernel.params))
+        self._programs.put(source, program)
+        return program
 
     def _index_path(self, source: str) -> Path:
         return cache.entry_path("c-index", self._cache_key_prefix + "\n" + source)
 
-    def _indexed_library(self, source: str) -> ctypes.CDLL | None:
+    def _indexed_library(self, source: str, kernel_name: str) -> ctypes.CDLL | None:
         """The library on disk that holds a kernel's source (built in an earlier batch or process), or None."""
         index = self._index_path(source)
         entry = cache.read_entry(index)
@@ -417,48 +429,94 @@ class CDevice(Device):
             return None
         name = entry.decode(errors="replace")
         library = self._libraries.get(name)
-        if library is None:
-            library = load_library(index.parent.parent / "c" / name)
-            if library is None:
-                cache.discard(index)  # the library it names is gone or failed its checks
-                return None
-            self._libraries[name] = library
+        if library is None and "/" not in name and name.endswith(".entry"):
+            library = load_library(index.parent.parent / "c" / name, [])
+            if library is not None:
+                self._libraries[name] = library
+        if library is None or not defines(library, [kernel_name]):
+            cache.discard(index)  # the library it names is gone, failed its checks, or is another batch's
+            return None
         return library
 
 
-def load_library(entry: Path) -> ctypes.CDLL | None:
+def defines(library: ctypes.CDLL, names: list[str]) -> bool:
+    """Whether a loaded library defines a function of each name (a cached library holding another batch's kernels
+    does not)."""
+    try:
+        for name in names:
+            getattr(library, name)
+    except AttributeError:
+        return False
+    return True
+
+
+def open_library(path: Path) -> ctypes.CDLL:
+    """dlopen a library, dlclosed again once no Python object refers to it (a CProgram's function keeps its library,
+    so nothing can call into a closed one): the programs a bounded table drops release their code."""
+    library = ctypes.CDLL(str(path))
+    weakref.finalize(library, _dlclose, library._handle)
+    return library
+
+
+def _dlclose(handle: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        _ctypes.dlclose(handle)  # type: ignore[attr-defined]  # (POSIX only; elsewhere the library stays loaded)
+
+
+def load_library(entry: Path, names: list[str]) -> ctypes.CDLL | None:
     """The cached library at `entry` loaded from a private copy of its checked bytes (never from the entry itself),
-    or None where there is none or the loader refuses it (then it is discarded)."""
+    or None where there is none, the loader refuses it, or it lacks a function of `names` (then it is discarded)."""
     library = cache.read_entry(entry)
     if library is None:
         return None
-    with tempfile.TemporaryDirectory(prefix="ember-c-", dir=entry.parent) as work:
-        output = Path(work, "kernel.so")
+    with cache.scratch_directory("c", "ember-c-", warn=False) as work:
+        output = work / "kernel.so"
         output.write_bytes(library)
         try:
-            return ctypes.CDLL(str(output))  # dlopen maps the file; the folder may go once it is loaded
+            loaded = open_library(output)  # dlopen maps the file; the folder may go once it is loaded
         except OSError:
             cache.discard(entry)  # checked bytes the loader refuses (another machine's?): rebuilt
             return None
+    if not defines(loaded, names):
+        cache.discard(entry)  # another batch's library under this key: rebuilt, never called
+        return None
+    return loaded
 
 
-def build_library(source: str, key_prefix: str, command: list[str] | None = None) -> tuple[ctypes.CDLL, Path]:
+def build_library(source: str, key_prefix: str, command: list[str] | None = None,
+                  names: list[str] | None = None) -> tuple[ctypes.CDLL, Path]:
     """Compile C source to a shared library (with `command`, default compiler_command()), cached on disk
-    (ember/cache.py: checked entries) by source, compiler and flags (`key_prefix`); the library and its entry."""
+    (ember/cache.py: checked entries) by source, compiler and flags (`key_prefix`); the library and its entry. A
+    cached library must define every function of `names` (the kernels of the source) to be used."""
     entry = cache.entry_path("c", key_prefix + "\n" + source)
-    cached = load_library(entry)
+    cached = load_library(entry, names or [])
     if cached is not None:
         return cached, entry
-    with tempfile.TemporaryDirectory(prefix="ember-c-", dir=entry.parent) as work:
-        output = Path(work, "kernel.so")
-        source_path = Path(work, "kernel.c")
+    with cache.scratch_directory("c", "ember-c-") as work:
+        output = work / "kernel.so"
+        source_path = work / "kernel.c"
         source_path.write_text(source)
         result = subprocess.run([*(command or compiler_command()), "-o", str(output), str(source_path), *link_libraries()],
                                 capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise CompileError(f"the C compiler rejected a kernel:\n{result.stderr}\n--- source ---\n{source}")
         cache.write_entry(entry, output.read_bytes())
-        return ctypes.CDLL(str(output)), entry
+        return open_library(output), entry
+
+
+def missing_linker(compiler: str) -> str | None:
+    """The linker the compiler would run if it cannot find it (gcc and clang name it with -print-prog-name=ld: a
+    full path where it has one of its own, else the bare name, looked up on PATH); None where it is found or the
+    compiler does not say."""
+    try:
+        answer = subprocess.run([compiler, "-print-prog-name=ld"], capture_output=True, text=True, timeout=30,
+                                check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if not answer or "\n" in answer:
+        return None
+    found = os.path.isfile(answer) if os.path.isabs(answer) else shutil.which(answer) is not None
+    return None if found else answer
 
 
 def probe() -> list[Device]:
@@ -469,6 +527,10 @@ def probe() -> list[Device]:
     compiler = os.environ.get("CC", "cc")
     if shutil.which(compiler) is None:
         raise BackendUnavailable(f"no C compiler: '{compiler}' is not on PATH (install gcc or set CC)")
+    linker = missing_linker(compiler)
+    if linker is not None:
+        raise BackendUnavailable(f"the C compiler '{compiler}' cannot link kernels: its linker '{linker}' is not on "
+                                 "PATH (install binutils, or put the folder holding it on PATH)")
     # before the first kernel library loads libgomp (which reads it once): threads that finish a kernel spin a
     # short while (tens of microseconds: back-to-back launches) and then sleep. libgomp's default spins ~15x longer,
     # which takes a core from whatever else runs (Python between kernels, other processes): Gemma's decode step

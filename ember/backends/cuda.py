@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, launch_geometry, wait_all
+from ember.backends.base import (Device, DeviceInfo, Event, MemoryPool, Program, ProgramTable, launch_geometry,
+                                 wait_all)
 from ember.backends.ptx import PTXRenderer
 from ember.core.errors import BackendUnavailable, CompileError, EmberError
 from ember.ir.ir import KernelIR
@@ -289,7 +290,7 @@ class CudaDevice(Device):
         )
         self.pool = CudaMemoryPool(self.name, driver, self)
         self.renderer = PTXRenderer(target=f"sm_{major}{minor}")
-        self._programs: dict[str, CudaProgram] = {}
+        self._programs: ProgramTable[str, CudaProgram] = ProgramTable()  # least recently used dropped
 
     def render(self, kernel: KernelIR) -> str:
         return self.renderer.render(kernel)
@@ -300,7 +301,7 @@ class CudaDevice(Device):
         if program is None:
             make_current(self.driver, self.context)
             program = CudaProgram(self.driver, self.stream, source, kernel, self.info, self.context)
-            self._programs[source] = program
+            self._programs.put(source, program)
         return program
 
     def launches_so_far(self) -> CudaEvent:

@@ -6,14 +6,49 @@ inserts a copy), so weights larger than RAM can be used. Disk devices run no ker
 
 from __future__ import annotations
 
+import mmap
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ember.backends.base import Device, DeviceInfo, MemoryPool, Program
-from ember.core.errors import DeviceError
+from ember.core.errors import DeviceError, EmberError
 from ember.ir.ir import KernelIR
+
+
+class FileShrankError(EmberError, OSError):
+    """A memory-mapped file is shorter than when it was loaded (truncated or rewritten since): reading the missing
+    pages would kill the process (SIGBUS), so ember raises this instead; the message names the file and sizes."""
+
+
+class MappedBytes(np.ndarray):
+    """A read-only byte view of a region of a file, which knows the file (through its own mapping's descriptor)
+    and how long the file must be for the region to be readable."""
+
+    mapping: mmap.mmap
+    path: str
+    loaded_size: int  # the file's size when it was mapped
+    end: int  # the byte the region ends at
+
+    def __array_finalize__(self, source: Any) -> None:
+        for name in ("mapping", "path", "loaded_size", "end"):  # a slice of a region checks the whole region
+            if hasattr(source, name):
+                setattr(self, name, getattr(source, name))
+
+    def check_readable(self) -> None:
+        """Raise FileShrankError when the file no longer holds the whole region (os.fstat: a system call)."""
+        size = self.mapping.size()
+        if size < self.end:
+            raise FileShrankError(f"file {self.path} is {size} bytes, shorter than the {self.loaded_size} bytes it had "
+                                  f"when it was loaded (its tensor needs bytes up to {self.end}); it was truncated "
+                                  "or rewritten since: load it again")
+
+
+def _check(handle: Any) -> None:
+    if isinstance(handle, MappedBytes):
+        handle.check_readable()
 
 
 class DiskPool(MemoryPool):
@@ -30,21 +65,29 @@ class DiskPool(MemoryPool):
         raise DeviceError(f"{self.name} is read-only")
 
     def copy_out(self, destination: memoryview, handle: np.ndarray) -> None:
+        _check(handle)
         np.frombuffer(destination, dtype=np.uint8)[:] = handle[: len(destination)]
 
     def host_view(self, handle: np.ndarray, nbytes: int) -> memoryview:
-        # read-only: a copy to a device reads the mapped pages once. numpy declares ndarray.__buffer__ only for
-        # Python >= 3.12 (mypy checks 3.11), but every ndarray has the buffer protocol
+        # read-only: a copy to a device reads the mapped pages once (the file is checked first: a file that shrank
+        # since it was mapped raises FileShrankError, where reading its pages would be SIGBUS). numpy declares
+        # ndarray.__buffer__ only for Python >= 3.12 (mypy checks 3.11), but every ndarray has the buffer protocol
+        _check(handle)
         return memoryview(handle[:nbytes])  # type: ignore[arg-type]
 
     def map_region(self, path: str | Path, offset: int, nbytes: int) -> np.ndarray:
         """A read-only byte view of `nbytes` at `offset` of a file (counted as used, never allocated)."""
-        size = Path(path).stat().st_size
-        if offset < 0 or offset + nbytes > size:
-            raise DeviceError(f"{path}: bytes {offset}..{offset + nbytes} lie outside the file of {size} bytes")
-        if nbytes == 0:
-            return np.empty(0, dtype=np.uint8)
-        return np.memmap(path, dtype=np.uint8, mode="r", offset=offset, shape=(nbytes,))
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            if offset < 0 or offset + nbytes > size:
+                raise DeviceError(f"{path}: bytes {offset}..{offset + nbytes} lie outside the file of {size} bytes")
+            if nbytes == 0:
+                return np.empty(0, dtype=np.uint8)
+            start = offset - offset % mmap.ALLOCATIONGRANULARITY
+            mapping = mmap.mmap(file.fileno(), offset + nbytes - start, access=mmap.ACCESS_READ, offset=start)
+        region = np.frombuffer(mapping, dtype=np.uint8, count=nbytes, offset=offset - start).view(MappedBytes)
+        region.mapping, region.path, region.loaded_size, region.end = mapping, os.fspath(path), size, offset + nbytes
+        return region
 
 
 class DiskDevice(Device):

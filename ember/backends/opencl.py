@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ember import cache
 from ember.backends import opencl_probe
-from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, launch_geometry
+from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, ProgramTable, launch_geometry
 from ember.backends.c_style import MASK_TYPES, CStyleRenderer, lane_dtype, used_bitcasts, vector_nodes
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
@@ -347,9 +348,9 @@ class OpenCLDevice(Device):
         self._context: Any = None
         self._queue: Any = None
         self._transfer_queue: Any = None
-        self._built: dict[str, Any] = {}  # source -> cl.Program
-        self._unlaunched: dict[str, Path] = {}  # source -> its cache entry, written before any launch
-        self._programs: dict[tuple[str, str], OpenCLProgram] = {}
+        self._built: ProgramTable[str, Any] = ProgramTable()  # source -> cl.Program, least recently used dropped
+        self._unlaunched: ProgramTable[str, Path] = ProgramTable()  # source -> its cache entry, written after a launch
+        self._programs: ProgramTable[tuple[str, str], OpenCLProgram] = ProgramTable()
         self._pool: OpenCLMemoryPool | None = None
         # PoCL keeps source builds and work-group code in its own kernel cache, and asking it for a binary makes it
         # compile every kernel once more (5.6 s for an MLP step's 15): its launched programs are not cached here
@@ -403,19 +404,25 @@ class OpenCLDevice(Device):
     def compile_many(self, kernels: list[KernelIR]) -> list[Program]:
         """Build the kernels not built yet as one program (PoCL's compiler then starts once, not once a kernel)."""
         sources = [self.render(kernel) for kernel in kernels]
+        found: dict[tuple[str, str], OpenCLProgram] = {}  # (a batch larger than the table keeps its programs)
         missing: dict[str, str] = {}  # kernel name -> source, one source per name (a program's names are unique)
         for kernel, source in zip(kernels, sources):
-            if (source, kernel.name) not in self._programs and missing.setdefault(kernel.name, source) != source:
-                self.compile_many([kernel])  # another kernel of this name: a program of its own
+            program = self._programs.get((source, kernel.name))
+            if program is not None:
+                found[(source, kernel.name)] = program
+            elif missing.setdefault(kernel.name, source) != source:
+                # another kernel of this name: a program of its own
+                found[(source, kernel.name)] = cast(OpenCLProgram, self.compile_many([kernel])[0])
         if missing:
             combined = "\n".join(missing.values())
             built = self.build(combined, for_launch=True)
-            path = self._unlaunched.pop(combined, None)
+            path = self._unlaunched.pop(combined)
             first_launches = (FirstLaunches(built, path, set(missing))
                               if path is not None and self.caches_launched_binaries else None)
             for name, source in missing.items():
-                self._programs[(source, name)] = OpenCLProgram(self, built, name, first_launches)
-        return [self._programs[(source, kernel.name)] for kernel, source in zip(kernels, sources)]
+                found[(source, name)] = OpenCLProgram(self, built, name, first_launches)
+                self._programs.put((source, name), found[(source, name)])
+        return [found[(source, kernel.name)] for kernel, source in zip(kernels, sources)]
 
     def build(self, source: str, for_launch: bool = False) -> Any:
         """A built cl.Program of the source: from memory, else the disk cache of binaries, else the compiler.
@@ -426,7 +433,7 @@ class OpenCLDevice(Device):
         program = self._built.get(source)
         if program is None:
             program = self._build_cached(source, for_launch)
-            self._built[source] = program
+            self._built.put(source, program)
         return program
 
     def _build_cached(self, source: str, for_launch: bool) -> Any:
@@ -434,16 +441,19 @@ class OpenCLDevice(Device):
         entry = read_cache_entry(path)
         if entry is not None:
             try:
-                return cl.Program(self.context, [self.cl_device], [entry[0]]).build(options=self.build_options)
+                program = cl.Program(self.context, [self.cl_device], [entry[0]]).build(options=self.build_options)
+                if set(KERNEL_NAME.findall(source)) <= set(program.kernel_names.split(";")):
+                    return program
             except Exception:  # noqa: BLE001 - a binary the driver rejects is rebuilt from source, never trusted
-                cache.discard(path)
+                pass
+            cache.discard(path)  # refused by the driver, or another program's binary (it lacks these kernels)
         try:
             program = cl.Program(self.context, source).build(options=self.build_options)
         except (cl.RuntimeError, cl.LogicError) as error:
             raise CompileError(f"the OpenCL compiler of {self.name} ({self.cl_device.name.strip()}) rejected a "
                                f"program: {_one_line(error)}\n{error}\n--- source ---\n{source}") from None
         if for_launch:
-            self._unlaunched[source] = path
+            self._unlaunched.put(source, path)
         else:
             write_cache_entry(path, program_binary(program), launched=False)
         return program
@@ -454,6 +464,7 @@ class OpenCLDevice(Device):
                 queue.finish()
 
 
+KERNEL_NAME = re.compile(r"__kernel\s+void\s+(\w+)\s*\(")  # the kernels a source defines
 LAUNCHED, BUILT = b"L", b"B"  # whether the binary was taken after a launch (with the driver's work-group code)
 
 
@@ -549,4 +560,13 @@ def probe() -> list[Device]:
     if not found:
         names = ", ".join(platform.name for platform in platforms)
         raise BackendUnavailable(f"the OpenCL platforms ({names}) have no devices")
-    return [OpenCLDevice(f"opencl:{number}", cl_device) for number, cl_device in enumerate(found)]
+    usable, reasons = [], []
+    for cl_device in found:  # a device whose compiler builds nothing (or aborts the process) is left out, with why
+        try:
+            opencl_probe.check_builds(cl_device, build_options(cl_device))
+            usable.append(cl_device)
+        except BackendUnavailable as error:
+            reasons.append(str(error))
+    if not usable:
+        raise BackendUnavailable("; ".join(reasons))
+    return [OpenCLDevice(f"opencl:{number}", cl_device) for number, cl_device in enumerate(usable)]

@@ -246,6 +246,8 @@ def child_main() -> int:
 
     request = json.loads(sys.stdin.read())
     cl_device = _find_device(request)
+    if request.get("smoke"):
+        return _smoke_child(cl_device, request["options"])
     units = [tuple(ProbeCase(*entry) for entry in unit) for unit in request["units"]]
     hooks = crash_hooks()
     renderer = OpenCLRenderer(has_fp64=request["has_fp64"])
@@ -281,6 +283,59 @@ def child_main() -> int:
     return 0
 
 
+def smoke_kernel() -> tuple[KernelIR, np.ndarray, np.ndarray]:
+    """A plain scalar kernel (out[i] = in[i] * 2 + 1 on float32), its input and the values it must give."""
+    builder = Builder()
+    index = builder.global_id(WORK_ITEMS, dtypes.int32)
+    output, source = builder.param(0, dtypes.float32, True), builder.param(1, dtypes.float32, False)
+    value = builder.alu(Op.ADD, dtypes.float32, builder.alu(Op.MUL, dtypes.float32, builder.load(source, index, None),
+                                                             builder.const(2.0, dtypes.float32)),
+                        builder.const(1.0, dtypes.float32))
+    params = [BufferParam(0, dtypes.float32, WORK_ITEMS, True), BufferParam(1, dtypes.float32, WORK_ITEMS, False)]
+    kernel = KernelIR("probe_smoke", params, WORK_ITEMS, builder.sink([builder.store(output, index, value)]),
+                      dtypes.int32)
+    inputs = np.arange(WORK_ITEMS, dtype=np.float32)
+    return kernel, inputs, inputs * 2 + 1
+
+
+def _smoke_child(cl_device: Any, options: list[str]) -> int:
+    """Build, create and launch the smoke kernel once (a driver that aborts takes only this process down)."""
+    import pyopencl as cl
+
+    from ember.backends.opencl import OpenCLRenderer
+
+    print("ready", flush=True)
+    print("start 0", flush=True)
+    kernel_ir, inputs, expected = smoke_kernel()
+    try:
+        context = cl.Context([cl_device])
+        queue = cl.CommandQueue(context)
+        program = cl.Program(context, OpenCLRenderer(has_fp64=False).render(kernel_ir)).build(options=options)
+        kernel = cl.Kernel(program, kernel_ir.name)
+        output = np.zeros_like(expected)
+        flags = cl.mem_flags
+        buffers = [cl.Buffer(context, flags.WRITE_ONLY, output.nbytes),
+                   cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=inputs)]
+        kernel.set_args(*buffers)
+        cl.enqueue_nd_range_kernel(queue, kernel, (WORK_ITEMS,), None)
+        cl.enqueue_copy(queue, output, buffers[0], is_blocking=True)
+    except (cl.RuntimeError, cl.LogicError, cl.MemoryError) as error:
+        print(f"unit-failed 0 {_build_error(error)}", flush=True)
+    else:
+        wrong = np.flatnonzero(output != expected)
+        print("ok smoke" if wrong.size == 0 else f"failed smoke wrong values: element {wrong[0]} is "
+              f"{output[wrong[0]]!r}, expected {expected[wrong[0]]!r}", flush=True)
+    print("done 0", flush=True)
+    return 0
+
+
+def _build_error(error: object) -> str:
+    """A driver's error on one line, its `error:` lines first (what the compiler said, not the call that failed)."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    said = [line for line in lines if "error:" in line.lower() and "failed" not in line.lower()[:30]]
+    return _one_line("; ".join(said) if said else error)
+
+
 def _one_line(text: object, limit: int = 300) -> str:
     return " ".join(str(text).split())[:limit]
 
@@ -307,9 +362,10 @@ class ChildResult:
     started: bool  # it found the device (else its failure is no verdict on any case)
 
 
-def run_child(target: dict[str, Any], units: list[tuple[ProbeCase, ...]]) -> ChildResult:
-    """Run a child process on the units and read what it reported, however it ended."""
-    request = json.dumps({**target, "units": [[[case.op, case.dtype, case.width] for case in unit] for unit in units]})
+def run_child(target: dict[str, Any], units: list[tuple[ProbeCase, ...]], smoke: bool = False) -> ChildResult:
+    """Run a child process on the units (or the smoke kernel) and read what it reported, however it ended."""
+    request = json.dumps({**target, "smoke": smoke,
+                          "units": [[[case.op, case.dtype, case.width] for case in unit] for unit in units]})
     environment = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[2])  # the child imports this same ember
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, (package_root, environment.get("PYTHONPATH"))))
@@ -345,7 +401,7 @@ def run_child(target: dict[str, Any], units: list[tuple[ProbeCase, ...]]) -> Chi
     else:
         result.detail = f"the probe process exited with status {status}" + (
             f": {_one_line(last_error, 200)}" if last_error else "")
-    result.clean = status == 0 and len(done) == len(units)
+    result.clean = status == 0 and len(done) == (1 if smoke else len(units))
     return result
 
 
@@ -477,6 +533,66 @@ def cached_probe(target: dict[str, Any], key: str, cases: list[ProbeCase]) -> Pr
         store_verdicts(path, key, stored)
     report.verdicts = {case: stored[case.name] for case in cases}
     return report
+
+
+# ---- whether a device builds anything at all -------------------------------------------------------------------
+
+POCL_PLATFORM = "Portable Computing Language"
+SMOKE_FORMAT = 1
+_BUILDS: dict[str, str] = {}  # smoke key -> OK or why the device builds nothing (this process's answers)
+
+
+def linker_problem(platform_name: str) -> str | None:
+    """Why a platform's compiler cannot link kernels here, where that can be told without building one: PoCL links
+    each kernel's machine code into a shared library with the system linker `ld`, and aborts the process without
+    it (no error a caller could catch)."""
+    import shutil
+
+    if platform_name.startswith(POCL_PLATFORM) and shutil.which("ld") is None:
+        return ("PoCL links every kernel with the system linker 'ld', which is not on PATH (install binutils, or put "
+                "the folder holding ld on PATH)")
+    return None
+
+
+def check_builds(cl_device: Any, options: list[str]) -> None:
+    """Raise BackendUnavailable (with the driver's reason) unless the device's compiler builds, creates and runs a
+    plain kernel: tried in a child process (a driver that aborts takes only the child down), once per device,
+    driver and linker, the verdict cached on disk (a hang is not cached)."""
+    import shutil
+
+    platform = cl_device.platform
+    where = f"{cl_device.name.strip()} ({platform.name.strip()})"
+    problem = linker_problem(platform.name)
+    if problem is not None:
+        raise BackendUnavailable(f"{where} cannot build kernels: {problem}")
+    key = "|".join((f"smoke {SMOKE_FORMAT}", cl_device.name, cl_device.driver_version, platform.name,
+                    platform.version, " ".join(options), str(shutil.which("ld")), renderer_digest()))
+    verdict = _BUILDS.get(key)
+    if verdict is None:
+        path = cache.entry_path("opencl-probe", key)
+        payload = cache.read_entry(path)
+        verdict = payload.decode(errors="replace") if payload is not None else None
+        if verdict is None:
+            verdict, lasting = _smoke(cl_device, options)
+            if lasting:
+                cache.write_entry(path, verdict.encode())
+        _BUILDS[key] = verdict
+    if verdict != OK:
+        raise BackendUnavailable(f"{where} cannot build a plain kernel: {verdict}")
+
+
+def _smoke(cl_device: Any, options: list[str]) -> tuple[str, bool]:
+    """(OK or why not, whether that verdict lasts): the smoke kernel run in a child process."""
+    platform = cl_device.platform
+    alike = [device for device in platform.get_devices() if device.name == cl_device.name]
+    target = {"platform": platform.name, "device": cl_device.name, "has_fp64": False, "options": options,
+              "index": alike.index(cl_device) if cl_device in alike else 0}
+    result = run_child(target, [], smoke=True)
+    if result.clean and result.verdicts.get("smoke") is not None:
+        return result.verdicts["smoke"], True
+    if result.unit_failures.get(0):
+        return result.unit_failures[0], True
+    return result.detail, result.started and "hung" not in result.detail  # (a child that did not start: no verdict)
 
 
 # ---- what a device may use -----------------------------------------------------------------------------------

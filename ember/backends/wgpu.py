@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, launch_geometry
+from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, ProgramTable, launch_geometry
 from ember.backends.wgsl import MAX_WORKGROUPS_PER_DIMENSION, WORKGROUP_SIZE, WGSLRenderer
 from ember.core import dtype as dtypes
 from ember.core.errors import BackendUnavailable, CompileError, DeviceError
@@ -215,7 +215,7 @@ class WGPUDevice(Device):
         self.pool = WGPUMemoryPool(name, self.device, max_buffer_bytes)
         self.renderer = WGSLRenderer(int64=int64, float64=float64)
         self.queue = WGPUQueue(self.device)
-        self._programs: dict[str, WGPUProgram] = {}
+        self._programs: ProgramTable[str, WGPUProgram] = ProgramTable()  # least recently used dropped
 
     def render(self, kernel: KernelIR) -> str:
         return self.renderer.render(kernel)
@@ -238,7 +238,7 @@ class WGPUDevice(Device):
                 program = WGPUProgram(self.queue, source, kernel, launch_geometry(kernel.global_size, self.info)[0])
             except Exception as error:  # noqa: BLE001 - wgpu raises its own validation error types
                 raise CompileError(f"wgpu rejected a kernel: {error}\n--- source ---\n{source}") from None
-            self._programs[source] = program
+            self._programs.put(source, program)
         return program
 
     def synchronize(self) -> None:

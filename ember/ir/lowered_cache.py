@@ -13,12 +13,14 @@ import functools
 import hashlib
 import io
 import pickle
+from math import prod
 from pathlib import Path
 from typing import Any
 
 from ember import cache
 from ember.capabilities import DeviceInfo
 from ember.core import dtype as dtypes
+from ember.core.ops import Op
 from ember.core.walk import post_order
 from ember.ir.ir import IRNode, KernelIR
 from ember.ir.kernel import Kernel
@@ -48,7 +50,19 @@ class _Pickler(pickle.Pickler):
         return ("dtype", obj.name) if isinstance(obj, dtypes.DType) else None
 
 
+# the only globals an entry may name: ember's IR classes (an entry naming anything else, e.g. os.system, is refused
+# before any of it runs: a planted entry with valid checksums still executes nothing)
+ALLOWED_GLOBALS = frozenset({("ember.core.ops", "Op"), ("ember.ir.ir", "IROp"), ("ember.ir.ir", "BufferParam"),
+                             ("builtins", "frozenset"), ("builtins", "set"), ("builtins", "complex")})
+
+
 class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in ALLOWED_GLOBALS:
+            raise pickle.UnpicklingError(f"a lowered-kernel cache entry names {module}.{name}, which is not one of "
+                                         "ember's IR classes")
+        return super().find_class(module, name)
+
     def persistent_load(self, pid: Any) -> Any:
         kind, name = pid
         if kind != "dtype":
@@ -78,16 +92,30 @@ def _unflatten(flat: tuple) -> KernelIR:
                     lane_groups=tuple(tuple(nodes[node] for node in group) for group in lane_groups))
 
 
-def load(path: Path) -> KernelIR | None:
-    """The cached KernelIR at path, or None (a missing, corrupt or unreadable entry; the last two are deleted)."""
+def load(path: Path, kernel: Kernel | None = None, name: str | None = None) -> KernelIR | None:
+    """The cached KernelIR at path, or None (a missing, corrupt or unreadable entry, or one that is not the lowering
+    of `kernel` named `name`: another kernel's IR; all but the first are deleted)."""
     payload = cache.read_entry(path)
     if payload is None:
         return None
     try:
-        return _unflatten(_Unpickler(io.BytesIO(payload)).load())
+        ir = _unflatten(_Unpickler(io.BytesIO(payload)).load())
+        if kernel is not None and not fits(ir, kernel, name):
+            raise ValueError("another kernel's IR")
+        return ir
     except Exception:  # noqa: BLE001 - an entry that does not load is lowered again, never trusted
         cache.discard(path)
         return None
+
+
+def fits(ir: KernelIR, kernel: Kernel, name: str | None) -> bool:
+    """Whether a KernelIR can be the lowering of `kernel`: its name, and its parameters' sizes and input dtypes."""
+    buffer_dtypes = {step.arg: step.dtype for step in kernel.steps if step.op is Op.BUFFER}
+    sizes = (prod(kernel.output.shape), *kernel.input_sizes)
+    return (isinstance(ir, KernelIR) and (name is None or ir.name == name) and len(ir.params) == len(sizes)
+            and all(param.position == position and param.size == size and param.is_output == (position == 0)
+                    for position, (param, size) in enumerate(zip(ir.params, sizes)))
+            and all(buffer_dtypes.get(param.position) in (None, param.dtype) for param in ir.params[1:]))
 
 
 def store(path: Path, ir: KernelIR) -> None:

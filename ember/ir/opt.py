@@ -176,7 +176,7 @@ def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
     `narrower_capabilities`, for a kernel the device failed to build.)"""
     optimize = optimizations_enabled()
     path = lowered_cache.entry_path(kernel, name, info, optimize)
-    cached = lowered_cache.load(path)
+    cached = lowered_cache.load(path, kernel, name)
     if cached is not None:
         return cached
     lowered = _choose_lowering(kernel, name, info) if optimize else lower_kernel(kernel, name)
