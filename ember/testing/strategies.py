@@ -49,6 +49,7 @@ BINARY = [
     "logical_or", "logical_xor", "__pow__", "__lshift__", "__rshift__", "__radd__", "__rsub__", "__rmul__",
     "__rtruediv__",
 ]
+INTEGER_DIVISIONS = frozenset({"__floordiv__", "__mod__", "fmod"})
 REDUCTIONS = [
     "sum", "amax", "mean", "amin", "prod", "any", "all", "argmax", "argmin", "logsumexp", "var", "std", "cumsum",
     "softmax", "log_softmax", "max", "min",
@@ -93,16 +94,18 @@ def shapes(draw: st.DrawFn, max_rank: int = 5, max_elements: int = MAX_INPUT_ELE
 
 
 @st.composite
-def arrays(draw: st.DrawFn, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
+def arrays(draw: st.DrawFn, dtype: DType, shape: tuple[int, ...], nonzero: bool = False) -> np.ndarray:
     """Values for a tensor: mostly plain values; sometimes with the dtype's extremes (NaN, inf, MIN, MAX), and for
     floats sometimes with many NaN and infinities, so that they reach every op on every device. The modes shrink
-    toward plain values."""
+    toward plain values. `nonzero`: no zeros (an integer divisor)."""
     values = scalar_values(dtype)
     mode = draw(st.integers(0, 9))
     if mode >= 8:
         values = values * 3 + extreme_values(dtype)
     elif mode >= 6 and dtype.is_float:
         values = NON_FINITE + values[:5]  # about half the values: most such tensors hold NaN and an infinity
+    if nonzero:
+        values = [value for value in values if value != 0]
     holder = np.float32 if dtype == dtypes.bfloat16 else dtype.numpy
     return draw(hnp.arrays(holder, shape, elements=st.sampled_from(values)))
 
@@ -250,6 +253,15 @@ def binary(draw: st.DrawFn, builder: ProgramBuilder, target: int) -> None:
     if method == "__pow__" and not value.dtype.is_float:
         builder.add_call(Call(target, method, (draw(st.integers(0, 4)),)))
         return
+    if method in INTEGER_DIVISIONS and not value.dtype.is_float:
+        # an integer divisor holding 0 raises (torch's ZeroDivisionError), and such a call is dropped as a user
+        # error: draw a divisor without zeros half the time, so that integer //, % and fmod keep being tested
+        if draw(st.booleans()):
+            shape = draw(broadcast_shape(value.shape))
+            values = draw(arrays(value.dtype, shape, nonzero=True))
+            divisor = builder.add_source(Source("tensor", value.dtype, shape, values=values))
+            builder.add_call(Call(target, method, (Ref(divisor),)))
+            return
     operand = draw_operand(draw, builder, target)
     if method == "__pow__" and isinstance(operand, Ref) and not builder.values[operand.index].dtype.is_float:
         return
