@@ -7,7 +7,7 @@ them), and the spread of those runs widens the tolerance where the result is ill
 NaN-ness, infinity, integer or boolean value changes between the noisy runs are uncertain and not compared; every
 other integer and boolean element must match exactly, and NaN and infinity positions must match.
 
-A few examples in a hundred (large.LARGE_PERCENT) are one reduction or matmul over 10^5 to 5 * 10^7 elements instead,
+A few examples in a hundred (large.LARGE_PERCENT) are one reduction or matmul over 10^5 to 10^8 elements instead,
 compared with the exact float64 result and a float32 error bound (large.py says why it is right).
 
 A run keeps to its time: no example starts after the deadline, a large one only if its estimated time still fits,
