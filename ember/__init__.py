@@ -71,7 +71,7 @@ from ember.io import load, save  # noqa: E402
 from ember import torch_names  # noqa: E402
 from ember.function_forms import function_forms  # noqa: E402
 from ember.torch_level import (  # noqa: E402
-    adaptive_max_pool1d, bilinear, chain_matmul, constant_pad_nd, device, dtype, feature_alpha_dropout, fill,
+    Size, adaptive_max_pool1d, bilinear, chain_matmul, constant_pad_nd, device, dtype, feature_alpha_dropout, fill,
     is_storage, max_pool1d_with_indices,
 )
 

@@ -1,6 +1,6 @@
 """torch.* functions that are not the function form of a Tensor method (function_forms.py makes those): fill,
 constant_pad_nd, bilinear, chain_matmul, feature_alpha_dropout, max_pool1d_with_indices, adaptive_max_pool1d (which
-returns indices too), is_storage, and `dtype`, the class of ember's dtypes."""
+returns indices too), is_storage, and `dtype`, the class of ember's dtypes (Size and device: core/torch_types.py)."""
 
 from __future__ import annotations
 
@@ -8,44 +8,11 @@ import warnings
 from typing import Any
 
 from ember.core.dtype import DType
-from ember.core.errors import DeviceError, ShapeError
+from ember.core.errors import ShapeError
 from ember.core.tensor import Tensor
+from ember.core.torch_types import Size, device  # noqa: F401 - torch.Size and torch.device, exported by ember
 
 dtype = DType  # torch.dtype: isinstance(x.dtype, ember.dtype)
-
-
-class device(str):  # noqa: N801 - torch's name
-    """torch.device: a device name ('cuda', 'cuda:1', 'cpu', 'opencl:0'), so it goes wherever ember takes a
-    device; `.type` is the backend and `.index` the number (None if not given). 'cpu' is ember's c device."""
-
-    def __new__(cls, type_or_name: Any, index: int | None = None) -> device:
-        text = str(type_or_name)
-        if index is not None:
-            if ":" in text:
-                raise DeviceError(f"device: type {text!r} already names an index; give ember.device('cuda', 1) or "
-                                  f"ember.device('cuda:1')")
-            if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-                raise DeviceError(f"device: the index must be a non-negative int, got {index!r}")
-            text = f"{text}:{index}"
-        kind, colon, number = text.partition(":")
-        if not kind.isidentifier() or (colon and not number.isdigit()):
-            raise DeviceError(f"Invalid device string: {text!r} (expected a backend name with an optional ':index', "
-                              f"e.g. 'cuda', 'cuda:1', 'cpu', 'opencl:0')")
-        return super().__new__(cls, text)
-
-    @property
-    def type(self) -> str:
-        return self.partition(":")[0]
-
-    @property  # torch.device.index, the device number (str.index is not used on a device name)
-    def index(self) -> int | None:  # type: ignore[override]
-        number = self.partition(":")[2]
-        return int(number) if number else None
-
-    def __repr__(self) -> str:
-        if self.index is None:
-            return f"device(type='{self.type}')"
-        return f"device(type='{self.type}', index={self.index})"
 
 
 def fill(input: Tensor, value: Any) -> Tensor:  # noqa: A002 - torch's names

@@ -46,7 +46,7 @@ def test_creating_a_tensor_allocates_no_device_memory(device: str) -> None:
     with em.profile() as record:
         x = em.tensor(data, device=device)
         y = em.as_tensor(data, device=device)
-        z = Tensor(data, device=device)
+        z = Tensor(data, None, device)
         w = em.from_numpy(data)
     assert pool.used_bytes == before and default_pool.used_bytes == default_before
     assert record.bytes_allocated == 0

@@ -96,7 +96,8 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     """Copy data (nested lists, numbers, numpy arrays, torch tensors) into a new tensor, like torch.tensor."""
     from ember.core.tensor import Tensor
 
-    return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+    result = Tensor._from_node(node_from_data(data, dtype, device))
+    return result.requires_grad_() if requires_grad else result
 
 
 def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
@@ -357,7 +358,7 @@ def _random_bits(count: int, device: str) -> Tensor:
     RandomState.counter += count
     first_key = _hash32(seed ^ _hash32((seed >> 32) ^ 0x5BD1E995 ^ _hash32(counter >> 32)))
     second_key = _hash32(first_key ^ 0x27D4EB2F)
-    key = Tensor(np.array([counter & 0xFFFFFFFF, first_key, second_key], dtype=np.uint32), device=device)
+    key = tensor(np.array([counter & 0xFFFFFFFF, first_key, second_key], dtype=np.uint32), device=device)
     offset, first, second = (key[index].reshape(1).expand(count) for index in range(3))
     position = Tensor._arange_primitive(count, dtypes.uint32, device) + offset
     return _hash_tensor(_hash_tensor(position ^ first) + second)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, cast, overload
 
 import numpy as np
 
@@ -520,9 +520,26 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
 # ---- selection ---------------------------------------------------------------------------------------------------
 
 
-def where(condition: Tensor, input: Any, other: Any) -> Tensor:  # noqa: A002 - torch's names
+@overload
+def where(condition: Tensor) -> tuple[Tensor, ...]: ...
+
+
+@overload
+def where(condition: Tensor, input: Any, other: Any) -> Tensor: ...  # noqa: A002
+
+
+def where(condition: Tensor, input: Any = None, other: Any = None) -> Tensor | tuple[Tensor, ...]:  # noqa: A002
     """torch.where(condition, input, other): input where the bool condition is True, else other, broadcast together
-    and promoted like torch (either may be a Python number); a select: the branch not taken never leaks."""
+    and promoted like torch (either may be a Python number); a select: the branch not taken never leaks.
+    torch.where(condition) alone is condition.nonzero(as_tuple=True): the indices of its nonzero elements per dim."""
+    if input is None and other is None:
+        if not isinstance(condition, ElementwiseOps):
+            raise TypeError(f"where(condition): condition must be a Tensor, got {type(condition).__name__}")
+        return cast("Tensor", condition).nonzero(as_tuple=True)
+    if input is None or other is None:
+        raise TypeError("where() takes a condition alone (the indices of its nonzero elements) or a condition, input "
+                        f"and other; got input={'None' if input is None else 'given'}, "
+                        f"other={'None' if other is None else 'given'}")
     if not isinstance(condition, ElementwiseOps) or not condition.dtype.is_bool:
         kind = condition.dtype.name if isinstance(condition, ElementwiseOps) else type(condition).__name__
         raise DTypeError(
@@ -583,9 +600,10 @@ def _align(anchor: Tensor, values: Sequence[Any], op_name: str, extra_shapes: Se
 
 def _tensor_from(data: Any, device: str) -> Tensor:
     """A plain Tensor from a list or array operand (never a subclass such as nn.Parameter)."""
+    from ember.core.creation import node_from_data
     from ember.core.tensor import Tensor
 
-    return Tensor(data, device=device)
+    return Tensor._from_node(node_from_data(data, None, device))
 
 
 def _check_no_bool_subtraction(tensor: Tensor, other: Any) -> None:

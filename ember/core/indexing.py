@@ -216,6 +216,7 @@ def _classify(tensor: Tensor, index: Any) -> tuple[str, Any]:
 def _tensor_from_sequence(tensor: Tensor, values: Any) -> Tensor:
     import numpy as np
 
+    from ember.core.creation import node_from_data
     from ember.core.tensor import Tensor
 
     try:
@@ -226,7 +227,7 @@ def _tensor_from_sequence(tensor: Tensor, values: Any) -> Tensor:
         array = array.astype(np.int64)
     if array.dtype.kind not in "biu":
         raise IndexError(f"an index sequence must hold ints or bools, got {array.dtype}; valid indices: {INDEX_TYPES}")
-    return Tensor(array, device=tensor.device)
+    return Tensor._from_node(node_from_data(array, None, tensor.device))
 
 
 def _slice_bounds(index: slice, size: int) -> tuple[int, int, int]:

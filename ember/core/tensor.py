@@ -36,9 +36,11 @@ from ember.core.shapes import Shape, prod
 from ember.core.sorting import SortingOps
 from ember.core.stacking import StackingOps
 from ember.core.tensor_attributes import TensorAttributeOps
+from ember.core.torch_types import Size, device_object
 from ember.core.views import Alias, rebind_view, view_methods, write_through
 
 
+_new_tuple = tuple.__new__  # a Size from a node's shape without Size()'s checks (the shape is ints already)
 _next_sequence = itertools.count().__next__  # creation order: a tensor's history only holds older tensors
 
 
@@ -56,14 +58,11 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
     is_sharded = False  # a sharded kind (ShardedTensor) takes over the ops it is an operand of: _apply_as_operand
     _apply_as_operand: Callable[[Op, tuple[Any, ...], Any], Any]  # defined by the sharded kinds only
 
-    def __init__(
-        self,
-        data: Any,
-        dtype: DType | str | None = None,
-        device: str | None = None,
-        requires_grad: bool = False,
-    ) -> None:
-        from ember.core.creation import node_from_data
+    def __init__(self, *arguments: Any, dtype: DType | str | None = None, device: str | None = None,
+                 requires_grad: bool = False) -> None:
+        """Tensor(data, dtype, device, requires_grad) (ember.tensor's meaning), or without a dtype torch's legacy
+        forms: Tensor(3, 4) (zeros), Tensor(size), Tensor([1, 2]) (float32), Tensor() (core/legacy_constructor.py)."""
+        from ember.core.legacy_constructor import constructor_node
 
         self.node: Node
         self.grad: Tensor | None
@@ -72,7 +71,8 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         self._alias: Alias | None  # the storage this tensor shares with its views (core/views.py), if any
         self._saved_versions: tuple[int, ...] | None  # the versions of the _context's sources when it was recorded
         self._previous: Tensor | None  # this tensor as it was before its last recorded in-place change
-        self._initialize(node_from_data(data, dtype, device))
+        node, requires_grad = constructor_node(arguments, dtype, device, requires_grad)
+        self._initialize(node)
         if requires_grad:
             self.requires_grad_(True)
 
@@ -168,8 +168,9 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
     # ---- properties ------------------------------------------------------------------------------------------
 
     @property
-    def shape(self) -> Shape:
-        return self.node.shape
+    def shape(self) -> Size:
+        """The extents, as an ember.Size (torch.Size: a tuple with numel()); the node keeps a plain tuple."""
+        return _new_tuple(Size, self.node.shape)
 
     @property
     def dtype(self) -> DType:
@@ -177,9 +178,10 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
 
     @property
     def device(self) -> str:
-        """Where the values live, or for a recorded op the device the scheduler's placement rule runs it on."""
+        """Where the values live, or for a recorded op the device the scheduler's placement rule runs it on: an
+        ember.device (torch.device, a str equal to the name, e.g. 'c:0', with .type 'c' and .index 0)."""
         device = self.node.device
-        return device if device is not None else runtime.RUNTIME.device_of(self.node)
+        return device_object(device if device is not None else runtime.RUNTIME.device_of(self.node))
 
     @property
     def ndim(self) -> int:
@@ -188,10 +190,11 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
     def dim(self) -> int:
         return len(self.node.shape)
 
-    def size(self, dim: int | None = None) -> Shape | int:
+    def size(self, dim: int | None = None) -> Size | int:
         from ember.core.shapes import normalize_dim
 
-        return self.shape if dim is None else self.shape[normalize_dim(dim, self.ndim, "size")]
+        shape = self.node.shape
+        return _new_tuple(Size, shape) if dim is None else shape[normalize_dim(dim, len(shape), "size")]
 
     def numel(self) -> int:
         return prod(self.shape)
@@ -458,6 +461,17 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         from ember.core.printing import tensor_repr
 
         return tensor_repr(self)
+
+    def __format__(self, format_spec: str) -> str:
+        """f"{x:.4f}": a 0-d tensor formats as its Python number; others only with an empty spec (as str(x)), as in
+        torch (which raises the same TypeError for a spec on a tensor that is not 0-d)."""
+        if not self.node.shape:
+            return format(self.detach().item(), format_spec)
+        if format_spec:
+            raise TypeError(f"unsupported format string passed to Tensor.__format__: {format_spec!r} on a tensor of "
+                            f"shape {self.shape}; a format spec applies to 0-d tensors only (format x.item() for a "
+                            f"one-element tensor, or each value of x.tolist())")
+        return str(self)
 
     def __hash__(self) -> int:
         return id(self)

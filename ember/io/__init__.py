@@ -6,9 +6,13 @@ from ember.io.gguf import GGUFError, GGUFHeader, GGUFTensorInfo, load_gguf, load
 from ember.io.quantized import Q4_K, Q5_0, Q6_K, Q8_0, QuantFormat, QuantizedTensor
 from ember.io.safetensors import (
     SafetensorsError,
+    load_file,
+    load_model,
     load_safetensors,
     load_safetensors_metadata,
     read_safetensors_header,
+    save_file,
+    save_model,
     save_safetensors,
 )
 
@@ -25,11 +29,15 @@ __all__ = [
     "SafetensorsError",
     "load",
     "load_gguf",
+    "load_file",
     "load_gguf_metadata",
+    "load_model",
     "load_safetensors",
     "load_safetensors_metadata",
     "read_gguf_header",
     "read_safetensors_header",
     "save",
+    "save_file",
+    "save_model",
     "save_safetensors",
 ]

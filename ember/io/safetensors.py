@@ -184,3 +184,33 @@ def load_safetensors(path: str | os.PathLike[str], device: Any = None) -> dict[s
 def load_safetensors_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
     """The `__metadata__` strings of a safetensors file (empty if it has none)."""
     return read_safetensors_header(path)[1]
+
+
+# safetensors.torch's names, so that `from safetensors.torch import save_file, load_file` ports by changing only the
+# import to `from ember.io import save_file, load_file` (safetensors.torch itself refuses ember tensors: its first
+# check is isinstance(value, torch.Tensor), which nothing on an ember tensor can answer)
+
+def save_file(tensors: Mapping[str, Tensor], filename: str | os.PathLike[str],
+              metadata: Mapping[str, str] | None = None) -> None:
+    """safetensors.torch.save_file for ember tensors: write name -> tensor to `filename` (readable by safetensors)."""
+    save_safetensors(tensors, filename, metadata)
+
+
+def load_file(filename: str | os.PathLike[str], device: Any = "cpu") -> dict[str, Tensor]:
+    """safetensors.torch.load_file for ember: every tensor of the file on `device` ('cpu' is ember's c device)."""
+    return load_safetensors(filename, device)
+
+
+def save_model(model: Any, filename: str | os.PathLike[str], metadata: Mapping[str, str] | None = None,
+               force_contiguous: bool = False) -> None:
+    """safetensors.torch.save_model for an ember Module: its state dict to `filename` (ember's tensors are always
+    contiguous values, so force_contiguous changes nothing)."""
+    save_safetensors(model.state_dict(), filename, metadata)
+
+
+def load_model(model: Any, filename: str | os.PathLike[str], strict: bool = True,
+               device: Any = "cpu") -> tuple[list[str], list[str]]:
+    """safetensors.torch.load_model for an ember Module: load the file's tensors into it; returns (missing,
+    unexpected) key lists (with strict, a mismatch raises as load_state_dict does)."""
+    result = model.load_state_dict(load_safetensors(filename, device), strict=strict)
+    return list(result.missing_keys), list(result.unexpected_keys)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Self
 
 from ember.autograd.grad_mode import no_grad
+from ember.core.creation import tensor
 from ember.core.tensor import Tensor
 from ember.core.views import set_value, unlink
 from ember.nn.parameter import Parameter
@@ -480,7 +481,7 @@ def _as_ember_tensor(value: Any, device: str | None) -> Tensor:
     tensor stays where it is when device is None; other values go to the default device)."""
     if isinstance(value, Tensor):
         return value.detach() if device is None else value.detach().to(device)
-    return Tensor(value, device=device)
+    return tensor(value, device=device)
 
 
 def _realize(tensors: list[Tensor]) -> None:

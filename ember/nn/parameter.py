@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ember.core.creation import tensor
 from ember.core.tensor import Tensor
 
 
@@ -16,7 +17,7 @@ class Parameter(Tensor):
         if data is None:
             data = Tensor._full((0,), 0.0, _default_float(), _default_device())
         elif not isinstance(data, Tensor):
-            data = Tensor(data)
+            data = tensor(data)
         self._initialize(data.node)
         if requires_grad:
             self.requires_grad_(True)

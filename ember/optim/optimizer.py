@@ -22,6 +22,7 @@ import numpy as np
 from ember.autograd.grad_mode import enable_grad, no_grad
 from ember.core import dtype as dtypes
 from ember.core.runtime import RUNTIME
+from ember.core.creation import tensor as data_tensor
 from ember.core.tensor import Tensor, realize
 
 
@@ -42,7 +43,7 @@ class StepScalars:
     def __init__(self, names: Sequence[str], values: Sequence[float], device: str, dtype: dtypes.DType) -> None:
         holder = dtypes.float64 if dtype == dtypes.float64 else dtypes.float32
         self.values = tuple(values)
-        self.vector = Tensor(np.asarray(values, dtype=holder.numpy), device=device)
+        self.vector = data_tensor(np.asarray(values, dtype=holder.numpy), device=device)
         self.views = {name: self.vector[index] for index, name in enumerate(names)}
 
     def __getattr__(self, name: str) -> Tensor:
@@ -320,7 +321,7 @@ class Optimizer:
             if "step" in values:
                 step = float(values["step"].item() if hasattr(values["step"], "item") else values["step"])
                 key = (parameter.device, step)
-                counts.setdefault(key, Tensor(np.array(step, dtype=np.float32), device=parameter.device))
+                counts.setdefault(key, data_tensor(np.array(step, dtype=np.float32), device=parameter.device))
                 self.state[parameter]["step"] = counts[key]
         new_groups: list[dict[str, Any]] = []
         for saved, group in zip(saved_groups, self.param_groups):
@@ -339,7 +340,7 @@ def _state_value(name: str, value: Any, parameter: Tensor) -> Any:
     if isinstance(value, Tensor):
         tensor = value.detach().to(parameter.device)
     elif hasattr(value, "shape") or isinstance(value, (list, np.ndarray)):
-        tensor = Tensor(value, device=parameter.device)
+        tensor = data_tensor(value, device=parameter.device)
     else:
         return value
     return tensor.cast(parameter.dtype).realize() if tensor.dtype.is_float else tensor
