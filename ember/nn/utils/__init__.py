@@ -1,0 +1,18 @@
+"""ember.nn.utils: torch.nn.utils's helpers: gradient clipping, parameter vectors, packed sequences, parametrizations."""
+
+from ember.nn.utils import rnn
+from ember.nn.utils.clip_grad import (
+    clip_grad_norm, clip_grad_norm_, clip_grad_value_, clip_grads_with_norm_, get_total_norm,
+)
+from ember.nn.utils.convert_parameters import parameters_to_vector, vector_to_parameters
+
+__all__ = [
+    "clip_grad_norm",
+    "clip_grad_norm_",
+    "clip_grad_value_",
+    "clip_grads_with_norm_",
+    "get_total_norm",
+    "parameters_to_vector",
+    "rnn",
+    "vector_to_parameters",
+]
