@@ -299,15 +299,17 @@ def test_parity_report_has_the_new_sections() -> None:
     from ember.parity import format_report, report
 
     found = report()
-    for title in ("torch.nn.utils functions", "torch.nn.utils.rnn functions", "torch.nn.utils.parametrize functions",
-                  "torch.nn.utils.parametrizations functions", "torch.utils.data names", "torch.nn.init functions",
+    for title in ("torch.nn.utils functions", "torch.nn.utils.rnn names", "torch.nn.utils.parametrize names",
+                  "torch.nn.utils.parametrizations names", "torch.utils.data names", "torch.nn.init functions",
                   "torch.optim.lr_scheduler classes"):
         assert title in found, title
         assert found[title]["count"] > 0
     utils_missing = [name for group in found["torch.nn.utils functions"]["missing"].values() for name in group]
     for name in ("clip_grad_norm_", "weight_norm", "spectral_norm", "parameters_to_vector"):
         assert name not in utils_missing
-    rnn_missing = [name for group in found["torch.nn.utils.rnn functions"]["missing"].values() for name in group]
-    assert rnn_missing == []
+    assert found["torch.nn.utils.rnn names"]["missing"] == {"names": []}
+    assert found["torch.nn.utils.parametrizations names"]["missing"] == {"names": ["orthogonal"]}
+    data = found["torch.utils.data names"]
+    assert data["count"] == 29 and data["present"] == data["count"] - len(data["missing"]["names"])
     text = format_report(found)
     assert "torch.nn.utils functions:" in text and "torch.optim.lr_scheduler classes:" in text
