@@ -1,4 +1,4 @@
-"""ember.nn.utils: torch.nn.utils's helpers: gradient clipping, parameter vectors, packed sequences, parametrizations."""
+"""ember.nn.utils (torch.nn.utils): gradient clipping, parameter vectors, packed sequences, parametrizations."""
 
 from ember.nn.utils import parametrizations, parametrize, rnn
 from ember.nn.utils.clip_grad import (

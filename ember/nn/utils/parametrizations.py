@@ -60,11 +60,11 @@ class _SpectralNorm(Module):
         """Advance the buffers _u and _v by n power-iteration steps on the (detached) weight matrix."""
         with em.no_grad():
             matrix = matrix.detach()
-            u, v = self._u, self._v
+            u, v = self._buffers["_u"], self._buffers["_v"]
             for _ in range(n_power_iterations):
-                u = F.normalize(em.mv(matrix, v), dim=0, eps=self.eps)
-                v = F.normalize(em.mv(matrix.t(), u), dim=0, eps=self.eps)
-            self._u, self._v = u.realize(), v.realize()  # values, not a chain through every earlier step
+                u = F.normalize(matrix.mv(v), dim=0, eps=self.eps)
+                v = F.normalize(matrix.t().mv(u), dim=0, eps=self.eps)
+            self._buffers["_u"], self._buffers["_v"] = u.realize(), v.realize()  # values, not a chain of steps
 
     def forward(self, weight: Tensor) -> Tensor:
         if weight.ndim == 1:
@@ -72,7 +72,7 @@ class _SpectralNorm(Module):
         matrix = weight_as_matrix(weight, self.dim)
         if self.training:
             self._power_method(matrix, self.n_power_iterations)
-        sigma = em.vdot(self._u, em.mv(matrix, self._v))
+        sigma = self._buffers["_u"].vdot(matrix.mv(self._buffers["_v"]))
         return weight / sigma
 
     def right_inverse(self, value: Tensor) -> Tensor:

@@ -92,7 +92,7 @@ class PackedSequence(_PackedSequenceFields):
 
     @property
     def is_cuda(self) -> bool:
-        return bool(self.data.is_cuda)
+        return str(self.data.device).startswith("cuda")
 
     def is_pinned(self) -> bool:
         return False
@@ -145,7 +145,9 @@ def pack_padded_sequence(
     batch = input.shape[0] if batch_first else input.shape[1]
     steps = input.shape[1] if batch_first else input.shape[0]
     if len(lengths) != batch:
-        raise ValueError(f"Expected `len(lengths)` to be equal to batch_size, but got {len(lengths)} (batch_size={batch})")
+        raise ValueError(
+            f"Expected `len(lengths)` to be equal to batch_size, but got {len(lengths)} (batch_size={batch})"
+        )
     if lengths and max(lengths) > steps:
         raise RuntimeError(
             f"pack_padded_sequence: a length ({max(lengths)}) is larger than the padded sequences' length ({steps})"

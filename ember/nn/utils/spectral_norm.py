@@ -46,12 +46,12 @@ class SpectralNorm:
             with em.no_grad():
                 matrix = weight_matrix.detach()
                 for _ in range(self.n_power_iterations):
-                    v = F.normalize(em.mv(matrix.t(), u), dim=0, eps=self.eps)
-                    u = F.normalize(em.mv(matrix, v), dim=0, eps=self.eps)
+                    v = F.normalize(matrix.t().mv(u), dim=0, eps=self.eps)
+                    u = F.normalize(matrix.mv(v), dim=0, eps=self.eps)
                 u, v = u.realize(), v.realize()  # the buffers hold values, not a chain through every step
                 setattr(module, self.name + "_u", u)
                 setattr(module, self.name + "_v", v)
-        sigma = em.dot(u, em.mv(weight_matrix, v))
+        sigma = u.dot(weight_matrix.mv(v))
         return weight / sigma
 
     def remove(self, module: Module) -> None:
