@@ -1,4 +1,6 @@
-"""How much of PyTorch's API ember has: torch.*, torch.Tensor and torch.nn.functional names present and missing.
+"""How much of PyTorch's API ember has: names of torch.*, torch.Tensor, torch.nn.functional and the helper modules
+(torch.nn.utils with rnn/parametrize/parametrizations, torch.utils.data, torch.nn.init, torch.optim.lr_scheduler)
+present and missing.
 
 The truth is the committed list of PyTorch's public names (`ember/torch_names.py`); `python -m ember parity`
 prints the counts and the missing names, grouped, so the gap stays visible. `FIRST_HOUR` holds the names a
@@ -8,10 +10,35 @@ has `torch.NAME`, `Tensor.NAME` where torch has the method or attribute, `ember.
 
 from __future__ import annotations
 
+import importlib
 import re
 from typing import Any
 
-from ember.torch_names import FUNCTIONAL_FUNCTIONS, TENSOR_ATTRIBUTES, TENSOR_METHODS, TORCH_FUNCTIONS, TORCH_VERSION
+from ember.torch_names import (
+    FUNCTIONAL_FUNCTIONS,
+    LR_SCHEDULER_CLASSES,
+    NN_INIT_FUNCTIONS,
+    NN_UTILS_FUNCTIONS,
+    NN_UTILS_PARAMETRIZATIONS_NAMES,
+    NN_UTILS_PARAMETRIZE_NAMES,
+    NN_UTILS_RNN_NAMES,
+    TENSOR_ATTRIBUTES,
+    TENSOR_METHODS,
+    TORCH_FUNCTIONS,
+    TORCH_VERSION,
+    UTILS_DATA_NAMES,
+)
+
+# torch's helper modules: (title, ember's module that should hold torch's names, those names)
+HELPER_MODULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("torch.nn.utils functions", "ember.nn.utils", NN_UTILS_FUNCTIONS),
+    ("torch.nn.utils.rnn names", "ember.nn.utils.rnn", NN_UTILS_RNN_NAMES),
+    ("torch.nn.utils.parametrize names", "ember.nn.utils.parametrize", NN_UTILS_PARAMETRIZE_NAMES),
+    ("torch.nn.utils.parametrizations names", "ember.nn.utils.parametrizations", NN_UTILS_PARAMETRIZATIONS_NAMES),
+    ("torch.utils.data names", "ember.utils.data", UTILS_DATA_NAMES),
+    ("torch.nn.init functions", "ember.nn.init", NN_INIT_FUNCTIONS),
+    ("torch.optim.lr_scheduler classes", "ember.optim.lr_scheduler", LR_SCHEDULER_CLASSES),
+)
 
 FIRST_HOUR: tuple[str, ...] = tuple("""
 tensor as_tensor from_numpy zeros ones full empty zeros_like ones_like full_like empty_like rand randn randint
@@ -59,6 +86,14 @@ def _apis() -> list[tuple[str, str, tuple[str, ...], Any]]:
     ]
 
 
+def _module_or_none(path: str) -> Any:
+    """The ember module at `path`, or None where ember does not have it (every name of it is then missing)."""
+    try:
+        return importlib.import_module(path)
+    except ImportError:
+        return None
+
+
 def places(name: str) -> list[str]:
     """Where torch has `name`: 'torch.', 'Tensor.' and/or 'nn.functional.'."""
     found = []
@@ -96,6 +131,12 @@ def report() -> dict[str, Any]:
         groups = {"ops": [name for name in missing if name not in grouped], **groups}
         result[title] = {"prefix": prefix, "count": len(names), "present": len(names) - len(missing),
                          "missing": groups}
+    for title, path, names in HELPER_MODULES:
+        module = _module_or_none(path)
+        missing = [name for name in names if module is None or not hasattr(module, name)]
+        result[title] = {"prefix": path.removeprefix("ember.") + ".", "count": len(names),
+                         "present": len(names) - len(missing), "missing": {"names": missing},
+                         **({} if module is not None else {"module_missing": path})}
     return result
 
 
@@ -112,7 +153,8 @@ def format_report(found: dict[str, Any], width: int = 116) -> str:
         if title in ("torch_version", "first_hour"):
             continue
         share = 100.0 * entry["present"] / entry["count"] if entry["count"] else 100.0
-        lines.append(f"{title}: {entry['present']} of {entry['count']} present ({share:.0f}%)")
+        absent = f" ({entry['module_missing']} does not exist)" if "module_missing" in entry else ""
+        lines.append(f"{title}: {entry['present']} of {entry['count']} present ({share:.0f}%){absent}")
         for group, names in entry["missing"].items():
             if names:
                 lines.append(textwrap.fill(f"  missing {group} ({len(names)}): " + ", ".join(names), width,

@@ -206,3 +206,54 @@ FUNCTIONAL_FUNCTIONS: tuple[str, ...] = (
     "tanhshrink", "threshold", "threshold_", "triplet_margin_loss", "triplet_margin_with_distance_loss", "unfold",
     "upsample", "upsample_bilinear", "upsample_nearest",
 )
+
+# public functions torch.nn.utils.NAME (18)
+NN_UTILS_FUNCTIONS: tuple[str, ...] = (
+    "clip_grad_norm", "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_",
+    "convert_conv2d_weight_memory_format", "convert_conv3d_weight_memory_format", "fuse_conv_bn_eval",
+    "fuse_conv_bn_weights", "fuse_linear_bn_eval", "fuse_linear_bn_weights", "get_total_norm",
+    "parameters_to_vector", "remove_spectral_norm", "remove_weight_norm", "skip_init", "spectral_norm",
+    "vector_to_parameters", "weight_norm",
+)
+
+# public names torch.nn.utils.rnn.NAME (8)
+NN_UTILS_RNN_NAMES: tuple[str, ...] = (
+    "PackedSequence", "invert_permutation", "pack_padded_sequence", "pack_sequence", "pad_packed_sequence",
+    "pad_sequence", "unpack_sequence", "unpad_sequence",
+)
+
+# public names torch.nn.utils.parametrize.NAME (7)
+NN_UTILS_PARAMETRIZE_NAMES: tuple[str, ...] = (
+    "ParametrizationList", "cached", "is_parametrized", "register_parametrization", "remove_parametrizations",
+    "transfer_parametrizations_and_params", "type_before_parametrizations",
+)
+
+# public names torch.nn.utils.parametrizations.NAME (3)
+NN_UTILS_PARAMETRIZATIONS_NAMES: tuple[str, ...] = (
+    "orthogonal", "spectral_norm", "weight_norm",
+)
+
+# public names torch.utils.data.NAME (29)
+UTILS_DATA_NAMES: tuple[str, ...] = (
+    "BatchSampler", "ChainDataset", "ConcatDataset", "DFIterDataPipe", "DataChunk", "DataLoader", "Dataset",
+    "DistributedSampler", "IterDataPipe", "IterableDataset", "MapDataPipe", "RandomSampler", "Sampler",
+    "SequentialSampler", "StackDataset", "Subset", "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler",
+    "argument_validation", "default_collate", "default_convert", "functional_datapipe", "get_worker_info",
+    "guaranteed_datapipes_determinism", "non_deterministic", "random_split", "runtime_validation",
+    "runtime_validation_disabled",
+)
+
+# public functions torch.nn.init.NAME (26)
+NN_INIT_FUNCTIONS: tuple[str, ...] = (
+    "calculate_gain", "constant", "constant_", "dirac", "dirac_", "eye", "eye_", "kaiming_normal",
+    "kaiming_normal_", "kaiming_uniform", "kaiming_uniform_", "normal", "normal_", "ones_", "orthogonal",
+    "orthogonal_", "sparse", "sparse_", "trunc_normal_", "uniform", "uniform_", "xavier_normal", "xavier_normal_",
+    "xavier_uniform", "xavier_uniform_", "zeros_",
+)
+
+# public names torch.optim.lr_scheduler.NAME (16)
+LR_SCHEDULER_CLASSES: tuple[str, ...] = (
+    "ChainedScheduler", "ConstantLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "CyclicLR",
+    "ExponentialLR", "LRScheduler", "LambdaLR", "LinearLR", "MultiStepLR", "MultiplicativeLR", "OneCycleLR",
+    "PolynomialLR", "ReduceLROnPlateau", "SequentialLR", "StepLR",
+)

@@ -506,7 +506,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
             result = result._apply(Op.OR if dtype.is_bool else Op.ADD, padded)
         offset += part.shape[axis]
     assert result is not None  # parts is not empty
-    return result
+    return result.clone() if len(parts) == 1 else result  # a new tensor, as torch's, never a view of its input
 
 
 @numpy_argument_names

@@ -1,6 +1,6 @@
 """ember.nn: layers (Modules) with PyTorch's names, parameters, state_dict keys and default initialization."""
 
-from ember.nn import functional, init
+from ember.nn import functional, init, utils
 from ember.nn.activation import (
     CELU,
     ELU,
@@ -254,4 +254,5 @@ __all__ = [
     "ZeroPad3d",
     "functional",
     "init",
+    "utils",
 ]

@@ -155,8 +155,15 @@ class RNNBase(Module):
             )
         return hidden, cell
 
-    def forward(self, input: Tensor, hx: Any = None) -> tuple[Tensor, Any]:  # noqa: A002
-        """input (L, N, input_size) (N first with batch_first, or unbatched (L, input_size)) -> (output, h_n[, c_n])."""
+    def forward(self, input: Any, hx: Any = None) -> tuple[Any, Any]:  # noqa: A002
+        """input (L, N, input_size) (N first with batch_first, or unbatched (L, input_size)) -> (output, h_n[, c_n]).
+
+        A PackedSequence input gives a PackedSequence output, and h_n holds each sequence's state at its own length.
+        """
+        from ember.nn.utils.rnn import PackedSequence
+
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx)
         name = type(self).__name__
         if input.ndim not in (2, 3):
             raise ShapeError(f"{name}: expected a 2-d (unbatched) or 3-d (batched) input, got shape {input.shape}")
@@ -201,6 +208,58 @@ class RNNBase(Module):
             output = output.squeeze(1)
             hidden_n = hidden_n.squeeze(1)
             cell_n = cell_n.squeeze(1) if cell_n is not None else None
+        return output, ((hidden_n, cell_n) if self.mode == "LSTM" else hidden_n)
+
+    def _forward_packed(self, packed: Any, hx: Any) -> tuple[Any, Any]:
+        """The recurrence over a PackedSequence: at step t only the first batch_sizes[t] (longest) sequences move."""
+        data, batch_sizes_tensor, sorted_indices, unsorted_indices = packed
+        name = type(self).__name__
+        if data.ndim != 2 or data.shape[1] != self.input_size:
+            raise ShapeError(f"{name}: packed data of shape {data.shape} should be (rows, {self.input_size})")
+        batch_sizes = [int(size) for size in batch_sizes_tensor.tolist()]
+        batch = batch_sizes[0]
+        offsets = [sum(batch_sizes[:time]) for time in range(len(batch_sizes))]
+        if hx is not None and sorted_indices is not None:  # hx is in the batch's order; the recurrence runs sorted
+            hx = tuple(part.index_select(1, sorted_indices) for part in hx) if self.mode == "LSTM" else (
+                hx.index_select(1, sorted_indices))
+        hidden0, cell0 = self._initial_state(hx, batch, data, True)
+        directions = 2 if self.bidirectional else 1
+        final_hidden: list[Tensor] = []
+        final_cell: list[Tensor] = []
+        layer_input = data
+        for layer in range(self.num_layers):
+            outputs = []
+            for direction in range(directions):
+                weight_ih, weight_hh, bias_ih, bias_hh, weight_hr = self._layer_parameters(layer, direction)
+                projected = F.linear(layer_input, weight_ih, bias_ih)  # every packed row at once
+                state = layer * directions + direction
+                hidden = hidden0[state]
+                cell = cell0[state] if cell0 is not None else None
+                steps: list[Tensor] = [None] * len(batch_sizes)  # type: ignore[list-item]
+                order = range(len(batch_sizes) - 1, -1, -1) if direction == 1 else range(len(batch_sizes))
+                for time in order:
+                    size, start = batch_sizes[time], offsets[time]
+                    new_hidden, new_cell = _cell_step(
+                        self.mode, projected[start:start + size], hidden[:size],
+                        cell[:size] if cell is not None else None, weight_hh, bias_hh, weight_hr,
+                    )
+                    steps[time] = new_hidden
+                    hidden = new_hidden if size == batch else em.cat([new_hidden, hidden[size:]])
+                    if cell is not None and new_cell is not None:
+                        cell = new_cell if size == batch else em.cat([new_cell, cell[size:]])
+                outputs.append(em.cat(steps))
+                final_hidden.append(hidden)
+                if cell is not None:
+                    final_cell.append(cell)
+            layer_input = outputs[0] if directions == 1 else em.cat(outputs, dim=-1)
+            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
+                layer_input = F.dropout(layer_input, self.dropout, True)
+        hidden_n = em.stack(final_hidden)
+        cell_n = em.stack(final_cell) if final_cell else None
+        if unsorted_indices is not None:  # back to the batch's order
+            hidden_n = hidden_n.index_select(1, unsorted_indices)
+            cell_n = cell_n.index_select(1, unsorted_indices) if cell_n is not None else None
+        output = type(packed)(layer_input, batch_sizes_tensor, sorted_indices, unsorted_indices)
         return output, ((hidden_n, cell_n) if self.mode == "LSTM" else hidden_n)
 
     def extra_repr(self) -> str:

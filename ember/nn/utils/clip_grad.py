@@ -1,0 +1,102 @@
+"""Gradient clipping with torch's names: clip_grad_norm_, clip_grad_value_, get_total_norm, clip_grads_with_norm_.
+
+The scaling stays lazy: gradients are multiplied by clamp(max_norm / (total + 1e-6), max=1) as a tensor, so
+clipping reads nothing back from the device (only error_if_nonfinite does, as in torch).
+"""
+
+from __future__ import annotations
+
+import types
+import warnings
+from collections.abc import Iterable
+from typing import Union
+
+import ember as em
+from ember.core.tensor import Tensor
+
+TensorOrTensors = Union[Tensor, Iterable[Tensor]]
+
+
+def _as_list(tensors: TensorOrTensors) -> list[Tensor]:
+    return [tensors] if isinstance(tensors, Tensor) else list(tensors)
+
+
+def get_total_norm(
+    tensors: TensorOrTensors, norm_type: float = 2.0, error_if_nonfinite: bool = False, foreach: bool | None = None
+) -> Tensor:
+    """The p-norm of all `tensors` taken together, as if concatenated into one vector ('inf' for the max norm)."""
+    tensors = _as_list(tensors)
+    norm_type = float(norm_type)
+    if not tensors:
+        return em.tensor(0.0)
+    first_device = tensors[0].device
+    with em.no_grad():
+        norms = [em.linalg.vector_norm(tensor, norm_type).to(first_device) for tensor in tensors]
+        total_norm = em.linalg.vector_norm(em.stack(norms), norm_type)
+    if error_if_nonfinite and not bool(total_norm.isfinite().item()):
+        raise RuntimeError(
+            f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so it cannot be "
+            "clipped. To disable this error and scale the gradients by the non-finite norm anyway, set "
+            "`error_if_nonfinite=False`"
+        )
+    return total_norm
+
+
+def clip_grads_with_norm_(
+    parameters: TensorOrTensors, max_norm: float, total_norm: Tensor, foreach: bool | None = None
+) -> None:
+    """Scale the gradients of `parameters` in place by clamp(max_norm / (total_norm + 1e-6), max=1)."""
+    grads = [parameter.grad for parameter in _as_list(parameters) if parameter.grad is not None]
+    max_norm = float(max_norm)
+    if not grads:
+        return
+    with em.no_grad():
+        coefficient = (max_norm / (total_norm + 1e-6)).clamp(max=1.0)
+        for grad in grads:
+            grad.mul_(coefficient.to(grad.device).cast(grad.dtype))
+
+
+def clip_grad_norm_(
+    parameters: TensorOrTensors,
+    max_norm: float,
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+) -> Tensor:
+    """Clip the gradients of `parameters` in place so that their total norm is at most max_norm; return that norm."""
+    if isinstance(parameters, Tensor):
+        parameters = [parameters]
+    else:
+        is_generator = isinstance(parameters, types.GeneratorType)
+        parameters = list(parameters)
+        if is_generator and not parameters:
+            warnings.warn("`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=2)
+    grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
+    total_norm = get_total_norm(grads, norm_type, error_if_nonfinite, foreach)
+    clip_grads_with_norm_(parameters, max_norm, total_norm, foreach)
+    return total_norm
+
+
+def clip_grad_norm(
+    parameters: TensorOrTensors,
+    max_norm: float,
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+) -> Tensor:
+    """Deprecated in torch in favour of clip_grad_norm_ (same behaviour, with a FutureWarning)."""
+    warnings.warn(
+        "`torch.nn.utils.clip_grad_norm` is now deprecated in favor of `torch.nn.utils.clip_grad_norm_`.",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return clip_grad_norm_(parameters, max_norm, norm_type, error_if_nonfinite, foreach)
+
+
+def clip_grad_value_(parameters: TensorOrTensors, clip_value: float, foreach: bool | None = None) -> None:
+    """Clamp the gradients of `parameters` in place to [-clip_value, clip_value]."""
+    clip_value = float(clip_value)
+    with em.no_grad():
+        for parameter in _as_list(parameters):
+            if parameter.grad is not None:
+                parameter.grad.clamp_(min=-clip_value, max=clip_value)
