@@ -123,48 +123,75 @@ def _whole_words(nbytes: int) -> int:
 
 
 class WGPUProgram(Program):
-    """A compute pipeline with its shader module and bind group layout, built once; a launch only binds buffers."""
+    """A compute pipeline with its shader module and bind group layout, built once; a launch only binds buffers.
+
+    WebGPU forbids one buffer bound read-only and read-write in one dispatch. A launch whose output buffer is also
+    an input (an in-place update, scheduler/in_place.py, or a replay of one) uses a variant of the pipeline that
+    declares those inputs read_write too (a buffer may be bound read_write more than once), made at its first use."""
 
     def __init__(self, queue: WGPUQueue, source: str, kernel: KernelIR, dispatch: tuple[int, int, int]) -> None:
+        self.queue = queue
+        self.device = queue.device
+        self.dispatch = dispatch
+        self.source = source
+        self.kernel = kernel
+        self.pipeline, self.bind_group_layout = self._pipeline(())
+        # by the input positions bound to the output's buffer: (pipeline, bind group layout)
+        self.variants: dict[tuple[int, ...], tuple[Any, Any]] = {(): (self.pipeline, self.bind_group_layout)}
+
+    def _pipeline(self, writable: tuple[int, ...]) -> tuple[Any, Any]:
+        """The pipeline and its bind group layout, with the inputs at the positions `writable` bound read_write."""
         import wgpu
 
-        self.queue = queue
-        self.device = device = queue.device
-        self.dispatch = dispatch
-        self.module = device.create_shader_module(code=source)
+        source = self.source
+        for position in writable:
+            declaration = f"@binding({position}) var<storage, read> "
+            assert declaration in source, declaration
+            source = source.replace(declaration, f"@binding({position}) var<storage, read_write> ")
         entries = [
             {
                 "binding": param.position,
                 "visibility": wgpu.ShaderStage.COMPUTE,
-                "buffer": {"type": wgpu.BufferBindingType.storage if param.is_output
+                "buffer": {"type": wgpu.BufferBindingType.storage if param.is_output or param.position in writable
                            else wgpu.BufferBindingType.read_only_storage},
             }
-            for param in kernel.params
+            for param in self.kernel.params
         ]
-        self.bind_group_layout = device.create_bind_group_layout(entries=entries)
-        layout = device.create_pipeline_layout(bind_group_layouts=[self.bind_group_layout])
-        self.pipeline = device.create_compute_pipeline(
-            layout=layout, compute={"module": self.module, "entry_point": kernel.name}
+        module = self.device.create_shader_module(code=source)
+        bind_group_layout = self.device.create_bind_group_layout(entries=entries)
+        layout = self.device.create_pipeline_layout(bind_group_layouts=[bind_group_layout])
+        pipeline = self.device.create_compute_pipeline(
+            layout=layout, compute={"module": module, "entry_point": self.kernel.name}
         )
+        return pipeline, bind_group_layout
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
         # one queue executes in submission order, so earlier launches need no explicit wait
-        return self._submit(self._bind_group(buffers))
+        return self._submit(*self._bind_group(buffers))
 
     def bind(self, buffers: list[Any], global_size: int) -> Callable[[tuple[Event, ...]], Event]:
-        bind_group = self._bind_group(buffers)  # made once (it holds the buffers)
-        return lambda wait_for: self._submit(bind_group)
+        pipeline, bind_group = self._bind_group(buffers)  # made once (it holds the buffers)
+        return lambda wait_for: self._submit(pipeline, bind_group)
 
-    def _bind_group(self, buffers: list[Any]) -> Any:
-        return self.device.create_bind_group(
-            layout=self.bind_group_layout,
+    def _bind_group(self, buffers: list[Any]) -> tuple[Any, Any]:
+        """The pipeline for these buffers (a variant where the output's buffer is also an input) and their bind
+        group."""
+        output = buffers[0]
+        writable = tuple(position for position in range(1, len(buffers)) if buffers[position] is output)
+        variant = self.variants.get(writable)
+        if variant is None:
+            variant = self.variants[writable] = self._pipeline(writable)
+        pipeline, bind_group_layout = variant
+        bind_group = self.device.create_bind_group(
+            layout=bind_group_layout,
             entries=[{"binding": position, "resource": {"buffer": buffer}} for position, buffer in enumerate(buffers)],
         )
+        return pipeline, bind_group
 
-    def _submit(self, bind_group: Any) -> Event:
+    def _submit(self, pipeline: Any, bind_group: Any) -> Event:
         encoder = self.device.create_command_encoder()
         compute_pass = encoder.begin_compute_pass()
-        compute_pass.set_pipeline(self.pipeline)
+        compute_pass.set_pipeline(pipeline)
         compute_pass.set_bind_group(0, bind_group)
         compute_pass.dispatch_workgroups(*self.dispatch)
         compute_pass.end()
@@ -202,7 +229,6 @@ class WGPUDevice(Device):
             max_groups_per_dimension=MAX_WORKGROUPS_PER_DIMENSION,
             supported_dtypes=frozenset(dtypes.ALL_DTYPES) - unsupported,
             max_kernel_buffers=limits.get("max-storage-buffers-per-shader-stage", 8),
-            output_may_alias_input=False,
             extra={
                 "adapter": f"{adapter_info.get('device', '')} ({adapter_info.get('backend_type', '')})",
                 "features": sorted(features),

@@ -190,7 +190,7 @@ class EliminationOps(TensorBase):
                     self._arange_primitive(size, dtypes.int64, self.device)).cast(self.dtype)
         if self.numel() == 0:
             return cast("Tensor", self)
-        norm = float(self.detach().abs().sum(-2).amax().item())
+        norm = float(self._detached_copy().abs().sum(-2).amax().item())
         squarings = max(0, math.ceil(math.log2(norm / 0.5))) if math.isfinite(norm) and norm > 0.5 else 0
         scaled = self * (0.5**squarings) if squarings else self
         result = identity.expand(self.shape)

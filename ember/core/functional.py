@@ -221,9 +221,9 @@ class FunctionalOps(TensorBase):
             centered = self - mean
             variance = (centered * centered).mean(axes, keepdim=True)
             if running_mean is not None:
-                running_mean.assign((1 - momentum) * running_mean + momentum * mean.detach().reshape(channels))
+                running_mean.assign((1 - momentum) * running_mean + momentum * mean._detached_copy().reshape(channels))
             if running_var is not None:
-                unbiased = variance.detach().reshape(channels) * (count / (count - 1))
+                unbiased = variance._detached_copy().reshape(channels) * (count / (count - 1))
                 running_var.assign((1 - momentum) * running_var + momentum * unbiased)
         else:
             if running_mean is None or running_var is None:
@@ -325,7 +325,7 @@ class FunctionalOps(TensorBase):
                 raise ArgumentError(f"embedding: padding_idx {padding_idx} must be within num_embeddings ({count})")
             padding_idx %= count
             rows = self._arange_primitive(count, dtypes.int64, self.device).reshape(count, 1)
-            weight = where(rows == padding_idx, weight.detach(), weight)  # the padding row gets no gradient
+            weight = where(rows == padding_idx, weight._detached_copy(), weight)  # the padding row gets no gradient
         positions = self._arange_primitive(count, dtypes.int64, self.device)
         index = check_index(cast("Tensor", self), count, "embedding", 0, negatives=False)
         chosen = (index.unsqueeze(-1) == positions).unsqueeze(-1)  # [..., V, 1]
@@ -448,10 +448,10 @@ def _update_instance_stats(tensor: Tensor, mean: Tensor, variance: Tensor, runni
     and unbiased variance."""
     count = math.prod(tensor.shape[2:])
     if running_mean is not None:
-        batch_mean = mean.detach().reshape(mean.shape[:2]).mean(0)
+        batch_mean = mean._detached_copy().reshape(mean.shape[:2]).mean(0)
         running_mean.assign((1 - momentum) * running_mean + momentum * batch_mean)
     if running_var is not None:
-        unbiased = variance.detach().reshape(variance.shape[:2]) * (count / max(count - 1, 1))
+        unbiased = variance._detached_copy().reshape(variance.shape[:2]) * (count / max(count - 1, 1))
         running_var.assign((1 - momentum) * running_var + momentum * unbiased.mean(0))
 
 

@@ -121,7 +121,7 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mod
     weights = None
     for column, row, weight in taps:
         inside = (column >= 0).logical_and(column <= width - 1).logical_and(row >= 0).logical_and(row <= height - 1)
-        index = (row.detach().clamp(0, height - 1) * width + column.detach().clamp(0, width - 1)).cast(dtypes.int64)
+        index = (row._detached_copy().clamp(0, height - 1) * width + column._detached_copy().clamp(0, width - 1)).cast(dtypes.int64)
         hit = (index == pixels).logical_and(inside)  # [N, HW, P]
         term = where(hit, weight, 0.0)
         weights = term if weights is None else weights + term

@@ -192,7 +192,7 @@ class MarginLossOps(TensorBase):
             elif not (input_.ndim == var.ndim and sum(
                     other for size, other in zip(input_.shape, var.shape) if size != other) == 1):
                 raise ValueError(f"var is of incorrect size {list(var.shape)} for input of size {list(input_.shape)}")
-        clamped = var + (var.clamp_min(eps) - var).detach()
+        clamped = var + (var.clamp_min(eps) - var)._detached_copy()
         loss = 0.5 * (clamped.log() + (input_ - target) ** 2 / clamped)
         if full:
             loss = loss + 0.5 * math.log(2 * math.pi)

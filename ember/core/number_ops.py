@@ -33,7 +33,7 @@ class NumberOps(TensorBase):
             raise DTypeError(f"frexp: only floating point dtypes are supported (as in PyTorch), got {self.dtype.name}")
         wide = self if self.dtype.name in _FLOAT_LAYOUT else self.cast(dtypes.float32)
         integer, mantissa_bits, bias = _FLOAT_LAYOUT[wide.dtype.name]
-        exponent = _binary_exponent(wide.detach(), integer, mantissa_bits, bias)
+        exponent = _binary_exponent(wide._detached_copy(), integer, mantissa_bits, bias)
         # the mantissa as self times two exact powers of two (one could overflow for subnormal self), so the
         # gradient 2 ** -exponent comes from the multiplication
         first = exponent._apply(Op.IDIV, exponent._full(exponent.shape, 2, exponent.dtype, exponent.device))

@@ -165,7 +165,7 @@ def _suffixes(tensor: Tensor, empty: bool) -> list[str]:
 
 def tensor_repr(tensor: Tensor) -> str:
     """torch's repr of a tensor with ember's dtype names and device suffix (shown when not the default device)."""
-    values = tensor.detach().numpy()
+    values = tensor._detached_copy().numpy()
     indent = len(PREFIX)
     empty = values.size == 0
     if empty:

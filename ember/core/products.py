@@ -82,7 +82,7 @@ def _largest_difference(difference: Tensor) -> Tensor:
     """max |difference| over the last dim with torch's cdist gradient: the whole gradient to every tie (torch.amax
     would split it among them). The value is the max; each tie adds |d| - |d| (0, but it carries the gradient)."""
     absolute = difference.abs()
-    fixed = absolute.detach()
+    fixed = absolute._detached_copy()
     largest = fixed.amax(-1, keepdim=True)
     carries = (fixed == largest).logical_and(fixed.isfinite())
     return (largest + where(carries, absolute - fixed, 0.0).sum(-1, keepdim=True)).squeeze(-1)

@@ -58,7 +58,7 @@ def bernoulli(input: Tensor, p: float | None = None, *, generator: Any = None) -
         probabilities: Any = p
     else:
         _check_probabilities(input, "bernoulli")
-        probabilities = input.detach()
+        probabilities = input._detached_copy()
     draw = _uniform(input.shape, dtypes.float64 if input.dtype is dtypes.float64 else dtypes.float32, input.device)
     return (draw < probabilities).cast(input.dtype)
 
@@ -73,7 +73,7 @@ def bernoulli_(tensor: Tensor, p: Any = 0.5) -> Tensor:
         if p.shape != tensor.shape:
             p = p.expand(tensor.shape)  # raises like torch when p does not broadcast to the tensor
         _check_probabilities(p, "bernoulli_")
-        p = p.detach()
+        p = p._detached_copy()
     elif not 0.0 <= float(p) <= 1.0:
         raise ArgumentError(f"bernoulli_: expects p to be in [0, 1], got p={p}")
     draw = _uniform(tensor.shape, dtypes.float32, tensor.device)
@@ -107,7 +107,7 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *,  
     compute = dtypes.float64 if input.dtype is dtypes.float64 else dtypes.float32
     # a zero weight gets the lowest finite key: never chosen while others remain, then (without replacement) in
     # index order, as torch does; -inf marks the categories already taken
-    weights = rows.detach().cast(compute)
+    weights = rows._detached_copy().cast(compute)
     log_weights = where(weights == 0, -float(np.finfo(compute.numpy).max), weights.log())
     # the keys are stored once (contiguous): every comparison below must see the same values, and a fused kernel
     # recomputing the logarithms could round them differently from another (vectorized or not)
@@ -124,7 +124,7 @@ def _check_weights(rows: Tensor) -> None:
     from ember.core.tensor import realize
 
     invalid = (rows < 0).logical_or(rows.isfinite().logical_not()).any()
-    smallest_sum = rows.detach().cast(dtypes.float64).sum(-1).amin()
+    smallest_sum = rows._detached_copy().cast(dtypes.float64).sum(-1).amin()
     realize(invalid, smallest_sum)
     if invalid.item():
         raise ArgumentError("multinomial: the probability tensor contains inf, nan or an element < 0")

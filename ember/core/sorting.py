@@ -228,7 +228,7 @@ def _median(tensor: Tensor, dim: int | None, keepdim: bool, ignore_nan: bool, na
                 raise ShapeError(f"{name}: the tensor of shape {tensor.shape} is empty")
             return tensor._full((), math.nan, tensor.dtype, tensor.device)
         flat = tensor.reshape(-1)
-        value = _median_rows(flat.reshape(1, -1).detach(), ignore_nan)[0].reshape(())
+        value = _median_rows(flat.reshape(1, -1)._detached_copy(), ignore_nan)[0].reshape(())
         return _evenly_distributed(flat, value) if getattr(tensor, "requires_grad", False) else value
     axis, size = _axis_and_size(tensor, dim, name)
     if tensor.ndim == 0:
@@ -258,7 +258,7 @@ def _median_rows(rows: Tensor, ignore_nan: bool) -> tuple[Tensor, Tensor]:
 def _evenly_distributed(flat: Tensor, value: Tensor) -> Tensor:
     """value (exactly), with the gradient split evenly among the elements of flat equal to it (or among its NaNs
     when it is NaN), as torch's median() and nanmedian() do."""
-    exact = value.detach()
+    exact = value._detached_copy()
     matches = (flat == exact).logical_or(flat.isnan().logical_and(exact.isnan()))
     # a maximum over the matches alone is the value, and REDUCE_MAX splits its gradient among them; for -inf the
     # sign is turned so the matches are not tied with the fill

@@ -37,7 +37,7 @@ from ember.core.sorting import SortingOps
 from ember.core.stacking import StackingOps
 from ember.core.tensor_attributes import TensorAttributeOps
 from ember.core.torch_types import Size, device_object
-from ember.core.views import Alias, rebind_view, view_methods, write_through
+from ember.core.views import Alias, detach_alias, rebind_view, view_methods, write_through
 
 
 _new_tuple = tuple.__new__  # a Size from a node's shape without Size()'s checks (the shape is ints already)
@@ -268,10 +268,8 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
     @property
     def _base(self) -> Tensor | None:
         """The tensor this one is a view of (torch's _base), None for a tensor that is not a view."""
-        if self._alias is None:
-            return None
-        base = self._alias.storage.base()
-        return None if base is self else base
+        base = None if self._alias is None else self._alias.base
+        return None if base is None else base()
 
     def _is_view(self) -> bool:
         return self._base is not None
@@ -290,7 +288,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
     def new_tensor(self, data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
         """A new leaf holding a copy of data, in self's dtype and on self's device unless given."""
         if isinstance(data, Tensor):
-            data = data.detach()
+            data = data._detached_copy()
         return Tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
 
     def new_full(self, size: Sequence[int], fill_value: Any, *, dtype: Any = None, device: Any = None,
@@ -364,7 +362,14 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         return self
 
     def detach(self) -> Tensor:
-        """The same values without a gradient history (shares the graph node, records nothing)."""
+        """The same values without a gradient history, sharing this tensor's storage and version counter as in
+        torch: an in-place change of either changes both (core/views.py)."""
+        return detach_alias(self)
+
+    def _detached_copy(self) -> Tensor:
+        """This tensor's current value without history as a tensor of its own, at no cost (it shares the graph
+        node, which never changes: an in-place change gives a tensor a new node). Later in-place changes of either
+        do not reach the other, as with detach().clone(); ember's own code uses it for values it reads or keeps."""
         return Tensor._from_node(self.node)
 
     def detach_(self) -> Tensor:
@@ -538,8 +543,11 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         if CONTEXT.get().grad_enabled and (self._requires_grad or value._requires_grad):
             self._assign_history(value)
         old, new = self.node, value.node
-        if old.buffer is not None and not new.realized and new.replaces is None and old.realized:
-            new.replaces = old  # the scheduler may compute new into old's buffer when nothing else reads it
+        if not new.realized and new.replaces is None:
+            if old.buffer is not None and old.realized:
+                new.replaces = old  # the scheduler may compute new into old's buffer when nothing else reads it
+            elif old.replaces is not None:  # a second assign before a realize: new takes over the buffer's node
+                new.replaces, old.replaces = old.replaces, None
         self.node = new
         self._version += 1
         return self

@@ -44,7 +44,12 @@ OVERLAP_MESSAGE = ("unsupported operation: more than one element of the written-
 
 class Storage:
     """The memory a base tensor and its views share: a hidden tensor with its value and history, a version counter,
-    weak references to the tensors viewing it, and the tensor first viewed (torch's `_base` of its views)."""
+    weak references to the tensors viewing it, and the tensor first viewed, whose value the hidden tensor holds.
+
+    When that tensor goes while one tensor of the storage is left (the reshape that ends `x.sum()` views an
+    intermediate that is gone when sum returns), the storage is orphaned: `compact_orphans` later makes the one left
+    the root of a storage of its own, so the hidden tensor stops holding the old graph (and a buffer an in-place
+    write could reuse)."""
 
     __slots__ = ("base", "members", "tensor", "version", "__weakref__")
 
@@ -52,7 +57,8 @@ class Storage:
         self.tensor = tensor
         self.version = version
         self.members: list[weakref.ref[Tensor]] = []
-        self.base = weakref.ref(base)
+        self.base = _BaseReference(base, _base_gone)
+        self.base.storage = weakref.ref(self)
 
     def live_members(self) -> list[Tensor]:
         """The tensors of this storage still alive (dead references are dropped)."""
@@ -73,19 +79,67 @@ class Storage:
         self.members.append(weakref.ref(member))
 
 
-class Alias:
-    """How one tensor views its storage: the steps from the storage's value, torch's strides and offset of it, and
-    whether its writes count in the storage's version (a `.data` alias's do not, as in torch)."""
+class _BaseReference(weakref.ref):  # type: ignore[type-arg]
+    """A storage's weak reference to the tensor it was made for, which knows its storage (weakly: no cycle)."""
 
-    __slots__ = ("offset", "shares_version", "steps", "storage", "strides")
+    __slots__ = ("storage",)
+    storage: weakref.ref[Storage]
+
+
+ORPHANED: list[weakref.ref[Storage]] = []  # storages whose first tensor is gone (compact_orphans looks at them)
+
+
+def _base_gone(reference: _BaseReference) -> None:
+    """The tensor a storage was made for is gone: look at the storage at the next compaction (never here: this runs
+    wherever the last reference happens to drop)."""
+    ORPHANED.append(reference.storage)
+    if len(ORPHANED) > 256:  # (forget the storages gone since)
+        ORPHANED[:] = [storage for storage in ORPHANED if storage() is not None]
+
+
+def compact_orphans() -> None:
+    """Give the one tensor left of each orphaned storage a storage of its own (its layout kept), so the old hidden
+    tensor and the graph it holds are freed. Called where no view is being made or written (the scheduler, before
+    it decides whether an in-place write may reuse a buffer)."""
+    pending = ORPHANED[:]
+    del ORPHANED[:len(pending)]
+    for reference in pending:
+        storage = reference()
+        if storage is None:
+            continue
+        members = storage.live_members()
+        if len(members) == 1:
+            _reroot(members[0])
+
+
+def _reroot(member: Tensor) -> None:
+    """member becomes the root of a new storage holding its own value (its layout, version sharing and
+    detachedness kept): the only tensor left of its old storage."""
+    alias = member._alias
+    assert alias is not None
+    version = alias.storage.version if alias.shares_version else member._version
+    storage = _new_storage(member).storage
+    storage.version = version
+    member._alias = Alias(storage, (), alias.strides, alias.offset, alias.shares_version, alias.detached, None)
+
+
+class Alias:
+    """How one tensor views its storage: the steps from the storage's value, torch's strides and offset of it,
+    whether its writes count in the storage's version (a `.data` alias's do not, as in torch), whether it is
+    detached (`.data`, `detach()`: its autograd history is its own, writes through it are not recorded in the
+    storage's), and the tensor it is a view of (torch's `_base`; None for a tensor that is no view)."""
+
+    __slots__ = ("base", "detached", "offset", "shares_version", "steps", "storage", "strides")
 
     def __init__(self, storage: Storage, steps: tuple[Step, ...], strides: tuple[int, ...], offset: int,
-                 shares_version: bool) -> None:
+                 shares_version: bool, detached: bool = False, base: weakref.ref[Tensor] | None = None) -> None:
         self.storage = storage
         self.steps = steps
         self.strides = strides
         self.offset = offset
         self.shares_version = shares_version
+        self.detached = detached
+        self.base = base
 
 
 # ---- making views --------------------------------------------------------------------------------------------------
@@ -94,9 +148,12 @@ class Alias:
 def link_view(source: Tensor, result: Tensor, shares_version: bool = True,
               layout_of: Callable[[tuple[int, ...], int], tuple[tuple[int, ...], int]] | None = None) -> Tensor:
     """Make result (computed from source by a view op) a view of source's storage when it is one in torch.
-    layout_of(strides, offset) gives the result's layout from the source's where the steps do not say it."""
+    layout_of(strides, offset) gives the result's layout from the source's where the steps do not say it. With
+    shares_version False (`.data`) result is a detached alias of source instead, with a version of its own."""
     if result is source or result._alias is not None:  # the source itself, or linked by an inner view op
         return result
+    if not shares_version:
+        return _alias_of(source, result, False)
     steps = movement_steps(result.node, source.node)
     if steps is None:
         return result
@@ -107,9 +164,29 @@ def link_view(source: Tensor, result: Tensor, shares_version: bool = True,
         layout = simulate_layout(source.shape, alias.strides, alias.offset, steps)
     if layout is None:  # torch copies here (a reshape its strides cannot express)
         return result
+    shares = alias.shares_version
+    base = alias.base if alias.base is not None else weakref.ref(source)
+    result._alias = Alias(alias.storage, alias.steps + steps, layout[0], layout[1], shares, alias.detached, base)
+    result._version = alias.storage.version if shares else source._version
+    alias.storage.add(result)
+    return result
+
+
+def detach_alias(source: Tensor) -> Tensor:
+    """torch's detach(): the same storage (writes through either change both, and count in its version), no
+    history."""
+    from ember.core.tensor import Tensor
+
+    return _alias_of(source, Tensor._from_node(source.node), True)
+
+
+def _alias_of(source: Tensor, result: Tensor, shares_version: bool) -> Tensor:
+    """Make result (with source's value, no history) a detached alias of source's storage: detach(), or `.data`
+    (shares_version False: its writes do not count in the storage's version)."""
+    alias = source._alias if source._alias is not None else _new_storage(source)
     shares = alias.shares_version and shares_version
-    result._alias = Alias(alias.storage, alias.steps + steps, layout[0], layout[1], shares)
-    result._version = alias.storage.version if shares else 0
+    result._alias = Alias(alias.storage, alias.steps, alias.strides, alias.offset, shares, True, None)
+    result._version = alias.storage.version if shares else source._version
     alias.storage.add(result)
     return result
 
@@ -282,14 +359,28 @@ def write_through(target: Tensor, value: Tensor) -> Tensor:
         raise RuntimeError(OVERLAP_MESSAGE)
     if any(op is Op.EXPAND for op, _, _ in alias.steps):
         raise RuntimeError(f"{OVERLAP_MESSAGE} (ember cannot write through a view of an expanded tensor)")
-    # a `.data` alias writes without history (it is detached); other writes are recorded as torch's CopySlices
     context = CONTEXT.get()
-    recording = context.grad_enabled and alias.shares_version and (hidden._requires_grad or value._requires_grad)
-    if recording and hidden._requires_grad and hidden._context is None:
-        if alias.steps or target is not storage.base():
-            raise AutogradError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
-        raise AutogradError("a leaf Variable that requires grad is being used in an in-place operation.")
     members = storage.live_members()
+    if len(members) == 1 and not alias.steps and alias.offset == 0 and alias.strides == strides_of(target.shape):
+        # the only tensor left of its storage, laid out as a tensor without views: it leaves the storage
+        if alias.shares_version:
+            target._version = storage.version
+        target._alias = None
+        return target.assign(value)
+    # a detached alias (`.data`, `detach()`) writes without recording into the storage's history (a write of a
+    # value with history gives the target its own, as torch records on a detached tensor); other writes are
+    # recorded as torch's CopySlices
+    if alias.detached:
+        recording = False
+        if context.grad_enabled and (target._requires_grad or value._requires_grad):
+            target._assign_history(value)
+    else:
+        recording = context.grad_enabled and (hidden._requires_grad or value._requires_grad)
+        if recording and hidden._requires_grad and hidden._context is None:
+            if alias.steps or alias.base is not None:
+                raise AutogradError("a view of a leaf Variable that requires grad is being used in an in-place "
+                                    "operation.")
+            raise AutogradError("a leaf Variable that requires grad is being used in an in-place operation.")
     token = CONTEXT.set(context.with_grad(recording))
     try:
         _write(target, value, members, recording)
@@ -311,7 +402,7 @@ def _write(target: Tensor, value: Tensor, members: list[Tensor], recording: bool
         from ember.core.tensor import _replace_source
 
         for member in members:
-            if member._requires_grad:
+            if member._requires_grad and not member._alias.detached:  # type: ignore[union-attr]
                 previous = snapshot(member)
                 member._previous = previous
                 _replace_source(new_value, member, previous)
@@ -357,7 +448,7 @@ def _derive(member: Tensor, hidden: Tensor, recording: bool) -> None:
     """Give member its value (and with recording, its history) anew from the storage's hidden tensor."""
     alias = member._alias
     assert alias is not None
-    if recording and (member._requires_grad or hidden._requires_grad):
+    if recording and (member._requires_grad or hidden._requires_grad) and not alias.detached:
         from ember.core.tensor import Op as TensorOp
         from ember.core.tensor import _next_sequence
 
@@ -412,7 +503,8 @@ def rebind_view(tensor: Tensor, value: Tensor) -> None:
     if steps is None or layout is None:
         unlink(tensor)
         return
-    tensor._alias = Alias(alias.storage, alias.steps + steps, layout[0], layout[1], alias.shares_version)
+    tensor._alias = Alias(alias.storage, alias.steps + steps, layout[0], layout[1], alias.shares_version,
+                          alias.detached, alias.base)
 
 
 def _zero(tensor: Tensor) -> Any:

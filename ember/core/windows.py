@@ -33,7 +33,7 @@ def _positions(name: str, window_length: int, periodic: bool, dtype: Any, device
 
 
 def _finish(window: Tensor, requires_grad: bool) -> Tensor:
-    window = window.detach()
+    window = window._detached_copy()
     return window.requires_grad_() if requires_grad else window
 
 

@@ -79,7 +79,7 @@ class _Encoder:
             if name in self.tensors:  # two paths that spell the same name ("a.b" and ["a"]["b"])
                 name = next(f"{name}#{count}" for count in range(1, len(self.tensors) + 2)
                             if f"{name}#{count}" not in self.tensors)
-            self.tensors[name] = tensor.detach()
+            self.tensors[name] = tensor._detached_copy()
             self.name_of[id(tensor)] = name
         kind = "parameter" if isinstance(tensor, Parameter) else "tensor"
         encoded: dict[str, Any] = {kind: name}

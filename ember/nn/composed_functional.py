@@ -94,7 +94,7 @@ def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, eps: fl
     shape = [1] * soft.ndim
     shape[dim] = soft.shape[dim]
     one_hot = (positions.reshape(shape) == index).cast(soft.dtype)
-    return one_hot - soft.detach() + soft
+    return one_hot - soft._detached_copy() + soft
 
 
 def triplet_margin_with_distance_loss(anchor: Tensor, positive: Tensor, negative: Tensor, *,

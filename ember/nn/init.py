@@ -78,7 +78,7 @@ def _write(tensor: Tensor, value: Tensor) -> Tensor:
     if _SKIPPING[0]:
         return tensor
     with no_grad():
-        tensor.assign(value.detach())
+        tensor.assign(value._detached_copy())
     return tensor.realize()
 
 

@@ -305,7 +305,7 @@ class Module:
             raise TypeError(f"Module.to only accepts floating point dtypes, got {dtype}")
 
         def convert(tensor: Tensor) -> Tensor:
-            result = tensor.detach()
+            result = tensor._detached_copy()  # (the tensor's node is set to the result: no alias)
             if dtype is not None and tensor.dtype.is_float:
                 result = result.cast(dtype)
             if device is not None:
@@ -480,7 +480,7 @@ def _as_ember_tensor(value: Any, device: str | None) -> Tensor:
     """A state-dict value (ember Tensor, numpy array, torch tensor, number) as an ember tensor on `device` (an ember
     tensor stays where it is when device is None; other values go to the default device)."""
     if isinstance(value, Tensor):
-        return value.detach() if device is None else value.detach().to(device)
+        return value._detached_copy() if device is None else value._detached_copy().to(device)
     return tensor(value, device=device)
 
 

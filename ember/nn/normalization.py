@@ -118,7 +118,7 @@ class _BatchNorm(Module):
         if count <= 1:
             raise ValueError(f"Expected more than 1 value per channel when training, got input size {input.shape}")
         with no_grad():
-            values = input.detach()
+            values = input._detached_copy()
             self.num_batches_tracked.assign(self.num_batches_tracked + 1)
             if self.momentum is None:  # cumulative moving average: the factor is 1 / batches seen
                 factor: Any = 1.0 / self.num_batches_tracked.cast(self.running_mean.dtype)

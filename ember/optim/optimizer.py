@@ -193,7 +193,7 @@ class Optimizer:
             for group, parameter in stepped:
                 state = self.state.get(parameter, {})
                 scalars = self._scalars(group, parameter)
-                outputs += self._update(parameter, parameter.grad.detach(), group, state, scalars)
+                outputs += self._update(parameter, parameter.grad._detached_copy(), group, state, scalars)
                 if state:  # as torch, a parameter gets a state entry only when its optimizer keeps one
                     self.state[parameter] = state
         outputs += pending_buffer_updates()
@@ -242,7 +242,7 @@ class Optimizer:
             if len(members) == holders[id(count)]:
                 count.assign(count + 1)
             else:
-                count = (count + 1).detach()
+                count = (count + 1)._detached_copy()
                 for parameter in members:
                     self.state[parameter]["step"] = count
             counts.append(count)
@@ -268,7 +268,7 @@ class Optimizer:
         """Give state[name] the new value: assigned in place when it exists, so its Tensor object stays the same."""
         existing = state.get(name)
         if existing is None:
-            state[name] = value.detach()
+            state[name] = value._detached_copy()
             return state[name]
         return existing.assign(value)
 
@@ -338,7 +338,7 @@ def _state_value(name: str, value: Any, parameter: Tensor) -> Any:
     if name == "step":
         return None
     if isinstance(value, Tensor):
-        tensor = value.detach().to(parameter.device)
+        tensor = value._detached_copy().to(parameter.device)  # a copy (torch would share the tensor given)
     elif hasattr(value, "shape") or isinstance(value, (list, np.ndarray)):
         tensor = data_tensor(value, device=parameter.device)
     else:

@@ -3,11 +3,17 @@ nothing else can read that buffer any more and the kernel reads it only at the o
 
 from __future__ import annotations
 
+import functools
 import sys
+from typing import Any
+
+import numpy as np
 
 from ember.backends.base import Device
+from ember.core import views
 from ember.core.graph import Node
-from ember.core.ops import ELEMENTWISE_OPS
+from ember.core.ops import ELEMENTWISE_OPS, MOVEMENT_OPS, Op
+from ember.core.shapes import prod
 from ember.scheduler.buffers import Buffer
 
 
@@ -34,31 +40,78 @@ def reusable_buffer(output: Node, inputs: list[Node], held_by_schedule: int, dev
     expected = 1 + held_by_schedule + references + read
     # getrefcount counts its own argument and this frame's `old`
     if sys.getrefcount(old) - 2 != expected:
-        return None
+        if not views.ORPHANED:
+            return None
+        views.compact_orphans()  # a storage left over from a view of a tensor that is gone may hold it
+        if sys.getrefcount(old) - 2 != expected:
+            return None
     return buffer
 
 
 def _aligned_references(output: Node, old: Node) -> int | None:
-    """How many source slots of the unrealized nodes under `output` hold `old`, or None when some path from
-    `output` to `old` passes a movement op or a reduce (the kernel would read it at another index)."""
-    count = 0
-    seen: set[int] = set()
-    stack = [(output, True)]
+    """How many source slots of the unrealized nodes under `output` hold `old`, or None when the kernel could read
+    `old` at another index than the one it writes: some path from `output` to `old` passes a reduce, or movement ops
+    that together move elements (a write through a view crops, pads and permutes, but back to where it read)."""
+    slots: set[tuple[int, int]] = set()
+    seen: set[tuple[int, tuple[int, ...] | None]] = set()
+    moved: dict[tuple[int, ...], bool] = {}  # by chain of movement ops: whether it reads elsewhere
+    stack: list[tuple[Node, tuple[Node, ...] | None]] = [(output, ())]  # None: not aligned any more
     while stack:
-        node, aligned = stack.pop()
-        key = id(node) * 2 + aligned
+        node, chain = stack.pop()
+        key = (id(node), None if chain is None else tuple(map(id, chain)))
         if key in seen:
             continue
         seen.add(key)
-        aligned_below = aligned and node.op in ELEMENTWISE_OPS
-        for source in node.srcs:
+        if len(seen) > MAX_PATHS:
+            return None
+        op = node.op
+        below = chain if op in ELEMENTWISE_OPS or chain is None else (*chain, node) if op in MOVEMENT_OPS else None
+        for slot, source in enumerate(node.srcs):
             if source is old:
-                if not aligned_below:
+                if below is None:
                     return None
-                count += 1
+                if below:
+                    ids = tuple(map(id, below))
+                    if ids not in moved:
+                        moved[ids] = _moves_elements(below, old)
+                    if moved[ids]:
+                        return None
+                slots.add((id(node), slot))
             elif not source.realized:
-                stack.append((source, aligned_below))
-    return count
+                stack.append((source, below))
+    return len(slots)
+
+
+MAX_PATHS = 256  # (node, movement chain) pairs the walk visits before it gives up on writing in place
+
+
+def _moves_elements(chain: tuple[Node, ...], old: Node) -> bool:
+    """Whether the movement ops of `chain` (outermost first, the last one reading `old`) read some element of `old`
+    at another position than the one they give it (padded positions read nothing)."""
+    steps = tuple((node.op, node.arg[0] if node.op is Op.PAD else node.arg) for node in reversed(chain))
+    return _moves(old.shape, steps)
+
+
+@functools.lru_cache(maxsize=1024)
+def _moves(shape: tuple[int, ...], steps: tuple[tuple[Op, Any], ...]) -> bool:
+    """_moves_elements by the shape of `old` and the movement steps from it (first first), answered by moving the
+    positions of its elements (once per such chain: a training loop writes through the same views every step)."""
+    positions = np.arange(prod(shape), dtype=np.int64).reshape(shape)
+    for op, arg in steps:
+        if op is Op.RESHAPE:
+            positions = positions.reshape(arg)
+        elif op is Op.PERMUTE:
+            positions = positions.transpose(arg)
+        elif op is Op.EXPAND:
+            positions = np.broadcast_to(positions, arg)
+        elif op is Op.SHRINK:
+            positions = positions[tuple(slice(start, end) for start, end in arg)]
+        elif op is Op.PAD:
+            positions = np.pad(positions, arg, constant_values=-1)
+        else:  # FLIP
+            positions = np.flip(positions, arg)
+    flat = positions.reshape(-1)
+    return bool(((flat != np.arange(flat.size)) & (flat >= 0)).any())
 
 
 def schedule_hold(old: Node, live: list[Node | None], last_use: dict[int, int], position: int) -> int | None:

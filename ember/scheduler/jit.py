@@ -121,8 +121,9 @@ class Jitted:
         if rebound_inputs:
             raise JitError(
                 f"ember.jit({self.function.__name__}): the function changes an argument in place in a way that needs "
-                "a new buffer (another tensor still reads its old value); a replay could not give the new value back "
-                "to the caller's tensor. Return the new value instead"
+                "a new buffer (another tensor still reads its old value, or the new value reads the old one at other "
+                "positions, e.g. a flip or a transpose); a replay could not give the new value back to the caller's "
+                "tensor. Return the new value instead"
             )
         output_leaves, rebuild = _flatten(result)
         outputs: list[Any] = []
