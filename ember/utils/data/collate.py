@@ -54,10 +54,10 @@ def _rebuild(data: Any, convert: Callable[[Any], Any]) -> Any:
     if isinstance(data, collections.abc.Sequence) and not isinstance(data, (str, bytes)):
         try:
             if isinstance(data, collections.abc.MutableSequence):
-                clone = copy.copy(data)
+                sequence_clone = copy.copy(data)
                 for position, item in enumerate(data):
-                    clone[position] = convert(item)
-                return clone
+                    sequence_clone[position] = convert(item)
+                return sequence_clone
             return kind([convert(item) for item in data])
         except TypeError:
             return [convert(item) for item in data]
@@ -170,10 +170,10 @@ def collate(batch: Any, *, collate_fn_map: CollateFnMap | None = None) -> Any:
             return [collate(samples, collate_fn_map=collate_fn_map) for samples in transposed]
         try:
             if isinstance(elem, collections.abc.MutableSequence):
-                clone = copy.copy(elem)
+                sequence_clone = copy.copy(elem)
                 for position, samples in enumerate(transposed):
-                    clone[position] = collate(samples, collate_fn_map=collate_fn_map)
-                return clone
+                    sequence_clone[position] = collate(samples, collate_fn_map=collate_fn_map)
+                return sequence_clone
             return elem_type([collate(samples, collate_fn_map=collate_fn_map) for samples in transposed])
         except TypeError:
             return [collate(samples, collate_fn_map=collate_fn_map) for samples in transposed]

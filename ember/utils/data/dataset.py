@@ -96,7 +96,8 @@ class ConcatDataset(Dataset):
         for dataset in self.datasets:
             if isinstance(dataset, IterableDataset):
                 raise TypeError("ConcatDataset does not support IterableDataset (use ChainDataset)")
-        self.cumulative_sizes = list(itertools.accumulate(len(dataset) for dataset in self.datasets))  # type: ignore[arg-type]
+        sizes: list[int] = [len(dataset) for dataset in self.datasets]  # type: ignore[arg-type]
+        self.cumulative_sizes = list(itertools.accumulate(sizes))
 
     def __len__(self) -> int:
         return self.cumulative_sizes[-1]
@@ -125,7 +126,7 @@ class ChainDataset(IterableDataset):
             yield from dataset
 
     def __len__(self) -> int:
-        return sum(len(dataset) for dataset in self.datasets)  # type: ignore[arg-type]
+        return sum(len(dataset) for dataset in self.datasets)  # type: ignore[arg-type, misc]
 
 
 class Subset(Dataset):
