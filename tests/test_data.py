@@ -59,6 +59,22 @@ def test_sequential_batches_match_torch(device, batch_size, drop_last) -> None:
             _compare_leaves(_to_numpy(mine), _to_numpy(other))
 
 
+def test_tensor_dataset_batches_see_in_place_changes(device) -> None:
+    """A batch gathered from a TensorDataset of ember tensors reflects an in-place change made after earlier
+    batches were read; rows of a tensor that requires grad keep the gradient's path."""
+    values = em.tensor(np.arange(12, dtype=np.float32).reshape(6, 2), device=device)
+    dataset = data.TensorDataset(values)
+    loader = data.DataLoader(dataset, batch_size=3)
+    np.testing.assert_array_equal(next(iter(loader))[0].numpy(), np.arange(6, dtype=np.float32).reshape(3, 2))
+    values[1] = 100.0
+    np.testing.assert_array_equal(next(iter(loader))[0].numpy(), [[0, 1], [100, 100], [4, 5]])
+    weights = em.tensor(np.ones((4, 2), dtype=np.float32), device=device, requires_grad=True)
+    batch = next(iter(data.DataLoader(data.TensorDataset(weights), batch_size=2, shuffle=True,
+                                      generator=em.Generator().manual_seed(1))))[0]
+    (batch * 3).sum().backward()
+    assert sorted(weights.grad.numpy()[:, 0].tolist()) == [0.0, 0.0, 3.0, 3.0]
+
+
 def test_custom_dataset_batches_match_torch() -> None:
     """A map-style dataset of (array, int, dict) samples: the slow path through default_collate, and batch_size=None
     (default_convert)."""

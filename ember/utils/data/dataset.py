@@ -71,12 +71,25 @@ class TensorDataset(Dataset):
 
         positions = np.asarray(indices, dtype=np.int64)
         batch: list[Any] = []
-        for tensor in self.tensors:
-            if isinstance(tensor, Tensor):
+        for position, tensor in enumerate(self.tensors):
+            if isinstance(tensor, Tensor) and tensor.requires_grad:  # keeps the gradient's path to the tensor
                 batch.append(tensor[from_numpy(positions).to(tensor.device)])
+            elif isinstance(tensor, Tensor):
+                rows = np.ascontiguousarray(self._host_copy(position, tensor)[positions])
+                batch.append(from_numpy(rows).to(tensor.device))
             else:
                 batch.append(from_numpy(np.ascontiguousarray(np.asarray(tensor)[positions])))
         return batch
+
+    def _host_copy(self, position: int, tensor: Tensor) -> np.ndarray:
+        """The values of an ember tensor read once (again after an in-place change): gathering a batch's rows on
+        the host and uploading them costs the batch's size, where a gather on the device is a one-hot reduction
+        over every row of the dataset."""
+        key = (id(tensor.node), tensor._version)
+        copies = self.__dict__.setdefault("_host_copies", {})
+        if position not in copies or copies[position][0] != key:
+            copies[position] = (key, tensor.numpy())
+        return copies[position][1]
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (for a worker process) with ember tensors as numpy arrays."""
