@@ -85,7 +85,7 @@ class BatchedChecks:
         assert TORCH_DTYPES[actual.dtype] == expected.dtype, \
             f"{where}: dtype {actual.dtype} != torch's {expected.dtype}"
         tolerance = (self.atol if atol is None else atol, self.rtol if rtol is None else rtol)
-        self.pairs.append((actual.detach(), expected.detach().clone(), where, tolerance))  # snapshots
+        self.pairs.append((actual.detach().clone(), expected.detach().clone(), where, tolerance))  # snapshots (detach aliases)
 
     def verify(self) -> None:
         groups: dict[Any, list[tuple[em.Tensor, torch.Tensor, str, tuple[float, float]]]] = {}

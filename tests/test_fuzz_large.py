@@ -69,8 +69,8 @@ def test_large_programs_cover_the_ops_and_sizes_and_fit_in_memory() -> None:
     assert max(counts) >= 2**24 and sum(count > 65_535 for count in counts) >= 0.9 * len(counts)
     for program in drawn:
         inputs = sum(4 * math.prod(node.shape) for node in program.nodes if isinstance(node, Source))
-        assert inputs <= 2**28, program  # 256 MB of float32 inputs (and as much again in ember's buffers)
-        assert estimated_seconds(program) < 10
+        assert inputs <= 2**29, program  # 512 MB of float32 inputs at most: 10^8 elements (and ember's buffers)
+        assert estimated_seconds(program) < 15
         assert program.large and program.pruned().large
 
 
