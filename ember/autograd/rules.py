@@ -148,6 +148,19 @@ def _pow(step: Recorded, grad: Tensor) -> Gradients:
     return base_gradient, exponent_gradient
 
 
+def _copysign(step: Recorded, grad: Tensor) -> Gradients:
+    """+-1 to the magnitude (-1 where its sign was flipped), 0 where it is 0, NaN where it is NaN; zeros to the
+    sign operand, which the output depends on only through its sign bit (torch's copysign backward)."""
+    from ember.core.binary_math import sign_bit
+
+    magnitude, sign = step.sources
+    zeros, ones = _zeros(magnitude), _ones(magnitude)
+    flipped = sign_bit(magnitude) != sign_bit(sign)
+    derivative = _select(magnitude == zeros, zeros, _select(flipped, -ones, ones))
+    derivative = _select(magnitude.isnan(), magnitude, derivative)  # NaN where the magnitude is NaN
+    return grad * derivative, _zeros(sign)
+
+
 # ---- the table: every primitive op, one entry each ----------------------------------------------------------------
 
 BACKWARD: dict[Op, Rule] = {
@@ -207,6 +220,7 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
     Composite.EXP: lambda step, grad: (grad * step.output,),
     Composite.POW: _pow,
     Composite.POW_SCALAR: _pow_scalar,
+    Composite.COPYSIGN: _copysign,
 }
 
 NO_SOURCES = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE})  # never recorded: they have no sources to differentiate
