@@ -161,6 +161,36 @@ def _copysign(step: Recorded, grad: Tensor) -> Gradients:
     return grad * derivative, _zeros(sign)
 
 
+def _batch_norm(step: Recorded, grad: Tensor) -> Gradients:
+    """torch's batch_norm_backward from the saved mean and 1 / std: with xhat = (x - mean) * inverse_std,
+    grad_x = (grad - sum(grad) / n - xhat * sum(grad * xhat) / n) * inverse_std * weight, grad_weight =
+    sum(grad * xhat), grad_bias = sum(grad) (sums over the batch and spatial dims, n values each)."""
+    from ember.context import CONTEXT
+    from ember.core.functional import batch_statistics
+
+    saved = step.arg
+    source = step.sources[0]
+    count = math.prod(source.shape[axis] for axis in saved.axes)
+    mean, inverse_std = saved.mean, saved.inverse_std
+    if CONTEXT.get().grad_enabled:  # create_graph: the statistics again, with their history (double backward)
+        mean, _, inverse_std = batch_statistics(source, saved.axes, saved.eps)
+    normalized = (source - mean) * inverse_std
+    grad_sum = _reduce(grad, Op.SUM, saved.axes)
+    grad_dot = _reduce(grad * normalized, Op.SUM, saved.axes)
+    scale = inverse_std
+    if saved.has_weight:
+        scale = scale * step.sources[1].reshape(saved.affine_shape)
+    centered_grad = grad - _expand_to(grad_sum * (1.0 / count), source.shape)
+    source_gradient = (centered_grad - normalized * _expand_to(grad_dot * (1.0 / count), source.shape)) * scale
+    channels = (source.shape[1],)
+    gradients: list[Tensor | None] = [source_gradient]
+    if saved.has_weight:
+        gradients.append(grad_dot.reshape(channels))
+    if saved.has_bias:
+        gradients.append(grad_sum.reshape(channels))
+    return tuple(gradients)
+
+
 # ---- the table: every primitive op, one entry each ----------------------------------------------------------------
 
 BACKWARD: dict[Op, Rule] = {
@@ -221,6 +251,7 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
     Composite.POW: _pow,
     Composite.POW_SCALAR: _pow_scalar,
     Composite.COPYSIGN: _copysign,
+    Composite.BATCH_NORM: _batch_norm,
 }
 
 NO_SOURCES = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE})  # never recorded: they have no sources to differentiate

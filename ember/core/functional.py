@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from ember.core import dtype as dtypes
 from ember.core.checks import check_index
@@ -41,6 +41,36 @@ def _check_affine(parameter: Tensor | None, normalized: tuple[int, ...], op: str
         raise ShapeError(
             f"{op}: expected {name} of shape {list(normalized)} (the normalized_shape), got {list(parameter.shape)}"
         )
+
+
+class BatchNormSaved(NamedTuple):
+    """What batch normalization's backward rule reads: the reduced axes, the [C, 1, ...] shape of the per-channel
+    values, the batch mean and 1 / sqrt(variance + eps) (kept dims), and which of weight and bias are sources."""
+
+    axes: tuple[int, ...]
+    affine_shape: tuple[int, ...]
+    eps: float
+    mean: Tensor
+    inverse_std: Tensor
+    has_weight: bool
+    has_bias: bool
+
+    def affine(self, normalized: Tensor, parameters: Sequence[Tensor]) -> Tensor:
+        """normalized * weight + bias, with the weight and bias that are present (in that order)."""
+        position = 0
+        if self.has_weight:
+            normalized = normalized * parameters[0].reshape(self.affine_shape)
+            position = 1
+        return normalized + parameters[position].reshape(self.affine_shape) if self.has_bias else normalized
+
+
+def batch_statistics(tensor: Tensor, axes: tuple[int, ...], eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(mean, biased variance, 1 / sqrt(variance + eps)) over axes, kept as size-1 dims, in two passes as torch:
+    the mean first, then the mean of (x - mean)^2."""
+    mean = tensor.mean(axes, keepdim=True)
+    centered = tensor - mean
+    variance = (centered * centered).mean(axes, keepdim=True)
+    return mean, variance, (variance + eps).rsqrt()
 
 
 def _softmax_source(tensor: Tensor, dtype: Any, op: str) -> Tensor:
@@ -208,7 +238,6 @@ class FunctionalOps(TensorBase):
                     f"batch_norm: expected {name} of shape [{channels}] for input of shape {list(self.shape)}, got "
                     f"{list(parameter.shape)}"
                 )
-        axes = (0,) + tuple(range(2, self.ndim))
         affine_shape = (channels,) + (1,) * (self.ndim - 2)
         if training:
             count = self.numel() // channels if channels else 0
@@ -217,23 +246,38 @@ class FunctionalOps(TensorBase):
                     f"batch_norm: expected more than 1 value per channel when training, got input of shape "
                     f"{list(self.shape)}"
                 )
-            mean = self.mean(axes, keepdim=True)
-            centered = self - mean
-            variance = (centered * centered).mean(axes, keepdim=True)
+            result, mean, variance = self._batch_norm_training(weight, bias, eps)
             if running_mean is not None:
-                running_mean.assign((1 - momentum) * running_mean + momentum * mean.detach().reshape(channels))
+                running_mean.assign((1 - momentum) * running_mean + momentum * mean)
             if running_var is not None:
-                unbiased = variance.detach().reshape(channels) * (count / (count - 1))
-                running_var.assign((1 - momentum) * running_var + momentum * unbiased)
-        else:
-            if running_mean is None or running_var is None:
-                raise ArgumentError("batch_norm: running_mean and running_var are required when training=False")
-            centered = self - running_mean.reshape(affine_shape)
-            variance = running_var.reshape(affine_shape)
-        result = centered * (variance + eps).rsqrt()
+                running_var.assign((1 - momentum) * running_var + momentum * variance * (count / (count - 1)))
+            return result
+        if running_mean is None or running_var is None:
+            raise ArgumentError("batch_norm: running_mean and running_var are required when training=False")
+        result = (self - running_mean.reshape(affine_shape)) * (running_var.reshape(affine_shape) + eps).rsqrt()
         if weight is not None:
             result = result * weight.reshape(affine_shape)
         return result + bias.reshape(affine_shape) if bias is not None else result
+
+    def _batch_norm_training(self, weight: Tensor | None, bias: Tensor | None,
+                             eps: float) -> tuple[Tensor, Tensor, Tensor]:
+        """Batch normalization of [N, C, *] with the batch's statistics: (result, mean [C], biased variance [C]),
+        the statistics detached. Two passes as torch (the mean, then the mean of (x - mean)^2), and recorded as one
+        step whose backward is torch's formula from the saved mean and 1 / std (autograd/rules.py)."""
+        from ember.core.ops import Composite
+
+        channels = self.shape[1]
+        axes = (0,) + tuple(range(2, self.ndim))
+        affine_shape = (channels,) + (1,) * (self.ndim - 2)
+        mean, variance, inverse_std = batch_statistics(self.detach(), axes, eps)
+        present = tuple(parameter for parameter in (weight, bias) if parameter is not None)
+        saved = BatchNormSaved(axes, affine_shape, eps, mean, inverse_std, weight is not None, bias is not None)
+
+        def compute(x: Tensor, *parameters: Tensor) -> Tensor:
+            return saved.affine((x - mean) * inverse_std, parameters)
+
+        result = self._recorded(Composite.BATCH_NORM, compute, (cast("Tensor", self), *present), saved)
+        return result, mean.reshape(channels), variance.reshape(channels)
 
     def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
         """torch.nn.functional.normalize: x / max(||x||_p, eps) along dim."""
