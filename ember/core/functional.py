@@ -276,7 +276,8 @@ class FunctionalOps(TensorBase):
         def compute(x: Tensor, *parameters: Tensor) -> Tensor:
             return saved.affine((x - mean) * inverse_std, parameters)
 
-        result = self._recorded(Composite.BATCH_NORM, compute, (cast("Tensor", self), *present), saved)
+        source = cast("Tensor", self)
+        result = source._recorded(Composite.BATCH_NORM, compute, (source, *present), saved)
         return result, mean.reshape(channels), variance.reshape(channels)
 
     def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
