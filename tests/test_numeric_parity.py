@@ -148,3 +148,94 @@ def test_unfold_gradient_with_gaps_and_overlaps(shape: tuple[int, ...], dimensio
     (expected * torch.tensor(weights)).sum().backward()
     (x.unfold(dimension, size, step) * em.tensor(weights, device=device)).sum().backward()
     assert_close(x.grad, tx.grad)
+
+
+# ---- normalization accuracy: ember's float32 error against a float64 reference, within a few times torch's -------
+
+
+def _normalization(module: Any, kind: str, x: Any, weight: Any, bias: Any, running: tuple[Any, Any]) -> Any:
+    functional = module.nn.functional
+    if kind == "batch_norm":
+        return functional.batch_norm(x, running[0], running[1], weight, bias, True, 0.1, 1e-5)
+    if kind == "group_norm":
+        return functional.group_norm(x, 4, weight, bias)
+    if kind == "instance_norm":
+        return functional.instance_norm(x, running[0], running[1], weight, bias, True, 0.1, 1e-5)
+    return functional.layer_norm(x.transpose(1, -1), (x.shape[1],), weight, bias).transpose(1, -1)
+
+
+def _normalization_results(module: Any, kind: str, arrays: list[np.ndarray], device: str, dtype: Any) -> list[Any]:
+    """Output, input, weight and bias gradients, and running mean and variance, as float64 numpy arrays."""
+    x, grad, weight, bias = arrays
+    channels = x.shape[1]
+    keywords = {"device": device} if module is em else {}
+    leaves = [module.tensor(array, dtype=dtype, requires_grad=True, **keywords) for array in (x, weight, bias)]
+    running = (module.zeros(channels, dtype=dtype, **keywords), module.ones(channels, dtype=dtype, **keywords))
+    output = _normalization(module, kind, *leaves, running)
+    output.backward(module.tensor(grad, dtype=dtype, **keywords))
+    results = [output.detach(), *(leaf.grad for leaf in leaves)]
+    if kind in ("batch_norm", "instance_norm"):
+        results += list(running)
+    return [np.asarray(result.numpy(), np.float64) for result in results]
+
+
+@pytest.mark.parametrize("kind", ["batch_norm", "group_norm", "instance_norm", "layer_norm"])
+@pytest.mark.parametrize("ones", [False, True], ids=["random-grad", "sum-loss"])
+def test_normalization_float32_error_within_a_few_times_torch(kind: str, ones: bool, device: str) -> None:
+    """A CNN's size (64 x 16 channels of 28x28): each result of ember's float32 is at most 4x torch's float32 error
+    (plus a tiny epsilon) from torch's float64. A sum loss (a gradient of ones) makes the input gradient cancel to
+    ~0, where a chain rule through the statistics was 11x off torch's formula."""
+    generator = np.random.default_rng(3)
+    shape = (64, 16, 28, 28)
+    x = (generator.standard_normal(shape) * 2 + 0.5).astype(np.float32)
+    grad = np.ones(shape, np.float32) if ones else generator.standard_normal(shape).astype(np.float32)
+    weight = (generator.standard_normal(16) * 0.5 + 1).astype(np.float32)
+    bias = generator.standard_normal(16).astype(np.float32)
+    arrays = [x, grad, weight, bias]
+    reference = _normalization_results(torch, kind, arrays, "cpu", torch.float64)
+    torch_float32 = _normalization_results(torch, kind, arrays, "cpu", torch.float32)
+    ember_float32 = _normalization_results(em, kind, arrays, device, em.float32)
+    names = ["output", "input grad", "weight grad", "bias grad", "running mean", "running var"]
+    for name, truth, torch_result, ember_result in zip(names, reference, torch_float32, ember_float32):
+        torch_error = np.abs(torch_result - truth).max()
+        ember_error = np.abs(ember_result - truth).max()
+        assert ember_error <= 4 * torch_error + 1e-7 * max(1.0, np.abs(truth).max()) * 1e-2, (
+            f"{kind} {name}: ember's float32 error {ember_error:.3g}, torch's {torch_error:.3g}")
+
+
+def test_batch_norm_module_matches_torch_training_and_eval(device: str) -> None:
+    """BatchNorm1d/2d/3d: training output, gradients and running stats (their batch statistics are the forward's),
+    then eval with the running stats, against torch."""
+    for module_name, shape in (("BatchNorm1d", (16, 6)), ("BatchNorm1d", (8, 6, 9)), ("BatchNorm2d", (4, 6, 5, 7)),
+                               ("BatchNorm3d", (2, 6, 3, 4, 5))):
+        data = random_array(shape, seed=4) * 3 + 1
+        layer, torch_layer = getattr(em.nn, module_name)(6, momentum=None).to(device), getattr(torch.nn, module_name)(
+            6, momentum=None)
+        x, tx = em.tensor(data, device=device, requires_grad=True), torch.tensor(data, requires_grad=True)
+        weights = random_array(shape, seed=5)
+        for _ in range(2):
+            (layer(x) * em.tensor(weights, device=device)).sum().backward()
+            (torch_layer(tx) * torch.tensor(weights)).sum().backward()
+        assert_close(x.grad, tx.grad, atol=1e-4)
+        assert_close(layer.weight.grad, torch_layer.weight.grad, atol=1e-4)
+        assert_close(layer.bias.grad, torch_layer.bias.grad, atol=1e-4)
+        assert_close(layer.running_mean, torch_layer.running_mean)
+        assert_close(layer.running_var, torch_layer.running_var)
+        layer.eval(), torch_layer.eval()
+        assert_close(layer(x), torch_layer(tx), atol=1e-5)
+
+
+def test_batch_norm_double_backward_matches_torch() -> None:
+    generator = np.random.default_rng(6)
+    arrays = [generator.standard_normal(shape) for shape in ((4, 3, 5), (3,), (3,), (4, 3, 5))]
+
+    def second_gradients(module: Any) -> list[np.ndarray]:
+        x, weight, bias = (module.tensor(array, requires_grad=True) for array in arrays[:3])
+        output = module.nn.functional.batch_norm(x, None, None, weight, bias, True)
+        grad_x, grad_weight = module.autograd.grad((output * module.tensor(arrays[3])).sum(), [x, weight],
+                                                   create_graph=True)
+        total = (grad_x * grad_x).sum() + (grad_weight * grad_weight).sum()
+        return [gradient.detach().numpy() for gradient in module.autograd.grad(total, [x, weight])]
+
+    for ember_result, torch_result in zip(second_gradients(em), second_gradients(torch)):
+        np.testing.assert_allclose(ember_result, torch_result, atol=1e-10)

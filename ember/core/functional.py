@@ -11,7 +11,9 @@ from ember.core.checks import check_index
 from ember.core.dtype import to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
+from ember.core.ops import Op
 from ember.core.shapes import broadcast_shapes, normalize_dim
+from ember.core.staged_reduce import reduce_axes
 from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
@@ -43,12 +45,14 @@ def _check_affine(parameter: Tensor | None, normalized: tuple[int, ...], op: str
         )
 
 
-class BatchNormSaved(NamedTuple):
-    """What batch normalization's backward rule reads: the reduced axes, the [C, 1, ...] shape of the per-channel
-    values, the batch mean and 1 / sqrt(variance + eps) (kept dims), and which of weight and bias are sources."""
+class NormalizationSaved(NamedTuple):
+    """What a normalization's backward rule reads: the reduced axes, the shape (of the input's rank) weight and bias
+    broadcast as, their own shape, eps, the mean and 1 / sqrt(variance + eps) (kept dims), which of weight and bias
+    are sources."""
 
     axes: tuple[int, ...]
     affine_shape: tuple[int, ...]
+    parameter_shape: tuple[int, ...]
     eps: float
     mean: Tensor
     inverse_std: Tensor
@@ -64,13 +68,45 @@ class BatchNormSaved(NamedTuple):
         return normalized + parameters[position].reshape(self.affine_shape) if self.has_bias else normalized
 
 
+def normalize_with_statistics(tensor: Tensor, axes: tuple[int, ...], affine_shape: tuple[int, ...],
+                              weight: Tensor | None, bias: Tensor | None, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(tensor - mean) / sqrt(variance + eps) over axes, times weight plus bias (reshaped to affine_shape), with the
+    mean and biased variance (kept dims, detached): the statistics in two passes as torch, the whole recorded as
+    one step whose backward is torch's formula from the saved mean and 1 / std (autograd/rules.py)."""
+    from ember.core.ops import Composite
+
+    mean, variance, inverse_std = batch_statistics(tensor.detach(), axes, eps)
+    present = tuple(parameter for parameter in (weight, bias) if parameter is not None)
+    parameter_shape = present[0].shape if present else ()
+    saved = NormalizationSaved(axes, affine_shape, parameter_shape, eps, mean, inverse_std, weight is not None,
+                               bias is not None)
+
+    def compute(x: Tensor, *parameters: Tensor) -> Tensor:
+        return saved.affine((x - mean) * inverse_std, parameters)
+
+    if tensor.numel() == 0:  # nothing to differentiate (the rule divides by the count)
+        return compute(tensor, *present), mean, variance
+    return tensor._recorded(Composite.NORMALIZE, compute, (tensor, *present), saved), mean, variance
+
+
 def batch_statistics(tensor: Tensor, axes: tuple[int, ...], eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """(mean, biased variance, 1 / sqrt(variance + eps)) over axes, kept as size-1 dims, in two passes as torch:
     the mean first, then the mean of (x - mean)^2."""
-    mean = tensor.mean(axes, keepdim=True)
+    mean = _staged_mean(tensor, axes)
     centered = tensor - mean
-    variance = (centered * centered).mean(axes, keepdim=True)
+    variance = _staged_mean(centered * centered, axes)
     return mean, variance, (variance + eps).rsqrt()
+
+
+NORMALIZATION_STAGE_THRESHOLD = 256  # statistics over more elements are summed in stages (pairwise-like rounding)
+
+
+def _staged_mean(tensor: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """The mean over axes (kept), summed in stages past NORMALIZATION_STAGE_THRESHOLD elements: one sequential
+    float32 sum over a group or an instance of a CNN (even 28x28 values) rounds several times worse than torch's."""
+    count = math.prod(tensor.shape[axis] for axis in axes)
+    total = reduce_axes(tensor, Op.SUM, axes, NORMALIZATION_STAGE_THRESHOLD)
+    return total * (1.0 / count) if count else total * math.nan
 
 
 def _softmax_source(tensor: Tensor, dtype: Any, op: str) -> Tensor:
@@ -163,14 +199,10 @@ class FunctionalOps(TensorBase):
         for name, parameter in (("weight", weight), ("bias", bias)):
             if parameter is not None and parameter.shape != (channels,):
                 raise ShapeError(f"group_norm: expected {name} of shape [{channels}], got {list(parameter.shape)}")
-        grouped = self.reshape((self.shape[0], num_groups, -1) if self.numel() else self.shape[:1] + (num_groups, 0))
-        centered = grouped - grouped.mean(-1, keepdim=True)
-        variance = (centered * centered).mean(-1, keepdim=True)
-        result = (centered * (variance + eps).rsqrt()).reshape(self.shape)
-        affine_shape = (channels,) + (1,) * (self.ndim - 2)
-        if weight is not None:
-            result = result * weight.reshape(affine_shape)
-        return result + bias.reshape(affine_shape) if bias is not None else result
+        batch, size = self.shape[0], channels // num_groups
+        grouped = self.reshape(batch, num_groups, size, math.prod(self.shape[2:]))
+        affine_shape = (1, num_groups, size, 1)  # weight and bias vary along the channels of a group
+        return normalize_with_statistics(grouped, (2, 3), affine_shape, weight, bias, eps)[0].reshape(self.shape)
 
     def instance_norm(
         self, running_mean: Tensor | None = None, running_var: Tensor | None = None,
@@ -191,10 +223,9 @@ class FunctionalOps(TensorBase):
         spatial = tuple(range(2, self.ndim))
         affine_shape = (channels,) + (1,) * (self.ndim - 2)
         if use_input_stats:
-            mean = self.mean(spatial, keepdim=True)
-            centered = self - mean
-            variance = (centered * centered).mean(spatial, keepdim=True)
-            result = centered * (variance + eps).rsqrt()
+            result, mean, variance = normalize_with_statistics(cast("Tensor", self), spatial,
+                                                               (1, channels) + (1,) * len(spatial), weight, bias, eps)
+            weight = bias = None  # applied already
             if running_mean is not None or running_var is not None:
                 _update_instance_stats(cast("Tensor", self), mean, variance, running_mean, running_var, momentum)
         else:
@@ -262,22 +293,11 @@ class FunctionalOps(TensorBase):
     def _batch_norm_training(self, weight: Tensor | None, bias: Tensor | None,
                              eps: float) -> tuple[Tensor, Tensor, Tensor]:
         """Batch normalization of [N, C, *] with the batch's statistics: (result, mean [C], biased variance [C]),
-        the statistics detached. Two passes as torch (the mean, then the mean of (x - mean)^2), and recorded as one
-        step whose backward is torch's formula from the saved mean and 1 / std (autograd/rules.py)."""
-        from ember.core.ops import Composite
-
+        the statistics detached (normalize_with_statistics)."""
         channels = self.shape[1]
         axes = (0,) + tuple(range(2, self.ndim))
-        affine_shape = (channels,) + (1,) * (self.ndim - 2)
-        mean, variance, inverse_std = batch_statistics(self.detach(), axes, eps)
-        present = tuple(parameter for parameter in (weight, bias) if parameter is not None)
-        saved = BatchNormSaved(axes, affine_shape, eps, mean, inverse_std, weight is not None, bias is not None)
-
-        def compute(x: Tensor, *parameters: Tensor) -> Tensor:
-            return saved.affine((x - mean) * inverse_std, parameters)
-
-        source = cast("Tensor", self)
-        result = source._recorded(Composite.BATCH_NORM, compute, (source, *present), saved)
+        affine_shape = (1, channels) + (1,) * (self.ndim - 2)
+        result, mean, variance = normalize_with_statistics(cast("Tensor", self), axes, affine_shape, weight, bias, eps)
         return result, mean.reshape(channels), variance.reshape(channels)
 
     def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:

@@ -72,7 +72,7 @@ class Composite(Enum):
     POW_SCALAR = auto()  # sources: (base,); arg: the Python number exponent (x ** 0 has a zero gradient)
     COPYSIGN = auto()  # sources: (magnitude, sign) of one shape; the sign is read from its bits, yet (as in torch) it
     # is used: its gradient is zeros, not "unused"
-    BATCH_NORM = auto()  # sources: (x, weight?, bias?); arg: BatchNormSaved (the batch statistics, which are present)
+    NORMALIZE = auto()  # sources: (x, weight?, bias?); arg: NormalizationSaved (statistics, which are present)
 
     __hash__ = object.__hash__
 
