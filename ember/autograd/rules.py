@@ -148,6 +148,60 @@ def _pow(step: Recorded, grad: Tensor) -> Gradients:
     return base_gradient, exponent_gradient
 
 
+def _copysign(step: Recorded, grad: Tensor) -> Gradients:
+    """+-1 to the magnitude (-1 where its sign was flipped), 0 where it is 0, NaN where it is NaN; zeros to the
+    sign operand, which the output depends on only through its sign bit (torch's copysign backward)."""
+    from ember.core.binary_math import sign_bit
+
+    magnitude, sign = step.sources
+    zeros, ones = _zeros(magnitude), _ones(magnitude)
+    flipped = sign_bit(magnitude) != sign_bit(sign)
+    derivative = _select(magnitude == zeros, zeros, _select(flipped, -ones, ones))
+    derivative = _select(magnitude.isnan(), magnitude, derivative)  # NaN where the magnitude is NaN
+    return grad * derivative, _zeros(sign)
+
+
+def _normalize(step: Recorded, grad: Tensor) -> Gradients:
+    """torch's backward of batch, group and instance norm from the saved mean and 1 / std. With xhat =
+    (x - mean) * inverse_std and n values per statistic: grad_x = (grad - sum(grad) / n - xhat * sum(grad * xhat)
+    / n) * inverse_std * weight where the weight is constant over the reduced axes (batch, instance norm), else the
+    sums are of weight * grad (group norm: summed over space first, then weighted and summed over the group's
+    channels, as torch); grad_weight = sum(grad * xhat) and grad_bias = sum(grad) over the axes it is broadcast on."""
+    from ember.context import CONTEXT
+    from ember.core.functional import NORMALIZATION_STAGE_THRESHOLD, batch_statistics
+
+    def total(tensor: Tensor, axes: tuple[int, ...]) -> Tensor:
+        return reduce_axes(tensor, Op.SUM, axes, NORMALIZATION_STAGE_THRESHOLD) if axes else tensor
+
+    saved = step.arg
+    source = step.sources[0]
+    count = math.prod(source.shape[axis] for axis in saved.axes)
+    mean, inverse_std = saved.mean, saved.inverse_std
+    if CONTEXT.get().grad_enabled:  # create_graph: the statistics again, with their history (double backward)
+        mean, _, inverse_std = batch_statistics(source, saved.axes, saved.eps)
+    normalized = (source - mean) * inverse_std
+    weight = step.sources[1].reshape(saved.affine_shape) if saved.has_weight else None
+    varying = tuple(axis for axis in saved.axes if saved.affine_shape[axis] != 1)  # reduced, the weight varies
+    constant = tuple(axis for axis in saved.axes if axis not in varying)
+    grad_sum, grad_dot = total(grad, constant), total(grad * normalized, constant)
+    if weight is None or not varying:
+        scale = inverse_std if weight is None else inverse_std * weight
+        grad_mean = _expand_to(total(grad_sum, varying) * (1.0 / count), source.shape)
+        dot_mean = _expand_to(total(grad_dot, varying) * (1.0 / count), source.shape)
+        source_gradient = (grad - grad_mean - normalized * dot_mean) * scale
+    else:
+        grad_mean = _expand_to(total(grad_sum * weight, varying) * (1.0 / count), source.shape)
+        dot_mean = _expand_to(total(grad_dot * weight, varying) * (1.0 / count), source.shape)
+        source_gradient = (grad * weight - grad_mean - normalized * dot_mean) * inverse_std
+    broadcast = tuple(axis for axis, size in enumerate(saved.affine_shape) if size == 1 and axis not in constant)
+    gradients: list[Tensor | None] = [source_gradient]
+    if saved.has_weight:
+        gradients.append(total(grad_dot, broadcast).reshape(saved.parameter_shape))
+    if saved.has_bias:
+        gradients.append(total(grad_sum, broadcast).reshape(saved.parameter_shape))
+    return tuple(gradients)
+
+
 # ---- the table: every primitive op, one entry each ----------------------------------------------------------------
 
 BACKWARD: dict[Op, Rule] = {
@@ -207,6 +261,8 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
     Composite.EXP: lambda step, grad: (grad * step.output,),
     Composite.POW: _pow,
     Composite.POW_SCALAR: _pow_scalar,
+    Composite.COPYSIGN: _copysign,
+    Composite.NORMALIZE: _normalize,
 }
 
 NO_SOURCES = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE})  # never recorded: they have no sources to differentiate

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ember.core import dtype as dtypes
 from ember.core.errors import DTypeError
-from ember.core.ops import Op
+from ember.core.ops import Composite, Op
 from ember.core.tensor_base import TensorBase
 from ember.core.unary_math import LN_2, _exp, _in_compute_precision, _log1p
 
@@ -72,7 +72,7 @@ class BinaryMathOps(TensorBase):
     def copysign(self, other: Any) -> Tensor:
         """|self| with the sign (bit) of other; integers give floats. The gradient is torch's: +-1, and 0 at 0."""
         left, right = self._float_operands(other, "copysign")
-        return _in_compute_precision(_copysign)(left, right)
+        return left._recorded(Composite.COPYSIGN, _in_compute_precision(_copysign), (left, right))
 
     # ---- exponential and logarithmic -------------------------------------------------------------------------------
 

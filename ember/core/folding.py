@@ -14,7 +14,7 @@ import math
 from typing import TYPE_CHECKING, cast
 
 from ember.core.convolution import IntOrInts, _check_positive, _ints, _spatial_input, _window_axis, windows
-from ember.core.errors import DTypeError, ShapeError
+from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.shapes import normalize_dim
 from ember.core.tensor_base import TensorBase
 
@@ -35,7 +35,7 @@ class FoldingOps(TensorBase):
             raise ShapeError(f"unfold: size {size} must be between 0 and the size {length} of dim {dimension} "
                              f"(shape {self.shape})")
         if not isinstance(step, int) or step <= 0:
-            raise ValueError(f"unfold: step must be a positive integer, got {step}")
+            raise ArgumentError(f"unfold: step must be a positive integer, got {step}")
         source = self.reshape(1) if self.ndim == 0 else cast("Tensor", self)
         count = (length - size) // step + 1
         if size == 0:  # empty windows: nothing to read

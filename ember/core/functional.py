@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from ember.core import dtype as dtypes
 from ember.core.checks import check_index
 from ember.core.dtype import to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
+from ember.core.ops import Op
 from ember.core.shapes import broadcast_shapes, normalize_dim
+from ember.core.staged_reduce import reduce_axes
 from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
@@ -41,6 +43,70 @@ def _check_affine(parameter: Tensor | None, normalized: tuple[int, ...], op: str
         raise ShapeError(
             f"{op}: expected {name} of shape {list(normalized)} (the normalized_shape), got {list(parameter.shape)}"
         )
+
+
+class NormalizationSaved(NamedTuple):
+    """What a normalization's backward rule reads: the reduced axes, the shape (of the input's rank) weight and bias
+    broadcast as, their own shape, eps, the mean and 1 / sqrt(variance + eps) (kept dims), which of weight and bias
+    are sources."""
+
+    axes: tuple[int, ...]
+    affine_shape: tuple[int, ...]
+    parameter_shape: tuple[int, ...]
+    eps: float
+    mean: Tensor
+    inverse_std: Tensor
+    has_weight: bool
+    has_bias: bool
+
+    def affine(self, normalized: Tensor, parameters: Sequence[Tensor]) -> Tensor:
+        """normalized * weight + bias, with the weight and bias that are present (in that order)."""
+        position = 0
+        if self.has_weight:
+            normalized = normalized * parameters[0].reshape(self.affine_shape)
+            position = 1
+        return normalized + parameters[position].reshape(self.affine_shape) if self.has_bias else normalized
+
+
+def normalize_with_statistics(tensor: Tensor, axes: tuple[int, ...], affine_shape: tuple[int, ...],
+                              weight: Tensor | None, bias: Tensor | None, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(tensor - mean) / sqrt(variance + eps) over axes, times weight plus bias (reshaped to affine_shape), with the
+    mean and biased variance (kept dims, detached): the statistics in two passes as torch, the whole recorded as
+    one step whose backward is torch's formula from the saved mean and 1 / std (autograd/rules.py)."""
+    from ember.core.ops import Composite
+
+    mean, variance, inverse_std = batch_statistics(tensor._detached_copy(), axes, eps)
+    present = tuple(parameter for parameter in (weight, bias) if parameter is not None)
+    parameter_shape = present[0].shape if present else ()
+    saved = NormalizationSaved(axes, affine_shape, parameter_shape, eps, mean, inverse_std, weight is not None,
+                               bias is not None)
+
+    def compute(x: Tensor, *parameters: Tensor) -> Tensor:
+        return saved.affine((x - mean) * inverse_std, parameters)
+
+    if tensor.numel() == 0:  # nothing to differentiate (the rule divides by the count)
+        return compute(tensor, *present), mean, variance
+    return tensor._recorded(Composite.NORMALIZE, compute, (tensor, *present), saved), mean, variance
+
+
+def batch_statistics(tensor: Tensor, axes: tuple[int, ...], eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(mean, biased variance, 1 / sqrt(variance + eps)) over axes, kept as size-1 dims, in two passes as torch:
+    the mean first, then the mean of (x - mean)^2."""
+    mean = _staged_mean(tensor, axes)
+    centered = tensor - mean
+    variance = _staged_mean(centered * centered, axes)
+    return mean, variance, (variance + eps).rsqrt()
+
+
+NORMALIZATION_STAGE_THRESHOLD = 256  # statistics over more elements are summed in stages (pairwise-like rounding)
+
+
+def _staged_mean(tensor: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """The mean over axes (kept), summed in stages past NORMALIZATION_STAGE_THRESHOLD elements: one sequential
+    float32 sum over a group or an instance of a CNN (even 28x28 values) rounds several times worse than torch's."""
+    count = math.prod(tensor.shape[axis] for axis in axes)
+    total = reduce_axes(tensor, Op.SUM, axes, NORMALIZATION_STAGE_THRESHOLD)
+    return total * (1.0 / count) if count else total * math.nan
 
 
 def _softmax_source(tensor: Tensor, dtype: Any, op: str) -> Tensor:
@@ -133,14 +199,10 @@ class FunctionalOps(TensorBase):
         for name, parameter in (("weight", weight), ("bias", bias)):
             if parameter is not None and parameter.shape != (channels,):
                 raise ShapeError(f"group_norm: expected {name} of shape [{channels}], got {list(parameter.shape)}")
-        grouped = self.reshape((self.shape[0], num_groups, -1) if self.numel() else self.shape[:1] + (num_groups, 0))
-        centered = grouped - grouped.mean(-1, keepdim=True)
-        variance = (centered * centered).mean(-1, keepdim=True)
-        result = (centered * (variance + eps).rsqrt()).reshape(self.shape)
-        affine_shape = (channels,) + (1,) * (self.ndim - 2)
-        if weight is not None:
-            result = result * weight.reshape(affine_shape)
-        return result + bias.reshape(affine_shape) if bias is not None else result
+        batch, size = self.shape[0], channels // num_groups
+        grouped = self.reshape(batch, num_groups, size, math.prod(self.shape[2:]))
+        affine_shape = (1, num_groups, size, 1)  # weight and bias vary along the channels of a group
+        return normalize_with_statistics(grouped, (2, 3), affine_shape, weight, bias, eps)[0].reshape(self.shape)
 
     def instance_norm(
         self, running_mean: Tensor | None = None, running_var: Tensor | None = None,
@@ -161,10 +223,9 @@ class FunctionalOps(TensorBase):
         spatial = tuple(range(2, self.ndim))
         affine_shape = (channels,) + (1,) * (self.ndim - 2)
         if use_input_stats:
-            mean = self.mean(spatial, keepdim=True)
-            centered = self - mean
-            variance = (centered * centered).mean(spatial, keepdim=True)
-            result = centered * (variance + eps).rsqrt()
+            result, mean, variance = normalize_with_statistics(cast("Tensor", self), spatial,
+                                                               (1, channels) + (1,) * len(spatial), weight, bias, eps)
+            weight = bias = None  # applied already
             if running_mean is not None or running_var is not None:
                 _update_instance_stats(cast("Tensor", self), mean, variance, running_mean, running_var, momentum)
         else:
@@ -208,7 +269,6 @@ class FunctionalOps(TensorBase):
                     f"batch_norm: expected {name} of shape [{channels}] for input of shape {list(self.shape)}, got "
                     f"{list(parameter.shape)}"
                 )
-        axes = (0,) + tuple(range(2, self.ndim))
         affine_shape = (channels,) + (1,) * (self.ndim - 2)
         if training:
             count = self.numel() // channels if channels else 0
@@ -217,23 +277,28 @@ class FunctionalOps(TensorBase):
                     f"batch_norm: expected more than 1 value per channel when training, got input of shape "
                     f"{list(self.shape)}"
                 )
-            mean = self.mean(axes, keepdim=True)
-            centered = self - mean
-            variance = (centered * centered).mean(axes, keepdim=True)
+            result, mean, variance = self._batch_norm_training(weight, bias, eps)
             if running_mean is not None:
-                running_mean.assign((1 - momentum) * running_mean + momentum * mean._detached_copy().reshape(channels))
+                running_mean.assign((1 - momentum) * running_mean + momentum * mean)
             if running_var is not None:
-                unbiased = variance._detached_copy().reshape(channels) * (count / (count - 1))
-                running_var.assign((1 - momentum) * running_var + momentum * unbiased)
-        else:
-            if running_mean is None or running_var is None:
-                raise ArgumentError("batch_norm: running_mean and running_var are required when training=False")
-            centered = self - running_mean.reshape(affine_shape)
-            variance = running_var.reshape(affine_shape)
-        result = centered * (variance + eps).rsqrt()
+                running_var.assign((1 - momentum) * running_var + momentum * variance * (count / (count - 1)))
+            return result
+        if running_mean is None or running_var is None:
+            raise ArgumentError("batch_norm: running_mean and running_var are required when training=False")
+        result = (self - running_mean.reshape(affine_shape)) * (running_var.reshape(affine_shape) + eps).rsqrt()
         if weight is not None:
             result = result * weight.reshape(affine_shape)
         return result + bias.reshape(affine_shape) if bias is not None else result
+
+    def _batch_norm_training(self, weight: Tensor | None, bias: Tensor | None,
+                             eps: float) -> tuple[Tensor, Tensor, Tensor]:
+        """Batch normalization of [N, C, *] with the batch's statistics: (result, mean [C], biased variance [C]),
+        the statistics detached (normalize_with_statistics)."""
+        channels = self.shape[1]
+        axes = (0,) + tuple(range(2, self.ndim))
+        affine_shape = (1, channels) + (1,) * (self.ndim - 2)
+        result, mean, variance = normalize_with_statistics(cast("Tensor", self), axes, affine_shape, weight, bias, eps)
+        return result, mean.reshape(channels), variance.reshape(channels)
 
     def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
         """torch.nn.functional.normalize: x / max(||x||_p, eps) along dim."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from ember.core import dtype as dtypes
 from ember.core.checks import check_index
-from ember.core.errors import ArgumentError, DTypeError, ShapeError
+from ember.core.errors import ArgumentError, AxisError, DTypeError, ShapeError
 from ember.core.index_updates import IndexUpdateOps
 from ember.core.ops import Op
 from ember.core.shapes import Shape, broadcast_shapes, normalize_dim
@@ -25,6 +25,8 @@ from ember.core.shapes import Shape, broadcast_shapes, normalize_dim
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
+SCATTER_REDUCE_MODES = {"sum": "sum", "prod": "prod", "mean": "mean", "amax": "amax", "amin": "amin", "max": "amax",
+                        "min": "amin"}
 INDEX_TYPES = "ints, slices, None, Ellipsis, bools, and integer or bool tensors, lists or numpy arrays"
 
 
@@ -350,6 +352,7 @@ class IndexingOps(IndexUpdateOps):
         return self.assign(self.scatter(dim, index, src, value, reduce=reduce))
 
     def scatter_add(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
+        _check_source_tensor(src, "scatter_add")
         return _scatter(cast("Tensor", self), dim, index, src, "sum", True, "scatter_add")
 
     def scatter_add_(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
@@ -357,12 +360,19 @@ class IndexingOps(IndexUpdateOps):
 
     def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str, *,
                        include_self: bool = True) -> Tensor:
-        """torch.scatter_reduce with reduce 'sum', 'prod', 'mean', 'amax' or 'amin'."""
-        if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+        """torch.scatter_reduce with reduce 'sum', 'prod', 'mean', 'amax' or 'amin' ('max' and 'min', which torch
+        also accepts, are amax and amin)."""
+        if not isinstance(reduce, str):
+            raise TypeError(f"scatter_reduce: reduce must be a str, got {type(reduce).__name__}")
+        if reduce not in SCATTER_REDUCE_MODES:
             raise ArgumentError(
                 f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}"
             )
-        return _scatter(cast("Tensor", self), dim, index, src, reduce, include_self, "scatter_reduce")
+        if not isinstance(include_self, bool):
+            raise TypeError(f"scatter_reduce: include_self must be a bool, got {type(include_self).__name__}")
+        _check_source_tensor(src, "scatter_reduce")
+        mode = SCATTER_REDUCE_MODES[reduce]
+        return _scatter(cast("Tensor", self), dim, index, src, mode, include_self, "scatter_reduce")
 
     def scatter_reduce_(self, dim: int, index: Tensor, src: Tensor, reduce: str, *,
                         include_self: bool = True) -> Tensor:
@@ -500,6 +510,15 @@ def _check_index_dtype(index: Any, name: str) -> None:
         raise DTypeError(f"{name}: index must be an integer tensor, got {index.dtype.name}")
 
 
+def _check_source_tensor(source: Any, name: str) -> None:
+    """scatter_add and scatter_reduce take src as a tensor only (torch raises TypeError for a number; scatter takes
+    one)."""
+    from ember.core.elementwise import ElementwiseOps
+
+    if not isinstance(source, ElementwiseOps):
+        raise TypeError(f"{name}: src must be a Tensor, got {type(source).__name__} (scatter takes a number)")
+
+
 def _as_1d(tensor: Tensor) -> Tensor:
     return tensor.reshape(1) if tensor.ndim == 0 else tensor
 
@@ -512,6 +531,14 @@ def _scatter_gather_checks(tensor: Tensor, dim: int, index: Tensor, src: Tensor 
     if max(index.ndim, 1) != source.ndim and index.numel() != 0:
         raise ShapeError(f"{name}: index of shape {index.shape} must have as many dims as the input of shape "
                          f"{tensor.shape}")
+    if src is not None and index.numel() != 0:
+        index_rank, source_rank = max(index.ndim, 1), max(src.ndim, 1)
+        if source_rank < index_rank:  # torch: an IndexError, src has no such dim
+            raise AxisError(f"{name}: src of shape {src.shape} has fewer dims than the index of shape "
+                            f"{index.shape}; they must have as many")
+        if source_rank > index_rank:
+            raise ShapeError(f"{name}: src of shape {src.shape} must have as many dims as the index of shape "
+                             f"{index.shape}")
     index_shape = _as_1d(index).shape
     for d, (index_size, size) in enumerate(zip(index_shape, source.shape)):
         if d != axis and index_size > size:
@@ -527,11 +554,14 @@ def _scatter(tensor: Tensor, dim: int, index: Tensor, source: Any, mode: str, in
     from ember.core.advanced_indexing import put_last
     from ember.core.tensor import Tensor
 
+    _check_index_dtype(index, name)
+    if index.dtype not in (dtypes.int32, dtypes.int64):
+        raise DTypeError(f"{name}: index must be an int64 or int32 tensor (as in PyTorch), got {index.dtype.name}")
     if isinstance(source, Tensor):
-        if source.ndim != tensor.ndim:
-            raise ShapeError(f"{name}: src of shape {source.shape} must have as many dims as the input of shape "
-                             f"{tensor.shape}")
-        values = source.cast(tensor.dtype)
+        if source.dtype is not tensor.dtype:
+            raise DTypeError(f"{name}: src ({source.dtype.name}) must have the dtype of the input "
+                             f"({tensor.dtype.name}), as in PyTorch; cast src with .to({tensor.dtype.name})")
+        values = source
     else:
         values = None
     target, axis = _scatter_gather_checks(tensor, dim, index, source if values is not None else None, name)

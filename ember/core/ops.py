@@ -70,6 +70,9 @@ class Composite(Enum):
     EXP = auto()  # sources: (x,); d/dx = exp(x), also where the composition clamps (exp'(+inf) = inf)
     POW = auto()  # sources: (base, exponent) of one shape and dtype
     POW_SCALAR = auto()  # sources: (base,); arg: the Python number exponent (x ** 0 has a zero gradient)
+    COPYSIGN = auto()  # sources: (magnitude, sign) of one shape; the sign is read from its bits, yet (as in torch) it
+    # is used: its gradient is zeros, not "unused"
+    NORMALIZE = auto()  # sources: (x, weight?, bias?); arg: NormalizationSaved (statistics, which are present)
 
     __hash__ = object.__hash__
 

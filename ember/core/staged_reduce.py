@@ -30,10 +30,10 @@ MAX_FIRST_STAGE_CHUNK = 4096  # (a matmul of many outputs with a long inner dim:
 LATER_STAGE_CHUNK = 16  # partials a work item of a later stage combines (at most)
 
 
-def reduce_axes(tensor: Tensor, op: Op, axes: tuple[int, ...]) -> Tensor:
+def reduce_axes(tensor: Tensor, op: Op, axes: tuple[int, ...], threshold: int = STAGE_THRESHOLD) -> Tensor:
     """The reduce primitive `op` of tensor over `axes` (kept as size-1 dims), in stages when it reduces more than
-    STAGE_THRESHOLD elements per output."""
-    if not axes or prod([tensor.shape[axis] for axis in axes]) <= STAGE_THRESHOLD:
+    `threshold` elements per output (normalization statistics ask for a lower one: their rounding is the output's)."""
+    if not axes or prod([tensor.shape[axis] for axis in axes]) <= threshold:
         return tensor._apply(op, arg=axes) if axes else tensor
     from ember.core.tensor import Tensor
 

@@ -101,31 +101,30 @@ class _BatchNorm(Module):
                 f"{input.shape[1]} channels in dim 1, expected {self.num_features}"
             )
         use_batch_statistics = self.training or self.running_mean is None
+        if not use_batch_statistics:
+            return F.batch_norm(input, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0,
+                                self.eps)
+        count = input.numel() // input.shape[1]
+        if count <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size {input.shape}")
+        result, mean, variance = input._batch_norm_training(self.weight, self.bias, self.eps)
         if self.training and self.track_running_stats:
-            self._update_running_stats(input)
-        if use_batch_statistics:
-            return F.batch_norm(input, None, None, self.weight, self.bias, True, 0.0, self.eps)
-        return F.batch_norm(input, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+            self._update_running_stats(mean, variance * (count / (count - 1)))
+        return result
 
-    def _update_running_stats(self, input: Tensor) -> None:  # noqa: A002
-        """running = (1 - momentum) * running + momentum * batch statistic (unbiased variance), lazily."""
+    def _update_running_stats(self, mean: Tensor, variance: Tensor) -> None:
+        """running = (1 - momentum) * running + momentum * batch statistic (the batch's mean and unbiased variance,
+        the ones the forward normalizes with), lazily."""
         buffers = [self.running_mean, self.running_var, self.num_batches_tracked]
         waiting = [buffer for buffer in buffers if not buffer.node.realized]
         if waiting:  # the previous step's update was never computed: do it now, so updates never chain
             em.realize(*waiting)
-        dims = (0, *range(2, input.ndim))
-        count = input.numel() // input.shape[1]
-        if count <= 1:
-            raise ValueError(f"Expected more than 1 value per channel when training, got input size {input.shape}")
         with no_grad():
-            values = input._detached_copy()
             self.num_batches_tracked.assign(self.num_batches_tracked + 1)
             if self.momentum is None:  # cumulative moving average: the factor is 1 / batches seen
                 factor: Any = 1.0 / self.num_batches_tracked.cast(self.running_mean.dtype)
             else:
                 factor = self.momentum
-            mean = values.mean(dims)
-            variance = values.var(dims, correction=1)
             self.running_mean.assign(self.running_mean * (1 - factor) + mean.cast(self.running_mean.dtype) * factor)
             self.running_var.assign(self.running_var * (1 - factor) + variance.cast(self.running_var.dtype) * factor)
         for buffer in buffers:
