@@ -398,8 +398,8 @@ class Report:
     ember_step: float | None = None
     ember_jit_step: float | None = None
     ember_cold: float | None = None
-    cold_compiles: int = 0
-    cold_cached: int = 0
+    cold_compiles: int = 0  # kernels the cold step compiled (or loaded from ember's disk cache: both count)
+    cold_compile_seconds: float = 0.0
     kernels_per_step: int | None = None
     kernels_per_jit_step: int | None = None
     loss_difference: float | None = None
@@ -468,20 +468,23 @@ def measure(name: str, device: str, size: Size, steps: int, agreement_steps: int
     with ember.profile() as cold:
         report.ember_cold = run_steps(ember_program, 1)[0][0]
     report.cold_compiles = len(cold.compiles)
-    report.cold_cached = sum(record.from_cache for record in cold.compiles)
+    report.cold_compile_seconds = sum(record.seconds for record in cold.compiles)
     report.ember_step = statistics.median(seconds for seconds, _ in run_steps(ember_program, steps + 1)[1:])
     with ember.profile() as warm:
         run_steps(ember_program, 1)
     report.kernels_per_step = len(warm.kernels)
+    errors: list[str] = []
     for deterministic in (False, True):  # random ops (dropout, randn_like) may keep a step from being jitted
         try:
             report.ember_jit_step, report.kernels_per_jit_step = jit_timing(name, device, size, steps, deterministic)
-            if deterministic:
-                report.notes.append("jit timed with dropout off and the VAE's noise from the data (marked *)")
             break
         except Exception as error:  # the table says why the step could not be jitted
-            report.notes.append(f"jit{' (dropout off)' if deterministic else ''}: {type(error).__name__}: "
-                                f"{str(error).splitlines()[0][:150]}")
+            errors.append(f"{type(error).__name__}: {str(error).splitlines()[0][:110]}")
+    if errors and report.ember_jit_step is not None:
+        report.notes.append(f"jit timed with dropout off / the VAE's noise from the data (*): with its random ops "
+                            f"on, ember.jit refused the step (their seeds are Python values): {errors[0]}")
+    elif errors:
+        report.notes.append(f"jit: {errors[-1]}")
     report.loss_difference = loss_agreement(name, device, size, agreement_steps)
     return report
 
@@ -495,11 +498,11 @@ def format_reports(reports: list[Report]) -> str:
         return f"{value / base:6.2f}x" if value is not None and base else f"{'-':>7}"
 
     header = (f"| {'program':<12} | {'torch ms':>9} | {'ember ms':>9} | {'jit ms':>9} | {'eager/t':>7} | "
-              f"{'jit/t':>7} | {'cold ms':>9} | {'cold kernels from cache':<23} | {'kernels':>7} | "
+              f"{'jit/t':>7} | {'cold ms':>9} | {'cold: compiles, seconds':<23} | {'kernels':>7} | "
               f"{'jit kern':>8} | {'loss rel diff':>13} |")
     lines = [header, "|" + "|".join("-" * (len(cell)) for cell in header.split("|")[1:-1]) + "|"]
     for report in reports:
-        cached = f"{report.cold_cached}/{report.cold_compiles} compiles"
+        cached = f"{report.cold_compiles} in {report.cold_compile_seconds:.2f} s"
         kernels = lambda count: f"{count:>7}" if count is not None else f"{'-':>7}"  # noqa: E731
         difference = f"{report.loss_difference:13.2e}" if report.loss_difference is not None else f"{'-':>13}"
         star = "*" if any(note.startswith("jit timed with dropout off") for note in report.notes) else " "
@@ -551,7 +554,8 @@ def main(argv: list[str] | None = None) -> int:
         set_threads(arguments.threads)
     reports = run_programs(arguments.program, arguments.steps, arguments.quick, arguments.device)
     print(f"\nmedian step times over {arguments.steps} steps (noisy: a shared machine); cold = ember's first step "
-          f"in this process (compiles from the disk cache / all compiles); kernels = launches per ember step")
+          "in this process, with its kernel compiles (a warm disk cache loads them in milliseconds); kernels = "
+          "launches per ember step (eager; jit: per replay); * = jit timed with dropout off")
     print(format_reports(reports))
     return 1 if any(report.notes and report.notes[0].startswith("failed") for report in reports) else 0
 
