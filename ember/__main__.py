@@ -269,8 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = subcommands.add_parser("bench", help="the benchmark suite: ember on each device next to torch and numpy")
     bench.add_argument("--quick", action="store_true", help="tiny sizes and few runs (a smoke run, not a measurement)")
     bench.add_argument("--device", action="append", help="a device to measure (repeatable; default: all available)")
-    bench.add_argument("--case", action="append", choices=("matmul", "elementwise", "softmax", "mlp", "jit", "overhead", "cold",
-                                                            "programs"),
+    bench.add_argument("--case", action="append",
+                       choices=("matmul", "elementwise", "softmax", "mlp", "jit", "overhead", "cold", "programs"),
                        help="a case to run (repeatable; default: all but programs); programs: the repository's "
                             "benchmarks/programs.py, tutorial-style PyTorch programs run with torch and with ember "
                             "(--repeats sets its timed steps; needs a checkout, not an installed ember)")
