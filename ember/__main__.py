@@ -269,8 +269,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench = subcommands.add_parser("bench", help="the benchmark suite: ember on each device next to torch and numpy")
     bench.add_argument("--quick", action="store_true", help="tiny sizes and few runs (a smoke run, not a measurement)")
     bench.add_argument("--device", action="append", help="a device to measure (repeatable; default: all available)")
-    bench.add_argument("--case", action="append", choices=("matmul", "elementwise", "softmax", "mlp", "jit", "overhead", "cold"),
-                       help="a case to run (repeatable; default: all)")
+    bench.add_argument("--case", action="append",
+                       choices=("matmul", "elementwise", "softmax", "mlp", "jit", "overhead", "cold", "programs"),
+                       help="a case to run (repeatable; default: all but programs); programs: the repository's "
+                            "benchmarks/programs.py, tutorial-style PyTorch programs run with torch and with ember "
+                            "(--repeats sets its timed steps; needs a checkout, not an installed ember)")
     bench.add_argument("--repeats", type=int, default=None, help="timed runs per measurement (default: 10, quick 3)")
     bench.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     bench.add_argument("--compare", nargs=2, metavar=("FIRST", "SECOND"), help="compare two JSON result files")

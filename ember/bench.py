@@ -621,6 +621,15 @@ def main_bench(devices: list[str] | None, quick: bool, json_path: str | None, co
     if compare:
         print(compare_files(compare[0], compare[1]))
         return 0
+    status = 0
+    if cases and "programs" in cases:  # tutorial-style programs: their own table (ember/bench_programs.py)
+        from ember.bench_programs import main_programs
+        from ember.scheduler.devices import resolve_device
+
+        status = main_programs(resolve_device(devices[0]) if devices else "c", quick, repeats)
+        cases = [case for case in cases if case != "programs"]
+        if not cases:
+            return status
     report = run_benchmarks(devices, quick, tuple(cases) if cases else CASE_NAMES, repeats=repeats)
     meta = report["meta"]
     meta["load_average_after"] = os.getloadavg()[0]
@@ -632,4 +641,4 @@ def main_bench(devices: list[str] | None, quick: bool, json_path: str | None, co
         with open(json_path, "w") as file:
             json.dump(report, file, indent=2)
         print(f"\nwrote {json_path}")
-    return 0
+    return status

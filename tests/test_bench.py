@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 
 def test_quick_benchmark_run_and_compare(tmp_path: Path) -> None:
@@ -30,3 +33,32 @@ def test_cold_start_runs_in_a_fresh_process_with_empty_caches() -> None:
 
     report = cold_start(COLD_GRAPH, ["c:0"])
     assert report["kernels"] == 5 and report["first"] > 0
+
+
+def test_tutorial_programs_give_torch_losses_from_the_same_weights() -> None:
+    """Every program of benchmarks/programs.py, tiny, two steps on c: ember's losses are torch's (same weights)."""
+    from ember.bench_programs import load_programs
+
+    programs = load_programs()
+    for name in programs.PROGRAMS:
+        torch_program, ember_program = programs.build_pair(name, "c", programs.QUICK, deterministic=True)
+        torch_losses = [loss for _, loss in programs.run_steps(torch_program, 2)]
+        ember_losses = [loss for _, loss in programs.run_steps(ember_program, 2)]
+        assert all(math.isfinite(loss) for loss in torch_losses), (name, torch_losses)
+        assert math.isclose(ember_losses[0], torch_losses[0], rel_tol=1e-4, abs_tol=1e-6), (name, ember_losses,
+                                                                                            torch_losses)
+        assert math.isclose(ember_losses[1], torch_losses[1], rel_tol=1e-3, abs_tol=1e-5), (name, ember_losses,
+                                                                                            torch_losses)
+
+
+def test_programs_table_and_missing_benchmarks_folder(tmp_path: Path) -> None:
+    """The table runs for one program (timings are printed, never checked); an absent programs.py is named."""
+    from ember.bench_programs import ProgramsMissing, load_programs
+
+    programs = load_programs()
+    reports = programs.run_programs(["tabular_mlp"], steps=1, quick=True, log=lambda line: None)
+    table = programs.format_reports(reports)
+    assert "| tabular_mlp" in table and not any(note.startswith("failed") for note in reports[0].notes), table
+    assert reports[0].loss_difference is not None and reports[0].loss_difference < 1e-4, table
+    with pytest.raises(ProgramsMissing, match="benchmarks/programs.py"):
+        load_programs(tmp_path / "programs.py")
