@@ -314,3 +314,31 @@ def test_optimizer_updates_reach_views_of_parameters(device: str) -> None:
             optimizer.step()
     assert_close(layer.weight, reference.weight, atol=1e-5)
     assert_close(row, torch_row.detach(), atol=1e-5)
+
+
+def test_a_view_op_running_in_another_thread_does_not_stop_this_threads_views(device: str) -> None:
+    """Which view op is the outermost is per thread: a view made while another thread is inside a view op still
+    aliases its base, as in torch."""
+    import threading
+
+    import ember.core.views as views
+
+    inside, done = threading.Event(), threading.Event()
+
+    def hold_a_view_op_open() -> None:
+        views._NESTING.depth = 1  # as while a view op runs on this thread
+        inside.set()
+        done.wait(10)
+        views._NESTING.depth = 0
+
+    other = threading.Thread(target=hold_a_view_op_open)
+    other.start()
+    try:
+        assert inside.wait(10)
+        x, tx = em.zeros(4, device=device), torch.zeros(4)
+        x[1:3].add_(5)
+        tx[1:3].add_(5)
+    finally:
+        done.set()
+        other.join()
+    np.testing.assert_array_equal(x.numpy(), tx.numpy())

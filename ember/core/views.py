@@ -16,6 +16,7 @@ as is flip); the view ops are marked on the Tensor class by `view_methods`.
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -283,23 +284,27 @@ def view_methods(tensor_class: type) -> type:
     return tensor_class
 
 
-class _Nesting:
-    """How many view ops are running: only the outermost links its result (the view ops it calls make
-    intermediates, which are not the user's views)."""
+class _Nesting(threading.local):
+    """Whether a view op is running on this thread: only the outermost links its result (the view ops it calls
+    make intermediates, which are not the user's views). Per thread: another thread's view op in progress must not
+    stop this thread's views from being linked."""
 
     depth = 0
+
+
+_NESTING = _Nesting()
 
 
 def _viewing(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def view_op(self: Tensor, *args: Any, **kwargs: Any) -> Any:
-        if _Nesting.depth:
+        if _NESTING.depth:
             return method(self, *args, **kwargs)
-        _Nesting.depth = 1
+        _NESTING.depth = 1
         try:
             result = method(self, *args, **kwargs)
         finally:
-            _Nesting.depth = 0
+            _NESTING.depth = 0
         if isinstance(result, tuple):
             for piece in result:
                 link_view(self, piece)
@@ -315,13 +320,13 @@ def _diagonal_view(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
-        if _Nesting.depth:
+        if _NESTING.depth:
             return method(self, offset, dim1, dim2)
-        _Nesting.depth = 1
+        _NESTING.depth = 1
         try:
             result = method(self, offset, dim1, dim2)
         finally:
-            _Nesting.depth = 0
+            _NESTING.depth = 0
         first, second = dim1 % self.ndim, dim2 % self.ndim
 
         def layout_of(strides: tuple[int, ...], start: int) -> tuple[tuple[int, ...], int]:
