@@ -72,8 +72,8 @@ def first_invalid_position(invalid: Tensor) -> Tensor:
     """The first flat position where the bool tensor `invalid` is True, or -1 (int64 scalar; one fused reduce)."""
     from ember.core.elementwise import where
 
-    flat = invalid.reshape(-1)
-    count = flat.shape[0]
+    count = invalid.numel()
+    flat = invalid._reshaped((count,))
     reversed_positions = (count - 1) - flat._arange_primitive(count, dtypes.int64, flat.device)
     last_key = where(flat, reversed_positions, -1).max()  # the largest key is the first position
     return where(last_key < 0, last_key, (count - 1) - last_key)

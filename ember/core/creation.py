@@ -359,7 +359,8 @@ def _random_bits(count: int, device: str) -> Tensor:
     first_key = _hash32(seed ^ _hash32((seed >> 32) ^ 0x5BD1E995 ^ _hash32(counter >> 32)))
     second_key = _hash32(first_key ^ 0x27D4EB2F)
     key = tensor(np.array([counter & 0xFFFFFFFF, first_key, second_key], dtype=np.uint32), device=device)
-    offset, first, second = (key[index].reshape(1).expand(count) for index in range(3))
+    offset, first, second = (key._apply(Op.SHRINK, arg=((index, index + 1),))._broadcast((count,))
+                             for index in range(3))
     position = Tensor._arange_primitive(count, dtypes.uint32, device) + offset
     return _hash_tensor(_hash_tensor(position ^ first) + second)
 
@@ -370,10 +371,10 @@ def _uniform(shape: tuple[int, ...], dtype: DType, device: str) -> Tensor:
     if dtype is dtypes.float64:
         high = (_random_bits(count, device) >> 6).cast(dtypes.float64)  # 26 bits
         low = (_random_bits(count, device) >> 5).cast(dtypes.float64)  # 27 bits
-        return ((high * float(1 << 27) + low) * 2.0**-53).reshape(shape)
+        return ((high * float(1 << 27) + low) * 2.0**-53)._reshaped(shape)
     bits = MANTISSA_BITS[dtype]
     values = (_random_bits(count, device) >> (32 - bits)).cast(dtypes.float32) * 2.0**-bits
-    return values.reshape(shape).cast(dtype)
+    return values._reshaped(shape).cast(dtype)
 
 
 def _float_dtype(dtype: Any, name: str) -> DType:
@@ -393,7 +394,7 @@ def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     """Standard normal random numbers, the same bits on every device for the same seed (see _standard_normal)."""
     shape = _checked_shape(size, "randn")
     resolved = _float_dtype(dtype, "randn")
-    result = _standard_normal(math.prod(shape), _device(device), resolved).reshape(shape)
+    result = _standard_normal(math.prod(shape), _device(device), resolved)._reshaped(shape)
     return result.requires_grad_() if requires_grad else result
 
 

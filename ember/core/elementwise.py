@@ -384,10 +384,10 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
         if isinstance(value, ElementwiseOps):
             if value.ndim != 0:
                 raise ShapeError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
-            fill = value.cast(self.dtype).expand(self.shape)
+            fill = value.cast(self.dtype)._broadcast(self.shape)
         else:
             fill = self._full(self.shape, value, self.dtype, self.device)
-        return mask.expand(self.shape)._apply(Op.WHERE, fill, cast("Tensor", self))
+        return mask._broadcast(self.shape)._apply(Op.WHERE, fill, cast("Tensor", self))
 
     # ---- operators -----------------------------------------------------------------------------------------
 
@@ -548,7 +548,7 @@ def where(condition: Tensor, input: Any = None, other: Any = None) -> Tensor | t
         )
     first, second = _align(condition, (input, other), "where", extra_shapes=(condition.shape,))
     shape = first.shape
-    condition = condition if condition.shape == shape else condition.expand(shape)
+    condition = condition._broadcast(shape)
     return condition._apply(Op.WHERE, first, second)
 
 
@@ -592,7 +592,7 @@ def _align(anchor: Tensor, values: Sequence[Any], op_name: str, extra_shapes: Se
     for value in tensors:
         if isinstance(value, ElementwiseOps):
             value = value.cast(dtype)
-            result.append(value if value.shape == shape else value.expand(shape))
+            result.append(value._broadcast(shape))
         else:
             result.append(anchor._full(shape, value, dtype, anchor.device))
     return result
