@@ -342,12 +342,18 @@ def _hash32(value: int) -> int:
     return value ^ (value >> 16)
 
 
+def _shift_right(state: Tensor, amount: int) -> Tensor:
+    """uint32 state >> amount (0 < amount < 32): the primitive alone, without `>>`'s handling of amounts out of
+    range (the per-op cost of random draws)."""
+    return state._apply(Op.SHR, state._full(state.shape, amount, state.dtype, state.device))
+
+
 def _hash_tensor(state: Tensor) -> Tensor:
-    state = state ^ (state >> 16)
+    state = state ^ _shift_right(state, 16)
     state = state * 0x7FEB352D
-    state = state ^ (state >> 15)
+    state = state ^ _shift_right(state, 15)
     state = state * 0x846CA68B
-    return state ^ (state >> 16)
+    return state ^ _shift_right(state, 16)
 
 
 def _random_bits(count: int, device: str) -> Tensor:
@@ -369,11 +375,11 @@ def _uniform(shape: tuple[int, ...], dtype: DType, device: str) -> Tensor:
     """Uniform floats in [0, 1): as many random bits as the dtype's mantissa holds, scaled exactly."""
     count = math.prod(shape)
     if dtype is dtypes.float64:
-        high = (_random_bits(count, device) >> 6).cast(dtypes.float64)  # 26 bits
-        low = (_random_bits(count, device) >> 5).cast(dtypes.float64)  # 27 bits
+        high = _shift_right(_random_bits(count, device), 6).cast(dtypes.float64)  # 26 bits
+        low = _shift_right(_random_bits(count, device), 5).cast(dtypes.float64)  # 27 bits
         return ((high * float(1 << 27) + low) * 2.0**-53)._reshaped(shape)
     bits = MANTISSA_BITS[dtype]
-    values = (_random_bits(count, device) >> (32 - bits)).cast(dtypes.float32) * 2.0**-bits
+    values = _shift_right(_random_bits(count, device), 32 - bits).cast(dtypes.float32) * 2.0**-bits
     return values._reshaped(shape).cast(dtype)
 
 
