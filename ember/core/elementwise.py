@@ -50,9 +50,13 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
         """self and other (a Tensor, a Python number or array-like data) promoted to their torch.result_type and
         broadcast to one shape; swapped when `reverse` (for the reflected operators)."""
         # (no typing.cast calls on the per-op path: annotations and type: ignore instead)
-        if isinstance(other, ElementwiseOps) and other.dtype is self.dtype and other.shape == self.shape:
+        if isinstance(other, ElementwiseOps) and other.dtype is self.dtype:
+            # two tensors of one dtype (torch's result type is that dtype): only a broadcast, if the shapes differ
             left: Tensor = self  # type: ignore[assignment]
             right: Tensor = other  # type: ignore[assignment]
+            if other.shape != self.shape:
+                shape = broadcast_shapes(self.shape, other.shape, op=op_name)
+                left, right = left._broadcast(shape), right._broadcast(shape)
         elif (type(other) is float or type(other) is int) and self.dtype.is_float:
             # the common `x + 1`: what _align decides for a float tensor and a Python number, without its lists
             left = self  # type: ignore[assignment]
