@@ -57,8 +57,11 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
             if other.shape != self.shape:
                 shape = broadcast_shapes(self.shape, other.shape, op=op_name)
                 left, right = left._broadcast(shape), right._broadcast(shape)
-        elif (type(other) is float or type(other) is int) and self.dtype.is_float:
-            # the common `x + 1`: what _align decides for a float tensor and a Python number, without its lists
+        elif (type(other) is float or type(other) is int) and self.dtype.is_float or (
+            type(other) is int and self.dtype.is_int
+        ):
+            # the common `x + 1`: what _align decides for a float tensor and a Python number, or an integer tensor
+            # and a Python int (the tensor's dtype, as torch), without its lists
             left = self  # type: ignore[assignment]
             right = left._full(left.shape, other, left.dtype, left.device)
         else:

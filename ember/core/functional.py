@@ -409,7 +409,8 @@ class FunctionalOps(TensorBase):
         result = self.matmul(weight._swapped_last() if weight.ndim == 2 else weight)
         if bias is None:
             return result
-        broadcast_shapes(result.shape, bias.shape, op=f"linear (output {result.shape} + bias {bias.shape})")
+        if bias.shape != result.shape[result.ndim - bias.ndim:]:  # (the message is formatted only when needed)
+            broadcast_shapes(result.shape, bias.shape, op=f"linear (output {result.shape} + bias {bias.shape})")
         return result + bias
 
     # ---- attention ----------------------------------------------------------------------------------------------

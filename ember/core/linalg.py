@@ -49,7 +49,9 @@ class LinalgOps(MatrixStructureOps, ProductOps, EliminationOps):
                 f"matmul: shapes {self.shape} and {other.shape} cannot be multiplied "
                 f"({left.shape[-2]}x{left.shape[-1]} and {right.shape[-2]}x{right.shape[-1]}): inner dims differ"
             )
-        batch = broadcast_shapes(left.shape[:-2], right.shape[:-2], op=f"matmul of {self.shape} and {other.shape}")
+        batch = left.shape[:-2]
+        if right.shape[:-2] != batch:  # (the message's shapes are formatted only when the batch dims differ)
+            batch = broadcast_shapes(batch, right.shape[:-2], op=f"matmul of {self.shape} and {other.shape}")
         rows, inner, columns = left.shape[-2], left.shape[-1], right.shape[-1]
         left = left._broadcast(batch + (rows, inner))._reshaped(batch + (rows, 1, inner))  # [..., M, 1, K]
         right = right._broadcast(batch + (inner, columns))._swapped_last()._reshaped(batch + (1, columns, inner))

@@ -55,7 +55,7 @@ class MovementOps(TensorBase):
         own = self.shape
         if own == shape:
             return cast("Tensor", self)
-        padded = (1,) * (len(shape) - len(own)) + own
+        padded = own if len(shape) == len(own) else (1,) * (len(shape) - len(own)) + own
         result = cast("Tensor", self) if padded == own else self._apply(Op.RESHAPE, arg=padded)
         return result if padded == shape else result._apply(Op.EXPAND, arg=tuple(shape))
 
