@@ -206,16 +206,16 @@ def check_index(index: Tensor, size: int, op: str, dim: int | None, negatives: b
         if bad.size:
             raise describe(int(bad[0]), int(wide[bad[0]]))
         return values
-    wide = index.cast(dtypes.int64)
+    index64 = index.cast(dtypes.int64)
 
     def constant(value: int) -> Tensor:
-        return wide._full(wide.shape, value, dtypes.int64, wide.device)
+        return index64._full(index64.shape, value, dtypes.int64, index64.device)
 
     # index < low or not index < size, and index != ignore: the primitives alone (recorded at every lazy check)
-    too_large = wide._apply(Op.CMPLT, constant(size))._apply(Op.NOT)
-    lazy_invalid = wide._apply(Op.CMPLT, constant(low))._apply(Op.OR, too_large)
+    too_large = index64._apply(Op.CMPLT, constant(size))._apply(Op.NOT)
+    lazy_invalid = index64._apply(Op.CMPLT, constant(low))._apply(Op.OR, too_large)
     if ignore is not None:
-        lazy_invalid = lazy_invalid._apply(Op.AND, wide._apply(Op.CMPEQ, constant(ignore))._apply(Op.NOT))
+        lazy_invalid = lazy_invalid._apply(Op.AND, index64._apply(Op.CMPEQ, constant(ignore))._apply(Op.NOT))
     return checked(values, lazy_invalid, describe, named=index)
 
 

@@ -42,7 +42,7 @@ def broadcast_shapes(*shapes: Shape | int, op: str = "broadcast_shapes") -> Shap
     naming all of them."""
     if len(shapes) == 2:  # (the per-op path: two tensor shapes, compared dim by dim from the end)
         first, second = shapes
-        if type(first) is not int and type(second) is not int:
+        if not isinstance(first, int) and not isinstance(second, int):
             if len(first) < len(second):
                 first, second = second, first
             lead = len(first) - len(second)
