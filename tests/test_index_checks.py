@@ -262,3 +262,26 @@ def test_errors_are_both_builtin_classes() -> None:
     assert issubclass(IndexOutOfRangeError, IndexError) and issubclass(IndexOutOfRangeError, RuntimeError)
     assert issubclass(IntegerDivisionByZeroError, ZeroDivisionError)
     assert issubclass(IntegerDivisionByZeroError, RuntimeError)
+
+
+def test_cross_entropy_target_check_rides_in_the_step_schedule(device: str) -> None:
+    """Targets computed on the device: the check is recorded lazily, evaluated in the one realize that backward
+    does (no realize of its own), and the loss read afterwards costs nothing; a bad target raises at that first
+    realize, naming the value and its position, as torch names it at the call."""
+    logits = em.tensor(np.linspace(-1, 1, 40, dtype=np.float32).reshape(8, 5), device=device, requires_grad=True)
+    for _ in range(2):
+        targets = em.tensor([0, 1, 2, 3, 4, 0, 1, 2], device=device) * 1
+        loss = F.cross_entropy(logits, targets)
+        with em.profile() as record:
+            loss.backward()
+        assert record.realizes == 1
+        with em.profile() as record:
+            value = loss.item()
+        assert record.realizes == 0
+        expected = TF.cross_entropy(torch.tensor(logits.detach().numpy()), torch.tensor([0, 1, 2, 3, 4, 0, 1, 2]))
+        assert abs(value - expected.item()) < 1e-5
+    bad = em.tensor([0, 1, 2, 3, 4, 0, 7, 2], device=device) * 1
+    with pytest.raises(IndexError, match=r"Target 7 at position \(6,\).*out of bounds"):
+        F.cross_entropy(logits, bad).backward()
+    with pytest.raises(IndexError):
+        TF.cross_entropy(torch.zeros(8, 5), torch.tensor([0, 1, 2, 3, 4, 0, 7, 2]))

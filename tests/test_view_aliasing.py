@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import ember as em
+import ember.nn.functional as F
 from tests.helpers import assert_close, pair, random_array
 
 # each case: (shape of the base, what to do to it) -> the tensors to compare (the base, its views)
@@ -133,13 +134,30 @@ def _copies_do_not_alias(x: Any) -> list[Any]:
     return [x, reshaped, flipped, cloned]
 
 
+def _after_ops_with_intermediates(x: Any) -> list[Any]:
+    """Ops that make movement intermediates inside (a broadcast, matmul's reshapes and transposes, the reshape
+    that ends a reduction) make no views of their operands or results: the user's views made before and after
+    still alias x, the results alias nothing but their own views, and the results keep the values of the time."""
+    row = x[0]
+    product = x * row  # row broadcast inside
+    summed = product.sum(1)
+    gram = x @ x.t()
+    scaled = 2 * x[:, 1]  # a number broadcast inside
+    row.add_(1)
+    summed.view(2, 3)[0].mul_(-1)
+    gram.t()[0].fill_(2)
+    x.t()[1].sub_(3)
+    scaled[1:].zero_()
+    return [x, row, product, summed, gram, scaled]
+
+
 CASES: dict[str, Case] = {
     "slice_add": _slice_add, "row_zero": _row_zero, "view_setitem": _view_setitem, "transpose_mul": _transpose_mul,
     "data_row_zero": _data_row_zero, "base_write_seen_by_views": _base_write_seen_by_views, "chained": _chained,
     "chained_steps": _chained_steps, "two_views": _two_views, "setitem_through_views": _setitem_through_views,
     "movement_views": _movement_views, "pieces": _pieces, "steps_none_ellipsis": _steps_none_ellipsis,
     "diagonal": _diagonal, "base_then_view_then_base": _base_then_view_then_base,
-    "copies_do_not_alias": _copies_do_not_alias,
+    "copies_do_not_alias": _copies_do_not_alias, "after_ops_with_intermediates": _after_ops_with_intermediates,
 }
 
 
@@ -342,3 +360,17 @@ def test_a_view_op_running_in_another_thread_does_not_stop_this_threads_views(de
         done.set()
         other.join()
     np.testing.assert_array_equal(x.numpy(), tx.numpy())
+
+
+def test_results_of_ops_are_no_views_and_leave_their_operands_alone(device: str) -> None:
+    """The intermediates inside an op (its broadcasts, reshapes and transposes) put neither the operands nor the
+    result into a storage, as torch makes no view there: only the user's own view ops do."""
+    weight = em.tensor(random_array((3, 4)), device=device)
+    inputs = em.tensor(random_array((2, 4)), device=device)
+    vector = em.tensor(random_array((4,)), device=device)
+    results = [F.linear(inputs, weight, em.ones(3, device=device)), inputs.sum(1), inputs * vector,
+               em.rand(2, 3, device=device), em.randn(2, 3, device=device), inputs.matmul(vector),
+               vector.matmul(weight.sum(0, keepdim=True).t()), em.stack([vector, vector])]
+    for tensor in (weight, inputs, vector, *results):
+        assert tensor._base is None and tensor._alias is None
+    assert weight.t()._base is weight and weight._alias is not None  # a user's view op still links

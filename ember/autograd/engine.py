@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember.autograd.grad_mode import set_grad_enabled
 from ember.autograd.rules import RULES, Recorded
+from ember.core import runtime
 from ember.core.errors import AutogradError, DeviceError, ShapeError
 from ember.core.ops import Op
 from ember.core.walk import post_order
@@ -87,9 +88,11 @@ def _propagate(
 
     targets=None means every leaf that requires grad, plus non-leaves that asked for retain_grad().
     """
-    order = _topological_order(roots)
+    recorded: dict[int, tuple[Tensor, ...]] = {}  # each tensor's sources as recorded (sources_at_record, once)
+    order = _topological_order(roots, recorded)
     target_ids = None if targets is None else {id(target) for target in targets}
-    needed = _needed(order, target_ids)
+    needed = _needed(order, target_ids, recorded)
+    device_of = runtime.RUNTIME.device_of
     pending: dict[int, Tensor] = {}
     for root, seed in zip(roots, seeds):
         pending[id(root)] = seed if id(root) not in pending else pending[id(root)] + seed
@@ -111,38 +114,46 @@ def _propagate(
             if tensor._context is None:
                 continue
             op, arg, _ = tensor._context
-            sources = sources_at_record(tensor)
+            sources = recorded[id(tensor)]
             if not any(id(source) in needed for source in sources):
                 continue
             source_gradients = RULES[op](Recorded(tensor, arg, sources), gradient)
             for source, source_gradient in zip(sources, source_gradients):
                 if source_gradient is None or id(source) not in needed:
                     continue
-                assert source_gradient.shape == source.shape and source_gradient.dtype == source.dtype, (
+                gradient_node, source_node = source_gradient.node, source.node
+                assert gradient_node.shape == source_node.shape and gradient_node.dtype is source_node.dtype, (
                     f"the backward rule of {op.name} gave a gradient of {source_gradient.shape} "
                     f"{source_gradient.dtype.name} for a source of {source.shape} {source.dtype.name}"
                 )
-                if source_gradient.device != source.device:  # a gradient lives where its tensor lives
+                if device_of(gradient_node) != device_of(source_node):  # a gradient lives where its tensor lives
                     source_gradient = source_gradient.to(source.device)
                 previous = pending.get(id(source))
                 pending[id(source)] = source_gradient if previous is None else previous + source_gradient
     return results
 
 
-def _topological_order(roots: list[Tensor]) -> list[Tensor]:
-    """Every tensor that requires grad reachable from the roots, each after all of its sources."""
-    return post_order(roots, lambda tensor: () if tensor._context is None else
-                      [source for source in sources_at_record(tensor) if source.requires_grad])
+def _topological_order(roots: list[Tensor], recorded: dict[int, tuple[Tensor, ...]]) -> list[Tensor]:
+    """Every tensor that requires grad reachable from the roots, each after all of its sources; the sources of
+    each tensor with history, as recorded, go into `recorded` (by id)."""
+
+    def sources_requiring_grad(tensor: Tensor) -> list[Tensor]:
+        if tensor._context is None:
+            return []
+        sources = recorded[id(tensor)] = sources_at_record(tensor)
+        return [source for source in sources if source._requires_grad]
+
+    return post_order(roots, sources_requiring_grad)
 
 
-def _needed(order: list[Tensor], target_ids: set[int] | None) -> set[int]:
+def _needed(order: list[Tensor], target_ids: set[int] | None, recorded: dict[int, tuple[Tensor, ...]]) -> set[int]:
     """Ids of the tensors a gradient must reach: targets and everything between them and the roots."""
     if target_ids is None:
         return {id(tensor) for tensor in order}
     needed: set[int] = set()
     for tensor in order:  # sources come first, so a tensor sees whether its sources are needed
         if id(tensor) in target_ids or (
-            tensor._context is not None and any(id(source) in needed for source in sources_at_record(tensor))
+            tensor._context is not None and any(id(source) in needed for source in recorded[id(tensor)])
         ):
             needed.add(id(tensor))
     return needed

@@ -70,13 +70,15 @@ def merge(first: tuple[Check, ...], second: tuple[Check, ...]) -> tuple[Check, .
 
 def first_invalid_position(invalid: Tensor) -> Tensor:
     """The first flat position where the bool tensor `invalid` is True, or -1 (int64 scalar; one fused reduce)."""
-    from ember.core.elementwise import where
-
-    flat = invalid.reshape(-1)
-    count = flat.shape[0]
-    reversed_positions = (count - 1) - flat._arange_primitive(count, dtypes.int64, flat.device)
-    last_key = where(flat, reversed_positions, -1).max()  # the largest key is the first position
-    return where(last_key < 0, last_key, (count - 1) - last_key)
+    count = invalid.numel()
+    flat = invalid._reshaped((count,))
+    device = flat.device
+    last = flat._full((count,), count - 1, dtypes.int64, device)
+    reversed_positions = last._apply(Op.SUB, flat._arange_primitive(count, dtypes.int64, device))
+    last_key = flat._apply(Op.WHERE, reversed_positions, flat._full((count,), -1, dtypes.int64, device)).max()
+    # (the largest key is the first position; -1 when there is none)
+    first = last_key._full((), count - 1, dtypes.int64, device)._apply(Op.SUB, last_key)
+    return last_key._apply(Op.CMPLT, last_key._full((), 0, dtypes.int64, device))._apply(Op.WHERE, last_key, first)
 
 
 def checked(values: Tensor, invalid: Tensor, describe: Describe, named: Tensor | None = None) -> Tensor:
@@ -204,10 +206,16 @@ def check_index(index: Tensor, size: int, op: str, dim: int | None, negatives: b
         if bad.size:
             raise describe(int(bad[0]), int(wide[bad[0]]))
         return values
-    wide_index = index.cast(dtypes.int64)
-    lazy_invalid = (wide_index < low).logical_or(wide_index >= size)
+    index64 = index.cast(dtypes.int64)
+
+    def constant(value: int) -> Tensor:
+        return index64._full(index64.shape, value, dtypes.int64, index64.device)
+
+    # index < low or not index < size, and index != ignore: the primitives alone (recorded at every lazy check)
+    too_large = index64._apply(Op.CMPLT, constant(size))._apply(Op.NOT)
+    lazy_invalid = index64._apply(Op.CMPLT, constant(low))._apply(Op.OR, too_large)
     if ignore is not None:
-        lazy_invalid = lazy_invalid.logical_and(wide_index != ignore)
+        lazy_invalid = lazy_invalid._apply(Op.AND, index64._apply(Op.CMPEQ, constant(ignore))._apply(Op.NOT))
     return checked(values, lazy_invalid, describe, named=index)
 
 

@@ -342,12 +342,18 @@ def _hash32(value: int) -> int:
     return value ^ (value >> 16)
 
 
+def _shift_right(state: Tensor, amount: int) -> Tensor:
+    """uint32 state >> amount (0 < amount < 32): the primitive alone, without `>>`'s handling of amounts out of
+    range (the per-op cost of random draws)."""
+    return state._apply(Op.SHR, state._full(state.shape, amount, state.dtype, state.device))
+
+
 def _hash_tensor(state: Tensor) -> Tensor:
-    state = state ^ (state >> 16)
+    state = state ^ _shift_right(state, 16)
     state = state * 0x7FEB352D
-    state = state ^ (state >> 15)
+    state = state ^ _shift_right(state, 15)
     state = state * 0x846CA68B
-    return state ^ (state >> 16)
+    return state ^ _shift_right(state, 16)
 
 
 def _random_bits(count: int, device: str) -> Tensor:
@@ -359,7 +365,8 @@ def _random_bits(count: int, device: str) -> Tensor:
     first_key = _hash32(seed ^ _hash32((seed >> 32) ^ 0x5BD1E995 ^ _hash32(counter >> 32)))
     second_key = _hash32(first_key ^ 0x27D4EB2F)
     key = tensor(np.array([counter & 0xFFFFFFFF, first_key, second_key], dtype=np.uint32), device=device)
-    offset, first, second = (key[index].reshape(1).expand(count) for index in range(3))
+    offset, first, second = (key._apply(Op.SHRINK, arg=((index, index + 1),))._broadcast((count,))
+                             for index in range(3))
     position = Tensor._arange_primitive(count, dtypes.uint32, device) + offset
     return _hash_tensor(_hash_tensor(position ^ first) + second)
 
@@ -368,12 +375,12 @@ def _uniform(shape: tuple[int, ...], dtype: DType, device: str) -> Tensor:
     """Uniform floats in [0, 1): as many random bits as the dtype's mantissa holds, scaled exactly."""
     count = math.prod(shape)
     if dtype is dtypes.float64:
-        high = (_random_bits(count, device) >> 6).cast(dtypes.float64)  # 26 bits
-        low = (_random_bits(count, device) >> 5).cast(dtypes.float64)  # 27 bits
-        return ((high * float(1 << 27) + low) * 2.0**-53).reshape(shape)
+        high = _shift_right(_random_bits(count, device), 6).cast(dtypes.float64)  # 26 bits
+        low = _shift_right(_random_bits(count, device), 5).cast(dtypes.float64)  # 27 bits
+        return ((high * float(1 << 27) + low) * 2.0**-53)._reshaped(shape)
     bits = MANTISSA_BITS[dtype]
-    values = (_random_bits(count, device) >> (32 - bits)).cast(dtypes.float32) * 2.0**-bits
-    return values.reshape(shape).cast(dtype)
+    values = _shift_right(_random_bits(count, device), 32 - bits).cast(dtypes.float32) * 2.0**-bits
+    return values._reshaped(shape).cast(dtype)
 
 
 def _float_dtype(dtype: Any, name: str) -> DType:
@@ -393,7 +400,7 @@ def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     """Standard normal random numbers, the same bits on every device for the same seed (see _standard_normal)."""
     shape = _checked_shape(size, "randn")
     resolved = _float_dtype(dtype, "randn")
-    result = _standard_normal(math.prod(shape), _device(device), resolved).reshape(shape)
+    result = _standard_normal(math.prod(shape), _device(device), resolved)._reshaped(shape)
     return result.requires_grad_() if requires_grad else result
 
 

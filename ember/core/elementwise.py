@@ -50,11 +50,18 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
         """self and other (a Tensor, a Python number or array-like data) promoted to their torch.result_type and
         broadcast to one shape; swapped when `reverse` (for the reflected operators)."""
         # (no typing.cast calls on the per-op path: annotations and type: ignore instead)
-        if isinstance(other, ElementwiseOps) and other.dtype is self.dtype and other.shape == self.shape:
+        if isinstance(other, ElementwiseOps) and other.dtype is self.dtype:
+            # two tensors of one dtype (torch's result type is that dtype): only a broadcast, if the shapes differ
             left: Tensor = self  # type: ignore[assignment]
             right: Tensor = other  # type: ignore[assignment]
-        elif (type(other) is float or type(other) is int) and self.dtype.is_float:
-            # the common `x + 1`: what _align decides for a float tensor and a Python number, without its lists
+            if other.shape != self.shape:
+                shape = broadcast_shapes(self.shape, other.shape, op=op_name)
+                left, right = left._broadcast(shape), right._broadcast(shape)
+        elif (type(other) is float or type(other) is int) and self.dtype.is_float or (
+            type(other) is int and self.dtype.is_int
+        ):
+            # the common `x + 1`: what _align decides for a float tensor and a Python number, or an integer tensor
+            # and a Python int (the tensor's dtype, as torch), without its lists
             left = self  # type: ignore[assignment]
             right = left._full(left.shape, other, left.dtype, left.device)
         else:
@@ -384,10 +391,10 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
         if isinstance(value, ElementwiseOps):
             if value.ndim != 0:
                 raise ShapeError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
-            fill = value.cast(self.dtype).expand(self.shape)
+            fill = value.cast(self.dtype)._broadcast(self.shape)
         else:
             fill = self._full(self.shape, value, self.dtype, self.device)
-        return mask.expand(self.shape)._apply(Op.WHERE, fill, cast("Tensor", self))
+        return mask._broadcast(self.shape)._apply(Op.WHERE, fill, cast("Tensor", self))
 
     # ---- operators -----------------------------------------------------------------------------------------
 
@@ -548,7 +555,7 @@ def where(condition: Tensor, input: Any = None, other: Any = None) -> Tensor | t
         )
     first, second = _align(condition, (input, other), "where", extra_shapes=(condition.shape,))
     shape = first.shape
-    condition = condition if condition.shape == shape else condition.expand(shape)
+    condition = condition._broadcast(shape)
     return condition._apply(Op.WHERE, first, second)
 
 
@@ -592,7 +599,7 @@ def _align(anchor: Tensor, values: Sequence[Any], op_name: str, extra_shapes: Se
     for value in tensors:
         if isinstance(value, ElementwiseOps):
             value = value.cast(dtype)
-            result.append(value if value.shape == shape else value.expand(shape))
+            result.append(value._broadcast(shape))
         else:
             result.append(anchor._full(shape, value, dtype, anchor.device))
     return result

@@ -389,11 +389,12 @@ class FunctionalOps(TensorBase):
             if not -count <= padding_idx < count:
                 raise ArgumentError(f"embedding: padding_idx {padding_idx} must be within num_embeddings ({count})")
             padding_idx %= count
-            rows = self._arange_primitive(count, dtypes.int64, self.device).reshape(count, 1)
+            rows = self._arange_primitive(count, dtypes.int64, self.device)._reshaped((count, 1))
             weight = where(rows == padding_idx, weight._detached_copy(), weight)  # the padding row gets no gradient
         positions = self._arange_primitive(count, dtypes.int64, self.device)
         index = check_index(cast("Tensor", self), count, "embedding", 0, negatives=False)
-        chosen = (index.unsqueeze(-1) == positions).unsqueeze(-1)  # [..., V, 1]
+        matches = index._reshaped(index.shape + (1,)) == positions
+        chosen = matches._reshaped(matches.shape + (1,))  # [..., V, 1]
         return where(chosen, weight, 0).sum(-2, dtype=weight.dtype)
 
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -405,10 +406,11 @@ class FunctionalOps(TensorBase):
                 f"linear: input of shape {list(self.shape)} and weight of shape {list(weight.shape)} cannot be "
                 f"multiplied: the input's last dim must equal in_features ({weight.shape[-1]})"
             )
-        result = self.matmul(weight.mT if weight.ndim == 2 else weight)
+        result = self.matmul(weight._swapped_last() if weight.ndim == 2 else weight)
         if bias is None:
             return result
-        broadcast_shapes(result.shape, bias.shape, op=f"linear (output {result.shape} + bias {bias.shape})")
+        if bias.shape != result.shape[result.ndim - bias.ndim:]:  # (the message is formatted only when needed)
+            broadcast_shapes(result.shape, bias.shape, op=f"linear (output {result.shape} + bias {bias.shape})")
         return result + bias
 
     # ---- attention ----------------------------------------------------------------------------------------------

@@ -41,22 +41,25 @@ class LinalgOps(MatrixStructureOps, ProductOps, EliminationOps):
         if self.ndim == 0 or other.ndim == 0:
             raise ShapeError(f"matmul: both arguments need at least 1 dim, got shapes {self.shape} and {other.shape}")
         _check_same_dtype("matmul", cast("Tensor", self), other)
-        left = self.unsqueeze(0) if self.ndim == 1 else self
-        right = other.unsqueeze(-1) if other.ndim == 1 else other
+        # (the movement ops below are intermediates of the product, no views: _reshaped, _broadcast)
+        left = self._reshaped((1,) + self.shape) if self.ndim == 1 else self
+        right = other._reshaped(other.shape + (1,)) if other.ndim == 1 else other
         if left.shape[-1] != right.shape[-2]:
             raise ShapeError(
                 f"matmul: shapes {self.shape} and {other.shape} cannot be multiplied "
                 f"({left.shape[-2]}x{left.shape[-1]} and {right.shape[-2]}x{right.shape[-1]}): inner dims differ"
             )
-        batch = broadcast_shapes(left.shape[:-2], right.shape[:-2], op=f"matmul of {self.shape} and {other.shape}")
+        batch = left.shape[:-2]
+        if right.shape[:-2] != batch:  # (the message's shapes are formatted only when the batch dims differ)
+            batch = broadcast_shapes(batch, right.shape[:-2], op=f"matmul of {self.shape} and {other.shape}")
         rows, inner, columns = left.shape[-2], left.shape[-1], right.shape[-1]
-        left = left.expand(batch + (rows, inner)).unsqueeze(-2)  # [..., M, 1, K]
-        right = right.expand(batch + (inner, columns)).mT.unsqueeze(-3)  # [..., 1, N, K]
+        left = left._broadcast(batch + (rows, inner))._reshaped(batch + (rows, 1, inner))  # [..., M, 1, K]
+        right = right._broadcast(batch + (inner, columns))._swapped_last()._reshaped(batch + (1, columns, inner))
         product = (left * right).sum(-1, dtype=self.dtype)  # [..., M, N]
         if self.ndim == 1:
-            product = product.squeeze(-2)
+            product = product._reshaped(product.shape[:-2] + product.shape[-1:])
         if other.ndim == 1:
-            product = product.squeeze(-1)
+            product = product._reshaped(product.shape[:-1])
         return product
 
     def __matmul__(self, other: Tensor) -> Tensor:

@@ -241,7 +241,7 @@ def _pick_classes(log_probabilities: Tensor, target: Tensor, weight: Tensor | No
     classes_range = log_probabilities._arange_primitive(classes, dtypes.int64, log_probabilities.device)
     target = check_index(target, classes, op, None, negatives=False, ignore=ignore_index,
                          describe=describe_target(op, target.shape, classes, ignore_index))
-    index = target.unsqueeze(-1)
+    index = target._reshaped(target.shape + (1,))
     chosen = (index == classes_range).logical_and(index != ignore_index)  # [..., C]
     dtype = log_probabilities.dtype
     values = log_probabilities * weight if weight is not None else log_probabilities

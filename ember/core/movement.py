@@ -43,6 +43,28 @@ class MovementOps(TensorBase):
 
     __slots__ = ()
 
+    # ---- internal intermediates: the movement ops other ops make on the way (never views, core/views.py) -------
+
+    def _reshaped(self, shape: tuple[int, ...]) -> Tensor:
+        """self with a resolved shape of as many elements (the caller checked it): an intermediate of another op,
+        which torch would not make a view, so no view is linked (the public view ops link theirs)."""
+        return cast("Tensor", self) if shape == self.shape else self._apply(Op.RESHAPE, arg=tuple(shape))
+
+    def _broadcast(self, shape: tuple[int, ...]) -> Tensor:
+        """self broadcast to shape (which the caller checked it broadcasts to): an intermediate, no view."""
+        own = self.shape
+        if own == shape:
+            return cast("Tensor", self)
+        padded = own if len(shape) == len(own) else (1,) * (len(shape) - len(own)) + own
+        result = cast("Tensor", self) if padded == own else self._apply(Op.RESHAPE, arg=padded)
+        return result if padded == shape else result._apply(Op.EXPAND, arg=tuple(shape))
+
+    def _swapped_last(self) -> Tensor:
+        """The last two dims swapped (mT) as an intermediate of another op (matmul, linear): no view."""
+        order = list(range(self.ndim))
+        order[-2], order[-1] = order[-1], order[-2]
+        return self._apply(Op.PERMUTE, arg=tuple(order))
+
     # ---- the primitives, with user-facing checks -------------------------------------------------------------
 
     def reshape(self, *shape: Any) -> Tensor:
@@ -87,8 +109,7 @@ class MovementOps(TensorBase):
                     f"(tensor shape {self.shape}, target {target})"
                 )
             resolved.append(new)
-        result = cast("Tensor", self) if padded == self.shape else self._apply(Op.RESHAPE, arg=padded)
-        return result if tuple(resolved) == padded else result._apply(Op.EXPAND, arg=tuple(resolved))
+        return self._broadcast(tuple(resolved))
 
     def expand_as(self, other: Tensor) -> Tensor:
         return self.expand(other.shape)
@@ -522,7 +543,7 @@ def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
             shapes = ", ".join(str(part.shape) for part in parts)
             raise ShapeError(f"stack: all tensors need the same shape, got {shapes}")
     axis = normalize_dim(dim, parts[0].ndim + 1, "stack")
-    return cat([part.unsqueeze(axis) for part in parts], axis)
+    return cat([part._reshaped(part.shape[:axis] + (1,) + part.shape[axis:]) for part in parts], axis)
 
 
 def broadcast_tensors(*tensors: Tensor) -> tuple[Tensor, ...]:

@@ -59,7 +59,7 @@ class ReductionOps(TensorBase):
         reduced = reduce_axes(cast("Tensor", self), op, axes)
         if keepdim or not axes:
             return reduced
-        return reduced.reshape(tuple(size for axis, size in enumerate(reduced.shape) if axis not in axes))
+        return reduced._reshaped(tuple(size for axis, size in enumerate(reduced.shape) if axis not in axes))
 
     def _accumulation_source(self, dtype: Any) -> Tensor:
         """The input of sum/prod/cumsum: cast to dtype if given, bool and integers widened to int64 (torch)."""

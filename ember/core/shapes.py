@@ -40,6 +40,22 @@ def normalize_dims(dims: int | Sequence[int] | None, ndim: int, op: str = "op") 
 def broadcast_shapes(*shapes: Shape | int, op: str = "broadcast_shapes") -> Shape:
     """PyTorch's broadcast of several shapes (an int is a 1-d shape, as in torch.broadcast_shapes), or a ShapeError
     naming all of them."""
+    if len(shapes) == 2:  # (the per-op path: two tensor shapes, compared dim by dim from the end)
+        first, second = shapes
+        if not isinstance(first, int) and not isinstance(second, int):
+            if len(first) < len(second):
+                first, second = second, first
+            lead = len(first) - len(second)
+            combined = list(first)
+            for axis, size in enumerate(second):
+                own = first[lead + axis]
+                if own != size:
+                    if own == 1:
+                        combined[lead + axis] = size
+                    elif size != 1:
+                        break
+            else:
+                return tuple(combined)
     normalized = tuple((shape,) if isinstance(shape, int) else tuple(shape) for shape in shapes)
     ndim = max((len(shape) for shape in normalized), default=0)
     result = []

@@ -100,14 +100,19 @@ class Adam(Optimizer):
             _log(beta2),
         )
 
-    @staticmethod
-    def _bias_corrections(scalars: StepScalars, step: Tensor) -> tuple[Tensor, Tensor]:
+    def _bias_corrections(self, scalars: StepScalars, step: Tensor) -> tuple[Tensor, Tensor]:
         """lr / (1 - beta1^step) and sqrt(1 - beta2^step) from the step count on the device (as torch's capturable
         Adam), with 1 - beta^t = -expm1(t * log beta): a few scalar ops that the update kernel computes inline, with no
-        cancellation (1 - exp(...) in float32 loses ~5 digits of 1 - 0.999^t at the first steps; expm1 keeps them)."""
-        bias_correction1 = -(step * scalars.log_beta1).expm1()
-        bias_correction2 = -(step * scalars.log_beta2).expm1()
-        return scalars.lr / bias_correction1, bias_correction2.sqrt()
+        cancellation (1 - exp(...) in float32 loses ~5 digits of 1 - 0.999^t at the first steps; expm1 keeps them).
+        Recorded once per step for the parameters that share a step count and scalars (the same graph)."""
+        key = (id(step), id(scalars))
+        shared = self._step_shared.get(key)
+        if shared is None or shared[0] is not step or shared[1] is not scalars:
+            bias_correction1 = -(step * scalars.log_beta1).expm1()
+            bias_correction2 = -(step * scalars.log_beta2).expm1()
+            shared = (step, scalars, scalars.lr / bias_correction1, bias_correction2.sqrt())
+            self._step_shared[key] = shared
+        return shared[2], shared[3]
 
     def _update(
         self, parameter: Tensor, grad: Tensor, group: dict[str, Any], state: dict[str, Any], scalars: StepScalars

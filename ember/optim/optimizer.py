@@ -89,6 +89,9 @@ class Optimizer:
         self.state: dict[Tensor, dict[str, Any]] = {}
         self.param_groups: list[dict[str, Any]] = []
         self._scalar_cache: dict[tuple[int, str, dtypes.DType], StepScalars] = {}  # by (id(group), device, dtype)
+        # values the updates of one step share (Adam's bias corrections, recorded once per step count): cleared
+        # at each step
+        self._step_shared: dict[tuple[int, ...], Any] = {}
         if isinstance(params, Tensor):
             raise TypeError(
                 "params argument given to the optimizer should be an iterable of Tensors or dicts, but "
@@ -176,6 +179,7 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         outputs: list[Tensor] = []
+        self._step_shared = {}
         with no_grad():
             stepped = []
             for group in self.param_groups:

@@ -118,9 +118,12 @@ def schedule_hold(old: Node, live: list[Node | None], last_use: dict[int, int], 
     """How many references the realize loop's `live` table holds to `old` at `position` (0 or 1), or None when a
     later command of the schedule still reads it."""
     held = 0
-    for index, node in enumerate(live):
-        if node is old:
-            if last_use[index] > position:
-                return None
-            held += 1
-    return held
+    index = -1
+    while True:  # (list.index finds `old` by identity at C speed: nodes compare by identity)
+        try:
+            index = live.index(old, index + 1)
+        except ValueError:
+            return held
+        if last_use[index] > position:
+            return None
+        held += 1
