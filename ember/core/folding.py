@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, cast
 
-from ember.core.convolution import IntOrInts, _check_positive, _ints, _spatial_input, _window_axis, windows
+from ember.core.convolution import IntOrInts, _check_positive, _ints, _spatial_input
+from ember.core.convolution_forms import _window_axis, windows
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.shapes import normalize_dim
 from ember.core.tensor_base import TensorBase
