@@ -109,25 +109,28 @@ def convolve(source: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> T
     """The convolution (no bias) of batched [N, C, *S] with [Cout, C / groups, *K]: [N, Cout, *O], recorded for
     autograd as one step (its rule is `convolution_gradients`)."""
 
+    # the padded input (a copy where it is one) is what the step records: the filters' gradient reads the same copy
+    padded = _padded(source, geometry)
+
     def compute(x: Tensor, w: Tensor) -> Tensor:
         return _convolve(x, w, geometry)
 
-    return source._recorded(Composite.CONVOLUTION, compute, (source, weight), geometry)
+    return padded._recorded(Composite.CONVOLUTION, compute, (padded, weight), geometry)
 
 
-def _convolve(source: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+def _convolve(padded: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """The convolution of the input padded already by geometry.pads."""
     spatial = len(geometry.strides)
-    batch = source.shape[0]
+    batch = padded.shape[0]
     out_channels, group_channels = weight.shape[:2]
     kernel = tuple(weight.shape[2:])
     groups = geometry.groups
     outputs = geometry.outputs(kernel)
-    padded = _padded(source, geometry)
     patches = windows(padded, kernel, geometry.strides, geometry.dilations, outputs)  # [N, C, *O, *K]
     patches = patches.reshape((batch, groups, 1, group_channels) + outputs + kernel)
     filters = weight.reshape((1, groups, out_channels // groups, group_channels) + (1,) * spatial + kernel)
     reduced = (3,) + tuple(range(4 + spatial, 4 + 2 * spatial))
-    result = (patches * filters).sum(reduced, dtype=source.dtype)
+    result = (patches * filters).sum(reduced, dtype=padded.dtype)
     return result.reshape((batch, out_channels) + outputs)
 
 
@@ -169,33 +172,42 @@ def input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) 
                                                          tuple(spread.shape[2:])))
 
 
-def weight_gradient(grad: Tensor, source: Tensor, weight_shape: tuple[int, ...],
+def weight_gradient(grad: Tensor, padded: Tensor, weight_shape: tuple[int, ...],
                     geometry: ConvolutionGeometry) -> Tensor:
-    """d convolution / d weight: sum over the batch and output positions of grad times the input's windows, one
-    reduce (positions first, then the batch, where there are too many for one)."""
+    """d convolution / d weight from the padded input: the sum over the batch and output positions of grad times the
+    input's windows, one reduce (positions first, then the batch, where there are too many for one). The reduce's
+    output is laid out [G, *K, Og, Cg] (then viewed as [Cout, Cg, *K]): output channels by input channels are the
+    tile a work item computes, with vectors along the output positions it sums."""
     spatial = len(geometry.strides)
-    batch = source.shape[0]
+    batch = padded.shape[0]
     out_channels, group_channels = weight_shape[:2]
     kernel = tuple(weight_shape[2:])
     groups = geometry.groups
     outputs = tuple(grad.shape[2:])
-    padded = _padded(source, geometry)
     patches = windows(padded, kernel, geometry.strides, geometry.dilations, outputs)  # [N, C, *O, *K]
     patches = patches.reshape((batch, groups, 1, group_channels) + outputs + kernel)
-    spread = grad.reshape((batch, groups, out_channels // groups, 1) + outputs + (1,) * spatial)
-    product = patches * spread  # [N, G, Og, Cg, *O, *K]
-    positions = tuple(range(4, 4 + spatial))
+    kernel_axes = tuple(range(4 + spatial, 4 + 2 * spatial))
+    position_axes = tuple(range(4, 4 + spatial))
+    patches = patches.permute((0, 1) + kernel_axes + (2, 3) + position_axes)  # [N, G, *K, 1, Cg, *O]
+    spread = grad.reshape((batch, groups) + (1,) * spatial + (out_channels // groups, 1) + outputs)
+    product = patches * spread  # [N, G, *K, Og, Cg, *O]
+    positions = tuple(range(4 + spatial, 4 + 2 * spatial))
     if batch * math.prod(outputs) <= STAGE_THRESHOLD:
-        total = product.sum((0,) + positions, dtype=source.dtype)
+        total = product.sum((0,) + positions, dtype=padded.dtype)
     else:
-        total = product.sum(positions, dtype=source.dtype, keepdim=True).sum(0, dtype=source.dtype)
-    return total.reshape(weight_shape)
+        total = product.sum(positions, dtype=padded.dtype, keepdim=True).sum(0, dtype=padded.dtype)
+    total = total.reshape((groups,) + kernel + (out_channels // groups, group_channels))
+    order = (0, 1 + spatial, 2 + spatial) + tuple(range(1, 1 + spatial))
+    return total.permute(order).reshape(weight_shape)
 
 
-def convolution_gradients(grad: Tensor, source: Tensor, weight: Tensor,
+def convolution_gradients(grad: Tensor, padded: Tensor, weight: Tensor,
                           geometry: ConvolutionGeometry) -> tuple[Tensor, Tensor]:
-    """(d input, d weight) of a convolution given the gradient of its output (autograd/rules.py)."""
-    return input_gradient(grad, weight, geometry), weight_gradient(grad, source, tuple(weight.shape), geometry)
+    """(d padded input, d weight) of a convolution given the gradient of its output (autograd/rules.py). The padded
+    input's gradient is the input's, padded with zeros: the padding is constant (its gradient is dropped by the pad's
+    own rule), so the transposed convolution computes only the input's positions."""
+    source_gradient = input_gradient(grad, weight, geometry)._pad_and_shrink([(0, 0), (0, 0), *geometry.pads])
+    return source_gradient, weight_gradient(grad, padded, tuple(weight.shape), geometry)
 
 
 # ---- max pooling ----------------------------------------------------------------------------------------------
@@ -240,6 +252,9 @@ def max_pool_gradient(grad: Tensor, source: Tensor, geometry: PoolGeometry) -> T
     flat = patches.reshape(patches.shape[:2 + spatial] + (math.prod(geometry.kernel),))
     chosen = chosen_offset(flat).reshape(grad.shape)
     padded_sizes = tuple(size + before + after for size, (before, after) in zip(source.shape[2:], geometry.pads))
+    crop = [(0, 0), (0, 0)] + [(-before, -after) for before, after in geometry.pads]
+    if all(d == 1 and k <= s for k, s, d in zip(geometry.kernel, geometry.strides, geometry.dilations)):
+        return _disjoint_pool_gradient(grad, chosen, geometry, padded_sizes)._pad_and_shrink(crop)
     total: Tensor | None = None
     for position, offsets in enumerate(itertools.product(*(range(k) for k in geometry.kernel))):
         part = where(chosen == position, grad, 0)
@@ -252,4 +267,40 @@ def max_pool_gradient(grad: Tensor, source: Tensor, geometry: PoolGeometry) -> T
         placed = part._pad_and_shrink(amounts)
         total = placed if total is None else total + placed
     assert total is not None  # a kernel has at least one offset
-    return total._pad_and_shrink([(0, 0), (0, 0)] + [(-before, -after) for before, after in geometry.pads])
+    return total._pad_and_shrink(crop)
+
+
+def _upsampled(tensor: Tensor, strides: tuple[int, ...], sizes: tuple[int, ...]) -> Tensor:
+    """[N, C, *O] with each element repeated stride times along its axis, cut or zero-padded to `sizes`."""
+    outputs = tuple(tensor.shape[2:])
+    lead = tuple(tensor.shape[:2])
+    split = tensor.reshape(lead + tuple(item for count in outputs for item in (count, 1)))
+    repeated = split.expand(lead + tuple(item for count, s in zip(outputs, strides) for item in (count, s)))
+    joined = repeated.reshape(lead + tuple(count * s for count, s in zip(outputs, strides)))
+    return joined._pad_and_shrink([(0, 0), (0, 0)] + [(0, size - count * s) for size, count, s in zip(
+        sizes, outputs, strides)])
+
+
+def _disjoint_pool_gradient(grad: Tensor, chosen: Tensor, geometry: PoolGeometry,
+                            padded_sizes: tuple[int, ...]) -> Tensor:
+    """Windows that do not overlap (kernel <= stride, no dilation): each padded input position is in at most one
+    window, at offset i mod stride: the window's gradient where its chosen offset is that one (one elementwise
+    kernel reading each window's gradient and offset once per position)."""
+    spatial = len(geometry.kernel)
+    offset: Tensor | None = None
+    inside: Tensor | None = None
+    for axis, (k, s, count, size) in enumerate(zip(geometry.kernel, geometry.strides, geometry.outputs,
+                                                   padded_sizes)):
+        along = grad._arange_primitive(s, dtypes.int64, grad.device).reshape(1, s).expand(count, s)
+        along = along.reshape(count * s)._pad_and_shrink([(0, size - count * s)], value=k)  # k: in no window
+        shape = [1] * spatial
+        shape[axis] = size
+        along = along.reshape(shape)
+        weighted = along * math.prod(geometry.kernel[axis + 1:])
+        offset = weighted if offset is None else offset + weighted
+        within = along < k
+        inside = within if inside is None else inside.logical_and(within)
+    assert offset is not None and inside is not None  # spatial >= 1
+    upsampled_grad = _upsampled(grad, geometry.strides, padded_sizes)
+    upsampled_chosen = _upsampled(chosen, geometry.strides, padded_sizes)
+    return where(inside.logical_and(upsampled_chosen == offset), upsampled_grad, 0)
