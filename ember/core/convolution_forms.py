@@ -255,6 +255,7 @@ def max_pool_gradient(grad: Tensor, source: Tensor, geometry: PoolGeometry) -> T
     crop = [(0, 0), (0, 0)] + [(-before, -after) for before, after in geometry.pads]
     if all(d == 1 and k <= s for k, s, d in zip(geometry.kernel, geometry.strides, geometry.dilations)):
         return _disjoint_pool_gradient(grad, chosen, geometry, padded_sizes)._pad_and_shrink(crop)
+    chosen = chosen.contiguous()  # read once per kernel offset below: stored, not recomputed by each read
     total: Tensor | None = None
     for position, offsets in enumerate(itertools.product(*(range(k) for k in geometry.kernel))):
         part = where(chosen == position, grad, 0)
