@@ -106,19 +106,23 @@ def _kernels(function: Any) -> int:
 
 
 def test_one_convolution_layer_kernel_counts(device: str) -> None:
-    """Forward: 1 kernel (the reduce), 2 with padding on the last axis (the input copied padded, so the reduce
-    loads whole vectors). Backward: the output's gradient copied spread and padded, the transposed convolution
-    (the input's gradient), the filters' gradient: 3 kernels (before: 4, one of them the sum over kernel copies of
-    the padded axis that the window views' adjoint made)."""
+    """Forward: 1 kernel (the reduce); 2 with padding on the last axis (the input copied padded, so the reduce
+    loads whole vectors) or a stride along it (the input copied split into the stride's phases, read with stride
+    1). Backward: the output's gradient copied spread and padded, the transposed convolution (the input's gradient),
+    the filters' gradient (stored in its tile's layout [G, *K, Og, Cg]) and its copy as [Cout, Cg, *K] (filter-sized):
+    4 kernels. Before: 4 too, one of them a scalar sum over the kernel copies of the padded axis (the window views'
+    adjoint) and the forward 1 kernel of masked scalar loads."""
     x = em.randn(2, 3, 9, 16, device=device).realize()
     w = em.randn(8, 3, 3, 3, device=device).realize()
     assert _kernels(lambda: x.conv2d(w).realize()) == 1
     assert _kernels(lambda: x.conv2d(w, padding=1).realize()) == 2
+    assert _kernels(lambda: x.conv2d(w, stride=2).realize()) == 2
+    assert _kernels(lambda: x.conv2d(w, stride=(2, 1)).realize()) == 1  # a row stride needs no copy
     x.requires_grad_()
     w.requires_grad_()
     output = x.conv2d(w, padding=1).realize()
     grad = em.randn(*output.shape, device=device).realize()
-    assert _kernels(lambda: output.backward(grad)) == 3
+    assert _kernels(lambda: output.backward(grad)) == 4
     assert x.grad is not None and w.grad is not None
 
 

@@ -126,10 +126,43 @@ def _convolve(padded: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> 
     kernel = tuple(weight.shape[2:])
     groups = geometry.groups
     outputs = geometry.outputs(kernel)
+    if geometry.strides[-1] > 1 and geometry.dilations[-1] == 1:
+        return _phased_convolve(padded, weight, geometry, outputs)
     patches = windows(padded, kernel, geometry.strides, geometry.dilations, outputs)  # [N, C, *O, *K]
     patches = patches.reshape((batch, groups, 1, group_channels) + outputs + kernel)
     filters = weight.reshape((1, groups, out_channels // groups, group_channels) + (1,) * spatial + kernel)
     reduced = (3,) + tuple(range(4 + spatial, 4 + 2 * spatial))
+    result = (patches * filters).sum(reduced, dtype=padded.dtype)
+    return result.reshape((batch, out_channels) + outputs)
+
+
+def _phased_convolve(padded: Tensor, weight: Tensor, geometry: ConvolutionGeometry,
+                     outputs: tuple[int, ...]) -> Tensor:
+    """A convolution strided along its last axis (stride s, no dilation) as a sum over the s phases of that axis:
+    the input copied as [N, C, s, ..., M] with x[..., p, m] = padded[..., m * s + p], the filters' last axis
+    zero-padded to Q * s and split as (q, p), so that out[o] = sum over p, q of x[p, o + q] * w[q, p]: windows of
+    stride 1 along the last axis (whole vectors), at the cost of the filters' padding (K rounded up to s)."""
+    spatial = len(geometry.strides)
+    batch, channels = padded.shape[:2]
+    out_channels, group_channels = weight.shape[:2]
+    kernel = tuple(weight.shape[2:])
+    groups, stride = geometry.groups, geometry.strides[-1]
+    shifts = -(-kernel[-1] // stride)
+    length = outputs[-1] + shifts - 1  # M
+    sizes = tuple(padded.shape[2:])
+    fitted = padded._pad_and_shrink([(0, 0)] * (1 + spatial) + [(0, length * stride - sizes[-1])])
+    split = fitted.reshape((batch, channels) + sizes[:-1] + (length, stride))
+    phased = split.permute((0, 1, 2 + spatial) + tuple(range(2, 1 + spatial)) + (1 + spatial,)).contiguous()
+    window_kernel = kernel[:-1] + (shifts,)
+    strides = geometry.strides[:-1] + (1,)
+    patches = windows(phased, window_kernel, strides, geometry.dilations, outputs)  # [N, C, s, *O, *K']
+    patches = patches.reshape((batch, groups, 1, group_channels, stride) + outputs + window_kernel)
+    filters = weight._pad_and_shrink([(0, 0)] * (1 + spatial) + [(0, shifts * stride - kernel[-1])])
+    filters = filters.reshape((out_channels, group_channels) + kernel[:-1] + (shifts, stride))
+    filters = filters.permute((0, 1, 2 + spatial) + tuple(range(2, 2 + spatial)))  # [Cout, Cg, s, *K']
+    filters = filters.reshape((1, groups, out_channels // groups, group_channels, stride) + (1,) * spatial
+                              + window_kernel)
+    reduced = (3, 4) + tuple(range(5 + spatial, 5 + 2 * spatial))
     result = (patches * filters).sum(reduced, dtype=padded.dtype)
     return result.reshape((batch, out_channels) + outputs)
 
@@ -196,7 +229,8 @@ def weight_gradient(grad: Tensor, padded: Tensor, weight_shape: tuple[int, ...],
         total = product.sum((0,) + positions, dtype=padded.dtype)
     else:
         total = product.sum(positions, dtype=padded.dtype, keepdim=True).sum(0, dtype=padded.dtype)
-    total = total.reshape((groups,) + kernel + (out_channels // groups, group_channels))
+    # stored in its own layout (the tile's), then read as [Cout, Cg, *K] through a view
+    total = total.reshape((groups,) + kernel + (out_channels // groups, group_channels)).contiguous()
     order = (0, 1 + spatial, 2 + spatial) + tuple(range(1, 1 + spatial))
     return total.permute(order).reshape(weight_shape)
 
