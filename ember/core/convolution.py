@@ -1,4 +1,5 @@
-"""Convolution and pooling Tensor methods: windows are strided views (im2col without a copy), then one reduce."""
+"""Convolution and pooling Tensor methods: argument checks and torch's output sizes; the reduces over window views
+and their backward are in convolution_forms.py."""
 
 from __future__ import annotations
 
@@ -160,17 +161,17 @@ class ConvolutionOps(TensorBase):
 
     def conv1d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                padding: IntOrInts | str = 0, dilation: IntOrInts = 1, groups: int = 1) -> Tensor:
-        """torch.nn.functional.conv1d over [N, C, L] (or unbatched [C, L]): one fused kernel."""
+        """torch.nn.functional.conv1d over [N, C, L] (or unbatched [C, L]): a reduce over window views."""
         return self._convolution(weight, bias, stride, padding, dilation, groups, 1, "conv1d")
 
     def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                padding: IntOrInts | str = 0, dilation: IntOrInts = 1, groups: int = 1) -> Tensor:
-        """torch.nn.functional.conv2d over [N, C, H, W] (or unbatched [C, H, W]): one fused kernel."""
+        """torch.nn.functional.conv2d over [N, C, H, W] (or unbatched [C, H, W]): a reduce over window views."""
         return self._convolution(weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
     def conv3d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                padding: IntOrInts | str = 0, dilation: IntOrInts = 1, groups: int = 1) -> Tensor:
-        """torch.nn.functional.conv3d over [N, C, D, H, W] (or unbatched): one fused kernel."""
+        """torch.nn.functional.conv3d over [N, C, D, H, W] (or unbatched): a reduce over window views."""
         return self._convolution(weight, bias, stride, padding, dilation, groups, 3, "conv3d")
 
     # ---- pooling ----------------------------------------------------------------------------------------------

@@ -1,14 +1,15 @@
 """Convolution and max pooling as direct reduces over window views, each recorded for autograd as one step whose
 backward is written as convolutions and window sums again (core/ops.py Composite.CONVOLUTION, Composite.MAX_POOL),
-not differentiated through the window views (whose backward is a sum over `kernel` copies of each padded axis).
+not differentiated through the window views (whose adjoint is a sum over `kernel` copies of each padded axis).
 
 Kernels. A convolution is one reduce over [N, G, Og, Cg, *O, *K] -> [N, Cout, *O]: its inputs are broadcast, so
 ir/opt.py register-tiles it as a matmul (rows and columns of the output's last two dims, vectors along the last, the
-filter value broadcast to the whole tile). A padded input is first copied padded (one memory-bound kernel) so that
-the reduce loads whole vectors with no mask per lane. The gradient of the input is the transposed convolution (the
-output's gradient spread by the stride, padded, convolved with the flipped filters of swapped channels): the copy
-and one reduce. The gradient of the filters is one reduce over the batch and output positions (two where they are
-too many for one: positions first, then the batch)."""
+filter value broadcast to the whole tile). An input padded along its last axis is first copied padded (one
+memory-bound kernel), and one strided along it is copied split into the stride's phases, so that the reduce loads
+whole vectors with no mask per lane. The gradient of the input is the transposed convolution (the output's gradient
+spread by the stride, padded, convolved with the flipped filters of swapped channels): a copy and one reduce. The
+gradient of the filters is one reduce over the batch and output positions (two where they are too many for one)
+laid out [G, *K, Og, Cg], vectorized along the positions it sums, then copied as [Cout, Cg, *K]."""
 
 from __future__ import annotations
 
@@ -229,8 +230,11 @@ def weight_gradient(grad: Tensor, padded: Tensor, weight_shape: tuple[int, ...],
         total = product.sum((0,) + positions, dtype=padded.dtype)
     else:
         total = product.sum(positions, dtype=padded.dtype, keepdim=True).sum(0, dtype=padded.dtype)
-    # stored in its own layout (the tile's), then read as [Cout, Cg, *K] through a view
-    total = total.reshape((groups,) + kernel + (out_channels // groups, group_channels)).contiguous()
+    # stored in its own layout (the tile's), then read as [Cout, Cg, *K] through a view (a 1x1 kernel's layouts
+    # are one)
+    total = total.reshape((groups,) + kernel + (out_channels // groups, group_channels))
+    if math.prod(kernel) > 1:
+        total = total.contiguous()
     order = (0, 1 + spatial, 2 + spatial) + tuple(range(1, 1 + spatial))
     return total.permute(order).reshape(weight_shape)
 
