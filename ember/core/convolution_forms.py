@@ -54,7 +54,7 @@ class PoolGeometry(NamedTuple):
     pads: tuple[tuple[int, int], ...]
 
 
-def _window_axis(tensor: Tensor, axis: int, kernel: int, stride: int, dilation: int, output: int) -> Tensor:
+def window_axis(tensor: Tensor, axis: int, kernel: int, stride: int, dilation: int, output: int) -> Tensor:
     """Replace `axis` (length L) by two axes (kernel, output) with element [j, i] = x[i * stride + j * dilation]."""
     before, after = tensor.shape[:axis], tensor.shape[axis + 1:]
     untouched = [(0, 0)] * tensor.ndim
@@ -91,7 +91,7 @@ def windows(tensor: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], di
     lead = tensor.ndim - count
     result = tensor
     for index in range(count):
-        result = _window_axis(result, lead + 2 * index, kernel[index], stride[index], dilation[index], output[index])
+        result = window_axis(result, lead + 2 * index, kernel[index], stride[index], dilation[index], output[index])
     # axes are now [..., k1, o1, k2, o2, ...]: move the outputs before the kernel offsets
     order = list(range(lead)) + [lead + 2 * i + 1 for i in range(count)] + [lead + 2 * i for i in range(count)]
     return result.permute(order)
