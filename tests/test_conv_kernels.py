@@ -16,6 +16,8 @@ from tests.helpers import assert_close, pair, random_array
 # (input shape, weight shape, options): spatial rank from the shapes
 CASES: list[tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
     ((2, 3, 17), (4, 3, 3), {"padding": 1}),
+    ((2, 4, 23), (6, 2, 5), {"stride": 3, "padding": 2, "groups": 2}),  # a stride along the last axis: its phases
+    ((1, 2, 9, 14), (3, 2, 3, 4), {"stride": (2, 3), "padding": (1, 3)}),
     ((2, 4, 19), (6, 2, 4), {"stride": 3, "padding": 2, "dilation": 2, "groups": 2}),
     ((2, 3, 9, 16), (8, 3, 3, 3), {"padding": 1}),  # output width 16: the vector tile
     ((1, 2, 7, 5), (3, 2, 2, 3), {"stride": (2, 1), "padding": (1, 2), "dilation": (1, 2)}),
