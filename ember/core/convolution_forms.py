@@ -186,8 +186,6 @@ def _spread(tensor: Tensor, axis: int, stride: int) -> Tensor:
 def input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
     """d convolution / d input: the transposed convolution of grad [N, Cout, *O] with the flipped filters, their
     channels swapped within each group: a convolution again (stride 1, the forward's dilation)."""
-    if geometry.strides[-1] > 1 and geometry.dilations[-1] == 1:
-        return _phased_input_gradient(grad, weight, geometry)
     spatial = len(geometry.strides)
     kernel = tuple(weight.shape[2:])
     groups = geometry.groups
@@ -206,45 +204,6 @@ def input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) 
     ones = (1,) * spatial
     return convolve(spread, filters, ConvolutionGeometry(ones, tuple(pads), geometry.dilations, groups,
                                                          tuple(spread.shape[2:])))
-
-
-def _phased_input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
-    """d convolution / d input for a stride s > 1 along the last axis (no dilation there), without the s - 1 zeros
-    between the gradient's elements along it: padded position m * s + r gets sum over t of grad[m - t] *
-    w[r + t * s], a stride-1 convolution per phase r, the phases computed as s times the channels and interleaved
-    (the other axes as in `input_gradient`)."""
-    spatial = len(geometry.strides)
-    kernel = tuple(weight.shape[2:])
-    groups, stride = geometry.groups, geometry.strides[-1]
-    out_channels, group_channels = weight.shape[:2]
-    batch, outputs = grad.shape[0], grad.shape[-1]
-    size, before = geometry.sizes[-1], geometry.pads[-1][0]
-    shifts = -(-kernel[-1] // stride)  # Q taps per phase
-    rows = -(-(before + size) // stride)  # M: positions per phase that reach the input
-    spread = grad
-    for axis, axis_stride in enumerate(geometry.strides[:-1]):
-        spread = _spread(spread, 2 + axis, axis_stride)
-    pads = []
-    for axis_size, spread_size, k, d, (axis_before, _) in zip(geometry.sizes[:-1], spread.shape[2:-1], kernel,
-                                                              geometry.dilations, geometry.pads):
-        left = (k - 1) * d - axis_before
-        pads.append((left, axis_size + (k - 1) * d - left - spread_size))
-    pads.append((shifts - 1, rows - outputs))
-    filters = weight._pad_and_shrink([(0, 0)] * (1 + spatial) + [(0, shifts * stride - kernel[-1])])
-    filters = filters.reshape((groups, out_channels // groups, group_channels) + kernel[:-1] + (shifts, stride))
-    filters = filters.flip(tuple(range(3, 3 + spatial)))  # the other axes' taps and t -> Q - 1 - t
-    order = (0, 2, 3 + spatial, 1) + tuple(range(3, 3 + spatial))  # [G, Cg, s, Og, *K_other, Q]
-    filters = filters.permute(order).reshape((groups * group_channels * stride, out_channels // groups)
-                                             + kernel[:-1] + (shifts,))
-    ones = (1,) * spatial
-    phases = convolve(spread, filters, ConvolutionGeometry(ones, tuple(pads), geometry.dilations[:-1] + (1,),
-                                                           groups, tuple(spread.shape[2:])))
-    channels = groups * group_channels
-    other = tuple(phases.shape[2:-1])
-    split = phases.reshape((batch, channels, stride) + other + (rows,))
-    interleaved = split.permute((0, 1) + tuple(range(3, 3 + spatial)) + (2,))  # [N, C, *other, M, s]
-    joined = interleaved.reshape((batch, channels) + other + (rows * stride,))
-    return joined.shrink([None] * (1 + spatial) + [(before, before + size)])
 
 
 def weight_gradient(grad: Tensor, padded: Tensor, weight_shape: tuple[int, ...],
