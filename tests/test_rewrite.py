@@ -143,7 +143,8 @@ def _integer_value(root: IRNode, bindings: dict[int, int]) -> int:
             values[id(node)] = bindings[id(node)]
         else:
             a, b = (values[id(src)] for src in node.srcs)
-            values[id(node)] = {Op.ADD: a + b, Op.MUL: a * b, Op.IDIV: a // b, Op.MOD: a % b}[node.op]
+            values[id(node)] = a + b if node.op is Op.ADD else a * b if node.op is Op.MUL else (
+                a // b if node.op is Op.IDIV else a % b)  # only the node's own op: b may be 0 for the others
     return values[id(root)]
 
 
@@ -167,6 +168,28 @@ def test_division_of_lane_offsets_keeps_one_term(step: int, offset: int, divisor
         lane_zero = b.alu(Op.MUL, I32, y, b.const(step, I32))
         assert quotient is b.alu(Op.IDIV, I32, lane_zero, b.const(divisor, I32))
         assert linear is numerator
+
+
+def test_window_reread_divides_by_the_remainders_of_its_coefficients() -> None:
+    """(j*(L+d) + i) % L and // L (a window view's copies re-read with a longer row): j*d + i and j where that stays
+    below L, a division kept where it does not; comparisons the bounds decide fold. Values from Python's integers."""
+    b = Builder()
+    for length, dilation, kernel, count in ((18, 1, 3, 16), (20, 2, 3, 16), (18, 1, 3, 17)):
+        j, i = b.new_range(kernel, I32), b.new_range(count, I32)
+        flat = b.alu(Op.ADD, I32, b.alu(Op.MUL, I32, j, b.const(length + dilation, I32)), i)
+        remainder = b.alu(Op.MOD, I32, flat, b.const(length, I32))
+        quotient = b.alu(Op.IDIV, I32, flat, b.const(length, I32))
+        exact = (kernel - 1) * dilation + count - 1 < length
+        assert (remainder.op is not Op.MOD and quotient.op is not Op.IDIV) == exact
+        for jv in range(kernel):
+            for iv in range(count):
+                bindings = {id(j): jv, id(i): iv}
+                assert _integer_value(remainder, bindings) == (jv * (length + dilation) + iv) % length
+                assert _integer_value(quotient, bindings) == (jv * (length + dilation) + iv) // length
+    index = b.new_range(54, I32)  # 0..53
+    assert b.less(index, 54).is_const and b.less(index, 54).arg is True
+    assert b.alu(Op.CMPLT, dtypes.bool_, b.const(60, I32), index).arg is False
+    assert not b.less(index, 53).is_const
 
 
 @pytest.mark.parametrize("op", sorted(FOLD, key=str))

@@ -202,6 +202,22 @@ def _normalize(step: Recorded, grad: Tensor) -> Gradients:
     return tuple(gradients)
 
 
+def _convolution(step: Recorded, grad: Tensor) -> Gradients:
+    """The input's gradient as the transposed convolution of grad, the weight's as the windows times grad summed
+    (core/convolution_forms.py)."""
+    from ember.core.convolution_forms import convolution_gradients
+
+    source, weight = step.sources
+    return convolution_gradients(grad, source, weight, step.arg)
+
+
+def _max_pool(step: Recorded, grad: Tensor) -> Gradients:
+    """Each window's gradient to its first maximum (torch's index), summed where windows overlap."""
+    from ember.core.convolution_forms import max_pool_gradient
+
+    return (max_pool_gradient(grad, step.sources[0], step.arg),)
+
+
 # ---- the table: every primitive op, one entry each ----------------------------------------------------------------
 
 BACKWARD: dict[Op, Rule] = {
@@ -263,6 +279,8 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
     Composite.POW_SCALAR: _pow_scalar,
     Composite.COPYSIGN: _copysign,
     Composite.NORMALIZE: _normalize,
+    Composite.CONVOLUTION: _convolution,
+    Composite.MAX_POOL: _max_pool,
 }
 
 NO_SOURCES = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE})  # never recorded: they have no sources to differentiate

@@ -1,4 +1,5 @@
-"""Convolution and pooling Tensor methods: windows are strided views (im2col without a copy), then one reduce."""
+"""Convolution and pooling Tensor methods: argument checks and torch's output sizes; the reduces over window views
+and their backward are in convolution_forms.py."""
 
 from __future__ import annotations
 
@@ -7,6 +8,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from ember.core import dtype as dtypes
+from ember.core.convolution_forms import (
+    ConvolutionGeometry,
+    PoolGeometry,
+    chosen_offset,
+    convolve,
+    max_pool,
+    pool_windows,
+    windows,
+)
 from ember.core.dtype import min_value
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
@@ -29,48 +39,6 @@ def _ints(value: IntOrInts, count: int, name: str, op: str) -> tuple[int, ...]:
             f"but got {name}={list(values)}"
         )
     return values
-
-
-def _window_axis(tensor: Tensor, axis: int, kernel: int, stride: int, dilation: int, output: int) -> Tensor:
-    """Replace `axis` (length L) by two axes (kernel, output) with element [j, i] = x[i * stride + j * dilation]."""
-    before, after = tensor.shape[:axis], tensor.shape[axis + 1:]
-    untouched = [(0, 0)] * tensor.ndim
-    if dilation == 1 and kernel <= stride:
-        # windows do not overlap: split the axis into (output, stride) and keep the first `kernel` of each stride
-        amounts = list(untouched)
-        amounts[axis] = (0, output * stride - tensor.shape[axis])
-        split = tensor._pad_and_shrink(amounts).reshape(before + (output, stride) + after)
-        kept = split.shrink([None] * (axis + 1) + [(0, kernel)])
-        return kept.transpose(axis, axis + 1)
-    # overlapping windows: `kernel` copies of the axis laid end to end, re-read with a row length longer by
-    # `dilation`, start copy j at j * dilation; then keep every stride-th start
-    length = (kernel - 1) * dilation + output * stride
-    amounts = list(untouched)
-    amounts[axis] = (0, length - tensor.shape[axis])
-    fitted = tensor._pad_and_shrink(amounts)
-    copies = fitted.reshape(before + (1, length) + after).expand(before + (kernel, length) + after)
-    flat = copies.reshape(before + (kernel * length,) + after)
-    amounts = [(0, 0)] * flat.ndim
-    amounts[axis] = (0, kernel * dilation)
-    rows = flat._pad_and_shrink(amounts).reshape(before + (kernel, length + dilation) + after)
-    starts = rows.shrink([None] * (axis + 1) + [(0, output * stride)])
-    if stride == 1:
-        return starts
-    split = starts.reshape(before + (kernel, output, stride) + after)
-    return split.shrink([None] * (axis + 2) + [(0, 1)]).reshape(before + (kernel, output) + after)
-
-
-def windows(tensor: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
-            output: tuple[int, ...]) -> Tensor:
-    """From [..., L1..Ln] (padded already) the view [..., o1..on, k1..kn] of every window: a view, never a copy."""
-    count = len(kernel)
-    lead = tensor.ndim - count
-    result = tensor
-    for index in range(count):
-        result = _window_axis(result, lead + 2 * index, kernel[index], stride[index], dilation[index], output[index])
-    # axes are now [..., k1, o1, k2, o2, ...]: move the outputs before the kernel offsets
-    order = list(range(lead)) + [lead + 2 * i + 1 for i in range(count)] + [lead + 2 * i for i in range(count)]
-    return result.permute(order)
 
 
 def _spatial_input(tensor: Tensor, spatial: int, op: str) -> tuple[Tensor, bool]:
@@ -185,30 +153,25 @@ class ConvolutionOps(TensorBase):
                 f"{list(spans)}; the kernel size can't be greater than the actual input size (input "
                 f"{list(self.shape)}, weight {list(weight.shape)})"
             )
-        outputs = tuple((padded - span) // s + 1 for padded, span, s in zip(padded_sizes, spans, strides))
-        padded = source._pad_and_shrink([(0, 0), (0, 0)] + pads)
-        patches = windows(padded, kernel, strides, dilations, outputs)  # [N, C, *outputs, *kernel]
-        patches = patches.reshape((batch, groups, 1, group_channels) + outputs + kernel)
-        filters = weight.reshape((1, groups, out_channels // groups, group_channels) + (1,) * spatial + kernel)
-        reduced = (3,) + tuple(range(4 + spatial, 4 + 2 * spatial))
-        result = (patches * filters).sum(reduced, dtype=source.dtype).reshape((batch, out_channels) + outputs)
+        geometry = ConvolutionGeometry(strides, tuple(pads), dilations, groups, tuple(sizes))
+        result = convolve(source, weight, geometry)
         if bias is not None:
             result = result + bias.reshape((out_channels,) + (1,) * spatial)
         return result.squeeze(0) if unbatched else result
 
     def conv1d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                padding: IntOrInts | str = 0, dilation: IntOrInts = 1, groups: int = 1) -> Tensor:
-        """torch.nn.functional.conv1d over [N, C, L] (or unbatched [C, L]): one fused kernel."""
+        """torch.nn.functional.conv1d over [N, C, L] (or unbatched [C, L]): a reduce over window views."""
         return self._convolution(weight, bias, stride, padding, dilation, groups, 1, "conv1d")
 
     def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                padding: IntOrInts | str = 0, dilation: IntOrInts = 1, groups: int = 1) -> Tensor:
-        """torch.nn.functional.conv2d over [N, C, H, W] (or unbatched [C, H, W]): one fused kernel."""
+        """torch.nn.functional.conv2d over [N, C, H, W] (or unbatched [C, H, W]): a reduce over window views."""
         return self._convolution(weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
     def conv3d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
                padding: IntOrInts | str = 0, dilation: IntOrInts = 1, groups: int = 1) -> Tensor:
-        """torch.nn.functional.conv3d over [N, C, D, H, W] (or unbatched): one fused kernel."""
+        """torch.nn.functional.conv3d over [N, C, D, H, W] (or unbatched): a reduce over window views."""
         return self._convolution(weight, bias, stride, padding, dilation, groups, 3, "conv3d")
 
     # ---- pooling ----------------------------------------------------------------------------------------------
@@ -226,17 +189,12 @@ class ConvolutionOps(TensorBase):
         pads = _ints(padding, spatial, "padding", op)
         sizes = source.shape[2:]
         outputs, amounts = _pool_geometry(sizes, kernel, strides, pads, dilations, ceil_mode, op)
-        padded = source._pad_and_shrink([(0, 0), (0, 0)] + amounts, value=min_value(source.dtype))
-        patches = windows(padded, kernel, strides, dilations, outputs)  # [N, C, *outputs, *kernel]
-        kernel_axes = tuple(range(2 + spatial, 2 + 2 * spatial))
-        tracked = getattr(source, "requires_grad", False)
-        if return_indices or tracked:
+        geometry = PoolGeometry(kernel, strides, dilations, outputs, tuple(amounts))
+        values = max_pool(source, geometry)
+        if return_indices:
+            patches = pool_windows(source, geometry)  # [N, C, *outputs, *kernel]
             flat = patches.reshape(patches.shape[:2 + spatial] + (math.prod(kernel),))
-            chosen = _chosen_offset(flat) == source._arange_primitive(flat.shape[-1], dtypes.int64, source.device)
-        if tracked:  # the value at the index torch returns: the gradient goes there only, not split among ties
-            values = where(chosen, flat, 0).sum(-1, dtype=source.dtype)
-        else:
-            values = patches.amax(kernel_axes)
+            chosen = chosen_offset(flat) == source._arange_primitive(flat.shape[-1], dtypes.int64, source.device)
         if not return_indices:
             return values.squeeze(0) if unbatched else values
         indices = _max_indices(source, chosen, kernel, strides, dilations, outputs, amounts)
@@ -385,18 +343,6 @@ class ConvolutionOps(TensorBase):
 
     def adaptive_max_pool3d(self, output_size: IntOrInts, return_indices: bool = False) -> Any:
         return self._adaptive_pool(output_size, 3, True, "adaptive_max_pool3d", return_indices)
-
-
-def _chosen_offset(flat: Tensor) -> Tensor:
-    """The offset in each window (the last axis of flat) of its first maximum, or of its last NaN (torch's)."""
-    count = flat.shape[-1]
-    offset = flat._arange_primitive(count, dtypes.int64, flat.device)
-    is_max = flat == flat.amax(-1, keepdim=True)
-    score = where(is_max, count - 1 - offset, -1)
-    if flat.dtype.is_float:
-        score = where(flat.isnan(), count + offset, score)
-    best = score.amax(-1, keepdim=True)
-    return where(best >= count, best - count, count - 1 - best)
 
 
 def _max_indices(source: Tensor, chosen: Tensor, kernel: tuple[int, ...], strides: tuple[int, ...],

@@ -1,7 +1,7 @@
 """Sliding windows and their adjoints: Tensor.unfold, im2col (F.unfold), col2im (F.fold), transposed convolution.
 
-Tensor.unfold and im2col are the strided-view windows of `convolution` (views, never copies). col2im is the adjoint
-of those views, built from the inverse movement ops in reverse order: where windows overlap, the copies of a
+Tensor.unfold and im2col are the strided-view windows of `convolution_forms` (views, never copies). col2im is the
+adjoint of those views, built from the inverse movement ops in reverse order: where windows overlap, the copies of a
 position are summed by one reduce over the kernel axes. A transposed convolution is a convolution of the input
 with zeros inserted between its elements (stride - 1 of them; a view with a validity mask), padded by
 dilation * (kernel - 1) - padding, with the kernel flipped and its channel dims swapped within each group: one
@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, cast
 
-from ember.core.convolution import IntOrInts, _check_positive, _ints, _spatial_input, _window_axis, windows
+from ember.core.convolution import IntOrInts, _check_positive, _ints, _spatial_input
+from ember.core.convolution_forms import window_axis, windows
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.shapes import normalize_dim
 from ember.core.tensor_base import TensorBase
@@ -41,7 +42,7 @@ class FoldingOps(TensorBase):
         if size == 0:  # empty windows: nothing to read
             shape = (0,) if self.ndim == 0 else source.shape[:axis] + (count,) + source.shape[axis + 1:] + (0,)
             return source.reshape(-1).narrow(0, 0, 0).reshape(shape)
-        result = _window_axis(source, axis, size, step, 1, count).movedim(axis, -1)
+        result = window_axis(source, axis, size, step, 1, count).movedim(axis, -1)
         return result.reshape(size) if self.ndim == 0 else result
 
     def conv_transpose1d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,
@@ -182,7 +183,7 @@ def col2im(input: Tensor, output_size: IntOrInts, kernel_size: IntOrInts, dilati
 
 def fold_windows(patches: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
                  output: tuple[int, ...], sizes: tuple[int, ...]) -> Tensor:
-    """The adjoint of `convolution.windows`: [..., o1..on, k1..kn] summed into [..., L1..Ln] (each window element
+    """The adjoint of `convolution_forms.windows`: [..., o1..on, k1..kn] summed into [..., L1..Ln] (each window element
     added at the position it was read from)."""
     count = len(kernel)
     lead = patches.ndim - 2 * count
@@ -200,7 +201,7 @@ def fold_windows(patches: Tensor, kernel: tuple[int, ...], stride: tuple[int, ..
 
 def _window_axis_adjoint(tensor: Tensor, axis: int, kernel: int, stride: int, dilation: int, output: int,
                          size: int) -> Tensor:
-    """The adjoint of convolution._window_axis: axes (kernel, output) back to (copies, size), where summing the
+    """The adjoint of convolution_forms.window_axis: axes (kernel, output) back to (copies, size), where summing the
     copies axis (left to the caller, so several axes share one reduce) gives the axis of length `size`."""
     before, after = tensor.shape[:axis], tensor.shape[axis + 2:]
 

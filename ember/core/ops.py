@@ -73,6 +73,9 @@ class Composite(Enum):
     COPYSIGN = auto()  # sources: (magnitude, sign) of one shape; the sign is read from its bits, yet (as in torch) it
     # is used: its gradient is zeros, not "unused"
     NORMALIZE = auto()  # sources: (x, weight?, bias?); arg: NormalizationSaved (statistics, which are present)
+    CONVOLUTION = auto()  # sources: (x [N, C, *S], weight); arg: ConvolutionGeometry; the backward is convolutions
+    # again (core/convolution_forms.py), not the adjoints of the overlapping window views
+    MAX_POOL = auto()  # sources: (x [N, C, *S],); arg: PoolGeometry; the gradient goes to each window's first maximum
 
     __hash__ = object.__hash__
 

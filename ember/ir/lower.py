@@ -102,7 +102,7 @@ class Lowerer:
         if source_shape and prod(source_shape) == 0:
             return b.const(reduce_identity(op, step.dtype), compute_dtype(step.dtype))
         lanes = self.reduce_lanes
-        split = [axis for axis in step.arg if source_shape[axis] % lanes == 0 and source_shape[axis] >= 2 * lanes]
+        split = [axis for axis in step.arg if source_shape[axis] % lanes == 0 and source_shape[axis] >= lanes]
         split_axis = split[-1] if lanes > 1 and split else None
         ranges = {}
         for axis in step.arg:

@@ -138,6 +138,17 @@ def _divide_terms(builder: Builder, node: IRNode) -> IRNode | None:
     terms, constant = linear_terms(numerator)
     if any(coefficient < 0 or term.minimum < 0 for term, coefficient in terms) or constant < 0:
         return None
+    if any(coefficient > divisor and coefficient % divisor for _, coefficient in terms):
+        # x == divisor * sum((c // divisor) * t) + r with r = sum((c % divisor) * t) + constant % divisor >= 0: where
+        # r < divisor, x // divisor and x % divisor need no division (a window's offset j * (L + d) + i read back
+        # modulo L, with j * d + i < L)
+        remainder = _sum(builder, [(term, coefficient % divisor) for term, coefficient in terms
+                                   if coefficient % divisor], constant % divisor, dtype)
+        if remainder.maximum < divisor:
+            if op is Op.MOD:
+                return remainder
+            return _sum(builder, [(term, coefficient // divisor) for term, coefficient in terms
+                                  if coefficient >= divisor], constant // divisor, dtype)
     quotient_terms = [(term, coefficient // divisor) for term, coefficient in terms if coefficient % divisor == 0]
     rest_terms = [(term, coefficient) for term, coefficient in terms if coefficient % divisor != 0]
     if op is Op.IDIV:
@@ -245,6 +256,10 @@ SIMPLIFY = RuleTable([
          lambda builder, node: node.srcs[0] if node.op is Op.IDIV else builder.const(0, node.dtype)),
     Rule("x // c, x % c for x >= 0", INTEGER_DIVISIONS,
          lambda node: _constant_right(node) and node.srcs[1].arg > 0 and node.srcs[0].minimum >= 0, _divide_terms),
+    Rule("x < y decided by the bounds of integer x and y", frozenset({Op.CMPLT}),
+         lambda node: node.srcs[0].dtype.is_int and (node.srcs[0].maximum < node.srcs[1].minimum
+                                                     or node.srcs[0].minimum >= node.srcs[1].maximum),
+         lambda builder, node: builder.const(node.srcs[0].maximum < node.srcs[1].minimum, dtypes.bool_)),
     Rule("bool AND with a constant", frozenset({Op.AND}),
          lambda node: node.dtype.is_bool and (node.srcs[0].is_const or node.srcs[1].is_const),
          _constant_pick(lambda constant, other: other if constant.arg else constant)),

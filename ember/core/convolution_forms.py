@@ -1,0 +1,345 @@
+"""Convolution and max pooling as direct reduces over window views, each recorded for autograd as one step whose
+backward is written as convolutions and window sums again (core/ops.py Composite.CONVOLUTION, Composite.MAX_POOL),
+not differentiated through the window views (whose adjoint is a sum over `kernel` copies of each padded axis).
+
+Kernels. A convolution is one reduce over [N, G, Og, Cg, *O, *K] -> [N, Cout, *O]: its inputs are broadcast, so
+ir/opt.py register-tiles it as a matmul (rows and columns of the output's last two dims, vectors along the last, the
+filter value broadcast to the whole tile). An input padded along its last axis is first copied padded (one
+memory-bound kernel), and one strided along it is copied split into the stride's phases, so that the reduce loads
+whole vectors with no mask per lane. The gradient of the input is the transposed convolution (the output's gradient
+spread by the stride, padded, convolved with the flipped filters of swapped channels): a copy and one reduce. The
+gradient of the filters is one reduce over the batch and output positions (two where they are too many for one)
+laid out [G, *K, Og, Cg], vectorized along the positions it sums, then copied as [Cout, Cg, *K]."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import TYPE_CHECKING, NamedTuple
+
+from ember.core import dtype as dtypes
+from ember.core.dtype import min_value
+from ember.core.elementwise import where
+from ember.core.ops import Composite
+from ember.core.staged_reduce import STAGE_THRESHOLD
+
+if TYPE_CHECKING:
+    from ember.core.tensor import Tensor
+
+
+class ConvolutionGeometry(NamedTuple):
+    """How a convolution reads its input: per spatial axis the stride, the (before, after) padding (negative: a
+    crop), the dilation; the channel groups; the input's spatial sizes."""
+
+    strides: tuple[int, ...]
+    pads: tuple[tuple[int, int], ...]
+    dilations: tuple[int, ...]
+    groups: int
+    sizes: tuple[int, ...]
+
+    def outputs(self, kernel: tuple[int, ...]) -> tuple[int, ...]:
+        """The output's spatial sizes for a kernel of these sizes."""
+        return tuple((size + before + after - d * (k - 1) - 1) // s + 1 for size, (before, after), k, s, d in zip(
+            self.sizes, self.pads, kernel, self.strides, self.dilations))
+
+
+class PoolGeometry(NamedTuple):
+    """How a max pool reads its input: kernel, stride and dilation per spatial axis, the output sizes, the
+    (before, after) padding with -inf of each spatial axis."""
+
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    outputs: tuple[int, ...]
+    pads: tuple[tuple[int, int], ...]
+
+
+def window_axis(tensor: Tensor, axis: int, kernel: int, stride: int, dilation: int, output: int) -> Tensor:
+    """Replace `axis` (length L) by two axes (kernel, output) with element [j, i] = x[i * stride + j * dilation]."""
+    before, after = tensor.shape[:axis], tensor.shape[axis + 1:]
+    untouched = [(0, 0)] * tensor.ndim
+    if dilation == 1 and kernel <= stride:
+        # windows do not overlap: split the axis into (output, stride) and keep the first `kernel` of each stride
+        amounts = list(untouched)
+        amounts[axis] = (0, output * stride - tensor.shape[axis])
+        split = tensor._pad_and_shrink(amounts).reshape(before + (output, stride) + after)
+        kept = split.shrink([None] * (axis + 1) + [(0, kernel)])
+        return kept.transpose(axis, axis + 1)
+    # overlapping windows: `kernel` copies of the axis laid end to end, re-read with a row length longer by
+    # `dilation`, start copy j at j * dilation; then keep every stride-th start (the index simplifier reduces the
+    # re-read position (j * (L + d) + i) mod L to j * d + i: the loads are plain strided reads)
+    length = (kernel - 1) * dilation + output * stride
+    amounts = list(untouched)
+    amounts[axis] = (0, length - tensor.shape[axis])
+    fitted = tensor._pad_and_shrink(amounts)
+    copies = fitted.reshape(before + (1, length) + after).expand(before + (kernel, length) + after)
+    flat = copies.reshape(before + (kernel * length,) + after)
+    amounts = [(0, 0)] * flat.ndim
+    amounts[axis] = (0, kernel * dilation)
+    rows = flat._pad_and_shrink(amounts).reshape(before + (kernel, length + dilation) + after)
+    starts = rows.shrink([None] * (axis + 1) + [(0, output * stride)])
+    if stride == 1:
+        return starts
+    split = starts.reshape(before + (kernel, output, stride) + after)
+    return split.shrink([None] * (axis + 2) + [(0, 1)]).reshape(before + (kernel, output) + after)
+
+
+def windows(tensor: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+            output: tuple[int, ...]) -> Tensor:
+    """From [..., L1..Ln] (padded already) the view [..., o1..on, k1..kn] of every window: a view, never a copy."""
+    count = len(kernel)
+    lead = tensor.ndim - count
+    result = tensor
+    for index in range(count):
+        result = window_axis(result, lead + 2 * index, kernel[index], stride[index], dilation[index], output[index])
+    # axes are now [..., k1, o1, k2, o2, ...]: move the outputs before the kernel offsets
+    order = list(range(lead)) + [lead + 2 * i + 1 for i in range(count)] + [lead + 2 * i for i in range(count)]
+    return result.permute(order)
+
+
+def _padded(source: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """[N, C, *S] padded with zeros (cropped where negative) on the spatial axes: copied where the last axis is
+    padded and read with stride 1, so that the reduce loads whole vectors along it with no mask per lane (padding
+    of the other axes masks whole vectors; a strided last axis is not read as vectors)."""
+    padded = source._pad_and_shrink([(0, 0), (0, 0), *geometry.pads])
+    copy = geometry.pads[-1] != (0, 0) and geometry.strides[-1] == 1
+    return padded.contiguous() if copy else padded
+
+
+def convolve(source: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """The convolution (no bias) of batched [N, C, *S] with [Cout, C / groups, *K]: [N, Cout, *O], recorded for
+    autograd as one step (its rule is `convolution_gradients`)."""
+
+    # the padded input (a copy where it is one) is what the step records: the filters' gradient reads the same copy
+    padded = _padded(source, geometry)
+
+    def compute(x: Tensor, w: Tensor) -> Tensor:
+        return _convolve(x, w, geometry)
+
+    return padded._recorded(Composite.CONVOLUTION, compute, (padded, weight), geometry)
+
+
+def _convolve(padded: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """The convolution of the input padded already by geometry.pads."""
+    spatial = len(geometry.strides)
+    batch = padded.shape[0]
+    out_channels, group_channels = weight.shape[:2]
+    kernel = tuple(weight.shape[2:])
+    groups = geometry.groups
+    outputs = geometry.outputs(kernel)
+    if geometry.strides[-1] > 1 and geometry.dilations[-1] == 1:
+        return _phased_convolve(padded, weight, geometry, outputs)
+    patches = windows(padded, kernel, geometry.strides, geometry.dilations, outputs)  # [N, C, *O, *K]
+    patches = patches.reshape((batch, groups, 1, group_channels) + outputs + kernel)
+    filters = weight.reshape((1, groups, out_channels // groups, group_channels) + (1,) * spatial + kernel)
+    reduced = (3,) + tuple(range(4 + spatial, 4 + 2 * spatial))
+    result = (patches * filters).sum(reduced, dtype=padded.dtype)
+    return result.reshape((batch, out_channels) + outputs)
+
+
+def _phased_convolve(padded: Tensor, weight: Tensor, geometry: ConvolutionGeometry,
+                     outputs: tuple[int, ...]) -> Tensor:
+    """A convolution strided along its last axis (stride s, no dilation) as a sum over the s phases of that axis:
+    the input copied as [N, C, s, ..., M] with x[..., p, m] = padded[..., m * s + p], the filters' last axis
+    zero-padded to Q * s and split as (q, p), so that out[o] = sum over p, q of x[p, o + q] * w[q, p]: windows of
+    stride 1 along the last axis (whole vectors), at the cost of the filters' padding (K rounded up to s)."""
+    spatial = len(geometry.strides)
+    batch, channels = padded.shape[:2]
+    out_channels, group_channels = weight.shape[:2]
+    kernel = tuple(weight.shape[2:])
+    groups, stride = geometry.groups, geometry.strides[-1]
+    shifts = -(-kernel[-1] // stride)
+    length = outputs[-1] + shifts - 1  # M
+    sizes = tuple(padded.shape[2:])
+    fitted = padded._pad_and_shrink([(0, 0)] * (1 + spatial) + [(0, length * stride - sizes[-1])])
+    split = fitted.reshape((batch, channels) + sizes[:-1] + (length, stride))
+    phased = split.permute((0, 1, 2 + spatial) + tuple(range(2, 1 + spatial)) + (1 + spatial,)).contiguous()
+    window_kernel = kernel[:-1] + (shifts,)
+    strides = geometry.strides[:-1] + (1,)
+    patches = windows(phased, window_kernel, strides, geometry.dilations, outputs)  # [N, C, s, *O, *K']
+    patches = patches.reshape((batch, groups, 1, group_channels, stride) + outputs + window_kernel)
+    filters = weight._pad_and_shrink([(0, 0)] * (1 + spatial) + [(0, shifts * stride - kernel[-1])])
+    filters = filters.reshape((out_channels, group_channels) + kernel[:-1] + (shifts, stride))
+    filters = filters.permute((0, 1, 2 + spatial) + tuple(range(2, 2 + spatial)))  # [Cout, Cg, s, *K']
+    filters = filters.reshape((1, groups, out_channels // groups, group_channels, stride) + (1,) * spatial
+                              + window_kernel)
+    reduced = (3, 4) + tuple(range(5 + spatial, 5 + 2 * spatial))
+    result = (patches * filters).sum(reduced, dtype=padded.dtype)
+    return result.reshape((batch, out_channels) + outputs)
+
+
+def _spread(tensor: Tensor, axis: int, stride: int) -> Tensor:
+    """Axis of length O as length (O - 1) * stride + 1 with stride - 1 zeros between neighbours."""
+    if stride == 1:
+        return tensor
+    shape = tensor.shape
+    count = shape[axis]
+    split = tensor.reshape(shape[:axis] + (count, 1) + shape[axis + 1:])
+    amounts = [(0, 0)] * split.ndim
+    amounts[axis + 1] = (0, stride - 1)
+    spread = split._pad_and_shrink(amounts).reshape(shape[:axis] + (count * stride,) + shape[axis + 1:])
+    amounts = [(0, 0)] * spread.ndim
+    amounts[axis] = (0, 1 - stride)
+    return spread._pad_and_shrink(amounts)
+
+
+def input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """d convolution / d input: the transposed convolution of grad [N, Cout, *O] with the flipped filters, their
+    channels swapped within each group: a convolution again (stride 1, the forward's dilation)."""
+    spatial = len(geometry.strides)
+    kernel = tuple(weight.shape[2:])
+    groups = geometry.groups
+    out_channels, group_channels = weight.shape[:2]
+    spread = grad
+    for axis, stride in enumerate(geometry.strides):
+        spread = _spread(spread, 2 + axis, stride)
+    pads = []
+    for size, spread_size, k, d, (before, _) in zip(geometry.sizes, spread.shape[2:], kernel, geometry.dilations,
+                                                    geometry.pads):
+        left = (k - 1) * d - before
+        pads.append((left, size + (k - 1) * d - left - spread_size))
+    swapped = weight.reshape((groups, out_channels // groups, group_channels) + kernel).transpose(1, 2)
+    filters = swapped.reshape((groups * group_channels, out_channels // groups) + kernel)
+    filters = filters.flip(tuple(range(2, 2 + spatial)))
+    ones = (1,) * spatial
+    return convolve(spread, filters, ConvolutionGeometry(ones, tuple(pads), geometry.dilations, groups,
+                                                         tuple(spread.shape[2:])))
+
+
+def weight_gradient(grad: Tensor, padded: Tensor, weight_shape: tuple[int, ...],
+                    geometry: ConvolutionGeometry) -> Tensor:
+    """d convolution / d weight from the padded input: the sum over the batch and output positions of grad times the
+    input's windows, one reduce (positions first, then the batch, where there are too many for one). The reduce's
+    output is laid out [G, *K, Og, Cg] (then viewed as [Cout, Cg, *K]): output channels by input channels are the
+    tile a work item computes, with vectors along the output positions it sums."""
+    spatial = len(geometry.strides)
+    batch = padded.shape[0]
+    out_channels, group_channels = weight_shape[:2]
+    kernel = tuple(weight_shape[2:])
+    groups = geometry.groups
+    outputs = tuple(grad.shape[2:])
+    patches = windows(padded, kernel, geometry.strides, geometry.dilations, outputs)  # [N, C, *O, *K]
+    patches = patches.reshape((batch, groups, 1, group_channels) + outputs + kernel)
+    kernel_axes = tuple(range(4 + spatial, 4 + 2 * spatial))
+    position_axes = tuple(range(4, 4 + spatial))
+    patches = patches.permute((0, 1) + kernel_axes + (2, 3) + position_axes)  # [N, G, *K, 1, Cg, *O]
+    spread = grad.reshape((batch, groups) + (1,) * spatial + (out_channels // groups, 1) + outputs)
+    product = patches * spread  # [N, G, *K, Og, Cg, *O]
+    positions = tuple(range(4 + spatial, 4 + 2 * spatial))
+    if batch * math.prod(outputs) <= STAGE_THRESHOLD:
+        total = product.sum((0,) + positions, dtype=padded.dtype)
+    else:
+        total = product.sum(positions, dtype=padded.dtype, keepdim=True).sum(0, dtype=padded.dtype)
+    # stored in its own layout (the tile's), then read as [Cout, Cg, *K] through a view (a 1x1 kernel's layouts
+    # are one)
+    total = total.reshape((groups,) + kernel + (out_channels // groups, group_channels))
+    if math.prod(kernel) > 1:
+        total = total.contiguous()
+    order = (0, 1 + spatial, 2 + spatial) + tuple(range(1, 1 + spatial))
+    return total.permute(order).reshape(weight_shape)
+
+
+def convolution_gradients(grad: Tensor, padded: Tensor, weight: Tensor,
+                          geometry: ConvolutionGeometry) -> tuple[Tensor, Tensor]:
+    """(d padded input, d weight) of a convolution given the gradient of its output (autograd/rules.py). The padded
+    input's gradient is the input's, padded with zeros: the padding is constant (its gradient is dropped by the pad's
+    own rule), so the transposed convolution computes only the input's positions."""
+    source_gradient = input_gradient(grad, weight, geometry)._pad_and_shrink([(0, 0), (0, 0), *geometry.pads])
+    return source_gradient, weight_gradient(grad, padded, tuple(weight.shape), geometry)
+
+
+# ---- max pooling ----------------------------------------------------------------------------------------------
+
+
+def max_pool(source: Tensor, geometry: PoolGeometry) -> Tensor:
+    """The maximum of each window of batched [N, C, *S] (padding counts as -inf), recorded for autograd as one step
+    whose gradient goes to the first maximum of each window, as torch's (`max_pool_gradient`)."""
+
+    def compute(x: Tensor) -> Tensor:
+        patches = pool_windows(x, geometry)
+        spatial = len(geometry.kernel)
+        return patches.amax(tuple(range(2 + spatial, 2 + 2 * spatial)))
+
+    return source._recorded(Composite.MAX_POOL, compute, (source,), geometry)
+
+
+def pool_windows(source: Tensor, geometry: PoolGeometry) -> Tensor:
+    """[N, C, *O, *K]: the windows of the -inf padded input."""
+    padded = source._pad_and_shrink([(0, 0), (0, 0), *geometry.pads], value=min_value(source.dtype))
+    return windows(padded, geometry.kernel, geometry.strides, geometry.dilations, geometry.outputs)
+
+
+def chosen_offset(flat: Tensor) -> Tensor:
+    """The offset in each window (the last axis of flat) of its first maximum, or of its last NaN (torch's)."""
+    count = flat.shape[-1]
+    offset = flat._arange_primitive(count, dtypes.int64, flat.device)
+    is_max = flat == flat.amax(-1, keepdim=True)
+    score = where(is_max, count - 1 - offset, -1)
+    if flat.dtype.is_float:
+        score = where(flat.isnan(), count + offset, score)
+    best = score.amax(-1, keepdim=True)
+    return where(best >= count, best - count, count - 1 - best)
+
+
+def max_pool_gradient(grad: Tensor, source: Tensor, geometry: PoolGeometry) -> Tensor:
+    """d max_pool / d input: each window's gradient to its chosen element (the offsets: one reduce), then, for each
+    kernel offset, the windows' gradients spread by the stride and shifted to that offset, summed (one elementwise
+    kernel, no scatter)."""
+    spatial = len(geometry.kernel)
+    patches = pool_windows(source, geometry)
+    flat = patches.reshape(patches.shape[:2 + spatial] + (math.prod(geometry.kernel),))
+    chosen = chosen_offset(flat).reshape(grad.shape)
+    padded_sizes = tuple(size + before + after for size, (before, after) in zip(source.shape[2:], geometry.pads))
+    crop = [(0, 0), (0, 0)] + [(-before, -after) for before, after in geometry.pads]
+    if all(d == 1 and k <= s for k, s, d in zip(geometry.kernel, geometry.strides, geometry.dilations)):
+        return _disjoint_pool_gradient(grad, chosen, geometry, padded_sizes)._pad_and_shrink(crop)
+    chosen = chosen.contiguous()  # read once per kernel offset below: stored, not recomputed by each read
+    total: Tensor | None = None
+    for position, offsets in enumerate(itertools.product(*(range(k) for k in geometry.kernel))):
+        part = where(chosen == position, grad, 0)
+        for axis, stride in enumerate(geometry.strides):
+            part = _spread(part, 2 + axis, stride)
+        amounts = [(0, 0), (0, 0)]
+        for offset, dilation, spread_size, padded_size in zip(offsets, geometry.dilations, part.shape[2:],
+                                                               padded_sizes):
+            amounts.append((offset * dilation, padded_size - offset * dilation - spread_size))
+        placed = part._pad_and_shrink(amounts)
+        total = placed if total is None else total + placed
+    assert total is not None  # a kernel has at least one offset
+    return total._pad_and_shrink(crop)
+
+
+def _upsampled(tensor: Tensor, strides: tuple[int, ...], sizes: tuple[int, ...]) -> Tensor:
+    """[N, C, *O] with each element repeated stride times along its axis, cut or zero-padded to `sizes`."""
+    outputs = tuple(tensor.shape[2:])
+    lead = tuple(tensor.shape[:2])
+    split = tensor.reshape(lead + tuple(item for count in outputs for item in (count, 1)))
+    repeated = split.expand(lead + tuple(item for count, s in zip(outputs, strides) for item in (count, s)))
+    joined = repeated.reshape(lead + tuple(count * s for count, s in zip(outputs, strides)))
+    return joined._pad_and_shrink([(0, 0), (0, 0)] + [(0, size - count * s) for size, count, s in zip(
+        sizes, outputs, strides)])
+
+
+def _disjoint_pool_gradient(grad: Tensor, chosen: Tensor, geometry: PoolGeometry,
+                            padded_sizes: tuple[int, ...]) -> Tensor:
+    """Windows that do not overlap (kernel <= stride, no dilation): each padded input position is in at most one
+    window, at offset i mod stride: the window's gradient where its chosen offset is that one (one elementwise
+    kernel reading each window's gradient and offset once per position)."""
+    spatial = len(geometry.kernel)
+    offset: Tensor | None = None
+    inside: Tensor | None = None
+    for axis, (k, s, count, size) in enumerate(zip(geometry.kernel, geometry.strides, geometry.outputs,
+                                                   padded_sizes)):
+        along = grad._arange_primitive(s, dtypes.int64, grad.device).reshape(1, s).expand(count, s)
+        along = along.reshape(count * s)._pad_and_shrink([(0, size - count * s)], value=k)  # k: in no window
+        shape = [1] * spatial
+        shape[axis] = size
+        along = along.reshape(shape)
+        weighted = along * math.prod(geometry.kernel[axis + 1:])
+        offset = weighted if offset is None else offset + weighted
+        within = along < k
+        inside = within if inside is None else inside.logical_and(within)
+    assert offset is not None and inside is not None  # spatial >= 1
+    upsampled_grad = _upsampled(grad, geometry.strides, padded_sizes)
+    upsampled_chosen = _upsampled(chosen, geometry.strides, padded_sizes)
+    return where(inside.logical_and(upsampled_chosen == offset), upsampled_grad, 0)

@@ -1,0 +1,150 @@
+"""Convolution and max pooling as their own autograd steps: forward and both gradients against torch (1d/2d/3d,
+stride, padding, dilation, groups, odd sizes, sizes the vector tiles divide and ones they do not, a filters'
+gradient summed in two stages), max pool's tie-breaking, and the kernel counts of one layer's forward and backward."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as TF
+
+import ember as em
+from tests.helpers import assert_close, pair, random_array
+
+# (input shape, weight shape, options): spatial rank from the shapes
+CASES: list[tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
+    ((2, 3, 17), (4, 3, 3), {"padding": 1}),
+    ((2, 4, 23), (6, 2, 5), {"stride": 3, "padding": 2, "groups": 2}),  # a stride along the last axis: its phases
+    ((1, 2, 9, 14), (3, 2, 3, 4), {"stride": (2, 3), "padding": (1, 3)}),
+    ((2, 4, 19), (6, 2, 4), {"stride": 3, "padding": 2, "dilation": 2, "groups": 2}),
+    ((2, 3, 9, 16), (8, 3, 3, 3), {"padding": 1}),  # output width 16: the vector tile
+    ((1, 2, 7, 5), (3, 2, 2, 3), {"stride": (2, 1), "padding": (1, 2), "dilation": (1, 2)}),
+    ((2, 4, 11, 10), (4, 1, 3, 3), {"stride": 2, "padding": 1, "groups": 4}),  # depthwise, strided
+    ((1, 6, 8, 9), (4, 3, 5, 1), {"padding": (3, 0), "groups": 2}),  # padding past the kernel's reach
+    ((1, 2, 6, 8), (3, 2, 1, 1), {"stride": 2}),  # 1x1 kernel: rows and columns the stride skips
+    ((1, 2, 5, 6, 7), (3, 2, 3, 2, 3), {"stride": (1, 2, 1), "padding": 1, "dilation": (2, 1, 1)}),
+]
+
+
+def _check(device: str, input_shape: tuple[int, ...], weight_shape: tuple[int, ...], options: dict[str, Any],
+           seed: int) -> None:
+    spatial = len(input_shape) - 2
+    function = {1: TF.conv1d, 2: TF.conv2d, 3: TF.conv3d}[spatial]
+    x, tx = pair(random_array(input_shape, seed=seed), device, requires_grad=True)
+    w, tw = pair(random_array(weight_shape, seed=seed + 1), device, requires_grad=True)
+    b, tb = pair(random_array(weight_shape[:1], seed=seed + 2), device, requires_grad=True)
+    output = getattr(x, f"conv{spatial}d")(w, b, **options)
+    expected = function(tx, tw, tb, **options)
+    assert_close(output, expected, atol=1e-4)
+    grad, tgrad = pair(random_array(tuple(expected.shape), seed=seed + 3), device)
+    output.backward(grad)
+    expected.backward(tgrad)
+    assert_close(x.grad, tx.grad, atol=1e-4)
+    assert_close(w.grad, tw.grad, atol=2e-4)
+    assert_close(b.grad, tb.grad, atol=1e-4)
+
+
+def test_convolution_gradients_match_torch(device: str) -> None:
+    for number, (input_shape, weight_shape, options) in enumerate(CASES):
+        _check(device, input_shape, weight_shape, options, seed=10 * number)
+
+
+def test_filters_gradient_in_two_stages(device: str) -> None:
+    """More batch x output positions than one reduce sums (staged_reduce.STAGE_THRESHOLD): positions, then batch."""
+    _check(device, (3, 1, 80, 72), (2, 1, 3, 3), {"padding": 1}, seed=7)
+
+
+def test_conv_transpose_gradients_match_torch(device: str) -> None:
+    x, tx = pair(random_array((2, 4, 5, 6)), device, requires_grad=True)
+    w, tw = pair(random_array((4, 3, 3, 3), seed=1), device, requires_grad=True)
+    options = {"stride": 2, "padding": 1, "output_padding": 1, "groups": 1}
+    output = x.conv_transpose2d(w, None, **options)
+    expected = TF.conv_transpose2d(tx, tw, None, **options)
+    assert_close(output, expected, atol=1e-4)
+    grad, tgrad = pair(random_array(tuple(expected.shape), seed=2), device)
+    output.backward(grad)
+    expected.backward(tgrad)
+    assert_close(x.grad, tx.grad, atol=1e-4)
+    assert_close(w.grad, tw.grad, atol=1e-4)
+
+
+def test_max_pool_gradient_goes_to_the_first_maximum(device: str) -> None:
+    """Ties inside a window (and windows sharing their maximum where they overlap): torch's first index only."""
+    values = np.random.default_rng(0).integers(0, 3, size=(2, 3, 7, 9)).astype(np.float32)
+    for options in ({"kernel_size": 2}, {"kernel_size": 3, "stride": 1}, {"kernel_size": 3, "stride": 2, "padding": 1},
+                    {"kernel_size": 2, "ceil_mode": True}, {"kernel_size": (2, 3), "stride": (1, 2), "dilation": 2}):
+        x, tx = pair(values, device, requires_grad=True)
+        output = x.max_pool2d(**options)
+        expected = TF.max_pool2d(tx, **options)
+        assert_close(output, expected)
+        grad, tgrad = pair(random_array(tuple(expected.shape), seed=1), device)
+        output.backward(grad)
+        expected.backward(tgrad)
+        assert_close(x.grad, tx.grad, atol=1e-5)
+    signal = np.array([[[1.0, np.nan, 2.0, 2.0, -np.inf, -np.inf, 5.0]]], np.float32)
+    x, tx = pair(signal, device, requires_grad=True)
+    output, expected = x.max_pool1d(2, ceil_mode=True), TF.max_pool1d(tx, 2, ceil_mode=True)
+    assert_close(output, expected)
+    output.sum().backward()
+    expected.sum().backward()
+    assert_close(x.grad, tx.grad)
+
+
+def test_max_pool_3d_gradient(device: str) -> None:
+    x, tx = pair(random_array((1, 2, 5, 6, 4)), device, requires_grad=True)
+    output, expected = x.max_pool3d(2, stride=(1, 2, 2), padding=1), TF.max_pool3d(tx, 2, stride=(1, 2, 2), padding=1)
+    assert_close(output, expected)
+    output.sum().backward()
+    expected.sum().backward()
+    assert_close(x.grad, tx.grad)
+
+
+def _kernels(function: Any) -> int:
+    with em.profile() as profile:
+        function()
+    return len(profile.kernels)
+
+
+def test_one_convolution_layer_kernel_counts(device: str) -> None:
+    """Forward: 1 kernel (the reduce); 2 with padding on the last axis (the input copied padded, so the reduce
+    loads whole vectors) or a stride along it (the input copied split into the stride's phases, read with stride
+    1). Backward: the output's gradient copied spread and padded, the transposed convolution (the input's gradient),
+    the filters' gradient (stored in its tile's layout [G, *K, Og, Cg]) and its copy as [Cout, Cg, *K] (filter-sized):
+    4 kernels. Before: 4 too, one of them a scalar sum over the kernel copies of the padded axis (the window views'
+    adjoint) and the forward 1 kernel of masked scalar loads."""
+    x = em.randn(2, 3, 9, 16, device=device).realize()
+    w = em.randn(8, 3, 3, 3, device=device).realize()
+    assert _kernels(lambda: x.conv2d(w).realize()) == 1
+    assert _kernels(lambda: x.conv2d(w, padding=1).realize()) == 2
+    assert _kernels(lambda: x.conv2d(w, stride=2).realize()) == 2
+    assert _kernels(lambda: x.conv2d(w, stride=(2, 1)).realize()) == 1  # a row stride needs no copy
+    x.requires_grad_()
+    w.requires_grad_()
+    output = x.conv2d(w, padding=1).realize()
+    grad = em.randn(*output.shape, device=device).realize()
+    assert _kernels(lambda: output.backward(grad)) == 4
+    assert x.grad is not None and w.grad is not None
+
+
+def test_max_pool_backward_kernel_count(device: str) -> None:
+    """The chosen offset of each window (a reduce), then the gradient placed by it, summed over the windows holding
+    each position where windows overlap (one elementwise kernel). No scatter."""
+    for options, count in (({"kernel_size": 2}, 2), ({"kernel_size": 3, "stride": 2, "padding": 1}, 2)):
+        x = em.randn(2, 3, 8, 8, device=device).realize().requires_grad_()
+        output = x.max_pool2d(**options).realize()
+        grad = em.randn(*output.shape, device=device).realize()
+        assert _kernels(lambda: output.backward(grad)) == count, options
+
+
+def test_convolution_second_order() -> None:
+    """create_graph: the gradients are convolutions recorded in turn, so they differentiate again."""
+    x, tx = pair(random_array((1, 2, 6, 7)), "c", requires_grad=True)
+    w, tw = pair(random_array((3, 2, 3, 2), seed=1), "c", requires_grad=True)
+    (grad_x,) = em.autograd.grad(x.conv2d(w, stride=2, padding=1).square().sum(), [x], create_graph=True)
+    (tgrad_x,) = torch.autograd.grad(TF.conv2d(tx, tw, stride=2, padding=1).square().sum(), [tx], create_graph=True)
+    grad_x.square().sum().backward()
+    tgrad_x.square().sum().backward()
+    assert_close(w.grad, tw.grad, atol=1e-3, rtol=1e-3)
+    assert_close(x.grad, tx.grad, atol=1e-3, rtol=1e-3)
