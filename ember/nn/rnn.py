@@ -183,7 +183,7 @@ class RNNBase(Module):
             outputs = []
             for direction in range(directions):
                 weight_ih, weight_hh, bias_ih, bias_hh, weight_hr = self._layer_parameters(layer, direction)
-                projected = F.linear(layer_input, weight_ih, bias_ih)  # all time steps at once
+                projected = _boundary(F.linear(layer_input, weight_ih, bias_ih))  # all time steps at once
                 state = layer * directions + direction
                 hidden = hidden0[state]
                 cell = cell0[state] if cell0 is not None else None
@@ -192,7 +192,7 @@ class RNNBase(Module):
                 for time in order:
                     hidden, cell = _cell_step(self.mode, projected[time], hidden, cell, weight_hh, bias_hh, weight_hr)
                     steps[time] = hidden
-                outputs.append(em.stack(steps) if length else projected[:, :, :0])
+                outputs.append(_boundary(em.stack(steps)) if length else projected[:, :, :0])
                 final_hidden.append(hidden)
                 if cell is not None:
                     final_cell.append(cell)
