@@ -263,6 +263,8 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
     Composite.POW_SCALAR: _pow_scalar,
     Composite.COPYSIGN: _copysign,
     Composite.NORMALIZE: _normalize,
+    Composite.TANH: lambda step, grad: (grad * (1.0 - step.output * step.output),),
+    Composite.SIGMOID: lambda step, grad: (grad * (step.output * (1.0 - step.output)),),
 }
 
 NO_SOURCES = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE})  # never recorded: they have no sources to differentiate

@@ -73,6 +73,9 @@ class Composite(Enum):
     COPYSIGN = auto()  # sources: (magnitude, sign) of one shape; the sign is read from its bits, yet (as in torch) it
     # is used: its gradient is zeros, not "unused"
     NORMALIZE = auto()  # sources: (x, weight?, bias?); arg: NormalizationSaved (statistics, which are present)
+    TANH = auto()  # sources: (x,); d/dx = 1 - tanh(x)^2 from the output, as torch's tanh_backward (one small step
+    # instead of the chain rule through expm1's branches: a recurrent layer differentiates it at every time step)
+    SIGMOID = auto()  # sources: (x,); d/dx = s (1 - s) from the output s, as torch's sigmoid_backward
 
     __hash__ = object.__hash__
 
