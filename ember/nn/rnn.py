@@ -41,11 +41,13 @@ def _recorded_as(kind: Composite, source: Tensor, value: Tensor) -> Tensor:
 
 
 def _blockwise_activation(gates: Tensor, tanh_start: int, tanh_end: int) -> Tensor:
-    """tanh of the columns tanh_start..tanh_end of `gates`, sigmoid of the others, stored by one kernel (selected
-    per column: joining slices would pad each function's values, which the kernelizer may store on their own)."""
+    """tanh of the columns tanh_start..tanh_end of `gates`, sigmoid of the others, stored by one kernel: one sigmoid
+    per element, tanh x = 2 sigmoid(2x) - 1 (absolute error of a float32 rounding; each function of its own on every
+    column would cost both, and joining slices would pad each function's values, which the kernelizer may store)."""
     columns = em.arange(gates.shape[-1], device=gates.device)
     is_tanh = (columns >= tanh_start).logical_and(columns < tanh_end)
-    return em.where(is_tanh, gates.tanh(), gates.sigmoid()).contiguous()
+    sigmoid = em.where(is_tanh, gates * 2.0, gates).sigmoid()
+    return em.where(is_tanh, sigmoid * 2.0 - 1.0, sigmoid).contiguous()
 
 
 def _cell_step(
@@ -59,15 +61,19 @@ def _cell_step(
 ) -> tuple[Tensor, Tensor | None]:
     """One time step: input_part is x @ W_ih^T + b_ih already. Gate order as torch: LSTM i,f,g,o; GRU r,z,n.
 
-    Each stored value is one kernel, the hidden matmul fused into the first. Forward: LSTM the activated gates,
-    the cell state, its tanh, the hidden state; GRU the hidden matmul, the activated gates, the hidden state; RNN
-    the hidden state. Backward: the gradients of the hidden state (with the matmul by W_hh), of the cell state
-    (LSTM), and of the gates before activation (LSTM, RNN; GRU: of the hidden matmul).
+    Each stored value is one kernel. Forward: the gates before activation (the hidden matmul plus the input part;
+    GRU: the hidden matmul alone), then LSTM the activated gates, the cell state, its tanh, the hidden state; GRU
+    the activated gates, the hidden state; RNN the hidden state. Backward: the gradients of the hidden state (with
+    the matmul by W_hh), of the cell state (LSTM), and of the gates before activation (GRU: of the hidden matmul).
     """
     size = weight_hh.shape[0] // GATES[mode]
     sigmoid, tanh = Composite.SIGMOID, Composite.TANH
+    # the matmul is fused with the sum of the input part only (LSTM, RNN): a matmul kernel is fast with that, and many
+    # times slower with the gates' activations fused in after it (they are one elementwise kernel of their own)
+    hidden_part = F.linear(hidden, weight_hh, bias_hh)
+    hidden_part = _boundary(hidden_part) if mode == "GRU" else hidden_part
     if mode == "LSTM":
-        gates = _store_gradient(input_part + F.linear(hidden, weight_hh, bias_hh))
+        gates = _boundary(input_part + hidden_part)
         sigmoid_part, tanh_part, output_part = gates[:, :2 * size], gates[:, 2 * size:3 * size], gates[:, 3 * size:]
         with em.no_grad():
             activated = _blockwise_activation(gates, 2 * size, 3 * size)
@@ -82,7 +88,6 @@ def _cell_step(
             new_hidden = F.linear(new_hidden, weight_hr)
         return _boundary(new_hidden), new_cell
     if mode == "GRU":
-        hidden_part = _boundary(F.linear(hidden, weight_hh, bias_hh))
         input_new, hidden_new = input_part[:, 2 * size:], hidden_part[:, 2 * size:]
         reset_update_part = input_part[:, :2 * size] + hidden_part[:, :2 * size]
         with em.no_grad():
@@ -93,7 +98,7 @@ def _cell_step(
         new = _recorded_as(tanh, input_new + reset_update[:, :size] * hidden_new, activated[:, 2 * size:])
         update = reset_update[:, size:]
         return _boundary((1 - update) * new + update * hidden), None
-    total = _store_gradient(input_part + F.linear(hidden, weight_hh, bias_hh))
+    total = _boundary(input_part + hidden_part)
     if mode == "RNN_RELU":
         return _boundary(total.relu()), None
     with em.no_grad():
