@@ -259,7 +259,10 @@ class RNNBase(Module):
         sequences, longest first: a padded batch has batch_sizes N at every step) -> (output rows, h_n, c_n).
 
         The input projection of all steps is one matmul per layer and direction, stored with its gradient; each
-        step's output is stored, and the outputs of all steps are joined by one stored kernel."""
+        step's output is stored, and the outputs of all steps are joined by one stored kernel. A step's rows of the
+        projection are copied out first: a kernel names the offsets it reads, so that copy is the only kernel of a
+        step that differs from the other steps' (a slice read by the step's matmul would make that a new kernel to
+        compile at every step: the cold first step of a long sequence would compile a matmul per step)."""
         directions = 2 if self.bidirectional else 1
         output_size = self.proj_size if self.proj_size > 0 else self.hidden_size
         offsets = [sum(batch_sizes[:time]) for time in range(len(batch_sizes))]
@@ -280,10 +283,12 @@ class RNNBase(Module):
                     size, start = batch_sizes[time], offsets[time]
                     moving = size == hidden.shape[0]
                     new_hidden, new_cell = _cell_step(
-                        self.mode, projected[start:start + size], hidden if moving else hidden[:size],
+                        self.mode, projected[start:start + size].contiguous(), hidden if moving else hidden[:size],
                         cell if moving or cell is None else cell[:size], weight_hh, bias_hh, weight_hr,
                     )
-                    steps[time] = new_hidden
+                    # the step's share of the output's gradient copied out: like the input rows, the one kernel that
+                    # names the step's offset, so the matmul by W_hh that adds it is the same kernel at every step
+                    steps[time] = _store_gradient(new_hidden * 1.0)
                     hidden = new_hidden if moving else em.cat([new_hidden, hidden[size:]])
                     if cell is not None and new_cell is not None:
                         cell = new_cell if moving else em.cat([new_cell, cell[size:]])
