@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -265,7 +266,7 @@ class RNNBase(Module):
         compile at every step: the cold first step of a long sequence would compile a matmul per step)."""
         directions = 2 if self.bidirectional else 1
         output_size = self.proj_size if self.proj_size > 0 else self.hidden_size
-        offsets = [sum(batch_sizes[:time]) for time in range(len(batch_sizes))]
+        offsets = [0, *itertools.accumulate(batch_sizes)][:-1]  # each step's first row
         final_hidden: list[Tensor] = []
         final_cell: list[Tensor] = []
         layer_input = rows
