@@ -281,6 +281,8 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
     Composite.NORMALIZE: _normalize,
     Composite.CONVOLUTION: _convolution,
     Composite.MAX_POOL: _max_pool,
+    Composite.TANH: lambda step, grad: (grad * (1.0 - step.output * step.output),),
+    Composite.SIGMOID: lambda step, grad: (grad * (step.output * (1.0 - step.output)),),
 }
 
 NO_SOURCES = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE})  # never recorded: they have no sources to differentiate

@@ -76,6 +76,9 @@ class Composite(Enum):
     CONVOLUTION = auto()  # sources: (x [N, C, *S], weight); arg: ConvolutionGeometry; the backward is convolutions
     # again (core/convolution_forms.py), not the adjoints of the overlapping window views
     MAX_POOL = auto()  # sources: (x [N, C, *S],); arg: PoolGeometry; the gradient goes to each window's first maximum
+    TANH = auto()  # sources: (x,); d/dx = 1 - tanh(x)^2 from the output, as torch's tanh_backward (one small step
+    # instead of the chain rule through expm1's branches: a recurrent layer differentiates it at every time step)
+    SIGMOID = auto()  # sources: (x,); d/dx = s (1 - s) from the output s, as torch's sigmoid_backward
 
     __hash__ = object.__hash__
 

@@ -119,10 +119,12 @@ class UnaryMathOps(TensorBase):
         return _in_compute_precision(lambda x: x._apply(Op.SIN) / _cos(x))(self._float_operand())
 
     def tanh(self) -> Tensor:
-        return _in_compute_precision(_tanh)(self._float_operand())
+        operand = self._float_operand()
+        return operand._recorded(Composite.TANH, _in_compute_precision(_tanh), (operand,))
 
     def sigmoid(self) -> Tensor:
-        return _in_compute_precision(_sigmoid)(self._float_operand())
+        operand = self._float_operand()
+        return operand._recorded(Composite.SIGMOID, _in_compute_precision(_sigmoid), (operand,))
 
     def erf(self) -> Tensor:
         return _in_compute_precision(_erf)(self._float_operand())

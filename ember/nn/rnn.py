@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
 import ember as em
 from ember.core.errors import ShapeError
+from ember.core.ops import Composite
 from ember.core.tensor import Tensor
 from ember.nn import functional as F
 from ember.nn import init
@@ -16,16 +18,37 @@ from ember.nn.module import Module
 GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
 
+def _store_gradient(tensor: Tensor) -> Tensor:
+    """`tensor`, whose gradient (in backward) is stored in a buffer of its own: the end of one step's backward."""
+    if tensor.requires_grad:
+        tensor.register_hook(lambda gradient: gradient.contiguous())
+    return tensor
+
+
 def _boundary(tensor: Tensor) -> Tensor:
     """Store `tensor` (and its gradient, in backward) in a buffer of its own.
 
     A recurrence otherwise fuses every earlier time step into each kernel, in forward and in backward; with a
     boundary per step, kernels stay small and every step reuses the same compiled kernels.
     """
-    stored = tensor.contiguous()
-    if stored.requires_grad:
-        stored.register_hook(lambda gradient: gradient.contiguous())
-    return stored
+    return _store_gradient(tensor.contiguous())
+
+
+def _recorded_as(kind: Composite, source: Tensor, value: Tensor) -> Tensor:
+    """`value`, which holds sigmoid or tanh of `source` computed (and stored) already, recorded for autograd as that
+    function's step (torch's formula from the output): backward reads the stored values instead of evaluating the
+    function again, and the function's values never need a kernel of their own."""
+    return source._recorded(kind, lambda _source: value, (source,))
+
+
+def _blockwise_activation(gates: Tensor, tanh_start: int, tanh_end: int) -> Tensor:
+    """tanh of the columns tanh_start..tanh_end of `gates`, sigmoid of the others, stored by one kernel: one sigmoid
+    per element, tanh x = 2 sigmoid(2x) - 1 (absolute error of a float32 rounding; each function of its own on every
+    column would cost both, and joining slices would pad each function's values, which the kernelizer may store)."""
+    columns = em.arange(gates.shape[-1], device=gates.device)
+    is_tanh = (columns >= tanh_start).logical_and(columns < tanh_end)
+    sigmoid = em.where(is_tanh, gates * 2.0, gates).sigmoid()
+    return em.where(is_tanh, sigmoid * 2.0 - 1.0, sigmoid).contiguous()
 
 
 def _cell_step(
@@ -37,25 +60,51 @@ def _cell_step(
     bias_hh: Tensor | None,
     weight_hr: Tensor | None,
 ) -> tuple[Tensor, Tensor | None]:
-    """One time step: input_part is x @ W_ih^T + b_ih already. Gate order as torch: LSTM i,f,g,o; GRU r,z,n."""
-    hidden_part = _boundary(F.linear(hidden, weight_hh, bias_hh))
+    """One time step: input_part is x @ W_ih^T + b_ih already. Gate order as torch: LSTM i,f,g,o; GRU r,z,n.
+
+    Each stored value is one kernel. Forward: the gates before activation (the hidden matmul plus the input part;
+    GRU: the hidden matmul alone), then LSTM the activated gates, the cell state, its tanh, the hidden state; GRU
+    the activated gates, the hidden state; RNN the hidden state. Backward: the gradients of the hidden state (with
+    the matmul by W_hh), of the cell state (LSTM), and of the gates before activation (GRU: of the hidden matmul).
+    """
+    size = weight_hh.shape[0] // GATES[mode]
+    sigmoid, tanh = Composite.SIGMOID, Composite.TANH
+    # the matmul is fused with the sum of the input part only (LSTM, RNN): a matmul kernel is fast with that, and many
+    # times slower with the gates' activations fused in after it (they are one elementwise kernel of their own)
+    hidden_part = F.linear(hidden, weight_hh, bias_hh)
+    hidden_part = _boundary(hidden_part) if mode == "GRU" else hidden_part
     if mode == "LSTM":
         gates = _boundary(input_part + hidden_part)
-        input_gate, forget_gate, cell_gate, output_gate = gates.chunk(4, -1)
-        new_cell = _boundary(forget_gate.sigmoid() * cell + input_gate.sigmoid() * cell_gate.tanh())
-        new_hidden = output_gate.sigmoid() * new_cell.tanh()
+        sigmoid_part, tanh_part, output_part = gates[:, :2 * size], gates[:, 2 * size:3 * size], gates[:, 3 * size:]
+        with em.no_grad():
+            activated = _blockwise_activation(gates, 2 * size, 3 * size)
+        input_forget = _recorded_as(sigmoid, sigmoid_part, activated[:, :2 * size])
+        cell_gate = _recorded_as(tanh, tanh_part, activated[:, 2 * size:3 * size])
+        output_gate = _recorded_as(sigmoid, output_part, activated[:, 3 * size:])
+        new_cell = _boundary(input_forget[:, size:] * cell + input_forget[:, :size] * cell_gate)
+        with em.no_grad():
+            cell_tanh = new_cell.tanh().contiguous()
+        new_hidden = output_gate * _recorded_as(tanh, new_cell, cell_tanh)
         if weight_hr is not None:
             new_hidden = F.linear(new_hidden, weight_hr)
         return _boundary(new_hidden), new_cell
     if mode == "GRU":
-        input_reset, input_update, input_new = _boundary(input_part).chunk(3, -1)
-        hidden_reset, hidden_update, hidden_new = hidden_part.chunk(3, -1)
-        reset = (input_reset + hidden_reset).sigmoid()
-        update = (input_update + hidden_update).sigmoid()
-        new = (input_new + reset * hidden_new).tanh()
+        input_new, hidden_new = input_part[:, 2 * size:], hidden_part[:, 2 * size:]
+        reset_update_part = input_part[:, :2 * size] + hidden_part[:, :2 * size]
+        with em.no_grad():
+            reset = reset_update_part[:, :size].sigmoid()
+            scale = em.cat([em.ones_like(reset_update_part), reset], -1)  # the reset gate scales the new gate's part
+            activated = _blockwise_activation(input_part + scale * hidden_part, 2 * size, 3 * size)
+        reset_update = _recorded_as(sigmoid, reset_update_part, activated[:, :2 * size])
+        new = _recorded_as(tanh, input_new + reset_update[:, :size] * hidden_new, activated[:, 2 * size:])
+        update = reset_update[:, size:]
         return _boundary((1 - update) * new + update * hidden), None
-    total = input_part + hidden_part
-    return _boundary(total.tanh() if mode == "RNN_TANH" else total.relu()), None
+    total = _boundary(input_part + hidden_part)
+    if mode == "RNN_RELU":
+        return _boundary(total.relu()), None
+    with em.no_grad():
+        activated = total.tanh().contiguous()
+    return _store_gradient(_recorded_as(tanh, total, activated)), None
 
 
 class RNNBase(Module):
@@ -175,33 +224,9 @@ class RNNBase(Module):
             raise ShapeError(f"{name}: input of shape {input.shape} should have {self.input_size} features")
         length, batch = sequence.shape[0], sequence.shape[1]
         hidden0, cell0 = self._initial_state(hx, batch, input, batched)
-        directions = 2 if self.bidirectional else 1
-        final_hidden: list[Tensor] = []
-        final_cell: list[Tensor] = []
-        layer_input = sequence
-        for layer in range(self.num_layers):
-            outputs = []
-            for direction in range(directions):
-                weight_ih, weight_hh, bias_ih, bias_hh, weight_hr = self._layer_parameters(layer, direction)
-                projected = F.linear(layer_input, weight_ih, bias_ih)  # all time steps at once
-                state = layer * directions + direction
-                hidden = hidden0[state]
-                cell = cell0[state] if cell0 is not None else None
-                steps: list[Tensor] = [None] * length  # type: ignore[list-item]
-                order = range(length - 1, -1, -1) if direction == 1 else range(length)
-                for time in order:
-                    hidden, cell = _cell_step(self.mode, projected[time], hidden, cell, weight_hh, bias_hh, weight_hr)
-                    steps[time] = hidden
-                outputs.append(em.stack(steps) if length else projected[:, :, :0])
-                final_hidden.append(hidden)
-                if cell is not None:
-                    final_cell.append(cell)
-            layer_input = outputs[0] if directions == 1 else em.cat(outputs, dim=-1)
-            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
-                layer_input = F.dropout(layer_input, self.dropout, True)
-        output = layer_input
-        hidden_n = em.stack(final_hidden)
-        cell_n = em.stack(final_cell) if final_cell else None
+        rows, hidden_n, cell_n = self._recurrence(sequence.reshape(length * batch, self.input_size), [batch] * length,
+                                                  hidden0, cell0)
+        output = rows.reshape(length, batch, rows.shape[-1])
         if batched and self.batch_first:
             output = output.transpose(0, 1)
         if not batched:
@@ -217,21 +242,39 @@ class RNNBase(Module):
         if data.ndim != 2 or data.shape[1] != self.input_size:
             raise ShapeError(f"{name}: packed data of shape {data.shape} should be (rows, {self.input_size})")
         batch_sizes = [int(size) for size in batch_sizes_tensor.tolist()]
-        batch = batch_sizes[0]
-        offsets = [sum(batch_sizes[:time]) for time in range(len(batch_sizes))]
         if hx is not None and sorted_indices is not None:  # hx is in the batch's order; the recurrence runs sorted
             hx = tuple(part.index_select(1, sorted_indices) for part in hx) if self.mode == "LSTM" else (
                 hx.index_select(1, sorted_indices))
-        hidden0, cell0 = self._initial_state(hx, batch, data, True)
+        hidden0, cell0 = self._initial_state(hx, batch_sizes[0], data, True)
+        rows, hidden_n, cell_n = self._recurrence(data, batch_sizes, hidden0, cell0)
+        if unsorted_indices is not None:  # back to the batch's order
+            hidden_n = hidden_n.index_select(1, unsorted_indices)
+            cell_n = cell_n.index_select(1, unsorted_indices) if cell_n is not None else None
+        output = type(packed)(rows, batch_sizes_tensor, sorted_indices, unsorted_indices)
+        return output, ((hidden_n, cell_n) if self.mode == "LSTM" else hidden_n)
+
+    def _recurrence(
+        self, rows: Tensor, batch_sizes: list[int], hidden0: Tensor, cell0: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Every layer and direction over `rows` (time steps one after another; at step t the first batch_sizes[t]
+        sequences, longest first: a padded batch has batch_sizes N at every step) -> (output rows, h_n, c_n).
+
+        The input projection of all steps is one matmul per layer and direction, stored with its gradient; each
+        step's output is stored, and the outputs of all steps are joined by one stored kernel. A step's rows of the
+        projection are copied out first: a kernel names the offsets it reads, so that copy is the only kernel of a
+        step that differs from the other steps' (a slice read by the step's matmul would make that a new kernel to
+        compile at every step: the cold first step of a long sequence would compile a matmul per step)."""
         directions = 2 if self.bidirectional else 1
+        output_size = self.proj_size if self.proj_size > 0 else self.hidden_size
+        offsets = [0, *itertools.accumulate(batch_sizes)][:-1]  # each step's first row
         final_hidden: list[Tensor] = []
         final_cell: list[Tensor] = []
-        layer_input = data
+        layer_input = rows
         for layer in range(self.num_layers):
             outputs = []
             for direction in range(directions):
                 weight_ih, weight_hh, bias_ih, bias_hh, weight_hr = self._layer_parameters(layer, direction)
-                projected = F.linear(layer_input, weight_ih, bias_ih)  # every packed row at once
+                projected = _boundary(F.linear(layer_input, weight_ih, bias_ih))  # all time steps at once
                 state = layer * directions + direction
                 hidden = hidden0[state]
                 cell = cell0[state] if cell0 is not None else None
@@ -239,28 +282,26 @@ class RNNBase(Module):
                 order = range(len(batch_sizes) - 1, -1, -1) if direction == 1 else range(len(batch_sizes))
                 for time in order:
                     size, start = batch_sizes[time], offsets[time]
+                    moving = size == hidden.shape[0]
                     new_hidden, new_cell = _cell_step(
-                        self.mode, projected[start:start + size], hidden[:size],
-                        cell[:size] if cell is not None else None, weight_hh, bias_hh, weight_hr,
+                        self.mode, projected[start:start + size].contiguous(), hidden if moving else hidden[:size],
+                        cell if moving or cell is None else cell[:size], weight_hh, bias_hh, weight_hr,
                     )
-                    steps[time] = new_hidden
-                    hidden = new_hidden if size == batch else em.cat([new_hidden, hidden[size:]])
+                    # the step's share of the output's gradient copied out: like the input rows, the one kernel that
+                    # names the step's offset, so the matmul by W_hh that adds it is the same kernel at every step
+                    steps[time] = _store_gradient(new_hidden * 1.0)
+                    hidden = new_hidden if moving else em.cat([new_hidden, hidden[size:]])
                     if cell is not None and new_cell is not None:
-                        cell = new_cell if size == batch else em.cat([new_cell, cell[size:]])
-                outputs.append(em.cat(steps))
+                        cell = new_cell if moving else em.cat([new_cell, cell[size:]])
+                outputs.append(_boundary(em.cat(steps)) if steps else em.zeros(
+                    0, output_size, dtype=rows.dtype, device=rows.device))
                 final_hidden.append(hidden)
                 if cell is not None:
                     final_cell.append(cell)
             layer_input = outputs[0] if directions == 1 else em.cat(outputs, dim=-1)
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 layer_input = F.dropout(layer_input, self.dropout, True)
-        hidden_n = em.stack(final_hidden)
-        cell_n = em.stack(final_cell) if final_cell else None
-        if unsorted_indices is not None:  # back to the batch's order
-            hidden_n = hidden_n.index_select(1, unsorted_indices)
-            cell_n = cell_n.index_select(1, unsorted_indices) if cell_n is not None else None
-        output = type(packed)(layer_input, batch_sizes_tensor, sorted_indices, unsorted_indices)
-        return output, ((hidden_n, cell_n) if self.mode == "LSTM" else hidden_n)
+        return layer_input, em.stack(final_hidden), em.stack(final_cell) if final_cell else None
 
     def extra_repr(self) -> str:
         text = f"{self.input_size}, {self.hidden_size}"

@@ -1,0 +1,119 @@
+"""RNN, LSTM and GRU against torch (outputs, final states, input and parameter gradients) in the configurations the
+layers branch on, and the kernels one time step costs (a structural count: the per-step kernels are pinned)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.utils.rnn as torch_rnn
+
+import ember as em
+import ember.nn as enn
+import ember.nn.utils.rnn as ember_rnn
+from tests.helpers import assert_close
+
+# (kind, keyword arguments): one and two layers, both directions, batch first, without bias, both nonlinearities
+CONFIGURATIONS = [
+    ("LSTM", {"bias": False, "batch_first": True}),
+    ("LSTM", {"num_layers": 2, "bidirectional": True}),
+    ("GRU", {"num_layers": 2, "bidirectional": True, "bias": False}),
+    ("GRU", {"batch_first": True}),
+    ("RNN", {"num_layers": 2, "bidirectional": True, "batch_first": True}),
+    ("RNN", {"nonlinearity": "relu", "bias": False}),
+]
+LENGTHS = [5, 2, 4]  # a packed batch: unsorted, of three lengths
+
+
+def _pair(kind: str, arguments: dict[str, Any], device: str) -> tuple[Any, Any]:
+    torch.manual_seed(0)
+    torch_module = getattr(torch.nn, kind)(3, 5, **arguments)
+    module = getattr(enn, kind)(3, 5, **arguments).to(device)
+    module.load_state_dict(torch_module.state_dict())
+    return module, torch_module
+
+
+def _compare_gradients(module: Any, torch_module: Any, inputs: list[Any], torch_inputs: list[Any]) -> None:
+    for ember_input, torch_input in zip(inputs, torch_inputs):
+        assert_close(ember_input.grad, torch_input.grad, atol=1e-4)
+    for (name, torch_parameter), parameter in zip(torch_module.named_parameters(), module.parameters()):
+        assert torch_parameter.grad is not None, name
+        assert_close(parameter.grad, torch_parameter.grad, atol=1e-4)
+
+
+@pytest.mark.parametrize(("kind", "arguments"), CONFIGURATIONS, ids=lambda value: str(value))
+def test_recurrent_layer_matches_torch(kind: str, arguments: dict[str, Any], device: str) -> None:
+    module, torch_module = _pair(kind, arguments, device)
+    directions = 2 if arguments.get("bidirectional") else 1
+    generator = np.random.default_rng(1)
+    shape = (3, 4, 3) if arguments.get("batch_first") else (4, 3, 3)
+    array = (generator.normal(size=shape) * 3).astype(np.float32)  # large enough to saturate some gates
+    state = generator.normal(size=(arguments.get("num_layers", 1) * directions, 3, 5)).astype(np.float32)
+    inputs = [em.tensor(array, device=device, requires_grad=True), em.tensor(state, device=device, requires_grad=True)]
+    torch_inputs = [torch.tensor(array, requires_grad=True), torch.tensor(state, requires_grad=True)]
+    if kind == "LSTM":
+        inputs.append(em.tensor(state * 0.5, device=device, requires_grad=True))
+        torch_inputs.append(torch.tensor(state * 0.5, requires_grad=True))
+        output, (hidden, cell) = module(inputs[0], (inputs[1], inputs[2]))
+        torch_output, (torch_hidden, torch_cell) = torch_module(torch_inputs[0], (torch_inputs[1], torch_inputs[2]))
+        finals, torch_finals = [hidden, cell], [torch_hidden, torch_cell]
+    else:
+        output, hidden = module(inputs[0], inputs[1])
+        torch_output, torch_hidden = torch_module(torch_inputs[0], torch_inputs[1])
+        finals, torch_finals = [hidden], [torch_hidden]
+    assert_close([output, *finals], [torch_output, *torch_finals], atol=1e-5)
+    weights = generator.normal(size=tuple(torch_output.shape)).astype(np.float32)
+    ((output * em.tensor(weights, device=device)).sum() + sum((final * final).sum() for final in finals)).backward()
+    ((torch_output * torch.tensor(weights)).sum() + sum((final * final).sum() for final in torch_finals)).backward()
+    _compare_gradients(module, torch_module, inputs, torch_inputs)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_packed_batch_without_bias_matches_torch(kind: str, device: str) -> None:
+    module, torch_module = _pair(kind, {"bias": False}, device)
+    array = np.random.default_rng(2).normal(size=(len(LENGTHS), 5, 3)).astype(np.float32)
+    inputs, torch_inputs = [em.tensor(array, device=device, requires_grad=True)], [torch.tensor(array, requires_grad=True)]
+    packed = ember_rnn.pack_padded_sequence(inputs[0], LENGTHS, batch_first=True, enforce_sorted=False)
+    torch_packed = torch_rnn.pack_padded_sequence(torch_inputs[0], LENGTHS, batch_first=True, enforce_sorted=False)
+    output, state = module(packed)
+    torch_output, torch_state = torch_module(torch_packed)
+    finals = list(state) if kind == "LSTM" else [state]
+    torch_finals = list(torch_state) if kind == "LSTM" else [torch_state]
+    assert_close([output.data, *finals], [torch_output.data, *torch_finals], atol=1e-5)
+    (output.data.sum() + sum((final * final).sum() for final in finals)).backward()
+    (torch_output.data.sum() + sum((final * final).sum() for final in torch_finals)).backward()
+    _compare_gradients(module, torch_module, inputs, torch_inputs)
+
+
+def _kernels(kind: str, steps: int) -> tuple[int, int]:
+    """Kernels that forward and backward of a one-layer layer over `steps` time steps launch (c device), and how many
+    of them are different kernels (to compile)."""
+    module = getattr(enn, kind)(3, 5).to("c")
+    sequence = em.ones(steps, 2, 3, device="c", requires_grad=True)
+    em.realize(sequence, *module.parameters())
+    with em.profile() as record:
+        output, _ = module(sequence)
+        output.sum().backward()
+        em.realize(sequence.grad, *(parameter.grad for parameter in module.parameters()))
+    return len(record.kernels), len({kernel.name for kernel in record.kernels})
+
+
+# Kernels per time step, forward + backward. torch launches a gemm and a fused pointwise kernel per step each way
+# (4); ember's kernels have one output each. Forward: a copy of the step's rows of the input projection, the gates
+# before activation (the matmul by W_hh plus that copy; GRU: the matmul alone), then LSTM the activated gates, the
+# cell state, its tanh (read again by backward) and the hidden state; GRU the activated gates and the hidden state;
+# RNN the hidden state. Backward: a copy of the step's share of the output's gradient, the hidden state's gradient
+# (the matmul by W_hh fused in), the cell state's (LSTM) and the gates' before activation. The weight gradients of
+# all steps are one kernel each, whatever the length.
+KERNELS_PER_STEP = {"LSTM": 10, "GRU": 7, "RNN": 6}
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_kernels_per_time_step(kind: str) -> None:
+    (short, short_distinct), (long, long_distinct) = _kernels(kind, 3), _kernels(kind, 6)
+    assert long - short == 3 * KERNELS_PER_STEP[kind], (short, long)
+    # every step runs the same kernels but two copies (a kernel names the offsets it reads): its rows of the input
+    # projection, and its share of the output's gradient. Two new kernels to compile per step, copies, not matmuls
+    assert long_distinct - short_distinct <= 2 * 3, (short_distinct, long_distinct)
