@@ -70,7 +70,8 @@ def has_vector_math() -> bool:
 
 # what CRenderer renders on vectors (gcc's vector extensions, with helpers for MAX, WHERE and math functions)
 VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE,
-                        Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC})
+                        Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC, Op.CAST, Op.BITCAST, Op.AND,
+                        Op.OR, Op.SHR, Op.SHL})
 RENDERED_KEPT = 256  # sources of the kernels rendered last, kept for compile_many after compile_quick
 SPIN_COUNT = "20000"  # how long idle OpenMP threads spin before they sleep, unless the environment says (probe)
 PARALLEL_THRESHOLD = 1 << 15  # estimated operations below which a kernel runs on one thread
@@ -114,6 +115,12 @@ class CRenderer(CStyleRenderer):
 
     def local_declaration(self, name: str, dtype: DType, size: int) -> str:
         return f"{self.type_name(dtype)} {name}[{size}] __attribute__((aligned(64)))"
+
+    def vector_cast(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        return f"__builtin_convertvector({operand(node.srcs[0])}, {self.vector_type(node.dtype, node.width)})"
+
+    def vector_bitcast(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        return f"(({self.vector_type(node.dtype, node.width)})({operand(node.srcs[0])}))"
 
     def vector_maximum(self, operands: list[str], node: IRNode) -> str:
         return f"ember_max_{node.dtype.name}x{node.width}({operands[0]}, {operands[1]})"

@@ -242,10 +242,12 @@ class Gemma3(nn.Module):
         dequantize them there once when the model keeps float32 weights."""
         if any(buffer.device != device for buffer in self.buffers()):
             self.to(device)
-        if self.float32_weights:
-            for module in self.modules():
-                if isinstance(module, QuantizedLinear):
+        for module in self.modules():
+            if isinstance(module, QuantizedLinear):
+                if self.float32_weights:
                     module.store_float32()
+                elif module.format is not None and module.scales is None:
+                    module.decode_scales()
 
     def _logits(self, hidden: Tensor) -> Tensor:
         logits = self.embedding.linear(self.norm(hidden).contiguous()).reshape(self.config.vocab_size)
