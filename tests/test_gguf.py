@@ -92,6 +92,23 @@ def test_header_metadata_and_lazy_tensors(tmp_path: Path) -> None:
         np.testing.assert_array_equal(quantized.dequantize().numpy(), expected)
 
 
+def test_header_steps_over_skipped_metadata(tmp_path: Path) -> None:
+    """Keys with a skipped prefix (strings, arrays of strings and numbers, scalars) are stepped over: the rest of
+    the metadata and every tensor's offset come out as when everything is read; a truncated skipped value raises."""
+    path = tmp_path / "model.gguf"
+    write_model(path)
+    full = read_gguf_header(path)
+    skipped = read_gguf_header(path, skip_keys=("test.",))
+    assert skipped.metadata == {key: value for key, value in full.metadata.items() if not key.startswith("test.")}
+    assert skipped.metadata["general.architecture"] == "testarch"
+    assert skipped.tensors == full.tensors and skipped.data_start == full.data_start
+    content = path.read_bytes()
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(content[: content.index(b"test.tokens") + 30])
+    with pytest.raises(GGUFError, match=r"truncated\.gguf: reading .*metadata 'test.tokens'"):
+        read_gguf_header(truncated, skip_keys=("test.",))
+
+
 def test_custom_alignment(tmp_path: Path) -> None:
     path = tmp_path / "aligned.gguf"
     arrays = write_model(path, alignment=64)

@@ -26,7 +26,8 @@ QK_K = 256  # elements of a k-quant super-block
 class QuantFormat:
     """A block-quantized element format: `block_elements` values stored in `block_bytes` bytes.
 
-    `block_scales` decodes each block's scales (float32, broadcastable to the layout), `values_from` gives the
+    `block_scales` picks each block's scales out (float16 and small integers, broadcastable to the layout: 2 to 20
+    bytes a block, which `QuantizedTensor.decoded_scales` stores once), `values_from` gives the
     block's values laid out as `layout` (whose row-major order is the elements' order) from the blocks and those
     scales: the layout's last axis runs over consecutive bytes of the block with one shift and one scale, so a
     product over the values (`QuantizedTensor.matmul`) reads the bytes as vectors and each scale once per run."""
@@ -52,15 +53,19 @@ class QuantFormat:
 
 
 def _float16(blocks: Tensor, start: int) -> Tensor:
-    """The little-endian float16 at byte `start` of every block, as float32 of shape (..., blocks, 1)."""
+    """The little-endian float16 at byte `start` of every block, as float16 of shape (..., blocks, 1)."""
     low = blocks[..., start : start + 1].cast(dtypes.uint16)
     high = blocks[..., start + 1 : start + 2].cast(dtypes.uint16)
-    return (low | (high << 8)).bitcast(dtypes.float16).cast(dtypes.float32)
+    return (low | (high << 8)).bitcast(dtypes.float16)
 
 
 def _scale(blocks: Tensor, start: int, axes: int) -> Tensor:
-    """The float16 at byte `start` of every block, shaped to broadcast over `axes` axes of a block's layout."""
+    """The float16 at byte `start` of every block (float16), shaped to broadcast over `axes` axes of its layout."""
     return _float16(blocks, start).reshape(*blocks.shape[:-1], *([1] * axes))
+
+
+def _float(value: Tensor) -> Tensor:
+    return value.cast(dtypes.float32)
 
 
 def _bytes(blocks: Tensor, start: int, view: tuple[int, ...], layout: tuple[int, ...]) -> Tensor:
@@ -102,13 +107,13 @@ def _d_scale(axes: int) -> Callable[[Tensor], tuple[Tensor, ...]]:
 
 def q8_0_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
     """Q8_0: a float16 scale d and 32 int8 values q; x = q * d. Layout (32,)."""
-    return blocks[..., 2:34].bitcast(dtypes.int8).cast(dtypes.float32) * scales[0]
+    return blocks[..., 2:34].bitcast(dtypes.int8).cast(dtypes.float32) * _float(scales[0])
 
 
 def q4_0_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
     """Q4_0: scale d, 16 bytes of nibbles (elements 0-15 low, 16-31 high); x = d * (q - 8). Layout (2, 16)."""
     low = _shift_right(_bytes(blocks, 2, (1, 16), (2, 16)), _shifts(4, (2, 1), blocks.device))
-    return _quants(low & 0x0F, 8.0) * scales[0]
+    return _quants(low & 0x0F, 8.0) * _float(scales[0])
 
 
 def q5_0_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
@@ -120,7 +125,7 @@ def q5_0_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
     high_bytes = _bytes(blocks, 2, (2, 2, 1), (2, 2, 8)).reshape(*leading, 2, 16)
     bit_shifts = _shifts(1, (1, 1, 8), device).expand(2, 2, 8).reshape(2, 16)
     high = _shift_right(high_bytes, bit_shifts) & 1
-    return _quants(low | (high << 4), 16.0) * scales[0]
+    return _quants(low | (high << 4), 16.0) * _float(scales[0])
 
 
 def _k_scales(blocks: Tensor) -> tuple[Tensor, Tensor]:
@@ -131,13 +136,18 @@ def _k_scales(blocks: Tensor) -> tuple[Tensor, Tensor]:
     return cat(scales, dim=-1), cat(minimums, dim=-1)
 
 
-def k_factors(blocks: Tensor) -> tuple[Tensor, ...]:
-    """Q4_K/Q5_K: d * scale_j and dmin * minimum_j of the 8 sub-blocks, as (..., blocks, 4, 2, 1) float32."""
+def k_scales(blocks: Tensor) -> tuple[Tensor, ...]:
+    """Q4_K/Q5_K: d and dmin (float16, (..., blocks, 1, 1, 1)) and the 8 sub-blocks' 6-bit scales and minimums
+    (uint8, (..., blocks, 4, 2, 1)): 20 bytes a block."""
     sub_scales, sub_minimums = _k_scales(blocks)
     shape = (*blocks.shape[:-1], 4, 2, 1)
-    factor = _scale(blocks, 0, 3) * sub_scales.cast(dtypes.float32).reshape(shape)
-    offset = _scale(blocks, 2, 3) * sub_minimums.cast(dtypes.float32).reshape(shape)
-    return factor, offset
+    return _scale(blocks, 0, 3), _scale(blocks, 2, 3), sub_scales.reshape(shape), sub_minimums.reshape(shape)
+
+
+def _k_factors(scales: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+    """d * scale_j and dmin * minimum_j (float32) from `k_scales`."""
+    scale, minimum, sub_scales, sub_minimums = scales
+    return _float(scale) * _float(sub_scales), _float(minimum) * _float(sub_minimums)
 
 
 def q4_k_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
@@ -145,7 +155,7 @@ def q4_k_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
     x = d * scale_j * q - dmin * minimum_j. Layout (4, 2, 32): sub-block j = 2p + h has the nibbles h of bytes
     32p.. of the values."""
     quants = _shift_right(_bytes(blocks, 16, (4, 1, 32), (4, 2, 32)), _shifts(4, (1, 2, 1), blocks.device)) & 0x0F
-    factor, offset = scales
+    factor, offset = _k_factors(scales)
     return factor * _quants(quants, 0.0) - offset
 
 
@@ -155,14 +165,15 @@ def q5_k_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
     device = blocks.device
     low = _shift_right(_bytes(blocks, 48, (4, 1, 32), (4, 2, 32)), _shifts(4, (1, 2, 1), device)) & 0x0F
     high = _shift_right(_bytes(blocks, 16, (1, 1, 32), (4, 2, 32)), _shifts(1, (4, 2, 1), device)) & 1
-    factor, offset = scales
+    factor, offset = _k_factors(scales)
     return factor * _quants(low | (high << 4), 0.0) - offset
 
 
-def q6_k_factors(blocks: Tensor) -> tuple[Tensor, ...]:
-    """Q6_K: d * scale_j of the 16 sub-blocks, as (..., blocks, 2, 2, 2, 2, 1) float32 (see q6_k_values)."""
-    sub_scales = blocks[..., 192:208].bitcast(dtypes.int8).cast(dtypes.float32)
-    return (_scale(blocks, 208, 5) * sub_scales.reshape(*blocks.shape[:-1], 2, 2, 2, 2, 1),)
+def q6_k_scales(blocks: Tensor) -> tuple[Tensor, ...]:
+    """Q6_K: d (float16, (..., blocks, 1, 1, 1, 1, 1)) and the 16 sub-blocks' int8 scales (..., blocks, 2, 2, 2, 2,
+    1) (see q6_k_values): 18 bytes a block."""
+    sub_scales = blocks[..., 192:208].bitcast(dtypes.int8)
+    return _scale(blocks, 208, 5), sub_scales.reshape(*blocks.shape[:-1], 2, 2, 2, 2, 1)
 
 
 def q6_k_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
@@ -174,15 +185,15 @@ def q6_k_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
     device = blocks.device
     low = _shift_right(_bytes(blocks, 0, (2, 1, 2, 2, 16), layout), _shifts(4, (1, 2, 1, 1, 1), device)) & 0x0F
     high = _shift_right(_bytes(blocks, 128, (2, 1, 1, 2, 16), layout), _shifts(2, (1, 2, 2, 1, 1), device)) & 0x03
-    return scales[0] * _quants(low | (high << 4), 32.0)
+    return _float(scales[0]) * _float(scales[1]) * _quants(low | (high << 4), 32.0)
 
 
 Q8_0 = QuantFormat("Q8_0", 32, 34, (32,), _d_scale(1), q8_0_values)
 Q4_0 = QuantFormat("Q4_0", 32, 18, (2, 16), _d_scale(2), q4_0_values)
 Q5_0 = QuantFormat("Q5_0", 32, 22, (2, 16), _d_scale(2), q5_0_values)
-Q4_K = QuantFormat("Q4_K", QK_K, 144, (4, 2, 32), k_factors, q4_k_values)
-Q5_K = QuantFormat("Q5_K", QK_K, 176, (4, 2, 32), k_factors, q5_k_values)
-Q6_K = QuantFormat("Q6_K", QK_K, 210, (2, 2, 2, 2, 16), q6_k_factors, q6_k_values)
+Q4_K = QuantFormat("Q4_K", QK_K, 144, (4, 2, 32), k_scales, q4_k_values)
+Q5_K = QuantFormat("Q5_K", QK_K, 176, (4, 2, 32), k_scales, q5_k_values)
+Q6_K = QuantFormat("Q6_K", QK_K, 210, (2, 2, 2, 2, 16), q6_k_scales, q6_k_values)
 FORMATS_BY_NAME: dict[str, QuantFormat] = {quant.name: quant for quant in (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)}
 
 
@@ -207,8 +218,8 @@ class MappedRows:
 class QuantizedTensor:
     """A tensor stored as ggml blocks: `raw` holds the bytes (uint8, (*rows, row_bytes)), `shape` the values'.
     `source` says where a 2-d tensor's rows lie in a file (embedding tables look rows up there). `scales`, when
-    given, are the blocks' scales decoded once (`decoded_scales`): products then read them instead of decoding them
-    again (one float per 16 or 32 weights, an eighth to a quarter of the blocks' bytes more memory)."""
+    given, are the blocks' scales picked out once (`decoded_scales`): products then read them instead of picking
+    them out of every block again (2 to 20 bytes a block more memory)."""
 
     def __init__(
         self, raw: Tensor, quant_format: QuantFormat, shape: tuple[int, ...], source: MappedRows | None = None,
@@ -249,7 +260,7 @@ class QuantizedTensor:
                                 self.format.block_bytes)
 
     def decoded_scales(self) -> QuantizedTensor:
-        """The same blocks with their scales decoded once, now (float32 tensors on the blocks' device)."""
+        """The same blocks with their scales picked out once, now (`format.block_scales`, on the blocks' device)."""
         from ember.core.tensor import realize
 
         scales = self.format.block_scales(self.blocks())

@@ -233,7 +233,7 @@ class Gemma3(nn.Module):
         float32_weights the weight matrices are dequantized once on the device (`on_device`): ~1.1 GB for
         Gemma-3-270M instead of ~0.25, each step reading plain floats; the tokens agree (the products differ
         only in rounding)."""
-        header = read_gguf_header(path)
+        header = read_gguf_header(path, skip_keys=("tokenizer.",))  # the vocabulary is the tokenizer's business
         config = GemmaConfig.from_gguf(header)
         model = cls(config, {name: load_gguf_tensor(header, name) for name in header.tensors}).eval()
         model.float32_weights = float32_weights

@@ -48,9 +48,8 @@ class QuantizedLinear(Module):
         return self.quantized().matmul(input)
 
     def decode_scales(self) -> None:
-        """Decode the blocks' scales once where the blocks lie (an eighth to a quarter of their bytes): each
-        forward then reads them instead of decoding them from the blocks again, in a kernel of their own that
-        reads every block."""
+        """Pick the blocks' scales out once where the blocks lie (2 to 20 bytes a block): each forward then reads
+        them instead of picking them out of the blocks again, in a kernel of its own that reads every block."""
         if self.format is not None:
             self.scales = self.quantized().decoded_scales().scales
 
