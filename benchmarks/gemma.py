@@ -40,6 +40,20 @@ def ember_rate(path: str, ids: list[int], tokens: int, device: str, quantized: b
     return (len(stamps) - 1) / (stamps[-1] - stamps[0]), time.perf_counter() - start, chosen
 
 
+def peak_rss() -> int:
+    """This process's peak resident memory in bytes: VmHWM on Linux (ru_maxrss keeps the high-water mark of the
+    process that exec'd this one, here the parent holding transformers), else ru_maxrss."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB elsewhere
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
 def ember_child(path: str, ids: list[int], tokens: int, device: str, quantized: bool) -> dict:
     """ember_rate in a fresh process (so its peak resident memory is its own): rate, first token, tokens, peak."""
     arguments = [sys.executable, __file__, "--child", json.dumps([path, ids, tokens, device, quantized])]
@@ -77,8 +91,7 @@ def main() -> None:
     if arguments.child:
         path, ids, tokens, device, quantized = json.loads(arguments.child)
         rate, first, chosen = ember_rate(path, ids, tokens, device, quantized)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-        print(json.dumps({"rate": rate, "first": first, "tokens": chosen, "peak": peak}))
+        print(json.dumps({"rate": rate, "first": first, "tokens": chosen, "peak": peak_rss()}))
         return
     # the device first: the c backend's probe sets GOMP_SPINCOUNT before an OpenMP runtime starts, and torch
     # (imported by transformers) shares that runtime (libgomp), so both run under the same policy, printed below
