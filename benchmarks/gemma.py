@@ -1,17 +1,23 @@
 """Decoding speed of Gemma-3-270M (Q4_K_M GGUF): ember against transformers + PyTorch (float32) on this machine.
 
-Both decode greedily from the same prompt ids; the figure is tokens per second of the generated tokens after the
+All decode greedily from the same prompt ids; the figure is tokens per second of the generated tokens after the
 first (ember's first step compiles its kernels, the second records them under ember.jit, later ones replay them),
-and ember's time to the first token of a second run (the prompt's pass, compiled by then). The load average is
-printed too: the machine may be shared. ember keeps float32 weights (as transformers does) unless --quantized.
+and ember's time to the first token of a second run (the prompt's pass, compiled by then). ember runs twice, each
+in a process of its own: with the file's quantized blocks (its default) and with float32 weights (as transformers
+keeps them); each line gives that process's peak resident memory next to the file's size. The load average is
+printed too: the machine may be shared.
 
-    python benchmarks/gemma.py [--tokens N] [--device c] [--quantized]
+    python benchmarks/gemma.py [--tokens N] [--device c]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -32,6 +38,27 @@ def ember_rate(path: str, ids: list[int], tokens: int, device: str, quantized: b
     start = time.perf_counter()
     next(generate(model, ids, max_new_tokens=1, device=device))
     return (len(stamps) - 1) / (stamps[-1] - stamps[0]), time.perf_counter() - start, chosen
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory in bytes: VmHWM on Linux (ru_maxrss keeps the high-water mark of the
+    process that exec'd this one, here the parent holding transformers), else ru_maxrss."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB elsewhere
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+def ember_child(path: str, ids: list[int], tokens: int, device: str, quantized: bool) -> dict:
+    """ember_rate in a fresh process (so its peak resident memory is its own): rate, first token, tokens, peak."""
+    arguments = [sys.executable, __file__, "--child", json.dumps([path, ids, tokens, device, quantized])]
+    output = subprocess.run(arguments, check=True, capture_output=True, text=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
 
 
 def torch_rate(path: str, ids: list[int], tokens: int) -> tuple[float, list[int]]:
@@ -59,8 +86,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--device", default="c")
-    parser.add_argument("--quantized", action="store_true", help="keep ember's weights as the file's blocks")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # one ember run, in a process of its own
     arguments = parser.parse_args()
+    if arguments.child:
+        path, ids, tokens, device, quantized = json.loads(arguments.child)
+        rate, first, chosen = ember_rate(path, ids, tokens, device, quantized)
+        print(json.dumps({"rate": rate, "first": first, "tokens": chosen, "peak": peak_rss()}))
+        return
     # the device first: the c backend's probe sets GOMP_SPINCOUNT before an OpenMP runtime starts, and torch
     # (imported by transformers) shares that runtime (libgomp), so both run under the same policy, printed below
     device = get_device(arguments.device).name
@@ -69,16 +101,21 @@ def main() -> None:
     path = default_gguf_path()
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(Path(path).parent), gguf_file=Path(path).name)
     ids = tokenizer(PROMPT).input_ids
-    ember_speed, first_token, ember_tokens = ember_rate(path, ids, arguments.tokens, device, arguments.quantized)
+    runs = {name: ember_child(path, ids, arguments.tokens, device, quantized)
+            for name, quantized in (("quantized", True), ("float32", False))}
     torch_speed, torch_tokens = torch_rate(path, ids, arguments.tokens)
     print(f"load average {os.getloadavg()[0]:.1f}; OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
           f"GOMP_SPINCOUNT {os.environ.get('GOMP_SPINCOUNT', 'unset')}; "
           f"prompt {PROMPT!r} ({len(ids)} tokens), {arguments.tokens} new")
-    weights = "quantized" if arguments.quantized else "float32"
-    print(f"ember ({arguments.device}, {weights} weights): {ember_speed:.2f} tokens/s; first token after "
-          f"{first_token:.2f} s")
+    size = os.path.getsize(path)
+    for name, run in runs.items():
+        print(f"ember ({arguments.device}, {name} weights): {run['rate']:.2f} tokens/s ({run['rate'] / torch_speed:.2f}x "
+              f"torch); first token after {run['first']:.2f} s; peak RSS {run['peak'] / 2**20:.0f} MiB "
+              f"({run['peak'] / size:.2f}x the {size / 2**20:.0f} MiB file); same tokens as torch: "
+              f"{run['tokens'] == torch_tokens}")
     print(f"transformers + torch f32: {torch_speed:.2f} tokens/s")
-    print(f"ratio ember / torch: {ember_speed / torch_speed:.2f}x; same tokens: {ember_tokens == torch_tokens}")
+    print(f"ember quantized / float32: {runs['quantized']['rate'] / runs['float32']['rate']:.2f}x; same tokens: "
+          f"{runs['quantized']['tokens'] == runs['float32']['tokens']}")
 
 
 if __name__ == "__main__":

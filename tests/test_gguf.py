@@ -15,7 +15,8 @@ from ember.io.quantized import FORMATS_BY_NAME
 
 gguf = pytest.importorskip("gguf", reason="the gguf package (pip install gguf) writes the test files")
 
-SCALE_BYTES = {"Q8_0": [0], "Q5_0": [0], "Q4_K": [0, 2], "Q6_K": [208]}  # where each block keeps float16 scales
+# where each block keeps float16 scales
+SCALE_BYTES = {"Q8_0": [0], "Q4_0": [0], "Q5_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
 
 
 def random_blocks(name: str, rows: int, blocks: int, seed: int = 0) -> np.ndarray:
@@ -89,6 +90,23 @@ def test_header_metadata_and_lazy_tensors(tmp_path: Path) -> None:
         expected = gguf.quants.dequantize(arrays[name], getattr(gguf.GGMLQuantizationType, quantized.dtype.name))
         assert quantized.shape == expected.shape
         np.testing.assert_array_equal(quantized.dequantize().numpy(), expected)
+
+
+def test_header_steps_over_skipped_metadata(tmp_path: Path) -> None:
+    """Keys with a skipped prefix (strings, arrays of strings and numbers, scalars) are stepped over: the rest of
+    the metadata and every tensor's offset come out as when everything is read; a truncated skipped value raises."""
+    path = tmp_path / "model.gguf"
+    write_model(path)
+    full = read_gguf_header(path)
+    skipped = read_gguf_header(path, skip_keys=("test.",))
+    assert skipped.metadata == {key: value for key, value in full.metadata.items() if not key.startswith("test.")}
+    assert skipped.metadata["general.architecture"] == "testarch"
+    assert skipped.tensors == full.tensors and skipped.data_start == full.data_start
+    content = path.read_bytes()
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(content[: content.index(b"test.tokens") + 30])
+    with pytest.raises(GGUFError, match=r"truncated\.gguf: reading .*metadata 'test.tokens'"):
+        read_gguf_header(truncated, skip_keys=("test.",))
 
 
 def test_custom_alignment(tmp_path: Path) -> None:
@@ -179,6 +197,60 @@ def test_matmul_reads_quantized_blocks_in_one_kernel(name: str, device: str) -> 
     assert record.bytes_allocated <= 3 * 16 * 4 + weight_elements * 4 // 8  # the output, and scales at most
     expected = inputs @ gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, name)).T
     np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS_BY_NAME))
+@pytest.mark.parametrize("decoded", [False, True], ids=["scales-in-kernel", "scales-decoded"])
+def test_quantized_matmul_matches_numpy(name: str, decoded: bool, device: str) -> None:
+    """QuantizedTensor.matmul (the product over the blocks' own layout) against gguf's dequantization times a numpy
+    matmul: an odd number of rows, one token (a matrix-vector product) and three, NaN-free random blocks."""
+    quant = FORMATS_BY_NAME[name]
+    rows, blocks = 13, 3
+    raw = random_blocks(name, rows=rows, blocks=blocks, seed=7)
+    weight = QuantizedTensor(em.tensor(raw, device=device), quant, (rows, blocks * quant.block_elements))
+    if decoded:
+        weight = weight.decoded_scales()
+    reference = gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, name)).astype(np.float64)
+    for tokens in (1, 3):
+        inputs = np.random.default_rng(tokens).standard_normal((tokens, blocks * quant.block_elements))
+        got = weight.matmul(em.tensor(inputs.astype(np.float32), device=device)).numpy()
+        expected = inputs.astype(np.float32).astype(np.float64) @ reference.T
+        assert got.shape == (tokens, rows)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("name", ["Q8_0", "Q5_0", "Q4_K", "Q6_K"])
+def test_quantized_matvec_with_decoded_scales_is_one_kernel_on_vectors(name: str, monkeypatch: pytest.MonkeyPatch
+                                                                       ) -> None:
+    """With the scales decoded once, a product reads the blocks in one kernel that stores only its output; on c
+    (whose DeviceInfo lists conversions and shifts as vector ops) that kernel unpacks the bytes as vectors."""
+    from ember.scheduler.devices import get_device
+
+    quant = FORMATS_BY_NAME[name]
+    rows, blocks = 64 + len(name), 3  # a shape of its own: its kernel is rendered in this test
+    raw = random_blocks(name, rows=rows, blocks=blocks, seed=3)
+    weight = QuantizedTensor(em.tensor(raw, device="c"), quant, (rows, blocks * quant.block_elements))
+    weight = weight.decoded_scales()
+    x = em.tensor(np.random.default_rng(0).standard_normal((1, blocks * quant.block_elements)).astype(np.float32),
+                  device="c").realize()
+    device = get_device("c")
+    sources: list[str] = []
+    render = device.render
+    monkeypatch.setattr(device, "render", lambda kernel: sources.append(render(kernel)) or sources[-1])
+    with em.profile() as record:
+        result = weight.matmul(x).realize()
+    assert len(record.kernels) == 1 and record.bytes_allocated == rows * 4
+    assert len(sources) == 1 and "__builtin_convertvector" in sources[0]
+    expected = x.numpy() @ gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, name)).T
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_quantized_matmul_checks_its_input() -> None:
+    weight = QuantizedTensor(em.tensor(random_blocks("Q8_0", 2, 1)), FORMATS_BY_NAME["Q8_0"], (2, 32))
+    with pytest.raises(ValueError, match=r"input of shape \(3, 31\) does not end in the 32 input features"):
+        weight.matmul(em.zeros(3, 31))
+    with pytest.raises(TypeError, match="the input must be floating point, got int32"):
+        weight.matmul(em.zeros(3, 32, dtype=em.int32))
 
 
 def test_quantized_tensor_checks_its_raw_bytes() -> None:

@@ -200,6 +200,13 @@ class MemoryPool(ABC):
         raise DeviceError(f"{self.name} makes no views of its buffers (view_alignment is 0); allocate a buffer of "
                           f"its own instead")
 
+    def map_in_place(self, path: str, offset: int, nbytes: int) -> Any | None:
+        """A buffer of this pool over `nbytes` at `offset` of a file, used where it lies (no copy: pages are read
+        when a kernel touches them, and a write stays private to the process), for a pool whose buffers are host
+        memory; None where the pool cannot (the default): the bytes are then copied to a buffer of its own. The
+        handle is never kept for reuse once released."""
+        return None
+
     def map_region(self, path: str, offset: int, nbytes: int) -> Any:
         """A read-only view of `nbytes` at `offset` of a file, for a pool that maps files (disk); others cannot."""
         from ember.core.errors import DeviceError

@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import functools
 import math
+import mmap
 import operator
 import os
 import platform
@@ -29,6 +30,7 @@ from ember.backends.c_style import (
     used_bitcasts,
     vector_nodes,
 )
+from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import BackendUnavailable, CompileError
 from ember.core.ops import Op
@@ -70,7 +72,10 @@ def has_vector_math() -> bool:
 
 # what CRenderer renders on vectors (gcc's vector extensions, with helpers for MAX, WHERE and math functions)
 VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE,
-                        Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC})
+                        Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC, Op.CAST, Op.BITCAST, Op.AND,
+                        Op.OR, Op.SHR, Op.SHL})
+# byte lanes converted to float32 lanes through AVX2's widening moves (a helper per source type), else generically
+BYTE_CONVERSIONS = {("int8", "float32", 8): "_mm256_cvtepi8_epi32", ("uint8", "float32", 8): "_mm256_cvtepu8_epi32"}
 RENDERED_KEPT = 256  # sources of the kernels rendered last, kept for compile_many after compile_quick
 SPIN_COUNT = "20000"  # how long idle OpenMP threads spin before they sleep, unless the environment says (probe)
 PARALLEL_THRESHOLD = 1 << 15  # estimated operations below which a kernel runs on one thread
@@ -115,6 +120,15 @@ class CRenderer(CStyleRenderer):
     def local_declaration(self, name: str, dtype: DType, size: int) -> str:
         return f"{self.type_name(dtype)} {name}[{size}] __attribute__((aligned(64)))"
 
+    def vector_cast(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        source = node.srcs[0].dtype
+        if (source.name, node.dtype.name, node.width) in BYTE_CONVERSIONS:
+            return f"ember_convert_{source.name}x8_float32x8({operand(node.srcs[0])})"
+        return f"__builtin_convertvector({operand(node.srcs[0])}, {self.vector_type(node.dtype, node.width)})"
+
+    def vector_bitcast(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        return f"(({self.vector_type(node.dtype, node.width)})({operand(node.srcs[0])}))"
+
     def vector_maximum(self, operands: list[str], node: IRNode) -> str:
         return f"ember_max_{node.dtype.name}x{node.width}({operands[0]}, {operands[1]})"
 
@@ -137,6 +151,8 @@ class CRenderer(CStyleRenderer):
                 functions.add(("select", dtype, node.width))
             elif node.op in self.math_functions:
                 functions.add((node.op.name.lower(), dtype, node.width))
+            elif node.op is Op.CAST and (node.srcs[0].dtype.name, dtype.name, node.width) in BYTE_CONVERSIONS:
+                functions.add(("convert", node.srcs[0].dtype, node.width))
         for kind, dtype, width in functions:
             if kind in ("max", "select"):  # both need the mask type
                 mask = MASK_TYPES[dtype.itemsize]
@@ -152,7 +168,15 @@ class CRenderer(CStyleRenderer):
             vector = self.vector_type(dtype, width)
             mask_vector = self.vector_type(MASK_TYPES[dtype.itemsize], width)
             function = f"ember_{kind}_{dtype.name}x{width}"
-            if kind == "max":  # NaN-propagating, like the scalar MAX
+            if kind == "convert":  # bytes to float32 lanes: gcc 12 converts a vector load lane by lane itself
+                float_vector = self.vector_type(dtypes.float32, width)
+                extend = BYTE_CONVERSIONS[(dtype.name, "float32", width)]
+                function = f"ember_convert_{dtype.name}x8_float32x8"
+                body = (f"#if defined(__AVX2__)\n#include <immintrin.h>\nstatic inline {float_vector} {function}({vector} v) {{"
+                        f" long long bits; __builtin_memcpy(&bits, &v, 8); return ({float_vector})_mm256_cvtepi32_ps("
+                        f"{extend}(_mm_cvtsi64_si128(bits))); }}\n#else\nstatic inline {float_vector} {function}("
+                        f"{vector} v) {{ return __builtin_convertvector(v, {float_vector}); }}\n#endif")
+            elif kind == "max":  # NaN-propagating, like the scalar MAX
                 body = (f"static inline {vector} {function}({vector} a, {vector} b) {{ {mask_vector} take = "
                         f"(a > b) | (a != a); return ({vector})((take & ({mask_vector})a) | (~take & ({mask_vector})b)); }}")
             elif kind == "select":
@@ -185,6 +209,10 @@ class HostArray(np.ndarray):
     microseconds at every launch)."""
 
     address: int
+
+
+class MappedHostArray(HostArray):
+    """A HostArray over a private (copy-on-write) mapping of a file region: never kept for reuse once released."""
 
 
 MAX_SMALL_BUFFER_BYTES = 1 << 16  # released buffers up to this size are kept for the next of their size ...
@@ -233,6 +261,26 @@ class HostMemoryPool(MemoryPool):
             if len(kept) < SMALL_BUFFERS_KEPT and self._small_bytes + nbytes <= MAX_SMALL_BYTES_KEPT:
                 kept.append(handle)
                 self._small_bytes += nbytes
+
+    def _keep_or_destroy(self, handle: Any, nbytes: int) -> None:
+        if isinstance(handle, MappedHostArray):
+            return  # the mapping goes when its last view is gone; its pages are the file's, not for reuse
+        super()._keep_or_destroy(handle, nbytes)
+
+    def map_in_place(self, path: str, offset: int, nbytes: int) -> np.ndarray | None:
+        """A private copy-on-write mapping of the region: kernels read the file's pages in place (the page cache,
+        shared with other processes), and a write, were one ever made, changes only this process's copy."""
+        if nbytes <= 0:
+            return None
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            if offset < 0 or offset + nbytes > size:
+                return None
+            start = offset - offset % mmap.ALLOCATIONGRANULARITY
+            mapping = mmap.mmap(file.fileno(), offset + nbytes - start, access=mmap.ACCESS_COPY, offset=start)
+        array = np.frombuffer(mapping, dtype=np.uint8, count=nbytes, offset=offset - start).view(MappedHostArray)
+        array.address = array.ctypes.data
+        return array
 
     def copy_in(self, handle: np.ndarray, source: memoryview) -> None:
         handle[: len(source)] = np.frombuffer(source, dtype=np.uint8)

@@ -136,6 +136,8 @@ class CStyleRenderer:
             Op.WHERE: operands(self.vector_select),
             **{op: operands(self.vector_math) for op in self.math_functions},
             Op.RECIPROCAL: self.vector_reciprocal,
+            Op.CAST: self.vector_cast,
+            Op.BITCAST: self.vector_bitcast,
         }
 
     # ---- strings a subclass may change ----------------------------------------------------------------------
@@ -375,6 +377,14 @@ class CStyleRenderer:
     def vector_math(self, operands: list[str], node: IRNode) -> str:
         """A unary math function (SQRT, EXP2, LOG2, SIN, TRUNC) lane by lane."""
         raise NotImplementedError(f"{type(self).__name__} renders no vector types")
+
+    def vector_cast(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        """Integer lanes converted to another number type lane by lane (values, as the scalar cast)."""
+        raise NotImplementedError(f"{type(self).__name__} renders no vector conversions")
+
+    def vector_bitcast(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        """Integer lanes reinterpreted as integers of the same size and another sign."""
+        raise NotImplementedError(f"{type(self).__name__} renders no vector conversions")
 
     def vector_alu_expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
         return self.alu[node.op]([operand(src) for src in node.srcs], node.dtype, node.srcs[0].dtype)

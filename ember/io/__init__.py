@@ -3,7 +3,7 @@ blocks."""
 
 from ember.io.checkpoint import load, save
 from ember.io.gguf import GGUFError, GGUFHeader, GGUFTensorInfo, load_gguf, load_gguf_metadata, read_gguf_header
-from ember.io.quantized import Q4_K, Q5_0, Q6_K, Q8_0, QuantFormat, QuantizedTensor
+from ember.io.quantized import Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0, QuantFormat, QuantizedTensor
 from ember.io.safetensors import (
     SafetensorsError,
     load_file,
@@ -20,8 +20,10 @@ __all__ = [
     "GGUFError",
     "GGUFHeader",
     "GGUFTensorInfo",
+    "Q4_0",
     "Q4_K",
     "Q5_0",
+    "Q5_K",
     "Q6_K",
     "Q8_0",
     "QuantFormat",

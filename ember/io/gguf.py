@@ -116,6 +116,29 @@ class _Cursor:
         except UnicodeDecodeError:
             raise GGUFError(f"{self.path}: {what} at byte {self.position - length} is not valid UTF-8") from None
 
+    def skip(self, value_type: int, what: str) -> None:
+        """Step over a value without building it (a tokenizer's 262,144 strings: no Python objects made)."""
+        if value_type in SCALAR_FORMATS:
+            self.take(struct.calcsize(SCALAR_FORMATS[value_type]), what)
+        elif value_type == STRING_TYPE:
+            self.take(self.scalar("Q", f"the length of {what}"), what)
+        elif value_type == ARRAY_TYPE:
+            element_type = self.scalar("I", f"the element type of {what}")
+            count = self.scalar("Q", f"the length of {what}")
+            if element_type in SCALAR_FORMATS:
+                self.take(count * struct.calcsize(SCALAR_FORMATS[element_type]), f"the {count} elements of {what}")
+            elif element_type in (STRING_TYPE, ARRAY_TYPE):
+                if count > self.size - self.position:
+                    raise GGUFError(f"{self.path}: {what} claims {count} elements, more than the file's remaining "
+                                    f"{self.size - self.position} bytes could hold (the header is corrupt)")
+                for index in range(count):
+                    self.skip(element_type, f"element {index} of {what}")
+            else:
+                raise GGUFError(f"{self.path}: {what} has an unknown array element type {element_type} "
+                                f"({_valid_types()})")
+        else:
+            raise GGUFError(f"{self.path}: {what} has an unknown value type {value_type} ({_valid_types()})")
+
     def value(self, value_type: int, what: str) -> Any:
         if value_type in SCALAR_FORMATS:
             return self.scalar(SCALAR_FORMATS[value_type], what)
@@ -145,8 +168,9 @@ def _valid_types() -> str:
     return "valid: " + ", ".join(f"{code} {name}" for code, name in VALUE_TYPE_NAMES.items())
 
 
-def read_gguf_header(path: str | os.PathLike[str]) -> GGUFHeader:
-    """The version, metadata and tensor infos of a GGUF file, each tensor checked against the file's size."""
+def read_gguf_header(path: str | os.PathLike[str], skip_keys: tuple[str, ...] = ()) -> GGUFHeader:
+    """The version, metadata and tensor infos of a GGUF file, each tensor checked against the file's size. Metadata
+    whose key starts with one of `skip_keys` is stepped over (checked for length, never built)."""
     name = os.fspath(path)
     try:
         with open(name, "rb") as file:
@@ -154,12 +178,12 @@ def read_gguf_header(path: str | os.PathLike[str]) -> GGUFHeader:
             if size == 0:
                 raise GGUFError(f"{name}: not a GGUF file: it is empty")
             with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                return _parse_header(_Cursor(name, mapped, size))
+                return _parse_header(_Cursor(name, mapped, size), skip_keys)
     except FileNotFoundError:
         raise FileNotFoundError(f"no such GGUF file: {name}") from None
 
 
-def _parse_header(cursor: _Cursor) -> GGUFHeader:
+def _parse_header(cursor: _Cursor, skip_keys: tuple[str, ...] = ()) -> GGUFHeader:
     name = cursor.path
     magic = cursor.take(4, "the magic bytes") if cursor.size >= 4 else b""
     if magic != MAGIC:
@@ -175,7 +199,10 @@ def _parse_header(cursor: _Cursor) -> GGUFHeader:
     for index in range(metadata_count):
         key = cursor.string(f"the key of metadata entry {index}")
         value_type = cursor.scalar("I", f"the value type of metadata {key!r}")
-        metadata[key] = cursor.value(value_type, f"metadata {key!r}")
+        if skip_keys and key.startswith(skip_keys):
+            cursor.skip(value_type, f"metadata {key!r}")
+        else:
+            metadata[key] = cursor.value(value_type, f"metadata {key!r}")
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 or alignment & (alignment - 1):
         raise GGUFError(f"{name}: general.alignment is {alignment!r}; it must be a power of two")

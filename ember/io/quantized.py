@@ -1,4 +1,4 @@
-"""ggml's block-quantized formats (Q4_K, Q5_0, Q6_K, Q8_0): raw blocks whose dequantization is lazy ember ops.
+"""ggml's block-quantized formats (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K): raw blocks whose dequantization is lazy ember ops.
 
 A `QuantizedTensor` keeps the file's bytes as a uint8 tensor of shape (*rows, row_bytes). `dequantize()` records
 the dequantization as ops on those bytes (views that pick each element's bytes, shifts, masks, a float16 bitcast
@@ -16,6 +16,7 @@ from typing import Any
 from ember.core import dtype as dtypes
 from ember.core.creation import arange
 from ember.core.movement import cat
+from ember.core.ops import Op
 from ember.core.tensor import Tensor
 
 QK_K = 256  # elements of a k-quant super-block
@@ -23,59 +24,111 @@ QK_K = 256  # elements of a k-quant super-block
 
 @dataclass(frozen=True, eq=False)
 class QuantFormat:
-    """A block-quantized element format: `block_elements` values stored in `block_bytes` bytes."""
+    """A block-quantized element format: `block_elements` values stored in `block_bytes` bytes.
+
+    `block_scales` picks each block's scales out (float16 and small integers, broadcastable to the layout: 2 to 20
+    bytes a block, which `QuantizedTensor.decoded_scales` stores once), `values_from` gives the
+    block's values laid out as `layout` (whose row-major order is the elements' order) from the blocks and those
+    scales: the layout's last axis runs over consecutive bytes of the block with one shift and one scale, so a
+    product over the values (`QuantizedTensor.matmul`) reads the bytes as vectors and each scale once per run."""
 
     name: str
     block_elements: int
     block_bytes: int
-    dequantize_blocks: Callable[[Tensor], Tensor]  # (..., blocks, block_bytes) uint8 -> (..., blocks, elements) f32
+    layout: tuple[int, ...]
+    block_scales: Callable[[Tensor], tuple[Tensor, ...]]  # (..., blocks, block_bytes) -> float32 (..., blocks, ...)
+    values_from: Callable[[Tensor, tuple[Tensor, ...]], Tensor]  # blocks, scales -> (..., blocks, *layout) float32
+
+    def block_values(self, blocks: Tensor, scales: tuple[Tensor, ...] | None = None) -> Tensor:
+        """(..., blocks, block_bytes) uint8 -> (..., blocks, *layout) float32, lazily (scales decoded here unless
+        given)."""
+        return self.values_from(blocks, self.block_scales(blocks) if scales is None else scales)
+
+    def dequantize_blocks(self, blocks: Tensor) -> Tensor:
+        """(..., blocks, block_bytes) uint8 -> (..., blocks, block_elements) float32, lazily."""
+        return self.block_values(blocks).reshape(*blocks.shape[:-1], self.block_elements)
 
     def __repr__(self) -> str:
         return f"ember.io.{self.name.lower()}"
 
 
 def _float16(blocks: Tensor, start: int) -> Tensor:
-    """The little-endian float16 at byte `start` of every block, as float32 of shape (..., blocks, 1)."""
+    """The little-endian float16 at byte `start` of every block, as float16 of shape (..., blocks, 1)."""
     low = blocks[..., start : start + 1].cast(dtypes.uint16)
     high = blocks[..., start + 1 : start + 2].cast(dtypes.uint16)
-    return (low | (high << 8)).bitcast(dtypes.float16).cast(dtypes.float32)
+    return (low | (high << 8)).bitcast(dtypes.float16)
 
 
-def _shifts(values: list[int], shape: tuple[int, ...], device: str) -> Tensor:
-    """Per-position shift amounts `values[i]` laid along the axis of `shape` whose size is len(values)."""
-    step = values[1] - values[0] if len(values) > 1 else 0
-    return (arange(len(values), dtype=dtypes.uint8, device=device) * step + values[0]).reshape(shape)
+def _scale(blocks: Tensor, start: int, axes: int) -> Tensor:
+    """The float16 at byte `start` of every block (float16), shaped to broadcast over `axes` axes of its layout."""
+    return _float16(blocks, start).reshape(*blocks.shape[:-1], *([1] * axes))
 
 
-def _spread(part: Tensor, view: tuple[int, ...], expanded: tuple[int, ...]) -> Tensor:
-    """Bytes of every block reshaped to `view` (after the block axes) and broadcast to `expanded`."""
-    leading = part.shape[:-1]
-    return part.reshape(*leading, *view).expand(*leading, *expanded)
+def _float(value: Tensor) -> Tensor:
+    return value.cast(dtypes.float32)
 
 
-def _flatten_blocks(values: Tensor, block_dims: int) -> Tensor:
-    return values.reshape(*values.shape[:-block_dims], -1)
+def _bytes(blocks: Tensor, start: int, view: tuple[int, ...], layout: tuple[int, ...]) -> Tensor:
+    """Bytes start.. of every block viewed as `view` (after the block axes) and broadcast to `layout`."""
+    count = 1
+    for size in view:
+        count *= size
+    leading = blocks.shape[:-1]
+    return blocks[..., start : start + count].reshape(*leading, *view).expand(*leading, *layout)
 
 
-def dequantize_q8_0(blocks: Tensor) -> Tensor:
-    """Q8_0: a float16 scale d and 32 int8 values q; x = q * d."""
-    scale = _float16(blocks, 0)
-    return blocks[..., 2:34].bitcast(dtypes.int8).cast(dtypes.float32) * scale
+def _shifts(step: int, shape: tuple[int, ...], device: str) -> Tensor:
+    """Shift amounts 0, step, 2 step, ... (uint8) laid out row-major as `shape` (broadcast over the blocks): index
+    arithmetic, not memory, so a kernel's lanes get them as constants."""
+    count = 1
+    for size in shape:
+        count *= size
+    return (arange(count, dtype=dtypes.uint8, device=device) * step).reshape(shape)
 
 
-def dequantize_q5_0(blocks: Tensor) -> Tensor:
-    """Q5_0: scale d, 32 high bits (a uint32), 16 bytes of low nibbles; x = d * ((low | high << 4) - 16)."""
+def _shift_right(values: Tensor, amounts: Tensor) -> Tensor:
+    """values >> amounts (uint8) as the bare shift: every amount here is below 8, so the range check of `>>` (a
+    select per element, which keeps a kernel from running on vectors) is left out."""
+    amounts = amounts.expand(*values.shape)
+    return values._apply(Op.SHR, amounts)
+
+
+def _quants(bits: Tensor, offset: float) -> Tensor:
+    """Unsigned quantized values as float32, less the format's offset (done on floats: vectors convert the bits
+    lane by lane and never do integer arithmetic)."""
+    values = bits.cast(dtypes.float32)
+    return values - offset if offset else values
+
+
+def _d_scale(axes: int) -> Callable[[Tensor], tuple[Tensor, ...]]:
+    """The scales of a format with one float16 scale d at byte 0, broadcast over `axes` axes of its layout."""
+    return lambda blocks: (_scale(blocks, 0, axes),)
+
+
+def q8_0_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
+    """Q8_0: a float16 scale d and 32 int8 values q; x = q * d. Layout (32,)."""
+    return blocks[..., 2:34].bitcast(dtypes.int8).cast(dtypes.float32) * _float(scales[0])
+
+
+def q4_0_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
+    """Q4_0: scale d, 16 bytes of nibbles (elements 0-15 low, 16-31 high); x = d * (q - 8). Layout (2, 16)."""
+    low = _shift_right(_bytes(blocks, 2, (1, 16), (2, 16)), _shifts(4, (2, 1), blocks.device))
+    return _quants(low & 0x0F, 8.0) * _float(scales[0])
+
+
+def q5_0_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
+    """Q5_0: scale d, 32 high bits (a uint32), 16 bytes of low nibbles; x = d * ((low | high << 4) - 16).
+    Layout (2, 16): element 16h + j has the nibble h of byte j and bit j % 8 of high byte 2h + j // 8."""
     device = blocks.device
-    scale = _float16(blocks, 0)
-    high_bytes = _flatten_blocks(_spread(blocks[..., 2:6], (4, 1), (4, 8)), 2)  # element i reads byte i // 8
-    high = (high_bytes >> _flatten_blocks(_shifts(list(range(8)), (1, 8), device).expand(4, 8), 2)) & 1
-    low = _spread(blocks[..., 6:22], (1, 16), (2, 16)) >> _shifts([0, 4], (2, 1), device)
-    low = _flatten_blocks(low & 0x0F, 2)
-    quants = (low | (high << 4)).bitcast(dtypes.int8) - 16
-    return scale * quants.cast(dtypes.float32)
+    leading = blocks.shape[:-1]
+    low = _shift_right(_bytes(blocks, 6, (1, 16), (2, 16)), _shifts(4, (2, 1), device)) & 0x0F
+    high_bytes = _bytes(blocks, 2, (2, 2, 1), (2, 2, 8)).reshape(*leading, 2, 16)
+    bit_shifts = _shifts(1, (1, 1, 8), device).expand(2, 2, 8).reshape(2, 16)
+    high = _shift_right(high_bytes, bit_shifts) & 1
+    return _quants(low | (high << 4), 16.0) * _float(scales[0])
 
 
-def _q4_k_scales(blocks: Tensor) -> tuple[Tensor, Tensor]:
+def _k_scales(blocks: Tensor) -> tuple[Tensor, Tensor]:
     """The 6-bit scales and minimums of the 8 sub-blocks of a Q4_K/Q5_K block, as uint8 (..., blocks, 8)."""
     first, second, third = blocks[..., 4:8], blocks[..., 8:12], blocks[..., 12:16]
     scales = [first & 0x3F, (third & 0x0F) | ((first >> 2) & 0x30)]
@@ -83,37 +136,65 @@ def _q4_k_scales(blocks: Tensor) -> tuple[Tensor, Tensor]:
     return cat(scales, dim=-1), cat(minimums, dim=-1)
 
 
-def dequantize_q4_k(blocks: Tensor) -> Tensor:
+def k_scales(blocks: Tensor) -> tuple[Tensor, ...]:
+    """Q4_K/Q5_K: d and dmin (float16, (..., blocks, 1, 1, 1)) and the 8 sub-blocks' 6-bit scales and minimums
+    (uint8, (..., blocks, 4, 2, 1)): 20 bytes a block."""
+    sub_scales, sub_minimums = _k_scales(blocks)
+    shape = (*blocks.shape[:-1], 4, 2, 1)
+    return _scale(blocks, 0, 3), _scale(blocks, 2, 3), sub_scales.reshape(shape), sub_minimums.reshape(shape)
+
+
+def _k_factors(scales: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+    """d * scale_j and dmin * minimum_j (float32) from `k_scales`."""
+    scale, minimum, sub_scales, sub_minimums = scales
+    return _float(scale) * _float(sub_scales), _float(minimum) * _float(sub_minimums)
+
+
+def q4_k_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
     """Q4_K: scale d, minimum dmin, 8 6-bit (scale, minimum) pairs, 256 4-bit values in 8 sub-blocks of 32;
-    x = d * scale_j * q - dmin * minimum_j."""
+    x = d * scale_j * q - dmin * minimum_j. Layout (4, 2, 32): sub-block j = 2p + h has the nibbles h of bytes
+    32p.. of the values."""
+    quants = _shift_right(_bytes(blocks, 16, (4, 1, 32), (4, 2, 32)), _shifts(4, (1, 2, 1), blocks.device)) & 0x0F
+    factor, offset = _k_factors(scales)
+    return factor * _quants(quants, 0.0) - offset
+
+
+def q5_k_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
+    """Q5_K: as Q4_K, with a fifth bit of each value in 32 bytes of high bits (bit j of byte l for element l of
+    sub-block j); x = d * scale_j * q - dmin * minimum_j. Layout (4, 2, 32)."""
     device = blocks.device
-    scale, minimum = _float16(blocks, 0), _float16(blocks, 2)
-    sub_scales, sub_minimums = _q4_k_scales(blocks)
-    factor = (scale * sub_scales.cast(dtypes.float32)).unsqueeze(-1)  # (..., blocks, 8, 1)
-    offset = (minimum * sub_minimums.cast(dtypes.float32)).unsqueeze(-1)
-    quants = _spread(blocks[..., 16:144], (4, 1, 32), (4, 2, 32)) >> _shifts([0, 4], (2, 1), device)
-    quants = (quants & 0x0F).reshape(*blocks.shape[:-1], 8, 32).cast(dtypes.float32)
-    return _flatten_blocks(factor * quants - offset, 2)
+    low = _shift_right(_bytes(blocks, 48, (4, 1, 32), (4, 2, 32)), _shifts(4, (1, 2, 1), device)) & 0x0F
+    high = _shift_right(_bytes(blocks, 16, (1, 1, 32), (4, 2, 32)), _shifts(1, (4, 2, 1), device)) & 1
+    factor, offset = _k_factors(scales)
+    return factor * _quants(low | (high << 4), 0.0) - offset
 
 
-def dequantize_q6_k(blocks: Tensor) -> Tensor:
-    """Q6_K: 256 6-bit values (low nibbles, then 2-bit highs), 16 int8 scales, scale d; x = d * scale_j * (q - 32)."""
+def q6_k_scales(blocks: Tensor) -> tuple[Tensor, ...]:
+    """Q6_K: d (float16, (..., blocks, 1, 1, 1, 1, 1)) and the 16 sub-blocks' int8 scales (..., blocks, 2, 2, 2, 2,
+    1) (see q6_k_values): 18 bytes a block."""
+    sub_scales = blocks[..., 192:208].bitcast(dtypes.int8)
+    return _scale(blocks, 208, 5), sub_scales.reshape(*blocks.shape[:-1], 2, 2, 2, 2, 1)
+
+
+def q6_k_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
+    """Q6_K: 256 6-bit values (low nibbles, then 2-bit highs), 16 int8 scales, scale d; x = d * scale_j * (q - 32).
+    Layout (2, 2, 2, 2, 16) = (n, k_high, k_low, s, l): element 128n + 32k + 16s + l (k = 2 k_high + k_low) has
+    the nibble k_high of byte 64n + 32k_low + 16s + l, bits 2k of byte 128 + 32n + 16s + l, and scale
+    8n + 2k + s."""
+    layout = (2, 2, 2, 2, 16)
     device = blocks.device
-    scale = _float16(blocks, 208)
-    factor = (scale * blocks[..., 192:208].bitcast(dtypes.int8).cast(dtypes.float32)).unsqueeze(-1)  # (.., 16, 1)
-    low = _spread(blocks[..., 0:128], (2, 1, 64), (2, 2, 64)) >> _shifts([0, 4], (2, 1), device)
-    high = _spread(blocks[..., 128:192], (2, 1, 32), (2, 4, 32)) >> _shifts([0, 2, 4, 6], (4, 1), device)
-    low = (low & 0x0F).reshape(*blocks.shape[:-1], 256)
-    high = (high & 0x03).reshape(*blocks.shape[:-1], 256)
-    quants = ((low | (high << 4)).bitcast(dtypes.int8) - 32).reshape(*blocks.shape[:-1], 16, 16)
-    return _flatten_blocks(factor * quants.cast(dtypes.float32), 2)
+    low = _shift_right(_bytes(blocks, 0, (2, 1, 2, 2, 16), layout), _shifts(4, (1, 2, 1, 1, 1), device)) & 0x0F
+    high = _shift_right(_bytes(blocks, 128, (2, 1, 1, 2, 16), layout), _shifts(2, (1, 2, 2, 1, 1), device)) & 0x03
+    return _float(scales[0]) * _float(scales[1]) * _quants(low | (high << 4), 32.0)
 
 
-Q8_0 = QuantFormat("Q8_0", 32, 34, dequantize_q8_0)
-Q5_0 = QuantFormat("Q5_0", 32, 22, dequantize_q5_0)
-Q4_K = QuantFormat("Q4_K", QK_K, 144, dequantize_q4_k)
-Q6_K = QuantFormat("Q6_K", QK_K, 210, dequantize_q6_k)
-FORMATS_BY_NAME: dict[str, QuantFormat] = {quant.name: quant for quant in (Q8_0, Q5_0, Q4_K, Q6_K)}
+Q8_0 = QuantFormat("Q8_0", 32, 34, (32,), _d_scale(1), q8_0_values)
+Q4_0 = QuantFormat("Q4_0", 32, 18, (2, 16), _d_scale(2), q4_0_values)
+Q5_0 = QuantFormat("Q5_0", 32, 22, (2, 16), _d_scale(2), q5_0_values)
+Q4_K = QuantFormat("Q4_K", QK_K, 144, (4, 2, 32), k_scales, q4_k_values)
+Q5_K = QuantFormat("Q5_K", QK_K, 176, (4, 2, 32), k_scales, q5_k_values)
+Q6_K = QuantFormat("Q6_K", QK_K, 210, (2, 2, 2, 2, 16), q6_k_scales, q6_k_values)
+FORMATS_BY_NAME: dict[str, QuantFormat] = {quant.name: quant for quant in (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)}
 
 
 @dataclass(frozen=True)
@@ -136,10 +217,13 @@ class MappedRows:
 
 class QuantizedTensor:
     """A tensor stored as ggml blocks: `raw` holds the bytes (uint8, (*rows, row_bytes)), `shape` the values'.
-    `source` says where a 2-d tensor's rows lie in a file (embedding tables look rows up there)."""
+    `source` says where a 2-d tensor's rows lie in a file (embedding tables look rows up there). `scales`, when
+    given, are the blocks' scales picked out once (`decoded_scales`): products then read them instead of picking
+    them out of every block again (2 to 20 bytes a block more memory)."""
 
     def __init__(
-        self, raw: Tensor, quant_format: QuantFormat, shape: tuple[int, ...], source: MappedRows | None = None
+        self, raw: Tensor, quant_format: QuantFormat, shape: tuple[int, ...], source: MappedRows | None = None,
+        scales: tuple[Tensor, ...] | None = None,
     ) -> None:
         if raw.dtype != dtypes.uint8:
             raise TypeError(f"QuantizedTensor: the raw blocks must be uint8, got {raw.dtype.name}")
@@ -151,6 +235,7 @@ class QuantizedTensor:
             raise ValueError(f"QuantizedTensor: {quant_format.name} values of shape {shape} need raw bytes of shape "
                              f"{(*shape[:-1], row_bytes)}, got {tuple(raw.shape)}")
         self.raw, self.format, self.shape, self.source = raw, quant_format, tuple(shape), source
+        self.scales = scales
 
     @property
     def dtype(self) -> QuantFormat:
@@ -166,7 +251,21 @@ class QuantizedTensor:
 
     def to(self, device: str) -> QuantizedTensor:
         """The same blocks on another device (copied when realized; the values stay quantized)."""
-        return QuantizedTensor(self.raw.to(device), self.format, self.shape, self.source)
+        scales = None if self.scales is None else tuple(scale.to(device) for scale in self.scales)
+        return QuantizedTensor(self.raw.to(device), self.format, self.shape, self.source, scales)
+
+    def blocks(self) -> Tensor:
+        """The raw bytes as (*rows, blocks per row, block_bytes)."""
+        return self.raw.reshape(*self.shape[:-1], self.shape[-1] // self.format.block_elements,
+                                self.format.block_bytes)
+
+    def decoded_scales(self) -> QuantizedTensor:
+        """The same blocks with their scales picked out once, now (`format.block_scales`, on the blocks' device)."""
+        from ember.core.tensor import realize
+
+        scales = self.format.block_scales(self.blocks())
+        realize(*scales)
+        return QuantizedTensor(self.raw, self.format, self.shape, self.source, scales)
 
     def realize(self) -> QuantizedTensor:
         self.raw.realize()
@@ -174,10 +273,30 @@ class QuantizedTensor:
 
     def dequantize(self, dtype: Any = dtypes.float32) -> Tensor:
         """The values, lazily: ops on the raw blocks that fuse into whatever kernel consumes them."""
-        blocks = self.raw.reshape(*self.shape[:-1], self.shape[-1] // self.format.block_elements,
-                                  self.format.block_bytes)
-        values = self.format.dequantize_blocks(blocks).reshape(self.shape)
+        values = self.format.block_values(self.blocks(), self.scales).reshape(self.shape)
         return values if dtypes.to_dtype(dtype) == dtypes.float32 else values.cast(dtype)
+
+    def matmul(self, input: Tensor) -> Tensor:
+        """input @ values.T for a 2-d quantized tensor (out_features, in_features): (..., in) -> (..., out), lazily.
+
+        The product runs over the blocks' own layout (blocks, then `format.layout`): each block's scales are read
+        once per run of consecutive bytes, the bits are picked with one shift per run, and no dequantized weight
+        is stored; the kernel reads the blocks (0.5 to 1.1 bytes a weight instead of 4)."""
+        if len(self.shape) != 2:
+            raise ValueError(f"QuantizedTensor.matmul: needs a 2-d (out_features, in_features) tensor, got {self.shape}")
+        out_features, in_features = self.shape
+        if not input.shape or input.shape[-1] != in_features:
+            raise ValueError(f"QuantizedTensor.matmul: input of shape {tuple(input.shape)} does not end in the "
+                             f"{in_features} input features of the {self.format.name} weight {self.shape}")
+        if not input.dtype.is_float:
+            raise TypeError(f"QuantizedTensor.matmul: the input must be floating point, got {input.dtype.name}")
+        blocks_per_row = in_features // self.format.block_elements
+        layout = self.format.layout
+        values = self.format.block_values(self.blocks(), self.scales)
+        leading = tuple(input.shape[:-1])
+        spread = input.cast(dtypes.float32).reshape(*leading, 1, blocks_per_row, *layout)
+        axes = tuple(range(-1 - len(layout), 0))
+        return (spread * values).sum(axes)
 
     def __repr__(self) -> str:
         return f"QuantizedTensor(shape={self.shape}, format={self.format.name}, device={self.device!r})"

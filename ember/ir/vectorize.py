@@ -20,8 +20,13 @@ from ember.ir.ir import Builder, IRNode, IROp, KernelIR, linear_terms, topologic
 
 # the ALU ops a vector can carry, lane by lane, when the renderer supports them (DeviceInfo.vector_ops)
 VECTOR_ALU_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE, Op.TRUNC, Op.SQRT,
-                            Op.EXP2, Op.LOG2, Op.SIN, Op.RECIPROCAL})
+                            Op.EXP2, Op.LOG2, Op.SIN, Op.RECIPROCAL, Op.CAST, Op.BITCAST, Op.AND, Op.OR, Op.SHR,
+                            Op.SHL})
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64})
+# integer lanes are packed only as the bits of numbers converted to floats (packed quantized weights): loaded, their
+# bits picked by masks and shifts, reinterpreted, converted; as many lanes as the float vector they become (a vector
+# of 8 bytes under 8 float32 lanes), and never by arithmetic, whose overflow vectors would not wrap as scalars do
+INTEGER_LANE_OPS = frozenset({IROp.LOAD, Op.CAST, Op.BITCAST, Op.AND, Op.OR, Op.SHR, Op.SHL})
 # packing one group of lanes: yields the groups of source lanes it needs packed, returns the vector (or None)
 Packing = Generator[tuple[IRNode, ...], IRNode | None, IRNode | None]
 
@@ -85,7 +90,7 @@ class Vectorizer:
         width = len(lanes)
         if first.dtype.is_bool:
             return (yield from self._pack_ops(lanes)) if self._same_op(lanes) else None
-        if all(lane is first for lane in lanes) or lanes_for(first.dtype, self.vector_bytes) != width:
+        if all(lane is first for lane in lanes) or not self._packable_width(first, width):
             return b.vectorize([self.scalar(lane) for lane in lanes])
         if first.op is IROp.LOAD and IROp.LOAD in self.vector_ops and self._same_op(lanes) and all(
                 lane.srcs[0] is first.srcs[0] and lane.srcs[2:] == first.srcs[2:] for lane in lanes) and consecutive(
@@ -101,6 +106,14 @@ class Vectorizer:
                 return packed
         return b.vectorize([self.scalar(lane) for lane in lanes])
 
+    def _packable_width(self, first: IRNode, width: int) -> bool:
+        """Whether lanes like `first` may form a vector of `width` lanes: floats fill one vector; integers ride
+        under floats (see INTEGER_LANE_OPS), in at most one vector's bytes."""
+        if first.dtype in VECTOR_DTYPES:
+            return lanes_for(first.dtype, self.vector_bytes) == width
+        return (first.dtype.kind in "iu" and first.op in INTEGER_LANE_OPS and first.op in self.vector_ops
+                and width * first.dtype.itemsize <= self.vector_bytes)
+
     @staticmethod
     def _same_op(lanes: tuple[IRNode, ...]) -> bool:
         first = lanes[0]
@@ -113,6 +126,9 @@ class Vectorizer:
             return None
         if first.op is Op.CMPLT and lanes_for(first.srcs[0].dtype, self.vector_bytes) != len(lanes):
             return None  # masks are as wide as the values compared, and a vector's lanes fill one register
+        if first.op in (Op.CAST, Op.BITCAST) and not (first.srcs[0].dtype.kind in "iu" and (
+                first.dtype in VECTOR_DTYPES or first.dtype.kind in "iu")):
+            return None  # only integers to floats (or integers of another sign) are converted lane by lane
         sources = []
         for position in range(len(first.srcs)):
             packed = yield tuple(lane.srcs[position] for lane in lanes)

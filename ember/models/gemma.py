@@ -20,6 +20,7 @@ from ember import nn
 from ember.core.tensor import Tensor, realize
 from ember.io import read_gguf_header
 from ember.io.gguf import GGUFHeader, load_gguf_tensor
+from ember.io.in_place import mapped_in_place
 from ember.nn import functional as F
 from ember.nn.quantized import QuantizedEmbedding, QuantizedLinear
 
@@ -208,8 +209,8 @@ class KVCache:
 
 
 class Gemma3(nn.Module):
-    """Gemma-3 for causal language modelling, with its weights kept as float32 or as the GGUF file's quantized
-    blocks (`from_gguf`'s float32_weights)."""
+    """Gemma-3 for causal language modelling, with its weights kept as the GGUF file's quantized blocks (the
+    default) or as float32 (`from_gguf`'s float32_weights)."""
 
     def __init__(self, config: GemmaConfig, weights: dict[str, Any]) -> None:
         super().__init__()
@@ -225,13 +226,14 @@ class Gemma3(nn.Module):
         self._jitted_steps: dict[tuple[int, str], Any] = {}  # em.jit(self._decode) by cache length and device
 
     @classmethod
-    def from_gguf(cls, path: str | os.PathLike[str], float32_weights: bool = True) -> Gemma3:
+    def from_gguf(cls, path: str | os.PathLike[str], float32_weights: bool = False) -> Gemma3:
         """A model over a GGUF file's memory-mapped tensors: nothing is read or allocated before the first step.
-        With float32_weights (the default) the weight matrices are dequantized once on the device (`on_device`):
-        ~1.1 GB for Gemma-3-270M instead of ~0.25, but each step reads plain floats instead of unpacking blocks,
-        several times faster on a CPU; the values, and so the tokens, are the same. Without it every product
-        dequantizes its blocks inside its kernel."""
-        header = read_gguf_header(path)
+        By default the weights stay the file's quantized blocks (about the file's size in memory, mapped in place
+        on a host device; each product unpacks its blocks inside its kernel, `QuantizedTensor.matmul`). With
+        float32_weights the weight matrices are dequantized once on the device (`on_device`): ~1.1 GB for
+        Gemma-3-270M instead of ~0.25, each step reading plain floats; the tokens agree (the products differ
+        only in rounding)."""
+        header = read_gguf_header(path, skip_keys=("tokenizer.",))  # the vocabulary is the tokenizer's business
         config = GemmaConfig.from_gguf(header)
         model = cls(config, {name: load_gguf_tensor(header, name) for name in header.tensors}).eval()
         model.float32_weights = float32_weights
@@ -239,13 +241,23 @@ class Gemma3(nn.Module):
 
     def on_device(self, device: str) -> None:
         """Move the weights to `device` once (the embedding table's rows are still mapped from the file), and
-        dequantize them there once when the model keeps float32 weights."""
+        dequantize them there once when the model keeps float32 weights, or decode the blocks' scales once when
+        it keeps the blocks. A device whose memory is the host's uses the file's pages where they lie
+        (`mapped_in_place`): the weights are read from the file as kernels first touch them, never copied."""
+        for module in self.modules():
+            for name, buffer in list(module._buffers.items()):
+                if buffer is not None and buffer.device != device and buffer.device.startswith("disk"):
+                    placed = mapped_in_place(buffer, device)
+                    if placed is not None:
+                        module._buffers[name] = placed
         if any(buffer.device != device for buffer in self.buffers()):
             self.to(device)
-        if self.float32_weights:
-            for module in self.modules():
-                if isinstance(module, QuantizedLinear):
+        for module in self.modules():
+            if isinstance(module, QuantizedLinear):
+                if self.float32_weights:
                     module.store_float32()
+                elif module.format is not None and module.scales is None:
+                    module.decode_scales()
 
     def _logits(self, hidden: Tensor) -> Tensor:
         logits = self.embedding.linear(self.norm(hidden).contiguous()).reshape(self.config.vocab_size)

@@ -41,7 +41,7 @@ class SentencePieceTokenizer:
             raise ValueError(f"SentencePieceTokenizer: {len(tokens)} tokens but {len(token_types)} token types")
         # tokens of spaces only stand for as many "▁" (the merges reach them like any other token)
         self.pieces = [SPACE * len(token) if token and not token.strip(" ") else token for token in tokens]
-        self.token_types = list(token_types)
+        self.token_types = bytes(token_types)  # small ints, a byte each (262,144 of them for Gemma)
         self.ids = {piece: index for index, piece in enumerate(self.pieces)}
         self.bos_id, self.eos_id, self.unknown_id, self.add_bos = bos_id, eos_id, unknown_id, add_bos
         self.byte_ids = {int(piece[3:5], 16): index for index, piece in enumerate(self.pieces)
@@ -59,7 +59,7 @@ class SentencePieceTokenizer:
         """The tokenizer stored in a GGUF file's metadata (`tokenizer.ggml.model` must be `llama`)."""
         from ember.io import read_gguf_header
 
-        metadata = read_gguf_header(path).metadata
+        metadata = read_gguf_header(path, skip_keys=("tokenizer.ggml.scores",)).metadata  # (the order is the merges')
         model = metadata.get("tokenizer.ggml.model")
         if model != "llama":
             raise ValueError(f"{path}: tokenizer.ggml.model is {model!r}; SentencePieceTokenizer reads only 'llama' "

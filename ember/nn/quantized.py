@@ -1,7 +1,8 @@
 """Layers whose weights are ggml quantized blocks (or plain tensors): QuantizedLinear and QuantizedEmbedding.
 
-The raw blocks are a buffer of the module (they move with `Module.to`); the dequantization is recorded lazily on
-each forward and fuses into the kernel that consumes the weight, so no dequantized copy is ever stored.
+The raw blocks are a buffer of the module (they move with `Module.to`); each forward records the product over the
+blocks' own layout (`QuantizedTensor.matmul`), which fuses the unpacking into the product's kernel, so no
+dequantized copy is ever stored.
 """
 
 from __future__ import annotations
@@ -26,15 +27,31 @@ class QuantizedLinear(Module):
         self.out_features, self.in_features = weight.shape
         self.format = weight.format if isinstance(weight, QuantizedTensor) else None
         self.register_buffer("raw", weight.raw if isinstance(weight, QuantizedTensor) else weight)
+        self.scales: tuple[Tensor, ...] | None = None  # the blocks' scales decoded once (`decode_scales`)
 
     def weight(self) -> Tensor:
         """The float32 weight, lazily (dequantized inside the kernel that uses it)."""
         if self.format is None:
             return self.raw if self.raw.dtype == dtypes.float32 else self.raw.cast(dtypes.float32)
-        return QuantizedTensor(self.raw, self.format, (self.out_features, self.in_features)).dequantize()
+        return self.quantized().dequantize()
+
+    def quantized(self) -> QuantizedTensor:
+        """The weight as a QuantizedTensor (with the decoded scales, where they are on the blocks' device)."""
+        if self.format is None:
+            raise ValueError("QuantizedLinear.quantized: the weight is stored as plain floats")
+        scales = self.scales if self.scales is not None and self.scales[0].device == self.raw.device else None
+        return QuantizedTensor(self.raw, self.format, (self.out_features, self.in_features), scales=scales)
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.linear(input, self.weight())
+        if self.format is None:
+            return F.linear(input, self.weight())
+        return self.quantized().matmul(input)
+
+    def decode_scales(self) -> None:
+        """Pick the blocks' scales out once where the blocks lie (2 to 20 bytes a block): each forward then reads
+        them instead of picking them out of the blocks again, in a kernel of its own that reads every block."""
+        if self.format is not None:
+            self.scales = self.quantized().decoded_scales().scales
 
     def store_float32(self) -> None:
         """Keep the weight as float32 from now on, dequantized once where it lies (4 bytes a weight instead of the
@@ -42,7 +59,7 @@ class QuantizedLinear(Module):
         the same; a model that is short of memory keeps the blocks instead."""
         if self.format is not None:
             self.raw = self.weight().realize()
-            self.format = None
+            self.format, self.scales = None, None
 
     def extra_repr(self) -> str:
         kind = self.format.name if self.format is not None else self.raw.dtype.name
