@@ -302,9 +302,34 @@ def compiler_command() -> list[str]:
     matmul tile's 12 vector accumulators in registers (without it gcc 12 spilled three: half the speed).
     -pipe hands the assembly to the assembler through a pipe instead of a temporary file (the same library, byte
     for byte, built sooner: a cold start runs the compiler several times)."""
+    return plain_compiler_command() + list(SCHEDULING_FLAGS)
+
+
+# scheduling before register allocation costs about a third of a kernel's compile time (gcc 12, -O3) and pays only
+# where many vector accumulators compete for registers: kernels without a register tile are built without it
+SCHEDULING_FLAGS = ("-fschedule-insns", "-fsched-pressure")
+MIN_SCHEDULED_ACCUMULATORS = 8  # vector accumulators (REDUCE nodes) from which a kernel is a register tile (with
+# its operands they fill most of 16 vector registers)
+
+
+def plain_compiler_command() -> list[str]:
+    """compiler_command without SCHEDULING_FLAGS, for kernels with no register tile (scheduling changes no value;
+    on the char_lstm step's scalar-tiled kernels it changed no speed either, but cost a third of the compile)."""
     compiler = os.environ.get("CC", "cc")
     return [compiler, "-O3", "-pipe", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
-            "-fno-thread-jumps", "-fno-tree-loop-if-convert", "-fschedule-insns", "-fsched-pressure"]
+            "-fno-thread-jumps", "-fno-tree-loop-if-convert"]
+
+
+def needs_scheduling(kernel: KernelIR) -> bool:
+    """Whether a kernel is a register tile (at least MIN_SCHEDULED_ACCUMULATORS vector accumulators), to be built
+    with SCHEDULING_FLAGS."""
+    accumulators = 0
+    for node in topological_nodes(kernel.sink):
+        if node.op is IROp.REDUCE and node.width > 1:
+            accumulators += 1
+            if accumulators >= MIN_SCHEDULED_ACCUMULATORS:
+                return True
+    return False
 
 
 BACKGROUND_PREFIX = ["nice", "-n", "19"]  # runs a background compile (CDevice.compile_background) at low priority
@@ -346,6 +371,7 @@ class CDevice(Device):
         self._libraries: weakref.WeakValueDictionary[str, ctypes.CDLL] = weakref.WeakValueDictionary()
         self._rendered: dict[int, tuple[KernelIR, str]] = {}  # the last RENDERED_KEPT kernels rendered, by id
         self._cache_key_prefix = " ".join(compiler_command() + link_libraries()) + "|" + _cpu_model()
+        self._plain_key_prefix = " ".join(plain_compiler_command() + link_libraries()) + "|" + _cpu_model()
         self._quick_key_prefix = " ".join(quick_compiler_command() + link_libraries()) + "|" + _cpu_model()
 
     def render(self, kernel: KernelIR) -> str:
@@ -370,11 +396,17 @@ class CDevice(Device):
                 found[source] = program
             else:
                 missing.setdefault(kernel.name, (kernel, source))
-        if missing:
-            library, entry = build_library("\n".join(source for _, source in missing.values()), self._cache_key_prefix,
-                                           launcher + compiler_command(), list(missing))
+        # register tiles with the scheduling flags, the rest without (SCHEDULING_FLAGS): at most two compiler runs
+        groups: dict[bool, dict[str, tuple[KernelIR, str]]] = {}
+        for name, (kernel, source) in missing.items():
+            groups.setdefault(needs_scheduling(kernel), {})[name] = (kernel, source)
+        for scheduled, group in sorted(groups.items()):
+            command, key_prefix = ((compiler_command(), self._cache_key_prefix) if scheduled
+                                   else (plain_compiler_command(), self._plain_key_prefix))
+            library, entry = build_library("\n".join(source for _, source in group.values()), key_prefix,
+                                           launcher + command, list(group))
             self._libraries[entry.name] = library
-            for kernel, source in missing.values():
+            for kernel, source in group.values():
                 found[source] = CProgram(library, kernel.name, len(kernel.params))
                 self._programs.put(source, found[source])
                 cache.write_entry(self._index_path(source), entry.name.encode())
@@ -500,8 +532,14 @@ def build_library(source: str, key_prefix: str, command: list[str] | None = None
                                 capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise CompileError(f"the C compiler rejected a kernel:\n{result.stderr}\n--- source ---\n{source}")
+        try:
+            library = open_library(output)  # (checked before it is cached: a library the loader refuses is no entry)
+        except OSError as error:
+            raise CompileError(f"the library the C compiler built cannot be loaded: {error}") from error
+        if not defines(library, names or []):
+            raise CompileError(f"the library the C compiler built lacks kernels of {', '.join(names or [])}")
         cache.write_entry(entry, output.read_bytes())
-        return open_library(output), entry
+        return library, entry
 
 
 def missing_linker(compiler: str) -> str | None:

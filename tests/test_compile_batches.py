@@ -1,0 +1,163 @@
+"""Building a schedule's new kernels on c (backends/c.py, scheduler/compile_cache.py): one compiler run for the
+kernels without a register tile and one for the register tiles (only those get the scheduling flags), and a batch
+whose build fails or whose library cannot be loaded falls back to one build per kernel, with a warning."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import ember as em
+from ember.backends import c as c_backend
+from ember.core.errors import CompileFallbackWarning
+from ember.ir.kernel import Kernel
+from ember.scheduler import compile_cache
+from ember.scheduler.devices import get_device
+from ember.scheduler.kernelize import KernelItem, kernelize
+
+
+@pytest.fixture
+def cold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty disk cache and an empty in-memory compile cache: every kernel is compiled."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compile_cache, "COMPILED", compile_cache.CompileCache())
+
+
+@pytest.fixture
+def compiler_runs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The command of every compiler run c makes from now on (the kernel sources' runs: `-shared`)."""
+    runs: list[list[str]] = []
+    real_run = subprocess.run
+
+    def recording_run(command: list[str], *arguments: Any, **options: Any) -> Any:
+        if "-shared" in command:
+            runs.append(list(command))
+        return real_run(command, *arguments, **options)
+
+    monkeypatch.setattr(c_backend.subprocess, "run", recording_run)
+    return runs
+
+
+def _inputs(seed: int, rows: int) -> list[np.ndarray]:
+    generator = np.random.default_rng(seed)
+    return [generator.standard_normal((rows, 64), dtype=np.float32) for _ in range(2)] + [
+        generator.standard_normal((64, 64), dtype=np.float32)]
+
+
+def _outputs(library: Any, arrays: list[np.ndarray], make: Any) -> list[Any]:
+    """Four kernels of distinct structure: two elementwise, a row reduction and a matmul (a register tile)."""
+    a, b, weight = (make(array) for array in arrays)
+    return [(a * 1.5 + b).exp(), a.maximum(b) - 0.25, (a * b).sum(1), a @ weight]
+
+
+def _kernels(outputs: list[em.Tensor]) -> list[Kernel]:
+    kernels: dict[Kernel, None] = {}
+    for item in kernelize([output.node for output in outputs]):
+        if isinstance(item, KernelItem):
+            kernels[item.kernel] = None
+    return list(kernels)
+
+
+def _check_against_torch(outputs: list[em.Tensor], arrays: list[np.ndarray]) -> None:
+    expected = _outputs(torch, arrays, torch.from_numpy)
+    for output, values in zip(outputs, expected):
+        np.testing.assert_allclose(output.numpy(), values.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_new_kernels_build_in_at_most_two_compiler_runs(cold: None, compiler_runs: list[list[str]]) -> None:
+    device = get_device("c")
+    arrays = _inputs(1, 301)  # rows no multiple of a tile, enough for a 6-row tile on many cores
+    outputs = _outputs(em, arrays, lambda array: em.tensor(array, device="c"))
+    kernels = _kernels(outputs)
+    assert len(kernels) == 4
+    irs = [compile_cache.lower_for(device, kernel) for kernel in kernels]
+    tiles = [c_backend.needs_scheduling(ir) for ir in irs]
+    assert tiles[:2] == [False, False] and tiles[3]  # elementwise kernels are none, the matmul's 6x16 tile is one
+    compile_cache.compile_kernels(device, kernels, irs)
+    assert len(compiler_runs) == 2  # one run without the scheduling flags, one with them
+    scheduled = [run for run in compiler_runs if "-fschedule-insns" in run]
+    assert len(scheduled) == 1 and all("-O3" in run for run in compiler_runs)
+    _check_against_torch(outputs, arrays)  # the programs built are the ones realize launches
+    assert len(compiler_runs) == 2  # all four came from the compile cache
+
+
+def test_kernels_without_a_tile_build_in_one_run(cold: None, compiler_runs: list[list[str]]) -> None:
+    device = get_device("c")
+    arrays = _inputs(2, 29)
+    outputs = _outputs(em, arrays, lambda array: em.tensor(array, device="c"))[:3]
+    kernels = _kernels(outputs)
+    compile_cache.compile_kernels(device, kernels)
+    assert len(compiler_runs) == 1 and "-fschedule-insns" not in compiler_runs[0]
+    generator_outputs = _outputs(torch, arrays, torch.from_numpy)[:3]
+    for output, values in zip(outputs, generator_outputs):
+        np.testing.assert_allclose(output.numpy(), values.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_failed_batch_is_built_kernel_by_kernel_with_a_warning(cold: None, compiler_runs: list[list[str]],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    real_build = c_backend.build_library
+
+    def failing_batches(source: str, key_prefix: str, command: list[str] | None = None,
+                        names: list[str] | None = None) -> Any:
+        if names is not None and len(names) > 1:
+            raise em.CompileError("the C compiler rejected a kernel:\nkernel.c:1: error: simulated")
+        return real_build(source, key_prefix, command, names)
+
+    monkeypatch.setattr(c_backend, "build_library", failing_batches)
+    device = get_device("c")
+    arrays = _inputs(3, 23)
+    outputs = _outputs(em, arrays, lambda array: em.tensor(array, device="c"))
+    kernels = _kernels(outputs)
+    with pytest.warns(CompileFallbackWarning, match="building 4 kernels in one compiler run .* failed .*one by one"):
+        compile_cache.compile_kernels(device, kernels)
+    assert len(compiler_runs) == 4  # each kernel alone
+    _check_against_torch(outputs, arrays)
+
+
+def test_a_batch_library_that_does_not_load_is_built_kernel_by_kernel(cold: None, compiler_runs: list[list[str]],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    real_open = c_backend.open_library
+    opened: list[Path] = []
+
+    def corrupt_first(path: Path) -> Any:
+        opened.append(path)
+        if len(opened) == 1:
+            raise OSError(f"{path}: invalid ELF header")
+        return real_open(path)
+
+    monkeypatch.setattr(c_backend, "open_library", corrupt_first)
+    device = get_device("c")
+    arrays = _inputs(4, 31)
+    outputs = _outputs(em, arrays, lambda array: em.tensor(array, device="c"))[:3]
+    kernels = _kernels(outputs)
+    with pytest.warns(CompileFallbackWarning, match="cannot be loaded: .*invalid ELF header"):
+        compile_cache.compile_kernels(device, kernels)
+    assert len(compiler_runs) == 1 + 3
+    generator_outputs = _outputs(torch, arrays, torch.from_numpy)[:3]
+    for output, values in zip(outputs, generator_outputs):
+        np.testing.assert_allclose(output.numpy(), values.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_adding_negative_zero_is_simplified_away_exactly() -> None:
+    """x + -0.0 is x for every float (+0.0, -0.0, NaN, inf): the simplifier drops it, and values stay torch's."""
+    from ember.ir.ir import Builder
+
+    builder = Builder()
+    x = builder.load(builder.param(1, em.float32, False), builder.const(0, em.int32), None)
+    assert builder.alu(em.core.ops.Op.ADD, em.float32, x, builder.const(-0.0, em.float32)) is x
+    assert builder.alu(em.core.ops.Op.ADD, em.float32, builder.const(-0.0, em.float32), x) is x
+    kept = builder.alu(em.core.ops.Op.ADD, em.float32, x, builder.const(0.0, em.float32))
+    assert kept is not x  # x + 0.0 is +0.0 for x = -0.0: kept
+    values = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 1.5, -2.0, -0.0], dtype=np.float32)
+    first, second = values[:5], values[3:]
+    # two padded views summed (a concatenation's backward): each output adds a -0.0 fill to a value
+    total = (em.tensor(first, device="c").pad((0, 3), value=-0.0) + em.tensor(second, device="c").pad((3, 0), value=-0.0))
+    reference = (torch.nn.functional.pad(torch.from_numpy(first), (0, 3), value=-0.0)
+                 + torch.nn.functional.pad(torch.from_numpy(second), (3, 0), value=-0.0)).numpy()
+    np.testing.assert_array_equal(np.signbit(total.numpy()), np.signbit(reference))
+    np.testing.assert_array_equal(total.numpy(), reference)
