@@ -1,6 +1,7 @@
-"""Building a schedule's new kernels on c (backends/c.py, scheduler/compile_cache.py): one compiler run for the
-kernels without a register tile and one for the register tiles (only those get the scheduling flags), and a batch
-whose build fails or whose library cannot be loaded falls back to one build per kernel, with a warning."""
+"""Building a schedule's new kernels on c (backends/c.py, scheduler/compile_cache.py): one compiler run per build
+class (register tiles with the scheduling flags, plain scalar kernels at -O3, the rest at -O1 with FMA
+contraction), and a batch whose build fails or whose library cannot be loaded falls back to one build per kernel,
+with a warning."""
 
 from __future__ import annotations
 
@@ -69,30 +70,51 @@ def _check_against_torch(outputs: list[em.Tensor], arrays: list[np.ndarray]) -> 
         np.testing.assert_allclose(output.numpy(), values.numpy(), rtol=1e-4, atol=1e-4)
 
 
-def test_new_kernels_build_in_at_most_two_compiler_runs(cold: None, compiler_runs: list[list[str]]) -> None:
+def test_new_kernels_build_in_one_compiler_run_per_build_class(cold: None, compiler_runs: list[list[str]]) -> None:
     device = get_device("c")
     arrays = _inputs(1, 301)  # rows no multiple of a tile, enough for a 6-row tile on many cores
     outputs = _outputs(em, arrays, lambda array: em.tensor(array, device="c"))
     kernels = _kernels(outputs)
     assert len(kernels) == 4
     irs = [compile_cache.lower_for(device, kernel) for kernel in kernels]
-    tiles = [c_backend.needs_scheduling(ir) for ir in irs]
-    assert tiles[:2] == [False, False] and tiles[3]  # elementwise kernels are none, the matmul's 6x16 tile is one
+    classes = [c_backend.build_class(ir) for ir in irs]
+    assert classes[0] == classes[1] == c_backend.LIGHT  # vectors rendered by ember
+    assert classes[3] == c_backend.TILE  # the matmul's 6x16 tile
     compile_cache.compile_kernels(device, kernels, irs)
-    assert len(compiler_runs) == 2  # one run without the scheduling flags, one with them
-    scheduled = [run for run in compiler_runs if "-fschedule-insns" in run]
-    assert len(scheduled) == 1 and all("-O3" in run for run in compiler_runs)
+    assert len(compiler_runs) == len(set(classes)) <= 3
+    assert sorted(run[1:3] for run in compiler_runs) == sorted(
+        c_backend.class_compiler_command(kind)[1:3] for kind in set(classes))
+    tile_runs = [run for run in compiler_runs if "-fschedule-insns" in run]
+    assert len(tile_runs) == 1 and "-O3" in tile_runs[0]
     _check_against_torch(outputs, arrays)  # the programs built are the ones realize launches
-    assert len(compiler_runs) == 2  # all four came from the compile cache
+    assert len(compiler_runs) == len(set(classes))  # all four came from the compile cache
 
 
-def test_kernels_without_a_tile_build_in_one_run(cold: None, compiler_runs: list[list[str]]) -> None:
+def test_a_scalar_kernel_is_built_at_full_optimization(cold: None, compiler_runs: list[list[str]]) -> None:
+    """A kernel without vectors (here a gather by index, which ember does not vectorize) is left to gcc's
+    vectorizer at -O3."""
+    generator = np.random.default_rng(5)
+    table = generator.standard_normal((50, 7), dtype=np.float32)
+    indices = generator.integers(0, 50, size=(33,))
+    output = em.tensor(table, device="c")[em.tensor(indices, device="c")] * 3.0
+    device = get_device("c")
+    kernels = _kernels([output])
+    irs = [compile_cache.lower_for(device, kernel) for kernel in kernels]
+    assert c_backend.SCALAR in [c_backend.build_class(ir) for ir in irs]
+    compile_cache.compile_kernels(device, kernels, irs)
+    assert any(run[1] == "-O3" and "-fschedule-insns" not in run for run in compiler_runs)
+    np.testing.assert_allclose(output.numpy(), (torch.from_numpy(table)[torch.from_numpy(indices)] * 3.0).numpy(),
+                               rtol=1e-6)
+
+
+def test_kernels_without_a_tile_build_without_the_scheduling_flags(cold: None, compiler_runs: list[list[str]]) -> None:
     device = get_device("c")
     arrays = _inputs(2, 29)
     outputs = _outputs(em, arrays, lambda array: em.tensor(array, device="c"))[:3]
     kernels = _kernels(outputs)
+    classes = {c_backend.build_class(compile_cache.lower_for(device, kernel)) for kernel in kernels}
     compile_cache.compile_kernels(device, kernels)
-    assert len(compiler_runs) == 1 and "-fschedule-insns" not in compiler_runs[0]
+    assert len(compiler_runs) == len(classes) and not any("-fschedule-insns" in run for run in compiler_runs)
     generator_outputs = _outputs(torch, arrays, torch.from_numpy)[:3]
     for output, values in zip(outputs, generator_outputs):
         np.testing.assert_allclose(output.numpy(), values.numpy(), rtol=1e-4, atol=1e-4)
@@ -137,7 +159,8 @@ def test_a_batch_library_that_does_not_load_is_built_kernel_by_kernel(cold: None
     kernels = _kernels(outputs)
     with pytest.warns(CompileFallbackWarning, match="cannot be loaded: .*invalid ELF header"):
         compile_cache.compile_kernels(device, kernels)
-    assert len(compiler_runs) == 1 + 3
+    classes = {c_backend.build_class(compile_cache.lower_for(device, kernel)) for kernel in kernels}
+    assert len(compiler_runs) == 1 + 3 and len(classes) == 1  # the batch (its first run), then each kernel alone
     generator_outputs = _outputs(torch, arrays, torch.from_numpy)[:3]
     for output, values in zip(outputs, generator_outputs):
         np.testing.assert_allclose(output.numpy(), values.numpy(), rtol=1e-4, atol=1e-4)

@@ -308,28 +308,52 @@ def compiler_command() -> list[str]:
 # scheduling before register allocation costs about a third of a kernel's compile time (gcc 12, -O3) and pays only
 # where many vector accumulators compete for registers: kernels without a register tile are built without it
 SCHEDULING_FLAGS = ("-fschedule-insns", "-fsched-pressure")
-MIN_SCHEDULED_ACCUMULATORS = 8  # vector accumulators (REDUCE nodes) from which a kernel is a register tile (with
-# its operands they fill most of 16 vector registers)
+# -O1 with the FMA contraction of -O2/-O3 (the pass forming fused multiply-adds runs with -fexpensive-optimizations):
+# a third of -O3's compile time, for kernels whose speed -O3 does not change (see build_class)
+LIGHT_LEVEL = ("-O1", "-fexpensive-optimizations")
+MIN_TILE_ACCUMULATORS = 8  # accumulators (REDUCE nodes) from which a kernel is a tile (with their operands, vector
+# accumulators fill most of 16 vector registers)
+TILE, SCALAR, LIGHT = "tile", "scalar", "light"  # the build classes (build_class), each its own compiler run
 
 
-def plain_compiler_command() -> list[str]:
-    """compiler_command without SCHEDULING_FLAGS, for kernels with no register tile (scheduling changes no value;
-    on the char_lstm step's scalar-tiled kernels it changed no speed either, but cost a third of the compile)."""
+def plain_compiler_command(level: tuple[str, ...] = ("-O3",)) -> list[str]:
+    """compiler_command at `level` without SCHEDULING_FLAGS."""
     compiler = os.environ.get("CC", "cc")
-    return [compiler, "-O3", "-pipe", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
-            "-fno-thread-jumps", "-fno-tree-loop-if-convert"]
+    return [compiler, *level, "-pipe", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno",
+            "-fno-trapping-math", "-fno-thread-jumps", "-fno-tree-loop-if-convert"]
 
 
-def needs_scheduling(kernel: KernelIR) -> bool:
-    """Whether a kernel is a register tile (at least MIN_SCHEDULED_ACCUMULATORS vector accumulators), to be built
-    with SCHEDULING_FLAGS."""
-    accumulators = 0
+def build_class(kernel: KernelIR) -> str:
+    """How a kernel is built: TILE (a register tile, at least MIN_TILE_ACCUMULATORS vector accumulators) with
+    compiler_command; SCALAR (no vectors, few accumulators: gcc's own vectorizer may vectorize its work items, e.g. a
+    random number kernel ran 14x faster at -O3) at -O3 without the scheduling flags; LIGHT (vectors rendered by ember
+    without a register tile, or a tile of scalar accumulators, which gcc cannot vectorize without reordering sums)
+    at LIGHT_LEVEL. Measured one kernel at a time on one thread over the char_lstm and nanoGPT steps' 372 kernels,
+    LIGHT_LEVEL ran the LIGHT kernels as fast as -O3 with the scheduling flags (within 5%), and built them 2-4x
+    sooner. No class changes what a kernel computes beyond where gcc fuses a multiply and an add; each kernel's class
+    is a function of its IR, so a kernel gives the same bits in every process."""
+    vector_accumulators = scalar_accumulators = 0
+    vectors = False
     for node in topological_nodes(kernel.sink):
-        if node.op is IROp.REDUCE and node.width > 1:
-            accumulators += 1
-            if accumulators >= MIN_SCHEDULED_ACCUMULATORS:
-                return True
-    return False
+        if node.width > 1:
+            vectors = True
+        if node.op is IROp.REDUCE:
+            if node.width > 1:
+                vector_accumulators += 1
+            else:
+                scalar_accumulators += 1
+    if vector_accumulators >= MIN_TILE_ACCUMULATORS:
+        return TILE
+    if not vectors and scalar_accumulators < MIN_TILE_ACCUMULATORS:
+        return SCALAR
+    return LIGHT
+
+
+def class_compiler_command(kind: str) -> list[str]:
+    """The compiler and flags for a build class (build_class)."""
+    if kind == TILE:
+        return compiler_command()
+    return plain_compiler_command(("-O3",) if kind == SCALAR else LIGHT_LEVEL)
 
 
 BACKGROUND_PREFIX = ["nice", "-n", "19"]  # runs a background compile (CDevice.compile_background) at low priority
@@ -370,8 +394,8 @@ class CDevice(Device):
         # the libraries that programs still use, by entry file name (a library no program uses is dlclosed)
         self._libraries: weakref.WeakValueDictionary[str, ctypes.CDLL] = weakref.WeakValueDictionary()
         self._rendered: dict[int, tuple[KernelIR, str]] = {}  # the last RENDERED_KEPT kernels rendered, by id
-        self._cache_key_prefix = " ".join(compiler_command() + link_libraries()) + "|" + _cpu_model()
-        self._plain_key_prefix = " ".join(plain_compiler_command() + link_libraries()) + "|" + _cpu_model()
+        self._class_key_prefixes = {kind: " ".join(class_compiler_command(kind) + link_libraries()) + "|" + _cpu_model()
+                                    for kind in (TILE, SCALAR, LIGHT)}
         self._quick_key_prefix = " ".join(quick_compiler_command() + link_libraries()) + "|" + _cpu_model()
 
     def render(self, kernel: KernelIR) -> str:
@@ -381,7 +405,8 @@ class CDevice(Device):
         return self.compile_many([kernel])[0]
 
     def compile_many(self, kernels: list[KernelIR]) -> list[Program]:
-        """Compile several kernels with one compiler run (a cold start pays the compiler's start-up once). Each
+        """Compile several kernels with one compiler run per build class (build_class; a cold start pays the
+        compiler's start-up once or a few times, not once a kernel). Each
         kernel's source also indexes the library that holds it on disk, so a later process finds it whatever batch
         it was built in (the scheduler's batches depend on timing)."""
         return self._compile(kernels, [])
@@ -396,20 +421,19 @@ class CDevice(Device):
                 found[source] = program
             else:
                 missing.setdefault(kernel.name, (kernel, source))
-        # register tiles with the scheduling flags, the rest without (SCHEDULING_FLAGS): at most two compiler runs
-        groups: dict[bool, dict[str, tuple[KernelIR, str]]] = {}
+        # one compiler run for each build class (build_class): at most three
+        groups: dict[str, dict[str, tuple[KernelIR, str]]] = {}
         for name, (kernel, source) in missing.items():
-            groups.setdefault(needs_scheduling(kernel), {})[name] = (kernel, source)
-        for scheduled, group in sorted(groups.items()):
-            command, key_prefix = ((compiler_command(), self._cache_key_prefix) if scheduled
-                                   else (plain_compiler_command(), self._plain_key_prefix))
+            groups.setdefault(build_class(kernel), {})[name] = (kernel, source)
+        for kind, group in sorted(groups.items()):
+            command, key_prefix = class_compiler_command(kind), self._class_key_prefixes[kind]
             library, entry = build_library("\n".join(source for _, source in group.values()), key_prefix,
                                            launcher + command, list(group))
             self._libraries[entry.name] = library
             for kernel, source in group.values():
                 found[source] = CProgram(library, kernel.name, len(kernel.params))
                 self._programs.put(source, found[source])
-                cache.write_entry(self._index_path(source), entry.name.encode())
+                cache.write_entry(self._index_path(kernel, source), entry.name.encode())
         return [found[source] for source in sources]
 
     def compile_background(self, kernels: list[KernelIR]) -> list[Program]:
@@ -443,19 +467,21 @@ class CDevice(Device):
         program = self._programs.get(source)
         if program is not None:
             return program
-        library = self._indexed_library(source, kernel.name)
+        library = self._indexed_library(kernel, source)
         if library is None:
             return None
         program = CProgram(library, kernel.name, len(kernel.params))
         self._programs.put(source, program)
         return program
 
-    def _index_path(self, source: str) -> Path:
-        return cache.entry_path("c-index", self._cache_key_prefix + "\n" + source)
+    def _index_path(self, kernel: KernelIR, source: str) -> Path:
+        """Where the name of the library holding a kernel is kept: by its source and its build class's flags."""
+        return cache.entry_path("c-index", self._class_key_prefixes[build_class(kernel)] + "\n" + source)
 
-    def _indexed_library(self, source: str, kernel_name: str) -> ctypes.CDLL | None:
+    def _indexed_library(self, kernel: KernelIR, source: str) -> ctypes.CDLL | None:
         """The library on disk that holds a kernel's source (built in an earlier batch or process), or None."""
-        index = self._index_path(source)
+        kernel_name = kernel.name
+        index = self._index_path(kernel, source)
         entry = cache.read_entry(index)
         if entry is None:
             return None
