@@ -313,7 +313,9 @@ SCHEDULING_FLAGS = ("-fschedule-insns", "-fsched-pressure")
 LIGHT_LEVEL = ("-O1", "-fexpensive-optimizations")
 MIN_TILE_ACCUMULATORS = 8  # accumulators (REDUCE nodes) from which a kernel is a tile (with their operands, vector
 # accumulators fill most of 16 vector registers)
-TILE, SCALAR, LIGHT = "tile", "scalar", "light"  # the build classes (build_class), each its own compiler run
+TILE, SCALAR, LIGHT = "tile", "scalar", "light"  # the build classes (build_class), each its own compiler run ...
+MAX_JOINED_NODES = 400  # ... but SCALAR kernels of fewer IR nodes than this in all join the TILE run: a compiler run
+# starts in ~25 ms of CPU, what scheduling costs on ~400 nodes
 
 
 def plain_compiler_command(level: tuple[str, ...] = ("-O3",)) -> list[str]:
@@ -324,19 +326,15 @@ def plain_compiler_command(level: tuple[str, ...] = ("-O3",)) -> list[str]:
 
 
 def build_class(kernel: KernelIR) -> str:
-    """How a kernel is built: TILE (a register tile, at least MIN_TILE_ACCUMULATORS vector accumulators) with
-    compiler_command; SCALAR (no vectors, few accumulators: gcc's own vectorizer may vectorize its work items, e.g. a
-    random number kernel ran 14x faster at -O3) at -O3 without the scheduling flags; LIGHT (vectors rendered by ember
-    without a register tile, or a tile of scalar accumulators, which gcc cannot vectorize without reordering sums)
-    at LIGHT_LEVEL. Measured one kernel at a time on one thread over the char_lstm and nanoGPT steps' 372 kernels,
-    LIGHT_LEVEL ran the LIGHT kernels as fast as -O3 with the scheduling flags (within 5%), and built them 2-4x
-    sooner. No class changes what a kernel computes beyond where gcc fuses a multiply and an add; each kernel's class
-    is a function of its IR, so a kernel gives the same bits in every process."""
+    """How a kernel is built: TILE (a register tile: at least MIN_TILE_ACCUMULATORS vector accumulators) with
+    compiler_command; LIGHT (a tile of at least as many scalar accumulators, which gcc cannot vectorize without
+    reordering sums) at LIGHT_LEVEL; SCALAR (the rest) at -O3 without the scheduling flags (gcc's vectorizer ran a
+    random number kernel 14x faster than -O1, a scalar convolution 2x). Measured one kernel at a time on one thread
+    over the char_lstm and nanoGPT steps' kernels, LIGHT_LEVEL ran the scalar tiles as fast as -O3 with the
+    scheduling flags (284 against 309 ms in all) and built them 4-5x sooner. No class changes what a kernel computes beyond where gcc fuses a multiply and an add, and each kernel's
+    class is a function of its IR, so a kernel gives the same bits in every process."""
     vector_accumulators = scalar_accumulators = 0
-    vectors = False
     for node in topological_nodes(kernel.sink):
-        if node.width > 1:
-            vectors = True
         if node.op is IROp.REDUCE:
             if node.width > 1:
                 vector_accumulators += 1
@@ -344,9 +342,7 @@ def build_class(kernel: KernelIR) -> str:
                 scalar_accumulators += 1
     if vector_accumulators >= MIN_TILE_ACCUMULATORS:
         return TILE
-    if not vectors and scalar_accumulators < MIN_TILE_ACCUMULATORS:
-        return SCALAR
-    return LIGHT
+    return LIGHT if scalar_accumulators >= MIN_TILE_ACCUMULATORS else SCALAR
 
 
 def class_compiler_command(kind: str) -> list[str]:
@@ -421,10 +417,14 @@ class CDevice(Device):
                 found[source] = program
             else:
                 missing.setdefault(kernel.name, (kernel, source))
-        # one compiler run for each build class (build_class): at most three
+        # one compiler run for each build class (build_class): at most three, two where a few small SCALAR kernels
+        # join the TILE run (the scheduling flags change no value, so either build gives the same bits)
         groups: dict[str, dict[str, tuple[KernelIR, str]]] = {}
         for name, (kernel, source) in missing.items():
             groups.setdefault(build_class(kernel), {})[name] = (kernel, source)
+        if TILE in groups and SCALAR in groups and sum(
+                len(topological_nodes(kernel.sink)) for kernel, _ in groups[SCALAR].values()) < MAX_JOINED_NODES:
+            groups[TILE].update(groups.pop(SCALAR))
         for kind, group in sorted(groups.items()):
             command, key_prefix = class_compiler_command(kind), self._class_key_prefixes[kind]
             library, entry = build_library("\n".join(source for _, source in group.values()), key_prefix,
