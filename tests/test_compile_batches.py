@@ -1,7 +1,7 @@
 """Building a schedule's new kernels on c (backends/c.py, scheduler/compile_cache.py): one compiler run per build
 class (register tiles with the scheduling flags, scalar tiles at -O1 with FMA contraction, the rest at -O3; a few
-small ones of the rest join the register tiles' run), and a batch whose build fails or whose library cannot be loaded falls back to one build per kernel,
-with a warning."""
+small ones of the rest join the register tiles' run), and a batch whose build fails or whose library cannot be
+loaded falls back to one build per kernel, with a warning."""
 
 from __future__ import annotations
 
@@ -137,7 +137,7 @@ def test_a_failed_batch_is_built_kernel_by_kernel_with_a_warning(cold: None, com
     arrays = _inputs(3, 23)
     outputs = _outputs(em, arrays, lambda array: em.tensor(array, device="c"))
     kernels = _kernels(outputs)
-    with pytest.warns(CompileFallbackWarning, match="building 4 kernels in one compiler run .* failed .*one by one"):
+    with pytest.warns(CompileFallbackWarning, match="building 4 kernels together on c:0 failed .*one by one"):
         compile_cache.compile_kernels(device, kernels)
     assert len(compiler_runs) == 4  # each kernel alone
     _check_against_torch(outputs, arrays)
@@ -181,7 +181,8 @@ def test_adding_negative_zero_is_simplified_away_exactly() -> None:
     values = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 1.5, -2.0, -0.0], dtype=np.float32)
     first, second = values[:5], values[3:]
     # two padded views summed (a concatenation's backward): each output adds a -0.0 fill to a value
-    total = (em.tensor(first, device="c").pad((0, 3), value=-0.0) + em.tensor(second, device="c").pad((3, 0), value=-0.0))
+    total = (em.tensor(first, device="c").pad((0, 3), value=-0.0)
+             + em.tensor(second, device="c").pad((3, 0), value=-0.0))
     reference = (torch.nn.functional.pad(torch.from_numpy(first), (0, 3), value=-0.0)
                  + torch.nn.functional.pad(torch.from_numpy(second), (3, 0), value=-0.0)).numpy()
     np.testing.assert_array_equal(np.signbit(total.numpy()), np.signbit(reference))

@@ -331,8 +331,9 @@ def build_class(kernel: KernelIR) -> str:
     reordering sums) at LIGHT_LEVEL; SCALAR (the rest) at -O3 without the scheduling flags (gcc's vectorizer ran a
     random number kernel 14x faster than -O1, a scalar convolution 2x). Measured one kernel at a time on one thread
     over the char_lstm and nanoGPT steps' kernels, LIGHT_LEVEL ran the scalar tiles as fast as -O3 with the
-    scheduling flags (284 against 309 ms in all) and built them 4-5x sooner. No class changes what a kernel computes beyond where gcc fuses a multiply and an add, and each kernel's
-    class is a function of its IR, so a kernel gives the same bits in every process."""
+    scheduling flags (284 against 309 ms in all) and built them 4-5x sooner. No class changes what a kernel
+    computes beyond where gcc fuses a multiply and an add, and each kernel's class is a function of its IR, so a
+    kernel gives the same bits in every process."""
     vector_accumulators = scalar_accumulators = 0
     for node in topological_nodes(kernel.sink):
         if node.op is IROp.REDUCE:
@@ -390,8 +391,8 @@ class CDevice(Device):
         # the libraries that programs still use, by entry file name (a library no program uses is dlclosed)
         self._libraries: weakref.WeakValueDictionary[str, ctypes.CDLL] = weakref.WeakValueDictionary()
         self._rendered: dict[int, tuple[KernelIR, str]] = {}  # the last RENDERED_KEPT kernels rendered, by id
-        self._class_key_prefixes = {kind: " ".join(class_compiler_command(kind) + link_libraries()) + "|" + _cpu_model()
-                                    for kind in (TILE, SCALAR, LIGHT)}
+        self._class_key_prefixes = {kind: " ".join(class_compiler_command(kind) + link_libraries()) + "|"
+                                    + _cpu_model() for kind in (TILE, SCALAR, LIGHT)}
         self._quick_key_prefix = " ".join(quick_compiler_command() + link_libraries()) + "|" + _cpu_model()
 
     def render(self, kernel: KernelIR) -> str:

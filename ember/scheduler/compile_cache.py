@@ -143,7 +143,7 @@ def compile_kernels(device: Device, kernels: list[Kernel], irs: list[KernelIR] |
         programs = device.compile_many(irs)
     except CompileError as error:
         if len(kernels) > 1:
-            warnings.warn(f"ember: building {len(kernels)} kernels in one compiler run on {device.name} failed "
+            warnings.warn(f"ember: building {len(kernels)} kernels together on {device.name} failed "
                           f"({str(error).splitlines()[0]}); building them one by one", CompileFallbackWarning,
                           stacklevel=2)
         built = [compile_narrower(device, kernel, ir, error) if len(kernels) == 1 else _compile_one(device, kernel, ir)
