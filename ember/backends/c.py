@@ -350,9 +350,55 @@ def compiler_command() -> list[str]:
     matmul tile's 12 vector accumulators in registers (without it gcc 12 spilled three: half the speed).
     -pipe hands the assembly to the assembler through a pipe instead of a temporary file (the same library, byte
     for byte, built sooner: a cold start runs the compiler several times)."""
+    return plain_compiler_command() + list(SCHEDULING_FLAGS)
+
+
+# scheduling before register allocation costs about a third of a kernel's compile time (gcc 12, -O3) and pays only
+# where many vector accumulators compete for registers: kernels without a register tile are built without it
+SCHEDULING_FLAGS = ("-fschedule-insns", "-fsched-pressure")
+# -O1 with the FMA contraction of -O2/-O3 (the pass forming fused multiply-adds runs with -fexpensive-optimizations):
+# a third of -O3's compile time, for kernels whose speed -O3 does not change (see build_class)
+LIGHT_LEVEL = ("-O1", "-fexpensive-optimizations")
+MIN_TILE_ACCUMULATORS = 8  # accumulators (REDUCE nodes) from which a kernel is a tile (with their operands, vector
+# accumulators fill most of 16 vector registers)
+TILE, SCALAR, LIGHT = "tile", "scalar", "light"  # the build classes (build_class), each its own compiler run ...
+MAX_JOINED_NODES = 400  # ... but SCALAR kernels of fewer IR nodes than this in all join the TILE run: a compiler run
+# starts in ~25 ms of CPU, what scheduling costs on ~400 nodes
+
+
+def plain_compiler_command(level: tuple[str, ...] = ("-O3",)) -> list[str]:
+    """compiler_command at `level` without SCHEDULING_FLAGS."""
     compiler = os.environ.get("CC", "cc")
-    return [compiler, "-O3", "-pipe", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
-            "-fno-thread-jumps", "-fno-tree-loop-if-convert", "-fschedule-insns", "-fsched-pressure"]
+    return [compiler, *level, "-pipe", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno",
+            "-fno-trapping-math", "-fno-thread-jumps", "-fno-tree-loop-if-convert"]
+
+
+def build_class(kernel: KernelIR) -> str:
+    """How a kernel is built: TILE (a register tile: at least MIN_TILE_ACCUMULATORS vector accumulators) with
+    compiler_command; LIGHT (a tile of at least as many scalar accumulators, which gcc cannot vectorize without
+    reordering sums) at LIGHT_LEVEL; SCALAR (the rest) at -O3 without the scheduling flags (gcc's vectorizer ran a
+    random number kernel 14x faster than -O1, a scalar convolution 2x). Measured one kernel at a time on one thread
+    over the char_lstm and nanoGPT steps' kernels, LIGHT_LEVEL ran the scalar tiles as fast as -O3 with the
+    scheduling flags (284 against 309 ms in all) and built them 4-5x sooner. No class changes what a kernel
+    computes beyond where gcc fuses a multiply and an add, and each kernel's class is a function of its IR, so a
+    kernel gives the same bits in every process."""
+    vector_accumulators = scalar_accumulators = 0
+    for node in topological_nodes(kernel.sink):
+        if node.op is IROp.REDUCE:
+            if node.width > 1:
+                vector_accumulators += 1
+            else:
+                scalar_accumulators += 1
+    if vector_accumulators >= MIN_TILE_ACCUMULATORS:
+        return TILE
+    return LIGHT if scalar_accumulators >= MIN_TILE_ACCUMULATORS else SCALAR
+
+
+def class_compiler_command(kind: str) -> list[str]:
+    """The compiler and flags for a build class (build_class)."""
+    if kind == TILE:
+        return compiler_command()
+    return plain_compiler_command(("-O3",) if kind == SCALAR else LIGHT_LEVEL)
 
 
 BACKGROUND_PREFIX = ["nice", "-n", "19"]  # runs a background compile (CDevice.compile_background) at low priority
@@ -393,7 +439,8 @@ class CDevice(Device):
         # the libraries that programs still use, by entry file name (a library no program uses is dlclosed)
         self._libraries: weakref.WeakValueDictionary[str, ctypes.CDLL] = weakref.WeakValueDictionary()
         self._rendered: dict[int, tuple[KernelIR, str]] = {}  # the last RENDERED_KEPT kernels rendered, by id
-        self._cache_key_prefix = " ".join(compiler_command() + link_libraries()) + "|" + _cpu_model()
+        self._class_key_prefixes = {kind: " ".join(class_compiler_command(kind) + link_libraries()) + "|"
+                                    + _cpu_model() for kind in (TILE, SCALAR, LIGHT)}
         self._quick_key_prefix = " ".join(quick_compiler_command() + link_libraries()) + "|" + _cpu_model()
 
     def render(self, kernel: KernelIR) -> str:
@@ -403,7 +450,8 @@ class CDevice(Device):
         return self.compile_many([kernel])[0]
 
     def compile_many(self, kernels: list[KernelIR]) -> list[Program]:
-        """Compile several kernels with one compiler run (a cold start pays the compiler's start-up once). Each
+        """Compile several kernels with one compiler run per build class (build_class; a cold start pays the
+        compiler's start-up once or a few times, not once a kernel). Each
         kernel's source also indexes the library that holds it on disk, so a later process finds it whatever batch
         it was built in (the scheduler's batches depend on timing)."""
         return self._compile(kernels, [])
@@ -418,14 +466,23 @@ class CDevice(Device):
                 found[source] = program
             else:
                 missing.setdefault(kernel.name, (kernel, source))
-        if missing:
-            library, entry = build_library("\n".join(source for _, source in missing.values()), self._cache_key_prefix,
-                                           launcher + compiler_command(), list(missing))
+        # one compiler run for each build class (build_class): at most three, two where a few small SCALAR kernels
+        # join the TILE run (the scheduling flags change no value, so either build gives the same bits)
+        groups: dict[str, dict[str, tuple[KernelIR, str]]] = {}
+        for name, (kernel, source) in missing.items():
+            groups.setdefault(build_class(kernel), {})[name] = (kernel, source)
+        if TILE in groups and SCALAR in groups and sum(
+                len(topological_nodes(kernel.sink)) for kernel, _ in groups[SCALAR].values()) < MAX_JOINED_NODES:
+            groups[TILE].update(groups.pop(SCALAR))
+        for kind, group in sorted(groups.items()):
+            command, key_prefix = class_compiler_command(kind), self._class_key_prefixes[kind]
+            library, entry = build_library("\n".join(source for _, source in group.values()), key_prefix,
+                                           launcher + command, list(group))
             self._libraries[entry.name] = library
-            for kernel, source in missing.values():
+            for kernel, source in group.values():
                 found[source] = CProgram(library, kernel.name, len(kernel.params))
                 self._programs.put(source, found[source])
-                cache.write_entry(self._index_path(source), entry.name.encode())
+                cache.write_entry(self._index_path(kernel, source), entry.name.encode())
         return [found[source] for source in sources]
 
     def compile_background(self, kernels: list[KernelIR]) -> list[Program]:
@@ -459,19 +516,21 @@ class CDevice(Device):
         program = self._programs.get(source)
         if program is not None:
             return program
-        library = self._indexed_library(source, kernel.name)
+        library = self._indexed_library(kernel, source)
         if library is None:
             return None
         program = CProgram(library, kernel.name, len(kernel.params))
         self._programs.put(source, program)
         return program
 
-    def _index_path(self, source: str) -> Path:
-        return cache.entry_path("c-index", self._cache_key_prefix + "\n" + source)
+    def _index_path(self, kernel: KernelIR, source: str) -> Path:
+        """Where the name of the library holding a kernel is kept: by its source and its build class's flags."""
+        return cache.entry_path("c-index", self._class_key_prefixes[build_class(kernel)] + "\n" + source)
 
-    def _indexed_library(self, source: str, kernel_name: str) -> ctypes.CDLL | None:
+    def _indexed_library(self, kernel: KernelIR, source: str) -> ctypes.CDLL | None:
         """The library on disk that holds a kernel's source (built in an earlier batch or process), or None."""
-        index = self._index_path(source)
+        kernel_name = kernel.name
+        index = self._index_path(kernel, source)
         entry = cache.read_entry(index)
         if entry is None:
             return None
@@ -548,8 +607,14 @@ def build_library(source: str, key_prefix: str, command: list[str] | None = None
                                 capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise CompileError(f"the C compiler rejected a kernel:\n{result.stderr}\n--- source ---\n{source}")
+        try:
+            library = open_library(output)  # (checked before it is cached: a library the loader refuses is no entry)
+        except OSError as error:
+            raise CompileError(f"the library the C compiler built cannot be loaded: {error}") from error
+        if not defines(library, names or []):
+            raise CompileError(f"the library the C compiler built lacks kernels of {', '.join(names or [])}")
         cache.write_entry(entry, output.read_bytes())
-        return open_library(output), entry
+        return library, entry
 
 
 def missing_linker(compiler: str) -> str | None:

@@ -83,6 +83,12 @@ def _is(node: IRNode, value: Any) -> bool:
     return node.is_const and node.arg == value
 
 
+def _negative_zero(node: IRNode) -> bool:
+    """A float constant -0.0: adding it gives every float back unchanged (+0.0, -0.0 and NaN included), so a sum
+    of gradients padded with -0.0 (a concatenation's backward) loses its additions of the padding."""
+    return node.is_const and node.dtype.is_float and node.arg == 0 and math.copysign(1.0, node.arg) < 0
+
+
 def _integer(node: IRNode) -> bool:
     return node.dtype.is_int
 
@@ -235,6 +241,8 @@ SIMPLIFY = RuleTable([
          _first),
     Rule("0 + x", frozenset({Op.ADD}), lambda node: _integer(node) and _is(node.srcs[0], 0),
          _second),
+    Rule("x + -0.0", frozenset({Op.ADD}), lambda node: _negative_zero(node.srcs[1]), _first),
+    Rule("-0.0 + x", frozenset({Op.ADD}), lambda node: _negative_zero(node.srcs[0]), _second),
     Rule("c + x -> x + c", frozenset({Op.ADD}), _constant_left_only, _swapped),
     Rule("(x + c1) + c2", frozenset({Op.ADD}), _inner_constant(Op.ADD), _merge_inner_constant),
     Rule("k*(x % c) + k*c*(x // c) -> k*x", frozenset({Op.ADD}), _integer, _recombine),

@@ -142,6 +142,10 @@ def compile_kernels(device: Device, kernels: list[Kernel], irs: list[KernelIR] |
     try:
         programs = device.compile_many(irs)
     except CompileError as error:
+        if len(kernels) > 1:
+            warnings.warn(f"ember: building {len(kernels)} kernels together on {device.name} failed "
+                          f"({str(error).splitlines()[0]}); building them one by one", CompileFallbackWarning,
+                          stacklevel=2)
         built = [compile_narrower(device, kernel, ir, error) if len(kernels) == 1 else _compile_one(device, kernel, ir)
                  for kernel, ir in zip(kernels, irs)]
         irs, programs = [ir for ir, _ in built], [program for _, program in built]
