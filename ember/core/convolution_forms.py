@@ -111,7 +111,11 @@ def convolve(source: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> T
     autograd as one step (its rule is `convolution_gradients`)."""
 
     # the padded input (a copy where it is one) is what the step records: the filters' gradient reads the same copy
-    padded = _padded(source, geometry)
+    return _convolve_recorded(_padded(source, geometry), weight, geometry)
+
+
+def _convolve_recorded(padded: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """The convolution of the input padded already, recorded for autograd as one step."""
 
     def compute(x: Tensor, w: Tensor) -> Tensor:
         return _convolve(x, w, geometry)
@@ -246,6 +250,30 @@ def convolution_gradients(grad: Tensor, padded: Tensor, weight: Tensor,
     own rule), so the transposed convolution computes only the input's positions."""
     source_gradient = input_gradient(grad, weight, geometry)._pad_and_shrink([(0, 0), (0, 0), *geometry.pads])
     return source_gradient, weight_gradient(grad, padded, tuple(weight.shape), geometry)
+
+
+# ---- transposed convolution ----------------------------------------------------------------------------------
+
+
+def transposed_convolve(source: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """The transposed convolution (no bias) of batched [N, Cin, *I] with [Cin, Cout / groups, *K]: the input's
+    gradient of the convolution that `geometry` describes (input [N, Cout, *geometry.sizes], filters `weight`, output
+    [N, Cin, *I]), recorded for autograd as one step: its gradients (`transposed_convolution_gradients`) are that
+    convolution of the output's gradient and the filters' gradient of it, neither of which reads inserted zeros."""
+
+    def compute(x: Tensor, w: Tensor) -> Tensor:
+        return input_gradient(x, w, geometry)
+
+    return source._recorded(Composite.TRANSPOSED_CONVOLUTION, compute, (source, weight), geometry)
+
+
+def transposed_convolution_gradients(grad: Tensor, source: Tensor, weight: Tensor,
+                                     geometry: ConvolutionGeometry) -> tuple[Tensor, Tensor]:
+    """(d input, d weight) of `transposed_convolve` given the gradient of its output (autograd/rules.py): the input's
+    is the (strided) convolution of grad with the filters, the filters' is the windows of the padded grad times the
+    input summed, as in a convolution's backward with the input's role played by grad. Both read one padded grad."""
+    padded = _padded(grad, geometry)
+    return _convolve_recorded(padded, weight, geometry), weight_gradient(source, padded, tuple(weight.shape), geometry)
 
 
 # ---- max pooling ----------------------------------------------------------------------------------------------

@@ -75,6 +75,8 @@ class Composite(Enum):
     NORMALIZE = auto()  # sources: (x, weight?, bias?); arg: NormalizationSaved (statistics, which are present)
     CONVOLUTION = auto()  # sources: (x [N, C, *S], weight); arg: ConvolutionGeometry; the backward is convolutions
     # again (core/convolution_forms.py), not the adjoints of the overlapping window views
+    TRANSPOSED_CONVOLUTION = auto()  # sources: (x [N, Cin, *I], weight [Cin, Cout / G, *K]); arg: the
+    # ConvolutionGeometry of the convolution whose input gradient it is; the backward is that convolution again
     MAX_POOL = auto()  # sources: (x [N, C, *S],); arg: PoolGeometry; the gradient goes to each window's first maximum
 
     __hash__ = object.__hash__
