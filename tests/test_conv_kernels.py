@@ -130,7 +130,8 @@ def test_one_convolution_layer_kernel_counts(device: str) -> None:
 
 def test_conv_transpose_kernel_counts(device: str) -> None:
     """Forward: the input copied spread by the stride and padded (whole vectors for the reduce, no mask per lane),
-    then the reduce: 2 kernels (before: 1, a reduce of masked scalar loads through the spread view, ~40x slower on [8, 32, 16, 16]).
+    then the reduce: 2 kernels (before: 1, a reduce of masked scalar loads through the spread view, ~40x slower on
+    [8, 32, 16, 16]).
     Backward (one step): the output's gradient copied split into the stride's phases and the strided convolution
     (the input's gradient, reading no inserted zeros), the filters' gradient and its copy: 4 kernels."""
     x = em.randn(2, 4, 9, 16, device=device).realize()
