@@ -147,6 +147,20 @@ def test_conv_transpose_kernel_counts(device: str) -> None:
     assert tuple(x.grad.shape) == (2, 4, 9, 16) and tuple(w.grad.shape) == (4, 3, 3, 3)
 
 
+def test_max_pool_fused_into_a_padded_copy_reads_linear_indices(device: str, monkeypatch: Any) -> None:
+    """A max pool read through the next convolution's padding (one kernel): the window offsets are linear in the
+    loop variables, with no division or remainder in the loop (each run of reshaped axes takes its own index, so
+    the padding's offset, negative outside its mask, blocks no other axis' simplification)."""
+    from tests.test_optimizations import _dummy, rendered_c
+
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    source = rendered_c(_dummy(4, 3, 16, 16).max_pool2d(2).pad((1, 1, 1, 1)).contiguous())
+    loop = source.split("for (int loop1", 1)[1]
+    assert "/" not in loop and "%" not in loop, source
+    x, tx = pair(random_array((2, 3, 12, 14)), device)
+    assert_close(x.max_pool2d(2).pad((1, 2, 2, 1)) * 2, TF.pad(TF.max_pool2d(tx, 2), (1, 2, 2, 1)) * 2)
+
+
 def test_max_pool_backward_kernel_count(device: str) -> None:
     """The chosen offset of each window (a reduce), then the gradient placed by it, summed over the windows holding
     each position where windows overlap (one elementwise kernel). No scatter."""
