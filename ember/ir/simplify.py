@@ -186,8 +186,8 @@ def _divide_terms(builder: Builder, node: IRNode) -> IRNode | None:
     return rest if rest.maximum < divisor else builder.alu(Op.MOD, dtype, rest, builder.const(divisor, dtype))
 
 
-def _small_remainder(builder: Builder, op: Op | IROp, terms: tuple[tuple[IRNode, int], ...], constant: int, divisor: int,
-                     dtype: DType) -> IRNode | None:
+def _small_remainder(builder: Builder, op: Op | IROp, terms: tuple[tuple[IRNode, int], ...], constant: int,
+                     divisor: int, dtype: DType) -> IRNode | None:
     """x // (g*m) == y // m and x % (g*m) == g * (y % m) + r where x == g*y + r with y >= 0 and 0 <= r < g: the
     terms whose coefficients g divides make y, the others (and the constant modulo g) r, for g a common factor of
     the divisor and some coefficients (a row index of a spread axis read through its columns: (18*i + j) // 36 with
