@@ -9,7 +9,9 @@ memory-bound kernel), and one strided along it is copied split into the stride's
 whole vectors with no mask per lane. The gradient of the input is the transposed convolution (the output's gradient
 spread by the stride, padded, convolved with the flipped filters of swapped channels): a copy and one reduce. The
 gradient of the filters is one reduce over the batch and output positions (two where they are too many for one)
-laid out [G, *K, Og, Cg], vectorized along the positions it sums, then copied as [Cout, Cg, *K]."""
+laid out [G, *K, Og, Cg], vectorized along the positions it sums, then copied as [Cout, Cg, *K]. A transposed
+convolution (conv_transpose) is that input gradient, recorded as its own step (Composite.TRANSPOSED_CONVOLUTION)
+whose backward is the strided convolution again, reading no inserted zeros."""
 
 from __future__ import annotations
 
