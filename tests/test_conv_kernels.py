@@ -128,6 +128,39 @@ def test_one_convolution_layer_kernel_counts(device: str) -> None:
     assert x.grad is not None and w.grad is not None
 
 
+def test_conv_transpose_kernel_counts(device: str) -> None:
+    """Forward: the input copied spread by the stride and padded (whole vectors for the reduce, no mask per lane),
+    then the reduce: 2 kernels (before: 1, a reduce of masked scalar loads through the spread view, ~40x slower on
+    [8, 32, 16, 16]).
+    Backward (one step): the output's gradient copied split into the stride's phases and the strided convolution
+    (the input's gradient, reading no inserted zeros), the filters' gradient and its copy: 4 kernels."""
+    x = em.randn(2, 4, 9, 16, device=device).realize()
+    w = em.randn(4, 3, 3, 3, device=device).realize()
+    options = {"stride": 2, "padding": 1, "output_padding": 1}
+    assert _kernels(lambda: x.conv_transpose2d(w, None, **options).realize()) == 2
+    x.requires_grad_()
+    w.requires_grad_()
+    output = x.conv_transpose2d(w, None, **options).realize()
+    grad = em.randn(*output.shape, device=device).realize()
+    assert _kernels(lambda: output.backward(grad)) == 4
+    assert x.grad is not None and w.grad is not None
+    assert tuple(x.grad.shape) == (2, 4, 9, 16) and tuple(w.grad.shape) == (4, 3, 3, 3)
+
+
+def test_max_pool_fused_into_a_padded_copy_reads_linear_indices(device: str, monkeypatch: Any) -> None:
+    """A max pool read through the next convolution's padding (one kernel): the window offsets are linear in the
+    loop variables, with no division or remainder in the loop (each run of reshaped axes takes its own index, so
+    the padding's offset, negative outside its mask, blocks no other axis' simplification)."""
+    from tests.test_optimizations import _dummy, rendered_c
+
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    source = rendered_c(_dummy(4, 3, 16, 16).max_pool2d(2).pad((1, 1, 1, 1)).contiguous())
+    loop = source.split("for (int loop1", 1)[1]
+    assert "/" not in loop and "%" not in loop, source
+    x, tx = pair(random_array((2, 3, 12, 14)), device)
+    assert_close(x.max_pool2d(2).pad((1, 2, 2, 1)) * 2, TF.pad(TF.max_pool2d(tx, 2), (1, 2, 2, 1)) * 2)
+
+
 def test_max_pool_backward_kernel_count(device: str) -> None:
     """The chosen offset of each window (a reduce), then the gradient placed by it, summed over the windows holding
     each position where windows overlap (one elementwise kernel). No scatter."""

@@ -22,6 +22,11 @@ TRANSPOSED_CASES = [  # (spatial dims, stride, padding, output_padding, groups, 
     (2, (2, 1), (0, 1), (1, 0), 2, (1, 2)),
     (2, 1, 3, 0, 1, 2),  # padding larger than dilation * (kernel - 1): the inserted input is cropped
     (3, 2, 1, 1, 2, 1),
+    (1, 1, 1, 1, 1, 2),  # output_padding 1 with stride 1: allowed as it is smaller than the dilation
+    (1, 2, 0, 1, 1, 3),  # stride and dilation both: the spread input read at every third position
+    (1, 3, 4, 0, 2, 1),  # padding past the kernel's reach along a strided axis: the output crops the spread input
+    (2, (1, 3), (2, 1), (0, 2), 1, (2, 1)),  # a stride along the last axis only, output_padding 2
+    (2, 2, 0, 0, 1, 1),
 ]
 
 
@@ -53,6 +58,30 @@ def test_conv_transpose_matches_torch(device: str, case: tuple) -> None:
     options = (stride, padding, output_padding, groups, dilation)
     _compare(device, [inputs, weight, bias], lambda x, w, b: getattr(F, name)(x, w, b, *options),
              lambda x, w, b: getattr(TF, name)(x, w, b, *options))
+
+
+def test_conv_transpose_sizes_off_the_tiles(device: str) -> None:
+    """Spatial sizes no vector tile divides, strides per axis, output_padding on both axes."""
+    inputs, weight, bias = _random((2, 3, 13, 19), 5), _random((3, 5, 4, 3), 6), _random((5,), 7)
+    options = {"stride": (2, 3), "padding": (1, 1), "output_padding": (1, 2)}
+    _compare(device, [inputs, weight, bias], lambda x, w, b: F.conv_transpose2d(x, w, b, **options),
+             lambda x, w, b: TF.conv_transpose2d(x, w, b, **options), atol=2e-4)
+
+
+def test_conv_transpose_second_order() -> None:
+    """create_graph: the input's gradient is a convolution recorded in turn, so it differentiates again."""
+    arrays = [_random((1, 2, 4, 5), 8), _random((2, 3, 3, 2), 9)]
+    mine = [em.tensor(array, device="c", requires_grad=True) for array in arrays]
+    theirs = [torch.tensor(array, requires_grad=True) for array in arrays]
+    options = {"stride": 2, "padding": 1, "output_padding": 1}
+    (mine_grad,) = em.autograd.grad(F.conv_transpose2d(*mine, **options).square().sum(), [mine[0]],
+                                    create_graph=True)
+    (their_grad,) = torch.autograd.grad(TF.conv_transpose2d(*theirs, **options).square().sum(), [theirs[0]],
+                                        create_graph=True)
+    mine_grad.square().sum().backward()
+    their_grad.square().sum().backward()
+    for one_mine, one_theirs in zip(mine, theirs):
+        assert_close(one_mine.grad, one_theirs.grad, atol=1e-3, rtol=1e-3)
 
 
 def test_conv_transpose_unbatched_without_bias(device: str) -> None:

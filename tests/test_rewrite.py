@@ -192,6 +192,27 @@ def test_window_reread_divides_by_the_remainders_of_its_coefficients() -> None:
     assert not b.less(index, 53).is_const
 
 
+def test_division_splits_off_a_remainder_below_a_common_factor() -> None:
+    """(g*i + j + c) // (g*m) and % (g*m) with 0 <= j + c % g < g (a spread axis' row read through its columns):
+    i's quotient and remainder by m, no division of the sum; kept where j can reach g. Values from Python's
+    integers."""
+    b = Builder()
+    for rows, columns, factor, divisor, constant in ((34, 18, 18, 36, 18), (9, 6, 6, 12, 0), (9, 7, 6, 12, 0),
+                                                     (5, 4, 8, 24, 3)):
+        i, j = b.new_range(rows, I32), b.new_range(columns, I32)
+        flat = b.alu(Op.ADD, I32, b.alu(Op.ADD, I32, b.alu(Op.MUL, I32, i, b.const(factor, I32)), j),
+                     b.const(constant, I32))
+        quotient = b.alu(Op.IDIV, I32, flat, b.const(divisor, I32))
+        remainder = b.alu(Op.MOD, I32, flat, b.const(divisor, I32))
+        split = columns - 1 + constant % factor < factor
+        assert (j not in topological_nodes(quotient)) == split
+        for iv in range(rows):
+            for jv in range(columns):
+                value = factor * iv + jv + constant
+                assert _integer_value(quotient, {id(i): iv, id(j): jv}) == value // divisor
+                assert _integer_value(remainder, {id(i): iv, id(j): jv}) == value % divisor
+
+
 @pytest.mark.parametrize("op", sorted(FOLD, key=str))
 def test_constant_folding_matches_numpy(op: Op) -> None:
     """Each folder against numpy's result on int32 values (C semantics: truncating division, x // 0 = 0)."""

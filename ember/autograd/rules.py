@@ -211,6 +211,15 @@ def _convolution(step: Recorded, grad: Tensor) -> Gradients:
     return convolution_gradients(grad, source, weight, step.arg)
 
 
+def _transposed_convolution(step: Recorded, grad: Tensor) -> Gradients:
+    """The input's gradient as the convolution of grad whose input gradient the step is, the weight's as grad's
+    windows times the input summed (core/convolution_forms.py)."""
+    from ember.core.convolution_forms import transposed_convolution_gradients
+
+    source, weight = step.sources
+    return transposed_convolution_gradients(grad, source, weight, step.arg)
+
+
 def _max_pool(step: Recorded, grad: Tensor) -> Gradients:
     """Each window's gradient to its first maximum (torch's index), summed where windows overlap."""
     from ember.core.convolution_forms import max_pool_gradient
@@ -280,6 +289,7 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
     Composite.COPYSIGN: _copysign,
     Composite.NORMALIZE: _normalize,
     Composite.CONVOLUTION: _convolution,
+    Composite.TRANSPOSED_CONVOLUTION: _transposed_convolution,
     Composite.MAX_POOL: _max_pool,
     Composite.TANH: lambda step, grad: (grad * (1.0 - step.output * step.output),),
     Composite.SIGMOID: lambda step, grad: (grad * (step.output * (1.0 - step.output)),),

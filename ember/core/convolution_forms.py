@@ -9,7 +9,9 @@ memory-bound kernel), and one strided along it is copied split into the stride's
 whole vectors with no mask per lane. The gradient of the input is the transposed convolution (the output's gradient
 spread by the stride, padded, convolved with the flipped filters of swapped channels): a copy and one reduce. The
 gradient of the filters is one reduce over the batch and output positions (two where they are too many for one)
-laid out [G, *K, Og, Cg], vectorized along the positions it sums, then copied as [Cout, Cg, *K]."""
+laid out [G, *K, Og, Cg], vectorized along the positions it sums, then copied as [Cout, Cg, *K]. A transposed
+convolution (conv_transpose) is that input gradient, recorded as its own step (Composite.TRANSPOSED_CONVOLUTION)
+whose backward is the strided convolution again, reading no inserted zeros."""
 
 from __future__ import annotations
 
@@ -111,7 +113,11 @@ def convolve(source: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> T
     autograd as one step (its rule is `convolution_gradients`)."""
 
     # the padded input (a copy where it is one) is what the step records: the filters' gradient reads the same copy
-    padded = _padded(source, geometry)
+    return _convolve_recorded(_padded(source, geometry), weight, geometry)
+
+
+def _convolve_recorded(padded: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """The convolution of the input padded already, recorded for autograd as one step."""
 
     def compute(x: Tensor, w: Tensor) -> Tensor:
         return _convolve(x, w, geometry)
@@ -183,27 +189,57 @@ def _spread(tensor: Tensor, axis: int, stride: int) -> Tensor:
     return spread._pad_and_shrink(amounts)
 
 
+def _spread_and_padded(tensor: Tensor, strides: tuple[int, ...], pads: list[tuple[int, int]]) -> Tensor:
+    """[N, C, *O] with each spatial axis spread by its stride (stride - 1 zeros between neighbours, length
+    (O - 1) * stride + 1) and padded by its (before, after) (negative: cropped), built so that no reshape reads a
+    negative offset: every axis is first padded by whole strides (a = ceil(before / stride) elements), then spread,
+    then read from offset a * stride - before (in [0, stride)). The index simplifier then splits each load's index
+    per axis (a negative offset under a padding's mask keeps the flat index's division chain of the reshapes)."""
+    spatial = len(strides)
+    lengths = [(count - 1) * stride + 1 + before + after
+               for count, stride, (before, after) in zip(tensor.shape[2:], strides, pads)]
+    wholes = [-(-before // stride) for stride, (before, _) in zip(strides, pads)]
+    offsets = [whole * stride - before for whole, stride, (before, _) in zip(wholes, strides, pads)]
+    counts = [-(-(offset + length) // stride) for offset, length, stride in zip(offsets, lengths, strides)]
+    fitted = tensor._pad_and_shrink([(0, 0), (0, 0)] + [(whole, count - size - whole) for whole, count, size in zip(
+        wholes, counts, tensor.shape[2:])])
+    for axis, (stride, count) in enumerate(zip(strides, counts)):
+        if stride == 1:
+            continue
+        shape = fitted.shape
+        split = fitted.reshape(shape[:2 + axis] + (count, 1) + shape[3 + axis:])
+        amounts = [(0, 0)] * split.ndim
+        amounts[3 + axis] = (0, stride - 1)
+        fitted = split._pad_and_shrink(amounts).reshape(shape[:2 + axis] + (count * stride,) + shape[3 + axis:])
+    return fitted._pad_and_shrink([(0, 0), (0, 0)] + [(-offset, offset + length - size) for offset, length, size in zip(
+        offsets, lengths, fitted.shape[2:])])
+
+
 def input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
     """d convolution / d input: the transposed convolution of grad [N, Cout, *O] with the flipped filters, their
-    channels swapped within each group: a convolution again (stride 1, the forward's dilation)."""
+    channels swapped within each group: a convolution again (stride 1, the forward's dilation) of grad spread by the
+    stride and padded (copied where the last axis is spread or padded, as `_padded`)."""
     spatial = len(geometry.strides)
     kernel = tuple(weight.shape[2:])
     groups = geometry.groups
     out_channels, group_channels = weight.shape[:2]
-    spread = grad
-    for axis, stride in enumerate(geometry.strides):
-        spread = _spread(spread, 2 + axis, stride)
     pads = []
-    for size, spread_size, k, d, (before, _) in zip(geometry.sizes, spread.shape[2:], kernel, geometry.dilations,
-                                                    geometry.pads):
+    for size, count, stride, k, d, (before, _) in zip(geometry.sizes, grad.shape[2:], geometry.strides, kernel,
+                                                       geometry.dilations, geometry.pads):
         left = (k - 1) * d - before
-        pads.append((left, size + (k - 1) * d - left - spread_size))
+        pads.append((left, size + (k - 1) * d - left - ((count - 1) * stride + 1)))
+    spread = _spread_and_padded(grad, geometry.strides, pads)
+    last_left = (kernel[-1] - 1) * geometry.dilations[-1] - geometry.pads[-1][0]
+    last_spread = (grad.shape[-1] - 1) * geometry.strides[-1] + 1
+    if geometry.strides[-1] > 1 or last_left != 0 or spread.shape[-1] != last_spread:
+        spread = spread.contiguous()
     swapped = weight.reshape((groups, out_channels // groups, group_channels) + kernel).transpose(1, 2)
     filters = swapped.reshape((groups * group_channels, out_channels // groups) + kernel)
     filters = filters.flip(tuple(range(2, 2 + spatial)))
     ones = (1,) * spatial
-    return convolve(spread, filters, ConvolutionGeometry(ones, tuple(pads), geometry.dilations, groups,
-                                                         tuple(spread.shape[2:])))
+    unpadded = ((0, 0),) * spatial
+    return _convolve_recorded(spread, filters, ConvolutionGeometry(ones, unpadded, geometry.dilations, groups,
+                                                                   tuple(spread.shape[2:])))
 
 
 def weight_gradient(grad: Tensor, padded: Tensor, weight_shape: tuple[int, ...],
@@ -246,6 +282,30 @@ def convolution_gradients(grad: Tensor, padded: Tensor, weight: Tensor,
     own rule), so the transposed convolution computes only the input's positions."""
     source_gradient = input_gradient(grad, weight, geometry)._pad_and_shrink([(0, 0), (0, 0), *geometry.pads])
     return source_gradient, weight_gradient(grad, padded, tuple(weight.shape), geometry)
+
+
+# ---- transposed convolution ----------------------------------------------------------------------------------
+
+
+def transposed_convolve(source: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """The transposed convolution (no bias) of batched [N, Cin, *I] with [Cin, Cout / groups, *K]: the input's
+    gradient of the convolution that `geometry` describes (input [N, Cout, *geometry.sizes], filters `weight`, output
+    [N, Cin, *I]), recorded for autograd as one step: its gradients (`transposed_convolution_gradients`) are that
+    convolution of the output's gradient and the filters' gradient of it, neither of which reads inserted zeros."""
+
+    def compute(x: Tensor, w: Tensor) -> Tensor:
+        return input_gradient(x, w, geometry)
+
+    return source._recorded(Composite.TRANSPOSED_CONVOLUTION, compute, (source, weight), geometry)
+
+
+def transposed_convolution_gradients(grad: Tensor, source: Tensor, weight: Tensor,
+                                     geometry: ConvolutionGeometry) -> tuple[Tensor, Tensor]:
+    """(d input, d weight) of `transposed_convolve` given the gradient of its output (autograd/rules.py): the input's
+    is the (strided) convolution of grad with the filters, the filters' is the windows of the padded grad times the
+    input summed, as in a convolution's backward with the input's role played by grad. Both read one padded grad."""
+    padded = _padded(grad, geometry)
+    return _convolve_recorded(padded, weight, geometry), weight_gradient(source, padded, tuple(weight.shape), geometry)
 
 
 # ---- max pooling ----------------------------------------------------------------------------------------------

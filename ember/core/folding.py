@@ -2,10 +2,9 @@
 
 Tensor.unfold and im2col are the strided-view windows of `convolution_forms` (views, never copies). col2im is the
 adjoint of those views, built from the inverse movement ops in reverse order: where windows overlap, the copies of a
-position are summed by one reduce over the kernel axes. A transposed convolution is a convolution of the input
-with zeros inserted between its elements (stride - 1 of them; a view with a validity mask), padded by
-dilation * (kernel - 1) - padding, with the kernel flipped and its channel dims swapped within each group: one
-fused kernel, which also does the zero products of the inserted elements.
+position are summed by one reduce over the kernel axes. A transposed convolution is the input gradient of the
+convolution it transposes (core/convolution_forms.py `transposed_convolve`), recorded for autograd as one step whose
+backward is that convolution (strided: no inserted zeros are read) and its filters' gradient.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import math
 from typing import TYPE_CHECKING, cast
 
 from ember.core.convolution import IntOrInts, _check_positive, _ints, _spatial_input
-from ember.core.convolution_forms import window_axis, windows
+from ember.core.convolution_forms import ConvolutionGeometry, transposed_convolve, window_axis, windows
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.shapes import normalize_dim
 from ember.core.tensor_base import TensorBase
@@ -76,6 +75,9 @@ def _transposed_convolution(source: Tensor, weight: Tensor, bias: Tensor | None,
     if weight.ndim != spatial + 2:
         raise ShapeError(f"{op}: expected {spatial + 2}-d weight [in_channels, out_channels / groups, *kernel], but "
                          f"got weight of shape {list(weight.shape)}")
+    if source.dtype != weight.dtype or (bias is not None and bias.dtype != source.dtype):
+        names = [source.dtype.name, weight.dtype.name] + ([bias.dtype.name] if bias is not None else [])
+        raise DTypeError(f"{op}: input, weight and bias must have one dtype, got {', '.join(names)}")
     if source.dtype.is_bool or weight.dtype.is_bool:
         raise DTypeError(f"{op}: not supported for bool tensors")
     strides = _ints(stride, spatial, "stride", op)
@@ -102,6 +104,9 @@ def _transposed_convolution(source: Tensor, weight: Tensor, bias: Tensor | None,
             f"{list(source.shape)} to have {in_channels} channels (divisible by groups), but got {channels} channels"
         )
     out_channels = group_outputs * groups
+    if bias is not None and bias.shape != (out_channels,):
+        raise ShapeError(f"{op}: given weight of shape {list(weight.shape)}, expected bias to be 1-d with "
+                         f"{out_channels} elements, but got bias of shape {list(bias.shape)}")
     sizes = batched.shape[2:]
     outputs = tuple((size - 1) * s - 2 * p + d * (k - 1) + e + 1
                     for size, s, p, d, k, e in zip(sizes, strides, pads, dilations, kernel, extra))
@@ -118,25 +123,14 @@ def _transposed_convolution(source: Tensor, weight: Tensor, bias: Tensor | None,
                 empty = part if empty is None else empty + part
         assert empty is not None  # batched is an operand
         return empty.squeeze(0) if unbatched else empty
-    # stride - 1 zeros between the elements: each becomes (element, zeros...) and the trailing zeros are cut
-    spread = batched
-    for index, (size, s) in enumerate(zip(sizes, strides)):
-        if s > 1:
-            axis = 2 + index
-            shape = spread.shape
-            interleaved = spread.reshape(shape[:axis + 1] + (1,) + shape[axis + 1:])
-            amounts = [(0, 0)] * interleaved.ndim
-            amounts[axis + 1] = (0, s - 1)
-            spread = interleaved._pad_and_shrink(amounts).reshape(shape[:axis] + (size * s,) + shape[axis + 1:])
-            amounts = [(0, 0)] * spread.ndim
-            amounts[axis] = (0, 1 - s)
-            spread = spread._pad_and_shrink(amounts)
-    border = [(d * (k - 1) - p, d * (k - 1) - p + e) for d, k, p, e in zip(dilations, kernel, pads, extra)]
-    padded = spread._pad_and_shrink([(0, 0), (0, 0)] + border)
-    # weight [C_in, C_out/g, *k] -> [C_out, C_in/g, *k] per group, the kernel flipped
-    flipped = weight.reshape((groups, channels // groups, group_outputs) + kernel).transpose(1, 2)
-    flipped = flipped.reshape((out_channels, channels // groups) + kernel).flip(tuple(range(2, 2 + spatial)))
-    result = padded._convolution(flipped, bias, 1, 0, dilations, groups, spatial, op)
+    # the input gradient of the convolution of [N, Cout, *outputs] by weight (as [Cout_conv = Cin, Cout / groups,
+    # *K]) that gives [N, Cin, *sizes]: padding before, padding - output_padding after (the rows output_padding adds
+    # are read by no window of the stride)
+    geometry = ConvolutionGeometry(strides, tuple((p, p - e) for p, e in zip(pads, extra)), dilations, groups,
+                                   outputs)
+    result = transposed_convolve(batched, weight, geometry)
+    if bias is not None:
+        result = result + bias.reshape((out_channels,) + (1,) * spatial)
     return result.squeeze(0) if unbatched else result
 
 

@@ -75,6 +75,8 @@ class Composite(Enum):
     NORMALIZE = auto()  # sources: (x, weight?, bias?); arg: NormalizationSaved (statistics, which are present)
     CONVOLUTION = auto()  # sources: (x [N, C, *S], weight); arg: ConvolutionGeometry; the backward is convolutions
     # again (core/convolution_forms.py), not the adjoints of the overlapping window views
+    TRANSPOSED_CONVOLUTION = auto()  # sources: (x [N, Cin, *I], weight [Cin, Cout / G, *K]); arg: the
+    # ConvolutionGeometry of the convolution whose input gradient it is; the backward is that convolution again
     MAX_POOL = auto()  # sources: (x [N, C, *S],); arg: PoolGeometry; the gradient goes to each window's first maximum
     TANH = auto()  # sources: (x,); d/dx = 1 - tanh(x)^2 from the output, as torch's tanh_backward (one small step
     # instead of the chain rule through expm1's branches: a recurrent layer differentiates it at every time step)

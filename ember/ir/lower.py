@@ -222,18 +222,48 @@ class Lowerer:
         if [s for s in shape if s != 1] == [s for s in source_shape if s != 1]:
             kept = iter(axis_index for axis_index, size in zip(index, shape) if size != 1)
             return tuple(zero if size == 1 else next(kept) for size in source_shape)
-        linear = zero
-        for axis_index, stride, size in zip(index, strides_of(shape), shape):
-            if size != 1:
-                linear = b.add(b.mul(axis_index, stride), linear)
-        result = []
-        for axis, (stride, size) in enumerate(zip(strides_of(source_shape), source_shape)):
-            if size == 1:
-                result.append(zero)
-                continue
-            value = b.div(linear, stride)
-            result.append(value if axis == 0 else b.mod(value, size))
+        result: list[IRNode] = []
+        for (start, end), (source_start, source_end) in _reshape_groups(shape, source_shape):
+            # each run of axes whose sizes multiply to a run of the source's is reshaped on its own: the index
+            # of one run never enters another's division (an offset that may be negative outside a padding's
+            # mask, in one run, would keep every run's division and remainder)
+            group_shape, group_source = shape[start:end], source_shape[source_start:source_end]
+            linear = zero
+            for axis_index, stride, size in zip(index[start:end], strides_of(group_shape), group_shape):
+                if size != 1:
+                    linear = b.add(b.mul(axis_index, stride), linear)
+            for axis, (stride, size) in enumerate(zip(strides_of(group_source), group_source)):
+                if size == 1:
+                    result.append(zero)
+                    continue
+                value = b.div(linear, stride)
+                result.append(value if axis == 0 else b.mod(value, size))
         return tuple(result)
+
+
+def _reshape_groups(shape: tuple[int, ...], source_shape: tuple[int, ...]
+                    ) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """The reshape as runs of axes ((start, end) in shape, (start, end) in source_shape) whose sizes have equal
+    products, cut wherever the running products of both shapes agree (one run for an empty shape)."""
+    if 0 in shape or 0 in source_shape:
+        return [((0, len(shape)), (0, len(source_shape)))]
+    groups = []
+    start = source_start = 0
+    end = source_end = 0
+    product = source_product = 1
+    while end < len(shape) or source_end < len(source_shape):
+        if source_end == len(source_shape) or (end < len(shape) and product <= source_product):
+            product *= shape[end]
+            end += 1
+        else:
+            source_product *= source_shape[source_end]
+            source_end += 1
+        if product == source_product and end > start and source_end > source_start:
+            groups.append(((start, end), (source_start, source_end)))
+            start, source_start = end, source_end
+    if start < len(shape) or source_start < len(source_shape):  # trailing size-1 axes
+        groups.append(((start, len(shape)), (source_start, len(source_shape))))
+    return groups
 
 
 def _request_key(request: tuple[int, tuple[IRNode, ...], IRNode | None]) -> tuple:

@@ -168,7 +168,7 @@ def _divide_terms(builder: Builder, node: IRNode) -> IRNode | None:
                 reduced = _sum(builder, [(term, coefficient // gcd) for term, coefficient in rest_terms],
                                constant // gcd, dtype)
                 return builder.alu(Op.IDIV, dtype, reduced, builder.const(divisor // gcd, dtype))
-            return None
+            return _small_remainder(builder, op, terms, constant, divisor, dtype)
         rest = _sum(builder, rest_terms, constant % divisor, dtype)
         quotient = _sum(builder, quotient_terms, constant // divisor, dtype)
         if rest.maximum < divisor:
@@ -187,9 +187,31 @@ def _divide_terms(builder: Builder, node: IRNode) -> IRNode | None:
                            constant // gcd, dtype)
             inner = builder.alu(Op.MOD, dtype, reduced, builder.const(divisor // gcd, dtype))
             return _sum(builder, [(inner, gcd)], constant % gcd, dtype)
-        return None
+        return _small_remainder(builder, op, terms, constant, divisor, dtype)
     rest = _sum(builder, rest_terms, constant % divisor, dtype)
     return rest if rest.maximum < divisor else builder.alu(Op.MOD, dtype, rest, builder.const(divisor, dtype))
+
+
+def _small_remainder(builder: Builder, op: Op | IROp, terms: tuple[tuple[IRNode, int], ...], constant: int,
+                     divisor: int, dtype: DType) -> IRNode | None:
+    """x // (g*m) == y // m and x % (g*m) == g * (y % m) + r where x == g*y + r with y >= 0 and 0 <= r < g: the
+    terms whose coefficients g divides make y, the others (and the constant modulo g) r, for g a common factor of
+    the divisor and some coefficients (a row index of a spread axis read through its columns: (18*i + j) // 36 with
+    j < 18 is i // 2)."""
+    for factor in sorted({math.gcd(divisor, coefficient) for _, coefficient in terms} - {1}, reverse=True):
+        large = [(term, coefficient // factor) for term, coefficient in terms if coefficient % factor == 0]
+        small = [(term, coefficient) for term, coefficient in terms if coefficient % factor]
+        if not large or not small:
+            continue
+        remainder = _sum(builder, small, constant % factor, dtype)
+        if remainder.maximum >= factor:
+            continue
+        quotient = _sum(builder, large, constant // factor, dtype)
+        if op is Op.IDIV:
+            return builder.alu(Op.IDIV, dtype, quotient, builder.const(divisor // factor, dtype))
+        inner = builder.alu(Op.MOD, dtype, quotient, builder.const(divisor // factor, dtype))
+        return builder.alu(Op.ADD, dtype, builder.mul(inner, factor), remainder)
+    return None
 
 
 # ---- the table ----------------------------------------------------------------------------------------------------
