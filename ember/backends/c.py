@@ -168,7 +168,12 @@ class CRenderer(CStyleRenderer):
     def global_loop_open(self, kernel: KernelIR, index_type: str) -> list[str]:
         work = kernel.global_size * max(1, _loop_work(kernel))
         threads = f" num_threads({self.threads})" if self.threads else ""
-        pragma = f"  #pragma omp parallel for schedule(static){threads}" if work >= PARALLEL_THRESHOLD else ""
+        parallel = f"#pragma omp parallel for schedule(static){threads}"
+        if kernel.size_parameter is not None:  # work known at launch: threads only for enough of it
+            parallel = (f"const {index_type} work = {self.global_bound(kernel)};\n"
+                        f"  #pragma omp parallel for schedule(static){threads} if(work >= {PARALLEL_THRESHOLD // 64})")
+            return [f"  {parallel}", f"  for ({index_type} gid = 0; gid < work; gid++) {{"]
+        pragma = f"  {parallel}" if work >= PARALLEL_THRESHOLD else ""
         return [pragma, f"  for ({index_type} gid = 0; gid < {kernel.global_size}; gid++) {{"]
 
     def global_loop_close(self) -> list[str]:
