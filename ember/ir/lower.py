@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Generator
-from typing import Any
+from typing import Any, cast
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
@@ -78,6 +78,8 @@ class Lowerer:
             loaded = b.load(param, linear, valid)
             return b.alu(Op.CAST, dtypes.float32, loaded) if step.dtype in HALF_TYPES else loaded
         if op is Op.CONST:
+            if isinstance(step.arg, IRNode):  # an integer known at launch (a shape class's, lower_shape_class)
+                return step.arg if step.dtype is step.arg.dtype else b.alu(Op.CAST, step.dtype, step.arg)
             value = float.fromhex(step.arg) if isinstance(step.arg, str) else step.arg
             return b.const(value, compute_dtype(step.dtype))
         if op is Op.ARANGE:
@@ -97,6 +99,14 @@ class Lowerer:
         if all(type(size) is int for size in shape):
             return strides_of(shape)
         return symbolic_strides(self.builder, shape)
+
+    def plus(self, first: int | IRNode, second: int | IRNode) -> int | IRNode:
+        """first + second, sizes that may be nodes (known at launch)."""
+        if type(first) is int and type(second) is int:
+            return first + second
+        if isinstance(first, IRNode):
+            return self.builder.add(first, second)
+        return self.builder.add(cast(IRNode, second), first)
 
     def last_index(self, size: int | IRNode) -> IRNode:
         """size - 1 as an index value."""
@@ -214,14 +224,14 @@ class Lowerer:
             padded: list[IRNode] = []
             inside: IRNode | None = None
             for axis_index, (before, after), size in zip(index, amounts, source.shape):
-                if before or after:
+                if before or after:  # (an amount known at launch, a node, is never 0)
                     if before:
-                        inside = b.both(inside, b.alu(Op.CMPLT, dtypes.bool_, b.const(before - 1, self.index_dtype),
-                                                      axis_index))
+                        inside = b.both(inside, b.alu(Op.CMPLT, dtypes.bool_, self.last_index(before), axis_index))
                     if after:
-                        end = before + size if type(size) is int else b.add(size, before)
-                        inside = b.both(inside, b.less(axis_index, end))
-                    axis_index = b.add(axis_index, -before) if before else axis_index
+                        inside = b.both(inside, b.less(axis_index, self.plus(size, before)))
+                    if before:
+                        axis_index = (b.add(axis_index, -before) if type(before) is int else
+                                      b.alu(Op.SUB, self.index_dtype, axis_index, before))
                 padded.append(axis_index)
             value = yield step.srcs[0], tuple(padded), b.both(valid, inside)
             if inside is None:
@@ -364,10 +374,18 @@ def lower_shape_class(kernel: Kernel, name: str, variables: int) -> KernelIR:
     def values(sizes: tuple[int, ...]) -> tuple[Any, ...]:
         return tuple(value(size) for size in sizes)
 
-    steps = tuple(step._replace(shape=values(step.shape),
-                                arg=values(step.arg) if step.op in (Op.RESHAPE, Op.EXPAND) else
-                                tuple(values(pair) for pair in step.arg) if step.op is Op.SHRINK else step.arg)
-                  for step in kernel.steps)
+    def arguments(step: KernelStep) -> Any:
+        if step.op in (Op.RESHAPE, Op.EXPAND):
+            return values(step.arg)
+        if step.op is Op.SHRINK:
+            return tuple(values(pair) for pair in step.arg)
+        if step.op is Op.PAD:
+            return tuple(values(pair) for pair in step.arg[0]), step.arg[1]
+        if step.op is Op.CONST and isinstance(step.arg, SizeVariable):
+            return value(step.arg)
+        return step.arg
+
+    steps = tuple(step._replace(shape=values(step.shape), arg=arguments(step)) for step in kernel.steps)
     symbolic = Kernel(steps, kernel.input_sizes)
     lowerer = Lowerer(symbolic, builder, index_dtype)
     shape = symbolic.output.shape

@@ -1,5 +1,5 @@
 """Shape classes: kernels alike but for some sizes (a generation loop's growing sequence length) share one compiled
-kernel, those sizes read at launch. Here: a kernel's sizes apart from its structure, the class two kernels of one
+kernel, those sizes read at launch (sizes: shapes, view arguments, pad amounts, integer constants). Here: a kernel's sizes apart from its structure, the class two kernels of one
 structure make (which sizes vary), and a member's values of the class's size variables."""
 
 from __future__ import annotations
@@ -55,6 +55,13 @@ def split_sizes(kernel: Kernel) -> tuple[tuple, tuple[int, ...]]:
             for start, end in arg:
                 sizes.extend((start, end))
             arg = len(arg)
+        elif step.op is Op.PAD:
+            for before, after in arg[0]:
+                sizes.extend((before, after))
+            arg = (len(arg[0]), arg[1])
+        elif integer_constant(step):
+            sizes.append(arg)
+            arg = "integer"
         structure.append((step.op, step.srcs, arg, len(step.shape), step.dtype))
     sizes.extend(kernel.input_sizes)
     return (tuple(structure), len(kernel.input_sizes)), tuple(sizes)
@@ -79,31 +86,42 @@ class ShapeClass(NamedTuple):
             number = wanted.number  # type: ignore[attr-defined]
             known = values[number]
             if known is None:
-                if size < MINIMUM_VARIABLE_SIZE:
+                if not MINIMUM_VARIABLE_SIZE <= size <= LARGEST_MEMBER:
                     return None
                 values[number] = size
             elif known != size:
                 return None
         return tuple(values)  # type: ignore[arg-type]
 
+    def widened(self, sizes: tuple[int, ...]) -> ShapeClass | None:
+        """The class holding this class's members and a kernel of these sizes: a fixed size the kernel differs in
+        becomes a variable, a variable the kernel gives two values splits (positions stay together where both their
+        place in this class and their new size agree); None where nothing changes or a size that would vary is
+        below MINIMUM_VARIABLE_SIZE."""
+        numbers: dict[tuple[Any, int], int] = {}
+        pattern: list[int] = []
+        for wanted, size in zip(self.pattern, sizes):
+            variable = type(wanted) is not int
+            if not variable and wanted == size:
+                pattern.append(wanted)
+                continue
+            if size < MINIMUM_VARIABLE_SIZE or wanted < MINIMUM_VARIABLE_SIZE:
+                return None
+            label = (("variable", wanted.number) if variable else ("fixed", wanted), size)  # type: ignore[attr-defined]
+            number = numbers.setdefault(label, len(numbers))
+            pattern.append(SizeVariable(number))
+        if len(numbers) <= self.variables and all(
+                type(old) is int or old.number == new.number  # type: ignore[attr-defined]
+                for old, new in zip(self.pattern, pattern)):
+            return None
+        return ShapeClass(tuple(pattern), len(numbers))
+
 
 def class_of(first: tuple[int, ...], second: tuple[int, ...]) -> ShapeClass | None:
     """The class two kernels of one structure with these sizes make: sizes equal in both are fixed, the others
     variables (one per pair of values, so sizes that vary together share one); None where they do not differ or a
     varying size is below MINIMUM_VARIABLE_SIZE in either."""
-    numbers: dict[tuple[int, int], int] = {}
-    pattern: list[int] = []
-    for one, other in zip(first, second):
-        if one == other:
-            pattern.append(one)
-            continue
-        if min(one, other) < MINIMUM_VARIABLE_SIZE:
-            return None
-        number = numbers.setdefault((one, other), len(numbers))
-        pattern.append(SizeVariable(number))
-    if not numbers:
-        return None
-    return ShapeClass(tuple(pattern), len(numbers))
+    return ShapeClass(first, 0).widened(second)
 
 
 def class_kernel(kernel: Kernel, shape_class: ShapeClass) -> Kernel:
@@ -121,8 +139,17 @@ def class_kernel(kernel: Kernel, shape_class: ShapeClass) -> Kernel:
             arg = take(len(arg))
         elif step.op is Op.SHRINK:
             arg = tuple(take(2) for _ in arg)
+        elif step.op is Op.PAD:
+            arg = (tuple(take(2) for _ in arg[0]), arg[1])
+        elif integer_constant(step):
+            arg = take(1)[0]
         steps.append(KernelStep(step.op, step.srcs, arg, shape, step.dtype))
     return Kernel(tuple(steps), take(len(kernel.input_sizes)))
+
+
+def integer_constant(step: KernelStep) -> bool:
+    """Whether a step is an integer constant (its value one of the kernel's sizes: a last index, a count)."""
+    return step.op is Op.CONST and type(step.arg) is int and step.dtype.is_int
 
 
 def fits_class(kernel: Kernel) -> bool:

@@ -28,6 +28,7 @@ MAX_STRUCTURES = 4096  # structures remembered (the least recently met forgotten
 # a member doing more work items x loop iterations than this compiles for its sizes: a class's kernel is untiled
 # and unvectorized (one output per work item), which a large matmul pays for many times over its compile
 MAX_MEMBER_WORK = 1 << 24
+MAX_WIDENINGS = 4  # times a structure's class is made wider (each compiles its kernel again)
 
 
 def enabled() -> bool:
@@ -61,6 +62,7 @@ class Structure:
     program: Program | None = None
     whole_rows: bool = False
     refused: bool = False
+    widenings: int = 0
 
 
 STRUCTURES: OrderedDict[tuple[str, tuple], Structure] = OrderedDict()
@@ -91,9 +93,19 @@ def member(device: Device, kernel: Kernel) -> Any:
         if not _compile_class(device, kernel, known, shape_class):
             return None
     assert known.shape_class is not None and known.ir is not None and known.program is not None
-    values = known.shape_class.member_values(sizes)
-    if values is None or not fits_class(kernel):
+    if not fits_class(kernel):
         return None
+    values = known.shape_class.member_values(sizes)
+    if values is None:  # other sizes vary too (two layers of one structure, then a longer sequence): a wider class
+        wider = known.shape_class.widened(sizes)
+        if wider is None or known.widenings >= MAX_WIDENINGS:
+            return None
+        known.widenings += 1
+        if not _compile_class(device, kernel, known, wider):
+            return None
+        values = wider.member_values(sizes)
+        if values is None:
+            return None
     work_items = global_size(kernel, known.whole_rows)
     iterations = member_loop_iterations(known.ir, values)
     if work_items * max(1, iterations) > MAX_MEMBER_WORK:
@@ -122,7 +134,8 @@ def _compile_class(device: Device, kernel: Kernel, known: Structure, shape_class
             raise TypeError(f"dtypes {unsupported} unsupported")
         program = device.compile_many([ir])[0]
     except Exception as error:  # noqa: BLE001 - any failure keeps the structure to kernels of its own sizes
-        known.refused = True
+        if known.shape_class is None:  # (a wider class that failed leaves the one there is)
+            known.refused = True
         profile.debug_print(1, f"  shape class of {name} refused ({type(error).__name__}: {error}); its kernels "
                                "compile for their sizes")
         return False
