@@ -401,8 +401,8 @@ def lower_shape_class(kernel: Kernel, name: str, variables: int) -> KernelIR:
             first = False
     loop_ranges: tuple[IRNode, ...] = ()
     if whole_rows:
-        row = shape[-1]
-        origin[-1] = (builder.new_range(row, index_dtype) if type(row) is int else
+        row: int | IRNode = shape[-1]
+        origin[-1] = (builder.new_range(row, index_dtype) if isinstance(row, int) else
                       builder.new_range(RUNTIME_SIZE_ESTIMATE, index_dtype, row))
         loop_ranges = (origin[-1],)
     output = symbolic.output

@@ -1,6 +1,7 @@
 """Shape classes: kernels alike but for some sizes (a generation loop's growing sequence length) share one compiled
-kernel, those sizes read at launch (sizes: shapes, view arguments, pad amounts, integer constants). Here: a kernel's sizes apart from its structure, the class two kernels of one
-structure make (which sizes vary), and a member's values of the class's size variables."""
+kernel, those sizes read at launch (sizes: shapes, view arguments, pad amounts, integer constants). Here: a
+kernel's sizes apart from its structure, the class two kernels of one structure make (which sizes vary), and a
+member's values of the class's size variables."""
 
 from __future__ import annotations
 

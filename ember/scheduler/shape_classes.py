@@ -27,7 +27,7 @@ from ember.scheduler import profile
 MAX_STRUCTURES = 4096  # structures remembered (the least recently met forgotten), as the compile cache's programs
 # a member doing more work items x loop iterations than this compiles for its sizes: a class's kernel is untiled
 # and unvectorized (one output per work item), which a large matmul pays for many times over its compile
-MAX_MEMBER_WORK = 1 << 24
+MAX_MEMBER_WORK = 1 << 21
 MAX_WIDENINGS = 4  # times a structure's class is made wider (each compiles its kernel again)
 
 
