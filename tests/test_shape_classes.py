@@ -142,3 +142,21 @@ def test_a_graph_met_often_gets_kernels_of_its_own_sizes(device: str) -> None:
         if run == shape_classes.SPECIALIZE_AFTER:
             assert record.compiles, "the schedule's members were not compiled for their sizes"
     assert members[0] > 0 and members[-1] == 0, members
+
+
+def test_a_varying_dim_keeps_the_index_bounds_of_the_others(device: str) -> None:
+    """Attention weights [4, 5, S] times values with a bias broadcast over [S, 2, 8] read as [S, 4, 4] heads, S
+    varying: the remainders of the fixed dims stay in the class's kernel (a work item number without an upper bound,
+    once divided, must not bound an index to 0)."""
+    generator = np.random.default_rng(9)
+    bias = generator.normal(size=(8,)).astype(np.float32)
+
+    def heads(lib: Any, weights: np.ndarray, x: np.ndarray, dev: str) -> Any:
+        tensor = (lambda a: torch.tensor(a)) if lib is torch else (lambda a: em.tensor(a, device=dev))
+        values = (tensor(x) + tensor(bias)).reshape(x.shape[0], 4, 4).permute(1, 0, 2)
+        return tensor(weights) @ values
+
+    for length in (4, 6, 5, 7, 3):
+        weights = generator.normal(size=(4, 5, length)).astype(np.float32)
+        x = generator.normal(size=(length, 2, 8)).astype(np.float32)
+        _close(heads(em, weights, x, device).numpy(), heads(torch, weights, x, device))

@@ -392,7 +392,8 @@ def _bounds(op: Op, dtype: DType, srcs: tuple[IRNode, ...]) -> tuple[float, floa
         values = (srcs[0].minimum * factor, srcs[0].maximum * factor)
         return (min(values), max(values)) if factor != 0 else (0, 0)
     if op is Op.IDIV and srcs[1].is_const and srcs[1].arg > 0 and srcs[0].minimum >= 0:
-        return srcs[0].minimum // srcs[1].arg, srcs[0].maximum // srcs[1].arg
+        highest = srcs[0].maximum  # (unbounded: a size known only at launch; inf // k would be NaN)
+        return srcs[0].minimum // srcs[1].arg, highest // srcs[1].arg if highest != math.inf else math.inf
     if op is Op.MOD and srcs[1].is_const and srcs[1].arg > 0 and srcs[0].minimum >= 0:
         return 0, min(srcs[1].arg - 1, srcs[0].maximum)
     if op is Op.CAST and srcs[0].dtype.is_int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Generator
-from typing import Any, cast
+from typing import Any
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
@@ -96,17 +96,17 @@ class Lowerer:
 
     def strides(self, shape: tuple[int, ...]) -> tuple[int | IRNode, ...]:
         """Row-major strides of a shape; where sizes known only at launch (nodes) enter, nodes."""
-        if all(type(size) is int for size in shape):
+        if not any(isinstance(size, IRNode) for size in shape):
             return strides_of(shape)
         return symbolic_strides(self.builder, shape)
 
     def plus(self, first: int | IRNode, second: int | IRNode) -> int | IRNode:
         """first + second, sizes that may be nodes (known at launch)."""
-        if type(first) is int and type(second) is int:
-            return first + second
         if isinstance(first, IRNode):
             return self.builder.add(first, second)
-        return self.builder.add(cast(IRNode, second), first)
+        if isinstance(second, IRNode):
+            return self.builder.add(second, first)
+        return first + second
 
     def last_index(self, size: int | IRNode) -> IRNode:
         """size - 1 as an index value."""
@@ -135,8 +135,9 @@ class Lowerer:
             if source_shape[axis] != 1:
                 if (position, axis) not in self.ranges:
                     size = source_shape[axis] // lanes if axis == split_axis else source_shape[axis]
-                    self.ranges[(position, axis)] = (b.new_range(size, self.index_dtype) if type(size) is int else
-                                                     b.new_range(RUNTIME_SIZE_ESTIMATE, self.index_dtype, size))
+                    self.ranges[(position, axis)] = (
+                        b.new_range(RUNTIME_SIZE_ESTIMATE, self.index_dtype, size) if isinstance(size, IRNode)
+                        else b.new_range(size, self.index_dtype))
                 ranges[axis] = self.ranges[(position, axis)]
         if split_axis is None:
             reduced = yield from self._reduced_value(step, index, ranges, valid)
@@ -230,8 +231,8 @@ class Lowerer:
                     if after:
                         inside = b.both(inside, b.less(axis_index, self.plus(size, before)))
                     if before:
-                        axis_index = (b.add(axis_index, -before) if type(before) is int else
-                                      b.alu(Op.SUB, self.index_dtype, axis_index, before))
+                        axis_index = (b.alu(Op.SUB, self.index_dtype, axis_index, before)
+                                      if isinstance(before, IRNode) else b.add(axis_index, -before))
                 padded.append(axis_index)
             value = yield step.srcs[0], tuple(padded), b.both(valid, inside)
             if inside is None:
