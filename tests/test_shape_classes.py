@@ -116,34 +116,6 @@ def test_class_kernels_render_for_every_backend() -> None:
                      optimization=0)
 
 
-def test_a_graph_met_often_gets_kernels_of_its_own_sizes(device: str) -> None:
-    """A shape class's member in a schedule realized again and again is compiled for its sizes (tiled) after
-    SPECIALIZE_AFTER cache hits; the values stay torch's."""
-    from ember.scheduler import compile_cache
-
-    generator = np.random.default_rng(8)
-    weight = generator.normal(size=(24, 40)).astype(np.float32)
-
-    def program(lib: Any, rows: np.ndarray, dev: str) -> Any:
-        return lib.nn.functional.softmax(lib.tensor(rows) @ lib.tensor(weight), dim=-1) if lib is torch else \
-            em.nn.functional.softmax(em.tensor(rows, device=dev) @ em.tensor(weight, device=dev), dim=-1)
-
-    for length in (5, 6):  # a class of the structure
-        program(em, generator.normal(size=(length, 24)).astype(np.float32), device).numpy()
-    rows = generator.normal(size=(9, 24)).astype(np.float32)
-    members = []
-    for run in range(shape_classes.SPECIALIZE_AFTER + 2):
-        with em.profile() as record:
-            values = program(em, rows, device).numpy()
-        _close(values, program(torch, rows, device))
-        programs = [compiled.program for key, compiled in compile_cache.COMPILED.items() if key[0].startswith(
-            device.split(":")[0]) and key[1].output.shape in ((9, 40), (9, 1))]
-        members.append(sum(isinstance(program, shape_classes.SizedProgram) for program in programs))
-        if run == shape_classes.SPECIALIZE_AFTER:
-            assert record.compiles, "the schedule's members were not compiled for their sizes"
-    assert members[0] > 0 and members[-1] == 0, members
-
-
 def test_a_varying_dim_keeps_the_index_bounds_of_the_others(device: str) -> None:
     """Attention weights [4, 5, S] times values with a bias broadcast over [S, 2, 8] read as [S, 4, 4] heads, S
     varying: the remainders of the fixed dims stay in the class's kernel (a work item number without an upper bound,

@@ -152,11 +152,6 @@ def compile_kernels(device: Device, kernels: list[Kernel], irs: list[KernelIR] |
     return _compile_kernels(device, kernels, irs)
 
 
-def compile_static(device: Device, kernels: list[Kernel]) -> list[CompiledKernel]:
-    """compile_kernels for each kernel's own sizes, never as a shape class's member (shape_classes.specialize)."""
-    return _compile_kernels(device, kernels, None)
-
-
 def _compile_kernels(device: Device, kernels: list[Kernel], irs: list[KernelIR] | None) -> list[CompiledKernel]:
     start = time.perf_counter()
     if irs is None:

@@ -24,7 +24,6 @@ from ember.scheduler.lock import acquire, release
 from ember.scheduler.memory_budget import run_budgeted
 from ember.scheduler.placement import place
 from ember.scheduler.schedule import SCHEDULES, CachedCopy, Schedule
-from ember.scheduler.shape_classes import SPECIALIZE_AFTER, specialize
 
 BUFFER = Op.BUFFER
 
@@ -65,8 +64,6 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
 
         profile.debug_print(1, f"graph written to {write_realize(pending, context.viz_folder)}")
     items, graph_nodes = SCHEDULES.schedule(pending)  # places the graph as it walks it
-    if items.hits == SPECIALIZE_AFTER:  # a graph met often: its shape classes' kernels compiled for its sizes
-        specialize(items, graph_nodes)
     if context.trace is not None:  # ember.record_trace / EMBER_TRACE
         context.trace.record_realize(cast(tuple, SCHEDULES.last_key), items, graph_nodes)
     compiled = compile_cache.COMPILED

@@ -51,7 +51,6 @@ class Schedule(list):  # list[CachedKernel | CachedCopy]
         self.device_names: tuple[str | None, ...] | None = None  # the devices of the outputs, set by realize
         self.launch_plan: Any = None  # a launch_plan.LaunchPlan, set by realize
         self.budget_layout: Any = None  # memory_budget.py's view of the positions and its plans (set under a budget)
-        self.hits = 0  # realizes that found it in the cache (shape_classes.specialize compiles a schedule met often)
 
 
 def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
@@ -178,7 +177,6 @@ class ScheduleCache:
         cached = self.entries.get(key)
         if cached is not None:
             self.hits += 1
-            cached.hits += 1
             self.entries.move_to_end(key)
             return cached, nodes
         if self.planned:

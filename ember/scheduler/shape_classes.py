@@ -29,7 +29,6 @@ MAX_STRUCTURES = 4096  # structures remembered (the least recently met forgotten
 # and unvectorized (one output per work item), which a large matmul pays for many times over its compile
 MAX_MEMBER_WORK = 1 << 21
 MAX_WIDENINGS = 4  # times a structure's class is made wider (each compiles its kernel again)
-SPECIALIZE_AFTER = 4  # a schedule found in the cache this many times gets its members compiled for their sizes
 
 
 def enabled() -> bool:
@@ -166,23 +165,3 @@ def member_loop_iterations(ir: KernelIR, values: tuple[int, ...]) -> int:
         elif instruction.kind is Step.END_LOOP:
             trips.pop()
     return total
-
-
-def specialize(items: list[Any], graph_nodes: list[Any]) -> None:
-    """Compile for their own sizes (tiled, vectorized: the class's kernel is neither) the kernels of a schedule that
-    run as members of a shape class: the schedule is met again and again (a generation loop at its longest context),
-    so its kernels' compiles pay off. The compile cache then holds them in the members' place."""
-    from ember.scheduler import compile_cache
-    from ember.scheduler.devices import get_device
-
-    members: dict[str, list[Kernel]] = {}
-    for item in items:
-        kernel = getattr(item, "kernel", None)
-        if kernel is None:
-            continue
-        name = graph_nodes[item.output].device
-        compiled = compile_cache.COMPILED.get((name, kernel))
-        if compiled is not None and isinstance(compiled.program, SizedProgram):
-            members.setdefault(name, []).append(kernel)
-    for name, kernels in members.items():
-        compile_cache.compile_static(get_device(name), list(dict.fromkeys(kernels)))
