@@ -474,7 +474,7 @@ def measure(name: str, device: str, size: Size, steps: int, agreement_steps: int
         run_steps(ember_program, 1)
     report.kernels_per_step = len(warm.kernels)
     errors: list[str] = []
-    for deterministic in (False, True):  # random ops (dropout, randn_like) may keep a step from being jitted
+    for deterministic in (False, True):  # (random ops jit; dropout off is the fallback should a step not)
         try:
             report.ember_jit_step, report.kernels_per_jit_step = jit_timing(name, device, size, steps, deterministic)
             break

@@ -192,11 +192,31 @@ class CRenderer(CStyleRenderer):
     def global_loop_open(self, kernel: KernelIR, index_type: str) -> list[str]:
         work = kernel.global_size * max(1, _loop_work(kernel))
         threads = f" num_threads({self.threads})" if self.threads else ""
-        pragma = f"  #pragma omp parallel for schedule(static){threads}" if work >= PARALLEL_THRESHOLD else ""
+        parallel = f"#pragma omp parallel for schedule(static){threads}"
+        if kernel.size_parameter is not None:  # work known at launch: threads only for enough of it, as below
+            estimate = " * ".join(["(long long)work", *_runtime_loop_sizes(kernel)])
+            parallel = (f"const {index_type} work = {self.global_bound(kernel)};\n"
+                        f"  #pragma omp parallel for schedule(static){threads} if({estimate} >= {PARALLEL_THRESHOLD})")
+            return [f"  {parallel}", f"  for ({index_type} gid = 0; gid < work; gid++) {{"]
+        pragma = f"  {parallel}" if work >= PARALLEL_THRESHOLD else ""
         return [pragma, f"  for ({index_type} gid = 0; gid < {kernel.global_size}; gid++) {{"]
 
     def global_loop_close(self) -> list[str]:
         return ["  }"]
+
+
+def _runtime_loop_sizes(kernel: KernelIR) -> list[str]:
+    """The size of every loop of a shape class's kernel as C: a size read at launch as its element of the sizes
+    parameter (the loops' sizes are such loads or constants), another as its number."""
+    sizes = []
+    for node in topological_nodes(kernel.sink):
+        if node.op is IROp.RANGE:
+            load = node.srcs[0] if node.srcs else None
+            if load is not None and load.op is IROp.LOAD and load.srcs[1].is_const:
+                sizes.append(f"data{load.srcs[0].arg[0]}[{int(load.srcs[1].arg)}]")
+            else:
+                sizes.append(str(node.arg[1]))
+    return sizes
 
 
 def _loop_work(kernel: KernelIR) -> int:

@@ -216,6 +216,12 @@ class CStyleRenderer:
     def global_loop_open(self, kernel: KernelIR, index_type: str) -> list[str]:
         raise NotImplementedError
 
+    @staticmethod
+    def global_bound(kernel: KernelIR) -> str:
+        """The number of work items: the global size, or where it is known only at launch (a shape class's
+        kernel) element 0 of its sizes parameter."""
+        return str(kernel.global_size) if kernel.size_parameter is None else f"data{kernel.size_parameter}[0]"
+
     def global_loop_close(self) -> list[str]:
         return []
 
@@ -251,7 +257,8 @@ class CStyleRenderer:
         def open_loop(node: IRNode) -> None:
             nonlocal indent
             name = names[id(node)] = f"loop{node.arg[0]}"
-            statement(f"for ({index_type} {name} = 0; {name} < {node.arg[1]}; {name}++) {{")
+            size = operand(node.srcs[0]) if node.srcs else node.arg[1]  # (a size known at launch: a value)
+            statement(f"for ({index_type} {name} = 0; {name} < {size}; {name}++) {{")
             indent += 1
 
         def close_loop(node: IRNode) -> None:

@@ -250,13 +250,18 @@ class CudaProgram(Program):
         self.function = check(driver, "cuModuleGetFunction", driver.cuModuleGetFunction(self.module, kernel.name.encode()))
         (self.blocks, _, _), self.block_size = launch_geometry(kernel.global_size, info)
         self.parameter_types = (ctypes.c_void_p,) * len(kernel.params)
+        # a shape class's kernel (its global size known at launch): the blocks of each launch's size
+        self.info = info if kernel.size_parameter is not None else None
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
         make_current(self.driver, self.context)
         stream_wait(self.driver, self.stream, wait_for)
         arguments = (tuple(int(buffer) for buffer in buffers), self.parameter_types)
+        blocks, block_size = self.blocks, self.block_size
+        if self.info is not None:
+            (blocks, _, _), block_size = launch_geometry(global_size, self.info)
         check(self.driver, "cuLaunchKernel", self.driver.cuLaunchKernel(
-            self.function, self.blocks, 1, 1, self.block_size, 1, 1, 0, self.stream, arguments, 0))
+            self.function, blocks, 1, 1, block_size, 1, 1, 0, self.stream, arguments, 0))
         return CudaEvent(self.driver, self.stream)
 
 

@@ -111,7 +111,7 @@ class OpenCLRenderer(CStyleRenderer):
 
     def global_loop_open(self, kernel: KernelIR, index_type: str) -> list[str]:
         # the global size is rounded up to a multiple of the local size, so extra work items return at once
-        return [f"  if (get_global_id(0) >= {kernel.global_size}) return;",
+        return [f"  if (get_global_id(0) >= {self.global_bound(kernel)}) return;",
                 f"  {index_type} gid = ({index_type})get_global_id(0);"]
 
     # ---- vectors: OpenCL C's floatN/doubleN (lane-wise operators and math functions, comparisons give masks of

@@ -447,7 +447,11 @@ class PTXRenderer:
         else:
             e.emit("mad.lo.s32", global_id, block, threads, thread)
         outside = e.register("pred")
-        e.emit(f"setp.ge.{index_suffix}", outside, global_id, str(kernel.global_size))
+        bound = str(kernel.global_size)
+        if kernel.size_parameter is not None:  # a shape class's kernel: element 0 of its sizes
+            bound = e.register(index_kind)
+            e.emit(f"ld.global.{'s64' if wide_index else 's32'}", bound, f"[{pointers[kernel.size_parameter]}]")
+        e.emit(f"setp.ge.{index_suffix}", outside, global_id, bound)
         e.emit("bra", "$L_end", guard=outside)
 
         def address(param: IRNode, index: IRNode) -> str:
@@ -521,7 +525,8 @@ class PTXRenderer:
         def close_loop(node: IRNode) -> None:
             counter, again = names[id(node)], e.register("pred")
             e.emit(f"add.{index_suffix}", counter, counter, "1")
-            e.emit(f"setp.lt.{index_suffix}", again, counter, str(node.arg[1]))
+            size = operand(node.srcs[0]) if node.srcs else str(node.arg[1])  # (a size known at launch: a value)
+            e.emit(f"setp.lt.{index_suffix}", again, counter, size)
             e.emit("bra", loops[id(node)], guard=again)
 
         def define_accumulator(node: IRNode) -> None:

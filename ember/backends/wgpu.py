@@ -129,10 +129,13 @@ class WGPUProgram(Program):
     an input (an in-place update, scheduler/in_place.py, or a replay of one) uses a variant of the pipeline that
     declares those inputs read_write too (a buffer may be bound read_write more than once), made at its first use."""
 
-    def __init__(self, queue: WGPUQueue, source: str, kernel: KernelIR, dispatch: tuple[int, int, int]) -> None:
+    def __init__(self, queue: WGPUQueue, source: str, kernel: KernelIR, dispatch: tuple[int, int, int],
+                 info: DeviceInfo | None = None) -> None:
         self.queue = queue
         self.device = queue.device
         self.dispatch = dispatch
+        # a shape class's kernel (its global size known at launch): the groups of each launch's size, by `info`
+        self.info = info if kernel.size_parameter is not None else None
         self.source = source
         self.kernel = kernel
         self.pipeline, self.bind_group_layout = self._pipeline(())
@@ -167,11 +170,15 @@ class WGPUProgram(Program):
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
         # one queue executes in submission order, so earlier launches need no explicit wait
-        return self._submit(*self._bind_group(buffers))
+        return self._submit(*self._bind_group(buffers), self._dispatch(global_size))
 
     def bind(self, buffers: list[Any], global_size: int) -> Callable[[tuple[Event, ...]], Event]:
         pipeline, bind_group = self._bind_group(buffers)  # made once (it holds the buffers)
-        return lambda wait_for: self._submit(pipeline, bind_group)
+        dispatch = self._dispatch(global_size)
+        return lambda wait_for: self._submit(pipeline, bind_group, dispatch)
+
+    def _dispatch(self, global_size: int) -> tuple[int, int, int]:
+        return self.dispatch if self.info is None else launch_geometry(global_size, self.info)[0]
 
     def _bind_group(self, buffers: list[Any]) -> tuple[Any, Any]:
         """The pipeline for these buffers (a variant where the output's buffer is also an input) and their bind
@@ -188,12 +195,12 @@ class WGPUProgram(Program):
         )
         return pipeline, bind_group
 
-    def _submit(self, pipeline: Any, bind_group: Any) -> Event:
+    def _submit(self, pipeline: Any, bind_group: Any, dispatch: tuple[int, int, int]) -> Event:
         encoder = self.device.create_command_encoder()
         compute_pass = encoder.begin_compute_pass()
         compute_pass.set_pipeline(pipeline)
         compute_pass.set_bind_group(0, bind_group)
-        compute_pass.dispatch_workgroups(*self.dispatch)
+        compute_pass.dispatch_workgroups(*dispatch)
         compute_pass.end()
         return self.queue.submit([encoder.finish()])
 
@@ -261,7 +268,8 @@ class WGPUDevice(Device):
                 raise CompileError(f"kernel {kernel.name} has {len(kernel.params)} buffers; {self.name} binds at most "
                                    f"{limit} per kernel (realize some inputs first)")
             try:
-                program = WGPUProgram(self.queue, source, kernel, launch_geometry(kernel.global_size, self.info)[0])
+                program = WGPUProgram(self.queue, source, kernel, launch_geometry(kernel.global_size, self.info)[0],
+                                      self.info)
             except Exception as error:  # noqa: BLE001 - wgpu raises its own validation error types
                 raise CompileError(f"wgpu rejected a kernel: {error}\n--- source ---\n{source}") from None
             self._programs.put(source, program)

@@ -383,7 +383,8 @@ class WGSLRenderer:
         def open_loop(node: IRNode) -> None:
             nonlocal indent
             name = names[id(node)] = f"loop{node.arg[0]}"
-            body.append(f"{'  ' * indent}for (var {name}: i32 = 0i; {name} < {node.arg[1]}i; {name}++) {{")
+            size = operand(node.srcs[0]) if node.srcs else f"{node.arg[1]}i"  # (a size known at launch: a value)
+            body.append(f"{'  ' * indent}for (var {name}: i32 = 0i; {name} < {size}; {name}++) {{")
             indent += 1
 
         def close_loop(node: IRNode) -> None:
@@ -426,7 +427,9 @@ class WGSLRenderer:
             for param in kernel.params
         ]
         groups = self.dispatch_size(kernel.global_size, self.workgroup_size)
-        if groups[1] == 1:
+        dynamic = kernel.size_parameter is not None  # a shape class's kernel: its global size is known at launch
+        bound = f"data{kernel.size_parameter}[0]" if dynamic else f"{kernel.global_size}i"
+        if groups[1] == 1 and not dynamic:
             arguments, global_id = "@builtin(global_invocation_id) id: vec3<u32>", "i32(id.x)"
         else:
             arguments = "@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>"
@@ -443,7 +446,7 @@ class WGSLRenderer:
             f"fn {kernel.name}({arguments}) {{",
             *(["  ember_zero = id.z;"] if "opaque" in self.helpers else []),
             f"  let gid = {global_id};",
-            f"  if (gid >= {kernel.global_size}i) {{ return; }}",
+            f"  if (gid >= {bound}) {{ return; }}",
             *body,
             "}",
         ]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.core import dtype as dtypes
+from ember.context import CONTEXT
 from ember.core import runtime
 from ember.core.dtype import DType, to_dtype
 from ember.core.elementwise import where
@@ -356,15 +357,24 @@ def _hash_tensor(state: Tensor) -> Tensor:
     return state ^ _shift_right(state, 16)
 
 
+def random_key(seed: int, counter: int) -> np.ndarray:
+    """The key of a draw whose first number is number `counter` of `seed`: (low 32 bits of the counter, two keys
+    hashed from the seed and the counter's high bits), as uint32."""
+    first_key = _hash32(seed ^ _hash32((seed >> 32) ^ 0x5BD1E995 ^ _hash32(counter >> 32)))
+    second_key = _hash32(first_key ^ 0x27D4EB2F)
+    return np.array([counter & 0xFFFFFFFF, first_key, second_key], dtype=np.uint32)
+
+
 def _random_bits(count: int, device: str) -> Tensor:
     """`count` pseudo-random uint32 values: a double hash of (draw counter + position) keyed by the seed."""
     from ember.core.tensor import Tensor
 
-    seed, counter = RandomState.seed, RandomState.counter
+    counter = RandomState.counter
     RandomState.counter += count
-    first_key = _hash32(seed ^ _hash32((seed >> 32) ^ 0x5BD1E995 ^ _hash32(counter >> 32)))
-    second_key = _hash32(first_key ^ 0x27D4EB2F)
-    key = tensor(np.array([counter & 0xFFFFFFFF, first_key, second_key], dtype=np.uint32), device=device)
+    key = tensor(random_key(RandomState.seed, counter), device=device)
+    recorder = CONTEXT.get().recorder
+    if recorder is not None:  # ember.jit: a replay writes the key of its own draw (recording.py)
+        recorder.random_draw(key.node.arg, counter, count)
     offset, first, second = (key._apply(Op.SHRINK, arg=((index, index + 1),))._broadcast((count,))
                              for index in range(3))
     position = Tensor._arange_primitive(count, dtypes.uint32, device) + offset

@@ -25,7 +25,8 @@ class IROp(Enum):
     PARAM = auto()  # a buffer parameter; arg: (position, is_output); dtype: the element type
     CONST = auto()  # arg: the value
     GLOBAL_ID = auto()  # the index of this work item along the parallel axis; arg: the global size
-    RANGE = auto()  # a loop variable 0..size-1; arg: (loop number, size)
+    RANGE = auto()  # a loop variable 0..size-1; arg: (loop number, size); srcs: () or, for a size only known at
+    # launch (a shape class's size, ir/shape_class.py), (the size's value,), the arg's size then an estimate
     LOAD = auto()  # srcs: (param, index) or (param, index, valid): a guarded load gives 0 where not valid
     STORE = auto()  # srcs: (param, index, value)
     REDUCE = auto()  # arg: Op.SUM / Op.PROD / Op.REDUCE_MAX; srcs: (value, *ranges)
@@ -97,6 +98,9 @@ class KernelIR:
     index_dtype: DType
     # groups of reduces that lowering split from one reduce, lane by lane (ir/vectorize.py packs each into a vector)
     lane_groups: tuple[tuple[IRNode, ...], ...] = ()
+    # a shape class's kernel (ir/shape_class.py): the position of its parameter of sizes known at launch (element 0
+    # the global size, which then bounds the work items instead of `global_size`), else None
+    size_parameter: int | None = None
 
     def key(self) -> str:
         """A structural description of the kernel (for caches and debug output)."""
@@ -181,11 +185,15 @@ class Builder:
     def param(self, position: int, dtype: DType, is_output: bool) -> IRNode:
         return self._make(IROp.PARAM, dtype, (), (position, is_output))
 
-    def global_id(self, size: int, dtype: DType) -> IRNode:
-        return self._make(IROp.GLOBAL_ID, dtype, (), size, 0, max(size - 1, 0))
+    def global_id(self, size: int, dtype: DType, bounded: bool = True) -> IRNode:
+        """The work item's number, below `size` (`bounded` False: a size known only at launch; `size` an estimate)."""
+        return self._make(IROp.GLOBAL_ID, dtype, (), size, 0, max(size - 1, 0) if bounded else math.inf)
 
-    def new_range(self, size: int, dtype: DType) -> IRNode:
+    def new_range(self, size: int, dtype: DType, runtime_size: IRNode | None = None) -> IRNode:
+        """A loop variable 0..size-1; with `runtime_size`, 0..runtime_size-1 (`size` only an estimate)."""
         self.loop_count += 1
+        if runtime_size is not None:
+            return self._make(IROp.RANGE, dtype, (runtime_size,), (self.loop_count, size), 0, math.inf)
         return self._make(IROp.RANGE, dtype, (), (self.loop_count, size), 0, max(size - 1, 0))
 
     # ---- memory ---------------------------------------------------------------------------------------------
@@ -264,7 +272,7 @@ class Builder:
                 self.loop_count = max(self.loop_count, node.arg[0])
             if op is IROp.DEFINE_LOCAL:
                 self.local_count = max(self.local_count, node.arg[0])
-            return self._make(op, node.dtype, (), node.arg, node.minimum, node.maximum)
+            return self._make(op, node.dtype, tuple(srcs), node.arg, node.minimum, node.maximum)
         if op is IROp.LOOP:
             return self._make(op, node.dtype, tuple(srcs), None)
         if op is IROp.AFTER:
@@ -319,17 +327,18 @@ class Builder:
     def add(self, a: IRNode, b: IRNode | int) -> IRNode:
         return self.alu(Op.ADD, a.dtype, a, b if isinstance(b, IRNode) else self.const(b, a.dtype))
 
-    def mul(self, a: IRNode, b: int) -> IRNode:
-        return self.alu(Op.MUL, a.dtype, a, self.const(b, a.dtype))
+    # (a size known only at launch is a node: a shape class's lowering, ir/shape_class.py)
+    def mul(self, a: IRNode, b: int | IRNode) -> IRNode:
+        return self.alu(Op.MUL, a.dtype, a, b if isinstance(b, IRNode) else self.const(b, a.dtype))
 
-    def div(self, a: IRNode, b: int) -> IRNode:
-        return self.alu(Op.IDIV, a.dtype, a, self.const(b, a.dtype))
+    def div(self, a: IRNode, b: int | IRNode) -> IRNode:
+        return self.alu(Op.IDIV, a.dtype, a, b if isinstance(b, IRNode) else self.const(b, a.dtype))
 
-    def mod(self, a: IRNode, b: int) -> IRNode:
-        return self.alu(Op.MOD, a.dtype, a, self.const(b, a.dtype))
+    def mod(self, a: IRNode, b: int | IRNode) -> IRNode:
+        return self.alu(Op.MOD, a.dtype, a, b if isinstance(b, IRNode) else self.const(b, a.dtype))
 
-    def less(self, a: IRNode, b: int) -> IRNode:
-        return self.alu(Op.CMPLT, dtypes.bool_, a, self.const(b, a.dtype))
+    def less(self, a: IRNode, b: int | IRNode) -> IRNode:
+        return self.alu(Op.CMPLT, dtypes.bool_, a, b if isinstance(b, IRNode) else self.const(b, a.dtype))
 
     def at_most(self, a: IRNode, limit: int) -> IRNode:
         """min(a, limit) for an integer index, with the bound the simplifier can use."""
@@ -383,7 +392,8 @@ def _bounds(op: Op, dtype: DType, srcs: tuple[IRNode, ...]) -> tuple[float, floa
         values = (srcs[0].minimum * factor, srcs[0].maximum * factor)
         return (min(values), max(values)) if factor != 0 else (0, 0)
     if op is Op.IDIV and srcs[1].is_const and srcs[1].arg > 0 and srcs[0].minimum >= 0:
-        return srcs[0].minimum // srcs[1].arg, srcs[0].maximum // srcs[1].arg
+        highest = srcs[0].maximum  # (unbounded: a size known only at launch; inf // k would be NaN)
+        return srcs[0].minimum // srcs[1].arg, highest // srcs[1].arg if highest != math.inf else math.inf
     if op is Op.MOD and srcs[1].is_const and srcs[1].arg > 0 and srcs[0].minimum >= 0:
         return 0, min(srcs[1].arg - 1, srcs[0].maximum)
     if op is Op.CAST and srcs[0].dtype.is_int:

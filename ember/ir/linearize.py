@@ -110,6 +110,9 @@ class Linearizer:
             if id(node) not in self.done and node.op is not IROp.STORE and self.ranges_of(node) <= self.open:
                 self._emit_one(node)
         body = self._topological(list(loop.srcs[0].srcs))
+        for range_ in loops:  # a size known at launch (ir/shape_class.py): read before the loops
+            for size in range_.srcs:
+                self.emit(size)
         for level, range_ in enumerate(loops):
             self.instructions.append(Instruction(Step.LOOP, range_))
             self.open.add(id(range_))
@@ -138,6 +141,9 @@ class Linearizer:
         outside = [n for n in body if not (self.ranges_of(n) & level_of.keys())]
         for node in outside:
             self.emit(node)
+        for loop in loops:  # a size known at launch (ir/shape_class.py): read before the loops
+            for size in loop.srcs:
+                self.emit(size)
         for member in group:
             self.instructions.append(Instruction(Step.DEFINE_ACC, member))
         for level, loop in enumerate(loops):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Generator
+from typing import Any
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
@@ -21,9 +22,11 @@ from ember.core.shapes import prod, strides_of
 from ember.core.walk import evaluate
 from ember.ir.ir import BufferParam, Builder, IRNode, IROp, KernelIR
 from ember.ir.kernel import Kernel, KernelStep, row_loop
+from ember.ir.shape_class import SizeVariable
 
 HALF_TYPES = (dtypes.float16, dtypes.bfloat16)
 INT32_LIMIT = 2**31 - 1
+RUNTIME_SIZE_ESTIMATE = 64  # what loop-work estimates take a loop over a size known only at launch to run
 # lowering one step: yields (source position, index, valid) for each source value it needs, returns its IR value
 Lowering = Generator[tuple[int, tuple[IRNode, ...], IRNode | None], IRNode, IRNode]
 
@@ -69,12 +72,14 @@ class Lowerer:
         if op is Op.BUFFER:
             param = self.param(step.arg, step.dtype, False)
             linear = b.const(0, self.index_dtype)
-            for axis_index, stride, size in zip(index, strides_of(step.shape), step.shape):
+            for axis_index, stride, size in zip(index, self.strides(step.shape), step.shape):
                 if size != 1:
                     linear = b.add(b.mul(axis_index, stride), linear)
             loaded = b.load(param, linear, valid)
             return b.alu(Op.CAST, dtypes.float32, loaded) if step.dtype in HALF_TYPES else loaded
         if op is Op.CONST:
+            if isinstance(step.arg, IRNode):  # an integer known at launch (a shape class's, lower_shape_class)
+                return step.arg if step.dtype is step.arg.dtype else b.alu(Op.CAST, step.dtype, step.arg)
             value = float.fromhex(step.arg) if isinstance(step.arg, str) else step.arg
             return b.const(value, compute_dtype(step.dtype))
         if op is Op.ARANGE:
@@ -89,6 +94,26 @@ class Lowerer:
             return (yield from self._lower_reduce(position, step, index, valid))
         raise AssertionError(f"lowering: {op} cannot appear inside a kernel")
 
+    def strides(self, shape: tuple[int, ...]) -> tuple[int | IRNode, ...]:
+        """Row-major strides of a shape; where sizes known only at launch (nodes) enter, nodes."""
+        if not any(isinstance(size, IRNode) for size in shape):
+            return strides_of(shape)
+        return symbolic_strides(self.builder, shape)
+
+    def plus(self, first: int | IRNode, second: int | IRNode) -> int | IRNode:
+        """first + second, sizes that may be nodes (known at launch)."""
+        if isinstance(first, IRNode):
+            return self.builder.add(first, second)
+        if isinstance(second, IRNode):
+            return self.builder.add(second, first)
+        return first + second
+
+    def last_index(self, size: int | IRNode) -> IRNode:
+        """size - 1 as an index value."""
+        if isinstance(size, IRNode):
+            return self.builder.add(size, -1)
+        return self.builder.const(size - 1, self.index_dtype)
+
     def _rounded(self, dtype: DType, value: IRNode) -> IRNode:
         """A half-type value (computed in float32) rounded to its type."""
         if dtype not in HALF_TYPES:
@@ -99,17 +124,20 @@ class Lowerer:
                       valid: IRNode | None) -> Lowering:
         b, op = self.builder, step.op
         source_shape = self.steps[step.srcs[0]].shape
-        if source_shape and prod(source_shape) == 0:
+        if 0 in source_shape:  # (a size known at launch, a node, is never 0: ir/shape_class.py)
             return b.const(reduce_identity(op, step.dtype), compute_dtype(step.dtype))
         lanes = self.reduce_lanes
-        split = [axis for axis in step.arg if source_shape[axis] % lanes == 0 and source_shape[axis] >= lanes]
-        split_axis = split[-1] if lanes > 1 and split else None
+        split = [axis for axis in step.arg if source_shape[axis] % lanes == 0 and source_shape[axis] >= lanes
+                 ] if lanes > 1 else []
+        split_axis = split[-1] if split else None
         ranges = {}
         for axis in step.arg:
             if source_shape[axis] != 1:
                 if (position, axis) not in self.ranges:
                     size = source_shape[axis] // lanes if axis == split_axis else source_shape[axis]
-                    self.ranges[(position, axis)] = b.new_range(size, self.index_dtype)
+                    self.ranges[(position, axis)] = (
+                        b.new_range(RUNTIME_SIZE_ESTIMATE, self.index_dtype, size) if isinstance(size, IRNode)
+                        else b.new_range(size, self.index_dtype))
                 ranges[axis] = self.ranges[(position, axis)]
         if split_axis is None:
             reduced = yield from self._reduced_value(step, index, ranges, valid)
@@ -185,7 +213,7 @@ class Lowerer:
             return (yield step.srcs[0], source_index, valid)
         if op is Op.FLIP:
             source_index = tuple(
-                b.alu(Op.SUB, self.index_dtype, b.const(size - 1, self.index_dtype), axis_index) if axis in arg
+                b.alu(Op.SUB, self.index_dtype, self.last_index(size), axis_index) if axis in arg
                 else axis_index
                 for axis, (axis_index, size) in enumerate(zip(index, step.shape))
             )
@@ -197,13 +225,14 @@ class Lowerer:
             padded: list[IRNode] = []
             inside: IRNode | None = None
             for axis_index, (before, after), size in zip(index, amounts, source.shape):
-                if before or after:
+                if before or after:  # (an amount known at launch, a node, is never 0)
                     if before:
-                        inside = b.both(inside, b.alu(Op.CMPLT, dtypes.bool_, b.const(before - 1, self.index_dtype),
-                                                      axis_index))
+                        inside = b.both(inside, b.alu(Op.CMPLT, dtypes.bool_, self.last_index(before), axis_index))
                     if after:
-                        inside = b.both(inside, b.less(axis_index, before + size))
-                    axis_index = b.add(axis_index, -before) if before else axis_index
+                        inside = b.both(inside, b.less(axis_index, self.plus(size, before)))
+                    if before:
+                        axis_index = (b.alu(Op.SUB, self.index_dtype, axis_index, before)
+                                      if isinstance(before, IRNode) else b.add(axis_index, -before))
                 padded.append(axis_index)
             value = yield step.srcs[0], tuple(padded), b.both(valid, inside)
             if inside is None:
@@ -223,16 +252,19 @@ class Lowerer:
             kept = iter(axis_index for axis_index, size in zip(index, shape) if size != 1)
             return tuple(zero if size == 1 else next(kept) for size in source_shape)
         result: list[IRNode] = []
-        for (start, end), (source_start, source_end) in _reshape_groups(shape, source_shape):
+        symbolic = any(isinstance(size, IRNode) for size in shape + source_shape)
+        groups = [((0, len(shape)), (0, len(source_shape)))] if symbolic else _reshape_groups(shape, source_shape)
+        for (start, end), (source_start, source_end) in groups:
             # each run of axes whose sizes multiply to a run of the source's is reshaped on its own: the index
             # of one run never enters another's division (an offset that may be negative outside a padding's
-            # mask, in one run, would keep every run's division and remainder)
+            # mask, in one run, would keep every run's division and remainder); sizes known only at launch (a
+            # shape class) are reshaped as one run
             group_shape, group_source = shape[start:end], source_shape[source_start:source_end]
             linear = zero
-            for axis_index, stride, size in zip(index[start:end], strides_of(group_shape), group_shape):
+            for axis_index, stride, size in zip(index[start:end], self.strides(group_shape), group_shape):
                 if size != 1:
                     linear = b.add(b.mul(axis_index, stride), linear)
-            for axis, (stride, size) in enumerate(zip(strides_of(group_source), group_source)):
+            for axis, (stride, size) in enumerate(zip(self.strides(group_source), group_source)):
                 if size == 1:
                     result.append(zero)
                     continue
@@ -340,3 +372,89 @@ def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = Non
     ]
     return KernelIR(name=name, params=params, global_size=global_size, sink=sink, index_dtype=index_dtype,
                     lane_groups=tuple(lowerer.lane_groups))
+
+
+def symbolic_strides(builder: Builder, shape: tuple[int | IRNode, ...]) -> tuple[int | IRNode, ...]:
+    """Row-major strides of a shape whose sizes may be nodes (sizes known at launch): ints while every later size
+    is one, then nodes."""
+    strides: list[int | IRNode] = []
+    stride: int | IRNode = 1
+    for size in reversed(shape):
+        strides.append(stride)
+        if isinstance(size, IRNode):
+            stride = builder.mul(size, stride) if isinstance(stride, IRNode) or stride != 1 else size
+        elif isinstance(stride, IRNode):
+            stride = builder.mul(stride, size) if size != 1 else stride
+        else:
+            stride = stride * size
+    return tuple(reversed(strides))
+
+
+def lower_shape_class(kernel: Kernel, name: str, variables: int) -> KernelIR:
+    """The kernel IR of a shape class (ir/shape_class.py): `kernel`'s sizes known only at launch are SizeVariable
+    values (ints no real size equals, so lowering's decisions by comparing sizes hold for every size of the class;
+    arithmetic on them raises). They become loads from one more parameter, after the inputs: the int32 sizes (element
+    0 the global size, element k + 1 variable k), which also bound the work items. Every work item computes one
+    output (a whole row where a reduce is fused by rows: kernel.row_loop); indices are int32."""
+    builder = Builder()
+    index_dtype = dtypes.int32
+    sizes_position = len(kernel.input_sizes) + 1
+    sizes = builder.param(sizes_position, index_dtype, False)
+    nodes = [builder.load(sizes, builder.const(number + 1, index_dtype), None) for number in range(variables)]
+
+    def value(size: int) -> int | IRNode:
+        return nodes[size.number] if isinstance(size, SizeVariable) else size
+
+    def values(sizes: tuple[int, ...]) -> tuple[Any, ...]:
+        return tuple(value(size) for size in sizes)
+
+    def arguments(step: KernelStep) -> Any:
+        if step.op in (Op.RESHAPE, Op.EXPAND):
+            return values(step.arg)
+        if step.op is Op.SHRINK:
+            return tuple(values(pair) for pair in step.arg)
+        if step.op is Op.PAD:
+            return tuple(values(pair) for pair in step.arg[0]), step.arg[1]
+        if step.op is Op.CONST and isinstance(step.arg, SizeVariable):
+            return value(step.arg)
+        return step.arg
+
+    steps = tuple(step._replace(shape=values(step.shape), arg=arguments(step)) for step in kernel.steps)
+    symbolic = Kernel(steps, kernel.input_sizes)
+    lowerer = Lowerer(symbolic, builder, index_dtype)
+    shape = symbolic.output.shape
+    whole_rows = row_loop(kernel)  # (decided on the SizeVariable sizes, which compare)
+    global_shape = shape[:-1] + (1,) if whole_rows else shape
+    global_id = builder.global_id(RUNTIME_SIZE_ESTIMATE, index_dtype, bounded=False)
+    origin: list[IRNode] = [builder.const(0, index_dtype)] * len(shape)
+    first = True
+    for axis, (extent, stride) in enumerate(zip(global_shape, symbolic_strides(builder, global_shape))):
+        if extent != 1:
+            quotient = builder.div(global_id, stride)
+            origin[axis] = quotient if first else builder.mod(quotient, extent)
+            first = False
+    loop_ranges: tuple[IRNode, ...] = ()
+    if whole_rows:
+        row: int | IRNode = shape[-1]
+        origin[-1] = (builder.new_range(row, index_dtype) if isinstance(row, int) else
+                      builder.new_range(RUNTIME_SIZE_ESTIMATE, index_dtype, row))
+        loop_ranges = (origin[-1],)
+    output = symbolic.output
+    output_param = lowerer.param(0, output.dtype, True)
+    index = tuple(origin)
+    result = lowerer.lower(len(steps) - 1, index, None)
+    if result.dtype != output.dtype:
+        result = builder.alu(Op.CAST, output.dtype, result)
+    linear = builder.const(0, index_dtype)
+    for axis_index, stride, extent in zip(index, symbolic_strides(builder, shape), shape):
+        if extent != 1:
+            linear = builder.add(builder.mul(axis_index, stride), linear)
+    stores = [builder.store(output_param, linear, result)]
+    sink = builder.sink([builder.loop(stores, loop_ranges)] if loop_ranges else stores)
+    input_dtypes = {step.arg: step.dtype for step in kernel.steps if step.op is Op.BUFFER}
+    params = [BufferParam(0, output.dtype, 0, True)]  # (element counts differ from launch to launch)
+    params += [BufferParam(position, input_dtypes[position], 0, False)
+               for position in range(1, len(kernel.input_sizes) + 1)]
+    params.append(BufferParam(sizes_position, index_dtype, variables + 1, False))
+    return KernelIR(name=name, params=params, global_size=RUNTIME_SIZE_ESTIMATE, sink=sink, index_dtype=index_dtype,
+                    size_parameter=sizes_position)

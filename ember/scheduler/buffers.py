@@ -148,7 +148,7 @@ def buffer_of(node: Node) -> Buffer:
             node.buffer, node.arg = buffer, None
         recorder = CONTEXT.get().recorder
         if recorder is not None:
-            recorder.upload(array)
+            recorder.upload(array, buffer)
     return buffer
 
 

@@ -14,7 +14,7 @@ from ember.core.graph import Node
 from ember.ir.ir import KernelIR, topological_nodes
 from ember.ir.kernel import Kernel
 from ember.progress import Progress
-from ember.scheduler import compile_cache, quick_compile
+from ember.scheduler import compile_cache, quick_compile, shape_classes
 from ember.scheduler.devices import get_device
 from ember.scheduler.schedule import CachedCopy, CachedKernel
 
@@ -35,6 +35,10 @@ def compile_ahead(items: list[CachedKernel | CachedCopy], graph_nodes: list[Node
         device = get_device(cast(str, graph_nodes[item.output].device))
         kernel = cast(Kernel, item.kernel)
         if (device.name, kernel) not in compiled and device.info.can_run:
+            found = shape_classes.member(device, kernel) if shape_classes.enabled() else None
+            if found is not None:  # a member of a shape class: its compiled kernel launched with its sizes
+                compiled.put((device.name, kernel), found)
+                continue
             missing.setdefault(device.name, {})[kernel] = None
             devices[device.name] = device
     for name, kernels in missing.items():

@@ -18,7 +18,7 @@ from ember.ir.ir import KernelIR, topological_nodes
 from ember.ir.kernel import Kernel
 from ember.ir.opt import build_kernel_ir, narrower_capabilities
 from ember.ir.vectorize import vector_width
-from ember.scheduler import profile
+from ember.scheduler import profile, shape_classes
 
 MAX_COMPILED_PROGRAMS = 4096  # kernels kept compiled in memory (all devices); beyond it the least recently used go
 
@@ -136,6 +136,23 @@ def compile_kernels(device: Device, kernels: list[Kernel], irs: list[KernelIR] |
     """Compile several kernels for one device (lowered here unless their `irs` are given), in one compiler run where
     the device's `compile_many` makes one; if that fails, one by one, a kernel the device cannot build with vectors
     again with narrower ones or none."""
+    if irs is None and shape_classes.enabled():  # members of a shape class launch its compiled kernel
+        members = [shape_classes.member(device, kernel) for kernel in kernels]
+        if any(found is not None for found in members):
+            rest = [kernel for kernel, found in zip(kernels, members) if found is None]
+            built = iter(_compile_kernels(device, rest, None) if rest else [])
+            results = []
+            for kernel, found in zip(kernels, members):
+                if found is None:
+                    results.append(next(built))
+                else:
+                    COMPILED.put((device.name, kernel), found)
+                    results.append(found)
+            return results
+    return _compile_kernels(device, kernels, irs)
+
+
+def _compile_kernels(device: Device, kernels: list[Kernel], irs: list[KernelIR] | None) -> list[CompiledKernel]:
     start = time.perf_counter()
     if irs is None:
         irs = [lower_for(device, kernel) for kernel in kernels]

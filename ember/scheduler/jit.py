@@ -10,14 +10,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ember.backends.base import Event
+from ember.backends.base import Event, wait_all
 from ember.context import CONTEXT, update
+from ember.core.creation import RandomState, random_key
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.tensor import Tensor, realize
 from ember.scheduler import profile
 from ember.scheduler.arena import ArenaView, DevicePlan, place_intermediates
-from ember.scheduler.buffers import Buffer, buffer_of
+from ember.scheduler.buffers import Buffer, buffer_of, pending
 from ember.scheduler.lock import SCHEDULER_LOCK
 from ember.scheduler.recording import RecordedCopy, RecordedLaunch, Recorder
 from ember.scheduler.replay import bind_steps, run_steps
@@ -43,6 +44,10 @@ class Capture:
     memory_plan: dict[str, DevicePlan]
     checks: list[tuple[int, Any]]  # (slot of a value check's violation, its describe function): read after a replay
     kernels: int = 0
+    # random draws (core/creation.py): (slot of the key's buffer, draw's counter less the call's first, count), and
+    # how far one call advances the counter; a replay writes each key from the generator state as eager would
+    random_keys: tuple[tuple[int, int, int], ...] = ()
+    random_advance: int = 0
     bound: list[Callable[[tuple[Event, ...]], Event] | None] | None = None  # per step, made at the first replay
 
 
@@ -56,7 +61,8 @@ class Jitted:
         self.capture: Capture | None = None
         self.captures = 0
         self.replays = 0
-        self._first_call: tuple[list[Any], list[tuple[tuple[int, ...], str, bytes]]] | None = None
+        self._first_call: tuple[list[Any], list[tuple[tuple[int, ...], str, bytes]], list[tuple[int, int]]] | None \
+            = None
 
     @property
     def memory_plan(self) -> dict[str, DevicePlan]:
@@ -83,8 +89,9 @@ class Jitted:
                               stacklevel=2)
         if self._first_call is None or not _same_key(self._first_call[0], key):
             uploads = Recorder(commands=False)
+            start = RandomState.counter
             result = self._record(uploads, args, kwargs)
-            self._first_call = (key, uploads.uploads)
+            self._first_call = (key, uploads.uploads, _draws(uploads, start))
             return result
         return self._capture(key, leaves, args, kwargs)
 
@@ -106,6 +113,7 @@ class Jitted:
         realize(*(tensor for _, tensor in inputs))
         input_buffers = [(position, buffer_of(tensor.node)) for position, tensor in inputs]
         recorder = Recorder()
+        start = RandomState.counter
         result = self._record(recorder, args, kwargs)
         assert self._first_call is not None
         if recorder.uploads and recorder.uploads != self._first_call[1]:
@@ -114,6 +122,13 @@ class Jitted:
                 "between its first two calls (e.g. a step count or a bias correction read from Python); a replay "
                 "would reuse the captured values. Keep such values in tensors updated in place"
             )
+        if _draws(recorder, start) != self._first_call[2]:
+            raise JitError(
+                f"ember.jit({self.function.__name__}): the function drew different amounts of random numbers in its "
+                "first two calls; a replay draws what the captured call drew"
+            )
+        random_keys = tuple((slot, counter - start, count) for slot, counter, count in recorder.random_keys)
+        random_advance = RandomState.counter - start
         self._first_call = None
         input_slots = [(position, recorder.slot_of[id(buffer)]) for position, buffer in input_buffers
                        if id(buffer) in recorder.slot_of]
@@ -140,6 +155,7 @@ class Jitted:
             del buffer
         del input_buffers, input_position_of, output_leaves
         self.capture = _plan(recorder, key, input_slots, outputs, rebuild)
+        self.capture.random_keys, self.capture.random_advance = random_keys, random_advance
         self.captures += 1
         if profile.debug_level() >= 1:
             for device_name, plan in self.capture.memory_plan.items():
@@ -155,6 +171,8 @@ class Jitted:
             for position, slot in capture.input_slots:
                 buffers[slot] = buffer_of(leaves[position].node)
         with SCHEDULER_LOCK:  # (the pools and device queues are shared with other threads)
+            if capture.random_advance:
+                _draw_keys(capture)
             if capture.bound is None:
                 capture.bound = bind_steps(capture.steps, capture.buffers)
             run_steps(capture.steps, capture.bound, buffers, capture.state_copies)
@@ -193,7 +211,9 @@ def jit(function: Callable[..., Any] | None = None, *, recapture: bool = True) -
     recapture=False). As with torch's CUDA graphs, the tensors a replay returns live in the capture's buffers and
     are overwritten by the next replay (clone them to keep them); Python values the function reads (globals) are
     captured as they were (an optimizer's learning rate and step counts live on the device, so replays see a new
-    lr); state must change by in-place updates (`assign`, `+=`, optimizer steps), which replays repeat."""
+    lr); state must change by in-place updates (`assign`, `+=`, optimizer steps), which replays repeat. Random ops
+    (dropout, randn) draw at each replay from the generator as an eager call would: the same numbers for the same
+    seed, new ones at every call."""
     if function is None:
         return lambda wrapped: Jitted(wrapped, recapture)
     return Jitted(function, recapture)
@@ -244,6 +264,25 @@ def _plan(recorder: Recorder, key: list[Any], input_slots: list[tuple[int, int]]
     kernels = sum(isinstance(step, RecordedLaunch) for step in steps)
     return Capture(key, steps, buffers, input_slots, outputs, rebuild, state_copies, memory_plan, list(recorder.checks),
                    kernels)
+
+
+def _draws(recorder: Recorder, start: int) -> list[tuple[int, int]]:
+    """The random draws of a recorded call: (counter less the call's first, count) of each, in order."""
+    return [(counter - start, count) for _, counter, count in recorder.random_draws]
+
+
+def _draw_keys(capture: Capture) -> None:
+    """A replay's random draws: each captured draw's key written for the counter it has in this call (the
+    generator's counter now, plus the draw's place in the call), and the counter advanced past the call's draws,
+    so a replay draws the numbers an eager call would. The caller holds the scheduler's lock."""
+    start = RandomState.counter
+    RandomState.counter = start + capture.random_advance
+    for slot, offset, _ in capture.random_keys:
+        buffer = capture.buffers[slot]
+        assert buffer is not None
+        wait_all(pending(buffer.event, *buffer.users))  # (a command of the last replay may still read the key)
+        buffer.users = []
+        buffer.write(random_key(RandomState.seed, start + offset))
 
 
 def _held_elsewhere(buffers: list[Buffer | None], slot: int) -> bool:

@@ -41,6 +41,11 @@ class Recorder:
         self.uploads: list[tuple[tuple[int, ...], str, bytes]] = []  # host data uploaded: size, dtype, bytes
         self.rebound: list[tuple[int, int]] = []  # (old slot, new slot) of assigns computed into a new buffer
         self.checks: list[tuple[int, Any]] = []  # (slot of a value check's violation, its describe function)
+        # random draws in the order they were made: (key array, counter at the draw, numbers drawn); the key
+        # arrays by id until uploaded, then (slot of the key's buffer, counter, count) in `random_keys`
+        self.random_draws: list[tuple[np.ndarray, int, int]] = []
+        self._random_arrays: dict[int, tuple[int, int]] = {}
+        self.random_keys: list[tuple[int, int, int]] = []
 
     def slot(self, buffer: Any) -> int:
         """The slot number of a buffer (a new one at its first appearance)."""
@@ -60,8 +65,19 @@ class Recorder:
             source_slot = self.slot(source)
             self.commands.append(RecordedCopy(self.slot(output), source_slot))
 
-    def upload(self, array: np.ndarray) -> None:
-        self.uploads.append((array.shape, array.dtype.str, array.tobytes()))
+    def upload(self, array: np.ndarray, buffer: Any = None) -> None:
+        """Host data uploaded into `buffer`; a random draw's key (see `random_draw`) is kept apart: its values
+        change from call to call, and a replay writes them anew."""
+        draw = self._random_arrays.pop(id(array), None)
+        if draw is None:
+            self.uploads.append((array.shape, array.dtype.str, array.tobytes()))
+        elif self.commands_wanted and buffer is not None:
+            self.random_keys.append((self.slot(buffer), *draw))
+
+    def random_draw(self, key: np.ndarray, counter: int, count: int) -> None:
+        """A random op drew `count` numbers from number `counter` on, with this key array (core/creation.py)."""
+        self.random_draws.append((key, counter, count))  # (holds the array, so its id stays its own)
+        self._random_arrays[id(key)] = (counter, count)
 
     def check(self, violation: Any, describe: Any) -> None:
         """A value check (core/checks.py) whose violation buffer a replay reads after its commands."""

@@ -1,0 +1,134 @@
+"""Shape classes (scheduler/shape_classes.py): kernels met again with other sizes run one kernel compiled for the
+class, its varying sizes read at launch. A generation loop whose context grows by a token each step compiles no
+kernels after its first few tokens and matches torch; ops on several sizes of a varying dim (matmuls, reduces
+over it, softmax, causal masks, views, concatenation, slices from the end, flips, NaN and infinities) match torch
+through the class kernels; every class kernel renders to OpenCL C and assembles as PTX for sm_75 and sm_90."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import ember as em
+from ember.backends import opencl, ptx
+from ember.scheduler import shape_classes
+
+WIDTH, HEADS = 16, 2
+
+
+def _close(values: np.ndarray, expected: torch.Tensor) -> None:
+    """ember's values (read) against torch's: the same shape and dtype, within float32 tolerance, NaN in place."""
+    reference = expected.detach().numpy()
+    assert values.dtype == reference.dtype and values.shape == reference.shape
+    np.testing.assert_allclose(values, reference, atol=1e-5, rtol=1e-5)
+
+
+def _attention_step(lib: Any, x: Any, weight: Any) -> Any:
+    """One causal self-attention layer on [1, T, WIDTH] with a layer norm; the last position's values."""
+    length = x.shape[1]
+    q, k, v = (x @ weight).split(WIDTH, dim=2)
+    q, k, v = (part.reshape(1, length, HEADS, WIDTH // HEADS).transpose(1, 2) for part in (q, k, v))
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(WIDTH // HEADS))
+    scores = scores.masked_fill(lib.tril(lib.ones(length, length)) == 0, float("-inf"))
+    y = (lib.nn.functional.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(1, length, WIDTH)
+    return lib.nn.functional.layer_norm(y + x, (WIDTH,))[:, -1, :]
+
+
+def test_a_growing_context_stops_compiling(device: str) -> None:
+    generator = np.random.default_rng(3)
+    weight = generator.normal(size=(WIDTH, 3 * WIDTH)).astype(np.float32) * 0.3
+    tokens = generator.normal(size=(1, 24, WIDTH)).astype(np.float32)
+    compiles = []
+    for length in range(1, 25):
+        with em.profile() as record:
+            output = _attention_step(em, em.tensor(tokens[:, :length], device=device), em.tensor(weight, device=device))
+            values = output.numpy()
+        compiles.append(len(record.compiles))
+        expected = _attention_step(torch, torch.tensor(tokens[:, :length]), torch.tensor(weight))
+        _close(values, expected)
+    assert sum(compiles[5:]) <= 4, compiles  # (a few structures change with size: a kernel split differently)
+    assert compiles[-6:] == [0] * 6, compiles
+
+
+def _growing_ops(lib: Any, a: Any, b: Any, codes: Any) -> list[Any]:
+    """Ops whose sizes depend on the length of a's dim 1 (b: [length, 5], codes: [length] int64)."""
+    length = a.shape[1]
+    return [
+        a @ b,  # the reduced dim varies
+        a.transpose(0, 1) * 2.0 + 1.0,
+        a.sum(1), a.amax(1), a.exp().sum(0),
+        lib.nn.functional.softmax(a, dim=-1),
+        lib.flip(a, (1,)),
+        a[:, -1], a[:, -3:],
+        lib.cat([a, a[:, :1] * 3.0], 1),
+        a.reshape(3, length, 1).expand(3, length, 2).reshape(3, 2 * length),
+        a.masked_fill(lib.tril(lib.ones(3, length)) == 0, float("-inf")).amax(0),
+        a.argmax(1), (codes * 2 + length).cumsum(0),
+        lib.arange(length, device=a.device if lib is em else "cpu") * a[0],
+    ]
+
+
+@pytest.mark.parametrize("lengths", [(4, 7, 5, 12, 9, 33)])
+def test_class_kernels_match_torch_at_every_size(device: str, lengths: tuple[int, ...]) -> None:
+    generator = np.random.default_rng(5)
+    compiles = []
+    for length in lengths:
+        a = generator.normal(size=(3, length)).astype(np.float32)
+        a[1, length // 2] = np.nan
+        a[2, 0] = np.inf
+        b = generator.normal(size=(length, 5)).astype(np.float32)
+        codes = generator.integers(0, 9, size=length)
+        with em.profile() as record:
+            values = [output.numpy() for output in _growing_ops(em, em.tensor(a, device=device),
+                                                                em.tensor(b, device=device),
+                                                                em.tensor(codes, device=device))]
+        compiles.append(len(record.compiles))
+        expected = _growing_ops(torch, torch.tensor(a), torch.tensor(b), torch.tensor(codes))
+        for mine, theirs in zip(values, expected):
+            _close(mine, theirs)
+    assert compiles[-1] == 0 and compiles[-2] == 0, compiles  # the last sizes run the classes' kernels
+
+
+def test_class_kernels_render_for_every_backend() -> None:
+    """Every class kernel compiled in this session renders as OpenCL C and assembles as PTX (sm_75, sm_90)."""
+    irs = [known.ir for known in shape_classes.STRUCTURES.values() if known.ir is not None]
+    if not irs:
+        _attention_step(em, em.tensor(np.ones((1, 3, WIDTH), np.float32)), em.tensor(np.ones((WIDTH, 3 * WIDTH),
+                                                                                             np.float32))).numpy()
+        _attention_step(em, em.tensor(np.ones((1, 4, WIDTH), np.float32)), em.tensor(np.ones((WIDTH, 3 * WIDTH),
+                                                                                             np.float32))).numpy()
+        irs = [known.ir for known in shape_classes.STRUCTURES.values() if known.ir is not None]
+    irs = list({ir.name: ir for ir in irs}.values())  # (a class met on several devices: one kernel)
+    assert irs
+    renderer = opencl.OpenCLRenderer()
+    for ir in irs:
+        source = renderer.render(ir)
+        assert f"data{ir.size_parameter}[0]" in source
+    if ptx.ptxas_path() is None:
+        pytest.skip("ptxas is not on PATH")
+    for target in ("sm_75", "sm_90"):
+        ptx_renderer = ptx.PTXRenderer(target)
+        ptx.assemble(ptx.module_of([ptx_renderer.render_entry(ir) for ir in irs], ptx_renderer), target,
+                     optimization=0)
+
+
+def test_a_varying_dim_keeps_the_index_bounds_of_the_others(device: str) -> None:
+    """Attention weights [4, 5, S] times values with a bias broadcast over [S, 2, 8] read as [S, 4, 4] heads, S
+    varying: the remainders of the fixed dims stay in the class's kernel (a work item number without an upper bound,
+    once divided, must not bound an index to 0)."""
+    generator = np.random.default_rng(9)
+    bias = generator.normal(size=(8,)).astype(np.float32)
+
+    def heads(lib: Any, weights: np.ndarray, x: np.ndarray, dev: str) -> Any:
+        tensor = (lambda a: torch.tensor(a)) if lib is torch else (lambda a: em.tensor(a, device=dev))
+        values = (tensor(x) + tensor(bias)).reshape(x.shape[0], 4, 4).permute(1, 0, 2)
+        return tensor(weights) @ values
+
+    for length in (4, 6, 5, 7, 3):
+        weights = generator.normal(size=(4, 5, length)).astype(np.float32)
+        x = generator.normal(size=(length, 2, 8)).astype(np.float32)
+        _close(heads(em, weights, x, device).numpy(), heads(torch, weights, x, device))
