@@ -20,6 +20,18 @@ from ember.scheduler import shape_classes
 WIDTH, HEADS = 16, 2
 
 
+@pytest.fixture(autouse=True)
+def classes_on(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shape classes on (they are off by default), with compile caches and class structures of this test's own, so
+    that no class kernel made here is launched by another test."""
+    from ember.scheduler import compile_cache
+
+    monkeypatch.setenv("EMBER_SHAPE_CLASSES", "1")
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compile_cache, "COMPILED", compile_cache.CompileCache())
+    monkeypatch.setattr(shape_classes, "STRUCTURES", type(shape_classes.STRUCTURES)())
+
+
 def _close(values: np.ndarray, expected: torch.Tensor) -> None:
     """ember's values (read) against torch's: the same shape and dtype, within float32 tolerance, NaN in place."""
     reference = expected.detach().numpy()
