@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+from pathlib import Path
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # wgpu warns without it
 
@@ -38,6 +39,17 @@ TEST_DEVICES = available_test_devices()
 def device(request: pytest.FixtureRequest) -> str:
     """Every available test device in turn; tests create their tensors on it."""
     return request.param
+
+
+@pytest.fixture
+def cold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty disk cache and an empty in-memory compile cache: every kernel is compiled (each for its sizes: no
+    shape classes, scheduler/shape_classes.py, which would build one kernel for the sizes a test varies)."""
+    from ember.scheduler import compile_cache
+
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("EMBER_SHAPE_CLASSES", "0")
+    monkeypatch.setattr(compile_cache, "COMPILED", compile_cache.CompileCache())
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,6 @@ lowered give the same values, and a cold compile of many kernels shows a progres
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,13 +26,6 @@ def _many_kernels(count: int, device: str, first_rows: int = 2) -> tuple[list[em
     return outputs, expected
 
 
-@pytest.fixture
-def cold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An empty disk cache and an empty in-memory compile cache: every kernel is compiled (each for its sizes: no
-    shape classes, scheduler/shape_classes.py, which would build one kernel for the shapes these tests vary)."""
-    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("EMBER_SHAPE_CLASSES", "0")
-    monkeypatch.setattr(compile_cache, "COMPILED", compile_cache.CompileCache())
 
 
 @pytest.mark.parametrize("progress", ["1", "0"])

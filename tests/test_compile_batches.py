@@ -22,13 +22,6 @@ from ember.scheduler.devices import get_device
 from ember.scheduler.kernelize import KernelItem, kernelize
 
 
-@pytest.fixture
-def cold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An empty disk cache and an empty in-memory compile cache: every kernel is compiled (each for its sizes: no
-    shape classes, scheduler/shape_classes.py, which would build one kernel for the sizes these tests vary)."""
-    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("EMBER_SHAPE_CLASSES", "0")
-    monkeypatch.setattr(compile_cache, "COMPILED", compile_cache.CompileCache())
 
 
 @pytest.fixture
