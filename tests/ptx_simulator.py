@@ -455,12 +455,13 @@ def simulate(source: str, buffers: list[np.ndarray], threads: int, contract: boo
 
 
 class SimulatedProgram(Program):
-    def __init__(self, source: str, global_size: int) -> None:
+    def __init__(self, source: str) -> None:
         self.module = Module(source)
-        self.threads = max(1, -(-global_size // BLOCK_SIZE)) * BLOCK_SIZE
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
-        Machine(self.module, buffers, self.threads).run()
+        # whole blocks for this launch's size, as the cuda backend launches (a shape class's kernel runs at many sizes)
+        threads = max(1, -(-global_size // BLOCK_SIZE)) * BLOCK_SIZE
+        Machine(self.module, buffers, threads).run()
         return COMPLETED
 
 
@@ -481,7 +482,7 @@ class SimulatedCudaDevice(Device):
         source = self.render(kernel)
         program = self._programs.get(source)
         if program is None:
-            program = self._programs[source] = SimulatedProgram(source, kernel.global_size)
+            program = self._programs[source] = SimulatedProgram(source)
         return program
 
 

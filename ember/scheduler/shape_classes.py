@@ -2,9 +2,9 @@
 generation loop) makes a class whose varying sizes are read at launch, compiled once; every later member launches
 that program with its own sizes (a small buffer per member), so a growing sequence compiles no more kernels.
 Off by default (each size compiles its own kernel, tiled and vectorized for it); EMBER_SHAPE_CLASSES=1 turns it on.
-Known limits, why it is not on by default yet: class kernels are untiled (a warm run is slower), each member holds a
-small sizes buffer in the device's pool, and the PTX rendering gave wrong values past the first 256 work items in
-the PTX simulator's tests."""
+Known limits, why it is not on by default yet: class kernels are untiled (a warm run is slower), and each member
+holds a small sizes buffer in the device's pool, so what a kernel costs and allocates depends on the kernels met
+before it."""
 
 from __future__ import annotations
 
