@@ -22,6 +22,7 @@ import numpy as np
 
 from ember import cache
 from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program, ProgramTable
+from ember.backends.disk import map_file_bytes
 from ember.backends.c_style import (
     MASK_TYPES,
     CStyleRenderer,
@@ -32,7 +33,7 @@ from ember.backends.c_style import (
 )
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
-from ember.core.errors import BackendUnavailable, CompileError
+from ember.core.errors import BackendUnavailable, CompileError, DeviceError
 from ember.core.ops import Op
 from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
 
@@ -292,13 +293,11 @@ class HostMemoryPool(MemoryPool):
         shared with other processes), and a write, were one ever made, changes only this process's copy."""
         if nbytes <= 0:
             return None
-        with open(path, "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            if offset < 0 or offset + nbytes > size:
-                return None
-            start = offset - offset % mmap.ALLOCATIONGRANULARITY
-            mapping = mmap.mmap(file.fileno(), offset + nbytes - start, access=mmap.ACCESS_COPY, offset=start)
-        array = np.frombuffer(mapping, dtype=np.uint8, count=nbytes, offset=offset - start).view(MappedHostArray)
+        try:
+            data, _, _ = map_file_bytes(path, offset, nbytes, mmap.ACCESS_COPY)
+        except DeviceError:
+            return None  # not the file it was: the caller copies
+        array = data.view(MappedHostArray)
         array.address = array.ctypes.data
         return array
 

@@ -18,6 +18,22 @@ from ember.core.errors import DeviceError, EmberError
 from ember.ir.ir import KernelIR
 
 
+def map_file_bytes(path: str | Path, offset: int, nbytes: int, access: int
+                   ) -> tuple[np.ndarray, mmap.mmap | None, int]:
+    """`nbytes` bytes at `offset` of a file as a uint8 array over a mapping of the pages holding them (`access`:
+    mmap.ACCESS_READ, or ACCESS_COPY for a private copy-on-write mapping), the mapping (None for no bytes) and the
+    file's size; DeviceError when the bytes lie outside the file."""
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if offset < 0 or offset + nbytes > size:
+            raise DeviceError(f"{path}: bytes {offset}..{offset + nbytes} lie outside the file of {size} bytes")
+        if nbytes == 0:
+            return np.empty(0, dtype=np.uint8), None, size
+        start = offset - offset % mmap.ALLOCATIONGRANULARITY
+        mapping = mmap.mmap(file.fileno(), offset + nbytes - start, access=access, offset=start)
+    return np.frombuffer(mapping, dtype=np.uint8, count=nbytes, offset=offset - start), mapping, size
+
+
 class FileShrankError(EmberError, OSError):
     """A memory-mapped file is shorter than when it was loaded (truncated or rewritten since): reading the missing
     pages would kill the process (SIGBUS), so ember raises this instead; the message names the file and sizes."""
@@ -77,15 +93,10 @@ class DiskPool(MemoryPool):
 
     def map_region(self, path: str | Path, offset: int, nbytes: int) -> np.ndarray:
         """A read-only byte view of `nbytes` at `offset` of a file (counted as used, never allocated)."""
-        with open(path, "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            if offset < 0 or offset + nbytes > size:
-                raise DeviceError(f"{path}: bytes {offset}..{offset + nbytes} lie outside the file of {size} bytes")
-            if nbytes == 0:
-                return np.empty(0, dtype=np.uint8)
-            start = offset - offset % mmap.ALLOCATIONGRANULARITY
-            mapping = mmap.mmap(file.fileno(), offset + nbytes - start, access=mmap.ACCESS_READ, offset=start)
-        region = np.frombuffer(mapping, dtype=np.uint8, count=nbytes, offset=offset - start).view(MappedBytes)
+        data, mapping, size = map_file_bytes(path, offset, nbytes, mmap.ACCESS_READ)
+        if mapping is None:
+            return data
+        region = data.view(MappedBytes)
         region.mapping, region.path, region.loaded_size, region.end = mapping, os.fspath(path), size, offset + nbytes
         return region
 
