@@ -56,6 +56,22 @@ def test_filters_gradient_in_two_stages(device: str) -> None:
     _check(device, (3, 1, 80, 72), (2, 1, 3, 3), {"padding": 1}, seed=7)
 
 
+def test_a_signal_longer_than_65535_positions(device: str) -> None:
+    """A conv1d and an overlapping max pool over 100,003 positions (past 65,535, the size where a work dimension or a
+    loop of one invocation runs out on some devices): values and every gradient against torch; the filters' gradient
+    sums 2 x 50,000 products (in stages)."""
+    x, tx = pair(random_array((2, 2, 100_003), seed=3), device, requires_grad=True)
+    w, tw = pair(random_array((3, 2, 7), seed=4), device, requires_grad=True)
+    output = x.conv1d(w, stride=2, padding=3).max_pool1d(3, stride=2, padding=1)
+    expected = TF.max_pool1d(TF.conv1d(tx, tw, stride=2, padding=3), 3, stride=2, padding=1)
+    assert_close(output, expected, atol=1e-4)
+    grad, tgrad = pair(random_array(tuple(expected.shape), seed=5), device)
+    output.backward(grad)
+    expected.backward(tgrad)
+    assert_close(x.grad, tx.grad, atol=1e-4)
+    assert_close(w.grad, tw.grad, atol=1e-2, rtol=1e-4)  # sums of 50,000 products of magnitude ~1
+
+
 def test_conv_transpose_gradients_match_torch(device: str) -> None:
     x, tx = pair(random_array((2, 4, 5, 6)), device, requires_grad=True)
     w, tw = pair(random_array((4, 3, 3, 3), seed=1), device, requires_grad=True)
