@@ -47,11 +47,11 @@ from ember.core.tensor import Tensor, is_tensor, realize
 from ember.core.tensor_attributes import imag, real
 from ember.core.windows import bartlett_window, blackman_window, hamming_window, hann_window, kaiser_window
 from ember.scheduler.devices import get_default_device, set_default_device
-from ember.scheduler.jit import JitError, jit
-from ember.scheduler.memory_budget import get_memory_budget, memory_budget
-from ember.scheduler.planner import PlanError, load_plan
+from ember.capture.jit import JitError, jit
+from ember.budget.memory_budget import get_memory_budget, memory_budget
+from ember.plan.planner import PlanError, load_plan
 from ember.scheduler.profile import profile
-from ember.scheduler.trace import record_trace
+from ember.plan.trace import record_trace
 
 float = float32  # noqa: A001 - torch's aliases
 double = float64
@@ -83,8 +83,8 @@ globals().update({name: getattr(nn.functional, name) for name in torch_names.TOR
                   if name.endswith("_") and name not in globals() and hasattr(nn.functional, name)})
 
 # EMBER_TRACE=path records this run's trace; EMBER_PLAN=path loads a plan (`python -m ember plan`)
-from ember.scheduler import planner as _planner
-from ember.scheduler import trace as _trace
+from ember.plan import planner as _planner
+from ember.plan import trace as _trace
 
 _trace.start_from_environment()
 _planner.load_from_environment()

@@ -46,7 +46,7 @@ def _device_info(device: Any) -> dict[str, Any]:
 def collect_info() -> dict[str, Any]:
     """Every backend with its devices or the reason it is unavailable, the default device, and the settings."""
     import ember
-    from ember.backends.config import CONFIG
+    from ember.settings import CONFIG
     from ember.backends.registry import REGISTRY
     from ember.cache import cache_directory
     from ember.core.errors import EmberError
@@ -156,7 +156,7 @@ def command_fuzz(arguments: argparse.Namespace) -> int:
 
 def command_bench(arguments: argparse.Namespace) -> int:
     """Run the benchmark suite and print its table (optionally as JSON too), or compare two JSON runs."""
-    from ember.bench import main_bench
+    from ember.benchmark_files import main_bench
 
     return main_bench(arguments.device, arguments.quick, arguments.json, arguments.compare, arguments.case,
                       arguments.repeats)
@@ -229,8 +229,8 @@ def command_generate(arguments: argparse.Namespace) -> int:
 
 def command_plan(arguments: argparse.Namespace) -> int:
     """Turn a trace (EMBER_TRACE / ember.record_trace) into a plan folder that ember.load_plan / EMBER_PLAN load."""
-    from ember.scheduler import trace
-    from ember.scheduler.planner import PlanError, make_plan
+    from ember.plan import trace
+    from ember.plan.planner import PlanError, make_plan
 
     trace.discard()  # an EMBER_TRACE inherited from the traced run's environment would overwrite its trace
     try:

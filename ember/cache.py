@@ -164,7 +164,7 @@ def scratch_directory(kind: str, prefix: str, warn: bool = True) -> Iterator[Pat
 
 def limit_bytes() -> int:
     """The disk cache's size bound: EMBER_CACHE_LIMIT ('500MB', '2GiB', a byte count), else DEFAULT_LIMIT_BYTES."""
-    from ember.backends.config import parse_bytes  # (a pure function: no backend is loaded)
+    from ember.settings import parse_bytes  # (a pure function: no backend is loaded)
 
     text = os.environ.get(LIMIT_VARIABLE, "").strip()
     return parse_bytes(text, LIMIT_VARIABLE) if text else DEFAULT_LIMIT_BYTES

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 import ember as em
-from ember.scheduler.sharding import ShardedTensor
+from ember.sharding.tensor import ShardedTensor
 
 TORCH_DTYPES = {
     em.float32: torch.float32, em.float64: torch.float64, em.float16: torch.float16, em.bfloat16: torch.bfloat16,

@@ -26,7 +26,7 @@ from ember.backends import ptx
 from ember.capabilities import DeviceInfo
 from ember.core.errors import CompileError
 from ember.ir.kernel import Kernel
-from ember.scheduler.kernel_codec import decode, encode
+from ember.plan.kernel_codec import decode, encode
 
 DIRECTORY_VARIABLE = "EMBER_PTX_RECORD_DIR"
 SESSION_TARGETS = ("sm_75", "sm_90")

@@ -29,7 +29,10 @@ def test_quick_benchmark_run_and_compare(tmp_path: Path) -> None:
 
 
 def test_cold_start_runs_in_a_fresh_process_with_empty_caches() -> None:
-    from ember.bench import COLD_GRAPH, cold_start
+    from ember.benchmark_files import load_suite
+
+    suite = load_suite()
+    COLD_GRAPH, cold_start = suite.COLD_GRAPH, suite.cold_start
 
     report = cold_start(COLD_GRAPH, ["c:0"])
     assert report["kernels"] == 5 and report["first"] > 0
@@ -37,7 +40,7 @@ def test_cold_start_runs_in_a_fresh_process_with_empty_caches() -> None:
 
 def test_tutorial_programs_give_torch_losses_from_the_same_weights() -> None:
     """Every program of benchmarks/programs.py, tiny, two steps on c: ember's losses are torch's (same weights)."""
-    from ember.bench_programs import load_programs
+    from ember.benchmark_files import load_programs
 
     programs = load_programs()
     for name in programs.PROGRAMS:
@@ -53,7 +56,7 @@ def test_tutorial_programs_give_torch_losses_from_the_same_weights() -> None:
 
 def test_programs_table_and_missing_benchmarks_folder(tmp_path: Path) -> None:
     """The table runs for one program (timings are printed, never checked); an absent programs.py is named."""
-    from ember.bench_programs import ProgramsMissing, load_programs
+    from ember.benchmark_files import ProgramsMissing, load_programs
 
     programs = load_programs()
     reports = programs.run_programs(["tabular_mlp"], steps=1, quick=True, log=lambda line: None)

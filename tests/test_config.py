@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember.backends.config import ConfigError, parse_bytes
+from ember.settings import ConfigError, parse_bytes
 from ember.scheduler.devices import get_device
 
 
@@ -34,7 +34,7 @@ def test_config_file_and_environment(tmp_path) -> None:
     result = run_python(
         """
         import ember as em
-        from ember.backends.config import CONFIG
+        from ember.settings import CONFIG
         from ember.backends.registry import REGISTRY
         print([d.name for d in REGISTRY.probe("c")], REGISTRY.probe("c")[0].pool.limit_bytes)
         try:

@@ -14,7 +14,7 @@ import torch
 import ember as em
 from ember.scheduler import buffers, compile_cache, schedule
 from ember.scheduler.devices import get_device
-from ember.scheduler.jit import JitError
+from ember.capture.jit import JitError
 from tests.helpers import assert_close
 
 SIZES = [(6, 16), (16, 16), (16, 3)]

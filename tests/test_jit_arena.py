@@ -16,10 +16,10 @@ import ember as em
 from ember.backends.registry import REGISTRY
 from ember.core.errors import BackendUnavailable
 from ember.scheduler import profile
-from ember.scheduler.arena import ArenaView
+from ember.capture.arena import ArenaView
 from ember.scheduler.buffers import release_finished
 from ember.scheduler.devices import get_device
-from ember.scheduler.memory_plan import padded
+from ember.capture.memory_plan import padded
 from tests.helpers import assert_close
 from tests.queued_device import QueuedDevice, QueuedPool
 from tests.test_jit import _batch, _ember_model, _train_step

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import ember as em
-from ember.scheduler.jit import JitError
+from ember.capture.jit import JitError
 from tests.helpers import assert_close
 
 SIZE = 1 << 20  # large enough that the c backend splits the kernel over threads

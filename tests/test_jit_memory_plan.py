@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ember.scheduler.memory_plan import Lifetime, padded, peak_live_bytes, plan_arena
+from ember.capture.memory_plan import Lifetime, padded, peak_live_bytes, plan_arena
 
 
 @st.composite

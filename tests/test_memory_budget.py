@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import ember as em
 from ember import nn, optim
 from ember.scheduler import profile
-from ember.scheduler.budget_plan import BudgetTooSmall, PlanItem, plan_budget, smallest_budget
+from ember.budget.plan import BudgetTooSmall, PlanItem, plan_budget, smallest_budget
 from ember.scheduler.devices import get_device
 
 WIDTH, BATCH, LAYERS, STEPS = 32, 1024, 8, 3

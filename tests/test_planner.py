@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import ember as em
-from ember.scheduler.planner import PLAN_FILE, PlanError, PlanWarning, environment, load_plan, make_plan
+from ember.plan.planner import PLAN_FILE, PlanError, PlanWarning, environment, load_plan, make_plan
 from tests.conftest import TEST_DEVICES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +27,7 @@ import json, sys
 import numpy as np
 import ember as em
 from ember import nn, optim
-from ember.scheduler.planner import PlanUse
+from ember.plan.planner import PlanUse
 from ember.scheduler.schedule import SCHEDULES
 
 results = {}
@@ -169,7 +169,7 @@ def test_corrupt_foreign_and_partial_plans(tmp_path: Path) -> None:
         loaded = load_plan(tmp_path)
     assert loaded.skipped_devices == [em.get_default_device()] and loaded.arenas == 0
     from ember.scheduler.devices import get_device
-    from ember.scheduler.planner import device_fingerprint
+    from ember.plan.planner import device_fingerprint
 
     here = {em.get_default_device(): {"fingerprint": device_fingerprint(get_device(em.get_default_device())),
                                       "kernels": 0}}
@@ -198,7 +198,7 @@ def test_record_trace_writes_schedules_kernel_times_and_regions(tmp_path: Path) 
         x = em.tensor(values)
         result = (x.exp() @ x.T).softmax(-1).numpy()
         (x.exp() @ x.T).softmax(-1).numpy()  # the same structure again: one schedule, run twice
-        from ember.scheduler import trace
+        from ember.plan import trace
 
         trace.record_region("row", (3, 4), [(2, 3), (0, 4)])
         with pytest.raises(RuntimeError, match="already recording a trace"), em.record_trace(tmp_path / "other.json"):
@@ -221,7 +221,7 @@ def test_a_device_fingerprint_is_the_same_in_every_process() -> None:
     # a set's order follows its members' hashes, which PYTHONHASHSEED changes: a fingerprint that printed a set in
     # its own order (OpenCL's fallback vector widths hold sets of ops) made plans unusable in the next process
     code = ("import sys, ember; from ember.scheduler.devices import get_device; "
-            "from ember.scheduler.planner import device_fingerprint; "
+            "from ember.plan.planner import device_fingerprint; "
             "print(*(device_fingerprint(get_device(name)) for name in sys.argv[1:]))")
     printed = {_run(["-c", code, *TEST_DEVICES], {"PYTHONHASHSEED": seed}).strip() for seed in ("1", "2", "3")}
     assert len(printed) == 1, printed

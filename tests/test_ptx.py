@@ -24,7 +24,7 @@ from ember.core.errors import BackendUnavailable
 from ember.core.ops import BINARY_OPS, FLOAT_ONLY_OPS, INT_ONLY_OPS, Op
 from ember.ir.ir import BufferParam, Builder, IRNode, KernelIR
 from ember.ir.libm import expand_math
-from ember.scheduler.arena import ArenaView
+from ember.capture.arena import ArenaView
 from tests.helpers import assert_close, random_array
 from tests.ptx_simulator import Machine, Module
 

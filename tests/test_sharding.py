@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import ember as em
-from ember.scheduler.sharding import ShardedTensor
+from ember.sharding.tensor import ShardedTensor
 from tests.conftest import TEST_DEVICES
 from tests.helpers import assert_close, random_array
 

@@ -71,7 +71,7 @@ def test_giving_a_name_and_its_alias_is_a_type_error_like_torch(device: str) -> 
 
 def test_every_method_with_a_dim_parameter_accepts_the_aliases() -> None:
     """The one mechanism covers every public method with dim/keepdim, added by any mixin, on every tensor class."""
-    from ember.scheduler.sharding import ShardedTensor
+    from ember.sharding.tensor import ShardedTensor
     from ember.testing.reference import ReferenceTensor
 
     for tensor_class in (em.Tensor, ReferenceTensor, ShardedTensor, em.nn.Parameter):

@@ -654,7 +654,7 @@ def missing_linker(compiler: str) -> str | None:
 def probe() -> list[Device]:
     """The host CPU, if a C compiler with OpenMP is on PATH: one device, or `c.devices` (config) devices that split
     the cores between them (so sharding across devices can be tested on one CPU)."""
-    from ember.backends.config import CONFIG
+    from ember.settings import CONFIG
 
     compiler = os.environ.get("CC", "cc")
     if shutil.which(compiler) is None:

@@ -207,7 +207,7 @@ class DummyDevice(Device):
 def probe() -> list[Device]:
     """"dummy:0" .. "dummy:<n-1>" (n from the config, 8 by default, for placement and sharding tests) and one
     render-only device per target language; always available."""
-    from ember.backends.config import CONFIG
+    from ember.settings import CONFIG
 
     plain = [DummyDevice(f"dummy:{index}") for index in range(CONFIG.dummy_devices)]
     return [*plain, *(DummyDevice(f"dummy:{name}", target) for name, target in TARGETS.items())]

@@ -67,7 +67,7 @@ class Registry:
             raise BackendUnavailable(f"backend '{backend}' is not available: {self.unavailable[backend]}")
         if backend not in self.modules:
             raise DeviceError(f"unknown backend '{backend}'; known backends: {', '.join(self.backend_names())}")
-        from ember.backends.config import CONFIG
+        from ember.settings import CONFIG
 
         always_on = ("dummy", "disk")
         if CONFIG.enabled_backends is not None and backend not in CONFIG.enabled_backends and backend not in always_on:

@@ -629,7 +629,7 @@ def realize(*tensors: Tensor) -> None:
     """Compute several tensors at once, sharing one schedule (ember.realize(a, b, c))."""
     nodes: list[Node] = []
     for tensor in tensors:
-        if tensor.is_sharded:  # a ShardedTensor (scheduler/sharding.py): its shards' nodes
+        if tensor.is_sharded:  # a ShardedTensor (sharding/tensor.py): its shards' nodes
             nodes.extend(piece.node for piece in cast(Any, tensor).shards)
         else:
             nodes.append(tensor.node)

@@ -24,7 +24,7 @@ from ember.incremental.write import aligned_box, write_box
 from ember.scheduler.buffers import Buffer, buffer_of
 from ember.scheduler.kernelize import KernelItem, find_boundaries, kernelize
 from ember.scheduler.lock import SCHEDULER_LOCK
-from ember.scheduler.recording import Recorder
+from ember.capture.recording import Recorder
 from ember.scheduler.replay import BoundLaunch, Step, bind_steps, run_steps
 
 LEAF_OPS = (Op.BUFFER, Op.CONST, Op.ARANGE)

@@ -9,7 +9,7 @@ from ember.core.graph import Node, infer
 from ember.core.ops import Op
 from ember.core.tensor import Tensor
 from ember.incremental.region import Range, Region
-from ember.scheduler.arena import ArenaView
+from ember.capture.arena import ArenaView
 from ember.scheduler.buffers import Buffer
 
 MAX_RUNS = 64  # a box in more contiguous pieces than this is written by one select over the whole buffer

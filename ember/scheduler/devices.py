@@ -20,7 +20,7 @@ def set_default_device(device: Any) -> None:
 
 def get_default_device() -> str:
     if DefaultDevice.name is None:
-        from ember.backends.config import CONFIG
+        from ember.settings import CONFIG
 
         requested = CONFIG.default_device
         if requested:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import cast
 
 from ember.backends.base import Device, MemoryPool
-from ember.backends.config import CONFIG
+from ember.settings import CONFIG
 from ember.context import CONTEXT, CallContext
 from ember.core import checks as value_checks
 from ember.core.graph import Node
@@ -21,7 +21,7 @@ from ember.scheduler.in_place import schedule_hold
 from ember.scheduler.launch import run_kernel
 from ember.scheduler.launch_plan import plan_launches
 from ember.scheduler.lock import acquire, release
-from ember.scheduler.memory_budget import run_budgeted
+from ember.budget.memory_budget import run_budgeted
 from ember.scheduler.placement import place
 from ember.scheduler.schedule import SCHEDULES, CachedCopy, Schedule
 
@@ -152,7 +152,7 @@ def _record_peaks(records: tuple[profile.Profile, ...], pools: set[MemoryPool]) 
 
 def _shard_large_outputs(pending: list[Node]) -> list[Node]:
     """Compute large outputs split across every compute device (automatic sharding); return the rest."""
-    from ember.scheduler.auto_shard import compute_devices, shard_plan
+    from ember.sharding.automatic import compute_devices, shard_plan
 
     devices = compute_devices()
     remaining = []

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ember.backends.base import Event
-from ember.scheduler.arena import ArenaView
+from ember.capture.arena import ArenaView
 from ember.scheduler.buffers import Buffer, pending
 from ember.scheduler.copies import enqueue_copy
 from ember.scheduler.launch import launch
-from ember.scheduler.recording import RecordedCopy, RecordedLaunch
+from ember.capture.recording import RecordedCopy, RecordedLaunch
 
 Step = RecordedLaunch | RecordedCopy
 BoundLaunch = Callable[[tuple[Event, ...]], Event]

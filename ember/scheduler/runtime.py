@@ -7,7 +7,7 @@ from ember.scheduler import devices
 from ember.scheduler.buffers import read_node, write_node
 from ember.scheduler.placement import device_of
 from ember.scheduler.realize import realize_nodes
-from ember.scheduler.sharding import shard
+from ember.sharding.tensor import shard
 
 
 class SchedulerRuntime(runtime.Runtime):

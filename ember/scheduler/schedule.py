@@ -165,7 +165,7 @@ class ScheduleCache:
         self.entries: OrderedDict[tuple, Schedule] = OrderedDict()
         self.hits = 0
         self.misses = 0  # kernelize calls
-        # schedules of a loaded plan (scheduler/planner.py) by signature digest, consulted before kernelizing
+        # schedules of a loaded plan (plan/planner.py) by signature digest, consulted before kernelizing
         self.planned: dict[str, list[CachedKernel | CachedCopy]] = {}
         self.planned_hits = 0
         self.last_key: tuple | None = None  # the signature of the last graph scheduled (for traces)
@@ -210,7 +210,7 @@ class ScheduleCache:
 
     def _from_plan(self, key: tuple) -> Schedule | None:
         """The loaded plan's schedule of this signature (entered in the cache), or None."""
-        from ember.scheduler.kernel_codec import CodecError, signature_digest
+        from ember.plan.kernel_codec import CodecError, signature_digest
 
         try:
             items = self.planned.get(signature_digest(key))

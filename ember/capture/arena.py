@@ -9,7 +9,7 @@ from ember.backends.base import Device
 from ember.context import CONTEXT
 from ember.core.dtype import DType, uint8
 from ember.scheduler.buffers import Buffer
-from ember.scheduler.memory_plan import ArenaPlan, Lifetime, peak_live_bytes, plan_arena
+from ember.capture.memory_plan import ArenaPlan, Lifetime, peak_live_bytes, plan_arena
 
 
 @dataclass
@@ -92,9 +92,9 @@ def _place_in_arena(buffers: list[Buffer | None], entries: list[tuple[int, Devic
 
 
 def _layout(device_name: str, lifetimes: list[Lifetime], alignment: int) -> ArenaPlan:
-    """The arena layout of these lifetimes: a loaded plan's (scheduler/planner.py), else planned now; a trace being
+    """The arena layout of these lifetimes: a loaded plan's (plan/planner.py), else planned now; a trace being
     recorded keeps it."""
-    from ember.scheduler import planner
+    from ember.plan import planner
 
     described = [(lifetime.nbytes, lifetime.first, lifetime.last) for lifetime in lifetimes]
     planned = planner.planned_arena(device_name, alignment, described)

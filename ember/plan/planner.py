@@ -1,4 +1,4 @@
-"""The offline planner: a trace (scheduler/trace.py) becomes a plan folder (`python -m ember plan trace.json`), and
+"""The offline planner: a trace (plan/trace.py) becomes a plan folder (`python -m ember plan trace.json`), and
 `ember.load_plan` (or EMBER_PLAN) loads one so the traced graphs run with no kernelize and no compile.
 
 A plan folder holds `plan.json` (the schedules by graph signature, what each stores, the kernels per device, the
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ember.core.errors import EmberError
-from ember.scheduler.kernel_codec import CodecError, decode
+from ember.plan.kernel_codec import CodecError, decode
 
 PLAN_FORMAT = "ember-plan"
 PLAN_VERSION = 1
@@ -216,7 +216,7 @@ def planned_arena(device: str, alignment: int, lifetimes: list[tuple[int, int, i
     """A loaded plan's arena layout (offsets, arena bytes) for these lifetimes on `device`, or None."""
     if not PLANNED_ARENAS:
         return None
-    from ember.scheduler.trace import arena_key
+    from ember.plan.trace import arena_key
 
     layout = PLANNED_ARENAS.get(arena_key(device, alignment, lifetimes))
     if layout is not None:
@@ -318,7 +318,7 @@ def load_plan(path: str | os.PathLike[str]) -> LoadedPlan:
 def _checked_layout(arena: dict[str, Any], where: Path) -> tuple[list[int], int]:
     """An arena layout's offsets and size, after checking it is one (aligned, inside the arena, no two buffers
     that are live at once overlapping): a wrong layout would make kernels overwrite each other's values."""
-    from ember.scheduler.memory_plan import padded
+    from ember.capture.memory_plan import padded
 
     alignment, arena_bytes = int(arena["alignment"]), int(arena["arena_bytes"])
     lifetimes = [(int(size), int(first), int(last)) for size, first, last in arena["lifetimes"]]
@@ -338,7 +338,7 @@ def _checked_layout(arena: dict[str, Any], where: Path) -> tuple[list[int], int]
 
 
 def arena_key_of(arena: dict[str, Any]) -> str:
-    from ember.scheduler.trace import arena_key
+    from ember.plan.trace import arena_key
 
     return arena_key(str(arena["device"]), int(arena["alignment"]),
                      [(int(size), int(first), int(last)) for size, first, last in arena["lifetimes"]])

@@ -1,6 +1,6 @@
 """Recording a trace of a run (`ember.record_trace(path)`, EMBER_TRACE=path): which graphs ran with their schedules, kernel
 times, the memory plans of jit captures and the dirty regions of incremental updates, written as JSON for
-`python -m ember plan` (scheduler/planner.py)."""
+`python -m ember plan` (plan/planner.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 from ember.context import CONTEXT, DEFAULTS, set_defaults, update
 from ember.core.graph import Node
 from ember.scheduler import profile
-from ember.scheduler.kernel_codec import CodecError, encode, signature_digest
+from ember.plan.kernel_codec import CodecError, encode, signature_digest
 
 TRACE_FORMAT = "ember-trace"
 TRACE_VERSION = 1
@@ -87,7 +87,7 @@ class Trace:
                             "offsets": list(offsets), "arena_bytes": arena_bytes, "peak_bytes": peak_bytes}
 
     def as_json(self) -> dict[str, Any]:
-        from ember.scheduler.planner import environment
+        from ember.plan.planner import environment
 
         return {"format": TRACE_FORMAT, "version": TRACE_VERSION, **environment(), "schedules":
                 list(self.schedules.values()), "kernel_times": self.kernel_times, "jit_arenas":

@@ -246,7 +246,7 @@ def build_torch_mlp(torch, batch, inputs, hidden, classes, seed, use_compile=Fal
     return step
 """
 _mlp_namespace: dict[str, Any] = {}
-exec(compile(MLP_SOURCE, "<ember.bench mlp>", "exec"), _mlp_namespace)  # the same code runs in cold-start processes
+exec(compile(MLP_SOURCE, "<benchmarks/suite.py mlp>", "exec"), _mlp_namespace)  # the same code runs in cold-start processes
 
 
 def mlp_case(batch: int, devices: list[str], with_compile: bool) -> Case:
@@ -402,7 +402,8 @@ COLD_MLP = """
 import json, sys, time
 start = time.perf_counter()
 import ember
-from ember.bench import _mlp_namespace
+from ember.benchmark_files import load_suite
+_mlp_namespace = load_suite()._mlp_namespace
 imported = time.perf_counter()
 device = sys.argv[1]
 step = _mlp_namespace["build_ember_mlp"](ember, device, int(sys.argv[2]), 784, 512, 10, 0)
@@ -418,7 +419,8 @@ COLD_TORCH_MLP = """
 import json, sys, time
 start = time.perf_counter()
 import torch
-from ember.bench import _mlp_namespace
+from ember.benchmark_files import load_suite
+_mlp_namespace = load_suite()._mlp_namespace
 imported = time.perf_counter()
 step = _mlp_namespace["build_torch_mlp"](torch, int(sys.argv[2]), 784, 512, 10, 0)
 first = time.perf_counter()
@@ -622,8 +624,8 @@ def main_bench(devices: list[str] | None, quick: bool, json_path: str | None, co
         print(compare_files(compare[0], compare[1]))
         return 0
     status = 0
-    if cases and "programs" in cases:  # tutorial-style programs: their own table (ember/bench_programs.py)
-        from ember.bench_programs import main_programs
+    if cases and "programs" in cases:  # tutorial-style programs: their own table (ember/benchmark_files.py)
+        from ember.benchmark_files import main_programs
         from ember.scheduler.devices import resolve_device
 
         status = main_programs(resolve_device(devices[0]) if devices else "c", quick, repeats)

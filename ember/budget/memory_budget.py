@@ -13,7 +13,7 @@ from ember.core.errors import ArgumentError, MemoryBudgetError
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.scheduler import profile
-from ember.scheduler.budget_plan import BudgetPlan, BudgetTooSmall, PlanItem, plan_budget, smallest_budget
+from ember.budget.plan import BudgetPlan, BudgetTooSmall, PlanItem, plan_budget, smallest_budget
 from ember.scheduler.copies import run_copy
 from ember.scheduler.devices import get_device
 from ember.scheduler.in_place import schedule_hold
@@ -57,7 +57,7 @@ def get_memory_budget() -> int | None:
 
 def check_budget(limit: Any) -> int | None:
     """A budget in bytes from an int, a size string like "512MB", or None; else a clear error."""
-    from ember.backends.config import parse_bytes
+    from ember.settings import parse_bytes
 
     if limit is None:
         return None

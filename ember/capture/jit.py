@@ -17,10 +17,10 @@ from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.tensor import Tensor, realize
 from ember.scheduler import profile
-from ember.scheduler.arena import ArenaView, DevicePlan, place_intermediates
+from ember.capture.arena import ArenaView, DevicePlan, place_intermediates
 from ember.scheduler.buffers import Buffer, buffer_of, pending
 from ember.scheduler.lock import SCHEDULER_LOCK
-from ember.scheduler.recording import RecordedCopy, RecordedLaunch, Recorder
+from ember.capture.recording import RecordedCopy, RecordedLaunch, Recorder
 from ember.scheduler.replay import bind_steps, run_steps
 
 RECAPTURE_WARNING_AFTER = 3  # re-captures (inputs of new shapes) before a one-line warning
