@@ -13,6 +13,7 @@ from ember.scheduler.kernelize import CopyItem, kernelize
 from ember.scheduler.placement import place_graph
 
 MAX_CACHED_SCHEDULES = 4096
+BUFFER, CONST = Op.BUFFER, Op.CONST
 
 
 class CachedKernel(NamedTuple):
@@ -65,19 +66,18 @@ def graph_key(nodes: list[Node], roots: list[Node]) -> tuple:
     position_of = index_of.__getitem__
     entries: list[tuple] = []
     append = entries.append
-    buffer_op, const_op = Op.BUFFER, Op.CONST
     try:
         for node in nodes:
             index_of[node] = len(entries)
             op = node.op
-            if op is buffer_op:
+            if op is BUFFER:
                 append((node.shape, node.dtype, node.device))
                 continue
             device = node.device
             if device is None:
                 raise ValueError(f"graph_key: {node} is not placed (placement.place_graph places a graph)")
             arg = node.arg
-            if op is const_op and isinstance(arg, float) and (arg != arg or arg == 0.0):
+            if op is CONST and isinstance(arg, float) and (arg != arg or arg == 0.0):
                 arg = arg.hex()
             append((op, arg, node.shape, node.dtype, device, tuple(map(position_of, node.srcs))))
         if len(roots) == 1:  # (the per-op path)
