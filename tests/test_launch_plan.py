@@ -10,7 +10,7 @@ import torch
 import ember as em
 from ember.backends import c as c_backend
 from ember.backends.registry import REGISTRY
-from ember.scheduler import compile_cache, schedule
+from ember.scheduler import compile_cache, placement, schedule
 from ember.scheduler.compile_cache import CompiledKernel
 from ember.scheduler.devices import get_device
 from ember.scheduler.launch_plan import LaunchPlan
@@ -19,7 +19,8 @@ from tests.helpers import assert_close, random_array
 
 def _plan_of(tensor_graph: em.Tensor) -> LaunchPlan | None:
     """The launch plan of the schedule cached for `tensor_graph` (an unrealized tensor), without running it."""
-    key, _ = schedule.signature([tensor_graph.node])
+    roots = [tensor_graph.node]
+    key = schedule.graph_key(placement.place_graph(roots), roots)
     cached = schedule.SCHEDULES.entries.get(key)
     return None if cached is None else cached.launch_plan
 
@@ -116,18 +117,23 @@ def _available(backend: str) -> bool:
     return True
 
 
-def test_the_one_op_signature_is_the_walks() -> None:
-    x = em.tensor(random_array((3, 4)), device="c").realize()
-    y = em.tensor(random_array((3, 4), seed=1), device="c").realize()
+def test_the_one_op_placement_lists_the_walks_order() -> None:
+    x_data, y_data = random_array((3, 4)), random_array((3, 4), seed=1)
+    x, y = em.tensor(x_data, device="c").realize(), em.tensor(y_data, device="c").realize()
     mask = (x > y).realize()
-    graphs = [x + 1, x * y, x + x, em.where(mask, x, y), x.sum(1, keepdim=True), x.permute(1, 0), x.cast(em.int32),
-              x - 0.0]
-    for graph in graphs:
-        single = schedule._single_op_signature(graph.node)
-        assert single is not None, graph.node
-        assert single[0] == schedule._walked_signature([graph.node])[0]
-        assert [id(node) for node in single[1]] == [id(node) for node in schedule._walked_signature([graph.node])[1]]
-    assert schedule._single_op_signature((x + 1).exp().node) is None  # two ops deep: the walk
+    tx, ty = torch.tensor(x_data), torch.tensor(y_data)
+    cases = [(x + 1, tx + 1), (x * y, tx * ty), (x + x, tx + tx), (em.where(mask, x, y), torch.where(tx > ty, tx, ty)),
+             (em.where(mask, x, x), tx), (x.sum(1, keepdim=True), tx.sum(1, keepdim=True)),
+             (x.permute(1, 0), tx.permute(1, 0)), (x.cast(em.int32), tx.to(torch.int32)), (x - 0.0, tx - 0.0),
+             ((x + 1).exp(), (tx + 1).exp())]  # the last two ops deep: the walk
+    for graph, expected in cases:
+        roots = [graph.node]
+        listed = placement.place_graph(roots)  # the one-op path where the graph is one op on leaves
+        walked = placement._placing_walk(roots)
+        assert [id(node) for node in listed] == [id(node) for node in walked], graph.node
+        assert schedule.graph_key(listed, roots) == schedule.graph_key(walked, roots)
+        assert listed[-1] is graph.node and len(listed) == len({id(node) for node in listed})
+        assert_close(graph.realize(), expected)
 
 
 def test_constants_of_equal_value_but_other_bits_do_not_share_a_schedule() -> None:

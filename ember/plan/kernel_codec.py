@@ -65,6 +65,6 @@ def decode(value: Any) -> Any:
 
 
 def signature_digest(key: tuple) -> str:
-    """A stable name of a graph signature (schedule.signature's key) across processes: the sha256 of its JSON."""
+    """A stable name of a graph signature (schedule.graph_key's key) across processes: the sha256 of its JSON."""
     text = json.dumps(encode(key), separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()

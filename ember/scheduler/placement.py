@@ -1,12 +1,12 @@
 """Placement, a scheduler pass: the device each recorded op runs on, and the COPY nodes that bring its sources
 there. Core records ops with their sources as they are; `device_of` answers `Tensor.device` before a realize and
-`place_node` moves the sources during the schedule's walk at realize time."""
+`place_graph`, the placement pass of a realize's schedule, places the graph (`place_node` for each op, sources first):
+the one place where nodes are placed and their sources rewritten."""
 
 from __future__ import annotations
 
 from ember.core.graph import Node
 from ember.core.ops import Op
-from ember.core.walk import post_order
 from ember.scheduler.devices import get_default_device, get_device
 
 FREE_SOURCES = (Op.CONST, Op.ARANGE)  # recreated on the target device instead of copied
@@ -93,7 +93,7 @@ def move_source(node: Node, device: str) -> Node:
 def place_node(node: Node) -> tuple[Node, ...]:
     """Place a node whose sources are placed: decide its device if the query has not, and replace (in node.srcs)
     each source on another device by a COPY to it or a constant recreated there. Returns those new nodes (usually
-    none). The schedule's walk calls this for every node, sources first, so placing costs no walk of its own."""
+    none). `place_graph` calls this for every node, sources first, so placing costs no walk of its own."""
     device = node.device
     if device is None:
         device = node.device = _decide(node)
@@ -109,8 +109,67 @@ def place_node(node: Node) -> tuple[Node, ...]:
     return tuple(new for new, old in zip(node.srcs, sources) if new is not old)
 
 
+def place_graph(roots: list[Node]) -> list[Node]:
+    """The placement pass: place every node under `roots`, sources first, and return the graph's nodes in that order
+    (a node used twice once; a COPY or a constant made again on a device just before the node reading it). The
+    schedule's key (schedule.graph_key) is computed from this list and changes nothing; a placed graph placed again
+    is left as it is."""
+    if len(roots) == 1:  # one op on leaves (the per-op path): the walk's order without the walk
+        root = roots[0]
+        sources = root.srcs
+        if sources:
+            for source in sources:
+                if source.srcs:
+                    break
+            else:
+                if not place_node(root):  # (else the walk takes the new COPY nodes in its order)
+                    count = len(sources)
+                    if count == 1:
+                        return [sources[0], root]
+                    if count == 2:
+                        first, second = sources
+                        return [first, root] if first is second else [second, first, root]
+                    nodes: list[Node] = []
+                    for source in sources[::-1]:  # (the walk's stack takes the last source first)
+                        if source not in nodes:
+                            nodes.append(source)
+                    nodes.append(root)
+                    return nodes
+    return _placing_walk(roots)
+
+
+def _placing_walk(roots: list[Node]) -> list[Node]:
+    """`place_graph` of any graph, by a walk from the roots."""
+    placed: set[Node] = set()  # (nodes hash by identity)
+    nodes: list[Node] = []
+    # a post-order walk written out (this runs at every realize): a node stays on the stack until its sources are
+    # placed and listed, then is placed and listed itself (a realized node has no sources)
+    stack = roots[::-1]
+    while stack:
+        node = stack[-1]
+        if node in placed:
+            stack.pop()
+            continue
+        sources = node.srcs
+        if sources:
+            waiting = False
+            for source in sources:
+                if source not in placed:
+                    stack.append(source)
+                    waiting = True
+            if waiting:
+                continue
+            moved = place_node(node)  # COPY nodes (or constants made again) bringing sources to its device
+            if moved:
+                for extra in moved:  # a leaf recreated on the device, or a COPY of a listed source
+                    placed.add(extra)
+                    nodes.append(extra)
+        stack.pop()
+        placed.add(node)
+        nodes.append(node)
+    return nodes
+
+
 def place(roots: list[Node]) -> None:
     """Place every node under `roots` (as a realize does; for passes that look at a graph before its schedule)."""
-    for node in post_order(roots, lambda node: node.srcs):
-        if node.srcs:
-            place_node(node)
+    place_graph(roots)

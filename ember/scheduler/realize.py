@@ -63,7 +63,7 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
         from ember.viz import write_realize
 
         profile.debug_print(1, f"graph written to {write_realize(pending, context.viz_folder)}")
-    items, graph_nodes = SCHEDULES.schedule(pending)  # places the graph as it walks it
+    items, graph_nodes = SCHEDULES.schedule(pending)  # places the graph (the placement pass), then keys it
     if context.trace is not None:  # ember.record_trace / EMBER_TRACE
         context.trace.record_realize(cast(tuple, SCHEDULES.last_key), items, graph_nodes)
     compiled = compile_cache.COMPILED

@@ -10,13 +10,14 @@ from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.ir.kernel import Kernel
 from ember.scheduler.kernelize import CopyItem, kernelize
-from ember.scheduler.placement import place_node
+from ember.scheduler.placement import place_graph
 
 MAX_CACHED_SCHEDULES = 4096
+BUFFER, CONST = Op.BUFFER, Op.CONST
 
 
 class CachedKernel(NamedTuple):
-    """Run the kernel for node `output` with the buffers of nodes `inputs` (positions in the signature's list)."""
+    """Run the kernel for node `output` with the buffers of nodes `inputs` (positions in the placed graph's nodes)."""
 
     output: int
     inputs: tuple[int, ...]
@@ -53,102 +54,38 @@ class Schedule(list):  # list[CachedKernel | CachedCopy]
         self.budget_layout: Any = None  # memory_budget.py's view of the positions and its plans (set under a budget)
 
 
-def signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
-    """A hashable description of the graph under `roots` (structure, not data) and its nodes in that order, after
-    placing every node on its device (the placement pass runs in this walk: `placement.place_node`, sources first).
+def graph_key(nodes: list[Node], roots: list[Node]) -> tuple:
+    """A hashable description (structure, not data) of a placed graph: `nodes` in placement.place_graph's order,
+    sources before their readers, and its `roots`. Reads the nodes and changes none of them.
 
-    Realized nodes are leaves described by shape, dtype and device only; a node used twice appears once, so
-    sharing is part of the structure."""
-    if len(roots) == 1:
-        single = _single_op_signature(roots[0])
-        if single is not None:
-            return single
-    return _walked_signature(roots)
-
-
-def _single_op_signature(root: Node) -> tuple[tuple, list[Node]] | None:
-    """The signature of one op whose sources are leaves on its device (the per-op path: an op on realized tensors
-    and constants), the same as the walk's, without the walk; None for any other graph (after placing the op)."""
-    sources = root.srcs
-    if not sources:
-        return None
-    for source in sources:
-        if source.srcs:
-            return None
-    if place_node(root):  # sources brought from other devices: the walk indexes the new nodes
-        return None
-    index_of: dict[Node, int] = {}
-    nodes: list[Node] = []
-    entries: list[tuple] = []
-    for source in sources[::-1]:  # (the walk's stack takes the last source first)
-        if source not in index_of:
-            index_of[source] = len(nodes)
-            nodes.append(source)
-            if source.op is Op.BUFFER:
-                entries.append((source.shape, source.dtype, source.device))
-            else:
-                entries.append(_entry(source, index_of))
-    nodes.append(root)
-    # (a node with sources is no constant: its arg is as the walk writes it)
-    entries.append((root.op, root.arg, root.shape, root.dtype, root.device, tuple(map(index_of.__getitem__, sources))))
-    return (tuple(entries), (len(entries) - 1,)), nodes
-
-
-def _walked_signature(roots: list[Node]) -> tuple[tuple, list[Node]]:
-    """`signature` of any graph, by a walk from the roots."""
+    One entry per node, in order, written here only: a realized node is a leaf described by (shape, dtype, device);
+    any other by (op, arg, shape, dtype, device, its sources' positions), a float constant's arg by its bits where
+    equality is not (0.0 and -0.0 compare equal, NaN unequal). A node used twice appears once, so sharing is part of
+    the structure. A node not placed, or read before it is listed, is refused (ValueError)."""
     index_of: dict[Node, int] = {}  # (nodes hash by identity)
-    nodes: list[Node] = []
-    entries: list[tuple] = []
-    buffer_op, const_op = Op.BUFFER, Op.CONST
     position_of = index_of.__getitem__
-
-    # a post-order walk written out (this runs at every realize): a node stays on the stack until its sources are
-    # indexed, then is placed and indexed itself (a realized node has no sources)
-    stack = roots[::-1]
-    while stack:
-        node = stack[-1]
-        if node in index_of:
-            stack.pop()
-            continue
-        sources = node.srcs
-        if sources:
-            waiting = False
-            for source in sources:
-                if source not in index_of:
-                    stack.append(source)
-                    waiting = True
-            if waiting:
+    entries: list[tuple] = []
+    append = entries.append
+    try:
+        for node in nodes:
+            index_of[node] = len(entries)
+            op = node.op
+            if op is BUFFER:
+                append((node.shape, node.dtype, node.device))
                 continue
-            moved = place_node(node)  # COPY nodes (or constants made again) bringing sources to its device
-            if moved:
-                for extra in moved:  # a leaf recreated on the device, or a COPY of an indexed source
-                    index_of[extra] = len(nodes)
-                    nodes.append(extra)
-                    entries.append(_entry(extra, index_of))
-                sources = node.srcs
-        stack.pop()
-        index_of[node] = len(nodes)
-        nodes.append(node)
-        op = node.op
-        if op is buffer_op:
-            entries.append((node.shape, node.dtype, node.device))
-            continue
-        arg = node.arg
-        if op is const_op and isinstance(arg, float) and (arg != arg or arg == 0.0):
-            arg = arg.hex()  # (see _entry)
-        entries.append((op, arg, node.shape, node.dtype, node.device, tuple(map(position_of, sources))))
-    key = (tuple(entries), tuple(map(position_of, roots)))
-    return key, nodes
-
-
-def _entry(node: Node, index_of: dict[Node, int]) -> tuple:
-    """The signature's entry of one node whose sources are indexed (what the walk in `signature` writes inline)."""
-    if node.op is Op.BUFFER:
-        return (node.shape, node.dtype, node.device)
-    arg = node.arg
-    if node.op is Op.CONST and isinstance(arg, float) and (arg != arg or arg == 0.0):
-        arg = arg.hex()  # a constant by its bits where equality is not (0.0 and -0.0 compare equal, NaN unequal)
-    return (node.op, arg, node.shape, node.dtype, node.device, tuple(map(index_of.__getitem__, node.srcs)))
+            device = node.device
+            if device is None:
+                raise ValueError(f"graph_key: {node} is not placed (placement.place_graph places a graph)")
+            arg = node.arg
+            if op is CONST and isinstance(arg, float) and (arg != arg or arg == 0.0):
+                arg = arg.hex()
+            append((op, arg, node.shape, node.dtype, device, tuple(map(position_of, node.srcs))))
+        if len(roots) == 1:  # (the per-op path)
+            return (tuple(entries), (index_of[roots[0]],))
+        return (tuple(entries), tuple(map(position_of, roots)))
+    except KeyError as error:
+        raise ValueError(f"graph_key: {error.args[0]} is read before it is listed (the nodes must be in "
+                         "placement.place_graph's order, every root among them)") from None
 
 
 def kernel_buffer_limit(device: str) -> int:
@@ -172,7 +109,10 @@ class ScheduleCache:
         self.plans_stamp: tuple[object, int] | None = None  # the compile cache stamp the launch plans were made at
 
     def schedule(self, roots: list[Node]) -> tuple[Schedule, list[Node]]:
-        key, nodes = signature(roots)
+        """The schedule of the graph under `roots` and the graph's nodes (the positions its items name): the
+        placement pass places the graph, then its key (pure) finds a cached schedule, a loaded plan's, or a new one."""
+        nodes = place_graph(roots)
+        key = graph_key(nodes, roots)
         self.last_key = key
         cached = self.entries.get(key)
         if cached is not None:
