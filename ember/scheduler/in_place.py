@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -114,9 +115,9 @@ def _moves(shape: tuple[int, ...], steps: tuple[tuple[Op, Any], ...]) -> bool:
     return bool(((flat != np.arange(flat.size)) & (flat >= 0)).any())
 
 
-def schedule_hold(old: Node, live: list[Node | None], last_use: dict[int, int], position: int) -> int | None:
-    """How many references the realize loop's `live` table holds to `old` at `position` (0 or 1), or None when a
-    later command of the schedule still reads it."""
+def schedule_hold(old: Node, live: list[Node | None], last_use: Mapping[int, int], position: int) -> int | None:
+    """How many references the executor's table `live` holds to `old` at command `position` (0 or 1), or None when a
+    later command of the program still reads it."""
     held = 0
     index = -1
     while True:  # (list.index finds `old` by identity at C speed: nodes compare by identity)
