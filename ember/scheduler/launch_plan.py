@@ -1,18 +1,22 @@
-"""Launch plans: a command program bound once for the compile cache's stamp: each kernel step with its device,
-output size and compiled program looked up once, so a realize of a graph seen before goes straight to the launches
-(the per-op path: no compile-cache lookup, no device or size work per kernel; executor.py runs it). A plan holds
-while the compile cache keeps its stamp and the devices are the same."""
+"""Binding command programs (program.py) for the executor. A launch plan is a program bound once for the compile
+cache's stamp: each kernel step with its device, output size and compiled program looked up once, so a realize of a
+graph seen before goes straight to the launches (the per-op path: no compile-cache lookup, no device or size work
+per kernel). A plan holds while the compile cache keeps its stamp and the devices are the same. Also the general
+path's binding (devices only) and a replay's (launches bound to its buffers)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import cast
 
 from ember.backends.base import Device, MemoryPool
 from ember.backends.registry import REGISTRY
 from ember.core.graph import Node
 from ember.scheduler import compile_cache
+from ember.scheduler.buffers import Buffer
 from ember.scheduler.devices import get_device
+from ember.scheduler.executor import BoundLaunch
 from ember.scheduler.program import CommandProgram, Free, KernelStep, Launch
 
 
@@ -88,3 +92,22 @@ def bind_devices(program: CommandProgram, nodes: list[Node | None]) -> tuple[lis
     launches = [None if name is None or command.__class__ is not KernelStep else Launch(devices[name], None, 0, None)
                 for name, command in zip(names, program.commands)]
     return launches, {device.pool for device in devices.values()}
+
+
+def bind_buffers(program: CommandProgram, launches: Sequence[Launch | None],
+                 buffers: Sequence[Buffer | None]) -> list[BoundLaunch | None]:
+    """A replay's binding (ember.jit, incremental updates): per command, its kernel step's launch bound to the
+    buffers of its slots (Program.bind), or None for a copy, a free and a launch touching a slot that is bound anew
+    at each run (None in `buffers`)."""
+    bound: list[BoundLaunch | None] = []
+    for command, step in zip(program.commands, launches):
+        if command.__class__ is not KernelStep or step is None:
+            bound.append(None)
+            continue
+        slots = (command.output, *command.inputs)  # type: ignore[union-attr]
+        if any(buffers[slot] is None for slot in slots):
+            bound.append(None)
+            continue
+        handles = [buffers[slot].handle for slot in slots]  # type: ignore[union-attr]
+        bound.append(step.compiled.program.bind(handles, step.compiled.ir.global_size))
+    return bound
