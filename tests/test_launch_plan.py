@@ -35,7 +35,7 @@ def test_repeated_eager_ops_launch_from_a_plan_and_match_torch(device: str) -> N
         assert_close(a.sum(1).realize(), ta.sum(1))
         assert_close((a - a).realize(), ta - ta)  # one buffer read twice
     plan = _plan_of(a * b)
-    assert plan is not None and plan.runnable and len(plan.launches) == 1
+    assert plan is not None and plan.runnable and len(plan.bindings) == 1
 
 
 def test_an_in_place_update_under_a_plan_writes_into_the_parameter(device: str) -> None:
@@ -61,9 +61,9 @@ def test_a_plan_launches_the_program_that_replaced_its_own(device: str) -> None:
         assert_close((x * 3.25).realize(), torch.tensor(data) * 3.25)
     plan = _plan_of(x * 3.25)
     assert plan is not None and plan.runnable
-    launch = plan.launches[0]
+    binding = plan.bindings[0]
     kernel = schedule.SCHEDULES.schedule([(x * 3.25).node])[0].steps[0].kernel
-    device_name, old = launch.device.name, launch.compiled
+    device_name, old = binding.device.name, binding.compiled
     launched = []
 
     class CountingProgram:

@@ -17,7 +17,7 @@ from ember.budget.plan import BudgetPlan, BudgetTooSmall, PlanItem, plan_budget,
 from ember.scheduler.devices import get_device
 from ember.scheduler.executor import execute
 from ember.scheduler.launch_plan import bind_devices
-from ember.scheduler.program import Command, CommandProgram, CopyStep, Free, KernelStep
+from ember.scheduler.program import Command, CommandProgram, Copy, Free, Launch
 
 MAX_CACHED_PLANS = 16  # per schedule: (budget, bytes held before, kept, uploads) -> plan
 
@@ -128,7 +128,7 @@ def run_budgeted(items: CommandProgram, live: list[Node | None], roots: list[Nod
     outputs = {step.output for step in steps}
     not_in_place = []
     for position, command in enumerate(program.commands):
-        if command.__class__ is not KernelStep:
+        if command.__class__ is not Launch:
             continue
         replaced = cast(Node, table[command.output]).replaces  # type: ignore[union-attr]
         # (in place only when no intermediate it reads reaches the replaced node: one staying lazy would read the
@@ -139,14 +139,14 @@ def run_budgeted(items: CommandProgram, live: list[Node | None], roots: list[Nod
         del replaced
     notes = None
     if debug_level >= 2:
-        notes = {position: f"  recompute of {'a copy' if program.commands[position].__class__ is CopyStep else 'a kernel'} "
+        notes = {position: f"  recompute of {'a copy' if program.commands[position].__class__ is Copy else 'a kernel'} "
                            f"(item {origins[position]} of {len(steps)}) under the memory budget:"
                  for position in recomputes}
-    launches, _ = bind_devices(program, table)
-    execute(program.commands, launches, table, program.last_use, frozenset(not_in_place), notes)
+    bindings, _ = bind_devices(program, table)
+    execute(program.commands, bindings, table, program.last_use, frozenset(not_in_place), notes)
 
 
-def _budget_program(steps: tuple[KernelStep | CopyStep, ...], plan: BudgetPlan, kept: frozenset[int],
+def _budget_program(steps: tuple[Launch | Copy, ...], plan: BudgetPlan, kept: frozenset[int],
                     positions: int) -> tuple[CommandProgram, dict[int, int], list[int]]:
     """The budget plan's command program over the graph's slots and a stand-in slot (from `positions` on) per
     computation of an intermediate: each step reads the slots its inputs were last computed into, an eviction frees
@@ -170,12 +170,12 @@ def _budget_program(steps: tuple[KernelStep | CopyStep, ...], plan: BudgetPlan, 
         else:
             output, stand_ins = stand_ins, stand_ins + 1
         previous = current.get(step.output)
-        if step.__class__ is CopyStep:
-            source = cast(CopyStep, step).source
-            made: KernelStep | CopyStep = CopyStep(output, current.get(source, source))
+        if step.__class__ is Copy:
+            source = cast(Copy, step).source
+            made: Launch | Copy = Copy(output, current.get(source, source))
         else:
-            kernel_step = cast(KernelStep, step)
-            made = KernelStep(output, tuple(current.get(slot, slot) for slot in kernel_step.inputs),
+            kernel_step = cast(Launch, step)
+            made = Launch(output, tuple(current.get(slot, slot) for slot in kernel_step.inputs),
                               kernel_step.kernel)
         origins[len(commands)] = number
         if index in plan.recomputes:
@@ -241,6 +241,6 @@ def _held_by_capture_only() -> dict[str, int]:
 
 def _plan_item(item: Any, live: list[Node | None]) -> PlanItem:
     """The planner's view of a program step: its positions and its work."""
-    if item.__class__ is CopyStep:
+    if item.__class__ is Copy:
         return PlanItem(item.output, (item.source,), live[item.source].size)  # type: ignore[union-attr]
     return PlanItem(item.output, item.inputs, sum(math.prod(step.shape) for step in item.kernel.steps))

@@ -23,7 +23,7 @@ from ember.scheduler.lock import SCHEDULER_LOCK
 from ember.capture.recording import Recorder
 from ember.scheduler.executor import BoundLaunch, execute
 from ember.scheduler.launch_plan import bind_buffers
-from ember.scheduler.program import CommandProgram, CopyStep, KernelStep, Launch
+from ember.scheduler.program import CommandProgram, Copy, Launch, LaunchBinding
 
 RECAPTURE_WARNING_AFTER = 3  # re-captures (inputs of new shapes) before a one-line warning
 
@@ -35,11 +35,11 @@ class JitError(RuntimeError):
 @dataclass
 class Capture:
     """One recorded call: its command program by buffer slot (the state copies first, then the recorded steps) with
-    each command's Launch, the slot buffers, and where inputs and outputs are."""
+    each command's LaunchBinding, the slot buffers, and where inputs and outputs are."""
 
     key: list[Any]
     program: CommandProgram
-    launches: list[Launch | None]
+    bindings: list[LaunchBinding | None]
     buffers: list[Buffer | None]  # by slot; None for a slot bound to an input at each replay
     input_slots: list[tuple[int, int]]  # (input position, slot)
     outputs: list[Any]  # per output leaf: ("input", position) | ("slot", (slot, shape)) | ("value", object)
@@ -178,8 +178,8 @@ class Jitted:
             if capture.random_advance:
                 _draw_keys(capture)
             if capture.bound is None:
-                capture.bound = bind_buffers(capture.program, capture.launches, capture.buffers)
-            execute(capture.program.commands, capture.launches, buffers, bound=capture.bound)
+                capture.bound = bind_buffers(capture.program, capture.bindings, capture.buffers)
+            execute(capture.program.commands, capture.bindings, buffers, bound=capture.bound)
         self.replays += 1
         for slot, describe in capture.checks:  # value checks (core/checks.py) raise as they would without jit
             violation = buffers[slot]
@@ -237,7 +237,7 @@ def _plan(recorder: Recorder, key: list[Any], input_slots: list[tuple[int, int]]
     last_use: dict[int, int] = {}
     first_is_write: dict[int, bool] = {}
     for index, step in enumerate(steps):
-        reads = (step.source,) if isinstance(step, CopyStep) else step.inputs
+        reads = (step.source,) if isinstance(step, Copy) else step.inputs
         for slot in reads:
             first_use.setdefault(slot, index)
             first_is_write.setdefault(slot, False)
@@ -265,9 +265,9 @@ def _plan(recorder: Recorder, key: list[Any], input_slots: list[tuple[int, int]]
     memory_plan = place_intermediates(buffers, intermediate, first_use, last_use)
     for _, slot in input_slots:
         buffers[slot] = None
-    kernels = sum(isinstance(step, KernelStep) for step in steps)
-    program, launches = recorder.program([CopyStep(target, source) for target, source in state_copies])
-    return Capture(key, program, launches, buffers, input_slots, outputs, rebuild, state_copies, memory_plan,
+    kernels = sum(isinstance(step, Launch) for step in steps)
+    program, bindings = recorder.program([Copy(target, source) for target, source in state_copies])
+    return Capture(key, program, bindings, buffers, input_slots, outputs, rebuild, state_copies, memory_plan,
                    list(recorder.checks), kernels)
 
 

@@ -37,7 +37,7 @@ class Trace:
 
     def record_realize(self, key: tuple, items: list[Any], graph_nodes: list[Node]) -> None:
         """One realize of the graph with signature `key`, run as the steps `items` of its program (program.py)."""
-        from ember.scheduler.program import CopyStep
+        from ember.scheduler.program import Copy
 
         digest = self.digests.get(key)
         if digest is None:
@@ -53,7 +53,7 @@ class Trace:
             keep: list[dict[str, Any]] = []
             devices: list[str | None] = []
             for item in items:
-                if isinstance(item, CopyStep):
+                if isinstance(item, Copy):
                     encoded.append({"copy": [item.output, item.source]})
                     continue
                 node = graph_nodes[item.output]

@@ -1,13 +1,13 @@
 """The executor: the one loop that runs a command program (program.py) over a table of slots.
 
-A schedule compiles to one command program: KernelStep (launch a kernel writing a slot from slots), CopyStep (copy
+A schedule compiles to one command program: Launch (launch a kernel writing a slot from slots), Copy (copy
 a slot into another pool) and Free (release slots), over numbered slots. Who produces programs:
 - the schedule cache (schedule.py): a graph's program by node position, frees after each slot's last use;
 - the memory budget (budget/memory_budget.py): the same steps reordered by its plan, recomputes writing stand-in
   slots again, its evictions as Free commands.
 Who binds them (what the slots are and how each kernel step launches):
 - eager realize (realize.py): slots are the graph's nodes, which become buffers as their steps run; each kernel
-  step is bound to its device (a Launch with no program: compiled at its launch, timed, recorded);
+  step is bound to its device (a LaunchBinding with no program: compiled at its launch, timed, recorded);
 - a launch plan (launch_plan.py): the same program with each kernel step's compiled program, device and size bound
   once (the per-op path);
 - the memory budget: its program's stand-in slots get fresh nodes at each run; assigns it must not write in place
@@ -30,7 +30,7 @@ from ember.scheduler.buffers import Buffer, pending
 from ember.scheduler.copies import enqueue_copy, run_copy
 from ember.scheduler.in_place import schedule_hold
 from ember.scheduler.launch import launch, launch_compiled, run_kernel
-from ember.scheduler.program import Command, CopyStep, Free, KernelStep, Launch
+from ember.scheduler.program import Command, Copy, Free, Launch, LaunchBinding
 
 BoundLaunch = Callable[[tuple[Event, ...]], Event]  # a kernel launch with its buffers bound (Program.bind)
 NO_POSITIONS: frozenset[int] = frozenset()
@@ -38,10 +38,10 @@ NO_LAST_USES: Mapping[int, int] = {}
 NOTHING: list[Any] = []
 
 
-def execute(commands: Sequence[Command], launches: Sequence[Launch | None], table: list[Any],
+def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None], table: list[Any],
             last_use: Mapping[int, int] = NO_LAST_USES, not_in_place: Collection[int] = NO_POSITIONS,
             notes: Mapping[int, str] | None = None, bound: Sequence[BoundLaunch | None] | None = None) -> None:
-    """Run `commands` over `table` (by slot), each kernel step as its `launches` entry (same position) binds it.
+    """Run `commands` over `table` (by slot), each kernel step as its `bindings` entry (same position) binds it.
 
     The slots are nodes (eager realize: each output node becomes a buffer at its step; `last_use`, per slot the
     command of its last use, and `not_in_place`, positions of kernel steps whose assign must not write in place,
@@ -61,14 +61,14 @@ def execute(commands: Sequence[Command], launches: Sequence[Launch | None], tabl
         readers = [[] for _ in table]
     for position, command in enumerate(commands):
         kind = command.__class__
-        if kind is KernelStep:
+        if kind is Launch:
             if replaying:  # the slots are buffers
                 wait_for = _wait_for(table, writers, readers, command.output, command.inputs) if tracking else ()  # type: ignore[union-attr]
                 bound_launch = bound[position]  # type: ignore[index]
                 if bound_launch is not None:
                     event = bound_launch(wait_for)
                 else:
-                    step: Launch = launches[position]  # type: ignore[assignment]
+                    step: LaunchBinding = bindings[position]  # type: ignore[assignment]
                     handles = [table[command.output].handle,  # type: ignore[union-attr]
                                *(table[slot].handle for slot in command.inputs)]  # type: ignore[union-attr]
                     event = launch(step.device, command.kernel, step.compiled, handles, wait_for)  # type: ignore[union-attr]
@@ -82,7 +82,7 @@ def execute(commands: Sequence[Command], launches: Sequence[Launch | None], tabl
             if notes is not None and position in notes:
                 profile.debug_print(2, notes[position])
             output: Node = table[command.output]  # type: ignore[union-attr]
-            step = launches[position]  # type: ignore[assignment]
+            step = bindings[position]  # type: ignore[assignment]
             if step.compiled is not None and output.replaces is None:
                 buffer = Buffer(step.device, step.size, step.dtype)  # type: ignore[arg-type]
                 inputs: list[Node] = list(map(table.__getitem__, command.inputs))  # type: ignore[union-attr]

@@ -17,18 +17,18 @@ from ember.scheduler import compile_cache
 from ember.scheduler.buffers import Buffer
 from ember.scheduler.devices import get_device
 from ember.scheduler.executor import BoundLaunch
-from ember.scheduler.program import CommandProgram, Free, KernelStep, Launch
+from ember.scheduler.program import CommandProgram, Free, Launch, LaunchBinding
 
 
 class LaunchPlan:
-    """Per command of one program, its Launch (None for copies and frees), for the compile cache stamp `stamp` and
+    """Per command of one program, its LaunchBinding (None for copies and frees), for the compile cache stamp `stamp` and
     the devices `devices`, found in the registry's device lists `device_lists` (backend, list). `runnable` is False
     for a program that cannot be planned (its realizes bind it at each run)."""
 
-    def __init__(self, launches: list[Launch | None] | None, stamp: tuple[object, int], devices: list[Device],
+    def __init__(self, bindings: list[LaunchBinding | None] | None, stamp: tuple[object, int], devices: list[Device],
                  device_lists: dict[str, list[Device]]) -> None:
-        self.runnable = launches is not None
-        self.launches = launches or []
+        self.runnable = bindings is not None
+        self.bindings = bindings or []
         self.stamp = stamp
         self.pools: tuple[MemoryPool, ...] = tuple({device.pool: None for device in devices})
         self.device_lists = tuple(device_lists.items())
@@ -49,14 +49,14 @@ def plan_launches(program: CommandProgram, nodes: list[Node], stamp: tuple[objec
     """The launch plan of a program whose kernels are all in the compile cache; one that is not `runnable` when a
     kernel is not (it is compiled at its launch) or the program has an empty output or a device that cannot run
     kernels."""
-    launches: list[Launch | None] = []
+    bindings: list[LaunchBinding | None] = []
     devices: dict[str, Device] = {}
     device_lists: dict[str, list[Device]] = {}
     cache = compile_cache.COMPILED
     unplanned = LaunchPlan(None, stamp, [], {})
     for command in program.commands:
         if command.__class__ is Free:
-            launches.append(None)
+            bindings.append(None)
             continue
         output = nodes[command.output]  # type: ignore[union-attr]
         name = cast(str, output.device)
@@ -65,19 +65,19 @@ def plan_launches(program: CommandProgram, nodes: list[Node], stamp: tuple[objec
         listed = device_lists[backend] = REGISTRY.devices.get(backend)  # type: ignore[assignment]
         if listed is None or not any(entry is device for entry in listed):  # (named apart from its backend)
             return unplanned
-        if command.__class__ is not KernelStep:  # a copy
-            launches.append(None)
+        if command.__class__ is not Launch:  # a copy
+            bindings.append(None)
             continue
-        kernel = cast(KernelStep, command).kernel
+        kernel = cast(Launch, command).kernel
         size = math.prod(output.shape)
         compiled = cache.get((name, kernel))  # (marks the kernel used: plans are made again after an eviction)
         if size == 0 or not device.info.can_run or compiled is None:
             return unplanned
-        launches.append(Launch(device, compiled, size, output.dtype))
-    return LaunchPlan(launches, stamp, list(devices.values()), device_lists)
+        bindings.append(LaunchBinding(device, compiled, size, output.dtype))
+    return LaunchPlan(bindings, stamp, list(devices.values()), device_lists)
 
 
-def bind_devices(program: CommandProgram, nodes: list[Node | None]) -> tuple[list[Launch | None], set[MemoryPool]]:
+def bind_devices(program: CommandProgram, nodes: list[Node | None]) -> tuple[list[LaunchBinding | None], set[MemoryPool]]:
     """The program's kernel steps bound to their devices only (compiled at their launch: the general path, where a
     launch may be timed, recorded or budgeted), and the pools its steps write."""
     names = program.command_devices
@@ -89,19 +89,19 @@ def bind_devices(program: CommandProgram, nodes: list[Node | None]) -> tuple[lis
     for name in names:
         if name is not None and name not in devices:
             devices[name] = get_device(name)
-    launches = [None if name is None or command.__class__ is not KernelStep else Launch(devices[name], None, 0, None)
+    bindings = [None if name is None or command.__class__ is not Launch else LaunchBinding(devices[name], None, 0, None)
                 for name, command in zip(names, program.commands)]
-    return launches, {device.pool for device in devices.values()}
+    return bindings, {device.pool for device in devices.values()}
 
 
-def bind_buffers(program: CommandProgram, launches: Sequence[Launch | None],
+def bind_buffers(program: CommandProgram, bindings: Sequence[LaunchBinding | None],
                  buffers: Sequence[Buffer | None]) -> list[BoundLaunch | None]:
     """A replay's binding (ember.jit, incremental updates): per command, its kernel step's launch bound to the
     buffers of its slots (Program.bind), or None for a copy, a free and a launch touching a slot that is bound anew
     at each run (None in `buffers`)."""
     bound: list[BoundLaunch | None] = []
-    for command, step in zip(program.commands, launches):
-        if command.__class__ is not KernelStep or step is None:
+    for command, step in zip(program.commands, bindings):
+        if command.__class__ is not Launch or step is None:
             bound.append(None)
             continue
         slots = (command.output, *command.inputs)  # type: ignore[union-attr]

@@ -1,5 +1,5 @@
-"""The command program a schedule compiles to: kernel steps and copy steps over numbered slots, with the frees that
-release each slot after its last use worked out once (executor.py runs it)."""
+"""The command program a schedule compiles to: Launch and Copy commands (its steps) over numbered slots, with the
+Free commands that release each slot after its last use worked out once (executor.py runs it)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from ember.core.dtype import DType
 from ember.ir.kernel import Kernel
 
 
-class KernelStep(NamedTuple):
-    """Run `kernel` writing slot `output` from slots `inputs` (in the kernel's buffer order)."""
+class Launch(NamedTuple):
+    """Launch `kernel` writing slot `output` from slots `inputs` (in the kernel's buffer order): a kernel step."""
 
     output: int
     inputs: tuple[int, ...]
     kernel: Kernel
 
 
-class CopyStep(NamedTuple):
-    """Copy slot `source` into slot `output` (another pool)."""
+class Copy(NamedTuple):
+    """Copy slot `source` into slot `output` (another pool): a copy step."""
 
     output: int
     source: int
@@ -31,11 +31,11 @@ class Free(NamedTuple):
     slots: tuple[int, ...]
 
 
-Command = KernelStep | CopyStep | Free
+Command = Launch | Copy | Free
 
 
-class Launch(NamedTuple):
-    """A kernel step bound to its device: with `compiled` (a compile_cache.CompiledKernel), the output's `size` and
+class LaunchBinding(NamedTuple):
+    """How a Launch runs, bound once per program (launch_plan.py) or recorded with it: on `device`; with `compiled` (a compile_cache.CompiledKernel), the output's `size` and
     `dtype`, launched directly; with `compiled` None, compiled (or found in the compile cache) at its launch."""
 
     device: Device
@@ -57,7 +57,7 @@ class CommandProgram:
     __slots__ = ("budget_layout", "command_devices", "commands", "compiled_stamp", "last_use", "launch_plan",
                  "steps", "used")
 
-    def __init__(self, steps: list[KernelStep | CopyStep] | tuple[KernelStep | CopyStep, ...],
+    def __init__(self, steps: list[Launch | Copy] | tuple[Launch | Copy, ...],
                  commands: list[Command] | None = None) -> None:
         """The program of `steps`, with a Free after each slot's last use; or of `commands` as given (its steps are
         the commands other than frees)."""
@@ -70,10 +70,10 @@ class CommandProgram:
         last_use: dict[int, int] = {}
         for position, command in enumerate(commands):
             kind = command.__class__
-            if kind is KernelStep:
+            if kind is Launch:
                 for slot in (command.output, *command.inputs):  # type: ignore[union-attr]
                     last_use[slot] = position
-            elif kind is CopyStep:
+            elif kind is Copy:
                 last_use[command.output] = last_use[command.source] = position  # type: ignore[union-attr]
         self.last_use = last_use
         self.used = tuple(last_use)
@@ -86,12 +86,12 @@ class CommandProgram:
         return len(self.steps)
 
 
-def step_slots(step: KernelStep | CopyStep) -> tuple[int, ...]:
+def step_slots(step: Launch | Copy) -> tuple[int, ...]:
     """The slots a step writes and reads: its output first."""
-    return (step.output, step.source) if step.__class__ is CopyStep else (step.output, *step.inputs)  # type: ignore[union-attr]
+    return (step.output, step.source) if step.__class__ is Copy else (step.output, *step.inputs)  # type: ignore[union-attr]
 
 
-def _with_frees(steps: list[KernelStep | CopyStep] | tuple[KernelStep | CopyStep, ...]) -> list[Command]:
+def _with_frees(steps: list[Launch | Copy] | tuple[Launch | Copy, ...]) -> list[Command]:
     """The steps with a Free after the last use of each slot (none after the last step: the executor's table goes
     then)."""
     last_step: dict[int, int] = {}

@@ -80,7 +80,7 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
             del graph_nodes
             for pool in plan.pools:
                 pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
-            execute(items.commands, plan.launches, live, items.last_use)
+            execute(items.commands, plan.bindings, live, items.last_use)
             return
     records = context.profiles
     for record in records:
@@ -91,13 +91,13 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
     # intermediate buffer is released as soon as the last kernel reading it has been launched
     live = _live_nodes(items, graph_nodes)
     del graph_nodes
-    launches, pools = bind_devices(items, live)
+    bindings, pools = bind_devices(items, live)
     for pool in pools:
         pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
     if context.budget is not None:  # ember.memory_budget: intermediates freed early and recomputed as planned
         run_budgeted(items, live, pending, pools, context.budget)
     else:
-        execute(items.commands, launches, live, items.last_use)
+        execute(items.commands, bindings, live, items.last_use)
     _record_peaks(records, pools)
 
 

@@ -9,7 +9,7 @@ from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.scheduler.kernelize import CopyItem, kernelize
 from ember.scheduler.placement import place_node
-from ember.scheduler.program import CommandProgram, CopyStep, KernelStep
+from ember.scheduler.program import CommandProgram, Copy, Launch
 
 MAX_CACHED_SCHEDULES = 4096
 
@@ -128,7 +128,7 @@ class ScheduleCache:
         self.hits = 0
         self.misses = 0  # kernelize calls
         # schedules of a loaded plan (plan/planner.py) by signature digest, consulted before kernelizing
-        self.planned: dict[str, list[KernelStep | CopyStep]] = {}
+        self.planned: dict[str, list[Launch | Copy]] = {}
         self.planned_hits = 0
         self.last_key: tuple | None = None  # the signature of the last graph scheduled (for traces)
         self.plans_stamp: tuple[object, int] | None = None  # the compile cache stamp the launch plans were made at
@@ -149,12 +149,12 @@ class ScheduleCache:
                 return planned, nodes
         self.misses += 1
         position = {id(node): index for index, node in enumerate(nodes)}
-        items: list[KernelStep | CopyStep] = []
+        items: list[Launch | Copy] = []
         for item in kernelize(roots, kernel_buffer_limit):
             if isinstance(item, CopyItem):
-                items.append(CopyStep(position[id(item.output)], position[id(item.source)]))
+                items.append(Copy(position[id(item.output)], position[id(item.source)]))
             else:
-                items.append(KernelStep(position[id(item.output)], tuple(position[id(n)] for n in item.inputs),
+                items.append(Launch(position[id(item.output)], tuple(position[id(n)] for n in item.inputs),
                                         item.kernel))
         return self._enter(key, items), nodes
 
@@ -166,7 +166,7 @@ class ScheduleCache:
                 cached.launch_plan = None
             self.plans_stamp = stamp
 
-    def _enter(self, key: tuple, items: list[KernelStep | CopyStep]) -> CommandProgram:
+    def _enter(self, key: tuple, items: list[Launch | Copy]) -> CommandProgram:
         schedule = self.entries[key] = CommandProgram(items)
         if len(self.entries) > MAX_CACHED_SCHEDULES:
             self.entries.popitem(last=False)
