@@ -22,7 +22,7 @@ def reusable_buffer(output: Node, inputs: list[Node], held_by_schedule: int, dev
     """The buffer of `output.replaces` when `output`'s kernel may write into it, else None.
 
     The caller knows that no later command of the schedule reads the replaced node; `held_by_schedule` is how many
-    references the realize loop itself holds to it (0 or 1). Any other holder (a tensor, a lazy graph not in this
+    references the executor's table itself holds to it (0 or 1). Any other holder (a tensor, a lazy graph not in this
     schedule) shows in its reference count, so the write is done only when every reference is accounted for: the
     `replaces` slot, the kernel's input list and the sources of the unrealized nodes the kernel computes. A kernel
     reading the buffer it writes needs `DeviceInfo.output_may_alias_input`."""

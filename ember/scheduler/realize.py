@@ -61,43 +61,43 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
         from ember.viz import write_realize
 
         profile.debug_print(1, f"graph written to {write_realize(pending, context.viz_folder)}")
-    items, graph_nodes = SCHEDULES.schedule(pending)  # places the graph as it walks it
+    program, graph_nodes = SCHEDULES.schedule(pending)  # places the graph as it walks it
     if context.trace is not None:  # ember.record_trace / EMBER_TRACE
-        context.trace.record_realize(cast(tuple, SCHEDULES.last_key), list(items.steps), graph_nodes)
+        context.trace.record_realize(cast(tuple, SCHEDULES.last_key), list(program.steps), graph_nodes)
     compiled = compile_cache.COMPILED
     stamp = (compiled, compiled.generation)
-    if items.compiled_stamp != stamp:  # else every kernel is still in the compile cache since the last realize
+    if program.compiled_stamp != stamp:  # else every kernel is still in the compile cache since the last realize
         SCHEDULES.drop_stale_plans(stamp)
-        compile_ahead(items, graph_nodes)
+        compile_ahead(program, graph_nodes)
         if (compile_cache.COMPILED, compile_cache.COMPILED.generation) == stamp:
-            items.compiled_stamp = stamp
+            program.compiled_stamp = stamp
     elif context.plain:  # nothing to record, time, budget or print: the per-op path, from the program's plan
-        plan = items.launch_plan
+        plan = program.launch_plan
         if plan is None or not plan.holds(stamp):
-            plan = items.launch_plan = plan_launches(items, graph_nodes, stamp)
+            plan = program.launch_plan = plan_launches(program, graph_nodes, stamp)
         if plan.runnable:
-            live = _live_nodes(items, graph_nodes)
+            live = _live_nodes(program, graph_nodes)
             del graph_nodes
             for pool in plan.pools:
                 pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
-            execute(items.commands, plan.bindings, live, items.last_use)
+            execute(program.commands, plan.bindings, live, program.last_use)
             return
     records = context.profiles
     for record in records:
         record.realizes += 1
     if context.debug_level >= 1:
-        profile.debug_print(1, f"realize: {len(items)} items for {len(pending)} tensors")
+        profile.debug_print(1, f"realize: {len(program)} items for {len(pending)} tensors")
     # hold only the nodes the program reads or writes, and each only until its last use (its Free commands), so an
     # intermediate buffer is released as soon as the last kernel reading it has been launched
-    live = _live_nodes(items, graph_nodes)
+    live = _live_nodes(program, graph_nodes)
     del graph_nodes
-    bindings, pools = bind_devices(items, live)
+    bindings, pools = bind_devices(program, live)
     for pool in pools:
         pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
     if context.budget is not None:  # ember.memory_budget: intermediates freed early and recomputed as planned
-        run_budgeted(items, live, pending, pools, context.budget)
+        run_budgeted(program, live, pending, pools, context.budget)
     else:
-        execute(items.commands, bindings, live, items.last_use)
+        execute(program.commands, bindings, live, program.last_use)
     _record_peaks(records, pools)
 
 
@@ -112,11 +112,11 @@ def _realize_checked(nodes: list[Node], allow_sharding: bool, context: CallConte
     value_checks.settle(checks, nodes, read_node)
 
 
-def _live_nodes(items: CommandProgram, graph_nodes: list[Node]) -> list[Node | None]:
+def _live_nodes(program: CommandProgram, graph_nodes: list[Node]) -> list[Node | None]:
     """The executor's table of slots for eager realize: the nodes the program's steps read or write (each dropped
     after its last use), None for the rest (the nodes fused into kernels)."""
     live: list[Node | None] = [None] * len(graph_nodes)
-    for index in items.used:
+    for index in program.used:
         live[index] = graph_nodes[index]
     return live
 
