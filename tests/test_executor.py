@@ -107,7 +107,8 @@ def test_a_replay_runs_the_program_over_buffers(device: str) -> None:
              buffer_of(_leaf(np.zeros(SHAPE, np.float32), device))]
     program = CommandProgram((), [Launch(2, (0, 1), add), Launch(3, (2,), triple)])
     compiled = [em.scheduler.compile_cache.compile_kernel(target, kernel) for kernel in (add, triple)]
-    bindings = [LaunchBinding(target, program_compiled, int(np.prod(SHAPE)), em.float32) for program_compiled in compiled]
+    bindings = [LaunchBinding(target, program_compiled, int(np.prod(SHAPE)), em.float32)
+                for program_compiled in compiled]
     bound = bind_buffers(program, bindings, fixed)
     assert bound[0] is None and bound[1] is not None  # the first reads the input's slot
     for seed in (8, 9):
@@ -115,4 +116,6 @@ def test_a_replay_runs_the_program_over_buffers(device: str) -> None:
         buffers = list(fixed)
         buffers[0] = buffer_of(_leaf(a_data, device))
         execute(program.commands, bindings, buffers, bound=bound)
-        np.testing.assert_allclose(buffers[3].read().reshape(SHAPE), (a_data + b_data) * 3.0, rtol=1e-6)  # type: ignore[union-attr]
+        result = buffers[3]
+        assert result is not None
+        np.testing.assert_allclose(result.read().reshape(SHAPE), (a_data + b_data) * 3.0, rtol=1e-6)

@@ -120,11 +120,11 @@ def run_budgeted(items: CommandProgram, live: list[Node | None], roots: list[Nod
     # expects), then a fresh stand-in node per computation of an intermediate (it receives the buffer: the
     # intermediate itself stays lazy)
     positions = len(live)
+    computed = [cast(Node, live[steps[origins[position]].output]) for position, command in enumerate(program.commands)
+                if command.__class__ is not Free and command.output >= positions]  # type: ignore[union-attr]
     table = live
-    table += [Node(Op.CONTIGUOUS, (), None, node.shape, node.dtype, node.device)
-                    for node in (cast(Node, live[steps[origins[position]].output])
-                                 for position, command in enumerate(program.commands)
-                                 if command.__class__ is not Free and command.output >= positions)]  # type: ignore[union-attr]
+    table += [Node(Op.CONTIGUOUS, (), None, node.shape, node.dtype, node.device) for node in computed]
+    del computed
     outputs = {step.output for step in steps}
     not_in_place = []
     for position, command in enumerate(program.commands):
@@ -139,8 +139,8 @@ def run_budgeted(items: CommandProgram, live: list[Node | None], roots: list[Nod
         del replaced
     notes = None
     if debug_level >= 2:
-        notes = {position: f"  recompute of {'a copy' if program.commands[position].__class__ is Copy else 'a kernel'} "
-                           f"(item {origins[position]} of {len(steps)}) under the memory budget:"
+        notes = {position: f"  recompute of {'a copy' if steps[origins[position]].__class__ is Copy else 'a kernel'}"
+                           f" (item {origins[position]} of {len(steps)}) under the memory budget:"
                  for position in recomputes}
     bindings, _ = bind_devices(program, table)
     execute(program.commands, bindings, table, program.last_use, frozenset(not_in_place), notes)

@@ -63,20 +63,20 @@ def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None
         kind = command.__class__
         if kind is Launch:
             if replaying:  # the slots are buffers
-                wait_for = _wait_for(table, writers, readers, command.output, command.inputs) if tracking else ()  # type: ignore[union-attr]
+                output_slot, input_slots = command.output, command.inputs  # type: ignore[union-attr]
+                wait_for = _wait_for(table, writers, readers, output_slot, input_slots) if tracking else ()
                 bound_launch = bound[position]  # type: ignore[index]
                 if bound_launch is not None:
                     event = bound_launch(wait_for)
                 else:
                     step: LaunchBinding = bindings[position]  # type: ignore[assignment]
-                    handles = [table[command.output].handle,  # type: ignore[union-attr]
-                               *(table[slot].handle for slot in command.inputs)]  # type: ignore[union-attr]
+                    handles = [table[output_slot].handle, *(table[slot].handle for slot in input_slots)]
                     event = launch(step.device, command.kernel, step.compiled, handles, wait_for)  # type: ignore[union-attr]
                 if tracking or not event.done:
                     tracking = True
-                    writers[command.output] = event  # type: ignore[union-attr]
-                    readers[command.output] = []  # type: ignore[union-attr]
-                    for slot in command.inputs:  # type: ignore[union-attr]
+                    writers[output_slot] = event
+                    readers[output_slot] = []
+                    for slot in input_slots:
                         readers[slot].append(event)
                 continue
             if notes is not None and position in notes:
@@ -101,7 +101,7 @@ def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None
             for slot in command.slots:  # type: ignore[union-attr]
                 table[slot] = None
         elif replaying:
-            tracking |= _copy_buffers(table, writers, readers, command.output, command.source)  # type: ignore[union-attr]
+            tracking |= _copy_buffers(table, writers, readers, *command)  # (a Copy: output, source)
         else:
             if notes is not None and position in notes:
                 profile.debug_print(2, notes[position])

@@ -21,8 +21,8 @@ from ember.scheduler.program import CommandProgram, Free, Launch, LaunchBinding
 
 
 class LaunchPlan:
-    """Per command of one program, its LaunchBinding (None for copies and frees), for the compile cache stamp `stamp` and
-    the devices `devices`, found in the registry's device lists `device_lists` (backend, list). `runnable` is False
+    """Per command of one program, its LaunchBinding (None for copies and frees), for the compile cache stamp `stamp`
+    and the devices `devices`, found in the registry's device lists `device_lists` (backend, list). `runnable` is False
     for a program that cannot be planned (its realizes bind it at each run)."""
 
     def __init__(self, bindings: list[LaunchBinding | None] | None, stamp: tuple[object, int], devices: list[Device],
@@ -77,7 +77,8 @@ def plan_launches(program: CommandProgram, nodes: list[Node], stamp: tuple[objec
     return LaunchPlan(bindings, stamp, list(devices.values()), device_lists)
 
 
-def bind_devices(program: CommandProgram, nodes: list[Node | None]) -> tuple[list[LaunchBinding | None], set[MemoryPool]]:
+def bind_devices(program: CommandProgram,
+                 nodes: list[Node | None]) -> tuple[list[LaunchBinding | None], set[MemoryPool]]:
     """The program's kernel steps bound to their devices only (compiled at their launch: the general path, where a
     launch may be timed, recorded or budgeted), and the pools its steps write."""
     names = program.command_devices

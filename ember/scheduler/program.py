@@ -35,8 +35,9 @@ Command = Launch | Copy | Free
 
 
 class LaunchBinding(NamedTuple):
-    """How a Launch runs, bound once per program (launch_plan.py) or recorded with it: on `device`; with `compiled` (a compile_cache.CompiledKernel), the output's `size` and
-    `dtype`, launched directly; with `compiled` None, compiled (or found in the compile cache) at its launch."""
+    """How a Launch runs, bound once per program (launch_plan.py) or recorded with it: on `device`; with `compiled`
+    (a compile_cache.CompiledKernel), the output's `size` and `dtype`, launched directly; with `compiled` None,
+    compiled (or found in the compile cache) at its launch."""
 
     device: Device
     compiled: Any
@@ -88,7 +89,9 @@ class CommandProgram:
 
 def step_slots(step: Launch | Copy) -> tuple[int, ...]:
     """The slots a step writes and reads: its output first."""
-    return (step.output, step.source) if step.__class__ is Copy else (step.output, *step.inputs)  # type: ignore[union-attr]
+    if step.__class__ is Copy:
+        return tuple(step)  # type: ignore[arg-type]
+    return (step.output, *step.inputs)  # type: ignore[union-attr]
 
 
 def _with_frees(steps: list[Launch | Copy] | tuple[Launch | Copy, ...]) -> list[Command]:
