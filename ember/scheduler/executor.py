@@ -63,26 +63,24 @@ def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None
         kind = command.__class__
         if kind is Launch:
             if replaying:  # the slots are buffers
-                output_slot, input_slots = command.output, command.inputs  # type: ignore[union-attr]
-                wait_for = _wait_for(table, writers, readers, output_slot, input_slots) if tracking else ()
                 bound_launch = bound[position]  # type: ignore[index]
+                wait_for = () if not tracking else \
+                    _wait_for(table, writers, readers, command.output, command.inputs)  # type: ignore[union-attr]
                 if bound_launch is not None:
                     event = bound_launch(wait_for)
                 else:
-                    step: LaunchBinding = bindings[position]  # type: ignore[assignment]
-                    handles = [table[output_slot].handle, *(table[slot].handle for slot in input_slots)]
-                    event = launch(step.device, command.kernel, step.compiled, handles, wait_for)  # type: ignore[union-attr]
+                    event = _launch_buffers(table, command, bindings[position], wait_for)  # type: ignore[arg-type]
                 if tracking or not event.done:
                     tracking = True
-                    writers[output_slot] = event
-                    readers[output_slot] = []
-                    for slot in input_slots:
+                    writers[command.output] = event  # type: ignore[union-attr]
+                    readers[command.output] = []  # type: ignore[union-attr]
+                    for slot in command.inputs:  # type: ignore[union-attr]
                         readers[slot].append(event)
                 continue
             if notes is not None and position in notes:
                 profile.debug_print(2, notes[position])
             output: Node = table[command.output]  # type: ignore[union-attr]
-            step = bindings[position]  # type: ignore[assignment]
+            step: LaunchBinding = bindings[position]  # type: ignore[assignment]
             if step.compiled is not None and output.replaces is None:
                 buffer = Buffer(step.device, step.size, step.dtype)  # type: ignore[arg-type]
                 inputs: list[Node] = list(map(table.__getitem__, command.inputs))  # type: ignore[union-attr]
@@ -108,6 +106,13 @@ def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None
             run_copy(table[command.output], table[command.source])  # type: ignore[union-attr]
     if tracking:
         _publish(table, writers, readers)
+
+
+def _launch_buffers(buffers: Sequence[Buffer], command: Launch, binding: LaunchBinding,
+                    wait_for: tuple[Event, ...]) -> Event:
+    """Launch a replay's kernel step whose launch is not bound ahead (a slot bound anew at each run)."""
+    handles = [buffers[command.output].handle, *(buffers[slot].handle for slot in command.inputs)]
+    return launch(binding.device, command.kernel, binding.compiled, handles, wait_for)
 
 
 def _wait_for(buffers: Sequence[Buffer | None], writers: list[Event | None], readers: list[list[Event]], output: int,
