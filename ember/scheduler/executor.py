@@ -1,21 +1,29 @@
 """The executor: the one loop that runs a command program (program.py) over a table of slots.
 
-A schedule compiles to one command program: Launch (launch a kernel writing a slot from slots), Copy (copy
-a slot into another pool) and Free (release slots), over numbered slots. Who produces programs:
-- the schedule cache (schedule.py): a graph's program by node position, frees after each slot's last use;
-- the memory budget (budget/memory_budget.py): the same steps reordered by its plan, recomputes writing stand-in
-  slots again, its evictions as Free commands.
-Who binds them (what the slots are and how each kernel step launches):
-- eager realize (realize.py): slots are the graph's nodes, which become buffers as their steps run; each kernel
-  step is bound to its device (a LaunchBinding with no program: compiled at its launch, timed, recorded);
-- a launch plan (launch_plan.py): the same program with each kernel step's compiled program, device and size bound
-  once (the per-op path);
-- the memory budget: its program's stand-in slots get fresh nodes at each run; assigns it must not write in place
-  are named.
-`execute` runs every command in order; an output that replaces a node (an in-place assign) goes through
+A schedule compiles to one command program: Launch (a kernel writing a slot from slots), Copy (a slot copied into
+another pool) and Free (slots released), over numbered slots. No Wait command is needed: every command waits for
+the unfinished commands it depends on through events (buffers' events for eager realize, the run's own for a
+replay), and a read waits for its buffer's writer.
+
+Who produces programs:
+- the schedule cache (schedule.py): a graph's program by node position, a Free after each slot's last use;
+- the memory budget (budget/memory_budget.py): the same steps in its plan's order, each computation of an
+  intermediate writing a stand-in slot of its own (a recompute is the same step again), evictions as Frees;
+- a recording (capture/recording.py, for ember.jit and incremental updates): the launches and copies a realize ran,
+  by buffer slot, each with its LaunchBinding (device, compiled program); jit puts its state copies first;
+- automatic sharding (sharding/automatic.py) rewrites the graph, whose program is the schedule cache's.
+Who binds them (what the slots are, how each Launch runs):
+- eager realize (realize.py): slots are the graph's nodes, which become buffers as their steps run; each Launch
+  bound to its device only (launch_plan.bind_devices: compiled at its launch, timed, recorded);
+- a launch plan (launch_plan.plan_launches): the same program with each Launch's compiled program, device and size
+  bound once per compile-cache stamp, cached on the program (the per-op path);
+- the memory budget: fresh stand-in nodes in its slots at each run, and the assigns that must not write in place;
+- a replay (jit's and incremental updates'): slots are buffers; each Launch's program bound to its buffers once
+  (launch_plan.bind_buffers), the input slots filled at each run.
+`execute` runs every command in order. For nodes, an output that replaces a node (an in-place assign) goes through
 launch.run_kernel, which decides whether it writes in place (in_place.schedule_hold counts the table's own
-references). Timing for profiles and EMBER_DEBUG=2, and the capture's recorder hooks, are launch.py's and
-copies.py's, so they hold for every binder."""
+references); timing for profiles and EMBER_DEBUG=2 and the recorder's hooks are launch.py's and copies.py's. For
+buffers, events are tracked only once a command is unfinished and put on the buffers at the end."""
 
 from __future__ import annotations
 
