@@ -36,7 +36,7 @@ def test_repeated_eager_ops_launch_from_a_plan_and_match_torch(device: str) -> N
         assert_close(a.sum(1).realize(), ta.sum(1))
         assert_close((a - a).realize(), ta - ta)  # one buffer read twice
     plan = _plan_of(a * b)
-    assert plan is not None and plan.runnable and len(plan.steps) == 1
+    assert plan is not None and plan.runnable and len(plan.bindings) == 1
 
 
 def test_an_in_place_update_under_a_plan_writes_into_the_parameter(device: str) -> None:
@@ -62,8 +62,9 @@ def test_a_plan_launches_the_program_that_replaced_its_own(device: str) -> None:
         assert_close((x * 3.25).realize(), torch.tensor(data) * 3.25)
     plan = _plan_of(x * 3.25)
     assert plan is not None and plan.runnable
-    step = plan.steps[0]
-    device_name, old = step.device.name, step.compiled
+    binding = plan.bindings[0]
+    kernel = schedule.SCHEDULES.schedule([(x * 3.25).node])[0].steps[0].kernel
+    device_name, old = binding.device.name, binding.compiled
     launched = []
 
     class CountingProgram:
@@ -74,13 +75,13 @@ def test_a_plan_launches_the_program_that_replaced_its_own(device: str) -> None:
         def bind(self, *args, **kwargs):
             return old.program.bind(*args, **kwargs)
 
-    compile_cache.COMPILED.replace((device_name, step.kernel), old, CompiledKernel(old.ir, CountingProgram()))
+    compile_cache.COMPILED.replace((device_name, kernel), old, CompiledKernel(old.ir, CountingProgram()))
     try:
         for _ in range(2):
             assert_close((x * 3.25).realize(), torch.tensor(data) * 3.25)
         assert len(launched) == 2
     finally:
-        compile_cache.COMPILED.entries.pop((device_name, step.kernel), None)
+        compile_cache.COMPILED.entries.pop((device_name, kernel), None)
 
 
 def test_a_plan_follows_a_device_replaced_in_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -215,7 +215,7 @@ def test_a_jit_capture_does_not_capture_another_threads_ops() -> None:
         np.testing.assert_allclose(output, data * 2 + 1)
     np.testing.assert_allclose(result, np.sqrt(np.abs(data - 5)), rtol=1e-6)
     assert jitted.capture is not None
-    launched = [command for command in jitted.capture.steps if hasattr(command, "kernel")]
+    launched = [command for command in jitted.capture.program.steps if hasattr(command, "kernel")]
     assert len(launched) == 1  # x * 2 + 1 only
 
 

@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, NamedTuple, Self
+from typing import Any, NamedTuple, Self, cast
 
-from ember.backends.base import Device, MemoryPool
+from ember.backends.base import MemoryPool
 from ember.context import CONTEXT, update
 from ember.core.errors import ArgumentError, MemoryBudgetError
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.scheduler import profile
 from ember.budget.plan import BudgetPlan, BudgetTooSmall, PlanItem, plan_budget, smallest_budget
-from ember.scheduler.copies import run_copy
 from ember.scheduler.devices import get_device
-from ember.scheduler.in_place import schedule_hold
-from ember.scheduler.launch import run_kernel
-from ember.scheduler.schedule import CachedCopy, Schedule
+from ember.scheduler.executor import execute
+from ember.scheduler.launch_plan import bind_devices
+from ember.scheduler.program import Command, CommandProgram, Copy, Free, Launch
 
 MAX_CACHED_PLANS = 16  # per schedule: (budget, bytes held before, kept, uploads) -> plan
 
@@ -71,27 +70,28 @@ def check_budget(limit: Any) -> int | None:
     return limit
 
 
-def run_budgeted(items: Schedule, live: list[Node | None], roots: list[Node], devices: dict[str | None, Device],
+def run_budgeted(items: CommandProgram, live: list[Node | None], roots: list[Node], written: set[MemoryPool],
                  budget: int) -> None:
-    """Run a schedule's items under `budget` bytes per pool they write: the realize loop of realize.py, with the
-    commands of the budget's plan (intermediates computed into buffers of their own, freed and recomputed as it
-    says); only the roots and assigned nodes become buffers."""
+    """Run a program under `budget` bytes per pool its steps write (`written`): the budget's plan as a command
+    program of its own (intermediates computed into stand-in slots, freed and recomputed as it says), run by the
+    executor; only the roots and assigned nodes become buffers."""
     layout = items.budget_layout
-    if layout is None:  # fixed by the signature (shapes, dtypes, devices, roots): worked out once per schedule
-        layout = items.budget_layout = _layout(items, live, roots)
-    assigned = [item.output for item in items if live[item.output].replaces is not None]  # type: ignore[union-attr]
+    if layout is None:  # fixed by the signature (shapes, dtypes, devices, roots): worked out once per program
+        layout = items.budget_layout = _layout(live, roots)
+    steps = items.steps
+    assigned = [step.output for step in steps if live[step.output].replaces is not None]  # type: ignore[union-attr]
     kept = layout.roots.union(assigned)
     uploads = frozenset([index for index, node in enumerate(live)
                          if node is not None and node.buffer is None and node.op is Op.BUFFER])
     nbytes, pools = layout.nbytes, layout.pools
     capture_only = _held_by_capture_only()
     baseline = {pool.name: pool.used_bytes - capture_only.get(pool.name, 0) for pool in layout.pool_objects}
-    budgeted = sorted({device.pool.name for device in devices.values()})
+    budgeted = sorted({pool.name for pool in written})
     key = (budget, tuple(sorted(baseline.items())), kept, uploads)
     plans = layout.plans
-    plan = plans.get(key)
-    if plan is None:
-        plan_items = [_plan_item(item, live) for item in items]
+    found = plans.get(key)
+    if found is None:
+        plan_items = [_plan_item(step, live) for step in steps]
         try:
             plan = plan_budget(plan_items, nbytes, pools, kept, uploads, baseline, dict.fromkeys(budgeted, budget))
         except BudgetTooSmall as error:
@@ -103,52 +103,89 @@ def run_budgeted(items: Schedule, live: list[Node | None], roots: list[Node], de
                 f"longer need", budget=budget, needed=needed, pool=error.pool) from None
         if len(plans) >= MAX_CACHED_PLANS:
             plans.pop(next(iter(plans)))
-        plans[key] = plan
+        found = plans[key] = (plan, _budget_program(steps, plan, kept, len(live)))
+    plan, budgeted_program = found
     for record in profile.current():
         record.recomputed_kernels += plan.recomputed
         for pool_name in budgeted:
             planned = plan.peak_bytes.get(pool_name, 0)
             record.planned_peak_bytes[pool_name] = max(record.planned_peak_bytes.get(pool_name, 0), planned)
-    if CONTEXT.get().debug_level >= 1:
+    debug_level = CONTEXT.get().debug_level
+    if debug_level >= 1:
         peaks = ", ".join(f"{name} {plan.peak_bytes.get(name, 0)}" for name in budgeted)
         profile.debug_print(1, f"memory budget {budget} bytes: planned peak {peaks}; {plan.recomputed} commands "
                                f"recomputed")
-    if plan.last_read is None:  # per position, the last command reading it (for in-place assigns)
-        plan.last_read = {}
-        for index, command in enumerate(plan.commands):
-            if command >= 0:
-                item = items[command]
-                for position in (item.source,) if item.__class__ is CachedCopy else item.inputs:
-                    plan.last_read[position] = index
-    originals = {item.output: live[item.output] for item in items}
-    table = live  # (the realize's own table: no other list holds the nodes, as in_place.schedule_hold expects)
-    for index, command in enumerate(plan.commands):
-        if command < 0:
-            table[~command] = None
+    program, origins, recomputes = budgeted_program
+    # the table: the graph's nodes (the realize's own list: no other list holds them, as in_place.schedule_hold
+    # expects), then a fresh stand-in node per computation of an intermediate (it receives the buffer: the
+    # intermediate itself stays lazy)
+    positions = len(live)
+    computed = [cast(Node, live[steps[origins[position]].output]) for position, command in enumerate(program.commands)
+                if command.__class__ is not Free and command.output >= positions]  # type: ignore[union-attr]
+    table = live
+    table += [Node(Op.CONTIGUOUS, (), None, node.shape, node.dtype, node.device) for node in computed]
+    del computed
+    outputs = {step.output for step in steps}
+    not_in_place = []
+    for position, command in enumerate(program.commands):
+        if command.__class__ is not Launch:
             continue
-        item = items[command]
-        original: Node = originals[item.output]  # type: ignore[assignment]
-        if item.output in kept:
-            target = original
-        else:  # a stand-in receives the buffer: the intermediate itself stays lazy
-            target = Node(Op.CONTIGUOUS, (), None, original.shape, original.dtype, original.device)
-        if index in plan.recomputes and CONTEXT.get().debug_level >= 2:
-            profile.debug_print(2, f"  recompute of {'a copy' if item.__class__ is CachedCopy else 'a kernel'} "
-                                   f"(item {command} of {len(items)}) under the memory budget:")
-        if item.__class__ is CachedCopy:
-            run_copy(target, table[item.source])  # type: ignore[arg-type]
+        replaced = cast(Node, table[command.output]).replaces  # type: ignore[union-attr]
+        # (in place only when no intermediate it reads reaches the replaced node: one staying lazy would read the
+        # overwritten buffer if a tensor holding it were read later)
+        if replaced is not None and any(_reaches(live[slot], replaced) for slot in steps[origins[position]].inputs
+                                        if slot in outputs and slot not in kept):
+            not_in_place.append(position)
+        del replaced
+    notes = None
+    if debug_level >= 2:
+        notes = {position: f"  recompute of {'a copy' if steps[origins[position]].__class__ is Copy else 'a kernel'}"
+                           f" (item {origins[position]} of {len(steps)}) under the memory budget:"
+                 for position in recomputes}
+    bindings, _ = bind_devices(program, table)
+    execute(program.commands, bindings, table, program.last_use, frozenset(not_in_place), notes)
+
+
+def _budget_program(steps: tuple[Launch | Copy, ...], plan: BudgetPlan, kept: frozenset[int],
+                    positions: int) -> tuple[CommandProgram, dict[int, int], list[int]]:
+    """The budget plan's command program over the graph's slots and a stand-in slot (from `positions` on) per
+    computation of an intermediate: each step reads the slots its inputs were last computed into, an eviction frees
+    the slot its intermediate is in. Also, per command position of a step, the schedule step it runs, and the
+    positions of the recomputes."""
+    current: dict[int, int] = {}  # node position -> the slot holding its value now
+    freed: set[int] = set()
+    commands: list[Command] = []
+    origins: dict[int, int] = {}
+    recomputes: list[int] = []
+    stand_ins = positions
+    for index, number in enumerate(plan.commands):
+        if number < 0:
+            slot = current.get(~number, ~number)
+            commands.append(Free((slot,)))
+            freed.add(slot)
+            continue
+        step = steps[number]
+        if step.output in kept:
+            output = step.output
         else:
-            held = None
-            replaced = target.replaces
-            if replaced is not None and not any(_reaches(originals[position], replaced) for position in item.inputs
-                                                if position in originals and position not in kept):
-                # (in place only when no intermediate it reads reaches the replaced node: one staying lazy would
-                # read the overwritten buffer if a tensor holding it were read later)
-                held = schedule_hold(replaced, table, plan.last_read, index)
-            del replaced
-            run_kernel(target, item.kernel, [table[i] for i in item.inputs], held,  # type: ignore[misc]
-                       devices[target.device])
-        table[item.output] = target
+            output, stand_ins = stand_ins, stand_ins + 1
+        previous = current.get(step.output)
+        if step.__class__ is Copy:
+            source = cast(Copy, step).source
+            made: Launch | Copy = Copy(output, current.get(source, source))
+        else:
+            kernel_step = cast(Launch, step)
+            made = Launch(output, tuple(current.get(slot, slot) for slot in kernel_step.inputs),
+                              kernel_step.kernel)
+        origins[len(commands)] = number
+        if index in plan.recomputes:
+            recomputes.append(len(commands))
+        commands.append(made)
+        current[step.output] = output
+        if previous is not None and previous != output and previous not in freed:  # (the last value, replaced)
+            commands.append(Free((previous,)))
+            freed.add(previous)
+    return CommandProgram((), commands), origins, recomputes
 
 
 class _Layout(NamedTuple):
@@ -159,10 +196,10 @@ class _Layout(NamedTuple):
     pools: dict[int, str]
     pool_objects: list[MemoryPool]
     roots: frozenset[int]
-    plans: dict[tuple, BudgetPlan]
+    plans: dict[tuple, tuple[BudgetPlan, tuple[CommandProgram, dict[int, int], list[int]]]]
 
 
-def _layout(items: Schedule, live: list[Node | None], roots: list[Node]) -> _Layout:
+def _layout(live: list[Node | None], roots: list[Node]) -> _Layout:
     position_of = {id(node): index for index, node in enumerate(live) if node is not None}
     nbytes: dict[int, int] = {}
     pools: dict[int, str] = {}
@@ -203,7 +240,7 @@ def _held_by_capture_only() -> dict[str, int]:
 
 
 def _plan_item(item: Any, live: list[Node | None]) -> PlanItem:
-    """The planner's view of a schedule item: its positions and its work."""
-    if item.__class__ is CachedCopy:
+    """The planner's view of a program step: its positions and its work."""
+    if item.__class__ is Copy:
         return PlanItem(item.output, (item.source,), live[item.source].size)  # type: ignore[union-attr]
     return PlanItem(item.output, item.inputs, sum(math.prod(step.shape) for step in item.kernel.steps))

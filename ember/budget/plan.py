@@ -27,7 +27,6 @@ class BudgetPlan:
     peak_bytes: dict[str, int] = field(default_factory=dict)
     recomputed: int = 0
     recomputes: set[int] = field(default_factory=set)  # the indices in `commands` that run an item again
-    last_read: dict[int, int] | None = None  # per position, the last command reading it (set by the caller)
 
 
 class BudgetTooSmall(Exception):

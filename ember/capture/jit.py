@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ember.backends.base import Event, wait_all
+from ember.backends.base import wait_all
 from ember.context import CONTEXT, update
 from ember.core.creation import RandomState, random_key
 from ember.core.graph import Node
@@ -20,8 +20,10 @@ from ember.scheduler import profile
 from ember.capture.arena import ArenaView, DevicePlan, place_intermediates
 from ember.scheduler.buffers import Buffer, buffer_of, pending
 from ember.scheduler.lock import SCHEDULER_LOCK
-from ember.capture.recording import RecordedCopy, RecordedLaunch, Recorder
-from ember.scheduler.replay import bind_steps, run_steps
+from ember.capture.recording import Recorder
+from ember.scheduler.executor import BoundLaunch, execute
+from ember.scheduler.launch_plan import bind_buffers
+from ember.scheduler.program import CommandProgram, Copy, Launch, LaunchBinding
 
 RECAPTURE_WARNING_AFTER = 3  # re-captures (inputs of new shapes) before a one-line warning
 
@@ -32,15 +34,17 @@ class JitError(RuntimeError):
 
 @dataclass
 class Capture:
-    """One recorded call: the commands by buffer slot, the slot buffers, and where inputs and outputs are."""
+    """One recorded call: its command program by buffer slot (the state copies first, then the recorded steps) with
+    each command's LaunchBinding, the slot buffers, and where inputs and outputs are."""
 
     key: list[Any]
-    steps: list[RecordedLaunch | RecordedCopy]
+    program: CommandProgram
+    bindings: list[LaunchBinding | None]
     buffers: list[Buffer | None]  # by slot; None for a slot bound to an input at each replay
     input_slots: list[tuple[int, int]]  # (input position, slot)
     outputs: list[Any]  # per output leaf: ("input", position) | ("slot", (slot, shape)) | ("value", object)
     rebuild: Callable[[list[Any]], Any]
-    state_copies: list[tuple[int, int]]  # (target slot, source slot) copied before the steps
+    state_copies: list[tuple[int, int]]  # (target slot, source slot) copied before the steps (the program's first)
     memory_plan: dict[str, DevicePlan]
     checks: list[tuple[int, Any]]  # (slot of a value check's violation, its describe function): read after a replay
     kernels: int = 0
@@ -48,7 +52,7 @@ class Capture:
     # how far one call advances the counter; a replay writes each key from the generator state as eager would
     random_keys: tuple[tuple[int, int, int], ...] = ()
     random_advance: int = 0
-    bound: list[Callable[[tuple[Event, ...]], Event] | None] | None = None  # per step, made at the first replay
+    bound: list[BoundLaunch | None] | None = None  # per command, made at the first replay
 
 
 class Jitted:
@@ -174,8 +178,8 @@ class Jitted:
             if capture.random_advance:
                 _draw_keys(capture)
             if capture.bound is None:
-                capture.bound = bind_steps(capture.steps, capture.buffers)
-            run_steps(capture.steps, capture.bound, buffers, capture.state_copies)
+                capture.bound = bind_buffers(capture.program, capture.bindings, capture.buffers)
+            execute(capture.program.commands, capture.bindings, buffers, bound=capture.bound)
         self.replays += 1
         for slot, describe in capture.checks:  # value checks (core/checks.py) raise as they would without jit
             violation = buffers[slot]
@@ -225,7 +229,7 @@ def jit(function: Callable[..., Any] | None = None, *, recapture: bool = True) -
 def _plan(recorder: Recorder, key: list[Any], input_slots: list[tuple[int, int]], outputs: list[Any],
           rebuild: Callable[[list[Any]], Any]) -> Capture:
     """Turn a recording into a replay: classify its buffers, plan the intermediates' memory by their lifetimes."""
-    steps = recorder.commands
+    steps = recorder.steps
     buffers: list[Buffer | None] = list(recorder.buffers)
     recorder.buffers.clear()
     escaped = [_held_elsewhere(buffers, slot) for slot in range(len(buffers))]
@@ -233,7 +237,7 @@ def _plan(recorder: Recorder, key: list[Any], input_slots: list[tuple[int, int]]
     last_use: dict[int, int] = {}
     first_is_write: dict[int, bool] = {}
     for index, step in enumerate(steps):
-        reads = (step.source,) if isinstance(step, RecordedCopy) else step.inputs
+        reads = (step.source,) if isinstance(step, Copy) else step.inputs
         for slot in reads:
             first_use.setdefault(slot, index)
             first_is_write.setdefault(slot, False)
@@ -261,9 +265,10 @@ def _plan(recorder: Recorder, key: list[Any], input_slots: list[tuple[int, int]]
     memory_plan = place_intermediates(buffers, intermediate, first_use, last_use)
     for _, slot in input_slots:
         buffers[slot] = None
-    kernels = sum(isinstance(step, RecordedLaunch) for step in steps)
-    return Capture(key, steps, buffers, input_slots, outputs, rebuild, state_copies, memory_plan, list(recorder.checks),
-                   kernels)
+    kernels = sum(isinstance(step, Launch) for step in steps)
+    program, bindings = recorder.program([Copy(target, source) for target, source in state_copies])
+    return Capture(key, program, bindings, buffers, input_slots, outputs, rebuild, state_copies, memory_plan,
+                   list(recorder.checks), kernels)
 
 
 def _draws(recorder: Recorder, start: int) -> list[tuple[int, int]]:

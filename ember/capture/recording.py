@@ -1,31 +1,16 @@
-"""Recording the commands a realize runs (for ember.jit): each launch and copy with the buffers it reads and
-writes, each upload of host data, and each assign whose value could not be written in place."""
+"""Recording the commands a realize runs (for ember.jit and incremental updates): each launch and copy as a program
+step (program.py) over buffer slots with its LaunchBinding (device and compiled program), each upload of host data, and
+each assign whose value could not be written in place."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from ember.backends.base import Device
 from ember.ir.kernel import Kernel
-
-
-class RecordedLaunch(NamedTuple):
-    """A kernel launch: slot numbers of the buffer it writes and of the buffers it reads (in handle order)."""
-
-    device: Device
-    kernel: Kernel
-    compiled: Any  # compile_cache.CompiledKernel
-    output: int
-    inputs: tuple[int, ...]
-
-
-class RecordedCopy(NamedTuple):
-    """A copy of buffer slot `source` into buffer slot `output` (another pool)."""
-
-    output: int
-    source: int
+from ember.scheduler.program import CommandProgram, Copy, Launch, LaunchBinding
 
 
 class Recorder:
@@ -37,7 +22,8 @@ class Recorder:
         self.commands_wanted = commands
         self.buffers: list[Any] = []  # buffers.Buffer by slot
         self.slot_of: dict[int, int] = {}
-        self.commands: list[RecordedLaunch | RecordedCopy] = []
+        self.steps: list[Launch | Copy] = []
+        self.bindings: list[LaunchBinding | None] = []  # per step: a kernel step's device and compiled program
         self.uploads: list[tuple[tuple[int, ...], str, bytes]] = []  # host data uploaded: size, dtype, bytes
         self.rebound: list[tuple[int, int]] = []  # (old slot, new slot) of assigns computed into a new buffer
         self.checks: list[tuple[int, Any]] = []  # (slot of a value check's violation, its describe function)
@@ -58,12 +44,20 @@ class Recorder:
     def launch(self, device: Device, kernel: Kernel, compiled: Any, output: Any, inputs: list[Any]) -> None:
         if self.commands_wanted:
             input_slots = tuple(self.slot(buffer) for buffer in inputs)
-            self.commands.append(RecordedLaunch(device, kernel, compiled, self.slot(output), input_slots))
+            self.steps.append(Launch(self.slot(output), input_slots, kernel))
+            self.bindings.append(LaunchBinding(device, compiled, output.size, output.dtype))
 
     def copy(self, output: Any, source: Any) -> None:
         if self.commands_wanted:
             source_slot = self.slot(source)
-            self.commands.append(RecordedCopy(self.slot(output), source_slot))
+            self.steps.append(Copy(self.slot(output), source_slot))
+            self.bindings.append(None)
+
+    def program(self, before: list[Copy] | None = None) -> tuple[CommandProgram, list[LaunchBinding | None]]:
+        """The recorded steps as a command program over the buffer slots (no frees: a replay keeps its buffers),
+        after the copies `before`, and each command's LaunchBinding."""
+        copies = before or []
+        return CommandProgram((), [*copies, *self.steps]), [None] * len(copies) + self.bindings
 
     def upload(self, array: np.ndarray, buffer: Any = None) -> None:
         """Host data uploaded into `buffer`; a random draw's key (see `random_draw`) is kept apart: its values

@@ -25,7 +25,9 @@ from ember.scheduler.buffers import Buffer, buffer_of
 from ember.scheduler.kernelize import KernelItem, find_boundaries, kernelize
 from ember.scheduler.lock import SCHEDULER_LOCK
 from ember.capture.recording import Recorder
-from ember.scheduler.replay import BoundLaunch, Step, bind_steps, run_steps
+from ember.scheduler.executor import BoundLaunch, execute
+from ember.scheduler.launch_plan import bind_buffers
+from ember.scheduler.program import CommandProgram, LaunchBinding
 
 LEAF_OPS = (Op.BUFFER, Op.CONST, Op.ARANGE)
 MAX_CACHED = 256  # plans and restricted graphs kept (per graph) before the caches start over
@@ -39,7 +41,8 @@ class Replay:
     read are the same: the kept values' buffers (written in place) must be those recorded; an input's slot takes
     the input's buffer of the moment; the restricted graphs' temporaries are the replay's own."""
 
-    steps: list[Step]
+    program: CommandProgram
+    bindings: list[LaunchBinding | None]  # per command
     buffers: list[Buffer | None]  # by slot; None for an input's slot
     input_slots: list[tuple[Node, int]]  # (input leaf, slot)
     value_buffers: list[Buffer]  # the kept values' buffers when recorded, in `kept` order
@@ -164,7 +167,7 @@ class IncrementalGraph:
             self._recompute(recompute)
         finally:
             update(recorder=before.recorder)
-        steps = recorder.commands
+        program, bindings = recorder.program()
         if recorder.uploads or recorder.rebound or self._values_moved(value_buffers):
             return None
         buffers: list[Buffer | None] = list(recorder.buffers)
@@ -175,8 +178,8 @@ class IncrementalGraph:
                 input_slots.append((leaf, slot))
                 buffers[slot] = None
         with SCHEDULER_LOCK:
-            bound = bind_steps(steps, buffers)
-        return Replay(steps, buffers, input_slots, value_buffers, bound)
+            bound = bind_buffers(program, bindings, buffers)
+        return Replay(program, bindings, buffers, input_slots, value_buffers, bound)
 
     def _run_replay(self, replay: Replay) -> bool:
         """Run a recorded recompute again; False (nothing run) when a kept value is in another buffer now."""
@@ -188,7 +191,7 @@ class IncrementalGraph:
             for leaf, slot in replay.input_slots:
                 buffers[slot] = buffer_of(self.leaf_inputs[leaf].node)
         with SCHEDULER_LOCK:  # (the pools and device queues are shared with other threads)
-            run_steps(replay.steps, replay.bound, buffers)
+            execute(replay.program.commands, replay.bindings, buffers, bound=replay.bound)
         return True
 
     def _inputs_realized(self) -> bool:

@@ -102,22 +102,22 @@ def _read_json(path: Path, kind: str, expected_format: str, version: int) -> dic
 
 
 def _schedule_items(entry: Any, where: str) -> list[Any]:
-    """A trace's or plan's schedule items decoded to schedule.CachedKernel / CachedCopy."""
+    """A trace's or plan's schedule items decoded to program.Launch / Copy."""
     from ember.ir.kernel import Kernel
-    from ember.scheduler.schedule import CachedCopy, CachedKernel
+    from ember.scheduler.program import Copy, Launch
 
     try:
         items: list[Any] = []
         for item in entry["items"]:
             if "copy" in item:
                 output, source = item["copy"]
-                items.append(CachedCopy(int(output), int(source)))
+                items.append(Copy(int(output), int(source)))
             else:
                 output, inputs, kernel = item["kernel"]
                 decoded = decode(kernel)
                 if not isinstance(decoded, Kernel):
                     raise CodecError(f"not a kernel: {kernel!r:.60}")
-                items.append(CachedKernel(int(output), tuple(int(i) for i in inputs), decoded))
+                items.append(Launch(int(output), tuple(int(i) for i in inputs), decoded))
         return items
     except (CodecError, KeyError, TypeError, ValueError) as error:
         raise PlanError(f"{where}: a corrupt schedule ({type(error).__name__}: {error})") from None
@@ -150,7 +150,7 @@ def make_plan(trace_path: str | os.PathLike[str], output: str | os.PathLike[str]
     plan`): a program this process holds already would not be written to the plan's cache."""
     from ember.scheduler import compile_cache
     from ember.scheduler.devices import get_device
-    from ember.scheduler.schedule import CachedKernel
+    from ember.scheduler.program import Launch
 
     trace_path = Path(trace_path)
     document = _read_json(trace_path, "trace", "ember-trace", 1)
@@ -163,7 +163,7 @@ def make_plan(trace_path: str | os.PathLike[str], output: str | os.PathLike[str]
             where = f"{trace_path}: schedule {number}"
             items = _schedule_items(entry, where)
             for item, encoded in zip(items, entry["items"]):
-                if isinstance(item, CachedKernel):
+                if isinstance(item, Launch):
                     kernels.setdefault(str(encoded["device"]), {})[item.kernel] = None
             schedules[str(entry["signature"])] = {"items": entry["items"], "keep": entry.get("keep", []),
                                                   "runs": entry.get("runs", 0)}
@@ -264,7 +264,8 @@ def load_plan(path: str | os.PathLike[str]) -> LoadedPlan:
     from ember.core.errors import DeviceError
     from ember.scheduler import compile_cache
     from ember.scheduler.devices import get_device
-    from ember.scheduler.schedule import SCHEDULES, CachedKernel
+    from ember.scheduler.program import Launch
+    from ember.scheduler.schedule import SCHEDULES
 
     path = Path(path)
     folder = path if path.is_dir() else path.parent
@@ -300,7 +301,7 @@ def load_plan(path: str | os.PathLike[str]) -> LoadedPlan:
         if not devices_of[signature] <= set(usable):
             continue
         for item, encoded in zip(items, document["schedules"][signature]["items"]):
-            if isinstance(item, CachedKernel):
+            if isinstance(item, Launch):
                 wanted.setdefault(encoded["device"], {})[item.kernel] = None
     programs = {}
     for device_name, device_kernels in wanted.items():

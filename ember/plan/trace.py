@@ -36,8 +36,8 @@ class Trace:
         self.timing = profile.Profile()  # on the profile stack while recording: launch.py times every kernel
 
     def record_realize(self, key: tuple, items: list[Any], graph_nodes: list[Node]) -> None:
-        """One realize of the graph with signature `key`, run as the schedule `items` (schedule.py)."""
-        from ember.scheduler.schedule import CachedCopy
+        """One realize of the graph with signature `key`, run as the steps `items` of its program (program.py)."""
+        from ember.scheduler.program import Copy
 
         digest = self.digests.get(key)
         if digest is None:
@@ -53,7 +53,7 @@ class Trace:
             keep: list[dict[str, Any]] = []
             devices: list[str | None] = []
             for item in items:
-                if isinstance(item, CachedCopy):
+                if isinstance(item, Copy):
                     encoded.append({"copy": [item.output, item.source]})
                     continue
                 node = graph_nodes[item.output]

@@ -16,21 +16,21 @@ from ember.ir.kernel import Kernel
 from ember.progress import Progress
 from ember.scheduler import compile_cache, quick_compile, shape_classes
 from ember.scheduler.devices import get_device
-from ember.scheduler.schedule import CachedCopy, CachedKernel
+from ember.scheduler.program import CommandProgram, Copy
 
 PROGRESS_MIN_KERNELS = 8  # a cold compile of this many kernels or more shows a progress bar (ember/progress.py)
 COMPILE_COST_FIXED = 50  # a compiler run's cost of a kernel beyond its IR nodes, in nodes (see _compile_cost)
 
 
-def compile_ahead(items: list[CachedKernel | CachedCopy], graph_nodes: list[Node]) -> None:
+def compile_ahead(items: CommandProgram, graph_nodes: list[Node]) -> None:
     """Compile the kernels of a schedule that are not in the compile cache yet, each device's in batches (one
     compiler run each): in parallel on devices that allow concurrent compiles, as one batch elsewhere. A single new
     kernel is left to its launch."""
     missing: dict[str, dict[Kernel, None]] = {}
     devices: dict[str, Device] = {}
     compiled = compile_cache.COMPILED
-    for item in items:
-        if isinstance(item, CachedCopy) or graph_nodes[item.output].size == 0:
+    for item in items.steps:
+        if isinstance(item, Copy) or graph_nodes[item.output].size == 0:
             continue
         device = get_device(cast(str, graph_nodes[item.output].device))
         kernel = cast(Kernel, item.kernel)

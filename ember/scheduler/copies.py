@@ -15,7 +15,7 @@ from ember.scheduler.devices import get_device
 
 
 def run_copy(output: Node, source_node: Node) -> None:
-    """Enqueue the copy of a buffer into another pool after the command writing it; the realize loop goes on at
+    """Enqueue the copy of a buffer into another pool after the command writing it; the executor goes on at
     once, and the launches reading the copy wait for its event."""
     source = buffer_of(source_node)
     target_device = get_device(cast(str, output.device))

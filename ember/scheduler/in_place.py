@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ def reusable_buffer(output: Node, inputs: list[Node], held_by_schedule: int, dev
     """The buffer of `output.replaces` when `output`'s kernel may write into it, else None.
 
     The caller knows that no later command of the schedule reads the replaced node; `held_by_schedule` is how many
-    references the realize loop itself holds to it (0 or 1). Any other holder (a tensor, a lazy graph not in this
+    references the executor's table itself holds to it (0 or 1). Any other holder (a tensor, a lazy graph not in this
     schedule) shows in its reference count, so the write is done only when every reference is accounted for: the
     `replaces` slot, the kernel's input list and the sources of the unrealized nodes the kernel computes. A kernel
     reading the buffer it writes needs `DeviceInfo.output_may_alias_input`."""
@@ -114,9 +115,9 @@ def _moves(shape: tuple[int, ...], steps: tuple[tuple[Op, Any], ...]) -> bool:
     return bool(((flat != np.arange(flat.size)) & (flat >= 0)).any())
 
 
-def schedule_hold(old: Node, live: list[Node | None], last_use: dict[int, int], position: int) -> int | None:
-    """How many references the realize loop's `live` table holds to `old` at `position` (0 or 1), or None when a
-    later command of the schedule still reads it."""
+def schedule_hold(old: Node, live: list[Node | None], last_use: Mapping[int, int], position: int) -> int | None:
+    """How many references the executor's table `live` holds to `old` at command `position` (0 or 1), or None when a
+    later command of the program still reads it."""
     held = 0
     index = -1
     while True:  # (list.index finds `old` by identity at C speed: nodes compare by identity)

@@ -25,7 +25,7 @@ def run_kernel(output: Node, kernel: Kernel, inputs: list[Node], held_by_schedul
 
     With `held_by_schedule` (no later command reads the node `output` replaces, see in_place.reusable_buffer) the
     kernel may write into the replaced node's buffer instead of allocating. `device` is `output`'s device when the
-    caller has it already (the realize loop looks each device up once)."""
+    caller has it already (the executor's bindings hold it)."""
     if device is None:
         device = get_device(cast(str, output.device))  # every node of a schedule is placed
     reused = None if held_by_schedule is None else reusable_buffer(output, inputs, held_by_schedule, device)

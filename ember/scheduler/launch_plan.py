@@ -1,56 +1,34 @@
-"""Launch plans: a cached schedule's kernels with their devices, sizes and compiled programs looked up once, so a
-realize of a graph seen before goes straight to the launches (the per-op path: no compile-cache lookup, no device
-or size work per kernel). A plan holds while the compile cache keeps its stamp and the devices are the same."""
+"""Binding command programs (program.py) for the executor. A launch plan is a program bound once for the compile
+cache's stamp: each kernel step with its device, output size and compiled program looked up once, so a realize of a
+graph seen before goes straight to the launches (the per-op path: no compile-cache lookup, no device or size work
+per kernel). A plan holds while the compile cache keeps its stamp and the devices are the same. Also the general
+path's binding (devices only) and a replay's (launches bound to its buffers)."""
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, cast
+from collections.abc import Sequence
+from typing import cast
 
 from ember.backends.base import Device, MemoryPool
 from ember.backends.registry import REGISTRY
-from ember.core.dtype import DType
 from ember.core.graph import Node
-from ember.ir.kernel import Kernel
 from ember.scheduler import compile_cache
 from ember.scheduler.buffers import Buffer
-from ember.scheduler.compile_cache import CompiledKernel
-from ember.scheduler.copies import run_copy
 from ember.scheduler.devices import get_device
-from ember.scheduler.in_place import schedule_hold
-from ember.scheduler.launch import launch_compiled, run_kernel
-from ember.scheduler.schedule import CachedCopy, CachedKernel, Schedule
-
-
-class PlannedKernel(NamedTuple):
-    """A schedule item's kernel with what its launch needs: the compiled program, the device, the output's size and
-    dtype, and the node positions whose last use it is (released after it)."""
-
-    output: int
-    inputs: tuple[int, ...]
-    kernel: Kernel
-    compiled: CompiledKernel
-    device: Device
-    size: int
-    dtype: DType
-    releases: tuple[int, ...]
-
-
-class PlannedCopy(NamedTuple):
-    output: int
-    source: int
-    releases: tuple[int, ...]
+from ember.scheduler.executor import BoundLaunch
+from ember.scheduler.program import CommandProgram, Free, Launch, LaunchBinding
 
 
 class LaunchPlan:
-    """The steps of one schedule, for the compile cache stamp `stamp` and the devices `devices`, found in the
-    registry's device lists `device_lists` (backend, list). `runnable` is False for a schedule that cannot be
-    planned (its realizes take the general path)."""
+    """Per command of one program, its LaunchBinding (None for copies and frees), for the compile cache stamp `stamp`
+    and the devices `devices`, found in the registry's device lists `device_lists` (backend, list). `runnable` is False
+    for a program that cannot be planned (its realizes bind it at each run)."""
 
-    def __init__(self, steps: list[PlannedKernel | PlannedCopy] | None, stamp: tuple[object, int],
-                 devices: list[Device], device_lists: dict[str, list[Device]]) -> None:
-        self.runnable = steps is not None
-        self.steps = steps or []
+    def __init__(self, bindings: list[LaunchBinding | None] | None, stamp: tuple[object, int], devices: list[Device],
+                 device_lists: dict[str, list[Device]]) -> None:
+        self.runnable = bindings is not None
+        self.bindings = bindings or []
         self.stamp = stamp
         self.pools: tuple[MemoryPool, ...] = tuple({device.pool: None for device in devices})
         self.device_lists = tuple(device_lists.items())
@@ -66,52 +44,71 @@ class LaunchPlan:
                 return False
         return True
 
-    def run(self, live: list[Node | None], last_use: dict[int, int]) -> None:
-        """Run every step on the nodes of `live` (by position), releasing each node after its last use. An output
-        that replaces a node (an in-place assign) goes through run_kernel, which decides whether it writes in place."""
-        for position, step in enumerate(self.steps):
-            output: Node = live[step.output]  # type: ignore[assignment]
-            if isinstance(step, PlannedCopy):
-                run_copy(output, live[step.source])  # type: ignore[arg-type]
-            elif output.replaces is None:
-                buffer = Buffer(step.device, step.size, step.dtype)
-                inputs: list[Node] = list(map(live.__getitem__, step.inputs))  # type: ignore[arg-type]
-                launch_compiled(output, step.kernel, step.compiled, buffer, inputs, None, step.device)
-                output.become_buffer(buffer)
-            else:
-                held = schedule_hold(output.replaces, live, last_use, position)
-                run_kernel(output, step.kernel, [live[index] for index in step.inputs], held,  # type: ignore[misc]
-                           step.device)
-            del output
-            for index in step.releases:
-                live[index] = None
 
-
-def plan_launches(items: Schedule, nodes: list[Node], stamp: tuple[object, int]) -> LaunchPlan:
-    """The launch plan of a schedule whose kernels are all in the compile cache; one that is not `runnable` when a
-    kernel is not (it is compiled at its launch) or the schedule has an empty output or a device that cannot run
+def plan_launches(program: CommandProgram, nodes: list[Node], stamp: tuple[object, int]) -> LaunchPlan:
+    """The launch plan of a program whose kernels are all in the compile cache; one that is not `runnable` when a
+    kernel is not (it is compiled at its launch) or the program has an empty output or a device that cannot run
     kernels."""
-    steps: list[PlannedKernel | PlannedCopy] = []
+    bindings: list[LaunchBinding | None] = []
     devices: dict[str, Device] = {}
     device_lists: dict[str, list[Device]] = {}
     cache = compile_cache.COMPILED
     unplanned = LaunchPlan(None, stamp, [], {})
-    for item, releases in zip(items, items.releases):
-        output = nodes[item.output]
+    for command in program.commands:
+        if command.__class__ is Free:
+            bindings.append(None)
+            continue
+        output = nodes[command.output]  # type: ignore[union-attr]
         name = cast(str, output.device)
         device = devices[name] = get_device(name)
         backend = name.partition(":")[0]
         listed = device_lists[backend] = REGISTRY.devices.get(backend)  # type: ignore[assignment]
         if listed is None or not any(entry is device for entry in listed):  # (named apart from its backend)
             return unplanned
-        if item.__class__ is CachedCopy:
-            steps.append(PlannedCopy(item.output, cast(CachedCopy, item).source, releases))
+        if command.__class__ is not Launch:  # a copy
+            bindings.append(None)
             continue
-        item = cast(CachedKernel, item)
+        kernel = cast(Launch, command).kernel
         size = math.prod(output.shape)
-        compiled = cache.get((name, item.kernel))  # (marks the kernel used: plans are made again after an eviction)
+        compiled = cache.get((name, kernel))  # (marks the kernel used: plans are made again after an eviction)
         if size == 0 or not device.info.can_run or compiled is None:
             return unplanned
-        steps.append(PlannedKernel(item.output, item.inputs, item.kernel, compiled, device, size, output.dtype,
-                                   releases))
-    return LaunchPlan(steps, stamp, list(devices.values()), device_lists)
+        bindings.append(LaunchBinding(device, compiled, size, output.dtype))
+    return LaunchPlan(bindings, stamp, list(devices.values()), device_lists)
+
+
+def bind_devices(program: CommandProgram,
+                 nodes: list[Node | None]) -> tuple[list[LaunchBinding | None], set[MemoryPool]]:
+    """The program's kernel steps bound to their devices only (compiled at their launch: the general path, where a
+    launch may be timed, recorded or budgeted), and the pools its steps write."""
+    names = program.command_devices
+    if names is None:  # fixed by the signature (it holds every node's device): worked out once
+        names = program.command_devices = tuple(
+            None if command.__class__ is Free else cast(Node, nodes[command.output]).device  # type: ignore[union-attr]
+            for command in program.commands)
+    devices: dict[str | None, Device] = {}
+    for name in names:
+        if name is not None and name not in devices:
+            devices[name] = get_device(name)
+    bindings = [None if name is None or command.__class__ is not Launch else LaunchBinding(devices[name], None, 0, None)
+                for name, command in zip(names, program.commands)]
+    return bindings, {device.pool for device in devices.values()}
+
+
+def bind_buffers(program: CommandProgram, bindings: Sequence[LaunchBinding | None],
+                 buffers: Sequence[Buffer | None]) -> list[BoundLaunch | None]:
+    """A replay's binding (ember.jit, incremental updates): per command, its kernel step's launch bound to the
+    buffers of its slots (Program.bind), or None for a copy, a free and a launch touching a slot that is bound anew
+    at each run (None in `buffers`)."""
+    bound: list[BoundLaunch | None] = []
+    for command, step in zip(program.commands, bindings):
+        if command.__class__ is not Launch or step is None:
+            bound.append(None)
+            continue
+        slots = (command.output, *command.inputs)  # type: ignore[union-attr]
+        if any(buffers[slot] is None for slot in slots):
+            bound.append(None)
+            continue
+        handles = [buffers[slot].handle for slot in slots]  # type: ignore[union-attr]
+        bound.append(step.compiled.program.bind(handles, step.compiled.ir.global_size))
+    return bound

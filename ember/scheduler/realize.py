@@ -1,12 +1,12 @@
-"""Realizing nodes: place, schedule (kernelize, cached by structure), compile ahead, then run each kernel and copy in
-order, releasing every intermediate buffer after its last reader (under ember.memory_budget, as memory_budget.py
-plans); EMBER_DEBUG=1 output and peak bytes."""
+"""Realizing nodes: place, schedule (kernelize, cached by structure, as a command program), compile ahead, then run
+the program with the executor over the graph's nodes (from its launch plan on the per-op path; under
+ember.memory_budget, the budget's program); EMBER_DEBUG=1 output and peak bytes."""
 
 from __future__ import annotations
 
 from typing import cast
 
-from ember.backends.base import Device, MemoryPool
+from ember.backends.base import MemoryPool
 from ember.settings import CONFIG
 from ember.context import CONTEXT, CallContext
 from ember.core import checks as value_checks
@@ -15,15 +15,13 @@ from ember.core.ops import Op
 from ember.scheduler import compile_cache, profile
 from ember.scheduler.buffers import DEFERRED_FREES, MAX_DEFERRED_FREES, buffer_of, read_node, release_finished
 from ember.scheduler.compile_ahead import compile_ahead
-from ember.scheduler.copies import run_copy
-from ember.scheduler.devices import get_device
-from ember.scheduler.in_place import schedule_hold
-from ember.scheduler.launch import run_kernel
-from ember.scheduler.launch_plan import plan_launches
+from ember.scheduler.executor import execute
+from ember.scheduler.launch_plan import bind_devices, plan_launches
 from ember.scheduler.lock import acquire, release
 from ember.budget.memory_budget import run_budgeted
 from ember.scheduler.placement import place
-from ember.scheduler.schedule import SCHEDULES, CachedCopy, Schedule
+from ember.scheduler.program import CommandProgram
+from ember.scheduler.schedule import SCHEDULES
 
 BUFFER = Op.BUFFER
 
@@ -63,63 +61,43 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
         from ember.viz import write_realize
 
         profile.debug_print(1, f"graph written to {write_realize(pending, context.viz_folder)}")
-    items, graph_nodes = SCHEDULES.schedule(pending)  # places the graph (the placement pass), then keys it
+    program, graph_nodes = SCHEDULES.schedule(pending)  # places the graph (the placement pass), then keys it
     if context.trace is not None:  # ember.record_trace / EMBER_TRACE
-        context.trace.record_realize(cast(tuple, SCHEDULES.last_key), items, graph_nodes)
+        context.trace.record_realize(cast(tuple, SCHEDULES.last_key), list(program.steps), graph_nodes)
     compiled = compile_cache.COMPILED
     stamp = (compiled, compiled.generation)
-    if items.compiled_stamp != stamp:  # else every kernel is still in the compile cache since the last realize
+    if program.compiled_stamp != stamp:  # else every kernel is still in the compile cache since the last realize
         SCHEDULES.drop_stale_plans(stamp)
-        compile_ahead(items, graph_nodes)
+        compile_ahead(program, graph_nodes)
         if (compile_cache.COMPILED, compile_cache.COMPILED.generation) == stamp:
-            items.compiled_stamp = stamp
-    elif context.plain:  # nothing to record, time, budget or print: the per-op path, from the schedule's plan
-        plan = items.launch_plan
+            program.compiled_stamp = stamp
+    elif context.plain:  # nothing to record, time, budget or print: the per-op path, from the program's plan
+        plan = program.launch_plan
         if plan is None or not plan.holds(stamp):
-            plan = items.launch_plan = plan_launches(items, graph_nodes, stamp)
+            plan = program.launch_plan = plan_launches(program, graph_nodes, stamp)
         if plan.runnable:
-            live = _live_nodes(items, graph_nodes)
+            live = _live_nodes(program, graph_nodes)
             del graph_nodes
             for pool in plan.pools:
                 pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
-            plan.run(live, items.last_use)
+            execute(program.commands, plan.bindings, live, program.last_use)
             return
     records = context.profiles
     for record in records:
         record.realizes += 1
     if context.debug_level >= 1:
-        profile.debug_print(1, f"realize: {len(items)} items for {len(pending)} tensors")
-    # hold only the nodes the schedule reads or writes, and each only until its last use (items.releases), so an
+        profile.debug_print(1, f"realize: {len(program)} items for {len(pending)} tensors")
+    # hold only the nodes the program reads or writes, and each only until its last use (its Free commands), so an
     # intermediate buffer is released as soon as the last kernel reading it has been launched
-    live = _live_nodes(items, graph_nodes)
+    live = _live_nodes(program, graph_nodes)
     del graph_nodes
-    device_names = items.device_names
-    if device_names is None:  # fixed by the signature (it holds every node's device): worked out once
-        device_names = items.device_names = tuple(dict.fromkeys(cast(Node, live[item.output]).device for item in items))
-    devices: dict[str | None, Device] = {}
-    pools: set[MemoryPool] = set()
-    for name in device_names:
-        device = devices[name] = get_device(cast(str, name))
-        pools.add(device.pool)
+    bindings, pools = bind_devices(program, live)
     for pool in pools:
         pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
     if context.budget is not None:  # ember.memory_budget: intermediates freed early and recomputed as planned
-        run_budgeted(items, live, pending, devices, context.budget)
-        _record_peaks(records, pools)
-        return
-    last_use = items.last_use
-    for position, (item, releases) in enumerate(zip(items, items.releases)):
-        if item.__class__ is CachedCopy:
-            run_copy(live[item.output], live[item.source])  # type: ignore[arg-type]
-        else:
-            output: Node = live[item.output]  # type: ignore[assignment]
-            replaced = output.replaces
-            held = None if replaced is None else schedule_hold(replaced, live, last_use, position)
-            del replaced
-            run_kernel(output, item.kernel, [live[i] for i in item.inputs], held,  # type: ignore[misc]
-                       devices[output.device])
-        for index in releases:
-            live[index] = None
+        run_budgeted(program, live, pending, pools, context.budget)
+    else:
+        execute(program.commands, bindings, live, program.last_use)
     _record_peaks(records, pools)
 
 
@@ -134,11 +112,11 @@ def _realize_checked(nodes: list[Node], allow_sharding: bool, context: CallConte
     value_checks.settle(checks, nodes, read_node)
 
 
-def _live_nodes(items: Schedule, graph_nodes: list[Node]) -> list[Node | None]:
-    """The realize loop's table of nodes by position: the nodes the schedule's items read or write (each dropped
+def _live_nodes(program: CommandProgram, graph_nodes: list[Node]) -> list[Node | None]:
+    """The executor's table of slots for eager realize: the nodes the program's steps read or write (each dropped
     after its last use), None for the rest (the nodes fused into kernels)."""
     live: list[Node | None] = [None] * len(graph_nodes)
-    for index in items.used:
+    for index in program.used:
         live[index] = graph_nodes[index]
     return live
 

@@ -4,54 +4,15 @@ compiled kernels, so a training loop does not re-fuse, re-lower or re-hash kerne
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, NamedTuple
 
 from ember.core.graph import Node
 from ember.core.ops import Op
-from ember.ir.kernel import Kernel
 from ember.scheduler.kernelize import CopyItem, kernelize
 from ember.scheduler.placement import place_graph
+from ember.scheduler.program import CommandProgram, Copy, Launch
 
 MAX_CACHED_SCHEDULES = 4096
 BUFFER, CONST = Op.BUFFER, Op.CONST
-
-
-class CachedKernel(NamedTuple):
-    """Run the kernel for node `output` with the buffers of nodes `inputs` (positions in the placed graph's nodes)."""
-
-    output: int
-    inputs: tuple[int, ...]
-    kernel: Kernel
-
-
-class CachedCopy(NamedTuple):
-    output: int
-    source: int
-
-
-class Schedule(list):  # list[CachedKernel | CachedCopy]
-    """A cached schedule: its items in order, and what every realize of it would otherwise work out again: the node
-    positions the items use (`used`), the item of each one's last use (`last_use`), the positions whose last use is
-    each item (`releases`), the stamp of the compile cache its kernels were compiled ahead for (`compiled_stamp`,
-    set by realize), the devices its items write (`device_names`, set by realize at the first run) and its launch
-    plan (`launch_plan`, launch_plan.py, made by realize once its kernels are compiled)."""
-
-    def __init__(self, items: list[CachedKernel | CachedCopy]) -> None:
-        super().__init__(items)
-        last_use: dict[int, int] = {}
-        for position, item in enumerate(items):
-            for index in (item.output, item.source) if isinstance(item, CachedCopy) else (item.output, *item.inputs):
-                last_use[index] = position
-        self.used = tuple(last_use)
-        self.last_use = last_use
-        releases: list[list[int]] = [[] for _ in items]
-        for index, position in last_use.items():
-            releases[position].append(index)
-        self.releases = [tuple(indices) for indices in releases]
-        self.compiled_stamp: tuple[object, int] | None = None
-        self.device_names: tuple[str | None, ...] | None = None  # the devices of the outputs, set by realize
-        self.launch_plan: Any = None  # a launch_plan.LaunchPlan, set by realize
-        self.budget_layout: Any = None  # memory_budget.py's view of the positions and its plans (set under a budget)
 
 
 def graph_key(nodes: list[Node], roots: list[Node]) -> tuple:
@@ -96,21 +57,23 @@ def kernel_buffer_limit(device: str) -> int:
 
 
 class ScheduleCache:
-    """Signature -> schedule (kernels and copies by node position), least recently used entries dropped."""
+    """Graph key -> command program (kernel and copy steps by node position), least recently used entries
+    dropped."""
 
     def __init__(self) -> None:
-        self.entries: OrderedDict[tuple, Schedule] = OrderedDict()
+        self.entries: OrderedDict[tuple, CommandProgram] = OrderedDict()
         self.hits = 0
         self.misses = 0  # kernelize calls
-        # schedules of a loaded plan (plan/planner.py) by signature digest, consulted before kernelizing
-        self.planned: dict[str, list[CachedKernel | CachedCopy]] = {}
+        # programs of a loaded plan (plan/planner.py) by key digest, consulted before kernelizing
+        self.planned: dict[str, list[Launch | Copy]] = {}
         self.planned_hits = 0
-        self.last_key: tuple | None = None  # the signature of the last graph scheduled (for traces)
+        self.last_key: tuple | None = None  # the key of the last graph scheduled (for traces)
         self.plans_stamp: tuple[object, int] | None = None  # the compile cache stamp the launch plans were made at
 
-    def schedule(self, roots: list[Node]) -> tuple[Schedule, list[Node]]:
-        """The schedule of the graph under `roots` and the graph's nodes (the positions its items name): the
-        placement pass places the graph, then its key (pure) finds a cached schedule, a loaded plan's, or a new one."""
+    def schedule(self, roots: list[Node]) -> tuple[CommandProgram, list[Node]]:
+        """The command program of the graph under `roots` and the graph's nodes, whose positions are the program's
+        slots: the placement pass places the graph, then its key (pure) finds a cached program, a loaded plan's, or a
+        new one."""
         nodes = place_graph(roots)
         key = graph_key(nodes, roots)
         self.last_key = key
@@ -125,13 +88,13 @@ class ScheduleCache:
                 return planned, nodes
         self.misses += 1
         position = {id(node): index for index, node in enumerate(nodes)}
-        items: list[CachedKernel | CachedCopy] = []
+        items: list[Launch | Copy] = []
         for item in kernelize(roots, kernel_buffer_limit):
             if isinstance(item, CopyItem):
-                items.append(CachedCopy(position[id(item.output)], position[id(item.source)]))
+                items.append(Copy(position[id(item.output)], position[id(item.source)]))
             else:
-                items.append(CachedKernel(position[id(item.output)], tuple(position[id(n)] for n in item.inputs),
-                                          item.kernel))
+                items.append(Launch(position[id(item.output)], tuple(position[id(n)] for n in item.inputs),
+                                        item.kernel))
         return self._enter(key, items), nodes
 
     def drop_stale_plans(self, stamp: tuple[object, int]) -> None:
@@ -142,14 +105,14 @@ class ScheduleCache:
                 cached.launch_plan = None
             self.plans_stamp = stamp
 
-    def _enter(self, key: tuple, items: list[CachedKernel | CachedCopy]) -> Schedule:
-        schedule = self.entries[key] = Schedule(items)
+    def _enter(self, key: tuple, items: list[Launch | Copy]) -> CommandProgram:
+        schedule = self.entries[key] = CommandProgram(items)
         if len(self.entries) > MAX_CACHED_SCHEDULES:
             self.entries.popitem(last=False)
         return schedule
 
-    def _from_plan(self, key: tuple) -> Schedule | None:
-        """The loaded plan's schedule of this signature (entered in the cache), or None."""
+    def _from_plan(self, key: tuple) -> CommandProgram | None:
+        """The loaded plan's program of this key (entered in the cache), or None."""
         from ember.plan.kernel_codec import CodecError, signature_digest
 
         try:

@@ -1,0 +1,113 @@
+"""The command program a schedule compiles to: Launch and Copy commands (its steps) over numbered slots, with the
+Free commands that release each slot after its last use worked out once (executor.py runs it)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ember.backends.base import Device
+from ember.core.dtype import DType
+from ember.ir.kernel import Kernel
+
+
+class Launch(NamedTuple):
+    """Launch `kernel` writing slot `output` from slots `inputs` (in the kernel's buffer order): a kernel step."""
+
+    output: int
+    inputs: tuple[int, ...]
+    kernel: Kernel
+
+
+class Copy(NamedTuple):
+    """Copy slot `source` into slot `output` (another pool): a copy step."""
+
+    output: int
+    source: int
+
+
+class Free(NamedTuple):
+    """Release slots: what they hold is dropped (its memory goes back once no tensor holds it)."""
+
+    slots: tuple[int, ...]
+
+
+Command = Launch | Copy | Free
+
+
+class LaunchBinding(NamedTuple):
+    """How a Launch runs, bound once per program (launch_plan.py) or recorded with it: on `device`; with `compiled`
+    (a compile_cache.CompiledKernel), the output's `size` and `dtype`, launched directly; with `compiled` None,
+    compiled (or found in the compile cache) at its launch."""
+
+    device: Device
+    compiled: Any
+    size: int
+    dtype: DType | None
+
+
+class CommandProgram:
+    """A schedule as the executor runs it: `steps` (its kernel and copy steps in order, by node position: what traces,
+    plans and ahead-of-time compiles read) and `commands` (the steps with a Free after the last use of each slot;
+    the slots still held after the last step are dropped with the executor's table). `last_use`: per slot, the
+    command of its last use (for in-place assigns); `used`: the slots any step reads or writes.
+
+    What every run of the program would otherwise work out again is kept on it: the compile cache stamp its kernels
+    were compiled ahead for (`compiled_stamp`), the device of each command (`command_devices`), its launch plan
+    (`launch_plan`, launch_plan.py) and the memory budget's view of it (`budget_layout`)."""
+
+    __slots__ = ("budget_layout", "command_devices", "commands", "compiled_stamp", "last_use", "launch_plan",
+                 "steps", "used")
+
+    def __init__(self, steps: list[Launch | Copy] | tuple[Launch | Copy, ...],
+                 commands: list[Command] | None = None) -> None:
+        """The program of `steps`, with a Free after each slot's last use; or of `commands` as given (its steps are
+        the commands other than frees)."""
+        if commands is None:
+            commands = _with_frees(steps)
+        else:
+            steps = [command for command in commands if command.__class__ is not Free]  # type: ignore[misc]
+        self.steps = tuple(steps)
+        self.commands = tuple(commands)
+        last_use: dict[int, int] = {}
+        for position, command in enumerate(commands):
+            kind = command.__class__
+            if kind is Launch:
+                for slot in (command.output, *command.inputs):  # type: ignore[union-attr]
+                    last_use[slot] = position
+            elif kind is Copy:
+                last_use[command.output] = last_use[command.source] = position  # type: ignore[union-attr]
+        self.last_use = last_use
+        self.used = tuple(last_use)
+        self.compiled_stamp: tuple[object, int] | None = None
+        self.command_devices: tuple[str | None, ...] | None = None  # per command, its output's device (set by realize)
+        self.launch_plan: Any = None  # a launch_plan.LaunchPlan, set by realize
+        self.budget_layout: Any = None  # memory_budget.py's view of the slots and its plans (set under a budget)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+def step_slots(step: Launch | Copy) -> tuple[int, ...]:
+    """The slots a step writes and reads: its output first."""
+    if step.__class__ is Copy:
+        return tuple(step)  # type: ignore[arg-type]
+    return (step.output, *step.inputs)  # type: ignore[union-attr]
+
+
+def _with_frees(steps: list[Launch | Copy] | tuple[Launch | Copy, ...]) -> list[Command]:
+    """The steps with a Free after the last use of each slot (none after the last step: the executor's table goes
+    then)."""
+    last_step: dict[int, int] = {}
+    for index, step in enumerate(steps):
+        for slot in step_slots(step):
+            last_step[slot] = index
+    frees: list[tuple[int, ...]] = [() for _ in steps]
+    for slot, index in last_step.items():
+        frees[index] += (slot,)
+    commands: list[Command] = []
+    final = len(steps) - 1
+    for index, (step, released) in enumerate(zip(steps, frees)):
+        commands.append(step)
+        if released and index != final:
+            commands.append(Free(released))
+    return commands
