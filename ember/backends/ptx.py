@@ -437,7 +437,7 @@ class PTXRenderer(StepRenderer[PTXBody]):
         body = PTXBody(expand_math(kernel, EXPANDED_MATH))
         self.prologue(body)
         self.render_steps(body)
-        e = body.e
+        e, kernel = body.e, body.kernel
         parameters = ",\n".join(f"\t.param .u64 data{param.position}" for param in kernel.params)
         lines = [
             f".visible .entry {kernel.name}(",
@@ -479,7 +479,7 @@ class PTXRenderer(StepRenderer[PTXBody]):
         bound = str(kernel.global_size)
         if kernel.size_parameter is not None:  # a shape class's kernel: element 0 of its sizes
             bound = e.register(body.index_kind)
-            e.emit(f"ld.global.{'s64' if body.wide_index else 's32'}", bound, f"[{body.pointers[kernel.size_parameter]}]")
+            e.emit(f"ld.global.{body.index_suffix}", bound, f"[{body.pointers[kernel.size_parameter]}]")
         e.emit(f"setp.ge.{body.index_suffix}", outside, global_id, bound)
         e.emit("bra", "$L_end", guard=outside)
 

@@ -44,7 +44,10 @@ class KernelBody:
         self.depth = depth
 
     def operand(self, node: IRNode) -> str:
-        """A node as an operand: a constant, a buffer, the work item's index, or the name a step gave it."""
+        """A node as an operand: the name a step gave it, a constant, a buffer, or the work item's index."""
+        name = self.names.get(id(node))
+        if name is not None:  # (first: most operands are values named by a step)
+            return name
         while node.op is IROp.AFTER:  # a buffer once statements ran: the buffer's name
             node = node.srcs[0]
         if node.op is IROp.CONST:
