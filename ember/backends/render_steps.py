@@ -89,8 +89,8 @@ class StepRenderer(Generic[Body]):
     def render_steps(self, body: Body) -> None:
         """Every instruction of the body's kernel, in order, handed to this renderer's method for its step."""
         methods = self.step_methods()
-        for instruction in linearize(body.kernel.sink):
-            methods[instruction.kind](body, instruction.node)
+        for kind, node in linearize(body.kernel.sink):
+            methods[kind](body, node)
 
     def step_methods(self) -> dict[Step, StepMethod[Body]]:
         """This renderer's method for each step; a NotImplementedError naming the step, the method and the renderer
