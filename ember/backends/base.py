@@ -1,4 +1,5 @@
-"""The backend contract: MemoryPool (with the one reuse policy for freed buffers), Program, Event and Device.
+"""The backend contract: MemoryPool (with the one reuse policy for freed buffers), Program, Event, Device and
+Renderer.
 
 Every optional part of the contract is declared here with its default, so the scheduler calls it without asking
 whether a backend has it; manuals/adding-a-backend.md explains each. Capabilities (DeviceInfo) and the launch
@@ -10,13 +11,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from ember.capabilities import DeviceInfo, launch_geometry  # re-exported: backends import the contract from here
 from ember.ir.ir import KernelIR
 
-__all__ = ["COMPLETED", "Device", "DeviceInfo", "Event", "MemoryPool", "Program", "ProgramTable", "launch_geometry",
-           "wait_all"]
+__all__ = ["COMPLETED", "Device", "DeviceInfo", "Event", "MemoryPool", "Program", "ProgramTable", "Renderer",
+           "launch_geometry", "wait_all"]
 
 MIN_REUSABLE_BYTES = 1 << 20  # freed buffers at least this large may be kept for reuse (MemoryPool.reuse_budget_bytes)
 MAX_REUSABLE_BYTES = 1 << 30  # the most bytes of them a pool keeps
@@ -269,6 +270,19 @@ class ProgramTable(Generic[Key, Value]):
 
     def __len__(self) -> int:
         return len(self.entries)
+
+
+class Renderer(Protocol):
+    """What a device's renderer offers: kernel IR to source text in one language (the text its compiler takes, and
+    what `Device.render` returns), and the language's name for messages ("C", "OpenCL C", "WGSL", "PTX"). The
+    built-in renderers derive from `render_steps.StepRenderer`, which walks the linearized kernel and calls one
+    method per IR step (manuals/adding-a-backend.md)."""
+
+    language: str
+
+    def render(self, kernel: KernelIR) -> str:
+        """The source of one kernel: a function (or entry) named `kernel.name` taking its buffers in order."""
+        ...
 
 
 class Device(ABC):

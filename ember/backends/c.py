@@ -85,6 +85,8 @@ PARALLEL_THRESHOLD = 1 << 15  # estimated operations below which a kernel runs o
 class CRenderer(CStyleRenderer):
     """C with OpenMP: the parallel axis is a `for` loop split across threads (all cores, or `threads`)."""
 
+    language = "C"
+
     def __init__(self, threads: int | None = None, vector_math: bool = False) -> None:
         super().__init__()
         self.threads = threads

@@ -10,8 +10,8 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import REDUCE_COMBINE, Op, reduce_identity
 from ember.core.walk import compute_bottom_up
+from ember.backends.render_steps import KernelBody, StepRenderer
 from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
-from ember.ir.linearize import Step, run_steps
 
 Template = Callable[[list[str], DType, DType], str]  # (operands, result dtype, operand dtype) -> expression
 
@@ -73,8 +73,10 @@ def value_bounds(root: IRNode, memo: dict[int, tuple[float, float]]) -> tuple[fl
     return compute_bottom_up(root, lambda node: node.srcs if extended(node) else (), bounds_of, memo)
 
 
-class CStyleRenderer:
+class CStyleRenderer(StepRenderer[KernelBody]):
     """Renders linearized kernel IR to a C-like language. Subclasses override only the strings that differ."""
+
+    language = "C-style"
 
     kernel_prefix = "void"
     global_qualifier = ""
@@ -225,82 +227,57 @@ class CStyleRenderer:
     def global_loop_close(self) -> list[str]:
         return []
 
-    # ---- the skeleton -----------------------------------------------------------------------------------------
+    # ---- the skeleton: one method per IR step (render_steps.StepRenderer walks the kernel) -------------------
 
     def render(self, kernel: KernelIR) -> str:
         self._bounds: dict[int, tuple[float, float]] = {}  # value bounds by node id, valid during one render
-        names: dict[int, str] = {id(node): "gid" for node in topological_nodes(kernel.sink)
-                                 if node.op is IROp.GLOBAL_ID}
-        index_type = self.type_name(kernel.index_dtype)
-        body: list[str] = []
-        indent = 1
-        counter = 0
-
-        def operand(node: IRNode) -> str:
-            while node.op is IROp.AFTER:  # a buffer once statements ran: the buffer's name
-                node = node.srcs[0]
-            if node.op is IROp.CONST:
-                return self.constant(node.arg, node.dtype)
-            if node.op is IROp.PARAM:
-                return f"data{node.arg[0]}"
-            return names[id(node)]
-
-        def name_of(node: IRNode, prefix: str) -> str:
-            nonlocal counter
-            name = names[id(node)] = f"{prefix}{counter}"
-            counter += 1
-            return name
-
-        def statement(text: str) -> None:
-            body.append("  " * (indent + 1) + text)
-
-        def open_loop(node: IRNode) -> None:
-            nonlocal indent
-            name = names[id(node)] = f"loop{node.arg[0]}"
-            size = operand(node.srcs[0]) if node.srcs else node.arg[1]  # (a size known at launch: a value)
-            statement(f"for ({index_type} {name} = 0; {name} < {size}; {name}++) {{")
-            indent += 1
-
-        def close_loop(node: IRNode) -> None:
-            nonlocal indent
-            indent -= 1
-            statement("}")
-
-        def define_accumulator(node: IRNode) -> None:
-            name = name_of(node, "acc")
-            initial = self.constant(reduce_identity(node.arg, node.dtype), node.dtype)
-            if node.width > 1:
-                initial = self.vector_build([initial] * node.width, node.dtype, node.width)
-            statement(f"{self.value_type(node)} {name} = {initial};")
-
-        def update_accumulator(node: IRNode) -> None:
-            statement(f"{self.accumulate(names[id(node)], operand(node.srcs[0]), node)};")
-
-        def store(node: IRNode) -> None:
-            buffer, index, value = node.srcs
-            if value.width > 1:
-                statement(f"{self.vector_store(operand(buffer), operand(index), operand(value), value)};")
-            else:
-                statement(f"{operand(buffer)}[{operand(index)}] = {operand(value)};")
-
-        def define_local(node: IRNode) -> None:
-            name = names[id(node)] = f"local{node.arg[0]}"
-            statement(f"{self.local_declaration(name, node.dtype, node.arg[1])};")
-
-        def value(node: IRNode) -> None:
-            name = name_of(node, "v")
-            statement(f"{self.value_type(node)} {name} = {self.expression(node, operand)};")
-
-        statements: dict[Step, Callable[[IRNode], None]] = {
-            Step.LOOP: open_loop, Step.END_LOOP: close_loop, Step.DEFINE_ACC: define_accumulator,
-            Step.UPDATE_ACC: update_accumulator, Step.STORE: store, Step.DEFINE_LOCAL: define_local, Step.VALUE: value,
-        }
-        run_steps(kernel.sink, statements)
-
+        body = KernelBody(kernel, self.constant_operand, depth=2)
+        self.render_steps(body)
         parameters = [self.parameter(p.dtype, p.position, p.is_output) for p in kernel.params]
         lines = [self.prelude(kernel), self.signature(kernel, parameters) + " {",
-                 *self.global_loop_open(kernel, index_type), *body, *self.global_loop_close(), "}"]
+                 *self.global_loop_open(kernel, self.type_name(kernel.index_dtype)), *body.lines,
+                 *self.global_loop_close(), "}"]
         return "\n".join(line for line in lines if line != "") + "\n"
+
+    def constant_operand(self, node: IRNode) -> str:
+        return self.constant(node.arg, node.dtype)
+
+    def open_loop(self, body: KernelBody, node: IRNode) -> None:
+        name = body.names[id(node)] = f"loop{node.arg[0]}"
+        size = body.operand(node.srcs[0]) if node.srcs else node.arg[1]  # (a size known at launch: a value)
+        index_type = self.type_name(body.kernel.index_dtype)
+        body.line(f"for ({index_type} {name} = 0; {name} < {size}; {name}++) {{")
+        body.depth += 1
+
+    def close_loop(self, body: KernelBody, node: IRNode) -> None:
+        body.depth -= 1
+        body.line("}")
+
+    def define_accumulator(self, body: KernelBody, node: IRNode) -> None:
+        name = body.name_of(node, "acc")
+        initial = self.constant(reduce_identity(node.arg, node.dtype), node.dtype)
+        if node.width > 1:
+            initial = self.vector_build([initial] * node.width, node.dtype, node.width)
+        body.line(f"{self.value_type(node)} {name} = {initial};")
+
+    def update_accumulator(self, body: KernelBody, node: IRNode) -> None:
+        body.line(f"{self.accumulate(body.names[id(node)], body.operand(node.srcs[0]), node)};")
+
+    def store(self, body: KernelBody, node: IRNode) -> None:
+        buffer, index, value = node.srcs
+        operand = body.operand
+        if value.width > 1:
+            body.line(f"{self.vector_store(operand(buffer), operand(index), operand(value), value)};")
+        else:
+            body.line(f"{operand(buffer)}[{operand(index)}] = {operand(value)};")
+
+    def define_local(self, body: KernelBody, node: IRNode) -> None:
+        name = body.names[id(node)] = f"local{node.arg[0]}"
+        body.line(f"{self.local_declaration(name, node.dtype, node.arg[1])};")
+
+    def value(self, body: KernelBody, node: IRNode) -> None:
+        name = body.name_of(node, "v")
+        body.line(f"{self.value_type(node)} {name} = {self.expression(node, body.operand)};")
 
     def accumulate(self, accumulator: str, value: str, node: IRNode) -> str:
         """The statement combining a reduce's value into its accumulator."""

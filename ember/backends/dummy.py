@@ -5,16 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program
+from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program, Renderer
 from ember.core.dtype import ALL_DTYPES, DType
 from ember.core.errors import BackendUnavailable, CompileError
 from ember.ir.ir import KernelIR
-
-
-class Renderer(Protocol):
-    def render(self, kernel: KernelIR) -> str: ...
 
 
 CompileCheck = Callable[[str, KernelIR], None]  # (source, kernel) -> None, or raises CompileError

@@ -49,6 +49,7 @@ FP64_PRAGMA = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable"
 class OpenCLRenderer(CStyleRenderer):
     """OpenCL C: one work item per global id, `__global` buffers, overloaded math functions, `as_<type>` bitcasts."""
 
+    language = "OpenCL C"
     kernel_prefix = "__kernel void"
     global_qualifier = "__global "
     type_names: dict[DType, str] = {

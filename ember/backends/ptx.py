@@ -21,13 +21,13 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ember.backends.render_steps import KernelBody, StepRenderer
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import CompileError
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_COMBINE, Op, reduce_identity
 from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
 from ember.ir.libm import expand_math
-from ember.ir.linearize import Step, refuse_scratch_arrays, run_steps
 
 DEFAULT_TARGET = "sm_75"
 ASSEMBLY_TARGETS = ("sm_75", "sm_80", "sm_90")
@@ -386,8 +386,41 @@ def _immediate_is_nan(operand: str) -> bool:
     return exponent == (0x7FF if operand.startswith("0d") else 0xFF) and fraction != 0
 
 
-class PTXRenderer:
+class PTXBody(KernelBody):
+    """A PTX kernel being rendered: its registers and instruction lines (the emitter), the buffers' address
+    registers, the loops' labels, and which values several nodes read."""
+
+    def __init__(self, kernel: KernelIR) -> None:
+        super().__init__(kernel, self.constant_operand, global_id="")  # global_id: the prologue's register
+        self.e = _Emitter()
+        self.pointers: dict[int, str] = {}  # buffer position -> register holding its global address
+        self.loops: dict[int, str] = {}  # RANGE node id -> the label its loop branches back to
+        self.shared = _shared_nodes(kernel.sink)
+        self.wide_index = kernel.index_dtype == dtypes.int64
+        self.index_kind, self.index_suffix = ("b64", "s64") if self.wide_index else ("b32", "s32")
+
+    def constant_operand(self, node: IRNode) -> str:
+        """A constant as an immediate; a bool in a predicate register (PTX has no predicate immediates)."""
+        if node.dtype.is_bool:
+            return self.materialize(node)
+        return immediate(node.arg, node.dtype)
+
+    def materialize(self, node: IRNode) -> str:
+        """A register holding the node (constants get a `mov`; some operands cannot be immediates)."""
+        if node.op is not IROp.CONST:
+            return self.names[id(node)]
+        register = self.e.register(KIND[node.dtype])
+        if node.dtype.is_bool:
+            self.e.emit("setp.ne.u32", register, "1" if node.arg else "0", "0")
+        else:
+            self.e.emit(f"mov.{KIND[node.dtype]}", register, immediate(node.arg, node.dtype))
+        return register
+
+
+class PTXRenderer(StepRenderer[PTXBody]):
     """Renders kernel IR to a PTX module with one `.entry` per kernel, for one target architecture."""
+
+    language = "PTX"
 
     def __init__(self, target: str = DEFAULT_TARGET, version: str | None = None) -> None:
         self.target = target
@@ -401,161 +434,10 @@ class PTXRenderer:
 
     def render_entry(self, kernel: KernelIR) -> str:
         """The `.entry` of one kernel (modules of several kernels join entries under one header)."""
-        kernel = expand_math(kernel, EXPANDED_MATH)
-        e = _Emitter()
-        names: dict[int, str] = {}
-        shared = _shared_nodes(kernel.sink)
-        wide_index = kernel.index_dtype == dtypes.int64
-        index_kind, index_suffix = ("b64", "s64") if wide_index else ("b32", "s32")
-
-        def operand(node: IRNode) -> str:
-            if node.op is IROp.CONST:
-                if node.dtype.is_bool:
-                    return materialize(node)
-                return immediate(node.arg, node.dtype)
-            if node.op is IROp.GLOBAL_ID:
-                return global_id
-            return names[id(node)]
-
-        def materialize(node: IRNode) -> str:
-            """A register holding the node (constants get a `mov`; some operands cannot be immediates)."""
-            if node.op is not IROp.CONST:
-                return names[id(node)]
-            register = e.register(KIND[node.dtype])
-            if node.dtype.is_bool:
-                e.emit("setp.ne.u32", register, "1" if node.arg else "0", "0")
-            else:
-                e.emit(f"mov.{KIND[node.dtype]}", register, immediate(node.arg, node.dtype))
-            return register
-
-        pointers = {}
-        for param in kernel.params:
-            pointer = e.register("b64")
-            e.emit("ld.param.u64", pointer, f"[data{param.position}]")
-            e.emit("cvta.to.global.u64", pointer, pointer)
-            pointers[param.position] = pointer
-        block, threads, thread = e.register("b32"), e.register("b32"), e.register("b32")
-        e.emit("mov.u32", block, "%ctaid.x")
-        e.emit("mov.u32", threads, "%ntid.x")
-        e.emit("mov.u32", thread, "%tid.x")
-        global_id = e.register(index_kind)
-        if wide_index:
-            thread_wide = e.register("b64")
-            e.emit("mul.wide.u32", global_id, block, threads)
-            e.emit("cvt.u64.u32", thread_wide, thread)
-            e.emit("add.s64", global_id, global_id, thread_wide)
-        else:
-            e.emit("mad.lo.s32", global_id, block, threads, thread)
-        outside = e.register("pred")
-        bound = str(kernel.global_size)
-        if kernel.size_parameter is not None:  # a shape class's kernel: element 0 of its sizes
-            bound = e.register(index_kind)
-            e.emit(f"ld.global.{'s64' if wide_index else 's32'}", bound, f"[{pointers[kernel.size_parameter]}]")
-        e.emit(f"setp.ge.{index_suffix}", outside, global_id, bound)
-        e.emit("bra", "$L_end", guard=outside)
-
-        def address(param: IRNode, index: IRNode) -> str:
-            itemsize = param.dtype.itemsize
-            result = e.register("b64")
-            if index.op is IROp.CONST:
-                e.emit("add.s64", result, pointers[param.arg[0]], str(int(index.arg) * itemsize))
-                return result
-            offset = e.register("b64")
-            if wide_index:
-                e.emit("mul.lo.s64", offset, operand(index), str(itemsize))
-            else:
-                e.emit("mul.wide.s32", offset, operand(index), str(itemsize))
-            e.emit("add.s64", result, pointers[param.arg[0]], offset)
-            return result
-
-        def load(node: IRNode) -> str:
-            param = node.srcs[0]
-            dtype = param.dtype
-            where = address(param, node.srcs[1])
-            guard = operand(node.srcs[2]) if len(node.srcs) == 3 else ""
-            raw_kind = LOADED_KIND.get(dtype, KIND[dtype])
-            raw = e.register(raw_kind)
-            if guard:
-                zero = float_bits(0.0, dtype) if raw_kind in ("f32", "f64") else "0"
-                e.emit(f"mov.{raw_kind}", raw, zero)
-            e.emit(f"ld.global.{MEMORY_TYPE[dtype]}", raw, f"[{where}]", guard=guard)
-            if dtype.is_bool:
-                result = e.register("pred")
-                e.emit("setp.ne.u32", result, raw, "0")
-                return result
-            if dtype == dtypes.float16:
-                result = e.register("f32")
-                e.emit("cvt.f32.f16", result, raw)
-                return result
-            if dtype == dtypes.bfloat16:
-                result, shifted = e.register("f32"), e.register("b32")
-                e.emit("shl.b32", shifted, raw, "16")
-                e.emit("mov.b32", result, shifted)
-                return result
-            return raw
-
-        def store(node: IRNode) -> None:
-            param, index, value = node.srcs
-            dtype = param.dtype
-            where = address(param, index)
-            register = materialize(value)
-            if dtype.is_bool:
-                byte = e.register("b32")
-                e.emit("selp.u32", byte, "1", "0", register)
-                register = byte
-            elif dtype == dtypes.float16:
-                half = e.register("b16")
-                e.emit("cvt.rn.f16.f32", half, register)
-                register = half
-            elif dtype == dtypes.bfloat16:
-                bits = e.register("b32")
-                e.emit("mov.b32", bits, register)
-                e.emit("shr.u32", bits, bits, "16")
-                register = bits
-            e.emit(f"st.global.{MEMORY_TYPE[dtype]}", f"[{where}]", register)
-
-        loops: dict[int, str] = {}
-
-        def open_loop(node: IRNode) -> None:
-            counter = names[id(node)] = e.register(index_kind)
-            loops[id(node)] = f"$L_loop{node.arg[0]}"
-            e.emit(f"mov.{index_kind}", counter, "0")
-            e.label(loops[id(node)])
-
-        def close_loop(node: IRNode) -> None:
-            counter, again = names[id(node)], e.register("pred")
-            e.emit(f"add.{index_suffix}", counter, counter, "1")
-            size = operand(node.srcs[0]) if node.srcs else str(node.arg[1])  # (a size known at launch: a value)
-            e.emit(f"setp.lt.{index_suffix}", again, counter, size)
-            e.emit("bra", loops[id(node)], guard=again)
-
-        def define_accumulator(node: IRNode) -> None:
-            accumulator = names[id(node)] = e.register(KIND[node.dtype])
-            identity = reduce_identity(node.arg, node.dtype)
-            if node.dtype.is_bool:
-                e.emit("setp.ne.u32", accumulator, "1" if identity else "0", "0")
-            else:
-                e.emit(f"mov.{KIND[node.dtype]}", accumulator, immediate(identity, node.dtype))
-
-        def update_accumulator(node: IRNode) -> None:
-            accumulator = names[id(node)]
-            combine = REDUCE_COMBINE[node.arg]
-            ALU[combine](e, accumulator, [accumulator, operand(node.srcs[0])], node.dtype, node.dtype)
-            if combine in WRAPPING_OPS and node.dtype.itemsize < 4 and node.dtype.is_int:
-                e.wrap(accumulator, accumulator, node.dtype)
-
-        def value(node: IRNode) -> None:
-            if node.op is IROp.LOAD:
-                names[id(node)] = load(node)
-            else:
-                names[id(node)] = self.alu(e, node, operand, id(node) in shared)
-
-        statements: dict[Step, Callable[[IRNode], None]] = {
-            Step.LOOP: open_loop, Step.END_LOOP: close_loop, Step.DEFINE_ACC: define_accumulator,
-            Step.UPDATE_ACC: update_accumulator, Step.STORE: store, Step.VALUE: value, Step.DEFINE_LOCAL: refuse_scratch_arrays(kernel.name, "PTX"),
-        }
-        run_steps(kernel.sink, statements)
-
+        body = PTXBody(expand_math(kernel, EXPANDED_MATH))
+        self.prologue(body)
+        self.render_steps(body)
+        e, kernel = body.e, body.kernel
         parameters = ",\n".join(f"\t.param .u64 data{param.position}" for param in kernel.params)
         lines = [
             f".visible .entry {kernel.name}(",
@@ -570,6 +452,142 @@ class PTXRenderer:
             "}",
         ]
         return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def prologue(body: PTXBody) -> None:
+        """The buffers' global addresses, the work item's index, and the branch to the end for items past the
+        global size."""
+        e, kernel = body.e, body.kernel
+        for param in kernel.params:
+            pointer = e.register("b64")
+            e.emit("ld.param.u64", pointer, f"[data{param.position}]")
+            e.emit("cvta.to.global.u64", pointer, pointer)
+            body.pointers[param.position] = pointer
+        block, threads, thread = e.register("b32"), e.register("b32"), e.register("b32")
+        e.emit("mov.u32", block, "%ctaid.x")
+        e.emit("mov.u32", threads, "%ntid.x")
+        e.emit("mov.u32", thread, "%tid.x")
+        global_id = body.global_id = e.register(body.index_kind)
+        if body.wide_index:
+            thread_wide = e.register("b64")
+            e.emit("mul.wide.u32", global_id, block, threads)
+            e.emit("cvt.u64.u32", thread_wide, thread)
+            e.emit("add.s64", global_id, global_id, thread_wide)
+        else:
+            e.emit("mad.lo.s32", global_id, block, threads, thread)
+        outside = e.register("pred")
+        bound = str(kernel.global_size)
+        if kernel.size_parameter is not None:  # a shape class's kernel: element 0 of its sizes
+            bound = e.register(body.index_kind)
+            e.emit(f"ld.global.{body.index_suffix}", bound, f"[{body.pointers[kernel.size_parameter]}]")
+        e.emit(f"setp.ge.{body.index_suffix}", outside, global_id, bound)
+        e.emit("bra", "$L_end", guard=outside)
+
+    @staticmethod
+    def address(body: PTXBody, param: IRNode, index: IRNode) -> str:
+        """A register holding the global address of element `index` of a buffer."""
+        e = body.e
+        itemsize = param.dtype.itemsize
+        result = e.register("b64")
+        if index.op is IROp.CONST:
+            e.emit("add.s64", result, body.pointers[param.arg[0]], str(int(index.arg) * itemsize))
+            return result
+        offset = e.register("b64")
+        if body.wide_index:
+            e.emit("mul.lo.s64", offset, body.operand(index), str(itemsize))
+        else:
+            e.emit("mul.wide.s32", offset, body.operand(index), str(itemsize))
+        e.emit("add.s64", result, body.pointers[param.arg[0]], offset)
+        return result
+
+    def load(self, body: PTXBody, node: IRNode) -> str:
+        """A LOAD (guarded: 0 where its mask is false, memory untouched) into a register of the value's kind."""
+        e = body.e
+        param = node.srcs[0]
+        dtype = param.dtype
+        where = self.address(body, param, node.srcs[1])
+        guard = body.operand(node.srcs[2]) if len(node.srcs) == 3 else ""
+        raw_kind = LOADED_KIND.get(dtype, KIND[dtype])
+        raw = e.register(raw_kind)
+        if guard:
+            zero = float_bits(0.0, dtype) if raw_kind in ("f32", "f64") else "0"
+            e.emit(f"mov.{raw_kind}", raw, zero)
+        e.emit(f"ld.global.{MEMORY_TYPE[dtype]}", raw, f"[{where}]", guard=guard)
+        if dtype.is_bool:
+            result = e.register("pred")
+            e.emit("setp.ne.u32", result, raw, "0")
+            return result
+        if dtype == dtypes.float16:
+            result = e.register("f32")
+            e.emit("cvt.f32.f16", result, raw)
+            return result
+        if dtype == dtypes.bfloat16:
+            result, shifted = e.register("f32"), e.register("b32")
+            e.emit("shl.b32", shifted, raw, "16")
+            e.emit("mov.b32", result, shifted)
+            return result
+        return raw
+
+    # ---- the steps (render_steps.StepRenderer walks the kernel) ----------------------------------------------
+
+    def store(self, body: PTXBody, node: IRNode) -> None:
+        e = body.e
+        param, index, value = node.srcs
+        dtype = param.dtype
+        where = self.address(body, param, index)
+        register = body.materialize(value)
+        if dtype.is_bool:
+            byte = e.register("b32")
+            e.emit("selp.u32", byte, "1", "0", register)
+            register = byte
+        elif dtype == dtypes.float16:
+            half = e.register("b16")
+            e.emit("cvt.rn.f16.f32", half, register)
+            register = half
+        elif dtype == dtypes.bfloat16:
+            bits = e.register("b32")
+            e.emit("mov.b32", bits, register)
+            e.emit("shr.u32", bits, bits, "16")
+            register = bits
+        e.emit(f"st.global.{MEMORY_TYPE[dtype]}", f"[{where}]", register)
+
+    def open_loop(self, body: PTXBody, node: IRNode) -> None:
+        counter = body.names[id(node)] = body.e.register(body.index_kind)
+        body.loops[id(node)] = f"$L_loop{node.arg[0]}"
+        body.e.emit(f"mov.{body.index_kind}", counter, "0")
+        body.e.label(body.loops[id(node)])
+
+    def close_loop(self, body: PTXBody, node: IRNode) -> None:
+        e = body.e
+        counter, again = body.names[id(node)], e.register("pred")
+        e.emit(f"add.{body.index_suffix}", counter, counter, "1")
+        size = body.operand(node.srcs[0]) if node.srcs else str(node.arg[1])  # (a size known at launch: a value)
+        e.emit(f"setp.lt.{body.index_suffix}", again, counter, size)
+        e.emit("bra", body.loops[id(node)], guard=again)
+
+    def define_accumulator(self, body: PTXBody, node: IRNode) -> None:
+        accumulator = body.names[id(node)] = body.e.register(KIND[node.dtype])
+        identity = reduce_identity(node.arg, node.dtype)
+        if node.dtype.is_bool:
+            body.e.emit("setp.ne.u32", accumulator, "1" if identity else "0", "0")
+        else:
+            body.e.emit(f"mov.{KIND[node.dtype]}", accumulator, immediate(identity, node.dtype))
+
+    def update_accumulator(self, body: PTXBody, node: IRNode) -> None:
+        accumulator = body.names[id(node)]
+        combine = REDUCE_COMBINE[node.arg]
+        ALU[combine](body.e, accumulator, [accumulator, body.operand(node.srcs[0])], node.dtype, node.dtype)
+        if combine in WRAPPING_OPS and node.dtype.itemsize < 4 and node.dtype.is_int:
+            body.e.wrap(accumulator, accumulator, node.dtype)
+
+    def value(self, body: PTXBody, node: IRNode) -> None:
+        if node.op is IROp.LOAD:
+            body.names[id(node)] = self.load(body, node)
+        else:
+            body.names[id(node)] = self.alu(body.e, node, body.operand, id(node) in body.shared)
+
+    def define_local(self, body: PTXBody, node: IRNode) -> None:
+        self.refuse_scratch_arrays(body, node)
 
     @staticmethod
     def alu(e: _Emitter, node: IRNode, operand: Callable[[IRNode], str], shared: bool = False) -> str:

@@ -19,6 +19,7 @@ import math
 import struct
 from collections.abc import Callable
 
+from ember.backends.render_steps import KernelBody, StepRenderer
 from ember.capabilities import work_group_counts
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
@@ -27,7 +28,6 @@ from ember.core.ops import ELEMENTWISE_OPS, REDUCE_COMBINE, Op, reduce_identity
 from ember.core.walk import compute_bottom_up
 from ember.ir.ir import IRNode, IROp, KernelIR
 from ember.ir.libm import expand_math
-from ember.ir.linearize import Step, refuse_scratch_arrays, run_steps
 
 WORKGROUP_SIZE = 64
 MAX_WORKGROUPS_PER_DIMENSION = 65535
@@ -126,8 +126,10 @@ HELPER_ORDER = ("opaque", "opaque_f32", "opaque_f64", "opaque_i32", "opaque_u32"
                 "lt_i64", "lt_u64", "f32", "f64", "unpack8", "unpack16", "f16", "bf16")
 
 
-class WGSLRenderer:
+class WGSLRenderer(StepRenderer[KernelBody]):
     """Renders kernel IR to WGSL. `int64`/`float64` allow i64/u64/f64 (wgpu-native extensions)."""
+
+    language = "WGSL"
 
     def __init__(self, int64: bool = False, float64: bool = False, workgroup_size: int = WORKGROUP_SIZE) -> None:
         self.int64 = int64
@@ -327,7 +329,8 @@ class WGSLRenderer:
             return f"bitcast<f32>({unpacked} << 16u)"
         return unpacked
 
-    def store(self, position: int, dtype: DType, index: str, value: str, number: int, pad: str) -> list[str]:
+    def store_lines(self, position: int, dtype: DType, index: str, value: str, number: int, pad: str) -> list[str]:
+        """The statements storing a value (8- and 16-bit types: merged into their u32 word with two atomics)."""
         array = f"data{position}"
         if dtype not in PACKED_DTYPES:
             return [f"{pad}{array}[{index}] = {value};"]
@@ -362,64 +365,8 @@ class WGSLRenderer:
         self.helpers = set()
         self.reads_memory = {}
         kernel = expand_math(kernel, EXPANDED_MATH, wide_integers=self.int64)
-        names: dict[int, str] = {}
-        body: list[str] = []
-        counter = 0
-        indent = 1
-
-        def operand(node: IRNode) -> str:
-            if node.op is IROp.CONST:
-                return self.constant(node.arg, node.dtype)
-            if node.op is IROp.GLOBAL_ID:
-                return "gid"
-            return names[id(node)]
-
-        def name_of(node: IRNode, prefix: str) -> str:
-            nonlocal counter
-            name = names[id(node)] = f"{prefix}{counter}"
-            counter += 1
-            return name
-
-        def open_loop(node: IRNode) -> None:
-            nonlocal indent
-            name = names[id(node)] = f"loop{node.arg[0]}"
-            size = operand(node.srcs[0]) if node.srcs else f"{node.arg[1]}i"  # (a size known at launch: a value)
-            body.append(f"{'  ' * indent}for (var {name}: i32 = 0i; {name} < {size}; {name}++) {{")
-            indent += 1
-
-        def close_loop(node: IRNode) -> None:
-            nonlocal indent
-            indent -= 1
-            body.append("  " * indent + "}")
-
-        def define_accumulator(node: IRNode) -> None:
-            name = name_of(node, "acc")
-            identity = self.constant(reduce_identity(node.arg, node.dtype), node.dtype)
-            body.append(f"{'  ' * indent}var {name}: {self.value_type(node.dtype)} = {identity};")
-
-        def update_accumulator(node: IRNode) -> None:
-            name = names[id(node)]
-            combine = REDUCE_COMBINE[node.arg]
-            update = self.alu[combine]([name, operand(node.srcs[0])], node.dtype, node.dtype)
-            if combine in WRAPPING_OPS:
-                update = self.wrap(update, node.dtype)
-            body.append(f"{'  ' * indent}{name} = {update};")
-
-        def store(node: IRNode) -> None:
-            nonlocal counter
-            param, index, value = node.srcs
-            body.extend(self.store(param.arg[0], param.dtype, operand(index), operand(value), counter, "  " * indent))
-            counter += 1
-
-        def value(node: IRNode) -> None:
-            name = name_of(node, "v")
-            body.append(f"{'  ' * indent}let {name}: {self.value_type(node.dtype)} = {self.expression(node, operand)};")
-
-        statements: dict[Step, Callable[[IRNode], None]] = {
-            Step.LOOP: open_loop, Step.END_LOOP: close_loop, Step.DEFINE_ACC: define_accumulator,
-            Step.UPDATE_ACC: update_accumulator, Step.STORE: store, Step.VALUE: value, Step.DEFINE_LOCAL: refuse_scratch_arrays(kernel.name, "WGSL"),
-        }
-        run_steps(kernel.sink, statements)
+        body = KernelBody(kernel, self.constant_operand, depth=1)
+        self.render_steps(body)
 
         declarations = [
             f"@group(0) @binding({param.position}) var<storage, {'read_write' if param.is_output else 'read'}> "
@@ -447,10 +394,50 @@ class WGSLRenderer:
             *(["  ember_zero = id.z;"] if "opaque" in self.helpers else []),
             f"  let gid = {global_id};",
             f"  if (gid >= {bound}) {{ return; }}",
-            *body,
+            *body.lines,
             "}",
         ]
         return "\n".join(lines) + "\n"
+
+    # ---- the steps (render_steps.StepRenderer walks the kernel) ----------------------------------------------
+
+    def constant_operand(self, node: IRNode) -> str:
+        return self.constant(node.arg, node.dtype)
+
+    def open_loop(self, body: KernelBody, node: IRNode) -> None:
+        name = body.names[id(node)] = f"loop{node.arg[0]}"
+        size = body.operand(node.srcs[0]) if node.srcs else f"{node.arg[1]}i"  # (a size known at launch: a value)
+        body.line(f"for (var {name}: i32 = 0i; {name} < {size}; {name}++) {{")
+        body.depth += 1
+
+    def close_loop(self, body: KernelBody, node: IRNode) -> None:
+        body.depth -= 1
+        body.line("}")
+
+    def define_accumulator(self, body: KernelBody, node: IRNode) -> None:
+        name = body.name_of(node, "acc")
+        identity = self.constant(reduce_identity(node.arg, node.dtype), node.dtype)
+        body.line(f"var {name}: {self.value_type(node.dtype)} = {identity};")
+
+    def update_accumulator(self, body: KernelBody, node: IRNode) -> None:
+        name = body.names[id(node)]
+        combine = REDUCE_COMBINE[node.arg]
+        update = self.alu[combine]([name, body.operand(node.srcs[0])], node.dtype, node.dtype)
+        if combine in WRAPPING_OPS:
+            update = self.wrap(update, node.dtype)
+        body.line(f"{name} = {update};")
+
+    def store(self, body: KernelBody, node: IRNode) -> None:
+        param, index, value = node.srcs
+        body.lines.extend(self.store_lines(param.arg[0], param.dtype, body.operand(index), body.operand(value),
+                                           body.number(), "  " * body.depth))
+
+    def value(self, body: KernelBody, node: IRNode) -> None:
+        name = body.name_of(node, "v")
+        body.line(f"let {name}: {self.value_type(node.dtype)} = {self.expression(node, body.operand)};")
+
+    def define_local(self, body: KernelBody, node: IRNode) -> None:
+        self.refuse_scratch_arrays(body, node)
 
     def _hide_from_fast_math(self, node: IRNode, operands: list[str]) -> list[str]:
         """Pass one operand through `ember_opaque_*` where Mesa's inexact algebra would drop a NaN or infinity or

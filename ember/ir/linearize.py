@@ -4,7 +4,6 @@ they do not depend on (loop-invariant hoisting) and nodes not reachable from the
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import NamedTuple
 
@@ -13,8 +12,8 @@ from ember.ir.ir import IRNode, IROp
 
 
 class Step(str, Enum):
-    """What an instruction does with its node; renderers keep one handler per step (a str, so a backend written
-    against the names, `kind == "loop"`, keeps working)."""
+    """What an instruction does with its node; each renderer has one method per step (backends/render_steps.py:
+    STEP_METHODS). A str, so a backend written against the names, `kind == "loop"`, keeps working."""
 
     VALUE = "value"  # compute the node (an ALU op, LOAD, VECTORIZE, GEP)
     DEFINE_ACC = "define_acc"  # a REDUCE's accumulator, set to the reduce's identity
@@ -172,23 +171,6 @@ def linearize(sink: IRNode) -> tuple[Instruction, ...]:
     for store in sink.srcs:
         linearizer.emit(store)
     return tuple(linearizer.instructions)
-
-
-def run_steps(sink: IRNode, handlers: Mapping[Step, Callable[[IRNode], None]]) -> None:
-    """Every renderer's main loop: each instruction of the kernel, in order, handed to the handler of its step."""
-    for instruction in linearize(sink):
-        handlers[instruction.kind](instruction.node)
-
-
-def refuse_scratch_arrays(kernel_name: str, renderer: str) -> Callable[[IRNode], None]:
-    """The DEFINE_LOCAL handler of a renderer that has no scratch arrays: a CompileError naming the kernel."""
-    def define_local(node: IRNode) -> None:
-        from ember.core.errors import CompileError
-
-        raise CompileError(f"kernel {kernel_name} uses a scratch array, which the {renderer} renderer does not render "
-                           "(only kernels for devices with vector_ops are staged)")
-
-    return define_local
 
 
 def loop_iterations(sink: IRNode) -> int:
