@@ -72,9 +72,9 @@ def has_vector_math() -> bool:
 
 
 # what CRenderer renders on vectors (gcc's vector extensions, with helpers for MAX, WHERE and math functions)
-VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE,
-                        Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC, Op.CAST, Op.BITCAST, Op.AND,
-                        Op.OR, Op.SHR, Op.SHL})
+VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.CMPEQ,
+                        Op.WHERE, Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC, Op.CAST, Op.BITCAST,
+                        Op.AND, Op.OR, Op.SHR, Op.SHL})
 # byte lanes converted to float32 lanes through AVX2's widening moves (a helper per source type), else generically
 BYTE_CONVERSIONS = {("int8", "float32", 8): "_mm256_cvtepi8_epi32", ("uint8", "float32", 8): "_mm256_cvtepu8_epi32"}
 RENDERED_KEPT = 256  # sources of the kernels rendered last, kept for compile_many after compile_quick

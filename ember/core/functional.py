@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
@@ -11,7 +12,7 @@ from ember.core.checks import check_index
 from ember.core.dtype import to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
-from ember.core.ops import Op
+from ember.core.ops import Composite, Op
 from ember.core.shapes import broadcast_shapes, normalize_dim
 from ember.core.staged_reduce import reduce_axes
 from ember.core.tensor_base import TensorBase
@@ -115,6 +116,18 @@ def _softmax_source(tensor: Tensor, dtype: Any, op: str) -> Tensor:
     return source
 
 
+def _softmax(source: Tensor, axis: int) -> Tensor:
+    """exp(x - max) / sum over axis (recorded as one step: autograd/rules.py has its backward)."""
+    exponentials = (source - source.amax(axis, keepdim=True)).exp()
+    return exponentials / exponentials.sum(axis, keepdim=True)
+
+
+def _log_softmax(source: Tensor, axis: int) -> Tensor:
+    """(x - max) - log(sum(exp(x - max))) over axis (recorded as one step)."""
+    shifted = source - source.amax(axis, keepdim=True)
+    return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+
 class FunctionalOps(TensorBase):
     """Mixin: the nn.functional operations, as methods (torch's method names where torch has them)."""
 
@@ -125,20 +138,17 @@ class FunctionalOps(TensorBase):
     def softmax(self, dim: int, dtype: Any = None) -> Tensor:
         """exp(x - max) / sum; over the last axis one kernel (the max and the sum fused by rows), else three."""
         source = _softmax_source(cast("Tensor", self), dtype, "softmax")
-        normalize_dim(dim, self.ndim, "softmax")
+        axis = normalize_dim(dim, self.ndim, "softmax")
         if source.numel() == 0:
             return source
-        shifted = source - source.amax(dim, keepdim=True)
-        exponentials = shifted.exp()
-        return exponentials / exponentials.sum(dim, keepdim=True)
+        return source._recorded(Composite.SOFTMAX, functools.partial(_softmax, axis=axis), (source,), axis)
 
     def log_softmax(self, dim: int, dtype: Any = None) -> Tensor:
         source = _softmax_source(cast("Tensor", self), dtype, "log_softmax")
-        normalize_dim(dim, self.ndim, "log_softmax")
+        axis = normalize_dim(dim, self.ndim, "log_softmax")
         if source.numel() == 0:
             return source
-        shifted = source - source.amax(dim, keepdim=True)
-        return shifted - shifted.exp().sum(dim, keepdim=True).log()
+        return source._recorded(Composite.LOG_SOFTMAX, functools.partial(_log_softmax, axis=axis), (source,), axis)
 
     def softmin(self, dim: int, dtype: Any = None) -> Tensor:
         return (-_softmax_source(cast("Tensor", self), dtype, "softmin")).softmax(dim)

@@ -182,7 +182,7 @@ class UnaryMathOps(TensorBase):
             return self * 0.5 * (inner.tanh() + 1.0)
         if approximate != "none":
             raise ArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-        return _in_compute_precision(_gelu)(self)
+        return self._recorded(Composite.GELU, _in_compute_precision(_gelu), (cast("Tensor", self),))
 
     def silu(self) -> Tensor:
         self._floating_only("silu")
@@ -414,6 +414,19 @@ def _erfc(x: Tensor) -> Tensor:
     outer = (x._constant(2.0) - tail).where(x < 0, tail)
     near_zero = x.abs() < 0.5
     return (x._constant(1.0) - _erf_series(x.where(near_zero, 0.0))).where(near_zero, outer)
+
+
+def gelu_derivative(x: Tensor) -> Tensor:
+    """Phi(x) + x phi(x), the derivative of gelu (torch's gelu_backward: NaN at +-inf and NaN)."""
+    return _in_compute_precision(_gelu_derivative)(x)
+
+
+def _gelu_derivative(x: Tensor) -> Tensor:
+    tail = _erfc_nonnegative(x.abs() * (1.0 / math.sqrt(2.0)))  # Phi(x) = 1 - tail / 2 for x >= 0, tail / 2 below
+    half_tail = tail * 0.5
+    cumulative = (x._constant(1.0) - half_tail).where(x >= 0, half_tail)
+    density = _exp(x * x * -0.5) * (1.0 / math.sqrt(2.0 * math.pi))
+    return cumulative + x * density
 
 
 def _gelu(x: Tensor) -> Tensor:

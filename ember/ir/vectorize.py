@@ -19,8 +19,8 @@ from ember.core.walk import compute_bottom_up, evaluate
 from ember.ir.ir import Builder, IRNode, IROp, KernelIR, linear_terms, topological_nodes
 
 # the ALU ops a vector can carry, lane by lane, when the renderer supports them (DeviceInfo.vector_ops)
-VECTOR_ALU_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE, Op.TRUNC, Op.SQRT,
-                            Op.EXP2, Op.LOG2, Op.SIN, Op.RECIPROCAL, Op.CAST, Op.BITCAST, Op.AND, Op.OR, Op.SHR,
+VECTOR_ALU_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.CMPEQ, Op.WHERE, Op.TRUNC,
+                            Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.RECIPROCAL, Op.CAST, Op.BITCAST, Op.AND, Op.OR, Op.SHR,
                             Op.SHL})
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64})
 # integer lanes are packed only as the bits of numbers converted to floats (packed quantized weights): loaded, their
@@ -124,7 +124,7 @@ class Vectorizer:
         first = lanes[0]
         if first.op not in VECTOR_ALU_OPS or first.op not in self.vector_ops:
             return None
-        if first.op is Op.CMPLT and lanes_for(first.srcs[0].dtype, self.vector_bytes) != len(lanes):
+        if first.op in (Op.CMPLT, Op.CMPEQ) and lanes_for(first.srcs[0].dtype, self.vector_bytes) != len(lanes):
             return None  # masks are as wide as the values compared, and a vector's lanes fill one register
         if first.op in (Op.CAST, Op.BITCAST) and not (first.srcs[0].dtype.kind in "iu" and (
                 first.dtype in VECTOR_DTYPES or first.dtype.kind in "iu")):
