@@ -1,0 +1,151 @@
+"""softmax, log_softmax and gelu with their own backward steps, exp's vanishing lanes and vector equality: values
+and gradients against torch (masked rows, -inf, NaN, a T=1024 attention) and the kernels a step takes."""
+
+import numpy as np
+import pytest
+import torch
+
+import ember as em
+from tests.helpers import assert_close, pair, random_array
+
+SPECIAL = [float("-inf"), -1e30, -200.0, -105.5, -105.0, -104.0, -100.0, -88.0, -87.0, -1.0, -0.0, 0.0, 1e-30, 1.0,
+           10.0, 40.0, 88.0, 88.8, 89.0, 105.0, 106.0, float("inf"), float("nan")]
+
+
+def count_kernels(function: object) -> int:
+    with em.profile() as record:
+        function()  # type: ignore[operator]
+    return len(record.kernels)
+
+
+def test_exp_at_special_values_matches_torch(device: str) -> None:
+    values = np.array(SPECIAL, dtype=np.float32)
+    x, tx = pair(values, device, requires_grad=True)
+    result, expected = x.exp(), tx.exp()
+    assert_close(result, expected, rtol=2e-6, atol=0)
+    result.backward(em.ones_like(result))
+    expected.backward(torch.ones_like(expected))
+    assert_close(x.grad, tx.grad, rtol=2e-6, atol=0)
+
+
+def test_exp_of_mostly_vanishing_values_matches_torch(device: str) -> None:
+    """A vector of lanes below the limit next to ordinary ones (the lanes a masked softmax exponentiates)."""
+    values = random_array((3, 1001), low=-3, high=3)
+    values[:, ::2] = -np.inf
+    values[1, ::3] = -150.0
+    values[2, 1::4] = -103.5  # denormal results
+    x, tx = pair(values, device)
+    assert_close(x.exp(), tx.exp(), rtol=2e-6, atol=0)
+
+
+@pytest.mark.parametrize("dim", [-1, 1])
+def test_masked_softmax_backward_matches_torch(device: str, dim: int) -> None:
+    values = random_array((2, 3, 33, 45), low=-4, high=4)
+    mask = np.tril(np.ones((33, 45), dtype=bool))
+    mask[5, :] = False  # a fully masked row: NaN everywhere, as in torch
+    values[1, 2, 7, 3] = np.nan
+    x, tx = pair(values, device, requires_grad=True)
+    keep, tkeep = pair(mask, device)
+    grad, tgrad = pair(random_array((2, 3, 33, 45), seed=3), device)
+    result = x.masked_fill(~keep, float("-inf")).softmax(dim)
+    expected = tx.masked_fill(~tkeep, float("-inf")).softmax(dim)
+    assert_close(result, expected, atol=1e-6)
+    result.backward(grad)
+    expected.backward(tgrad)
+    assert_close(x.grad, tx.grad, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape, dim", [((7, 19), -1), ((7, 19), 0), ((3, 5, 4), 1), ((), 0)])
+def test_log_softmax_backward_matches_torch(device: str, shape: tuple[int, ...], dim: int) -> None:
+    values = random_array(shape, low=-5, high=5)
+    x, tx = pair(values, device, requires_grad=True)
+    result, expected = x.log_softmax(dim), tx.log_softmax(dim)
+    assert_close(result, expected, atol=1e-6)
+    (result * result).sum().backward()
+    (expected * expected).sum().backward()
+    assert_close(x.grad, tx.grad, atol=1e-5)
+
+
+def test_softmax_second_derivative_matches_torch(device: str) -> None:
+    x, tx = pair(random_array((4, 9)), device, requires_grad=True)
+    weights, tweights = pair(random_array((4, 9), seed=2), device)
+    (gradient,) = em.autograd.grad((x.softmax(-1) * weights).sum(), x, create_graph=True)
+    (tgradient,) = torch.autograd.grad((tx.softmax(-1) * tweights).sum(), tx, create_graph=True)
+    (gradient * gradient).sum().backward()
+    (tgradient * tgradient).sum().backward()
+    assert_close(x.grad, tx.grad, atol=1e-5)
+
+
+def test_gelu_backward_matches_torch_at_special_values(device: str) -> None:
+    values = np.concatenate([np.array(SPECIAL, dtype=np.float32), random_array((1000,), low=-8, high=8)])
+    x, tx = pair(values, device, requires_grad=True)
+    result = em.nn.functional.gelu(x)
+    expected = torch.nn.functional.gelu(tx)
+    finite = ~np.isposinf(values)  # gelu(inf): ember's inf where torch's formula gives inf - inf * 0 = NaN
+    assert_close(result.numpy()[finite], expected.detach().numpy()[finite], atol=1e-6)
+    result.backward(em.ones_like(result))
+    expected.backward(torch.ones_like(expected))
+    assert_close(x.grad, tx.grad, atol=2e-6)
+
+
+def test_attention_with_a_thousand_positions_matches_torch(device: str) -> None:
+    """nanoGPT's hand-written causal attention at T=1024: scores, masked softmax, weights @ v, and its gradients."""
+    length, heads, width = 1024, 2, 16
+    q, tq = pair(random_array((1, heads, length, width), seed=1), device, requires_grad=True)
+    k, tk = pair(random_array((1, heads, length, width), seed=2), device, requires_grad=True)
+    v, tv = pair(random_array((1, heads, length, width), seed=3), device, requires_grad=True)
+    mask, tmask = pair(np.tril(np.ones((length, length), dtype=np.float32)), device)
+
+    def attention(library: object, q: object, k: object, v: object, mask: object) -> object:
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / width**0.5)  # type: ignore[attr-defined]
+        weights = scores.masked_fill(mask == 0, float("-inf")).softmax(-1)
+        return weights @ v
+
+    result, expected = attention(em, q, k, v, mask), attention(torch, tq, tk, tv, tmask)
+    assert_close(result, expected, atol=2e-5)
+    (result * result).sum().backward()  # type: ignore[operator]
+    (expected * expected).sum().backward()  # type: ignore[operator]
+    for ours, theirs in ((q, tq), (k, tk), (v, tv)):
+        assert_close(ours.grad, theirs.grad, atol=2e-4, rtol=1e-3)
+
+
+def test_vector_equality_selects_like_torch(device: str) -> None:
+    """x == value packed into vectors (and NaN, which equals nothing) over sizes that are not multiples of lanes."""
+    values = np.round(random_array((37, 203), low=-3, high=3))
+    values[::5, ::7] = np.nan
+    x, tx = pair(values, device)
+    assert_close(em.where(x == 0, x + 7, x * 2), torch.where(tx == 0, tx + 7, tx * 2))
+    assert_close(em.where(x == x, x, -1.0), torch.where(tx == tx, tx, -1.0))
+
+
+def test_mlp_step_with_gelu_is_fourteen_kernels(device: str) -> None:
+    """Linear, GELU, Linear forward and backward: gelu's gradient is one step (20 kernels with the chain rule
+    through erfc's polynomial and branches)."""
+    em.manual_seed(0)
+    x = em.tensor(random_array((64, 32)), device=device)
+    mlp = em.nn.Sequential(em.nn.Linear(32, 128), em.nn.GELU(), em.nn.Linear(128, 32)).to(device)
+
+    def step() -> None:
+        mlp.zero_grad()
+        mlp(x).square().sum().backward()
+        em.realize(*[parameter.grad for parameter in mlp.parameters()])
+
+    step()
+    assert count_kernels(step) <= 14
+
+
+def test_masked_attention_step_is_eleven_kernels(device: str) -> None:
+    """Scores, masked softmax, weights @ k and the gradients of q and k: softmax's backward is one step (13
+    kernels through exp(x - max) / sum, with the max's gradient)."""
+    q = em.tensor(random_array((2, 2, 16, 8), seed=1), device=device, requires_grad=True)
+    k = em.tensor(random_array((2, 2, 16, 8), seed=2), device=device, requires_grad=True)
+    mask = em.tensor(np.tril(np.ones((16, 16), dtype=np.float32)), device=device)
+
+    def step() -> None:
+        q.grad = k.grad = None
+        weights = (q @ k.transpose(-2, -1)).masked_fill(mask == 0, float("-inf")).softmax(-1)
+        (weights @ k).square().sum().backward()
+        em.realize(q.grad, k.grad)
+
+    step()
+    assert count_kernels(step) <= 11
