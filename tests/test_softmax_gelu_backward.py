@@ -149,3 +149,35 @@ def test_masked_attention_step_is_eleven_kernels(device: str) -> None:
 
     step()
     assert count_kernels(step) <= 11
+
+
+def test_embedding_gradient_at_nanogpt_size_matches_torch(device: str) -> None:
+    """A one-hot select whose condition every lane of a row shares (vectorize.SCALAR_CONDITION on c): the
+    embedding's rows and their gradient summed over 4096 tokens, with a repeated token and an infinite gradient."""
+    indices = np.random.default_rng(0).integers(0, 87, (64, 64))
+    indices[0, :8] = 5
+    weight, tweight = pair(random_array((87, 67)), device, requires_grad=True)
+    index, tindex = pair(indices, device)
+    gradient_values = random_array((64, 64, 67), seed=4)
+    gradient_values[3, 3, 2] = np.inf  # only its own row becomes infinite (a product with 0 would spread NaN)
+    gradient, tgradient = pair(gradient_values, device)
+    result = em.nn.functional.embedding(index, weight)
+    expected = torch.nn.functional.embedding(tindex, tweight)
+    assert_close(result, expected, atol=0, rtol=0)
+    result.backward(gradient)
+    expected.backward(tgradient)
+    assert_close(weight.grad, tweight.grad, atol=2e-5)
+
+
+def test_a_condition_shared_by_the_lanes_keeps_the_kernel_vectorized() -> None:
+    """The embedding's backward on c: its one-hot condition is scalar, its values vectors (it was scalar: 30x slower)."""
+    from ember.ir.vectorize import vector_width
+    from ember.scheduler.compile_cache import COMPILED
+
+    before = set(COMPILED)
+    weight = em.tensor(random_array((87, 64)), device="c", requires_grad=True)
+    index = em.tensor(np.random.default_rng(1).integers(0, 87, (32, 16)), device="c")
+    em.nn.functional.embedding(index, weight).backward(em.ones(32, 16, 64, device="c"))
+    em.realize(weight.grad)
+    widths = [vector_width(compiled.ir) for key, compiled in COMPILED.items() if key not in before and key[0] == "c:0"]
+    assert widths and min(widths) > 1, widths

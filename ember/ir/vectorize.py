@@ -27,6 +27,9 @@ VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64})
 # bits picked by masks and shifts, reinterpreted, converted; as many lanes as the float vector they become (a vector
 # of 8 bytes under 8 float32 lanes), and never by arithmetic, whose overflow vectors would not wrap as scalars do
 INTEGER_LANE_OPS = frozenset({IROp.LOAD, Op.CAST, Op.BITCAST, Op.AND, Op.OR, Op.SHR, Op.SHL})
+# in a device's vector_ops: its renderer selects between vectors by one scalar condition (a WHERE whose lanes all
+# read one condition, as an embedding's one-hot row or a causal mask's position shared by a row's lanes)
+SCALAR_CONDITION = "WHERE with a scalar condition"
 # packing one group of lanes: yields the groups of source lanes it needs packed, returns the vector (or None)
 Packing = Generator[tuple[IRNode, ...], IRNode | None, IRNode | None]
 
@@ -131,7 +134,12 @@ class Vectorizer:
             return None  # only integers to floats (or integers of another sign) are converted lane by lane
         sources = []
         for position in range(len(first.srcs)):
-            packed = yield tuple(lane.srcs[position] for lane in lanes)
+            column = tuple(lane.srcs[position] for lane in lanes)
+            if (position == 0 and first.op is Op.WHERE and SCALAR_CONDITION in self.vector_ops
+                    and all(condition is column[0] for condition in column)):
+                sources.append(self.scalar(column[0]))  # one condition for every lane: kept scalar
+                continue
+            packed = yield column
             if packed is None:
                 return None
             sources.append(packed)
