@@ -1,5 +1,6 @@
-"""softmax, log_softmax and gelu with their own backward steps, exp's vanishing lanes and vector equality: values
-and gradients against torch (masked rows, -inf, NaN, a T=1024 attention) and the kernels a step takes."""
+"""softmax, log_softmax and gelu with their own backward steps, softmax's exp with vanishing lanes, vector equality,
+a condition shared by a vector's lanes and position ramps: values and gradients against torch (masked rows, -inf,
+NaN, T=1024 attention, an embedding at nanoGPT's size) and the kernels a step takes."""
 
 import numpy as np
 import pytest
@@ -36,6 +37,21 @@ def test_exp_of_mostly_vanishing_values_matches_torch(device: str) -> None:
     values[2, 1::4] = -103.5  # denormal results
     x, tx = pair(values, device)
     assert_close(x.exp(), tx.exp(), rtol=2e-6, atol=0)
+
+
+@pytest.mark.parametrize("function", ["softmax", "log_softmax"])
+def test_softmax_of_far_below_the_maximum_matches_torch(device: str, function: str) -> None:
+    """Shifted values at and past exp's limit (denormal results, exact zeros) and a NaN row."""
+    row = np.array([0.0, -1e30, -200.0, -105.5, -105.0, -104.0, -103.5, -100.0, -88.0, -87.0, -1.0, float("-inf")],
+                   dtype=np.float32)
+    values = np.stack([row, row + 3.0, np.roll(row, 5), np.full_like(row, np.nan)])
+    x, tx = pair(values, device, requires_grad=True)
+    result, expected = getattr(x, function)(-1), getattr(tx, function)(-1)
+    assert_close(result, expected, rtol=2e-6, atol=0)
+    weights = random_array(values.shape, seed=5)
+    (result.where(result > -1e30, 0.0) * em.tensor(weights, device=device)).sum().backward()
+    (expected.where(expected > -1e30, 0.0) * torch.tensor(weights)).sum().backward()
+    assert_close(x.grad, tx.grad, atol=1e-6)
 
 
 @pytest.mark.parametrize("dim", [-1, 1])
@@ -181,3 +197,52 @@ def test_a_condition_shared_by_the_lanes_keeps_the_kernel_vectorized() -> None:
     em.realize(weight.grad)
     widths = [vector_width(compiled.ir) for key, compiled in COMPILED.items() if key not in before and key[0] == "c:0"]
     assert widths and min(widths) > 1, widths
+
+
+def test_causal_sdpa_with_a_thousand_positions_matches_torch(device: str) -> None:
+    """scaled_dot_product_attention(is_causal=True) at T=1024 (its softmax one step for autograd, its mask made of
+    positions packed into vectors on c), values and the gradients of q, k and v."""
+    length, heads, width = 1024, 2, 16
+    q, tq = pair(random_array((1, heads, length, width), seed=1), device, requires_grad=True)
+    k, tk = pair(random_array((1, heads, length, width), seed=2), device, requires_grad=True)
+    v, tv = pair(random_array((1, heads, length, width), seed=3), device, requires_grad=True)
+    result = em.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    expected = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+    assert_close(result, expected, atol=2e-5)
+    (result * result).sum().backward()
+    (expected * expected).sum().backward()
+    for ours, theirs in ((q, tq), (k, tk), (v, tv)):
+        assert_close(ours.grad, theirs.grad, atol=2e-4, rtol=1e-3)
+
+
+def test_causal_sdpa_with_a_fully_masked_row_matches_torch(device: str) -> None:
+    """A boolean mask with a row of no keys: zero weights and zero gradients there, as torch's math attention."""
+    mask_values = np.tril(np.ones((9, 13), dtype=bool))
+    mask_values[4] = False
+    q, tq = pair(random_array((2, 3, 9, 5), seed=1), device, requires_grad=True)
+    k, tk = pair(random_array((2, 3, 13, 5), seed=2), device, requires_grad=True)
+    v, tv = pair(random_array((2, 3, 13, 4), seed=3), device, requires_grad=True)
+    mask, tmask = pair(mask_values, device)
+    result = em.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    expected = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=tmask)
+    expected = torch.nan_to_num(expected)  # torch's math kernel gives NaN rows where its fused kernels give zeros
+    assert_close(result, expected, atol=1e-5)
+    (result * result).sum().backward()
+    (expected * expected).sum().backward()
+    for ours, theirs in ((q, tq), (k, tk), (v, tv)):
+        assert_close(ours.grad, torch.nan_to_num(theirs.grad), atol=1e-4)
+
+
+def test_causal_sdpa_kernels_are_vectorized_on_c() -> None:
+    """The causal mask compares float positions: lanes of consecutive positions are one vector (a ramp), so the
+    softmax and weights @ v kernels pack into vectors (they were scalar: 15x slower)."""
+    from ember.ir.vectorize import vector_width
+    from ember.scheduler.compile_cache import COMPILED
+
+    before = set(COMPILED)
+    q = em.tensor(random_array((2, 3, 40, 16), seed=1), device="c", requires_grad=True)
+    result = em.nn.functional.scaled_dot_product_attention(q, q * 0.5, q * 2.0, is_causal=True)
+    result.sum().backward()
+    em.realize(q.grad)
+    widths = [vector_width(compiled.ir) for key, compiled in COMPILED.items() if key not in before and key[0] == "c:0"]
+    assert widths and sum(width > 1 for width in widths) >= len(widths) - 1, widths

@@ -16,6 +16,7 @@ from ember.core.ops import Composite, Op
 from ember.core.shapes import broadcast_shapes, normalize_dim
 from ember.core.staged_reduce import reduce_axes
 from ember.core.tensor_base import TensorBase
+from ember.core.unary_math import exp_of_shifted
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -118,14 +119,14 @@ def _softmax_source(tensor: Tensor, dtype: Any, op: str) -> Tensor:
 
 def _softmax(source: Tensor, axis: int) -> Tensor:
     """exp(x - max) / sum over axis (recorded as one step: autograd/rules.py has its backward)."""
-    exponentials = (source - source.amax(axis, keepdim=True)).exp()
+    exponentials = exp_of_shifted(source - source.amax(axis, keepdim=True))
     return exponentials / exponentials.sum(axis, keepdim=True)
 
 
 def _log_softmax(source: Tensor, axis: int) -> Tensor:
     """(x - max) - log(sum(exp(x - max))) over axis (recorded as one step)."""
     shifted = source - source.amax(axis, keepdim=True)
-    return shifted - shifted.exp().sum(axis, keepdim=True).log()
+    return shifted - exp_of_shifted(shifted).sum(axis, keepdim=True).log()
 
 
 class FunctionalOps(TensorBase):
@@ -495,14 +496,19 @@ class FunctionalOps(TensorBase):
                 )
         if source_length == 0:
             return scores.matmul(value)  # no keys: zeros, like torch
-        maximum = scores.amax(-1, keepdim=True)
-        maximum = where(maximum == -math.inf, 0.0, maximum)  # a fully masked row: exp(-inf) = 0 everywhere
-        exponentials = (scores - maximum).exp()
         mask = attn_mask if attn_mask is not None and attn_mask.dtype.is_bool else None
-        if mask is not None:
-            exponentials = where(mask, exponentials, 0.0)  # exactly 0 where masked, not by exp's underflow
-        total = exponentials.sum(-1, keepdim=True)
-        weights = where(total == 0, 0.0, exponentials / total)
+
+        def masked_softmax(scores: Tensor) -> Tensor:
+            maximum = scores.amax(-1, keepdim=True)
+            maximum = where(maximum == -math.inf, 0.0, maximum)  # a fully masked row: exp(-inf) = 0 everywhere
+            exponentials = exp_of_shifted(scores - maximum)
+            if mask is not None:
+                exponentials = where(mask, exponentials, 0.0)  # exactly 0 where masked, not by exp's underflow
+            total = exponentials.sum(-1, keepdim=True)
+            return where(total == 0, 0.0, exponentials / total)
+
+        # one step for autograd with softmax's backward from the weights (a masked or empty row's are zeros)
+        weights = scores._recorded(Composite.SOFTMAX, masked_softmax, (scores,), scores.ndim - 1)
         if dropout_p > 0.0:
             weights = weights.dropout(dropout_p, training=True)
         if not is_causal:

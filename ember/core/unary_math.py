@@ -323,17 +323,31 @@ class UnaryMathOps(TensorBase):
 def _exp(x: Tensor) -> Tensor:
     """exp(x) = exp2(r / ln 2) * 2^k with k = trunc(x / ln 2) and r = x - k ln 2 computed exactly (Cody-Waite).
     2^k is exact down to the smallest denormal, and k reaches the overflow exponent exactly where exp(x) does.
-    k comes from x clamped to the limit (k of +inf would make r NaN), r from x itself: beyond the upper limit r alone
-    overflows exp2, and the gradient is still exp(x) (inf), as in torch. Below the lower limit (-inf too) the result
-    is a selected 0 and the lanes compute exp(0): underflowing arithmetic (a denormal product, exp2 of -inf) takes
-    slow paths on CPUs (microcode assists, libmvec's scalar fallback), and a masked softmax is half such lanes."""
+    k comes from x clamped to the limit (k of +-inf would make r NaN), r from x itself: beyond the limit r alone
+    overflows or underflows exp2, and the gradient is still exp(x) (inf, or 0), as in torch."""
     high, low = LN_2_PARTS[x.dtype]
     limit = EXP_LIMIT[x.dtype]
-    zero = x._constant(0.0)
-    vanishing = x < -limit
-    safe = zero.where(vanishing, x)  # keeps NaN
-    clamped = x._constant(limit).where(safe > limit, safe)
+    clamped = x._apply(Op.MAX, x._constant(-limit))
+    clamped = x._constant(limit).where(clamped > limit, clamped)  # keeps NaN
     k = (clamped * LOG2_E)._apply(Op.TRUNC)
+    reduced = (x - k * high) - k * low
+    return (reduced * LOG2_E)._apply(Op.EXP2) * k._apply(Op.EXP2)
+
+
+def exp_of_shifted(x: Tensor) -> Tensor:
+    """exp(x) for x <= 0 or NaN (floating x), as a softmax takes it (see _exp_of_shifted)."""
+    return _in_compute_precision(_exp_of_shifted)(x)
+
+
+def _exp_of_shifted(x: Tensor) -> Tensor:
+    """exp(x) for x <= 0 or NaN (a softmax's x - max, -inf where masked): below the lower limit a selected 0, those
+    lanes computing exp(0). _exp's underflowing arithmetic there (a denormal product, exp2 of -inf) takes slow paths
+    on CPUs (microcode assists, libmvec's scalar fallback): a masked softmax, half such lanes, ran 10x slower."""
+    high, low = LN_2_PARTS[x.dtype]
+    zero = x._constant(0.0)
+    vanishing = x < -EXP_LIMIT[x.dtype]  # exp(-limit) rounds to 0 as well
+    safe = zero.where(vanishing, x)  # keeps NaN
+    k = (safe * LOG2_E)._apply(Op.TRUNC)
     reduced = (safe - k * high) - k * low
     return zero.where(vanishing, (reduced * LOG2_E)._apply(Op.EXP2) * k._apply(Op.EXP2))
 

@@ -103,6 +103,9 @@ class Vectorizer:
         if first.op is IROp.REDUCE and IROp.REDUCE in self.vector_ops and self._same_op(lanes) and all(
                 lane.srcs[1:] == first.srcs[1:] for lane in lanes):
             return (yield from self._pack_reduce(lanes))
+        if self._index_ramp(lanes):  # consecutive integers as floats: the first one's, plus 0, 1, 2, ... (exact)
+            steps = [b.const(float(lane), first.dtype) for lane in range(width)]
+            return b.vector_alu(Op.ADD, first.dtype, b.vectorize([self.scalar(first)] * width), b.vectorize(steps))
         if first.op in VECTOR_ALU_OPS and first.op in self.vector_ops and self._same_op(lanes):
             packed = yield from self._pack_ops(lanes)
             if packed is not None:
@@ -116,6 +119,16 @@ class Vectorizer:
             return lanes_for(first.dtype, self.vector_bytes) == width
         return (first.dtype.kind in "iu" and first.op in INTEGER_LANE_OPS and first.op in self.vector_ops
                 and width * first.dtype.itemsize <= self.vector_bytes)
+
+    def _index_ramp(self, lanes: tuple[IRNode, ...]) -> bool:
+        """Whether lanes are casts to float of consecutive integers (a position, as a causal mask compares) whose
+        values the float holds exactly (below 2^24 for float32): a vector built without gathering."""
+        first = lanes[0]
+        exact = 2.0**24 if first.dtype is dtypes.float32 else 2.0**53
+        return (first.op is Op.CAST and Op.ADD in self.vector_ops and self._same_op(lanes)
+                and first.srcs[0].dtype.kind in "iu" and first.srcs[0].width == 1
+                and -exact < first.srcs[0].minimum and first.srcs[0].maximum + len(lanes) < exact
+                and consecutive(lane.srcs[0] for lane in lanes))
 
     @staticmethod
     def _same_op(lanes: tuple[IRNode, ...]) -> bool:
