@@ -227,6 +227,28 @@ def _max_pool(step: Recorded, grad: Tensor) -> Gradients:
     return (max_pool_gradient(grad, step.sources[0], step.arg),)
 
 
+def _softmax(step: Recorded, grad: Tensor) -> Gradients:
+    """y (g - sum(g y)) over the axis, from the output y (torch's softmax backward)."""
+    output = step.output
+    product = grad * output
+    total = _reduce(product, Op.SUM, (step.arg,)) if output.ndim else product
+    return (product - output * _expand_to(total, output.shape),)
+
+
+def _log_softmax(step: Recorded, grad: Tensor) -> Gradients:
+    """g - exp(y) sum(g) over the axis, from the output y (torch's log_softmax backward)."""
+    output = step.output
+    total = _reduce(grad, Op.SUM, (step.arg,)) if output.ndim else grad
+    return (grad - output.exp() * _expand_to(total, output.shape),)
+
+
+def _gelu(step: Recorded, grad: Tensor) -> Gradients:
+    """grad (Phi(x) + x phi(x)) (torch's gelu backward, approximate='none')."""
+    from ember.core.unary_math import gelu_derivative
+
+    return (grad * gelu_derivative(step.sources[0]),)
+
+
 # ---- the table: every primitive op, one entry each ----------------------------------------------------------------
 
 BACKWARD: dict[Op, Rule] = {
@@ -293,6 +315,9 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
     Composite.MAX_POOL: _max_pool,
     Composite.TANH: lambda step, grad: (grad * (1.0 - step.output * step.output),),
     Composite.SIGMOID: lambda step, grad: (grad * (step.output * (1.0 - step.output)),),
+    Composite.SOFTMAX: _softmax,
+    Composite.LOG_SOFTMAX: _log_softmax,
+    Composite.GELU: _gelu,
 }
 
 NO_SOURCES = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE})  # never recorded: they have no sources to differentiate

@@ -36,6 +36,7 @@ from ember.core.dtype import DType
 from ember.core.errors import BackendUnavailable, CompileError, DeviceError
 from ember.core.ops import Op
 from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
+from ember.ir.vectorize import SCALAR_CONDITION
 
 C_PRELUDE = """#include <math.h>
 #include <stdint.h>
@@ -72,9 +73,9 @@ def has_vector_math() -> bool:
 
 
 # what CRenderer renders on vectors (gcc's vector extensions, with helpers for MAX, WHERE and math functions)
-VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE,
-                        Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC, Op.CAST, Op.BITCAST, Op.AND,
-                        Op.OR, Op.SHR, Op.SHL})
+VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.CMPEQ,
+                        Op.WHERE, Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC, Op.CAST, Op.BITCAST,
+                        Op.AND, Op.OR, Op.SHR, Op.SHL, SCALAR_CONDITION})
 # byte lanes converted to float32 lanes through AVX2's widening moves (a helper per source type), else generically
 BYTE_CONVERSIONS = {("int8", "float32", 8): "_mm256_cvtepi8_epi32", ("uint8", "float32", 8): "_mm256_cvtepu8_epi32"}
 RENDERED_KEPT = 256  # sources of the kernels rendered last, kept for compile_many after compile_quick
@@ -136,6 +137,8 @@ class CRenderer(CStyleRenderer):
         return f"ember_max_{node.dtype.name}x{node.width}({operands[0]}, {operands[1]})"
 
     def vector_select(self, operands: list[str], node: IRNode) -> str:
+        if node.srcs[0].width == 1:  # one condition for every lane (vectorize.SCALAR_CONDITION): C's ?: on vectors
+            return f"({operands[0]}?{operands[1]}:{operands[2]})"
         return f"ember_select_{node.dtype.name}x{node.width}({', '.join(operands)})"
 
     def vector_math(self, operands: list[str], node: IRNode) -> str:

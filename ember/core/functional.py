@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
@@ -11,10 +12,11 @@ from ember.core.checks import check_index
 from ember.core.dtype import to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
-from ember.core.ops import Op
+from ember.core.ops import Composite, Op
 from ember.core.shapes import broadcast_shapes, normalize_dim
 from ember.core.staged_reduce import reduce_axes
 from ember.core.tensor_base import TensorBase
+from ember.core.unary_math import exp_of_shifted
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -115,6 +117,18 @@ def _softmax_source(tensor: Tensor, dtype: Any, op: str) -> Tensor:
     return source
 
 
+def _softmax(source: Tensor, axis: int) -> Tensor:
+    """exp(x - max) / sum over axis (recorded as one step: autograd/rules.py has its backward)."""
+    exponentials = exp_of_shifted(source - source.amax(axis, keepdim=True))
+    return exponentials / exponentials.sum(axis, keepdim=True)
+
+
+def _log_softmax(source: Tensor, axis: int) -> Tensor:
+    """(x - max) - log(sum(exp(x - max))) over axis (recorded as one step)."""
+    shifted = source - source.amax(axis, keepdim=True)
+    return shifted - exp_of_shifted(shifted).sum(axis, keepdim=True).log()
+
+
 class FunctionalOps(TensorBase):
     """Mixin: the nn.functional operations, as methods (torch's method names where torch has them)."""
 
@@ -125,20 +139,17 @@ class FunctionalOps(TensorBase):
     def softmax(self, dim: int, dtype: Any = None) -> Tensor:
         """exp(x - max) / sum; over the last axis one kernel (the max and the sum fused by rows), else three."""
         source = _softmax_source(cast("Tensor", self), dtype, "softmax")
-        normalize_dim(dim, self.ndim, "softmax")
+        axis = normalize_dim(dim, self.ndim, "softmax")
         if source.numel() == 0:
             return source
-        shifted = source - source.amax(dim, keepdim=True)
-        exponentials = shifted.exp()
-        return exponentials / exponentials.sum(dim, keepdim=True)
+        return source._recorded(Composite.SOFTMAX, functools.partial(_softmax, axis=axis), (source,), axis)
 
     def log_softmax(self, dim: int, dtype: Any = None) -> Tensor:
         source = _softmax_source(cast("Tensor", self), dtype, "log_softmax")
-        normalize_dim(dim, self.ndim, "log_softmax")
+        axis = normalize_dim(dim, self.ndim, "log_softmax")
         if source.numel() == 0:
             return source
-        shifted = source - source.amax(dim, keepdim=True)
-        return shifted - shifted.exp().sum(dim, keepdim=True).log()
+        return source._recorded(Composite.LOG_SOFTMAX, functools.partial(_log_softmax, axis=axis), (source,), axis)
 
     def softmin(self, dim: int, dtype: Any = None) -> Tensor:
         return (-_softmax_source(cast("Tensor", self), dtype, "softmin")).softmax(dim)
@@ -485,14 +496,19 @@ class FunctionalOps(TensorBase):
                 )
         if source_length == 0:
             return scores.matmul(value)  # no keys: zeros, like torch
-        maximum = scores.amax(-1, keepdim=True)
-        maximum = where(maximum == -math.inf, 0.0, maximum)  # a fully masked row: exp(-inf) = 0 everywhere
-        exponentials = (scores - maximum).exp()
         mask = attn_mask if attn_mask is not None and attn_mask.dtype.is_bool else None
-        if mask is not None:
-            exponentials = where(mask, exponentials, 0.0)  # exactly 0 where masked, not by exp's underflow
-        total = exponentials.sum(-1, keepdim=True)
-        weights = where(total == 0, 0.0, exponentials / total)
+
+        def masked_softmax(scores: Tensor) -> Tensor:
+            maximum = scores.amax(-1, keepdim=True)
+            maximum = where(maximum == -math.inf, 0.0, maximum)  # a fully masked row: exp(-inf) = 0 everywhere
+            exponentials = exp_of_shifted(scores - maximum)
+            if mask is not None:
+                exponentials = where(mask, exponentials, 0.0)  # exactly 0 where masked, not by exp's underflow
+            total = exponentials.sum(-1, keepdim=True)
+            return where(total == 0, 0.0, exponentials / total)
+
+        # one step for autograd with softmax's backward from the weights (a masked or empty row's are zeros)
+        weights = scores._recorded(Composite.SOFTMAX, masked_softmax, (scores,), scores.ndim - 1)
         if dropout_p > 0.0:
             weights = weights.dropout(dropout_p, training=True)
         if not is_causal:

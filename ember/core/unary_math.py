@@ -182,7 +182,7 @@ class UnaryMathOps(TensorBase):
             return self * 0.5 * (inner.tanh() + 1.0)
         if approximate != "none":
             raise ArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-        return _in_compute_precision(_gelu)(self)
+        return self._recorded(Composite.GELU, _in_compute_precision(_gelu), (cast("Tensor", self),))
 
     def silu(self) -> Tensor:
         self._floating_only("silu")
@@ -334,6 +334,24 @@ def _exp(x: Tensor) -> Tensor:
     return (reduced * LOG2_E)._apply(Op.EXP2) * k._apply(Op.EXP2)
 
 
+def exp_of_shifted(x: Tensor) -> Tensor:
+    """exp(x) for x <= 0 or NaN (floating x), as a softmax takes it (see _exp_of_shifted)."""
+    return _in_compute_precision(_exp_of_shifted)(x)
+
+
+def _exp_of_shifted(x: Tensor) -> Tensor:
+    """exp(x) for x <= 0 or NaN (a softmax's x - max, -inf where masked): below the lower limit a selected 0, those
+    lanes computing exp(0). _exp's underflowing arithmetic there (a denormal product, exp2 of -inf) takes slow paths
+    on CPUs (microcode assists, libmvec's scalar fallback): a masked softmax, half such lanes, ran 10x slower."""
+    high, low = LN_2_PARTS[x.dtype]
+    zero = x._constant(0.0)
+    vanishing = x < -EXP_LIMIT[x.dtype]  # exp(-limit) rounds to 0 as well
+    safe = zero.where(vanishing, x)  # keeps NaN
+    k = (safe * LOG2_E)._apply(Op.TRUNC)
+    reduced = (safe - k * high) - k * low
+    return zero.where(vanishing, (reduced * LOG2_E)._apply(Op.EXP2) * k._apply(Op.EXP2))
+
+
 def _expm1(x: Tensor) -> Tensor:
     """Kahan's (u - 1) * x / log u where it is defined; x near 0, -1 far below 0, u = inf above. The correction
     gets safe inputs where it is not selected, so its backward never sends 0 * inf (NaN) to x."""
@@ -414,6 +432,19 @@ def _erfc(x: Tensor) -> Tensor:
     outer = (x._constant(2.0) - tail).where(x < 0, tail)
     near_zero = x.abs() < 0.5
     return (x._constant(1.0) - _erf_series(x.where(near_zero, 0.0))).where(near_zero, outer)
+
+
+def gelu_derivative(x: Tensor) -> Tensor:
+    """Phi(x) + x phi(x), the derivative of gelu (torch's gelu_backward: NaN at +-inf and NaN)."""
+    return _in_compute_precision(_gelu_derivative)(x)
+
+
+def _gelu_derivative(x: Tensor) -> Tensor:
+    tail = _erfc_nonnegative(x.abs() * (1.0 / math.sqrt(2.0)))  # Phi(x) = 1 - tail / 2 for x >= 0, tail / 2 below
+    half_tail = tail * 0.5
+    cumulative = (x._constant(1.0) - half_tail).where(x >= 0, half_tail)
+    density = _exp(x * x * -0.5) * (1.0 / math.sqrt(2.0 * math.pi))
+    return cumulative + x * density
 
 
 def _gelu(x: Tensor) -> Tensor:

@@ -248,8 +248,9 @@ class Builder:
         return self._make(IROp.LOAD, param.dtype, srcs, None, width=width)
 
     def vector_alu(self, op: Op, dtype: DType, *srcs: IRNode, arg: Any = None) -> IRNode:
-        """An ALU op lane by lane on vectors of one width (no simplification: the scalar DAG was simplified)."""
-        return self._make(op, dtype, srcs, arg, width=srcs[0].width)
+        """An ALU op lane by lane on vectors of one width (no simplification: the scalar DAG was simplified); a
+        WHERE's condition may be one scalar for all lanes (vectorize.SCALAR_CONDITION)."""
+        return self._make(op, dtype, srcs, arg, width=max(src.width for src in srcs))
 
     def define_local(self, dtype: DType, size: int) -> IRNode:
         self.local_count += 1

@@ -19,14 +19,17 @@ from ember.core.walk import compute_bottom_up, evaluate
 from ember.ir.ir import Builder, IRNode, IROp, KernelIR, linear_terms, topological_nodes
 
 # the ALU ops a vector can carry, lane by lane, when the renderer supports them (DeviceInfo.vector_ops)
-VECTOR_ALU_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.WHERE, Op.TRUNC, Op.SQRT,
-                            Op.EXP2, Op.LOG2, Op.SIN, Op.RECIPROCAL, Op.CAST, Op.BITCAST, Op.AND, Op.OR, Op.SHR,
+VECTOR_ALU_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.CMPEQ, Op.WHERE, Op.TRUNC,
+                            Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.RECIPROCAL, Op.CAST, Op.BITCAST, Op.AND, Op.OR, Op.SHR,
                             Op.SHL})
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64})
 # integer lanes are packed only as the bits of numbers converted to floats (packed quantized weights): loaded, their
 # bits picked by masks and shifts, reinterpreted, converted; as many lanes as the float vector they become (a vector
 # of 8 bytes under 8 float32 lanes), and never by arithmetic, whose overflow vectors would not wrap as scalars do
 INTEGER_LANE_OPS = frozenset({IROp.LOAD, Op.CAST, Op.BITCAST, Op.AND, Op.OR, Op.SHR, Op.SHL})
+# in a device's vector_ops: its renderer selects between vectors by one scalar condition (a WHERE whose lanes all
+# read one condition, as an embedding's one-hot row or a causal mask's position shared by a row's lanes)
+SCALAR_CONDITION = "WHERE with a scalar condition"
 # packing one group of lanes: yields the groups of source lanes it needs packed, returns the vector (or None)
 Packing = Generator[tuple[IRNode, ...], IRNode | None, IRNode | None]
 
@@ -100,6 +103,9 @@ class Vectorizer:
         if first.op is IROp.REDUCE and IROp.REDUCE in self.vector_ops and self._same_op(lanes) and all(
                 lane.srcs[1:] == first.srcs[1:] for lane in lanes):
             return (yield from self._pack_reduce(lanes))
+        if self._index_ramp(lanes):  # consecutive integers as floats: the first one's, plus 0, 1, 2, ... (exact)
+            steps = [b.const(float(lane), first.dtype) for lane in range(width)]
+            return b.vector_alu(Op.ADD, first.dtype, b.vectorize([self.scalar(first)] * width), b.vectorize(steps))
         if first.op in VECTOR_ALU_OPS and first.op in self.vector_ops and self._same_op(lanes):
             packed = yield from self._pack_ops(lanes)
             if packed is not None:
@@ -114,6 +120,16 @@ class Vectorizer:
         return (first.dtype.kind in "iu" and first.op in INTEGER_LANE_OPS and first.op in self.vector_ops
                 and width * first.dtype.itemsize <= self.vector_bytes)
 
+    def _index_ramp(self, lanes: tuple[IRNode, ...]) -> bool:
+        """Whether lanes are casts to float of consecutive integers (a position, as a causal mask compares) whose
+        values the float holds exactly (below 2^24 for float32): a vector built without gathering."""
+        first = lanes[0]
+        exact = 2.0**24 if first.dtype is dtypes.float32 else 2.0**53
+        return (first.op is Op.CAST and Op.ADD in self.vector_ops and self._same_op(lanes)
+                and first.srcs[0].dtype.kind in "iu" and first.srcs[0].width == 1
+                and -exact < first.srcs[0].minimum and first.srcs[0].maximum + len(lanes) < exact
+                and consecutive(lane.srcs[0] for lane in lanes))
+
     @staticmethod
     def _same_op(lanes: tuple[IRNode, ...]) -> bool:
         first = lanes[0]
@@ -124,14 +140,19 @@ class Vectorizer:
         first = lanes[0]
         if first.op not in VECTOR_ALU_OPS or first.op not in self.vector_ops:
             return None
-        if first.op is Op.CMPLT and lanes_for(first.srcs[0].dtype, self.vector_bytes) != len(lanes):
+        if first.op in (Op.CMPLT, Op.CMPEQ) and lanes_for(first.srcs[0].dtype, self.vector_bytes) != len(lanes):
             return None  # masks are as wide as the values compared, and a vector's lanes fill one register
         if first.op in (Op.CAST, Op.BITCAST) and not (first.srcs[0].dtype.kind in "iu" and (
                 first.dtype in VECTOR_DTYPES or first.dtype.kind in "iu")):
             return None  # only integers to floats (or integers of another sign) are converted lane by lane
         sources = []
         for position in range(len(first.srcs)):
-            packed = yield tuple(lane.srcs[position] for lane in lanes)
+            column = tuple(lane.srcs[position] for lane in lanes)
+            if (position == 0 and first.op is Op.WHERE and SCALAR_CONDITION in self.vector_ops
+                    and all(condition is column[0] for condition in column)):
+                sources.append(self.scalar(column[0]))  # one condition for every lane: kept scalar
+                continue
+            packed = yield column
             if packed is None:
                 return None
             sources.append(packed)
