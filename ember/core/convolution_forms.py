@@ -38,6 +38,7 @@ class ConvolutionGeometry(NamedTuple):
     dilations: tuple[int, ...]
     groups: int
     sizes: tuple[int, ...]
+    phased: bool = False  # the step's input is the padded input copied split into the last axis' stride phases
 
     def outputs(self, kernel: tuple[int, ...]) -> tuple[int, ...]:
         """The output's spatial sizes for a kernel of these sizes."""
@@ -117,7 +118,11 @@ def convolve(source: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> T
 
 
 def _convolve_recorded(padded: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
-    """The convolution of the input padded already, recorded for autograd as one step."""
+    """The convolution of the input padded already, recorded for autograd as one step; an input strided along its
+    last axis (no dilation) is first copied split into its phases (`phase_split`), and the step records that copy,
+    which the filters' gradient reads again."""
+    if geometry.strides[-1] > 1 and geometry.dilations[-1] == 1:
+        return _phased_recorded(phase_split(padded, tuple(weight.shape[2:]), geometry), weight, geometry)
 
     def compute(x: Tensor, w: Tensor) -> Tensor:
         return _convolve(x, w, geometry)
@@ -125,16 +130,24 @@ def _convolve_recorded(padded: Tensor, weight: Tensor, geometry: ConvolutionGeom
     return padded._recorded(Composite.CONVOLUTION, compute, (padded, weight), geometry)
 
 
+def _phased_recorded(phased: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """The convolution of the input split into its phases already, recorded for autograd as one step."""
+    phased_geometry = geometry._replace(phased=True)
+
+    def compute(x: Tensor, w: Tensor) -> Tensor:
+        return _phased_convolve(x, w, phased_geometry)
+
+    return phased._recorded(Composite.CONVOLUTION, compute, (phased, weight), phased_geometry)
+
+
 def _convolve(padded: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
-    """The convolution of the input padded already by geometry.pads."""
+    """The convolution of the input padded already by geometry.pads (not strided along its last axis)."""
     spatial = len(geometry.strides)
     batch = padded.shape[0]
     out_channels, group_channels = weight.shape[:2]
     kernel = tuple(weight.shape[2:])
     groups = geometry.groups
     outputs = geometry.outputs(kernel)
-    if geometry.strides[-1] > 1 and geometry.dilations[-1] == 1:
-        return _phased_convolve(padded, weight, geometry, outputs)
     patches = windows(padded, kernel, geometry.strides, geometry.dilations, outputs)  # [N, C, *O, *K]
     patches = patches.reshape((batch, groups, 1, group_channels) + outputs + kernel)
     filters = weight.reshape((1, groups, out_channels // groups, group_channels) + (1,) * spatial + kernel)
@@ -143,34 +156,70 @@ def _convolve(padded: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> 
     return result.reshape((batch, out_channels) + outputs)
 
 
-def _phased_convolve(padded: Tensor, weight: Tensor, geometry: ConvolutionGeometry,
-                     outputs: tuple[int, ...]) -> Tensor:
-    """A convolution strided along its last axis (stride s, no dilation) as a sum over the s phases of that axis:
-    the input copied as [N, C, s, ..., M] with x[..., p, m] = padded[..., m * s + p], the filters' last axis
-    zero-padded to Q * s and split as (q, p), so that out[o] = sum over p, q of x[p, o + q] * w[q, p]: windows of
-    stride 1 along the last axis (whole vectors), at the cost of the filters' padding (K rounded up to s)."""
+class PhaseLayout(NamedTuple):
+    """How a convolution strided along its last axis (stride s) reads its input split into phases: the filter's last
+    axis as `shifts` (Q) shifts of the stride, the phases a filter offset reads (min(s, K)), the phases' length M =
+    O + Q - 1, the padded input's spatial sizes."""
+
+    shifts: int
+    phases: int
+    length: int
+    padded_sizes: tuple[int, ...]
+
+
+def _phase_layout(geometry: ConvolutionGeometry, kernel: tuple[int, ...]) -> PhaseLayout:
+    """The phase layout of a convolution strided along its last axis with a kernel of these sizes."""
+    shifts = -(-kernel[-1] // geometry.strides[-1])
+    padded_sizes = tuple(size + before + after for size, (before, after) in zip(geometry.sizes, geometry.pads))
+    return PhaseLayout(shifts, min(geometry.strides[-1], kernel[-1]), geometry.outputs(kernel)[-1] + shifts - 1,
+                       padded_sizes)
+
+
+def phase_split(padded: Tensor, kernel: tuple[int, ...], geometry: ConvolutionGeometry) -> Tensor:
+    """The padded input [N, C, *S] of a convolution strided along its last axis (stride s) copied as [N, C, s, ...,
+    M] with x[..., p, m] = padded[..., m * s + p] (cut or zero-padded to M * s), only the phases a filter offset
+    reads (the first K of a kernel K < s): the windows of stride 1 that `_phased_convolve` and the filters' gradient
+    read as whole vectors."""
+    return _phase_view(padded, kernel, geometry).contiguous()
+
+
+def _phase_view(tensor: Tensor, kernel: tuple[int, ...], geometry: ConvolutionGeometry) -> Tensor:
+    """[N, C, *S'] (S' the padded sizes) viewed as `phase_split`'s layout [N, C, s', ..., M]."""
     spatial = len(geometry.strides)
-    batch, channels = padded.shape[:2]
+    batch, channels = tensor.shape[:2]
+    stride = geometry.strides[-1]
+    layout = _phase_layout(geometry, kernel)
+    sizes = tuple(tensor.shape[2:])
+    fitted = tensor._pad_and_shrink([(0, 0)] * (1 + spatial) + [(0, layout.length * stride - sizes[-1])])
+    split = fitted.reshape((batch, channels) + sizes[:-1] + (layout.length, stride))
+    split = split.shrink([None] * (2 + spatial) + [(0, layout.phases)])
+    return split.permute((0, 1, 2 + spatial) + tuple(range(2, 1 + spatial)) + (1 + spatial,))
+
+
+def _phased_convolve(phased: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """A convolution strided along its last axis (stride s, no dilation) as a sum over the s phases of that axis of
+    the input split into them (`phase_split`: [N, C, s', ..., M], s' = min(s, K)), the filters' last axis
+    zero-padded to Q * s and split as (q, p), so that out[o] = sum over p, q of x[p, o + q] * w[q, p]: windows of stride 1 along the last
+    axis (whole vectors), at the cost of the filters' padding (K rounded up to s)."""
+    spatial = len(geometry.strides)
+    batch = phased.shape[0]
     out_channels, group_channels = weight.shape[:2]
     kernel = tuple(weight.shape[2:])
     groups, stride = geometry.groups, geometry.strides[-1]
-    shifts = -(-kernel[-1] // stride)
-    length = outputs[-1] + shifts - 1  # M
-    sizes = tuple(padded.shape[2:])
-    fitted = padded._pad_and_shrink([(0, 0)] * (1 + spatial) + [(0, length * stride - sizes[-1])])
-    split = fitted.reshape((batch, channels) + sizes[:-1] + (length, stride))
-    phased = split.permute((0, 1, 2 + spatial) + tuple(range(2, 1 + spatial)) + (1 + spatial,)).contiguous()
+    outputs = geometry.outputs(kernel)
+    shifts, phases, _, _ = _phase_layout(geometry, kernel)
     window_kernel = kernel[:-1] + (shifts,)
     strides = geometry.strides[:-1] + (1,)
-    patches = windows(phased, window_kernel, strides, geometry.dilations, outputs)  # [N, C, s, *O, *K']
-    patches = patches.reshape((batch, groups, 1, group_channels, stride) + outputs + window_kernel)
+    patches = windows(phased, window_kernel, strides, geometry.dilations, outputs)  # [N, C, s', *O, *K']
+    patches = patches.reshape((batch, groups, 1, group_channels, phases) + outputs + window_kernel)
     filters = weight._pad_and_shrink([(0, 0)] * (1 + spatial) + [(0, shifts * stride - kernel[-1])])
     filters = filters.reshape((out_channels, group_channels) + kernel[:-1] + (shifts, stride))
-    filters = filters.permute((0, 1, 2 + spatial) + tuple(range(2, 2 + spatial)))  # [Cout, Cg, s, *K']
-    filters = filters.reshape((1, groups, out_channels // groups, group_channels, stride) + (1,) * spatial
+    filters = filters.shrink([None] * (2 + spatial) + [(0, phases)])
+    filters = filters.permute((0, 1, 2 + spatial) + tuple(range(2, 2 + spatial)))  # [Cout, Cg, s', *K']
+    filters = filters.reshape((1, groups, out_channels // groups, group_channels, phases) + (1,) * spatial
                               + window_kernel)
     reduced = (3, 4) + tuple(range(5 + spatial, 5 + 2 * spatial))
-    result = (patches * filters).sum(reduced, dtype=padded.dtype)
+    result = (patches * filters).sum(reduced, dtype=phased.dtype)
     return result.reshape((batch, out_channels) + outputs)
 
 
@@ -247,7 +296,10 @@ def weight_gradient(grad: Tensor, padded: Tensor, weight_shape: tuple[int, ...],
     """d convolution / d weight from the padded input: the sum over the batch and output positions of grad times the
     input's windows, one reduce (positions first, then the batch, where there are too many for one). The reduce's
     output is laid out [G, *K, Og, Cg] (then viewed as [Cout, Cg, *K]): output channels by input channels are the
-    tile a work item computes, with vectors along the output positions it sums."""
+    tile a work item computes, with vectors along the output positions it sums. A step whose input is split into
+    its stride's phases (geometry.phased) reads that copy (`_phased_weight_gradient`)."""
+    if geometry.phased:
+        return _phased_weight_gradient(grad, padded, weight_shape, geometry)
     spatial = len(geometry.strides)
     batch = padded.shape[0]
     out_channels, group_channels = weight_shape[:2]
@@ -262,10 +314,7 @@ def weight_gradient(grad: Tensor, padded: Tensor, weight_shape: tuple[int, ...],
     spread = grad.reshape((batch, groups) + (1,) * spatial + (out_channels // groups, 1) + outputs)
     product = patches * spread  # [N, G, *K, Og, Cg, *O]
     positions = tuple(range(4 + spatial, 4 + 2 * spatial))
-    if batch * math.prod(outputs) <= STAGE_THRESHOLD:
-        total = product.sum((0,) + positions, dtype=padded.dtype)
-    else:
-        total = product.sum(positions, dtype=padded.dtype, keepdim=True).sum(0, dtype=padded.dtype)
+    total = _positions_sum(product, positions, batch * math.prod(outputs), padded.dtype)
     # stored in its own layout (the tile's), then read as [Cout, Cg, *K] through a view (a 1x1 kernel's layouts
     # are one)
     total = total.reshape((groups,) + kernel + (out_channels // groups, group_channels))
@@ -275,12 +324,58 @@ def weight_gradient(grad: Tensor, padded: Tensor, weight_shape: tuple[int, ...],
     return total.permute(order).reshape(weight_shape)
 
 
+def _positions_sum(product: Tensor, positions: tuple[int, ...], batch_and_positions: int, dtype: dtypes.DType
+                   ) -> Tensor:
+    """The sum of product over its batch (axis 0) and output positions: one reduce, or the positions then the batch
+    where there are more than one reduce sums (staged_reduce.STAGE_THRESHOLD)."""
+    if batch_and_positions <= STAGE_THRESHOLD:
+        return product.sum((0,) + positions, dtype=dtype)
+    return product.sum(positions, dtype=dtype, keepdim=True).sum(0, dtype=dtype)
+
+
+def _phased_weight_gradient(grad: Tensor, phased: Tensor, weight_shape: tuple[int, ...],
+                            geometry: ConvolutionGeometry) -> Tensor:
+    """The filters' gradient of a convolution strided along its last axis (stride s, no dilation) from its input
+    split into the stride's phases (`phase_split`, the copy the forward read): filter offset k = q * s + p reads
+    phase p at position o + q, a window of stride 1 (whole vectors along the positions summed; the strided read of
+    the padded input was a scalar loop). The reduce is laid out [G, *K', s', Og, Cg] (K' the last kernel axis as its
+    Q shifts, s' = min(s, K) the phases a filter offset reads), the offsets past K (the filters' padding to Q * s)
+    dropped by the copy as [G, *K, Og, Cg]."""
+    spatial = len(geometry.strides)
+    batch = phased.shape[0]
+    out_channels, group_channels = weight_shape[:2]
+    kernel = tuple(weight_shape[2:])
+    groups, stride = geometry.groups, geometry.strides[-1]
+    outputs = tuple(grad.shape[2:])
+    shifts, phases, _, _ = _phase_layout(geometry, kernel)
+    window_kernel = kernel[:-1] + (shifts,)
+    strides = geometry.strides[:-1] + (1,)
+    patches = windows(phased, window_kernel, strides, geometry.dilations, outputs)  # [N, C, s', *O, *K']
+    patches = patches.reshape((batch, groups, 1, group_channels, phases) + outputs + window_kernel)
+    kernel_axes = tuple(range(5 + spatial, 5 + 2 * spatial))
+    position_axes = tuple(range(5, 5 + spatial))
+    patches = patches.permute((0, 1) + kernel_axes + (4, 2, 3) + position_axes)  # [N, G, *K', s', 1, Cg, *O]
+    spread = grad.reshape((batch, groups) + (1,) * (spatial + 1) + (out_channels // groups, 1) + outputs)
+    product = patches * spread  # [N, G, *K', s', Og, Cg, *O]
+    positions = tuple(range(5 + spatial, 5 + 2 * spatial))
+    total = _positions_sum(product, positions, batch * math.prod(outputs), phased.dtype)  # [G, *K', s', Og, Cg]
+    joined = total.reshape((groups,) + kernel[:-1] + (shifts * phases, out_channels // groups, group_channels))
+    joined = joined.shrink([None] * spatial + [(0, kernel[-1])])  # [G, *K, Og, Cg]
+    if math.prod(kernel) > 1:  # (a 1x1 kernel's layouts are one)
+        joined = joined.contiguous()
+    order = (0, 1 + spatial, 2 + spatial) + tuple(range(1, 1 + spatial))
+    return joined.permute(order).reshape(weight_shape)
+
+
 def convolution_gradients(grad: Tensor, padded: Tensor, weight: Tensor,
                           geometry: ConvolutionGeometry) -> tuple[Tensor, Tensor]:
     """(d padded input, d weight) of a convolution given the gradient of its output (autograd/rules.py). The padded
     input's gradient is the input's, padded with zeros: the padding is constant (its gradient is dropped by the pad's
-    own rule), so the transposed convolution computes only the input's positions."""
+    own rule), so the transposed convolution computes only the input's positions. A step whose input is split into
+    the stride's phases (geometry.phased) gets that gradient in the same layout (a view)."""
     source_gradient = input_gradient(grad, weight, geometry)._pad_and_shrink([(0, 0), (0, 0), *geometry.pads])
+    if geometry.phased:
+        source_gradient = _phase_view(source_gradient, tuple(weight.shape[2:]), geometry)
     return source_gradient, weight_gradient(grad, padded, tuple(weight.shape), geometry)
 
 
@@ -305,6 +400,10 @@ def transposed_convolution_gradients(grad: Tensor, source: Tensor, weight: Tenso
     is the (strided) convolution of grad with the filters, the filters' is the windows of the padded grad times the
     input summed, as in a convolution's backward with the input's role played by grad. Both read one padded grad."""
     padded = _padded(grad, geometry)
+    if geometry.strides[-1] > 1 and geometry.dilations[-1] == 1:  # one copy split into the phases read by both
+        phased = phase_split(padded, tuple(weight.shape[2:]), geometry)
+        return (_phased_recorded(phased, weight, geometry),
+                _phased_weight_gradient(source, phased, tuple(weight.shape), geometry._replace(phased=True)))
     return _convolve_recorded(padded, weight, geometry), weight_gradient(source, padded, tuple(weight.shape), geometry)
 
 
