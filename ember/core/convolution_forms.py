@@ -46,6 +46,9 @@ class ConvolutionGeometry(NamedTuple):
             self.sizes, self.pads, kernel, self.strides, self.dilations))
 
 
+VECTOR_ROW = 8  # positions a phased input gradient computes along its last axis are a multiple of this
+
+
 class PoolGeometry(NamedTuple):
     """How a max pool reads its input: kernel, stride and dilation per spatial axis, the output sizes, the
     (before, after) padding with -inf of each spatial axis."""
@@ -291,6 +294,73 @@ def input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) 
                                                                    tuple(spread.shape[2:])))
 
 
+def _phased_input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """d convolution / d phased input (`phase_split`'s layout) of a convolution strided along its last axis, every
+    strided axis undilated, computed by output phase (sub-pixel): padded position j = m * s + r receives
+    sum over q of grad[m - q] * w[q * s + r] (the filter zero-padded to Q * s), so each phase r is a convolution of
+    stride 1 of grad with the flipped taps w[q * s + r]: one reduce over [N, Cin, *R, *M] that reads no inserted
+    zeros (the transposed convolution through the spread gradient multiplied s - 1 zeros of s along each strided
+    axis and stored the spread copy). The last axis' phases and positions are already the phased layout; the other
+    axes' are interleaved back to padded positions by views."""
+    spatial = len(geometry.strides)
+    batch = grad.shape[0]
+    out_channels, group_channels = weight.shape[:2]
+    kernel = tuple(weight.shape[2:])
+    groups = geometry.groups
+    outputs = tuple(grad.shape[2:])
+    layout = _phase_layout(geometry, kernel)
+    strides, dilations = geometry.strides, geometry.dilations
+    shifts = tuple(-(-k // s) for k, s in zip(kernel, strides))  # Q per axis (K where the stride is 1)
+    phases = tuple(min(s, k) for k, s in zip(kernel, strides))  # R per axis
+    # positions per axis: the padded length's by phase, the last axis' the phased layout's, rounded up to a whole
+    # number of 8 (a vector tile's row: a reduce whose last output dim is not one runs scalar, ~20x slower)
+    last = layout.length if layout.length < 8 else -(-layout.length // VECTOR_ROW) * VECTOR_ROW
+    lengths = tuple(-(-size // s) for size, s in zip(layout.padded_sizes[:-1], strides[:-1])) + (last,)
+    # grad padded by (Q - 1) * d before, cut or padded to M + (Q - 1) * d: windows of stride 1 read grad[m - q]
+    amounts = [(0, 0), (0, 0)] + [((q - 1) * d, m - o) for q, d, m, o in zip(shifts, dilations, lengths, outputs)]
+    padded = grad._pad_and_shrink(amounts)
+    if amounts[-1] != (0, 0):  # (copied: the reduce loads whole vectors, no mask per lane, as `_padded`)
+        padded = padded.contiguous()
+    patches = windows(padded, shifts, (1,) * spatial, dilations, lengths)  # [N, Cout, *M, *Q]
+    patches = patches.reshape((batch, groups, 1, out_channels // groups) + (1,) * spatial + lengths + shifts)
+    # the filters: each axis zero-padded to Q * s, split as (Q, s), the phases a tap reads kept, Q flipped
+    filters = weight._pad_and_shrink([(0, 0), (0, 0)] + [(0, q * s - k) for q, s, k in zip(shifts, strides, kernel)])
+    filters = filters.reshape((out_channels, group_channels) + tuple(item for q, s in zip(shifts, strides)
+                                                                    for item in (q, s)))
+    filters = filters.shrink([None, None] + [bound for r in phases for bound in (None, (0, r))])
+    filters = filters.flip(tuple(2 + 2 * axis for axis in range(spatial)))
+    order = (1,) + tuple(3 + 2 * axis for axis in range(spatial)) + (0,) + tuple(2 + 2 * axis for axis in range(
+        spatial))
+    filters = filters.permute(order)  # [Cg, *R, Cout, *Q]
+    filters = filters.reshape((group_channels,) + phases + (groups, out_channels // groups) + shifts)
+    filters = filters.permute((1 + spatial, 0) + tuple(range(1, 1 + spatial)) + tuple(range(2 + spatial,
+                                                                                              3 + 2 * spatial)))
+    filters = filters.reshape((1, groups, group_channels) + phases + (out_channels // groups,) + (1,) * spatial
+                              + shifts)  # [1, G, Cg, *R, Og, 1.., *Q]
+    patches = patches.permute((0, 1, 2) + tuple(range(4, 4 + spatial)) + (3,) + tuple(range(4 + spatial,
+                                                                                             4 + 3 * spatial)))
+    reduced = (3 + spatial,) + tuple(range(4 + 2 * spatial, 4 + 3 * spatial))
+    result = (patches * filters).sum(reduced, dtype=grad.dtype)  # [N, G, Cg, *R, *M]
+    result = result.reshape((batch, group_channels * groups) + phases + lengths)
+    # interleave each axis but the last: (R, M) -> padded positions m * s + r (phases past R are zeros)
+    order = (0, 1) + tuple(item for axis in range(spatial) for item in (2 + axis, 2 + spatial + axis))
+    result = result.permute(order)  # [N, Cin, R1, M1, R2, M2, ...]
+    for axis in range(spatial - 1):
+        position = 2 + axis  # (axes before it are merged already)
+        stride, size = strides[axis], layout.padded_sizes[axis]
+        amounts = [(0, 0)] * result.ndim
+        amounts[position] = (0, stride - phases[axis])
+        full = result._pad_and_shrink(amounts).transpose(position, position + 1)  # [.., M, s, ..]
+        shape = full.shape
+        merged = full.reshape(shape[:position] + (shape[position] * stride,) + shape[position + 2:])
+        amounts = [(0, 0)] * merged.ndim
+        amounts[position] = (0, size - merged.shape[position])
+        result = merged._pad_and_shrink(amounts)
+    result = result.shrink([None] * (result.ndim - 1) + [(0, layout.length)])
+    # [N, Cin, *S'[:-1], R, M] -> the phased layout [N, Cin, R, *S'[:-1], M]
+    return result.permute((0, 1, 1 + spatial) + tuple(range(2, 1 + spatial)) + (2 + spatial,))
+
+
 def weight_gradient(grad: Tensor, padded: Tensor, weight_shape: tuple[int, ...],
                     geometry: ConvolutionGeometry) -> Tensor:
     """d convolution / d weight from the padded input: the sum over the batch and output positions of grad times the
@@ -373,9 +443,12 @@ def convolution_gradients(grad: Tensor, padded: Tensor, weight: Tensor,
     input's gradient is the input's, padded with zeros: the padding is constant (its gradient is dropped by the pad's
     own rule), so the transposed convolution computes only the input's positions. A step whose input is split into
     the stride's phases (geometry.phased) gets that gradient in the same layout (a view)."""
-    source_gradient = input_gradient(grad, weight, geometry)._pad_and_shrink([(0, 0), (0, 0), *geometry.pads])
-    if geometry.phased:
-        source_gradient = _phase_view(source_gradient, tuple(weight.shape[2:]), geometry)
+    if geometry.phased and all(s == 1 or d == 1 for s, d in zip(geometry.strides, geometry.dilations)):
+        source_gradient = _phased_input_gradient(grad, weight, geometry)
+    else:
+        source_gradient = input_gradient(grad, weight, geometry)._pad_and_shrink([(0, 0), (0, 0), *geometry.pads])
+        if geometry.phased:
+            source_gradient = _phase_view(source_gradient, tuple(weight.shape[2:]), geometry)
     return source_gradient, weight_gradient(grad, padded, tuple(weight.shape), geometry)
 
 
