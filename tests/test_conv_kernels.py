@@ -196,10 +196,30 @@ def test_strided_convolution_layer_kernel_counts(device: str) -> None:
     assert x.grad is not None and w.grad is not None
 
 
+def test_conv_transpose_with_inf_and_nan_filters_matches_torch(device: str) -> None:
+    """An inf and a NaN filter tap (and an inf input): torch's scatter never multiplies them by a padded or inserted
+    zero, so the outputs they reach are inf (NaN where inf meets -inf or the NaN), not NaN everywhere the spread
+    zeros meet the tap (the convolution of the spread input gave NaN there)."""
+    for options in ({}, {"stride": 2, "padding": 1, "output_padding": 1}, {"stride": (3, 2), "dilation": (1, 2)},
+                    {"stride": 2, "groups": 2}):
+        data = random_array((2, 4, 5, 6), seed=1)
+        data[1, 3, 2, 2] = np.inf
+        filters = random_array((4, 3, 3, 3), seed=2)
+        filters[0, 1, 1, 1] = np.inf
+        filters[2, 0, 0, 2] = np.nan
+        x, tx = pair(data, device, requires_grad=True)
+        w, tw = pair(filters, device, requires_grad=True)
+        output = x.conv_transpose2d(w, None, **options)
+        expected = TF.conv_transpose2d(tx, tw, None, **options)
+        assert_close(output, expected, atol=1e-4)
+        assert np.isinf(output.numpy()).any(), options
+
+
 def test_conv_transpose_kernel_counts(device: str) -> None:
-    """Forward: the input copied spread by the stride and padded (whole vectors for the reduce, no mask per lane),
-    then the reduce: 2 kernels (before: 1, a reduce of masked scalar loads through the spread view, ~40x slower on
-    [8, 32, 16, 16]).
+    """Forward: each input element times each filter tap (the columns, one reduce over the input channels), then
+    each tap's columns spread, shifted and summed (one elementwise kernel): 2 kernels, as torch's scatter, no product
+    with a padded or inserted zero (before: the input copied spread and padded, then a convolution over it, whose
+    zeros times an inf filter gave NaN; before that a reduce of masked scalar loads, ~40x slower).
     Backward (one step): the output's gradient copied split into the stride's phases and the strided convolution
     (the input's gradient, reading no inserted zeros), the filters' gradient and its copy: 4 kernels."""
     x = em.randn(2, 4, 9, 16, device=device).realize()

@@ -5,13 +5,17 @@ not differentiated through the window views (whose adjoint is a sum over `kernel
 Kernels. A convolution is one reduce over [N, G, Og, Cg, *O, *K] -> [N, Cout, *O]: its inputs are broadcast, so
 ir/opt.py register-tiles it as a matmul (rows and columns of the output's last two dims, vectors along the last, the
 filter value broadcast to the whole tile). An input padded along its last axis is first copied padded (one
-memory-bound kernel), and one strided along it is copied split into the stride's phases, so that the reduce loads
-whole vectors with no mask per lane. The gradient of the input is the transposed convolution (the output's gradient
-spread by the stride, padded, convolved with the flipped filters of swapped channels): a copy and one reduce. The
-gradient of the filters is one reduce over the batch and output positions (two where they are too many for one)
-laid out [G, *K, Og, Cg], vectorized along the positions it sums, then copied as [Cout, Cg, *K]. A transposed
-convolution (conv_transpose) is that input gradient, recorded as its own step (Composite.TRANSPOSED_CONVOLUTION)
-whose backward is the strided convolution again, reading no inserted zeros."""
+memory-bound kernel), and one strided along it is copied split into the stride's phases (the copy is what the step
+records: the filters' gradient reads it again), so that the reduce loads whole vectors with no mask per lane. The
+gradient of the input is the transposed convolution (the output's gradient spread by the stride, padded, convolved
+with the flipped filters of swapped channels): a copy and one reduce; for an input split into phases it is computed
+by output phase instead (sub-pixel: each phase a convolution of stride 1 with the taps it reads, no inserted zeros).
+The gradient of the filters is one reduce over the batch and output positions (two where they are too many for
+one) laid out [G, *K, Og, Cg], vectorized along the positions it sums, then copied as [Cout, Cg, *K]. A transposed
+convolution (conv_transpose) is recorded as its own step (Composite.TRANSPOSED_CONVOLUTION) computed as torch's
+scatter (each input times each tap, then the taps' columns spread, shifted and summed: no product with a padded
+zero, so inf filters give inf as torch's), whose backward is the strided convolution again, reading no inserted
+zeros."""
 
 from __future__ import annotations
 
@@ -462,9 +466,43 @@ def transposed_convolve(source: Tensor, weight: Tensor, geometry: ConvolutionGeo
     convolution of the output's gradient and the filters' gradient of it, neither of which reads inserted zeros."""
 
     def compute(x: Tensor, w: Tensor) -> Tensor:
-        return input_gradient(x, w, geometry)
+        return _column_transposed_convolve(x, w, geometry)
 
     return source._recorded(Composite.TRANSPOSED_CONVOLUTION, compute, (source, weight), geometry)
+
+
+def _column_transposed_convolve(source: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """The transposed convolution as torch's scatter computes it: each input element times each filter tap (one
+    reduce over the input channels, the columns [N, G, Cout / G, *K, *I], no product with a padded or inserted zero,
+    so an inf filter gives inf, not the NaN of 0 * inf), then each tap's columns spread by the stride, shifted by its
+    offset and summed (one elementwise kernel; the sums add zeros only) and cropped by the convolution's padding."""
+    spatial = len(geometry.strides)
+    batch, in_channels = source.shape[:2]
+    group_out = weight.shape[1]
+    kernel = tuple(weight.shape[2:])
+    groups = geometry.groups
+    inputs = tuple(source.shape[2:])
+    group_in = in_channels // groups
+    values = source.reshape((batch, groups, 1, group_in) + (1,) * spatial + inputs)
+    taps = weight.reshape((groups, group_in, group_out) + kernel).transpose(1, 2)  # [G, Cout/G, Cin/G, *K]
+    taps = taps.reshape((1, groups, group_out, group_in) + kernel + (1,) * spatial)
+    columns = (values * taps).sum(3, dtype=source.dtype)  # [N, G, Cout/G, *K, *I]
+    columns = columns.reshape((batch, groups * group_out) + kernel + inputs).contiguous()  # (not one reduce per tap)
+    padded_sizes = tuple(size + before + after for size, (before, after) in zip(geometry.sizes, geometry.pads))
+    total: Tensor | None = None
+    for offsets in itertools.product(*(range(k) for k in kernel)):
+        part = columns.shrink([None, None] + [(offset, offset + 1) for offset in offsets])
+        part = part.reshape((batch, groups * group_out) + inputs)
+        for axis, stride in enumerate(geometry.strides):
+            part = _spread(part, 2 + axis, stride)
+        amounts = [(0, 0), (0, 0)]
+        for offset, dilation, spread_size, padded_size in zip(offsets, geometry.dilations, part.shape[2:],
+                                                               padded_sizes):
+            amounts.append((offset * dilation, padded_size - offset * dilation - spread_size))
+        placed = part._pad_and_shrink(amounts)
+        total = placed if total is None else total + placed
+    assert total is not None  # a kernel has at least one tap
+    return total._pad_and_shrink([(0, 0), (0, 0)] + [(-before, -after) for before, after in geometry.pads])
 
 
 def transposed_convolution_gradients(grad: Tensor, source: Tensor, weight: Tensor,
