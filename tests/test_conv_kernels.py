@@ -51,6 +51,43 @@ def test_convolution_gradients_match_torch(device: str) -> None:
         _check(device, input_shape, weight_shape, options, seed=10 * number)
 
 
+# convolutions strided along the last axis: the input split into the stride's phases, the input's gradient computed
+# by output phase (sub-pixel) and the filters' gradient from the phases; kernels shorter than, equal to and longer
+# than the stride, windows that do not reach the input's end, a dilated axis of stride 1, groups, 1d/2d/3d
+PHASED_CASES: list[tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
+    ((3, 16, 16, 16), (32, 16, 3, 3), {"stride": 2, "padding": 1}),  # the resnet program's strided block
+    ((3, 16, 16, 16), (32, 16, 1, 1), {"stride": 2}),  # its 1x1 downsample
+    ((2, 3, 13, 21), (4, 3, 5, 5), {"stride": 2, "padding": 2}),  # 11 positions along the last axis (past 8)
+    ((2, 4, 11, 19), (6, 2, 2, 2), {"stride": 3, "groups": 2}),  # kernel shorter than the stride, ends unread
+    ((1, 3, 12, 17), (2, 3, 3, 4), {"stride": (1, 3), "padding": (2, 1), "dilation": (2, 1)}),
+    ((2, 2, 20), (3, 2, 7), {"stride": 4, "padding": 3}),
+    ((1, 2, 5, 6, 9), (3, 2, 3, 2, 3), {"stride": (2, 1, 2), "padding": (1, 0, 1)}),
+    ((2, 4, 9, 10), (4, 1, 3, 3), {"stride": 2, "padding": (0, 2), "groups": 4}),
+]
+
+
+def test_strided_convolution_gradients_match_torch(device: str) -> None:
+    for number, (input_shape, weight_shape, options) in enumerate(PHASED_CASES):
+        _check(device, input_shape, weight_shape, options, seed=100 + 10 * number)
+
+
+def test_strided_convolution_with_inf_and_nan_matches_torch(device: str) -> None:
+    """An inf and a NaN in the input: the phase copy and the gradients by phase spread them where torch does."""
+    data = random_array((2, 3, 9, 10), seed=1)
+    data[0, 1, 4, 5] = np.inf
+    data[1, 2, 2, 7] = np.nan
+    x, tx = pair(data, device, requires_grad=True)
+    w, tw = pair(random_array((4, 3, 3, 3), seed=2), device, requires_grad=True)
+    output = x.conv2d(w, stride=2, padding=1)
+    expected = TF.conv2d(tx, tw, stride=2, padding=1)
+    assert_close(output, expected, atol=1e-4)
+    grad, tgrad = pair(random_array(tuple(expected.shape), seed=3), device)
+    output.backward(grad)
+    expected.backward(tgrad)
+    assert_close(x.grad, tx.grad, atol=1e-4)
+    assert_close(w.grad, tw.grad, atol=1e-4)
+
+
 def test_filters_gradient_in_two_stages(device: str) -> None:
     """More batch x output positions than one reduce sums (staged_reduce.STAGE_THRESHOLD): positions, then batch."""
     _check(device, (3, 1, 80, 72), (2, 1, 3, 3), {"padding": 1}, seed=7)
@@ -144,10 +181,45 @@ def test_one_convolution_layer_kernel_counts(device: str) -> None:
     assert x.grad is not None and w.grad is not None
 
 
+def test_strided_convolution_layer_kernel_counts(device: str) -> None:
+    """Stride 2 (the resnet program's): forward, the input copied split into its phases and the reduce (2). Backward:
+    the output's gradient copied padded by the filter's shifts, the input's gradient by output phase (one reduce, no
+    spread copy multiplying inserted zeros), the filters' gradient from the forward's phase copy and its copy as
+    [Cout, Cg, *K]: 4 kernels (before: 4, the filters' gradient a scalar strided loop and the input's gradient a
+    convolution of the spread gradient, three quarters zeros)."""
+    x = em.randn(4, 16, 16, 16, device=device).realize().requires_grad_()
+    w = em.randn(32, 16, 3, 3, device=device).realize().requires_grad_()
+    assert _kernels(lambda: x.conv2d(w, stride=2, padding=1).realize()) == 2
+    output = x.conv2d(w, stride=2, padding=1).realize()
+    grad = em.randn(*output.shape, device=device).realize()
+    assert _kernels(lambda: output.backward(grad)) == 4
+    assert x.grad is not None and w.grad is not None
+
+
+def test_conv_transpose_with_inf_and_nan_filters_matches_torch(device: str) -> None:
+    """An inf and a NaN filter tap (and an inf input): torch's scatter never multiplies them by a padded or inserted
+    zero, so the outputs they reach are inf (NaN where inf meets -inf or the NaN), not NaN everywhere the spread
+    zeros meet the tap (the convolution of the spread input gave NaN there)."""
+    for options in ({}, {"stride": 2, "padding": 1, "output_padding": 1}, {"stride": (3, 2), "dilation": (1, 2)},
+                    {"stride": 2, "groups": 2}):
+        data = random_array((2, 4, 5, 6), seed=1)
+        data[1, 3, 2, 2] = np.inf
+        filters = random_array((4, 3, 3, 3), seed=2)
+        filters[0, 1, 1, 1] = np.inf
+        filters[2, 0, 0, 2] = np.nan
+        x, tx = pair(data, device, requires_grad=True)
+        w, tw = pair(filters, device, requires_grad=True)
+        output = x.conv_transpose2d(w, None, **options)
+        expected = TF.conv_transpose2d(tx, tw, None, **options)
+        assert_close(output, expected, atol=1e-4)
+        assert np.isinf(output.numpy()).any(), options
+
+
 def test_conv_transpose_kernel_counts(device: str) -> None:
-    """Forward: the input copied spread by the stride and padded (whole vectors for the reduce, no mask per lane),
-    then the reduce: 2 kernels (before: 1, a reduce of masked scalar loads through the spread view, ~40x slower on
-    [8, 32, 16, 16]).
+    """Forward: each input element times each filter tap (the columns, one reduce over the input channels), then
+    each tap's columns spread, shifted and summed (one elementwise kernel): 2 kernels, as torch's scatter, no product
+    with a padded or inserted zero (before: the input copied spread and padded, then a convolution over it, whose
+    zeros times an inf filter gave NaN; before that a reduce of masked scalar loads, ~40x slower).
     Backward (one step): the output's gradient copied split into the stride's phases and the strided convolution
     (the input's gradient, reading no inserted zeros), the filters' gradient and its copy: 4 kernels."""
     x = em.randn(2, 4, 9, 16, device=device).realize()

@@ -161,6 +161,22 @@ def _copysign(step: Recorded, grad: Tensor) -> Gradients:
     return grad * derivative, _zeros(sign)
 
 
+def _grad_totals(grad: Tensor, normalized: Tensor, axes: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """(sum(grad), sum(grad * normalized)) over axes (kept), as one reduce (each stage one kernel, not two): grad
+    times [1, normalized] stacked along a new leading axis (normalized padded with a one before it: recomputed
+    twice per element, the cheap part; two products stacked would be stored first, as values read under a
+    broadcast)."""
+    from ember.core.functional import normalization_total
+
+    if not axes:
+        return grad, grad * normalized
+    factor = normalized.reshape((1,) + normalized.shape)._pad_and_shrink(
+        [(1, 0)] + [(0, 0)] * normalized.ndim, value=1.0)
+    both = normalization_total(grad.reshape((1,) + grad.shape) * factor, tuple(axis + 1 for axis in axes))
+    shape = both.shape[1:]
+    return both.shrink([(0, 1)]).reshape(shape), both.shrink([(1, 2)]).reshape(shape)
+
+
 def _normalize(step: Recorded, grad: Tensor) -> Gradients:
     """torch's backward of batch, group and instance norm from the saved mean and 1 / std. With xhat =
     (x - mean) * inverse_std and n values per statistic: grad_x = (grad - sum(grad) / n - xhat * sum(grad * xhat)
@@ -168,10 +184,8 @@ def _normalize(step: Recorded, grad: Tensor) -> Gradients:
     sums are of weight * grad (group norm: summed over space first, then weighted and summed over the group's
     channels, as torch); grad_weight = sum(grad * xhat) and grad_bias = sum(grad) over the axes it is broadcast on."""
     from ember.context import CONTEXT
-    from ember.core.functional import NORMALIZATION_STAGE_THRESHOLD, batch_statistics
-
-    def total(tensor: Tensor, axes: tuple[int, ...]) -> Tensor:
-        return reduce_axes(tensor, Op.SUM, axes, NORMALIZATION_STAGE_THRESHOLD) if axes else tensor
+    from ember.core.functional import batch_statistics
+    from ember.core.functional import normalization_total as total
 
     saved = step.arg
     source = step.sources[0]
@@ -183,7 +197,7 @@ def _normalize(step: Recorded, grad: Tensor) -> Gradients:
     weight = step.sources[1].reshape(saved.affine_shape) if saved.has_weight else None
     varying = tuple(axis for axis in saved.axes if saved.affine_shape[axis] != 1)  # reduced, the weight varies
     constant = tuple(axis for axis in saved.axes if axis not in varying)
-    grad_sum, grad_dot = total(grad, constant), total(grad * normalized, constant)
+    grad_sum, grad_dot = _grad_totals(grad, normalized, constant)
     if weight is None or not varying:
         scale = inverse_std if weight is None else inverse_std * weight
         grad_mean = _expand_to(total(grad_sum, varying) * (1.0 / count), source.shape)

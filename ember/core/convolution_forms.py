@@ -5,13 +5,17 @@ not differentiated through the window views (whose adjoint is a sum over `kernel
 Kernels. A convolution is one reduce over [N, G, Og, Cg, *O, *K] -> [N, Cout, *O]: its inputs are broadcast, so
 ir/opt.py register-tiles it as a matmul (rows and columns of the output's last two dims, vectors along the last, the
 filter value broadcast to the whole tile). An input padded along its last axis is first copied padded (one
-memory-bound kernel), and one strided along it is copied split into the stride's phases, so that the reduce loads
-whole vectors with no mask per lane. The gradient of the input is the transposed convolution (the output's gradient
-spread by the stride, padded, convolved with the flipped filters of swapped channels): a copy and one reduce. The
-gradient of the filters is one reduce over the batch and output positions (two where they are too many for one)
-laid out [G, *K, Og, Cg], vectorized along the positions it sums, then copied as [Cout, Cg, *K]. A transposed
-convolution (conv_transpose) is that input gradient, recorded as its own step (Composite.TRANSPOSED_CONVOLUTION)
-whose backward is the strided convolution again, reading no inserted zeros."""
+memory-bound kernel), and one strided along it is copied split into the stride's phases (the copy is what the step
+records: the filters' gradient reads it again), so that the reduce loads whole vectors with no mask per lane. The
+gradient of the input is the transposed convolution (the output's gradient spread by the stride, padded, convolved
+with the flipped filters of swapped channels): a copy and one reduce; for an input split into phases it is computed
+by output phase instead (sub-pixel: each phase a convolution of stride 1 with the taps it reads, no inserted zeros).
+The gradient of the filters is one reduce over the batch and output positions (two where they are too many for
+one) laid out [G, *K, Og, Cg], vectorized along the positions it sums, then copied as [Cout, Cg, *K]. A transposed
+convolution (conv_transpose) is recorded as its own step (Composite.TRANSPOSED_CONVOLUTION) computed as torch's
+scatter (each input times each tap, then the taps' columns spread, shifted and summed: no product with a padded
+zero, so inf filters give inf as torch's), whose backward is the strided convolution again, reading no inserted
+zeros."""
 
 from __future__ import annotations
 
@@ -38,11 +42,15 @@ class ConvolutionGeometry(NamedTuple):
     dilations: tuple[int, ...]
     groups: int
     sizes: tuple[int, ...]
+    phased: bool = False  # the step's input is the padded input copied split into the last axis' stride phases
 
     def outputs(self, kernel: tuple[int, ...]) -> tuple[int, ...]:
         """The output's spatial sizes for a kernel of these sizes."""
         return tuple((size + before + after - d * (k - 1) - 1) // s + 1 for size, (before, after), k, s, d in zip(
             self.sizes, self.pads, kernel, self.strides, self.dilations))
+
+
+VECTOR_ROW = 8  # positions a phased input gradient computes along its last axis are a multiple of this
 
 
 class PoolGeometry(NamedTuple):
@@ -117,7 +125,11 @@ def convolve(source: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> T
 
 
 def _convolve_recorded(padded: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
-    """The convolution of the input padded already, recorded for autograd as one step."""
+    """The convolution of the input padded already, recorded for autograd as one step; an input strided along its
+    last axis (no dilation) is first copied split into its phases (`phase_split`), and the step records that copy,
+    which the filters' gradient reads again."""
+    if geometry.strides[-1] > 1 and geometry.dilations[-1] == 1:
+        return _phased_recorded(phase_split(padded, tuple(weight.shape[2:]), geometry), weight, geometry)
 
     def compute(x: Tensor, w: Tensor) -> Tensor:
         return _convolve(x, w, geometry)
@@ -125,16 +137,24 @@ def _convolve_recorded(padded: Tensor, weight: Tensor, geometry: ConvolutionGeom
     return padded._recorded(Composite.CONVOLUTION, compute, (padded, weight), geometry)
 
 
+def _phased_recorded(phased: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """The convolution of the input split into its phases already, recorded for autograd as one step."""
+    phased_geometry = geometry._replace(phased=True)
+
+    def compute(x: Tensor, w: Tensor) -> Tensor:
+        return _phased_convolve(x, w, phased_geometry)
+
+    return phased._recorded(Composite.CONVOLUTION, compute, (phased, weight), phased_geometry)
+
+
 def _convolve(padded: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
-    """The convolution of the input padded already by geometry.pads."""
+    """The convolution of the input padded already by geometry.pads (not strided along its last axis)."""
     spatial = len(geometry.strides)
     batch = padded.shape[0]
     out_channels, group_channels = weight.shape[:2]
     kernel = tuple(weight.shape[2:])
     groups = geometry.groups
     outputs = geometry.outputs(kernel)
-    if geometry.strides[-1] > 1 and geometry.dilations[-1] == 1:
-        return _phased_convolve(padded, weight, geometry, outputs)
     patches = windows(padded, kernel, geometry.strides, geometry.dilations, outputs)  # [N, C, *O, *K]
     patches = patches.reshape((batch, groups, 1, group_channels) + outputs + kernel)
     filters = weight.reshape((1, groups, out_channels // groups, group_channels) + (1,) * spatial + kernel)
@@ -143,34 +163,70 @@ def _convolve(padded: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> 
     return result.reshape((batch, out_channels) + outputs)
 
 
-def _phased_convolve(padded: Tensor, weight: Tensor, geometry: ConvolutionGeometry,
-                     outputs: tuple[int, ...]) -> Tensor:
-    """A convolution strided along its last axis (stride s, no dilation) as a sum over the s phases of that axis:
-    the input copied as [N, C, s, ..., M] with x[..., p, m] = padded[..., m * s + p], the filters' last axis
-    zero-padded to Q * s and split as (q, p), so that out[o] = sum over p, q of x[p, o + q] * w[q, p]: windows of
-    stride 1 along the last axis (whole vectors), at the cost of the filters' padding (K rounded up to s)."""
+class PhaseLayout(NamedTuple):
+    """How a convolution strided along its last axis (stride s) reads its input split into phases: the filter's last
+    axis as `shifts` (Q) shifts of the stride, the phases a filter offset reads (min(s, K)), the phases' length M =
+    O + Q - 1, the padded input's spatial sizes."""
+
+    shifts: int
+    phases: int
+    length: int
+    padded_sizes: tuple[int, ...]
+
+
+def _phase_layout(geometry: ConvolutionGeometry, kernel: tuple[int, ...]) -> PhaseLayout:
+    """The phase layout of a convolution strided along its last axis with a kernel of these sizes."""
+    shifts = -(-kernel[-1] // geometry.strides[-1])
+    padded_sizes = tuple(size + before + after for size, (before, after) in zip(geometry.sizes, geometry.pads))
+    return PhaseLayout(shifts, min(geometry.strides[-1], kernel[-1]), geometry.outputs(kernel)[-1] + shifts - 1,
+                       padded_sizes)
+
+
+def phase_split(padded: Tensor, kernel: tuple[int, ...], geometry: ConvolutionGeometry) -> Tensor:
+    """The padded input [N, C, *S] of a convolution strided along its last axis (stride s) copied as [N, C, s, ...,
+    M] with x[..., p, m] = padded[..., m * s + p] (cut or zero-padded to M * s), only the phases a filter offset
+    reads (the first K of a kernel K < s): the windows of stride 1 that `_phased_convolve` and the filters' gradient
+    read as whole vectors."""
+    return _phase_view(padded, kernel, geometry).contiguous()
+
+
+def _phase_view(tensor: Tensor, kernel: tuple[int, ...], geometry: ConvolutionGeometry) -> Tensor:
+    """[N, C, *S'] (S' the padded sizes) viewed as `phase_split`'s layout [N, C, s', ..., M]."""
     spatial = len(geometry.strides)
-    batch, channels = padded.shape[:2]
+    batch, channels = tensor.shape[:2]
+    stride = geometry.strides[-1]
+    layout = _phase_layout(geometry, kernel)
+    sizes = tuple(tensor.shape[2:])
+    fitted = tensor._pad_and_shrink([(0, 0)] * (1 + spatial) + [(0, layout.length * stride - sizes[-1])])
+    split = fitted.reshape((batch, channels) + sizes[:-1] + (layout.length, stride))
+    split = split.shrink([None] * (2 + spatial) + [(0, layout.phases)])
+    return split.permute((0, 1, 2 + spatial) + tuple(range(2, 1 + spatial)) + (1 + spatial,))
+
+
+def _phased_convolve(phased: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """A convolution strided along its last axis (stride s, no dilation) as a sum over the s phases of that axis of
+    the input split into them (`phase_split`: [N, C, s', ..., M], s' = min(s, K)), the filters' last axis
+    zero-padded to Q * s and split as (q, p), so that out[o] = sum over p, q of x[p, o + q] * w[q, p]: windows of stride 1 along the last
+    axis (whole vectors), at the cost of the filters' padding (K rounded up to s)."""
+    spatial = len(geometry.strides)
+    batch = phased.shape[0]
     out_channels, group_channels = weight.shape[:2]
     kernel = tuple(weight.shape[2:])
     groups, stride = geometry.groups, geometry.strides[-1]
-    shifts = -(-kernel[-1] // stride)
-    length = outputs[-1] + shifts - 1  # M
-    sizes = tuple(padded.shape[2:])
-    fitted = padded._pad_and_shrink([(0, 0)] * (1 + spatial) + [(0, length * stride - sizes[-1])])
-    split = fitted.reshape((batch, channels) + sizes[:-1] + (length, stride))
-    phased = split.permute((0, 1, 2 + spatial) + tuple(range(2, 1 + spatial)) + (1 + spatial,)).contiguous()
+    outputs = geometry.outputs(kernel)
+    shifts, phases, _, _ = _phase_layout(geometry, kernel)
     window_kernel = kernel[:-1] + (shifts,)
     strides = geometry.strides[:-1] + (1,)
-    patches = windows(phased, window_kernel, strides, geometry.dilations, outputs)  # [N, C, s, *O, *K']
-    patches = patches.reshape((batch, groups, 1, group_channels, stride) + outputs + window_kernel)
+    patches = windows(phased, window_kernel, strides, geometry.dilations, outputs)  # [N, C, s', *O, *K']
+    patches = patches.reshape((batch, groups, 1, group_channels, phases) + outputs + window_kernel)
     filters = weight._pad_and_shrink([(0, 0)] * (1 + spatial) + [(0, shifts * stride - kernel[-1])])
     filters = filters.reshape((out_channels, group_channels) + kernel[:-1] + (shifts, stride))
-    filters = filters.permute((0, 1, 2 + spatial) + tuple(range(2, 2 + spatial)))  # [Cout, Cg, s, *K']
-    filters = filters.reshape((1, groups, out_channels // groups, group_channels, stride) + (1,) * spatial
+    filters = filters.shrink([None] * (2 + spatial) + [(0, phases)])
+    filters = filters.permute((0, 1, 2 + spatial) + tuple(range(2, 2 + spatial)))  # [Cout, Cg, s', *K']
+    filters = filters.reshape((1, groups, out_channels // groups, group_channels, phases) + (1,) * spatial
                               + window_kernel)
     reduced = (3, 4) + tuple(range(5 + spatial, 5 + 2 * spatial))
-    result = (patches * filters).sum(reduced, dtype=padded.dtype)
+    result = (patches * filters).sum(reduced, dtype=phased.dtype)
     return result.reshape((batch, out_channels) + outputs)
 
 
@@ -242,12 +298,82 @@ def input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) 
                                                                    tuple(spread.shape[2:])))
 
 
+def _phased_input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """d convolution / d phased input (`phase_split`'s layout) of a convolution strided along its last axis, every
+    strided axis undilated, computed by output phase (sub-pixel): padded position j = m * s + r receives
+    sum over q of grad[m - q] * w[q * s + r] (the filter zero-padded to Q * s), so each phase r is a convolution of
+    stride 1 of grad with the flipped taps w[q * s + r]: one reduce over [N, Cin, *R, *M] that reads no inserted
+    zeros (the transposed convolution through the spread gradient multiplied s - 1 zeros of s along each strided
+    axis and stored the spread copy). The last axis' phases and positions are already the phased layout; the other
+    axes' are interleaved back to padded positions by views."""
+    spatial = len(geometry.strides)
+    batch = grad.shape[0]
+    out_channels, group_channels = weight.shape[:2]
+    kernel = tuple(weight.shape[2:])
+    groups = geometry.groups
+    outputs = tuple(grad.shape[2:])
+    layout = _phase_layout(geometry, kernel)
+    strides, dilations = geometry.strides, geometry.dilations
+    shifts = tuple(-(-k // s) for k, s in zip(kernel, strides))  # Q per axis (K where the stride is 1)
+    phases = tuple(min(s, k) for k, s in zip(kernel, strides))  # R per axis
+    # positions per axis: the padded length's by phase, the last axis' the phased layout's, rounded up to a whole
+    # number of 8 (a vector tile's row: a reduce whose last output dim is not one runs scalar, ~20x slower)
+    last = layout.length if layout.length < 8 else -(-layout.length // VECTOR_ROW) * VECTOR_ROW
+    lengths = tuple(-(-size // s) for size, s in zip(layout.padded_sizes[:-1], strides[:-1])) + (last,)
+    # grad padded by (Q - 1) * d before, cut or padded to M + (Q - 1) * d: windows of stride 1 read grad[m - q]
+    amounts = [(0, 0), (0, 0)] + [((q - 1) * d, m - o) for q, d, m, o in zip(shifts, dilations, lengths, outputs)]
+    padded = grad._pad_and_shrink(amounts)
+    if amounts[-1] != (0, 0):  # (copied: the reduce loads whole vectors, no mask per lane, as `_padded`)
+        padded = padded.contiguous()
+    patches = windows(padded, shifts, (1,) * spatial, dilations, lengths)  # [N, Cout, *M, *Q]
+    patches = patches.reshape((batch, groups, 1, out_channels // groups) + (1,) * spatial + lengths + shifts)
+    # the filters: each axis zero-padded to Q * s, split as (Q, s), the phases a tap reads kept, Q flipped
+    filters = weight._pad_and_shrink([(0, 0), (0, 0)] + [(0, q * s - k) for q, s, k in zip(shifts, strides, kernel)])
+    filters = filters.reshape((out_channels, group_channels) + tuple(item for q, s in zip(shifts, strides)
+                                                                    for item in (q, s)))
+    filters = filters.shrink([None, None] + [bound for r in phases for bound in (None, (0, r))])
+    filters = filters.flip(tuple(2 + 2 * axis for axis in range(spatial)))
+    order = (1,) + tuple(3 + 2 * axis for axis in range(spatial)) + (0,) + tuple(2 + 2 * axis for axis in range(
+        spatial))
+    filters = filters.permute(order)  # [Cg, *R, Cout, *Q]
+    filters = filters.reshape((group_channels,) + phases + (groups, out_channels // groups) + shifts)
+    filters = filters.permute((1 + spatial, 0) + tuple(range(1, 1 + spatial)) + tuple(range(2 + spatial,
+                                                                                              3 + 2 * spatial)))
+    filters = filters.reshape((1, groups, group_channels) + phases + (out_channels // groups,) + (1,) * spatial
+                              + shifts)  # [1, G, Cg, *R, Og, 1.., *Q]
+    patches = patches.permute((0, 1, 2) + tuple(range(4, 4 + spatial)) + (3,) + tuple(range(4 + spatial,
+                                                                                             4 + 3 * spatial)))
+    reduced = (3 + spatial,) + tuple(range(4 + 2 * spatial, 4 + 3 * spatial))
+    result = (patches * filters).sum(reduced, dtype=grad.dtype)  # [N, G, Cg, *R, *M]
+    result = result.reshape((batch, group_channels * groups) + phases + lengths)
+    # interleave each axis but the last: (R, M) -> padded positions m * s + r (phases past R are zeros)
+    order = (0, 1) + tuple(item for axis in range(spatial) for item in (2 + axis, 2 + spatial + axis))
+    result = result.permute(order)  # [N, Cin, R1, M1, R2, M2, ...]
+    for axis in range(spatial - 1):
+        position = 2 + axis  # (axes before it are merged already)
+        stride, size = strides[axis], layout.padded_sizes[axis]
+        amounts = [(0, 0)] * result.ndim
+        amounts[position] = (0, stride - phases[axis])
+        full = result._pad_and_shrink(amounts).transpose(position, position + 1)  # [.., M, s, ..]
+        shape = full.shape
+        merged = full.reshape(shape[:position] + (shape[position] * stride,) + shape[position + 2:])
+        amounts = [(0, 0)] * merged.ndim
+        amounts[position] = (0, size - merged.shape[position])
+        result = merged._pad_and_shrink(amounts)
+    result = result.shrink([None] * (result.ndim - 1) + [(0, layout.length)])
+    # [N, Cin, *S'[:-1], R, M] -> the phased layout [N, Cin, R, *S'[:-1], M]
+    return result.permute((0, 1, 1 + spatial) + tuple(range(2, 1 + spatial)) + (2 + spatial,))
+
+
 def weight_gradient(grad: Tensor, padded: Tensor, weight_shape: tuple[int, ...],
                     geometry: ConvolutionGeometry) -> Tensor:
     """d convolution / d weight from the padded input: the sum over the batch and output positions of grad times the
     input's windows, one reduce (positions first, then the batch, where there are too many for one). The reduce's
     output is laid out [G, *K, Og, Cg] (then viewed as [Cout, Cg, *K]): output channels by input channels are the
-    tile a work item computes, with vectors along the output positions it sums."""
+    tile a work item computes, with vectors along the output positions it sums. A step whose input is split into
+    its stride's phases (geometry.phased) reads that copy (`_phased_weight_gradient`)."""
+    if geometry.phased:
+        return _phased_weight_gradient(grad, padded, weight_shape, geometry)
     spatial = len(geometry.strides)
     batch = padded.shape[0]
     out_channels, group_channels = weight_shape[:2]
@@ -262,10 +388,7 @@ def weight_gradient(grad: Tensor, padded: Tensor, weight_shape: tuple[int, ...],
     spread = grad.reshape((batch, groups) + (1,) * spatial + (out_channels // groups, 1) + outputs)
     product = patches * spread  # [N, G, *K, Og, Cg, *O]
     positions = tuple(range(4 + spatial, 4 + 2 * spatial))
-    if batch * math.prod(outputs) <= STAGE_THRESHOLD:
-        total = product.sum((0,) + positions, dtype=padded.dtype)
-    else:
-        total = product.sum(positions, dtype=padded.dtype, keepdim=True).sum(0, dtype=padded.dtype)
+    total = _positions_sum(product, positions, batch * math.prod(outputs), padded.dtype)
     # stored in its own layout (the tile's), then read as [Cout, Cg, *K] through a view (a 1x1 kernel's layouts
     # are one)
     total = total.reshape((groups,) + kernel + (out_channels // groups, group_channels))
@@ -275,12 +398,61 @@ def weight_gradient(grad: Tensor, padded: Tensor, weight_shape: tuple[int, ...],
     return total.permute(order).reshape(weight_shape)
 
 
+def _positions_sum(product: Tensor, positions: tuple[int, ...], batch_and_positions: int, dtype: dtypes.DType
+                   ) -> Tensor:
+    """The sum of product over its batch (axis 0) and output positions: one reduce, or the positions then the batch
+    where there are more than one reduce sums (staged_reduce.STAGE_THRESHOLD)."""
+    if batch_and_positions <= STAGE_THRESHOLD:
+        return product.sum((0,) + positions, dtype=dtype)
+    return product.sum(positions, dtype=dtype, keepdim=True).sum(0, dtype=dtype)
+
+
+def _phased_weight_gradient(grad: Tensor, phased: Tensor, weight_shape: tuple[int, ...],
+                            geometry: ConvolutionGeometry) -> Tensor:
+    """The filters' gradient of a convolution strided along its last axis (stride s, no dilation) from its input
+    split into the stride's phases (`phase_split`, the copy the forward read): filter offset k = q * s + p reads
+    phase p at position o + q, a window of stride 1 (whole vectors along the positions summed; the strided read of
+    the padded input was a scalar loop). The reduce is laid out [G, *K', s', Og, Cg] (K' the last kernel axis as its
+    Q shifts, s' = min(s, K) the phases a filter offset reads), the offsets past K (the filters' padding to Q * s)
+    dropped by the copy as [G, *K, Og, Cg]."""
+    spatial = len(geometry.strides)
+    batch = phased.shape[0]
+    out_channels, group_channels = weight_shape[:2]
+    kernel = tuple(weight_shape[2:])
+    groups, stride = geometry.groups, geometry.strides[-1]
+    outputs = tuple(grad.shape[2:])
+    shifts, phases, _, _ = _phase_layout(geometry, kernel)
+    window_kernel = kernel[:-1] + (shifts,)
+    strides = geometry.strides[:-1] + (1,)
+    patches = windows(phased, window_kernel, strides, geometry.dilations, outputs)  # [N, C, s', *O, *K']
+    patches = patches.reshape((batch, groups, 1, group_channels, phases) + outputs + window_kernel)
+    kernel_axes = tuple(range(5 + spatial, 5 + 2 * spatial))
+    position_axes = tuple(range(5, 5 + spatial))
+    patches = patches.permute((0, 1) + kernel_axes + (4, 2, 3) + position_axes)  # [N, G, *K', s', 1, Cg, *O]
+    spread = grad.reshape((batch, groups) + (1,) * (spatial + 1) + (out_channels // groups, 1) + outputs)
+    product = patches * spread  # [N, G, *K', s', Og, Cg, *O]
+    positions = tuple(range(5 + spatial, 5 + 2 * spatial))
+    total = _positions_sum(product, positions, batch * math.prod(outputs), phased.dtype)  # [G, *K', s', Og, Cg]
+    joined = total.reshape((groups,) + kernel[:-1] + (shifts * phases, out_channels // groups, group_channels))
+    joined = joined.shrink([None] * spatial + [(0, kernel[-1])])  # [G, *K, Og, Cg]
+    if math.prod(kernel) > 1:  # (a 1x1 kernel's layouts are one)
+        joined = joined.contiguous()
+    order = (0, 1 + spatial, 2 + spatial) + tuple(range(1, 1 + spatial))
+    return joined.permute(order).reshape(weight_shape)
+
+
 def convolution_gradients(grad: Tensor, padded: Tensor, weight: Tensor,
                           geometry: ConvolutionGeometry) -> tuple[Tensor, Tensor]:
     """(d padded input, d weight) of a convolution given the gradient of its output (autograd/rules.py). The padded
     input's gradient is the input's, padded with zeros: the padding is constant (its gradient is dropped by the pad's
-    own rule), so the transposed convolution computes only the input's positions."""
-    source_gradient = input_gradient(grad, weight, geometry)._pad_and_shrink([(0, 0), (0, 0), *geometry.pads])
+    own rule), so the transposed convolution computes only the input's positions. A step whose input is split into
+    the stride's phases (geometry.phased) gets that gradient in the same layout (a view)."""
+    if geometry.phased and all(s == 1 or d == 1 for s, d in zip(geometry.strides, geometry.dilations)):
+        source_gradient = _phased_input_gradient(grad, weight, geometry)
+    else:
+        source_gradient = input_gradient(grad, weight, geometry)._pad_and_shrink([(0, 0), (0, 0), *geometry.pads])
+        if geometry.phased:
+            source_gradient = _phase_view(source_gradient, tuple(weight.shape[2:]), geometry)
     return source_gradient, weight_gradient(grad, padded, tuple(weight.shape), geometry)
 
 
@@ -294,9 +466,43 @@ def transposed_convolve(source: Tensor, weight: Tensor, geometry: ConvolutionGeo
     convolution of the output's gradient and the filters' gradient of it, neither of which reads inserted zeros."""
 
     def compute(x: Tensor, w: Tensor) -> Tensor:
-        return input_gradient(x, w, geometry)
+        return _column_transposed_convolve(x, w, geometry)
 
     return source._recorded(Composite.TRANSPOSED_CONVOLUTION, compute, (source, weight), geometry)
+
+
+def _column_transposed_convolve(source: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """The transposed convolution as torch's scatter computes it: each input element times each filter tap (one
+    reduce over the input channels, the columns [N, G, Cout / G, *K, *I], no product with a padded or inserted zero,
+    so an inf filter gives inf, not the NaN of 0 * inf), then each tap's columns spread by the stride, shifted by its
+    offset and summed (one elementwise kernel; the sums add zeros only) and cropped by the convolution's padding."""
+    spatial = len(geometry.strides)
+    batch, in_channels = source.shape[:2]
+    group_out = weight.shape[1]
+    kernel = tuple(weight.shape[2:])
+    groups = geometry.groups
+    inputs = tuple(source.shape[2:])
+    group_in = in_channels // groups
+    values = source.reshape((batch, groups, 1, group_in) + (1,) * spatial + inputs)
+    taps = weight.reshape((groups, group_in, group_out) + kernel).transpose(1, 2)  # [G, Cout/G, Cin/G, *K]
+    taps = taps.reshape((1, groups, group_out, group_in) + kernel + (1,) * spatial)
+    columns = (values * taps).sum(3, dtype=source.dtype)  # [N, G, Cout/G, *K, *I]
+    columns = columns.reshape((batch, groups * group_out) + kernel + inputs).contiguous()  # (not one reduce per tap)
+    padded_sizes = tuple(size + before + after for size, (before, after) in zip(geometry.sizes, geometry.pads))
+    total: Tensor | None = None
+    for offsets in itertools.product(*(range(k) for k in kernel)):
+        part = columns.shrink([None, None] + [(offset, offset + 1) for offset in offsets])
+        part = part.reshape((batch, groups * group_out) + inputs)
+        for axis, stride in enumerate(geometry.strides):
+            part = _spread(part, 2 + axis, stride)
+        amounts = [(0, 0), (0, 0)]
+        for offset, dilation, spread_size, padded_size in zip(offsets, geometry.dilations, part.shape[2:],
+                                                               padded_sizes):
+            amounts.append((offset * dilation, padded_size - offset * dilation - spread_size))
+        placed = part._pad_and_shrink(amounts)
+        total = placed if total is None else total + placed
+    assert total is not None  # a kernel has at least one tap
+    return total._pad_and_shrink([(0, 0), (0, 0)] + [(-before, -after) for before, after in geometry.pads])
 
 
 def transposed_convolution_gradients(grad: Tensor, source: Tensor, weight: Tensor,
@@ -305,6 +511,10 @@ def transposed_convolution_gradients(grad: Tensor, source: Tensor, weight: Tenso
     is the (strided) convolution of grad with the filters, the filters' is the windows of the padded grad times the
     input summed, as in a convolution's backward with the input's role played by grad. Both read one padded grad."""
     padded = _padded(grad, geometry)
+    if geometry.strides[-1] > 1 and geometry.dilations[-1] == 1:  # one copy split into the phases read by both
+        phased = phase_split(padded, tuple(weight.shape[2:]), geometry)
+        return (_phased_recorded(phased, weight, geometry),
+                _phased_weight_gradient(source, phased, tuple(weight.shape), geometry._replace(phased=True)))
     return _convolve_recorded(padded, weight, geometry), weight_gradient(source, padded, tuple(weight.shape), geometry)
 
 

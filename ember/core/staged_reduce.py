@@ -30,19 +30,21 @@ MAX_FIRST_STAGE_CHUNK = 4096  # (a matmul of many outputs with a long inner dim:
 LATER_STAGE_CHUNK = 16  # partials a work item of a later stage combines (at most)
 
 
-def reduce_axes(tensor: Tensor, op: Op, axes: tuple[int, ...], threshold: int = STAGE_THRESHOLD) -> Tensor:
+def reduce_axes(tensor: Tensor, op: Op, axes: tuple[int, ...], threshold: int = STAGE_THRESHOLD,
+                later_chunk: int = LATER_STAGE_CHUNK) -> Tensor:
     """The reduce primitive `op` of tensor over `axes` (kept as size-1 dims), in stages when it reduces more than
-    `threshold` elements per output (normalization statistics ask for a lower one: their rounding is the output's)."""
+    `threshold` elements per output (normalization statistics ask for a lower one: their rounding is the output's),
+    the stages after the first combining up to `later_chunk` partials each."""
     if not axes or prod([tensor.shape[axis] for axis in axes]) <= threshold:
         return tensor._apply(op, arg=axes) if axes else tensor
     from ember.core.tensor import Tensor
 
     context = CONTEXT.get()
     if not (context.grad_enabled and tensor._requires_grad):
-        return _staged(tensor, op, axes)
+        return _staged(tensor, op, axes, later_chunk)
     token = CONTEXT.set(context.with_grad(False))
     try:
-        result = _staged(tensor, op, axes)
+        result = _staged(tensor, op, axes, later_chunk)
     finally:
         CONTEXT.reset(token)
     if not result.dtype.is_float:
@@ -53,7 +55,7 @@ def reduce_axes(tensor: Tensor, op: Op, axes: tuple[int, ...], threshold: int = 
     return output
 
 
-def stage_extents(extent: int, outputs: int = 1) -> list[int]:
+def stage_extents(extent: int, outputs: int = 1, later_chunk: int = LATER_STAGE_CHUNK) -> list[int]:
     """The number of elements each stage reduces per output, for a reduce of `extent` elements per output (each
     stage's chunks are equal: the extent is padded with the reduce's identity to chunks times chunk). Short chunks
     keep the rounding error of a sum near pairwise summation's (a sum of equal values, rounded the same way at every
@@ -64,11 +66,11 @@ def stage_extents(extent: int, outputs: int = 1) -> list[int]:
         parts = -(-extent // chunk_limit)
         extents.append(-(-extent // parts))
         extent = parts
-        chunk_limit = LATER_STAGE_CHUNK
+        chunk_limit = later_chunk
     return extents
 
 
-def _staged(tensor: Tensor, op: Op, axes: tuple[int, ...]) -> Tensor:
+def _staged(tensor: Tensor, op: Op, axes: tuple[int, ...], later_chunk: int = LATER_STAGE_CHUNK) -> Tensor:
     """The stages of a long reduce: the reduced axes moved last and flattened into one, then reduced chunk by chunk
     (padded with the identity to whole chunks) until one value per output is left."""
     shape = tensor.shape
@@ -79,7 +81,7 @@ def _staged(tensor: Tensor, op: Op, axes: tuple[int, ...]) -> Tensor:
     extent = prod([shape[axis] for axis in axes])
     current = current._apply(Op.RESHAPE, arg=kept_shape + (extent,))
     identity = reduce_identity(op, tensor.dtype)
-    for chunk in stage_extents(extent, prod(list(kept_shape))):
+    for chunk in stage_extents(extent, prod(list(kept_shape)), later_chunk):
         parts = -(-extent // chunk)
         if parts * chunk > extent:
             padding = ((0, 0),) * len(kept_shape) + ((0, parts * chunk - extent),)
