@@ -106,7 +106,8 @@ def _kernels(kind: str, steps: int) -> tuple[int, int]:
 # cell state, its tanh (read again by backward) and the hidden state; GRU the activated gates and the hidden state;
 # RNN the hidden state. Backward: a copy of the step's share of the output's gradient, the hidden state's gradient
 # (the matmul by W_hh fused in), the cell state's (LSTM) and the gates' before activation. The weight gradients of
-# all steps are one kernel each, whatever the length.
+# all steps are one kernel each, whatever the length: W_hh's is one matmul of the stacked gates' gradients by the
+# stacked hidden states (the steps multiply by W_hh detached), not a sum of a matmul per step.
 KERNELS_PER_STEP = {"LSTM": 10, "GRU": 7, "RNN": 6}
 
 
@@ -117,3 +118,34 @@ def test_kernels_per_time_step(kind: str) -> None:
     # every step runs the same kernels but two copies (a kernel names the offsets it reads): its rows of the input
     # projection, and its share of the output's gradient. Two new kernels to compile per step, copies, not matmuls
     assert long_distinct - short_distinct <= 2 * 3, (short_distinct, long_distinct)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_long_sequence_at_a_real_size_matches_torch(kind: str, device: str) -> None:
+    """200 time steps, hidden 256: the per-sequence weight gradients (one matmul of all steps' gates' gradients by
+    the stacked hidden states) and the states carried over many steps, against torch."""
+    torch.manual_seed(0)
+    torch_module = getattr(torch.nn, kind)(8, 256)
+    module = getattr(enn, kind)(8, 256).to(device)
+    module.load_state_dict(torch_module.state_dict())
+    generator = np.random.default_rng(3)
+    array = generator.normal(size=(200, 3, 8)).astype(np.float32)
+    weights = generator.normal(size=(200, 3, 256)).astype(np.float32)
+    sequence, torch_sequence = em.tensor(array, device=device, requires_grad=True), torch.tensor(array, requires_grad=True)
+    output, _ = module(sequence)
+    torch_output, _ = torch_module(torch_sequence)
+    assert_close(output, torch_output, atol=1e-5)
+    (output * em.tensor(weights, device=device)).sum().backward()
+    (torch_output * torch.tensor(weights)).sum().backward()
+    assert_close(sequence.grad, torch_sequence.grad, atol=1e-4, rtol=1e-3)
+    for (name, torch_parameter), parameter in zip(torch_module.named_parameters(), module.parameters()):
+        assert torch_parameter.grad is not None, name
+        assert_close(parameter.grad, torch_parameter.grad, atol=1e-3, rtol=1e-3)
+
+
+def test_double_backward_through_a_layer_raises() -> None:
+    module = enn.LSTM(3, 5).to("c")
+    sequence = em.ones(4, 2, 3, device="c", requires_grad=True)
+    output, _ = module(sequence)
+    with pytest.raises(NotImplementedError, match="create_graph"):
+        em.autograd.grad(output.sum(), module.weight_hh_l0, create_graph=True)
