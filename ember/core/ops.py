@@ -81,10 +81,11 @@ class Composite(Enum):
     TANH = auto()  # sources: (x,); d/dx = 1 - tanh(x)^2 from the output, as torch's tanh_backward (one small step
     # instead of the chain rule through expm1's branches: a recurrent layer differentiates it at every time step)
     SIGMOID = auto()  # sources: (x,); d/dx = s (1 - s) from the output s, as torch's sigmoid_backward
-    DEFERRED_LINEAR = auto()  # sources: (weight [O, I], bias [O]?); arg: a callable giving rows [N, I], known only
-    # once a recurrence has run; the value is the bias part of linear(rows, weight, bias) (the bias expanded to
-    # [N, O], or zeros), the steps computing the matmul part with the weight detached; backward gives the weight
-    # grad^T @ rows and the bias grad.sum(0): a recurrent layer's weight gradient as one matmul over all its steps
+    DEFERRED_LINEAR = auto()  # sources: (weight [O, I], bias [O]?); arg: a callable giving (rows [N, I], scale
+    # [N, O] or None), known only once a recurrence has run; the value is the bias part of linear(rows, weight, bias)
+    # (the bias expanded to [N, O], or zeros), the steps computing the matmul part with the weight detached; backward
+    # gives the weight (grad * scale)^T @ rows and the bias (grad * scale).sum(0): a recurrent layer's weight
+    # gradient as one matmul over all its steps (nn/rnn.py); double backward raises
 
     __hash__ = object.__hash__
 

@@ -47,9 +47,9 @@ LOG2_E = 1.4426950408889634
 
 def _gate(tensor: Tensor, kind: Composite) -> Tensor:
     """sigmoid or tanh of a gate from one exp2 of -|x| (tanh: of -2|x|), recorded with torch's backward from the
-    output. The error is absolute (a float32 rounding near 0.5 or 0), as cuDNN's; cheap enough (a few ops, no range
-    reduction: ember's precise sigmoid and tanh cost ~200 and ~4000 ops by the kernelizer's count, core/unary_math.py)
-    that every kernel reading a gate (the step's, and backward's) computes it again instead of storing it."""
+    output. The error is absolute (a float32 rounding near 0.5 or 0); a few ops per element, where ember's precise
+    sigmoid and tanh (core/unary_math.py: range reduction, tanh's expm1 and log) cost ~200 and ~4000 ops by the
+    kernelizer's count, which stores parts of them when several kernels read them (backward's of a GRU's reset)."""
     with em.no_grad():
         work = tensor if tensor.dtype == em.float32 or tensor.dtype == em.float64 else tensor.float()
         negative = work < 0
@@ -122,9 +122,8 @@ class _Layer:
 
 def _blockwise_activation(gates: Tensor, tanh_start: int, tanh_end: int) -> Tensor:
     """tanh of the columns tanh_start..tanh_end of `gates`, sigmoid of the others, stored by one kernel: one exp2
-    per element, tanh x = 2 sigmoid(2x) - 1 (absolute error of a float32 rounding). Backward reads these stored
-    values: recomputed in the gates' gradient, each gate's part would be evaluated over all four (padded) parts,
-    which the kernelizer stores part by part (a kernel each) at real sizes."""
+    per element, tanh x = 2 sigmoid(2x) - 1 (absolute error of a float32 rounding; each function of its own on every
+    column would cost both, and joining slices would pad each function's values, which the kernelizer may store)."""
     columns = em.arange(gates.shape[-1], device=gates.device)
     is_tanh = (columns >= tanh_start).logical_and(columns < tanh_end)
     sigmoid = _sigmoid(em.where(is_tanh, gates * 2.0, gates))
@@ -144,18 +143,21 @@ def _cell_step(
     parts, the hidden matmul adding the new gate's part) -> (hidden, cell or None, the hidden matmul). Gate order as
     torch: LSTM i,f,g,o; GRU r,z,n.
 
-    Each stored value is one kernel. Forward: LSTM the gates before activation (the matmul by W_hh plus the input
-    part), the cell state and the hidden state (the gates' activations and the cell state's tanh are computed again
-    where they are read, in forward and in backward); GRU the hidden matmul and the hidden state; RNN the gates and
-    the hidden state. Backward: the gradients of the hidden state (with the matmul by W_hh), of the cell state (LSTM)
-    and of the gates before activation (GRU: of the hidden matmul).
+    Each stored value is one kernel. Forward: the hidden matmul (RNN: plus the input part), then LSTM the activated
+    gates (adding the input part: the gates before activation are never stored, only their gradient), the cell
+    state, its tanh, the hidden state; GRU the activated gates, the hidden state; RNN the hidden state. Backward: the gradients of the hidden state (with
+    the matmul by W_hh), of the cell state (LSTM), and of the gates before activation (GRU: of the hidden matmul).
+    Backward reads the stored activations: recomputed there, each gate's part of the gates' gradient would be
+    evaluated over all the (padded) parts, which the kernelizer stores part by part (a kernel each) at real sizes.
     """
     size = weight_hh.shape[0] // GATES[mode]
     # the matmul is fused with the sum of the input part only (LSTM, RNN): a matmul kernel is fast with that, and many
     # times slower with the gates' activations fused in after it
     hidden_part = F.linear(hidden, weight_hh, bias_hh)
     if mode == "LSTM":
-        gates = _boundary(input_part + hidden_part)
+        # the gates before activation are not stored (the activation kernel adds the input part, read where the
+        # projection holds it): only their gradient is
+        gates = _store_gradient(input_part + hidden_part.contiguous())
         sigmoid_part, tanh_part, output_part = gates[:, :2 * size], gates[:, 2 * size:3 * size], gates[:, 3 * size:]
         with em.no_grad():
             activated = _blockwise_activation(gates, 2 * size, 3 * size)
@@ -348,8 +350,9 @@ class RNNBase(Module):
         compile at every step: the cold first step of a long sequence would compile a matmul per step).
 
         The steps multiply by W_hh detached; W_hh and b_hh get their gradients from `_deferred_linear`, once for all
-        steps: one matmul of the gates' gradients of all steps (LSTM, RNN: the projection's gradient, to which b_hh
-        is added; GRU: the hidden matmul's, stacked) by the hidden states the steps started from."""
+        steps: one matmul of the projection's gradient (to which b_hh is added: it is
+        the gates' gradient of every step, stacked; GRU: the new gate's part scaled by the reset gate) by the hidden
+        states the steps started from, stacked."""
         directions = 2 if self.bidirectional else 1
         output_size = self.proj_size if self.proj_size > 0 else self.hidden_size
         offsets = [0, *itertools.accumulate(batch_sizes)][:-1]  # each step's first row
@@ -382,8 +385,11 @@ class RNNBase(Module):
                     size, start = batch_sizes[time], offsets[time]
                     moving = size == hidden.shape[0]
                     saved.starts[time] = hidden if moving else hidden[:size]
+                    # LSTM: the activation kernel reads the step's rows of the projection (the one kernel of a step
+                    # that names its offset); the others copy them out first
+                    step_rows = projected[start:start + size]
                     new_hidden, new_cell, saved.hidden_parts[time] = _cell_step(
-                        self.mode, projected[start:start + size].contiguous(), saved.starts[time],
+                        self.mode, step_rows if self.mode == "LSTM" else step_rows.contiguous(), saved.starts[time],
                         cell if moving or cell is None else cell[:size], detached, step_bias, weight_hr,
                     )
                     # the step's share of the output's gradient copied out: like the input rows, the one kernel that
