@@ -87,11 +87,11 @@ def test_packed_batch_without_bias_matches_torch(kind: str, device: str) -> None
     _compare_gradients(module, torch_module, inputs, torch_inputs)
 
 
-def _kernels(kind: str, steps: int) -> tuple[int, int]:
+def _kernels(kind: str, steps: int, input_size: int = 3, hidden: int = 5, batch: int = 2) -> tuple[int, int]:
     """Kernels that forward and backward of a one-layer layer over `steps` time steps launch (c device), and how many
     of them are different kernels (to compile)."""
-    module = getattr(enn, kind)(3, 5).to("c")
-    sequence = em.ones(steps, 2, 3, device="c", requires_grad=True)
+    module = getattr(enn, kind)(input_size, hidden).to("c")
+    sequence = em.ones(steps, batch, input_size, device="c", requires_grad=True)
     em.realize(sequence, *module.parameters())
     with em.profile() as record:
         output, _ = module(sequence)
@@ -100,20 +100,59 @@ def _kernels(kind: str, steps: int) -> tuple[int, int]:
     return len(record.kernels), len({kernel.name for kernel in record.kernels})
 
 
-# Kernels per time step, forward + backward. torch launches a gemm and a fused pointwise kernel per step each way
-# (4); ember's kernels have one output each. Forward: a copy of the step's rows of the input projection, the gates
-# before activation (the matmul by W_hh plus that copy; GRU: the matmul alone), then LSTM the activated gates, the
-# cell state, its tanh (read again by backward) and the hidden state; GRU the activated gates and the hidden state;
-# RNN the hidden state. Backward: a copy of the step's share of the output's gradient, the hidden state's gradient
-# (the matmul by W_hh fused in), the cell state's (LSTM) and the gates' before activation. The weight gradients of
-# all steps are one kernel each, whatever the length.
-KERNELS_PER_STEP = {"LSTM": 10, "GRU": 7, "RNN": 6}
+# Kernels per time step, forward + backward, at a tiny size and at the char models' (benchmarks/programs.py: input 64,
+# hidden 128, batch 64), where the kernelizer stores a GRU's reset gate of its own (the new gate's part of the
+# activation kernel reads it padded). torch launches a gemm and a fused pointwise kernel per step each way (4);
+# ember's kernels have one output each. Forward: LSTM the matmul by W_hh, the activated gates (adding the step's rows
+# of the input projection, read in place), the cell state, its tanh (read again by backward) and the hidden state;
+# GRU and RNN a copy of the step's rows of the input projection, the matmul by W_hh (RNN: plus that copy), GRU the
+# activated gates (and the reset gate) and the hidden state, RNN the hidden state. Backward: a copy of the step's
+# share of the output's gradient, the hidden state's gradient (the matmul by W_hh fused in), the cell state's (LSTM)
+# and the gates' before activation. The weight gradients of all steps are one kernel each, whatever the length:
+# W_hh's is one matmul of the stacked gates' gradients by the stacked hidden states (the steps multiply by W_hh
+# detached), not a sum of a matmul per step.
+KERNELS_PER_STEP = {"LSTM": (9, 9), "GRU": (7, 9), "RNN": (6, 6)}
+REAL_SIZE = (64, 128, 64)
 
 
+@pytest.mark.parametrize("real", [False, True], ids=["tiny", "real"])
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
-def test_kernels_per_time_step(kind: str) -> None:
-    (short, short_distinct), (long, long_distinct) = _kernels(kind, 3), _kernels(kind, 6)
-    assert long - short == 3 * KERNELS_PER_STEP[kind], (short, long)
-    # every step runs the same kernels but two copies (a kernel names the offsets it reads): its rows of the input
-    # projection, and its share of the output's gradient. Two new kernels to compile per step, copies, not matmuls
+def test_kernels_per_time_step(kind: str, real: bool) -> None:
+    sizes = REAL_SIZE if real else (3, 5, 2)
+    (short, short_distinct), (long, long_distinct) = _kernels(kind, 3, *sizes), _kernels(kind, 6, *sizes)
+    assert long - short == 3 * KERNELS_PER_STEP[kind][real], (short, long)
+    # every step runs the same kernels but two (a kernel names the offsets it reads): the one reading its rows of the
+    # input projection (LSTM: the activation; others: a copy), and the copy of its share of the output's gradient.
+    # Two new kernels to compile per step, elementwise ones, not matmuls
     assert long_distinct - short_distinct <= 2 * 3, (short_distinct, long_distinct)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_long_sequence_at_a_real_size_matches_torch(kind: str, device: str) -> None:
+    """200 time steps, hidden 256: the per-sequence weight gradients (one matmul of all steps' gates' gradients by
+    the stacked hidden states) and the states carried over many steps, against torch."""
+    torch.manual_seed(0)
+    torch_module = getattr(torch.nn, kind)(8, 256)
+    module = getattr(enn, kind)(8, 256).to(device)
+    module.load_state_dict(torch_module.state_dict())
+    generator = np.random.default_rng(3)
+    array = generator.normal(size=(200, 3, 8)).astype(np.float32)
+    weights = generator.normal(size=(200, 3, 256)).astype(np.float32)
+    sequence, torch_sequence = em.tensor(array, device=device, requires_grad=True), torch.tensor(array, requires_grad=True)
+    output, _ = module(sequence)
+    torch_output, _ = torch_module(torch_sequence)
+    assert_close(output, torch_output, atol=1e-5)
+    (output * em.tensor(weights, device=device)).sum().backward()
+    (torch_output * torch.tensor(weights)).sum().backward()
+    assert_close(sequence.grad, torch_sequence.grad, atol=1e-4, rtol=1e-3)
+    for (name, torch_parameter), parameter in zip(torch_module.named_parameters(), module.parameters()):
+        assert torch_parameter.grad is not None, name
+        assert_close(parameter.grad, torch_parameter.grad, atol=1e-3, rtol=1e-3)
+
+
+def test_double_backward_through_a_layer_raises() -> None:
+    module = enn.LSTM(3, 5).to("c")
+    sequence = em.ones(4, 2, 3, device="c", requires_grad=True)
+    output, _ = module(sequence)
+    with pytest.raises(NotImplementedError, match="create_graph"):
+        em.autograd.grad(output.sum(), module.weight_hh_l0, create_graph=True)

@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ember.autograd.grad_mode import is_grad_enabled
 from ember.core.ops import Composite, Op
 from ember.core.staged_reduce import reduce_axes
 
@@ -263,6 +264,22 @@ def _gelu(step: Recorded, grad: Tensor) -> Gradients:
     return (grad * gelu_derivative(step.sources[0]),)
 
 
+def _deferred_linear(step: Recorded, grad: Tensor) -> Gradients:
+    """The weight's and bias's gradients of linear(rows, weight, bias) whose matmul part was computed elsewhere (with
+    the weight detached, one time step at a time): step.arg() gives (rows, scale or None) once those steps ran;
+    (grad * scale)^T @ rows for all steps at once, and (grad * scale) summed over rows."""
+    if is_grad_enabled():
+        raise NotImplementedError(
+            "backward with create_graph=True through a recurrent layer (RNN, LSTM, GRU) is not supported: its "
+            "weight gradients are computed once for all time steps, without a graph of their own"
+        )
+    rows, scale = step.arg()
+    if scale is not None:
+        grad = (grad * scale).contiguous()
+    weight_gradient = grad.transpose(0, 1).matmul(rows)
+    return (weight_gradient, grad.sum(0)) if len(step.sources) > 1 else (weight_gradient,)
+
+
 # ---- the table: every primitive op, one entry each ----------------------------------------------------------------
 
 BACKWARD: dict[Op, Rule] = {
@@ -332,6 +349,7 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
     Composite.SOFTMAX: _softmax,
     Composite.LOG_SOFTMAX: _log_softmax,
     Composite.GELU: _gelu,
+    Composite.DEFERRED_LINEAR: _deferred_linear,
 }
 
 NO_SOURCES = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE})  # never recorded: they have no sources to differentiate

@@ -87,6 +87,11 @@ class Composite(Enum):
     LOG_SOFTMAX = auto()  # sources: (x,); arg: the axis; g - exp(y) sum(g) from the output y, as torch's
     GELU = auto()  # sources: (x,); d/dx = Phi(x) + x phi(x), as torch's gelu_backward (approximate='none'); the
     # chain rule through erfc's polynomial and branches took a dozen kernels
+    DEFERRED_LINEAR = auto()  # sources: (weight [O, I], bias [O]?); arg: a callable giving (rows [N, I], scale
+    # [N, O] or None), known only once a recurrence has run; the value is the bias part of linear(rows, weight, bias)
+    # (the bias expanded to [N, O], or zeros), the steps computing the matmul part with the weight detached; backward
+    # gives the weight (grad * scale)^T @ rows and the bias (grad * scale).sum(0): a recurrent layer's weight
+    # gradient as one matmul over all its steps (nn/rnn.py); double backward raises
 
     __hash__ = object.__hash__
 

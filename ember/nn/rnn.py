@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import ember as em
@@ -41,13 +42,91 @@ def _recorded_as(kind: Composite, source: Tensor, value: Tensor) -> Tensor:
     return source._recorded(kind, lambda _source: value, (source,))
 
 
+LOG2_E = 1.4426950408889634
+
+
+def _gate(tensor: Tensor, kind: Composite) -> Tensor:
+    """sigmoid or tanh of a gate from one exp2 of -|x| (tanh: of -2|x|), recorded with torch's backward from the
+    output. The error is absolute (a float32 rounding near 0.5 or 0); a few ops per element, where ember's precise
+    sigmoid and tanh (core/unary_math.py: range reduction, tanh's expm1 and log) cost ~200 and ~4000 ops by the
+    kernelizer's count, which stores parts of them when several kernels read them (backward's of a GRU's reset)."""
+    with em.no_grad():
+        work = tensor if tensor.dtype == em.float32 or tensor.dtype == em.float64 else tensor.float()
+        negative = work < 0
+        magnitude = em.where(negative, -work, work)
+        scale = 2.0 * LOG2_E if kind is Composite.TANH else LOG2_E
+        small = (magnitude * -scale).exp2()  # in (0, 1]: no overflow
+        if kind is Composite.TANH:
+            value = (1.0 - small) / (1.0 + small)
+            value = em.where(negative, -value, value)
+        else:
+            share = 1.0 / (1.0 + small)
+            value = em.where(negative, small * share, share)
+        value = value.to(tensor.dtype)
+    return _recorded_as(kind, tensor, value)
+
+
+def _sigmoid(tensor: Tensor) -> Tensor:
+    return _gate(tensor, Composite.SIGMOID)
+
+
+def _tanh(tensor: Tensor) -> Tensor:
+    return _gate(tensor, Composite.TANH)
+
+
+def _deferred_linear(weight: Tensor, bias: Tensor | None, saved: Any, count: int, bias_columns: int) -> Tensor:
+    """The bias part ([count, out]: the bias expanded, its columns from `bias_columns` on zero; zeros without bias)
+    of linear(rows, weight, bias) whose matmul part (and the rest of the bias) the time steps compute with `weight`
+    detached: recorded so that backward gives the weight (grad * scale)^T @ rows and the bias (grad * scale).sum(0),
+    one matmul and one reduce for all steps. `saved()`, called in backward (after the steps ran), gives (rows, scale
+    or None): a GRU's new gate reads its hidden matmul scaled by the reset gate (which scales that gradient)."""
+    out = weight.shape[0]
+
+    def value(*_sources: Tensor) -> Tensor:
+        if bias is None:
+            return em.zeros(count, out, dtype=weight.dtype, device=weight.device)
+        kept = bias.detach()
+        if bias_columns < out:
+            kept = em.cat([kept[:bias_columns], em.zeros_like(kept[bias_columns:])])
+        return kept.reshape(1, out).expand(count, out)
+
+    sources = (weight,) if bias is None else (weight, bias)
+    return weight._recorded(Composite.DEFERRED_LINEAR, value, sources, saved)
+
+
+@dataclass
+class _Layer:
+    """What one layer and direction's backward of W_hh reads, filled in as its time steps run (see `saved`)."""
+
+    mode: str
+    width: int  # of the hidden state
+    projected: Tensor | None = None  # the input projection plus b_hh's joined part, all steps' rows
+    starts: list[Tensor] = field(default_factory=list)  # by time step: the hidden state it started from
+    hidden_parts: list[Tensor] = field(default_factory=list)  # by time step (GRU): its stored hidden matmul
+
+    def saved(self) -> tuple[Tensor, Tensor | None]:
+        """The hidden states the steps started from, stacked in the order of the steps' rows and stored (one matmul
+        reads them: a join of many buffers would slow it), and for a GRU the scale of the projection's gradient
+        that gives the hidden matmul's (1 for the reset and update gates, the reset gate for the new gate)."""
+        assert self.projected is not None
+        if not self.starts:
+            return em.zeros(0, self.width, dtype=self.projected.dtype, device=self.projected.device), None
+        rows = em.cat([start.detach() for start in self.starts]).contiguous()
+        if self.mode != "GRU":
+            return rows, None
+        size = self.projected.shape[-1] // 3
+        hidden_reset = em.cat([part.detach()[:, :size] for part in self.hidden_parts])
+        reset = _sigmoid(self.projected.detach()[:, :size] + hidden_reset)
+        return rows, em.cat([em.ones_like(self.projected[:, :2 * size]), reset], -1)
+
+
 def _blockwise_activation(gates: Tensor, tanh_start: int, tanh_end: int) -> Tensor:
-    """tanh of the columns tanh_start..tanh_end of `gates`, sigmoid of the others, stored by one kernel: one sigmoid
+    """tanh of the columns tanh_start..tanh_end of `gates`, sigmoid of the others, stored by one kernel: one exp2
     per element, tanh x = 2 sigmoid(2x) - 1 (absolute error of a float32 rounding; each function of its own on every
     column would cost both, and joining slices would pad each function's values, which the kernelizer may store)."""
     columns = em.arange(gates.shape[-1], device=gates.device)
     is_tanh = (columns >= tanh_start).logical_and(columns < tanh_end)
-    sigmoid = em.where(is_tanh, gates * 2.0, gates).sigmoid()
+    sigmoid = _sigmoid(em.where(is_tanh, gates * 2.0, gates))
     return em.where(is_tanh, sigmoid * 2.0 - 1.0, sigmoid).contiguous()
 
 
@@ -59,52 +138,57 @@ def _cell_step(
     weight_hh: Tensor,
     bias_hh: Tensor | None,
     weight_hr: Tensor | None,
-) -> tuple[Tensor, Tensor | None]:
-    """One time step: input_part is x @ W_ih^T + b_ih already. Gate order as torch: LSTM i,f,g,o; GRU r,z,n.
+) -> tuple[Tensor, Tensor | None, Tensor]:
+    """One time step: input_part is x @ W_ih^T + b_ih already (in a layer, also b_hh: GRU its reset and update
+    parts, the hidden matmul adding the new gate's part) -> (hidden, cell or None, the hidden matmul). Gate order as
+    torch: LSTM i,f,g,o; GRU r,z,n.
 
-    Each stored value is one kernel. Forward: the gates before activation (the hidden matmul plus the input part;
-    GRU: the hidden matmul alone), then LSTM the activated gates, the cell state, its tanh, the hidden state; GRU
-    the activated gates, the hidden state; RNN the hidden state. Backward: the gradients of the hidden state (with
+    Each stored value is one kernel. Forward: the hidden matmul (RNN: plus the input part), then LSTM the activated
+    gates (adding the input part: the gates before activation are never stored, only their gradient), the cell
+    state, its tanh, the hidden state; GRU the activated gates, the hidden state; RNN the hidden state. Backward: the gradients of the hidden state (with
     the matmul by W_hh), of the cell state (LSTM), and of the gates before activation (GRU: of the hidden matmul).
+    Backward reads the stored activations: recomputed there, each gate's part of the gates' gradient would be
+    evaluated over all the (padded) parts, which the kernelizer stores part by part (a kernel each) at real sizes.
     """
     size = weight_hh.shape[0] // GATES[mode]
-    sigmoid, tanh = Composite.SIGMOID, Composite.TANH
     # the matmul is fused with the sum of the input part only (LSTM, RNN): a matmul kernel is fast with that, and many
-    # times slower with the gates' activations fused in after it (they are one elementwise kernel of their own)
+    # times slower with the gates' activations fused in after it
     hidden_part = F.linear(hidden, weight_hh, bias_hh)
-    hidden_part = _boundary(hidden_part) if mode == "GRU" else hidden_part
     if mode == "LSTM":
-        gates = _boundary(input_part + hidden_part)
+        # the gates before activation are not stored (the activation kernel adds the input part, read where the
+        # projection holds it): only their gradient is
+        gates = _store_gradient(input_part + hidden_part.contiguous())
         sigmoid_part, tanh_part, output_part = gates[:, :2 * size], gates[:, 2 * size:3 * size], gates[:, 3 * size:]
         with em.no_grad():
             activated = _blockwise_activation(gates, 2 * size, 3 * size)
-        input_forget = _recorded_as(sigmoid, sigmoid_part, activated[:, :2 * size])
-        cell_gate = _recorded_as(tanh, tanh_part, activated[:, 2 * size:3 * size])
-        output_gate = _recorded_as(sigmoid, output_part, activated[:, 3 * size:])
+        input_forget = _recorded_as(Composite.SIGMOID, sigmoid_part, activated[:, :2 * size])
+        cell_gate = _recorded_as(Composite.TANH, tanh_part, activated[:, 2 * size:3 * size])
+        output_gate = _recorded_as(Composite.SIGMOID, output_part, activated[:, 3 * size:])
         new_cell = _boundary(input_forget[:, size:] * cell + input_forget[:, :size] * cell_gate)
         with em.no_grad():
-            cell_tanh = new_cell.tanh().contiguous()
-        new_hidden = output_gate * _recorded_as(tanh, new_cell, cell_tanh)
+            cell_tanh = _tanh(new_cell).contiguous()
+        new_hidden = output_gate * _recorded_as(Composite.TANH, new_cell, cell_tanh)
         if weight_hr is not None:
             new_hidden = F.linear(new_hidden, weight_hr)
-        return _boundary(new_hidden), new_cell
+        return _boundary(new_hidden), new_cell, hidden_part
     if mode == "GRU":
+        hidden_part = _boundary(hidden_part)
         input_new, hidden_new = input_part[:, 2 * size:], hidden_part[:, 2 * size:]
         reset_update_part = input_part[:, :2 * size] + hidden_part[:, :2 * size]
         with em.no_grad():
-            reset = reset_update_part[:, :size].sigmoid()
+            reset = _sigmoid(reset_update_part[:, :size])
             scale = em.cat([em.ones_like(reset_update_part), reset], -1)  # the reset gate scales the new gate's part
             activated = _blockwise_activation(input_part + scale * hidden_part, 2 * size, 3 * size)
-        reset_update = _recorded_as(sigmoid, reset_update_part, activated[:, :2 * size])
-        new = _recorded_as(tanh, input_new + reset_update[:, :size] * hidden_new, activated[:, 2 * size:])
+        reset_update = _recorded_as(Composite.SIGMOID, reset_update_part, activated[:, :2 * size])
+        new = _recorded_as(Composite.TANH, input_new + reset_update[:, :size] * hidden_new, activated[:, 2 * size:])
         update = reset_update[:, size:]
-        return _boundary((1 - update) * new + update * hidden), None
+        return _boundary((1 - update) * new + update * hidden), None, hidden_part
     total = _boundary(input_part + hidden_part)
     if mode == "RNN_RELU":
-        return _boundary(total.relu()), None
+        return _boundary(total.relu()), None, hidden_part
     with em.no_grad():
         activated = total.tanh().contiguous()
-    return _store_gradient(_recorded_as(tanh, total, activated)), None
+    return _store_gradient(_recorded_as(Composite.TANH, total, activated)), None, hidden_part
 
 
 class RNNBase(Module):
@@ -263,10 +347,16 @@ class RNNBase(Module):
         step's output is stored, and the outputs of all steps are joined by one stored kernel. A step's rows of the
         projection are copied out first: a kernel names the offsets it reads, so that copy is the only kernel of a
         step that differs from the other steps' (a slice read by the step's matmul would make that a new kernel to
-        compile at every step: the cold first step of a long sequence would compile a matmul per step)."""
+        compile at every step: the cold first step of a long sequence would compile a matmul per step).
+
+        The steps multiply by W_hh detached; W_hh and b_hh get their gradients from `_deferred_linear`, once for all
+        steps: one matmul of the projection's gradient (to which b_hh is added: it is
+        the gates' gradient of every step, stacked; GRU: the new gate's part scaled by the reset gate) by the hidden
+        states the steps started from, stacked."""
         directions = 2 if self.bidirectional else 1
         output_size = self.proj_size if self.proj_size > 0 else self.hidden_size
         offsets = [0, *itertools.accumulate(batch_sizes)][:-1]  # each step's first row
+        total_rows = sum(batch_sizes)
         final_hidden: list[Tensor] = []
         final_cell: list[Tensor] = []
         layer_input = rows
@@ -274,18 +364,33 @@ class RNNBase(Module):
             outputs = []
             for direction in range(directions):
                 weight_ih, weight_hh, bias_ih, bias_hh, weight_hr = self._layer_parameters(layer, direction)
-                projected = _boundary(F.linear(layer_input, weight_ih, bias_ih))  # all time steps at once
+                saved = _Layer(self.mode, output_size, None, [None] * len(batch_sizes),  # type: ignore[list-item]
+                               [None] * len(batch_sizes))  # type: ignore[list-item]
+                # b_hh joins the projection (GRU: its reset and update parts); the projection's gradient is the
+                # gates' (GRU: the hidden matmul's, but for the new gate's part scaled by the reset gate)
+                joined = weight_hh.shape[0] * 2 // 3 if self.mode == "GRU" else weight_hh.shape[0]
+                projected = _boundary(F.linear(layer_input, weight_ih, bias_ih)
+                                      + _deferred_linear(weight_hh, bias_hh, saved.saved, total_rows, joined))
+                saved.projected = projected
+                step_bias = None  # GRU: the new gate's b_hh, added by the hidden matmul
+                if self.mode == "GRU" and bias_hh is not None:
+                    step_bias = em.cat([em.zeros_like(bias_hh[:joined]), bias_hh[joined:]]).detach()
                 state = layer * directions + direction
                 hidden = hidden0[state]
                 cell = cell0[state] if cell0 is not None else None
                 steps: list[Tensor] = [None] * len(batch_sizes)  # type: ignore[list-item]
                 order = range(len(batch_sizes) - 1, -1, -1) if direction == 1 else range(len(batch_sizes))
+                detached = weight_hh.detach()
                 for time in order:
                     size, start = batch_sizes[time], offsets[time]
                     moving = size == hidden.shape[0]
-                    new_hidden, new_cell = _cell_step(
-                        self.mode, projected[start:start + size].contiguous(), hidden if moving else hidden[:size],
-                        cell if moving or cell is None else cell[:size], weight_hh, bias_hh, weight_hr,
+                    saved.starts[time] = hidden if moving else hidden[:size]
+                    # LSTM: the activation kernel reads the step's rows of the projection (the one kernel of a step
+                    # that names its offset); the others copy them out first
+                    step_rows = projected[start:start + size]
+                    new_hidden, new_cell, saved.hidden_parts[time] = _cell_step(
+                        self.mode, step_rows if self.mode == "LSTM" else step_rows.contiguous(), saved.starts[time],
+                        cell if moving or cell is None else cell[:size], detached, step_bias, weight_hr,
                     )
                     # the step's share of the output's gradient copied out: like the input rows, the one kernel that
                     # names the step's offset, so the matmul by W_hh that adds it is the same kernel at every step
@@ -447,7 +552,7 @@ class RNNCellBase(Module):
                 hidden = hidden.unsqueeze(0)
             cell = None
         projected = F.linear(x, self.weight_ih, self.bias_ih)
-        new_hidden, new_cell = _cell_step(self.mode, projected, hidden, cell, self.weight_hh, self.bias_hh, None)
+        new_hidden, new_cell, _ = _cell_step(self.mode, projected, hidden, cell, self.weight_hh, self.bias_hh, None)
         if not batched:
             new_hidden = new_hidden.squeeze(0)
             new_cell = new_cell.squeeze(0) if new_cell is not None else None
