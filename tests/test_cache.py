@@ -18,7 +18,8 @@ from ember.backends.registry import REGISTRY
 from ember.core.errors import BackendUnavailable
 from ember.ir.ir import KernelIR
 from ember.ir.opt import build_kernel_ir
-from ember.scheduler.kernelize import KernelItem, kernelize
+from ember.scheduler.kernelize import kernelize
+from ember.scheduler.program import Launch
 from tests.helpers import run_float_kernel
 
 # ---- the entry format --------------------------------------------------------------------------------------------
@@ -88,7 +89,7 @@ def _kernel_for(backend: str) -> tuple[Any, KernelIR]:
     except BackendUnavailable as error:
         pytest.skip(f"no {backend} device here: {error}")
     x = em.tensor(np.arange(17, dtype=np.float32), device=device.name)
-    (item,) = [item for item in kernelize([(x * 3 + 1).node]) if isinstance(item, KernelItem)]
+    (item,) = [item for item in kernelize([(x * 3 + 1).node]) if isinstance(item, Launch)]
     return device, build_kernel_ir(item.kernel, "ember_cache_test", device.info)
 
 
@@ -135,7 +136,7 @@ def test_a_c_kernel_built_in_a_batch_is_found_alone(cache_folder: Path, monkeypa
     """The scheduler's batches depend on timing: a later process must find each kernel whatever batch built it."""
     template, ir = _kernel_for("c")
     x = em.tensor(np.arange(17, dtype=np.float32), device=template.name)
-    (item,) = [item for item in kernelize([(x * 5 - 2).node]) if isinstance(item, KernelItem)]
+    (item,) = [item for item in kernelize([(x * 5 - 2).node]) if isinstance(item, Launch)]
     other = build_kernel_ir(item.kernel, "ember_cache_test_other", template.info)
     c_backend.CDevice("c:cache-test").compile_many([ir, other])  # one library holding both
     builds = _count_c_builds(monkeypatch)

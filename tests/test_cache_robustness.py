@@ -26,7 +26,8 @@ from ember.core.errors import BackendUnavailable
 from ember.ir import lowered_cache
 from ember.ir.ir import KernelIR
 from ember.ir.opt import build_kernel_ir, optimizations_enabled
-from ember.scheduler.kernelize import KernelItem, kernelize
+from ember.scheduler.kernelize import kernelize
+from ember.scheduler.program import Launch
 from tests.conftest import TEST_DEVICES
 from tests.helpers import run_float_kernel
 
@@ -148,7 +149,7 @@ def _two_kernels(backend: str) -> tuple[Any, KernelIR, KernelIR]:
     x = em.tensor(np.arange(17, dtype=np.float32), device=device.name)
     irs = []
     for number, value in enumerate((x * 3 + 1, x * 5 - 2)):
-        (item,) = [item for item in kernelize([value.node]) if isinstance(item, KernelItem)]
+        (item,) = [item for item in kernelize([value.node]) if isinstance(item, Launch)]
         irs.append(build_kernel_ir(item.kernel, f"ember_robust_{number}", device.info))
     return device, irs[0], irs[1]
 
@@ -200,7 +201,7 @@ def test_a_c_library_lacking_the_kernels_is_discarded(cache_folder: Path) -> Non
 def test_another_kernels_lowered_ir_is_lowered_again(cache_folder: Path) -> None:
     template, first, second = _two_kernels("c")
     x = em.tensor(np.arange(17, dtype=np.float32), device=template.name)
-    kernels = [[item for item in kernelize([value.node]) if isinstance(item, KernelItem)][0].kernel
+    kernels = [[item for item in kernelize([value.node]) if isinstance(item, Launch)][0].kernel
                for value in (x * 3 + 1, x * 7)]
     paths = [lowered_cache.entry_path(kernel, f"robust_{number}", template.info, optimizations_enabled())
              for number, kernel in enumerate(kernels)]
@@ -238,7 +239,7 @@ class _Planted:
 def test_a_planted_pickle_in_the_ir_cache_runs_nothing(function: Any, cache_folder: Path, tmp_path: Path) -> None:
     template, ir, _ = _two_kernels("c")
     x = em.tensor(np.arange(17, dtype=np.float32), device=template.name)
-    (item,) = [item for item in kernelize([(x * 3 + 1).node]) if isinstance(item, KernelItem)]
+    (item,) = [item for item in kernelize([(x * 3 + 1).node]) if isinstance(item, Launch)]
     path = lowered_cache.entry_path(item.kernel, "planted", template.info, optimizations_enabled())
     touched = tmp_path / "touched"
     argument = {planted_marker: "called", os.system: f"touch {touched}",
@@ -273,7 +274,7 @@ def test_a_device_keeps_a_bounded_number_of_programs_and_unloads_the_rest(cache_
     libraries = []
     for size in range(1, 11):  # ten shapes, ten kernels
         x = em.tensor(np.arange(size, dtype=np.float32), device="c")
-        (item,) = [item for item in kernelize([(x * 2 + size).node]) if isinstance(item, KernelItem)]
+        (item,) = [item for item in kernelize([(x * 2 + size).node]) if isinstance(item, Launch)]
         ir = build_kernel_ir(item.kernel, f"bounded_{size}", device.info)
         np.testing.assert_array_equal(run_float_kernel(device, ir), np.arange(size, dtype=np.float32) * 2 + size)
         libraries.append(weakref.ref(device._programs.get(device.render(ir)).library))

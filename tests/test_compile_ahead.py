@@ -12,7 +12,8 @@ from ember.backends import c as c_backend
 from ember.ir.kernel import Kernel
 from ember.scheduler import compile_cache, quick_compile
 from ember.scheduler.compile_ahead import COMPILE_COST_FIXED, PROGRESS_MIN_KERNELS, _compile_cost, _first_part
-from ember.scheduler.kernelize import KernelItem, kernelize
+from ember.scheduler.kernelize import kernelize
+from ember.scheduler.program import Launch
 
 
 def _many_kernels(count: int, device: str, first_rows: int = 2) -> tuple[list[em.Tensor], list[np.ndarray]]:
@@ -105,4 +106,4 @@ def test_a_compiler_run_takes_about_its_share_of_the_compile_cost() -> None:
 def _kernel_of_a_sum() -> Kernel:
     """The kernel of (x * 2).sum(0) for a 4x3 x on c."""
     x = em.tensor(np.arange(12, dtype=np.float32).reshape(4, 3), device="c")
-    return next(item.kernel for item in kernelize([(x * 2).sum(0).node]) if isinstance(item, KernelItem))
+    return next(item.kernel for item in kernelize([(x * 2).sum(0).node]) if isinstance(item, Launch))

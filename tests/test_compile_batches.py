@@ -19,7 +19,8 @@ from ember.core.errors import CompileFallbackWarning
 from ember.ir.kernel import Kernel
 from ember.scheduler import compile_cache
 from ember.scheduler.devices import get_device
-from ember.scheduler.kernelize import KernelItem, kernelize
+from ember.scheduler.kernelize import kernelize
+from ember.scheduler.program import Launch
 
 
 
@@ -54,7 +55,7 @@ def _outputs(library: Any, arrays: list[np.ndarray], make: Any) -> list[Any]:
 def _kernels(outputs: list[em.Tensor]) -> list[Kernel]:
     kernels: dict[Kernel, None] = {}
     for item in kernelize([output.node for output in outputs]):
-        if isinstance(item, KernelItem):
+        if isinstance(item, Launch):
             kernels[item.kernel] = None
     return list(kernels)
 

@@ -150,12 +150,13 @@ def _recurrence(inputs: "em.Tensor | torch.Tensor", steps: int) -> list:
 
 
 def test_an_expensive_recurrence_is_stored_not_recomputed_by_every_step() -> None:
-    from ember.scheduler.kernelize import KernelItem, kernelize
+    from ember.scheduler.kernelize import kernelize
+    from ember.scheduler.program import Launch
 
     def kernel_steps(steps: int) -> list[int]:
         outputs = _recurrence(em.tensor(random_array((steps, 8)), device="dummy:0"), steps)
         items = kernelize([output.node for output in outputs])
-        return [len(item.kernel.steps) for item in items if isinstance(item, KernelItem)]
+        return [len(item.kernel.steps) for item in items if isinstance(item, Launch)]
 
     short, long = kernel_steps(12), kernel_steps(48)
     # recomputing the state in every output's kernel would make the largest kernel (and the total) grow with steps
@@ -201,7 +202,8 @@ def test_mlp_training_step_kernel_count_and_values(device: str) -> None:
 
 def test_a_kernel_never_reads_more_buffers_than_its_device_binds(device: str, monkeypatch) -> None:
     from ember.scheduler import schedule
-    from ember.scheduler.kernelize import KernelItem, kernelize
+    from ember.scheduler.kernelize import kernelize
+    from ember.scheduler.program import Launch
 
     limit = 6  # WebGPU adapters bind 8 to a few dozen storage buffers per kernel
     arrays = [random_array((4, 3), seed=seed) for seed in range(40)]
@@ -215,9 +217,9 @@ def test_a_kernel_never_reads_more_buffers_than_its_device_binds(device: str, mo
         expected = expected * 0.5 + torch.tensor(array).exp()
     expected = expected.sum(1) * torch.tensor(arrays[-1])[:, 0]
     items = kernelize([total.node], lambda name: limit)
-    reads = [len(item.inputs) for item in items if isinstance(item, KernelItem)]
+    reads = [len(item.inputs) for item in items if isinstance(item, Launch)]
     assert max(reads) <= limit - 1 and len(reads) > 1, reads
-    assert max(len(item.inputs) for item in kernelize([total.node]) if isinstance(item, KernelItem)) >= limit
+    assert max(len(item.inputs) for item in kernelize([total.node]) if isinstance(item, Launch)) >= limit
     monkeypatch.setattr(schedule, "kernel_buffer_limit", lambda name: limit)
     schedule.SCHEDULES.entries.clear()
     assert_close(total, expected, rtol=1e-4)
@@ -227,13 +229,13 @@ def _largest_domain_evaluating(realize: Callable[[], object], ops: set, monkeypa
     """The largest iteration domain (elements of the widest step) among the kernels that `realize` schedules and
     that evaluate any of `ops` (0 when none does)."""
     from ember.scheduler import schedule
-    from ember.scheduler.kernelize import KernelItem
+    from ember.scheduler.program import Launch
 
     scheduled: list = []
 
     def recording_kernelize(*args, **kwargs):
         items = original(*args, **kwargs)
-        scheduled.extend(item for item in items if isinstance(item, KernelItem))
+        scheduled.extend(item for item in items if isinstance(item, Launch))
         return items
 
     original = schedule.kernelize

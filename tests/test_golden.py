@@ -24,7 +24,8 @@ from ember.backends.ptx import PTXRenderer
 from ember.backends.wgsl import WGSLRenderer
 from ember.capabilities import DeviceInfo
 from ember.ir.opt import build_kernel_ir
-from ember.scheduler.kernelize import KernelItem, kernelize
+from ember.scheduler.kernelize import kernelize
+from ember.scheduler.program import Launch
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "backend_example"
@@ -66,7 +67,7 @@ CASES: dict[str, Callable[[], em.Tensor]] = {
 
 def rendered(case: str, target: str) -> str:
     renderer = TARGETS[target][0]()
-    items = [item for item in kernelize([CASES[case]().node]) if isinstance(item, KernelItem)]
+    items = [item for item in kernelize([CASES[case]().node]) if isinstance(item, Launch)]
     kernels = [build_kernel_ir(item.kernel, f"{case}_{number}", CAPABILITIES) for number, item in enumerate(items)]
     sources = [renderer.render(kernel) for kernel in kernels]  # type: ignore[attr-defined]
     return "\n".join(sources)

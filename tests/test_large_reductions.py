@@ -19,7 +19,8 @@ from ember.core.staged_reduce import (
     stage_extents,
 )
 from ember.ir.lower import lower_kernel
-from ember.scheduler.kernelize import KernelItem, kernelize
+from ember.scheduler.kernelize import kernelize
+from ember.scheduler.program import Launch
 from tests.helpers import assert_close
 
 WGPU_ELEMENTS = 30_000_000  # float32 values a wgpu (lavapipe) buffer holds: 128 MiB per binding
@@ -139,10 +140,10 @@ def test_int64_sum_past_two_to_the_31_uses_64_bit_counters(device: str) -> None:
 
 def test_an_unstaged_reduce_past_two_to_the_31_is_lowered_with_64_bit_indices() -> None:
     ones = em.ones(2**31 + 5, dtype=em.int64)
-    (item,) = [item for item in kernelize([ones._apply(Op.SUM, arg=(0,)).node]) if isinstance(item, KernelItem)]
+    (item,) = [item for item in kernelize([ones._apply(Op.SUM, arg=(0,)).node]) if isinstance(item, Launch)]
     assert lower_kernel(item.kernel, "long_sum").index_dtype == em.int64
     small = em.ones(2**20, dtype=em.int64)
-    (item,) = [item for item in kernelize([small._apply(Op.SUM, arg=(0,)).node]) if isinstance(item, KernelItem)]
+    (item,) = [item for item in kernelize([small._apply(Op.SUM, arg=(0,)).node]) if isinstance(item, Launch)]
     assert lower_kernel(item.kernel, "short_sum").index_dtype == em.int32
 
 
@@ -164,6 +165,6 @@ def test_wgpu_refuses_a_kernel_past_llvmpipes_loop_limit() -> None:
     if getattr(device, "loop_limit", None) is None:
         pytest.skip("this adapter has no loop limit")
     x = em.ones(70_000, device="wgpu")  # one reduce primitive, not staged: a loop of 70,000 iterations
-    (item,) = [item for item in kernelize([x._apply(Op.SUM, arg=(0,)).node]) if isinstance(item, KernelItem)]
+    (item,) = [item for item in kernelize([x._apply(Op.SUM, arg=(0,)).node]) if isinstance(item, Launch)]
     with pytest.raises(DeviceError, match="65535"):
         device.compile(lower_kernel(item.kernel, "long_loop"))

@@ -17,7 +17,8 @@ from ember.backends.registry import REGISTRY
 from ember.capabilities import DeviceInfo, launch_geometry
 from ember.core.errors import BackendUnavailable
 from ember.ir.opt import build_kernel_ir
-from ember.scheduler.kernelize import KernelItem, kernelize
+from ember.scheduler.kernelize import kernelize
+from ember.scheduler.program import Launch
 from tests.helpers import assert_close, pair, random_array
 
 # (left, right): vector tiles of two vectors and of one, rows that do not divide the tile (clamped), fewer rows than
@@ -103,7 +104,7 @@ def test_vector_elementwise_values(device: str) -> None:
 
 
 def rendered_c(tensor: em.Tensor, info: DeviceInfo = C_VECTORS) -> str:
-    items = [item for item in kernelize([tensor.node]) if isinstance(item, KernelItem)]
+    items = [item for item in kernelize([tensor.node]) if isinstance(item, Launch)]
     return "\n".join(CRenderer().render(build_kernel_ir(item.kernel, f"kernel{number}", info))
                      for number, item in enumerate(items))
 
@@ -175,7 +176,7 @@ OPENCL_VECTORS = DeviceInfo(compute_units=2, preferred_vector_width=8, vector_op
 
 
 def rendered_opencl(tensor: em.Tensor) -> str:
-    items = [item for item in kernelize([tensor.node]) if isinstance(item, KernelItem)]
+    items = [item for item in kernelize([tensor.node]) if isinstance(item, Launch)]
     renderer = opencl.OpenCLRenderer()
     return "\n".join(renderer.render(build_kernel_ir(item.kernel, f"kernel{number}", OPENCL_VECTORS))
                      for number, item in enumerate(items))
@@ -256,7 +257,7 @@ def test_lowered_kernels_are_cached_on_disk(monkeypatch: pytest.MonkeyPatch, tmp
 
     monkeypatch.setenv("EMBER_NOOPT", "0")
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
-    (item,) = [item for item in kernelize([(_dummy(23, 32) @ _dummy(32, 64)).node]) if isinstance(item, KernelItem)]
+    (item,) = [item for item in kernelize([(_dummy(23, 32) @ _dummy(32, 64)).node]) if isinstance(item, Launch)]
     lowered = build_kernel_ir(item.kernel, "cached", OPENCL_VECTORS)
     (entry,) = (tmp_path / "ir").iterdir()  # type: ignore[operator]
     calls: list[str] = []

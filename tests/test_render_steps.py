@@ -18,13 +18,14 @@ from ember.core.errors import CompileError
 from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
 from ember.ir.linearize import Step
 from ember.ir.opt import build_kernel_ir
-from ember.scheduler.kernelize import KernelItem, kernelize
+from ember.scheduler.kernelize import kernelize
+from ember.scheduler.program import Launch
 
 RENDERERS = [CRenderer, OpenCLRenderer, WGSLRenderer, PTXRenderer]
 
 
 def _kernels(tensor: em.Tensor, info: DeviceInfo) -> list[KernelIR]:
-    items = [item for item in kernelize([tensor.node]) if isinstance(item, KernelItem)]
+    items = [item for item in kernelize([tensor.node]) if isinstance(item, Launch)]
     return [build_kernel_ir(item.kernel, f"kernel{number}", info) for number, item in enumerate(items)]
 
 

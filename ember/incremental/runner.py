@@ -22,12 +22,12 @@ from ember.incremental.restrict import restrict, source_boxes
 from ember.incremental.static_bounds import is_static
 from ember.incremental.write import aligned_box, write_box
 from ember.scheduler.buffers import Buffer, buffer_of
-from ember.scheduler.kernelize import KernelItem, find_boundaries, kernelize
+from ember.scheduler.kernelize import find_boundaries, kernelize
 from ember.scheduler.lock import SCHEDULER_LOCK
 from ember.capture.recording import Recorder
 from ember.scheduler.executor import BoundLaunch, execute
 from ember.scheduler.launch_plan import bind_buffers
-from ember.scheduler.program import CommandProgram, LaunchBinding
+from ember.scheduler.program import CommandProgram, Launch, LaunchBinding
 
 LEAF_OPS = (Op.BUFFER, Op.CONST, Op.ARANGE)
 MAX_CACHED = 256  # plans and restricted graphs kept (per graph) before the caches start over
@@ -296,7 +296,7 @@ def kernel_flops(roots: Sequence[Node]) -> int:
     for each element a reduce reads (a matmul's multiply and add: 2 * M * N * K)."""
     total = 0
     for item in kernelize(list(roots)):
-        if isinstance(item, KernelItem):
+        if isinstance(item, Launch):
             steps = item.kernel.steps
             for step in steps:
                 if step.op in ELEMENTWISE_OPS:

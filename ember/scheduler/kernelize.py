@@ -19,12 +19,13 @@ intermediates are stored until it fits.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple, cast
+from typing import cast
 
 from ember.core.graph import Node
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
 from ember.core.walk import post_order
 from ember.ir.kernel import NO_ROW, REDUCED, ROW_SPANNING_OPS, SPAN, Kernel, KernelStep, row_state_below
+from ember.scheduler.program import Copy, Launch
 
 INLINE_LEAVES = (Op.CONST, Op.ARANGE)
 SHARED_WORK_LIMIT = 256  # elementwise ops per element above which a node read by several kernels is stored
@@ -35,22 +36,7 @@ TRANSCENDENTAL_WEIGHT = 8  # these become polynomial approximations or divisions
 MAX_KERNEL_OPS = 1024  # ops (elementwise, movement, reduce) above which a kernel is split by storing intermediates
 
 
-class KernelItem(NamedTuple):
-    """Compute `output` with `kernel`, whose parameters 1..n are the buffers of `inputs`."""
-
-    output: Node
-    kernel: Kernel
-    inputs: tuple[Node, ...]
-
-
-class CopyItem(NamedTuple):
-    """Copy the buffer of `source` to the device of `output`."""
-
-    output: Node
-    source: Node
-
-
-ScheduleItem = KernelItem | CopyItem
+ScheduleItem = Launch[Node] | Copy[Node]  # kernelize's steps over nodes (program.py: the one kind of each)
 
 
 BufferLimit = Callable[[str], int]  # device name -> the most buffers one kernel may bind there, its output included
@@ -346,7 +332,7 @@ def _row_of_sources(node: Node) -> tuple[int, int]:
     return NO_ROW, 0
 
 
-def build_kernel(root: Node, boundaries: set[int]) -> KernelItem:
+def build_kernel(root: Node, boundaries: set[int]) -> Launch[Node]:
     """The steps of the kernel that computes `root`; stored nodes below it become BUFFER parameters."""
     steps: list[KernelStep] = []
     position_of: dict[int, int] = {}
@@ -374,7 +360,7 @@ def build_kernel(root: Node, boundaries: set[int]) -> KernelItem:
         position_of[id(node)] = len(steps)
         steps.append(step)
     kernel = Kernel(tuple(steps), tuple(node.size for node in inputs))
-    return KernelItem(root, kernel, tuple(inputs))
+    return Launch(root, tuple(inputs), kernel)
 
 
 def kernel_groups(roots: list[Node], buffer_limit: BufferLimit = unlimited_buffers) -> list[tuple[Node, list[Node]]]:
@@ -386,13 +372,14 @@ def kernel_groups(roots: list[Node], buffer_limit: BufferLimit = unlimited_buffe
 
 
 def kernelize(roots: list[Node], buffer_limit: BufferLimit = unlimited_buffers) -> list[ScheduleItem]:
-    """The schedule that realizes `roots`: kernels and copies in dependency order."""
+    """The steps that realize `roots`: kernel launches and copies over nodes (program.py's Launch and Copy), in
+    dependency order."""
     ordered = find_boundaries(roots, buffer_limit)
     boundary_ids = {id(node) for node in ordered}
     schedule: list[ScheduleItem] = []
     for node in ordered:
         if node.op is Op.COPY:
-            schedule.append(CopyItem(node, node.srcs[0]))
+            schedule.append(Copy(node, node.srcs[0]))
         else:
             schedule.append(build_kernel(node, boundary_ids))
     return schedule

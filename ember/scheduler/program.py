@@ -1,28 +1,34 @@
 """The command program a schedule compiles to: Launch and Copy commands (its steps) over numbered slots, with the
-Free commands that release each slot after its last use worked out once (executor.py runs it)."""
+Free commands that release each slot after its last use worked out once (executor.py runs it). The steps are the only
+kind of kernel step and copy step: kernelize makes them over nodes (Launch[Node]), the schedule cache renumbers their
+slots to the placed graph's positions (Launch[int])."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from ember.backends.base import Device
 from ember.core.dtype import DType
 from ember.ir.kernel import Kernel
 
 
-class Launch(NamedTuple):
-    """Launch `kernel` writing slot `output` from slots `inputs` (in the kernel's buffer order): a kernel step."""
+Slot = TypeVar("Slot")  # what a step's slots are: nodes (kernelize's output) or numbers (a program's)
 
-    output: int
-    inputs: tuple[int, ...]
+
+class Launch(NamedTuple, Generic[Slot]):
+    """Launch `kernel` writing slot `output` from slots `inputs` (the kernel's parameters 1..n, in order): a kernel
+    step."""
+
+    output: Slot
+    inputs: tuple[Slot, ...]
     kernel: Kernel
 
 
-class Copy(NamedTuple):
-    """Copy slot `source` into slot `output` (another pool): a copy step."""
+class Copy(NamedTuple, Generic[Slot]):
+    """Copy slot `source` into slot `output` (another pool, the output's device): a copy step."""
 
-    output: int
-    source: int
+    output: Slot
+    source: Slot
 
 
 class Free(NamedTuple):

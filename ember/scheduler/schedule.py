@@ -7,7 +7,7 @@ from collections import OrderedDict
 
 from ember.core.graph import Node
 from ember.core.ops import Op
-from ember.scheduler.kernelize import CopyItem, kernelize
+from ember.scheduler.kernelize import kernelize
 from ember.scheduler.placement import place_graph
 from ember.scheduler.program import CommandProgram, Copy, Launch
 
@@ -88,14 +88,14 @@ class ScheduleCache:
                 return planned, nodes
         self.misses += 1
         position = {id(node): index for index, node in enumerate(nodes)}
-        items: list[Launch | Copy] = []
-        for item in kernelize(roots, kernel_buffer_limit):
-            if isinstance(item, CopyItem):
-                items.append(Copy(position[id(item.output)], position[id(item.source)]))
+        steps: list[Launch | Copy] = []  # kernelize's steps, their slots renumbered from nodes to positions
+        for step in kernelize(roots, kernel_buffer_limit):
+            if isinstance(step, Copy):
+                steps.append(Copy(position[id(step.output)], position[id(step.source)]))
             else:
-                items.append(Launch(position[id(item.output)], tuple(position[id(n)] for n in item.inputs),
-                                        item.kernel))
-        return self._enter(key, items), nodes
+                inputs = tuple(position[id(node)] for node in step.inputs)
+                steps.append(Launch(position[id(step.output)], inputs, step.kernel))
+        return self._enter(key, steps), nodes
 
     def drop_stale_plans(self, stamp: tuple[object, int]) -> None:
         """Forget every schedule's launch plan once the compile cache's stamp has changed (a program left it or
