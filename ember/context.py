@@ -29,8 +29,8 @@ class CallContext:
         self.inference = inference  # inside ember.inference_mode()
         self.profiles = profiles  # the ember.profile() records open (innermost last), each given what runs
         self.budget = budget  # ember.memory_budget: bytes per pool a realize may hold, or None
-        self.recorder = recorder  # the ember.jit capture in progress (scheduler/recording.Recorder), or None
-        self.trace = trace  # the trace being recorded (scheduler/trace.Trace), or None
+        self.recorder = recorder  # the ember.jit capture in progress (capture/recording.Recorder), or None
+        self.trace = trace  # the trace being recorded (plan/trace.Trace), or None
         self.debug_level = debug_level  # EMBER_DEBUG or set_debug_level: 0 quiet .. 5 every copy and free
         self.viz_folder = viz_folder  # EMBER_VIZ: where each realize writes its graph as DOT ("": nowhere)
         # nothing to record, time, budget or print: a realize may launch from a schedule's launch plan
