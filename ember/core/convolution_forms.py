@@ -245,6 +245,19 @@ def _spread(tensor: Tensor, axis: int, stride: int) -> Tensor:
     return spread._pad_and_shrink(amounts)
 
 
+def _placed_at_offset(part: Tensor, offsets: tuple[int, ...], strides: tuple[int, ...], dilations: tuple[int, ...],
+                      padded_sizes: tuple[int, ...]) -> Tensor:
+    """`part` ([N, C, *O]: one kernel offset's value per window) spread by the strides and shifted to that offset
+    (times the dilation) inside the padded input's sizes: that offset's share of a sum over the kernel's offsets (a
+    transposed convolution's scatter, a max pool's gradient)."""
+    for axis, stride in enumerate(strides):
+        part = _spread(part, 2 + axis, stride)
+    amounts = [(0, 0), (0, 0)]
+    for offset, dilation, spread_size, padded_size in zip(offsets, dilations, part.shape[2:], padded_sizes):
+        amounts.append((offset * dilation, padded_size - offset * dilation - spread_size))
+    return part._pad_and_shrink(amounts)
+
+
 def _spread_and_padded(tensor: Tensor, strides: tuple[int, ...], pads: list[tuple[int, int]]) -> Tensor:
     """[N, C, *O] with each spatial axis spread by its stride (stride - 1 zeros between neighbours, length
     (O - 1) * stride + 1) and padded by its (before, after) (negative: cropped), built so that no reshape reads a
@@ -493,13 +506,7 @@ def _column_transposed_convolve(source: Tensor, weight: Tensor, geometry: Convol
     for offsets in itertools.product(*(range(k) for k in kernel)):
         part = columns.shrink([None, None] + [(offset, offset + 1) for offset in offsets])
         part = part.reshape((batch, groups * group_out) + inputs)
-        for axis, stride in enumerate(geometry.strides):
-            part = _spread(part, 2 + axis, stride)
-        amounts = [(0, 0), (0, 0)]
-        for offset, dilation, spread_size, padded_size in zip(offsets, geometry.dilations, part.shape[2:],
-                                                               padded_sizes):
-            amounts.append((offset * dilation, padded_size - offset * dilation - spread_size))
-        placed = part._pad_and_shrink(amounts)
+        placed = _placed_at_offset(part, offsets, geometry.strides, geometry.dilations, padded_sizes)
         total = placed if total is None else total + placed
     assert total is not None  # a kernel has at least one tap
     return total._pad_and_shrink([(0, 0), (0, 0)] + [(-before, -after) for before, after in geometry.pads])
@@ -567,13 +574,7 @@ def max_pool_gradient(grad: Tensor, source: Tensor, geometry: PoolGeometry) -> T
     total: Tensor | None = None
     for position, offsets in enumerate(itertools.product(*(range(k) for k in geometry.kernel))):
         part = where(chosen == position, grad, 0)
-        for axis, stride in enumerate(geometry.strides):
-            part = _spread(part, 2 + axis, stride)
-        amounts = [(0, 0), (0, 0)]
-        for offset, dilation, spread_size, padded_size in zip(offsets, geometry.dilations, part.shape[2:],
-                                                               padded_sizes):
-            amounts.append((offset * dilation, padded_size - offset * dilation - spread_size))
-        placed = part._pad_and_shrink(amounts)
+        placed = _placed_at_offset(part, offsets, geometry.strides, geometry.dilations, padded_sizes)
         total = placed if total is None else total + placed
     assert total is not None  # a kernel has at least one offset
     return total._pad_and_shrink(crop)
