@@ -325,11 +325,16 @@ def _exp(x: Tensor) -> Tensor:
     2^k is exact down to the smallest denormal, and k reaches the overflow exponent exactly where exp(x) does.
     k comes from x clamped to the limit (k of +-inf would make r NaN), r from x itself: beyond the limit r alone
     overflows or underflows exp2, and the gradient is still exp(x) (inf, or 0), as in torch."""
-    high, low = LN_2_PARTS[x.dtype]
     limit = EXP_LIMIT[x.dtype]
     clamped = x._apply(Op.MAX, x._constant(-limit))
     clamped = x._constant(limit).where(clamped > limit, clamped)  # keeps NaN
-    k = (clamped * LOG2_E)._apply(Op.TRUNC)
+    return _exp_reduced(x, (clamped * LOG2_E)._apply(Op.TRUNC))
+
+
+def _exp_reduced(x: Tensor, k: Tensor) -> Tensor:
+    """exp2(r / ln 2) * 2^k, r = x - k ln 2 computed exactly (Cody-Waite: ln 2 in two parts): exp(x) for the
+    k = trunc(x / ln 2) of _exp and _exp_of_shifted."""
+    high, low = LN_2_PARTS[x.dtype]
     reduced = (x - k * high) - k * low
     return (reduced * LOG2_E)._apply(Op.EXP2) * k._apply(Op.EXP2)
 
@@ -343,13 +348,10 @@ def _exp_of_shifted(x: Tensor) -> Tensor:
     """exp(x) for x <= 0 or NaN (a softmax's x - max, -inf where masked): below the lower limit a selected 0, those
     lanes computing exp(0). _exp's underflowing arithmetic there (a denormal product, exp2 of -inf) takes slow paths
     on CPUs (microcode assists, libmvec's scalar fallback): a masked softmax, half such lanes, ran 10x slower."""
-    high, low = LN_2_PARTS[x.dtype]
     zero = x._constant(0.0)
     vanishing = x < -EXP_LIMIT[x.dtype]  # exp(-limit) rounds to 0 as well
     safe = zero.where(vanishing, x)  # keeps NaN
-    k = (safe * LOG2_E)._apply(Op.TRUNC)
-    reduced = (safe - k * high) - k * low
-    return zero.where(vanishing, (reduced * LOG2_E)._apply(Op.EXP2) * k._apply(Op.EXP2))
+    return zero.where(vanishing, _exp_reduced(safe, (safe * LOG2_E)._apply(Op.TRUNC)))
 
 
 def _expm1(x: Tensor) -> Tensor:
