@@ -14,7 +14,7 @@ from ember.core.tensor import Tensor
 from ember.scheduler import compile_cache
 from ember.scheduler.buffers import mapped_node
 from ember.scheduler.devices import get_device
-from ember.scheduler.placement import place
+from ember.scheduler.placement import place_graph
 from tests.helpers import assert_close, random_array
 
 CORE = Path(em.__file__).parent / "core"
@@ -78,7 +78,7 @@ def test_a_mixed_device_op_is_recorded_as_is_and_placed_at_realize(tmp_path: Pat
     alone = on_disk * 2
     assert alone.device == target and alone.node.srcs[0] is on_disk.node  # disk-only inputs: the default device
 
-    place([product.node])
+    place_graph([product.node])
     copy, kept = product.node.srcs
     assert copy.op is Op.COPY and copy.srcs == (on_disk.node,) and copy.device == target
     assert kept is scale.node

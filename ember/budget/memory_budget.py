@@ -1,5 +1,5 @@
 """`ember.memory_budget`: the bytes a realize may hold in each pool it writes, and the realize that keeps to them by
-freeing intermediates early and recomputing them (the plan is budget_plan.py's)."""
+freeing intermediates early and recomputing them (the plan is budget/plan.py's)."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def run_budgeted(items: CommandProgram, live: list[Node | None], roots: list[Nod
     program of its own (intermediates computed into stand-in slots, freed and recomputed as it says), run by the
     executor; only the roots and assigned nodes become buffers."""
     layout = items.budget_layout
-    if layout is None:  # fixed by the signature (shapes, dtypes, devices, roots): worked out once per program
+    if layout is None:  # fixed by the key (shapes, dtypes, devices, roots): worked out once per program
         layout = items.budget_layout = _layout(live, roots)
     steps = items.steps
     assigned = [step.output for step in steps if live[step.output].replaces is not None]  # type: ignore[union-attr]
@@ -175,8 +175,7 @@ def _budget_program(steps: tuple[Launch | Copy, ...], plan: BudgetPlan, kept: fr
             made: Launch | Copy = Copy(output, current.get(source, source))
         else:
             kernel_step = cast(Launch, step)
-            made = Launch(output, tuple(current.get(slot, slot) for slot in kernel_step.inputs),
-                              kernel_step.kernel)
+            made = Launch(output, tuple(current.get(slot, slot) for slot in kernel_step.inputs), kernel_step.kernel)
         origins[len(commands)] = number
         if index in plan.recomputes:
             recomputes.append(len(commands))

@@ -82,7 +82,7 @@ def bind_devices(program: CommandProgram,
     """The program's kernel steps bound to their devices only (compiled at their launch: the general path, where a
     launch may be timed, recorded or budgeted), and the pools its steps write."""
     names = program.command_devices
-    if names is None:  # fixed by the signature (it holds every node's device): worked out once
+    if names is None:  # fixed by the key (it holds every node's device): worked out once
         names = program.command_devices = tuple(
             None if command.__class__ is Free else cast(Node, nodes[command.output]).device  # type: ignore[union-attr]
             for command in program.commands)

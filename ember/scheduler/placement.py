@@ -168,8 +168,3 @@ def _placing_walk(roots: list[Node]) -> list[Node]:
         placed.add(node)
         nodes.append(node)
     return nodes
-
-
-def place(roots: list[Node]) -> None:
-    """Place every node under `roots` (as a realize does; for passes that look at a graph before its schedule)."""
-    place_graph(roots)

@@ -19,7 +19,7 @@ from ember.scheduler.executor import execute
 from ember.scheduler.launch_plan import bind_devices, plan_launches
 from ember.scheduler.lock import acquire, release
 from ember.budget.memory_budget import run_budgeted
-from ember.scheduler.placement import place
+from ember.scheduler.placement import place_graph
 from ember.scheduler.program import CommandProgram
 from ember.scheduler.schedule import SCHEDULES
 
@@ -51,7 +51,7 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
     if not pending:
         return
     if CONFIG.auto_shard and allow_sharding:
-        place(pending)
+        place_graph(pending)
         pending = _shard_large_outputs(pending)
         if not pending:
             return
