@@ -246,3 +246,23 @@ def test_causal_sdpa_kernels_are_vectorized_on_c() -> None:
     em.realize(q.grad)
     widths = [vector_width(compiled.ir) for key, compiled in COMPILED.items() if key not in before and key[0] == "c:0"]
     assert widths and sum(width > 1 for width in widths) >= len(widths) - 1, widths
+
+
+def test_softmax_and_log_softmax_at_ten_million_elements_match_torch(device: str) -> None:
+    """150 rows of 70,001 (10.5M elements; past 65,535 both ways a kernel may lay them out): softmax along the rows
+    (long staged reduces) and log_softmax down the columns (70,001 outputs), values and gradients (their own backward
+    steps) against torch, with a NaN in one row, a row all -inf and -inf scattered in another."""
+    values = random_array((150, 70_001), low=-30, high=30, seed=11)
+    values[0, 12_345] = np.nan
+    values[1, :] = -np.inf
+    values[2, ::7] = -np.inf
+    weights = random_array(values.shape, seed=12)
+    x, tx = pair(values, device, requires_grad=True)
+    w, tw = pair(weights, device)
+    softmax, expected_softmax = x.softmax(-1), tx.softmax(-1)
+    log_softmax, expected_log_softmax = x.log_softmax(0), tx.log_softmax(0)
+    ((softmax + log_softmax) * w).sum().backward()
+    ((expected_softmax + expected_log_softmax) * tw).sum().backward()
+    assert_close(softmax, expected_softmax, atol=1e-9, rtol=1e-4)
+    assert_close(log_softmax, expected_log_softmax, atol=1e-4, rtol=1e-5)
+    assert_close(x.grad, tx.grad, atol=1e-5, rtol=1e-4)
