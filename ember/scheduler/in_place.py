@@ -33,7 +33,7 @@ def reusable_buffer(output: Node, inputs: list[Node], held_by_schedule: int, dev
     if buffer.size != output.size or buffer.dtype != output.dtype or buffer.device_name != output.device:
         return None
     references = _aligned_references(output, old)
-    if references is None:
+    if references is None or _fused_reader_held_elsewhere(output, old):
         return None
     read = sum(node is old for node in inputs)
     if read and not device.info.output_may_alias_input:
@@ -81,6 +81,56 @@ def _aligned_references(output: Node, old: Node) -> int | None:
             elif not source.realized:
                 stack.append((source, below))
     return len(slots)
+
+
+def _fused_reader_held_elsewhere(output: Node, old: Node) -> bool:
+    """Whether a node that output's kernel computes inline on the way to reading `old` (an unrealized node between
+    them) is also held by something the kernel does not compute: a tensor, or a lazy graph realized later, would
+    then read `old`'s buffer after the kernel overwrote it (`d = g + p; p -= d; p.realize(); d` must read the old p).
+    Such a node's references must all be source slots of the nodes between output and `old`."""
+    readers = _readers_between(output, old)
+    if readers is None:
+        return True  # (too large to tell: not in place)
+    slots = _reader_slots(output, readers)
+    # getrefcount counts its argument and the list `readers` (the walk's own references went with its frame)
+    return any(sys.getrefcount(readers[position]) - 2 != slots[position] for position in range(len(readers)))
+
+
+def _readers_between(output: Node, old: Node) -> list[Node] | None:
+    """The unrealized nodes under output that read `old` (through unrealized nodes), each after its sources, output
+    itself left out; None past MAX_PATHS * 4 nodes."""
+    order: list[Node] = []  # every unrealized node under output, each after its sources
+    seen: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(output, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((source, False) for source in node.srcs
+                     if source is not old and not source.realized and id(source) not in seen)
+        if len(seen) > MAX_PATHS * 4:
+            return None
+    reading: set[int] = set()
+    for node in order:
+        if any(source is old or id(source) in reading for source in node.srcs):
+            reading.add(id(node))
+    return [node for node in order[:-1] if id(node) in reading]  # (output comes last)
+
+
+def _reader_slots(output: Node, readers: list[Node]) -> list[int]:
+    """For each of `readers`, how many source slots of output and of the readers hold it."""
+    position = {id(node): index for index, node in enumerate(readers)}
+    slots = [0] * len(readers)
+    for node in (output, *readers):
+        for source in node.srcs:
+            if id(source) in position:
+                slots[position[id(source)]] += 1
+    return slots
 
 
 MAX_PATHS = 256  # (node, movement chain) pairs the walk visits before it gives up on writing in place
