@@ -156,7 +156,7 @@ class ConvolutionOps(TensorBase):
         geometry = ConvolutionGeometry(strides, tuple(pads), dilations, groups, tuple(sizes))
         result = convolve(source, weight, geometry)
         if bias is not None:
-            result = result + bias.reshape((out_channels,) + (1,) * spatial)
+            result = result + bias._reshaped((out_channels,) + (1,) * spatial)
         return result.squeeze(0) if unbatched else result
 
     def conv1d(self, weight: Tensor, bias: Tensor | None = None, stride: IntOrInts = 1,

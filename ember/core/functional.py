@@ -65,9 +65,9 @@ class NormalizationSaved(NamedTuple):
         """normalized * weight + bias, with the weight and bias that are present (in that order)."""
         position = 0
         if self.has_weight:
-            normalized = normalized * parameters[0].reshape(self.affine_shape)
+            normalized = normalized * parameters[0]._reshaped(self.affine_shape)
             position = 1
-        return normalized + parameters[position].reshape(self.affine_shape) if self.has_bias else normalized
+        return normalized + parameters[position]._reshaped(self.affine_shape) if self.has_bias else normalized
 
 
 def normalize_with_statistics(tensor: Tensor, axes: tuple[int, ...], affine_shape: tuple[int, ...],
@@ -252,10 +252,10 @@ class FunctionalOps(TensorBase):
         else:
             if running_mean is None or running_var is None:
                 raise ArgumentError("instance_norm: expected running_mean and running_var when use_input_stats=False")
-            result = (self - running_mean.reshape(affine_shape)) * (running_var.reshape(affine_shape) + eps).rsqrt()
+            result = (self - running_mean._reshaped(affine_shape)) * (running_var._reshaped(affine_shape) + eps).rsqrt()
         if weight is not None:
-            result = result * weight.reshape(affine_shape)
-        return result + bias.reshape(affine_shape) if bias is not None else result
+            result = result * weight._reshaped(affine_shape)
+        return result + bias._reshaped(affine_shape) if bias is not None else result
 
     def glu(self, dim: int = -1) -> Tensor:
         """The first half of `dim` times the sigmoid of the second half (gated linear unit)."""
@@ -306,10 +306,10 @@ class FunctionalOps(TensorBase):
             return result
         if running_mean is None or running_var is None:
             raise ArgumentError("batch_norm: running_mean and running_var are required when training=False")
-        result = (self - running_mean.reshape(affine_shape)) * (running_var.reshape(affine_shape) + eps).rsqrt()
+        result = (self - running_mean._reshaped(affine_shape)) * (running_var._reshaped(affine_shape) + eps).rsqrt()
         if weight is not None:
-            result = result * weight.reshape(affine_shape)
-        return result + bias.reshape(affine_shape) if bias is not None else result
+            result = result * weight._reshaped(affine_shape)
+        return result + bias._reshaped(affine_shape) if bias is not None else result
 
     def _batch_norm_training(self, weight: Tensor | None, bias: Tensor | None,
                              eps: float) -> tuple[Tensor, Tensor, Tensor]:

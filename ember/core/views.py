@@ -365,13 +365,9 @@ def write_through(target: Tensor, value: Tensor) -> Tensor:
     if any(op is Op.EXPAND for op, _, _ in alias.steps):
         raise RuntimeError(f"{OVERLAP_MESSAGE} (ember cannot write through a view of an expanded tensor)")
     context = CONTEXT.get()
-    members = storage.live_members()
-    if len(members) == 1 and not alias.steps and alias.offset == 0 and alias.strides == strides_of(target.shape):
-        # the only tensor left of its storage, laid out as a tensor without views: it leaves the storage
-        if alias.shares_version:
-            target._version = storage.version
-        target._alias = None
+    if leave_storage(target):
         return target.assign(value)
+    members = storage.live_members()
     # a detached alias (`.data`, `detach()`) writes without recording into the storage's history (a write of a
     # value with history gives the target its own, as torch records on a detached tensor); other writes are
     # recorded as torch's CopySlices
@@ -392,6 +388,22 @@ def write_through(target: Tensor, value: Tensor) -> Tensor:
     finally:
         CONTEXT.reset(token)
     return target
+
+
+def leave_storage(tensor: Tensor) -> bool:
+    """Take tensor out of its storage when it is the only tensor left of it and laid out as a tensor without views
+    (its views are gone): it then writes and is written like any tensor. Whether it has no storage now."""
+    alias = tensor._alias
+    if alias is None:
+        return True
+    if alias.steps or alias.offset != 0 or alias.strides != strides_of(tensor.shape):
+        return False
+    if len(alias.storage.live_members()) != 1:
+        return False
+    if alias.shares_version:
+        tensor._version = alias.storage.version
+    tensor._alias = None
+    return True
 
 
 def _write(target: Tensor, value: Tensor, members: list[Tensor], recording: bool) -> None:

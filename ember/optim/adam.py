@@ -48,6 +48,7 @@ class Adam(Optimizer):
         "log_beta2",
     )
     counts_steps = True
+    replays_steps = True
 
     def __init__(
         self,

@@ -24,6 +24,7 @@ from ember.core import dtype as dtypes
 from ember.core.runtime import RUNTIME
 from ember.core.creation import tensor as data_tensor
 from ember.core.tensor import Tensor, realize
+from ember.optim.step_replay import StepReplays
 
 
 class _RequiredParameter:
@@ -83,6 +84,9 @@ class Optimizer:
 
     scalar_names: tuple[str, ...] = ()
     counts_steps = False
+    # True where `_update` reads nothing but the group's entries, the parameter's state, its gradient and the step
+    # scalars, and changes nothing but tensors (in place) and state entries: its steps may be replayed
+    replays_steps = False
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         self.defaults = defaults
@@ -92,6 +96,7 @@ class Optimizer:
         # values the updates of one step share (Adam's bias corrections, recorded once per step count): cleared
         # at each step
         self._step_shared: dict[tuple[int, ...], Any] = {}
+        self._replays = StepReplays()
         if isinstance(params, Tensor):
             raise TypeError(
                 "params argument given to the optimizer should be an iterable of Tensors or dicts, but "
@@ -178,8 +183,6 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        outputs: list[Tensor] = []
-        self._step_shared = {}
         with no_grad():
             stepped = []
             for group in self.param_groups:
@@ -192,14 +195,9 @@ class Optimizer:
                             f"{parameter.grad.shape}; they must match"
                         )
                     stepped.append((group, parameter))
-            if self.counts_steps:
-                outputs += self._advance_steps([parameter for _, parameter in stepped])
-            for group, parameter in stepped:
-                state = self.state.get(parameter, {})
-                scalars = self._scalars(group, parameter)
-                outputs += self._update(parameter, parameter.grad._detached_copy(), group, state, scalars)
-                if state:  # as torch, a parameter gets a state entry only when its optimizer keeps one
-                    self.state[parameter] = state
+            outputs = self._replays.run(self, stepped, self._updates) if self.replays_steps else None
+            if outputs is None:
+                outputs = self._updates(stepped)
         outputs += pending_buffer_updates()
         if isinstance(loss, Tensor):
             outputs.append(loss)
@@ -207,6 +205,22 @@ class Optimizer:
         if pending:
             realize(*pending)
         return loss
+
+    def _updates(self, stepped: list[tuple[dict[str, Any], Tensor]]) -> list[Tensor]:
+        """Advance the step counts and assign every stepped parameter's and state tensor's new (lazy) value; return
+        every tensor to realize. The eager step, and what a step replay records (step_replay.py)."""
+        outputs: list[Tensor] = []
+        self._step_shared = {}
+        if self.counts_steps:
+            outputs += self._advance_steps([parameter for _, parameter in stepped])
+        for group, parameter in stepped:
+            state = self.state.get(parameter, {})
+            scalars = self._scalars(group, parameter)
+            assert parameter.grad is not None
+            outputs += self._update(parameter, parameter.grad._detached_copy(), group, state, scalars)
+            if state:  # as torch, a parameter gets a state entry only when its optimizer keeps one
+                self.state[parameter] = state
+        return outputs
 
     def _scalars(self, group: dict[str, Any], parameter: Tensor) -> StepScalars:
         """The device scalars of a group for parameter's device and dtype, holding the group's current values."""

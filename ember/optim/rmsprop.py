@@ -15,6 +15,7 @@ class RMSprop(Optimizer):
 
     scalar_names = ("lr", "alpha", "one_minus_alpha", "eps", "weight_decay", "momentum")
     counts_steps = True
+    replays_steps = True
 
     def __init__(
         self,

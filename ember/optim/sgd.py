@@ -13,6 +13,7 @@ class SGD(Optimizer):
     """p -= lr * d, where d is the gradient (plus weight decay), or a momentum buffer of it."""
 
     scalar_names = ("lr", "momentum", "one_minus_dampening", "weight_decay")
+    replays_steps = True
 
     def __init__(
         self,

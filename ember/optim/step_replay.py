@@ -1,0 +1,162 @@
+"""An optimizer step replayed: its update kernels recorded once per step signature (ember.jit) and launched again.
+
+An eager training step builds the update graph of every parameter anew: a few dozen graph nodes per parameter, which
+cost more Python time than the kernels they fuse into (an Adam step of a small model: ~2 ms of graph building for
+~0.1 ms of kernels). What an update computes depends only on the parameter group's values, the parameter's state
+(which entries exist, which tensors are shared), which parameters have a gradient, and the tensors' shapes, dtypes,
+devices and aliasing; everything that changes from step to step (the learning rate, step counts) lives in device
+tensors. So the step is a function of its tensors, recorded by `ember.jit` for each signature and replayed while the
+signature holds: the same kernels on the current buffers, with no graph, schedule or allocation.
+
+The eager path stays the reference and is used whenever a replay could differ from it or cannot be recorded: under
+`ember.jit` capture, a profile, a memory budget, debug output or a trace recording (context.plain is false); for
+optimizers that did not declare their updates replayable; and for a signature whose capture was refused (an
+argument updated out of place, which `JitError` reports after the step ran eagerly, so the step is never done twice),
+or whose eager step changed the signature itself (state made at the first step, a shared step count split): a
+replay repeats kernels, not the Python-side changes, so only signatures a step leaves as they were are replayed.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ember.capture.jit import JitError, Jitted
+from ember.context import CONTEXT
+from ember.core.tensor import Tensor, realize
+from ember.core.views import leave_storage
+from ember.scheduler.buffers import buffer_of
+
+if TYPE_CHECKING:
+    from ember.optim.optimizer import Optimizer
+
+SIGNATURES_KEPT = 8  # step signatures with a recorded replay, least recently used dropped first
+UNCHANGING_KEYS = ("params", "param_names", "lr")  # group entries that never shape the update (lr is a scalar)
+
+Stepped = list[tuple[dict[str, Any], Tensor]]
+
+
+class StepReplays:
+    """The recorded steps of one optimizer, by signature (None for a signature that cannot be replayed)."""
+
+    def __init__(self) -> None:
+        self.recorded: OrderedDict[tuple[Any, ...], Jitted | None] = OrderedDict()
+        self.stepped: Stepped = []  # the parameters of the call being recorded
+        self.replayed = 0  # steps done by a replay (tests and benchmarks read it)
+
+    def run(self, optimizer: Optimizer, stepped: Stepped, update: Callable[[Stepped], list[Tensor]]) -> \
+            list[Tensor] | None:
+        """Do the step by replay or by recording `update(stepped)`; the tensors left to realize, or None when the
+        caller must run the eager step itself (nothing was done)."""
+        context = CONTEXT.get()
+        if not context.plain or context.trace is not None or not stepped:
+            return None
+        if any(type(parameter.grad) is not Tensor for _, parameter in stepped):
+            return None  # (a sharded or foreign gradient: the eager path knows what to do with it)
+        for group, parameter in stepped:
+            optimizer._scalars(group, parameter)  # writes hyperparameters changed since the last step
+        tensors, written = _arguments(optimizer, stepped)
+        if not all([leave_storage(tensor) for tensor in written]):
+            return None  # (a tensor with live views is written through its storage: the eager path does that)
+        pending = [tensor for tensor in tensors if not tensor.node.realized]
+        if pending:  # (gradients scaled by clip_grad_norm_, parameters changed in place by the user)
+            realize(*pending)
+        _own_values(written)
+        signature = _signature(optimizer, stepped, tensors)
+        if signature in self.recorded:
+            jitted = self.recorded[signature]
+            self.recorded.move_to_end(signature)
+            if jitted is None:
+                return None
+        else:
+            jitted = Jitted(self._record_function(update), recapture=True)
+            self.recorded[signature] = jitted
+            if len(self.recorded) > SIGNATURES_KEPT:
+                self.recorded.popitem(last=False)
+        self.stepped = stepped
+        replays = jitted.replays
+        try:
+            jitted(tensors)  # (realizes what the update computed, its arguments and the state it made, at once)
+        except JitError:  # raised after the recorded call ran (eagerly, in full): keep its result, never replay it
+            self.recorded[signature] = None
+        finally:
+            self.stepped = []
+            optimizer._step_shared = {}  # (values shared by one step's updates: they hold its step counts' nodes)
+        self.replayed += jitted.replays - replays
+        if jitted.replays == replays and _signature(optimizer, stepped, _arguments(optimizer, stepped)[0]) != signature:
+            # the step changed what a step is (made state, split a shared step count): a replay would not repeat
+            # those changes, so only signatures that a step leaves as they were are replayed
+            self.recorded[signature] = None
+        return []
+
+    def _record_function(self, update: Callable[[Stepped], list[Tensor]]) -> Callable[[list[Tensor]], list[Tensor]]:
+        """The function ember.jit records: the eager update of the parameters being stepped, returning what it
+        computed (the parameters and their state: arguments, except state made by a first step). Its arguments are
+        every tensor the update reads, so that a replay reads and writes the buffers they hold at that call."""
+
+        def step_update(tensors: list[Tensor]) -> list[Tensor]:
+            del tensors  # (the update reaches them through the optimizer; ember.jit binds their buffers)
+            return update(self.stepped)
+
+        return step_update
+
+
+def _arguments(optimizer: Optimizer, stepped: Stepped) -> tuple[list[Tensor], list[Tensor]]:
+    """Every tensor one step's update reads or writes (per parameter: itself, its gradient, its state tensors by
+    name and its group's device scalars), and those it writes (the parameters and their state)."""
+    tensors: list[Tensor] = []
+    written: list[Tensor] = []
+    for group, parameter in stepped:
+        assert parameter.grad is not None
+        state = optimizer.state.get(parameter, {})
+        kept = [state[name] for name in sorted(state) if isinstance(state[name], Tensor)]
+        tensors += (parameter, parameter.grad, *kept, optimizer._scalars(group, parameter).vector)
+        written += (parameter, *kept)
+    return tensors, written
+
+
+def _own_values(written: list[Tensor]) -> None:
+    """Give each tensor the step writes, whose value something else still holds (a lazy result of this step's
+    forward pass reads the parameters, `state_dict()` shares the state), a copy of its own to be updated in place:
+    the eager step would leave the old value to its other holders by writing the new one into a new buffer."""
+    shared = [tensor for tensor in written if sys.getrefcount(tensor.node) > 2]  # (the tensor, getrefcount's argument)
+    if shared:
+        copies = [tensor.clone() for tensor in shared]
+        realize(*copies)
+        for tensor, copy in zip(shared, copies):
+            tensor.node = copy.node
+
+
+def _signature(optimizer: Optimizer, stepped: Stepped, tensors: list[Tensor]) -> tuple[Any, ...]:
+    """Everything outside the tensors' values that decides what a step computes (see the module's docstring)."""
+    group_index = {id(group): index for index, group in enumerate(optimizer.param_groups)}
+    groups = tuple(tuple((name, _frozen(value)) for name, value in group.items() if name not in UNCHANGING_KEYS)
+                   for group in optimizer.param_groups)
+    parameters = []
+    for group, parameter in stepped:
+        state = optimizer.state.get(parameter, {})
+        entries = tuple((name, None if isinstance(value, Tensor) else _frozen(value))
+                        for name, value in sorted(state.items()))
+        parameters.append((group_index[id(group)], entries))
+    # which step counts are shared by parameters that are not all stepped now (_advance_steps splits those)
+    holders = Counter(id(state["step"]) for state in optimizer.state.values() if "step" in state)
+    stepped_holders = Counter(id(optimizer.state[parameter]["step"]) for _, parameter in stepped
+                              if "step" in optimizer.state.get(parameter, {}))
+    split_counts = tuple(sorted(holders[count] != members for count, members in stepped_holders.items()))
+    first_of: dict[int, int] = {}
+    aliasing = tuple(first_of.setdefault(id(buffer_of(tensor.node)), position)
+                     for position, tensor in enumerate(tensors))
+    return (type(optimizer), groups, tuple(parameters), split_counts, aliasing)
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable stand-in for a group or state value that compares equal exactly when the value does."""
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_frozen(item) for item in value))
+    try:
+        hash(value)
+    except TypeError:
+        return ("unhashable", repr(value))
+    return value

@@ -1,0 +1,140 @@
+"""Optimizer steps done by replay (ember/optim/step_replay.py) match torch's steps, and keep torch's semantics for
+the values other tensors hold: a lazy forward result read after the step, a view of a parameter, a loaded state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import ember as em
+from ember import optim
+from tests.helpers import assert_close
+
+OPTIMIZERS = [
+    ("SGD", {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}),
+    ("SGD", {"lr": 0.05, "momentum": 0.9, "dampening": 0.3}),
+    ("Adam", {"lr": 0.01}),
+    ("AdamW", {"lr": 0.01, "weight_decay": 0.1, "amsgrad": True}),
+    ("RMSprop", {"lr": 0.01, "centered": True, "momentum": 0.5}),
+]
+
+
+def _models(device: str) -> tuple[Any, Any]:
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    model = em.nn.Sequential(em.nn.Linear(6, 8), em.nn.Tanh(), em.nn.Linear(8, 3)).to(device)
+    model.load_state_dict({name: value.detach().numpy() for name, value in reference.state_dict().items()})
+    return model, reference
+
+
+def _batch(step: int, device: str) -> tuple[Any, Any]:
+    values = np.random.default_rng(step).normal(size=(5, 6)).astype(np.float32)
+    return em.tensor(values, device=device), torch.tensor(values)
+
+
+def _compare(model: Any, reference: Any) -> None:
+    for parameter, expected in zip(model.parameters(), reference.parameters()):
+        assert_close(parameter, expected.detach(), atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("name", "options"), OPTIMIZERS, ids=[name for name, _ in OPTIMIZERS])
+def test_replayed_steps_match_torch_and_lazy_results_keep_old_values(name: str, options: dict[str, Any],
+                                                                     device: str) -> None:
+    model, reference = _models(device)
+    optimizer = getattr(optim, name)(model.parameters(), **options)
+    torch_optimizer = getattr(torch.optim, name)(reference.parameters(), **options)
+    scheduler = optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=10)
+    torch_scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(torch_optimizer, T_max=10)
+    for step in range(7):
+        inputs, torch_inputs = _batch(step, device)
+        optimizer.zero_grad()
+        torch_optimizer.zero_grad()
+        output = model(inputs)  # lazy, and still unrealized after the step: it must read the weights before it
+        torch_output = reference(torch_inputs)
+        output.square().mean().backward()
+        torch_output.square().mean().backward()
+        optimizer.step()
+        torch_optimizer.step()
+        scheduler.step()
+        torch_scheduler.step()
+        assert_close(output, torch_output.detach(), atol=2e-5, rtol=1e-4)
+        _compare(model, reference)
+    # the first step makes the state, the next records and captures the step: the rest are replays
+    assert optimizer._replays.replayed >= 4
+
+
+def test_state_loaded_between_replays_is_what_the_next_steps_update(device: str) -> None:
+    model, reference = _models(device)
+    optimizer = optim.Adam(model.parameters(), lr=0.01)
+    torch_optimizer = torch.optim.Adam(reference.parameters(), lr=0.01)
+
+    def train(steps: range) -> None:
+        for step in steps:
+            inputs, torch_inputs = _batch(step, device)
+            optimizer.zero_grad()
+            torch_optimizer.zero_grad()
+            model(inputs).sum().backward()
+            reference(torch_inputs).sum().backward()
+            optimizer.step()
+            torch_optimizer.step()
+
+    train(range(5))
+    saved, torch_saved = optimizer.state_dict(), torch_optimizer.state_dict()
+    saved = {"state": {index: {key: value.clone() for key, value in entry.items()}
+                       for index, entry in saved["state"].items()}, "param_groups": saved["param_groups"]}
+    torch_saved = {"state": {index: {key: value.clone() for key, value in entry.items()}
+                             for index, entry in torch_saved["state"].items()},
+                   "param_groups": torch_saved["param_groups"]}
+    train(range(5, 8))
+    optimizer.load_state_dict(saved)
+    torch_optimizer.load_state_dict(torch_saved)
+    replayed = optimizer._replays.replayed
+    train(range(8, 13))
+    _compare(model, reference)
+    assert optimizer._replays.replayed > replayed  # the loaded state is replayed on too, not only stepped eagerly
+
+
+def test_a_view_of_a_parameter_sees_each_update(device: str) -> None:
+    model, reference = _models(device)
+    optimizer = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    torch_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    row = model[0].weight[1]  # a view kept across the steps: torch's shares the parameter's memory
+    torch_row = reference[0].weight[1]
+    for step in range(5):
+        inputs, torch_inputs = _batch(step, device)
+        optimizer.zero_grad()
+        torch_optimizer.zero_grad()
+        model(inputs).sum().backward()
+        reference(torch_inputs).sum().backward()
+        optimizer.step()
+        torch_optimizer.step()
+        assert_close(row, torch_row.detach(), atol=2e-5, rtol=1e-4)
+    _compare(model, reference)
+
+
+def test_inside_ember_jit_the_step_is_part_of_the_capture(device: str) -> None:
+    model, reference = _models(device)
+    optimizer = optim.Adam(model.parameters(), lr=0.01)
+    torch_optimizer = torch.optim.Adam(reference.parameters(), lr=0.01)
+
+    @em.jit
+    def step(inputs: Any) -> Any:
+        optimizer.zero_grad()
+        loss = model(inputs).square().mean()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    for index in range(6):
+        inputs, torch_inputs = _batch(index, device)
+        loss = step(inputs)
+        torch_optimizer.zero_grad()
+        torch_loss = reference(torch_inputs).square().mean()
+        torch_loss.backward()
+        torch_optimizer.step()
+        assert_close(loss, torch_loss.detach(), atol=2e-5, rtol=1e-4)
+    _compare(model, reference)
+    assert optimizer._replays.replayed == 0  # (ember.jit replays the whole step; the optimizer records nothing)
