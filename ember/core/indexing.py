@@ -232,6 +232,41 @@ def _tensor_from_sequence(tensor: Tensor, values: Any) -> Tensor:
     return Tensor._from_node(node_from_data(array, None, tensor.device))
 
 
+def _basic_index(tensor: Tensor, indices: Any) -> tuple[tuple[tuple[int, int], ...] | None, tuple[int, ...]] | None:
+    """The crop (None: the whole tensor) and result shape of an index made only of ints in range and slices of step
+    1 with int or None bounds, the common case (`x[0]`, `x[:, a:b]`); None for any other index, which
+    `parse_indices` plans (and checks, raising its errors)."""
+    if type(indices) is not tuple:
+        indices = (indices,)
+    node = getattr(tensor, "node", None)  # (the reference tensor of tests has the mixin and no node)
+    shape = tuple(tensor.shape) if node is None else node.shape
+    if len(indices) > len(shape):
+        return None
+    bounds: list[tuple[int, int]] = []
+    view_shape: list[int] = []
+    whole = True
+    for index, size in zip(indices, shape):
+        if type(index) is int:
+            if not -size <= index < size:
+                return None
+            position = index % size
+            bounds.append((position, position + 1))
+            whole = whole and size == 1
+        elif type(index) is slice and (index.start is None or type(index.start) is int) \
+                and (index.stop is None or type(index.stop) is int) and (index.step is None or index.step == 1):
+            start, stop, _ = index.indices(size)
+            stop = max(start, stop)
+            bounds.append((start, stop))
+            view_shape.append(stop - start)
+            whole = whole and start == 0 and stop == size
+        else:
+            return None
+    for size in shape[len(indices):]:
+        bounds.append((0, size))
+        view_shape.append(size)
+    return (None if whole else tuple(bounds)), tuple(view_shape)
+
+
 def _slice_bounds(index: slice, size: int) -> tuple[int, int, int]:
     """start, stop, step of a slice over a dim of `size`, clamped like Python sequences (step > 0 only, as torch)."""
     try:
@@ -252,6 +287,11 @@ class IndexingOps(IndexUpdateOps):
     def __getitem__(self, indices: Any) -> Tensor:
         from ember.core.advanced_indexing import advanced_take
 
+        basic = _basic_index(cast("Tensor", self), indices)
+        if basic is not None:  # ints and unit-step slices: the crop and the reshape, without the general plan
+            bounds, view_shape = basic
+            cropped = self if bounds is None else self._apply(Op.SHRINK, arg=bounds)
+            return cropped._reshaped(view_shape)
         plan = parse_indices(cast("Tensor", self), indices)
         view = plan.view(cast("Tensor", self))
         return advanced_take(view, plan) if plan.advanced else view
