@@ -145,10 +145,11 @@ def _signature(optimizer: Optimizer, stepped: Stepped, tensors: list[Tensor]) ->
     stepped_holders = Counter(id(optimizer.state[parameter]["step"]) for _, parameter in stepped
                               if "step" in optimizer.state.get(parameter, {}))
     split_counts = tuple(sorted(holders[count] != members for count, members in stepped_holders.items()))
+    # the tensors' shapes, dtypes and devices (what ember.jit keys its capture on), and which share a buffer
     first_of: dict[int, int] = {}
-    aliasing = tuple(first_of.setdefault(id(buffer_of(tensor.node)), position)
-                     for position, tensor in enumerate(tensors))
-    return (type(optimizer), groups, tuple(parameters), split_counts, aliasing)
+    layout = tuple((node.shape, node.dtype, node.device, first_of.setdefault(id(buffer_of(node)), position))
+                   for position, node in enumerate(tensor.node for tensor in tensors))
+    return (type(optimizer), groups, tuple(parameters), split_counts, layout)
 
 
 def _frozen(value: Any) -> Any:
