@@ -46,7 +46,9 @@ def _format_order(order: float) -> str:
 def p_norm(tensor: Tensor, order: float, axes: tuple[int, ...], keepdim: bool) -> Tensor:
     """The p-norm over axes of a float tensor (any real p, 0 and +-inf included); no checks."""
     if order == 2:
-        return _sqrt_zero_gradient_at_zero((tensor * tensor).sum(axes, keepdim=keepdim))
+        squares = (tensor * tensor).sum(axes, keepdim=keepdim)
+        # (the where that gives torch's zero gradient at 0 only where a gradient is recorded)
+        return _sqrt_zero_gradient_at_zero(squares) if squares._requires_grad else squares.sqrt()
     if order == 0:
         # the count of non-zeros, plus an exact zero that keeps torch's (zero) gradient connected
         no = tensor._full(tensor.shape, False, to_dtype("bool"), tensor.device)

@@ -31,8 +31,18 @@ def get_total_norm(
         return em.tensor(0.0)
     first_device = tensors[0].device
     with em.no_grad():
-        norms = [em.linalg.vector_norm(tensor, norm_type).to(first_device) for tensor in tensors]
-        total_norm = em.linalg.vector_norm(em.stack(norms), norm_type)
+        if norm_type == 2.0 and len({tensor.dtype for tensor in tensors}) == 1 and tensors[0].dtype.is_float:
+            # the square root of the sum of every tensor's sum of squares: torch's norm of the norms, without a
+            # norm per tensor and their stack (a few nodes per gradient fewer in an eager training step)
+            total_squares = None
+            for tensor in tensors:
+                squares = (tensor * tensor).sum().to(first_device)
+                total_squares = squares if total_squares is None else total_squares + squares
+            assert total_squares is not None
+            total_norm = total_squares.sqrt()
+        else:
+            norms = [em.linalg.vector_norm(tensor, norm_type).to(first_device) for tensor in tensors]
+            total_norm = em.linalg.vector_norm(em.stack(norms), norm_type)
     if error_if_nonfinite and not bool(total_norm.isfinite().item()):
         raise RuntimeError(
             f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so it cannot be "
