@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -124,10 +125,18 @@ def _blockwise_activation(gates: Tensor, tanh_start: int, tanh_end: int) -> Tens
     """tanh of the columns tanh_start..tanh_end of `gates`, sigmoid of the others, stored by one kernel: one exp2
     per element, tanh x = 2 sigmoid(2x) - 1 (absolute error of a float32 rounding; each function of its own on every
     column would cost both, and joining slices would pad each function's values, which the kernelizer may store)."""
-    columns = em.arange(gates.shape[-1], device=gates.device)
-    is_tanh = (columns >= tanh_start).logical_and(columns < tanh_end)
+    is_tanh = _column_mask(tuple(gates.shape), gates.device, tanh_start, tanh_end)
     sigmoid = _sigmoid(em.where(is_tanh, gates * 2.0, gates))
     return em.where(is_tanh, sigmoid * 2.0 - 1.0, sigmoid).contiguous()
+
+
+@functools.lru_cache(maxsize=64)
+def _column_mask(shape: tuple[int, ...], device: str, start: int, end: int) -> Tensor:
+    """Whether each element's column (last index) is in [start, end), as a lazy tensor of `shape`: the same graph
+    at every time step of every batch, so it is built once (a constant the kernels compute inline)."""
+    with em.no_grad():
+        columns = em.arange(shape[-1], device=device)
+        return (columns >= start).logical_and(columns < end).expand(shape)._detached_copy()
 
 
 def _cell_step(
