@@ -323,8 +323,10 @@ def _flatten(value: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
 
 
 def _key(leaves: list[Any]) -> list[Any]:
-    return [("tensor", leaf.shape, leaf.dtype, leaf.device) if isinstance(leaf, Tensor) else ("value", leaf)
-            for leaf in leaves]
+    """What a capture is for: each tensor's shape, dtype and device (from its node where it names one), each other
+    argument's value."""
+    return [("tensor", leaf.node.shape, leaf.node.dtype, leaf.node.device or leaf.device) if isinstance(leaf, Tensor)
+            else ("value", leaf) for leaf in leaves]
 
 
 def _same_key(first: list[Any], second: list[Any]) -> bool:

@@ -222,15 +222,19 @@ class Optimizer:
                 self.state[parameter] = state
         return outputs
 
-    def _scalars(self, group: dict[str, Any], parameter: Tensor) -> StepScalars:
-        """The device scalars of a group for parameter's device and dtype, holding the group's current values."""
-        key = (id(group), parameter.device, parameter.dtype)
+    def _scalars(self, group: dict[str, Any], parameter: Tensor, values: tuple[float, ...] | None = None) -> \
+            StepScalars:
+        """The device scalars of a group for parameter's device and dtype, holding the group's current values
+        (`values`: `_scalar_values(group)` when the caller has them already)."""
+        device = parameter.node.device or parameter.device  # (a realized parameter's node names its device)
+        key = (id(group), device, parameter.dtype)
+        values = self._scalar_values(group) if values is None else values
         scalars = self._scalar_cache.get(key)
         if scalars is None:
-            scalars = StepScalars(self.scalar_names, self._scalar_values(group), parameter.device, parameter.dtype)
+            scalars = StepScalars(self.scalar_names, values, device, parameter.dtype)
             self._scalar_cache[key] = scalars
         else:
-            scalars.write(self._scalar_values(group))
+            scalars.write(values)
         return scalars
 
     def _write_scalars(self, group: dict[str, Any]) -> None:

@@ -55,9 +55,8 @@ class StepReplays:
             return None
         if any(type(parameter.grad) is not Tensor for _, parameter in stepped):
             return None  # (a sharded or foreign gradient: the eager path knows what to do with it)
-        for group, parameter in stepped:
-            optimizer._scalars(group, parameter)  # writes hyperparameters changed since the last step
-        tensors, written = _arguments(optimizer, stepped)
+        vectors = _step_scalars(optimizer, stepped)
+        tensors, written = _arguments(optimizer, stepped, vectors)
         if not all([leave_storage(tensor) for tensor in written]):
             return None  # (a tensor with live views is written through its storage: the eager path does that)
         pending = [tensor for tensor in tensors if not tensor.node.realized]
@@ -85,7 +84,7 @@ class StepReplays:
             self.stepped = []
             optimizer._step_shared = {}  # (values shared by one step's updates: they hold its step counts' nodes)
         self.replayed += jitted.replays - replays
-        if jitted.replays == replays and _signature(optimizer, stepped, _arguments(optimizer, stepped)[0]) != signature:
+        if jitted.replays == replays and _signature(optimizer, stepped, _arguments(optimizer, stepped, vectors)[0]) != signature:
             # the step changed what a step is (made state, split a shared step count): a replay would not repeat
             # those changes, so only signatures that a step leaves as they were are replayed
             self.recorded[signature] = None
@@ -103,16 +102,29 @@ class StepReplays:
         return step_update
 
 
-def _arguments(optimizer: Optimizer, stepped: Stepped) -> tuple[list[Tensor], list[Tensor]]:
+def _step_scalars(optimizer: Optimizer, stepped: Stepped) -> list[Tensor]:
+    """Each stepped parameter's device scalars (the vector), written with its group's current values (computed
+    once per group: a hyperparameter changed since the last step is in place before the update reads it)."""
+    values: dict[int, tuple[float, ...]] = {}
+    vectors = []
+    for group, parameter in stepped:
+        group_values = values.get(id(group))
+        if group_values is None:
+            group_values = values[id(group)] = optimizer._scalar_values(group)
+        vectors.append(optimizer._scalars(group, parameter, group_values).vector)
+    return vectors
+
+
+def _arguments(optimizer: Optimizer, stepped: Stepped, vectors: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
     """Every tensor one step's update reads or writes (per parameter: itself, its gradient, its state tensors by
-    name and its group's device scalars), and those it writes (the parameters and their state)."""
+    name and its group's device scalars, `vectors`), and those it writes (the parameters and their state)."""
     tensors: list[Tensor] = []
     written: list[Tensor] = []
-    for group, parameter in stepped:
+    for (_, parameter), vector in zip(stepped, vectors):
         assert parameter.grad is not None
         state = optimizer.state.get(parameter, {})
         kept = [state[name] for name in sorted(state) if isinstance(state[name], Tensor)]
-        tensors += (parameter, parameter.grad, *kept, optimizer._scalars(group, parameter).vector)
+        tensors += (parameter, parameter.grad, *kept, vector)
         written += (parameter, *kept)
     return tensors, written
 
