@@ -351,3 +351,92 @@ def test_post_accumulate_grad_hooks_see_the_accumulated_gradient_as_in_torch() -
         np.testing.assert_array_equal(mine, reference)
     with pytest.raises(em.AutogradError, match="not a leaf"):
         (ours * 2).register_post_accumulate_grad_hook(lambda tensor: None)
+
+
+OPTIONS = """
+import torch
+import ember.nn as nn
+from ember.nn.parallel import DistributedDataParallel
+from ember.distributed import DistributedError
+
+class Branches(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk, self.left, self.right = nn.Linear(4, 3), nn.Linear(3, 2), nn.Linear(3, 2)
+
+    def forward(self, inputs, branch):
+        hidden = self.trunk(inputs).tanh()
+        if branch == "both":
+            return self.left(hidden) + self.right(hidden)
+        return (self.right if branch == "right" else self.left)(hidden)
+
+class TorchBranches(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk, self.left, self.right = torch.nn.Linear(4, 3), torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+
+    def forward(self, inputs, branch):
+        hidden = self.trunk(inputs).tanh()
+        if branch == "both":
+            return self.left(hidden) + self.right(hidden)
+        return (self.right if branch == "right" else self.left)(hidden)
+
+def start(**options):
+    em.manual_seed(RANK)
+    model = DistributedDataParallel(Branches(), **options)
+    reference = TorchBranches()
+    with torch.no_grad():
+        for name, parameter in reference.named_parameters():
+            parameter.copy_(torch.tensor(model.module.get_parameter(name).numpy()))
+    return model, reference
+
+def same_gradients(model, reference):
+    for name, parameter in reference.named_parameters():
+        ours = model.module.get_parameter(name).grad
+        if parameter.grad is None:
+            assert ours is None or not np.any(ours.numpy()), name
+            continue
+        np.testing.assert_allclose(ours.numpy(), parameter.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+generator = np.random.default_rng(0)
+batches = [generator.standard_normal((SIZE * 3, 4)).astype(np.float32) for _ in range(2)]
+mine = [batch[RANK * 3:(RANK + 1) * 3] for batch in batches]
+
+# no_sync: the first micro-batch's gradient stays on this rank, the second backward averages the sum of both
+model, reference = start()
+calls = dist.collective_statistics().calls
+with model.no_sync():
+    model(em.tensor(mine[0]), "both").square().mean().backward()
+assert dist.collective_statistics().calls == calls  # no collective inside no_sync
+model(em.tensor(mine[1]), "both").square().mean().backward()
+for batch in batches:
+    reference(torch.tensor(batch), "both").square().mean().backward()
+same_gradients(model, reference)
+
+# find_unused_parameters: rank 0 uses the left branch, the others the right one; each rank's unused branch
+# takes part with zeros, so each gradient is the average over the ranks of the per-rank losses
+model, reference = start(find_unused_parameters=True)
+model(em.tensor(mine[0]), "right" if RANK > 0 else "left").square().mean().backward()
+total = sum(reference(torch.tensor(batches[0][rank * 3:(rank + 1) * 3]), "right" if rank > 0 else "left")
+            .square().mean() for rank in range(SIZE)) / SIZE
+total.backward()
+same_gradients(model, reference)
+
+# without find_unused_parameters, a parameter without a gradient leaves its bucket unreduced: the next forward
+# says so (on every rank: no rank waits in a collective the others never start)
+model, reference = start()
+model(em.tensor(mine[0]), "left").square().mean().backward()
+try:
+    model(em.tensor(mine[1]), "left")
+except DistributedError as error:
+    assert "right.weight" in str(error) and "find_unused_parameters=True" in str(error), error
+else:
+    raise AssertionError("the unreduced bucket was not reported")
+print(f"rank {RANK} ok")
+"""
+
+
+@needs_mpi
+@mpi_group
+def test_no_sync_and_unused_parameters_match_torch(tmp_path: Path) -> None:
+    passed(run_ranks(tmp_path, OPTIONS, 2), 2)
