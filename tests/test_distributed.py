@@ -144,6 +144,25 @@ for device in CONFIG["devices"]:
     empty = em.zeros((0, 3), device=device)
     dist.all_reduce(empty)
     assert empty.shape == (0, 3)
+    # under ember.jit the collectives are steps of the captured program: each replay exchanges its own values
+    state = em.zeros(5, device=device)
+
+    @em.jit
+    def step(values):
+        doubled = values * 2
+        dist.all_reduce(doubled)
+        state.add_(doubled)
+        dist.all_reduce(state, ReduceOp.MAX)
+        return doubled + 1
+
+    total = np.zeros(5, np.float32)
+    for call in range(5):
+        values = [data(100 * call + rank, (5,), np.float32) for rank in range(SIZE)]
+        result = step(em.tensor(values[RANK], device=device))
+        total = total + 2 * np.sum(values, axis=0)
+        np.testing.assert_allclose(result.numpy(), 2 * np.sum(values, axis=0) + 1, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(state.numpy(), total, rtol=1e-5, atol=1e-5)
+    assert step.captures == 1 and step.replays == 3
 dist.barrier()
 statistics = dist.collective_statistics()
 assert statistics.calls > 50 and statistics.seconds > 0 and statistics.bytes > 300_000 * 4
@@ -440,3 +459,35 @@ print(f"rank {RANK} ok")
 @mpi_group
 def test_no_sync_and_unused_parameters_match_torch(tmp_path: Path) -> None:
     passed(run_ranks(tmp_path, OPTIONS, 2), 2)
+
+
+def test_host_steps_run_again_at_every_jit_replay(device: str) -> None:
+    """The mechanism under the collectives, without MPI: a host function over tensors' values (here numpy's
+    cumulative sum) is a step of an ember.jit capture, run on each replay's values, between kernels."""
+    from ember.distributed.collectives import exchange
+
+    calls = []
+
+    def cumulative(values: list[np.ndarray]) -> np.ndarray:
+        calls.append(1)
+        return np.cumsum(values[0] * values[1]).astype(np.float32)
+
+    state = em.zeros(7, device=device)
+
+    @em.jit
+    def step(first: em.Tensor, second: em.Tensor) -> em.Tensor:
+        summed = exchange(cumulative, [first + 1, second], (7,), em.float32)
+        state.add_(summed).realize()  # (a state change must be realized inside the function to be captured)
+        return summed.exp()
+
+    total = np.zeros(7, np.float32)
+    generator = np.random.default_rng(0)
+    for _ in range(5):
+        first, second = generator.standard_normal((2, 7)).astype(np.float32)
+        result = step(em.tensor(first, device=device), em.tensor(second, device=device))
+        expected = np.cumsum((first + 1) * second)
+        total += expected
+        np.testing.assert_allclose(result.numpy(), np.exp(expected), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(state.numpy(), total, rtol=1e-5, atol=1e-5)
+        assert str(result.device) == device
+    assert step.captures == 1 and step.replays == 3 and len(calls) == 5
