@@ -56,7 +56,9 @@ class DistributedDataParallel(Module):
         self.reducer = GradientBuckets(parameters, names, int(megabytes * 1024 * 1024))
         if init_sync and group.size > 1:
             _broadcast_from_first_rank([*module.parameters(), *module.buffers()])
-        self._handles = [parameter.register_post_accumulate_grad_hook(self.reducer.ready) for parameter in parameters]
+        # (on one rank the average is the gradient itself: nothing to do after backward)
+        self._handles = [parameter.register_post_accumulate_grad_hook(self.reducer.ready) for parameter in parameters
+                         if group.size > 1]
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         """The wrapped module's forward, after the checks of the last iteration and the buffers' broadcast."""
