@@ -163,6 +163,29 @@ for device in CONFIG["devices"]:
         np.testing.assert_allclose(result.numpy(), 2 * np.sum(values, axis=0) + 1, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(state.numpy(), total, rtol=1e-5, atol=1e-5)
     assert step.captures == 1 and step.replays == 3
+# the *_tensor forms (pieces along dim 0, or stacked) and the object collectives
+rows = np.stack([data(rank, (2, 3), np.float32) for rank in range(SIZE)])
+concatenated, stacked = em.zeros(2 * SIZE, 3), em.zeros(SIZE, 2, 3)
+dist.all_gather_into_tensor(concatenated, em.tensor(rows[RANK]))
+dist.all_gather_into_tensor(stacked, em.tensor(rows[RANK]))
+np.testing.assert_array_equal(concatenated.numpy(), rows.reshape(2 * SIZE, 3))
+np.testing.assert_array_equal(stacked.numpy(), rows)
+wholes = [data(50 + rank, (SIZE * 2, 3), np.float32) for rank in range(SIZE)]
+output = em.zeros(2, 3)
+dist.reduce_scatter_tensor(output, em.tensor(wholes[RANK]), ReduceOp.MAX)
+np.testing.assert_array_equal(output.numpy(), np.max([whole[2 * RANK:2 * RANK + 2] for whole in wholes], axis=0))
+try:
+    dist.all_gather_into_tensor(em.zeros(2 * SIZE + 1, 3), em.tensor(rows[RANK]))
+except dist.DistributedError as error:
+    assert "must have input_tensor's dtype and shape" in str(error), error
+else:
+    raise AssertionError("a wrong output shape was accepted")
+objects = [None] * SIZE
+dist.all_gather_object(objects, {"rank": RANK, "name": "x" * RANK})
+assert objects == [{"rank": rank, "name": "x" * rank} for rank in range(SIZE)], objects
+settings = [{"lr": 0.1, "steps": [1, 2]}, "sent"] if RANK == SIZE - 1 else [None, None]
+dist.broadcast_object_list(settings, src=SIZE - 1)
+assert settings == [{"lr": 0.1, "steps": [1, 2]}, "sent"], settings
 dist.barrier()
 statistics = dist.collective_statistics()
 assert statistics.calls > 50 and statistics.seconds > 0 and statistics.bytes > 300_000 * 4

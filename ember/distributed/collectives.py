@@ -75,15 +75,32 @@ def reduce_scatter(output: Tensor, input_list: list[Tensor], op: ReduceOp = Redu
     _check_tensors("reduce_scatter", "output", [output])
     _check_list(joined, input_list, output, "reduce_scatter", "input_list")
     with no_grad():
-        stacked = _staged(stack(list(input_list)))
-    reduction = communication.check_reduction(op, stacked.dtype.numpy, "reduce_scatter")
+        stacked = stack(list(input_list))
+    _scatter_reduced(joined, stacked, output, op, "reduce_scatter")
+    return Work() if async_op else None
 
-    def scatter(values: list[np.ndarray]) -> np.ndarray:
-        rows = communication.all_to_all_array(joined, values[0].reshape(joined.size, -1))
-        return communication.reduce_rows(rows, reduction)
 
-    result = exchange(scatter, [stacked], output.shape, stacked.dtype)
-    _write([output], [result])
+def all_gather_into_tensor(output_tensor: Tensor, input_tensor: Tensor, group: Any = None,
+                           async_op: bool = False) -> Work | None:
+    """Fill output_tensor with every rank's input_tensor, concatenated along dim 0 in rank order (or stacked: an
+    output of shape (world size, *input's shape)), in place."""
+    joined = check_group(group, "all_gather_into_tensor")
+    _check_tensors("all_gather_into_tensor", "tensors", [output_tensor, input_tensor])
+    _check_whole(joined, output_tensor, input_tensor, "all_gather_into_tensor", "output_tensor", "input_tensor")
+    gathered = exchange(lambda values: communication.all_gather_array(joined, values[0]), [input_tensor],
+                        (joined.size, *input_tensor.shape), input_tensor.dtype)
+    _write([output_tensor], [gathered.reshape(output_tensor.shape)])
+    return Work() if async_op else None
+
+
+def reduce_scatter_tensor(output: Tensor, input: Tensor, op: ReduceOp = ReduceOp.SUM, group: Any = None,
+                          async_op: bool = False) -> Work | None:
+    """Replace `output` on rank r by the combination (op) over all ranks of the r-th of world size equal pieces of
+    their `input` (split along dim 0, or input of shape (world size, *output's shape)), in place."""
+    joined = check_group(group, "reduce_scatter_tensor")
+    _check_tensors("reduce_scatter_tensor", "tensors", [output, input])
+    _check_whole(joined, input, output, "reduce_scatter_tensor", "input", "output")
+    _scatter_reduced(joined, input, output, op, "reduce_scatter_tensor")
     return Work() if async_op else None
 
 
@@ -104,6 +121,19 @@ def exchange(function: Callable[[list[np.ndarray]], np.ndarray], inputs: Sequenc
         contiguous = [tensor.detach().contiguous() for tensor in inputs]
         realize(*contiguous)
         return Tensor._from_node(host_node(function, [tensor.node for tensor in contiguous], tuple(shape), dtype))
+
+
+def _scatter_reduced(group: ProcessGroup, whole: Tensor, output: Tensor, op: ReduceOp, function: str) -> None:
+    """Write into `output` the combination (op) over the ranks of the piece of their `whole` (world size pieces
+    along dim 0) that belongs to this rank: an all-to-all of the pieces, then a numpy reduction in rank order."""
+    staged = _staged(whole)
+    reduction = communication.check_reduction(op, staged.dtype.numpy, function)
+
+    def scatter(values: list[np.ndarray]) -> np.ndarray:
+        rows = communication.all_to_all_array(group, values[0].reshape(group.size, -1))
+        return communication.reduce_rows(rows, reduction)
+
+    _write([output], [exchange(scatter, [staged], output.shape, staged.dtype)])
 
 
 def _staged(tensor: Tensor) -> Tensor:
@@ -141,6 +171,18 @@ def _check_list(group: ProcessGroup, tensors: Any, like: Tensor, function: str, 
         if tensor.shape != like.shape or tensor.dtype != like.dtype:
             raise DistributedError(f"{function}: {name}[{position}] is {tensor.dtype.name} {tuple(tensor.shape)}, "
                                    f"but it must match the tensor: {like.dtype.name} {tuple(like.shape)}")
+
+
+def _check_whole(group: ProcessGroup, whole: Tensor, piece: Tensor, function: str, whole_name: str,
+                 piece_name: str) -> None:
+    """`whole` holds world size pieces: piece's shape with dim 0 world size times longer, or a new dim 0 of world
+    size; one dtype."""
+    stacked = (group.size, *piece.shape)
+    concatenated = (piece.shape[0] * group.size, *piece.shape[1:]) if piece.ndim else None
+    if whole.dtype != piece.dtype or tuple(whole.shape) not in (stacked, concatenated):
+        raise DistributedError(f"{function}: {whole_name} is {whole.dtype.name} {tuple(whole.shape)} and {piece_name} "
+                               f"{piece.dtype.name} {tuple(piece.shape)}; {whole_name} must have {piece_name}'s dtype "
+                               f"and shape {concatenated} or {stacked} ({group.size} ranks)")
 
 
 def _check_rank(group: ProcessGroup, rank: Any, function: str, name: str) -> int:
