@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from types import TracebackType
@@ -16,6 +17,9 @@ from ember.core.errors import EmberError
 BACKENDS = ("mpi",)
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)  # torch's default for its CPU backends
 INSTALL_HINT = 'pip install "ember[distributed]" (or: pip install mpi4py mpich)'
+# seconds between printing a failing rank's traceback and MPI_Abort: mpiexec forwards what a rank printed through its
+# proxies, and an abort that comes first can lose it
+OUTPUT_GRACE = 1.0
 
 
 class DistributedError(EmberError, RuntimeError):
@@ -151,4 +155,5 @@ def _abort_every_rank(kind: type[BaseException], value: BaseException, trace: Tr
                      f"{joined.size} ranks (MPI_Abort)\n{lines}")
     sys.stderr.flush()
     sys.stdout.flush()
+    time.sleep(OUTPUT_GRACE)
     mpi().COMM_WORLD.Abort(1)
