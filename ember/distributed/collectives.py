@@ -39,7 +39,7 @@ def all_reduce(tensor: Tensor, op: ReduceOp = ReduceOp.SUM, group: Any = None, a
     staged = _staged(tensor)
     reduction = communication.check_reduction(op, staged.dtype.numpy, "all_reduce")
     result = exchange(lambda values: communication.all_reduce_array(joined, values[0], reduction), [staged],
-                       staged.shape, staged.dtype)
+                      staged.shape, staged.dtype)
     _write([tensor], [result])
     return Work() if async_op else None
 
@@ -50,7 +50,7 @@ def broadcast(tensor: Tensor, src: int, group: Any = None, async_op: bool = Fals
     _check_tensors("broadcast", "tensor", [tensor])
     source = _check_rank(joined, src, "broadcast", "src")
     result = exchange(lambda values: communication.broadcast_array(joined, values[0], source), [tensor],
-                       tensor.shape, tensor.dtype)
+                      tensor.shape, tensor.dtype)
     _write([tensor], [result])
     return Work() if async_op else None
 
@@ -62,7 +62,7 @@ def all_gather(tensor_list: list[Tensor], tensor: Tensor, group: Any = None, asy
     _check_tensors("all_gather", "tensor", [tensor])
     _check_list(joined, tensor_list, tensor, "all_gather", "tensor_list")
     gathered = exchange(lambda values: communication.all_gather_array(joined, values[0]), [tensor],
-                         (joined.size, *tensor.shape), tensor.dtype)
+                        (joined.size, *tensor.shape), tensor.dtype)
     _write(tensor_list, [gathered[rank] for rank in range(joined.size)])
     return Work() if async_op else None
 

@@ -136,8 +136,10 @@ def destroy_process_group(group: Any = None) -> None:
     """Leave the default group (after a barrier, so that no rank still sends to this one); an uncaught exception no
     longer aborts the other ranks. MPI itself stays initialized until the process exits (mpi4py finalizes it)."""
     global GROUP
+    from ember.distributed.communication import barrier
+
     joined = check_group(group, "destroy_process_group")
-    joined.communicator.Barrier()
+    barrier(joined)  # (bounded by the group's timeout)
     joined.communicator.Free()
     GROUP = None
     if sys.excepthook is _abort_every_rank:
