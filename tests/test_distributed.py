@@ -60,6 +60,14 @@ RANK, SIZE = dist.get_rank(), dist.get_world_size()
 COLLECTIVES = """
 from ember.distributed import ReduceOp
 
+assert dist.is_initialized() and dist.get_backend() == "mpi" and 0 <= RANK < SIZE
+try:
+    dist.init_process_group("mpi")
+except dist.DistributedError as error:
+    assert "initialize the default process group twice" in str(error), error
+else:
+    raise AssertionError("a second init_process_group was accepted")
+
 def data(rank, shape, dtype, nan=False):
     generator = np.random.default_rng(1000 + rank)
     if dtype == np.bool_:
