@@ -489,6 +489,18 @@ except DistributedError as error:
     assert "right.weight" in str(error) and "find_unused_parameters=True" in str(error), error
 else:
     raise AssertionError("the unreduced bucket was not reported")
+
+# broadcast_buffers: before each forward the buffers are rank 0's, then the forward updates them with this rank's
+# batch (torch's semantics; the statistics differ between the ranks until the next forward)
+model = DistributedDataParallel(nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)))
+norm = model.module[1]
+with em.no_grad():
+    norm.running_mean.fill_(float(RANK + 1))
+    norm.running_var.fill_(float(RANK + 2))
+hidden = model.module[0](em.tensor(mine[0])).numpy()
+model(em.tensor(mine[0]))
+np.testing.assert_allclose(norm.running_mean.numpy(), 0.9 * 1.0 + 0.1 * hidden.mean(0), rtol=1e-5)
+np.testing.assert_allclose(norm.running_var.numpy(), 0.9 * 2.0 + 0.1 * hidden.var(0, ddof=1), rtol=1e-5)
 print(f"rank {RANK} ok")
 """
 
