@@ -541,3 +541,19 @@ def test_host_steps_run_again_at_every_jit_replay(device: str) -> None:
         np.testing.assert_allclose(state.numpy(), total, rtol=1e-5, atol=1e-5)
         assert str(result.device) == device
     assert step.captures == 1 and step.replays == 3 and len(calls) == 5
+
+
+def test_ember_info_says_whether_distributed_runs(capsys: pytest.CaptureFixture,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from ember.__main__ import main
+    from ember.distributed import launcher
+
+    assert main(["info", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)["distributed"]
+    assert found["available"] == dist.is_available()
+    if found["available"]:
+        assert found["mpiexec"] == MPIEXEC and found["mpi4py"].count(".") >= 1
+    monkeypatch.setattr(launcher, "is_available", lambda: False)
+    assert main(["info"]) == 0
+    assert 'distributed: unavailable: mpi4py is not installed: pip install "ember[distributed]"' in \
+        capsys.readouterr().out
