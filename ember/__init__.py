@@ -64,7 +64,7 @@ concat = concatenate = cat
 __version__ = "0.1.0"
 
 # the subpackages, reachable as attributes after `import ember` like torch.nn and torch.optim (they import ember)
-from ember import cuda, io, linalg, nn, optim, utils, viz  # noqa: E402
+from ember import cuda, distributed, io, linalg, nn, optim, utils, viz  # noqa: E402
 from ember.io import load, save  # noqa: E402
 
 # torch's module-level forms of Tensor methods (ember.exp(x) is x.exp(), ember.gather(x, 1, index) is

@@ -50,6 +50,7 @@ def collect_info() -> dict[str, Any]:
     from ember.backends.registry import REGISTRY
     from ember.cache import cache_directory
     from ember.core.errors import EmberError
+    from ember.distributed.launcher import describe as describe_distributed
     from ember.scheduler.devices import get_default_device
 
     backends: dict[str, Any] = {}
@@ -75,6 +76,7 @@ def collect_info() -> dict[str, Any]:
         "settings": settings,
         "configuration": CONFIG.describe(),
         "cache_directory": str(cache_directory()),
+        "distributed": describe_distributed(),
     }
 
 
@@ -132,6 +134,12 @@ def command_info(arguments: argparse.Namespace) -> int:
             lines.append(f"  {backend}: unavailable: {entry['reason']}")
     default = found["default_device"] or f"none ({found['default_device_reason']})"
     lines.append(f"default device: {default}")
+    distributed = found["distributed"]
+    if not distributed["available"]:
+        lines.append(f"distributed: unavailable: {distributed['reason']}")
+    else:
+        launcher = distributed["mpiexec"] or f"none ({distributed['reason']})"
+        lines.append(f"distributed: mpi4py {distributed['mpi4py']}, mpiexec {launcher}")
     lines.append("settings:")
     for name, value in found["settings"].items():
         meaning = SETTINGS.get(name, "")

@@ -41,6 +41,10 @@ def backward(
         tensor.grad = gradient if tensor.grad is None else _accumulate(tensor.grad, gradient, create_graph)
         updated.append(tensor.grad)
     _realize(updated + roots)  # the roots (the loss) too: reading them afterwards must not recompute the forward
+    for tensor, _ in gradients:  # leaves' post-accumulate hooks, in the order their gradients were completed
+        if tensor._post_accumulate_hooks:
+            for hook in list(tensor._post_accumulate_hooks):
+                hook(tensor)
 
 
 def grad(

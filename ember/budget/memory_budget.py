@@ -78,7 +78,7 @@ def run_budgeted(items: CommandProgram, live: list[Node | None], roots: list[Nod
     layout = items.budget_layout
     if layout is None:  # fixed by the key (shapes, dtypes, devices, roots): worked out once per program
         layout = items.budget_layout = _layout(live, roots)
-    steps = items.steps
+    steps = cast(tuple[Launch | Copy, ...], items.steps)  # a schedule's: no host steps (recordings hold those)
     assigned = [step.output for step in steps if live[step.output].replaces is not None]  # type: ignore[union-attr]
     kept = layout.roots.union(assigned)
     uploads = frozenset([index for index, node in enumerate(live)

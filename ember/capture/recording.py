@@ -1,6 +1,6 @@
 """Recording the commands a realize runs (for ember.jit and incremental updates): each launch and copy as a program
-step (program.py) over buffer slots with its LaunchBinding (device and compiled program), each upload of host data, and
-each assign whose value could not be written in place."""
+step (program.py) over buffer slots with its LaunchBinding (device and compiled program), each host step (a collective
+of ember.distributed), each upload of host data, and each assign whose value could not be written in place."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from ember.backends.base import Device
 from ember.ir.kernel import Kernel
-from ember.scheduler.program import CommandProgram, Copy, Launch, LaunchBinding
+from ember.scheduler.program import CommandProgram, Copy, HostCall, Launch, LaunchBinding
 
 
 class Recorder:
@@ -22,7 +22,7 @@ class Recorder:
         self.commands_wanted = commands
         self.buffers: list[Any] = []  # buffers.Buffer by slot
         self.slot_of: dict[int, int] = {}
-        self.steps: list[Launch | Copy] = []
+        self.steps: list[Launch | Copy | HostCall] = []
         self.bindings: list[LaunchBinding | None] = []  # per step: a kernel step's device and compiled program
         self.uploads: list[tuple[tuple[int, ...], str, bytes]] = []  # host data uploaded: size, dtype, bytes
         self.rebound: list[tuple[int, int]] = []  # (old slot, new slot) of assigns computed into a new buffer
@@ -51,6 +51,13 @@ class Recorder:
         if self.commands_wanted:
             source_slot = self.slot(source)
             self.steps.append(Copy(self.slot(output), source_slot))
+            self.bindings.append(None)
+
+    def host_call(self, output: Any, inputs: list[Any], function: Any) -> None:
+        """A host function that read the `inputs` buffers and wrote `output` (scheduler/host_call.py)."""
+        if self.commands_wanted:
+            input_slots = tuple(self.slot(buffer) for buffer in inputs)
+            self.steps.append(HostCall(self.slot(output), input_slots, function))
             self.bindings.append(None)
 
     def program(self, before: list[Copy] | None = None) -> tuple[CommandProgram, list[LaunchBinding | None]]:

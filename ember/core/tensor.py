@@ -52,8 +52,8 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
              MarginLossOps, TensorAttributeOps, RandomOps):
     """A lazy n-dimensional array with PyTorch's API. Nothing runs until a value is needed."""
 
-    __slots__ = ("__weakref__", "_alias", "_context", "_hooks", "_previous", "_requires_grad", "_retains_grad",
-                 "_saved_versions", "_sequence", "_version", "grad", "node")
+    __slots__ = ("__weakref__", "_alias", "_context", "_hooks", "_post_accumulate_hooks", "_previous", "_requires_grad",
+                 "_retains_grad", "_saved_versions", "_sequence", "_version", "grad", "node")
     __array_priority__ = 1000  # numpy defers to Tensor's reflected operators
     is_sharded = False  # a sharded kind (ShardedTensor) takes over the ops it is an operand of: _apply_as_operand
     _apply_as_operand: Callable[[Op, tuple[Any, ...], Any], Any]  # defined by the sharded kinds only
@@ -68,6 +68,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         self.grad: Tensor | None
         self._context: tuple[Op | Composite, Any, tuple[Tensor, ...]] | None
         self._hooks: list[Callable[[Tensor], Tensor | None]] | None
+        self._post_accumulate_hooks: list[Callable[[Tensor], None]] | None
         self._alias: Alias | None  # the storage this tensor shares with its views (core/views.py), if any
         self._saved_versions: tuple[int, ...] | None  # the versions of the _context's sources when it was recorded
         self._previous: Tensor | None  # this tensor as it was before its last recorded in-place change
@@ -89,6 +90,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         self.grad = None
         self._context = None
         self._hooks = None
+        self._post_accumulate_hooks = None
         self._retains_grad = False
         self._sequence = _next_sequence()
         self._alias = None
@@ -397,6 +399,19 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
             self._hooks = []
         self._hooks.append(hook)
         return _HookHandle(self._hooks, hook)
+
+    def register_post_accumulate_grad_hook(self, hook: Callable[[Tensor], None]) -> Any:
+        """Call hook(tensor) after backward() has accumulated this leaf's .grad (and computed it), as in torch."""
+        if self._context is not None:
+            raise AutogradError(f"register_post_accumulate_grad_hook: the tensor of shape {self.shape} is not a leaf; "
+                                "post accumulate grad hooks can be registered on leaf tensors only")
+        if not self._requires_grad:
+            raise AutogradError(f"register_post_accumulate_grad_hook: the tensor of shape {self.shape} does not "
+                                "require grad, so backward() never accumulates a .grad into it")
+        if self._post_accumulate_hooks is None:
+            self._post_accumulate_hooks = []
+        self._post_accumulate_hooks.append(hook)
+        return _HookHandle(self._post_accumulate_hooks, hook)
 
     def backward(
         self, gradient: Tensor | None = None, retain_graph: bool | None = None, create_graph: bool = False,

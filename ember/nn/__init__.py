@@ -1,6 +1,6 @@
 """ember.nn: layers (Modules) with PyTorch's names, parameters, state_dict keys and default initialization."""
 
-from ember.nn import functional, init, utils
+from ember.nn import functional, init, parallel, utils
 from ember.nn.activation import (
     CELU,
     ELU,
@@ -254,5 +254,6 @@ __all__ = [
     "ZeroPad3d",
     "functional",
     "init",
+    "parallel",
     "utils",
 ]

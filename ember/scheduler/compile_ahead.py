@@ -16,7 +16,7 @@ from ember.ir.kernel import Kernel
 from ember.progress import Progress
 from ember.scheduler import compile_cache, quick_compile, shape_classes
 from ember.scheduler.devices import get_device
-from ember.scheduler.program import CommandProgram, Copy
+from ember.scheduler.program import CommandProgram, Launch
 
 PROGRESS_MIN_KERNELS = 8  # a cold compile of this many kernels or more shows a progress bar (ember/progress.py)
 COMPILE_COST_FIXED = 50  # a compiler run's cost of a kernel beyond its IR nodes, in nodes (see _compile_cost)
@@ -30,7 +30,7 @@ def compile_ahead(items: CommandProgram, graph_nodes: list[Node]) -> None:
     devices: dict[str, Device] = {}
     compiled = compile_cache.COMPILED
     for item in items.steps:
-        if isinstance(item, Copy) or graph_nodes[item.output].size == 0:
+        if not isinstance(item, Launch) or graph_nodes[item.output].size == 0:
             continue
         device = get_device(cast(str, graph_nodes[item.output].device))
         kernel = cast(Kernel, item.kernel)

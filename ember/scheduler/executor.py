@@ -10,7 +10,8 @@ Who produces programs:
 - the memory budget (budget/memory_budget.py): the same steps in its plan's order, each computation of an
   intermediate writing a stand-in slot of its own (a recompute is the same step again), evictions as Frees;
 - a recording (capture/recording.py, for ember.jit and incremental updates): the launches and copies a realize ran,
-  by buffer slot, each with its LaunchBinding (device, compiled program); jit puts its state copies first;
+  by buffer slot, each with its LaunchBinding (device, compiled program), and the host steps run meanwhile (the
+  collectives of ember.distributed: host_call.py); jit puts its state copies first;
 - automatic sharding (sharding/automatic.py) rewrites the graph, whose program is the schedule cache's.
 Who binds them (what the slots are, how each Launch runs):
 - eager realize (realize.py): slots are the graph's nodes, which become buffers as their steps run; each Launch
@@ -30,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from ember.backends.base import Event
+from ember.backends.base import Event, wait_all
 from ember.capture.arena import ArenaView
 from ember.core.graph import Node
 from ember.scheduler import profile
@@ -38,7 +39,8 @@ from ember.scheduler.buffers import Buffer, pending
 from ember.scheduler.copies import enqueue_copy, run_copy
 from ember.scheduler.in_place import schedule_hold
 from ember.scheduler.launch import launch, launch_compiled, run_kernel
-from ember.scheduler.program import Command, Copy, Free, Launch, LaunchBinding
+from ember.scheduler.host_call import run_host_function
+from ember.scheduler.program import Command, Copy, Free, HostCall, Launch, LaunchBinding
 
 BoundLaunch = Callable[[tuple[Event, ...]], Event]  # a kernel launch with its buffers bound (Program.bind)
 NO_POSITIONS: frozenset[int] = frozenset()
@@ -106,6 +108,9 @@ def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None
         elif kind is Free:
             for slot in command.slots:  # type: ignore[union-attr]
                 table[slot] = None
+        elif kind is HostCall:  # only recordings hold host steps, and they are replayed over buffers
+            assert replaying, "a host step runs in a replay only (eager code runs its function itself)"
+            _host_call_buffers(table, writers, readers, command)  # type: ignore[arg-type]
         elif replaying:
             tracking |= _copy_buffers(table, writers, readers, *command)  # (a Copy: output, source)
         else:
@@ -152,6 +157,18 @@ def _copy_buffers(buffers: Sequence[Buffer | None], writers: list[Event | None],
     readers[output] = []
     readers[source].append(event)
     return not event.done
+
+
+def _host_call_buffers(buffers: Sequence[Buffer | None], writers: list[Event | None], readers: list[list[Event]],
+                       command: HostCall) -> None:
+    """Run a replay's host step: once the commands writing its inputs (and reading its output) have finished, its
+    function on the inputs' values, written into the output (synchronously: nothing waits for it afterwards)."""
+    wait_all(_wait_for(buffers, writers, readers, command.output, command.inputs))
+    output = buffers[command.output]
+    assert output is not None
+    run_host_function(command.function, [buffers[slot] for slot in command.inputs], output)  # type: ignore[misc]
+    writers[command.output] = None
+    readers[command.output] = []
 
 
 def _publish(buffers: Sequence[Buffer | None], writers: list[Event | None], readers: list[list[Event]]) -> None:

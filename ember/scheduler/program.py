@@ -1,11 +1,15 @@
 """The command program a schedule compiles to: Launch and Copy commands (its steps) over numbered slots, with the
 Free commands that release each slot after its last use worked out once (executor.py runs it). The steps are the only
 kind of kernel step and copy step: kernelize makes them over nodes (Launch[Node]), the schedule cache renumbers their
-slots to the placed graph's positions (Launch[int])."""
+slots to the placed graph's positions (Launch[int]). A recording (ember.jit) may also hold HostCall steps: a host
+function over slots' values, such as a collective of ember.distributed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
+
+import numpy as np
 
 from ember.backends.base import Device
 from ember.core.dtype import DType
@@ -31,13 +35,24 @@ class Copy(NamedTuple, Generic[Slot]):
     source: Slot
 
 
+class HostCall(NamedTuple):
+    """Call `function` on the host with the values of slots `inputs` (flat numpy arrays, in order) and write the flat
+    array it returns into slot `output`: a host step, such as a collective of ember.distributed. Only recordings
+    (ember.jit) hold them: eager code runs the function itself (host_call.py), which records the step."""
+
+    output: int
+    inputs: tuple[int, ...]
+    function: Callable[[list[np.ndarray]], np.ndarray]
+
+
 class Free(NamedTuple):
     """Release slots: what they hold is dropped (its memory goes back once no tensor holds it)."""
 
     slots: tuple[int, ...]
 
 
-Command = Launch | Copy | Free
+Command = Launch | Copy | HostCall | Free
+Step = Launch | Copy | HostCall
 
 
 class LaunchBinding(NamedTuple):
@@ -64,7 +79,7 @@ class CommandProgram:
     __slots__ = ("budget_layout", "command_devices", "commands", "compiled_stamp", "last_use", "launch_plan",
                  "steps", "used")
 
-    def __init__(self, steps: list[Launch | Copy] | tuple[Launch | Copy, ...],
+    def __init__(self, steps: Sequence[Step],
                  commands: list[Command] | None = None) -> None:
         """The program of `steps`, with a Free after each slot's last use; or of `commands` as given (its steps are
         the commands other than frees)."""
@@ -82,6 +97,9 @@ class CommandProgram:
                     last_use[slot] = position
             elif kind is Copy:
                 last_use[command.output] = last_use[command.source] = position  # type: ignore[union-attr]
+            elif kind is HostCall:
+                for slot in (command.output, *command.inputs):  # type: ignore[union-attr]
+                    last_use[slot] = position
         self.last_use = last_use
         self.used = tuple(last_use)
         self.compiled_stamp: tuple[object, int] | None = None
@@ -93,14 +111,14 @@ class CommandProgram:
         return len(self.steps)
 
 
-def step_slots(step: Launch | Copy) -> tuple[int, ...]:
+def step_slots(step: Step) -> tuple[int, ...]:
     """The slots a step writes and reads: its output first."""
     if step.__class__ is Copy:
         return tuple(step)  # type: ignore[arg-type]
     return (step.output, *step.inputs)  # type: ignore[union-attr]
 
 
-def _with_frees(steps: list[Launch | Copy] | tuple[Launch | Copy, ...]) -> list[Command]:
+def _with_frees(steps: Sequence[Step]) -> list[Command]:
     """The steps with a Free after the last use of each slot (none after the last step: the executor's table goes
     then)."""
     last_step: dict[int, int] = {}

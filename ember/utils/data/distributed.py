@@ -14,14 +14,21 @@ class DistributedSampler(Sampler):
     """Rank `rank`'s indices of a dataset split among num_replicas processes: the (shuffled, when shuffle) indices
     padded by repetition to a multiple of num_replicas (or cut to one, when drop_last), then every num_replicas-th
     from position rank. The shuffle is torch's (a permutation from a generator seeded with seed + epoch), so every
-    rank, and torch's DistributedSampler, sees the same order; call set_epoch(epoch) for a new order each epoch."""
+    rank, and torch's DistributedSampler, sees the same order; call set_epoch(epoch) for a new order each epoch.
+    num_replicas and rank default to the world size and rank of ember.distributed's process group."""
 
     def __init__(self, dataset: Any, num_replicas: int | None = None, rank: int | None = None, shuffle: bool = True,
                  seed: int = 0, drop_last: bool = False) -> None:
         if num_replicas is None or rank is None:
-            raise RuntimeError(f"DistributedSampler: ember has no process group to read the world size and rank from; "
-                               f"pass num_replicas= (the number of processes) and rank= (this process's index in "
-                               f"[0, num_replicas)), got num_replicas={num_replicas}, rank={rank}")
+            from ember import distributed
+
+            if not distributed.is_initialized():
+                raise RuntimeError(f"DistributedSampler: no process group to read the world size and rank from; call "
+                                   f"ember.distributed.init_process_group('mpi') first, or pass num_replicas= (the "
+                                   f"number of processes) and rank= (this process's index in [0, num_replicas)), got "
+                                   f"num_replicas={num_replicas}, rank={rank}")
+            num_replicas = distributed.get_world_size() if num_replicas is None else num_replicas
+            rank = distributed.get_rank() if rank is None else rank
         if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas <= 0:
             raise ValueError(f"DistributedSampler: num_replicas must be a positive int, got {num_replicas!r}")
         if rank >= num_replicas or rank < 0:
