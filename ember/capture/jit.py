@@ -92,6 +92,8 @@ class Jitted:
                               f"({self.captures} captures so far): replays need inputs of one signature",
                               stacklevel=2)
         if self._first_call is None or not _same_key(self._first_call[0], key):
+            # the inputs first, as a capture does: their uploads are not the function's (compared with the capture's)
+            realize(*(leaf for leaf in leaves if isinstance(leaf, Tensor)))
             uploads = Recorder(commands=False)
             start = RandomState.counter
             result = self._record(uploads, args, kwargs)
@@ -106,8 +108,10 @@ class Jitted:
         update(recorder=recorder)  # records what this thread runs only (ember/context.py)
         try:
             result = self.function(*args, **kwargs)
-            # the outputs and the arguments (which the function may have changed in place) in one schedule
-            realize(*(leaf for leaf in _flatten((result, args, kwargs))[0] if isinstance(leaf, Tensor)))
+            # the outputs, the arguments and any tensor changed in place (state the function reaches from outside its
+            # arguments too) in one schedule
+            realize(*(leaf for leaf in _flatten((result, args, kwargs))[0] if isinstance(leaf, Tensor)),
+                    *recorder.assigned)
         finally:
             update(recorder=None)
         return result
