@@ -18,6 +18,7 @@ from ember.core.ops import Op
 from ember.core.tensor import Tensor, realize
 from ember.scheduler import profile
 from ember.capture.arena import ArenaView, DevicePlan, place_intermediates
+from ember.capture.shared_arena import DEFAULT_POOL, JitMemoryPool
 from ember.scheduler.buffers import Buffer, buffer_of, pending
 from ember.scheduler.lock import SCHEDULER_LOCK
 from ember.capture.recording import Recorder
@@ -52,16 +53,22 @@ class Capture:
     # how far one call advances the counter; a replay writes each key from the generator state as eager would
     random_keys: tuple[tuple[int, int, int], ...] = ()
     random_advance: int = 0
-    bound: list[BoundLaunch | None] | None = None  # per command, made at the first replay
+    bound: list[BoundLaunch | None] | None = None  # per command, made at the first replay (again after the
+    # memory pool moved the intermediates to grown memory)
+    memory_pool: JitMemoryPool | None = None  # where the intermediates live (shared with other captures)
 
 
 class Jitted:
     """A function whose calls after the first two replay the kernels the second call launched (see `jit`)."""
 
-    def __init__(self, function: Callable[..., Any], recapture: bool = True) -> None:
+    def __init__(self, function: Callable[..., Any], recapture: bool = True,
+                 memory_pool: JitMemoryPool | None = None) -> None:
         functools.update_wrapper(self, function)
         self.function = function
         self.recapture = recapture
+        if memory_pool is not None and not isinstance(memory_pool, JitMemoryPool):
+            raise TypeError(f"ember.jit: memory_pool must be an ember.JitMemoryPool, got {type(memory_pool).__name__}")
+        self.memory_pool = DEFAULT_POOL if memory_pool is None else memory_pool
         self.capture: Capture | None = None
         self.captures = 0
         self.replays = 0
@@ -162,7 +169,7 @@ class Jitted:
                 outputs.append(("slot", (recorder.slot(buffer), leaf.shape)))
             del buffer
         del input_buffers, input_position_of, output_leaves
-        self.capture = _plan(recorder, key, input_slots, outputs, rebuild)
+        self.capture = _plan(recorder, key, input_slots, outputs, rebuild, self.memory_pool)
         self.capture.random_keys, self.capture.random_advance = random_keys, random_advance
         self.captures += 1
         if profile.debug_level() >= 1:
@@ -173,12 +180,14 @@ class Jitted:
 
     def _replay(self, capture: Capture, leaves: list[Any]) -> Any:
         realize(*(leaf for leaf in leaves if isinstance(leaf, Tensor) and not leaf.node.realized))
-        buffers = capture.buffers
-        if capture.input_slots:
-            buffers = list(buffers)
-            for position, slot in capture.input_slots:
-                buffers[slot] = buffer_of(leaves[position].node)
         with SCHEDULER_LOCK:  # (the pools and device queues are shared with other threads)
+            assert capture.memory_pool is not None
+            capture.memory_pool.enter(capture)  # (another capture may have used the intermediates' memory)
+            buffers = capture.buffers
+            if capture.input_slots:
+                buffers = list(buffers)
+                for position, slot in capture.input_slots:
+                    buffers[slot] = buffer_of(leaves[position].node)
             if capture.random_advance:
                 _draw_keys(capture)
             if capture.bound is None:
@@ -210,7 +219,8 @@ class Jitted:
         return capture.rebuild(values)
 
 
-def jit(function: Callable[..., Any] | None = None, *, recapture: bool = True) -> Any:
+def jit(function: Callable[..., Any] | None = None, *, recapture: bool = True,
+        memory_pool: JitMemoryPool | None = None) -> Any:
     """Capture a function's kernel launches and replay them (`@ember.jit`, or `ember.jit(function)`).
 
     The first call runs eagerly, the second runs eagerly while its launches are recorded, later calls with inputs
@@ -221,17 +231,23 @@ def jit(function: Callable[..., Any] | None = None, *, recapture: bool = True) -
     captured as they were (an optimizer's learning rate and step counts live on the device, so replays see a new
     lr); state must change by in-place updates (`assign`, `+=`, optimizer steps), which replays repeat. Random ops
     (dropout, randn) draw at each replay from the generator as an eager call would: the same numbers for the same
-    seed, new ones at every call."""
+    seed, new ones at every call.
+
+    Memory: a capture's intermediates live in memory shared, per device, by every jitted function of the process
+    (`memory_pool`, default one pool for all; see ember.JitMemoryPool): functions that run one after another (a text
+    encoder, a denoiser and a decoder) need the memory of the largest capture, not the sum. Unlike a CUDA graph's
+    pool, nothing a caller sees lives there: the returned tensors and the state a function updates have buffers of
+    their own, so sharing is safe by default; `memory_plan` prints each capture's plan and the shared memory."""
     if function is None:
-        return lambda wrapped: Jitted(wrapped, recapture)
-    return Jitted(function, recapture)
+        return lambda wrapped: Jitted(wrapped, recapture, memory_pool)
+    return Jitted(function, recapture, memory_pool)
 
 
 # ---- planning ----------------------------------------------------------------------------------------------------
 
 
 def _plan(recorder: Recorder, key: list[Any], input_slots: list[tuple[int, int]], outputs: list[Any],
-          rebuild: Callable[[list[Any]], Any]) -> Capture:
+          rebuild: Callable[[list[Any]], Any], memory_pool: JitMemoryPool) -> Capture:
     """Turn a recording into a replay: classify its buffers, plan the intermediates' memory by their lifetimes."""
     steps = recorder.steps
     buffers: list[Buffer | None] = list(recorder.buffers)
@@ -266,13 +282,16 @@ def _plan(recorder: Recorder, key: list[Any], input_slots: list[tuple[int, int]]
             new = successor[new]
         if escaped[new] or new in outputs_kept:
             state_copies.append((old, new))
-    memory_plan = place_intermediates(buffers, intermediate, first_use, last_use)
+    memory_plan, placements = place_intermediates(buffers, intermediate, first_use, last_use)
     for _, slot in input_slots:
         buffers[slot] = None
     kernels = sum(isinstance(step, Launch) for step in steps)
     program, bindings = recorder.program([Copy(target, source) for target, source in state_copies])
-    return Capture(key, program, bindings, buffers, input_slots, outputs, rebuild, state_copies, memory_plan,
-                   list(recorder.checks), kernels)
+    capture = Capture(key, program, bindings, buffers, input_slots, outputs, rebuild, state_copies, memory_plan,
+                      list(recorder.checks), kernels, memory_pool=memory_pool)
+    with SCHEDULER_LOCK:
+        memory_pool.attach(capture, placements, memory_plan)
+    return capture
 
 
 def _draws(recorder: Recorder, start: int) -> list[tuple[int, int]]:
