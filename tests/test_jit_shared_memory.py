@@ -19,6 +19,7 @@ from ember.capture.shared_arena import DEFAULT_POOL
 from ember.scheduler.buffers import release_finished
 from ember.scheduler.devices import get_device
 from tests.helpers import assert_close
+from tests.test_jit_arena import queued  # noqa: F401 - the deferred-command device with views, as a fixture
 
 ROWS = 6
 
@@ -163,3 +164,25 @@ def test_jitted_functions_share_by_default_and_memory_goes_with_them(device: str
 def test_memory_pool_must_be_a_pool() -> None:
     with pytest.raises(TypeError, match="memory_pool must be an ember.JitMemoryPool, got str"):
         em.jit(lambda x: x, memory_pool="shared")  # type: ignore[arg-type]
+
+
+def test_a_replay_waits_for_the_previous_users_pending_commands(queued: object) -> None:
+    """On a device whose commands run only when waited for (a stand-in for several queues), a replay of another
+    function first waits for the commands still pending on the shared memory, and both results stay right."""
+    device = queued.name  # type: ignore[attr-defined]
+    pool = em.JitMemoryPool()
+    functions, _ = _jitted(device, pool)
+    encoder, transformer = functions[0], functions[1]
+    for seed in range(2):
+        encoder(em.tensor(_inputs(seed), device=device))
+        transformer(em.tensor(_inputs(seed), device=device))
+    release_finished(wait=True)
+    first = encoder(em.tensor(_inputs(10), device=device))  # a replay: its kernels wait in the queue
+    waiting = [event for event in queued.log.pending if not event.finished]  # type: ignore[attr-defined]
+    assert any(not event.label.startswith("copy") for event in waiting)
+    second = transformer(em.tensor(_inputs(11), device=device))
+    assert all(event.finished for event in waiting)  # the encoder's commands ran before the transformer's
+    assert encoder.replays == 1 and transformer.replays == 1  # type: ignore[attr-defined]
+    assert_close(first, _truth(encode, _inputs(10), ENCODER), atol=1e-5, rtol=1e-4)
+    assert_close(second, _truth(transform, _inputs(11), TRANSFORMER), atol=1e-5, rtol=1e-4)
+    assert queued.log.unsafe_frees == []  # type: ignore[attr-defined]

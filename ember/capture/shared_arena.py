@@ -46,6 +46,19 @@ class _DeviceMemory:
                     needed[index] = max(needed[index], nbytes)
         return needed
 
+    def events_of(self, key: int) -> list[Any]:
+        """The commands of a capture on the pieces: their writers and readers (the executor puts a replay's writers
+        on the piece and its readers on the view that was read)."""
+        events = [event for piece in self.pieces for event in (piece.event, *piece.users)]
+        entry = self.users.get(key)
+        capture = None if entry is None else entry[0]()
+        if capture is not None:
+            for slot, *_ in entry[1].slots:  # type: ignore[index]
+                buffer = capture.buffers[slot]
+                if buffer is not None:
+                    events.extend((buffer.event, *buffer.users))
+        return events
+
     def publish(self) -> None:
         """The shared numbers in every user's DevicePlan."""
         total = sum(piece.nbytes for piece in self.pieces)
@@ -102,7 +115,7 @@ class JitMemoryPool:
         for memory in self.devices.values():
             if key in memory.users and memory.last_user != key:
                 if memory.last_user is not None:
-                    wait_all(pending(*(event for piece in memory.pieces for event in (piece.event, *piece.users))))
+                    wait_all(pending(*memory.events_of(memory.last_user)))
                 memory.last_user = key
 
     def _detacher(self, device_name: str, key: int) -> Any:
