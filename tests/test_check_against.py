@@ -145,6 +145,10 @@ def test_small_model_npz_and_dict_on_every_device(device: str, tmp_path: Path) -
     report = check_against(ours, saved, device=device)
     assert not report.passed and report.first_divergence() is not None
     assert report.first_divergence().name == "2"  # type: ignore[union-attr]
+    # a function around the module: its layers are compared with module=
+    report = check_against(lambda x: ours(x), saved, device=device, module=ours)
+    assert [row.name for row in report.layers[0]] == ["0", "1", "2"]
+    assert report.first_divergence().name == "2"  # type: ignore[union-attr]
     # a plain function: outputs only, with a note that layers need a module
     report = check_against(lambda x: ours(x) - 0.1, {"input.0": saved["pair0/input.0"],
                                                     "output.0": saved["pair0/output.0"]}, device=device)
@@ -191,6 +195,8 @@ def test_missing_and_unknown_keys() -> None:
         check_against(identity, {"pair0/input.0": one, "output.0": one}, device="c")
     with pytest.raises(CheckError, match="raised .* on the inputs"):
         check_against(identity, {"input.0": one, "input.1": one, "output.0": one}, device="c")
+    with pytest.raises(CheckError, match="pair 0: an input cannot become an ember tensor on c:0: .*complex"):
+        check_against(identity, {"input.0": np.ones(2, np.complex64), "output.0": one}, device="c")
     with pytest.raises(CheckError, match="unknown or unavailable device"):
         check_against(identity, {"input.0": one, "output.0": one}, device="nosuch")
 

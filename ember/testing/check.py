@@ -155,8 +155,13 @@ def _run_pair(fn: Callable[..., Any], module: Any, pair: ReferencePair, device: 
     import ember as em
     from ember.core.tensor import Tensor, realize
 
-    args = [_to_ember(array, str(position) in pair.bfloat16, device) for position, array in enumerate(pair.args)]
-    kwargs = {name: _to_ember(array, name in pair.bfloat16, device) for name, array in pair.kwargs.items()}
+    from ember.core.errors import EmberError
+
+    try:
+        args = [_to_ember(array, str(position) in pair.bfloat16, device) for position, array in enumerate(pair.args)]
+        kwargs = {name: _to_ember(array, name in pair.bfloat16, device) for name, array in pair.kwargs.items()}
+    except (EmberError, TypeError, ValueError) as error:
+        raise CheckError(f"pair {pair.index}: an input cannot become an ember tensor on {device}: {error}") from None
     recorded: list[tuple[str, Any]] = []
     counts: dict[str, int] = {}
     handles = []

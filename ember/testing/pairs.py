@@ -193,8 +193,8 @@ def parse_pairs(arrays: Mapping[str, Any], where: str, bfloat16: frozenset[str] 
     for pair in pairs.values():
         _positional_inputs(pair, where)
         if not pair.outputs:
-            raise CheckError(f"{where}: pair {pair.index} has no output (expected a key {_key(prefixed, pair, 'output.0')}"
-                             ")")
+            expected = _key(prefixed, pair, "output.0")
+            raise CheckError(f"{where}: pair {pair.index} has no output (expected a key {expected})")
     return [pairs[index] for index in sorted(pairs)]
 
 

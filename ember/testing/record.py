@@ -59,7 +59,8 @@ def record_reference(torch_module: Any, inputs: Any, path: str | os.PathLike[str
     import torch
 
     if not callable(torch_module):
-        raise CheckError(f"record_reference: expected a torch.nn.Module or a callable, got {type(torch_module).__name__}")
+        raise CheckError(f"record_reference: expected a torch.nn.Module or a callable, got "
+                         f"{type(torch_module).__name__}")
     saved: dict[str, np.ndarray] = {}
     calls = _calls(inputs)
     recorded: dict[str, Any] = {}
