@@ -117,8 +117,10 @@ class Jitted:
             result = self.function(*args, **kwargs)
             # the outputs, the arguments and any tensor changed in place (state the function reaches from outside its
             # arguments too) in one schedule
-            realize(*(leaf for leaf in _flatten((result, args, kwargs))[0] if isinstance(leaf, Tensor)),
-                    *recorder.assigned)
+            changed = [tensor for tensor in (reference() for reference in recorder.assigned) if tensor is not None]
+            recorder.assigned.clear()
+            realize(*(leaf for leaf in _flatten((result, args, kwargs))[0] if isinstance(leaf, Tensor)), *changed)
+            del changed
         finally:
             update(recorder=None)
         return result
