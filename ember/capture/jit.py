@@ -7,7 +7,7 @@ import functools
 import sys
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ember.backends.base import wait_all
@@ -56,6 +56,7 @@ class Capture:
     bound: list[BoundLaunch | None] | None = None  # per command, made at the first replay (again after the
     # memory pool moved the intermediates to grown memory)
     memory_pool: JitMemoryPool | None = None  # where the intermediates live (shared with other captures)
+    shared_memories: list[Any] = field(default_factory=list)  # the pool's memory of each device it uses
 
 
 class Jitted:
@@ -194,7 +195,8 @@ class Jitted:
                 _draw_keys(capture)
             if capture.bound is None:
                 capture.bound = bind_buffers(capture.program, capture.bindings, capture.buffers)
-            execute(capture.program.commands, capture.bindings, buffers, bound=capture.bound)
+            unfinished = execute(capture.program.commands, capture.bindings, buffers, bound=capture.bound)
+            capture.memory_pool.leave(capture, unfinished)
         self.replays += 1
         for slot, describe in capture.checks:  # value checks (core/checks.py) raise as they would without jit
             violation = buffers[slot]

@@ -34,6 +34,7 @@ class _DeviceMemory:
         # by id of the capture: a weak reference (its callback detaches the capture), its placement and its plan
         self.users: dict[int, tuple[weakref.ref[Any], Placement, DevicePlan]] = {}
         self.last_user: int | None = None
+        self.last_unfinished = False  # whether the last user's last replay left commands unfinished
 
     def needs(self) -> list[int]:
         """Per piece, the most bytes any capture placed here needs of it."""
@@ -89,6 +90,7 @@ class JitMemoryPool:
         key = id(capture)
         for device_name, placement in placements.items():
             memory = self.devices.setdefault(device_name, _DeviceMemory())
+            capture.shared_memories.append(memory)
             reference = weakref.ref(capture, self._detacher(device_name, key))
             memory.users[key] = (reference, placement, plans[device_name])
             needed = memory.needs()
@@ -112,11 +114,18 @@ class JitMemoryPool:
         """Before a replay of `capture` (under the scheduler's lock): wait for the pending commands on the pieces
         when the last replay on them was another capture's."""
         key = id(capture)
-        for memory in self.devices.values():
-            if key in memory.users and memory.last_user != key:
-                if memory.last_user is not None:
+        for memory in capture.shared_memories:
+            if memory.last_user != key:
+                if memory.last_user is not None and memory.last_unfinished:
                     wait_all(pending(*memory.events_of(memory.last_user)))
                 memory.last_user = key
+                memory.last_unfinished = False
+
+    def leave(self, capture: Any, unfinished: bool) -> None:
+        """After a replay of `capture`: whether it left commands unfinished (then the next replay of another capture
+        on the same memory waits for them)."""
+        for memory in capture.shared_memories:
+            memory.last_unfinished = unfinished
 
     def _detacher(self, device_name: str, key: int) -> Any:
         """The callback of a capture's weak reference: detach it when it goes."""
