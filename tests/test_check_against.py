@@ -224,3 +224,21 @@ def test_missing_and_corrupt_files(tmp_path: Path) -> None:
     with pytest.raises(CheckError, match="not a readable numpy .npz file"):
         check_against(identity, broken, device="c")
     assert check_against(identity, good, device="c").passed and check_against(identity, archive, device="c").passed
+
+
+def test_dtype_kind_mismatch_and_bfloat16_files(tmp_path: Path) -> None:
+    report = check_against(lambda x: x > 0, {"input.0": np.array([1.0, -1.0], np.float32),
+                                             "output.0": np.array([1.0, 0.0], np.float32)}, device="c")
+    assert not report.passed and report.outputs[0].note == "dtype bool, reference float32"
+    # bfloat16 in a safetensors file (numpy has no bfloat16): read as float32, the input cast back to bfloat16
+    values = torch.tensor([0.5, -1.25, 3.0], dtype=torch.bfloat16)
+    path = tmp_path / "bfloat16.safetensors"
+    em.io.save_safetensors({"input.0": em.tensor(values.float().numpy()).bfloat16(),
+                            "output.0": em.tensor((values * 2).float().numpy()).bfloat16()}, path)
+
+    def double(x: em.Tensor) -> em.Tensor:
+        assert x.dtype == em.bfloat16
+        return x * 2
+
+    report = check_against(double, path, device="c", rtol=0, atol=0)
+    assert report.passed and report.outputs[0].max_abs == 0.0, str(report)
