@@ -101,7 +101,8 @@ def test_three_functions_need_the_memory_of_the_largest(device: str) -> None:
     shared = pool.bytes_on(device)
     plans = [function.memory_plan[device] for function in functions]  # type: ignore[attr-defined]
     for function, plan in zip(functions, plans):
-        print(f"{function.__name__}: {plan.describe()}")  # type: ignore[attr-defined]
+        print(f"{function.__name__}: {plan}")  # type: ignore[attr-defined]
+        assert str(plan).endswith(f"in the pool's shared memory of {shared} bytes used by 3 jitted function(s)")
     print(f"alone {alone} bytes, sum {sum(alone)}; shared {shared} bytes")
     assert [plan.planned_bytes for plan in plans] == alone  # (the same captures)
     assert all(plan.shared_bytes == shared and plan.shared_by == 3 for plan in plans)

@@ -39,6 +39,9 @@ class DevicePlan:
         return (f"{self.intermediates} intermediates in {kind}; peak live {self.peak_bytes} bytes, eager "
                 f"{self.unplanned_bytes} bytes{shared}")
 
+    def __str__(self) -> str:
+        return self.describe()
+
 
 @dataclass
 class Placement:
