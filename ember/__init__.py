@@ -48,6 +48,7 @@ from ember.core.tensor_attributes import imag, real
 from ember.core.windows import bartlett_window, blackman_window, hamming_window, hann_window, kaiser_window
 from ember.scheduler.devices import get_default_device, set_default_device
 from ember.capture.jit import JitError, jit
+from ember.capture.shared_arena import JitMemoryPool
 from ember.budget.memory_budget import get_memory_budget, memory_budget
 from ember.plan.planner import PlanError, load_plan
 from ember.scheduler.profile import profile

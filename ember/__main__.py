@@ -253,6 +253,58 @@ def command_plan(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def load_check_model(path: str) -> Any:
+    """The model a `check` model file defines: its MODEL variable, else what its model() factory returns."""
+    import importlib.util
+    from pathlib import Path
+
+    from ember.testing.pairs import CheckError
+
+    file = Path(path)
+    if not file.is_file():
+        raise CheckError(f"no such model file: {path}")
+    spec = importlib.util.spec_from_file_location(f"ember_check_model_{file.stem}", file)
+    if spec is None or spec.loader is None:
+        raise CheckError(f"{path}: not a Python file that can be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(file.resolve().parent))  # the model file may import its neighbours
+    try:
+        spec.loader.exec_module(module)
+        if hasattr(module, "MODEL"):
+            model = module.MODEL
+        elif callable(getattr(module, "model", None)):
+            model = module.model()
+        else:
+            raise CheckError(f"{path}: defines neither MODEL (the model, an ember nn.Module or a function) nor a "
+                             "model() factory that returns it")
+    except CheckError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the user's file failing to load is bad input, said as such
+        raise CheckError(f"{path}: loading the model raised {type(error).__name__}: {error}") from error
+    finally:
+        sys.path.remove(str(file.resolve().parent))
+    if not callable(model):
+        raise CheckError(f"{path}: the model is a {type(model).__name__}, not callable (an ember nn.Module or a "
+                         "function)")
+    return model
+
+
+def command_check(arguments: argparse.Namespace) -> int:
+    """Run a model file's model on saved reference inputs and compare with the saved outputs (and layers)."""
+    from ember.testing.check import check_against
+    from ember.testing.pairs import CheckError
+
+    try:
+        model = load_check_model(arguments.model)
+        report = check_against(model, arguments.references, device=arguments.device, rtol=arguments.rtol,
+                               atol=arguments.atol)
+    except CheckError as error:
+        print(f"ember check: {error}", file=sys.stderr)
+        return 2
+    print(report)
+    return 0 if report.passed else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; a new subcommand is one `add_parser` here and one `command_<name>` function."""
     parser = argparse.ArgumentParser(prog="ember", description="ember: lazy tensors, fused kernels, pluggable backends")
@@ -309,6 +361,24 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("-o", "--output", default=None, help="the plan folder to write (default: <trace name>.plan "
                       "next to the trace)")
     plan.set_defaults(run=command_plan)
+    from ember.testing.check import DEFAULT_ATOL, DEFAULT_RTOL
+
+    check = subcommands.add_parser(
+        "check", help="run an ember model on saved inputs of another framework's model and compare the outputs",
+        description="MODEL_FILE is a Python file that defines MODEL (an ember nn.Module or a function of ember "
+                    "tensors) or a model() factory returning one; REFERENCES is a safetensors or .npz file of "
+                    "inputs and outputs (and optionally per-layer outputs) as ember.testing.record_reference "
+                    "writes it. Prints per output the max abs/rel error and pass/fail, and the first layer that "
+                    "diverges.",
+        epilog="exit status: 0 every output (and layer) within tolerance; 1 something beyond it; 2 bad input (a "
+               "missing or corrupt file, a key outside the layout, a model file without MODEL or model(), a model "
+               "that raises on the inputs, an unknown device)")
+    check.add_argument("model", metavar="MODEL_FILE", help="the Python file defining MODEL or model()")
+    check.add_argument("references", metavar="REFERENCES", help="the reference pairs (.safetensors or .npz)")
+    check.add_argument("--device", default=None, help="the device to run on (default: the default device)")
+    check.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help=f"relative tolerance (default: {DEFAULT_RTOL})")
+    check.add_argument("--atol", type=float, default=DEFAULT_ATOL, help=f"absolute tolerance (default: {DEFAULT_ATOL})")
+    check.set_defaults(run=command_check)
     return parser
 
 

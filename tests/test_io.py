@@ -124,8 +124,13 @@ def test_corrupt_and_truncated_files_raise_clear_errors(tmp_path: Path) -> None:
         load_safetensors(_write(tmp_path / "list.safetensors", [1, 2]))
     with pytest.raises(FileNotFoundError, match="no such safetensors file: .*missing.safetensors"):
         load_safetensors(tmp_path / "missing.safetensors")
-    with pytest.raises(TypeError, match="not an ember Tensor"):
-        save_safetensors({"x": np.ones(2)}, tmp_path / "bad.safetensors")
+    with pytest.raises(TypeError, match="is a list, not an ember Tensor or a numpy array"):
+        save_safetensors({"x": [1.0, 2.0]}, tmp_path / "bad.safetensors")  # type: ignore[dict-item]
+    arrays = {"x": np.arange(6, dtype=np.int16).reshape(2, 3), "y": np.array([0.5, -2.0], dtype=np.float64)}
+    save_safetensors(arrays, tmp_path / "numpy.safetensors")  # numpy arrays are saved as they are
+    for name, value in load_safetensors(tmp_path / "numpy.safetensors").items():
+        assert value.dtype.name == arrays[name].dtype.name
+        np.testing.assert_array_equal(value.numpy(), arrays[name])
     assert load_safetensors(_write(tmp_path / "nothing.safetensors", {"__metadata__": {"a": "b"}})) == {}
 
 

@@ -284,3 +284,29 @@ def test_arguments_changed_in_place(device: str) -> None:
     increment_kept(em.tensor(values[0], device=device).realize())
     with pytest.raises(JitError, match="changes an argument in place"):
         increment_kept(em.tensor(values[1], device=device).realize())
+
+
+def test_state_outside_the_arguments_changed_in_place_is_replayed(device: str) -> None:
+    """A tensor the function reaches through a closure (not an argument, not returned), changed with add_ or assign:
+    the recorded call realizes the change, so replays repeat it (it stayed lazy and replays skipped it before)."""
+    total = em.zeros(3, device=device)
+    count = em.tensor(np.zeros(1, np.float32), device=device).realize()  # (uploaded before: not by the first call)
+    weights = np.arange(9, dtype=np.float32).reshape(3, 3) / 10
+
+    @em.jit
+    def step(inputs: em.Tensor) -> em.Tensor:
+        result = inputs @ em.tensor(weights, device=device)
+        total.add_(result.sum(0))
+        count.assign(count + 1)
+        return result
+
+    expected = np.zeros(3)
+    for index in range(6):
+        inputs = np.random.default_rng(index).normal(size=(4, 3)).astype(np.float32)
+        result = step(em.tensor(inputs, device=device))
+        expected += (inputs.astype(np.float64) @ weights).sum(0)
+        if index % 2:  # reading between calls or not: the same values
+            np.testing.assert_allclose(total.numpy(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(result.numpy(), inputs @ weights, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(total.numpy(), expected, rtol=1e-5, atol=1e-5)
+    assert count.item() == 6 and step.replays == 4

@@ -62,10 +62,13 @@ def test_replays_through_the_arena_match_torch(device: str) -> None:
         assert plan.arena and plan.buffers == 1 and len(views) == plan.intermediates
         assert plan.peak_bytes <= plan.arena_bytes <= sum(padded(view.nbytes, pool.view_alignment) for view in views)
         assert plan.arena_bytes < plan.unplanned_bytes  # lifetimes let pieces share memory
-        assert len({id(view.arena) for view in views}) == 1 and views[0].arena.nbytes == plan.arena_bytes
+        assert len({id(view.arena) for view in views}) == 1 and views[0].arena.nbytes == plan.shared_bytes
+        assert plan.shared_bytes >= plan.arena_bytes  # (the memory jitted functions share: the largest arena)
         assert all(view.offset % pool.view_alignment == 0 for view in views)
-    else:  # wgpu: equal-size sharing
-        assert not plan.arena and not views and plan.planned_bytes <= plan.unplanned_bytes
+    else:  # wgpu: equal-size sharing, each intermediate at offset 0 of its group's buffer (the shared pool's piece)
+        assert not plan.arena and plan.planned_bytes <= plan.unplanned_bytes and len(views) == plan.intermediates
+        assert all(view.offset == 0 and view.handle is view.arena.handle for view in views)
+        assert len({id(view.arena) for view in views}) == plan.buffers
 
 
 @pytest.mark.parametrize("backend", ["c", "opencl"])

@@ -7,7 +7,7 @@ import functools
 import sys
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ember.backends.base import wait_all
@@ -18,6 +18,7 @@ from ember.core.ops import Op
 from ember.core.tensor import Tensor, realize
 from ember.scheduler import profile
 from ember.capture.arena import ArenaView, DevicePlan, place_intermediates
+from ember.capture.shared_arena import DEFAULT_POOL, JitMemoryPool
 from ember.scheduler.buffers import Buffer, buffer_of, pending
 from ember.scheduler.lock import SCHEDULER_LOCK
 from ember.capture.recording import Recorder
@@ -52,16 +53,23 @@ class Capture:
     # how far one call advances the counter; a replay writes each key from the generator state as eager would
     random_keys: tuple[tuple[int, int, int], ...] = ()
     random_advance: int = 0
-    bound: list[BoundLaunch | None] | None = None  # per command, made at the first replay
+    bound: list[BoundLaunch | None] | None = None  # per command, made at the first replay (again after the
+    # memory pool moved the intermediates to grown memory)
+    memory_pool: JitMemoryPool | None = None  # where the intermediates live (shared with other captures)
+    shared_memories: list[Any] = field(default_factory=list)  # the pool's memory of each device it uses
 
 
 class Jitted:
     """A function whose calls after the first two replay the kernels the second call launched (see `jit`)."""
 
-    def __init__(self, function: Callable[..., Any], recapture: bool = True) -> None:
+    def __init__(self, function: Callable[..., Any], recapture: bool = True,
+                 memory_pool: JitMemoryPool | None = None) -> None:
         functools.update_wrapper(self, function)
         self.function = function
         self.recapture = recapture
+        if memory_pool is not None and not isinstance(memory_pool, JitMemoryPool):
+            raise TypeError(f"ember.jit: memory_pool must be an ember.JitMemoryPool, got {type(memory_pool).__name__}")
+        self.memory_pool = DEFAULT_POOL if memory_pool is None else memory_pool
         self.capture: Capture | None = None
         self.captures = 0
         self.replays = 0
@@ -92,6 +100,8 @@ class Jitted:
                               f"({self.captures} captures so far): replays need inputs of one signature",
                               stacklevel=2)
         if self._first_call is None or not _same_key(self._first_call[0], key):
+            # the inputs first, as a capture does: their uploads are not the function's (compared with the capture's)
+            realize(*(leaf for leaf in leaves if isinstance(leaf, Tensor)))
             uploads = Recorder(commands=False)
             start = RandomState.counter
             result = self._record(uploads, args, kwargs)
@@ -106,8 +116,12 @@ class Jitted:
         update(recorder=recorder)  # records what this thread runs only (ember/context.py)
         try:
             result = self.function(*args, **kwargs)
-            # the outputs and the arguments (which the function may have changed in place) in one schedule
-            realize(*(leaf for leaf in _flatten((result, args, kwargs))[0] if isinstance(leaf, Tensor)))
+            # the outputs, the arguments and any tensor changed in place (state the function reaches from outside its
+            # arguments too) in one schedule
+            changed = [tensor for tensor in (reference() for reference in recorder.assigned) if tensor is not None]
+            recorder.assigned.clear()
+            realize(*(leaf for leaf in _flatten((result, args, kwargs))[0] if isinstance(leaf, Tensor)), *changed)
+            del changed
         finally:
             update(recorder=None)
         return result
@@ -158,7 +172,7 @@ class Jitted:
                 outputs.append(("slot", (recorder.slot(buffer), leaf.shape)))
             del buffer
         del input_buffers, input_position_of, output_leaves
-        self.capture = _plan(recorder, key, input_slots, outputs, rebuild)
+        self.capture = _plan(recorder, key, input_slots, outputs, rebuild, self.memory_pool)
         self.capture.random_keys, self.capture.random_advance = random_keys, random_advance
         self.captures += 1
         if profile.debug_level() >= 1:
@@ -169,17 +183,20 @@ class Jitted:
 
     def _replay(self, capture: Capture, leaves: list[Any]) -> Any:
         realize(*(leaf for leaf in leaves if isinstance(leaf, Tensor) and not leaf.node.realized))
-        buffers = capture.buffers
-        if capture.input_slots:
-            buffers = list(buffers)
-            for position, slot in capture.input_slots:
-                buffers[slot] = buffer_of(leaves[position].node)
         with SCHEDULER_LOCK:  # (the pools and device queues are shared with other threads)
+            assert capture.memory_pool is not None
+            capture.memory_pool.enter(capture)  # (another capture may have used the intermediates' memory)
+            buffers = capture.buffers
+            if capture.input_slots:
+                buffers = list(buffers)
+                for position, slot in capture.input_slots:
+                    buffers[slot] = buffer_of(leaves[position].node)
             if capture.random_advance:
                 _draw_keys(capture)
             if capture.bound is None:
                 capture.bound = bind_buffers(capture.program, capture.bindings, capture.buffers)
-            execute(capture.program.commands, capture.bindings, buffers, bound=capture.bound)
+            unfinished = execute(capture.program.commands, capture.bindings, buffers, bound=capture.bound)
+            capture.memory_pool.leave(capture, unfinished)
         self.replays += 1
         for slot, describe in capture.checks:  # value checks (core/checks.py) raise as they would without jit
             violation = buffers[slot]
@@ -206,7 +223,8 @@ class Jitted:
         return capture.rebuild(values)
 
 
-def jit(function: Callable[..., Any] | None = None, *, recapture: bool = True) -> Any:
+def jit(function: Callable[..., Any] | None = None, *, recapture: bool = True,
+        memory_pool: JitMemoryPool | None = None) -> Any:
     """Capture a function's kernel launches and replay them (`@ember.jit`, or `ember.jit(function)`).
 
     The first call runs eagerly, the second runs eagerly while its launches are recorded, later calls with inputs
@@ -217,17 +235,23 @@ def jit(function: Callable[..., Any] | None = None, *, recapture: bool = True) -
     captured as they were (an optimizer's learning rate and step counts live on the device, so replays see a new
     lr); state must change by in-place updates (`assign`, `+=`, optimizer steps), which replays repeat. Random ops
     (dropout, randn) draw at each replay from the generator as an eager call would: the same numbers for the same
-    seed, new ones at every call."""
+    seed, new ones at every call.
+
+    Memory: a capture's intermediates live in memory shared, per device, by every jitted function of the process
+    (`memory_pool`, default one pool for all; see ember.JitMemoryPool): functions that run one after another (a text
+    encoder, a denoiser and a decoder) need the memory of the largest capture, not the sum. Unlike a CUDA graph's
+    pool, nothing a caller sees lives there: the returned tensors and the state a function updates have buffers of
+    their own, so sharing is safe by default; `memory_plan` prints each capture's plan and the shared memory."""
     if function is None:
-        return lambda wrapped: Jitted(wrapped, recapture)
-    return Jitted(function, recapture)
+        return lambda wrapped: Jitted(wrapped, recapture, memory_pool)
+    return Jitted(function, recapture, memory_pool)
 
 
 # ---- planning ----------------------------------------------------------------------------------------------------
 
 
 def _plan(recorder: Recorder, key: list[Any], input_slots: list[tuple[int, int]], outputs: list[Any],
-          rebuild: Callable[[list[Any]], Any]) -> Capture:
+          rebuild: Callable[[list[Any]], Any], memory_pool: JitMemoryPool) -> Capture:
     """Turn a recording into a replay: classify its buffers, plan the intermediates' memory by their lifetimes."""
     steps = recorder.steps
     buffers: list[Buffer | None] = list(recorder.buffers)
@@ -262,13 +286,16 @@ def _plan(recorder: Recorder, key: list[Any], input_slots: list[tuple[int, int]]
             new = successor[new]
         if escaped[new] or new in outputs_kept:
             state_copies.append((old, new))
-    memory_plan = place_intermediates(buffers, intermediate, first_use, last_use)
+    memory_plan, placements = place_intermediates(buffers, intermediate, first_use, last_use)
     for _, slot in input_slots:
         buffers[slot] = None
     kernels = sum(isinstance(step, Launch) for step in steps)
     program, bindings = recorder.program([Copy(target, source) for target, source in state_copies])
-    return Capture(key, program, bindings, buffers, input_slots, outputs, rebuild, state_copies, memory_plan,
-                   list(recorder.checks), kernels)
+    capture = Capture(key, program, bindings, buffers, input_slots, outputs, rebuild, state_copies, memory_plan,
+                      list(recorder.checks), kernels, memory_pool=memory_pool)
+    with SCHEDULER_LOCK:
+        memory_pool.attach(capture, placements, memory_plan)
+    return capture
 
 
 def _draws(recorder: Recorder, start: int) -> list[tuple[int, int]]:

@@ -32,6 +32,11 @@ class Recorder:
         self.random_draws: list[tuple[np.ndarray, int, int]] = []
         self._random_arrays: dict[int, tuple[int, int]] = {}
         self.random_keys: list[tuple[int, int, int]] = []
+        # tensors changed in place while recording (Tensor.assign), by weak reference: jit realizes those still alive
+        # with the outputs, so that a state tensor the function reaches from outside its arguments (a closure, a
+        # global) is updated by the recorded kernels, which replays repeat, and not left lazy after the call (a
+        # temporary changed in place and dropped is not kept for it)
+        self.assigned: list[Any] = []
 
     def slot(self, buffer: Any) -> int:
         """The slot number of a buffer (a new one at its first appearance)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -553,9 +554,12 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
             value = value.cast(self.dtype)
         if value.device != self.device:
             value = value.to(self.device)
+        context = CONTEXT.get()
+        if context.recorder is not None:  # (ember.jit realizes what a recorded call changed in place)
+            context.recorder.assigned.append(weakref.ref(self))
         if self._alias is not None:  # a view, or a tensor with views: write into the storage they share
             return write_through(self, value)
-        if CONTEXT.get().grad_enabled and (self._requires_grad or value._requires_grad):
+        if context.grad_enabled and (self._requires_grad or value._requires_grad):
             self._assign_history(value)
         old, new = self.node, value.node
         if not new.realized and new.replaces is None:

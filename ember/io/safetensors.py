@@ -46,9 +46,11 @@ class SafetensorsError(EmberError, RuntimeError, ValueError):
     like torch.load's error for a corrupt file."""
 
 
-def _raw_bytes(tensor: Tensor) -> np.ndarray:
+def _raw_bytes(tensor: Tensor | np.ndarray) -> np.ndarray:
     """The tensor's values as a little-endian numpy array of its storage type (bfloat16 as its uint16 bits)."""
-    if tensor.dtype == dtypes.bfloat16:
+    if isinstance(tensor, np.ndarray):
+        array = tensor
+    elif tensor.dtype == dtypes.bfloat16:
         array = tensor.bitcast(dtypes.uint16).numpy()
     else:
         array = tensor.numpy()
@@ -56,9 +58,11 @@ def _raw_bytes(tensor: Tensor) -> np.ndarray:
 
 
 def save_safetensors(
-    state_dict: Mapping[str, Tensor], path: str | os.PathLike[str], metadata: Mapping[str, str] | None = None
+    state_dict: Mapping[str, Tensor | np.ndarray], path: str | os.PathLike[str],
+    metadata: Mapping[str, str] | None = None,
 ) -> None:
-    """Write a state dict (name -> ember Tensor) to `path` as safetensors; readable by `safetensors.torch.load_file`."""
+    """Write a state dict (name -> ember Tensor or numpy array) to `path` as safetensors; readable by
+    `safetensors.torch.load_file`."""
     if not isinstance(state_dict, Mapping):
         raise TypeError(f"save_safetensors: expected a mapping of names to tensors, got {type(state_dict).__name__}")
     header: dict[str, Any] = {}
@@ -76,13 +80,15 @@ def save_safetensors(
     for name, tensor in state_dict.items():
         if not isinstance(name, str):
             raise TypeError(f"save_safetensors: keys must be strings, got {type(name).__name__}")
-        if not isinstance(tensor, Tensor):
+        if not isinstance(tensor, (Tensor, np.ndarray)):
             raise TypeError(
-                f"save_safetensors: the value of {name!r} is a {type(tensor).__name__}, not an ember Tensor"
+                f"save_safetensors: the value of {name!r} is a {type(tensor).__name__}, not an ember Tensor or a "
+                "numpy array"
             )
+        dtype = tensor.dtype if isinstance(tensor, Tensor) else dtypes.from_numpy(tensor.dtype)
         array = _raw_bytes(tensor)
         header[name] = {
-            "dtype": DTYPE_CODES[tensor.dtype],
+            "dtype": DTYPE_CODES[dtype],
             "shape": list(tensor.shape),
             "data_offsets": [offset, offset + array.nbytes],
         }

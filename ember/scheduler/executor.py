@@ -50,7 +50,7 @@ NOTHING: list[Any] = []
 
 def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None], table: list[Any],
             last_use: Mapping[int, int] = NO_LAST_USES, not_in_place: Collection[int] = NO_POSITIONS,
-            notes: Mapping[int, str] | None = None, bound: Sequence[BoundLaunch | None] | None = None) -> None:
+            notes: Mapping[int, str] | None = None, bound: Sequence[BoundLaunch | None] | None = None) -> bool:
     """Run `commands` over `table` (by slot), each kernel step as its `bindings` entry (same position) binds it.
 
     The slots are nodes (eager realize: each output node becomes a buffer at its step; `last_use`, per slot the
@@ -59,7 +59,8 @@ def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None
     `bound` (per command, its launch bound to the buffers or None to launch with the table's handles), buffers
     (a replay: every slot filled). A replay tracks events only once a command is unfinished (synchronous devices
     never are); what reads the buffers next waits for its commands, also what reads the buffer a written view is
-    part of (a box an incremental update writes in place: readers of the whole value wait for it)."""
+    part of (a box an incremental update writes in place: readers of the whole value wait for it). Returns whether
+    a replay left a command unfinished (False: every command was done when enqueued; always False for nodes)."""
     replaying = bound is not None
     tracking = False
     writers: list[Event | None] = NOTHING
@@ -119,6 +120,7 @@ def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None
             run_copy(table[command.output], table[command.source])  # type: ignore[union-attr]
     if tracking:
         _publish(table, writers, readers)
+    return tracking
 
 
 def _launch_buffers(buffers: Sequence[Buffer], command: Launch, binding: LaunchBinding,
