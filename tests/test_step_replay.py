@@ -35,6 +35,18 @@ def _batch(step: int, device: str) -> tuple[Any, Any]:
     return em.tensor(values, device=device), torch.tensor(values)
 
 
+def _train_step(models: tuple[Any, Any], optimizers: tuple[Any, Any], step: int, device: str) -> None:
+    """One step of both: zero_grad, the sum of the outputs' backward, the optimizer's step."""
+    (model, reference), (optimizer, torch_optimizer) = models, optimizers
+    inputs, torch_inputs = _batch(step, device)
+    optimizer.zero_grad()
+    torch_optimizer.zero_grad()
+    model(inputs).sum().backward()
+    reference(torch_inputs).sum().backward()
+    optimizer.step()
+    torch_optimizer.step()
+
+
 def _compare(model: Any, reference: Any) -> None:
     for parameter, expected in zip(model.parameters(), reference.parameters()):
         assert_close(parameter, expected.detach(), atol=2e-5, rtol=1e-4)
@@ -73,13 +85,7 @@ def test_state_loaded_between_replays_is_what_the_next_steps_update(device: str)
 
     def train(steps: range) -> None:
         for step in steps:
-            inputs, torch_inputs = _batch(step, device)
-            optimizer.zero_grad()
-            torch_optimizer.zero_grad()
-            model(inputs).sum().backward()
-            reference(torch_inputs).sum().backward()
-            optimizer.step()
-            torch_optimizer.step()
+            _train_step((model, reference), (optimizer, torch_optimizer), step, device)
 
     train(range(5))
     saved, torch_saved = optimizer.state_dict(), torch_optimizer.state_dict()
@@ -104,13 +110,7 @@ def test_a_view_of_a_parameter_sees_each_update(device: str) -> None:
     row = model[0].weight[1]  # a view kept across the steps: torch's shares the parameter's memory
     torch_row = reference[0].weight[1]
     for step in range(5):
-        inputs, torch_inputs = _batch(step, device)
-        optimizer.zero_grad()
-        torch_optimizer.zero_grad()
-        model(inputs).sum().backward()
-        reference(torch_inputs).sum().backward()
-        optimizer.step()
-        torch_optimizer.step()
+        _train_step((model, reference), (optimizer, torch_optimizer), step, device)
         assert_close(row, torch_row.detach(), atol=2e-5, rtol=1e-4)
     _compare(model, reference)
 

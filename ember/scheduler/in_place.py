@@ -15,6 +15,7 @@ from ember.core import views
 from ember.core.graph import Node
 from ember.core.ops import ELEMENTWISE_OPS, MOVEMENT_OPS, Op
 from ember.core.shapes import prod
+from ember.core.walk import post_order
 from ember.scheduler.buffers import Buffer
 
 
@@ -89,32 +90,16 @@ def _fused_reader_held_elsewhere(output: Node, old: Node) -> bool:
     then read `old`'s buffer after the kernel overwrote it (`d = g + p; p -= d; p.realize(); d` must read the old p).
     Such a node's references must all be source slots of the nodes between output and `old`."""
     readers = _readers_between(output, old)
-    if readers is None:
-        return True  # (too large to tell: not in place)
     slots = _reader_slots(output, readers)
     # getrefcount counts its argument and the list `readers` (the walk's own references went with its frame)
     return any(sys.getrefcount(readers[position]) - 2 != slots[position] for position in range(len(readers)))
 
 
-def _readers_between(output: Node, old: Node) -> list[Node] | None:
+def _readers_between(output: Node, old: Node) -> list[Node]:
     """The unrealized nodes under output that read `old` (through unrealized nodes), each after its sources, output
-    itself left out; None past MAX_PATHS * 4 nodes."""
-    order: list[Node] = []  # every unrealized node under output, each after its sources
-    seen: set[int] = set()
-    stack: list[tuple[Node, bool]] = [(output, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        stack.extend((source, False) for source in node.srcs
-                     if source is not old and not source.realized and id(source) not in seen)
-        if len(seen) > MAX_PATHS * 4:
-            return None
+    itself left out."""
+    order = post_order((output,), lambda node: [source for source in node.srcs
+                                                if source is not old and not source.realized])
     reading: set[int] = set()
     for node in order:
         if any(source is old or id(source) in reading for source in node.srcs):
