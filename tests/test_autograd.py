@@ -374,3 +374,19 @@ def test_errors_name_the_problem(device: str) -> None:
 def test_every_primitive_op_has_one_backward_rule() -> None:
     sources = {Op.BUFFER, Op.CONST, Op.ARANGE}
     assert set(BACKWARD) == set(Op) - sources
+
+
+def test_relu_gradient_at_special_values_is_torchs(device: str) -> None:
+    # torch's threshold_backward: 0 where the output is <= 0 (-0.0, 0, -inf), the gradient elsewhere (NaN inputs
+    # pass it); an infinite or NaN gradient at 0 gives 0, not inf * 0
+    values = np.array([-2.0, -0.0, 0.0, 1.5, np.nan, np.inf, -np.inf, 3.0], dtype=np.float32)
+    gradient = np.array([1.0, 2.0, np.inf, 4.0, 5.0, np.nan, 7.0, -np.inf], dtype=np.float32)
+    x = em.tensor(values, device=device, requires_grad=True)
+    y = x.relu()
+    y.backward(em.tensor(gradient, device=device))
+    expected_x = torch.tensor(values, requires_grad=True)
+    expected_y = torch.relu(expected_x)
+    expected_y.backward(torch.tensor(gradient))
+    assert_close(y, expected_y.detach())
+    assert np.array_equal(np.signbit(y.numpy()), np.signbit(expected_y.detach().numpy()))  # -0.0 stays -0.0
+    assert_close(x.grad, expected_x.grad)

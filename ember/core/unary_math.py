@@ -46,6 +46,12 @@ def _in_compute_precision(function: Callable[..., Tensor]) -> Callable[..., Tens
     return wrapped
 
 
+def _relu_value(x: Tensor) -> Tensor:
+    """max(x, 0), keeping -0.0 and NaN (from x * 0); its gradient is Composite.RELU's rule."""
+    zero = x._constant(0)
+    return zero.where(x < zero, x.where(x > zero, x * 0))
+
+
 def horner(x: Tensor, coefficients: Sequence[float]) -> Tensor:
     """The polynomial sum(c_k x^k) by Horner's rule; coefficients lowest degree first (at least two)."""
     result = x * coefficients[-1] + coefficients[-2]
@@ -138,9 +144,7 @@ class UnaryMathOps(TensorBase):
         """max(x, 0) for numbers (NaN stays NaN); bool tensors raise as in torch."""
         if self.dtype.is_bool:
             raise DTypeError("relu: bool inputs are not supported (as in PyTorch)")
-        zero = self._constant(0)
-        # torch's relu'(0) = 0: zeros and NaN come from self * 0 (which keeps -0.0 and NaN, with a zero gradient)
-        return zero.where(self < zero, self.where(self > zero, self * 0))
+        return self._recorded(Composite.RELU, _relu_value, (cast("Tensor", self),))
 
     def relu6(self) -> Tensor:
         return self.hardtanh(0, 6)
