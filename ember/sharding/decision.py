@@ -30,6 +30,7 @@ MINIMUM_INTENSITY = 16  # multiply-adds per output element below which splitting
 # back costs about what computing it does
 MINIMUM_WORK = 1 << 26  # multiply-adds below which splitting cannot pay by time (launches, compiles of each share)
 CLEAR_GAIN = 0.75  # the time rule splits only when the estimate is at most this fraction of one device's time
+MEMORY_MARGIN = 1 / 16  # of a pool's free bytes kept free by a split (allocations the estimate does not see)
 DEVICE_OVERHEAD_SECONDS = 5e-4  # each further device's launches and copies, beyond their bytes
 MAXIMUM_SUBSET_DEVICES = 6  # with more devices, only the fastest first few are tried as subsets
 
@@ -110,18 +111,36 @@ def decide(root: Node, forced: bool | None, devices: list[str]) -> Decision | No
     if len(devices) < 2:
         return None
     output_bytes = root.size * root.dtype.itemsize
-    axes = [_axis_model(root, axis) for axis in sorted({0, len(root.shape) - 1}) if root.shape[axis] >= 2]
-    if not axes:
-        return None
     free = {device: get_device(device).pool.free_bytes for device in devices}
-    whole_need = axes[0].arriving(home, axes[0].size) + output_bytes
     home_free = free[home]
-    if home_free is not None and whole_need > home_free:
-        return _memory_split(root, axes, devices, free, output_bytes, whole_need)
+    axes: list[_Axis] | None = None
+    if home_free is not None:  # (a pool without a limit never runs out here)
+        axes = _axis_models(root)
+        whole_need = axes[0].arriving(home, axes[0].size) + output_bytes if axes else 0.0
+        if axes and whole_need > home_free:
+            return _memory_split(root, axes, devices, free, output_bytes, whole_need)
     work = sum(prod(node.srcs[0].shape) for node in graph_nodes if node.op in REDUCE_OPS) + root.size
     if work < MINIMUM_WORK or work < MINIMUM_INTENSITY * root.size:
         return None
-    return _time_split(root, axes, devices, free, output_bytes, work)
+    try:
+        table = calibration(devices)
+    except OutOfMemoryError:  # no room to measure: no split by time
+        return None
+    # the best any split could do: the work spread by speed over devices running at once, as far as they do
+    speeds = [table.speed(device) for device in devices]
+    best_case = table.overlap * work / sum(speeds) + (1 - table.overlap) * work / max(speeds)
+    if best_case > CLEAR_GAIN * work / table.speed(home):
+        profile.debug_print(1, f"auto-shard: {root.shape} stays on {home}: even without copies a split would take "
+                               f"{best_case / (work / table.speed(home)):.2f} of the time there (devices run at "
+                               f"once: {table.overlap:.2f})")
+        return None
+    axes = _axis_models(root) if axes is None else axes
+    return _time_split(root, axes, devices, free, output_bytes, work, table) if axes else None
+
+
+def _axis_models(root: Node) -> list[_Axis]:
+    """The cost models of the axes a split may take: the first and the last, where at least 2 long."""
+    return [_axis_model(root, axis) for axis in sorted({0, len(root.shape) - 1}) if root.shape[axis] >= 2]
 
 
 def _axis_model(root: Node, axis: int) -> _Axis:
@@ -189,6 +208,7 @@ def _caps(model: _Axis, devices: list[str], home: str, free: dict[str, int | Non
         if room is None:
             caps[device] = model.size
             continue
+        room -= room * MEMORY_MARGIN
         low, high = 0, model.size  # the largest length whose bytes fit
         while low < high:
             middle = (low + high + 1) // 2
@@ -206,7 +226,9 @@ def _fits(model: _Axis, devices: list[str], lengths: list[int], home: str, free:
     shares = dict(zip(devices, lengths))
     for device in set(devices) | {home}:
         room = free.get(device)
-        if room is not None and _need(model, device, shares.get(device, 0), home, output_bytes) > room:
+        if room is None:
+            continue
+        if _need(model, device, shares.get(device, 0), home, output_bytes) > room - room * MEMORY_MARGIN:
             return False
     return True
 
@@ -248,12 +270,8 @@ def _weights(model: _Axis, devices: list[str], home: str, work: float, table: Ca
 
 
 def _time_split(root: Node, axes: list[_Axis], devices: list[str], free: dict[str, int | None],
-                output_bytes: int, work: float) -> Decision | None:
+                output_bytes: int, work: float, table: Calibration) -> Decision | None:
     home = cast(str, root.device)
-    try:
-        table = calibration(devices)
-    except OutOfMemoryError:  # no room to measure: no split by time
-        return None
     alone = axes[0]
     single = _times(alone, [home], [alone.size], home, work, output_bytes, table)
     best: tuple[float, float, Decision] | None = None
