@@ -10,6 +10,8 @@ import pytest
 import torch
 
 import ember as em
+from ember.__main__ import main
+from ember.context import overriding
 from ember.core.errors import OutOfMemoryError
 from ember.scheduler.devices import get_device
 from ember.sharding import automatic, calibration
@@ -42,16 +44,18 @@ def _kernel_devices(record: Any) -> set[str]:
 
 
 @needs_two
-def test_matmul_too_large_for_its_pool_is_split_by_rows_and_matches_torch(limits: dict[str, int]) -> None:
+def test_matmul_too_large_for_its_pool_is_split_by_rows_and_matches_torch(limits: dict[str, int],
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     # 4100 x 512 @ 512 x 256: the output (4.2 MB) and A (8.4 MB) need 13 MB on c:0, which has 11 MB free
     a_data, b_data = random_array((4100, 512)), random_array((512, 256), seed=1)
     _limit(limits, "c:0", 11_000_000)
     _limit(limits, "wgpu:0", 12_000_000)
     automatic.RECENT.clear()
-    with em.profile() as record:
+    with em.profile() as record, overriding(debug_level=1):
         result = em.tensor(a_data) @ em.tensor(b_data)
         result.realize()
     decision = automatic.RECENT[-1]
+    assert f"auto-shard: {decision.describe()}" in capsys.readouterr().err  # EMBER_DEBUG=1 reports it
     assert decision.axis == 0 and sorted(decision.devices) == ["c:0", "wgpu:0"], decision.describe()
     shares = dict(zip(decision.devices, decision.lengths))
     assert sum(decision.lengths) == 4100 and 0 < shares["c:0"] < shares["wgpu:0"]  # c:0's share bounded by its pool
@@ -172,3 +176,11 @@ def test_reshape_bounds() -> None:
     assert reshape_bounds((6, 4), (24,), ((8, 16),)) == ((2, 4), (0, 4))
     assert reshape_bounds((6, 4), (24,), ((8, 15),)) is None
     assert reshape_bounds((4, 6), (1, 4, 6), ((0, 1), (0, 4), (3, 5))) == ((0, 4), (3, 5))
+
+
+@needs_two
+def test_ember_info_calibrate_shows_the_measured_speeds_and_decisions(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", "--calibrate"]) == 0
+    shown = capsys.readouterr().out
+    assert "automatic sharding across c:0, wgpu:0" in shown and "devices run at once" in shown
+    assert "c:0 -> wgpu:0" in shown and "4096x1024 @ 1024x4096: " in shown

@@ -35,6 +35,17 @@ DEVICE_OVERHEAD_SECONDS = 5e-4  # each further device's launches and copies, bey
 MAXIMUM_SUBSET_DEVICES = 6  # with more devices, only the fastest first few are tried as subsets
 
 
+class Refusal:
+    """Why the time rule last kept an output on its device (EMBER_DEBUG=1 prints it; `ember info --calibrate`)."""
+
+    last = ""
+
+
+def _refuse(message: str) -> None:
+    Refusal.last = message
+    profile.debug_print(1, f"auto-shard: {message}")
+
+
 class ShardingMemoryError(OutOfMemoryError):
     """An output that fits no device's pool, whole or split; the message names the sizes and the pools."""
 
@@ -130,9 +141,9 @@ def decide(root: Node, forced: bool | None, devices: list[str]) -> Decision | No
     speeds = [table.speed(device) for device in devices]
     best_case = table.overlap * work / sum(speeds) + (1 - table.overlap) * work / max(speeds)
     if best_case > CLEAR_GAIN * work / table.speed(home):
-        profile.debug_print(1, f"auto-shard: {root.shape} stays on {home}: even without copies a split would take "
-                               f"{best_case / (work / table.speed(home)):.2f} of the time there (devices run at "
-                               f"once: {table.overlap:.2f})")
+        _refuse(f"{root.shape} stays on {home}: even without copies a split would take "
+                f"{best_case / (work / table.speed(home)):.2f} of the time there (devices run at once: "
+                f"{table.overlap:.2f})")
         return None
     axes = _axis_models(root) if axes is None else axes
     return _time_split(root, axes, devices, free, output_bytes, work, table) if axes else None
@@ -295,8 +306,8 @@ def _time_split(root: Node, axes: list[_Axis], devices: list[str], free: dict[st
                                                       root.shape))
     if best is None or best[0] > CLEAR_GAIN * single:
         split = f"{best[0] * 1e3:.2f} ms split" if best is not None else "no split fits"
-        profile.debug_print(1, f"auto-shard: {root.shape} stays on {home}: estimated {single * 1e3:.2f} ms there, "
-                               f"{split} (devices run at once: {table.overlap:.2f})")
+        _refuse(f"{root.shape} stays on {home}: estimated {single * 1e3:.2f} ms there, {split} (devices run at "
+                f"once: {table.overlap:.2f})")
         return None
     return best[2]
 
