@@ -215,11 +215,11 @@ def _caps(model: _Axis, devices: list[str], home: str, free: dict[str, int | Non
     may shrink: it is searched as well, since its whole share never fits when the memory rule applies)."""
     caps = {}
     for device in devices:
-        room = free[device]
-        if room is None:
+        free_bytes = free[device]
+        if free_bytes is None:
             caps[device] = model.size
             continue
-        room -= room * MEMORY_MARGIN
+        room = free_bytes - free_bytes * MEMORY_MARGIN
         low, high = 0, model.size  # the largest length whose bytes fit
         while low < high:
             middle = (low + high + 1) // 2
