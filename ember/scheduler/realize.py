@@ -138,12 +138,9 @@ def _shard_large_outputs(pending: list[Node]) -> list[Node]:
     EMBER_AUTO_SHARD=1 splits every one); return the rest."""
     from ember.sharding.automatic import RECENT, compute_devices, shard_plan
 
-    devices = compute_devices()
-    if len(devices) < 2:
-        return pending
     remaining = []
     for node in pending:
-        plan = shard_plan(node, devices, CONFIG.auto_shard)
+        plan = shard_plan(node, compute_devices, CONFIG.auto_shard)
         if plan is None:
             remaining.append(node)
             continue

@@ -5,6 +5,7 @@ lives. EMBER_AUTO_SHARD=0 turns it off, =1 splits every large output evenly by r
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import cast
 
 from ember.core.graph import Node
@@ -17,17 +18,26 @@ __all__ = ["MINIMUM_ELEMENTS", "RECENT", "compute_devices", "shard_plan", "split
 RECENT: deque[Decision] = deque(maxlen=16)  # the last splits decided (EMBER_DEBUG prints each; tests read them)
 
 
+class _Found:
+    devices: list[str] | None = None
+    probed = -1  # how many backends had devices when they were listed
+
+
 def compute_devices() -> list[str]:
     """Every available device that runs kernels for speed: dummy and storage devices excluded, and devices that only
-    simulate another to check its kernels (`DeviceInfo.extra["simulates"]`, the tests' PTX simulator)."""
+    simulate another to check its kernels (`DeviceInfo.extra["simulates"]`, the tests' PTX simulator). Probes every
+    backend the first time; listed again only when a backend was probed since."""
     from ember.backends.registry import REGISTRY
 
+    if _Found.devices is not None and _Found.probed == len(REGISTRY.devices):
+        return _Found.devices
     names: list[str] = []
     for backend, devices in REGISTRY.available().items():
         if backend in ("dummy", "disk"):
             continue
         names.extend(device.name for device in devices
                      if device.info.can_run and "simulates" not in device.info.extra)
+    _Found.devices, _Found.probed = names, len(REGISTRY.devices)
     return names
 
 
@@ -57,7 +67,7 @@ def split_plan(root: Node, decision: Decision) -> Node:
     return cast(Node, joined)
 
 
-def shard_plan(root: Node, devices: list[str], forced: bool | None = True) -> Node | None:
+def shard_plan(root: Node, devices: list[str] | Callable[[], list[str]], forced: bool | None = True) -> Node | None:
     """A node computing root's value split across devices as decided (forced=True: evenly by rows, today's
     EMBER_AUTO_SHARD=1), or None to compute it where it is."""
     decision = decide(root, forced, devices)

@@ -12,6 +12,7 @@ EMBER_AUTO_SHARD=0 turns both off, =1 splits every large output evenly by rows a
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -101,21 +102,38 @@ def _resident(leaf: Node, device: str) -> bool:
     return leaf.device == device and leaf.buffer is not None
 
 
-def decide(root: Node, forced: bool | None, devices: list[str]) -> Decision | None:
-    """The split of root's value across `devices` (root placed already), or None to compute it where it is.
-    forced: True splits evenly by rows (EMBER_AUTO_SHARD=1), None applies the rules."""
+def decide(root: Node, forced: bool | None, devices: list[str] | Callable[[], list[str]]) -> Decision | None:
+    """The split of root's value across `devices` (root placed already; a callable giving them is called only when
+    the rules need them: a process with one backend in use probes no other for cheap work), or None to compute it
+    where it is. forced: True splits evenly by rows (EMBER_AUTO_SHARD=1), None applies the rules."""
     if root.op in (Op.COPY, Op.BUFFER) or not root.shape or prod(root.shape) < MINIMUM_ELEMENTS:
         return None
     home = cast(str, root.device)
-    if len(devices) < 2 or home not in devices:
-        return None
     if forced:
-        if root.shape[0] < len(devices):
+        devices = devices() if callable(devices) else devices
+        if len(devices) < 2 or home not in devices or root.shape[0] < len(devices):
             return None
         base, extra = divmod(root.shape[0], len(devices))
         return Decision(0, list(devices), [base + (1 if index < extra else 0) for index in range(len(devices))],
                         "EMBER_AUTO_SHARD=1", shape=root.shape)
+    home_device = get_device(home)
+    if not home_device.info.can_run:
+        return None
+    size = root.size
+    if home_device.pool.free_bytes is None and root.op not in REDUCE_OPS:
+        for source in root.srcs:
+            if not source.realized:
+                break
+        else:  # one elementwise or movement op on stored tensors (the per-op path): cheap, no walk
+            return None
     graph_nodes = post_order([root], lambda node: () if node.realized else node.srcs)
+    work = sum(prod(node.srcs[0].shape) for node in graph_nodes if node.op in REDUCE_OPS) + size
+    cheap = work < MINIMUM_WORK or work < MINIMUM_INTENSITY * size
+    if cheap and home_device.pool.free_bytes is None:  # neither rule can apply
+        return None
+    devices = devices() if callable(devices) else devices
+    if len(devices) < 2 or home not in devices:
+        return None
     used_dtypes = {node.dtype for node in graph_nodes}
     devices = [device for device in devices
                if device == home or not get_device(device).info.unsupported(used_dtypes)]
@@ -130,8 +148,7 @@ def decide(root: Node, forced: bool | None, devices: list[str]) -> Decision | No
         whole_need = axes[0].arriving(home, axes[0].size) + output_bytes if axes else 0.0
         if axes and whole_need > home_free:
             return _memory_split(root, axes, devices, free, output_bytes, whole_need)
-    work = sum(prod(node.srcs[0].shape) for node in graph_nodes if node.op in REDUCE_OPS) + root.size
-    if work < MINIMUM_WORK or work < MINIMUM_INTENSITY * root.size:
+    if cheap:
         return None
     try:
         table = calibration(devices)
