@@ -220,16 +220,15 @@ def _lengths(size: int, devices: list[str], weights: dict[str, float], caps: dic
 
 def _need(model: _Axis, device: str, length: int, home: str, output_bytes: int) -> float:
     """Bytes a share of `length` rows adds to device's pool: the boxes of its inputs and its part; on the home
-    device, the joined output and the parts arriving from the others (its own part is computed into the join)."""
+    device, the boxes of its inputs, the joined output and every part (its own and those arriving)."""
     if device == home:
-        return model.arriving(device, length) + 2 * output_bytes - model.output_unit * length
+        return model.arriving(device, length) + 2 * output_bytes
     return model.arriving(device, length) + model.output_unit * length
 
 
 def _caps(model: _Axis, devices: list[str], home: str, free: dict[str, int | None], output_bytes: int
           ) -> dict[str, int]:
-    """The most rows each device's pool holds (the bytes grow with the length, except the home device's, which
-    may shrink: it is searched as well, since its whole share never fits when the memory rule applies)."""
+    """The most rows each device's pool holds (the bytes grow with the length)."""
     caps = {}
     for device in devices:
         free_bytes = free[device]
