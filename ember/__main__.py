@@ -25,7 +25,7 @@ SETTINGS: dict[str, str] = {
     "EMBER_POOL_LIMITS": "byte limits of memory pools, e.g. c:0=2GB,opencl:0=512MB (unset: none)",
     "EMBER_C_DEVICES": "how many c devices share the CPU cores (unset: 1)",
     "EMBER_DUMMY_DEVICES": "how many plain dummy devices there are (unset: 8)",
-    "EMBER_AUTO_SHARD": "1 splits large kernels across devices (unset: off)",
+    "EMBER_AUTO_SHARD": "0: never split large outputs across devices, 1: always (unset: when too large or slow)",
     "EMBER_TRACE": "record every realize of the run (graphs, schedules, kernel times, jit memory plans) to this JSON "
                    "file at exit, for `python -m ember plan` (unset: no trace)",
     "EMBER_PLAN": "load this plan (from `python -m ember plan`) at import: traced graphs run without kernelizing or "
@@ -148,8 +148,33 @@ def command_info(arguments: argparse.Namespace) -> int:
     lines.append("configuration:")
     lines.extend(f"  {line}" for line in found["configuration"])
     lines.append(f"cache directory: {found['cache_directory']}")
+    if arguments.calibrate:
+        lines.extend(_sharding_lines())
     print("\n".join(lines))
     return 0
+
+
+def _sharding_lines() -> list[str]:
+    """What automatic sharding measured here and what it decides for a few matmul sizes (`ember info --calibrate`)."""
+    import numpy as np
+
+    import ember
+    from ember.scheduler.placement import place_graph
+    from ember.sharding import automatic, calibration, decision
+
+    devices = automatic.compute_devices()
+    lines = [f"automatic sharding across {', '.join(devices) or 'no devices'}:"]
+    if len(devices) < 2:
+        return lines + ["  one device: nothing to split"]
+    lines.extend(f"  {line}" for line in calibration.calibration(devices).describe())
+    for rows, inner, columns in ((1024, 64, 1024), (2048, 512, 2048), (4096, 1024, 4096)):
+        product = ember.tensor(np.ones((rows, inner), np.float32)) @ ember.tensor(np.ones((inner, columns), np.float32))
+        place_graph([product.node])
+        decision.Refusal.last = "below the thresholds of work"
+        chosen = decision.decide(product.node, None, devices)
+        outcome = chosen.describe() if chosen else f"not split: {decision.Refusal.last}"
+        lines.append(f"  {rows}x{inner} @ {inner}x{columns}: {outcome}")
+    return lines
 
 
 def command_fuzz(arguments: argparse.Namespace) -> int:
@@ -311,6 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
     subcommands = parser.add_subparsers(dest="command", required=True)
     info = subcommands.add_parser("info", help="list backends, devices and their capabilities, and settings")
     info.add_argument("--json", action="store_true", help="print the same information as JSON")
+    info.add_argument("--calibrate", action="store_true",
+                      help="measure the devices' speeds for automatic sharding and show what it decides for matmuls")
     info.set_defaults(run=command_info)
     fuzz = subcommands.add_parser(
         "fuzz", help="compare random op graphs on a device with the numpy reference",

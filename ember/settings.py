@@ -16,7 +16,8 @@ devices = 1                    # EMBER_C_DEVICES=2: split the CPU cores into tha
 devices = 8                    # EMBER_DUMMY_DEVICES: dummy:0 .. dummy:7 (compute nothing; for scheduler tests)
 
 [sharding]
-auto = false                   # EMBER_AUTO_SHARD=1: split large kernels across devices
+auto = "decide"                # EMBER_AUTO_SHARD unset / "decide": split a large output across devices when it
+                               # does not fit its device's pool or when splitting pays; 1: always (by rows); 0: never
 ```
 """
 
@@ -57,7 +58,7 @@ class Config:
     pool_limits: dict[str, int] = field(default_factory=dict)
     c_devices: int = 1
     dummy_devices: int = 8
-    auto_shard: bool = False
+    auto_shard: bool | None = None  # None: decided per output (sharding/decision.py); True: always; False: never
 
     def describe(self) -> list[str]:
         return [
@@ -67,8 +68,22 @@ class Config:
             "pool limits: " + (", ".join(f"{k}={v} bytes" for k, v in self.pool_limits.items()) or "none"),
             f"c devices: {self.c_devices}",
             f"dummy devices: {self.dummy_devices}",
-            f"automatic sharding: {'on' if self.auto_shard else 'off'}",
+            "automatic sharding: " + {None: "decided per large output (by memory and speed)",
+                                      True: "every large output (EMBER_AUTO_SHARD=1)",
+                                      False: "off (EMBER_AUTO_SHARD=0)"}[self.auto_shard],
         ]
+
+
+def _shard_mode(value: Any, where: str) -> bool | None:
+    """sharding.auto / EMBER_AUTO_SHARD: True (always), False (never) or None (decided per output)."""
+    text = str(value).strip().lower()
+    if text in ("1", "true", "on", "yes"):
+        return True
+    if text in ("0", "false", "off", "no"):
+        return False
+    if text in ("", "decide", "auto"):
+        return None
+    raise ConfigError(f"{where}: {value!r} is not a sharding mode; use 1 (always), 0 (never) or 'decide' (default)")
 
 
 def config_path() -> Path:
@@ -110,7 +125,7 @@ def load_config() -> Config:
             config.pool_limits[str(device)] = parse_bytes(limit, f"{path}: pools.{device}")
         config.c_devices = int(data.get("c", {}).get("devices", 1))
         config.dummy_devices = int(data.get("dummy", {}).get("devices", 8))
-        config.auto_shard = bool(data.get("sharding", {}).get("auto", False))
+        config.auto_shard = _shard_mode(data.get("sharding", {}).get("auto", "decide"), f"{path}: sharding.auto")
     environment = os.environ
     if environment.get("EMBER_BACKENDS"):
         config.enabled_backends = [name.strip() for name in environment["EMBER_BACKENDS"].split(",") if name.strip()]
@@ -128,7 +143,7 @@ def load_config() -> Config:
     if environment.get("EMBER_DUMMY_DEVICES"):
         config.dummy_devices = int(environment["EMBER_DUMMY_DEVICES"])
     if environment.get("EMBER_AUTO_SHARD"):
-        config.auto_shard = environment["EMBER_AUTO_SHARD"] not in ("0", "", "false")
+        config.auto_shard = _shard_mode(environment["EMBER_AUTO_SHARD"], "EMBER_AUTO_SHARD")
     if config.c_devices < 1:
         raise ConfigError(f"c devices must be at least 1, got {config.c_devices}")
     return config

@@ -19,6 +19,7 @@ from ember.scheduler.executor import execute
 from ember.scheduler.launch_plan import bind_devices, plan_launches
 from ember.scheduler.lock import acquire, release
 from ember.budget.memory_budget import run_budgeted
+from ember.sharding.decision import MINIMUM_ELEMENTS
 from ember.scheduler.placement import place_graph
 from ember.scheduler.program import CommandProgram
 from ember.scheduler.schedule import SCHEDULES
@@ -50,9 +51,13 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
             buffer_of(node)
     if not pending:
         return
-    if CONFIG.auto_shard and allow_sharding:
-        place_graph(pending)
-        pending = _shard_large_outputs(pending)
+    if allow_sharding and CONFIG.auto_shard is not False:
+        for node in pending:  # the per-op path: one size comparison per output
+            if node.size >= MINIMUM_ELEMENTS:
+                if CONFIG.auto_shard or (context.recorder is None and context.budget is None):
+                    place_graph(pending)
+                    pending = _shard_large_outputs(pending)
+                break
         if not pending:
             return
     if DEFERRED_FREES:
@@ -129,17 +134,17 @@ def _record_peaks(records: tuple[profile.Profile, ...], pools: set[MemoryPool]) 
 
 
 def _shard_large_outputs(pending: list[Node]) -> list[Node]:
-    """Compute large outputs split across every compute device (automatic sharding); return the rest."""
-    from ember.sharding.automatic import compute_devices, shard_plan
+    """Compute the large outputs that automatic sharding splits across devices (sharding/decision.py decides, or
+    EMBER_AUTO_SHARD=1 splits every one); return the rest."""
+    from ember.sharding.automatic import RECENT, compute_devices, shard_plan
 
-    devices = compute_devices()
     remaining = []
     for node in pending:
-        plan = shard_plan(node, devices)
+        plan = shard_plan(node, compute_devices, CONFIG.auto_shard)
         if plan is None:
             remaining.append(node)
             continue
-        profile.debug_print(1, f"auto-shard: {node} across {', '.join(devices)}")
+        profile.debug_print(1, f"auto-shard: {RECENT[-1].describe()}")
         realize_nodes([plan], allow_sharding=False)
         node.become_buffer(plan.buffer)
     return remaining

@@ -1,73 +1,79 @@
-"""Automatic sharding (config `sharding.auto` / EMBER_AUTO_SHARD=1): a large kernel output is split along its
-first dim; every compute device computes its rows from copies of the inputs, and the rows are joined where the
-output lives."""
+"""Automatic sharding: a large kernel output that a rule of decision.py splits is computed in boxes along one axis,
+each on its device from the slices of the inputs it reads (slicing.py), and the boxes are joined where the output
+lives. EMBER_AUTO_SHARD=0 turns it off, =1 splits every large output evenly by rows; unset, the rules decide."""
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from typing import cast
 
 from ember.core.graph import Node
 from ember.core.ops import Op
-from ember.core.shapes import prod
-from ember.core.walk import compute_bottom_up
-from ember.scheduler.devices import get_device
+from ember.sharding.decision import MINIMUM_ELEMENTS, Decision, decide
+from ember.sharding.slicing import SlicedGraph, box
 
-MINIMUM_ELEMENTS = 1 << 20  # outputs smaller than this are not worth the copies
+__all__ = ["MINIMUM_ELEMENTS", "RECENT", "compute_devices", "shard_plan", "split_plan"]
+
+RECENT: deque[Decision] = deque(maxlen=16)  # the last splits decided (EMBER_DEBUG prints each; tests read them)
+
+
+class _Found:
+    devices: list[str] | None = None
+    probed = -1  # how many backends had devices when they were listed
 
 
 def compute_devices() -> list[str]:
-    """Every available device that runs kernels (dummy and storage devices excluded)."""
+    """Every available device that runs kernels for speed: dummy and storage devices excluded, and devices that only
+    simulate another to check its kernels (`DeviceInfo.extra["simulates"]`, the tests' PTX simulator). Probes every
+    backend the first time; listed again only when a backend was probed since."""
     from ember.backends.registry import REGISTRY
 
+    if _Found.devices is not None and _Found.probed == len(REGISTRY.devices):
+        return _Found.devices
     names: list[str] = []
     for backend, devices in REGISTRY.available().items():
         if backend in ("dummy", "disk"):
             continue
-        names.extend(device.name for device in devices if device.info.can_run)
+        names.extend(device.name for device in devices
+                     if device.info.can_run and "simulates" not in device.info.extra)
+    _Found.devices, _Found.probed = names, len(REGISTRY.devices)
     return names
 
 
-def _clone(root: Node, device: str, memo: dict[int, Node]) -> Node:
-    """root's graph rebuilt on `device`: realized leaves arrive by COPY, constants are recreated."""
-
-    def sources(node: Node) -> tuple[Node, ...]:
-        return () if node.realized or node.op in (Op.CONST, Op.ARANGE) else node.srcs
-
-    def clone(node: Node) -> Node:
-        if node.realized:
-            return node if node.device == device else Node(Op.COPY, (node,), device, node.shape, node.dtype, device)
-        if node.op in (Op.CONST, Op.ARANGE):
-            return Node(node.op, (), node.arg, node.shape, node.dtype, device)
-        if node.op is Op.COPY:
-            return memo[id(node.srcs[0])]
-        return Node(node.op, tuple(memo[id(source)] for source in node.srcs), node.arg, node.shape, node.dtype,
-                    device)
-
-    return compute_bottom_up(root, sources, clone, memo)
-
-
-def shard_plan(root: Node, devices: list[str]) -> Node | None:
-    """A node computing root's value with its first dim split across devices, or None if it is not worth it."""
-    if root.op in (Op.COPY, Op.BUFFER) or not root.shape or prod(root.shape) < MINIMUM_ELEMENTS:
-        return None
-    if len(devices) < 2 or root.shape[0] < len(devices) or not get_device(cast(str, root.device)).info.can_run:
-        return None
-    rows = root.shape[0]
-    base, extra = divmod(rows, len(devices))
-    joined, start = None, 0
-    for index, device in enumerate(devices):
-        length = base + (1 if index < extra else 0)
-        bounds = ((start, start + length),) + tuple((0, size) for size in root.shape[1:])
-        part = Node(Op.SHRINK, (_clone(root, device, {}),), bounds, (length, *root.shape[1:]), root.dtype, device)
-        if device != root.device:
-            part = Node(Op.COPY, (part,), root.device, part.shape, part.dtype, root.device)
-        padding = ((start, rows - start - length),) + ((0, 0),) * (len(root.shape) - 1)
-        fill = False if root.dtype.is_bool else 0
-        placed = Node(Op.PAD, (part,), (padding, fill), root.shape, root.dtype, root.device)
+def split_plan(root: Node, decision: Decision) -> Node:
+    """A node computing root's value as the decision's boxes, each on its device, joined on root's device."""
+    home = cast(str, root.device)
+    joined: Node | None = None
+    start = 0
+    size = root.shape[decision.axis]
+    fill = False if root.dtype.is_bool else 0
+    for device, length in zip(decision.devices, decision.lengths):
+        bounds = tuple((start, start + length) if axis == decision.axis else (0, extent)
+                       for axis, extent in enumerate(root.shape))
+        part = box(root, bounds, SlicedGraph(device))
+        if device != home:
+            part = Node(Op.COPY, (part,), home, part.shape, part.dtype, home)
+        else:  # its own kernel: computed inside the join, behind the padding's test, a matmul ran 3x slower on c
+            part = Node(Op.CONTIGUOUS, (part,), None, part.shape, part.dtype, home)
+        padding = tuple((start, size - start - length) if axis == decision.axis else (0, 0)
+                        for axis in range(len(root.shape)))
+        if any(amount != (0, 0) for amount in padding):
+            part = Node(Op.PAD, (part,), (padding, fill), root.shape, root.dtype, home)
         if joined is None:
-            joined = placed
+            joined = part
         else:
             combine = Op.OR if root.dtype.is_bool else Op.ADD
-            joined = Node(combine, (joined, placed), None, root.shape, root.dtype, root.device)
+            joined = Node(combine, (joined, part), None, root.shape, root.dtype, home)
         start += length
-    return joined
+    return cast(Node, joined)
+
+
+def shard_plan(root: Node, devices: list[str] | Callable[[], list[str]], forced: bool | None = True) -> Node | None:
+    """A node computing root's value split across devices as decided (forced=True: evenly by rows, today's
+    EMBER_AUTO_SHARD=1), or None to compute it where it is."""
+    decision = decide(root, forced, devices)
+    if decision is None or (decision.devices == [root.device] and decision.lengths == [root.shape[decision.axis]]):
+        return None
+    RECENT.append(decision)
+    return split_plan(root, decision)
