@@ -281,6 +281,16 @@ def test_a_root_that_rewrites_to_its_source_gets_its_own_buffer(device: str, rew
     _bits_equal(lazy, expected * 2)
 
 
+def test_a_root_listed_twice_is_computed_once() -> None:
+    x = em.tensor(EDGES, device="c")
+    y = (x * 2).neg().neg() * 1.0
+    assert _fired(y)
+    with em.profile() as record:
+        em.realize(y, y)
+    assert len(record.kernels) == 1
+    _bits_equal(y, torch.tensor(EDGES) * 2)
+
+
 def test_in_place_multiply_by_one(device: str, rewrites: bool) -> None:
     x = em.tensor(EDGES.copy(), device=device)
     x.mul_(1.0)

@@ -130,7 +130,12 @@ def rewrite_graph(nodes: list[Node], roots: list[Node]) -> Rewritten | None:
         slots.setdefault(id(final[node]), position)
     claimed = {id(root) for root in roots if final[root] is root}  # rewritten nodes written into a root's slot
     new_roots: list[Node] = []
+    done: dict[Node, Node] = {}  # (a root listed twice is one root)
     for root in roots:
+        target = done.get(root)
+        if target is not None:
+            new_roots.append(target)
+            continue
         target = final[root]
         if target is not root:
             if target.realized or id(target) in claimed:  # the user's tensor gets a buffer of its own
@@ -138,6 +143,7 @@ def rewrite_graph(nodes: list[Node], roots: list[Node]) -> Rewritten | None:
                               root.dtype, root.device)
             slots[id(target)] = position_of[root]
             claimed.add(id(target))
+        done[root] = target
         new_roots.append(target)
     fired = dict(first.fired)
     for name, count in second.fired.items():
