@@ -1,5 +1,7 @@
 """Schedules cached by graph structure: a graph shaped like one seen before reuses its fusion decisions and
-compiled kernels, so a training loop does not re-fuse, re-lower or re-hash kernels every step."""
+compiled kernels, so a training loop does not re-fuse, re-lower or re-hash kernels every step. A new structure is
+rewritten (graph_rewrite.py: exact identities, constant folding, shared subexpressions) before it is kernelized,
+its program still by the original graph's positions."""
 
 from __future__ import annotations
 
