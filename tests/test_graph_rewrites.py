@@ -321,6 +321,22 @@ def test_backward_graphs_lose_kernels_or_work(monkeypatch: pytest.MonkeyPatch) -
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
 
 
+def test_a_gradient_through_a_folded_count_loses_its_reduce_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    x_data = np.random.default_rng(2).standard_normal((64, 48), dtype=np.float32)
+
+    def build() -> list[em.Tensor]:
+        x = em.tensor(x_data, device="c", requires_grad=True)
+        counts = em.ones((64, 48), device="c").sum(0, keepdim=True)  # 64.0 per column: a reduce kernel
+        loss = (x.t().t() / counts).relu().sum() * 1.0
+        return list(em.autograd.grad(loss, [x]))
+
+    (kernels_before, flops_before), (kernels_after, flops_after) = _counts_both_ways(build, monkeypatch)
+    assert (kernels_before, kernels_after) == (2, 1) and flops_after < flops_before
+    tx = torch.tensor(x_data, requires_grad=True)
+    (expected,) = torch.autograd.grad((tx.t().t() / torch.ones(64, 48).sum(0, keepdim=True)).relu().sum() * 1.0, [tx])
+    _bits_equal(build()[0], expected)
+
+
 def test_rewrites_setting_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     from ember.settings import load_config
 
@@ -330,3 +346,31 @@ def test_rewrites_setting_reads_the_environment(monkeypatch: pytest.MonkeyPatch)
     assert load_config().rewrites is True
     monkeypatch.delenv("EMBER_REWRITES")
     assert load_config().rewrites is True
+
+
+def test_a_made_up_node_that_would_be_stored_falls_back_to_the_original_graph(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from ember.scheduler import kernelize
+
+    monkeypatch.setattr(kernelize, "MAX_KERNEL_OPS", 2)  # every second op is stored: b + c of a*(b + c) too
+    values = [np.arange(12, dtype=np.int32) * (k + 3) for k in range(3)]
+    a, b, c = (em.tensor(v, device="c") for v in values)
+    ta, tb, tc = (torch.tensor(v) for v in values)
+    result = (a + 1) * (b + 2) + (a + 1) * (c + 3)
+    assert "a*b + a*c -> a*(b + c) (integers)" in _fired(result)
+    rewritten = SCHEDULES.rewritten
+    _bits_equal(result, (ta + 1) * (tb + 2) + (ta + 1) * (tc + 3))
+    assert SCHEDULES.rewritten == rewritten  # kernelized as recorded
+
+
+def test_rewrites_across_devices() -> None:
+    from tests.conftest import TEST_DEVICES
+
+    if len(TEST_DEVICES) < 2:
+        pytest.skip("needs two devices")
+    first, second = TEST_DEVICES[:2]
+    x = em.tensor(EDGES, device=first)
+    moved = ((x * 1.0).neg().neg() + em.full(EDGES.shape, 2.0, device=first) * 0.5).to(second)
+    result = moved * 1.0 + em.tensor(EDGES, device=second).neg().neg()
+    tx = torch.tensor(EDGES)
+    _bits_equal(result, (tx + 1.0) + tx)
