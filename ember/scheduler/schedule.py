@@ -13,6 +13,7 @@ from ember.core.ops import Op
 from ember.scheduler.graph_rewrite import rewrite_graph
 from ember.scheduler.kernelize import ScheduleItem, kernelize
 from ember.scheduler.placement import place_graph
+from ember.scheduler.profile import debug_level, debug_print
 from ember.scheduler.program import CommandProgram, Copy, Launch
 
 MAX_CACHED_SCHEDULES = 4096
@@ -130,6 +131,9 @@ class ScheduleCache:
             self.rewritten += 1
             for name, count in rewritten.fired.items():
                 self.rules_fired[name] = self.rules_fired.get(name, 0) + count
+            if debug_level() >= 1:
+                fired = "; ".join(f"{name}: {count}" for name, count in rewritten.fired.items())
+                debug_print(1, f"graph rewrites: {fired}")
         return steps
 
     def drop_stale_plans(self, stamp: tuple[object, int]) -> None:
