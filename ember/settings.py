@@ -18,6 +18,9 @@ devices = 8                    # EMBER_DUMMY_DEVICES: dummy:0 .. dummy:7 (comput
 [sharding]
 auto = "decide"                # EMBER_AUTO_SHARD unset / "decide": split a large output across devices when it
                                # does not fit its device's pool or when splitting pays; 1: always (by rows); 0: never
+
+[graph]
+rewrites = true                # EMBER_REWRITES=0: kernelize graphs as recorded (no graph rewrites)
 ```
 """
 
@@ -59,6 +62,7 @@ class Config:
     c_devices: int = 1
     dummy_devices: int = 8
     auto_shard: bool | None = None  # None: decided per output (sharding/decision.py); True: always; False: never
+    rewrites: bool = True  # graph rewrites (scheduler/graph_rewrite.py) before kernelizing a new graph
 
     def describe(self) -> list[str]:
         return [
@@ -71,6 +75,7 @@ class Config:
             "automatic sharding: " + {None: "decided per large output (by memory and speed)",
                                       True: "every large output (EMBER_AUTO_SHARD=1)",
                                       False: "off (EMBER_AUTO_SHARD=0)"}[self.auto_shard],
+            f"graph rewrites: {'on' if self.rewrites else 'off'}",
         ]
 
 
@@ -126,6 +131,7 @@ def load_config() -> Config:
         config.c_devices = int(data.get("c", {}).get("devices", 1))
         config.dummy_devices = int(data.get("dummy", {}).get("devices", 8))
         config.auto_shard = _shard_mode(data.get("sharding", {}).get("auto", "decide"), f"{path}: sharding.auto")
+        config.rewrites = bool(data.get("graph", {}).get("rewrites", True))
     environment = os.environ
     if environment.get("EMBER_BACKENDS"):
         config.enabled_backends = [name.strip() for name in environment["EMBER_BACKENDS"].split(",") if name.strip()]
@@ -144,6 +150,8 @@ def load_config() -> Config:
         config.dummy_devices = int(environment["EMBER_DUMMY_DEVICES"])
     if environment.get("EMBER_AUTO_SHARD"):
         config.auto_shard = _shard_mode(environment["EMBER_AUTO_SHARD"], "EMBER_AUTO_SHARD")
+    if environment.get("EMBER_REWRITES"):
+        config.rewrites = environment["EMBER_REWRITES"] not in ("0", "false")
     if config.c_devices < 1:
         raise ConfigError(f"c devices must be at least 1, got {config.c_devices}")
     return config

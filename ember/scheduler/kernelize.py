@@ -46,6 +46,12 @@ def unlimited_buffers(device: str) -> int:
     return 2**31 - 1
 
 
+def op_work(op: Op) -> int:
+    """The kernelizer's cost of one op per element: weighted elementwise ops (TRANSCENDENTAL_WEIGHT for those
+    that become polynomials or divisions, 1 for the others; 0 for movement, reduces and sources)."""
+    return TRANSCENDENTAL_WEIGHT if op in TRANSCENDENTAL_OPS else int(op in ELEMENTWISE_OPS)
+
+
 def find_boundaries(roots: list[Node], buffer_limit: BufferLimit = unlimited_buffers) -> list[Node]:
     """Every node to store, dependencies first (the roots included)."""
     boundaries: dict[int, Node] = {}
@@ -144,8 +150,8 @@ costs
         cost: dict[int, int] = {}
         largest_read: dict[int, int] = {}  # bytes of the largest buffer a node's chain loads (0: index arithmetic)
         for node in interior:
-            own = TRANSCENDENTAL_WEIGHT if node.op in TRANSCENDENTAL_OPS else int(node.op in ELEMENTWISE_OPS)
-            cost[id(node)] = min(own + sum(cost.get(id(source), 0) for source in node.srcs), BROADCAST_WORK_LIMIT)
+            below = sum(cost.get(id(source), 0) for source in node.srcs)
+            cost[id(node)] = min(op_work(node.op) + below, BROADCAST_WORK_LIMIT)
             largest_read[id(node)] = max((largest_read[id(source)] if id(source) in computed else
                                           0 if source.op in INLINE_LEAVES else source.size * source.dtype.itemsize
                                           for source in node.srcs), default=0)

@@ -1,14 +1,19 @@
 """Schedules cached by graph structure: a graph shaped like one seen before reuses its fusion decisions and
-compiled kernels, so a training loop does not re-fuse, re-lower or re-hash kernels every step."""
+compiled kernels, so a training loop does not re-fuse, re-lower or re-hash kernels every step. A new structure is
+rewritten (graph_rewrite.py: exact identities, constant folding, shared subexpressions) before it is kernelized,
+its program still by the original graph's positions."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
+from ember.settings import CONFIG
 from ember.core.graph import Node
 from ember.core.ops import Op
-from ember.scheduler.kernelize import kernelize
+from ember.scheduler.graph_rewrite import rewrite_graph
+from ember.scheduler.kernelize import ScheduleItem, kernelize
 from ember.scheduler.placement import place_graph
+from ember.scheduler.profile import debug_level, debug_print
 from ember.scheduler.program import CommandProgram, Copy, Launch
 
 MAX_CACHED_SCHEDULES = 4096
@@ -49,6 +54,21 @@ def graph_key(nodes: list[Node], roots: list[Node]) -> tuple:
                          "placement.place_graph's order, every root among them)") from None
 
 
+def _numbered(items: list[ScheduleItem], slots: dict[int, int]) -> list[Launch | Copy] | None:
+    """kernelize's steps with their nodes renumbered to slots (by node id), or None where a node has none."""
+    steps: list[Launch | Copy] = []
+    try:
+        for step in items:
+            if isinstance(step, Copy):
+                steps.append(Copy(slots[id(step.output)], slots[id(step.source)]))
+            else:
+                inputs = tuple(slots[id(node)] for node in step.inputs)
+                steps.append(Launch(slots[id(step.output)], inputs, step.kernel))
+    except KeyError:
+        return None
+    return steps
+
+
 def kernel_buffer_limit(device: str) -> int:
     """The most buffers one kernel on `device` may bind (its DeviceInfo.max_kernel_buffers)."""
     from ember.backends.registry import REGISTRY
@@ -69,11 +89,17 @@ class ScheduleCache:
         self.planned_hits = 0
         self.last_key: tuple | None = None  # the key of the last graph scheduled (for traces)
         self.plans_stamp: tuple[object, int] | None = None  # the compile cache stamp the launch plans were made at
+        self.rewrites = CONFIG.rewrites  # whether the cached programs were made from rewritten graphs
+        self.rewritten = 0  # misses whose program was made from a rewritten graph (graph_rewrite.py)
+        self.rules_fired: dict[str, int] = {}  # graph rule name -> times it fired in those
 
     def schedule(self, roots: list[Node]) -> tuple[CommandProgram, list[Node]]:
         """The command program of the graph under `roots` and the graph's nodes, whose positions are the program's
         slots: the placement pass places the graph, then its key (pure) finds a cached program, a loaded plan's, or a
         new one."""
+        if CONFIG.rewrites is not self.rewrites:  # (turned on or off: programs made the other way are dropped)
+            self.entries.clear()
+            self.rewrites = CONFIG.rewrites
         nodes = place_graph(roots)
         key = graph_key(nodes, roots)
         self.last_key = key
@@ -87,15 +113,28 @@ class ScheduleCache:
             if planned is not None:
                 return planned, nodes
         self.misses += 1
-        position = {id(node): index for index, node in enumerate(nodes)}
-        steps: list[Launch | Copy] = []  # kernelize's steps, their slots renumbered from nodes to positions
-        for step in kernelize(roots, kernel_buffer_limit):
-            if isinstance(step, Copy):
-                steps.append(Copy(position[id(step.output)], position[id(step.source)]))
-            else:
-                inputs = tuple(position[id(node)] for node in step.inputs)
-                steps.append(Launch(position[id(step.output)], inputs, step.kernel))
+        steps = self._rewritten_steps(nodes, roots) if CONFIG.rewrites else None
+        if steps is None:
+            position = {id(node): index for index, node in enumerate(nodes)}
+            steps = _numbered(kernelize(roots, kernel_buffer_limit), position)
+            assert steps is not None, "every node kernelize stores is in the placed graph"
         return self._enter(key, steps), nodes
+
+    def _rewritten_steps(self, nodes: list[Node], roots: list[Node]) -> list[Launch | Copy] | None:
+        """The steps of the graph rewritten (graph_rewrite.py), by position in `nodes`; None where no rule changes
+        it or the rewritten graph would store a node that has no position (then the original graph is kernelized)."""
+        rewritten = rewrite_graph(nodes, roots)
+        if rewritten is None:
+            return None
+        steps = _numbered(kernelize(rewritten.roots, kernel_buffer_limit), rewritten.slots)
+        if steps is not None:
+            self.rewritten += 1
+            for name, count in rewritten.fired.items():
+                self.rules_fired[name] = self.rules_fired.get(name, 0) + count
+            if debug_level() >= 1:
+                fired = "; ".join(f"{name}: {count}" for name, count in rewritten.fired.items())
+                debug_print(1, f"graph rewrites: {fired}")
+        return steps
 
     def drop_stale_plans(self, stamp: tuple[object, int]) -> None:
         """Forget every schedule's launch plan once the compile cache's stamp has changed (a program left it or

@@ -31,6 +31,8 @@ from hypothesis.errors import FlakyFailure
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
+from ember.scheduler.schedule import SCHEDULES
+from ember.settings import CONFIG
 from ember.testing import large
 from ember.testing.large import estimated_seconds, large_problem, program_truth, source_values
 from ember.testing.program import Call, Program, Source, run_node
@@ -236,6 +238,7 @@ class FuzzStats:
     failures: list[str] = field(default_factory=list)  # ember disagreed with the reference, raised, or crashed
     fuzzer_bugs: list[str] = field(default_factory=list)  # the fuzzer itself failed (its generator or its harness)
     seconds: float = 0.0
+    rewritten_graphs: int = 0  # new graph structures the graph rewrites changed (scheduler/graph_rewrite.py)
 
     @property
     def examples_per_second(self) -> float:
@@ -439,7 +442,9 @@ def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_ca
     if start_seed is None:
         start_seed = int.from_bytes(os.urandom(3), "little")
     also = f" (moving values to {', '.join(other_devices)} too)" if other_devices else ""
-    print(f"fuzzing {device}{also} for {minutes:g} minutes from seed {start_seed}", flush=True)
+    rewrites = "on" if CONFIG.rewrites else "off (EMBER_REWRITES=0)"
+    print(f"fuzzing {device}{also} for {minutes:g} minutes from seed {start_seed}, graph rewrites {rewrites}",
+          flush=True)
     total = FuzzStats()
     started = time.monotonic()
     deadline = started + minutes * 60
@@ -473,6 +478,7 @@ def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_ca
                 total.passed += done["passed"]
                 total.elements_compared += done["elements_compared"]
                 total.elements_uncertain += done["elements_uncertain"]
+                total.rewritten_graphs += done.get("rewritten_graphs", 0)
                 total.failures += done["failures"]
                 total.fuzzer_bugs += done["fuzzer_bugs"]
                 continue
@@ -499,7 +505,8 @@ def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_ca
           f"large{skipped}) in {total.seconds:.0f} s "
           f"({total.examples_per_second:.2f}/s), "
           f"{total.passed} without a mismatch, {len(total.failures)} failures ({crashes} crashes){bugs}; "
-          f"{total.elements_compared} output elements compared, {total.elements_uncertain} left uncertain", flush=True)
+          f"{total.elements_compared} output elements compared, {total.elements_uncertain} left uncertain; "
+          f"{total.rewritten_graphs} graphs rewritten", flush=True)
     if total.failures:
         return EXIT_FINDINGS
     return EXIT_FUZZER_BUG if total.fuzzer_bugs else EXIT_CLEAN
@@ -529,7 +536,8 @@ def _worker(argv: list[str] | None = None) -> int:
         json.dump({"examples": stats.examples, "gradient_examples": stats.gradient_examples,
                    "large_examples": stats.large_examples, "large_skipped": stats.large_skipped, "passed": stats.passed,
                    "elements_compared": stats.elements_compared, "elements_uncertain": stats.elements_uncertain,
-                   "failures": stats.failures, "fuzzer_bugs": stats.fuzzer_bugs}, file)
+                   "failures": stats.failures, "fuzzer_bugs": stats.fuzzer_bugs,
+                   "rewritten_graphs": SCHEDULES.rewritten}, file)
     return 0
 
 
