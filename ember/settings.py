@@ -17,6 +17,9 @@ devices = 8                    # EMBER_DUMMY_DEVICES: dummy:0 .. dummy:7 (comput
 
 [sharding]
 auto = false                   # EMBER_AUTO_SHARD=1: split large kernels across devices
+
+[scheduler]
+parallel_kernels = false       # EMBER_PARALLEL_KERNELS=1: independent small kernels run at once (graph-parallel)
 ```
 """
 
@@ -58,6 +61,7 @@ class Config:
     c_devices: int = 1
     dummy_devices: int = 8
     auto_shard: bool = False
+    parallel_kernels: bool = False  # graph-parallel execution (backends/launch_group.py)
 
     def describe(self) -> list[str]:
         return [
@@ -68,6 +72,7 @@ class Config:
             f"c devices: {self.c_devices}",
             f"dummy devices: {self.dummy_devices}",
             f"automatic sharding: {'on' if self.auto_shard else 'off'}",
+            f"parallel kernels: {'on' if self.parallel_kernels else 'off'}",
         ]
 
 
@@ -111,6 +116,7 @@ def load_config() -> Config:
         config.c_devices = int(data.get("c", {}).get("devices", 1))
         config.dummy_devices = int(data.get("dummy", {}).get("devices", 8))
         config.auto_shard = bool(data.get("sharding", {}).get("auto", False))
+        config.parallel_kernels = bool(data.get("scheduler", {}).get("parallel_kernels", False))
     environment = os.environ
     if environment.get("EMBER_BACKENDS"):
         config.enabled_backends = [name.strip() for name in environment["EMBER_BACKENDS"].split(",") if name.strip()]
@@ -129,6 +135,8 @@ def load_config() -> Config:
         config.dummy_devices = int(environment["EMBER_DUMMY_DEVICES"])
     if environment.get("EMBER_AUTO_SHARD"):
         config.auto_shard = environment["EMBER_AUTO_SHARD"] not in ("0", "", "false")
+    if environment.get("EMBER_PARALLEL_KERNELS"):
+        config.parallel_kernels = environment["EMBER_PARALLEL_KERNELS"] not in ("0", "", "false")
     if config.c_devices < 1:
         raise ConfigError(f"c devices must be at least 1, got {config.c_devices}")
     return config
