@@ -24,6 +24,7 @@ import numpy as np
 from ember import cache
 from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program, ProgramTable
 from ember.backends.disk import map_file_bytes
+from ember.backends import launch_group
 from ember.backends.launch_group import GATHERING, LaunchGroup, runner_source
 from ember.backends.c_style import (
     MASK_TYPES,
@@ -351,7 +352,7 @@ class CProgram(Program):
         self.seconds = 0.0  # how long its last run took while the executor gathered (0: not measured yet)
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
-        if GATHERING.active and self.group is not None and self.threads == 1:
+        if GATHERING.active and self.group is not None and self.threads == 1 and not self._short():
             pointers = [_pointer(handle) for handle in buffers]
             return self._gathered(pointers, (ctypes.c_void_p * len(pointers))(*pointers),
                                   [_memory(handle) for handle in buffers], wait_for, buffers)
@@ -362,6 +363,12 @@ class CProgram(Program):
         except AttributeError:  # an array this pool did not create (the arguments fail before the call)
             self.function(*[handle.ctypes.data for handle in buffers])
         return COMPLETED
+
+    def _short(self) -> bool:
+        """Whether a launch while the executor gathers runs directly, untimed: the kernel's last run was too short
+        to hold it and the group holds nothing (else the group decides, and runs what it holds first)."""
+        group = self.group
+        return 0.0 < self.seconds < launch_group.MIN_GROUPED_SECONDS and group is not None and not group.held
 
     def _gathered(self, pointers: list[int], arguments: Any, ranges: list[tuple[int, int]],
                   wait_for: tuple[Event, ...], keep_alive: Any) -> Event:
@@ -386,7 +393,7 @@ class CProgram(Program):
         gathers = self.group is not None and self.threads == 1
 
         def run(wait_for: tuple[Event, ...], keep_alive: list[Any] = buffers) -> Event:  # keeps the memory alive
-            if gathers and GATHERING.active:
+            if gathers and GATHERING.active and not self._short():
                 return self._gathered(pointers, arguments, ranges, wait_for, keep_alive)
             for event in wait_for:
                 event.wait()
