@@ -94,7 +94,8 @@ def test_two_independent_kernels_run_at_the_same_time_and_match_torch(parallel: 
         np.testing.assert_allclose(output.item(), _branch(torch.from_numpy(data)).item(), rtol=1e-4)
 
 
-def test_without_the_setting_nothing_overlaps() -> None:
+def test_without_the_setting_nothing_overlaps(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(CONFIG, "parallel_kernels", False)
     tensors = [em.tensor(data, device="c").realize() for data in _inputs()]
     for _ in range(2):
         with em.profile() as record:
