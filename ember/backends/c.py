@@ -546,10 +546,12 @@ class CDevice(Device):
 
     def _load_runner(self) -> Any:
         """The launch group's C runner (launch_group.runner_source), built once and cached on disk like kernels."""
-        library, _ = build_library(runner_source(), self._quick_key_prefix + "|group-runner",
-                                   plain_compiler_command(("-O2",)), ["ember_run_group"])
+        command = [*plain_compiler_command(("-O2",)), "-pthread"]
+        library, _ = build_library(runner_source(), " ".join(command + link_libraries()) + "|" + _cpu_model(),
+                                   command, ["ember_run_group"])
         runner = library.ember_run_group
-        runner.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        runner.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                           ctypes.c_int]
         runner.restype = None
         self._runner_library = library  # (the function keeps it loaded too)
         return runner

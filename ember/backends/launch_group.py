@@ -1,7 +1,8 @@
 """Launch groups of a host backend (graph-parallel execution): while the executor runs a program with gathering on
 (ember.settings: EMBER_PARALLEL_KERNELS), a kernel launch that runs on one thread (its device's renderer gives it
 no more) is held instead of run, and the held launches, as many as the device has cores, run together, each on
-its own core, in one call of a small C runner (an OpenMP team of one thread per launch).
+one thread, in one call of a small C runner (the calling thread and worker threads of its own take them in turn:
+runner_source).
 
 A held launch returns a GroupedEvent, done once its group has run; everything that reads or overwrites its memory
 waits on it as on any device's event (waiting runs the group). A launch is held only after its `wait_for` events
@@ -31,30 +32,93 @@ Range = tuple[int, int]  # [first byte, past the last byte) of a buffer's memory
 
 
 def runner_source() -> str:
-    """The C runner: `ember_run_group` runs `count` kernels at once, each on a thread of one OpenMP team (a kernel's
-    own parallel loop, nested in the team, runs on that thread only), and writes each one's start and end
-    (CLOCK_MONOTONIC seconds, the clock of Python's time.perf_counter on Linux). A kernel is called through a pointer
-    to a function of as many `void *` parameters as it has pointer parameters: the same call on every ABI ember's C
+    """The C runner: `ember_run_group` runs `count` kernels, the calling thread and `workers` threads of its own
+    (started at the first call, asleep between groups) each taking the next kernel not yet taken until none is
+    left, and writes each one's start and end (CLOCK_MONOTONIC seconds, the clock of Python's time.perf_counter on
+    Linux). The caller waits only for kernels a worker took: a worker woken late (a busy machine) finds nothing
+    left and the group ran as fast as one after the other; without workers (a forked child) the caller runs them
+    all. Every kernel runs on one thread (its OpenMP loop, if any, too). A kernel is called through a pointer to a
+    function of as many `void *` parameters as it has pointer parameters: the same call on every ABI ember's C
     kernels run on."""
     cases = []
     for count in range(1, MAX_GROUPED_PARAMETERS + 1):
         parameters = ", ".join(["void *"] * count)
         arguments = ", ".join(f"a[{index}]" for index in range(count))
         cases.append(f"    case {count}: ((void (*)({parameters}))function)({arguments}); break;")
-    return ("#include <omp.h>\n#include <time.h>\n"
-            "static double ember_group_now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);"
-            " return (double)t.tv_sec + (double)t.tv_nsec * 1e-9; }\n"
-            "static void ember_group_call(void *function, void **a, int count) {\n  switch (count) {\n"
-            + "\n".join(cases) + "\n    default: break;\n  }\n}\n"
-            "void ember_run_group(int count, void **functions, void ***arguments, const int *argument_counts,\n"
-            "                     double *times) {\n"
-            "  #pragma omp parallel num_threads(count)\n  {\n"
-            "    int team = omp_get_num_threads();\n"
-            "    for (int member = omp_get_thread_num(); member < count; member += team) {\n"
-            "      times[2 * member] = ember_group_now();\n"
-            "      ember_group_call(functions[member], arguments[member], argument_counts[member]);\n"
-            "      times[2 * member + 1] = ember_group_now();\n"
-            "    }\n  }\n}\n")
+    return """#include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <time.h>
+typedef struct {
+  int count; void **functions; void ***arguments; const int *argument_counts; double *times;
+  atomic_int next; int inside;
+} ember_group;
+static pthread_mutex_t ember_group_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ember_group_wake = PTHREAD_COND_INITIALIZER, ember_group_left = PTHREAD_COND_INITIALIZER;
+static ember_group *ember_group_current = NULL;
+static unsigned long ember_group_generation = 0;
+static int ember_group_workers = 0;
+static double ember_group_now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9; }
+static void ember_group_call(void *function, void **a, int count) {
+  switch (count) {
+""" + "\n".join(cases) + """
+    default: break;
+  }
+}
+static void ember_group_take(ember_group *group) {
+  for (;;) {
+    int member = atomic_fetch_add(&group->next, 1);
+    if (member >= group->count) return;
+    group->times[2 * member] = ember_group_now();
+    ember_group_call(group->functions[member], group->arguments[member], group->argument_counts[member]);
+    group->times[2 * member + 1] = ember_group_now();
+  }
+}
+static void *ember_group_worker(void *unused) {
+  unsigned long seen = 0;
+  (void)unused;
+  omp_set_num_threads(1);
+  pthread_mutex_lock(&ember_group_lock);
+  for (;;) {
+    while (ember_group_generation == seen) pthread_cond_wait(&ember_group_wake, &ember_group_lock);
+    seen = ember_group_generation;
+    ember_group *group = ember_group_current;
+    if (group == NULL) continue;
+    group->inside++;
+    pthread_mutex_unlock(&ember_group_lock);
+    ember_group_take(group);
+    pthread_mutex_lock(&ember_group_lock);
+    group->inside--;
+    pthread_cond_broadcast(&ember_group_left);
+  }
+  return NULL;
+}
+void ember_run_group(int count, void **functions, void ***arguments, const int *argument_counts, double *times,
+                     int workers) {
+  ember_group group = {count, functions, arguments, argument_counts, times, 0, 0};
+  int threads = omp_get_max_threads();
+  pthread_mutex_lock(&ember_group_lock);
+  while (ember_group_workers < workers) {
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, ember_group_worker, NULL) != 0) break;
+    pthread_detach(thread);
+    ember_group_workers++;
+  }
+  ember_group_current = &group;
+  ember_group_generation++;
+  pthread_cond_broadcast(&ember_group_wake);
+  pthread_mutex_unlock(&ember_group_lock);
+  omp_set_num_threads(1);
+  ember_group_take(&group);
+  omp_set_num_threads(threads);
+  pthread_mutex_lock(&ember_group_lock);
+  ember_group_current = NULL;
+  while (group.inside > 0) pthread_cond_wait(&ember_group_left, &ember_group_lock);
+  pthread_mutex_unlock(&ember_group_lock);
+}
+"""
 
 
 class Gathering:
@@ -189,7 +253,7 @@ class LaunchGroup:
             arguments = (ctypes.c_void_p * count)(*[ctypes.addressof(launch.arguments) for launch in held])
             counts = (ctypes.c_int * count)(*[launch.count for launch in held])
             times = (ctypes.c_double * (2 * count))()
-            self.runner(count, functions, arguments, counts, times)
+            self.runner(count, functions, arguments, counts, times, self.cores - 1)
             for index, launch in enumerate(held):
                 launch.event.start, launch.event.end = times[2 * index], times[2 * index + 1]
         for launch in held:
