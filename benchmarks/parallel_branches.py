@@ -6,7 +6,8 @@ large matmuls, each filling the machine, where gathering must not help and must 
 Each case alternates runs without and with the setting (the machine is shared) and prints the median time of each,
 the ratio without/with (above 1: faster with), and the load average.
 
-    python benchmarks/parallel_branches.py [--batch 2] [--width 256] [--depth 4] [--size 512] [--length 16384] [--repeats 200]
+    python benchmarks/parallel_branches.py [--batch 2] [--width 256] [--depth 4] [--size 512] [--length 16384]
+                                           [--repeats 200]
 """
 
 from __future__ import annotations

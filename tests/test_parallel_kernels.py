@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,6 +16,9 @@ import torch
 import ember as em
 from ember.backends import launch_group
 from ember.backends.launch_group import LaunchGroup, gathering
+from ember.scheduler import compile_cache
+from ember.scheduler.devices import get_device
+from ember.scheduler.schedule import SCHEDULES
 from ember.settings import CONFIG
 
 ROWS, WIDTH = 2, 256  # a small batch: every matmul of a tower runs on one thread (and reads 256 KiB of weights)
@@ -207,3 +211,31 @@ def test_a_launch_filling_the_machine_runs_what_is_held_first() -> None:
         wide = group.hold(SimpleNamespace(threads=2, seconds=1.0), order.kernel("wide"), 0, (ctypes.c_void_p * 1)(0), 1,
                           [(1000, 1100)], (), None)
         assert wide is None and order.calls == ["narrow"]  # the caller runs the wide one itself, alone
+
+
+def _compiled(graph: em.Tensor) -> Any:
+    """The compiled program of the one kernel the scheduler makes for `graph` (an op on a realized tensor)."""
+    program, _ = SCHEDULES.schedule([graph.node])
+    (step,) = program.steps
+    return compile_cache.compile_kernel(get_device("c:0"), step.kernel)
+
+
+def test_a_c_launch_that_is_not_held_runs_after_what_is_held(every_launch_held: list[int]) -> None:
+    small = em.tensor(np.ones((5, 7), np.float32), device="c").realize()
+    large = em.tensor(np.ones((512, 512), np.float32), device="c").realize()
+    narrow, wide = _compiled(small + 1), _compiled(large + 1)
+    assert narrow.program.threads == 1 and wide.program.threads == 2  # (by global size and the device's cores)
+    device = get_device("c:0")
+    small_bytes, large_bytes = small.node.buffer.nbytes, large.node.buffer.nbytes
+    small_output, large_output = device.pool.allocate(small_bytes), device.pool.allocate(large_bytes)
+    try:
+        with gathering():
+            held = narrow.program([small_output, small.node.buffer.handle], narrow.ir.global_size)
+            assert not held.done
+            wide.program([large_output, large.node.buffer.handle], wide.ir.global_size)
+            assert held.done  # (it ran first)
+        np.testing.assert_array_equal(np.frombuffer(small_output, np.float32, 35), 2.0)
+        np.testing.assert_array_equal(np.frombuffer(large_output, np.float32, 512 * 512), 2.0)
+    finally:
+        device.pool.release(small_output, small_bytes)
+        device.pool.release(large_output, large_bytes)

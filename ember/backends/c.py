@@ -352,10 +352,13 @@ class CProgram(Program):
         self.seconds = 0.0  # how long its last run took while the executor gathered (0: not measured yet)
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
-        if GATHERING.active and self.group is not None and self.threads == 1 and not self._short():
-            pointers = [_pointer(handle) for handle in buffers]
-            return self._gathered(pointers, (ctypes.c_void_p * len(pointers))(*pointers),
-                                  [_memory(handle) for handle in buffers], wait_for, buffers)
+        if GATHERING.active and self.group is not None:
+            if self.threads == 1 and not self._short():
+                pointers = [_pointer(handle) for handle in buffers]
+                return self._gathered(pointers, (ctypes.c_void_p * len(pointers))(*pointers),
+                                      [_memory(handle) for handle in buffers], wait_for, buffers)
+            if self.group.held:  # (a launch not held runs after what is held: it may reuse memory they read)
+                self.group.run()
         for event in wait_for:
             event.wait()
         try:
@@ -390,11 +393,14 @@ class CProgram(Program):
         function, pointers = self.function, [handle.ctypes.data for handle in buffers]
         arguments = (ctypes.c_void_p * len(pointers))(*pointers)
         ranges = [_memory(handle) for handle in buffers]
-        gathers = self.group is not None and self.threads == 1
+        group, one_thread = self.group, self.threads == 1
 
         def run(wait_for: tuple[Event, ...], keep_alive: list[Any] = buffers) -> Event:  # keeps the memory alive
-            if gathers and GATHERING.active and not self._short():
-                return self._gathered(pointers, arguments, ranges, wait_for, keep_alive)
+            if GATHERING.active and group is not None:
+                if one_thread and not self._short():
+                    return self._gathered(pointers, arguments, ranges, wait_for, keep_alive)
+                if group.held:  # (as in __call__)
+                    group.run()
             for event in wait_for:
                 event.wait()
             function(*pointers)

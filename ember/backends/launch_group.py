@@ -183,7 +183,8 @@ class HeldLaunch:
 
     def __init__(self, kernel: Any, function: Any, pointer: int, arguments: Any, count: int, write: Range,
                  reads: list[Range], keep_alive: Any, event: GroupedEvent) -> None:
-        self.kernel, self.function, self.pointer, self.arguments, self.count = kernel, function, pointer, arguments, count
+        self.kernel, self.function, self.pointer = kernel, function, pointer
+        self.arguments, self.count = arguments, count
         self.write, self.reads, self.keep_alive, self.event = write, reads, keep_alive, event
 
 
