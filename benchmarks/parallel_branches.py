@@ -111,7 +111,7 @@ def main() -> None:
     report("two towers, eager realize", *median_times(eager, arguments.repeats))
     report("two towers, ember.jit replay", *median_times(replay, arguments.repeats))
     report(f"two one-thread reductions of {arguments.length}", *median_times(reductions, arguments.repeats // 4))
-    report(f"two {arguments.size}x{arguments.size} matmuls", *median_times(large, max(5, arguments.repeats // 20)))
+    report(f"two {arguments.size}x{arguments.size} matmuls", *median_times(large, max(10, arguments.repeats // 5)))
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
 
 
