@@ -27,6 +27,8 @@ SETTINGS: dict[str, str] = {
     "EMBER_DUMMY_DEVICES": "how many plain dummy devices there are (unset: 8)",
     "EMBER_AUTO_SHARD": "0: never split large outputs across devices, 1: always (unset: when too large or slow)",
     "EMBER_REWRITES": "0 kernelizes graphs as recorded, without the exact graph rewrites (unset: rewrites on)",
+    "EMBER_PARALLEL_KERNELS": "1 runs independent one-thread kernels of a schedule at once on the c backend "
+                              "(unset: off)",
     "EMBER_TRACE": "record every realize of the run (graphs, schedules, kernel times, jit memory plans) to this JSON "
                    "file at exit, for `python -m ember plan` (unset: no trace)",
     "EMBER_PLAN": "load this plan (from `python -m ember plan`) at import: traced graphs run without kernelizing or "

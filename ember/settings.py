@@ -21,6 +21,9 @@ auto = "decide"                # EMBER_AUTO_SHARD unset / "decide": split a larg
 
 [graph]
 rewrites = true                # EMBER_REWRITES=0: kernelize graphs as recorded (no graph rewrites)
+
+[scheduler]
+parallel_kernels = false       # EMBER_PARALLEL_KERNELS=1: independent small kernels run at once (graph-parallel)
 ```
 """
 
@@ -63,6 +66,7 @@ class Config:
     dummy_devices: int = 8
     auto_shard: bool | None = None  # None: decided per output (sharding/decision.py); True: always; False: never
     rewrites: bool = True  # graph rewrites (scheduler/graph_rewrite.py) before kernelizing a new graph
+    parallel_kernels: bool = False  # graph-parallel execution (backends/launch_group.py)
 
     def describe(self) -> list[str]:
         return [
@@ -76,6 +80,7 @@ class Config:
                                       True: "every large output (EMBER_AUTO_SHARD=1)",
                                       False: "off (EMBER_AUTO_SHARD=0)"}[self.auto_shard],
             f"graph rewrites: {'on' if self.rewrites else 'off'}",
+            f"parallel kernels: {'on' if self.parallel_kernels else 'off'}",
         ]
 
 
@@ -132,6 +137,7 @@ def load_config() -> Config:
         config.dummy_devices = int(data.get("dummy", {}).get("devices", 8))
         config.auto_shard = _shard_mode(data.get("sharding", {}).get("auto", "decide"), f"{path}: sharding.auto")
         config.rewrites = bool(data.get("graph", {}).get("rewrites", True))
+        config.parallel_kernels = bool(data.get("scheduler", {}).get("parallel_kernels", False))
     environment = os.environ
     if environment.get("EMBER_BACKENDS"):
         config.enabled_backends = [name.strip() for name in environment["EMBER_BACKENDS"].split(",") if name.strip()]
@@ -152,6 +158,8 @@ def load_config() -> Config:
         config.auto_shard = _shard_mode(environment["EMBER_AUTO_SHARD"], "EMBER_AUTO_SHARD")
     if environment.get("EMBER_REWRITES"):
         config.rewrites = environment["EMBER_REWRITES"] not in ("0", "false")
+    if environment.get("EMBER_PARALLEL_KERNELS"):
+        config.parallel_kernels = environment["EMBER_PARALLEL_KERNELS"] not in ("0", "", "false")
     if config.c_devices < 1:
         raise ConfigError(f"c devices must be at least 1, got {config.c_devices}")
     return config

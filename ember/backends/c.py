@@ -13,6 +13,7 @@ import os
 import platform
 import shutil
 import subprocess
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,8 @@ import numpy as np
 from ember import cache
 from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program, ProgramTable
 from ember.backends.disk import map_file_bytes
+from ember.backends import launch_group
+from ember.backends.launch_group import GATHERING, LaunchGroup, runner_source
 from ember.backends.c_style import (
     MASK_TYPES,
     CStyleRenderer,
@@ -333,13 +336,29 @@ _address = operator.attrgetter("address")  # a HostArray's address
 
 
 class CProgram(Program):
-    def __init__(self, library: ctypes.CDLL, name: str, parameter_count: int) -> None:
+    """A kernel of a loaded library, called through ctypes (which releases the GIL while it runs). With `group`
+    (its device's launch group, launch_group.py) and `threads` (the cores it occupies), a launch of a one-thread
+    kernel while the executor gathers may be held and run beside others."""
+
+    def __init__(self, library: ctypes.CDLL, name: str, parameter_count: int, group: LaunchGroup | None = None,
+                 threads: int = 0) -> None:
         self.library = library  # keeps the shared library loaded
         self.function = getattr(library, name)
         self.function.argtypes = [ctypes.c_void_p] * parameter_count
         self.function.restype = None
+        self.address = _function_pointer(self.function)
+        self.group = group
+        self.threads = threads
+        self.seconds = 0.0  # how long its last run took while the executor gathered (0: not measured yet)
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
+        if GATHERING.active and self.group is not None:
+            if self.threads == 1 and not self._short():
+                pointers = [_pointer(handle) for handle in buffers]
+                return self._gathered(pointers, (ctypes.c_void_p * len(pointers))(*pointers),
+                                      [_memory(handle) for handle in buffers], wait_for, buffers)
+            if self.group.held:  # (a launch not held runs after what is held: it may reuse memory they read)
+                self.group.run()
         for event in wait_for:
             event.wait()
         try:
@@ -348,16 +367,74 @@ class CProgram(Program):
             self.function(*[handle.ctypes.data for handle in buffers])
         return COMPLETED
 
+    def _short(self) -> bool:
+        """Whether a launch while the executor gathers runs directly, untimed: the kernel's last run was too short
+        to hold it and the group holds nothing (else the group decides, and runs what it holds first)."""
+        group = self.group
+        return 0.0 < self.seconds < launch_group.MIN_GROUPED_SECONDS and group is not None and not group.held
+
+    def _gathered(self, pointers: list[int], arguments: Any, ranges: list[tuple[int, int]],
+                  wait_for: tuple[Event, ...], keep_alive: Any) -> Event:
+        """A launch of a one-thread kernel while the executor gathers: held in the device's launch group, or run
+        now and timed (its time decides whether its next launch is held)."""
+        group = self.group
+        assert group is not None
+        held = group.hold(self, self.function, self.address, arguments, len(pointers), ranges, wait_for, keep_alive)
+        if held is not None:
+            return held
+        for event in wait_for:
+            event.wait()
+        start = time.perf_counter()
+        self.function(*pointers)
+        self.seconds = time.perf_counter() - start
+        return COMPLETED
+
     def bind(self, buffers: list[Any], global_size: int) -> Callable[[tuple[Event, ...]], Event]:
         function, pointers = self.function, [handle.ctypes.data for handle in buffers]
+        arguments = (ctypes.c_void_p * len(pointers))(*pointers)
+        ranges = [_memory(handle) for handle in buffers]
+        group, one_thread = self.group, self.threads == 1
 
         def run(wait_for: tuple[Event, ...], keep_alive: list[Any] = buffers) -> Event:  # keeps the memory alive
+            if GATHERING.active and group is not None:
+                if one_thread and not self._short():
+                    return self._gathered(pointers, arguments, ranges, wait_for, keep_alive)
+                if group.held:  # (as in __call__)
+                    group.run()
             for event in wait_for:
                 event.wait()
             function(*pointers)
             return COMPLETED
 
         return run
+
+
+def _pointer(handle: Any) -> int:
+    """A buffer handle's address."""
+    address = getattr(handle, "address", None)
+    return handle.ctypes.data if address is None else address
+
+
+def _memory(handle: Any) -> tuple[int, int]:
+    """The address range of a buffer handle's memory."""
+    start = _pointer(handle)
+    return start, start + handle.nbytes
+
+
+def _function_pointer(function: Any) -> int:
+    """The address of a ctypes function (what the launch group's runner calls)."""
+    return ctypes.cast(function, ctypes.c_void_p).value or 0
+
+
+def kernel_threads(kernel: KernelIR, cores: int) -> int:
+    """The cores a kernel's launch occupies, as CRenderer.global_loop_open splits it: one below PARALLEL_THRESHOLD
+    estimated operations (its loop runs on one thread) or with one work item, else as many as its work items, at
+    most `cores`; every core for a shape class's kernel (its work is known at launch only)."""
+    if kernel.size_parameter is not None:
+        return cores
+    if kernel.global_size * max(1, _loop_work(kernel)) < PARALLEL_THRESHOLD:
+        return 1
+    return min(cores, kernel.global_size)
 
 
 def compiler_command() -> list[str]:
@@ -466,6 +543,24 @@ class CDevice(Device):
         self._class_key_prefixes = {kind: " ".join(class_compiler_command(kind) + link_libraries()) + "|"
                                     + _cpu_model() for kind in (TILE, SCALAR, LIGHT)}
         self._quick_key_prefix = " ".join(quick_compiler_command() + link_libraries()) + "|" + _cpu_model()
+        self.launch_group = LaunchGroup(cores, self._load_runner)  # launches held while the executor gathers
+
+    def _program(self, library: ctypes.CDLL, kernel: KernelIR) -> CProgram:
+        """A kernel's program in a loaded library, with this device's launch group and the cores it occupies."""
+        return CProgram(library, kernel.name, len(kernel.params), self.launch_group,
+                        kernel_threads(kernel, self.info.compute_units))
+
+    def _load_runner(self) -> Any:
+        """The launch group's C runner (launch_group.runner_source), built once and cached on disk like kernels."""
+        command = [*plain_compiler_command(("-O2",)), "-pthread"]
+        library, _ = build_library(runner_source(), " ".join(command + link_libraries()) + "|" + _cpu_model(),
+                                   command, ["ember_run_group"])
+        runner = library.ember_run_group
+        runner.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                           ctypes.c_int]
+        runner.restype = None
+        self._runner_library = library  # (the function keeps it loaded too)
+        return runner
 
     def render(self, kernel: KernelIR) -> str:
         return self.renderer.render(kernel)
@@ -504,7 +599,7 @@ class CDevice(Device):
                                            launcher + command, list(group))
             self._libraries[entry.name] = library
             for kernel, source in group.values():
-                found[source] = CProgram(library, kernel.name, len(kernel.params))
+                found[source] = self._program(library, kernel)
                 self._programs.put(source, found[source])
                 cache.write_entry(self._index_path(kernel, source), entry.name.encode())
         return [found[source] for source in sources]
@@ -524,7 +619,7 @@ class CDevice(Device):
         by_name = {kernel.name: source for kernel, source in zip(kernels, sources)}
         library, _ = build_library("\n".join(by_name.values()), self._quick_key_prefix, quick_compiler_command(),
                                    list(by_name))
-        return [CProgram(library, kernel.name, len(kernel.params)) for kernel in kernels]
+        return [self._program(library, kernel) for kernel in kernels]
 
     def _source(self, kernel: KernelIR) -> str:
         """The kernel's source, rendered once (compile_quick and then compile_many ask for the same kernels)."""
@@ -543,7 +638,7 @@ class CDevice(Device):
         library = self._indexed_library(kernel, source)
         if library is None:
             return None
-        program = CProgram(library, kernel.name, len(kernel.params))
+        program = self._program(library, kernel)
         self._programs.put(source, program)
         return program
 

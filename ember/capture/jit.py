@@ -24,6 +24,8 @@ from ember.scheduler.lock import SCHEDULER_LOCK
 from ember.capture.recording import Recorder
 from ember.scheduler.executor import BoundLaunch, execute
 from ember.scheduler.launch_plan import bind_buffers
+from ember.scheduler.parallel import replay_gathers
+from ember.settings import CONFIG
 from ember.scheduler.program import CommandProgram, Copy, Launch, LaunchBinding
 
 RECAPTURE_WARNING_AFTER = 3  # re-captures (inputs of new shapes) before a one-line warning
@@ -195,7 +197,8 @@ class Jitted:
                 _draw_keys(capture)
             if capture.bound is None:
                 capture.bound = bind_buffers(capture.program, capture.bindings, capture.buffers)
-            unfinished = execute(capture.program.commands, capture.bindings, buffers, bound=capture.bound)
+            unfinished = execute(capture.program.commands, capture.bindings, buffers, bound=capture.bound,
+                                 gather=CONFIG.parallel_kernels and replay_gathers(capture.program))
             capture.memory_pool.leave(capture, unfinished)
         self.replays += 1
         for slot, describe in capture.checks:  # value checks (core/checks.py) raise as they would without jit

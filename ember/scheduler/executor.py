@@ -32,6 +32,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from ember.backends.base import Event, wait_all
+from ember.backends.launch_group import gathering
 from ember.capture.arena import ArenaView
 from ember.core.graph import Node
 from ember.scheduler import profile
@@ -50,7 +51,8 @@ NOTHING: list[Any] = []
 
 def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None], table: list[Any],
             last_use: Mapping[int, int] = NO_LAST_USES, not_in_place: Collection[int] = NO_POSITIONS,
-            notes: Mapping[int, str] | None = None, bound: Sequence[BoundLaunch | None] | None = None) -> bool:
+            notes: Mapping[int, str] | None = None, bound: Sequence[BoundLaunch | None] | None = None,
+            gather: bool = False) -> bool:
     """Run `commands` over `table` (by slot), each kernel step as its `bindings` entry (same position) binds it.
 
     The slots are nodes (eager realize: each output node becomes a buffer at its step; `last_use`, per slot the
@@ -60,7 +62,14 @@ def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None
     (a replay: every slot filled). A replay tracks events only once a command is unfinished (synchronous devices
     never are); what reads the buffers next waits for its commands, also what reads the buffer a written view is
     part of (a box an incremental update writes in place: readers of the whole value wait for it). Returns whether
-    a replay left a command unfinished (False: every command was done when enqueued; always False for nodes)."""
+    a replay left a command unfinished (False: every command was done when enqueued; always False for nodes).
+
+    With `gather` (graph-parallel execution: parallel.py decides which programs), launches that occupy at most
+    half of a device are held and run beside each other (backends/launch_group.py); everything held has run when
+    this returns."""
+    if gather:
+        with gathering():
+            return execute(commands, bindings, table, last_use, not_in_place, notes, bound)
     replaying = bound is not None
     tracking = False
     writers: list[Event | None] = NOTHING

@@ -8,6 +8,7 @@ import time
 from typing import Any, cast
 
 from ember.backends.base import COMPLETED, Device, Event
+from ember.backends.launch_group import GroupedEvent
 from ember.context import CONTEXT
 from ember.core.errors import CompileError
 from ember.core.graph import Node
@@ -75,11 +76,19 @@ def launch_compiled(output: Node, kernel: Kernel, compiled: CompiledKernel, buff
         for input_buffer in input_buffers:
             input_buffer.add_user(event)
     if timed:
+        if isinstance(event, GroupedEvent) and not event.done:  # held in a launch group: timed when it runs
+            for record in records:
+                kernel_record = profile.KernelRecord(compiled.name, device.name, 0.0, compiled.ir.global_size)
+                record.kernels.append(kernel_record)
+                event.records.append(kernel_record)
+            profile.debug_print(2, f"  {compiled.name:<40} {device.name:<10} (held: runs beside others)")
+            return
         event.wait()
-        seconds = time.perf_counter() - start
+        end = time.perf_counter()
+        seconds = end - start
         for record in records:
             record.kernels.append(profile.KernelRecord(compiled.name, device.name, seconds,
-                                                       compiled.ir.global_size))
+                                                       compiled.ir.global_size, start, end))
         profile.debug_print(2, f"  {compiled.name:<40} {device.name:<10} {seconds * 1e6:10.1f} us")
 
 

@@ -22,10 +22,15 @@ def debug_level() -> int:
 
 @dataclass
 class KernelRecord:
+    """One kernel that ran: its time, and when it started and ended (time.perf_counter seconds; kernels the
+    executor ran at the same time, EMBER_PARALLEL_KERNELS, have overlapping [start, end) intervals)."""
+
     name: str
     device: str
     seconds: float
     global_size: int
+    start: float = 0.0
+    end: float = 0.0
 
 
 @dataclass

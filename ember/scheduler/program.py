@@ -74,10 +74,11 @@ class CommandProgram:
 
     What every run of the program would otherwise work out again is kept on it: the compile cache stamp its kernels
     were compiled ahead for (`compiled_stamp`), the device of each command (`command_devices`), its launch plan
-    (`launch_plan`, launch_plan.py) and the memory budget's view of it (`budget_layout`)."""
+    (`launch_plan`, launch_plan.py), the memory budget's view of it (`budget_layout`) and its graph-parallel form
+    (`parallel`, parallel.py)."""
 
     __slots__ = ("budget_layout", "command_devices", "commands", "compiled_stamp", "last_use", "launch_plan",
-                 "steps", "used")
+                 "parallel", "steps", "used")
 
     def __init__(self, steps: Sequence[Step],
                  commands: list[Command] | None = None) -> None:
@@ -106,6 +107,8 @@ class CommandProgram:
         self.command_devices: tuple[str | None, ...] | None = None  # per command, its output's device (set by realize)
         self.launch_plan: Any = None  # a launch_plan.LaunchPlan, set by realize
         self.budget_layout: Any = None  # memory_budget.py's view of the slots and its plans (set under a budget)
+        # graph-parallel execution (parallel.py): the program to run in its place and whether it gathers launches
+        self.parallel: tuple[CommandProgram, bool] | None = None
 
     def __len__(self) -> int:
         return len(self.steps)

@@ -17,6 +17,7 @@ from ember.scheduler.buffers import DEFERRED_FREES, MAX_DEFERRED_FREES, buffer_o
 from ember.scheduler.compile_ahead import compile_ahead
 from ember.scheduler.executor import execute
 from ember.scheduler.launch_plan import bind_devices, plan_launches
+from ember.scheduler.parallel import parallel_program
 from ember.scheduler.lock import acquire, release
 from ember.budget.memory_budget import run_budgeted
 from ember.sharding.decision import MINIMUM_ELEMENTS
@@ -69,6 +70,9 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
     program, graph_nodes = SCHEDULES.schedule(pending)  # places the graph (the placement pass), then keys it
     if context.trace is not None:  # ember.record_trace / EMBER_TRACE
         context.trace.record_realize(cast(tuple, SCHEDULES.last_key), list(program.steps), graph_nodes)
+    gather = False
+    if CONFIG.parallel_kernels:  # graph-parallel execution: independent steps interleaved, launches gathered
+        program, gather = parallel_program(program, graph_nodes)
     compiled = compile_cache.COMPILED
     stamp = (compiled, compiled.generation)
     if program.compiled_stamp != stamp:  # else every kernel is still in the compile cache since the last realize
@@ -85,7 +89,7 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
             del graph_nodes
             for pool in plan.pools:
                 pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
-            execute(program.commands, plan.bindings, live, program.last_use)
+            execute(program.commands, plan.bindings, live, program.last_use, gather=gather)
             return
     records = context.profiles
     for record in records:
@@ -102,7 +106,7 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
     if context.budget is not None:  # ember.memory_budget: intermediates freed early and recomputed as planned
         run_budgeted(program, live, pending, pools, context.budget)
     else:
-        execute(program.commands, bindings, live, program.last_use)
+        execute(program.commands, bindings, live, program.last_use, gather=gather)
     _record_peaks(records, pools)
 
 

@@ -142,6 +142,8 @@ class ScheduleCache:
         if stamp != self.plans_stamp:
             for cached in self.entries.values():
                 cached.launch_plan = None
+                if cached.parallel is not None:  # (its graph-parallel form's plan, parallel.py)
+                    cached.parallel[0].launch_plan = None
             self.plans_stamp = stamp
 
     def _enter(self, key: tuple, items: list[Launch | Copy]) -> CommandProgram:
