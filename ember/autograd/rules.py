@@ -346,7 +346,7 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
     Composite.MAX_POOL: _max_pool,
     Composite.TANH: lambda step, grad: (grad * (1.0 - step.output * step.output),),
     Composite.SIGMOID: lambda step, grad: (grad * (step.output * (1.0 - step.output)),),
-    Composite.RELU: lambda step, grad: (_select(step.output <= 0, _zeros(grad), grad),),
+    Composite.RELU: lambda step, grad: (_select(step.sources[0] <= 0, _zeros(grad), grad),),
     Composite.SOFTMAX: _softmax,
     Composite.LOG_SOFTMAX: _log_softmax,
     Composite.GELU: _gelu,

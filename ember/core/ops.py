@@ -81,8 +81,9 @@ class Composite(Enum):
     TANH = auto()  # sources: (x,); d/dx = 1 - tanh(x)^2 from the output, as torch's tanh_backward (one small step
     # instead of the chain rule through expm1's branches: a recurrent layer differentiates it at every time step)
     SIGMOID = auto()  # sources: (x,); d/dx = s (1 - s) from the output s, as torch's sigmoid_backward
-    RELU = auto()  # sources: (x,); 0 where the output is <= 0, else the gradient (a NaN input passes it), as
-    # torch's threshold_backward: one select instead of the chain rule through relu's two selects
+    RELU = auto()  # sources: (x,); 0 where x <= 0 (where the output is <= 0), else the gradient (a NaN input
+    # passes it), as torch's threshold_backward: one select instead of the chain rule through relu's two selects;
+    # read from x, as the chain rule did (reading the output stores it: a slower partition of conv nets' backward)
     SOFTMAX = auto()  # sources: (x,); arg: the axis; y (g - sum(g y)) from the output y, as torch's softmax backward
     # (also scaled_dot_product_attention's masked softmax, whose masked and fully masked rows' weights are 0)
     # (the chain rule through exp(x - max) / sum adds the max's gradient and recomputes exp in several kernels)
