@@ -11,8 +11,7 @@ from ember.context import CONTEXT, update
 from ember.core import runtime
 from ember.core.errors import ArgumentError, ShapeError
 from ember.core.graph import Node
-from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
-from ember.core.shapes import prod
+from ember.core.ops import Op
 from ember.core.tensor import Tensor
 from ember.core.walk import post_order
 from ember.incremental import write
@@ -294,16 +293,7 @@ class IncrementalGraph:
 def kernel_flops(roots: Sequence[Node]) -> int:
     """The arithmetic of the kernels that would compute `roots`: per element, one for each elementwise op and one
     for each element a reduce reads (a matmul's multiply and add: 2 * M * N * K)."""
-    total = 0
-    for item in kernelize(list(roots)):
-        if isinstance(item, Launch):
-            steps = item.kernel.steps
-            for step in steps:
-                if step.op in ELEMENTWISE_OPS:
-                    total += prod(step.shape)
-                elif step.op in REDUCE_OPS:
-                    total += prod(steps[step.srcs[0]].shape)
-    return total
+    return sum(item.kernel.flops for item in kernelize(list(roots)) if isinstance(item, Launch))
 
 
 def _subtract(box: Region, removed: list[Region]) -> list[Region]:

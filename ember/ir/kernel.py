@@ -6,6 +6,7 @@ from typing import Any, NamedTuple
 
 from ember.core.dtype import DType
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
+from ember.core.shapes import prod
 
 
 class KernelStep(NamedTuple):
@@ -29,6 +30,18 @@ class Kernel(NamedTuple):
     @property
     def output(self) -> KernelStep:
         return self.steps[-1]
+
+    @property
+    def flops(self) -> int:
+        """Its arithmetic: per element, one for each elementwise op and one for each element a reduce reads (a
+        matmul's multiply and add: 2 * M * N * K)."""
+        total = 0
+        for step in self.steps:
+            if step.op in ELEMENTWISE_OPS:
+                total += prod(step.shape)
+            elif step.op in REDUCE_OPS:
+                total += prod(self.steps[step.srcs[0]].shape)
+        return total
 
 
 # Row fusion. A reduce of the last axis whose result is read back along that axis (softmax's max and sum,
