@@ -50,19 +50,14 @@ class MovementOps(TensorBase):
         which torch would not make a view, so no view is linked (the public view ops link theirs)."""
         return cast("Tensor", self) if shape == self.shape else self._apply(Op.RESHAPE, arg=tuple(shape))
 
-    def _columns(self, start: int, end: int) -> Tensor:
-        """The last dim's [start, end) (in range, which the caller knows): an intermediate of another op, no view."""
+    def _crop(self, axis: int, start: int, end: int) -> Tensor:
+        """The dim `axis`'s [start, end) (in range, which the caller knows): an intermediate of another op, no view."""
         shape = self.shape
-        if start == 0 and end == shape[-1]:
+        axis %= len(shape)
+        if start == 0 and end == shape[axis]:
             return cast("Tensor", self)
-        return self._apply(Op.SHRINK, arg=(*((0, size) for size in shape[:-1]), (start, end)))
-
-    def _rows(self, start: int, end: int) -> Tensor:
-        """The first dim's [start, end) (in range, which the caller knows): an intermediate of another op, no view."""
-        shape = self.shape
-        if start == 0 and end == shape[0]:
-            return cast("Tensor", self)
-        return self._apply(Op.SHRINK, arg=((start, end), *((0, size) for size in shape[1:])))
+        bounds = tuple((start, end) if dim == axis else (0, size) for dim, size in enumerate(shape))
+        return self._apply(Op.SHRINK, arg=bounds)
 
     def _broadcast(self, shape: tuple[int, ...]) -> Tensor:
         """self broadcast to shape (which the caller checked it broadcasts to): an intermediate, no view."""

@@ -167,14 +167,15 @@ def _cell_step(
         # the gates before activation are not stored (the activation kernel adds the input part, read where the
         # projection holds it): only their gradient is
         gates = _store_gradient(input_part + hidden_part.contiguous())
-        sigmoid_part, tanh_part = gates._columns(0, 2 * size), gates._columns(2 * size, 3 * size)
-        output_part = gates._columns(3 * size, 4 * size)
+        sigmoid_part, tanh_part = gates._crop(-1, 0, 2 * size), gates._crop(-1, 2 * size, 3 * size)
+        output_part = gates._crop(-1, 3 * size, 4 * size)
         with em.no_grad():
             activated = _blockwise_activation(gates, 2 * size, 3 * size)
-        input_forget = _recorded_as(Composite.SIGMOID, sigmoid_part, activated._columns(0, 2 * size))
-        cell_gate = _recorded_as(Composite.TANH, tanh_part, activated._columns(2 * size, 3 * size))
-        output_gate = _recorded_as(Composite.SIGMOID, output_part, activated._columns(3 * size, 4 * size))
-        new_cell = _boundary(input_forget._columns(size, 2 * size) * cell + input_forget._columns(0, size) * cell_gate)
+        input_forget = _recorded_as(Composite.SIGMOID, sigmoid_part, activated._crop(-1, 0, 2 * size))
+        cell_gate = _recorded_as(Composite.TANH, tanh_part, activated._crop(-1, 2 * size, 3 * size))
+        output_gate = _recorded_as(Composite.SIGMOID, output_part, activated._crop(-1, 3 * size, 4 * size))
+        input_gate, forget_gate = input_forget._crop(-1, 0, size), input_forget._crop(-1, size, 2 * size)
+        new_cell = _boundary(forget_gate * cell + input_gate * cell_gate)
         with em.no_grad():
             cell_tanh = _tanh(new_cell).contiguous()
         new_hidden = output_gate * _recorded_as(Composite.TANH, new_cell, cell_tanh)
@@ -183,16 +184,16 @@ def _cell_step(
         return _boundary(new_hidden), new_cell, hidden_part
     if mode == "GRU":
         hidden_part = _boundary(hidden_part)
-        input_new, hidden_new = input_part._columns(2 * size, 3 * size), hidden_part._columns(2 * size, 3 * size)
-        reset_update_part = input_part._columns(0, 2 * size) + hidden_part._columns(0, 2 * size)
+        input_new, hidden_new = input_part._crop(-1, 2 * size, 3 * size), hidden_part._crop(-1, 2 * size, 3 * size)
+        reset_update_part = input_part._crop(-1, 0, 2 * size) + hidden_part._crop(-1, 0, 2 * size)
         with em.no_grad():
-            reset = _sigmoid(reset_update_part._columns(0, size))
+            reset = _sigmoid(reset_update_part._crop(-1, 0, size))
             scale = em.cat([em.ones_like(reset_update_part), reset], -1)  # the reset gate scales the new gate's part
             activated = _blockwise_activation(input_part + scale * hidden_part, 2 * size, 3 * size)
-        reset_update = _recorded_as(Composite.SIGMOID, reset_update_part, activated._columns(0, 2 * size))
-        new = _recorded_as(Composite.TANH, input_new + reset_update._columns(0, size) * hidden_new,
-                           activated._columns(2 * size, 3 * size))
-        update = reset_update._columns(size, 2 * size)
+        reset_update = _recorded_as(Composite.SIGMOID, reset_update_part, activated._crop(-1, 0, 2 * size))
+        new = _recorded_as(Composite.TANH, input_new + reset_update._crop(-1, 0, size) * hidden_new,
+                           activated._crop(-1, 2 * size, 3 * size))
+        update = reset_update._crop(-1, size, 2 * size)
         return _boundary((1 - update) * new + update * hidden), None, hidden_part
     total = _boundary(input_part + hidden_part)
     if mode == "RNN_RELU":
@@ -398,7 +399,7 @@ class RNNBase(Module):
                     saved.starts[time] = hidden if moving else hidden[:size]
                     # LSTM: the activation kernel reads the step's rows of the projection (the one kernel of a step
                     # that names its offset); the others copy them out first
-                    step_rows = projected._rows(start, start + size)
+                    step_rows = projected._crop(0, start, start + size)
                     new_hidden, new_cell, saved.hidden_parts[time] = _cell_step(
                         self.mode, step_rows if self.mode == "LSTM" else step_rows.contiguous(), saved.starts[time],
                         cell if moving or cell is None else cell[:size], detached, step_bias, weight_hr,
