@@ -138,3 +138,25 @@ def test_inside_ember_jit_the_step_is_part_of_the_capture(device: str) -> None:
         assert_close(loss, torch_loss.detach(), atol=2e-5, rtol=1e-4)
     _compare(model, reference)
     assert optimizer._replays.replayed == 0  # (ember.jit replays the whole step; the optimizer records nothing)
+
+
+def test_replayed_adam_on_a_ten_million_element_parameter_matches_torch() -> None:
+    # one parameter of 160 x 65,537 (10.5M elements, a dim past 65,535) stepped by replays, with a lazy forward result
+    # held across each step, against torch; c only (the size is the point, not the device)
+    values = np.random.default_rng(0).standard_normal((160, 65_537), dtype=np.float32)
+    parameter = em.nn.Parameter(em.tensor(values, device="c"))
+    expected = torch.nn.Parameter(torch.tensor(values))
+    optimizer = optim.Adam([parameter], lr=0.01)
+    torch_optimizer = torch.optim.Adam([expected], lr=0.01)
+    for _ in range(5):
+        optimizer.zero_grad()
+        torch_optimizer.zero_grad()
+        held = parameter.sin()  # lazy: must keep reading the weights before the step
+        (held * parameter).sum().backward()
+        torch_held = expected.sin()
+        (torch_held * expected).sum().backward()
+        optimizer.step()
+        torch_optimizer.step()
+        assert_close(held, torch_held.detach(), atol=1e-5, rtol=1e-4)
+    assert_close(parameter, expected.detach(), atol=1e-5, rtol=1e-4)
+    assert optimizer._replays.replayed >= 2
