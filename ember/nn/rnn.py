@@ -101,6 +101,9 @@ class _Layer:
 
     mode: str
     width: int  # of the hidden state
+    # Every tensor is kept without its history: the projection's own history holds `saved` (this object's
+    # method), so a tensor with history here would close a reference cycle around the whole step's graph, which
+    # then (device buffers included) would wait for Python's cycle collector instead of going when backward ends.
     projected: Tensor | None = None  # the input projection plus b_hh's joined part, all steps' rows
     starts: list[Tensor] = field(default_factory=list)  # by time step: the hidden state it started from
     hidden_parts: list[Tensor] = field(default_factory=list)  # by time step (GRU): its stored hidden matmul
@@ -112,12 +115,12 @@ class _Layer:
         assert self.projected is not None
         if not self.starts:
             return em.zeros(0, self.width, dtype=self.projected.dtype, device=self.projected.device), None
-        rows = em.cat([start.detach() for start in self.starts]).contiguous()
+        rows = em.cat(self.starts).contiguous()
         if self.mode != "GRU":
             return rows, None
         size = self.projected.shape[-1] // 3
-        hidden_reset = em.cat([part.detach()[:, :size] for part in self.hidden_parts])
-        reset = _sigmoid(self.projected.detach()[:, :size] + hidden_reset)
+        hidden_reset = em.cat([part[:, :size] for part in self.hidden_parts])
+        reset = _sigmoid(self.projected[:, :size] + hidden_reset)
         return rows, em.cat([em.ones_like(self.projected[:, :2 * size]), reset], -1)
 
 
@@ -383,7 +386,7 @@ class RNNBase(Module):
                 joined = weight_hh.shape[0] * 2 // 3 if self.mode == "GRU" else weight_hh.shape[0]
                 projected = _boundary(F.linear(layer_input, weight_ih, bias_ih)
                                       + _deferred_linear(weight_hh, bias_hh, saved.saved, total_rows, joined))
-                saved.projected = projected
+                saved.projected = projected._detached_copy()
                 step_bias = None  # GRU: the new gate's b_hh, added by the hidden matmul
                 if self.mode == "GRU" and bias_hh is not None:
                     step_bias = em.cat([em.zeros_like(bias_hh[:joined]), bias_hh[joined:]]).detach()
@@ -396,14 +399,16 @@ class RNNBase(Module):
                 for time in order:
                     size, start = batch_sizes[time], offsets[time]
                     moving = size == hidden.shape[0]
-                    saved.starts[time] = hidden if moving else hidden[:size]
+                    step_start = hidden if moving else hidden[:size]
+                    saved.starts[time] = step_start._detached_copy()
                     # LSTM: the activation kernel reads the step's rows of the projection (the one kernel of a step
                     # that names its offset); the others copy them out first
                     step_rows = projected._crop(0, start, start + size)
-                    new_hidden, new_cell, saved.hidden_parts[time] = _cell_step(
-                        self.mode, step_rows if self.mode == "LSTM" else step_rows.contiguous(), saved.starts[time],
+                    new_hidden, new_cell, hidden_part = _cell_step(
+                        self.mode, step_rows if self.mode == "LSTM" else step_rows.contiguous(), step_start,
                         cell if moving or cell is None else cell[:size], detached, step_bias, weight_hr,
                     )
+                    saved.hidden_parts[time] = None if hidden_part is None else hidden_part._detached_copy()
                     # the step's share of the output's gradient copied out: like the input rows, the one kernel that
                     # names the step's offset, so the matmul by W_hh that adds it is the same kernel at every step
                     steps[time] = _store_gradient(new_hidden * 1.0)
