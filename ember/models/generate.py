@@ -9,7 +9,7 @@ from typing import Any
 
 import ember as em
 from ember.core.tensor import Tensor, realize
-from ember.models.gemma import Gemma3, KVCache
+from ember.models.decoder import Decoder, KVCache
 from ember.models.tokenizer import SentencePieceTokenizer
 
 CACHE_GRANULE = 128
@@ -70,7 +70,7 @@ def _largest_threshold(keys: Tensor, measure: Callable[[Tensor], Tensor], target
 
 
 def generate(
-    model: Gemma3,
+    model: Decoder,
     prompt_ids: Sequence[int],
     max_new_tokens: int = 32,
     temperature: float = 0.0,
@@ -83,7 +83,7 @@ def generate(
 ) -> Iterator[int]:
     """Yield up to max_new_tokens tokens following prompt_ids, each as soon as it is chosen (stops after a token
     of stop_ids). The prompt runs in one pass (padded to `prompt_size`), then one token per step, the cache written
-    in place; with jit (the default) the steps replay the kernels the model captured (`Gemma3.step`) instead of
+    in place; with jit (the default) the steps replay the kernels the model captured (`Decoder.step`) instead of
     building each step's graph."""
     if not prompt_ids:
         raise ValueError("generate: the prompt needs at least one token (e.g. the model's beginning-of-text id)")

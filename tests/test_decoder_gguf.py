@@ -1,0 +1,186 @@
+"""ember's one decoder (models/decoder.py) on GGUF files of each architecture it reads (Llama, Qwen2, Qwen3,
+Gemma-3) against transformers + PyTorch loading the same file: the file is written by the test with the gguf
+package's writer (tiny random weights, float32 or Q8_0 matrices), and the logits of a prompt's pass and of each
+decode step after it must match transformers' logits of the whole sequence at those positions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+import numpy as np
+import pytest
+
+import ember as em
+
+gguf = pytest.importorskip("gguf", reason="the test writes GGUF files with the gguf package (ember[models])")
+transformers = pytest.importorskip("transformers", reason="needs transformers (the reference; ember[test])")
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.xdist_group("models")
+
+VOCAB, HIDDEN, LAYERS, FEED_FORWARD, HEADS, KV_HEADS, HEAD_DIM = 96, 32, 2, 64, 4, 2, 8  # Q8_0: rows of 32k
+TOKENS = [1, 17, 5, 60, 33, 8, 91, 2, 44, 12]  # the first PROMPT run in one pass, the rest one step at a time
+PROMPT = 4
+
+
+# a SentencePiece vocabulary that spells lower-case words: unknown, begin, end, the word mark, letters, fillers
+LETTERS = ["<unk>", "<s>", "</s>", "\u2581", *"abcdefghijklmnopqrstuvwxyz"]
+VOCABULARY = LETTERS + [f"t{index}" for index in range(VOCAB - len(LETTERS))]
+
+
+def write_gguf(path: Path, architecture: str, quantized: bool, seed: int = 0) -> Path:
+    """A tiny `architecture` model with random weights; with `quantized` its matrices are Q8_0 blocks."""
+    generator = np.random.default_rng(seed)
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_block_count(LAYERS)
+    writer.add_context_length(256)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_feed_forward_length(FEED_FORWARD)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(KV_HEADS)
+    writer.add_key_length(HEAD_DIM)
+    writer.add_value_length(HEAD_DIM)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_freq_base(10000.0)
+    if architecture == "gemma3":
+        writer.add_sliding_window(3)  # shorter than the sequence: the sliding layers' window is exercised
+    writer.add_tokenizer_model("llama" if architecture in ("llama", "gemma3") else "gpt2")
+    writer.add_token_list(VOCABULARY)
+    writer.add_token_scores([0.0] * VOCAB)
+    writer.add_token_types([2, 3, 3] + [1] * (VOCAB - 3))  # unknown, control, control, then normal pieces
+    if architecture not in ("llama", "gemma3"):
+        writer.add_token_merges([])
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+
+    def add(name: str, *shape: int, scale: float = 0.2, offset: float = 0.0) -> None:
+        values = (generator.standard_normal(shape) * scale + offset).astype(np.float32)
+        if quantized and len(shape) == 2:
+            blocks = gguf.quants.quantize(values, gguf.GGMLQuantizationType.Q8_0)
+            writer.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(name, values)
+
+    add("token_embd.weight", VOCAB, HIDDEN)
+    add("output_norm.weight", HIDDEN, offset=1.0)
+    if architecture != "gemma3":  # Gemma's output is the embedding table
+        add("output.weight", VOCAB, HIDDEN)
+    for layer in range(LAYERS):
+        prefix = f"blk.{layer}."
+        add(prefix + "attn_norm.weight", HIDDEN, offset=1.0)
+        add(prefix + "attn_q.weight", HEADS * HEAD_DIM, HIDDEN)
+        add(prefix + "attn_k.weight", KV_HEADS * HEAD_DIM, HIDDEN)
+        add(prefix + "attn_v.weight", KV_HEADS * HEAD_DIM, HIDDEN)
+        add(prefix + "attn_output.weight", HIDDEN, HEADS * HEAD_DIM)
+        add(prefix + "ffn_norm.weight", HIDDEN, offset=1.0)
+        add(prefix + "ffn_gate.weight", FEED_FORWARD, HIDDEN)
+        add(prefix + "ffn_up.weight", FEED_FORWARD, HIDDEN)
+        add(prefix + "ffn_down.weight", HIDDEN, FEED_FORWARD)
+        if architecture == "qwen2":
+            for name, rows in (("attn_q", HEADS * HEAD_DIM), ("attn_k", KV_HEADS * HEAD_DIM),
+                               ("attn_v", KV_HEADS * HEAD_DIM)):
+                add(prefix + f"{name}.bias", rows)
+        if architecture in ("qwen3", "gemma3"):
+            add(prefix + "attn_q_norm.weight", HEAD_DIM, offset=1.0)
+            add(prefix + "attn_k_norm.weight", HEAD_DIM, offset=1.0)
+        if architecture == "gemma3":
+            add(prefix + "post_attention_norm.weight", HIDDEN, offset=1.0)
+            add(prefix + "post_ffw_norm.weight", HIDDEN, offset=1.0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def reference_logits(path: Path, architecture: str) -> np.ndarray:
+    """transformers' float32 logits (tokens, vocab) of TOKENS from the same file."""
+    config = transformers.AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+    config.head_dim = HEAD_DIM  # transformers reads no key_length for some architectures
+    if architecture == "gemma3":
+        config.sliding_window, config.query_pre_attn_scalar = 3, HEAD_DIM
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, config=config,
+                                                              dtype=torch.float32)
+    with torch.no_grad():
+        return model(torch.tensor([TOKENS])).logits[0].numpy()
+
+
+def ember_logits(path: Path, device: str) -> np.ndarray:
+    """ember's logits: the prompt's pass (its last position), then one decode step per further token."""
+    from ember.models.decoder import Decoder, KVCache
+
+    model = Decoder.from_gguf(path)
+    model.on_device(device)
+    cache = KVCache(model.config, 16, device)
+    rows = []
+    with em.no_grad():
+        last = em.tensor([PROMPT - 1], dtype=em.int64, device=device)
+        rows.append(model.prefill(TOKENS[:PROMPT], last, cache).numpy())
+        for position in range(PROMPT, len(TOKENS)):
+            position_tensor = em.tensor([position], dtype=em.int64, device=device)
+            rows.append(model.step(TOKENS[position], position_tensor, cache).numpy())
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize("quantized", [False, True], ids=["float32", "q8_0"])
+@pytest.mark.parametrize("architecture", ["llama", "qwen2", "qwen3", "gemma3"])
+def test_decoder_matches_transformers_on_the_same_gguf_file(architecture: str, quantized: bool,
+                                                            tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / f"{architecture}.gguf", architecture, quantized)
+    expected = reference_logits(path, architecture)[PROMPT - 1:]
+    actual = ember_logits(path, "c")
+    np.testing.assert_allclose(actual, expected, atol=2e-4, rtol=1e-3)
+    assert (actual.argmax(-1) == expected.argmax(-1)).all()
+
+
+def test_decoder_on_every_device(device: str, tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "llama.gguf", "llama", quantized=True, seed=1)
+    np.testing.assert_allclose(ember_logits(path, device), reference_logits(path, "llama")[PROMPT - 1:], atol=2e-4,
+                               rtol=1e-3)
+
+
+def test_an_architecture_the_decoder_does_not_read_is_named(tmp_path: Path) -> None:
+    from ember.models.decoder import Decoder
+
+    path = write_gguf(tmp_path / "phi3.gguf", "phi3", quantized=False)
+    with pytest.raises(ValueError, match=r"'phi3'.*llama, qwen2, qwen3, gemma3"):
+        Decoder.from_gguf(path)
+
+
+def test_gemma3_class_refuses_another_architecture(tmp_path: Path) -> None:
+    from ember.models.gemma import Gemma3
+
+    path = write_gguf(tmp_path / "qwen3.gguf", "qwen3", quantized=False)
+    with pytest.raises(ValueError, match=r"'qwen3', not 'gemma3'.*Decoder.from_gguf"):
+        Gemma3.from_gguf(path)
+
+
+def test_generate_command_runs_a_llama_file_and_names_what_it_cannot_read(tmp_path: Path) -> None:
+    """`python -m ember generate --model` continues a prompt with any architecture the decoder reads (greedy tokens
+    as transformers' greedy generate), and a vocabulary ember has no tokenizer for is an error naming it."""
+    import os
+    import subprocess
+    import sys
+
+    path = write_gguf(tmp_path / "llama.gguf", "llama", quantized=True, seed=2)
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    command = [sys.executable, "-m", "ember", "generate", "--model", str(path), "--max-new-tokens", "4", "--device",
+               "c"]
+    finished = subprocess.run([*command, "abc"], capture_output=True, text=True, env=environment, timeout=600)
+    assert finished.returncode == 0, finished.stderr
+    config = transformers.AutoConfig.from_pretrained(str(tmp_path), gguf_file=path.name)
+    config.head_dim = HEAD_DIM
+    reference = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, config=config,
+                                                                  dtype=torch.float32)
+    from ember.models.tokenizer import SentencePieceTokenizer
+
+    tokenizer = SentencePieceTokenizer.from_gguf(path)
+    prompt = tokenizer.encode("abc")
+    assert prompt == [1, *(LETTERS.index(letter) for letter in "abc")]
+    greedy = reference.generate(torch.tensor([prompt]), max_new_tokens=4, do_sample=False)[0, len(prompt):].tolist()
+    assert finished.stdout.rstrip("\n") == "abc" + tokenizer.decode(greedy, skip_special_tokens=True)
+
+    qwen = write_gguf(tmp_path / "qwen2.gguf", "qwen2", quantized=False)
+    refused = subprocess.run([*command[:5], str(qwen), *command[6:], "abc"], capture_output=True, text=True,
+                             env=environment, timeout=600)
+    assert refused.returncode == 2
+    assert "tokenizer.ggml.model is 'gpt2'" in refused.stderr and "Traceback" not in refused.stderr
