@@ -151,6 +151,31 @@ def _after_ops_with_intermediates(x: Any) -> list[Any]:
     return [x, row, product, summed, gram, scaled]
 
 
+def _unfold_and_convolutions(x: Any) -> list[Any]:
+    """unfold is a view (writes through its windows reach x); a convolution and a max pool, whose window views are
+    their own intermediates, make no views: their results alias nothing and keep the values of the time."""
+    functional = torch.nn.functional if isinstance(x, torch.Tensor) else F
+    windows = x.unfold(1, 2, 1)
+    signal = x.view(1, 6, 4)
+    convolved = functional.conv1d(signal, x[:, :2].unsqueeze(0), padding=1)
+    pooled = functional.max_pool1d(signal, 2)
+    windows[0, 1].mul_(10)
+    convolved.mul_(-1)
+    pooled[0, 0].fill_(5)
+    return [x, windows, convolved, pooled]
+
+
+def _overlapping_unfold(x: Any) -> list[Any]:
+    """Overlapping windows (size > step) see the base's writes, and a write into a part of them that holds each
+    element once (one window, one position of every window) reaches the base and the other windows."""
+    windows = x.unfold(0, 3, 1)  # (4, 4, 3): row r + j of x in window r at position j
+    x[2].add_(100)
+    windows[1, :, 0] = -1.0  # x[1]
+    windows[3, 2].fill_(7)  # x[5, 2]
+    windows[:, 0, 2].mul_(3)  # x[2..5, 0]
+    return [x, windows]
+
+
 CASES: dict[str, Case] = {
     "slice_add": _slice_add, "row_zero": _row_zero, "view_setitem": _view_setitem, "transpose_mul": _transpose_mul,
     "data_row_zero": _data_row_zero, "base_write_seen_by_views": _base_write_seen_by_views, "chained": _chained,
@@ -158,6 +183,7 @@ CASES: dict[str, Case] = {
     "movement_views": _movement_views, "pieces": _pieces, "steps_none_ellipsis": _steps_none_ellipsis,
     "diagonal": _diagonal, "base_then_view_then_base": _base_then_view_then_base,
     "copies_do_not_alias": _copies_do_not_alias, "after_ops_with_intermediates": _after_ops_with_intermediates,
+    "unfold_and_convolutions": _unfold_and_convolutions, "overlapping_unfold": _overlapping_unfold,
 }
 
 
@@ -374,3 +400,15 @@ def test_results_of_ops_are_no_views_and_leave_their_operands_alone(device: str)
     for tensor in (weight, inputs, vector, *results):
         assert tensor._base is None and tensor._alias is None
     assert weight.t()._base is weight and weight._alias is not None  # a user's view op still links
+
+
+def test_a_write_through_overlapping_windows_raises(device: str) -> None:
+    """Every element of overlapping unfold windows written at once: torch writes them one by one in an order it does
+    not promise; ember raises torch's overlap error (naming the windows) and leaves the base unchanged."""
+    x = em.arange(6.0, device=device)
+    windows = x.unfold(0, 3, 1)
+    with pytest.raises(RuntimeError, match="single memory location.*overlapping unfold windows"):
+        windows.mul_(2)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        windows[0:2] = 1.0
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]

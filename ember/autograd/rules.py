@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ember.autograd.grad_mode import is_grad_enabled
 from ember.core.ops import Composite, Op
 from ember.core.staged_reduce import reduce_axes
+from ember.core.views import intermediates
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -162,6 +163,7 @@ def _copysign(step: Recorded, grad: Tensor) -> Gradients:
     return grad * derivative, _zeros(sign)
 
 
+@intermediates
 def _grad_totals(grad: Tensor, normalized: Tensor, axes: tuple[int, ...]) -> tuple[Tensor, Tensor]:
     """(sum(grad), sum(grad * normalized)) over axes (kept), as one reduce (each stage one kernel, not two): grad
     times [1, normalized] stacked along a new leading axis (normalized padded with a one before it: recomputed
@@ -178,6 +180,7 @@ def _grad_totals(grad: Tensor, normalized: Tensor, axes: tuple[int, ...]) -> tup
     return both.shrink([(0, 1)]).reshape(shape), both.shrink([(1, 2)]).reshape(shape)
 
 
+@intermediates
 def _normalize(step: Recorded, grad: Tensor) -> Gradients:
     """torch's backward of batch, group and instance norm from the saved mean and 1 / std. With xhat =
     (x - mean) * inverse_std and n values per statistic: grad_x = (grad - sum(grad) / n - xhat * sum(grad * xhat)

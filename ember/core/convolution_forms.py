@@ -28,6 +28,7 @@ from ember.core.dtype import min_value
 from ember.core.elementwise import where
 from ember.core.ops import Composite
 from ember.core.staged_reduce import STAGE_THRESHOLD
+from ember.core.views import intermediates
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -64,6 +65,7 @@ class PoolGeometry(NamedTuple):
     pads: tuple[tuple[int, int], ...]
 
 
+@intermediates
 def window_axis(tensor: Tensor, axis: int, kernel: int, stride: int, dilation: int, output: int) -> Tensor:
     """Replace `axis` (length L) by two axes (kernel, output) with element [j, i] = x[i * stride + j * dilation]."""
     before, after = tensor.shape[:axis], tensor.shape[axis + 1:]
@@ -94,6 +96,7 @@ def window_axis(tensor: Tensor, axis: int, kernel: int, stride: int, dilation: i
     return split.shrink([None] * (axis + 2) + [(0, 1)]).reshape(before + (kernel, output) + after)
 
 
+@intermediates
 def windows(tensor: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
             output: tuple[int, ...]) -> Tensor:
     """From [..., L1..Ln] (padded already) the view [..., o1..on, k1..kn] of every window: a view, never a copy."""
@@ -116,6 +119,7 @@ def _padded(source: Tensor, geometry: ConvolutionGeometry) -> Tensor:
     return padded.contiguous() if copy else padded
 
 
+@intermediates
 def convolve(source: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
     """The convolution (no bias) of batched [N, C, *S] with [Cout, C / groups, *K]: [N, Cout, *O], recorded for
     autograd as one step (its rule is `convolution_gradients`)."""
@@ -454,6 +458,7 @@ def _phased_weight_gradient(grad: Tensor, phased: Tensor, weight_shape: tuple[in
     return joined.permute(order).reshape(weight_shape)
 
 
+@intermediates
 def convolution_gradients(grad: Tensor, padded: Tensor, weight: Tensor,
                           geometry: ConvolutionGeometry) -> tuple[Tensor, Tensor]:
     """(d padded input, d weight) of a convolution given the gradient of its output (autograd/rules.py). The padded
@@ -472,6 +477,7 @@ def convolution_gradients(grad: Tensor, padded: Tensor, weight: Tensor,
 # ---- transposed convolution ----------------------------------------------------------------------------------
 
 
+@intermediates
 def transposed_convolve(source: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
     """The transposed convolution (no bias) of batched [N, Cin, *I] with [Cin, Cout / groups, *K]: the input's
     gradient of the convolution that `geometry` describes (input [N, Cout, *geometry.sizes], filters `weight`, output
@@ -512,6 +518,7 @@ def _column_transposed_convolve(source: Tensor, weight: Tensor, geometry: Convol
     return total._pad_and_shrink([(0, 0), (0, 0)] + [(-before, -after) for before, after in geometry.pads])
 
 
+@intermediates
 def transposed_convolution_gradients(grad: Tensor, source: Tensor, weight: Tensor,
                                      geometry: ConvolutionGeometry) -> tuple[Tensor, Tensor]:
     """(d input, d weight) of `transposed_convolve` given the gradient of its output (autograd/rules.py): the input's
@@ -528,6 +535,7 @@ def transposed_convolution_gradients(grad: Tensor, source: Tensor, weight: Tenso
 # ---- max pooling ----------------------------------------------------------------------------------------------
 
 
+@intermediates
 def max_pool(source: Tensor, geometry: PoolGeometry) -> Tensor:
     """The maximum of each window of batched [N, C, *S] (padding counts as -inf), recorded for autograd as one step
     whose gradient goes to the first maximum of each window, as torch's (`max_pool_gradient`)."""
@@ -540,12 +548,14 @@ def max_pool(source: Tensor, geometry: PoolGeometry) -> Tensor:
     return source._recorded(Composite.MAX_POOL, compute, (source,), geometry)
 
 
+@intermediates
 def pool_windows(source: Tensor, geometry: PoolGeometry) -> Tensor:
     """[N, C, *O, *K]: the windows of the -inf padded input."""
     padded = source._pad_and_shrink([(0, 0), (0, 0), *geometry.pads], value=min_value(source.dtype))
     return windows(padded, geometry.kernel, geometry.strides, geometry.dilations, geometry.outputs)
 
 
+@intermediates
 def chosen_offset(flat: Tensor) -> Tensor:
     """The offset in each window (the last axis of flat) of its first maximum, or of its last NaN (torch's)."""
     count = flat.shape[-1]
@@ -558,6 +568,7 @@ def chosen_offset(flat: Tensor) -> Tensor:
     return where(best >= count, best - count, count - 1 - best)
 
 
+@intermediates
 def max_pool_gradient(grad: Tensor, source: Tensor, geometry: PoolGeometry) -> Tensor:
     """d max_pool / d input: each window's gradient to its chosen element (the offsets: one reduce), then, for each
     kernel offset, the windows' gradients spread by the stride and shifted to that offset, summed (one elementwise

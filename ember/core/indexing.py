@@ -298,6 +298,15 @@ class IndexingOps(IndexUpdateOps):
 
     def __setitem__(self, indices: Any, value: Any) -> None:
         """Write value (broadcast to the indexed shape, cast to this dtype) in place, like torch: self.assign(...)."""
+        alias = getattr(self, "_alias", None)  # (the reference tensor of tests has the mixin and no views)
+        if alias is not None and any(op is Op.EXPAND for op, _, _ in alias.steps):
+            # a view whose elements may share memory (overlapping unfold windows): write the indexed part only, as
+            # torch does, so only that part has to be free of overlaps (views.write_through checks it)
+            plan = parse_indices(cast("Tensor", self), indices)
+            if not plan.advanced:
+                part = self[indices]
+                part.assign(_put(part, Ellipsis, value, accumulate=False))
+                return
         self.assign(_put(cast("Tensor", self), indices, value, accumulate=False))
 
     def __iter__(self) -> Iterator[Tensor]:

@@ -36,7 +36,7 @@ Step = tuple[Op, Any, Shape]  # a movement op, its arg, and the shape it applies
 VIEW_METHODS = ("reshape", "view", "view_as", "reshape_as", "expand", "expand_as", "broadcast_to", "permute", "shrink",
                 "narrow", "select", "transpose", "swapaxes", "swapdims", "t", "movedim", "moveaxis", "flatten",
                 "unflatten", "squeeze", "unsqueeze", "split", "chunk", "unbind", "tensor_split", "__getitem__",
-                "unfold", "adjoint")
+                "adjoint")  # and diagonal and unfold: their layouts are torch's formulas (_diagonal_view, _unfold_view)
 VIEW_PROPERTIES = ("T", "mT", "H", "mH")
 
 OVERLAP_MESSAGE = ("unsupported operation: more than one element of the written-to tensor refers to a single memory "
@@ -278,6 +278,7 @@ def view_methods(tensor_class: type) -> type:
         method = getattr(tensor_class, name)
         setattr(tensor_class, name, _viewing(method))
     tensor_class.diagonal = _diagonal_view(tensor_class.diagonal)  # type: ignore[attr-defined]
+    tensor_class.unfold = _unfold_view(tensor_class.unfold)  # type: ignore[attr-defined]
     for name in VIEW_PROPERTIES:
         getter = getattr(tensor_class, name).fget
         setattr(tensor_class, name, property(_viewing(getter), doc=getter.__doc__))
@@ -293,6 +294,25 @@ class _Nesting(threading.local):
 
 
 _NESTING = _Nesting()
+
+
+def intermediates(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark `function` as building another op's intermediates: the view ops it calls link no views (each link walks
+    the movement steps and simulates strides), as those called by a view op do not. Only for ember's own code whose
+    tensors never reach the user as views (a view op wrapping it still links its own result); never around user
+    code, whose in-place writes through a view must reach the viewed tensor."""
+
+    @functools.wraps(function)
+    def building(*args: Any, **kwargs: Any) -> Any:
+        if _NESTING.depth:
+            return function(*args, **kwargs)
+        _NESTING.depth = 1
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _NESTING.depth = 0
+
+    return building
 
 
 def _viewing(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -339,6 +359,33 @@ def _diagonal_view(method: Callable[..., Any]) -> Callable[..., Any]:
     return diagonal
 
 
+def _unfold_view(method: Callable[..., Any]) -> Callable[..., Any]:
+    """unfold as a view: overlapping windows (size > step) are copies of the dim laid end to end (an expand), whose
+    strides no flatten can express, so the layout is torch's formula (the dim's stride times step, and the dim's
+    stride again for the window's new last dim). The values follow the base's writes; a write through windows
+    places its values by that layout (`_scatter_by_layout`), and one through windows that overlap raises."""
+
+    @functools.wraps(method)
+    def unfold(self: Tensor, dimension: int, size: int, step: int) -> Any:
+        if _NESTING.depth:
+            return method(self, dimension, size, step)
+        _NESTING.depth = 1
+        try:
+            result = method(self, dimension, size, step)
+        finally:
+            _NESTING.depth = 0
+        axis = dimension % self.ndim if self.ndim else 0
+
+        def layout_of(strides: tuple[int, ...], start: int) -> tuple[tuple[int, ...], int]:
+            if not strides:  # a 0-d tensor's one window of one element
+                return (1,), start
+            return strides[:axis] + (strides[axis] * step,) + strides[axis + 1:] + (strides[axis],), start
+
+        return link_view(self, result, layout_of=layout_of)
+
+    return unfold
+
+
 def check_viewable(source: Tensor, shape: Shape) -> None:
     """torch's view() error for a shape that source's strides cannot express (reshape copies there instead)."""
     alias = source._alias
@@ -362,8 +409,10 @@ def write_through(target: Tensor, value: Tensor) -> Tensor:
     hidden = storage.tensor
     if any(stride == 0 and size > 1 for stride, size in zip(alias.strides, target.shape)):
         raise RuntimeError(OVERLAP_MESSAGE)
-    if any(op is Op.EXPAND for op, _, _ in alias.steps):
-        raise RuntimeError(f"{OVERLAP_MESSAGE} (ember cannot write through a view of an expanded tensor)")
+    if any(op is Op.EXPAND for op, _, _ in alias.steps) and _overlaps(target.shape, alias.strides):
+        # torch writes element by element here, in an order it does not promise; ember refuses
+        raise RuntimeError(f"{OVERLAP_MESSAGE} (elements of this view share memory locations: overlapping unfold "
+                           f"windows)")
     context = CONTEXT.get()
     if leave_storage(target):
         return target.assign(value)
@@ -414,7 +463,12 @@ def _write(target: Tensor, value: Tensor, members: list[Tensor], recording: bool
     assert alias is not None
     storage = alias.storage
     hidden = storage.tensor
-    new_value = value if not alias.steps else _scatter(hidden, alias.steps, value)
+    if not alias.steps:
+        new_value = value
+    elif any(op is Op.EXPAND for op, _, _ in alias.steps):  # no inverse step by step: place by the layout instead
+        new_value = _scatter_by_layout(hidden, alias.strides, alias.offset, value)
+    else:
+        new_value = _scatter(hidden, alias.steps, value)
     if recording:  # the history of the new value refers to the tensors of the storage as they were before
         from ember.core.tensor import _replace_source
 
@@ -459,6 +513,35 @@ def _scatter(hidden: Tensor, steps: tuple[Step, ...], value: Tensor) -> Tensor:
         else:  # flip and expand are never steps of a view that can be written
             raise AssertionError(op)
     return result
+
+
+def _overlaps(shape: Shape, strides: tuple[int, ...]) -> bool:
+    """Whether two elements of a layout may share a memory location: with its dims ordered by stride, a dim's stride
+    must pass the farthest element the smaller-stride dims reach (sizes of 1 are no dims)."""
+    reach = 0
+    for stride, size in sorted((stride, size) for size, stride in zip(shape, strides) if size > 1):
+        if stride <= reach:
+            return True
+        reach += (size - 1) * stride
+    return False
+
+
+def _scatter_by_layout(hidden: Tensor, strides: tuple[int, ...], offset: int, value: Tensor) -> Tensor:
+    """hidden (laid out contiguously) with the elements at offset + sum(index * stride) replaced by value's: how a
+    write through a view whose steps have an expand (unfold's windows, which do not overlap here) reaches the
+    storage."""
+    from ember.core.creation import arange
+
+    positions: Tensor | None = None
+    for axis, (size, stride) in enumerate(zip(value.shape, strides)):
+        shape = [1] * value.ndim
+        shape[axis] = size
+        term = (arange(size, device=value.device) * stride).reshape(shape)
+        positions = term if positions is None else positions + term
+    flat = hidden.reshape(-1)
+    if positions is None:  # a 0-d value: one element
+        return flat.scatter(0, arange(offset, offset + 1, device=value.device), value.reshape(1)).reshape(hidden.shape)
+    return flat.scatter(0, (positions + offset).reshape(-1), value.reshape(-1)).reshape(hidden.shape)
 
 
 def _derive(member: Tensor, hidden: Tensor, recording: bool) -> None:
