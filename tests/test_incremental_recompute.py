@@ -162,9 +162,9 @@ def test_restrict_computes_the_box_of_every_op_family(device: str) -> None:
 VOCABULARY, CAPACITY, WIDTH, HEADS, HIDDEN = 11, 16, 16, 2, 32
 
 
-def transformer_parameters() -> dict[str, np.ndarray]:
+def transformer_parameters(capacity: int = CAPACITY) -> dict[str, np.ndarray]:
     random = np.random.default_rng(2)
-    shapes = {"embedding": (VOCABULARY, WIDTH), "position": (CAPACITY, WIDTH), "query": (WIDTH, WIDTH),
+    shapes = {"embedding": (VOCABULARY, WIDTH), "position": (capacity, WIDTH), "query": (WIDTH, WIDTH),
               "key": (WIDTH, WIDTH), "value": (WIDTH, WIDTH), "out": (WIDTH, WIDTH), "up": (HIDDEN, WIDTH),
               "down": (WIDTH, HIDDEN), "head": (VOCABULARY, WIDTH)}
     return {name: (random.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
@@ -206,3 +206,30 @@ def test_decoding_a_transformer_block_matches_torch(device: str, small_buffer: i
         expected = transformer_block(torch.tensor(ids[:position + 1]), torch_weights, torch.nn.functional)
         assert_close(logits.numpy()[:position + 1], expected.numpy())
         assert graph.last_flops * 4 < graph.full_flops, (graph.last_flops, graph.full_flops)
+
+
+def test_decoding_compiles_nothing_after_the_first_two_positions(device: str) -> None:
+    """Box offsets and causal prefix lengths are read at launch (shape classes): each position from the third on
+    launches the kernels compiled for the first two, with the logits of torch's full block."""
+    capacity, prompt, steps = 40, 2, 30  # (the last positions of the buffer, boxes touching its end, are left out)
+    parameters = transformer_parameters(capacity)
+    generator = np.random.default_rng(7)
+    # (ids from 1: writing a token 0 is a kernel of its own, the graph rewrites fold a 0 padded with 0, compiled once)
+    ids = generator.integers(1, VOCABULARY, size=capacity)
+    buffer = np.zeros(capacity, np.int64)
+    buffer[:prompt] = ids[:prompt]
+    tokens = em.tensor(buffer, device=device)
+    weights = {name: em.tensor(value, device=device) for name, value in parameters.items()}
+    torch_weights = {name: torch.tensor(value) for name, value in parameters.items()}
+    graph = IncrementalGraph([transformer_block(tokens, weights, F)], [tokens])
+    expected = transformer_block(torch.tensor(ids), torch_weights, torch.nn.functional).numpy()
+    compiles = []
+    for position in range(prompt, prompt + steps):
+        with em.profile() as record:
+            tokens[position] = int(ids[position])
+            logits = graph.update({tokens: Region.from_index((capacity,), position)},
+                                  needed=[Region.from_index((capacity, VOCABULARY), position)])[0]
+            row = logits.numpy()[position]
+        compiles.append(len(record.compiles))
+        assert_close(row, expected[position])  # (causal: the full sequence's row is the prefix's)
+    assert compiles[0] > 0 and compiles[2:] == [0] * (steps - 2), compiles
