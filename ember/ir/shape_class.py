@@ -15,11 +15,14 @@ from ember.ir.kernel import Kernel, KernelStep
 VARIABLE_BASE = 1 << 40  # SizeVariable k is this int + k: above every size a kernel has (kernels index with int64)
 SIZE_ARGUMENT_OPS = (Op.RESHAPE, Op.EXPAND)  # ops whose arg is their shape
 MINIMUM_VARIABLE_SIZE = 2  # a size 1 is lowered as no axis at all; a class's sizes are never 1 (nor 0)
-# an offset (a shrink's bounds, a pad's amounts, an integer constant: a box's start, a causal prefix's length) is
-# only added, compared or computed with, never an axis: a class's offsets take any value from 0
-MINIMUM_OFFSET = 0
 FLOAT_OFFSET_TYPES = (dtypes.float32, dtypes.float64)  # float constants given as ints that may be variables
 LARGEST_MEMBER = 2**31 - 1  # a member's element counts stay within int32 (the class's kernel indexes with int32)
+Limits = tuple[int, int]  # the least and the largest value a variable in a size's place may take
+SIZE_LIMITS: Limits = (MINIMUM_VARIABLE_SIZE, LARGEST_MEMBER)
+# an offset (a shrink's bounds, a pad's amounts, an integer constant: a box's start, a causal prefix's length) is
+# only added, compared or computed with, never an axis: a class's offsets take any value from 0
+OFFSET_LIMITS: Limits = (0, LARGEST_MEMBER)
+FLOAT_OFFSET_LIMITS: Limits = (0, 2**24)  # a float constant loaded as int32 and converted: exact on every backend
 
 
 class SizeVariable(int):
@@ -46,56 +49,57 @@ class SizeVariable(int):
         return f"size{self.number}"
 
 
-def split_sizes(kernel: Kernel) -> tuple[tuple, tuple[int, ...], tuple[int, ...]]:
-    """(structure, sizes, minimums) of a kernel: the sizes are every shape entry, every reshape/expand/shrink
+def split_sizes(kernel: Kernel) -> tuple[tuple, tuple[int, ...], tuple[Limits, ...]]:
+    """(structure, sizes, limits) of a kernel: the sizes are every shape entry, every reshape/expand/shrink
     argument, every pad amount, every integer constant and every input's element count, in order; the structure is
-    the rest (ops, sources, other arguments, dtypes, ranks); per size the least value a variable in its place may
-    take (MINIMUM_VARIABLE_SIZE for a size, MINIMUM_OFFSET for an offset)."""
+    the rest (ops, sources, other arguments, dtypes, ranks); per size the values a variable in its place may take
+    (SIZE_LIMITS for a size, OFFSET_LIMITS for an offset, FLOAT_OFFSET_LIMITS for a float constant given as an
+    int)."""
     sizes: list[int] = []
-    minimums: list[int] = []
+    limits: list[Limits] = []
     structure = []
 
-    def take(values: tuple[int, ...] | list[int], minimum: int) -> None:
+    def take(values: tuple[int, ...] | list[int], kind: Limits) -> None:
         sizes.extend(values)
-        minimums.extend([minimum] * len(values))
+        limits.extend([kind] * len(values))
 
     for step in kernel.steps:
-        take(step.shape, MINIMUM_VARIABLE_SIZE)
+        take(step.shape, SIZE_LIMITS)
         arg = step.arg
         if step.op in SIZE_ARGUMENT_OPS:
-            take(arg, MINIMUM_VARIABLE_SIZE)
+            take(arg, SIZE_LIMITS)
             arg = len(arg)
         elif step.op is Op.SHRINK:
             for start, end in arg:
-                take((start, end), MINIMUM_OFFSET)
+                take((start, end), OFFSET_LIMITS)
             arg = len(arg)
         elif step.op is Op.PAD:
             for before, after in arg[0]:
-                take((before, after), MINIMUM_OFFSET)
+                take((before, after), OFFSET_LIMITS)
             arg = (len(arg[0]), arg[1])
         elif integer_constant(step):
-            take((arg,), MINIMUM_OFFSET)
+            take((arg,), OFFSET_LIMITS if step.dtype.is_int else FLOAT_OFFSET_LIMITS)
             arg = "integer"
         structure.append((step.op, step.srcs, arg, len(step.shape), step.dtype))
-    take(kernel.input_sizes, MINIMUM_VARIABLE_SIZE)
-    return (tuple(structure), len(kernel.input_sizes)), tuple(sizes), tuple(minimums)
+    take(kernel.input_sizes, SIZE_LIMITS)
+    return (tuple(structure), len(kernel.input_sizes)), tuple(sizes), tuple(limits)
 
 
 class ShapeClass(NamedTuple):
-    """Which sizes of a structure are variables: per size, a fixed int or a SizeVariable; per size the least value
-    a variable in its place may take (split_sizes: a size's or an offset's; a variable is never in both kinds of
-    place)."""
+    """Which sizes of a structure are variables: per size, a fixed int or a SizeVariable; per size the values a
+    variable in its place may take (split_sizes' limits: a size's or an offset's; a variable is never in places of
+    two kinds)."""
 
     pattern: tuple[int, ...]
     variables: int
-    minimums: tuple[int, ...]
+    limits: tuple[Limits, ...]
 
     def member_values(self, sizes: tuple[int, ...]) -> tuple[int, ...] | None:
         """The values of the size variables for a kernel of the class's structure with these sizes, or None where
-        the kernel is not a member (a fixed size differs, one variable would take two values, a variable is below
-        its place's minimum or above LARGEST_MEMBER)."""
+        the kernel is not a member (a fixed size differs, one variable would take two values, a variable is outside
+        its place's limits)."""
         values: list[int | None] = [None] * self.variables
-        for wanted, size, minimum in zip(self.pattern, sizes, self.minimums):
+        for wanted, size, (minimum, maximum) in zip(self.pattern, sizes, self.limits):
             if type(wanted) is int:
                 if size != wanted:
                     return None
@@ -103,7 +107,7 @@ class ShapeClass(NamedTuple):
             number = wanted.number  # type: ignore[attr-defined]
             known = values[number]
             if known is None:
-                if not minimum <= size <= LARGEST_MEMBER:
+                if not minimum <= size <= maximum:
                     return None
                 values[number] = size
             elif known != size:
@@ -114,32 +118,32 @@ class ShapeClass(NamedTuple):
         """The class holding this class's members and a kernel of these sizes: a fixed size the kernel differs in
         becomes a variable, a variable the kernel gives two values splits (positions stay together where their
         place in this class, their new size and their kind (size or offset) agree); None where nothing changes or a
-        value that would vary is below its place's minimum or above LARGEST_MEMBER."""
-        numbers: dict[tuple[Any, int, int], int] = {}
+        value that would vary is outside its place's limits."""
+        numbers: dict[tuple[Any, int, Limits], int] = {}
         pattern: list[int] = []
-        for wanted, size, minimum in zip(self.pattern, sizes, self.minimums):
+        for wanted, size, (minimum, maximum) in zip(self.pattern, sizes, self.limits):
             variable = type(wanted) is not int
             if not variable and wanted == size:
                 pattern.append(wanted)
                 continue
-            if not minimum <= size <= LARGEST_MEMBER or (not variable and not minimum <= wanted <= LARGEST_MEMBER):
+            if not minimum <= size <= maximum or (not variable and not minimum <= wanted <= maximum):
                 return None
             label = (("variable", wanted.number) if variable else ("fixed", wanted),  # type: ignore[attr-defined]
-                     size, minimum)
+                     size, (minimum, maximum))
             number = numbers.setdefault(label, len(numbers))
             pattern.append(SizeVariable(number))
         if len(numbers) <= self.variables and all(
                 type(old) is int or old.number == new.number  # type: ignore[attr-defined]
                 for old, new in zip(self.pattern, pattern)):
             return None
-        return ShapeClass(tuple(pattern), len(numbers), self.minimums)
+        return ShapeClass(tuple(pattern), len(numbers), self.limits)
 
 
-def class_of(first: tuple[int, ...], second: tuple[int, ...], minimums: tuple[int, ...]) -> ShapeClass | None:
-    """The class two kernels of one structure with these sizes (and split_sizes' minimums) make: sizes equal in
-    both are fixed, the others variables (one per pair of values and kind, so sizes that vary together share one);
-    None where they do not differ or a varying value is below its place's minimum in either."""
-    return ShapeClass(first, 0, minimums).widened(second)
+def class_of(first: tuple[int, ...], second: tuple[int, ...], limits: tuple[Limits, ...]) -> ShapeClass | None:
+    """The class two kernels of one structure with these sizes (and split_sizes' limits) make: sizes equal in both
+    are fixed, the others variables (one per pair of values and kind, so sizes that vary together share one); None
+    where they do not differ or a varying value is outside its place's limits in either."""
+    return ShapeClass(first, 0, limits).widened(second)
 
 
 def class_kernel(kernel: Kernel, shape_class: ShapeClass) -> Kernel:

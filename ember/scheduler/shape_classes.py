@@ -28,7 +28,7 @@ from ember.ir.ir import IROp, KernelIR, topological_nodes
 from ember.ir.kernel import Kernel, row_loop
 from ember.ir.linearize import Step, linearize
 from ember.ir.lower import lower_shape_class
-from ember.ir.shape_class import ShapeClass, class_kernel, class_of, fits_class, global_size, split_sizes
+from ember.ir.shape_class import Limits, ShapeClass, class_kernel, class_of, fits_class, global_size, split_sizes
 from ember.scheduler import profile
 
 MAX_STRUCTURES = 4096  # structures remembered (the least recently met forgotten), as the compile cache's programs
@@ -108,7 +108,7 @@ def member(device: Device, kernel: Kernel) -> Any:
     for its sizes (its structure met first, sizes no class holds, or large: MAX_MEMBER_WORK)."""
     if not enabled() or not device.info.can_run:
         return None
-    structure_key, sizes, minimums = split_sizes(kernel)
+    structure_key, sizes, limits = split_sizes(kernel)
     key = (device.name, structure_key)
     known = STRUCTURES.get(key)
     if known is None:
@@ -121,7 +121,7 @@ def member(device: Device, kernel: Kernel) -> Any:
         return None
     found = _holding_class(device, kernel, known, sizes)
     if found is None:
-        made = _new_class(device, kernel, known, sizes, minimums)
+        made = _new_class(device, kernel, known, sizes, limits)
         if made is None:
             return None
         found = made
@@ -142,7 +142,7 @@ def member(device: Device, kernel: Kernel) -> Any:
 
 
 def _new_class(device: Device, kernel: Kernel, known: Structure, sizes: tuple[int, ...],
-               minimums: tuple[int, ...]) -> tuple[CompiledClass, tuple[int, ...]] | None:
+               limits: tuple[Limits, ...]) -> tuple[CompiledClass, tuple[int, ...]] | None:
     """The class made by a kernel of these sizes and the pending sizes most like them (fewest sizes differ: the
     same kernel at the previous position rather than another value's kernel of the same structure), compiled and
     added to `known`, with the kernel's variable values; None (the sizes left pending) where none makes one."""
@@ -155,7 +155,7 @@ def _new_class(device: Device, kernel: Kernel, known: Structure, sizes: tuple[in
         pending.append(sizes)
         del pending[:-MAX_PENDING]
     for earlier in candidates:
-        shape_class = class_of(earlier, sizes, minimums)
+        shape_class = class_of(earlier, sizes, limits)
         if shape_class is None:
             continue
         compiled = _compile_class(device, kernel, known, shape_class)
