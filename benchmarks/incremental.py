@@ -9,8 +9,13 @@ rewritten with new values, whose recorded launches the runner replays (no graph,
 the first update at a position, which builds its restricted graphs and compiles their kernels (box offsets are
 compiled in), is reported on its own.
 
+`--decode N` decodes N tokens one at a time instead, from the middle of the buffer (each step writes a new position
+and needs only its row): the compiles of each step (the restricted kernels compile by shape class, their box offsets
+and causal prefix lengths read at launch: none after the first two positions) and the step times against a full
+recompute, timed alternately.
+
     python benchmarks/incremental.py [--tokens 512] [--width 512] [--heads 8] [--hidden 2048] [--rounds 5]
-                                     [--device c]
+                                     [--device c] [--decode N]
 """
 
 from __future__ import annotations
@@ -46,7 +51,11 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--device", default="c")
+    parser.add_argument("--decode", type=int, default=0, help="decode this many tokens one at a time")
     arguments = parser.parse_args()
+    if arguments.decode:
+        decode(arguments)
+        return
     tokens, width, device = arguments.tokens, arguments.width, arguments.device
     random = np.random.default_rng(0)
     shapes = {"query": (width, width), "key": (width, width), "value": (width, width), "out": (width, width),
@@ -98,6 +107,48 @@ def main() -> None:
     print(f"  first run (realize, keeping {len(graph.values)} values) {first_run * 1e3:.0f} ms; first update at a "
           f"new position (compiles its restricted kernels) {first_update * 1e3:.0f} ms")
     print(f"  max |incremental - full| = {error:.2e}")
+
+
+def decode(arguments: argparse.Namespace) -> None:
+    """Decode `arguments.decode` tokens one at a time from the middle of the buffer; print compiles per step and the
+    step times against a full recompute (alternated, one full recompute per step)."""
+    tokens, width, device, steps = arguments.tokens, arguments.width, arguments.device, arguments.decode
+    if steps >= tokens // 2:
+        raise SystemExit(f"--decode {steps}: at most {tokens // 2 - 1} for {tokens} tokens (decoding starts halfway)")
+    random = np.random.default_rng(0)
+    shapes = {"query": (width, width), "key": (width, width), "value": (width, width), "out": (width, width),
+              "up": (arguments.hidden, width), "down": (width, arguments.hidden)}
+    weights = {name: em.tensor((random.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32),
+                               device=device) for name, shape in shapes.items()}
+    start = tokens // 2
+    embeddings = np.zeros((tokens, width), np.float32)
+    embeddings[:start] = random.standard_normal((start, width))
+    x = em.tensor(embeddings, device=device)
+    graph = IncrementalGraph([block(x, weights, arguments.heads)], [x])
+    compiles, step_times, full_times = [], [], []
+    error = 0.0
+    for position in range(start, start + steps):
+        embeddings[position] = random.standard_normal(width)
+        begin = time.perf_counter()
+        with em.profile() as record:
+            x[position] = em.tensor(embeddings[position], device=device)
+            row = graph.update({x: Region.from_index(x.shape, position)},
+                               [Region.from_index((tokens, width), position)])[0].numpy()[position]
+        step_times.append(time.perf_counter() - begin)
+        compiles.append(len(record.compiles))
+        begin = time.perf_counter()
+        expected = block(em.tensor(embeddings, device=device), weights, arguments.heads).numpy()[position]
+        full_times.append(time.perf_counter() - begin)
+        error = max(error, float(np.abs(row - expected).max()))
+    later = step_times[2:] or step_times
+    full_time, step_time = float(np.median(full_times[2:] or full_times)), float(np.median(later))
+    print(f"transformer block: {tokens} tokens, width {width}, {arguments.heads} heads, MLP {arguments.hidden}, "
+          f"device {device}; decoding {steps} tokens from position {start}")
+    print(f"  compiles per step: {compiles}")
+    print(f"  step   first {step_times[0] * 1e3:.0f} ms, second {step_times[min(1, steps - 1)] * 1e3:.0f} ms, "
+          f"later median {step_time * 1e3:.1f} ms (min {min(later) * 1e3:.1f})   full recompute median "
+          f"{full_time * 1e3:.1f} ms   speedup {full_time / step_time:.1f}x")
+    print(f"  max |decoded row - full| = {error:.2e}")
 
 
 if __name__ == "__main__":

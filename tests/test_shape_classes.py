@@ -107,13 +107,13 @@ def test_class_kernels_match_torch_at_every_size(device: str, lengths: tuple[int
 
 def test_class_kernels_render_for_every_backend() -> None:
     """Every class kernel compiled in this session renders as OpenCL C and assembles as PTX (sm_75, sm_90)."""
-    irs = [known.ir for known in shape_classes.STRUCTURES.values() if known.ir is not None]
+    irs = [compiled.ir for known in shape_classes.STRUCTURES.values() for compiled in known.classes]
     if not irs:
         _attention_step(em, em.tensor(np.ones((1, 3, WIDTH), np.float32)), em.tensor(np.ones((WIDTH, 3 * WIDTH),
                                                                                              np.float32))).numpy()
         _attention_step(em, em.tensor(np.ones((1, 4, WIDTH), np.float32)), em.tensor(np.ones((WIDTH, 3 * WIDTH),
                                                                                              np.float32))).numpy()
-        irs = [known.ir for known in shape_classes.STRUCTURES.values() if known.ir is not None]
+        irs = [compiled.ir for known in shape_classes.STRUCTURES.values() for compiled in known.classes]
     irs = list({ir.name: ir for ir in irs}.values())  # (a class met on several devices: one kernel)
     assert irs
     renderer = opencl.OpenCLRenderer()
@@ -144,3 +144,26 @@ def test_a_varying_dim_keeps_the_index_bounds_of_the_others(device: str) -> None
         weights = generator.normal(size=(4, 5, length)).astype(np.float32)
         x = generator.normal(size=(length, 2, 8)).astype(np.float32)
         _close(heads(em, weights, x, device).numpy(), heads(torch, weights, x, device))
+
+
+def _windows(lib: Any, x: Any, start: int) -> list[Any]:
+    """A window of x's columns from `start` (a shrink's bounds), padded back to a fixed width (pad amounts from 0)."""
+    window = x[:, start:start + 3] * 2.0 + 1.0
+    padded = lib.nn.functional.pad(window, (start, 6 - start), value=-1.0)
+    return [padded, padded.amax(1) + x[:, start]]
+
+
+def test_offsets_from_zero_are_read_at_launch(device: str) -> None:
+    """A shrink's start and a pad's amounts are offsets: a class holds them from 0 (a size stays >= 2), so windows
+    at starts 0 and 1 make the class and every later start runs its kernels, like torch, NaN and infinity in place."""
+    generator = np.random.default_rng(4)
+    values = generator.normal(size=(4, 12)).astype(np.float32)
+    values[1, 4], values[2, 1] = np.nan, -np.inf
+    compiles = []
+    for start in (0, 1, 6, 2, 5, 3):
+        with em.profile() as record:
+            results = [output.numpy() for output in _windows(em, em.tensor(values, device=device), start)]
+        compiles.append(len(record.compiles))
+        for mine, theirs in zip(results, _windows(torch, torch.tensor(values), start)):
+            np.testing.assert_allclose(mine, theirs.numpy(), atol=1e-6, equal_nan=True)
+    assert compiles[0] > 0 and compiles[2:] == [0] * 4, compiles

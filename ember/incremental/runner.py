@@ -20,6 +20,7 @@ from ember.incremental.region import Region
 from ember.incremental.restrict import restrict, source_boxes
 from ember.incremental.static_bounds import is_static
 from ember.incremental.write import aligned_box, write_box
+from ember.scheduler import shape_classes
 from ember.scheduler.buffers import Buffer, buffer_of
 from ember.scheduler.kernelize import find_boundaries, kernelize
 from ember.scheduler.lock import SCHEDULER_LOCK
@@ -111,7 +112,8 @@ class IncrementalGraph:
             if region.shape != leaf.shape or tensor.shape != leaf.shape or tensor.dtype != leaf.dtype:
                 raise ShapeError(f"IncrementalGraph.update: a region of shape {region.shape} for an input of shape "
                                  f"{leaf.shape}; the input must keep its shape and dtype")
-            tensor.realize()
+            with shape_classes.by_class():  # (the edit, `x[position] = token` not yet realized, by class too)
+                tensor.realize()
             leaf_changes[leaf] = region
         if needed is not None and len(needed) != len(self.roots):
             raise ArgumentError(f"IncrementalGraph.update: {len(needed)} needed regions for {len(self.roots)} outputs")
@@ -148,9 +150,12 @@ class IncrementalGraph:
         return self.outputs
 
     def _recompute(self, recompute: list[tuple[Node, Region]]) -> None:
-        """Build each box's restricted graph and write it into its kept value (graph, schedule, launches)."""
-        for node, box in recompute:
-            write_box(self.values[node], box, self._restricted(node, box))
+        """Build each box's restricted graph and write it into its kept value (graph, schedule, launches). The
+        kernels compile by shape class: a box's offsets, and the length of a causal prefix it reads, are read at
+        launch, so the same boxes at another position (the next decode step) launch the kernels compiled before."""
+        with shape_classes.by_class():
+            for node, box in recompute:
+                write_box(self.values[node], box, self._restricted(node, box))
 
     def _record(self, recompute: list[tuple[Node, Region]]) -> Replay | None:
         """Recompute while recording the launches; the replay of them, or None when a later run could not repeat

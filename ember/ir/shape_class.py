@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ember.core import dtype as dtypes
 from ember.core.ops import Op
 from ember.core.shapes import prod
 from ember.ir.kernel import Kernel, KernelStep
@@ -14,7 +15,14 @@ from ember.ir.kernel import Kernel, KernelStep
 VARIABLE_BASE = 1 << 40  # SizeVariable k is this int + k: above every size a kernel has (kernels index with int64)
 SIZE_ARGUMENT_OPS = (Op.RESHAPE, Op.EXPAND)  # ops whose arg is their shape
 MINIMUM_VARIABLE_SIZE = 2  # a size 1 is lowered as no axis at all; a class's sizes are never 1 (nor 0)
+FLOAT_OFFSET_TYPES = (dtypes.float32, dtypes.float64)  # float constants given as ints that may be variables
 LARGEST_MEMBER = 2**31 - 1  # a member's element counts stay within int32 (the class's kernel indexes with int32)
+Limits = tuple[int, int]  # the least and the largest value a variable in a size's place may take
+SIZE_LIMITS: Limits = (MINIMUM_VARIABLE_SIZE, LARGEST_MEMBER)
+# an offset (a shrink's bounds, a pad's amounts, an integer constant: a box's start, a causal prefix's length) is
+# only added, compared or computed with, never an axis: a class's offsets take any value from 0
+OFFSET_LIMITS: Limits = (0, LARGEST_MEMBER)
+FLOAT_OFFSET_LIMITS: Limits = (0, 2**24)  # a float constant loaded as int32 and converted: exact on every backend
 
 
 class SizeVariable(int):
@@ -41,45 +49,57 @@ class SizeVariable(int):
         return f"size{self.number}"
 
 
-def split_sizes(kernel: Kernel) -> tuple[tuple, tuple[int, ...]]:
-    """(structure, sizes) of a kernel: the sizes are every shape entry, every reshape/expand/shrink argument and
-    every input's element count, in order; the structure is the rest (ops, sources, other arguments, dtypes, ranks)."""
+def split_sizes(kernel: Kernel) -> tuple[tuple, tuple[int, ...], tuple[Limits, ...]]:
+    """(structure, sizes, limits) of a kernel: the sizes are every shape entry, every reshape/expand/shrink
+    argument, every pad amount, every integer constant and every input's element count, in order; the structure is
+    the rest (ops, sources, other arguments, dtypes, ranks); per size the values a variable in its place may take
+    (SIZE_LIMITS for a size, OFFSET_LIMITS for an offset, FLOAT_OFFSET_LIMITS for a float constant given as an
+    int)."""
     sizes: list[int] = []
+    limits: list[Limits] = []
     structure = []
+
+    def take(values: tuple[int, ...] | list[int], kind: Limits) -> None:
+        sizes.extend(values)
+        limits.extend([kind] * len(values))
+
     for step in kernel.steps:
-        sizes.extend(step.shape)
+        take(step.shape, SIZE_LIMITS)
         arg = step.arg
         if step.op in SIZE_ARGUMENT_OPS:
-            sizes.extend(arg)
+            take(arg, SIZE_LIMITS)
             arg = len(arg)
         elif step.op is Op.SHRINK:
             for start, end in arg:
-                sizes.extend((start, end))
+                take((start, end), OFFSET_LIMITS)
             arg = len(arg)
         elif step.op is Op.PAD:
             for before, after in arg[0]:
-                sizes.extend((before, after))
+                take((before, after), OFFSET_LIMITS)
             arg = (len(arg[0]), arg[1])
         elif integer_constant(step):
-            sizes.append(arg)
+            take((arg,), OFFSET_LIMITS if step.dtype.is_int else FLOAT_OFFSET_LIMITS)
             arg = "integer"
         structure.append((step.op, step.srcs, arg, len(step.shape), step.dtype))
-    sizes.extend(kernel.input_sizes)
-    return (tuple(structure), len(kernel.input_sizes)), tuple(sizes)
+    take(kernel.input_sizes, SIZE_LIMITS)
+    return (tuple(structure), len(kernel.input_sizes)), tuple(sizes), tuple(limits)
 
 
 class ShapeClass(NamedTuple):
-    """Which sizes of a structure are variables: per size, a fixed int or a SizeVariable."""
+    """Which sizes of a structure are variables: per size, a fixed int or a SizeVariable; per size the values a
+    variable in its place may take (split_sizes' limits: a size's or an offset's; a variable is never in places of
+    two kinds)."""
 
     pattern: tuple[int, ...]
     variables: int
+    limits: tuple[Limits, ...]
 
     def member_values(self, sizes: tuple[int, ...]) -> tuple[int, ...] | None:
         """The values of the size variables for a kernel of the class's structure with these sizes, or None where
-        the kernel is not a member (a fixed size differs, one variable would take two values, a variable is below
-        MINIMUM_VARIABLE_SIZE)."""
+        the kernel is not a member (a fixed size differs, one variable would take two values, a variable is outside
+        its place's limits)."""
         values: list[int | None] = [None] * self.variables
-        for wanted, size in zip(self.pattern, sizes):
+        for wanted, size, (minimum, maximum) in zip(self.pattern, sizes, self.limits):
             if type(wanted) is int:
                 if size != wanted:
                     return None
@@ -87,7 +107,7 @@ class ShapeClass(NamedTuple):
             number = wanted.number  # type: ignore[attr-defined]
             known = values[number]
             if known is None:
-                if not MINIMUM_VARIABLE_SIZE <= size <= LARGEST_MEMBER:
+                if not minimum <= size <= maximum:
                     return None
                 values[number] = size
             elif known != size:
@@ -96,33 +116,34 @@ class ShapeClass(NamedTuple):
 
     def widened(self, sizes: tuple[int, ...]) -> ShapeClass | None:
         """The class holding this class's members and a kernel of these sizes: a fixed size the kernel differs in
-        becomes a variable, a variable the kernel gives two values splits (positions stay together where both their
-        place in this class and their new size agree); None where nothing changes or a size that would vary is
-        below MINIMUM_VARIABLE_SIZE."""
-        numbers: dict[tuple[Any, int], int] = {}
+        becomes a variable, a variable the kernel gives two values splits (positions stay together where their
+        place in this class, their new size and their kind (size or offset) agree); None where nothing changes or a
+        value that would vary is outside its place's limits."""
+        numbers: dict[tuple[Any, int, Limits], int] = {}
         pattern: list[int] = []
-        for wanted, size in zip(self.pattern, sizes):
+        for wanted, size, (minimum, maximum) in zip(self.pattern, sizes, self.limits):
             variable = type(wanted) is not int
             if not variable and wanted == size:
                 pattern.append(wanted)
                 continue
-            if size < MINIMUM_VARIABLE_SIZE or wanted < MINIMUM_VARIABLE_SIZE:
+            if not minimum <= size <= maximum or (not variable and not minimum <= wanted <= maximum):
                 return None
-            label = (("variable", wanted.number) if variable else ("fixed", wanted), size)  # type: ignore[attr-defined]
+            label = (("variable", wanted.number) if variable else ("fixed", wanted),  # type: ignore[attr-defined]
+                     size, (minimum, maximum))
             number = numbers.setdefault(label, len(numbers))
             pattern.append(SizeVariable(number))
         if len(numbers) <= self.variables and all(
                 type(old) is int or old.number == new.number  # type: ignore[attr-defined]
                 for old, new in zip(self.pattern, pattern)):
             return None
-        return ShapeClass(tuple(pattern), len(numbers))
+        return ShapeClass(tuple(pattern), len(numbers), self.limits)
 
 
-def class_of(first: tuple[int, ...], second: tuple[int, ...]) -> ShapeClass | None:
-    """The class two kernels of one structure with these sizes make: sizes equal in both are fixed, the others
-    variables (one per pair of values, so sizes that vary together share one); None where they do not differ or a
-    varying size is below MINIMUM_VARIABLE_SIZE in either."""
-    return ShapeClass(first, 0).widened(second)
+def class_of(first: tuple[int, ...], second: tuple[int, ...], limits: tuple[Limits, ...]) -> ShapeClass | None:
+    """The class two kernels of one structure with these sizes (and split_sizes' limits) make: sizes equal in both
+    are fixed, the others variables (one per pair of values and kind, so sizes that vary together share one); None
+    where they do not differ or a varying value is outside its place's limits in either."""
+    return ShapeClass(first, 0, limits).widened(second)
 
 
 def class_kernel(kernel: Kernel, shape_class: ShapeClass) -> Kernel:
@@ -149,8 +170,10 @@ def class_kernel(kernel: Kernel, shape_class: ShapeClass) -> Kernel:
 
 
 def integer_constant(step: KernelStep) -> bool:
-    """Whether a step is an integer constant (its value one of the kernel's sizes: a last index, a count)."""
-    return step.op is Op.CONST and type(step.arg) is int and step.dtype.is_int
+    """Whether a step is an integer constant (its value one of the kernel's sizes: a last index, a count), or a
+    float32/float64 constant given as an int (a restricted arange's start: incremental/restrict.py), which a class's
+    kernel loads as int32 and converts as the constant would be."""
+    return step.op is Op.CONST and type(step.arg) is int and (step.dtype.is_int or step.dtype in FLOAT_OFFSET_TYPES)
 
 
 def fits_class(kernel: Kernel) -> bool:

@@ -1,7 +1,9 @@
 """Compiling by shape class: the second kernel met of a structure seen before with other sizes (the next token of a
 generation loop) makes a class whose varying sizes are read at launch, compiled once; every later member launches
 that program with its own sizes (a small buffer per member), so a growing sequence compiles no more kernels.
-Off by default (each size compiles its own kernel, tiled and vectorized for it); EMBER_SHAPE_CLASSES=1 turns it on.
+Off by default (each size compiles its own kernel, tiled and vectorized for it); EMBER_SHAPE_CLASSES=1 turns it on,
+and `by_class()` for the realizes of a block (the incremental runner's restricted kernels, whose box offsets and
+causal prefix lengths are read at launch, so a decode step at a new position compiles nothing).
 Known limits, why it is not on by default yet: class kernels are untiled (a warm run is slower), and each member
 holds a small sizes buffer in the device's pool, so what a kernel costs and allocates depends on the kernels met
 before it."""
@@ -12,8 +14,10 @@ import hashlib
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -24,19 +28,35 @@ from ember.ir.ir import IROp, KernelIR, topological_nodes
 from ember.ir.kernel import Kernel, row_loop
 from ember.ir.linearize import Step, linearize
 from ember.ir.lower import lower_shape_class
-from ember.ir.shape_class import ShapeClass, class_kernel, class_of, fits_class, global_size, split_sizes
+from ember.ir.shape_class import Limits, ShapeClass, class_kernel, class_of, fits_class, global_size, split_sizes
 from ember.scheduler import profile
 
 MAX_STRUCTURES = 4096  # structures remembered (the least recently met forgotten), as the compile cache's programs
 # a member doing more work items x loop iterations than this compiles for its sizes: a class's kernel is untiled
 # and unvectorized (one output per work item), which a large matmul pays for many times over its compile
 MAX_MEMBER_WORK = 1 << 21
-MAX_WIDENINGS = 4  # times a structure's class is made wider (each compiles its kernel again)
+MAX_WIDENINGS = 4  # times a class is made wider (each compiles its kernel again)
+MAX_CLASSES = 4  # classes of one structure (each its own kernel)
+MAX_PENDING = 8  # sizes no class holds kept per structure, to make a class with the next
+
+
+FORCED: ContextVar[bool] = ContextVar("ember_shape_classes_forced", default=False)  # inside by_class()
 
 
 def enabled() -> bool:
-    """Whether kernels are compiled by shape class (EMBER_SHAPE_CLASSES=1; off by default)."""
-    return os.environ.get("EMBER_SHAPE_CLASSES", "0") not in ("0", "")
+    """Whether kernels are compiled by shape class (EMBER_SHAPE_CLASSES=1 or inside by_class(); off by default)."""
+    return FORCED.get() or os.environ.get("EMBER_SHAPE_CLASSES", "0") not in ("0", "")
+
+
+@contextmanager
+def by_class() -> Iterator[None]:
+    """Compile the kernels realized in this block (in the calling thread) by shape class, whatever
+    EMBER_SHAPE_CLASSES says."""
+    token = FORCED.set(True)
+    try:
+        yield
+    finally:
+        FORCED.reset(token)
 
 
 class SizedProgram(Program):
@@ -56,17 +76,27 @@ class SizedProgram(Program):
 
 
 @dataclass
-class Structure:
-    """What is known of one kernel structure on one device: the sizes it was first met with, then its class and the
-    class's compiled kernel (`refused`: the class could not be lowered or built; its members compile one by one)."""
+class CompiledClass:
+    """One class of a structure and its compiled kernel (`widenings`: times it was made wider)."""
 
-    sizes: tuple[int, ...]
-    shape_class: ShapeClass | None = None
-    ir: KernelIR | None = None
-    program: Program | None = None
-    whole_rows: bool = False
-    refused: bool = False
+    shape_class: ShapeClass
+    ir: KernelIR
+    program: Program
+    whole_rows: bool
     widenings: int = 0
+
+
+@dataclass
+class Structure:
+    """What is known of one kernel structure on one device: its classes with their compiled kernels, and the sizes
+    of the last members met that none of them holds (`pending`: a next such member makes a class with one). A
+    structure has several classes where its kernels vary in ways one class cannot hold (the restricted kernels of
+    two values alike but for a size that is 1 in one: a size variable is never 1); `refused`: a class could not be
+    lowered or built; its members compile one by one."""
+
+    pending: list[tuple[int, ...]]
+    classes: list[CompiledClass] = field(default_factory=list)
+    refused: bool = False
 
 
 STRUCTURES: OrderedDict[tuple[str, tuple], Structure] = OrderedDict()
@@ -74,44 +104,30 @@ STRUCTURES: OrderedDict[tuple[str, tuple], Structure] = OrderedDict()
 
 def member(device: Device, kernel: Kernel) -> Any:
     """The compiled kernel (a compile_cache.CompiledKernel) that runs `kernel` as a member of its shape class on
-    `device`, compiling the class at the second size met; None where the kernel is to be compiled for its sizes
-    (its structure met first, with sizes no class holds, or large: MAX_MEMBER_WORK)."""
+    `device`, compiling a class at the second sizes met that no class holds; None where the kernel is to be compiled
+    for its sizes (its structure met first, sizes no class holds, or large: MAX_MEMBER_WORK)."""
     if not enabled() or not device.info.can_run:
         return None
-    structure_key, sizes = split_sizes(kernel)
+    structure_key, sizes, limits = split_sizes(kernel)
     key = (device.name, structure_key)
     known = STRUCTURES.get(key)
     if known is None:
-        STRUCTURES[key] = Structure(sizes)
+        STRUCTURES[key] = Structure([sizes])
         while len(STRUCTURES) > MAX_STRUCTURES:
             STRUCTURES.popitem(last=False)
         return None
     STRUCTURES.move_to_end(key)
-    if known.refused:
+    if known.refused or not fits_class(kernel):
         return None
-    if known.shape_class is None:
-        shape_class = class_of(known.sizes, sizes)
-        if shape_class is None:
-            known.sizes = sizes
+    found = _holding_class(device, kernel, known, sizes)
+    if found is None:
+        made = _new_class(device, kernel, known, sizes, limits)
+        if made is None:
             return None
-        if not _compile_class(device, kernel, known, shape_class):
-            return None
-    assert known.shape_class is not None and known.ir is not None and known.program is not None
-    if not fits_class(kernel):
-        return None
-    values = known.shape_class.member_values(sizes)
-    if values is None:  # other sizes vary too (two layers of one structure, then a longer sequence): a wider class
-        wider = known.shape_class.widened(sizes)
-        if wider is None or known.widenings >= MAX_WIDENINGS:
-            return None
-        known.widenings += 1
-        if not _compile_class(device, kernel, known, wider):
-            return None
-        values = wider.member_values(sizes)
-        if values is None:
-            return None
-    work_items = global_size(kernel, known.whole_rows)
-    iterations = member_loop_iterations(known.ir, values)
+        found = made
+    chosen, values = found
+    work_items = global_size(kernel, chosen.whole_rows)
+    iterations = member_loop_iterations(chosen.ir, values)
     if work_items * max(1, iterations) > MAX_MEMBER_WORK:
         return None
     limit = getattr(device, "loop_limit", None)  # (wgpu on Mesa's llvmpipe ends long loops: wgpu.py)
@@ -122,11 +138,63 @@ def member(device: Device, kernel: Kernel) -> Any:
 
     buffer = Buffer(device, len(values) + 1, dtypes.int32)
     buffer.write(np.array([work_items, *values], dtype=np.int32))
-    return CompiledKernel(replace(known.ir, global_size=work_items), SizedProgram(known.program, buffer))
+    return CompiledKernel(replace(chosen.ir, global_size=work_items), SizedProgram(chosen.program, buffer))
 
 
-def _compile_class(device: Device, kernel: Kernel, known: Structure, shape_class: ShapeClass) -> bool:
-    """Lower and build the class's kernel into `known`; False (the structure refused) where it cannot be."""
+def _new_class(device: Device, kernel: Kernel, known: Structure, sizes: tuple[int, ...],
+               limits: tuple[Limits, ...]) -> tuple[CompiledClass, tuple[int, ...]] | None:
+    """The class made by a kernel of these sizes and the pending sizes most like them (fewest sizes differ: the
+    same kernel at the previous position rather than another value's kernel of the same structure), compiled and
+    added to `known`, with the kernel's variable values; None (the sizes left pending) where none makes one."""
+    pending = known.pending
+    if len(known.classes) >= MAX_CLASSES:
+        return None
+    candidates = sorted((earlier for earlier in pending if earlier != sizes),
+                        key=lambda earlier: sum(old != new for old, new in zip(earlier, sizes)))
+    if sizes not in pending:
+        pending.append(sizes)
+        del pending[:-MAX_PENDING]
+    for earlier in candidates:
+        shape_class = class_of(earlier, sizes, limits)
+        if shape_class is None:
+            continue
+        compiled = _compile_class(device, kernel, known, shape_class)
+        values = None if compiled is None else shape_class.member_values(sizes)
+        if compiled is None or values is None:
+            return None
+        known.classes.append(compiled)
+        known.pending = [earlier for earlier in pending if shape_class.member_values(earlier) is None]
+        return compiled, values
+    return None
+
+
+def _holding_class(device: Device, kernel: Kernel, known: Structure, sizes: tuple[int, ...]
+                   ) -> tuple[CompiledClass, tuple[int, ...]] | None:
+    """A class of `known` that holds a kernel of these sizes and the kernel's variable values, a class made wider
+    to hold it where one can be (other sizes vary too: two layers of one structure, then a longer sequence), or
+    None."""
+    for compiled in known.classes:
+        values = compiled.shape_class.member_values(sizes)
+        if values is not None:
+            return compiled, values
+    for index, compiled in enumerate(known.classes):
+        wider = compiled.shape_class.widened(sizes)
+        if wider is None or compiled.widenings >= MAX_WIDENINGS:
+            continue
+        rebuilt = _compile_class(device, kernel, known, wider)
+        values = None if rebuilt is None else wider.member_values(sizes)
+        if rebuilt is None or values is None:
+            return None
+        rebuilt.widenings = compiled.widenings + 1
+        known.classes[index] = rebuilt
+        return rebuilt, values
+    return None
+
+
+def _compile_class(device: Device, kernel: Kernel, known: Structure, shape_class: ShapeClass
+                   ) -> CompiledClass | None:
+    """Lower and build the class's kernel; None where it cannot be (a structure with no class yet is refused: its
+    kernels compile for their sizes)."""
     start = time.perf_counter()
     generic = class_kernel(kernel, shape_class)
     name = "s_" + hashlib.blake2s(repr(generic).encode(), digest_size=5).hexdigest()
@@ -138,18 +206,16 @@ def _compile_class(device: Device, kernel: Kernel, known: Structure, shape_class
             raise TypeError(f"dtypes {unsupported} unsupported")
         program = device.compile_many([ir])[0]
     except Exception as error:  # noqa: BLE001 - any failure keeps the structure to kernels of its own sizes
-        if known.shape_class is None:  # (a wider class that failed leaves the one there is)
+        if not known.classes:  # (a wider class that failed leaves the ones there are)
             known.refused = True
         profile.debug_print(1, f"  shape class of {name} refused ({type(error).__name__}: {error}); its kernels "
                                "compile for their sizes")
-        return False
-    known.shape_class, known.ir, known.program = shape_class, ir, program
-    known.whole_rows = row_loop(generic)
+        return None
     seconds = time.perf_counter() - start
     for record in profile.current():
         record.compiles.append(profile.CompileRecord(ir.name, device.name, seconds, from_cache=False))
     profile.debug_print(1, f"  shape class {name}: {shape_class.variables} size(s) read at launch")
-    return True
+    return CompiledClass(shape_class, ir, program, row_loop(generic))
 
 
 def member_loop_iterations(ir: KernelIR, values: tuple[int, ...]) -> int:
