@@ -36,7 +36,7 @@ Step = tuple[Op, Any, Shape]  # a movement op, its arg, and the shape it applies
 VIEW_METHODS = ("reshape", "view", "view_as", "reshape_as", "expand", "expand_as", "broadcast_to", "permute", "shrink",
                 "narrow", "select", "transpose", "swapaxes", "swapdims", "t", "movedim", "moveaxis", "flatten",
                 "unflatten", "squeeze", "unsqueeze", "split", "chunk", "unbind", "tensor_split", "__getitem__",
-                "adjoint")  # and diagonal and unfold: their layouts are torch's formulas (_diagonal_view, _unfold_view)
+                "adjoint")  # and diagonal and unfold, whose layouts are formulas (_diagonal_layout, _unfold_layout)
 VIEW_PROPERTIES = ("T", "mT", "H", "mH")
 
 OVERLAP_MESSAGE = ("unsupported operation: more than one element of the written-to tensor refers to a single memory "
@@ -277,8 +277,8 @@ def view_methods(tensor_class: type) -> type:
     for name in VIEW_METHODS:
         method = getattr(tensor_class, name)
         setattr(tensor_class, name, _viewing(method))
-    tensor_class.diagonal = _diagonal_view(tensor_class.diagonal)  # type: ignore[attr-defined]
-    tensor_class.unfold = _unfold_view(tensor_class.unfold)  # type: ignore[attr-defined]
+    tensor_class.diagonal = _formula_view(tensor_class.diagonal, _diagonal_layout)  # type: ignore[attr-defined]
+    tensor_class.unfold = _formula_view(tensor_class.unfold, _unfold_layout)  # type: ignore[attr-defined]
     for name in VIEW_PROPERTIES:
         getter = getattr(tensor_class, name).fget
         setattr(tensor_class, name, property(_viewing(getter), doc=getter.__doc__))
@@ -334,56 +334,53 @@ def _viewing(method: Callable[..., Any]) -> Callable[..., Any]:
     return view_op
 
 
-def _diagonal_view(method: Callable[..., Any]) -> Callable[..., Any]:
-    """diagonal as a view: its steps (a crop, a flatten and a strided crop) are invertible, but the flatten of the
-    crop is no view, so its layout is torch's formula (the two dims' strides summed)."""
+Layout = Callable[[tuple[int, ...], int], tuple[tuple[int, ...], int]]  # (strides, offset) -> the result's
+
+
+def _formula_view(method: Callable[..., Any], layout: Callable[..., Layout]) -> Callable[..., Any]:
+    """A view op whose result's layout is torch's formula, `layout(source, result, *args)` giving it from the
+    source's, where simulating its steps cannot (a flatten no strides express)."""
 
     @functools.wraps(method)
-    def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
+    def view(self: Tensor, *args: Any, **kwargs: Any) -> Any:
         if _NESTING.depth:
-            return method(self, offset, dim1, dim2)
+            return method(self, *args, **kwargs)
         _NESTING.depth = 1
         try:
-            result = method(self, offset, dim1, dim2)
+            result = method(self, *args, **kwargs)
         finally:
             _NESTING.depth = 0
-        first, second = dim1 % self.ndim, dim2 % self.ndim
+        return link_view(self, result, layout_of=layout(self, result, *args, **kwargs))
 
-        def layout_of(strides: tuple[int, ...], start: int) -> tuple[tuple[int, ...], int]:
-            lead = tuple(stride for axis, stride in enumerate(strides) if axis not in (first, second))
-            shift = offset * strides[second] if offset >= 0 else -offset * strides[first]
-            return lead + (strides[first] + strides[second],), start + (shift if result.numel() else 0)
-
-        return link_view(self, result, layout_of=layout_of)
-
-    return diagonal
+    return view
 
 
-def _unfold_view(method: Callable[..., Any]) -> Callable[..., Any]:
-    """unfold as a view: overlapping windows (size > step) are copies of the dim laid end to end (an expand), whose
-    strides no flatten can express, so the layout is torch's formula (the dim's stride times step, and the dim's
-    stride again for the window's new last dim). The values follow the base's writes; a write through windows
-    places its values by that layout (`_scatter_by_layout`), and one through windows that overlap raises."""
+def _diagonal_layout(source: Tensor, result: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Layout:
+    """diagonal's steps (a crop, a flatten and a strided crop) are invertible, but the flatten of the crop is no
+    view: the layout is the two dims' strides summed."""
+    first, second = dim1 % source.ndim, dim2 % source.ndim
 
-    @functools.wraps(method)
-    def unfold(self: Tensor, dimension: int, size: int, step: int) -> Any:
-        if _NESTING.depth:
-            return method(self, dimension, size, step)
-        _NESTING.depth = 1
-        try:
-            result = method(self, dimension, size, step)
-        finally:
-            _NESTING.depth = 0
-        axis = dimension % self.ndim if self.ndim else 0
+    def layout_of(strides: tuple[int, ...], start: int) -> tuple[tuple[int, ...], int]:
+        lead = tuple(stride for axis, stride in enumerate(strides) if axis not in (first, second))
+        shift = offset * strides[second] if offset >= 0 else -offset * strides[first]
+        return lead + (strides[first] + strides[second],), start + (shift if result.numel() else 0)
 
-        def layout_of(strides: tuple[int, ...], start: int) -> tuple[tuple[int, ...], int]:
-            if not strides:  # a 0-d tensor's one window of one element
-                return (1,), start
-            return strides[:axis] + (strides[axis] * step,) + strides[axis + 1:] + (strides[axis],), start
+    return layout_of
 
-        return link_view(self, result, layout_of=layout_of)
 
-    return unfold
+def _unfold_layout(source: Tensor, result: Tensor, dimension: int, size: int, step: int) -> Layout:
+    """Overlapping unfold windows (size > step) are copies of the dim laid end to end (an expand), whose strides no
+    flatten can express: the layout is the dim's stride times step, and the dim's stride again for the window's
+    new last dim. The values follow the base's writes; a write through windows places its values by that layout
+    (`_scatter_by_layout`), and one through windows that overlap raises."""
+    axis = dimension % source.ndim if source.ndim else 0
+
+    def layout_of(strides: tuple[int, ...], start: int) -> tuple[tuple[int, ...], int]:
+        if not strides:  # a 0-d tensor's one window of one element
+            return (1,), start
+        return strides[:axis] + (strides[axis] * step,) + strides[axis + 1:] + (strides[axis],), start
+
+    return layout_of
 
 
 def check_viewable(source: Tensor, shape: Shape) -> None:
