@@ -178,7 +178,8 @@ class WGPUProgram(Program):
         return lambda wait_for: self._submit(pipeline, bind_group, dispatch)
 
     def _dispatch(self, global_size: int) -> tuple[int, int, int]:
-        return self.dispatch if self.info is None else launch_geometry(global_size, self.info)[0]
+        return self.dispatch if self.info is None else launch_geometry(global_size, self.info,
+                                                                       exact_local_size=self.kernel.local_size)[0]
 
     def _bind_group(self, buffers: list[Any]) -> tuple[Any, Any]:
         """The pipeline for these buffers (a variant where the output's buffer is also an input) and their bind
@@ -268,8 +269,8 @@ class WGPUDevice(Device):
                 raise CompileError(f"kernel {kernel.name} has {len(kernel.params)} buffers; {self.name} binds at most "
                                    f"{limit} per kernel (realize some inputs first)")
             try:
-                program = WGPUProgram(self.queue, source, kernel, launch_geometry(kernel.global_size, self.info)[0],
-                                      self.info)
+                dispatch = launch_geometry(kernel.global_size, self.info, exact_local_size=kernel.local_size)[0]
+                program = WGPUProgram(self.queue, source, kernel, dispatch, self.info)
             except Exception as error:  # noqa: BLE001 - wgpu raises its own validation error types
                 raise CompileError(f"wgpu rejected a kernel: {error}\n--- source ---\n{source}") from None
             self._programs.put(source, program)

@@ -39,7 +39,8 @@ def compute_dtype(dtype: DType) -> DType:
 class Lowerer:
     """Lowers the steps of one kernel at symbolic indices, memoizing (step, index, validity)."""
 
-    def __init__(self, kernel: Kernel, builder: Builder, index_dtype: DType, reduce_lanes: int = 1) -> None:
+    def __init__(self, kernel: Kernel, builder: Builder, index_dtype: DType, reduce_lanes: int = 1,
+                 group: tuple[IRNode, int] | None = None) -> None:
         self.kernel = kernel
         self.steps = kernel.steps
         self.builder = builder
@@ -50,6 +51,8 @@ class Lowerer:
         self.ranges: dict[tuple[int, int], IRNode] = {}
         self.reduce_lanes = reduce_lanes
         self.lane_groups: list[tuple[IRNode, ...]] = []
+        # a workgroup kernel's (LOCAL_ID node, local size): each reduce is shared by the work items of a group
+        self.group = group
 
     def param(self, position: int, dtype: DType, is_output: bool) -> IRNode:
         if position not in self.params:
@@ -126,6 +129,8 @@ class Lowerer:
         source_shape = self.steps[step.srcs[0]].shape
         if 0 in source_shape:  # (a size known at launch, a node, is never 0: ir/shape_class.py)
             return b.const(reduce_identity(op, step.dtype), compute_dtype(step.dtype))
+        if self.group is not None:
+            return (yield from self._lower_group_reduce(position, step, index, valid))
         lanes = self.reduce_lanes
         split = [axis for axis in step.arg if source_shape[axis] % lanes == 0 and source_shape[axis] >= lanes
                  ] if lanes > 1 else []
@@ -155,6 +160,30 @@ class Lowerer:
             group = [b.alu(combine, group[0].dtype, *group[number:number + 2]) if number + 1 < len(group)
                      else group[number] for number in range(0, len(group), 2)]
         return group[0]
+
+    def _lower_group_reduce(self, position: int, step: KernelStep, index: tuple[IRNode, ...],
+                            valid: IRNode | None) -> Lowering:
+        """A reduce of one axis by the work items of a group (ir/group_reduce.py): work item l reduces elements l,
+        l + L, l + 2L, ... of the axis (L the local size; the identity past its end), then the group combines the
+        items' partial results (GROUP_REDUCE)."""
+        b, op = self.builder, step.op
+        local_id, local_size = self.group  # type: ignore[misc]  # (only called in group mode)
+        source_shape = self.steps[step.srcs[0]].shape
+        axis = next(axis for axis in step.arg if source_shape[axis] != 1)
+        length = source_shape[axis]
+        if (position, axis) not in self.ranges:
+            self.ranges[(position, axis)] = b.new_range(-(-length // local_size), self.index_dtype)
+        step_range = self.ranges[(position, axis)]
+        element = b.add(b.mul(step_range, local_size), local_id)
+        inside = None if length % local_size == 0 else b.less(element, length)
+        # past the end the last element is read (clamped, not masked: a mask would reach the reduces this one reads
+        # through a broadcast, softmax's max, and make them depend on this reduce's loop) and the identity used
+        clamped = b.at_most(element, length - 1)
+        value = yield from self._reduced_value(step, index, {axis: clamped}, valid)
+        if inside is not None:
+            identity = b.const(reduce_identity(op, step.dtype), value.dtype)
+            value = b.alu(Op.WHERE, value.dtype, inside, value, identity)
+        return b.group_reduce(op, b.reduce(op, value, (step_range,)))
 
     def _reduced_value(self, step: KernelStep, index: tuple[IRNode, ...], ranges: dict[int, IRNode],
                        valid: IRNode | None) -> Lowering:
