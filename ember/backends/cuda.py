@@ -248,7 +248,8 @@ class CudaProgram(Program):
         except CudaError as error:
             raise CompileError(f"the CUDA driver rejected a kernel: {error}\n--- source ---\n{source}") from None
         self.function = check(driver, "cuModuleGetFunction", driver.cuModuleGetFunction(self.module, kernel.name.encode()))
-        (self.blocks, _, _), self.block_size = launch_geometry(kernel.global_size, info)
+        (self.blocks, _, _), self.block_size = launch_geometry(kernel.global_size, info,
+                                                               exact_local_size=kernel.local_size)
         self.parameter_types = (ctypes.c_void_p,) * len(kernel.params)
         # a shape class's kernel (its global size known at launch): the blocks of each launch's size
         self.info = info if kernel.size_parameter is not None else None

@@ -52,6 +52,10 @@ MEMORY_TYPE: dict[DType, str] = {
     dtypes.int32: "s32", dtypes.uint32: "u32", dtypes.int64: "s64", dtypes.uint64: "u64",
     dtypes.float16: "b16", dtypes.bfloat16: "u16", dtypes.float32: "f32", dtypes.float64: "f64",
 }
+SHARED_TYPE: dict[DType, str] = {  # the types a group reduce keeps in shared memory (ir/group_reduce.GROUP_DTYPES)
+    dtypes.int32: "b32", dtypes.uint32: "b32", dtypes.int64: "b64", dtypes.uint64: "b64", dtypes.float32: "f32",
+    dtypes.float64: "f64",
+}
 LOADED_KIND = {dtypes.bool_: "b32", dtypes.float16: "b16", dtypes.bfloat16: "b32"}  # registers loads fill
 WRAPPING_OPS = frozenset({Op.NEG, Op.NOT, Op.ADD, Op.SUB, Op.MUL, Op.IDIV, Op.SHL})
 
@@ -398,6 +402,7 @@ class PTXBody(KernelBody):
         self.shared = _shared_nodes(kernel.sink)
         self.wide_index = kernel.index_dtype == dtypes.int64
         self.index_kind, self.index_suffix = ("b64", "s64") if self.wide_index else ("b32", "s32")
+        self.shared_arrays: list[str] = []  # a workgroup kernel's `.shared` declarations (one per group reduce)
 
     def constant_operand(self, node: IRNode) -> str:
         """A constant as an immediate; a bool in a predicate register (PTX has no predicate immediates)."""
@@ -445,6 +450,7 @@ class PTXRenderer(StepRenderer[PTXBody]):
             ")",
             "{",
             *e.declarations(),
+            *body.shared_arrays,
             "",
             *e.lines,
             "$L_end:",
@@ -475,6 +481,11 @@ class PTXRenderer(StepRenderer[PTXBody]):
             e.emit("add.s64", global_id, global_id, thread_wide)
         else:
             e.emit("mad.lo.s32", global_id, block, threads, thread)
+        if kernel.local_size is not None:  # a workgroup kernel: launched in blocks of exactly its local size
+            body.local_id, body.group_id = e.register(body.index_kind), e.register(body.index_kind)
+            conversion = "cvt.u64.u32" if body.wide_index else "mov.u32"
+            e.emit(conversion, body.local_id, thread)
+            e.emit(conversion, body.group_id, block)
         outside = e.register("pred")
         bound = str(kernel.global_size)
         if kernel.size_parameter is not None:  # a shape class's kernel: element 0 of its sizes
@@ -588,6 +599,44 @@ class PTXRenderer(StepRenderer[PTXBody]):
 
     def define_local(self, body: PTXBody, node: IRNode) -> None:
         self.refuse_scratch_arrays(body, node)
+
+    def group_reduce(self, body: PTXBody, node: IRNode) -> None:
+        """The block's values combined by a tree in a `.shared` array: each thread stores its value, then half the
+        threads combine pairs, halving until element 0 holds the result, with `bar.sync` after every level."""
+        e = body.e
+        size = body.kernel.local_size
+        assert size is not None and size & (size - 1) == 0, "a group reduce needs a power-of-two local size"
+        kind, itemsize = KIND[node.dtype], node.dtype.itemsize
+        shared_type = SHARED_TYPE[node.dtype]
+        array = f"ember_shared{len(body.shared_arrays)}"
+        body.shared_arrays.append(f"\t.shared .align 8 .b8 {array}[{size * itemsize}];")
+        base, mine, offset = e.register("b64"), e.register("b64"), e.register("b64")
+        thread = e.register("b32")
+        e.emit("mov.u64", base, array)
+        e.emit("mov.u32", thread, "%tid.x")
+        e.emit("mul.wide.u32", offset, thread, str(itemsize))
+        e.emit("add.s64", mine, base, offset)
+        e.emit(f"st.shared.{shared_type}", f"[{mine}]", body.materialize(node.srcs[0]))
+        e.emit("bar.sync", "0")
+        stride, active, again = e.register("b32"), e.register("pred"), e.register("pred")
+        other, other_offset = e.register("b64"), e.register("b64")
+        first, second, combined = e.register(kind), e.register(kind), e.register(kind)
+        label = f"$L_group{len(body.shared_arrays) - 1}"
+        e.emit("mov.u32", stride, str(size // 2))
+        e.label(label)
+        e.emit("setp.lt.u32", active, thread, stride)
+        e.emit("mul.wide.u32", other_offset, stride, str(itemsize))
+        e.emit("add.s64", other, mine, other_offset)
+        e.emit(f"ld.shared.{shared_type}", first, f"[{mine}]", guard=active)
+        e.emit(f"ld.shared.{shared_type}", second, f"[{other}]", guard=active)
+        ALU[REDUCE_COMBINE[node.arg]](e, combined, [first, second], node.dtype, node.dtype)
+        e.emit(f"st.shared.{shared_type}", f"[{mine}]", combined, guard=active)
+        e.emit("bar.sync", "0")
+        e.emit("shr.u32", stride, stride, "1")
+        e.emit("setp.ne.u32", again, stride, "0")
+        e.emit("bra", label, guard=again)
+        result = body.names[id(node)] = e.register(kind)
+        e.emit(f"ld.shared.{shared_type}", result, f"[{base}]")
 
     @staticmethod
     def alu(e: _Emitter, node: IRNode, operand: Callable[[IRNode], str], shared: bool = False) -> str:
