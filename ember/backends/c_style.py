@@ -235,7 +235,7 @@ class CStyleRenderer(StepRenderer[KernelBody]):
         self.render_steps(body)
         parameters = [self.parameter(p.dtype, p.position, p.is_output) for p in kernel.params]
         lines = [self.prelude(kernel), self.signature(kernel, parameters) + " {",
-                 *self.global_loop_open(kernel, self.type_name(kernel.index_dtype)), *body.lines,
+                 *self.global_loop_open(kernel, self.type_name(kernel.index_dtype)), *body.declarations, *body.lines,
                  *self.global_loop_close(), "}"]
         return "\n".join(line for line in lines if line != "") + "\n"
 

@@ -41,11 +41,12 @@ class KernelBody:
         self.kernel = kernel
         self.constant = constant  # a CONST node as an operand (a literal, or a register holding it)
         self.global_id = global_id  # the work item's index as an operand
-        self.local_id = "lid"  # a workgroup kernel's: the work item's index in its group, and the group's index
-        self.group_id = "group"
+        self.local_id = "ember_lid"  # a workgroup kernel's: the work item's index in its group, and the group's index
+        self.group_id = "ember_group"
         self.names: dict[int, str] = {}
         self.counter = 0
         self.lines: list[str] = []
+        self.declarations: list[str] = []  # lines a renderer puts before the body (a workgroup kernel's arrays)
         self.depth = depth
 
     def operand(self, node: IRNode) -> str:

@@ -368,7 +368,6 @@ class WGSLRenderer(StepRenderer[KernelBody]):
         self.workgroup_arrays = []
         kernel = expand_math(kernel, EXPANDED_MATH, wide_integers=self.int64)
         body = KernelBody(kernel, self.constant_operand, depth=1)
-        body.local_id, body.group_id = "ember_lid", "ember_group"
         self.render_steps(body)
 
         declarations = [
