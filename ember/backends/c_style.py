@@ -275,6 +275,9 @@ class CStyleRenderer(StepRenderer[KernelBody]):
         name = body.names[id(node)] = f"local{node.arg[0]}"
         body.line(f"{self.local_declaration(name, node.dtype, node.arg[1])};")
 
+    def group_reduce(self, body: KernelBody, node: IRNode) -> None:
+        self.refuse_workgroups(body, node)  # C has no workgroups (OpenCL C renders them)
+
     def value(self, body: KernelBody, node: IRNode) -> None:
         name = body.name_of(node, "v")
         body.line(f"{self.value_type(node)} {name} = {self.expression(node, body.operand)};")
