@@ -17,6 +17,10 @@ class DeviceInfo:
     max_global_size: int = 2**31 - 1
     max_local_size: int = 1
     local_memory_bytes: int = 0
+    # work items a compute unit runs in lockstep (a GPU's warp or wavefront); 1 where there are none or they are not
+    # known (a CPU, lavapipe included: its work groups' barriers are costly). Workgroup reductions (ir/group_reduce.py)
+    # are made only for devices with warps
+    warp_width: int = 1
     preferred_vector_width: int = 1  # float32 lanes of the device's vectors (so vectors have 4 * this bytes)
     vector_ops: frozenset[Any] = frozenset()  # IR ops the renderer applies to vectors (ir/vectorize.py); empty: none
     # narrower vector widths (float32 lanes, widest first), each with the IR ops usable at it, for kernels needing an

@@ -487,7 +487,7 @@ class SimulatedCudaDevice(Device):
     def __init__(self, name: str = "ptxsim:0") -> None:
         self.name = name
         # an H100's groups and shared memory, so that workgroup kernels (ir/group_reduce.py) run here too
-        self.info = DeviceInfo(max_local_size=1024, local_memory_bytes=48 * 1024,
+        self.info = DeviceInfo(max_local_size=1024, local_memory_bytes=48 * 1024, warp_width=32,
                                extra={"simulates": "PTX (tests/ptx_simulator.py)"})
         self.pool = HostMemoryPool(name)
         self.renderer = PTXRenderer()

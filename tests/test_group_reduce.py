@@ -28,11 +28,21 @@ from ember.scheduler.program import Launch
 from tests.conftest import TEST_DEVICES
 
 # an H100's limits: 1024 threads a block, 48 KiB of shared memory a block (without the opt-in), 132 SMs
-H100_LIKE = DeviceInfo(compute_units=132, max_local_size=1024, local_memory_bytes=48 * 1024,
+H100_LIKE = DeviceInfo(compute_units=132, max_local_size=1024, local_memory_bytes=48 * 1024, warp_width=32,
                        preferred_local_size=256)
 ROW_LENGTHS = (1, 7, 255, 256, 1000, 4097, 100_000)
-# the devices here that run workgroups: wgpu (lavapipe) and the PTX simulator (an H100's DeviceInfo)
-GROUP_DEVICES = [name for name in TEST_DEVICES if name.startswith("wgpu")] + ["ptxsim:0"]
+
+
+def _group_devices() -> list[str]:
+    """The devices here that run workgroup kernels: wgpu with a GPU's warp width (tests/wgpu_groups.py: lavapipe's
+    own DeviceInfo asks for none) where wgpu runs, and the PTX simulator (an H100's DeviceInfo)."""
+    devices = ["ptxsim:0"]
+    if any(name.startswith("wgpu") for name in TEST_DEVICES):
+        devices.insert(0, REGISTRY.probe("wgpugroups")[0].name)
+    return devices
+
+
+GROUP_DEVICES = _group_devices()
 
 
 def _kernels(tensor: em.Tensor) -> list[Kernel]:
@@ -88,9 +98,12 @@ def test_softmax_is_one_kernel_with_two_group_reduces() -> None:
 
 
 @pytest.mark.parametrize("info", [DeviceInfo(), DeviceInfo(compute_units=8, preferred_vector_width=8),
-                                  DeviceInfo(max_local_size=1024, local_memory_bytes=0),
-                                  DeviceInfo(max_local_size=16, local_memory_bytes=48 * 1024)],
-                         ids=["default", "c-like", "no-local-memory", "tiny-groups"])
+                                  DeviceInfo(max_local_size=1024, local_memory_bytes=0, warp_width=32),
+                                  DeviceInfo(max_local_size=16, local_memory_bytes=48 * 1024, warp_width=32),
+                                  DeviceInfo(max_local_size=1024, local_memory_bytes=48 * 1024),
+                                  DeviceInfo(compute_units=1, max_local_size=4, local_memory_bytes=48 * 1024,
+                                             warp_width=32)],
+                         ids=["default", "c-like", "no-local-memory", "tiny-groups", "no-warps", "rows-fill-it"])
 def test_devices_without_local_memory_or_groups_keep_one_item_per_row(info: DeviceInfo) -> None:
     for name, op in _row_ops().items():
         for kernel in _kernels(op(_dummy(6, 1000))):
@@ -98,14 +111,26 @@ def test_devices_without_local_memory_or_groups_keep_one_item_per_row(info: Devi
             assert build_kernel_ir(kernel, "k", info).local_size is None, name
 
 
-def test_the_c_device_never_gets_workgroup_kernels() -> None:
-    info = REGISTRY.probe("c")[0].info
-    assert info.local_memory_bytes == 0
+@pytest.mark.parametrize("backend", ["c", "wgpu"])
+def test_the_c_device_and_lavapipe_never_get_workgroup_kernels(backend: str) -> None:
+    try:
+        device = REGISTRY.probe(backend)[0]
+    except BackendUnavailable as error:
+        pytest.skip(str(error))
+    if backend == "wgpu" and device.info.extra.get("adapter", "").startswith("llvmpipe") is False:
+        pytest.skip("a GPU adapter: it gets them")
     for kernel in _kernels(_dummy(6, 4096).softmax(-1)):
-        assert choose_local_size(kernel, info) is None
+        assert choose_local_size(kernel, device.info) is None
 
 
-@pytest.mark.parametrize("case", ["short rows", "matmul", "column sum", "int8 max", "bool any"])
+def test_rows_that_fill_the_device_keep_one_work_item_each() -> None:
+    (kernel,) = _kernels(_dummy(132 * 1024, 256).softmax(-1))
+    assert choose_local_size(kernel, H100_LIKE) is None
+    (kernel,) = _kernels(_dummy(132 * 1024 - 1, 256).softmax(-1))
+    assert choose_local_size(kernel, H100_LIKE) == 256
+
+
+@pytest.mark.parametrize("case", ["short rows", "matmul", "column sum", "int8 max", "bool any", "staged long rows"])
 def test_other_reduces_keep_their_lowering(case: str) -> None:
     tensor = {
         "short rows": lambda: _dummy(6, 255).softmax(-1),
@@ -113,6 +138,7 @@ def test_other_reduces_keep_their_lowering(case: str) -> None:
         "column sum": lambda: _dummy(1000, 6).sum(0),
         "int8 max": lambda: _dummy(6, 1000, dtype=em.int8).amax(-1),
         "bool any": lambda: _dummy(6, 1000, dtype=em.bool).any(-1),
+        "staged long rows": lambda: _dummy(6, 100_000).sum(-1),
     }[case]()
     for kernel in _kernels(tensor):
         assert choose_local_size(kernel, H100_LIKE) is None
@@ -120,9 +146,11 @@ def test_other_reduces_keep_their_lowering(case: str) -> None:
 
 def test_local_memory_bounds_the_local_size() -> None:
     (kernel,) = _kernels(_dummy(6, 1000).softmax(-1))
-    small = DeviceInfo(max_local_size=1024, local_memory_bytes=2 * 64 * 8)  # two reduces of 64 items, 8 bytes each
+    # two reduces of 64 items, 8 bytes each
+    small = DeviceInfo(max_local_size=1024, local_memory_bytes=2 * 64 * 8, warp_width=32)
     assert choose_local_size(kernel, small) == 64
-    assert choose_local_size(kernel, DeviceInfo(max_local_size=1024, local_memory_bytes=2 * 16 * 8)) is None
+    smaller = DeviceInfo(max_local_size=1024, local_memory_bytes=2 * 16 * 8, warp_width=32)
+    assert choose_local_size(kernel, smaller) is None
 
 
 # ---- rendering: every shape for an H100-like device -------------------------------------------------------------
@@ -260,7 +288,7 @@ def test_softmax_and_layer_norm_gradients_match_torch(group_device: str) -> None
 
 
 def test_a_full_sum_of_ten_million_elements_matches_numpy() -> None:
-    wgpu = [name for name in GROUP_DEVICES if name.startswith("wgpu")]
+    wgpu = [name for name in GROUP_DEVICES if name.startswith("wgpugroups")]
     if not wgpu:
         pytest.skip("no wgpu device here")
     data = np.random.default_rng(4).random(10_000_003, dtype=np.float32)

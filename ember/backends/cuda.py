@@ -290,6 +290,7 @@ class CudaDevice(Device):
             max_global_size=2**31 - 1,
             max_local_size=_attribute(driver, self.handle, "MAX_THREADS_PER_BLOCK"),
             local_memory_bytes=_attribute(driver, self.handle, "MAX_SHARED_MEMORY_PER_BLOCK"),
+            warp_width=_attribute(driver, self.handle, "WARP_SIZE"),
             preferred_vector_width=4,
             preferred_local_size=BLOCK_SIZE,
             extra={"gpu": name.split(b"\0", 1)[0].decode(errors="replace"), "target": f"sm_{major}{minor}"},

@@ -532,6 +532,21 @@ def _one_line(error: object, limit: int = 200) -> str:
     return " ".join(str(error).split())[:limit]
 
 
+def _warp_width(cl_device: Any) -> int:
+    """The device's warp (NVIDIA's extension says it; AMD's wavefront is 64); a GPU of another vendor 32 (its
+    SIMD width is 8 to 32, and its barriers are cheap, which is what workgroup reductions need); a CPU 1."""
+    if not cl_device.type & cl.device_type.GPU:
+        return 1
+    for name in ("warp_size_nv", "wavefront_width_amd"):
+        try:
+            width = getattr(cl_device, name)
+        except (AttributeError, cl.LogicError, cl.RuntimeError):
+            continue
+        if width:
+            return int(width)
+    return 32
+
+
 def device_info(cl_device: Any) -> DeviceInfo:
     """The capabilities of an OpenCL device as ember's DeviceInfo."""
     extensions = set(cl_device.extensions.split())
@@ -551,6 +566,7 @@ def device_info(cl_device: Any) -> DeviceInfo:
         preferred_local_size=min(LOCAL_SIZE, cl_device.max_work_group_size),
         min_groups_per_unit=GROUPS_PER_UNIT,
         local_memory_bytes=cl_device.local_mem_size,
+        warp_width=_warp_width(cl_device),
         preferred_vector_width=vectors["preferred_vector_width"],
         vector_ops=vectors["vector_ops"],
         fallback_vector_widths=vectors["fallback_vector_widths"],

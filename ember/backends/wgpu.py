@@ -232,6 +232,8 @@ class WGPUDevice(Device):
             max_global_size=2**31 - 1,
             max_local_size=adapter.limits.get("max-compute-invocations-per-workgroup", 256),
             local_memory_bytes=adapter.limits.get("max-compute-workgroup-storage-size", 16384),
+            # WebGPU does not say a GPU's subgroup size; 32 for a GPU, none for a CPU adapter (lavapipe)
+            warp_width=1 if adapter_info.get("adapter_type") == "CPU" else 32,
             preferred_vector_width=4,
             preferred_local_size=WORKGROUP_SIZE,  # the renderer's @workgroup_size
             max_groups_per_dimension=MAX_WORKGROUPS_PER_DIMENSION,

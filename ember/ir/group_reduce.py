@@ -6,8 +6,8 @@ row is one group of `local_size` work items: item l reduces elements l, l + L, l
 neighbouring elements), then the group combines the items' partial results in local memory (GROUP_REDUCE: a tree
 between barriers). A kernel fused by rows (softmax, log_softmax, layer and rms norm: ir/kernel.row_loop) computes its
 row reduces that way once per group and then writes the row, item l the same columns l, l + L, ... The choice reads
-only DeviceInfo (local memory, the largest group), never a backend's name: a device without local memory (the c
-backend, the dummy devices) never gets these kernels.
+only DeviceInfo (warps, local memory, the largest group, the compute units), never a backend's name: a device
+without warps or local memory (the c backend, lavapipe, the dummy devices) never gets these kernels.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from ember.ir.lower import INT32_LIMIT, Lowerer, compute_dtype
 MINIMUM_ROW = 256  # reduced elements per output from which a row is given to a whole group
 MAXIMUM_LOCAL_SIZE = 256  # work items per group at most (a power of two)
 MINIMUM_LOCAL_SIZE = 32  # a device whose groups are smaller gets no group kernels
-MAXIMUM_GROUPS = 2**20  # outputs (rows) at most: with more rows one work item per row keeps a device busy
 # what each group reduce keeps in local memory: one value per work item, 8 bytes at most
 GROUP_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64})
 
@@ -33,8 +32,11 @@ def choose_local_size(kernel: Kernel, info: DeviceInfo) -> int | None:
     qualifies when every reduce in it reduces the last axis of its source, one axis of at least MINIMUM_ROW
     elements (the same length for all), in a dtype of GROUP_DTYPES, and it either stores one value per row or is
     fused by rows; a matmul-like kernel (one reduce over broadcast inputs) keeps its tiles. The device must have
-    local memory for the reduces' values and groups of MINIMUM_LOCAL_SIZE work items or more."""
-    if info.local_memory_bytes <= 0 or info.max_local_size < MINIMUM_LOCAL_SIZE:
+    warps (DeviceInfo.warp_width > 1: a GPU; on lavapipe, a CPU, a 4096 x 4096 softmax, sum and layer norm ran
+    1.5-6x slower as group kernels, and 64 x 4096 ones 1.3-2x, its barriers being costly), local memory for the
+    reduces' values and groups of MINIMUM_LOCAL_SIZE work items or more, and fewer rows than it runs work items at
+    once (compute units x largest group): with more, one work item per row already fills it."""
+    if info.warp_width <= 1 or info.local_memory_bytes <= 0 or info.max_local_size < MINIMUM_LOCAL_SIZE:
         return None
     reduces = [step for step in kernel.steps if step.op in REDUCE_OPS]
     if not reduces:
@@ -53,8 +55,8 @@ def choose_local_size(kernel: Kernel, info: DeviceInfo) -> int | None:
     if not whole_rows and len(reduces) == 1 and any(step.op is Op.EXPAND for step in kernel.steps):
         return None  # a matmul: its outputs share loads, which register tiles use
     groups = prod(shape[:-1]) if whole_rows else prod(shape)
-    if groups < 1 or groups > MAXIMUM_GROUPS:
-        return None
+    if groups < 1 or groups >= max(1, info.compute_units) * info.max_local_size:
+        return None  # rows enough to fill the device with one work item each (a CPU's few cores: always)
     local_size = 1 << (min(info.max_local_size, MAXIMUM_LOCAL_SIZE).bit_length() - 1)
     while local_size >= MINIMUM_LOCAL_SIZE and len(reduces) * local_size * 8 > info.local_memory_bytes:
         local_size //= 2

@@ -40,7 +40,7 @@ def code_digest() -> str:
 def entry_path(kernel: Kernel, name: str, info: DeviceInfo, optimize: bool) -> Path:
     capabilities = (info.compute_units, info.preferred_vector_width, sorted(str(op) for op in info.vector_ops),
                     [(width, sorted(str(op) for op in ops)) for width, ops in info.fallback_vector_widths],
-                    info.local_memory_bytes, info.max_local_size, info.max_global_size)
+                    info.local_memory_bytes, info.max_local_size, info.max_global_size, info.warp_width)
     key = "\n".join((code_digest(), name, repr(kernel), repr(capabilities), str(optimize)))
     return cache.entry_path("ir", key)
 
