@@ -117,7 +117,7 @@ def test_the_c_device_and_lavapipe_never_get_workgroup_kernels(backend: str) -> 
         device = REGISTRY.probe(backend)[0]
     except BackendUnavailable as error:
         pytest.skip(str(error))
-    if backend == "wgpu" and device.info.extra.get("adapter", "").startswith("llvmpipe") is False:
+    if backend == "wgpu" and "llvmpipe" not in str(device.info.extra.get("adapter")):
         pytest.skip("a GPU adapter: it gets them")
     for kernel in _kernels(_dummy(6, 4096).softmax(-1)):
         assert choose_local_size(kernel, device.info) is None
