@@ -298,6 +298,12 @@ def execute(machine: Machine, instruction: Instruction, mask: np.ndarray) -> Non
             out(read(operands[1], type_name))
         elif name == "bar":  # every lane runs each instruction before the next: a barrier holds already
             pass
+        elif name == "shfl":  # shfl.sync.bfly.b32 d, a, offset, 31, membermask: lane i reads lane i ^ offset
+            assert parts[1:3] == ["sync", "bfly"] and operands[3:] == ["31", "0xffffffff"], instruction.opcode
+            lane = np.arange(machine.lanes)
+            assert all(mask[start:start + 32].all() or not mask[start:start + 32].any()
+                       for start in range(0, machine.lanes, 32)), "shfl.sync with a partial warp"
+            out(read(operands[1], "b32")[lane ^ int(operands[2])])
         elif name in ("add", "sub") and type_name[0] == "f" and len(parts) == 2 and machine.contract:
             out(_add_contracted(machine, operands, name == "sub", type_name))
         elif name in ("add", "sub", "mul", "mad") and parts[1] not in ("wide",):

@@ -184,7 +184,7 @@ def test_every_shape_renders_for_an_h100_like_device(case: str) -> None:
         assert "barrier(CLK_LOCAL_MEM_FENCE);" in opencl and "__local " in opencl
         assert f"reqd_work_group_size({ir.local_size}, 1, 1)" in opencl
         ptx = PTXRenderer().render(ir)
-        assert "bar.sync 0;" in ptx and ".shared " in ptx
+        assert "bar.sync 0;" in ptx and ".shared " in ptx and "shfl.sync.bfly.b32" in ptx  # (warps of 32)
         with pytest.raises(CompileError, match="reduces across a workgroup"):
             CRenderer().render(ir)  # C keeps its loops: it is never handed one
 
@@ -304,3 +304,23 @@ def test_the_devices_running_these_tests_get_workgroup_kernels(group_device: str
     for name, op in _row_ops().items():
         for kernel in _kernels(op(_dummy(5, 1000))):
             assert choose_local_size(kernel, info) is not None, name
+
+
+@pytest.mark.parametrize("dtype", [em.float32, em.float64, em.int64], ids=lambda dtype: dtype.name)
+def test_ptx_without_warp_shuffles_reduces_by_a_shared_tree(dtype: em.DType) -> None:
+    """The PTX of a workgroup kernel made for a device without 32-thread warps: the tree, run by the simulator."""
+    from ember.ir.group_reduce import lower_group_kernel
+    from tests.ptx_simulator import Machine, Module
+
+    rng = np.random.default_rng(6)
+    data = (rng.standard_normal((3, 1000)) * 100).astype(dtype.numpy)
+    if dtype.is_float:
+        data[1, 999] = np.nan
+    for reduce, expected in (("sum", data.sum(1)), ("amax", data.max(1))):
+        (kernel,) = _kernels(getattr(_dummy(3, 1000, dtype=dtype), reduce)(-1))
+        ir = lower_group_kernel(kernel, "tree", 128)  # (warp width 1)
+        source = PTXRenderer().render(ir)
+        assert "shfl" not in source and "bar.sync 0;" in source
+        output = np.zeros(3, dtype.numpy)
+        Machine(Module(source), [output.view(np.uint8), data.reshape(-1).view(np.uint8)], ir.global_size, block_size=128).run()
+        np.testing.assert_allclose(output, expected, rtol=1e-6)

@@ -52,6 +52,7 @@ MEMORY_TYPE: dict[DType, str] = {
     dtypes.int32: "s32", dtypes.uint32: "u32", dtypes.int64: "s64", dtypes.uint64: "u64",
     dtypes.float16: "b16", dtypes.bfloat16: "u16", dtypes.float32: "f32", dtypes.float64: "f64",
 }
+WARP = 32  # threads of an NVIDIA warp: what `shfl.sync` exchanges between
 SHARED_TYPE: dict[DType, str] = {  # the types a group reduce keeps in shared memory (ir/group_reduce.GROUP_DTYPES)
     dtypes.int32: "b32", dtypes.uint32: "b32", dtypes.int64: "b64", dtypes.uint64: "b64", dtypes.float32: "f32",
     dtypes.float64: "f64",
@@ -601,11 +602,15 @@ class PTXRenderer(StepRenderer[PTXBody]):
         self.refuse_scratch_arrays(body, node)
 
     def group_reduce(self, body: PTXBody, node: IRNode) -> None:
-        """The block's values combined by a tree in a `.shared` array: each thread stores its value, then half the
+        """The block's values combined: by warp shuffles where the kernel was made for 32-thread warps
+        (`warp_group_reduce`), else by a tree in a `.shared` array: each thread stores its value, then half the
         threads combine pairs, halving until element 0 holds the result, with `bar.sync` after every level."""
         e = body.e
         size = body.kernel.local_size
         assert size is not None and size & (size - 1) == 0, "a group reduce needs a power-of-two local size"
+        if body.kernel.warp_width == WARP and size % WARP == 0:
+            self.warp_group_reduce(body, node)
+            return
         kind, itemsize = KIND[node.dtype], node.dtype.itemsize
         shared_type = SHARED_TYPE[node.dtype]
         array = f"ember_shared{len(body.shared_arrays)}"
@@ -637,6 +642,72 @@ class PTXRenderer(StepRenderer[PTXBody]):
         e.emit("bra", label, guard=again)
         result = body.names[id(node)] = e.register(kind)
         e.emit(f"ld.shared.{shared_type}", result, f"[{base}]")
+
+    def warp_group_reduce(self, body: PTXBody, node: IRNode) -> None:
+        """The block's values combined by warp shuffles: each warp combines its 32 values (`shfl.sync.bfly`: after
+        offsets 16, 8, 4, 2, 1 every lane holds the warp's result), lane 0 of each warp stores it to `.shared`, one
+        `bar.sync`, then every warp combines those per-warp results the same way (the identity past the last warp),
+        so every thread ends with the block's result and no second barrier is needed."""
+        e = body.e
+        size = body.kernel.local_size
+        assert size is not None
+        kind, itemsize = KIND[node.dtype], node.dtype.itemsize
+        shared_type = SHARED_TYPE[node.dtype]
+        array = f"ember_shared{len(body.shared_arrays)}"
+        warps = size // WARP
+        body.shared_arrays.append(f"\t.shared .align 8 .b8 {array}[{warps * itemsize}];")
+        thread, lane, warp = e.register("b32"), e.register("b32"), e.register("b32")
+        e.emit("mov.u32", thread, "%tid.x")
+        e.emit("and.b32", lane, thread, str(WARP - 1))
+        e.emit("shr.u32", warp, thread, "5")
+        value = self._warp_combine(e, node, body.materialize(node.srcs[0]), WARP)
+        base, offset, where = e.register("b64"), e.register("b64"), e.register("b64")
+        first_lane = e.register("pred")
+        e.emit("mov.u64", base, array)
+        e.emit("setp.eq.u32", first_lane, lane, "0")
+        e.emit("mul.wide.u32", offset, warp, str(itemsize))
+        e.emit("add.s64", where, base, offset)
+        e.emit(f"st.shared.{shared_type}", f"[{where}]", value, guard=first_lane)
+        e.emit("bar.sync", "0")
+        partial, holds = e.register(kind), e.register("pred")
+        e.emit(f"mov.{kind}", partial, immediate(reduce_identity(node.arg, node.dtype), node.dtype))
+        e.emit("setp.lt.u32", holds, lane, str(warps))
+        e.emit("mul.wide.u32", offset, lane, str(itemsize))
+        lane_address = e.register("b64")
+        e.emit("add.s64", lane_address, base, offset)
+        e.emit(f"ld.shared.{shared_type}", partial, f"[{lane_address}]", guard=holds)
+        body.names[id(node)] = self._warp_combine(e, node, partial, WARP)  # (every lane: all get the result)
+
+    @staticmethod
+    def _warp_combine(e: _Emitter, node: IRNode, value: str, lanes: int) -> str:
+        """A register holding the combination of `value` over each group of `lanes` neighbouring lanes of the warp
+        (a power of two), in every lane: butterfly shuffles at offsets lanes/2 .. 1; 64-bit values as two halves."""
+        kind = KIND[node.dtype]
+        combine = ALU[REDUCE_COMBINE[node.arg]]
+        offset = lanes // 2
+        while offset >= 1:
+            other = e.register(kind)
+            if node.dtype.itemsize == 8:
+                bits, low, high = e.register("b64"), e.register("b32"), e.register("b32")
+                e.emit("mov.b64", bits, value)
+                e.emit("cvt.u32.u64", low, bits)
+                e.emit("shr.u64", bits, bits, "32")
+                e.emit("cvt.u32.u64", high, bits)
+                e.emit("shfl.sync.bfly.b32", low, low, str(offset), "31", "0xffffffff")
+                e.emit("shfl.sync.bfly.b32", high, high, str(offset), "31", "0xffffffff")
+                joined, upper = e.register("b64"), e.register("b64")
+                e.emit("cvt.u64.u32", joined, low)
+                e.emit("cvt.u64.u32", upper, high)
+                e.emit("shl.b64", upper, upper, "32")
+                e.emit("or.b64", joined, joined, upper)
+                e.emit("mov.b64", other, joined)
+            else:
+                e.emit("shfl.sync.bfly.b32", other, value, str(offset), "31", "0xffffffff")
+            combined = e.register(kind)
+            combine(e, combined, [value, other], node.dtype, node.dtype)
+            value = combined
+            offset //= 2
+        return value
 
     @staticmethod
     def alu(e: _Emitter, node: IRNode, operand: Callable[[IRNode], str], shared: bool = False) -> str:

@@ -65,7 +65,7 @@ def choose_local_size(kernel: Kernel, info: DeviceInfo) -> int | None:
     return local_size
 
 
-def lower_group_kernel(kernel: Kernel, name: str, local_size: int) -> KernelIR:
+def lower_group_kernel(kernel: Kernel, name: str, local_size: int, warp_width: int = 1) -> KernelIR:
     """The kernel IR of a workgroup kernel (see the module's docstring): one group of `local_size` work items per
     output, or per output row of a kernel fused by rows, whose work items store the row's columns l, l + L, ...
     (the last step's columns past the row's end clamped to its last column, stored again with the same value)."""
@@ -108,7 +108,7 @@ def lower_group_kernel(kernel: Kernel, name: str, local_size: int) -> KernelIR:
     params += [BufferParam(position, input_dtypes[position], kernel.input_sizes[position - 1], False)
                for position in range(1, len(kernel.input_sizes) + 1)]
     return KernelIR(name=name, params=params, global_size=groups * local_size, sink=sink, index_dtype=index_dtype,
-                    local_size=local_size)
+                    local_size=local_size, warp_width=warp_width if local_size % warp_width == 0 else 1)
 
 
 def group_reduce_count(kernel: KernelIR) -> int:

@@ -111,10 +111,13 @@ class KernelIR:
     # a workgroup kernel (LOCAL_ID, GROUP_ID, GROUP_REDUCE): launched in groups of exactly this many work items (a
     # power of two; the global size a multiple of it), else None (the launch chooses the groups)
     local_size: int | None = None
+    # a workgroup kernel's warp width (DeviceInfo.warp_width): a renderer with warp shuffles (PTX) combines the values
+    # of each warp by shuffles before it goes through local memory; 1: none
+    warp_width: int = 1
 
     def key(self) -> str:
         """A structural description of the kernel (for caches and debug output)."""
-        group = f":group{self.local_size}" if self.local_size is not None else ""
+        group = f":group{self.local_size}/{self.warp_width}" if self.local_size is not None else ""
         return f"{self.name}:{self.global_size}{group}:{self.sink!r}"
 
 

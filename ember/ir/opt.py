@@ -192,7 +192,7 @@ def _choose_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
     local memory is a workgroup kernel instead (ir/group_reduce.py)."""
     local_size = choose_local_size(kernel, info)
     if local_size is not None:
-        return lower_group_kernel(kernel, name, local_size)
+        return lower_group_kernel(kernel, name, local_size, info.warp_width)
     for capabilities in _vector_widths_for(kernel, info):
         vectorized = _vector_lowering(kernel, name, capabilities)
         if vectorized is not None:
