@@ -14,6 +14,7 @@ import torch
 import ember as em
 from ember.backends.base import DeviceInfo
 from ember.backends.c import CRenderer
+from ember.backends.dummy import H100_LIMITS
 from ember.backends.opencl import OpenCLRenderer
 from ember.backends.ptx import PTXRenderer, assemble, ptxas_path
 from ember.backends.registry import REGISTRY
@@ -27,9 +28,7 @@ from ember.scheduler.kernelize import kernelize
 from ember.scheduler.program import Launch
 from tests.conftest import TEST_DEVICES
 
-# an H100's limits: 1024 threads a block, 48 KiB of shared memory a block (without the opt-in), 132 SMs
-H100_LIKE = DeviceInfo(compute_units=132, max_local_size=1024, local_memory_bytes=48 * 1024, warp_width=32,
-                       preferred_local_size=256)
+H100_LIKE = DeviceInfo(**H100_LIMITS)  # (1024 threads a block, 48 KiB of shared memory, warps of 32, 132 SMs)
 ROW_LENGTHS = (1, 7, 255, 256, 1000, 4097, 100_000)
 
 
@@ -324,3 +323,15 @@ def test_ptx_without_warp_shuffles_reduces_by_a_shared_tree(dtype: em.DType) -> 
         output = np.zeros(3, dtype.numpy)
         Machine(Module(source), [output.view(np.uint8), data.reshape(-1).view(np.uint8)], ir.global_size, block_size=128).run()
         np.testing.assert_allclose(output, expected, rtol=1e-6)
+
+
+@pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not on PATH")
+def test_dummy_ptx_stands_for_an_h100_and_assembles_its_workgroup_kernels() -> None:
+    device = REGISTRY.device("dummy:ptx")
+    assert device.info.warp_width == 32 and device.info.local_memory_bytes == 48 * 1024
+    device.clear()  # type: ignore[attr-defined]
+    x = em.tensor(np.zeros((5, 3000), np.float32), device="dummy:ptx")
+    for op in _row_ops().values():
+        op(x).realize()  # each kernel assembled by ptxas (the device's compile check)
+    kernels = device.kernels  # type: ignore[attr-defined]
+    assert kernels and all(kernel.local_size == 256 and kernel.warp_width == 32 for kernel in kernels)
