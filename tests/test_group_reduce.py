@@ -335,3 +335,24 @@ def test_dummy_ptx_stands_for_an_h100_and_assembles_its_workgroup_kernels() -> N
         op(x).realize()  # each kernel assembled by ptxas (the device's compile check)
     kernels = device.kernels  # type: ignore[attr-defined]
     assert kernels and all(kernel.local_size == 256 and kernel.warp_width == 32 for kernel in kernels)
+
+
+def test_rows_of_views_and_fused_elementwise_work_match_torch(group_device: str) -> None:
+    """Rows read through a transpose, a pad, a slice and a broadcast, with elementwise work fused before the reduce."""
+    data = np.random.default_rng(7).standard_normal((300, 6)).astype(np.float32)
+    bias = np.random.default_rng(8).standard_normal(300).astype(np.float32)
+    for library, make in ((em, lambda array: em.tensor(array, device=group_device)), (torch, torch.tensor)):
+        x, b = make(data), make(bias)
+        functional = library.nn.functional
+        results = [
+            (x.T * 2 + b).softmax(-1),
+            functional.pad(x.T, (5, 3), value=-1.0).logsumexp(-1),
+            (x.T[:, 10:290].exp() - 1).sum(-1),
+            functional.layer_norm(x.T.flip(-1), (300,)),
+        ]
+        if library is em:
+            got = [result.numpy() for result in results]
+        else:
+            expected = results
+    for number, (value, reference) in enumerate(zip(got, expected)):
+        np.testing.assert_allclose(value, reference.numpy(), rtol=2e-5, atol=2e-5, err_msg=str(number))
