@@ -356,3 +356,14 @@ def test_rows_of_views_and_fused_elementwise_work_match_torch(group_device: str)
             expected = results
     for number, (value, reference) in enumerate(zip(got, expected)):
         np.testing.assert_allclose(value, reference.numpy(), rtol=2e-5, atol=2e-5, err_msg=str(number))
+
+
+@pytest.mark.parametrize(("length", "loads"), [(1000, 4), (4096, 16), (4097, 3)])
+def test_a_row_of_up_to_16_elements_per_item_is_read_once(length: int, loads: int) -> None:
+    """softmax reads its row three times (max, sum, output): unrolled, the three passes share each element's load
+    (4 of 1000 / 256); longer rows loop, one load per pass."""
+    from ember.ir.ir import IROp, topological_nodes
+
+    (kernel,) = _kernels(_dummy(5, length).softmax(-1))
+    ir = build_kernel_ir(kernel, "softmax", H100_LIKE)
+    assert sum(1 for node in topological_nodes(ir.sink) if node.op is IROp.LOAD) == loads

@@ -18,7 +18,7 @@ from ember.core.ops import REDUCE_OPS, Op
 from ember.core.shapes import prod, strides_of
 from ember.ir.ir import BufferParam, Builder, IRNode, IROp, KernelIR, topological_nodes
 from ember.ir.kernel import Kernel, row_loop
-from ember.ir.lower import INT32_LIMIT, Lowerer, compute_dtype
+from ember.ir.lower import INT32_LIMIT, UNROLLED_ROW_STEPS, Lowerer, compute_dtype
 
 MINIMUM_ROW = 256  # reduced elements per output from which a row is given to a whole group
 MAXIMUM_LOCAL_SIZE = 256  # work items per group at most (a power of two)
@@ -68,7 +68,9 @@ def choose_local_size(kernel: Kernel, info: DeviceInfo) -> int | None:
 def lower_group_kernel(kernel: Kernel, name: str, local_size: int, warp_width: int = 1) -> KernelIR:
     """The kernel IR of a workgroup kernel (see the module's docstring): one group of `local_size` work items per
     output, or per output row of a kernel fused by rows, whose work items store the row's columns l, l + L, ...
-    (the last step's columns past the row's end clamped to its last column, stored again with the same value)."""
+    (the last step's columns past the row's end clamped to its last column, stored again with the same value).
+    Rows of at most UNROLLED_ROW_STEPS elements per item are unrolled: the row's reduces and its stores read the
+    same loads, each element read from memory once and kept in registers."""
     output = kernel.output
     shape = output.shape
     largest = max((prod(shape), *kernel.input_sizes, *(prod(step.shape) for step in kernel.steps)), default=0)
@@ -88,20 +90,28 @@ def lower_group_kernel(kernel: Kernel, name: str, local_size: int, warp_width: i
             origin[axis] = quotient if first else builder.mod(quotient, extent)
             first = False
     loop_ranges: tuple[IRNode, ...] = ()
+    origins = [origin]
     if whole_rows:
         length = shape[-1]
-        column_range = builder.new_range(-(-length // local_size), index_dtype)
-        origin[-1] = builder.at_most(builder.add(builder.mul(column_range, local_size), local_id), length - 1)
-        loop_ranges = (column_range,)
+        steps = -(-length // local_size)
+        if steps <= UNROLLED_ROW_STEPS:  # the columns one by one: the loads the row's reduces made, reused
+            origins = [[*origin[:-1], builder.at_most(builder.add(local_id, number * local_size), length - 1)]
+                       for number in range(steps)]
+        else:
+            column_range = builder.new_range(steps, index_dtype)
+            origin[-1] = builder.at_most(builder.add(builder.mul(column_range, local_size), local_id), length - 1)
+            loop_ranges = (column_range,)
     output_param = lowerer.param(0, output.dtype, True)
-    value = lowerer.lower(len(kernel.steps) - 1, tuple(origin), None)
-    if value.dtype != output.dtype:
-        value = builder.alu(Op.CAST, output.dtype, value)
-    linear = builder.const(0, index_dtype)
-    for axis_index, stride, extent in zip(origin, strides_of(shape), shape):
-        if extent != 1:
-            linear = builder.add(builder.mul(axis_index, stride), linear)
-    stores = [builder.store(output_param, linear, value)]
+    stores = []
+    for place in origins:
+        value = lowerer.lower(len(kernel.steps) - 1, tuple(place), None)
+        if value.dtype != output.dtype:
+            value = builder.alu(Op.CAST, output.dtype, value)
+        linear = builder.const(0, index_dtype)
+        for axis_index, stride, extent in zip(place, strides_of(shape), shape):
+            if extent != 1:
+                linear = builder.add(builder.mul(axis_index, stride), linear)
+        stores.append(builder.store(output_param, linear, value))
     sink = builder.sink([builder.loop(stores, loop_ranges)] if loop_ranges else stores)
     params = [BufferParam(0, output.dtype, prod(shape), True)]
     input_dtypes = {step.arg: step.dtype for step in kernel.steps if step.op is Op.BUFFER}

@@ -26,6 +26,9 @@ from ember.ir.shape_class import SizeVariable
 
 HALF_TYPES = (dtypes.float16, dtypes.bfloat16)
 INT32_LIMIT = 2**31 - 1
+# a workgroup kernel's rows of at most this many elements per work item are unrolled (ir/group_reduce.py): each
+# element one load shared by every pass over the row (softmax's max, sum and output), kept in registers
+UNROLLED_ROW_STEPS = 16
 RUNTIME_SIZE_ESTIMATE = 64  # what loop-work estimates take a loop over a size known only at launch to run
 # lowering one step: yields (source position, index, valid) for each source value it needs, returns its IR value
 Lowering = Generator[tuple[int, tuple[IRNode, ...], IRNode | None], IRNode, IRNode]
@@ -171,6 +174,18 @@ class Lowerer:
         source_shape = self.steps[step.srcs[0]].shape
         axis = next(axis for axis in step.arg if source_shape[axis] != 1)
         length = source_shape[axis]
+        steps = -(-length // local_size)
+        if steps <= UNROLLED_ROW_STEPS:  # the item's elements one by one (a sum from +0.0, as Builder.reduce's)
+            partial = b.const(0.0 if op is Op.SUM else reduce_identity(op, step.dtype), compute_dtype(step.dtype))
+            for number in range(steps):
+                element = b.add(local_id, number * local_size)
+                value = yield from self._reduced_value(step, index, {axis: b.at_most(element, length - 1)}, valid)
+                if element.maximum > length - 1:
+                    identity = b.const(reduce_identity(op, step.dtype), value.dtype)
+                    value = b.alu(Op.WHERE, value.dtype, b.less(element, length), value, identity)
+                first = number == 0 and op is not Op.SUM  # (the identity combined with a value is the value)
+                partial = value if first else b.alu(REDUCE_COMBINE[op], partial.dtype, partial, value)
+            return b.group_reduce(op, partial)
         if (position, axis) not in self.ranges:
             self.ranges[(position, axis)] = b.new_range(-(-length // local_size), self.index_dtype)
         step_range = self.ranges[(position, axis)]
