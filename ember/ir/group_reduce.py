@@ -32,8 +32,9 @@ def choose_local_size(kernel: Kernel, info: DeviceInfo) -> int | None:
     qualifies when every reduce in it reduces the last axis of its source, one axis of at least MINIMUM_ROW
     elements (the same length for all), in a dtype of GROUP_DTYPES, and it either stores one value per row or is
     fused by rows; a matmul-like kernel (one reduce over broadcast inputs) keeps its tiles. The device must have
-    warps (DeviceInfo.warp_width > 1: a GPU; on lavapipe, a CPU of 2 cores, softmax, sum and layer norm of 64 and
-    1024 rows of 4096 ran 1.5-4.5x slower as group kernels, 4096 rows 0.8-1.3x, its barriers being costly), local memory for the
+    warps (DeviceInfo.warp_width > 1: a GPU; on lavapipe, a CPU of 2 cores, group kernels for 64 to 4096 rows of
+    4096 took 0.9-1.05x the time of softmax, 2.5-3.6x of a sum and 1.4-1.7x of layer norm, its barriers being
+    costly), local memory for the
     reduces' values and groups of MINIMUM_LOCAL_SIZE work items or more, and fewer rows than it runs work items at
     once (compute units x largest group): with more, one work item per row already fills it."""
     if info.warp_width <= 1 or info.local_memory_bytes <= 0 or info.max_local_size < MINIMUM_LOCAL_SIZE:
