@@ -44,6 +44,12 @@ def _group_devices() -> list[str]:
 GROUP_DEVICES = _group_devices()
 
 
+@pytest.fixture(autouse=True)
+def _optimizations_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workgroup kernels are an optional transform (EMBER_NOOPT=1 turns them off): these tests are about them."""
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+
+
 def _kernels(tensor: em.Tensor) -> list[Kernel]:
     return [item.kernel for item in kernelize([tensor.node]) if isinstance(item, Launch)]
 

@@ -354,6 +354,7 @@ def test_cuda_backend_runs_ops_through_the_driver_api(monkeypatch: pytest.Monkey
 
 def test_cuda_backend_launches_workgroup_kernels_in_blocks_of_their_local_size(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_NOOPT", "0")  # (an optional transform)
     driver = FakeDriver()
     device = cuda.CudaDevice(driver, 0)
     assert device.info.warp_width == 32
