@@ -17,6 +17,10 @@ class DeviceInfo:
     max_global_size: int = 2**31 - 1
     max_local_size: int = 1
     local_memory_bytes: int = 0
+    # work items a compute unit runs in lockstep (a GPU's warp or wavefront); 1 where there are none or they are not
+    # known (a CPU, lavapipe included: its work groups' barriers are costly). Workgroup reductions (ir/group_reduce.py)
+    # are made only for devices with warps
+    warp_width: int = 1
     preferred_vector_width: int = 1  # float32 lanes of the device's vectors (so vectors have 4 * this bytes)
     vector_ops: frozenset[Any] = frozenset()  # IR ops the renderer applies to vectors (ir/vectorize.py); empty: none
     # narrower vector widths (float32 lanes, widest first), each with the IR ops usable at it, for kernels needing an
@@ -52,15 +56,18 @@ def work_group_counts(global_size: int, local_size: int, max_per_dimension: int)
     return max_per_dimension, -(-groups // max_per_dimension), 1
 
 
-def launch_geometry(global_size: int, info: DeviceInfo, largest_local_size: int | None = None
-                    ) -> tuple[tuple[int, int, int], int]:
+def launch_geometry(global_size: int, info: DeviceInfo, largest_local_size: int | None = None,
+                    exact_local_size: int | None = None) -> tuple[tuple[int, int, int], int]:
     """(work groups along x, y, z; work items per group) for a kernel of `global_size` work items on a device.
 
     Groups are `info.preferred_local_size` items (at most `largest_local_size`, a kernel's own limit), halved while
     there are fewer than `info.min_groups_per_unit` groups per compute unit (a CPU driver runs a group on one core:
     a tiled matmul of 64 items in one group of 32 would leave other cores idle). Powers of two when the preferred
     size is one: on PoCL each local size is one more compile. Every backend that launches groups uses this.
+    A workgroup kernel (KernelIR.local_size, `exact_local_size`) is launched in groups of exactly its size.
     """
+    if exact_local_size is not None:
+        return work_group_counts(global_size, exact_local_size, info.max_groups_per_dimension), exact_local_size
     size = max(1, info.preferred_local_size if largest_local_size is None
                else min(info.preferred_local_size, largest_local_size))
     while size > 1 and -(-global_size // size) < info.min_groups_per_unit * info.compute_units:

@@ -66,6 +66,7 @@ class Module:
         self.parameters: list[str] = []
         self.instructions: list[Instruction] = []
         self.labels: dict[str, int] = {}
+        self.shared: dict[str, int] = {}  # a `.shared` array's name -> its bytes (per block)
         in_body = False
         for raw in source.splitlines():
             line = raw.split("//", 1)[0].strip()
@@ -73,6 +74,9 @@ class Module:
                 continue
             if line.startswith(".param"):
                 self.parameters.append(line.split()[-1].rstrip(","))
+            elif line.startswith(".shared"):
+                name, _, size = line.rstrip(";").split()[-1].partition("[")
+                self.shared[name] = int(size.rstrip("]"))
             elif line == "{":
                 in_body = True
             elif line == "}":
@@ -112,18 +116,25 @@ def _immediate(text: str, type_name: str, lanes: int) -> np.ndarray:
 class Machine:
     """The state of one launch: registers, memory and which lanes are running."""
 
-    def __init__(self, module: Module, buffers: list[np.ndarray], threads: int, contract: bool = CONTRACT) -> None:
+    def __init__(self, module: Module, buffers: list[np.ndarray], threads: int, contract: bool = CONTRACT,
+                 block_size: int = BLOCK_SIZE) -> None:
         self.module = module
-        self.buffers = buffers
         self.lanes = threads
+        # each `.shared` array: one more buffer holding every block's copy (a lane's address starts at its block's)
+        lane = np.arange(threads, dtype=np.uint32)
+        self.shared_bases: dict[str, np.ndarray] = {}
+        self.buffers = list(buffers)
+        for name, size in module.shared.items():
+            self.shared_bases[name] = (np.uint64(len(self.buffers) + 1) << np.uint64(POINTER_SHIFT)) + \
+                (lane // block_size).astype(np.uint64) * np.uint64(size)
+            self.buffers.append(np.zeros(size * (-(-threads // block_size)), np.uint8))
         self.contract = contract
         self.registers: dict[str, np.ndarray] = {}
         # register -> (a, b, lanes) of a float `mul` without rounding modifier whose result it still holds: an add or
         # sub reading it may use the unrounded product (ptxas contracts such pairs into fma)
         self.products: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        lane = np.arange(threads, dtype=np.uint32)
-        self.special = {"%ctaid.x": lane // BLOCK_SIZE, "%ntid.x": np.full(threads, BLOCK_SIZE, np.uint32),
-                        "%tid.x": lane % BLOCK_SIZE}
+        self.special = {"%ctaid.x": lane // block_size, "%ntid.x": np.full(threads, block_size, np.uint32),
+                        "%tid.x": lane % block_size}
 
     # ---- operands ---------------------------------------------------------------------------------------------
 
@@ -131,6 +142,8 @@ class Machine:
         """An operand as an array of the instruction's type (registers are reinterpreted or truncated)."""
         if operand in self.special:
             return self.special[operand].astype(NUMPY_TYPES[type_name])
+        if operand in self.shared_bases:
+            return self.shared_bases[operand]
         if not operand.startswith("%"):
             return _immediate(operand, type_name, self.lanes)
         stored = self.registers.get(operand)
@@ -283,6 +296,14 @@ def execute(machine: Machine, instruction: Instruction, mask: np.ndarray) -> Non
             machine.store(type_name, read(operands[0].strip("[]"), "u64"), read(operands[1], type_name), mask)
         elif name == "mov":
             out(read(operands[1], type_name))
+        elif name == "bar":  # every lane runs each instruction before the next: a barrier holds already
+            pass
+        elif name == "shfl":  # shfl.sync.bfly.b32 d, a, offset, 31, membermask: lane i reads lane i ^ offset
+            assert parts[1:3] == ["sync", "bfly"] and operands[3:] == ["31", "0xffffffff"], instruction.opcode
+            lane = np.arange(machine.lanes)
+            assert all(mask[start:start + 32].all() or not mask[start:start + 32].any()
+                       for start in range(0, machine.lanes, 32)), "shfl.sync with a partial warp"
+            out(read(operands[1], "b32")[lane ^ int(operands[2])])
         elif name in ("add", "sub") and type_name[0] == "f" and len(parts) == 2 and machine.contract:
             out(_add_contracted(machine, operands, name == "sub", type_name))
         elif name in ("add", "sub", "mul", "mad") and parts[1] not in ("wide",):
@@ -455,13 +476,14 @@ def simulate(source: str, buffers: list[np.ndarray], threads: int, contract: boo
 
 
 class SimulatedProgram(Program):
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, block_size: int | None = None) -> None:
         self.module = Module(source)
+        self.block_size = block_size or BLOCK_SIZE  # a workgroup kernel's blocks are its local size
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
         # whole blocks for this launch's size, as the cuda backend launches (a shape class's kernel runs at many sizes)
-        threads = max(1, -(-global_size // BLOCK_SIZE)) * BLOCK_SIZE
-        Machine(self.module, buffers, threads).run()
+        threads = max(1, -(-global_size // self.block_size)) * self.block_size
+        Machine(self.module, buffers, threads, block_size=self.block_size).run()
         return COMPLETED
 
 
@@ -470,7 +492,9 @@ class SimulatedCudaDevice(Device):
 
     def __init__(self, name: str = "ptxsim:0") -> None:
         self.name = name
-        self.info = DeviceInfo(extra={"simulates": "PTX (tests/ptx_simulator.py)"})
+        # an H100's groups and shared memory, so that workgroup kernels (ir/group_reduce.py) run here too
+        self.info = DeviceInfo(max_local_size=1024, local_memory_bytes=48 * 1024, warp_width=32,
+                               extra={"simulates": "PTX (tests/ptx_simulator.py)"})
         self.pool = HostMemoryPool(name)
         self.renderer = PTXRenderer()
         self._programs: dict[str, SimulatedProgram] = {}
@@ -482,7 +506,7 @@ class SimulatedCudaDevice(Device):
         source = self.render(kernel)
         program = self._programs.get(source)
         if program is None:
-            program = self._programs[source] = SimulatedProgram(source)
+            program = self._programs[source] = SimulatedProgram(source, kernel.local_size)
         return program
 
 

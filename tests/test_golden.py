@@ -3,7 +3,8 @@ with tests/golden/<target>/<case>.<extension>, so any change to generated code s
 
 Regenerate after an intended change with `EMBER_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py` and
 review the diff. Kernels are lowered for a fixed capability table, so the files do not depend on the machine.
-(The IR has no local-memory reductions yet; when it gets them, add a case here.)
+Workgroup kernels (ir/group_reduce.py: rows reduced by a group in local memory) are lowered for an H100's limits
+and rendered by the targets that have workgroups (WORKGROUP_CASES).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ember.backends.c import CRenderer
 from ember.backends.opencl import OpenCLRenderer
 from ember.backends.ptx import PTXRenderer
 from ember.backends.wgsl import WGSLRenderer
+from ember.backends.dummy import H100_LIMITS
 from ember.capabilities import DeviceInfo
 from ember.ir.opt import build_kernel_ir
 from ember.scheduler.kernelize import kernelize
@@ -65,16 +67,26 @@ CASES: dict[str, Callable[[], em.Tensor]] = {
 }
 
 
+WORKGROUP_CASES: dict[str, Callable[[], em.Tensor]] = {
+    "softmax_workgroups": lambda: _tensor(2, 300).softmax(-1),
+    "sum_workgroups": lambda: _tensor(3, 512, dtype=em.float64).sum(-1),
+}
+WORKGROUP_TARGETS = ("opencl", "ptx", "wgsl")
+
+
 def rendered(case: str, target: str) -> str:
     renderer = TARGETS[target][0]()
-    items = [item for item in kernelize([CASES[case]().node]) if isinstance(item, Launch)]
-    kernels = [build_kernel_ir(item.kernel, f"{case}_{number}", CAPABILITIES) for number, item in enumerate(items)]
+    workgroups = case in WORKGROUP_CASES
+    capabilities = DeviceInfo(**H100_LIMITS) if workgroups else CAPABILITIES  # type: ignore[arg-type]
+    tensor = (WORKGROUP_CASES if workgroups else CASES)[case]()
+    items = [item for item in kernelize([tensor.node]) if isinstance(item, Launch)]
+    kernels = [build_kernel_ir(item.kernel, f"{case}_{number}", capabilities) for number, item in enumerate(items)]
     sources = [renderer.render(kernel) for kernel in kernels]  # type: ignore[attr-defined]
     return "\n".join(sources)
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize(("target", "case"), [(target, case) for target in sorted(TARGETS) for case in sorted(CASES)]
+                         + [(target, case) for target in WORKGROUP_TARGETS for case in sorted(WORKGROUP_CASES)])
 def test_generated_code_matches_the_golden_file(target: str, case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EMBER_NOOPT", "0")  # the files show the code with the default transforms
     source = rendered(case, target)

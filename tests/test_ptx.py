@@ -208,10 +208,10 @@ class FakeDriver:
 
     CUdevice_attribute = SimpleNamespace(**{f"CU_DEVICE_ATTRIBUTE_{name}": name for name in (
         "COMPUTE_CAPABILITY_MAJOR", "COMPUTE_CAPABILITY_MINOR", "MULTIPROCESSOR_COUNT", "MAX_THREADS_PER_BLOCK",
-        "MAX_SHARED_MEMORY_PER_BLOCK")})
+        "MAX_SHARED_MEMORY_PER_BLOCK", "WARP_SIZE")})
     ATTRIBUTES: ClassVar[dict[str, int]] = {
         "COMPUTE_CAPABILITY_MAJOR": 8, "COMPUTE_CAPABILITY_MINOR": 6, "MULTIPROCESSOR_COUNT": 4,
-        "MAX_THREADS_PER_BLOCK": 1024, "MAX_SHARED_MEMORY_PER_BLOCK": 49152,
+        "MAX_THREADS_PER_BLOCK": 1024, "MAX_SHARED_MEMORY_PER_BLOCK": 49152, "WARP_SIZE": 32,
     }
 
     def __init__(self) -> None:
@@ -299,7 +299,7 @@ class FakeDriver:
         values, types = arguments
         assert len(values) == len(types) == len(function.parameters) and (grid_y, grid_z, block_y, block_z) == (1,) * 4
         self.launches.append((grid_x, block_x))
-        Machine(function, [self.at(pointer) for pointer in values], grid_x * block_x).run()
+        Machine(function, [self.at(pointer) for pointer in values], grid_x * block_x, block_size=block_x).run()
         return (0,)
 
     def cuEventCreate(self, flags: int) -> tuple:
@@ -350,6 +350,19 @@ def test_cuda_backend_runs_ops_through_the_driver_api(monkeypatch: pytest.Monkey
     assert all(block == cuda.BLOCK_SIZE for _, block in driver.launches)
     assert_close((a > 0).sum(1), (ta > 0).sum(1))
     assert device.pool.free_bytes == 2**30
+
+
+def test_cuda_backend_launches_workgroup_kernels_in_blocks_of_their_local_size(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_NOOPT", "0")  # (an optional transform)
+    driver = FakeDriver()
+    device = cuda.CudaDevice(driver, 0)
+    assert device.info.warp_width == 32
+    monkeypatch.setitem(REGISTRY.devices, "cuda", [device])
+    data = random_array((3, 1000))
+    assert_close(em.tensor(data, device="cuda:0").softmax(-1), torch.tensor(data).softmax(-1))
+    assert driver.launches == [(3, 256)]  # a row per block of 256 threads
+    assert ".shared " in driver.modules[0] and "bar.sync 0;" in driver.modules[0]
 
 
 def test_cuda_jit_replays_through_an_arena_of_device_pointers(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -235,7 +235,7 @@ class CStyleRenderer(StepRenderer[KernelBody]):
         self.render_steps(body)
         parameters = [self.parameter(p.dtype, p.position, p.is_output) for p in kernel.params]
         lines = [self.prelude(kernel), self.signature(kernel, parameters) + " {",
-                 *self.global_loop_open(kernel, self.type_name(kernel.index_dtype)), *body.lines,
+                 *self.global_loop_open(kernel, self.type_name(kernel.index_dtype)), *body.declarations, *body.lines,
                  *self.global_loop_close(), "}"]
         return "\n".join(line for line in lines if line != "") + "\n"
 
@@ -274,6 +274,9 @@ class CStyleRenderer(StepRenderer[KernelBody]):
     def define_local(self, body: KernelBody, node: IRNode) -> None:
         name = body.names[id(node)] = f"local{node.arg[0]}"
         body.line(f"{self.local_declaration(name, node.dtype, node.arg[1])};")
+
+    def group_reduce(self, body: KernelBody, node: IRNode) -> None:
+        self.refuse_workgroups(body, node)  # C has no workgroups (OpenCL C renders them)
 
     def value(self, body: KernelBody, node: IRNode) -> None:
         name = body.name_of(node, "v")

@@ -248,7 +248,8 @@ class CudaProgram(Program):
         except CudaError as error:
             raise CompileError(f"the CUDA driver rejected a kernel: {error}\n--- source ---\n{source}") from None
         self.function = check(driver, "cuModuleGetFunction", driver.cuModuleGetFunction(self.module, kernel.name.encode()))
-        (self.blocks, _, _), self.block_size = launch_geometry(kernel.global_size, info)
+        (self.blocks, _, _), self.block_size = launch_geometry(kernel.global_size, info,
+                                                               exact_local_size=kernel.local_size)
         self.parameter_types = (ctypes.c_void_p,) * len(kernel.params)
         # a shape class's kernel (its global size known at launch): the blocks of each launch's size
         self.info = info if kernel.size_parameter is not None else None
@@ -289,6 +290,7 @@ class CudaDevice(Device):
             max_global_size=2**31 - 1,
             max_local_size=_attribute(driver, self.handle, "MAX_THREADS_PER_BLOCK"),
             local_memory_bytes=_attribute(driver, self.handle, "MAX_SHARED_MEMORY_PER_BLOCK"),
+            warp_width=_attribute(driver, self.handle, "WARP_SIZE"),
             preferred_vector_width=4,
             preferred_local_size=BLOCK_SIZE,
             extra={"gpu": name.split(b"\0", 1)[0].decode(errors="replace"), "target": f"sm_{major}{minor}"},

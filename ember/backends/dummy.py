@@ -4,7 +4,7 @@ every kernel to a target language and check that it compiles, without running it
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program, Renderer
@@ -21,13 +21,15 @@ class RenderTarget:
     """A language a render-only device produces: how to make its renderer and its compile check.
 
     `make_check` raises BackendUnavailable when no compiler for the language is installed; the device then only
-    renders, and `python -m ember info` says why.
+    renders, and `python -m ember info` says why. `limits`: DeviceInfo fields of the device it stands for (PTX: an
+    H100's, so dummy:ptx renders the workgroup kernels a GPU gets, ir/group_reduce.py).
     """
 
     language: str
     make_renderer: Callable[[], Renderer]
     make_check: Callable[[], CompileCheck]
     supported_dtypes: Callable[[], frozenset[DType]] = lambda: frozenset(ALL_DTYPES)
+    limits: dict[str, int] = field(default_factory=dict)
 
 
 def _first_device(backend: str) -> Device:
@@ -124,11 +126,16 @@ def _ptx_check() -> CompileCheck:
     return check
 
 
+# an H100's (SXM) limits: 132 SMs, blocks of up to 1024 threads, 48 KiB of shared memory a block without the opt-in,
+# warps of 32 (what the cuda backend reads from the driver), blocks of 256 as the cuda backend launches
+H100_LIMITS = {"compute_units": 132, "max_local_size": 1024, "local_memory_bytes": 48 * 1024, "warp_width": 32,
+               "preferred_local_size": 256}
+
 TARGETS: dict[str, RenderTarget] = {
     "c": RenderTarget("C", _c_renderer, _c_check),
     "opencl": RenderTarget("OpenCL C", _opencl_renderer, _opencl_check, _opencl_dtypes),
     "wgsl": RenderTarget("WGSL", _wgsl_renderer, _wgsl_check),
-    "ptx": RenderTarget("PTX", _ptx_renderer, _ptx_check),
+    "ptx": RenderTarget("PTX", _ptx_renderer, _ptx_check, limits=H100_LIMITS),
 }
 
 
@@ -164,6 +171,7 @@ class DummyDevice(Device):
         self.check: CompileCheck | None = None
         extra: dict[str, Any] = {"renders": "nothing"}
         supported = frozenset(ALL_DTYPES)
+        limits: dict[str, int] = dict(target.limits) if target is not None else {}
         if target is not None:
             try:
                 self.renderer = target.make_renderer()
@@ -177,7 +185,7 @@ class DummyDevice(Device):
                 extra["compile_check"] = "yes"
             except BackendUnavailable as error:
                 extra["compile_check"] = f"no ({error})"
-        self.info = DeviceInfo(supported_dtypes=supported, can_run=False, extra=extra)
+        self.info = DeviceInfo(supported_dtypes=supported, can_run=False, extra=extra, **limits)  # type: ignore[arg-type]
         self.rendered: list[tuple[str, str]] = []
         self.kernels: list[KernelIR] = []
 

@@ -13,6 +13,7 @@ from ember import cache
 from ember.backends import opencl_probe
 from ember.backends.base import Device, DeviceInfo, Event, MemoryPool, Program, ProgramTable, launch_geometry
 from ember.backends.c_style import MASK_TYPES, CStyleRenderer, lane_dtype, used_bitcasts, vector_nodes
+from ember.backends.render_steps import KernelBody
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import BackendUnavailable, CompileError, OutOfMemoryError
@@ -110,10 +111,38 @@ class OpenCLRenderer(CStyleRenderer):
         lines.extend(self.vector_helpers(kernel))
         return "\n".join(lines)
 
+    def signature(self, kernel: KernelIR, parameters: list[str]) -> str:
+        if kernel.local_size is None:
+            return super().signature(kernel, parameters)
+        return (f"__kernel __attribute__((reqd_work_group_size({kernel.local_size}, 1, 1))) void "
+                f"{kernel.name}({', '.join(parameters)})")
+
     def global_loop_open(self, kernel: KernelIR, index_type: str) -> list[str]:
+        if kernel.local_size is not None:  # a workgroup kernel: launched as exactly its groups, none returns early
+            return [f"  {index_type} ember_lid = ({index_type})get_local_id(0);",
+                    f"  {index_type} ember_group = ({index_type})get_group_id(0);"]
         # the global size is rounded up to a multiple of the local size, so extra work items return at once
         return [f"  if (get_global_id(0) >= {self.global_bound(kernel)}) return;",
                 f"  {index_type} gid = ({index_type})get_global_id(0);"]
+
+    def group_reduce(self, body: KernelBody, node: IRNode) -> None:
+        """The group's values combined by a tree in a `__local` array (declared at the kernel's scope): each item
+        stores its value, then half the items combine pairs, halving until element 0 holds the result, with a
+        barrier after every level."""
+        number = body.number()
+        array, stride, kind = f"ember_shared{number}", f"stride{number}", self.type_name(node.dtype)
+        size = body.kernel.local_size
+        assert size is not None and size & (size - 1) == 0, "a group reduce needs a power-of-two local size"
+        body.declarations.append(f"  __local {kind} {array}[{size}];")
+        body.line(f"{array}[ember_lid] = {body.operand(node.srcs[0])};")
+        body.line("barrier(CLK_LOCAL_MEM_FENCE);")
+        body.line(f"for (int {stride} = {size // 2}; {stride} > 0; {stride} >>= 1) {{")
+        update = self.accumulate(f"{array}[ember_lid]", f"{array}[ember_lid + {stride}]", node)
+        body.line(f"  if (ember_lid < {stride}) {{ {update}; }}")
+        body.line("  barrier(CLK_LOCAL_MEM_FENCE);")
+        body.line("}")
+        name = body.name_of(node, "g")
+        body.line(f"{kind} {name} = {array}[0];")
 
     # ---- vectors: OpenCL C's floatN/doubleN (lane-wise operators and math functions, comparisons give masks of
     # all bits set, select() picks by mask); vloadN/vstoreN need only element alignment, so any index works -------
@@ -296,8 +325,8 @@ class FirstLaunches:
 class OpenCLProgram(Program):
     """One kernel of a built program; a call enqueues it and returns at once with its event."""
 
-    def __init__(self, device: OpenCLDevice, program: Any, name: str, first_launches: FirstLaunches | None = None
-                 ) -> None:
+    def __init__(self, device: OpenCLDevice, program: Any, name: str, first_launches: FirstLaunches | None = None,
+                 exact_local_size: int | None = None) -> None:
         self.device = device
         self.program = program
         self.name = name
@@ -308,6 +337,7 @@ class OpenCLProgram(Program):
             raise CompileError(f"the OpenCL driver of {device.name} ({device.cl_device.name.strip()}) could not "
                                f"create kernel {name}: {_one_line(error)}") from None
         self.largest_local_size = limit
+        self.exact_local_size = exact_local_size  # a workgroup kernel's (KernelIR.local_size)
         self.geometry: tuple[int, tuple[int], tuple[int]] | None = None  # (global size, global, local) of the last call
         self.launched_local_sizes: set[int] = set()
         self.first_launches = first_launches  # set until this kernel's first launch while the cache entry waits
@@ -316,7 +346,8 @@ class OpenCLProgram(Program):
         native = self.device.native_events(wait_for)
         self.kernel.set_args(*buffers)
         if self.geometry is None or self.geometry[0] != global_size:
-            (groups, _, _), local = launch_geometry(global_size, self.device.info, self.largest_local_size)
+            (groups, _, _), local = launch_geometry(global_size, self.device.info, self.largest_local_size,
+                                                    self.exact_local_size)
             self.geometry = (global_size, (groups * local,), (local,))
         local = self.geometry[2][0]
         if local in self.launched_local_sizes:
@@ -420,8 +451,9 @@ class OpenCLDevice(Device):
             path = self._unlaunched.pop(combined)
             first_launches = (FirstLaunches(built, path, set(missing))
                               if path is not None and self.caches_launched_binaries else None)
+            local_sizes = {kernel.name: kernel.local_size for kernel in kernels}
             for name, source in missing.items():
-                found[(source, name)] = OpenCLProgram(self, built, name, first_launches)
+                found[(source, name)] = OpenCLProgram(self, built, name, first_launches, local_sizes[name])
                 self._programs.put((source, name), found[(source, name)])
         return [found[(source, kernel.name)] for kernel, source in zip(kernels, sources)]
 
@@ -500,6 +532,21 @@ def _one_line(error: object, limit: int = 200) -> str:
     return " ".join(str(error).split())[:limit]
 
 
+def _warp_width(cl_device: Any) -> int:
+    """The device's warp (NVIDIA's extension says it; AMD's wavefront is 64); a GPU of another vendor 32 (its
+    SIMD width is 8 to 32, and its barriers are cheap, which is what workgroup reductions need); a CPU 1."""
+    if not cl_device.type & cl.device_type.GPU:
+        return 1
+    for name in ("warp_size_nv", "wavefront_width_amd"):
+        try:
+            width = getattr(cl_device, name)
+        except (AttributeError, cl.LogicError, cl.RuntimeError):
+            continue
+        if width:
+            return int(width)
+    return 32
+
+
 def device_info(cl_device: Any) -> DeviceInfo:
     """The capabilities of an OpenCL device as ember's DeviceInfo."""
     extensions = set(cl_device.extensions.split())
@@ -519,6 +566,7 @@ def device_info(cl_device: Any) -> DeviceInfo:
         preferred_local_size=min(LOCAL_SIZE, cl_device.max_work_group_size),
         min_groups_per_unit=GROUPS_PER_UNIT,
         local_memory_bytes=cl_device.local_mem_size,
+        warp_width=_warp_width(cl_device),
         preferred_vector_width=vectors["preferred_vector_width"],
         vector_ops=vectors["vector_ops"],
         fallback_vector_widths=vectors["fallback_vector_widths"],

@@ -52,6 +52,11 @@ MEMORY_TYPE: dict[DType, str] = {
     dtypes.int32: "s32", dtypes.uint32: "u32", dtypes.int64: "s64", dtypes.uint64: "u64",
     dtypes.float16: "b16", dtypes.bfloat16: "u16", dtypes.float32: "f32", dtypes.float64: "f64",
 }
+WARP = 32  # threads of an NVIDIA warp: what `shfl.sync` exchanges between
+SHARED_TYPE: dict[DType, str] = {  # the types a group reduce keeps in shared memory (ir/group_reduce.GROUP_DTYPES)
+    dtypes.int32: "b32", dtypes.uint32: "b32", dtypes.int64: "b64", dtypes.uint64: "b64", dtypes.float32: "f32",
+    dtypes.float64: "f64",
+}
 LOADED_KIND = {dtypes.bool_: "b32", dtypes.float16: "b16", dtypes.bfloat16: "b32"}  # registers loads fill
 WRAPPING_OPS = frozenset({Op.NEG, Op.NOT, Op.ADD, Op.SUB, Op.MUL, Op.IDIV, Op.SHL})
 
@@ -398,6 +403,7 @@ class PTXBody(KernelBody):
         self.shared = _shared_nodes(kernel.sink)
         self.wide_index = kernel.index_dtype == dtypes.int64
         self.index_kind, self.index_suffix = ("b64", "s64") if self.wide_index else ("b32", "s32")
+        self.shared_arrays: list[str] = []  # a workgroup kernel's `.shared` declarations (one per group reduce)
 
     def constant_operand(self, node: IRNode) -> str:
         """A constant as an immediate; a bool in a predicate register (PTX has no predicate immediates)."""
@@ -445,6 +451,7 @@ class PTXRenderer(StepRenderer[PTXBody]):
             ")",
             "{",
             *e.declarations(),
+            *body.shared_arrays,
             "",
             *e.lines,
             "$L_end:",
@@ -475,6 +482,11 @@ class PTXRenderer(StepRenderer[PTXBody]):
             e.emit("add.s64", global_id, global_id, thread_wide)
         else:
             e.emit("mad.lo.s32", global_id, block, threads, thread)
+        if kernel.local_size is not None:  # a workgroup kernel: launched in blocks of exactly its local size
+            body.local_id, body.group_id = e.register(body.index_kind), e.register(body.index_kind)
+            conversion = "cvt.u64.u32" if body.wide_index else "mov.u32"
+            e.emit(conversion, body.local_id, thread)
+            e.emit(conversion, body.group_id, block)
         outside = e.register("pred")
         bound = str(kernel.global_size)
         if kernel.size_parameter is not None:  # a shape class's kernel: element 0 of its sizes
@@ -588,6 +600,114 @@ class PTXRenderer(StepRenderer[PTXBody]):
 
     def define_local(self, body: PTXBody, node: IRNode) -> None:
         self.refuse_scratch_arrays(body, node)
+
+    def group_reduce(self, body: PTXBody, node: IRNode) -> None:
+        """The block's values combined: by warp shuffles where the kernel was made for 32-thread warps
+        (`warp_group_reduce`), else by a tree in a `.shared` array: each thread stores its value, then half the
+        threads combine pairs, halving until element 0 holds the result, with `bar.sync` after every level."""
+        e = body.e
+        size = body.kernel.local_size
+        assert size is not None and size & (size - 1) == 0, "a group reduce needs a power-of-two local size"
+        if body.kernel.warp_width == WARP and size % WARP == 0:
+            self.warp_group_reduce(body, node)
+            return
+        kind, itemsize = KIND[node.dtype], node.dtype.itemsize
+        shared_type = SHARED_TYPE[node.dtype]
+        array = f"ember_shared{len(body.shared_arrays)}"
+        body.shared_arrays.append(f"\t.shared .align 8 .b8 {array}[{size * itemsize}];")
+        base, mine, offset = e.register("b64"), e.register("b64"), e.register("b64")
+        thread = e.register("b32")
+        e.emit("mov.u64", base, array)
+        e.emit("mov.u32", thread, "%tid.x")
+        e.emit("mul.wide.u32", offset, thread, str(itemsize))
+        e.emit("add.s64", mine, base, offset)
+        e.emit(f"st.shared.{shared_type}", f"[{mine}]", body.materialize(node.srcs[0]))
+        e.emit("bar.sync", "0")
+        stride, active, again = e.register("b32"), e.register("pred"), e.register("pred")
+        other, other_offset = e.register("b64"), e.register("b64")
+        first, second, combined = e.register(kind), e.register(kind), e.register(kind)
+        label = f"$L_group{len(body.shared_arrays) - 1}"
+        e.emit("mov.u32", stride, str(size // 2))
+        e.label(label)
+        e.emit("setp.lt.u32", active, thread, stride)
+        e.emit("mul.wide.u32", other_offset, stride, str(itemsize))
+        e.emit("add.s64", other, mine, other_offset)
+        e.emit(f"ld.shared.{shared_type}", first, f"[{mine}]", guard=active)
+        e.emit(f"ld.shared.{shared_type}", second, f"[{other}]", guard=active)
+        ALU[REDUCE_COMBINE[node.arg]](e, combined, [first, second], node.dtype, node.dtype)
+        e.emit(f"st.shared.{shared_type}", f"[{mine}]", combined, guard=active)
+        e.emit("bar.sync", "0")
+        e.emit("shr.u32", stride, stride, "1")
+        e.emit("setp.ne.u32", again, stride, "0")
+        e.emit("bra", label, guard=again)
+        result = body.names[id(node)] = e.register(kind)
+        e.emit(f"ld.shared.{shared_type}", result, f"[{base}]")
+
+    def warp_group_reduce(self, body: PTXBody, node: IRNode) -> None:
+        """The block's values combined by warp shuffles: each warp combines its 32 values (`shfl.sync.bfly`: after
+        offsets 16, 8, 4, 2, 1 every lane holds the warp's result), lane 0 of each warp stores it to `.shared`, one
+        `bar.sync`, then every warp combines those per-warp results the same way (the identity past the last warp),
+        so every thread ends with the block's result and no second barrier is needed."""
+        e = body.e
+        size = body.kernel.local_size
+        assert size is not None
+        kind, itemsize = KIND[node.dtype], node.dtype.itemsize
+        shared_type = SHARED_TYPE[node.dtype]
+        array = f"ember_shared{len(body.shared_arrays)}"
+        warps = size // WARP
+        body.shared_arrays.append(f"\t.shared .align 8 .b8 {array}[{warps * itemsize}];")
+        thread, lane, warp = e.register("b32"), e.register("b32"), e.register("b32")
+        e.emit("mov.u32", thread, "%tid.x")
+        e.emit("and.b32", lane, thread, str(WARP - 1))
+        e.emit("shr.u32", warp, thread, "5")
+        value = self._warp_combine(e, node, body.materialize(node.srcs[0]), WARP)
+        base, offset, where = e.register("b64"), e.register("b64"), e.register("b64")
+        first_lane = e.register("pred")
+        e.emit("mov.u64", base, array)
+        e.emit("setp.eq.u32", first_lane, lane, "0")
+        e.emit("mul.wide.u32", offset, warp, str(itemsize))
+        e.emit("add.s64", where, base, offset)
+        e.emit(f"st.shared.{shared_type}", f"[{where}]", value, guard=first_lane)
+        e.emit("bar.sync", "0")
+        partial, holds = e.register(kind), e.register("pred")
+        e.emit(f"mov.{kind}", partial, immediate(reduce_identity(node.arg, node.dtype), node.dtype))
+        e.emit("setp.lt.u32", holds, lane, str(warps))
+        e.emit("mul.wide.u32", offset, lane, str(itemsize))
+        lane_address = e.register("b64")
+        e.emit("add.s64", lane_address, base, offset)
+        e.emit(f"ld.shared.{shared_type}", partial, f"[{lane_address}]", guard=holds)
+        body.names[id(node)] = self._warp_combine(e, node, partial, WARP)  # (every lane: all get the result)
+
+    @staticmethod
+    def _warp_combine(e: _Emitter, node: IRNode, value: str, lanes: int) -> str:
+        """A register holding the combination of `value` over each group of `lanes` neighbouring lanes of the warp
+        (a power of two), in every lane: butterfly shuffles at offsets lanes/2 .. 1; 64-bit values as two halves."""
+        kind = KIND[node.dtype]
+        combine = ALU[REDUCE_COMBINE[node.arg]]
+        offset = lanes // 2
+        while offset >= 1:
+            other = e.register(kind)
+            if node.dtype.itemsize == 8:
+                bits, low, high = e.register("b64"), e.register("b32"), e.register("b32")
+                e.emit("mov.b64", bits, value)
+                e.emit("cvt.u32.u64", low, bits)
+                e.emit("shr.u64", bits, bits, "32")
+                e.emit("cvt.u32.u64", high, bits)
+                e.emit("shfl.sync.bfly.b32", low, low, str(offset), "31", "0xffffffff")
+                e.emit("shfl.sync.bfly.b32", high, high, str(offset), "31", "0xffffffff")
+                joined, upper = e.register("b64"), e.register("b64")
+                e.emit("cvt.u64.u32", joined, low)
+                e.emit("cvt.u64.u32", upper, high)
+                e.emit("shl.b64", upper, upper, "32")
+                e.emit("or.b64", joined, joined, upper)
+                e.emit("mov.b64", other, joined)
+            else:
+                e.emit("shfl.sync.bfly.b32", other, value, str(offset), "31", "0xffffffff")
+            combined = e.register(kind)
+            combine(e, combined, [value, other], node.dtype, node.dtype)
+            value = combined
+            offset //= 2
+        return value
 
     @staticmethod
     def alu(e: _Emitter, node: IRNode, operand: Callable[[IRNode], str], shared: bool = False) -> str:

@@ -24,7 +24,10 @@ STEP_METHODS: dict[Step, str] = {
     Step.END_LOOP: "close_loop",  # close the loop of a RANGE node
     Step.STORE: "store",  # a STORE node
     Step.DEFINE_LOCAL: "define_local",  # a scratch array of the work item (refuse_scratch_arrays where there is none)
+    Step.GROUP_REDUCE: "group_reduce",  # a value combined over the work items of a group (workgroup kernels only)
 }
+# steps only kernels for some devices contain: a renderer without the method fails on such a kernel only
+OPTIONAL_STEPS = frozenset({Step.GROUP_REDUCE})
 assert set(STEP_METHODS) == set(Step), f"STEP_METHODS lacks {set(Step) - set(STEP_METHODS)}"
 
 
@@ -38,9 +41,12 @@ class KernelBody:
         self.kernel = kernel
         self.constant = constant  # a CONST node as an operand (a literal, or a register holding it)
         self.global_id = global_id  # the work item's index as an operand
+        self.local_id = "ember_lid"  # a workgroup kernel's: the work item's index in its group, and the group's index
+        self.group_id = "ember_group"
         self.names: dict[int, str] = {}
         self.counter = 0
         self.lines: list[str] = []
+        self.declarations: list[str] = []  # lines a renderer puts before the body (a workgroup kernel's arrays)
         self.depth = depth
 
     def operand(self, node: IRNode) -> str:
@@ -54,6 +60,10 @@ class KernelBody:
             return self.constant(node)
         if node.op is IROp.GLOBAL_ID:
             return self.global_id
+        if node.op is IROp.LOCAL_ID:
+            return self.local_id
+        if node.op is IROp.GROUP_ID:
+            return self.group_id
         if node.op is IROp.PARAM:
             return f"data{node.arg[0]}"
         return self.names[id(node)]
@@ -98,6 +108,8 @@ class StepRenderer(Generic[Body]):
         methods: dict[Step, StepMethod[Body]] = {}
         for step, name in STEP_METHODS.items():
             method = getattr(self, name, None)
+            if method is None and step in OPTIONAL_STEPS:
+                method = self.refuse_workgroups
             if method is None:
                 raise NotImplementedError(
                     f"the {self.language} renderer ({type(self).__name__}) has no method {name}(body, node) for the "
@@ -105,6 +117,11 @@ class StepRenderer(Generic[Body]):
                     f"ember.backends.render_steps.STEP_METHODS")
             methods[step] = method
         return methods
+
+    def refuse_workgroups(self, body: Body, node: IRNode) -> None:
+        """A workgroup step (GROUP_REDUCE) in a renderer that has none: a CompileError naming the kernel."""
+        raise CompileError(f"kernel {body.kernel.name} reduces across a workgroup, which the {self.language} renderer "
+                           "does not render (such kernels are made only for devices whose DeviceInfo has local memory)")
 
     def refuse_scratch_arrays(self, body: Body, node: IRNode) -> None:
         """The `define_local` of a renderer that has no scratch arrays: a CompileError naming the kernel."""

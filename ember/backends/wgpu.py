@@ -16,7 +16,10 @@ from ember.ir.linearize import loop_iterations
 
 # Adapter limits ember asks for in full (WebGPU's defaults are far lower than what adapters give).
 REQUESTED_LIMITS = ("max-storage-buffer-binding-size", "max-buffer-size", "max-storage-buffers-per-shader-stage",
-                    "max-compute-workgroups-per-dimension", "max-bindings-per-bind-group")
+                    "max-compute-workgroups-per-dimension", "max-bindings-per-bind-group",
+                    # what DeviceInfo reports for workgroup kernels (ir/group_reduce.py)
+                    "max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup",
+                    "max-compute-workgroup-size-x")
 NATIVE_FEATURES = ("shader-int64", "shader-f64")  # wgpu-native extensions beyond WebGPU
 LLVMPIPE_LOOP_LIMIT = 65535  # gallivm's LP_MAX_TGSI_LOOP_ITERATIONS: loop iterations per invocation, all loops
 PORTABLE_ENVIRONMENT = "EMBER_WGPU_PORTABLE"  # "1": standard WebGPU only (no i64/u64/f64), as in a browser
@@ -178,7 +181,8 @@ class WGPUProgram(Program):
         return lambda wait_for: self._submit(pipeline, bind_group, dispatch)
 
     def _dispatch(self, global_size: int) -> tuple[int, int, int]:
-        return self.dispatch if self.info is None else launch_geometry(global_size, self.info)[0]
+        return self.dispatch if self.info is None else launch_geometry(global_size, self.info,
+                                                                       exact_local_size=self.kernel.local_size)[0]
 
     def _bind_group(self, buffers: list[Any]) -> tuple[Any, Any]:
         """The pipeline for these buffers (a variant where the output's buffer is also an input) and their bind
@@ -229,8 +233,11 @@ class WGPUDevice(Device):
         self.info = DeviceInfo(
             compute_units=(os.cpu_count() or 1) if adapter_info.get("adapter_type") == "CPU" else 1,
             max_global_size=2**31 - 1,
-            max_local_size=adapter.limits.get("max-compute-invocations-per-workgroup", 256),
-            local_memory_bytes=adapter.limits.get("max-compute-workgroup-storage-size", 16384),
+            max_local_size=min(limits.get("max-compute-invocations-per-workgroup", 256),
+                               limits.get("max-compute-workgroup-size-x", 256)),
+            local_memory_bytes=limits.get("max-compute-workgroup-storage-size", 16384),
+            # WebGPU does not say a GPU's subgroup size; 32 for a GPU, none for a CPU adapter (lavapipe)
+            warp_width=1 if adapter_info.get("adapter_type") == "CPU" else 32,
             preferred_vector_width=4,
             preferred_local_size=WORKGROUP_SIZE,  # the renderer's @workgroup_size
             max_groups_per_dimension=MAX_WORKGROUPS_PER_DIMENSION,
@@ -268,8 +275,8 @@ class WGPUDevice(Device):
                 raise CompileError(f"kernel {kernel.name} has {len(kernel.params)} buffers; {self.name} binds at most "
                                    f"{limit} per kernel (realize some inputs first)")
             try:
-                program = WGPUProgram(self.queue, source, kernel, launch_geometry(kernel.global_size, self.info)[0],
-                                      self.info)
+                dispatch = launch_geometry(kernel.global_size, self.info, exact_local_size=kernel.local_size)[0]
+                program = WGPUProgram(self.queue, source, kernel, dispatch, self.info)
             except Exception as error:  # noqa: BLE001 - wgpu raises its own validation error types
                 raise CompileError(f"wgpu rejected a kernel: {error}\n--- source ---\n{source}") from None
             self._programs.put(source, program)

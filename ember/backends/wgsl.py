@@ -137,6 +137,7 @@ class WGSLRenderer(StepRenderer[KernelBody]):
         self.workgroup_size = workgroup_size
         self.reads_memory: dict[int, bool] = {}  # per kernel: whether a node's value depends on a load
         self.helpers: set[str] = set()
+        self.workgroup_arrays: list[str] = []  # per kernel: the local memory of its group reduces
         self.alu: dict[Op | IROp, Template] = {
             Op.NEG: self._negate,
             Op.RECIPROCAL: lambda o, d, s: f"({self.constant(1.0, d)} / {o[0]})",
@@ -364,6 +365,7 @@ class WGSLRenderer(StepRenderer[KernelBody]):
                 f"opencl device")
         self.helpers = set()
         self.reads_memory = {}
+        self.workgroup_arrays = []
         kernel = expand_math(kernel, EXPANDED_MATH, wide_integers=self.int64)
         body = KernelBody(kernel, self.constant_operand, depth=1)
         self.render_steps(body)
@@ -373,14 +375,26 @@ class WGSLRenderer(StepRenderer[KernelBody]):
             f"data{param.position}: array<{self.storage_type(param.dtype, param.is_output)}>;"
             for param in kernel.params
         ]
-        groups = self.dispatch_size(kernel.global_size, self.workgroup_size)
+        workgroup_size = kernel.local_size or self.workgroup_size
+        groups = self.dispatch_size(kernel.global_size, workgroup_size)
         dynamic = kernel.size_parameter is not None  # a shape class's kernel: its global size is known at launch
         bound = f"data{kernel.size_parameter}[0]" if dynamic else f"{kernel.global_size}i"
-        if groups[1] == 1 and not dynamic:
+        if kernel.local_size is not None:
+            # a workgroup kernel: groups that are wholly past the end return (workgroup_id is uniform, so every
+            # barrier after it is still reached by all the group's items or by none)
+            arguments = ("@builtin(global_invocation_id) id: vec3<u32>, @builtin(local_invocation_index) "
+                         "local_index: u32, @builtin(workgroup_id) workgroup: vec3<u32>, @builtin(num_workgroups) "
+                         "groups: vec3<u32>")
+            start = ["  let ember_group = i32(workgroup.x + workgroup.y * groups.x);",
+                     f"  if (ember_group >= {kernel.global_size // kernel.local_size}i) {{ return; }}",
+                     "  let ember_lid = i32(local_index);"]
+        elif groups[1] == 1 and not dynamic:
             arguments, global_id = "@builtin(global_invocation_id) id: vec3<u32>", "i32(id.x)"
+            start = [f"  let gid = {global_id};", f"  if (gid >= {bound}) {{ return; }}"]
         else:
             arguments = "@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>"
             global_id = f"i32(id.x + id.y * groups.x * {self.workgroup_size}u)"
+            start = [f"  let gid = {global_id};", f"  if (gid >= {bound}) {{ return; }}"]
         helpers = [
             FLOAT_HELPERS.format(**FLOAT_HELPER_ARGUMENTS[name]) if name in FLOAT_HELPER_ARGUMENTS
             else PACKING_HELPERS[name]
@@ -389,11 +403,11 @@ class WGSLRenderer(StepRenderer[KernelBody]):
         lines = [
             *helpers,
             *declarations,
-            f"@compute @workgroup_size({self.workgroup_size})",
+            *self.workgroup_arrays,
+            f"@compute @workgroup_size({workgroup_size})",
             f"fn {kernel.name}({arguments}) {{",
             *(["  ember_zero = id.z;"] if "opaque" in self.helpers else []),
-            f"  let gid = {global_id};",
-            f"  if (gid >= {bound}) {{ return; }}",
+            *start,
             *body.lines,
             "}",
         ]
@@ -438,6 +452,27 @@ class WGSLRenderer(StepRenderer[KernelBody]):
 
     def define_local(self, body: KernelBody, node: IRNode) -> None:
         self.refuse_scratch_arrays(body, node)
+
+    def group_reduce(self, body: KernelBody, node: IRNode) -> None:
+        """The group's values combined by a tree in a workgroup array: each item stores its value, then half the
+        items combine pairs, halving until element 0 holds the result, with a barrier after every level."""
+        number = body.number()
+        array, stride, kind = f"ember_shared{number}", f"stride{number}", self.value_type(node.dtype)
+        size = body.kernel.local_size
+        assert size is not None and size & (size - 1) == 0, "a group reduce needs a power-of-two local size"
+        self.workgroup_arrays.append(f"var<workgroup> {array}: array<{kind}, {size}>;")
+        combine = REDUCE_COMBINE[node.arg]
+        update = self.alu[combine]([f"{array}[ember_lid]", f"{array}[ember_lid + {stride}]"], node.dtype, node.dtype)
+        if combine in WRAPPING_OPS:
+            update = self.wrap(update, node.dtype)
+        body.line(f"{array}[ember_lid] = {body.operand(node.srcs[0])};")
+        body.line("workgroupBarrier();")
+        body.line(f"for (var {stride}: i32 = {size // 2}i; {stride} > 0i; {stride} = {stride} >> 1u) {{")
+        body.line(f"  if (ember_lid < {stride}) {{ {array}[ember_lid] = {update}; }}")
+        body.line("  workgroupBarrier();")
+        body.line("}")
+        name = body.name_of(node, "g")
+        body.line(f"let {name}: {kind} = {array}[0];")
 
     def _hide_from_fast_math(self, node: IRNode, operands: list[str]) -> list[str]:
         """Pass one operand through `ember_opaque_*` where Mesa's inexact algebra would drop a NaN or infinity or

@@ -36,6 +36,13 @@ class IROp(Enum):
     DEFINE_LOCAL = auto()  # a scratch array of each work item; arg: (number, element count); loads/stores use it
     LOOP = auto()  # a statement: srcs (body, *ranges), the body (a SINK of stores and loops) run for every range value
     AFTER = auto()  # srcs (buffer, *statements): the buffer once the statements ran (loads from it wait for them)
+    # workgroups (a kernel whose KernelIR.local_size is set: ir/group_reduce.py): the work items of a group run
+    # together and share local memory
+    LOCAL_ID = auto()  # the work item's index inside its group; arg: the local size
+    GROUP_ID = auto()  # the group's index; arg: the number of groups
+    GROUP_REDUCE = auto()  # arg: Op.SUM / Op.PROD / Op.REDUCE_MAX; srcs: (value,): the value combined over every
+    # work item of the group, the same in each (a tree in local memory between barriers: every work item of the
+    # group must reach it, so it is never under a condition that depends on the work item)
 
 
 # Vectors: a node of `width` > 1 holds `width` lanes of its dtype. A vector LOAD reads (a vector STORE writes) the
@@ -101,10 +108,17 @@ class KernelIR:
     # a shape class's kernel (ir/shape_class.py): the position of its parameter of sizes known at launch (element 0
     # the global size, which then bounds the work items instead of `global_size`), else None
     size_parameter: int | None = None
+    # a workgroup kernel (LOCAL_ID, GROUP_ID, GROUP_REDUCE): launched in groups of exactly this many work items (a
+    # power of two; the global size a multiple of it), else None (the launch chooses the groups)
+    local_size: int | None = None
+    # a workgroup kernel's warp width (DeviceInfo.warp_width): a renderer with warp shuffles (PTX) combines the values
+    # of each warp by shuffles before it goes through local memory; 1: none
+    warp_width: int = 1
 
     def key(self) -> str:
         """A structural description of the kernel (for caches and debug output)."""
-        return f"{self.name}:{self.global_size}:{self.sink!r}"
+        group = f":group{self.local_size}/{self.warp_width}" if self.local_size is not None else ""
+        return f"{self.name}:{self.global_size}{group}:{self.sink!r}"
 
 
 def _wrap_integer(value: int, dtype: DType) -> int:
@@ -189,6 +203,18 @@ class Builder:
         """The work item's number, below `size` (`bounded` False: a size known only at launch; `size` an estimate)."""
         return self._make(IROp.GLOBAL_ID, dtype, (), size, 0, max(size - 1, 0) if bounded else math.inf)
 
+    def local_id(self, local_size: int, dtype: DType) -> IRNode:
+        """The work item's index inside its group of `local_size`."""
+        return self._make(IROp.LOCAL_ID, dtype, (), local_size, 0, local_size - 1)
+
+    def group_id(self, groups: int, dtype: DType) -> IRNode:
+        """The group's index, below `groups`."""
+        return self._make(IROp.GROUP_ID, dtype, (), groups, 0, max(groups - 1, 0))
+
+    def group_reduce(self, op: Op, value: IRNode) -> IRNode:
+        """`value` combined by the reduce `op` over the work items of the group (each gets the result)."""
+        return self._make(IROp.GROUP_REDUCE, value.dtype, (value,), op)
+
     def new_range(self, size: int, dtype: DType, runtime_size: IRNode | None = None) -> IRNode:
         """A loop variable 0..size-1; with `runtime_size`, 0..runtime_size-1 (`size` only an estimate)."""
         self.loop_count += 1
@@ -268,7 +294,7 @@ class Builder:
         op = node.op
         if op is IROp.CONST:
             return self.const(node.arg, node.dtype)
-        if op in (IROp.PARAM, IROp.GLOBAL_ID, IROp.RANGE, IROp.DEFINE_LOCAL):
+        if op in (IROp.PARAM, IROp.GLOBAL_ID, IROp.LOCAL_ID, IROp.GROUP_ID, IROp.RANGE, IROp.DEFINE_LOCAL):
             if op is IROp.RANGE:
                 self.loop_count = max(self.loop_count, node.arg[0])
             if op is IROp.DEFINE_LOCAL:
@@ -289,6 +315,8 @@ class Builder:
             return self.reduce(node.arg, srcs[0], tuple(srcs[1:]))
         if op is IROp.SINK:
             return self.sink(srcs)
+        if op is IROp.GROUP_REDUCE:
+            return self.group_reduce(node.arg, srcs[0])
         if op is IROp.VECTORIZE:
             return self.vectorize(srcs)
         if op is IROp.GEP:

@@ -309,4 +309,5 @@ def expand_math(kernel: KernelIR, wanted: MathOps, wide_integers: bool = True) -
     builder.loop_count = max(builder.loop_count, max((node.arg[0] for node in nodes if node.op is IROp.RANGE),
                                                      default=0))
     return KernelIR(kernel.name, kernel.params, kernel.global_size, sink, kernel.index_dtype,
-                    size_parameter=kernel.size_parameter)
+                    size_parameter=kernel.size_parameter, local_size=kernel.local_size,
+                    warp_width=kernel.warp_width)

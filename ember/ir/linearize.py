@@ -22,6 +22,7 @@ class Step(str, Enum):
     END_LOOP = "end_loop"  # close the loop of a RANGE node
     STORE = "store"  # a STORE node
     DEFINE_LOCAL = "define_local"  # a DEFINE_LOCAL node: a scratch array of the work item
+    GROUP_REDUCE = "group_reduce"  # a GROUP_REDUCE node: its value combined over the work items of the group
 
     __hash__ = str.__hash__
 
@@ -33,7 +34,7 @@ class Instruction(NamedTuple):
     node: IRNode
 
 
-INLINE_OPS = (IROp.CONST, IROp.PARAM, IROp.RANGE, IROp.GLOBAL_ID, IROp.SINK, IROp.AFTER)
+INLINE_OPS = (IROp.CONST, IROp.PARAM, IROp.RANGE, IROp.GLOBAL_ID, IROp.LOCAL_ID, IROp.GROUP_ID, IROp.SINK, IROp.AFTER)
 UNITS = (IROp.REDUCE, IROp.LOOP)  # emitted as a whole: loops with what they contain
 
 
@@ -93,6 +94,10 @@ class Linearizer:
             self.done.add(id(item))
         elif item.op is IROp.DEFINE_LOCAL:
             self.instructions.append(Instruction(Step.DEFINE_LOCAL, item))
+            self.done.add(id(item))
+        elif item.op is IROp.GROUP_REDUCE:
+            assert not self.open, "a GROUP_REDUCE's barriers must be reached by every work item: never in a loop"
+            self.instructions.append(Instruction(Step.GROUP_REDUCE, item))
             self.done.add(id(item))
         elif item.op not in INLINE_OPS:
             self.instructions.append(Instruction(Step.VALUE, item))

@@ -26,6 +26,9 @@ from ember.ir.shape_class import SizeVariable
 
 HALF_TYPES = (dtypes.float16, dtypes.bfloat16)
 INT32_LIMIT = 2**31 - 1
+# a workgroup kernel's rows of at most this many elements per work item are unrolled (ir/group_reduce.py): each
+# element one load shared by every pass over the row (softmax's max, sum and output), kept in registers
+UNROLLED_ROW_STEPS = 16
 RUNTIME_SIZE_ESTIMATE = 64  # what loop-work estimates take a loop over a size known only at launch to run
 # lowering one step: yields (source position, index, valid) for each source value it needs, returns its IR value
 Lowering = Generator[tuple[int, tuple[IRNode, ...], IRNode | None], IRNode, IRNode]
@@ -39,7 +42,8 @@ def compute_dtype(dtype: DType) -> DType:
 class Lowerer:
     """Lowers the steps of one kernel at symbolic indices, memoizing (step, index, validity)."""
 
-    def __init__(self, kernel: Kernel, builder: Builder, index_dtype: DType, reduce_lanes: int = 1) -> None:
+    def __init__(self, kernel: Kernel, builder: Builder, index_dtype: DType, reduce_lanes: int = 1,
+                 group: tuple[IRNode, int] | None = None) -> None:
         self.kernel = kernel
         self.steps = kernel.steps
         self.builder = builder
@@ -50,6 +54,8 @@ class Lowerer:
         self.ranges: dict[tuple[int, int], IRNode] = {}
         self.reduce_lanes = reduce_lanes
         self.lane_groups: list[tuple[IRNode, ...]] = []
+        # a workgroup kernel's (LOCAL_ID node, local size): each reduce is shared by the work items of a group
+        self.group = group
 
     def param(self, position: int, dtype: DType, is_output: bool) -> IRNode:
         if position not in self.params:
@@ -126,6 +132,8 @@ class Lowerer:
         source_shape = self.steps[step.srcs[0]].shape
         if 0 in source_shape:  # (a size known at launch, a node, is never 0: ir/shape_class.py)
             return b.const(reduce_identity(op, step.dtype), compute_dtype(step.dtype))
+        if self.group is not None:
+            return (yield from self._lower_group_reduce(position, step, index, valid))
         lanes = self.reduce_lanes
         split = [axis for axis in step.arg if source_shape[axis] % lanes == 0 and source_shape[axis] >= lanes
                  ] if lanes > 1 else []
@@ -155,6 +163,42 @@ class Lowerer:
             group = [b.alu(combine, group[0].dtype, *group[number:number + 2]) if number + 1 < len(group)
                      else group[number] for number in range(0, len(group), 2)]
         return group[0]
+
+    def _lower_group_reduce(self, position: int, step: KernelStep, index: tuple[IRNode, ...],
+                            valid: IRNode | None) -> Lowering:
+        """A reduce of one axis by the work items of a group (ir/group_reduce.py): work item l reduces elements l,
+        l + L, l + 2L, ... of the axis (L the local size; the identity past its end), then the group combines the
+        items' partial results (GROUP_REDUCE)."""
+        b, op = self.builder, step.op
+        local_id, local_size = self.group  # type: ignore[misc]  # (only called in group mode)
+        source_shape = self.steps[step.srcs[0]].shape
+        axis = next(axis for axis in step.arg if source_shape[axis] != 1)
+        length = source_shape[axis]
+        steps = -(-length // local_size)
+        if steps <= UNROLLED_ROW_STEPS:  # the item's elements one by one (a sum from +0.0, as Builder.reduce's)
+            partial = b.const(0.0 if op is Op.SUM else reduce_identity(op, step.dtype), compute_dtype(step.dtype))
+            for number in range(steps):
+                element = b.add(local_id, number * local_size)
+                value = yield from self._reduced_value(step, index, {axis: b.at_most(element, length - 1)}, valid)
+                if element.maximum > length - 1:
+                    identity = b.const(reduce_identity(op, step.dtype), value.dtype)
+                    value = b.alu(Op.WHERE, value.dtype, b.less(element, length), value, identity)
+                first = number == 0 and op is not Op.SUM  # (the identity combined with a value is the value)
+                partial = value if first else b.alu(REDUCE_COMBINE[op], partial.dtype, partial, value)
+            return b.group_reduce(op, partial)
+        if (position, axis) not in self.ranges:
+            self.ranges[(position, axis)] = b.new_range(-(-length // local_size), self.index_dtype)
+        step_range = self.ranges[(position, axis)]
+        element = b.add(b.mul(step_range, local_size), local_id)
+        inside = None if length % local_size == 0 else b.less(element, length)
+        # past the end the last element is read (clamped, not masked: a mask would reach the reduces this one reads
+        # through a broadcast, softmax's max, and make them depend on this reduce's loop) and the identity used
+        clamped = b.at_most(element, length - 1)
+        value = yield from self._reduced_value(step, index, {axis: clamped}, valid)
+        if inside is not None:
+            identity = b.const(reduce_identity(op, step.dtype), value.dtype)
+            value = b.alu(Op.WHERE, value.dtype, inside, value, identity)
+        return b.group_reduce(op, b.reduce(op, value, (step_range,)))
 
     def _reduced_value(self, step: KernelStep, index: tuple[IRNode, ...], ranges: dict[int, IRNode],
                        valid: IRNode | None) -> Lowering:

@@ -39,7 +39,8 @@ def code_digest() -> str:
 
 def entry_path(kernel: Kernel, name: str, info: DeviceInfo, optimize: bool) -> Path:
     capabilities = (info.compute_units, info.preferred_vector_width, sorted(str(op) for op in info.vector_ops),
-                    [(width, sorted(str(op) for op in ops)) for width, ops in info.fallback_vector_widths])
+                    [(width, sorted(str(op) for op in ops)) for width, ops in info.fallback_vector_widths],
+                    info.local_memory_bytes, info.max_local_size, info.max_global_size, info.warp_width)
     key = "\n".join((code_digest(), name, repr(kernel), repr(capabilities), str(optimize)))
     return cache.entry_path("ir", key)
 
@@ -80,16 +81,18 @@ def _flatten(ir: KernelIR) -> tuple:
         table.append((node.op, node.dtype, tuple(number[id(src)] for src in node.srcs), node.arg, node.minimum,
                       node.maximum, node.width))
     lane_groups = tuple(tuple(number[id(node)] for node in group) for group in ir.lane_groups)
-    return (ir.name, ir.params, ir.global_size, ir.index_dtype, table, number[id(ir.sink)], lane_groups)
+    return (ir.name, ir.params, ir.global_size, ir.index_dtype, table, number[id(ir.sink)], lane_groups, ir.local_size,
+            ir.warp_width)
 
 
 def _unflatten(flat: tuple) -> KernelIR:
-    name, params, global_size, index_dtype, table, sink, lane_groups = flat
+    name, params, global_size, index_dtype, table, sink, lane_groups, local_size, warp_width = flat
     nodes: list[IRNode] = []
     for op, dtype, sources, arg, minimum, maximum, width in table:
         nodes.append(IRNode(op, dtype, tuple(nodes[source] for source in sources), arg, minimum, maximum, width))
     return KernelIR(name=name, params=params, global_size=global_size, sink=nodes[sink], index_dtype=index_dtype,
-                    lane_groups=tuple(tuple(nodes[node] for node in group) for group in lane_groups))
+                    lane_groups=tuple(tuple(nodes[node] for node in group) for group in lane_groups),
+                    local_size=local_size, warp_width=warp_width)
 
 
 def load(path: Path, kernel: Kernel | None = None, name: str | None = None) -> KernelIR | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from ember.capabilities import DeviceInfo
 from ember.core.ops import REDUCE_OPS, Op
 from ember.ir import lowered_cache
+from ember.ir.group_reduce import choose_local_size, lower_group_kernel
 from ember.ir.ir import IROp, KernelIR
 from ember.ir.kernel import Kernel, row_loop
 from ember.ir.linearize import Step, linearize
@@ -187,7 +188,11 @@ def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
 def _choose_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
     """The first vector plan whose vectors need no gathering (tile plans compared by estimated work), at the
     preferred vector width or, for a kernel needing an op only a narrower width has, at that width; else scalar
-    tiles; untiled where tiling would take too long to lower."""
+    tiles; untiled where tiling would take too long to lower. A kernel of long row reductions on a device with
+    local memory is a workgroup kernel instead (ir/group_reduce.py)."""
+    local_size = choose_local_size(kernel, info)
+    if local_size is not None:
+        return lower_group_kernel(kernel, name, local_size, info.warp_width)
     for capabilities in _vector_widths_for(kernel, info):
         vectorized = _vector_lowering(kernel, name, capabilities)
         if vectorized is not None:
