@@ -263,7 +263,13 @@ def gathers(kernel: KernelIR) -> bool:
             node.op is not IROp.REDUCE and any(in_loop[id(src)] for src in node.srcs))
     return any(node.op is IROp.VECTORIZE and (in_loop[id(node)] or not reduce_ranges)
                and any(lane is not node.srcs[0] for lane in node.srcs) and not all(lane.is_const for lane in node.srcs)
-               for node in nodes)
+               and not repeated_loads(node.srcs) for node in nodes)
+
+
+def repeated_loads(lanes: tuple[IRNode, ...]) -> bool:
+    """Whether vector lanes are loads each read by two or more lanes (a pooled window's value spread over its
+    positions: [a, a, b, b, ...]): building the vector costs at most half the lanes' scalar loads, not a gather."""
+    return all(lane.op is IROp.LOAD for lane in lanes) and 2 * len({id(lane) for lane in lanes}) <= len(lanes)
 
 
 def vector_width(kernel: KernelIR) -> int:
