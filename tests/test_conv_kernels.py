@@ -170,6 +170,28 @@ def test_max_pool_gradient_in_vector_lanes(device: str, monkeypatch: Any) -> Non
         assert_close(x.grad, tx.grad)
 
 
+def test_max_pool_forward_in_vector_lanes(device: str, monkeypatch: Any) -> None:
+    """2x2 pooling to rows of 8 (a window's elements 2 apart in the lanes) and of 4 (two rows fill a vector), its
+    offsets (a keepdim reduce) too: vector stores, and values, NaN, -inf and ties as torch's, gradients included."""
+    from tests.test_optimizations import _dummy, rendered_c
+
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    for width in (16, 8):
+        source = rendered_c(_dummy(2, 4, 8, width).max_pool2d(2))
+        assert "*(ember_float32x8_u*)(data0+" in source, source
+    generator = np.random.default_rng(4)
+    for shape in ((2, 3, 8, 16), (2, 4, 8, 8), (1, 2, 6, 8)):
+        values = generator.integers(-2, 3, size=shape).astype(np.float32)
+        values.reshape(-1)[generator.choice(values.size, 4, replace=False)] = np.nan
+        values.reshape(-1)[generator.choice(values.size, 4, replace=False)] = -np.inf
+        x, tx = pair(values, device, requires_grad=True)
+        output, expected = (x * 2 + 1).max_pool2d(2), TF.max_pool2d(tx * 2 + 1, 2)
+        assert_close(output, expected)
+        output.sum().backward()
+        expected.sum().backward()
+        assert_close(x.grad, tx.grad)
+
+
 def test_max_pool_3d_gradient(device: str) -> None:
     x, tx = pair(random_array((1, 2, 5, 6, 4)), device, requires_grad=True)
     output, expected = x.max_pool3d(2, stride=(1, 2, 2), padding=1), TF.max_pool3d(tx, 2, stride=(1, 2, 2), padding=1)

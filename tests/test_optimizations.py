@@ -275,3 +275,15 @@ def test_lowered_kernels_are_cached_on_disk(monkeypatch: pytest.MonkeyPatch, tmp
     again = build_kernel_ir(item.kernel, "cached", OPENCL_VECTORS)
     assert calls == ["lowered", "lowered"] and renderer.render(again) == renderer.render(lowered)
     assert lowered_cache.load(entry) is not None
+
+
+def test_short_rows_are_tiled_whole(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel no vector fits (a padded copy's rows of 10) computes a whole row per work item: its index
+    arithmetic once per row; the values stay torch's on every device."""
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    source = rendered_c((_dummy(4, 3, 8, 8) * 2).pad((1, 1, 1, 1)).contiguous())
+    assert "gid < 120;" in source, source  # 4 x 3 x 10 rows of 10
+    x = np.random.default_rng(0).standard_normal((4, 3, 8, 8)).astype(np.float32)
+    x[0, 0, 0, :3] = [np.nan, np.inf, -0.0]
+    output = (em.tensor(x, device=device) * 2).pad((1, 1, 2, 1)).numpy()
+    np.testing.assert_array_equal(output, torch.nn.functional.pad(torch.tensor(x) * 2, (1, 1, 2, 1)).numpy())

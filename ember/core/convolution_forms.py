@@ -554,7 +554,7 @@ def chosen_offset(flat: Tensor, dtype: dtypes.DType = dtypes.int64) -> Tensor:
     is_max = flat == flat.amax(-1, keepdim=True)
     score = where(is_max, count - 1 - offset, -1)
     if flat.dtype.is_float:
-        score = where(flat.isnan(), count + offset, score)
+        score = where(flat == flat, score, count + offset)  # (NaN != NaN; no negation: vector lanes compare)
     best = score.amax(-1, keepdim=True)
     return where(best >= count, best - count, count - 1 - best)
 

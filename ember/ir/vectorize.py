@@ -263,13 +263,26 @@ def gathers(kernel: KernelIR) -> bool:
             node.op is not IROp.REDUCE and any(in_loop[id(src)] for src in node.srcs))
     return any(node.op is IROp.VECTORIZE and (in_loop[id(node)] or not reduce_ranges)
                and any(lane is not node.srcs[0] for lane in node.srcs) and not all(lane.is_const for lane in node.srcs)
-               and not repeated_loads(node.srcs) for node in nodes)
+               and not repeated_loads(node.srcs) and not nearby_loads(node.srcs) for node in nodes)
 
 
 def repeated_loads(lanes: tuple[IRNode, ...]) -> bool:
     """Whether vector lanes are loads each read by two or more lanes (a pooled window's value spread over its
     positions: [a, a, b, b, ...]): building the vector costs at most half the lanes' scalar loads, not a gather."""
     return all(lane.op is IROp.LOAD for lane in lanes) and 2 * len({id(lane) for lane in lanes}) <= len(lanes)
+
+
+def nearby_loads(lanes: tuple[IRNode, ...]) -> bool:
+    """Whether vector lanes are loads of one buffer within a span of a few vectors (a stride-2 pooling window's
+    elements, a tile of two short rows): the lanes' cache lines are those of a vector load or two, and building the
+    vector costs its loads, not a walk across memory."""
+    first = lanes[0]
+    if not all(lane.op is IROp.LOAD and lane.srcs[0] is first.srcs[0] and lane.srcs[2:] == first.srcs[2:]
+               for lane in lanes):
+        return False
+    keys = [index_key(lane.srcs[1]) for lane in lanes]
+    constants = [constant for _, constant in keys]
+    return all(terms == keys[0][0] for terms, _ in keys) and max(constants) - min(constants) < 4 * len(lanes)
 
 
 def vector_width(kernel: KernelIR) -> int:
