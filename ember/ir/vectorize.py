@@ -261,9 +261,18 @@ def gathers(kernel: KernelIR) -> bool:
     for node in nodes:  # sources first
         in_loop[id(node)] = id(node) in reduce_ranges or (
             node.op is not IROp.REDUCE and any(in_loop[id(src)] for src in node.srcs))
-    return any(node.op is IROp.VECTORIZE and (in_loop[id(node)] or not reduce_ranges)
-               and any(lane is not node.srcs[0] for lane in node.srcs) and not all(lane.is_const for lane in node.srcs)
-               and not repeated_loads(node.srcs) and not nearby_loads(node.srcs) for node in nodes)
+    gathered = [node for node in nodes if node.op is IROp.VECTORIZE and (in_loop[id(node)] or not reduce_ranges)
+                and any(lane is not node.srcs[0] for lane in node.srcs) and not all(lane.is_const for lane in node.srcs)
+                and not repeated_loads(node.srcs) and not nearby_loads(node.srcs)]
+    if not gathered or reduce_ranges:
+        return bool(gathered)
+    # an elementwise kernel whose vectors gather only loaded values (and constants), fewer of them than the vector
+    # arithmetic they feed (the phases of a strided convolution's gradient under a batch norm's backward): the
+    # gathered loads cost less than the scalar arithmetic the vectors save
+    loaded = {id(lane) for node in gathered for lane in node.srcs if not lane.is_const}
+    arithmetic = sum(1 for node in nodes if node.width > 1 and node.op in VECTOR_ALU_OPS)
+    return not all(lane.op is IROp.LOAD or lane.is_const for node in gathered for lane in node.srcs) or (
+        len(loaded) > arithmetic)
 
 
 def repeated_loads(lanes: tuple[IRNode, ...]) -> bool:
