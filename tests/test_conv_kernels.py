@@ -179,6 +179,8 @@ def test_max_pool_forward_in_vector_lanes(device: str, monkeypatch: Any) -> None
     for width in (16, 8):
         source = rendered_c(_dummy(2, 4, 8, width).max_pool2d(2))
         assert "*(ember_float32x8_u*)(data0+" in source, source
+    padded = rendered_c(_dummy(2, 4, 16, 16).max_pool2d(2).pad((1, 1, 1, 1)).contiguous())  # the next conv's input
+    assert "*(ember_float32x8_u*)(data0+" in padded, padded
     generator = np.random.default_rng(4)
     for shape in ((2, 3, 8, 16), (2, 4, 8, 8), (1, 2, 6, 8)):
         values = generator.integers(-2, 3, size=shape).astype(np.float32)
@@ -187,6 +189,7 @@ def test_max_pool_forward_in_vector_lanes(device: str, monkeypatch: Any) -> None
         x, tx = pair(values, device, requires_grad=True)
         output, expected = (x * 2 + 1).max_pool2d(2), TF.max_pool2d(tx * 2 + 1, 2)
         assert_close(output, expected)
+        assert_close(output.pad((1, 1, 1, 1)) * 3, TF.pad(expected, (1, 1, 1, 1)) * 3)
         output.sum().backward()
         expected.sum().backward()
         assert_close(x.grad, tx.grad)

@@ -280,11 +280,12 @@ def test_lowered_kernels_are_cached_on_disk(monkeypatch: pytest.MonkeyPatch, tmp
 
 
 def test_short_rows_are_tiled_whole(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A kernel no vector fits (a padded copy's rows of 10) computes a whole row per work item: its index
-    arithmetic once per row; the values stay torch's on every device."""
+    """A padded copy's rows of 10 (a whole number of vectors does not fit) are computed a whole row per work item:
+    its index arithmetic once per row, its 8 interior outputs one vector; the values stay torch's on every device."""
     monkeypatch.setenv("EMBER_NOOPT", "0")
     source = rendered_c((_dummy(4, 3, 8, 8) * 2).pad((1, 1, 1, 1)).contiguous())
     assert "gid < 120;" in source, source  # 4 x 3 x 10 rows of 10
+    assert "*(ember_float32x8_u*)(data0+" in source, source  # the interior of each row: one vector store
     x = np.random.default_rng(0).standard_normal((4, 3, 8, 8)).astype(np.float32)
     x[0, 0, 0, :3] = [np.nan, np.inf, -0.0]
     output = (em.tensor(x, device=device) * 2).pad((1, 1, 2, 1)).numpy()

@@ -147,7 +147,7 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
                     plans.append(Plan(factors, order, loop=(loop_axis, loop_tiles), stage=True))
             plans.append(Plan(factors, order))
     elif output_lanes > 1:
-        vector_tile = _rows_vector_tile(shape, output_lanes)
+        vector_tile = _rows_vector_tile(shape, output_lanes) or _padded_row_tile(shape, output_lanes)
         if vector_tile is not None:
             plans.append(Plan(vector_tile))
     if len(reduce_dtypes) == 1:
@@ -181,6 +181,15 @@ def _rows_vector_tile(shape: tuple[int, ...], lanes: int) -> tuple[int, ...] | N
         return None
     factors[axis], factors[earlier[-1]] = shape[axis], lanes // shape[axis]
     return tuple(factors)
+
+
+def _padded_row_tile(shape: tuple[int, ...], lanes: int) -> tuple[int, ...] | None:
+    """A whole row per work item where rows are longer than a vector but not a whole number of them (a padded
+    copy's rows of 10: vectorize.py packs the 8 interior outputs, the border stays scalar), or None."""
+    axis = _last_axis(shape)
+    if not lanes < shape[axis] <= MAX_TILE_OUTPUTS:
+        return None
+    return tuple(shape[axis] if number == axis else 1 for number in range(len(shape)))
 
 
 def _last_axis(shape: tuple[int, ...]) -> int:

@@ -212,15 +212,16 @@ def store_groups(stores: Iterable[IRNode], vector_bytes: int) -> list[tuple[IRNo
     grouped: dict[int, tuple[IRNode, ...]] = {}
     for (_, _, dtype), by_constant in by_run.items():
         width = lanes_for(dtype, vector_bytes)
-        taken: set[int] = set()
-        for constant in sorted(by_constant):
-            if constant in taken or any(constant + lane not in by_constant or constant + lane in taken
-                                        for lane in range(width)):
-                continue
-            group = tuple(by_constant[constant + lane] for lane in range(width))
-            taken.update(constant + lane for lane in range(width))
-            for store in group:
-                grouped[id(store)] = group
+        for start, length in _runs(sorted(by_constant)):
+            # a run a whole number of vectors does not divide: the vectors start where they hold the most computed
+            # lanes (a padded row [0, x, ..., x, 0]: its interior), the stores left over stay scalar
+            first = max(range(start, start + length % width + 1), key=lambda offset: (sum(
+                not by_constant[offset + lane].srcs[2].is_const
+                for lane in range(width * ((length - (offset - start)) // width))), -offset))
+            for origin in range(first, start + length - width + 1, width):
+                group = tuple(by_constant[origin + lane] for lane in range(width))
+                for store in group:
+                    grouped[id(store)] = group
     result, emitted = [], set()
     for store in stores:
         group = grouped.get(id(store), (store,))
@@ -228,6 +229,17 @@ def store_groups(stores: Iterable[IRNode], vector_bytes: int) -> list[tuple[IRNo
             emitted.add(id(group[0]))
             result.append(group)
     return result
+
+
+def _runs(constants: list[int]) -> list[tuple[int, int]]:
+    """(start, length) of each run of consecutive integers in a sorted list."""
+    runs: list[tuple[int, int]] = []
+    for constant in constants:
+        if runs and runs[-1][0] + runs[-1][1] == constant:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((constant, 1))
+    return runs
 
 
 def vectorize(kernel: KernelIR, vector_bytes: int, vector_ops: frozenset) -> KernelIR:
