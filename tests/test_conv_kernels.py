@@ -145,6 +145,56 @@ def test_max_pool_gradient_goes_to_the_first_maximum(device: str) -> None:
     assert_close(x.grad, tx.grad)
 
 
+def test_max_pool_gradient_in_vector_lanes(device: str, monkeypatch: Any) -> None:
+    """2x2 pooling over rows of 16 and 24 (whole vectors of the gradient's row): the gradient's kernel spreads each
+    window's chosen offset and gradient over its positions' lanes ([a, a, b, b, ...], no scalar loop); ties, NaN,
+    -inf and ReLU zeros (a convolution layer's backward) go where torch's do."""
+    from ember.core.convolution_forms import PoolGeometry, max_pool_gradient
+    from tests.test_optimizations import _dummy, rendered_c
+
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    geometry = PoolGeometry((2, 2), (2, 2), (1, 1), (4, 8), ((0, 0), (0, 0)))
+    source = rendered_c(max_pool_gradient(_dummy(2, 3, 4, 8), _dummy(2, 3, 8, 16), geometry))
+    assert "*(ember_float32x8_u*)(data0+" in source and "{v" in source, source  # vector stores of spread lanes
+    generator = np.random.default_rng(3)
+    for shape in ((2, 3, 8, 16), (1, 4, 6, 24), (2, 2, 5, 17)):
+        values = generator.integers(-2, 3, size=shape).astype(np.float32)
+        values.reshape(-1)[generator.choice(values.size, 6, replace=False)] = np.nan
+        values.reshape(-1)[generator.choice(values.size, 6, replace=False)] = -np.inf
+        x, tx = pair(values, device, requires_grad=True)
+        output, expected = x.relu().max_pool2d(2), TF.max_pool2d(tx.relu(), 2)
+        assert_close(output, expected)
+        grad, tgrad = pair(random_array(tuple(expected.shape), seed=2), device)
+        output.backward(grad)
+        expected.backward(tgrad)
+        assert_close(x.grad, tx.grad)
+
+
+def test_max_pool_forward_in_vector_lanes(device: str, monkeypatch: Any) -> None:
+    """2x2 pooling to rows of 8 (a window's elements 2 apart in the lanes) and of 4 (two rows fill a vector), its
+    offsets (a keepdim reduce) too: vector stores, and values, NaN, -inf and ties as torch's, gradients included."""
+    from tests.test_optimizations import _dummy, rendered_c
+
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    for width in (16, 8):
+        source = rendered_c(_dummy(2, 4, 8, width).max_pool2d(2))
+        assert "*(ember_float32x8_u*)(data0+" in source, source
+    padded = rendered_c(_dummy(2, 4, 16, 16).max_pool2d(2).pad((1, 1, 1, 1)).contiguous())  # the next conv's input
+    assert "*(ember_float32x8_u*)(data0+" in padded, padded
+    generator = np.random.default_rng(4)
+    for shape in ((2, 3, 8, 16), (2, 4, 8, 8), (1, 2, 6, 8)):
+        values = generator.integers(-2, 3, size=shape).astype(np.float32)
+        values.reshape(-1)[generator.choice(values.size, 4, replace=False)] = np.nan
+        values.reshape(-1)[generator.choice(values.size, 4, replace=False)] = -np.inf
+        x, tx = pair(values, device, requires_grad=True)
+        output, expected = (x * 2 + 1).max_pool2d(2), TF.max_pool2d(tx * 2 + 1, 2)
+        assert_close(output, expected)
+        assert_close(output.pad((1, 1, 1, 1)) * 3, TF.pad(expected, (1, 1, 1, 1)) * 3)
+        output.sum().backward()
+        expected.sum().backward()
+        assert_close(x.grad, tx.grad)
+
+
 def test_max_pool_3d_gradient(device: str) -> None:
     x, tx = pair(random_array((1, 2, 5, 6, 4)), device, requires_grad=True)
     output, expected = x.max_pool3d(2, stride=(1, 2, 2), padding=1), TF.max_pool3d(tx, 2, stride=(1, 2, 2), padding=1)

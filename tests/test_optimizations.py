@@ -6,6 +6,8 @@ and its one program for many kernels. The whole suite also runs with EMBER_NOOPT
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -275,3 +277,36 @@ def test_lowered_kernels_are_cached_on_disk(monkeypatch: pytest.MonkeyPatch, tmp
     again = build_kernel_ir(item.kernel, "cached", OPENCL_VECTORS)
     assert calls == ["lowered", "lowered"] and renderer.render(again) == renderer.render(lowered)
     assert lowered_cache.load(entry) is not None
+
+
+def test_short_rows_are_tiled_whole(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A padded copy's rows of 10 (a whole number of vectors does not fit) are computed a whole row per work item:
+    its index arithmetic once per row, its 8 interior outputs one vector; the values stay torch's on every device."""
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    source = rendered_c((_dummy(4, 3, 8, 8) * 2).pad((1, 1, 1, 1)).contiguous())
+    assert "gid < 120;" in source, source  # 4 x 3 x 10 rows of 10
+    assert "*(ember_float32x8_u*)(data0+" in source, source  # the interior of each row: one vector store
+    x = np.random.default_rng(0).standard_normal((4, 3, 8, 8)).astype(np.float32)
+    x[0, 0, 0, :3] = [np.nan, np.inf, -0.0]
+    output = (em.tensor(x, device=device) * 2).pad((1, 1, 2, 1)).numpy()
+    np.testing.assert_array_equal(output, torch.nn.functional.pad(torch.tensor(x) * 2, (1, 1, 2, 1)).numpy())
+
+
+def test_gathered_loads_vectorize_under_enough_arithmetic(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An elementwise kernel gathering loaded values (a transposed operand, columns 8 apart) into vectors that feed
+    more vector arithmetic than the lanes it gathers is vectorized; a copy or a single add of the same gather is
+    not (its scalar loop is as fast). Values as torch's, NaN and inf included."""
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+
+    def heavy(x: Any, y: Any) -> Any:
+        return ((((x * 3 - 1) * 2 + 5).relu() * 0.5 + 1).relu() * 2 - 1).relu() + y.T
+
+    vector_store = "*(ember_float32x8_u*)(data0+"
+    assert vector_store in rendered_c(heavy(_dummy(8, 64), _dummy(64, 8)).contiguous())
+    assert vector_store not in rendered_c((_dummy(8, 64) + _dummy(64, 8).T).contiguous())
+    assert vector_store not in rendered_c(_dummy(64, 8).T.contiguous())
+    generator = np.random.default_rng(5)
+    x, y = generator.standard_normal((8, 64)).astype(np.float32), generator.standard_normal((64, 8)).astype(np.float32)
+    y[3, 2], y[5, 1], x[0, 0] = np.nan, np.inf, -np.inf
+    output = heavy(em.tensor(x, device=device), em.tensor(y, device=device)).numpy()
+    np.testing.assert_allclose(output, heavy(torch.tensor(x), torch.tensor(y)).numpy(), rtol=1e-6)

@@ -556,14 +556,15 @@ def pool_windows(source: Tensor, geometry: PoolGeometry) -> Tensor:
 
 
 @intermediates
-def chosen_offset(flat: Tensor) -> Tensor:
-    """The offset in each window (the last axis of flat) of its first maximum, or of its last NaN (torch's)."""
+def chosen_offset(flat: Tensor, dtype: dtypes.DType = dtypes.int64) -> Tensor:
+    """The offset in each window (the last axis of flat) of its first maximum, or of its last NaN (torch's), as
+    `dtype` (a float type holds the small offsets and scores exactly)."""
     count = flat.shape[-1]
-    offset = flat._arange_primitive(count, dtypes.int64, flat.device)
+    offset = flat._arange_primitive(count, dtype, flat.device)
     is_max = flat == flat.amax(-1, keepdim=True)
     score = where(is_max, count - 1 - offset, -1)
     if flat.dtype.is_float:
-        score = where(flat.isnan(), count + offset, score)
+        score = where(flat == flat, score, count + offset)  # (NaN != NaN; no negation: vector lanes compare)
     best = score.amax(-1, keepdim=True)
     return where(best >= count, best - count, count - 1 - best)
 
@@ -576,7 +577,9 @@ def max_pool_gradient(grad: Tensor, source: Tensor, geometry: PoolGeometry) -> T
     spatial = len(geometry.kernel)
     patches = pool_windows(source, geometry)
     flat = patches.reshape(patches.shape[:2 + spatial] + (math.prod(geometry.kernel),))
-    chosen = chosen_offset(flat).reshape(grad.shape)
+    # the offsets as float32 (exact: a window has far fewer than 2^24 elements): the gradient's kernel then compares
+    # and selects float lanes only, which vectorize.py packs
+    chosen = chosen_offset(flat, dtypes.float32).reshape(grad.shape)
     padded_sizes = tuple(size + before + after for size, (before, after) in zip(source.shape[2:], geometry.pads))
     crop = [(0, 0), (0, 0)] + [(-before, -after) for before, after in geometry.pads]
     if all(d == 1 and k <= s for k, s, d in zip(geometry.kernel, geometry.strides, geometry.dilations)):
@@ -612,7 +615,7 @@ def _disjoint_pool_gradient(grad: Tensor, chosen: Tensor, geometry: PoolGeometry
     inside: Tensor | None = None
     for axis, (k, s, count, size) in enumerate(zip(geometry.kernel, geometry.strides, geometry.outputs,
                                                    padded_sizes)):
-        along = grad._arange_primitive(s, dtypes.int64, grad.device).reshape(1, s).expand(count, s)
+        along = grad._arange_primitive(s, chosen.dtype, grad.device).reshape(1, s).expand(count, s)
         along = along.reshape(count * s)._pad_and_shrink([(0, size - count * s)], value=k)  # k: in no window
         shape = [1] * spatial
         shape[axis] = size

@@ -147,8 +147,10 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
                 if loop_tiles >= MINIMUM_STAGED_TILES:
                     plans.append(Plan(factors, order, loop=(loop_axis, loop_tiles), stage=True))
             plans.append(Plan(factors, order))
-    elif output_lanes > 1 and shape[-1] % output_lanes == 0:
-        plans.append(Plan((1,) * (len(shape) - 1) + (output_lanes,)))
+    elif output_lanes > 1:
+        vector_tile = _rows_vector_tile(shape, output_lanes) or _padded_row_tile(shape, output_lanes)
+        if vector_tile is not None:
+            plans.append(Plan(vector_tile))
     if len(reduce_dtypes) == 1:
         reduce_lanes = lanes_for(reduce_dtypes.pop(), vector_bytes)
         # the last two output dims of size > 1: rows x columns of outputs (columns only where tiles share loads)
@@ -164,6 +166,36 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
         if reduce_lanes > 1:
             plans.append(Plan(tuple(reduce_factors), reduce_lanes=reduce_lanes))
     return plans
+
+
+def _rows_vector_tile(shape: tuple[int, ...], lanes: int) -> tuple[int, ...] | None:
+    """Tile factors whose outputs are one vector of consecutive elements: `lanes` along the last axis of size > 1
+    (after a keepdim reduce's trailing 1s), or whole rows shorter than a vector, as many as fill one (rows of 4 in
+    pairs), or None."""
+    axis = _last_axis(shape)
+    factors = [1] * len(shape)
+    if shape[axis] % lanes == 0:
+        factors[axis] = lanes
+        return tuple(factors)
+    earlier = [number for number in range(axis) if shape[number] != 1]
+    if lanes % shape[axis] or not earlier or shape[earlier[-1]] % (lanes // shape[axis]):
+        return None
+    factors[axis], factors[earlier[-1]] = shape[axis], lanes // shape[axis]
+    return tuple(factors)
+
+
+def _padded_row_tile(shape: tuple[int, ...], lanes: int) -> tuple[int, ...] | None:
+    """A whole row per work item where rows are longer than a vector but not a whole number of them (a padded
+    copy's rows of 10: vectorize.py packs the 8 interior outputs, the border stays scalar), or None."""
+    axis = _last_axis(shape)
+    if not lanes < shape[axis] <= MAX_TILE_OUTPUTS:
+        return None
+    return tuple(shape[axis] if number == axis else 1 for number in range(len(shape)))
+
+
+def _last_axis(shape: tuple[int, ...]) -> int:
+    """The last axis of size > 1 (the last axis where there is none): the one whose elements are consecutive."""
+    return max((axis for axis, size in enumerate(shape) if size != 1), default=len(shape) - 1)
 
 
 def _affordable(kernel: Kernel, upcast: tuple[int, ...] | None, reduce_lanes: int = 1) -> bool:
@@ -197,8 +229,22 @@ def _choose_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
         vectorized = _vector_lowering(kernel, name, capabilities)
         if vectorized is not None:
             return vectorized
-    upcast = choose_upcast(kernel, info)
+    upcast = choose_upcast(kernel, info) or row_tile(kernel, info)
     return lower_kernel(kernel, name, upcast if _affordable(kernel, upcast) else None)
+
+
+def row_tile(kernel: Kernel, info: DeviceInfo) -> tuple[int, ...] | None:
+    """Scalar tile factors for a kernel that no vector plan fits (a padded copy's rows of 10 or 18, a max pool's
+    windows written into the next convolution's padding): a whole short row per work item, so its index arithmetic
+    (a division and remainder per axis) is done once per row, not once per output (and small reduces share their
+    loop), while enough work items remain to keep every compute unit busy."""
+    shape = kernel.output.shape
+    if not shape or row_loop(kernel):
+        return None
+    axis = _last_axis(shape)
+    if not 2 <= shape[axis] <= MAX_TILE_OUTPUTS or _product(list(shape)) // shape[axis] < 4 * max(1, info.compute_units):
+        return None
+    return tuple(shape[axis] if number == axis else 1 for number in range(len(shape)))
 
 
 def _vector_widths_for(kernel: Kernel, info: DeviceInfo) -> list[DeviceInfo]:

@@ -212,15 +212,16 @@ def store_groups(stores: Iterable[IRNode], vector_bytes: int) -> list[tuple[IRNo
     grouped: dict[int, tuple[IRNode, ...]] = {}
     for (_, _, dtype), by_constant in by_run.items():
         width = lanes_for(dtype, vector_bytes)
-        taken: set[int] = set()
-        for constant in sorted(by_constant):
-            if constant in taken or any(constant + lane not in by_constant or constant + lane in taken
-                                        for lane in range(width)):
-                continue
-            group = tuple(by_constant[constant + lane] for lane in range(width))
-            taken.update(constant + lane for lane in range(width))
-            for store in group:
-                grouped[id(store)] = group
+        for start, length in _runs(sorted(by_constant)):
+            # a run a whole number of vectors does not divide: the vectors start where they hold the most computed
+            # lanes (a padded row [0, x, ..., x, 0]: its interior), the stores left over stay scalar
+            first = max(range(start, start + length % width + 1), key=lambda offset: (sum(
+                not by_constant[offset + lane].srcs[2].is_const
+                for lane in range(width * ((length - (offset - start)) // width))), -offset))
+            for origin in range(first, start + length - width + 1, width):
+                group = tuple(by_constant[origin + lane] for lane in range(width))
+                for store in group:
+                    grouped[id(store)] = group
     result, emitted = [], set()
     for store in stores:
         group = grouped.get(id(store), (store,))
@@ -228,6 +229,17 @@ def store_groups(stores: Iterable[IRNode], vector_bytes: int) -> list[tuple[IRNo
             emitted.add(id(group[0]))
             result.append(group)
     return result
+
+
+def _runs(constants: list[int]) -> list[tuple[int, int]]:
+    """(start, length) of each run of consecutive integers in a sorted list."""
+    runs: list[tuple[int, int]] = []
+    for constant in constants:
+        if runs and runs[-1][0] + runs[-1][1] == constant:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((constant, 1))
+    return runs
 
 
 def vectorize(kernel: KernelIR, vector_bytes: int, vector_ops: frozenset) -> KernelIR:
@@ -261,9 +273,37 @@ def gathers(kernel: KernelIR) -> bool:
     for node in nodes:  # sources first
         in_loop[id(node)] = id(node) in reduce_ranges or (
             node.op is not IROp.REDUCE and any(in_loop[id(src)] for src in node.srcs))
-    return any(node.op is IROp.VECTORIZE and (in_loop[id(node)] or not reduce_ranges)
-               and any(lane is not node.srcs[0] for lane in node.srcs) and not all(lane.is_const for lane in node.srcs)
-               for node in nodes)
+    gathered = [node for node in nodes if node.op is IROp.VECTORIZE and (in_loop[id(node)] or not reduce_ranges)
+                and any(lane is not node.srcs[0] for lane in node.srcs) and not all(lane.is_const for lane in node.srcs)
+                and not repeated_loads(node.srcs) and not nearby_loads(node.srcs)]
+    if not gathered or reduce_ranges:
+        return bool(gathered)
+    # an elementwise kernel whose vectors gather only loaded values (and constants), fewer of them than the vector
+    # arithmetic they feed (the phases of a strided convolution's gradient under a batch norm's backward): the
+    # gathered loads cost less than the scalar arithmetic the vectors save
+    loaded = {id(lane) for node in gathered for lane in node.srcs if not lane.is_const}
+    arithmetic = sum(1 for node in nodes if node.width > 1 and node.op in VECTOR_ALU_OPS)
+    return not all(lane.op is IROp.LOAD or lane.is_const for node in gathered for lane in node.srcs) or (
+        len(loaded) > arithmetic)
+
+
+def repeated_loads(lanes: tuple[IRNode, ...]) -> bool:
+    """Whether vector lanes are loads each read by two or more lanes (a pooled window's value spread over its
+    positions: [a, a, b, b, ...]): building the vector costs at most half the lanes' scalar loads, not a gather."""
+    return all(lane.op is IROp.LOAD for lane in lanes) and 2 * len({id(lane) for lane in lanes}) <= len(lanes)
+
+
+def nearby_loads(lanes: tuple[IRNode, ...]) -> bool:
+    """Whether vector lanes are loads of one buffer within a span of a few vectors (a stride-2 pooling window's
+    elements, a tile of two short rows): the lanes' cache lines are those of a vector load or two, and building the
+    vector costs its loads, not a walk across memory."""
+    first = lanes[0]
+    if not all(lane.op is IROp.LOAD and lane.srcs[0] is first.srcs[0] and lane.srcs[2:] == first.srcs[2:]
+               for lane in lanes):
+        return False
+    keys = [index_key(lane.srcs[1]) for lane in lanes]
+    constants = [constant for _, constant in keys]
+    return all(terms == keys[0][0] for terms, _ in keys) and max(constants) - min(constants) < 4 * len(lanes)
 
 
 def vector_width(kernel: KernelIR) -> int:
