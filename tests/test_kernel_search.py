@@ -214,3 +214,21 @@ def test_tune_runs_a_script_with_search_on(tmp_path: Path) -> None:
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.split() == [str(24.0 * 24 * 40), "['--flag']"]
     assert "kernels searched" in completed.stderr and len(list((tmp_path / "search").glob("*.entry"))) >= 1
+
+
+def test_a_plan_carries_the_winners(tmp_path: Path) -> None:
+    searched_cache, empty_cache = tmp_path / "searched", tmp_path / "empty"
+    trace, plan = tmp_path / "trace.json", tmp_path / "run.plan"
+    environment = {"EMBER_SHAPE_CLASSES": "0", "EMBER_DEVICE": "c"}
+    first = _run({**environment, "EMBER_CACHE_DIR": str(searched_cache), "EMBER_SEARCH": "1",
+                  "EMBER_SEARCH_BUDGET": "1", "EMBER_TRACE": str(trace)})
+    assert first["searched"] == 1
+    planned = subprocess.run([sys.executable, "-m", "ember", "plan", str(trace), "-o", str(plan)], capture_output=True,
+                             text=True, timeout=300, cwd=REPOSITORY, env={**os.environ, "PYTHONPATH": str(REPOSITORY),
+                                                                          "EMBER_CACHE_DIR": str(searched_cache)})
+    assert planned.returncode == 0, planned.stderr
+    winners = {entry.name for entry in (searched_cache / "search").glob("*.entry")}
+    assert {entry.name for entry in (plan / "cache" / "search").glob("*.entry")} == winners
+    loaded = _run({**environment, "EMBER_CACHE_DIR": str(empty_cache), "EMBER_PLAN": str(plan)})
+    assert loaded["searched"] == 0 and loaded["loaded"] == 1 and loaded["error"] < 1e-3
+    assert {entry.name for entry in (empty_cache / "search").glob("*.entry")} == winners
