@@ -74,10 +74,12 @@ def searching(cold: None, monkeypatch: pytest.MonkeyPatch) -> search.SearchStati
 @pytest.mark.parametrize("backend", SEARCH_DEVICES)
 def test_a_forced_winner_matches_torch(backend: str, searching: search.SearchStatistics,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each timing is made shorter than the one before, so the last variant timed wins, not the default: the
+    """Each timing is made shorter than the one before (and confirmed), so the last variant timed wins, not the
+    default: the
     results (sizes that are no multiple of any tile, a NaN and an infinity in the input) still match PyTorch."""
     clock = itertools.count(1000, -1)
     monkeypatch.setattr(search, "_time", lambda *arguments: float(next(clock)))
+    monkeypatch.setattr(search, "_confirmed", lambda *arguments: True)
     first = np.random.default_rng(1).standard_normal((37, 53)).astype(np.float32)
     second = np.random.default_rng(2).standard_normal((53, 29)).astype(np.float32)
     first[3, 5], first[7, 1] = np.nan, np.inf

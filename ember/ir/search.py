@@ -28,6 +28,7 @@ DEFAULT_BUDGET_SECONDS = 10.0  # search time per kernel unless EMBER_SEARCH_BUDG
 TIMED_RUNS = 5  # runs per candidate (their median is its time), after one warm-up run
 HOPELESS = 2.0  # a candidate whose first run is this many times the best time so far is not run again
 MAX_ROUNDS = 4  # beam steps: each tries every action on every plan of the beam
+CONFIRMING_RUNS = 7  # runs of the default and the winner, alternating, before the winner is kept
 BATCH = 8  # candidates lowered and compiled at once (in threads where the device compiles concurrently)
 
 
@@ -43,6 +44,7 @@ class KernelSearch:
     candidates_timed: int
     wrong: int  # candidates whose output differed from the default's (never chosen)
     seconds: float  # the whole search: lowering, compiling, timing
+    unconfirmed: bool = False  # the fastest candidate lost to the default when timed again: the default kept
 
 
 @dataclass
@@ -57,7 +59,9 @@ class SearchStatistics:
         lines = [f"{search.name}: {search.default_seconds * 1e3:.3f} ms -> {search.winner_seconds * 1e3:.3f} ms "
                  f"({search.default_seconds / search.winner_seconds:.2f}x) with {search.winner}, "
                  f"{search.candidates_timed} variants timed in {search.seconds:.1f} s"
-                 + (f", {search.wrong} wrong ones refused" if search.wrong else "") for search in self.searches]
+                 + (f", {search.wrong} wrong ones refused" if search.wrong else "")
+                 + (", the fastest not confirmed when timed again" if search.unconfirmed else "")
+                 for search in self.searches]
         total = sum(search.seconds for search in self.searches)
         lines.append(f"{len(self.searches)} kernels searched in {total:.1f} s; {self.winners_loaded} winners loaded "
                      f"from disk")
@@ -238,9 +242,11 @@ def _search(device: Any, kernel: Kernel, name: str, width: int, path: Any) -> Ke
     record = KernelSearch(name, 0.0, 0.0, default_plan, 1, 1, 0, 0.0)
     try:
         reference = bench.output_of(default_program, default_ir.global_size)
-        default_seconds = _time(bench, default_program, default_ir.global_size, None)
+        deadline = start + budget
+        default_seconds = _time(bench, default_program, default_ir.global_size, None, deadline)
         timed: dict[Plan, float] = {default_plan: default_seconds}
         lowered: dict[Plan, KernelIR] = {default_plan: default_ir}
+        programs_of: dict[Plan, Any] = {default_plan: default_program}
         beam = [default_plan]
         space = actions(kernel, device.info)
         with Progress(MAX_ROUNDS * width * len(space), f"search {name}", unit="variant") as progress:
@@ -250,7 +256,7 @@ def _search(device: Any, kernel: Kernel, name: str, width: int, path: Any) -> Ke
                     neighbour for plan in beam for action in space
                     if (neighbour := apply(plan, action, kernel)) is not None and neighbour not in timed))
                 for first in range(0, len(neighbours), BATCH):
-                    if time.perf_counter() - start > budget:
+                    if time.perf_counter() > deadline:
                         break
                     batch = neighbours[first:first + BATCH]
                     irs = [build_planned_ir(kernel, name, device.info, plan) for plan in batch]
@@ -259,27 +265,30 @@ def _search(device: Any, kernel: Kernel, name: str, width: int, path: Any) -> Ke
                     record.candidates_compiled += sum(program is not None for program in programs)
                     for (plan, ir), program in zip(built, programs):
                         timed[plan] = float("inf")
-                        if program is None:
+                        if program is None or time.perf_counter() > deadline:
                             continue
                         try:
                             if not _same_output(bench.output_of(program, ir.global_size), reference,
                                                 bench.output.dtype):
                                 record.wrong += 1
                                 continue
-                            timed[plan] = _time(bench, program, ir.global_size, min(timed.values()))
+                            timed[plan] = _time(bench, program, ir.global_size, min(timed.values()), deadline)
                         except Exception:  # noqa: BLE001 - a candidate the device fails to run is only dropped
                             continue
-                        lowered[plan] = ir
+                        lowered[plan], programs_of[plan] = ir, program
                         record.candidates_timed += 1
                     for plan in batch:
                         timed.setdefault(plan, float("inf"))
                     progress.advance(len(batch))
                 beam = sorted((plan for plan in timed if plan in lowered), key=timed.__getitem__)[:width]
-                if min(timed.values()) >= best_before or time.perf_counter() - start > budget:
+                if min(timed.values()) >= best_before or time.perf_counter() > deadline:
                     break
+        winner = min(lowered, key=timed.__getitem__)
+        if winner != default_plan and not _confirmed(bench, (default_ir, default_program),
+                                                     (lowered[winner], programs_of[winner]), deadline):
+            record.unconfirmed, winner = True, default_plan
     finally:
         bench.close()
-    winner = min(lowered, key=timed.__getitem__)
     record.default_seconds, record.winner_seconds, record.winner = default_seconds, timed[winner], winner
     record.seconds = time.perf_counter() - start
     STATISTICS.searches.append(record)
@@ -287,10 +296,25 @@ def _search(device: Any, kernel: Kernel, name: str, width: int, path: Any) -> Ke
     return lowered[winner]
 
 
-def _time(bench: _Bench, program: Any, global_size: int, best: float | None) -> float:
-    """The median of TIMED_RUNS runs after a warm-up run; only the first when it is HOPELESS times `best`."""
+def _time(bench: _Bench, program: Any, global_size: int, best: float | None, deadline: float) -> float:
+    """The median of TIMED_RUNS runs after a warm-up run (fewer past the deadline); only the first when it is
+    HOPELESS times `best`."""
     bench.run(program, global_size)
-    first = bench.run(program, global_size)
-    if best is not None and first > HOPELESS * best:
-        return first
-    return statistics.median([first] + [bench.run(program, global_size) for _ in range(TIMED_RUNS - 1)])
+    times = [bench.run(program, global_size)]
+    if best is not None and times[0] > HOPELESS * best:
+        return times[0]
+    while len(times) < TIMED_RUNS and time.perf_counter() < deadline:
+        times.append(bench.run(program, global_size))
+    return statistics.median(times)
+
+
+def _confirmed(bench: _Bench, default: tuple[KernelIR, Any], winner: tuple[KernelIR, Any], deadline: float) -> bool:
+    """Whether the winner still beats the default when the two are timed again, alternately (a candidate may have
+    won on a moment the machine was less busy)."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(CONFIRMING_RUNS):
+        for (ir, program), found in zip((default, winner), times):
+            found.append(bench.run(program, ir.global_size))
+        if time.perf_counter() > deadline and len(times[1]) >= 2:
+            break
+    return statistics.median(times[1]) < statistics.median(times[0])

@@ -5,6 +5,7 @@ SearchWarning."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import platform
 import warnings
@@ -35,6 +36,7 @@ def _stable(value: Any) -> str:
     return str(value)
 
 
+@functools.cache
 def _processor() -> str:
     """The CPU's model name (what a C kernel's speed depends on besides the capabilities), where the OS says it."""
     try:
