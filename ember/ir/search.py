@@ -29,7 +29,8 @@ TIMED_RUNS = 5  # runs per candidate (their median is its time), after one warm-
 HOPELESS = 2.0  # a candidate whose first run is this many times the best time so far is not run again
 MAX_ROUNDS = 4  # beam steps: each tries every action on every plan of the beam
 CONFIRMING_RUNS = 7  # runs of the default and the winner, alternating, before the winner is kept
-BATCH = 8  # candidates lowered and compiled at once (in threads where the device compiles concurrently)
+BATCH = max(2, os.cpu_count() or 1)  # candidates lowered and compiled at once (in threads where the device compiles
+# concurrently): one a core, so that the budget is checked often on a kernel that is slow to compile
 
 
 @dataclass
@@ -230,20 +231,24 @@ def _search(device: Any, kernel: Kernel, name: str, width: int, path: Any) -> Ke
     """Search the plans of a kernel from the heuristic's, keep the fastest correct one on disk, return its IR."""
     start = time.perf_counter()
     default_plan, default_ir = choose_plan(kernel, name, device.info)
-    if any(param.dtype.is_int for param in default_ir.params[1:]):
+    if default_ir.params[0].size == 0 or any(param.dtype.is_int for param in default_ir.params[1:]):
         return None
+    budget = budget_seconds()
+    deadline = start + budget
     try:
         default_program = device.compile(default_ir)
         device.synchronize()
         bench = _Bench(device, default_ir)
     except Exception:  # noqa: BLE001 - no search where the default cannot be set up (out of memory): the default
         return None
-    budget = budget_seconds()
-    record = KernelSearch(name, 0.0, 0.0, default_plan, 1, 1, 0, 0.0)
     try:
         reference = bench.output_of(default_program, default_ir.global_size)
-        deadline = start + budget
         default_seconds = _time(bench, default_program, default_ir.global_size, None, deadline)
+    except Exception:  # noqa: BLE001 - the default fails to run here: the scheduler's launch reports it
+        bench.close()
+        return None
+    record = KernelSearch(name, 0.0, 0.0, default_plan, 1, 1, 0, 0.0)
+    try:
         timed: dict[Plan, float] = {default_plan: default_seconds}
         lowered: dict[Plan, KernelIR] = {default_plan: default_ir}
         programs_of: dict[Plan, Any] = {default_plan: default_program}
