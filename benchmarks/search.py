@@ -6,6 +6,9 @@ phases alternate (default, searched, default, searched: the in-memory compile ca
 programs come from the disk cache) and each reports its best time, as the machine may be shared. Automatic
 sharding is off (EMBER_AUTO_SHARD=0 unless set): each case runs on the one device measured.
 
+On a loaded machine, EMBER_C_DEVICES=2 gives c:0 one core (and torch one thread): a one-thread kernel is not held
+up by its other thread being descheduled.
+
     python benchmarks/search.py [CASE ...] [--device c|wgpu] [--beam 4] [--budget 10] [--repeats 10]
 """
 
@@ -71,6 +74,8 @@ def main() -> None:
     os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix="ember-search-bench-")
     os.environ.setdefault("EMBER_SHAPE_CLASSES", "0")
     device = get_device(arguments.device)
+    if device.name.startswith("c"):
+        torch.set_num_threads(device.info.compute_units)  # the same cores for both (EMBER_C_DEVICES=2: one each)
     print(f"device {device.name}, beam {arguments.beam}, budget {arguments.budget:g} s per kernel, "
           f"torch threads {torch.get_num_threads()}, cache {os.environ['EMBER_CACHE_DIR']}")
     print(f"{'case':<32}{'default ms':>11}{'searched ms':>12}{'speedup':>8}{'torch ms':>10}{'numpy ms':>10}"

@@ -54,7 +54,7 @@ def test_the_heuristic_picks_a_point_of_the_space(vectors: bool) -> None:
             again = lower_plan(kernel, name, info, plan)
             assert again is not None and renderer.render(again) == renderer.render(lowered)
             space = actions(kernel, info)
-            assert {action.kind for action in space} >= {"unroll", "upcast"} | ({"vectorize"} if vectors else set())
+            assert {action.kind for action in space} >= {"untile", "upcast"} | ({"vectorize"} if vectors else set())
             for action in space:
                 neighbour = apply(plan, action, kernel)
                 if neighbour is not None:

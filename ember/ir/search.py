@@ -25,8 +25,8 @@ from ember.progress import Progress
 from ember.settings import ConfigError
 
 DEFAULT_BUDGET_SECONDS = 10.0  # search time per kernel unless EMBER_SEARCH_BUDGET says
-TIMED_RUNS = 5  # runs per candidate (their median is its time), after one warm-up run
-HOPELESS = 2.0  # a candidate whose first run is this many times the best time so far is not run again
+TIMED_RUNS = 5  # runs per candidate (their median is its time), after the run whose output is checked
+HOPELESS = 2.0  # a candidate whose checked run takes this many times the best time so far is not run again
 MAX_ROUNDS = 4  # beam steps: each tries every action on every plan of the beam
 CONFIRMING_RUNS = 7  # runs of the default and the winner, alternating, before the winner is kept
 BATCH = max(2, os.cpu_count() or 1)  # candidates lowered and compiled at once (in threads where the device compiles
@@ -171,14 +171,15 @@ class _Bench:
         program([handle for handle, _ in self.buffers], global_size).wait()
         return time.perf_counter() - start
 
-    def output_of(self, program: Any, global_size: int) -> np.ndarray:
-        """The output of one run that starts from a filled output buffer (elements left unwritten show)."""
+    def output_of(self, program: Any, global_size: int) -> tuple[np.ndarray, float]:
+        """The output of one run that starts from a filled output buffer (elements left unwritten show), and the
+        seconds the run took (a first run: it may include loading the program)."""
         handle = self.buffers[0][0]
         self.pool.copy_in(handle, memoryview(self.sentinel))
-        self.run(program, global_size)
+        seconds = self.run(program, global_size)
         result = np.empty(self.output.size, dtype=self.output.dtype.numpy)
         self.pool.copy_out(memoryview(result).cast("B"), handle)
-        return result
+        return result, seconds
 
     def close(self) -> None:
         for handle, nbytes in self.buffers:
@@ -242,8 +243,8 @@ def _search(device: Any, kernel: Kernel, name: str, width: int, path: Any) -> Ke
     except Exception:  # noqa: BLE001 - no search where the default cannot be set up (out of memory): the default
         return None
     try:
-        reference = bench.output_of(default_program, default_ir.global_size)
-        default_seconds = _time(bench, default_program, default_ir.global_size, None, deadline)
+        reference = bench.output_of(default_program, default_ir.global_size)[0]
+        default_seconds = _time(bench, default_program, default_ir.global_size, deadline)
     except Exception:  # noqa: BLE001 - the default fails to run here: the scheduler's launch reports it
         bench.close()
         return None
@@ -273,11 +274,14 @@ def _search(device: Any, kernel: Kernel, name: str, width: int, path: Any) -> Ke
                         if program is None or time.perf_counter() > deadline:
                             continue
                         try:
-                            if not _same_output(bench.output_of(program, ir.global_size), reference,
-                                                bench.output.dtype):
+                            output, first_seconds = bench.output_of(program, ir.global_size)
+                            if not _same_output(output, reference, bench.output.dtype):
                                 record.wrong += 1
                                 continue
-                            timed[plan] = _time(bench, program, ir.global_size, min(timed.values()), deadline)
+                            # the checked run is the warm-up; one far slower than the best is not run again
+                            hopeless = first_seconds > HOPELESS * min(timed.values())
+                            timed[plan] = first_seconds if hopeless else _time(bench, program, ir.global_size,
+                                                                               deadline)
                         except Exception:  # noqa: BLE001 - a candidate the device fails to run is only dropped
                             continue
                         lowered[plan], programs_of[plan] = ir, program
@@ -301,13 +305,10 @@ def _search(device: Any, kernel: Kernel, name: str, width: int, path: Any) -> Ke
     return lowered[winner]
 
 
-def _time(bench: _Bench, program: Any, global_size: int, best: float | None, deadline: float) -> float:
-    """The median of TIMED_RUNS runs after a warm-up run (fewer past the deadline); only the first when it is
-    HOPELESS times `best`."""
-    bench.run(program, global_size)
+def _time(bench: _Bench, program: Any, global_size: int, deadline: float) -> float:
+    """The median of TIMED_RUNS runs of a program whose output was checked by a run just before (its warm-up);
+    fewer past the deadline, but at least one."""
     times = [bench.run(program, global_size)]
-    if best is not None and times[0] > HOPELESS * best:
-        return times[0]
     while len(times) < TIMED_RUNS and time.perf_counter() < deadline:
         times.append(bench.run(program, global_size))
     return statistics.median(times)

@@ -34,11 +34,12 @@ ACTION_KINDS = {
     "upcast": "compute `amount` outputs per work item along `axis` (tile it; a factor that does not divide the axis "
               "pads it to a multiple, the last tile clamped)",
     "vectorize": "pack the tile into vectors of `amount` float32 lanes (0: no vectors)",
-    "split_reduce": "reduce with `amount` accumulators, each taking every amount-th element",
+    "split_reduce": "reduce with `amount` accumulators, each taking every amount-th element (the reduce loop unrolled "
+                    "by `amount`, packed into a vector where the device has one)",
     "permute": "swap output axes `axis` and `amount` in the order work items walk the output",
     "loop": "let each work item loop over `amount` consecutive tiles along `axis`",
     "stage": "copy what a work item's looped tiles all read into a scratch array first (1: on, 0: off)",
-    "unroll": "no tiling: one output per work item, scalar code (the start of the space)",
+    "untile": "no tiling: one output per work item, scalar code (the plain lowering)",
 }
 
 
@@ -47,7 +48,7 @@ def actions(kernel: Kernel, info: DeviceInfo) -> list[Action]:
     optimization space: the search applies each to each plan of its beam, and drops what does not lower)."""
     shape = kernel.output.shape
     axes = [axis for axis, size in enumerate(shape) if size > 1]
-    found: list[Action] = [Action("unroll")]
+    found: list[Action] = [Action("untile")]
     if not shape or not info.can_run:
         return found
     whole_rows = row_loop(kernel) is not None
@@ -71,7 +72,7 @@ def apply(plan: Plan, action: Action, kernel: Kernel) -> Plan | None:
     lowering may still refuse the result: opt.lower_plan)."""
     rank = len(kernel.output.shape)
     upcast = list(plan.upcast or (1,) * rank)
-    if action.kind == "unroll":
+    if action.kind == "untile":
         result = Plan(vector_width=0)
     elif action.kind == "upcast":
         upcast[action.axis] = action.amount
