@@ -159,7 +159,7 @@ class _Bench:
                 handle = self.pool.allocate(nbytes)
                 self.buffers.append((handle, nbytes))
                 if not param.is_output:
-                    self.pool.copy_in(handle, memoryview(_random(param.dtype, param.size, generator)).cast("B"))
+                    self.pool.copy_in(handle, _random(param.dtype, param.size, generator).data.cast("B"))
         except BaseException:
             self.close()
             raise
@@ -175,10 +175,10 @@ class _Bench:
         """The output of one run that starts from a filled output buffer (elements left unwritten show), and the
         seconds the run took (a first run: it may include loading the program)."""
         handle = self.buffers[0][0]
-        self.pool.copy_in(handle, memoryview(self.sentinel))
+        self.pool.copy_in(handle, self.sentinel.data)
         seconds = self.run(program, global_size)
         result = np.empty(self.output.size, dtype=self.output.dtype.numpy)
-        self.pool.copy_out(memoryview(result).cast("B"), handle)
+        self.pool.copy_out(result.data.cast("B"), handle)
         return result, seconds
 
     def close(self) -> None:

@@ -109,7 +109,7 @@ def plan_to_data(plan: Plan) -> dict:
             "vector_width": plan.vector_width}
 
 
-def plan_from_data(data: dict, kernel: Kernel) -> Plan:
+def plan_from_data(data: object, kernel: Kernel) -> Plan:
     """The plan `plan_to_data` wrote; a ValueError naming what is wrong where the data is not a plan of `kernel`."""
     rank = len(kernel.output.shape)
 
