@@ -52,6 +52,7 @@ from ember.capture.shared_arena import JitMemoryPool
 from ember.budget.memory_budget import get_memory_budget, memory_budget
 from ember.plan.planner import PlanError, load_plan
 from ember.scheduler.profile import profile
+from ember.ir.search import search
 from ember.plan.trace import record_trace
 
 float = float32  # noqa: A001 - torch's aliases

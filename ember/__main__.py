@@ -33,6 +33,9 @@ SETTINGS: dict[str, str] = {
                    "file at exit, for `python -m ember plan` (unset: no trace)",
     "EMBER_PLAN": "load this plan (from `python -m ember plan`) at import: traced graphs run without kernelizing or "
                   "compiling (unset: none)",
+    "EMBER_SEARCH": "a beam width: each new kernel is tried in variants timed on its device and the fastest correct "
+                    "one kept on disk; 0 ignores stored winners (unset: stored winners used, nothing searched)",
+    "EMBER_SEARCH_BUDGET": "seconds the kernel search may spend on one kernel (unset: 10)",
     "EMBER_OPENCL_VECTOR_WIDTH": "float32 lanes of the vectors in OpenCL kernels: 1 (none), 2, 4, 8 or 16, where "
                                  "the device's compiler passes the vector probe (unset: the device's preferred width)",
     "EMBER_OPENCL_PROBE_CRASH": "tests only: OP:WIDTH[:build],... makes the OpenCL vector probe's child process abort "
@@ -338,6 +341,36 @@ def command_check(arguments: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+def command_tune(arguments: argparse.Namespace) -> int:
+    """Run a script with the kernel search on (EMBER_SEARCH), so later runs use the winners; print what it found."""
+    import runpy
+
+    from ember.ir.search import STATISTICS, search
+
+    if arguments.beam < 1:
+        print(f"ember tune: the beam width must be at least 1, got {arguments.beam}", file=sys.stderr)
+        return 2
+    if not os.path.isfile(arguments.script):
+        print(f"ember tune: {arguments.script} is not a file", file=sys.stderr)
+        return 2
+    os.environ["EMBER_SEARCH"] = str(arguments.beam)  # (also for processes the script starts)
+    if arguments.budget is not None:
+        os.environ["EMBER_SEARCH_BUDGET"] = str(arguments.budget)
+    saved_argv, sys.argv = sys.argv, [arguments.script, *arguments.arguments]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(arguments.script)))
+    try:
+        with search(arguments.beam, arguments.budget):
+            runpy.run_path(arguments.script, run_name="__main__")
+    except SystemExit as exit_:
+        if exit_.code not in (None, 0):
+            print(f"ember tune: {arguments.script} exited with {exit_.code}", file=sys.stderr)
+    finally:
+        sys.argv = saved_argv
+        sys.path.pop(0)
+        print("\n".join(["ember tune:", *("  " + line for line in STATISTICS.describe())]), file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; a new subcommand is one `add_parser` here and one `command_<name>` function."""
     parser = argparse.ArgumentParser(prog="ember", description="ember: lazy tensors, fused kernels, pluggable backends")
@@ -397,6 +430,14 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("-o", "--output", default=None, help="the plan folder to write (default: <trace name>.plan "
                       "next to the trace)")
     plan.set_defaults(run=command_plan)
+    tune = subcommands.add_parser("tune", help="run a Python script with the kernel search on: its kernels are timed "
+                                  "in variants on their devices and the winners kept on disk for later runs")
+    tune.add_argument("script", help="the Python script to run")
+    tune.add_argument("arguments", nargs=argparse.REMAINDER, help="the script's own arguments")
+    tune.add_argument("--beam", type=int, default=4, help="the beam width of the search (default: 4)")
+    tune.add_argument("--budget", type=float, default=None, help="seconds of search per kernel (default: "
+                      "EMBER_SEARCH_BUDGET or 10)")
+    tune.set_defaults(run=command_tune)
     from ember.testing.check import DEFAULT_ATOL, DEFAULT_RTOL
 
     check = subcommands.add_parser(

@@ -263,8 +263,8 @@ def test_lowered_kernels_are_cached_on_disk(monkeypatch: pytest.MonkeyPatch, tmp
     lowered = build_kernel_ir(item.kernel, "cached", OPENCL_VECTORS)
     (entry,) = (tmp_path / "ir").iterdir()  # type: ignore[operator]
     calls: list[str] = []
-    original = opt._choose_lowering
-    monkeypatch.setattr(opt, "_choose_lowering", lambda *arguments: calls.append("lowered") or original(*arguments))
+    original = opt.choose_plan
+    monkeypatch.setattr(opt, "choose_plan", lambda *arguments: calls.append("lowered") or original(*arguments))
     loaded = build_kernel_ir(item.kernel, "cached", OPENCL_VECTORS)
     assert calls == [] and loaded is not lowered  # from the disk
     renderer = opencl.OpenCLRenderer()

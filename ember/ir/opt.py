@@ -116,6 +116,11 @@ class Plan:
     reduce_lanes: int = 1
     loop: tuple[int, int] | None = None  # (dim, tiles): a work item loops over this many tiles along dim
     stage: bool = False  # copy what the loop's tiles all read into a scratch array first (ir/stage.py)
+    vector_width: int = 0  # float32 lanes of the vectors the lowered kernel is packed into (0: not vectorized)
+    group: bool = False  # a workgroup kernel (ir/group_reduce.py), whose local size DeviceInfo decides
+
+
+GROUP_PLAN = Plan(group=True)
 
 
 def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
@@ -212,25 +217,70 @@ def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
     cached = lowered_cache.load(path, kernel, name)
     if cached is not None:
         return cached
-    lowered = _choose_lowering(kernel, name, info) if optimize else lower_kernel(kernel, name)
+    lowered = choose_plan(kernel, name, info)[1] if optimize else lower_kernel(kernel, name)
     lowered_cache.store(path, lowered)
     return lowered
 
 
-def _choose_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
-    """The first vector plan whose vectors need no gathering (tile plans compared by estimated work), at the
-    preferred vector width or, for a kernel needing an op only a narrower width has, at that width; else scalar
-    tiles; untiled where tiling would take too long to lower. A kernel of long row reductions on a device with
-    local memory is a workgroup kernel instead (ir/group_reduce.py)."""
+def build_planned_ir(kernel: Kernel, name: str, info: DeviceInfo, plan: Plan) -> KernelIR | None:
+    """The kernel lowered by one plan (a kernel search's winner), from the disk cache of lowered kernels where an
+    earlier process lowered it already; None where the plan does not apply to the kernel (lower_plan)."""
+    path = lowered_cache.entry_path(kernel, name, info, True, variant=repr(plan))
+    cached = lowered_cache.load(path, kernel, name)
+    if cached is not None:
+        return cached
+    lowered = lower_plan(kernel, name, info, plan)
+    if lowered is not None:
+        lowered_cache.store(path, lowered)
+    return lowered
+
+
+def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, KernelIR]:
+    """The heuristic's plan and the kernel lowered by it: the first vector plan whose vectors need no gathering
+    (tile plans compared by estimated work), at the preferred vector width or, for a kernel needing an op only a
+    narrower width has, at that width; else scalar tiles (a whole short row per work item where no other tile
+    fits); untiled where tiling would take too long to lower. A kernel of long row reductions on a device with
+    local memory is a workgroup kernel instead (ir/group_reduce.py; its plan is `GROUP_PLAN`, which the kernel
+    search leaves alone)."""
     local_size = choose_local_size(kernel, info)
     if local_size is not None:
-        return lower_group_kernel(kernel, name, local_size, info.warp_width)
+        return GROUP_PLAN, lower_group_kernel(kernel, name, local_size, info.warp_width)
     for capabilities in _vector_widths_for(kernel, info):
         vectorized = _vector_lowering(kernel, name, capabilities)
         if vectorized is not None:
             return vectorized
     upcast = choose_upcast(kernel, info) or row_tile(kernel, info)
-    return lower_kernel(kernel, name, upcast if _affordable(kernel, upcast) else None)
+    plan = Plan(upcast if _affordable(kernel, upcast) else None)
+    return plan, lower_kernel(kernel, name, plan.upcast)
+
+
+def lower_plan(kernel: Kernel, name: str, info: DeviceInfo, plan: Plan) -> KernelIR | None:
+    """The kernel lowered by `plan` (the same IR `choose_plan` gives for its own plan), or None where the plan does
+    not apply: vectors the kernel cannot be packed into, or that need gathering, or a tile too long to lower."""
+    if plan.group:
+        local_size = choose_local_size(kernel, info)
+        return None if local_size is None else lower_group_kernel(kernel, name, local_size, info.warp_width)
+    if not _affordable(kernel, plan.upcast, plan.reduce_lanes):
+        return None
+    lowered = lower_kernel(kernel, name, plan.upcast, plan.order, plan.reduce_lanes, plan.loop)
+    if plan.vector_width:
+        operations = vector_ops_at(info, plan.vector_width)
+        if operations is None:
+            return None
+        vectorized = vectorize(lowered, 4 * plan.vector_width, operations)
+        if vectorized is lowered:
+            return None
+        if plan.stage:
+            vectorized = stage_loads(vectorized, MAX_STAGED_BYTES)
+        return None if gathers(vectorized) else vectorized
+    return stage_loads(lowered, MAX_STAGED_BYTES) if plan.stage else lowered
+
+
+def vector_ops_at(info: DeviceInfo, width: int) -> frozenset | None:
+    """The IR ops a device applies to vectors of `width` float32 lanes, or None where it has no such vectors."""
+    if info.vector_ops and width == info.preferred_vector_width:
+        return info.vector_ops
+    return next((operations for fallback, operations in info.fallback_vector_widths if fallback == width), None)
 
 
 def row_tile(kernel: Kernel, info: DeviceInfo) -> tuple[int, ...] | None:
@@ -242,7 +292,8 @@ def row_tile(kernel: Kernel, info: DeviceInfo) -> tuple[int, ...] | None:
     if not shape or row_loop(kernel):
         return None
     axis = _last_axis(shape)
-    if not 2 <= shape[axis] <= MAX_TILE_OUTPUTS or _product(list(shape)) // shape[axis] < 4 * max(1, info.compute_units):
+    rows = _product(list(shape)) // shape[axis]
+    if not 2 <= shape[axis] <= MAX_TILE_OUTPUTS or rows < 4 * max(1, info.compute_units):
         return None
     return tuple(shape[axis] if number == axis else 1 for number in range(len(shape)))
 
@@ -271,10 +322,10 @@ def narrower_capabilities(info: DeviceInfo, width: int) -> list[DeviceInfo]:
     return choices
 
 
-def _vector_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR | None:
-    """The kernel lowered by the first vector plan that packs vectors without gathering them, or None."""
+def _vector_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, KernelIR] | None:
+    """The first vector plan that packs vectors without gathering them, with the kernel lowered by it, or None."""
     # tile plans (upcast, no reduce split) are compared by their estimated work, the others taken in order
-    tiles: list[tuple[float, KernelIR]] = []
+    tiles: list[tuple[float, Plan, KernelIR]] = []
     for plan in vector_plans(kernel, info):
         if tiles and plan.reduce_lanes > 1:
             break
@@ -288,12 +339,13 @@ def _vector_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR | 
             vectorized = stage_loads(vectorized, MAX_STAGED_BYTES)
         if gathers(vectorized):
             continue
+        plan = replace(plan, vector_width=info.preferred_vector_width)
         if plan.reduce_lanes > 1 or plan.upcast is None:
-            return vectorized
-        tiles.append((estimated_work(vectorized), vectorized))
+            return plan, vectorized
+        tiles.append((estimated_work(vectorized), plan, vectorized))
     if tiles:
-        least = min(work for work, _ in tiles)
-        return next(ir for work, ir in tiles if work <= least * (1 + WORK_TOLERANCE))
+        least = min(work for work, _, _ in tiles)
+        return next((plan, ir) for work, plan, ir in tiles if work <= least * (1 + WORK_TOLERANCE))
     return None
 
 

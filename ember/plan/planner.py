@@ -148,6 +148,7 @@ def make_plan(trace_path: str | os.PathLike[str], output: str | os.PathLike[str]
     """Write the plan folder of a trace (default: next to it, `<name>.plan`): compile every kernel of the trace for
     its device into the plan's own disk cache. Run it in a process that has compiled nothing yet (`python -m ember
     plan`): a program this process holds already would not be written to the plan's cache."""
+    from ember.cache import root as cache_root
     from ember.scheduler import compile_cache
     from ember.scheduler.devices import get_device
     from ember.scheduler.program import Launch
@@ -183,6 +184,7 @@ def make_plan(trace_path: str | os.PathLike[str], output: str | os.PathLike[str]
         shutil.rmtree(folder / "cache", ignore_errors=True)
     (folder / "cache").mkdir(parents=True)
     devices = {}
+    user_cache = Path(cache_root())
     with _cache_folder(folder / "cache"):
         for device_name, device_kernels in kernels.items():
             try:
@@ -192,6 +194,7 @@ def make_plan(trace_path: str | os.PathLike[str], output: str | os.PathLike[str]
                                 f"here ({error}); make the plan where the traced run ran") from None
             devices[device_name] = {"fingerprint": device_fingerprint(device), "kernels": len(device_kernels)}
             if device.info.can_run:
+                _carry_search_winners(device, list(device_kernels), user_cache)
                 compile_cache.compile_kernels(device, list(device_kernels))
     plan = {"format": PLAN_FORMAT, "version": PLAN_VERSION, **environment(), "trace": str(trace_path),
             "devices": devices, "schedules": schedules, "jit_arenas": arenas,
@@ -222,6 +225,25 @@ def planned_arena(device: str, alignment: int, lifetimes: list[tuple[int, int, i
     if layout is not None:
         PlanUse.arenas += 1
     return layout
+
+
+def _carry_search_winners(device: Any, kernels: list[Any], user_cache: Path) -> None:
+    """Copy the kernel search winners (ir/search_cache.py) of these kernels from the user's disk cache into the plan's
+    (the current cache folder): the plan's kernels are then compiled as the winners, and loading the plan copies the
+    winners into the disk cache where it is loaded."""
+    from ember.ir.search_cache import device_fingerprint as search_fingerprint
+    from ember.ir.search_cache import entry_path
+    from ember.scheduler.compile_cache import kernel_name
+
+    fingerprint = search_fingerprint(device)
+    for kernel in kernels:
+        target = entry_path(kernel, kernel_name(kernel), fingerprint)
+        source = user_cache / "search" / target.name
+        if source.is_file() and not target.exists():
+            try:
+                shutil.copyfile(source, target)
+            except OSError:  # (a plan without the winner: its kernel is the default one)
+                continue
 
 
 def _copy_cache(source: Path) -> int:

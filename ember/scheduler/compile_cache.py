@@ -14,6 +14,7 @@ from ember.backends.base import Device, DeviceInfo, Program
 from ember.core.dtype import DType
 from ember.core.errors import CompileError, CompileFallbackWarning, DeviceError
 from ember.core.ops import Op
+from ember.ir import search
 from ember.ir.ir import KernelIR, topological_nodes
 from ember.ir.kernel import Kernel
 from ember.ir.opt import build_kernel_ir, narrower_capabilities
@@ -108,9 +109,13 @@ def _value_dtypes(ir: KernelIR) -> set[DType]:
 
 
 def lower_for(device: Device, kernel: Kernel, capabilities: DeviceInfo | None = None) -> KernelIR:
-    """The kernel IR of a kernel for a device (with its capabilities unless others are given), after checking the
-    device supports its dtypes; EMBER_DEBUG=3 prints the linearized IR, 4 the generated source."""
-    ir = build_kernel_ir(kernel, kernel_name(kernel), capabilities or device.info)
+    """The kernel IR of a kernel for a device, after checking the device supports its dtypes: with the device's own
+    capabilities, its stored kernel search winner or the winner of a search now (EMBER_SEARCH, ir/search.py), else
+    the heuristic's lowering; with other `capabilities` (narrower vectors), the heuristic's for those. EMBER_DEBUG=3
+    prints the linearized IR, 4 the generated source."""
+    name = kernel_name(kernel)
+    searched = None if capabilities is not None else search.searched_lowering(device, kernel, name)
+    ir = searched if searched is not None else build_kernel_ir(kernel, name, capabilities or device.info)
     unsupported = device.info.unsupported({param.dtype for param in ir.params} | _value_dtypes(ir))
     if unsupported:
         names = ", ".join(dtype.name for dtype in unsupported)
