@@ -31,6 +31,9 @@ class StreamDriver(FakeDriver):
         self.host_syncs = 0
         self.stream_waits: list[tuple[int, int]] = []
         self.unsafe_frees: list[int] = []
+        self.launched_streams: list[int] = []
+        self.launch_arguments: list[Any] = []
+        self.events_created = 0
 
     def _handle(self) -> int:
         self.next_handle += 1
@@ -57,6 +60,7 @@ class StreamDriver(FakeDriver):
         return 0, stream
 
     def cuEventCreate(self, flags: int) -> tuple:
+        self.events_created += 1
         event = self._handle()
         self.events[event] = {"done": True, "stream": None}
         return 0, event
@@ -105,9 +109,14 @@ class StreamDriver(FakeDriver):
 
         return self._enqueue(stream, copy, (target, source))
 
+    def cuStreamQuery(self, stream: int) -> tuple:
+        return (0 if not self.queues[stream] else cuda.NOT_READY,)
+
     def cuLaunchKernel(self, function: Any, *arguments: Any) -> tuple:
-        stream, (pointers, _) = arguments[7], arguments[8]
-        return self._enqueue(stream, lambda: FakeDriver.cuLaunchKernel(self, function, *arguments), tuple(pointers))
+        stream, pointers = arguments[7], self.kernel_pointers(function, arguments[8])
+        self.launched_streams.append(stream)
+        self.launch_arguments.append(arguments[8])
+        return self._enqueue(stream, lambda: FakeDriver.cuLaunchKernel(self, function, *arguments), pointers)
 
 
 @pytest.fixture
@@ -171,3 +180,27 @@ def test_a_device_to_device_copy_stays_on_the_gpu(streams: tuple[StreamDriver, c
     assert any(kind == "run" for kind, _, pointers in driver.queues[second.transfer_stream] if len(pointers) == 2)
     assert set(driver.host_memory) == before  # no staging buffer: the bytes did not pass through the host
     assert_close(moved, torch.tensor(data) * 3)
+
+
+def test_replayed_launches_pass_packed_parameters_and_record_no_event(
+        streams: tuple[StreamDriver, cuda.CudaDevice]) -> None:
+    """ember.jit's replays launch through `CudaProgram.bind`: the kernel parameters packed once (cuLaunchKernel gets
+    the address of their void** array), one driver call a launch and no CUDA event created per launch; the values
+    match torch, and a copy to the host still waits for the launches (transfer stream)."""
+    driver, _ = streams
+    a_data, b_data = random_array((5, 70)), random_array((70, 6), seed=1)
+    a = em.tensor(a_data, device="cuda:0").realize()
+    b = em.tensor(b_data, device="cuda:0").realize()
+    step = em.jit(lambda left, right: ((left @ right).relu() * 2).sum(1))
+    for _ in range(2):  # the eager call, then the capture
+        step(a, b).numpy()
+    expected = ((torch.tensor(a_data) @ torch.tensor(b_data)).relu() * 2).sum(1)
+    for round_ in range(3):
+        events, launches = driver.events_created, len(driver.launched_streams)
+        result = step(a * (round_ + 1), b)
+        assert driver.events_created == events, "a replayed launch created a CUDA event"
+        assert len(driver.launched_streams) > launches
+        assert_close(result, expected * (round_ + 1), atol=1e-4)
+    assert step.replays >= 3
+    packed = [arguments for arguments in driver.launch_arguments if isinstance(arguments, int)]
+    assert packed, "no launch passed packed parameters"

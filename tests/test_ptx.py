@@ -5,6 +5,7 @@ The PTX of every kernel the whole test session compiles is assembled too, by tes
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import math
 from types import SimpleNamespace
@@ -282,6 +283,9 @@ class FakeDriver:
     def cuStreamSynchronize(self, stream: Any) -> tuple:
         return (0,)
 
+    def cuStreamQuery(self, stream: Any) -> tuple:
+        return (0,)
+
     def cuMemGetInfo(self) -> tuple:
         return 0, 2**30, 2**31
 
@@ -294,10 +298,22 @@ class FakeDriver:
         assert f".entry {name.decode()}(" in self.modules[module]
         return 0, Module(self.modules[module])
 
-    def cuLaunchKernel(self, function: Module, grid_x: int, grid_y: int, grid_z: int, block_x: int, block_y: int,
-                       block_z: int, shared: int, stream: Any, arguments: tuple, extra: int) -> tuple:
+    @staticmethod
+    def kernel_pointers(function: Module, arguments: tuple | int) -> tuple[int, ...]:
+        """The buffer pointers a launch passes: cuda-python's (values, types) tuples, or the address of a void**
+        array (what cuLaunchKernel reads; cuda-python passes an int through as that address)."""
+        if isinstance(arguments, int):
+            size = ctypes.sizeof(ctypes.c_void_p)
+            return tuple(ctypes.c_void_p.from_address(ctypes.c_void_p.from_address(arguments + index * size).value
+                                                      ).value or 0 for index in range(len(function.parameters)))
         values, types = arguments
-        assert len(values) == len(types) == len(function.parameters) and (grid_y, grid_z, block_y, block_z) == (1,) * 4
+        assert len(values) == len(types)
+        return tuple(values)
+
+    def cuLaunchKernel(self, function: Module, grid_x: int, grid_y: int, grid_z: int, block_x: int, block_y: int,
+                       block_z: int, shared: int, stream: Any, arguments: tuple | int, extra: int) -> tuple:
+        values = self.kernel_pointers(function, arguments)
+        assert len(values) == len(function.parameters) and (grid_y, grid_z, block_y, block_z) == (1,) * 4
         self.launches.append((grid_x, block_x))
         Machine(function, [self.at(pointer) for pointer in values], grid_x * block_x, block_size=block_x).run()
         return (0,)

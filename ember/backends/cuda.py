@@ -96,6 +96,32 @@ class CudaEvent(Event):
 _CURRENT = threading.local()  # per thread: the CUDA context last made current on it (ember's calls only)
 
 
+class StreamMark(Event):
+    """What a launch returns: the point after everything enqueued on its device's stream so far, with no CUDA event
+    of its own (an event per launch cost three driver calls: create, record, destroy). One mark per stream serves
+    every launch, so waiting is conservative, never early: the host waits for the whole stream, and another stream
+    waits for an event recorded when it asks (after the launch, and maybe after later ones)."""
+
+    def __init__(self, driver: Any, stream: Any, context: Any) -> None:
+        self.driver, self.stream, self.context = driver, stream, context
+
+    def wait(self) -> None:
+        make_current(self.driver, self.context)
+        check(self.driver, "cuStreamSynchronize", self.driver.cuStreamSynchronize(self.stream))
+
+    @property
+    def done(self) -> bool:
+        (status,) = self.driver.cuStreamQuery(self.stream)
+        if int(status) == NOT_READY:
+            return False
+        check(self.driver, "cuStreamQuery", (status,))
+        return True
+
+    def recorded(self) -> CudaEvent:
+        """A CUDA event after everything enqueued on the stream until now (for another stream to wait on)."""
+        return CudaEvent(self.driver, self.stream)
+
+
 def make_current(driver: Any, context: Any) -> None:
     """Make `context` the calling thread's current CUDA context before driver calls that use it: CUDA keeps one per
     thread (a thread ember did not start with has none), and with several GPUs the last one set would be used."""
@@ -107,7 +133,10 @@ def make_current(driver: Any, context: Any) -> None:
 def stream_wait(driver: Any, stream: Any, wait_for: tuple[Event, ...]) -> None:
     """Make `stream` wait for CUDA events (of any device, without blocking the host); wait for others on the host."""
     for event in wait_for:
-        if isinstance(event, CudaEvent):
+        if isinstance(event, StreamMark):
+            if event.stream is not stream:  # (the stream's own launches are in order already)
+                check(driver, "cuStreamWaitEvent", driver.cuStreamWaitEvent(stream, event.recorded().handle, 0))
+        elif isinstance(event, CudaEvent):
             check(driver, "cuStreamWaitEvent", driver.cuStreamWaitEvent(stream, event.handle, 0))
         else:
             event.wait()
@@ -239,10 +268,11 @@ class CudaProgram(Program):
     """A loaded module and its kernel function; a launch is one cuLaunchKernel on the device's stream."""
 
     def __init__(self, driver: Any, stream: Any, source: str, kernel: KernelIR, info: DeviceInfo,
-                 context: Any = None) -> None:
+                 context: Any = None, mark: StreamMark | None = None) -> None:
         self.driver = driver
         self.stream = stream
         self.context = context
+        self.mark = mark if mark is not None else StreamMark(driver, stream, context)
         try:
             self.module = check(driver, "cuModuleLoadData", driver.cuModuleLoadData(source.encode() + b"\0"))
         except CudaError as error:
@@ -263,7 +293,31 @@ class CudaProgram(Program):
             (blocks, _, _), block_size = launch_geometry(global_size, self.info)
         check(self.driver, "cuLaunchKernel", self.driver.cuLaunchKernel(
             self.function, blocks, 1, 1, block_size, 1, 1, 0, self.stream, arguments, 0))
-        return CudaEvent(self.driver, self.stream)
+        return self.mark
+
+    def bind(self, buffers: list[Any], global_size: int) -> Callable[[tuple[Event, ...]], Event]:
+        """A launch with fixed buffers (a jit replay's, a launch plan's): its kernel parameters packed once, as the
+        void** array cuLaunchKernel reads (cuda-python takes its address as is), and its blocks counted once; a
+        launch is then one driver call and allocates nothing."""
+        values = (ctypes.c_void_p * len(buffers))(*[int(buffer) for buffer in buffers])
+        size = ctypes.sizeof(ctypes.c_void_p)
+        parameters = (ctypes.c_void_p * len(buffers))(*[ctypes.addressof(values) + index * size
+                                                        for index in range(len(buffers))])
+        address = ctypes.addressof(parameters)
+        blocks, block_size = self.blocks, self.block_size
+        if self.info is not None:
+            (blocks, _, _), block_size = launch_geometry(global_size, self.info)
+        driver, function, stream, context, mark = self.driver, self.function, self.stream, self.context, self.mark
+
+        def run(wait_for: tuple[Event, ...], keep_alive: tuple = (values, parameters, buffers)) -> Event:
+            make_current(driver, context)
+            if wait_for:
+                stream_wait(driver, stream, wait_for)
+            check(driver, "cuLaunchKernel", driver.cuLaunchKernel(function, blocks, 1, 1, block_size, 1, 1, 0, stream,
+                                                                  address, 0))
+            return mark
+
+        return run
 
 
 def _attribute(driver: Any, device: Any, name: str) -> int:
@@ -282,6 +336,7 @@ class CudaDevice(Device):
         make_current(driver, self.context)
         self.stream = check(driver, "cuStreamCreate", driver.cuStreamCreate(STREAM_NON_BLOCKING))
         self.transfer_stream = check(driver, "cuStreamCreate", driver.cuStreamCreate(STREAM_NON_BLOCKING))
+        self.mark = StreamMark(driver, self.stream, self.context)  # every launch's event (see StreamMark)
         major = _attribute(driver, self.handle, "COMPUTE_CAPABILITY_MAJOR")
         minor = _attribute(driver, self.handle, "COMPUTE_CAPABILITY_MINOR")
         name = check(driver, "cuDeviceGetName", driver.cuDeviceGetName(256, self.handle))
@@ -307,7 +362,7 @@ class CudaDevice(Device):
         program = self._programs.get(source)
         if program is None:
             make_current(self.driver, self.context)
-            program = CudaProgram(self.driver, self.stream, source, kernel, self.info, self.context)
+            program = CudaProgram(self.driver, self.stream, source, kernel, self.info, self.context, self.mark)
             self._programs.put(source, program)
         return program
 
