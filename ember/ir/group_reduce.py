@@ -16,7 +16,7 @@ from ember.capabilities import DeviceInfo
 from ember.core import dtype as dtypes
 from ember.core.ops import REDUCE_OPS, Op
 from ember.core.shapes import prod, strides_of
-from ember.ir.ir import BufferParam, Builder, IRNode, IROp, KernelIR, topological_nodes
+from ember.ir.ir import Builder, IRNode, IROp, KernelIR, topological_nodes
 from ember.ir.kernel import Kernel, row_loop
 from ember.ir.lower import INT32_LIMIT, UNROLLED_ROW_STEPS, Lowerer, compute_dtype
 
@@ -72,8 +72,7 @@ def lower_group_kernel(kernel: Kernel, name: str, local_size: int, warp_width: i
     (the last step's columns past the row's end clamped to its last column, stored again with the same value).
     Rows of at most UNROLLED_ROW_STEPS elements per item are unrolled: the row's reduces and its stores read the
     same loads, each element read from memory once and kept in registers."""
-    output = kernel.output
-    shape = output.shape
+    shape = kernel.output.shape
     largest = max((prod(shape), *kernel.input_sizes, *(prod(step.shape) for step in kernel.steps)), default=0)
     index_dtype = dtypes.int32 if largest + local_size <= INT32_LIMIT else dtypes.int64  # (items past a row's end)
     builder = Builder()
@@ -102,24 +101,11 @@ def lower_group_kernel(kernel: Kernel, name: str, local_size: int, warp_width: i
             column_range = builder.new_range(steps, index_dtype)
             origin[-1] = builder.at_most(builder.add(builder.mul(column_range, local_size), local_id), length - 1)
             loop_ranges = (column_range,)
-    output_param = lowerer.param(0, output.dtype, True)
-    stores = []
-    for place in origins:
-        value = lowerer.lower(len(kernel.steps) - 1, tuple(place), None)
-        if value.dtype != output.dtype:
-            value = builder.alu(Op.CAST, output.dtype, value)
-        linear = builder.const(0, index_dtype)
-        for axis_index, stride, extent in zip(place, strides_of(shape), shape):
-            if extent != 1:
-                linear = builder.add(builder.mul(axis_index, stride), linear)
-        stores.append(builder.store(output_param, linear, value))
+    stores = [lowerer.store_output(tuple(place)) for place in origins]
     sink = builder.sink([builder.loop(stores, loop_ranges)] if loop_ranges else stores)
-    params = [BufferParam(0, output.dtype, prod(shape), True)]
-    input_dtypes = {step.arg: step.dtype for step in kernel.steps if step.op is Op.BUFFER}
-    params += [BufferParam(position, input_dtypes[position], kernel.input_sizes[position - 1], False)
-               for position in range(1, len(kernel.input_sizes) + 1)]
-    return KernelIR(name=name, params=params, global_size=groups * local_size, sink=sink, index_dtype=index_dtype,
-                    local_size=local_size, warp_width=warp_width if local_size % warp_width == 0 else 1)
+    return KernelIR(name=name, params=lowerer.buffer_params(), global_size=groups * local_size, sink=sink,
+                    index_dtype=index_dtype, local_size=local_size,
+                    warp_width=warp_width if local_size % warp_width == 0 else 1)
 
 
 def group_reduce_count(kernel: KernelIR) -> int:

@@ -100,6 +100,27 @@ class Lowerer:
             return (yield from self._lower_reduce(position, step, index, valid))
         raise AssertionError(f"lowering: {op} cannot appear inside a kernel")
 
+    def store_output(self, index: tuple[IRNode, ...]) -> IRNode:
+        """The store of the kernel's value at output `index` (cast to the output dtype) into the output buffer."""
+        output = self.kernel.output
+        builder = self.builder
+        value = self.lower(len(self.kernel.steps) - 1, index, None)
+        if value.dtype != output.dtype:
+            value = builder.alu(Op.CAST, output.dtype, value)
+        linear = builder.const(0, self.index_dtype)
+        for axis_index, stride, extent in zip(index, strides_of(output.shape), output.shape):
+            if extent != 1:
+                linear = builder.add(builder.mul(axis_index, stride), linear)
+        return builder.store(self.param(0, output.dtype, True), linear, value)
+
+    def buffer_params(self) -> list[BufferParam]:
+        """The kernel's buffer parameters: the output, then each input (its dtype and element count)."""
+        kernel = self.kernel
+        params = [BufferParam(0, kernel.output.dtype, prod(kernel.output.shape), True)]
+        input_dtypes = {step.arg: step.dtype for step in kernel.steps if step.op is Op.BUFFER}
+        return params + [BufferParam(position, input_dtypes[position], kernel.input_sizes[position - 1], False)
+                         for position in range(1, len(kernel.input_sizes) + 1)]
+
     def strides(self, shape: tuple[int, ...]) -> tuple[int | IRNode, ...]:
         """Row-major strides of a shape; where sizes known only at launch (nodes) enter, nodes."""
         if not any(isinstance(size, IRNode) for size in shape):
@@ -362,8 +383,7 @@ def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = Non
     statement around the stores; the last work item's extra tiles are clamped to the dim's last tile). A kernel
     with a reduce fused by rows (kernel.row_loop) always loops over whole rows: the reduce, which does not depend
     on the loop, is computed once before it."""
-    output = kernel.output
-    shape = output.shape
+    shape = kernel.output.shape
     factors = upcast if upcast is not None else (1,) * len(shape)
     # every index the kernel computes (a view's, a loop counter's) is below the element count of some step
     largest = max((prod(shape), *kernel.input_sizes, *(prod(step.shape) for step in kernel.steps)), default=0)
@@ -392,30 +412,16 @@ def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = Non
         tile = builder.add(builder.mul(tile_origin[loop_axis], loop_tiles), loop_range)
         tile_origin[loop_axis] = builder.at_most(tile, tile_counts[loop_axis] - 1)
         loop_ranges = (loop_range,)
-    output_param = lowerer.param(0, output.dtype, True)
     stores = []
     for offsets in itertools.product(*(range(factor) for factor in factors)):
         index = tuple(
             builder.at_most(builder.add(builder.mul(origin, factor), offset), extent - 1) if factor > 1 else origin
             for origin, factor, offset, extent in zip(tile_origin, factors, offsets, shape)
         )
-        value = lowerer.lower(len(kernel.steps) - 1, index, None)
-        if value.dtype != output.dtype:
-            value = builder.alu(Op.CAST, output.dtype, value)
-        linear = builder.const(0, index_dtype)
-        for axis_index, stride, extent in zip(index, strides_of(shape), shape):
-            if extent != 1:
-                linear = builder.add(builder.mul(axis_index, stride), linear)
-        stores.append(builder.store(output_param, linear, value))
+        stores.append(lowerer.store_output(index))
     sink = builder.sink([builder.loop(stores, loop_ranges)] if loop_ranges else stores)
-    params = [BufferParam(0, output.dtype, prod(shape), True)]
-    input_dtypes = {step.arg: step.dtype for step in kernel.steps if step.op is Op.BUFFER}
-    params += [
-        BufferParam(position, input_dtypes[position], kernel.input_sizes[position - 1], False)
-        for position in range(1, len(kernel.input_sizes) + 1)
-    ]
-    return KernelIR(name=name, params=params, global_size=global_size, sink=sink, index_dtype=index_dtype,
-                    lane_groups=tuple(lowerer.lane_groups))
+    return KernelIR(name=name, params=lowerer.buffer_params(), global_size=global_size, sink=sink,
+                    index_dtype=index_dtype, lane_groups=tuple(lowerer.lane_groups))
 
 
 def symbolic_strides(builder: Builder, shape: tuple[int | IRNode, ...]) -> tuple[int | IRNode, ...]:
