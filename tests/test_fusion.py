@@ -276,3 +276,30 @@ def test_a_cheap_activation_stays_fused_into_the_matmul_that_reads_it(device: st
     result = (a * 0.5 + 1).relu() @ w
     assert count_kernels(result) == 1
     assert_close(result, (ta * 0.5 + 1).relu() @ tw, atol=1e-4)
+
+
+def test_a_gelu_between_two_linears_is_computed_once_per_pass_not_stored_in_pieces(device: str) -> None:
+    # the exact GELU (erfc: a Horner polynomial of t = 1 / (1 + z/2) and an exp) is shared by the forward kernel and
+    # the backward's; counted as a tree its reused t made it look thousands of ops long, and it was stored in three
+    # pieces, each recomputing most of it (5 elementwise kernels over the hidden layer instead of 2)
+    from ember import nn
+
+    em.manual_seed(0)
+    first, second = nn.Linear(8, 40).to(device), nn.Linear(40, 3).to(device)
+    tfirst, tsecond = torch.nn.Linear(8, 40), torch.nn.Linear(40, 3)
+    for module, reference in ((first, tfirst), (second, tsecond)):
+        reference.load_state_dict({name: torch.tensor(value.numpy()) for name, value in module.state_dict().items()})
+    array = random_array((21, 8), low=-6.0, high=6.0)
+    x, tx = pair(array, device)
+    with em.profile() as record:
+        loss = (second(nn.functional.gelu(first(x))) ** 2).sum()
+        loss.backward()
+        em.realize(first.weight.grad, first.bias.grad, second.weight.grad)
+    hidden = [kernel for kernel in record.kernels if kernel.name.startswith("e_") and kernel.global_size > 0]
+    tloss = (tsecond(torch.nn.functional.gelu(tfirst(tx))) ** 2).sum()
+    tloss.backward()
+    assert_close(loss, tloss.detach(), atol=1e-3)
+    assert_close(first.weight.grad, tfirst.weight.grad, atol=1e-3)
+    assert_close(first.bias.grad, tfirst.bias.grad, atol=1e-3)
+    assert_close(second.weight.grad, tsecond.weight.grad, atol=1e-3)
+    assert len(hidden) <= 2, str(record)

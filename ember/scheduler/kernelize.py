@@ -106,8 +106,12 @@ def _interior(kernel_root: Node, boundaries: dict[int, Node]) -> list[Node]:
 
 def _expensive_shared_nodes(kernel_roots: list[Node], boundaries: dict[int, Node]) -> list[Node]:
     """Elementwise nodes that several kernels would recompute and that cost SHARED_WORK_LIMIT ops per element or
-    more, counting from the last stored node below. Each one chosen counts as stored for the nodes above it, so a
-    long recurrence is stored every few steps rather than at every node."""
+    more, counting from the last stored node below. A floating value costs the distinct elementwise ops it needs
+    (a value used twice below it, such as an erfc's t in its Horner steps, is computed once: counted as a tree, a
+    40-op GELU counted in the thousands and was cut into three stored pieces, each recomputing most of it). Integer
+    bit mixing (a random number's hash of the element index) is counted as a tree, which stores it after a few
+    rounds: a kernel that hashes the index itself is not vectorized. Each one chosen counts as stored for the nodes
+    above it, so a long recurrence is stored every few steps rather than at every node."""
     kernels_using: dict[int, int] = {}
     in_order: list[Node] = []
     for root in kernel_roots:
@@ -118,14 +122,24 @@ def _expensive_shared_nodes(kernel_roots: list[Node], boundaries: dict[int, Node
                 kernels_using[id(node)] = 0
                 in_order.append(node)
             kernels_using[id(node)] += 1
-    cost: dict[int, int] = {}
+    needs: dict[int, int] = {}  # node -> bit set of the elementwise ops its value needs since the last stored node
+    tree_cost: dict[int, int] = {}  # node -> those ops counted once per use (a tree)
     chosen: list[Node] = []
-    for node in post_order(in_order, lambda node: [source for source in node.srcs if id(source) in kernels_using]):
-        work = sum(cost.get(id(source), 0) for source in node.srcs) + (node.op in ELEMENTWISE_OPS)
-        if node.op in ELEMENTWISE_OPS and kernels_using[id(node)] > 1 and work >= SHARED_WORK_LIMIT:
-            chosen.append(node)
-            work = 0
-        cost[id(node)] = min(work, SHARED_WORK_LIMIT)
+    for position, node in enumerate(post_order(in_order, lambda node: [source for source in node.srcs
+                                                                        if id(source) in kernels_using])):
+        below = 0
+        for source in node.srcs:
+            below |= needs.get(id(source), 0)
+        elementwise = node.op in ELEMENTWISE_OPS
+        tree = min(sum(tree_cost.get(id(source), 0) for source in node.srcs) + elementwise, SHARED_WORK_LIMIT)
+        if elementwise:
+            below |= 1 << position
+            work = below.bit_count() if node.dtype.is_float or node.dtype.is_bool else tree
+            if kernels_using[id(node)] > 1 and work >= SHARED_WORK_LIMIT:
+                chosen.append(node)
+                below, tree = 0, 0
+        needs[id(node)] = below
+        tree_cost[id(node)] = tree
     return chosen
 
 
