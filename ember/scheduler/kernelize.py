@@ -6,7 +6,7 @@ is not inside another reduce, or when it reduces the last axis and is read back 
 items walk whole rows (row fusion, ir/kernel.py: softmax is one kernel); otherwise the reduce is stored by a kernel
 of its own. CONTIGUOUS and COPY always
 mark a boundary. Elementwise work with several consumer kernels is recomputed by each, unless it is expensive
-(SHARED_WORK_LIMIT ops per element or more): then it is stored once, so a recurrence (an RNN's cell state over time
+(SHARED_WORK_LIMIT distinct ops per element or more): then it is stored once, so a recurrence (an RNN's cell state over time
 steps) costs linear work, not quadratic. Elementwise work that a kernel reads under a broadcast (a softmax's output
 in the matmul of its gradient, a normalized activation in the next matmul) is evaluated once per use, not once per
 element: it is stored when it costs EXPENSIVE_WORK weighted ops per element or more and the repeated evaluations add
