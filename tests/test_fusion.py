@@ -303,3 +303,55 @@ def test_a_gelu_between_two_linears_is_computed_once_per_pass_not_stored_in_piec
     assert_close(first.bias.grad, tfirst.bias.grad, atol=1e-3)
     assert_close(second.weight.grad, tsecond.weight.grad, atol=1e-3)
     assert len(hidden) <= 2, str(record)
+
+
+def _kernels_evaluating(realize: Callable[[], object], ops: set, monkeypatch) -> int:
+    """How many of the kernels that `realize` schedules evaluate any of `ops`."""
+    from ember.scheduler import schedule
+    from ember.scheduler.program import Launch
+
+    scheduled: list = []
+
+    def recording_kernelize(*args, **kwargs):
+        items = original(*args, **kwargs)
+        scheduled.extend(item for item in items if isinstance(item, Launch))
+        return items
+
+    original = schedule.kernelize
+    monkeypatch.setattr(schedule, "kernelize", recording_kernelize)
+    realize()
+    monkeypatch.undo()
+    return sum(any(step.op in ops for step in item.kernel.steps) for item in scheduled)
+
+
+def test_attention_weights_under_dropout_are_stored_for_the_backward(monkeypatch) -> None:
+    # scaled_dot_product_attention's backward sums grad * weights over each row; with dropout applied above the
+    # weights nothing stored them, and that row sum recomputed them (an exp per element in a scalar loop: 5x the
+    # kernel's time in gpt_sdpa). The exps belong to the forward's softmax kernels only.
+    from ember.core.ops import Op
+    from ember.nn import functional as F
+
+    em.manual_seed(0)
+    query, key, value = (em.tensor(random_array((2, 3, 16, 8), seed=seed), device="dummy:0", requires_grad=True)
+                         for seed in range(3))
+
+    def forward_and_backward() -> None:
+        output = F.scaled_dot_product_attention(query, key, value, dropout_p=0.1, is_causal=True)
+        (output * output).sum().backward()
+        em.realize(query.grad, key.grad, value.grad)
+
+    assert _kernels_evaluating(forward_and_backward, {Op.EXP2}, monkeypatch) <= 2
+
+
+def test_attention_with_stored_weights_matches_torch(device: str) -> None:
+    from ember.nn import functional as F
+
+    arrays = [random_array((2, 3, 11, 8), seed=seed) for seed in range(3)]
+    tensors = [pair(array, device, requires_grad=True) for array in arrays]
+    output = F.scaled_dot_product_attention(*(tensor for tensor, _ in tensors), is_causal=True)
+    toutput = torch.nn.functional.scaled_dot_product_attention(*(tensor for _, tensor in tensors), is_causal=True)
+    (output * output).sum().backward()
+    (toutput * toutput).sum().backward()
+    assert_close(output, toutput.detach(), atol=1e-5)
+    for (tensor, reference) in tensors:
+        assert_close(tensor.grad, reference.grad, atol=1e-4)
