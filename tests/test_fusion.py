@@ -355,3 +355,26 @@ def test_attention_with_stored_weights_matches_torch(device: str) -> None:
     assert_close(output, toutput.detach(), atol=1e-5)
     for (tensor, reference) in tensors:
         assert_close(tensor.grad, reference.grad, atol=1e-4)
+
+
+def test_a_value_reading_many_buffers_read_by_several_kernels_is_stored(device: str) -> None:
+    # a residual stream with dropout (x + dropout(f(x)) several times) reads each branch's output and its random
+    # bits; every layer norm reduce and gradient kernel reading x recomputed it from all of them (19 buffers a
+    # kernel in nanoGPT's backward): stored once, each of those kernels reads one buffer
+    from ember.core.ops import Op
+    from ember.scheduler.kernelize import SHARED_READ_LIMIT, kernelize
+    from ember.scheduler.program import Launch
+
+    arrays = [random_array((16, 8), seed=seed) for seed in range(SHARED_READ_LIMIT + 1)]
+    pairs = [pair(array, device) for array in arrays]
+    residual, treference = pairs[0]
+    for tensor, reference in pairs[1:]:
+        residual, treference = residual + tensor * 0.5, treference + reference * 0.5
+    outputs = [residual.sum(-1), (residual * residual).sum(0), residual.exp()]
+    items = kernelize([output.node for output in outputs])
+    launches = [item for item in items if isinstance(item, Launch)]
+    assert max(sum(step.op is Op.BUFFER for step in item.kernel.steps) for item in launches) <= SHARED_READ_LIMIT
+    references = [treference.sum(-1), (treference * treference).sum(0), treference.exp()]
+    em.realize(*outputs)
+    for output, reference in zip(outputs, references):
+        assert_close(output, reference, atol=1e-4)
