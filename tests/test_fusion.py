@@ -276,3 +276,105 @@ def test_a_cheap_activation_stays_fused_into_the_matmul_that_reads_it(device: st
     result = (a * 0.5 + 1).relu() @ w
     assert count_kernels(result) == 1
     assert_close(result, (ta * 0.5 + 1).relu() @ tw, atol=1e-4)
+
+
+def test_a_gelu_between_two_linears_is_computed_once_per_pass_not_stored_in_pieces(device: str) -> None:
+    # the exact GELU (erfc: a Horner polynomial of t = 1 / (1 + z/2) and an exp) is shared by the forward kernel and
+    # the backward's; counted as a tree its reused t made it look thousands of ops long, and it was stored in three
+    # pieces, each recomputing most of it (5 elementwise kernels over the hidden layer instead of 2)
+    from ember import nn
+
+    em.manual_seed(0)
+    first, second = nn.Linear(8, 40).to(device), nn.Linear(40, 3).to(device)
+    tfirst, tsecond = torch.nn.Linear(8, 40), torch.nn.Linear(40, 3)
+    for module, reference in ((first, tfirst), (second, tsecond)):
+        reference.load_state_dict({name: torch.tensor(value.numpy()) for name, value in module.state_dict().items()})
+    array = random_array((21, 8), low=-6.0, high=6.0)
+    x, tx = pair(array, device)
+    with em.profile() as record:
+        loss = (second(nn.functional.gelu(first(x))) ** 2).sum()
+        loss.backward()
+        em.realize(first.weight.grad, first.bias.grad, second.weight.grad)
+    hidden = [kernel for kernel in record.kernels if kernel.name.startswith("e_") and kernel.global_size > 0]
+    tloss = (tsecond(torch.nn.functional.gelu(tfirst(tx))) ** 2).sum()
+    tloss.backward()
+    assert_close(loss, tloss.detach(), atol=1e-3)
+    assert_close(first.weight.grad, tfirst.weight.grad, atol=1e-3)
+    assert_close(first.bias.grad, tfirst.bias.grad, atol=1e-3)
+    assert_close(second.weight.grad, tsecond.weight.grad, atol=1e-3)
+    assert len(hidden) <= 2, str(record)
+
+
+def _kernels_evaluating(realize: Callable[[], object], ops: set, monkeypatch) -> int:
+    """How many of the kernels that `realize` schedules evaluate any of `ops`."""
+    from ember.scheduler import schedule
+    from ember.scheduler.program import Launch
+
+    scheduled: list = []
+
+    def recording_kernelize(*args, **kwargs):
+        items = original(*args, **kwargs)
+        scheduled.extend(item for item in items if isinstance(item, Launch))
+        return items
+
+    original = schedule.kernelize
+    monkeypatch.setattr(schedule, "kernelize", recording_kernelize)
+    realize()
+    monkeypatch.undo()
+    return sum(any(step.op in ops for step in item.kernel.steps) for item in scheduled)
+
+
+def test_attention_weights_under_dropout_are_stored_for_the_backward(monkeypatch) -> None:
+    # scaled_dot_product_attention's backward sums grad * weights over each row; with dropout applied above the
+    # weights nothing stored them, and that row sum recomputed them (an exp per element in a scalar loop: 5x the
+    # kernel's time in gpt_sdpa). The exps belong to the forward's softmax kernels only.
+    from ember.core.ops import Op
+    from ember.nn import functional as F
+
+    em.manual_seed(0)
+    query, key, value = (em.tensor(random_array((2, 3, 16, 8), seed=seed), device="dummy:0", requires_grad=True)
+                         for seed in range(3))
+
+    def forward_and_backward() -> None:
+        output = F.scaled_dot_product_attention(query, key, value, dropout_p=0.1, is_causal=True)
+        (output * output).sum().backward()
+        em.realize(query.grad, key.grad, value.grad)
+
+    assert _kernels_evaluating(forward_and_backward, {Op.EXP2}, monkeypatch) <= 2
+
+
+def test_attention_with_stored_weights_matches_torch(device: str) -> None:
+    from ember.nn import functional as F
+
+    arrays = [random_array((2, 3, 11, 8), seed=seed) for seed in range(3)]
+    tensors = [pair(array, device, requires_grad=True) for array in arrays]
+    output = F.scaled_dot_product_attention(*(tensor for tensor, _ in tensors), is_causal=True)
+    toutput = torch.nn.functional.scaled_dot_product_attention(*(tensor for _, tensor in tensors), is_causal=True)
+    (output * output).sum().backward()
+    (toutput * toutput).sum().backward()
+    assert_close(output, toutput.detach(), atol=1e-5)
+    for (tensor, reference) in tensors:
+        assert_close(tensor.grad, reference.grad, atol=1e-4)
+
+
+def test_a_value_reading_many_buffers_read_by_several_kernels_is_stored(device: str) -> None:
+    # a residual stream with dropout (x + dropout(f(x)) several times) reads each branch's output and its random
+    # bits; every layer norm reduce and gradient kernel reading x recomputed it from all of them (19 buffers a
+    # kernel in nanoGPT's backward): stored once, each of those kernels reads one buffer
+    from ember.core.ops import Op
+    from ember.scheduler.kernelize import SHARED_READ_LIMIT, kernelize
+    from ember.scheduler.program import Launch
+
+    arrays = [random_array((16, 8), seed=seed) for seed in range(SHARED_READ_LIMIT + 1)]
+    pairs = [pair(array, device) for array in arrays]
+    residual, treference = pairs[0]
+    for tensor, reference in pairs[1:]:
+        residual, treference = residual + tensor * 0.5, treference + reference * 0.5
+    outputs = [residual.sum(-1), (residual * residual).sum(0), residual.exp()]
+    items = kernelize([output.node for output in outputs])
+    launches = [item for item in items if isinstance(item, Launch)]
+    assert max(sum(step.op is Op.BUFFER for step in item.kernel.steps) for item in launches) <= SHARED_READ_LIMIT
+    references = [treference.sum(-1), (treference * treference).sum(0), treference.exp()]
+    em.realize(*outputs)
+    for output, reference in zip(outputs, references):
+        assert_close(output, reference, atol=1e-4)

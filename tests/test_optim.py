@@ -99,9 +99,10 @@ def test_one_realize_per_step_and_no_recompiles(device: str) -> None:
         scheduler.step()
         assert record.realizes == 1, record
         # per parameter: the new parameter and both moments (the first step's moments start from constants);
-        # plus one for the step count on the device that all four parameters share, and one for each bias
-        # correction computed from it (recorded once per step and shared by the four updates)
-        assert len(record.kernels) == 3 * 4 + 3
+        # plus one for the step count on the device that all four parameters share; the two bias corrections
+        # computed from it (recorded once per step, shared by the four updates) cost a few dozen scalar ops, which
+        # the updates of these small parameters recompute rather than store
+        assert len(record.kernels) == 3 * 4 + 1
         if step >= 2:
             assert record.compiles == [], [compile.name for compile in record.compiles]
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.01 * 0.5**4)

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
+from ember.context import CONTEXT
 from ember.core import dtype as dtypes
 from ember.core.checks import check_index
 from ember.core.dtype import to_dtype
@@ -517,8 +518,16 @@ class FunctionalOps(TensorBase):
             total = exponentials.sum(-1, keepdim=True)
             return where(total == 0, 0.0, exponentials / total)
 
+        def stored_softmax(scores: Tensor) -> Tensor:
+            # the weights are stored (a kernel boundary) for the backward: its sum of grad * weights over each row
+            # reads them, where recomputing them from the scores there costs an exp per element in a scalar loop
+            # (the dropout's mask applied above them kept the broadcast rule from storing them: 5x the kernel's time)
+            return masked_softmax(scores)._apply(Op.CONTIGUOUS)
+
         # one step for autograd with softmax's backward from the weights (a masked or empty row's are zeros)
-        weights = scores._recorded(Composite.SOFTMAX, masked_softmax, (scores,), scores.ndim - 1)
+        recorded = CONTEXT.get().grad_enabled and scores._requires_grad
+        weights = scores._recorded(Composite.SOFTMAX, stored_softmax if recorded else masked_softmax, (scores,),
+                                   scores.ndim - 1)
         if dropout_p > 0.0:
             weights = weights.dropout(dropout_p, training=True)
         if not is_causal:

@@ -6,7 +6,7 @@ is not inside another reduce, or when it reduces the last axis and is read back 
 items walk whole rows (row fusion, ir/kernel.py: softmax is one kernel); otherwise the reduce is stored by a kernel
 of its own. CONTIGUOUS and COPY always
 mark a boundary. Elementwise work with several consumer kernels is recomputed by each, unless it is expensive
-(SHARED_WORK_LIMIT ops per element or more): then it is stored once, so a recurrence (an RNN's cell state over time
+(SHARED_WORK_LIMIT distinct ops per element or more): then it is stored once, so a recurrence (an RNN's cell state over time
 steps) costs linear work, not quadratic. Elementwise work that a kernel reads under a broadcast (a softmax's output
 in the matmul of its gradient, a normalized activation in the next matmul) is evaluated once per use, not once per
 element: it is stored when it costs EXPENSIVE_WORK weighted ops per element or more and the repeated evaluations add
@@ -29,6 +29,7 @@ from ember.scheduler.program import Copy, Launch
 
 INLINE_LEAVES = (Op.CONST, Op.ARANGE)
 SHARED_WORK_LIMIT = 256  # elementwise ops per element above which a node read by several kernels is stored
+SHARED_READ_LIMIT = 8  # buffers (of its size) read per element from which a node read by several kernels is stored
 EXPENSIVE_WORK = 4  # weighted ops per element from which a value read under a broadcast may be stored
 BROADCAST_WORK_LIMIT = 1 << 18  # weighted ops of repeated evaluation from which it is stored
 TRANSCENDENTAL_OPS = frozenset({Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.DIV, Op.IDIV, Op.MOD})
@@ -106,8 +107,15 @@ def _interior(kernel_root: Node, boundaries: dict[int, Node]) -> list[Node]:
 
 def _expensive_shared_nodes(kernel_roots: list[Node], boundaries: dict[int, Node]) -> list[Node]:
     """Elementwise nodes that several kernels would recompute and that cost SHARED_WORK_LIMIT ops per element or
-    more, counting from the last stored node below. Each one chosen counts as stored for the nodes above it, so a
-    long recurrence is stored every few steps rather than at every node."""
+    more, counting from the last stored node below. A floating value costs the distinct elementwise ops it needs
+    (a value used twice below it, such as an erfc's t in its Horner steps, is computed once: counted as a tree, a
+    40-op GELU counted in the thousands and was cut into three stored pieces, each recomputing most of it). Integer
+    bit mixing (a random number's hash of the element index) is counted as a tree, which stores it after a few
+    rounds: a kernel that hashes the index itself is not vectorized. A value whose chain reads SHARED_READ_LIMIT
+    buffers of its size or more is chosen too: each kernel recomputing it reads them all (a residual stream with
+    dropout: the branches' outputs and random bits), storing it costs one write and one read a kernel. Each one
+    chosen counts as stored for the nodes above it, so a long recurrence is stored every few steps rather than at
+    every node."""
     kernels_using: dict[int, int] = {}
     in_order: list[Node] = []
     for root in kernel_roots:
@@ -118,14 +126,31 @@ def _expensive_shared_nodes(kernel_roots: list[Node], boundaries: dict[int, Node
                 kernels_using[id(node)] = 0
                 in_order.append(node)
             kernels_using[id(node)] += 1
-    cost: dict[int, int] = {}
+    needs: dict[int, int] = {}  # node -> bit set of the elementwise ops its value needs since the last stored node
+    tree_cost: dict[int, int] = {}  # node -> those ops counted once per use (a tree)
+    reads: dict[int, int] = {}  # node -> bit set of the buffers of its size (or larger) that its value reads
+    buffer_bit: dict[int, int] = {}
     chosen: list[Node] = []
-    for node in post_order(in_order, lambda node: [source for source in node.srcs if id(source) in kernels_using]):
-        work = sum(cost.get(id(source), 0) for source in node.srcs) + (node.op in ELEMENTWISE_OPS)
-        if node.op in ELEMENTWISE_OPS and kernels_using[id(node)] > 1 and work >= SHARED_WORK_LIMIT:
-            chosen.append(node)
-            work = 0
-        cost[id(node)] = min(work, SHARED_WORK_LIMIT)
+    ordered = post_order(in_order, lambda node: [source for source in node.srcs if id(source) in kernels_using])
+    for position, node in enumerate(ordered):
+        below = read = 0
+        for source in node.srcs:
+            below |= needs.get(id(source), 0)
+            if id(source) in kernels_using:
+                read |= reads[id(source)]
+            elif source.op not in INLINE_LEAVES and source.size >= node.size:
+                read |= 1 << buffer_bit.setdefault(id(source), len(buffer_bit))
+        elementwise = node.op in ELEMENTWISE_OPS
+        tree = min(sum(tree_cost.get(id(source), 0) for source in node.srcs) + elementwise, SHARED_WORK_LIMIT)
+        if elementwise:
+            below |= 1 << position
+            work = below.bit_count() if node.dtype.is_float or node.dtype.is_bool else tree
+            if kernels_using[id(node)] > 1 and (work >= SHARED_WORK_LIMIT or read.bit_count() >= SHARED_READ_LIMIT):
+                chosen.append(node)
+                below, tree, read = 0, 0, 1 << buffer_bit.setdefault(id(node), len(buffer_bit))
+        needs[id(node)] = below
+        tree_cost[id(node)] = tree
+        reads[id(node)] = read
     return chosen
 
 
