@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -390,3 +392,30 @@ def test_relu_gradient_at_special_values_is_torchs(device: str) -> None:
     assert_close(y, expected_y.detach())
     assert np.array_equal(np.signbit(y.numpy()), np.signbit(expected_y.detach().numpy()))  # -0.0 stays -0.0
     assert_close(x.grad, expected_x.grad)
+
+
+def test_each_grad_is_a_tensor_of_its_own(device: str) -> None:
+    """An add hands one gradient to both operands, and a leaf's seed is the caller's tensor: each `.grad` must still
+    be changed in place alone, as in torch (clip_grad_norm_ scales every .grad in place: a shared one was scaled
+    twice)."""
+    def run(lib: Any, nn_utils: Any, on: dict[str, Any]) -> list[Any]:
+        a = lib.ones(3, requires_grad=True, **on)
+        b = lib.ones(3, requires_grad=True, **on)
+        ((a + b) * lib.tensor([1.0, 2.0, 3.0], **on)).sum().backward()
+        a.grad.mul_(10)
+        c = lib.ones(2, requires_grad=True, **on)
+        d = lib.ones(2, requires_grad=True, **on)
+        (c + d).pow(2).sum().backward()
+        nn_utils.clip_grad_norm_([c, d], 1.0)
+        x = lib.ones(3, requires_grad=True, **on)
+        seed = lib.tensor([1.0, 2.0, 3.0], **on)
+        x.backward(seed)
+        seed.mul_(5)
+        return [a.grad, b.grad, c.grad, d.grad, x.grad]
+
+    import ember.nn.utils as ember_nn_utils
+
+    ours = run(em, ember_nn_utils, {"device": device})
+    theirs = run(torch, torch.nn.utils, {})
+    for actual, expected in zip(ours, theirs):
+        assert_close(actual, expected)

@@ -38,7 +38,7 @@ def backward(
     gradients = _propagate(roots, seeds, targets, create_graph, accumulate=True)
     updated = []
     for tensor, gradient in gradients:
-        tensor.grad = gradient if tensor.grad is None else _accumulate(tensor.grad, gradient, create_graph)
+        tensor.grad = _own(gradient) if tensor.grad is None else _accumulate(tensor.grad, gradient, create_graph)
         updated.append(tensor.grad)
     _realize(updated + roots)  # the roots (the loss) too: reading them afterwards must not recompute the forward
     for tensor, _ in gradients:  # leaves' post-accumulate hooks, in the order their gradients were completed
@@ -267,6 +267,18 @@ def _seed_gradients(roots: list[Tensor], given: Any, function: str) -> list[Tens
             gradient = gradient.cast(root.dtype)
         seeds.append(gradient)
     return seeds
+
+
+def _own(gradient: Tensor) -> Tensor:
+    """gradient as a tensor of its own for one `.grad`: a rule hands one tensor to several sources (an add's two
+    operands), and a seed is the caller's tensor, while `.grad` is changed in place (clip_grad_norm_, optimizers), so
+    each `.grad` gets its own tensor over the same lazy value (no copy), with the same history (create_graph)."""
+    from ember.core.tensor import Tensor
+
+    owned = Tensor._from_node(gradient.node, gradient._requires_grad)
+    owned._context = gradient._context
+    owned._saved_versions = gradient._saved_versions
+    return owned
 
 
 def _accumulate(existing: Tensor, gradient: Tensor, create_graph: bool) -> Tensor:
