@@ -124,22 +124,22 @@ class _Layer:
         return rows, em.cat([em.ones_like(self.projected[:, :2 * size]), reset], -1)
 
 
-def _blockwise_activation(gates: Tensor, tanh_start: int, tanh_end: int) -> Tensor:
-    """tanh of the columns tanh_start..tanh_end of `gates`, sigmoid of the others, stored by one kernel: one exp2
-    per element, tanh x = 2 sigmoid(2x) - 1 (absolute error of a float32 rounding; each function of its own on every
-    column would cost both, and joining slices would pad each function's values, which the kernelizer may store)."""
-    is_tanh = _column_mask(tuple(gates.shape), gates.device, tanh_start, tanh_end)
+def _blockwise_activation(gates: Tensor, tanh_gate: int) -> Tensor:
+    """tanh of gate `tanh_gate` of `gates` (batch, gates, size), sigmoid of the others, stored by one kernel: one
+    exp2 per element, tanh x = 2 sigmoid(2x) - 1 (absolute error of a float32 rounding; each function of its own on
+    every gate would cost both, and joining slices would pad each function's values, which the kernelizer may
+    store). Which function is a condition on the gate axis alone: the same for every lane of a vector."""
+    is_tanh = _gate_mask(tuple(gates.shape), gates.device, tanh_gate)
     sigmoid = _sigmoid(em.where(is_tanh, gates * 2.0, gates))
     return em.where(is_tanh, sigmoid * 2.0 - 1.0, sigmoid).contiguous()
 
 
 @functools.lru_cache(maxsize=64)
-def _column_mask(shape: tuple[int, ...], device: str, start: int, end: int) -> Tensor:
-    """Whether each element's column (last index) is in [start, end), as a lazy tensor of `shape`: the same graph
-    at every time step of every batch, so it is built once (a constant the kernels compute inline)."""
+def _gate_mask(shape: tuple[int, ...], device: str, gate: int) -> Tensor:
+    """Whether each element of a (batch, gates, size) tensor of `shape` is in gate `gate`, as a lazy tensor: the
+    same graph at every time step of every batch, so it is built once (a constant the kernels compute inline)."""
     with em.no_grad():
-        columns = em.arange(shape[-1], device=device)
-        return (columns >= start).logical_and(columns < end).expand(shape)._detached_copy()
+        return (em.arange(shape[1], device=device) == gate).reshape(1, shape[1], 1).expand(shape)._detached_copy()
 
 
 def _cell_step(
@@ -168,16 +168,21 @@ def _cell_step(
     hidden_part = F.linear(hidden, weight_hh, bias_hh)
     if mode == "LSTM":
         # the gates before activation are not stored (the activation kernel adds the input part, read where the
-        # projection holds it): only their gradient is
-        gates = _store_gradient(input_part + hidden_part.contiguous())
-        sigmoid_part, tanh_part = gates._crop(-1, 0, 2 * size), gates._crop(-1, 2 * size, 3 * size)
-        output_part = gates._crop(-1, 3 * size, 4 * size)
+        # projection holds it): only their gradient is. They are laid out (batch, gate, size): what tells the gates
+        # apart (the activation, the pads joining the gates' gradients in backward) is a condition on the gate axis
+        # alone, the same for every lane of a vector
+        gates = _store_gradient((input_part + hidden_part.contiguous()).reshape(hidden.shape[0], 4, size))
         with em.no_grad():
-            activated = _blockwise_activation(gates, 2 * size, 3 * size)
-        input_forget = _recorded_as(Composite.SIGMOID, sigmoid_part, activated._crop(-1, 0, 2 * size))
-        cell_gate = _recorded_as(Composite.TANH, tanh_part, activated._crop(-1, 2 * size, 3 * size))
-        output_gate = _recorded_as(Composite.SIGMOID, output_part, activated._crop(-1, 3 * size, 4 * size))
-        input_gate, forget_gate = input_forget._crop(-1, 0, size), input_forget._crop(-1, size, 2 * size)
+            activated = _blockwise_activation(gates, 2)
+
+        def gate(start: int, end: int, kind: Composite) -> Tensor:
+            return _recorded_as(kind, gates._crop(1, start, end), activated._crop(1, start, end))
+
+        input_forget, cell_gate = gate(0, 2, Composite.SIGMOID), gate(2, 3, Composite.TANH)
+        output_gate = gate(3, 4, Composite.SIGMOID)
+        input_gate, forget_gate = input_forget._crop(1, 0, 1), input_forget._crop(1, 1, 2)
+        input_gate, forget_gate, cell_gate, output_gate = (
+            part.reshape(hidden.shape[0], size) for part in (input_gate, forget_gate, cell_gate, output_gate))
         new_cell = _boundary(forget_gate * cell + input_gate * cell_gate)
         with em.no_grad():
             cell_tanh = _tanh(new_cell).contiguous()
@@ -192,7 +197,8 @@ def _cell_step(
         with em.no_grad():
             reset = _sigmoid(reset_update_part._crop(-1, 0, size))
             scale = em.cat([em.ones_like(reset_update_part), reset], -1)  # the reset gate scales the new gate's part
-            activated = _blockwise_activation(input_part + scale * hidden_part, 2 * size, 3 * size)
+            activated = _blockwise_activation((input_part + scale * hidden_part).reshape(hidden.shape[0], 3, size), 2)
+            activated = activated.reshape(hidden.shape[0], 3 * size)
         reset_update = _recorded_as(Composite.SIGMOID, reset_update_part, activated._crop(-1, 0, 2 * size))
         new = _recorded_as(Composite.TANH, input_new + reset_update._crop(-1, 0, size) * hidden_new,
                            activated._crop(-1, 2 * size, 3 * size))
