@@ -191,19 +191,22 @@ def _cell_step(
             new_hidden = F.linear(new_hidden, weight_hr)
         return _boundary(new_hidden), new_cell, hidden_part
     if mode == "GRU":
-        hidden_part = _boundary(hidden_part)
-        input_new, hidden_new = input_part._crop(-1, 2 * size, 3 * size), hidden_part._crop(-1, 2 * size, 3 * size)
-        reset_update_part = input_part._crop(-1, 0, 2 * size) + hidden_part._crop(-1, 0, 2 * size)
+        # laid out (batch, gate, size) as the LSTM's gates; the hidden matmul is stored with its gradient (that in
+        # that layout, the matmul's output in its own: a matmul's tiles are planned on its output's last two axes)
+        batch = hidden.shape[0]
+        hidden_gates = _store_gradient(hidden_part.contiguous().reshape(batch, 3, size))
+        input_gates = input_part.reshape(batch, 3, size)
+        input_new, hidden_new = input_gates._crop(1, 2, 3), hidden_gates._crop(1, 2, 3)
+        reset_update_part = input_gates._crop(1, 0, 2) + hidden_gates._crop(1, 0, 2)
         with em.no_grad():
-            reset = _sigmoid(reset_update_part._crop(-1, 0, size))
-            scale = em.cat([em.ones_like(reset_update_part), reset], -1)  # the reset gate scales the new gate's part
-            activated = _blockwise_activation((input_part + scale * hidden_part).reshape(hidden.shape[0], 3, size), 2)
-            activated = activated.reshape(hidden.shape[0], 3 * size)
-        reset_update = _recorded_as(Composite.SIGMOID, reset_update_part, activated._crop(-1, 0, 2 * size))
-        new = _recorded_as(Composite.TANH, input_new + reset_update._crop(-1, 0, size) * hidden_new,
-                           activated._crop(-1, 2 * size, 3 * size))
-        update = reset_update._crop(-1, size, 2 * size)
-        return _boundary((1 - update) * new + update * hidden), None, hidden_part
+            reset = _sigmoid(reset_update_part._crop(1, 0, 1))
+            scale = em.cat([em.ones_like(reset_update_part), reset], 1)  # the reset gate scales the new gate's part
+            activated = _blockwise_activation(input_gates + scale * hidden_gates, 2)
+        reset_update = _recorded_as(Composite.SIGMOID, reset_update_part, activated._crop(1, 0, 2))
+        new = _recorded_as(Composite.TANH, input_new + reset_update._crop(1, 0, 1) * hidden_new,
+                           activated._crop(1, 2, 3)).reshape(batch, size)
+        update = reset_update._crop(1, 1, 2).reshape(batch, size)
+        return _boundary((1 - update) * new + update * hidden), None, hidden_gates.reshape(batch, 3 * size)
     total = _boundary(input_part + hidden_part)
     if mode == "RNN_RELU":
         return _boundary(total.relu()), None, hidden_part
