@@ -39,7 +39,7 @@ from ember.core.dtype import DType
 from ember.core.errors import BackendUnavailable, CompileError, DeviceError
 from ember.core.ops import Op
 from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
-from ember.ir.vectorize import SCALAR_CONDITION
+from ember.ir.vectorize import SCALAR_CONDITION, vector_width
 
 C_PRELUDE = """#include <math.h>
 #include <stdint.h>
@@ -229,8 +229,10 @@ def _runtime_loop_sizes(kernel: KernelIR) -> list[str]:
 
 
 def _loop_work(kernel: KernelIR) -> int:
-    """The product of reduce loop sizes: a rough count of operations per work item."""
-    return math.prod(node.arg[1] for node in topological_nodes(kernel.sink) if node.op is IROp.RANGE)
+    """The product of reduce loop sizes, times 2 for 16-lane vectors: a rough count of operations per work item, in
+    the 8-lane vectors PARALLEL_THRESHOLD was tuned with (a 16-lane kernel has half the work items of an 8-lane one)."""
+    loops = math.prod(node.arg[1] for node in topological_nodes(kernel.sink) if node.op is IROp.RANGE)
+    return loops * max(1, vector_width(kernel) // 8)
 
 
 class HostArray(np.ndarray):
@@ -513,7 +515,7 @@ def quick_compiler_command() -> list[str]:
 
 
 @functools.cache
-def vector_width() -> int:
+def native_vector_width() -> int:
     """float32 lanes of the vectors kernels use: 16 where the compiler targets AVX-512 for this machine
     (-march=native defines __AVX512F__: 32 registers of 512 bits, twice the multiply-adds per instruction of AVX2;
     on a Zen 5 core the char_lstm step's matmuls ran ~1.8x faster), else 8. EMBER_C_VECTOR_WIDTH=8 or 16 chooses."""
@@ -550,7 +552,7 @@ class CDevice(Device):
     def __init__(self, name: str = "c:0", threads: int | None = None) -> None:
         self.name = name
         cores = threads or os.cpu_count() or 1
-        width = vector_width()
+        width = native_vector_width()
         self.info = DeviceInfo(compute_units=cores, preferred_vector_width=width, vector_ops=VECTOR_OPS,
                                fallback_vector_widths=((8, VECTOR_OPS),) if width > 8 else (),
                                concurrent_compile=True)
