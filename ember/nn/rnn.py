@@ -107,21 +107,29 @@ class _Layer:
     projected: Tensor | None = None  # the input projection plus b_hh's joined part, all steps' rows
     starts: list[Tensor] = field(default_factory=list)  # by time step: the hidden state it started from
     hidden_parts: list[Tensor] = field(default_factory=list)  # by time step (GRU): its stored hidden matmul
+    # where every step moves the whole batch: those states, from the layer's stored output and the initial state
+    # (a join of two buffers; of one buffer per step, the join kernel would test every step's rows at each element)
+    start_rows: Tensor | None = None
 
     def saved(self) -> tuple[Tensor, Tensor | None]:
         """The hidden states the steps started from, stacked in the order of the steps' rows and stored (one matmul
         reads them: a join of many buffers would slow it), and for a GRU the scale of the projection's gradient
-        that gives the hidden matmul's (1 for the reset and update gates, the reset gate for the new gate)."""
+        that gives the hidden matmul's (1 for the reset and update gates, the reset gate for the new gate), shaped
+        (rows, gate, size)."""
         assert self.projected is not None
-        if not self.starts:
+        if self.start_rows is not None:
+            rows = self.start_rows.contiguous()
+        elif not self.starts:
             return em.zeros(0, self.width, dtype=self.projected.dtype, device=self.projected.device), None
-        rows = em.cat(self.starts).contiguous()
+        else:
+            rows = em.cat(self.starts).contiguous()
         if self.mode != "GRU":
             return rows, None
         size = self.projected.shape[-1] // 3
         hidden_reset = em.cat([part[:, :size] for part in self.hidden_parts])
-        reset = _sigmoid(self.projected[:, :size] + hidden_reset)
-        return rows, em.cat([em.ones_like(self.projected[:, :2 * size]), reset], -1)
+        reset = _sigmoid(self.projected[:, :size] + hidden_reset).reshape(rows.shape[0], 1, size)
+        # (rows, gate, size) as the steps' gates: the scale tells the gates apart on the gate axis alone
+        return rows, em.cat([em.ones(rows.shape[0], 2, size, dtype=reset.dtype, device=reset.device), reset], 1)
 
 
 def _blockwise_activation(gates: Tensor, tanh_gate: int) -> Tensor:
@@ -426,6 +434,13 @@ class RNNBase(Module):
                         cell = new_cell if moving else em.cat([new_cell, cell[size:]])
                 outputs.append(_boundary(em.cat(steps)) if steps else em.zeros(
                     0, output_size, dtype=rows.dtype, device=rows.device))
+                if len(steps) > 1 and all(size == batch_sizes[0] for size in batch_sizes):
+                    initial, stored = hidden0[state]._detached_copy(), outputs[-1]._detached_copy()
+                    # a step starts where the one before it (in the direction's order) ended
+                    but_last, but_first = stored._crop(0, 0, total_rows - batch_sizes[0]), stored._crop(
+                        0, batch_sizes[0], total_rows)
+                    saved.start_rows = em.cat([initial, but_last] if direction == 0 else [but_first, initial])
+                    saved.starts = []
                 final_hidden.append(hidden)
                 if cell is not None:
                     final_cell.append(cell)
