@@ -79,8 +79,10 @@ def has_vector_math() -> bool:
 VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.CMPEQ,
                         Op.WHERE, Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC, Op.CAST, Op.BITCAST,
                         Op.AND, Op.OR, Op.SHR, Op.SHL, SCALAR_CONDITION})
-# byte lanes converted to float32 lanes through AVX2's widening moves (a helper per source type), else generically
-BYTE_CONVERSIONS = {("int8", "float32", 8): "_mm256_cvtepi8_epi32", ("uint8", "float32", 8): "_mm256_cvtepu8_epi32"}
+# byte lanes converted to float32 lanes through AVX2's (8 lanes) or AVX-512's (16) widening moves (a helper per
+# source type and width), else generically
+BYTE_CONVERSIONS = {("int8", "float32", 8): "_mm256_cvtepi8_epi32", ("uint8", "float32", 8): "_mm256_cvtepu8_epi32",
+                    ("int8", "float32", 16): "_mm512_cvtepi8_epi32", ("uint8", "float32", 16): "_mm512_cvtepu8_epi32"}
 RENDERED_KEPT = 256  # sources of the kernels rendered last, kept for compile_many after compile_quick
 SPIN_COUNT = "20000"  # how long idle OpenMP threads spin before they sleep, unless the environment says (probe)
 PARALLEL_THRESHOLD = 1 << 15  # estimated operations below which a kernel runs on one thread
@@ -130,7 +132,7 @@ class CRenderer(CStyleRenderer):
     def vector_cast(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
         source = node.srcs[0].dtype
         if (source.name, node.dtype.name, node.width) in BYTE_CONVERSIONS:
-            return f"ember_convert_{source.name}x8_float32x8({operand(node.srcs[0])})"
+            return f"ember_convert_{source.name}x{node.width}_float32x{node.width}({operand(node.srcs[0])})"
         return f"__builtin_convertvector({operand(node.srcs[0])}, {self.vector_type(node.dtype, node.width)})"
 
     def vector_bitcast(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
@@ -180,10 +182,15 @@ class CRenderer(CStyleRenderer):
             if kind == "convert":  # bytes to float32 lanes: gcc 12 converts a vector load lane by lane itself
                 float_vector = self.vector_type(dtypes.float32, width)
                 extend = BYTE_CONVERSIONS[(dtype.name, "float32", width)]
-                function = f"ember_convert_{dtype.name}x8_float32x8"
-                body = (f"#if defined(__AVX2__)\n#include <immintrin.h>\nstatic inline {float_vector} {function}({vector} v) {{"
-                        f" long long bits; __builtin_memcpy(&bits, &v, 8); return ({float_vector})_mm256_cvtepi32_ps("
-                        f"{extend}(_mm_cvtsi64_si128(bits))); }}\n#else\nstatic inline {float_vector} {function}("
+                function = f"ember_convert_{dtype.name}x{width}_float32x{width}"
+                if width == 8:
+                    guard, convert = "__AVX2__", (f"long long bits; __builtin_memcpy(&bits, &v, 8); return ({float_vector})"
+                                                  f"_mm256_cvtepi32_ps({extend}(_mm_cvtsi64_si128(bits)));")
+                else:
+                    guard, convert = "__AVX512F__", (f"__m128i bytes; __builtin_memcpy(&bytes, &v, 16); return "
+                                                     f"({float_vector})_mm512_cvtepi32_ps({extend}(bytes));")
+                body = (f"#if defined({guard})\n#include <immintrin.h>\nstatic inline {float_vector} {function}({vector} v) {{"
+                        f" {convert} }}\n#else\nstatic inline {float_vector} {function}("
                         f"{vector} v) {{ return __builtin_convertvector(v, {float_vector}); }}\n#endif")
             elif kind == "max":  # NaN-propagating, like the scalar MAX
                 body = (f"static inline {vector} {function}({vector} a, {vector} b) {{ {mask_vector} take = "
