@@ -401,13 +401,8 @@ class RNNBase(Module):
                 # b_hh joins the projection (GRU: its reset and update parts); the projection's gradient is the
                 # gates' (GRU: the hidden matmul's, but for the new gate's part scaled by the reset gate)
                 joined = weight_hh.shape[0] * 2 // 3 if self.mode == "GRU" else weight_hh.shape[0]
-                if self.mode != "GRU" and bias_ih is not None and bias_hh is not None:
-                    # both biases join the projection's bias: their gradients are one sum of its gradient
-                    projected = _boundary(F.linear(layer_input, weight_ih, bias_ih + bias_hh)
-                                          + _deferred_linear(weight_hh, None, saved.saved, total_rows, joined))
-                else:
-                    projected = _boundary(F.linear(layer_input, weight_ih, bias_ih)
-                                          + _deferred_linear(weight_hh, bias_hh, saved.saved, total_rows, joined))
+                projected = _boundary(F.linear(layer_input, weight_ih, bias_ih)
+                                      + _deferred_linear(weight_hh, bias_hh, saved.saved, total_rows, joined))
                 saved.projected = projected._detached_copy()
                 step_bias = None  # GRU: the new gate's b_hh, added by the hidden matmul
                 if self.mode == "GRU" and bias_hh is not None:
