@@ -381,10 +381,12 @@ class RNNBase(Module):
         step that differs from the other steps' (a slice read by the step's matmul would make that a new kernel to
         compile at every step: the cold first step of a long sequence would compile a matmul per step).
 
-        The steps multiply by W_hh detached; W_hh (and a GRU's b_hh) get their gradients from `_deferred_linear`,
-        once for all steps: one matmul of the projection's gradient (to which b_hh is added: it is
+        The steps multiply by W_hh detached; W_hh and b_hh get their gradients from `_deferred_linear`, once for all
+        steps: one matmul of the projection's gradient (to which b_hh is added: it is
         the gates' gradient of every step, stacked; GRU: the new gate's part scaled by the reset gate) by the hidden
-        states the steps started from, stacked. LSTM and RNN add b_hh to the projection's bias (b_ih + b_hh)."""
+        states the steps started from, stacked. (b_hh is not folded into the projection's bias b_ih + b_hh, which
+        would sum its gradient once: autograd would give both biases one gradient tensor, and clip_grad_norm_'s
+        in-place scaling of each parameter's .grad would then scale it twice.)"""
         directions = 2 if self.bidirectional else 1
         output_size = self.proj_size if self.proj_size > 0 else self.hidden_size
         offsets = [0, *itertools.accumulate(batch_sizes)][:-1]  # each step's first row
