@@ -277,8 +277,8 @@ def _deferred_linear(step: Recorded, grad: Tensor) -> Gradients:
             "weight gradients are computed once for all time steps, without a graph of their own"
         )
     rows, scale = step.arg()
-    if scale is not None:
-        grad = (grad * scale).contiguous()
+    if scale is not None:  # of grad's shape, or of a shape grad's elements in order take (stored in that shape)
+        grad = (grad.reshape(scale.shape) * scale).contiguous().reshape(grad.shape)
     weight_gradient = grad.transpose(0, 1).matmul(rows)
     return (weight_gradient, grad.sum(0)) if len(step.sources) > 1 else (weight_gradient,)
 

@@ -300,13 +300,14 @@ def row_tile(kernel: Kernel, info: DeviceInfo) -> tuple[int, ...] | None:
 
 def _vector_widths_for(kernel: Kernel, info: DeviceInfo) -> list[DeviceInfo]:
     """The capabilities to try vector plans with: the preferred width, then each fallback width that has an op the
-    kernel uses and the wider ones lack (DeviceInfo.fallback_vector_widths)."""
+    kernel uses and the wider ones lack, or the preferred width's ops (DeviceInfo.fallback_vector_widths)."""
     choices = [info] if info.vector_ops else []
     used = {step.op for step in kernel.steps} | {IROp.LOAD} | (
         {IROp.REDUCE} if any(step.op in REDUCE_OPS for step in kernel.steps) else set())
     covered = set(info.vector_ops)
     for width, ops in info.fallback_vector_widths:
-        if (ops - covered) & used:
+        # a narrower width with the same ops still fits dims the wider vectors do not divide (24 columns in 16s)
+        if (ops - covered) & used or ops == info.vector_ops:
             choices.append(replace(info, preferred_vector_width=width, vector_ops=ops, fallback_vector_widths=()))
         covered |= ops
     return choices

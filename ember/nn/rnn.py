@@ -107,39 +107,47 @@ class _Layer:
     projected: Tensor | None = None  # the input projection plus b_hh's joined part, all steps' rows
     starts: list[Tensor] = field(default_factory=list)  # by time step: the hidden state it started from
     hidden_parts: list[Tensor] = field(default_factory=list)  # by time step (GRU): its stored hidden matmul
+    # where every step moves the whole batch: those states, from the layer's stored output and the initial state
+    # (a join of two buffers; of one buffer per step, the join kernel would test every step's rows at each element)
+    start_rows: Tensor | None = None
 
     def saved(self) -> tuple[Tensor, Tensor | None]:
         """The hidden states the steps started from, stacked in the order of the steps' rows and stored (one matmul
         reads them: a join of many buffers would slow it), and for a GRU the scale of the projection's gradient
-        that gives the hidden matmul's (1 for the reset and update gates, the reset gate for the new gate)."""
+        that gives the hidden matmul's (1 for the reset and update gates, the reset gate for the new gate), shaped
+        (rows, gate, size)."""
         assert self.projected is not None
-        if not self.starts:
+        if self.start_rows is not None:
+            rows = self.start_rows.contiguous()
+        elif not self.starts:
             return em.zeros(0, self.width, dtype=self.projected.dtype, device=self.projected.device), None
-        rows = em.cat(self.starts).contiguous()
+        else:
+            rows = em.cat(self.starts).contiguous()
         if self.mode != "GRU":
             return rows, None
         size = self.projected.shape[-1] // 3
         hidden_reset = em.cat([part[:, :size] for part in self.hidden_parts])
-        reset = _sigmoid(self.projected[:, :size] + hidden_reset)
-        return rows, em.cat([em.ones_like(self.projected[:, :2 * size]), reset], -1)
+        reset = _sigmoid(self.projected[:, :size] + hidden_reset).reshape(rows.shape[0], 1, size)
+        # (rows, gate, size) as the steps' gates: the scale tells the gates apart on the gate axis alone
+        return rows, em.cat([em.ones(rows.shape[0], 2, size, dtype=reset.dtype, device=reset.device), reset], 1)
 
 
-def _blockwise_activation(gates: Tensor, tanh_start: int, tanh_end: int) -> Tensor:
-    """tanh of the columns tanh_start..tanh_end of `gates`, sigmoid of the others, stored by one kernel: one exp2
-    per element, tanh x = 2 sigmoid(2x) - 1 (absolute error of a float32 rounding; each function of its own on every
-    column would cost both, and joining slices would pad each function's values, which the kernelizer may store)."""
-    is_tanh = _column_mask(tuple(gates.shape), gates.device, tanh_start, tanh_end)
+def _blockwise_activation(gates: Tensor, tanh_gate: int) -> Tensor:
+    """tanh of gate `tanh_gate` of `gates` (batch, gates, size), sigmoid of the others, stored by one kernel: one
+    exp2 per element, tanh x = 2 sigmoid(2x) - 1 (absolute error of a float32 rounding; each function of its own on
+    every gate would cost both, and joining slices would pad each function's values, which the kernelizer may
+    store). Which function is a condition on the gate axis alone: the same for every lane of a vector."""
+    is_tanh = _gate_mask(tuple(gates.shape), gates.device, tanh_gate)
     sigmoid = _sigmoid(em.where(is_tanh, gates * 2.0, gates))
     return em.where(is_tanh, sigmoid * 2.0 - 1.0, sigmoid).contiguous()
 
 
 @functools.lru_cache(maxsize=64)
-def _column_mask(shape: tuple[int, ...], device: str, start: int, end: int) -> Tensor:
-    """Whether each element's column (last index) is in [start, end), as a lazy tensor of `shape`: the same graph
-    at every time step of every batch, so it is built once (a constant the kernels compute inline)."""
+def _gate_mask(shape: tuple[int, ...], device: str, gate: int) -> Tensor:
+    """Whether each element of a (batch, gates, size) tensor of `shape` is in gate `gate`, as a lazy tensor: the
+    same graph at every time step of every batch, so it is built once (a constant the kernels compute inline)."""
     with em.no_grad():
-        columns = em.arange(shape[-1], device=device)
-        return (columns >= start).logical_and(columns < end).expand(shape)._detached_copy()
+        return (em.arange(shape[1], device=device) == gate).reshape(1, shape[1], 1).expand(shape)._detached_copy()
 
 
 def _cell_step(
@@ -168,16 +176,21 @@ def _cell_step(
     hidden_part = F.linear(hidden, weight_hh, bias_hh)
     if mode == "LSTM":
         # the gates before activation are not stored (the activation kernel adds the input part, read where the
-        # projection holds it): only their gradient is
-        gates = _store_gradient(input_part + hidden_part.contiguous())
-        sigmoid_part, tanh_part = gates._crop(-1, 0, 2 * size), gates._crop(-1, 2 * size, 3 * size)
-        output_part = gates._crop(-1, 3 * size, 4 * size)
+        # projection holds it): only their gradient is. They are laid out (batch, gate, size): what tells the gates
+        # apart (the activation, the pads joining the gates' gradients in backward) is a condition on the gate axis
+        # alone, the same for every lane of a vector
+        gates = _store_gradient((input_part + hidden_part.contiguous()).reshape(hidden.shape[0], 4, size))
         with em.no_grad():
-            activated = _blockwise_activation(gates, 2 * size, 3 * size)
-        input_forget = _recorded_as(Composite.SIGMOID, sigmoid_part, activated._crop(-1, 0, 2 * size))
-        cell_gate = _recorded_as(Composite.TANH, tanh_part, activated._crop(-1, 2 * size, 3 * size))
-        output_gate = _recorded_as(Composite.SIGMOID, output_part, activated._crop(-1, 3 * size, 4 * size))
-        input_gate, forget_gate = input_forget._crop(-1, 0, size), input_forget._crop(-1, size, 2 * size)
+            activated = _blockwise_activation(gates, 2)
+
+        def gate(start: int, end: int, kind: Composite) -> Tensor:
+            return _recorded_as(kind, gates._crop(1, start, end), activated._crop(1, start, end))
+
+        input_forget, cell_gate = gate(0, 2, Composite.SIGMOID), gate(2, 3, Composite.TANH)
+        output_gate = gate(3, 4, Composite.SIGMOID)
+        input_gate, forget_gate = input_forget._crop(1, 0, 1), input_forget._crop(1, 1, 2)
+        input_gate, forget_gate, cell_gate, output_gate = (
+            part.reshape(hidden.shape[0], size) for part in (input_gate, forget_gate, cell_gate, output_gate))
         new_cell = _boundary(forget_gate * cell + input_gate * cell_gate)
         with em.no_grad():
             cell_tanh = _tanh(new_cell).contiguous()
@@ -186,18 +199,22 @@ def _cell_step(
             new_hidden = F.linear(new_hidden, weight_hr)
         return _boundary(new_hidden), new_cell, hidden_part
     if mode == "GRU":
-        hidden_part = _boundary(hidden_part)
-        input_new, hidden_new = input_part._crop(-1, 2 * size, 3 * size), hidden_part._crop(-1, 2 * size, 3 * size)
-        reset_update_part = input_part._crop(-1, 0, 2 * size) + hidden_part._crop(-1, 0, 2 * size)
+        # laid out (batch, gate, size) as the LSTM's gates; the hidden matmul is stored with its gradient (that in
+        # that layout, the matmul's output in its own: a matmul's tiles are planned on its output's last two axes)
+        batch = hidden.shape[0]
+        hidden_gates = _store_gradient(hidden_part.contiguous().reshape(batch, 3, size))
+        input_gates = input_part.reshape(batch, 3, size)
+        input_new, hidden_new = input_gates._crop(1, 2, 3), hidden_gates._crop(1, 2, 3)
+        reset_update_part = input_gates._crop(1, 0, 2) + hidden_gates._crop(1, 0, 2)
         with em.no_grad():
-            reset = _sigmoid(reset_update_part._crop(-1, 0, size))
-            scale = em.cat([em.ones_like(reset_update_part), reset], -1)  # the reset gate scales the new gate's part
-            activated = _blockwise_activation(input_part + scale * hidden_part, 2 * size, 3 * size)
-        reset_update = _recorded_as(Composite.SIGMOID, reset_update_part, activated._crop(-1, 0, 2 * size))
-        new = _recorded_as(Composite.TANH, input_new + reset_update._crop(-1, 0, size) * hidden_new,
-                           activated._crop(-1, 2 * size, 3 * size))
-        update = reset_update._crop(-1, size, 2 * size)
-        return _boundary((1 - update) * new + update * hidden), None, hidden_part
+            reset = _sigmoid(reset_update_part._crop(1, 0, 1))
+            scale = em.cat([em.ones_like(reset_update_part), reset], 1)  # the reset gate scales the new gate's part
+            activated = _blockwise_activation(input_gates + scale * hidden_gates, 2)
+        reset_update = _recorded_as(Composite.SIGMOID, reset_update_part, activated._crop(1, 0, 2))
+        new = _recorded_as(Composite.TANH, input_new + reset_update._crop(1, 0, 1) * hidden_new,
+                           activated._crop(1, 2, 3)).reshape(batch, size)
+        update = reset_update._crop(1, 1, 2).reshape(batch, size)
+        return _boundary((1 - update) * new + update * hidden), None, hidden_gates.reshape(batch, 3 * size)
     total = _boundary(input_part + hidden_part)
     if mode == "RNN_RELU":
         return _boundary(total.relu()), None, hidden_part
@@ -367,7 +384,9 @@ class RNNBase(Module):
         The steps multiply by W_hh detached; W_hh and b_hh get their gradients from `_deferred_linear`, once for all
         steps: one matmul of the projection's gradient (to which b_hh is added: it is
         the gates' gradient of every step, stacked; GRU: the new gate's part scaled by the reset gate) by the hidden
-        states the steps started from, stacked."""
+        states the steps started from, stacked. (b_hh is not folded into the projection's bias b_ih + b_hh, which
+        would sum its gradient once: autograd would give both biases one gradient tensor, and clip_grad_norm_'s
+        in-place scaling of each parameter's .grad would then scale it twice.)"""
         directions = 2 if self.bidirectional else 1
         output_size = self.proj_size if self.proj_size > 0 else self.hidden_size
         offsets = [0, *itertools.accumulate(batch_sizes)][:-1]  # each step's first row
@@ -417,6 +436,13 @@ class RNNBase(Module):
                         cell = new_cell if moving else em.cat([new_cell, cell[size:]])
                 outputs.append(_boundary(em.cat(steps)) if steps else em.zeros(
                     0, output_size, dtype=rows.dtype, device=rows.device))
+                if len(steps) > 1 and all(size == batch_sizes[0] for size in batch_sizes):
+                    initial, stored = hidden0[state]._detached_copy(), outputs[-1]._detached_copy()
+                    # a step starts where the one before it (in the direction's order) ended
+                    but_last, but_first = stored._crop(0, 0, total_rows - batch_sizes[0]), stored._crop(
+                        0, batch_sizes[0], total_rows)
+                    saved.start_rows = em.cat([initial, but_last] if direction == 0 else [but_first, initial])
+                    saved.starts = []
                 final_hidden.append(hidden)
                 if cell is not None:
                     final_cell.append(cell)
