@@ -36,6 +36,8 @@ SETTINGS: dict[str, str] = {
     "EMBER_SEARCH": "a beam width: each new kernel is tried in variants timed on its device and the fastest correct "
                     "one kept on disk; 0 ignores stored winners (unset: stored winners used, nothing searched)",
     "EMBER_SEARCH_BUDGET": "seconds the kernel search may spend on one kernel (unset: 10)",
+    "EMBER_C_VECTOR_WIDTH": "float32 lanes of the c backend's vectors: 8 (AVX2) or 16 (AVX-512) (unset: 16 where the "
+                            "compiler's -march=native targets AVX-512F, else 8)",
     "EMBER_OPENCL_VECTOR_WIDTH": "float32 lanes of the vectors in OpenCL kernels: 1 (none), 2, 4, 8 or 16, where "
                                  "the device's compiler passes the vector probe (unset: the device's preferred width)",
     "EMBER_OPENCL_PROBE_CRASH": "tests only: OP:WIDTH[:build],... makes the OpenCL vector probe's child process abort "
