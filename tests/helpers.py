@@ -103,6 +103,28 @@ class BatchedChecks:
                 start += actual.numel()
 
 
+def scheduled_launches(run: Any, monkeypatch: Any) -> list[Any]:
+    """The kernel launches (scheduler Launch commands) that the kernelizer schedules while `run()` runs; a graph whose
+    schedule is cached already schedules nothing."""
+    from ember.scheduler import schedule
+    from ember.scheduler.program import Launch
+
+    launches: list[Any] = []
+    original = schedule.kernelize
+
+    def recording(*arguments: Any, **keywords: Any) -> Any:
+        items = original(*arguments, **keywords)
+        launches.extend(item for item in items if isinstance(item, Launch))
+        return items
+
+    monkeypatch.setattr(schedule, "kernelize", recording)
+    try:
+        run()
+    finally:
+        monkeypatch.setattr(schedule, "kernelize", original)
+    return launches
+
+
 def require_dtypes(device: str, *dtypes: em.DType) -> None:
     """Skip the calling test, saying why, when the device's capability table lacks a dtype the test needs."""
     import pytest

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import ember as em
-from tests.helpers import assert_close, pair, random_array
+from tests.helpers import assert_close, pair, random_array, scheduled_launches
 
 
 def count_kernels(*tensors: em.Tensor) -> int:
@@ -228,22 +228,9 @@ def test_a_kernel_never_reads_more_buffers_than_its_device_binds(device: str, mo
 def _largest_domain_evaluating(realize: Callable[[], object], ops: set, monkeypatch) -> int:
     """The largest iteration domain (elements of the widest step) among the kernels that `realize` schedules and
     that evaluate any of `ops` (0 when none does)."""
-    from ember.scheduler import schedule
-    from ember.scheduler.program import Launch
-
-    scheduled: list = []
-
-    def recording_kernelize(*args, **kwargs):
-        items = original(*args, **kwargs)
-        scheduled.extend(item for item in items if isinstance(item, Launch))
-        return items
-
-    original = schedule.kernelize
-    monkeypatch.setattr(schedule, "kernelize", recording_kernelize)
-    realize()
-    monkeypatch.undo()
-    return max((max(int(np.prod(step.shape)) for step in item.kernel.steps) for item in scheduled
-                if any(step.op in ops for step in item.kernel.steps)), default=0)
+    return max((max(int(np.prod(step.shape)) for step in launch.kernel.steps)
+                for launch in scheduled_launches(realize, monkeypatch)
+                if any(step.op in ops for step in launch.kernel.steps)), default=0)
 
 
 def test_a_softmax_read_by_a_gradient_matmul_is_stored_not_recomputed_per_product(monkeypatch) -> None:
@@ -307,21 +294,8 @@ def test_a_gelu_between_two_linears_is_computed_once_per_pass_not_stored_in_piec
 
 def _kernels_evaluating(realize: Callable[[], object], ops: set, monkeypatch) -> int:
     """How many of the kernels that `realize` schedules evaluate any of `ops`."""
-    from ember.scheduler import schedule
-    from ember.scheduler.program import Launch
-
-    scheduled: list = []
-
-    def recording_kernelize(*args, **kwargs):
-        items = original(*args, **kwargs)
-        scheduled.extend(item for item in items if isinstance(item, Launch))
-        return items
-
-    original = schedule.kernelize
-    monkeypatch.setattr(schedule, "kernelize", recording_kernelize)
-    realize()
-    monkeypatch.undo()
-    return sum(any(step.op in ops for step in item.kernel.steps) for item in scheduled)
+    return sum(any(step.op in ops for step in launch.kernel.steps)
+               for launch in scheduled_launches(realize, monkeypatch))
 
 
 def test_attention_weights_under_dropout_are_stored_for_the_backward(monkeypatch) -> None:

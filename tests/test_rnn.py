@@ -3,7 +3,6 @@ layers branch on, and the kernels one time step costs (a structural count: the p
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -18,9 +17,7 @@ from ember.backends.c import VECTOR_OPS, CRenderer
 from ember.capabilities import DeviceInfo
 from ember.core.ops import REDUCE_OPS
 from ember.ir.opt import build_kernel_ir
-from ember.scheduler import schedule
-from ember.scheduler.program import Launch
-from tests.helpers import assert_close
+from tests.helpers import assert_close, scheduled_launches
 
 # (kind, keyword arguments): one and two layers, both directions, batch first, without bias, both nonlinearities
 CONFIGURATIONS = [
@@ -141,19 +138,14 @@ def test_gate_kernels_are_vectorized(kind: str, monkeypatch: pytest.MonkeyPatch)
     apart is a condition on the gate axis alone (laid out (batch, gates * size), each lane had a condition of its
     own, and these kernels ran as scalar loops, ~5x slower)."""
     monkeypatch.setenv("EMBER_NOOPT", "0")
-    launches: list[Launch] = []
-    kernelize = schedule.kernelize
-
-    def recording(*arguments: Any, **keywords: Any) -> Any:
-        items = kernelize(*arguments, **keywords)
-        launches.extend(item for item in items if isinstance(item, Launch))
-        return items
-
-    monkeypatch.setattr(schedule, "kernelize", recording)
     batch, size, gates = 64, 128, 4 if kind == "LSTM" else 3
     layer = getattr(enn, kind)(32, size).to("dummy:0")
-    output, _ = layer(em.tensor(np.zeros((2, batch, 32), np.float32), device="dummy:0", requires_grad=True))
-    output.sum().backward()
+
+    def forward_and_backward() -> None:
+        output, _ = layer(em.tensor(np.zeros((2, batch, 32), np.float32), device="dummy:0", requires_grad=True))
+        output.sum().backward()
+
+    launches = scheduled_launches(forward_and_backward, monkeypatch)
     gate_kernels = [launch.kernel for launch in launches if launch.kernel.output.shape[-2:] == (gates, size)
                     and not any(step.op in REDUCE_OPS for step in launch.kernel.steps)]
     assert len(gate_kernels) >= 3, [launch.kernel.output.shape for launch in launches]
