@@ -145,6 +145,15 @@ def test_max_pool_gradient_goes_to_the_first_maximum(device: str) -> None:
     assert_close(x.grad, tx.grad)
 
 
+def _ties_nan_and_minus_inf(generator: np.random.Generator, shape: tuple[int, ...], count: int) -> np.ndarray:
+    """Small integers (many ties within a window) with `count` NaNs and then `count` -infs at random places (a -inf
+    may land on a NaN's place, as the tests always drew them)."""
+    values = generator.integers(-2, 3, size=shape).astype(np.float32)
+    values.reshape(-1)[generator.choice(values.size, count, replace=False)] = np.nan
+    values.reshape(-1)[generator.choice(values.size, count, replace=False)] = -np.inf
+    return values
+
+
 def test_max_pool_gradient_in_vector_lanes(device: str, monkeypatch: Any) -> None:
     """2x2 pooling over rows of 16 and 24 (whole vectors of the gradient's row): the gradient's kernel spreads each
     window's chosen offset and gradient over its positions' lanes ([a, a, b, b, ...], no scalar loop); ties, NaN,
@@ -158,10 +167,7 @@ def test_max_pool_gradient_in_vector_lanes(device: str, monkeypatch: Any) -> Non
     assert "*(ember_float32x8_u*)(data0+" in source and "{v" in source, source  # vector stores of spread lanes
     generator = np.random.default_rng(3)
     for shape in ((2, 3, 8, 16), (1, 4, 6, 24), (2, 2, 5, 17)):
-        values = generator.integers(-2, 3, size=shape).astype(np.float32)
-        values.reshape(-1)[generator.choice(values.size, 6, replace=False)] = np.nan
-        values.reshape(-1)[generator.choice(values.size, 6, replace=False)] = -np.inf
-        x, tx = pair(values, device, requires_grad=True)
+        x, tx = pair(_ties_nan_and_minus_inf(generator, shape, 6), device, requires_grad=True)
         output, expected = x.relu().max_pool2d(2), TF.max_pool2d(tx.relu(), 2)
         assert_close(output, expected)
         grad, tgrad = pair(random_array(tuple(expected.shape), seed=2), device)
@@ -183,10 +189,7 @@ def test_max_pool_forward_in_vector_lanes(device: str, monkeypatch: Any) -> None
     assert "*(ember_float32x8_u*)(data0+" in padded, padded
     generator = np.random.default_rng(4)
     for shape in ((2, 3, 8, 16), (2, 4, 8, 8), (1, 2, 6, 8)):
-        values = generator.integers(-2, 3, size=shape).astype(np.float32)
-        values.reshape(-1)[generator.choice(values.size, 4, replace=False)] = np.nan
-        values.reshape(-1)[generator.choice(values.size, 4, replace=False)] = -np.inf
-        x, tx = pair(values, device, requires_grad=True)
+        x, tx = pair(_ties_nan_and_minus_inf(generator, shape, 4), device, requires_grad=True)
         output, expected = (x * 2 + 1).max_pool2d(2), TF.max_pool2d(tx * 2 + 1, 2)
         assert_close(output, expected)
         assert_close(output.pad((1, 1, 1, 1)) * 3, TF.pad(expected, (1, 1, 1, 1)) * 3)
