@@ -531,12 +531,30 @@ def native_vector_width() -> int:
         if chosen not in ("8", "16"):
             raise ValueError(f"EMBER_C_VECTOR_WIDTH must be 8 or 16 (float32 lanes), got {chosen!r}")
         return int(chosen)
-    command = [os.environ.get("CC", "cc"), "-march=native", "-dM", "-E", "-x", "c", os.devnull]
+    return 16 if _targets_avx512(os.environ.get("CC", "cc")) else 8
+
+
+def _targets_avx512(compiler: str) -> bool:
+    """Whether `compiler -march=native` targets AVX-512F here. Asking it costs a compiler run (~20 ms, at every
+    process's c probe), so the answer is kept in the disk cache, keyed by the compiler's file and the CPU (its
+    model and flags: a virtual machine may hide AVX-512 from a model that has it)."""
+    executable = shutil.which(compiler) or compiler
+    try:
+        stamp = os.stat(executable).st_mtime_ns
+    except OSError:
+        stamp = 0
+    key = f"{executable}|{stamp}|{_cpu_model()}|{_cpu_flags()}"
+    known = cache.load("c-target", key)
+    if known is not None:
+        return known == b"1"
+    command = [compiler, "-march=native", "-dM", "-E", "-x", "c", os.devnull]
     try:
         macros = subprocess.run(command, capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
-        return 8
-    return 16 if "#define __AVX512F__ 1" in macros else 8
+        return False  # (not kept: the next process asks again)
+    found = "#define __AVX512F__ 1" in macros
+    cache.store("c-target", key, b"1" if found else b"0")
+    return found
 
 
 def link_libraries() -> list[str]:
@@ -544,9 +562,18 @@ def link_libraries() -> list[str]:
 
 
 def _cpu_model() -> str:
+    return _cpu_field("model name")
+
+
+def _cpu_flags() -> str:
+    return _cpu_field("flags")
+
+
+def _cpu_field(name: str) -> str:
+    """The first `name` line's value in /proc/cpuinfo ("unknown" where there is none)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(name):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
