@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ember.core import dtype as dtypes
@@ -73,3 +75,16 @@ def launch_geometry(global_size: int, info: DeviceInfo, largest_local_size: int 
     while size > 1 and -(-global_size // size) < info.min_groups_per_unit * info.compute_units:
         size //= 2
     return work_group_counts(global_size, size, info.max_groups_per_dimension), size
+
+
+@functools.cache
+def host_cpu_field(name: str) -> str | None:
+    """The first `name` line's value in /proc/cpuinfo ("model name", "flags"), or None where the OS gives none: what
+    the host CPU says of itself, for keys of things that depend on it (compiled kernels, search winners)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(name):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None

@@ -26,6 +26,7 @@ from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool
 from ember.backends.disk import map_file_bytes
 from ember.backends import launch_group
 from ember.backends.launch_group import GATHERING, LaunchGroup, runner_source
+from ember.capabilities import host_cpu_field
 from ember.backends.c_style import (
     MASK_TYPES,
     CStyleRenderer,
@@ -562,22 +563,11 @@ def link_libraries() -> list[str]:
 
 
 def _cpu_model() -> str:
-    return _cpu_field("model name")
+    return host_cpu_field("model name") or "unknown"
 
 
 def _cpu_flags() -> str:
-    return _cpu_field("flags")
-
-
-def _cpu_field(name: str) -> str:
-    """The first `name` line's value in /proc/cpuinfo ("unknown" where there is none)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(name):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
+    return host_cpu_field("flags") or "unknown"
 
 
 class CDevice(Device):

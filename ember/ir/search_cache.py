@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ember import cache
+from ember.capabilities import host_cpu_field
 from ember.ir.kernel import Kernel
 from ember.ir.lowered_cache import code_digest
 from ember.ir.opt import Plan
@@ -39,14 +40,7 @@ def _stable(value: Any) -> str:
 @functools.cache
 def _processor() -> str:
     """The CPU's model name (what a C kernel's speed depends on besides the capabilities), where the OS says it."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
+    return host_cpu_field("model name") or platform.processor()
 
 
 def device_fingerprint(device: Any) -> str:
