@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, replace
 
 from ember.capabilities import DeviceInfo
+from ember.collection_pause import collection_paused
 from ember.core.ops import REDUCE_OPS, Op
 from ember.ir import lowered_cache
 from ember.ir.group_reduce import choose_local_size, lower_group_kernel
@@ -217,7 +218,8 @@ def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
     cached = lowered_cache.load(path, kernel, name)
     if cached is not None:
         return cached
-    lowered = choose_plan(kernel, name, info)[1] if optimize else lower_kernel(kernel, name)
+    with collection_paused():
+        lowered = choose_plan(kernel, name, info)[1] if optimize else lower_kernel(kernel, name)
     lowered_cache.store(path, lowered)
     return lowered
 
@@ -229,7 +231,8 @@ def build_planned_ir(kernel: Kernel, name: str, info: DeviceInfo, plan: Plan) ->
     cached = lowered_cache.load(path, kernel, name)
     if cached is not None:
         return cached
-    lowered = lower_plan(kernel, name, info, plan)
+    with collection_paused():
+        lowered = lower_plan(kernel, name, info, plan)
     if lowered is not None:
         lowered_cache.store(path, lowered)
     return lowered

@@ -23,6 +23,7 @@ from ember.budget.memory_budget import run_budgeted
 from ember.sharding.decision import MINIMUM_ELEMENTS
 from ember.scheduler.placement import place_graph
 from ember.scheduler.program import CommandProgram
+from ember.collection_pause import collection_paused
 from ember.scheduler.schedule import SCHEDULES
 
 BUFFER = Op.BUFFER
@@ -35,7 +36,8 @@ def realize_nodes(nodes: list[Node], allow_sharding: bool = True) -> None:
     (core/checks.py) are computed in the same schedule and raise their failure."""
     acquire()
     try:
-        _realize(nodes, allow_sharding, CONTEXT.get())
+        with collection_paused():  # scheduling and lowering build many short-lived objects (collection_pause.py)
+            _realize(nodes, allow_sharding, CONTEXT.get())
     finally:
         release()
 
