@@ -5,6 +5,7 @@ results against torch where workgroups run here: wgpu (lavapipe) and the PTX sim
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from ember.backends.ptx import PTXRenderer, assemble, ptxas_path
 from ember.backends.registry import REGISTRY
 from ember.backends.wgsl import WGSLRenderer
 from ember.core.errors import BackendUnavailable, CompileError
-from ember.ir.group_reduce import choose_local_size, group_reduce_count
+from ember.ir.group_reduce import MINIMUM_ROW, choose_local_size, group_reduce_count
 from ember.ir.ir import KernelIR
 from ember.ir.kernel import Kernel
 from ember.ir.opt import build_kernel_ir
@@ -301,6 +302,59 @@ def test_a_full_sum_of_ten_million_elements_matches_numpy() -> None:
     assert abs(float(tensor.sum().numpy()) - data.astype(np.float64).sum()) < 1e-6 * data.size
     assert float(tensor.amax().numpy()) == data.max()
     assert float(tensor.mean().numpy()) == pytest.approx(data.astype(np.float64).mean(), rel=1e-6)
+
+
+def test_a_long_full_reduce_is_two_workgroup_kernels() -> None:
+    """Partials per group, then one group (issue 28's two-step full reduction), where workgroups run here."""
+    wgpu = [name for name in GROUP_DEVICES if name.startswith("wgpugroups")]
+    if not wgpu:
+        pytest.skip("no wgpu device here")
+    data = np.random.default_rng(5).standard_normal(6_000_011).astype(np.float32)
+    data[123_456] = np.inf
+    tensor = em.tensor(data, device=wgpu[0])
+    with em.profile() as profile:
+        total = float(tensor.sum().numpy())
+    assert total == np.inf
+    local_size = 256
+    assert [record.global_size % local_size for record in profile.kernels] == [0, 0], profile.kernels
+    assert len(profile.kernels) == 2 and profile.kernels[-1].global_size == local_size
+    data[123_456] = 0.5
+    integers = np.random.default_rng(6).integers(-2**40, 2**40, 3_000_001)
+    columns = np.random.default_rng(7).random((300_001, 3), dtype=np.float32)
+    assert abs(float(em.tensor(data, device=wgpu[0]).sum().numpy()) - data.astype(np.float64).sum()) < 1e-3
+    assert int(em.tensor(integers, device=wgpu[0]).sum().numpy()) == int(integers.sum())
+    np.testing.assert_allclose(em.tensor(columns, device=wgpu[0]).sum(0).numpy(),
+                               columns.astype(np.float64).sum(0), rtol=1e-6)
+    assert np.isnan(float(em.tensor(np.full(70_000, np.nan, np.float32), device=wgpu[0]).amax().numpy()))
+
+
+@pytest.mark.parametrize("elements, count", [(20_000, 2), (10_000_003, 2), (100_000_000, 2), (2**31 + 11, 3)])
+def test_full_reduce_stages_for_an_h100_like_device(elements: int, count: int) -> None:
+    """Rows of 256 elements or more (a group each, at most 64 per work item), enough to fill the device, then one
+    row of the partials (a third stage past 256 x 64 partials); the stages cover the reduce exactly once."""
+    from ember.ir.group_reduce import group_stage_extents
+
+    stages = group_stage_extents(elements, 1, em.float32, H100_LIKE)
+    assert stages is not None and len(stages) == count, stages
+    assert all(MINIMUM_ROW <= chunk <= 256 * 64 for chunk in stages[:-1])
+    assert stages[-1] <= 256 * 64
+    remaining = elements
+    for chunk in stages:
+        remaining = -(-remaining // chunk)
+    assert remaining == 1
+    assert -(-elements // stages[0]) >= min(4 * H100_LIKE.compute_units, elements // MINIMUM_ROW)
+
+
+def test_full_reduce_stages_only_where_groups_reduce() -> None:
+    from ember.ir.group_reduce import group_stage_extents
+
+    assert group_stage_extents(10**7, 1, em.float32, replace(H100_LIKE, warp_width=1)) is None
+    assert group_stage_extents(10**7, 1, em.float32, replace(H100_LIKE, local_memory_bytes=0)) is None
+    assert group_stage_extents(10**7, 1, em.float16, H100_LIKE) is not None  # computed in float32
+    assert group_stage_extents(10**7, 1, em.bool, H100_LIKE) is None
+    assert group_stage_extents(10**7, 1, em.float32, REGISTRY.device("c").info) is None
+    # many outputs: rows enough for one work item each, so the usual stages
+    assert group_stage_extents(10**5, 10**5, em.float32, H100_LIKE) is None
 
 
 def test_the_devices_running_these_tests_get_workgroup_kernels(group_device: str) -> None:

@@ -44,6 +44,11 @@ class Runtime:
         """The device `which` (None: the first) of a backend, as x.cuda() and x.cpu() want it."""
         raise _not_installed()
 
+    def reduce_stages(self, node: Node, extent: int, outputs: int) -> list[int] | None:
+        """The elements each stage of a long reduce of `node` reduces per row where its device reduces rows by
+        workgroups (a full reduction in two steps), or None for core's own short stages (core/staged_reduce.py)."""
+        raise _not_installed()
+
     def shard(self, tensor: Any, devices: Sequence[str], dim: int) -> Any:
         """`tensor` split along `dim` across `devices` (a ShardedTensor)."""
         raise _not_installed()

@@ -9,7 +9,9 @@ is left. Every stage combines few values, like the levels of pairwise summation,
 torch's; the sum of n float32 ones is exact while n is representable. The stages are recorded as one reduce for
 autograd (its rule sees the whole reduce: a maximum's gradient is shared by all its ties, as torch.amax does), and
 the kernelizer stores each stage's partials (a reduce read by another reduce is stored). Reduces of up to
-STAGE_THRESHOLD elements are one primitive, as before.
+STAGE_THRESHOLD elements are one primitive, as before. On a device that reduces rows by workgroups (a GPU: the
+runtime's `reduce_stages`, ir/group_reduce.py) the stages are instead rows long enough for a group each, enough of
+them to fill the device, then one group per output for the partials: a full reduction in two kernels.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ember.context import CONTEXT
 from ember.core.ops import Op, reduce_identity
+from ember.core import runtime
 from ember.core.shapes import prod
 
 if TYPE_CHECKING:
@@ -81,7 +84,10 @@ def _staged(tensor: Tensor, op: Op, axes: tuple[int, ...], later_chunk: int = LA
     extent = prod([shape[axis] for axis in axes])
     current = current._apply(Op.RESHAPE, arg=kept_shape + (extent,))
     identity = reduce_identity(op, tensor.dtype)
-    for chunk in stage_extents(extent, prod(list(kept_shape)), later_chunk):
+    outputs = prod(list(kept_shape))
+    extents = (runtime.RUNTIME.reduce_stages(current.node, extent, outputs)
+               or stage_extents(extent, outputs, later_chunk))
+    for chunk in extents:
         parts = -(-extent // chunk)
         if parts * chunk > extent:
             padding = ((0, 0),) * len(kept_shape) + ((0, parts * chunk - extent),)

@@ -25,6 +25,8 @@ MAXIMUM_LOCAL_SIZE = 256  # work items per group at most (a power of two)
 MINIMUM_LOCAL_SIZE = 32  # a device whose groups are smaller gets no group kernels
 # what each group reduce keeps in local memory: one value per work item, 8 bytes at most
 GROUP_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64})
+GROUPS_PER_COMPUTE_UNIT = 4  # first-stage groups of a long full reduce per compute unit (at least)
+ITEM_ELEMENTS = 64  # elements a work item of a first-stage group reduces serially (at most)
 
 
 def choose_local_size(kernel: Kernel, info: DeviceInfo) -> int | None:
@@ -64,6 +66,33 @@ def choose_local_size(kernel: Kernel, info: DeviceInfo) -> int | None:
     if local_size < MINIMUM_LOCAL_SIZE or groups * local_size > info.max_global_size:
         return None
     return local_size
+
+
+def group_stage_extents(extent: int, outputs: int, dtype: dtypes.DType, info: DeviceInfo) -> list[int] | None:
+    """The elements each stage of a long reduce (`extent` elements for each of `outputs` outputs) reduces per row on
+    a device that reduces rows by workgroups: a full reduction in two steps, partials per group (rows of at most
+    ITEM_ELEMENTS per work item, enough groups to give every compute unit GROUPS_PER_COMPUTE_UNIT), then one group
+    per output for the partials (a third step only past local size x ITEM_ELEMENTS partials). None where the device
+    has no workgroup reductions (`choose_local_size`'s conditions) or the first stage's rows would be too many for
+    them: the caller keeps its short stages (core/staged_reduce.py)."""
+    if (info.warp_width <= 1 or info.local_memory_bytes <= 0 or info.max_local_size < MINIMUM_LOCAL_SIZE
+            or compute_dtype(dtype) not in GROUP_DTYPES or extent < 2 * MINIMUM_ROW):
+        return None
+    local_size = 1 << (min(info.max_local_size, MAXIMUM_LOCAL_SIZE).bit_length() - 1)
+    row_limit = local_size * ITEM_ELEMENTS
+    groups = max(1, GROUPS_PER_COMPUTE_UNIT * max(1, info.compute_units) // max(1, outputs))
+    extents = []
+    while extent > row_limit:
+        # rows of MINIMUM_ROW elements or more (the group kernels' own condition), as many as fill the device
+        parts = min(max(groups, -(-extent // row_limit)), extent // MINIMUM_ROW)
+        if parts * outputs >= max(1, info.compute_units) * info.max_local_size:
+            return None  # rows enough for one work item each: choose_local_size would not group them
+        chunk = -(-extent // parts)
+        extents.append(chunk)
+        extent = -(-extent // chunk)
+        groups = 1
+    extents.append(extent)
+    return extents
 
 
 def lower_group_kernel(kernel: Kernel, name: str, local_size: int, warp_width: int = 1) -> KernelIR:

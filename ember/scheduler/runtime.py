@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from ember.core import runtime
+from ember.core.graph import Node
+from ember.ir.group_reduce import group_stage_extents
+from ember.ir.opt import optimizations_enabled
 from ember.scheduler import devices
 from ember.scheduler.buffers import read_node, write_node
 from ember.scheduler.placement import device_of
@@ -21,6 +24,14 @@ class SchedulerRuntime(runtime.Runtime):
     default_device = staticmethod(devices.get_default_device)  # type: ignore[assignment]
     backend_device = staticmethod(devices.backend_device)  # type: ignore[assignment]
     shard = staticmethod(shard)  # type: ignore[assignment]
+
+    @staticmethod
+    def reduce_stages(node: Node, extent: int, outputs: int) -> list[int] | None:
+        """Workgroup stages where the node's device has them and optimizations are on (ir/group_reduce.py)."""
+        if not optimizations_enabled():
+            return None
+        info = devices.get_device(device_of(node)).info
+        return group_stage_extents(extent, outputs, node.dtype, info)
 
 
 def install() -> None:
