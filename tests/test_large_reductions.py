@@ -168,3 +168,47 @@ def test_wgpu_refuses_a_kernel_past_llvmpipes_loop_limit() -> None:
     (item,) = [item for item in kernelize([x._apply(Op.SUM, arg=(0,)).node]) if isinstance(item, Launch)]
     with pytest.raises(DeviceError, match="65535"):
         device.compile(lower_kernel(item.kernel, "long_loop"))
+
+
+def test_scans_over_millions_of_elements_match_numpy_and_torch(device: str) -> None:
+    """cumsum and friends scan long dims in blocks (core/reductions._scan_last), not as windows over the whole dim,
+    whose O(n^2) work took 89 s for a cumsum of 300,000 elements and needs 64-bit indices past 46,341."""
+    random = np.random.default_rng(11)
+    count = 3_000_007
+    ones = em.ones(count, device=device).cumsum(0).numpy()
+    np.testing.assert_array_equal(ones, np.arange(1, count + 1, dtype=np.float32))  # exact below 2**24
+    values = random.standard_normal(count).astype(np.float32)
+    reference = np.cumsum(values.astype(np.float64))
+    assert np.abs(em.tensor(values, device=device).cumsum(0).numpy() - reference).max() < 2e-3
+    columns = random.standard_normal((70_001, 3)).astype(np.float32)
+    assert_close(em.tensor(columns, device=device).cumsum(0).numpy(), np.cumsum(columns.astype(np.float64), 0),
+                 atol=1e-3, rtol=1e-4)
+    ties = random.integers(0, 7, 100_003).astype(np.float32)
+    ties[50_000] = np.nan
+    for name in ("cummax", "cummin"):
+        mine, theirs = getattr(em.tensor(ties, device=device), name)(0), getattr(torch.tensor(ties), name)(0)
+        np.testing.assert_array_equal(mine.values.numpy(), theirs.values.numpy())
+        np.testing.assert_array_equal(mine.indices.numpy(), theirs.indices.numpy())
+    spread = (random.standard_normal(100_003) * 30).astype(np.float32)
+    assert_close(em.tensor(spread, device=device).logcumsumexp(0).numpy(),
+                 torch.tensor(spread).logcumsumexp(0).numpy(), atol=1e-3, rtol=1e-4)
+    near_one = (1 + random.standard_normal(100_003) * 1e-4).astype(np.float32)
+    assert_close(em.tensor(near_one, device=device).cumprod(0).numpy(),
+                 np.cumprod(near_one.astype(np.float64)), rtol=1e-3)
+    integers = random.integers(-2**40, 2**40, 100_003)
+    np.testing.assert_array_equal(em.tensor(integers, device=device).cumsum(0).numpy(), np.cumsum(integers))
+
+
+@pytest.mark.parametrize("count", [257, 4097, 1_000_003])
+def test_a_long_scan_does_work_linear_in_its_length(count: int) -> None:
+    """The kernels of a cumsum (and of its gradient) read O(n) elements: blocks of 64, then the blocks' totals."""
+    tensor = em.ones(count, requires_grad=True)
+    scanned = tensor.cumsum(0)
+    flops = sum(item.kernel.flops for item in kernelize([scanned.node]) if isinstance(item, Launch))
+    assert flops <= 200 * count, flops
+    scanned.sum().backward()
+    gradient = tensor.grad
+    assert gradient is not None
+    flops = sum(item.kernel.flops for item in kernelize([gradient.node]) if isinstance(item, Launch))
+    assert flops <= 400 * count, flops
+    np.testing.assert_array_equal(gradient.numpy()[[0, -1]], [count, 1])
