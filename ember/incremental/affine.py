@@ -109,6 +109,26 @@ def at(value: Any, t: int) -> int:
     return value
 
 
+def at_all(value: Any, t: int) -> Any:
+    """`value` (an int, an Affine, or tuples and lists of them, or anything else: kept) at `t`."""
+    if type(value) is Affine:
+        return int.__int__(value) + value.slope * t
+    if type(value) is tuple:
+        return tuple(at_all(item, t) for item in value)
+    if type(value) is list:
+        return [at_all(item, t) for item in value]
+    return value
+
+
+def holds_affine(value: Any) -> bool:
+    """Whether `value` is an Affine or tuples and lists holding one."""
+    if type(value) is Affine:
+        return True
+    if type(value) in (tuple, list):
+        return any(holds_affine(item) for item in value)
+    return False
+
+
 def _pinned(value: Any) -> int:
     if type(value) is Affine:
         _record().pin()

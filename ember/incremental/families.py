@@ -18,6 +18,7 @@ Boxes = tuple[Region, ...]
 Plan = tuple[list[tuple[Node, Region]], dict[Node, Boxes]]
 Inputs = tuple[dict[Node, Region], list[Region], dict[Node, Boxes]]  # edited, needed, invalid regions
 Planner = Callable[[dict[Node, Region], list[Region], dict[Node, Boxes]], Plan]
+Restrictor = Callable[[Node, Region], Node]  # the restricted graph of a kept value's box
 MAX_FAMILIES = 8  # per input structure (the oldest is dropped)
 
 
@@ -33,13 +34,15 @@ class Description:
 @dataclass
 class Family:
     """A plan whose box bounds are affine in t (`affine.Affine`), valid for `low` <= t <= `high`, for the inputs
-    whose bounds are `base[i] + slopes[i] * t`."""
+    whose bounds are `base[i] + slopes[i] * t`; `graphs`: the restricted graph of each step of the plan, its
+    arguments and shapes affine in t too (over the template's nodes, as `runner._restricted` builds them)."""
 
     base: list[int]
     slopes: list[int]
     low: int
     high: int
     plan: Plan
+    graphs: list[Node]
 
     def parameter(self, bounds: Sequence[int]) -> int | None:
         """The t at which the family's inputs are `bounds`, or None where they are not its inputs at any t of it."""
@@ -91,19 +94,19 @@ class Families:
     def __init__(self) -> None:
         self.by_structure: dict[tuple[Any, ...], list[Family]] = {}
 
-    def find(self, description: Description) -> Plan | None:
-        """The plan of a family for these inputs at their t, or None."""
+    def find(self, description: Description) -> tuple[Family, int] | None:
+        """A family for these inputs and their t, or None."""
         for family in self.by_structure.get(description.structure, ()):
             t = family.parameter(description.bounds)
             if t is not None:
-                return instantiate(family.plan, t)
+                return family, t
         return None
 
     def make(self, inputs: Inputs, description: Description, previous: Description | None,
-             kept: Sequence[Node], planner: Planner) -> Plan | None:
+             kept: Sequence[Node], planner: Planner, restrictor: Restrictor) -> tuple[Family, int] | None:
         """Plan these inputs over t, taking as slopes their differences from the previous update's (same structure:
-        the next decode step), keep the family where it holds for more than this t, and return the plan at t = 0
-        (these inputs); None where there is no previous update to take slopes from."""
+        the next decode step), and restrict each box of the plan over t; the family (kept where it holds for more
+        than this t) and this t (0); None where there is no previous update to take slopes from."""
         if previous is None or previous.structure != description.structure or previous.bounds == description.bounds:
             return None
         differences = [now - before for now, before in zip(description.bounds, previous.bounds)]
@@ -113,11 +116,13 @@ class Families:
         slopes = [difference // step for difference in differences]
         with affine.tracing() as interval:
             plan = planner(*_affine_inputs(inputs, kept, slopes))
+            graphs = [restrictor(node, box) for node, box in plan[0]]
+        family = Family(description.bounds, slopes, interval.low, interval.high, plan, graphs)
         if not interval.is_point:
             families = self.by_structure.setdefault(description.structure, [])
-            families.append(Family(description.bounds, slopes, interval.low, interval.high, plan))
+            families.append(family)
             del families[:-MAX_FAMILIES]
-        return instantiate(plan, 0)
+        return family, 0
 
     def clear(self) -> None:
         self.by_structure.clear()

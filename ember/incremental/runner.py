@@ -15,7 +15,8 @@ from ember.core.ops import Op
 from ember.core.tensor import Tensor
 from ember.core.walk import post_order
 from ember.incremental import write
-from ember.incremental.families import Description, Families, describe
+from ember.incremental import affine
+from ember.incremental.families import Description, Families, describe, instantiate
 from ember.incremental.propagate import Boxes, _narrow, propagate_boxes, union
 from ember.incremental.region import Region
 from ember.incremental.restrict import restrict, source_boxes
@@ -104,7 +105,8 @@ class IncrementalGraph:
         self.previous: Description | None = None  # the last update's inputs
         self.planned = 0  # updates whose plan was worked out (not one seen before, nor a family's)
         self.from_family = 0  # updates whose plan was a family's, at a new position
-        self.restricted: dict[tuple[Node, Region], Node] = {}
+        self.restricts = 0  # restricted graphs built (a family's are built once for all its positions)
+        self.restricted: dict[tuple[Node, Region], tuple[Node, int | None]] = {}  # (graph, t where affine)
 
     def update(self, changed: Mapping[Tensor, Region], needed: Sequence[Region | None] | None = None) -> list[Tensor]:
         """Recompute after the given regions of inputs changed; returns `outputs`. `needed` (one region or None per
@@ -220,22 +222,31 @@ class IncrementalGraph:
 
     def _new_plan(self, leaf_changes: dict[Node, Region], wanted: list[Region]) -> Plan:
         """The plan of an update not seen before: a family's at these inputs (a decode step at a new position), else
-        worked out, over a range of positions where the inputs moved by a step from the last update's."""
+        worked out, over a range of positions where the inputs moved by a step from the last update's. A family's
+        plan comes with the restricted graph of each box (`self.graphs`, by plan key)."""
         inputs = (leaf_changes, wanted, self.invalid)
         description = describe(inputs, self.kept, tuple(self._alignment(node) for node in self.kept))
         previous, self.previous = self.previous, description
-        plan = self.families.find(description)
-        if plan is not None:
+        found = self.families.find(description)
+        if found is not None:
             self.from_family += 1
-            return plan
-        self.planned += 1
-        try:
-            plan = self.families.make(inputs, description, previous, self.kept, self._plan)
-        except Exception as error:  # noqa: BLE001 - a failure of planning over a range: plan this update alone
-            profile.debug_print(1, f"  incremental: no plan over a range of positions ({type(error).__name__}: "
-                                   f"{error}); planned for these inputs")
-            plan = None
-        return self._plan(*inputs) if plan is None else plan
+        else:
+            self.planned += 1
+            try:
+                found = self.families.make(inputs, description, previous, self.kept, self._plan, self._restrict)
+            except Exception as error:  # noqa: BLE001 - a failure of planning over a range: plan this update alone
+                profile.debug_print(1, f"  incremental: no plan over a range of positions ({type(error).__name__}: "
+                                       f"{error}); planned for these inputs")
+                found = None
+        if found is None:
+            return self._plan(*inputs)
+        family, t = found
+        plan = instantiate(family.plan, t)
+        if len(self.restricted) + len(plan[0]) > MAX_CACHED:
+            self.restricted.clear()
+        for (node, box), graph in zip(plan[0], family.graphs):
+            self.restricted[(node, box)] = (graph, t)
+        return plan
 
     def _plan(self, leaf_changes: dict[Node, Region], wanted: list[Region], invalid_before: dict[Node, Boxes]
               ) -> Plan:
@@ -265,21 +276,32 @@ class IncrementalGraph:
         dirty = propagate_boxes(self.roots, {node: box})
         return not any(dirty.get(other) for other in self.values if other is not node)
 
+    def _restrict(self, node: Node, box: Region) -> Node:
+        """restrict(node, box) over the template's nodes, reading the kept values and inputs."""
+        self.restricts += 1
+        return restrict(node, box, lambda source: source if source is not node and source in self.stops else None)
+
     def _restricted(self, node: Node, box: Region) -> Node:
         """restrict(node, box) reading the kept values and inputs as they are now: built once per (node, box) over
-        the template's nodes, then copied with those nodes replaced by the current values at each use."""
+        the template's nodes (or a family's, affine in t: `_new_plan`), then copied with those nodes replaced by
+        the current values at each use (and the arguments and shapes at t)."""
         key = (node, box)
-        graph = self.restricted.get(key)
-        if graph is None:
-            graph = restrict(node, box, lambda source: source if source is not node and source in self.stops else None)
+        entry = self.restricted.get(key)
+        if entry is None:
+            entry = (self._restrict(node, box), None)
             if len(self.restricted) >= MAX_CACHED:
                 self.restricted.clear()
-            self.restricted[key] = graph
+            self.restricted[key] = entry
+        graph, t = entry
         copies: dict[Node, Node] = {}
         stops = self.stops
         for original in post_order([graph], lambda current: () if current in stops else current.srcs):
             if original in stops:
                 copies[original] = self._current(original)
+            elif t is not None and (affine.holds_affine(original.arg) or affine.holds_affine(original.shape)):
+                copies[original] = Node(original.op, tuple(copies[source] for source in original.srcs),
+                                        affine.at_all(original.arg, t), affine.at_all(original.shape, t),
+                                        original.dtype, original.device)
             elif original.op in LEAF_OPS:
                 copies[original] = original
             else:
