@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 import ember as em
 import ember.nn.functional as F
+from ember.core.ops import REDUCE_OPS
 from ember.core.tensor import Tensor
+from ember.core.walk import post_order
 from ember.incremental import affine, write
 from ember.incremental.region import Region
 from ember.incremental.restrict import restrict
@@ -156,6 +158,23 @@ def test_restrict_computes_the_box_of_every_op_family(device: str) -> None:
     merged = (x.reshape(30) + 1).reshape(5, 6)  # a box of the merged axis that is no box of the source
     box = Region(merged.shape, [(1, 3), (2, 4)])
     assert_close(Tensor._from_node(restrict(merged.node, box)).numpy(), (values.reshape(5, 6) + 1)[1:3, 2:4])
+
+
+def test_a_masked_reduce_restricted_to_a_row_reads_only_where_its_mask_may_pick(device: str) -> None:
+    """A sum (max) of a select between values and 0 (-inf) on a causal mask, restricted to a row, reads the row's
+    first columns only (the rest add exactly the identity), with torch's values."""
+    values = np.random.default_rng(4).standard_normal((6, 8)).astype(np.float32)
+    x = em.tensor(values, device=device)
+    causal = em.arange(8, device=device).reshape(1, 8) <= em.arange(6, device=device).reshape(6, 1)
+    mask = torch.arange(8).reshape(1, 8) <= torch.arange(6).reshape(6, 1)
+    reduces = {"sum": (em.where(causal, x, 0.0).sum(-1), torch.where(mask, torch.tensor(values), 0.0).sum(-1)),
+               "max": (em.where(causal, x, -np.inf).amax(-1), torch.where(mask, torch.tensor(values), -np.inf).amax(-1))}
+    for output, expected in reduces.values():
+        for row in range(6):
+            restricted = restrict(output.node, Region.from_index(output.shape, row))
+            reduce, = [node for node in post_order([restricted], lambda node: node.srcs) if node.op in REDUCE_OPS]
+            assert reduce.srcs[0].shape == (1, row + 1), reduce.srcs[0].shape
+            assert_close(Tensor._from_node(restricted).numpy(), expected.numpy()[row:row + 1])
 
 
 # ---- decoding a causal transformer block -------------------------------------------------------------------------
