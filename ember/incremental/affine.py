@@ -3,11 +3,15 @@
 comparison, an equality, a test for zero) narrows the `Interval` of t over which that decision comes out the same.
 Code run on them inside `tracing()` computes, with the values at t = 0, results affine in t that hold for every t
 of the interval. Whatever is not affine (a product of two affine values, a division by a negative or affine number,
-a conversion to a plain int, a bit operation) pins the interval to t = 0 alone: the result stays right, for that
-t only."""
+a conversion to a plain int, a bit operation, an operation with a float on its right) pins the interval to t = 0
+alone: the result stays right, for that t only. A float on the left of an operation (`1.5 < x`) is computed by
+float's own code on the value at t = 0 with nothing recorded: the planning code run on Affine values does integer
+arithmetic only."""
 
 from __future__ import annotations
 
+import numbers
+import operator
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -129,6 +133,17 @@ def holds_affine(value: Any) -> bool:
     return False
 
 
+def _with_number(operation: Any, value: "Affine", other: Any) -> Any:
+    """An operation with a number other than an int (a float): on the value at t = 0, pinning t."""
+    if not isinstance(other, numbers.Number):
+        return NotImplemented
+    return operation(_pinned(value), other)
+
+
+def _reflected_subtraction(value: int, other: Any) -> Any:
+    return other - value
+
+
 def _pinned(value: Any) -> int:
     if type(value) is Affine:
         _record().pin()
@@ -143,7 +158,7 @@ class Affine(int):
 
     def __add__(self, other: Any) -> Any:
         if not isinstance(other, int):
-            return NotImplemented
+            return _with_number(operator.add, self, other)
         value, slope = parts(other)
         return affine(int.__int__(self) + value, self.slope + slope)
 
@@ -151,13 +166,13 @@ class Affine(int):
 
     def __sub__(self, other: Any) -> Any:
         if not isinstance(other, int):
-            return NotImplemented
+            return _with_number(operator.sub, self, other)
         value, slope = parts(other)
         return affine(int.__int__(self) - value, self.slope - slope)
 
     def __rsub__(self, other: Any) -> Any:
         if not isinstance(other, int):
-            return NotImplemented
+            return _with_number(_reflected_subtraction, self, other)
         value, slope = parts(other)
         return affine(value - int.__int__(self), slope - self.slope)
 
@@ -172,7 +187,7 @@ class Affine(int):
 
     def __mul__(self, other: Any) -> Any:
         if not isinstance(other, int):
-            return NotImplemented
+            return _with_number(operator.mul, self, other)
         value, slope = parts(other)
         if slope != 0:  # a product of two affine values is not affine
             _record().pin()
@@ -183,7 +198,7 @@ class Affine(int):
 
     def __floordiv__(self, other: Any) -> Any:
         if not isinstance(other, int):
-            return NotImplemented
+            return _with_number(operator.floordiv, self, other)
         divisor = _pinned(other)
         value = int.__int__(self)
         if divisor > 0 and self.slope % divisor == 0:
@@ -195,7 +210,7 @@ class Affine(int):
 
     def __mod__(self, other: Any) -> Any:
         if not isinstance(other, int):
-            return NotImplemented
+            return _with_number(operator.mod, self, other)
         divisor = _pinned(other)
         value = int.__int__(self)
         if divisor > 0 and self.slope % divisor == 0:
@@ -215,7 +230,8 @@ class Affine(int):
         return quotient
 
     def _compare(self, other: Any) -> tuple[int, int] | None:
-        """(value, slope) of self - other, or None when other is no int."""
+        """(value, slope) of self - other, or None when other is no int (a float: compared at t = 0 by
+        `_with_number`, pinning t)."""
         if not isinstance(other, int):
             return None
         value, slope = parts(other)
@@ -224,7 +240,7 @@ class Affine(int):
     def __lt__(self, other: Any) -> Any:
         difference = self._compare(other)
         if difference is None:
-            return NotImplemented
+            return _with_number(operator.lt, self, other)
         outcome = difference[0] < 0  # other - self > 0
         _record().positive(-difference[0], -difference[1], outcome)
         return outcome
@@ -232,7 +248,7 @@ class Affine(int):
     def __le__(self, other: Any) -> Any:
         difference = self._compare(other)
         if difference is None:
-            return NotImplemented
+            return _with_number(operator.le, self, other)
         outcome = difference[0] <= 0  # other - self + 1 > 0
         _record().positive(1 - difference[0], -difference[1], outcome)
         return outcome
@@ -240,7 +256,7 @@ class Affine(int):
     def __gt__(self, other: Any) -> Any:
         difference = self._compare(other)
         if difference is None:
-            return NotImplemented
+            return _with_number(operator.gt, self, other)
         outcome = difference[0] > 0
         _record().positive(difference[0], difference[1], outcome)
         return outcome
@@ -248,7 +264,7 @@ class Affine(int):
     def __ge__(self, other: Any) -> Any:
         difference = self._compare(other)
         if difference is None:
-            return NotImplemented
+            return _with_number(operator.ge, self, other)
         outcome = difference[0] >= 0  # self - other + 1 > 0
         _record().positive(difference[0] + 1, difference[1], outcome)
         return outcome
@@ -256,7 +272,7 @@ class Affine(int):
     def __eq__(self, other: Any) -> Any:
         difference = self._compare(other)
         if difference is None:
-            return NotImplemented
+            return _with_number(operator.eq, self, other)
         _record().nonzero(*difference)
         return difference[0] == 0
 

@@ -14,8 +14,7 @@ from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.tensor import Tensor
 from ember.core.walk import post_order
-from ember.incremental import write
-from ember.incremental import affine
+from ember.incremental import affine, write
 from ember.incremental.families import Description, Families, describe, instantiate
 from ember.incremental.propagate import Boxes, _narrow, propagate_boxes, union
 from ember.incremental.region import Region
@@ -223,7 +222,7 @@ class IncrementalGraph:
     def _new_plan(self, leaf_changes: dict[Node, Region], wanted: list[Region]) -> Plan:
         """The plan of an update not seen before: a family's at these inputs (a decode step at a new position), else
         worked out, over a range of positions where the inputs moved by a step from the last update's. A family's
-        plan comes with the restricted graph of each box (`self.graphs`, by plan key)."""
+        plan comes with the restricted graph of each box (entered in `self.restricted` with its t)."""
         inputs = (leaf_changes, wanted, self.invalid)
         description = describe(inputs, self.kept, tuple(self._alignment(node) for node in self.kept))
         previous, self.previous = self.previous, description
