@@ -11,8 +11,11 @@ compiled in), is reported on its own.
 
 `--decode N` decodes N tokens one at a time instead, from the middle of the buffer (each step writes a new position
 and needs only its row): the compiles of each step (the restricted kernels compile by shape class, their box offsets
-and causal prefix lengths read at launch: none after the first two positions) and the step times against a full
-recompute, timed alternately.
+and causal prefix lengths read at launch: none after the first two positions), how many steps worked out their plan
+and how many took it, with their restricted graphs, from a family planned once over a range of positions (all after
+the first three), and the step times against a full recompute, timed alternately. A step still schedules and
+launches its boxes' restricted graphs through the ordinary realize (no recorded launches replayed at a new
+position yet).
 
     python benchmarks/incremental.py [--tokens 512] [--width 512] [--heads 8] [--hidden 2048] [--rounds 5]
                                      [--device c] [--decode N]
@@ -145,6 +148,8 @@ def decode(arguments: argparse.Namespace) -> None:
     print(f"transformer block: {tokens} tokens, width {width}, {arguments.heads} heads, MLP {arguments.hidden}, "
           f"device {device}; decoding {steps} tokens from position {start}")
     print(f"  compiles per step: {compiles}")
+    print(f"  plans worked out {graph.planned}, taken from a family {graph.from_family}; restricted graphs built "
+          f"{graph.restricts}")
     print(f"  step   first {step_times[0] * 1e3:.0f} ms, second {step_times[min(1, steps - 1)] * 1e3:.0f} ms, "
           f"later median {step_time * 1e3:.1f} ms (min {min(later) * 1e3:.1f})   full recompute median "
           f"{full_time * 1e3:.1f} ms   speedup {full_time / step_time:.1f}x")

@@ -15,15 +15,17 @@ from hypothesis import strategies as st
 
 import ember as em
 import ember.nn.functional as F
+from ember.core.ops import REDUCE_OPS
 from ember.core.tensor import Tensor
-from ember.incremental import write
+from ember.core.walk import post_order
+from ember.incremental import affine, write
 from ember.incremental.region import Region
 from ember.incremental.restrict import restrict
 from ember.incremental.runner import IncrementalGraph
 from ember.scheduler import compile_cache, shape_classes
 from ember.testing.reference import ReferenceTensor
 from tests.conftest import TEST_DEVICES
-from tests.test_incremental_regions import Program, edit, programs, regions
+from tests.test_incremental_regions import Program, draw_step, edit, programs, regions
 
 SMALL_BUFFER = write.SMALL_BUFFER
 
@@ -158,6 +160,23 @@ def test_restrict_computes_the_box_of_every_op_family(device: str) -> None:
     assert_close(Tensor._from_node(restrict(merged.node, box)).numpy(), (values.reshape(5, 6) + 1)[1:3, 2:4])
 
 
+def test_a_masked_reduce_restricted_to_a_row_reads_only_where_its_mask_may_pick(device: str) -> None:
+    """A sum (max) of a select between values and 0 (-inf) on a causal mask, restricted to a row, reads the row's
+    first columns only (the rest add exactly the identity), with torch's values."""
+    values = np.random.default_rng(4).standard_normal((6, 8)).astype(np.float32)
+    x = em.tensor(values, device=device)
+    causal = em.arange(8, device=device).reshape(1, 8) <= em.arange(6, device=device).reshape(6, 1)
+    mask = torch.arange(8).reshape(1, 8) <= torch.arange(6).reshape(6, 1)
+    reduces = {"sum": (em.where(causal, x, 0.0).sum(-1), torch.where(mask, torch.tensor(values), 0.0).sum(-1)),
+               "max": (em.where(causal, x, -np.inf).amax(-1), torch.where(mask, torch.tensor(values), -np.inf).amax(-1))}
+    for output, expected in reduces.values():
+        for row in range(6):
+            restricted = restrict(output.node, Region.from_index(output.shape, row))
+            reduce, = [node for node in post_order([restricted], lambda node: node.srcs) if node.op in REDUCE_OPS]
+            assert reduce.srcs[0].shape == (1, row + 1), reduce.srcs[0].shape
+            assert_close(Tensor._from_node(restricted).numpy(), expected.numpy()[row:row + 1])
+
+
 # ---- decoding a causal transformer block -------------------------------------------------------------------------
 
 VOCABULARY, CAPACITY, WIDTH, HEADS, HIDDEN = 11, 16, 16, 2, 32
@@ -243,3 +262,92 @@ def test_decoding_compiles_nothing_after_the_first_two_positions(device: str, sm
     # modulo c's 4-float alignment, boxes of 1 to 4 rows, whose classes the first positions of each residue make
     settled = 2 if small_buffer else 10
     assert compiles[0] > 0 and compiles[settled:] == [0] * (steps - settled), compiles
+
+
+# ---- plans for a range of positions (families) ------------------------------------------------------------------
+
+
+@st.composite
+def row_programs(draw: st.DrawFn) -> Program:
+    """A random program over an input of 6 to 12 rows (its rows edited one after another)."""
+    data = draw(st.data())
+    random = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    shape = (draw(st.integers(6, 12)), *draw(st.lists(st.integers(1, 4), min_size=0, max_size=2)))
+    tensor = ReferenceTensor(np.zeros(shape, np.float32))
+    steps = []
+    for _ in range(draw(st.integers(1, 5))):
+        step = draw_step(data, tensor.shape, random)
+        steps.append(step)
+        tensor = step.apply(tensor, ReferenceTensor)
+    return Program(random.uniform(-2, 2, size=shape).astype(np.float32), steps)
+
+
+@settings(max_examples=6, deadline=None, derandomize=True, database=None)
+@given(row_programs(), st.integers(1, 2), st.booleans())
+def test_rows_edited_one_after_another_equal_a_full_recompute(program: Program, width: int, row_needed: bool) -> None:
+    """Edits of `width` rows at successive positions, each plan a family's once two positions set its slopes:
+    every update's needed elements equal the reference tensor's (all, or the edited row where the output has
+    the input's rows)."""
+    rows = program.input.shape[0]
+    output_shape = program.run(ReferenceTensor(program.input), ReferenceTensor).shape
+    by_row = row_needed and len(output_shape) >= 1 and output_shape[0] == rows
+    random = np.random.default_rng(3)
+    for device in TEST_DEVICES:
+        values = program.input.copy()
+        source = em.tensor(values, device=device)
+        output = program.run(source, lambda array, device=device: em.tensor(array, device=device))
+        graph = IncrementalGraph([output], [source])
+        for position in range(rows - width + 1):
+            region = Region.from_index(values.shape, slice(position, position + width))
+            values[region.slices()] += random.uniform(1, 2, values[region.slices()].shape).astype(np.float32)
+            source[region.slices()] = em.tensor(values[region.slices()], device=device)
+            wanted = Region.from_index(output_shape, position) if by_row else None
+            result = graph.update({source: region}, [wanted])[0].numpy()
+            expected = program.run(ReferenceTensor(values), ReferenceTensor).numpy()
+            inside = Region.whole(output_shape) if wanted is None else wanted
+            assert_close(result[inside.slices()], expected[inside.slices()])
+
+
+def test_affine_integers_record_where_their_decisions_hold() -> None:
+    with affine.tracing() as interval:
+        position = affine.affine(5, 1)  # 5 + t
+        assert position + 3 < 10  # t < 2
+        assert (position * 8) // 4 == affine.affine(10, 2)  # exact: the slope divides
+        assert (position + 64) // 64 == 1  # a constant quotient while 0 <= t + 69 - 64 < 64
+    assert (interval.low, interval.high) == (-5, 1)
+    for t in range(-5, 2):  # each decision comes out the same over the interval
+        assert 5 + t + 3 < 10 and (5 + t + 64) // 64 == 1
+    assert not 5 + 2 + 3 < 10 and (5 - 6 + 64) // 64 == 0
+    with affine.tracing() as interval:
+        assert int(affine.affine(5, 1)) == 5  # a conversion to a plain int holds at t = 0 only
+    assert interval.is_point
+    with pytest.raises(RuntimeError, match="outside"):
+        _ = affine.affine(5, 1) < 3
+
+
+def test_decoding_plans_and_restricts_only_the_first_positions(device: str) -> None:
+    """A decode step at a new position takes its plan and restricted graphs from a family (planned once over a
+    range of positions) after the first positions: no planning nor restricting after them, and the logits of
+    torch's full block at every position."""
+    capacity, prompt, steps = 24, 2, 18
+    parameters = transformer_parameters(capacity)
+    ids = np.random.default_rng(5).integers(1, VOCABULARY, size=capacity)
+    buffer = np.zeros(capacity, np.int64)
+    buffer[:prompt] = ids[:prompt]
+    tokens = em.tensor(buffer, device=device)
+    weights = {name: em.tensor(value, device=device) for name, value in parameters.items()}
+    torch_weights = {name: torch.tensor(value) for name, value in parameters.items()}
+    graph = IncrementalGraph([transformer_block(tokens, weights, F)], [tokens])
+    expected = transformer_block(torch.tensor(ids), torch_weights, torch.nn.functional).numpy()
+    planned, restricts = [], []
+    for position in range(prompt, prompt + steps):
+        tokens[position] = int(ids[position])
+        logits = graph.update({tokens: Region.from_index((capacity,), position)},
+                              needed=[Region.from_index((capacity, VOCABULARY), position)])[0]
+        assert_close(logits.numpy()[position], expected[position])
+        planned.append(graph.planned)
+        restricts.append(graph.restricts)
+    settled = 4
+    assert planned[settled:] == [planned[settled]] * (steps - settled), planned
+    assert restricts[settled:] == [restricts[settled]] * (steps - settled), restricts
+    assert graph.from_family >= steps - settled

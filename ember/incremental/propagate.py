@@ -11,6 +11,7 @@ from ember.core.graph import Node
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
 from ember.core.shapes import prod
 from ember.core.walk import post_order
+from ember.incremental import affine
 from ember.incremental.region import Region
 from ember.incremental.static_bounds import bounds_over, is_static
 
@@ -61,7 +62,8 @@ def propagate_boxes(roots: Sequence[Node], changed: Mapping[Node, Region]) -> di
 
 
 def union(boxes: Boxes, new: Sequence[Region]) -> Boxes:
-    """`boxes` with the elements of `new` added, as disjoint boxes; more than MAX_BOXES become their hull."""
+    """`boxes` with the elements of `new` added, as disjoint boxes (two that are one box joined: a row appended
+    next to the rows before it stays one box); more than MAX_BOXES become their hull."""
     result = list(boxes)
     for box in new:
         if box.is_empty or box in result:
@@ -70,12 +72,49 @@ def union(boxes: Boxes, new: Sequence[Region]) -> Boxes:
         for existing in result:
             pieces = [piece for part in pieces for piece in part.difference(existing)]
         result.extend(pieces)
+    if len(result) > 1:
+        result = _joined(result)
     if len(result) > MAX_BOXES:
         hull = result[0]
         for box in result[1:]:
             hull = hull.hull(box)
         return (hull,)
     return tuple(result)
+
+
+def _joined(boxes: list[Region]) -> list[Region]:
+    """Disjoint boxes with each two that form one box (equal on every axis but one, adjacent on it) joined."""
+    index = 0
+    while index < len(boxes):
+        for other in range(index + 1, len(boxes)):
+            joined = _join(boxes[index], boxes[other])
+            if joined is not None:
+                boxes[index] = joined
+                del boxes[other]
+                break
+        else:
+            index += 1
+    return boxes
+
+
+def _join(first: Region, second: Region) -> Region | None:
+    """The one box that two disjoint boxes form, or None."""
+    differing = -1
+    for axis, (bounds, other) in enumerate(zip(first.ranges, second.ranges)):
+        if bounds != other:
+            if differing >= 0:
+                return None
+            differing = axis
+    (start, end), (other_start, other_end) = first.ranges[differing], second.ranges[differing]
+    if end == other_start:
+        ranges = list(first.ranges)
+        ranges[differing] = (start, other_end)
+    elif other_end == start:
+        ranges = list(first.ranges)
+        ranges[differing] = (other_start, end)
+    else:
+        return None
+    return Region._of(first.shape, ranges)
 
 
 def _where(node: Node, sources: list[Boxes], static_condition: bool) -> Boxes:
@@ -94,7 +133,8 @@ def _where(node: Node, sources: list[Boxes], static_condition: bool) -> Boxes:
 def _narrow(box: Region, condition: Node, excluded: tuple[int, int]) -> Region | None:
     """The smallest box inside `box` outside which the static condition surely has the `excluded` value: each axis
     loses its longest prefix and suffix of slabs where it does (found by bisection: a slab inside an excluded slab
-    is excluded), or None when the whole box is excluded."""
+    is excluded), or None when the whole box is excluded. Over a box of affine bounds (affine.tracing(): a plan
+    for a range of positions) the lengths found are affine too, checked at their ends for the range."""
     def is_excluded(candidate: Region) -> bool:
         return bounds_over(condition, candidate) == excluded
 
@@ -103,14 +143,16 @@ def _narrow(box: Region, condition: Node, excluded: tuple[int, int]) -> Region |
     ranges = list(box.ranges)
 
     def slab_excluded(axis: int, low: int, high: int) -> bool:
-        return is_excluded(Region(box.shape, [*ranges[:axis], (low, high), *ranges[axis + 1:]]))
+        return is_excluded(Region._of(box.shape, [*ranges[:axis], (low, high), *ranges[axis + 1:]]))
 
+    slopes = sorted({slope for bounds in box.ranges for bound in bounds
+                     for slope in (affine.parts(bound)[1], -affine.parts(bound)[1])})
     for axis in range(box.rank):
         start, end = ranges[axis]
-        start += _longest(end - start, partial(_prefix_excluded, slab_excluded, axis, start))
-        end -= _longest(end - start, partial(_suffix_excluded, slab_excluded, axis, end))
+        start += _longest_affine(end - start, partial(_prefix_excluded, slab_excluded, axis, start), slopes)
+        end -= _longest_affine(end - start, partial(_suffix_excluded, slab_excluded, axis, end), slopes)
         ranges[axis] = (start, end)
-    return Region(box.shape, ranges)
+    return Region._of(box.shape, ranges)
 
 
 def _prefix_excluded(slab_excluded: Callable[[int, int, int], bool], axis: int, start: int, length: int) -> bool:
@@ -119,6 +161,35 @@ def _prefix_excluded(slab_excluded: Callable[[int, int, int], bool], axis: int, 
 
 def _suffix_excluded(slab_excluded: Callable[[int, int, int], bool], axis: int, end: int, length: int) -> bool:
     return slab_excluded(axis, end - length, end)
+
+
+def _longest_affine(limit: int, holds: Callable[[int], bool], slopes: list[int]) -> int:
+    """`_longest`, also where `limit` or what `holds` reads is affine in a parameter (inside affine.tracing()): the
+    length is searched at the parameter's value (decisions of the search not recorded), then taken with each slope
+    of `slopes` (those of the box's bounds and their negatives, 0 among them), whichever holds over the widest
+    range, checked at its two ends (the largest length that holds and the next that does not: `holds` is
+    monotone)."""
+    interval = affine.TRACE.get()
+    if interval is None:
+        return _longest(limit, holds)
+    limit_value, _ = affine.parts(limit)
+    with affine.tracing():  # (the search's own decisions: only the result is checked)
+        length = _longest(limit_value, holds)
+    candidates = [affine.affine(length, slope) for slope in slopes]
+    best: tuple[int, affine.Interval] | None = None
+    for candidate in candidates:
+        with affine.tracing() as checked:
+            # (each decision is recorded into `checked`; at the parameter's value all come out as searched)
+            found = 0 <= candidate < limit and (not candidate > 0 or holds(candidate)) and \
+                (not candidate + 1 < limit or not holds(candidate + 1))
+        if not found:
+            raise AssertionError(f"_longest_affine: length {length} found for limit {limit_value} does not hold")
+        if best is None or _width(checked) > _width(best[1]):
+            best = (candidate, checked)
+    assert best is not None
+    chosen, checked = best
+    interval.low, interval.high = max(interval.low, checked.low), min(interval.high, checked.high)
+    return chosen
 
 
 def _longest(limit: int, holds: Callable[[int], bool]) -> int:
@@ -131,6 +202,10 @@ def _longest(limit: int, holds: Callable[[int], bool]) -> int:
         else:
             high = middle - 1
     return low
+
+
+def _width(interval: affine.Interval) -> int:
+    return min(interval.high, 1 << 30) - max(interval.low, -(1 << 30))
 
 
 def _reduce(node: Node, box: Region) -> Region:

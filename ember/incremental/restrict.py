@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from ember.core.errors import ArgumentError, ShapeError
 from ember.core.graph import Node, infer
-from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
+from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op, reduce_identity
+from ember.core.walk import post_order
+from ember.incremental.propagate import _narrow
 from ember.incremental.region import Range, Region, reshape_groups
+from ember.incremental.static_bounds import is_static
 
 Reader = Callable[[Node], "Node | None"]  # a node to read from a buffer instead (a kept value), or None: compute it
 
@@ -130,8 +134,7 @@ def _source_boxes(node: Node, box: Region) -> list[Region | None]:
         return [box for _ in node.srcs]
     source_shape = node.srcs[0].shape
     if op in REDUCE_OPS:
-        return [Region._of(source_shape, [(0, size) if axis in node.arg else bounds
-                                          for axis, (bounds, size) in enumerate(zip(box.ranges, source_shape))])]
+        return [_reduced_box(node, box)]
     if op is Op.EXPAND:
         return [Region._of(source_shape, [(0, 1) if size == 1 else bounds
                                           for bounds, size in zip(box.ranges, source_shape)])]
@@ -153,6 +156,45 @@ def _source_boxes(node: Node, box: Region) -> list[Region | None]:
     if op is Op.RESHAPE:
         return [_reshape_covering(node, box).reshaped(source_shape)]
     raise AssertionError(f"restrict: no rule for {op}")
+
+
+def _reduced_box(node: Node, box: Region) -> Region:
+    """The box of its source a reduce reads over `box`: its reduced axes whole, except where the source selects
+    the reduce's identity (0 for a sum, -inf for a max) on a static condition (a causal mask): the reduced axes
+    then keep only the slabs where the condition may pick the other branch (a causal row's keys up to its
+    position), the others adding exactly the identity."""
+    source = node.srcs[0]
+    ranges = [(0, size) if axis in node.arg else bounds
+              for axis, (bounds, size) in enumerate(zip(box.ranges, source.shape))]
+    whole = Region._of(source.shape, ranges)
+    if source.op is not Op.WHERE or not _is_constant(source.srcs[2], reduce_identity(node.op, source.dtype)) \
+            or not _static(source.srcs[0]):
+        return whole
+    narrowed = _narrow(whole, source.srcs[0], (0, 0))
+    if narrowed is None:  # (the identity everywhere: read as is)
+        return whole
+    return Region._of(source.shape, [narrowed.ranges[axis] if axis in node.arg else bounds
+                                     for axis, bounds in enumerate(ranges)])
+
+
+def _is_constant(node: Node, value: Any) -> bool:
+    """Whether every element of `node` is the constant `value` (a CONST through movement ops without padding)."""
+    while node.op in (Op.EXPAND, Op.RESHAPE, Op.PERMUTE, Op.SHRINK, Op.FLIP):
+        node = node.srcs[0]
+    return node.op is Op.CONST and isinstance(node.arg, (int, float)) and node.arg == value
+
+
+STATIC: WeakKeyDictionary[Node, bool] = WeakKeyDictionary()  # whether a node's value depends on no buffer
+
+
+def _static(node: Node) -> bool:
+    known = STATIC.get(node)
+    if known is None:
+        for current in post_order([node], lambda current: current.srcs):
+            if current not in STATIC:
+                STATIC[current] = is_static(current, [STATIC[source] for source in current.srcs])
+        known = STATIC[node]
+    return known
 
 
 def _reshape_covering(node: Node, box: Region) -> Region:

@@ -14,13 +14,14 @@ from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.tensor import Tensor
 from ember.core.walk import post_order
-from ember.incremental import write
+from ember.incremental import affine, write
+from ember.incremental.families import Description, Families, describe, instantiate
 from ember.incremental.propagate import Boxes, _narrow, propagate_boxes, union
 from ember.incremental.region import Region
 from ember.incremental.restrict import restrict, source_boxes
 from ember.incremental.static_bounds import is_static
 from ember.incremental.write import aligned_box, write_box
-from ember.scheduler import shape_classes
+from ember.scheduler import profile, shape_classes
 from ember.scheduler.buffers import Buffer, buffer_of
 from ember.scheduler.kernelize import find_boundaries, kernelize
 from ember.scheduler.lock import SCHEDULER_LOCK
@@ -89,6 +90,7 @@ class IncrementalGraph:
         self.inputs: dict[int, tuple[Node, Tensor]] = {id(tensor): (tensor.node, tensor) for tensor in inputs}
         self.leaf_inputs: dict[Node, Tensor] = {leaf: tensor for leaf, tensor in self.inputs.values()}
         self.order = post_order(self.roots, lambda node: node.srcs)
+        self.root_nodes = set(self.roots)
         self.static: dict[Node, bool] = {}
         for node in self.order:
             self.static[node] = is_static(node, [self.static[source] for source in node.srcs])
@@ -98,7 +100,12 @@ class IncrementalGraph:
         self.plans: dict[Any, Plan] = {}
         self.replays: dict[Any, Replay] = {}
         self.replayed = 0  # updates that ran a recorded recompute
-        self.restricted: dict[tuple[Node, Region], Node] = {}
+        self.families = Families()
+        self.previous: Description | None = None  # the last update's inputs
+        self.planned = 0  # updates whose plan was worked out (not one seen before, nor a family's)
+        self.from_family = 0  # updates whose plan was a family's, at a new position
+        self.restricts = 0  # restricted graphs built (a family's are built once for all its positions)
+        self.restricted: dict[tuple[Node, Region], tuple[Node, int | None]] = {}  # (graph, t where affine)
 
     def update(self, changed: Mapping[Tensor, Region], needed: Sequence[Region | None] | None = None) -> list[Tensor]:
         """Recompute after the given regions of inputs changed; returns `outputs`. `needed` (one region or None per
@@ -126,10 +133,11 @@ class IncrementalGraph:
         plan = self.plans.get(key)
         seen_before = plan is not None
         if plan is None:
-            plan = self._plan(leaf_changes, wanted)
+            plan = self._new_plan(leaf_changes, wanted)
             if len(self.plans) >= MAX_CACHED:
                 self.plans.clear()
                 self.replays.clear()
+                self.families.clear()
             self.plans[key] = plan
         recompute, self.invalid = plan
         self.last_flops = sum(kernel_flops([self._restricted(node, box)]) for node, box in recompute) \
@@ -211,36 +219,88 @@ class IncrementalGraph:
     def _input_buffers(self) -> list[tuple[Node, Buffer]]:
         return [(leaf, buffer_of(tensor.node)) for leaf, tensor in self.leaf_inputs.items()]
 
-    def _plan(self, leaf_changes: dict[Node, Region], wanted: list[Region]) -> Plan:
-        """The boxes to recompute (kept values in order, sources first) and the invalid boxes afterwards."""
+    def _new_plan(self, leaf_changes: dict[Node, Region], wanted: list[Region]) -> Plan:
+        """The plan of an update not seen before: a family's at these inputs (a decode step at a new position), else
+        worked out, over a range of positions where the inputs moved by a step from the last update's. A family's
+        plan comes with the restricted graph of each box (entered in `self.restricted` with its t)."""
+        inputs = (leaf_changes, wanted, self.invalid)
+        description = describe(inputs, self.kept, tuple(self._alignment(node) for node in self.kept))
+        previous, self.previous = self.previous, description
+        found = self.families.find(description)
+        if found is not None:
+            self.from_family += 1
+        else:
+            self.planned += 1
+            try:
+                found = self.families.make(inputs, description, previous, self.kept, self._plan, self._restrict)
+            except Exception as error:  # noqa: BLE001 - a failure of planning over a range: plan this update alone
+                profile.debug_print(1, f"  incremental: no plan over a range of positions ({type(error).__name__}: "
+                                       f"{error}); planned for these inputs")
+                found = None
+        if found is None:
+            return self._plan(*inputs)
+        family, t = found
+        plan = instantiate(family.plan, t)
+        if len(self.restricted) + len(plan[0]) > MAX_CACHED:
+            self.restricted.clear()
+        for (node, box), graph in zip(plan[0], family.graphs):
+            self.restricted[(node, box)] = (graph, t)
+        return plan
+
+    def _plan(self, leaf_changes: dict[Node, Region], wanted: list[Region], invalid_before: dict[Node, Boxes]
+              ) -> Plan:
+        """The boxes to recompute (kept values in order, sources first) and the invalid boxes afterwards, given the
+        invalid boxes before."""
         dirty = propagate_boxes(self.roots, leaf_changes)
-        recompute = self._needed(dirty, wanted)
+        recompute = self._needed(dirty, wanted, invalid_before)
         steps: list[tuple[Node, Region]] = []
         invalid: dict[Node, Boxes] = {}
         for node in self.kept:
-            stale = union(dirty.get(node, ()), self.invalid.get(node, ()))
+            stale = union(dirty.get(node, ()), invalid_before.get(node, ()))
             boxes = recompute.get(node, [])
             steps.extend((node, box) for box in boxes)
-            remaining = union((), [piece for part in stale for piece in _subtract(part, boxes)])
+            remaining = union((), [piece for part in stale for piece in _subtract(part, boxes)
+                                   if not self._unread(node, piece)])
             if remaining:
                 invalid[node] = remaining
         return steps, invalid
 
+    def _unread(self, node: Node, box: Region) -> bool:
+        """Whether no other kept value (nor output) depends on the elements of `box` of a kept value: every path
+        from them ends in a select on a static condition that never picks them (a causal mask's later columns).
+        Such stale elements need no recompute ever, and are not kept as invalid (so a decode's invalid boxes
+        stay a few boxes moving with the position). An output's elements are read by the caller."""
+        if node in self.root_nodes:
+            return False
+        dirty = propagate_boxes(self.roots, {node: box})
+        return not any(dirty.get(other) for other in self.values if other is not node)
+
+    def _restrict(self, node: Node, box: Region) -> Node:
+        """restrict(node, box) over the template's nodes, reading the kept values and inputs."""
+        self.restricts += 1
+        return restrict(node, box, lambda source: source if source is not node and source in self.stops else None)
+
     def _restricted(self, node: Node, box: Region) -> Node:
         """restrict(node, box) reading the kept values and inputs as they are now: built once per (node, box) over
-        the template's nodes, then copied with those nodes replaced by the current values at each use."""
+        the template's nodes (or a family's, affine in t: `_new_plan`), then copied with those nodes replaced by
+        the current values at each use (and the arguments and shapes at t)."""
         key = (node, box)
-        graph = self.restricted.get(key)
-        if graph is None:
-            graph = restrict(node, box, lambda source: source if source is not node and source in self.stops else None)
+        entry = self.restricted.get(key)
+        if entry is None:
+            entry = (self._restrict(node, box), None)
             if len(self.restricted) >= MAX_CACHED:
                 self.restricted.clear()
-            self.restricted[key] = graph
+            self.restricted[key] = entry
+        graph, t = entry
         copies: dict[Node, Node] = {}
         stops = self.stops
         for original in post_order([graph], lambda current: () if current in stops else current.srcs):
             if original in stops:
                 copies[original] = self._current(original)
+            elif t is not None and (affine.holds_affine(original.arg) or affine.holds_affine(original.shape)):
+                copies[original] = Node(original.op, tuple(copies[source] for source in original.srcs),
+                                        affine.at_all(original.arg, t), affine.at_all(original.shape, t),
+                                        original.dtype, original.device)
             elif original.op in LEAF_OPS:
                 copies[original] = original
             else:
@@ -259,7 +319,8 @@ class IncrementalGraph:
         value = self.values.get(node)
         return value.node if value is not None else self.leaf_inputs[node].node
 
-    def _needed(self, dirty: dict[Node, Boxes], wanted: list[Region]) -> dict[Node, list[Region]]:
+    def _needed(self, dirty: dict[Node, Boxes], wanted: list[Region], invalid: dict[Node, Boxes]
+                ) -> dict[Node, list[Region]]:
         """The boxes of each kept value to recompute: its dirty or invalid elements that the outputs need, found by
         pushing the boxes to recompute down to the sources they read (a causal select needs no masked element)."""
         demand: dict[Node, Region] = {}
@@ -274,7 +335,7 @@ class IncrementalGraph:
             if needed is None or needed.is_empty or node.op in LEAF_OPS:
                 continue
             if node in self.values:
-                stale = union(dirty.get(node, ()), self.invalid.get(node, ()))
+                stale = union(dirty.get(node, ()), invalid.get(node, ()))
                 boxes = [aligned_box(box, self._alignment(node))
                          for box in (part.intersection(needed) for part in stale) if not box.is_empty]
                 recompute[node] = boxes

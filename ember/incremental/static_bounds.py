@@ -137,21 +137,21 @@ def _permute_back(node: Node, box: Region) -> tuple[Region | None, bool]:
     ranges: list[Range] = [(0, 0)] * len(node.arg)
     for position, axis in enumerate(node.arg):
         ranges[axis] = box.ranges[position]
-    return Region(node.srcs[0].shape, ranges), False
+    return Region._of(node.srcs[0].shape, ranges), False
 
 
 def _expand_back(node: Node, box: Region) -> tuple[Region | None, bool]:
     shape = node.srcs[0].shape
-    return Region(shape, [(0, 1) if size == 1 else bounds for bounds, size in zip(box.ranges, shape)]), False
+    return Region._of(shape, [(0, 1) if size == 1 else bounds for bounds, size in zip(box.ranges, shape)]), False
 
 
 def _flip_back(node: Node, box: Region) -> tuple[Region | None, bool]:
-    return Region(node.srcs[0].shape, [(size - end, size - start) if axis in node.arg else (start, end)
+    return Region._of(node.srcs[0].shape, [(size - end, size - start) if axis in node.arg else (start, end)
                                for axis, ((start, end), size) in enumerate(zip(box.ranges, node.shape))]), False
 
 
 def _shrink_back(node: Node, box: Region) -> tuple[Region | None, bool]:
-    return Region(node.srcs[0].shape, [(start + low, end + low)
+    return Region._of(node.srcs[0].shape, [(start + low, end + low)
                                        for (start, end), (low, _) in zip(box.ranges, node.arg)]), False
 
 
@@ -163,7 +163,7 @@ def _pad_back(node: Node, box: Region) -> tuple[Region | None, bool]:
                  for (start, end), (before, _), size in zip(box.ranges, node.arg[0], shape))
     if any(start >= end for start, end in ranges):
         return None, True
-    return Region(shape, ranges), padded
+    return Region._of(shape, ranges), padded
 
 
 def _reshape_back(node: Node, box: Region) -> tuple[Region | None, bool]:

@@ -41,9 +41,12 @@ def write_box(target: Tensor, box: Region, value: Node) -> None:
 
 
 def _select_write(target: Tensor, box: Region, value: Node) -> None:
-    """target = where(inside the box, value padded to the target's shape, target): one elementwise kernel over the
-    whole buffer (in place where the device allows it), the box a mask of constants."""
-    value = Tensor._from_node(value).realize().node  # its own kernel: fused, every element would compute it
+    """target = where(inside the box, value padded to the target's shape, target): the value's kernel, then one
+    elementwise kernel over the whole buffer (in place where the device allows it), the box a mask of constants,
+    in one realize."""
+    if not value.realized and value.op is not Op.CONTIGUOUS:
+        value = _make(Op.CONTIGUOUS, (value,))  # its own kernel (fused, every element would compute it), in the
+        # select's realize
     padding = tuple((start, size - end) for (start, end), size in zip(box.ranges, box.shape))
     inside = _make(Op.PAD, (Node(Op.CONST, (), True, value.shape, dtypes.bool_, target.node.device),), (padding, False))
     spread = _make(Op.PAD, (value,), (padding, 0))

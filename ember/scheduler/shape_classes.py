@@ -77,13 +77,19 @@ class SizedProgram(Program):
 
 @dataclass
 class CompiledClass:
-    """One class of a structure and its compiled kernel (`widenings`: times it was made wider)."""
+    """One class of a structure and its compiled kernel (`widenings`: times it was made wider; `loops`: its loop
+    nest, `loop_nest(ir)`, worked out once for the work each member's launch would do)."""
 
     shape_class: ShapeClass
     ir: KernelIR
     program: Program
     whole_rows: bool
     widenings: int = 0
+    loops: tuple[int | None, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.loops is None:
+            self.loops = loop_nest(self.ir)
 
 
 @dataclass
@@ -127,7 +133,8 @@ def member(device: Device, kernel: Kernel) -> Any:
         found = made
     chosen, values = found
     work_items = global_size(kernel, chosen.whole_rows)
-    iterations = member_loop_iterations(chosen.ir, values)
+    assert chosen.loops is not None
+    iterations = nest_iterations(chosen.loops, values)
     if work_items * max(1, iterations) > MAX_MEMBER_WORK:
         return None
     limit = getattr(device, "loop_limit", None)  # (wgpu on Mesa's llvmpipe ends long loops: wgpu.py)
@@ -218,20 +225,36 @@ def _compile_class(device: Device, kernel: Kernel, known: Structure, shape_class
     return CompiledClass(shape_class, ir, program, row_loop(generic))
 
 
-def member_loop_iterations(ir: KernelIR, values: tuple[int, ...]) -> int:
-    """How many loop iterations one work item of a class's kernel runs for a member with these variable values."""
-    trips, total = [1], 0
+UNKNOWN_LOOP = -(1 << 62)  # a loop bound that is neither a constant nor a size variable
+
+
+def loop_nest(ir: KernelIR) -> tuple[int | None, ...]:
+    """A class kernel's loops in program order: each loop's trip count (a constant, k < 0 for size variable
+    -k - 1, or UNKNOWN_LOOP), None at each loop's end."""
+    nest: list[int | None] = []
     for instruction in linearize(ir.sink):
         if instruction.kind is Step.LOOP:
             node = instruction.node
             size = node.arg[1]
             if node.srcs:  # a load of element k + 1 of the sizes: variable k
                 load = node.srcs[0]
-                if load.op is not IROp.LOAD or not load.srcs[1].is_const:
-                    return 1 << 62
-                size = values[int(load.srcs[1].arg) - 1]
-            trips.append(trips[-1] * size)
-            total += trips[-1]
+                size = -int(load.srcs[1].arg) if load.op is IROp.LOAD and load.srcs[1].is_const else UNKNOWN_LOOP
+            nest.append(size)
         elif instruction.kind is Step.END_LOOP:
+            nest.append(None)
+    return tuple(nest)
+
+
+def nest_iterations(nest: tuple[int | None, ...], values: tuple[int, ...]) -> int:
+    """How many loop iterations one work item of a class's kernel (its `loop_nest`) runs for a member with these
+    variable values."""
+    trips, total = [1], 0
+    for size in nest:
+        if size is None:
             trips.pop()
+            continue
+        if size == UNKNOWN_LOOP:
+            return 1 << 62
+        trips.append(trips[-1] * (values[-size - 1] if size < 0 else size))
+        total += trips[-1]
     return total
