@@ -31,6 +31,9 @@ def wrap_negative(index: Tensor, size: int) -> Tensor:
     return where(index < 0, index + size, index)
 
 
+COUNTED_POSITIONS_LIMIT = 1 << 20  # nonzero's count x size up to which positions are counted (one kernel)
+
+
 def _sum_last(tensor: Tensor) -> Tensor:
     """Sum over the last dim, keeping the dtype (bool through uint8, as an 'any')."""
     if tensor.dtype.is_bool:
@@ -45,10 +48,15 @@ def _zero(tensor: Tensor) -> Tensor:
 def take_last(values: Tensor, index: Tensor) -> Tensor:
     """out[..., m] = values[..., index[..., m]] with leading dims broadcast; 0 where index is out of range (callers
     check their indices: core/checks.py)."""
+    if values.dtype.is_bool:
+        return take_last(values.cast(dtypes.uint8), index) != 0
     size = values.shape[-1]
     positions = values._arange_primitive(size, dtypes.int64, values.device)
     match = index.cast(dtypes.int64).unsqueeze(-1) == positions  # (..., M, N)
-    return _sum_last(where(match, values.unsqueeze(-2), _zero(values)))
+    picked = where(match, values.unsqueeze(-2), _zero(values))
+    # one reduce primitive (never staged, exact: one term is not zero), which lowering reads as the one element it
+    # picks (ir/lower.Lowerer._one_hot_pick): O(M) loads, not O(M N) comparisons
+    return picked._apply(Op.SUM, arg=(picked.ndim - 1,)).reshape(picked.shape[:-1])
 
 
 def put_last(target: Tensor, index: Tensor, source: Tensor, mode: str, include_self: bool = True) -> Tensor:
@@ -94,15 +102,28 @@ def nonzero_positions(mask: Tensor) -> Tensor:
     """The row-major positions of the True elements of a bool tensor, int64 of shape (count,).
 
     The count is read from the device; the r-th position is the number of elements whose running count of
-    Trues is at most r (a comparison and a sum, fused).
+    Trues is at most r (a comparison and a sum, fused), or for large masks the binary search of the running counts
+    for the first that reaches r + 1.
     """
     flat = mask.reshape(-1)
     count = int(flat.sum().item()) if flat.numel() else 0
     if count == 0:
         return mask._full((0,), 0, dtypes.int64, mask.device)
     running = flat.cast(dtypes.int64).cumsum(0)
-    ordinals = mask._arange_primitive(count, dtypes.int64, mask.device).unsqueeze(1)
-    return (running.unsqueeze(0) <= ordinals).sum(1)
+    ordinals = mask._arange_primitive(count, dtypes.int64, mask.device)
+    size = flat.shape[0]
+    if count * size <= COUNTED_POSITIONS_LIMIT:
+        return (running.unsqueeze(0) <= ordinals.unsqueeze(1)).sum(1)
+    # the r-th True is the first position whose running count reaches r + 1: a binary search of the running counts,
+    # log2(n) steps of one gather each (one load per value: ir/lower's one-hot pick), not count x n comparisons
+    targets = ordinals + 1
+    low = mask._full((count,), 0, dtypes.int64, mask.device)
+    high = mask._full((count,), size - 1, dtypes.int64, mask.device)  # running[size - 1] = count reaches every r
+    for _ in range((size - 1).bit_length()):
+        middle = (low + high) // 2
+        below = take_last(running, middle) < targets
+        low, high = where(below, middle + 1, low), where(below, high, middle)
+    return low.contiguous()  # (stored: the callers' several reads do not pull the search into their kernels)
 
 
 def _scalar_mask_count(mask: Tensor) -> int:

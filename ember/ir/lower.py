@@ -153,6 +153,9 @@ class Lowerer:
         source_shape = self.steps[step.srcs[0]].shape
         if 0 in source_shape:  # (a size known at launch, a node, is never 0: ir/shape_class.py)
             return b.const(reduce_identity(op, step.dtype), compute_dtype(step.dtype))
+        picked = yield from self._one_hot_pick(position, step, index, valid)
+        if picked is not None:
+            return picked
         if self.group is not None:
             return (yield from self._lower_group_reduce(position, step, index, valid))
         lanes = self.reduce_lanes
@@ -184,6 +187,50 @@ class Lowerer:
             group = [b.alu(combine, group[0].dtype, *group[number:number + 2]) if number + 1 < len(group)
                      else group[number] for number in range(0, len(group), 2)]
         return group[0]
+
+    def _one_hot_pick(self, position: int, step: KernelStep, index: tuple[IRNode, ...],
+                      valid: IRNode | None) -> Generator[tuple[int, tuple[IRNode, ...], IRNode | None], IRNode,
+                                                         IRNode | None]:
+        """A sum over one axis of `where(i == k, v, 0)`, k the position along the axis and i not depending on it
+        (a gather written without a gather primitive: core/advanced_indexing.take_last, embedding, index_select,
+        the binary search of nonzero), as the one element it picks: v at k = i where 0 <= i < size, else 0. One
+        load instead of a loop over the axis (a gather of m values from n was O(m n)). None where the reduce is not
+        of that form."""
+        b = self.builder
+        source = self.steps[step.srcs[0]]
+        if step.op is not Op.SUM or len(step.arg) != 1 or source.op is not Op.WHERE:
+            return None
+        axis = step.arg[0]
+        size = self.steps[step.srcs[0]].shape[axis]
+        if not isinstance(size, int) or size < 2:
+            return None
+        if (position, axis) not in self.ranges:
+            self.ranges[(position, axis)] = b.new_range(size, self.index_dtype)
+        along = self.ranges[(position, axis)]
+        zero = b.const(0, self.index_dtype)
+        probe = tuple(along if number == axis else zero if number in step.arg else axis_index
+                      for number, axis_index in enumerate(index))
+        otherwise = yield source.srcs[2], probe, valid
+        if not (otherwise.is_const and otherwise.arg == 0):
+            return None
+        condition = yield source.srcs[0], probe, valid  # (views of the comparison are index math: gone here)
+        if condition.op is not Op.CMPEQ or not condition.srcs[0].dtype.is_int:
+            return None
+        left, right = condition.srcs
+        for position_side, picked_side in ((left, right), (right, left)):
+            if position_side is along or (position_side.op is Op.CAST and position_side.srcs[0] is along):
+                if not _depends_on(picked_side, along):
+                    break
+        else:
+            return None
+        inside = b.alu(Op.AND, dtypes.bool_, b.less(b.const(-1, picked_side.dtype), picked_side),
+                       b.less(picked_side, b.const(size, picked_side.dtype)))
+        chosen = b.alu(Op.CAST, self.index_dtype, b.alu(Op.WHERE, picked_side.dtype, inside, picked_side,
+                                                        b.const(0, picked_side.dtype)))
+        at = tuple(chosen if number == axis else axis_index for number, axis_index in enumerate(probe))
+        value = yield source.srcs[1], at, inside if valid is None else b.alu(Op.AND, dtypes.bool_, valid, inside)
+        nothing = b.const(0, value.dtype)
+        return b.alu(Op.WHERE, value.dtype, inside, value, nothing)
 
     def _lower_group_reduce(self, position: int, step: KernelStep, index: tuple[IRNode, ...],
                             valid: IRNode | None) -> Lowering:
@@ -363,6 +410,33 @@ def _reshape_groups(shape: tuple[int, ...], source_shape: tuple[int, ...]
     return groups
 
 
+def index_extent(kernel: Kernel) -> int:
+    """A bound on every index the kernel computes: the element counts of its output, its inputs and its reshapes
+    (the only steps whose index is linearized), and every axis's size (loop counters and the other views' per-axis
+    indices). An expanded or compared [M, N] shape is never linearized: a one-hot pick of M values from N needs
+    no 64-bit index for M * N past 2**31."""
+    counts = [prod(kernel.output.shape), *kernel.input_sizes]
+    for step in kernel.steps:
+        if step.op is Op.RESHAPE:
+            counts.append(prod(step.shape))
+        counts.extend(size for size in step.shape if isinstance(size, int))
+    return max(counts, default=0)
+
+
+def _depends_on(node: IRNode, variable: IRNode) -> bool:
+    """Whether `variable` (a loop range) is among the nodes `node` is computed from."""
+    seen: set[int] = set()
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if current is variable:
+            return True
+        if id(current) not in seen:
+            seen.add(id(current))
+            pending.extend(current.srcs)
+    return False
+
+
 def _request_key(request: tuple[int, tuple[IRNode, ...], IRNode | None]) -> tuple:
     """Lowering is memoized by (step, index, validity); IR nodes are hash-consed, so identity is structure."""
     position, index, valid = request
@@ -385,8 +459,7 @@ def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = Non
     on the loop, is computed once before it."""
     shape = kernel.output.shape
     factors = upcast if upcast is not None else (1,) * len(shape)
-    # every index the kernel computes (a view's, a loop counter's) is below the element count of some step
-    largest = max((prod(shape), *kernel.input_sizes, *(prod(step.shape) for step in kernel.steps)), default=0)
+    largest = index_extent(kernel)
     index_dtype = dtypes.int32 if largest <= INT32_LIMIT else dtypes.int64
     builder = Builder()
     lowerer = Lowerer(kernel, builder, index_dtype, reduce_lanes)
