@@ -51,9 +51,6 @@ class ConvolutionGeometry(NamedTuple):
             self.sizes, self.pads, kernel, self.strides, self.dilations))
 
 
-VECTOR_ROW = 8  # positions a phased input gradient computes along its last axis are a multiple of this
-
-
 class PoolGeometry(NamedTuple):
     """How a max pool reads its input: kernel, stride and dilation per spatial axis, the output sizes, the
     (before, after) padding with -inf of each spatial axis."""
@@ -315,71 +312,153 @@ def input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) 
                                                                    tuple(spread.shape[2:])))
 
 
-def _phased_input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
-    """d convolution / d phased input (`phase_split`'s layout) of a convolution strided along its last axis, every
-    strided axis undilated, computed by output phase (sub-pixel): padded position j = m * s + r receives
-    sum over q of grad[m - q] * w[q * s + r] (the filter zero-padded to Q * s), so each phase r is a convolution of
-    stride 1 of grad with the flipped taps w[q * s + r]: one reduce over [N, Cin, *R, *M] that reads no inserted
-    zeros (the transposed convolution through the spread gradient multiplied s - 1 zeros of s along each strided
-    axis and stored the spread copy). The last axis' phases and positions are already the phased layout; the other
-    axes' are interleaved back to padded positions by views."""
+PHASES_INNER = 8  # a phase group's reduce is laid out [.., M, P] (phases innermost) from this many phases on
+
+
+class PhaseGroup(NamedTuple):
+    """Consecutive phases [phase, phase + phases) of one axis of a strided convolution's padded input (positions
+    j = m * s + p, computed for m in [low, high)) that filter taps reach in one pattern: phase phase + i receives the
+    taps k = tap + i + t * step (t < taps), tap t reading the output's gradient at m - shift - t * spacing."""
+
+    phase: int
+    phases: int
+    low: int
+    high: int
+    tap: int
+    step: int
+    taps: int
+    shift: int
+    spacing: int
+
+
+def _phase_groups(size: int, outputs: int, stride: int, kernel: int, dilation: int, before: int) -> list[PhaseGroup]:
+    """The phases of one axis (stride s, dilation d) whose input positions some filter tap reaches, runs of
+    neighbours with the same taps merged (with d = 1 at most two runs: ceil(K / s) taps, then one fewer). Tap k
+    reaches phase p where k * d = p (mod s): every s / gcd(s, d)-th tap, whose readings of the gradient step by
+    d / gcd(s, d). Only the positions of the input that some window reads are computed (the others' gradient is 0)."""
+    step, spacing = stride // math.gcd(stride, dilation), dilation // math.gcd(stride, dilation)
+    reach = (outputs - 1) * stride + (kernel - 1) * dilation + 1  # the padded positions the windows read
+    first, last = max(0, before), min(before + size, reach)
+    groups: list[PhaseGroup] = []
+    for phase in range(stride):
+        taps = [k for k in range(kernel) if (k * dilation - phase) % stride == 0]
+        low, high = -(-(first - phase) // stride), -(-(last - phase) // stride)
+        if not taps or high <= low:
+            continue
+        group = PhaseGroup(phase, 1, low, high, taps[0], step, len(taps), (taps[0] * dilation - phase) // stride,
+                           spacing)
+        previous = groups[-1] if groups else None
+        if (previous is not None and previous.phase + previous.phases == phase
+                and previous.tap + previous.phases == group.tap and previous.phases < step
+                and (previous.taps, previous.shift) == (group.taps, group.shift)):
+            groups[-1] = previous._replace(phases=previous.phases + 1, low=min(previous.low, low),
+                                           high=max(previous.high, high))
+        else:
+            groups.append(group)
+    return groups
+
+
+def _phase_group_reduce(window: Tensor, filters: Tensor, chosen: list[PhaseGroup], groups: int) -> Tensor:
+    """One combination of phase groups' share of the input's gradient, [N, Cin, M1, P1, M2, P2, ..] (positions, then
+    the group's phases, per axis: the interleaved order): the windows of stride 1 of the padded gradient
+    ([N, Cout, *W]) times the flipped taps ([Cin, Og, T1, P1, T2, P2, ..]) summed over the output channels and taps,
+    one reduce, stored (read through the interleaving's pads, it would be recomputed per element). Stored in that
+    order where the last axis' group has PHASES_INNER phases or more (a patch embedding's stride-16 taps: the tile's
+    vectors along the phases, and groups of all s phases need only a reshape), else as [N, Cin, *P, *M] (the tile's
+    vectors along the positions; a tile along a handful of phases runs ~4x slower) and read through a permute."""
+    spatial = len(chosen)
+    batch, out_channels = window.shape[:2]
+    in_channels = filters.shape[0]
+    taps = tuple(group.taps for group in chosen)
+    positions = tuple(size - (group.taps - 1) * group.spacing for size, group in zip(window.shape[2:], chosen))
+    patches = windows(window, taps, (1,) * spatial, tuple(group.spacing for group in chosen), positions)
+    interleaved = tuple(item for count in positions for item in (count, 1))
+    patches = patches.reshape((batch, groups, 1, out_channels // groups) + interleaved + taps)
+    order = (0,) + tuple(3 + 2 * axis for axis in range(spatial)) + (1,) + tuple(2 + 2 * axis for axis in range(
+        spatial))
+    filters = filters.permute(order)  # [Cin, P1, P2, .., Og, T1, T2, ..]
+    phases = tuple(group.phases for group in chosen)
+    filters = filters.reshape((groups, in_channels // groups) + phases + (out_channels // groups,) + taps)
+    filters = filters.permute((0, 1, 2 + spatial) + tuple(range(2, 2 + spatial)) + tuple(range(3 + spatial,
+                                                                                              3 + 2 * spatial)))
+    interleaved_shape = tuple(item for count, phase_count in zip(positions, phases) for item in (count, phase_count))
+    if phases[-1] >= PHASES_INNER:
+        spread = tuple(item for count in phases for item in (1, count))
+        filters = filters.reshape((1, groups, in_channels // groups, out_channels // groups) + spread + taps)
+        reduced = (3,) + tuple(range(4 + 2 * spatial, 4 + 3 * spatial))
+        result = (patches * filters).sum(reduced, dtype=window.dtype)  # [N, G, Cg, M1, P1, M2, P2, ..]
+        return result.reshape((batch, in_channels) + interleaved_shape).contiguous()
+    patches = patches.reshape((batch, groups, 1, out_channels // groups) + (1,) * spatial + positions + taps)
+    filters = filters.reshape((1, groups, in_channels // groups, out_channels // groups) + phases + (1,) * spatial
+                              + taps)
+    reduced = (3,) + tuple(range(4 + 2 * spatial, 4 + 3 * spatial))
+    result = (patches * filters).sum(reduced, dtype=window.dtype).contiguous()  # [N, G, Cg, P1, P2, .., M1, M2, ..]
+    result = result.reshape((batch, in_channels) + phases + positions)
+    return result.permute((0, 1) + tuple(item for axis in range(spatial) for item in (2 + spatial + axis, 2 + axis)))
+
+
+def phase_input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """d convolution / d input [N, Cin, *S] of a strided convolution by phase (sub-pixel): along an axis of stride
+    s the padded positions j = m * s + p of phase p receive only the taps k with k * d = p (mod s), each reading the
+    output's gradient at m - (k * d - p) / s: a convolution of stride 1 of the gradient with those taps, flipped.
+    Each combination of the axes' phase groups (`_phase_groups`: phases with as many taps, at most 2 per axis where
+    d = 1) is one such convolution, its phases extra output channels: exactly the products the gradient needs (no
+    inserted zero of the spread gradient, the transposed convolution's s - 1 of every s per axis; no tap padded to a
+    multiple of the stride), each stored in its own layout (a reduce read through the interleaving's pads would be
+    recomputed per element), then interleaved into [N, Cin, *S] by views (each phase spread by the stride and
+    shifted to its position, summed: fused into the kernel that reads the gradient). One padded copy of the gradient
+    (where some window reaches past its last axis' ends) serves every group."""
     spatial = len(geometry.strides)
     batch = grad.shape[0]
     out_channels, group_channels = weight.shape[:2]
     kernel = tuple(weight.shape[2:])
     groups = geometry.groups
     outputs = tuple(grad.shape[2:])
-    layout = _phase_layout(geometry, kernel)
-    strides, dilations = geometry.strides, geometry.dilations
-    shifts = tuple(-(-k // s) for k, s in zip(kernel, strides))  # Q per axis (K where the stride is 1)
-    phases = tuple(min(s, k) for k, s in zip(kernel, strides))  # R per axis
-    # positions per axis: the padded length's by phase, the last axis' the phased layout's, rounded up to a whole
-    # number of 8 (a vector tile's row: a reduce whose last output dim is not one runs scalar, ~20x slower)
-    last = layout.length if layout.length < 8 else -(-layout.length // VECTOR_ROW) * VECTOR_ROW
-    lengths = tuple(-(-size // s) for size, s in zip(layout.padded_sizes[:-1], strides[:-1])) + (last,)
-    # grad padded by (Q - 1) * d before, cut or padded to M + (Q - 1) * d: windows of stride 1 read grad[m - q]
-    amounts = [(0, 0), (0, 0)] + [((q - 1) * d, m - o) for q, d, m, o in zip(shifts, dilations, lengths, outputs)]
-    padded = grad._pad_and_shrink(amounts)
-    if amounts[-1] != (0, 0):  # (copied: the reduce loads whole vectors, no mask per lane, as `_padded`)
+    axes = [_phase_groups(size, count, s, k, d, before) for size, count, s, k, d, (before, _) in zip(
+        geometry.sizes, outputs, geometry.strides, kernel, geometry.dilations, geometry.pads)]
+    if not all(axes):  # no window reads an input position (they read padding only): the gradient is 0
+        return grad._full((batch, groups * group_channels) + tuple(geometry.sizes), 0.0, grad.dtype, grad.device)
+    # the gradient's positions some group's windows read, [start, start + length) each, padded with zeros past its
+    # ends (one copy where its last axis is padded, as `_padded`)
+    starts = [[group.low - group.shift - (group.taps - 1) * group.spacing for group in axis] for axis in axes]
+    ends = [[start + group.high - group.low + (group.taps - 1) * group.spacing for start, group in zip(
+        axis_starts, axis)] for axis_starts, axis in zip(starts, axes)]
+    amounts = [(max(0, -min(axis_starts)), max(0, max(axis_ends) - count)) for axis_starts, axis_ends, count in zip(
+        starts, ends, outputs)]
+    padded = grad._pad_and_shrink([(0, 0), (0, 0), *amounts])
+    if amounts[-1] != (0, 0):
         padded = padded.contiguous()
-    patches = windows(padded, shifts, (1,) * spatial, dilations, lengths)  # [N, Cout, *M, *Q]
-    patches = patches.reshape((batch, groups, 1, out_channels // groups) + (1,) * spatial + lengths + shifts)
-    # the filters: each axis zero-padded to Q * s, split as (Q, s), the phases a tap reads kept, Q flipped
-    filters = weight._pad_and_shrink([(0, 0), (0, 0)] + [(0, q * s - k) for q, s, k in zip(shifts, strides, kernel)])
-    filters = filters.reshape((out_channels, group_channels) + tuple(item for q, s in zip(shifts, strides)
-                                                                    for item in (q, s)))
-    filters = filters.shrink([None, None] + [bound for r in phases for bound in (None, (0, r))])
-    filters = filters.flip(tuple(2 + 2 * axis for axis in range(spatial)))
-    order = (1,) + tuple(3 + 2 * axis for axis in range(spatial)) + (0,) + tuple(2 + 2 * axis for axis in range(
-        spatial))
-    filters = filters.permute(order)  # [Cg, *R, Cout, *Q]
-    filters = filters.reshape((group_channels,) + phases + (groups, out_channels // groups) + shifts)
-    filters = filters.permute((1 + spatial, 0) + tuple(range(1, 1 + spatial)) + tuple(range(2 + spatial,
-                                                                                              3 + 2 * spatial)))
-    filters = filters.reshape((1, groups, group_channels) + phases + (out_channels // groups,) + (1,) * spatial
-                              + shifts)  # [1, G, Cg, *R, Og, 1.., *Q]
-    patches = patches.permute((0, 1, 2) + tuple(range(4, 4 + spatial)) + (3,) + tuple(range(4 + spatial,
-                                                                                             4 + 3 * spatial)))
-    reduced = (3 + spatial,) + tuple(range(4 + 2 * spatial, 4 + 3 * spatial))
-    result = (patches * filters).sum(reduced, dtype=grad.dtype)  # [N, G, Cg, *R, *M]
-    result = result.reshape((batch, group_channels * groups) + phases + lengths)
-    # interleave each axis but the last: (R, M) -> padded positions m * s + r (phases past R are zeros)
-    order = (0, 1) + tuple(item for axis in range(spatial) for item in (2 + axis, 2 + spatial + axis))
-    result = result.permute(order)  # [N, Cin, R1, M1, R2, M2, ...]
-    for axis in range(spatial - 1):
-        position = 2 + axis  # (axes before it are merged already)
-        stride, size = strides[axis], layout.padded_sizes[axis]
-        amounts = [(0, 0)] * result.ndim
-        amounts[position] = (0, stride - phases[axis])
-        full = result._pad_and_shrink(amounts).transpose(position, position + 1)  # [.., M, s, ..]
-        shape = full.shape
-        merged = full.reshape(shape[:position] + (shape[position] * stride,) + shape[position + 2:])
-        amounts = [(0, 0)] * merged.ndim
-        amounts[position] = (0, size - merged.shape[position])
-        result = merged._pad_and_shrink(amounts)
-    result = result.shrink([None] * (result.ndim - 1) + [(0, layout.length)])
-    # [N, Cin, *S'[:-1], R, M] -> the phased layout [N, Cin, R, *S'[:-1], M]
-    return result.permute((0, 1, 1 + spatial) + tuple(range(2, 1 + spatial)) + (2 + spatial,))
+    swapped = weight.reshape((groups, out_channels // groups, group_channels) + kernel).transpose(1, 2)
+    swapped = swapped.reshape((groups * group_channels, out_channels // groups) + kernel)  # [Cin, Og, *K]
+    total: Tensor | None = None
+    for choice in itertools.product(*(range(len(axis)) for axis in axes)):
+        chosen = [axis[index] for axis, index in zip(axes, choice)]
+        window = padded.shrink([None, None] + [
+            (axis_starts[index] + before, axis_ends[index] + before)
+            for axis_starts, axis_ends, index, (before, _) in zip(starts, ends, choice, amounts)])
+        filters = swapped
+        for axis, group in enumerate(chosen):  # taps tap + i + t * step as [.., T, P, ..]
+            position = 2 + 2 * axis
+            fitted = [(0, 0)] * filters.ndim
+            fitted[position] = (-group.tap, group.taps * group.step - kernel[axis] + group.tap)
+            split = filters._pad_and_shrink(fitted)
+            split = split.reshape(split.shape[:position] + (group.taps, group.step) + split.shape[position + 1:])
+            filters = split.shrink([None] * (position + 1) + [(0, group.phases)])
+        filters = filters.flip(tuple(2 + 2 * axis for axis in range(spatial)))  # [Cin, Og, T1, P1, T2, P2, ..]
+        part = _phase_group_reduce(window, filters, chosen, groups)  # [N, Cin, M1, P1, M2, P2, ..]
+        for axis, (group, stride) in enumerate(zip(chosen, geometry.strides)):  # (M, P) -> positions m * s + p
+            position = 2 + axis
+            placed = [(0, 0)] * part.ndim
+            placed[position + 1] = (group.phase, stride - group.phase - group.phases)
+            part = part._pad_and_shrink(placed)
+            part = part.reshape(part.shape[:position] + (part.shape[position] * stride,) + part.shape[position + 2:])
+        # padded positions [low * s, high * s) -> the input's [0, S)
+        part = part._pad_and_shrink([(0, 0), (0, 0)] + [
+            (group.low * stride - before, size - (group.high * stride - before))
+            for group, stride, size, (before, _) in zip(chosen, geometry.strides, geometry.sizes, geometry.pads)])
+        total = part if total is None else total + part
+    assert total is not None  # every axis has a group
+    return total
 
 
 def weight_gradient(grad: Tensor, padded: Tensor, weight_shape: tuple[int, ...],
@@ -465,12 +544,11 @@ def convolution_gradients(grad: Tensor, padded: Tensor, weight: Tensor,
     input's gradient is the input's, padded with zeros: the padding is constant (its gradient is dropped by the pad's
     own rule), so the transposed convolution computes only the input's positions. A step whose input is split into
     the stride's phases (geometry.phased) gets that gradient in the same layout (a view)."""
-    if geometry.phased and all(s == 1 or d == 1 for s, d in zip(geometry.strides, geometry.dilations)):
-        source_gradient = _phased_input_gradient(grad, weight, geometry)
-    else:
-        source_gradient = input_gradient(grad, weight, geometry)._pad_and_shrink([(0, 0), (0, 0), *geometry.pads])
-        if geometry.phased:
-            source_gradient = _phase_view(source_gradient, tuple(weight.shape[2:]), geometry)
+    strided = any(stride > 1 for stride in geometry.strides)
+    source_gradient = (phase_input_gradient if strided else input_gradient)(grad, weight, geometry)
+    source_gradient = source_gradient._pad_and_shrink([(0, 0), (0, 0), *geometry.pads])
+    if geometry.phased:
+        source_gradient = _phase_view(source_gradient, tuple(weight.shape[2:]), geometry)
     return source_gradient, weight_gradient(grad, padded, tuple(weight.shape), geometry)
 
 
