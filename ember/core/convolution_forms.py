@@ -358,42 +358,57 @@ def _phase_groups(size: int, outputs: int, stride: int, kernel: int, dilation: i
     return groups
 
 
+def _phase_group_filters(weight: Tensor, chosen: list[PhaseGroup], groups: int) -> Tensor:
+    """The taps of one combination of phase groups, flipped: [G, Cg, Og, *P, *T] from [Cout, Cg, *K] (a group's
+    phase i, tap t is k = tap + i + (T - 1 - t) * step), by views: each axis cut from the group's first tap and
+    padded to T * step, split as (T, step), the first P of each step kept."""
+    spatial = len(chosen)
+    out_channels, group_channels = weight.shape[:2]
+    kernel = tuple(weight.shape[2:])
+    taps = weight._pad_and_shrink([(0, 0), (0, 0)] + [(-group.tap, group.taps * group.step - size + group.tap)
+                                                      for group, size in zip(chosen, kernel)])
+    taps = taps.reshape((groups, out_channels // groups, group_channels) + tuple(
+        item for group in chosen for item in (group.taps, group.step)))  # [G, Og, Cg, T1, step1, T2, step2, ..]
+    taps = taps.shrink([None] * 3 + [bound for group in chosen for bound in (None, (0, group.phases))])
+    flipped = tuple(3 + 2 * axis for axis, group in enumerate(chosen) if group.taps > 1)
+    if flipped:
+        taps = taps.flip(flipped)
+    return taps.permute((0, 2, 1) + tuple(4 + 2 * axis for axis in range(spatial)) + tuple(
+        3 + 2 * axis for axis in range(spatial)))
+
+
 def _phase_group_reduce(window: Tensor, filters: Tensor, chosen: list[PhaseGroup], groups: int) -> Tensor:
     """One combination of phase groups' share of the input's gradient, [N, Cin, M1, P1, M2, P2, ..] (positions, then
     the group's phases, per axis: the interleaved order): the windows of stride 1 of the padded gradient
-    ([N, Cout, *W]) times the flipped taps ([Cin, Og, T1, P1, T2, P2, ..]) summed over the output channels and taps,
-    one reduce, stored (read through the interleaving's pads, it would be recomputed per element). Stored in that
-    order where the last axis' group has PHASES_INNER phases or more (a patch embedding's stride-16 taps: the tile's
-    vectors along the phases, and groups of all s phases need only a reshape), else as [N, Cin, *P, *M] (the tile's
-    vectors along the positions; a tile along a handful of phases runs ~4x slower) and read through a permute."""
+    ([N, Cout, *W]) times the flipped taps (`_phase_group_filters`: [G, Cg, Og, *P, *T]) summed over the output
+    channels and taps, one reduce, stored (read through the interleaving's pads, it would be recomputed per element).
+    Stored in that order where the last axis' group has PHASES_INNER phases or more (a patch embedding's stride-16
+    taps: the tile's vectors along the phases, and groups of all s phases need only a reshape), else as
+    [N, Cin, *P, *M] (the tile's vectors along the positions; a tile along a handful of phases runs ~4x slower) and
+    read through a permute."""
     spatial = len(chosen)
     batch, out_channels = window.shape[:2]
-    in_channels = filters.shape[0]
+    group_channels = filters.shape[1]
     taps = tuple(group.taps for group in chosen)
-    positions = tuple(size - (group.taps - 1) * group.spacing for size, group in zip(window.shape[2:], chosen))
-    patches = windows(window, taps, (1,) * spatial, tuple(group.spacing for group in chosen), positions)
-    interleaved = tuple(item for count in positions for item in (count, 1))
-    patches = patches.reshape((batch, groups, 1, out_channels // groups) + interleaved + taps)
-    order = (0,) + tuple(3 + 2 * axis for axis in range(spatial)) + (1,) + tuple(2 + 2 * axis for axis in range(
-        spatial))
-    filters = filters.permute(order)  # [Cin, P1, P2, .., Og, T1, T2, ..]
     phases = tuple(group.phases for group in chosen)
-    filters = filters.reshape((groups, in_channels // groups) + phases + (out_channels // groups,) + taps)
-    filters = filters.permute((0, 1, 2 + spatial) + tuple(range(2, 2 + spatial)) + tuple(range(3 + spatial,
-                                                                                              3 + 2 * spatial)))
-    interleaved_shape = tuple(item for count, phase_count in zip(positions, phases) for item in (count, phase_count))
-    if phases[-1] >= PHASES_INNER:
-        spread = tuple(item for count in phases for item in (1, count))
-        filters = filters.reshape((1, groups, in_channels // groups, out_channels // groups) + spread + taps)
-        reduced = (3,) + tuple(range(4 + 2 * spatial, 4 + 3 * spatial))
-        result = (patches * filters).sum(reduced, dtype=window.dtype)  # [N, G, Cg, M1, P1, M2, P2, ..]
-        return result.reshape((batch, in_channels) + interleaved_shape).contiguous()
-    patches = patches.reshape((batch, groups, 1, out_channels // groups) + (1,) * spatial + positions + taps)
-    filters = filters.reshape((1, groups, in_channels // groups, out_channels // groups) + phases + (1,) * spatial
-                              + taps)
+    positions = tuple(size - (group.taps - 1) * group.spacing for size, group in zip(window.shape[2:], chosen))
+    if all(count == 1 for count in taps):  # one tap per axis: the window itself
+        patches = window
+    else:
+        patches = windows(window, taps, (1,) * spatial, tuple(group.spacing for group in chosen), positions)
+    lead = (groups, group_channels, out_channels // groups)
     reduced = (3,) + tuple(range(4 + 2 * spatial, 4 + 3 * spatial))
+    if phases[-1] >= PHASES_INNER:
+        interleaved = tuple(item for count in positions for item in (count, 1))
+        patches = patches.reshape((batch, groups, 1, out_channels // groups) + interleaved + taps)
+        filters = filters.reshape((1,) + lead + tuple(item for count in phases for item in (1, count)) + taps)
+        result = (patches * filters).sum(reduced, dtype=window.dtype)  # [N, G, Cg, M1, P1, M2, P2, ..]
+        return result.reshape((batch, groups * group_channels) + tuple(
+            item for count, phase_count in zip(positions, phases) for item in (count, phase_count))).contiguous()
+    patches = patches.reshape((batch, groups, 1, out_channels // groups) + (1,) * spatial + positions + taps)
+    filters = filters.reshape((1,) + lead + phases + (1,) * spatial + taps)
     result = (patches * filters).sum(reduced, dtype=window.dtype).contiguous()  # [N, G, Cg, P1, P2, .., M1, M2, ..]
-    result = result.reshape((batch, in_channels) + phases + positions)
+    result = result.reshape((batch, groups * group_channels) + phases + positions)
     return result.permute((0, 1) + tuple(item for axis in range(spatial) for item in (2 + spatial + axis, 2 + axis)))
 
 
@@ -428,30 +443,20 @@ def phase_input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeom
     padded = grad._pad_and_shrink([(0, 0), (0, 0), *amounts])
     if amounts[-1] != (0, 0):
         padded = padded.contiguous()
-    swapped = weight.reshape((groups, out_channels // groups, group_channels) + kernel).transpose(1, 2)
-    swapped = swapped.reshape((groups * group_channels, out_channels // groups) + kernel)  # [Cin, Og, *K]
     total: Tensor | None = None
     for choice in itertools.product(*(range(len(axis)) for axis in axes)):
         chosen = [axis[index] for axis, index in zip(axes, choice)]
         window = padded.shrink([None, None] + [
             (axis_starts[index] + before, axis_ends[index] + before)
             for axis_starts, axis_ends, index, (before, _) in zip(starts, ends, choice, amounts)])
-        filters = swapped
-        for axis, group in enumerate(chosen):  # taps tap + i + t * step as [.., T, P, ..]
-            position = 2 + 2 * axis
-            fitted = [(0, 0)] * filters.ndim
-            fitted[position] = (-group.tap, group.taps * group.step - kernel[axis] + group.tap)
-            split = filters._pad_and_shrink(fitted)
-            split = split.reshape(split.shape[:position] + (group.taps, group.step) + split.shape[position + 1:])
-            filters = split.shrink([None] * (position + 1) + [(0, group.phases)])
-        filters = filters.flip(tuple(2 + 2 * axis for axis in range(spatial)))  # [Cin, Og, T1, P1, T2, P2, ..]
+        filters = _phase_group_filters(weight, chosen, groups)
         part = _phase_group_reduce(window, filters, chosen, groups)  # [N, Cin, M1, P1, M2, P2, ..]
-        for axis, (group, stride) in enumerate(zip(chosen, geometry.strides)):  # (M, P) -> positions m * s + p
-            position = 2 + axis
-            placed = [(0, 0)] * part.ndim
-            placed[position + 1] = (group.phase, stride - group.phase - group.phases)
-            part = part._pad_and_shrink(placed)
-            part = part.reshape(part.shape[:position] + (part.shape[position] * stride,) + part.shape[position + 2:])
+        # (M, P) -> padded positions m * s + p, m from the group's low: each phase at its place among the s
+        part = part._pad_and_shrink([(0, 0), (0, 0)] + [
+            amount for group, stride in zip(chosen, geometry.strides)
+            for amount in ((0, 0), (group.phase, stride - group.phase - group.phases))])
+        part = part.reshape((batch, groups * group_channels) + tuple(
+            count * stride for count, stride in zip(part.shape[2::2], geometry.strides)))
         # padded positions [low * s, high * s) -> the input's [0, S)
         part = part._pad_and_shrink([(0, 0), (0, 0)] + [
             (group.low * stride - before, size - (group.high * stride - before))
