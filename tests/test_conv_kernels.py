@@ -102,6 +102,7 @@ PHASE_GROUP_CASES: list[tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]]
     ((1, 2, 7, 9), (4, 2, 2, 4), {"stride": (3, 2), "padding": (1, 2)}),
     ((2, 4, 13, 11), (6, 2, 3, 3), {"stride": (2, 1), "padding": 1, "groups": 2}),  # first axis strided only
     ((1, 2, 10, 12), (3, 2, 3, 2), {"stride": 3, "padding": (2, 0), "dilation": (2, 3)}),
+    ((1, 2, 13, 11), (3, 2, 3, 3), {"stride": 2, "padding": 2, "dilation": (2, 1)}),  # phased, dilated first axis
     ((2, 3, 32, 48), (4, 3, 16, 16), {"stride": 16}),  # a patch embedding: 16 phases of one tap per axis
     ((1, 4, 15, 17), (4, 1, 4, 4), {"stride": 4, "padding": 1, "groups": 4}),  # depthwise, lengths not a multiple
     ((8, 16, 16, 16), (32, 16, 3, 3), {"stride": 2, "padding": 1}),  # the resnet program's strided 3x3
