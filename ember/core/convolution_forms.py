@@ -358,56 +358,54 @@ def _phase_groups(size: int, outputs: int, stride: int, kernel: int, dilation: i
     return groups
 
 
-def _phase_group_filters(weight: Tensor, chosen: list[PhaseGroup], groups: int) -> Tensor:
-    """The taps of one combination of phase groups, flipped: [G, Cg, Og, *P, *T] from [Cout, Cg, *K] (a group's
-    phase i, tap t is k = tap + i + (T - 1 - t) * step), by views: each axis cut from the group's first tap and
-    padded to T * step, split as (T, step), the first P of each step kept."""
-    spatial = len(chosen)
+def _phase_taps(weight: Tensor, axes: list[list[PhaseGroup]], groups: int) -> Tensor:
+    """The filters [Cout, Cg, *K] as [G, Cg, Og, *R, *Q] by views, read by every phase group (`_phase_group_reduce`):
+    each axis zero-padded to Q * step (Q = ceil(K / step), step the axis' groups' tap step) and split as (Q, step),
+    Q flipped, so that a group's phase i, tap t (k = tap + i + (T - 1 - t) * step, tap < step) is R = tap + i,
+    Q = Q - T + t: a group's taps are one box."""
+    spatial = len(axes)
     out_channels, group_channels = weight.shape[:2]
     kernel = tuple(weight.shape[2:])
-    taps = weight._pad_and_shrink([(0, 0), (0, 0)] + [(-group.tap, group.taps * group.step - size + group.tap)
-                                                      for group, size in zip(chosen, kernel)])
+    steps = [axis[0].step for axis in axes]
+    shifts = [-(-size // step) for size, step in zip(kernel, steps)]
+    taps = weight._pad_and_shrink([(0, 0), (0, 0)] + [(0, count * step - size) for count, step, size in zip(
+        shifts, steps, kernel)])
     taps = taps.reshape((groups, out_channels // groups, group_channels) + tuple(
-        item for group in chosen for item in (group.taps, group.step)))  # [G, Og, Cg, T1, step1, T2, step2, ..]
-    taps = taps.shrink([None] * 3 + [bound for group in chosen for bound in (None, (0, group.phases))])
-    flipped = tuple(3 + 2 * axis for axis, group in enumerate(chosen) if group.taps > 1)
+        item for count, step in zip(shifts, steps) for item in (count, step)))  # [G, Og, Cg, Q1, step1, Q2, ..]
+    flipped = tuple(3 + 2 * axis for axis, count in enumerate(shifts) if count > 1)
     if flipped:
         taps = taps.flip(flipped)
     return taps.permute((0, 2, 1) + tuple(4 + 2 * axis for axis in range(spatial)) + tuple(
         3 + 2 * axis for axis in range(spatial)))
 
 
-def _phase_group_reduce(window: Tensor, filters: Tensor, chosen: list[PhaseGroup], groups: int) -> Tensor:
+def _phase_group_reduce(patches: Tensor, filters: Tensor, chosen: list[PhaseGroup], groups: int) -> Tensor:
     """One combination of phase groups' share of the input's gradient, [N, Cin, M1, P1, M2, P2, ..] (positions, then
     the group's phases, per axis: the interleaved order): the windows of stride 1 of the padded gradient
-    ([N, Cout, *W]) times the flipped taps (`_phase_group_filters`: [G, Cg, Og, *P, *T]) summed over the output
-    channels and taps, one reduce, stored (read through the interleaving's pads, it would be recomputed per element).
-    Stored in that order where the last axis' group has PHASES_INNER phases or more (a patch embedding's stride-16
-    taps: the tile's vectors along the phases, and groups of all s phases need only a reshape), else as
-    [N, Cin, *P, *M] (the tile's vectors along the positions; a tile along a handful of phases runs ~4x slower) and
-    read through a permute."""
+    ([N, Cout, *M, *T]) times the group's flipped taps ([G, Cg, Og, *P, *T]) summed over the output channels and
+    taps, one reduce, stored (read through the interleaving's pads, it would be recomputed per element). Stored in
+    that order where the last axis' group has PHASES_INNER phases or more (a patch embedding's stride-16 taps: the
+    tile's vectors along the phases, and groups of all s phases need only a reshape), else as [N, Cin, *P, *M] (the
+    tile's vectors along the positions; a tile along a handful of phases runs ~4x slower) and read through a
+    permute."""
     spatial = len(chosen)
-    batch, out_channels = window.shape[:2]
+    batch, out_channels = patches.shape[:2]
+    positions = tuple(patches.shape[2:2 + spatial])
     group_channels = filters.shape[1]
     taps = tuple(group.taps for group in chosen)
     phases = tuple(group.phases for group in chosen)
-    positions = tuple(size - (group.taps - 1) * group.spacing for size, group in zip(window.shape[2:], chosen))
-    if all(count == 1 for count in taps):  # one tap per axis: the window itself
-        patches = window
-    else:
-        patches = windows(window, taps, (1,) * spatial, tuple(group.spacing for group in chosen), positions)
     lead = (groups, group_channels, out_channels // groups)
     reduced = (3,) + tuple(range(4 + 2 * spatial, 4 + 3 * spatial))
     if phases[-1] >= PHASES_INNER:
         interleaved = tuple(item for count in positions for item in (count, 1))
         patches = patches.reshape((batch, groups, 1, out_channels // groups) + interleaved + taps)
         filters = filters.reshape((1,) + lead + tuple(item for count in phases for item in (1, count)) + taps)
-        result = (patches * filters).sum(reduced, dtype=window.dtype)  # [N, G, Cg, M1, P1, M2, P2, ..]
+        result = (patches * filters).sum(reduced, dtype=patches.dtype)  # [N, G, Cg, M1, P1, M2, P2, ..]
         return result.reshape((batch, groups * group_channels) + tuple(
             item for count, phase_count in zip(positions, phases) for item in (count, phase_count))).contiguous()
     patches = patches.reshape((batch, groups, 1, out_channels // groups) + (1,) * spatial + positions + taps)
     filters = filters.reshape((1,) + lead + phases + (1,) * spatial + taps)
-    result = (patches * filters).sum(reduced, dtype=window.dtype).contiguous()  # [N, G, Cg, P1, P2, .., M1, M2, ..]
+    result = (patches * filters).sum(reduced, dtype=patches.dtype).contiguous()  # [N, G, Cg, P1, P2, .., M1, M2, ..]
     result = result.reshape((batch, groups * group_channels) + phases + positions)
     return result.permute((0, 1) + tuple(item for axis in range(spatial) for item in (2 + spatial + axis, 2 + axis)))
 
@@ -433,24 +431,39 @@ def phase_input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeom
         geometry.sizes, outputs, geometry.strides, kernel, geometry.dilations, geometry.pads)]
     if not all(axes):  # no window reads an input position (they read padding only): the gradient is 0
         return grad._full((batch, groups * group_channels) + tuple(geometry.sizes), 0.0, grad.dtype, grad.device)
-    # the gradient's positions some group's windows read, [start, start + length) each, padded with zeros past its
-    # ends (one copy where its last axis is padded, as `_padded`)
+    # the windows of stride 1 of the gradient, as many taps as an axis' groups have most, over the positions some
+    # group reads ([start, start + M) each; the gradient padded with zeros past its ends, one copy where its last
+    # axis is padded, as `_padded`), read by every group: its positions and its taps are one box of them
+    longest = [max(group.taps for group in axis) for axis in axes]
+    spacings = tuple(axis[0].spacing for axis in axes)
     starts = [[group.low - group.shift - (group.taps - 1) * group.spacing for group in axis] for axis in axes]
-    ends = [[start + group.high - group.low + (group.taps - 1) * group.spacing for start, group in zip(
-        axis_starts, axis)] for axis_starts, axis in zip(starts, axes)]
-    amounts = [(max(0, -min(axis_starts)), max(0, max(axis_ends) - count)) for axis_starts, axis_ends, count in zip(
-        starts, ends, outputs)]
+    lows = [min(axis_starts) for axis_starts in starts]
+    highs = [max(start + group.high - group.low for start, group in zip(axis_starts, axis))
+             for axis_starts, axis in zip(starts, axes)]
+    amounts = [(max(0, -low), max(0, high + (count - 1) * spacing - size)) for low, high, count, spacing, size in zip(
+        lows, highs, longest, spacings, outputs)]
     padded = grad._pad_and_shrink([(0, 0), (0, 0), *amounts])
+    padded = padded.shrink([None, None] + [(low + before, high + before + (count - 1) * spacing) for low, high, count,
+                                           spacing, (before, _) in zip(lows, highs, longest, spacings, amounts)])
     if amounts[-1] != (0, 0):
         padded = padded.contiguous()
+    if all(count == 1 for count in longest):
+        patches = padded.reshape(padded.shape + (1,) * spatial)
+    else:
+        patches = windows(padded, tuple(longest), (1,) * spatial, spacings, tuple(
+            high - low for low, high in zip(lows, highs)))  # [N, Cout, *U, *Q]
+    taps = _phase_taps(weight, axes, groups)  # [G, Cg, Og, *R, *Q]
     total: Tensor | None = None
     for choice in itertools.product(*(range(len(axis)) for axis in axes)):
         chosen = [axis[index] for axis, index in zip(axes, choice)]
-        window = padded.shrink([None, None] + [
-            (axis_starts[index] + before, axis_ends[index] + before)
-            for axis_starts, axis_ends, index, (before, _) in zip(starts, ends, choice, amounts)])
-        filters = _phase_group_filters(weight, chosen, groups)
-        part = _phase_group_reduce(window, filters, chosen, groups)  # [N, Cin, M1, P1, M2, P2, ..]
+        part = _phase_group_reduce(
+            patches.shrink([None, None] + [(start[index] - low, start[index] - low + group.high - group.low)
+                                           for start, index, low, group in zip(starts, choice, lows, chosen)]
+                           + [(0, group.taps) for group in chosen]),
+            taps.shrink([None] * 3 + [(group.tap, group.tap + group.phases) for group in chosen]
+                        + [(count - group.taps, count) for count, group in zip(
+                            [taps.shape[3 + spatial + axis] for axis in range(spatial)], chosen)]),
+            chosen, groups)  # [N, Cin, M1, P1, M2, P2, ..]
         # (M, P) -> padded positions m * s + p, m from the group's low: each phase at its place among the s
         part = part._pad_and_shrink([(0, 0), (0, 0)] + [
             amount for group, stride in zip(chosen, geometry.strides)
