@@ -453,6 +453,7 @@ def phase_input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeom
         patches = windows(padded, tuple(longest), (1,) * spatial, spacings, tuple(
             high - low for low, high in zip(lows, highs)))  # [N, Cout, *U, *Q]
     taps = _phase_taps(weight, axes, groups)  # [G, Cg, Og, *R, *Q]
+    first, last = [min(group.low for group in axis) for axis in axes], [max(group.high for group in axis) for axis in axes]
     total: Tensor | None = None
     for choice in itertools.product(*(range(len(axis)) for axis in axes)):
         chosen = [axis[index] for axis, index in zip(axes, choice)]
@@ -464,19 +465,18 @@ def phase_input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeom
                         + [(count - group.taps, count) for count, group in zip(
                             [taps.shape[3 + spatial + axis] for axis in range(spatial)], chosen)]),
             chosen, groups)  # [N, Cin, M1, P1, M2, P2, ..]
-        # (M, P) -> padded positions m * s + p, m from the group's low: each phase at its place among the s
+        # (M, P) -> padded positions m * s + p for m in [low, high) of every group (zeros where this one has none)
         part = part._pad_and_shrink([(0, 0), (0, 0)] + [
-            amount for group, stride in zip(chosen, geometry.strides)
-            for amount in ((0, 0), (group.phase, stride - group.phase - group.phases))])
-        part = part.reshape((batch, groups * group_channels) + tuple(
-            count * stride for count, stride in zip(part.shape[2::2], geometry.strides)))
-        # padded positions [low * s, high * s) -> the input's [0, S)
-        part = part._pad_and_shrink([(0, 0), (0, 0)] + [
-            (group.low * stride - before, size - (group.high * stride - before))
-            for group, stride, size, (before, _) in zip(chosen, geometry.strides, geometry.sizes, geometry.pads)])
+            amount for group, stride, low, high in zip(chosen, geometry.strides, first, last)
+            for amount in ((group.low - low, high - group.high), (group.phase, stride - group.phase - group.phases))])
         total = part if total is None else total + part
     assert total is not None  # every axis has a group
-    return total
+    total = total.reshape((batch, groups * group_channels) + tuple(
+        (high - low) * stride for low, high, stride in zip(first, last, geometry.strides)))
+    # padded positions [low * s, high * s) -> the input's [0, S)
+    return total._pad_and_shrink([(0, 0), (0, 0)] + [
+        (low * stride - before, size - (high * stride - before))
+        for low, high, stride, size, (before, _) in zip(first, last, geometry.strides, geometry.sizes, geometry.pads)])
 
 
 def weight_gradient(grad: Tensor, padded: Tensor, weight_shape: tuple[int, ...],
