@@ -8,8 +8,9 @@ filter value broadcast to the whole tile). An input padded along its last axis i
 memory-bound kernel), and one strided along it is copied split into the stride's phases (the copy is what the step
 records: the filters' gradient reads it again), so that the reduce loads whole vectors with no mask per lane. The
 gradient of the input is the transposed convolution (the output's gradient spread by the stride, padded, convolved
-with the flipped filters of swapped channels): a copy and one reduce; for an input split into phases it is computed
-by output phase instead (sub-pixel: each phase a convolution of stride 1 with the taps it reads, no inserted zeros).
+with the flipped filters of swapped channels): a copy and one reduce; for a strided convolution it is computed by
+phase group instead (sub-pixel: the input positions of a phase receive only the taps that reach them; each group of
+phases with as many taps a convolution of stride 1, one reduce, no inserted zeros and no tap padded to the stride).
 The gradient of the filters is one reduce over the batch and output positions (two where they are too many for
 one) laid out [G, *K, Og, Cg], vectorized along the positions it sums, then copied as [Cout, Cg, *K]. A transposed
 convolution (conv_transpose) is recorded as its own step (Composite.TRANSPOSED_CONVOLUTION) computed as torch's
@@ -288,7 +289,8 @@ def _spread_and_padded(tensor: Tensor, strides: tuple[int, ...], pads: list[tupl
 def input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
     """d convolution / d input: the transposed convolution of grad [N, Cout, *O] with the flipped filters, their
     channels swapped within each group: a convolution again (stride 1, the forward's dilation) of grad spread by the
-    stride and padded (copied where the last axis is spread or padded, as `_padded`)."""
+    stride and padded (copied where the last axis is spread or padded, as `_padded`). `convolution_gradients` uses it
+    where no axis is strided, `phase_input_gradient` (no inserted zeros) otherwise."""
     spatial = len(geometry.strides)
     kernel = tuple(weight.shape[2:])
     groups = geometry.groups
