@@ -292,6 +292,26 @@ def test_short_rows_are_tiled_whole(device: str, monkeypatch: pytest.MonkeyPatch
     np.testing.assert_array_equal(output, torch.nn.functional.pad(torch.tensor(x) * 2, (1, 1, 2, 1)).numpy())
 
 
+def test_long_rows_of_elementwise_kernels_are_tiled_whole(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU an elementwise kernel's rows longer than a tile's accumulators (32) are still one work item each: a
+    padded copy's rows of 34 (a 32x32 convolution input padded by 1) store their 32 interior outputs as vectors, a
+    transposed copy's rows of 64 (scalar: gathered lanes) do their index arithmetic once per row (each output its
+    own work item, a division and remainder per axis, ran ~20x slower). A device with warps keeps one output per
+    item. Values as torch's, NaN and inf included."""
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    source = rendered_c((_dummy(2, 3, 32, 32) * 2).pad((1, 1, 1, 1)).contiguous())
+    assert "gid < 204;" in source, source  # 2 x 3 x 34 rows of 34
+    assert "*(ember_float32x8_u*)(data0+" in source, source
+    assert "gid < 40;" in rendered_c(_dummy(64, 40).T.contiguous())  # 40 rows of 64
+    gpu = DeviceInfo(compute_units=2, preferred_vector_width=8, vector_ops=VECTOR_OPS, warp_width=32)
+    assert "gid < 204;" not in rendered_c((_dummy(2, 3, 32, 32) * 2).pad((1, 1, 1, 1)).contiguous(), gpu)
+    x = np.random.default_rng(1).standard_normal((2, 3, 32, 33)).astype(np.float32)
+    x[1, 2, 5, :3] = [np.nan, np.inf, -0.0]
+    output = (em.tensor(x, device=device) * 2).pad((1, 2, 1, 1)).numpy()
+    np.testing.assert_array_equal(output, torch.nn.functional.pad(torch.tensor(x) * 2, (1, 2, 1, 1)).numpy())
+    np.testing.assert_array_equal(em.tensor(x[0, 0], device=device).T.contiguous().numpy(), x[0, 0].T)
+
+
 def test_gathered_loads_vectorize_under_enough_arithmetic(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """An elementwise kernel gathering loaded values (a transposed operand, columns 8 apart) into vectors that feed
     more vector arithmetic than the lanes it gathers is vectorized; a copy or a single add of the same gather is

@@ -8,8 +8,9 @@ filter value broadcast to the whole tile). An input padded along its last axis i
 memory-bound kernel), and one strided along it is copied split into the stride's phases (the copy is what the step
 records: the filters' gradient reads it again), so that the reduce loads whole vectors with no mask per lane. The
 gradient of the input is the transposed convolution (the output's gradient spread by the stride, padded, convolved
-with the flipped filters of swapped channels): a copy and one reduce; for an input split into phases it is computed
-by output phase instead (sub-pixel: each phase a convolution of stride 1 with the taps it reads, no inserted zeros).
+with the flipped filters of swapped channels): a copy and one reduce; for a strided convolution it is computed by
+phase group instead (sub-pixel: the input positions of a phase receive only the taps that reach them; each group of
+phases with as many taps a convolution of stride 1, one reduce, no inserted zeros and no tap padded to the stride).
 The gradient of the filters is one reduce over the batch and output positions (two where they are too many for
 one) laid out [G, *K, Og, Cg], vectorized along the positions it sums, then copied as [Cout, Cg, *K]. A transposed
 convolution (conv_transpose) is recorded as its own step (Composite.TRANSPOSED_CONVOLUTION) computed as torch's
@@ -49,9 +50,6 @@ class ConvolutionGeometry(NamedTuple):
         """The output's spatial sizes for a kernel of these sizes."""
         return tuple((size + before + after - d * (k - 1) - 1) // s + 1 for size, (before, after), k, s, d in zip(
             self.sizes, self.pads, kernel, self.strides, self.dilations))
-
-
-VECTOR_ROW = 8  # positions a phased input gradient computes along its last axis are a multiple of this
 
 
 class PoolGeometry(NamedTuple):
@@ -291,7 +289,8 @@ def _spread_and_padded(tensor: Tensor, strides: tuple[int, ...], pads: list[tupl
 def input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
     """d convolution / d input: the transposed convolution of grad [N, Cout, *O] with the flipped filters, their
     channels swapped within each group: a convolution again (stride 1, the forward's dilation) of grad spread by the
-    stride and padded (copied where the last axis is spread or padded, as `_padded`)."""
+    stride and padded (copied where the last axis is spread or padded, as `_padded`). `convolution_gradients` uses it
+    where no axis is strided, `phase_input_gradient` (no inserted zeros) otherwise."""
     spatial = len(geometry.strides)
     kernel = tuple(weight.shape[2:])
     groups = geometry.groups
@@ -315,71 +314,171 @@ def input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) 
                                                                    tuple(spread.shape[2:])))
 
 
-def _phased_input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
-    """d convolution / d phased input (`phase_split`'s layout) of a convolution strided along its last axis, every
-    strided axis undilated, computed by output phase (sub-pixel): padded position j = m * s + r receives
-    sum over q of grad[m - q] * w[q * s + r] (the filter zero-padded to Q * s), so each phase r is a convolution of
-    stride 1 of grad with the flipped taps w[q * s + r]: one reduce over [N, Cin, *R, *M] that reads no inserted
-    zeros (the transposed convolution through the spread gradient multiplied s - 1 zeros of s along each strided
-    axis and stored the spread copy). The last axis' phases and positions are already the phased layout; the other
-    axes' are interleaved back to padded positions by views."""
+PHASES_INNER = 8  # a phase group's reduce is laid out [.., M, P] (phases innermost) from this many phases on
+
+
+class PhaseGroup(NamedTuple):
+    """Consecutive phases [phase, phase + phases) of one axis of a strided convolution's padded input (positions
+    j = m * s + p, computed for m in [low, high)) that filter taps reach in one pattern: phase phase + i receives the
+    taps k = tap + i + t * step (t < taps), tap t reading the output's gradient at m - shift - t * spacing."""
+
+    phase: int
+    phases: int
+    low: int
+    high: int
+    tap: int
+    step: int
+    taps: int
+    shift: int
+    spacing: int
+
+
+def _phase_groups(size: int, outputs: int, stride: int, kernel: int, dilation: int, before: int) -> list[PhaseGroup]:
+    """The phases of one axis (stride s, dilation d) whose input positions some filter tap reaches, runs of
+    neighbours with the same taps merged (with d = 1 at most two runs: ceil(K / s) taps, then one fewer). Tap k
+    reaches phase p where k * d = p (mod s): every s / gcd(s, d)-th tap, whose readings of the gradient step by
+    d / gcd(s, d). Only the positions of the input that some window reads are computed (the others' gradient is 0)."""
+    step, spacing = stride // math.gcd(stride, dilation), dilation // math.gcd(stride, dilation)
+    reach = (outputs - 1) * stride + (kernel - 1) * dilation + 1  # the padded positions the windows read
+    first, last = max(0, before), min(before + size, reach)
+    groups: list[PhaseGroup] = []
+    for phase in range(stride):
+        taps = [k for k in range(kernel) if (k * dilation - phase) % stride == 0]
+        low, high = -(-(first - phase) // stride), -(-(last - phase) // stride)
+        if not taps or high <= low:
+            continue
+        group = PhaseGroup(phase, 1, low, high, taps[0], step, len(taps), (taps[0] * dilation - phase) // stride,
+                           spacing)
+        previous = groups[-1] if groups else None
+        if (previous is not None and previous.phase + previous.phases == phase
+                and previous.tap + previous.phases == group.tap and previous.phases < step
+                and (previous.taps, previous.shift) == (group.taps, group.shift)):
+            groups[-1] = previous._replace(phases=previous.phases + 1, low=min(previous.low, low),
+                                           high=max(previous.high, high))
+        else:
+            groups.append(group)
+    return groups
+
+
+def _phase_taps(weight: Tensor, axes: list[list[PhaseGroup]], groups: int) -> Tensor:
+    """The filters [Cout, Cg, *K] as [G, Cg, Og, *R, *Q] by views, read by every phase group (`_phase_group_reduce`):
+    each axis zero-padded to Q * step (Q = ceil(K / step), step the axis' groups' tap step) and split as (Q, step),
+    Q flipped, so that a group's phase i, tap t (k = tap + i + (T - 1 - t) * step, tap < step) is R = tap + i,
+    Q = Q - T + t: a group's taps are one box."""
+    spatial = len(axes)
+    out_channels, group_channels = weight.shape[:2]
+    kernel = tuple(weight.shape[2:])
+    steps = [axis[0].step for axis in axes]
+    shifts = [-(-size // step) for size, step in zip(kernel, steps)]
+    taps = weight._pad_and_shrink([(0, 0), (0, 0)] + [(0, count * step - size) for count, step, size in zip(
+        shifts, steps, kernel)])
+    taps = taps.reshape((groups, out_channels // groups, group_channels) + tuple(
+        item for count, step in zip(shifts, steps) for item in (count, step)))  # [G, Og, Cg, Q1, step1, Q2, ..]
+    flipped = tuple(3 + 2 * axis for axis, count in enumerate(shifts) if count > 1)
+    if flipped:
+        taps = taps.flip(flipped)
+    return taps.permute((0, 2, 1) + tuple(4 + 2 * axis for axis in range(spatial)) + tuple(
+        3 + 2 * axis for axis in range(spatial)))
+
+
+def _phase_group_reduce(patches: Tensor, filters: Tensor, chosen: list[PhaseGroup], groups: int) -> Tensor:
+    """One combination of phase groups' share of the input's gradient, [N, Cin, M1, P1, M2, P2, ..] (positions, then
+    the group's phases, per axis: the interleaved order): the windows of stride 1 of the padded gradient
+    ([N, Cout, *M, *T]) times the group's flipped taps ([G, Cg, Og, *P, *T]) summed over the output channels and
+    taps, one reduce, stored (read through the interleaving's pads, it would be recomputed per element). Stored in
+    that order where the last axis' group has PHASES_INNER phases or more (a patch embedding's stride-16 taps: the
+    tile's vectors along the phases, and groups of all s phases need only a reshape), else as [N, Cin, *P, *M] (the
+    tile's vectors along the positions; a tile along a handful of phases runs ~4x slower) and read through a
+    permute."""
+    spatial = len(chosen)
+    batch, out_channels = patches.shape[:2]
+    positions = tuple(patches.shape[2:2 + spatial])
+    group_channels = filters.shape[1]
+    taps = tuple(group.taps for group in chosen)
+    phases = tuple(group.phases for group in chosen)
+    lead = (groups, group_channels, out_channels // groups)
+    reduced = (3,) + tuple(range(4 + 2 * spatial, 4 + 3 * spatial))
+    if phases[-1] >= PHASES_INNER:
+        interleaved = tuple(item for count in positions for item in (count, 1))
+        patches = patches.reshape((batch, groups, 1, out_channels // groups) + interleaved + taps)
+        filters = filters.reshape((1,) + lead + tuple(item for count in phases for item in (1, count)) + taps)
+        result = (patches * filters).sum(reduced, dtype=patches.dtype)  # [N, G, Cg, M1, P1, M2, P2, ..]
+        return result.reshape((batch, groups * group_channels) + tuple(
+            item for count, phase_count in zip(positions, phases) for item in (count, phase_count))).contiguous()
+    patches = patches.reshape((batch, groups, 1, out_channels // groups) + (1,) * spatial + positions + taps)
+    filters = filters.reshape((1,) + lead + phases + (1,) * spatial + taps)
+    result = (patches * filters).sum(reduced, dtype=patches.dtype).contiguous()  # [N, G, Cg, P1, P2, .., M1, M2, ..]
+    result = result.reshape((batch, groups * group_channels) + phases + positions)
+    return result.permute((0, 1) + tuple(item for axis in range(spatial) for item in (2 + spatial + axis, 2 + axis)))
+
+
+def phase_input_gradient(grad: Tensor, weight: Tensor, geometry: ConvolutionGeometry) -> Tensor:
+    """d convolution / d input [N, Cin, *S] of a strided convolution by phase (sub-pixel): along an axis of stride
+    s the padded positions j = m * s + p of phase p receive only the taps k with k * d = p (mod s), each reading the
+    output's gradient at m - (k * d - p) / s: a convolution of stride 1 of the gradient with those taps, flipped.
+    Each combination of the axes' phase groups (`_phase_groups`: phases with as many taps, at most 2 per axis where
+    d = 1) is one such convolution, its phases extra output channels: exactly the products the gradient needs (no
+    inserted zero of the spread gradient, the transposed convolution's s - 1 of every s per axis; no tap padded to a
+    multiple of the stride), each stored in its own layout (a reduce read through the interleaving's pads would be
+    recomputed per element), then interleaved into [N, Cin, *S] by views (each phase spread by the stride and
+    shifted to its position, summed: fused into the kernel that reads the gradient). One padded copy of the gradient
+    (where some window reaches past its last axis' ends) serves every group."""
     spatial = len(geometry.strides)
     batch = grad.shape[0]
     out_channels, group_channels = weight.shape[:2]
     kernel = tuple(weight.shape[2:])
     groups = geometry.groups
     outputs = tuple(grad.shape[2:])
-    layout = _phase_layout(geometry, kernel)
-    strides, dilations = geometry.strides, geometry.dilations
-    shifts = tuple(-(-k // s) for k, s in zip(kernel, strides))  # Q per axis (K where the stride is 1)
-    phases = tuple(min(s, k) for k, s in zip(kernel, strides))  # R per axis
-    # positions per axis: the padded length's by phase, the last axis' the phased layout's, rounded up to a whole
-    # number of 8 (a vector tile's row: a reduce whose last output dim is not one runs scalar, ~20x slower)
-    last = layout.length if layout.length < 8 else -(-layout.length // VECTOR_ROW) * VECTOR_ROW
-    lengths = tuple(-(-size // s) for size, s in zip(layout.padded_sizes[:-1], strides[:-1])) + (last,)
-    # grad padded by (Q - 1) * d before, cut or padded to M + (Q - 1) * d: windows of stride 1 read grad[m - q]
-    amounts = [(0, 0), (0, 0)] + [((q - 1) * d, m - o) for q, d, m, o in zip(shifts, dilations, lengths, outputs)]
-    padded = grad._pad_and_shrink(amounts)
-    if amounts[-1] != (0, 0):  # (copied: the reduce loads whole vectors, no mask per lane, as `_padded`)
+    axes = [_phase_groups(size, count, s, k, d, before) for size, count, s, k, d, (before, _) in zip(
+        geometry.sizes, outputs, geometry.strides, kernel, geometry.dilations, geometry.pads)]
+    if not all(axes):  # no window reads an input position (they read padding only): the gradient is 0
+        return grad._full((batch, groups * group_channels) + tuple(geometry.sizes), 0.0, grad.dtype, grad.device)
+    # the windows of stride 1 of the gradient, as many taps as an axis' groups have most, over the positions some
+    # group reads ([start, start + M) each; the gradient padded with zeros past its ends, one copy where its last
+    # axis is padded, as `_padded`), read by every group: its positions and its taps are one box of them
+    longest = [max(group.taps for group in axis) for axis in axes]
+    spacings = tuple(axis[0].spacing for axis in axes)
+    starts = [[group.low - group.shift - (group.taps - 1) * group.spacing for group in axis] for axis in axes]
+    lows = [min(axis_starts) for axis_starts in starts]
+    highs = [max(start + group.high - group.low for start, group in zip(axis_starts, axis))
+             for axis_starts, axis in zip(starts, axes)]
+    amounts = [(max(0, -low), max(0, high + (count - 1) * spacing - size)) for low, high, count, spacing, size in zip(
+        lows, highs, longest, spacings, outputs)]
+    padded = grad._pad_and_shrink([(0, 0), (0, 0), *amounts])
+    padded = padded.shrink([None, None] + [(low + before, high + before + (count - 1) * spacing) for low, high, count,
+                                           spacing, (before, _) in zip(lows, highs, longest, spacings, amounts)])
+    if amounts[-1] != (0, 0):
         padded = padded.contiguous()
-    patches = windows(padded, shifts, (1,) * spatial, dilations, lengths)  # [N, Cout, *M, *Q]
-    patches = patches.reshape((batch, groups, 1, out_channels // groups) + (1,) * spatial + lengths + shifts)
-    # the filters: each axis zero-padded to Q * s, split as (Q, s), the phases a tap reads kept, Q flipped
-    filters = weight._pad_and_shrink([(0, 0), (0, 0)] + [(0, q * s - k) for q, s, k in zip(shifts, strides, kernel)])
-    filters = filters.reshape((out_channels, group_channels) + tuple(item for q, s in zip(shifts, strides)
-                                                                    for item in (q, s)))
-    filters = filters.shrink([None, None] + [bound for r in phases for bound in (None, (0, r))])
-    filters = filters.flip(tuple(2 + 2 * axis for axis in range(spatial)))
-    order = (1,) + tuple(3 + 2 * axis for axis in range(spatial)) + (0,) + tuple(2 + 2 * axis for axis in range(
-        spatial))
-    filters = filters.permute(order)  # [Cg, *R, Cout, *Q]
-    filters = filters.reshape((group_channels,) + phases + (groups, out_channels // groups) + shifts)
-    filters = filters.permute((1 + spatial, 0) + tuple(range(1, 1 + spatial)) + tuple(range(2 + spatial,
-                                                                                              3 + 2 * spatial)))
-    filters = filters.reshape((1, groups, group_channels) + phases + (out_channels // groups,) + (1,) * spatial
-                              + shifts)  # [1, G, Cg, *R, Og, 1.., *Q]
-    patches = patches.permute((0, 1, 2) + tuple(range(4, 4 + spatial)) + (3,) + tuple(range(4 + spatial,
-                                                                                             4 + 3 * spatial)))
-    reduced = (3 + spatial,) + tuple(range(4 + 2 * spatial, 4 + 3 * spatial))
-    result = (patches * filters).sum(reduced, dtype=grad.dtype)  # [N, G, Cg, *R, *M]
-    result = result.reshape((batch, group_channels * groups) + phases + lengths)
-    # interleave each axis but the last: (R, M) -> padded positions m * s + r (phases past R are zeros)
-    order = (0, 1) + tuple(item for axis in range(spatial) for item in (2 + axis, 2 + spatial + axis))
-    result = result.permute(order)  # [N, Cin, R1, M1, R2, M2, ...]
-    for axis in range(spatial - 1):
-        position = 2 + axis  # (axes before it are merged already)
-        stride, size = strides[axis], layout.padded_sizes[axis]
-        amounts = [(0, 0)] * result.ndim
-        amounts[position] = (0, stride - phases[axis])
-        full = result._pad_and_shrink(amounts).transpose(position, position + 1)  # [.., M, s, ..]
-        shape = full.shape
-        merged = full.reshape(shape[:position] + (shape[position] * stride,) + shape[position + 2:])
-        amounts = [(0, 0)] * merged.ndim
-        amounts[position] = (0, size - merged.shape[position])
-        result = merged._pad_and_shrink(amounts)
-    result = result.shrink([None] * (result.ndim - 1) + [(0, layout.length)])
-    # [N, Cin, *S'[:-1], R, M] -> the phased layout [N, Cin, R, *S'[:-1], M]
-    return result.permute((0, 1, 1 + spatial) + tuple(range(2, 1 + spatial)) + (2 + spatial,))
+    if all(count == 1 for count in longest):
+        patches = padded.reshape(padded.shape + (1,) * spatial)
+    else:
+        patches = windows(padded, tuple(longest), (1,) * spatial, spacings, tuple(
+            high - low for low, high in zip(lows, highs)))  # [N, Cout, *U, *Q]
+    taps = _phase_taps(weight, axes, groups)  # [G, Cg, Og, *R, *Q]
+    first, last = [min(group.low for group in axis) for axis in axes], [max(group.high for group in axis) for axis in axes]
+    total: Tensor | None = None
+    for choice in itertools.product(*(range(len(axis)) for axis in axes)):
+        chosen = [axis[index] for axis, index in zip(axes, choice)]
+        part = _phase_group_reduce(
+            patches.shrink([None, None] + [(start[index] - low, start[index] - low + group.high - group.low)
+                                           for start, index, low, group in zip(starts, choice, lows, chosen)]
+                           + [(0, group.taps) for group in chosen]),
+            taps.shrink([None] * 3 + [(group.tap, group.tap + group.phases) for group in chosen]
+                        + [(count - group.taps, count) for count, group in zip(
+                            [taps.shape[3 + spatial + axis] for axis in range(spatial)], chosen)]),
+            chosen, groups)  # [N, Cin, M1, P1, M2, P2, ..]
+        # (M, P) -> padded positions m * s + p for m in [low, high) of every group (zeros where this one has none)
+        part = part._pad_and_shrink([(0, 0), (0, 0)] + [
+            amount for group, stride, low, high in zip(chosen, geometry.strides, first, last)
+            for amount in ((group.low - low, high - group.high), (group.phase, stride - group.phase - group.phases))])
+        total = part if total is None else total + part
+    assert total is not None  # every axis has a group
+    total = total.reshape((batch, groups * group_channels) + tuple(
+        (high - low) * stride for low, high, stride in zip(first, last, geometry.strides)))
+    # padded positions [low * s, high * s) -> the input's [0, S)
+    return total._pad_and_shrink([(0, 0), (0, 0)] + [
+        (low * stride - before, size - (high * stride - before))
+        for low, high, stride, size, (before, _) in zip(first, last, geometry.strides, geometry.sizes, geometry.pads)])
 
 
 def weight_gradient(grad: Tensor, padded: Tensor, weight_shape: tuple[int, ...],
@@ -465,12 +564,11 @@ def convolution_gradients(grad: Tensor, padded: Tensor, weight: Tensor,
     input's gradient is the input's, padded with zeros: the padding is constant (its gradient is dropped by the pad's
     own rule), so the transposed convolution computes only the input's positions. A step whose input is split into
     the stride's phases (geometry.phased) gets that gradient in the same layout (a view)."""
-    if geometry.phased and all(s == 1 or d == 1 for s, d in zip(geometry.strides, geometry.dilations)):
-        source_gradient = _phased_input_gradient(grad, weight, geometry)
-    else:
-        source_gradient = input_gradient(grad, weight, geometry)._pad_and_shrink([(0, 0), (0, 0), *geometry.pads])
-        if geometry.phased:
-            source_gradient = _phase_view(source_gradient, tuple(weight.shape[2:]), geometry)
+    strided = any(stride > 1 for stride in geometry.strides)
+    source_gradient = (phase_input_gradient if strided else input_gradient)(grad, weight, geometry)
+    source_gradient = source_gradient._pad_and_shrink([(0, 0), (0, 0), *geometry.pads])
+    if geometry.phased:
+        source_gradient = _phase_view(source_gradient, tuple(weight.shape[2:]), geometry)
     return source_gradient, weight_gradient(grad, padded, tuple(weight.shape), geometry)
 
 

@@ -25,6 +25,7 @@ from ember.ir.stage import stage_loads
 from ember.ir.vectorize import gathers, lanes_for, vectorize
 
 MAX_TILE_OUTPUTS = 32  # accumulators per work item; more spill registers on common CPUs
+MAX_ROW_OUTPUTS = 256  # outputs of a whole row per work item of an elementwise kernel on a CPU (code size)
 MAX_TILE_VECTORS = 12  # vector accumulators per work item: 12 of 16 AVX2 registers, the rest hold the operands
 MINIMUM_STAGED_TILES = 4  # tiles a work item loops over before staging the panel they share pays for its copy
 MAX_STAGED_BYTES = 256 * 1024  # scratch per work item (on the stack of the C thread running it), within L2
@@ -154,7 +155,10 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
                     plans.append(Plan(factors, order, loop=(loop_axis, loop_tiles), stage=True))
             plans.append(Plan(factors, order))
     elif output_lanes > 1:
-        vector_tile = _rows_vector_tile(shape, output_lanes) or _padded_row_tile(shape, output_lanes)
+        # (an elementwise kernel on a device without warps, a CPU, may take longer rows while items stay plenty)
+        longest = MAX_ROW_OUTPUTS if not reduces and info.warp_width == 1 else MAX_TILE_OUTPUTS
+        vector_tile = _rows_vector_tile(shape, output_lanes) or _padded_row_tile(shape, output_lanes, longest,
+                                                                                 minimum_items)
         if vector_tile is not None:
             plans.append(Plan(vector_tile))
     if len(reduce_dtypes) == 1:
@@ -190,11 +194,17 @@ def _rows_vector_tile(shape: tuple[int, ...], lanes: int) -> tuple[int, ...] | N
     return tuple(factors)
 
 
-def _padded_row_tile(shape: tuple[int, ...], lanes: int) -> tuple[int, ...] | None:
+def _padded_row_tile(shape: tuple[int, ...], lanes: int, longest: int = MAX_TILE_OUTPUTS, minimum_items: int = 1
+                     ) -> tuple[int, ...] | None:
     """A whole row per work item where rows are longer than a vector but not a whole number of them (a padded
-    copy's rows of 10: vectorize.py packs the 8 interior outputs, the border stays scalar), or None."""
+    copy's rows of 10: vectorize.py packs the 8 interior outputs, the border stays scalar), or None. Rows longer
+    than MAX_TILE_OUTPUTS (accumulators in registers) only up to `longest` and where `minimum_items` rows remain:
+    an elementwise kernel's rows up to MAX_ROW_OUTPUTS on a CPU (a padded copy's rows of 34 or 129 had each output
+    its own work item, a division and remainder per axis and scalar loads: ~20x slower)."""
     axis = _last_axis(shape)
-    if not lanes < shape[axis] <= MAX_TILE_OUTPUTS:
+    if shape[axis] > MAX_TILE_OUTPUTS and _product(list(shape)) // shape[axis] < minimum_items:
+        return None
+    if not lanes < shape[axis] <= longest:
         return None
     return tuple(shape[axis] if number == axis else 1 for number in range(len(shape)))
 
@@ -296,7 +306,10 @@ def row_tile(kernel: Kernel, info: DeviceInfo) -> tuple[int, ...] | None:
         return None
     axis = _last_axis(shape)
     rows = _product(list(shape)) // shape[axis]
-    if not 2 <= shape[axis] <= MAX_TILE_OUTPUTS or rows < 4 * max(1, info.compute_units):
+    elementwise = info.warp_width == 1 and not any(step.op in REDUCE_OPS for step in kernel.steps)
+    if not 2 <= shape[axis] <= (MAX_ROW_OUTPUTS if elementwise else MAX_TILE_OUTPUTS):
+        return None
+    if rows < 4 * max(1, info.compute_units):
         return None
     return tuple(shape[axis] if number == axis else 1 for number in range(len(shape)))
 
