@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ember.backends.render_steps import KernelBody, StepRenderer
+from ember.backends.render_steps import KernelBody, StepRenderer, shared_array
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.errors import CompileError
@@ -512,10 +512,34 @@ class PTXRenderer(StepRenderer[PTXBody]):
         e.emit("add.s64", result, body.pointers[param.arg[0]], offset)
         return result
 
+    @staticmethod
+    def shared_address(body: PTXBody, array: IRNode, index: IRNode) -> str:
+        """A register holding the address of element `index` of a `.shared` array (a workgroup tile)."""
+        e = body.e
+        itemsize = array.dtype.itemsize
+        result = e.register("b64")
+        e.emit("mov.u64", result, body.names[id(array)])
+        if index.op is IROp.CONST:
+            e.emit("add.s64", result, result, str(int(index.arg) * itemsize))
+            return result
+        offset = e.register("b64")
+        if body.wide_index:
+            e.emit("mul.lo.s64", offset, body.operand(index), str(itemsize))
+        else:
+            e.emit("mul.wide.s32", offset, body.operand(index), str(itemsize))
+        e.emit("add.s64", result, result, offset)
+        return result
+
     def load(self, body: PTXBody, node: IRNode) -> str:
         """A LOAD (guarded: 0 where its mask is false, memory untouched) into a register of the value's kind."""
         e = body.e
         param = node.srcs[0]
+        array = shared_array(param)
+        if array is not None:  # a workgroup tile, of its values' own kind (never guarded: lowering clamps)
+            assert len(node.srcs) == 2, "a load from local memory is never guarded"
+            loaded = e.register(KIND[array.dtype])
+            e.emit(f"ld.shared.{SHARED_TYPE[array.dtype]}", loaded, f"[{self.shared_address(body, array, node.srcs[1])}]")
+            return loaded
         dtype = param.dtype
         where = self.address(body, param, node.srcs[1])
         guard = body.operand(node.srcs[2]) if len(node.srcs) == 3 else ""
@@ -545,6 +569,11 @@ class PTXRenderer(StepRenderer[PTXBody]):
     def store(self, body: PTXBody, node: IRNode) -> None:
         e = body.e
         param, index, value = node.srcs
+        array = shared_array(param)
+        if array is not None:  # a workgroup tile
+            where = self.shared_address(body, array, index)
+            e.emit(f"st.shared.{SHARED_TYPE[array.dtype]}", f"[{where}]", body.materialize(value))
+            return
         dtype = param.dtype
         where = self.address(body, param, index)
         register = body.materialize(value)
@@ -600,6 +629,14 @@ class PTXRenderer(StepRenderer[PTXBody]):
 
     def define_local(self, body: PTXBody, node: IRNode) -> None:
         self.refuse_scratch_arrays(body, node)
+
+    def define_shared(self, body: PTXBody, node: IRNode) -> None:
+        """A `.shared` array of the block (a workgroup tile), 16-byte aligned."""
+        name = body.names[id(node)] = f"ember_tile{node.arg[0]}"
+        body.shared_arrays.append(f"\t.shared .align 16 .b8 {name}[{node.arg[1] * node.dtype.itemsize}];")
+
+    def barrier(self, body: PTXBody, node: IRNode) -> None:
+        body.e.emit("bar.sync", "0")
 
     def group_reduce(self, body: PTXBody, node: IRNode) -> None:
         """The block's values combined: by warp shuffles where the kernel was made for 32-thread warps
