@@ -2,7 +2,9 @@
 two broadcast factors) gives each group a BM x BN tile of its output, and the group loops over the reduced axis K in
 steps of BK: per step its work items copy the A tile (BM x BK) and the B tile (BK x BN) into local memory together,
 wait at a barrier, and each accumulates a TM x TN register tile from local memory (every value a work item reads
-there is shared by TM or TN of its outputs, and every value a group loads from global memory by BM or BN outputs).
+there is shared by TM or TN of its outputs, and every value a group loads from global memory by BM or BN outputs);
+a work item's rows and columns are BM/TM and BN/TN apart, so neighbouring items read neighbouring tile elements and
+store neighbouring outputs.
 
 The factors are whatever the kernel computes before its reduce (an elementwise prologue, a view, a half-precision
 load converted to float32): each is computed while its tile is filled, at its (row, k) or (k, column), and stored as
@@ -56,9 +58,10 @@ class MatmulTiles:
 
 class _ReduceReplaced(Lowerer):
     """Lowers a kernel with its one reduce replaced by `result`, recording the value the reduce sums at the reduced
-    index `depth_index` (None where the reduce is not one axis, or is reached under a mask)."""
+    index `depth_index` (None where the reduce is not one axis, or is reached under a mask; nothing recorded where
+    `depth_index` is None: the epilogue)."""
 
-    def __init__(self, kernel: Kernel, builder: Builder, depth_index: IRNode, result: IRNode) -> None:
+    def __init__(self, kernel: Kernel, builder: Builder, depth_index: IRNode | None, result: IRNode) -> None:
         super().__init__(kernel, builder, dtypes.int32)
         self.depth_index = depth_index
         self.result = result
@@ -66,6 +69,8 @@ class _ReduceReplaced(Lowerer):
 
     def _lower_reduce(self, position: int, step: KernelStep, index: tuple[IRNode, ...],
                       valid: IRNode | None) -> Lowering:
+        if self.depth_index is None:
+            return self.result
         source_shape = self.steps[step.srcs[0]].shape
         axes = [axis for axis in step.arg if source_shape[axis] != 1]
         if len(axes) == 1 and valid is None:
@@ -157,8 +162,7 @@ def lower_matmul_kernel(kernel: Kernel, name: str, tiles: MatmulTiles, warp_widt
     column_origin = builder.mul(builder.mod(group_id, column_tiles), block)
     row_origin = builder.mul(builder.mod(builder.div(group_id, column_tiles), row_tiles), block)
     batch = builder.div(group_id, column_tiles * row_tiles)
-    zero = builder.const(0, index)
-    origin: list[IRNode] = [zero] * len(shape)
+    origin: list[IRNode] = [builder.const(0, index)] * len(shape)
     for position, (axis, stride) in enumerate(zip(batch_axes, strides_of(batch_shape))):
         quotient = builder.div(batch, stride)
         origin[axis] = quotient if position == 0 else builder.mod(quotient, shape[axis])
@@ -202,22 +206,25 @@ def lower_matmul_kernel(kernel: Kernel, name: str, tiles: MatmulTiles, warp_widt
     filled = builder.barrier(fills)
     a_ready, b_ready = builder.after(a_tile, [filled]), builder.after(b_tile, [filled])
     inner = builder.new_range(depth_step, index)
-    item_row = builder.mul(builder.div(local_id, items_along), register)
-    item_column = builder.mul(builder.mod(local_id, items_along), register)
-    a_values = [builder.load(a_ready, builder.add(builder.mul(builder.add(item_row, offset), depth_step), inner), None)
-                for offset in range(register)]
-    b_values = [builder.load(b_ready, builder.add(builder.mul(inner, block), builder.add(item_column, offset)), None)
-                for offset in range(register)]
+    # item (r, c) computes rows r, r + BM/TM, ... and columns c, c + BN/TN, ...: neighbouring items read
+    # neighbouring elements of B's tile (no bank conflicts) and store neighbouring outputs (coalesced)
+    item_rows = [builder.add(builder.div(local_id, items_along), offset * items_along) for offset in range(register)]
+    item_columns = [builder.add(builder.mod(local_id, items_along), offset * items_along)
+                    for offset in range(register)]
+    a_values = [builder.load(a_ready, builder.add(builder.mul(item_row, depth_step), inner), None)
+                for item_row in item_rows]
+    b_values = [builder.load(b_ready, builder.add(builder.mul(inner, block), item_column), None)
+                for item_column in item_columns]
     stores = []
     for row_offset in range(register):
         for column_offset in range(register):
             product = builder.alu(Op.MUL, dtypes.float32, a_values[row_offset], b_values[column_offset])
             accumulator = builder.reduce(Op.SUM, product, (step, inner))
-            row = builder.at_most(builder.add(row_origin, builder.add(item_row, row_offset)), rows - 1)
-            column = builder.at_most(builder.add(column_origin, builder.add(item_column, column_offset)), columns - 1)
+            row = builder.at_most(builder.add(row_origin, item_rows[row_offset]), rows - 1)
+            column = builder.at_most(builder.add(column_origin, item_columns[column_offset]), columns - 1)
             place = placed(row, column)
             # the epilogue: the output's value there, the accumulator as the reduce's value
-            lowerer = _ReduceReplaced(kernel, builder, zero, accumulator)
+            lowerer = _ReduceReplaced(kernel, builder, None, accumulator)
             stores.append(lowerer.store_output(place))
     params = lowerer.buffer_params()
     return KernelIR(name=name, params=params, global_size=groups * local_size, sink=builder.sink(stores),
