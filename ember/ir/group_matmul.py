@@ -186,12 +186,12 @@ def lower_matmul_kernel(kernel: Kernel, name: str, tiles: MatmulTiles, warp_widt
         unused = builder.new_range(columns if factor == 0 else rows, index)  # the other factor's axis
         for number in range(block * depth_step // local_size):
             element = builder.add(local_id, number * local_size)
-            outer, inner = builder.div(element, across), builder.mod(element, across)
-            along, depth = (outer, inner) if factor == 0 else (inner, outer)
+            quotient, remainder = builder.div(element, across), builder.mod(element, across)
+            along, depth = (quotient, remainder) if factor == 0 else (remainder, quotient)
             along_origin = row_origin if factor == 0 else column_origin
-            position = builder.at_most(builder.add(along_origin, along), (rows if factor == 0 else columns) - 1)
+            clamped = builder.at_most(builder.add(along_origin, along), (rows if factor == 0 else columns) - 1)
             unclamped = builder.add(depth_origin, depth)
-            place = placed(position, unused) if factor == 0 else placed(unused, position)
+            place = placed(clamped, unused) if factor == 0 else placed(unused, clamped)
             product, _ = _reduced_product(kernel, builder, place, builder.at_most(unclamped, length - 1),
                                           builder.param(-1, dtypes.float32, False))
             if product is None:
