@@ -32,6 +32,12 @@ MINIMUM_DEPTH = 8  # elements summed per output from which it is
 TILE_DEPTH = 16  # BK: the reduced elements each step of the group's loop copies to local memory
 REGISTER_TILE = 4  # TM = TN: the outputs a work item computes along each of the two axes
 GROUP_TILES = (64, 32)  # BM = BN, the largest first: the output tile of a group
+# on matrix units (DeviceInfo.matrix_dtypes): a group of 4 warps computes 64x64 outputs, each warp 32x32 as 2 x 4
+# steps of mma.m16n8k16 (A 16x16, B 16x8) a K step of 16; the tiles hold the half values
+MATRIX_BLOCK = 64
+MATRIX_WARPS = 4
+WARP = 32
+HALF_TYPES = (dtypes.float16, dtypes.bfloat16)
 
 
 @dataclass(frozen=True)
@@ -46,14 +52,11 @@ class MatmulTiles:
     block: int
     depth: int = TILE_DEPTH
     register: int = REGISTER_TILE
+    matrix: dtypes.DType | None = None  # the half inputs' dtype where the device's matrix units multiply them
 
     @property
     def local_size(self) -> int:
-        return (self.block // self.register) ** 2
-
-    @property
-    def local_bytes(self) -> int:
-        return 2 * self.block * self.depth * 4  # both tiles, float32
+        return MATRIX_WARPS * WARP if self.matrix is not None else (self.block // self.register) ** 2
 
 
 class _ReduceReplaced(Lowerer):
@@ -129,6 +132,11 @@ def matmul_tiles(kernel: Kernel, info: DeviceInfo) -> MatmulTiles | None:
     if not rows or not columns or shape[rows[-1]] < MINIMUM_SIDE or shape[columns[-1]] < MINIMUM_SIDE:
         return None
     row_axis, column_axis = rows[-1], columns[-1]
+    matrix = {_half_load(factor) for factor in product.srcs}
+    (half,) = matrix if len(matrix) == 1 else (None,)
+    if (half is not None and half in info.matrix_dtypes and info.warp_width == WARP
+            and info.max_local_size >= MATRIX_WARPS * WARP and 2 * MATRIX_BLOCK * TILE_DEPTH * 2 <= info.local_memory_bytes):
+        return MatmulTiles(row_axis, column_axis, reduced[0], MATRIX_BLOCK, matrix=half)
     fitting = [block for block in GROUP_TILES
                if (block // REGISTER_TILE) ** 2 <= info.max_local_size
                and 2 * block * TILE_DEPTH * 4 <= info.local_memory_bytes]
@@ -142,76 +150,128 @@ def matmul_tiles(kernel: Kernel, info: DeviceInfo) -> MatmulTiles | None:
     return None
 
 
+def _half_load(factor: IRNode) -> dtypes.DType | None:
+    """The dtype of a factor that is a half value loaded as it is (float16 or bfloat16 converted to float32, which
+    matrix units take exactly), or None."""
+    if factor.op is Op.CAST and factor.srcs[0].op is IROp.LOAD and len(factor.srcs[0].srcs) == 2 \
+            and factor.srcs[0].dtype in HALF_TYPES:
+        return factor.srcs[0].dtype
+    return None
+
+
+class _GroupTiles:
+    """What both kinds of tiled matmul share: a builder, the group's place in the output (its batch index and the
+    origins of its rows and columns), the loop over K in steps of the tile depth, filling the two tiles in local
+    memory between barriers, and the epilogue's clamped stores."""
+
+    def __init__(self, kernel: Kernel, tiles: MatmulTiles) -> None:
+        self.kernel, self.tiles = kernel, tiles
+        shape = kernel.output.shape
+        self.rows, self.columns = shape[tiles.row_axis], shape[tiles.column_axis]
+        builder = self.builder = Builder()
+        index = self.index = dtypes.int32
+        self.local_id = builder.local_id(tiles.local_size, index)
+        block = tiles.block
+        row_tiles, column_tiles = -(-self.rows // block), -(-self.columns // block)
+        batch_axes = [axis for axis, extent in enumerate(shape)
+                      if extent != 1 and axis not in (tiles.row_axis, tiles.column_axis)]
+        batch_shape = tuple(shape[axis] for axis in batch_axes)
+        self.groups = prod(batch_shape) * row_tiles * column_tiles
+        group_id = builder.group_id(self.groups, index)
+        self.column_origin = builder.mul(builder.mod(group_id, column_tiles), block)
+        self.row_origin = builder.mul(builder.mod(builder.div(group_id, column_tiles), row_tiles), block)
+        batch = builder.div(group_id, column_tiles * row_tiles)
+        self.origin: list[IRNode] = [builder.const(0, index)] * len(shape)
+        for position, (axis, stride) in enumerate(zip(batch_axes, strides_of(batch_shape))):
+            quotient = builder.div(batch, stride)
+            self.origin[axis] = quotient if position == 0 else builder.mod(quotient, shape[axis])
+        self.step = builder.new_range(-(-tiles.depth_length // tiles.depth), index)  # the loop over K
+        self.lowerer: Lowerer | None = None
+
+    def placed(self, row: IRNode, column: IRNode) -> tuple[IRNode, ...]:
+        """The output index of (row, column) in this group's batch."""
+        place = list(self.origin)
+        place[self.tiles.row_axis], place[self.tiles.column_axis] = row, column
+        return tuple(place)
+
+    def fill(self, dtype: dtypes.DType, b_transposed: bool) -> tuple[IRNode, IRNode] | None:
+        """The two tiles (A's BM x BK row-major; B's BK x BN, or BN x BK where `b_transposed`) in local memory as
+        the loads after the step's fill may read them: a barrier (the last step's reads are done), each work item
+        copying every local_size-th element from its own on (neighbours read neighbours along the tile's rows of
+        global memory: A's k, B's columns), a barrier. None where a factor does not lower as matmul_tiles found."""
+        builder, tiles, local_size = self.builder, self.tiles, self.tiles.local_size
+        block, depth_step, length = tiles.block, tiles.depth, tiles.depth_length
+        depth_origin = builder.mul(self.step, depth_step)
+        a_tile = builder.define_shared(dtype, block * depth_step)
+        b_tile = builder.define_shared(dtype, depth_step * block)
+        free = builder.barrier([self.step])
+        fills = []
+        for tile, factor, across in ((a_tile, 0, depth_step), (b_tile, 1, block)):
+            target = builder.after(tile, [free])
+            unused = builder.new_range(self.columns if factor == 0 else self.rows, self.index)  # the other's axis
+            for number in range(block * depth_step // local_size):
+                element = builder.add(self.local_id, number * local_size)
+                quotient, remainder = builder.div(element, across), builder.mod(element, across)
+                along, depth = (quotient, remainder) if factor == 0 else (remainder, quotient)
+                along_origin = self.row_origin if factor == 0 else self.column_origin
+                clamped = builder.at_most(builder.add(along_origin, along),
+                                          (self.rows if factor == 0 else self.columns) - 1)
+                unclamped = builder.add(depth_origin, depth)
+                place = self.placed(clamped, unused) if factor == 0 else self.placed(unused, clamped)
+                product, _ = _reduced_product(self.kernel, builder, place, builder.at_most(unclamped, length - 1),
+                                              builder.param(-1, dtypes.float32, False))
+                if product is None:
+                    return None
+                value = product.srcs[factor]
+                if id(unused) in {id(node) for node in topological_nodes(value)}:
+                    return None
+                if length % depth_step:
+                    value = builder.alu(Op.WHERE, dtypes.float32, builder.less(unclamped, length), value,
+                                        builder.const(0.0, dtypes.float32))
+                if dtype != value.dtype:
+                    value = builder.alu(Op.CAST, dtype, value)  # (a half value: exact)
+                where = builder.add(builder.mul(along, depth_step), depth) if factor == 1 and b_transposed else element
+                fills.append(builder.store(target, where, value))
+        filled = builder.barrier(fills)
+        return builder.after(a_tile, [filled]), builder.after(b_tile, [filled])
+
+    def store(self, value: IRNode, row: IRNode, column: IRNode) -> IRNode:
+        """The epilogue at (row, column) of the group's tile, clamped to the last row and column: the output's value
+        there with `value` as the reduce's."""
+        builder = self.builder
+        row = builder.at_most(builder.add(self.row_origin, row), self.rows - 1)
+        column = builder.at_most(builder.add(self.column_origin, column), self.columns - 1)
+        self.lowerer = _ReduceReplaced(self.kernel, builder, None, value)
+        return self.lowerer.store_output(self.placed(row, column))
+
+    def kernel_ir(self, name: str, stores: list[IRNode], warp_width: int) -> KernelIR:
+        assert self.lowerer is not None
+        local_size = self.tiles.local_size
+        return KernelIR(name=name, params=self.lowerer.buffer_params(), global_size=self.groups * local_size,
+                        sink=self.builder.sink(stores), index_dtype=self.index, local_size=local_size,
+                        warp_width=warp_width if local_size % max(warp_width, 1) == 0 else 1)
+
+
 def lower_matmul_kernel(kernel: Kernel, name: str, tiles: MatmulTiles, warp_width: int = 1) -> KernelIR | None:
     """The kernel IR of a workgroup-tiled matmul (see the module's docstring), or None where lowering the factors at
     the tiles' places does not give the product `matmul_tiles` found."""
-    shape = kernel.output.shape
-    block, depth_step, register = tiles.block, tiles.depth, tiles.register
-    rows, columns, length = shape[tiles.row_axis], shape[tiles.column_axis], tiles.depth_length
+    if tiles.matrix is not None:
+        return _lower_matrix_kernel(kernel, name, tiles, warp_width)
+    group = _GroupTiles(kernel, tiles)
+    builder, block, register = group.builder, tiles.block, tiles.register
+    ready = group.fill(dtypes.float32, False)
+    if ready is None:
+        return None
+    a_ready, b_ready = ready
     items_along = block // register
-    local_size = items_along * items_along
-    builder = Builder()
-    index = dtypes.int32
-    local_id = builder.local_id(local_size, index)
-    row_tiles, column_tiles = -(-rows // block), -(-columns // block)
-    batch_axes = [axis for axis, extent in enumerate(shape)
-                  if extent != 1 and axis not in (tiles.row_axis, tiles.column_axis)]
-    batch_shape = tuple(shape[axis] for axis in batch_axes)
-    groups = prod(batch_shape) * row_tiles * column_tiles
-    group_id = builder.group_id(groups, index)
-    column_origin = builder.mul(builder.mod(group_id, column_tiles), block)
-    row_origin = builder.mul(builder.mod(builder.div(group_id, column_tiles), row_tiles), block)
-    batch = builder.div(group_id, column_tiles * row_tiles)
-    origin: list[IRNode] = [builder.const(0, index)] * len(shape)
-    for position, (axis, stride) in enumerate(zip(batch_axes, strides_of(batch_shape))):
-        quotient = builder.div(batch, stride)
-        origin[axis] = quotient if position == 0 else builder.mod(quotient, shape[axis])
-
-    def placed(row: IRNode, column: IRNode) -> tuple[IRNode, ...]:
-        place = list(origin)
-        place[tiles.row_axis], place[tiles.column_axis] = row, column
-        return tuple(place)
-
-    # the loop over K: a barrier first (the last step's reads are done), the tiles filled, a barrier
-    step = builder.new_range(-(-length // depth_step), index)
-    depth_origin = builder.mul(step, depth_step)
-    a_tile = builder.define_shared(dtypes.float32, block * depth_step)
-    b_tile = builder.define_shared(dtypes.float32, depth_step * block)
-    free = builder.barrier([step])
-    fills = []
-    # A's tile: element e (row e // BK, k e % BK); B's: element e (k e // BN, column e % BN); each item copies
-    # every local_size-th element from its own on (neighbours read neighbours along the tile's rows)
-    for tile, factor, across in ((a_tile, 0, depth_step), (b_tile, 1, block)):
-        target = builder.after(tile, [free])
-        unused = builder.new_range(columns if factor == 0 else rows, index)  # the other factor's axis
-        for number in range(block * depth_step // local_size):
-            element = builder.add(local_id, number * local_size)
-            quotient, remainder = builder.div(element, across), builder.mod(element, across)
-            along, depth = (quotient, remainder) if factor == 0 else (remainder, quotient)
-            along_origin = row_origin if factor == 0 else column_origin
-            clamped = builder.at_most(builder.add(along_origin, along), (rows if factor == 0 else columns) - 1)
-            unclamped = builder.add(depth_origin, depth)
-            place = placed(clamped, unused) if factor == 0 else placed(unused, clamped)
-            product, _ = _reduced_product(kernel, builder, place, builder.at_most(unclamped, length - 1),
-                                          builder.param(-1, dtypes.float32, False))
-            if product is None:
-                return None
-            value = product.srcs[factor]
-            if id(unused) in {id(node) for node in topological_nodes(value)}:
-                return None
-            if length % depth_step:
-                value = builder.alu(Op.WHERE, dtypes.float32, builder.less(unclamped, length), value,
-                                    builder.const(0.0, dtypes.float32))
-            fills.append(builder.store(target, element, value))
-    filled = builder.barrier(fills)
-    a_ready, b_ready = builder.after(a_tile, [filled]), builder.after(b_tile, [filled])
-    inner = builder.new_range(depth_step, index)
+    inner = builder.new_range(tiles.depth, group.index)
     # item (r, c) computes rows r, r + BM/TM, ... and columns c, c + BN/TN, ...: neighbouring items read
     # neighbouring elements of B's tile (no bank conflicts) and store neighbouring outputs (coalesced)
+    local_id = group.local_id
     item_rows = [builder.add(builder.div(local_id, items_along), offset * items_along) for offset in range(register)]
     item_columns = [builder.add(builder.mod(local_id, items_along), offset * items_along)
                     for offset in range(register)]
-    a_values = [builder.load(a_ready, builder.add(builder.mul(item_row, depth_step), inner), None)
+    a_values = [builder.load(a_ready, builder.add(builder.mul(item_row, tiles.depth), inner), None)
                 for item_row in item_rows]
     b_values = [builder.load(b_ready, builder.add(builder.mul(inner, block), item_column), None)
                 for item_column in item_columns]
@@ -219,17 +279,55 @@ def lower_matmul_kernel(kernel: Kernel, name: str, tiles: MatmulTiles, warp_widt
     for row_offset in range(register):
         for column_offset in range(register):
             product = builder.alu(Op.MUL, dtypes.float32, a_values[row_offset], b_values[column_offset])
-            accumulator = builder.reduce(Op.SUM, product, (step, inner))
-            row = builder.at_most(builder.add(row_origin, item_rows[row_offset]), rows - 1)
-            column = builder.at_most(builder.add(column_origin, item_columns[column_offset]), columns - 1)
-            place = placed(row, column)
-            # the epilogue: the output's value there, the accumulator as the reduce's value
-            lowerer = _ReduceReplaced(kernel, builder, None, accumulator)
-            stores.append(lowerer.store_output(place))
-    params = lowerer.buffer_params()
-    return KernelIR(name=name, params=params, global_size=groups * local_size, sink=builder.sink(stores),
-                    index_dtype=index, local_size=local_size,
-                    warp_width=warp_width if local_size % max(warp_width, 1) == 0 else 1)
+            accumulator = builder.reduce(Op.SUM, product, (group.step, inner))
+            stores.append(group.store(accumulator, item_rows[row_offset], item_columns[column_offset]))
+    return group.kernel_ir(name, stores, warp_width)
+
+
+def _lower_matrix_kernel(kernel: Kernel, name: str, tiles: MatmulTiles, warp_width: int) -> KernelIR | None:
+    """A tiled matmul on matrix units: the tiles hold half values (B's transposed, k fastest, so each register of
+    an mma fragment, two halves along k, is one 32-bit word), warp w computes rows 32 (w // 2) .. + 31 and columns
+    32 (w % 2) .. + 31 of the group's tile by 2 x 4 mma.m16n8k16 a K step. In a warp, lane l (group g = l // 4,
+    t = l % 4) holds A's rows g and g + 8 at k 2t, 2t + 1 and 2t + 8, 2t + 9; B's column g at the same k; and the
+    outputs (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1) of each 16x8 product (the PTX ISA's fragments)."""
+    group = _GroupTiles(kernel, tiles)
+    builder, depth = group.builder, tiles.depth
+    half = tiles.matrix
+    assert half is not None and depth == 16
+    ready = group.fill(half, True)
+    if ready is None:
+        return None
+    a_ready, b_ready = ready
+    local_id = group.local_id
+    warp, lane = builder.div(local_id, WARP), builder.mod(local_id, WARP)
+    lane_group, lane_pair = builder.div(lane, 4), builder.mul(builder.mod(lane, 4), 2)
+    warp_row = builder.mul(builder.div(warp, 2), 32)
+    warp_column = builder.mul(builder.mod(warp, 2), 32)
+
+    def word(tile: IRNode, major: IRNode, offset: int) -> IRNode:
+        """Two halves, k = 2t + offset and the next, of row (A) or column (B) `major` of a tile."""
+        return builder.vector_load(tile, builder.add(builder.add(builder.mul(major, depth), lane_pair), offset), None, 2)
+
+    a_words = []
+    for row_step in range(2):
+        first = builder.add(warp_row, builder.add(lane_group, 16 * row_step))
+        second = builder.add(first, 8)
+        a_words.append([word(a_ready, first, 0), word(a_ready, second, 0), word(a_ready, first, 8),
+                        word(a_ready, second, 8)])
+    b_words = []
+    for column_step in range(4):
+        column = builder.add(warp_column, builder.add(lane_group, 8 * column_step))
+        b_words.append([word(b_ready, column, 0), word(b_ready, column, 8)])
+    stores = []
+    for row_step in range(2):
+        for column_step in range(4):
+            accumulator = builder.reduce(Op.SUM, builder.mma(a_words[row_step], b_words[column_step], half),
+                                         (group.step,))
+            for output in range(4):
+                row = builder.add(warp_row, builder.add(lane_group, 16 * row_step + 8 * (output // 2)))
+                column = builder.add(warp_column, builder.add(lane_pair, 8 * column_step + output % 2))
+                stores.append(group.store(builder.gep(accumulator, output), row, column))
+    return group.kernel_ir(name, stores, warp_width)
 
 
 def is_tiled_matmul(kernel: KernelIR) -> bool:
