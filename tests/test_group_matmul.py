@@ -260,3 +260,82 @@ def test_nan_and_infinities_propagate_as_in_torch(group_device: str) -> None:
     expected = torch.tensor(a) @ torch.tensor(b)
     np.testing.assert_array_equal(np.isnan(got), expected.isnan().numpy())
     _compare(got, expected, 1e-4)
+
+
+# ---- tensor cores: mma.sync for half inputs where DeviceInfo lists matrix units -----------------------------------
+
+MATRIX_H100 = DeviceInfo(**H100_LIMITS, matrix_dtypes=frozenset({em.float16, em.bfloat16}))
+
+
+def _halves(*shape: int, dtype: em.DType = em.float16, device: str = "dummy:0") -> em.Tensor:
+    """A half tensor held as one (a buffer of halves: its loads are the half values the matrix units take)."""
+    data = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+    return em.tensor(data, device=device).to(dtype).realize()
+
+
+def _matrix_cases(dtype: em.DType) -> dict[str, em.Tensor]:
+    x, w, bias = _halves(100, 257, dtype=dtype), _halves(257, 300, dtype=dtype), _halves(300, dtype=dtype)
+    return {"plain": x @ w, "bias-relu": em.nn.functional.relu(x @ w + bias),
+            "batched": _halves(3, 20, 40, dtype=dtype) @ _halves(3, 40, 24, dtype=dtype)}
+
+
+def _mma_count(ir: KernelIR) -> int:
+    return sum(1 for node in topological_nodes(ir.sink) if node.op is IROp.MMA)
+
+
+@pytest.mark.parametrize("dtype", [em.float16, em.bfloat16], ids=lambda dtype: dtype.name)
+def test_half_matmuls_use_matrix_units_where_device_info_lists_them(dtype: em.DType) -> None:
+    for case, tensor in _matrix_cases(dtype).items():
+        (ir,) = _tiled(tensor, MATRIX_H100)
+        assert _mma_count(ir) == 8 and ir.local_size == 128, case  # 4 warps, each 2 x 4 mma a K step
+        (plain,) = _tiled(tensor, H100_LIKE)  # no matrix units listed: float32 tiles
+        assert _mma_count(plain) == 0 and plain.local_size in (64, 256)
+    x, w = _halves(64, 64, dtype=dtype), _halves(64, 64, dtype=dtype)
+    for other in ((x * 2.0) @ w, _dummy(64, 64) @ _dummy(64, 64)):  # a prologue, float32 inputs: float32 tiles
+        (ir,) = _tiled(other, MATRIX_H100)
+        assert _mma_count(ir) == 0
+    (ir,) = _tiled(x.float() @ w.float(), MATRIX_H100)  # halves converted to float32: the same values, exactly
+    assert _mma_count(ir) == 8
+    only_float16 = DeviceInfo(**H100_LIMITS, matrix_dtypes=frozenset({em.float16}))
+    (ir,) = _tiled(x @ w, only_float16)
+    assert _mma_count(ir) == (8 if dtype == em.float16 else 0)
+
+
+@pytest.mark.parametrize("dtype", [em.float16, em.bfloat16], ids=lambda dtype: dtype.name)
+def test_matrix_unit_kernels_render_only_for_ptx_from_sm_80(dtype: em.DType) -> None:
+    for case, tensor in _matrix_cases(dtype).items():
+        (ir,) = _tiled(tensor, MATRIX_H100)
+        kind = "f16" if dtype == em.float16 else "bf16"
+        for target in ("sm_80", "sm_90"):
+            ptx = PTXRenderer(target).render(ir)
+            assert ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32") == 8, case
+            assert ptx.count("bar.sync 0;") == 2 and "ld.shared.b32" in ptx
+            if ptxas_path() is not None:
+                assemble(ptx, target)
+        with pytest.raises(CompileError, match="tensor cores"):
+            PTXRenderer("sm_75").render(ir)
+        for renderer in (WGSLRenderer(), OpenCLRenderer()):
+            with pytest.raises(CompileError, match="multiplies on matrix units"):
+                renderer.render(ir)
+        with pytest.raises(CompileError, match="workgroup's local memory"):
+            CRenderer().render(ir)
+
+
+@pytest.mark.skipif(not any(name.startswith("cuda") for name in TEST_DEVICES), reason="no cuda device here")
+@pytest.mark.parametrize("dtype", [em.float16, em.bfloat16], ids=lambda dtype: dtype.name)
+def test_matrix_unit_matmuls_match_torch_on_a_gpu(dtype: em.DType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(Runs where a cuda device of sm_80 or newer is a test device: the simulator has no mma.)"""
+    device = REGISTRY.device(next(name for name in TEST_DEVICES if name.startswith("cuda")))
+    if device.renderer.architecture() < 80:  # type: ignore[attr-defined]
+        pytest.skip("tensor cores' mma.m16n8k16 needs sm_80")
+    monkeypatch.setattr(device, "info", DeviceInfo(**{**device.info.__dict__, "matrix_dtypes": frozenset({dtype})}))
+    torch_dtype = torch.float16 if dtype == em.float16 else torch.bfloat16
+    for size in ((100, 257, 300), (64, 64, 64), (33, 17, 65)):
+        rows, depth, columns = size
+        a, b = _halves(rows, depth, dtype=dtype, device=device.name), _halves(depth, columns, dtype=dtype,
+                                                                                 device=device.name)
+        got = (a @ b).float().numpy()
+        expected = torch.tensor(a.float().numpy()).to(torch_dtype).float() @ torch.tensor(b.float().numpy()).to(
+            torch_dtype).float()
+        _compare(got / max(1.0, float(expected.abs().max())), expected / max(1.0, float(expected.abs().max())),
+                 1e-2 if dtype == em.float16 else 6e-2)

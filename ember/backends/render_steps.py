@@ -104,11 +104,16 @@ class StepRenderer(Generic[Body]):
     messages."""
 
     language = "unnamed"
+    renders_matrix_units = False  # whether the renderer renders IROp.MMA (a warp's matrix multiply step)
 
     def render_steps(self, body: Body) -> None:
         """Every instruction of the body's kernel, in order, handed to this renderer's method for its step."""
         methods = self.step_methods()
         for kind, node in linearize(body.kernel.sink):
+            if node.op is IROp.MMA and not self.renders_matrix_units:
+                raise CompileError(f"kernel {body.kernel.name} multiplies on matrix units (tensor cores' mma), which "
+                                   f"the {self.language} renderer does not render (such kernels are made only for "
+                                   "devices whose DeviceInfo lists matrix_dtypes)")
             methods[kind](body, node)
 
     def step_methods(self) -> dict[Step, StepMethod[Body]]:
