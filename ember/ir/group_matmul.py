@@ -13,6 +13,9 @@ recompute its value, stored again with the same bits), and k past the end fills 
 The output's other axes (a batch) are a further split of the groups; the epilogue (bias, activation) is lowered at
 each output of the register tile with the accumulator as the reduce's value. Only DeviceInfo chooses it (warps,
 local memory, the largest group, the compute units), never a backend's name.
+
+On a device whose matrix units (DeviceInfo.matrix_dtypes: tensor cores) multiply the inputs' half dtype, and whose
+factors are those halves as loaded, the group is four warps of mma.m16n8k16 steps instead (`_lower_matrix_kernel`).
 """
 
 from __future__ import annotations
@@ -102,7 +105,8 @@ def matmul_tiles(kernel: Kernel, info: DeviceInfo) -> MatmulTiles | None:
     of at least MINIMUM_DEPTH elements of a product whose factors each depend on the reduced index and on an
     output axis the other does not (A's rows, B's columns, each at least MINIMUM_SIDE); the device must have warps,
     local memory for both tiles and groups of the tile's work items. The largest tile that still gives every compute
-    unit a group is chosen (else the smallest that fits)."""
+    unit a group is chosen (else the smallest that fits); where both factors are float16 (or bfloat16) values as
+    loaded and DeviceInfo.matrix_dtypes lists that dtype, with warps of 32, the tiles of the matrix units."""
     if info.warp_width <= 1 or info.local_memory_bytes <= 0:
         return None
     reduces = [step for step in kernel.steps if step.op in REDUCE_OPS]
