@@ -5,6 +5,7 @@ results against torch where workgroups run here: wgpu (lavapipe with a GPU's war
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -99,6 +100,27 @@ def test_matmuls_become_tiled_workgroup_kernels_on_a_gpu_like_device(case: str) 
     barriers = [node for node in topological_nodes(ir.sink) if node.op is IROp.BARRIER]
     assert len(shared) == 2 and len(barriers) == 2  # A's and B's tiles; a barrier before and after filling them
     assert ir.local_size in (64, 256)  # (16 outputs a work item: 32x32 or 64x64 outputs a group)
+
+
+def test_each_k_step_fills_the_tiles_between_two_barriers() -> None:
+    """The order the renderers emit (ir/linearize.py): in the loop over K, a barrier, the stores into local memory,
+    a barrier, then the inner loop reading the tiles; the output stored after the loops (the simulator runs its
+    lanes in lockstep, so only lavapipe would notice a barrier out of place)."""
+    from ember.ir.linearize import Step, linearize
+    from ember.backends.render_steps import shared_array
+
+    (ir,) = _tiled(_dummy(100, 257) @ _dummy(257, 300), H100_LIKE)
+    kinds = []
+    for kind, node in linearize(ir.sink):
+        if kind is Step.STORE:
+            kinds.append("tile store" if shared_array(node.srcs[0]) is not None else "output store")
+        elif kind is Step.VALUE and node.op is IROp.LOAD and shared_array(node.srcs[0]) is not None:
+            kinds.append("tile load")
+        elif kind in (Step.LOOP, Step.END_LOOP, Step.BARRIER):
+            kinds.append(kind.value)
+    collapsed = [kind for number, kind in enumerate(kinds) if number == 0 or kinds[number - 1] != kind]
+    assert collapsed == ["loop", "barrier", "tile store", "barrier", "loop", "tile load", "end_loop", "output store"]
+    assert kinds.count("loop") == kinds.count("end_loop") == 2 and kinds.count("barrier") == 2
 
 
 def test_the_tile_is_the_largest_that_still_fills_the_device() -> None:
@@ -247,6 +269,20 @@ def test_matmul_gradients_match_torch(group_device: str) -> None:
         (library.nn.functional.gelu(x @ w + bias) * make(data[3])).sum().backward()
     for tensor, source in zip(tensors, sources):
         _compare(tensor.grad.numpy(), source.grad, 1e-4)
+
+
+def test_the_smaller_tile_matches_torch(group_device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With many compute units the 32x32 tile (64 work items) is chosen; its results too (sizes no other test uses,
+    so that no kernel compiled before for the device's own info is reused)."""
+    device = REGISTRY.device(group_device)
+    monkeypatch.setattr(device, "info", replace(device.info, compute_units=1000))
+    rng = np.random.default_rng(14)
+    a = rng.standard_normal((2, 70, 45)).astype(np.float32)
+    b = rng.standard_normal((45, 90)).astype(np.float32)
+    (kernel,) = _kernels(_dummy(2, 70, 45) @ _dummy(45, 90))
+    assert matmul_tiles(kernel, device.info).block == 32  # type: ignore[union-attr]
+    got = (em.tensor(a, device=group_device) @ em.tensor(b, device=group_device)).numpy()
+    _compare(got, torch.tensor(a) @ torch.tensor(b), 1e-4)
 
 
 def test_nan_and_infinities_propagate_as_in_torch(group_device: str) -> None:
