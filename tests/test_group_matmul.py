@@ -375,3 +375,14 @@ def test_matrix_unit_matmuls_match_torch_on_a_gpu(dtype: em.DType, monkeypatch: 
             torch_dtype).float()
         _compare(got / max(1.0, float(expected.abs().max())), expected / max(1.0, float(expected.abs().max())),
                  1e-2 if dtype == em.float16 else 6e-2)
+
+
+@pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not on PATH")
+def test_dummy_ptx_renders_and_assembles_tiled_matmuls() -> None:
+    device = REGISTRY.device("dummy:ptx")
+    device.clear()  # type: ignore[attr-defined]
+    x = em.tensor(np.zeros((100, 257), np.float32), device="dummy:ptx")
+    w = em.tensor(np.zeros((257, 300), np.float32), device="dummy:ptx")
+    em.nn.functional.relu(x @ w).realize()  # assembled by ptxas (the device's compile check)
+    kernels = device.kernels  # type: ignore[attr-defined]
+    assert len(kernels) == 1 and is_tiled_matmul(kernels[0])
