@@ -4,6 +4,7 @@ results against torch where workgroups run here: wgpu (lavapipe with a GPU's war
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -386,3 +387,16 @@ def test_dummy_ptx_renders_and_assembles_tiled_matmuls() -> None:
     em.nn.functional.relu(x @ w).realize()  # assembled by ptxas (the device's compile check)
     kernels = device.kernels  # type: ignore[attr-defined]
     assert len(kernels) == 1 and is_tiled_matmul(kernels[0])
+
+
+def test_tiled_kernels_come_back_from_the_lowered_kernel_cache(tmp_path: Any) -> None:
+    from ember.ir import lowered_cache
+
+    tensors = {"tiles": _dummy(100, 257) @ _dummy(257, 300), "matrix units": _matrix_cases(em.float16)["bias-relu"]}
+    for case, tensor in tensors.items():
+        (ir,) = _tiled(tensor, MATRIX_H100)
+        path = tmp_path / f"{hashlib.sha256(case.encode()).hexdigest()}.entry"  # (entries are named by a digest)
+        lowered_cache.store(path, ir)
+        loaded = lowered_cache.load(path)
+        assert loaded is not None, case
+        assert PTXRenderer("sm_90").render(loaded) == PTXRenderer("sm_90").render(ir), case
