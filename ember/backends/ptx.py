@@ -555,7 +555,8 @@ class PTXRenderer(StepRenderer[PTXBody]):
                 e.emit("ld.shared.b32", word, f"[{self.shared_address(body, array, node.srcs[1])}]")
                 return word
             loaded = e.register(KIND[array.dtype])
-            e.emit(f"ld.shared.{SHARED_TYPE[array.dtype]}", loaded, f"[{self.shared_address(body, array, node.srcs[1])}]")
+            where = self.shared_address(body, array, node.srcs[1])
+            e.emit(f"ld.shared.{SHARED_TYPE[array.dtype]}", loaded, f"[{where}]")
             return loaded
         dtype = param.dtype
         where = self.address(body, param, node.srcs[1])

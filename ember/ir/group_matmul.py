@@ -87,16 +87,16 @@ class _ReduceReplaced(Lowerer):
         return self.result
 
 
-def _reduced_product(kernel: Kernel, builder: Builder, place: tuple[IRNode, ...], depth: IRNode,
-                     result: IRNode) -> tuple[IRNode | None, IRNode]:
-    """(the product the kernel's reduce sums at output `place` and reduced index `depth`, or None where it is not one
-    product of two float32 factors; the output's value there with the reduce's value `result`)."""
-    lowerer = _ReduceReplaced(kernel, builder, depth, result)
-    value = lowerer.lower(len(kernel.steps) - 1, place, None)
+def _reduced_product(kernel: Kernel, builder: Builder, place: tuple[IRNode, ...], depth: IRNode) -> IRNode | None:
+    """The product the kernel's reduce sums at output `place` and reduced index `depth`, or None where it is not one
+    product of two float32 factors (the kernel's output is lowered with a stand-in for the reduce's value, a
+    parameter no kernel has, only to reach the reduce as the output reaches it)."""
+    lowerer = _ReduceReplaced(kernel, builder, depth, builder.param(-1, dtypes.float32, False))
+    lowerer.lower(len(kernel.steps) - 1, place, None)
     product = lowerer.reduced[0] if len(lowerer.reduced) == 1 else None
     if product is None or product.op is not Op.MUL or product.width != 1 or product.dtype != dtypes.float32:
-        return None, value
-    return product, value
+        return None
+    return product
 
 
 def matmul_tiles(kernel: Kernel, info: DeviceInfo) -> MatmulTiles | None:
@@ -125,7 +125,7 @@ def matmul_tiles(kernel: Kernel, info: DeviceInfo) -> MatmulTiles | None:
     place = tuple(builder.new_range(extent, dtypes.int32) if extent != 1 else builder.const(0, dtypes.int32)
                   for extent in shape)
     depth = builder.new_range(reduced[0], dtypes.int32)
-    product, _ = _reduced_product(kernel, builder, place, depth, builder.param(-1, dtypes.float32, False))
+    product = _reduced_product(kernel, builder, place, depth)
     if product is None:
         return None
     first, second = ({id(node) for node in topological_nodes(factor)} for factor in product.srcs)
@@ -138,18 +138,22 @@ def matmul_tiles(kernel: Kernel, info: DeviceInfo) -> MatmulTiles | None:
     row_axis, column_axis = rows[-1], columns[-1]
     matrix = {_half_load(factor) for factor in product.srcs}
     (half,) = matrix if len(matrix) == 1 else (None,)
+    batches = prod(shape) // (shape[row_axis] * shape[column_axis])
+
+    def groups(block: int) -> int:
+        return batches * -(-shape[row_axis] // block) * -(-shape[column_axis] // block)
+
     if (half is not None and half in info.matrix_dtypes and info.warp_width == WARP
-            and info.max_local_size >= MATRIX_WARPS * WARP and 2 * MATRIX_BLOCK * TILE_DEPTH * 2 <= info.local_memory_bytes):
+            and info.max_local_size >= MATRIX_WARPS * WARP
+            and 2 * MATRIX_BLOCK * TILE_DEPTH * half.itemsize <= info.local_memory_bytes
+            and groups(MATRIX_BLOCK) * MATRIX_WARPS * WARP <= info.max_global_size):
         return MatmulTiles(row_axis, column_axis, reduced[0], MATRIX_BLOCK, matrix=half)
     fitting = [block for block in GROUP_TILES
                if (block // REGISTER_TILE) ** 2 <= info.max_local_size
-               and 2 * block * TILE_DEPTH * 4 <= info.local_memory_bytes]
-    if not fitting:
-        return None
-    batches = prod(shape) // (shape[row_axis] * shape[column_axis])
+               and 2 * block * TILE_DEPTH * 4 <= info.local_memory_bytes
+               and groups(block) * (block // REGISTER_TILE) ** 2 <= info.max_global_size]
     for block in fitting:
-        groups = batches * -(-shape[row_axis] // block) * -(-shape[column_axis] // block)
-        if groups >= max(1, info.compute_units) or block == fitting[-1]:
+        if groups(block) >= max(1, info.compute_units) or block == fitting[-1]:
             return MatmulTiles(row_axis, column_axis, reduced[0], block)
     return None
 
@@ -222,8 +226,7 @@ class _GroupTiles:
                                           (self.rows if factor == 0 else self.columns) - 1)
                 unclamped = builder.add(depth_origin, depth)
                 place = self.placed(clamped, unused) if factor == 0 else self.placed(unused, clamped)
-                product, _ = _reduced_product(self.kernel, builder, place, builder.at_most(unclamped, length - 1),
-                                              builder.param(-1, dtypes.float32, False))
+                product = _reduced_product(self.kernel, builder, place, builder.at_most(unclamped, length - 1))
                 if product is None:
                     return None
                 value = product.srcs[factor]
@@ -310,7 +313,8 @@ def _lower_matrix_kernel(kernel: Kernel, name: str, tiles: MatmulTiles, warp_wid
 
     def word(tile: IRNode, major: IRNode, offset: int) -> IRNode:
         """Two halves, k = 2t + offset and the next, of row (A) or column (B) `major` of a tile."""
-        return builder.vector_load(tile, builder.add(builder.add(builder.mul(major, depth), lane_pair), offset), None, 2)
+        start = builder.add(builder.add(builder.mul(major, depth), lane_pair), offset)
+        return builder.vector_load(tile, start, None, 2)
 
     a_words = []
     for row_step in range(2):
