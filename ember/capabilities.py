@@ -30,6 +30,9 @@ class DeviceInfo:
     # forms, found by probing: see opencl_probe.py); empty: the preferred width serves every op in vector_ops
     fallback_vector_widths: tuple[tuple[int, frozenset[Any]], ...] = ()
     supported_dtypes: frozenset[DType] = frozenset(dtypes.ALL_DTYPES)
+    # input dtypes the device's matrix units (tensor cores) multiply a warp at a time, accumulating in float32
+    # (PTX's mma.sync m16n8k16, sm_80 and newer: ir/group_matmul.py); empty: none
+    matrix_dtypes: frozenset[DType] = frozenset()
     has_native_exp2: bool = True
     can_run: bool = True  # False for render-only (dummy) devices
     concurrent_compile: bool = False  # compile() may run in several threads at once (the C compiler may)

@@ -278,6 +278,12 @@ class CStyleRenderer(StepRenderer[KernelBody]):
     def group_reduce(self, body: KernelBody, node: IRNode) -> None:
         self.refuse_workgroups(body, node)  # C has no workgroups (OpenCL C renders them)
 
+    def define_shared(self, body: KernelBody, node: IRNode) -> None:
+        self.refuse_workgroups(body, node)  # (OpenCL C: a `__local` array)
+
+    def barrier(self, body: KernelBody, node: IRNode) -> None:
+        self.refuse_workgroups(body, node)
+
     def value(self, body: KernelBody, node: IRNode) -> None:
         name = body.name_of(node, "v")
         body.line(f"{self.value_type(node)} {name} = {self.expression(node, body.operand)};")

@@ -125,6 +125,14 @@ class OpenCLRenderer(CStyleRenderer):
         return [f"  if (get_global_id(0) >= {self.global_bound(kernel)}) return;",
                 f"  {index_type} gid = ({index_type})get_global_id(0);"]
 
+    def define_shared(self, body: KernelBody, node: IRNode) -> None:
+        """A `__local` array at the kernel's scope (a workgroup tile), read and written as a buffer."""
+        name = body.names[id(node)] = f"ember_tile{node.arg[0]}"
+        body.declarations.append(f"  __local {self.type_name(node.dtype)} {name}[{node.arg[1]}];")
+
+    def barrier(self, body: KernelBody, node: IRNode) -> None:
+        body.line("barrier(CLK_LOCAL_MEM_FENCE);")
+
     def group_reduce(self, body: KernelBody, node: IRNode) -> None:
         """The group's values combined by a tree in a `__local` array (declared at the kernel's scope): each item
         stores its value, then half the items combine pairs, halving until element 0 holds the result, with a

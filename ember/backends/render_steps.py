@@ -25,9 +25,11 @@ STEP_METHODS: dict[Step, str] = {
     Step.STORE: "store",  # a STORE node
     Step.DEFINE_LOCAL: "define_local",  # a scratch array of the work item (refuse_scratch_arrays where there is none)
     Step.GROUP_REDUCE: "group_reduce",  # a value combined over the work items of a group (workgroup kernels only)
+    Step.DEFINE_SHARED: "define_shared",  # an array in the group's local memory (workgroup kernels only)
+    Step.BARRIER: "barrier",  # the group's work items wait for each other (workgroup kernels only)
 }
 # steps only kernels for some devices contain: a renderer without the method fails on such a kernel only
-OPTIONAL_STEPS = frozenset({Step.GROUP_REDUCE})
+OPTIONAL_STEPS = frozenset({Step.GROUP_REDUCE, Step.DEFINE_SHARED, Step.BARRIER})
 assert set(STEP_METHODS) == set(Step), f"STEP_METHODS lacks {set(Step) - set(STEP_METHODS)}"
 
 
@@ -85,6 +87,13 @@ class KernelBody:
         self.lines.append("  " * self.depth + text)
 
 
+def shared_array(buffer: IRNode) -> IRNode | None:
+    """The DEFINE_SHARED a load or store addresses (through AFTER), or None for a buffer parameter."""
+    while buffer.op is IROp.AFTER:
+        buffer = buffer.srcs[0]
+    return buffer if buffer.op is IROp.DEFINE_SHARED else None
+
+
 Body = TypeVar("Body", bound=KernelBody)
 StepMethod = Callable[[Body, IRNode], None]
 
@@ -95,11 +104,16 @@ class StepRenderer(Generic[Body]):
     messages."""
 
     language = "unnamed"
+    renders_matrix_units = False  # whether the renderer renders IROp.MMA (a warp's matrix multiply step)
 
     def render_steps(self, body: Body) -> None:
         """Every instruction of the body's kernel, in order, handed to this renderer's method for its step."""
         methods = self.step_methods()
         for kind, node in linearize(body.kernel.sink):
+            if node.op is IROp.MMA and not self.renders_matrix_units:
+                raise CompileError(f"kernel {body.kernel.name} multiplies on matrix units (tensor cores' mma), which "
+                                   f"the {self.language} renderer does not render (such kernels are made only for "
+                                   "devices whose DeviceInfo lists matrix_dtypes)")
             methods[kind](body, node)
 
     def step_methods(self) -> dict[Step, StepMethod[Body]]:
@@ -119,9 +133,12 @@ class StepRenderer(Generic[Body]):
         return methods
 
     def refuse_workgroups(self, body: Body, node: IRNode) -> None:
-        """A workgroup step (GROUP_REDUCE) in a renderer that has none: a CompileError naming the kernel."""
-        raise CompileError(f"kernel {body.kernel.name} reduces across a workgroup, which the {self.language} renderer "
-                           "does not render (such kernels are made only for devices whose DeviceInfo has local memory)")
+        """A workgroup step (GROUP_REDUCE, DEFINE_SHARED, BARRIER) in a renderer that has none: a CompileError naming
+        the kernel."""
+        what = ("reduces across a workgroup" if node.op is IROp.GROUP_REDUCE
+                else "shares tiles in a workgroup's local memory")
+        raise CompileError(f"kernel {body.kernel.name} {what}, which the {self.language} renderer does not render "
+                           "(such kernels are made only for devices whose DeviceInfo has local memory and warps)")
 
     def refuse_scratch_arrays(self, body: Body, node: IRNode) -> None:
         """The `define_local` of a renderer that has no scratch arrays: a CompileError naming the kernel."""

@@ -19,7 +19,7 @@ import math
 import struct
 from collections.abc import Callable
 
-from ember.backends.render_steps import KernelBody, StepRenderer
+from ember.backends.render_steps import KernelBody, StepRenderer, shared_array
 from ember.capabilities import work_group_counts
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
@@ -443,6 +443,9 @@ class WGSLRenderer(StepRenderer[KernelBody]):
 
     def store(self, body: KernelBody, node: IRNode) -> None:
         param, index, value = node.srcs
+        if shared_array(param) is not None:  # a workgroup tile: its values' own type
+            body.line(f"{body.operand(param)}[{body.operand(index)}] = {body.operand(value)};")
+            return
         body.lines.extend(self.store_lines(param.arg[0], param.dtype, body.operand(index), body.operand(value),
                                            body.number(), "  " * body.depth))
 
@@ -452,6 +455,14 @@ class WGSLRenderer(StepRenderer[KernelBody]):
 
     def define_local(self, body: KernelBody, node: IRNode) -> None:
         self.refuse_scratch_arrays(body, node)
+
+    def define_shared(self, body: KernelBody, node: IRNode) -> None:
+        """A workgroup array (a tile of a workgroup kernel), read and written as a buffer."""
+        name = body.names[id(node)] = f"ember_tile{node.arg[0]}"
+        self.workgroup_arrays.append(f"var<workgroup> {name}: array<{self.value_type(node.dtype)}, {node.arg[1]}>;")
+
+    def barrier(self, body: KernelBody, node: IRNode) -> None:
+        body.line("workgroupBarrier();")
 
     def group_reduce(self, body: KernelBody, node: IRNode) -> None:
         """The group's values combined by a tree in a workgroup array: each item stores its value, then half the
@@ -522,7 +533,10 @@ class WGSLRenderer(StepRenderer[KernelBody]):
 
     def load_expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
         param, index = node.srcs[0], node.srcs[1]
-        loaded = self.load(param.arg[0], param.dtype, operand(index))
+        if shared_array(param) is not None:
+            loaded = f"{operand(param)}[{operand(index)}]"
+        else:
+            loaded = self.load(param.arg[0], param.dtype, operand(index))
         if len(node.srcs) == 3:
             return f"select({self.constant(0, node.dtype)}, {loaded}, {operand(node.srcs[2])})"
         return loaded

@@ -43,6 +43,15 @@ class IROp(Enum):
     GROUP_REDUCE = auto()  # arg: Op.SUM / Op.PROD / Op.REDUCE_MAX; srcs: (value,): the value combined over every
     # work item of the group, the same in each (a tree in local memory between barriers: every work item of the
     # group must reach it, so it is never under a condition that depends on the work item)
+    DEFINE_SHARED = auto()  # an array in the group's local memory, shared by its work items; arg: (number, element
+    # count); loads and stores use it (through AFTER), as a buffer
+    BARRIER = auto()  # a statement: every work item of the group waits here until all reach it, and the local-memory
+    # stores before it are seen by the loads after it; srcs: what must run before it (stores, a loop counter); like
+    # GROUP_REDUCE it is never under a condition that depends on the work item
+    MMA = auto()  # a warp's matrix multiply step (tensor cores, mma.m16n8k16): srcs four A and two B registers of
+    # its fragments (width-2 loads of half values from local memory); the value (width 4, float32) is this work item's
+    # four outputs of the 16x8 product summed over the 16 k; arg: the inputs' dtype. Every item of the warp must reach
+    # it, and only a REDUCE's sum may read it (renderers fuse the two into one multiply-add)
 
 
 # Vectors: a node of `width` > 1 holds `width` lanes of its dtype. A vector LOAD reads (a vector STORE writes) the
@@ -215,6 +224,19 @@ class Builder:
         """`value` combined by the reduce `op` over the work items of the group (each gets the result)."""
         return self._make(IROp.GROUP_REDUCE, value.dtype, (value,), op)
 
+    def define_shared(self, dtype: DType, size: int) -> IRNode:
+        """An array of `size` elements in the group's local memory (a workgroup kernel's tile)."""
+        self.local_count += 1
+        return self._make(IROp.DEFINE_SHARED, dtype, (), (self.local_count, size))
+
+    def barrier(self, after: list[IRNode]) -> IRNode:
+        """A barrier of the group, once the nodes in `after` ran (stores to local memory, a loop counter)."""
+        return self._make(IROp.BARRIER, dtypes.bool_, tuple(after), None)
+
+    def mma(self, a_words: list[IRNode], b_words: list[IRNode], dtype: DType) -> IRNode:
+        """A warp's 16x8x16 matrix multiply step of `dtype` inputs (IROp.MMA): this item's four float32 outputs."""
+        return self._make(IROp.MMA, dtypes.float32, (*a_words, *b_words), dtype, width=4)
+
     def new_range(self, size: int, dtype: DType, runtime_size: IRNode | None = None) -> IRNode:
         """A loop variable 0..size-1; with `runtime_size`, 0..runtime_size-1 (`size` only an estimate)."""
         self.loop_count += 1
@@ -294,10 +316,11 @@ class Builder:
         op = node.op
         if op is IROp.CONST:
             return self.const(node.arg, node.dtype)
-        if op in (IROp.PARAM, IROp.GLOBAL_ID, IROp.LOCAL_ID, IROp.GROUP_ID, IROp.RANGE, IROp.DEFINE_LOCAL):
+        if op in (IROp.PARAM, IROp.GLOBAL_ID, IROp.LOCAL_ID, IROp.GROUP_ID, IROp.RANGE, IROp.DEFINE_LOCAL,
+                  IROp.DEFINE_SHARED):
             if op is IROp.RANGE:
                 self.loop_count = max(self.loop_count, node.arg[0])
-            if op is IROp.DEFINE_LOCAL:
+            if op in (IROp.DEFINE_LOCAL, IROp.DEFINE_SHARED):
                 self.local_count = max(self.local_count, node.arg[0])
             return self._make(op, node.dtype, tuple(srcs), node.arg, node.minimum, node.maximum)
         if op is IROp.LOOP:
@@ -317,6 +340,10 @@ class Builder:
             return self.sink(srcs)
         if op is IROp.GROUP_REDUCE:
             return self.group_reduce(node.arg, srcs[0])
+        if op is IROp.BARRIER:
+            return self.barrier(srcs)
+        if op is IROp.MMA:
+            return self.mma(srcs[:4], srcs[4:], node.arg)
         if op is IROp.VECTORIZE:
             return self.vectorize(srcs)
         if op is IROp.GEP:

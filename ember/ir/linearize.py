@@ -23,6 +23,8 @@ class Step(str, Enum):
     STORE = "store"  # a STORE node
     DEFINE_LOCAL = "define_local"  # a DEFINE_LOCAL node: a scratch array of the work item
     GROUP_REDUCE = "group_reduce"  # a GROUP_REDUCE node: its value combined over the work items of the group
+    DEFINE_SHARED = "define_shared"  # a DEFINE_SHARED node: an array in the group's local memory
+    BARRIER = "barrier"  # a BARRIER node: the group's work items wait for each other
 
     __hash__ = str.__hash__
 
@@ -94,6 +96,12 @@ class Linearizer:
             self.done.add(id(item))
         elif item.op is IROp.DEFINE_LOCAL:
             self.instructions.append(Instruction(Step.DEFINE_LOCAL, item))
+            self.done.add(id(item))
+        elif item.op is IROp.DEFINE_SHARED:
+            self.instructions.append(Instruction(Step.DEFINE_SHARED, item))
+            self.done.add(id(item))
+        elif item.op is IROp.BARRIER:
+            self.instructions.append(Instruction(Step.BARRIER, item))
             self.done.add(id(item))
         elif item.op is IROp.GROUP_REDUCE:
             assert not self.open, "a GROUP_REDUCE's barriers must be reached by every work item: never in a loop"

@@ -16,6 +16,7 @@ from ember.capabilities import DeviceInfo
 from ember.collection_pause import collection_paused
 from ember.core.ops import REDUCE_OPS, Op
 from ember.ir import lowered_cache
+from ember.ir.group_matmul import lower_matmul_kernel, matmul_tiles
 from ember.ir.group_reduce import choose_local_size, lower_group_kernel
 from ember.ir.ir import IROp, KernelIR
 from ember.ir.kernel import Kernel, row_loop
@@ -252,12 +253,12 @@ def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, Kern
     """The heuristic's plan and the kernel lowered by it: the first vector plan whose vectors need no gathering
     (tile plans compared by estimated work), at the preferred vector width or, for a kernel needing an op only a
     narrower width has, at that width; else scalar tiles (a whole short row per work item where no other tile
-    fits); untiled where tiling would take too long to lower. A kernel of long row reductions on a device with
-    local memory is a workgroup kernel instead (ir/group_reduce.py; its plan is `GROUP_PLAN`, which the kernel
-    search leaves alone)."""
-    local_size = choose_local_size(kernel, info)
-    if local_size is not None:
-        return GROUP_PLAN, lower_group_kernel(kernel, name, local_size, info.warp_width)
+    fits); untiled where tiling would take too long to lower. A matmul, or a kernel of long row reductions, on a
+    device with local memory and warps is a workgroup kernel instead (ir/group_matmul.py, ir/group_reduce.py; its
+    plan is `GROUP_PLAN`, which the kernel search leaves alone)."""
+    grouped = group_lowering(kernel, name, info)
+    if grouped is not None:
+        return GROUP_PLAN, grouped
     for capabilities in _vector_widths_for(kernel, info):
         vectorized = _vector_lowering(kernel, name, capabilities)
         if vectorized is not None:
@@ -267,12 +268,23 @@ def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, Kern
     return plan, lower_kernel(kernel, name, plan.upcast)
 
 
+def group_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR | None:
+    """The workgroup kernel DeviceInfo asks for, or None: a matmul tiled in local memory (ir/group_matmul.py), or
+    long rows reduced by groups (ir/group_reduce.py)."""
+    tiles = matmul_tiles(kernel, info)
+    if tiles is not None:
+        tiled = lower_matmul_kernel(kernel, name, tiles, info.warp_width)
+        if tiled is not None:
+            return tiled
+    local_size = choose_local_size(kernel, info)
+    return None if local_size is None else lower_group_kernel(kernel, name, local_size, info.warp_width)
+
+
 def lower_plan(kernel: Kernel, name: str, info: DeviceInfo, plan: Plan) -> KernelIR | None:
     """The kernel lowered by `plan` (the same IR `choose_plan` gives for its own plan), or None where the plan does
     not apply: vectors the kernel cannot be packed into, or that need gathering, or a tile too long to lower."""
     if plan.group:
-        local_size = choose_local_size(kernel, info)
-        return None if local_size is None else lower_group_kernel(kernel, name, local_size, info.warp_width)
+        return group_lowering(kernel, name, info)
     if not _affordable(kernel, plan.upcast, plan.reduce_lanes):
         return None
     lowered = lower_kernel(kernel, name, plan.upcast, plan.order, plan.reduce_lanes, plan.loop)
