@@ -498,7 +498,7 @@ def build_class(kernel: KernelIR) -> str:
         if node.op is IROp.REDUCE:
             if node.width > 1:
                 vector_accumulators += 1
-            else:
+            elif node.dtype.is_float:  # (integer sums are associative: gcc vectorizes them as they are)
                 scalar_accumulators += 1
     if vector_accumulators >= MIN_TILE_ACCUMULATORS:
         return TILE
@@ -570,6 +570,17 @@ def _cpu_flags() -> str:
     return host_cpu_field("flags") or "unknown"
 
 
+def has_byte_dot_products() -> bool:
+    """Whether this CPU multiplies unsigned by signed bytes into int32 sums in one instruction (x86 AVX-VNNI or
+    AVX512-VNNI: vpdpbusd), which gcc's vectorizer emits for such sums at -march=native (the compiler targets the
+    host); EMBER_C_INTEGER_DOT=0 or 1 chooses."""
+    chosen = os.environ.get("EMBER_C_INTEGER_DOT", "")
+    if chosen in ("0", "1"):
+        return chosen == "1"
+    flags = _cpu_flags().split()
+    return "avx_vnni" in flags or "avx512_vnni" in flags
+
+
 class CDevice(Device):
     """The host CPU: C kernels using every core through OpenMP."""
 
@@ -579,7 +590,7 @@ class CDevice(Device):
         width = native_vector_width()
         self.info = DeviceInfo(compute_units=cores, preferred_vector_width=width, vector_ops=VECTOR_OPS,
                                fallback_vector_widths=((8, VECTOR_OPS),) if width > 8 else (),
-                               concurrent_compile=True)
+                               concurrent_compile=True, integer_dot_products=has_byte_dot_products())
         self.pool = HostMemoryPool(name)
         self.renderer = CRenderer(threads, vector_math=has_vector_math())
         self._programs: ProgramTable[str, CProgram] = ProgramTable()  # by source, least recently used dropped

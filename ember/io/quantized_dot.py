@@ -1,0 +1,87 @@
+"""Products of quantized weights with a few rows of input in integers: the input quantized to int8 per block of 32
+(a scale per block, as ggml's q8_0), the weight's unsigned quants times those int8 values summed in int32 per group
+of 16 or 32 elements, and each group's float factors applied once to its integer sum.
+
+For a group g of the weight's row (value = factor * (u - offset) - minimum, `IntegerForm`) and the input's block
+(x ~ dx * q, |q| <= 127):
+
+    sum over g of value * x ~ factor * dx * (sum u * q - offset * sum q) - minimum * dx * sum q
+
+`sum u * q` is a sum of unsigned bytes times signed bytes in int32, which the C backend's compiler turns into the
+device's byte dot-product instructions (x86 VNNI's vpdpbusd); `sum q` is computed once per input block. The input's
+rounding to 8 bits is the only difference from the float product (a relative error near 1/254 of the input block's
+largest value per element, as llama.cpp's CPU kernels make).
+"""
+
+from __future__ import annotations
+
+from ember.core import dtype as dtypes
+from ember.core.tensor import Tensor
+from ember.io.quantized import QuantizedTensor
+
+INPUT_BLOCK = 32  # input elements sharing one int8 scale
+INTEGER_ROWS = 8  # input rows up to which a product with a device's integer dot products runs in integers
+# the formats whose integer products run faster than their float ones by default (c, gcc 12, AVX512-VNNI, Gemma-3's
+# decode step): Q8_0's bytes are loaded as they are (2-3x: the 262144 x 640 output layer from 13-19 ms to 5-6 ms);
+# the packed formats' bits, unpacked per element in scalar C, gcc's vectorizer leaves scalar or unrolls (Q5_0's
+# 2 x 16 layout) and they ran slower than their float kernels on vectors. `integer=True` still runs any format so.
+INTEGER_FORMATS = frozenset({"Q8_0"})
+
+
+def quantize_input(input: Tensor) -> tuple[Tensor, Tensor]:
+    """(..., n) float -> int8 values q (..., n / 32, 32) and float32 scales d (..., n / 32, 1) with x ~ d * q: d is
+    the block's largest magnitude / 127 and q = round(x / d); a block of zeros has d = 0, q = 0, and a block
+    holding a NaN or an infinity has a NaN or infinite d (so the products it enters are not finite) and q = 0."""
+    if input.shape[-1] % INPUT_BLOCK:
+        raise ValueError(f"quantize_input: the last axis of {tuple(input.shape)} is not a multiple of {INPUT_BLOCK}")
+    blocks = input.cast(dtypes.float32).reshape(*input.shape[:-1], input.shape[-1] // INPUT_BLOCK, INPUT_BLOCK)
+    largest = blocks.abs().amax(-1, keepdim=True)
+    usable = (largest > 0) & largest.isfinite()
+    inverse = (127.0 / largest.where(usable, 1.0)).where(usable, 0.0)
+    quants = (blocks * inverse).round().where(usable, 0.0).cast(dtypes.int8)
+    return quants, largest / 127.0
+
+
+def integer_matmul(weight: QuantizedTensor, input: Tensor) -> Tensor:
+    """input @ weight.T for a 2-d quantized weight (out, in) and float input (..., in), with the input quantized to
+    int8 per block of 32 and the products summed in int32 per group of the weight's format (see the module)."""
+    out_features, in_features = weight.shape
+    quant_format = weight.format
+    layout = quant_format.layout
+    blocks_per_row = in_features // quant_format.block_elements
+    form = quant_format.integer_form(weight.blocks(), weight.scales)
+    leading = tuple(input.shape[:-1])
+    quants, scales = quantize_input(input)
+    # the input's blocks of 32 laid out as the weight's blocks (the layout's row-major order is the elements'),
+    # with its scales over the layout's trailing axes that span 32 elements; sums over a group's layout axes (their
+    # last runs over consecutive bytes: the compiler's vectorizer reads it as byte vectors)
+    spanned, axes_of_block = 1, 0
+    while spanned < INPUT_BLOCK:
+        axes_of_block += 1
+        spanned *= layout[-axes_of_block]
+    if spanned != INPUT_BLOCK or axes_of_block < form.group_axes:
+        raise ValueError(f"integer_matmul: the {quant_format.name} layout {layout} has no trailing axes of "
+                         f"{INPUT_BLOCK} elements holding its groups")
+    group_axes = tuple(range(-form.group_axes, 0))
+    outer = layout[: len(layout) - form.group_axes]
+    input_scale = scales.reshape(*leading, 1, blocks_per_row, *layout[: len(layout) - axes_of_block],
+                                 *([1] * (axes_of_block - form.group_axes)))
+    integers = quants.reshape(*leading, 1, blocks_per_row, *layout).cast(dtypes.int32)
+    input_sums = integers.sum(group_axes, dtype=dtypes.int32)
+    products = (form.quants.cast(dtypes.int32) * integers).sum(group_axes, dtype=dtypes.int32)
+    if form.offset:
+        products = products - input_sums * form.offset
+    factor = form.factor.reshape(out_features, blocks_per_row, *outer)
+    terms = factor * input_scale * products.cast(dtypes.float32)
+    if form.minimum is not None:
+        minimum = form.minimum.reshape(out_features, blocks_per_row, *outer)
+        terms = terms - minimum * input_scale * input_sums.cast(dtypes.float32)
+    return terms.sum(tuple(range(-1 - len(outer), 0)))
+
+
+def integer_dot_products(device: str) -> bool:
+    """Whether a device multiplies bytes into int32 sums faster than it converts them to floats
+    (DeviceInfo.integer_dot_products)."""
+    from ember.scheduler.devices import get_device
+
+    return get_device(device).info.integer_dot_products
