@@ -86,19 +86,20 @@ def test_quantize_input_rounds_each_block_to_int8() -> None:
     assert (quants_np[1, 1] == 0).all() and scales_np[1, 1, 0] == 0
 
 
-def test_a_decode_product_runs_in_integers_by_default_in_one_kernel_over_the_blocks() -> None:
-    """On c (a CPU with byte dot products: the default is chosen from DeviceInfo), one row of input and a Q8_0
-    weight: the input is quantized by small kernels, and the product over the blocks is one kernel whose integer
-    sums per block are loops inside its loop over the blocks (nothing per block is stored), rendered as plain int
-    arithmetic that the compiler vectorizes into byte dot products."""
+@pytest.mark.parametrize("name", sorted(INTEGER_FORMATS))
+def test_a_decode_product_runs_in_integers_by_default_in_one_kernel_over_the_blocks(name: str) -> None:
+    """On c (a CPU with byte dot products: the default is chosen from DeviceInfo), one row of input and a Q8_0 or
+    Q5_0 weight: the input is quantized by small kernels, and the product over the blocks is one kernel whose
+    integer sums per block are loops inside its loop over the blocks (nothing per block is stored), rendered as
+    plain int arithmetic that the compiler vectorizes into byte dot products."""
     from ember.scheduler.devices import get_device
 
     device = get_device("c")
     if not device.info.integer_dot_products:
         pytest.skip("this CPU has no byte dot-product instructions (x86 VNNI)")
-    rows = 96 + 5  # a shape of its own: its kernels are rendered here
-    raw = random_blocks("Q8_0", rows=rows, blocks=4, seed=9)
-    weight = QuantizedTensor(em.tensor(raw, device="c"), FORMATS_BY_NAME["Q8_0"], (rows, 128)).decoded_scales()
+    rows = 96 + len(name)  # a shape of its own: its kernels are rendered here
+    raw = random_blocks(name, rows=rows, blocks=4, seed=9)
+    weight = QuantizedTensor(em.tensor(raw, device="c"), FORMATS_BY_NAME[name], (rows, 128)).decoded_scales()
     x = em.tensor(np.random.default_rng(1).standard_normal((1, 128)).astype(np.float32), device="c").realize()
     sources: list[str] = []
     render = device.render
@@ -107,12 +108,11 @@ def test_a_decode_product_runs_in_integers_by_default_in_one_kernel_over_the_blo
             result = weight.matmul(x).realize()
     product = [source for source in sources
                if "const unsigned char* restrict" in source and "const signed char* restrict" in source]
-    assert len(product) == 1 and len(record.kernels) <= 5
+    assert len(product) == 1 and len(record.kernels) <= 5  # (Q5_0: a kernel joins each block's high bits)
     assert "(unsigned int)" not in product[0].split("acc")[2]  # the byte products are plain C: no wrapping casts
-    reference = reference_weight("Q8_0", raw)
+    reference = reference_weight(name, raw)
     expected = x.numpy().astype(np.float64) @ reference.T
     assert (np.abs(result.numpy() - expected) <= rounding_bound(reference, x.numpy().astype(np.float64))).all()
-    assert "Q8_0" in INTEGER_FORMATS
     many = np.random.default_rng(2).standard_normal((9, 128)).astype(np.float32)  # more rows: the float product
     np.testing.assert_allclose(weight.matmul(em.tensor(many, device="c")).numpy(), many @ reference.T, rtol=1e-4,
                                atol=1e-4 * np.abs(many @ reference.T).max())
