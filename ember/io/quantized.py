@@ -168,15 +168,22 @@ def q5_0_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
     return _quants(q5_0_bits(blocks), 16.0) * _float(scales[0])
 
 
-def q5_0_integers(blocks: Tensor, scales: tuple[Tensor, ...]) -> IntegerForm:
-    """Q5_0 as d * (q - 16); the high bits are picked from the block's uint32 of them (bit 16h + j for element
-    16h + j), one shift per element along the bytes, rather than from byte j // 8 (a division per element)."""
+def q5_0_scales(blocks: Tensor) -> tuple[Tensor, ...]:
+    """Q5_0: d (float16, (..., blocks, 1, 1)) and the 32 high bits as one uint32 (..., blocks, 1, 1), which the
+    integer product shifts each element's bit out of (the float product reads the bytes): 6 bytes a block."""
     device = blocks.device
-    leading = blocks.shape[:-1]
-    low = _shift_right(_bytes(blocks, 6, (1, 16), (2, 16)), _shifts(4, (2, 1), device)) & 0x0F
     words = blocks[..., 2:6].cast(dtypes.uint32) << (arange(4, dtype=dtypes.uint32, device=device) * 8)
-    high_bits = (words[..., 0:1] | words[..., 1:2] | words[..., 2:3] | words[..., 3:4]).reshape(*leading, 1, 1)
-    high = (_shift_right(high_bits.expand(*leading, 2, 16), arange(32, dtype=dtypes.uint32, device=device)
+    high_bits = words[..., 0:1] | words[..., 1:2] | words[..., 2:3] | words[..., 3:4]
+    return _scale(blocks, 0, 2), high_bits.reshape(*blocks.shape[:-1], 1, 1)
+
+
+def q5_0_integers(blocks: Tensor, scales: tuple[Tensor, ...]) -> IntegerForm:
+    """Q5_0 as d * (q - 16); the high bits are shifted out of the block's uint32 of them (bit 16h + j for element
+    16h + j, one shift per element along the bytes) rather than picked from byte j // 8 (a division per element)."""
+    leading = blocks.shape[:-1]
+    device = blocks.device
+    low = _shift_right(_bytes(blocks, 6, (1, 16), (2, 16)), _shifts(4, (2, 1), device)) & 0x0F
+    high = (_shift_right(scales[1].expand(*leading, 2, 16), arange(32, dtype=dtypes.uint32, device=device)
                          .reshape(2, 16)) & 1).cast(dtypes.uint8)
     return IntegerForm(low | (high << 4), 16, _float(scales[0]), None, 2)
 
@@ -274,7 +281,7 @@ def q6_k_integers(blocks: Tensor, scales: tuple[Tensor, ...]) -> IntegerForm:
 
 Q8_0 = QuantFormat("Q8_0", 32, 34, (32,), _d_scale(1), q8_0_values, q8_0_integers)
 Q4_0 = QuantFormat("Q4_0", 32, 18, (2, 16), _d_scale(2), q4_0_values, q4_0_integers)
-Q5_0 = QuantFormat("Q5_0", 32, 22, (2, 16), _d_scale(2), q5_0_values, q5_0_integers)
+Q5_0 = QuantFormat("Q5_0", 32, 22, (2, 16), q5_0_scales, q5_0_values, q5_0_integers)
 Q4_K = QuantFormat("Q4_K", QK_K, 144, (4, 2, 32), k_scales, q4_k_values, q4_k_integers)
 Q5_K = QuantFormat("Q5_K", QK_K, 176, (4, 2, 32), k_scales, q5_k_values, q5_k_integers)
 Q6_K = QuantFormat("Q6_K", QK_K, 210, (2, 2, 2, 2, 16), q6_k_scales, q6_k_values, q6_k_integers)
