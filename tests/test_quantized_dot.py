@@ -162,3 +162,20 @@ def test_devices_without_byte_dot_products_keep_the_float_product(device: str) -
         assert not has_byte_dot_products()
         patch.setenv("EMBER_C_INTEGER_DOT", "1")
         assert has_byte_dot_products()
+
+
+def test_an_input_that_needs_a_gradient_keeps_the_float_product() -> None:
+    """The integer product rounds the input (no gradient): an input that requires one is multiplied in floats, so
+    its gradient is the weights' column sums, as torch's of the dequantized weight; integer=True then refuses."""
+    import torch
+
+    raw = random_blocks("Q8_0", rows=5, blocks=2, seed=6)
+    weight = QuantizedTensor(em.tensor(raw, device="c"), FORMATS_BY_NAME["Q8_0"], (5, 64))
+    inputs = np.random.default_rng(8).standard_normal((1, 64)).astype(np.float32)
+    x = em.tensor(inputs, device="c", requires_grad=True)
+    weight.matmul(x).sum().backward()
+    reference = torch.tensor(inputs, requires_grad=True)
+    (reference @ torch.tensor(reference_weight("Q8_0", raw), dtype=torch.float32).T).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), reference.grad.numpy(), rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="integer=True rounds the input to int8, which has no gradient"):
+        weight.matmul(x, integer=True)

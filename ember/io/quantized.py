@@ -373,9 +373,10 @@ class QuantizedTensor:
         The product runs over the blocks' own layout (blocks, then `format.layout`): each block's scales are read
         once per run of consecutive bytes, the bits are picked with one shift per run, and no dequantized weight
         is stored; the kernel reads the blocks (0.5 to 1.1 bytes a weight instead of 4).
-        With `integer` (by default: a few input rows on a device with integer dot products, DeviceInfo), the input
-        is quantized to int8 per block of 32 and the products summed in integers (quantized_dot.integer_matmul),
-        within the input's 8-bit rounding of the float product."""
+        With `integer` (by default: a few input rows that need no gradient, of a format in INTEGER_FORMATS, on a
+        device with integer dot products, DeviceInfo), the input is quantized to int8 per block of 32 and the
+        products summed in integers (quantized_dot.integer_matmul), within the input's 8-bit rounding of the float
+        product."""
         if len(self.shape) != 2:
             raise ValueError(f"QuantizedTensor.matmul: needs a 2-d (out_features, in_features) tensor, got {self.shape}")
         out_features, in_features = self.shape
@@ -391,7 +392,10 @@ class QuantizedTensor:
             for size in input.shape[:-1]:
                 rows *= size
             integer = (rows <= quantized_dot.INTEGER_ROWS and self.format.name in quantized_dot.INTEGER_FORMATS
-                       and quantized_dot.integer_dot_products(self.device))
+                       and not input.requires_grad and quantized_dot.integer_dot_products(self.device))
+        if integer and input.requires_grad:
+            raise ValueError("QuantizedTensor.matmul: integer=True rounds the input to int8, which has no gradient; "
+                             "the input requires one (use integer=False or None)")
         if integer:
             return quantized_dot.integer_matmul(self, input)
         blocks_per_row = in_features // self.format.block_elements
