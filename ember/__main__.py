@@ -38,6 +38,9 @@ SETTINGS: dict[str, str] = {
     "EMBER_SEARCH_BUDGET": "seconds the kernel search may spend on one kernel (unset: 10)",
     "EMBER_C_VECTOR_WIDTH": "float32 lanes of the c backend's vectors: 8 (AVX2) or 16 (AVX-512) (unset: 16 where the "
                             "compiler's -march=native targets AVX-512F, else 8)",
+    "EMBER_C_INTEGER_DOT": "1 or 0: whether the c backend multiplies a few rows by Q8_0 and Q5_0 weights in "
+                           "integers (the input rounded to int8 per block) (unset: where the CPU has AVX-VNNI or "
+                           "AVX512-VNNI)",
     "EMBER_OPENCL_VECTOR_WIDTH": "float32 lanes of the vectors in OpenCL kernels: 1 (none), 2, 4, 8 or 16, where "
                                  "the device's compiler passes the vector probe (unset: the device's preferred width)",
     "EMBER_OPENCL_PROBE_CRASH": "tests only: OP:WIDTH[:build],... makes the OpenCL vector probe's child process abort "

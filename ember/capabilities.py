@@ -34,6 +34,9 @@ class DeviceInfo:
     # (PTX's mma.sync m16n8k16, sm_80 and newer: ir/group_matmul.py); empty: none
     matrix_dtypes: frozenset[DType] = frozenset()
     has_native_exp2: bool = True
+    # bytes multiplied and summed into int32 faster than converted to floats (x86 VNNI, Arm's dot product): products
+    # of quantized weights with a few rows of input then quantize the input to int8 (ember/io/quantized_dot.py)
+    integer_dot_products: bool = False
     can_run: bool = True  # False for render-only (dummy) devices
     concurrent_compile: bool = False  # compile() may run in several threads at once (the C compiler may)
     max_kernel_buffers: int = 2**31 - 1  # buffers one kernel may bind, its output included (WebGPU: a few dozen)

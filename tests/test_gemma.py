@@ -128,6 +128,13 @@ def test_gemma3_greedy_tokens_match_transformers(gguf_path: Path, reference_gree
     ids, expected = reference_greedy[PROMPTS[0]]
     assert list(generate(float32, ids, max_new_tokens=2, device=device)) == expected[:2]
     assert all(linear.format is None for linear in float32.modules() if isinstance(linear, QuantizedLinear))
+    # and with every product of the quantized blocks in floats (where c's default runs the Q8_0 output layer's in
+    # integers, the input rounded to int8 per block: io/quantized_dot.py)
+    from ember.io import quantized_dot
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(quantized_dot, "INTEGER_FORMATS", frozenset())
+        assert list(generate(Gemma3.from_gguf(gguf_path), ids, max_new_tokens=2, device=device)) == expected[:2]
 
 
 def test_jitted_steps_match_eager_steps_and_replay_without_building_graphs(

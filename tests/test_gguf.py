@@ -202,8 +202,9 @@ def test_matmul_reads_quantized_blocks_in_one_kernel(name: str, device: str) -> 
 @pytest.mark.parametrize("name", sorted(FORMATS_BY_NAME))
 @pytest.mark.parametrize("decoded", [False, True], ids=["scales-in-kernel", "scales-decoded"])
 def test_quantized_matmul_matches_numpy(name: str, decoded: bool, device: str) -> None:
-    """QuantizedTensor.matmul (the product over the blocks' own layout) against gguf's dequantization times a numpy
-    matmul: an odd number of rows, one token (a matrix-vector product) and three, NaN-free random blocks."""
+    """QuantizedTensor.matmul (the product over the blocks' own layout, in floats: the integer one is
+    tests/test_quantized_dot.py's) against gguf's dequantization times a numpy matmul: an odd number of rows, one
+    token (a matrix-vector product) and three, NaN-free random blocks."""
     quant = FORMATS_BY_NAME[name]
     rows, blocks = 13, 3
     raw = random_blocks(name, rows=rows, blocks=blocks, seed=7)
@@ -213,7 +214,7 @@ def test_quantized_matmul_matches_numpy(name: str, decoded: bool, device: str) -
     reference = gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, name)).astype(np.float64)
     for tokens in (1, 3):
         inputs = np.random.default_rng(tokens).standard_normal((tokens, blocks * quant.block_elements))
-        got = weight.matmul(em.tensor(inputs.astype(np.float32), device=device)).numpy()
+        got = weight.matmul(em.tensor(inputs.astype(np.float32), device=device), integer=False).numpy()
         expected = inputs.astype(np.float32).astype(np.float64) @ reference.T
         assert got.shape == (tokens, rows)
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
@@ -238,7 +239,7 @@ def test_quantized_matvec_with_decoded_scales_is_one_kernel_on_vectors(name: str
     render = device.render
     monkeypatch.setattr(device, "render", lambda kernel: sources.append(render(kernel)) or sources[-1])
     with em.profile() as record:
-        result = weight.matmul(x).realize()
+        result = weight.matmul(x, integer=False).realize()
     assert len(record.kernels) == 1 and record.bytes_allocated == rows * 4
     assert len(sources) == 1 and "__builtin_convertvector" in sources[0]
     expected = x.numpy() @ gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, name)).T

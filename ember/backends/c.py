@@ -238,8 +238,13 @@ def _runtime_loop_sizes(kernel: KernelIR) -> list[str]:
 
 def _loop_work(kernel: KernelIR) -> int:
     """The product of reduce loop sizes, times 2 for 16-lane vectors: a rough count of operations per work item, in
-    the 8-lane vectors PARALLEL_THRESHOLD was tuned with (a 16-lane kernel has half the work items of an 8-lane one)."""
-    loops = math.prod(node.arg[1] for node in topological_nodes(kernel.sink) if node.op is IROp.RANGE)
+    the 8-lane vectors PARALLEL_THRESHOLD was tuned with (a 16-lane kernel has half the work items of an 8-lane one).
+    A loop of an integer sum counts a sixteenth of its size: gcc vectorizes it (bytes, 32 to a vector)."""
+    nodes = topological_nodes(kernel.sink)
+    integer_loops = {id(loop) for node in nodes if node.op is IROp.REDUCE and node.dtype.is_int
+                     for loop in node.srcs[1:]}
+    loops = math.prod(max(1, node.arg[1] // 16) if id(node) in integer_loops else node.arg[1]
+                      for node in nodes if node.op is IROp.RANGE)
     return loops * max(1, vector_width(kernel) // 8)
 
 
@@ -498,7 +503,7 @@ def build_class(kernel: KernelIR) -> str:
         if node.op is IROp.REDUCE:
             if node.width > 1:
                 vector_accumulators += 1
-            else:
+            elif node.dtype.is_float:  # (integer sums are associative: gcc vectorizes them as they are)
                 scalar_accumulators += 1
     if vector_accumulators >= MIN_TILE_ACCUMULATORS:
         return TILE
@@ -570,6 +575,17 @@ def _cpu_flags() -> str:
     return host_cpu_field("flags") or "unknown"
 
 
+def has_byte_dot_products() -> bool:
+    """Whether this CPU multiplies unsigned by signed bytes into int32 sums in one instruction (x86 AVX-VNNI or
+    AVX512-VNNI: vpdpbusd), which gcc's vectorizer emits for such sums at -march=native (the compiler targets the
+    host); EMBER_C_INTEGER_DOT=0 or 1 chooses."""
+    chosen = os.environ.get("EMBER_C_INTEGER_DOT", "")
+    if chosen in ("0", "1"):
+        return chosen == "1"
+    flags = _cpu_flags().split()
+    return "avx_vnni" in flags or "avx512_vnni" in flags
+
+
 class CDevice(Device):
     """The host CPU: C kernels using every core through OpenMP."""
 
@@ -579,7 +595,7 @@ class CDevice(Device):
         width = native_vector_width()
         self.info = DeviceInfo(compute_units=cores, preferred_vector_width=width, vector_ops=VECTOR_OPS,
                                fallback_vector_widths=((8, VECTOR_OPS),) if width > 8 else (),
-                               concurrent_compile=True)
+                               concurrent_compile=True, integer_dot_products=has_byte_dot_products())
         self.pool = HostMemoryPool(name)
         self.renderer = CRenderer(threads, vector_math=has_vector_math())
         self._programs: ProgramTable[str, CProgram] = ProgramTable()  # by source, least recently used dropped

@@ -49,18 +49,39 @@ def fits(dtype: DType, bounds: tuple[float, float]) -> bool:
 
 
 def value_bounds(root: IRNode, memo: dict[int, tuple[float, float]]) -> tuple[float, float]:
-    """The IR's integer value bounds, extended to SUB, NEG and products of bounded values (as if nothing wrapped)."""
+    """The IR's integer value bounds, extended to SUB, NEG and products of bounded values (as if nothing wrapped),
+    to integer loads (their dtype's range) and conversions between integer dtypes, and to integer sums (the
+    value's bounds times the loop's trip count): a product of bytes summed over a block (a quantized dot product)
+    is then plain C arithmetic, which gcc turns into the device's integer dot-product instructions."""
 
     def extended(node: IRNode) -> bool:
+        if node.op is IROp.LOAD or node.op is Op.CAST:
+            return node.dtype.is_int and node.srcs[0].dtype.is_int
+        if node.op is IROp.REDUCE:
+            return node.arg is Op.SUM and node.dtype.is_int
         return node.op in WRAPPING_SYMBOLS and node.dtype.is_int
+
+    def sources(node: IRNode) -> tuple[IRNode, ...]:
+        if not extended(node) or node.op is IROp.LOAD:
+            return ()
+        return node.srcs[:1] if node.op is IROp.REDUCE or node.op is Op.CAST else node.srcs
 
     def bounds_of(node: IRNode) -> tuple[float, float]:
         if not extended(node):
+            if node.dtype.is_int:  # (a value is within its dtype's range: a byte computed by bit ops, say)
+                return max(node.minimum, dtypes.min_value(node.dtype)), min(node.maximum, dtypes.max_value(node.dtype))
             return node.minimum, node.maximum
-        sources = [memo[id(src)] for src in node.srcs]
+        if node.op is IROp.LOAD:
+            return dtypes.min_value(node.dtype), dtypes.max_value(node.dtype)
+        sources = [memo[id(src)] for src in node.srcs[:1 if node.op in (IROp.REDUCE, Op.CAST) else None]]
         (low, high), (other_low, other_high) = sources[0], sources[-1]
         if not all(fits(node.dtype, source) for source in sources):
-            return UNBOUNDED  # a source that may have wrapped bounds nothing
+            return UNBOUNDED  # a source that may have wrapped (or a conversion that wraps) bounds nothing
+        if node.op is Op.CAST:
+            return low, high
+        if node.op is IROp.REDUCE:
+            count = trip_count(node.srcs[1:])
+            return min(0, low * count), max(0, high * count)  # (0: the empty sum, where a loop runs no step)
         if node.op is Op.NEG:
             return -high, -low
         if node.op is Op.ADD:
@@ -70,7 +91,17 @@ def value_bounds(root: IRNode, memo: dict[int, tuple[float, float]]) -> tuple[fl
         corners = [a * b for a in (low, high) for b in (other_low, other_high)]
         return min(corners), max(corners)
 
-    return compute_bottom_up(root, lambda node: node.srcs if extended(node) else (), bounds_of, memo)
+    return compute_bottom_up(root, sources, bounds_of, memo)
+
+
+def trip_count(ranges: tuple[IRNode, ...]) -> float:
+    """How many times a loop nest over `ranges` runs its body (inf where a size is known only at launch)."""
+    count = 1.0
+    for loop in ranges:
+        if loop.op is not IROp.RANGE or loop.srcs:
+            return math.inf
+        count *= loop.arg[1]
+    return count
 
 
 class CStyleRenderer(StepRenderer[KernelBody]):
@@ -290,7 +321,8 @@ class CStyleRenderer(StepRenderer[KernelBody]):
 
     def accumulate(self, accumulator: str, value: str, node: IRNode) -> str:
         """The statement combining a reduce's value into its accumulator."""
-        if node.dtype in WRAPPING_UNSIGNED and node.arg is not Op.REDUCE_MAX:
+        if node.dtype in WRAPPING_UNSIGNED and node.arg is not Op.REDUCE_MAX and not (
+                node.arg is Op.SUM and node.width == 1 and fits(node.dtype, value_bounds(node, self._bounds))):
             return f"{accumulator} = {self.wrapping(REDUCE_COMBINE[node.arg], [accumulator, value], node.dtype)}"
         if node.arg is Op.SUM:
             return f"{accumulator} += {value}"

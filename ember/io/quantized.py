@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ember.core import dtype as dtypes
 from ember.core.creation import arange
@@ -38,11 +38,17 @@ class QuantFormat:
     layout: tuple[int, ...]
     block_scales: Callable[[Tensor], tuple[Tensor, ...]]  # (..., blocks, block_bytes) -> float32 (..., blocks, ...)
     values_from: Callable[[Tensor, tuple[Tensor, ...]], Tensor]  # blocks, scales -> (..., blocks, *layout) float32
+    integer_from: Callable[[Tensor, tuple[Tensor, ...]], IntegerForm]  # blocks, scales -> the integer form
 
     def block_values(self, blocks: Tensor, scales: tuple[Tensor, ...] | None = None) -> Tensor:
         """(..., blocks, block_bytes) uint8 -> (..., blocks, *layout) float32, lazily (scales decoded here unless
         given)."""
         return self.values_from(blocks, self.block_scales(blocks) if scales is None else scales)
+
+    def integer_form(self, blocks: Tensor, scales: tuple[Tensor, ...] | None = None) -> IntegerForm:
+        """The blocks' values as unsigned integer quants with an offset and per-group float factors, lazily (scales
+        decoded here unless given)."""
+        return self.integer_from(blocks, self.block_scales(blocks) if scales is None else scales)
 
     def dequantize_blocks(self, blocks: Tensor) -> Tensor:
         """(..., blocks, block_bytes) uint8 -> (..., blocks, block_elements) float32, lazily."""
@@ -50,6 +56,20 @@ class QuantFormat:
 
     def __repr__(self) -> str:
         return f"ember.io.{self.name.lower()}"
+
+
+class IntegerForm(NamedTuple):
+    """A block's values as value = factor * (quants - offset) - minimum: `quants` (uint8, (..., blocks, *layout))
+    are the unsigned integers the block stores, `offset` a constant of the format, and `factor` and `minimum`
+    (float32, or None for no minimum) are one number per group of elements: broadcast over the last `group_axes`
+    axes of the layout (a group is 16 or 32 consecutive elements). A product then sums quants times integers per
+    group and scales each group's sum once (ember/io/quantized_dot.py)."""
+
+    quants: Tensor
+    offset: int
+    factor: Tensor
+    minimum: Tensor | None
+    group_axes: int
 
 
 def _float16(blocks: Tensor, start: int) -> Tensor:
@@ -110,22 +130,62 @@ def q8_0_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
     return blocks[..., 2:34].bitcast(dtypes.int8).cast(dtypes.float32) * _float(scales[0])
 
 
+def q8_0_integers(blocks: Tensor, scales: tuple[Tensor, ...]) -> IntegerForm:
+    """Q8_0 as d * (u - 128): u = q + 128 is the byte with its top bit flipped."""
+    return IntegerForm(blocks[..., 2:34] ^ 0x80, 128, _float(scales[0]), None, 1)
+
+
+def q4_0_bits(blocks: Tensor) -> Tensor:
+    """Q4_0's unsigned 4-bit values (uint8), layout (2, 16): elements 0-15 are the low nibbles, 16-31 the high."""
+    return _shift_right(_bytes(blocks, 2, (1, 16), (2, 16)), _shifts(4, (2, 1), blocks.device)) & 0x0F
+
+
 def q4_0_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
     """Q4_0: scale d, 16 bytes of nibbles (elements 0-15 low, 16-31 high); x = d * (q - 8). Layout (2, 16)."""
-    low = _shift_right(_bytes(blocks, 2, (1, 16), (2, 16)), _shifts(4, (2, 1), blocks.device))
-    return _quants(low & 0x0F, 8.0) * _float(scales[0])
+    return _quants(q4_0_bits(blocks), 8.0) * _float(scales[0])
 
 
-def q5_0_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
-    """Q5_0: scale d, 32 high bits (a uint32), 16 bytes of low nibbles; x = d * ((low | high << 4) - 16).
-    Layout (2, 16): element 16h + j has the nibble h of byte j and bit j % 8 of high byte 2h + j // 8."""
+def q4_0_integers(blocks: Tensor, scales: tuple[Tensor, ...]) -> IntegerForm:
+    """Q4_0 as d * (q - 8)."""
+    return IntegerForm(q4_0_bits(blocks), 8, _float(scales[0]), None, 2)
+
+
+def q5_0_bits(blocks: Tensor) -> Tensor:
+    """Q5_0's unsigned 5-bit values (uint8), layout (2, 16): element 16h + j has the nibble h of byte j and bit
+    j % 8 of high byte 2h + j // 8."""
     device = blocks.device
     leading = blocks.shape[:-1]
     low = _shift_right(_bytes(blocks, 6, (1, 16), (2, 16)), _shifts(4, (2, 1), device)) & 0x0F
     high_bytes = _bytes(blocks, 2, (2, 2, 1), (2, 2, 8)).reshape(*leading, 2, 16)
     bit_shifts = _shifts(1, (1, 1, 8), device).expand(2, 2, 8).reshape(2, 16)
     high = _shift_right(high_bytes, bit_shifts) & 1
-    return _quants(low | (high << 4), 16.0) * _float(scales[0])
+    return low | (high << 4)
+
+
+def q5_0_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
+    """Q5_0: scale d, 32 high bits (a uint32), 16 bytes of low nibbles; x = d * ((low | high << 4) - 16).
+    Layout (2, 16) (q5_0_bits)."""
+    return _quants(q5_0_bits(blocks), 16.0) * _float(scales[0])
+
+
+def q5_0_scales(blocks: Tensor) -> tuple[Tensor, ...]:
+    """Q5_0: d (float16, (..., blocks, 1, 1)) and the 32 high bits as one uint32 (..., blocks, 1, 1), which the
+    integer product shifts each element's bit out of (the float product reads the bytes): 6 bytes a block."""
+    device = blocks.device
+    words = blocks[..., 2:6].cast(dtypes.uint32) << (arange(4, dtype=dtypes.uint32, device=device) * 8)
+    high_bits = words[..., 0:1] | words[..., 1:2] | words[..., 2:3] | words[..., 3:4]
+    return _scale(blocks, 0, 2), high_bits.reshape(*blocks.shape[:-1], 1, 1)
+
+
+def q5_0_integers(blocks: Tensor, scales: tuple[Tensor, ...]) -> IntegerForm:
+    """Q5_0 as d * (q - 16); the high bits are shifted out of the block's uint32 of them (bit 16h + j for element
+    16h + j, one shift per element along the bytes) rather than picked from byte j // 8 (a division per element)."""
+    leading = blocks.shape[:-1]
+    device = blocks.device
+    low = _shift_right(_bytes(blocks, 6, (1, 16), (2, 16)), _shifts(4, (2, 1), device)) & 0x0F
+    high = (_shift_right(scales[1].expand(*leading, 2, 16), arange(32, dtype=dtypes.uint32, device=device)
+                         .reshape(2, 16)) & 1).cast(dtypes.uint8)
+    return IntegerForm(low | (high << 4), 16, _float(scales[0]), None, 2)
 
 
 def _k_scales(blocks: Tensor) -> tuple[Tensor, Tensor]:
@@ -150,23 +210,44 @@ def _k_factors(scales: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
     return _float(scale) * _float(sub_scales), _float(minimum) * _float(sub_minimums)
 
 
+def q4_k_bits(blocks: Tensor) -> Tensor:
+    """Q4_K's unsigned 4-bit values (uint8), layout (4, 2, 32): sub-block j = 2p + h has the nibbles h of bytes
+    32p.. of the values."""
+    return _shift_right(_bytes(blocks, 16, (4, 1, 32), (4, 2, 32)), _shifts(4, (1, 2, 1), blocks.device)) & 0x0F
+
+
 def q4_k_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
     """Q4_K: scale d, minimum dmin, 8 6-bit (scale, minimum) pairs, 256 4-bit values in 8 sub-blocks of 32;
-    x = d * scale_j * q - dmin * minimum_j. Layout (4, 2, 32): sub-block j = 2p + h has the nibbles h of bytes
-    32p.. of the values."""
-    quants = _shift_right(_bytes(blocks, 16, (4, 1, 32), (4, 2, 32)), _shifts(4, (1, 2, 1), blocks.device)) & 0x0F
+    x = d * scale_j * q - dmin * minimum_j. Layout (4, 2, 32) (q4_k_bits)."""
     factor, offset = _k_factors(scales)
-    return factor * _quants(quants, 0.0) - offset
+    return factor * _quants(q4_k_bits(blocks), 0.0) - offset
 
 
-def q5_k_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
-    """Q5_K: as Q4_K, with a fifth bit of each value in 32 bytes of high bits (bit j of byte l for element l of
-    sub-block j); x = d * scale_j * q - dmin * minimum_j. Layout (4, 2, 32)."""
+def q4_k_integers(blocks: Tensor, scales: tuple[Tensor, ...]) -> IntegerForm:
+    """Q4_K as (d * scale_j) * q - dmin * minimum_j, one group per sub-block of 32."""
+    factor, minimum = _k_factors(scales)
+    return IntegerForm(q4_k_bits(blocks), 0, factor, minimum, 1)
+
+
+def q5_k_bits(blocks: Tensor) -> Tensor:
+    """Q5_K's unsigned 5-bit values (uint8), layout (4, 2, 32): Q4_K's nibbles, and a fifth bit of each value in
+    32 bytes of high bits (bit j of byte l for element l of sub-block j)."""
     device = blocks.device
     low = _shift_right(_bytes(blocks, 48, (4, 1, 32), (4, 2, 32)), _shifts(4, (1, 2, 1), device)) & 0x0F
     high = _shift_right(_bytes(blocks, 16, (1, 1, 32), (4, 2, 32)), _shifts(1, (4, 2, 1), device)) & 1
+    return low | (high << 4)
+
+
+def q5_k_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
+    """Q5_K: as Q4_K with 5-bit values; x = d * scale_j * q - dmin * minimum_j. Layout (4, 2, 32) (q5_k_bits)."""
     factor, offset = _k_factors(scales)
-    return factor * _quants(low | (high << 4), 0.0) - offset
+    return factor * _quants(q5_k_bits(blocks), 0.0) - offset
+
+
+def q5_k_integers(blocks: Tensor, scales: tuple[Tensor, ...]) -> IntegerForm:
+    """Q5_K as (d * scale_j) * q - dmin * minimum_j, one group per sub-block of 32."""
+    factor, minimum = _k_factors(scales)
+    return IntegerForm(q5_k_bits(blocks), 0, factor, minimum, 1)
 
 
 def q6_k_scales(blocks: Tensor) -> tuple[Tensor, ...]:
@@ -176,24 +257,34 @@ def q6_k_scales(blocks: Tensor) -> tuple[Tensor, ...]:
     return _scale(blocks, 208, 5), sub_scales.reshape(*blocks.shape[:-1], 2, 2, 2, 2, 1)
 
 
-def q6_k_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
-    """Q6_K: 256 6-bit values (low nibbles, then 2-bit highs), 16 int8 scales, scale d; x = d * scale_j * (q - 32).
-    Layout (2, 2, 2, 2, 16) = (n, k_high, k_low, s, l): element 128n + 32k + 16s + l (k = 2 k_high + k_low) has
-    the nibble k_high of byte 64n + 32k_low + 16s + l, bits 2k of byte 128 + 32n + 16s + l, and scale
-    8n + 2k + s."""
+def q6_k_bits(blocks: Tensor) -> Tensor:
+    """Q6_K's unsigned 6-bit values (uint8), layout (2, 2, 2, 2, 16) = (n, k_high, k_low, s, l): element
+    128n + 32k + 16s + l (k = 2 k_high + k_low) has the nibble k_high of byte 64n + 32k_low + 16s + l and bits 2k
+    of byte 128 + 32n + 16s + l."""
     layout = (2, 2, 2, 2, 16)
     device = blocks.device
     low = _shift_right(_bytes(blocks, 0, (2, 1, 2, 2, 16), layout), _shifts(4, (1, 2, 1, 1, 1), device)) & 0x0F
     high = _shift_right(_bytes(blocks, 128, (2, 1, 1, 2, 16), layout), _shifts(2, (1, 2, 2, 1, 1), device)) & 0x03
-    return _float(scales[0]) * _float(scales[1]) * _quants(low | (high << 4), 32.0)
+    return low | (high << 4)
 
 
-Q8_0 = QuantFormat("Q8_0", 32, 34, (32,), _d_scale(1), q8_0_values)
-Q4_0 = QuantFormat("Q4_0", 32, 18, (2, 16), _d_scale(2), q4_0_values)
-Q5_0 = QuantFormat("Q5_0", 32, 22, (2, 16), _d_scale(2), q5_0_values)
-Q4_K = QuantFormat("Q4_K", QK_K, 144, (4, 2, 32), k_scales, q4_k_values)
-Q5_K = QuantFormat("Q5_K", QK_K, 176, (4, 2, 32), k_scales, q5_k_values)
-Q6_K = QuantFormat("Q6_K", QK_K, 210, (2, 2, 2, 2, 16), q6_k_scales, q6_k_values)
+def q6_k_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
+    """Q6_K: 256 6-bit values (low nibbles, then 2-bit highs), 16 int8 scales, scale d; x = d * scale_j * (q - 32).
+    Layout (2, 2, 2, 2, 16) (q6_k_bits); element 128n + 32k + 16s + l has scale 8n + 2k + s."""
+    return _float(scales[0]) * _float(scales[1]) * _quants(q6_k_bits(blocks), 32.0)
+
+
+def q6_k_integers(blocks: Tensor, scales: tuple[Tensor, ...]) -> IntegerForm:
+    """Q6_K as (d * scale_j) * (q - 32), one group per sub-block of 16."""
+    return IntegerForm(q6_k_bits(blocks), 32, _float(scales[0]) * _float(scales[1]), None, 1)
+
+
+Q8_0 = QuantFormat("Q8_0", 32, 34, (32,), _d_scale(1), q8_0_values, q8_0_integers)
+Q4_0 = QuantFormat("Q4_0", 32, 18, (2, 16), _d_scale(2), q4_0_values, q4_0_integers)
+Q5_0 = QuantFormat("Q5_0", 32, 22, (2, 16), q5_0_scales, q5_0_values, q5_0_integers)
+Q4_K = QuantFormat("Q4_K", QK_K, 144, (4, 2, 32), k_scales, q4_k_values, q4_k_integers)
+Q5_K = QuantFormat("Q5_K", QK_K, 176, (4, 2, 32), k_scales, q5_k_values, q5_k_integers)
+Q6_K = QuantFormat("Q6_K", QK_K, 210, (2, 2, 2, 2, 16), q6_k_scales, q6_k_values, q6_k_integers)
 FORMATS_BY_NAME: dict[str, QuantFormat] = {quant.name: quant for quant in (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)}
 
 
@@ -276,12 +367,16 @@ class QuantizedTensor:
         values = self.format.block_values(self.blocks(), self.scales).reshape(self.shape)
         return values if dtypes.to_dtype(dtype) == dtypes.float32 else values.cast(dtype)
 
-    def matmul(self, input: Tensor) -> Tensor:
+    def matmul(self, input: Tensor, integer: bool | None = None) -> Tensor:
         """input @ values.T for a 2-d quantized tensor (out_features, in_features): (..., in) -> (..., out), lazily.
 
         The product runs over the blocks' own layout (blocks, then `format.layout`): each block's scales are read
         once per run of consecutive bytes, the bits are picked with one shift per run, and no dequantized weight
-        is stored; the kernel reads the blocks (0.5 to 1.1 bytes a weight instead of 4)."""
+        is stored; the kernel reads the blocks (0.5 to 1.1 bytes a weight instead of 4).
+        With `integer` (by default: a few input rows that need no gradient, of a format in INTEGER_FORMATS, on a
+        device with integer dot products, DeviceInfo), the input is quantized to int8 per block of 32 and the
+        products summed in integers (quantized_dot.integer_matmul), within the input's 8-bit rounding of the float
+        product."""
         if len(self.shape) != 2:
             raise ValueError(f"QuantizedTensor.matmul: needs a 2-d (out_features, in_features) tensor, got {self.shape}")
         out_features, in_features = self.shape
@@ -290,6 +385,19 @@ class QuantizedTensor:
                              f"{in_features} input features of the {self.format.name} weight {self.shape}")
         if not input.dtype.is_float:
             raise TypeError(f"QuantizedTensor.matmul: the input must be floating point, got {input.dtype.name}")
+        from ember.io import quantized_dot
+
+        if integer is None:
+            rows = 1
+            for size in input.shape[:-1]:
+                rows *= size
+            integer = (rows <= quantized_dot.INTEGER_ROWS and self.format.name in quantized_dot.INTEGER_FORMATS
+                       and not input.requires_grad and quantized_dot.integer_dot_products(self.device))
+        if integer and input.requires_grad:
+            raise ValueError("QuantizedTensor.matmul: integer=True rounds the input to int8, which has no gradient; "
+                             "the input requires one (use integer=False or None)")
+        if integer:
+            return quantized_dot.integer_matmul(self, input)
         blocks_per_row = in_features // self.format.block_elements
         layout = self.format.layout
         values = self.format.block_values(self.blocks(), self.scales)

@@ -17,7 +17,7 @@ from ember.core import dtype as dtypes
 from ember.core.ops import REDUCE_OPS, Op
 from ember.core.shapes import prod, strides_of
 from ember.ir.ir import Builder, IRNode, IROp, KernelIR, topological_nodes
-from ember.ir.kernel import Kernel, row_loop
+from ember.ir.kernel import Kernel, nested_reduce, row_loop
 from ember.ir.lower import INT32_LIMIT, UNROLLED_ROW_STEPS, Lowerer, compute_dtype
 
 MINIMUM_ROW = 256  # reduced elements per output from which a row is given to a whole group
@@ -42,7 +42,7 @@ def choose_local_size(kernel: Kernel, info: DeviceInfo) -> int | None:
     if info.warp_width <= 1 or info.local_memory_bytes <= 0 or info.max_local_size < MINIMUM_LOCAL_SIZE:
         return None
     reduces = [step for step in kernel.steps if step.op in REDUCE_OPS]
-    if not reduces:
+    if not reduces or nested_reduce(kernel):  # (a reduce in another's loop: the group's barriers are never in one)
         return None
     lengths = set()
     for step in reduces:

@@ -93,3 +93,23 @@ def row_loop(kernel: Kernel) -> bool:
         if below != NO_ROW:
             stack.extend((source, below) for source in step.srcs)
     return False
+
+
+def nested_reduce(kernel: Kernel) -> bool:
+    """Whether a reduce reads another reduce without an EXPAND between them (an integer sum inside a sum, which the
+    kernelizer fuses: lowered as a loop inside the outer reduce's loop); a row-fused reduce is read through one."""
+    steps = kernel.steps
+    for step in steps:
+        if step.op in REDUCE_OPS:
+            stack, seen = list(step.srcs), set()
+            while stack:
+                position = stack.pop()
+                if position in seen:
+                    continue
+                seen.add(position)
+                source = steps[position]
+                if source.op in REDUCE_OPS:
+                    return True
+                if source.op is not Op.EXPAND:
+                    stack.extend(source.srcs)
+    return False

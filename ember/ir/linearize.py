@@ -149,6 +149,13 @@ class Linearizer:
         loops = list(reduce.srcs[1:])
         level_of = {id(loop): level for level, loop in enumerate(loops)}
         body = self._topological([member.srcs[0] for member in group])
+        if any(node.op is IROp.REDUCE and self.ranges_of(node) & level_of.keys() for node in body):
+            # a reduce inside this one's loops (a quantized product's per-block integer sum): what it needs, at any
+            # depth, that needs no loop not open yet is computed here, before the loops, not inside them (where
+            # a later loop nest reading the same value would find it out of scope)
+            for node in self._topological_deep([member.srcs[0] for member in group]):
+                if id(node) not in self.done and node.op is not IROp.STORE and self.ranges_of(node) <= self.open:
+                    self._emit_one(node)
         # values that need none of this group's loops are computed before the loops
         outside = [n for n in body if not (self.ranges_of(n) & level_of.keys())]
         for node in outside:

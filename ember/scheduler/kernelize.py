@@ -318,7 +318,10 @@ def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> 
     when lowering loops over its rows, the source of a fused reduce of the last axis), REDUCED where the node is
     read through an EXPAND of that axis from a SPAN (one value per row): a reduce of the last axis reached REDUCED
     is computed once per row by the work item that needs it (softmax's max and sum, layer_norm's mean and
-    variance), so it is fused, and its source is a SPAN again."""
+    variance), so it is fused, and its source is a SPAN again. An integer reduce reached inside another reduce
+    without an EXPAND (each of its values read once: a quantized product's integer sum per block, which the outer
+    reduce scales and sums) is fused too, computed in a loop inside the outer reduce's loop; float reduces inside
+    reduces are stored by a kernel of their own."""
     seen: set[tuple[int, bool, bool, int, int]] = set()
     stack = [(source, kernel_root.op in REDUCE_OPS, True, *_row_of_sources(kernel_root))
              for source in kernel_root.srcs]
@@ -338,7 +341,8 @@ def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> 
         if node.op in REDUCE_OPS and row == SPAN:  # a last-axis reduce read once per row: fused
             stack.extend((source, True, injective, SPAN, row_length) for source in node.srcs)
             continue
-        if node.op in (Op.CONTIGUOUS, Op.COPY) or (node.op in REDUCE_OPS and (inside_reduce or not injective)):
+        nested = inside_reduce and not (injective and node.dtype.is_int)  # (see the docstring)
+        if node.op in (Op.CONTIGUOUS, Op.COPY) or (node.op in REDUCE_OPS and (nested or not injective)):
             found.append(node)
             continue
         if node.op in REDUCE_OPS:
