@@ -202,11 +202,10 @@ class Lowerer:
             return None
         axis = step.arg[0]
         size = self.steps[step.srcs[0]].shape[axis]
-        if not isinstance(size, int) or size < 2:
-            return None
-        if (position, axis) not in self.ranges:
-            self.ranges[(position, axis)] = b.new_range(size, self.index_dtype)
-        along = self.ranges[(position, axis)]
+        if not isinstance(size, int) or size < 2 or self._computes_a_reduce(step.srcs[0]):
+            return None  # (lowering a reduce inside the test would leave its loop and lane groups behind)
+        # a range of its own for the test (not the reduce's: a lane split gives that one another size)
+        along = b.new_range(size, self.index_dtype)
         zero = b.const(0, self.index_dtype)
         probe = tuple(along if number == axis else zero if number in step.arg else axis_index
                       for number, axis_index in enumerate(index))
@@ -219,7 +218,7 @@ class Lowerer:
         left, right = condition.srcs
         for position_side, picked_side in ((left, right), (right, left)):
             if position_side is along or (position_side.op is Op.CAST and position_side.srcs[0] is along):
-                if not _depends_on(picked_side, along):
+                if not _has_loop(picked_side):
                     break
         else:
             return None
@@ -229,8 +228,23 @@ class Lowerer:
                                                         b.const(0, picked_side.dtype)))
         at = tuple(chosen if number == axis else axis_index for number, axis_index in enumerate(probe))
         value = yield source.srcs[1], at, inside if valid is None else b.alu(Op.AND, dtypes.bool_, valid, inside)
+        if _has_loop(value):  # (a value computed by loops of its own keeps the plain reduce)
+            return None
         nothing = b.const(0, value.dtype)
         return b.alu(Op.WHERE, value.dtype, inside, value, nothing)
+
+    def _computes_a_reduce(self, position: int) -> bool:
+        """Whether step `position` or a step it is computed from is a reduce."""
+        pending, seen = [position], set()
+        while pending:
+            current = pending.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            if self.steps[current].op in REDUCE_OPS:
+                return True
+            pending.extend(self.steps[current].srcs)
+        return False
 
     def _lower_group_reduce(self, position: int, step: KernelStep, index: tuple[IRNode, ...],
                             valid: IRNode | None) -> Lowering:
@@ -423,13 +437,14 @@ def index_extent(kernel: Kernel) -> int:
     return max(counts, default=0)
 
 
-def _depends_on(node: IRNode, variable: IRNode) -> bool:
-    """Whether `variable` (a loop range) is among the nodes `node` is computed from."""
+def _has_loop(node: IRNode) -> bool:
+    """Whether a loop variable or a reduce is among the nodes `node` is computed from (the one-hot pick takes
+    only values computed without loops: its index, and the value it picks)."""
     seen: set[int] = set()
     pending = [node]
     while pending:
         current = pending.pop()
-        if current is variable:
+        if current.op in (IROp.RANGE, IROp.REDUCE):
             return True
         if id(current) not in seen:
             seen.add(id(current))

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import cast
 
+from ember.core import dtype as dtypes
 from ember.core.graph import Node
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
 from ember.core.walk import post_order
@@ -318,7 +319,7 @@ def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> 
     when lowering loops over its rows, the source of a fused reduce of the last axis), REDUCED where the node is
     read through an EXPAND of that axis from a SPAN (one value per row): a reduce of the last axis reached REDUCED
     is computed once per row by the work item that needs it (softmax's max and sum, layer_norm's mean and
-    variance), so it is fused, and its source is a SPAN again. An integer reduce reached inside another reduce
+    variance), so it is fused, and its source is a SPAN again. An int32 reduce reached inside another reduce
     without an EXPAND (each of its values read once: a quantized product's integer sum per block, which the outer
     reduce scales and sums) is fused too, computed in a loop inside the outer reduce's loop; float reduces inside
     reduces are stored by a kernel of their own."""
@@ -341,7 +342,8 @@ def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> 
         if node.op in REDUCE_OPS and row == SPAN:  # a last-axis reduce read once per row: fused
             stack.extend((source, True, injective, SPAN, row_length) for source in node.srcs)
             continue
-        nested = inside_reduce and not (injective and node.dtype.is_int)  # (see the docstring)
+        # (see the docstring; int32 only: the sort network's int64 records nest reduces the linearizer cannot)
+        nested = inside_reduce and not (injective and node.dtype is dtypes.int32)
         if node.op in (Op.CONTIGUOUS, Op.COPY) or (node.op in REDUCE_OPS and (nested or not injective)):
             found.append(node)
             continue
