@@ -28,21 +28,13 @@ from ember.ir.opt import build_kernel_ir
 from ember.scheduler.kernelize import kernelize
 from ember.scheduler.program import Launch
 from tests.conftest import TEST_DEVICES
+from tests.wgpu_groups import group_devices
 
 H100_LIKE = DeviceInfo(**H100_LIMITS)  # (1024 threads a block, 48 KiB of shared memory, warps of 32, 132 SMs)
 ROW_LENGTHS = (1, 7, 255, 256, 1000, 4097, 100_000)
 
 
-def _group_devices() -> list[str]:
-    """The devices here that run workgroup kernels: wgpu with a GPU's warp width (tests/wgpu_groups.py: lavapipe's
-    own DeviceInfo asks for none) where wgpu runs, and the PTX simulator (an H100's DeviceInfo)."""
-    devices = ["ptxsim:0"]
-    if any(name.startswith("wgpu") for name in TEST_DEVICES):
-        devices.insert(0, REGISTRY.probe("wgpugroups")[0].name)
-    return devices
-
-
-GROUP_DEVICES = _group_devices()
+GROUP_DEVICES = group_devices(TEST_DEVICES)
 
 
 @pytest.fixture(autouse=True)

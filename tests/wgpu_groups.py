@@ -13,3 +13,14 @@ def probe() -> list[Device]:
     device = WGPUDevice(request_adapter(), "wgpugroups:0")
     device.info = replace(device.info, warp_width=32)
     return [device]
+
+
+def group_devices(test_devices: list[str]) -> list[str]:
+    """The devices here that run workgroup kernels: this backend's device where wgpu is among `test_devices` (its
+    lavapipe's own DeviceInfo asks for none), and the PTX simulator (an H100's DeviceInfo)."""
+    from ember.backends.registry import REGISTRY
+
+    devices = ["ptxsim:0"]
+    if any(name.startswith("wgpu") for name in test_devices):
+        devices.insert(0, REGISTRY.probe("wgpugroups")[0].name)
+    return devices

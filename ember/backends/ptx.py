@@ -510,36 +510,29 @@ class PTXRenderer(StepRenderer[PTXBody]):
     @staticmethod
     def address(body: PTXBody, param: IRNode, index: IRNode) -> str:
         """A register holding the global address of element `index` of a buffer."""
-        e = body.e
-        itemsize = param.dtype.itemsize
-        result = e.register("b64")
-        if index.op is IROp.CONST:
-            e.emit("add.s64", result, body.pointers[param.arg[0]], str(int(index.arg) * itemsize))
-            return result
-        offset = e.register("b64")
-        if body.wide_index:
-            e.emit("mul.lo.s64", offset, body.operand(index), str(itemsize))
-        else:
-            e.emit("mul.wide.s32", offset, body.operand(index), str(itemsize))
-        e.emit("add.s64", result, body.pointers[param.arg[0]], offset)
-        return result
+        result = body.e.register("b64")
+        return PTXRenderer.element_address(body, result, body.pointers[param.arg[0]], index, param.dtype.itemsize)
 
     @staticmethod
     def shared_address(body: PTXBody, array: IRNode, index: IRNode) -> str:
         """A register holding the address of element `index` of a `.shared` array (a workgroup tile)."""
+        result = body.e.register("b64")
+        body.e.emit("mov.u64", result, body.names[id(array)])
+        return PTXRenderer.element_address(body, result, result, index, array.dtype.itemsize)
+
+    @staticmethod
+    def element_address(body: PTXBody, result: str, base: str, index: IRNode, itemsize: int) -> str:
+        """`result` = the address `base` plus `index` elements of `itemsize` bytes (the index widened to 64 bits)."""
         e = body.e
-        itemsize = array.dtype.itemsize
-        result = e.register("b64")
-        e.emit("mov.u64", result, body.names[id(array)])
         if index.op is IROp.CONST:
-            e.emit("add.s64", result, result, str(int(index.arg) * itemsize))
+            e.emit("add.s64", result, base, str(int(index.arg) * itemsize))
             return result
         offset = e.register("b64")
         if body.wide_index:
             e.emit("mul.lo.s64", offset, body.operand(index), str(itemsize))
         else:
             e.emit("mul.wide.s32", offset, body.operand(index), str(itemsize))
-        e.emit("add.s64", result, result, offset)
+        e.emit("add.s64", result, base, offset)
         return result
 
     def load(self, body: PTXBody, node: IRNode) -> str:
