@@ -29,6 +29,16 @@ GROUPS_PER_COMPUTE_UNIT = 4  # first-stage groups of a long full reduce per comp
 ITEM_ELEMENTS = 64  # elements a work item of a first-stage group reduces serially (at most)
 
 
+def reduces_by_groups(info: DeviceInfo) -> bool:
+    """Whether a device gets workgroup reductions at all: warps, local memory, and groups of MINIMUM_LOCAL_SIZE."""
+    return info.warp_width > 1 and info.local_memory_bytes > 0 and info.max_local_size >= MINIMUM_LOCAL_SIZE
+
+
+def largest_local_size(info: DeviceInfo) -> int:
+    """The largest power-of-two group size up to MAXIMUM_LOCAL_SIZE the device runs."""
+    return 1 << (min(info.max_local_size, MAXIMUM_LOCAL_SIZE).bit_length() - 1)
+
+
 def choose_local_size(kernel: Kernel, info: DeviceInfo) -> int | None:
     """The local size to lower `kernel` with as a workgroup kernel, or None for the ordinary lowering. A kernel
     qualifies when every reduce in it reduces the last axis of its source, one axis of at least MINIMUM_ROW
@@ -39,7 +49,7 @@ def choose_local_size(kernel: Kernel, info: DeviceInfo) -> int | None:
     costly), local memory for the
     reduces' values and groups of MINIMUM_LOCAL_SIZE work items or more, and fewer rows than it runs work items at
     once (compute units x largest group): with more, one work item per row already fills it."""
-    if info.warp_width <= 1 or info.local_memory_bytes <= 0 or info.max_local_size < MINIMUM_LOCAL_SIZE:
+    if not reduces_by_groups(info):
         return None
     reduces = [step for step in kernel.steps if step.op in REDUCE_OPS]
     if not reduces or nested_reduce(kernel):  # (a reduce in another's loop: the group's barriers are never in one)
@@ -60,7 +70,7 @@ def choose_local_size(kernel: Kernel, info: DeviceInfo) -> int | None:
     groups = prod(shape[:-1]) if whole_rows else prod(shape)
     if groups < 1 or groups >= max(1, info.compute_units) * info.max_local_size:
         return None  # rows enough to fill the device with one work item each (a CPU's few cores: always)
-    local_size = 1 << (min(info.max_local_size, MAXIMUM_LOCAL_SIZE).bit_length() - 1)
+    local_size = largest_local_size(info)
     while local_size >= MINIMUM_LOCAL_SIZE and len(reduces) * local_size * 8 > info.local_memory_bytes:
         local_size //= 2
     if local_size < MINIMUM_LOCAL_SIZE or groups * local_size > info.max_global_size:
@@ -75,11 +85,9 @@ def group_stage_extents(extent: int, outputs: int, dtype: dtypes.DType, info: De
     per output for the partials (a third step only past local size x ITEM_ELEMENTS partials). None where the device
     has no workgroup reductions (`choose_local_size`'s conditions) or the first stage's rows would be too many for
     them: the caller keeps its short stages (core/staged_reduce.py)."""
-    if (info.warp_width <= 1 or info.local_memory_bytes <= 0 or info.max_local_size < MINIMUM_LOCAL_SIZE
-            or compute_dtype(dtype) not in GROUP_DTYPES or extent < 2 * MINIMUM_ROW):
+    if not reduces_by_groups(info) or compute_dtype(dtype) not in GROUP_DTYPES or extent < 2 * MINIMUM_ROW:
         return None
-    local_size = 1 << (min(info.max_local_size, MAXIMUM_LOCAL_SIZE).bit_length() - 1)
-    row_limit = local_size * ITEM_ELEMENTS
+    row_limit = largest_local_size(info) * ITEM_ELEMENTS
     groups = max(1, GROUPS_PER_COMPUTE_UNIT * max(1, info.compute_units) // max(1, outputs))
     extents = []
     while extent > row_limit:

@@ -36,6 +36,9 @@ class Instruction(NamedTuple):
     node: IRNode
 
 
+# IR ops that are one instruction of their own step, emitted where they are first needed
+SINGLE_STEPS = {IROp.STORE: Step.STORE, IROp.DEFINE_LOCAL: Step.DEFINE_LOCAL, IROp.DEFINE_SHARED: Step.DEFINE_SHARED,
+                IROp.BARRIER: Step.BARRIER, IROp.GROUP_REDUCE: Step.GROUP_REDUCE}
 INLINE_OPS = (IROp.CONST, IROp.PARAM, IROp.RANGE, IROp.GLOBAL_ID, IROp.LOCAL_ID, IROp.GROUP_ID, IROp.SINK, IROp.AFTER)
 UNITS = (IROp.REDUCE, IROp.LOOP)  # emitted as a whole: loops with what they contain
 
@@ -91,21 +94,10 @@ class Linearizer:
             self._emit_reduce_group(item)
         elif item.op is IROp.LOOP:
             self._emit_loop(item)
-        elif item.op is IROp.STORE:
-            self.instructions.append(Instruction(Step.STORE, item))
-            self.done.add(id(item))
-        elif item.op is IROp.DEFINE_LOCAL:
-            self.instructions.append(Instruction(Step.DEFINE_LOCAL, item))
-            self.done.add(id(item))
-        elif item.op is IROp.DEFINE_SHARED:
-            self.instructions.append(Instruction(Step.DEFINE_SHARED, item))
-            self.done.add(id(item))
-        elif item.op is IROp.BARRIER:
-            self.instructions.append(Instruction(Step.BARRIER, item))
-            self.done.add(id(item))
-        elif item.op is IROp.GROUP_REDUCE:
-            assert not self.open, "a GROUP_REDUCE's barriers must be reached by every work item: never in a loop"
-            self.instructions.append(Instruction(Step.GROUP_REDUCE, item))
+        elif item.op in SINGLE_STEPS:
+            assert item.op is not IROp.GROUP_REDUCE or not self.open, (
+                "a GROUP_REDUCE's barriers must be reached by every work item: never in a loop")
+            self.instructions.append(Instruction(SINGLE_STEPS[item.op], item))
             self.done.add(id(item))
         elif item.op not in INLINE_OPS:
             self.instructions.append(Instruction(Step.VALUE, item))

@@ -20,7 +20,7 @@ from ember.core.ops import (
 )
 from ember.core.shapes import prod, strides_of
 from ember.core.walk import evaluate
-from ember.ir.ir import BufferParam, Builder, IRNode, IROp, KernelIR
+from ember.ir.ir import BufferParam, Builder, IRNode, IROp, KernelIR, topological_nodes
 from ember.ir.kernel import Kernel, KernelStep, row_loop
 from ember.ir.shape_class import SizeVariable
 
@@ -440,16 +440,7 @@ def index_extent(kernel: Kernel) -> int:
 def _has_loop(node: IRNode) -> bool:
     """Whether a loop variable or a reduce is among the nodes `node` is computed from (the one-hot pick takes
     only values computed without loops: its index, and the value it picks)."""
-    seen: set[int] = set()
-    pending = [node]
-    while pending:
-        current = pending.pop()
-        if current.op in (IROp.RANGE, IROp.REDUCE):
-            return True
-        if id(current) not in seen:
-            seen.add(id(current))
-            pending.extend(current.srcs)
-    return False
+    return any(item.op in (IROp.RANGE, IROp.REDUCE) for item in topological_nodes(node))
 
 
 def _request_key(request: tuple[int, tuple[IRNode, ...], IRNode | None]) -> tuple:
