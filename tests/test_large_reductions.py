@@ -212,3 +212,21 @@ def test_a_long_scan_does_work_linear_in_its_length(count: int) -> None:
     flops = sum(item.kernel.flops for item in kernelize([gradient.node]) if isinstance(item, Launch))
     assert flops <= 400 * count, flops
     np.testing.assert_array_equal(gradient.numpy()[[0, -1]], [count, 1])
+
+
+def test_a_float32_product_of_millions_of_factors_near_one_is_accurate(device: str) -> None:
+    # every float32 multiplication rounds the product's small cross term away the same way: a product of 10^6
+    # factors 1 + 1e-4 x in float32 (any order) is ~0.7% low; accumulated in float64 it is within a few ulp
+    if em.float64 not in REGISTRY.device(device).info.supported_dtypes:
+        pytest.skip(f"{device} has no float64 to accumulate in (its float32 products drift as torch's do)")
+    generator = np.random.default_rng(5)
+    factors = (1 + generator.standard_normal(10**6).astype(np.float32) * np.float32(1e-4)).astype(np.float32)
+    factors[:: 1000] = np.float32(1.0625)  # and 1000 factors far from one
+    truth = np.prod(factors.astype(np.float64))
+    values = em.tensor(factors, device=device)
+    whole, by_rows = values.prod(), values.reshape(1000, 1000).prod(1)
+    assert abs(whole.item() - truth) <= 1e-5 * truth, (whole.item(), truth)
+    rows_truth = np.prod(factors.reshape(1000, 1000).astype(np.float64), axis=1)
+    np.testing.assert_allclose(by_rows.numpy(), rows_truth, rtol=2e-7)
+    cumulative = values[:100_000].cumprod(0).numpy()
+    np.testing.assert_allclose(cumulative, np.cumprod(factors[:100_000].astype(np.float64)), rtol=1e-5)

@@ -24,6 +24,7 @@ from ember.ir.linearize import Step, linearize
 from ember.ir.lower import compute_dtype, lower_kernel
 from ember.ir.stage import stage_loads
 from ember.ir.vectorize import gathers, lanes_for, vectorize
+from ember.ir.wide_products import widened_products
 
 MAX_TILE_OUTPUTS = 32  # accumulators per work item; more spill registers on common CPUs
 MAX_ROW_OUTPUTS = 256  # outputs of a whole row per work item of an elementwise kernel on a CPU (code size)
@@ -230,7 +231,7 @@ def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
     if cached is not None:
         return cached
     with collection_paused():
-        lowered = choose_plan(kernel, name, info)[1] if optimize else lower_kernel(kernel, name)
+        lowered = choose_plan(kernel, name, info)[1] if optimize else lower_kernel(widened_products(kernel, info), name)
     lowered_cache.store(path, lowered)
     return lowered
 
@@ -256,6 +257,7 @@ def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, Kern
     fits); untiled where tiling would take too long to lower. A matmul, or a kernel of long row reductions, on a
     device with local memory and warps is a workgroup kernel instead (ir/group_matmul.py, ir/group_reduce.py; its
     plan is `GROUP_PLAN`, which the kernel search leaves alone)."""
+    kernel = widened_products(kernel, info)
     grouped = group_lowering(kernel, name, info)
     if grouped is not None:
         return GROUP_PLAN, grouped
@@ -283,6 +285,7 @@ def group_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR | No
 def lower_plan(kernel: Kernel, name: str, info: DeviceInfo, plan: Plan) -> KernelIR | None:
     """The kernel lowered by `plan` (the same IR `choose_plan` gives for its own plan), or None where the plan does
     not apply: vectors the kernel cannot be packed into, or that need gathering, or a tile too long to lower."""
+    kernel = widened_products(kernel, info)
     if plan.group:
         return group_lowering(kernel, name, info)
     if not _affordable(kernel, plan.upcast, plan.reduce_lanes):
