@@ -53,10 +53,15 @@ def take_last(values: Tensor, index: Tensor) -> Tensor:
     size = values.shape[-1]
     positions = values._arange_primitive(size, dtypes.int64, values.device)
     match = index.cast(dtypes.int64).unsqueeze(-1) == positions  # (..., M, N)
-    picked = where(match, values.unsqueeze(-2), _zero(values))
-    # one reduce primitive (never staged, exact: one term is not zero), which lowering reads as the one element it
-    # picks (ir/lower.Lowerer._one_hot_pick): O(M) loads, not O(M N) comparisons
-    return picked._apply(Op.SUM, arg=(picked.ndim - 1,)).reshape(picked.shape[:-1])
+    return picked_sum(where(match, values.unsqueeze(-2), _zero(values)), -1)
+
+
+def picked_sum(selected: Tensor, dim: int) -> Tensor:
+    """The sum over `dim` of a one-hot selection (at most one term along it is not zero), the dim dropped: one reduce
+    primitive, never staged (exact: one term), which lowering reads as the one element it picks
+    (ir/lower.Lowerer._one_hot_pick): O(M) loads, not O(M N) comparisons. A staged sum would hide the pattern."""
+    axis = dim % selected.ndim
+    return selected._apply(Op.SUM, arg=(axis,)).reshape(selected.shape[:axis] + selected.shape[axis + 1:])
 
 
 def put_last(target: Tensor, index: Tensor, source: Tensor, mode: str, include_self: bool = True) -> Tensor:

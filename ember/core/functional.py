@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from ember.context import CONTEXT
 from ember.core import dtype as dtypes
+from ember.core.advanced_indexing import picked_sum
 from ember.core.checks import check_index
 from ember.core.dtype import to_dtype
 from ember.core.elementwise import where
@@ -417,7 +418,9 @@ class FunctionalOps(TensorBase):
         index = check_index(cast("Tensor", self), count, "embedding", 0, negatives=False)
         matches = index._reshaped(index.shape + (1,)) == positions
         chosen = matches._reshaped(matches.shape + (1,))  # [..., V, 1]
-        return where(chosen, weight, 0).sum(-2, dtype=weight.dtype)
+        if weight.dtype.is_bool:
+            return self.embedding(weight.cast(dtypes.uint8)) != 0
+        return picked_sum(where(chosen, weight, 0), -2)
 
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """torch.nn.functional.linear: self @ weight.T + bias (one kernel)."""
