@@ -393,6 +393,20 @@ def test_multinomial_without_replacement(count: int, device: str) -> None:
     assert set(zeros_last[:2].tolist()) == {1, 3} and zeros_last[2:].tolist() == [0, 2]  # as torch: index order
 
 
+def test_multinomial_without_replacement_from_a_gemma_sized_vocabulary(device: str) -> None:
+    """40 draws from 262,144 categories (the keys' top-k; ranking every pair of keys would compare 7 * 10^10)."""
+    categories = 262_144
+    weights = np.zeros((2, categories), dtype=np.float32)
+    random = np.random.default_rng(8)
+    allowed = random.choice(categories, 100, replace=False)
+    weights[0, allowed] = random.uniform(0.5, 2.0, 100)
+    weights[1, allowed[:30]] = 1.0  # fewer than the draws: the zero weights follow in index order, as torch's
+    samples = em.multinomial(em.tensor(weights, device=device), 40).numpy()
+    assert samples.shape == (2, 40) and len(set(samples[0])) == 40 and set(samples[0]) <= set(allowed)
+    assert set(samples[1, :30]) == set(allowed[:30])
+    assert samples[1, 30:].tolist() == [index for index in range(categories) if index not in allowed[:30]][:10]
+
+
 # ---- devices ------------------------------------------------------------------------------------------------------
 
 

@@ -22,7 +22,7 @@ from ember.core.tensor_base import TensorBase
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
-WITHOUT_REPLACEMENT_BY_ARGMAX = 16  # up to this many samples: one argmax each; beyond: ranks of all keys at once
+WITHOUT_REPLACEMENT_BY_ARGMAX = 16  # up to this many samples: one argmax each; beyond: top-k of the keys
 
 
 def _require_float(tensor: Tensor, op: str) -> None:
@@ -151,15 +151,9 @@ def _largest_first(keys: Tensor, count: int) -> Tensor:
         from ember.core.movement import cat
 
         return cat(chosen, 1)
-    # rank of each key among its row (how many keys come before it), then the index holding each rank < count
-    positions = keys._arange_primitive(width, dtypes.int64, keys.device)
-    row, column = keys.unsqueeze(2), keys.unsqueeze(1)  # [r, i, 1] and [r, 1, j]
-    earlier = positions.reshape(1, 1, width) < positions.reshape(1, width, 1)
-    before = (column > row).logical_or((column == row).logical_and(earlier))
-    rank = before.sum(2)  # [r, i]
-    wanted = keys._arange_primitive(count, dtypes.int64, keys.device).reshape(1, count, 1)
-    holder = rank.unsqueeze(1) == wanted  # [r, count, i]
-    return where(holder, positions.reshape(1, 1, width), 0).sum(2)
+    # beyond: the sort network's top-k (ties: the lower index first, as here); ranking every key against every
+    # other was O(width^2) per row (a vocabulary of 262,144 would compare 7 * 10^10 pairs)
+    return keys.topk(count, -1)[1]
 
 
 # ---- in-place fills ----------------------------------------------------------------------------------------------
