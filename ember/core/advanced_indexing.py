@@ -74,6 +74,12 @@ def put_last(target: Tensor, index: Tensor, source: Tensor, mode: str, include_s
     size, count = target.shape[-1], index.shape[-1]
     if count == 0:  # nothing is written
         return target
+    if include_self and not target.dtype.is_bool:
+        from ember.core.sorted_writes import sorted_write  # (it searches with take_last, defined here)
+
+        written = sorted_write(target, index.cast(dtypes.int64), source, mode)
+        if written is not None:
+            return written
     positions = target._arange_primitive(size, dtypes.int64, target.device).reshape(size, 1)
     match = index.cast(dtypes.int64).unsqueeze(-2) == positions  # (..., N, M): index m names position n
     spread = source.unsqueeze(-2)  # (..., 1, M)

@@ -14,7 +14,8 @@ import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ember.core import dtype as dtypes
-from ember.core.advanced_indexing import COUNTED_POSITIONS_LIMIT, take_last
+from ember.core.advanced_indexing import COUNTED_POSITIONS_LIMIT
+from ember.core.binary_search import binary_search
 from ember.core.dtype import promote_types
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
@@ -212,7 +213,7 @@ def searchsorted(sorted_sequence: Tensor, input: Any, *, out_int32: bool = False
         counted = (edges <= expanded) if right else (edges < expanded)
         result = counted.sum(-1)
     else:
-        result = _binary_search(boundaries, values, right)
+        result = binary_search(boundaries, values, right)
     if common.is_float:
         result = where(values.isnan(), size, result)
     return result.cast(dtypes.int32 if out_int32 else dtypes.int64)
@@ -227,25 +228,6 @@ def bucketize(input: Any, boundaries: Tensor, *, out_int32: bool = False, right:
 
 
 # ---- helpers --------------------------------------------------------------------------------------------------------
-
-
-def _binary_search(boundaries: Tensor, values: Tensor, right: bool) -> Tensor:
-    """The insertion index of each value in the innermost dim of boundaries: log2(N) steps of one gather each (one
-    load per value: ir/lower's one-hot pick), not M x N comparisons (10^6 values in 10^6 boundaries took 12 minutes).
-    The answer is the first i in [0, N] where i == N or boundaries[i] is not below the value (not at most it with
-    right=True); a NaN boundary is below nothing, as in the counting form."""
-    size = boundaries.shape[-1]
-    flat = values.reshape(1) if values.ndim == 0 else values
-    low = flat._full(flat.shape, 0, dtypes.int64, flat.device)
-    high = flat._full(flat.shape, size, dtypes.int64, flat.device)
-    for _ in range(size.bit_length()):
-        middle = (low + high) // 2  # < size while low < high; once they meet nothing below changes them
-        edge = take_last(boundaries, middle.minimum(size - 1))
-        below = (edge <= flat) if right else (edge < flat)
-        below = below.logical_and(middle < size)
-        low, high = where(below, middle + 1, low), where(below, high, middle)
-    return low.reshape(values.shape).contiguous()  # (stored: a caller's reads do not pull the search in)
-
 
 
 def _scalar_dtype(like: Tensor, value: Any) -> Any:
