@@ -151,3 +151,19 @@ def test_writes_through_a_hundred_thousand_indices_match_torch(device: str) -> N
     expected_copy = table.copy()
     expected_copy[rows] = sources  # (the last of repeated rows, as numpy's assignment)
     np.testing.assert_array_equal(copied.numpy(), expected_copy)
+
+
+def test_the_gradient_of_a_long_gather_is_a_sorted_scatter_sum(device: str) -> None:
+    """x[idx] for 10^5 of 10^6: its backward sums the gradient into the positions read (Composite.GATHER through
+    core/sorted_writes.py); the chain rule compared every index with every position (28 s)."""
+    random = np.random.default_rng(11)
+    values = random.standard_normal(1_000_000).astype(np.float32)
+    index = random.integers(0, values.size, 100_000)
+    index[:4] = [3, 3, 3, 999_999]
+    gradient = random.standard_normal(index.size).astype(np.float32)
+    ember_values = em.tensor(values, device=device, requires_grad=True)
+    (ember_values[em.tensor(index, device=device)] * em.tensor(gradient, device=device)).sum().backward()
+    torch_values = torch.tensor(values, requires_grad=True)
+    (torch_values[torch.tensor(index)] * torch.tensor(gradient)).sum().backward()
+    assert ember_values.grad is not None and torch_values.grad is not None
+    np.testing.assert_allclose(ember_values.grad.numpy(), torch_values.grad.numpy(), rtol=1e-6, atol=1e-6)

@@ -245,6 +245,15 @@ def _max_pool(step: Recorded, grad: Tensor) -> Gradients:
     return (max_pool_gradient(grad, step.sources[0], step.arg),)
 
 
+def _gather(step: Recorded, grad: Tensor) -> Gradients:
+    """The gradient of values[..., index] (a 1-d index): grad's entries summed into the positions they were read
+    from (a sorted write where the index is long: core/sorted_writes.py)."""
+    from ember.core.advanced_indexing import put_last
+
+    values = step.sources[0]
+    return (put_last(grad._full(values.shape, 0, grad.dtype, grad.device), step.arg, grad, "sum"),)
+
+
 def _softmax(step: Recorded, grad: Tensor) -> Gradients:
     """y (g - sum(g y)) over the axis, from the output y (torch's softmax backward)."""
     output = step.output
@@ -347,6 +356,7 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
     Composite.CONVOLUTION: _convolution,
     Composite.TRANSPOSED_CONVOLUTION: _transposed_convolution,
     Composite.MAX_POOL: _max_pool,
+    Composite.GATHER: _gather,
     Composite.TANH: lambda step, grad: (grad * (1.0 - step.output * step.output),),
     Composite.SIGMOID: lambda step, grad: (grad * (step.output * (1.0 - step.output)),),
     Composite.RELU: lambda step, grad: (_select(step.sources[0] <= 0, _zeros(grad), grad),),

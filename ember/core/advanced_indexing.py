@@ -16,7 +16,7 @@ from ember.core.arithmetic import integer_floor_divide
 from ember.core.checks import check_index
 from ember.core.elementwise import where
 from ember.core.errors import ShapeError
-from ember.core.ops import Op
+from ember.core.ops import Composite, Op
 from ember.core.shapes import Shape, broadcast_shapes, prod
 from ember.core.staged_reduce import reduce_axes
 
@@ -32,6 +32,7 @@ def wrap_negative(index: Tensor, size: int) -> Tensor:
 
 
 COUNTED_POSITIONS_LIMIT = 1 << 20  # nonzero's count x size up to which positions are counted (one kernel)
+SORTED_WRITE_PAIRS = 1 << 22  # target positions x indices from which a write sorts its index (core/sorted_writes.py)
 
 
 def _sum_last(tensor: Tensor) -> Tensor:
@@ -52,8 +53,15 @@ def take_last(values: Tensor, index: Tensor) -> Tensor:
         return take_last(values.cast(dtypes.uint8), index) != 0
     size = values.shape[-1]
     positions = values._arange_primitive(size, dtypes.int64, values.device)
-    match = index.cast(dtypes.int64).unsqueeze(-1) == positions  # (..., M, N)
-    return picked_sum(where(match, values.unsqueeze(-2), _zero(values)), -1)
+    index = index.cast(dtypes.int64)
+    match = index.unsqueeze(-1) == positions  # (..., M, N)
+
+    def gather(source: Tensor) -> Tensor:
+        return picked_sum(where(match, source.unsqueeze(-2), _zero(source)), -1)
+
+    if index.ndim == 1 and index.shape[0] * size >= SORTED_WRITE_PAIRS:  # its gradient: a sorted scatter-sum
+        return values._recorded(Composite.GATHER, gather, (values,), index)
+    return gather(values)
 
 
 def picked_sum(selected: Tensor, dim: int) -> Tensor:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ember.core import dtype as dtypes
-from ember.core.advanced_indexing import take_last
+from ember.core.advanced_indexing import SORTED_WRITE_PAIRS, take_last
 from ember.core.binary_search import binary_search
 from ember.core.elementwise import where
 from ember.core.sort_network import sort_records
@@ -25,7 +25,6 @@ from ember.core.ops import Op
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
-SORTED_WRITE_PAIRS = 1 << 22  # target positions x indices from which a write sorts its index vector
 WINDOW_ELEMENTS = 1 << 26  # elements a "sum" write may gather at once (leading dims x positions x longest run)
 
 
@@ -47,7 +46,8 @@ def sorted_write(target: Tensor, index: Tensor, source: Tensor, mode: str) -> Te
     named = high > low
     if mode == "replace":
         # (stored: lowering reads a gather as one load only where its index is no reduce of its own)
-        last = take_last(entries, (high - 1).maximum(0)).contiguous()
+        # (a position no entry names reads index -1: nothing, so the gradient's scatter has no run of them either)
+        last = where(named, take_last(entries, (high - 1).maximum(0)), -1).contiguous()
         return where(named, take_last(source, last), target)
     lengths = high - low
     longest = int(lengths.max().item())
@@ -56,7 +56,7 @@ def sorted_write(target: Tensor, index: Tensor, source: Tensor, mode: str) -> Te
     steps = target._arange_primitive(longest, dtypes.int64, target.device)
     slots = low.unsqueeze(-1) + steps  # [size, longest]: the run's entries, in input order
     inside = steps < lengths.unsqueeze(-1)
-    chosen = take_last(entries, slots.minimum(count - 1).reshape(-1)).contiguous()
+    chosen = where(inside, take_last(entries, slots.minimum(count - 1)), -1).reshape(-1).contiguous()  # (as above)
     terms = take_last(source, chosen).reshape(source.shape[:-1] + (size, longest))
     zero = target._full((), 0, target.dtype, target.device)
     total = reduce_axes(where(inside, terms, zero), Op.SUM, (terms.ndim - 1,)).reshape(target.shape)
