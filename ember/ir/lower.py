@@ -451,7 +451,7 @@ def _request_key(request: tuple[int, tuple[IRNode, ...], IRNode | None]) -> tupl
 
 def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = None,
                  order: tuple[int, ...] | None = None, reduce_lanes: int = 1,
-                 loop: tuple[int, int] | None = None) -> KernelIR:
+                 loop: tuple[int, int] | None = None, first_row: bool = False) -> KernelIR:
     """The kernel IR of one kernel. Each work item computes a tile of outputs: `upcast[d]` consecutive elements
     along output dim d (None: one output per work item). A factor that does not divide its dim is allowed: the
     last tile's extra indices are clamped to the dim's last index, so they recompute and store that element's value
@@ -462,7 +462,9 @@ def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = Non
     `loop` = (dim, tiles): each work item computes `tiles` consecutive tiles along that dim in a loop (a LOOP
     statement around the stores; the last work item's extra tiles are clamped to the dim's last tile). A kernel
     with a reduce fused by rows (kernel.row_loop) always loops over whole rows: the reduce, which does not depend
-    on the loop, is computed once before it."""
+    on the loop, is computed once before it. With `first_row` only the tile's first row is lowered (offset 0 along
+    every tiled dim but the last): the same nodes as those outputs of the whole tile, in a fraction of the time (a
+    plan's probe, ir/opt.py)."""
     shape = kernel.output.shape
     factors = upcast if upcast is not None else (1,) * len(shape)
     largest = index_extent(kernel)
@@ -492,7 +494,9 @@ def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = Non
         tile_origin[loop_axis] = builder.at_most(tile, tile_counts[loop_axis] - 1)
         loop_ranges = (loop_range,)
     stores = []
-    for offsets in itertools.product(*(range(factor) for factor in factors)):
+    last_tiled = max((axis for axis, factor in enumerate(factors) if factor > 1), default=-1)
+    offset_ranges = [range(factor if axis == last_tiled or not first_row else 1) for axis, factor in enumerate(factors)]
+    for offsets in itertools.product(*offset_ranges):
         index = tuple(
             builder.at_most(builder.add(builder.mul(origin, factor), offset), extent - 1) if factor > 1 else origin
             for origin, factor, offset, extent in zip(tile_origin, factors, offsets, shape)
