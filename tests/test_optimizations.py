@@ -330,3 +330,40 @@ def test_gathered_loads_vectorize_under_enough_arithmetic(device: str, monkeypat
     y[3, 2], y[5, 1], x[0, 0] = np.nan, np.inf, -np.inf
     output = heavy(em.tensor(x, device=device), em.tensor(y, device=device)).numpy()
     np.testing.assert_allclose(output, heavy(torch.tensor(x), torch.tensor(y)).numpy(), rtol=1e-6)
+
+
+def test_gathering_tiles_are_judged_by_their_first_row(device: str, monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: object) -> None:
+    """A matmul whose B is transposed (attention's q @ k.T, a linear layer's weight) has its vector tile along the
+    output's columns gather B's columns unless each work item stages its panel of B first: the unstaged tile is
+    found out from its first row lowered alone, and only the plan chosen is lowered whole; code and values as
+    before."""
+    from ember.ir import opt
+
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))  # (nothing lowered before: no kernel from the disk)
+    lowered: list[bool] = []
+    original = opt.lower_kernel
+
+    def counted(*arguments: Any, **options: Any) -> Any:
+        lowered.append(bool(options.get("first_row")))
+        return original(*arguments, **options)
+
+    monkeypatch.setattr(opt, "lower_kernel", counted)
+    linear = rendered_c(_dummy(64, 32) @ _dummy(48, 32).T)
+    assert linear.count("ember_float32x8 acc") == 12 and "float local1[" in linear  # the staged column tile
+    # the staged tile's first row (no gather: the panel is staged) and its whole tile, chosen; the unstaged tile's
+    # first row, which gathers: that tile is never lowered whole (nor the reduce split, after a tile that fits)
+    assert lowered == [True, False, True]
+    lowered.clear()
+    rendered_c(_dummy(23, 32) @ _dummy(32, 64))  # B's rows are contiguous: the first row does not gather
+    assert lowered.count(False) >= 1 and "ember_float32x8" in rendered_c(_dummy(23, 32) @ _dummy(32, 64))
+    for seed, (rows, columns, inner) in enumerate([(64, 48, 32), (23, 37, 40), (70, 48, 33)]):
+        a, ta = pair(random_array((rows, inner), seed=seed), device)
+        w, tw = pair(random_array((columns, inner), seed=seed + 10), device)
+        assert_close(a @ w.T, ta @ tw.T, atol=1e-4)
+    x = np.ones((64, 32), dtype=np.float32)
+    x[3, 5], x[10, 0] = np.nan, np.inf
+    a, ta = pair(x, device)
+    w, tw = pair(random_array((48, 32), seed=3), device)
+    assert_close(a @ w.T, ta @ tw.T, atol=1e-4)
