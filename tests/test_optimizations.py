@@ -330,3 +330,58 @@ def test_gathered_loads_vectorize_under_enough_arithmetic(device: str, monkeypat
     y[3, 2], y[5, 1], x[0, 0] = np.nan, np.inf, -np.inf
     output = heavy(em.tensor(x, device=device), em.tensor(y, device=device)).numpy()
     np.testing.assert_allclose(output, heavy(torch.tensor(x), torch.tensor(y)).numpy(), rtol=1e-6)
+
+
+def test_gathering_tiles_are_judged_by_their_first_row(device: str, monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: object) -> None:
+    """A matmul whose B is transposed (attention's q @ k.T, a linear layer's weight) has its vector tile along the
+    output's columns gather B's columns unless each work item stages its panel of B first: the unstaged tile is
+    found out from its first row lowered alone, and only the plan chosen is lowered whole; code and values as
+    before."""
+    from ember.ir import opt
+
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))  # (nothing lowered before: no kernel from the disk)
+    lowered: list[str] = []  # what each plan tried had lowered: its first row, or its whole tile
+    first_row, whole = opt.TileLowering.first_row, opt.TileLowering.whole
+    monkeypatch.setattr(opt.TileLowering, "first_row", lambda tile: lowered.append("row") or first_row(tile))
+    monkeypatch.setattr(opt.TileLowering, "whole", lambda tile: lowered.append("whole") or whole(tile))
+    linear = rendered_c(_dummy(64, 32) @ _dummy(48, 32).T)
+    assert linear.count("ember_float32x8 acc") == 12 and "float local1[" in linear  # the staged column tile
+    # the staged tile's first row (no gather: the panel is staged), then the rest of it (chosen); the unstaged
+    # tile's first row, which gathers: that tile is never lowered whole (nor the reduce split, after a tile that fits)
+    assert lowered == ["row", "whole", "row"]
+    lowered.clear()
+    assert "ember_float32x8 acc" in rendered_c(_dummy(23, 32) @ _dummy(32, 64))  # B's rows contiguous: no gather
+    assert lowered == ["row", "whole"]
+    for seed, (rows, columns, inner) in enumerate([(64, 48, 32), (23, 37, 40), (70, 48, 33)]):
+        a, ta = pair(random_array((rows, inner), seed=seed), device)
+        w, tw = pair(random_array((columns, inner), seed=seed + 10), device)
+        assert_close(a @ w.T, ta @ tw.T, atol=1e-4)
+    x = np.ones((64, 32), dtype=np.float32)
+    x[3, 5], x[10, 0] = np.nan, np.inf
+    a, ta = pair(x, device)
+    w, tw = pair(random_array((48, 32), seed=3), device)
+    assert_close(a @ w.T, ta @ tw.T, atol=1e-4)
+
+
+def test_a_tile_lowered_after_its_first_row_is_the_tile_lowered_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TileLowering's two parts (first row, then the rest) build the IR a whole tile's lowering builds: a matmul's
+    tiles (clamped rows, a loop over tiles), a transposed one's, reduce lanes, a padded elementwise row."""
+    from ember.ir.lower import TileLowering, lower_kernel
+
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    cases = [(_dummy(23, 32) @ _dummy(32, 64), (6, 16), (1, 0), 1, None),
+             (_dummy(100, 37) @ _dummy(37, 48), (6, 16), (1, 0), 1, (0, 3)),
+             (_dummy(64, 32) @ _dummy(48, 32).T, (6, 16), (1, 0), 1, None),
+             (_dummy(64, 32) @ _dummy(48, 32).T, (4, 3), None, 8, None),
+             ((_dummy(4, 3, 8, 8) * 2).pad((1, 1, 1, 1)).contiguous(), (1, 1, 1, 10), None, 1, None)]
+    for tensor, upcast, order, reduce_lanes, loop in cases:
+        (item,) = [item for item in kernelize([tensor.node]) if isinstance(item, Launch)]
+        at_once = lower_kernel(item.kernel, "tile", upcast, order, reduce_lanes, loop)
+        tile = TileLowering(item.kernel, "tile", upcast, order, reduce_lanes, loop)
+        row = tile.first_row()
+        assert len(row.sink.srcs[0].srcs[0].srcs if loop else row.sink.srcs) == upcast[-1]  # one row of stores
+        in_two = tile.whole()
+        assert in_two.key() == at_once.key() and in_two.params == at_once.params
+        assert len(in_two.lane_groups) == len(at_once.lane_groups)

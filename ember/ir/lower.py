@@ -463,44 +463,78 @@ def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = Non
     statement around the stores; the last work item's extra tiles are clamped to the dim's last tile). A kernel
     with a reduce fused by rows (kernel.row_loop) always loops over whole rows: the reduce, which does not depend
     on the loop, is computed once before it."""
-    shape = kernel.output.shape
-    factors = upcast if upcast is not None else (1,) * len(shape)
-    largest = index_extent(kernel)
-    index_dtype = dtypes.int32 if largest <= INT32_LIMIT else dtypes.int64
-    builder = Builder()
-    lowerer = Lowerer(kernel, builder, index_dtype, reduce_lanes)
-    tile_counts = tuple(-(-extent // factor) for extent, factor in zip(shape, factors))
-    if row_loop(kernel):
-        loop = (len(shape) - 1, tile_counts[-1])
-    loop_axis, loop_tiles = loop if loop is not None and loop[1] > 1 else (None, 1)
-    global_shape = tuple(-(-count // loop_tiles) if axis == loop_axis else count
-                         for axis, count in enumerate(tile_counts))
-    global_size = prod(global_shape)
-    global_id = builder.global_id(max(global_size, 1), index_dtype)
-    axis_order = order if order is not None else tuple(range(len(shape)))
-    ordered_strides = strides_of(tuple(global_shape[axis] for axis in axis_order))
-    tile_origin = [builder.const(0, index_dtype)] * len(shape)
-    for position, (axis, stride) in enumerate(zip(axis_order, ordered_strides)):
-        extent = global_shape[axis]
-        if extent != 1:
-            quotient = builder.div(global_id, stride)
-            tile_origin[axis] = quotient if position == 0 else builder.mod(quotient, extent)
-    loop_ranges: tuple[IRNode, ...] = ()
-    if loop_axis is not None:
-        loop_range = builder.new_range(loop_tiles, index_dtype)
-        tile = builder.add(builder.mul(tile_origin[loop_axis], loop_tiles), loop_range)
-        tile_origin[loop_axis] = builder.at_most(tile, tile_counts[loop_axis] - 1)
-        loop_ranges = (loop_range,)
-    stores = []
-    for offsets in itertools.product(*(range(factor) for factor in factors)):
-        index = tuple(
-            builder.at_most(builder.add(builder.mul(origin, factor), offset), extent - 1) if factor > 1 else origin
-            for origin, factor, offset, extent in zip(tile_origin, factors, offsets, shape)
-        )
-        stores.append(lowerer.store_output(index))
-    sink = builder.sink([builder.loop(stores, loop_ranges)] if loop_ranges else stores)
-    return KernelIR(name=name, params=lowerer.buffer_params(), global_size=global_size, sink=sink,
-                    index_dtype=index_dtype, lane_groups=tuple(lowerer.lane_groups))
+    return TileLowering(kernel, name, upcast, order, reduce_lanes, loop).whole()
+
+
+class TileLowering:
+    """A kernel lowered by one tile plan (lower_kernel's arguments) in two parts: the tile's first row (offset 0
+    along every tiled dim but the last, where a plan is first judged: ir/opt.py), then the rest. The first row's
+    outputs come first in the tile's order, so lowering the rest after them builds the nodes, in the order, that
+    lowering the whole tile at once builds: the whole tile's IR is the same either way."""
+
+    def __init__(self, kernel: Kernel, name: str, upcast: tuple[int, ...] | None = None,
+                 order: tuple[int, ...] | None = None, reduce_lanes: int = 1,
+                 loop: tuple[int, int] | None = None) -> None:
+        shape = kernel.output.shape
+        factors = upcast if upcast is not None else (1,) * len(shape)
+        largest = index_extent(kernel)
+        index_dtype = dtypes.int32 if largest <= INT32_LIMIT else dtypes.int64
+        self.name, self.index_dtype, self.shape, self.factors = name, index_dtype, shape, factors
+        self.builder = builder = Builder()
+        self.lowerer = Lowerer(kernel, builder, index_dtype, reduce_lanes)
+        tile_counts = tuple(-(-extent // factor) for extent, factor in zip(shape, factors))
+        if row_loop(kernel):
+            loop = (len(shape) - 1, tile_counts[-1])
+        loop_axis, loop_tiles = loop if loop is not None and loop[1] > 1 else (None, 1)
+        global_shape = tuple(-(-count // loop_tiles) if axis == loop_axis else count
+                             for axis, count in enumerate(tile_counts))
+        self.global_size = prod(global_shape)
+        global_id = builder.global_id(max(self.global_size, 1), index_dtype)
+        axis_order = order if order is not None else tuple(range(len(shape)))
+        ordered_strides = strides_of(tuple(global_shape[axis] for axis in axis_order))
+        tile_origin = [builder.const(0, index_dtype)] * len(shape)
+        for position, (axis, stride) in enumerate(zip(axis_order, ordered_strides)):
+            extent = global_shape[axis]
+            if extent != 1:
+                quotient = builder.div(global_id, stride)
+                tile_origin[axis] = quotient if position == 0 else builder.mod(quotient, extent)
+        self.loop_ranges: tuple[IRNode, ...] = ()
+        if loop_axis is not None:
+            loop_range = builder.new_range(loop_tiles, index_dtype)
+            tile = builder.add(builder.mul(tile_origin[loop_axis], loop_tiles), loop_range)
+            tile_origin[loop_axis] = builder.at_most(tile, tile_counts[loop_axis] - 1)
+            self.loop_ranges = (loop_range,)
+        self.tile_origin = tile_origin
+        tiled = [factor for factor in factors if factor > 1]
+        self.row_length = tiled[-1] if tiled else 1  # the outputs of a row: the last tiled dim's factor
+        self.offsets = itertools.product(*(range(factor) for factor in factors))  # the tile's order
+        self.stores: list[IRNode] = []
+
+    def first_row(self) -> KernelIR:
+        """The kernel IR of the tile's first row alone (the same nodes as those outputs of the whole tile)."""
+        self._lower(self.row_length - len(self.stores))
+        return self._kernel_ir(self.stores[:self.row_length])
+
+    def whole(self) -> KernelIR:
+        """The kernel IR of the whole tile."""
+        self._lower(None)
+        return self._kernel_ir(self.stores)
+
+    def _lower(self, count: int | None) -> None:
+        """Lower the next `count` outputs of the tile (None: all that are left)."""
+        builder, factors, shape = self.builder, self.factors, self.shape
+        for offsets in itertools.islice(self.offsets, count if count is None else max(count, 0)):
+            index = tuple(
+                builder.at_most(builder.add(builder.mul(origin, factor), offset), extent - 1) if factor > 1
+                else origin for origin, factor, offset, extent in zip(self.tile_origin, factors, offsets, shape)
+            )
+            self.stores.append(self.lowerer.store_output(index))
+
+    def _kernel_ir(self, stores: list[IRNode]) -> KernelIR:
+        builder = self.builder
+        sink = builder.sink([builder.loop(stores, self.loop_ranges)] if self.loop_ranges else stores)
+        return KernelIR(name=self.name, params=self.lowerer.buffer_params(), global_size=self.global_size,
+                        sink=sink, index_dtype=self.index_dtype, lane_groups=tuple(self.lowerer.lane_groups))
 
 
 def symbolic_strides(builder: Builder, shape: tuple[int | IRNode, ...]) -> tuple[int | IRNode, ...]:

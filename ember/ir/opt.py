@@ -21,9 +21,9 @@ from ember.ir.group_reduce import choose_local_size, lower_group_kernel
 from ember.ir.ir import IROp, KernelIR
 from ember.ir.kernel import Kernel, row_loop
 from ember.ir.linearize import Step, linearize
-from ember.ir.lower import compute_dtype, lower_kernel
+from ember.ir.lower import TileLowering, compute_dtype, lower_kernel
 from ember.ir.stage import stage_loads
-from ember.ir.vectorize import gathers, lanes_for, vectorize
+from ember.ir.vectorize import gathers, gathers_in_loops, lanes_for, vectorize
 from ember.ir.wide_products import widened_products
 
 MAX_TILE_OUTPUTS = 32  # accumulators per work item; more spill registers on common CPUs
@@ -369,7 +369,11 @@ def _vector_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan,
         lanes = (plan.upcast, plan.order, plan.reduce_lanes)
         if lanes in failed:
             continue
-        lowered = lower_kernel(kernel, name, plan.upcast, plan.order, plan.reduce_lanes, plan.loop)
+        tile = TileLowering(kernel, name, plan.upcast, plan.order, plan.reduce_lanes, plan.loop)
+        if _first_row_gathers(kernel, tile, plan, info):
+            failed.add(lanes)
+            continue
+        lowered = tile.whole()  # (the first row's lowering, if any, goes on to the whole tile)
         vectorized = vectorize(lowered, 4 * info.preferred_vector_width, info.vector_ops)
         if vectorized is lowered:
             failed.add(lanes)
@@ -387,6 +391,33 @@ def _vector_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan,
         least = min(work for work, _, _ in tiles)
         return next((plan, ir) for work, plan, ir in tiles if work <= least * (1 + WORK_TOLERANCE))
     return None
+
+
+def _first_row_gathers(kernel: Kernel, tile: TileLowering, plan: Plan, info: DeviceInfo) -> bool:
+    """Whether a vector plan of a kernel with reduces gathers, as its tile's first row shows (lowered alone; the
+    whole tile's lowering then goes on from it): a tile of several rows whose row is a whole number of vectors.
+    That row's nodes are the whole tile's first-row nodes, packed into the same vectors (its stores' runs are whole
+    vectors from the row's start, in the row alone as in the tile), so a vector it builds inside a reduce's loop
+    from computed scalars is one the whole tile builds too (vectorize.gathers_in_loops); a row that does not gather
+    says nothing of the others. A matmul whose B is transposed has its 6x32 tile of output vectors gather along B's
+    columns: the first row finds it in a sixth of the tile's lowering (on the nanoGPT step such tiles were half of
+    all lowering)."""
+    factors = plan.upcast
+    if factors is None or sum(1 for factor in factors if factor > 1) < 2:
+        return False
+    if not any(step.op in REDUCE_OPS for step in kernel.steps):
+        return False
+    row_axis = max(axis for axis, factor in enumerate(factors) if factor > 1)
+    lanes = lanes_for(kernel.output.dtype, 4 * info.preferred_vector_width)
+    if lanes <= 1 or factors[row_axis] % lanes or row_axis != _last_axis(kernel.output.shape):
+        return False
+    row = tile.first_row()
+    vectorized = vectorize(row, 4 * info.preferred_vector_width, info.vector_ops)
+    if vectorized is row:
+        return False
+    if plan.stage:
+        vectorized = stage_loads(vectorized, MAX_STAGED_BYTES)
+    return gathers_in_loops(vectorized)
 
 
 def estimated_work(kernel: KernelIR) -> float:

@@ -268,15 +268,8 @@ def gathers(kernel: KernelIR) -> bool:
     """Whether the kernel builds vectors from computed scalars where it repeats work (inside a reduce's loop, or
     anywhere in a kernel without reduces): a sign that the vectors run across memory that is not contiguous."""
     nodes = topological_nodes(kernel.sink)
-    in_loop: dict[int, bool] = {}
-    reduce_ranges = {id(range_) for node in nodes if node.op is IROp.REDUCE for range_ in node.srcs[1:]}
-    for node in nodes:  # sources first
-        in_loop[id(node)] = id(node) in reduce_ranges or (
-            node.op is not IROp.REDUCE and any(in_loop[id(src)] for src in node.srcs))
-    gathered = [node for node in nodes if node.op is IROp.VECTORIZE and (in_loop[id(node)] or not reduce_ranges)
-                and any(lane is not node.srcs[0] for lane in node.srcs) and not all(lane.is_const for lane in node.srcs)
-                and not repeated_loads(node.srcs) and not nearby_loads(node.srcs)]
-    if not gathered or reduce_ranges:
+    has_reduces, gathered = _gathered_vectors(nodes)
+    if not gathered or has_reduces:
         return bool(gathered)
     # an elementwise kernel whose vectors gather only loaded values (and constants), fewer of them than the vector
     # arithmetic they feed (the phases of a strided convolution's gradient under a batch norm's backward): the
@@ -285,6 +278,29 @@ def gathers(kernel: KernelIR) -> bool:
     arithmetic = sum(1 for node in nodes if node.width > 1 and node.op in VECTOR_ALU_OPS)
     return not all(lane.op is IROp.LOAD or lane.is_const for node in gathered for lane in node.srcs) or (
         len(loaded) > arithmetic)
+
+
+def gathers_in_loops(kernel: KernelIR) -> bool:
+    """Whether the kernel has reduces and builds a vector from computed scalars inside a reduce's loop: what
+    `gathers` answers for a kernel with reduces, and what it answers for any kernel holding this one's nodes (each
+    node's place inside or outside a loop is a function of its sources), so a plan's first tile row that gathers
+    so shows that the whole tile does (ir/opt.py)."""
+    has_reduces, gathered = _gathered_vectors(topological_nodes(kernel.sink))
+    return has_reduces and bool(gathered)
+
+
+def _gathered_vectors(nodes: tuple[IRNode, ...]) -> tuple[bool, list[IRNode]]:
+    """Whether the nodes (sources first) have reduces, and their vectors built from computed scalars where work
+    repeats: inside a reduce's loop, or anywhere where there are no reduces."""
+    in_loop: dict[int, bool] = {}
+    reduce_ranges = {id(range_) for node in nodes if node.op is IROp.REDUCE for range_ in node.srcs[1:]}
+    for node in nodes:  # sources first
+        in_loop[id(node)] = id(node) in reduce_ranges or (
+            node.op is not IROp.REDUCE and any(in_loop[id(src)] for src in node.srcs))
+    gathered = [node for node in nodes if node.op is IROp.VECTORIZE and (in_loop[id(node)] or not reduce_ranges)
+                and any(lane is not node.srcs[0] for lane in node.srcs) and not all(lane.is_const for lane in node.srcs)
+                and not repeated_loads(node.srcs) and not nearby_loads(node.srcs)]
+    return bool(reduce_ranges), gathered
 
 
 def repeated_loads(lanes: tuple[IRNode, ...]) -> bool:
