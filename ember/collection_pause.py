@@ -5,7 +5,7 @@ reference count, but their number triggers the collector's full passes, and a fu
 program holds (its modules, tensors, graphs): on a cold start about half the time spent lowering kernels went to
 those passes. `collection_paused()` turns the collector off for such a stretch and back on after it, where it was on
 (nested uses and a user's own `gc.disable()` are respected); what the stretch left behind is collected by the
-collector's next ordinary pass.
+collector's next ordinary pass. Realize, lowering, `backward()` and a recurrent layer's time steps run paused.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember.autograd.grad_mode import set_grad_enabled
 from ember.autograd.rules import RULES, Recorded
+from ember.collection_pause import collection_paused
 from ember.core import runtime
 from ember.core.errors import AutogradError, DeviceError, ShapeError
 from ember.core.ops import Op
@@ -30,21 +31,22 @@ def backward(
     history, so they can be differentiated again. ember never frees recorded history, so retain_graph is accepted
     for compatibility and has no effect.
     """
-    roots = _as_list(tensors, "backward", "tensors")
-    seeds = _seed_gradients(roots, grad_tensors, "backward")
-    targets = None if inputs is None else _as_list(inputs, "backward", "inputs")
-    if targets is not None:
-        _check_inputs(targets, "backward")
-    gradients = _propagate(roots, seeds, targets, create_graph, accumulate=True)
-    updated = []
-    for tensor, gradient in gradients:
-        tensor.grad = _own(gradient) if tensor.grad is None else _accumulate(tensor.grad, gradient, create_graph)
-        updated.append(tensor.grad)
-    _realize(updated + roots)  # the roots (the loss) too: reading them afterwards must not recompute the forward
-    for tensor, _ in gradients:  # leaves' post-accumulate hooks, in the order their gradients were completed
-        if tensor._post_accumulate_hooks:
-            for hook in list(tensor._post_accumulate_hooks):
-                hook(tensor)
+    with collection_paused():  # (the gradients' graph: many short-lived objects without cycles)
+        roots = _as_list(tensors, "backward", "tensors")
+        seeds = _seed_gradients(roots, grad_tensors, "backward")
+        targets = None if inputs is None else _as_list(inputs, "backward", "inputs")
+        if targets is not None:
+            _check_inputs(targets, "backward")
+        gradients = _propagate(roots, seeds, targets, create_graph, accumulate=True)
+        updated = []
+        for tensor, gradient in gradients:
+            tensor.grad = _own(gradient) if tensor.grad is None else _accumulate(tensor.grad, gradient, create_graph)
+            updated.append(tensor.grad)
+        _realize(updated + roots)  # the roots (the loss) too: reading them afterwards must not recompute the forward
+        for tensor, _ in gradients:  # leaves' post-accumulate hooks, in the order their gradients were completed
+            if tensor._post_accumulate_hooks:
+                for hook in list(tensor._post_accumulate_hooks):
+                    hook(tensor)
 
 
 def grad(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ember as em
+from ember.collection_pause import collection_paused
 from ember.core.errors import ShapeError
 from ember.core.ops import Composite
 from ember.core.tensor import Tensor
@@ -340,8 +341,9 @@ class RNNBase(Module):
             raise ShapeError(f"{name}: input of shape {input.shape} should have {self.input_size} features")
         length, batch = sequence.shape[0], sequence.shape[1]
         hidden0, cell0 = self._initial_state(hx, batch, input, batched)
-        rows, hidden_n, cell_n = self._recurrence(sequence.reshape(length * batch, self.input_size), [batch] * length,
-                                                  hidden0, cell0)
+        with collection_paused():  # (every time step's graph: many objects without cycles, see _recurrence)
+            rows, hidden_n, cell_n = self._recurrence(sequence.reshape(length * batch, self.input_size),
+                                                      [batch] * length, hidden0, cell0)
         output = rows.reshape(length, batch, rows.shape[-1])
         if batched and self.batch_first:
             output = output.transpose(0, 1)
@@ -362,7 +364,8 @@ class RNNBase(Module):
             hx = tuple(part.index_select(1, sorted_indices) for part in hx) if self.mode == "LSTM" else (
                 hx.index_select(1, sorted_indices))
         hidden0, cell0 = self._initial_state(hx, batch_sizes[0], data, True)
-        rows, hidden_n, cell_n = self._recurrence(data, batch_sizes, hidden0, cell0)
+        with collection_paused():
+            rows, hidden_n, cell_n = self._recurrence(data, batch_sizes, hidden0, cell0)
         if unsorted_indices is not None:  # back to the batch's order
             hidden_n = hidden_n.index_select(1, unsorted_indices)
             cell_n = cell_n.index_select(1, unsorted_indices) if cell_n is not None else None
