@@ -49,9 +49,13 @@ class QuantizedLinear(Module):
 
     def decode_scales(self) -> None:
         """Pick the blocks' scales out once where the blocks lie (2 to 20 bytes a block): each forward then reads
-        them instead of picking them out of the blocks again, in a kernel of its own that reads every block."""
+        them instead of picking them out of the blocks again, in a kernel of its own that reads every block. Blocks
+        of a format with an interleaved layout (Q5_0) are laid out so first (`QuantizedTensor.interleaved`: the
+        same bytes, which products unpack on byte vectors)."""
         if self.format is not None:
-            self.scales = self.quantized().decoded_scales().scales
+            interleaved = self.quantized().interleaved()
+            self.raw, self.format = interleaved.raw, interleaved.format
+            self.scales = interleaved.decoded_scales().scales
 
     def store_float32(self) -> None:
         """Keep the weight as float32 from now on, dequantized once where it lies (4 bytes a weight instead of the

@@ -1,0 +1,90 @@
+"""Quantized weights in layouts of ember's own and products over many rows: Q5_0's blocks interleaved four at a time
+(Q5_0X4, `QuantizedTensor.interleaved`) and the products of many input rows that unpack the weight once
+(`DEQUANTIZE_ROWS`), checked against numpy's products of the `gguf` package's dequantized weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember.io import QuantizedTensor
+from ember.io.quantized import DEQUANTIZE_ROWS, FORMATS_BY_NAME, Q5_0X4
+from ember.nn.quantized import QuantizedLinear
+
+from tests.test_gguf import random_blocks
+from tests.test_quantized_dot import reference_weight, rounding_bound
+
+gguf = pytest.importorskip("gguf", reason="the gguf package dequantizes the reference weights")
+
+
+def q5_0_weight(rows: int, blocks: int, device: str, seed: int = 0) -> tuple[QuantizedTensor, np.ndarray]:
+    raw = random_blocks("Q5_0", rows=rows, blocks=blocks, seed=seed)
+    return QuantizedTensor(em.tensor(raw, device=device), FORMATS_BY_NAME["Q5_0"], (rows, blocks * 32)), raw
+
+
+def test_interleaved_q5_0_holds_the_same_values_in_the_same_bytes(device: str) -> None:
+    weight, raw = q5_0_weight(rows=13, blocks=8, device=device, seed=4)
+    interleaved = weight.interleaved()
+    assert interleaved.format is Q5_0X4 and interleaved.shape == (13, 256)
+    assert tuple(interleaved.raw.shape) == raw.shape  # 88 bytes for 4 blocks of 22: no byte more
+    np.testing.assert_array_equal(interleaved.dequantize().numpy(), reference_weight("Q5_0", raw))
+    np.testing.assert_array_equal(interleaved.decoded_scales().dequantize().numpy(), reference_weight("Q5_0", raw))
+
+
+def test_rows_whose_blocks_do_not_group_by_four_keep_their_layout() -> None:
+    weight, _ = q5_0_weight(rows=3, blocks=6, device="c")
+    assert weight.interleaved() is weight
+    q8 = QuantizedTensor(em.tensor(random_blocks("Q8_0", rows=3, blocks=4)), FORMATS_BY_NAME["Q8_0"], (3, 128))
+    assert q8.interleaved() is q8
+
+
+@pytest.mark.parametrize("decoded", [False, True], ids=["scales-in-kernel", "scales-decoded"])
+def test_interleaved_q5_0_products_match_numpy(decoded: bool, device: str) -> None:
+    """Float products (one token, three, and many rows: the weight unpacked once) and the integer one (c, input
+    rounded to int8) of 13 rows (no multiple of a tile) of 12 blocks (3 groups of 4)."""
+    weight, raw = q5_0_weight(rows=13, blocks=12, device=device, seed=9)
+    interleaved = weight.interleaved()
+    if decoded:
+        interleaved = interleaved.decoded_scales()
+    reference = reference_weight("Q5_0", raw)
+    for tokens in (1, 3, DEQUANTIZE_ROWS + 5):
+        inputs = np.random.default_rng(tokens).standard_normal((tokens, 384)).astype(np.float32)
+        expected = inputs.astype(np.float64) @ reference.T
+        got = interleaved.matmul(em.tensor(inputs, device=device), integer=False).numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+        if device == "c" and tokens < DEQUANTIZE_ROWS:
+            got = interleaved.matmul(em.tensor(inputs, device=device), integer=True).numpy()
+            error = np.abs(got - expected)
+            assert (error <= rounding_bound(reference, inputs.astype(np.float64))).all()
+
+
+def test_a_linear_layer_interleaves_its_q5_0_blocks_with_its_scales(device: str) -> None:
+    weight, raw = q5_0_weight(rows=7, blocks=4, device=device, seed=2)
+    layer = QuantizedLinear(weight)
+    layer.decode_scales()
+    assert layer.format is Q5_0X4 and layer.scales is not None
+    inputs = np.random.default_rng(0).standard_normal((2, 128)).astype(np.float32)
+    expected = inputs.astype(np.float64) @ reference_weight("Q5_0", raw).T
+    got = layer(em.tensor(inputs, device=device)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-2, atol=1e-2 * np.abs(expected).max())  # (int8 input on c)
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS_BY_NAME))
+def test_many_rows_unpack_the_weight_once_then_multiply_floats(name: str, device: str) -> None:
+    """A prompt's product (DEQUANTIZE_ROWS rows or more): one kernel unpacks every block into a float32 weight, a
+    float matrix product reads it (no unpacking per input row); the values are numpy's."""
+    quant = FORMATS_BY_NAME[name]
+    rows, blocks = 13, (9 if quant.block_elements == 32 else 1)
+    raw = random_blocks(name, rows=rows, blocks=blocks, seed=5)
+    weight = QuantizedTensor(em.tensor(raw, device=device), quant, (rows, blocks * quant.block_elements))
+    weight = weight.decoded_scales()
+    tokens = DEQUANTIZE_ROWS + 3
+    inputs = np.random.default_rng(1).standard_normal((tokens, blocks * quant.block_elements)).astype(np.float32)
+    x = em.tensor(inputs, device=device).realize()
+    with em.profile() as record:
+        got = weight.matmul(x).realize().numpy()
+    assert len(record.kernels) == 2
+    assert record.bytes_allocated == (rows * blocks * quant.block_elements + tokens * rows) * 4
+    expected = inputs.astype(np.float64) @ reference_weight(name, raw).T
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
