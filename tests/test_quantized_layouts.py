@@ -88,3 +88,27 @@ def test_many_rows_unpack_the_weight_once_then_multiply_floats(name: str, device
     assert record.bytes_allocated == (rows * blocks * quant.block_elements + tokens * rows) * 4
     expected = inputs.astype(np.float64) @ reference_weight(name, raw).T
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("float32", [False, True], ids=["blocks", "float32-weights"])
+def test_a_gated_mlp_over_many_rows_stores_each_product(float32: bool, device: str) -> None:
+    """gelu(x @ gate.T) * (x @ up.T) over a prompt's rows: each product is a matrix product of its own, stored
+    (fused under the elementwise op, the two were one kernel of nested reductions, 15x slower than the tiled ones),
+    for quantized blocks and for the weights stored as float32; the values are numpy's."""
+    gate, gate_raw = q5_0_weight(rows=21, blocks=4, device=device, seed=1)
+    up, up_raw = q5_0_weight(rows=21, blocks=4, device=device, seed=2)
+    layers = [QuantizedLinear(gate), QuantizedLinear(up)]
+    for layer in layers:
+        layer.decode_scales()
+        if float32:
+            layer.store_float32()
+    inputs = np.random.default_rng(3).standard_normal((DEQUANTIZE_ROWS + 1, 128)).astype(np.float32)
+    x = em.tensor(inputs, device=device).realize()
+    with em.profile() as record:
+        got = (layers[0](x).gelu(approximate="tanh") * layers[1](x)).realize().numpy()
+    products = [kernel for kernel in record.kernels if kernel.name.startswith("r_")]
+    assert len(products) == 2 and len(record.kernels) == (3 if float32 else 5)  # (+ the two weights unpacked)
+    gate_values = inputs.astype(np.float64) @ reference_weight("Q5_0", gate_raw).T
+    up_values = inputs.astype(np.float64) @ reference_weight("Q5_0", up_raw).T
+    expected = 0.5 * gate_values * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate_values + 0.044715 * gate_values**3)))
+    np.testing.assert_allclose(got, expected * up_values, rtol=1e-4, atol=1e-4 * np.abs(expected * up_values).max())

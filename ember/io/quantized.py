@@ -345,6 +345,13 @@ INTERLEAVED_FORMATS: dict[str, tuple[QuantFormat, int, Callable[[Tensor], Tensor
     "Q5_0": (Q5_0X4, Q5_0_GROUP, q5_0_interleaved)}
 
 
+def many_rows_product(product: Tensor) -> Tensor:
+    """A product of many input rows, stored (`contiguous`): left lazy, two of them under one elementwise op (a gated
+    MLP's gelu(x @ gate.T) * (x @ up.T)) fused into one kernel of two nested reductions, not the tiled matrix
+    product (256 x 640 by 2048 x 640 twice: 236 ms instead of 2 x 15 on one thread)."""
+    return product.contiguous()
+
+
 @dataclass(frozen=True)
 class MappedRows:
     """Where the rows of a 2-d quantized tensor lie in a file, so single rows can be memory-mapped on their own."""
@@ -469,8 +476,9 @@ class QuantizedTensor:
             return quantized_dot.integer_matmul(self, input)
         if rows >= DEQUANTIZE_ROWS and out_features * in_features * 4 <= DEQUANTIZE_BYTES:
             # many rows (a prompt's pass): every block unpacked once into a float32 temporary that a float matrix
-            # product reads in tiles, instead of each output's product unpacking the blocks again per input row
-            return input.cast(dtypes.float32).linear(self.dequantize().contiguous())
+            # product reads in tiles, instead of each output's product unpacking the blocks again per input row;
+            # the product stored (`many_rows_product`)
+            return many_rows_product(input.cast(dtypes.float32).linear(self.dequantize().contiguous()))
         blocks_per_row = in_features // self.format.block_elements
         layout = self.format.layout
         values = self.format.block_values(self.blocks(), self.scales)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from ember.core import dtype as dtypes
 from ember.core.movement import cat
 from ember.core.tensor import Tensor
-from ember.io.quantized import QuantizedTensor
+from ember.io.quantized import DEQUANTIZE_ROWS, QuantizedTensor, many_rows_product
 from ember.nn import functional as F
 from ember.nn.module import Module
 
@@ -44,7 +44,11 @@ class QuantizedLinear(Module):
 
     def forward(self, input: Tensor) -> Tensor:
         if self.format is None:
-            return F.linear(input, self.weight())
+            rows = 1
+            for size in input.shape[:-1]:
+                rows *= size
+            product = F.linear(input, self.weight())
+            return many_rows_product(product) if rows >= DEQUANTIZE_ROWS else product
         return self.quantized().matmul(input)
 
     def decode_scales(self) -> None:
