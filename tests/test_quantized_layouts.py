@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -112,3 +114,28 @@ def test_a_gated_mlp_over_many_rows_stores_each_product(float32: bool, device: s
     up_values = inputs.astype(np.float64) @ reference_weight("Q5_0", up_raw).T
     expected = 0.5 * gate_values * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate_values + 0.044715 * gate_values**3)))
     np.testing.assert_allclose(got, expected * up_values, rtol=1e-4, atol=1e-4 * np.abs(expected * up_values).max())
+
+
+def test_an_embedding_table_in_a_file_looks_up_many_rows_without_joining_them(tmp_path: Path) -> None:
+    """Token ids (repeated, unordered) of a Q8_0 table in a GGUF file: one id maps its row, several gather their
+    rows' bytes on the host; either way one kernel unpacks them and the values are gguf's."""
+    from ember.io.gguf import load_gguf_tensor, read_gguf_header
+    from ember.nn.quantized import QuantizedEmbedding
+
+    table = random_blocks("Q8_0", rows=11, blocks=2, seed=6)
+    writer = gguf.GGUFWriter(str(tmp_path / "table.gguf"), "testarch")
+    writer.add_tensor("token_embd.weight", table, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    header = read_gguf_header(tmp_path / "table.gguf")
+    embedding = QuantizedEmbedding(load_gguf_tensor(header, "token_embd.weight"))
+    reference = reference_weight("Q8_0", table)
+    for ids in ([7], [3, 10, 3, 0, 5]):
+        with em.profile() as record:
+            got = embedding(ids).realize().numpy()
+        assert len(record.kernels) == 1
+        np.testing.assert_array_equal(got, reference[ids])
+    with pytest.raises(IndexError, match=r"ids \[11\] are outside the table of 11 rows"):
+        embedding([2, 11])

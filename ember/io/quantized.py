@@ -9,7 +9,7 @@ Block layouts follow ggml (ggml-common.h); the results are those of the `gguf` p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -368,6 +368,21 @@ class MappedRows:
 
         node = mapped_node(self.path, self.offset + index * self.row_bytes, (1, self.row_bytes), dtypes.uint8)
         return QuantizedTensor(Tensor._from_node(node), self.quant_format, (1, self.row_elements))
+
+    def rows(self, indices: Sequence[int]) -> QuantizedTensor:
+        """Rows `indices` (within the tensor) as a (len(indices), row_elements) quantized tensor on the default
+        device: their bytes gathered from the file into one host array (only their pages are read), so no kernel
+        joins them (a join of a prompt's 256 mapped rows was one kernel choosing among 256 inputs per element)."""
+        import numpy as np
+
+        from ember.core.creation import tensor
+
+        table = np.memmap(self.path, dtype=np.uint8, mode="r", offset=self.offset,
+                          shape=(max(indices) + 1, self.row_bytes))
+        gathered = np.ascontiguousarray(table[list(indices)])
+        del table
+        return QuantizedTensor(tensor(gathered, dtype=dtypes.uint8), self.quant_format,
+                               (len(indices), self.row_elements))
 
 
 class QuantizedTensor:
