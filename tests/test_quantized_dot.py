@@ -98,8 +98,13 @@ def test_a_decode_product_runs_in_integers_by_default_in_one_kernel_over_the_blo
     if not device.info.integer_dot_products:
         pytest.skip("this CPU has no byte dot-product instructions (x86 VNNI)")
     rows = 96 + len(name)  # a shape of its own: its kernels are rendered here
-    raw = random_blocks(name, rows=rows, blocks=4, seed=9)
-    weight = QuantizedTensor(em.tensor(raw, device="c"), FORMATS_BY_NAME[name], (rows, 128)).decoded_scales()
+    stored = "Q5_0" if name == "Q5_0X4" else name  # (Q5_0X4: Q5_0's blocks interleaved)
+    raw = random_blocks(stored, rows=rows, blocks=4, seed=9)
+    weight = QuantizedTensor(em.tensor(raw, device="c"), FORMATS_BY_NAME[stored], (rows, 128))
+    if name == "Q5_0X4":
+        weight = weight.interleaved()
+    assert weight.format.name == name
+    weight = weight.decoded_scales()
     x = em.tensor(np.random.default_rng(1).standard_normal((1, 128)).astype(np.float32), device="c").realize()
     sources: list[str] = []
     render = device.render
@@ -110,7 +115,7 @@ def test_a_decode_product_runs_in_integers_by_default_in_one_kernel_over_the_blo
                if "const unsigned char* restrict" in source and "const signed char* restrict" in source]
     assert len(product) == 1 and len(record.kernels) <= 5  # (Q5_0: a kernel joins each block's high bits)
     assert "(unsigned int)" not in product[0].split("acc")[2]  # the byte products are plain C: no wrapping casts
-    reference = reference_weight(name, raw)
+    reference = reference_weight(stored, raw)
     expected = x.numpy().astype(np.float64) @ reference.T
     assert (np.abs(result.numpy() - expected) <= rounding_bound(reference, x.numpy().astype(np.float64))).all()
     many = np.random.default_rng(2).standard_normal((9, 128)).astype(np.float32)  # more rows: the float product

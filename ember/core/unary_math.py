@@ -182,8 +182,11 @@ class UnaryMathOps(TensorBase):
         """x * Phi(x) (the normal CDF), or its tanh approximation; as 0.5 x erfc(-x / sqrt 2), accurate for x < 0."""
         self._floating_only("gelu")
         if approximate == "tanh":
-            inner = (self + self * self * self * 0.044715) * math.sqrt(2.0 / math.pi)
-            return self * 0.5 * (inner.tanh() + 1.0)
+            # 0.5 (1 + tanh(u)) = sigmoid(2 u): one exponential (the tanh composite, exact near 0 through expm1,
+            # rendered as a chain of selects, a log and divisions, kept the kernels off vectors: 256 x 2048 values
+            # in 36 ms instead of 0.4 ms on c)
+            inner = (self + self * self * self * 0.044715) * (2.0 * math.sqrt(2.0 / math.pi))
+            return self * inner.sigmoid()
         if approximate != "none":
             raise ArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
         return self._recorded(Composite.GELU, _in_compute_precision(_gelu), (cast("Tensor", self),))

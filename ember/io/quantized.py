@@ -9,7 +9,7 @@ Block layouts follow ggml (ggml-common.h); the results are those of the `gguf` p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -20,6 +20,10 @@ from ember.core.ops import Op
 from ember.core.tensor import Tensor
 
 QK_K = 256  # elements of a k-quant super-block
+# products with at least this many input rows unpack the weight once into a float32 temporary (of at most
+# DEQUANTIZE_BYTES) read by a float matrix product; fewer rows unpack the blocks inside the product's kernel
+DEQUANTIZE_ROWS = 32
+DEQUANTIZE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -279,13 +283,73 @@ def q6_k_integers(blocks: Tensor, scales: tuple[Tensor, ...]) -> IntegerForm:
     return IntegerForm(q6_k_bits(blocks), 32, _float(scales[0]) * _float(scales[1]), None, 1)
 
 
+Q5_0_GROUP = 4  # Q5_0 blocks interleaved into one block of Q5_0X4
+
+
+def q5_0x4_bits(blocks: Tensor) -> Tensor:
+    """Q5_0X4's unsigned 5-bit values (uint8), layout (4, 2, 16) = (block b, half h, j): the nibble h of byte
+    24 + 16b + j and bit 2b + h of byte 8 + j. Every byte of a run of 16 is shifted by the same amount."""
+    device = blocks.device
+    low = _shift_right(_bytes(blocks, 24, (4, 1, 16), (4, 2, 16)), _shifts(4, (1, 2, 1), device)) & 0x0F
+    high = _shift_right(_bytes(blocks, 8, (1, 1, 16), (4, 2, 16)), _shifts(1, (4, 2, 1), device)) & 1
+    return low | (high << 4)
+
+
+def q5_0x4_scales(blocks: Tensor) -> tuple[Tensor, ...]:
+    """Q5_0X4: the four blocks' d (float16, (..., blocks, 4, 1, 1)): 8 bytes a block."""
+    pairs = blocks[..., 0:8].reshape(*blocks.shape[:-1], Q5_0_GROUP, 2).cast(dtypes.uint16)
+    scales = (pairs[..., 0:1] | (pairs[..., 1:2] << 8)).bitcast(dtypes.float16)
+    return (scales.reshape(*blocks.shape[:-1], Q5_0_GROUP, 1, 1),)
+
+
+def q5_0x4_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
+    """Q5_0X4: four Q5_0 blocks in 88 bytes (their d's, their high bits interleaved, their nibbles);
+    x = d_b * (q - 16). Layout (4, 2, 16) (q5_0x4_bits)."""
+    return _quants(q5_0x4_bits(blocks), 16.0) * _float(scales[0])
+
+
+def q5_0x4_integers(blocks: Tensor, scales: tuple[Tensor, ...]) -> IntegerForm:
+    """Q5_0X4 as d_b * (q - 16), one group per Q5_0 block."""
+    return IntegerForm(q5_0x4_bits(blocks), 16, _float(scales[0]), None, 2)
+
+
+def q5_0_interleaved(blocks: Tensor) -> Tensor:
+    """Q5_0 blocks (..., 4 k, 22) -> the same values as Q5_0X4 blocks (..., k, 88), lazily: the 4 float16 d's, 16
+    bytes whose bit 2b + h is the high bit of element 16h + j of block b (byte j), the 4 blocks' 16 bytes of
+    nibbles. The same bytes as before, laid out so that a product picks every bit with a shift per run of bytes."""
+    leading = blocks.shape[:-2]
+    groups = blocks.shape[-2] // Q5_0_GROUP
+    grouped = blocks.reshape(*leading, groups, Q5_0_GROUP, 22)
+    scales = grouped[..., 0:2].reshape(*leading, groups, 2 * Q5_0_GROUP)
+    nibbles = grouped[..., 6:22].reshape(*leading, groups, 16 * Q5_0_GROUP)
+    high_bytes = grouped[..., 2:6].reshape(*leading, groups, Q5_0_GROUP, 2, 2, 1)
+    high_bytes = high_bytes.expand(*leading, groups, Q5_0_GROUP, 2, 2, 8).reshape(*leading, groups, Q5_0_GROUP, 2, 16)
+    bits = (high_bytes >> _shifts(1, (1, 1, 8), blocks.device).expand(2, 2, 8).reshape(2, 16)) & 1
+    places = (1 << arange(2 * Q5_0_GROUP, dtype=dtypes.int32, device=blocks.device)).reshape(Q5_0_GROUP, 2, 1)
+    high = (bits.cast(dtypes.int32) * places).sum((-3, -2), dtype=dtypes.int32).cast(dtypes.uint8)
+    return cat([scales, high, nibbles], dim=-1)
+
+
 Q8_0 = QuantFormat("Q8_0", 32, 34, (32,), _d_scale(1), q8_0_values, q8_0_integers)
 Q4_0 = QuantFormat("Q4_0", 32, 18, (2, 16), _d_scale(2), q4_0_values, q4_0_integers)
 Q5_0 = QuantFormat("Q5_0", 32, 22, (2, 16), q5_0_scales, q5_0_values, q5_0_integers)
 Q4_K = QuantFormat("Q4_K", QK_K, 144, (4, 2, 32), k_scales, q4_k_values, q4_k_integers)
 Q5_K = QuantFormat("Q5_K", QK_K, 176, (4, 2, 32), k_scales, q5_k_values, q5_k_integers)
 Q6_K = QuantFormat("Q6_K", QK_K, 210, (2, 2, 2, 2, 16), q6_k_scales, q6_k_values, q6_k_integers)
+# a layout of ember's own (no GGUF file holds it): Q5_0's blocks interleaved by `QuantizedTensor.interleaved`
+Q5_0X4 = QuantFormat("Q5_0X4", 32 * Q5_0_GROUP, 22 * Q5_0_GROUP, (Q5_0_GROUP, 2, 16), q5_0x4_scales, q5_0x4_values,
+                     q5_0x4_integers)
 FORMATS_BY_NAME: dict[str, QuantFormat] = {quant.name: quant for quant in (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)}
+# a format -> (the format its blocks are interleaved into, how many of its blocks make one of that format's)
+INTERLEAVED_FORMATS: dict[str, tuple[QuantFormat, int, Callable[[Tensor], Tensor]]] = {
+    "Q5_0": (Q5_0X4, Q5_0_GROUP, q5_0_interleaved)}
+
+
+def many_rows_product(product: Tensor) -> Tensor:
+    """A product of many input rows, stored (`contiguous`): left lazy, two of them under one elementwise op (a gated
+    MLP's gelu(x @ gate.T) * (x @ up.T)) fused into one kernel of two nested reductions, not the tiled matrix
+    product (256 x 640 by 2048 x 640 twice: 236 ms instead of 2 x 15 on one thread)."""
+    return product.contiguous()
 
 
 @dataclass(frozen=True)
@@ -304,6 +368,21 @@ class MappedRows:
 
         node = mapped_node(self.path, self.offset + index * self.row_bytes, (1, self.row_bytes), dtypes.uint8)
         return QuantizedTensor(Tensor._from_node(node), self.quant_format, (1, self.row_elements))
+
+    def rows(self, indices: Sequence[int]) -> QuantizedTensor:
+        """Rows `indices` (within the tensor) as a (len(indices), row_elements) quantized tensor on the default
+        device: their bytes gathered from the file into one host array (only their pages are read), so no kernel
+        joins them (a join of a prompt's 256 mapped rows was one kernel choosing among 256 inputs per element)."""
+        import numpy as np
+
+        from ember.core.creation import tensor
+
+        table = np.memmap(self.path, dtype=np.uint8, mode="r", offset=self.offset,
+                          shape=(max(indices) + 1, self.row_bytes))
+        gathered = np.ascontiguousarray(table[list(indices)])
+        del table
+        return QuantizedTensor(tensor(gathered, dtype=dtypes.uint8), self.quant_format,
+                               (len(indices), self.row_elements))
 
 
 class QuantizedTensor:
@@ -358,6 +437,18 @@ class QuantizedTensor:
         realize(*scales)
         return QuantizedTensor(self.raw, self.format, self.shape, self.source, scales)
 
+    def interleaved(self) -> QuantizedTensor:
+        """The same values in the format its blocks interleave into (`INTERLEAVED_FORMATS`: Q5_0 -> Q5_0X4, the
+        same bytes laid out so that a product's bit picking runs on byte vectors), computed now on the blocks'
+        device; itself when its format has none or its rows' blocks do not group evenly."""
+        target = INTERLEAVED_FORMATS.get(self.format.name)
+        blocks_per_row = self.shape[-1] // self.format.block_elements
+        if target is None or blocks_per_row % target[1]:
+            return self
+        quant_format, _, interleave = target
+        raw = interleave(self.blocks()).reshape(*self.shape[:-1], self.raw.shape[-1]).contiguous().realize()
+        return QuantizedTensor(raw, quant_format, self.shape)
+
     def realize(self) -> QuantizedTensor:
         self.raw.realize()
         return self
@@ -387,10 +478,10 @@ class QuantizedTensor:
             raise TypeError(f"QuantizedTensor.matmul: the input must be floating point, got {input.dtype.name}")
         from ember.io import quantized_dot
 
+        rows = 1
+        for size in input.shape[:-1]:
+            rows *= size
         if integer is None:
-            rows = 1
-            for size in input.shape[:-1]:
-                rows *= size
             integer = (rows <= quantized_dot.INTEGER_ROWS and self.format.name in quantized_dot.INTEGER_FORMATS
                        and not input.requires_grad and quantized_dot.integer_dot_products(self.device))
         if integer and input.requires_grad:
@@ -398,6 +489,11 @@ class QuantizedTensor:
                              "the input requires one (use integer=False or None)")
         if integer:
             return quantized_dot.integer_matmul(self, input)
+        if rows >= DEQUANTIZE_ROWS and out_features * in_features * 4 <= DEQUANTIZE_BYTES:
+            # many rows (a prompt's pass): every block unpacked once into a float32 temporary that a float matrix
+            # product reads in tiles, instead of each output's product unpacking the blocks again per input row;
+            # the product stored (`many_rows_product`)
+            return many_rows_product(input.cast(dtypes.float32).linear(self.dequantize().contiguous()))
         blocks_per_row = in_features // self.format.block_elements
         layout = self.format.layout
         values = self.format.block_values(self.blocks(), self.scales)

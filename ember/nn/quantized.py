@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ember.core import dtype as dtypes
-from ember.core.movement import cat
 from ember.core.tensor import Tensor
-from ember.io.quantized import QuantizedTensor
+from ember.io.quantized import DEQUANTIZE_ROWS, QuantizedTensor, many_rows_product
 from ember.nn import functional as F
 from ember.nn.module import Module
 
@@ -44,14 +43,22 @@ class QuantizedLinear(Module):
 
     def forward(self, input: Tensor) -> Tensor:
         if self.format is None:
-            return F.linear(input, self.weight())
+            rows = 1
+            for size in input.shape[:-1]:
+                rows *= size
+            product = F.linear(input, self.weight())
+            return many_rows_product(product) if rows >= DEQUANTIZE_ROWS else product
         return self.quantized().matmul(input)
 
     def decode_scales(self) -> None:
         """Pick the blocks' scales out once where the blocks lie (2 to 20 bytes a block): each forward then reads
-        them instead of picking them out of the blocks again, in a kernel of its own that reads every block."""
+        them instead of picking them out of the blocks again, in a kernel of its own that reads every block. Blocks
+        of a format with an interleaved layout (Q5_0) are laid out so first (`QuantizedTensor.interleaved`: the
+        same bytes, which products unpack on byte vectors)."""
         if self.format is not None:
-            self.scales = self.quantized().decoded_scales().scales
+            interleaved = self.quantized().interleaved()
+            self.raw, self.format = interleaved.raw, interleaved.format
+            self.scales = interleaved.decoded_scales().scales
 
     def store_float32(self) -> None:
         """Keep the weight as float32 from now on, dequantized once where it lies (4 bytes a weight instead of the
@@ -69,9 +76,10 @@ class QuantizedLinear(Module):
 class QuantizedEmbedding(Module):
     """Rows of a (num_embeddings, embedding_dim) table stored as quantized blocks, looked up by token ids.
 
-    A table memory-mapped from a file (`rows_source`) is looked up by mapping just the rows of the ids asked for
-    (the copy to the device reads those bytes only; the kernel that joins them depends only on how many ids there
-    are); otherwise by a one-hot selection over the table, which reads all of it.
+    A table memory-mapped from a file (`rows_source`) is looked up by reading just the rows of the ids asked for
+    (one id: its row mapped; several: their bytes gathered into one host array, `MappedRows.rows`; the kernel that
+    unpacks them depends only on how many ids there are); otherwise by a one-hot selection over the table, which
+    reads all of it.
     """
 
     def __init__(self, weight: QuantizedTensor | Tensor) -> None:
@@ -90,6 +98,6 @@ class QuantizedEmbedding(Module):
         bad = [index for index in ids if not 0 <= index < self.num_embeddings]
         if bad:
             raise IndexError(f"QuantizedEmbedding: ids {bad[:5]} are outside the table of {self.num_embeddings} rows")
-        rows = [self.rows_source.row(index) for index in ids]
-        raw = cat([row.raw for row in rows], dim=0) if len(rows) > 1 else rows[0].raw
-        return QuantizedTensor(raw, rows[0].format, (len(rows), self.embedding_dim)).dequantize()
+        if len(ids) == 1:
+            return self.rows_source.row(ids[0]).dequantize()
+        return self.rows_source.rows(ids).dequantize()
