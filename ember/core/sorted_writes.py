@@ -59,5 +59,5 @@ def sorted_write(target: Tensor, index: Tensor, source: Tensor, mode: str) -> Te
     chosen = where(inside, take_last(entries, slots.minimum(count - 1)), -1).reshape(-1).contiguous()  # (as above)
     terms = take_last(source, chosen).reshape(source.shape[:-1] + (size, longest))
     zero = target._full((), 0, target.dtype, target.device)
-    total = reduce_axes(where(inside, terms, zero), Op.SUM, (terms.ndim - 1,)).reshape(target.shape)
+    total = reduce_axes(where(inside, terms, zero), Op.SUM, (terms.ndim - 1,)).reshape(terms.shape[:-1])
     return target + total
