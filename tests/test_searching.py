@@ -47,6 +47,8 @@ def test_unique_long_input_uses_the_network_and_the_shifted_scan(device: str,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sort_network, "COUNTING_LIMIT", 4)
     monkeypatch.setattr(sort_network, "COUNTING_WORK_LIMIT", 0)
+    monkeypatch.setattr(sort_network, "NETWORK_BLOCK", 4)
+    monkeypatch.setattr(sort_network, "STORED_ROW", 8)
     monkeypatch.setattr(searching, "SCAN_COUNTING_LIMIT", 4)
     data = np.random.default_rng(0).integers(0, 9, size=37).astype(np.int32)
     mine = em.tensor(data, device=device).unique(return_inverse=True, return_counts=True)
