@@ -47,12 +47,28 @@ def test_unique_long_input_uses_the_network_and_the_shifted_scan(device: str,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sort_network, "COUNTING_LIMIT", 4)
     monkeypatch.setattr(sort_network, "COUNTING_WORK_LIMIT", 0)
+    monkeypatch.setattr(sort_network, "NETWORK_BLOCK", 4)
+    monkeypatch.setattr(sort_network, "STORED_ROW", 8)
     monkeypatch.setattr(searching, "SCAN_COUNTING_LIMIT", 4)
     data = np.random.default_rng(0).integers(0, 9, size=37).astype(np.int32)
     mine = em.tensor(data, device=device).unique(return_inverse=True, return_counts=True)
     assert_outputs(mine, torch.unique(torch.tensor(data), return_inverse=True, return_counts=True))
     mine = em.tensor(data, device=device).unique_consecutive(return_inverse=True, return_counts=True)
     assert_outputs(mine, torch.unique_consecutive(torch.tensor(data), return_inverse=True, return_counts=True))
+
+
+def test_unique_inverse_sorts_its_pairs_as_one_row_records(device: str) -> None:
+    """unique of 3000 elements with return_inverse: two sorts through the network (padded to 4096), the values and
+    the (order, group) pairs, each packed in one int64 record per element, so each merges in 31 kernels storing rows
+    of 64 records (64 work items each on a CPU) and no kernel of masks."""
+    data = np.random.default_rng(1).integers(0, 50, size=3000).astype(np.int32)
+    with em.profile() as profile:
+        mine = em.tensor(data, device=device).unique(return_inverse=True, return_counts=True)
+        assert_outputs(mine, torch.unique(torch.tensor(data), return_inverse=True, return_counts=True))
+    rows = 4096 // sort_network.STORED_ROW
+    one_row_records = [record for record in profile.kernels
+                       if record.name.startswith(f"e_1_{rows}_{sort_network.STORED_ROW}_") and record.global_size == rows]
+    assert len(one_row_records) == 2 * 31
 
 
 def test_unique_along_a_dim(device: str) -> None:

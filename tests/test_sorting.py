@@ -42,6 +42,8 @@ def algorithm(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     if request.param == "network":
         monkeypatch.setattr(sort_network, "COUNTING_LIMIT", 4)
         monkeypatch.setattr(sort_network, "COUNTING_WORK_LIMIT", 0)
+        monkeypatch.setattr(sort_network, "NETWORK_BLOCK", 4)
+        monkeypatch.setattr(sort_network, "STORED_ROW", 8)
     return request.param
 
 
@@ -95,7 +97,7 @@ def test_sort_shapes_argsort_msort(device: str) -> None:
 
 
 def test_sort_long_rows_through_the_network(device: str) -> None:
-    """A row of 300 (padded to 512: blocks of 64 by counting, then the network) with many ties, both orders."""
+    """A row of 300 (padded to 512: blocks of 32 by counting, then the network in rows of 64) with many ties, both orders."""
     data = tie_data((2, 300), 3)
     source, reference = em.tensor(data, device=device), torch.tensor(data)
     for descending in (False, True):
@@ -103,6 +105,24 @@ def test_sort_long_rows_through_the_network(device: str) -> None:
         theirs = reference.sort(descending=descending, stable=True)
         assert_exact(mine.values, theirs.values)
         assert_exact(mine.indices, theirs.indices)
+
+
+def test_network_stores_rows_of_a_cpu_tile_and_merges_in_pinned_passes(device: str) -> None:
+    """A row of 3000 (padded to 4096): blocks of 32 by counting (2 kernels), then L = 7 merge stages of 6..12 steps
+    (63), two fused per kernel; the last pair goes into the kernel unpacking the records, the other 31 store rows of
+    64 records (one row per work item of a CPU), so 64 work items each. Exact against torch, both orders."""
+    data = tie_data((3000,), 5)
+    source, reference = em.tensor(data, device=device), torch.tensor(data)
+    for descending in (False, True):
+        with em.profile() as profile:
+            mine = source.sort(descending=descending)
+            values, indices = mine.values.numpy(), mine.indices.numpy()
+        theirs = reference.sort(descending=descending, stable=True)
+        np.testing.assert_array_equal(values.view(np.int32), theirs.values.numpy().view(np.int32))
+        np.testing.assert_array_equal(indices, theirs.indices.numpy())
+        rows = [record for record in profile.kernels if record.global_size == 4096 // sort_network.STORED_ROW]
+        assert len(rows) == 31
+        assert len(profile.kernels) == 37, len(profile.kernels)  # + 3: the keys, the records, unpacking
 
 
 def test_sort_gradient_goes_to_the_sorted_elements(device: str) -> None:

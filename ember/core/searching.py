@@ -21,7 +21,7 @@ from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.movement import cat, stack
 from ember.core.shapes import normalize_dim, prod
-from ember.core.sort_network import order_keys, sort_records, sort_rows, values_from_keys
+from ember.core.sort_network import LOW_BITS, order_keys, sort_records, sort_rows, values_from_keys
 from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
@@ -301,8 +301,9 @@ def _unique_sorted(slices: Tensor, return_inverse: bool, return_counts: bool
     inverse = None
     if return_inverse:  # inverse[order[r]] = sorted_inverse[r]: sort the (order, group) pairs by order
         assert sorted_inverse is not None  # _compact gives it when asked
-        pairs = sort_records(stack([order, sorted_inverse]).unsqueeze(0))
-        inverse = pairs.reshape(2, size)[1]
+        # one int64 record per pair (order * 2^32 + group: both below 2^31), the network's fast one-row form
+        pairs = sort_records((order * LOW_BITS + sorted_inverse).reshape(1, 1, size))
+        inverse = pairs.reshape(size) & (LOW_BITS - 1)
     return values, inverse, counts
 
 

@@ -8,10 +8,11 @@ callers (unique) sort records of several rows, compared in order.
 
 - Counting, for rows of at most COUNTING_LIMIT or while batch * n^2 <= COUNTING_WORK_LIMIT: rank[i] = #{j : record
   j < record i}, then each rank takes its record with a one-hot max: two kernels, n^2 work per row.
-- Otherwise rows are padded to a power of two N, blocks of COUNTING_LIMIT are sorted by counting, and the blocks
+- Otherwise rows are padded to a power of two N, blocks of NETWORK_BLOCK are sorted by counting, and the blocks
   are merged by a bitonic network: each compare-exchange step is a select between the records and a flipped view
-  of them (each element's partner), STEPS_PER_KERNEL steps fused per kernel. That is about N log^2 N work and
-  (log2(N / 64) (log2(N / 64) + 13) / 2) / 2 + 2 kernels: 31 for N = 4096.
+  of them (each element's partner), STEPS_PER_KERNEL steps fused per kernel, stored in rows of STORED_ROW (a CPU
+  work item's tile). That is about N log^2 N work and, with L = log2(N / 32), ceil(L (L + 11) / 4) + 2 kernels for
+  one-row records: 34 for N = 4096, 97 for N = 2^20.
 
 Measured on the C backend (one thread, a loaded machine), float32: counting sorts [1, 1024] in 4 ms where the
 network takes 50 ms (mostly building its graph); the network wins from about batch * n^2 = 2^22 on ([8, 1024]: 58 ms
@@ -33,8 +34,10 @@ if TYPE_CHECKING:
 
 COUNTING_LIMIT = 64  # rows up to this length are ranked by counting; longer rows sort blocks of it, then merge
 COUNTING_WORK_LIMIT = 2**22  # longer rows are still ranked by counting while batch * n^2 stays below this
-STEPS_PER_KERNEL = 2  # network steps fused per kernel (each fused step doubles the reads; 3 compile very slowly)
+STEPS_PER_KERNEL = 2  # network steps fused per kernel (each fused step doubles the reads; 3 outgrow the row tile)
 LOW_BITS = 2**32
+NETWORK_BLOCK = 32  # the network's rows start as blocks of this length sorted by counting (n work per element)
+STORED_ROW = 64  # the network's kernels store rows of this length: the C lowering's row tile, one row per work item
 
 
 def sort_rows(values: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
@@ -142,7 +145,7 @@ def _network_sort(records: Tensor) -> Tensor:
         highest = low._full(low.shape, dtypes.max_value(dtypes.int64), dtypes.int64, low.device)
         padding = stack([highest] * (count - 1) + [low]).unsqueeze(0)
     padded = cat([records, padding.expand(batch, count, padded_size - size)], 2) if padded_size > size else records
-    block = min(COUNTING_LIMIT, padded_size)
+    block = min(NETWORK_BLOCK, padded_size)
     blocks = padded.reshape(batch, count, padded_size // block, block).permute(0, 2, 1, 3)
     blocks = _counting_sort(blocks.reshape(-1, count, block)).reshape(batch, padded_size // block, count, block)
     merged = blocks.permute(0, 2, 1, 3).reshape(batch, count, padded_size).contiguous()
@@ -156,8 +159,18 @@ def _network_sort(records: Tensor) -> Tensor:
     for number, (distance, mirror) in enumerate(steps):
         merged = _compare_exchange(merged, distance, mirror, upper)
         if (number + 1) % STEPS_PER_KERNEL == 0 and number + 1 < len(steps):
-            merged = merged.contiguous()
+            merged = _stored(merged)
     return merged._pad_and_shrink([(0, 0), (0, 0), (0, size - padded_size)])
+
+
+def _stored(records: Tensor) -> Tensor:
+    """Records [B, R, N] stored as rows of STORED_ROW, which a CPU lowers as one row per work item (opt.row_tile):
+    the partners' index arithmetic (a division and remainder per axis) is done once per row and the offsets within
+    it are constants, where a flat [B, R, N] store paid it for every record (10^6 float32: ~10 ms a kernel, now
+    ~2 ms on the C backend). A device with warps tiles no row this long and lowers it as before."""
+    batch, count, size = records.shape
+    row = min(STORED_ROW, size)
+    return records.reshape(batch * count, size // row, row).contiguous().reshape(batch, count, size)
 
 
 def _halvings(distance: int) -> list[int]:
