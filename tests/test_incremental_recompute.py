@@ -227,6 +227,23 @@ def test_decoding_a_transformer_block_matches_torch(device: str, small_buffer: i
         assert graph.last_flops * 4 < graph.full_flops, (graph.last_flops, graph.full_flops)
 
 
+def decoding_setup(device: str, capacity: int, prompt: int,
+                   seed: int) -> tuple[np.ndarray, Tensor, IncrementalGraph, np.ndarray]:
+    """Random ids (from 1: writing a token 0 is a kernel of its own, the graph rewrites fold a 0 padded with 0), a
+    token buffer holding the prompt, the incremental graph of a transformer block over it, and torch's logits of
+    the whole sequence (causal: a prefix's rows are the whole sequence's)."""
+    parameters = transformer_parameters(capacity)
+    ids = np.random.default_rng(seed).integers(1, VOCABULARY, size=capacity)
+    buffer = np.zeros(capacity, np.int64)
+    buffer[:prompt] = ids[:prompt]
+    tokens = em.tensor(buffer, device=device)
+    weights = {name: em.tensor(value, device=device) for name, value in parameters.items()}
+    torch_weights = {name: torch.tensor(value) for name, value in parameters.items()}
+    graph = IncrementalGraph([transformer_block(tokens, weights, F)], [tokens])
+    expected = transformer_block(torch.tensor(ids), torch_weights, torch.nn.functional).numpy()
+    return ids, tokens, graph, expected
+
+
 @pytest.mark.parametrize("small_buffer", [SMALL_BUFFER, 0], ids=["select", "views"])
 def test_decoding_compiles_nothing_after_the_first_two_positions(device: str, small_buffer: int,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
@@ -238,17 +255,7 @@ def test_decoding_compiles_nothing_after_the_first_two_positions(device: str, sm
     monkeypatch.setattr(compile_cache, "COMPILED", compile_cache.CompileCache())
     monkeypatch.setattr(shape_classes, "STRUCTURES", type(shape_classes.STRUCTURES)())
     capacity, prompt, steps = 40, 2, 30  # (the last positions of the buffer, boxes touching its end, are left out)
-    parameters = transformer_parameters(capacity)
-    generator = np.random.default_rng(7)
-    # (ids from 1: writing a token 0 is a kernel of its own, the graph rewrites fold a 0 padded with 0, compiled once)
-    ids = generator.integers(1, VOCABULARY, size=capacity)
-    buffer = np.zeros(capacity, np.int64)
-    buffer[:prompt] = ids[:prompt]
-    tokens = em.tensor(buffer, device=device)
-    weights = {name: em.tensor(value, device=device) for name, value in parameters.items()}
-    torch_weights = {name: torch.tensor(value) for name, value in parameters.items()}
-    graph = IncrementalGraph([transformer_block(tokens, weights, F)], [tokens])
-    expected = transformer_block(torch.tensor(ids), torch_weights, torch.nn.functional).numpy()
+    ids, tokens, graph, expected = decoding_setup(device, capacity, prompt, seed=7)
     compiles = []
     for position in range(prompt, prompt + steps):
         with em.profile() as record:
@@ -330,15 +337,7 @@ def test_decoding_plans_and_restricts_only_the_first_positions(device: str) -> N
     range of positions) after the first positions: no planning nor restricting after them, and the logits of
     torch's full block at every position."""
     capacity, prompt, steps = 24, 2, 18
-    parameters = transformer_parameters(capacity)
-    ids = np.random.default_rng(5).integers(1, VOCABULARY, size=capacity)
-    buffer = np.zeros(capacity, np.int64)
-    buffer[:prompt] = ids[:prompt]
-    tokens = em.tensor(buffer, device=device)
-    weights = {name: em.tensor(value, device=device) for name, value in parameters.items()}
-    torch_weights = {name: torch.tensor(value) for name, value in parameters.items()}
-    graph = IncrementalGraph([transformer_block(tokens, weights, F)], [tokens])
-    expected = transformer_block(torch.tensor(ids), torch_weights, torch.nn.functional).numpy()
+    ids, tokens, graph, expected = decoding_setup(device, capacity, prompt, seed=5)
     planned, restricts = [], []
     for position in range(prompt, prompt + steps):
         tokens[position] = int(ids[position])

@@ -134,15 +134,10 @@ def nonzero_positions(mask: Tensor) -> Tensor:
     if count * size <= COUNTED_POSITIONS_LIMIT:
         return (running.unsqueeze(0) <= ordinals.unsqueeze(1)).sum(1)
     # the r-th True is the first position whose running count reaches r + 1: a binary search of the running counts,
-    # log2(n) steps of one gather each (one load per value: ir/lower's one-hot pick), not count x n comparisons
-    targets = ordinals + 1
-    low = mask._full((count,), 0, dtypes.int64, mask.device)
-    high = mask._full((count,), size - 1, dtypes.int64, mask.device)  # running[size - 1] = count reaches every r
-    for _ in range((size - 1).bit_length()):
-        middle = (low + high) // 2
-        below = take_last(running, middle) < targets
-        low, high = where(below, middle + 1, low), where(below, high, middle)
-    return low.contiguous()  # (stored: the callers' several reads do not pull the search into their kernels)
+    # log2(n) gathers, not count x n comparisons (running[size - 1] = count reaches every r: the answer is < size)
+    from ember.core.binary_search import binary_search  # (it gathers with take_last, defined here)
+
+    return binary_search(running, ordinals + 1, right=False)
 
 
 def _scalar_mask_count(mask: Tensor) -> int:

@@ -407,6 +407,8 @@ class FunctionalOps(TensorBase):
             raise DTypeError(f"embedding: expected integer indices (int64 or int32), got {self.dtype.name}")
         if weight.ndim != 2:
             raise ShapeError(f"embedding: weight must be 2-d [num_embeddings, embedding_dim], got {list(weight.shape)}")
+        if weight.dtype.is_bool:  # (picked as uint8: a cast between the select and its sum would hide the pick)
+            return self.embedding(weight.cast(dtypes.uint8), padding_idx) != 0
         count = weight.shape[0]
         if padding_idx is not None:
             if not -count <= padding_idx < count:
@@ -418,8 +420,6 @@ class FunctionalOps(TensorBase):
         index = check_index(cast("Tensor", self), count, "embedding", 0, negatives=False)
         matches = index._reshaped(index.shape + (1,)) == positions
         chosen = matches._reshaped(matches.shape + (1,))  # [..., V, 1]
-        if weight.dtype.is_bool:
-            return self.embedding(weight.cast(dtypes.uint8)) != 0
         return picked_sum(where(chosen, weight, 0), -2)
 
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
