@@ -3,9 +3,11 @@ lowering reads as one load per value (ir/lower.Lowerer._one_hot_pick), and nonze
 Trues; before, both compared every index with every position (a mask of 10^6 elements took 412 s)."""
 
 import numpy as np
+import pytest
 import torch
 
 import ember as em
+from ember.core import sorted_writes
 from ember.core.ops import Op
 from ember.ir.ir import IROp, topological_nodes
 from ember.ir.lower import lower_kernel
@@ -167,3 +169,42 @@ def test_the_gradient_of_a_long_gather_is_a_sorted_scatter_sum(device: str) -> N
     (torch_values[torch.tensor(index)] * torch.tensor(gradient)).sum().backward()
     assert ember_values.grad is not None and torch_values.grad is not None
     np.testing.assert_allclose(ember_values.grad.numpy(), torch_values.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_long_runs_of_one_index_sum_as_prefix_differences(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ids with a Zipf law (an embedding's gradient over a 50,257-token vocabulary: "the" is a run of hundreds):
+    each row's run is summed as a difference of float64 (int64) prefix sums (core/sorted_writes._prefix_difference);
+    the chain rule of the one-hot pick compared every id with every row (2048 ids of 50,257 x 256: 7 s backward)."""
+    random = np.random.default_rng(12)
+    vocabulary, width = 50_257, 24
+    ids = (random.zipf(1.3, (4, 512)) - 1) % vocabulary
+    ids[0, :3] = [0, vocabulary - 1, 1]  # the ends; the padding id 1 (no gradient) is also the longest run
+    assert np.bincount(ids.ravel()).max() * 4 > ids.size  # (the window form would not take these runs)
+    table = random.standard_normal((vocabulary, width)).astype(np.float32)
+    gradient = (random.standard_normal(ids.shape + (width,)) * 100).astype(np.float32)
+    weight = em.tensor(table, device=device, requires_grad=True)
+    torch_weight = torch.tensor(table, requires_grad=True)
+    summed = []  # the writes summed by prefix differences
+    monkeypatch.setattr(sorted_writes, "_prefix_difference",
+                        lambda *args, form=sorted_writes._prefix_difference: summed.append(form(*args)) or summed[-1])
+    for padding in (None, 1):
+        looked_up = em.nn.functional.embedding(em.tensor(ids, device=device), weight, padding_idx=padding)
+        expected = torch.nn.functional.embedding(torch.tensor(ids), torch_weight, padding_idx=padding)
+        np.testing.assert_array_equal(looked_up.numpy(), expected.detach().numpy())
+        (looked_up * em.tensor(gradient, device=device)).sum().backward()
+        (expected * torch.tensor(gradient)).sum().backward()
+        assert weight.grad is not None and torch_weight.grad is not None
+        # (torch adds a run one term at a time in float32; ember's difference of float64 prefixes is rounded once)
+        np.testing.assert_allclose(weight.grad.numpy(), torch_weight.grad.numpy(), rtol=1e-5, atol=1e-3)
+        if padding is not None:
+            assert not weight.grad.numpy()[padding].any()
+        assert len(summed) == 1 and summed.pop() is not None  # (not the comparison of every id with every row)
+        weight.grad, torch_weight.grad = None, None
+    # integers: exact, also where the sums wrap around
+    counts = np.full(vocabulary, 2**62, np.int64)
+    flat = ids.ravel()
+    increments = random.integers(2**61, 2**62, flat.size)
+    added = em.tensor(counts, device=device).index_add(0, em.tensor(flat, device=device),
+                                                       em.tensor(increments, device=device))
+    np.testing.assert_array_equal(added.numpy(), torch.tensor(counts).index_add(0, torch.tensor(flat),
+                                                                                torch.tensor(increments)).numpy())

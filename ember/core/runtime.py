@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
+    from ember.core.dtype import DType
     from ember.core.graph import Node
 
 
@@ -47,6 +48,10 @@ class Runtime:
     def reduce_stages(self, node: Node, extent: int, outputs: int) -> list[int] | None:
         """The elements each stage of a long reduce of `node` reduces per row where its device reduces rows by
         workgroups (a full reduction in two steps), or None for core's own short stages (core/staged_reduce.py)."""
+        raise _not_installed()
+
+    def supports_dtype(self, device: str, dtype: DType) -> bool:
+        """Whether kernels on `device` compute in `dtype` (WebGPU without shader-f64 has no float64)."""
         raise _not_installed()
 
     def shard(self, tensor: Any, devices: Sequence[str], dim: int) -> Any:

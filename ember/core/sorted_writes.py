@@ -7,7 +7,11 @@ indices: O(N M) work, 62 s for 10^5 indices into 10^6 elements. Here the (index,
 it, [low_t, high_t), by two binary searches of log2(M) gathers, and then
 - "replace" takes the source of the run's last entry (the last write wins, as in put_last);
 - "sum" adds the run's sources in input order: a window of the longest run's length, whose length is read from
-  the device (a run longer than a quarter of the indices leaves the comparison form cheaper, and it is kept).
+  the device; where the longest run is long (a quarter of the indices, or a window past WINDOW_ELEMENTS: the ids
+  of an embedding's gradient follow a Zipf law, "the" is a long run) each run's sum is the difference of two
+  prefix sums of the sources in sorted order, accumulated in float64 (int64 for integers: exact, also where it
+  wraps), so the difference of two large prefixes keeps the run's float32 sum. A device without float64 keeps
+  the comparison form for floats.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ember.core import dtype as dtypes
+from ember.core import runtime
 from ember.core.advanced_indexing import SORTED_WRITE_PAIRS, take_last
 from ember.core.binary_search import binary_search
 from ember.core.elementwise import where
@@ -52,7 +57,7 @@ def sorted_write(target: Tensor, index: Tensor, source: Tensor, mode: str) -> Te
     lengths = high - low
     longest = int(lengths.max().item())
     if longest * 4 > count or longest * target.numel() > WINDOW_ELEMENTS:
-        return None
+        return _prefix_difference(target, source, entries, low, high)
     steps = target._arange_primitive(longest, dtypes.int64, target.device)
     slots = low.unsqueeze(-1) + steps  # [size, longest]: the run's entries, in input order
     inside = steps < lengths.unsqueeze(-1)
@@ -61,3 +66,18 @@ def sorted_write(target: Tensor, index: Tensor, source: Tensor, mode: str) -> Te
     zero = target._full((), 0, target.dtype, target.device)
     total = reduce_axes(where(inside, terms, zero), Op.SUM, (terms.ndim - 1,)).reshape(terms.shape[:-1])
     return target + total
+
+
+def _prefix_difference(target: Tensor, source: Tensor, entries: Tensor, low: Tensor, high: Tensor) -> Tensor | None:
+    """target plus each position's run [low, high) of sources in sorted order, summed as prefix[high] - prefix[low]
+    (O(M log M + N) whatever the runs' lengths); None for floats on a device without float64."""
+    wide = dtypes.int64 if not target.dtype.is_float else dtypes.float64
+    if wide is dtypes.float64 and not runtime.RUNTIME.supports_dtype(str(target.device), wide):
+        return None
+    prefix = take_last(source, entries).cast(wide).cumsum(-1)  # prefix[..., j]: the first j + 1 sorted sources
+    zero = prefix._full((), 0, wide, prefix.device)
+
+    def before(ends: Tensor) -> Tensor:  # the sum of the sorted sources before `ends` (0 before the first)
+        return where(ends > 0, take_last(prefix, (ends - 1).maximum(0)), zero)
+
+    return target + (before(high) - before(low)).cast(target.dtype)

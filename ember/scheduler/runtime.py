@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ember.core import runtime
+from ember.core.dtype import DType
 from ember.core.graph import Node
 from ember.ir.group_reduce import group_stage_extents
 from ember.ir.opt import optimizations_enabled
@@ -32,6 +33,11 @@ class SchedulerRuntime(runtime.Runtime):
             return None
         info = devices.get_device(device_of(node)).info
         return group_stage_extents(extent, outputs, node.dtype, info)
+
+
+    @staticmethod
+    def supports_dtype(device: str, dtype: DType) -> bool:
+        return dtype in devices.get_device(device).info.supported_dtypes
 
 
 def install() -> None:
