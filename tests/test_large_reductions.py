@@ -22,6 +22,7 @@ from ember.ir.lower import lower_kernel
 from ember.scheduler.kernelize import kernelize
 from ember.scheduler.program import Launch
 from tests.helpers import assert_close
+from tests.test_optimizations import _dummy, rendered_c
 
 WGPU_ELEMENTS = 30_000_000  # float32 values a wgpu (lavapipe) buffer holds: 128 MiB per binding
 
@@ -97,6 +98,29 @@ def test_matmul_with_a_long_inner_dim_and_softmax_over_a_long_row(device: str) -
     assert_close(softmax.numpy(), row.softmax(-1).numpy(), atol=1e-9, rtol=1e-4)
     zeros = em.zeros(1, 100_000, device=device).softmax(-1).sum()
     assert abs(zeros.item() - 1.0) < 1e-4
+
+
+def test_a_matmul_with_an_inner_dim_past_the_stage_threshold_is_tiled(device: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A language model's output layer backward (grad @ W over a 50,257-token vocabulary) and a linear layer's
+    weight gradient over many tokens reduce past STAGE_THRESHOLD: the first stage lays its partials out parts first
+    ([parts, M, N]), so its work items run along N and the kernel takes the matmul's vector tile; parts last
+    ([M, N, parts]) strode through each chunk at 0.2 GFLOP/s (256 x 50,257 @ 50,257 x 256: 33 s, now ~0.05 s).
+    Values against float64 products, both layouts of B, and a sum over leading rows (the same layout)."""
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    random = np.random.default_rng(13)
+    inner = STAGE_THRESHOLD * 3 + 7  # (padded to whole chunks)
+    source = rendered_c(_dummy(37, inner) @ _dummy(inner, 24))  # the C of its stages for an 8-lane CPU
+    assert source.count("ember_float32x8 acc") >= 12  # the tile's 6 rows x 2 vectors of accumulators
+    assert "(*(const ember_float32x8_u*)(data" in source  # vector loads of B's rows (parts last: none, 1 accumulator)
+    left = random.standard_normal((37, inner)).astype(np.float32)
+    right = random.standard_normal((inner, 24)).astype(np.float32)
+    expected = left.astype(np.float64) @ right.astype(np.float64)
+    for product in (em.tensor(left, device=device) @ em.tensor(right, device=device),
+                    em.tensor(left, device=device) @ em.tensor(np.ascontiguousarray(right.T), device=device).T):
+        assert_close(product.numpy(), expected, atol=2e-3, rtol=1e-5)
+    rows = random.standard_normal((inner, 40)).astype(np.float32)
+    assert_close(em.tensor(rows, device=device).sum(0).numpy(), rows.astype(np.float64).sum(0), atol=1e-3, rtol=1e-5)
 
 
 def test_nan_propagates_through_matmul_and_long_reductions(device: str) -> None:
