@@ -359,6 +359,7 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
     Composite.GATHER: _gather,
     Composite.TANH: lambda step, grad: (grad * (1.0 - step.output * step.output),),
     Composite.SIGMOID: lambda step, grad: (grad * (step.output * (1.0 - step.output)),),
+    Composite.GATES: lambda step, grad: (grad * ((step.output + step.arg) * (1.0 - step.output)),),
     Composite.RELU: lambda step, grad: (_select(step.sources[0] <= 0, _zeros(grad), grad),),
     Composite.SOFTMAX: _softmax,
     Composite.LOG_SOFTMAX: _log_softmax,

@@ -81,6 +81,8 @@ class Composite(Enum):
     TANH = auto()  # sources: (x,); d/dx = 1 - tanh(x)^2 from the output, as torch's tanh_backward (one small step
     # instead of the chain rule through expm1's branches: a recurrent layer differentiates it at every time step)
     SIGMOID = auto()  # sources: (x,); d/dx = s (1 - s) from the output s, as torch's sigmoid_backward
+    GATES = auto()  # sources: (x,); arg: a tensor of x's shape, 1 where the output is tanh of x and 0 where it is
+    # sigmoid (a recurrent cell's gates: nn/rnn.py); d/dx = (y + arg)(1 - y) from the output y: s (1 - s) or 1 - t^2
     RELU = auto()  # sources: (x,); 0 where x <= 0 (where the output is <= 0), else the gradient (a NaN input
     # passes it), as torch's threshold_backward: one select instead of the chain rule through relu's two selects;
     # read from x, as the chain rule did (reading the output stores it: a slower partition of conv nets' backward)

@@ -45,25 +45,41 @@ def _recorded_as(kind: Composite, source: Tensor, value: Tensor) -> Tensor:
 
 
 LOG2_E = 1.4426950408889634
+# below -44 sigmoid's exp2 exponent (44 log2 e ~ 63.5; tanh's doubled: 127) stays finite in float32 (a libm-style
+# exp2 expansion may give garbage past its range); sigmoid(-44) ~ 8e-20 and tanh(-44) = -1 in float32
+LOWEST_INPUT = -44.0
+
+
+def _logistic(work: Tensor, multiplier: Tensor | None, exponent_scale: Tensor, offset: Tensor | None) -> Tensor:
+    """multiplier * sigmoid(multiplier * x) - offset, as multiplier / (1 + 2^(x * exponent_scale)) - offset, with
+    exponent_scale = -multiplier log2(e) and offset = multiplier - 1 (tensors of x's shape; no multiplier and no
+    offset: 1 and 0): sigmoid where the multiplier is 1, tanh (2 sigmoid(2x) - 1) where it is 2. Six ops per element
+    (x clamped from below: the power stays finite); the error is absolute (a float32 rounding near 0 or 0.5), where
+    ember's precise sigmoid and tanh (core/unary_math.py: range reduction, tanh's expm1 and log) cost ~200 and ~4000
+    ops by the kernelizer's count."""
+    shape, device, dtype = tuple(work.shape), work.device, work.dtype
+    power = work.maximum(_constant(shape, device, dtype, LOWEST_INPUT)).mul(exponent_scale).exp2()
+    denominator = power + _constant(shape, device, dtype, 1.0)
+    share = denominator.reciprocal() if multiplier is None else multiplier / denominator
+    return share if offset is None else share - offset
+
+
+@functools.lru_cache(maxsize=256)
+def _constant(shape: tuple[int, ...], device: str, dtype: Any, value: float) -> Tensor:
+    """A lazy constant, one tensor for every time step of every batch: a step records no constant nodes of its own."""
+    return Tensor._full(shape, value, dtype, device)
 
 
 def _gate(tensor: Tensor, kind: Composite) -> Tensor:
-    """sigmoid or tanh of a gate from one exp2 of -|x| (tanh: of -2|x|), recorded with torch's backward from the
-    output. The error is absolute (a float32 rounding near 0.5 or 0); a few ops per element, where ember's precise
-    sigmoid and tanh (core/unary_math.py: range reduction, tanh's expm1 and log) cost ~200 and ~4000 ops by the
-    kernelizer's count, which stores parts of them when several kernels read them (backward's of a GRU's reset)."""
+    """sigmoid or tanh of a gate (`_logistic`), recorded with torch's backward from the output."""
     with em.no_grad():
         work = tensor if tensor.dtype == em.float32 or tensor.dtype == em.float64 else tensor.float()
-        negative = work < 0
-        magnitude = em.where(negative, -work, work)
-        scale = 2.0 * LOG2_E if kind is Composite.TANH else LOG2_E
-        small = (magnitude * -scale).exp2()  # in (0, 1]: no overflow
+        shape, device, dtype = tuple(work.shape), work.device, work.dtype
         if kind is Composite.TANH:
-            value = (1.0 - small) / (1.0 + small)
-            value = em.where(negative, -value, value)
+            value = _logistic(work, _constant(shape, device, dtype, 2.0),
+                              _constant(shape, device, dtype, -2.0 * LOG2_E), _constant(shape, device, dtype, 1.0))
         else:
-            share = 1.0 / (1.0 + small)
-            value = em.where(negative, small * share, share)
+            value = _logistic(work, None, _constant(shape, device, dtype, -LOG2_E), None)
         value = value.to(tensor.dtype)
     return _recorded_as(kind, tensor, value)
 
@@ -135,12 +151,19 @@ class _Layer:
 
 def _blockwise_activation(gates: Tensor, tanh_gate: int) -> Tensor:
     """tanh of gate `tanh_gate` of `gates` (batch, gates, size), sigmoid of the others, stored by one kernel: one
-    exp2 per element, tanh x = 2 sigmoid(2x) - 1 (absolute error of a float32 rounding; each function of its own on
-    every gate would cost both, and joining slices would pad each function's values, which the kernelizer may
-    store). Which function is a condition on the gate axis alone: the same for every lane of a vector."""
-    is_tanh = _gate_mask(tuple(gates.shape), gates.device, tanh_gate)
-    sigmoid = _sigmoid(em.where(is_tanh, gates * 2.0, gates))
-    return em.where(is_tanh, sigmoid * 2.0 - 1.0, sigmoid).contiguous()
+    exp2 per element, tanh x = 2 sigmoid(2x) - 1 (`_logistic`: each function of its own on every gate would cost
+    both, and joining slices would pad each function's values, which the kernelizer may store). Which function is a
+    condition on the gate axis alone: the same for every lane of a vector. Not recorded for autograd."""
+    work = gates if gates.dtype == em.float32 or gates.dtype == em.float64 else gates.float()
+    multiplier, exponent_scale, offset = _gate_constants(tuple(gates.shape), gates.device, work.dtype, tanh_gate)
+    return _logistic(work, multiplier, exponent_scale, offset).to(gates.dtype).contiguous()
+
+
+def _activated_gates(gates: Tensor, tanh_gate: int) -> Tensor:
+    """`_blockwise_activation` of `gates`, recorded for autograd as one step (Composite.GATES: the gradient from the
+    stored output, (y + 1)(1 - y) on the tanh gate and y (1 - y) on the others)."""
+    offset = _gate_constants(tuple(gates.shape), gates.device, gates.dtype, tanh_gate)[2]
+    return gates._recorded(Composite.GATES, lambda source: _blockwise_activation(source, tanh_gate), (gates,), offset)
 
 
 @functools.lru_cache(maxsize=64)
@@ -151,12 +174,40 @@ def _gate_mask(shape: tuple[int, ...], device: str, gate: int) -> Tensor:
         return (em.arange(shape[1], device=device) == gate).reshape(1, shape[1], 1).expand(shape)._detached_copy()
 
 
+@functools.lru_cache(maxsize=64)
+def _gate_constants(shape: tuple[int, ...], device: str, dtype: Any, gate: int) -> tuple[Tensor, Tensor, Tensor]:
+    """`_logistic`'s multiplier (2 on gate `gate` of a (batch, gates, size) tensor of `shape`, 1 on the others), its
+    exponent scale and its offset, as lazy tensors of that shape built once (see `_gate_mask`)."""
+    with em.no_grad():
+        multiplier = em.where(_gate_mask(shape, device, gate), 2.0, 1.0).to(dtype)
+        constants = (multiplier, multiplier * -LOG2_E, multiplier - 1.0)
+        return tuple(constant._detached_copy() for constant in constants)  # type: ignore[return-value]
+
+
+class _HiddenProduct:
+    """linear(hidden, weight, bias) at every time step of a layer: the weight laid out [1, out, in] and broadcast to
+    the step's rows once per batch size, so that a step records the product's reshape, broadcast, multiply and sum
+    (linear's transposes and layouts of the weight are the same graph at every step: the same kernel either way)."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        self.weight, self.bias = weight, bias
+        self._broadcast_weight: dict[int, Tensor] = {}  # by the step's rows
+
+    def __call__(self, hidden: Tensor) -> Tensor:
+        rows, (out, inner) = hidden.shape[0], self.weight.shape
+        right = self._broadcast_weight.get(rows)
+        if right is None:
+            right = self._broadcast_weight[rows] = self.weight._reshaped((1, out, inner))._broadcast((rows, out, inner))
+        product = (hidden._reshaped((rows, 1, inner))._broadcast((rows, out, inner)) * right).sum(-1)
+        return product if self.bias is None else product + self.bias
+
+
 def _cell_step(
     mode: str,
     input_part: Tensor,
     hidden: Tensor,
     cell: Tensor | None,
-    weight_hh: Tensor,
+    weight_hh: Tensor | _HiddenProduct,
     bias_hh: Tensor | None,
     weight_hr: Tensor | None,
 ) -> tuple[Tensor, Tensor | None, Tensor]:
@@ -171,28 +222,27 @@ def _cell_step(
     Backward reads the stored activations: recomputed there, each gate's part of the gates' gradient would be
     evaluated over all the (padded) parts, which the kernelizer stores part by part (a kernel each) at real sizes.
     """
-    size = weight_hh.shape[0] // GATES[mode]
-    # the matmul is fused with the sum of the input part only (LSTM, RNN): a matmul kernel is fast with that, and many
-    # times slower with the gates' activations fused in after it
-    hidden_part = F.linear(hidden, weight_hh, bias_hh)
+    if isinstance(weight_hh, _HiddenProduct):  # (a layer's steps: weight_hh detached, bias_hh inside)
+        size = weight_hh.weight.shape[0] // GATES[mode]
+        # the matmul is fused with the sum of the input part only (LSTM, RNN): a matmul kernel is fast with that, and
+        # many times slower with the gates' activations fused in after it
+        hidden_part = weight_hh(hidden)
+    else:
+        size = weight_hh.shape[0] // GATES[mode]
+        hidden_part = F.linear(hidden, weight_hh, bias_hh)
     if mode == "LSTM":
         # the gates before activation are not stored (the activation kernel adds the input part, read where the
         # projection holds it): only their gradient is. They are laid out (batch, gate, size): what tells the gates
         # apart (the activation, the pads joining the gates' gradients in backward) is a condition on the gate axis
         # alone, the same for every lane of a vector
-        gates = _store_gradient((input_part + hidden_part.contiguous()).reshape(hidden.shape[0], 4, size))
-        with em.no_grad():
-            activated = _blockwise_activation(gates, 2)
-
-        def gate(start: int, end: int, kind: Composite) -> Tensor:
-            return _recorded_as(kind, gates._crop(1, start, end), activated._crop(1, start, end))
-
-        input_forget, cell_gate = gate(0, 2, Composite.SIGMOID), gate(2, 3, Composite.TANH)
-        output_gate = gate(3, 4, Composite.SIGMOID)
-        input_gate, forget_gate = input_forget._crop(1, 0, 1), input_forget._crop(1, 1, 2)
+        batch = hidden.shape[0]
+        gates = _store_gradient((input_part + hidden_part.contiguous()).reshape(batch, 4, size))
+        activated = _activated_gates(gates, 2)
         input_gate, forget_gate, cell_gate, output_gate = (
-            part.reshape(hidden.shape[0], size) for part in (input_gate, forget_gate, cell_gate, output_gate))
+            activated._crop(1, gate, gate + 1).reshape(batch, size) for gate in range(4))
         new_cell = _boundary(forget_gate * cell + input_gate * cell_gate)
+        # tanh of the cell state is stored (backward reads it in two kernels: recomputed under the pad that joins
+        # the output gate's gradient to the others', the kernelizer would store it there)
         with em.no_grad():
             cell_tanh = _tanh(new_cell).contiguous()
         new_hidden = output_gate * _recorded_as(Composite.TANH, new_cell, cell_tanh)
@@ -208,8 +258,10 @@ def _cell_step(
         input_new, hidden_new = input_gates._crop(1, 2, 3), hidden_gates._crop(1, 2, 3)
         reset_update_part = input_gates._crop(1, 0, 2) + hidden_gates._crop(1, 0, 2)
         with em.no_grad():
-            reset = _sigmoid(reset_update_part._crop(1, 0, 1))
-            scale = em.cat([em.ones_like(reset_update_part), reset], 1)  # the reset gate scales the new gate's part
+            # the reset gate scales the new gate's part: computed again inside the activation kernel, read there
+            # under a broadcast along the gate axis (joined to ones by a pad, the kernelizer would store it)
+            reset = _sigmoid(reset_update_part._crop(1, 0, 1)).expand(batch, 3, size)
+            scale = em.where(_gate_mask(tuple(hidden_gates.shape), hidden_gates.device, 2), reset, 1.0)
             activated = _blockwise_activation(input_gates + scale * hidden_gates, 2)
         reset_update = _recorded_as(Composite.SIGMOID, reset_update_part, activated._crop(1, 0, 2))
         new = _recorded_as(Composite.TANH, input_new + reset_update._crop(1, 0, 1) * hidden_new,
@@ -220,7 +272,7 @@ def _cell_step(
     if mode == "RNN_RELU":
         return _boundary(total.relu()), None, hidden_part
     with em.no_grad():
-        activated = total.tanh().contiguous()
+        activated = _tanh(total).contiguous()
     return _store_gradient(_recorded_as(Composite.TANH, total, activated)), None, hidden_part
 
 
@@ -417,7 +469,7 @@ class RNNBase(Module):
                 cell = cell0[state] if cell0 is not None else None
                 steps: list[Tensor] = [None] * len(batch_sizes)  # type: ignore[list-item]
                 order = range(len(batch_sizes) - 1, -1, -1) if direction == 1 else range(len(batch_sizes))
-                detached = weight_hh.detach()
+                product = _HiddenProduct(weight_hh.detach(), step_bias)
                 for time in order:
                     size, start = batch_sizes[time], offsets[time]
                     moving = size == hidden.shape[0]
@@ -428,12 +480,13 @@ class RNNBase(Module):
                     step_rows = projected._crop(0, start, start + size)
                     new_hidden, new_cell, hidden_part = _cell_step(
                         self.mode, step_rows if self.mode == "LSTM" else step_rows.contiguous(), step_start,
-                        cell if moving or cell is None else cell[:size], detached, step_bias, weight_hr,
+                        cell if moving or cell is None else cell[:size], product, None, weight_hr,
                     )
                     saved.hidden_parts[time] = None if hidden_part is None else hidden_part._detached_copy()
                     # the step's share of the output's gradient copied out: like the input rows, the one kernel that
                     # names the step's offset, so the matmul by W_hh that adds it is the same kernel at every step
-                    steps[time] = _store_gradient(new_hidden * 1.0)
+                    steps[time] = _store_gradient(new_hidden * _constant(
+                        tuple(new_hidden.shape), new_hidden.device, new_hidden.dtype, 1.0))
                     hidden = new_hidden if moving else em.cat([new_hidden, hidden[size:]])
                     if cell is not None and new_cell is not None:
                         cell = new_cell if moving else em.cat([new_cell, cell[size:]])
