@@ -594,6 +594,7 @@ class CDevice(Device):
         cores = threads or os.cpu_count() or 1
         width = native_vector_width()
         self.info = DeviceInfo(compute_units=cores, preferred_vector_width=width, vector_ops=VECTOR_OPS,
+                               vector_registers=32 if width >= 16 else 16,  # AVX-512 has 32 (of 64 bytes)
                                fallback_vector_widths=((8, VECTOR_OPS),) if width > 8 else (),
                                concurrent_compile=True, integer_dot_products=has_byte_dot_products())
         self.pool = HostMemoryPool(name)
