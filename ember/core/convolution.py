@@ -294,8 +294,8 @@ class ConvolutionOps(TensorBase):
             split = source.reshape(source.shape[:2] + tuple(
                 item for size, count in zip(sizes, outputs) for item in (count, size // count)))
             cell_axes = tuple(3 + 2 * axis for axis in range(spatial))
-            cell_size = math.prod(size // count for size, count in zip(sizes, outputs))
-            result = split.sum(cell_axes, dtype=source.dtype) / cell_size
+            cell_count = math.prod(size // count for size, count in zip(sizes, outputs))
+            result = split.sum(cell_axes, dtype=source.dtype) / cell_count
             return result.squeeze(0) if unbatched else result
         mask, cells = None, None
         for axis, (size, count) in enumerate(zip(sizes, outputs)):
