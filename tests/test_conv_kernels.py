@@ -138,6 +138,9 @@ CHANNEL_TILE_CASES: list[tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]
     ((2, 6, 5, 16), (10, 6, 3, 3), {"padding": (0, 1)}),
     ((3, 6, 7, 16), (4, 6, 3, 3), {"padding": 1}),
     ((2, 7, 11, 16), (9, 7, 3, 3), {"padding": 1}),
+    ((2, 5, 6, 16), (6, 5, 3, 2), {"padding": (1, 0)}),  # filters' gradient: 2 offsets whole, 4 x 1 channels
+    ((1, 3, 8, 16), (5, 3, 3, 5), {"padding": 2}),  # 5 offsets: no offset tile
+    ((2, 6, 8, 8), (10, 6, 3, 3), {"padding": 1}),  # 8 positions: 8 lanes
 ]
 
 
@@ -178,6 +181,30 @@ def test_convolution_tiles_share_loads_across_channels(monkeypatch: Any) -> None
     batched = rendered(em.tensor(np.zeros((8, 12, 16), np.float32), device="dummy:0")
                        @ em.tensor(np.zeros((8, 16, 16), np.float32), device="dummy:0"), narrow)[0]
     assert batched.count("ember_float32x8 acc") == 12  # 6 rows of 2 vectors, no tile of batches
+
+
+def test_filters_gradient_tiles_take_the_offsets_whole(monkeypatch: Any) -> None:
+    """The filters' gradient [G, *K, Og, Cg] (vectors along the positions it sums) tiles the last kernel offset
+    whole by 4 output channels by 1 input channel (12 accumulators): 3 x 8 x 16 = 384 work items for 32 x 16
+    channels of a 3x3 kernel, the output's gradient loaded once for the 3 offsets; before, 4 x 3 channels, 432."""
+    from ember.backends.c import VECTOR_OPS, CRenderer
+    from ember.capabilities import DeviceInfo
+    from ember.core.convolution_forms import ConvolutionGeometry, weight_gradient
+    from ember.ir.opt import build_kernel_ir
+    from ember.scheduler.kernelize import kernelize
+    from ember.scheduler.program import Launch
+
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    padded = em.tensor(np.zeros((4, 16, 18, 18), np.float32), device="dummy:0")
+    grad = em.tensor(np.zeros((4, 32, 16, 16), np.float32), device="dummy:0")
+    geometry = ConvolutionGeometry((1, 1), ((1, 1), (1, 1)), (1, 1), 1, (16, 16))
+    items = [item for item in kernelize([weight_gradient(grad, padded, (32, 16, 3, 3), geometry).node])
+             if isinstance(item, Launch)]
+    for info, lanes in [(DeviceInfo(compute_units=2, preferred_vector_width=8, vector_ops=VECTOR_OPS), 8),
+                        (DeviceInfo(compute_units=2, preferred_vector_width=16, vector_ops=VECTOR_OPS,
+                                    vector_registers=32), 16)]:
+        source = CRenderer().render(build_kernel_ir(items[0].kernel, "kernel0", info))
+        assert source.count(f"ember_float32x{lanes} acc") == 12 and "gid < 384;" in source
 
 
 def test_filters_gradient_in_two_stages(device: str) -> None:

@@ -223,9 +223,36 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
                 factor -= 1
             reduce_factors[axis] = factor
             items = -(-items // factor)
+        if reduce_lanes > 1 and len(axes) == 2:
+            reduce_factors = list(_offset_tile(kernel, info, reduce_factors, axes, reduce_lanes, minimum_items))
         if reduce_lanes > 1:
             plans.append(Plan(tuple(reduce_factors), reduce_lanes=reduce_lanes))
     return plans
+
+
+def _offset_tile(kernel: Kernel, info: DeviceInfo, factors: list[int], axes: list[int], reduce_lanes: int,
+                 minimum_items: int) -> tuple[int, ...]:
+    """A tile with vectors along the reduce, widened by a short axis (at most 4) before its rows and columns along
+    which an input is broadcast, taken whole: a convolution filters' gradient [G, *K, Og, Cg] tiles the last kernel
+    offset by 4 output channels by 1 or 2 input channels, the output's gradient loaded once for the offsets and the
+    input's row once for the output channels (its offsets' loads overlap in cache). 12 accumulators, 24 where the
+    device has 32 vector registers, fewer where lowering would not afford them; else `factors` unchanged. One
+    AVX-512 core, 3x3 of 16 channels on 16 x 16 at batch 64: 1.4 -> 0.84 ms."""
+    shape = kernel.output.shape
+    before = [axis for axis, size in enumerate(shape) if size > 1 and axis < axes[0]]
+    broadcast = _broadcast_axes(kernel)
+    if not before or broadcast is None or before[-1] not in broadcast or shape[before[-1]] > 4:
+        return tuple(factors)
+    offset = before[-1]
+    budget = 2 * MAX_TILE_VECTORS if info.vector_registers >= 32 else MAX_TILE_VECTORS
+    rows = min(4, shape[axes[0]])
+    items = _product(list(shape)) // (shape[offset] * rows)
+    for columns in range(min(budget // (shape[offset] * rows), shape[axes[1]]), 0, -1):
+        tile = [1] * len(shape)
+        tile[offset], tile[axes[0]], tile[axes[1]] = shape[offset], rows, columns
+        if -(-items // columns) >= minimum_items and _affordable(kernel, tuple(tile), reduce_lanes):
+            return tuple(tile)
+    return tuple(factors)
 
 
 def _rows_vector_tile(shape: tuple[int, ...], lanes: int) -> tuple[int, ...] | None:
