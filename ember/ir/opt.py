@@ -125,9 +125,9 @@ def _broadcast_axes(kernel: Kernel) -> set[int] | None:
     positions = [position for position, step in enumerate(kernel.steps) if step.op in REDUCE_OPS]
     if len(positions) != 1 or any(step.op is Op.PERMUTE for step in kernel.steps[positions[0]:]):
         return None
-    reduces = [kernel.steps[positions[0]]]
-    reduced_shape = reduces[0].shape
-    source_shape = kernel.steps[reduces[0].srcs[0]].shape
+    reduce = kernel.steps[positions[0]]
+    reduced_shape = reduce.shape
+    source_shape = kernel.steps[reduce.srcs[0]].shape
     kept = [axis for axis, size in enumerate(reduced_shape) if size > 1]
     if [reduced_shape[axis] for axis in kept] != [size for size in kernel.output.shape if size > 1]:
         return None
@@ -237,7 +237,8 @@ def _offset_tile(kernel: Kernel, info: DeviceInfo, factors: list[int], axes: lis
     offset by 4 output channels by 1 or 2 input channels, the output's gradient loaded once for the offsets and the
     input's row once for the output channels (its offsets' loads overlap in cache). 12 accumulators, 24 where the
     device has 32 vector registers, fewer where lowering would not afford them; else `factors` unchanged. One
-    AVX-512 core, 3x3 of 16 channels on 16 x 16 at batch 64: 1.4 -> 0.84 ms."""
+    AVX-512 core, batch 64: 3x3 of 16 channels on 16 x 16 (16 lanes, 3 x 4 x 1) 1.4 -> 1.0 ms, of 32 channels on
+    8 x 8 (8 lanes, 3 x 4 x 2) 0.96 -> 0.70 ms."""
     shape = kernel.output.shape
     before = [axis for axis, size in enumerate(shape) if size > 1 and axis < axes[0]]
     broadcast = _broadcast_axes(kernel)
