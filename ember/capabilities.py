@@ -24,6 +24,9 @@ class DeviceInfo:
     # are made only for devices with warps
     warp_width: int = 1
     preferred_vector_width: int = 1  # float32 lanes of the device's vectors (so vectors have 4 * this bytes)
+    # vector registers of a compute unit (x86: 16 with AVX2, 32 with AVX-512): how many accumulators a register
+    # tile may hold (ir/opt.py) whatever the width its vectors are lowered at
+    vector_registers: int = 16
     vector_ops: frozenset[Any] = frozenset()  # IR ops the renderer applies to vectors (ir/vectorize.py); empty: none
     # narrower vector widths (float32 lanes, widest first), each with the IR ops usable at it, for kernels needing an
     # op `vector_ops` lacks, and for a kernel the device failed to build (a driver that cannot compile some vector

@@ -129,6 +129,84 @@ def test_phase_groups_use_every_tap_once() -> None:
             assert len(groups) <= 2, (stride, kernel)
 
 
+# tiles of output channels x rows (ir/opt.py `_channel_factor`): 2 or 4 channels, rows the tile does not divide
+# (7, 9, 5: the last tile clamped), one and two vectors per row, an input gradient whose channels (6) take the tile
+# too, and filters' gradients of 4 x 4 tiles (32 vector registers) whose channels are no multiple of 4
+CHANNEL_TILE_CASES: list[tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
+    ((2, 3, 7, 16), (6, 3, 3, 3), {"padding": 1}),
+    ((1, 5, 9, 32), (12, 5, 3, 3), {"padding": 1}),
+    ((2, 6, 5, 16), (10, 6, 3, 3), {"padding": (0, 1)}),
+    ((3, 6, 7, 16), (4, 6, 3, 3), {"padding": 1}),
+    ((2, 7, 11, 16), (9, 7, 3, 3), {"padding": 1}),
+    ((2, 5, 6, 16), (6, 5, 3, 2), {"padding": (1, 0)}),  # filters' gradient: 2 offsets whole, 4 x 1 channels
+    ((1, 3, 8, 16), (5, 3, 3, 5), {"padding": 2}),  # 5 offsets: no offset tile
+    ((2, 6, 8, 8), (10, 6, 3, 3), {"padding": 1}),  # 8 positions: 8 lanes
+]
+
+
+def test_channel_and_row_tiles_match_torch(device: str) -> None:
+    for number, (input_shape, weight_shape, options) in enumerate(CHANNEL_TILE_CASES):
+        _check(device, input_shape, weight_shape, options, seed=500 + 10 * number)
+
+
+def test_convolution_tiles_share_loads_across_channels(monkeypatch: Any) -> None:
+    """A convolution's vector tile spans 4 output channels by rows (each window row loaded once for 4 channels,
+    each filter value once for its rows), up to 12 accumulators with 16 vector registers, 16 with 32 (AVX-512); a
+    batched matmul's batch axis (no operand broadcast along it) takes no such tile. Before: 6 or 12 rows of one
+    channel, a window row loaded per accumulator (conv 3x3 of 16 channels on 16 x 16 at batch 64, one AVX-512
+    core: forward 1.12 -> 0.46 ms, input gradient 1.11 -> 0.35 ms)."""
+    from ember.backends.c import VECTOR_OPS, CRenderer
+    from ember.capabilities import DeviceInfo
+    from ember.ir.opt import build_kernel_ir
+    from ember.scheduler.kernelize import kernelize
+    from ember.scheduler.program import Launch
+
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+
+    def rendered(tensor: em.Tensor, info: DeviceInfo) -> list[str]:
+        items = [item for item in kernelize([tensor.node]) if isinstance(item, Launch)]
+        return [CRenderer().render(build_kernel_ir(item.kernel, f"kernel{number}", info))
+                for number, item in enumerate(items)]
+
+    narrow = DeviceInfo(compute_units=2, preferred_vector_width=8, vector_ops=VECTOR_OPS)
+    wide = DeviceInfo(compute_units=2, preferred_vector_width=16, vector_ops=VECTOR_OPS, vector_registers=32)
+    x = em.tensor(np.zeros((4, 16, 16, 16), np.float32), device="dummy:0")
+    w = em.tensor(np.zeros((32, 16, 3, 3), np.float32), device="dummy:0")
+    # 8 lanes: 4 channels x 1 row of 2 vectors (12 accumulators at most); 16 lanes: 4 channels x 4 rows of 1
+    for info, lanes, accumulators, row_loads in [(narrow, 8, 8, 2), (wide, 16, 16, 4)]:
+        _, reduce = rendered(x.conv2d(w, padding=1), info)  # the padded copy, the reduce
+        assert reduce.count(f"ember_float32x{lanes} acc") == accumulators
+        # the window rows loaded per filter tap: once for the tile's 4 channels, not once per accumulator
+        assert reduce.count(f"(*(const ember_float32x{lanes}_u*)(data1+") == row_loads
+    batched = rendered(em.tensor(np.zeros((8, 12, 16), np.float32), device="dummy:0")
+                       @ em.tensor(np.zeros((8, 16, 16), np.float32), device="dummy:0"), narrow)[0]
+    assert batched.count("ember_float32x8 acc") == 12  # 6 rows of 2 vectors, no tile of batches
+
+
+def test_filters_gradient_tiles_take_the_offsets_whole(monkeypatch: Any) -> None:
+    """The filters' gradient [G, *K, Og, Cg] (vectors along the positions it sums) tiles the last kernel offset
+    whole by 4 output channels by 1 input channel (12 accumulators): 3 x 8 x 16 = 384 work items for 32 x 16
+    channels of a 3x3 kernel, the output's gradient loaded once for the 3 offsets; before, 4 x 3 channels, 432."""
+    from ember.backends.c import VECTOR_OPS, CRenderer
+    from ember.capabilities import DeviceInfo
+    from ember.core.convolution_forms import ConvolutionGeometry, weight_gradient
+    from ember.ir.opt import build_kernel_ir
+    from ember.scheduler.kernelize import kernelize
+    from ember.scheduler.program import Launch
+
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    padded = em.tensor(np.zeros((4, 16, 18, 18), np.float32), device="dummy:0")
+    grad = em.tensor(np.zeros((4, 32, 16, 16), np.float32), device="dummy:0")
+    geometry = ConvolutionGeometry((1, 1), ((1, 1), (1, 1)), (1, 1), 1, (16, 16))
+    items = [item for item in kernelize([weight_gradient(grad, padded, (32, 16, 3, 3), geometry).node])
+             if isinstance(item, Launch)]
+    for info, lanes in [(DeviceInfo(compute_units=2, preferred_vector_width=8, vector_ops=VECTOR_OPS), 8),
+                        (DeviceInfo(compute_units=2, preferred_vector_width=16, vector_ops=VECTOR_OPS,
+                                    vector_registers=32), 16)]:
+        source = CRenderer().render(build_kernel_ir(items[0].kernel, "kernel0", info))
+        assert source.count(f"ember_float32x{lanes} acc") == 12 and "gid < 384;" in source
+
+
 def test_filters_gradient_in_two_stages(device: str) -> None:
     """More batch x output positions than one reduce sums (staged_reduce.STAGE_THRESHOLD): positions, then batch."""
     _check(device, (3, 1, 80, 72), (2, 1, 3, 3), {"padding": 1}, seed=7)

@@ -167,6 +167,24 @@ def test_adaptive_avg_pooling(device: str) -> None:
     assert_close(F.adaptive_avg_pool1d(signal, 4), TF.adaptive_avg_pool1d(tsignal, 4), atol=1e-5)
 
 
+def test_adaptive_avg_pooling_of_equal_cells(device: str) -> None:
+    """Output sizes that divide the input's (global average pooling among them): a mean over the axes split into
+    cells, values and gradients as torch's."""
+    for shape, output_size in [((2, 3, 6, 8), (3, 4)), ((2, 3, 6, 8), 1), ((3, 5, 8, 8), (2, 1)),
+                               ((1, 2, 7, 9), (7, 9)), ((2, 4, 6, 10), (None, 5))]:
+        x, tx = pair(random_array(shape, seed=len(shape)), device, requires_grad=True)
+        pooled, expected = F.adaptive_avg_pool2d(x, output_size), TF.adaptive_avg_pool2d(tx, output_size)
+        assert_close(pooled, expected, atol=1e-5)
+        grad, tgrad = pair(random_array(tuple(expected.shape), seed=2), device)
+        pooled.backward(grad)
+        expected.backward(tgrad)
+        assert_close(x.grad, tx.grad, atol=1e-6)
+    signal, tsignal = pair(random_array((2, 5, 12)), device)
+    assert_close(F.adaptive_avg_pool1d(signal, 4), TF.adaptive_avg_pool1d(tsignal, 4), atol=1e-5)
+    volume, tvolume = pair(random_array((1, 2, 4, 6, 8)), device)
+    assert_close(F.adaptive_avg_pool3d(volume, (2, 3, 1)), TF.adaptive_avg_pool3d(tvolume, (2, 3, 1)), atol=1e-5)
+
+
 def test_adaptive_max_pooling(device: str) -> None:
     x, tx = pair(random_array((2, 3, 7, 9)), device)
     for output_size in ADAPTIVE_SIZES:
@@ -175,7 +193,8 @@ def test_adaptive_max_pooling(device: str) -> None:
 
 def test_pool_kernel_counts(device: str) -> None:
     x = em.randn(2, 3, 8, 8, device=device).realize()
-    for pooled in (x.max_pool2d(2), x.avg_pool2d(3, 2, 1, count_include_pad=False), x.adaptive_avg_pool2d(3)):
+    for pooled in (x.max_pool2d(2), x.avg_pool2d(3, 2, 1, count_include_pad=False), x.adaptive_avg_pool2d(3),
+                   x.adaptive_avg_pool2d((4, 1))):
         with em.profile() as profile:
             pooled.realize()
         assert len(profile.kernels) == 1, str(profile)

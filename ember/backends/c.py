@@ -237,15 +237,18 @@ def _runtime_loop_sizes(kernel: KernelIR) -> list[str]:
 
 
 def _loop_work(kernel: KernelIR) -> int:
-    """The product of reduce loop sizes, times 2 for 16-lane vectors: a rough count of operations per work item, in
-    the 8-lane vectors PARALLEL_THRESHOLD was tuned with (a 16-lane kernel has half the work items of an 8-lane one).
-    A loop of an integer sum counts a sixteenth of its size: gcc vectorizes it (bytes, 32 to a vector)."""
+    """The product of reduce loop sizes, times 2 for 16-lane vectors, times the stores of a work item's tile: a
+    rough count of operations per work item, in the 8-lane vectors PARALLEL_THRESHOLD was tuned with (a 16-lane
+    kernel has half the work items of an 8-lane one; a work item storing a row of 16 scalars, a phase interleaving's,
+    does 16 items' work: 16384 of them ran on one thread, 0.6 ms). A loop of an integer sum counts a sixteenth of its
+    size: gcc vectorizes it (bytes, 32 to a vector)."""
     nodes = topological_nodes(kernel.sink)
     integer_loops = {id(loop) for node in nodes if node.op is IROp.REDUCE and node.dtype.is_int
                      for loop in node.srcs[1:]}
     loops = math.prod(max(1, node.arg[1] // 16) if id(node) in integer_loops else node.arg[1]
                       for node in nodes if node.op is IROp.RANGE)
-    return loops * max(1, vector_width(kernel) // 8)
+    stores = sum(1 for node in nodes if node.op is IROp.STORE)
+    return loops * max(1, vector_width(kernel) // 8) * max(1, stores)
 
 
 class HostArray(np.ndarray):
@@ -594,6 +597,7 @@ class CDevice(Device):
         cores = threads or os.cpu_count() or 1
         width = native_vector_width()
         self.info = DeviceInfo(compute_units=cores, preferred_vector_width=width, vector_ops=VECTOR_OPS,
+                               vector_registers=32 if width >= 16 else 16,  # AVX-512 has 32 (of 64 bytes)
                                fallback_vector_widths=((8, VECTOR_OPS),) if width > 8 else (),
                                concurrent_compile=True, integer_dot_products=has_byte_dot_products())
         self.pool = HostMemoryPool(name)

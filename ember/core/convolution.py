@@ -273,7 +273,8 @@ class ConvolutionOps(TensorBase):
 
     def _adaptive_pool(self, output_size: IntOrInts | None, spatial: int, maximum: bool, op: str,
                        return_indices: bool = False) -> Any:
-        """Output cell i of an axis of length L covers [floor(i*L/o), ceil((i+1)*L/o)): a masked reduce (one kernel)."""
+        """Output cell i of an axis of length L covers [floor(i*L/o), ceil((i+1)*L/o)): a masked reduce (one kernel);
+        an average over cells of one size (o divides every L) is a mean over the axes split into cells."""
         source, unbatched = _spatial_input(cast("Tensor", self), spatial, op)
         if not maximum and not source.dtype.is_float:
             raise DTypeError(f"{op}: expected a floating point input, got {source.dtype.name}")
@@ -287,6 +288,15 @@ class ConvolutionOps(TensorBase):
         if any(size == 0 for size in sizes) or any(count <= 0 for count in outputs):
             raise ShapeError(f"{op}: expected non-empty spatial dims and positive output_size, got input "
                              f"{list(self.shape)} and output_size {list(outputs)}")
+        if not maximum and all(size % count == 0 for size, count in zip(sizes, outputs)):
+            # equal disjoint cells (global average pooling among them): each axis split as (count, cell), a plain
+            # mean over the cells' axes, no mask (the masked reduce read every position once per output cell)
+            split = source.reshape(source.shape[:2] + tuple(
+                item for size, count in zip(sizes, outputs) for item in (count, size // count)))
+            cell_axes = tuple(3 + 2 * axis for axis in range(spatial))
+            cell_count = math.prod(size // count for size, count in zip(sizes, outputs))
+            result = split.sum(cell_axes, dtype=source.dtype) / cell_count
+            return result.squeeze(0) if unbatched else result
         mask, cells = None, None
         for axis, (size, count) in enumerate(zip(sizes, outputs)):
             cell = self._arange_primitive(count, dtypes.int64, self.device).reshape(count, 1)

@@ -42,7 +42,7 @@ def entry_path(kernel: Kernel, name: str, info: DeviceInfo, optimize: bool, vari
     capabilities = (info.compute_units, info.preferred_vector_width, sorted(str(op) for op in info.vector_ops),
                     [(width, sorted(str(op) for op in ops)) for width, ops in info.fallback_vector_widths],
                     info.local_memory_bytes, info.max_local_size, info.max_global_size, info.warp_width,
-                    sorted(dtype.name for dtype in info.matrix_dtypes))
+                    sorted(dtype.name for dtype in info.matrix_dtypes), info.vector_registers)
     parts = (code_digest(), name, repr(kernel), repr(capabilities), str(optimize))
     key = "\n".join(parts + ((variant,) if variant else ()))
     return cache.entry_path("ir", key)
