@@ -1,0 +1,70 @@
+"""Graph templates (core/graph_templates.py): random draws recorded once per signature and copied afterwards give
+the numbers of ember's documented generator (a numpy reference of its hash), and a repeated draw neither records
+again nor schedules a new graph."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import ember as em
+from ember.core.creation import random_key
+from ember.core.graph_templates import TEMPLATES
+from ember.scheduler.schedule import SCHEDULES
+
+
+def _hash(state: np.ndarray) -> np.ndarray:
+    """creation._hash_tensor on uint32 numpy values (xor-shift-multiply, wrapping)."""
+    state = state ^ (state >> np.uint32(16))
+    state = state * np.uint32(0x7FEB352D)
+    state = state ^ (state >> np.uint32(15))
+    state = state * np.uint32(0x846CA68B)
+    return state ^ (state >> np.uint32(16))
+
+
+def _reference_uniform(seed: int, counter: int, count: int) -> np.ndarray:
+    """The float32 uniform numbers `count` draws from position `counter` of `seed` give: 24 bits of the double hash
+    of (counter + position) keyed by the seed, times 2**-24."""
+    offset, first, second = (np.uint32(value) for value in random_key(seed, counter))
+    position = np.arange(count, dtype=np.uint32) + offset
+    with np.errstate(over="ignore"):
+        bits = _hash(_hash(position ^ first) + second)
+    return (bits >> np.uint32(8)).astype(np.float32) * np.float32(2.0**-24)
+
+
+def test_repeated_draws_match_the_reference_and_record_once() -> None:
+    em.manual_seed(11)
+    recorded = TEMPLATES.recorded
+    counter = 0
+    for _ in range(4):
+        values = em.rand(3, 5).numpy()
+        np.testing.assert_array_equal(values, _reference_uniform(11, counter, 15).reshape(3, 5))
+        counter += 15
+    assert TEMPLATES.recorded <= recorded + 1  # the first draw of this shape at most; the others copy it
+
+
+def test_a_template_is_per_shape() -> None:
+    em.manual_seed(5)
+    first = em.rand(4).numpy()
+    second = em.rand(2, 3).numpy()
+    np.testing.assert_array_equal(first, _reference_uniform(5, 0, 4))
+    np.testing.assert_array_equal(second, _reference_uniform(5, 4, 6).reshape(2, 3))
+
+
+def test_repeated_normal_draws_schedule_one_graph_structure() -> None:
+    em.manual_seed(2)
+    em.randn(7, 3).numpy()
+    misses = SCHEDULES.misses
+    samples = [em.randn(7, 3).numpy() for _ in range(3)]
+    assert SCHEDULES.misses == misses  # the copied graphs have the recorded graph's structure: schedule hits
+    assert not np.array_equal(samples[0], samples[1])  # (new numbers each draw)
+    assert all(np.isfinite(sample).all() for sample in samples)
+
+
+def test_dropout_under_a_template_keeps_torch_scaling() -> None:
+    em.manual_seed(3)
+    values = em.ones(64, 32)
+    for _ in range(3):
+        dropped = em.nn.functional.dropout(values, 0.25).numpy()
+        kept = dropped != 0
+        np.testing.assert_allclose(dropped[kept], 1 / 0.75, rtol=1e-6)  # torch's inverted-dropout scale
+        assert 0.6 < kept.mean() < 0.9
