@@ -68,3 +68,47 @@ def test_dropout_under_a_template_keeps_torch_scaling() -> None:
         kept = dropped != 0
         np.testing.assert_allclose(dropped[kept], 1 / 0.75, rtol=1e-6)  # torch's inverted-dropout scale
         assert 0.6 < kept.mean() < 0.9
+
+
+def test_recorded_compositions_are_copied_and_match_torch() -> None:
+    """exp, sigmoid, relu, tanh, gelu and (log_)softmax along each axis: the second and third calls copy the first's
+    graph; values and gradients as torch's, per axis and dtype (a template per signature)."""
+    import torch
+
+    data = np.random.default_rng(0).standard_normal((5, 7))
+    for dtype, torch_dtype, tolerance in ((em.float32, torch.float32, 1e-5), (em.float64, torch.float64, 1e-6)):
+        for _ in range(3):
+            instantiated = TEMPLATES.instantiated
+            x = em.tensor(data, dtype=dtype, requires_grad=True)
+            t = torch.tensor(data, dtype=torch_dtype, requires_grad=True)
+            outputs = [f(x) for f in (em.exp, em.sigmoid, em.relu, em.tanh, em.nn.functional.gelu,
+                                      lambda v: v.softmax(0), lambda v: v.softmax(1), lambda v: v.log_softmax(1))]
+            expected = [f(t) for f in (torch.exp, torch.sigmoid, torch.relu, torch.tanh, torch.nn.functional.gelu,
+                                       lambda v: v.softmax(0), lambda v: v.softmax(1), lambda v: v.log_softmax(1))]
+            assert TEMPLATES.instantiated - instantiated == len(outputs)
+            weights = np.arange(35, dtype=np.float64).reshape(5, 7) / 35
+            sum(((output * em.tensor(weights, dtype=dtype)).sum() for output in outputs), em.tensor(0.0, dtype=dtype)) \
+                .backward()
+            sum(((output * torch.tensor(weights, dtype=torch_dtype)).sum() for output in expected)).backward()
+            for output, reference in zip(outputs, expected):
+                np.testing.assert_allclose(output.numpy(), reference.detach().numpy(), rtol=tolerance, atol=tolerance)
+            assert x.grad is not None and t.grad is not None
+            np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=tolerance * 10, atol=tolerance * 10)
+
+
+def test_signatures_name_the_code_and_plain_values_only() -> None:
+    import functools
+
+    from ember.core.graph_templates import function_signature
+
+    def scaled(x: em.Tensor, factor: float = 2.0) -> em.Tensor:
+        return x * factor
+
+    assert function_signature(functools.partial(scaled, factor=2.0)) == function_signature(
+        functools.partial(scaled, factor=2.0))
+    assert function_signature(functools.partial(scaled, factor=2.0)) != function_signature(
+        functools.partial(scaled, factor=3.0))
+    held = em.ones(3)
+    assert function_signature(lambda x: x + held) is None  # a closure over a tensor: no template
+    bag: list[int] = []
+    assert function_signature(lambda x: x * len(bag)) is None  # over a mutable object: no template
