@@ -38,6 +38,7 @@ FREE_LEAVES = (Op.CONST, Op.ARANGE)  # leaves a template makes again at each ins
 
 # one entry per node after the inputs, sources first: (op, source positions, arg, shape, dtype, device), positions
 # counting the inputs first
+_UNSEEN: Any = object()  # (a signature without an entry yet)
 Entry = tuple[Op, tuple[int, ...], Any, tuple[int, ...], Any, "str | None"]
 
 
@@ -62,15 +63,18 @@ class GraphTemplates:
                 return build(*inputs)  # (a template records no history and carries no checks of its own)
         key = (signature, *[(node.shape, node.dtype, node.device or runtime.RUNTIME.device_of(node))
                             for node in input_nodes])
-        if key in self.entries:
-            template = self.entries[key]
-            self.entries.move_to_end(key)
+        template = self.entries.get(key, _UNSEEN)
+        if template is not _UNSEEN:
+            try:
+                self.entries.move_to_end(key)
+            except KeyError:  # (dropped by another thread meanwhile: the template is still good)
+                pass
         else:
             template = self.entries[key] = _record(build, input_nodes)
             self.recorded += template is not None
             if len(self.entries) > MAX_TEMPLATES:
                 self.entries.popitem(last=False)
-        if template is None:
+        if template is None or template is _UNSEEN:
             return build(*inputs)
         self.instantiated += 1
         nodes = input_nodes
