@@ -112,3 +112,30 @@ def test_signatures_name_the_code_and_plain_values_only() -> None:
     assert function_signature(lambda x: x + held) is None  # a closure over a tensor: no template
     bag: list[int] = []
     assert function_signature(lambda x: x * len(bag)) is None  # over a mutable object: no template
+
+
+def test_repeated_convolutions_and_pools_are_copied_and_match_torch() -> None:
+    """conv2d (stride 1 and 2, groups, dilation) and max_pool2d steps: after the first call of each geometry the
+    recorded graph is copied; values and gradients as torch's."""
+    import torch
+
+    rng = np.random.default_rng(1)
+    cases = [dict(stride=1, padding=1, dilation=1, groups=1), dict(stride=2, padding=0, dilation=1, groups=2),
+             dict(stride=1, padding=2, dilation=2, groups=1)]
+    for case in cases:
+        images = rng.standard_normal((2, 4, 9, 9)).astype(np.float32)
+        filters = rng.standard_normal((6, 4 // case["groups"], 3, 3)).astype(np.float32)
+        for call in range(3):
+            instantiated = TEMPLATES.instantiated
+            x, w = em.tensor(images, requires_grad=True), em.tensor(filters, requires_grad=True)
+            tx, tw = torch.tensor(images, requires_grad=True), torch.tensor(filters, requires_grad=True)
+            output = em.nn.functional.max_pool2d(em.nn.functional.conv2d(x, w, **case), 2)
+            expected = torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(tx, tw, **case), 2)
+            if call > 0:
+                assert TEMPLATES.instantiated - instantiated >= 2  # the convolution and the pool
+            (output * output).sum().backward()
+            (expected * expected).sum().backward()
+            np.testing.assert_allclose(output.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
+            assert x.grad is not None and w.grad is not None and tx.grad is not None and tw.grad is not None
+            np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-3)
+            np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)

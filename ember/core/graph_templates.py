@@ -59,7 +59,7 @@ class GraphTemplates:
         input_nodes = [tensor.node for tensor in inputs]
         recording = CONTEXT.get().grad_enabled
         for tensor, node in zip(inputs, input_nodes):
-            if node.checks is not None or type(tensor) is not Tensor or (recording and tensor._requires_grad):
+            if node.checks is not None or tensor.is_sharded or (recording and tensor._requires_grad):
                 return build(*inputs)  # (a template records no history and carries no checks of its own)
         key = (signature, *[(node.shape, node.dtype, node.device or runtime.RUNTIME.device_of(node))
                             for node in input_nodes])

@@ -42,10 +42,11 @@ from ember.core.torch_types import Size, device_object
 from ember.core.views import Alias, detach_alias, rebind_view, view_methods, write_through
 
 
-# compositions recorded for autograd whose value is an elementwise or softmax composition of one input's primitives:
-# their graphs are copied from a template (core/graph_templates.py) instead of being built op by op
+# compositions recorded for autograd whose value is a composition of their inputs' primitives decided by shapes,
+# dtypes and the plain values of their compute function alone (elementwise functions, softmax, convolution and max
+# pooling by their geometry): their graphs are copied from a template (core/graph_templates.py), not built op by op
 TEMPLATED = frozenset({Composite.EXP, Composite.TANH, Composite.SIGMOID, Composite.RELU, Composite.SOFTMAX,
-                       Composite.LOG_SOFTMAX, Composite.GELU})
+                       Composite.LOG_SOFTMAX, Composite.GELU, Composite.CONVOLUTION, Composite.MAX_POOL})
 _new_tuple = tuple.__new__  # a Size from a node's shape without Size()'s checks (the shape is ints already)
 _next_sequence = itertools.count().__next__  # creation order: a tensor's history only holds older tensors
 
