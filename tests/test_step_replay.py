@@ -160,3 +160,29 @@ def test_replayed_adam_on_a_ten_million_element_parameter_matches_torch() -> Non
         assert_close(held, torch_held.detach(), atol=1e-5, rtol=1e-4)
     assert_close(parameter, expected.detach(), atol=1e-5, rtol=1e-4)
     assert optimizer._replays.replayed >= 2
+
+
+def test_a_replayed_step_copies_held_values_without_scheduling(device: str) -> None:
+    """Parameters still read by the lazy forward result get buffer copies, not a cloned graph: a replayed step
+    schedules no graph of its own (the step is the replay alone), and the lazy result keeps the old values."""
+    from ember.scheduler.schedule import SCHEDULES
+
+    model, reference = _models(device)
+    optimizer = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    torch_optimizer = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
+    for step in range(5):
+        inputs, torch_inputs = _batch(step, device)
+        optimizer.zero_grad()
+        torch_optimizer.zero_grad()
+        output = model(inputs)  # lazy: its view nodes of the weights are still alive during the step
+        torch_output = reference(torch_inputs)
+        output.square().mean().backward()
+        torch_output.square().mean().backward()
+        scheduled, replayed = SCHEDULES.hits + SCHEDULES.misses, optimizer._replays.replayed
+        optimizer.step()
+        torch_optimizer.step()
+        if optimizer._replays.replayed > replayed:
+            assert SCHEDULES.hits + SCHEDULES.misses == scheduled
+        assert_close(output, torch_output.detach(), atol=2e-5, rtol=1e-4)
+        _compare(model, reference)
+    assert optimizer._replays.replayed >= 2

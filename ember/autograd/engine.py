@@ -11,7 +11,6 @@ from ember.collection_pause import collection_paused
 from ember.core import runtime
 from ember.core.errors import AutogradError, DeviceError, ShapeError
 from ember.core.ops import Op
-from ember.core.walk import post_order
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -132,7 +131,12 @@ def _propagate(
                     f"the backward rule of {op.name} gave a gradient of {source_gradient.shape} "
                     f"{source_gradient.dtype.name} for a source of {source.shape} {source.dtype.name}"
                 )
-                if device_of(gradient_node) != device_of(source_node):  # a gradient lives where its tensor lives
+                gradient_device, source_device = gradient_node.device, source_node.device
+                if gradient_device is None:
+                    gradient_device = device_of(gradient_node)
+                if source_device is None:
+                    source_device = device_of(source_node)
+                if gradient_device != source_device:  # a gradient lives where its tensor lives
                     source_gradient = source_gradient.to(source.device)
                 previous = pending.get(id(source))
                 pending[id(source)] = source_gradient if previous is None else previous + source_gradient
@@ -141,15 +145,36 @@ def _propagate(
 
 def _topological_order(roots: list[Tensor], recorded: dict[int, tuple[Tensor, ...]]) -> list[Tensor]:
     """Every tensor that requires grad reachable from the roots, each after all of its sources; the sources of
-    each tensor with history, as recorded, go into `recorded` (by id)."""
-
-    def sources_requiring_grad(tensor: Tensor) -> list[Tensor]:
-        if tensor._context is None:
-            return []
-        sources = recorded[id(tensor)] = sources_at_record(tensor)
-        return [source for source in sources if source._requires_grad]
-
-    return post_order(roots, sources_requiring_grad)
+    each tensor with history, as recorded, go into `recorded` (by id). (core/walk.post_order's walk, written out
+    with the sources read inline: it runs at every backward over the step's whole history.)"""
+    ordered: list[Tensor] = []
+    seen: set[int] = set()
+    stack: list[tuple[Tensor, bool]] = [(root, False) for root in reversed(roots)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        tensor, expanded = pop()
+        if expanded:
+            ordered.append(tensor)
+            continue
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        push((tensor, True))
+        context = tensor._context
+        if context is None:
+            continue
+        sources = context[2]
+        saved = tensor._saved_versions
+        if saved is not None:
+            for source, version in zip(sources, saved):
+                if source._version != version:  # changed in place since: its state then (or torch's error)
+                    sources = sources_at_record(tensor)
+                    break
+        recorded[id(tensor)] = sources
+        for source in sources:
+            if source._requires_grad and id(source) not in seen:
+                push((source, False))
+    return ordered
 
 
 def _needed(order: list[Tensor], target_ids: set[int] | None, recorded: dict[int, tuple[Tensor, ...]]) -> set[int]:

@@ -15,6 +15,7 @@ from ember.core.dtype import DType, to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.graph import Node
+from ember.core.graph_templates import TEMPLATES
 from ember.core.movement import _shape_argument
 from ember.core.ops import Op
 
@@ -365,31 +366,54 @@ def random_key(seed: int, counter: int) -> np.ndarray:
     return np.array([counter & 0xFFFFFFFF, first_key, second_key], dtype=np.uint32)
 
 
-def _random_bits(count: int, device: str) -> Tensor:
-    """`count` pseudo-random uint32 values: a double hash of (draw counter + position) keyed by the seed."""
-    from ember.core.tensor import Tensor
-
+def _random_key(count: int, device: str) -> Tensor:
+    """The key of the next draw of `count` numbers (a small host tensor, see random_key); the draw counter moves on
+    and, under ember.jit, the recorder notes the draw (a replay writes the key of its own)."""
     counter = RandomState.counter
     RandomState.counter += count
     key = tensor(random_key(RandomState.seed, counter), device=device)
     recorder = CONTEXT.get().recorder
     if recorder is not None:  # ember.jit: a replay writes the key of its own draw (recording.py)
         recorder.random_draw(key.node.arg, counter, count)
+    return key
+
+
+def _bits_of_key(key: Tensor, count: int) -> Tensor:
+    """`count` pseudo-random uint32 values from a draw's key: a double hash of (draw counter + position) keyed by
+    the seed."""
+    from ember.core.tensor import Tensor
+
+    device = key.node.device
+    assert device is not None, "a draw's key is a leaf on its device"
     offset, first, second = (key._apply(Op.SHRINK, arg=((index, index + 1),))._broadcast((count,))
                              for index in range(3))
     position = Tensor._arange_primitive(count, dtypes.uint32, device) + offset
     return _hash_tensor(_hash_tensor(position ^ first) + second)
 
 
+def _random_bits(count: int, device: str) -> Tensor:
+    """`count` pseudo-random uint32 values (the graph of a draw of that size copied from its template)."""
+    return TEMPLATES.instantiate(("random bits", count), lambda key: _bits_of_key(key, count),
+                                 (_random_key(count, device),))
+
+
 def _uniform(shape: tuple[int, ...], dtype: DType, device: str) -> Tensor:
     """Uniform floats in [0, 1): as many random bits as the dtype's mantissa holds, scaled exactly."""
     count = math.prod(shape)
+    keys = (_random_key(count, device),) if dtype is not dtypes.float64 else \
+        (_random_key(count, device), _random_key(count, device))
+    return TEMPLATES.instantiate(("uniform", shape, dtype), lambda *keys: _uniform_of_keys(keys, shape, dtype), keys)
+
+
+def _uniform_of_keys(keys: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType) -> Tensor:
+    """_uniform's values from its draws' keys (two for float64, one otherwise)."""
+    count = math.prod(shape)
     if dtype is dtypes.float64:
-        high = _shift_right(_random_bits(count, device), 6).cast(dtypes.float64)  # 26 bits
-        low = _shift_right(_random_bits(count, device), 5).cast(dtypes.float64)  # 27 bits
+        high = _shift_right(_bits_of_key(keys[0], count), 6).cast(dtypes.float64)  # 26 bits
+        low = _shift_right(_bits_of_key(keys[1], count), 5).cast(dtypes.float64)  # 27 bits
         return ((high * float(1 << 27) + low) * 2.0**-53)._reshaped(shape)
     bits = MANTISSA_BITS[dtype]
-    values = _shift_right(_random_bits(count, device), 32 - bits).cast(dtypes.float32) * 2.0**-bits
+    values = _shift_right(_bits_of_key(keys[0], count), 32 - bits).cast(dtypes.float32) * 2.0**-bits
     return values._reshaped(shape).cast(dtype)
 
 
@@ -435,9 +459,15 @@ def _standard_normal(count: int, device: str, dtype: DType) -> Tensor:
     """Box-Muller, z = sqrt(-2 ln u) * cos(2 pi v), in int64 fixed point: integer operations give the same bits on
     every device (float libm functions differ in the last place between C and OpenCL). The result is a multiple
     of 2**-24 converted exactly; cos(2 pi v) is drawn as +-cos(pi/2 w), which has the same distribution."""
+    keys = (_random_key(count, device), _random_key(count, device))  # (drawn in this order: u's first)
+    return TEMPLATES.instantiate(("standard normal", count, dtype),
+                                 lambda first, second: _normal_of_keys(first, second, count, dtype), keys)
 
-    first = _random_bits(count, device).cast(dtypes.int64) + 1  # u = first / 2**32 in (0, 1]
-    second = _random_bits(count, device).cast(dtypes.int64)
+
+def _normal_of_keys(first_key: Tensor, second_key: Tensor, count: int, dtype: DType) -> Tensor:
+    """_standard_normal's values from its two draws' keys."""
+    first = _bits_of_key(first_key, count).cast(dtypes.int64) + 1  # u = first / 2**32 in (0, 1]
+    second = _bits_of_key(second_key, count).cast(dtypes.int64)
     # ln u = ln(m) + (e - 32) ln 2 with first = m * 2**e, m in [1/sqrt 2, sqrt 2)
     exponent = _fixed(first, 0)
     for step in (32, 16, 8, 4, 2, 1):

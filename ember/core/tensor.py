@@ -22,6 +22,7 @@ from ember.core.errors import AutogradError, DTypeError, ShapeError
 from ember.core.folding import FoldingOps
 from ember.core.functional import FunctionalOps
 from ember.core.graph import Node, infer
+from ember.core.graph_templates import TEMPLATES, function_signature
 from ember.core.in_place import in_place_variants
 from ember.core.indexing import IndexingOps
 from ember.core.linalg import LinalgOps
@@ -41,6 +42,11 @@ from ember.core.torch_types import Size, device_object
 from ember.core.views import Alias, detach_alias, rebind_view, view_methods, write_through
 
 
+# compositions recorded for autograd whose value is a composition of their inputs' primitives decided by shapes,
+# dtypes and the plain values of their compute function alone (elementwise functions, softmax, convolution and max
+# pooling by their geometry): their graphs are copied from a template (core/graph_templates.py), not built op by op
+TEMPLATED = frozenset({Composite.EXP, Composite.TANH, Composite.SIGMOID, Composite.RELU, Composite.SOFTMAX,
+                       Composite.LOG_SOFTMAX, Composite.GELU, Composite.CONVOLUTION, Composite.MAX_POOL})
 _new_tuple = tuple.__new__  # a Size from a node's shape without Size()'s checks (the shape is ints already)
 _next_sequence = itertools.count().__next__  # creation order: a tensor's history only holds older tensors
 
@@ -130,11 +136,16 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         """compute(*sources) (run without recording), recorded for autograd as one `composite` step whose rule in
         autograd/rules.py gives torch's gradient formula, also where the primitives' chain rule would not."""
         context = CONTEXT.get()
+        signature = None
+        if composite in TEMPLATED:  # (elementwise compositions: the graph is copied from its template)
+            computes = function_signature(compute)
+            if computes is not None:
+                signature = (composite, arg, computes)
         if not context.grad_enabled or not any(source._requires_grad for source in sources):
-            return compute(*sources)
+            return compute(*sources) if signature is None else TEMPLATES.instantiate(signature, compute, sources)
         token = CONTEXT.set(context.with_grad(False))
         try:
-            result = compute(*sources)
+            result = compute(*sources) if signature is None else TEMPLATES.instantiate(signature, compute, sources)
         finally:
             CONTEXT.reset(token)
         if not result.dtype.is_float:

@@ -28,6 +28,7 @@ from ember.context import CONTEXT
 from ember.core.tensor import Tensor, realize
 from ember.core.views import leave_storage
 from ember.scheduler.buffers import buffer_of
+from ember.scheduler.copies import copied_leaf
 
 if TYPE_CHECKING:
     from ember.optim.optimizer import Optimizer
@@ -132,13 +133,11 @@ def _arguments(optimizer: Optimizer, stepped: Stepped, vectors: list[Tensor]) ->
 def _own_values(written: list[Tensor]) -> None:
     """Give each tensor the step writes, whose value something else still holds (a lazy result of this step's
     forward pass reads the parameters, `state_dict()` shares the state), a copy of its own to be updated in place:
-    the eager step would leave the old value to its other holders by writing the new one into a new buffer."""
-    shared = [tensor for tensor in written if sys.getrefcount(tensor.node) > 2]  # (the tensor, getrefcount's argument)
-    if shared:
-        copies = [tensor.clone() for tensor in shared]
-        realize(*copies)
-        for tensor, copy in zip(shared, copies):
-            tensor.node = copy.node
+    the eager step would leave the old value to its other holders by writing the new one into a new buffer. The
+    tensors are realized (`run` realizes them first): each copy is one buffer-to-buffer copy."""
+    for tensor in written:
+        if sys.getrefcount(tensor.node) > 2:  # (the tensor, getrefcount's argument)
+            tensor.node = copied_leaf(tensor.node)  # (a buffer copy: the values are realized, see `run`)
 
 
 def _signature(optimizer: Optimizer, stepped: Stepped, tensors: list[Tensor]) -> tuple[Any, ...]:

@@ -10,8 +10,10 @@ from ember.backends.base import COMPLETED, Event
 from ember.context import CONTEXT
 from ember.core.graph import Node
 from ember.scheduler import profile
+from ember.core.ops import Op
 from ember.scheduler.buffers import Buffer, buffer_of, pending
 from ember.scheduler.devices import get_device
+from ember.scheduler.lock import acquire, release
 
 
 def run_copy(output: Node, source_node: Node) -> None:
@@ -34,6 +36,26 @@ def run_copy(output: Node, source_node: Node) -> None:
         profile.debug_print(1, f"  copy {source.device_name} -> {target_device.name}: {buffer.nbytes} bytes "
                                f"({route}{after})")
     output.become_buffer(buffer)
+
+
+def copied_leaf(node: Node) -> Node:
+    """A new realized node holding a copy of realized `node`'s buffer in the same pool, enqueued after its writer (a
+    buffer-to-buffer copy: no graph, schedule or kernel). Only outside recordings (ember.jit, traces: a copy made here
+    is not one of their steps)."""
+    acquire()
+    try:
+        source = buffer_of(node)
+        buffer = Buffer(source.device, source.size, source.dtype)
+        event, _ = enqueue_copy(buffer, source, pending(source.event))
+        buffer.event = event
+        source.add_user(event)
+        for record in CONTEXT.get().profiles:
+            record.copies.append((source.device_name, source.device_name, buffer.nbytes))
+    finally:
+        release()
+    copy = Node(Op.BUFFER, (), None, node.shape, node.dtype, source.device_name)
+    copy.buffer = buffer
+    return copy
 
 
 def enqueue_copy(target: Buffer, source: Buffer, wait_for: tuple[Event, ...]) -> tuple[Event, str]:

@@ -1,0 +1,141 @@
+"""Graph templates (core/graph_templates.py): random draws recorded once per signature and copied afterwards give
+the numbers of ember's documented generator (a numpy reference of its hash), and a repeated draw neither records
+again nor schedules a new graph."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import ember as em
+from ember.core.creation import random_key
+from ember.core.graph_templates import TEMPLATES
+from ember.scheduler.schedule import SCHEDULES
+
+
+def _hash(state: np.ndarray) -> np.ndarray:
+    """creation._hash_tensor on uint32 numpy values (xor-shift-multiply, wrapping)."""
+    state = state ^ (state >> np.uint32(16))
+    state = state * np.uint32(0x7FEB352D)
+    state = state ^ (state >> np.uint32(15))
+    state = state * np.uint32(0x846CA68B)
+    return state ^ (state >> np.uint32(16))
+
+
+def _reference_uniform(seed: int, counter: int, count: int) -> np.ndarray:
+    """The float32 uniform numbers `count` draws from position `counter` of `seed` give: 24 bits of the double hash
+    of (counter + position) keyed by the seed, times 2**-24."""
+    offset, first, second = (np.uint32(value) for value in random_key(seed, counter))
+    position = np.arange(count, dtype=np.uint32) + offset
+    with np.errstate(over="ignore"):
+        bits = _hash(_hash(position ^ first) + second)
+    return (bits >> np.uint32(8)).astype(np.float32) * np.float32(2.0**-24)
+
+
+def test_repeated_draws_match_the_reference_and_record_once() -> None:
+    em.manual_seed(11)
+    recorded = TEMPLATES.recorded
+    counter = 0
+    for _ in range(4):
+        values = em.rand(3, 5).numpy()
+        np.testing.assert_array_equal(values, _reference_uniform(11, counter, 15).reshape(3, 5))
+        counter += 15
+    assert TEMPLATES.recorded <= recorded + 1  # the first draw of this shape at most; the others copy it
+
+
+def test_a_template_is_per_shape() -> None:
+    em.manual_seed(5)
+    first = em.rand(4).numpy()
+    second = em.rand(2, 3).numpy()
+    np.testing.assert_array_equal(first, _reference_uniform(5, 0, 4))
+    np.testing.assert_array_equal(second, _reference_uniform(5, 4, 6).reshape(2, 3))
+
+
+def test_repeated_normal_draws_schedule_one_graph_structure() -> None:
+    em.manual_seed(2)
+    em.randn(7, 3).numpy()
+    misses = SCHEDULES.misses
+    samples = [em.randn(7, 3).numpy() for _ in range(3)]
+    assert SCHEDULES.misses == misses  # the copied graphs have the recorded graph's structure: schedule hits
+    assert not np.array_equal(samples[0], samples[1])  # (new numbers each draw)
+    assert all(np.isfinite(sample).all() for sample in samples)
+
+
+def test_dropout_under_a_template_keeps_torch_scaling() -> None:
+    em.manual_seed(3)
+    values = em.ones(64, 32)
+    for _ in range(3):
+        dropped = em.nn.functional.dropout(values, 0.25).numpy()
+        kept = dropped != 0
+        np.testing.assert_allclose(dropped[kept], 1 / 0.75, rtol=1e-6)  # torch's inverted-dropout scale
+        assert 0.6 < kept.mean() < 0.9
+
+
+def test_recorded_compositions_are_copied_and_match_torch() -> None:
+    """exp, sigmoid, relu, tanh, gelu and (log_)softmax along each axis: the second and third calls copy the first's
+    graph; values and gradients as torch's, per axis and dtype (a template per signature)."""
+    import torch
+
+    data = np.random.default_rng(0).standard_normal((5, 7))
+    for dtype, torch_dtype, tolerance in ((em.float32, torch.float32, 1e-5), (em.float64, torch.float64, 1e-6)):
+        for _ in range(3):
+            instantiated = TEMPLATES.instantiated
+            x = em.tensor(data, dtype=dtype, requires_grad=True)
+            t = torch.tensor(data, dtype=torch_dtype, requires_grad=True)
+            outputs = [f(x) for f in (em.exp, em.sigmoid, em.relu, em.tanh, em.nn.functional.gelu,
+                                      lambda v: v.softmax(0), lambda v: v.softmax(1), lambda v: v.log_softmax(1))]
+            expected = [f(t) for f in (torch.exp, torch.sigmoid, torch.relu, torch.tanh, torch.nn.functional.gelu,
+                                       lambda v: v.softmax(0), lambda v: v.softmax(1), lambda v: v.log_softmax(1))]
+            assert TEMPLATES.instantiated - instantiated == len(outputs)
+            weights = np.arange(35, dtype=np.float64).reshape(5, 7) / 35
+            sum(((output * em.tensor(weights, dtype=dtype)).sum() for output in outputs), em.tensor(0.0, dtype=dtype)) \
+                .backward()
+            sum(((output * torch.tensor(weights, dtype=torch_dtype)).sum() for output in expected)).backward()
+            for output, reference in zip(outputs, expected):
+                np.testing.assert_allclose(output.numpy(), reference.detach().numpy(), rtol=tolerance, atol=tolerance)
+            assert x.grad is not None and t.grad is not None
+            np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=tolerance * 10, atol=tolerance * 10)
+
+
+def test_signatures_name_the_code_and_plain_values_only() -> None:
+    import functools
+
+    from ember.core.graph_templates import function_signature
+
+    def scaled(x: em.Tensor, factor: float = 2.0) -> em.Tensor:
+        return x * factor
+
+    assert function_signature(functools.partial(scaled, factor=2.0)) == function_signature(
+        functools.partial(scaled, factor=2.0))
+    assert function_signature(functools.partial(scaled, factor=2.0)) != function_signature(
+        functools.partial(scaled, factor=3.0))
+    held = em.ones(3)
+    assert function_signature(lambda x: x + held) is None  # a closure over a tensor: no template
+    bag: list[int] = []
+    assert function_signature(lambda x: x * len(bag)) is None  # over a mutable object: no template
+
+
+def test_repeated_convolutions_and_pools_are_copied_and_match_torch() -> None:
+    """conv2d (stride 1 and 2, groups, dilation) and max_pool2d steps: after the first call of each geometry the
+    recorded graph is copied; values and gradients as torch's."""
+    import torch
+
+    rng = np.random.default_rng(1)
+    cases = [dict(stride=1, padding=1, dilation=1, groups=1), dict(stride=2, padding=0, dilation=1, groups=2),
+             dict(stride=1, padding=2, dilation=2, groups=1)]
+    for case in cases:
+        images = rng.standard_normal((2, 4, 9, 9)).astype(np.float32)
+        filters = rng.standard_normal((6, 4 // case["groups"], 3, 3)).astype(np.float32)
+        for call in range(3):
+            instantiated = TEMPLATES.instantiated
+            x, w = em.tensor(images, requires_grad=True), em.tensor(filters, requires_grad=True)
+            tx, tw = torch.tensor(images, requires_grad=True), torch.tensor(filters, requires_grad=True)
+            output = em.nn.functional.max_pool2d(em.nn.functional.conv2d(x, w, **case), 2)
+            expected = torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(tx, tw, **case), 2)
+            if call > 0:
+                assert TEMPLATES.instantiated - instantiated >= 2  # the convolution and the pool
+            (output * output).sum().backward()
+            (expected * expected).sum().backward()
+            np.testing.assert_allclose(output.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
+            assert x.grad is not None and w.grad is not None and tx.grad is not None and tw.grad is not None
+            np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-3)
+            np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
