@@ -182,5 +182,8 @@ def write_node(node: Node, array: np.ndarray) -> None:
         return
     with SCHEDULER_LOCK:
         wait_all(pending(buffer.event, *buffer.users))
+        if buffer.pool.frees_behind_events:  # its readers are not tracked (add_user): wait for every command
+            buffer.device.synchronize()  # (OpenCL writes on a queue of its own: a kernel enqueued before the write
+            # but run after it read the new values, e.g. an optimizer step's learning rate changed by a scheduler)
         buffer.users = []
         buffer.write(values)
