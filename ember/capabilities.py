@@ -27,6 +27,10 @@ class DeviceInfo:
     # vector registers of a compute unit (x86: 16 with AVX2, 32 with AVX-512): how many accumulators a register
     # tile may hold (ir/opt.py) whatever the width its vectors are lowered at
     vector_registers: int = 16
+    # the device computes on this machine's CPU cores (the c backend, an OpenCL CPU device such as PoCL, a CPU
+    # WebGPU adapter such as lavapipe): two such devices share the cores, so splitting work between them gains
+    # nothing (sharding/decision.py never does)
+    host_cores: bool = False
     vector_ops: frozenset[Any] = frozenset()  # IR ops the renderer applies to vectors (ir/vectorize.py); empty: none
     # narrower vector widths (float32 lanes, widest first), each with the IR ops usable at it, for kernels needing an
     # op `vector_ops` lacks, and for a kernel the device failed to build (a driver that cannot compile some vector

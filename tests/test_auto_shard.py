@@ -2,6 +2,7 @@
 devices with room, a matmul that a (given) speed table says is faster split is split, small or cheap work never is,
 and an output that fits nowhere raises naming the sizes and the pools; every result against torch."""
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,10 +26,14 @@ SECOND = [device for device in ALL_DEVICES if not device.startswith("c:")]  # op
 
 @pytest.fixture(params=SECOND or [pytest.param("", marks=pytest.mark.skip(reason="needs opencl or wgpu"))])
 def other(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The device that shares c:0's work: automatic sharding sees these two (each second backend in turn)."""
+    """The device that shares c:0's work: automatic sharding sees these two (each second backend in turn). Here
+    PoCL and lavapipe run on the CPU's cores too, which never share c:0's work: they stand for a GPU (not on the
+    host's cores) in these tests."""
     if "c:0" not in ALL_DEVICES:
         pytest.skip("needs the c device")
     monkeypatch.setattr(automatic, "compute_devices", lambda: ["c:0", request.param])
+    device = get_device(request.param)
+    monkeypatch.setattr(device, "info", dataclasses.replace(device.info, host_cores=False))
     return str(request.param)
 
 
@@ -188,3 +193,22 @@ def test_ember_info_calibrate_shows_the_measured_speeds_and_decisions(other: str
     shown = capsys.readouterr().out
     assert f"automatic sharding across c:0, {other}" in shown and "devices run at once" in shown
     assert f"c:0 -> {other}" in shown and "4096x1024 @ 1024x4096: " in shown
+
+
+def test_devices_on_the_same_cpu_cores_never_share_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PoCL or lavapipe beside the c backend run on the same cores: a split would only take them from c (a noisy
+    speed measurement sent most of a 50,257-token output layer's gradient to PoCL: 3 s a step became 8-16 s)."""
+    hosts = [device for device in SECOND if get_device(device).info.host_cores]
+    if "c:0" not in ALL_DEVICES or not hosts:
+        pytest.skip("needs the c device and a CPU OpenCL or WebGPU device")
+    assert get_device("c:0").info.host_cores
+    monkeypatch.setattr(automatic, "compute_devices", lambda: ["c:0", *hosts])
+    rates = {(source, target): 1e11 for source in ("host", "c:0", *hosts) for target in ("c:0", *hosts)}
+    table = calibration.Calibration({"c:0": 1e9, **{device: 1e10 for device in hosts}}, rates, overlap=1.0,
+                                    measured=False)  # (the others measured ten times as fast)
+    a_data, b_data = random_array((1030, 128)), random_array((128, 1024), seed=3)
+    with calibration.using(table), em.profile() as record:
+        result = em.tensor(a_data) @ em.tensor(b_data)
+        result.realize()
+    assert _kernel_devices(record) == {"c:0"}
+    np.testing.assert_allclose(result.numpy(), a_data @ b_data, rtol=1e-4, atol=1e-3)

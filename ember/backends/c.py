@@ -599,7 +599,8 @@ class CDevice(Device):
         self.info = DeviceInfo(compute_units=cores, preferred_vector_width=width, vector_ops=VECTOR_OPS,
                                vector_registers=32 if width >= 16 else 16,  # AVX-512 has 32 (of 64 bytes)
                                fallback_vector_widths=((8, VECTOR_OPS),) if width > 8 else (),
-                               concurrent_compile=True, integer_dot_products=has_byte_dot_products())
+                               concurrent_compile=True, integer_dot_products=has_byte_dot_products(),
+                               host_cores=True)
         self.pool = HostMemoryPool(name)
         self.renderer = CRenderer(threads, vector_math=has_vector_math())
         self._programs: ProgramTable[str, CProgram] = ProgramTable()  # by source, least recently used dropped

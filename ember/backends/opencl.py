@@ -581,6 +581,7 @@ def device_info(cl_device: Any) -> DeviceInfo:
         supported_dtypes=frozenset(supported),
         has_native_exp2=True,
         can_run=True,
+        host_cores=bool(cl_device.type & cl.device_type.CPU),
         extra={
             "device": cl_device.name.strip(),
             "platform": cl_device.platform.name.strip(),

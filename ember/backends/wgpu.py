@@ -243,6 +243,7 @@ class WGPUDevice(Device):
             max_groups_per_dimension=MAX_WORKGROUPS_PER_DIMENSION,
             supported_dtypes=frozenset(dtypes.ALL_DTYPES) - unsupported,
             max_kernel_buffers=limits.get("max-storage-buffers-per-shader-stage", 8),
+            host_cores=adapter_info.get("adapter_type") == "CPU",
             extra={
                 "adapter": f"{adapter_info.get('device', '')} ({adapter_info.get('backend_type', '')})",
                 "features": sorted(features),

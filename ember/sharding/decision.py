@@ -7,6 +7,7 @@ Two rules, tried in order for an output of MINIMUM_ELEMENTS or more when more th
   most CLEAR_GAIN of the time on one device, from the measured speeds and transfer rates (calibration.py).
 Shares follow each device's time per row (its speed, and the bytes it must receive and send back); the axis is the
 output's first (rows) or last (columns), whichever the estimate favours (fewer bytes to copy in a tie).
+Devices on the host's CPU cores (DeviceInfo.host_cores) never share an output on such a device: the same cores.
 EMBER_AUTO_SHARD=0 turns both off, =1 splits every large output evenly by rows across every device (no rule)."""
 
 from __future__ import annotations
@@ -135,8 +136,9 @@ def decide(root: Node, forced: bool | None, devices: list[str] | Callable[[], li
     if len(devices) < 2 or home not in devices:
         return None
     used_dtypes = {node.dtype for node in graph_nodes}
-    devices = [device for device in devices
-               if device == home or not get_device(device).info.unsupported(used_dtypes)]
+    host = home_device.info.host_cores  # (a second device on the same CPU cores only takes them from the first)
+    devices = [device for device in devices if device == home or (
+        not get_device(device).info.unsupported(used_dtypes) and not (host and get_device(device).info.host_cores))]
     if len(devices) < 2:
         return None
     output_bytes = root.size * root.dtype.itemsize
