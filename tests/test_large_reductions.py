@@ -254,3 +254,33 @@ def test_a_float32_product_of_millions_of_factors_near_one_is_accurate(device: s
     np.testing.assert_allclose(by_rows.numpy(), rows_truth, rtol=2e-7)
     cumulative = values[:100_000].cumprod(0).numpy()
     np.testing.assert_allclose(cumulative, np.cumprod(factors[:100_000].astype(np.float64)), rtol=1e-5)
+
+
+def test_output_layer_over_a_vocabulary_past_the_stage_threshold_matches_torch(device: str) -> None:
+    """A language model's output layer (cross entropy of H @ W.T over 20,011 classes, 37 rows: neither a multiple
+    of a tile): the loss and both gradients against torch's."""
+    random = np.random.default_rng(21)
+    rows, width, vocabulary = 37, 128, STAGE_THRESHOLD + 3627
+    hidden = random.standard_normal((rows, width)).astype(np.float32)
+    weight = (random.standard_normal((vocabulary, width)) * 0.05).astype(np.float32)
+    targets = random.integers(0, vocabulary, rows)
+    h, w = em.tensor(hidden, requires_grad=True, device=device), em.tensor(weight, requires_grad=True, device=device)
+    th, tw = torch.tensor(hidden, requires_grad=True), torch.tensor(weight, requires_grad=True)
+    loss = em.nn.functional.cross_entropy(h @ w.T, em.tensor(targets, device=device))
+    tloss = torch.nn.functional.cross_entropy(th @ tw.T, torch.tensor(targets))
+    loss.backward()
+    tloss.backward()
+    assert abs(loss.item() - tloss.item()) < 1e-4
+    assert_close(h.grad.numpy(), th.grad.numpy(), atol=1e-6, rtol=1e-4)
+    assert_close(w.grad.numpy(), tw.grad.numpy(), atol=1e-7, rtol=1e-4)
+
+
+def test_a_product_with_a_large_transposed_operand_reads_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """H @ W.T with W past a CPU's cache and larger than H (an output layer over a vocabulary): the tile with
+    vectors along the inner dim walks its work items down H's rows fastest, so W is read from memory once instead
+    of once per tile of rows; a W that fits in cache keeps the columns fastest."""
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    large = rendered_c(_dummy(64, 128) @ _dummy(20011, 128).T)  # W: 10 MB, 16 tiles of 4 rows of H
+    assert "ember_float32x8 acc" in large and "(gid%16)" in large and "(gid/16)" in large
+    small = rendered_c(_dummy(64, 128) @ _dummy(1001, 128).T)  # W: 0.5 MB
+    assert "ember_float32x8 acc" in small and "(gid%16)" not in small
