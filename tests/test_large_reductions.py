@@ -21,7 +21,7 @@ from ember.core.staged_reduce import (
 from ember.ir.lower import lower_kernel
 from ember.scheduler.kernelize import kernelize
 from ember.scheduler.program import Launch
-from tests.helpers import assert_close
+from tests.helpers import assert_close, scheduled_launches
 from tests.test_optimizations import _dummy, rendered_c
 
 WGPU_ELEMENTS = 30_000_000  # float32 values a wgpu (lavapipe) buffer holds: 128 MiB per binding
@@ -284,3 +284,20 @@ def test_a_product_with_a_large_transposed_operand_reads_it_once(monkeypatch: py
     assert "ember_float32x8 acc" in large and "(gid%16)" in large and "(gid/16)" in large
     small = rendered_c(_dummy(64, 128) @ _dummy(1001, 128).T)  # W: 0.5 MB
     assert "ember_float32x8 acc" in small and "(gid%16)" not in small
+
+
+def test_the_output_layer_backward_evaluates_no_exp_inside_a_product_over_the_vocabulary(monkeypatch) -> None:
+    """Cross entropy's gradient over a vocabulary past STAGE_THRESHOLD is read by two products (grad_H over the
+    vocabulary, grad_W over the rows): it is stored once, so no kernel evaluates an exp over more elements than
+    the logits (a product recomputing it would: rows x vocabulary x width)."""
+    rows, width, vocabulary = 37, 64, STAGE_THRESHOLD + 3627
+    h = em.tensor(np.zeros((rows, width), np.float32), device="dummy:0", requires_grad=True)
+    w = em.tensor(np.zeros((vocabulary, width), np.float32), device="dummy:0", requires_grad=True)
+    loss = em.nn.functional.cross_entropy(h @ w.T, em.tensor(np.arange(rows) * 97, device="dummy:0"))
+    launches = scheduled_launches(loss.backward, monkeypatch)
+    domains = [max(int(np.prod(step.shape)) for step in launch.kernel.steps) for launch in launches
+               if any(step.op is Op.EXP2 for step in launch.kernel.steps)]
+    assert domains and max(domains) <= 2 * rows * vocabulary, domains
+    products = [launch for launch in launches
+                if max(int(np.prod(step.shape)) for step in launch.kernel.steps) >= rows * vocabulary * width // 16]
+    assert products and not any(step.op is Op.EXP2 for launch in products for step in launch.kernel.steps)
