@@ -212,3 +212,18 @@ def test_devices_on_the_same_cpu_cores_never_share_work(monkeypatch: pytest.Monk
         result.realize()
     assert _kernel_devices(record) == {"c:0"}
     np.testing.assert_allclose(result.numpy(), a_data @ b_data, rtol=1e-4, atol=1e-3)
+
+
+def test_a_share_that_must_repeat_its_producers_whole_does_not_split(other: str) -> None:
+    # an output layer's weight gradient (softmax(h @ w.T) - one_hot).T @ h: a share of its rows (or columns) still
+    # needs every logit (a softmax's row statistics), so each device would repeat the whole forward product; the
+    # same table splits a plain product of that size (above)
+    rates = {(source, target): 1e11 for source in ("host", "c:0", other) for target in ("c:0", other)}
+    table = calibration.Calibration({"c:0": 1e9, other: 1e9}, rates, overlap=1.0, measured=False)
+    hidden, weight = em.tensor(random_array((512, 128))), em.tensor(random_array((8192, 128), seed=1))
+    probabilities = (hidden @ weight.T).softmax(-1)
+    gradient = (probabilities - em.tensor(np.eye(8192, dtype=np.float32)[np.arange(512) * 13])).T @ hidden
+    with calibration.using(table):
+        assert decide(_placed(gradient), None, ["c:0", other]) is None
+        plain = em.tensor(random_array((8192, 512))) @ em.tensor(random_array((512, 128)))
+        assert decide(_placed(plain), None, ["c:0", other]) is not None

@@ -21,7 +21,7 @@ from ember.core.staged_reduce import (
 from ember.ir.lower import lower_kernel
 from ember.scheduler.kernelize import kernelize
 from ember.scheduler.program import Launch
-from tests.helpers import assert_close
+from tests.helpers import assert_close, scheduled_launches
 from tests.test_optimizations import _dummy, rendered_c
 
 WGPU_ELEMENTS = 30_000_000  # float32 values a wgpu (lavapipe) buffer holds: 128 MiB per binding
@@ -254,3 +254,50 @@ def test_a_float32_product_of_millions_of_factors_near_one_is_accurate(device: s
     np.testing.assert_allclose(by_rows.numpy(), rows_truth, rtol=2e-7)
     cumulative = values[:100_000].cumprod(0).numpy()
     np.testing.assert_allclose(cumulative, np.cumprod(factors[:100_000].astype(np.float64)), rtol=1e-5)
+
+
+def test_output_layer_over_a_vocabulary_past_the_stage_threshold_matches_torch(device: str) -> None:
+    """A language model's output layer (cross entropy of H @ W.T over 20,011 classes, 37 rows: neither a multiple
+    of a tile): the loss and both gradients against torch's."""
+    random = np.random.default_rng(21)
+    rows, width, vocabulary = 37, 128, STAGE_THRESHOLD + 3627
+    hidden = random.standard_normal((rows, width)).astype(np.float32)
+    weight = (random.standard_normal((vocabulary, width)) * 0.05).astype(np.float32)
+    targets = random.integers(0, vocabulary, rows)
+    h, w = em.tensor(hidden, requires_grad=True, device=device), em.tensor(weight, requires_grad=True, device=device)
+    th, tw = torch.tensor(hidden, requires_grad=True), torch.tensor(weight, requires_grad=True)
+    loss = em.nn.functional.cross_entropy(h @ w.T, em.tensor(targets, device=device))
+    tloss = torch.nn.functional.cross_entropy(th @ tw.T, torch.tensor(targets))
+    loss.backward()
+    tloss.backward()
+    assert abs(loss.item() - tloss.item()) < 1e-4
+    assert_close(h.grad.numpy(), th.grad.numpy(), atol=1e-6, rtol=1e-4)
+    assert_close(w.grad.numpy(), tw.grad.numpy(), atol=1e-7, rtol=1e-4)
+
+
+def test_a_product_with_a_large_transposed_operand_reads_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """H @ W.T with W past a CPU's cache and larger than H (an output layer over a vocabulary): the tile with
+    vectors along the inner dim walks its work items down H's rows fastest, so W is read from memory once instead
+    of once per tile of rows; a W that fits in cache keeps the columns fastest."""
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    large = rendered_c(_dummy(64, 128) @ _dummy(20011, 128).T)  # W: 10 MB, 16 tiles of 4 rows of H
+    assert "ember_float32x8 acc" in large and "(gid%16)" in large and "(gid/16)" in large
+    small = rendered_c(_dummy(64, 128) @ _dummy(1001, 128).T)  # W: 0.5 MB
+    assert "ember_float32x8 acc" in small and "(gid%16)" not in small
+
+
+def test_the_output_layer_backward_evaluates_no_exp_inside_a_product_over_the_vocabulary(monkeypatch) -> None:
+    """Cross entropy's gradient over a vocabulary past STAGE_THRESHOLD is read by two products (grad_H over the
+    vocabulary, grad_W over the rows): it is stored once, so no kernel evaluates an exp over more elements than
+    the logits (a product recomputing it would: rows x vocabulary x width)."""
+    rows, width, vocabulary = 37, 64, STAGE_THRESHOLD + 3627
+    h = em.tensor(np.zeros((rows, width), np.float32), device="dummy:0", requires_grad=True)
+    w = em.tensor(np.zeros((vocabulary, width), np.float32), device="dummy:0", requires_grad=True)
+    loss = em.nn.functional.cross_entropy(h @ w.T, em.tensor(np.arange(rows) * 97, device="dummy:0"))
+    launches = scheduled_launches(loss.backward, monkeypatch)
+    domains = [max(int(np.prod(step.shape)) for step in launch.kernel.steps) for launch in launches
+               if any(step.op is Op.EXP2 for step in launch.kernel.steps)]
+    assert domains and max(domains) <= 2 * rows * vocabulary, domains
+    products = [launch for launch in launches
+                if max(int(np.prod(step.shape)) for step in launch.kernel.steps) >= rows * vocabulary * width // 16]
+    assert products and not any(step.op is Op.EXP2 for launch in products for step in launch.kernel.steps)

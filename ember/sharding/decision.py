@@ -74,12 +74,19 @@ class Decision:
 class _Axis:
     """One axis' cost model: each leaf whose box arrives on a device that does not hold it (an upload of host data,
     a copy from another device) with its bytes for a share of `length` rows, fixed + unit * length; and the output's
-    bytes per row."""
+    bytes per row; and the multiply-adds of a share, fixed + unit * length (fixed: work each share repeats whole, as
+    a softmax over a row that a split by columns needs entire, unit: the work of a row of the split)."""
 
     axis: int
     size: int
     leaves: list[tuple[Node, float, float]]
     output_unit: float
+    work_fixed: float = 0.0
+    work_unit: float = 0.0
+
+    def work(self, length: int) -> float:
+        """Multiply-adds a device computes for a share of `length` rows (its box, and what the crop cannot reach)."""
+        return self.work_fixed + self.work_unit * length if length > 0 else 0.0
 
     def arriving(self, device: str, length: int) -> float:
         """Bytes arriving on device for a share of `length` rows (inputs it holds already arrive free)."""
@@ -165,7 +172,7 @@ def decide(root: Node, forced: bool | None, devices: list[str] | Callable[[], li
                 f"{table.overlap:.2f})")
         return None
     axes = _axis_models(root) if axes is None else axes
-    return _time_split(root, axes, devices, free, output_bytes, work, table) if axes else None
+    return _time_split(root, axes, devices, free, output_bytes, table) if axes else None
 
 
 def _axis_models(root: Node) -> list[_Axis]:
@@ -177,18 +184,26 @@ def _axis_model(root: Node, axis: int) -> _Axis:
     """The bytes each leaf sends for a box of one row and of the whole axis, as a line in the box's length."""
     size = root.shape[axis]
     by_leaf: dict[int, tuple[Node, list[int]]] = {}
+    works = [0, 0]
     for position, length in enumerate((size, 1)):
         bounds = tuple((0, length) if index == axis else (0, extent) for index, extent in enumerate(root.shape))
         # on a device no leaf lives on, every leaf's box counts as arriving
         graph = SlicedGraph("(estimate)", estimate_only=True)
-        box(root, bounds, graph)
+        works[position] = _work(box(root, bounds, graph))
         for leaf, nbytes in graph.arriving:
             by_leaf.setdefault(id(leaf), (leaf, [0, 0]))[1][position] += nbytes
     leaves = []
     for leaf, (full, one) in by_leaf.values():
         unit = (full - one) / (size - 1) if size > 1 else 0.0
         leaves.append((leaf, one - unit, unit))
-    return _Axis(axis, size, leaves, root.size * root.dtype.itemsize / size)
+    work_unit = (works[0] - works[1]) / (size - 1) if size > 1 else 0.0
+    return _Axis(axis, size, leaves, root.size * root.dtype.itemsize / size, max(0.0, works[1] - work_unit), work_unit)
+
+
+def _work(root: Node) -> int:
+    """Multiply-adds of computing root's graph: each reduce's input elements, and the output's."""
+    nodes = post_order([root], lambda node: () if node.realized else node.srcs)
+    return sum(prod(node.srcs[0].shape) for node in nodes if node.op in REDUCE_OPS) + prod(root.shape)
 
 
 def _lengths(size: int, devices: list[str], weights: dict[str, float], caps: dict[str, int]) -> list[int] | None:
@@ -268,7 +283,7 @@ def _ordered(devices: list[str], home: str) -> list[str]:
     return sorted(devices, key=lambda device: (device.startswith("c:"), device == home))
 
 
-def _times(model: _Axis, devices: list[str], lengths: list[int], home: str, work: float, output_bytes: int,
+def _times(model: _Axis, devices: list[str], lengths: list[int], home: str, output_bytes: int,
            table: Calibration) -> float:
     """Estimated seconds of a split: each device's compute, input copies and part copied home, overlapped as far
     as the devices were measured to run at once, then the join on the home device."""
@@ -276,7 +291,7 @@ def _times(model: _Axis, devices: list[str], lengths: list[int], home: str, work
     for device, length in zip(devices, lengths):
         if length <= 0:
             continue
-        seconds = work * length / model.size / table.speed(device) + model.arriving_seconds(device, length, table)
+        seconds = model.work(length) / table.speed(device) + model.arriving_seconds(device, length, table)
         if device != home:
             seconds += model.output_unit * length / table.transfer_rate(device, home) + DEVICE_OVERHEAD_SECONDS
         per_device.append(seconds)
@@ -286,11 +301,11 @@ def _times(model: _Axis, devices: list[str], lengths: list[int], home: str, work
     return together + join
 
 
-def _weights(model: _Axis, devices: list[str], home: str, work: float, table: Calibration) -> dict[str, float]:
+def _weights(model: _Axis, devices: list[str], home: str, table: Calibration) -> dict[str, float]:
     """Rows per second each device would sustain: compute, its inputs' boxes and its part's way home."""
     weights = {}
     for device in devices:
-        per_row = work / model.size / table.speed(device)
+        per_row = model.work(model.size) / model.size / table.speed(device)
         per_row += model.arriving_seconds(device, model.size, table) / model.size
         if device != home:
             per_row += model.output_unit / table.transfer_rate(device, home)
@@ -299,10 +314,10 @@ def _weights(model: _Axis, devices: list[str], home: str, work: float, table: Ca
 
 
 def _time_split(root: Node, axes: list[_Axis], devices: list[str], free: dict[str, int | None],
-                output_bytes: int, work: float, table: Calibration) -> Decision | None:
+                output_bytes: int, table: Calibration) -> Decision | None:
     home = cast(str, root.device)
     alone = axes[0]
-    single = _times(alone, [home], [alone.size], home, work, output_bytes, table)
+    single = _times(alone, [home], [alone.size], home, output_bytes, table)
     best: tuple[float, float, Decision] | None = None
     ranked = sorted(devices, key=lambda device: -table.speed(device))[:MAXIMUM_SUBSET_DEVICES]
     for count in range(2, len(ranked) + 1):
@@ -312,11 +327,11 @@ def _time_split(root: Node, axes: list[_Axis], devices: list[str], free: dict[st
                 if model.size < count:
                     continue
                 caps = _caps(model, chosen, home, free, output_bytes)
-                lengths = _lengths(model.size, chosen, _weights(model, chosen, home, work, table), caps)
+                lengths = _lengths(model.size, chosen, _weights(model, chosen, home, table), caps)
                 if lengths is None or min(lengths) <= 0 or not _fits(model, chosen, lengths, home, free,
                                                                        output_bytes):
                     continue
-                seconds = _times(model, chosen, lengths, home, work, output_bytes, table)
+                seconds = _times(model, chosen, lengths, home, output_bytes, table)
                 copied = sum(model.arriving(device, length) for device, length in zip(chosen, lengths))
                 if best is None or (seconds, copied) < best[:2]:
                     estimate = f"estimated {seconds * 1e3:.2f} ms split, {single * 1e3:.2f} ms on {home}"
@@ -336,12 +351,11 @@ def _memory_split(root: Node, axes: list[_Axis], devices: list[str], free: dict[
     table = current()  # (measuring would need room that is missing: without speeds, equal weights)
     if table is not None and any(device not in table.speeds for device in devices):
         table = None
-    work = float(root.size)
     best: tuple[float, Decision] | None = None
     chosen = _ordered(devices, home)
     for model in axes:
         caps = _caps(model, chosen, home, free, output_bytes)
-        weights = (_weights(model, chosen, home, work, table) if table is not None
+        weights = (_weights(model, chosen, home, table) if table is not None
                    else {device: 1.0 for device in chosen})
         lengths = _lengths(model.size, chosen, weights, caps)
         if lengths is None or not _fits(model, chosen, lengths, home, free, output_bytes):
