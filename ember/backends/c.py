@@ -747,7 +747,10 @@ def open_library(path: Path) -> ctypes.CDLL:
     """dlopen a library, dlclosed again once no Python object refers to it (a CProgram's function keeps its library,
     so nothing can call into a closed one): the programs a bounded table drops release their code."""
     library = ctypes.CDLL(str(path))
-    weakref.finalize(library, _dlclose, library._handle)
+    # never at interpreter exit (finalize's default): threads of the launch group's runner and OpenMP's pool may
+    # still be inside a library's code then, and unmapping it under them crashed the process (SIGSEGV after a
+    # script's last line, now and then); the process's end unmaps everything anyway
+    weakref.finalize(library, _dlclose, library._handle).atexit = False
     return library
 
 

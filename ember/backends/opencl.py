@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -94,6 +95,9 @@ class OpenCLRenderer(CStyleRenderer):
             return f"{value}L" if value > -(2**63) else "(-9223372036854775807L-1)"
         if dtype == dtypes.uint64:
             return f"{int(value)}UL"
+        if math.isnan(value) and dtype in (dtypes.float32, dtypes.float64):  # the quiet NaN torch and C give (PoCL's
+            # NAN is 0x7fffffff: a sort's NaN came back with other bits than its input's)
+            return "as_float(0x7fc00000u)" if dtype == dtypes.float32 else "as_double(0x7ff8000000000000UL)"
         return super()._literal(value, dtype)
 
     def prelude(self, kernel: KernelIR) -> str:
