@@ -48,6 +48,14 @@ ushort ember_float_to_half(float value) {
 DOUBLE_TO_HALF = """ushort ember_double_to_half(double value) {
   ushort bits; vstore_half_rte(value, 0, (__private half*)&bits); return bits; }"""
 FP64_PRAGMA = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable"
+# NaN literals: PoCL (LLVM 14, SLEEF) folded a builtin of a NaN its compiler could see (exp2 or trunc of -(x + NaN))
+# to an arbitrary number (1.6e37, 6e-36, a new one each build); a NaN read through a volatile is not folded
+NAN_HELPERS = {
+    "float": "float ember_nan_float(void) { volatile uint bits = 0x7fc00000u; return as_float(bits); }",
+    "double": "double ember_nan_double(void) { volatile ulong bits = 0x7ff8000000000000UL; return as_double(bits); }",
+}
+
+
 class OpenCLRenderer(CStyleRenderer):
     """OpenCL C: one work item per global id, `__global` buffers, overloaded math functions, `as_<type>` bitcasts."""
 
@@ -69,6 +77,7 @@ class OpenCLRenderer(CStyleRenderer):
 
     def math_function(self, op: Op | IROp, dtype: DType) -> str:
         return self.math_functions[op]  # OpenCL's math functions are overloaded: no 'f' suffix
+
 
     def cast(self, operands: list[str], dtype: DType, source: DType) -> str:
         value = operands[0]
@@ -95,9 +104,9 @@ class OpenCLRenderer(CStyleRenderer):
             return f"{value}L" if value > -(2**63) else "(-9223372036854775807L-1)"
         if dtype == dtypes.uint64:
             return f"{int(value)}UL"
-        if math.isnan(value) and dtype in (dtypes.float32, dtypes.float64):  # the quiet NaN torch and C give (PoCL's
-            # NAN is 0x7fffffff: a sort's NaN came back with other bits than its input's)
-            return "as_float(0x7fc00000u)" if dtype == dtypes.float32 else "as_double(0x7ff8000000000000UL)"
+        if dtype.is_float and math.isnan(float(value)):  # the quiet NaN torch and C give (PoCL's NAN is 0x7fffffff:
+            # a sort's NaN came back with other bits than its input's), read through a volatile (NAN_HELPERS)
+            return "ember_nan_double()" if dtype == dtypes.float64 else "ember_nan_float()"
         return super()._literal(value, dtype)
 
     def prelude(self, kernel: KernelIR) -> str:
@@ -110,6 +119,12 @@ class OpenCLRenderer(CStyleRenderer):
             helpers.append(("EMBER_HALF", FLOAT16_HELPERS))
             if self.has_fp64 and dtypes.float64 in used:
                 helpers.append(("EMBER_DOUBLE_TO_HALF", DOUBLE_TO_HALF))
+        nans = {node.dtype for node in topological_nodes(kernel.sink)
+                if node.is_const and node.dtype.is_float and math.isnan(float(node.arg))}
+        if nans - {dtypes.float64}:
+            helpers.append(("EMBER_NAN_FLOAT", NAN_HELPERS["float"]))
+        if dtypes.float64 in nans:
+            helpers.append(("EMBER_NAN_DOUBLE", NAN_HELPERS["double"]))
         lines = [FP64_PRAGMA] if self.has_fp64 else []
         lines.extend(f"#ifndef {guard}\n#define {guard}\n{text}\n#endif" for guard, text in helpers)
         lines.extend(self.vector_helpers(kernel))

@@ -158,6 +158,16 @@ def test_silu_gradient_at_infinity(device: str) -> None:
     assert np.array_equal(x.grad.numpy(), reference.grad.numpy(), equal_nan=True), (x.grad.numpy(), reference.grad)
 
 
+def test_math_functions_of_a_nan_the_compiler_can_see(device: str) -> None:
+    """opencl (PoCL, LLVM 14, SLEEF) folded exp2(-(x + NaN)) and trunc of it to arbitrary numbers (1.6e37, 3.7e27,
+    a new one each build): its compiler saw the NaN literal, now read through a volatile (fuzz seed 20240625)."""
+    for dtype in (np.float32, np.float64):
+        zero = em.tensor(np.array(0.0, dtype=dtype), device=device)
+        for function in ("exp2", "exp", "log2", "log", "sin", "cos", "tanh", "trunc", "floor", "sqrt", "round"):
+            value = getattr(-(zero + float("nan")), function)().item()
+            assert math.isnan(value), (dtype, function, value)
+
+
 @pytest.mark.xfail(strict=True, reason="open: float fmod is composed as a - trunc(a / b) * b, which is inexact when "
                    "a / b rounds up to an integer: fmod(12.5, 0.1) gives -1.9e-7 on c (an FMA) and 0 elsewhere, "
                    "torch 0.0999998")
