@@ -14,18 +14,12 @@ import pytest
 import torch
 
 import ember as em
-from tests.conftest import TEST_DEVICES
 from tests.helpers import assert_close
 
 inf, nan = math.inf, math.nan
 EDGES = [-inf, -3.0, -2.0, -1.0, -0.5, -0.0, 0.0, 0.25, 0.5, 1.0, 2.0, 3.0, inf, nan]
 PAIRS = list(itertools.product([-inf, -2.0, -1.0, -0.0, 0.0, 0.5, 1.0, 2.0, inf, nan],
                                [-inf, -2.0, -1.0, -0.5, -0.0, 0.0, 0.3, 1.0, 2.0, 3.0, inf, nan]))
-OPENCL_NAN_CONSTANT_BUG = (
-    "PoCL: exp2(x * NAN) with NAN a literal in the kernel source gives 7.4e-24, not NaN (see test_elementwise)"
-)
-
-
 def _compare(function: Callable[..., Any], columns: list[list[float]], device: str, dtype: Any = np.float32,
              torch_function: Callable[..., Any] | None = None) -> None:
     """function(*inputs) in ember and torch: the values, then the gradients of every input for an upstream
@@ -57,10 +51,6 @@ def test_pow_scalar_exponent_at_edge_values(device: str) -> None:
                                                    for index, exponent in enumerate(SCALAR_EXPONENTS)]))
 
 
-@pytest.mark.parametrize("device", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=OPENCL_NAN_CONSTANT_BUG))
-    if name.startswith("opencl") else name for name in TEST_DEVICES
-])
 def test_pow_nan_scalar_exponent(device: str) -> None:
     """x ** nan is NaN except 1 ** nan = 1; the gradient is NaN everywhere but at 1 (torch: nan * 1 ** (nan - 1))."""
     _compare(lambda x: x ** nan, [EDGES], device)

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 import ember as em
-from tests.conftest import TEST_DEVICES
 from tests.helpers import TORCH_DTYPES, assert_close, assert_close_batch, random_array
 
 INTEGER_DTYPES = [em.int8, em.int16, em.int32, em.int64, em.uint8]
@@ -149,16 +148,6 @@ def test_float_pow_special_values_and_scalars(device: str) -> None:
         em.tensor([2, 3], device=device) ** -1
 
 
-OPENCL_NAN_CONSTANT_BUG = (
-    "PoCL: exp2(x * NAN) with NAN a literal in the kernel source gives 7.4e-24, not NaN (a NaN read from memory "
-    "works); repro: (em.tensor([2.0], device='opencl') * float('nan')).exp2() -> [7.4e-24]"
-)
-
-
-@pytest.mark.parametrize("device", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=OPENCL_NAN_CONSTANT_BUG))
-    if name.startswith("opencl") else name for name in TEST_DEVICES
-])
 def test_pow_with_a_nan_scalar_exponent(device: str) -> None:
     data = np.array([-2.0, 0.0, 0.5, 1.0, 2.0, np.inf], dtype=np.float32)
     x, tx = em.tensor(data, device=device), torch.tensor(data)
