@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -53,6 +54,12 @@ FP64_PRAGMA = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable"
 NAN_HELPERS = {
     "float": "float ember_nan_float(void) { volatile uint bits = 0x7fc00000u; return as_float(bits); }",
     "double": "double ember_nan_double(void) { volatile ulong bits = 0x7ff8000000000000UL; return as_double(bits); }",
+}
+# float operations on constants alone are computed when the kernel runs, one operand read through a volatile: PoCL
+# folded trunc(0.0f / 0.0f) to 0 where C and torch give NaN (fmod(0, 0.0) gave 0; fuzz seed 20261281)
+OPAQUE_HELPERS = {
+    "float": "float ember_opaque_float(float x) { volatile float kept = x; return kept; }",
+    "double": "double ember_opaque_double(double x) { volatile double kept = x; return kept; }",
 }
 
 
@@ -109,6 +116,14 @@ class OpenCLRenderer(CStyleRenderer):
             return "ember_nan_double()" if dtype == dtypes.float64 else "ember_nan_float()"
         return super()._literal(value, dtype)
 
+    def expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        kind = _constant_operation_type(node)
+        if kind is None:
+            return super().expression(node, operand)
+        first = node.srcs[0]
+        return super().expression(
+            node, lambda source: f"ember_opaque_{kind}({operand(source)})" if source is first else operand(source))
+
     def prelude(self, kernel: KernelIR) -> str:
         # every helper is guarded, so several kernels can be built as one program (see OpenCLDevice.compile_many)
         used = _used_dtypes(kernel)
@@ -125,6 +140,8 @@ class OpenCLRenderer(CStyleRenderer):
             helpers.append(("EMBER_NAN_FLOAT", NAN_HELPERS["float"]))
         if dtypes.float64 in nans:
             helpers.append(("EMBER_NAN_DOUBLE", NAN_HELPERS["double"]))
+        opaque = {kind for kind in map(_constant_operation_type, topological_nodes(kernel.sink)) if kind is not None}
+        helpers.extend((f"EMBER_OPAQUE_{kind.upper()}", OPAQUE_HELPERS[kind]) for kind in sorted(opaque))
         lines = [FP64_PRAGMA] if self.has_fp64 else []
         lines.extend(f"#ifndef {guard}\n#define {guard}\n{text}\n#endif" for guard, text in helpers)
         lines.extend(self.vector_helpers(kernel))
@@ -647,3 +664,13 @@ def probe() -> list[Device]:
     if not usable:
         raise BackendUnavailable("; ".join(reasons))
     return [OpenCLDevice(f"opencl:{number}", cl_device) for number, cl_device in enumerate(usable)]
+
+
+def _constant_operation_type(node: IRNode) -> str | None:
+    """"float" or "double" for a scalar float operation whose operands are all constants (computed at run time, its
+    first operand read through a volatile: OPAQUE_HELPERS), else None."""
+    if node.width > 1 or not node.srcs or node.op in (IROp.LOAD, IROp.STORE) or not all(
+            source.is_const for source in node.srcs):
+        return None
+    dtype = node.srcs[0].dtype
+    return "double" if dtype == dtypes.float64 else "float" if dtype == dtypes.float32 else None

@@ -498,7 +498,10 @@ class WGSLRenderer(StepRenderer[KernelBody]):
         if same and node.op in (Op.SUB, Op.DIV, Op.ADD):
             hide = 1
         elif node.op is Op.MUL and (self._may_become_zero(a) or self._may_become_zero(b)):
-            hide = 0 if self._may_become_zero(a) else 1  # x * 0 -> 0 once a loop is unrolled
+            # x * 0 -> 0 (also once a loop is unrolled): every factor the compiler may see as zero is hidden (the
+            # zero constant of sqrt(-1) * 0, not only the factor computed from constants: relu of NaN gave 0)
+            hidden = [index for index, factor in enumerate((a, b)) if self._may_become_zero(factor)]
+            return self._opaque_operands(node, operands, hidden)
         elif node.op is Op.DIV and b.is_const:
             hide = 1  # Mesa turns x / c into x * (1 / c): inexact, and x / 0 gives 0
         elif node.op is Op.DIV and self._may_become_zero(a):
@@ -507,10 +510,15 @@ class WGSLRenderer(StepRenderer[KernelBody]):
             hide = 0 if _is_zero(a) else 1  # x + 0 -> x and 0 - x -> -x lose the sign of zero
         if hide is None:
             return operands
-        kind = self.value_type(node.srcs[hide].dtype)
-        self.helpers.update({"opaque", f"opaque_{kind}"})
+        return self._opaque_operands(node, operands, [hide])
+
+    def _opaque_operands(self, node: IRNode, operands: list[str], hidden: list[int]) -> list[str]:
+        """The operands with those at the `hidden` positions passed through `ember_opaque_*`."""
         operands = list(operands)
-        operands[hide] = f"ember_opaque_{kind}({operands[hide]})"
+        for index in hidden:
+            kind = self.value_type(node.srcs[index].dtype)
+            self.helpers.update({"opaque", f"opaque_{kind}"})
+            operands[index] = f"ember_opaque_{kind}({operands[index]})"
         return operands
 
     def _may_become_zero(self, node: IRNode) -> bool:

@@ -168,6 +168,27 @@ def test_math_functions_of_a_nan_the_compiler_can_see(device: str) -> None:
             assert math.isnan(value), (dtype, function, value)
 
 
+def test_a_nan_computed_from_constants_is_not_folded_away(device: str) -> None:
+    """A NaN the shader compiler could compute from constants was lost: wgpu (Mesa) folded `x * 0.0` to 0 with x a
+    NaN from constants (relu of sqrt(-1) gave 0, fuzz seed 20261209), opencl (PoCL) folded trunc(0 / 0) (0 % 0.0
+    gave 0, fuzz seed 20261281). torch gives NaN for each."""
+    import torch
+
+    zero, minus_one = em.full((), 0.0, device=device), em.full((), -1.0, device=device)
+    empty_sum = em.tensor(np.zeros(0, np.float32), device=device).sum()
+    results = {
+        "0 % 0.0": (zero % 0.0, torch.zeros(()) % 0.0),
+        "fmod(0, 0.0)": (zero.fmod(0.0), torch.zeros(()).fmod(0.0)),
+        "0 // 0.0": (zero // 0.0, torch.zeros(()) // 0.0),
+        "relu(sqrt(-1))": (minus_one.sqrt().relu(), torch.full((), -1.0).sqrt().relu()),
+        "relu(sqrt(sum([]) - 1))": ((empty_sum - 1.0).sqrt().relu(), (torch.zeros(0).sum() - 1.0).sqrt().relu()),
+        "sqrt(-1) * 0": (minus_one.sqrt() * 0.0, torch.full((), -1.0).sqrt() * 0.0),
+        "exp2(0 / 0)": ((zero / 0.0).exp2(), (torch.zeros(()) / 0.0).exp2()),
+    }
+    for name, (value, expected) in results.items():
+        assert math.isnan(value.item()) and math.isnan(expected.item()), (name, value.item(), expected.item())
+
+
 @pytest.mark.xfail(strict=True, reason="open: float fmod is composed as a - trunc(a / b) * b, which is inexact when "
                    "a / b rounds up to an integer: fmod(12.5, 0.1) gives -1.9e-7 on c (an FMA) and 0 elsewhere, "
                    "torch 0.0999998")
