@@ -47,6 +47,9 @@ class DeviceInfo:
     can_run: bool = True  # False for render-only (dummy) devices
     concurrent_compile: bool = False  # compile() may run in several threads at once (the C compiler may)
     max_kernel_buffers: int = 2**31 - 1  # buffers one kernel may bind, its output included (WebGPU: a few dozen)
+    # bytes of the largest buffer the device holds (WebGPU: the adapter's storage binding size, 128 MB on lavapipe);
+    # a larger tensor raises DeviceError naming the limit
+    max_buffer_bytes: int = 2**63 - 1
     # a kernel's output may be the buffer of one of its inputs (an in-place update reading each element at its own
     # index; WebGPU: no, a buffer bound read-write in a dispatch cannot also be bound read-only)
     output_may_alias_input: bool = True

@@ -257,6 +257,20 @@ def test_large_examples_that_do_not_fit_are_skipped_not_run() -> None:
     assert Budget(time.monotonic() + 60).allows(30.0) and not Budget(time.monotonic() + 1).allows(30.0)
 
 
+def test_large_examples_beyond_the_device_s_largest_buffer_are_skipped_not_failed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tensor larger than the device holds raises DeviceError naming the limit (WebGPU on lavapipe: 128 MB), which
+    is no bug: the fuzzer skips such large programs (50M float32 elements drew 'cannot hold a buffer' failures)."""
+    checked: list[Program] = []
+    monkeypatch.setattr(fuzz_module, "check_program", lambda program, device: (checked.append(program), (1, 0))[1])
+    monkeypatch.setattr(fuzz_module, "largest_buffer", lambda device: 4 * 10**6)  # a million float32 elements
+    stats = FuzzStats()
+    seed(3)(fuzz_test("dummy:0", stats, 60, large_percent=100, deadline=math.inf))()
+    sizes = [max(math.prod(node.shape) for node in program.nodes if isinstance(node, Source)) for program in checked]
+    assert stats.large_beyond_device > 0 and stats.examples == len(checked) > 0 and not stats.failures
+    assert all(size <= 10**6 for size in sizes), sizes
+
+
 def test_running_out_of_time_while_shrinking_reports_the_smallest_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     start = time.monotonic()
 

@@ -89,7 +89,9 @@ def test_portable_webgpu_refuses_64_bit_dtypes_by_name(portable_device: str) -> 
 
 
 def test_buffers_beyond_the_adapter_limit_are_refused(wgpu_device: str) -> None:
-    pool = REGISTRY.device(wgpu_device).pool
+    device = REGISTRY.device(wgpu_device)
+    pool = device.pool
+    assert device.info.max_buffer_bytes == pool.max_buffer_bytes  # what DeviceInfo tells the fuzzer and users
     with pytest.raises(DeviceError, match="bytes per buffer"):
         pool.allocate(pool.max_buffer_bytes + 4)
 

@@ -230,6 +230,8 @@ class WGPUDevice(Device):
         if not float64:
             unsupported.add(dtypes.float64)
         adapter_info = adapter.info
+        max_buffer_bytes = min(limits.get("max-storage-buffer-binding-size", 2**27),
+                               limits.get("max-buffer-size", 2**28))
         self.info = DeviceInfo(
             compute_units=(os.cpu_count() or 1) if adapter_info.get("adapter_type") == "CPU" else 1,
             max_global_size=2**31 - 1,
@@ -243,14 +245,13 @@ class WGPUDevice(Device):
             max_groups_per_dimension=MAX_WORKGROUPS_PER_DIMENSION,
             supported_dtypes=frozenset(dtypes.ALL_DTYPES) - unsupported,
             max_kernel_buffers=limits.get("max-storage-buffers-per-shader-stage", 8),
+            max_buffer_bytes=max_buffer_bytes,
             host_cores=adapter_info.get("adapter_type") == "CPU",
             extra={
                 "adapter": f"{adapter_info.get('device', '')} ({adapter_info.get('backend_type', '')})",
                 "features": sorted(features),
             },
         )
-        max_buffer_bytes = min(limits.get("max-storage-buffer-binding-size", 2**27),
-                               limits.get("max-buffer-size", 2**28))
         # Mesa's llvmpipe (lavapipe) stops a shader invocation after 65535 loop iterations in all, silently
         self.loop_limit = LLVMPIPE_LOOP_LIMIT if "llvmpipe" in str(adapter_info.get("device", "")).lower() else None
         self.pool = WGPUMemoryPool(name, self.device, max_buffer_bytes)

@@ -34,7 +34,7 @@ from ember.core.dtype import DType
 from ember.scheduler.schedule import SCHEDULES
 from ember.settings import CONFIG
 from ember.testing import large
-from ember.testing.large import estimated_seconds, large_problem, program_truth, source_values
+from ember.testing.large import estimated_seconds, large_problem, largest_bytes, program_truth, source_values
 from ember.testing.program import Call, Program, Source, run_node
 from ember.testing.reference import UNIT_ROUNDOFF, halves_unrounded, perturbation, store
 from ember.testing.strategies import ReferenceMaker, fuzz_examples
@@ -70,6 +70,13 @@ class EmberMaker:
         import ember
 
         return ember.arange(count, dtype=dtype, device=self.device)
+
+
+def largest_buffer(device: str) -> int:
+    """The bytes of the largest buffer the device holds (DeviceInfo.max_buffer_bytes)."""
+    from ember.scheduler.devices import get_device
+
+    return get_device(device).info.max_buffer_bytes
 
 
 def device_dtypes(device: str) -> tuple[DType, ...]:
@@ -232,6 +239,7 @@ class FuzzStats:
     gradient_examples: int = 0
     large_examples: int = 0
     large_skipped: int = 0  # drawn when their estimated time no longer fitted before the deadline
+    large_beyond_device: int = 0  # drawn with a tensor larger than the device holds (DeviceInfo.max_buffer_bytes)
     passed: int = 0
     elements_compared: int = 0
     elements_uncertain: int = 0
@@ -292,6 +300,7 @@ def fuzz_test(device: str, stats: FuzzStats, max_examples: int, max_calls: int =
     `large_percent` of the examples are large programs (see large.py); `budget` (or `deadline`) bounds the time."""
     allowed = device_dtypes(device)
     budget = budget if budget is not None else Budget(deadline)
+    largest = largest_buffer(device)
 
     @settings(max_examples=max_examples, deadline=None, derandomize=derandomize, database=None, print_blob=False,
               phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False, verbosity=Verbosity.quiet,
@@ -300,6 +309,9 @@ def fuzz_test(device: str, stats: FuzzStats, max_examples: int, max_calls: int =
     def test(program: Program) -> None:
         if not budget.allows(estimated_seconds(program) if program.large else 0.0):
             stats.large_skipped += program.large
+            return
+        if program.large and largest_bytes(program) > largest:  # (the device says so: a DeviceError, not a bug)
+            stats.large_beyond_device += 1
             return
         stats.examples += 1
         stats.large_examples += program.large
@@ -475,6 +487,7 @@ def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_ca
                 total.gradient_examples += done["gradient_examples"]
                 total.large_examples += done["large_examples"]
                 total.large_skipped += done["large_skipped"]
+                total.large_beyond_device += done.get("large_beyond_device", 0)
                 total.passed += done["passed"]
                 total.elements_compared += done["elements_compared"]
                 total.elements_uncertain += done["elements_uncertain"]
@@ -501,6 +514,9 @@ def main_fuzz(device: str, minutes: float, start_seed: int | None = None, max_ca
     total.seconds = time.monotonic() - started
     bugs = f", {len(total.fuzzer_bugs)} FUZZER BUGS (in ember/testing, not in {device})" if total.fuzzer_bugs else ""
     skipped = f", {total.large_skipped} large ones skipped for lack of time" if total.large_skipped else ""
+    if total.large_beyond_device:
+        skipped += (f", {total.large_beyond_device} large ones skipped: larger than the device's largest buffer "
+                    f"({largest_buffer(device)} bytes)")
     print(f"done: {total.examples} examples ran ({total.gradient_examples} of gradients, {total.large_examples} "
           f"large{skipped}) in {total.seconds:.0f} s "
           f"({total.examples_per_second:.2f}/s), "
@@ -534,7 +550,8 @@ def _worker(argv: list[str] | None = None) -> int:
                  report=lambda line: print(line, flush=True), other_devices=tuple(arguments.with_device))
     with open(arguments.stats, "w") as file:
         json.dump({"examples": stats.examples, "gradient_examples": stats.gradient_examples,
-                   "large_examples": stats.large_examples, "large_skipped": stats.large_skipped, "passed": stats.passed,
+                   "large_examples": stats.large_examples, "large_skipped": stats.large_skipped,
+                   "large_beyond_device": stats.large_beyond_device, "passed": stats.passed,
                    "elements_compared": stats.elements_compared, "elements_uncertain": stats.elements_uncertain,
                    "failures": stats.failures, "fuzzer_bugs": stats.fuzzer_bugs,
                    "rewritten_graphs": SCHEDULES.rewritten}, file)

@@ -123,6 +123,12 @@ def large_source(draw: st.DrawFn, shape: tuple[int, ...], reduced: int, product:
     return Source("random", dtypes.float32, shape, fill=SeededValues(seed, 1.0, 0.0))
 
 
+def largest_bytes(program: Program) -> int:
+    """The bytes of a large program's largest input (its outputs and partial results are smaller)."""
+    return max((prod(node.shape) * node.dtype.itemsize for node in program.nodes if isinstance(node, Source)),
+               default=0)
+
+
 def estimated_seconds(program: Program) -> float:
     """About how long a large program takes to check on a cold cache (an upper estimate, for the time budget)."""
     elements = sum(prod(node.shape) for node in program.nodes if isinstance(node, Source))
