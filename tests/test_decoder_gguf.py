@@ -181,9 +181,11 @@ def test_steps_over_a_long_cache_match_transformers_across_attended_buckets(arch
         assert not model._jitted_steps
 
 
-def test_generate_with_a_long_cache_chooses_transformers_greedy_tokens(tmp_path: Path) -> None:
-    """generate() with cache_length 2048 (jitted steps crossing from 128 attended slots to 256) continues a prompt
-    with transformers' greedy tokens, on Gemma-3's architecture (sliding and global layers)."""
+@pytest.mark.parametrize("cache_length", [2048, 200])
+def test_generate_with_a_long_cache_chooses_transformers_greedy_tokens(cache_length: int, tmp_path: Path) -> None:
+    """generate() with a long cache (jitted steps crossing from 128 attended slots to 256, or to all 200 of a cache
+    whose length is no multiple of 128) continues a prompt with transformers' greedy tokens, on Gemma-3's
+    architecture."""
     from ember.models.decoder import Decoder
     from ember.models.generate import generate
 
@@ -194,8 +196,8 @@ def test_generate_with_a_long_cache_chooses_transformers_greedy_tokens(tmp_path:
         output = reference.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, min_new_tokens=12)
     expected = output[0, LONG_PROMPT:].tolist()
     model = Decoder.from_gguf(path)
-    assert list(generate(model, prompt, max_new_tokens=12, device="c", cache_length=2048)) == expected
-    assert sorted(attended for _, attended, _ in model._jitted_steps) == [128, 256]
+    assert list(generate(model, prompt, max_new_tokens=12, device="c", cache_length=cache_length)) == expected
+    assert sorted(attended for _, attended, _ in model._jitted_steps) == [128, min(256, cache_length)]
 
 
 def step_flops(model: Any, cache: Any, token: int, position: int) -> int:
@@ -225,21 +227,30 @@ def step_flops(model: Any, cache: Any, token: int, position: int) -> int:
     return sum(counted)
 
 
-def test_a_step_early_in_a_long_cache_does_the_attention_work_of_its_bucket(tmp_path: Path) -> None:
+@pytest.mark.parametrize("architecture", ["llama", "gemma3"])
+def test_a_step_in_a_long_cache_does_the_attention_work_of_its_bucket(architecture: str, tmp_path: Path) -> None:
     """A decode step at position 10 of a 2048-slot cache computes exactly what it computes in a 128-slot cache (its
-    attention reads 128 slots, not 2048), and less than a step at position 130 (256 slots)."""
+    attention reads 128 slots, not 2048), and less than a step at position 130 (256 slots). The tiny Gemma-3's
+    layers all slide (window 3): a step at position 1000 reads slots 894..1023 of the 1024 filled ones' bucket,
+    as many as one at 130 reads (126..255), so it computes exactly as much; Llama's global layers read 1024."""
     from ember.models.decoder import Decoder, KVCache
 
-    path = write_gguf(tmp_path / "gemma3.gguf", "gemma3", quantized=False)
+    path = write_gguf(tmp_path / f"{architecture}.gguf", architecture, quantized=False)
     model = Decoder.from_gguf(path)
     model.on_device("c")
+    tokens = [int(token) for token in np.random.default_rng(8).integers(3, VOCAB, size=1001)]
     work = {}
-    for length, position in ((128, 10), (2048, 10), (2048, 130)):
+    for length, position in ((128, 10), (2048, 10), (2048, 130), (2048, 1000)):
         cache = KVCache(model.config, length, "c")
         with em.no_grad():
-            model.prefill(LONG_TOKENS[:position], em.tensor([position - 1], dtype=em.int64, device="c"), cache)
-        work[length, position] = step_flops(model, cache, LONG_TOKENS[position], position)
+            model.prefill(tokens[:position], em.tensor([position - 1], dtype=em.int64, device="c"), cache)
+        work[length, position] = step_flops(model, cache, tokens[position], position)
     assert work[2048, 10] == work[128, 10] < work[2048, 130]
+    if architecture == "gemma3":
+        assert all(model.config.is_sliding(layer) for layer in range(LAYERS))
+        assert work[2048, 1000] == work[2048, 130]
+    else:
+        assert work[2048, 1000] > work[2048, 130]
 
 
 def test_decoder_on_every_device(device: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

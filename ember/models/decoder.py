@@ -8,7 +8,8 @@ the device; then one token per step against that cache.
 
 A step writes its key and value into the whole cache (in place) but attends only over the cache's first `attended`
 slots: the filled ones rounded up to a multiple of ATTENDED_GRANULE (`attended_slots`), so a step early in a long
-cache does the attention work of a few hundred slots, not of the cache's length. Within one such bucket every step
+cache does the attention work of a few hundred slots, not of the cache's length (and Gemma-3's sliding-window
+layers read at most window - 1 + ATTENDED_GRANULE slots of those, `window_start`). Within one such bucket every step
 has the same graph structure (the position is a device tensor and the attended slots beyond it are masked), so its
 kernels are compiled once per bucket and its schedule (or `ember.jit` capture) reused for every token of the
 bucket; prompts are padded to a few sizes (generate.py), so their pass is compiled once per size.
@@ -42,6 +43,14 @@ def attended_slots(position: int, length: int) -> int:
     including `position`) rounded up to a multiple of ATTENDED_GRANULE, at most `length`. Each distinct count
     compiles (and `ember.jit` captures) the step once, so the granule trades steps' wasted slots against those."""
     return min(length, -(-(position + 1) // ATTENDED_GRANULE) * ATTENDED_GRANULE)
+
+
+def window_start(attended: int, window: int) -> int:
+    """The first slot the sliding-window layers of a step that attends over `attended` slots (`attended_slots` of
+    its position) read: the start of the window of the earliest position with that count, so the window of every
+    position with it lies inside [window_start, attended), at most window - 1 + ATTENDED_GRANULE slots."""
+    earliest = (attended - 1) // ATTENDED_GRANULE * ATTENDED_GRANULE
+    return max(0, earliest - window + 1)
 
 
 @dataclass(frozen=True)
@@ -159,9 +168,10 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor, pairs_adjacent: bool = False) ->
 @dataclass
 class StepInputs:
     """What every layer of one forward shares, built once per forward: the positions (tokens,), the rotations per
-    RoPE base, which slots each token sees (tokens, slots) for sliding and global layers, and in a decode step the
-    slot being written (1, length, 1) and how many of the cache's first slots the token attends over (`attended`:
-    `visible` covers those; a prompt's pass attends over its own tokens)."""
+    RoPE base, which slots each token sees for sliding (True) and global (False) layers, and in a decode step the
+    slot being written (1, length, 1). A prompt's pass attends over its own tokens; a decode step over the cache's
+    slots [first[sliding], attended) (`visible[sliding]`, of shape (1, attended - first[sliding])): global layers
+    from slot 0, sliding-window layers from `window_start`."""
 
     positions: Tensor
     rotations: dict[float, tuple[Tensor, Tensor]]
@@ -169,26 +179,35 @@ class StepInputs:
     here: Tensor | None
     length: int
     attended: int
+    first: dict[bool, int]
 
     @classmethod
     def build(cls, config: DecoderConfig, positions: Tensor, length: int, prefill: bool,
               factors: Tensor | None = None, attended: int | None = None) -> StepInputs:
-        """With prefill, positions are a prompt's (0..tokens-1); else one step's, attending over the first
-        `attended` slots of the cache (all `length` of them when None)."""
+        """With prefill, positions are a prompt's (0..tokens-1); else one step's, which attends over `attended`
+        slots of the cache: `attended_slots` of its position, or when None all `length` (every layer from slot 0)."""
         tokens = positions.shape[0]
-        attended = tokens if prefill else length if attended is None else attended
-        if not 0 < attended <= length:
-            raise ValueError(f"StepInputs.build: a step attends over 1 to {length} slots (the cache's length), "
-                             f"got {attended}")
+        window = config.sliding_window
+        first = {False: 0, True: 0}
+        if prefill or attended is None:
+            attended = tokens if prefill else length
+        elif not 0 < attended <= length or (attended % ATTENDED_GRANULE and attended != length):
+            raise ValueError(f"StepInputs.build: a step attends over a multiple of {ATTENDED_GRANULE} slots or all "
+                             f"{length} (attended_slots), got {attended}")
+        elif window is not None:
+            first[True] = window_start(attended, window)
         query_positions = positions.reshape(tokens, 1)
         slots = em.arange(attended, device=positions.device)
         visible = slots <= query_positions
-        window = config.sliding_window
-        local = visible if window is None else visible & (slots > query_positions - window)
+        if window is None:
+            local = visible
+        else:
+            local_slots = em.arange(first[True], attended, device=positions.device) if first[True] else slots
+            local = (local_slots <= query_positions) & (local_slots > query_positions - window)
         bases = {config.rope_global_base} if window is None else {config.rope_local_base, config.rope_global_base}
         rotations = {base: rotation(positions, config.head_dim, base, factors) for base in bases}
         here = None if prefill else (em.arange(length, device=positions.device) == positions).reshape(1, length, 1)
-        return cls(positions, rotations, {False: visible, True: local}, here, length, attended)
+        return cls(positions, rotations, {False: visible, True: local}, here, length, attended, first)
 
 
 class DecoderBlock(nn.Module):
@@ -229,8 +248,10 @@ class DecoderBlock(nn.Module):
                 values: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """hidden (tokens, hidden_size) of the tokens at `inputs.positions`. With a cache (keys/values of shape
         (kv_heads, length, head_dim)), one token is written in place at its position and attends to the slots up to
-        it, reading only the cache's first `inputs.attended` slots (views of the cache: no copy); without one (a prompt from position 0), the tokens attend causally to each other and become the first
-        slots of a new cache. Returns the new hidden states and the caches. The residual stream and the inputs of
+        it, reading only the cache's slots [inputs.first[sliding], inputs.attended) (views of the cache: no copy:
+        the slots after the filled ones' bucket, and before a sliding layer's window, are never read); without one (a
+        prompt from position 0), the tokens attend causally to each other and become the first slots of a new
+        cache. Returns the new hidden states and the caches. The residual stream and the inputs of
         the matrix products are stored (`contiguous`): recomputed instead, the stream's chain of norms and sums
         would be repeated for every weight element of the products that read it."""
         config = self.config
@@ -257,9 +278,10 @@ class DecoderBlock(nn.Module):
             # written before the attention reads them: fused into its products instead, the select would be
             # recomputed for every element they read and keep them from running on vectors
             realize(query, attended_keys, attended_values)
-            if inputs.attended < inputs.length:  # the slots after the filled ones' bucket are never read
-                attended_keys = attended_keys[:, :inputs.attended]
-                attended_values = attended_values[:, :inputs.attended]
+            first = inputs.first[self.sliding]
+            if first > 0 or inputs.attended < inputs.length:
+                attended_keys = attended_keys[:, first:inputs.attended]
+                attended_values = attended_values[:, first:inputs.attended]
         visible = inputs.visible[self.sliding]
         group = config.heads // config.kv_heads
         grouped_query = query.reshape(tokens, config.kv_heads, group, config.head_dim).permute(1, 2, 0, 3)
