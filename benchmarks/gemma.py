@@ -5,14 +5,17 @@ Each implementation runs in a process of its own (so its peak resident memory is
 `--rounds` times (alternating: the machine may be shared; the medians are printed), all on `--threads` threads
 (ember's OpenMP kernels, torch, llama.cpp's decode and batch threads), all decoding greedily:
 - decode: tokens per second of the generated tokens after the first, from PROMPT (ember's first step compiles its
-  kernels, the second records them under ember.jit, later ones replay them);
+  kernels, the second records them under ember.jit, later ones replay them), ember's key/value cache of
+  `--cache-length` slots (default: generate's, the prompt and new tokens rounded up to 128; its steps attend over
+  the filled slots rounded up to 128 whatever the length);
 - first token: seconds from the call to the first new token of PROMPT, in a second run;
 - prefill: tokens per second of a 256-token prompt's pass (its second run: 256 / the seconds to its first token);
 - peak RSS, next to the file's size, and the greedy tokens compared with ember float32's (quantized arithmetic may
   differ: the count of leading tokens that agree is printed).
 The load average is printed too.
 
-    python benchmarks/gemma.py [--tokens 16] [--rounds 1] [--threads 2] [--device c] [--skip transformers,llama.cpp]
+    python benchmarks/gemma.py [--tokens 16] [--rounds 1] [--threads 2] [--device c] [--cache-length 2048]
+                               [--skip transformers,llama.cpp]
 """
 
 from __future__ import annotations
@@ -63,12 +66,13 @@ def first_token_seconds(start: Callable[[], Iterator[int]]) -> float:
     return time.perf_counter() - begin
 
 
-def ember_run(path: str, ids: list[int], long_ids: list[int], tokens: int, device: str, quantized: bool) -> dict:
+def ember_run(path: str, ids: list[int], long_ids: list[int], tokens: int, device: str, quantized: bool,
+              cache_length: int | None) -> dict:
     from ember.models.gemma import Gemma3
     from ember.models.generate import generate
 
     model = Gemma3.from_gguf(path, float32_weights=not quantized)
-    rate, chosen = decode(generate(model, ids, max_new_tokens=tokens, device=device))
+    rate, chosen = decode(generate(model, ids, max_new_tokens=tokens, device=device, cache_length=cache_length))
     first = first_token_seconds(lambda: generate(model, ids, max_new_tokens=1, device=device))
     first_token_seconds(lambda: generate(model, long_ids, max_new_tokens=1, device=device))  # compiles its pass
     prefill = first_token_seconds(lambda: generate(model, long_ids, max_new_tokens=1, device=device))
@@ -130,9 +134,9 @@ def llama_run(path: str, ids: list[int], long_ids: list[int], tokens: int, threa
 
 def child(arguments: list) -> dict:
     """One implementation's run (in a process of its own): its figures and its peak resident memory."""
-    name, path, ids, long_ids, tokens, device, threads = arguments
+    name, path, ids, long_ids, tokens, device, threads, cache_length = arguments
     if name.startswith("ember"):
-        result = ember_run(path, ids, long_ids, tokens, device, quantized=name == "ember quantized")
+        result = ember_run(path, ids, long_ids, tokens, device, name == "ember quantized", cache_length)
     elif name == "transformers":
         result = transformers_run(path, ids, long_ids, tokens, threads)
     else:
@@ -172,6 +176,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="runs of each implementation, alternating")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads for every implementation")
     parser.add_argument("--device", default="c", help="ember's device (default c)")
+    parser.add_argument("--cache-length", type=int, default=None,
+                        help="ember's key/value cache slots in the decode run (default: generate's)")
     parser.add_argument("--skip", default="", help="implementations to leave out, comma-separated")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # one run, in a process of its own
     arguments = parser.parse_args()
@@ -198,11 +204,12 @@ def main() -> None:
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for _ in range(arguments.rounds):
         for name in names:
-            runs[name].append(run_child([name, path, ids, long_ids, arguments.tokens, device, arguments.threads],
-                                        arguments.threads))
+            runs[name].append(run_child([name, path, ids, long_ids, arguments.tokens, device, arguments.threads,
+                                         arguments.cache_length], arguments.threads))
     size = os.path.getsize(path)
     print(f"load average {os.getloadavg()[0]:.1f}; {arguments.threads} threads; prompt {PROMPT!r} ({len(ids)} tokens),"
-          f" {arguments.tokens} new; prefill of {len(long_ids)} tokens; {arguments.rounds} round(s), medians")
+          f" {arguments.tokens} new; prefill of {len(long_ids)} tokens; {arguments.rounds} round(s), medians"
+          + (f"; ember's cache {arguments.cache_length} slots" if arguments.cache_length else ""))
     reference = runs.get("ember float32", next(iter(runs.values())))[0]["tokens"]
     print(f"{'':<16} | {'decode tok/s':>12} | {'prefill tok/s':>13} | {'first token s':>13} | {'peak RSS MiB':>12} | "
           f"{'x file':>6} | tokens as ember f32")

@@ -6,6 +6,8 @@ decode step after it must match transformers' logits of the whole sequence at th
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -92,16 +94,20 @@ def write_gguf(path: Path, architecture: str, quantized: bool, seed: int = 0) ->
     return path
 
 
-def reference_logits(path: Path, architecture: str) -> np.ndarray:
-    """transformers' float32 logits (tokens, vocab) of TOKENS from the same file."""
+def reference_model(path: Path, architecture: str) -> Any:
+    """transformers' float32 model of the same file."""
     config = transformers.AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
     config.head_dim = HEAD_DIM  # transformers reads no key_length for some architectures
     if architecture == "gemma3":
         config.sliding_window, config.query_pre_attn_scalar = 3, HEAD_DIM
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, config=config,
-                                                              dtype=torch.float32)
+    return transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, config=config,
+                                                             dtype=torch.float32)
+
+
+def reference_logits(path: Path, architecture: str, tokens: list[int] = TOKENS) -> np.ndarray:
+    """transformers' float32 logits (tokens, vocab) of `tokens` from the same file."""
     with torch.no_grad():
-        return model(torch.tensor([TOKENS])).logits[0].numpy()
+        return reference_model(path, architecture)(torch.tensor([tokens])).logits[0].numpy()
 
 
 def ember_logits(path: Path, device: str) -> np.ndarray:
@@ -116,8 +122,7 @@ def ember_logits(path: Path, device: str) -> np.ndarray:
         last = em.tensor([PROMPT - 1], dtype=em.int64, device=device)
         rows.append(model.prefill(TOKENS[:PROMPT], last, cache).numpy())
         for position in range(PROMPT, len(TOKENS)):
-            position_tensor = em.tensor([position], dtype=em.int64, device=device)
-            rows.append(model.step(TOKENS[position], position_tensor, cache).numpy())
+            rows.append(model.step(TOKENS[position], position, cache).numpy())
     return np.stack(rows)
 
 
@@ -139,6 +144,113 @@ def test_decoder_matches_transformers_on_the_same_gguf_file(architecture: str, q
     actual = ember_logits(path, "c")
     np.testing.assert_allclose(actual, expected, atol=2e-4, rtol=1e-3)
     assert (actual.argmax(-1) == expected.argmax(-1)).all()
+
+
+# a prompt that ends just before the first edge of the steps' attended slots (ATTENDED_GRANULE), steps after it
+LONG_PROMPT = 124
+LONG_TOKENS = [int(token) for token in np.random.default_rng(7).integers(3, VOCAB, size=LONG_PROMPT + 10)]
+LONG_CACHE = 1024
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("architecture", ["llama", "qwen2", "qwen3", "gemma3"])
+def test_steps_over_a_long_cache_match_transformers_across_attended_buckets(architecture: str, jit: bool,
+                                                                          tmp_path: Path) -> None:
+    """Decode steps in a cache of LONG_CACHE slots attend over the filled slots rounded up to ATTENDED_GRANULE: the
+    logits of steps on both sides of a bucket's edge (positions 124..133, buckets of 128 and 256 slots) are
+    transformers' logits of the whole sequence; under ember.jit the model keeps one capture per bucket."""
+    from ember.models.decoder import ATTENDED_GRANULE, Decoder, KVCache
+
+    assert LONG_PROMPT < ATTENDED_GRANULE < len(LONG_TOKENS) - 1
+    path = write_gguf(tmp_path / f"{architecture}.gguf", architecture, quantized=False)
+    expected = reference_logits(path, architecture, LONG_TOKENS)[LONG_PROMPT - 1:]
+    model = Decoder.from_gguf(path)
+    model.on_device("c")
+    cache = KVCache(model.config, LONG_CACHE, "c")
+    with em.no_grad():
+        last = em.tensor([LONG_PROMPT - 1], dtype=em.int64, device="c")
+        rows = [model.prefill(LONG_TOKENS[:LONG_PROMPT], last, cache).numpy()]
+        for position in range(LONG_PROMPT, len(LONG_TOKENS)):
+            rows.append(model.step(LONG_TOKENS[position], position, cache, jit=jit).numpy())
+    np.testing.assert_allclose(np.stack(rows), expected, atol=2e-4, rtol=1e-3)
+    if jit:
+        assert sorted(model._jitted_steps) == [(LONG_CACHE, 128, cache.device), (LONG_CACHE, 256, cache.device)]
+        # 4 steps in the first bucket (a capture after two eager calls), 6 in the second (likewise)
+        assert [(decode.captures, decode.replays) for decode in model._jitted_steps.values()] == [(1, 2), (1, 4)]
+    else:
+        assert not model._jitted_steps
+
+
+@pytest.mark.parametrize("cache_length", [2048, 200])
+def test_generate_with_a_long_cache_chooses_transformers_greedy_tokens(cache_length: int, tmp_path: Path) -> None:
+    """generate() with a long cache (jitted steps crossing from 128 attended slots to 256, or to all 200 of a cache
+    whose length is no multiple of 128) continues a prompt with transformers' greedy tokens, on Gemma-3's
+    architecture."""
+    from ember.models.decoder import Decoder
+    from ember.models.generate import generate
+
+    path = write_gguf(tmp_path / "gemma3.gguf", "gemma3", quantized=False, seed=3)
+    prompt = LONG_TOKENS[:LONG_PROMPT]
+    reference = reference_model(path, "gemma3")
+    with torch.no_grad():
+        output = reference.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, min_new_tokens=12)
+    expected = output[0, LONG_PROMPT:].tolist()
+    model = Decoder.from_gguf(path)
+    assert list(generate(model, prompt, max_new_tokens=12, device="c", cache_length=cache_length)) == expected
+    assert sorted(attended for _, attended, _ in model._jitted_steps) == [128, min(256, cache_length)]
+
+
+def step_flops(model: Any, cache: Any, token: int, position: int) -> int:
+    """The arithmetic of one eager decode step's kernels but the writes into the cache (a select over the whole
+    cache, by design): what each layer's realize of its query computes (the layer before it: attention, MLP) and
+    what the logits' graph computes (the last layer's attention and MLP, the output projection)."""
+    from ember.models import decoder
+    from ember.scheduler.kernelize import kernelize
+    from ember.scheduler.program import Launch
+
+    def flops(tensor: Any) -> int:
+        return sum(item.kernel.flops for item in kernelize([tensor.node]) if isinstance(item, Launch))
+
+    counted: list[int] = []
+
+    def counting_realize(*tensors: Any) -> None:
+        counted.append(flops(tensors[0]))  # a layer's query (its own products of the normed stream and before)
+        realize(*tensors)
+
+    realize = decoder.realize
+    with pytest.MonkeyPatch.context() as patch, em.no_grad():
+        patch.setattr(decoder, "realize", counting_realize)
+        logits = model.step(token, position, cache)
+        counted.append(flops(logits))
+    logits.realize()
+    assert len(counted) == model.config.layers + 1
+    return sum(counted)
+
+
+@pytest.mark.parametrize("architecture", ["llama", "gemma3"])
+def test_a_step_in_a_long_cache_does_the_attention_work_of_its_bucket(architecture: str, tmp_path: Path) -> None:
+    """A decode step at position 10 of a 2048-slot cache computes exactly what it computes in a 128-slot cache (its
+    attention reads 128 slots, not 2048), and less than a step at position 130 (256 slots). The tiny Gemma-3's
+    layers all slide (window 3): a step at position 1000 reads slots 894..1023 of the 1024 filled ones' bucket,
+    as many as one at 130 reads (126..255), so it computes exactly as much; Llama's global layers read 1024."""
+    from ember.models.decoder import Decoder, KVCache
+
+    path = write_gguf(tmp_path / f"{architecture}.gguf", architecture, quantized=False)
+    model = Decoder.from_gguf(path)
+    model.on_device("c")
+    tokens = [int(token) for token in np.random.default_rng(8).integers(3, VOCAB, size=1001)]
+    work = {}
+    for length, position in ((128, 10), (2048, 10), (2048, 130), (2048, 1000)):
+        cache = KVCache(model.config, length, "c")
+        with em.no_grad():
+            model.prefill(tokens[:position], em.tensor([position - 1], dtype=em.int64, device="c"), cache)
+        work[length, position] = step_flops(model, cache, tokens[position], position)
+    assert work[2048, 10] == work[128, 10] < work[2048, 130]
+    if architecture == "gemma3":
+        assert all(model.config.is_sliding(layer) for layer in range(LAYERS))
+        assert work[2048, 1000] == work[2048, 130]
+    else:
+        assert work[2048, 1000] > work[2048, 130]
 
 
 def test_decoder_on_every_device(device: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

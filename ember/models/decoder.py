@@ -6,9 +6,13 @@ embedding scale, sliding-window layers and soft-capping (Gemma-3), llama-3's RoP
 separate output projection. A prompt is run in one pass (causal mask) that fills a fixed-size key/value cache on
 the device; then one token per step against that cache.
 
-Each step has the same graph structure (the position is a device tensor, the cache has a fixed length and the
-keys beyond the position are masked), so its kernels are compiled once and the schedule is reused for every token;
-prompts are padded to a few sizes (generate.py), so their pass is compiled once per size.
+A step writes its key and value into the whole cache (in place) but attends only over the cache's first `attended`
+slots: the filled ones rounded up to a multiple of ATTENDED_GRANULE (`attended_slots`), so a step early in a long
+cache does the attention work of a few hundred slots, not of the cache's length (and Gemma-3's sliding-window
+layers read at most window - 1 + ATTENDED_GRANULE slots of those, `window_start`). Within one such bucket every step
+has the same graph structure (the position is a device tensor and the attended slots beyond it are masked), so its
+kernels are compiled once per bucket and its schedule (or `ember.jit` capture) reused for every token of the
+bucket; prompts are padded to a few sizes (generate.py), so their pass is compiled once per size.
 """
 
 from __future__ import annotations
@@ -31,6 +35,22 @@ from ember.nn.quantized import QuantizedEmbedding, QuantizedLinear
 
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
+ATTENDED_GRANULE = 128  # a decode step attends over the filled slots rounded up to a multiple of this
+
+
+def attended_slots(position: int, length: int) -> int:
+    """How many slots of a cache of `length` a decode step at `position` attends over: the filled ones (up to and
+    including `position`) rounded up to a multiple of ATTENDED_GRANULE, at most `length`. Each distinct count
+    compiles (and `ember.jit` captures) the step once, so the granule trades steps' wasted slots against those."""
+    return min(length, -(-(position + 1) // ATTENDED_GRANULE) * ATTENDED_GRANULE)
+
+
+def window_start(attended: int, window: int) -> int:
+    """The first slot the sliding-window layers of a step that attends over `attended` slots (`attended_slots` of
+    its position) read: the start of the window of the earliest position with that count, so the window of every
+    position with it lies inside [window_start, attended), at most window - 1 + ATTENDED_GRANULE slots."""
+    earliest = (attended - 1) // ATTENDED_GRANULE * ATTENDED_GRANULE
+    return max(0, earliest - window + 1)
 
 
 @dataclass(frozen=True)
@@ -148,28 +168,46 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor, pairs_adjacent: bool = False) ->
 @dataclass
 class StepInputs:
     """What every layer of one forward shares, built once per forward: the positions (tokens,), the rotations per
-    RoPE base, which slots each token sees (tokens, slots) for sliding and global layers, and in a decode step the
-    slot being written (1, length, 1)."""
+    RoPE base, which slots each token sees for sliding (True) and global (False) layers, and in a decode step the
+    slot being written (1, length, 1). A prompt's pass attends over its own tokens; a decode step over the cache's
+    slots [first[sliding], attended) (`visible[sliding]`, of shape (1, attended - first[sliding])): global layers
+    from slot 0, sliding-window layers from `window_start`."""
 
     positions: Tensor
     rotations: dict[float, tuple[Tensor, Tensor]]
     visible: dict[bool, Tensor]
     here: Tensor | None
     length: int
+    attended: int
+    first: dict[bool, int]
 
     @classmethod
     def build(cls, config: DecoderConfig, positions: Tensor, length: int, prefill: bool,
-              factors: Tensor | None = None) -> StepInputs:
+              factors: Tensor | None = None, attended: int | None = None) -> StepInputs:
+        """With prefill, positions are a prompt's (0..tokens-1); else one step's, which attends over `attended`
+        slots of the cache: `attended_slots` of its position, or when None all `length` (every layer from slot 0)."""
         tokens = positions.shape[0]
-        slots = em.arange(tokens if prefill else length, device=positions.device)
-        query_positions = positions.reshape(tokens, 1)
-        visible = slots <= query_positions
         window = config.sliding_window
-        local = visible if window is None else visible & (slots > query_positions - window)
+        first = {False: 0, True: 0}
+        if prefill or attended is None:
+            attended = tokens if prefill else length
+        elif not 0 < attended <= length or (attended % ATTENDED_GRANULE and attended != length):
+            raise ValueError(f"StepInputs.build: a step attends over a multiple of {ATTENDED_GRANULE} slots or all "
+                             f"{length} (attended_slots), got {attended}")
+        elif window is not None:
+            first[True] = window_start(attended, window)
+        query_positions = positions.reshape(tokens, 1)
+        slots = em.arange(attended, device=positions.device)
+        visible = slots <= query_positions
+        if window is None:
+            local = visible
+        else:
+            local_slots = em.arange(first[True], attended, device=positions.device) if first[True] else slots
+            local = (local_slots <= query_positions) & (local_slots > query_positions - window)
         bases = {config.rope_global_base} if window is None else {config.rope_local_base, config.rope_global_base}
         rotations = {base: rotation(positions, config.head_dim, base, factors) for base in bases}
-        here = None if prefill else (slots == positions).reshape(1, length, 1)
-        return cls(positions, rotations, {False: visible, True: local}, here, length)
+        here = None if prefill else (em.arange(length, device=positions.device) == positions).reshape(1, length, 1)
+        return cls(positions, rotations, {False: visible, True: local}, here, length, attended, first)
 
 
 class DecoderBlock(nn.Module):
@@ -210,8 +248,10 @@ class DecoderBlock(nn.Module):
                 values: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """hidden (tokens, hidden_size) of the tokens at `inputs.positions`. With a cache (keys/values of shape
         (kv_heads, length, head_dim)), one token is written in place at its position and attends to the slots up to
-        it; without one (a prompt from position 0), the tokens attend causally to each other and become the first
-        slots of a new cache. Returns the new hidden states and the caches. The residual stream and the inputs of
+        it, reading only the cache's slots [inputs.first[sliding], inputs.attended) (views of the cache: no copy:
+        the slots after the filled ones' bucket, and before a sliding layer's window, are never read); without one (a
+        prompt from position 0), the tokens attend causally to each other and become the first slots of a new
+        cache. Returns the new hidden states and the caches. The residual stream and the inputs of
         the matrix products are stored (`contiguous`): recomputed instead, the stream's chain of norms and sums
         would be repeated for every weight element of the products that read it."""
         config = self.config
@@ -238,6 +278,10 @@ class DecoderBlock(nn.Module):
             # written before the attention reads them: fused into its products instead, the select would be
             # recomputed for every element they read and keep them from running on vectors
             realize(query, attended_keys, attended_values)
+            first = inputs.first[self.sliding]
+            if first > 0 or inputs.attended < inputs.length:
+                attended_keys = attended_keys[:, first:inputs.attended]
+                attended_values = attended_values[:, first:inputs.attended]
         visible = inputs.visible[self.sliding]
         group = config.heads // config.kv_heads
         grouped_query = query.reshape(tokens, config.kv_heads, group, config.head_dim).permute(1, 2, 0, 3)
@@ -293,7 +337,8 @@ class Decoder(nn.Module):
         self.register_buffer("rope_factors", _plain_vector(weights["rope_freqs.weight"])
                              if "rope_freqs.weight" in weights else None)
         self.float32_weights = False
-        self._jitted_steps: dict[tuple[int, str], Any] = {}  # em.jit(self._decode) by cache length and device
+        # em.jit(self._decode) by cache length, attended slots (`attended_slots`) and device
+        self._jitted_steps: dict[tuple[int, int, str], Any] = {}
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str], float32_weights: bool = False) -> Decoder:
@@ -347,8 +392,8 @@ class Decoder(nn.Module):
         scale = self.config.embedding_scale
         return (embedded if scale is None else embedded * scale).contiguous()
 
-    def _inputs(self, positions: Tensor, length: int, prefill: bool) -> StepInputs:
-        return StepInputs.build(self.config, positions, length, prefill, self.rope_factors)
+    def _inputs(self, positions: Tensor, length: int, prefill: bool, attended: int | None = None) -> StepInputs:
+        return StepInputs.build(self.config, positions, length, prefill, self.rope_factors, attended)
 
     def prefill(self, tokens: Sequence[int], last: Tensor, cache: KVCache) -> Tensor:
         """Run a prompt (positions 0.., padded by the caller to a size whose kernels are reused) in one pass: fills the
@@ -371,27 +416,36 @@ class Decoder(nn.Module):
         chosen = (positions == last).reshape(len(tokens), 1)
         return self._logits(em.where(chosen, hidden, 0.0).sum(0, keepdim=True))
 
-    def step(self, token: int, position: Tensor, cache: KVCache, jit: bool = False) -> Tensor:
-        """The logits (vocab_size,) after the token at `position` (a 1-element device tensor); writes the token's keys
-        and values into the (prefilled) cache in place.
+    def step(self, token: int, position: int, cache: KVCache, jit: bool = False) -> Tensor:
+        """The logits (vocab_size,) after the token at `position`; writes the token's keys and values into the
+        (prefilled) cache in place and attends over the cache's first `attended_slots(position, cache.length)`
+        slots (the filled ones rounded up to ATTENDED_GRANULE), so the step's kernels are those of its bucket.
 
-        With jit the step runs under `ember.jit`, one capture per cache length and device kept by the model: its
-        first two calls run eagerly, later ones replay the recorded kernels (no graph is built); the logits then
-        live in the capture's buffers and are overwritten by the next step."""
+        With jit the step runs under `ember.jit`, one capture per cache length, attended slots and device kept by
+        the model: its first two calls run eagerly, later ones replay the recorded kernels (no graph is built); the
+        logits then live in the capture's buffers and are overwritten by the next step."""
         if len(cache.keys) != self.config.layers:
             raise ValueError(f"{type(self).__name__}.step: the cache is empty; start with prefill")
+        if not isinstance(position, int) or not 0 <= position < cache.length:
+            raise ValueError(f"{type(self).__name__}.step: position must be an int in [0, {cache.length}) (the "
+                             f"cache's slots), got {position!r}")
         hidden = self._embed([token], cache.device)
+        position_tensor = em.tensor([position], dtype=em.int64, device=cache.device)
+        attended = attended_slots(position, cache.length)
         if not jit:
-            return self._decode(hidden, position, cache.keys, cache.values)
-        realize(hidden, position)  # outside the replay: the row is read from the mapped file, uploaded each step
-        decode = self._jitted_steps.get((cache.length, cache.device))
+            return self._decode(hidden, position_tensor, cache.keys, cache.values, attended)
+        realize(hidden, position_tensor)  # outside the replay: the row is read from the mapped file, uploaded
+        decode = self._jitted_steps.get((cache.length, attended, cache.device))
         if decode is None:
-            decode = self._jitted_steps[cache.length, cache.device] = em.jit(self._decode, recapture=False)
-        return decode(hidden, position, cache.keys, cache.values)
+            decode = em.jit(self._decode, recapture=False)
+            self._jitted_steps[cache.length, attended, cache.device] = decode
+        return decode(hidden, position_tensor, cache.keys, cache.values, attended)
 
-    def _decode(self, hidden: Tensor, position: Tensor, keys: list[Tensor], values: list[Tensor]) -> Tensor:
-        """One decode step from the token's embedding (1, hidden_size); the caches are changed in place."""
-        inputs = self._inputs(position, keys[0].shape[1], prefill=False)
+    def _decode(self, hidden: Tensor, position: Tensor, keys: list[Tensor], values: list[Tensor],
+                attended: int) -> Tensor:
+        """One decode step from the token's embedding (1, hidden_size), attending over the caches' first `attended`
+        slots; the caches are changed in place."""
+        inputs = self._inputs(position, keys[0].shape[1], prefill=False, attended=attended)
         for block, layer_keys, layer_values in zip(self.blocks, keys, values):
             hidden, _, _ = block(hidden, inputs, layer_keys, layer_values)
         return self._logits(hidden)

@@ -110,7 +110,7 @@ def generate(
             yield token
             if token in stop_ids or position == len(prompt_ids) + max_new_tokens - 1:
                 return
-            logits = model.step(token, em.tensor([position], dtype=em.int64, device=device), cache, jit=jit)
+            logits = model.step(token, position, cache, jit=jit)
 
 
 def prompt_size(tokens: int) -> int:
