@@ -21,6 +21,9 @@ from ember.core.walk import post_order
 from ember.incremental import affine, write
 from ember.incremental.region import Region
 from ember.incremental.restrict import restrict
+from ember.core.errors import ArgumentError
+from ember.incremental import runner as runner_module
+from ember.incremental.position_replay import PositionReplay, fit, within
 from ember.incremental.runner import IncrementalGraph
 from ember.scheduler import compile_cache, shape_classes
 from ember.testing.reference import ReferenceTensor
@@ -267,7 +270,8 @@ def test_decoding_compiles_nothing_after_the_first_two_positions(device: str, sm
         assert_close(row, expected[position])  # (causal: the full sequence's row is the prefix's)
     # with views a box grows back to where the pool may view (aligned_box): rows of 11 logits start at 4 residues
     # modulo c's 4-float alignment, boxes of 1 to 4 rows, whose classes the first positions of each residue make
-    settled = 2 if small_buffer else 10
+    # (each kept value's kernels classes of their own, and its rows stored apart from the products reading them)
+    settled = 2 if small_buffer else 12
     assert compiles[0] > 0 and compiles[settled:] == [0] * (steps - settled), compiles
 
 
@@ -350,3 +354,68 @@ def test_decoding_plans_and_restricts_only_the_first_positions(device: str) -> N
     assert planned[settled:] == [planned[settled]] * (steps - settled), planned
     assert restricts[settled:] == [restricts[settled]] * (steps - settled), restricts
     assert graph.from_family >= steps - settled
+
+
+# ---- replaying a family's recompute at new positions ---------------------------------------------------------
+
+
+def decode_rows(device: str, capacity: int, prompt: int, steps: int, seed: int, write_rows: bool) -> IncrementalGraph:
+    """Decode `steps` tokens after the prompt, each row checked against torch's full block; the tokens written by
+    setitem or by `IncrementalGraph.write` (alternately where `write_rows`)."""
+    ids, tokens, graph, expected = decoding_setup(device, capacity, prompt, seed)
+    for step, position in enumerate(range(prompt, prompt + steps)):
+        if write_rows and step % 2:
+            changed = graph.write(tokens, position, int(ids[position]))
+        else:
+            tokens[position] = int(ids[position])
+            changed = Region.from_index((capacity,), position)
+        logits = graph.update({tokens: changed}, needed=[Region.from_index((capacity, VOCABULARY), position)])[0]
+        assert_close(logits.numpy()[position], expected[position])
+    return graph
+
+
+def test_decoding_replays_its_family_at_new_positions(device: str) -> None:
+    """After a family's first positions (recorded), each decode step at a position not seen before runs the
+    family's replay (position_replay.py: sizes, view offsets and temporaries affine in the position): no graph,
+    schedule or compile-cache work, and torch's logits at every position."""
+    steps = 26
+    graph = decode_rows(device, capacity=40, prompt=2, steps=steps, seed=11, write_rows=True)
+    assert graph.position_replayed >= steps - 8, (graph.position_replayed, graph.planned, graph.from_family)
+    replay = next(state for _, state in graph.position_replays.values() if isinstance(state, PositionReplay))
+    assert replay.low <= replay.high and not replay.run(replay.high + 1, lambda leaf: None)  # (outside its range)
+
+
+def test_a_family_whose_range_is_not_certified_is_recomputed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the scheduler's decisions on a family's graphs do not hold over a range of positions (here: as if a
+    pass pinned its affine values), no replay is made: every step recomputes through the ordinary path."""
+    monkeypatch.setattr(runner_module, "certified_interval", lambda *arguments: None)
+    graph = decode_rows("c", capacity=24, prompt=2, steps=12, seed=3, write_rows=False)
+    assert graph.position_replayed == 0 and graph.from_family >= 6
+
+
+def test_write_stores_the_indexed_box_like_setitem(device: str) -> None:
+    """IncrementalGraph.write gives what setitem gives (numpy is the truth: ints, slices, a broadcast value), in
+    place, and the box it returns is the one update takes; an input it does not have is refused."""
+    values = np.arange(30, dtype=np.float32).reshape(6, 5)
+    x = em.tensor(values, device=device)
+    graph = IncrementalGraph([(x * 2).sum(1)], [x])
+    expected = values.copy()
+    for index, value in ((2, np.full(5, -1.0, np.float32)), ((slice(1, 3), slice(0, 2)), 7.0),
+                         ((4, slice(3, 5)), np.array([8.0, 9.0], np.float32))):
+        box = graph.write(x, index, value if np.ndim(value) == 0 else em.tensor(value, device=device))
+        expected[index] = value
+        assert box == Region.from_index(x.shape, index)
+        assert_close(graph.update({x: box})[0].numpy(), (expected * 2).sum(1))
+        assert_close(x.numpy(), expected)
+    with pytest.raises(ArgumentError, match="not one of the inputs"):
+        graph.write(em.tensor(values, device=device), 0, 1.0)
+
+
+def test_lines_through_positions_and_their_ranges() -> None:
+    assert fit([10, 12, 14], [1, 2, 3]) == (8, 2) and fit([5, 5, 5], [0, 4, 9]) == (5, 0)
+    assert fit([1, 2, 4], [0, 1, 2]) is None  # (not on a line: a quadratic size)
+    assert fit([1, 2, 3], [0, 2, 4]) is None  # (a slope of 1/2)
+    assert within((3, 1), 0, 10, -100, 100) == (-3, 7)
+    assert within((10, -2), 0, 4, 0, 100) == (3, 5)
+    low, high = within((3, 0), 4, 10, 0, 5)
+    assert low > high

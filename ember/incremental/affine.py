@@ -106,6 +106,16 @@ def parts(value: Any) -> tuple[int, int]:
     return value, 0
 
 
+def parts_of(value: Any) -> Any:
+    """`value` (ints, Affines, or tuples of them) at t = 0, recording nothing: for decisions that change no
+    result (where to store a value), which a family's graphs take once, at t = 0, for all its positions."""
+    if type(value) is Affine:
+        return int.__int__(value)
+    if type(value) is tuple:
+        return tuple(parts_of(item) for item in value)
+    return value
+
+
 def at(value: Any, t: int) -> int:
     """The value of an int or an Affine at `t`."""
     if type(value) is Affine:

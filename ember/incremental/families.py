@@ -43,6 +43,9 @@ class Family:
     high: int
     plan: Plan
     graphs: list[Node]
+    # the part of [low, high] over which the scheduler's decisions on `graphs` hold, () where none does, None
+    # until worked out (position_replay.certified_interval)
+    certified: tuple[int, ...] | None = None
 
     def parameter(self, bounds: Sequence[int]) -> int | None:
         """The t at which the family's inputs are `bounds`, or None where they are not its inputs at any t of it."""

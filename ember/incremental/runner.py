@@ -3,6 +3,7 @@ regions of its inputs recompute only the dirty elements that are needed, written
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,12 +16,14 @@ from ember.core.ops import Op
 from ember.core.tensor import Tensor
 from ember.core.walk import post_order
 from ember.incremental import affine, write
-from ember.incremental.families import Description, Families, describe, instantiate
+from ember.incremental.families import Description, Families, Family, describe, instantiate
+from ember.incremental.position_replay import PositionReplay, certified_interval
 from ember.incremental.propagate import Boxes, _narrow, propagate_boxes, union
 from ember.incremental.region import Region
 from ember.incremental.restrict import restrict, source_boxes
 from ember.incremental.static_bounds import is_static
 from ember.incremental.write import aligned_box, write_box
+from ember.core.indexing import _value_tensor, broadcast_value
 from ember.scheduler import profile, shape_classes
 from ember.scheduler.buffers import Buffer, buffer_of
 from ember.scheduler.kernelize import find_boundaries, kernelize
@@ -32,6 +35,9 @@ from ember.scheduler.program import CommandProgram, Launch, LaunchBinding
 
 LEAF_OPS = (Op.BUFFER, Op.CONST, Op.ARANGE)
 MAX_CACHED = 256  # plans and restricted graphs kept (per graph) before the caches start over
+RECORDED_POSITIONS = 3  # positions of a family recorded before its replay at any position is made
+GRAPH_NUMBERS = itertools.count()
+MAX_RECORDED_POSITIONS = 8  # positions recorded at most, while the last three's launches still differ
 
 Plan = tuple[list[tuple[Node, Region]], dict[Node, "Boxes"]]
 
@@ -69,6 +75,7 @@ class IncrementalGraph:
         for tensor in inputs:
             tensor.realize()
         self.count_flops = count_flops
+        self.number = next(GRAPH_NUMBERS)  # (its kernels' shape-class scopes: ids are reused once a graph is gone)
         # an output that is already a value (an input itself) is copied, so that it is a value of its own
         roots = [Node(Op.CONTIGUOUS, (tensor.node,), None, tensor.shape, tensor.dtype) if tensor.node.realized
                  else tensor.node for tensor in outputs]
@@ -106,6 +113,29 @@ class IncrementalGraph:
         self.from_family = 0  # updates whose plan was a family's, at a new position
         self.restricts = 0  # restricted graphs built (a family's are built once for all its positions)
         self.restricted: dict[tuple[Node, Region], tuple[Node, int | None]] = {}  # (graph, t where affine)
+        self.family_at: tuple[Family, int] | None = None  # the family the last new plan came from, and its t
+        # per family (by id, with the family held): its replay at any position, the recordings (t, Replay) it is
+        # made from, or None where it cannot be made (position_replay.py)
+        self.position_replays: dict[int, tuple[Family, PositionReplay | list[tuple[int, Replay]] | None]] = {}
+        self.position_replayed = 0  # updates at a new position run by a family's replay (no graph built)
+
+    def write(self, tensor: Tensor, index: Any, value: Any) -> Region:
+        """`tensor[index] = value` for one of the inputs, written in place: one kernel stores the value into the
+        indexed box of the input's buffer (write.write_box), where setitem's select reads and writes every element
+        of it (a decode step's row of a 512 x 512 buffer: 0.06 against 0.5 ms). Returns the box, for `update`. The
+        index is basic (ints and slices of step 1); the value broadcasts to the indexed shape, as in setitem."""
+        if id(tensor) not in self.inputs:
+            raise ArgumentError(f"IncrementalGraph.write: the {tensor.shape} tensor is not one of the inputs given")
+        region = Region.from_index(tensor.shape, index)
+        if region.is_empty:
+            return region
+        shape = tuple(end - start for start, end in region.ranges)
+        indexed = tensor[index].shape  # (the shape setitem would broadcast the value to)
+        source = broadcast_value(_value_tensor(tensor, value), indexed).reshape(shape)
+        with shape_classes.by_class((self.number, "write")):  # (where the box is a select: its offsets at launch)
+            tensor.realize()
+            write_box(tensor, region, source.node)
+        return region
 
     def update(self, changed: Mapping[Tensor, Region], needed: Sequence[Region | None] | None = None) -> list[Tensor]:
         """Recompute after the given regions of inputs changed; returns `outputs`. `needed` (one region or None per
@@ -138,15 +168,20 @@ class IncrementalGraph:
                 self.plans.clear()
                 self.replays.clear()
                 self.families.clear()
+                self.position_replays.clear()
             self.plans[key] = plan
         recompute, self.invalid = plan
         self.last_flops = sum(kernel_flops([self._restricted(node, box)]) for node, box in recompute) \
             if self.count_flops else 0
         replay = self.replays.get(key)
-        if not seen_before or CONTEXT.get().recorder is not None:
-            # a plan's first run (a decode step at a new position may never come again), or inside an ember.jit
-            # capture, whose recorder takes the launches
+        if CONTEXT.get().recorder is not None:  # inside an ember.jit capture, whose recorder takes the launches
             self._recompute(recompute)
+        elif not seen_before:
+            # a plan's first run (a decode step at a new position may never come again): its family's replay at
+            # this position, or recorded towards one
+            found, self.family_at = self.family_at, None
+            if found is None or not self._at_new_position(recompute, *found):
+                self._recompute(recompute)
         elif replay is not None and self._run_replay(replay):
             self.replayed += 1
         else:  # a plan that repeats: record it (the replay keeps its temporaries)
@@ -157,12 +192,62 @@ class IncrementalGraph:
                 self.replays[key] = replay
         return self.outputs
 
+    def _at_new_position(self, recompute: list[tuple[Node, Region]], family: Family, t: int) -> bool:
+        """Run a new position's recompute through its family's replay, or record it towards one (the first
+        RECORDED_POSITIONS positions of a family); False (nothing run) where neither applies."""
+        entry = self.position_replays.get(id(family))
+        state = None if entry is None or entry[0] is not family else entry[1]
+        if entry is None or entry[0] is not family:
+            state = []
+            self.position_replays[id(family)] = (family, state)
+        if isinstance(state, PositionReplay):
+            if not self._inputs_realized() or self._values_moved(state.value_buffers):
+                return False
+            if state.run(t, lambda leaf: buffer_of(self.leaf_inputs[leaf].node)):
+                self.position_replayed += 1
+                return True
+            return False
+        if state is None:
+            return False
+        recorded = self._record(recompute)  # (runs it)
+        if recorded is None:
+            self.position_replays[id(family)] = (family, None)
+            return True
+        state.append((t, recorded))
+        if len(state) < RECORDED_POSITIONS:
+            return True
+        if family.certified is None:
+            family.certified = certified_interval(family.graphs, self.stops, self._current, family.low,
+                                                  family.high) or ()
+        replay = self._position_replay(family.certified, state[-RECORDED_POSITIONS:])
+        if replay is not None or not family.certified or len(state) >= MAX_RECORDED_POSITIONS:
+            if replay is None:
+                profile.debug_print(1, "  incremental: no replay at new positions (the scheduler's decisions on "
+                                       "the family's graphs hold at one position only, or its launches differ)")
+            self.position_replays[id(family)] = (family, replay)
+        else:  # (a kernel met at the first positions joined a shape class later: record the next ones)
+            del state[:-RECORDED_POSITIONS + 1]
+        return True
+
+    @staticmethod
+    def _position_replay(certified: tuple[int, ...], recordings: list[tuple[int, Replay]]) -> PositionReplay | None:
+        """The replay at any position of the family's certified range made from these recordings, or None."""
+        if not certified or any(
+                any(now is not before for now, before in zip(replay.value_buffers, recordings[0][1].value_buffers))
+                for _, replay in recordings):
+            return None  # (no certified range, or a kept value moved between the recordings)
+        low, high = certified
+        replay = PositionReplay.make(recordings, low, high)
+        if replay is not None:
+            replay.value_buffers = recordings[0][1].value_buffers
+        return replay
+
     def _recompute(self, recompute: list[tuple[Node, Region]]) -> None:
         """Build each box's restricted graph and write it into its kept value (graph, schedule, launches). The
         kernels compile by shape class: a box's offsets, and the length of a causal prefix it reads, are read at
         launch, so the same boxes at another position (the next decode step) launch the kernels compiled before."""
-        with shape_classes.by_class():
-            for node, box in recompute:
+        for node, box in recompute:  # (each kept value's kernels classes of their own)
+            with shape_classes.by_class((self.number, id(node))):
                 write_box(self.values[node], box, self._restricted(node, box))
 
     def _record(self, recompute: list[tuple[Node, Region]]) -> Replay | None:
@@ -223,6 +308,7 @@ class IncrementalGraph:
         """The plan of an update not seen before: a family's at these inputs (a decode step at a new position), else
         worked out, over a range of positions where the inputs moved by a step from the last update's. A family's
         plan comes with the restricted graph of each box (entered in `self.restricted` with its t)."""
+        self.family_at = None
         inputs = (leaf_changes, wanted, self.invalid)
         description = describe(inputs, self.kept, tuple(self._alignment(node) for node in self.kept))
         previous, self.previous = self.previous, description
@@ -240,6 +326,7 @@ class IncrementalGraph:
         if found is None:
             return self._plan(*inputs)
         family, t = found
+        self.family_at = found
         plan = instantiate(family.plan, t)
         if len(self.restricted) + len(plan[0]) > MAX_CACHED:
             self.restricted.clear()
@@ -276,9 +363,11 @@ class IncrementalGraph:
         return not any(dirty.get(other) for other in self.values if other is not node)
 
     def _restrict(self, node: Node, box: Region) -> Node:
-        """restrict(node, box) over the template's nodes, reading the kept values and inputs."""
+        """restrict(node, box) over the template's nodes, reading the kept values and inputs; a small slice of one
+        that a contraction broadcasts (a decode step's row into a matrix product) is stored first (`_stored_rows`)."""
         self.restricts += 1
-        return restrict(node, box, lambda source: source if source is not node and source in self.stops else None)
+        graph = restrict(node, box, lambda source: source if source is not node and source in self.stops else None)
+        return _stored_rows(graph, self.stops)
 
     def _restricted(self, node: Node, box: Region) -> Node:
         """restrict(node, box) reading the kept values and inputs as they are now: built once per (node, box) over
@@ -354,6 +443,52 @@ class IncrementalGraph:
             boxes[1] = _narrow(box, node.srcs[0], (0, 0))
             boxes[2] = _narrow(box, node.srcs[0], (1, 1))
         return boxes
+
+
+ROW_BROADCAST = 8  # an expand this many times a slice's size or more makes a slice of a kept value stored
+
+
+def _stored_rows(graph: Node, stops: set[Node]) -> Node:
+    """The restricted graph with the operand of each broadcast by ROW_BROADCAST times or more (through reshapes
+    and permutes: a decode step's row into a matrix product) read through a CONTIGUOUS, where it is computed or a
+    slice of a kept value: stored as a small buffer of its own, the product kernel reading it has no offset that
+    moves with the position, so it compiles for its sizes (tiled and vectorized, once for every position) instead
+    of as a shape class's member (untiled); only the operand's kernel is a member."""
+    broadcast: set[Node] = set()
+    slices: set[Node] = set()
+    nodes = post_order([graph], lambda current: () if current in stops else current.srcs)
+    for node in nodes:  # (sizes at t = 0 of a family's graph, unrecorded: a store changes no value, only kernels)
+        if node.op is Op.EXPAND and _elements(node) >= ROW_BROADCAST * _elements(node.srcs[0]):
+            source = node.srcs[0]
+            while source.op in (Op.RESHAPE, Op.PERMUTE) and source not in stops:
+                source = source.srcs[0]
+            if source not in stops and source.srcs and source.op is not Op.CONTIGUOUS:
+                broadcast.add(source)
+        elif node.op is Op.SHRINK and node.srcs[0] in stops and all(
+                end - start == 1 or (start, end) == (0, size) for (start, end), size in
+                zip(affine.parts_of(node.arg), affine.parts_of(node.srcs[0].shape))):
+            slices.add(node)  # (a row of a kept value: one index on each axis it slices, a decode step's position)
+    if not broadcast:
+        return graph
+    broadcast |= slices  # (also the rows a product's epilogue adds: a residual stream's)
+    copies: dict[Node, Node] = {}
+    for node in nodes:
+        if node in stops or not node.srcs:
+            copies[node] = node
+            continue
+        sources = tuple(copies[source] for source in node.srcs)
+        made = node if sources == node.srcs else Node(node.op, sources, node.arg, node.shape, node.dtype,
+                                                      node.device if node.op is Op.COPY else None)
+        copies[node] = Node(Op.CONTIGUOUS, (made,), None, made.shape, made.dtype) if node in broadcast else made
+    return copies[graph]
+
+
+def _elements(node: Node) -> int:
+    """A node's element count, at t = 0 where its shape is affine in a position (affine.py), recording nothing."""
+    count = 1
+    for size in affine.parts_of(node.shape):
+        count *= size
+    return count
 
 
 def kernel_flops(roots: Sequence[Node]) -> int:

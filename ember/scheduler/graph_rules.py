@@ -79,8 +79,13 @@ class RuleTable:
 
 
 def _value(node: Node) -> Any:
-    """A constant's value as a kernel computes with it (normalized to its dtype; half types are float32 there)."""
-    return normalize_constant(node.arg, dtypes.float32 if node.dtype in HALF_TYPES else node.dtype)
+    """A constant's value as a kernel computes with it (normalized to its dtype; half types are float32 there). An
+    int of a subclass (the incremental runner's Affine: a value affine in a decode position, at most 2^24 where the
+    dtype is a float) is kept as it is, so that the rules' tests of it are recorded instead of pinning it."""
+    arg = node.arg
+    if isinstance(arg, int) and type(arg) not in (int, bool):
+        return arg
+    return normalize_constant(arg, dtypes.float32 if node.dtype in HALF_TYPES else node.dtype)
 
 
 def _is(node: Node, value: Any) -> bool:

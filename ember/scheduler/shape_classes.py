@@ -11,10 +11,11 @@ before it."""
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -41,6 +42,7 @@ MAX_PENDING = 8  # sizes no class holds kept per structure, to make a class with
 
 
 FORCED: ContextVar[bool] = ContextVar("ember_shape_classes_forced", default=False)  # inside by_class()
+SCOPE: ContextVar[Hashable] = ContextVar("ember_shape_classes_scope", default=None)  # by_class's scope
 
 
 def enabled() -> bool:
@@ -49,24 +51,31 @@ def enabled() -> bool:
 
 
 @contextmanager
-def by_class() -> Iterator[None]:
+def by_class(scope: Hashable = None) -> Iterator[None]:
     """Compile the kernels realized in this block (in the calling thread) by shape class, whatever
-    EMBER_SHAPE_CLASSES says."""
-    token = FORCED.set(True)
+    EMBER_SHAPE_CLASSES says. Kernels of another `scope` never share a class with these: the incremental runner
+    gives each step of its plans its own, so that a class's variables are the sizes that move with the position,
+    not those of two layers alike but for their widths (a class kernel is untiled)."""
+    token, scoped = FORCED.set(True), SCOPE.set(scope)
     try:
         yield
     finally:
+        SCOPE.reset(scoped)
         FORCED.reset(token)
 
 
 class SizedProgram(Program):
     """A shape class's program launched for one member: its buffers, then the member's sizes (a device buffer of
-    int32: the global size, then each size variable's value)."""
+    int32: the global size, then each size variable's value). `values` are those variables' values and `compiled`
+    the class (what a replay at other sizes, incremental/position_replay.py, checks its values against)."""
 
-    def __init__(self, program: Program, sizes: Any) -> None:
+    def __init__(self, program: Program, sizes: Any, values: tuple[int, ...] = (),
+                 compiled: CompiledClass | None = None) -> None:
         self.program = program
         self.sizes = sizes  # the scheduler's Buffer (kept alive with the program)
         self.handle = sizes.handle
+        self.values = values
+        self.compiled = compiled
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
         return self.program([*buffers, self.handle], global_size, wait_for)
@@ -105,7 +114,7 @@ class Structure:
     refused: bool = False
 
 
-STRUCTURES: OrderedDict[tuple[str, tuple], Structure] = OrderedDict()
+STRUCTURES: OrderedDict[tuple[str, Hashable, tuple], Structure] = OrderedDict()
 
 
 def member(device: Device, kernel: Kernel) -> Any:
@@ -115,7 +124,7 @@ def member(device: Device, kernel: Kernel) -> Any:
     if not enabled() or not device.info.can_run:
         return None
     structure_key, sizes, limits = split_sizes(kernel)
-    key = (device.name, structure_key)
+    key = (device.name, SCOPE.get(), structure_key)
     known = STRUCTURES.get(key)
     if known is None:
         STRUCTURES[key] = Structure([sizes])
@@ -145,7 +154,26 @@ def member(device: Device, kernel: Kernel) -> Any:
 
     buffer = Buffer(device, len(values) + 1, dtypes.int32)
     buffer.write(np.array([work_items, *values], dtype=np.int32))
-    return CompiledKernel(replace(chosen.ir, global_size=work_items), SizedProgram(chosen.program, buffer))
+    return CompiledKernel(replace(chosen.ir, global_size=work_items),
+                          SizedProgram(chosen.program, buffer, values, chosen))
+
+
+def variable_limits(compiled: CompiledClass) -> list[tuple[float, float]]:
+    """Per size variable of a class, the values it may take: the intersection of its places' limits (a size's, an
+    offset's)."""
+    limits = [(-math.inf, math.inf)] * compiled.shape_class.variables
+    for wanted, (minimum, maximum) in zip(compiled.shape_class.pattern, compiled.shape_class.limits):
+        if type(wanted) is not int:
+            number = wanted.number  # type: ignore[attr-defined]
+            limits[number] = (max(limits[number][0], minimum), min(limits[number][1], maximum))
+    return limits
+
+
+def within_loop_limit(device: Device, compiled: CompiledClass, values: tuple[int, ...]) -> bool:
+    """Whether a member's loops stay within the device's limit (wgpu on llvmpipe ends long loops: `loop_limit`)."""
+    limit = getattr(device, "loop_limit", None)
+    assert compiled.loops is not None
+    return limit is None or nest_iterations(compiled.loops, values) <= limit
 
 
 def _new_class(device: Device, kernel: Kernel, known: Structure, sizes: tuple[int, ...],
