@@ -11,7 +11,9 @@ from typing import Any
 from ember.context import CONTEXT, update
 from ember.core import runtime
 from ember.core.errors import ArgumentError, ShapeError
+from ember.core.creation import tensor as tensor_of
 from ember.core.graph import Node
+from ember.core.indexing import broadcast_value
 from ember.core.ops import Op
 from ember.core.tensor import Tensor
 from ember.core.walk import post_order
@@ -23,7 +25,6 @@ from ember.incremental.region import Region
 from ember.incremental.restrict import restrict, source_boxes
 from ember.incremental.static_bounds import is_static
 from ember.incremental.write import aligned_box, write_box
-from ember.core.indexing import _value_tensor, broadcast_value
 from ember.scheduler import profile, shape_classes
 from ember.scheduler.buffers import Buffer, buffer_of
 from ember.scheduler.kernelize import find_boundaries, kernelize
@@ -130,8 +131,9 @@ class IncrementalGraph:
         if region.is_empty:
             return region
         shape = tuple(end - start for start, end in region.ranges)
+        source = value.to(tensor.device) if isinstance(value, Tensor) else tensor_of(value, device=tensor.device)
         indexed = tensor[index].shape  # (the shape setitem would broadcast the value to)
-        source = broadcast_value(_value_tensor(tensor, value), indexed).reshape(shape)
+        source = broadcast_value(source.cast(tensor.dtype), indexed).reshape(shape)
         with shape_classes.by_class((self.number, "write")):  # (where the box is a select: its offsets at launch)
             tensor.realize()
             write_box(tensor, region, source.node)
@@ -196,10 +198,9 @@ class IncrementalGraph:
         """Run a new position's recompute through its family's replay, or record it towards one (the first
         RECORDED_POSITIONS positions of a family); False (nothing run) where neither applies."""
         entry = self.position_replays.get(id(family))
-        state = None if entry is None or entry[0] is not family else entry[1]
-        if entry is None or entry[0] is not family:
-            state = []
-            self.position_replays[id(family)] = (family, state)
+        if entry is None or entry[0] is not family:  # (an id reused by a family made after another was dropped)
+            entry = self.position_replays[id(family)] = (family, [])
+        state = entry[1]
         if isinstance(state, PositionReplay):
             if not self._inputs_realized() or self._values_moved(state.value_buffers):
                 return False
