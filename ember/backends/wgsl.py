@@ -431,6 +431,12 @@ class WGSLRenderer(StepRenderer[KernelBody]):
     def define_accumulator(self, body: KernelBody, node: IRNode) -> None:
         name = body.name_of(node, "acc")
         identity = self.constant(reduce_identity(node.arg, node.dtype), node.dtype)
+        if REDUCE_COMBINE[node.arg] is Op.ADD and node.dtype.is_float:
+            # a sum starts from +0.0 the compiler cannot see: Mesa unrolled a short loop and folded 0.0 + x to x,
+            # so a sum of -0.0 values gave -0.0 where torch gives +0.0 (fuzz seed 20261614)
+            kind = self.value_type(node.dtype)
+            self.helpers.update({"opaque", f"opaque_{kind}"})
+            identity = f"ember_opaque_{kind}({identity})"
         body.line(f"var {name}: {self.value_type(node.dtype)} = {identity};")
 
     def update_accumulator(self, body: KernelBody, node: IRNode) -> None:

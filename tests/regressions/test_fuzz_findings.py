@@ -113,7 +113,10 @@ def test_all_and_amin_of_false_values(device: str) -> None:
 def test_a_sum_of_negative_zeros_is_positive_zero(device: str) -> None:
     # torch's sums start from +0.0: a sum over a size-1 axis of -0.0 is +0.0 (it was folded to the -0.0 itself)
     zeros = -em.zeros((1, 3), device=device)
-    for total in (zeros.sum(0), zeros.sum(), (-em.zeros((1, 1), device=device)).sum((0,))):
+    stored = em.tensor(np.zeros((2, 1, 1), np.float32), device=device)  # (read from memory: wgpu, fuzz seed 20261614)
+    pairs = -(stored + stored)
+    for total in (zeros.sum(0), zeros.sum(), (-em.zeros((1, 1), device=device)).sum((0,)), pairs.sum((0,)),
+                  (-em.zeros((3, 5), device=device)).sum(0), pairs.mean((0,))):
         assert all(math.copysign(1.0, value) > 0 for value in np.ravel(total.numpy())), total.numpy()
     kept = zeros.prod(0).numpy().tolist() + zeros.amax(0).numpy().tolist()  # products and maxima keep -0.0
     assert all(math.copysign(1.0, value) < 0 for value in kept), kept
