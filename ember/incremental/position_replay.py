@@ -9,9 +9,10 @@ Why the numbers are right at every position of the range, not only at the three:
 have arguments and shapes affine in the position, and the scheduler's passes over them (placement, graph rewrites,
 kernelization) run once on those affine values with every decision they take recorded (`certified_interval`), so
 over the interval returned the kernels are the same structure with arguments affine in the position; the sizes a
-launch reads are those arguments, so the fit through three positions is exact there. The class of each launch must
-still hold its values (`shape_classes.holds_values`), the views be placeable, the temporaries large enough: a
-position where one is not falls back to the ordinary recompute."""
+launch reads are those arguments, so the fit through three positions is exact there. The range is narrowed further
+to where each class still holds its launches' values (the limits of their places, `shape_classes.variable_limits`);
+a position where a view cannot be placed, or a class's loops pass the device's limit (wgpu on llvmpipe), falls back
+to the ordinary recompute."""
 
 from __future__ import annotations
 
