@@ -1,8 +1,11 @@
+var<private> ember_zero: u32;  // 0 at run time, unknown to the compiler (set from id.z)
+fn ember_opaque_f32(x: f32) -> f32 { return bitcast<f32>(bitcast<u32>(x) | ember_zero); }
 @group(0) @binding(0) var<storage, read_write> data0: array<f32>;
 @group(0) @binding(1) var<storage, read> data1: array<f32>;
 @group(0) @binding(2) var<storage, read> data2: array<f32>;
 @compute @workgroup_size(64)
 fn matmul_0(@builtin(global_invocation_id) id: vec3<u32>) {
+  ember_zero = id.z;
   let gid = i32(id.x);
   if (gid >= 16i) { return; }
   let v0: i32 = (gid % 2i);
@@ -15,14 +18,14 @@ fn matmul_0(@builtin(global_invocation_id) id: vec3<u32>) {
   let v7: i32 = (v1 + 3i);
   let v8: i32 = (v1 + 2i);
   let v9: i32 = (v1 + 1i);
-  var acc10: f32 = 0.0f;
-  var acc11: f32 = 0.0f;
-  var acc12: f32 = 0.0f;
-  var acc13: f32 = 0.0f;
-  var acc14: f32 = 0.0f;
-  var acc15: f32 = 0.0f;
-  var acc16: f32 = 0.0f;
-  var acc17: f32 = 0.0f;
+  var acc10: f32 = ember_opaque_f32(0.0f);
+  var acc11: f32 = ember_opaque_f32(0.0f);
+  var acc12: f32 = ember_opaque_f32(0.0f);
+  var acc13: f32 = ember_opaque_f32(0.0f);
+  var acc14: f32 = ember_opaque_f32(0.0f);
+  var acc15: f32 = ember_opaque_f32(0.0f);
+  var acc16: f32 = ember_opaque_f32(0.0f);
+  var acc17: f32 = ember_opaque_f32(0.0f);
   for (var loop1: i32 = 0i; loop1 < 33i; loop1++) {
     let v18: i32 = (loop1 + v6);
     let v19: f32 = data1[v18];
