@@ -85,7 +85,6 @@ class OpenCLRenderer(CStyleRenderer):
     def math_function(self, op: Op | IROp, dtype: DType) -> str:
         return self.math_functions[op]  # OpenCL's math functions are overloaded: no 'f' suffix
 
-
     def cast(self, operands: list[str], dtype: DType, source: DType) -> str:
         value = operands[0]
         if source == dtypes.float16:

@@ -11,6 +11,7 @@ from math import gcd
 from typing import Any
 
 from ember.core.graph import Node
+from ember.core.walk import post_order
 from ember.incremental import affine
 from ember.incremental.region import Region
 
@@ -163,3 +164,23 @@ def instantiate(plan: Plan, t: int) -> Plan:
 
 def _at(region: Region, t: int) -> Region:
     return Region._of(region.shape, [(affine.at(start, t), affine.at(end, t)) for start, end in region.ranges])
+
+
+def over_values(graph: Node, stops: set[Node], current: Callable[[Node], Node], t: int | None = None) -> Node:
+    """A restricted graph (over the template's nodes, or a family's, affine in t) copied with each of its `stops`
+    (kept values and inputs) replaced by `current` of it, and with t its arguments and shapes taken at t (without,
+    they stay affine: position_replay.certified_interval schedules the copy on them)."""
+    copies: dict[Node, Node] = {}
+    for original in post_order([graph], lambda node: () if node in stops else node.srcs):
+        if original in stops:
+            copies[original] = current(original)
+        elif t is not None and (affine.holds_affine(original.arg) or affine.holds_affine(original.shape)):
+            copies[original] = Node(original.op, tuple(copies[source] for source in original.srcs),
+                                    affine.at_all(original.arg, t), affine.at_all(original.shape, t),
+                                    original.dtype, original.device)
+        elif not original.srcs:  # (a leaf: BUFFER, CONST, ARANGE)
+            copies[original] = original
+        else:
+            copies[original] = Node(original.op, tuple(copies[source] for source in original.srcs), original.arg,
+                                    original.shape, original.dtype, original.device)
+    return copies[graph]

@@ -27,8 +27,8 @@ from ember.backends.base import Event, wait_all
 from ember.capture.arena import ArenaView
 from ember.core import dtype as dtypes
 from ember.core.graph import Node
-from ember.core.walk import post_order
 from ember.incremental import affine
+from ember.incremental.families import over_values
 from ember.scheduler.buffers import Buffer, pending
 from ember.scheduler.compile_cache import CompiledKernel
 from ember.scheduler.executor import BoundLaunch, execute
@@ -313,16 +313,7 @@ def certified_interval(graphs: Sequence[Node], stops: set[Node], current: Callab
     from ember.scheduler.schedule import kernel_buffer_limit
 
     for graph in graphs:
-        copies: dict[Node, Node] = {}
-        for original in post_order([graph], lambda node: () if node in stops else node.srcs):
-            if original in stops:
-                copies[original] = current(original)
-            elif not original.srcs:
-                copies[original] = original
-            else:
-                copies[original] = Node(original.op, tuple(copies[source] for source in original.srcs), original.arg,
-                                        original.shape, original.dtype, original.device)
-        root = copies[graph]
+        root = over_values(graph, stops, current)
         with affine.tracing() as interval:
             try:
                 nodes = place_graph([root])

@@ -18,7 +18,7 @@ from ember.core.ops import Op
 from ember.core.tensor import Tensor
 from ember.core.walk import post_order
 from ember.incremental import affine, write
-from ember.incremental.families import Description, Families, Family, describe, instantiate
+from ember.incremental.families import Description, Families, Family, describe, instantiate, over_values
 from ember.incremental.position_replay import PositionReplay, certified_interval
 from ember.incremental.propagate import Boxes, _narrow, propagate_boxes, union
 from ember.incremental.region import Region
@@ -382,21 +382,7 @@ class IncrementalGraph:
                 self.restricted.clear()
             self.restricted[key] = entry
         graph, t = entry
-        copies: dict[Node, Node] = {}
-        stops = self.stops
-        for original in post_order([graph], lambda current: () if current in stops else current.srcs):
-            if original in stops:
-                copies[original] = self._current(original)
-            elif t is not None and (affine.holds_affine(original.arg) or affine.holds_affine(original.shape)):
-                copies[original] = Node(original.op, tuple(copies[source] for source in original.srcs),
-                                        affine.at_all(original.arg, t), affine.at_all(original.shape, t),
-                                        original.dtype, original.device)
-            elif original.op in LEAF_OPS:
-                copies[original] = original
-            else:
-                copies[original] = Node(original.op, tuple(copies[source] for source in original.srcs), original.arg,
-                                         original.shape, original.dtype, original.device)
-        return copies[graph]
+        return over_values(graph, self.stops, self._current, t)
 
     def _alignment(self, node: Node) -> int:
         """The element alignment of views of a kept value's buffer (0: none are made)."""

@@ -54,8 +54,8 @@ def enabled() -> bool:
 def by_class(scope: Hashable = None) -> Iterator[None]:
     """Compile the kernels realized in this block (in the calling thread) by shape class, whatever
     EMBER_SHAPE_CLASSES says. Kernels of another `scope` never share a class with these: the incremental runner
-    gives each step of its plans its own, so that a class's variables are the sizes that move with the position,
-    not those of two layers alike but for their widths (a class kernel is untiled)."""
+    gives each kept value's kernels their own, so that a class's variables are the sizes that move with the
+    position, not those of two layers alike but for their widths (a class kernel is untiled)."""
     token, scoped = FORCED.set(True), SCOPE.set(scope)
     try:
         yield
