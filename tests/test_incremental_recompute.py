@@ -419,3 +419,44 @@ def test_lines_through_positions_and_their_ranges() -> None:
     assert within((10, -2), 0, 4, 0, 100) == (3, 5)
     low, high = within((3, 0), 4, 10, 0, 5)
     assert low > high
+
+
+def test_decoding_at_a_real_width_replays_through_views_of_the_kept_buffers(device: str) -> None:
+    """The benchmark's block at a size where the kept values are written through views (512 tokens x 256 wide:
+    buffers past write.SMALL_BUFFER on devices whose pools make views): from the sixth new position on the family's
+    replay runs, with its views at each position's offsets and its sizes table, and every decoded row equals torch's
+    full block (the attention is causal: the final buffer's rows are each step's)."""
+    tokens, width, heads, steps, start = 512, 256, 4, 10, 300
+    random = np.random.default_rng(4)
+    shapes = {"query": (width, width), "key": (width, width), "value": (width, width), "out": (width, width),
+              "up": (4 * width, width), "down": (width, 4 * width)}
+    arrays = {name: (random.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+              for name, shape in shapes.items()}
+    embeddings = np.zeros((tokens, width), np.float32)
+    embeddings[:start] = random.standard_normal((start, width))
+
+    def block(x: Any, weights: dict[str, Any], functional: Any) -> Any:
+        normed = functional.layer_norm(x, (width,))
+        query, key, value = (functional.linear(normed, weights[name]).reshape(tokens, heads, width // heads)
+                             .permute(1, 0, 2) for name in ("query", "key", "value"))
+        attended = functional.scaled_dot_product_attention(query, key, value, is_causal=True).permute(1, 0, 2)
+        x = x + functional.linear(attended.reshape(tokens, width), weights["out"])
+        return x + functional.linear(functional.gelu(functional.linear(functional.layer_norm(x, (width,)),
+                                                                       weights["up"])), weights["down"])
+
+    x = em.tensor(embeddings, device=device)
+    graph = IncrementalGraph([block(x, {name: em.tensor(value, device=device) for name, value in arrays.items()}, F)],
+                             [x])
+    rows = {}
+    for position in range(start, start + steps):
+        embeddings[position] = random.standard_normal(width)
+        box = graph.write(x, position, em.tensor(embeddings[position], device=device))
+        rows[position] = graph.update({x: box}, [box])[0].numpy()[position]
+    expected = block(torch.tensor(embeddings), {name: torch.tensor(value) for name, value in arrays.items()},
+                     torch.nn.functional).numpy()
+    for position, row in rows.items():
+        assert_close(row, expected[position], 1e-3)
+    assert graph.position_replayed >= steps - 5, (graph.position_replayed, graph.planned, graph.from_family)
+    if x.node.buffer.pool.view_alignment:  # (wgpu makes no views: its boxes are written by a select)
+        replay = next(state for _, state in graph.position_replays.values() if isinstance(state, PositionReplay))
+        assert any(view.offset[1] for view in replay.views), replay.views  # (offsets moving with the position)
