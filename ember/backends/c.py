@@ -25,6 +25,7 @@ from ember import cache
 from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program, ProgramTable
 from ember.backends.disk import map_file_bytes
 from ember.backends import launch_group
+from ember.backends.c_matmul import render_packed_matmul
 from ember.backends.launch_group import GATHERING, LaunchGroup, runner_source
 from ember.capabilities import host_cpu_field
 from ember.backends.c_style import (
@@ -98,6 +99,12 @@ class CRenderer(CStyleRenderer):
         super().__init__()
         self.threads = threads
         self.use_libmvec = vector_math  # declare libmvec's variants of exp2/log2/sin (see has_vector_math)
+
+    def render(self, kernel: KernelIR) -> str:
+        if kernel.packed is not None:  # a plain matmul as packed panels (ir/packed_matmul.py)
+            parameters = [self.parameter(param.dtype, param.position, param.is_output) for param in kernel.params]
+            return C_PRELUDE + render_packed_matmul(kernel, parameters, self.threads)
+        return super().render(kernel)
 
     def prelude(self, kernel: KernelIR) -> str:
         # every helper is guarded, so several kernels can be compiled as one source (see CDevice.compile_many)
@@ -500,7 +507,10 @@ def build_class(kernel: KernelIR) -> str:
     over the char_lstm and nanoGPT steps' kernels, LIGHT_LEVEL ran the scalar tiles as fast as -O3 with the
     scheduling flags (284 against 309 ms in all) and built them 4-5x sooner. No class changes what a kernel
     computes beyond where gcc fuses a multiply and an add, and each kernel's class is a function of its IR, so a
-    kernel gives the same bits in every process."""
+    kernel gives the same bits in every process. A packed matmul (KernelIR.packed) is a TILE: its micro-kernel's
+    accumulators are vectors."""
+    if kernel.packed is not None:
+        return TILE
     vector_accumulators = scalar_accumulators = 0
     for node in topological_nodes(kernel.sink):
         if node.op is IROp.REDUCE:
@@ -600,7 +610,7 @@ class CDevice(Device):
                                vector_registers=32 if width >= 16 else 16,  # AVX-512 has 32 (of 64 bytes)
                                fallback_vector_widths=((8, VECTOR_OPS),) if width > 8 else (),
                                concurrent_compile=True, integer_dot_products=has_byte_dot_products(),
-                               host_cores=True)
+                               host_cores=True, packed_matmul=True)
         self.pool = HostMemoryPool(name)
         self.renderer = CRenderer(threads, vector_math=has_vector_math())
         self._programs: ProgramTable[str, CProgram] = ProgramTable()  # by source, least recently used dropped

@@ -21,6 +21,7 @@ from ember.ir.group_reduce import choose_local_size, lower_group_kernel
 from ember.ir.ir import IROp, KernelIR
 from ember.ir.kernel import Kernel, row_loop
 from ember.ir.linearize import Step, linearize
+from ember.ir.packed_matmul import lower_packed_matmul
 from ember.ir.lower import TileLowering, compute_dtype, lower_kernel
 from ember.ir.stage import stage_loads
 from ember.ir.vectorize import gathers, gathers_in_loops, lanes_for, vectorize
@@ -368,7 +369,11 @@ def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, Kern
 
 def group_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR | None:
     """The workgroup kernel DeviceInfo asks for, or None: a matmul tiled in local memory (ir/group_matmul.py), or
-    long rows reduced by groups (ir/group_reduce.py)."""
+    long rows reduced by groups (ir/group_reduce.py); on a device whose renderer packs panels
+    (DeviceInfo.packed_matmul), a plain float32 matmul as packed panels (ir/packed_matmul.py)."""
+    packed = lower_packed_matmul(kernel, name, info)
+    if packed is not None:
+        return packed
     tiles = matmul_tiles(kernel, info)
     if tiles is not None:
         tiled = lower_matmul_kernel(kernel, name, tiles, info.warp_width)
