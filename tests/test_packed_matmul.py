@@ -18,8 +18,9 @@ from ember.backends.opencl import OpenCLRenderer
 from ember.core.errors import CompileError
 from ember.ir import lowered_cache
 from ember.ir.kernel import Kernel
-from ember.ir.opt import choose_plan
+from ember.ir.opt import PACKED_PLAN, Plan, choose_plan, lower_plan
 from ember.ir.packed_matmul import PackedMatmul, lower_packed_matmul, micro_tile, packed_matmul
+from ember.ir.search_space import Action, actions, apply, plan_from_data, plan_to_data
 from ember.scheduler.kernelize import kernelize
 from ember.scheduler.program import Launch
 
@@ -157,3 +158,17 @@ def test_matmul_gradients_against_torch() -> None:
     assert x.grad is not None and y.grad is not None
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(y.grad.numpy(), ty.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_the_search_compares_the_packed_form_with_the_tiled_plans() -> None:
+    (kernel,) = _kernels(_dummy(64, 48) @ _dummy(48, 80))
+    space = actions(kernel, AVX2)
+    assert Action("pack") in space
+    neighbours = [apply(PACKED_PLAN, action, kernel) for action in space]
+    assert Plan() in neighbours and all(plan is None or not plan.packed for plan in neighbours)
+    assert apply(Plan(), Action("pack"), kernel) == PACKED_PLAN
+    assert plan_from_data(plan_to_data(PACKED_PLAN), kernel) == PACKED_PLAN
+    lowered = lower_plan(kernel, "k", AVX2, PACKED_PLAN)
+    assert lowered is not None and lowered.packed is not None
+    (epilogue,) = _kernels((_dummy(64, 48) @ _dummy(48, 80)).relu())
+    assert lower_plan(epilogue, "k", AVX2, PACKED_PLAN) is None  # not a plain matmul: the plan does not lower
