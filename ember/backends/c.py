@@ -25,7 +25,7 @@ from ember import cache
 from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program, ProgramTable
 from ember.backends.disk import map_file_bytes
 from ember.backends import launch_group
-from ember.backends.c_matmul import render_packed_matmul
+from ember.backends.c_matmul import PARALLEL_PRODUCTS, packed_products, render_packed_matmul
 from ember.backends.launch_group import GATHERING, LaunchGroup, runner_source
 from ember.capabilities import host_cpu_field
 from ember.backends.c_style import (
@@ -454,9 +454,12 @@ def _function_pointer(function: Any) -> int:
 def kernel_threads(kernel: KernelIR, cores: int) -> int:
     """The cores a kernel's launch occupies, as CRenderer.global_loop_open splits it: one below PARALLEL_THRESHOLD
     estimated operations (its loop runs on one thread) or with one work item, else as many as its work items, at
-    most `cores`; every core for a shape class's kernel (its work is known at launch only)."""
+    most `cores`; every core for a shape class's kernel (its work is known at launch only); for a packed matmul, as
+    its source splits it (c_matmul.PARALLEL_PRODUCTS)."""
     if kernel.size_parameter is not None:
         return cores
+    if kernel.packed is not None:
+        return 1 if packed_products(kernel.packed) < PARALLEL_PRODUCTS else cores
     if kernel.global_size * max(1, _loop_work(kernel)) < PARALLEL_THRESHOLD:
         return 1
     return min(cores, kernel.global_size)

@@ -8,6 +8,14 @@ from ember.ir.packed_matmul import PackedMatmul
 PARALLEL_PRODUCTS = 1 << 18  # multiply-adds below which a packed matmul runs on one thread
 
 
+def packed_products(packed: PackedMatmul) -> int:
+    """The multiply-adds of a packed matmul (below PARALLEL_PRODUCTS it runs on one thread)."""
+    batches = 1
+    for size, *_ in packed.batches:
+        batches *= size
+    return batches * packed.rows * packed.columns * packed.depth
+
+
 def render_packed_matmul(kernel: KernelIR, parameters: list[str], threads: int | None) -> str:
     """The C function `kernel.name(parameters)` computing the kernel's packed matmul (`threads`: OpenMP threads,
     None for all). The output is split into tasks (a batch element, or a part of one: a range of column panels
@@ -18,16 +26,14 @@ def render_packed_matmul(kernel: KernelIR, parameters: list[str], threads: int |
     name, lanes = kernel.name, packed.lanes
     rows, columns, depth = packed.micro_rows, packed.micro_columns, packed.depth
     vector = f"ember_packed_float32x{lanes}"
-    batch_count = 1
-    for size, *_ in packed.batches:
-        batch_count *= size
+    batch_count = packed_products(packed) // (packed.rows * packed.columns * depth)
     depth_blocks = -(-depth // packed.depth_block)
     depth_block = -(-depth // depth_blocks)  # (blocks of equal size)
     row_panels = -(-packed.rows // rows)
     column_panels = -(-packed.columns // columns)
     column_block = min(packed.column_block, column_panels * columns)
     row_block = min(packed.row_block, row_panels * rows)
-    products = batch_count * packed.rows * packed.columns * depth
+    products = packed_products(packed)
     wanted = str(threads) if threads else "omp_get_max_threads()"
     lines = [
         "#include <stdlib.h>",
@@ -48,8 +54,7 @@ def render_packed_matmul(kernel: KernelIR, parameters: list[str], threads: int |
         "  if (threads < 1) threads = 1;",
         # parts of one batch element: none where the batch elements share the threads evenly
         f"  const long parts = {batch_count} % threads == 0 ? 1 : threads;",
-        f"  const long column_parts = parts < {column_panels} ? parts : {column_panels};",
-        f"  long row_parts = parts / column_parts; if (row_parts > {row_panels}) row_parts = {row_panels};",
+        *_split(packed, column_panels, row_panels),
         "  const long tasks = " + f"{batch_count} * column_parts * row_parts;",
         "  #pragma omp parallel num_threads(threads) if(threads > 1)",
         "  {",
@@ -100,6 +105,17 @@ def render_packed_matmul(kernel: KernelIR, parameters: list[str], threads: int |
         "}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _split(packed: PackedMatmul, column_panels: int, row_panels: int) -> list[str]:
+    """C declaring column_parts and row_parts, the split of a batch element's output into `parts`: along the longer
+    side first (each column part packs all of A's rows again, each row part all of B's columns: splitting the
+    longer side packs the shorter operand again, the least copying)."""
+    first, second = ("column", "row") if packed.columns >= packed.rows else ("row", "column")
+    panels = {"column": column_panels, "row": row_panels}
+    return [f"  const long {first}_parts = parts < {panels[first]} ? parts : {panels[first]};",
+            f"  long {second}_parts = parts / {first}_parts; if ({second}_parts > {panels[second]}) {second}_parts ="
+            f" {panels[second]};"]
 
 
 def _round_bytes(elements: int) -> int:
