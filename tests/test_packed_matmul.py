@@ -127,8 +127,9 @@ def test_matmul_against_torch(a_shape: tuple[int, ...], b_shape: tuple[int, ...]
 
 @pytest.mark.parametrize("operation", [
     lambda a, b: a.T @ b, lambda a, b: a @ b.T, lambda a, b: a.T @ b.T, lambda a, b: (a @ b).T.contiguous(),
-    lambda a, b: a[3:, 5:] @ b[5:, :-7], lambda a, b: a[::2] @ b,
-], ids=["a.T", "b.T", "both", "output.T", "slices", "every other row"])
+    lambda a, b: a[3:, 5:] @ b[5:, :-7], lambda a, b: a[::2] @ b, lambda a, b: a.flip(0) @ b.flip(1),
+    lambda a, b: a.flip(1) @ b.flip(0).T,
+], ids=["a.T", "b.T", "both", "output.T", "slices", "every other row", "flipped rows and columns", "flipped depth"])
 def test_views_against_torch(operation: Callable) -> None:
     _check(_random(130, 130), _random(130, 130, seed=1), operation)
 
