@@ -263,13 +263,16 @@ def _cell_step(
             # the reset gate scales the new gate's part: computed again inside the activation kernel, read there
             # under a broadcast along the gate axis (joined to ones by a pad, the kernelizer would store it)
             reset = _sigmoid(reset_update_part._crop(1, 0, 1))._broadcast((batch, 3, size))
-            scale = em.where(_gate_mask(tuple(hidden_gates.shape), hidden_gates.device, 2), reset, 1.0)
+            gates_shape, device = tuple(hidden_gates.shape), hidden_gates.device
+            scale = em.where(_gate_mask(gates_shape, device, 2), reset,
+                             _constant(gates_shape, device, hidden_gates.dtype, 1.0))
             activated = _blockwise_activation(input_gates + scale * hidden_gates, 2)
         reset_update = _recorded_as(Composite.SIGMOID, reset_update_part, activated._crop(1, 0, 2))
         new = _recorded_as(Composite.TANH, input_new + reset_update._crop(1, 0, 1) * hidden_new,
                            activated._crop(1, 2, 3))._reshaped((batch, size))
         update = reset_update._crop(1, 1, 2)._reshaped((batch, size))
-        return _boundary((1 - update) * new + update * hidden), None, hidden_gates._reshaped((batch, 3 * size))
+        one = _constant(tuple(update.shape), update.device, update.dtype, 1.0)
+        return _boundary((one - update) * new + update * hidden), None, hidden_gates._reshaped((batch, 3 * size))
     total = _boundary(input_part + hidden_part)
     if mode == "RNN_RELU":
         return _boundary(total.relu()), None, hidden_part
