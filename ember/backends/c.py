@@ -13,6 +13,7 @@ import os
 import platform
 import shutil
 import subprocess
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -607,6 +608,7 @@ class CDevice(Device):
         # the libraries that programs still use, by entry file name (a library no program uses is dlclosed)
         self._libraries: weakref.WeakValueDictionary[str, ctypes.CDLL] = weakref.WeakValueDictionary()
         self._rendered: dict[int, tuple[KernelIR, str]] = {}  # the last RENDERED_KEPT kernels rendered, by id
+        self._rendered_lock = threading.Lock()  # (compile threads render at once: compile_ahead.py)
         self._class_key_prefixes = {kind: " ".join(class_compiler_command(kind) + link_libraries()) + "|"
                                     + _cpu_model() for kind in (TILE, SCALAR, LIGHT)}
         self._quick_key_prefix = " ".join(quick_compiler_command() + link_libraries()) + "|" + _cpu_model()
@@ -692,9 +694,11 @@ class CDevice(Device):
         """The kernel's source, rendered once (compile_quick and then compile_many ask for the same kernels)."""
         known = self._rendered.get(id(kernel))
         if known is None or known[0] is not kernel:
-            known = self._rendered[id(kernel)] = (kernel, self.render(kernel))
-            while len(self._rendered) > RENDERED_KEPT:
-                self._rendered.pop(next(iter(self._rendered)))
+            known = (kernel, self.render(kernel))
+            with self._rendered_lock:  # (another thread's entry could otherwise change the dict while it is walked)
+                self._rendered[id(kernel)] = known
+                while len(self._rendered) > RENDERED_KEPT:
+                    self._rendered.pop(next(iter(self._rendered)))
         return known[1]
 
     def _at_hand(self, kernel: KernelIR, source: str) -> CProgram | None:
