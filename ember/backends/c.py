@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -237,18 +237,41 @@ def _runtime_loop_sizes(kernel: KernelIR) -> list[str]:
 
 
 def _loop_work(kernel: KernelIR) -> int:
-    """The product of reduce loop sizes, times 2 for 16-lane vectors, times the stores of a work item's tile: a
+    """The loop iterations of a work item, times 2 for 16-lane vectors, times the stores of a work item's tile: a
     rough count of operations per work item, in the 8-lane vectors PARALLEL_THRESHOLD was tuned with (a 16-lane
     kernel has half the work items of an 8-lane one; a work item storing a row of 16 scalars, a phase interleaving's,
     does 16 items' work: 16384 of them ran on one thread, 0.6 ms). A loop of an integer sum counts a sixteenth of its
-    size: gcc vectorizes it (bytes, 32 to a vector)."""
+    size: gcc vectorizes it (bytes, 32 to a vector). Loops one after another add and nested loops multiply
+    (`_loop_nests`): a softmax row's three loops of 128 are 384 iterations, not 128 ** 3 (which ran a decode step's
+    4-row softmax, 14 us, on two threads: a wake-up of the second thread per launch, ~1 ms on a busy machine)."""
     nodes = topological_nodes(kernel.sink)
     integer_loops = {id(loop) for node in nodes if node.op is IROp.REDUCE and node.dtype.is_int
                      for loop in node.srcs[1:]}
-    loops = math.prod(max(1, node.arg[1] // 16) if id(node) in integer_loops else node.arg[1]
-                      for node in nodes if node.op is IROp.RANGE)
+    loops = sum(math.prod(max(1, node.arg[1] // 16) if id(node) in integer_loops else node.arg[1] for node in nest)
+                for nest in _loop_nests(nodes))
     stores = sum(1 for node in nodes if node.op is IROp.STORE)
-    return loops * max(1, vector_width(kernel) // 8) * max(1, stores)
+    return max(1, loops) * max(1, vector_width(kernel) // 8) * max(1, stores)
+
+
+def _loop_nests(nodes: Sequence[IRNode]) -> list[list[IRNode]]:
+    """The nests of loops a work item runs (topologically ordered nodes): for each reduce, loop statement and store,
+    the RANGE nodes it runs inside (its own loops and the open loops its operands use; a reduce's or a loop
+    statement's own loops are closed after it), less the nests inside another."""
+    open_loops: dict[int, frozenset[IRNode]] = {}
+    nests: set[frozenset[IRNode]] = set()
+    for node in nodes:
+        used = frozenset().union(*(open_loops.get(id(source), frozenset()) for source in node.srcs))
+        if node.op is IROp.RANGE:
+            used = used | {node}
+        if node.op in (IROp.REDUCE, IROp.LOOP):
+            own = frozenset(source for source in node.srcs[1:] if source.op is IROp.RANGE)
+            nests.add(used | own)
+            used = used - own
+        elif node.op is IROp.STORE:
+            nests.add(used)
+        open_loops[id(node)] = used
+    return [sorted(nest, key=lambda loop: loop.arg[0]) for nest in nests
+            if nest and not any(nest < other for other in nests)]
 
 
 class HostArray(np.ndarray):
