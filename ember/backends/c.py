@@ -98,6 +98,7 @@ class CRenderer(CStyleRenderer):
         super().__init__()
         self.threads = threads
         self.use_libmvec = vector_math  # declare libmvec's variants of exp2/log2/sin (see has_vector_math)
+        self.vector_expressions[Op.SHR] = self.vector_shift_right
 
     def prelude(self, kernel: KernelIR) -> str:
         # every helper is guarded, so several kernels can be compiled as one source (see CDevice.compile_many)
@@ -142,6 +143,14 @@ class CRenderer(CStyleRenderer):
     def vector_maximum(self, operands: list[str], node: IRNode) -> str:
         return f"ember_max_{node.dtype.name}x{node.width}({operands[0]}, {operands[1]})"
 
+    def vector_shift_right(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        """Bytes shifted right by one amount for every lane (`_uniform_byte_shift`) through a helper that shifts
+        16-bit words and masks the bits that crossed from the higher byte; other shifts as C's `>>`."""
+        amount = _uniform_byte_shift(node)
+        if amount is None:
+            return self.vector_alu_expression(node, operand)
+        return f"ember_shr_uint8x{node.width}({operand(node.srcs[0])}, {operand(amount)})"
+
     def vector_select(self, operands: list[str], node: IRNode) -> str:
         if node.srcs[0].width == 1:  # one condition for every lane (vectorize.SCALAR_CONDITION): C's ?: on vectors
             return f"({operands[0]}?{operands[1]}:{operands[2]})"
@@ -165,6 +174,8 @@ class CRenderer(CStyleRenderer):
                 functions.add((node.op.name.lower(), dtype, node.width))
             elif node.op is Op.CAST and (node.srcs[0].dtype.name, dtype.name, node.width) in BYTE_CONVERSIONS:
                 functions.add(("convert", node.srcs[0].dtype, node.width))
+            elif node.op is Op.SHR and _uniform_byte_shift(node) is not None:
+                functions.add(("shr", dtype, node.width))
         for kind, dtype, width in functions:
             if kind in ("max", "select"):  # both need the mask type
                 mask = MASK_TYPES[dtype.itemsize]
@@ -193,6 +204,10 @@ class CRenderer(CStyleRenderer):
                 body = (f"#if defined({guard})\n#include <immintrin.h>\nstatic inline {float_vector} {function}({vector} v) {{"
                         f" {convert} }}\n#else\nstatic inline {float_vector} {function}("
                         f"{vector} v) {{ return __builtin_convertvector(v, {float_vector}); }}\n#endif")
+            elif kind == "shr":  # x86 has no byte shifts: gcc widened each half to words, shifted and packed them
+                body = (f"static inline {vector} {function}({vector} v, unsigned char amount) {{ typedef unsigned "
+                        f"short words __attribute__((vector_size({width}))); return ({vector})((words)v >> amount) & "
+                        f"(unsigned char)(0xFF >> amount); }}")
             elif kind == "max":  # NaN-propagating, like the scalar MAX
                 body = (f"static inline {vector} {function}({vector} a, {vector} b) {{ {mask_vector} take = "
                         f"(a > b) | (a != a); return ({vector})((take & ({mask_vector})a) | (~take & ({mask_vector})b)); }}")
@@ -220,6 +235,18 @@ class CRenderer(CStyleRenderer):
 
     def global_loop_close(self) -> list[str]:
         return ["  }"]
+
+
+def _uniform_byte_shift(node: IRNode) -> IRNode | None:
+    """The scalar amount of a right shift of uint8 lanes that shifts every lane by the same amount (a vector built
+    from one scalar: a block's bits picked by a loop's shift), or None. Amounts are below 8 here, as `>>` on bytes
+    guards them (and ember.io.quantized's bare shifts' are); the helper gives 0 for 8 to 15 too."""
+    amount = node.srcs[1] if len(node.srcs) == 2 else None
+    if node.dtype != dtypes.uint8 or node.width < 2 or node.width % 2 or amount is None:
+        return None
+    if amount.op is not IROp.VECTORIZE or any(lane is not amount.srcs[0] for lane in amount.srcs):
+        return None
+    return amount.srcs[0] if amount.srcs[0].dtype == dtypes.uint8 and amount.srcs[0].width == 1 else None
 
 
 def _runtime_loop_sizes(kernel: KernelIR) -> list[str]:
