@@ -108,7 +108,7 @@ def test_gemma3_greedy_tokens_match_transformers(gguf_path: Path, reference_gree
     blocks, interleaved once: QuantizedTensor.interleaved)."""
     device = c_device()
     from ember.backends.c import MappedHostArray
-    from ember.io.quantized import Q5_0X4
+    from ember.io.quantized import Q5_0X4, SCALES_IN_BLOCKS
     from ember.models.gemma import Gemma3
     from ember.models.generate import generate
     from ember.nn.quantized import QuantizedLinear
@@ -123,7 +123,8 @@ def test_gemma3_greedy_tokens_match_transformers(gguf_path: Path, reference_gree
         if number == 0:  # the weights' first use copies none of them (only token ids and embedding rows move)
             assert sum(nbytes for _, _, nbytes in record.copies) < 1 << 20
     linears = [module for module in model.modules() if isinstance(module, QuantizedLinear)]
-    assert all(linear.format is not None and linear.scales is not None for linear in linears)
+    assert all(linear.format is not None and (linear.scales is None) == (linear.format.name in SCALES_IN_BLOCKS)
+               for linear in linears)
     # the file's pages, mapped in place, except Q5_0's blocks: interleaved once into buffers of the same size
     interleaved = [linear for linear in linears if linear.format is Q5_0X4]
     assert len(interleaved) == 4 * 18 + 9  # q, k, gate, up of every layer, v of half of them

@@ -385,3 +385,30 @@ def test_a_tile_lowered_after_its_first_row_is_the_tile_lowered_at_once(monkeypa
         in_two = tile.whole()
         assert in_two.key() == at_once.key() and in_two.params == at_once.params
         assert len(in_two.lane_groups) == len(at_once.lane_groups)
+
+
+def test_scan_renders_where_reduces_have_fewer_lanes_than_stores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PoCL on an AVX2 CPU (an AMD EPYC) adds, multiplies and stores 16 float32 lanes but reduces only 8: a long
+    cumsum's block kernel then stores vectors of 16 scalar reduces, some lanes of which do not depend on the store
+    loop's counter. Each reduce group is emitted inside the loop whose counter any member needs (ir/linearize.py),
+    and every value it renders is defined where it is used: the kernel failed to render (a KeyError), and once it
+    rendered, the compiler rejected a value used out of its loop's scope."""
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    fewer_lanes = frozenset(op for op in opencl.VECTOR_OPS if op.name in ("ADD", "SUB", "MUL", "DIV", "NEG",
+                                                                          "RECIPROCAL", "LOAD"))
+    info = DeviceInfo(compute_units=2, preferred_vector_width=16, vector_ops=fewer_lanes,
+                      fallback_vector_widths=((8, opencl.VECTOR_OPS),))
+    renderer = opencl.OpenCLRenderer()
+    items = [item for item in kernelize([em.ones(70_000, device="dummy:0").cumsum(0).node]) if isinstance(item, Launch)]
+    for number, item in enumerate(items):
+        source = renderer.render(build_kernel_ir(item.kernel, f"kernel{number}", info))
+        scopes: list[set[str]] = [set()]  # the values named vN declared in each open block
+        for line in source.splitlines():  # every value used is declared on an earlier line, in a block still open
+            words = line.replace("(", " ").replace(")", " ").replace(";", " ").replace(",", " ").split()
+            for word in words[3:] if len(words) > 2 and words[2] == "=" else words:
+                if word.startswith("v") and word[1:].isdigit():
+                    assert any(word in scope for scope in scopes), f"{word} used out of scope in:\n{source}"
+            if len(words) > 2 and words[2] == "=" and words[1].startswith("v"):
+                scopes[-1].add(words[1])
+            scopes.extend(set() for _ in range(line.count("{")))
+            del scopes[len(scopes) - line.count("}"):]

@@ -13,6 +13,7 @@ import ember as em
 from ember.io import QuantizedTensor
 from ember.io.quantized import FORMATS_BY_NAME
 from ember.io.quantized_dot import INTEGER_FORMATS, integer_matmul, quantize_input
+from ember.nn.quantized import QuantizedLinear
 
 from tests.test_gguf import random_blocks
 
@@ -70,6 +71,24 @@ def test_integer_matmul_of_a_gemma_sized_row_and_zeros_nans_and_infinities() -> 
     inputs[1, 300] = np.inf
     got = integer_matmul(weight, em.tensor(inputs, device="c")).numpy()
     assert np.isnan(got[0]).all() and not np.isfinite(got[1]).any()
+
+
+def test_a_q8_0_linear_layer_reads_its_scales_from_the_blocks() -> None:
+    """QuantizedLinear.decode_scales keeps no decoded copy of Q8_0's scales (SCALES_IN_BLOCKS: the product reads
+    the float16 in front of each block); a token's product is within the input's rounding of numpy's, a prompt's
+    (float) equals it to float32 rounding."""
+    raw = random_blocks("Q8_0", rows=37, blocks=20, seed=6)
+    layer = QuantizedLinear(QuantizedTensor(em.tensor(raw, device="c"), FORMATS_BY_NAME["Q8_0"], (37, 640)))
+    layer.decode_scales()
+    assert layer.scales is None and layer.format is FORMATS_BY_NAME["Q8_0"]
+    reference = reference_weight("Q8_0", raw)
+    for tokens in (1, 40):
+        inputs = np.random.default_rng(tokens).standard_normal((tokens, 640)).astype(np.float32)
+        got = layer(em.tensor(inputs, device="c")).numpy()
+        expected = inputs.astype(np.float64) @ reference.T
+        bound = rounding_bound(reference, inputs.astype(np.float64)) if tokens == 1 else \
+            1e-5 * (np.abs(inputs) @ np.abs(reference).T) + 1e-5
+        assert (np.abs(got - expected) <= bound).all(), f"{tokens} rows: worst {np.max(np.abs(got - expected) - bound)}"
 
 
 def test_quantize_input_rounds_each_block_to_int8() -> None:

@@ -13,9 +13,10 @@ import os
 import platform
 import shutil
 import subprocess
+import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,7 @@ class CRenderer(CStyleRenderer):
         super().__init__()
         self.threads = threads
         self.use_libmvec = vector_math  # declare libmvec's variants of exp2/log2/sin (see has_vector_math)
+        self.vector_expressions[Op.SHR] = self.vector_shift_right
 
     def render(self, kernel: KernelIR) -> str:
         if kernel.packed is not None:  # a plain matmul as packed panels (ir/packed_matmul.py)
@@ -149,6 +151,14 @@ class CRenderer(CStyleRenderer):
     def vector_maximum(self, operands: list[str], node: IRNode) -> str:
         return f"ember_max_{node.dtype.name}x{node.width}({operands[0]}, {operands[1]})"
 
+    def vector_shift_right(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        """Bytes shifted right by one amount for every lane (`_uniform_byte_shift`) through a helper that shifts
+        16-bit words and masks the bits that crossed from the higher byte; other shifts as C's `>>`."""
+        amount = _uniform_byte_shift(node)
+        if amount is None:
+            return self.vector_alu_expression(node, operand)
+        return f"ember_shr_uint8x{node.width}({operand(node.srcs[0])}, {operand(amount)})"
+
     def vector_select(self, operands: list[str], node: IRNode) -> str:
         if node.srcs[0].width == 1:  # one condition for every lane (vectorize.SCALAR_CONDITION): C's ?: on vectors
             return f"({operands[0]}?{operands[1]}:{operands[2]})"
@@ -172,6 +182,8 @@ class CRenderer(CStyleRenderer):
                 functions.add((node.op.name.lower(), dtype, node.width))
             elif node.op is Op.CAST and (node.srcs[0].dtype.name, dtype.name, node.width) in BYTE_CONVERSIONS:
                 functions.add(("convert", node.srcs[0].dtype, node.width))
+            elif node.op is Op.SHR and _uniform_byte_shift(node) is not None:
+                functions.add(("shr", dtype, node.width))
         for kind, dtype, width in functions:
             if kind in ("max", "select"):  # both need the mask type
                 mask = MASK_TYPES[dtype.itemsize]
@@ -200,6 +212,10 @@ class CRenderer(CStyleRenderer):
                 body = (f"#if defined({guard})\n#include <immintrin.h>\nstatic inline {float_vector} {function}({vector} v) {{"
                         f" {convert} }}\n#else\nstatic inline {float_vector} {function}("
                         f"{vector} v) {{ return __builtin_convertvector(v, {float_vector}); }}\n#endif")
+            elif kind == "shr":  # x86 has no byte shifts: gcc widened each half to words, shifted and packed them
+                body = (f"static inline {vector} {function}({vector} v, unsigned char amount) {{ typedef unsigned "
+                        f"short words __attribute__((vector_size({width}))); return ({vector})((words)v >> amount) & "
+                        f"(unsigned char)(0xFF >> amount); }}")
             elif kind == "max":  # NaN-propagating, like the scalar MAX
                 body = (f"static inline {vector} {function}({vector} a, {vector} b) {{ {mask_vector} take = "
                         f"(a > b) | (a != a); return ({vector})((take & ({mask_vector})a) | (~take & ({mask_vector})b)); }}")
@@ -229,6 +245,18 @@ class CRenderer(CStyleRenderer):
         return ["  }"]
 
 
+def _uniform_byte_shift(node: IRNode) -> IRNode | None:
+    """The scalar amount of a right shift of uint8 lanes that shifts every lane by the same amount (a vector built
+    from one scalar: a block's bits picked by a loop's shift), or None. Amounts are below 8 here, as `>>` on bytes
+    guards them (and ember.io.quantized's bare shifts' are); the helper gives 0 for 8 to 15 too."""
+    amount = node.srcs[1] if len(node.srcs) == 2 else None
+    if node.dtype != dtypes.uint8 or node.width < 2 or node.width % 2 or amount is None:
+        return None
+    if amount.op is not IROp.VECTORIZE or any(lane is not amount.srcs[0] for lane in amount.srcs):
+        return None
+    return amount.srcs[0] if amount.srcs[0].dtype == dtypes.uint8 and amount.srcs[0].width == 1 else None
+
+
 def _runtime_loop_sizes(kernel: KernelIR) -> list[str]:
     """The size of every loop of a shape class's kernel as C: a size read at launch as its element of the sizes
     parameter (the loops' sizes are such loads or constants), another as its number."""
@@ -244,18 +272,41 @@ def _runtime_loop_sizes(kernel: KernelIR) -> list[str]:
 
 
 def _loop_work(kernel: KernelIR) -> int:
-    """The product of reduce loop sizes, times 2 for 16-lane vectors, times the stores of a work item's tile: a
+    """The loop iterations of a work item, times 2 for 16-lane vectors, times the stores of a work item's tile: a
     rough count of operations per work item, in the 8-lane vectors PARALLEL_THRESHOLD was tuned with (a 16-lane
     kernel has half the work items of an 8-lane one; a work item storing a row of 16 scalars, a phase interleaving's,
     does 16 items' work: 16384 of them ran on one thread, 0.6 ms). A loop of an integer sum counts a sixteenth of its
-    size: gcc vectorizes it (bytes, 32 to a vector)."""
+    size: gcc vectorizes it (bytes, 32 to a vector). Loops one after another add and nested loops multiply
+    (`_loop_nests`): a softmax row's three loops of 128 are 384 iterations, not 128 ** 3 (which ran a decode step's
+    4-row softmax, 14 us, on two threads: a wake-up of the second thread per launch, ~1 ms on a busy machine)."""
     nodes = topological_nodes(kernel.sink)
     integer_loops = {id(loop) for node in nodes if node.op is IROp.REDUCE and node.dtype.is_int
                      for loop in node.srcs[1:]}
-    loops = math.prod(max(1, node.arg[1] // 16) if id(node) in integer_loops else node.arg[1]
-                      for node in nodes if node.op is IROp.RANGE)
+    loops = sum(math.prod(max(1, node.arg[1] // 16) if id(node) in integer_loops else node.arg[1] for node in nest)
+                for nest in _loop_nests(nodes))
     stores = sum(1 for node in nodes if node.op is IROp.STORE)
-    return loops * max(1, vector_width(kernel) // 8) * max(1, stores)
+    return max(1, loops) * max(1, vector_width(kernel) // 8) * max(1, stores)
+
+
+def _loop_nests(nodes: Sequence[IRNode]) -> list[list[IRNode]]:
+    """The nests of loops a work item runs (topologically ordered nodes): for each reduce, loop statement and store,
+    the RANGE nodes it runs inside (its own loops and the open loops its operands use; a reduce's or a loop
+    statement's own loops are closed after it), less the nests inside another."""
+    open_loops: dict[int, frozenset[IRNode]] = {}
+    nests: set[frozenset[IRNode]] = set()
+    for node in nodes:
+        used = frozenset().union(*(open_loops.get(id(source), frozenset()) for source in node.srcs))
+        if node.op is IROp.RANGE:
+            used = used | {node}
+        if node.op in (IROp.REDUCE, IROp.LOOP):
+            own = frozenset(source for source in node.srcs[1:] if source.op is IROp.RANGE)
+            nests.add(used | own)
+            used = used - own
+        elif node.op is IROp.STORE:
+            nests.add(used)
+        open_loops[id(node)] = used
+    return [sorted(nest, key=lambda loop: loop.arg[0]) for nest in nests
+            if nest and not any(nest < other for other in nests)]
 
 
 class HostArray(np.ndarray):
@@ -620,6 +671,7 @@ class CDevice(Device):
         # the libraries that programs still use, by entry file name (a library no program uses is dlclosed)
         self._libraries: weakref.WeakValueDictionary[str, ctypes.CDLL] = weakref.WeakValueDictionary()
         self._rendered: dict[int, tuple[KernelIR, str]] = {}  # the last RENDERED_KEPT kernels rendered, by id
+        self._rendered_lock = threading.Lock()  # (compile threads render at once: compile_ahead.py)
         self._class_key_prefixes = {kind: " ".join(class_compiler_command(kind) + link_libraries()) + "|"
                                     + _cpu_model() for kind in (TILE, SCALAR, LIGHT)}
         self._quick_key_prefix = " ".join(quick_compiler_command() + link_libraries()) + "|" + _cpu_model()
@@ -705,9 +757,11 @@ class CDevice(Device):
         """The kernel's source, rendered once (compile_quick and then compile_many ask for the same kernels)."""
         known = self._rendered.get(id(kernel))
         if known is None or known[0] is not kernel:
-            known = self._rendered[id(kernel)] = (kernel, self.render(kernel))
-            while len(self._rendered) > RENDERED_KEPT:
-                self._rendered.pop(next(iter(self._rendered)))
+            known = (kernel, self.render(kernel))
+            with self._rendered_lock:  # (another thread's entry could otherwise change the dict while it is walked)
+                self._rendered[id(kernel)] = known
+                while len(self._rendered) > RENDERED_KEPT:
+                    self._rendered.pop(next(iter(self._rendered)))
         return known[1]
 
     def _at_hand(self, kernel: KernelIR, source: str) -> CProgram | None:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, cast
 
 from ember.core import dtype as dtypes
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
+from ember.core.half_precision import computed_in_float32
 from ember.core.norms import p_norm
 from ember.core.shapes import broadcast_shapes, normalize_dim
 from ember.core.tensor_base import TensorBase
@@ -26,6 +27,7 @@ class DistanceOps(TensorBase):
 
     __slots__ = ()
 
+    @computed_in_float32
     def cosine_similarity(self, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
         """The cosine of the angle between self and x2 along dim, each norm at least eps (broadcast together)."""
         _float_pair(cast("Tensor", self), x2, "cosine_similarity")

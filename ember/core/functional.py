@@ -14,6 +14,7 @@ from ember.core.checks import check_index
 from ember.core.dtype import to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
+from ember.core.half_precision import HALF_TYPES, computed_in_float32, rounded
 from ember.core.ops import Composite, Op
 from ember.core.shapes import broadcast_shapes, normalize_dim
 from ember.core.staged_reduce import reduce_axes
@@ -76,8 +77,19 @@ def normalize_with_statistics(tensor: Tensor, axes: tuple[int, ...], affine_shap
                               weight: Tensor | None, bias: Tensor | None, eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """(tensor - mean) / sqrt(variance + eps) over axes, times weight plus bias (reshaped to affine_shape), with the
     mean and biased variance (kept dims, detached): the statistics in two passes as torch, the whole recorded as
-    one step whose backward is torch's formula from the saved mean and 1 / std (autograd/rules.py)."""
+    one step whose backward is torch's formula from the saved mean and 1 / std (autograd/rules.py). A float16 or
+    bfloat16 tensor is normalized in float32 (with its weight and bias of its dtype), the results rounded once."""
     from ember.core.ops import Composite
+
+    if tensor.dtype in HALF_TYPES:
+        half = tensor.dtype
+
+        def widened(value: Tensor | None) -> Tensor | None:
+            return value.cast(dtypes.float32) if value is not None and value.dtype is half else value
+
+        widened_tensor = tensor.cast(dtypes.float32)
+        return rounded(normalize_with_statistics(widened_tensor, axes, affine_shape, widened(weight), widened(bias),
+                                                 eps), half)
 
     mean, variance, inverse_std = batch_statistics(tensor._detached_copy(), axes, eps)
     present = tuple(parameter for parameter in (weight, bias) if parameter is not None)
@@ -168,6 +180,7 @@ class FunctionalOps(TensorBase):
 
     # ---- normalization ----------------------------------------------------------------------------------------
 
+    @computed_in_float32
     def layer_norm(
         self,
         normalized_shape: int | Sequence[int],
@@ -189,6 +202,7 @@ class FunctionalOps(TensorBase):
             result = result * weight
         return result + bias if bias is not None else result
 
+    @computed_in_float32
     def rms_norm(
         self,
         normalized_shape: int | Sequence[int],

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ember.core.dtype import promote_types, to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import DTypeError, ShapeError
+from ember.core.half_precision import computed_in_float32
 from ember.core.reductions import _reduction_axes, _sqrt_zero_gradient_at_zero
 from ember.core.shapes import normalize_dim
 
@@ -43,6 +44,7 @@ def _format_order(order: float) -> str:
     return "inf" if order == math.inf else "-inf" if order == -math.inf else f"{order:g}"
 
 
+@computed_in_float32
 def p_norm(tensor: Tensor, order: float, axes: tuple[int, ...], keepdim: bool) -> Tensor:
     """The p-norm over axes of a float tensor (any real p, 0 and +-inf included); no checks."""
     if order == 2:

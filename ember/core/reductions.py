@@ -10,6 +10,7 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import DType, to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, AxisError, DTypeError, ShapeError
+from ember.core.half_precision import HALF_TYPES, computed_in_float32
 from ember.core.ops import Op, reduce_identity
 from ember.core.shapes import normalize_dim, normalize_dims, prod
 from ember.core.staged_reduce import reduce_axes
@@ -85,6 +86,8 @@ class ReductionOps(TensorBase):
                 f"mean: could not infer the output dtype; the input must be a floating point tensor, got "
                 f"{source.dtype.name} (use .float() or mean(dtype=ember.float32))"
             )
+        if source.dtype in HALF_TYPES:  # summed and divided in float32, rounded once (half_precision.py)
+            return source.cast(dtypes.float32).mean(dim, keepdim).cast(source.dtype)
         axes = _reduction_axes(dim, self.ndim, "mean")
         count = prod([self.shape[axis] for axis in axes])
         total = source._reduce_axes(Op.SUM, axes, keepdim)
@@ -181,6 +184,7 @@ class ReductionOps(TensorBase):
 
     # ---- statistics -----------------------------------------------------------------------------------------------
 
+    @computed_in_float32
     def var(self, dim: Dims = None, unbiased: bool | None = None, keepdim: bool = False,
             correction: float | None = None) -> Tensor:
         """Variance over dim with Bessel's correction by default (correction=1, or unbiased=False for 0); a
@@ -237,6 +241,7 @@ class ReductionOps(TensorBase):
     def count_nonzero(self, dim: Dims = None) -> Tensor:
         return (self != 0).sum(dim)
 
+    @computed_in_float32
     def norm(self, p: Any = "fro", dim: Dims = None, keepdim: bool = False) -> Tensor:
         if p in ("fro", 2, 2.0):
             return _sqrt_zero_gradient_at_zero((self * self).sum(dim, keepdim=keepdim))
@@ -269,7 +274,7 @@ class ReductionOps(TensorBase):
         maximum, so a large later value does not flush an earlier prefix to -inf)."""
         if not self.dtype.is_float:
             raise DTypeError(f"logcumsumexp: needs a floating point tensor (as in PyTorch), got {self.dtype.name}")
-        if self.dtype in (dtypes.float16, dtypes.bfloat16):  # computed in float32, rounded once (as torch)
+        if self.dtype in HALF_TYPES:  # computed in float32, rounded once (as torch)
             return self.cast(dtypes.float32).logcumsumexp(dim).cast(self.dtype)
         source = cast("Tensor", self)
         if source.ndim == 0:
@@ -299,6 +304,8 @@ class ReductionOps(TensorBase):
                 f"nanmean: expected a floating point tensor as input, got {source.dtype.name} (use .float() or "
                 f"nanmean(dtype=ember.float32))"
             )
+        if source.dtype in HALF_TYPES:  # summed and divided in float32, rounded once (half_precision.py)
+            return source.cast(dtypes.float32).nanmean(dim, keepdim).cast(source.dtype)
         return source.nansum(dim, keepdim) / source.isnan().logical_not().sum(dim, keepdim=keepdim)
 
     def diff(self, n: int = 1, dim: int = -1, prepend: Tensor | None = None, append: Tensor | None = None

@@ -9,7 +9,9 @@ is left. Every stage combines few values, like the levels of pairwise summation,
 torch's; the sum of n float32 ones is exact while n is representable. The stages are recorded as one reduce for
 autograd (its rule sees the whole reduce: a maximum's gradient is shared by all its ties, as torch.amax does), and
 the kernelizer stores each stage's partials (a reduce read by another reduce is stored). Reduces of up to
-STAGE_THRESHOLD elements are one primitive, as before. On a device that reduces rows by workgroups (a GPU: the
+STAGE_THRESHOLD elements are one primitive, as before. The partials of a float16 or bfloat16 sum (or product) are
+float32 (a kernel computes half values in float32 and rounds what it stores; 16-bit partials of a long sum overflow
+65,504 or lose its low bits), rounded to the half type once, after the last stage, as torch accumulates them. On a device that reduces rows by workgroups (a GPU: the
 runtime's `reduce_stages`, ir/group_reduce.py) the stages are instead rows long enough for a group each, enough of
 them to fill the device, then one group per output for the partials: a full reduction in two kernels.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ember.context import CONTEXT
+from ember.core import dtype as dtypes
 from ember.core.ops import Op, reduce_identity
 from ember.core import runtime
 from ember.core.shapes import prod
@@ -35,6 +38,7 @@ MAX_FIRST_STAGE_CHUNK = 4096  # within 8M values). At 4M, a language model's out
 # (ir/opt.py MAX_STAGED_BYTES): 0.99 s; chunks of 1,571: 0.37 s (torch 0.17 s), and 512 x 40,000 @ 40,000 x 512
 # 0.50 s -> 0.17 s.
 LATER_STAGE_CHUNK = 16  # partials a work item of a later stage combines (at most)
+HALF_TYPES = (dtypes.float16, dtypes.bfloat16)  # whose sums and products keep float32 partials
 
 
 def reduce_axes(tensor: Tensor, op: Op, axes: tuple[int, ...], threshold: int = STAGE_THRESHOLD,
@@ -92,6 +96,9 @@ def _staged(tensor: Tensor, op: Op, axes: tuple[int, ...], later_chunk: int = LA
     outputs = prod(list(kept_shape))
     group_stages = runtime.RUNTIME.reduce_stages(current.node, extent, outputs)
     parts_first = not group_stages and _parts_first(tensor, axes)  # (group stages reduce rows: parts last)
+    half = tensor.dtype if tensor.dtype in HALF_TYPES and op in (Op.SUM, Op.PROD) else None
+    if half is not None:  # float32 partials, rounded to the half type once at the end
+        current = current._apply(Op.CAST, arg=dtypes.float32)
     extents = group_stages or stage_extents(extent, outputs, later_chunk)
     for chunk in extents:
         parts = -(-extent // chunk)
@@ -109,6 +116,8 @@ def _staged(tensor: Tensor, op: Op, axes: tuple[int, ...], later_chunk: int = LA
             current = current._apply(op, arg=(len(kept_shape) + 1,))
             current = current._apply(Op.RESHAPE, arg=kept_shape + (parts,))
         extent = parts
+    if half is not None:
+        current = current._apply(Op.CAST, arg=half)
     return current._apply(Op.RESHAPE, arg=tuple(1 if axis in axes else size for axis, size in enumerate(shape)))
 
 

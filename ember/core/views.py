@@ -19,7 +19,7 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ember.context import CONTEXT
 from ember.core.errors import AutogradError, ShapeError
@@ -296,7 +296,10 @@ class _Nesting(threading.local):
 _NESTING = _Nesting()
 
 
-def intermediates(function: Callable[..., Any]) -> Callable[..., Any]:
+Function = TypeVar("Function", bound=Callable[..., Any])
+
+
+def intermediates(function: Function) -> Function:
     """Mark `function` as building another op's intermediates: the view ops it calls link no views (each link walks
     the movement steps and simulates strides), as those called by a view op do not. Only for ember's own code whose
     tensors never reach the user as views (a view op wrapping it still links its own result); never around user
@@ -312,7 +315,7 @@ def intermediates(function: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             _NESTING.depth = 0
 
-    return building
+    return cast(Function, building)
 
 
 def _viewing(method: Callable[..., Any]) -> Callable[..., Any]:

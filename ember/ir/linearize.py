@@ -110,9 +110,7 @@ class Linearizer:
         scratch array filled once, values that do not change inside), then the loops with the body inside."""
         loops = list(loop.srcs[1:])
         level_of = {id(range_): level for level, range_ in enumerate(loops)}
-        for node in self._topological_deep(list(loop.srcs[0].srcs)):
-            if id(node) not in self.done and node.op is not IROp.STORE and self.ranges_of(node) <= self.open:
-                self._emit_one(node)
+        self._emit_invariant(list(loop.srcs[0].srcs))
         body = self._topological(list(loop.srcs[0].srcs))
         for range_ in loops:  # a size known at launch (ir/shape_class.py): read before the loops
             for size in range_.srcs:
@@ -123,13 +121,34 @@ class Linearizer:
             for node in body:
                 if id(node) in self.done:
                     continue
-                depth = max((level_of[r] for r in self.ranges_of(node) if r in level_of), default=-1)
+                # (what needs none of these loops and was not hoisted, _emit_invariant: in the outermost)
+                depth = max((level_of[r] for r in self.ranges_of(node) if r in level_of), default=0)
                 if depth == level:
                     self._emit_one(node)
         for range_ in reversed(loops):
             self.instructions.append(Instruction(Step.END_LOOP, range_))
             self.open.discard(id(range_))
         self.done.add(id(loop))
+
+    def _emit_invariant(self, roots: list[IRNode]) -> None:
+        """Whatever is under roots, at any depth, that needs no loop not open yet (hoisted before the loops that
+        follow), except a reduce whose group (the reduces over the same loops, emitted together) has a member that
+        does need one (the lanes of a vectorized store loop, some of which do not depend on its counter): the group
+        is emitted inside that loop, with what depends on it; hoisted alone, its other members' values would be
+        computed where the loop's counter is out of scope."""
+        held: set[int] = set()
+        for node in self._topological_deep(roots):
+            if id(node) in self.done or node.op is IROp.STORE or not self.ranges_of(node) <= self.open:
+                continue
+            if any(id(src) in held for src in node.srcs) or (node.op is IROp.REDUCE and not self._group_ready(node)):
+                held.add(id(node))
+                continue
+            self._emit_one(node)
+
+    def _group_ready(self, reduce: IRNode) -> bool:
+        """Whether every reduce of `reduce`'s group not emitted yet needs only loops open now (besides its own)."""
+        return all(id(member) in self.done or self.ranges_of(member) <= self.open
+                   for member in self.reduce_groups[tuple(id(r) for r in reduce.srcs[1:])])
 
     def _topological_deep(self, roots: list[IRNode]) -> list[IRNode]:
         """Nodes under roots not yet emitted, sources first, including those inside reduces and loops."""
@@ -145,9 +164,7 @@ class Linearizer:
             # a reduce inside this one's loops (a quantized product's per-block integer sum): what it needs, at any
             # depth, that needs no loop not open yet is computed here, before the loops, not inside them (where
             # a later loop nest reading the same value would find it out of scope)
-            for node in self._topological_deep([member.srcs[0] for member in group]):
-                if id(node) not in self.done and node.op is not IROp.STORE and self.ranges_of(node) <= self.open:
-                    self._emit_one(node)
+            self._emit_invariant([member.srcs[0] for member in group])
         # values that need none of this group's loops are computed before the loops
         outside = [n for n in body if not (self.ranges_of(n) & level_of.keys())]
         for node in outside:

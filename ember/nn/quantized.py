@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from ember.core import dtype as dtypes
 from ember.core.tensor import Tensor
-from ember.io.quantized import DEQUANTIZE_ROWS, QuantizedTensor, many_rows_product
+from ember.io.quantized import DEQUANTIZE_ROWS, SCALES_IN_BLOCKS, QuantizedTensor, many_rows_product
 from ember.nn import functional as F
 from ember.nn.module import Module
 
@@ -54,11 +54,13 @@ class QuantizedLinear(Module):
         """Pick the blocks' scales out once where the blocks lie (2 to 20 bytes a block): each forward then reads
         them instead of picking them out of the blocks again, in a kernel of its own that reads every block. Blocks
         of a format with an interleaved layout (Q5_0) are laid out so first (`QuantizedTensor.interleaved`: the
-        same bytes, which products unpack on byte vectors)."""
+        same bytes, which products unpack on byte vectors). A format of SCALES_IN_BLOCKS keeps reading its scale
+        from the blocks."""
         if self.format is not None:
             interleaved = self.quantized().interleaved()
             self.raw, self.format = interleaved.raw, interleaved.format
-            self.scales = interleaved.decoded_scales().scales
+            if self.format.name not in SCALES_IN_BLOCKS:
+                self.scales = interleaved.decoded_scales().scales
 
     def store_float32(self) -> None:
         """Keep the weight as float32 from now on, dequantized once where it lies (4 bytes a weight instead of the

@@ -13,6 +13,7 @@ from ember.collection_pause import collection_paused
 from ember.core.errors import ShapeError
 from ember.core.ops import Composite
 from ember.core.tensor import Tensor
+from ember.core.views import intermediates
 from ember.nn import functional as F
 from ember.nn import init
 from ember.nn.linear import empty_parameter
@@ -202,6 +203,7 @@ class _HiddenProduct:
         return product if self.bias is None else product + self.bias
 
 
+@intermediates
 def _cell_step(
     mode: str,
     input_part: Tensor,
@@ -236,10 +238,10 @@ def _cell_step(
         # apart (the activation, the pads joining the gates' gradients in backward) is a condition on the gate axis
         # alone, the same for every lane of a vector
         batch = hidden.shape[0]
-        gates = _store_gradient((input_part + hidden_part.contiguous()).reshape(batch, 4, size))
+        gates = _store_gradient((input_part + hidden_part.contiguous())._reshaped((batch, 4, size)))
         activated = _activated_gates(gates, 2)
         input_gate, forget_gate, cell_gate, output_gate = (
-            activated._crop(1, gate, gate + 1).reshape(batch, size) for gate in range(4))
+            activated._crop(1, gate, gate + 1)._reshaped((batch, size)) for gate in range(4))
         new_cell = _boundary(forget_gate * cell + input_gate * cell_gate)
         # tanh of the cell state is stored (backward reads it in two kernels: recomputed under the pad that joins
         # the output gate's gradient to the others', the kernelizer would store it there)
@@ -253,21 +255,24 @@ def _cell_step(
         # laid out (batch, gate, size) as the LSTM's gates; the hidden matmul is stored with its gradient (that in
         # that layout, the matmul's output in its own: a matmul's tiles are planned on its output's last two axes)
         batch = hidden.shape[0]
-        hidden_gates = _store_gradient(hidden_part.contiguous().reshape(batch, 3, size))
-        input_gates = input_part.reshape(batch, 3, size)
+        hidden_gates = _store_gradient(hidden_part.contiguous()._reshaped((batch, 3, size)))
+        input_gates = input_part._reshaped((batch, 3, size))
         input_new, hidden_new = input_gates._crop(1, 2, 3), hidden_gates._crop(1, 2, 3)
         reset_update_part = input_gates._crop(1, 0, 2) + hidden_gates._crop(1, 0, 2)
         with em.no_grad():
             # the reset gate scales the new gate's part: computed again inside the activation kernel, read there
             # under a broadcast along the gate axis (joined to ones by a pad, the kernelizer would store it)
-            reset = _sigmoid(reset_update_part._crop(1, 0, 1)).expand(batch, 3, size)
-            scale = em.where(_gate_mask(tuple(hidden_gates.shape), hidden_gates.device, 2), reset, 1.0)
+            reset = _sigmoid(reset_update_part._crop(1, 0, 1))._broadcast((batch, 3, size))
+            gates_shape, device = tuple(hidden_gates.shape), hidden_gates.device
+            scale = em.where(_gate_mask(gates_shape, device, 2), reset,
+                             _constant(gates_shape, device, hidden_gates.dtype, 1.0))
             activated = _blockwise_activation(input_gates + scale * hidden_gates, 2)
         reset_update = _recorded_as(Composite.SIGMOID, reset_update_part, activated._crop(1, 0, 2))
         new = _recorded_as(Composite.TANH, input_new + reset_update._crop(1, 0, 1) * hidden_new,
-                           activated._crop(1, 2, 3)).reshape(batch, size)
-        update = reset_update._crop(1, 1, 2).reshape(batch, size)
-        return _boundary((1 - update) * new + update * hidden), None, hidden_gates.reshape(batch, 3 * size)
+                           activated._crop(1, 2, 3))._reshaped((batch, size))
+        update = reset_update._crop(1, 1, 2)._reshaped((batch, size))
+        one = _constant(tuple(update.shape), update.device, update.dtype, 1.0)
+        return _boundary((one - update) * new + update * hidden), None, hidden_gates._reshaped((batch, 3 * size))
     total = _boundary(input_part + hidden_part)
     if mode == "RNN_RELU":
         return _boundary(total.relu()), None, hidden_part
@@ -424,6 +429,7 @@ class RNNBase(Module):
         output = type(packed)(rows, batch_sizes_tensor, sorted_indices, unsorted_indices)
         return output, ((hidden_n, cell_n) if self.mode == "LSTM" else hidden_n)
 
+    @intermediates
     def _recurrence(
         self, rows: Tensor, batch_sizes: list[int], hidden0: Tensor, cell0: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor | None]:

@@ -1,0 +1,46 @@
+"""How many threads the c backend runs a kernel on (backends/c.py kernel_threads): its estimated work counts loops
+one after another as a sum and nested loops as a product, so a softmax over a few rows (three loops over each row)
+runs on one thread while a matrix-vector product of a decoder's size is split across cores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+import ember as em
+from ember.backends.c import PARALLEL_THRESHOLD, _loop_work, kernel_threads
+from ember.scheduler import compile_cache
+from ember.scheduler.devices import get_device
+from ember.scheduler.schedule import SCHEDULES
+
+from tests.helpers import assert_close
+
+
+def _compiled(graph: em.Tensor) -> list[Any]:
+    """The compiled programs of the kernels the scheduler makes for `graph` (ops on realized tensors)."""
+    program, _ = SCHEDULES.schedule([graph.node])
+    return [compile_cache.compile_kernel(get_device("c:0"), step.kernel) for step in program.steps]
+
+
+def test_loops_one_after_another_add_and_a_short_softmax_runs_on_one_thread() -> None:
+    values = np.random.default_rng(0).standard_normal((4, 512)).astype(np.float32)
+    scores = em.tensor(values, device="c").realize()
+    (compiled,) = _compiled(scores.softmax(-1))
+    work = compiled.ir.global_size * _loop_work(compiled.ir)
+    assert work < PARALLEL_THRESHOLD, work  # 4 rows x 3 loops over a row, not 4 x (a row's loop) ** 3
+    assert kernel_threads(compiled.ir, 2) == 1
+    assert_close(scores.softmax(-1).numpy(), torch.from_numpy(values).softmax(-1).numpy())
+
+
+def test_nested_loops_multiply_and_a_matrix_vector_product_is_split_across_cores() -> None:
+    generator = np.random.default_rng(1)
+    weight = generator.standard_normal((2048, 640)).astype(np.float32)
+    vector = generator.standard_normal((1, 640)).astype(np.float32)
+    weight_tensor, vector_tensor = em.tensor(weight, device="c").realize(), em.tensor(vector, device="c").realize()
+    (compiled,) = _compiled(vector_tensor @ weight_tensor.T)
+    assert compiled.ir.global_size * _loop_work(compiled.ir) >= PARALLEL_THRESHOLD
+    assert kernel_threads(compiled.ir, 2) == 2
+    expected = torch.from_numpy(vector) @ torch.from_numpy(weight).T
+    assert_close((vector_tensor @ weight_tensor.T).numpy(), expected.numpy(), atol=1e-4)
