@@ -31,6 +31,9 @@ class DeviceInfo:
     # WebGPU adapter such as lavapipe): two such devices share the cores, so splitting work between them gains
     # nothing (sharding/decision.py never does)
     host_cores: bool = False
+    # the renderer runs a plain float32 matmul as packed panels and a register-tiled micro-kernel with its
+    # accumulators in vector registers (ir/packed_matmul.py; the c backend's backends/c_matmul.py)
+    packed_matmul: bool = False
     vector_ops: frozenset[Any] = frozenset()  # IR ops the renderer applies to vectors (ir/vectorize.py); empty: none
     # narrower vector widths (float32 lanes, widest first), each with the IR ops usable at it, for kernels needing an
     # op `vector_ops` lacks, and for a kernel the device failed to build (a driver that cannot compile some vector

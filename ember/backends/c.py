@@ -26,6 +26,7 @@ from ember import cache
 from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program, ProgramTable
 from ember.backends.disk import map_file_bytes
 from ember.backends import launch_group
+from ember.backends.c_matmul import PARALLEL_PRODUCTS, packed_products, render_packed_matmul
 from ember.backends.launch_group import GATHERING, LaunchGroup, runner_source
 from ember.capabilities import host_cpu_field
 from ember.backends.c_style import (
@@ -100,6 +101,12 @@ class CRenderer(CStyleRenderer):
         self.threads = threads
         self.use_libmvec = vector_math  # declare libmvec's variants of exp2/log2/sin (see has_vector_math)
         self.vector_expressions[Op.SHR] = self.vector_shift_right
+
+    def render(self, kernel: KernelIR) -> str:
+        if kernel.packed is not None:  # a plain matmul as packed panels (ir/packed_matmul.py)
+            parameters = [self.parameter(param.dtype, param.position, param.is_output) for param in kernel.params]
+            return C_PRELUDE + render_packed_matmul(kernel, parameters, self.threads)
+        return super().render(kernel)
 
     def prelude(self, kernel: KernelIR) -> str:
         # every helper is guarded, so several kernels can be compiled as one source (see CDevice.compile_many)
@@ -498,9 +505,12 @@ def _function_pointer(function: Any) -> int:
 def kernel_threads(kernel: KernelIR, cores: int) -> int:
     """The cores a kernel's launch occupies, as CRenderer.global_loop_open splits it: one below PARALLEL_THRESHOLD
     estimated operations (its loop runs on one thread) or with one work item, else as many as its work items, at
-    most `cores`; every core for a shape class's kernel (its work is known at launch only)."""
+    most `cores`; every core for a shape class's kernel (its work is known at launch only); for a packed matmul, as
+    its source splits it (c_matmul.PARALLEL_PRODUCTS)."""
     if kernel.size_parameter is not None:
         return cores
+    if kernel.packed is not None:
+        return 1 if packed_products(kernel.packed) < PARALLEL_PRODUCTS else cores
     if kernel.global_size * max(1, _loop_work(kernel)) < PARALLEL_THRESHOLD:
         return 1
     return min(cores, kernel.global_size)
@@ -551,7 +561,10 @@ def build_class(kernel: KernelIR) -> str:
     over the char_lstm and nanoGPT steps' kernels, LIGHT_LEVEL ran the scalar tiles as fast as -O3 with the
     scheduling flags (284 against 309 ms in all) and built them 4-5x sooner. No class changes what a kernel
     computes beyond where gcc fuses a multiply and an add, and each kernel's class is a function of its IR, so a
-    kernel gives the same bits in every process."""
+    kernel gives the same bits in every process. A packed matmul (KernelIR.packed) is a TILE: its micro-kernel's
+    accumulators are vectors."""
+    if kernel.packed is not None:
+        return TILE
     vector_accumulators = scalar_accumulators = 0
     for node in topological_nodes(kernel.sink):
         if node.op is IROp.REDUCE:
@@ -651,7 +664,7 @@ class CDevice(Device):
                                vector_registers=32 if width >= 16 else 16,  # AVX-512 has 32 (of 64 bytes)
                                fallback_vector_widths=((8, VECTOR_OPS),) if width > 8 else (),
                                concurrent_compile=True, integer_dot_products=has_byte_dot_products(),
-                               host_cores=True)
+                               host_cores=True, packed_matmul=True)
         self.pool = HostMemoryPool(name)
         self.renderer = CRenderer(threads, vector_math=has_vector_math())
         self._programs: ProgramTable[str, CProgram] = ProgramTable()  # by source, least recently used dropped

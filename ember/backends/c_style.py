@@ -8,6 +8,7 @@ from typing import cast
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
+from ember.core.errors import CompileError
 from ember.core.ops import REDUCE_COMBINE, Op, reduce_identity
 from ember.core.walk import compute_bottom_up
 from ember.backends.render_steps import KernelBody, StepRenderer
@@ -261,6 +262,9 @@ class CStyleRenderer(StepRenderer[KernelBody]):
     # ---- the skeleton: one method per IR step (render_steps.StepRenderer walks the kernel) -------------------
 
     def render(self, kernel: KernelIR) -> str:
+        if kernel.packed is not None:
+            raise CompileError(f"the {self.language} renderer has no packed-panel matmul (kernel {kernel.name}); a "
+                               "device whose renderer lacks it must not set DeviceInfo.packed_matmul")
         self._bounds: dict[int, tuple[float, float]] = {}  # value bounds by node id, valid during one render
         body = KernelBody(kernel, self.constant_operand, depth=2)
         self.render_steps(body)

@@ -62,7 +62,7 @@ class MatmulTiles:
         return MATRIX_WARPS * WARP if self.matrix is not None else (self.block // self.register) ** 2
 
 
-class _ReduceReplaced(Lowerer):
+class ReduceReplaced(Lowerer):
     """Lowers a kernel with its one reduce replaced by `result`, recording the value the reduce sums at the reduced
     index `depth_index` (None where the reduce is not one axis, or is reached under a mask; nothing recorded where
     `depth_index` is None: the epilogue)."""
@@ -87,11 +87,11 @@ class _ReduceReplaced(Lowerer):
         return self.result
 
 
-def _reduced_product(kernel: Kernel, builder: Builder, place: tuple[IRNode, ...], depth: IRNode) -> IRNode | None:
+def reduced_product(kernel: Kernel, builder: Builder, place: tuple[IRNode, ...], depth: IRNode) -> IRNode | None:
     """The product the kernel's reduce sums at output `place` and reduced index `depth`, or None where it is not one
     product of two float32 factors (the kernel's output is lowered with a stand-in for the reduce's value, a
     parameter no kernel has, only to reach the reduce as the output reaches it)."""
-    lowerer = _ReduceReplaced(kernel, builder, depth, builder.param(-1, dtypes.float32, False))
+    lowerer = ReduceReplaced(kernel, builder, depth, builder.param(-1, dtypes.float32, False))
     lowerer.lower(len(kernel.steps) - 1, place, None)
     product = lowerer.reduced[0] if len(lowerer.reduced) == 1 else None
     if product is None or product.op is not Op.MUL or product.width != 1 or product.dtype != dtypes.float32:
@@ -125,7 +125,7 @@ def matmul_tiles(kernel: Kernel, info: DeviceInfo) -> MatmulTiles | None:
     place = tuple(builder.new_range(extent, dtypes.int32) if extent != 1 else builder.const(0, dtypes.int32)
                   for extent in shape)
     depth = builder.new_range(reduced[0], dtypes.int32)
-    product = _reduced_product(kernel, builder, place, depth)
+    product = reduced_product(kernel, builder, place, depth)
     if product is None:
         return None
     first, second = ({id(node) for node in topological_nodes(factor)} for factor in product.srcs)
@@ -226,7 +226,7 @@ class _GroupTiles:
                                           (self.rows if factor == 0 else self.columns) - 1)
                 unclamped = builder.add(depth_origin, depth)
                 place = self.placed(clamped, unused) if factor == 0 else self.placed(unused, clamped)
-                product = _reduced_product(self.kernel, builder, place, builder.at_most(unclamped, length - 1))
+                product = reduced_product(self.kernel, builder, place, builder.at_most(unclamped, length - 1))
                 if product is None:
                     return None
                 value = product.srcs[factor]
@@ -248,7 +248,7 @@ class _GroupTiles:
         builder = self.builder
         row = builder.at_most(builder.add(self.row_origin, row), self.rows - 1)
         column = builder.at_most(builder.add(self.column_origin, column), self.columns - 1)
-        self.lowerer = _ReduceReplaced(self.kernel, builder, None, value)
+        self.lowerer = ReduceReplaced(self.kernel, builder, None, value)
         return self.lowerer.store_output(self.placed(row, column))
 
     def kernel_ir(self, name: str, stores: list[IRNode], warp_width: int) -> KernelIR:

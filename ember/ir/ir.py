@@ -8,13 +8,16 @@ import math
 import struct
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
 from ember.core.ops import Op
 from ember.core.walk import compute_bottom_up, post_order
 from ember.ir.rewrite import RuleTable
+
+if TYPE_CHECKING:
+    from ember.ir.packed_matmul import PackedMatmul
 
 
 class IROp(Enum):
@@ -123,11 +126,15 @@ class KernelIR:
     # a workgroup kernel's warp width (DeviceInfo.warp_width): a renderer with warp shuffles (PTX) combines the values
     # of each warp by shuffles before it goes through local memory; 1: none
     warp_width: int = 1
+    # a plain float32 matmul a renderer runs as packed panels (ir/packed_matmul.py; DeviceInfo.packed_matmul), its
+    # sink then the plain lowering (what it reads and writes); else None
+    packed: PackedMatmul | None = None
 
     def key(self) -> str:
         """A structural description of the kernel (for caches and debug output)."""
         group = f":group{self.local_size}/{self.warp_width}" if self.local_size is not None else ""
-        return f"{self.name}:{self.global_size}{group}:{self.sink!r}"
+        packed = f":packed{self.packed.as_tuple()}" if self.packed is not None else ""
+        return f"{self.name}:{self.global_size}{group}{packed}:{self.sink!r}"
 
 
 def _wrap_integer(value: int, dtype: DType) -> int:

@@ -310,4 +310,4 @@ def expand_math(kernel: KernelIR, wanted: MathOps, wide_integers: bool = True) -
                                                      default=0))
     return KernelIR(kernel.name, kernel.params, kernel.global_size, sink, kernel.index_dtype,
                     size_parameter=kernel.size_parameter, local_size=kernel.local_size,
-                    warp_width=kernel.warp_width)
+                    warp_width=kernel.warp_width, packed=kernel.packed)

@@ -24,6 +24,7 @@ from ember.core.ops import Op
 from ember.core.walk import post_order
 from ember.ir.ir import IRNode, KernelIR
 from ember.ir.kernel import Kernel
+from ember.ir.packed_matmul import PackedMatmul
 
 
 @functools.cache
@@ -42,7 +43,7 @@ def entry_path(kernel: Kernel, name: str, info: DeviceInfo, optimize: bool, vari
     capabilities = (info.compute_units, info.preferred_vector_width, sorted(str(op) for op in info.vector_ops),
                     [(width, sorted(str(op) for op in ops)) for width, ops in info.fallback_vector_widths],
                     info.local_memory_bytes, info.max_local_size, info.max_global_size, info.warp_width,
-                    sorted(dtype.name for dtype in info.matrix_dtypes), info.vector_registers)
+                    sorted(dtype.name for dtype in info.matrix_dtypes), info.vector_registers, info.packed_matmul)
     parts = (code_digest(), name, repr(kernel), repr(capabilities), str(optimize))
     key = "\n".join(parts + ((variant,) if variant else ()))
     return cache.entry_path("ir", key)
@@ -85,17 +86,18 @@ def _flatten(ir: KernelIR) -> tuple:
                       node.maximum, node.width))
     lane_groups = tuple(tuple(number[id(node)] for node in group) for group in ir.lane_groups)
     return (ir.name, ir.params, ir.global_size, ir.index_dtype, table, number[id(ir.sink)], lane_groups, ir.local_size,
-            ir.warp_width)
+            ir.warp_width, None if ir.packed is None else ir.packed.as_tuple())
 
 
 def _unflatten(flat: tuple) -> KernelIR:
-    name, params, global_size, index_dtype, table, sink, lane_groups, local_size, warp_width = flat
+    name, params, global_size, index_dtype, table, sink, lane_groups, local_size, warp_width, packed = flat
     nodes: list[IRNode] = []
     for op, dtype, sources, arg, minimum, maximum, width in table:
         nodes.append(IRNode(op, dtype, tuple(nodes[source] for source in sources), arg, minimum, maximum, width))
     return KernelIR(name=name, params=params, global_size=global_size, sink=nodes[sink], index_dtype=index_dtype,
                     lane_groups=tuple(tuple(nodes[node] for node in group) for group in lane_groups),
-                    local_size=local_size, warp_width=warp_width)
+                    local_size=local_size, warp_width=warp_width,
+                    packed=None if packed is None else PackedMatmul.from_tuple(packed))
 
 
 def load(path: Path, kernel: Kernel | None = None, name: str | None = None) -> KernelIR | None:

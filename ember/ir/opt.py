@@ -21,6 +21,7 @@ from ember.ir.group_reduce import choose_local_size, lower_group_kernel
 from ember.ir.ir import IROp, KernelIR
 from ember.ir.kernel import Kernel, row_loop
 from ember.ir.linearize import Step, linearize
+from ember.ir.packed_matmul import lower_packed_matmul
 from ember.ir.lower import TileLowering, compute_dtype, lower_kernel
 from ember.ir.stage import stage_loads
 from ember.ir.vectorize import gathers, gathers_in_loops, lanes_for, vectorize
@@ -171,9 +172,11 @@ class Plan:
     stage: bool = False  # copy what the loop's tiles all read into a scratch array first (ir/stage.py)
     vector_width: int = 0  # float32 lanes of the vectors the lowered kernel is packed into (0: not vectorized)
     group: bool = False  # a workgroup kernel (ir/group_reduce.py), whose local size DeviceInfo decides
+    packed: bool = False  # a plain float32 matmul as packed panels (ir/packed_matmul.py), its tiles DeviceInfo's
 
 
 GROUP_PLAN = Plan(group=True)
+PACKED_PLAN = Plan(packed=True)
 
 
 def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
@@ -352,8 +355,13 @@ def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, Kern
     narrower width has, at that width; else scalar tiles (a whole short row per work item where no other tile
     fits); untiled where tiling would take too long to lower. A matmul, or a kernel of long row reductions, on a
     device with local memory and warps is a workgroup kernel instead (ir/group_matmul.py, ir/group_reduce.py; its
-    plan is `GROUP_PLAN`, which the kernel search leaves alone)."""
+    plan is `GROUP_PLAN`, which the kernel search leaves alone); a plain float32 matmul on a device whose renderer
+    packs panels (DeviceInfo.packed_matmul) is a packed matmul (ir/packed_matmul.py; `PACKED_PLAN`, which the
+    search compares with the tiled plans)."""
     kernel = widened_products(kernel, info)
+    packed = lower_packed_matmul(kernel, name, info)
+    if packed is not None:
+        return PACKED_PLAN, packed
     grouped = group_lowering(kernel, name, info)
     if grouped is not None:
         return GROUP_PLAN, grouped
@@ -384,6 +392,8 @@ def lower_plan(kernel: Kernel, name: str, info: DeviceInfo, plan: Plan) -> Kerne
     kernel = widened_products(kernel, info)
     if plan.group:
         return group_lowering(kernel, name, info)
+    if plan.packed:
+        return lower_packed_matmul(kernel, name, info)
     if not _affordable(kernel, plan.upcast, plan.reduce_lanes):
         return None
     lowered = lower_kernel(kernel, name, plan.upcast, plan.order, plan.reduce_lanes, plan.loop)

@@ -40,6 +40,8 @@ ACTION_KINDS = {
     "loop": "let each work item loop over `amount` consecutive tiles along `axis`",
     "stage": "copy what a work item's looped tiles all read into a scratch array first (1: on, 0: off)",
     "untile": "no tiling: one output per work item, scalar code (the plain lowering)",
+    "pack": "a plain float32 matmul as packed panels and a register-tiled micro-kernel (ir/packed_matmul.py), on a "
+            "device whose renderer has them (DeviceInfo.packed_matmul)",
 }
 
 
@@ -51,6 +53,8 @@ def actions(kernel: Kernel, info: DeviceInfo) -> list[Action]:
     found: list[Action] = [Action("untile")]
     if not shape or not info.can_run:
         return found
+    if info.packed_matmul and any(step.op in REDUCE_OPS for step in kernel.steps):
+        found.append(Action("pack"))  # (lower_plan refuses it where the kernel is not a plain matmul)
     whole_rows = row_loop(kernel) is not None
     for axis in axes:
         found += [Action("upcast", axis, factor) for factor in UPCAST_FACTORS if factor <= shape[axis]]
@@ -69,8 +73,12 @@ def actions(kernel: Kernel, info: DeviceInfo) -> list[Action]:
 
 def apply(plan: Plan, action: Action, kernel: Kernel) -> Plan | None:
     """The plan one action away from `plan`, or None where the action changes nothing or makes no sense there (the
-    lowering may still refuse the result: opt.lower_plan)."""
+    lowering may still refuse the result: opt.lower_plan). Every action but `pack` leaves a packed plan for a tiled
+    one."""
     rank = len(kernel.output.shape)
+    if action.kind == "pack":
+        return None if plan.packed else Plan(packed=True)
+    original, plan = plan, replace(plan, packed=False)
     upcast = list(plan.upcast or (1,) * rank)
     if action.kind == "untile":
         result = Plan(vector_width=0)
@@ -99,14 +107,14 @@ def apply(plan: Plan, action: Action, kernel: Kernel) -> Plan | None:
         result = replace(plan, stage=bool(action.amount))
     else:
         raise ValueError(f"unknown search action {action.kind!r}; the kinds are {', '.join(ACTION_KINDS)}")
-    return None if result == plan else result
+    return None if result == original else result
 
 
 def plan_to_data(plan: Plan) -> dict:
     """A plan as JSON-ready data (the disk cache of search winners stores this)."""
     return {"upcast": list(plan.upcast) if plan.upcast else None, "order": list(plan.order) if plan.order else None,
             "reduce_lanes": plan.reduce_lanes, "loop": list(plan.loop) if plan.loop else None, "stage": plan.stage,
-            "vector_width": plan.vector_width}
+            "vector_width": plan.vector_width, "packed": plan.packed}
 
 
 def plan_from_data(data: object, kernel: Kernel) -> Plan:
@@ -134,4 +142,4 @@ def plan_from_data(data: object, kernel: Kernel) -> Plan:
     if not isinstance(lanes, int) or lanes < 1 or not isinstance(width, int) or width < 0:
         raise ValueError(f"reduce lanes {lanes!r} or vector width {width!r} is not a whole number")
     return Plan(axes(data["upcast"], "upcast"), order, lanes, None if loop is None else (loop[0], loop[1]),
-                bool(data["stage"]), width)
+                bool(data["stage"]), width, packed=bool(data["packed"]))

@@ -1,0 +1,184 @@
+"""Packed-panel matmuls for CPUs: recognizing a plain float32 matmul kernel and describing it as BLAS runs it.
+
+A kernel qualifies when its output is exactly one float32 sum over one axis of the product of two float32 loads,
+each from a buffer at an index linear in the output's axes and the reduced one (plain buffers and views that are
+strides and an offset: transposes, slices, broadcast batches; no mask, no reshape that divides an index, no fused
+prologue or epilogue). Such a kernel is described by sizes and strides (`PackedMatmul`), and a renderer that has
+the packed form (DeviceInfo.packed_matmul: the c backend, backends/c_matmul.py) renders the loops of GotoBLAS and
+BLIS: the output is split into parts, one a thread; a part walks the columns in blocks of `column_block` and the
+reduced axis in blocks of `depth_block`, copying B's block into panels `micro_columns` wide (k-major, so the
+micro-kernel reads one vector row a k) and A's rows, `row_block` at a time, into panels `micro_rows` tall; a
+register-tiled micro-kernel keeps `micro_rows` x `micro_columns` accumulators in vector registers and adds a
+broadcast A value times a B vector (a fused multiply-add) per accumulator and k. Panels past the matrix's edge are
+filled with zeros, and only the valid part of an edge tile is stored. The tiles come from DeviceInfo (its vector
+width and register count), never from a backend's name. The KernelIR keeps the plain lowering of the kernel as its
+sink (what the kernel reads and writes, for every pass that inspects it) and the description in
+`KernelIR.packed`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ember.capabilities import DeviceInfo
+from ember.core import dtype as dtypes
+from ember.core.ops import REDUCE_OPS, Op
+from ember.core.shapes import prod, strides_of
+from ember.ir.group_matmul import ReduceReplaced, reduced_product
+from ember.ir.ir import Builder, IRNode, IROp, KernelIR, linear_terms
+from ember.ir.kernel import Kernel, row_loop
+from ember.ir.lower import lower_kernel
+
+MINIMUM_SIDE = 16  # the output's rows and columns from which a matmul is packed
+MINIMUM_DEPTH = 8  # elements summed per output from which it is
+# rows of the micro-kernel's tile at most: with AVX-512's 32 registers, 12 or 14 rows (24 or 28 accumulators) made gcc
+# 12 spill accumulators in the k loop (one thread, 1024^2: 52-80 GFLOP/s), 8 rows ran at 97, as fast as 10 and OpenBLAS
+MAX_MICRO_ROWS = 8
+DEPTH_BLOCK = 256  # KC: the reduced elements of one packed block (a B micro-panel, KC x NR floats, stays in L1)
+ROW_BLOCK = 168  # MC: A's rows packed at a time (MC x KC floats, ~170 KB: in L2), rounded to the micro-kernel's
+COLUMN_BLOCK = 4080  # NC: B's columns packed at a time (KC x NC floats, ~4 MB: in L3), rounded likewise
+
+
+@dataclass(frozen=True)
+class PackedMatmul:
+    """A matmul as packed panels: out[batch, row, column] = sum over k of A[row, k] * B[k, column], every element at
+    an offset plus its indices times strides (in elements) in its buffer (`a`, `b`: the buffers' parameter
+    positions; the output is parameter 0, its columns of stride 1). `batches` lists the other output axes as
+    (size, A's stride, B's stride, the output's stride). The tiles: `lanes` float32 lanes a vector, micro_rows x
+    micro_vectors vectors of accumulators, and the cache blocks over k, rows and columns."""
+
+    rows: int
+    columns: int
+    depth: int
+    a: int
+    b: int
+    a_offset: int
+    a_row_stride: int
+    a_depth_stride: int
+    b_offset: int
+    b_depth_stride: int
+    b_column_stride: int
+    output_row_stride: int
+    batches: tuple[tuple[int, int, int, int], ...]
+    lanes: int
+    micro_rows: int
+    micro_vectors: int
+    depth_block: int
+    row_block: int
+    column_block: int
+
+    @property
+    def micro_columns(self) -> int:
+        return self.lanes * self.micro_vectors
+
+    def as_tuple(self) -> tuple:
+        """The fields in order (what the lowered-kernel cache stores: plain data, no class)."""
+        return tuple(getattr(self, name) for name in self.__dataclass_fields__)
+
+    @classmethod
+    def from_tuple(cls, fields: tuple) -> PackedMatmul:
+        """The description `as_tuple` gave (a TypeError where the fields do not fit)."""
+        values = list(fields)
+        position = list(cls.__dataclass_fields__).index("batches")
+        values[position] = tuple(tuple(int(value) for value in batch) for batch in values[position])
+        return cls(*values)
+
+
+def micro_tile(info: DeviceInfo) -> tuple[int, int] | None:
+    """The micro-kernel's (rows, vectors of columns) for a device: two vectors of columns, and as many rows as leave
+    registers for the two B vectors and the broadcast A value (6 with AVX2's 16 registers), at most MAX_MICRO_ROWS;
+    None where the device has no float32 vectors of 4 lanes or more."""
+    if info.preferred_vector_width < 4 or not info.vector_ops:
+        return None
+    rows = min(MAX_MICRO_ROWS, (info.vector_registers - 3) // 2)
+    return (rows, 2) if rows >= 2 else None
+
+
+def _linear(index: IRNode, known: dict[int, int]) -> tuple[int, dict[int, int]] | None:
+    """An index as (constant, {position in `known`'s order: coefficient}) where it is a sum of the loop variables
+    `known` lists (by id, their positions) times constants, else None."""
+    terms, constant = linear_terms(index)
+    coefficients: dict[int, int] = {}
+    for node, factor in terms:
+        position = known.get(id(node))
+        if position is None:
+            return None
+        coefficients[position] = coefficients.get(position, 0) + factor
+    return constant, coefficients
+
+
+def packed_matmul(kernel: Kernel, info: DeviceInfo) -> PackedMatmul | None:
+    """The packed form of `kernel` on a device whose renderer has it (DeviceInfo.packed_matmul), or None: the kernel
+    is not a plain float32 matmul (see the module's docstring), or is too small to gain from packing."""
+    tile = micro_tile(info)
+    if not info.packed_matmul or tile is None:
+        return None
+    shape = kernel.output.shape
+    reduces = [step for step in kernel.steps if step.op in REDUCE_OPS]
+    if (len(reduces) != 1 or reduces[0].op is not Op.SUM or row_loop(kernel) or len(shape) < 2
+            or kernel.output.dtype != dtypes.float32
+            or any(not isinstance(size, int) for step in kernel.steps for size in step.shape)):
+        return None
+    source_shape = kernel.steps[reduces[0].srcs[0]].shape
+    reduced = [source_shape[axis] for axis in reduces[0].arg if source_shape[axis] != 1]
+    if len(reduced) != 1 or reduced[0] < MINIMUM_DEPTH:
+        return None
+    builder = Builder()
+    place = tuple(builder.new_range(extent, dtypes.int32) if extent != 1 else builder.const(0, dtypes.int32)
+                  for extent in shape)
+    depth = builder.new_range(reduced[0], dtypes.int32)
+    known = {id(node): axis for axis, node in enumerate(place) if node.op is IROp.RANGE}
+    known[id(depth)] = len(shape)
+    product = reduced_product(kernel, builder, place, depth)
+    if product is None:
+        return None
+    # the output must be the reduce's value itself, stored where the output's shape puts it
+    stand_in = builder.param(-1, dtypes.float32, False)
+    store = ReduceReplaced(kernel, builder, None, stand_in).store_output(place)
+    if store.srcs[2] is not stand_in:
+        return None
+    factors = []
+    for factor in product.srcs:
+        if factor.op is not IROp.LOAD or len(factor.srcs) != 2 or factor.dtype != dtypes.float32 \
+                or factor.srcs[0].op is not IROp.PARAM or factor.srcs[0].arg[1]:
+            return None
+        linear = _linear(factor.srcs[1], known)
+        if linear is None:
+            return None
+        factors.append((factor.srcs[0].arg[0], *linear))
+    (a, a_offset, a_strides), (b, b_offset, b_strides) = factors
+    output_strides = strides_of(shape)
+    axes = [axis for axis, extent in enumerate(shape) if extent != 1]
+    rows = [axis for axis in axes if a_strides.get(axis, 0) and not b_strides.get(axis, 0)]
+    columns = [axis for axis in axes if b_strides.get(axis, 0) and not a_strides.get(axis, 0)]
+    if not rows or not columns or not a_strides.get(len(shape)) or not b_strides.get(len(shape)):
+        return None
+    row, column = rows[-1], columns[-1]
+    if output_strides[row] == 1:  # the output transposed: compute out^T = B^T A^T
+        (a, a_offset, a_strides), (b, b_offset, b_strides) = (b, b_offset, b_strides), (a, a_offset, a_strides)
+        row, column = column, row
+    if output_strides[column] != 1 or shape[row] < MINIMUM_SIDE or shape[column] < MINIMUM_SIDE:
+        return None
+    batches = tuple((shape[axis], a_strides.get(axis, 0), b_strides.get(axis, 0), output_strides[axis])
+                    for axis in axes if axis not in (row, column))
+    micro_rows, micro_vectors = tile
+    micro_columns = micro_vectors * info.preferred_vector_width
+    return PackedMatmul(
+        rows=shape[row], columns=shape[column], depth=reduced[0], a=a, b=b, a_offset=a_offset,
+        a_row_stride=a_strides[row], a_depth_stride=a_strides[len(shape)], b_offset=b_offset,
+        b_depth_stride=b_strides[len(shape)], b_column_stride=b_strides[column],
+        output_row_stride=output_strides[row], batches=batches, lanes=info.preferred_vector_width,
+        micro_rows=micro_rows, micro_vectors=micro_vectors, depth_block=DEPTH_BLOCK,
+        row_block=max(micro_rows, ROW_BLOCK // micro_rows * micro_rows),
+        column_block=max(micro_columns, COLUMN_BLOCK // micro_columns * micro_columns))
+
+
+def lower_packed_matmul(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR | None:
+    """The kernel as a packed-panel matmul (the plain lowering, with `packed` set), or None where it is not one."""
+    packed = packed_matmul(kernel, info)
+    if packed is None:
+        return None
+    plain = lower_kernel(kernel, name)
+    if prod(kernel.output.shape) != plain.global_size or len(plain.params) <= max(packed.a, packed.b):
+        return None
+    return KernelIR(plain.name, plain.params, plain.global_size, plain.sink, plain.index_dtype, packed=packed)

@@ -1,0 +1,175 @@
+"""Packed-panel matmuls (ir/packed_matmul.py, backends/c_matmul.py): which kernels are packed, by DeviceInfo only, and
+the c backend's results against torch at odd, batched, transposed and large shapes, and for the dtypes and fused
+kernels that keep the other lowerings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+import ember as em
+from ember.backends.base import DeviceInfo
+from ember.backends.c import CRenderer
+from ember.backends.opencl import OpenCLRenderer
+from ember.core.errors import CompileError
+from ember.ir import lowered_cache
+from ember.ir.kernel import Kernel
+from ember.ir.opt import PACKED_PLAN, Plan, choose_plan, lower_plan
+from ember.ir.packed_matmul import PackedMatmul, lower_packed_matmul, micro_tile, packed_matmul
+from ember.ir.search_space import Action, actions, apply, plan_from_data, plan_to_data
+from ember.scheduler.kernelize import kernelize
+from ember.scheduler.program import Launch
+
+# an AVX2-like and an AVX-512-like CPU whose renderer packs panels
+AVX2 = DeviceInfo(compute_units=2, preferred_vector_width=8, vector_registers=16, vector_ops=frozenset({"any"}),
+                  host_cores=True, packed_matmul=True)
+AVX512 = replace(AVX2, preferred_vector_width=16, vector_registers=32)
+
+
+@pytest.fixture(autouse=True)
+def _optimizations_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Packing is an optional transform (EMBER_NOOPT=1 turns it off): these tests are about it."""
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+
+
+def _kernels(tensor: em.Tensor) -> list[Kernel]:
+    return [item.kernel for item in kernelize([tensor.node]) if isinstance(item, Launch)]
+
+
+def _dummy(*shape: int, dtype: em.DType = em.float32) -> em.Tensor:
+    tensor = em.tensor(np.zeros(shape, dtype=np.float32), device="dummy:0")
+    return tensor if dtype == em.float32 else tensor.to(dtype)
+
+
+def _packed(tensor: em.Tensor, info: DeviceInfo = AVX2) -> list[PackedMatmul | None]:
+    return [packed_matmul(kernel, info) for kernel in _kernels(tensor)]
+
+
+def test_a_plain_matmul_is_packed_with_its_strides() -> None:
+    a, b = _dummy(100, 70), _dummy(70, 90)
+    (packed,) = _packed(a @ b)
+    assert packed is not None
+    assert (packed.rows, packed.columns, packed.depth) == (100, 90, 70)
+    assert (packed.a_row_stride, packed.a_depth_stride, packed.b_depth_stride, packed.b_column_stride) == (70, 1, 90, 1)
+    assert packed.output_row_stride == 90 and packed.batches == ()
+    (transposed,) = _packed(_dummy(70, 100).T @ _dummy(90, 70).T)  # views: the strides of the transposes
+    assert transposed is not None and transposed.a_row_stride == 1 and transposed.b_column_stride == 70
+
+
+def test_tiles_come_from_the_vector_width_and_registers() -> None:
+    assert micro_tile(AVX2) == (6, 2)
+    assert micro_tile(AVX512) == (8, 2)
+    (packed,) = _packed(_dummy(64, 64) @ _dummy(64, 64), AVX512)
+    assert packed is not None and (packed.lanes, packed.micro_columns) == (16, 32)
+    assert micro_tile(replace(AVX2, preferred_vector_width=1)) is None
+
+
+def test_only_devices_whose_renderer_packs_get_packed_kernels() -> None:
+    product = _dummy(64, 64) @ _dummy(64, 64)
+    assert _packed(product, replace(AVX2, packed_matmul=False)) == [None]
+    assert _packed(product, replace(AVX2, vector_ops=frozenset())) == [None]
+
+
+@pytest.mark.parametrize("build", [
+    lambda: (_dummy(64, 64) @ _dummy(64, 64)).relu(),  # a fused epilogue
+    lambda: (_dummy(64, 64) * 2) @ _dummy(64, 64),  # a fused prologue
+    lambda: _dummy(64, 64, dtype=em.float16) @ _dummy(64, 64, dtype=em.float16),
+    lambda: _dummy(64, 64, dtype=em.float64) @ _dummy(64, 64, dtype=em.float64),
+    lambda: _dummy(8, 8) @ _dummy(8, 8),  # too small to gain
+    lambda: _dummy(62, 64).pad((0, 0, 1, 1)) @ _dummy(64, 64),  # a masked load
+], ids=["epilogue", "prologue", "float16", "float64", "small", "padded"])
+def test_kernels_other_than_plain_float32_matmuls_keep_the_other_lowerings(build: Callable[[], em.Tensor]) -> None:
+    assert all(packed is None for packed in _packed(build()))
+
+
+def test_other_renderers_refuse_a_packed_kernel_with_a_message() -> None:
+    (kernel,) = _kernels(_dummy(64, 64) @ _dummy(64, 64))
+    lowered = lower_packed_matmul(kernel, "k", AVX2)
+    assert lowered is not None and "_micro(" in CRenderer().render(lowered)
+    with pytest.raises(CompileError, match="packed"):
+        OpenCLRenderer().render(lowered)
+
+
+def test_the_lowered_kernel_cache_keeps_the_packed_form() -> None:
+    (kernel,) = _kernels(_dummy(3, 40, 33) @ _dummy(3, 33, 50))
+    plan, lowered = choose_plan(kernel, "k", AVX2)
+    assert lowered.packed is not None and lowered.packed.batches == ((3, 40 * 33, 33 * 50, 40 * 50),)
+    path = lowered_cache.entry_path(kernel, "k", AVX2, True, variant="test of the packed form")
+    lowered_cache.store(path, lowered)
+    loaded = lowered_cache.load(path, kernel, "k")
+    assert loaded is not None and loaded.packed == lowered.packed and loaded.key() == lowered.key()
+
+
+def _check(a: np.ndarray, b: np.ndarray, operation: Callable, dtype: em.DType = em.float32) -> None:
+    expected = operation(torch.from_numpy(a), torch.from_numpy(b))
+    got = operation(em.tensor(a, device="c").to(dtype), em.tensor(b, device="c").to(dtype)).to(em.float32).numpy()
+    depth = a.shape[-1]
+    tolerance = 1e-4 if dtype == em.float32 else 2e-2
+    np.testing.assert_allclose(got, expected.to(torch.float32).numpy(), rtol=tolerance, atol=tolerance * depth**0.5)
+
+
+def _random(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed + sum(shape)).standard_normal(shape, dtype=np.float32)
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((16, 16), (16, 16)), ((17, 9), (9, 33)), ((127, 255), (255, 63)), ((1000, 1000), (1000, 1000)),
+    ((2049, 130), (130, 1025)), ((300, 600), (600, 70)), ((3, 40, 33), (3, 33, 50)), ((4, 70, 50), (50, 90)),
+    ((2, 3, 20, 30), (3, 30, 40)),
+])
+def test_matmul_against_torch(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    _check(_random(*a_shape), _random(*b_shape, seed=1), lambda a, b: a @ b)
+
+
+@pytest.mark.parametrize("operation", [
+    lambda a, b: a.T @ b, lambda a, b: a @ b.T, lambda a, b: a.T @ b.T, lambda a, b: (a @ b).T.contiguous(),
+    lambda a, b: a[3:, 5:] @ b[5:, :-7], lambda a, b: a[::2] @ b, lambda a, b: a.flip(0) @ b.flip(1),
+    lambda a, b: a.flip(1) @ b.flip(0).T,
+], ids=["a.T", "b.T", "both", "output.T", "slices", "every other row", "flipped rows and columns", "flipped depth"])
+def test_views_against_torch(operation: Callable) -> None:
+    _check(_random(130, 130), _random(130, 130, seed=1), operation)
+
+
+@pytest.mark.parametrize("dtype", [em.float16, em.bfloat16, em.float64], ids=str)
+def test_other_dtypes_against_torch(dtype: em.DType) -> None:
+    torch_dtype = {em.float16: torch.float16, em.bfloat16: torch.bfloat16, em.float64: torch.float64}[dtype]
+    a, b = _random(70, 90), _random(90, 50, seed=1)
+    expected = (torch.from_numpy(a).to(torch_dtype).float() @ torch.from_numpy(b).to(torch_dtype).float())
+    got = (em.tensor(a, device="c").to(dtype) @ em.tensor(b, device="c").to(dtype)).to(em.float32).numpy()
+    np.testing.assert_allclose(got, expected.numpy(), rtol=2e-2, atol=2e-2 * 90**0.5)
+
+
+def test_a_fused_epilogue_against_torch() -> None:
+    a, b, bias = _random(100, 80), _random(80, 60, seed=1), _random(60, seed=2)
+    expected = torch.relu(torch.from_numpy(a) @ torch.from_numpy(b) + torch.from_numpy(bias)).numpy()
+    got = (em.tensor(a, device="c") @ em.tensor(b, device="c") + em.tensor(bias, device="c")).relu().numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * 80**0.5)
+
+
+def test_matmul_gradients_against_torch() -> None:
+    a, b = _random(50, 70), _random(70, 40, seed=1)
+    x, y = em.tensor(a, device="c", requires_grad=True), em.tensor(b, device="c", requires_grad=True)
+    (x @ y).sum().backward()
+    tx, ty = torch.from_numpy(a).requires_grad_(), torch.from_numpy(b).requires_grad_()
+    (tx @ ty).sum().backward()
+    assert x.grad is not None and y.grad is not None
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(y.grad.numpy(), ty.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_the_search_compares_the_packed_form_with_the_tiled_plans() -> None:
+    (kernel,) = _kernels(_dummy(64, 48) @ _dummy(48, 80))
+    space = actions(kernel, AVX2)
+    assert Action("pack") in space
+    neighbours = [apply(PACKED_PLAN, action, kernel) for action in space]
+    assert Plan() in neighbours and all(plan is None or not plan.packed for plan in neighbours)
+    assert apply(Plan(), Action("pack"), kernel) == PACKED_PLAN
+    assert plan_from_data(plan_to_data(PACKED_PLAN), kernel) == PACKED_PLAN
+    lowered = lower_plan(kernel, "k", AVX2, PACKED_PLAN)
+    assert lowered is not None and lowered.packed is not None
+    (epilogue,) = _kernels((_dummy(64, 48) @ _dummy(48, 80)).relu())
+    assert lower_plan(epilogue, "k", AVX2, PACKED_PLAN) is None  # not a plain matmul: the plan does not lower
