@@ -116,6 +116,21 @@ def test_bincount(device: str) -> None:
     check.verify()
 
 
+def test_bincount_in_pieces(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bincount whose values x bins pass BINCOUNT_PIECE_ELEMENTS compares its values in pieces and adds their
+    counts (a bincount of 10^7 values into 1,000 bins needed 64-bit indices, which wgpu does not have)."""
+    from ember.core import index_updates
+
+    monkeypatch.setattr(index_updates, "BINCOUNT_PIECE_ELEMENTS", 700_000)  # 3 pieces of 700 values (1,000 bins)
+    generator = np.random.default_rng(3)
+    values, torch_values = pair(generator.integers(0, 1000, 2_017), device)
+    weights, torch_weights = pair(random_array((2_017,), seed=4), device)
+    check = BatchedChecks(atol=1e-4, rtol=1e-5)
+    check(values.bincount(), torch_values.bincount(), "counts")
+    check(values.bincount(weights, 1_200), torch_values.bincount(torch_weights, 1_200), "weights")
+    check.verify()
+
+
 def test_errors(device: str) -> None:
     x = em.zeros(3, 4, device=device)
     index = em.tensor([0, 1], device=device)

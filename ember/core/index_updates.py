@@ -20,6 +20,8 @@ from ember.core.tensor_base import TensorBase
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
+BINCOUNT_PIECE_ELEMENTS = 1 << 30  # values x bins compared in one piece of a bincount (below 2^31: 32-bit indices)
+
 
 def _index_vector(index: Any, name: str, allow_int32: bool) -> Tensor:
     """The index of index_add/index_copy/index_fill as a 1-d tensor: int64 (or int32 where torch takes it), 0-d
@@ -203,8 +205,20 @@ class IndexUpdateOps(TensorBase):
                 raise ValueError(f"bincount: only supports non-negative inputs, got the value {smallest.item()}")
             length = max(length, int(largest.item()) + 1)
         values = self._arange_primitive(length, dtypes.int64, self.device)
-        match = self.cast(dtypes.int64).unsqueeze(1) == values  # (N, length)
-        if weights is None:
-            return match.cast(dtypes.int64).sum(0)
-        dtype = weights.dtype if weights.dtype == dtypes.float32 else dtypes.float64
-        return where(match, weights.cast(dtype).unsqueeze(1), 0).sum(0)
+        dtype = dtypes.float32 if weights is not None and weights.dtype == dtypes.float32 else dtypes.float64
+        # the comparison of every value with every bin is an (N, length) tensor: in pieces of fewer than 2^31
+        # elements, whose counts add up (a kernel indexing 2^31 elements or more needs 64-bit indices, which WGSL
+        # does not have: a bincount of 10^7 values into 1,000 bins raised on wgpu)
+        piece = max(1, BINCOUNT_PIECE_ELEMENTS // max(length, 1))
+        total: Tensor | None = None
+        for start in range(0, max(self.shape[0], 1), piece):
+            part = self[start:start + piece] if self.shape[0] > piece else cast("Tensor", self)
+            match = part.cast(dtypes.int64).unsqueeze(1) == values  # (piece, length)
+            if weights is None:
+                counts = match.cast(dtypes.int64).sum(0)
+            else:
+                part_weights = weights[start:start + piece] if self.shape[0] > piece else weights
+                counts = where(match, part_weights.cast(dtype).unsqueeze(1), 0).sum(0)
+            total = counts if total is None else total + counts
+        assert total is not None
+        return total
