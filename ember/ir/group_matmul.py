@@ -87,6 +87,27 @@ class ReduceReplaced(Lowerer):
         return self.result
 
 
+def one_sum_axis(kernel: Kernel, minimum_depth: int) -> int | None:
+    """The length of the one axis the kernel's one reduce sums, for a kernel of at least two output axes, sizes
+    known at compile time and no row loop whose reduce is a SUM over one axis (others of length 1) of at least
+    `minimum_depth` elements; None for any other kernel (what a matmul-like kernel must be, here and in
+    ir/packed_matmul.py)."""
+    reduces = [step for step in kernel.steps if step.op in REDUCE_OPS]
+    if (len(reduces) != 1 or reduces[0].op is not Op.SUM or row_loop(kernel) or len(kernel.output.shape) < 2
+            or any(not isinstance(size, int) for step in kernel.steps for size in step.shape)):
+        return None
+    source_shape = kernel.steps[reduces[0].srcs[0]].shape
+    reduced = [source_shape[axis] for axis in reduces[0].arg if source_shape[axis] != 1]
+    return reduced[0] if len(reduced) == 1 and reduced[0] >= minimum_depth else None
+
+
+def output_and_depth_ranges(builder: Builder, shape: tuple[int, ...], depth: int) -> tuple[tuple[IRNode, ...], IRNode]:
+    """A range per output axis (a constant 0 for an axis of one element) and one for the reduced axis."""
+    place = tuple(builder.new_range(extent, dtypes.int32) if extent != 1 else builder.const(0, dtypes.int32)
+                  for extent in shape)
+    return place, builder.new_range(depth, dtypes.int32)
+
+
 def reduced_product(kernel: Kernel, builder: Builder, place: tuple[IRNode, ...], depth: IRNode) -> IRNode | None:
     """The product the kernel's reduce sums at output `place` and reduced index `depth`, or None where it is not one
     product of two float32 factors (the kernel's output is lowered with a stand-in for the reduce's value, a
@@ -109,22 +130,15 @@ def matmul_tiles(kernel: Kernel, info: DeviceInfo) -> MatmulTiles | None:
     loaded and DeviceInfo.matrix_dtypes lists that dtype, with warps of 32, the tiles of the matrix units."""
     if info.warp_width <= 1 or info.local_memory_bytes <= 0:
         return None
-    reduces = [step for step in kernel.steps if step.op in REDUCE_OPS]
     shape = kernel.output.shape
-    if (len(reduces) != 1 or reduces[0].op is not Op.SUM or row_loop(kernel) or len(shape) < 2
-            or any(not isinstance(size, int) for step in kernel.steps for size in step.shape)):
+    reduced = one_sum_axis(kernel, MINIMUM_DEPTH)
+    if reduced is None:
         return None
     largest = max((prod(shape), *kernel.input_sizes, *(prod(step.shape) for step in kernel.steps)), default=0)
     if largest + 4 * max(GROUP_TILES) > INT32_LIMIT:
         return None
-    source_shape = kernel.steps[reduces[0].srcs[0]].shape
-    reduced = [source_shape[axis] for axis in reduces[0].arg if source_shape[axis] != 1]
-    if len(reduced) != 1 or reduced[0] < MINIMUM_DEPTH:
-        return None
     builder = Builder()
-    place = tuple(builder.new_range(extent, dtypes.int32) if extent != 1 else builder.const(0, dtypes.int32)
-                  for extent in shape)
-    depth = builder.new_range(reduced[0], dtypes.int32)
+    place, depth = output_and_depth_ranges(builder, shape, reduced)
     product = reduced_product(kernel, builder, place, depth)
     if product is None:
         return None
@@ -147,14 +161,14 @@ def matmul_tiles(kernel: Kernel, info: DeviceInfo) -> MatmulTiles | None:
             and info.max_local_size >= MATRIX_WARPS * WARP
             and 2 * MATRIX_BLOCK * TILE_DEPTH * half.itemsize <= info.local_memory_bytes
             and groups(MATRIX_BLOCK) * MATRIX_WARPS * WARP <= info.max_global_size):
-        return MatmulTiles(row_axis, column_axis, reduced[0], MATRIX_BLOCK, matrix=half)
+        return MatmulTiles(row_axis, column_axis, reduced, MATRIX_BLOCK, matrix=half)
     fitting = [block for block in GROUP_TILES
                if (block // REGISTER_TILE) ** 2 <= info.max_local_size
                and 2 * block * TILE_DEPTH * 4 <= info.local_memory_bytes
                and groups(block) * (block // REGISTER_TILE) ** 2 <= info.max_global_size]
     for block in fitting:
         if groups(block) >= max(1, info.compute_units) or block == fitting[-1]:
-            return MatmulTiles(row_axis, column_axis, reduced[0], block)
+            return MatmulTiles(row_axis, column_axis, reduced, block)
     return None
 
 

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 
 from ember.capabilities import DeviceInfo
 from ember.core import dtype as dtypes
-from ember.core.ops import REDUCE_OPS, Op
 from ember.core.shapes import prod, strides_of
-from ember.ir.group_matmul import ReduceReplaced, reduced_product
+from ember.ir.group_matmul import ReduceReplaced, one_sum_axis, output_and_depth_ranges, reduced_product
 from ember.ir.ir import Builder, IRNode, IROp, KernelIR, linear_terms
-from ember.ir.kernel import Kernel, row_loop
+from ember.ir.kernel import Kernel
 from ember.ir.lower import lower_kernel
 
 MINIMUM_SIDE = 16  # the output's rows and columns from which a matmul is packed
@@ -114,19 +113,11 @@ def packed_matmul(kernel: Kernel, info: DeviceInfo) -> PackedMatmul | None:
     if not info.packed_matmul or tile is None:
         return None
     shape = kernel.output.shape
-    reduces = [step for step in kernel.steps if step.op in REDUCE_OPS]
-    if (len(reduces) != 1 or reduces[0].op is not Op.SUM or row_loop(kernel) or len(shape) < 2
-            or kernel.output.dtype != dtypes.float32
-            or any(not isinstance(size, int) for step in kernel.steps for size in step.shape)):
-        return None
-    source_shape = kernel.steps[reduces[0].srcs[0]].shape
-    reduced = [source_shape[axis] for axis in reduces[0].arg if source_shape[axis] != 1]
-    if len(reduced) != 1 or reduced[0] < MINIMUM_DEPTH:
+    reduced = one_sum_axis(kernel, MINIMUM_DEPTH)
+    if reduced is None or kernel.output.dtype != dtypes.float32:
         return None
     builder = Builder()
-    place = tuple(builder.new_range(extent, dtypes.int32) if extent != 1 else builder.const(0, dtypes.int32)
-                  for extent in shape)
-    depth = builder.new_range(reduced[0], dtypes.int32)
+    place, depth = output_and_depth_ranges(builder, shape, reduced)
     known = {id(node): axis for axis, node in enumerate(place) if node.op is IROp.RANGE}
     known[id(depth)] = len(shape)
     product = reduced_product(kernel, builder, place, depth)
@@ -164,7 +155,7 @@ def packed_matmul(kernel: Kernel, info: DeviceInfo) -> PackedMatmul | None:
     micro_rows, micro_vectors = tile
     micro_columns = micro_vectors * info.preferred_vector_width
     return PackedMatmul(
-        rows=shape[row], columns=shape[column], depth=reduced[0], a=a, b=b, a_offset=a_offset,
+        rows=shape[row], columns=shape[column], depth=reduced, a=a, b=b, a_offset=a_offset,
         a_row_stride=a_strides[row], a_depth_stride=a_strides[len(shape)], b_offset=b_offset,
         b_depth_stride=b_strides[len(shape)], b_column_stride=b_strides[column],
         output_row_stride=output_strides[row], batches=batches, lanes=info.preferred_vector_width,
