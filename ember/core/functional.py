@@ -14,7 +14,7 @@ from ember.core.checks import check_index
 from ember.core.dtype import to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
-from ember.core.half_precision import HALF_TYPES, computed_in_float32, rounded
+from ember.core.half_precision import HALF_TYPES, computed_in_float32, rounded, widened
 from ember.core.ops import Composite, Op
 from ember.core.shapes import broadcast_shapes, normalize_dim
 from ember.core.staged_reduce import reduce_axes
@@ -83,13 +83,8 @@ def normalize_with_statistics(tensor: Tensor, axes: tuple[int, ...], affine_shap
 
     if tensor.dtype in HALF_TYPES:
         half = tensor.dtype
-
-        def widened(value: Tensor | None) -> Tensor | None:
-            return value.cast(dtypes.float32) if value is not None and value.dtype is half else value
-
-        widened_tensor = tensor.cast(dtypes.float32)
-        return rounded(normalize_with_statistics(widened_tensor, axes, affine_shape, widened(weight), widened(bias),
-                                                 eps), half)
+        return rounded(normalize_with_statistics(tensor.cast(dtypes.float32), axes, affine_shape,
+                                                 widened(weight, half), widened(bias, half), eps), half)
 
     mean, variance, inverse_std = batch_statistics(tensor._detached_copy(), axes, eps)
     present = tuple(parameter for parameter in (weight, bias) if parameter is not None)

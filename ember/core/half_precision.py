@@ -30,14 +30,17 @@ def computed_in_float32(method: Method) -> Method:
         half = getattr(tensor, "dtype", None)
         if half not in HALF_TYPES:
             return method(tensor, *args, **kwargs)
-
-        def widened(value: Any) -> Any:
-            return value.cast(dtypes.float32) if getattr(value, "dtype", None) is half else value
-
-        result = method(widened(tensor), *map(widened, args), **{name: widened(value) for name, value in kwargs.items()})
+        result = method(widened(tensor, half), *(widened(arg, half) for arg in args),
+                        **{name: widened(value, half) for name, value in kwargs.items()})
         return rounded(result, half)
 
     return run  # type: ignore[return-value]
+
+
+def widened(value: Any, half: dtypes.DType) -> Any:
+    """`value` cast to float32 where it is a tensor of the dtype `half`; anything else (None, a number, a tensor of
+    another dtype) as it is."""
+    return value.cast(dtypes.float32) if getattr(value, "dtype", None) is half else value
 
 
 def rounded(result: Any, half: dtypes.DType) -> Any:

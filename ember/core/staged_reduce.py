@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from ember.context import CONTEXT
 from ember.core import dtype as dtypes
+from ember.core.half_precision import HALF_TYPES
 from ember.core.ops import Op, reduce_identity
 from ember.core import runtime
 from ember.core.shapes import prod
@@ -38,7 +39,6 @@ MAX_FIRST_STAGE_CHUNK = 4096  # within 8M values). At 4M, a language model's out
 # (ir/opt.py MAX_STAGED_BYTES): 0.99 s; chunks of 1,571: 0.37 s (torch 0.17 s), and 512 x 40,000 @ 40,000 x 512
 # 0.50 s -> 0.17 s.
 LATER_STAGE_CHUNK = 16  # partials a work item of a later stage combines (at most)
-HALF_TYPES = (dtypes.float16, dtypes.bfloat16)  # whose sums and products keep float32 partials
 
 
 def reduce_axes(tensor: Tensor, op: Op, axes: tuple[int, ...], threshold: int = STAGE_THRESHOLD,
