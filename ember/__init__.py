@@ -1,6 +1,10 @@
 """ember: a small, hackable deep-learning framework with a torch-like lazy Tensor, fused kernels and pluggable backends."""
 
+from ember.collection_pause import tune_young_generation as _tune_young_generation
 from ember.scheduler.runtime import install as _install_runtime
+
+_tune_young_generation()  # a step's graph is not promoted to the old generations (collection_pause.py)
+del _tune_young_generation
 
 _install_runtime()  # core reaches the scheduler only through core/runtime.py's interface
 del _install_runtime
