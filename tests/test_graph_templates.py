@@ -5,6 +5,7 @@ again nor schedules a new graph."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import ember as em
 from ember.core.creation import random_key
@@ -139,3 +140,73 @@ def test_repeated_convolutions_and_pools_are_copied_and_match_torch() -> None:
             assert x.grad is not None and w.grad is not None and tx.grad is not None and tw.grad is not None
             np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-3)
             np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def _conv_net_step(device: str, images: np.ndarray, labels: np.ndarray, filters: np.ndarray,
+                   input_grad: bool) -> tuple[em.Tensor, em.Tensor | None, em.Tensor]:
+    """conv2d (stride 2, padding 1), max_pool2d, cross entropy against labels that live on the device (so that the
+    loss carries a lazy check of their range into every gradient); returns the loss and the gradients."""
+    x = em.tensor(images, device=device, requires_grad=input_grad)
+    w = em.tensor(filters, device=device, requires_grad=True)
+    targets = em.tensor(labels, device=device)
+    targets.realize()  # (on the device: its range is checked lazily, not read on the host)
+    features = em.nn.functional.max_pool2d(em.nn.functional.conv2d(x, w, stride=2, padding=1), 2)
+    loss = em.nn.functional.cross_entropy(features.reshape(features.shape[0], -1), targets)
+    loss.backward()
+    assert w.grad is not None
+    return loss, x.grad, w.grad
+
+
+def test_backward_rules_of_convolutions_and_pools_are_copied_and_match_torch(device: str) -> None:
+    """The gradients of a convolution and a pool are copied from a template from the second step on, also where the
+    gradient carries the loss's lazy label check; an input that needs no gradient gets none built. Values as
+    torch's at every step."""
+    import torch
+
+    from ember.autograd import engine
+
+    rng = np.random.default_rng(3)
+    filters = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    built: list[int] = []
+    original = engine._wanted_gradients
+
+    def counting(*arguments):  # each build is a rule run op by op: at the first step only
+        build = original(*arguments)
+        return lambda *inputs: (built.append(1), build(*inputs))[1]
+
+    engine._wanted_gradients = counting  # type: ignore[assignment]
+    try:
+        for step in range(3):
+            images = rng.standard_normal((4, 3, 12, 12)).astype(np.float32)
+            labels = rng.integers(0, 45, 4)
+            for input_grad in (True, False):
+                before = len(built)
+                loss, x_grad, w_grad = _conv_net_step(device, images, labels, filters, input_grad)
+                tx = torch.tensor(images, requires_grad=input_grad)
+                tw = torch.tensor(filters, requires_grad=True)
+                features = torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(tx, tw, stride=2, padding=1), 2)
+                expected = torch.nn.functional.cross_entropy(features.reshape(4, -1), torch.tensor(labels))
+                expected.backward()
+                np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-5)
+                np.testing.assert_allclose(w_grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-5)
+                if input_grad:
+                    assert x_grad is not None and tx.grad is not None
+                    np.testing.assert_allclose(x_grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+                else:
+                    assert x_grad is None
+                if step > 0:
+                    assert len(built) == before, "a rule ran op by op again instead of being copied"
+    finally:
+        engine._wanted_gradients = original  # type: ignore[assignment]
+
+
+def test_a_copied_gradient_keeps_the_lazy_check_it_was_computed_from(device: str) -> None:
+    """A label out of range, checked lazily on the device, still raises from gradients copied from a template."""
+    from ember.core.checks import IndexOutOfRangeError
+
+    rng = np.random.default_rng(4)
+    images = rng.standard_normal((4, 3, 12, 12)).astype(np.float32)
+    filters = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    _conv_net_step(device, images, np.array([1, 2, 3, 4]), filters, True)  # (records the templates)
+    with pytest.raises(IndexOutOfRangeError):
+        _conv_net_step(device, images, np.array([1, 2, 45, 4]), filters, True)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ember.autograd.grad_mode import set_grad_enabled
-from ember.autograd.rules import RULES, Recorded
+from ember.autograd.rules import RULES, TEMPLATED_RULES, Gradients, Recorded
 from ember.collection_pause import collection_paused
 from ember.core import runtime
 from ember.core.errors import AutogradError, DeviceError, ShapeError
+from ember.core.graph_templates import TEMPLATES
 from ember.core.ops import Op
 
 if TYPE_CHECKING:
@@ -122,7 +123,12 @@ def _propagate(
             sources = recorded[id(tensor)]
             if not any(id(source) in needed for source in sources):
                 continue
-            source_gradients = RULES[op](Recorded(tensor, arg, sources), gradient)
+            if op in TEMPLATED_RULES and not create_graph:
+                wanted = tuple([id(source) in needed for source in sources])
+                source_gradients = TEMPLATES.instantiate_many((op, arg, wanted), _wanted_gradients(op, arg, wanted),
+                                                              (gradient, tensor, *sources))
+            else:
+                source_gradients = RULES[op](Recorded(tensor, arg, sources), gradient)
             for source, source_gradient in zip(sources, source_gradients):
                 if source_gradient is None or id(source) not in needed:
                     continue
@@ -141,6 +147,17 @@ def _propagate(
                 previous = pending.get(id(source))
                 pending[id(source)] = source_gradient if previous is None else previous + source_gradient
     return results
+
+
+def _wanted_gradients(op: Any, arg: Any, wanted: tuple[bool, ...]) -> Callable[..., Gradients]:
+    """A templated rule's build: the gradients of (gradient, output, *sources), None for the sources not wanted
+    (their graphs are then neither recorded nor copied)."""
+
+    def build(gradient: Tensor, output: Tensor, *sources: Tensor) -> Gradients:
+        gradients = RULES[op](Recorded(output, arg, sources), gradient)
+        return tuple([found if want else None for found, want in zip(gradients, wanted)])
+
+    return build
 
 
 def _topological_order(roots: list[Tensor], recorded: dict[int, tuple[Tensor, ...]]) -> list[Tensor]:

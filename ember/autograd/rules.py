@@ -373,3 +373,9 @@ assert set(BACKWARD) | NO_SOURCES == set(Op), f"ops without a backward rule: {se
 assert set(COMPOSITE_BACKWARD) == set(Composite), f"without a rule: {set(Composite) - set(COMPOSITE_BACKWARD)}"
 RULES: dict[Op | Composite, Rule] = dict(BACKWARD.items())  # what the engine looks up
 RULES.update(COMPOSITE_BACKWARD.items())
+
+# rules whose gradients' graphs the engine copies from a template (core/graph_templates.py) outside create_graph:
+# each a composition of many movement and reduce ops decided by the step's shapes and its arg (a convolution's or a
+# pool's geometry, hashable) alone, built op by op otherwise at every step (a ResNet step's six convolutions: ~2.6
+# ms of its 16)
+TEMPLATED_RULES = frozenset({Composite.CONVOLUTION, Composite.TRANSPOSED_CONVOLUTION, Composite.MAX_POOL})

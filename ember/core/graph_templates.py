@@ -7,8 +7,10 @@ Instantiating it makes fresh nodes of the same ops, arguments, shapes, dtypes an
 so the result is the graph `build` would have recorded on them, node for node (the scheduler caches and fuses it
 like any other). What `build` may do: record primitive ops on its inputs and on constants it makes (CONST, ARANGE);
 its result must depend on nothing but the signature and the inputs' graphs (no values read, no other tensors). A
-build that reaches any other leaf, or whose graph carries value checks, is not templated: it runs every time; so
-does a call whose inputs carry value checks, or require grad while grad mode records (a template has no history).
+build that reaches any other leaf, or whose graph carries value checks of its own, is not templated: it runs every
+time; so does a call whose inputs require grad while grad mode records (a template has no history). Inputs may carry
+value checks (a loss's lazy check of its labels reaches every gradient of the backward pass): a copied node takes its
+sources' checks as any node does (graph.Node), so the copies carry exactly the checks build's own nodes would.
 
 `function_signature` names a build function by its code and the values it closes over, so that compositions
 recorded for autograd (`Tensor._recorded`: exp, sigmoid, relu, softmax, ...) are templated by the function they
@@ -40,6 +42,7 @@ FREE_LEAVES = (Op.CONST, Op.ARANGE)  # leaves a template makes again at each ins
 # counting the inputs first
 _UNSEEN: Any = object()  # (a signature without an entry yet)
 Entry = tuple[Op, tuple[int, ...], Any, tuple[int, ...], Any, "str | None"]
+Template = tuple[tuple[Entry, ...], tuple["int | None", ...]]  # the entries, and the results' positions
 
 
 class GraphTemplates:
@@ -47,22 +50,34 @@ class GraphTemplates:
     recently used signatures dropped."""
 
     def __init__(self) -> None:
-        self.entries: OrderedDict[Hashable, tuple[Entry, ...] | None] = OrderedDict()
+        self.entries: OrderedDict[Hashable, Template | None] = OrderedDict()
         self.recorded = 0  # builds recorded as templates
         self.instantiated = 0  # graphs made by copying a template
 
     def instantiate(self, signature: Hashable, build: Callable[..., Tensor], inputs: tuple[Tensor, ...]) -> Tensor:
         """build(*inputs), from the template of `signature` (recorded by this call when there is none yet).
         `signature` must name everything besides the inputs' shapes, dtypes and devices that `build` depends on."""
+        result = self._instantiate(signature, build, inputs, False)
+        assert result is not None
+        return result
+
+    def instantiate_many(self, signature: Hashable, build: Callable[..., tuple[Tensor | None, ...]],
+                         inputs: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+        """`instantiate` for a build of several results (a backward rule's gradients; None where one is not
+        wanted): one template holds the graphs of them all, sharing the nodes they share."""
+        return self._instantiate(signature, build, inputs, True)
+
+    def _instantiate(self, signature: Hashable, build: Callable[..., Any], inputs: tuple[Tensor, ...],
+                     many: bool) -> Any:
         from ember.core.tensor import Tensor
 
         input_nodes = [tensor.node for tensor in inputs]
         recording = CONTEXT.get().grad_enabled
-        for tensor, node in zip(inputs, input_nodes):
-            if node.checks is not None or tensor.is_sharded or (recording and tensor._requires_grad):
-                return build(*inputs)  # (a template records no history and carries no checks of its own)
-        key = (signature, *[(node.shape, node.dtype, node.device or runtime.RUNTIME.device_of(node))
-                            for node in input_nodes])
+        for tensor in inputs:
+            if tensor.is_sharded or (recording and tensor._requires_grad):
+                return build(*inputs)  # (a template records no history)
+        key = (signature, many, *[(node.shape, node.dtype, node.device or runtime.RUNTIME.device_of(node))
+                                  for node in input_nodes])
         template = self.entries.get(key, _UNSEEN)
         if template is not _UNSEEN:
             try:
@@ -70,32 +85,37 @@ class GraphTemplates:
             except KeyError:  # (dropped by another thread meanwhile: the template is still good)
                 pass
         else:
-            template = self.entries[key] = _record(build, input_nodes)
+            template = self.entries[key] = _record(build, input_nodes, many)
             self.recorded += template is not None
             if len(self.entries) > MAX_TEMPLATES:
                 self.entries.popitem(last=False)
         if template is None or template is _UNSEEN:
             return build(*inputs)
         self.instantiated += 1
+        entries, outputs = template
         nodes = input_nodes
         append = nodes.append
-        for op, positions, arg, shape, dtype, device in template:
+        for op, positions, arg, shape, dtype, device in entries:
             append(Node(op, tuple([nodes[position] for position in positions]), arg, shape, dtype, device))
-        return Tensor._from_node(nodes[-1])
+        if not many:
+            return Tensor._from_node(nodes[-1])
+        return tuple(None if position is None else Tensor._from_node(nodes[position]) for position in outputs)
 
 
-def _record(build: Callable[..., Tensor], input_nodes: list[Node]) -> tuple[Entry, ...] | None:
-    """The entries of build's graph on stand-ins of the input nodes, or None where it is not a template's."""
+def _record(build: Callable[..., Any], input_nodes: list[Node], many: bool) -> Template | None:
+    """The entries of build's graph on stand-ins of the input nodes and the positions of its results (None for a
+    result that is None), or None where it is not a template's."""
     from ember.core.tensor import Tensor
 
     stand_ins = [Node(Op.BUFFER, (), None, node.shape, node.dtype, node.device or runtime.RUNTIME.device_of(node))
                  for node in input_nodes]
-    result = build(*[Tensor._from_node(node) for node in stand_ins])
-    if result._requires_grad:
+    built = build(*[Tensor._from_node(node) for node in stand_ins])
+    results: tuple[Tensor | None, ...] = tuple(built) if many else (built,)
+    if any(result is not None and result._requires_grad for result in results):
         return None
     position = {id(node): index for index, node in enumerate(stand_ins)}
     entries: list[Entry] = []
-    for node in post_order([result.node], lambda node: node.srcs):
+    for node in post_order([result.node for result in results if result is not None], lambda node: node.srcs):
         if id(node) in position:
             continue
         if node.checks is not None or node.replaces is not None or (not node.srcs and node.op not in FREE_LEAVES):
@@ -103,9 +123,9 @@ def _record(build: Callable[..., Tensor], input_nodes: list[Node]) -> tuple[Entr
         position[id(node)] = len(input_nodes) + len(entries)
         entries.append((node.op, tuple(position[id(source)] for source in node.srcs), node.arg, node.shape,
                         node.dtype, node.device))
-    if not entries:  # (build returned an input itself)
+    if not entries:  # (build returned inputs themselves)
         return None
-    return tuple(entries)
+    return tuple(entries), tuple(None if result is None else position[id(result.node)] for result in results)
 
 
 def function_signature(function: Any) -> Hashable | None:
