@@ -9,9 +9,16 @@ demo:
 	$(PYTHON) examples/train_digits.py
 
 system-packages:
-	@# Vulkan on the CPU (Mesa lavapipe) for the wgpu backend, and PoCL comes from pip; best effort when not root.
-	@if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null && ! ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1; then \
-		(apt-get update -qq && apt-get install -y -qq mesa-vulkan-drivers >/dev/null) || echo "note: mesa-vulkan-drivers not installed; wgpu tests will be skipped"; \
+	@# Vulkan on the CPU (Mesa lavapipe) for the wgpu backend, and Debian's PoCL (LLVM 15) beside pip's (LLVM 14, which
+	@# knows no CPU newer than itself: on an AMD Zen 5 it builds no kernel, "unknown target CPU 'generic'"); ember's
+	@# opencl backend takes the devices that can build a plain kernel. Best effort, and only when root.
+	@if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
+		missing=""; \
+		ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || missing="$$missing mesa-vulkan-drivers"; \
+		[ -e /etc/OpenCL/vendors/pocl.icd ] || missing="$$missing pocl-opencl-icd"; \
+		if [ -n "$$missing" ]; then \
+			(apt-get update -qq && apt-get install -y -qq $$missing >/dev/null) || echo "note:$$missing not installed; wgpu or opencl tests may be skipped"; \
+		fi; \
 	fi
 
 install-test: system-packages
