@@ -6,8 +6,9 @@ the logits agree with torch.
 
     python benchmarks/generate_loop.py [--tokens 100] [--device c] [--prompt 1]
 
-Shape classes are off by default: run it with EMBER_SHAPE_CLASSES=1 to compile one kernel per shape class instead of
-one per sequence length.
+Shape classes are automatic by default (a sequence length compiles its own kernels until its dims have taken a few
+values, then one kernel per shape class serves every later length): EMBER_SHAPE_CLASSES=1 makes classes from the
+second length, EMBER_SHAPE_CLASSES=0 compiles one kernel set per sequence length.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def main() -> None:
                              arguments.tokens, size.block, arguments.device, compiles, logits)
         results[label] = (time.perf_counter() - start, compiles, codes.numpy(), logits)
     print(f"generate {arguments.tokens} tokens (gpt_manual, embed {size.embed}, {size.layers} layers, block "
-          f"{size.block}) on {arguments.device}; EMBER_SHAPE_CLASSES={os.environ.get('EMBER_SHAPE_CLASSES', '0')}")
+          f"{size.block}) on {arguments.device}; EMBER_SHAPE_CLASSES={os.environ.get('EMBER_SHAPE_CLASSES', 'auto')}")
     print(f"  torch: {torch_seconds:.3f} s (again: {torch_warm:.3f} s)")
     for label, (seconds, compiles, codes, logits) in results.items():
         same = np.array_equal(codes, torch_codes.numpy())

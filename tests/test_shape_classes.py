@@ -15,6 +15,8 @@ import torch
 
 import ember as em
 from ember.backends import opencl, ptx
+from ember.core.ops import Op
+from ember.ir.ir import IROp, topological_nodes
 from ember.scheduler import shape_classes
 
 WIDTH, HEADS = 16, 2
@@ -167,3 +169,64 @@ def test_offsets_from_zero_are_read_at_launch(device: str) -> None:
         for mine, theirs in zip(results, _windows(torch, torch.tensor(values), start)):
             np.testing.assert_allclose(mine, theirs.numpy(), atol=1e-6, equal_nan=True)
     assert compiles[0] > 0 and compiles[2:] == [0] * 4, compiles
+
+
+def test_auto_mode_compiles_a_growing_context_by_class_after_its_first_lengths(device: str,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default mode: the first lengths compile for their sizes, and once the length's places have taken
+    DYNAMIC_AFTER values the next lengths run class kernels, compiling nothing; every length as torch's."""
+    monkeypatch.delenv("EMBER_SHAPE_CLASSES")
+    assert shape_classes.enabled() and shape_classes.automatic()
+    generator = np.random.default_rng(7)
+    weight = generator.normal(size=(WIDTH, 3 * WIDTH)).astype(np.float32) * 0.3
+    tokens = generator.normal(size=(1, 40, WIDTH)).astype(np.float32)
+    compiles = []
+    for length in range(1, 41):  # (devices with local memory change some kernels' structure past 16: they start over)
+        with em.profile() as record:
+            output = _attention_step(em, em.tensor(tokens[:, :length], device=device), em.tensor(weight, device=device))
+            values = output.numpy()
+        compiles.append(len(record.compiles))
+        _close(values, _attention_step(torch, torch.tensor(tokens[:, :length]), torch.tensor(weight)))
+    first = shape_classes.DYNAMIC_AFTER + 1  # (lengths 2 .. DYNAMIC_AFTER + 1 give a place that many values)
+    assert min(compiles[1:first]) > 0, compiles  # each of the first lengths compiles for its sizes
+    assert compiles[-8:] == [0] * 8, (device, str(compiles))
+    assert sum(compiles) < 0.5 * compiles[1] * len(compiles), compiles  # far fewer than a kernel set per length
+
+
+def test_auto_mode_compiles_layers_of_a_few_widths_for_their_own_sizes(device: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model whose layers share a structure at a few widths (fewer than DYNAMIC_AFTER values in a place) makes
+    no class: every layer runs a kernel compiled, tiled and vectorized, for its sizes; values as torch's."""
+    monkeypatch.delenv("EMBER_SHAPE_CLASSES")
+    widths = [12, 40, 24, 56, 8]
+    assert len(widths) < shape_classes.DYNAMIC_AFTER
+    generator = np.random.default_rng(8)
+    weights = [generator.normal(size=(out, inp)).astype(np.float32) * 0.2 for inp, out in zip(widths, widths[1:])]
+    inputs = generator.normal(size=(16, widths[0])).astype(np.float32)
+    for _ in range(2):
+        x, expected = em.tensor(inputs, device=device), torch.tensor(inputs)
+        for weight in weights:
+            x = em.nn.functional.linear(x, em.tensor(weight, device=device)).tanh()
+            expected = torch.nn.functional.linear(expected, torch.tensor(weight)).tanh()
+        _close(x.numpy(), expected)
+    assert not any(known.classes for known in shape_classes.STRUCTURES.values())
+
+
+def test_class_kernels_sum_in_simd_lanes_on_c() -> None:
+    """A class kernel's loop that only sums floats renders as an `omp simd reduction` on the c backend (the
+    compiler vectorizes it: an untiled class matmul was a chain of dependent additions); a loop of a max does not
+    (its NaN rule is ember's own). Values: the tests above, through these kernels."""
+    from ember.backends.c import CRenderer
+
+    for length in (3, 4, 5):
+        x = em.tensor(np.ones((2, length, 6), np.float32))
+        (x @ em.tensor(np.ones((6, 5), np.float32))).numpy()
+        x.amax(1).numpy()
+    rendered = [(compiled.ir, CRenderer().render(compiled.ir)) for known in shape_classes.STRUCTURES.values()
+                for compiled in known.classes]
+    sums = [source for ir, source in rendered if any(node.op is IROp.REDUCE and node.arg is Op.SUM
+                                                     for node in topological_nodes(ir.sink))]
+    maxima = [source for ir, source in rendered if all(node.arg is not Op.SUM for node in topological_nodes(ir.sink)
+                                                       if node.op is IROp.REDUCE) and "acc" in source]
+    assert sums and all("#pragma omp simd reduction(+:acc" in source for source in sums), rendered
+    assert maxima and not any("omp simd" in source for source in maxima), rendered

@@ -1,12 +1,15 @@
-"""Compiling by shape class: the second kernel met of a structure seen before with other sizes (the next token of a
-generation loop) makes a class whose varying sizes are read at launch, compiled once; every later member launches
+"""Compiling by shape class: a kernel met again with other sizes in a place that keeps changing (the next token of
+a generation loop) makes a class whose varying sizes are read at launch, compiled once; every later member launches
 that program with its own sizes (a small buffer per member), so a growing sequence compiles no more kernels.
-Off by default (each size compiles its own kernel, tiled and vectorized for it); EMBER_SHAPE_CLASSES=1 turns it on,
-and `by_class()` for the realizes of a block (the incremental runner's restricted kernels, whose box offsets and
-causal prefix lengths are read at launch, so a decode step at a new position compiles nothing).
-Known limits, why it is not on by default yet: class kernels are untiled (a warm run is slower), and each member
-holds a small sizes buffer in the device's pool, so what a kernel costs and allocates depends on the kernels met
-before it."""
+
+Three modes (EMBER_SHAPE_CLASSES): unset or "auto", the default, makes a size a class's variable only once its
+place has taken DYNAMIC_AFTER different values (a dim that keeps changing, as torch.compile's automatic dynamic
+shapes mark one): a program of fixed shapes, whose layers differ in a few widths, compiles every kernel for its own
+sizes (tiled and vectorized), while a generation loop compiles for its first few lengths and then by class. "1"
+makes a class from the second sizes met (fewest compiles; the incremental runner's `by_class()` blocks always do);
+"0" compiles every kernel for its sizes. Class kernels are untiled (their float sums vectorized by the compiler
+where it can: c's `omp simd reduction`), so what a kernel costs, and the pool bytes its sizes buffer takes, depend
+on the kernels met before it."""
 
 from __future__ import annotations
 
@@ -39,6 +42,8 @@ MAX_MEMBER_WORK = 1 << 21
 MAX_WIDENINGS = 4  # times a class is made wider (each compiles its kernel again)
 MAX_CLASSES = 4  # classes of one structure (each its own kernel)
 MAX_PENDING = 8  # sizes no class holds kept per structure, to make a class with the next
+DYNAMIC_AFTER = 6  # auto mode: the values a size's place takes before a class may make it a variable (a model's
+# layers of one structure differ in a few widths; a growing sequence length takes a new value every step)
 
 
 FORCED: ContextVar[bool] = ContextVar("ember_shape_classes_forced", default=False)  # inside by_class()
@@ -46,8 +51,14 @@ SCOPE: ContextVar[Hashable] = ContextVar("ember_shape_classes_scope", default=No
 
 
 def enabled() -> bool:
-    """Whether kernels are compiled by shape class (EMBER_SHAPE_CLASSES=1 or inside by_class(); off by default)."""
-    return FORCED.get() or os.environ.get("EMBER_SHAPE_CLASSES", "0") not in ("0", "")
+    """Whether kernels may be compiled by shape class (any mode but EMBER_SHAPE_CLASSES=0; always inside
+    by_class())."""
+    return FORCED.get() or os.environ.get("EMBER_SHAPE_CLASSES", "auto") != "0"
+
+
+def automatic() -> bool:
+    """Whether classes wait for dynamic places (EMBER_SHAPE_CLASSES unset, empty or "auto"; never in by_class())."""
+    return not FORCED.get() and os.environ.get("EMBER_SHAPE_CLASSES", "auto") in ("auto", "")
 
 
 @contextmanager
@@ -112,6 +123,23 @@ class Structure:
     pending: list[tuple[int, ...]]
     classes: list[CompiledClass] = field(default_factory=list)
     refused: bool = False
+    seen: list[set[int]] = field(default_factory=list)  # per size place, the values it took (up to DYNAMIC_AFTER)
+
+    def meet(self, sizes: tuple[int, ...]) -> None:
+        """Count the values of each place (auto mode's evidence of which places keep changing)."""
+        if not self.seen:
+            self.seen = [set() for _ in sizes]
+        for values, size in zip(self.seen, sizes):
+            if len(values) < DYNAMIC_AFTER:
+                values.add(size)
+
+    def dynamic(self, shape_class: ShapeClass) -> bool:
+        """Whether every place the class makes a variable has taken DYNAMIC_AFTER values (or classes are not
+        automatic: EMBER_SHAPE_CLASSES=1, by_class())."""
+        if not automatic():
+            return True
+        return all(len(values) >= DYNAMIC_AFTER for wanted, values in zip(shape_class.pattern, self.seen)
+                   if type(wanted) is not int)
 
 
 STRUCTURES: OrderedDict[tuple[str, Hashable, tuple], Structure] = OrderedDict()
@@ -128,10 +156,12 @@ def member(device: Device, kernel: Kernel) -> Any:
     known = STRUCTURES.get(key)
     if known is None:
         STRUCTURES[key] = Structure([sizes])
+        STRUCTURES[key].meet(sizes)
         while len(STRUCTURES) > MAX_STRUCTURES:
             STRUCTURES.popitem(last=False)
         return None
     STRUCTURES.move_to_end(key)
+    known.meet(sizes)
     if known.refused or not fits_class(kernel):
         return None
     found = _holding_class(device, kernel, known, sizes)
@@ -191,7 +221,7 @@ def _new_class(device: Device, kernel: Kernel, known: Structure, sizes: tuple[in
         del pending[:-MAX_PENDING]
     for earlier in candidates:
         shape_class = class_of(earlier, sizes, limits)
-        if shape_class is None:
+        if shape_class is None or not known.dynamic(shape_class):
             continue
         compiled = _compile_class(device, kernel, known, shape_class)
         values = None if compiled is None else shape_class.member_values(sizes)
@@ -214,7 +244,7 @@ def _holding_class(device: Device, kernel: Kernel, known: Structure, sizes: tupl
             return compiled, values
     for index, compiled in enumerate(known.classes):
         wider = compiled.shape_class.widened(sizes)
-        if wider is None or compiled.widenings >= MAX_WIDENINGS:
+        if wider is None or compiled.widenings >= MAX_WIDENINGS or not known.dynamic(wider):
             continue
         rebuilt = _compile_class(device, kernel, known, wider)
         values = None if rebuilt is None else wider.member_values(sizes)
