@@ -7,6 +7,7 @@ through the class kernels; every class kernel renders to OpenCL C and assembles 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -213,9 +214,10 @@ def test_auto_mode_compiles_layers_of_a_few_widths_for_their_own_sizes(device: s
 
 
 def test_class_kernels_sum_in_simd_lanes_on_c() -> None:
-    """A class kernel's loop that only sums floats renders as an `omp simd reduction` on the c backend (the
-    compiler vectorizes it: an untiled class matmul was a chain of dependent additions); a loop of a max does not
-    (its NaN rule is ember's own). Values: the tests above, through these kernels."""
+    """A class kernel's loop that only sums floats renders as an `omp simd reduction` on the c backend, its loads
+    at the counter from an offset pointer (the compiler vectorizes it with whole vector loads: an untiled class
+    matmul was a chain of dependent additions, then gathers); a loop of a max does not (its NaN rule is ember's
+    own). Values: the tests above, through these kernels."""
     from ember.backends.c import CRenderer
 
     for length in (3, 4, 5):
@@ -229,4 +231,6 @@ def test_class_kernels_sum_in_simd_lanes_on_c() -> None:
     maxima = [source for ir, source in rendered if all(node.arg is not Op.SUM for node in topological_nodes(ir.sink)
                                                        if node.op is IROp.REDUCE) and "acc" in source]
     assert sums and all("#pragma omp simd reduction(+:acc" in source for source in sums), rendered
+    # the matmul's rows read at the loop's counter from an offset pointer: consecutive elements, no gathers
+    assert any(re.search(r"\(data\d+\+v\d+\)\[loop\d+\]", source) for source in sums), sums
     assert maxima and not any("omp simd" in source for source in maxima), rendered

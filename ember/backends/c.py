@@ -103,12 +103,17 @@ class CRenderer(CStyleRenderer):
         self.threads = threads
         self.use_libmvec = vector_math  # declare libmvec's variants of exp2/log2/sin (see has_vector_math)
         self.vector_expressions[Op.SHR] = self.vector_shift_right
+        self._rendering = threading.local()  # the kernel each thread renders (kernels render in several threads)
 
     def render(self, kernel: KernelIR) -> str:
         if kernel.packed is not None:  # a plain matmul as packed panels (ir/packed_matmul.py)
             parameters = [self.parameter(param.dtype, param.position, param.is_output) for param in kernel.params]
             return C_PRELUDE + render_packed_matmul(kernel, parameters, self.threads)
-        return super().render(kernel)
+        self._rendering.kernel = kernel
+        try:
+            return super().render(kernel)
+        finally:
+            self._rendering.kernel = None
 
     def prelude(self, kernel: KernelIR) -> str:
         # every helper is guarded, so several kernels can be compiled as one source (see CDevice.compile_many)
@@ -240,6 +245,23 @@ class CRenderer(CStyleRenderer):
             if sums:
                 body.line(f"#pragma omp simd reduction(+:{', '.join(body.names[id(total)] for total in sums)})")
         super().open_loop(body, node)
+
+    def load_expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        """A load; in a shape class's kernel, an element at a loop's counter plus an offset reads `(buffer +
+        offset)[counter]`: the int32 sum wraps in C (it is computed unsigned), so gcc could not tell its elements
+        are consecutive and gathered them one by one. (The element is one the member's view reads, inside its buffer:
+        the sum does not wrap.)"""
+        index = node.srcs[1]
+        kernel = getattr(self._rendering, "kernel", None)
+        if (node.width == 1 and index.op is Op.ADD and kernel is not None and kernel.size_parameter is not None and
+                any(source.op is IROp.RANGE for source in index.srcs)):
+            counter = index.srcs[0] if index.srcs[0].op is IROp.RANGE else index.srcs[1]
+            offset = index.srcs[1] if counter is index.srcs[0] else index.srcs[0]
+            load = f"({operand(node.srcs[0])}+{operand(offset)})[{operand(counter)}]"
+            if len(node.srcs) == 3:
+                return f"({operand(node.srcs[2])}?{load}:{self.constant(0, node.dtype)})"
+            return load
+        return super().load_expression(node, operand)
 
     def global_loop_open(self, kernel: KernelIR, index_type: str) -> list[str]:
         work = kernel.global_size * max(1, _loop_work(kernel))

@@ -32,7 +32,7 @@ from ember.ir.ir import IROp, KernelIR, topological_nodes
 from ember.ir.kernel import Kernel, row_loop
 from ember.ir.linearize import Step, linearize
 from ember.ir.lower import lower_shape_class
-from ember.ir.shape_class import Limits, ShapeClass, class_kernel, class_of, fits_class, global_size, split_sizes
+from ember.ir.shape_class import SIZE_LIMITS, Limits, ShapeClass, class_kernel, class_of, fits_class, global_size, split_sizes
 from ember.scheduler import profile
 
 MAX_STRUCTURES = 4096  # structures remembered (the least recently met forgotten), as the compile cache's programs
@@ -134,12 +134,16 @@ class Structure:
                 values.add(size)
 
     def dynamic(self, shape_class: ShapeClass) -> bool:
-        """Whether every place the class makes a variable has taken DYNAMIC_AFTER values (or classes are not
-        automatic: EMBER_SHAPE_CLASSES=1, by_class())."""
+        """Whether every place the class makes a variable has taken DYNAMIC_AFTER values and one of them is a size
+        (or classes are not automatic: EMBER_SHAPE_CLASSES=1, by_class()). Offsets alone do not make a class: a
+        recurrent layer's time steps slice the same tensors at offsets that differ per step, and their kernels,
+        compiled once each, run faster for their own offsets."""
         if not automatic():
             return True
-        return all(len(values) >= DYNAMIC_AFTER for wanted, values in zip(shape_class.pattern, self.seen)
-                   if type(wanted) is not int)
+        varying = [(values, limits) for wanted, values, limits in zip(shape_class.pattern, self.seen,
+                                                                        shape_class.limits) if type(wanted) is not int]
+        return (all(len(values) >= DYNAMIC_AFTER for values, _ in varying)
+                and any(limits == SIZE_LIMITS for _, limits in varying))
 
 
 STRUCTURES: OrderedDict[tuple[str, Hashable, tuple], Structure] = OrderedDict()
