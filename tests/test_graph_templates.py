@@ -210,3 +210,50 @@ def test_a_copied_gradient_keeps_the_lazy_check_it_was_computed_from(device: str
     _conv_net_step(device, images, np.array([1, 2, 3, 4]), filters, True)  # (records the templates)
     with pytest.raises(IndexOutOfRangeError):
         _conv_net_step(device, images, np.array([1, 2, 45, 4]), filters, True)
+
+
+def test_batch_norm_statistics_and_gradients_are_copied_and_match_torch(device: str) -> None:
+    """A BatchNorm2d layer in training: its statistics (forward) and its gradients (backward) are copied from
+    templates from the second step on; outputs, running statistics and gradients as torch's at every step."""
+    import torch
+
+    from ember.autograd import engine
+    from ember.core import functional
+
+    built: list[str] = []
+    original_rule, original_statistics = engine._wanted_gradients, functional.batch_statistics
+
+    def counting_rule(*arguments):
+        build = original_rule(*arguments)
+        return lambda *inputs: (built.append("rule"), build(*inputs))[1]
+
+    def counting_statistics(*arguments):
+        built.append("statistics")
+        return original_statistics(*arguments)
+
+    engine._wanted_gradients = counting_rule  # type: ignore[assignment]
+    functional.batch_statistics = counting_statistics  # type: ignore[assignment]
+    try:
+        rng = np.random.default_rng(9)
+        layer, reference = em.nn.BatchNorm2d(6).to(device), torch.nn.BatchNorm2d(6)
+        for step in range(3):
+            before = len(built)
+            images = (rng.standard_normal((5, 6, 7, 7)) * 3 + 1).astype(np.float32)
+            x, tx = em.tensor(images, device=device, requires_grad=True), torch.tensor(images, requires_grad=True)
+            output, expected = layer(x), reference(tx)
+            (output * output).sum().backward()
+            (expected * expected).sum().backward()
+            np.testing.assert_allclose(output.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
+            assert x.grad is not None and tx.grad is not None
+            np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-3, atol=1e-3)
+            for mine, theirs in ((layer.weight.grad, reference.weight.grad), (layer.bias.grad, reference.bias.grad),
+                                 (layer.running_mean, reference.running_mean),
+                                 (layer.running_var, reference.running_var)):
+                np.testing.assert_allclose(mine.numpy(), theirs.detach().numpy(), rtol=1e-4, atol=1e-3)
+            layer.zero_grad()
+            reference.zero_grad()
+            if step > 0:
+                assert len(built) == before, built[before:]
+    finally:
+        engine._wanted_gradients = original_rule  # type: ignore[assignment]
+        functional.batch_statistics = original_statistics  # type: ignore[assignment]

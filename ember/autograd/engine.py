@@ -123,10 +123,13 @@ def _propagate(
             sources = recorded[id(tensor)]
             if not any(id(source) in needed for source in sources):
                 continue
-            if op in TEMPLATED_RULES and not create_graph:
+            split = TEMPLATED_RULES.get(op)
+            if split is not None and not create_graph:
+                arg_signature, arg_tensors, rebuild = split(arg)
                 wanted = tuple([id(source) in needed for source in sources])
-                source_gradients = TEMPLATES.instantiate_many((op, arg, wanted), _wanted_gradients(op, arg, wanted),
-                                                              (gradient, tensor, *sources))
+                source_gradients = TEMPLATES.instantiate_many(
+                    (op, arg_signature, wanted), _wanted_gradients(op, rebuild, wanted),
+                    (gradient, tensor, *sources, *arg_tensors))
             else:
                 source_gradients = RULES[op](Recorded(tensor, arg, sources), gradient)
             for source, source_gradient in zip(sources, source_gradients):
@@ -149,12 +152,15 @@ def _propagate(
     return results
 
 
-def _wanted_gradients(op: Any, arg: Any, wanted: tuple[bool, ...]) -> Callable[..., Gradients]:
-    """A templated rule's build: the gradients of (gradient, output, *sources), None for the sources not wanted
-    (their graphs are then neither recorded nor copied)."""
+def _wanted_gradients(op: Any, rebuild: Callable[[tuple[Tensor, ...]], Any],
+                      wanted: tuple[bool, ...]) -> Callable[..., Gradients]:
+    """A templated rule's build: the gradients of (gradient, output, *sources, *the tensors the arg holds), None
+    for the sources not wanted (their graphs are then neither recorded nor copied); the arg is made again from its
+    tensors' stand-ins (rules.TEMPLATED_RULES)."""
 
-    def build(gradient: Tensor, output: Tensor, *sources: Tensor) -> Gradients:
-        gradients = RULES[op](Recorded(output, arg, sources), gradient)
+    def build(gradient: Tensor, output: Tensor, *rest: Tensor) -> Gradients:
+        sources, held = rest[:len(wanted)], rest[len(wanted):]
+        gradients = RULES[op](Recorded(output, rebuild(held), sources), gradient)
         return tuple([found if want else None for found, want in zip(gradients, wanted)])
 
     return build

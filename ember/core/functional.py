@@ -14,6 +14,7 @@ from ember.core.checks import check_index
 from ember.core.dtype import to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
+from ember.core.graph_templates import TEMPLATES
 from ember.core.half_precision import HALF_TYPES, computed_in_float32, rounded, widened
 from ember.core.ops import Composite, Op
 from ember.core.shapes import broadcast_shapes, normalize_dim
@@ -86,7 +87,10 @@ def normalize_with_statistics(tensor: Tensor, axes: tuple[int, ...], affine_shap
         return rounded(normalize_with_statistics(tensor.cast(dtypes.float32), axes, affine_shape,
                                                  widened(weight, half), widened(bias, half), eps), half)
 
-    mean, variance, inverse_std = batch_statistics(tensor._detached_copy(), axes, eps)
+    statistics = TEMPLATES.instantiate_many(("batch_statistics", axes, eps),
+                                            lambda source: batch_statistics(source, axes, eps),
+                                            (tensor._detached_copy(),))  # (a copy of its graph from the second call)
+    mean, variance, inverse_std = cast("tuple[Tensor, Tensor, Tensor]", statistics)
     present = tuple(parameter for parameter in (weight, bias) if parameter is not None)
     parameter_shape = present[0].shape if present else ()
     saved = NormalizationSaved(axes, affine_shape, parameter_shape, eps, mean, inverse_std, weight is not None,
