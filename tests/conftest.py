@@ -58,6 +58,15 @@ def _seed() -> None:
     em.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _own_shape_classes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test meets kernel structures afresh: which sizes make a shape class (scheduler/shape_classes.py, automatic
+    by default) is decided by the test's own kernels, not by what earlier tests in the same worker ran."""
+    from ember.scheduler import shape_classes
+
+    monkeypatch.setattr(shape_classes, "STRUCTURES", type(shape_classes.STRUCTURES)())
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from tests import kernel_recorder  # every kernel of the session is assembled by ptxas at the end
 

@@ -234,3 +234,20 @@ def test_class_kernels_sum_in_simd_lanes_on_c() -> None:
     # the matmul's rows read at the loop's counter from an offset pointer: consecutive elements, no gathers
     assert any(re.search(r"\(data\d+\+v\d+\)\[loop\d+\]", source) for source in sums), sums
     assert maxima and not any("omp simd" in source for source in maxima), rendered
+
+
+def test_auto_mode_makes_no_class_of_sizes_met_in_one_realize(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight row sums of eight lengths realized together are a fixed set (a sort's merge passes, a model's layers):
+    each compiles for its sizes. The same lengths met one realize at a time keep changing: they make a class."""
+    monkeypatch.delenv("EMBER_SHAPE_CLASSES")
+    generator = np.random.default_rng(11)
+    arrays = [generator.normal(size=(3, length)).astype(np.float32) for length in range(20, 28)]
+    together = [em.tensor(array).exp().sum(1) for array in arrays]
+    em.realize(*together)
+    for mine, array in zip(together, arrays):
+        _close(mine.numpy(), torch.tensor(array).exp().sum(1))
+    assert not any(known.classes for known in shape_classes.STRUCTURES.values())
+    for array in arrays:  # (other lengths than above, each in a realize of its own)
+        wider = np.concatenate([array, array[:, :9]], axis=1)
+        _close(em.tensor(wider).exp().sum(1).numpy(), torch.tensor(wider).exp().sum(1))
+    assert any(known.classes for known in shape_classes.STRUCTURES.values())

@@ -124,22 +124,32 @@ class Structure:
     classes: list[CompiledClass] = field(default_factory=list)
     refused: bool = False
     seen: list[set[int]] = field(default_factory=list)  # per size place, the values it took (up to DYNAMIC_AFTER)
+    schedules: set[int] = field(default_factory=set)  # the schedules its kernels were met in (up to DYNAMIC_AFTER)
 
     def meet(self, sizes: tuple[int, ...]) -> None:
-        """Count the values of each place (auto mode's evidence of which places keep changing)."""
+        """Count the values of each place and the schedules (realizes: the schedule cache's lookups) the
+        structure's kernels came in: auto mode's evidence of which places keep changing from call to call."""
+        from ember.scheduler.schedule import SCHEDULES
+
         if not self.seen:
             self.seen = [set() for _ in sizes]
         for values, size in zip(self.seen, sizes):
             if len(values) < DYNAMIC_AFTER:
                 values.add(size)
+        if len(self.schedules) < DYNAMIC_AFTER:
+            self.schedules.add(SCHEDULES.hits + SCHEDULES.misses)
 
     def dynamic(self, shape_class: ShapeClass) -> bool:
-        """Whether every place the class makes a variable has taken DYNAMIC_AFTER values and one of them is a size
-        (or classes are not automatic: EMBER_SHAPE_CLASSES=1, by_class()). Offsets alone do not make a class: a
-        recurrent layer's time steps slice the same tensors at offsets that differ per step, and their kernels,
-        compiled once each, run faster for their own offsets."""
+        """Whether every place the class makes a variable has taken DYNAMIC_AFTER values, one of them a size, and
+        the structure's kernels came in DYNAMIC_AFTER different schedules (or classes are not automatic:
+        EMBER_SHAPE_CLASSES=1, by_class()). Sizes met in one schedule are a fixed set (a sort's merge passes, a
+        model's layers: compiled once each, they run faster for their own sizes); a generation loop's lengths come
+        one new schedule at a time. Offsets alone do not make a class either: a recurrent layer's time steps slice
+        the same tensors at offsets that differ per step."""
         if not automatic():
             return True
+        if len(self.schedules) < DYNAMIC_AFTER:
+            return False
         varying = [(values, limits) for wanted, values, limits in zip(shape_class.pattern, self.seen,
                                                                         shape_class.limits) if type(wanted) is not int]
         return (all(len(values) >= DYNAMIC_AFTER for values, _ in varying)
