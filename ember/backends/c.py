@@ -103,17 +103,21 @@ class CRenderer(CStyleRenderer):
         self.threads = threads
         self.use_libmvec = vector_math  # declare libmvec's variants of exp2/log2/sin (see has_vector_math)
         self.vector_expressions[Op.SHR] = self.vector_shift_right
-        self._rendering = threading.local()  # the kernel each thread renders (kernels render in several threads)
+        # per thread (kernels render in several threads): whether the kernel being rendered is a shape class's, and
+        # its loops that only sum floats (simd_sum_loops), found once per kernel
+        self._rendering = threading.local()
 
     def render(self, kernel: KernelIR) -> str:
         if kernel.packed is not None:  # a plain matmul as packed panels (ir/packed_matmul.py)
             parameters = [self.parameter(param.dtype, param.position, param.is_output) for param in kernel.params]
             return C_PRELUDE + render_packed_matmul(kernel, parameters, self.threads)
-        self._rendering.kernel = kernel
+        class_kernel = kernel.size_parameter is not None
+        self._rendering.class_kernel = class_kernel
+        self._rendering.simd_sums = simd_sum_loops(kernel) if class_kernel else {}
         try:
             return super().render(kernel)
         finally:
-            self._rendering.kernel = None
+            self._rendering.class_kernel, self._rendering.simd_sums = False, {}
 
     def prelude(self, kernel: KernelIR) -> str:
         # every helper is guarded, so several kernels can be compiled as one source (see CDevice.compile_many)
@@ -240,10 +244,9 @@ class CRenderer(CStyleRenderer):
         """A loop; in a shape class's kernel, a loop that only sums floats into scalar accumulators is vectorized by
         gcc under `omp simd reduction` (the class's untiled kernel is otherwise a chain of dependent additions: a
         generation loop's class matmuls ran 10x slower than the tiled kernels of each size)."""
-        if body.kernel.size_parameter is not None:
-            sums = simd_sum_loops(body.kernel).get(id(node))
-            if sums:
-                body.line(f"#pragma omp simd reduction(+:{', '.join(body.names[id(total)] for total in sums)})")
+        sums = self._rendering.simd_sums.get(id(node))
+        if sums:
+            body.line(f"#pragma omp simd reduction(+:{', '.join(body.names[id(total)] for total in sums)})")
         super().open_loop(body, node)
 
     def load_expression(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
@@ -252,8 +255,7 @@ class CRenderer(CStyleRenderer):
         are consecutive and gathered them one by one. (The element is one the member's view reads, inside its buffer:
         the sum does not wrap.)"""
         index = node.srcs[1]
-        kernel = getattr(self._rendering, "kernel", None)
-        if (node.width == 1 and index.op is Op.ADD and kernel is not None and kernel.size_parameter is not None and
+        if (node.width == 1 and index.op is Op.ADD and self._rendering.class_kernel and
                 any(source.op is IROp.RANGE for source in index.srcs)):
             counter = index.srcs[0] if index.srcs[0].op is IROp.RANGE else index.srcs[1]
             offset = index.srcs[1] if counter is index.srcs[0] else index.srcs[0]

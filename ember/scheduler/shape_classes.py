@@ -32,7 +32,9 @@ from ember.ir.ir import IROp, KernelIR, topological_nodes
 from ember.ir.kernel import Kernel, row_loop
 from ember.ir.linearize import Step, linearize
 from ember.ir.lower import lower_shape_class
-from ember.ir.shape_class import SIZE_LIMITS, Limits, ShapeClass, class_kernel, class_of, fits_class, global_size, split_sizes
+from ember.ir.shape_class import (
+    SIZE_LIMITS, Limits, ShapeClass, class_kernel, class_of, fits_class, global_size, split_sizes,
+)
 from ember.scheduler import profile
 
 MAX_STRUCTURES = 4096  # structures remembered (the least recently met forgotten), as the compile cache's programs
@@ -169,8 +171,8 @@ def member(device: Device, kernel: Kernel) -> Any:
     key = (device.name, SCOPE.get(), structure_key)
     known = STRUCTURES.get(key)
     if known is None:
-        STRUCTURES[key] = Structure([sizes])
-        STRUCTURES[key].meet(sizes)
+        known = STRUCTURES[key] = Structure([sizes])
+        known.meet(sizes)
         while len(STRUCTURES) > MAX_STRUCTURES:
             STRUCTURES.popitem(last=False)
         return None
