@@ -108,15 +108,17 @@ def _kernels(kind: str, steps: int, input_size: int = 3, hidden: int = 5, batch:
 # Kernels per time step, forward + backward, at a tiny size and at the char models' (benchmarks/programs.py: input 64,
 # hidden 128, batch 64), where the kernelizer stores a GRU's reset gate of its own (the new gate's part of the
 # activation kernel reads it padded). torch launches a gemm and a fused pointwise kernel per step each way (4);
-# ember's kernels have one output each. Forward: LSTM the matmul by W_hh, the activated gates (adding the step's rows
-# of the input projection, read in place), the cell state, its tanh (read again by backward) and the hidden state;
-# GRU and RNN a copy of the step's rows of the input projection, the matmul by W_hh (RNN: plus that copy), GRU the
-# activated gates (and the reset gate) and the hidden state, RNN the hidden state. Backward: a copy of the step's
-# share of the output's gradient, the hidden state's gradient (the matmul by W_hh fused in), the cell state's (LSTM)
-# and the gates' before activation. The weight gradients of all steps are one kernel each, whatever the length:
-# W_hh's is one matmul of the stacked gates' gradients by the stacked hidden states (the steps multiply by W_hh
-# detached), not a sum of a matmul per step.
-KERNELS_PER_STEP = {"LSTM": (9, 9), "GRU": (7, 9), "RNN": (6, 6)}
+# ember's kernels have one output each. LSTM (one recorded step for the layer, core/recurrent_steps.py): forward the
+# matmul by W_hh, the activated gates (adding the step's rows of the input projection, read in place), the cell state
+# with its tanh (one kernel of both) and the hidden state; backward the cell state's gradient with the output gate's
+# (one kernel, reading the step's rows of the output's gradient), the gates' gradient and its matmul by W_hh (before:
+# 9, the cell's tanh, a copy of the output gradient's rows and the hidden state's gradient kernels of their own). GRU
+# and RNN: a copy of the step's rows of the input projection, the matmul by W_hh (RNN: plus that copy), GRU the
+# activated gates (and the reset gate) and the hidden state, RNN the hidden state; backward a copy of the step's
+# share of the output's gradient, the hidden state's gradient (the matmul by W_hh fused in) and the gates' before
+# activation. The weight gradients of all steps are one kernel each, whatever the length: W_hh's is one matmul of
+# the stacked gates' gradients by the stacked hidden states, not a sum of a matmul per step.
+KERNELS_PER_STEP = {"LSTM": (7, 7), "GRU": (7, 9), "RNN": (6, 6)}
 REAL_SIZE = (64, 128, 64)
 
 
@@ -146,18 +148,50 @@ def _nodes_per_step(kind: str, input_size: int = 64, hidden: int = 128, batch: i
 
 
 # Nodes one time step's forward records, at the char models' size (a step's Python cost: each node is a Tensor op
-# recorded, then walked by the schedule's key, placement and kernelizer, and its gradient by backward). LSTM: the
-# product by W_hh (its weight laid out once per layer: reshape, broadcast, multiply, sum, reshape), the gates (add,
-# reshape, one recorded activation of six ops over all four gates, stored), four gate slices, the cell state, its
-# tanh (six ops), the hidden state, and the loop's slice and output copy; constants are shared by all steps. Before:
-# LSTM 69, GRU 77, RNN 79 (per-gate activations with their own constants, torch's precise tanh for RNN); GRU 48 with
-# a constant of its own at each step for 1 - z and for the reset scale's ones.
-NODES_PER_STEP = {"LSTM": 40, "GRU": 46, "RNN": 19}
+# recorded, then walked by the schedule's key, placement and kernelizer, and its gradient by backward). LSTM: copied
+# from the layer's graph template (core/recurrent_steps.py: no Tensor op per step): the product by W_hh (reshape,
+# broadcast, multiply, sum), the gates (slice of the projection, add, reshape, an activation of six ops over all four
+# gates, stored), four gate slices, the cell state, its tanh joined to it (stored), their slices, the hidden state,
+# and the output's join. GRU: the product, the gates (add, reshape, one recorded activation of six ops over all
+# gates, stored), gate slices, the hidden state, and the loop's slice and output copy; constants are shared by all
+# steps. Before: LSTM 69, GRU 77, RNN 79 (per-gate activations with their own constants, torch's precise tanh for
+# RNN); GRU 48 with a constant of its own at each step for 1 - z and for the reset scale's ones; LSTM 40 recorded op
+# by op.
+NODES_PER_STEP = {"LSTM": 38, "GRU": 46, "RNN": 19}
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
 def test_nodes_per_time_step(kind: str) -> None:
     assert _nodes_per_step(kind) == NODES_PER_STEP[kind]
+
+
+def _tensor_ops_of_a_training_pass(steps: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Tensor ops (Tensor._apply) that a second forward and backward of a one-layer LSTM over `steps` records."""
+    from ember.core.tensor import Tensor
+
+    module = enn.LSTM(8, 16).to("c")
+    calls = 0
+    apply = Tensor._apply
+
+    def counted(self: Tensor, *arguments: Any, **keywords: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return apply(self, *arguments, **keywords)
+
+    for counting in (False, True):  # the first pass records the layer's templates
+        sequence = em.ones(steps, 4, 8, device="c", requires_grad=True)
+        if counting:
+            monkeypatch.setattr(Tensor, "_apply", counted)
+        output, (hidden, cell) = module(sequence)
+        (output.sum() + hidden.sum() + cell.sum()).backward()
+    monkeypatch.setattr(Tensor, "_apply", apply)
+    return calls
+
+
+# An LSTM layer's steps are one recorded step whose forward and backward graphs are copied from templates: a longer
+# sequence records no more Tensor ops (before: ~70 per time step, forward and backward, each an autograd record)
+def test_lstm_time_steps_record_no_tensor_ops(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _tensor_ops_of_a_training_pass(6, monkeypatch) == _tensor_ops_of_a_training_pass(3, monkeypatch)
 
 
 def _views_linked_per_step(kind: str, monkeypatch: pytest.MonkeyPatch) -> float:

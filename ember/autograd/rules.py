@@ -292,6 +292,13 @@ def _deferred_linear(step: Recorded, grad: Tensor) -> Gradients:
     return (weight_gradient, grad.sum(0)) if len(step.sources) > 1 else (weight_gradient,)
 
 
+def _lstm_layer(step: Recorded, grad: Tensor) -> Gradients:
+    """An LSTM layer's steps back in time (core/recurrent_steps.py)."""
+    from ember.core.recurrent_steps import lstm_layer_gradients
+
+    return lstm_layer_gradients(step.output, step.arg, step.sources, grad)
+
+
 # ---- the table: every primitive op, one entry each ----------------------------------------------------------------
 
 BACKWARD: dict[Op, Rule] = {
@@ -365,6 +372,7 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
     Composite.LOG_SOFTMAX: _log_softmax,
     Composite.GELU: _gelu,
     Composite.DEFERRED_LINEAR: _deferred_linear,
+    Composite.LSTM_LAYER: _lstm_layer,
 }
 
 NO_SOURCES = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE})  # never recorded: they have no sources to differentiate
@@ -393,9 +401,16 @@ def _normalization_argument(saved: Any) -> ArgumentSplit:
                                                                                        inverse_std=tensors[1])
 
 
+def _lstm_layer_argument(saved: Any) -> ArgumentSplit:
+    steps, reverse = saved.steps, saved.reverse
+    return (steps, reverse), (*saved.activations, *saved.cells), lambda tensors: type(saved)(
+        steps, reverse, tensors[:steps], tensors[steps:])
+
+
 TEMPLATED_RULES: dict[Op | Composite, Callable[[Any], ArgumentSplit]] = {
     Composite.CONVOLUTION: _plain_argument,
     Composite.TRANSPOSED_CONVOLUTION: _plain_argument,
     Composite.MAX_POOL: _plain_argument,
     Composite.NORMALIZE: _normalization_argument,
+    Composite.LSTM_LAYER: _lstm_layer_argument,
 }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -12,6 +11,12 @@ import ember as em
 from ember.collection_pause import collection_paused
 from ember.core.errors import ShapeError
 from ember.core.ops import Composite
+from ember.core.recurrent_steps import LOG2_E, lstm_layer
+from ember.core.recurrent_steps import blockwise_activation as _blockwise_activation
+from ember.core.recurrent_steps import constant as _constant
+from ember.core.recurrent_steps import gate_constants as _gate_constants
+from ember.core.recurrent_steps import gate_mask as _gate_mask
+from ember.core.recurrent_steps import logistic as _logistic
 from ember.core.tensor import Tensor
 from ember.core.views import intermediates
 from ember.nn import functional as F
@@ -43,32 +48,6 @@ def _recorded_as(kind: Composite, source: Tensor, value: Tensor) -> Tensor:
     function's step (torch's formula from the output): backward reads the stored values instead of evaluating the
     function again, and the function's values never need a kernel of their own."""
     return source._recorded(kind, lambda _source: value, (source,))
-
-
-LOG2_E = 1.4426950408889634
-# below -44 sigmoid's exp2 exponent (44 log2 e ~ 63.5; tanh's doubled: 127) stays finite in float32 (a libm-style
-# exp2 expansion may give garbage past its range); sigmoid(-44) ~ 8e-20 and tanh(-44) = -1 in float32
-LOWEST_INPUT = -44.0
-
-
-def _logistic(work: Tensor, multiplier: Tensor | None, exponent_scale: Tensor, offset: Tensor | None) -> Tensor:
-    """multiplier * sigmoid(multiplier * x) - offset, as multiplier / (1 + 2^(x * exponent_scale)) - offset, with
-    exponent_scale = -multiplier log2(e) and offset = multiplier - 1 (tensors of x's shape; no multiplier and no
-    offset: 1 and 0): sigmoid where the multiplier is 1, tanh (2 sigmoid(2x) - 1) where it is 2. Six ops per element
-    (x clamped from below: the power stays finite); the error is absolute (a float32 rounding near 0 or 0.5), where
-    ember's precise sigmoid and tanh (core/unary_math.py: range reduction, tanh's expm1 and log) cost ~200 and ~4000
-    ops by the kernelizer's count."""
-    shape, device, dtype = tuple(work.shape), work.device, work.dtype
-    power = work.maximum(_constant(shape, device, dtype, LOWEST_INPUT)).mul(exponent_scale).exp2()
-    denominator = power + _constant(shape, device, dtype, 1.0)
-    share = denominator.reciprocal() if multiplier is None else multiplier / denominator
-    return share if offset is None else share - offset
-
-
-@functools.lru_cache(maxsize=256)
-def _constant(shape: tuple[int, ...], device: str, dtype: Any, value: float) -> Tensor:
-    """A lazy constant, one tensor for every time step of every batch: a step records no constant nodes of its own."""
-    return Tensor._full(shape, value, dtype, device)
 
 
 def _gate(tensor: Tensor, kind: Composite) -> Tensor:
@@ -150,39 +129,11 @@ class _Layer:
         return rows, em.cat([em.ones(rows.shape[0], 2, size, dtype=reset.dtype, device=reset.device), reset], 1)
 
 
-def _blockwise_activation(gates: Tensor, tanh_gate: int) -> Tensor:
-    """tanh of gate `tanh_gate` of `gates` (batch, gates, size), sigmoid of the others, stored by one kernel: one
-    exp2 per element, tanh x = 2 sigmoid(2x) - 1 (`_logistic`: each function of its own on every gate would cost
-    both, and joining slices would pad each function's values, which the kernelizer may store). Which function is a
-    condition on the gate axis alone: the same for every lane of a vector. Not recorded for autograd."""
-    work = gates if gates.dtype == em.float32 or gates.dtype == em.float64 else gates.float()
-    multiplier, exponent_scale, offset = _gate_constants(tuple(gates.shape), gates.device, work.dtype, tanh_gate)
-    return _logistic(work, multiplier, exponent_scale, offset).to(gates.dtype).contiguous()
-
-
 def _activated_gates(gates: Tensor, tanh_gate: int) -> Tensor:
     """`_blockwise_activation` of `gates`, recorded for autograd as one step (Composite.GATES: the gradient from the
     stored output, (y + 1)(1 - y) on the tanh gate and y (1 - y) on the others)."""
     offset = _gate_constants(tuple(gates.shape), gates.device, gates.dtype, tanh_gate)[2]
     return gates._recorded(Composite.GATES, lambda source: _blockwise_activation(source, tanh_gate), (gates,), offset)
-
-
-@functools.lru_cache(maxsize=64)
-def _gate_mask(shape: tuple[int, ...], device: str, gate: int) -> Tensor:
-    """Whether each element of a (batch, gates, size) tensor of `shape` is in gate `gate`, as a lazy tensor: the
-    same graph at every time step of every batch, so it is built once (a constant the kernels compute inline)."""
-    with em.no_grad():
-        return (em.arange(shape[1], device=device) == gate).reshape(1, shape[1], 1).expand(shape)._detached_copy()
-
-
-@functools.lru_cache(maxsize=64)
-def _gate_constants(shape: tuple[int, ...], device: str, dtype: Any, gate: int) -> tuple[Tensor, Tensor, Tensor]:
-    """`_logistic`'s multiplier (2 on gate `gate` of a (batch, gates, size) tensor of `shape`, 1 on the others), its
-    exponent scale and its offset, as lazy tensors of that shape built once (see `_gate_mask`)."""
-    with em.no_grad():
-        multiplier = em.where(_gate_mask(shape, device, gate), 2.0, 1.0).to(dtype)
-        constants = (multiplier, multiplier * -LOG2_E, multiplier - 1.0)
-        return tuple(constant._detached_copy() for constant in constants)  # type: ignore[return-value]
 
 
 class _HiddenProduct:
@@ -459,6 +410,21 @@ class RNNBase(Module):
             outputs = []
             for direction in range(directions):
                 weight_ih, weight_hh, bias_ih, bias_hh, weight_hr = self._layer_parameters(layer, direction)
+                state = layer * directions + direction
+                if cell0 is not None and weight_hr is None and batch_sizes and all(
+                        size == batch_sizes[0] for size in batch_sizes):
+                    # an LSTM whose sequences all move at every step: the layer's steps are one recorded step
+                    projected = F.linear(layer_input, weight_ih, bias_ih)
+                    if bias_hh is not None:
+                        projected = projected + bias_hh
+                    batch = batch_sizes[0]
+                    packed = lstm_layer(projected.contiguous(), weight_hh, hidden0[state], cell0[state],
+                                        len(batch_sizes), direction == 1)
+                    last = 0 if direction == 1 else total_rows - batch
+                    outputs.append(packed._crop(0, 0, total_rows))
+                    final_hidden.append(packed._crop(0, last, last + batch))
+                    final_cell.append(packed._crop(0, total_rows, total_rows + batch))
+                    continue
                 saved = _Layer(self.mode, output_size, None, [None] * len(batch_sizes),  # type: ignore[list-item]
                                [None] * len(batch_sizes))  # type: ignore[list-item]
                 # b_hh joins the projection (GRU: its reset and update parts); the projection's gradient is the
@@ -470,7 +436,6 @@ class RNNBase(Module):
                 step_bias = None  # GRU: the new gate's b_hh, added by the hidden matmul
                 if self.mode == "GRU" and bias_hh is not None:
                     step_bias = em.cat([em.zeros_like(bias_hh[:joined]), bias_hh[joined:]]).detach()
-                state = layer * directions + direction
                 hidden = hidden0[state]
                 cell = cell0[state] if cell0 is not None else None
                 steps: list[Tensor] = [None] * len(batch_sizes)  # type: ignore[list-item]
