@@ -118,7 +118,7 @@ def _kernels(kind: str, steps: int, input_size: int = 3, hidden: int = 5, batch:
 # share of the output's gradient, the hidden state's gradient (the matmul by W_hh fused in) and the gates' before
 # activation. The weight gradients of all steps are one kernel each, whatever the length: W_hh's is one matmul of
 # the stacked gates' gradients by the stacked hidden states, not a sum of a matmul per step.
-KERNELS_PER_STEP = {"LSTM": (7, 7), "GRU": (7, 9), "RNN": (6, 6)}
+KERNELS_PER_STEP = {"LSTM": (7, 7), "GRU": (6, 7), "RNN": (6, 6)}
 REAL_SIZE = (64, 128, 64)
 
 
@@ -148,16 +148,16 @@ def _nodes_per_step(kind: str, input_size: int = 64, hidden: int = 128, batch: i
 
 
 # Nodes one time step's forward records, at the char models' size (a step's Python cost: each node is a Tensor op
-# recorded, then walked by the schedule's key, placement and kernelizer, and its gradient by backward). LSTM: copied
-# from the layer's graph template (core/recurrent_steps.py: no Tensor op per step): the product by W_hh (reshape,
-# broadcast, multiply, sum), the gates (slice of the projection, add, reshape, an activation of six ops over all four
-# gates, stored), four gate slices, the cell state, its tanh joined to it (stored), their slices, the hidden state,
-# and the output's join. GRU: the product, the gates (add, reshape, one recorded activation of six ops over all
-# gates, stored), gate slices, the hidden state, and the loop's slice and output copy; constants are shared by all
-# steps. Before: LSTM 69, GRU 77, RNN 79 (per-gate activations with their own constants, torch's precise tanh for
-# RNN); GRU 48 with a constant of its own at each step for 1 - z and for the reset scale's ones; LSTM 40 recorded op
-# by op.
-NODES_PER_STEP = {"LSTM": 38, "GRU": 46, "RNN": 19}
+# recorded, then walked by the schedule's key, placement and kernelizer, and its gradient by backward). LSTM and GRU
+# copy them from the layer's graph template (core/recurrent_steps.py: no Tensor op per step). LSTM: the product by
+# W_hh (broadcast, multiply, sum, stored), the gates (slice of the projection, add, reshape, an activation of six ops
+# over all four gates, stored), four gate slices, the cell state, its tanh joined to it (stored), their slices, the
+# hidden state, and the output's join. GRU: the product (+ b_hh, stored), the reset and update gates (slices, add, a
+# sigmoid of five ops) joined to the projection's new-gate rows (stored), their slices, the new gate (tanh of six
+# ops) joined to the hidden state (stored), a slice, and the output's join. RNN: the loop's slice, the product, the
+# hidden state and its copy. Before: LSTM 69, GRU 77, RNN 79 (per-gate activations with their own constants,
+# torch's precise tanh for RNN); LSTM 40 and GRU 46 recorded op by op.
+NODES_PER_STEP = {"LSTM": 38, "GRU": 45, "RNN": 19}
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
@@ -165,11 +165,12 @@ def test_nodes_per_time_step(kind: str) -> None:
     assert _nodes_per_step(kind) == NODES_PER_STEP[kind]
 
 
-def _tensor_ops_of_a_training_pass(steps: int, monkeypatch: pytest.MonkeyPatch) -> int:
-    """Tensor ops (Tensor._apply) that a second forward and backward of a one-layer LSTM over `steps` records."""
+def _tensor_ops_of_a_training_pass(kind: str, steps: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Tensor ops (Tensor._apply) that a second forward and backward of a one-layer LSTM or GRU over `steps`
+    records."""
     from ember.core.tensor import Tensor
 
-    module = enn.LSTM(8, 16).to("c")
+    module = getattr(enn, kind)(8, 16).to("c")
     calls = 0
     apply = Tensor._apply
 
@@ -182,16 +183,20 @@ def _tensor_ops_of_a_training_pass(steps: int, monkeypatch: pytest.MonkeyPatch) 
         sequence = em.ones(steps, 4, 8, device="c", requires_grad=True)
         if counting:
             monkeypatch.setattr(Tensor, "_apply", counted)
-        output, (hidden, cell) = module(sequence)
-        (output.sum() + hidden.sum() + cell.sum()).backward()
+        output, state = module(sequence)
+        finals = state if kind == "LSTM" else (state,)
+        (output.sum() + sum(final.sum() for final in finals)).backward()
     monkeypatch.setattr(Tensor, "_apply", apply)
     return calls
 
 
-# An LSTM layer's steps are one recorded step whose forward and backward graphs are copied from templates: a longer
-# sequence records no more Tensor ops (before: ~70 per time step, forward and backward, each an autograd record)
-def test_lstm_time_steps_record_no_tensor_ops(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert _tensor_ops_of_a_training_pass(6, monkeypatch) == _tensor_ops_of_a_training_pass(3, monkeypatch)
+# An LSTM or GRU layer's steps are one recorded step whose forward and backward graphs are copied from templates: a
+# longer sequence records no more Tensor ops (before: LSTM 82 per time step, forward and backward, each an autograd
+# record)
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_time_steps_record_no_tensor_ops(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _tensor_ops_of_a_training_pass(kind, 6, monkeypatch) == _tensor_ops_of_a_training_pass(
+        kind, 3, monkeypatch)
 
 
 def _views_linked_per_step(kind: str, monkeypatch: pytest.MonkeyPatch) -> float:

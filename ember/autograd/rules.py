@@ -292,11 +292,11 @@ def _deferred_linear(step: Recorded, grad: Tensor) -> Gradients:
     return (weight_gradient, grad.sum(0)) if len(step.sources) > 1 else (weight_gradient,)
 
 
-def _lstm_layer(step: Recorded, grad: Tensor) -> Gradients:
-    """An LSTM layer's steps back in time (core/recurrent_steps.py)."""
-    from ember.core.recurrent_steps import lstm_layer_gradients
+def _recurrent_layer(step: Recorded, grad: Tensor) -> Gradients:
+    """An LSTM or GRU layer's steps back in time (core/recurrent_steps.py)."""
+    from ember.core.recurrent_steps import recurrent_layer_gradients
 
-    return lstm_layer_gradients(step.output, step.arg, step.sources, grad)
+    return recurrent_layer_gradients(step.output, step.arg, step.sources, grad)
 
 
 # ---- the table: every primitive op, one entry each ----------------------------------------------------------------
@@ -372,7 +372,7 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
     Composite.LOG_SOFTMAX: _log_softmax,
     Composite.GELU: _gelu,
     Composite.DEFERRED_LINEAR: _deferred_linear,
-    Composite.LSTM_LAYER: _lstm_layer,
+    Composite.RECURRENT_LAYER: _recurrent_layer,
 }
 
 NO_SOURCES = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE})  # never recorded: they have no sources to differentiate
@@ -401,10 +401,9 @@ def _normalization_argument(saved: Any) -> ArgumentSplit:
                                                                                        inverse_std=tensors[1])
 
 
-def _lstm_layer_argument(saved: Any) -> ArgumentSplit:
-    steps, reverse = saved.steps, saved.reverse
-    return (steps, reverse), (*saved.activations, *saved.cells), lambda tensors: type(saved)(
-        steps, reverse, tensors[:steps], tensors[steps:])
+def _recurrent_layer_argument(saved: Any) -> ArgumentSplit:
+    return (saved.mode, saved.steps, saved.reverse, saved.has_bias), saved.stored, lambda tensors: saved.__class__(
+        saved.mode, saved.steps, saved.reverse, saved.has_bias, tensors)
 
 
 TEMPLATED_RULES: dict[Op | Composite, Callable[[Any], ArgumentSplit]] = {
@@ -412,5 +411,5 @@ TEMPLATED_RULES: dict[Op | Composite, Callable[[Any], ArgumentSplit]] = {
     Composite.TRANSPOSED_CONVOLUTION: _plain_argument,
     Composite.MAX_POOL: _plain_argument,
     Composite.NORMALIZE: _normalization_argument,
-    Composite.LSTM_LAYER: _lstm_layer_argument,
+    Composite.RECURRENT_LAYER: _recurrent_layer_argument,
 }

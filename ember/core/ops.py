@@ -98,10 +98,11 @@ class Composite(Enum):
     # gives the weight (grad * scale)^T @ rows and the bias (grad * scale).sum(0): a recurrent layer's weight
     # gradient as one matmul over all its steps (nn/rnn.py); double backward raises
 
-    LSTM_LAYER = auto()  # sources: (projected [T * N, 4 H], W_hh [4 H, H], h0 [N, H], c0 [N, H]); arg: LSTMLayerSaved
-    # (core/recurrent_steps.py: the steps' stored gates and cell states); the value is every step of an LSTM layer,
-    # the hidden states then the last cell state; backward runs the steps back in time from the stored values
-    # (torch's LSTM gradients) in a graph copied from a template: no per-step history; double backward raises
+    RECURRENT_LAYER = auto()  # sources: (projected [T * N, G * H], W_hh [G * H, H], h0 [N, H], then LSTM c0 [N, H],
+    # GRU b_hh [3 H] if it has one); arg: RecurrentLayerSaved (core/recurrent_steps.py: what the steps stored); the
+    # value is every step of an LSTM or GRU layer (the hidden states, then LSTM's last cell state); backward runs the
+    # steps back in time from the stored values (torch's gradients) in a graph copied from a template: no per-step
+    # history; double backward raises
 
     GATHER = auto()  # sources: (values [..., N],); arg: a 1-d int64 index [M] (long: core/advanced_indexing.take_last);
     # the gradient is the sorted scatter-sum of core/sorted_writes.py, not the chain rule's compare of every index

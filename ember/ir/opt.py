@@ -35,6 +35,10 @@ MINIMUM_STAGED_TILES = 4  # tiles a work item loops over before staging the pane
 MAX_STAGED_BYTES = 256 * 1024  # scratch per work item (on the stack of the C thread running it), within L2
 MAX_LOWERED_STEPS = 6_000  # kernel steps x lanes per tile a plan may lower: each lane is lowered (in Python)
 # separately, so a long fused expression tiled wide takes seconds to lower; such a kernel is compute-bound anyway
+EXPANDED_FUNCTION_STEPS = 40  # what one exp2, log2 or sin may cost a scalar tile's source: a renderer without an
+# accurate one of its own writes a polynomial of ~40 ops (ir/libm.py; WGSL, PTX) in every lane (a GRU's gates unrolled
+# over a row of 256 made a 12,800-line shader that lavapipe compiled for 2.7 s)
+EXPANDED_FUNCTIONS = frozenset({Op.EXP2, Op.LOG2, Op.SIN})
 STREAMED_OPERAND_BYTES = 8 << 20  # a matmul operand past this (beyond a CPU's L2) is read once (`_streaming_order`)
 WORK_TOLERANCE = 0.05  # tile plans within this much of the least work count as equal (the earlier one wins)
 
@@ -320,6 +324,13 @@ def _affordable(kernel: Kernel, upcast: tuple[int, ...] | None, reduce_lanes: in
     return len(kernel.steps) * _product(list(upcast or ())) * reduce_lanes <= MAX_LOWERED_STEPS
 
 
+def _renderable(kernel: Kernel, upcast: tuple[int, ...] | None) -> bool:
+    """Whether a scalar tile's source stays within MAX_LOWERED_STEPS, each exp2, log2 and sin counted as the
+    polynomial a renderer may write for it (EXPANDED_FUNCTION_STEPS): every lane of the tile is a copy."""
+    steps = sum(EXPANDED_FUNCTION_STEPS if step.op in EXPANDED_FUNCTIONS else 1 for step in kernel.steps)
+    return steps * _product(list(upcast or ())) <= MAX_LOWERED_STEPS
+
+
 def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
     """Lower a kernel with the transforms that suit the device (none when EMBER_NOOPT=1), from the disk cache of
     lowered kernels when an earlier process lowered it already. (The scheduler passes narrower capabilities, from
@@ -370,7 +381,7 @@ def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, Kern
         if vectorized is not None:
             return vectorized
     upcast = choose_upcast(kernel, info) or row_tile(kernel, info)
-    plan = Plan(upcast if _affordable(kernel, upcast) else None)
+    plan = Plan(upcast if _affordable(kernel, upcast) and _renderable(kernel, upcast) else None)
     return plan, lower_kernel(kernel, name, plan.upcast)
 
 

@@ -11,7 +11,7 @@ import ember as em
 from ember.collection_pause import collection_paused
 from ember.core.errors import ShapeError
 from ember.core.ops import Composite
-from ember.core.recurrent_steps import LOG2_E, lstm_layer
+from ember.core.recurrent_steps import LOG2_E, recurrent_layer
 from ember.core.recurrent_steps import blockwise_activation as _blockwise_activation
 from ember.core.recurrent_steps import constant as _constant
 from ember.core.recurrent_steps import gate_constants as _gate_constants
@@ -411,19 +411,22 @@ class RNNBase(Module):
             for direction in range(directions):
                 weight_ih, weight_hh, bias_ih, bias_hh, weight_hr = self._layer_parameters(layer, direction)
                 state = layer * directions + direction
-                if cell0 is not None and weight_hr is None and batch_sizes and all(
+                if self.mode in ("LSTM", "GRU") and weight_hr is None and batch_sizes and all(
                         size == batch_sizes[0] for size in batch_sizes):
-                    # an LSTM whose sequences all move at every step: the layer's steps are one recorded step
+                    # every sequence moves at every step: the layer's steps are one recorded step
                     projected = F.linear(layer_input, weight_ih, bias_ih)
-                    if bias_hh is not None:
+                    if bias_hh is not None and self.mode == "LSTM":
                         projected = projected + bias_hh
                     batch = batch_sizes[0]
-                    packed = lstm_layer(projected.contiguous(), weight_hh, hidden0[state], cell0[state],
-                                        len(batch_sizes), direction == 1)
+                    packed = recurrent_layer(
+                        self.mode, projected.contiguous(), weight_hh, hidden0[state],
+                        None if cell0 is None else cell0[state], bias_hh if self.mode == "GRU" else None,
+                        len(batch_sizes), direction == 1)
                     last = 0 if direction == 1 else total_rows - batch
                     outputs.append(packed._crop(0, 0, total_rows))
                     final_hidden.append(packed._crop(0, last, last + batch))
-                    final_cell.append(packed._crop(0, total_rows, total_rows + batch))
+                    if cell0 is not None:
+                        final_cell.append(packed._crop(0, total_rows, total_rows + batch))
                     continue
                 saved = _Layer(self.mode, output_size, None, [None] * len(batch_sizes),  # type: ignore[list-item]
                                [None] * len(batch_sizes))  # type: ignore[list-item]
