@@ -138,6 +138,7 @@ def recurrent_layer(mode: str, projected: Tensor, weight: Tensor, hidden: Tensor
     states [batch, size]; `bias` b_hh for the GRU (None: none); `reverse` runs the steps from the last to the
     first. Recorded as one step (Composite.RECURRENT_LAYER) whose gradients are those of torch's layer."""
     saved = RecurrentLayerSaved(mode, steps, reverse, bias is not None)
+    sources: tuple[Tensor, ...]
     if mode == "LSTM":
         assert cell is not None and bias is None
         sources = (projected, weight, hidden, cell)
