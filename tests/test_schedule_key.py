@@ -108,3 +108,30 @@ def test_the_schedule_pass_places_before_the_key(device: str) -> None:
         roots = [graph.node]
         keys.add(schedule.graph_key(placement.place_graph(roots), roots))
     assert len(keys) == 3
+
+
+def test_the_cache_drops_the_least_recently_found_programs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past MAX_CACHED_SCHEDULES the least recently found eighth goes: a program found again since it was made stays,
+    one never found again is scheduled anew; values against numpy either way."""
+    cache = schedule.SCHEDULES
+    monkeypatch.setattr(cache, "entries", {})  # (the cache as a fresh process has it; the suite's come back after)
+    monkeypatch.setattr(schedule, "MAX_CACHED_SCHEDULES", 16)
+    base = random_array((4, 3))
+    tensor = em.tensor(base, device="c").realize()
+
+    def run(offset: int) -> None:  # a graph of its own structure per offset (the constant's shape differs)
+        result = (tensor.reshape(12)[: offset % 12 + 1] * 2.0 + offset).numpy()
+        np.testing.assert_allclose(result, base.reshape(12)[: offset % 12 + 1] * 2.0 + offset, rtol=1e-6)
+
+    run(0)
+    kept_key = cache.last_key
+    for offset in range(1, 16):
+        run(offset)
+        run(0)  # found again: the most recent
+    misses = cache.misses
+    run(100)  # the 17th structure: two of the oldest go, the one found at every step stays
+    assert len(cache.entries) == 16 - 2 + 1 and kept_key in cache.entries
+    run(0)
+    assert cache.misses == misses + 1
+    run(1)  # the least recently found: dropped, scheduled anew
+    assert cache.misses == misses + 2

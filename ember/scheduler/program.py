@@ -77,8 +77,8 @@ class CommandProgram:
     (`launch_plan`, launch_plan.py), the memory budget's view of it (`budget_layout`) and its graph-parallel form
     (`parallel`, parallel.py)."""
 
-    __slots__ = ("budget_layout", "command_devices", "commands", "compiled_stamp", "last_use", "launch_plan",
-                 "parallel", "steps", "used")
+    __slots__ = ("budget_layout", "command_devices", "commands", "compiled_stamp", "last_use", "last_used",
+                 "launch_plan", "parallel", "steps", "used")
 
     def __init__(self, steps: Sequence[Step],
                  commands: list[Command] | None = None) -> None:
@@ -109,6 +109,7 @@ class CommandProgram:
         self.budget_layout: Any = None  # memory_budget.py's view of the slots and its plans (set under a budget)
         # graph-parallel execution (parallel.py): the program to run in its place and whether it gathers launches
         self.parallel: tuple[CommandProgram, bool] | None = None
+        self.last_used = 0  # the schedule cache's clock when it was last found (schedule.ScheduleCache)
 
     def __len__(self) -> int:
         return len(self.steps)
