@@ -257,3 +257,29 @@ def test_batch_norm_statistics_and_gradients_are_copied_and_match_torch(device: 
     finally:
         engine._wanted_gradients = original_rule  # type: ignore[assignment]
         functional.batch_statistics = original_statistics  # type: ignore[assignment]
+
+
+def test_a_build_sees_a_lazy_input_as_lazy() -> None:
+    """A build's `contiguous()` of its input stores a lazy input (one kernel of its own) and leaves a realized one as
+    it is, copied from the template as when the build runs itself: the stand-in a template records on is a value
+    still to compute where the input is one (a stand-in that looked realized dropped an LSTM rule's store of its
+    incoming gradient, so every time step recomputed the decoder's matmul: 64 more matmul kernels to compile)."""
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+    def build(value: em.Tensor) -> em.Tensor:
+        stored = value.contiguous()
+        return stored[:2] * 3.0 + stored[1:]
+
+    for attempt in range(2):  # recorded, then copied
+        realized = em.tensor(data, device="c").realize()
+        lazy = realized * 2.0
+        with em.profile() as record:
+            first = TEMPLATES.instantiate(("a lazy input", 1), build, (lazy,))
+            em.realize(first)
+        assert len(record.kernels) == 2, [kernel.name for kernel in record.kernels]  # the store, then the result
+        np.testing.assert_allclose(first.numpy(), data[:2] * 6.0 + data[1:] * 2.0)
+        with em.profile() as record:
+            second = TEMPLATES.instantiate(("a lazy input", 1), build, (realized,))
+            em.realize(second)
+        assert len(record.kernels) == 1, [kernel.name for kernel in record.kernels]
+        np.testing.assert_allclose(second.numpy(), data[:2] * 3.0 + data[1:])

@@ -113,12 +113,14 @@ def _kernels(kind: str, steps: int, input_size: int = 3, hidden: int = 5, batch:
 # with its tanh (one kernel of both) and the hidden state; backward the cell state's gradient with the output gate's
 # (one kernel, reading the step's rows of the output's gradient), the gates' gradient and its matmul by W_hh (before:
 # 9, the cell's tanh, a copy of the output gradient's rows and the hidden state's gradient kernels of their own). GRU
-# and RNN: a copy of the step's rows of the input projection, the matmul by W_hh (RNN: plus that copy), GRU the
-# activated gates (and the reset gate) and the hidden state, RNN the hidden state; backward a copy of the step's
-# share of the output's gradient, the hidden state's gradient (the matmul by W_hh fused in) and the gates' before
-# activation. The weight gradients of all steps are one kernel each, whatever the length: W_hh's is one matmul of
+# (one recorded step too): forward the matmul by W_hh (+ b_hh), the reset and update gates joined to the step's rows
+# of the projection's new-gate part, the new gate joined to the hidden state; backward the hidden state's gradient
+# (reading the step's rows of the output's gradient), the projection's, the hidden product's and its matmul by W_hh
+# (before: 7 tiny, 9 real). RNN: a copy of the step's rows of the input projection, the matmul by W_hh plus that
+# copy, the hidden state; backward a copy of the step's share of the output's gradient, the hidden state's gradient
+# (the matmul by W_hh fused in) and the gates' before activation. The weight gradients of all steps are one kernel each, whatever the length: W_hh's is one matmul of
 # the stacked gates' gradients by the stacked hidden states, not a sum of a matmul per step.
-KERNELS_PER_STEP = {"LSTM": (7, 7), "GRU": (6, 7), "RNN": (6, 6)}
+KERNELS_PER_STEP = {"LSTM": (7, 7), "GRU": (7, 7), "RNN": (6, 6)}
 REAL_SIZE = (64, 128, 64)
 
 

@@ -1,7 +1,7 @@
 """Graph templates: a composition of primitive ops on leaf inputs recorded once per signature, then instantiated by
 copying its nodes (no Tensor methods, shape checks or broadcasting run again): the per-step cost of random draws.
 
-A template is the lazy graph `build(*inputs)` records on stand-in leaves of the inputs' shapes, dtypes and devices
+A template is the lazy graph `build(*inputs)` records on stand-ins of the inputs' shapes, dtypes and devices
 (the inputs may be any nodes: leaves or recorded ops).
 Instantiating it makes fresh nodes of the same ops, arguments, shapes, dtypes and devices over the real inputs,
 so the result is the graph `build` would have recorded on them, node for node (the scheduler caches and fuses it
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 MAX_TEMPLATES = 256
 PLAIN_VALUES = (type(None), bool, int, float, complex, str, DType, Op)  # values a signature holds as they are
 FREE_LEAVES = (Op.CONST, Op.ARANGE)  # leaves a template makes again at each instantiation
+BUFFER = Op.BUFFER
 
 # one entry per node after the inputs, sources first: (op, source positions, arg, shape, dtype, device), positions
 # counting the inputs first
@@ -76,8 +77,8 @@ class GraphTemplates:
         for tensor in inputs:
             if tensor.is_sharded or (recording and tensor._requires_grad):
                 return build(*inputs)  # (a template records no history)
-        key = (signature, many, *[(node.shape, node.dtype, node.device or runtime.RUNTIME.device_of(node))
-                                  for node in input_nodes])
+        key = (signature, many, *[(node.shape, node.dtype, node.device or runtime.RUNTIME.device_of(node),
+                                   node.op is BUFFER) for node in input_nodes])
         template = self.entries.get(key, _UNSEEN)
         if template is not _UNSEEN:
             try:
@@ -107,15 +108,15 @@ def _record(build: Callable[..., Any], input_nodes: list[Node], many: bool) -> T
     result that is None), or None where it is not a template's."""
     from ember.core.tensor import Tensor
 
-    stand_ins = [Node(Op.BUFFER, (), None, node.shape, node.dtype, node.device or runtime.RUNTIME.device_of(node))
-                 for node in input_nodes]
+    stand_ins = [_stand_in(node) for node in input_nodes]
     built = build(*[Tensor._from_node(node) for node in stand_ins])
     results: tuple[Tensor | None, ...] = tuple(built) if many else (built,)
     if any(result is not None and result._requires_grad for result in results):
         return None
     position = {id(node): index for index, node in enumerate(stand_ins)}
     entries: list[Entry] = []
-    for node in post_order([result.node for result in results if result is not None], lambda node: node.srcs):
+    for node in post_order([result.node for result in results if result is not None],
+                           lambda node: () if id(node) in position else node.srcs):  # (stand-ins end the walk)
         if id(node) in position:
             continue
         if node.checks is not None or node.replaces is not None or (not node.srcs and node.op not in FREE_LEAVES):
@@ -126,6 +127,15 @@ def _record(build: Callable[..., Any], input_nodes: list[Node], many: bool) -> T
     if not entries:  # (build returned inputs themselves)
         return None
     return tuple(entries), tuple(None if result is None else position[id(result.node)] for result in results)
+
+
+def _stand_in(node: Node) -> Node:
+    """A leaf of `node`'s shape, dtype and device for a build to record on; for a node not realized, an op over such
+    a leaf, so that the build sees a value still to compute as the real input is (Tensor.contiguous stores one and
+    leaves a realized one as it is: a stand-in that looked realized dropped a rule's store of its gradient)."""
+    device = node.device or runtime.RUNTIME.device_of(node)
+    leaf = Node(Op.BUFFER, (), None, node.shape, node.dtype, device)
+    return leaf if node.op is BUFFER else Node(Op.CONTIGUOUS, (leaf,), None, node.shape, node.dtype, device)
 
 
 def function_signature(function: Any) -> Hashable | None:

@@ -11,9 +11,9 @@ time step (torch launches 4):
   state with its tanh (one kernel of both, joined) and the hidden state; backward the cell state's gradient with
   the output gate's (one kernel), the gates' gradient before activation and its product by W_hh (the hidden
   state's gradient reaching the step before).
-- GRU, 6: forward the product by W_hh (+ b_hh), the reset and update gates with the step's rows of the
+- GRU, 7: forward the product by W_hh (+ b_hh), the reset and update gates with the step's rows of the
   projection's new-gate part (one kernel), the new gate with the hidden state; backward the hidden state's
-  gradient with the projection's (one kernel), the hidden product's and its product by W_hh.
+  gradient, the projection's, the hidden product's and its product by W_hh.
 The projection's gradient is the steps' joined, and W_hh's is one matmul of the hidden product's gradients (LSTM:
 the gates') by the hidden states the steps started from. Parts joined into one kernel share only cheap values: a
 pad evaluates each part over the whole join, so the kernelizer stores an expensive shared value on its own
@@ -315,20 +315,19 @@ def _gru_gradients(output: Tensor, saved: RecurrentLayerSaved, sources: tuple[Te
         reset, update, _ = _parts(gates, 3)
         new = new_hidden._crop(1, 0, 1)
         before = hidden0._reshaped(state_shape) if position == 0 else saved.at(order[position - 1])[1]._crop(1, 1, 2)
+        # stored: the one kernel of a backward step that names an offset (its rows of the output's gradient)
         hidden_gradient = grad._crop(0, time * batch, (time + 1) * batch)
         if recurrent is not None and carried is not None:
             hidden_gradient = hidden_gradient + recurrent + carried
+        hidden_gradient = hidden_gradient.contiguous()
         new_gradient = hidden_gradient * (one - update) * (one - new * new)
         reset_gradient = new_gradient * product._reshaped((batch, 3, size))._crop(1, 2, 3) * reset * (one - reset)
-        # the hidden state's gradient joined to the projection's: the one kernel of a backward step that names an
-        # offset (its rows of the output's gradient)
-        stored = cat([hidden_gradient, reset_gradient, hidden_gradient * (before - new) * update * (one - update),
-                      new_gradient], 1).contiguous()
-        projected_gradients[time] = stored._crop(1, 1, 4)
-        product_gradient = cat([stored._crop(1, 1, 3), stored._crop(1, 3, 4) * reset], 1).contiguous()
+        projected_gradients[time] = stored = cat([
+            reset_gradient, hidden_gradient * (before - new) * update * (one - update), new_gradient], 1).contiguous()
+        product_gradient = cat([stored._crop(1, 0, 2), stored._crop(1, 2, 3) * reset], 1).contiguous()
         product_gradients[time] = product_gradient
         recurrent = product_gradient._reshaped((batch, width)).matmul(weight).contiguous()._reshaped(state_shape)
-        carried = stored._crop(1, 0, 1) * update
+        carried = hidden_gradient * update
     assert recurrent is not None and carried is not None
     projected_gradient = cat(projected_gradients).contiguous()._reshaped((total, width))
     product_gradient = cat(product_gradients).contiguous()._reshaped((total, width))
