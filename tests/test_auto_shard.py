@@ -168,8 +168,12 @@ def test_small_or_cheap_work_is_never_split_and_the_measured_speeds(other: str) 
     table = calibration.calibration(["c:0", other])
     assert all(speed > 0 for speed in table.speeds.values()) and 0.0 <= table.overlap <= 1.0
     print("\n".join(table.describe()))
-    if table.overlap < 0.5:  # c and lavapipe share the CPU's cores here: splitting does not pay
-        product = em.tensor(random_array((1030, 128))) @ em.tensor(random_array((128, 1024)))
+    # devices of one speed that barely run at once: a split cannot pay (decided from a fixed table: a measured one
+    # follows the machine's load; a loaded CI machine once measured c:0 at half its speed, and split)
+    rates = {(source, target): 1e11 for source in ("host", "c:0", other) for target in ("c:0", other)}
+    slow_together = calibration.Calibration({"c:0": 1e9, other: 1e9}, rates, overlap=0.4, measured=False)
+    product = em.tensor(random_array((1030, 128))) @ em.tensor(random_array((128, 1024)))
+    with calibration.using(slow_together):
         assert decide(_placed(product), None, ["c:0", other]) is None
 
 
