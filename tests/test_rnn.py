@@ -306,3 +306,26 @@ def test_double_backward_through_a_layer_raises() -> None:
     output, _ = module(sequence)
     with pytest.raises(NotImplementedError, match="create_graph"):
         em.autograd.grad(output.sum(), module.weight_hh_l0, create_graph=True)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_float16_layer_matches_torch_in_float32(kind: str) -> None:
+    """A float16 layer computes its gates in float32 (the activations' exp2 needs float32's range) and stores float16:
+    values and gradients within float16's rounding of torch's float32 ones."""
+    torch.manual_seed(0)
+    torch_module = getattr(torch.nn, kind)(4, 8)
+    module = getattr(enn, kind)(4, 8).to("c")
+    module.load_state_dict(torch_module.state_dict())
+    module = module.to(dtype=em.float16)
+    array = np.random.default_rng(0).normal(size=(5, 3, 4)).astype(np.float32)
+    sequence = em.tensor(array, dtype=em.float16, device="c", requires_grad=True)
+    torch_sequence = torch.tensor(array, requires_grad=True)
+    output, _ = module(sequence)
+    torch_output, _ = torch_module(torch_sequence)
+    assert output.dtype == em.float16
+    assert_close(output.float(), torch_output, atol=2e-3, rtol=2e-3)
+    output.float().sum().backward()
+    torch_output.sum().backward()
+    assert sequence.grad.dtype == em.float16
+    assert_close(sequence.grad.float(), torch_sequence.grad, atol=1e-2, rtol=1e-2)
+    assert_close(module.weight_hh_l0.grad.float(), torch_module.weight_hh_l0.grad, atol=3e-2, rtol=1e-2)

@@ -57,11 +57,25 @@ def logistic(work: Tensor, multiplier: Tensor | None, exponent_scale: Tensor, of
     return share if offset is None else share - offset
 
 
-def fast_tanh(work: Tensor) -> Tensor:
-    """tanh by `logistic` (2 sigmoid(2x) - 1), not recorded for autograd."""
+def fast_tanh(value: Tensor) -> Tensor:
+    """tanh by `logistic` (2 sigmoid(2x) - 1), in float32 for a narrower float; not recorded for autograd."""
+    work = _widened(value)
     shape, device, dtype = tuple(work.shape), work.device, work.dtype
     return logistic(work, constant(shape, device, dtype, 2.0), constant(shape, device, dtype, -2.0 * LOG2_E),
-                    constant(shape, device, dtype, 1.0))
+                    constant(shape, device, dtype, 1.0)).to(value.dtype)
+
+
+def fast_sigmoid(value: Tensor) -> Tensor:
+    """sigmoid by `logistic`, in float32 for a narrower float; not recorded for autograd."""
+    work = _widened(value)
+    return logistic(work, None, constant(tuple(work.shape), work.device, work.dtype, -LOG2_E), None).to(value.dtype)
+
+
+def _widened(value: Tensor) -> Tensor:
+    """`value`, or float32 of it for float16 and bfloat16 (the gates' arithmetic needs float32's range and bits)."""
+    from ember.core import dtype as dtypes
+
+    return value if value.dtype == dtypes.float32 or value.dtype == dtypes.float64 else value.float()
 
 
 @functools.lru_cache(maxsize=256)
@@ -77,10 +91,7 @@ def blockwise_activation(gates: Tensor, tanh_gate: int) -> Tensor:
     exp2 per element, tanh x = 2 sigmoid(2x) - 1 (`logistic`: each function of its own on every gate would cost
     both, and joining slices would pad each function's values, which the kernelizer may store). Which function is a
     condition on the gate axis alone: the same for every lane of a vector. Not recorded for autograd."""
-    from ember.core import dtype as dtypes
-
-    float_kind = gates.dtype == dtypes.float32 or gates.dtype == dtypes.float64
-    work = gates if float_kind else gates.float()
+    work = _widened(gates)
     multiplier, exponent_scale, offset = gate_constants(tuple(gates.shape), gates.device, work.dtype, tanh_gate)
     return logistic(work, multiplier, exponent_scale, offset).to(gates.dtype).contiguous()
 
@@ -203,8 +214,6 @@ def _gru_forward(steps: int, reverse: bool, projected: Tensor, weight: Tensor, h
     weight_rows = weight._reshaped((1, width, size))._broadcast((batch, width, size))
     bias_rows = bias[0]._reshaped((1, width))._broadcast((batch, width)) if bias else None
     hidden = hidden._reshaped((batch, 1, size))
-    gate_shape = (batch, 2, size)
-    exponent_scale = constant(gate_shape, hidden.device, hidden.dtype, -LOG2_E)
     one = constant((batch, 1, size), hidden.device, hidden.dtype, 1.0)
     outputs: list[Tensor] = [None] * steps  # type: ignore[list-item]
     stored: list[Tensor] = [None] * (3 * steps)  # type: ignore[list-item]
@@ -213,7 +222,7 @@ def _gru_forward(steps: int, reverse: bool, projected: Tensor, weight: Tensor, h
         product = (product if bias_rows is None else product + bias_rows).contiguous()
         hidden_parts = product._reshaped((batch, 3, size))
         rows = projected._crop(0, time * batch, (time + 1) * batch)._reshaped((batch, 3, size))
-        reset_update = logistic(rows._crop(1, 0, 2) + hidden_parts._crop(1, 0, 2), None, exponent_scale, None)
+        reset_update = fast_sigmoid(rows._crop(1, 0, 2) + hidden_parts._crop(1, 0, 2))
         gates = cat([reset_update, rows._crop(1, 2, 3)], 1).contiguous()
         reset, update, input_new = _parts(gates, 3)
         new = fast_tanh(input_new + reset * hidden_parts._crop(1, 2, 3))
