@@ -173,6 +173,9 @@ def test_the_c_pool_hands_a_released_small_buffer_to_the_next_of_its_size() -> N
 def test_plans_let_go_of_their_programs_once_the_compile_cache_evicts(monkeypatch: pytest.MonkeyPatch) -> None:
     data = random_array((2, 11), seed=5)  # a shape of its own: these kernels are new to the session's caches
     x = em.tensor(data, device="c").realize()
+    # a program used before the others, the least recently used one when the compile cache evicts (run alone, the
+    # cache would otherwise evict x * 1.75's, which then compiles again at every realize and keeps no plan)
+    assert_close((x + 0.375).realize(), torch.tensor(data) + 0.375)
     for _ in range(2):
         assert_close((x * 1.75).realize(), torch.tensor(data) * 1.75)
     assert_close((x * 1.75).realize(), torch.tensor(data) * 1.75)

@@ -44,7 +44,12 @@ def graph_key(nodes: list[Node], roots: list[Node]) -> tuple:
             arg = node.arg
             if op is CONST and isinstance(arg, float) and (arg != arg or arg == 0.0):
                 arg = arg.hex()
-            append((op, arg, node.shape, node.dtype, device, tuple(map(position_of, node.srcs))))
+            sources = node.srcs
+            count = len(sources)  # (one or two sources without map's iterator: most nodes)
+            positions = (() if count == 0 else (index_of[sources[0]],) if count == 1 else
+                         (index_of[sources[0]], index_of[sources[1]]) if count == 2 else
+                         tuple(map(position_of, sources)))
+            append((op, arg, node.shape, node.dtype, device, positions))
         if len(roots) == 1:  # (the per-op path)
             return (tuple(entries), (index_of[roots[0]],))
         return (tuple(entries), tuple(map(position_of, roots)))
