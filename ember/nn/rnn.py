@@ -11,12 +11,15 @@ import ember as em
 from ember.collection_pause import collection_paused
 from ember.core.errors import ShapeError
 from ember.core.ops import Composite
-from ember.core.recurrent_steps import LOG2_E, recurrent_layer
-from ember.core.recurrent_steps import blockwise_activation as _blockwise_activation
-from ember.core.recurrent_steps import constant as _constant
-from ember.core.recurrent_steps import gate_constants as _gate_constants
-from ember.core.recurrent_steps import gate_mask as _gate_mask
-from ember.core.recurrent_steps import logistic as _logistic
+from ember.core.recurrent_steps import (
+    LOG2_E,
+    blockwise_activation,
+    constant,
+    gate_constants,
+    gate_mask,
+    logistic,
+    recurrent_layer,
+)
 from ember.core.tensor import Tensor
 from ember.core.views import intermediates
 from ember.nn import functional as F
@@ -51,15 +54,15 @@ def _recorded_as(kind: Composite, source: Tensor, value: Tensor) -> Tensor:
 
 
 def _gate(tensor: Tensor, kind: Composite) -> Tensor:
-    """sigmoid or tanh of a gate (`_logistic`), recorded with torch's backward from the output."""
+    """sigmoid or tanh of a gate (`logistic`), recorded with torch's backward from the output."""
     with em.no_grad():
         work = tensor if tensor.dtype == em.float32 or tensor.dtype == em.float64 else tensor.float()
         shape, device, dtype = tuple(work.shape), work.device, work.dtype
         if kind is Composite.TANH:
-            value = _logistic(work, _constant(shape, device, dtype, 2.0),
-                              _constant(shape, device, dtype, -2.0 * LOG2_E), _constant(shape, device, dtype, 1.0))
+            value = logistic(work, constant(shape, device, dtype, 2.0),
+                              constant(shape, device, dtype, -2.0 * LOG2_E), constant(shape, device, dtype, 1.0))
         else:
-            value = _logistic(work, None, _constant(shape, device, dtype, -LOG2_E), None)
+            value = logistic(work, None, constant(shape, device, dtype, -LOG2_E), None)
         value = value.to(tensor.dtype)
     return _recorded_as(kind, tensor, value)
 
@@ -130,10 +133,10 @@ class _Layer:
 
 
 def _activated_gates(gates: Tensor, tanh_gate: int) -> Tensor:
-    """`_blockwise_activation` of `gates`, recorded for autograd as one step (Composite.GATES: the gradient from the
+    """`blockwise_activation` of `gates`, recorded for autograd as one step (Composite.GATES: the gradient from the
     stored output, (y + 1)(1 - y) on the tanh gate and y (1 - y) on the others)."""
-    offset = _gate_constants(tuple(gates.shape), gates.device, gates.dtype, tanh_gate)[2]
-    return gates._recorded(Composite.GATES, lambda source: _blockwise_activation(source, tanh_gate), (gates,), offset)
+    offset = gate_constants(tuple(gates.shape), gates.device, gates.dtype, tanh_gate)[2]
+    return gates._recorded(Composite.GATES, lambda source: blockwise_activation(source, tanh_gate), (gates,), offset)
 
 
 class _HiddenProduct:
@@ -215,14 +218,14 @@ def _cell_step(
             # under a broadcast along the gate axis (joined to ones by a pad, the kernelizer would store it)
             reset = _sigmoid(reset_update_part._crop(1, 0, 1))._broadcast((batch, 3, size))
             gates_shape, device = tuple(hidden_gates.shape), hidden_gates.device
-            scale = em.where(_gate_mask(gates_shape, device, 2), reset,
-                             _constant(gates_shape, device, hidden_gates.dtype, 1.0))
-            activated = _blockwise_activation(input_gates + scale * hidden_gates, 2)
+            scale = em.where(gate_mask(gates_shape, device, 2), reset,
+                             constant(gates_shape, device, hidden_gates.dtype, 1.0))
+            activated = blockwise_activation(input_gates + scale * hidden_gates, 2)
         reset_update = _recorded_as(Composite.SIGMOID, reset_update_part, activated._crop(1, 0, 2))
         new = _recorded_as(Composite.TANH, input_new + reset_update._crop(1, 0, 1) * hidden_new,
                            activated._crop(1, 2, 3))._reshaped((batch, size))
         update = reset_update._crop(1, 1, 2)._reshaped((batch, size))
-        one = _constant(tuple(update.shape), update.device, update.dtype, 1.0)
+        one = constant(tuple(update.shape), update.device, update.dtype, 1.0)
         return _boundary((one - update) * new + update * hidden), None, hidden_gates._reshaped((batch, 3 * size))
     total = _boundary(input_part + hidden_part)
     if mode == "RNN_RELU":
@@ -459,7 +462,7 @@ class RNNBase(Module):
                     saved.hidden_parts[time] = None if hidden_part is None else hidden_part._detached_copy()
                     # the step's share of the output's gradient copied out: like the input rows, the one kernel that
                     # names the step's offset, so the matmul by W_hh that adds it is the same kernel at every step
-                    steps[time] = _store_gradient(new_hidden * _constant(
+                    steps[time] = _store_gradient(new_hidden * constant(
                         tuple(new_hidden.shape), new_hidden.device, new_hidden.dtype, 1.0))
                     hidden = new_hidden if moving else em.cat([new_hidden, hidden[size:]])
                     if cell is not None and new_cell is not None:
