@@ -97,7 +97,10 @@ class GraphTemplates:
         nodes = input_nodes
         append = nodes.append
         for op, positions, arg, shape, dtype, device in entries:
-            append(Node(op, tuple([nodes[position] for position in positions]), arg, shape, dtype, device))
+            count = len(positions)  # (one or two sources without a list: most nodes)
+            sources = ((nodes[positions[0]],) if count == 1 else (nodes[positions[0]], nodes[positions[1]])
+                       if count == 2 else tuple([nodes[position] for position in positions]))
+            append(Node(op, sources, arg, shape, dtype, device))
         if not many:
             return Tensor._from_node(nodes[-1])
         return tuple(None if position is None else Tensor._from_node(nodes[position]) for position in outputs)
