@@ -3,6 +3,7 @@ given the gradient of its output."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -402,8 +403,8 @@ def _normalization_argument(saved: Any) -> ArgumentSplit:
 
 
 def _recurrent_layer_argument(saved: Any) -> ArgumentSplit:
-    return (saved.mode, saved.steps, saved.reverse, saved.has_bias), saved.stored, lambda tensors: saved.__class__(
-        saved.mode, saved.steps, saved.reverse, saved.has_bias, tensors)
+    return (saved.mode, saved.steps, saved.reverse, saved.has_bias), saved.stored, lambda tensors: dataclasses.replace(
+        saved, stored=tensors)
 
 
 TEMPLATED_RULES: dict[Op | Composite, Callable[[Any], ArgumentSplit]] = {

@@ -12,12 +12,12 @@ from ember.collection_pause import collection_paused
 from ember.core.errors import ShapeError
 from ember.core.ops import Composite
 from ember.core.recurrent_steps import (
-    LOG2_E,
     blockwise_activation,
     constant,
+    fast_sigmoid,
+    fast_tanh,
     gate_constants,
     gate_mask,
-    logistic,
     recurrent_layer,
 )
 from ember.core.tensor import Tensor
@@ -54,16 +54,10 @@ def _recorded_as(kind: Composite, source: Tensor, value: Tensor) -> Tensor:
 
 
 def _gate(tensor: Tensor, kind: Composite) -> Tensor:
-    """sigmoid or tanh of a gate (`logistic`), recorded with torch's backward from the output."""
+    """sigmoid or tanh of a gate (core/recurrent_steps.py: one exp2 each), recorded with torch's backward from the
+    output."""
     with em.no_grad():
-        work = tensor if tensor.dtype == em.float32 or tensor.dtype == em.float64 else tensor.float()
-        shape, device, dtype = tuple(work.shape), work.device, work.dtype
-        if kind is Composite.TANH:
-            value = logistic(work, constant(shape, device, dtype, 2.0),
-                              constant(shape, device, dtype, -2.0 * LOG2_E), constant(shape, device, dtype, 1.0))
-        else:
-            value = logistic(work, None, constant(shape, device, dtype, -LOG2_E), None)
-        value = value.to(tensor.dtype)
+        value = fast_tanh(tensor) if kind is Composite.TANH else fast_sigmoid(tensor)
     return _recorded_as(kind, tensor, value)
 
 

@@ -5,7 +5,6 @@ its program still by the original graph's positions."""
 
 from __future__ import annotations
 
-
 from ember.settings import CONFIG
 from ember.core.graph import Node
 from ember.core.ops import Op
