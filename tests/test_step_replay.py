@@ -186,3 +186,22 @@ def test_a_replayed_step_copies_held_values_without_scheduling(device: str) -> N
         assert_close(output, torch_output.detach(), atol=2e-5, rtol=1e-4)
         _compare(model, reference)
     assert optimizer._replays.replayed >= 2
+
+
+@pytest.mark.parametrize(("name", "options"), OPTIMIZERS[2:], ids=[name for name, _ in OPTIMIZERS[2:]])
+def test_the_first_step_makes_torchs_zero_state_so_the_second_compiles_nothing(name: str, options: dict[str, Any],
+                                                                              device: str) -> None:
+    models = _models(device)
+    optimizers = (getattr(optim, name)(models[0].parameters(), **options),
+                  getattr(torch.optim, name)(models[1].parameters(), **options))
+    _train_step(models, optimizers, 0, device)
+    for parameter, torch_parameter in zip(models[0].parameters(), models[1].parameters()):
+        state, torch_state = optimizers[0].state[parameter], optimizers[1].state[torch_parameter]
+        assert sorted(state) == sorted(torch_state)
+        for key, value in torch_state.items():
+            assert_close(state[key], value, atol=1e-6, rtol=1e-5)
+    with em.profile() as record:
+        _train_step(models, optimizers, 1, device)
+    assert [compiled.name for compiled in record.compiles] == []  # (lazy zeros folded into the first update made
+    # its kernels differ from every later step's)
+    _compare(*models)

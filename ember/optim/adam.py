@@ -115,6 +115,9 @@ class Adam(Optimizer):
             self._step_shared[key] = shared
         return shared[2], shared[3]
 
+    def _initial_state(self, group: dict[str, Any]) -> tuple[str, ...]:
+        return ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if group["amsgrad"] else ("exp_avg", "exp_avg_sq")
+
     def _update(
         self, parameter: Tensor, grad: Tensor, group: dict[str, Any], state: dict[str, Any], scalars: StepScalars
     ) -> list[Tensor]:

@@ -69,6 +69,10 @@ class RMSprop(Optimizer):
             float(group["momentum"]),
         )
 
+    def _initial_state(self, group: dict[str, Any]) -> tuple[str, ...]:
+        return ("square_avg",) + (("momentum_buffer",) if group["momentum"] > 0 else ()) + (
+            ("grad_avg",) if group["centered"] else ())
+
     def _update(
         self, parameter: Tensor, grad: Tensor, group: dict[str, Any], state: dict[str, Any], scalars: StepScalars
     ) -> list[Tensor]:
