@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ember.autograd.grad_mode import set_grad_enabled
+from ember.autograd.grad_mode import is_grad_enabled, set_grad_enabled
 from ember.autograd.rules import RULES, TEMPLATED_RULES, Gradients, Recorded
 from ember.collection_pause import collection_paused
 from ember.core import runtime
@@ -150,6 +150,33 @@ def _propagate(
                 previous = pending.get(id(source))
                 pending[id(source)] = source_gradient if previous is None else previous + source_gradient
     return results
+
+
+def function_gradients(compute: Callable[..., Tensor], sources: tuple[Tensor, ...], gradient: Tensor) -> Gradients:
+    """The gradients of compute(*sources) (a Composite.TRACED step) given its output's `gradient`: the chain rule
+    through the primitives compute records. Outside create_graph the function runs again on fresh leaves holding
+    the sources' nodes, so the walk stays inside it (and a source passed twice gets each use's gradient once); with
+    create_graph it runs on the sources themselves, so the gradients keep their history back to them."""
+    from ember.core.tensor import Tensor
+
+    if is_grad_enabled():  # (the engine's walk sets grad mode to create_graph)
+        inputs = sources
+    else:
+        inputs = tuple(Tensor._from_node(source.node) for source in sources)
+        for leaf, source in zip(inputs, sources):
+            leaf._requires_grad = source.dtype.is_float
+    with set_grad_enabled(True):
+        output = compute(*inputs)
+    targets = [leaf for leaf in inputs if leaf._requires_grad]
+    if not output._requires_grad or not targets:
+        return tuple(None for _ in sources)
+    found = {id(tensor): found for tensor, found in _propagate([output], [gradient], targets, is_grad_enabled(),
+                                                              False)}
+    gradients: list[Tensor | None] = []
+    for position, leaf in enumerate(inputs):  # (a source passed twice gets its gradient once: the first position)
+        first = not any(earlier is leaf for earlier in inputs[:position])
+        gradients.append(found.get(id(leaf)) if first else None)
+    return tuple(gradients)
 
 
 def _wanted_gradients(op: Any, rebuild: Callable[[tuple[Tensor, ...]], Any],

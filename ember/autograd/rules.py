@@ -300,6 +300,13 @@ def _recurrent_layer(step: Recorded, grad: Tensor) -> Gradients:
     return recurrent_layer_gradients(step.output, step.arg, step.sources, grad)
 
 
+def _traced(step: Recorded, grad: Tensor) -> Gradients:
+    """A traced function's gradients: the chain rule through its primitives (autograd/engine.py)."""
+    from ember.autograd.engine import function_gradients
+
+    return function_gradients(step.arg.compute, step.sources, grad)
+
+
 # ---- the table: every primitive op, one entry each ----------------------------------------------------------------
 
 BACKWARD: dict[Op, Rule] = {
@@ -374,6 +381,7 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
     Composite.GELU: _gelu,
     Composite.DEFERRED_LINEAR: _deferred_linear,
     Composite.RECURRENT_LAYER: _recurrent_layer,
+    Composite.TRACED: _traced,
 }
 
 NO_SOURCES = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE})  # never recorded: they have no sources to differentiate
@@ -413,4 +421,5 @@ TEMPLATED_RULES: dict[Op | Composite, Callable[[Any], ArgumentSplit]] = {
     Composite.MAX_POOL: _plain_argument,
     Composite.NORMALIZE: _normalization_argument,
     Composite.RECURRENT_LAYER: _recurrent_layer_argument,
+    Composite.TRACED: _plain_argument,  # (a TracedFunction: its signature is the template's)
 }

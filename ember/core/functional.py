@@ -15,6 +15,7 @@ from ember.core.dtype import to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.graph_templates import TEMPLATES
+from ember.core.linalg import check_same_dtype, product
 from ember.core.half_precision import HALF_TYPES, computed_in_float32, rounded, widened
 from ember.core.ops import Composite, Op
 from ember.core.shapes import broadcast_shapes, normalize_dim
@@ -132,6 +133,11 @@ def _staged_mean(tensor: Tensor, axes: tuple[int, ...]) -> Tensor:
     count = math.prod(tensor.shape[axis] for axis in axes)
     total = normalization_total(tensor, axes)
     return total * (1.0 / count) if count else total * math.nan
+
+
+def _linear(inputs: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """inputs @ weight^T + bias (shapes and dtypes checked by linear): the graph linear is traced as."""
+    return product(inputs, weight._swapped_last() if weight.ndim == 2 else weight) + bias
 
 
 def _softmax_source(tensor: Tensor, dtype: Any, op: str) -> Tensor:
@@ -451,12 +457,15 @@ class FunctionalOps(TensorBase):
                 f"linear: input of shape {list(self.shape)} and weight of shape {list(weight.shape)} cannot be "
                 f"multiplied: the input's last dim must equal in_features ({weight.shape[-1]})"
             )
-        result = self.matmul(weight._swapped_last() if weight.ndim == 2 else weight)
         if bias is None:
-            return result
-        if bias.shape != result.shape[result.ndim - bias.ndim:]:  # (the message is formatted only when needed)
-            broadcast_shapes(result.shape, bias.shape, op=f"linear (output {result.shape} + bias {bias.shape})")
-        return result + bias
+            return self.matmul(weight._swapped_last() if weight.ndim == 2 else weight)
+        output_shape = self.shape[:-1] + weight.shape[:-1]
+        if bias.shape != output_shape[len(output_shape) - bias.ndim:]:  # (the message is formatted only when needed)
+            broadcast_shapes(output_shape, bias.shape, op=f"linear (output {output_shape} + bias {bias.shape})")
+        if bias.dtype != self.dtype or not all(hasattr(value, "_traced") for value in (self, weight, bias)):
+            return self.matmul(weight._swapped_last() if weight.ndim == 2 else weight) + bias
+        check_same_dtype("linear", cast("Tensor", self), weight)
+        return cast("Tensor", self)._traced(_linear, (cast("Tensor", self), weight, bias))
 
     # ---- attention ----------------------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import types
+from dataclasses import dataclass, field
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
@@ -139,6 +140,15 @@ def _stand_in(node: Node) -> Node:
     device = node.device or runtime.RUNTIME.device_of(node)
     leaf = Node(Op.BUFFER, (), None, node.shape, node.dtype, device)
     return leaf if node.op is BUFFER else Node(Op.CONTIGUOUS, (leaf,), None, node.shape, node.dtype, device)
+
+
+@dataclass(frozen=True)
+class TracedFunction:
+    """The arg of a Composite.TRACED step: the pure function it computed, equal to (and hashed as) another by its
+    signature alone (`function_signature`): two steps of one signature compute the same graph on their inputs."""
+
+    signature: Hashable
+    compute: Callable[..., Any] = field(compare=False, hash=False)
 
 
 def function_signature(function: Any) -> Hashable | None:

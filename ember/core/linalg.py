@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
 
-def _check_same_dtype(op: str, left: Tensor, right: Tensor) -> None:
+def check_same_dtype(op: str, left: Tensor, right: Tensor) -> None:
     """torch's matrix products do not promote: both operands must have one dtype, and it cannot be bool."""
     if left.dtype != right.dtype:
         raise DTypeError(
@@ -28,6 +28,25 @@ def _check_same_dtype(op: str, left: Tensor, right: Tensor) -> None:
         )
     if left.dtype.is_bool:
         raise DTypeError(f"{op}: not supported for bool tensors; cast them to an integer or float dtype first")
+
+
+def product(first: Tensor, second: Tensor) -> Tensor:
+    """first @ second (shapes checked by matmul) as a broadcast multiply and a sum over the inner dim: the graph
+    a matmul is traced as (Composite.TRACED)."""
+    left = first._reshaped((1,) + first.shape) if first.ndim == 1 else first
+    right = second._reshaped(second.shape + (1,)) if second.ndim == 1 else second
+    batch = left.shape[:-2]
+    if right.shape[:-2] != batch:
+        batch = broadcast_shapes(batch, right.shape[:-2])
+    rows, inner, columns = left.shape[-2], left.shape[-1], right.shape[-1]
+    left = left._broadcast(batch + (rows, inner))._reshaped(batch + (rows, 1, inner))  # [..., M, 1, K]
+    right = right._broadcast(batch + (inner, columns))._swapped_last()._reshaped(batch + (1, columns, inner))
+    result = (left * right).sum(-1, dtype=first.dtype)  # [..., M, N]
+    if first.ndim == 1:
+        result = result._reshaped(result.shape[:-2] + result.shape[-1:])
+    if second.ndim == 1:
+        result = result._reshaped(result.shape[:-1])
+    return result
 
 
 class LinalgOps(MatrixStructureOps, ProductOps, EliminationOps):
@@ -40,7 +59,7 @@ class LinalgOps(MatrixStructureOps, ProductOps, EliminationOps):
             raise TypeError(f"matmul: expected a Tensor, got {type(other).__name__}")
         if self.ndim == 0 or other.ndim == 0:
             raise ShapeError(f"matmul: both arguments need at least 1 dim, got shapes {self.shape} and {other.shape}")
-        _check_same_dtype("matmul", cast("Tensor", self), other)
+        check_same_dtype("matmul", cast("Tensor", self), other)
         # (the movement ops below are intermediates of the product, no views: _reshaped, _broadcast)
         left = self._reshaped((1,) + self.shape) if self.ndim == 1 else self
         right = other._reshaped(other.shape + (1,)) if other.ndim == 1 else other
@@ -49,18 +68,11 @@ class LinalgOps(MatrixStructureOps, ProductOps, EliminationOps):
                 f"matmul: shapes {self.shape} and {other.shape} cannot be multiplied "
                 f"({left.shape[-2]}x{left.shape[-1]} and {right.shape[-2]}x{right.shape[-1]}): inner dims differ"
             )
-        batch = left.shape[:-2]
-        if right.shape[:-2] != batch:  # (the message's shapes are formatted only when the batch dims differ)
-            batch = broadcast_shapes(batch, right.shape[:-2], op=f"matmul of {self.shape} and {other.shape}")
-        rows, inner, columns = left.shape[-2], left.shape[-1], right.shape[-1]
-        left = left._broadcast(batch + (rows, inner))._reshaped(batch + (rows, 1, inner))  # [..., M, 1, K]
-        right = right._broadcast(batch + (inner, columns))._swapped_last()._reshaped(batch + (1, columns, inner))
-        product = (left * right).sum(-1, dtype=self.dtype)  # [..., M, N]
-        if self.ndim == 1:
-            product = product._reshaped(product.shape[:-2] + product.shape[-1:])
-        if other.ndim == 1:
-            product = product._reshaped(product.shape[:-1])
-        return product
+        if right.shape[:-2] != left.shape[:-2]:  # (the message's shapes are formatted only when batch dims differ)
+            broadcast_shapes(left.shape[:-2], right.shape[:-2], op=f"matmul of {self.shape} and {other.shape}")
+        if not (hasattr(self, "_traced") and hasattr(other, "_traced")):  # (sharded and reference tensors)
+            return product(cast("Tensor", self), other)
+        return cast("Tensor", self)._traced(product, (cast("Tensor", self), other))
 
     def __matmul__(self, other: Tensor) -> Tensor:
         return self.matmul(other)
@@ -86,7 +98,7 @@ class LinalgOps(MatrixStructureOps, ProductOps, EliminationOps):
     def dot(self, other: Tensor) -> Tensor:
         if self.ndim != 1 or other.ndim != 1 or self.shape != other.shape:
             raise ShapeError(f"dot: expects two 1-d tensors of one size, got shapes {self.shape} and {other.shape}")
-        _check_same_dtype("dot", cast("Tensor", self), other)
+        check_same_dtype("dot", cast("Tensor", self), other)
         return (self * other).sum(dtype=self.dtype)
 
     inner = dot
@@ -155,7 +167,7 @@ def einsum(equation: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
     if not tensors:
         raise ArgumentError("einsum(): must provide at least one operand")
     for tensor in tensors[1:]:
-        _check_same_dtype("einsum", tensors[0], tensor)
+        check_same_dtype("einsum", tensors[0], tensor)
     term_labels = [_parse_term(term, compact) for term in terms]
 
     # name every dim: letters as given, the dims under '...' as '0', '1', ... aligned from the right

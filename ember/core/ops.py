@@ -98,6 +98,10 @@ class Composite(Enum):
     # gives the weight (grad * scale)^T @ rows and the bias (grad * scale).sum(0): a recurrent layer's weight
     # gradient as one matmul over all its steps (nn/rnn.py); double backward raises
 
+    TRACED = auto()  # sources: a pure function's tensor inputs; arg: graph_templates.TracedFunction (the function, by
+    # its signature); the value is the function's graph copied from a template, backward the chain rule through its
+    # primitives, run once per signature on stand-ins and copied from a template after (matmul, linear: one step for
+    # autograd and a copy instead of a dozen recorded ops)
     RECURRENT_LAYER = auto()  # sources: (projected [T * N, G * H], W_hh [G * H, H], h0 [N, H], then LSTM c0 [N, H],
     # GRU b_hh [3 H] if it has one); arg: RecurrentLayerSaved (core/recurrent_steps.py: what the steps stored); the
     # value is every step of an LSTM or GRU layer (the hidden states, then LSTM's last cell state); backward runs the

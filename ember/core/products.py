@@ -198,9 +198,9 @@ class ProductOps(TensorBase):
 
 def linalg_cross(input: Tensor, other: Tensor, dim: int = -1) -> Tensor:  # noqa: A002 - torch's names
     """torch.linalg.cross: the cross product along dim (size 3 in both inputs); the other dims broadcast."""
-    from ember.core.linalg import _check_same_dtype
+    from ember.core.linalg import check_same_dtype
 
-    _check_same_dtype("linalg.cross", input, other)
+    check_same_dtype("linalg.cross", input, other)
     if input.ndim != other.ndim:
         raise ShapeError(f"linalg.cross: the inputs must have the same number of dims, got shapes {input.shape} and "
                          f"{other.shape}")
@@ -220,9 +220,9 @@ def linalg_cross(input: Tensor, other: Tensor, dim: int = -1) -> Tensor:  # noqa
 def tensordot(a: Tensor, b: Tensor, dims: Any = 2) -> Tensor:
     """torch.tensordot: sum the products over the given dims of a and b; the free dims of a come first, then
     those of b."""
-    from ember.core.linalg import _check_same_dtype
+    from ember.core.linalg import check_same_dtype
 
-    _check_same_dtype("tensordot", a, b)
+    check_same_dtype("tensordot", a, b)
     left_dims, right_dims = _tensordot_dims(dims, a, b)
     for left_dim, right_dim in zip(left_dims, right_dims):
         if a.shape[left_dim] != b.shape[right_dim]:

@@ -22,7 +22,7 @@ from ember.core.errors import AutogradError, DTypeError, ShapeError
 from ember.core.folding import FoldingOps
 from ember.core.functional import FunctionalOps
 from ember.core.graph import Node, infer
-from ember.core.graph_templates import TEMPLATES, function_signature
+from ember.core.graph_templates import TEMPLATES, TracedFunction, function_signature
 from ember.core.in_place import in_place_variants
 from ember.core.indexing import IndexingOps
 from ember.core.linalg import LinalgOps
@@ -46,7 +46,8 @@ from ember.core.views import Alias, detach_alias, rebind_view, view_methods, wri
 # dtypes and the plain values of their compute function alone (elementwise functions, softmax, convolution and max
 # pooling by their geometry): their graphs are copied from a template (core/graph_templates.py), not built op by op
 TEMPLATED = frozenset({Composite.EXP, Composite.TANH, Composite.SIGMOID, Composite.RELU, Composite.SOFTMAX,
-                       Composite.LOG_SOFTMAX, Composite.GELU, Composite.CONVOLUTION, Composite.MAX_POOL})
+                       Composite.LOG_SOFTMAX, Composite.GELU, Composite.CONVOLUTION, Composite.MAX_POOL,
+                       Composite.TRACED})
 _new_tuple = tuple.__new__  # a Size from a node's shape without Size()'s checks (the shape is ints already)
 _next_sequence = itertools.count().__next__  # creation order: a tensor's history only holds older tensors
 
@@ -137,7 +138,9 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         autograd/rules.py gives torch's gradient formula, also where the primitives' chain rule would not."""
         context = CONTEXT.get()
         signature = None
-        if composite in TEMPLATED:  # (elementwise compositions: the graph is copied from its template)
+        if composite is Composite.TRACED:  # (the arg names the function)
+            signature = (composite, arg)
+        elif composite in TEMPLATED:  # (elementwise compositions: the graph is copied from its template)
             computes = function_signature(compute)
             if computes is not None:
                 signature = (composite, arg, computes)
@@ -155,6 +158,15 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         output._context = (composite, arg, sources)
         output._saved_versions = tuple(source._version for source in sources)
         return output
+
+    def _traced(self, compute: Callable[..., Tensor], sources: tuple[Tensor, ...]) -> Tensor:
+        """compute(*sources), a pure composition of primitive ops on them (shapes and dtypes checked by the caller),
+        as one step for autograd whose graph, and whose gradients' graph, are copied from templates
+        (Composite.TRACED); recorded op by op where the function has no signature (it closes over a tensor)."""
+        signature = function_signature(compute)
+        if signature is None:
+            return compute(*sources)
+        return self._recorded(Composite.TRACED, compute, sources, TracedFunction(signature, compute))
 
     def _checked(self, invalid: Tensor, describe: Any, named: Tensor | None) -> Tensor:
         """self as a new node carrying a check (core/checks.py): its violation is computed lazily from `invalid`."""
