@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, cast
 
@@ -109,7 +110,6 @@ class LossOps(TensorBase):
         class_dim = 0 if self.ndim == 1 else 1
         classes = self.shape[class_dim]
         _class_weight(weight, classes, "cross_entropy")
-        log_probabilities = _class_axis_last(self.log_softmax(class_dim))
         if target.dtype.is_float:
             if target.shape != self.shape:
                 raise ShapeError(
@@ -120,6 +120,7 @@ class LossOps(TensorBase):
                 raise DTypeError(
                     f"cross_entropy: expected probability targets of dtype {self.dtype.name}, got {target.dtype.name}"
                 )
+            log_probabilities = _class_axis_last(self.log_softmax(class_dim))
             probabilities = _class_axis_last(target)
             if label_smoothing > 0:
                 probabilities = probabilities * (1 - label_smoothing) + label_smoothing / classes
@@ -130,6 +131,13 @@ class LossOps(TensorBase):
                 return loss.sum() / count if count else loss.sum() * math.nan
             return _reduce(loss, reduction)
         _check_class_target(cast("Tensor", self), target, "cross_entropy")
+        if weight is None and label_smoothing == 0 and hasattr(self, "_traced") and hasattr(target, "_traced"):
+            # the usual case, one step for autograd whose graphs are copied from templates (Composite.TRACED)
+            checked = _checked_target(target, classes, ignore_index, "cross_entropy")
+            compute = functools.partial(_class_cross_entropy, class_dim=class_dim, classes=classes,
+                                        ignore_index=ignore_index, reduction=reduction)
+            return cast("Tensor", self)._traced(compute, (cast("Tensor", self), checked))
+        log_probabilities = _class_axis_last(self.log_softmax(class_dim))
         picked, picked_weight = _pick_classes(log_probabilities, target, weight, ignore_index, classes,
                                               "cross_entropy")
         loss = -picked
@@ -234,13 +242,37 @@ class LossOps(TensorBase):
         return _reduce(loss, reduction)
 
 
+def _class_cross_entropy(input: Tensor, target: Tensor, class_dim: int, classes: int,  # noqa: A002
+                         ignore_index: int, reduction: str) -> Tensor:
+    """cross_entropy of class-index targets (checked already) without class weights or label smoothing: the graph
+    cross_entropy is traced as."""
+    log_probabilities = _class_axis_last(input.log_softmax(class_dim))
+    picked, picked_weight = _picked_classes(log_probabilities, target, None, ignore_index, classes)
+    if reduction == "none":
+        return -picked
+    if reduction == "sum":
+        return (-picked).sum()
+    return (-picked).sum() / picked_weight.sum()
+
+
+def _checked_target(target: Tensor, classes: int, ignore_index: int, op: str) -> Tensor:
+    """The class-index targets carrying their check: a target outside [0, classes) that is not ignore_index raises
+    IndexOutOfRangeError when the loss is read (torch: 'Target 5 is out of bounds')."""
+    return check_index(target, classes, op, None, negatives=False, ignore=ignore_index,
+                       describe=describe_target(op, target.shape, classes, ignore_index))
+
+
 def _pick_classes(log_probabilities: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int,
                   classes: int, op: str) -> tuple[Tensor, Tensor]:
-    """(w[t] * x[..., t], w[t]) for each target t (0 where t == ignore_index), by a one-hot select and sum; a target
-    outside [0, classes) that is not ignore_index raises IndexOutOfRangeError (torch: 'Target 5 is out of bounds')."""
+    """`_picked_classes` of the targets after their check (`_checked_target`)."""
+    return _picked_classes(log_probabilities, _checked_target(target, classes, ignore_index, op), weight,
+                           ignore_index, classes)
+
+
+def _picked_classes(log_probabilities: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int,
+                    classes: int) -> tuple[Tensor, Tensor]:
+    """(w[t] * x[..., t], w[t]) for each target t (0 where t == ignore_index), by a one-hot select and sum."""
     classes_range = log_probabilities._arange_primitive(classes, dtypes.int64, log_probabilities.device)
-    target = check_index(target, classes, op, None, negatives=False, ignore=ignore_index,
-                         describe=describe_target(op, target.shape, classes, ignore_index))
     index = target._reshaped(target.shape + (1,))
     chosen = (index == classes_range).logical_and(index != ignore_index)  # [..., C]
     dtype = log_probabilities.dtype
