@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from ember.core import dtype as dtypes
@@ -30,6 +31,33 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
 def _check_reduction(reduction: str) -> None:
     if reduction not in REDUCTIONS:
         raise ArgumentError(f"{reduction!r} is not a valid value for reduction; valid: 'mean', 'sum', 'none'")
+
+
+def _traced_loss(compute: Callable[..., Tensor], operands: tuple[Tensor, ...]) -> Tensor:
+    """compute(*operands) (checked by the caller) as one traced step (Composite.TRACED: its graph and its gradients'
+    copied from templates), where every operand is an ember tensor."""
+    if all(hasattr(operand, "_traced") for operand in operands):
+        return operands[0]._traced(compute, operands)
+    return compute(*operands)
+
+
+def _squared_error(input: Tensor, target: Tensor, reduction: str) -> Tensor:  # noqa: A002
+    difference = input - target
+    return _reduce(difference * difference, reduction)
+
+
+def _absolute_error(input: Tensor, target: Tensor, reduction: str) -> Tensor:  # noqa: A002
+    return _reduce((input - target).abs(), reduction)
+
+
+def _binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, *,  # noqa: A002
+                          reduction: str) -> Tensor:
+    log_input = input.log().clamp_min(-100.0)
+    log_complement = (1 - input).log().clamp_min(-100.0)
+    loss = -(target * log_input + (1 - target) * log_complement)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
 
 
 def _pointwise_operands(input: Tensor, target: Tensor, op: str) -> tuple[Tensor, Tensor]:  # noqa: A002
@@ -159,13 +187,12 @@ class LossOps(TensorBase):
     def mse_loss(self, target: Tensor, reduction: str = "mean") -> Tensor:
         _check_reduction(reduction)
         input_, target = _pointwise_operands(cast("Tensor", self), target, "mse_loss")
-        difference = input_ - target
-        return _reduce(difference * difference, reduction)
+        return _traced_loss(functools.partial(_squared_error, reduction=reduction), (input_, target))
 
     def l1_loss(self, target: Tensor, reduction: str = "mean") -> Tensor:
         _check_reduction(reduction)
         input_, target = _pointwise_operands(cast("Tensor", self), target, "l1_loss")
-        return _reduce((input_ - target).abs(), reduction)
+        return _traced_loss(functools.partial(_absolute_error, reduction=reduction), (input_, target))
 
     def smooth_l1_loss(self, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
         """0.5 * d^2 / beta where |d| < beta, else |d| - 0.5 * beta (beta = 0 gives l1_loss)."""
@@ -214,12 +241,8 @@ class LossOps(TensorBase):
                 f"size ({list(self.shape)}) is not supported; please ensure they have the same size"
             )
         input_, target = _pointwise_operands(cast("Tensor", self), target, "binary_cross_entropy")
-        log_input = input_.log().clamp_min(-100.0)
-        log_complement = (1 - input_).log().clamp_min(-100.0)
-        loss = -(target * log_input + (1 - target) * log_complement)
-        if weight is not None:
-            loss = loss * weight
-        return _reduce(loss, reduction)
+        operands = (input_, target) if weight is None else (input_, target, weight)
+        return _traced_loss(functools.partial(_binary_cross_entropy, reduction=reduction), operands)
 
     def binary_cross_entropy_with_logits(self, target: Tensor, weight: Tensor | None = None,
                                          reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
