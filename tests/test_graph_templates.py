@@ -283,3 +283,76 @@ def test_a_build_sees_a_lazy_input_as_lazy() -> None:
             em.realize(second)
         assert len(record.kernels) == 1, [kernel.name for kernel in record.kernels]
         np.testing.assert_allclose(second.numpy(), data[:2] * 3.0 + data[1:])
+
+
+def test_equal_constants_of_a_template_are_one_node_in_its_copies() -> None:
+    """A build that makes the same constant several times (a hash's multipliers, Box-Muller's fixed point) copies
+    as one constant node per value; the values stay the reference's."""
+    from ember.core.walk import post_order
+
+    em.manual_seed(4)
+    em.rand(6, 4)  # (records the template)
+    drawn = em.rand(6, 4)
+    constants = [node for node in post_order([drawn.node], lambda node: node.srcs) if node.op.name == "CONST"]
+    described = [(type(node.arg), node.arg, node.shape, node.dtype) for node in constants]
+    assert len(described) == len(set(described)) > 0
+    np.testing.assert_array_equal(drawn.numpy(), _reference_uniform(4, 24, 24).reshape(6, 4))
+
+
+TRACED_CASES = {
+    "matmul": (lambda lib, a, b, c: a @ b, ((4, 5), (5, 3), (3,))),
+    "batched matmul": (lambda lib, a, b, c: (a @ b).sum(0), ((2, 4, 5), (5, 3), (3,))),
+    "vector matmul": (lambda lib, a, b, c: a @ b, ((5,), (5, 3), (3,))),
+    "linear": (lambda lib, a, b, c: lib.nn.functional.linear(a, b, c), ((4, 5), (3, 5), (3,))),
+    "mse": (lambda lib, a, b, c: lib.nn.functional.mse_loss(a @ b, c.expand(4, 3)), ((4, 5), (5, 3), (3,))),
+    "bce": (lambda lib, a, b, c: lib.nn.functional.binary_cross_entropy((a @ b).sigmoid(), c.sigmoid().expand(4, 3),
+                                                                      reduction="sum"), ((4, 5), (5, 3), (3,))),
+    "l1": (lambda lib, a, b, c: lib.nn.functional.l1_loss(a @ b, c.expand(4, 3), reduction="none"),
+           ((4, 5), (5, 3), (3,))),
+}
+
+
+@pytest.mark.parametrize("case", list(TRACED_CASES))
+def test_traced_functions_are_one_step_copied_and_match_torch_with_gradients(case: str, device: str) -> None:
+    """Traced compositions (matmul, linear, the pointwise losses): recorded as one autograd step, copied from their
+    templates at the second call, values and gradients as torch's."""
+    import torch
+
+    from ember.core.ops import Composite
+
+    function, shapes = TRACED_CASES[case]
+    generator = np.random.default_rng(1)
+    arrays = [generator.standard_normal(shape).astype(np.float32) for shape in shapes]
+    for attempt in range(2):
+        instantiated = TEMPLATES.instantiated
+        inputs = [em.tensor(array, device=device, requires_grad=True) for array in arrays]
+        expected_inputs = [torch.tensor(array, requires_grad=True) for array in arrays]
+        output = function(em, *inputs)
+        expected = function(torch, *expected_inputs)
+        if case in ("matmul", "linear", "vector matmul"):
+            assert output._context[0] is Composite.TRACED
+        if attempt:
+            assert TEMPLATES.instantiated > instantiated
+        np.testing.assert_allclose(output.numpy(), expected.detach().numpy(), rtol=1e-5, atol=1e-5)
+        weights = np.linspace(-1, 1, int(np.prod(expected.shape))).reshape(expected.shape).astype(np.float32)
+        (output * em.tensor(weights, device=device)).sum().backward()
+        (expected * torch.tensor(weights)).sum().backward()
+        for value, reference in zip(inputs, expected_inputs):
+            if reference.grad is None:
+                continue
+            np.testing.assert_allclose(value.grad.numpy(), reference.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_traced_matmul_of_one_tensor_twice_and_its_second_derivative_match_torch(device: str) -> None:
+    """x @ x gives x each use's gradient once; create_graph keeps the traced gradients' history (double backward)."""
+    import torch
+
+    data = np.random.default_rng(2).standard_normal((4, 4)).astype(np.float32)
+    x = em.tensor(data, device=device, requires_grad=True)
+    t = torch.tensor(data, requires_grad=True)
+    (first,) = em.autograd.grad((x @ x).square().sum(), [x], create_graph=True)
+    (expected,) = torch.autograd.grad((t @ t).square().sum(), [t], create_graph=True)
+    np.testing.assert_allclose(first.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
+    (second,) = em.autograd.grad(first.sum(), [x])
+    (expected_second,) = torch.autograd.grad(expected.sum(), [t])
+    np.testing.assert_allclose(second.numpy(), expected_second.numpy(), rtol=1e-4, atol=1e-4)

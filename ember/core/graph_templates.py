@@ -119,12 +119,22 @@ def _record(build: Callable[..., Any], input_nodes: list[Node], many: bool) -> T
         return None
     position = {id(node): index for index, node in enumerate(stand_ins)}
     entries: list[Entry] = []
+    result_ids = {id(result.node) for result in results if result is not None}
+    leaves: dict[tuple, int] = {}  # a constant's (or arange's) description -> the position of its first entry
     for node in post_order([result.node for result in results if result is not None],
                            lambda node: () if id(node) in position else node.srcs):  # (stand-ins end the walk)
         if id(node) in position:
             continue
         if node.checks is not None or node.replaces is not None or (not node.srcs and node.op not in FREE_LEAVES):
             return None  # a value check, an in-place assign, or a leaf of its own (a buffer, host data)
+        if not node.srcs and id(node) not in result_ids:  # equal constants are one node in the copies
+            arg = node.arg
+            leaf = (node.op, type(arg), arg.hex() if isinstance(arg, float) else arg, node.shape, node.dtype,
+                    node.device)
+            if leaf in leaves:
+                position[id(node)] = leaves[leaf]
+                continue
+            leaves[leaf] = len(input_nodes) + len(entries)
         position[id(node)] = len(input_nodes) + len(entries)
         entries.append((node.op, tuple(position[id(source)] for source in node.srcs), node.arg, node.shape,
                         node.dtype, node.device))
