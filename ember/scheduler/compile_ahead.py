@@ -19,7 +19,13 @@ from ember.scheduler.devices import get_device
 from ember.scheduler.program import CommandProgram, Launch
 
 PROGRESS_MIN_KERNELS = 8  # a cold compile of this many kernels or more shows a progress bar (ember/progress.py)
-COMPILE_COST_FIXED = 50  # a compiler run's cost of a kernel beyond its IR nodes, in nodes (see _compile_cost)
+# what is left once all are lowered goes to the compiler threads in this many parts per core, taken in turn by
+# whichever thread is free: a cost estimate off by 2x for one part (a register tile's compile is slower per node than
+# an elementwise kernel's) then leaves a core idle for a fraction of a part, not for half the tail (nanoGPT's cold
+# step: one run of 21 kernels took 1.3 s while the other core finished 0.3 s earlier)
+TAIL_PARTS_PER_CORE = 3
+COMPILE_COST_FIXED = 50
+PACKED_MATMUL_COST = 230  # a packed matmul's compile beyond the fixed part, in IR nodes (see _compile_cost)  # a compiler run's cost of a kernel beyond its IR nodes, in nodes (see _compile_cost)
 
 
 def compile_ahead(items: CommandProgram, graph_nodes: list[Node]) -> None:
@@ -59,9 +65,10 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
     kernels are lowered (lowering is Python and holds the interpreter; a compiler run does not). While lowering goes
     on, one core is left to it: a compiler run starts whenever fewer than the other cores compile, with the kernels
     lowered since the last run up to a core's share of the compile work left (`_compile_cost`; the kernels still to
-    lower counted at the average so far): a compiler start costs tens of milliseconds whatever the batch, so runs
+    lower counted at the average so far), divided by TAIL_PARTS_PER_CORE: a compiler start costs tens of milliseconds whatever the batch, so runs
     gather batches, but a run that took everything lowered near the end of lowering would keep one core busy long
-    after the others are done. Once all are lowered, the rest is split between the idle cores by cost."""
+    after the others are done. Once all are lowered, the rest is split by cost into TAIL_PARTS_PER_CORE parts per
+    core, which the compiler threads take in turn."""
     cores = os.cpu_count() or 1
     lowered: tuple[list[Kernel], list[KernelIR], list[int]] = ([], [], [])
     running: list[Future[list[compile_cache.CompiledKernel]]] = []
@@ -88,9 +95,9 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
             running[:] = [future for future in running if not future.done()]
             if len(running) < max(1, cores - 1):
                 left = sum(lowered[2]) + total_cost / (position + 1) * (len(batch) - position - 1)
-                submit(_first_part(lowered[2], left / cores))
+                submit(_first_part(lowered[2], left / (TAIL_PARTS_PER_CORE * cores)))
         running[:] = [future for future in running if not future.done()]
-        parts = max(1, min(len(lowered[0]), cores - len(running)))
+        parts = max(1, min(len(lowered[0]), TAIL_PARTS_PER_CORE * cores - len(running)))
         while lowered[0]:
             submit(_first_part(lowered[2], sum(lowered[2]) / parts))
             parts = max(1, parts - 1)
@@ -101,6 +108,8 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
 def _compile_cost(ir: KernelIR) -> int:
     """A kernel's compile time in a unit of IR nodes: a fixed part and one per node (gcc -O3 on the MLP step's
     kernels: ~10 ms plus ~0.2 ms a node)."""
+    if ir.packed is not None:  # (a few IR nodes, rendered as a packed panel matmul: ~55 ms of gcc -O3)
+        return COMPILE_COST_FIXED + PACKED_MATMUL_COST
     return COMPILE_COST_FIXED + len(topological_nodes(ir.sink))
 
 
