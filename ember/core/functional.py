@@ -340,7 +340,7 @@ class FunctionalOps(TensorBase):
         axes = (0,) + tuple(range(2, self.ndim))
         affine_shape = (1, channels) + (1,) * (self.ndim - 2)
         result, mean, variance = normalize_with_statistics(cast("Tensor", self), axes, affine_shape, weight, bias, eps)
-        return result, mean.reshape(channels), variance.reshape(channels)
+        return result, mean._reshaped((channels,)), variance._reshaped((channels,))  # (internal: no views)
 
     def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
         """torch.nn.functional.normalize: x / max(||x||_p, eps) along dim."""
