@@ -15,8 +15,8 @@ from ember.core.dtype import to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.graph_templates import TEMPLATES
-from ember.core.linalg import check_same_dtype, product
 from ember.core.half_precision import HALF_TYPES, computed_in_float32, rounded, widened
+from ember.core.linalg import check_same_dtype, product
 from ember.core.ops import Composite, Op
 from ember.core.shapes import broadcast_shapes, normalize_dim
 from ember.core.staged_reduce import reduce_axes

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import functools
 import types
-from dataclasses import dataclass, field
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ember.context import CONTEXT

@@ -35,7 +35,7 @@ def product(first: Tensor, second: Tensor) -> Tensor:
     a matmul is traced as (Composite.TRACED)."""
     left = first._reshaped((1,) + first.shape) if first.ndim == 1 else first
     right = second._reshaped(second.shape + (1,)) if second.ndim == 1 else second
-    batch = left.shape[:-2]
+    batch: tuple[int, ...] = left.shape[:-2]
     if right.shape[:-2] != batch:
         batch = broadcast_shapes(batch, right.shape[:-2])
     rows, inner, columns = left.shape[-2], left.shape[-1], right.shape[-1]

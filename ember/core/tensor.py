@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -137,7 +137,7 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         """compute(*sources) (run without recording), recorded for autograd as one `composite` step whose rule in
         autograd/rules.py gives torch's gradient formula, also where the primitives' chain rule would not."""
         context = CONTEXT.get()
-        signature = None
+        signature: Hashable | None = None
         if composite is Composite.TRACED:  # (the arg names the function)
             signature = (composite, arg)
         elif composite in TEMPLATED:  # (elementwise compositions: the graph is copied from its template)
