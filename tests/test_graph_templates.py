@@ -309,6 +309,10 @@ TRACED_CASES = {
                                                                       reduction="sum"), ((4, 5), (5, 3), (3,))),
     "l1": (lambda lib, a, b, c: lib.nn.functional.l1_loss(a @ b, c.expand(4, 3), reduction="none"),
            ((4, 5), (5, 3), (3,))),
+    "layer_norm": (lambda lib, a, b, c: lib.nn.functional.layer_norm(a @ b, (3,), c, c * 2), ((4, 5), (5, 3), (3,))),
+    "layer_norm without affine": (lambda lib, a, b, c: lib.nn.functional.layer_norm(a @ b + c, (4, 3)),
+                                  ((2, 4, 5), (5, 3), (3,))),
+    "rms_norm": (lambda lib, a, b, c: lib.nn.functional.rms_norm(a @ b, (3,), c, eps=1e-6), ((4, 5), (5, 3), (3,))),
 }
 
 
@@ -329,7 +333,7 @@ def test_traced_functions_are_one_step_copied_and_match_torch_with_gradients(cas
         expected_inputs = [torch.tensor(array, requires_grad=True) for array in arrays]
         output = function(em, *inputs)
         expected = function(torch, *expected_inputs)
-        if case in ("matmul", "linear", "vector matmul"):
+        if case in ("matmul", "linear", "vector matmul", "layer_norm", "rms_norm"):
             assert output._context[0] is Composite.TRACED
         if attempt:
             assert TEMPLATES.instantiated > instantiated

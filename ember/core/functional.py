@@ -14,7 +14,7 @@ from ember.core.checks import check_index
 from ember.core.dtype import to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
-from ember.core.graph_templates import TEMPLATES
+from ember.core.graph_templates import TEMPLATES, traced_call
 from ember.core.half_precision import HALF_TYPES, computed_in_float32, rounded, widened
 from ember.core.linalg import check_same_dtype, product
 from ember.core.ops import Composite, Op
@@ -66,13 +66,6 @@ class NormalizationSaved(NamedTuple):
     has_weight: bool
     has_bias: bool
 
-    def affine(self, normalized: Tensor, parameters: Sequence[Tensor]) -> Tensor:
-        """normalized * weight + bias, with the weight and bias that are present (in that order)."""
-        position = 0
-        if self.has_weight:
-            normalized = normalized * parameters[0]._reshaped(self.affine_shape)
-            position = 1
-        return normalized + parameters[position]._reshaped(self.affine_shape) if self.has_bias else normalized
 
 
 def normalize_with_statistics(tensor: Tensor, axes: tuple[int, ...], affine_shape: tuple[int, ...],
@@ -97,12 +90,23 @@ def normalize_with_statistics(tensor: Tensor, axes: tuple[int, ...], affine_shap
     saved = NormalizationSaved(axes, affine_shape, parameter_shape, eps, mean, inverse_std, weight is not None,
                                bias is not None)
 
-    def compute(x: Tensor, *parameters: Tensor) -> Tensor:
-        return saved.affine((x - mean) * inverse_std, parameters)
-
+    compute = functools.partial(_normalized, affine_shape=affine_shape, has_weight=weight is not None,
+                                has_bias=bias is not None)
     if tensor.numel() == 0:  # nothing to differentiate (the rule divides by the count)
-        return compute(tensor, *present), mean, variance
-    return tensor._recorded(Composite.NORMALIZE, compute, (tensor, *present), saved), mean, variance
+        return compute(tensor, *present, mean, inverse_std), mean, variance
+    return tensor._recorded(Composite.NORMALIZE, compute, (tensor, *present), saved, (mean, inverse_std)), mean, \
+        variance
+
+
+def _normalized(x: Tensor, *rest: Tensor, affine_shape: tuple[int, ...], has_weight: bool, has_bias: bool) -> Tensor:
+    """(x - mean) * inverse_std * weight + bias, with the weight and bias that are present (in that order), then the
+    statistics: `rest` is (weight?, bias?, mean, inverse_std). A normalization's value (its graph is copied from a
+    template: Tensor._recorded's held tensors)."""
+    *parameters, mean, inverse_std = rest
+    normalized = (x - mean) * inverse_std
+    if has_weight:
+        normalized = normalized * parameters[0]._reshaped(affine_shape)
+    return normalized + parameters[-1]._reshaped(affine_shape) if has_bias else normalized
 
 
 def batch_statistics(tensor: Tensor, axes: tuple[int, ...], eps: float) -> tuple[Tensor, Tensor, Tensor]:
@@ -133,6 +137,24 @@ def _staged_mean(tensor: Tensor, axes: tuple[int, ...]) -> Tensor:
     count = math.prod(tensor.shape[axis] for axis in axes)
     total = normalization_total(tensor, axes)
     return total * (1.0 / count) if count else total * math.nan
+
+
+def _layer_norm(x: Tensor, *parameters: Tensor, axes: tuple[int, ...], eps: float, has_weight: bool,
+                has_bias: bool) -> Tensor:
+    """layer_norm's value (biased variance), with the weight and bias that are present (in that order): the graph
+    layer_norm is traced as."""
+    centered = x - x.mean(axes, keepdim=True)
+    variance = (centered * centered).mean(axes, keepdim=True)
+    result = centered * (variance + eps).rsqrt()
+    if has_weight:
+        result = result * parameters[0]
+    return result + parameters[-1] if has_bias else result
+
+
+def _rms_norm(x: Tensor, *weight: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
+    """rms_norm's value, times the weight where there is one: the graph rms_norm is traced as."""
+    result = x * ((x * x).mean(axes, keepdim=True) + eps).rsqrt()
+    return result * weight[0] if weight else result
 
 
 def _linear(inputs: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
@@ -200,12 +222,9 @@ class FunctionalOps(TensorBase):
         _check_affine(weight, normalized, "layer_norm", "weight")
         _check_affine(bias, normalized, "layer_norm", "bias")
         axes = tuple(range(self.ndim - len(normalized), self.ndim))
-        centered = self - self.mean(axes, keepdim=True)
-        variance = (centered * centered).mean(axes, keepdim=True)
-        result = centered * (variance + eps).rsqrt()
-        if weight is not None:
-            result = result * weight
-        return result + bias if bias is not None else result
+        compute = functools.partial(_layer_norm, axes=axes, eps=eps, has_weight=weight is not None,
+                                    has_bias=bias is not None)
+        return traced_call(compute, tuple(value for value in (cast("Tensor", self), weight, bias) if value is not None))
 
     @computed_in_float32
     def rms_norm(
@@ -222,8 +241,8 @@ class FunctionalOps(TensorBase):
         if eps is None:
             eps = _machine_epsilon(cast("Tensor", self))
         axes = tuple(range(self.ndim - len(normalized), self.ndim))
-        result = self * ((self * self).mean(axes, keepdim=True) + eps).rsqrt()
-        return result * weight if weight is not None else result
+        compute = functools.partial(_rms_norm, axes=axes, eps=eps)
+        return traced_call(compute, (cast("Tensor", self),) if weight is None else (cast("Tensor", self), weight))
 
     def group_norm(
         self, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5

@@ -161,6 +161,14 @@ class TracedFunction:
     compute: Callable[..., Any] = field(compare=False, hash=False)
 
 
+def traced_call(compute: Callable[..., Tensor], operands: tuple[Tensor, ...]) -> Tensor:
+    """compute(*operands), a pure function of them checked by the caller, as one traced step (Tensor._traced,
+    Composite.TRACED) where every operand is an ember tensor; as it is for other kinds (sharded, reference)."""
+    if all(hasattr(operand, "_traced") for operand in operands):
+        return operands[0]._traced(compute, operands)
+    return compute(*operands)
+
+
 def function_signature(function: Any) -> Hashable | None:
     """A hashable name of what `function` computes: its code, defaults and closed-over values (functions among them
     by their own signature; functools.partial by its function and arguments), or None where one of those values is

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from ember.core import dtype as dtypes
 from ember.core.checks import check_index, describe_target
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
+from ember.core.graph_templates import traced_call
 from ember.core.shapes import broadcast_shapes
 from ember.core.tensor_base import TensorBase
 
@@ -31,14 +31,6 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
 def _check_reduction(reduction: str) -> None:
     if reduction not in REDUCTIONS:
         raise ArgumentError(f"{reduction!r} is not a valid value for reduction; valid: 'mean', 'sum', 'none'")
-
-
-def _traced_loss(compute: Callable[..., Tensor], operands: tuple[Tensor, ...]) -> Tensor:
-    """compute(*operands) (checked by the caller) as one traced step (Composite.TRACED: its graph and its gradients'
-    copied from templates), where every operand is an ember tensor."""
-    if all(hasattr(operand, "_traced") for operand in operands):
-        return operands[0]._traced(compute, operands)
-    return compute(*operands)
 
 
 def _squared_error(input: Tensor, target: Tensor, reduction: str) -> Tensor:  # noqa: A002
@@ -187,12 +179,12 @@ class LossOps(TensorBase):
     def mse_loss(self, target: Tensor, reduction: str = "mean") -> Tensor:
         _check_reduction(reduction)
         input_, target = _pointwise_operands(cast("Tensor", self), target, "mse_loss")
-        return _traced_loss(functools.partial(_squared_error, reduction=reduction), (input_, target))
+        return traced_call(functools.partial(_squared_error, reduction=reduction), (input_, target))
 
     def l1_loss(self, target: Tensor, reduction: str = "mean") -> Tensor:
         _check_reduction(reduction)
         input_, target = _pointwise_operands(cast("Tensor", self), target, "l1_loss")
-        return _traced_loss(functools.partial(_absolute_error, reduction=reduction), (input_, target))
+        return traced_call(functools.partial(_absolute_error, reduction=reduction), (input_, target))
 
     def smooth_l1_loss(self, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
         """0.5 * d^2 / beta where |d| < beta, else |d| - 0.5 * beta (beta = 0 gives l1_loss)."""
@@ -242,7 +234,7 @@ class LossOps(TensorBase):
             )
         input_, target = _pointwise_operands(cast("Tensor", self), target, "binary_cross_entropy")
         operands = (input_, target) if weight is None else (input_, target, weight)
-        return _traced_loss(functools.partial(_binary_cross_entropy, reduction=reduction), operands)
+        return traced_call(functools.partial(_binary_cross_entropy, reduction=reduction), operands)
 
     def binary_cross_entropy_with_logits(self, target: Tensor, weight: Tensor | None = None,
                                          reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:

@@ -133,22 +133,25 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         return output
 
     def _recorded(self, composite: Composite, compute: Callable[..., Tensor], sources: tuple[Tensor, ...],
-                  arg: Any = None) -> Tensor:
-        """compute(*sources) (run without recording), recorded for autograd as one `composite` step whose rule in
-        autograd/rules.py gives torch's gradient formula, also where the primitives' chain rule would not."""
+                  arg: Any = None, held: tuple[Tensor, ...] = ()) -> Tensor:
+        """compute(*sources, *held) (run without recording), recorded for autograd as one `composite` step of
+        `sources` whose rule in autograd/rules.py gives torch's gradient formula, also where the primitives' chain
+        rule would not. `held` are tensors compute reads that are no sources (a normalization's saved statistics,
+        which its arg holds): with them the graph is copied from a template named by compute alone."""
         context = CONTEXT.get()
         signature: Hashable | None = None
         if composite is Composite.TRACED:  # (the arg names the function)
             signature = (composite, arg)
-        elif composite in TEMPLATED:  # (elementwise compositions: the graph is copied from its template)
+        elif held or composite in TEMPLATED:  # (the graph is copied from its template)
             computes = function_signature(compute)
             if computes is not None:
-                signature = (composite, arg, computes)
+                signature = (composite, computes) if held else (composite, arg, computes)
+        inputs = sources + held if held else sources
         if not context.grad_enabled or not any(source._requires_grad for source in sources):
-            return compute(*sources) if signature is None else TEMPLATES.instantiate(signature, compute, sources)
+            return compute(*inputs) if signature is None else TEMPLATES.instantiate(signature, compute, inputs)
         token = CONTEXT.set(context.with_grad(False))
         try:
-            result = compute(*sources) if signature is None else TEMPLATES.instantiate(signature, compute, sources)
+            result = compute(*inputs) if signature is None else TEMPLATES.instantiate(signature, compute, inputs)
         finally:
             CONTEXT.reset(token)
         if not result.dtype.is_float:
