@@ -360,3 +360,23 @@ def test_a_traced_matmul_of_one_tensor_twice_and_its_second_derivative_match_tor
     (second,) = em.autograd.grad(first.sum(), [x])
     (expected_second,) = torch.autograd.grad(expected.sum(), [t])
     np.testing.assert_allclose(second.numpy(), expected_second.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_a_hook_on_a_traced_functions_source_runs_once_with_its_whole_gradient(create_graph: bool) -> None:
+    """A traced step's rule runs its function again apart from the sources: a source's hook sees its one, whole
+    gradient (both uses of x in x @ x summed) with and without create_graph, as torch's."""
+    import torch
+
+    data = np.random.default_rng(3).standard_normal((3, 3)).astype(np.float32)
+    seen: list[np.ndarray] = []
+    expected_seen: list[np.ndarray] = []
+    x = em.tensor(data, requires_grad=True)
+    t = torch.tensor(data, requires_grad=True)
+    x.register_hook(lambda gradient: seen.append(gradient.numpy()))
+    t.register_hook(lambda gradient: expected_seen.append(gradient.detach().numpy()))
+    (gradient,) = em.autograd.grad((x @ x).sum(), [x], create_graph=create_graph)
+    (expected,) = torch.autograd.grad((t @ t).sum(), [t], create_graph=create_graph)
+    assert len(seen) == len(expected_seen) == 1
+    np.testing.assert_allclose(seen[0], expected_seen[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gradient.numpy(), expected.detach().numpy(), rtol=1e-5, atol=1e-5)

@@ -88,15 +88,17 @@ def grad(
 
 
 def _propagate(
-    roots: list[Tensor], seeds: list[Tensor], targets: list[Tensor] | None, create_graph: bool, accumulate: bool
+    roots: list[Tensor], seeds: list[Tensor], targets: list[Tensor] | None, create_graph: bool, accumulate: bool,
+    bounded: bool = False,
 ) -> list[tuple[Tensor, Tensor]]:
     """Push the seed gradients back through the recorded history; return (tensor, gradient) for each target.
 
-    targets=None means every leaf that requires grad, plus non-leaves that asked for retain_grad().
+    targets=None means every leaf that requires grad, plus non-leaves that asked for retain_grad(). `bounded`: the
+    walk ends at the targets (the history behind them is neither walked nor differentiated).
     """
     recorded: dict[int, tuple[Tensor, ...]] = {}  # each tensor's sources as recorded (sources_at_record, once)
-    order = _topological_order(roots, recorded)
     target_ids = None if targets is None else {id(target) for target in targets}
+    order = _topological_order(roots, recorded, target_ids if bounded else None)
     needed = _needed(order, target_ids, recorded)
     device_of = runtime.RUNTIME.device_of
     pending: dict[int, Tensor] = {}
@@ -117,6 +119,8 @@ def _propagate(
                     results.append((tensor, gradient))
             elif id(tensor) in target_ids:
                 results.append((tensor, gradient))
+                if bounded:
+                    continue
             if tensor._context is None:
                 continue
             op, arg, _ = tensor._context
@@ -155,12 +159,15 @@ def _propagate(
 def function_gradients(compute: Callable[..., Tensor], sources: tuple[Tensor, ...], gradient: Tensor) -> Gradients:
     """The gradients of compute(*sources) (a Composite.TRACED step) given its output's `gradient`: the chain rule
     through the primitives compute records. Outside create_graph the function runs again on fresh leaves holding
-    the sources' nodes, so the walk stays inside it (and a source passed twice gets each use's gradient once); with
-    create_graph it runs on the sources themselves, so the gradients keep their history back to them."""
+    the sources' nodes, so the walk stays inside it (a source passed twice is two leaves: each use's gradient); with
+    create_graph it runs on an identity (a reshape to the same shape) of each source, so the gradients keep their
+    history back to them, and the walk ends at those identities (no hook of a source runs here, no history behind
+    the sources is walked)."""
     from ember.core.tensor import Tensor
 
-    if is_grad_enabled():  # (the engine's walk sets grad mode to create_graph)
-        inputs = sources
+    create_graph = is_grad_enabled()  # (the engine's walk sets grad mode to create_graph)
+    if create_graph:
+        inputs = tuple(source._apply(Op.RESHAPE, arg=tuple(source.shape)) for source in sources)
     else:
         inputs = tuple(Tensor._from_node(source.node) for source in sources)
         for leaf, source in zip(inputs, sources):
@@ -170,13 +177,9 @@ def function_gradients(compute: Callable[..., Tensor], sources: tuple[Tensor, ..
     targets = [leaf for leaf in inputs if leaf._requires_grad]
     if not output._requires_grad or not targets:
         return tuple(None for _ in sources)
-    found = {id(tensor): found for tensor, found in _propagate([output], [gradient], targets, is_grad_enabled(),
-                                                              False)}
-    gradients: list[Tensor | None] = []
-    for position, leaf in enumerate(inputs):  # (a source passed twice gets its gradient once: the first position)
-        first = not any(earlier is leaf for earlier in inputs[:position])
-        gradients.append(found.get(id(leaf)) if first else None)
-    return tuple(gradients)
+    found = {id(tensor): found for tensor, found in _propagate([output], [gradient], targets, create_graph, False,
+                                                              bounded=True)}
+    return tuple([found.get(id(leaf)) for leaf in inputs])  # (a tensor passed twice: one input per use)
 
 
 def _wanted_gradients(op: Any, rebuild: Callable[[tuple[Tensor, ...]], Any],
@@ -193,10 +196,12 @@ def _wanted_gradients(op: Any, rebuild: Callable[[tuple[Tensor, ...]], Any],
     return build
 
 
-def _topological_order(roots: list[Tensor], recorded: dict[int, tuple[Tensor, ...]]) -> list[Tensor]:
-    """Every tensor that requires grad reachable from the roots, each after all of its sources; the sources of
-    each tensor with history, as recorded, go into `recorded` (by id). (core/walk.post_order's walk, written out
-    with the sources read inline: it runs at every backward over the step's whole history.)"""
+def _topological_order(roots: list[Tensor], recorded: dict[int, tuple[Tensor, ...]],
+                       stop: set[int] | None = None) -> list[Tensor]:
+    """Every tensor that requires grad reachable from the roots (not through those of `stop`, by id), each after
+    all of its sources; the sources of each tensor with history, as recorded, go into `recorded` (by id).
+    (core/walk.post_order's walk, written out with the sources read inline: it runs at every backward over the
+    step's whole history.)"""
     ordered: list[Tensor] = []
     seen: set[int] = set()
     stack: list[tuple[Tensor, bool]] = [(root, False) for root in reversed(roots)]
@@ -211,7 +216,7 @@ def _topological_order(roots: list[Tensor], recorded: dict[int, tuple[Tensor, ..
         seen.add(id(tensor))
         push((tensor, True))
         context = tensor._context
-        if context is None:
+        if context is None or (stop is not None and id(tensor) in stop):
             continue
         sources = context[2]
         saved = tensor._saved_versions
