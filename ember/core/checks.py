@@ -10,6 +10,7 @@ realized nodes, a failed one stays on them, so every later read of a wrong value
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -194,6 +195,7 @@ def check_index(index: Tensor, size: int, op: str, dim: int | None, negatives: b
     on the host, else lazily (a check on the returned tensor, evaluated when anything computed from it is
     realized). The error is IndexOutOfRangeError with torch's message, or what `describe` makes."""
     from ember.core.advanced_indexing import wrap_negative
+    from ember.core.graph_templates import TEMPLATES  # (graph_templates imports graph, which imports this module)
 
     describe = describe or describe_index(op, index.shape, dim, size, negatives)
     values = wrap_negative(index, size) if negatives else index.cast(dtypes.int64)
@@ -206,17 +208,25 @@ def check_index(index: Tensor, size: int, op: str, dim: int | None, negatives: b
         if bad.size:
             raise describe(int(bad[0]), int(wide[bad[0]]))
         return values
+    # (copied from a template from the second check of a shape on)
+    lazy_invalid = TEMPLATES.instantiate(("invalid index", size, low, ignore),
+                                         functools.partial(_invalid_index, size=size, low=low, ignore=ignore),
+                                         (index,))
+    return checked(values, lazy_invalid, describe, named=index)
+
+
+def _invalid_index(index: Tensor, size: int, low: int, ignore: int | None) -> Tensor:
+    """Where an index is outside [low, size) and not `ignore` (bool, index's shape): the primitives alone."""
     index64 = index.cast(dtypes.int64)
 
     def constant(value: int) -> Tensor:
         return index64._full(index64.shape, value, dtypes.int64, index64.device)
 
-    # index < low or not index < size, and index != ignore: the primitives alone (recorded at every lazy check)
     too_large = index64._apply(Op.CMPLT, constant(size))._apply(Op.NOT)
-    lazy_invalid = index64._apply(Op.CMPLT, constant(low))._apply(Op.OR, too_large)
+    invalid = index64._apply(Op.CMPLT, constant(low))._apply(Op.OR, too_large)
     if ignore is not None:
-        lazy_invalid = lazy_invalid._apply(Op.AND, index64._apply(Op.CMPEQ, constant(ignore))._apply(Op.NOT))
-    return checked(values, lazy_invalid, describe, named=index)
+        invalid = invalid._apply(Op.AND, index64._apply(Op.CMPEQ, constant(ignore))._apply(Op.NOT))
+    return invalid
 
 
 def check_divisor(divisor: Tensor, op: str) -> Tensor:

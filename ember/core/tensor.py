@@ -176,8 +176,8 @@ class Tensor(ElementwiseOps, ReductionOps, MovementOps, IndexingOps, LinalgOps, 
         from ember.core.checks import Check, attach, first_invalid_position, fresh_node
 
         token = CONTEXT.set(CONTEXT.get().with_grad(False))
-        try:
-            violation = first_invalid_position(invalid)
+        try:  # (a copy of its template from the second check of a shape on: a dozen ops at every lazy check)
+            violation = TEMPLATES.instantiate(("first invalid position",), first_invalid_position, (invalid,))
         finally:
             CONTEXT.reset(token)
         output = fresh_node(self)
