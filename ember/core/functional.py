@@ -67,7 +67,6 @@ class NormalizationSaved(NamedTuple):
     has_bias: bool
 
 
-
 def normalize_with_statistics(tensor: Tensor, axes: tuple[int, ...], affine_shape: tuple[int, ...],
                               weight: Tensor | None, bias: Tensor | None, eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """(tensor - mean) / sqrt(variance + eps) over axes, times weight plus bias (reshaped to affine_shape), with the
@@ -481,10 +480,10 @@ class FunctionalOps(TensorBase):
         output_shape = self.shape[:-1] + weight.shape[:-1]
         if bias.shape != output_shape[len(output_shape) - bias.ndim:]:  # (the message is formatted only when needed)
             broadcast_shapes(output_shape, bias.shape, op=f"linear (output {output_shape} + bias {bias.shape})")
-        if bias.dtype != self.dtype or not all(hasattr(value, "_traced") for value in (self, weight, bias)):
+        if bias.dtype != self.dtype:  # (promoted by the add, as torch)
             return self.matmul(weight._swapped_last() if weight.ndim == 2 else weight) + bias
         check_same_dtype("linear", cast("Tensor", self), weight)
-        return cast("Tensor", self)._traced(_linear, (cast("Tensor", self), weight, bias))
+        return traced_call(_linear, (cast("Tensor", self), weight, bias))
 
     # ---- attention ----------------------------------------------------------------------------------------------
 

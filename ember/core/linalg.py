@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ember.core.elimination import EliminationOps
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
+from ember.core.graph_templates import traced_call
 from ember.core.matrix_structure import MatrixStructureOps
 from ember.core.products import ProductOps
 from ember.core.shapes import broadcast_shapes
@@ -32,7 +33,8 @@ def check_same_dtype(op: str, left: Tensor, right: Tensor) -> None:
 
 def product(first: Tensor, second: Tensor) -> Tensor:
     """first @ second (shapes checked by matmul) as a broadcast multiply and a sum over the inner dim: the graph
-    a matmul is traced as (Composite.TRACED)."""
+    a matmul is traced as (Composite.TRACED). Its movement ops are the product's intermediates, no views
+    (_reshaped, _broadcast)."""
     left = first._reshaped((1,) + first.shape) if first.ndim == 1 else first
     right = second._reshaped(second.shape + (1,)) if second.ndim == 1 else second
     batch: tuple[int, ...] = left.shape[:-2]
@@ -60,19 +62,16 @@ class LinalgOps(MatrixStructureOps, ProductOps, EliminationOps):
         if self.ndim == 0 or other.ndim == 0:
             raise ShapeError(f"matmul: both arguments need at least 1 dim, got shapes {self.shape} and {other.shape}")
         check_same_dtype("matmul", cast("Tensor", self), other)
-        # (the movement ops below are intermediates of the product, no views: _reshaped, _broadcast)
-        left = self._reshaped((1,) + self.shape) if self.ndim == 1 else self
-        right = other._reshaped(other.shape + (1,)) if other.ndim == 1 else other
-        if left.shape[-1] != right.shape[-2]:
+        left = (1,) + self.shape if self.ndim == 1 else self.shape  # (the shapes `product` multiplies)
+        right = other.shape + (1,) if other.ndim == 1 else other.shape
+        if left[-1] != right[-2]:
             raise ShapeError(
                 f"matmul: shapes {self.shape} and {other.shape} cannot be multiplied "
-                f"({left.shape[-2]}x{left.shape[-1]} and {right.shape[-2]}x{right.shape[-1]}): inner dims differ"
+                f"({left[-2]}x{left[-1]} and {right[-2]}x{right[-1]}): inner dims differ"
             )
-        if right.shape[:-2] != left.shape[:-2]:  # (the message's shapes are formatted only when batch dims differ)
-            broadcast_shapes(left.shape[:-2], right.shape[:-2], op=f"matmul of {self.shape} and {other.shape}")
-        if not (hasattr(self, "_traced") and hasattr(other, "_traced")):  # (sharded and reference tensors)
-            return product(cast("Tensor", self), other)
-        return cast("Tensor", self)._traced(product, (cast("Tensor", self), other))
+        if right[:-2] != left[:-2]:  # (the message's shapes are formatted only when the batch dims differ)
+            broadcast_shapes(left[:-2], right[:-2], op=f"matmul of {self.shape} and {other.shape}")
+        return traced_call(product, (cast("Tensor", self), other))
 
     def __matmul__(self, other: Tensor) -> Tensor:
         return self.matmul(other)

@@ -151,12 +151,12 @@ class LossOps(TensorBase):
                 return loss.sum() / count if count else loss.sum() * math.nan
             return _reduce(loss, reduction)
         _check_class_target(cast("Tensor", self), target, "cross_entropy")
-        if weight is None and label_smoothing == 0 and hasattr(self, "_traced") and hasattr(target, "_traced"):
+        if weight is None and label_smoothing == 0:
             # the usual case, one step for autograd whose graphs are copied from templates (Composite.TRACED)
             checked = _checked_target(target, classes, ignore_index, "cross_entropy")
             compute = functools.partial(_class_cross_entropy, class_dim=class_dim, classes=classes,
                                         ignore_index=ignore_index, reduction=reduction)
-            return cast("Tensor", self)._traced(compute, (cast("Tensor", self), checked))
+            return traced_call(compute, (cast("Tensor", self), checked))
         log_probabilities = _class_axis_last(self.log_softmax(class_dim))
         picked, picked_weight = _pick_classes(log_probabilities, target, weight, ignore_index, classes,
                                               "cross_entropy")

@@ -24,8 +24,8 @@ PROGRESS_MIN_KERNELS = 8  # a cold compile of this many kernels or more shows a 
 # an elementwise kernel's) then leaves a core idle for a fraction of a part, not for half the tail (nanoGPT's cold
 # step: one run of 21 kernels took 1.3 s while the other core finished 0.3 s earlier)
 TAIL_PARTS_PER_CORE = 3
-COMPILE_COST_FIXED = 50
-PACKED_MATMUL_COST = 230  # a packed matmul's compile beyond the fixed part, in IR nodes (see _compile_cost)  # a compiler run's cost of a kernel beyond its IR nodes, in nodes (see _compile_cost)
+COMPILE_COST_FIXED = 50  # a compiler run's cost of a kernel beyond its IR nodes, in nodes (see _compile_cost)
+PACKED_MATMUL_COST = 230  # a packed matmul's compile beyond the fixed part, in IR nodes (see _compile_cost)
 
 
 def compile_ahead(items: CommandProgram, graph_nodes: list[Node]) -> None:
@@ -64,10 +64,10 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
     """Lower the kernels in order here and hand what is lowered to compiler threads, so compilers run while the next
     kernels are lowered (lowering is Python and holds the interpreter; a compiler run does not). While lowering goes
     on, one core is left to it: a compiler run starts whenever fewer than the other cores compile, with the kernels
-    lowered since the last run up to a core's share of the compile work left (`_compile_cost`; the kernels still to
-    lower counted at the average so far), divided by TAIL_PARTS_PER_CORE: a compiler start costs tens of milliseconds whatever the batch, so runs
-    gather batches, but a run that took everything lowered near the end of lowering would keep one core busy long
-    after the others are done. Once all are lowered, the rest is split by cost into TAIL_PARTS_PER_CORE parts per
+    lowered since the last run up to a TAIL_PARTS_PER_CORE-th of a core's share of the compile work left
+    (`_compile_cost`; the kernels still to lower counted at the average so far): a compiler start costs tens of
+    milliseconds whatever the batch, so runs gather batches, but a run that took everything lowered near the end of
+    lowering would keep one core busy long after the others are done. Once all are lowered, the rest is split by cost into TAIL_PARTS_PER_CORE parts per
     core, which the compiler threads take in turn."""
     cores = os.cpu_count() or 1
     lowered: tuple[list[Kernel], list[KernelIR], list[int]] = ([], [], [])
