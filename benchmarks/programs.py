@@ -409,6 +409,9 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
 
+TORCH_DEVICE = ["cpu"]  # torch's device (--torch-device; cuda beside ember's cuda where torch has it)
+
+
 def copy_weights(torch_model: Any, ember_model: Any) -> None:
     """torch's state (parameters and buffers) into the ember model, through numpy."""
     ember_model.load_state_dict({key: value.detach().cpu().numpy() for key, value in torch_model.state_dict().items()})
@@ -421,7 +424,7 @@ def build_pair(name: str, device: str, size: Size, deterministic: bool, seed: in
 
     torch.manual_seed(seed)
     ember.manual_seed(seed)
-    torch_program = PROGRAMS[name](torch, "cpu", size, deterministic)
+    torch_program = PROGRAMS[name](torch, TORCH_DEVICE[0], size, deterministic)
     ember_program = PROGRAMS[name](ember, device, size, deterministic)
     copy_weights(torch_program.model, ember_program.model)
     return torch_program, ember_program
@@ -553,11 +556,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--program", action="append", choices=list(PROGRAMS), help="a program (repeatable)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run, not a measurement)")
     parser.add_argument("--device", default="c", help="ember's device (default c)")
+    parser.add_argument("--torch-device", help="torch's device (default: cuda when ember's is cuda and torch has "
+                        "a GPU, else cpu)")
     parser.add_argument("--threads", type=int, help="threads for both torch and ember's OpenMP kernels (default: "
                         "each library's own; on a loaded machine 1 avoids threads waiting on each other)")
     arguments = parser.parse_args(argv)
     if arguments.threads:
         set_threads(arguments.threads)
+    if arguments.torch_device:
+        TORCH_DEVICE[0] = arguments.torch_device
+    elif arguments.device.startswith("cuda"):
+        import torch
+
+        TORCH_DEVICE[0] = "cuda" if torch.cuda.is_available() else "cpu"
     reports = run_programs(arguments.program, arguments.steps, arguments.quick, arguments.device)
     print(f"\nmedian step times over {arguments.steps} steps (noisy: a shared machine); cold = ember's first step "
           "in this process, with its kernel compiles (a warm disk cache loads them in milliseconds); kernels = "

@@ -29,7 +29,7 @@ CASES: list[tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
 
 
 def _check(device: str, input_shape: tuple[int, ...], weight_shape: tuple[int, ...], options: dict[str, Any],
-           seed: int) -> None:
+           seed: int, weight_atol: float = 2e-4) -> None:
     spatial = len(input_shape) - 2
     function = {1: TF.conv1d, 2: TF.conv2d, 3: TF.conv3d}[spatial]
     x, tx = pair(random_array(input_shape, seed=seed), device, requires_grad=True)
@@ -42,7 +42,7 @@ def _check(device: str, input_shape: tuple[int, ...], weight_shape: tuple[int, .
     output.backward(grad)
     expected.backward(tgrad)
     assert_close(x.grad, tx.grad, atol=1e-4)
-    assert_close(w.grad, tw.grad, atol=2e-4)
+    assert_close(w.grad, tw.grad, atol=weight_atol)
     assert_close(b.grad, tb.grad, atol=1e-4)
 
 
@@ -208,8 +208,10 @@ def test_filters_gradient_tiles_take_the_offsets_whole(monkeypatch: Any) -> None
 
 
 def test_filters_gradient_in_two_stages(device: str) -> None:
-    """More batch x output positions than one reduce sums (staged_reduce.STAGE_THRESHOLD): positions, then batch."""
-    _check(device, (3, 1, 80, 72), (2, 1, 3, 3), {"padding": 1}, seed=7)
+    """More batch x output positions than one reduce sums (staged_reduce.STAGE_THRESHOLD): positions, then batch.
+    Each filter gradient sums 17,280 products into values up to ~220, so its tolerance is float32's rounding at that
+    size (a GPU's grouped order gives a few 1e-4 where the c backend's happens to stay within 2e-4)."""
+    _check(device, (3, 1, 80, 72), (2, 1, 3, 3), {"padding": 1}, seed=7, weight_atol=1e-3)
 
 
 def test_a_signal_longer_than_65535_positions(device: str) -> None:

@@ -32,7 +32,9 @@ def run_ranks(tmp_path: Path, script: str, ranks: int, config: dict | None = Non
     """Run `script` on `ranks` MPI ranks (this tree's ember, the config as CONFIG); the completed run."""
     path = tmp_path / "script.py"
     path.write_text(f"CONFIG = {json.dumps(config or {})!r}\n{PRELUDE}\n{script}")
-    environment = dict(os.environ, PYTHONPATH=str(ROOT), XDG_RUNTIME_DIR=os.environ.get("XDG_RUNTIME_DIR", "/tmp"))
+    # (Open MPI's mpiexec refuses to start as root, as in a container, unless told twice; MPICH ignores these)
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), XDG_RUNTIME_DIR=os.environ.get("XDG_RUNTIME_DIR", "/tmp"),
+                       OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     assert MPIEXEC is not None
     return subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, str(path)], capture_output=True, text=True,
                           timeout=LIMIT, cwd=tmp_path, env=environment)

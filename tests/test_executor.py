@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 import ember as em
+from ember.backends.registry import REGISTRY
+from ember.core.errors import BackendUnavailable, DeviceError
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.ir.kernel import Kernel
@@ -85,6 +87,10 @@ def test_a_free_gives_the_buffer_back_to_its_pool() -> None:
 
 @pytest.mark.parametrize("devices", [("c:0", "wgpu:0"), ("wgpu:0", "c:0")])
 def test_copy_steps_move_values_between_devices(devices: tuple[str, str]) -> None:
+    try:
+        REGISTRY.probe("wgpu")
+    except (BackendUnavailable, DeviceError) as error:
+        pytest.skip(f"needs the wgpu backend: {error}")
     first, second = devices
     _, triple = _kernels(second)
     data = random_array(SHAPE, seed=5)

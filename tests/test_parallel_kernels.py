@@ -127,7 +127,7 @@ def test_gradients_of_two_towers_match_torch(every_launch_held: list[int]) -> No
     weights = [[em.tensor(weight, device="c", requires_grad=True) for weight in group] for group in (first, second)]
     loss = (_tower(x, weights[0]) * _tower(x, weights[1])).sum()
     loss.backward()
-    assert max(every_launch_held) == 2
+    assert max(every_launch_held) >= 2  # (the two towers' launches at least; more where the machine has the cores)
     torch_x = torch.from_numpy(data).requires_grad_()
     torch_weights = [[torch.from_numpy(weight).requires_grad_() for weight in group] for group in (first, second)]
     torch_loss = (_torch_tower(torch_x, torch_weights[0]) * _torch_tower(torch_x, torch_weights[1])).sum()
@@ -224,7 +224,8 @@ def test_a_c_launch_that_is_not_held_runs_after_what_is_held(every_launch_held: 
     small = em.tensor(np.ones((5, 7), np.float32), device="c").realize()
     large = em.tensor(np.ones((512, 512), np.float32), device="c").realize()
     narrow, wide = _compiled(small + 1), _compiled(large + 1)
-    assert narrow.program.threads == 1 and wide.program.threads == 2  # (by global size and the device's cores)
+    # (by global size and the device's cores: every_launch_held's machine has two at least)
+    assert narrow.program.threads == 1 and wide.program.threads >= 2
     device = get_device("c:0")
     small_bytes, large_bytes = small.node.buffer.nbytes, large.node.buffer.nbytes
     small_output, large_output = device.pool.allocate(small_bytes), device.pool.allocate(large_bytes)

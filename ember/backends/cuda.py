@@ -135,7 +135,10 @@ def stream_wait(driver: Any, stream: Any, wait_for: tuple[Event, ...]) -> None:
     for event in wait_for:
         if isinstance(event, StreamMark):
             if event.stream is not stream:  # (the stream's own launches are in order already)
-                check(driver, "cuStreamWaitEvent", driver.cuStreamWaitEvent(stream, event.recorded().handle, 0))
+                # held in a name until the wait is enqueued: a temporary CudaEvent was destroyed (its __del__) as
+                # soon as its handle was read, so the stream waited on a freed event ("context is destroyed", 709)
+                recorded = event.recorded()
+                check(driver, "cuStreamWaitEvent", driver.cuStreamWaitEvent(stream, recorded.handle, 0))
         elif isinstance(event, CudaEvent):
             check(driver, "cuStreamWaitEvent", driver.cuStreamWaitEvent(stream, event.handle, 0))
         else:
@@ -259,9 +262,11 @@ class CudaMemoryPool(MemoryPool):
 
     @property
     def free_bytes(self) -> int | None:
+        """What the GPU has free, or less where the pool's limit (EMBER_POOL_LIMITS) leaves less."""
         make_current(self.driver, self.device.context)
         free, _ = check(self.driver, "cuMemGetInfo", self.driver.cuMemGetInfo())
-        return int(free)
+        limited = super().free_bytes
+        return int(free) if limited is None else min(int(free), limited)
 
 
 class CudaProgram(Program):

@@ -17,7 +17,7 @@ from ember.core import dtype as dtypes
 from ember.core.ops import REDUCE_OPS, Op
 from ember.core.shapes import prod, strides_of
 from ember.ir.ir import Builder, IRNode, IROp, KernelIR, topological_nodes
-from ember.ir.kernel import Kernel, nested_reduce, row_loop
+from ember.ir.kernel import Kernel, KernelStep, nested_reduce, row_loop
 from ember.ir.lower import INT32_LIMIT, UNROLLED_ROW_STEPS, Lowerer, compute_dtype
 
 MINIMUM_ROW = 256  # reduced elements per output from which a row is given to a whole group
@@ -27,6 +27,7 @@ MINIMUM_LOCAL_SIZE = 32  # a device whose groups are smaller gets no group kerne
 GROUP_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64})
 GROUPS_PER_COMPUTE_UNIT = 4  # first-stage groups of a long full reduce per compute unit (at least)
 ITEM_ELEMENTS = 64  # elements a work item of a first-stage group reduces serially (at most)
+TILE_SHARING = 8  # outputs an operand's load feeds from which a kernel is a matmul's (register tiles, no groups)
 
 
 def reduces_by_groups(info: DeviceInfo) -> bool:
@@ -65,7 +66,7 @@ def choose_local_size(kernel: Kernel, info: DeviceInfo) -> int | None:
         return None
     whole_rows = row_loop(kernel)
     shape = kernel.output.shape
-    if not whole_rows and len(reduces) == 1 and any(step.op is Op.EXPAND for step in kernel.steps):
+    if not whole_rows and len(reduces) == 1 and _shares_loads_between_outputs(kernel, reduces[0]):
         return None  # a matmul: its outputs share loads, which register tiles use
     groups = prod(shape[:-1]) if whole_rows else prod(shape)
     if groups < 1 or groups >= max(1, info.compute_units) * info.max_local_size:
@@ -76,6 +77,35 @@ def choose_local_size(kernel: Kernel, info: DeviceInfo) -> int | None:
     if local_size < MINIMUM_LOCAL_SIZE or groups * local_size > info.max_global_size:
         return None
     return local_size
+
+
+def _shares_loads_between_outputs(kernel: Kernel, reduce: KernelStep) -> bool:
+    """Whether the kernel is a matmul's shape, whose register tiles pay: a load that changes along the reduced
+    elements and is the same for TILE_SHARING or more outputs (an output dim its index does not depend on), so that
+    each load feeds several outputs. A value constant along each row (a variance's mean) or an operand read for two
+    outputs only (a sum and a sum of squares stacked) shares nothing a tile would keep: the kernel's rows go to
+    groups like any other's (a variance over 784 or 12,544 elements per row was one serial float32 loop per
+    output). Found by lowering the reduce's value at symbolic output and reduced indices (as ir/group_matmul.py
+    does); a kernel that cannot be lowered so counts as a matmul's."""
+    from ember.ir.group_matmul import ReduceReplaced, output_and_depth_ranges
+
+    shape = kernel.output.shape
+    source_shape = kernel.steps[reduce.srcs[0]].shape
+    builder = Builder()
+    place, depth = output_and_depth_ranges(builder, shape, source_shape[-1])
+    lowerer = ReduceReplaced(kernel, builder, depth, builder.param(-1, dtypes.float32, False))
+    lowerer.lower(len(kernel.steps) - 1, place, None)
+    if len(lowerer.reduced) != 1 or lowerer.reduced[0] is None:
+        return True
+    for node in topological_nodes(lowerer.reduced[0]):
+        if node.op is not IROp.LOAD:
+            continue
+        depends = {id(index) for index in node.srcs[1:] for index in topological_nodes(index)}
+        if id(depth) in depends:
+            shared = prod([extent for axis, extent in enumerate(shape) if id(place[axis]) not in depends])
+            if shared >= TILE_SHARING:
+                return True
+    return False
 
 
 def group_stage_extents(extent: int, outputs: int, dtype: dtypes.DType, info: DeviceInfo) -> list[int] | None:
