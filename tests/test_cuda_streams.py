@@ -19,6 +19,9 @@ from tests.helpers import assert_close, random_array
 from tests.test_ptx import FakeDriver
 
 
+INVALID_HANDLE = 400  # CUDA_ERROR_INVALID_HANDLE
+
+
 class StreamDriver(FakeDriver):
     """FakeDriver with real stream semantics: commands queue per stream; cuEventSynchronize runs the event's stream
     up to it (and, for a cuStreamWaitEvent met on the way, the other stream up to that event)."""
@@ -34,6 +37,7 @@ class StreamDriver(FakeDriver):
         self.launched_streams: list[int] = []
         self.launch_arguments: list[Any] = []
         self.events_created = 0
+        self.destroyed: set[int] = set()
 
     def _handle(self) -> int:
         self.next_handle += 1
@@ -70,7 +74,13 @@ class StreamDriver(FakeDriver):
         self.queues[stream].append(("record", event, ()))
         return (0,)
 
+    def cuEventDestroy(self, event: int) -> tuple:
+        self.destroyed.add(event)  # (a wait or record already enqueued still completes, as CUDA's does)
+        return (0,)
+
     def cuStreamWaitEvent(self, stream: int, event: int, flags: int) -> tuple:
+        if event in self.destroyed:  # the real driver failed here ("context is destroyed") on an H100
+            return (INVALID_HANDLE,)
         self.stream_waits.append((stream, event))
         self.queues[stream].append(("wait", event, ()))
         return (0,)
@@ -204,3 +214,20 @@ def test_replayed_launches_pass_packed_parameters_and_record_no_event(
     assert step.replays >= 3
     packed = [arguments for arguments in driver.launch_arguments if isinstance(arguments, int)]
     assert packed, "no launch passed packed parameters"
+
+
+def test_free_bytes_are_the_gpus_or_what_the_pool_limit_leaves(streams: tuple[StreamDriver, cuda.CudaDevice]) -> None:
+    """The sharding rules and memory errors read free_bytes: a pool limit (EMBER_POOL_LIMITS) below the GPU's free
+    memory is what they must see (it was the GPU's free memory alone, 70 GiB for a pool limited to 3 MB)."""
+    _, device = streams
+    pool = device.pool
+    gpu_free = pool.free_bytes
+    assert gpu_free is not None and gpu_free > 1 << 20
+    before = pool.limit_bytes
+    try:
+        pool.limit_bytes = pool.used_bytes + 1000
+        assert pool.free_bytes == 1000
+        pool.limit_bytes = pool.used_bytes + 10 * gpu_free
+        assert pool.free_bytes == gpu_free
+    finally:
+        pool.limit_bytes = before

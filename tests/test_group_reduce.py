@@ -128,6 +128,20 @@ def test_rows_that_fill_the_device_keep_one_work_item_each() -> None:
     assert choose_local_size(kernel, H100_LIKE) == 256
 
 
+def test_rows_around_a_value_broadcast_along_them_are_group_reduces() -> None:
+    """A variance's row, (x - mean)^2 with the mean computed before (normalization saves it), broadcasts the mean
+    along the reduce only: a group reduce, as any row. Refused as a matmul's shape, each of its 1024 rows was one
+    serial float32 loop over 784 elements on an H100 (instance norm's output 4x torch's float32 error); a matmul
+    whose 16 columns are too few for local-memory tiles still keeps its register tiles."""
+    x, mean = _dummy(1024, 784), _dummy(1024, 1)
+    (kernel,) = _kernels(((x - mean) * (x - mean)).sum(-1))
+    assert choose_local_size(kernel, H100_LIKE) == 256
+    stacked = em.stack([x, x * x]).sum(-1)  # a sum and a sum of squares: x read for two outputs, not a matmul's
+    assert [choose_local_size(kernel, H100_LIKE) for kernel in _kernels(stacked)] == [256]
+    (kernel,) = _kernels(_dummy(64, 784) @ _dummy(784, 16))
+    assert choose_local_size(kernel, H100_LIKE) is None
+
+
 @pytest.mark.parametrize("case", ["short rows", "matmul", "column sum", "int8 max", "bool any", "staged long rows"])
 def test_other_reduces_keep_their_lowering(case: str) -> None:
     tensor = {
