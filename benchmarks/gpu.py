@@ -27,24 +27,31 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def synchronizer(lib: Any, device: str) -> Callable[[Any], None]:
-    """A function that makes a result ready: realize it (ember) and wait until the device has finished."""
-    if lib.__name__ == "torch":
-        if device.startswith("cuda"):
-            return lambda result: lib.cuda.synchronize()
-        return lambda result: None
+class Synchronizer:
+    """How a side makes a result ready: `queue` starts its work (ember realizes it; torch has already launched),
+    `wait` also waits until the device has finished."""
 
-    from ember.backends.registry import REGISTRY
-    from ember.scheduler.devices import backend_device
+    def __init__(self, lib: Any, device: str) -> None:
+        self.lib, self.device = lib, device
+        self.ember_device: Any = None
+        if lib.__name__ != "torch":
+            from ember.backends.registry import REGISTRY
+            from ember.scheduler.devices import backend_device
 
-    def wait(result: Any) -> None:
-        results = result if isinstance(result, (tuple, list)) else (result,)
-        lib.realize(*[r for r in results if isinstance(r, lib.Tensor)])
-        found = REGISTRY.device(backend_device(device.partition(":")[0], None, "benchmarks/gpu.py"))
-        if hasattr(found, "synchronize"):
-            found.synchronize()
+            self.ember_device = REGISTRY.device(backend_device(device.partition(":")[0], None, "benchmarks/gpu.py"))
 
-    return wait
+    def queue(self, result: Any) -> None:
+        if self.ember_device is not None:
+            results = result if isinstance(result, (tuple, list)) else (result,)
+            self.lib.realize(*[r for r in results if isinstance(r, self.lib.Tensor)])
+
+    def wait(self, result: Any) -> None:
+        self.queue(result)
+        if self.ember_device is not None:
+            if hasattr(self.ember_device, "synchronize"):
+                self.ember_device.synchronize()
+        elif self.device.startswith("cuda"):
+            self.lib.cuda.synchronize()
 
 
 def tensor(lib: Any, array: np.ndarray, device: str, dtype: str = "float32", requires_grad: bool = False) -> Any:
@@ -127,22 +134,51 @@ CASES: dict[str, tuple[Callable[[Any, str], tuple[Callable[[], Any], float]], st
 }
 
 
-def best_time(run: Callable[[], Any], wait: Callable[[Any], None], runs: int, budget: float) -> tuple[float, Any]:
+def queued_time(run: Callable[[], Any], sync: Synchronizer, runs: int) -> float:
+    """Seconds per run of `runs` runs queued back to back (each realized, none waited for but the last): where the
+    device's work takes longer than the host's, this is the kernels' time, the host's cost hidden behind it."""
+    results = []
+    begin = time.perf_counter()
+    for _ in range(runs):
+        result = run()
+        sync.queue(result)
+        results.append(result)
+    sync.wait(results[-1])
+    return (time.perf_counter() - begin) / runs
+
+
+def best_time(run: Callable[[], Any], sync: Synchronizer, runs: int, budget: float) -> tuple[float, Any]:
     """The best of `runs` timed runs after two warm-ups (fewer when one run takes over budget/runs seconds)."""
     result = None
     for _ in range(2):
         result = run()
-        wait(result)
+        sync.wait(result)
     times = []
     started = time.perf_counter()
     for _ in range(runs):
         begin = time.perf_counter()
         result = run()
-        wait(result)
+        sync.wait(result)
         times.append(time.perf_counter() - begin)
         if time.perf_counter() - started > budget:
             break
     return min(times), result
+
+
+def profile_run(ember: Any, run: Callable[[], Any], sync: Synchronizer) -> None:
+    """One run under ember.profile(): its kernels, its compiles, and how long the host took to queue it (building,
+    scheduling and launching) against the whole run (until the device finished)."""
+    with ember.profile() as record:
+        begin = time.perf_counter()
+        result = run()
+        sync.queue(result)
+        queued = time.perf_counter() - begin
+        sync.wait(result)
+        whole = time.perf_counter() - begin
+    kernels = ", ".join(f"{kernel.name}[{kernel.global_size}]" for kernel in record.kernels[:12])
+    more = f" and {len(record.kernels) - 12} more" if len(record.kernels) > 12 else ""
+    print(f"    profile: host {queued * 1e3:.3f} ms of {whole * 1e3:.3f} ms; {len(record.compiles)} compiles; "
+          f"{len(record.kernels)} kernels: {kernels}{more}", flush=True)
 
 
 def as_numpy(lib: Any, result: Any) -> np.ndarray | None:
@@ -161,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10, help="timed runs per case and side (best is kept)")
     parser.add_argument("--budget", type=float, default=5.0, help="seconds of timed runs per case and side at most")
     parser.add_argument("--case", action="append", help="a case name's start (repeatable; default all)")
+    parser.add_argument("--profile", action="store_true", help="after each case, one more ember run under "
+                        "ember.profile(): its kernels (name, global size), compiles, and the host's share of its time")
     args = parser.parse_args(argv)
 
     import ember
@@ -170,18 +208,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ember on {args.device}, torch {torch.__version__} on {torch_device}"
           + (f" ({torch.cuda.get_device_name()})" if torch_device.startswith("cuda") else ""))
     print(f"{'case':32} {'torch':>10} {'ember':>10} {'torch/ember':>11} {'unit':>8} {'torch':>9} {'ember':>9} "
-          f"{'max diff':>9}")
+          f"{'max diff':>9} {'torch q':>10} {'ember q':>10}")
     for name, (build, unit) in CASES.items():
         if args.case and not any(name.startswith(wanted) for wanted in args.case):
             continue
         seconds: dict[str, float | None] = {}
+        queued: dict[str, float | None] = {}
         values: dict[str, np.ndarray | None] = {}
         work = 0.0
         for lib, device in ((torch, torch_device), (ember, args.device)):
             try:
                 run, work = build(lib, device)
-                seconds[lib.__name__], result = best_time(run, synchronizer(lib, device), args.runs, args.budget)
+                sync = Synchronizer(lib, device)
+                taken, result = best_time(run, sync, args.runs, args.budget)
+                seconds[lib.__name__] = taken
+                queued[lib.__name__] = queued_time(run, sync, args.runs) if taken < 0.05 else None
                 values[lib.__name__] = as_numpy(lib, result)
+                if args.profile and lib is ember:
+                    profile_run(ember, run, sync)
             except Exception as error:  # noqa: BLE001 - one side failing is reported, the others still run
                 seconds[lib.__name__] = values[lib.__name__] = None
                 print(f"  {name}: {lib.__name__} failed: {type(error).__name__}: {str(error)[:300]}")
@@ -199,13 +243,15 @@ def main(argv: list[str] | None = None) -> int:
         torch_s, ember_s = seconds.get("torch"), seconds.get("ember")
         ratio = f"{torch_s / ember_s:.3f}" if torch_s and ember_s else "-"
         diff = "-"
-        if values.get("torch") is not None and values.get("ember") is not None \
-                and values["torch"].shape == values["ember"].shape:
-            scale = max(1.0, float(np.max(np.abs(values["torch"]))))
-            diff = f"{float(np.max(np.abs(values['torch'] - values['ember']))) / scale:.1e}"
+        theirs, mine = values.get("torch"), values.get("ember")
+        if theirs is not None and mine is not None and theirs.shape == mine.shape:
+            scale = max(1.0, float(np.max(np.abs(theirs))))
+            diff = f"{float(np.max(np.abs(theirs - mine))) / scale:.1e}"
         ms = lambda taken: f"{taken * 1e3:.3f}ms" if taken is not None else "-"  # noqa: E731
         print(f"{name:32} {ms(torch_s):>10} {ms(ember_s):>10} {ratio:>11} {unit:>8} {rate('torch'):>9} "
-              f"{rate('ember'):>9} {diff:>9}", flush=True)
+              f"{rate('ember'):>9} {diff:>9} {ms(queued.get('torch')):>10} {ms(queued.get('ember')):>10}", flush=True)
+    print("times: the best of the runs, each waited for; q: per run of runs queued back to back (the kernels' time "
+          "where they take longer than the host's)")
     return 0
 
 
