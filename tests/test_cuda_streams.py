@@ -231,3 +231,40 @@ def test_free_bytes_are_the_gpus_or_what_the_pool_limit_leaves(streams: tuple[St
         assert pool.free_bytes == gpu_free
     finally:
         pool.limit_bytes = before
+
+
+def test_released_buffers_of_every_size_are_reused_without_driver_allocations(
+        streams: tuple[StreamDriver, cuda.CudaDevice], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A training-like loop allocates the same intermediates every round: from the second round on they come from
+    the buffers kept at release (a cuMemAlloc and a cuMemFree per intermediate cost driver calls, and cuMemFree
+    waits for the whole GPU); the values still match torch with the streams run lazily. When the GPU is full, the
+    kept buffers are given back and the allocation tried again."""
+    driver, device = streams
+    allocations: list[int] = []
+    allocate = driver.cuMemAlloc
+
+    def counted(nbytes: int) -> tuple:
+        allocations.append(nbytes)
+        return allocate(nbytes)
+
+    monkeypatch.setattr(driver, "cuMemAlloc", counted)
+    data = random_array((37, 5))
+    x = em.tensor(data, device="cuda:0").realize()
+    rounds = []
+    for round_ in range(3):
+        before = len(allocations)
+        result = ((x * (round_ + 1)).exp() + 1).log().sum(0)  # three small intermediates, none kept by the graph
+        assert_close(result, ((torch.tensor(data) * (round_ + 1)).exp() + 1).log().sum(0), atol=1e-5)
+        del result
+        gc.collect()
+        rounds.append(len(allocations) - before)
+    assert rounds[0] > 0 and rounds[1:] == [0, 0], rounds
+    assert device.pool.kept_bytes > 0
+
+    def full(nbytes: int) -> tuple:  # out of memory while anything is kept
+        allocations.append(nbytes)
+        return (cuda.OUT_OF_MEMORY, 0) if device.pool.kept_bytes else allocate(nbytes)
+
+    monkeypatch.setattr(driver, "cuMemAlloc", full)
+    larger = em.tensor(random_array((64, 64)), device="cuda:0").realize()
+    assert device.pool.kept_bytes == 0 and larger.shape == (64, 64)

@@ -66,12 +66,14 @@ class MemoryPool(ABC):
     `COMPLETED`; a backend with queues overrides them to enqueue the copy and return its event.
 
     Reuse policy (one for every backend, off by default): a pool whose `reuse_budget_bytes` is positive keeps
-    released buffers of MIN_REUSABLE_BYTES or more, up to that many bytes, and `allocate` hands one of exactly the
+    released buffers of `min_reusable_bytes` or more (MIN_REUSABLE_BYTES unless the pool says less), up to that many
+    bytes, and `allocate` hands one of exactly the
     size asked for out again once the events of `pending_work()` taken at its release are done (a CPU driver gives
     fresh pages whose first touch costs as much as a large elementwise kernel).
     """
 
     reuse_budget_bytes = 0  # bytes of released buffers kept for reuse (0: none; see the reuse policy above)
+    min_reusable_bytes = MIN_REUSABLE_BYTES  # smaller released buffers go back to the device at once
     _kept: dict[int, list[tuple[Any, tuple[Event, ...]]]] | None = None  # kept buffers by size, with pending_work
     _kept_bytes = 0
 
@@ -110,7 +112,7 @@ class MemoryPool(ABC):
 
     def release(self, handle: Any, nbytes: int) -> None:
         """Undo an allocate: the bookkeeping, then keep the buffer for reuse or call the backend's destroy_buffer."""
-        if nbytes < MIN_REUSABLE_BYTES:  # (never kept: the reuse policy's first test, without its call)
+        if nbytes < self.min_reusable_bytes:  # (never kept: the reuse policy's first test, without its call)
             self.destroy_buffer(handle)
         else:
             self._keep_or_destroy(handle, nbytes)
@@ -147,8 +149,24 @@ class MemoryPool(ABC):
                     return handle
         return self.create_buffer(nbytes)
 
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes of released buffers the pool keeps for reuse (not counted in used_bytes)."""
+        return self._kept_bytes
+
+    def drop_kept(self) -> int:
+        """Give every kept buffer back to the device (a device allocation failed: the kept memory may be what it
+        lacks); how many bytes that freed."""
+        freed, kept = self._kept_bytes, self._kept or {}
+        self._kept, self._kept_bytes = None, 0
+        for handles in kept.values():
+            for handle, events in handles:
+                wait_all(events)
+                self.destroy_buffer(handle)
+        return freed
+
     def _keep_or_destroy(self, handle: Any, nbytes: int) -> None:
-        if (nbytes < MIN_REUSABLE_BYTES
+        if (nbytes < self.min_reusable_bytes
                 or self._kept_bytes + nbytes > min(self.reuse_budget_bytes, MAX_REUSABLE_BYTES)):
             self.destroy_buffer(handle)
             return

@@ -23,6 +23,7 @@ BLOCK_SIZE = 256  # threads per block (DeviceInfo.preferred_local_size)
 EVENT_DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING: events for ordering only are cheaper
 STREAM_NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING: no implicit ordering with the legacy default stream
 NOT_READY = 600  # CUDA_ERROR_NOT_READY from cuEventQuery: the event has not completed yet
+OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY from cuMemAlloc
 STAGING_CACHE_BYTES = 64 << 20  # page-locked staging memory kept for reuse
 DRIVER_LIBRARY = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
 
@@ -191,15 +192,28 @@ class CudaMemoryPool(MemoryPool):
     (cuStreamWaitEvent), so they overlap the kernels of the compute stream; host memory goes through pinned
     staging. cuMemFree is not ordered with the streams, so the scheduler frees a buffer only after its events."""
 
+    # Released buffers of every size are kept for reuse (base.MemoryPool's policy, up to an eighth of the GPU's
+    # memory), as torch's caching allocator keeps them: a cuMemAlloc and a cuMemFree per intermediate tensor cost
+    # driver calls at each kernel, and cuMemFree waits for the whole device, so the host could not run ahead of the
+    # GPU. A buffer is released only once the commands using it are done (frees_behind_events is False), so a kept
+    # one is free to hand out again at once.
+    min_reusable_bytes = 0
+
     def __init__(self, name: str, driver: Any, device: CudaDevice) -> None:
         super().__init__(name)
         self.driver = driver
         self.device = device
         self.staging = PinnedStaging(driver)
+        make_current(driver, device.context)
+        _, total = check(driver, "cuMemGetInfo", driver.cuMemGetInfo())
+        self.reuse_budget_bytes = int(total) // 8
 
     def create_buffer(self, nbytes: int) -> Any:
         make_current(self.driver, self.device.context)
-        return check(self.driver, "cuMemAlloc", self.driver.cuMemAlloc(nbytes))
+        status, handle = self.driver.cuMemAlloc(nbytes)
+        if int(status) == OUT_OF_MEMORY and self.drop_kept():  # the kept buffers may hold what is missing
+            status, handle = self.driver.cuMemAlloc(nbytes)
+        return check(self.driver, "cuMemAlloc", (status, handle))
 
     view_alignment = 256  # cuMemAlloc's own alignment: a view is as aligned as an allocation
 
@@ -262,11 +276,13 @@ class CudaMemoryPool(MemoryPool):
 
     @property
     def free_bytes(self) -> int | None:
-        """What the GPU has free, or less where the pool's limit (EMBER_POOL_LIMITS) leaves less."""
+        """What the GPU has free (the kept buffers counted as free: they are handed out again), or less where the
+        pool's limit (EMBER_POOL_LIMITS) leaves less."""
         make_current(self.driver, self.device.context)
         free, _ = check(self.driver, "cuMemGetInfo", self.driver.cuMemGetInfo())
+        free = int(free) + self.kept_bytes
         limited = super().free_bytes
-        return int(free) if limited is None else min(int(free), limited)
+        return free if limited is None else min(free, limited)
 
 
 class CudaProgram(Program):
