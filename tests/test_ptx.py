@@ -458,3 +458,15 @@ def _ops(sink: IRNode) -> set:
             found.add(node.op)
             stack.extend(node.srcs)
     return found
+
+
+@pytest.mark.parametrize(("major", "minor", "listed"), [(7, 5, False), (8, 0, True), (9, 0, True)])
+def test_tensor_cores_are_listed_from_sm_80(major: int, minor: int, listed: bool,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU of sm_80 or newer lists float16 and bfloat16 as DeviceInfo.matrix_dtypes, so half matmuls tile on its
+    tensor cores (mma.sync, ir/group_matmul.py); an sm_75 one lists none (its PTX cannot hold mma.m16n8k16)."""
+    driver = FakeDriver()
+    monkeypatch.setitem(driver.ATTRIBUTES, "COMPUTE_CAPABILITY_MAJOR", major)
+    monkeypatch.setitem(driver.ATTRIBUTES, "COMPUTE_CAPABILITY_MINOR", minor)
+    device = cuda.CudaDevice(driver, 0)
+    assert device.info.matrix_dtypes == (frozenset({em.float16, em.bfloat16}) if listed else frozenset())

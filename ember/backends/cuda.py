@@ -16,10 +16,12 @@ import numpy as np
 from ember.backends.base import (Device, DeviceInfo, Event, MemoryPool, Program, ProgramTable, launch_geometry,
                                  wait_all)
 from ember.backends.ptx import PTXRenderer
+from ember.core import dtype as dtypes
 from ember.core.errors import BackendUnavailable, CompileError, EmberError
 from ember.ir.ir import KernelIR
 
 BLOCK_SIZE = 256  # threads per block (DeviceInfo.preferred_local_size)
+MATRIX_DTYPES = frozenset({dtypes.float16, dtypes.bfloat16})  # what sm_80's tensor cores multiply (ir/group_matmul.py)
 EVENT_DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING: events for ordering only are cheaper
 STREAM_NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING: no implicit ordering with the legacy default stream
 NOT_READY = 600  # CUDA_ERROR_NOT_READY from cuEventQuery: the event has not completed yet
@@ -369,6 +371,8 @@ class CudaDevice(Device):
             warp_width=_attribute(driver, self.handle, "WARP_SIZE"),
             preferred_vector_width=4,
             preferred_local_size=BLOCK_SIZE,
+            # tensor cores (mma.sync.m16n8k16 with float32 accumulation) from sm_80: half matmuls tile on them
+            matrix_dtypes=MATRIX_DTYPES if major >= 8 else frozenset(),
             extra={"gpu": name.split(b"\0", 1)[0].decode(errors="replace"), "target": f"sm_{major}{minor}"},
         )
         self.pool = CudaMemoryPool(self.name, driver, self)
