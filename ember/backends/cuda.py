@@ -107,17 +107,31 @@ class StreamMark(Event):
 
     def __init__(self, driver: Any, stream: Any, context: Any) -> None:
         self.driver, self.stream, self.context = driver, stream, context
+        # the stream was seen idle and nothing was launched on it since: `done` without a driver call (a replay
+        # asks every buffer's event, eager code every reader's; a cuStreamQuery each cost more than the launch)
+        self.idle = False
+
+    def launched(self) -> StreamMark:
+        """The mark of a launch just enqueued on the stream."""
+        self.idle = False
+        return self
 
     def wait(self) -> None:
+        if self.idle:
+            return
         make_current(self.driver, self.context)
         check(self.driver, "cuStreamSynchronize", self.driver.cuStreamSynchronize(self.stream))
+        self.idle = True
 
     @property
     def done(self) -> bool:
+        if self.idle:
+            return True
         (status,) = self.driver.cuStreamQuery(self.stream)
         if int(status) == NOT_READY:
             return False
         check(self.driver, "cuStreamQuery", (status,))
+        self.idle = True
         return True
 
     def recorded(self) -> CudaEvent:
@@ -316,7 +330,7 @@ class CudaProgram(Program):
             (blocks, _, _), block_size = launch_geometry(global_size, self.info)
         check(self.driver, "cuLaunchKernel", self.driver.cuLaunchKernel(
             self.function, blocks, 1, 1, block_size, 1, 1, 0, self.stream, arguments, 0))
-        return self.mark
+        return self.mark.launched()
 
     def bind(self, buffers: list[Any], global_size: int) -> Callable[[tuple[Event, ...]], Event]:
         """A launch with fixed buffers (a jit replay's, a launch plan's): its kernel parameters packed once, as the
@@ -338,7 +352,7 @@ class CudaProgram(Program):
                 stream_wait(driver, stream, wait_for)
             check(driver, "cuLaunchKernel", driver.cuLaunchKernel(function, blocks, 1, 1, block_size, 1, 1, 0, stream,
                                                                   address, 0))
-            return mark
+            return mark.launched()
 
         return run
 
@@ -399,6 +413,7 @@ class CudaDevice(Device):
         make_current(self.driver, self.context)
         for stream in (self.stream, self.transfer_stream):
             check(self.driver, "cuStreamSynchronize", self.driver.cuStreamSynchronize(stream))
+        self.mark.idle = True
 
 
 def probe() -> list[Device]:
