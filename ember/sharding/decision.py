@@ -27,6 +27,7 @@ from ember.scheduler.devices import get_device
 from ember.sharding.calibration import HOST, Calibration, calibration, current
 from ember.sharding.slicing import SlicedGraph, box
 
+FREE_LEAVES = (Op.CONST, Op.ARANGE)  # leaves made on the device that computes them (nothing copied)
 MINIMUM_ELEMENTS = 1 << 20  # outputs smaller than this are never considered (the per-op path stays a comparison)
 MINIMUM_INTENSITY = 16  # multiply-adds per output element below which splitting cannot pay by time: sending a part
 # back costs about what computing it does
@@ -152,7 +153,9 @@ def decide(root: Node, forced: bool | None, devices: list[str] | Callable[[], li
     free = {device: get_device(device).pool.free_bytes for device in devices}
     home_free = free[home]
     axes: list[_Axis] | None = None
-    if home_free is not None:  # (a pool without a limit never runs out here)
+    # (a pool without a limit never runs out here; nor does one with room for every leaf and the output: the
+    # per-axis models, which slice the graph, are built only where the memory rule may apply)
+    if home_free is not None and _most_arriving(graph_nodes, home) + output_bytes > home_free:
         axes = _axis_models(root)
         whole_need = axes[0].arriving(home, axes[0].size) + output_bytes if axes else 0.0
         if axes and whole_need > home_free:
@@ -173,6 +176,13 @@ def decide(root: Node, forced: bool | None, devices: list[str] | Callable[[], li
         return None
     axes = _axis_models(root) if axes is None else axes
     return _time_split(root, axes, devices, free, output_bytes, table) if axes else None
+
+
+def _most_arriving(graph_nodes: list[Node], home: str) -> int:
+    """The bytes of every leaf of the graph not stored on `home` (what computing it there could copy in at most;
+    constants are made there)."""
+    return sum(node.size * node.dtype.itemsize for node in graph_nodes
+               if (node.realized or not node.srcs) and node.op not in FREE_LEAVES and not _resident(node, home))
 
 
 def _axis_models(root: Node) -> list[_Axis]:
