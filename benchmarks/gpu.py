@@ -56,6 +56,8 @@ class Synchronizer:
 
 def tensor(lib: Any, array: np.ndarray, device: str, dtype: str = "float32", requires_grad: bool = False) -> Any:
     made = lib.tensor(array, device=device, dtype=getattr(lib, dtype))
+    if lib.__name__ != "torch":
+        made.realize()  # (stored in its dtype, as torch's: a lazy cast would be computed again inside each op)
     if requires_grad:
         made.requires_grad_(True)
     return made

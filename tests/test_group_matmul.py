@@ -234,6 +234,30 @@ def test_matmuls_match_torch(group_device: str, size: tuple[int, int, int]) -> N
     _compare(got, torch.tensor(a) @ torch.tensor(b), 1e-4)
 
 
+def test_products_past_two_to_the_31_are_still_tiled() -> None:
+    """M N K past 2**31 (4096 x 4096 x 4096) is no reason to refuse local-memory tiles or tensor cores: no tile
+    linearizes the [M, N, K] product, only the operands and the output (an H100 ran this matmul with one-item
+    register tiles at a quarter of torch's speed, and its float16 one without tensor cores at 1/60)."""
+    (tiled,) = _tiled(_dummy(4096, 4096) @ _dummy(4096, 4096), H100_LIKE)
+    assert tiled.local_size == 256
+    (matrix,) = _tiled(_halves(4096, 4096) @ _halves(4096, 4096), MATRIX_H100)
+    assert _mma_count(matrix) == 8
+    x = _dummy(2**16, 2**15 + 8)  # an operand past 2**31 elements: its indices would overflow int32, so no tiles
+    assert not _tiled(x @ _dummy(2**15 + 8, 64), H100_LIKE)
+
+
+@pytest.mark.parametrize("device", [name for name in GROUP_DEVICES if not name.startswith("ptxsim")]
+                         or [pytest.param("", marks=pytest.mark.skip(reason="needs wgpu (lavapipe) for group kernels"))])
+def test_a_tiled_product_past_two_to_the_31_matches_torch(device: str) -> None:
+    """1100 x 1800 @ 1800 x 1100: M N K = 2.18e9, tiled in local memory on a device that runs workgroup kernels."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((1100, 1800)).astype(np.float32)
+    b = rng.standard_normal((1800, 1100)).astype(np.float32)
+    x, y = em.tensor(a, device=device), em.tensor(b, device=device)
+    assert _tiled(x @ y, REGISTRY.device(device).info)
+    _compare((x @ y).numpy() / 40, torch.tensor(a) @ torch.tensor(b) / 40, 1e-4)
+
+
 # float16 and bfloat16 inputs are summed in float32 and rounded once, as torch does on a CPU
 DTYPE_TOLERANCES = {em.float32: 1e-4, em.float16: 1e-2, em.bfloat16: 6e-2}
 
