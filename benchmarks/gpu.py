@@ -168,15 +168,17 @@ def best_time(run: Callable[[], Any], sync: Synchronizer, runs: int, budget: flo
 
 
 def profile_run(ember: Any, run: Callable[[], Any], sync: Synchronizer) -> None:
-    """One run under ember.profile(): its kernels, its compiles, and how long the host took to queue it (building,
-    scheduling and launching) against the whole run (until the device finished)."""
+    """How long the host took to queue one run (building, scheduling and launching) against the whole run (until
+    the device finished), then one more run under ember.profile() for its kernels and compiles (a profile times
+    each kernel, waiting for it: no measure of the host's share)."""
+    begin = time.perf_counter()
+    result = run()
+    sync.queue(result)
+    queued = time.perf_counter() - begin
+    sync.wait(result)
+    whole = time.perf_counter() - begin
     with ember.profile() as record:
-        begin = time.perf_counter()
-        result = run()
-        sync.queue(result)
-        queued = time.perf_counter() - begin
-        sync.wait(result)
-        whole = time.perf_counter() - begin
+        sync.wait(run())
     kernels = ", ".join(f"{kernel.name}[{kernel.global_size}]" for kernel in record.kernels[:12])
     more = f" and {len(record.kernels) - 12} more" if len(record.kernels) > 12 else ""
     print(f"    profile: host {queued * 1e3:.3f} ms of {whole * 1e3:.3f} ms; {len(record.compiles)} compiles; "
