@@ -126,7 +126,9 @@ class StreamDriver(FakeDriver):
         stream, pointers = arguments[7], self.kernel_pointers(function, arguments[8])
         self.launched_streams.append(stream)
         self.launch_arguments.append(arguments[8])
-        return self._enqueue(stream, lambda: FakeDriver.cuLaunchKernel(self, function, *arguments), pointers)
+        # the driver copies the parameters when the launch is enqueued (the caller may write its array again)
+        copied = (*arguments[:8], (pointers, (None,) * len(pointers)), *arguments[9:])
+        return self._enqueue(stream, lambda: FakeDriver.cuLaunchKernel(self, function, *copied), pointers)
 
 
 @pytest.fixture

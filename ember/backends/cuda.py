@@ -317,19 +317,29 @@ class CudaProgram(Program):
         self.function = check(driver, "cuModuleGetFunction", driver.cuModuleGetFunction(self.module, kernel.name.encode()))
         (self.blocks, _, _), self.block_size = launch_geometry(kernel.global_size, info,
                                                                exact_local_size=kernel.local_size)
-        self.parameter_types = (ctypes.c_void_p,) * len(kernel.params)
         # a shape class's kernel (its global size known at launch): the blocks of each launch's size
         self.info = info if kernel.size_parameter is not None else None
+        # the kernel parameters as the void** array cuLaunchKernel reads, made once: a launch writes its buffers'
+        # pointers into it (the driver copies the parameters when the launch is enqueued, so the next launch may
+        # write them again), where cuda-python's (values, types) form built ctypes objects at every launch
+        count = len(kernel.params)
+        self.values = (ctypes.c_void_p * count)()
+        size = ctypes.sizeof(ctypes.c_void_p)
+        self.pointers = (ctypes.c_void_p * count)(*[ctypes.addressof(self.values) + index * size
+                                                    for index in range(count)])
+        self.address = ctypes.addressof(self.pointers)
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
         make_current(self.driver, self.context)
         stream_wait(self.driver, self.stream, wait_for)
-        arguments = (tuple(int(buffer) for buffer in buffers), self.parameter_types)
+        values = self.values
+        for index, buffer in enumerate(buffers):
+            values[index] = int(buffer)
         blocks, block_size = self.blocks, self.block_size
         if self.info is not None:
             (blocks, _, _), block_size = launch_geometry(global_size, self.info)
         check(self.driver, "cuLaunchKernel", self.driver.cuLaunchKernel(
-            self.function, blocks, 1, 1, block_size, 1, 1, 0, self.stream, arguments, 0))
+            self.function, blocks, 1, 1, block_size, 1, 1, 0, self.stream, self.address, 0))
         return self.mark.launched()
 
     def bind(self, buffers: list[Any], global_size: int) -> Callable[[tuple[Event, ...]], Event]:
