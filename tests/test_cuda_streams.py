@@ -270,3 +270,26 @@ def test_released_buffers_of_every_size_are_reused_without_driver_allocations(
     monkeypatch.setattr(driver, "cuMemAlloc", full)
     larger = em.tensor(random_array((64, 64)), device="cuda:0").realize()
     assert device.pool.kept_bytes == 0 and larger.shape == (64, 64)
+
+
+def test_a_busy_stream_is_asked_about_once_per_launch_or_less(streams: tuple[StreamDriver, cuda.CudaDevice],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eager launches ask whether their inputs' writers and their buffers' readers are done: on cuda all of them
+    are the compute stream's one mark, and each answer was a cuStreamQuery (a driver call costing about what the
+    launch does). A busy answer is kept for BUSY_RECHECK_SECONDS (an idle one until the next launch), so a chain
+    of launches on a stream that has not run yet asks the driver at most once a launch; the values match torch."""
+    driver, _ = streams
+    monkeypatch.setattr(cuda, "BUSY_RECHECK_SECONDS", 60.0)  # (this test's launches may be slower than a GPU's)
+    queries = []
+    query = driver.cuStreamQuery
+    monkeypatch.setattr(driver, "cuStreamQuery", lambda stream: queries.append(stream) or query(stream))
+    data = random_array((16, 8))
+    x = em.tensor(data, device="cuda:0").realize()
+    expected = torch.tensor(data)
+    launches = len(driver.launched_streams)
+    for step in range(12):
+        x = (x * 0.5 + step).realize()
+        expected = expected * 0.5 + step
+    assert len(driver.launched_streams) - launches == 12
+    assert len(queries) <= 12, len(queries)
+    assert_close(x, expected)

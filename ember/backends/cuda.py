@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,7 @@ EVENT_DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING: events for ordering only ar
 STREAM_NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING: no implicit ordering with the legacy default stream
 NOT_READY = 600  # CUDA_ERROR_NOT_READY from cuEventQuery: the event has not completed yet
 OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY from cuMemAlloc
+BUSY_RECHECK_SECONDS = 50e-6  # a stream found busy is taken as busy this long before it is asked again
 STAGING_CACHE_BYTES = 64 << 20  # page-locked staging memory kept for reuse
 DRIVER_LIBRARY = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
 
@@ -107,9 +109,12 @@ class StreamMark(Event):
 
     def __init__(self, driver: Any, stream: Any, context: Any) -> None:
         self.driver, self.stream, self.context = driver, stream, context
-        # the stream was seen idle and nothing was launched on it since: `done` without a driver call (a replay
-        # asks every buffer's event, eager code every reader's; a cuStreamQuery each cost more than the launch)
+        # what a query found, so that `done` answers again without a driver call (a replay asks every buffer's
+        # event, eager code each input's and each reader's; a cuStreamQuery each cost more than the launch):
+        # `idle`, the stream had finished (true until the next launch); `busy_until`, it had not, an answer kept
+        # for BUSY_RECHECK_SECONDS (late at worst, never early: a launch's own bookkeeping asks several times)
         self.idle = False
+        self.busy_until = 0.0
 
     def launched(self) -> StreamMark:
         """The mark of a launch just enqueued on the stream."""
@@ -121,14 +126,18 @@ class StreamMark(Event):
             return
         make_current(self.driver, self.context)
         check(self.driver, "cuStreamSynchronize", self.driver.cuStreamSynchronize(self.stream))
-        self.idle = True
+        self.idle, self.busy_until = True, 0.0
 
     @property
     def done(self) -> bool:
         if self.idle:
             return True
+        now = time.perf_counter()
+        if now < self.busy_until:
+            return False
         (status,) = self.driver.cuStreamQuery(self.stream)
         if int(status) == NOT_READY:
+            self.busy_until = now + BUSY_RECHECK_SECONDS
             return False
         check(self.driver, "cuStreamQuery", (status,))
         self.idle = True
@@ -423,7 +432,7 @@ class CudaDevice(Device):
         make_current(self.driver, self.context)
         for stream in (self.stream, self.transfer_stream):
             check(self.driver, "cuStreamSynchronize", self.driver.cuStreamSynchronize(stream))
-        self.mark.idle = True
+        self.mark.idle, self.mark.busy_until = True, 0.0
 
 
 def probe() -> list[Device]:

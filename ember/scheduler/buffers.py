@@ -56,7 +56,8 @@ class Buffer:
         """Remember an enqueued command that reads this buffer (its memory must outlive the command)."""
         if not self.pool.frees_behind_events and not event.done:
             self.users = [user for user in self.users if not user.done]
-            self.users.append(event)
+            if event not in self.users:  # (a queue's one mark stands for all its launches: cuda's StreamMark)
+                self.users.append(event)
 
     def __del__(self) -> None:
         try:
