@@ -15,6 +15,7 @@ import torch
 import ember as em
 from ember.backends import cuda
 from ember.backends.registry import REGISTRY
+from ember.scheduler.buffers import release_finished
 from tests.helpers import assert_close, random_array
 from tests.test_ptx import FakeDriver
 
@@ -278,7 +279,7 @@ def test_a_busy_stream_is_asked_about_once_per_launch_or_less(streams: tuple[Str
     are the compute stream's one mark, and each answer was a cuStreamQuery (a driver call costing about what the
     launch does). A busy answer is kept for BUSY_RECHECK_SECONDS (an idle one until the next launch), so a chain
     of launches on a stream that has not run yet asks the driver at most once a launch; the values match torch."""
-    driver, _ = streams
+    driver, device = streams
     monkeypatch.setattr(cuda, "BUSY_RECHECK_SECONDS", 60.0)  # (this test's launches may be slower than a GPU's)
     queries = []
     query = driver.cuStreamQuery
@@ -293,3 +294,7 @@ def test_a_busy_stream_is_asked_about_once_per_launch_or_less(streams: tuple[Str
     assert len(driver.launched_streams) - launches == 12
     assert len(queries) <= 12, len(queries)
     assert_close(x, expected)
+    device.synchronize()  # (the mark idle again: the buffers this test dropped go back to the pool)
+    del x
+    gc.collect()
+    release_finished()
