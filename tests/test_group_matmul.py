@@ -22,6 +22,7 @@ from ember.backends.ptx import PTXRenderer, assemble, ptxas_path
 from ember.backends.registry import REGISTRY
 from ember.backends.wgsl import WGSLRenderer
 from ember.core.errors import BackendUnavailable, CompileError
+from ember.ir import group_matmul
 from ember.ir.group_matmul import is_tiled_matmul, matmul_tiles
 from ember.ir.ir import IROp, KernelIR, topological_nodes
 from ember.ir.kernel import Kernel
@@ -234,16 +235,19 @@ def test_matmuls_match_torch(group_device: str, size: tuple[int, int, int]) -> N
     _compare(got, torch.tensor(a) @ torch.tensor(b), 1e-4)
 
 
-def test_products_past_two_to_the_31_are_still_tiled() -> None:
-    """M N K past 2**31 (4096 x 4096 x 4096) is no reason to refuse local-memory tiles or tensor cores: no tile
-    linearizes the [M, N, K] product, only the operands and the output (an H100 ran this matmul with one-item
-    register tiles at a quarter of torch's speed, and its float16 one without tensor cores at 1/60)."""
-    (tiled,) = _tiled(_dummy(4096, 4096) @ _dummy(4096, 4096), H100_LIKE)
+def test_products_past_the_index_limit_are_still_tiled(cold: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """M N K past the index limit (2**31: 4096 x 4096 x 4096) is no reason to refuse local-memory tiles or tensor
+    cores: no tile linearizes the [M, N, K] product, only the operands and the output (an H100 ran that matmul
+    with one-item register tiles at a quarter of torch's speed, and its float16 one without tensor cores at 1/60).
+    An operand past the limit is: its indices would overflow. (The limit is lowered to 2**22 here, so that the
+    sizes stay small: 1024^3 stands for 4096^3.)"""
+    monkeypatch.setattr(group_matmul, "INT32_LIMIT", 2**22)
+    (tiled,) = _tiled(_dummy(1024, 1024) @ _dummy(1024, 1024), H100_LIKE)
     assert tiled.local_size == 256
-    (matrix,) = _tiled(_halves(4096, 4096) @ _halves(4096, 4096), MATRIX_H100)
+    (matrix,) = _tiled(_halves(1024, 1024) @ _halves(1024, 1024), MATRIX_H100)
     assert _mma_count(matrix) == 8
-    x = _dummy(2**16, 2**15 + 8)  # an operand past 2**31 elements: its indices would overflow int32, so no tiles
-    assert not _tiled(x @ _dummy(2**15 + 8, 64), H100_LIKE)
+    (kernel,) = _kernels(_dummy(4096, 1100) @ _dummy(1100, 64))  # 4.5M elements in A
+    assert matmul_tiles(kernel, H100_LIKE) is None
 
 
 @pytest.mark.parametrize("device", [name for name in GROUP_DEVICES if not name.startswith("ptxsim")]
