@@ -155,6 +155,26 @@ def test_dropout(device: str) -> None:
         F.dropout2d(em.ones(4, 3, device=device))
 
 
+def test_dropout_multiplies_by_its_mask_as_torch_does(device: str) -> None:
+    """torch's dropout is the input times a mask of 0 and 1 / (1 - p): a dropped NaN or inf gives NaN, a dropped
+    negative value -0.0 (ember selected 0 there); whole channels alike for dropout2d."""
+    data = np.tile(np.array([np.nan, np.inf, -np.inf, -3.0, 2.0], np.float32), 400)
+    x = em.tensor(data, device=device)
+    em.manual_seed(5)
+    result = F.dropout(x, 0.4).numpy()
+    scaled = data / np.float32(0.6)
+    dropped = (result == 0) | (np.isnan(result) & ~np.isnan(data))  # (a dropped inf: NaN)
+    assert 0.3 < dropped.mean() < 0.5
+    with np.errstate(invalid="ignore"):  # (inf * 0)
+        expected = np.where(dropped, data * np.float32(0.0), scaled)
+    np.testing.assert_array_equal(result, expected)  # NaN where torch's product is NaN, the signs of zeros too
+    assert np.array_equal(np.signbit(result[dropped & (data == -3.0)]), np.ones((dropped & (data == -3.0)).sum(), bool))
+    channels = F.dropout2d(em.tensor(np.full((2, 8, 2, 2), np.nan, np.float32), device=device), 0.5).numpy()
+    assert np.isnan(channels).all()
+    theirs = torch.nn.functional.dropout(torch.tensor(data), 0.4)
+    assert torch.isnan(theirs[0::5]).all()  # (torch: a NaN times either mask value is NaN)
+
+
 # ---- embedding and linear -----------------------------------------------------------------------------------
 
 

@@ -377,19 +377,19 @@ class FunctionalOps(TensorBase):
     # ---- dropout ----------------------------------------------------------------------------------------------
 
     def dropout(self, p: float = 0.5, training: bool = True) -> Tensor:
-        """Zero each element with probability p (drawn with ember.rand) and scale the rest by 1 / (1 - p)."""
+        """Zero each element with probability p (drawn with ember.rand) and scale the rest by 1 / (1 - p): the input
+        times a mask of 0 and 1 / (1 - p), as torch computes it (a dropped NaN or inf gives NaN there too)."""
         if not 0.0 <= p <= 1.0:
             raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
         if not training or p == 0.0:
             return cast("Tensor", self)
         _require_float(cast("Tensor", self), "dropout")
-        zero = self._full(self.shape, 0, self.dtype, self.device)
         if p == 1.0:
-            return self * zero
+            return self * self._full(self.shape, 0, self.dtype, self.device)
         from ember.core.creation import rand
 
         keep = rand(self.shape, device=self.device) >= p
-        return where(keep, self * (1.0 / (1.0 - p)), zero)
+        return self * (keep.to(self.dtype) * (1.0 / (1.0 - p)))
 
     def feature_dropout(self, p: float, training: bool, spatial: int, op: str = "feature_dropout") -> Tensor:
         """Channel dropout (dropout1d/2d/3d): one draw per channel of [N, C, *spatial] or [C, *spatial]."""
@@ -403,14 +403,13 @@ class FunctionalOps(TensorBase):
         if not training or p == 0.0:
             return cast("Tensor", self)
         _require_float(cast("Tensor", self), op)
-        zero = self._full(self.shape, 0, self.dtype, self.device)
         if p == 1.0:
-            return self * zero
+            return self * self._full(self.shape, 0, self.dtype, self.device)
         from ember.core.creation import rand
 
         channels = self.shape[: self.ndim - spatial] + (1,) * spatial
         keep = rand(channels, device=self.device) >= p
-        return where(keep, self * (1.0 / (1.0 - p)), zero)
+        return self * (keep.to(self.dtype) * (1.0 / (1.0 - p)))  # (a mask per channel, as torch's)
 
     def alpha_dropout(self, p: float = 0.5, training: bool = False, feature: bool = False) -> Tensor:
         """SELU's dropout: dropped elements (or channels, `feature`) become SELU's negative saturation, and an affine
