@@ -143,6 +143,29 @@ def test_same_seed_same_bits_on_every_device() -> None:
             np.testing.assert_array_equal(actual.view(np.uint8), expected.view(np.uint8))
 
 
+@pytest.mark.parametrize("dtype", [em.float32, em.float64, em.float16, em.bfloat16], ids=lambda dtype: dtype.name)
+def test_small_normal_draws_on_the_host_are_the_graphs_bits(device: str, dtype: em.DType,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A normal draw of at most HOST_DRAW_LIMIT values is computed by numpy (core/host_random.py): the same bits
+    as the device's graph of the same draw (the same seeds and counters, past 2**32 too), and the counter moves
+    on as the graph's draw moves it."""
+    from ember.core import creation
+    from tests.helpers import require_dtypes
+
+    require_dtypes(device, dtype)
+    for seed, counter in ((0, 0), (7, 12345), (2**40 + 3, 2**32 - 100)):
+        draws, counters = [], []
+        for limit in (creation.HOST_DRAW_LIMIT, -1):  # the host's, then the graph's
+            monkeypatch.setattr(creation, "HOST_DRAW_LIMIT", limit)
+            em.manual_seed(seed)
+            monkeypatch.setattr(creation.RandomState, "counter", counter)
+            draws.append([em.randn(*shape, dtype=dtype, device=device).numpy() for shape in ((1,), (64, 16), (4096,))])
+            counters.append(creation.RandomState.counter)
+        for host, graph in zip(*draws):
+            np.testing.assert_array_equal(host.view(np.uint8), graph.view(np.uint8))
+        assert counters[0] == counters[1] == counter + 2 * (1 + 1024 + 4096)
+
+
 def test_rand_statistics(device: str) -> None:
     em.manual_seed(0)
     samples = em.rand(200_000, device=device).numpy().astype(np.float64)
