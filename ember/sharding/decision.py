@@ -24,10 +24,10 @@ from ember.core.shapes import prod
 from ember.core.walk import post_order
 from ember.scheduler import profile
 from ember.scheduler.devices import get_device
+from ember.scheduler.placement import FREE_SOURCES
 from ember.sharding.calibration import HOST, Calibration, calibration, current
 from ember.sharding.slicing import SlicedGraph, box
 
-FREE_LEAVES = (Op.CONST, Op.ARANGE)  # leaves made on the device that computes them (nothing copied)
 MINIMUM_ELEMENTS = 1 << 20  # outputs smaller than this are never considered (the per-op path stays a comparison)
 MINIMUM_INTENSITY = 16  # multiply-adds per output element below which splitting cannot pay by time: sending a part
 # back costs about what computing it does
@@ -182,7 +182,7 @@ def _most_arriving(graph_nodes: list[Node], home: str) -> int:
     """The bytes of every leaf of the graph not stored on `home` (what computing it there could copy in at most;
     constants are made there)."""
     return sum(node.size * node.dtype.itemsize for node in graph_nodes
-               if (node.realized or not node.srcs) and node.op not in FREE_LEAVES and not _resident(node, home))
+               if (node.realized or not node.srcs) and node.op not in FREE_SOURCES and not _resident(node, home))
 
 
 def _axis_models(root: Node) -> list[_Axis]:
