@@ -328,15 +328,10 @@ class CudaProgram(Program):
                                                                exact_local_size=kernel.local_size)
         # a shape class's kernel (its global size known at launch): the blocks of each launch's size
         self.info = info if kernel.size_parameter is not None else None
-        # the kernel parameters as the void** array cuLaunchKernel reads, made once: a launch writes its buffers'
-        # pointers into it (the driver copies the parameters when the launch is enqueued, so the next launch may
-        # write them again), where cuda-python's (values, types) form built ctypes objects at every launch
-        count = len(kernel.params)
-        self.values = (ctypes.c_void_p * count)()
-        size = ctypes.sizeof(ctypes.c_void_p)
-        self.pointers = (ctypes.c_void_p * count)(*[ctypes.addressof(self.values) + index * size
-                                                    for index in range(count)])
-        self.address = ctypes.addressof(self.pointers)
+        # the kernel parameters, made once: a launch writes its buffers' pointers into them (the driver copies the
+        # parameters when the launch is enqueued, so the next launch may write them again), where cuda-python's
+        # (values, types) form built ctypes objects at every launch
+        self.values, self.pointers, self.address = parameter_arrays([0] * len(kernel.params))
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
         make_current(self.driver, self.context)
@@ -355,11 +350,7 @@ class CudaProgram(Program):
         """A launch with fixed buffers (a jit replay's, a launch plan's): its kernel parameters packed once, as the
         void** array cuLaunchKernel reads (cuda-python takes its address as is), and its blocks counted once; a
         launch is then one driver call and allocates nothing."""
-        values = (ctypes.c_void_p * len(buffers))(*[int(buffer) for buffer in buffers])
-        size = ctypes.sizeof(ctypes.c_void_p)
-        parameters = (ctypes.c_void_p * len(buffers))(*[ctypes.addressof(values) + index * size
-                                                        for index in range(len(buffers))])
-        address = ctypes.addressof(parameters)
+        values, parameters, address = parameter_arrays([int(buffer) for buffer in buffers])
         blocks, block_size = self.blocks, self.block_size
         if self.info is not None:
             (blocks, _, _), block_size = launch_geometry(global_size, self.info)
@@ -374,6 +365,17 @@ class CudaProgram(Program):
             return mark.launched()
 
         return run
+
+
+def parameter_arrays(values: list[int]) -> tuple[Any, Any, int]:
+    """A launch's kernel parameters as cuLaunchKernel reads them: the pointer-sized values, the void** array of
+    their addresses, and that array's address (cuda-python passes an int through as it). The caller keeps both
+    arrays alive while launches use them."""
+    held = (ctypes.c_void_p * len(values))(*values)
+    size = ctypes.sizeof(ctypes.c_void_p)
+    pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(held) + index * size
+                                                 for index in range(len(values))])
+    return held, pointers, ctypes.addressof(pointers)
 
 
 def _attribute(driver: Any, device: Any, name: str) -> int:
