@@ -39,11 +39,15 @@ def _escape(text: str) -> str:
 
 def graph_dot(roots: list[Node], title: str = "ember graph") -> str:
     """DOT text for the graph under `roots`: kernels as clusters, realized buffers as boxes, copies dashed."""
+    from ember.core.graph_templates import expand_graph
     from ember.scheduler.kernelize import kernel_groups
     from ember.scheduler.placement import place_graph
     from ember.scheduler.schedule import kernel_buffer_limit
 
-    place_graph(roots)  # each node's device and the copies to it, as the realize will have them
+    # each node's device and the copies to it, as the realize will have them, templates' copies expanded (a copy
+    # of the graph drawn: the user's stays as it is)
+    roots = expand_graph(place_graph(roots), roots).roots
+    place_graph(roots)
     groups = kernel_groups([root for root in roots if not root.realized], kernel_buffer_limit)
     # every node reachable from the roots, realized leaves included
     every = post_order(roots, lambda node: () if node.realized else node.srcs)

@@ -288,11 +288,14 @@ def test_a_build_sees_a_lazy_input_as_lazy() -> None:
 def test_equal_constants_of_a_template_are_one_node_in_its_copies() -> None:
     """A build that makes the same constant several times (a hash's multipliers, Box-Muller's fixed point) copies
     as one constant node per value; the values stay the reference's."""
+    from ember.core.graph_templates import expand_in_place
     from ember.core.walk import post_order
 
     em.manual_seed(4)
     em.rand(6, 4)  # (records the template)
     drawn = em.rand(6, 4)
+    assert drawn.node.op.name == "TEMPLATE"  # (the copy is one node until the scheduler expands it)
+    expand_in_place([drawn.node])
     constants = [node for node in post_order([drawn.node], lambda node: node.srcs) if node.op.name == "CONST"]
     described = [(type(node.arg), node.arg, node.shape, node.dtype) for node in constants]
     assert len(described) == len(set(described)) > 0

@@ -137,13 +137,17 @@ def test_kernels_per_time_step(kind: str, real: bool) -> None:
 
 
 def _nodes_per_step(kind: str, input_size: int = 64, hidden: int = 128, batch: int = 64) -> float:
-    """Graph nodes that one more time step of a layer's forward records (its lazy graph before anything runs)."""
+    """Graph nodes that one more time step of a layer's forward records (its lazy graph before anything runs, the
+    copies of templates expanded as the scheduler expands them)."""
+    from ember.core.graph_templates import expand_in_place
+
 
     def nodes(steps: int) -> int:
         module = getattr(enn, kind)(input_size, hidden).to("c")
         sequence = em.ones(steps, batch, input_size, device="c", requires_grad=True)
         em.realize(sequence, *module.parameters())
         output, _ = module(sequence)
+        expand_in_place([output.node])  # (the copied graph is one TEMPLATE node until scheduled: count its nodes)
         return len(post_order([output.node], lambda node: node.srcs))
 
     return (nodes(6) - nodes(3)) / 3

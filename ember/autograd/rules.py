@@ -386,7 +386,8 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
 
 NO_SOURCES = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE})  # never recorded: they have no sources to differentiate
 
-assert set(BACKWARD) | NO_SOURCES == set(Op), f"ops without a backward rule: {set(Op) - set(BACKWARD) - NO_SOURCES}"
+NEVER_RECORDED = NO_SOURCES | {Op.TEMPLATE}  # (a template's copy is made only where no input records history)
+assert set(BACKWARD) | NEVER_RECORDED == set(Op), f"ops without a backward rule: {set(Op) - set(BACKWARD) - NEVER_RECORDED}"
 assert set(COMPOSITE_BACKWARD) == set(Composite), f"without a rule: {set(Composite) - set(COMPOSITE_BACKWARD)}"
 RULES: dict[Op | Composite, Rule] = dict(BACKWARD.items())  # what the engine looks up
 RULES.update(COMPOSITE_BACKWARD.items())

@@ -438,8 +438,6 @@ def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     return result.requires_grad_() if requires_grad else result
 
 
-HOST_DRAW_LIMIT = 4096  # normal draws of at most this many values are computed on the host (core/host_random.py)
-
 # fixed-point constants (Q30: value * 2**30) for _standard_normal
 Q = 30
 ONE = 1 << Q
@@ -461,16 +459,6 @@ def _standard_normal(count: int, device: str, dtype: DType) -> Tensor:
     """Box-Muller, z = sqrt(-2 ln u) * cos(2 pi v), in int64 fixed point: integer operations give the same bits on
     every device (float libm functions differ in the last place between C and OpenCL). The result is a multiple
     of 2**-24 converted exactly; cos(2 pi v) is drawn as +-cos(pi/2 w), which has the same distribution."""
-    if count <= HOST_DRAW_LIMIT and CONTEXT.get().recorder is None:  # (ember.jit's replays draw on the device)
-        from ember.core import host_random
-
-        counter = RandomState.counter
-        RandomState.counter += 2 * count  # (the two draws _random_key would make: u's first)
-        values = host_random.standard_normal(random_key(RandomState.seed, counter),
-                                             random_key(RandomState.seed, counter + count), count,
-                                             dtype is dtypes.float64)
-        drawn = tensor(values, device=device)
-        return drawn if drawn.dtype is dtype else drawn.cast(dtype)
     keys = (_random_key(count, device), _random_key(count, device))  # (drawn in this order: u's first)
     return TEMPLATES.instantiate(("standard normal", count, dtype),
                                  lambda first, second: _normal_of_keys(first, second, count, dtype), keys)

@@ -19,9 +19,14 @@ class Node:
     realize places every node it runs). A BUFFER leaf made from host data holds the array in `arg` and no
     `buffer` until the scheduler uploads it, at its first use by a kernel or copy. `replaces` is the realized node
     an in-place assign rebound away from: the scheduler may write this node's value into its buffer. `checks` are
-    the value checks (core/checks.py) of its sources and its own, evaluated when it is realized; None for none."""
+    the value checks (core/checks.py) of its sources and its own, evaluated when it is realized; None for none.
+    `siblings`, set only on a TEMPLATE node of a copy with several results (core/graph_templates.py): the copy's
+    results by template position, as weak references (a realize storing one of them realizes the others it reaches).
+    `kept`, on a TEMPLATE node during a realize that stores nodes of its copy: those nodes by template position
+    (held by the node, as a copy made node for node held them, until graph_templates.keep_stored reads them)."""
 
-    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "device", "buffer", "replaces", "checks", "__weakref__")
+    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "device", "buffer", "replaces", "checks", "siblings", "kept",
+                 "__weakref__")
 
     def __init__(self, op: Op, srcs: tuple[Node, ...], arg: Any, shape: Shape, dtype: DType,
                  device: str | None = None) -> None:
@@ -33,6 +38,8 @@ class Node:
         self.device = device
         self.buffer: Any = None
         self.replaces: Node | None = None
+        self.siblings: dict[int, Any] | None = None
+        self.kept: dict[int, Node] | None = None
         checks = None  # the sources' checks pass on (a loop without a generator's frame: the per-op path)
         for source in srcs:
             if source.checks is not None:
@@ -52,7 +59,7 @@ class Node:
 
     def become_buffer(self, buffer: Any) -> None:
         """Turn this node into a leaf holding `buffer`; the graph above it is released."""
-        self.op, self.srcs, self.arg, self.buffer, self.replaces = Op.BUFFER, (), None, buffer, None
+        self.op, self.srcs, self.arg, self.buffer, self.replaces, self.kept = Op.BUFFER, (), None, buffer, None, None
         self.device = buffer.device_name
 
 

@@ -1,5 +1,6 @@
 """The primitive op set: the only ops the graph, kernelizer, IR, backward rules and backends know (and Composite,
-the compositions autograd records as one step with their own rule)."""
+the compositions autograd records as one step with their own rule). One graph op is not primitive: TEMPLATE, a copy
+of a graph template kept as one node until the scheduler expands it (core/graph_templates.py)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,10 @@ class Op(Enum):
     PAD = auto()  # arg: (((before, after), ...), fill value); negative amounts are not allowed here (use SHRINK)
     SHRINK = auto()  # arg: ((start, end), ...)
     FLIP = auto()  # arg: tuple of axes to reverse
+    # a copy of a graph template (core/graph_templates.py): sources: the template's inputs; arg: TemplateResult (the
+    # template and the position of this result). Not a primitive: the scheduler expands it into the template's
+    # primitive nodes before kernelizing, so the kernelizer, IR and backends never see one
+    TEMPLATE = auto()
 
     __hash__ = object.__hash__  # members are singletons: identity hashing is exact and much faster than Enum's
 
@@ -146,4 +151,5 @@ def reduce_identity(op: Op, dtype: DType) -> float | int | bool:
     raise ValueError(f"reduce_identity: {op} is not a reduce; the reduces are {sorted(o.name for o in REDUCE_OPS)}")
 
 
-assert SOURCE_OPS | ELEMENTWISE_OPS | REDUCE_OPS | MOVEMENT_OPS == frozenset(Op), "every op has a category"
+EXPANDED_OPS = frozenset({Op.TEMPLATE})  # stand for a graph of primitives the scheduler expands before kernelizing
+assert SOURCE_OPS | ELEMENTWISE_OPS | REDUCE_OPS | MOVEMENT_OPS | EXPANDED_OPS == frozenset(Op), "every op has a category"

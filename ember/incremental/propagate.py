@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
+from ember.core.graph_templates import expand_in_place
 from ember.core.errors import ShapeError
 from ember.core.graph import Node
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
@@ -41,6 +42,7 @@ def propagate_boxes(roots: Sequence[Node], changed: Mapping[Node, Region]) -> di
     for node, region in changed.items():
         if region.shape != node.shape:
             raise ShapeError(f"propagate: a changed region of shape {region.shape} for {node}; need {node.shape}")
+    expand_in_place(list(roots))  # (regions move through primitive ops: templates' copies are expanded)
     dirty: dict[Node, Boxes] = {}
     static: dict[Node, bool] = {}
     for node in post_order(roots, lambda node: node.srcs):

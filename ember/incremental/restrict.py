@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 from weakref import WeakKeyDictionary
 
+from ember.core.graph_templates import expand_in_place
 from ember.core.errors import ArgumentError, ShapeError
 from ember.core.graph import Node, infer
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op, reduce_identity
@@ -27,6 +28,7 @@ def restrict(node: Node, region: Region, read: Reader | None = None) -> Node:
     RESHAPE maps each group of axes it splits or merges that keeps the box a box, and reads other groups whole
     and slices after. A node for which `read` gives a node (a kept, realized value) is read from that node
     through a SHRINK, and so are BUFFER leaves; CONST and ARANGE are made again for the box."""
+    expand_in_place([node])  # (the box moves through primitive ops: templates' copies are expanded)
     if region.is_empty:
         raise ArgumentError(f"restrict: an empty region of {node}")
     if region.shape != node.shape:

@@ -16,6 +16,7 @@ from ember.core.graph import Node
 from ember.core.indexing import broadcast_value
 from ember.core.ops import Op
 from ember.core.tensor import Tensor
+from ember.core.graph_templates import expand_in_place
 from ember.core.walk import post_order
 from ember.incremental import affine, write
 from ember.incremental.families import Description, Families, Family, describe, instantiate, over_values
@@ -80,6 +81,7 @@ class IncrementalGraph:
         # an output that is already a value (an input itself) is copied, so that it is a value of its own
         roots = [Node(Op.CONTIGUOUS, (tensor.node,), None, tensor.shape, tensor.dtype) if tensor.node.realized
                  else tensor.node for tensor in outputs]
+        expand_in_place(roots)  # (regions propagate through primitive ops: templates' copies are expanded)
         self.full_flops = kernel_flops(roots) if count_flops else 0
         self.last_flops = 0
         kept = [node for node in find_boundaries(roots) if not node.realized]

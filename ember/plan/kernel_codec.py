@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from ember.core.dtype import DTYPES_BY_NAME, DType
+from ember.core.graph_templates import Template, TemplateResult
 from ember.core.ops import Op
 from ember.ir.kernel import Kernel, KernelStep
 
@@ -30,12 +31,16 @@ def encode(value: Any) -> Any:
         return {"dtype": value.name}
     if isinstance(value, Op):
         return {"op": value.name}
+    if isinstance(value, TemplateResult):
+        return {"template result": [encode(value.template), value.position]}
     if isinstance(value, KernelStep):
         return {"step": [encode(field) for field in value]}
     if isinstance(value, Kernel):
         return {"kernel": [[encode(step) for step in value.steps], list(value.input_sizes)]}
     if isinstance(value, tuple):
         return [encode(item) for item in value]
+    if isinstance(value, Template):  # (a TEMPLATE node's arg in a graph signature: its graph, which names it)
+        return {"template": [encode(value.entries), encode(value.outputs), value.inputs]}
     raise CodecError(f"cannot encode a {type(value).__name__} ({value!r:.80}) as JSON")
 
 
@@ -59,6 +64,12 @@ def decode(value: Any) -> Any:
             if tag == "kernel":
                 steps, sizes = content
                 return Kernel(tuple(decode(step) for step in steps), tuple(sizes))
+            if tag == "template result":
+                template, position = content
+                return TemplateResult(decode(template), int(position))
+            if tag == "template":
+                entries, outputs, inputs = content
+                return Template(decode(entries), decode(outputs), int(inputs))
         except (KeyError, TypeError, ValueError) as error:
             raise CodecError(f"bad encoded {tag}: {content!r:.80} ({error})") from None
     raise CodecError(f"not an encoded value: {value!r:.80}")

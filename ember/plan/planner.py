@@ -123,6 +123,23 @@ def _schedule_items(entry: Any, where: str) -> list[Any]:
         raise PlanError(f"{where}: a corrupt schedule ({type(error).__name__}: {error})") from None
 
 
+def _extra_slots(entry: Any) -> tuple[tuple[tuple[int, ...], Any, str, tuple[int, int] | None], ...]:
+    """A plan schedule's slots past its graph's nodes (nodes of templates' graphs its program stores: schedule.py),
+    as schedule.ExtraSlot in slot order, from the stored values it keeps; () where there are none."""
+    from ember.core.dtype import DTYPES_BY_NAME
+
+    count = entry.get("nodes")
+    if count is None:
+        return ()
+    extra = sorted((int(kept["position"]), tuple(int(size) for size in kept["shape"]), DTYPES_BY_NAME[kept["dtype"]],
+                    str(kept["device"]), None if kept.get("link") is None else
+                    (int(kept["link"][0]), int(kept["link"][1])))
+                   for kept in entry.get("keep", []) if int(kept["position"]) >= int(count))
+    if [position for position, *_ in extra] != list(range(int(count), int(count) + len(extra))):
+        return ()  # (a slot past the graph's that no kernel writes, a copy's: its program is kernelized again)
+    return tuple((shape, dtype, device, link) for _, shape, dtype, device, link in extra)
+
+
 # ---- making a plan -----------------------------------------------------------------------------------------------
 
 
@@ -167,7 +184,7 @@ def make_plan(trace_path: str | os.PathLike[str], output: str | os.PathLike[str]
                 if isinstance(item, Launch):
                     kernels.setdefault(str(encoded["device"]), {})[item.kernel] = None
             schedules[str(entry["signature"])] = {"items": entry["items"], "keep": entry.get("keep", []),
-                                                  "runs": entry.get("runs", 0)}
+                                                  "runs": entry.get("runs", 0), "nodes": entry.get("nodes")}
         arenas = list(document.get("jit_arenas", []))
     except (KeyError, TypeError) as error:
         raise PlanError(f"{trace_path}: a corrupt trace (missing or malformed field {error})") from None
@@ -311,6 +328,7 @@ def load_plan(path: str | os.PathLike[str]) -> LoadedPlan:
             usable[device_name] = device
         schedules = {str(signature): _schedule_items(entry, f"{folder / PLAN_FILE}: schedule {signature[:12]}")
                      for signature, entry in document["schedules"].items()}
+        extra_slots = {str(signature): _extra_slots(entry) for signature, entry in document["schedules"].items()}
         devices_of = {str(signature): {item["device"] for item in entry["items"] if "kernel" in item}
                       for signature, entry in document["schedules"].items()}
         arenas = {arena_key_of(arena): _checked_layout(arena, folder / PLAN_FILE)
@@ -334,6 +352,7 @@ def load_plan(path: str | os.PathLike[str]) -> LoadedPlan:
         programs[device_name] = len(device_kernels)
     SCHEDULES.planned.update({signature: items for signature, items in schedules.items()
                               if devices_of[signature] <= set(usable)})
+    SCHEDULES.planned_extra_slots.update({signature: extra for signature, extra in extra_slots.items() if extra})
     PLANNED_ARENAS.update(arenas)
     return LoadedPlan(folder, len(schedules), programs, len(arenas), skipped, copied)
 

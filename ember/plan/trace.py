@@ -35,8 +35,10 @@ class Trace:
         self.compiles = 0  # kernels compiled while recording (what a plan saves a later run)
         self.timing = profile.Profile()  # on the profile stack while recording: launch.py times every kernel
 
-    def record_realize(self, key: tuple, items: list[Any], graph_nodes: list[Node]) -> None:
-        """One realize of the graph with signature `key`, run as the steps `items` of its program (program.py)."""
+    def record_realize(self, key: tuple, items: list[Any], graph_nodes: list[Node],
+                       extra_slots: tuple[Any, ...] = ()) -> None:
+        """One realize of the graph with signature `key`, run as the steps `items` of its program (program.py), whose
+        slots past the graph's nodes are `extra_slots` (CommandProgram.extra_slots)."""
         from ember.scheduler.program import Copy
 
         digest = self.digests.get(key)
@@ -63,7 +65,11 @@ class Trace:
                 if item.output not in roots:  # an intermediate the kernelizer decided to store
                     keep.append({"position": item.output, "shape": list(node.shape), "dtype": node.dtype.name,
                                  "device": node.device, "bytes": node.size * node.dtype.itemsize})
-            entry = self.schedules[digest] = {"signature": digest, "runs": 0, "nodes": len(graph_nodes),
+                    link = extra_slots[item.output - len(key[0])][3] if item.output >= len(key[0]) else None
+                    if link is not None:  # (a node of a template's copy, kept for it after the run)
+                        keep[-1]["link"] = list(link)
+            # (the key lists the graph's nodes; slots past them hold nodes of templates' graphs: schedule.py)
+            entry = self.schedules[digest] = {"signature": digest, "runs": 0, "nodes": len(key[0]),
                                               "devices": sorted({str(name) for name in devices}), "items": encoded, "keep": keep}
         entry["runs"] += 1
         self._collect_kernel_times()

@@ -24,6 +24,7 @@ from typing import cast
 from ember.core import dtype as dtypes
 from ember.core.graph import Node
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
+from ember.core.graph_templates import expand_in_place
 from ember.core.walk import post_order
 from ember.ir.kernel import NO_ROW, REDUCED, ROW_SPANNING_OPS, SPAN, Kernel, KernelStep, row_state_below
 from ember.scheduler.program import Copy, Launch
@@ -55,7 +56,10 @@ def op_work(op: Op) -> int:
 
 
 def find_boundaries(roots: list[Node], buffer_limit: BufferLimit = unlimited_buffers) -> list[Node]:
-    """Every node to store, dependencies first (the roots included)."""
+    """Every node to store, dependencies first (the roots included). Copies of graph templates still collapsed
+    (TEMPLATE nodes: a caller other than the schedule cache, which expands a copy of the graph) are expanded in
+    place first."""
+    expand_in_place(roots)
     boundaries: dict[int, Node] = {}
     pending = [root for root in roots if not root.realized] + _deep_cuts(roots)
     while pending:

@@ -77,8 +77,8 @@ class CommandProgram:
     (`launch_plan`, launch_plan.py), the memory budget's view of it (`budget_layout`) and its graph-parallel form
     (`parallel`, parallel.py)."""
 
-    __slots__ = ("budget_layout", "command_devices", "commands", "compiled_stamp", "last_use", "last_used",
-                 "launch_plan", "parallel", "steps", "used")
+    __slots__ = ("budget_layout", "command_devices", "commands", "compiled_stamp", "extra_slots", "last_use",
+                 "last_used", "launch_plan", "parallel", "steps", "used")
 
     def __init__(self, steps: Sequence[Step],
                  commands: list[Command] | None = None) -> None:
@@ -110,6 +110,8 @@ class CommandProgram:
         # graph-parallel execution (parallel.py): the program to run in its place and whether it gathers launches
         self.parallel: tuple[CommandProgram, bool] | None = None
         self.last_used = 0  # the schedule cache's clock when it was last found (schedule.ScheduleCache)
+        # each slot after the graph's: nodes of templates' graphs it stores (schedule.ExtraSlot)
+        self.extra_slots: tuple[tuple[tuple[int, ...], Any, str, Any], ...] = ()
 
     def __len__(self) -> int:
         return len(self.steps)

@@ -11,6 +11,7 @@ from ember.settings import CONFIG
 from ember.context import CONTEXT, CallContext
 from ember.core import checks as value_checks
 from ember.core.graph import Node
+from ember.core.graph_templates import keep_for_copies, keep_stored
 from ember.core.ops import Op
 from ember.scheduler import compile_cache, profile
 from ember.scheduler.buffers import DEFERRED_FREES, MAX_DEFERRED_FREES, buffer_of, read_node, release_finished
@@ -24,7 +25,7 @@ from ember.sharding.decision import MINIMUM_ELEMENTS
 from ember.scheduler.placement import place_graph
 from ember.scheduler.program import CommandProgram
 from ember.collection_pause import collection_paused
-from ember.scheduler.schedule import SCHEDULES
+from ember.scheduler.schedule import SCHEDULES, stored_template_values
 
 BUFFER = Op.BUFFER
 
@@ -70,8 +71,11 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
 
         profile.debug_print(1, f"graph written to {write_realize(pending, context.viz_folder)}")
     program, graph_nodes = SCHEDULES.schedule(pending)  # places the graph (the placement pass), then keys it
+    # nodes of templates' copies the program stores, kept for the copies after the run (graph_templates.keep_stored)
+    stored = keep_for_copies(stored_template_values(program, graph_nodes)) if program.extra_slots else None
     if context.trace is not None:  # ember.record_trace / EMBER_TRACE
-        context.trace.record_realize(cast(tuple, SCHEDULES.last_key), list(program.steps), graph_nodes)
+        context.trace.record_realize(cast(tuple, SCHEDULES.last_key), list(program.steps), graph_nodes,
+                                     program.extra_slots)
     gather = False
     if CONFIG.parallel_kernels:  # graph-parallel execution: independent steps interleaved, launches gathered
         program, gather = parallel_program(program, graph_nodes)
@@ -92,6 +96,8 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
             for pool in plan.pools:
                 pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
             execute(program.commands, plan.bindings, live, program.last_use, gather=gather)
+            if stored:
+                keep_stored(stored)
             return
     records = context.profiles
     for record in records:
@@ -109,6 +115,8 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
         run_budgeted(program, live, pending, pools, context.budget)
     else:
         execute(program.commands, bindings, live, program.last_use, gather=gather)
+    if stored:
+        keep_stored(stored)
     _record_peaks(records, pools)
 
 

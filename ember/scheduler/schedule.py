@@ -1,21 +1,30 @@
 """Schedules cached by graph structure: a graph shaped like one seen before reuses its fusion decisions and
 compiled kernels, so a training loop does not re-fuse, re-lower or re-hash kernels every step. A new structure is
 rewritten (graph_rewrite.py: exact identities, constant folding, shared subexpressions) before it is kernelized,
-its program still by the original graph's positions."""
+its program still by the original graph's positions. A graph holding TEMPLATE nodes (copies of graph templates, kept
+collapsed: core/graph_templates.py) is keyed as it is and expanded only for a new structure; a node of a template's
+graph that its program stores gets a slot after the graph's (`CommandProgram.extra_slots`), filled with a fresh
+stand-in node at each run."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ember.settings import CONFIG
 from ember.core.graph import Node
+from ember.core.graph_templates import Expanded, expand_graph
 from ember.core.ops import Op
-from ember.scheduler.graph_rewrite import rewrite_graph
+from ember.scheduler.graph_rewrite import Rewritten, rewrite_graph
 from ember.scheduler.kernelize import ScheduleItem, kernelize
 from ember.scheduler.placement import place_graph
 from ember.scheduler.profile import debug_level, debug_print
-from ember.scheduler.program import CommandProgram, Copy, Launch
+from ember.scheduler.program import CommandProgram, Copy, Launch, step_slots
 
 MAX_CACHED_SCHEDULES = 4096
-BUFFER, CONST = Op.BUFFER, Op.CONST
+BUFFER, CONST, TEMPLATE = Op.BUFFER, Op.CONST, Op.TEMPLATE
+# a slot past the graph's (a stored node of a template's graph): (shape, dtype, device, and for a node of the copy of
+# one of the graph's TEMPLATE nodes, (that node's graph position, the node's template position), else None)
+ExtraSlot = tuple[tuple[int, ...], object, str, "tuple[int, int] | None"]
 
 
 def graph_key(nodes: list[Node], roots: list[Node]) -> tuple:
@@ -57,19 +66,98 @@ def graph_key(nodes: list[Node], roots: list[Node]) -> tuple:
                          "placement.place_graph's order, every root among them)") from None
 
 
-def _numbered(items: list[ScheduleItem], slots: dict[int, int]) -> list[Launch | Copy] | None:
-    """kernelize's steps with their nodes renumbered to slots (by node id), or None where a node has none."""
+def _numbered(items: list[ScheduleItem], slot_of: Callable[[Node], int | None]) -> list[Launch | Copy] | None:
+    """kernelize's steps with their nodes renumbered to slots (`slot_of`), or None where a node has none."""
     steps: list[Launch | Copy] = []
-    try:
-        for step in items:
-            if isinstance(step, Copy):
-                steps.append(Copy(slots[id(step.output)], slots[id(step.source)]))
-            else:
-                inputs = tuple(slots[id(node)] for node in step.inputs)
-                steps.append(Launch(slots[id(step.output)], inputs, step.kernel))
-    except KeyError:
-        return None
+    for step in items:
+        if isinstance(step, Copy):
+            output, source = slot_of(step.output), slot_of(step.source)
+            if output is None or source is None:
+                return None
+            steps.append(Copy(output, source))
+        else:
+            slots = [slot_of(node) for node in (step.output, *step.inputs)]
+            if None in slots:
+                return None
+            steps.append(Launch(slots[0], tuple(slots[1:]), step.kernel))  # type: ignore[arg-type]
     return steps
+
+
+class _TemplateSlots:
+    """Slots of an expanded graph's nodes (schedule.ScheduleCache._template_steps): an original node's position for
+    its image, else a new slot after the graph's (a node of a template's graph the program stores), one per node."""
+
+    def __init__(self, nodes: list[Node], expanded: Expanded) -> None:
+        self.base = len(nodes)
+        image = expanded.image
+        self.origin = {id(image[id(node)]): position for position, node in enumerate(nodes)}
+        self.entries = expanded.entries
+        self.template_positions = {id(node): position for position, node in enumerate(nodes) if node.op is TEMPLATE}
+        self.extra: dict[int, int] = {}  # id of a stored node of a template's graph -> its slot
+        self.extra_slots: list[ExtraSlot] = []
+        self.held: list[Node] = []  # (the nodes numbered by id stay alive while this numbers)
+
+    def __call__(self, node: Node) -> int:
+        slot = self.origin.get(id(node))
+        if slot is None:
+            slot = self.extra.get(id(node))
+            if slot is None:
+                assert node.device is not None, "the expanded graph is placed"
+                slot = self.extra[id(node)] = self.base + len(self.extra_slots)
+                entry = self.entries.get(id(node))
+                link = None if entry is None else (self.template_positions[id(entry[0])], entry[1])
+                self.extra_slots.append((node.shape, node.dtype, node.device, link))
+                self.held.append(node)
+        return slot
+
+
+def _read_links(nodes: list[Node], extra_slots: list[ExtraSlot]) -> tuple[ExtraSlot, ...]:
+    """The extra slots with a link kept only where the copy's results read the stored value (Template.read_values):
+    a value read only by other stored nodes of the copy is not kept for it after the run."""
+    positions: dict[int, list[int]] = {}  # graph position of a TEMPLATE node -> the template positions stored
+    for *_, link in extra_slots:
+        if link is not None:
+            positions.setdefault(link[0], []).append(link[1])
+    read = {graph_position: nodes[graph_position].arg.template.read_values(tuple(sorted(stored)))
+            for graph_position, stored in positions.items()}
+    return tuple((shape, dtype, device, link if link is not None and link[1] in read[link[0]] else None)
+                 for shape, dtype, device, link in extra_slots)
+
+
+def with_extra_slots(nodes: list[Node], extra_slots: tuple[ExtraSlot, ...]) -> list[Node]:
+    """The table of a program whose template nodes' stored values have slots of their own: `nodes`, then per extra
+    slot the node that becomes its buffer at its step: a result of a copy with several results that is alive
+    outside this graph (the saved statistics of a normalization whose output is realized: a copy node for node
+    stored them in its own nodes, so the backward pass reads them instead of computing them again), else a fresh
+    stand-in."""
+    table = list(nodes)
+    for shape, dtype, device, link in extra_slots:
+        node = None
+        if link is not None:
+            member = nodes[link[0]]
+            siblings = member.siblings if member.op is TEMPLATE else None
+            reference = None if siblings is None else siblings.get(link[1])
+            node = None if reference is None else reference()
+            if node is not None and (node.op is not TEMPLATE or node.srcs is not member.srcs):
+                node = None  # (realized meanwhile, or its sources moved by placement: not this copy's any more)
+            elif node is not None and node.device is None:
+                node.device = device  # (not placed yet: its sources, the member's, decide the member's device)
+        table.append(node if node is not None else
+                     Node(Op.CONTIGUOUS, (), None, shape, dtype, device))  # type: ignore[arg-type]
+    return table
+
+
+def stored_template_values(program: CommandProgram, table: list[Node]) -> list[tuple[Node, int, Node]]:
+    """Before a run of a program storing nodes of copies (`with_extra_slots`'s table): (TEMPLATE node, template
+    position, the node its extra slot computes) for each, for graph_templates.keep_for_copies."""
+    base = len(table) - len(program.extra_slots)
+    kept = []
+    for index, (_, _, _, link) in enumerate(program.extra_slots):
+        if link is not None:
+            member = table[link[0]]
+            if member.op is TEMPLATE:
+                kept.append((member, link[1], table[base + index]))
+    return kept
 
 
 def kernel_buffer_limit(device: str) -> int:
@@ -92,6 +180,7 @@ class ScheduleCache:
         self.misses = 0  # kernelize calls
         # programs of a loaded plan (plan/planner.py) by key digest, consulted before kernelizing
         self.planned: dict[str, list[Launch | Copy]] = {}
+        self.planned_extra_slots: dict[str, tuple[ExtraSlot, ...]] = {}  # (a plan's programs' slots past the graph)
         self.planned_hits = 0
         self.last_key: tuple | None = None  # the key of the last graph scheduled (for traces)
         self.plans_stamp: tuple[object, int] | None = None  # the compile cache stamp the launch plans were made at
@@ -114,18 +203,46 @@ class ScheduleCache:
             self.hits += 1
             self.clock += 1
             cached.last_used = self.clock
-            return cached, nodes
+            return cached, (nodes if not cached.extra_slots else with_extra_slots(nodes, cached.extra_slots))
         if self.planned:
-            planned = self._from_plan(key)
+            planned = self._from_plan(key, len(nodes))
             if planned is not None:
-                return planned, nodes
+                return planned, (nodes if not planned.extra_slots else with_extra_slots(nodes, planned.extra_slots))
         self.misses += 1
+        for node in nodes:
+            if node.op is TEMPLATE:
+                program = self._template_steps(key, nodes, roots)
+                return program, with_extra_slots(nodes, program.extra_slots)
         steps = self._rewritten_steps(nodes, roots) if CONFIG.rewrites else None
         if steps is None:
             position = {id(node): index for index, node in enumerate(nodes)}
-            steps = _numbered(kernelize(roots, kernel_buffer_limit), position)
+            steps = _numbered(kernelize(roots, kernel_buffer_limit), lambda node: position.get(id(node)))
             assert steps is not None, "every node kernelize stores is in the placed graph"
         return self._enter(key, steps), nodes
+
+    def _template_steps(self, key: tuple, nodes: list[Node], roots: list[Node]) -> CommandProgram:
+        """The program of a graph holding TEMPLATE nodes: kernelized (rewritten first, as any graph) with every
+        template expanded into its primitive nodes, by the positions of `nodes` and extra slots after them."""
+        expanded = expand_graph(nodes, roots)
+        expanded_roots = expanded.roots
+        graph = place_graph(expanded_roots)  # (places the nodes the templates' graphs made)
+        slots = _TemplateSlots(nodes, expanded)
+        steps = None
+        if CONFIG.rewrites:
+            rewritten = rewrite_graph(graph, expanded_roots)
+            if rewritten is not None:  # a rewritten node is written into its original's slot, else a slot of its own
+                def slot_of(node: Node) -> int:
+                    position = rewritten.slots.get(id(node))  # type: ignore[union-attr]
+                    return slots(node if position is None else graph[position])
+
+                steps = _numbered(kernelize(rewritten.roots, kernel_buffer_limit), slot_of)
+                self._count_rewrites(rewritten)
+        if steps is None:
+            steps = _numbered(kernelize(expanded_roots, kernel_buffer_limit), slots)
+        assert steps is not None, "every node a template graph's program stores has a slot"
+        program = self._enter(key, steps)
+        program.extra_slots = _read_links(nodes, slots.extra_slots)
+        return program
 
     def _rewritten_steps(self, nodes: list[Node], roots: list[Node]) -> list[Launch | Copy] | None:
         """The steps of the graph rewritten (graph_rewrite.py), by position in `nodes`; None where no rule changes
@@ -133,15 +250,19 @@ class ScheduleCache:
         rewritten = rewrite_graph(nodes, roots)
         if rewritten is None:
             return None
-        steps = _numbered(kernelize(rewritten.roots, kernel_buffer_limit), rewritten.slots)
+        steps = _numbered(kernelize(rewritten.roots, kernel_buffer_limit), lambda node: rewritten.slots.get(id(node)))
         if steps is not None:
-            self.rewritten += 1
-            for name, count in rewritten.fired.items():
-                self.rules_fired[name] = self.rules_fired.get(name, 0) + count
-            if debug_level() >= 1:
-                fired = "; ".join(f"{name}: {count}" for name, count in rewritten.fired.items())
-                debug_print(1, f"graph rewrites: {fired}")
+            self._count_rewrites(rewritten)
         return steps
+
+    def _count_rewrites(self, rewritten: Rewritten) -> None:
+        """Count a program made from a rewritten graph and the rules that fired (printed at EMBER_DEBUG=1)."""
+        self.rewritten += 1
+        for name, count in rewritten.fired.items():
+            self.rules_fired[name] = self.rules_fired.get(name, 0) + count
+        if debug_level() >= 1:
+            fired = "; ".join(f"{name}: {count}" for name, count in rewritten.fired.items())
+            debug_print(1, f"graph rewrites: {fired}")
 
     def drop_stale_plans(self, stamp: tuple[object, int]) -> None:
         """Forget every schedule's launch plan once the compile cache's stamp has changed (a program left it or
@@ -163,18 +284,23 @@ class ScheduleCache:
                 del self.entries[old_key]
         return schedule
 
-    def _from_plan(self, key: tuple) -> CommandProgram | None:
-        """The loaded plan's program of this key (entered in the cache), or None."""
+    def _from_plan(self, key: tuple, graph_size: int) -> CommandProgram | None:
+        """The loaded plan's program of this key (entered in the cache), or None (also where its steps use a slot
+        past the graph's and its extra slots: a plan that did not record them)."""
         from ember.plan.kernel_codec import CodecError, signature_digest
 
         try:
-            items = self.planned.get(signature_digest(key))
+            digest = signature_digest(key)
         except CodecError:
             return None
-        if items is None:
+        items = self.planned.get(digest)
+        extra_slots = self.planned_extra_slots.get(digest, ())
+        if items is None or any(max(step_slots(item)) >= graph_size + len(extra_slots) for item in items):
             return None
         self.planned_hits += 1
-        return self._enter(key, items)
+        program = self._enter(key, items)
+        program.extra_slots = extra_slots
+        return program
 
 
 SCHEDULES = ScheduleCache()

@@ -21,6 +21,7 @@ from ember.core.errors import OutOfMemoryError
 from ember.core.graph import Node
 from ember.core.ops import REDUCE_OPS, Op
 from ember.core.shapes import prod
+from ember.core.graph_templates import expand_in_place
 from ember.core.walk import post_order
 from ember.scheduler import profile
 from ember.scheduler.devices import get_device
@@ -122,6 +123,7 @@ def decide(root: Node, forced: bool | None, devices: list[str] | Callable[[], li
         devices = devices() if callable(devices) else devices
         if len(devices) < 2 or home not in devices or root.shape[0] < len(devices):
             return None
+        expand_in_place([root])  # (the split slices primitive ops: templates' copies are expanded first)
         base, extra = divmod(root.shape[0], len(devices))
         return Decision(0, list(devices), [base + (1 if index < extra else 0) for index in range(len(devices))],
                         "EMBER_AUTO_SHARD=1", shape=root.shape)
@@ -129,13 +131,16 @@ def decide(root: Node, forced: bool | None, devices: list[str] | Callable[[], li
     if not home_device.info.can_run:
         return None
     size = root.size
-    if home_device.pool.free_bytes is None and root.op not in REDUCE_OPS:
+    if home_device.pool.free_bytes is None and root.op not in REDUCE_OPS and root.op is not Op.TEMPLATE:
         for source in root.srcs:
             if not source.realized:
                 break
         else:  # one elementwise or movement op on stored tensors (the per-op path): cheap, no walk
             return None
     graph_nodes = post_order([root], lambda node: () if node.realized else node.srcs)
+    if any(node.op is Op.TEMPLATE for node in graph_nodes):  # (its work and axes are its primitives')
+        expand_in_place([root])
+        graph_nodes = post_order([root], lambda node: () if node.realized else node.srcs)
     work = sum(prod(node.srcs[0].shape) for node in graph_nodes if node.op in REDUCE_OPS) + size
     cheap = work < MINIMUM_WORK or work < MINIMUM_INTENSITY * size
     if cheap and home_device.pool.free_bytes is None:  # neither rule can apply

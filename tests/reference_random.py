@@ -1,18 +1,20 @@
-"""Small random draws computed on the host: numpy ports of creation.py's integer algorithms, bit for bit.
-
-A standard normal draw is ~226 primitive ops of int64 fixed point (creation._normal_of_keys); for a few thousand
-values the scheduler's per-node work on that graph costs more than computing them here (VAE's reparameterization,
-1,024 values: 0.38 ms of a 1.8 ms training step as a graph). The ports use the primitives' own semantics: uint32
-arithmetic wraps, `>>` of int64 is arithmetic, integer division truncates toward zero, the float32 square root is
-an estimate the integer steps after it correct. tests/test_creation.py checks them against the graphs, bit for bit.
-"""
+"""A numpy reference of ember's random numbers (core/creation.py), written apart from it: the double hash of a
+draw's key and the integer Box-Muller of randn, bit for bit, with the primitives' semantics (uint32 arithmetic
+wraps, `>>` of int64 is arithmetic, integer division truncates toward zero, the float32 square root is an estimate
+the integer steps after it correct). tests/test_creation.py checks the device graphs against it."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ember.core.creation import HALF_PI_Q, LN_2_Q, ONE, Q, SQRT_2_Q
-
+# Box-Muller's fixed point (Q30: value * 2**30), as creation.py defines them
+Q = 30
+ONE = 1 << Q
+LN_2_Q = round(math.log(2.0) * ONE)
+SQRT_2_Q = round(math.sqrt(2.0) * ONE)
+HALF_PI_Q = round(math.pi / 2 * ONE)
 
 
 def hashed(state: np.ndarray) -> np.ndarray:
