@@ -113,3 +113,16 @@ def test_a_graph_drawing_expands_a_copy_of_the_graph(device: str, tmp_path) -> N
     assert "TEMPLATE" not in text and "SUM" in text
     assert result.node.op is Op.TEMPLATE  # (the drawing expanded a copy; the user's graph is as it was)
     np.testing.assert_allclose(result.numpy(), x @ w.T, rtol=1e-5, atol=1e-6)
+
+
+def test_collapsed_copies_do_not_raise_a_training_steps_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deep MLP's training step (activations dominate its peak) holds no more pool bytes with the copies collapsed
+    than node for node: a TEMPLATE node holds all of its sources until it is dropped, so stored nodes of its copy
+    are kept for it only where the copy has several results (its docstring)."""
+    from tests.test_memory_budget import _ember_training
+
+    peaks = {}
+    for collapsed in (False, True):
+        monkeypatch.setattr(graph_templates, "TEMPLATE_NODES", collapsed)
+        parameters, peaks[collapsed], _, _ = _ember_training("c", None)
+    assert peaks[True] <= peaks[False], peaks

@@ -19,10 +19,11 @@ new schedule, `expand_in_place` for automatic sharding, incremental graphs and t
 training step's matmuls, losses, backward rules and random draws are most of its nodes (an MLP step: 313 of 359), so
 the per-node work of each realize shrinks with them. A result that is one of the inputs, or a view of one (movement
 ops down to an input), is copied node for node instead: what views and in-place assigns see of it stays as build made
-it. What a copy made node for node gave for free is kept: a node of the copy that a realize stores is read by the
-copy's results that the realize did not compute (`keep_stored`: they become copies of a derived template taking it
-as an input), and the results of one copy alive outside the graph (`Node.siblings`) take the values the realize
-stored for them (a normalization's statistics, realized with its output, are not computed again by its backward).
+it. For copies with several results, what a copy made node for node gave for free is kept: a node of the copy that
+a realize stores is read by the copy's results that the realize did not compute (`keep_for_copies`, `keep_stored`:
+they become copies of a derived template taking it as an input), and the results of the copy alive outside the
+graph (`Node.siblings`) take the values the realize stored for them (a normalization's statistics, realized with its
+output, are not computed again by its backward).
 
 `function_signature` names a build function by its code and the values it closes over, so that compositions
 recorded for autograd (`Tensor._recorded`: exp, sigmoid, relu, softmax, ...) are templated by the function they
