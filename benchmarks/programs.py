@@ -390,6 +390,11 @@ PROGRAMS: dict[str, Callable[[Any, str, Size, bool], Program]] = {
 # ---- running and timing ------------------------------------------------------------------------------------------
 
 
+# steps each side runs before the timed ones (ember's after its cold step): ember's second step meets the structure
+# an optimizer's first step leaves (its state made), its third records the optimizer's replay and binds launch plans
+WARM_UP_STEPS = 3
+
+
 @dataclass
 class Report:
     """One program's numbers (seconds; None where that part could not run, with the reason in `notes`)."""
@@ -470,13 +475,13 @@ def measure(name: str, device: str, size: Size, steps: int, agreement_steps: int
 
     report = Report(name)
     torch_program, ember_program = build_pair(name, device, size, deterministic=False)
-    torch_times = [seconds for seconds, _ in run_steps(torch_program, steps + 2)[2:]]
+    torch_times = [seconds for seconds, _ in run_steps(torch_program, WARM_UP_STEPS + steps)[WARM_UP_STEPS:]]
     report.torch_step, report.torch_mean = statistics.median(torch_times), statistics.mean(torch_times)
     with ember.profile() as cold:
         report.ember_cold = run_steps(ember_program, 1)[0][0]
     report.cold_compiles = len(cold.compiles)
     report.cold_compile_seconds = sum(record.seconds for record in cold.compiles)
-    ember_times = [seconds for seconds, _ in run_steps(ember_program, steps + 1)[1:]]
+    ember_times = [seconds for seconds, _ in run_steps(ember_program, WARM_UP_STEPS + steps)[WARM_UP_STEPS:]]
     report.ember_step, report.ember_mean = statistics.median(ember_times), statistics.mean(ember_times)
     with ember.profile() as warm:
         run_steps(ember_program, 1)
