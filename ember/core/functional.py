@@ -386,10 +386,9 @@ class FunctionalOps(TensorBase):
         _require_float(cast("Tensor", self), "dropout")
         if p == 1.0:
             return self * self._full(self.shape, 0, self.dtype, self.device)
-        from ember.core.creation import rand
+        from ember.core.creation import dropout_mask
 
-        keep = rand(self.shape, device=self.device) >= p
-        return self * (keep.to(self.dtype) * (1.0 / (1.0 - p)))
+        return self * dropout_mask(self.shape, self.dtype, p, self.device)
 
     def feature_dropout(self, p: float, training: bool, spatial: int, op: str = "feature_dropout") -> Tensor:
         """Channel dropout (dropout1d/2d/3d): one draw per channel of [N, C, *spatial] or [C, *spatial]."""
@@ -405,11 +404,10 @@ class FunctionalOps(TensorBase):
         _require_float(cast("Tensor", self), op)
         if p == 1.0:
             return self * self._full(self.shape, 0, self.dtype, self.device)
-        from ember.core.creation import rand
+        from ember.core.creation import dropout_mask
 
         channels = self.shape[: self.ndim - spatial] + (1,) * spatial
-        keep = rand(channels, device=self.device) >= p
-        return self * (keep.to(self.dtype) * (1.0 / (1.0 - p)))  # (a mask per channel, as torch's)
+        return self * dropout_mask(channels, self.dtype, p, self.device)  # (a mask per channel, as torch's)
 
     def alpha_dropout(self, p: float = 0.5, training: bool = False, feature: bool = False) -> Tensor:
         """SELU's dropout: dropped elements (or channels, `feature`) become SELU's negative saturation, and an affine
