@@ -352,7 +352,8 @@ def keep_stored(members: list[weakref.ref[Node]]) -> None:
 def expand_in_place(roots: list[Node]) -> None:
     """Replace every TEMPLATE node under `roots` by its template's graph, in place: the node takes its result's op,
     sources and arg over fresh nodes (for passes that analyse a graph before it is scheduled: automatic sharding,
-    incremental graphs, graph drawings). The values are unchanged."""
+    incremental graphs, the kernelizer called on a graph directly); the copy's results alive outside the graph
+    (Node.siblings) are expanded with the same copy. The values are unchanged."""
     expanded: Expansions = {}
     for node in post_order(roots, lambda node: node.srcs):  # (sources first: a TEMPLATE node's are expanded)
         if node.op is TEMPLATE:
