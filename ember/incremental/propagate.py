@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
-from ember.core.graph_templates import expand_in_place
 from ember.core.errors import ShapeError
 from ember.core.graph import Node
+from ember.core.graph_templates import expand_in_place
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
 from ember.core.shapes import prod
 from ember.core.walk import post_order

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from ember.core.graph_templates import expand_in_place
 from ember.core.errors import ArgumentError, ShapeError
 from ember.core.graph import Node, infer
+from ember.core.graph_templates import expand_in_place
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op, reduce_identity
 from ember.core.walk import post_order
 from ember.incremental.propagate import _narrow
