@@ -33,6 +33,11 @@ def random_bits(key: np.ndarray, count: int) -> np.ndarray:
     return hashed(hashed(position ^ first) + second)
 
 
+def uniform_float32(key: np.ndarray, count: int) -> np.ndarray:
+    """creation._uniform_of_keys for float32: the top 24 of a draw's random bits, times 2**-24."""
+    return (random_bits(key, count) >> np.uint32(8)).astype(np.float32) * np.float32(2.0**-24)
+
+
 def _truncated_division(numerator: np.ndarray, denominator: np.ndarray | int) -> np.ndarray:
     """int64 division rounding toward zero (the IDIV primitive's), for positive denominators: a negative
     numerator's floor division of numerator + denominator - 1 is its ceiling, which is its truncation."""

@@ -11,25 +11,13 @@ import ember as em
 from ember.core.creation import random_key
 from ember.core.graph_templates import TEMPLATES
 from ember.scheduler.schedule import SCHEDULES
-
-
-def _hash(state: np.ndarray) -> np.ndarray:
-    """creation._hash_tensor on uint32 numpy values (xor-shift-multiply, wrapping)."""
-    state = state ^ (state >> np.uint32(16))
-    state = state * np.uint32(0x7FEB352D)
-    state = state ^ (state >> np.uint32(15))
-    state = state * np.uint32(0x846CA68B)
-    return state ^ (state >> np.uint32(16))
+from tests.reference_random import uniform_float32
 
 
 def _reference_uniform(seed: int, counter: int, count: int) -> np.ndarray:
-    """The float32 uniform numbers `count` draws from position `counter` of `seed` give: 24 bits of the double hash
-    of (counter + position) keyed by the seed, times 2**-24."""
-    offset, first, second = (np.uint32(value) for value in random_key(seed, counter))
-    position = np.arange(count, dtype=np.uint32) + offset
-    with np.errstate(over="ignore"):
-        bits = _hash(_hash(position ^ first) + second)
-    return (bits >> np.uint32(8)).astype(np.float32) * np.float32(2.0**-24)
+    """The float32 uniform numbers `count` draws from position `counter` of `seed` give (tests/reference_random.py:
+    24 bits of the double hash of (counter + position) keyed by the seed, times 2**-24)."""
+    return uniform_float32(random_key(seed, counter), count)
 
 
 def test_repeated_draws_match_the_reference_and_record_once() -> None:

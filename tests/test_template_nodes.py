@@ -93,13 +93,14 @@ def test_a_collapsed_step_keys_fewer_nodes_and_launches_the_same_kernels(device:
 @pytest.mark.parametrize("collapsed", [True, False])
 def test_a_dropout_mask_is_the_reference_hash(device: str, collapsed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """A draw expanded by the scheduler computes the bits a copy of its graph does: numpy's double hash (the
-    reference of test_graph_templates.py), 21,000 of them, kept where the uniform number is at least p."""
-    from tests.test_graph_templates import _reference_uniform
+    reference, tests/reference_random.py), 21,000 of them, kept where the uniform number is at least p."""
+    from ember.core.creation import random_key
+    from tests.reference_random import uniform_float32
 
     monkeypatch.setattr(graph_templates, "TEMPLATE_NODES", collapsed)
     em.manual_seed(11)
     dropped = F.dropout(em.ones(300, 70, device=device), 0.3, True).numpy()
-    keep = _reference_uniform(11, 0, 21000).reshape(300, 70) >= 0.3
+    keep = uniform_float32(random_key(11, 0), 21000).reshape(300, 70) >= 0.3
     np.testing.assert_array_equal(dropped, keep.astype(np.float32) * np.float32(1.0 / 0.7))
 
 

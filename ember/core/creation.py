@@ -399,10 +399,15 @@ def _random_bits(count: int, device: str) -> Tensor:
 
 def _uniform(shape: tuple[int, ...], dtype: DType, device: str) -> Tensor:
     """Uniform floats in [0, 1): as many random bits as the dtype's mantissa holds, scaled exactly."""
-    count = math.prod(shape)
-    keys = (_random_key(count, device),) if dtype is not dtypes.float64 else \
-        (_random_key(count, device), _random_key(count, device))
+    keys = _uniform_keys(math.prod(shape), dtype, device)
     return TEMPLATES.instantiate(("uniform", shape, dtype), lambda *keys: _uniform_of_keys(keys, shape, dtype), keys)
+
+
+def _uniform_keys(count: int, dtype: DType, device: str) -> tuple[Tensor, ...]:
+    """The keys of a uniform draw of `count` numbers of `dtype`: two for float64 (53 bits), one otherwise."""
+    if dtype is dtypes.float64:
+        return (_random_key(count, device), _random_key(count, device))
+    return (_random_key(count, device),)
 
 
 def dropout_mask(shape: tuple[int, ...], dtype: DType, p: float, device: str) -> Tensor:
@@ -410,9 +415,7 @@ def dropout_mask(shape: tuple[int, ...], dtype: DType, p: float, device: str) ->
     p), 1 / (1 - p) elsewhere, in `dtype`; the same draw as rand's, copied as one template (a draw, a compare, a
     cast and a scale recorded op by op cost dropout two thirds of its time)."""
     draw = dtypes.DEFAULT_FLOAT
-    count = math.prod(shape)
-    keys = (_random_key(count, device),) if draw is not dtypes.float64 else \
-        (_random_key(count, device), _random_key(count, device))
+    keys = _uniform_keys(math.prod(shape), draw, device)
     return TEMPLATES.instantiate(("dropout mask", shape, draw, dtype, p),
                                  lambda *keys: (_uniform_of_keys(keys, shape, draw) >= p).cast(dtype) * (1.0 / (1.0 - p)),
                                  keys)
