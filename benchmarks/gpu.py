@@ -170,7 +170,8 @@ def best_time(run: Callable[[], Any], sync: Synchronizer, runs: int, budget: flo
 def profile_run(ember: Any, run: Callable[[], Any], sync: Synchronizer) -> None:
     """How long the host took to queue one run (building, scheduling and launching) against the whole run (until
     the device finished), then one more run under ember.profile() for its kernels and compiles (a profile times
-    each kernel, waiting for it: no measure of the host's share)."""
+    each kernel, waiting for it, so a kernel's microseconds include its launch and wait; no measure of the host's
+    share)."""
     begin = time.perf_counter()
     result = run()
     sync.queue(result)
@@ -179,7 +180,7 @@ def profile_run(ember: Any, run: Callable[[], Any], sync: Synchronizer) -> None:
     whole = time.perf_counter() - begin
     with ember.profile() as record:
         sync.wait(run())
-    kernels = ", ".join(f"{kernel.name}[{kernel.global_size}]" for kernel in record.kernels[:12])
+    kernels = ", ".join(f"{kernel.name}[{kernel.global_size}] {kernel.seconds * 1e6:.0f}us" for kernel in record.kernels[:12])
     more = f" and {len(record.kernels) - 12} more" if len(record.kernels) > 12 else ""
     print(f"    profile: host {queued * 1e3:.3f} ms of {whole * 1e3:.3f} ms; {len(record.compiles)} compiles; "
           f"{len(record.kernels)} kernels: {kernels}{more}", flush=True)

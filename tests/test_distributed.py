@@ -198,7 +198,7 @@ dist.broadcast_object_list(settings, src=SIZE - 1)
 assert settings == [{"lr": 0.1, "steps": [1, 2]}, "sent"], settings
 dist.barrier()
 statistics = dist.collective_statistics()
-assert statistics.calls > 50 and statistics.seconds > 0 and statistics.bytes > 300_000 * 4
+assert statistics.calls > 50 and statistics.seconds > 0 and statistics.bytes > 300_000 * 4, statistics
 print(f"rank {RANK} ok")
 """
 
@@ -207,7 +207,8 @@ print(f"rank {RANK} ok")
 @mpi_group
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_every_collective_matches_numpy(tmp_path: Path, ranks: int) -> None:
-    devices = [device for device in TEST_DEVICES if device.split(":")[0] in ("c", "wgpu")]
+    # (with only other backends under test, e.g. EMBER_TEST_DEVICES=cuda, the collectives still run on c)
+    devices = [device for device in TEST_DEVICES if device.split(":")[0] in ("c", "wgpu")] or ["c:0"]
     passed(run_ranks(tmp_path, COLLECTIVES, ranks, {"devices": devices if ranks == 2 else devices[:1]}), ranks)
 
 

@@ -26,6 +26,7 @@ from ember.core.ops import BINARY_OPS, FLOAT_ONLY_OPS, INT_ONLY_OPS, Op
 from ember.ir.ir import BufferParam, Builder, IRNode, KernelIR
 from ember.ir.libm import expand_math
 from ember.capture.arena import ArenaView
+from ember.scheduler.executor import JoinedLaunches
 from tests.helpers import assert_close, random_array
 from tests.ptx_simulator import Machine, Module
 
@@ -215,12 +216,17 @@ class FakeDriver:
         "MAX_THREADS_PER_BLOCK": 1024, "MAX_SHARED_MEMORY_PER_BLOCK": 49152, "WARP_SIZE": 32,
     }
 
+    CUstreamCaptureMode = SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=1)
+
     def __init__(self) -> None:
         self.memory: dict[int, np.ndarray] = {}
         self.host_memory: dict[int, np.ndarray] = {}
         self.modules: list[str] = []
         self.launches: list[tuple[int, int]] = []
         self.next_pointer = 0x1000
+        self.captured: list[tuple] | None = None  # the launches of a stream capture under way
+        self.graph_launches = 0
+        self.live_graphs: set[int] = set()
 
     def cuInit(self, flags: int) -> tuple:
         return (0,)
@@ -314,8 +320,43 @@ class FakeDriver:
                        block_z: int, shared: int, stream: Any, arguments: tuple | int, extra: int) -> tuple:
         values = self.kernel_pointers(function, arguments)
         assert len(values) == len(function.parameters) and (grid_y, grid_z, block_y, block_z) == (1,) * 4
+        if self.captured is not None:  # (the parameters are read now, as the driver copies them into the graph)
+            self.captured.append((function, values, grid_x, block_x))
+            return (0,)
+        self._run(function, values, grid_x, block_x)
+        return (0,)
+
+    def _run(self, function: Module, values: tuple[int, ...], grid_x: int, block_x: int) -> None:
         self.launches.append((grid_x, block_x))
         Machine(function, [self.at(pointer) for pointer in values], grid_x * block_x, block_size=block_x).run()
+
+    def cuStreamBeginCapture(self, stream: Any, mode: int) -> tuple:
+        assert self.captured is None and mode == 1
+        self.captured = []
+        return (0,)
+
+    def cuStreamEndCapture(self, stream: Any) -> tuple:
+        graph, self.captured = self.captured, None
+        assert graph is not None
+        return 0, graph
+
+    def cuGraphInstantiate(self, graph: list[tuple], flags: int) -> tuple:
+        executable = tuple(graph)
+        self.live_graphs.add(id(executable))
+        return 0, executable
+
+    def cuGraphLaunch(self, executable: tuple, stream: Any) -> tuple:
+        assert id(executable) in self.live_graphs
+        self.graph_launches += 1
+        for launch in executable:
+            self._run(*launch)
+        return (0,)
+
+    def cuGraphExecDestroy(self, executable: tuple) -> tuple:
+        self.live_graphs.discard(id(executable))
+        return (0,)
+
+    def cuGraphDestroy(self, graph: list[tuple]) -> tuple:
         return (0,)
 
     def cuEventCreate(self, flags: int) -> tuple:
@@ -348,6 +389,7 @@ def test_the_fake_driver_matches_cuda_python_names() -> None:
     called = [name for name in dir(FakeDriver) if name.startswith("cu")]
     assert [name for name in called if not hasattr(driver, name)] == []
     assert all(hasattr(driver.CUdevice_attribute, name) for name in vars(FakeDriver.CUdevice_attribute))
+    assert all(hasattr(driver.CUstreamCaptureMode, name) for name in vars(FakeDriver.CUstreamCaptureMode))
 
 
 def test_cuda_backend_runs_ops_through_the_driver_api(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -399,6 +441,30 @@ def test_cuda_jit_replays_through_an_arena_of_device_pointers(monkeypatch: pytes
     views = [buffer for buffer in model.capture.buffers if isinstance(buffer, ArenaView)]
     assert len(views) == plan.intermediates
     assert all(view.offset % 256 == 0 and view.handle == int(view.arena.handle) + view.offset for view in views)
+    # the replays' launches after the input's are one CUDA graph, launched once per replay
+    assert driver.graph_launches == 2 and len(driver.live_graphs) == 1
+    joined = [entry for entry in model.capture.bound if isinstance(entry, JoinedLaunches)]
+    assert len(joined) == 1 and joined[0].end - model.capture.bound.index(joined[0]) >= 2
+
+
+def test_cuda_jit_replays_launch_one_by_one_where_a_graph_capture_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    class NoGraphs(FakeDriver):
+        def cuStreamBeginCapture(self, stream: Any, mode: int) -> tuple:
+            return (801,)  # CUDA_ERROR_NOT_SUPPORTED
+
+    driver = NoGraphs()
+    device = cuda.CudaDevice(driver, 0)
+    monkeypatch.setitem(REGISTRY.devices, "cuda", [device])
+    weights_data, second_data = random_array((29, 7), seed=2), random_array((7, 5), seed=3)
+    weights, second = em.tensor(weights_data, device="cuda:0"), em.tensor(second_data, device="cuda:0")
+    model = em.jit(lambda inputs: ((inputs @ weights).relu().softmax(-1) @ second).softmax(-1) * 3)
+    with pytest.warns(RuntimeWarning, match="capturing .* launches as a CUDA graph failed .*fake error"):
+        for seed in range(4):
+            inputs = random_array((11, 29), seed=20 + seed)
+            hidden = (torch.tensor(inputs) @ torch.tensor(weights_data)).relu().softmax(-1)
+            assert_close(model(em.tensor(inputs, device="cuda:0")), (hidden @ torch.tensor(second_data)).softmax(-1) * 3)
+    assert model.replays == 2 and driver.graph_launches == 0 and device.graphs_failed
+    assert not any(isinstance(entry, JoinedLaunches) for entry in model.capture.bound)
 
 
 def test_cuda_probe_says_why_without_a_driver() -> None:

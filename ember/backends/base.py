@@ -338,3 +338,11 @@ class Device(ABC):
     def synchronize(self) -> None:
         """Wait until every command enqueued on this device has finished (benchmarks; reads use events)."""
 
+    def join_launches(self, launches: list[Callable[[tuple[Event, ...]], Event]]
+                      ) -> Callable[[tuple[Event, ...]], Event] | None:
+        """Optional: one launch enqueuing a run of this device's bound launches (Program.bind's, in order, each
+        after the one before it) at once, called again and again by replays as a bound launch is (cuda: a CUDA
+        graph); None where the device has no such form or could not build it (the launches then run one by one).
+        Default: None."""
+        return None
+

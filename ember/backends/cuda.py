@@ -9,6 +9,7 @@ import ctypes
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -367,6 +368,44 @@ class CudaProgram(Program):
         return run
 
 
+class CudaGraphLaunch:
+    """Bound launches of one stream captured once as a CUDA graph (stream capture): a replay enqueues the whole run
+    with one cuGraphLaunch instead of one cuLaunchKernel each (the driver's per-launch work, and Python's, is paid
+    once per run; the GPU starts each kernel as the one before it ends). The launches' buffers and parameters are
+    fixed, as Program.bind's are; the graph is destroyed with this object."""
+
+    def __init__(self, driver: Any, stream: Any, context: Any, mark: StreamMark,
+                 launches: list[Callable[[tuple[Event, ...]], Event]]) -> None:
+        self.driver, self.stream, self.context, self.mark = driver, stream, context, mark
+        self.launches = launches  # (they hold the buffers the graph's kernels read and write)
+        self.graph = self.executable = None
+        make_current(driver, context)
+        mode = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        check(driver, "cuStreamBeginCapture", driver.cuStreamBeginCapture(stream, mode))
+        try:
+            for launch in launches:
+                launch(())
+        finally:  # (a capture left open would turn the stream's next launches into graph nodes)
+            self.graph = check(driver, "cuStreamEndCapture", driver.cuStreamEndCapture(stream))
+        self.executable = check(driver, "cuGraphInstantiate", driver.cuGraphInstantiate(self.graph, 0))
+
+    def __call__(self, wait_for: tuple[Event, ...]) -> Event:
+        make_current(self.driver, self.context)
+        if wait_for:
+            stream_wait(self.driver, self.stream, wait_for)
+        check(self.driver, "cuGraphLaunch", self.driver.cuGraphLaunch(self.executable, self.stream))
+        return self.mark.launched()
+
+    def __del__(self) -> None:
+        try:
+            if self.executable is not None:
+                self.driver.cuGraphExecDestroy(self.executable)
+            if self.graph is not None:
+                self.driver.cuGraphDestroy(self.graph)
+        except Exception:  # noqa: BLE001, S110 - the driver may be torn down at exit
+            pass
+
+
 def parameter_arrays(values: list[int]) -> tuple[Any, Any, int]:
     """A launch's kernel parameters as cuLaunchKernel reads them: the pointer-sized values, the void** array of
     their addresses, and that array's address (cuda-python passes an int through as it). The caller keeps both
@@ -413,6 +452,7 @@ class CudaDevice(Device):
         self.pool = CudaMemoryPool(self.name, driver, self)
         self.renderer = PTXRenderer(target=f"sm_{major}{minor}")
         self._programs: ProgramTable[str, CudaProgram] = ProgramTable()  # least recently used dropped
+        self.graphs_failed = False  # a CUDA graph capture failed once: replays launch one by one (join_launches)
 
     def render(self, kernel: KernelIR) -> str:
         return self.renderer.render(kernel)
@@ -425,6 +465,21 @@ class CudaDevice(Device):
             program = CudaProgram(self.driver, self.stream, source, kernel, self.info, self.context, self.mark)
             self._programs.put(source, program)
         return program
+
+    def join_launches(self, launches: list[Callable[[tuple[Event, ...]], Event]]
+                      ) -> Callable[[tuple[Event, ...]], Event] | None:
+        """The bound launches as one CUDA graph (see CudaGraphLaunch); None where the driver cannot capture them
+        (they then run one by one, and the first failure is said in a warning; later replays do not try again)."""
+        if self.graphs_failed:
+            return None
+        try:
+            return CudaGraphLaunch(self.driver, self.stream, self.context, self.mark, launches)
+        except (CudaError, AttributeError, TypeError) as error:  # (cuda-python builds without the graph calls)
+            self.graphs_failed = True
+            warnings.warn(f"ember: {self.name}: replays launch their kernels one by one: capturing {len(launches)} "
+                          f"launches as a CUDA graph failed ({type(error).__name__}: {error})", RuntimeWarning,
+                          stacklevel=2)
+            return None
 
     def launches_so_far(self) -> CudaEvent:
         """An event after every launch enqueued so far (the synchronous copies keep one-stream ordering with it)."""

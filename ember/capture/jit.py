@@ -22,7 +22,7 @@ from ember.capture.shared_arena import DEFAULT_POOL, JitMemoryPool
 from ember.scheduler.buffers import Buffer, buffer_of, pending
 from ember.scheduler.lock import SCHEDULER_LOCK
 from ember.capture.recording import Recorder
-from ember.scheduler.executor import BoundLaunch, execute
+from ember.scheduler.executor import BoundLaunch, JoinedLaunches, execute
 from ember.scheduler.launch_plan import bind_buffers
 from ember.scheduler.parallel import replay_gathers
 from ember.settings import CONFIG
@@ -55,7 +55,7 @@ class Capture:
     # how far one call advances the counter; a replay writes each key from the generator state as eager would
     random_keys: tuple[tuple[int, int, int], ...] = ()
     random_advance: int = 0
-    bound: list[BoundLaunch | None] | None = None  # per command, made at the first replay (again after the
+    bound: list[BoundLaunch | JoinedLaunches | None] | None = None  # per command, made at the first replay (again after the
     # memory pool moved the intermediates to grown memory)
     memory_pool: JitMemoryPool | None = None  # where the intermediates live (shared with other captures)
     shared_memories: list[Any] = field(default_factory=list)  # the pool's memory of each device it uses

@@ -31,7 +31,7 @@ from ember.incremental import affine
 from ember.incremental.families import over_values
 from ember.scheduler.buffers import Buffer, pending
 from ember.scheduler.compile_cache import CompiledKernel
-from ember.scheduler.executor import BoundLaunch, execute
+from ember.scheduler.executor import BoundLaunch, JoinedLaunches, execute
 from ember.scheduler.launch_plan import bind_buffers
 from ember.scheduler.lock import SCHEDULER_LOCK
 from ember.scheduler.program import CommandProgram, Launch, LaunchBinding
@@ -146,7 +146,7 @@ class PositionReplay:
         self.program, self.buffers, self.bindings = program, buffers, bindings
         self.input_slots, self.views, self.temporaries, self.sized = input_slots, views, temporaries, sized
         self.low, self.high = low, high
-        self.bound: list[BoundLaunch | None] = []
+        self.bound: list[BoundLaunch | JoinedLaunches | None] = []
         self.tables: list[SizesTable] = []
         self.unfinished: list[Event] = []  # the last run's commands where a device had not finished them
         self.value_buffers: list[Buffer] = []  # the kept values' buffers it writes (the runner checks they stay)

@@ -31,7 +31,7 @@ from ember.scheduler.buffers import Buffer, buffer_of
 from ember.scheduler.kernelize import find_boundaries, kernelize
 from ember.scheduler.lock import SCHEDULER_LOCK
 from ember.capture.recording import Recorder
-from ember.scheduler.executor import BoundLaunch, execute
+from ember.scheduler.executor import BoundLaunch, JoinedLaunches, execute
 from ember.scheduler.launch_plan import bind_buffers
 from ember.scheduler.program import CommandProgram, Launch, LaunchBinding
 
@@ -55,7 +55,7 @@ class Replay:
     buffers: list[Buffer | None]  # by slot; None for an input's slot
     input_slots: list[tuple[Node, int]]  # (input leaf, slot)
     value_buffers: list[Buffer]  # the kept values' buffers when recorded, in `kept` order
-    bound: list[BoundLaunch | None]
+    bound: list[BoundLaunch | JoinedLaunches | None]
 
 
 class IncrementalGraph:

@@ -44,6 +44,18 @@ from ember.scheduler.host_call import run_host_function
 from ember.scheduler.program import Command, Copy, Free, HostCall, Launch, LaunchBinding
 
 BoundLaunch = Callable[[tuple[Event, ...]], Event]  # a kernel launch with its buffers bound (Program.bind)
+
+
+class JoinedLaunches:
+    """In a replay's bound launches, at the first command of a run of them: the run enqueued at once (`launch`,
+    from Device.join_launches: a CUDA graph), up to the command before `end` (Frees between the launches are part
+    of the run; the positions after the first are skipped)."""
+
+    __slots__ = ("launch", "end")
+
+    def __init__(self, launch: BoundLaunch, end: int) -> None:
+        self.launch, self.end = launch, end
+
 NO_POSITIONS: frozenset[int] = frozenset()
 NO_LAST_USES: Mapping[int, int] = {}
 NOTHING: list[Any] = []
@@ -51,15 +63,15 @@ NOTHING: list[Any] = []
 
 def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None], table: list[Any],
             last_use: Mapping[int, int] = NO_LAST_USES, not_in_place: Collection[int] = NO_POSITIONS,
-            notes: Mapping[int, str] | None = None, bound: Sequence[BoundLaunch | None] | None = None,
-            gather: bool = False) -> bool:
+            notes: Mapping[int, str] | None = None,
+            bound: Sequence[BoundLaunch | JoinedLaunches | None] | None = None, gather: bool = False) -> bool:
     """Run `commands` over `table` (by slot), each kernel step as its `bindings` entry (same position) binds it.
 
     The slots are nodes (eager realize: each output node becomes a buffer at its step; `last_use`, per slot the
     command of its last use, and `not_in_place`, positions of kernel steps whose assign must not write in place,
     decide in-place assigns; `notes`: EMBER_DEBUG=2 lines printed before the command at their position), or, with
     `bound` (per command, its launch bound to the buffers or None to launch with the table's handles), buffers
-    (a replay: every slot filled). A replay tracks events only once a command is unfinished (synchronous devices
+    (a replay: every slot filled; a JoinedLaunches entry enqueues its run of commands at once). A replay tracks events only once a command is unfinished (synchronous devices
     never are); what reads the buffers next waits for its commands, also what reads the buffer a written view is
     part of (a box an incremental update writes in place: readers of the whole value wait for it). Returns whether
     a replay left a command unfinished (False: every command was done when enqueued; always False for nodes).
@@ -79,15 +91,23 @@ def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None
                        for buffer in table if buffer is not None)
         writers = [None] * len(table)
         readers = [[] for _ in table]
+    skip_until = 0
     for position, command in enumerate(commands):
+        if position < skip_until:  # (run by a JoinedLaunches before it)
+            continue
         kind = command.__class__
         if kind is Launch:
             if replaying:  # the slots are buffers
                 bound_launch = bound[position]  # type: ignore[index]
+                if bound_launch.__class__ is JoinedLaunches:
+                    skip_until = bound_launch.end  # type: ignore[union-attr]
+                    tracking = _run_joined(commands[position:skip_until], table, writers, readers, tracking,
+                                           bound_launch.launch)  # type: ignore[union-attr]
+                    continue
                 wait_for = () if not tracking else \
                     _wait_for(table, writers, readers, command.output, command.inputs)  # type: ignore[union-attr]
                 if bound_launch is not None:
-                    event = bound_launch(wait_for)
+                    event = bound_launch(wait_for)  # type: ignore[operator]
                 else:
                     event = _launch_buffers(table, command, bindings[position], wait_for)  # type: ignore[arg-type]
                 if tracking or not event.done:
@@ -129,6 +149,34 @@ def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None
             run_copy(table[command.output], table[command.source])  # type: ignore[union-attr]
     if tracking:
         _publish(table, writers, readers)
+    return tracking
+
+
+def _run_joined(commands: Sequence[Command], buffers: list[Any], writers: list[Event | None],
+                readers: list[list[Event]], tracking: bool, launch: BoundLaunch) -> bool:
+    """Enqueue a replay's run of launches at once (one device, in order: the run waits for what any of them
+    waits for), then do each command's bookkeeping as if launched alone, and the run's Frees; whether the replay
+    tracks events now."""
+    launches: list[Launch] = [command for command in commands if command.__class__ is Launch]  # type: ignore[misc]
+    wait_for: tuple[Event, ...] = ()
+    if tracking:
+        events: dict[int, Event] = {}
+        for command in launches:
+            for event in _wait_for(buffers, writers, readers, command.output, command.inputs):
+                events[id(event)] = event
+        wait_for = tuple(events.values())
+    event = launch(wait_for)
+    if tracking or not event.done:
+        tracking = True
+        for command in launches:
+            writers[command.output] = event
+            readers[command.output] = []
+            for slot in command.inputs:
+                readers[slot].append(event)
+    for freed in commands:
+        if freed.__class__ is Free:
+            for slot in freed.slots:  # type: ignore[union-attr]
+                buffers[slot] = None
     return tracking
 
 

@@ -16,7 +16,7 @@ from ember.core.graph import Node
 from ember.scheduler import compile_cache
 from ember.scheduler.buffers import Buffer
 from ember.scheduler.devices import get_device
-from ember.scheduler.executor import BoundLaunch
+from ember.scheduler.executor import BoundLaunch, JoinedLaunches
 from ember.scheduler.program import CommandProgram, Free, Launch, LaunchBinding
 
 
@@ -96,11 +96,12 @@ def bind_devices(program: CommandProgram,
 
 
 def bind_buffers(program: CommandProgram, bindings: Sequence[LaunchBinding | None],
-                 buffers: Sequence[Buffer | None]) -> list[BoundLaunch | None]:
+                 buffers: Sequence[Buffer | None]) -> list[BoundLaunch | JoinedLaunches | None]:
     """A replay's binding (ember.jit, incremental updates): per command, its kernel step's launch bound to the
     buffers of its slots (Program.bind), or None for a copy, a free and a launch touching a slot that is bound anew
-    at each run (None in `buffers`)."""
-    bound: list[BoundLaunch | None] = []
+    at each run (None in `buffers`); then each run of bound launches on one device that joins them
+    (Device.join_launches: cuda's graphs) as a JoinedLaunches at the run's first command."""
+    bound: list[BoundLaunch | JoinedLaunches | None] = []
     for command, step in zip(program.commands, bindings):
         if command.__class__ is not Launch or step is None:
             bound.append(None)
@@ -111,4 +112,33 @@ def bind_buffers(program: CommandProgram, bindings: Sequence[LaunchBinding | Non
             continue
         handles = [buffers[slot].handle for slot in slots]  # type: ignore[union-attr]
         bound.append(step.compiled.program.bind(handles, step.compiled.ir.global_size))
+    _join_runs(program, bindings, bound)
     return bound
+
+
+def _join_runs(program: CommandProgram, bindings: Sequence[LaunchBinding | None],
+               bound: list[BoundLaunch | JoinedLaunches | None]) -> None:
+    """Replace each run of at least two bound launches on one device (Frees between them kept in the run; a copy,
+    a host step or a launch bound anew at each run ends it) by the device's joined launch, where it has one."""
+    run: list[int] = []  # positions of the launches of the run being gathered
+
+    def close() -> None:
+        if len(run) >= 2:
+            device = cast(LaunchBinding, bindings[run[0]]).device
+            joined = device.join_launches([cast(BoundLaunch, bound[position]) for position in run])
+            if joined is not None:
+                bound[run[0]] = JoinedLaunches(joined, run[-1] + 1)
+        run.clear()
+
+    for position, command in enumerate(program.commands):
+        kind = command.__class__
+        if kind is Free:
+            continue
+        step = bindings[position]
+        if kind is Launch and bound[position] is not None and step is not None:
+            if run and cast(LaunchBinding, bindings[run[0]]).device is not step.device:
+                close()
+            run.append(position)
+        else:
+            close()
+    close()
