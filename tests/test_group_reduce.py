@@ -433,3 +433,80 @@ def test_a_row_of_up_to_16_elements_per_item_is_read_once(length: int, loads: in
     (kernel,) = _kernels(_dummy(5, length).softmax(-1))
     ir = build_kernel_ir(kernel, "softmax", H100_LIKE)
     assert sum(1 for node in topological_nodes(ir.sink) if node.op is IROp.LOAD) == loads
+
+
+# ---- short reduces with few outputs: staged for the device's parallelism (core/staged_reduce.py) -------------------
+
+
+def test_short_reduces_with_few_outputs_are_staged_only_where_groups_reduce() -> None:
+    """On a GPU a reduce of 512 to 16,384 elements per output, with fewer outputs than the device runs work items
+    at once, goes to stages (one work item per output took 2 ms for a layer norm's weight gradient on an H100)."""
+    from ember.ir.group_reduce import stages_for_parallelism
+
+    assert stages_for_parallelism(4096, 64, em.float32, H100_LIKE)
+    assert stages_for_parallelism(16_384, 1, em.float16, H100_LIKE)  # (computed in float32)
+    assert not stages_for_parallelism(2 * MINIMUM_ROW - 1, 1, em.float32, H100_LIKE)  # short: one loop is fine
+    assert not stages_for_parallelism(4096, 132 * 1024, em.float32, H100_LIKE)  # outputs enough to fill it
+    assert not stages_for_parallelism(4096, 64, em.bool, H100_LIKE)
+    assert not stages_for_parallelism(4096, 64, em.float32, replace(H100_LIKE, warp_width=1))
+    assert not stages_for_parallelism(4096, 64, em.float32, REGISTRY.device("c").info)
+
+
+def _few_output_cases() -> dict[str, Callable[[Any], Any]]:
+    """Reduces of 512 or more elements per output with few outputs, over leading, several or all axes, as a
+    function of an ember or a torch tensor of shape (520, 3, 4)."""
+    return {
+        "column sum": lambda x: x.sum(0),
+        "sum over two leading axes": lambda x: x.sum((0, 1)),
+        "mean over the first and last": lambda x: x.mean((0, 2)),
+        "amax over two leading axes": lambda x: x.amax((0, 1)),
+        "full sum": lambda x: x.sum(),
+        "sum of squares": lambda x: (x * x).sum(),
+        "matrix times a vector": lambda x: x.reshape(520, 12).T @ x.reshape(520, 12)[:, :3],
+    }
+
+
+@pytest.mark.parametrize("name", list(_few_output_cases()))
+def test_short_reduces_with_few_outputs_match_torch(group_device: str, name: str) -> None:
+    data = np.random.default_rng(11).standard_normal((520, 3, 4)).astype(np.float32)
+    data[300, 1, 2] = np.nan  # NaN reaches its outputs only, as in torch
+    data[20, 2, 3] = np.inf
+    op = _few_output_cases()[name]
+    tensor = em.tensor(data, device=group_device)
+    got = op(tensor)
+    expected = op(torch.tensor(data))
+    np.testing.assert_array_equal(np.isnan(got.numpy()), expected.isnan().numpy(), err_msg=name)
+    _compare(got.numpy(), expected, 2e-5)
+    # the work is a group's per output, or chunks of the inner dim for a product (never one item per output)
+    info = REGISTRY.device(group_device).info
+    kernels = _kernels(op(em.tensor(data, device=group_device)))
+    assert len(kernels) >= 1
+    if name != "matrix times a vector":
+        assert any(choose_local_size(kernel, info) is not None for kernel in kernels), name
+    else:
+        assert len(kernels) >= 2, "the inner dim of 520 is split into chunks"
+
+
+def test_integer_columns_sum_exactly(group_device: str) -> None:
+    data = np.random.default_rng(12).integers(-2**40, 2**40, (700, 3))
+    assert (em.tensor(data, device=group_device).sum(0).numpy() == data.sum(0)).all()
+
+
+def test_weight_gradients_of_few_outputs_match_torch(group_device: str) -> None:
+    """A layer norm's weight and bias gradients (sums over the batch and the sequence) and a convolution's filter
+    gradient (a contraction over the batch and the positions), staged on a device that reduces by groups."""
+    rng = np.random.default_rng(13)
+    data, upstream = rng.standard_normal((16, 40, 6)).astype(np.float32), rng.standard_normal((16, 40, 6))
+    images, filters = rng.standard_normal((4, 3, 14, 14)).astype(np.float32), rng.standard_normal((5, 3, 3, 3))
+    results = {}
+    for library, make in ((em, lambda array: em.tensor(array, device=group_device, dtype=em.float32,
+                                                           requires_grad=True)),
+                          (torch, lambda array: torch.tensor(array, dtype=torch.float32, requires_grad=True))):
+        x, weight, bias = make(data), make(np.linspace(0.5, 2, 6)), make(np.linspace(-1, 1, 6))
+        normed = library.nn.functional.layer_norm(x, (6,), weight, bias)
+        image, kernel = make(images), make(filters)
+        convolved = library.nn.functional.conv2d(image, kernel, padding=0)
+        ((normed * make(upstream).detach()).sum() + (convolved * convolved).sum()).backward()
+        results[library.__name__] = [tensor.grad for tensor in (x, weight, bias, image, kernel)]
+    for got, expected in zip(results["ember"], results["torch"]):
+        _compare(got.numpy(), expected, 1e-4)

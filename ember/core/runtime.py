@@ -45,6 +45,11 @@ class Runtime:
         """The device `which` (None: the first) of a backend, as x.cuda() and x.cpu() want it."""
         raise _not_installed()
 
+    def parallel_stages(self, node: Node, extent: int, outputs: int) -> bool:
+        """Whether a reduce of `node` short enough for one primitive is recorded in stages anyway, for the
+        workgroups of its device (few outputs on a GPU: ir/group_reduce.stages_for_parallelism)."""
+        raise _not_installed()
+
     def reduce_stages(self, node: Node, extent: int, outputs: int) -> list[int] | None:
         """The elements each stage of a long reduce of `node` reduces per row where its device reduces rows by
         workgroups (a full reduction in two steps), or None for core's own short stages (core/staged_reduce.py)."""

@@ -13,7 +13,11 @@ STAGE_THRESHOLD elements are one primitive, as before. The partials of a float16
 float32 (a kernel computes half values in float32 and rounds what it stores; 16-bit partials of a long sum overflow
 65,504 or lose its low bits), rounded to the half type once, after the last stage, as torch accumulates them. On a device that reduces rows by workgroups (a GPU: the
 runtime's `reduce_stages`, ir/group_reduce.py) the stages are instead rows long enough for a group each, enough of
-them to fill the device, then one group per output for the partials: a full reduction in two kernels.
+them to fill the device, then one group per output for the partials: a full reduction in two kernels. There a
+shorter reduce (from PARALLEL_STAGE_MINIMUM elements) with fewer outputs than the device runs work items at once is
+staged too (the runtime's `parallel_stages`): its reduced axes flattened last, a group per output, or for a
+contraction chunks of the inner dim, parts first (one work item per output left a GPU idle: a layer norm's weight
+gradient over the batch and sequence took 2 ms on an H100, a conv's weight gradient 2.9 ms).
 """
 
 from __future__ import annotations
@@ -39,23 +43,34 @@ MAX_FIRST_STAGE_CHUNK = 4096  # within 8M values). At 4M, a language model's out
 # (ir/opt.py MAX_STAGED_BYTES): 0.99 s; chunks of 1,571: 0.37 s (torch 0.17 s), and 512 x 40,000 @ 40,000 x 512
 # 0.50 s -> 0.17 s.
 LATER_STAGE_CHUNK = 16  # partials a work item of a later stage combines (at most)
+# reduced elements per output from which a shorter reduce may still go to stages on a GPU (the runtime's
+# `parallel_stages`, ir/group_reduce.stages_for_parallelism: 2 * its MINIMUM_ROW); below it, no device is asked
+PARALLEL_STAGE_MINIMUM = 512
 
 
 def reduce_axes(tensor: Tensor, op: Op, axes: tuple[int, ...], threshold: int = STAGE_THRESHOLD,
                 later_chunk: int = LATER_STAGE_CHUNK) -> Tensor:
     """The reduce primitive `op` of tensor over `axes` (kept as size-1 dims), in stages when it reduces more than
-    `threshold` elements per output (normalization statistics ask for a lower one: their rounding is the output's),
-    the stages after the first combining up to `later_chunk` partials each."""
-    if not axes or prod([tensor.shape[axis] for axis in axes]) <= threshold:
-        return tensor._apply(op, arg=axes) if axes else tensor
+    `threshold` elements per output (normalization statistics ask for a lower one: their rounding is the output's)
+    or, from PARALLEL_STAGE_MINIMUM, where the runtime says the device's workgroups want them (few outputs on a
+    GPU), the stages after the first combining up to `later_chunk` partials each."""
+    if not axes:
+        return tensor
+    extent = prod([tensor.shape[axis] for axis in axes])
+    parallel = extent <= threshold  # (staged only for a GPU's parallelism, if at all)
+    # (a reduce of the last axis alone gets its groups as it is, and keeps the row fusion of softmax and the norms;
+    # a contraction's inner dim is split all the same)
+    if parallel and (extent < PARALLEL_STAGE_MINIMUM or (axes == (tensor.ndim - 1,) and not _contraction(
+            tensor, axes)) or not runtime.RUNTIME.parallel_stages(tensor.node, extent, tensor.node.size // extent)):
+        return tensor._apply(op, arg=axes)
     from ember.core.tensor import Tensor
 
     context = CONTEXT.get()
     if not (context.grad_enabled and tensor._requires_grad):
-        return _staged(tensor, op, axes, later_chunk)
+        return _staged(tensor, op, axes, later_chunk, parallel)
     token = CONTEXT.set(context.with_grad(False))
     try:
-        result = _staged(tensor, op, axes, later_chunk)
+        result = _staged(tensor, op, axes, later_chunk, parallel)
     finally:
         CONTEXT.reset(token)
     if not result.dtype.is_float:
@@ -81,10 +96,13 @@ def stage_extents(extent: int, outputs: int = 1, later_chunk: int = LATER_STAGE_
     return extents
 
 
-def _staged(tensor: Tensor, op: Op, axes: tuple[int, ...], later_chunk: int = LATER_STAGE_CHUNK) -> Tensor:
+def _staged(tensor: Tensor, op: Op, axes: tuple[int, ...], later_chunk: int = LATER_STAGE_CHUNK,
+            parallel: bool = False) -> Tensor:
     """The stages of a long reduce: the reduced axes moved last and flattened into one, then reduced chunk by chunk
     (padded with the identity to whole chunks) until one value per output is left; each stage's partials laid out
-    parts first where `_parts_first` says so."""
+    parts first where `_parts_first` says so. `parallel`: a reduce staged only for a GPU's parallelism, which takes
+    the group stages (a group per output row) unless it is a contraction (a matmul's shape, which keeps register
+    tiles: its inner dim is split into chunks, parts first, so that the chunks' products run in parallel)."""
     shape = tensor.shape
     kept = tuple(axis for axis in range(len(shape)) if axis not in axes)
     order = kept + tuple(sorted(axes))
@@ -94,7 +112,8 @@ def _staged(tensor: Tensor, op: Op, axes: tuple[int, ...], later_chunk: int = LA
     current = current._apply(Op.RESHAPE, arg=kept_shape + (extent,))
     identity = reduce_identity(op, tensor.dtype)
     outputs = prod(list(kept_shape))
-    group_stages = runtime.RUNTIME.reduce_stages(current.node, extent, outputs)
+    group_stages = None if parallel and _contraction(tensor, axes) else \
+        runtime.RUNTIME.reduce_stages(current.node, extent, outputs)
     parts_first = not group_stages and _parts_first(tensor, axes)  # (group stages reduce rows: parts last)
     half = tensor.dtype if tensor.dtype in HALF_TYPES and op in (Op.SUM, Op.PROD) else None
     if half is not None:  # float32 partials, rounded to the half type once at the end
@@ -129,9 +148,11 @@ def _parts_first(tensor: Tensor, axes: tuple[int, ...]) -> bool:
     (and the matmul tile plan takes it); parts last made each item stride through its chunk: a matmul with an inner
     dim past STAGE_THRESHOLD ran at 0.2 GFLOP/s (256 x 50,257 @ 50,257 x 256: 33 s, 0.1 s parts first). A sum
     over the last dim of a plain tensor keeps its parts last: each item reads a contiguous chunk."""
-    last = tensor.ndim - 1
-    if last not in axes:
-        return True
+    return tensor.ndim - 1 not in axes or _contraction(tensor, axes)
+
+
+def _contraction(tensor: Tensor, axes: tuple[int, ...]) -> bool:
+    """Whether the reduced value is a product of operands broadcast along kept dims (a matmul's [M, N, K])."""
     node = tensor.node
     kept = [axis for axis in range(tensor.ndim) if axis not in axes]
     return node.op is Op.MUL and any(

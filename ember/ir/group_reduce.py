@@ -28,6 +28,11 @@ GROUP_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.i
 GROUPS_PER_COMPUTE_UNIT = 4  # first-stage groups of a long full reduce per compute unit (at least)
 ITEM_ELEMENTS = 64  # elements a work item of a first-stage group reduces serially (at most)
 TILE_SHARING = 8  # outputs an operand's load feeds from which a kernel is a matmul's (register tiles, no groups)
+# a matmul's shape keeps its register tiles from this many outputs per compute unit; with fewer, tiles of several
+# outputs each leave most units idle and a group per output reduces its row instead (a layer norm's weight gradient:
+# 64 outputs, each a sum over the batch and sequence of the output's gradient times the normalized input, whose
+# per-row mean and deviation every output reads, took 2 ms on an H100 as one serial loop per output)
+TILED_OUTPUTS_PER_UNIT = 4
 
 
 def reduces_by_groups(info: DeviceInfo) -> bool:
@@ -66,8 +71,9 @@ def choose_local_size(kernel: Kernel, info: DeviceInfo) -> int | None:
         return None
     whole_rows = row_loop(kernel)
     shape = kernel.output.shape
-    if not whole_rows and len(reduces) == 1 and _shares_loads_between_outputs(kernel, reduces[0]):
-        return None  # a matmul: its outputs share loads, which register tiles use
+    if (not whole_rows and len(reduces) == 1 and prod(shape) >= max(1, info.compute_units) * TILED_OUTPUTS_PER_UNIT
+            and _shares_loads_between_outputs(kernel, reduces[0])):
+        return None  # a matmul: its outputs share loads, which register tiles use (enough of them to fill the device)
     groups = prod(shape[:-1]) if whole_rows else prod(shape)
     if groups < 1 or groups >= max(1, info.compute_units) * info.max_local_size:
         return None  # rows enough to fill the device with one work item each (a CPU's few cores: always)
@@ -106,6 +112,17 @@ def _shares_loads_between_outputs(kernel: Kernel, reduce: KernelStep) -> bool:
             if shared >= TILE_SHARING:
                 return True
     return False
+
+
+def stages_for_parallelism(extent: int, outputs: int, dtype: dtypes.DType, info: DeviceInfo) -> bool:
+    """Whether a reduce short enough to be one primitive on a CPU (core/staged_reduce.STAGE_THRESHOLD elements per
+    output or fewer) is still recorded in stages on this device, for its workgroups: the device reduces rows by
+    groups, the reduce is at least 2 * MINIMUM_ROW elements per output, and its outputs are fewer than the work
+    items the device runs at once, so one work item per output reducing its elements alone would leave it mostly
+    idle. On an H100 a layer norm's weight gradient (64 outputs of 4,096 elements, over the batch and sequence
+    axes) took 2 ms so, and a sum of squares of 16,384 values (one output) 0.27 ms."""
+    return (reduces_by_groups(info) and extent >= 2 * MINIMUM_ROW and compute_dtype(dtype) in GROUP_DTYPES
+            and outputs < max(1, info.compute_units) * info.max_local_size)
 
 
 def group_stage_extents(extent: int, outputs: int, dtype: dtypes.DType, info: DeviceInfo) -> list[int] | None:

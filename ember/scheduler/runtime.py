@@ -5,7 +5,7 @@ from __future__ import annotations
 from ember.core import runtime
 from ember.core.dtype import DType
 from ember.core.graph import Node
-from ember.ir.group_reduce import group_stage_extents
+from ember.ir.group_reduce import group_stage_extents, stages_for_parallelism
 from ember.ir.opt import optimizations_enabled
 from ember.scheduler import devices
 from ember.scheduler.buffers import read_node, write_node
@@ -25,6 +25,14 @@ class SchedulerRuntime(runtime.Runtime):
     default_device = staticmethod(devices.get_default_device)  # type: ignore[assignment]
     backend_device = staticmethod(devices.backend_device)  # type: ignore[assignment]
     shard = staticmethod(shard)  # type: ignore[assignment]
+
+    @staticmethod
+    def parallel_stages(node: Node, extent: int, outputs: int) -> bool:
+        """Stages for a GPU's workgroups where optimizations are on (ir/group_reduce.py)."""
+        if not optimizations_enabled():
+            return False
+        info = devices.get_device(device_of(node)).info
+        return stages_for_parallelism(extent, outputs, node.dtype, info)
 
     @staticmethod
     def reduce_stages(node: Node, extent: int, outputs: int) -> list[int] | None:
