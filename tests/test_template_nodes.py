@@ -12,7 +12,7 @@ import torch
 import ember as em
 import ember.nn.functional as F
 from ember.core import graph_templates
-from ember.core.ops import Op
+from ember.core.ops import REDUCE_OPS, Op
 from ember.scheduler import schedule
 from ember.scheduler.schedule import SCHEDULES
 
@@ -127,3 +127,28 @@ def test_collapsed_copies_do_not_raise_a_training_steps_peak(monkeypatch: pytest
         monkeypatch.setattr(graph_templates, "TEMPLATE_NODES", collapsed)
         parameters, peaks[collapsed], _, _ = _ember_training("c", None)
     assert peaks[True] <= peaks[False], peaks
+
+
+def test_the_sharding_estimate_of_a_graph_with_copies_is_its_expanded_graphs() -> None:
+    """The sharding decision reads a copy's work and dtypes from its template instead of expanding it (a realize
+    of a large softmax on a GPU spent two thirds of its host time expanding and walking the copy): the same reduce
+    work and dtypes as the expanded graph, each copy counted once however many of its results the graph holds."""
+    from ember.core.shapes import prod
+    from ember.core.walk import post_order
+    from ember.sharding.decision import _work_and_dtypes
+
+    rng = np.random.default_rng(4)
+    x = em.tensor(rng.standard_normal((64, 300)).astype(np.float32))
+    weight, bias = em.ones(300), em.zeros(300)
+    roots = [(F.layer_norm(x, (300,), weight, bias) * 2).softmax(-1).sum(0).node,
+             F.linear(x, em.tensor(rng.standard_normal((7, 300)).astype(np.float32))).log_softmax(-1).node]
+    for root in roots:
+        walk = lambda node: () if node.realized else node.srcs  # noqa: E731
+        nodes = post_order([root], walk)
+        assert any(node.op is Op.TEMPLATE for node in nodes)
+        work, dtypes = _work_and_dtypes(nodes)
+        graph_templates.expand_in_place([root])
+        expanded = post_order([root], walk)
+        assert not any(node.op is Op.TEMPLATE for node in expanded)
+        assert work == sum(prod(node.srcs[0].shape) for node in expanded if node.op in REDUCE_OPS)
+        assert dtypes == {node.dtype for node in expanded}

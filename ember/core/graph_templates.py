@@ -43,7 +43,8 @@ from ember.context import CONTEXT
 from ember.core import runtime
 from ember.core.dtype import DType
 from ember.core.graph import Node
-from ember.core.ops import Op
+from ember.core.ops import REDUCE_OPS, Op
+from ember.core.shapes import prod
 from ember.core.walk import post_order
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class Template:
     arg), equal to another of the same entries; `collapsible`: whether its copies may be TEMPLATE nodes (no result
     is an input or a view of one)."""
 
-    __slots__ = ("entries", "outputs", "inputs", "collapsible", "_hash", "_derived")
+    __slots__ = ("entries", "outputs", "inputs", "collapsible", "_hash", "_derived", "_work")
 
     def __init__(self, entries: tuple[Entry, ...], outputs: tuple[int | None, ...], inputs: int) -> None:
         self.entries = entries
@@ -77,8 +78,25 @@ class Template:
         self.inputs = inputs
         self._hash = hash((entries, outputs, inputs))
         self._derived: dict[tuple[int, ...], tuple[Template, dict[int, int]]] = {}
+        self._work: tuple[int, tuple[int, ...], frozenset[DType]] | None = None
         self.collapsible = inputs > 0 and all(position is None or not self._reaches_input(position)
                                               for position in outputs)
+
+    def work(self) -> tuple[int, tuple[int, ...], frozenset[DType]]:
+        """What a copy computes, without expanding it (worked out once): the elements its reduces read from its own
+        entries, the inputs other reduces read whole (their sizes are the copy's sources'), and its entries'
+        dtypes (the sharding decision's estimate of a graph holding copies: sharding/decision.py)."""
+        if self._work is None:
+            fixed, read_inputs = 0, []
+            for op, sources, *_ in self.entries:
+                if op in REDUCE_OPS:
+                    source = sources[0]
+                    if source < self.inputs:
+                        read_inputs.append(source)
+                    else:
+                        fixed += prod(self.entries[source - self.inputs][3])
+            self._work = (fixed, tuple(read_inputs), frozenset(entry[4] for entry in self.entries))
+        return self._work
 
     def _reaches_input(self, position: int) -> bool:
         """Whether the node at `position` is an input, or movement ops over one (a view of it)."""

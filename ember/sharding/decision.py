@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
+from ember.core.dtype import DType
 from ember.core.errors import OutOfMemoryError
 from ember.core.graph import Node
 from ember.core.ops import REDUCE_OPS, Op
@@ -131,39 +132,39 @@ def decide(root: Node, forced: bool | None, devices: list[str] | Callable[[], li
     if not home_device.info.can_run:
         return None
     size = root.size
-    if home_device.pool.free_bytes is None and root.op not in REDUCE_OPS and root.op is not Op.TEMPLATE:
+    home_free = home_device.pool.free_bytes
+    if home_free is None and root.op not in REDUCE_OPS and root.op is not Op.TEMPLATE:
         for source in root.srcs:
             if not source.realized:
                 break
         else:  # one elementwise or movement op on stored tensors (the per-op path): cheap, no walk
             return None
+    # the graph as it is: a template copy's leaves are its sources, its work and dtypes its template's (expanded
+    # only where a split is worked out: its axes are its primitives')
     graph_nodes = post_order([root], lambda node: () if node.realized else node.srcs)
-    if any(node.op is Op.TEMPLATE for node in graph_nodes):  # (its work and axes are its primitives')
-        expand_in_place([root])
-        graph_nodes = post_order([root], lambda node: () if node.realized else node.srcs)
-    work = sum(prod(node.srcs[0].shape) for node in graph_nodes if node.op in REDUCE_OPS) + size
+    work, used_dtypes = _work_and_dtypes(graph_nodes)
+    work += size
     cheap = work < MINIMUM_WORK or work < MINIMUM_INTENSITY * size
-    if cheap and home_device.pool.free_bytes is None:  # neither rule can apply
+    output_bytes = root.size * root.dtype.itemsize
+    # (a pool without a limit never runs out here; nor does one with room for every leaf and the output: the
+    # per-axis models, which slice the graph, are built only where the memory rule may apply)
+    tight = home_free is not None and _most_arriving(graph_nodes, home) + output_bytes > home_free
+    if cheap and not tight:  # neither rule can apply
         return None
     devices = devices() if callable(devices) else devices
     if len(devices) < 2 or home not in devices:
         return None
-    used_dtypes = {node.dtype for node in graph_nodes}
     host = home_device.info.host_cores  # (a second device on the same CPU cores only takes them from the first)
     devices = [device for device in devices if device == home or (
         not get_device(device).info.unsupported(used_dtypes) and not (host and get_device(device).info.host_cores))]
     if len(devices) < 2:
         return None
-    output_bytes = root.size * root.dtype.itemsize
-    free = {device: get_device(device).pool.free_bytes for device in devices}
-    home_free = free[home]
     axes: list[_Axis] | None = None
-    # (a pool without a limit never runs out here; nor does one with room for every leaf and the output: the
-    # per-axis models, which slice the graph, are built only where the memory rule may apply)
-    if home_free is not None and _most_arriving(graph_nodes, home) + output_bytes > home_free:
-        axes = _axis_models(root)
+    if tight:
+        axes = _axis_models(_expanded_root(root, graph_nodes))
         whole_need = axes[0].arriving(home, axes[0].size) + output_bytes if axes else 0.0
-        if axes and whole_need > home_free:
+        if axes and whole_need > cast(int, home_free):
+            free = {device: get_device(device).pool.free_bytes for device in devices}
             return _memory_split(root, axes, devices, free, output_bytes, whole_need)
     if cheap:
         return None
@@ -171,7 +172,8 @@ def decide(root: Node, forced: bool | None, devices: list[str] | Callable[[], li
         table = calibration(devices)
     except OutOfMemoryError:  # no room to measure: no split by time
         return None
-    # the best any split could do: the work spread by speed over devices running at once, as far as they do
+    # the best any split could do: the work spread by speed over devices running at once, as far as they do (a
+    # fraction of the time on home that the work does not change: decided before the graph is sliced)
     speeds = [table.speed(device) for device in devices]
     best_case = table.overlap * work / sum(speeds) + (1 - table.overlap) * work / max(speeds)
     if best_case > CLEAR_GAIN * work / table.speed(home):
@@ -179,8 +181,38 @@ def decide(root: Node, forced: bool | None, devices: list[str] | Callable[[], li
                 f"{best_case / (work / table.speed(home)):.2f} of the time there (devices run at once: "
                 f"{table.overlap:.2f})")
         return None
-    axes = _axis_models(root) if axes is None else axes
+    axes = _axis_models(_expanded_root(root, graph_nodes)) if axes is None else axes
+    free = {device: get_device(device).pool.free_bytes for device in devices}
     return _time_split(root, axes, devices, free, output_bytes, table) if axes else None
+
+
+def _work_and_dtypes(graph_nodes: list[Node]) -> tuple[int, set[DType]]:
+    """The elements the graph's reduces read (a template copy's from its template, each copy once however many of
+    its results the graph holds) and the dtypes it computes in."""
+    work = 0
+    used_dtypes = set()
+    copies = set()
+    for node in graph_nodes:
+        used_dtypes.add(node.dtype)
+        if node.op in REDUCE_OPS:
+            work += prod(node.srcs[0].shape)
+        elif node.op is Op.TEMPLATE:
+            template = node.arg.template
+            copy = (id(template), *map(id, node.srcs))
+            if copy in copies:
+                continue
+            copies.add(copy)
+            fixed, read_inputs, template_dtypes = template.work()
+            work += fixed + sum(prod(node.srcs[position].shape) for position in read_inputs)
+            used_dtypes |= template_dtypes
+    return work, used_dtypes
+
+
+def _expanded_root(root: Node, graph_nodes: list[Node]) -> Node:
+    """Root with the template copies of its graph expanded in place (a split slices primitive ops)."""
+    if any(node.op is Op.TEMPLATE for node in graph_nodes):
+        expand_in_place([root])
+    return root
 
 
 def _most_arriving(graph_nodes: list[Node], home: str) -> int:
