@@ -14,7 +14,9 @@ import torch
 import ember as em
 from ember.scheduler import buffers, compile_cache, schedule
 from ember.scheduler.devices import get_device
+from ember.backends.c import JoinedCLaunches
 from ember.capture.jit import JitError
+from ember.scheduler.executor import JoinedLaunches
 from tests.helpers import assert_close
 
 SIZES = [(6, 16), (16, 16), (16, 3)]
@@ -67,6 +69,27 @@ def test_mlp_inference_replays_match_torch(device: str) -> None:
     assert predict.captures == 1 and predict.replays == 3
     plan = predict.memory_plan[device]
     assert plan.intermediates >= 1 and plan.planned_bytes <= plan.unplanned_bytes
+
+
+def test_a_replays_runs_of_launches_are_joined_where_the_device_can(device: str) -> None:
+    """Device.join_launches: the c backend runs a replay's run of bound launches in one call of its C runner (cuda
+    captures a CUDA graph: tests/test_ptx.py); the values are torch's either way."""
+    model, reference = _ember_model(device), _torch_model()
+
+    @em.jit
+    def predict(inputs: em.Tensor) -> em.Tensor:
+        with em.no_grad():
+            return (model(inputs).softmax(-1) * 2).relu().log1p()
+
+    for step in range(5):
+        inputs, _ = _batch(step)
+        result = predict(em.tensor(inputs, device=device))
+        assert_close(result, (reference(torch.tensor(inputs)).softmax(-1) * 2).relu().log1p().detach())
+    assert predict.capture is not None and predict.capture.bound is not None
+    joined = [entry for entry in predict.capture.bound if isinstance(entry, JoinedLaunches)]
+    if device.startswith("c"):
+        assert joined and all(entry.end - predict.capture.bound.index(entry) >= 2 for entry in joined)
+        assert all(isinstance(entry.launch, JoinedCLaunches) for entry in joined)
 
 
 def _train_step(model: Any, optimizer: Any, inputs: Any, targets: Any) -> Any:

@@ -18,7 +18,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool
 from ember.backends.disk import map_file_bytes
 from ember.backends import launch_group
 from ember.backends.c_matmul import PARALLEL_PRODUCTS, packed_products, render_packed_matmul
-from ember.backends.launch_group import GATHERING, LaunchGroup, runner_source
+from ember.backends.launch_group import GATHERING, MAX_GROUPED_PARAMETERS, LaunchGroup, runner_source
 from ember.capabilities import host_cpu_field
 from ember.backends.c_style import (
     MASK_TYPES,
@@ -526,23 +526,59 @@ class CProgram(Program):
         return COMPLETED
 
     def bind(self, buffers: list[Any], global_size: int) -> Callable[[tuple[Event, ...]], Event]:
-        function, pointers = self.function, [handle.ctypes.data for handle in buffers]
-        arguments = (ctypes.c_void_p * len(pointers))(*pointers)
-        ranges = [_memory(handle) for handle in buffers]
-        group, one_thread = self.group, self.threads == 1
+        return BoundCLaunch(self, buffers)
 
-        def run(wait_for: tuple[Event, ...], keep_alive: list[Any] = buffers) -> Event:  # keeps the memory alive
-            if GATHERING.active and group is not None:
-                if one_thread and not self._short():
-                    return self._gathered(pointers, arguments, ranges, wait_for, keep_alive)
-                if group.held:  # (as in __call__)
-                    group.run()
-            for event in wait_for:
-                event.wait()
-            function(*pointers)
-            return COMPLETED
 
-        return run
+class BoundCLaunch:
+    """A CProgram's launch with fixed buffers (Program.bind): the pointers converted once, and the `void *` array
+    the C runner passes (a joined run of them is one call: CDevice.join_launches). It holds the buffers' memory."""
+
+    __slots__ = ("program", "buffers", "pointers", "arguments", "count", "ranges")
+
+    def __init__(self, program: CProgram, buffers: list[Any]) -> None:
+        self.program, self.buffers = program, buffers
+        self.pointers = [handle.ctypes.data for handle in buffers]
+        self.arguments = (ctypes.c_void_p * len(self.pointers))(*self.pointers)
+        self.count = len(self.pointers)
+        self.ranges = [_memory(handle) for handle in buffers]
+
+    def __call__(self, wait_for: tuple[Event, ...]) -> Event:
+        program = self.program
+        group = program.group
+        if GATHERING.active and group is not None:
+            if program.threads == 1 and not program._short():
+                return program._gathered(self.pointers, self.arguments, self.ranges, wait_for, self.buffers)
+            if group.held:  # (as in CProgram.__call__)
+                group.run()
+        for event in wait_for:
+            event.wait()
+        program.function(*self.pointers)
+        return COMPLETED
+
+
+class JoinedCLaunches:
+    """Bound launches run one after the other by one call of the C runner's `ember_run_sequence`; while the
+    executor gathers (launch_group.py), each is launched alone instead, so that the group may hold it."""
+
+    __slots__ = ("runner", "launches", "functions", "arguments", "counts", "count")
+
+    def __init__(self, runner: Any, launches: list[BoundCLaunch]) -> None:
+        self.runner, self.launches, self.count = runner, launches, len(launches)
+        self.functions = (ctypes.c_void_p * self.count)(*[launch.program.address for launch in launches])
+        self.arguments = (ctypes.c_void_p * self.count)(*[ctypes.addressof(launch.arguments) for launch in launches])
+        self.counts = (ctypes.c_int * self.count)(*[launch.count for launch in launches])
+
+    def __call__(self, wait_for: tuple[Event, ...]) -> Event:
+        if GATHERING.active:
+            event = COMPLETED
+            for launch in self.launches:
+                event = launch(wait_for)
+                wait_for = ()
+            return event
+        for event in wait_for:
+            event.wait()
+        self.runner(self.count, self.functions, self.arguments, self.counts)
+        return COMPLETED
 
 
 def _pointer(handle: Any) -> int:
@@ -736,23 +772,40 @@ class CDevice(Device):
                                     + _cpu_model() for kind in (TILE, SCALAR, LIGHT)}
         self._quick_key_prefix = " ".join(quick_compiler_command() + link_libraries()) + "|" + _cpu_model()
         self.launch_group = LaunchGroup(cores, self._load_runner)  # launches held while the executor gathers
+        self._runner_library: ctypes.CDLL | None = None
+        self._sequence_runner: Any = None  # ember_run_sequence, loaded at the first join (join_launches)
 
     def _program(self, library: ctypes.CDLL, kernel: KernelIR) -> CProgram:
         """A kernel's program in a loaded library, with this device's launch group and the cores it occupies."""
         return CProgram(library, kernel.name, len(kernel.params), self.launch_group,
                         kernel_threads(kernel, self.info.compute_units))
 
-    def _load_runner(self) -> Any:
-        """The launch group's C runner (launch_group.runner_source), built once and cached on disk like kernels."""
-        command = [*plain_compiler_command(("-O2",)), "-pthread"]
-        library, _ = build_library(runner_source(), " ".join(command + link_libraries()) + "|" + _cpu_model(),
-                                   command, ["ember_run_group"])
-        runner = library.ember_run_group
-        runner.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                           ctypes.c_int]
+    def _load_runner(self, name: str = "ember_run_group") -> Any:
+        """A function of the C runner (launch_group.runner_source: the launch group's `ember_run_group`, or a
+        joined replay's `ember_run_sequence`), built once and cached on disk like kernels."""
+        if self._runner_library is None:
+            command = [*plain_compiler_command(("-O2",)), "-pthread"]
+            self._runner_library, _ = build_library(
+                runner_source(), " ".join(command + link_libraries()) + "|" + _cpu_model(), command,
+                ["ember_run_group", "ember_run_sequence"])
+        runner = getattr(self._runner_library, name)
+        runner.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p] + (
+            [ctypes.c_void_p, ctypes.c_int] if name == "ember_run_group" else [])
         runner.restype = None
-        self._runner_library = library  # (the function keeps it loaded too)
         return runner
+
+    def join_launches(self, launches: list[Callable[[tuple[Event, ...]], Event]]
+                      ) -> Callable[[tuple[Event, ...]], Event] | None:
+        """A replay's run of bound launches as one call of the C runner's `ember_run_sequence` (one ctypes call
+        instead of one each, with no Python between the kernels); None where a launch has more parameters than the
+        runner calls (launch_group.MAX_GROUPED_PARAMETERS)."""
+        if not all(isinstance(launch, BoundCLaunch) and launch.count <= MAX_GROUPED_PARAMETERS
+                   for launch in launches):
+            return None
+        bound = cast(list[BoundCLaunch], launches)
+        if self._sequence_runner is None:
+            self._sequence_runner = self._load_runner("ember_run_sequence")
+        return JoinedCLaunches(self._sequence_runner, bound)
 
     def render(self, kernel: KernelIR) -> str:
         return self.renderer.render(kernel)

@@ -40,7 +40,8 @@ def runner_source() -> str:
     left and the group ran as fast as one after the other; without workers (a forked child) the caller runs them
     all. Every kernel runs on one thread (its OpenMP loop, if any, too). A kernel is called through a pointer to a
     function of as many `void *` parameters as it has pointer parameters: the same call on every ABI ember's C
-    kernels run on."""
+    kernels run on. `ember_run_sequence` runs `count` kernels one after the other on the calling thread (each with
+    its OpenMP loop): a replay's run of launches in one call (CDevice.join_launches)."""
     cases = []
     for count in range(1, MAX_GROUPED_PARAMETERS + 1):
         parameters = ", ".join(["void *"] * count)
@@ -95,6 +96,10 @@ static void *ember_group_worker(void *unused) {
     pthread_cond_broadcast(&ember_group_left);
   }
   return NULL;
+}
+void ember_run_sequence(int count, void **functions, void ***arguments, const int *argument_counts) {
+  for (int member = 0; member < count; member++)
+    ember_group_call(functions[member], arguments[member], argument_counts[member]);
 }
 void ember_run_group(int count, void **functions, void ***arguments, const int *argument_counts, double *times,
                      int workers) {
