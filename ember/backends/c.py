@@ -14,6 +14,7 @@ import platform
 import shutil
 import subprocess
 import threading
+import warnings
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -804,7 +805,15 @@ class CDevice(Device):
             return None
         bound = cast(list[BoundCLaunch], launches)
         if self._sequence_runner is None:
-            self._sequence_runner = self._load_runner("ember_run_sequence")
+            try:
+                self._sequence_runner = self._load_runner("ember_run_sequence")
+            except (CompileError, OSError, AttributeError) as error:  # (replays then launch one by one)
+                self._sequence_runner = False
+                warnings.warn(f"ember: {self.name}: replays launch their kernels one by one: the C runner that "
+                              f"joins them did not build ({type(error).__name__}: {str(error)[:200]})",
+                              RuntimeWarning, stacklevel=2)
+        if self._sequence_runner is False:
+            return None
         return JoinedCLaunches(self._sequence_runner, bound)
 
     def render(self, kernel: KernelIR) -> str:
