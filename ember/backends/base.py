@@ -346,3 +346,7 @@ class Device(ABC):
         Default: None."""
         return None
 
+    def prepare_replays(self) -> None:
+        """Optional: build ahead, into the current disk cache, what `join_launches` needs (a plan of a run with
+        ember.jit replays carries it: plan/planner.py). Default: nothing."""
+

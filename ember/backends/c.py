@@ -785,15 +785,25 @@ class CDevice(Device):
         """A function of the C runner (launch_group.runner_source: the launch group's `ember_run_group`, or a
         joined replay's `ember_run_sequence`), built once and cached on disk like kernels."""
         if self._runner_library is None:
-            command = [*plain_compiler_command(("-O2",)), "-pthread"]
-            self._runner_library, _ = build_library(
-                runner_source(), " ".join(command + link_libraries()) + "|" + _cpu_model(), command,
-                ["ember_run_group", "ember_run_sequence"])
+            self._runner_library = self._build_runner()
         runner = getattr(self._runner_library, name)
         runner.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p] + (
             [ctypes.c_void_p, ctypes.c_int] if name == "ember_run_group" else [])
         runner.restype = None
         return runner
+
+    @staticmethod
+    def _build_runner() -> ctypes.CDLL:
+        """The C runner's library, from the disk cache or built into it."""
+        command = [*plain_compiler_command(("-O2",)), "-pthread"]
+        library, _ = build_library(runner_source(), " ".join(command + link_libraries()) + "|" + _cpu_model(),
+                                   command, ["ember_run_group", "ember_run_sequence"])
+        return library
+
+    def prepare_replays(self) -> None:
+        """Build the C runner that joins a replay's launches into the current disk cache (a plan carries it, so
+        that a run from the plan compiles nothing)."""
+        self._build_runner()
 
     def join_launches(self, launches: list[Callable[[tuple[Event, ...]], Event]]
                       ) -> Callable[[tuple[Event, ...]], Event] | None:

@@ -188,12 +188,13 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
     6x16 tile), then vectors along the reduced axis (a row reduction, a matmul whose B is transposed)."""
     vector_bytes = 4 * info.preferred_vector_width
     shape = kernel.output.shape
-    if not shape:
-        return []
-    minimum_items = 4 * max(1, info.compute_units)
-    output_lanes = lanes_for(kernel.output.dtype, vector_bytes)
     reduces = [step for step in kernel.steps if step.op in REDUCE_OPS]
     reduce_dtypes = {compute_dtype(step.dtype) for step in reduces}
+    if not shape:  # a scalar: vectors along its reduces only (a loss over a batch: its exp and log in vectors)
+        reduce_lanes = lanes_for(reduce_dtypes.pop(), vector_bytes) if len(reduce_dtypes) == 1 else 1
+        return [Plan((), reduce_lanes=reduce_lanes)] if reduce_lanes > 1 else []
+    minimum_items = 4 * max(1, info.compute_units)
+    output_lanes = lanes_for(kernel.output.dtype, vector_bytes)
     if row_loop(kernel):  # whole rows per work item: vectors along the row, in the loop and in the row's reduces
         reduce_lanes = lanes_for(reduce_dtypes.pop(), vector_bytes) if len(reduce_dtypes) == 1 else 1
         vectors = output_lanes > 1 and shape[-1] % output_lanes == 0

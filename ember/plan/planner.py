@@ -213,6 +213,7 @@ def make_plan(trace_path: str | os.PathLike[str], output: str | os.PathLike[str]
             if device.info.can_run:
                 _carry_search_winners(device, list(device_kernels), user_cache)
                 compile_cache.compile_kernels(device, list(device_kernels))
+                device.prepare_replays()  # (what replays need to join their launches: c's runner)
     plan = {"format": PLAN_FORMAT, "version": PLAN_VERSION, **environment(), "trace": str(trace_path),
             "devices": devices, "schedules": schedules, "jit_arenas": arenas,
             "kernel_times": document.get("kernel_times", {}), "regions": document.get("regions", [])}
