@@ -369,9 +369,13 @@ def random_key(seed: int, counter: int) -> np.ndarray:
 def _random_key(count: int, device: str) -> Tensor:
     """The key of the next draw of `count` numbers (a small host tensor, see random_key); the draw counter moves on
     and, under ember.jit, the recorder notes the draw (a replay writes the key of its own)."""
+    from ember.core.tensor import Tensor
+
     counter = RandomState.counter
     RandomState.counter += count
-    key = tensor(random_key(RandomState.seed, counter), device=device)
+    array = random_key(RandomState.seed, counter)  # (a fresh array of its own: no conversion, no copy)
+    array.flags.writeable = False
+    key = Tensor._from_node(Node(Op.BUFFER, (), array, (3,), dtypes.uint32, _device(device)))
     recorder = CONTEXT.get().recorder
     if recorder is not None:  # ember.jit: a replay writes the key of its own draw (recording.py)
         recorder.random_draw(key.node.arg, counter, count)

@@ -68,6 +68,10 @@ DTYPES_BY_NAME.update(
     {"bool_": bool_, "float": float32, "double": float64, "half": float16, "long": int64, "int": int32}
 )
 
+# the native numpy dtypes (bfloat16 has none: numpy holds its bits as uint16)
+DTYPES_BY_NUMPY: dict[np.dtype, DType] = {np.dtype(dtype.name if dtype is not bool_ else "bool"): dtype
+                                          for dtype in ALL_DTYPES if dtype is not bfloat16}
+
 DEFAULT_FLOAT = float32
 DEFAULT_INT = int64
 PYTHON_SCALARS = (bool, int, float, np.bool_, np.integer, np.floating)  # numbers that act as scalar operands
@@ -98,6 +102,9 @@ def to_dtype(value: object) -> DType:
 
 def from_numpy(dtype: np.dtype) -> DType:
     """The DType of a numpy array's dtype, or a DTypeError naming the numpy dtype."""
+    found = DTYPES_BY_NUMPY.get(dtype)  # (a numpy dtype's `name` is computed at each read: the per-op path's cost)
+    if found is not None:
+        return found
     if dtype.name in DTYPES_BY_NAME:
         return DTYPES_BY_NAME[dtype.name]
     raise DTypeError(f"numpy dtype {dtype} has no ember equivalent; valid: {', '.join(d.name for d in ALL_DTYPES)}")
