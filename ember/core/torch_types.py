@@ -8,6 +8,9 @@ from typing import Any, SupportsIndex, overload
 from ember.core.errors import DeviceError
 
 
+_new_tuple = tuple.__new__
+
+
 class Size(tuple[int, ...]):
     """torch.Size: a shape that is a tuple of ints (equal to and hashing like the tuple), with numel(); slicing it,
     adding to it and repeating it give a Size. Tensor.shape and Tensor.size() return one. repr is torch's form,
@@ -39,19 +42,23 @@ class Size(tuple[int, ...]):
     @overload
     def __getitem__(self, index: slice) -> Size: ...
 
+    # (a slice or a repeat of a Size, or the sum of two, holds ints already: made without Size()'s checks, which
+    # the per-op path paid at every shape computation)
     def __getitem__(self, index: SupportsIndex | slice) -> int | Size:
         if isinstance(index, slice):
-            return Size(tuple.__getitem__(self, index))
+            return _new_tuple(Size, tuple.__getitem__(self, index))
         return tuple.__getitem__(self, index)
 
     def __add__(self, other: tuple[Any, ...]) -> Size:  # type: ignore[override]
+        if type(other) is Size:
+            return _new_tuple(Size, tuple.__add__(self, other))
         return Size(tuple.__add__(self, other))
 
     def __radd__(self, other: tuple[Any, ...]) -> Size:
         return Size(tuple.__add__(other, self))
 
     def __mul__(self, times: SupportsIndex) -> Size:
-        return Size(tuple.__mul__(self, times))
+        return _new_tuple(Size, tuple.__mul__(self, times))
 
     __rmul__ = __mul__
 
