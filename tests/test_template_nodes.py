@@ -143,7 +143,7 @@ def test_the_sharding_estimate_of_a_graph_with_copies_is_its_expanded_graphs() -
     roots = [(F.layer_norm(x, (300,), weight, bias) * 2).softmax(-1).sum(0).node,
              F.linear(x, em.tensor(rng.standard_normal((7, 300)).astype(np.float32))).log_softmax(-1).node]
     for root in roots:
-        walk = lambda node: () if node.realized else node.srcs  # noqa: E731
+        walk = lambda node: () if node.realized else node.srcs
         nodes = post_order([root], walk)
         assert any(node.op is Op.TEMPLATE for node in nodes)
         work, dtypes = _work_and_dtypes(nodes)

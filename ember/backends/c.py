@@ -534,7 +534,7 @@ class BoundCLaunch:
     """A CProgram's launch with fixed buffers (Program.bind): the pointers converted once, and the `void *` array
     the C runner passes (a joined run of them is one call: CDevice.join_launches). It holds the buffers' memory."""
 
-    __slots__ = ("program", "buffers", "pointers", "arguments", "count", "ranges")
+    __slots__ = ("arguments", "buffers", "count", "pointers", "program", "ranges")
 
     def __init__(self, program: CProgram, buffers: list[Any]) -> None:
         self.program, self.buffers = program, buffers
@@ -561,7 +561,7 @@ class JoinedCLaunches:
     """Bound launches run one after the other by one call of the C runner's `ember_run_sequence`; while the
     executor gathers (launch_group.py), each is launched alone instead, so that the group may hold it."""
 
-    __slots__ = ("runner", "launches", "functions", "arguments", "counts", "count")
+    __slots__ = ("arguments", "count", "counts", "functions", "launches", "runner")
 
     def __init__(self, runner: Any, launches: list[BoundCLaunch]) -> None:
         self.runner, self.launches, self.count = runner, launches, len(launches)

@@ -7,7 +7,6 @@ from typing import Any, SupportsIndex, overload
 
 from ember.core.errors import DeviceError
 
-
 _new_tuple = tuple.__new__
 
 

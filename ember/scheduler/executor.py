@@ -48,13 +48,14 @@ BoundLaunch = Callable[[tuple[Event, ...]], Event]  # a kernel launch with its b
 
 class JoinedLaunches:
     """In a replay's bound launches, at the first command of a run of them: the run enqueued at once (`launch`,
-    from Device.join_launches: a CUDA graph), up to the command before `end` (Frees between the launches are part
-    of the run; the positions after the first are skipped)."""
+    from Device.join_launches: cuda's CUDA graph, c's one runner call), up to the command before `end` (Frees
+    between the launches are part of the run; the positions after the first are skipped)."""
 
-    __slots__ = ("launch", "end")
+    __slots__ = ("end", "launch")
 
     def __init__(self, launch: BoundLaunch, end: int) -> None:
         self.launch, self.end = launch, end
+
 
 NO_POSITIONS: frozenset[int] = frozenset()
 NO_LAST_USES: Mapping[int, int] = {}
@@ -70,9 +71,9 @@ def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None
     The slots are nodes (eager realize: each output node becomes a buffer at its step; `last_use`, per slot the
     command of its last use, and `not_in_place`, positions of kernel steps whose assign must not write in place,
     decide in-place assigns; `notes`: EMBER_DEBUG=2 lines printed before the command at their position), or, with
-    `bound` (per command, its launch bound to the buffers or None to launch with the table's handles), buffers
-    (a replay: every slot filled; a JoinedLaunches entry enqueues its run of commands at once). A replay tracks events only once a command is unfinished (synchronous devices
-    never are); what reads the buffers next waits for its commands, also what reads the buffer a written view is
+    `bound` (per command, its launch bound to the buffers or None to launch with the table's handles, or a
+    JoinedLaunches enqueuing its run of commands at once), buffers (a replay: every slot filled). A replay tracks
+    events only once a command is unfinished (synchronous devices never are); what reads the buffers next waits for its commands, also what reads the buffer a written view is
     part of (a box an incremental update writes in place: readers of the whole value wait for it). Returns whether
     a replay left a command unfinished (False: every command was done when enqueued; always False for nodes).
 
