@@ -333,3 +333,16 @@ def test_state_outside_the_arguments_changed_in_place_is_replayed(device: str) -
     np.testing.assert_allclose(result.numpy(), inputs @ weights, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(total.numpy(), expected, rtol=1e-5, atol=1e-5)
     assert count.item() == 6 and step.replays == 4
+
+
+def test_the_leaves_of_arguments_are_flattens_in_its_order() -> None:
+    """jit's quick walk of a call's arguments (`_leaves`) finds the leaves `_flatten` does, in its order."""
+    from collections import namedtuple
+
+    from ember.capture.jit import _flatten, _leaves
+
+    pair_type = namedtuple("pair_type", "first second")
+    tensor = em.zeros(2)
+    for value in [((1, [2, {"b": 3, "a": (4, tensor)}]), {}), pair_type([5], {"x": None}), [], (((),),), 7]:
+        leaves, _ = _flatten(value)
+        assert [id(leaf) for leaf in _leaves(value)] == [id(leaf) for leaf in leaves]

@@ -72,8 +72,11 @@ def _overlapping(record: em.Profile) -> bool:
 
 
 def _branch(x: em.Tensor | torch.Tensor) -> em.Tensor | torch.Tensor:
-    """A reduction of transcendental functions: one kernel of one work item, long enough to be held."""
-    return x.sin().exp().sin().exp().sin().sum()
+    """A reduction of transcendental functions: one kernel of one work item, long enough to be held (its lanes
+    vectorized, as a scalar reduce's are: 30 functions an element keep it a few hundred microseconds)."""
+    for _ in range(15):
+        x = x.sin().exp()
+    return x.sum()
 
 
 def _inputs() -> list[np.ndarray]:

@@ -84,7 +84,7 @@ class Jitted:
         return {} if self.capture is None else self.capture.memory_plan
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        leaves, _ = _flatten((args, kwargs))
+        leaves = _leaves((args, kwargs))
         key = _key(leaves)
         if self.capture is not None:
             if _same_key(self.capture.key, key):
@@ -122,7 +122,7 @@ class Jitted:
             # arguments too) in one schedule
             changed = [tensor for tensor in (reference() for reference in recorder.assigned) if tensor is not None]
             recorder.assigned.clear()
-            realize(*(leaf for leaf in _flatten((result, args, kwargs))[0] if isinstance(leaf, Tensor)), *changed)
+            realize(*(leaf for leaf in _leaves((result, args, kwargs)) if isinstance(leaf, Tensor)), *changed)
             del changed
         finally:
             update(recorder=None)
@@ -329,6 +329,21 @@ def _held_elsewhere(buffers: list[Buffer | None], slot: int) -> bool:
 
 
 # ---- arguments ---------------------------------------------------------------------------------------------------
+
+
+def _leaves(value: Any, into: list[Any] | None = None) -> list[Any]:
+    """The leaves of nested tuples, lists and dicts, in `_flatten`'s order (without its rebuilding function: every
+    call of a jitted function flattens its arguments)."""
+    leaves = [] if into is None else into
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            _leaves(item, leaves)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _leaves(item, leaves)
+    else:
+        leaves.append(value)
+    return leaves
 
 
 def _flatten(value: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
