@@ -121,6 +121,10 @@ def test_the_tile_is_the_largest_that_still_fills_the_device() -> None:
     (kernel,) = _kernels(_dummy(512, 512) @ _dummy(512, 512))
     tiles = matmul_tiles(kernel, H100_LIKE)
     assert tiles is not None and tiles.block == 32  # 64 groups of 64x64 would leave most of 132 SMs idle
+    assert tiles.register == 2 and tiles.local_size == 256  # 16,384 items of 4x4 outputs: too few for 132 SMs
+    (large,) = _kernels(_dummy(2048, 512) @ _dummy(512, 2048))
+    tiles = matmul_tiles(large, H100_LIKE)
+    assert tiles is not None and tiles.block == 64 and tiles.register == 4  # 262,144 items of 4x4 fill it
     tiles = matmul_tiles(kernel, DeviceInfo(**{**H100_LIMITS, "compute_units": 16}))
     assert tiles is not None and tiles.block == 64 and tiles.local_size == 256
     small_groups = DeviceInfo(**{**H100_LIMITS, "max_local_size": 128})

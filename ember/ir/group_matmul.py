@@ -34,6 +34,11 @@ MINIMUM_SIDE = 16  # the output's rows and columns from which a matmul is tiled 
 MINIMUM_DEPTH = 8  # elements summed per output from which it is
 TILE_DEPTH = 16  # BK: the reduced elements each step of the group's loop copies to local memory
 REGISTER_TILE = 4  # TM = TN: the outputs a work item computes along each of the two axes
+# a product too small to give the device this many work items per compute unit with REGISTER_TILE takes register
+# tiles of SMALL_REGISTER_TILE, four times the work items (char_lstm's 64 x 512 gate matmul on an H100: 2,048 work
+# items of 16 outputs for 132 SMs, 25 us a step; each item's loop is latency-bound, not bound by its loads)
+WORK_ITEMS_PER_UNIT = 256
+SMALL_REGISTER_TILE = 2
 GROUP_TILES = (64, 32)  # BM = BN, the largest first: the output tile of a group
 # on matrix units (DeviceInfo.matrix_dtypes): a group of 4 warps computes 64x64 outputs, each warp 32x32 as 2 x 4
 # steps of mma.m16n8k16 (A 16x16, B 16x8) a K step of 16; the tiles hold the half values
@@ -126,8 +131,10 @@ def matmul_tiles(kernel: Kernel, info: DeviceInfo) -> MatmulTiles | None:
     of at least MINIMUM_DEPTH elements of a product whose factors each depend on the reduced index and on an
     output axis the other does not (A's rows, B's columns, each at least MINIMUM_SIDE); the device must have warps,
     local memory for both tiles and groups of the tile's work items. The largest tile that still gives every compute
-    unit a group is chosen (else the smallest that fits); where both factors are float16 (or bfloat16) values as
-    loaded and DeviceInfo.matrix_dtypes lists that dtype, with warps of 32, the tiles of the matrix units."""
+    unit a group is chosen (else the smallest that fits), with register tiles of SMALL_REGISTER_TILE where those of
+    REGISTER_TILE give fewer than WORK_ITEMS_PER_UNIT work items per compute unit; where both factors are float16
+    (or bfloat16) values as loaded and DeviceInfo.matrix_dtypes lists that dtype, with warps of 32, the tiles of the
+    matrix units."""
     if info.warp_width <= 1 or info.local_memory_bytes <= 0:
         return None
     shape = kernel.output.shape
@@ -170,6 +177,11 @@ def matmul_tiles(kernel: Kernel, info: DeviceInfo) -> MatmulTiles | None:
                and groups(block) * (block // REGISTER_TILE) ** 2 <= info.max_global_size]
     for block in fitting:
         if groups(block) >= max(1, info.compute_units) or block == fitting[-1]:
+            items = groups(block) * (block // REGISTER_TILE) ** 2
+            if (items < max(1, info.compute_units) * WORK_ITEMS_PER_UNIT
+                    and (block // SMALL_REGISTER_TILE) ** 2 <= info.max_local_size
+                    and groups(block) * (block // SMALL_REGISTER_TILE) ** 2 <= info.max_global_size):
+                return MatmulTiles(row_axis, column_axis, reduced, block, register=SMALL_REGISTER_TILE)
             return MatmulTiles(row_axis, column_axis, reduced, block)
     return None
 
