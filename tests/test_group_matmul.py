@@ -124,8 +124,13 @@ def test_the_tile_is_the_largest_that_still_fills_the_device() -> None:
     assert tiles.register == 2 and tiles.local_size == 256  # 16,384 items of 4x4 outputs: too few for 132 SMs
     (large,) = _kernels(_dummy(2048, 512) @ _dummy(512, 2048))
     tiles = matmul_tiles(large, H100_LIKE)
-    assert tiles is not None and tiles.block == 64 and tiles.register == 4  # 262,144 items of 4x4 fill it
+    assert tiles is not None and tiles.block == 128 and tiles.register == 8  # 256 groups of 128x128, 8x8 an item
+    (middle,) = _kernels(_dummy(1024, 512) @ _dummy(512, 1024))
+    tiles = matmul_tiles(middle, H100_LIKE)
+    assert tiles is not None and tiles.block == 64 and tiles.register == 4  # 64 groups of 128x128: too few
     tiles = matmul_tiles(kernel, DeviceInfo(**{**H100_LIMITS, "compute_units": 16}))
+    assert tiles is not None and tiles.block == 128 and tiles.local_size == 256
+    tiles = matmul_tiles(kernel, DeviceInfo(**{**H100_LIMITS, "compute_units": 32}))
     assert tiles is not None and tiles.block == 64 and tiles.local_size == 256
     small_groups = DeviceInfo(**{**H100_LIMITS, "max_local_size": 128})
     assert matmul_tiles(kernel, small_groups).block == 32  # type: ignore[union-attr]
@@ -306,6 +311,21 @@ def test_the_smaller_tile_matches_torch(group_device: str, monkeypatch: pytest.M
     b = rng.standard_normal((45, 90)).astype(np.float32)
     (kernel,) = _kernels(_dummy(2, 70, 45) @ _dummy(45, 90))
     assert matmul_tiles(kernel, device.info).block == 32  # type: ignore[union-attr]
+    got = (em.tensor(a, device=group_device) @ em.tensor(b, device=group_device)).numpy()
+    _compare(got, torch.tensor(a) @ torch.tensor(b), 1e-4)
+
+
+def test_the_largest_tile_matches_torch(group_device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With few compute units a product of 128 rows or columns gets 128x128 tiles, 8x8 outputs a work item: its
+    results against torch, with rows and columns that are no whole number of tiles (sizes no other test uses)."""
+    device = REGISTRY.device(group_device)
+    monkeypatch.setattr(device, "info", replace(device.info, compute_units=1))
+    rng = np.random.default_rng(15)
+    a = rng.standard_normal((131, 37)).astype(np.float32)
+    b = rng.standard_normal((37, 150)).astype(np.float32)
+    (kernel,) = _kernels(_dummy(131, 37) @ _dummy(37, 150))
+    tiles = matmul_tiles(kernel, device.info)
+    assert tiles is not None and tiles.block == 128 and tiles.register == 8
     got = (em.tensor(a, device=group_device) @ em.tensor(b, device=group_device)).numpy()
     _compare(got, torch.tensor(a) @ torch.tensor(b), 1e-4)
 

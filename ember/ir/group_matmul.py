@@ -39,7 +39,11 @@ REGISTER_TILE = 4  # TM = TN: the outputs a work item computes along each of the
 # items of 16 outputs for 132 SMs, 25 us a step; each item's loop is latency-bound, not bound by its loads)
 WORK_ITEMS_PER_UNIT = 256
 SMALL_REGISTER_TILE = 2
-GROUP_TILES = (64, 32)  # BM = BN, the largest first: the output tile of a group
+GROUP_TILES = (128, 64, 32)  # BM = BN, the largest first: the output tile of a group
+# TM = TN of a block where it is not REGISTER_TILE: a 128x128 tile's items compute 8x8 outputs (256 items, as 64x64's
+# with 4x4), reading 16 values of the tiles for 64 multiply-adds a k instead of 8 for 16 (a 4096^2 float32 matmul on
+# an H100 ran at 19 TFLOP/s in 64x64 tiles, cuBLAS 51)
+BLOCK_REGISTER_TILES = {128: 8}
 # on matrix units (DeviceInfo.matrix_dtypes): a group of 4 warps computes 64x64 outputs, each warp 32x32 as 2 x 4
 # steps of mma.m16n8k16 (A 16x16, B 16x8) a K step of 16; the tiles hold the half values
 MATRIX_BLOCK = 64
@@ -171,18 +175,21 @@ def matmul_tiles(kernel: Kernel, info: DeviceInfo) -> MatmulTiles | None:
             and 2 * MATRIX_BLOCK * TILE_DEPTH * half.itemsize <= info.local_memory_bytes
             and groups(MATRIX_BLOCK) * MATRIX_WARPS * WARP <= info.max_global_size):
         return MatmulTiles(row_axis, column_axis, reduced, MATRIX_BLOCK, matrix=half)
+    def items(block: int, register: int) -> int:
+        return (block // register) ** 2
+
     fitting = [block for block in GROUP_TILES
-               if (block // REGISTER_TILE) ** 2 <= info.max_local_size
+               if items(block, BLOCK_REGISTER_TILES.get(block, REGISTER_TILE)) <= info.max_local_size
                and 2 * block * TILE_DEPTH * 4 <= info.local_memory_bytes
-               and groups(block) * (block // REGISTER_TILE) ** 2 <= info.max_global_size]
+               and groups(block) * items(block, BLOCK_REGISTER_TILES.get(block, REGISTER_TILE)) <= info.max_global_size]
     for block in fitting:
         if groups(block) >= max(1, info.compute_units) or block == fitting[-1]:
-            items = groups(block) * (block // REGISTER_TILE) ** 2
-            if (items < max(1, info.compute_units) * WORK_ITEMS_PER_UNIT
-                    and (block // SMALL_REGISTER_TILE) ** 2 <= info.max_local_size
-                    and groups(block) * (block // SMALL_REGISTER_TILE) ** 2 <= info.max_global_size):
-                return MatmulTiles(row_axis, column_axis, reduced, block, register=SMALL_REGISTER_TILE)
-            return MatmulTiles(row_axis, column_axis, reduced, block)
+            register = BLOCK_REGISTER_TILES.get(block, REGISTER_TILE)
+            if (groups(block) * items(block, register) < max(1, info.compute_units) * WORK_ITEMS_PER_UNIT
+                    and items(block, SMALL_REGISTER_TILE) <= info.max_local_size
+                    and groups(block) * items(block, SMALL_REGISTER_TILE) <= info.max_global_size):
+                register = SMALL_REGISTER_TILE
+            return MatmulTiles(row_axis, column_axis, reduced, block, register=register)
     return None
 
 
