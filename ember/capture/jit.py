@@ -183,6 +183,12 @@ class Jitted:
                                        f"{plan.describe()}")
         return result
 
+    def replay_captured(self, *args: Any) -> Any:
+        """A call the caller knows to match the capture's key (the optimizer's step replays, whose own signature
+        holds it): replayed without comparing the inputs with the key again."""
+        assert self.capture is not None, "replay_captured before a capture"
+        return self._replay(self.capture, _leaves(args))
+
     def _replay(self, capture: Capture, leaves: list[Any]) -> Any:
         realize(*(leaf for leaf in leaves if isinstance(leaf, Tensor) and not leaf.node.realized))
         with SCHEDULER_LOCK:  # (the pools and device queues are shared with other threads)

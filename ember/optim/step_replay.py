@@ -78,7 +78,10 @@ class StepReplays:
         self.stepped = stepped
         replays = jitted.replays
         try:
-            jitted(tensors)  # (realizes what the update computed, its arguments and the state it made, at once)
+            if jitted.capture is not None:  # (the signature holds its capture's key: every tensor's shape, dtype, device)
+                jitted.replay_captured(tensors)
+            else:
+                jitted(tensors)  # (realizes what the update computed, its arguments and the state it made, at once)
         except JitError:  # raised after the recorded call ran (eagerly, in full): keep its result, never replay it
             self.recorded[signature] = None
         finally:
