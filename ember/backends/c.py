@@ -14,8 +14,8 @@ import platform
 import shutil
 import subprocess
 import threading
-import warnings
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path

@@ -55,8 +55,8 @@ class Capture:
     # how far one call advances the counter; a replay writes each key from the generator state as eager would
     random_keys: tuple[tuple[int, int, int], ...] = ()
     random_advance: int = 0
-    bound: list[BoundLaunch | JoinedLaunches | None] | None = None  # per command, made at the first replay (again after the
-    # memory pool moved the intermediates to grown memory)
+    # per command, made at the first replay (again after the memory pool moved the intermediates to grown memory)
+    bound: list[BoundLaunch | JoinedLaunches | None] | None = None
     memory_pool: JitMemoryPool | None = None  # where the intermediates live (shared with other captures)
     shared_memories: list[Any] = field(default_factory=list)  # the pool's memory of each device it uses
 

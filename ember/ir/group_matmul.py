@@ -175,22 +175,28 @@ def matmul_tiles(kernel: Kernel, info: DeviceInfo) -> MatmulTiles | None:
             and 2 * MATRIX_BLOCK * TILE_DEPTH * half.itemsize <= info.local_memory_bytes
             and groups(MATRIX_BLOCK) * MATRIX_WARPS * WARP <= info.max_global_size):
         return MatmulTiles(row_axis, column_axis, reduced, MATRIX_BLOCK, matrix=half)
+
     def items(block: int, register: int) -> int:
         return (block // register) ** 2
 
     fitting = [block for block in GROUP_TILES
-               if items(block, BLOCK_REGISTER_TILES.get(block, REGISTER_TILE)) <= info.max_local_size
+               if items(block, _register_tile(block)) <= info.max_local_size
                and 2 * block * TILE_DEPTH * 4 <= info.local_memory_bytes
-               and groups(block) * items(block, BLOCK_REGISTER_TILES.get(block, REGISTER_TILE)) <= info.max_global_size]
+               and groups(block) * items(block, _register_tile(block)) <= info.max_global_size]
     for block in fitting:
         if groups(block) >= max(1, info.compute_units) or block == fitting[-1]:
-            register = BLOCK_REGISTER_TILES.get(block, REGISTER_TILE)
+            register = _register_tile(block)
             if (groups(block) * items(block, register) < max(1, info.compute_units) * WORK_ITEMS_PER_UNIT
                     and items(block, SMALL_REGISTER_TILE) <= info.max_local_size
                     and groups(block) * items(block, SMALL_REGISTER_TILE) <= info.max_global_size):
                 register = SMALL_REGISTER_TILE
             return MatmulTiles(row_axis, column_axis, reduced, block, register=register)
     return None
+
+
+def _register_tile(block: int) -> int:
+    """TM = TN of a work item in a group's `block` x `block` tile (BLOCK_REGISTER_TILES, else REGISTER_TILE)."""
+    return BLOCK_REGISTER_TILES.get(block, REGISTER_TILE)
 
 
 def _half_load(factor: IRNode) -> dtypes.DType | None:

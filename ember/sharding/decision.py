@@ -20,9 +20,9 @@ from typing import cast
 from ember.core.dtype import DType
 from ember.core.errors import OutOfMemoryError
 from ember.core.graph import Node
+from ember.core.graph_templates import expand_in_place
 from ember.core.ops import REDUCE_OPS, Op
 from ember.core.shapes import prod
-from ember.core.graph_templates import expand_in_place
 from ember.core.walk import post_order
 from ember.scheduler import profile
 from ember.scheduler.devices import get_device
@@ -145,7 +145,7 @@ def decide(root: Node, forced: bool | None, devices: list[str] | Callable[[], li
     work, used_dtypes = _work_and_dtypes(graph_nodes)
     work += size
     cheap = work < MINIMUM_WORK or work < MINIMUM_INTENSITY * size
-    output_bytes = root.size * root.dtype.itemsize
+    output_bytes = size * root.dtype.itemsize
     # (a pool without a limit never runs out here; nor does one with room for every leaf and the output: the
     # per-axis models, which slice the graph, are built only where the memory rule may apply)
     tight = home_free is not None and _most_arriving(graph_nodes, home) + output_bytes > home_free
@@ -249,8 +249,7 @@ def _axis_model(root: Node, axis: int) -> _Axis:
 
 def _work(root: Node) -> int:
     """Multiply-adds of computing root's graph: each reduce's input elements, and the output's."""
-    nodes = post_order([root], lambda node: () if node.realized else node.srcs)
-    return sum(prod(node.srcs[0].shape) for node in nodes if node.op in REDUCE_OPS) + prod(root.shape)
+    return _work_and_dtypes(post_order([root], lambda node: () if node.realized else node.srcs))[0] + root.size
 
 
 def _lengths(size: int, devices: list[str], weights: dict[str, float], caps: dict[str, int]) -> list[int] | None:
