@@ -510,3 +510,25 @@ def test_weight_gradients_of_few_outputs_match_torch(group_device: str) -> None:
         results[library.__name__] = [tensor.grad for tensor in (x, weight, bias, image, kernel)]
     for got, expected in zip(results["ember"], results["torch"]):
         _compare(got.numpy(), expected, 1e-4)
+
+
+def test_short_reduces_with_few_outputs_at_the_sizes_of_real_gradients() -> None:
+    """The largest reduces the parallel stages take (16,384 elements per output: a conv's weight gradient over a
+    batch of 64 at 16x16), and 64 outputs of 4,096 (a layer norm's weight gradient over batch and sequence), with a
+    NaN and infinities, against numpy in float64; where workgroups run on lavapipe (the simulator is too slow)."""
+    wgpu = [name for name in GROUP_DEVICES if name.startswith("wgpugroups")]
+    if not wgpu:
+        pytest.skip("no wgpu device here")
+    rng = np.random.default_rng(16)
+    columns = rng.standard_normal((16_384, 7)).astype(np.float32)
+    columns[9_000, 3] = np.nan
+    columns[100, 5], columns[16_000, 5] = np.inf, np.inf
+    got = em.tensor(columns, device=wgpu[0]).sum(0).numpy()
+    np.testing.assert_allclose(got, columns.astype(np.float64).sum(0), rtol=1e-5, equal_nan=True)
+    statistics = rng.standard_normal((64, 64, 64)).astype(np.float32)
+    tensor = em.tensor(statistics, device=wgpu[0])
+    np.testing.assert_allclose(tensor.sum((0, 1)).numpy(), statistics.astype(np.float64).sum((0, 1)), rtol=1e-4,
+                               atol=1e-3)
+    np.testing.assert_array_equal(tensor.amax((0, 1)).numpy(), statistics.max((0, 1)))
+    info = REGISTRY.device(wgpu[0]).info
+    assert all(choose_local_size(kernel, info) is not None for kernel in _kernels(tensor.sum((0, 1))))
