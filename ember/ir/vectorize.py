@@ -21,12 +21,15 @@ from ember.ir.ir import Builder, IRNode, IROp, KernelIR, linear_terms, topologic
 # the ALU ops a vector can carry, lane by lane, when the renderer supports them (DeviceInfo.vector_ops)
 VECTOR_ALU_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.CMPEQ, Op.WHERE, Op.TRUNC,
                             Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.RECIPROCAL, Op.CAST, Op.BITCAST, Op.AND, Op.OR, Op.SHR,
-                            Op.SHL})
+                            Op.SHL, Op.XOR})
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64})
 # integer lanes are packed only as the bits of numbers converted to floats (packed quantized weights): loaded, their
 # bits picked by masks and shifts, reinterpreted, converted; as many lanes as the float vector they become (a vector
-# of 8 bytes under 8 float32 lanes), and never by arithmetic, whose overflow vectors would not wrap as scalars do
+# of 8 bytes under 8 float32 lanes), and not by arithmetic, whose overflow vectors need not wrap as scalars do ...
 INTEGER_LANE_OPS = frozenset({IROp.LOAD, Op.CAST, Op.BITCAST, Op.AND, Op.OR, Op.SHR, Op.SHL})
+# ... but for 32-bit unsigned lanes, which wrap modulo 2^32 in C's scalars and vectors alike (and in OpenCL C's and
+# WGSL's): a counter-based random number's hash (core/creation.py) runs in vectors of uint32 under its float32 lanes
+UNSIGNED_LANE_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.XOR})
 # in a device's vector_ops: its renderer selects between vectors by one scalar condition (a WHERE whose lanes all
 # read one condition, as an embedding's one-hot row or a causal mask's position shared by a row's lanes)
 SCALAR_CONDITION = "WHERE with a scalar condition"
@@ -93,7 +96,12 @@ class Vectorizer:
         width = len(lanes)
         if first.dtype.is_bool:
             return (yield from self._pack_ops(lanes)) if self._same_op(lanes) else None
-        if all(lane is first for lane in lanes) or not self._packable_width(first, width):
+        if all(lane is first for lane in lanes):
+            return b.vectorize([self.scalar(lane) for lane in lanes])
+        if self._integer_ramp(lanes):  # consecutive integers (a random counter's positions): first + (0, 1, 2, ...)
+            steps = [b.const(lane, first.dtype) for lane in range(width)]
+            return b.vector_alu(Op.ADD, first.dtype, b.vectorize([self.scalar(first)] * width), b.vectorize(steps))
+        if not self._packable_width(first, width):
             return b.vectorize([self.scalar(lane) for lane in lanes])
         if first.op is IROp.LOAD and IROp.LOAD in self.vector_ops and self._same_op(lanes) and all(
                 lane.srcs[0] is first.srcs[0] and lane.srcs[2:] == first.srcs[2:] for lane in lanes) and consecutive(
@@ -117,7 +125,8 @@ class Vectorizer:
         under floats (see INTEGER_LANE_OPS), in at most one vector's bytes."""
         if first.dtype in VECTOR_DTYPES:
             return lanes_for(first.dtype, self.vector_bytes) == width
-        return (first.dtype.kind in "iu" and first.op in INTEGER_LANE_OPS and first.op in self.vector_ops
+        lane_ops = INTEGER_LANE_OPS | UNSIGNED_LANE_OPS if first.dtype is dtypes.uint32 else INTEGER_LANE_OPS
+        return (first.dtype.kind in "iu" and first.op in lane_ops and first.op in self.vector_ops
                 and width * first.dtype.itemsize <= self.vector_bytes)
 
     def _index_ramp(self, lanes: tuple[IRNode, ...]) -> bool:
@@ -129,6 +138,14 @@ class Vectorizer:
                 and first.srcs[0].dtype.kind in "iu" and first.srcs[0].width == 1
                 and -exact < first.srcs[0].minimum and first.srcs[0].maximum + len(lanes) < exact
                 and consecutive(lane.srcs[0] for lane in lanes))
+
+    def _integer_ramp(self, lanes: tuple[IRNode, ...]) -> bool:
+        """Whether lanes are consecutive 32-bit integers (an index plus 0, 1, 2, ...: a random counter's positions,
+        as a uint32 lane reads them), so that their vector is one addition, not a vector built lane by lane."""
+        first = lanes[0]
+        return (first.dtype in (dtypes.int32, dtypes.uint32) and Op.ADD in self.vector_ops
+                and len(lanes) * first.dtype.itemsize <= self.vector_bytes and all(lane.width == 1 for lane in lanes)
+                and consecutive(lanes))
 
     @staticmethod
     def _same_op(lanes: tuple[IRNode, ...]) -> bool:
