@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -159,6 +161,48 @@ def test_matmul_gradients_against_torch() -> None:
     assert x.grad is not None and y.grad is not None
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(y.grad.numpy(), ty.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_new_matmul_shapes_compile_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A packed matmul is a call of its tile's library function with its sizes and strides: the library is built
+    once (into the disk cache: a compiler run), and matmuls of new shapes, batches and views then run with no
+    compiler run at all (gpt_manual's first step compiled 14 of them, ~0.7 s of gcc), with torch's values."""
+    from ember.backends import c
+
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    runs: list[list[str]] = []
+    real_run = c.subprocess.run
+
+    def counted(command: list[str], *arguments: Any, **options: Any) -> Any:
+        runs.append(command)
+        return real_run(command, *arguments, **options)
+
+    monkeypatch.setattr(c.subprocess, "run", counted)
+    _check(_random(37, 45), _random(45, 29, seed=1), lambda a, b: a @ b)
+    assert len(runs) == 1 and any(path.suffix == ".entry" for path in (tmp_path / "c").rglob("*"))
+    _check(_random(53, 61), _random(61, 47, seed=1), lambda a, b: a @ b)
+    _check(_random(3, 2, 21, 35), _random(2, 35, 19, seed=1), lambda a, b: a @ b)
+    _check(_random(40, 90), _random(66, 90, seed=1), lambda a, b: a[5:, ::2] @ b[:, 1::2].T)
+    assert len(runs) == 1
+
+
+def test_a_rendered_packed_kernel_builds_alone() -> None:
+    """The renderer's source of a packed kernel (the library function and a call of it with the kernel's sizes)
+    builds alone and computes the matmul (what the kernel search, debugging, and another process's build read)."""
+    import ctypes
+
+    from ember.backends.c import build_library, plain_compiler_command
+
+    a_data, b_data = _random(3, 20, 30), _random(3, 30, 40, seed=1)
+    (kernel,) = _kernels(_dummy(3, 20, 30) @ _dummy(3, 30, 40))
+    lowered = lower_packed_matmul(kernel, "packed_alone", AVX2)
+    assert lowered is not None and lowered.packed is not None
+    source = CRenderer().render(lowered)
+    library, _ = build_library(source, "test of a rendered packed kernel", plain_compiler_command(), ["packed_alone"])
+    output = np.zeros((3, 20, 40), np.float32)
+    buffers = {0: output, lowered.packed.a: np.ascontiguousarray(a_data), lowered.packed.b: np.ascontiguousarray(b_data)}
+    library.packed_alone(*[ctypes.c_void_p(buffers[position].ctypes.data) for position in range(3)])
+    np.testing.assert_allclose(output, a_data @ b_data, rtol=1e-4, atol=1e-4 * 30**0.5)
 
 
 def test_the_search_compares_the_packed_form_with_the_tiled_plans() -> None:

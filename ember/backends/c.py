@@ -27,7 +27,9 @@ from ember import cache
 from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program, ProgramTable
 from ember.backends.disk import map_file_bytes
 from ember.backends import launch_group
-from ember.backends.c_matmul import PARALLEL_PRODUCTS, packed_products, render_packed_matmul
+from ember.backends.c_matmul import (
+    PARALLEL_PRODUCTS, library_function, library_source, packed_products, render_packed_matmul, shape_values,
+)
 from ember.backends.launch_group import GATHERING, MAX_GROUPED_PARAMETERS, LaunchGroup, runner_source
 from ember.capabilities import host_cpu_field
 from ember.backends.c_style import (
@@ -491,7 +493,7 @@ class CProgram(Program):
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
         if GATHERING.active and self.group is not None:
             if self.threads == 1 and not self._short():
-                pointers = [_pointer(handle) for handle in buffers]
+                pointers = self.pointers(buffers)
                 return self._gathered(pointers, (ctypes.c_void_p * len(pointers))(*pointers),
                                       [_memory(handle) for handle in buffers], wait_for, buffers)
             if self.group.held:  # (a launch not held runs after what is held: it may reuse memory they read)
@@ -503,6 +505,11 @@ class CProgram(Program):
         except AttributeError:  # an array this pool did not create (the arguments fail before the call)
             self.function(*[handle.ctypes.data for handle in buffers])
         return COMPLETED
+
+    @staticmethod
+    def pointers(buffers: list[Any]) -> list[int]:
+        """The arguments of the kernel's function for a launch on `buffers`: their addresses."""
+        return [_pointer(handle) for handle in buffers]
 
     def _short(self) -> bool:
         """Whether a launch while the executor gathers runs directly, untimed: the kernel's last run was too short
@@ -530,6 +537,38 @@ class CProgram(Program):
         return BoundCLaunch(self, buffers)
 
 
+class PackedCProgram(CProgram):
+    """A packed matmul (ir/packed_matmul.py): a call of its micro-kernel tile's library function (c_matmul.py,
+    built once for every matmul shape) with the kernel's sizes and strides, an array of longs this program keeps,
+    and the output, A and B."""
+
+    def __init__(self, library: ctypes.CDLL, kernel: KernelIR, group: LaunchGroup | None, threads: int,
+                 renderer_threads: int | None) -> None:
+        packed = kernel.packed
+        assert packed is not None
+        super().__init__(library, library_function(packed), 4, group, threads)
+        values = shape_values(packed, renderer_threads)
+        self.shape = (ctypes.c_long * len(values))(*values)
+        self.shape_address = ctypes.addressof(self.shape)
+        self.operands = (0, packed.a, packed.b)
+
+    def pointers(self, buffers: list[Any]) -> list[int]:  # type: ignore[override]
+        return [self.shape_address, *[_pointer(buffers[position]) for position in self.operands]]
+
+    def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
+        pointers = self.pointers(buffers)
+        if GATHERING.active and self.group is not None:
+            if self.threads == 1 and not self._short():
+                return self._gathered(pointers, (ctypes.c_void_p * len(pointers))(*pointers),
+                                      [_memory(handle) for handle in buffers], wait_for, buffers)
+            if self.group.held:  # (as in CProgram.__call__)
+                self.group.run()
+        for event in wait_for:
+            event.wait()
+        self.function(*pointers)
+        return COMPLETED
+
+
 class BoundCLaunch:
     """A CProgram's launch with fixed buffers (Program.bind): the pointers converted once, and the `void *` array
     the C runner passes (a joined run of them is one call: CDevice.join_launches). It holds the buffers' memory."""
@@ -538,7 +577,7 @@ class BoundCLaunch:
 
     def __init__(self, program: CProgram, buffers: list[Any]) -> None:
         self.program, self.buffers = program, buffers
-        self.pointers = [handle.ctypes.data for handle in buffers]
+        self.pointers = program.pointers(buffers)
         self.arguments = (ctypes.c_void_p * len(self.pointers))(*self.pointers)
         self.count = len(self.pointers)
         self.ranges = [_memory(handle) for handle in buffers]
@@ -774,6 +813,8 @@ class CDevice(Device):
         self._quick_key_prefix = " ".join(quick_compiler_command() + link_libraries()) + "|" + _cpu_model()
         self.launch_group = LaunchGroup(cores, self._load_runner)  # launches held while the executor gathers
         self._runner_library: ctypes.CDLL | None = None
+        self._packed_libraries: dict[Path, ctypes.CDLL] = {}  # each packed matmul tile's library, by its cache entry
+        self._packed_lock = threading.Lock()
         self._sequence_runner: Any = None  # ember_run_sequence, loaded at the first join (join_launches)
 
     def _program(self, library: ctypes.CDLL, kernel: KernelIR) -> CProgram:
@@ -897,9 +938,14 @@ class CDevice(Device):
         return known[1]
 
     def _at_hand(self, kernel: KernelIR, source: str) -> CProgram | None:
-        """The optimized program of a source if it is loaded, after loading it from the disk cache if it is there."""
+        """The optimized program of a source if it is loaded, after loading it from the disk cache if it is there;
+        a packed matmul's always (its tile's library function is built once: `_packed_program`)."""
         program = self._programs.get(source)
         if program is not None:
+            return program
+        if kernel.packed is not None:
+            program = self._packed_program(kernel)
+            self._programs.put(source, program)
             return program
         library = self._indexed_library(kernel, source)
         if library is None:
@@ -907,6 +953,22 @@ class CDevice(Device):
         program = self._program(library, kernel)
         self._programs.put(source, program)
         return program
+
+    def _packed_program(self, kernel: KernelIR) -> PackedCProgram:
+        """A packed matmul's program: its tile's library function (c_matmul.library_source, from the disk cache or
+        built into it, once per process and cache folder) called with the kernel's sizes and strides."""
+        packed = kernel.packed
+        assert packed is not None
+        source = library_source(packed.lanes, packed.micro_rows, packed.micro_vectors)
+        key_prefix = self._class_key_prefixes[TILE]
+        entry = cache.entry_path("c", key_prefix + "\n" + source)  # (a plan's own cache folder gets its own build)
+        with self._packed_lock:  # (compile threads ask at once: one builds, the others wait for it)
+            library = self._packed_libraries.get(entry)
+            if library is None:
+                library, _ = build_library(source, key_prefix, class_compiler_command(TILE), [library_function(packed)])
+                self._packed_libraries[entry] = library
+        return PackedCProgram(library, kernel, self.launch_group, kernel_threads(kernel, self.info.compute_units),
+                              self.renderer.threads)
 
     def _index_path(self, kernel: KernelIR, source: str) -> Path:
         """Where the name of the library holding a kernel is kept: by its source and its build class's flags."""

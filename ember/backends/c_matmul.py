@@ -1,11 +1,26 @@
-"""C source of a packed-panel matmul (ir/packed_matmul.py): packing, the register-tiled micro-kernel and the loops."""
+"""C source of the packed-panel matmul (ir/packed_matmul.py): one library function per micro-kernel tile, whose
+sizes and strides are read at run time, so a new matmul shape compiles nothing.
+
+The library function (`library_source`) holds the packing, the register-tiled micro-kernel and GotoBLAS's loops;
+its micro-kernel's tile (float32 lanes, rows, vectors of columns) is fixed in its source, and everything a kernel
+adds (sizes, strides, offsets, batch dims, cache blocks, threads) is an array of longs (`shape_values`). The c
+backend builds each tile's library once (cached on disk like kernels) and launches a packed kernel as a call of it
+with the kernel's array (CDevice); `render_packed_matmul` renders a kernel as the library and a function calling it
+with its array, a source that builds alone (for the kernel search, debugging, and a renderer's contract)."""
 
 from __future__ import annotations
+
+import functools
 
 from ember.ir.ir import KernelIR
 from ember.ir.packed_matmul import PackedMatmul
 
 PARALLEL_PRODUCTS = 1 << 18  # multiply-adds below which a packed matmul runs on one thread
+# the places of the values in a packed matmul's array of longs (`shape_values`), then 4 per batch dim (its size,
+# A's stride, B's stride, the output's stride)
+SHAPE_FIELDS = ("rows", "columns", "depth", "a_offset", "a_row_stride", "a_depth_stride", "b_offset",
+                "b_depth_stride", "b_column_stride", "output_row_stride", "depth_block", "row_block",
+                "column_block", "threads", "batch_dims")
 
 
 def packed_products(packed: PackedMatmul) -> int:
@@ -16,83 +31,126 @@ def packed_products(packed: PackedMatmul) -> int:
     return batches * packed.rows * packed.columns * packed.depth
 
 
+def library_function(packed: PackedMatmul) -> str:
+    """The name of the library function that computes a packed matmul: one per micro-kernel tile."""
+    return f"ember_packed_matmul_f32x{packed.lanes}_{packed.micro_rows}x{packed.micro_vectors}"
+
+
+def shape_values(packed: PackedMatmul, threads: int | None) -> list[int]:
+    """What the library function reads at run time, in SHAPE_FIELDS's order, then each batch dim's four values
+    (`threads`: OpenMP threads, None for all: 0 in the array)."""
+    fields = {name: getattr(packed, name) for name in SHAPE_FIELDS if hasattr(packed, name)}
+    fields.update(threads=threads or 0, batch_dims=len(packed.batches))
+    return [int(fields[name]) for name in SHAPE_FIELDS] + [int(value) for batch in packed.batches for value in batch]
+
+
 def render_packed_matmul(kernel: KernelIR, parameters: list[str], threads: int | None) -> str:
-    """The C function `kernel.name(parameters)` computing the kernel's packed matmul (`threads`: OpenMP threads,
-    None for all). The output is split into tasks (a batch element, or a part of one: a range of column panels
-    times a range of row panels), one thread each, so no thread waits for another; each task walks GotoBLAS's
-    loops over its part with its own packed panels."""
+    """The C function `kernel.name(parameters)` computing the kernel's packed matmul: the tile's library function
+    (guarded, so several kernels build as one source) and a call of it with the kernel's sizes and strides."""
     packed = kernel.packed
     assert packed is not None
-    name, lanes = kernel.name, packed.lanes
-    rows, columns, depth = packed.micro_rows, packed.micro_columns, packed.depth
+    values = ", ".join(f"{value}L" for value in shape_values(packed, threads))
+    return "\n".join([
+        library_source(packed.lanes, packed.micro_rows, packed.micro_vectors),
+        f"void {kernel.name}({', '.join(parameters)}) {{",
+        f"  static const long shape[] = {{{values}}};",
+        f"  {library_function(packed)}(shape, data0, data{packed.a}, data{packed.b});",
+        "}",
+    ]) + "\n"
+
+
+@functools.cache
+def library_source(lanes: int, rows: int, vectors: int) -> str:
+    """C source of the library function for a micro-kernel of rows x vectors vectors of `lanes` float32 lanes:
+    `void name(const long* shape, float* out, const float* a, const float* b)`. The output is split into tasks (a
+    batch element, or a part of one: a range of column panels times a range of row panels), one thread each, so no
+    thread waits for another; each task walks GotoBLAS's loops over its part with its own packed panels."""
+    name = f"ember_packed_matmul_f32x{lanes}_{rows}x{vectors}"
+    columns = lanes * vectors
     vector = f"ember_packed_float32x{lanes}"
-    batch_count = packed_products(packed) // (packed.rows * packed.columns * depth)
-    depth_blocks = -(-depth // packed.depth_block)
-    depth_block = -(-depth // depth_blocks)  # (blocks of equal size)
-    row_panels = -(-packed.rows // rows)
-    column_panels = -(-packed.columns // columns)
-    column_block = min(packed.column_block, column_panels * columns)
-    row_block = min(packed.row_block, row_panels * rows)
-    products = packed_products(packed)
-    wanted = str(threads) if threads else "omp_get_max_threads()"
+    reads = "\n".join(f"  const long {field} = shape[{place}];" for place, field in enumerate(SHAPE_FIELDS)
+                      if field not in ("depth_block", "row_block", "column_block", "threads"))
     lines = [
         "#include <stdlib.h>",
         "#include <omp.h>",
+        f"#ifndef {name.upper()}", f"#define {name.upper()}",
         f"#ifndef {vector.upper()}", f"#define {vector.upper()}",
         f"typedef float {vector} __attribute__((vector_size({4 * lanes})));",
         f"typedef float {vector}_u __attribute__((vector_size({4 * lanes}), aligned(4)));",
         "#endif",
-        *_pack_b(name, packed, columns),
-        *_pack_a(name, packed, rows),
-        *_micro_kernel(name, packed, vector),
-        *_plain_task(name, packed),
-        f"void {name}({', '.join(parameters)}) {{",
-        f"  const float* restrict a = data{packed.a};",
-        f"  const float* restrict b = data{packed.b};",
-        "  float* restrict out = data0;",
-        f"  int threads = {products} >= {PARALLEL_PRODUCTS} ? {wanted} : 1;",
+        *_pack_b(name, columns),
+        *_pack_a(name, rows),
+        *_micro_kernel(name, lanes, rows, vectors, vector),
+        *_plain_task(name),
+        f"void {name}(const long* restrict shape, float* restrict out, const float* restrict a,"
+        " const float* restrict b) {",
+        reads,
+        f"  const long* batch_shape = shape + {len(SHAPE_FIELDS)};",
+        "  long batch_count = 1;",
+        "  for (long dim = 0; dim < batch_dims; dim++) batch_count *= batch_shape[4 * dim];",
+        "  const long depth_blocks = (depth + shape[10] - 1) / shape[10];",
+        "  const long depth_block = (depth + depth_blocks - 1) / depth_blocks;  /* (blocks of equal size) */",
+        f"  const long row_panels = (rows + {rows - 1}) / {rows}, column_panels = (columns + {columns - 1}) / {columns};",
+        f"  const long column_block = shape[12] < column_panels * {columns} ? shape[12] : column_panels * {columns};",
+        f"  const long row_block = shape[11] < row_panels * {rows} ? shape[11] : row_panels * {rows};",
+        f"  int threads = batch_count * rows * columns * depth >= {PARALLEL_PRODUCTS}L"
+        " ? (shape[13] > 0 ? (int)shape[13] : omp_get_max_threads()) : 1;",
         "  if (threads < 1) threads = 1;",
         # parts of one batch element: none where the batch elements share the threads evenly
-        f"  const long parts = {batch_count} % threads == 0 ? 1 : threads;",
-        *_split(packed, column_panels, row_panels),
-        "  const long tasks = " + f"{batch_count} * column_parts * row_parts;",
+        "  const long parts = batch_count % threads == 0 ? 1 : threads;",
+        # along the longer side first (each column part packs all of A's rows again, each row part all of B's
+        # columns: splitting the longer side packs the shorter operand again, the least copying)
+        "  long column_parts, row_parts;",
+        "  if (columns >= rows) {",
+        "    column_parts = parts < column_panels ? parts : column_panels;",
+        "    row_parts = parts / column_parts; if (row_parts > row_panels) row_parts = row_panels;",
+        "  } else {",
+        "    row_parts = parts < row_panels ? parts : row_panels;",
+        "    column_parts = parts / row_parts; if (column_parts > column_panels) column_parts = column_panels;",
+        "  }",
+        "  const long tasks = batch_count * column_parts * row_parts;",
         "  #pragma omp parallel num_threads(threads) if(threads > 1)",
         "  {",
-        f"    float* a_pack = aligned_alloc(64, {_round_bytes(row_block * depth_block)});",
-        f"    float* b_pack = aligned_alloc(64, {_round_bytes(depth_block * column_block)});",
+        "    float* a_pack = aligned_alloc(64, (4 * row_block * depth_block + 63) / 64 * 64);",
+        "    float* b_pack = aligned_alloc(64, (4 * depth_block * column_block + 63) / 64 * 64);",
         "    #pragma omp for schedule(static)",
         "    for (long task = 0; task < tasks; task++) {",
         "      const long batch = task / (column_parts * row_parts), part = task % (column_parts * row_parts);",
         "      const long column_part = part % column_parts, row_part = part / column_parts;",
-        f"      const long column_start = column_part * {column_panels} / column_parts * {columns};",
-        f"      long column_end = (column_part + 1) * {column_panels} / column_parts * {columns};",
-        f"      if (column_end > {packed.columns}) column_end = {packed.columns};",
-        f"      const long row_start = row_part * {row_panels} / row_parts * {rows};",
-        f"      long row_end = (row_part + 1) * {row_panels} / row_parts * {rows};",
-        f"      if (row_end > {packed.rows}) row_end = {packed.rows};",
-        *_batch_origins(packed),
+        f"      const long column_start = column_part * column_panels / column_parts * {columns};",
+        f"      long column_end = (column_part + 1) * column_panels / column_parts * {columns};",
+        "      if (column_end > columns) column_end = columns;",
+        f"      const long row_start = row_part * row_panels / row_parts * {rows};",
+        f"      long row_end = (row_part + 1) * row_panels / row_parts * {rows};",
+        "      if (row_end > rows) row_end = rows;",
+        "      long a_origin = a_offset, b_origin = b_offset, out_origin = 0, rest = batch;",
+        "      for (long dim = batch_dims - 1; dim >= 0; dim--) {",
+        "        const long* sizes = batch_shape + 4 * dim;",
+        "        const long index = rest % sizes[0]; rest /= sizes[0];",
+        "        a_origin += index * sizes[1]; b_origin += index * sizes[2]; out_origin += index * sizes[3];",
+        "      }",
         "      if (a_pack == 0 || b_pack == 0) {  /* no memory for the panels: plain loops */",
-        f"        {name}_plain(a + a_origin, b + b_origin, out + out_origin, row_start, row_end, column_start, column_end);",
+        f"        {name}_plain(shape, a + a_origin, b + b_origin, out + out_origin, row_start, row_end, column_start,"
+        " column_end);",
         "        continue;",
         "      }",
-        f"      for (long column = column_start; column < column_end; column += {column_block}) {{",
-        f"        const long column_count = column_end - column < {column_block} ? column_end - column"
-        f" : {column_block};",
-        f"        for (long k = 0; k < {depth}; k += {depth_block}) {{",
-        f"          const long depth_count = {depth} - k < {depth_block} ? {depth} - k : {depth_block};",
-        f"          {name}_pack_b(b + b_origin + k * {packed.b_depth_stride}L + column * {packed.b_column_stride}L,"
-        " b_pack, depth_count, column_count);",
-        f"          for (long row = row_start; row < row_end; row += {row_block}) {{",
-        f"            const long row_count = row_end - row < {row_block} ? row_end - row : {row_block};",
-        f"            {name}_pack_a(a + a_origin + row * {packed.a_row_stride}L + k * {packed.a_depth_stride}L,"
-        " a_pack, row_count, depth_count);",
+        "      for (long column = column_start; column < column_end; column += column_block) {",
+        "        const long column_count = column_end - column < column_block ? column_end - column : column_block;",
+        "        for (long k = 0; k < depth; k += depth_block) {",
+        "          const long depth_count = depth - k < depth_block ? depth - k : depth_block;",
+        f"          {name}_pack_b(b + b_origin + k * b_depth_stride + column * b_column_stride, b_pack, depth_count,"
+        " column_count, b_depth_stride, b_column_stride);",
+        "          for (long row = row_start; row < row_end; row += row_block) {",
+        "            const long row_count = row_end - row < row_block ? row_end - row : row_block;",
+        f"            {name}_pack_a(a + a_origin + row * a_row_stride + k * a_depth_stride, a_pack, row_count,"
+        " depth_count, a_row_stride, a_depth_stride);",
         f"            for (long panel_column = 0; panel_column < column_count; panel_column += {columns})",
         f"              for (long panel_row = 0; panel_row < row_count; panel_row += {rows})",
         f"                {name}_micro(depth_count, a_pack + panel_row * depth_count,"
         " b_pack + panel_column * depth_count,",
-        f"                             out + out_origin + (row + panel_row) * {packed.output_row_stride}L + column"
-        " + panel_column,",
-        f"                             row_count - panel_row < {rows} ? row_count - panel_row : {rows},",
+        "                             out + out_origin + (row + panel_row) * output_row_stride + column + panel_column,",
+        f"                             output_row_stride, row_count - panel_row < {rows} ? row_count - panel_row"
+        f" : {rows},",
         f"                             column_count - panel_column < {columns} ? column_count - panel_column"
         f" : {columns}, k > 0);",
         "          }",
@@ -103,47 +161,27 @@ def render_packed_matmul(kernel: KernelIR, parameters: list[str], threads: int |
         "    free(b_pack);",
         "  }",
         "}",
+        "#endif",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
-def _split(packed: PackedMatmul, column_panels: int, row_panels: int) -> list[str]:
-    """C declaring column_parts and row_parts, the split of a batch element's output into `parts`: along the longer
-    side first (each column part packs all of A's rows again, each row part all of B's columns: splitting the
-    longer side packs the shorter operand again, the least copying)."""
-    first, second = ("column", "row") if packed.columns >= packed.rows else ("row", "column")
-    panels = {"column": column_panels, "row": row_panels}
-    return [f"  const long {first}_parts = parts < {panels[first]} ? parts : {panels[first]};",
-            f"  long {second}_parts = parts / {first}_parts; if ({second}_parts > {panels[second]}) {second}_parts ="
-            f" {panels[second]};"]
-
-
-def _round_bytes(elements: int) -> int:
-    """Bytes of `elements` floats rounded up to a multiple of 64 (aligned_alloc's rule)."""
-    return -(-4 * elements // 64) * 64
-
-
-def _batch_origins(packed: PackedMatmul) -> list[str]:
-    """C declaring a_origin, b_origin and out_origin: the offsets of batch element `batch` in each buffer."""
-    lines = [f"      long a_origin = {packed.a_offset}L, b_origin = {packed.b_offset}L, out_origin = 0;",
-             "      long rest = batch;"]
-    for size, a_stride, b_stride, out_stride in reversed(packed.batches):
-        lines.append(f"      {{ const long index = rest % {size}; rest /= {size}; a_origin += index * {a_stride}L;"
-                     f" b_origin += index * {b_stride}L; out_origin += index * {out_stride}L; }}")
-    return lines
-
-
-def _pack_b(name: str, packed: PackedMatmul, columns: int) -> list[str]:
+def _pack_b(name: str, columns: int) -> list[str]:
     """B's block (depth_count x column_count from `b`) as panels `columns` wide, k-major, zeros past the edge."""
-    element = f"b[k * {packed.b_depth_stride}L + (panel + column) * {packed.b_column_stride}L]"
+    element = "b[k * depth_stride + (panel + column) * column_stride]"
     return [
         f"static void {name}_pack_b(const float* restrict b, float* restrict pack, long depth_count,"
-        " long column_count) {",
+        " long column_count, long depth_stride, long column_stride) {",
         f"  for (long panel = 0; panel < column_count; panel += {columns}) {{",
         "    float* restrict target = pack + panel * depth_count;",
         f"    if (column_count - panel >= {columns}) {{",
-        "      for (long k = 0; k < depth_count; k++)",
-        f"        for (long column = 0; column < {columns}; column++) target[k * {columns} + column] = {element};",
+        "      if (column_stride == 1)",  # (B's rows contiguous, the usual case: gcc copies them in vectors)
+        "        for (long k = 0; k < depth_count; k++)",
+        f"          for (long column = 0; column < {columns}; column++)"
+        f" target[k * {columns} + column] = b[k * depth_stride + panel + column];",
+        "      else",
+        "        for (long k = 0; k < depth_count; k++)",
+        f"          for (long column = 0; column < {columns}; column++) target[k * {columns} + column] = {element};",
         "    } else {",
         "      const long width = column_count - panel;",
         "      for (long k = 0; k < depth_count; k++)",
@@ -155,12 +193,12 @@ def _pack_b(name: str, packed: PackedMatmul, columns: int) -> list[str]:
     ]
 
 
-def _pack_a(name: str, packed: PackedMatmul, rows: int) -> list[str]:
+def _pack_a(name: str, rows: int) -> list[str]:
     """A's block (row_count x depth_count from `a`) as panels `rows` tall, k-major, zeros past the edge."""
-    element = f"a[(panel + row) * {packed.a_row_stride}L + k * {packed.a_depth_stride}L]"
+    element = "a[(panel + row) * row_stride + k * depth_stride]"
     return [
         f"static void {name}_pack_a(const float* restrict a, float* restrict pack, long row_count,"
-        " long depth_count) {",
+        " long depth_count, long row_stride, long depth_stride) {",
         f"  for (long panel = 0; panel < row_count; panel += {rows}) {{",
         "    float* restrict target = pack + panel * depth_count;",
         f"    const long height = row_count - panel < {rows} ? row_count - panel : {rows};",
@@ -174,16 +212,15 @@ def _pack_a(name: str, packed: PackedMatmul, rows: int) -> list[str]:
     ]
 
 
-def _micro_kernel(name: str, packed: PackedMatmul, vector: str) -> list[str]:
-    """The micro-kernel: micro_rows x micro_vectors accumulators (vectors of `lanes`), each k adding a broadcast A
-    value times a B vector (gcc contracts it to a fused multiply-add); then the tile is stored (or added, after the
-    first block of k), only its first `row_count` x `column_count` where it crosses the edge."""
-    rows, vectors, lanes, columns = packed.micro_rows, packed.micro_vectors, packed.lanes, packed.micro_columns
-    stride = packed.output_row_stride
+def _micro_kernel(name: str, lanes: int, rows: int, vectors: int, vector: str) -> list[str]:
+    """The micro-kernel: rows x vectors vectors of accumulators, each k adding a broadcast A value times a B vector
+    (gcc contracts it to a fused multiply-add); then the tile is stored (or added, after the first block of k), only
+    its first `row_count` x `column_count` where it crosses the edge."""
+    columns = lanes * vectors
     accumulators = [[f"c{row}_{column}" for column in range(vectors)] for row in range(rows)]
     lines = [
         f"static inline void {name}_micro(long depth_count, const float* restrict a, const float* restrict b,"
-        " float* restrict out, long row_count, long column_count, int accumulate) {",
+        " float* restrict out, long stride, long row_count, long column_count, int accumulate) {",
         *(f"  {vector} {', '.join(f'{accumulator} = {{0}}' for accumulator in row)};" for row in accumulators),
         "  #pragma GCC unroll 4",
         "  for (long k = 0; k < depth_count; k++) {",
@@ -196,13 +233,11 @@ def _micro_kernel(name: str, packed: PackedMatmul, vector: str) -> list[str]:
     lines += ["  }", f"  if (row_count == {rows} && column_count == {columns}) {{", "    if (accumulate) {"]
     for row in range(rows):
         for column in range(vectors):
-            place = f"*({vector}_u*)(out + {row * stride}L + {column * lanes})"
-            lines.append(f"      {place} += {accumulators[row][column]};")
+            lines.append(f"      *({vector}_u*)(out + {row} * stride + {column * lanes}) += {accumulators[row][column]};")
     lines.append("    } else {")
     for row in range(rows):
         for column in range(vectors):
-            place = f"*({vector}_u*)(out + {row * stride}L + {column * lanes})"
-            lines.append(f"      {place} = {accumulators[row][column]};")
+            lines.append(f"      *({vector}_u*)(out + {row} * stride + {column * lanes}) = {accumulators[row][column]};")
     lines += ["    }", "  } else {", f"    {vector} tile[{rows * vectors}];"]
     for row in range(rows):
         for column in range(vectors):
@@ -211,7 +246,7 @@ def _micro_kernel(name: str, packed: PackedMatmul, vector: str) -> list[str]:
         "    const float* values = (const float*)tile;",
         "    for (long row = 0; row < row_count; row++)",
         "      for (long column = 0; column < column_count; column++) {",
-        f"        float* target = out + row * {stride}L + column;",
+        "        float* target = out + row * stride + column;",
         f"        *target = (accumulate ? *target : 0.0f) + values[row * {columns} + column];",
         "      }",
         "  }",
@@ -220,18 +255,17 @@ def _micro_kernel(name: str, packed: PackedMatmul, vector: str) -> list[str]:
     return lines
 
 
-def _plain_task(name: str, packed: PackedMatmul) -> list[str]:
+def _plain_task(name: str) -> list[str]:
     """A task's part of the output by plain loops (where the panels' memory could not be allocated)."""
     return [
-        f"static void {name}_plain(const float* restrict a, const float* restrict b, float* restrict out, long row_start,"
-        " long row_end, long column_start, long column_end) {",
+        f"static void {name}_plain(const long* restrict shape, const float* restrict a, const float* restrict b,"
+        " float* restrict out, long row_start, long row_end, long column_start, long column_end) {",
         "  for (long row = row_start; row < row_end; row++)",
         "    for (long column = column_start; column < column_end; column++) {",
         "      float sum = 0.0f;",
-        f"      for (long k = 0; k < {packed.depth}; k++)",
-        f"        sum += a[row * {packed.a_row_stride}L + k * {packed.a_depth_stride}L]"
-        f" * b[k * {packed.b_depth_stride}L + column * {packed.b_column_stride}L];",
-        f"      out[row * {packed.output_row_stride}L + column] = sum;",
+        "      for (long k = 0; k < shape[2]; k++)",
+        "        sum += a[row * shape[4] + k * shape[5]] * b[k * shape[7] + column * shape[8]];",
+        "      out[row * shape[9] + column] = sum;",
         "    }",
         "}",
     ]

@@ -25,7 +25,6 @@ PROGRESS_MIN_KERNELS = 8  # a cold compile of this many kernels or more shows a 
 # step: one run of 21 kernels took 1.3 s while the other core finished 0.3 s earlier)
 TAIL_PARTS_PER_CORE = 3
 COMPILE_COST_FIXED = 50  # a compiler run's cost of a kernel beyond its IR nodes, in nodes (see _compile_cost)
-PACKED_MATMUL_COST = 230  # a packed matmul's compile beyond the fixed part, in IR nodes (see _compile_cost)
 
 
 def compile_ahead(items: CommandProgram, graph_nodes: list[Node]) -> None:
@@ -108,8 +107,8 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
 def _compile_cost(ir: KernelIR) -> int:
     """A kernel's compile time in a unit of IR nodes: a fixed part and one per node (gcc -O3 on the MLP step's
     kernels: ~10 ms plus ~0.2 ms a node)."""
-    if ir.packed is not None:  # (a few IR nodes, rendered as a packed panel matmul: ~55 ms of gcc -O3)
-        return COMPILE_COST_FIXED + PACKED_MATMUL_COST
+    if ir.packed is not None:  # (a call of the packed matmul's library function: no compile of its own)
+        return 0
     return COMPILE_COST_FIXED + len(topological_nodes(ir.sink))
 
 
