@@ -122,6 +122,9 @@ def _random(*shape: int, seed: int = 0) -> np.ndarray:
     ((16, 16), (16, 16)), ((17, 9), (9, 33)), ((127, 255), (255, 63)), ((1000, 1000), (1000, 1000)),
     ((2049, 130), (130, 1025)), ((300, 600), (600, 70)), ((3, 40, 33), (3, 33, 50)), ((4, 70, 50), (50, 90)),
     ((2, 3, 20, 30), (3, 30, 40)),
+    # both operands read in place (rows and columns up to c_matmul.DIRECT_SIDE), edge panels of both, three blocks
+    # of the reduced dim accumulated; then only A in place, only B
+    ((100, 600), (600, 50)), ((261, 77), (77, 255)), ((255, 40), (40, 300)),
 ])
 def test_matmul_against_torch(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
     _check(_random(*a_shape), _random(*b_shape, seed=1), lambda a, b: a @ b)

@@ -16,6 +16,9 @@ from ember.ir.ir import KernelIR
 from ember.ir.packed_matmul import PackedMatmul
 
 PARALLEL_PRODUCTS = 1 << 18  # multiply-adds below which a packed matmul runs on one thread
+# rows up to which B (columns up to which A) is read in place, not packed: packing costs about a copy of the operand
+# for each use, more than the products of a small matmul (one thread: 64 x 512 x 128 60 -> 54 us, 256^3 165 -> 148)
+DIRECT_SIDE = 256
 # the places of the values in a packed matmul's array of longs (`shape_values`), then 4 per batch dim (its size,
 # A's stride, B's stride, the output's stride)
 SHAPE_FIELDS = ("rows", "columns", "depth", "a_offset", "a_row_stride", "a_depth_stride", "b_offset",
@@ -109,10 +112,16 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         "    column_parts = parts / row_parts; if (column_parts > column_panels) column_parts = column_panels;",
         "  }",
         "  const long tasks = batch_count * column_parts * row_parts;",
+        # an operand read in place instead of packed: A where few column panels read it again (its values are
+        # broadcast one at a time, any strides), B where few row panels do and its columns are contiguous (its
+        # rows are vector loads); packing costs about a copy of the operand per use, which small matmuls (an RNN
+        # step's 64 x 128 x 512) spend more time on than on the products
+        f"  const int direct_a = columns <= {DIRECT_SIDE};",
+        f"  const int direct_b = rows <= {DIRECT_SIDE} && b_column_stride == 1;",
         "  #pragma omp parallel num_threads(threads) if(threads > 1)",
         "  {",
-        "    float* a_pack = aligned_alloc(64, (4 * row_block * depth_block + 63) / 64 * 64);",
-        "    float* b_pack = aligned_alloc(64, (4 * depth_block * column_block + 63) / 64 * 64);",
+        f"    float* a_pack = aligned_alloc(64, (4 * (direct_a ? {rows} : row_block) * depth_block + 63) / 64 * 64);",
+        f"    float* b_pack = aligned_alloc(64, (4 * depth_block * (direct_b ? {columns} : column_block) + 63) / 64 * 64);",
         "    #pragma omp for schedule(static)",
         "    for (long task = 0; task < tasks; task++) {",
         "      const long batch = task / (column_parts * row_parts), part = task % (column_parts * row_parts);",
@@ -138,21 +147,42 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         "        const long column_count = column_end - column < column_block ? column_end - column : column_block;",
         "        for (long k = 0; k < depth; k += depth_block) {",
         "          const long depth_count = depth - k < depth_block ? depth - k : depth_block;",
-        f"          {name}_pack_b(b + b_origin + k * b_depth_stride + column * b_column_stride, b_pack, depth_count,"
-        " column_count, b_depth_stride, b_column_stride);",
+        "          const float* b_block = b + b_origin + k * b_depth_stride + column * b_column_stride;",
+        f"          if (!direct_b) {name}_pack_b(b_block, b_pack, depth_count, column_count, b_depth_stride,"
+        " b_column_stride);",
         "          for (long row = row_start; row < row_end; row += row_block) {",
         "            const long row_count = row_end - row < row_block ? row_end - row : row_block;",
-        f"            {name}_pack_a(a + a_origin + row * a_row_stride + k * a_depth_stride, a_pack, row_count,"
-        " depth_count, a_row_stride, a_depth_stride);",
-        f"            for (long panel_column = 0; panel_column < column_count; panel_column += {columns})",
-        f"              for (long panel_row = 0; panel_row < row_count; panel_row += {rows})",
-        f"                {name}_micro(depth_count, a_pack + panel_row * depth_count,"
-        " b_pack + panel_column * depth_count,",
+        "            const float* a_block = a + a_origin + row * a_row_stride + k * a_depth_stride;",
+        f"            if (!direct_a) {name}_pack_a(a_block, a_pack, row_count, depth_count, a_row_stride,"
+        " a_depth_stride);",
+        f"            for (long panel_column = 0; panel_column < column_count; panel_column += {columns}) {{",
+        f"              const long width = column_count - panel_column < {columns} ? column_count - panel_column"
+        f" : {columns};",
+        # B in place: its rows read where they are (a panel past the edge packed alone, with its zeros)
+        "              const float* b_panel = b_pack + panel_column * depth_count;",
+        f"              long b_step = {columns};",
+        f"              if (direct_b && width == {columns}) {{ b_panel = b_block + panel_column; b_step = b_depth_stride; }}",
+        "              else if (direct_b) {",
+        f"                {name}_pack_b(b_block + panel_column, b_pack, depth_count, width, b_depth_stride, 1);",
+        "                b_panel = b_pack;",
+        "              }",
+        f"              for (long panel_row = 0; panel_row < row_count; panel_row += {rows}) {{",
+        f"                const long height = row_count - panel_row < {rows} ? row_count - panel_row : {rows};",
+        f"                const float* a_panel = a_pack + panel_row * depth_count;",
+        f"                long a_row_step = 1, a_depth_step = {rows};",
+        f"                if (direct_a && height == {rows}) {{",
+        "                  a_panel = a_block + panel_row * a_row_stride; a_row_step = a_row_stride;"
+        " a_depth_step = a_depth_stride;",
+        "                } else if (direct_a) {",
+        f"                  {name}_pack_a(a_block + panel_row * a_row_stride, a_pack, height, depth_count,"
+        " a_row_stride, a_depth_stride);",
+        "                  a_panel = a_pack;",
+        "                }",
+        f"                {name}_micro(depth_count, a_panel, a_row_step, a_depth_step, b_panel, b_step,",
         "                             out + out_origin + (row + panel_row) * output_row_stride + column + panel_column,",
-        f"                             output_row_stride, row_count - panel_row < {rows} ? row_count - panel_row"
-        f" : {rows},",
-        f"                             column_count - panel_column < {columns} ? column_count - panel_column"
-        f" : {columns}, k > 0);",
+        "                             output_row_stride, height, width, k > 0);",
+        "              }",
+        "            }",
         "          }",
         "        }",
         "      }",
@@ -219,17 +249,18 @@ def _micro_kernel(name: str, lanes: int, rows: int, vectors: int, vector: str) -
     columns = lanes * vectors
     accumulators = [[f"c{row}_{column}" for column in range(vectors)] for row in range(rows)]
     lines = [
-        f"static inline void {name}_micro(long depth_count, const float* restrict a, const float* restrict b,"
-        " float* restrict out, long stride, long row_count, long column_count, int accumulate) {",
+        f"static inline void {name}_micro(long depth_count, const float* restrict a, long a_row_step,"
+        " long a_depth_step, const float* restrict b, long b_step, float* restrict out, long stride, long row_count,"
+        " long column_count, int accumulate) {",
         *(f"  {vector} {', '.join(f'{accumulator} = {{0}}' for accumulator in row)};" for row in accumulators),
         "  #pragma GCC unroll 4",
         "  for (long k = 0; k < depth_count; k++) {",
-        *(f"    const {vector} b{column} = *(const {vector}*)(b + k * {columns} + {column * lanes});"
+        *(f"    const {vector} b{column} = *(const {vector}_u*)(b + k * b_step + {column * lanes});"
           for column in range(vectors)),
     ]
     for row in range(rows):
         updates = " ".join(f"{accumulators[row][column]} += value * b{column};" for column in range(vectors))
-        lines.append(f"    {{ const float value = a[k * {rows} + {row}]; {updates} }}")
+        lines.append(f"    {{ const float value = a[k * a_depth_step + {row} * a_row_step]; {updates} }}")
     lines += ["  }", f"  if (row_count == {rows} && column_count == {columns}) {{", "    if (accumulate) {"]
     for row in range(rows):
         for column in range(vectors):
