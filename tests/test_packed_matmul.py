@@ -189,23 +189,32 @@ def test_new_matmul_shapes_compile_nothing(monkeypatch: pytest.MonkeyPatch, tmp_
     assert len(runs) == 1
 
 
-def test_a_rendered_packed_kernel_builds_alone() -> None:
+@pytest.mark.parametrize("info", [AVX2, AVX512], ids=["AVX2", "AVX-512"])
+@pytest.mark.parametrize("transposed", [False, True], ids=["B", "B transposed"])
+def test_a_rendered_packed_kernel_builds_alone(info: DeviceInfo, transposed: bool) -> None:
     """The renderer's source of a packed kernel (the library function and a call of it with the kernel's sizes)
-    builds alone and computes the matmul (what the kernel search, debugging, and another process's build read)."""
+    builds alone and computes the matmul (what the kernel search, debugging, and another process's build read),
+    for both vector widths' tiles: B as it is, and B transposed (its panels copied through transposes in vector
+    registers; a reduced dim of 37, no multiple of the lanes, and 300 columns, edge panels of both)."""
     import ctypes
 
     from ember.backends.c import build_library, plain_compiler_command
 
-    a_data, b_data = _random(3, 20, 30), _random(3, 30, 40, seed=1)
-    (kernel,) = _kernels(_dummy(3, 20, 30) @ _dummy(3, 30, 40))
-    lowered = lower_packed_matmul(kernel, "packed_alone", AVX2)
+    a_data = _random(3, 20, 37)
+    b_data = _random(3, 300, 37, seed=1) if transposed else _random(3, 37, 300, seed=1)
+    right = _dummy(3, 300, 37).transpose(1, 2) if transposed else _dummy(3, 37, 300)
+    (kernel,) = _kernels(_dummy(3, 20, 37) @ right)
+    name = f"packed_alone_{info.preferred_vector_width}_{int(transposed)}"
+    lowered = lower_packed_matmul(kernel, name, info)
     assert lowered is not None and lowered.packed is not None
+    assert (lowered.packed.b_column_stride != 1) == transposed
     source = CRenderer().render(lowered)
-    library, _ = build_library(source, "test of a rendered packed kernel", plain_compiler_command(), ["packed_alone"])
-    output = np.zeros((3, 20, 40), np.float32)
+    library, _ = build_library(source, "test of a rendered packed kernel", plain_compiler_command(), [name])
+    output = np.zeros((3, 20, 300), np.float32)
     buffers = {0: output, lowered.packed.a: np.ascontiguousarray(a_data), lowered.packed.b: np.ascontiguousarray(b_data)}
-    library.packed_alone(*[ctypes.c_void_p(buffers[position].ctypes.data) for position in range(3)])
-    np.testing.assert_allclose(output, a_data @ b_data, rtol=1e-4, atol=1e-4 * 30**0.5)
+    getattr(library, name)(*[ctypes.c_void_p(buffers[position].ctypes.data) for position in range(3)])
+    expected = a_data @ (b_data.transpose(0, 2, 1) if transposed else b_data)
+    np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-4 * 37**0.5)
 
 
 def test_the_search_compares_the_packed_form_with_the_tiled_plans() -> None:

@@ -81,7 +81,7 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         f"typedef float {vector} __attribute__((vector_size({4 * lanes})));",
         f"typedef float {vector}_u __attribute__((vector_size({4 * lanes}), aligned(4)));",
         "#endif",
-        *_pack_b(name, columns),
+        *_pack_b(name, columns, lanes, vector),
         *_pack_a(name, rows),
         *_micro_kernel(name, lanes, rows, vectors, vector),
         *_plain_task(name),
@@ -196,10 +196,13 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
     return "\n".join(lines)
 
 
-def _pack_b(name: str, columns: int) -> list[str]:
-    """B's block (depth_count x column_count from `b`) as panels `columns` wide, k-major, zeros past the edge."""
+def _pack_b(name: str, columns: int, lanes: int, vector: str) -> list[str]:
+    """B's block (depth_count x column_count from `b`) as panels `columns` wide, k-major, zeros past the edge. A
+    transposed B (its k contiguous: a Linear's weight, x @ W^T) is copied `lanes` x `lanes` at a time through a
+    transpose in vector registers (`_transpose`): lane by lane, the copy was a third of a 64 x 128 x 512 product."""
     element = "b[k * depth_stride + (panel + column) * column_stride]"
     return [
+        *_transpose(name, lanes, vector),
         f"static void {name}_pack_b(const float* restrict b, float* restrict pack, long depth_count,"
         " long column_count, long depth_stride, long column_stride) {",
         f"  for (long panel = 0; panel < column_count; panel += {columns}) {{",
@@ -209,9 +212,16 @@ def _pack_b(name: str, columns: int) -> list[str]:
         "        for (long k = 0; k < depth_count; k++)",
         f"          for (long column = 0; column < {columns}; column++)"
         f" target[k * {columns} + column] = b[k * depth_stride + panel + column];",
-        "      else",
-        "        for (long k = 0; k < depth_count; k++)",
+        "      else {",
+        "        long k = 0;",
+        "        if (depth_stride == 1)",
+        f"          for (; k + {lanes} <= depth_count; k += {lanes})",
+        f"            for (long column = 0; column < {columns}; column += {lanes})",
+        f"              {name}_transpose(b + (panel + column) * column_stride + k, column_stride,"
+        f" target + k * {columns} + column, {columns});",
+        "        for (; k < depth_count; k++)",
         f"          for (long column = 0; column < {columns}; column++) target[k * {columns} + column] = {element};",
+        "      }",
         "    } else {",
         "      const long width = column_count - panel;",
         "      for (long k = 0; k < depth_count; k++)",
@@ -221,6 +231,35 @@ def _pack_b(name: str, columns: int) -> list[str]:
         "  }",
         "}",
     ]
+
+
+def _transpose(name: str, lanes: int, vector: str) -> list[str]:
+    """`name_transpose(source, source_stride, target, target_stride)`: target row i, lane j = source row j, lane i
+    for a lanes x lanes block, in vector registers: at each scale s (1, 2, 4, ...) the off-diagonal s x s blocks of
+    every 2s x 2s block swap, one two-source shuffle per row (log2(lanes) rounds)."""
+    mask = f"{name}_lane_mask"
+    lines = [
+        f"typedef int {mask} __attribute__((vector_size({4 * lanes})));",
+        f"static inline void {name}_transpose(const float* restrict source, long source_stride, float* restrict"
+        " target, long target_stride) {",
+        f"  {vector} " + ", ".join(f"r{row} = *(const {vector}_u*)(source + {row} * source_stride)"
+                                   for row in range(lanes)) + ";",
+        f"  {vector} low, high;",
+    ]
+    scale = 1
+    while scale < lanes:
+        low = ", ".join(str(lane if not lane & scale else lanes + lane - scale) for lane in range(lanes))
+        high = ", ".join(str(lane + scale if not lane & scale else lanes + lane) for lane in range(lanes))
+        for row in range(lanes):
+            if row & scale:
+                continue
+            other = row + scale
+            lines.append(f"  low = __builtin_shuffle(r{row}, r{other}, ({mask}){{{low}}}); high = __builtin_shuffle("
+                         f"r{row}, r{other}, ({mask}){{{high}}}); r{row} = low; r{other} = high;")
+        scale *= 2
+    lines += [f"  *({vector}_u*)(target + {row} * target_stride) = r{row};" for row in range(lanes)]
+    lines.append("}")
+    return lines
 
 
 def _pack_a(name: str, rows: int) -> list[str]:
