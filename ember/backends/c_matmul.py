@@ -168,7 +168,7 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         "              }",
         f"              for (long panel_row = 0; panel_row < row_count; panel_row += {rows}) {{",
         f"                const long height = row_count - panel_row < {rows} ? row_count - panel_row : {rows};",
-        f"                const float* a_panel = a_pack + panel_row * depth_count;",
+        "                const float* a_panel = a_pack + panel_row * depth_count;",
         f"                long a_row_step = 1, a_depth_step = {rows};",
         f"                if (direct_a && height == {rows}) {{",
         "                  a_panel = a_block + panel_row * a_row_stride; a_row_step = a_row_stride;"
