@@ -506,8 +506,7 @@ class CProgram(Program):
             self.function(*[handle.ctypes.data for handle in buffers])
         return COMPLETED
 
-    @staticmethod
-    def pointers(buffers: list[Any]) -> list[int]:
+    def pointers(self, buffers: list[Any]) -> list[int]:
         """The arguments of the kernel's function for a launch on `buffers`: their addresses."""
         return [_pointer(handle) for handle in buffers]
 
@@ -552,7 +551,8 @@ class PackedCProgram(CProgram):
         self.shape_address = ctypes.addressof(self.shape)
         self.operands = (0, packed.a, packed.b)
 
-    def pointers(self, buffers: list[Any]) -> list[int]:  # type: ignore[override]
+    def pointers(self, buffers: list[Any]) -> list[int]:
+        """The library function's arguments: the kernel's sizes and strides, then the output, A and B."""
         return [self.shape_address, *[_pointer(buffers[position]) for position in self.operands]]
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:

@@ -144,8 +144,8 @@ class Vectorizer:
         as a uint32 lane reads them), so that their vector is one addition, not a vector built lane by lane."""
         first = lanes[0]
         return (first.dtype in (dtypes.int32, dtypes.uint32) and Op.ADD in self.vector_ops
-                and len(lanes) * first.dtype.itemsize <= self.vector_bytes and all(lane.width == 1 for lane in lanes)
-                and consecutive(lanes))
+                and len(lanes) * first.dtype.itemsize <= self.vector_bytes
+                and all(lane.width == 1 and lane.dtype is first.dtype for lane in lanes) and consecutive(lanes))
 
     @staticmethod
     def _same_op(lanes: tuple[IRNode, ...]) -> bool:
