@@ -36,7 +36,16 @@ def packed_products(packed: PackedMatmul) -> int:
 
 def library_function(packed: PackedMatmul) -> str:
     """The name of the library function that computes a packed matmul: one per micro-kernel tile."""
-    return f"ember_packed_matmul_f32x{packed.lanes}_{packed.micro_rows}x{packed.micro_vectors}"
+    return _function_name(packed.lanes, packed.micro_rows, packed.micro_vectors)
+
+
+def _function_name(lanes: int, rows: int, vectors: int) -> str:
+    return f"ember_packed_matmul_f32x{lanes}_{rows}x{vectors}"
+
+
+def _at(field: str) -> str:
+    """C reading a SHAPE_FIELDS value from the library function's `shape` array."""
+    return f"shape[{SHAPE_FIELDS.index(field)}]"
 
 
 def shape_values(packed: PackedMatmul, threads: int | None) -> list[int]:
@@ -68,10 +77,11 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
     `void name(const long* shape, float* out, const float* a, const float* b)`. The output is split into tasks (a
     batch element, or a part of one: a range of column panels times a range of row panels), one thread each, so no
     thread waits for another; each task walks GotoBLAS's loops over its part with its own packed panels."""
-    name = f"ember_packed_matmul_f32x{lanes}_{rows}x{vectors}"
+    name = _function_name(lanes, rows, vectors)
     columns = lanes * vectors
     vector = f"ember_packed_float32x{lanes}"
-    reads = "\n".join(f"  const long {field} = shape[{place}];" for place, field in enumerate(SHAPE_FIELDS)
+    # (the cache blocks and threads are read where the values a task uses are derived from them)
+    reads = "\n".join(f"  const long {field} = {_at(field)};" for field in SHAPE_FIELDS
                       if field not in ("depth_block", "row_block", "column_block", "threads"))
     lines = [
         "#include <stdlib.h>",
@@ -91,13 +101,14 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         f"  const long* batch_shape = shape + {len(SHAPE_FIELDS)};",
         "  long batch_count = 1;",
         "  for (long dim = 0; dim < batch_dims; dim++) batch_count *= batch_shape[4 * dim];",
-        "  const long depth_blocks = (depth + shape[10] - 1) / shape[10];",
+        f"  const long depth_blocks = (depth + {_at('depth_block')} - 1) / {_at('depth_block')};",
         "  const long depth_block = (depth + depth_blocks - 1) / depth_blocks;  /* (blocks of equal size) */",
         f"  const long row_panels = (rows + {rows - 1}) / {rows}, column_panels = (columns + {columns - 1}) / {columns};",
-        f"  const long column_block = shape[12] < column_panels * {columns} ? shape[12] : column_panels * {columns};",
-        f"  const long row_block = shape[11] < row_panels * {rows} ? shape[11] : row_panels * {rows};",
+        f"  const long column_block = {_at('column_block')} < column_panels * {columns} ? {_at('column_block')}"
+        f" : column_panels * {columns};",
+        f"  const long row_block = {_at('row_block')} < row_panels * {rows} ? {_at('row_block')} : row_panels * {rows};",
         f"  int threads = batch_count * rows * columns * depth >= {PARALLEL_PRODUCTS}L"
-        " ? (shape[13] > 0 ? (int)shape[13] : omp_get_max_threads()) : 1;",
+        f" ? ({_at('threads')} > 0 ? (int){_at('threads')} : omp_get_max_threads()) : 1;",
         "  if (threads < 1) threads = 1;",
         # parts of one batch element: none where the batch elements share the threads evenly
         "  const long parts = batch_count % threads == 0 ? 1 : threads;",
@@ -333,9 +344,10 @@ def _plain_task(name: str) -> list[str]:
         "  for (long row = row_start; row < row_end; row++)",
         "    for (long column = column_start; column < column_end; column++) {",
         "      float sum = 0.0f;",
-        "      for (long k = 0; k < shape[2]; k++)",
-        "        sum += a[row * shape[4] + k * shape[5]] * b[k * shape[7] + column * shape[8]];",
-        "      out[row * shape[9] + column] = sum;",
+        f"      for (long k = 0; k < {_at('depth')}; k++)",
+        f"        sum += a[row * {_at('a_row_stride')} + k * {_at('a_depth_stride')}]"
+        f" * b[k * {_at('b_depth_stride')} + column * {_at('b_column_stride')}];",
+        f"      out[row * {_at('output_row_stride')} + column] = sum;",
         "    }",
         "}",
     ]
