@@ -500,11 +500,15 @@ class CProgram(Program):
                 self.group.run()
         for event in wait_for:
             event.wait()
+        self._call(buffers)
+        return COMPLETED
+
+    def _call(self, buffers: list[Any]) -> None:
+        """Run the kernel on `buffers` now."""
         try:
             self.function(*map(_address, buffers))  # (map: no comprehension frame on the per-op path)
         except AttributeError:  # an array this pool did not create (the arguments fail before the call)
             self.function(*[handle.ctypes.data for handle in buffers])
-        return COMPLETED
 
     def pointers(self, buffers: list[Any]) -> list[int]:
         """The arguments of the kernel's function for a launch on `buffers`: their addresses."""
@@ -555,18 +559,8 @@ class PackedCProgram(CProgram):
         """The library function's arguments: the kernel's sizes and strides, then the output, A and B."""
         return [self.shape_address, *[_pointer(buffers[position]) for position in self.operands]]
 
-    def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
-        pointers = self.pointers(buffers)
-        if GATHERING.active and self.group is not None:
-            if self.threads == 1 and not self._short():
-                return self._gathered(pointers, (ctypes.c_void_p * len(pointers))(*pointers),
-                                      [_memory(handle) for handle in buffers], wait_for, buffers)
-            if self.group.held:  # (as in CProgram.__call__)
-                self.group.run()
-        for event in wait_for:
-            event.wait()
-        self.function(*pointers)
-        return COMPLETED
+    def _call(self, buffers: list[Any]) -> None:
+        self.function(*self.pointers(buffers))
 
 
 class BoundCLaunch:
