@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # wgpu warns without it
 
@@ -51,6 +52,23 @@ def cold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("EMBER_SHAPE_CLASSES", "0")
     monkeypatch.setattr(compile_cache, "COMPILED", compile_cache.CompileCache())
+
+
+@pytest.fixture
+def compiler_runs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The command of every compiler run c makes from now on (the kernel sources' runs: `-shared`)."""
+    from ember.backends import c as c_backend
+
+    runs: list[list[str]] = []
+    real_run = c_backend.subprocess.run
+
+    def recording_run(command: list[str], *arguments: Any, **options: Any) -> Any:
+        if "-shared" in command:
+            runs.append(list(command))
+        return real_run(command, *arguments, **options)
+
+    monkeypatch.setattr(c_backend.subprocess, "run", recording_run)
+    return runs
 
 
 @pytest.fixture(autouse=True)

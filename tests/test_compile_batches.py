@@ -5,7 +5,6 @@ loaded falls back to one build per kernel, with a warning."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,23 +21,6 @@ from ember.scheduler.devices import get_device
 from ember.scheduler.kernelize import kernelize
 from ember.scheduler.program import Launch
 from ember.settings import CONFIG
-
-
-
-
-@pytest.fixture
-def compiler_runs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """The command of every compiler run c makes from now on (the kernel sources' runs: `-shared`)."""
-    runs: list[list[str]] = []
-    real_run = subprocess.run
-
-    def recording_run(command: list[str], *arguments: Any, **options: Any) -> Any:
-        if "-shared" in command:
-            runs.append(list(command))
-        return real_run(command, *arguments, **options)
-
-    monkeypatch.setattr(c_backend.subprocess, "run", recording_run)
-    return runs
 
 
 def _inputs(seed: int, rows: int) -> list[np.ndarray]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -166,21 +165,11 @@ def test_matmul_gradients_against_torch() -> None:
     np.testing.assert_allclose(y.grad.numpy(), ty.grad.numpy(), rtol=1e-4, atol=1e-3)
 
 
-def test_new_matmul_shapes_compile_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_new_matmul_shapes_compile_nothing(cold: None, compiler_runs: list[list[str]], tmp_path: Path) -> None:
     """A packed matmul is a call of its tile's library function with its sizes and strides: the library is built
     once (into the disk cache: a compiler run), and matmuls of new shapes, batches and views then run with no
     compiler run at all (gpt_manual's first step compiled 14 of them, ~0.7 s of gcc), with torch's values."""
-    from ember.backends import c
-
-    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
-    runs: list[list[str]] = []
-    real_run = c.subprocess.run
-
-    def counted(command: list[str], *arguments: Any, **options: Any) -> Any:
-        runs.append(command)
-        return real_run(command, *arguments, **options)
-
-    monkeypatch.setattr(c.subprocess, "run", counted)
+    runs = compiler_runs
     _check(_random(37, 45), _random(45, 29, seed=1), lambda a, b: a @ b)
     assert len(runs) == 1 and any(path.suffix == ".entry" for path in (tmp_path / "c").rglob("*"))
     _check(_random(53, 61), _random(61, 47, seed=1), lambda a, b: a @ b)
