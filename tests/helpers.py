@@ -155,3 +155,19 @@ def run_float_kernel(device: Any, ir: Any) -> np.ndarray:
     result = np.zeros(ir.params[0].size, np.float32)
     device.pool.copy_out(memoryview(result).cast("B"), buffers[0])
     return result
+
+
+def unbound_launches(capture: Any, bound: Any) -> list[int]:
+    """The positions of a jit capture's launches that `bound` (a replay's binding: per command a bound launch, a
+    joined run of them at its first command, or None) leaves to be launched one by one."""
+    from ember.scheduler.executor import JoinedLaunches
+    from ember.scheduler.program import Launch
+
+    covered: set[int] = set()
+    for position, entry in enumerate(bound):
+        if isinstance(entry, JoinedLaunches):
+            covered.update(range(position, entry.end))
+        elif entry is not None:
+            covered.add(position)
+    return [position for position, command in enumerate(capture.program.commands)
+            if isinstance(command, Launch) and position not in covered]

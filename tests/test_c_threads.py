@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
 import ember as em
@@ -44,3 +45,27 @@ def test_nested_loops_multiply_and_a_matrix_vector_product_is_split_across_cores
     assert kernel_threads(compiled.ir, 2) == 2
     expected = torch.from_numpy(vector) @ torch.from_numpy(weight).T
     assert_close((vector_tensor @ weight_tensor.T).numpy(), expected.numpy(), atol=1e-4)
+
+
+def test_an_integer_product_of_a_decoders_query_size_is_split_across_cores() -> None:
+    """A token's product with a 1024 x 640 Q5_0 weight (Gemma-3's query projection) in integers: its loops of byte
+    sums count a share of their iterations (INTEGER_LOOP_SHARE; gcc vectorizes them, yet each picks bits, multiplies
+    and adds), enough to split it across cores (it ran on one thread: 55 us, 34 us on two); within the input's
+    rounding of the product of gguf's dequantized weight."""
+    pytest.importorskip("gguf", reason="the gguf package dequantizes the reference weight")
+    from ember.io import QuantizedTensor
+    from ember.io.quantized import FORMATS_BY_NAME
+    from ember.io.quantized_dot import integer_matmul
+    from tests.test_gguf import random_blocks
+    from tests.test_quantized_dot import reference_weight, rounding_bound
+
+    raw = random_blocks("Q5_0", rows=1024, blocks=20, seed=4)
+    weight = QuantizedTensor(em.tensor(raw, device="c"), FORMATS_BY_NAME["Q5_0"], (1024, 640))
+    weight = weight.interleaved().decoded_scales()
+    vector = np.random.default_rng(5).standard_normal((1, 640)).astype(np.float32)
+    product = integer_matmul(weight, em.tensor(vector, device="c").realize())
+    heaviest = max(_compiled(product), key=lambda compiled: compiled.ir.global_size * _loop_work(compiled.ir))
+    assert heaviest.ir.global_size == 1024 and kernel_threads(heaviest.ir, 2) == 2
+    reference = reference_weight("Q5_0", raw)
+    expected = vector.astype(np.float64) @ reference.T
+    assert (np.abs(product.numpy() - expected) <= rounding_bound(reference, vector.astype(np.float64))).all()

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import ember as em
+from tests.helpers import unbound_launches
 
 gguf = pytest.importorskip("gguf", reason="the test writes GGUF files with the gguf package (ember[models])")
 transformers = pytest.importorskip("transformers", reason="needs transformers (the reference; ember[test])")
@@ -177,6 +178,10 @@ def test_steps_over_a_long_cache_match_transformers_across_attended_buckets(arch
         assert sorted(model._jitted_steps) == [(LONG_CACHE, 128, cache.device), (LONG_CACHE, 256, cache.device)]
         # 4 steps in the first bucket (a capture after two eager calls), 6 in the second (likewise)
         assert [(decode.captures, decode.replays) for decode in model._jitted_steps.values()] == [(1, 2), (1, 4)]
+        # the token's embedding and position are staged into the same buffers at every step: with the caches, the
+        # replays after the first of a bucket run every launch bound (one joined call on c)
+        capture = model._jitted_steps[LONG_CACHE, 256, cache.device].capture
+        assert capture.bound_with_inputs is not None and not unbound_launches(capture, capture.bound_with_inputs)
     else:
         assert not model._jitted_steps
 

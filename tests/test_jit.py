@@ -17,7 +17,7 @@ from ember.scheduler.devices import get_device
 from ember.backends.c import JoinedCLaunches
 from ember.capture.jit import JitError
 from ember.scheduler.executor import JoinedLaunches
-from tests.helpers import assert_close
+from tests.helpers import assert_close, unbound_launches
 
 SIZES = [(6, 16), (16, 16), (16, 3)]
 
@@ -90,6 +90,38 @@ def test_a_replays_runs_of_launches_are_joined_where_the_device_can(device: str)
     if device.startswith("c"):
         assert joined and all(entry.end - predict.capture.bound.index(entry) >= 2 for entry in joined)
         assert all(isinstance(entry.launch, JoinedCLaunches) for entry in joined)
+
+
+def test_inputs_passed_again_bind_every_launch_and_new_inputs_are_read_by_the_replay(device: str) -> None:
+    """A replay whose input buffers are the last replay's (state passed in again, an input overwritten in place:
+    a decode step's cache and staged token) runs every launch bound, those reading the inputs too; a new input
+    tensor, and then the first one again, are read by the replay: the values are torch's at every call."""
+    model, reference = _ember_model(device), _torch_model()
+
+    @em.jit
+    def predict(inputs: em.Tensor, scale: em.Tensor) -> em.Tensor:
+        with em.no_grad():
+            return (model(inputs) * scale).softmax(-1)
+
+    def expected(inputs: np.ndarray, scale: float) -> torch.Tensor:
+        return (reference(torch.tensor(inputs)) * scale).softmax(-1).detach()
+
+    staged = em.tensor(_batch(0)[0], device=device).realize()
+    scale = em.tensor([1.5], device=device).realize()
+    for step in range(6):
+        inputs = _batch(step)[0]
+        buffers.write_node(staged.node, inputs)
+        assert_close(predict(staged, scale), expected(inputs, 1.5))
+    capture = predict.capture
+    assert capture is not None and capture.bound is not None and capture.bound_with_inputs is not None
+    # (the launches over fixed slots alone leave those reading an input unbound; with the inputs, none is)
+    assert unbound_launches(capture, capture.bound) and not unbound_launches(capture, capture.bound_with_inputs)
+    other = em.tensor(_batch(7)[0], device=device).realize()  # another input: read, not the bound one
+    assert_close(predict(other, scale), expected(_batch(7)[0], 1.5))
+    assert_close(predict(other, em.tensor([0.5], device=device)), expected(_batch(7)[0], 0.5))
+    buffers.write_node(staged.node, _batch(8)[0])
+    for _ in range(3):  # the first input again: bound again, its new values read
+        assert_close(predict(staged, scale), expected(_batch(8)[0], 1.5))
 
 
 def _train_step(model: Any, optimizer: Any, inputs: Any, targets: Any) -> Any:

@@ -147,6 +147,31 @@ def test_ordinary_reductions_stay_one_kernel_and_long_ones_are_staged(device: st
     assert count_kernels(longer.sum()) == len(stages or stage_extents(STAGE_THRESHOLD + 1)) > 1
 
 
+def test_exact_reduces_take_long_stages_and_match_torch(device: str) -> None:
+    """A maximum or an integer sum has no rounding to keep short: its stages are MAX_FIRST_STAGE_CHUNK long, so the
+    argmax of a 262,144-token vocabulary is 4 kernels (a maximum and the first index holding it, two stages each),
+    with torch's index for ties and NaN; an int64 sum of 3*10^7 values past 2**40 is numpy's, exactly."""
+    assert stage_extents(262_144, exact=True) == [MAX_FIRST_STAGE_CHUNK, 64]
+    assert stage_extents(10**8, exact=True)[0] == MAX_FIRST_STAGE_CHUNK and len(stage_extents(10**8, exact=True)) == 3
+    values = torch.randn(262_144, generator=torch.Generator().manual_seed(5))
+    values[[1_000, 200_000]] = 9.0  # a tie: the first index, as torch
+    logits = em.tensor(values.numpy(), device=device).realize()
+    index = logits.argmax()
+    if group_stage_extents(262_144, 1, em.float32, get_device(device).info) is None:
+        assert count_kernels(index) == 4
+    assert index.item() == values.argmax().item() == 1_000
+    values[150_000] = float("nan")
+    with_nan = em.tensor(values.numpy(), device=device)
+    assert with_nan.argmax().item() == values.argmax().item() == 150_000 and math.isnan(with_nan.max().item())
+    count = 3 * 10**6 if device.startswith("wgpu") else 3 * 10**7
+    integers = np.random.default_rng(9).integers(-2**40, 2**40, size=count, dtype=np.int64)
+    if not device.startswith("wgpu"):  # (wgpu has no int64)
+        assert em.tensor(integers, device=device).sum().item() == int(integers.sum())
+        assert em.tensor(integers, device=device).max().item() == int(integers.max())
+    small = (integers % 1000).astype(np.int32)
+    assert em.tensor(small, device=device).sum().item() == int(small.sum())
+
+
 def test_gradients_of_staged_reductions_are_torch_gradients(device: str) -> None:
     values = torch.rand(40_000, generator=torch.Generator().manual_seed(11))
     values[[5, 30_000]] = 2.0  # a tie for the maximum: torch shares the gradient between them

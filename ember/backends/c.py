@@ -94,6 +94,9 @@ BYTE_CONVERSIONS = {("int8", "float32", 8): "_mm256_cvtepi8_epi32", ("uint8", "f
 RENDERED_KEPT = 256  # sources of the kernels rendered last, kept for compile_many after compile_quick
 SPIN_COUNT = "20000"  # how long idle OpenMP threads spin before they sleep, unless the environment says (probe)
 PARALLEL_THRESHOLD = 1 << 15  # estimated operations below which a kernel runs on one thread
+# an integer sum's loop counts 1/INTEGER_LOOP_SHARE of its iterations: gcc vectorizes it, but each iteration picks
+# bits, multiplies and adds (at 16, a token's 1024 x 640 Q5_0 product ran on one thread: 55 us, 34 us on two)
+INTEGER_LOOP_SHARE = 2
 
 
 class CRenderer(CStyleRenderer):
@@ -338,14 +341,15 @@ def _loop_work(kernel: KernelIR) -> int:
     """The loop iterations of a work item, times 2 for 16-lane vectors, times the stores of a work item's tile: a
     rough count of operations per work item, in the 8-lane vectors PARALLEL_THRESHOLD was tuned with (a 16-lane
     kernel has half the work items of an 8-lane one; a work item storing a row of 16 scalars, a phase interleaving's,
-    does 16 items' work: 16384 of them ran on one thread, 0.6 ms). A loop of an integer sum counts a sixteenth of its
-    size: gcc vectorizes it (bytes, 32 to a vector). Loops one after another add and nested loops multiply
-    (`_loop_nests`): a softmax row's three loops of 128 are 384 iterations, not 128 ** 3 (which ran a decode step's
-    4-row softmax, 14 us, on two threads: a wake-up of the second thread per launch, ~1 ms on a busy machine)."""
+    does 16 items' work: 16384 of them ran on one thread, 0.6 ms). A loop of an integer sum counts its size /
+    INTEGER_LOOP_SHARE: gcc vectorizes it. Loops one after another add and nested loops multiply (`_loop_nests`):
+    a softmax row's three loops of 128 are 384 iterations, not 128 ** 3 (which ran a decode step's 4-row softmax,
+    14 us, on two threads: a wake-up of the second thread per launch, ~1 ms on a busy machine)."""
     nodes = topological_nodes(kernel.sink)
     integer_loops = {id(loop) for node in nodes if node.op is IROp.REDUCE and node.dtype.is_int
                      for loop in node.srcs[1:]}
-    loops = sum(math.prod(max(1, node.arg[1] // 16) if id(node) in integer_loops else node.arg[1] for node in nest)
+    loops = sum(math.prod(max(1, node.arg[1] // INTEGER_LOOP_SHARE) if id(node) in integer_loops else node.arg[1]
+                          for node in nest)
                 for nest in _loop_nests(nodes))
     stores = sum(1 for node in nodes if node.op is IROp.STORE)
     return max(1, loops) * max(1, vector_width(kernel) // 8) * max(1, stores)

@@ -4,11 +4,12 @@ schedule, no compile and no allocation on replay; the capture's intermediates ge
 from __future__ import annotations
 
 import functools
+import operator
 import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ember.backends.base import wait_all
 from ember.context import CONTEXT, update
@@ -57,6 +58,12 @@ class Capture:
     random_advance: int = 0
     # per command, made at the first replay (again after the memory pool moved the intermediates to grown memory)
     bound: list[BoundLaunch | JoinedLaunches | None] | None = None
+    # the launches reading or writing inputs too, bound to `bound_inputs` (the input buffers of two replays in a
+    # row: a decode step's staged token and its caches): made when a replay's inputs are the last replay's, used
+    # while they stay those buffers; `last_inputs` are the ids of the last replay's input buffers
+    bound_with_inputs: list[BoundLaunch | JoinedLaunches | None] | None = None
+    bound_inputs: tuple[Buffer, ...] = ()
+    last_inputs: tuple[int, ...] = ()
     memory_pool: JitMemoryPool | None = None  # where the intermediates live (shared with other captures)
     shared_memories: list[Any] = field(default_factory=list)  # the pool's memory of each device it uses
 
@@ -203,7 +210,9 @@ class Jitted:
                 _draw_keys(capture)
             if capture.bound is None:
                 capture.bound = bind_buffers(capture.program, capture.bindings, capture.buffers)
-            unfinished = execute(capture.program.commands, capture.bindings, buffers, bound=capture.bound,
+                capture.bound_with_inputs, capture.bound_inputs = None, ()
+            bound = _bound_for_inputs(capture, buffers) if capture.input_slots else capture.bound
+            unfinished = execute(capture.program.commands, capture.bindings, buffers, bound=bound,
                                  gather=CONFIG.parallel_kernels and replay_gathers(capture.program))
             capture.memory_pool.leave(capture, unfinished)
         self.replays += 1
@@ -230,6 +239,24 @@ class Jitted:
                 node.buffer = buffer
                 values.append(Tensor._from_node(node))
         return capture.rebuild(values)
+
+
+def _bound_for_inputs(capture: Capture, buffers: list[Buffer | None]) -> list[BoundLaunch | JoinedLaunches | None]:
+    """The launches of a replay whose input buffers are `buffers`' input slots: every launch bound (and joined), when
+    these are the buffers of the last replay too (state passed in again: a cache, a staged input); else the launches
+    over fixed slots only, those touching an input launched one by one (a new batch at each call)."""
+    inputs = tuple(cast(Buffer, buffers[slot]) for _, slot in capture.input_slots)
+    last, capture.last_inputs = capture.last_inputs, tuple(map(id, inputs))
+    bound_inputs = capture.bound_inputs
+    if len(bound_inputs) == len(inputs) and all(map(operator.is_, inputs, bound_inputs)):
+        assert capture.bound_with_inputs is not None
+        return capture.bound_with_inputs
+    if last != capture.last_inputs:
+        assert capture.bound is not None
+        return capture.bound
+    capture.bound_with_inputs = bind_buffers(capture.program, capture.bindings, buffers)
+    capture.bound_inputs = inputs  # (held: ids compared alone could be a freed buffer's, reused)
+    return capture.bound_with_inputs
 
 
 def jit(function: Callable[..., Any] | None = None, *, recapture: bool = True,

@@ -43,6 +43,10 @@ MAX_FIRST_STAGE_CHUNK = 4096  # within 8M values). At 4M, a language model's out
 # (ir/opt.py MAX_STAGED_BYTES): 0.99 s; chunks of 1,571: 0.37 s (torch 0.17 s), and 512 x 40,000 @ 40,000 x 512
 # 0.50 s -> 0.17 s.
 LATER_STAGE_CHUNK = 16  # partials a work item of a later stage combines (at most)
+# an exact reduce (a maximum, an integer sum: no rounding to keep near pairwise summation's) takes chunks of
+# MAX_FIRST_STAGE_CHUNK, then of EXACT_LATER_CHUNK partials: the argmax of a 262,144-token vocabulary was 8 kernels
+# of 64 or 16 values an item (each item's lanes combined one by one: 300 us on 2 cores), now 4 of 4,096 and 64
+EXACT_LATER_CHUNK = 1024
 # reduced elements per output from which a shorter reduce may still go to stages on a GPU (the runtime's
 # `parallel_stages`, ir/group_reduce.stages_for_parallelism: 2 * its MINIMUM_ROW); below it, no device is asked
 PARALLEL_STAGE_MINIMUM = 512
@@ -81,13 +85,16 @@ def reduce_axes(tensor: Tensor, op: Op, axes: tuple[int, ...], threshold: int = 
     return output
 
 
-def stage_extents(extent: int, outputs: int = 1, later_chunk: int = LATER_STAGE_CHUNK) -> list[int]:
+def stage_extents(extent: int, outputs: int = 1, later_chunk: int = LATER_STAGE_CHUNK,
+                  exact: bool = False) -> list[int]:
     """The number of elements each stage reduces per output, for a reduce of `extent` elements per output (each
     stage's chunks are equal: the extent is padded with the reduce's identity to chunks times chunk). Short chunks
     keep the rounding error of a sum near pairwise summation's (a sum of equal values, rounded the same way at every
-    step of a long chunk, drifts by the chunk's length in ulps)."""
+    step of a long chunk, drifts by the chunk's length in ulps); an `exact` reduce (no rounding) takes long ones."""
     extents = []
     chunk_limit = min(MAX_FIRST_STAGE_CHUNK, max(FIRST_STAGE_CHUNK, -(-outputs * extent // PARTIALS_LIMIT)))
+    if exact:
+        chunk_limit, later_chunk = MAX_FIRST_STAGE_CHUNK, max(later_chunk, EXACT_LATER_CHUNK)
     while extent > 1:
         parts = -(-extent // chunk_limit)
         extents.append(-(-extent // parts))
@@ -118,7 +125,8 @@ def _staged(tensor: Tensor, op: Op, axes: tuple[int, ...], later_chunk: int = LA
     half = tensor.dtype if tensor.dtype in HALF_TYPES and op in (Op.SUM, Op.PROD) else None
     if half is not None:  # float32 partials, rounded to the half type once at the end
         current = current._apply(Op.CAST, arg=dtypes.float32)
-    extents = group_stages or stage_extents(extent, outputs, later_chunk)
+    exact = op is Op.REDUCE_MAX or not tensor.dtype.is_float  # (a half sum is not: its partials are float32)
+    extents = group_stages or stage_extents(extent, outputs, later_chunk, exact)
     for chunk in extents:
         parts = -(-extent // chunk)
         if parts * chunk > extent:

@@ -23,8 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 import ember as em
 from ember import nn
+from ember.core.runtime import RUNTIME
 from ember.core.tensor import Tensor, realize
 from ember.io import read_gguf_header
 from ember.io.gguf import GGUFHeader, load_gguf_tensor
@@ -339,6 +342,8 @@ class Decoder(nn.Module):
         self.float32_weights = False
         # em.jit(self._decode) by cache length, attended slots (`attended_slots`) and device
         self._jitted_steps: dict[tuple[int, int, str], Any] = {}
+        # per device, the buffers a jitted step reads its token's embedding and position from (`step`)
+        self._staged_inputs: dict[str, tuple[Tensor, Tensor]] = {}
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str], float32_weights: bool = False) -> Decoder:
@@ -430,16 +435,25 @@ class Decoder(nn.Module):
             raise ValueError(f"{type(self).__name__}.step: position must be an int in [0, {cache.length}) (the "
                              f"cache's slots), got {position!r}")
         hidden = self._embed([token], cache.device)
-        position_tensor = em.tensor([position], dtype=em.int64, device=cache.device)
         attended = attended_slots(position, cache.length)
         if not jit:
+            position_tensor = em.tensor([position], dtype=em.int64, device=cache.device)
             return self._decode(hidden, position_tensor, cache.keys, cache.values, attended)
-        realize(hidden, position_tensor)  # outside the replay: the row is read from the mapped file, uploaded
+        staged = self._staged_inputs.get(cache.device)
+        if staged is None:
+            staged = (em.zeros(1, self.config.hidden_size, device=cache.device).contiguous().realize(),
+                      em.zeros(1, dtype=em.int64, device=cache.device).contiguous().realize())
+            self._staged_inputs[cache.device] = staged
+        # outside the replay (the row is read from the mapped file), into the buffers every replay reads: with the
+        # caches, the same inputs at each step, so the replay runs every launch bound (ember.jit)
+        staged_hidden, staged_position = staged
+        realize(staged_hidden.assign(hidden))
+        RUNTIME.write(staged_position.node, np.array([position], dtype=np.int64))
         decode = self._jitted_steps.get((cache.length, attended, cache.device))
         if decode is None:
             decode = em.jit(self._decode, recapture=False)
             self._jitted_steps[cache.length, attended, cache.device] = decode
-        return decode(hidden, position_tensor, cache.keys, cache.values, attended)
+        return decode(staged_hidden, staged_position, cache.keys, cache.values, attended)
 
     def _decode(self, hidden: Tensor, position: Tensor, keys: list[Tensor], values: list[Tensor],
                 attended: int) -> Tensor:
