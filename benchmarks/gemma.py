@@ -4,8 +4,9 @@
 Each implementation runs in a process of its own (so its peak resident memory is its own), one after another,
 `--rounds` times (alternating: the machine may be shared; the medians are printed), all on `--threads` threads
 (ember's OpenMP kernels, torch, llama.cpp's decode and batch threads), all decoding greedily:
-- decode: tokens per second of the generated tokens after the first, from PROMPT (ember's first step compiles its
-  kernels, the second records them under ember.jit, later ones replay them), ember's key/value cache of
+- decode: tokens per second of the generated tokens after the first, from PROMPT, after a warm-up generation of
+  WARM_UP_TOKENS tokens (llama.cpp's run has one too; ember's first step compiles its kernels, the second records
+  them under ember.jit, later ones replay them: the timed steps replay), ember's key/value cache of
   `--cache-length` slots (default: generate's, the prompt and new tokens rounded up to 128; its steps attend over
   the filled slots rounded up to 128 whatever the length);
 - first token: seconds from the call to the first new token of PROMPT, in a second run;
@@ -33,6 +34,7 @@ from pathlib import Path
 
 PROMPT = "The capital of France is"
 PREFILL_TOKENS = 256
+WARM_UP_TOKENS = 4  # a generation before the timed one, of each implementation (ember: compiles and captures)
 IMPLEMENTATIONS = ("ember quantized", "ember float32", "transformers", "llama.cpp")
 
 
@@ -66,13 +68,22 @@ def first_token_seconds(start: Callable[[], Iterator[int]]) -> float:
     return time.perf_counter() - begin
 
 
+def prompt_cache_length(tokens: int) -> int:
+    """The cache length generate() gives a prompt and new tokens: `tokens` rounded up to its CACHE_GRANULE."""
+    from ember.models.generate import CACHE_GRANULE
+
+    return -(-tokens // CACHE_GRANULE) * CACHE_GRANULE
+
+
 def ember_run(path: str, ids: list[int], long_ids: list[int], tokens: int, device: str, quantized: bool,
               cache_length: int | None) -> dict:
     from ember.models.gemma import Gemma3
     from ember.models.generate import generate
 
     model = Gemma3.from_gguf(path, float32_weights=not quantized)
-    rate, chosen = decode(generate(model, ids, max_new_tokens=tokens, device=device, cache_length=cache_length))
+    length = cache_length or prompt_cache_length(len(ids) + tokens)
+    list(generate(model, ids, max_new_tokens=WARM_UP_TOKENS, device=device, cache_length=length))  # as llama.cpp's
+    rate, chosen = decode(generate(model, ids, max_new_tokens=tokens, device=device, cache_length=length))
     first = first_token_seconds(lambda: generate(model, ids, max_new_tokens=1, device=device))
     first_token_seconds(lambda: generate(model, long_ids, max_new_tokens=1, device=device))  # compiles its pass
     prefill = first_token_seconds(lambda: generate(model, long_ids, max_new_tokens=1, device=device))

@@ -106,6 +106,10 @@ def test_inputs_passed_again_bind_every_launch_and_new_inputs_are_read_by_the_re
     def expected(inputs: np.ndarray, scale: float) -> torch.Tensor:
         return (reference(torch.tensor(inputs)) * scale).softmax(-1).detach()
 
+    for step in range(4):  # a new input at each call (the last one freed: its id and memory may be the next one's)
+        inputs = _batch(step)[0]
+        assert_close(predict(em.tensor(inputs, device=device), em.tensor([1.5], device=device)), expected(inputs, 1.5))
+    assert predict.capture is not None and predict.capture.bound_with_inputs is None
     staged = em.tensor(_batch(0)[0], device=device).realize()
     scale = em.tensor([1.5], device=device).realize()
     for step in range(6):

@@ -7,6 +7,7 @@ import functools
 import operator
 import sys
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -60,10 +61,11 @@ class Capture:
     bound: list[BoundLaunch | JoinedLaunches | None] | None = None
     # the launches reading or writing inputs too, bound to `bound_inputs` (the input buffers of two replays in a
     # row: a decode step's staged token and its caches): made when a replay's inputs are the last replay's, used
-    # while they stay those buffers; `last_inputs` are the ids of the last replay's input buffers
+    # while they stay those buffers; `last_inputs` refers to the last replay's input buffers weakly (a new batch at
+    # each call is freed as before; a freed buffer's id, and its memory, may be the next input's)
     bound_with_inputs: list[BoundLaunch | JoinedLaunches | None] | None = None
     bound_inputs: tuple[Buffer, ...] = ()
-    last_inputs: tuple[int, ...] = ()
+    last_inputs: tuple[weakref.ref[Buffer], ...] = ()
     memory_pool: JitMemoryPool | None = None  # where the intermediates live (shared with other captures)
     shared_memories: list[Any] = field(default_factory=list)  # the pool's memory of each device it uses
 
@@ -246,12 +248,12 @@ def _bound_for_inputs(capture: Capture, buffers: list[Buffer | None]) -> list[Bo
     these are the buffers of the last replay too (state passed in again: a cache, a staged input); else the launches
     over fixed slots only, those touching an input launched one by one (a new batch at each call)."""
     inputs = tuple(cast(Buffer, buffers[slot]) for _, slot in capture.input_slots)
-    last, capture.last_inputs = capture.last_inputs, tuple(map(id, inputs))
+    last, capture.last_inputs = capture.last_inputs, tuple(map(weakref.ref, inputs))
     bound_inputs = capture.bound_inputs
     if len(bound_inputs) == len(inputs) and all(map(operator.is_, inputs, bound_inputs)):
         assert capture.bound_with_inputs is not None
         return capture.bound_with_inputs
-    if last != capture.last_inputs:
+    if len(last) != len(inputs) or not all(reference() is buffer for reference, buffer in zip(last, inputs)):
         assert capture.bound is not None
         return capture.bound
     capture.bound_with_inputs = bind_buffers(capture.program, capture.bindings, buffers)

@@ -25,7 +25,8 @@ class Buffer:
     (unless the pool frees behind events itself), so dropping a tensor never blocks and never frees memory in use.
     """
 
-    __slots__ = ("device", "device_name", "dtype", "event", "handle", "nbytes", "pool", "size", "users")
+    # (__weakref__: a jit capture tells its last replay's inputs by weak references, jit._bound_for_inputs)
+    __slots__ = ("__weakref__", "device", "device_name", "dtype", "event", "handle", "nbytes", "pool", "size", "users")
 
     def __init__(self, device: Device, size: int, dtype: DType, handle: Any = None) -> None:
         """Allocate from the device's pool, or adopt `handle` (memory the pool did not allocate, e.g. a mapping)."""
