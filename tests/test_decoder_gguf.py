@@ -206,9 +206,11 @@ def test_generate_with_a_long_cache_chooses_transformers_greedy_tokens(cache_len
 
 
 def step_flops(model: Any, cache: Any, token: int, position: int) -> int:
-    """The arithmetic of one eager decode step's kernels but the writes into the cache (a select over the whole
-    cache, by design): what each layer's realize of its query computes (the layer before it: attention, MLP) and
-    what the logits' graph computes (the last layer's attention and MLP, the output projection)."""
+    """The arithmetic of one eager decode step's kernels but the writes into the cache (a select over the slots of
+    the step's write window, by design): what each layer's realize of its query computes (the layer before it:
+    attention, MLP) and what the logits' graph computes (the last layer's attention and MLP, the output
+    projection). The cache is realized first (the prefill's pass is not the step's)."""
+    em.realize(*cache.keys, *cache.values)
     from ember.models import decoder
     from ember.scheduler.kernelize import kernelize
     from ember.scheduler.program import Launch
@@ -256,6 +258,70 @@ def test_a_step_in_a_long_cache_does_the_attention_work_of_its_bucket(architectu
         assert work[2048, 1000] == work[2048, 130]
     else:
         assert work[2048, 1000] > work[2048, 130]
+
+
+@pytest.mark.parametrize("views", [True, False], ids=["window views", "no views"])
+def test_a_step_writes_its_slot_through_a_window_of_the_cache(views: bool, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode step in a 2048-slot cache writes its key and value by kernels over its write window (the bucket's
+    last 128 slots, views of the cache's memory: KVCache.windows), not over the 2048 slots; where the device makes
+    no views (view_alignment 0), by a select over the whole cache. Either way every step's logits (eager and
+    jitted, across the 128-slot bucket's edge) are transformers' and the slots outside the window keep their
+    values."""
+    from ember.models.decoder import ATTENDED_GRANULE, Decoder, KVCache
+    from ember.scheduler.devices import get_device
+
+    if not views:
+        monkeypatch.setattr(get_device("c").pool, "view_alignment", 0)
+    length, kv_heads = 2048, 2
+    path = write_gguf(tmp_path / "llama.gguf", "llama", quantized=False)
+    expected = reference_logits(path, "llama", LONG_TOKENS)[LONG_PROMPT - 1:]
+    model = Decoder.from_gguf(path)
+    model.on_device("c")
+    assert model.config.kv_heads == kv_heads
+    cache = KVCache(model.config, length, "c")
+    rows, sizes = [], []
+    with em.no_grad():
+        last = em.tensor([LONG_PROMPT - 1], dtype=em.int64, device="c")
+        rows.append(model.prefill(LONG_TOKENS[:LONG_PROMPT], last, cache).numpy())
+        em.realize(*cache.keys, *cache.values)  # (the prompt's pass: not a step's)
+        prompt_keys = cache.keys[0].numpy()[:LONG_PROMPT].copy()
+        for position in range(LONG_PROMPT, len(LONG_TOKENS)):
+            with em.profile() as record:
+                rows.append(model.step(LONG_TOKENS[position], position, cache, jit=position % 2 == 0).numpy())
+            sizes += [kernel.global_size for kernel in record.kernels]
+    np.testing.assert_allclose(np.stack(rows), expected, atol=2e-4, rtol=1e-3)
+    assert (cache.keys[0].numpy()[:LONG_PROMPT] == prompt_keys).all()
+    assert not cache.keys[0].numpy()[len(LONG_TOKENS):].any()  # the slots after the filled ones: still padding
+    windows = cache.windows(0, ATTENDED_GRANULE), cache.windows(ATTENDED_GRANULE, 2 * ATTENDED_GRANULE)
+    # a select over the whole cache has at least this many work items (16 lanes, the widest vectors, an item)
+    whole_cache = length * kv_heads * model.config.head_dim // 16
+    if views:
+        assert all(pair is not None for pair in windows) and max(sizes) < whole_cache
+    else:
+        assert windows == (None, None) and max(sizes) >= whole_cache
+
+
+def test_region_views_write_a_run_of_a_tensors_memory() -> None:
+    """region_view: elements [start, start + size) of a realized tensor's buffer as a tensor of their own; an
+    in-place assign of it writes them (region_written says so) and nothing else; None where the pool makes no view
+    at that offset, or the tensor is not realized."""
+    from ember.io.in_place import region_view, region_written
+
+    values = np.arange(4 * 6 * 8, dtype=np.float32).reshape(4 * 6, 8)
+    whole = em.tensor(values, device="c").realize()
+    region = region_view(whole, 8 * 8, (2, 2, 8))  # rows 8..11 (16-byte aligned: 256 bytes in)
+    assert region is not None and region.shape == (2, 2, 8)
+    np.testing.assert_array_equal(region.numpy(), values[8:12].reshape(2, 2, 8))
+    region.assign(region * -1 + 0.5)
+    em.realize(region)
+    assert region_written(whole, region)
+    expected = values.copy()
+    expected[8:12] = expected[8:12] * -1 + 0.5
+    np.testing.assert_array_equal(whole.numpy(), expected)
+    assert region_view(whole, 3, (4,)) is None  # 12 bytes in: no view there (c's views start at 16-byte multiples)
+    assert region_view(whole, 0, (4 * 6 * 8 + 1,)) is None  # past the buffer
+    assert region_view(em.ones(64, device="c") * 2, 0, (8,)) is None  # not realized
 
 
 def test_decoder_on_every_device(device: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,7 +32,7 @@ from ember.core.tensor import Tensor, realize
 from ember.io import read_gguf_header
 from ember.io.gguf import GGUFHeader, load_gguf_tensor
 from ember.io.quantized import QuantizedTensor
-from ember.io.in_place import mapped_in_place
+from ember.io.in_place import mapped_in_place, region_view, region_written
 from ember.nn import functional as F
 from ember.nn.quantized import QuantizedEmbedding, QuantizedLinear
 
@@ -46,6 +46,12 @@ def attended_slots(position: int, length: int) -> int:
     including `position`) rounded up to a multiple of ATTENDED_GRANULE, at most `length`. Each distinct count
     compiles (and `ember.jit` captures) the step once, so the granule trades steps' wasted slots against those."""
     return min(length, -(-(position + 1) // ATTENDED_GRANULE) * ATTENDED_GRANULE)
+
+
+def write_window(attended: int) -> tuple[int, int]:
+    """The slots [start, attended) a decode step attending over `attended` slots writes its own slot in: the last
+    granule of them (it holds the position: `attended_slots`), the same for every step of the bucket."""
+    return (attended - 1) // ATTENDED_GRANULE * ATTENDED_GRANULE, attended
 
 
 def window_start(attended: int, window: int) -> int:
@@ -185,6 +191,10 @@ class StepInputs:
     length: int
     attended: int
     first: dict[bool, int]
+    # a decode step's slots [start, end) around its position that it writes through views of the caches
+    # (`KVCache.windows`: the bucket's last granule), and where in them its slot is (end - start, 1, 1)
+    window: tuple[int, int] | None = None
+    window_here: Tensor | None = None
 
     @classmethod
     def build(cls, config: DecoderConfig, positions: Tensor, length: int, prefill: bool,
@@ -211,8 +221,13 @@ class StepInputs:
             local = (local_slots <= query_positions) & (local_slots > query_positions - window)
         bases = {config.rope_global_base} if window is None else {config.rope_local_base, config.rope_global_base}
         rotations = {base: rotation(positions, config.head_dim, base, factors) for base in bases}
-        here = None if prefill else (em.arange(length, device=positions.device) == positions).reshape(1, length, 1)
-        return cls(positions, rotations, {False: visible, True: local}, here, length, attended, first)
+        if prefill:
+            return cls(positions, rotations, {False: visible, True: local}, None, length, attended, first)
+        here = (em.arange(length, device=positions.device) == positions).reshape(length, 1, 1)
+        start, end = write_window(attended)
+        window_here = (em.arange(start, end, device=positions.device) == positions).reshape(-1, 1, 1)
+        return cls(positions, rotations, {False: visible, True: local}, here, length, attended, first,
+                   (start, end), window_here)
 
 
 class DecoderBlock(nn.Module):
@@ -249,14 +264,27 @@ class DecoderBlock(nn.Module):
             projected = projected + bias.cast(projected.dtype)
         return projected.reshape(normed.shape[0], heads, self.config.head_dim)
 
-    def forward(self, hidden: Tensor, inputs: StepInputs, keys: Tensor | None,
-                values: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    def _write_window(self, window: tuple[Tensor, Tensor], here: Tensor | None, key: Tensor, value: Tensor,
+                      keys: Tensor, values: Tensor, query: Tensor) -> bool:
+        """Write the step's key and value through the caches' window views (`KVCache.windows`), with the query:
+        whether both went into the caches' memory (else the caller writes through the whole caches)."""
+        assert here is not None
+        key_window, value_window = window
+        key_window.assign(em.where(here, key, key_window))
+        value_window.assign(em.where(here, value, value_window))
+        realize(query, key_window, value_window)
+        return region_written(keys, key_window) & region_written(values, value_window)
+
+    def forward(self, hidden: Tensor, inputs: StepInputs, keys: Tensor | None, values: Tensor | None,
+                window: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """hidden (tokens, hidden_size) of the tokens at `inputs.positions`. With a cache (keys/values of shape
-        (kv_heads, length, head_dim)), one token is written in place at its position and attends to the slots up to
-        it, reading only the cache's slots [inputs.first[sliding], inputs.attended) (views of the cache: no copy:
-        the slots after the filled ones' bucket, and before a sliding layer's window, are never read); without one (a
-        prompt from position 0), the tokens attend causally to each other and become the first slots of a new
-        cache. Returns the new hidden states and the caches. The residual stream and the inputs of
+        (length, kv_heads, head_dim)), one token is written in place at its position (through `window`, the
+        caches' views of the step's window `inputs.window` from KVCache.windows, where there is one: a kernel over
+        its slots, not over the cache's length) and attends to the slots up to it, reading only the cache's slots
+        [inputs.first[sliding], inputs.attended) (views of the cache: no copy: the slots after the filled ones'
+        bucket, and before a sliding layer's window, are never read); without one (a prompt from position 0), the
+        tokens attend causally to each other and become the first slots of a new cache. Returns the new hidden
+        states and the caches. The residual stream and the inputs of
         the matrix products are stored (`contiguous`): recomputed instead, the stream's chain of norms and sums
         would be repeated for every weight element of the products that read it."""
         config = self.config
@@ -270,23 +298,27 @@ class DecoderBlock(nn.Module):
         cos, sin = inputs.rotations[self.base]
         adjacent = config.rope_pairs_adjacent
         query, key = rotate(query, cos, sin, adjacent).contiguous(), rotate(key, cos, sin, adjacent)
-        key, value = key.permute(1, 0, 2).contiguous(), value.permute(1, 0, 2).contiguous()  # (kv_heads, tokens, dim)
+        key, value = key.contiguous(), value.contiguous()  # (tokens, kv_heads, dim), as the caches lay slots out
         if keys is None or values is None or inputs.here is None:
             attended_keys, attended_values = key, value
-            keys = F.pad(key, (0, 0, 0, inputs.length - tokens))
-            values = F.pad(value, (0, 0, 0, inputs.length - tokens))
+            keys = F.pad(key, (0, 0, 0, 0, 0, inputs.length - tokens))
+            values = F.pad(value, (0, 0, 0, 0, 0, inputs.length - tokens))
         else:
-            # the new slot written in place: `where` reads the old cache only at its own index, so its kernel
-            # computes into the cache's buffer (nothing is allocated or copied)
-            attended_keys = keys.assign(em.where(inputs.here, key, keys))
-            attended_values = values.assign(em.where(inputs.here, value, values))
-            # written before the attention reads them: fused into its products instead, the select would be
-            # recomputed for every element they read and keep them from running on vectors
-            realize(query, attended_keys, attended_values)
+            # the new slot written in place: `where` reads the old slots only at its own index, so its kernel
+            # computes into the cache's memory (nothing is allocated or copied), over the window's slots where the
+            # cache gives views of them, else over every slot of the cache
+            if window is None or not self._write_window(window, inputs.window_here, key, value, keys, values, query):
+                keys.assign(em.where(inputs.here, key, keys))
+                values.assign(em.where(inputs.here, value, values))
+                # written before the attention reads them: fused into its products instead, the select would be
+                # recomputed for every element they read and keep them from running on vectors
+                realize(query, keys, values)
+            attended_keys, attended_values = keys, values
             first = inputs.first[self.sliding]
             if first > 0 or inputs.attended < inputs.length:
-                attended_keys = attended_keys[:, first:inputs.attended]
-                attended_values = attended_values[:, first:inputs.attended]
+                attended_keys = attended_keys[first:inputs.attended]
+                attended_values = attended_values[first:inputs.attended]
+        attended_keys, attended_values = attended_keys.permute(1, 0, 2), attended_values.permute(1, 0, 2)
         visible = inputs.visible[self.sliding]
         group = config.heads // config.kv_heads
         grouped_query = query.reshape(tokens, config.kv_heads, group, config.head_dim).permute(1, 2, 0, 3)
@@ -314,13 +346,37 @@ class DecoderBlock(nn.Module):
 
 
 class KVCache:
-    """Keys and values of every layer, (kv_heads, length, head_dim) tensors on the device, written at each step.
-    A new cache is empty; `Decoder.prefill` fills it from a prompt."""
+    """Keys and values of every layer, (length, kv_heads, head_dim) tensors on the device (a slot's heads side by
+    side, so a run of slots is one run of memory), written at each step. A new cache is empty; `Decoder.prefill`
+    fills it from a prompt."""
 
     def __init__(self, config: DecoderConfig, length: int, device: str) -> None:
         self.length, self.device = length, device
         self.keys: list[Tensor] = []
         self.values: list[Tensor] = []
+        self._windows: dict[tuple[int, int], list[tuple[Tensor, Tensor]] | None] = {}
+
+    def windows(self, start: int, end: int) -> list[tuple[Tensor, Tensor]] | None:
+        """Per layer, views of its keys and values at slots [start, end) (`region_view`: their memory, no copy),
+        made once and kept for every step writing there (a bucket's steps: `StepInputs.window`), so that a step
+        writes its slot by a kernel over the window, not over the cache's length (at 2,048 slots that select read
+        and wrote 4 MB a layer per step and halved Gemma-3-270M's decode). None where the device makes no views
+        (or not at that offset): the steps then select over the whole cache."""
+        if (start, end) not in self._windows:
+            unrealized = [tensor for tensor in (*self.keys, *self.values) if not tensor.node.realized]
+            if unrealized:
+                realize(*unrealized)
+            views: list[tuple[Tensor, Tensor]] | None = []
+            for keys, values in zip(self.keys, self.values):
+                shape = (end - start, *keys.shape[1:])
+                key_view = region_view(keys, start * keys.shape[1] * keys.shape[2], shape)
+                value_view = region_view(values, start * values.shape[1] * values.shape[2], shape)
+                if key_view is None or value_view is None or views is None:
+                    views = None
+                    continue
+                views.append((key_view, value_view))
+            self._windows[start, end] = views
+        return self._windows[start, end]
 
 
 class Decoder(nn.Module):
@@ -440,7 +496,8 @@ class Decoder(nn.Module):
         attended = attended_slots(position, cache.length)
         if not jit:
             position_tensor = em.tensor([position], dtype=em.int64, device=cache.device)
-            return self._decode(hidden, position_tensor, cache.keys, cache.values, attended)
+            return self._decode(hidden, position_tensor, cache.keys, cache.values, attended,
+                                cache.windows(*write_window(attended)))
         staged = self._staged_inputs.get(cache.device)
         if staged is None:
             staged = (em.zeros(1, self.config.hidden_size, device=cache.device).contiguous().realize(),
@@ -455,15 +512,18 @@ class Decoder(nn.Module):
         if decode is None:
             decode = em.jit(self._decode, recapture=False)
             self._jitted_steps[cache.length, attended, cache.device] = decode
-        return decode(staged_hidden, staged_position, cache.keys, cache.values, attended)
+        return decode(staged_hidden, staged_position, cache.keys, cache.values, attended,
+                      cache.windows(*write_window(attended)))
 
     def _decode(self, hidden: Tensor, position: Tensor, keys: list[Tensor], values: list[Tensor],
-                attended: int) -> Tensor:
+                attended: int, windows: list[tuple[Tensor, Tensor]] | None = None) -> Tensor:
         """One decode step from the token's embedding (1, hidden_size), attending over the caches' first `attended`
-        slots; the caches are changed in place."""
-        inputs = self._inputs(position, keys[0].shape[1], prefill=False, attended=attended)
-        for block, layer_keys, layer_values in zip(self.blocks, keys, values):
-            hidden, _, _ = block(hidden, inputs, layer_keys, layer_values)
+        slots; the caches are changed in place (through `windows`, per layer views of the step's window
+        `write_window(attended)` of the keys and values, where given)."""
+        inputs = self._inputs(position, keys[0].shape[0], prefill=False, attended=attended)
+        for layer, (block, layer_keys, layer_values) in enumerate(zip(self.blocks, keys, values)):
+            window = None if windows is None else windows[layer]
+            hidden, _, _ = block(hidden, inputs, layer_keys, layer_values, window)
         return self._logits(hidden)
 
 
