@@ -11,6 +11,7 @@ import tempfile
 import threading
 import time
 import warnings
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +37,7 @@ _warned: set[str] = set()  # cache folders already warned about in this process
 _created: set[Path] = set()  # folders known to exist (a mkdir per lookup costs a system call)
 _lock = threading.Lock()
 _written_since_trim: int | None = None  # bytes written since the last trim (None: no trim in this process yet)
+_trimming: threading.Thread | None = None  # the trim a write started (`_start_trim`)
 
 
 class CacheWarning(RuntimeWarning):
@@ -176,49 +178,95 @@ def _count_written(nbytes: int) -> None:
         due = _written_since_trim is None or _written_since_trim + nbytes >= limit_bytes() // TRIM_EVERY
         _written_since_trim = 0 if due else (_written_since_trim or 0) + nbytes
     if due:
+        _start_trim()
+
+
+def _start_trim() -> None:
+    """trim() in a thread of its own, unless one is running: a cache of hundreds of thousands of entries takes a
+    second or more to list, which the write that found the trim due (a first kernel's) should not wait for."""
+    global _trimming
+    with _lock:
+        if _trimming is not None and _trimming.is_alive():
+            return
+        _trimming = threading.Thread(target=_trim_quietly, name="ember-cache-trim", daemon=True)
+        _trimming.start()
+
+
+def _trim_quietly() -> None:
+    try:
         trim()
+    except Exception:  # noqa: BLE001, S110 - a trim is housekeeping: a failed one leaves the cache as it was
+        pass
+
+
+def wait_for_trim() -> None:
+    """Wait for the trim a write started in the background (tests; a process needing the bound kept now)."""
+    thread = _trimming
+    if thread is not None:
+        thread.join()
 
 
 def trim(limit: int | None = None) -> int:
     """Delete the least recently used entries (by modification time: reads touch it) until the cache holds at most
     TRIM_TO of `limit` (default limit_bytes()), once it holds more than `limit`; also temporary files and build
     folders a dead process left. Returns the bytes deleted. Entries another process deletes meanwhile are skipped;
-    one a reader needs later is rebuilt (a library's index entry whose library went is discarded on read)."""
+    one a reader needs later is rebuilt (a library's index entry whose library went is discarded on read).
+
+    The entries are listed twice, streamed, keeping only each one's time and size in compact arrays (16 bytes an
+    entry): a list of every entry's path and status took ~1 KB each, ~500 MB for a cache of 446,000 lowered
+    kernels, in every process that wrote one (the first write of a process trims)."""
+    import numpy as np
+
     limit = limit_bytes() if limit is None else limit
     base, now = root(), time.time()
-    entries: list[tuple[float, int, Path]] = []
     try:
         folders = [folder for folder in base.iterdir() if folder.is_dir()]
     except OSError:
         return 0
+    times, sizes = array("d"), array("q")
     for folder in folders:
-        try:
-            children = list(os.scandir(folder))
-        except OSError:
-            continue
-        for child in children:
-            try:
-                status = child.stat(follow_symlinks=False)
-                if child.name.endswith(".entry"):
-                    entries.append((status.st_mtime, status.st_size, Path(child.path)))
-                elif now - status.st_mtime > STALE_TEMPORARY_SECONDS and (
-                        child.name.endswith(".tmp") or child.name.startswith("ember-")):
-                    _remove_stale(Path(child.path), child.is_dir(follow_symlinks=False))
-            except OSError:
-                continue
-    total = sum(size for _, size, _ in entries)
+        for name, status in _entries(folder):
+            if name.endswith(".entry"):
+                times.append(status.st_mtime)
+                sizes.append(status.st_size)
+            elif now - status.st_mtime > STALE_TEMPORARY_SECONDS and (
+                    name.endswith(".tmp") or name.startswith("ember-")):
+                path = folder / name
+                _remove_stale(path, path.is_dir())
+    total = sum(sizes)
     if total <= limit:
         return 0
+    # the newest modification time among the oldest entries that together hold what must go
+    order = np.argsort(np.frombuffer(times, dtype=np.float64), kind="stable")
+    needed = total - int(limit * TRIM_TO)
+    held = np.cumsum(np.frombuffer(sizes, dtype=np.int64)[order])
+    cutoff = float(times[int(order[min(int(np.searchsorted(held, needed)), len(order) - 1)])])
+    del order, held, times, sizes
     deleted = 0
-    for _, size, path in sorted(entries):
-        if total - deleted <= limit * TRIM_TO:
-            break
-        try:
-            path.unlink()
-            deleted += size
-        except OSError:
-            continue
+    for folder in folders:
+        for name, status in _entries(folder):
+            if deleted >= needed:
+                return deleted
+            if name.endswith(".entry") and status.st_mtime <= cutoff:
+                try:
+                    (folder / name).unlink()
+                    deleted += status.st_size
+                except OSError:
+                    continue
     return deleted
+
+
+def _entries(folder: Path) -> Iterator[tuple[str, os.stat_result]]:
+    """The names in a cache folder with their status, streamed (a file that goes meanwhile is skipped)."""
+    try:
+        with os.scandir(folder) as children:
+            for child in children:
+                try:
+                    yield child.name, child.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+    except OSError:
+        return
 
 
 def _remove_stale(path: Path, is_folder: bool) -> None:

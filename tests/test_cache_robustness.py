@@ -310,9 +310,52 @@ def test_the_disk_cache_is_trimmed_to_its_bound(cache_folder: Path, monkeypatch:
     assert sum(path.stat().st_size for path in kept) <= 100_000
     assert paths[0] in kept and paths[-1] in kept and paths[1] not in kept
     assert not stale.exists()
-    for number in range(30, 60):  # writes trim on their own as they go
+    for number in range(30, 60):  # writes trim on their own as they go (in a thread: wait for the last one)
         cache.store("unit", f"key {number}", payload)
+        cache.wait_for_trim()
     assert sum(path.stat().st_size for path in (cache_folder / "unit").glob("*.entry")) <= 100_000 + 2 * 10_100
+
+
+def test_a_trim_of_many_entries_keeps_little_in_memory_and_runs_beside_the_write(
+        cache_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trim lists the entries streamed, keeping 16 bytes of each (a list of every entry's path and status was
+    ~1 KB an entry: ~500 MB for a cache of 446,000 lowered kernels, in each process that wrote one), and deletes the
+    least recently used down to TRIM_TO of the bound; a write that finds a trim due starts it in a thread of its
+    own and returns."""
+    import threading
+    import tracemalloc
+
+    folder = cache_folder / "many"
+    folder.mkdir(parents=True)
+    count, size = 20_000, 100
+    for number in range(count):
+        path = folder / f"{number:064x}.entry"
+        path.write_bytes(bytes(size))
+        os.utime(path, (1_000_000 + number, 1_000_000 + number))  # entry n is the n-th least recently used
+    tracemalloc.start()
+    try:
+        deleted = cache.trim(limit=count * size // 2)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2_000_000, peak  # (the list of paths and statuses: ~20 MB for these entries)
+    kept = sorted(path.name for path in folder.glob("*.entry"))
+    assert deleted == (count - len(kept)) * size and len(kept) * size <= count * size // 2 * cache.TRIM_TO
+    assert kept == [f"{number:064x}.entry" for number in range(count - len(kept), count)]  # the newest kept
+    started = threading.Event()
+    release = threading.Event()
+
+    def slow_trim(limit: int | None = None) -> int:
+        started.set()
+        release.wait(10)
+        return 0
+
+    monkeypatch.setattr(cache, "trim", slow_trim)
+    monkeypatch.setattr(cache, "_written_since_trim", None)  # this process's first write: a trim is due
+    cache.store("unit", "key", b"payload")  # returns while the trim runs
+    assert started.wait(10) and cache.load("unit", "key") == b"payload"
+    release.set()
+    cache.wait_for_trim()
 
 
 def test_a_bad_cache_limit_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
