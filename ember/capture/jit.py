@@ -275,6 +275,10 @@ def jit(function: Callable[..., Any] | None = None, *, recapture: bool = True,
     (dropout, randn) draw at each replay from the generator as an eager call would: the same numbers for the same
     seed, new ones at every call.
 
+    Inputs passed again (the same tensors' buffers in two replays in a row: state such as a cache, or an input
+    overwritten in place) are bound with the launches that read them, so the replay runs every launch bound (on c
+    one call for the whole function); the capture then holds those buffers until a replay gets other inputs.
+
     Memory: a capture's intermediates live in memory shared, per device, by every jitted function of the process
     (`memory_pool`, default one pool for all; see ember.JitMemoryPool): functions that run one after another (a text
     encoder, a denoiser and a decoder) need the memory of the largest capture, not the sum. Unlike a CUDA graph's
