@@ -150,7 +150,8 @@ def test_ordinary_reductions_stay_one_kernel_and_long_ones_are_staged(device: st
 def test_exact_reduces_take_long_stages_and_match_torch(device: str) -> None:
     """A maximum or an integer sum has no rounding to keep short: its stages are MAX_FIRST_STAGE_CHUNK long, so the
     argmax of a 262,144-token vocabulary is 4 kernels (a maximum and the first index holding it, two stages each),
-    with torch's index for ties and NaN; an int64 sum of 3*10^7 values past 2**40 is numpy's, exactly."""
+    with torch's index for ties and NaN; an int64 sum of 3*10^7 values past 2**40 is numpy's, exactly, and an int32
+    maximum runs in its stages."""
     assert stage_extents(262_144, exact=True) == [MAX_FIRST_STAGE_CHUNK, 64]
     assert stage_extents(10**8, exact=True)[0] == MAX_FIRST_STAGE_CHUNK and len(stage_extents(10**8, exact=True)) == 3
     values = torch.randn(262_144, generator=torch.Generator().manual_seed(5))
@@ -170,6 +171,11 @@ def test_exact_reduces_take_long_stages_and_match_torch(device: str) -> None:
         assert em.tensor(integers, device=device).max().item() == int(integers.max())
     small = (integers % 1000).astype(np.int32)
     assert em.tensor(small, device=device).sum().item() == int(small.sum())
+    # an int32 maximum's stages are kernels of their own (a stage nested in the next ran every element in one work
+    # item: serial on c, past wgpu's loop limit)
+    assert em.tensor(small, device=device).max().item() == int(small.max())
+    assert count_kernels(em.tensor(small, device=device).realize().max()) == len(stage_extents(count, exact=True)) \
+        or group_stage_extents(count, 1, em.int32, get_device(device).info) is not None
 
 
 def test_gradients_of_staged_reductions_are_torch_gradients(device: str) -> None:

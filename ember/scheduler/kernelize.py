@@ -25,6 +25,7 @@ from ember.core import dtype as dtypes
 from ember.core.graph import Node
 from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
 from ember.core.graph_templates import expand_in_place
+from ember.core.shapes import prod
 from ember.core.walk import post_order
 from ember.ir.kernel import NO_ROW, REDUCED, ROW_SPANNING_OPS, SPAN, Kernel, KernelStep, row_state_below
 from ember.scheduler.program import Copy, Launch
@@ -37,6 +38,11 @@ BROADCAST_WORK_LIMIT = 1 << 18  # weighted ops of repeated evaluation from which
 TRANSCENDENTAL_OPS = frozenset({Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.DIV, Op.IDIV, Op.MOD})
 TRANSCENDENTAL_WEIGHT = 8  # these become polynomial approximations or divisions: several ops each
 MAX_KERNEL_OPS = 1024  # ops (elementwise, movement, reduce) above which a kernel is split by storing intermediates
+# an int32 reduce of at most this many elements per output, read once by an outer reduce, is computed in a loop
+# inside that reduce's loop (a quantized product's sum per block of 16 or 32 bytes); a longer one (a stage of a
+# staged int32 maximum or sum: chunks of 4,096) is stored: nested, a maximum of 3*10^6 int32 values was one serial
+# loop of every element on one work item (and past wgpu's loop limit)
+MAX_NESTED_EXTENT = 256
 
 
 ScheduleItem = Launch[Node] | Copy[Node]  # kernelize's steps over nodes (program.py: the one kind of each)
@@ -325,8 +331,8 @@ def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> 
     is computed once per row by the work item that needs it (softmax's max and sum, layer_norm's mean and
     variance), so it is fused, and its source is a SPAN again. An int32 reduce reached inside another reduce
     without an EXPAND (each of its values read once: a quantized product's integer sum per block, which the outer
-    reduce scales and sums) is fused too, computed in a loop inside the outer reduce's loop; float reduces inside
-    reduces are stored by a kernel of their own."""
+    reduce scales and sums) is fused too when it is short (MAX_NESTED_EXTENT), computed in a loop inside the outer
+    reduce's loop; float reduces inside reduces are stored by a kernel of their own."""
     seen: set[tuple[int, bool, bool, int, int]] = set()
     stack = [(source, kernel_root.op in REDUCE_OPS, True, *_row_of_sources(kernel_root))
              for source in kernel_root.srcs]
@@ -347,7 +353,8 @@ def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> 
             stack.extend((source, True, injective, SPAN, row_length) for source in node.srcs)
             continue
         # (see the docstring; int32 only: the sort network's int64 records nest reduces the linearizer cannot)
-        nested = inside_reduce and not (injective and node.dtype is dtypes.int32)
+        nested = inside_reduce and not (injective and node.dtype is dtypes.int32 and node.op in REDUCE_OPS
+                                        and _reduced_extent(node) <= MAX_NESTED_EXTENT)
         if node.op in (Op.CONTIGUOUS, Op.COPY) or (node.op in REDUCE_OPS and (nested or not injective)):
             found.append(node)
             continue
@@ -357,6 +364,12 @@ def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> 
         elif node.op is Op.EXPAND:
             injective = False
         stack.extend((source, inside_reduce, injective, row, row_length) for source in node.srcs)
+
+
+def _reduced_extent(node: Node) -> int:
+    """The elements a reduce node combines into each of its outputs."""
+    source_shape = node.srcs[0].shape
+    return prod([source_shape[axis] for axis in node.arg])
 
 
 def _row_of_sources(node: Node) -> tuple[int, int]:
