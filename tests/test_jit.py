@@ -122,6 +122,7 @@ def test_inputs_passed_again_bind_every_launch_and_new_inputs_are_read_by_the_re
     assert unbound_launches(capture, capture.bound) and not unbound_launches(capture, capture.bound_with_inputs)
     other = em.tensor(_batch(7)[0], device=device).realize()  # another input: read, not the bound one
     assert_close(predict(other, scale), expected(_batch(7)[0], 1.5))
+    assert capture.bound_with_inputs is None and not capture.bound_inputs  # (the staged input is not held)
     assert_close(predict(other, em.tensor([0.5], device=device)), expected(_batch(7)[0], 0.5))
     buffers.write_node(staged.node, _batch(8)[0])
     for _ in range(3):  # the first input again: bound again, its new values read

@@ -61,8 +61,9 @@ class Capture:
     bound: list[BoundLaunch | JoinedLaunches | None] | None = None
     # the launches reading or writing inputs too, bound to `bound_inputs` (the input buffers of two replays in a
     # row: a decode step's staged token and its caches): made when a replay's inputs are the last replay's, used
-    # while they stay those buffers; `last_inputs` refers to the last replay's input buffers weakly (a new batch at
-    # each call is freed as before; a freed buffer's id, and its memory, may be the next input's)
+    # while they stay those buffers, dropped at the first replay with others; `last_inputs` refers to the last
+    # replay's input buffers weakly (a new batch at each call is freed as before; a freed buffer's id, and its
+    # memory, may be the next input's)
     bound_with_inputs: list[BoundLaunch | JoinedLaunches | None] | None = None
     bound_inputs: tuple[Buffer, ...] = ()
     last_inputs: tuple[weakref.ref[Buffer], ...] = ()
@@ -253,6 +254,7 @@ def _bound_for_inputs(capture: Capture, buffers: list[Buffer | None]) -> list[Bo
     if len(bound_inputs) == len(inputs) and all(map(operator.is_, inputs, bound_inputs)):
         assert capture.bound_with_inputs is not None
         return capture.bound_with_inputs
+    capture.bound_with_inputs, capture.bound_inputs = None, ()  # (other inputs: the old ones are not held)
     if len(last) != len(inputs) or not all(reference() is buffer for reference, buffer in zip(last, inputs)):
         assert capture.bound is not None
         return capture.bound
