@@ -476,7 +476,7 @@ class QuantizedTensor:
         product."""
         if len(self.shape) != 2:
             raise ValueError(f"QuantizedTensor.matmul: needs a 2-d (out_features, in_features) tensor, got {self.shape}")
-        out_features, in_features = self.shape
+        in_features = self.shape[1]
         if not input.shape or input.shape[-1] != in_features:
             raise ValueError(f"QuantizedTensor.matmul: input of shape {tuple(input.shape)} does not end in the "
                              f"{in_features} input features of the {self.format.name} weight {self.shape}")
