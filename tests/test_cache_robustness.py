@@ -297,6 +297,7 @@ def test_the_disk_cache_is_trimmed_to_its_bound(cache_folder: Path, monkeypatch:
     monkeypatch.setenv(cache.LIMIT_VARIABLE, "10MB")
     payload = bytes(10_000)
     paths = [cache.store("unit", f"key {number}", payload) for number in range(30)]
+    cache.wait_for_trim()  # (the first write's trim, in its thread: done before the bound shrinks)
     monkeypatch.setenv(cache.LIMIT_VARIABLE, "100KB")
     assert cache.limit_bytes() == 100_000
     for age, path in enumerate(reversed(paths)):  # the first written is the least recently used
