@@ -213,7 +213,7 @@ def trim(limit: int | None = None) -> int:
     one a reader needs later is rebuilt (a library's index entry whose library went is discarded on read).
 
     The entries are listed twice, streamed, keeping only each one's time and size in compact arrays (16 bytes an
-    entry): a list of every entry's path and status took ~1 KB each, ~500 MB for a cache of 446,000 lowered
+    entry): a list of every entry's path and status took ~1.5 KB each, 670 MB for a cache of 446,000 lowered
     kernels, in every process that wrote one (the first write of a process trims)."""
     import numpy as np
 
