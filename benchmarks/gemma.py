@@ -68,20 +68,13 @@ def first_token_seconds(start: Callable[[], Iterator[int]]) -> float:
     return time.perf_counter() - begin
 
 
-def prompt_cache_length(tokens: int) -> int:
-    """The cache length generate() gives a prompt and new tokens: `tokens` rounded up to its CACHE_GRANULE."""
-    from ember.models.generate import CACHE_GRANULE
-
-    return -(-tokens // CACHE_GRANULE) * CACHE_GRANULE
-
-
 def ember_run(path: str, ids: list[int], long_ids: list[int], tokens: int, device: str, quantized: bool,
               cache_length: int | None) -> dict:
     from ember.models.gemma import Gemma3
-    from ember.models.generate import generate
+    from ember.models.generate import default_cache_length, generate
 
     model = Gemma3.from_gguf(path, float32_weights=not quantized)
-    length = cache_length or prompt_cache_length(len(ids) + tokens)
+    length = cache_length or default_cache_length(len(ids) + tokens)
     list(generate(model, ids, max_new_tokens=WARM_UP_TOKENS, device=device, cache_length=length))  # as llama.cpp's
     rate, chosen = decode(generate(model, ids, max_new_tokens=tokens, device=device, cache_length=length))
     first = first_token_seconds(lambda: generate(model, ids, max_new_tokens=1, device=device))

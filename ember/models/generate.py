@@ -94,8 +94,7 @@ def generate(
         return
     device = device or em.get_default_device()
     model.on_device(device)
-    # the cache length is part of every step's kernels: rounding it up lets other prompts reuse the compiled step
-    length = cache_length or -(-(len(prompt_ids) + max_new_tokens) // CACHE_GRANULE) * CACHE_GRANULE
+    length = cache_length or default_cache_length(len(prompt_ids) + max_new_tokens)
     if length < len(prompt_ids) + max_new_tokens:
         raise ValueError(f"generate: cache_length {length} is shorter than the prompt ({len(prompt_ids)}) plus "
                          f"max_new_tokens ({max_new_tokens})")
@@ -113,11 +112,17 @@ def generate(
             logits = model.step(token, position, cache, jit=jit)
 
 
+def default_cache_length(tokens: int) -> int:
+    """The cache length `generate` gives a prompt and its new tokens (`tokens` in all): rounded up to a multiple of
+    CACHE_GRANULE. The length is part of every step's kernels: rounding it up lets other prompts reuse them."""
+    return -(-tokens // CACHE_GRANULE) * CACHE_GRANULE
+
+
 def prompt_size(tokens: int) -> int:
     """The length a prompt of `tokens` is padded to: a power of two from 8, then multiples of CACHE_GRANULE, so a
     few compiled prompt passes serve every prompt."""
     if tokens > CACHE_GRANULE:
-        return -(-tokens // CACHE_GRANULE) * CACHE_GRANULE
+        return default_cache_length(tokens)
     return max(8, 1 << (tokens - 1).bit_length())
 
 
