@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from ember.backends.base import Device
 from ember.context import CONTEXT
 from ember.core.dtype import DType
+from ember.core.graph import Node
+from ember.core.ops import Op
+from ember.core.shapes import prod
 from ember.scheduler.buffers import Buffer
 from ember.capture.memory_plan import ArenaPlan, Lifetime, peak_live_bytes, plan_arena
 
@@ -77,6 +80,17 @@ class ArenaView(Buffer):
                 self.arena.add_user(event)
         except Exception:  # noqa: BLE001, S110 - interpreter shutdown may have torn things down already
             pass
+
+
+def view_node(buffer: Buffer, start: int, shape: tuple[int, ...]) -> Node:
+    """A realized BUFFER node of `shape` over elements [start, start + its size) of `buffer` (an ArenaView of it,
+    waiting for what the buffer waits for): a kernel whose output replaces it writes there (in-place writes of a
+    region: incremental/write.py, io/in_place.region_view). The offset must be one the pool views."""
+    view = ArenaView(buffer, start * buffer.dtype.itemsize, prod(shape), buffer.dtype)
+    view.event, view.users = buffer.event, list(buffer.users)
+    node = Node(Op.BUFFER, (), None, tuple(shape), buffer.dtype, buffer.device_name)
+    node.buffer = view
+    return node
 
 
 def place_intermediates(buffers: list[Buffer | None], intermediate: list[int], first_use: dict[int, int],

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from ember.core import dtype as dtypes
 from ember.core import runtime
 from ember.core.graph import Node, infer
 from ember.core.ops import Op
 from ember.core.tensor import Tensor
 from ember.incremental.region import Range, Region
-from ember.capture.arena import ArenaView
+from ember.capture.arena import ArenaView, view_node
 from ember.scheduler.buffers import Buffer
 
 MAX_RUNS = 64  # a box in more contiguous pieces than this is written by one select over the whole buffer
@@ -64,14 +66,11 @@ def _compute_into(buffer: Buffer, pieces: list[tuple[int, Node]]) -> None:
     for offset, value in pieces:
         if value.op is not Op.CONTIGUOUS:
             value = _make(Op.CONTIGUOUS, (value,))
-        view = ArenaView(buffer, offset * buffer.dtype.itemsize, value.size, buffer.dtype)
-        view.event, view.users = buffer.event, list(buffer.users)
-        replaced = Node(Op.BUFFER, (), None, value.shape, value.dtype, buffer.device_name)
-        replaced.buffer = view
+        replaced = view_node(buffer, offset, value.shape)
         value.replaces = replaced
-        del replaced
         values.append(value)
-        views.append(view)
+        views.append(cast(ArenaView, replaced.buffer))
+        del replaced
     runtime.RUNTIME.realize(values)
     for value, view in zip(values, views):
         assert value.buffer is view, "write_box: a kernel did not write into its view"

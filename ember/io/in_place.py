@@ -3,7 +3,7 @@ host's, without copying their bytes, and regions of a realized tensor's buffer w
 
 from __future__ import annotations
 
-from ember.capture.arena import ArenaView
+from ember.capture.arena import ArenaView, view_node
 from ember.core.graph import Node
 from ember.core.ops import Op
 from ember.core.shapes import prod
@@ -48,11 +48,7 @@ def region_view(tensor: Tensor, start: int, shape: tuple[int, ...]) -> Tensor | 
     alignment = buffer.pool.view_alignment
     if alignment <= 0 or offset % alignment:
         return None
-    view = ArenaView(buffer, offset, size, buffer.dtype)
-    view.event, view.users = buffer.event, list(buffer.users)
-    placed = Node(Op.BUFFER, (), None, tuple(shape), buffer.dtype, buffer.device_name)
-    placed.buffer = view
-    return Tensor._from_node(placed)
+    return Tensor._from_node(view_node(buffer, start, shape))
 
 
 def region_written(whole: Tensor, region: Tensor) -> bool:
