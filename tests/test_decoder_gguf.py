@@ -5,6 +5,8 @@ decode step after it must match transformers' logits of the whole sequence at th
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +184,16 @@ def test_steps_over_a_long_cache_match_transformers_across_attended_buckets(arch
         # replays after the first of a bucket run every launch bound (one joined call on c)
         capture = model._jitted_steps[LONG_CACHE, 256, cache.device].capture
         assert capture.bound_with_inputs is not None and not unbound_launches(capture, capture.bound_with_inputs)
+        # a dropped model's captures go at once (no cycle through its steps: their jit memory is freed now)
+        gone = weakref.ref(capture)
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            del model, capture, cache
+            assert gone() is None
+        finally:
+            if enabled:
+                gc.enable()
     else:
         assert not model._jitted_steps
 

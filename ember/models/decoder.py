@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -510,7 +511,7 @@ class Decoder(nn.Module):
         RUNTIME.write(staged_position.node, np.array([position], dtype=np.int64))
         decode = self._jitted_steps.get((cache.length, attended, cache.device))
         if decode is None:
-            decode = em.jit(self._decode, recapture=False)
+            decode = em.jit(_DecodeStep(self), recapture=False)
             self._jitted_steps[cache.length, attended, cache.device] = decode
         return decode(staged_hidden, staged_position, cache.keys, cache.values, attended,
                       cache.windows(*write_window(attended)))
@@ -525,6 +526,22 @@ class Decoder(nn.Module):
             window = None if windows is None else windows[layer]
             hidden, _, _ = block(hidden, inputs, layer_keys, layer_values, window)
         return self._logits(hidden)
+
+
+class _DecodeStep:
+    """`Decoder._decode` of a model held weakly, what the model's jitted steps run: with the bound method, model,
+    steps and captures formed a cycle, so a dropped model's captures (and the jit memory they share with every
+    other capture) lived until the next garbage collection."""
+
+    __name__ = "Decoder._decode"
+
+    def __init__(self, model: Decoder) -> None:
+        self.model = weakref.ref(model)
+
+    def __call__(self, *args: Any) -> Tensor:
+        model = self.model()
+        assert model is not None, "a decode step of a model that is gone"
+        return model._decode(*args)
 
 
 def _plain_vector(tensor: Any) -> Any:
