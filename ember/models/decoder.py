@@ -192,9 +192,8 @@ class StepInputs:
     length: int
     attended: int
     first: dict[bool, int]
-    # a decode step's slots [start, end) around its position that it writes through views of the caches
-    # (`KVCache.windows`: the bucket's last granule), and where in them its slot is (end - start, 1, 1)
-    window: tuple[int, int] | None = None
+    # where a decode step's slot is in the slots it writes through views of the caches, `write_window(attended)`
+    # (`KVCache.windows`: the bucket's last granule): (end - start, 1, 1)
     window_here: Tensor | None = None
 
     @classmethod
@@ -228,7 +227,7 @@ class StepInputs:
         start, end = write_window(attended)
         window_here = (em.arange(start, end, device=positions.device) == positions).reshape(-1, 1, 1)
         return cls(positions, rotations, {False: visible, True: local}, here, length, attended, first,
-                   (start, end), window_here)
+                   window_here)
 
 
 class DecoderBlock(nn.Module):
@@ -280,12 +279,12 @@ class DecoderBlock(nn.Module):
                 window: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """hidden (tokens, hidden_size) of the tokens at `inputs.positions`. With a cache (keys/values of shape
         (length, kv_heads, head_dim)), one token is written in place at its position (through `window`, the
-        caches' views of the step's window `inputs.window` from KVCache.windows, where there is one: a kernel over
-        its slots, not over the cache's length) and attends to the slots up to it, reading only the cache's slots
-        [inputs.first[sliding], inputs.attended) (views of the cache: no copy: the slots after the filled ones'
-        bucket, and before a sliding layer's window, are never read); without one (a prompt from position 0), the
-        tokens attend causally to each other and become the first slots of a new cache. Returns the new hidden
-        states and the caches. The residual stream and the inputs of
+        caches' views of the step's window `write_window(inputs.attended)` from KVCache.windows, where there is
+        one: a kernel over its slots, not over the cache's length) and attends to the slots up to it, reading only
+        the cache's slots [inputs.first[sliding], inputs.attended) (views of the cache: no copy: the slots after the
+        filled ones' bucket, and before a sliding layer's window, are never read); without one (a prompt from
+        position 0), the tokens attend causally to each other and become the first slots of a new cache. Returns
+        the new hidden states and the caches. The residual stream and the inputs of
         the matrix products are stored (`contiguous`): recomputed instead, the stream's chain of norms and sums
         would be repeated for every weight element of the products that read it."""
         config = self.config
@@ -359,7 +358,7 @@ class KVCache:
 
     def windows(self, start: int, end: int) -> list[tuple[Tensor, Tensor]] | None:
         """Per layer, views of its keys and values at slots [start, end) (`region_view`: their memory, no copy),
-        made once and kept for every step writing there (a bucket's steps: `StepInputs.window`), so that a step
+        made once and kept for every step writing there (a bucket's steps: `write_window`), so that a step
         writes its slot by a kernel over the window, not over the cache's length (at 2,048 slots that select read
         and wrote 4 MB a layer per step and halved Gemma-3-270M's decode). None where the device makes no views
         (or not at that offset): the steps then select over the whole cache."""
