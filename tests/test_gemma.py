@@ -70,6 +70,42 @@ def test_tokenizer_matches_transformers(gguf_path: Path, reference_tokenizer: An
         tokenizer.decode([len(tokenizer)])
 
 
+def test_tokenizer_is_compact(gguf_path: Path) -> None:
+    """Gemma's 262,144 pieces are held as packed bytes and a hash table (a list of str objects and a dict took ~38
+    MB, a tenth of `python -m ember generate`'s peak memory)."""
+    import tracemalloc
+
+    from ember.models.tokenizer import SentencePieceTokenizer
+
+    tracemalloc.start()
+    try:
+        tokenizer = SentencePieceTokenizer.from_gguf(gguf_path)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(tokenizer) == 262144
+    assert held < 16 << 20 and peak < 40 << 20, (held, peak)
+
+
+def test_vocabulary_maps_pieces_as_a_dict_would() -> None:
+    """Vocabulary against a dict built over the same list: every piece (a repeated one maps to its last id), pieces
+    that are not there, non-str keys."""
+    from ember.io.gguf import pack_strings
+    from ember.models.vocabulary import Vocabulary
+
+    generator = random.Random(3)
+    pieces = ["".join(generator.choice("ab▁é😀") for _ in range(generator.randint(0, 4))) for _ in range(3000)]
+    vocabulary, expected = Vocabulary(pack_strings(pieces)), {piece: index for index, piece in enumerate(pieces)}
+    assert all(vocabulary[piece] == index and piece in vocabulary for piece, index in expected.items())
+    assert len(set(pieces)) < len(pieces)  # (repeats are there to check)
+    for missing in ("abababab", "c", "▁▁▁▁▁▁"):
+        assert missing not in vocabulary and vocabulary.get(missing) is None and vocabulary.get(missing, -1) == -1
+        with pytest.raises(KeyError):
+            vocabulary[missing]
+    assert 3 not in vocabulary and vocabulary.get(None) is None  # type: ignore[arg-type]
+    assert list(vocabulary) == pieces and len(vocabulary) == len(pieces)
+
+
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time,  in a\tquiet village"]
 NEW_TOKENS = 4
 

@@ -109,6 +109,51 @@ def test_header_steps_over_skipped_metadata(tmp_path: Path) -> None:
         read_gguf_header(truncated, skip_keys=("test.",))
 
 
+def write_strings(path: Path, strings: list[str]) -> None:
+    writer = gguf.GGUFWriter(str(path), "testarch")
+    writer.add_array("test.pieces", strings)
+    writer.add_uint32("test.after", 5)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_packed_strings_read_an_array_of_strings_without_a_str_each(tmp_path: Path) -> None:
+    """A packed key's array of strings is the same strings (ASCII, empty, multi-byte, 4-byte characters) as bytes
+    end to end with offsets; the metadata after it reads as before; other types and bad UTF-8 raise GGUFError."""
+    from ember.io.gguf import PackedStrings, pack_strings
+
+    strings = ["a", "", "héllo", "\u2581\u2581", "🍕x", "", "z" * 300, "\u0000"]
+    path = tmp_path / "strings.gguf"
+    write_strings(path, strings)
+    header = read_gguf_header(path, packed_keys=("test.pieces",))
+    packed = header.metadata["test.pieces"]
+    assert isinstance(packed, PackedStrings) and len(packed) == len(strings)
+    assert list(packed) == strings and packed[1:4] == strings[1:4] and packed[-1] == strings[-1]
+    assert packed.encoded(4) == "🍕x".encode()
+    assert packed.data == "".join(strings).encode() and header.metadata["test.after"] == 5
+    with pytest.raises(IndexError, match="outside the 8 strings"):
+        packed.encoded(8)
+    replaced = packed.with_strings({1: "new", 2: "é"})
+    assert list(replaced) == ["a", "new", "é", *strings[3:]] and list(packed) == strings
+    assert list(pack_strings(strings)) == strings and list(pack_strings([])) == []
+    with pytest.raises(GGUFError, match="'test.after' is not an array of strings"):
+        read_gguf_header(path, packed_keys=("test.after",))
+    content = path.read_bytes()
+    # "héllo" then "\u2581\u2581" (6 bytes each) made a stray byte, or a character split over the two strings
+    for first, second, reason in ((b"h\xffllo!", "\u2581\u2581".encode(), "not UTF-8"),
+                                  (b"hxllo\xc3", b"\xa9abcde", "starts inside a UTF-8 character")):
+        broken = tmp_path / "broken.gguf"
+        broken.write_bytes(content.replace("héllo".encode(), first).replace("\u2581\u2581".encode(), second))
+        with pytest.raises(GGUFError, match=reason):
+            read_gguf_header(broken, packed_keys=("test.pieces",))
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(content[: content.index(b"z" * 300) + 10])
+    with pytest.raises(GGUFError, match=r"truncated\.gguf: .*'test.pieces'"):
+        read_gguf_header(truncated, packed_keys=("test.pieces",))
+
+
 def test_custom_alignment(tmp_path: Path) -> None:
     path = tmp_path / "aligned.gguf"
     arrays = write_model(path, alignment=64)

@@ -21,6 +21,11 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
+from ember.io.gguf import PackedStrings, pack_strings
+from ember.models.vocabulary import Vocabulary
+
 SPACE = "\u2581"  # SentencePiece's visible space
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6  # tokenizer.ggml.token_type values
 
@@ -39,17 +44,24 @@ class SentencePieceTokenizer:
     ) -> None:
         if len(tokens) != len(token_types):
             raise ValueError(f"SentencePieceTokenizer: {len(tokens)} tokens but {len(token_types)} token types")
-        # tokens of spaces only stand for as many "▁" (the merges reach them like any other token)
-        self.pieces = [SPACE * len(token) if token and not token.strip(" ") else token for token in tokens]
+        packed = tokens if isinstance(tokens, PackedStrings) else pack_strings(tokens)
         self.token_types = bytes(token_types)  # small ints, a byte each (262,144 of them for Gemma)
-        self.ids = {piece: index for index, piece in enumerate(self.pieces)}
+        # tokens of spaces only stand for as many "▁" (the merges reach them like any other token)
+        lengths = np.diff(packed.offsets)
+        starts_with_space = np.flatnonzero(lengths > 0)
+        starts_with_space = starts_with_space[np.frombuffer(packed.data, dtype=np.uint8)[
+            packed.offsets[starts_with_space]] == 0x20].tolist()
+        spaces_only = [index for index in starts_with_space if not packed.encoded(index).strip(b" ")]
+        self.pieces = packed.with_strings({index: SPACE * int(lengths[index]) for index in spaces_only})
+        self.ids = Vocabulary(self.pieces)
         self.bos_id, self.eos_id, self.unknown_id, self.add_bos = bos_id, eos_id, unknown_id, add_bos
-        self.byte_ids = {int(piece[3:5], 16): index for index, piece in enumerate(self.pieces)
-                         if self.token_types[index] == BYTE and re.fullmatch(r"<0x[0-9A-F]{2}>", piece)}
-        self.special_ids = frozenset(index for index, kind in enumerate(self.token_types) if kind == CONTROL)
-        whole = [piece for index, piece in enumerate(self.pieces)
-                 if (self.token_types[index] == CONTROL or self.token_types[index] == USER_DEFINED)
-                 and piece == tokens[index] and piece]
+        types = np.frombuffer(self.token_types, dtype=np.uint8)
+        self.byte_ids = {int(piece[3:5], 16): int(index) for index in np.flatnonzero(types == BYTE)
+                         if re.fullmatch(r"<0x[0-9A-F]{2}>", piece := self.pieces[int(index)])}
+        self.special_ids = frozenset(np.flatnonzero(types == CONTROL).tolist())
+        replaced = set(spaces_only)
+        whole = [self.pieces[index] for index in np.flatnonzero((types == CONTROL) | (types == USER_DEFINED)).tolist()
+                 if lengths[index] > 0 and index not in replaced]
         # an alternation tried longest first finds the leftmost-longest match
         whole.sort(key=len, reverse=True)
         self.whole_tokens = re.compile("|".join(map(re.escape, whole))) if whole else None
@@ -59,7 +71,8 @@ class SentencePieceTokenizer:
         """The tokenizer stored in a GGUF file's metadata (`tokenizer.ggml.model` must be `llama`)."""
         from ember.io import read_gguf_header
 
-        metadata = read_gguf_header(path, skip_keys=("tokenizer.ggml.scores",)).metadata  # (the order is the merges')
+        metadata = read_gguf_header(path, skip_keys=("tokenizer.ggml.scores",),  # (the order is the merges')
+                                    packed_keys=("tokenizer.ggml.tokens",)).metadata
         model = metadata.get("tokenizer.ggml.model")
         if model != "llama":
             raise ValueError(f"{path}: tokenizer.ggml.model is {model!r}; SentencePieceTokenizer reads only 'llama' "
@@ -81,9 +94,10 @@ class SentencePieceTokenizer:
 
     def token_id(self, token: str) -> int:
         """The id of a token as the vocabulary spells it (`"<end_of_turn>"`), or a KeyError naming it."""
-        if token not in self.ids:
+        found = self.ids.get(token)
+        if found is None:
             raise KeyError(f"the vocabulary has no token {token!r}")
-        return self.ids[token]
+        return found
 
     def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
         """The token ids of `text`, after the beginning-of-text id when add_bos (default: the file's setting)."""
