@@ -15,6 +15,7 @@ from ember.io.quantized import FORMATS_BY_NAME
 from ember.io.quantized_dot import INTEGER_FORMATS, integer_matmul, quantize_input
 from ember.nn.quantized import QuantizedLinear
 
+from tests.conftest import TEST_DEVICES
 from tests.test_gguf import random_blocks
 
 gguf = pytest.importorskip("gguf", reason="the gguf package dequantizes the reference weights")
@@ -103,6 +104,23 @@ def test_quantize_input_rounds_each_block_to_int8() -> None:
     expected = np.round(blocks / np.where(largest > 0, largest, 1) * 127)
     assert np.abs(quants_np - expected).max() <= 1  # (x * (127 / m) may round on the other side of a half)
     assert (quants_np[1, 1] == 0).all() and scales_np[1, 1, 0] == 0
+
+
+@pytest.mark.parametrize("device", TEST_DEVICES)
+def test_quantize_input_rounds_halves_to_even_on_every_device(device: str) -> None:
+    """A block whose largest magnitude is 127 has a scale of 1: its values are rounded as they are, halves to the
+    even neighbour (numpy's and torch's rounding); NaN and infinite blocks give 0s and a non-finite scale."""
+    row = np.zeros(96, dtype=np.float32)
+    halves = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, -126.5, 3.49999976, 0.50000006], dtype=np.float32)
+    row[: len(halves)], row[31] = halves, -127.0
+    row[32:64] = np.linspace(-3, 3, 32, dtype=np.float32)
+    row[40], row[70] = np.nan, np.inf
+    quants, scales = quantize_input(em.tensor(row[None], device=device))
+    quants_np, scales_np = quants.numpy()[0], scales.numpy()[0, :, 0]
+    assert quants.dtype == em.int8
+    np.testing.assert_array_equal(quants_np[0, : len(halves)], np.round(halves))
+    assert quants_np[0, 31] == -127 and scales_np[0] == np.float32(1.0)
+    assert (quants_np[1:] == 0).all() and np.isnan(scales_np[1]) and np.isinf(scales_np[2])
 
 
 @pytest.mark.parametrize("name", sorted(INTEGER_FORMATS))
