@@ -113,7 +113,7 @@ def reference_logits(path: Path, architecture: str, tokens: list[int] = TOKENS) 
         return reference_model(path, architecture)(torch.tensor([tokens])).logits[0].numpy()
 
 
-def ember_logits(path: Path, device: str) -> np.ndarray:
+def ember_logits(path: Path, device: str, jit: bool = False) -> np.ndarray:
     """ember's logits: the prompt's pass (its last position), then one decode step per further token."""
     from ember.models.decoder import Decoder, KVCache
 
@@ -125,7 +125,10 @@ def ember_logits(path: Path, device: str) -> np.ndarray:
         last = em.tensor([PROMPT - 1], dtype=em.int64, device=device)
         rows.append(model.prefill(TOKENS[:PROMPT], last, cache).numpy())
         for position in range(PROMPT, len(TOKENS)):
-            rows.append(model.step(TOKENS[position], position, cache).numpy())
+            rows.append(model.step(TOKENS[position], position, cache, jit=jit).numpy())
+        if jit:
+            with pytest.raises(IndexError, match=f"token {VOCAB} is outside the vocabulary of {VOCAB} tokens"):
+                model.step(VOCAB, len(TOKENS), cache, jit=True)
     return np.stack(rows)
 
 
@@ -143,6 +146,8 @@ def test_decoder_matches_transformers_on_the_same_gguf_file(architecture: str, q
     if quantized:
         integer = ember_logits(path, "c")
         np.testing.assert_allclose(integer, expected, atol=0.05 * np.abs(expected).max())
+        # jitted steps unpack the token's row of the quantized table inside their replays: the eager steps' logits
+        np.testing.assert_allclose(ember_logits(path, "c", jit=True), integer, atol=1e-5, rtol=1e-5)
     monkeypatch.setattr(quantized_dot, "INTEGER_FORMATS", frozenset())
     actual = ember_logits(path, "c")
     np.testing.assert_allclose(actual, expected, atol=2e-4, rtol=1e-3)

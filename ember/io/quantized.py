@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from ember.core import dtype as dtypes
 from ember.core.creation import arange
 from ember.core.movement import cat
@@ -374,6 +376,16 @@ class MappedRows:
 
         node = mapped_node(self.path, self.offset + index * self.row_bytes, (1, self.row_bytes), dtypes.uint8)
         return QuantizedTensor(Tensor._from_node(node), self.quant_format, (1, self.row_elements))
+
+    def row_bytes_of(self, index: int) -> np.ndarray:
+        """Row `index`'s bytes read from the file, as a (1, row_bytes) uint8 array (an IndexError outside the
+        file)."""
+        with open(self.path, "rb") as file:
+            file.seek(self.offset + index * self.row_bytes)
+            data = file.read(self.row_bytes)
+        if index < 0 or len(data) != self.row_bytes:
+            raise IndexError(f"row {index} lies outside {self.path}'s table at byte {self.offset}")
+        return np.frombuffer(data, dtype=np.uint8).reshape(1, self.row_bytes)
 
     def rows(self, indices: Sequence[int]) -> QuantizedTensor:
         """Rows `indices` (within the tensor) as a (len(indices), row_elements) quantized tensor on the default

@@ -492,28 +492,45 @@ class Decoder(nn.Module):
         if not isinstance(position, int) or not 0 <= position < cache.length:
             raise ValueError(f"{type(self).__name__}.step: position must be an int in [0, {cache.length}) (the "
                              f"cache's slots), got {position!r}")
-        hidden = self._embed([token], cache.device)
         attended = attended_slots(position, cache.length)
         if not jit:
+            hidden = self._embed([token], cache.device)
             position_tensor = em.tensor([position], dtype=em.int64, device=cache.device)
             return self._decode(hidden, position_tensor, cache.keys, cache.values, attended,
                                 cache.windows(*write_window(attended)))
         staged = self._staged_inputs.get(cache.device)
+        source = self.embedding.rows_source
         if staged is None:
-            staged = (em.zeros(1, self.config.hidden_size, device=cache.device).contiguous().realize(),
-                      em.zeros(1, dtype=em.int64, device=cache.device).contiguous().realize())
+            # the token's row of a mapped quantized table as its bytes (unpacked inside the replay), else its floats
+            row = (em.zeros(1, source.row_bytes, dtype=em.uint8, device=cache.device) if source is not None else
+                   em.zeros(1, self.config.hidden_size, device=cache.device))
+            staged = (row.contiguous().realize(), em.zeros(1, dtype=em.int64, device=cache.device).contiguous().realize())
             self._staged_inputs[cache.device] = staged
-        # outside the replay (the row is read from the mapped file), into the buffers every replay reads: with the
-        # caches, the same inputs at each step, so the replay runs every launch bound (ember.jit)
-        staged_hidden, staged_position = staged
-        realize(staged_hidden.assign(hidden))
+        # outside the replay, into the buffers every replay reads: with the caches, the same inputs at each step, so
+        # the replay runs every launch bound (ember.jit)
+        staged_row, staged_position = staged
+        if source is not None:
+            if not 0 <= token < self.embedding.num_embeddings:
+                raise IndexError(f"{type(self).__name__}.step: token {token} is outside the vocabulary of "
+                                 f"{self.embedding.num_embeddings} tokens")
+            RUNTIME.write(staged_row.node, source.row_bytes_of(token))
+        else:
+            realize(staged_row.assign(self._embed([token], cache.device)))
         RUNTIME.write(staged_position.node, np.array([position], dtype=np.int64))
         decode = self._jitted_steps.get((cache.length, attended, cache.device))
         if decode is None:
-            decode = em.jit(_DecodeStep(self), recapture=False)
+            decode = em.jit(_DecodeStep(self, unpack_row=source is not None), recapture=False)
             self._jitted_steps[cache.length, attended, cache.device] = decode
-        return decode(staged_hidden, staged_position, cache.keys, cache.values, attended,
+        return decode(staged_row, staged_position, cache.keys, cache.values, attended,
                       cache.windows(*write_window(attended)))
+
+    def _embed_row(self, row: Tensor) -> Tensor:
+        """The embedding (1, hidden_size) of a token from its row's bytes in the quantized table (1, row_bytes)."""
+        source = self.embedding.rows_source
+        assert source is not None
+        embedded = QuantizedTensor(row, source.quant_format, (1, source.row_elements)).dequantize()
+        scale = self.config.embedding_scale
+        return (embedded if scale is None else embedded * scale).contiguous()
 
     def _decode(self, hidden: Tensor, position: Tensor, keys: list[Tensor], values: list[Tensor],
                 attended: int, windows: list[tuple[Tensor, Tensor]] | None = None) -> Tensor:
@@ -534,13 +551,14 @@ class _DecodeStep:
 
     __name__ = "Decoder._decode"
 
-    def __init__(self, model: Decoder) -> None:
-        self.model = weakref.ref(model)
+    def __init__(self, model: Decoder, unpack_row: bool = False) -> None:
+        self.model, self.unpack_row = weakref.ref(model), unpack_row
 
-    def __call__(self, *args: Any) -> Tensor:
+    def __call__(self, embedded: Tensor, *args: Any) -> Tensor:
+        """With unpack_row, `embedded` is the token's row of bytes in the quantized table (`Decoder._embed_row`)."""
         model = self.model()
         assert model is not None, "a decode step of a model that is gone"
-        return model._decode(*args)
+        return model._decode(model._embed_row(embedded) if self.unpack_row else embedded, *args)
 
 
 def _plain_vector(tensor: Any) -> Any:
