@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import ember as em
+from tests.conftest import TEST_DEVICES
 from tests.helpers import unbound_launches
 
 gguf = pytest.importorskip("gguf", reason="the test writes GGUF files with the gguf package (ember[models])")
@@ -152,6 +153,32 @@ def test_decoder_matches_transformers_on_the_same_gguf_file(architecture: str, q
     actual = ember_logits(path, "c")
     np.testing.assert_allclose(actual, expected, atol=2e-4, rtol=1e-3)
     assert (actual.argmax(-1) == expected.argmax(-1)).all()
+
+
+@pytest.mark.parametrize("device", TEST_DEVICES)
+def test_greedy_token_replays_the_argmax_of_new_logits(device: str, tmp_path: Path) -> None:
+    """A model's greedy choice is a jitted argmax it holds: its replays give torch's argmax of each call's logits,
+    whether they come in new tensors or overwrite one in place (as a decode step's do), with ties and NaN, and
+    another size of logits has a capture of its own."""
+    from ember.models.decoder import Decoder
+
+    model = Decoder.from_gguf(write_gguf(tmp_path / "llama.gguf", "llama", quantized=False))
+    generator = np.random.default_rng(11)
+    overwritten = em.zeros(1000, device=device).contiguous().realize()
+    for call in range(8):
+        values = generator.normal(size=1000).astype(np.float32)
+        if call == 3:
+            values[[10, 700]] = values.max() + 1  # a tie: the first index
+        if call == 5:
+            values[400] = np.nan
+        expected = int(torch.from_numpy(values).argmax())
+        assert model.greedy_token(em.tensor(values, device=device)) == expected, call
+        em.realize(overwritten.assign(em.tensor(values, device=device)))
+        assert model.greedy_token(overwritten) == expected, call
+    small = generator.normal(size=7).astype(np.float32)
+    assert model.greedy_token(em.tensor(small, device=device)) == int(small.argmax())
+    jitted = [model._jitted_argmax[(1000,), em.float32, device], model._jitted_argmax[(7,), em.float32, device]]
+    assert [(function.captures, function.replays) for function in jitted] == [(1, 14), (0, 0)]
 
 
 # a prompt that ends just before the first edge of the steps' attended slots (ATTENDED_GRANULE), steps after it

@@ -50,29 +50,6 @@ def test_minilm_embeddings_match_sentence_transformers() -> None:
     np.testing.assert_allclose(single, expected[2], atol=1e-5)
 
 
-def test_greedy_choice_replayed_follows_new_logits(device: str) -> None:
-    """The greedy choice is a jitted argmax: its replays give torch's argmax of each call's logits, whether they
-    come in new tensors or overwrite one in place (as a decode step's do), with ties, NaN and another vocabulary
-    size in between."""
-    torch = pytest.importorskip("torch")
-    from ember.models.generate import choose_token
-
-    generator = np.random.default_rng(11)
-    overwritten = em.zeros(1000, device=device).contiguous().realize()
-    for call in range(8):
-        values = generator.normal(size=1000).astype(np.float32)
-        if call == 3:
-            values[[10, 700]] = values.max() + 1  # a tie: the first index
-        if call == 5:
-            values[400] = np.nan
-        expected = int(torch.from_numpy(values).argmax())
-        assert choose_token(em.tensor(values, device=device)) == expected, call
-        em.realize(overwritten.assign(em.tensor(values, device=device)))
-        assert choose_token(overwritten) == expected, call
-    small = generator.normal(size=7).astype(np.float32)
-    assert choose_token(em.tensor(small, device=device)) == int(small.argmax())
-
-
 def test_choose_token_greedy_and_sampling_restrictions(device: str) -> None:
     """Greedy is the argmax; samples stay within top-k and within the top-p nucleus; a seed repeats a sample."""
     from ember.models.generate import choose_token

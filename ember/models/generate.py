@@ -34,7 +34,7 @@ def choose_token(logits: Tensor, temperature: float = 0.0, top_k: int | None = N
     argmax of the logits plus Gumbel noise, which is distributed as softmax(logits)."""
     check_sampling(temperature, top_k, top_p, "choose_token")
     if temperature == 0 or top_k == 1:
-        return int(_greedy_choice(logits).item())
+        return int(logits.argmax().item())
     scaled = logits.cast(em.float32) / temperature
     if top_k is not None and top_k < scaled.shape[0]:
         keys = _ordered_keys(scaled).realize()
@@ -47,24 +47,6 @@ def choose_token(logits: Tensor, temperature: float = 0.0, top_k: int | None = N
         scaled = em.where(keys >= smallest, scaled, -math.inf)
     uniform = em.rand(*scaled.shape, device=scaled.device)
     return int((scaled - (-uniform.log()).log()).argmax().item())
-
-
-def _argmax(logits: Tensor) -> Tensor:
-    return logits.argmax()
-
-
-# per shape, dtype and device of the logits, the greedy choice jitted: its replays (a decode's logits are in the same
-# buffer at every step: one joined call on c) instead of building and scheduling the argmax's graph for each token
-# (~0.4 ms of Python a token)
-_GREEDY: dict[tuple[tuple[int, ...], Any, str], Any] = {}
-
-
-def _greedy_choice(logits: Tensor) -> Tensor:
-    key = (tuple(logits.shape), logits.dtype, logits.device)
-    jitted = _GREEDY.get(key)
-    if jitted is None:
-        jitted = _GREEDY[key] = em.jit(_argmax, recapture=False)
-    return jitted(logits)
 
 
 def _ordered_keys(values: Tensor) -> Tensor:
@@ -123,7 +105,8 @@ def generate(
         logits = model.prefill([*prompt_ids, *[PAD_ID] * (padded - len(prompt_ids))], last, cache)
         for position in range(len(prompt_ids), len(prompt_ids) + max_new_tokens):
             realize(logits, *cache.keys, *cache.values)
-            token = choose_token(logits, temperature, top_k, top_p)
+            greedy = temperature == 0 or top_k == 1
+            token = model.greedy_token(logits) if greedy else choose_token(logits, temperature, top_k, top_p)
             yield token
             if token in stop_ids or position == len(prompt_ids) + max_new_tokens - 1:
                 return
