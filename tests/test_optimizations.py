@@ -470,3 +470,39 @@ def test_scan_renders_where_reduces_have_fewer_lanes_than_stores(monkeypatch: py
                 scopes[-1].add(words[1])
             scopes.extend(set() for _ in range(line.count("{")))
             del scopes[len(scopes) - line.count("}"):]
+
+
+def test_a_row_too_long_to_tile_is_a_loop_over_the_row(device: str) -> None:
+    """An elementwise kernel whose whole-row tile is too long to render (87 columns, two exps each: a softmax
+    gradient over 87 classes) walks each row in a loop instead of computing one element per work item; on c that loop
+    is compiled with loop if-conversion (its selects vectorize), which kernels without guarded loads get back. Values
+    are torch's, NaN and infinities included."""
+    from ember.backends.c import IF_CONVERTED
+    from ember.ir.opt import choose_plan
+    from ember.scheduler.compile_cache import kernel_name
+    from ember.scheduler.devices import get_device
+
+    values = np.random.default_rng(4).normal(size=(300, 87)).astype(np.float32)
+    values[5, 7], values[9, 80], values[11, 0] = np.nan, np.inf, -np.inf
+    x, reference = em.tensor(values, device=device), torch.from_numpy(values)
+
+    def chain(t: Any, library: Any) -> Any:
+        return library.where(t > 0, (t * 0.5).exp(), (t * 0.25).exp().sigmoid() - t)
+
+    result = chain(x, em)
+    assert_close(result.numpy(), chain(reference, torch).numpy(), rtol=1e-5, atol=1e-6)
+    info = get_device(device).info
+    [kernel] = [item.kernel for item in kernelize([chain(x, em).node]) if isinstance(item, Launch)]
+    plan, lowered = choose_plan(kernel, kernel_name(kernel), info)
+    if info.warp_width == 1 and not info.vector_ops:  # (a device with vectors may pack the row instead)
+        assert plan.loop == (1, 87) and plan.upcast is None
+    if device.startswith("c"):
+        assert plan.loop == (1, 87) and IF_CONVERTED in CRenderer().render(lowered)
+        # a sum over a concatenation reads its sources under masks (test_fuzz_findings' miscompiled kernel): it keeps
+        # gcc's loop if-conversion off
+        zeros = em.tensor(np.zeros((2, 3), dtype=np.float32), device=device)
+        ones = em.tensor(np.ones((3, 3), dtype=np.float32), device=device)
+        total = zeros.cat([ones, zeros], 0).sum()
+        [concatenation] = [item.kernel for item in kernelize([total.node]) if isinstance(item, Launch)]
+        _, guarded = choose_plan(concatenation, kernel_name(concatenation), info)
+        assert IF_CONVERTED not in CRenderer().render(guarded) and total.item() == 9.0

@@ -125,6 +125,12 @@ class CRenderer(CStyleRenderer):
         finally:
             self._rendering.class_kernel, self._rendering.simd_sums = False, {}
 
+    def signature(self, kernel: KernelIR, parameters: list[str]) -> str:
+        """The function's signature; a kernel without guarded loads has gcc's loop if-conversion back (IF_CONVERTED,
+        which compiler_command turns off for the guarded ones)."""
+        signature = super().signature(kernel, parameters)
+        return signature if guarded_loads(kernel) else f"{IF_CONVERTED} {signature}"
+
     def prelude(self, kernel: KernelIR) -> str:
         # every helper is guarded, so several kernels can be compiled as one source (see CDevice.compile_many)
         helpers = ["#ifndef EMBER_VECTOR_MATH\n#define EMBER_VECTOR_MATH\n" + VECTOR_MATH_DECLARATIONS + "#endif"
@@ -650,6 +656,18 @@ def kernel_threads(kernel: KernelIR, cores: int) -> int:
     return min(cores, kernel.global_size)
 
 
+# loop if-conversion for one function (compiler_command turns it off for the rest): a loop of selects vectorizes only
+# with it (a row of a softmax's gradient over 87 classes: its exps, a select per element, in vectors of 16 instead of
+# scalar calls)
+IF_CONVERTED = '__attribute__((optimize("tree-loop-if-convert")))'
+
+
+def guarded_loads(kernel: KernelIR) -> bool:
+    """Whether a kernel reads memory under a mask (`valid ? data[i] : 0`), the form gcc 12's loop if-conversion
+    miscompiled (compiler_command)."""
+    return any(node.op is IROp.LOAD and len(node.srcs) == 3 for node in topological_nodes(kernel.sink))
+
+
 def compiler_command() -> list[str]:
     """The compiler and its flags. No flag changes a value: -fno-trapping-math only drops FP exception flags
     (which lets gcc vectorize truncf), -fno-math-errno only errno. -fno-thread-jumps works around a gcc 12 wrong-code
@@ -658,8 +676,8 @@ def compiler_command() -> list[str]:
     most outputs). -fno-tree-loop-if-convert works around another: with -fno-trapping-math, gcc 12's loop
     if-conversion summed a concatenation (selects of masked loads, `(mask ? data[i] : 0)`) to a third of its value
     (tests/regressions/test_fuzz_findings.py::test_sum_of_a_concatenation). It costs speed where kernels select:
-    the MLP 784-512-10 SGD step went from 7.2 to 12.9 ms (matmul, the elementwise chain and softmax unchanged);
-    rendering guarded loads so that gcc sees no masked load would be the way to drop it again.
+    the MLP 784-512-10 SGD step went from 7.2 to 12.9 ms (matmul, the elementwise chain and softmax unchanged), so a
+    kernel without guarded loads turns it back on for its function (IF_CONVERTED, CRenderer.signature).
     -fschedule-insns -fsched-pressure: scheduling before register allocation, aware of register pressure, keeps a
     matmul tile's 12 vector accumulators in registers (without it gcc 12 spilled three: half the speed).
     -pipe hands the assembly to the assembler through a pipe instead of a temporary file (the same library, byte

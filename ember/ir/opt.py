@@ -365,7 +365,8 @@ def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, Kern
     """The heuristic's plan and the kernel lowered by it: the first vector plan whose vectors need no gathering
     (tile plans compared by estimated work), at the preferred vector width or, for a kernel needing an op only a
     narrower width has, at that width; else scalar tiles (a whole short row per work item where no other tile
-    fits); untiled where tiling would take too long to lower. A matmul, or a kernel of long row reductions, on a
+    fits); a loop over each row where that row's tile would take too long to lower (`row_loop_plan`); untiled where
+    tiling would take too long to lower. A matmul, or a kernel of long row reductions, on a
     device with local memory and warps is a workgroup kernel instead (ir/group_matmul.py, ir/group_reduce.py; its
     plan is `GROUP_PLAN`, which the kernel search leaves alone); a plain float32 matmul on a device whose renderer
     packs panels (DeviceInfo.packed_matmul) is a packed matmul (ir/packed_matmul.py; `PACKED_PLAN`, which the
@@ -382,8 +383,11 @@ def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, Kern
         if vectorized is not None:
             return vectorized
     upcast = choose_upcast(kernel, info) or row_tile(kernel, info)
-    plan = Plan(upcast if _affordable(kernel, upcast) and _renderable(kernel, upcast) else None)
-    return plan, lower_kernel(kernel, name, plan.upcast)
+    if _affordable(kernel, upcast) and _renderable(kernel, upcast):
+        plan = Plan(upcast)
+    else:
+        plan = Plan(None, loop=row_loop_plan(kernel, upcast))
+    return plan, lower_kernel(kernel, name, plan.upcast, loop=plan.loop)
 
 
 def group_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR | None:
@@ -445,6 +449,22 @@ def row_tile(kernel: Kernel, info: DeviceInfo) -> tuple[int, ...] | None:
     if rows < 4 * max(1, info.compute_units):
         return None
     return tuple(shape[axis] if number == axis else 1 for number in range(len(shape)))
+
+
+def row_loop_plan(kernel: Kernel, refused: tuple[int, ...] | None) -> tuple[int, int] | None:
+    """For a kernel whose whole-row tile (`row_tile`) is too long to lower or render (a softmax gradient's row of 87
+    classes, each element two exp2 calls: 87 copies of the chain), a loop over the row instead, as a Plan's `loop`
+    (the last axis, its length): each work item walks one row, its index arithmetic (a division and a remainder)
+    done once per row, not once per element, and the loop is one the C compiler vectorizes (a row of 87 in vectors
+    of 16 and a remainder, exp2 included: nanoGPT's softmax gradient 0.94 -> under 0.15 ms). None for any other
+    refused tile."""
+    shape = kernel.output.shape
+    if refused is None or not shape:
+        return None
+    axis = _last_axis(shape)
+    if refused[axis] != shape[axis] or any(factor != 1 for number, factor in enumerate(refused) if number != axis):
+        return None
+    return (axis, shape[axis])
 
 
 def _vector_widths_for(kernel: Kernel, info: DeviceInfo) -> list[DeviceInfo]:
