@@ -506,3 +506,32 @@ def test_a_row_too_long_to_tile_is_a_loop_over_the_row(device: str) -> None:
         [concatenation] = [item.kernel for item in kernelize([total.node]) if isinstance(item, Launch)]
         _, guarded = choose_plan(concatenation, kernel_name(concatenation), info)
         assert IF_CONVERTED not in CRenderer().render(guarded) and total.item() == 9.0
+
+
+def test_an_argmax_of_computed_values_finds_its_maximum(device: str) -> None:
+    """An argmax of values computed with logs (a Gumbel sample's) takes the maximum in one loop and recomputes the
+    values in another to find where it is: on c that kernel keeps gcc's loop if-conversion off, which vectorized one
+    loop (libmvec's log2f) and not the other (libm's) so that no value equalled the maximum (the index was the
+    row's length)."""
+    from ember.backends.c import IF_CONVERTED, compares_with_a_reduce
+    from ember.ir.opt import choose_plan
+    from ember.scheduler.compile_cache import kernel_name
+    from ember.scheduler.devices import get_device
+
+    generator = np.random.default_rng(5)
+    for trial in range(6):
+        logits = generator.normal(size=3000).astype(np.float32)
+        logits[generator.integers(0, 3000, size=2500)] = -np.inf  # (most masked, as top-k leaves them)
+        uniform = generator.uniform(1e-6, 1.0, size=3000).astype(np.float32)
+        values = em.tensor(logits, device=device) - (-em.tensor(uniform, device=device).log()).log()
+        index = int(values.argmax().item())
+        computed = values.numpy()
+        assert 0 <= index < 3000 and computed[index] == computed.max(), trial
+    if device.startswith("c"):
+        kernels = [item.kernel for item in kernelize([values.argmax().node]) if isinstance(item, Launch)]
+        rendered = [CRenderer().render(choose_plan(kernel, kernel_name(kernel), get_device(device).info)[1])
+                    for kernel in kernels]
+        lowered = [choose_plan(kernel, kernel_name(kernel), get_device(device).info)[1] for kernel in kernels]
+        assert any(compares_with_a_reduce(kernel) for kernel in lowered)
+        assert all(IF_CONVERTED not in source for source, kernel in zip(rendered, lowered)
+                   if compares_with_a_reduce(kernel))

@@ -129,7 +129,7 @@ class CRenderer(CStyleRenderer):
         """The function's signature; a kernel without guarded loads has gcc's loop if-conversion back (IF_CONVERTED,
         which compiler_command turns off for the guarded ones)."""
         signature = super().signature(kernel, parameters)
-        return signature if guarded_loads(kernel) else f"{IF_CONVERTED} {signature}"
+        return signature if guarded_loads(kernel) or compares_with_a_reduce(kernel) else f"{IF_CONVERTED} {signature}"
 
     def prelude(self, kernel: KernelIR) -> str:
         # every helper is guarded, so several kernels can be compiled as one source (see CDevice.compile_many)
@@ -666,6 +666,21 @@ def guarded_loads(kernel: KernelIR) -> bool:
     """Whether a kernel reads memory under a mask (`valid ? data[i] : 0`), the form gcc 12's loop if-conversion
     miscompiled (compiler_command)."""
     return any(node.op is IROp.LOAD and len(node.srcs) == 3 for node in topological_nodes(kernel.sink))
+
+
+def compares_with_a_reduce(kernel: KernelIR) -> bool:
+    """Whether a kernel tests values for equality with a reduce's result (an argmax: the maximum of a loop, then the
+    values recomputed in another loop compared with it), which needs the loops to compute bit for bit alike: with
+    loop if-conversion gcc vectorized one loop (libmvec's log2f) and not the other (libm's), no value equalled the
+    maximum, and the argmax was out of range."""
+    for node in topological_nodes(kernel.sink):
+        if node.op is Op.CMPEQ:
+            for source in node.srcs:
+                while source.op in (Op.CAST, IROp.GEP) and source.srcs:
+                    source = source.srcs[0]
+                if source.op is IROp.REDUCE:
+                    return True
+    return False
 
 
 def compiler_command() -> list[str]:

@@ -10,7 +10,7 @@ static inline unsigned short ember_float_to_bf16(float value) {
   return (unsigned short)((bits.u + 0x7FFFu + ((bits.u >> 16) & 1u)) >> 16); }
 #endif
 
-void elementwise_broadcast_0(float* restrict data0, const float* restrict data1, const float* restrict data2, const float* restrict data3, const float* restrict data4) {
+__attribute__((optimize("tree-loop-if-convert"))) void elementwise_broadcast_0(float* restrict data0, const float* restrict data1, const float* restrict data2, const float* restrict data3, const float* restrict data4) {
   for (int gid = 0; gid < 60; gid++) {
     int v0 = (gid%4);
     int v1 = (gid/4);

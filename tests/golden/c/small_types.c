@@ -10,7 +10,7 @@ static inline unsigned short ember_float_to_bf16(float value) {
   return (unsigned short)((bits.u + 0x7FFFu + ((bits.u >> 16) & 1u)) >> 16); }
 #endif
 
-void small_types_0(unsigned char* restrict data0, const unsigned short* restrict data1, const signed char* restrict data2) {
+__attribute__((optimize("tree-loop-if-convert"))) void small_types_0(unsigned char* restrict data0, const unsigned short* restrict data1, const signed char* restrict data2) {
   for (int gid = 0; gid < 6; gid++) {
     unsigned short v0 = data1[gid];
     float v1 = ((float)(v0));
