@@ -380,10 +380,12 @@ class MappedRows:
     def row_bytes_of(self, index: int) -> np.ndarray:
         """Row `index`'s bytes read from the file, as a (1, row_bytes) uint8 array (an IndexError outside the
         file)."""
-        with open(self.path, "rb") as file:
-            file.seek(self.offset + index * self.row_bytes)
-            data = file.read(self.row_bytes)
-        if index < 0 or len(data) != self.row_bytes:
+        data = b""
+        if index >= 0:
+            with open(self.path, "rb") as file:
+                file.seek(self.offset + index * self.row_bytes)
+                data = file.read(self.row_bytes)
+        if len(data) != self.row_bytes:
             raise IndexError(f"row {index} lies outside {self.path}'s table at byte {self.offset}")
         return np.frombuffer(data, dtype=np.uint8).reshape(1, self.row_bytes)
 

@@ -453,7 +453,10 @@ class Decoder(nn.Module):
         return logits
 
     def _embed(self, tokens: Sequence[int], device: str) -> Tensor:
-        embedded = self.embedding(tokens).to(device)
+        return self._scaled(self.embedding(tokens).to(device))
+
+    def _scaled(self, embedded: Tensor) -> Tensor:
+        """Embeddings times the architecture's embedding scale (Gemma's sqrt(hidden_size)), stored."""
         scale = self.config.embedding_scale
         return (embedded if scale is None else embedded * scale).contiguous()
 
@@ -540,9 +543,7 @@ class Decoder(nn.Module):
         """The embedding (1, hidden_size) of a token from its row's bytes in the quantized table (1, row_bytes)."""
         source = self.embedding.rows_source
         assert source is not None
-        embedded = QuantizedTensor(row, source.quant_format, (1, source.row_elements)).dequantize()
-        scale = self.config.embedding_scale
-        return (embedded if scale is None else embedded * scale).contiguous()
+        return self._scaled(QuantizedTensor(row, source.quant_format, (1, source.row_elements)).dequantize())
 
     def _decode(self, hidden: Tensor, position: Tensor, keys: list[Tensor], values: list[Tensor],
                 attended: int, windows: list[tuple[Tensor, Tensor]] | None = None) -> Tensor:
