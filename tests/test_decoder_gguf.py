@@ -128,7 +128,7 @@ def ember_logits(path: Path, device: str, jit: bool = False) -> np.ndarray:
         for position in range(PROMPT, len(TOKENS)):
             rows.append(model.step(TOKENS[position], position, cache, jit=jit).numpy())
         if jit:
-            with pytest.raises(IndexError, match=f"token {VOCAB} is outside the vocabulary of {VOCAB} tokens"):
+            with pytest.raises(IndexError, match=rf"ids \[{VOCAB}\] are outside the table of {VOCAB} rows"):
                 model.step(VOCAB, len(TOKENS), cache, jit=True)
     return np.stack(rows)
 

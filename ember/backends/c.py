@@ -126,10 +126,10 @@ class CRenderer(CStyleRenderer):
             self._rendering.class_kernel, self._rendering.simd_sums = False, {}
 
     def signature(self, kernel: KernelIR, parameters: list[str]) -> str:
-        """The function's signature; a kernel without guarded loads has gcc's loop if-conversion back (IF_CONVERTED,
-        which compiler_command turns off for the guarded ones)."""
+        """The function's signature; a kernel that allows it has gcc's loop if-conversion back (IF_CONVERTED, which
+        compiler_command turns off for every kernel: `if_convertible`)."""
         signature = super().signature(kernel, parameters)
-        return signature if guarded_loads(kernel) or compares_with_a_reduce(kernel) else f"{IF_CONVERTED} {signature}"
+        return f"{IF_CONVERTED} {signature}" if if_convertible(kernel) else signature
 
     def prelude(self, kernel: KernelIR) -> str:
         # every helper is guarded, so several kernels can be compiled as one source (see CDevice.compile_many)
@@ -662,24 +662,34 @@ def kernel_threads(kernel: KernelIR, cores: int) -> int:
 IF_CONVERTED = '__attribute__((optimize("tree-loop-if-convert")))'
 
 
-def guarded_loads(kernel: KernelIR) -> bool:
-    """Whether a kernel reads memory under a mask (`valid ? data[i] : 0`), the form gcc 12's loop if-conversion
-    miscompiled (compiler_command)."""
-    return any(node.op is IROp.LOAD and len(node.srcs) == 3 for node in topological_nodes(kernel.sink))
+def if_convertible(kernel: KernelIR) -> bool:
+    """Whether a kernel may have gcc's loop if-conversion (IF_CONVERTED): none of its nodes is a guarded load or a
+    comparison with a reduce's result (`_blocks_if_conversion`), found in one walk."""
+    return not any(_blocks_if_conversion(node) for node in topological_nodes(kernel.sink))
 
 
 def compares_with_a_reduce(kernel: KernelIR) -> bool:
-    """Whether a kernel tests values for equality with a reduce's result (an argmax: the maximum of a loop, then the
-    values recomputed in another loop compared with it), which needs the loops to compute bit for bit alike: with
-    loop if-conversion gcc vectorized one loop (libmvec's log2f) and not the other (libm's), no value equalled the
-    maximum, and the argmax was out of range."""
-    for node in topological_nodes(kernel.sink):
-        if node.op is Op.CMPEQ:
-            for source in node.srcs:
-                while source.op in (Op.CAST, IROp.GEP) and source.srcs:
-                    source = source.srcs[0]
-                if source.op is IROp.REDUCE:
-                    return True
+    """Whether a kernel tests values for equality with a reduce's result (see `_blocks_if_conversion`)."""
+    return any(_compares_with_a_reduce(node) for node in topological_nodes(kernel.sink))
+
+
+def _blocks_if_conversion(node: IRNode) -> bool:
+    """A guarded load (`valid ? data[i] : 0`: the form gcc 12's loop if-conversion miscompiled, compiler_command), or
+    an equality test with a reduce's result (an argmax: the maximum of a loop, then the values recomputed in another
+    loop compared with it, which needs the loops to compute bit for bit alike: with loop if-conversion gcc
+    vectorized one loop (libmvec's log2f) and not the other (libm's), no value equalled the maximum, and the argmax
+    was out of range)."""
+    return (node.op is IROp.LOAD and len(node.srcs) == 3) or _compares_with_a_reduce(node)
+
+
+def _compares_with_a_reduce(node: IRNode) -> bool:
+    if node.op is not Op.CMPEQ:
+        return False
+    for source in node.srcs:
+        while source.op in (Op.CAST, IROp.GEP) and source.srcs:
+            source = source.srcs[0]
+        if source.op is IROp.REDUCE:
+            return True
     return False
 
 

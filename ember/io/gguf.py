@@ -134,14 +134,18 @@ class PackedStrings(Sequence[str]):
             lengths[index] = len(parts[-1])
             start = int(self.offsets[index + 1])
         parts.append(self.data[start:])
-        return PackedStrings(b"".join(parts), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+        return PackedStrings(b"".join(parts), _offsets(lengths))
 
 
 def pack_strings(strings: Sequence[str]) -> PackedStrings:
     """Strings as PackedStrings."""
     encoded = [string.encode("utf-8") for string in strings]
-    offsets = np.concatenate([[0], np.cumsum([len(item) for item in encoded], dtype=np.int64)]).astype(np.int64)
-    return PackedStrings(b"".join(encoded), offsets)
+    return PackedStrings(b"".join(encoded), _offsets(np.array([len(item) for item in encoded], dtype=np.int64)))
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    """Where each of strings of these byte lengths starts when they lie end to end, and the end (int64)."""
+    return np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
 
 
 class _Cursor:
@@ -219,7 +223,7 @@ class _Cursor:
         for byte in range(8):  # the lengths in front of the strings
             keep[starts - 8 + byte] = False
         lengths = np.diff(np.append(starts, len(raw) + 8)) - 8
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        offsets = _offsets(lengths)
         data = raw[keep]
         decoder = codecs.getincrementaldecoder("utf-8")()
         try:  # (in pieces: the whole as one str is up to 4 bytes a character)

@@ -100,12 +100,12 @@ def generate(
                          f"max_new_tokens ({max_new_tokens})")
     padded = min(prompt_size(len(prompt_ids)), length)
     cache = KVCache(model.config, length, device)
+    greedy = temperature == 0 or top_k == 1
     with em.no_grad():
         last = em.tensor([len(prompt_ids) - 1], dtype=em.int64, device=device)
         logits = model.prefill([*prompt_ids, *[PAD_ID] * (padded - len(prompt_ids))], last, cache)
         for position in range(len(prompt_ids), len(prompt_ids) + max_new_tokens):
             realize(logits, *cache.keys, *cache.values)
-            greedy = temperature == 0 or top_k == 1
             token = model.greedy_token(logits) if greedy else choose_token(logits, temperature, top_k, top_p)
             yield token
             if token in stop_ids or position == len(prompt_ids) + max_new_tokens - 1:

@@ -29,8 +29,10 @@ class Vocabulary(Mapping[str, int]):
         self._ids = np.argsort(hashes, kind="stable")  # equal hashes in id order: the last match is a dict's
         self._hashes = hashes[self._ids]
 
-    def id_of(self, piece: str) -> int | None:
-        """The id of a piece, or None."""
+    def id_of(self, piece: object) -> int | None:
+        """The id of a piece, or None (also for a key that is not a str)."""
+        if not isinstance(piece, str):
+            return None
         key = piece.encode("utf-8")
         digest = hash(key)
         position = int(np.searchsorted(self._hashes, digest))
@@ -43,17 +45,17 @@ class Vocabulary(Mapping[str, int]):
         return found
 
     def get(self, piece: str, default: int | None = None) -> int | None:  # type: ignore[override]
-        found = self.id_of(piece) if isinstance(piece, str) else None
+        found = self.id_of(piece)
         return default if found is None else found
 
     def __getitem__(self, piece: str) -> int:
-        found = self.id_of(piece) if isinstance(piece, str) else None
+        found = self.id_of(piece)
         if found is None:
             raise KeyError(piece)
         return found
 
     def __contains__(self, piece: object) -> bool:
-        return isinstance(piece, str) and self.id_of(piece) is not None
+        return self.id_of(piece) is not None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.pieces)

@@ -8,6 +8,7 @@ dequantized copy is ever stored.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ember.core import dtype as dtypes
 from ember.core.tensor import Tensor
@@ -97,9 +98,20 @@ class QuantizedEmbedding(Module):
 
             ids = ids if isinstance(ids, Tensor) else tensor(list(ids), dtype=dtypes.int64, device=self.linear.raw.device)
             return F.embedding(ids, self.linear.weight())
-        bad = [index for index in ids if not 0 <= index < self.num_embeddings]
-        if bad:
-            raise IndexError(f"QuantizedEmbedding: ids {bad[:5]} are outside the table of {self.num_embeddings} rows")
+        self._check_ids(ids)
         if len(ids) == 1:
             return self.rows_source.row(ids[0]).dequantize()
         return self.rows_source.rows(ids).dequantize()
+
+    def row_bytes(self, index: int) -> Any:
+        """The blocks of row `index` of a table memory-mapped from a file, read from it: a (1, row_bytes) uint8 numpy
+        array (what a jitted decode step stages and unpacks)."""
+        if self.rows_source is None:
+            raise ValueError("QuantizedEmbedding.row_bytes: the table is not quantized rows of a file")
+        self._check_ids([index])
+        return self.rows_source.row_bytes_of(index)
+
+    def _check_ids(self, ids: Sequence[int]) -> None:
+        bad = [index for index in ids if not 0 <= index < self.num_embeddings]
+        if bad:
+            raise IndexError(f"QuantizedEmbedding: ids {bad[:5]} are outside the table of {self.num_embeddings} rows")
