@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import sys
+import weakref
 from typing import Any
 
 import numpy as np
@@ -230,12 +233,69 @@ def test_grad_unused_inputs(device: str) -> None:
     (x, y), _ = _leaves(device, (3,), (3,))
     out = (x * 2).sum()
     with pytest.raises(em.AutogradError, match=r"input 1 \(shape \(3,\)\) was not used.*allow_unused=True"):
-        em.grad(out, [x, y])
-    gx, gy = em.grad(out, [x, y], allow_unused=True)
+        em.grad(out, [x, y], retain_graph=True)
+    gx, gy = em.grad(out, [x, y], allow_unused=True, retain_graph=True)
     assert gy is None
     np.testing.assert_array_equal(gx.numpy(), [2.0, 2.0, 2.0])
     _, zeros = em.grad(out, [x, y], materialize_grads=True)
     np.testing.assert_array_equal(zeros.numpy(), [0.0, 0.0, 0.0])
+
+
+def test_backward_frees_the_history_it_walked_as_torch_does(device: str) -> None:
+    (x, w), (tx, tw) = _leaves(device, (4, 3), (3, 2))
+    loss, torch_loss = (x @ w).tanh().sum(), (tx @ tw).tanh().sum()
+    loss.backward()
+    torch_loss.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        torch_loss.backward()
+    with pytest.raises(em.AutogradError, match=r"second time.*shape \(\).*retain_graph=True"):
+        loss.backward()
+    assert not loss.is_leaf and loss.grad_fn is not None and loss.requires_grad
+    assert_close(x.grad, tx.grad)  # (the failed second call added nothing)
+    with pytest.raises(em.AutogradError, match="second time"):
+        em.grad(loss, [x])
+    # retain_graph=True keeps it (the second backward adds to .grad), and so does create_graph=True
+    for retain in ({"retain_graph": True}, {"create_graph": True}):
+        x.grad = w.grad = tx.grad = tw.grad = None
+        loss, torch_loss = (x @ w).tanh().sum(), (tx @ tw).tanh().sum()
+        loss.backward(**retain)
+        torch_loss.backward(**retain)
+        loss.backward()
+        torch_loss.backward()
+        assert_close(x.grad.detach(), tx.grad.detach())
+        assert_close(w.grad.detach(), tw.grad.detach())
+    # autograd.grad frees too, unless retained; a step of leaves only (x * 2) holds nothing beyond them, so ember
+    # keeps it and differentiates it again (torch 2.13 frees the scalar it saved: it needs retain_graph here)
+    out, torch_out = (x.exp() * 3).sum(), (tx.exp() * 3).sum()
+    gradient, torch_gradient = em.grad(out, x, retain_graph=True)[0], torch.autograd.grad(torch_out, tx,
+                                                                                          retain_graph=True)[0]
+    assert_close(gradient, torch_gradient)
+    em.grad(out, x)
+    with pytest.raises(em.AutogradError, match="second time"):
+        em.grad(out, x)
+    doubled, torch_doubled = x * 2, tx * 2
+    x.grad = tx.grad = None
+    for _ in range(2):
+        doubled.sum().backward()
+        torch_doubled.sum().backward(retain_graph=True)
+    assert_close(x.grad, tx.grad)
+
+
+def test_a_held_loss_keeps_no_intermediate_or_old_parameter_alive(device: str) -> None:
+    layer = em.nn.Linear(3, 4).to(device)
+    inputs = em.tensor(random_array((5, 3), seed=1), device=device)
+    hidden = layer(inputs)
+    hidden_alive = weakref.ref(hidden)
+    loss = (hidden.relu() * hidden).sum()  # (the relu's and the product's steps read the intermediate)
+    del hidden
+    loss.backward()
+    gc.collect()
+    assert hidden_alive() is None, "backward freed the history: the held loss keeps no intermediate alive"
+    # nothing but the parameter holds its node (getrefcount's argument is the other reference): an optimizer can
+    # update it in place without a copy first
+    holders = [sys.getrefcount(layer.weight.node), sys.getrefcount(layer.bias.node)]
+    assert holders == [2, 2]
+    loss.item()  # (the loss itself keeps its value)
 
 
 # ---- higher order ----------------------------------------------------------------------------------------------------

@@ -28,8 +28,10 @@ def backward(
 
     `grad_tensors` are the gradients of `tensors` (may be omitted for one-element tensors). The new gradients are
     computed lazily and realized together in one schedule. With create_graph=True the gradients keep their own
-    history, so they can be differentiated again. ember never frees recorded history, so retain_graph is accepted
-    for compatibility and has no effect.
+    history, so they can be differentiated again. As in torch, the history walked is freed afterwards unless
+    retain_graph=True (its default is create_graph): the tensors it holds (the forward's intermediate values, which
+    keep parameters' old values alive) are let go while the loss is still held, and a second backward through it
+    raises.
     """
     with collection_paused():  # (the gradients' graph: many short-lived objects without cycles)
         roots = _as_list(tensors, "backward", "tensors")
@@ -37,12 +39,16 @@ def backward(
         targets = None if inputs is None else _as_list(inputs, "backward", "inputs")
         if targets is not None:
             _check_inputs(targets, "backward")
-        gradients = _propagate(roots, seeds, targets, create_graph, accumulate=True)
+        retained = create_graph if retain_graph is None else retain_graph
+        walked: list[Tensor] | None = None if retained else []
+        gradients = _propagate(roots, seeds, targets, create_graph, accumulate=True, walked=walked)
         updated = []
         for tensor, gradient in gradients:
             tensor.grad = _own(gradient) if tensor.grad is None else _accumulate(tensor.grad, gradient, create_graph)
             updated.append(tensor.grad)
         _realize(updated + roots)  # the roots (the loss) too: reading them afterwards must not recompute the forward
+        if walked is not None:
+            free_history(walked)
         for tensor, _ in gradients:  # leaves' post-accumulate hooks, in the order their gradients were completed
             if tensor._post_accumulate_hooks:
                 for hook in list(tensor._post_accumulate_hooks):
@@ -67,7 +73,10 @@ def grad(
     targets = _as_list(inputs, "grad", "inputs")
     _check_inputs(targets, "grad")
     seeds = _seed_gradients(roots, grad_outputs, "grad")
-    found = {id(tensor): gradient for tensor, gradient in _propagate(roots, seeds, targets, create_graph, False)}
+    retained = create_graph if retain_graph is None else retain_graph
+    walked: list[Tensor] | None = None if retained else []
+    found = {id(tensor): gradient
+             for tensor, gradient in _propagate(roots, seeds, targets, create_graph, False, walked=walked)}
     allow_unused = materialize_grads if allow_unused is None else allow_unused
     results: list[Tensor | None] = []
     for position, target in enumerate(targets):
@@ -81,6 +90,8 @@ def grad(
             )
         results.append(gradient)
     _realize([gradient for gradient in results if gradient is not None])
+    if walked is not None:
+        free_history(walked)
     return tuple(results)
 
 
@@ -89,12 +100,13 @@ def grad(
 
 def _propagate(
     roots: list[Tensor], seeds: list[Tensor], targets: list[Tensor] | None, create_graph: bool, accumulate: bool,
-    bounded: bool = False,
+    bounded: bool = False, walked: list[Tensor] | None = None,
 ) -> list[tuple[Tensor, Tensor]]:
     """Push the seed gradients back through the recorded history; return (tensor, gradient) for each target.
 
     targets=None means every leaf that requires grad, plus non-leaves that asked for retain_grad(). `bounded`: the
-    walk ends at the targets (the history behind them is neither walked nor differentiated).
+    walk ends at the targets (the history behind them is neither walked nor differentiated). `walked`, where given,
+    receives the tensors differentiated (their history, for free_history once the gradients are realized).
     """
     recorded: dict[int, tuple[Tensor, ...]] = {}  # each tensor's sources as recorded (sources_at_record, once)
     target_ids = None if targets is None else {id(target) for target in targets}
@@ -153,7 +165,32 @@ def _propagate(
                     source_gradient = source_gradient.to(source.device)
                 previous = pending.get(id(source))
                 pending[id(source)] = source_gradient if previous is None else previous + source_gradient
+    if walked is not None:
+        walked.extend([tensor for tensor in order if id(tensor) in needed])
     return results
+
+
+class FreedSources(tuple):  # type: ignore[type-arg]
+    """The sources of a recorded step whose history a backward pass has freed (FREED): none are held any more."""
+
+
+FREED = FreedSources()
+
+
+def free_history(tensors: list[Tensor]) -> None:
+    """Free the recorded steps of `tensors` that read intermediate values, as torch frees a graph's saved values once
+    backward has run through it: such a step keeps its op (grad_fn and is_leaf answer as before) but no sources or
+    arguments, so the values they held (the forward's intermediates, and through their lazy graphs the parameters'
+    values they read) are released with their last other holder, and an optimizer updating a parameter in place
+    need not copy it away from them first. Reaching a freed step in a later walk raises (_topological_order). A step
+    of leaves only (`x * 2`, `x @ w`) holds nothing the user does not hold and is kept: torch too differentiates
+    `y = x * 2` again."""
+    for tensor in tensors:
+        context = tensor._context
+        if context is not None and any(source._context is not None for source in context[2]):
+            tensor._context = (context[0], None, FREED)
+            tensor._saved_versions = None
+            tensor._previous = None
 
 
 def function_gradients(compute: Callable[..., Tensor], sources: tuple[Tensor, ...], gradient: Tensor) -> Gradients:
@@ -219,6 +256,12 @@ def _topological_order(roots: list[Tensor], recorded: dict[int, tuple[Tensor, ..
         if context is None or (stop is not None and id(tensor) in stop):
             continue
         sources = context[2]
+        if sources is FREED:
+            raise AutogradError(
+                f"trying to backward through the graph a second time: the history of a tensor of shape "
+                f"{tensor.shape} (made by {context[0].name}) was freed by an earlier backward() or autograd.grad(); "
+                "pass retain_graph=True to the first call to keep it, or compute the forward again"
+            )
         saved = tensor._saved_versions
         if saved is not None:
             for source, version in zip(sources, saved):
