@@ -11,7 +11,7 @@ import pytest
 import ember as em
 from ember.backends import c as c_backend
 from ember.ir.kernel import Kernel
-from ember.scheduler import compile_cache, quick_compile
+from ember.scheduler import compile_ahead, compile_cache, quick_compile
 from ember.scheduler.compile_ahead import COMPILE_COST_FIXED, PROGRESS_MIN_KERNELS, _compile_cost, _first_part
 from ember.scheduler.kernelize import kernelize
 from ember.scheduler.program import Launch
@@ -112,8 +112,26 @@ def test_a_compiler_run_takes_about_its_share_of_the_compile_cost() -> None:
     assert _first_part([10, 10, 10, 10], 24) == 2
     assert _first_part([100, 1, 1], 10) == 1  # at least one, however large
     assert _first_part([5, 5], 1000) == 2
-    kernel_ir = compile_cache.lower_for(em.scheduler.devices.get_device("c"), _kernel_of_a_sum())
-    assert _compile_cost(kernel_ir) > COMPILE_COST_FIXED  # a kernel's nodes count beyond the fixed part
+    device = em.scheduler.devices.get_device("c")
+    kernel_ir = compile_cache.lower_for(device, _kernel_of_a_sum())
+    assert _compile_cost(device, kernel_ir) > COMPILE_COST_FIXED  # a kernel's nodes count beyond the fixed part
+
+
+def test_a_packed_matmuls_library_is_costed_at_its_tiles_first_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A packed matmul compiles no kernel of its own, but the first of its tile shape builds the tile's library (a
+    large compiler run): that kernel carries the library's cost, so the part building it is spread like the others,
+    and later kernels of the tile cost nothing."""
+    monkeypatch.setattr(compile_ahead, "PACKED_TILES", set())
+    device = em.scheduler.devices.get_device("c")
+    costs = []
+    for rows in (96, 97):
+        a = em.tensor(np.ones((rows, 64), dtype=np.float32), device="c")
+        b = em.tensor(np.ones((64, 64), dtype=np.float32), device="c")
+        kernel = next(item.kernel for item in kernelize([(a @ b).node]) if isinstance(item, Launch))
+        kernel_ir = compile_cache.lower_for(device, kernel)
+        assert kernel_ir.packed is not None
+        costs.append(compile_ahead._compile_cost(device, kernel_ir))
+    assert costs == [compile_ahead.PACKED_LIBRARY_COST, 0]
 
 
 def _kernel_of_a_sum() -> Kernel:

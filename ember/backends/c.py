@@ -703,16 +703,26 @@ def compiler_command() -> list[str]:
     (tests/regressions/test_fuzz_findings.py::test_sum_of_a_concatenation). It costs speed where kernels select:
     the MLP 784-512-10 SGD step went from 7.2 to 12.9 ms (matmul, the elementwise chain and softmax unchanged), so a
     kernel without guarded loads turns it back on for its function (IF_CONVERTED, CRenderer.signature).
-    -fschedule-insns -fsched-pressure: scheduling before register allocation, aware of register pressure, keeps a
-    matmul tile's 12 vector accumulators in registers (without it gcc 12 spilled three: half the speed).
+    -fschedule-insns -fsched-pressure (scheduling_flags, where the compiler does not target AVX-512): scheduling
+    before register allocation, aware of register pressure, keeps a matmul tile's 12 vector accumulators in AVX2's
+    16 registers (without it gcc 12 spilled three: half the speed).
     -pipe hands the assembly to the assembler through a pipe instead of a temporary file (the same library, byte
     for byte, built sooner: a cold start runs the compiler several times)."""
-    return plain_compiler_command() + list(SCHEDULING_FLAGS)
+    return plain_compiler_command() + list(scheduling_flags())
 
 
 # scheduling before register allocation costs about a third of a kernel's compile time (gcc 12, -O3) and pays only
 # where many vector accumulators compete for registers: kernels without a register tile are built without it
 SCHEDULING_FLAGS = ("-fschedule-insns", "-fsched-pressure")
+
+
+@functools.cache
+def scheduling_flags() -> tuple[str, ...]:
+    """SCHEDULING_FLAGS where register tiles compete for few vector registers (AVX2's 16); none where the compiler
+    targets AVX-512, whose 32 registers hold a tile's 12 accumulators and its operands either way: on an AVX-512
+    EPYC, matmuls of 64x64x192 to 1024^3 and the nanoGPT, char_lstm, CNN and ResNet steps ran as fast without them,
+    and nanoGPT's cold first step spent 3.27 instead of 3.70 s of compiler CPU."""
+    return () if _targets_avx512(os.environ.get("CC", "cc")) else SCHEDULING_FLAGS
 # -O1 with the FMA contraction of -O2/-O3 (the pass forming fused multiply-adds runs with -fexpensive-optimizations):
 # a third of -O3's compile time, for kernels whose speed -O3 does not change (see build_class)
 LIGHT_LEVEL = ("-O1", "-fexpensive-optimizations")
@@ -767,8 +777,7 @@ BACKGROUND_PREFIX = ["nice", "-n", "19"]  # runs a background compile (CDevice.c
 def quick_compiler_command() -> list[str]:
     """compiler_command at -O0, for programs launched while the optimized ones are built (CDevice.compile_quick):
     values as -O3's but for the fused multiply-adds -O3 contracts (within float tolerance)."""
-    scheduling = ("-fschedule-insns", "-fsched-pressure")
-    return ["-O0" if flag == "-O3" else flag for flag in compiler_command() if flag not in scheduling]
+    return ["-O0" if flag == "-O3" else flag for flag in plain_compiler_command()]
 
 
 @functools.cache
@@ -931,13 +940,15 @@ class CDevice(Device):
                 found[source] = program
             else:
                 missing.setdefault(kernel.name, (kernel, source))
-        # one compiler run for each build class (build_class): at most three, two where a few small SCALAR kernels
-        # join the TILE run (the scheduling flags change no value, so either build gives the same bits)
+        # one compiler run for each build class (build_class): at most three, two where the TILE and SCALAR
+        # commands are one (scheduling_flags) or a few small SCALAR kernels join the TILE run (the scheduling flags
+        # change no value, so either build gives the same bits)
         groups: dict[str, dict[str, tuple[KernelIR, str]]] = {}
         for name, (kernel, source) in missing.items():
             groups.setdefault(build_class(kernel), {})[name] = (kernel, source)
-        if TILE in groups and SCALAR in groups and sum(
-                len(topological_nodes(kernel.sink)) for kernel, _ in groups[SCALAR].values()) < MAX_JOINED_NODES:
+        if TILE in groups and SCALAR in groups and (
+                self._class_key_prefixes[TILE] == self._class_key_prefixes[SCALAR] or sum(
+                    len(topological_nodes(kernel.sink)) for kernel, _ in groups[SCALAR].values()) < MAX_JOINED_NODES):
             groups[TILE].update(groups.pop(SCALAR))
         for kind, group in sorted(groups.items()):
             command, key_prefix = class_compiler_command(kind), self._class_key_prefixes[kind]

@@ -24,7 +24,14 @@ PROGRESS_MIN_KERNELS = 8  # a cold compile of this many kernels or more shows a 
 # an elementwise kernel's) then leaves a core idle for a fraction of a part, not for half the tail (nanoGPT's cold
 # step: one run of 21 kernels took 1.3 s while the other core finished 0.3 s earlier)
 TAIL_PARTS_PER_CORE = 3
+# ... but no part below this cost (in nodes, ~0.2 s of gcc): a compiler run starts in ~20 ms whatever it builds, so
+# the small kernels of an optimizer step (nanoGPT's AdamW: 27 of 17-55 nodes) go in one run per core, not six
+MIN_PART_COST = 1000
 COMPILE_COST_FIXED = 50  # a compiler run's cost of a kernel beyond its IR nodes, in nodes (see _compile_cost)
+# a packed matmul's tile library (c_matmul.py), built at the first kernel of its tile shape in a process: ~0.2-0.3 s
+# of gcc; counted so that the parts that build them are spread over the cores, not left in one part at the end
+PACKED_LIBRARY_COST = 1200
+PACKED_TILES: set[tuple[str, tuple[int, ...]]] = set()  # (device, tile shape) of the packed kernels costed so far
 
 
 def compile_ahead(items: CommandProgram, graph_nodes: list[Node]) -> None:
@@ -86,7 +93,7 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
     with ThreadPoolExecutor(max_workers=cores) as pool:
         for position, kernel in enumerate(batch):
             ir = compile_cache.lower_for(device, kernel)
-            cost = _compile_cost(ir)
+            cost = _compile_cost(device, ir)
             total_cost += cost
             lowered[0].append(kernel)
             lowered[1].append(ir)
@@ -96,7 +103,8 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
                 left = sum(lowered[2]) + total_cost / (position + 1) * (len(batch) - position - 1)
                 submit(_first_part(lowered[2], left / (TAIL_PARTS_PER_CORE * cores)))
         running[:] = [future for future in running if not future.done()]
-        parts = max(1, min(len(lowered[0]), TAIL_PARTS_PER_CORE * cores - len(running)))
+        parts = max(1, min(len(lowered[0]), TAIL_PARTS_PER_CORE * cores - len(running),
+                           -(-sum(lowered[2]) // MIN_PART_COST)))
         while lowered[0]:
             submit(_first_part(lowered[2], sum(lowered[2]) / parts))
             parts = max(1, parts - 1)
@@ -104,11 +112,15 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
             future.result()  # the first error, if any, is raised here
 
 
-def _compile_cost(ir: KernelIR) -> int:
+def _compile_cost(device: Device, ir: KernelIR) -> int:
     """A kernel's compile time in a unit of IR nodes: a fixed part and one per node (gcc -O3 on the MLP step's
     kernels: ~10 ms plus ~0.2 ms a node)."""
-    if ir.packed is not None:  # (a call of the packed matmul's library function: no compile of its own)
-        return 0
+    if ir.packed is not None:  # (a call of its tile's library function: built at the tile's first kernel)
+        tile = (device.name, (ir.packed.lanes, ir.packed.micro_rows, ir.packed.micro_vectors))
+        if tile in PACKED_TILES:
+            return 0
+        PACKED_TILES.add(tile)
+        return PACKED_LIBRARY_COST
     return COMPILE_COST_FIXED + len(topological_nodes(ir.sink))
 
 
