@@ -723,6 +723,8 @@ def scheduling_flags() -> tuple[str, ...]:
     EPYC, matmuls of 64x64x192 to 1024^3 and the nanoGPT, char_lstm, CNN and ResNet steps ran as fast without them,
     and nanoGPT's cold first step spent 3.27 instead of 3.70 s of compiler CPU."""
     return () if _targets_avx512(os.environ.get("CC", "cc")) else SCHEDULING_FLAGS
+
+
 # -O1 with the FMA contraction of -O2/-O3 (the pass forming fused multiply-adds runs with -fexpensive-optimizations):
 # a third of -O3's compile time, for kernels whose speed -O3 does not change (see build_class)
 LIGHT_LEVEL = ("-O1", "-fexpensive-optimizations")

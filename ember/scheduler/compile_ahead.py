@@ -114,7 +114,8 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
 
 def _compile_cost(device: Device, ir: KernelIR) -> int:
     """A kernel's compile time in a unit of IR nodes: a fixed part and one per node (gcc -O3 on the MLP step's
-    kernels: ~10 ms plus ~0.2 ms a node)."""
+    kernels: ~10 ms plus ~0.2 ms a node); a packed matmul's, its tile's library at the first call for the tile in
+    this process (PACKED_TILES remembers it), else nothing."""
     if ir.packed is not None:  # (a call of its tile's library function: built at the tile's first kernel)
         tile = (device.name, (ir.packed.lanes, ir.packed.micro_rows, ir.packed.micro_vectors))
         if tile in PACKED_TILES:
