@@ -282,6 +282,23 @@ def test_a_root_listed_twice_is_computed_once() -> None:
     _bits_equal(y, torch.tensor(EDGES) * 2)
 
 
+def test_equal_roots_compute_once_and_copy(device: str) -> None:
+    """Two roots of one value (an LSTM's two bias gradients are one sum over every step's gate gradients) are one
+    reduce and a copy of its result, each in a buffer of its own."""
+    data = np.random.default_rng(3).standard_normal((2048, 512), dtype=np.float32)
+    x = em.tensor(data, device=device)
+    first, second = x.sum(0), (x * 1.0).sum(0)  # (the second rewrites to the first)
+    with em.profile() as record:
+        em.realize(first, second)
+    reduces = [kernel for kernel in record.kernels if kernel.name.startswith("r_")]
+    assert len(reduces) == 1, [kernel.name for kernel in record.kernels]
+    expected = torch.from_numpy(data).sum(0)
+    np.testing.assert_allclose(first.numpy(), expected.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(second.numpy(), first.numpy())
+    first.add_(1.0)  # in place: the other keeps its values
+    np.testing.assert_allclose(second.numpy(), expected.numpy(), rtol=1e-4, atol=1e-3)
+
+
 def test_in_place_multiply_by_one(device: str, rewrites: bool) -> None:
     x = em.tensor(EDGES.copy(), device=device)
     x.mul_(1.0)

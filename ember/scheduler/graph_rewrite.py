@@ -138,7 +138,10 @@ def rewrite_graph(nodes: list[Node], roots: list[Node]) -> Rewritten | None:
             continue
         target = final[root]
         if target is not root:
-            if target.realized or id(target) in claimed:  # the user's tensor gets a buffer of its own
+            if id(target) in claimed:  # another root's value: a copy of it in a buffer of its own (an LSTM's two
+                # bias gradients, equal sums over every time step's gate gradients: one sum and a copy, not two sums)
+                target = Node(Op.CONTIGUOUS, (target,), None, root.shape, root.dtype, root.device)
+            elif target.realized:  # the user's tensor gets a buffer of its own
                 target = Node(root.op, tuple(final[source] for source in root.srcs), root.arg, root.shape,
                               root.dtype, root.device)
             slots[id(target)] = position_of[root]
