@@ -25,7 +25,7 @@ PROGRESS_MIN_KERNELS = 8  # a cold compile of this many kernels or more shows a 
 # step: one run of 21 kernels took 1.3 s while the other core finished 0.3 s earlier)
 TAIL_PARTS_PER_CORE = 3
 # ... but no part below this cost (in nodes, ~0.2 s of gcc): a compiler run starts in ~20 ms whatever it builds, so
-# the small kernels of an optimizer step (nanoGPT's AdamW: 27 of 17-55 nodes) go in one run per core, not six
+# the small kernels of an optimizer step (nanoGPT's AdamW: 27 of 17-55 nodes) share a few runs, not one part each
 MIN_PART_COST = 1000
 COMPILE_COST_FIXED = 50  # a compiler run's cost of a kernel beyond its IR nodes, in nodes (see _compile_cost)
 # a packed matmul's tile library (c_matmul.py), built at the first kernel of its tile shape in a process: ~0.2-0.3 s
