@@ -69,3 +69,35 @@ def test_an_integer_product_of_a_decoders_query_size_is_split_across_cores() -> 
     reference = reference_weight("Q5_0", raw)
     expected = vector.astype(np.float64) @ reference.T
     assert (np.abs(product.numpy() - expected) <= rounding_bound(reference, vector.astype(np.float64))).all()
+
+
+SPIN_REPORT = """
+import os
+from ember.scheduler.devices import get_device
+get_device("c")
+maps = open("/proc/self/maps").read() if os.path.exists("/proc/self/maps") else ""
+print(repr(os.environ.get("GOMP_SPINCOUNT")), "libgomp" in maps)
+"""
+
+
+@pytest.mark.parametrize(("environment", "expected"), [
+    ({}, "None"),  # ember's own setting, read by its OpenMP runtime and not left for other libraries
+    ({"GOMP_SPINCOUNT": "123"}, "'123'"),  # a user's setting wins and stays
+    ({"OMP_WAIT_POLICY": "PASSIVE"}, "None"),
+])
+def test_the_openmp_spin_setting_is_read_at_probe_and_not_inherited(environment: dict[str, str],
+                                                                    expected: str) -> None:
+    """probe sets GOMP_SPINCOUNT for the runtime its kernels link and loads that runtime there, so the setting is
+    read; then it leaves the environment as it found it: a libgomp loaded later (torch's own, imported after ember)
+    or a child process would otherwise spin less too (torch's char_lstm step 13.7 -> 19-23 ms)."""
+    import os
+    import subprocess
+    import sys
+
+    base = {key: value for key, value in os.environ.items() if key not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    result = subprocess.run([sys.executable, "-c", SPIN_REPORT], env={**base, **environment}, capture_output=True,
+                            text=True, timeout=120, check=True)
+    spin, loaded = result.stdout.split()
+    assert spin == expected
+    if not environment and sys.platform.startswith("linux"):
+        assert loaded == "True"  # (the runtime was loaded while the setting was in the environment)

@@ -1136,6 +1136,16 @@ def missing_linker(compiler: str) -> str | None:
     return None if found else answer
 
 
+def _load_openmp_runtime() -> bool:
+    """Load the OpenMP runtime the kernels link (GNU libgomp), so that it reads its settings from the environment
+    now; False where it cannot be loaded by that name (then it reads them when the first kernel library loads)."""
+    try:
+        ctypes.CDLL("libgomp.so.1", mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        return False
+    return True
+
+
 def probe() -> list[Device]:
     """The host CPU, if a C compiler with OpenMP is on PATH: one device, or `c.devices` (config) devices that split
     the cores between them (so sharding across devices can be tested on one CPU)."""
@@ -1153,8 +1163,10 @@ def probe() -> list[Device]:
     # which takes a core from whatever else runs (Python between kernels, other processes): Gemma's decode step
     # was 4-5x slower on a busy machine and ~20% slower on a quiet one; sleeping at once (OMP_WAIT_POLICY=PASSIVE)
     # costs a wake-up per kernel (~25% slower there). A user's setting of either variable wins.
-    if "OMP_WAIT_POLICY" not in os.environ:
-        os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = SPIN_COUNT
+        if _load_openmp_runtime():  # read: libraries loaded later (torch's own libgomp) and child processes do not
+            del os.environ["GOMP_SPINCOUNT"]  # inherit it (torch imported after ember: char_lstm 13.7 -> 19-23 ms)
     if CONFIG.c_devices == 1:
         return [CDevice("c:0")]
     threads = max(1, (os.cpu_count() or 1) // CONFIG.c_devices)
