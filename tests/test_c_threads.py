@@ -1,9 +1,13 @@
 """How many threads the c backend runs a kernel on (backends/c.py kernel_threads): its estimated work counts loops
 one after another as a sum and nested loops as a product, so a softmax over a few rows (three loops over each row)
-runs on one thread while a matrix-vector product of a decoder's size is split across cores."""
+runs on one thread while a matrix-vector product of a decoder's size is split across cores; and the OpenMP spin
+setting the probe gives its runtime is not left in the environment for other libraries."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -90,10 +94,6 @@ def test_the_openmp_spin_setting_is_read_at_probe_and_not_inherited(environment:
     """probe sets GOMP_SPINCOUNT for the runtime its kernels link and loads that runtime there, so the setting is
     read; then it leaves the environment as it found it: a libgomp loaded later (torch's own, imported after ember)
     or a child process would otherwise spin less too (torch's char_lstm step 13.7 -> 19-23 ms)."""
-    import os
-    import subprocess
-    import sys
-
     base = {key: value for key, value in os.environ.items() if key not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     result = subprocess.run([sys.executable, "-c", SPIN_REPORT], env={**base, **environment}, capture_output=True,
                             text=True, timeout=120, check=True)
