@@ -74,7 +74,7 @@ def main() -> None:
     os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix="ember-search-bench-")
     os.environ.setdefault("EMBER_SHAPE_CLASSES", "0")
     device = get_device(arguments.device)
-    if device.name.startswith("c"):
+    if device.name.startswith("c:"):
         torch.set_num_threads(device.info.compute_units)  # the same cores for both (EMBER_C_DEVICES=2: one each)
     print(f"device {device.name}, beam {arguments.beam}, budget {arguments.budget:g} s per kernel, "
           f"torch threads {torch.get_num_threads()}, cache {os.environ['EMBER_CACHE_DIR']}")

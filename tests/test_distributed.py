@@ -103,7 +103,7 @@ def close(actual, expected, dtype):
 KINDS = [(np.float32, em.float32), (np.float64, em.float64), (np.int32, em.int32), (np.int64, em.int64),
          (np.uint8, em.uint8), (np.bool_, em.bool), (np.float16, em.float16), ("bfloat16", em.bfloat16)]
 for device in CONFIG["devices"]:
-    kinds = KINDS if device.startswith("c") else KINDS[:1] + KINDS[2:3]
+    kinds = KINDS if device.startswith("c:") else KINDS[:1] + KINDS[2:3]
     for numpy_dtype, dtype in kinds:
         host_dtype = np.float32 if numpy_dtype == "bfloat16" else numpy_dtype
         shape = (7, 5)

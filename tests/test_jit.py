@@ -87,7 +87,7 @@ def test_a_replays_runs_of_launches_are_joined_where_the_device_can(device: str)
         assert_close(result, (reference(torch.tensor(inputs)).softmax(-1) * 2).relu().log1p().detach())
     assert predict.capture is not None and predict.capture.bound is not None
     joined = [entry for entry in predict.capture.bound if isinstance(entry, JoinedLaunches)]
-    if device.startswith("c"):
+    if device.startswith("c:"):
         assert joined and all(entry.end - predict.capture.bound.index(entry) >= 2 for entry in joined)
         assert all(isinstance(entry.launch, JoinedCLaunches) for entry in joined)
 
@@ -257,7 +257,7 @@ def test_adam_training_step_replays_match_eager_and_torch(options: dict[str, Any
     jit_optimizer = getattr(em.optim, name)(jit_model.parameters(), **options)
     torch_optimizer = getattr(torch.optim, name)(reference.parameters(), **options)
     step = em.jit(_train_step)
-    exact = device.startswith("c")  # the same kernels, compiled once: bit for bit; other devices may reorder
+    exact = device.startswith("c:")  # the same kernels, compiled once: bit for bit; other devices may reorder
     for index in range(7):  # eager, capture, then 5 replays: the bias corrections change every step
         inputs, targets = _batch(index)
         eager_loss = _train_step(eager_model, eager_optimizer, em.tensor(inputs, device=device),

@@ -487,6 +487,9 @@ def test_containers() -> None:
 
 
 def test_reprs_match_torch() -> None:
+    if not torch.__version__.startswith("2.13"):  # (torch 2.11's BatchNorm2d repr has no `bias=True`)
+        pytest.skip(f"reprs follow torch 2.13's, the version the test extra pins; this is torch {torch.__version__}")
+
     def build(nn: Any) -> Any:
         return nn.Sequential(
             nn.Conv2d(1, 4, 3, padding=1, bias=False),

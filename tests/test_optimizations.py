@@ -496,7 +496,7 @@ def test_a_row_too_long_to_tile_is_a_loop_over_the_row(device: str) -> None:
     plan, lowered = choose_plan(kernel, kernel_name(kernel), info)
     if info.warp_width == 1 and not info.vector_ops:  # (a device with vectors may pack the row instead)
         assert plan.loop == (1, 87) and plan.upcast is None
-    if device.startswith("c"):
+    if device.startswith("c:"):
         assert plan.loop == (1, 87) and IF_CONVERTED in CRenderer().render(lowered)
         # a sum over a concatenation reads its sources under masks (test_fuzz_findings' miscompiled kernel): it keeps
         # gcc's loop if-conversion off
@@ -527,7 +527,7 @@ def test_an_argmax_of_computed_values_finds_its_maximum(device: str) -> None:
         index = int(values.argmax().item())
         computed = values.numpy()
         assert 0 <= index < 3000 and computed[index] == computed.max(), trial
-    if device.startswith("c"):
+    if device.startswith("c:"):
         kernels = [item.kernel for item in kernelize([values.argmax().node]) if isinstance(item, Launch)]
         rendered = [CRenderer().render(choose_plan(kernel, kernel_name(kernel), get_device(device).info)[1])
                     for kernel in kernels]
