@@ -18,7 +18,8 @@ import math
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -167,10 +168,39 @@ def best_time(run: Callable[[], Any], sync: Synchronizer, runs: int, budget: flo
     return min(times), result
 
 
+@contextmanager
+def driver_calls(device: Any) -> Iterator[dict[str, list[float]]]:
+    """Each call the block makes to `device`'s driver module (cuda's `cuLaunchKernel`, `cuStreamQuery`, ...): its
+    name and seconds, counted by wrapping the module's functions for the block's time (none for a device without
+    a driver module: the c backend's kernels are ctypes calls)."""
+    calls: dict[str, list[float]] = {}
+    driver = getattr(device, "driver", None)
+    originals = {name: getattr(driver, name) for name in dir(driver) if name.startswith("cu")
+                 and callable(getattr(driver, name))} if driver is not None else {}
+
+    def timed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*arguments: Any) -> Any:
+            begin = time.perf_counter()
+            try:
+                return function(*arguments)
+            finally:
+                calls.setdefault(name, []).append(time.perf_counter() - begin)
+        return call
+
+    try:
+        for name, function in originals.items():
+            setattr(driver, name, timed(name, function))
+        yield calls
+    finally:
+        for name, function in originals.items():
+            setattr(driver, name, function)
+
+
 def profile_run(ember: Any, run: Callable[[], Any], sync: Synchronizer) -> None:
     """How long the host took to queue one run (building, scheduling and launching) against the whole run (until
-    the device finished), then one more run under ember.profile() for its kernels and compiles (a profile times
-    each kernel, waiting for it, so a kernel's microseconds include its launch and wait; no measure of the host's
+    the device finished), the driver calls the run made (count and microseconds each: where the host's time goes
+    below Python), then one more run under ember.profile() for its kernels and compiles (a profile times each
+    kernel, waiting for it, so a kernel's microseconds include its launch and wait; no measure of the host's
     share)."""
     begin = time.perf_counter()
     result = run()
@@ -178,6 +208,17 @@ def profile_run(ember: Any, run: Callable[[], Any], sync: Synchronizer) -> None:
     queued = time.perf_counter() - begin
     sync.wait(result)
     whole = time.perf_counter() - begin
+    with driver_calls(sync.ember_device) as calls:
+        runs = 20
+        for _ in range(runs):
+            result = run()
+            sync.queue(result)
+        sync.wait(result)
+    if calls:
+        spent = sorted(calls.items(), key=lambda item: -sum(item[1]))
+        print("    driver calls a run: " + ", ".join(
+            f"{name} {len(times) / runs:.1f} x {sum(times) / len(times) * 1e6:.1f}us" for name, times in spent),
+            flush=True)
     with ember.profile() as record:
         sync.wait(run())
     kernels = ", ".join(f"{kernel.name}[{kernel.global_size}] {kernel.seconds * 1e6:.0f}us" for kernel in record.kernels[:12])
