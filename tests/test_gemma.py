@@ -141,13 +141,14 @@ def test_gemma3_greedy_tokens_match_transformers(gguf_path: Path, reference_gree
     """ember's greedy tokens are those of transformers + PyTorch (float32) loading the same GGUF file, for prompts
     of different lengths, all decoded by one model (one compiled step per cache length) that keeps the file's
     quantized blocks (the default): on c the weights are the file's pages, mapped in place, never copied (but Q5_0's
-    blocks, interleaved once: QuantizedTensor.interleaved)."""
+    blocks, repacked once: QuantizedTensor.repacked)."""
     device = c_device()
     from ember.backends.c import MappedHostArray
-    from ember.io.quantized import Q5_0X4, SCALES_IN_BLOCKS
+    from ember.io.quantized import Q5_0X4, Q8_0, SCALES_IN_BLOCKS
     from ember.models.gemma import Gemma3
     from ember.models.generate import generate
     from ember.nn.quantized import QuantizedLinear
+    from ember.scheduler.devices import get_device
 
     with em.profile() as record:
         model = Gemma3.from_gguf(gguf_path)
@@ -161,11 +162,12 @@ def test_gemma3_greedy_tokens_match_transformers(gguf_path: Path, reference_gree
     linears = [module for module in model.modules() if isinstance(module, QuantizedLinear)]
     assert all(linear.format is not None and (linear.scales is None) == (linear.format.name in SCALES_IN_BLOCKS)
                for linear in linears)
-    # the file's pages, mapped in place, except Q5_0's blocks: interleaved once into buffers of the same size
-    interleaved = [linear for linear in linears if linear.format is Q5_0X4]
-    assert len(interleaved) == 4 * 18 + 9  # q, k, gate, up of every layer, v of half of them
-    assert all(isinstance(linear.raw.node.buffer.handle, MappedHostArray) for linear in linears
-               if linear.format is not Q5_0X4)
+    # the file's pages, mapped in place, except Q5_0's blocks: repacked once (QuantizedTensor.repacked), widened to
+    # Q8_0 where the device sums bytes in integers, else interleaved into buffers of the same size
+    repacked = [linear for linear in linears if not isinstance(linear.raw.node.buffer.handle, MappedHostArray)]
+    assert len(repacked) == 4 * 18 + 9  # q, k, gate, up of every layer, v of half of them
+    layout = Q8_0 if get_device(device).info.integer_dot_products else Q5_0X4
+    assert all(linear.format is layout for linear in repacked)
     # the same with the weights dequantized to float32 once (one prompt, 2 tokens)
     float32 = Gemma3.from_gguf(gguf_path, float32_weights=True)
     ids, expected = reference_greedy[PROMPTS[0]]

@@ -1,6 +1,7 @@
 """Quantized weights in layouts of ember's own and products over many rows: Q5_0's blocks interleaved four at a time
-(Q5_0X4, `QuantizedTensor.interleaved`) and the products of many input rows that unpack the weight once
-(`DEQUANTIZE_ROWS`), checked against numpy's products of the `gguf` package's dequantized weights."""
+(Q5_0X4, `QuantizedTensor.interleaved`) or widened to Q8_0 (`QuantizedTensor.widened`), and the products of many
+input rows that unpack the weight once (`DEQUANTIZE_ROWS`), checked against numpy's products of the `gguf` package's
+dequantized weights."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import pytest
 
 import ember as em
 from ember.io import QuantizedTensor
-from ember.io.quantized import DEQUANTIZE_ROWS, FORMATS_BY_NAME, Q5_0X4
+from ember.io.quantized import DEQUANTIZE_ROWS, FORMATS_BY_NAME, Q5_0X4, Q8_0
 from ember.nn.quantized import QuantizedLinear
-
+from ember.scheduler.devices import get_device
 from tests.test_gguf import random_blocks
 from tests.test_quantized_dot import reference_weight, rounding_bound
 
@@ -61,15 +62,46 @@ def test_interleaved_q5_0_products_match_numpy(decoded: bool, device: str) -> No
             assert (error <= rounding_bound(reference, inputs.astype(np.float64))).all()
 
 
-def test_a_linear_layer_interleaves_its_q5_0_blocks_with_its_scales(device: str) -> None:
+def test_a_linear_layer_repacks_its_q5_0_blocks_for_its_device(device: str) -> None:
+    """Widened to Q8_0 where the device sums bytes in integers (its scale read in the blocks), else interleaved
+    with its scales decoded; the layer's products are numpy's either way (within the int8 input's rounding)."""
     weight, raw = q5_0_weight(rows=7, blocks=4, device=device, seed=2)
     layer = QuantizedLinear(weight)
     layer.decode_scales()
-    assert layer.format is Q5_0X4 and layer.scales is not None
+    if get_device(device).info.integer_dot_products:
+        assert layer.format is Q8_0 and layer.scales is None
+    else:
+        assert layer.format is Q5_0X4 and layer.scales is not None
     inputs = np.random.default_rng(0).standard_normal((2, 128)).astype(np.float32)
     expected = inputs.astype(np.float64) @ reference_weight("Q5_0", raw).T
     got = layer(em.tensor(inputs, device=device)).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-2, atol=1e-2 * np.abs(expected).max())  # (int8 input on c)
+
+
+def test_widened_q5_0_holds_the_same_values_as_q8_0_blocks(device: str) -> None:
+    """Q5_0 -> Q8_0 (`QuantizedTensor.widened`): the same float16 scale and each value less 16 as an int8, so the
+    values are exactly the file's, at 34 bytes a block of 32 instead of 22; its float and integer products (one
+    row, three) are numpy's; a format with no wider layout is itself."""
+    weight, raw = q5_0_weight(rows=13, blocks=12, device=device, seed=5)
+    raw[0, 0:2] = 0  # a block of scale 0, and one whose values are all the largest, 31 - 16
+    raw[1, 2:22] = 0xFF
+    weight = QuantizedTensor(em.tensor(raw, device=device), FORMATS_BY_NAME["Q5_0"], (13, 384))
+    widened = weight.widened()
+    assert widened.format is Q8_0 and widened.shape == (13, 384) and tuple(widened.raw.shape) == (13, 12 * 34)
+    reference = reference_weight("Q5_0", raw)
+    np.testing.assert_array_equal(widened.dequantize().numpy(), reference)
+    assert (reference[1, :32] == reference[1, 0]).all() and (reference[0, :32] == 0).all()
+    for tokens in (1, 3):
+        inputs = np.random.default_rng(tokens).standard_normal((tokens, 384)).astype(np.float32)
+        expected = inputs.astype(np.float64) @ reference.T
+        got = widened.matmul(em.tensor(inputs, device=device), integer=False).numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+        if get_device(device).info.integer_dot_products:
+            got = widened.matmul(em.tensor(inputs, device=device), integer=True).numpy()
+            assert (np.abs(got - expected) <= rounding_bound(reference, inputs.astype(np.float64))).all()
+    q4_k = QuantizedTensor(em.tensor(random_blocks("Q4_K", rows=2, blocks=1), device=device),
+                           FORMATS_BY_NAME["Q4_K"], (2, 256))
+    assert q4_k.widened() is q4_k and q4_k.repacked() is q4_k
 
 
 @pytest.mark.parametrize("name", sorted(FORMATS_BY_NAME))

@@ -54,14 +54,15 @@ class QuantizedLinear(Module):
     def decode_scales(self) -> None:
         """Pick the blocks' scales out once where the blocks lie (2 to 20 bytes a block): each forward then reads
         them instead of picking them out of the blocks again, in a kernel of its own that reads every block. Blocks
-        of a format with an interleaved layout (Q5_0) are laid out so first (`QuantizedTensor.interleaved`: the
-        same bytes, which products unpack on byte vectors). A format of SCALES_IN_BLOCKS keeps reading its scale
-        from the blocks."""
+        of a format with a layout of ember's own for the device (Q5_0) are laid out so first
+        (`QuantizedTensor.repacked`: widened to Q8_0 where the device sums bytes in integers, else interleaved, the
+        same bytes unpacked on byte vectors). A format of SCALES_IN_BLOCKS keeps reading its scale from the
+        blocks."""
         if self.format is not None:
-            interleaved = self.quantized().interleaved()
-            self.raw, self.format = interleaved.raw, interleaved.format
+            repacked = self.quantized().repacked()
+            self.raw, self.format = repacked.raw, repacked.format
             if self.format.name not in SCALES_IN_BLOCKS:
-                self.scales = interleaved.decoded_scales().scales
+                self.scales = repacked.decoded_scales().scales
 
     def store_float32(self) -> None:
         """Keep the weight as float32 from now on, dequantized once where it lies (4 bytes a weight instead of the
