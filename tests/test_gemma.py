@@ -8,6 +8,7 @@ model runs on the c backend only (see test_models.py); every op it uses is teste
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +145,7 @@ def test_gemma3_greedy_tokens_match_transformers(gguf_path: Path, reference_gree
     blocks, repacked once: QuantizedTensor.repacked)."""
     device = c_device()
     from ember.backends.c import MappedHostArray
-    from ember.io.quantized import Q5_0X4, Q8_0, SCALES_IN_BLOCKS
+    from ember.io.quantized import SCALES_IN_BLOCKS
     from ember.models.gemma import Gemma3
     from ember.models.generate import generate
     from ember.nn.quantized import QuantizedLinear
@@ -162,12 +163,15 @@ def test_gemma3_greedy_tokens_match_transformers(gguf_path: Path, reference_gree
     linears = [module for module in model.modules() if isinstance(module, QuantizedLinear)]
     assert all(linear.format is not None and (linear.scales is None) == (linear.format.name in SCALES_IN_BLOCKS)
                for linear in linears)
-    # the file's pages, mapped in place, except Q5_0's blocks: repacked once (QuantizedTensor.repacked), widened to
-    # Q8_0 where the device sums bytes in integers, else interleaved into buffers of the same size
-    repacked = [linear for linear in linears if not isinstance(linear.raw.node.buffer.handle, MappedHostArray)]
-    assert len(repacked) == 4 * 18 + 9  # q, k, gate, up of every layer, v of half of them
-    layout = Q8_0 if get_device(device).info.integer_dot_products else Q5_0X4
-    assert all(linear.format is layout for linear in repacked)
+    # the file's pages, mapped in place, except the blocks repacked once (QuantizedTensor.repacked): where the device
+    # sums bytes in integers, Q5_0's (q, k, gate, up of every layer, v of half of them) widened to Q8_0 and Q6_K's
+    # (half of the downs) to Q6_KW; elsewhere Q5_0's interleaved into buffers of the same size
+    repacked = Counter(linear.format.name for linear in linears
+                       if not isinstance(linear.raw.node.buffer.handle, MappedHostArray))
+    if get_device(device).info.integer_dot_products:
+        assert repacked == {"Q8_0": 4 * 18 + 9, "Q6_KW": 9}
+    else:
+        assert repacked == {"Q5_0X4": 4 * 18 + 9}
     # the same with the weights dequantized to float32 once (one prompt, 2 tokens)
     float32 = Gemma3.from_gguf(gguf_path, float32_weights=True)
     ids, expected = reference_greedy[PROMPTS[0]]

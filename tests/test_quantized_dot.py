@@ -135,14 +135,19 @@ def test_a_decode_product_runs_in_integers_by_default_in_one_kernel_over_the_blo
     if not device.info.integer_dot_products:
         pytest.skip("this CPU has no byte dot-product instructions (x86 VNNI)")
     rows = 96 + len(name)  # a shape of its own: its kernels are rendered here
-    stored = "Q5_0" if name == "Q5_0X4" else name  # (Q5_0X4: Q5_0's blocks interleaved)
-    raw = random_blocks(stored, rows=rows, blocks=4, seed=9)
-    weight = QuantizedTensor(em.tensor(raw, device="c"), FORMATS_BY_NAME[stored], (rows, 128))
+    # (layouts of ember's own: Q5_0X4, Q5_0's blocks interleaved; Q6_KW, Q6_K's widened to a byte a value)
+    stored = {"Q5_0X4": "Q5_0", "Q6_KW": "Q6_K"}.get(name, name)
+    blocks = max(1, 128 // FORMATS_BY_NAME[stored].block_elements)
+    features = blocks * FORMATS_BY_NAME[stored].block_elements
+    raw = random_blocks(stored, rows=rows, blocks=blocks, seed=9)
+    weight = QuantizedTensor(em.tensor(raw, device="c"), FORMATS_BY_NAME[stored], (rows, features))
     if name == "Q5_0X4":
         weight = weight.interleaved()
+    elif name == "Q6_KW":
+        weight = weight.widened()
     assert weight.format.name == name
     weight = weight.decoded_scales()
-    x = em.tensor(np.random.default_rng(1).standard_normal((1, 128)).astype(np.float32), device="c").realize()
+    x = em.tensor(np.random.default_rng(1).standard_normal((1, features)).astype(np.float32), device="c").realize()
     sources: list[str] = []
     render = device.render
     with unittest.mock.patch.object(device, "render", lambda kernel: sources.append(render(kernel)) or sources[-1]):
@@ -155,7 +160,7 @@ def test_a_decode_product_runs_in_integers_by_default_in_one_kernel_over_the_blo
     reference = reference_weight(stored, raw)
     expected = x.numpy().astype(np.float64) @ reference.T
     assert (np.abs(result.numpy() - expected) <= rounding_bound(reference, x.numpy().astype(np.float64))).all()
-    many = np.random.default_rng(2).standard_normal((9, 128)).astype(np.float32)  # more rows: the float product
+    many = np.random.default_rng(2).standard_normal((9, features)).astype(np.float32)  # more rows: the float product
     np.testing.assert_allclose(weight.matmul(em.tensor(many, device="c")).numpy(), many @ reference.T, rtol=1e-4,
                                atol=1e-4 * np.abs(many @ reference.T).max())
 

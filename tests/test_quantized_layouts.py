@@ -104,6 +104,34 @@ def test_widened_q5_0_holds_the_same_values_as_q8_0_blocks(device: str) -> None:
     assert q4_k.widened() is q4_k and q4_k.repacked() is q4_k
 
 
+def test_widened_q6_k_holds_the_same_values_a_byte_each(device: str) -> None:
+    """Q6_K -> Q6_KW (`QuantizedTensor.widened`): the 6-bit values a byte each in the elements' order, then the
+    block's 16 scales and d, 274 bytes a block of 256 instead of 210; the values are exactly the file's, with the
+    scales decoded or read from the blocks; float products of one and three rows, and the integer one where the
+    device has byte dot products, are numpy's (the latter within the int8 input's rounding); a layer repacks its
+    Q6_K blocks so only where the device sums bytes in integers."""
+    raw = random_blocks("Q6_K", rows=11, blocks=3, seed=6)
+    weight = QuantizedTensor(em.tensor(raw, device=device), FORMATS_BY_NAME["Q6_K"], (11, 768))
+    widened = weight.widened()
+    assert widened.format.name == "Q6_KW" and tuple(widened.raw.shape) == (11, 3 * 274)
+    reference = reference_weight("Q6_K", raw)
+    np.testing.assert_array_equal(widened.dequantize().numpy(), reference)
+    decoded = widened.decoded_scales()
+    np.testing.assert_array_equal(decoded.dequantize().numpy(), reference)
+    integer = get_device(device).info.integer_dot_products
+    for tokens in (1, 3):
+        inputs = np.random.default_rng(tokens).standard_normal((tokens, 768)).astype(np.float32)
+        expected = inputs.astype(np.float64) @ reference.T
+        got = decoded.matmul(em.tensor(inputs, device=device), integer=False).numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+        if integer:
+            got = decoded.matmul(em.tensor(inputs, device=device), integer=True).numpy()
+            assert (np.abs(got - expected) <= rounding_bound(reference, inputs.astype(np.float64))).all()
+    layer = QuantizedLinear(weight)
+    layer.decode_scales()
+    assert layer.format.name == ("Q6_KW" if integer else "Q6_K") and layer.scales is not None
+
+
 @pytest.mark.parametrize("name", sorted(FORMATS_BY_NAME))
 def test_many_rows_unpack_the_weight_once_then_multiply_floats(name: str, device: str) -> None:
     """A prompt's product (DEQUANTIZE_ROWS rows or more): one kernel unpacks every block into a float32 weight, a

@@ -360,11 +360,47 @@ def q5_0_widened(blocks: Tensor) -> Tensor:
     return cat([blocks[..., 0:2], values.reshape(*blocks.shape[:-1], 32)], dim=-1)
 
 
+def q6_kw_scales(blocks: Tensor) -> tuple[Tensor, ...]:
+    """Q6_KW: d (float16, (..., blocks, 1, 1, 1)) and the 16 sub-blocks' int8 scales (..., blocks, 8, 2, 1)."""
+    sub_scales = blocks[..., 256:272].bitcast(dtypes.int8)
+    return _scale(blocks, 272, 3), sub_scales.reshape(*blocks.shape[:-1], 8, 2, 1)
+
+
+def q6_kw_values(blocks: Tensor, scales: tuple[Tensor, ...]) -> Tensor:
+    """Q6_KW: Q6_K's 256 6-bit values a byte each in the elements' order, then its 16 int8 scales and d;
+    x = d * scale_j * (q - 32), element e of sub-block e // 16. Layout (8, 2, 16)."""
+    return _float(scales[0]) * _float(scales[1]) * _quants(_q6_kw_bytes(blocks), 32.0)
+
+
+def q6_kw_integers(blocks: Tensor, scales: tuple[Tensor, ...]) -> IntegerForm:
+    """Q6_KW as (d * scale_j) * (q - 32), one group per sub-block of 16."""
+    return IntegerForm(_q6_kw_bytes(blocks), 32, _float(scales[0]) * _float(scales[1]), None, 1)
+
+
+def _q6_kw_bytes(blocks: Tensor) -> Tensor:
+    return blocks[..., 0:256].reshape(*blocks.shape[:-1], 8, 2, 16)
+
+
+def q6_k_widened(blocks: Tensor) -> Tensor:
+    """Q6_K blocks (..., 210) -> Q6_KW blocks (..., 274) of the same values, lazily: the values' bits joined into a
+    byte each (q6_k_bits, whose layout's order is the elements'), then the block's scales and d as they were."""
+    values = q6_k_bits(blocks).reshape(*blocks.shape[:-1], QK_K)
+    return cat([values, blocks[..., 192:210]], dim=-1)
+
+
+# a layout of ember's own: Q6_K widened to a byte a value (`QuantizedTensor.widened`)
+Q6_KW = QuantFormat("Q6_KW", QK_K, 274, (8, 2, 16), q6_kw_scales, q6_kw_values, q6_kw_integers)
+
+
 # a format -> (the format of a byte a value its blocks widen into, how they are widened): where a device sums
-# bytes in integers (DeviceInfo.integer_dot_products), picking 5-bit values out of their bits costs more than
-# reading 55% more bytes. Measured on c (AVX512-VNNI, 2 threads) over Gemma-3-270M's 18 layers, a token's gated
-# MLP products 2.74-2.88 -> 1.68-2.28 ms, its query products 0.66-0.78 -> 0.35-0.36 ms (Q5_0X4 -> Q8_0)
-WIDENED_FORMATS: dict[str, tuple[QuantFormat, Callable[[Tensor], Tensor]]] = {"Q5_0": (Q8_0, q5_0_widened)}
+# bytes in integers (DeviceInfo.integer_dot_products), picking values out of their bits costs more than reading
+# more bytes. Measured on c (AVX512-VNNI, 2 threads) with Gemma-3-270M's weights, a token's products: the gated
+# MLP's of 18 layers 2.74-2.88 -> 1.68-2.28 ms and the queries' 0.66-0.78 -> 0.35-0.36 ms (Q5_0X4 -> Q8_0, 55% more
+# bytes), the 9 Q6_K downs' 0.88-0.91 ms in floats -> 0.53-0.55 ms in integers (Q6_KW, 30% more bytes). Q4_K's
+# (its 4-bit values take one shift per run of bytes) would double its bytes: the model's resident memory then
+# passes 1.5x its file
+WIDENED_FORMATS: dict[str, tuple[QuantFormat, Callable[[Tensor], Tensor]]] = {
+    "Q5_0": (Q8_0, q5_0_widened), "Q6_K": (Q6_KW, q6_k_widened)}
 
 
 def many_rows_product(product: Tensor) -> Tensor:
