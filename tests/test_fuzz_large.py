@@ -295,6 +295,7 @@ def test_the_command_keeps_to_a_short_time() -> None:
     result = subprocess.run([sys.executable, "-m", "ember", "fuzz", "--device", "c", "--minutes", str(minutes),
                              "--seed", "11"], capture_output=True, text=True, timeout=300)
     elapsed = time.monotonic() - start
-    # the worker's start-up counts against its time; what may run over is one example (a few compiles)
-    assert elapsed < minutes * 60 + 10, (elapsed, result.stdout)
+    # the worker's start-up counts against its time; what may run over is one example (a few compiles), slower on a
+    # loaded machine (16.2 s on an H100 host running 15 test workers): a command that ignored its limit runs minutes
+    assert elapsed < minutes * 60 + 30, (elapsed, result.stdout)
     assert "examples ran" in result.stdout and " large" in result.stdout, result.stdout + result.stderr
