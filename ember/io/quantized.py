@@ -520,9 +520,9 @@ class QuantizedTensor:
         return QuantizedTensor(raw, quant_format, self.shape)
 
     def widened(self) -> QuantizedTensor:
-        """The same values in the format its blocks widen into (`WIDENED_FORMATS`: Q5_0 -> Q8_0, a byte a value,
-        which integer products read with no bits picked), computed now on the blocks' device; itself when its
-        format has none."""
+        """The same values in the format its blocks widen into (`WIDENED_FORMATS`: Q5_0 -> Q8_0, Q6_K -> Q6_KW, a
+        byte a value, which integer products read with no bits picked), computed now on the blocks' device; itself
+        when its format has none."""
         target = WIDENED_FORMATS.get(self.format.name)
         if target is None:
             return self

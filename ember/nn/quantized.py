@@ -54,9 +54,9 @@ class QuantizedLinear(Module):
     def decode_scales(self) -> None:
         """Pick the blocks' scales out once where the blocks lie (2 to 20 bytes a block): each forward then reads
         them instead of picking them out of the blocks again, in a kernel of its own that reads every block. Blocks
-        of a format with a layout of ember's own for the device (Q5_0) are laid out so first
-        (`QuantizedTensor.repacked`: widened to Q8_0 where the device sums bytes in integers, else interleaved, the
-        same bytes unpacked on byte vectors). A format of SCALES_IN_BLOCKS keeps reading its scale from the
+        of a format with a layout of ember's own for the device (Q5_0, Q6_K) are laid out so first
+        (`QuantizedTensor.repacked`: widened to a byte a value, Q8_0 and Q6_KW, where the device sums bytes in
+        integers; else Q5_0's interleaved, the same bytes unpacked on byte vectors). A format of SCALES_IN_BLOCKS keeps reading its scale from the
         blocks."""
         if self.format is not None:
             repacked = self.quantized().repacked()
