@@ -516,8 +516,7 @@ class QuantizedTensor:
         if target is None or blocks_per_row % target[1]:
             return self
         quant_format, _, interleave = target
-        raw = interleave(self.blocks()).reshape(*self.shape[:-1], self.raw.shape[-1]).contiguous().realize()
-        return QuantizedTensor(raw, quant_format, self.shape)
+        return self._laid_out(quant_format, interleave)
 
     def widened(self) -> QuantizedTensor:
         """The same values in the format its blocks widen into (`WIDENED_FORMATS`: Q5_0 -> Q8_0, Q6_K -> Q6_KW, a
@@ -526,9 +525,13 @@ class QuantizedTensor:
         target = WIDENED_FORMATS.get(self.format.name)
         if target is None:
             return self
-        quant_format, widen = target
-        row_bytes = self.shape[-1] // self.format.block_elements * quant_format.block_bytes
-        raw = widen(self.blocks()).reshape(*self.shape[:-1], row_bytes).contiguous().realize()
+        return self._laid_out(*target)
+
+    def _laid_out(self, quant_format: QuantFormat, lay_out: Callable[[Tensor], Tensor]) -> QuantizedTensor:
+        """The same values as blocks of `quant_format`, which `lay_out` makes of this tensor's blocks (lazily),
+        computed now on the blocks' device."""
+        row_bytes = self.shape[-1] // quant_format.block_elements * quant_format.block_bytes
+        raw = lay_out(self.blocks()).reshape(*self.shape[:-1], row_bytes).contiguous().realize()
         return QuantizedTensor(raw, quant_format, self.shape)
 
     def repacked(self) -> QuantizedTensor:
