@@ -68,6 +68,27 @@ def measure(runner: Runner, repeats: int, warmup: int) -> list[float]:
     return times
 
 
+# a library's worker threads that keep spinning after its call returns (OpenBLAS's: 50-200 ms after each threaded
+# matmul here) take the cores from the next implementation timed: ember's 1024^2 matmul measured 84-88 GFLOP/s when
+# timed right after numpy's and 161-166 after a 0.2 s pause (192 alone), which made every matmul ratio a measure of
+# the order of the turns. Before each timed run the process waits until its own threads are idle.
+SETTLE_WINDOW = 0.005  # seconds of sleep over which the process's CPU time is read
+SETTLE_BUSY = 0.2  # the share of one core the process's threads may use while the main thread sleeps: idle
+SETTLE_LIMIT = 1.0  # seconds waited at most (a library whose threads never sleep is timed as it is)
+
+
+def settle() -> float:
+    """Wait until no thread of this process keeps a core busy (another library's spinning workers), at most
+    SETTLE_LIMIT seconds; the seconds waited."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < SETTLE_LIMIT:
+        cpu = time.process_time()  # (all of the process's threads)
+        time.sleep(SETTLE_WINDOW)
+        if time.process_time() - cpu < SETTLE_BUSY * SETTLE_WINDOW:
+            break
+    return time.perf_counter() - start
+
+
 def touched(array: np.ndarray) -> np.ndarray:
     """The array with every page written once (first touches of fresh memory are slow on some VMs)."""
     array.reshape(-1)[:: max(1, 4096 // array.itemsize)] += 0
@@ -477,7 +498,8 @@ def cold_results(devices: list[str], batch: int, repeats: int) -> list[Result]:
 
 
 def run_case(case: Case, repeats: int, warmup: int, log: Callable[[str], None]) -> list[Result]:
-    """Warm every implementation up, then time them in turns (run 1 of each, run 2 of each, ...).
+    """Warm every implementation up, then time them in turns (run 1 of each, run 2 of each, ...), each run once the
+    threads the previous one left spinning are idle (`settle`).
 
     Taking turns spreads the noise of other processes evenly over the implementations, so ratios hold up better
     than absolute numbers on a busy machine."""
@@ -495,6 +517,7 @@ def run_case(case: Case, repeats: int, warmup: int, log: Callable[[str], None]) 
     times: dict[str, list[float]] = {implementation: [] for implementation in runners}
     for _ in range(repeats):
         for implementation, runner in runners.items():
+            settle()
             times[implementation] += measure(runner, 1, 0)
     results = []
     for implementation in case.builders:
