@@ -208,10 +208,28 @@ def test_a_crash_while_building_is_blamed_cached_and_a_corrupt_entry_probed_agai
     assert verdict in path.read_bytes()
     path.write_bytes(path.read_bytes().replace(verdict, b'"probe_add_float32_x4": "no"'))  # behind the checksum
     again = opencl_probe.vector_support(target, key, opencl.VECTOR_OPS, 4, has_fp64)
-    assert again.report.children >= 1 and again.ops == opencl.VECTOR_OPS and again.fallbacks == ()
+    # (the next narrower width is offered with the same ops: tiles too long to lower in the wider vectors)
+    assert again.report.children >= 1 and again.ops == opencl.VECTOR_OPS
+    assert again.fallbacks == ((2, opencl.VECTOR_OPS),)
     assert verdict in path.read_bytes()
     path.write_bytes(path.read_bytes()[:50])
     assert opencl_probe.load_verdicts(path, key) == {} and not path.exists()
+
+
+def test_a_softmax_row_too_long_for_the_widest_tiles_runs_in_narrower_vectors(opencl_device: str) -> None:
+    """A softmax over rows of 1024 is a tile of exp2 chains too long to lower in 16 lanes (ir/opt.py
+    MAX_LOWERED_STEPS): the probe offers the next narrower width with the same ops, so the row is vectorized there
+    instead of walked lane by lane in scalars (PoCL's scalar exp2 calls: 129 ms for 4096 x 1024, 13 ms in float8)."""
+    info = REGISTRY.device(opencl_device).info
+    if info.preferred_vector_width < 4 or Op.EXP2 not in info.vector_ops:
+        pytest.skip("this OpenCL device gets no wide vectors of exp2")
+    assert info.fallback_vector_widths and info.fallback_vector_widths[0][0] == info.preferred_vector_width // 2
+    before = set(COMPILED)
+    x, tx = pair(random_array((64, 1024)) * 4, opencl_device)
+    assert_close(x.softmax(-1), tx.softmax(-1))
+    assert_close(x.log_softmax(-1), tx.log_softmax(-1), atol=1e-5)
+    widths = [vector_width(compiled.ir) for compiled in _compiled_since(opencl_device, before)]
+    assert widths and all(width > 1 for width in widths), widths
 
 
 def test_every_op_the_renderer_puts_on_vectors_has_a_probe_case() -> None:
