@@ -49,6 +49,7 @@ CRASH_VARIABLE = "EMBER_OPENCL_PROBE_CRASH"
 VECTOR_WIDTH_VARIABLE = "EMBER_OPENCL_VECTOR_WIDTH"  # float32 lanes of ember's vectors, instead of the device's
 VECTOR_WIDTHS = (1, 2, 4, 8, 16)  # OpenCL's vector sizes that ember uses (1: no vectors)
 OK = "ok"
+MASK_OPS = frozenset({Op.AND, Op.OR})  # probed on the masks of comparisons, the only vectors of them ember packs here
 TOLERANCES = {dtypes.float32: (1e-5, 1e-6), dtypes.float64: (1e-12, 1e-14)}  # (relative, absolute)
 
 
@@ -85,8 +86,12 @@ def case_expression(op: Any) -> tuple:
     Ops with a bool result feed a select (vectors of bools are masks, never stored)."""
     if op is Op.WHERE:
         return (Op.WHERE, (Op.CMPLT, 0, 1), 2, 3)
+    if op is Op.CMPEQ:  # x == x: true but in the NaN lane (inputs of two rows never hold one value in one lane)
+        return (Op.WHERE, (op, 0, 0), 1.0, 0.0)
     if op in COMPARISON_OPS:
         return (Op.WHERE, (op, 0, 1), 1.0, 0.0)
+    if op in MASK_OPS:  # masks combined (the lanes of comparisons: signed integers as wide as the values compared)
+        return (Op.WHERE, (op, (Op.CMPLT, 0, 1), (Op.CMPLT, 2, 3)), 1.0, 0.0)
     if op in UNARY_OPS:
         return (op, 0)
     if op in BINARY_OPS:
@@ -182,7 +187,7 @@ def _build(builder: Builder, expression: Any, load: Any, lanes: int, dtype: DTyp
         return builder.vectorize([builder.const(expression, dtype)] * lanes)
     op, *operands = expression
     sources = [_build(builder, operand, load, lanes, dtype) for operand in operands]
-    return builder.vector_alu(op, dtypes.bool_ if op in COMPARISON_OPS else dtype, *sources)
+    return builder.vector_alu(op, dtypes.bool_ if op in COMPARISON_OPS | MASK_OPS else dtype, *sources)
 
 
 def _evaluate(expression: Any, inputs: np.ndarray, dtype: DType) -> np.ndarray:
@@ -192,7 +197,7 @@ def _evaluate(expression: Any, inputs: np.ndarray, dtype: DType) -> np.ndarray:
         return np.full(inputs.shape[1], expression, dtype=dtype.numpy)
     op, *operands = expression
     sources = [_evaluate(operand, inputs, dtype) for operand in operands]
-    return _reference(op, sources, None, dtypes.bool_ if op in COMPARISON_OPS else dtype)
+    return _reference(op, sources, None, dtypes.bool_ if op in COMPARISON_OPS | MASK_OPS else dtype)
 
 
 def _reference(op: Op, sources: list[np.ndarray], arg: Any, dtype: DType) -> np.ndarray:
@@ -627,7 +632,7 @@ def vector_support(target: dict[str, Any], key: str, vector_ops: frozenset, pref
     report, usable = ProbeReport(), {}
     if not widths:
         return VectorSupport(1, frozenset(), (), [], report)
-    batches = [widths[:2]] + [[width] for width in widths[2:]]
+    batches = [[width] for width in widths]
     for batch in batches:
         partial = cached_probe(target, key, [case for width in batch for case in cases_for(vector_ops, width, has_fp64)])
         report.verdicts.update(partial.verdicts)
@@ -635,7 +640,7 @@ def vector_support(target: dict[str, Any], key: str, vector_ops: frozenset, pref
         report.seconds += partial.seconds
         for width in batch:
             usable[width] = usable_ops(vector_ops, report.verdicts, width)
-        if all(any(op in ops for ops in usable.values()) for op in vector_ops):
+        if len(usable) >= 2 and all(any(op in ops for ops in usable.values()) for op in vector_ops):
             break
     loads = [width for width, ops in usable.items() if IROp.LOAD in ops]
     failures = [f"{case.op} {case.dtype} x{case.lanes}: {verdict}" for case, verdict in sorted(report.verdicts.items())
