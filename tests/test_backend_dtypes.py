@@ -124,6 +124,23 @@ def test_casts_between_every_pair_of_dtypes(device_under_test: str) -> None:
             assert_close(x.to(target), tx.to(TORCH_DTYPES[target]), atol=0, rtol=0)
 
 
+def test_a_negative_integer_widened_to_64_bits_keeps_its_sign_as_a_float(device_under_test: str) -> None:
+    """int32 -> int64 -> float fused into one kernel with what compares the float to 0: lavapipe lost the sign (the
+    log of -1 was -177.4, not NaN: fuzz seed 4341) until the 64-bit value was hidden from its compiler."""
+    device = REGISTRY.device(device_under_test)
+    if em.int64 not in device.info.supported_dtypes:
+        pytest.skip(f"{device_under_test} has no int64")
+    x, tx = pair_of([[-1, -7], [-1, 2]], em.int32, device_under_test)
+    for target in (em.float32, em.float64):
+        if target not in device.info.supported_dtypes:
+            continue
+        wide, twide = x.to(em.int64).to(target), tx.to(torch.int64).to(TORCH_DTYPES[target])
+        assert_close(wide.log(), twide.log())
+        assert_close(wide.log2(), twide.log2())
+        assert_close(wide.sqrt(), twide.sqrt())
+        assert_close(x.to(em.int64).log(), tx.to(torch.int64).log())
+
+
 def test_negative_floats_cast_to_signed_integers_truncate(device_under_test: str) -> None:
     x, tx = pair_of([-0.5, -1.5, -127.9, 3.99], em.float32, device_under_test)
     for dtype in (em.int8, em.int16, em.int32):

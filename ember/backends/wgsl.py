@@ -260,6 +260,13 @@ class WGSLRenderer(StepRenderer[KernelBody]):
             return f"({value} != {self.constant(0, source)})"
         if source.is_bool:
             return f"select({self.constant(0, dtype)}, {self.constant(1, dtype)}, {value})"
+        if dtype.is_float and source.kind in "iu" and source.itemsize == 8:
+            # a 64-bit integer converted to a float goes through `ember_opaque_*`: lavapipe gave f32(i64(x)) of a
+            # negative int32 x a value every comparison with 0 called non-negative (log(-1) was -177.4, not NaN:
+            # fuzz seed 4341), as if its sign were lost to a fold of the two conversions
+            kind = self.value_type(source)
+            self.helpers.update({"opaque", f"opaque_{kind}"})
+            value = f"ember_opaque_{kind}({value})"
         if dtype == dtypes.float16:
             self.helpers.add("f16")
             return f"ember_round_f16({self._to_f32(value, source)})"
