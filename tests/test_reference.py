@@ -137,6 +137,24 @@ def test_reductions_keep_axes_and_have_identities() -> None:
     assert primitive(Op.SUM, x, arg=(0, 2)).tolist() == [[[60], [92], [124]]]
 
 
+def test_long_and_many_axis_reductions_through_the_tensor_api_match_torch() -> None:
+    """Reduces of 512 elements or more per output (that ember stages, or asks its device about) went through core's
+    staging with the reference's tensors, which have no graph node: the fuzzer's oracle raised instead of answering
+    (fuzz seed 4309: a sum over four axes of a tensor with a zero dim)."""
+    values = random_array((3, 7, 2, 5, 5))
+    assert_reference_close(R(values).sum((0, 1, 3, 4)), torch.tensor(values).sum((0, 1, 3, 4)))
+    empty = np.zeros((3, 7, 0, 5, 5), dtype=np.float32)
+    assert R(empty).sum((0, 1, 3, 4), keepdim=False).numpy().shape == (0,)
+    long = random_array((3, 200_000))
+    assert_reference_close(R(long).sum(1), torch.tensor(long, dtype=torch.float64).sum(1).float())
+    assert_reference_close(R(long).amax(1), torch.tensor(long).amax(1))
+    assert_reference_close(R(long).mean(), torch.tensor(long, dtype=torch.float64).mean().float())
+
+
+def assert_reference_close(actual: ReferenceTensor, expected: torch.Tensor) -> None:
+    np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_movement_primitives() -> None:
     x = R(np.arange(6, dtype=np.int32).reshape(2, 3))
     assert primitive(Op.PAD, x, arg=(((1, 0), (0, 2)), 9)).tolist() == [[9, 9, 9, 9, 9], [0, 1, 2, 9, 9],

@@ -60,6 +60,8 @@ def reduce_axes(tensor: Tensor, op: Op, axes: tuple[int, ...], threshold: int = 
     GPU), the stages after the first combining up to `later_chunk` partials each."""
     if not axes:
         return tensor
+    if not hasattr(tensor, "node"):  # the numpy reference tensor (ember/testing/reference.py): no graph, no device
+        return tensor._apply(op, arg=axes)  # whose stages it would follow; numpy sums the axes as one primitive
     extent = prod([tensor.shape[axis] for axis in axes])
     parallel = extent <= threshold  # (staged only for a GPU's parallelism, if at all)
     # (a reduce of the last axis alone gets its groups as it is, and keeps the row fusion of softmax and the norms;
