@@ -623,8 +623,9 @@ def usable_ops(vector_ops: frozenset, verdicts: dict[ProbeCase, str], width: int
 
 def vector_support(target: dict[str, Any], key: str, vector_ops: frozenset, preferred: int,
                    has_fp64: bool) -> VectorSupport:
-    """Probe the preferred width and the next narrower one (together, in one child process); while some op works at
-    no width probed yet, the narrower widths after them too. The next narrower width is offered even with no op the
+    """Probe the preferred width and the next narrower one, each in its own child (together, a driver that crashes
+    on the wide vectors took the narrow cases down with it: 16 children instead of 10); while some op works at no
+    width probed yet, the narrower widths after them too. The next narrower width is offered even with no op the
     preferred one lacks: lowering refuses tiles too long to lower (ir/opt.py MAX_LOWERED_STEPS), and a kernel whose
     tile of the wide vectors is refused fits in the narrower ones instead of falling back to scalars (PoCL: a 4096 x
     1024 softmax in float16 was refused, its scalar row loop called exp2 lane by lane, 129 ms; in float8 13 ms)."""
@@ -632,14 +633,12 @@ def vector_support(target: dict[str, Any], key: str, vector_ops: frozenset, pref
     report, usable = ProbeReport(), {}
     if not widths:
         return VectorSupport(1, frozenset(), (), [], report)
-    batches = [[width] for width in widths]
-    for batch in batches:
-        partial = cached_probe(target, key, [case for width in batch for case in cases_for(vector_ops, width, has_fp64)])
+    for width in widths:
+        partial = cached_probe(target, key, cases_for(vector_ops, width, has_fp64))
         report.verdicts.update(partial.verdicts)
         report.children += partial.children
         report.seconds += partial.seconds
-        for width in batch:
-            usable[width] = usable_ops(vector_ops, report.verdicts, width)
+        usable[width] = usable_ops(vector_ops, report.verdicts, width)
         if len(usable) >= 2 and all(any(op in ops for ops in usable.values()) for op in vector_ops):
             break
     loads = [width for width, ops in usable.items() if IROp.LOAD in ops]
