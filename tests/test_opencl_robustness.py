@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 import ember as em
 from ember.backends import opencl, opencl_probe
@@ -105,9 +106,10 @@ WORKLOADS = textwrap.dedent("""
 
 PROBE_ONLY = textwrap.dedent("""
     import json
+    from ember.backends.opencl_probe import op_name
     from ember.backends.registry import REGISTRY
     info = REGISTRY.device("opencl:0").info
-    fallbacks = [[width, sorted(op.name for op in ops)] for width, ops in info.fallback_vector_widths]
+    fallbacks = [[width, sorted(op_name(op) for op in ops)] for width, ops in info.fallback_vector_widths]
     print(json.dumps({"probe": info.extra.get("vector_probe"), "fallbacks": fallbacks,
                       "failures": info.extra.get("vector_probe_failures", [])}))
 """)
@@ -232,10 +234,32 @@ def test_a_softmax_row_too_long_for_the_widest_tiles_runs_in_narrower_vectors(op
     assert widths and all(width > 1 for width in widths), widths
 
 
+def test_kernels_of_masks_and_concatenated_rows_run_in_vectors(opencl_device: str) -> None:
+    """Ops that kept whole kernels scalar on OpenCL (the c device had them): a float compared equal to a constant and
+    masks combined (`x < c | x == c`: nanoGPT's GELU, 56 ms a launch on PoCL), and a concatenation along an axis
+    other than the vectors', whose one condition per row selects whole vectors (char_lstm's gradients: scalar rows of
+    128 outputs, 5.2 MB of source for its first step)."""
+    info = REGISTRY.device(opencl_device).info
+    if info.preferred_vector_width < 4:
+        pytest.skip("this OpenCL device gets no vectors")
+    values = random_array((64, 256))
+    values[0, :3] = 0.0
+    x, tx = pair(values, opencl_device)
+    before = set(COMPILED)
+    either, teither = (x < 0.5) | (x == 0.0), (tx < 0.5) | (tx == 0.0)
+    assert_close(em.where(either, x.exp(), x * 2), torch.where(teither, tx.exp(), tx * 2))
+    assert_close(em.where((x == 0.0) & (x < 1.0), 1.0, x), torch.where((tx == 0.0) & (tx < 1.0), 1.0, tx))
+    rows, trows = x.reshape(64, 2, 128), tx.reshape(64, 2, 128)  # (a concatenation picks a whole row of vectors)
+    assert_close(em.cat([rows, rows * 2], 1) * 3 - 1, torch.cat([trows, trows * 2], 1) * 3 - 1)
+    assert_close(em.cat([rows, rows.exp()], 0) + 1, torch.cat([trows, trows.exp()], 0) + 1)
+    widths = [vector_width(compiled.ir) for compiled in _compiled_since(opencl_device, before)]
+    assert len(widths) >= 4 and all(width > 1 for width in widths), widths
+
+
 def test_every_op_the_renderer_puts_on_vectors_has_a_probe_case() -> None:
     renderer = opencl.OpenCLRenderer(has_fp64=True)
     cases = opencl_probe.cases_for(opencl.VECTOR_OPS, 16, True)
-    assert {case.op for case in cases} == {op.name for op in opencl.VECTOR_OPS}
+    assert {case.op for case in cases} == {opencl_probe.op_name(op) for op in opencl.VECTOR_OPS}
     for dtype in ("float32", "float64"):
         unit = tuple(case for case in cases if case.dtype == dtype)
         kernel, inputs, regions, expected = opencl_probe.unit_kernel(unit, "probe_test")

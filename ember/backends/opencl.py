@@ -21,6 +21,7 @@ from ember.core.dtype import DType
 from ember.core.errors import BackendUnavailable, CompileError, OutOfMemoryError
 from ember.core.ops import Op
 from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
+from ember.ir.vectorize import SCALAR_CONDITION
 
 try:
     import pyopencl as cl
@@ -31,8 +32,12 @@ except ImportError:  # the renderer works without pyopencl; probe() says how to 
 # scalar calls (exp2 ~10x slower than on float8), so kernels carry explicit vector types where tiles allow
 # (CMPEQ, AND and OR too: a float == c, and masks combined, `x < c | x == c`, kept a GELU's or a softmax gradient's
 # whole kernel scalar: nanoGPT's GELU 56 ms a launch on PoCL, in float16 vectors ~3 ms)
+# (and a select of vectors by one condition, SCALAR_CONDITION: a padded axis other than the vectors' read through
+# a guarded load kept char_lstm's gradient kernels scalar rows of 128 outputs, 144 KB of source each, 5.2 MB in all
+# for a first step PoCL compiled for minutes)
 VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.CMPEQ,
-                        Op.AND, Op.OR, Op.WHERE, Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC})
+                        Op.AND, Op.OR, Op.WHERE, Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC,
+                        SCALAR_CONDITION})
 LOCAL_SIZE = 32  # work items per work group at most: measured best on PoCL (16-32 beat 64-256)
 GROUPS_PER_UNIT = 4  # work groups per compute unit at least, where the global size allows (load balance on PoCL,
 # which runs a group's items as one loop on one core)
@@ -224,6 +229,8 @@ class OpenCLRenderer(CStyleRenderer):
         return f"ember_max_{node.dtype.name}x{node.width}({operands[0]}, {operands[1]})"
 
     def vector_select(self, operands: list[str], node: IRNode) -> str:
+        if node.srcs[0].width == 1:  # one condition for every lane (vectorize.SCALAR_CONDITION): ?: on vectors
+            return f"({operands[0]}?{operands[1]}:{operands[2]})"
         mask, (value_dtype, mask_dtype) = operands[0], (lane_dtype(node), lane_dtype(node.srcs[0]))
         if value_dtype.itemsize != mask_dtype.itemsize:  # select() wants a mask as wide as the values
             mask = f"convert_{self.vector_type(MASK_TYPES[value_dtype.itemsize], node.width)}({mask})"

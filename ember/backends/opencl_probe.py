@@ -36,7 +36,7 @@ from ember.core.dtype import DType
 from ember.core.errors import BackendUnavailable
 from ember.core.ops import BINARY_OPS, COMPARISON_OPS, REDUCE_OPS, UNARY_OPS, Op
 from ember.ir.ir import BufferParam, Builder, IRNode, IROp, KernelIR
-from ember.ir.vectorize import VECTOR_DTYPES
+from ember.ir.vectorize import SCALAR_CONDITION, VECTOR_DTYPES
 
 PROBE_FORMAT = 1
 WORK_ITEMS = 32  # one work group as large as the largest local size ember launches (opencl.LOCAL_SIZE)
@@ -50,6 +50,12 @@ VECTOR_WIDTH_VARIABLE = "EMBER_OPENCL_VECTOR_WIDTH"  # float32 lanes of ember's 
 VECTOR_WIDTHS = (1, 2, 4, 8, 16)  # OpenCL's vector sizes that ember uses (1: no vectors)
 OK = "ok"
 MASK_OPS = frozenset({Op.AND, Op.OR})  # probed on the masks of comparisons, the only vectors of them ember packs here
+SCALAR_WHERE = "SCALAR_WHERE"  # the case name of vectorize.SCALAR_CONDITION: a select of vectors by one condition
+
+
+def op_name(op: Any) -> str:
+    """A vector op's name in probe cases (IROp.LOAD -> "LOAD", Op.SQRT -> "SQRT", SCALAR_CONDITION -> SCALAR_WHERE)."""
+    return SCALAR_WHERE if op == SCALAR_CONDITION else op.name
 TOLERANCES = {dtypes.float32: (1e-5, 1e-6), dtypes.float64: (1e-12, 1e-14)}  # (relative, absolute)
 
 
@@ -74,7 +80,7 @@ def cases_for(vector_ops: frozenset, width: int, has_fp64: bool) -> list[ProbeCa
     """Every case of one width: each op the renderer emits on vectors, on each vector dtype with 2 lanes or more."""
     vector_dtypes = [dtype for dtype in sorted(VECTOR_DTYPES, key=lambda d: d.itemsize)
                      if has_fp64 or dtype != dtypes.float64]
-    cases = [ProbeCase(op.name, dtype.name, width) for op in vector_ops for dtype in vector_dtypes]
+    cases = [ProbeCase(op_name(op), dtype.name, width) for op in vector_ops for dtype in vector_dtypes]
     return sorted(case for case in cases if case.lanes >= 2)
 
 
@@ -143,7 +149,7 @@ def _case(builder: Builder, case: ProbeCase, source: IRNode, output: IRNode, ori
     """Add the stores of one case (its results from `offset` on) and return the values they must store."""
     from ember.backends.opencl import VECTOR_OPS
 
-    op = {entry.name: entry for entry in VECTOR_OPS}[case.op]
+    op = {op_name(entry): entry for entry in VECTOR_OPS}[case.op]
     dtype, lanes, count = dtypes.DTYPES_BY_NAME[case.dtype], case.lanes, inputs.shape[1]
 
     def load(row: IRNode | int, valid: IRNode | None = None) -> IRNode:
@@ -168,6 +174,12 @@ def _case(builder: Builder, case: ProbeCase, source: IRNode, output: IRNode, ori
         guarded = inputs[0].copy()
         guarded[-lanes:] = 0
         return np.concatenate([guarded, inputs[1], inputs[2].reshape(-1, lanes)[:, ::-1].reshape(-1)])
+    if op == SCALAR_CONDITION:  # one condition for every lane of a work item's vectors: the first half of the work
+        # items select the third input's vector, the others the fourth's (a padded axis' bound, a causal mask's row)
+        first_half = builder.less(builder.global_id(WORK_ITEMS, dtypes.int32), WORK_ITEMS // 2)
+        store(0, builder.vector_alu(Op.WHERE, dtype, first_half, load(2), load(3)))
+        half = WORK_ITEMS // 2 * lanes
+        return np.concatenate([inputs[2][:half], inputs[3][half:]])
     if op is IROp.REDUCE:  # each reduce op over the first REDUCE_ROWS inputs, one after another
         row = builder.new_range(REDUCE_ROWS, dtypes.int32)
         reduce_ops = sorted(REDUCE_OPS, key=lambda reduce_op: reduce_op.name)
@@ -618,7 +630,7 @@ def usable_ops(vector_ops: frozenset, verdicts: dict[ProbeCase, str], width: int
     """The ops all of whose cases at this width passed."""
     return frozenset(op for op in vector_ops
                      if all(verdict == OK for case, verdict in verdicts.items()
-                            if case.width == width and case.op == op.name))
+                            if case.width == width and case.op == op_name(op)))
 
 
 def vector_support(target: dict[str, Any], key: str, vector_ops: frozenset, preferred: int,
@@ -708,8 +720,8 @@ def vector_capabilities(cl_device: Any, device_width: int, has_fp64: bool) -> di
                       f"failed: {error}", RuntimeWarning, stacklevel=2)
         return fields
     described = [f"{support.width} float32 lanes: " + (
-        "every vector op" if support.ops == VECTOR_OPS else ", ".join(sorted(op.name for op in support.ops)))]
-    described += [f"{narrower} lanes: " + (", ".join(sorted(op.name for op in ops - support.ops))
+        "every vector op" if support.ops == VECTOR_OPS else ", ".join(sorted(op_name(op) for op in support.ops)))]
+    described += [f"{narrower} lanes: " + (", ".join(sorted(op_name(op) for op in ops - support.ops))
                                             or "the same ops, for tiles too long in the wider vectors")
                   for narrower, ops in support.fallbacks]
     fields.update(preferred_vector_width=support.width if support.ops else width, vector_ops=support.ops,
