@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import ember as em
-from ember.backends import opencl
+from ember.backends import opencl, opencl_probe
 from ember.backends.c import VECTOR_OPS, CRenderer
 from ember.backends.registry import REGISTRY
 from ember.capabilities import DeviceInfo, launch_geometry
@@ -452,8 +452,8 @@ def test_scan_renders_where_reduces_have_fewer_lanes_than_stores(monkeypatch: py
     and every value it renders is defined where it is used: the kernel failed to render (a KeyError), and once it
     rendered, the compiler rejected a value used out of its loop's scope."""
     monkeypatch.setenv("EMBER_NOOPT", "0")
-    fewer_lanes = frozenset(op for op in opencl.VECTOR_OPS if op.name in ("ADD", "SUB", "MUL", "DIV", "NEG",
-                                                                          "RECIPROCAL", "LOAD"))
+    fewer_lanes = frozenset(op for op in opencl.VECTOR_OPS if opencl_probe.op_name(op) in (
+        "ADD", "SUB", "MUL", "DIV", "NEG", "RECIPROCAL", "LOAD"))
     info = DeviceInfo(compute_units=2, preferred_vector_width=16, vector_ops=fewer_lanes,
                       fallback_vector_widths=((8, opencl.VECTOR_OPS),))
     renderer = opencl.OpenCLRenderer()
