@@ -31,10 +31,9 @@ except ImportError:  # the renderer works without pyopencl; probe() says how to 
 # what OpenCLRenderer renders on vectors: PoCL's implicit vectorizer (across work items) leaves math functions
 # scalar calls (exp2 ~10x slower than on float8), so kernels carry explicit vector types where tiles allow
 # (CMPEQ, AND and OR too: a float == c, and masks combined, `x < c | x == c`, kept a GELU's or a softmax gradient's
-# whole kernel scalar: nanoGPT's GELU 56 ms a launch on PoCL, in float16 vectors ~3 ms)
-# (and a select of vectors by one condition, SCALAR_CONDITION: a padded axis other than the vectors' read through
-# a guarded load kept char_lstm's gradient kernels scalar rows of 128 outputs, 144 KB of source each, 5.2 MB in all
-# for a first step PoCL compiled for minutes)
+# whole kernel scalar: nanoGPT's GELU 56 ms a launch on PoCL, 3.7 ms in float16 vectors; and a select of vectors by
+# one condition, SCALAR_CONDITION: a concatenation along an axis other than the vectors' kept char_lstm's gradient
+# kernels scalar rows of 128 outputs, 144 KB of source each, 5.2 MB for a first step PoCL compiled for minutes)
 VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.CMPEQ,
                         Op.AND, Op.OR, Op.WHERE, Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC,
                         SCALAR_CONDITION})

@@ -49,6 +49,7 @@ CRASH_VARIABLE = "EMBER_OPENCL_PROBE_CRASH"
 VECTOR_WIDTH_VARIABLE = "EMBER_OPENCL_VECTOR_WIDTH"  # float32 lanes of ember's vectors, instead of the device's
 VECTOR_WIDTHS = (1, 2, 4, 8, 16)  # OpenCL's vector sizes that ember uses (1: no vectors)
 OK = "ok"
+TOLERANCES = {dtypes.float32: (1e-5, 1e-6), dtypes.float64: (1e-12, 1e-14)}  # (relative, absolute)
 MASK_OPS = frozenset({Op.AND, Op.OR})  # probed on the masks of comparisons, the only vectors of them ember packs here
 SCALAR_WHERE = "SCALAR_WHERE"  # the case name of vectorize.SCALAR_CONDITION: a select of vectors by one condition
 
@@ -56,7 +57,6 @@ SCALAR_WHERE = "SCALAR_WHERE"  # the case name of vectorize.SCALAR_CONDITION: a 
 def op_name(op: Any) -> str:
     """A vector op's name in probe cases (IROp.LOAD -> "LOAD", Op.SQRT -> "SQRT", SCALAR_CONDITION -> SCALAR_WHERE)."""
     return SCALAR_WHERE if op == SCALAR_CONDITION else op.name
-TOLERANCES = {dtypes.float32: (1e-5, 1e-6), dtypes.float64: (1e-12, 1e-14)}  # (relative, absolute)
 
 
 @dataclass(frozen=True, order=True)
