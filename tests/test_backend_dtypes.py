@@ -6,6 +6,7 @@ Runs on `wgpu` and on `ptxsim` (the cuda backend's PTX run by tests/ptx_simulato
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -251,3 +252,10 @@ def test_compiler_rewrites_that_change_results(device_under_test: str) -> None:
     ones = em.full((3,), 1.0, device=device_under_test)
     assert_close(ones / 0.0, torch.full((3,), 1.0) / 0.0)  # constant operands only: evaluated at run time
     assert_close((ones * 0.0 - 1.0).log(), (torch.full((3,), 1.0) * 0.0 - 1.0).log())
+    # a factor the compiler can decide is zero: a bool it folds (b != b is false) converted to a float, or selecting
+    # 0.0 by it; NaN and inf times it are NaN, not 0 (fuzz seed 117)
+    special, tspecial = pair_of([math.nan, math.inf, 1.0], em.float32, device_under_test)
+    flags = em.tensor(np.array([True, False, True]), device=device_under_test)
+    tflags = torch.tensor([True, False, True])
+    assert_close(special * (flags != flags), tspecial * (tflags != tflags))
+    assert_close(special * em.where(flags != flags, 1.0, 0.0), tspecial * torch.where(tflags != tflags, 1.0, 0.0))

@@ -513,7 +513,9 @@ class WGSLRenderer(StepRenderer[KernelBody]):
         elif node.op is Op.MUL and (self._may_become_zero(a) or self._may_become_zero(b)):
             # x * 0 -> 0 (also once a loop is unrolled): every factor the compiler may see as zero is hidden (the
             # zero constant of sqrt(-1) * 0, not only the factor computed from constants: relu of NaN gave 0)
-            hidden = [index for index, factor in enumerate((a, b)) if self._may_become_zero(factor)]
+            # (not where the other factor is a constant, which the compiler folds exactly: 0 * c)
+            hidden = [index for index, (factor, other) in enumerate(((a, b), (b, a)))
+                      if self._may_become_zero(factor) and not (other.is_const and not _is_zero(other))]
             return self._opaque_operands(node, operands, hidden)
         elif node.op is Op.DIV and b.is_const:
             hide = 1  # Mesa turns x / c into x * (1 / c): inexact, and x / 0 gives 0
@@ -537,9 +539,14 @@ class WGSLRenderer(StepRenderer[KernelBody]):
     def _may_become_zero(self, node: IRNode) -> bool:
         """Whether the shader compiler may see a float value as a constant zero (and fold its product to 0): a
         zero constant, or a value that reads no memory, computed from constants and loop counters (an unrolled
-        loop makes a counter constant: `x * float(i)` is `x * 0.0` in the first iteration)."""
+        loop makes a counter constant: `x * float(i)` is `x * 0.0` in the first iteration); a bool converted to a float
+        or a select with a zero branch, whose condition the compiler may decide (`b != b` of a loaded bool is false:
+        NaN * float(b != b) gave 0, not NaN; fuzz seed 117)."""
         if node.is_const:
             return _is_zero(node)
+        if node.dtype.is_float and ((node.op is Op.CAST and node.srcs[0].dtype.is_bool) or (
+                node.op is Op.WHERE and any(branch.is_const and _is_zero(branch) for branch in node.srcs[1:]))):
+            return True
         return node.dtype.is_float and not compute_bottom_up(
             node, lambda below: below.srcs,
             lambda below: below.op is IROp.LOAD or any(self.reads_memory[id(src)] for src in below.srcs),

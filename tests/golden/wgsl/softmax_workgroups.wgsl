@@ -214,8 +214,8 @@ fn softmax_workgroups_0(@builtin(global_invocation_id) id: vec3<u32>, @builtin(l
     workgroupBarrier();
   }
   let g188: f32 = ember_shared187[0];
-  let v189: f32 = (v97 / g188);
+  let v189: f32 = (ember_opaque_f32(v97) / g188);
   data0[v1] = v189;
-  let v191: f32 = (v184 / g188);
+  let v191: f32 = (ember_opaque_f32(v184) / g188);
   data0[v6] = v191;
 }
