@@ -544,8 +544,11 @@ class WGSLRenderer(StepRenderer[KernelBody]):
         NaN * float(b != b) gave 0, not NaN; fuzz seed 117)."""
         if node.is_const:
             return _is_zero(node)
-        if node.dtype.is_float and ((node.op is Op.CAST and node.srcs[0].dtype.is_bool) or (
-                node.op is Op.WHERE and any(branch.is_const and _is_zero(branch) for branch in node.srcs[1:]))):
+        base = node  # (through negations and float conversions, which keep a zero a zero: fuzz seed 117 again)
+        while base.dtype.is_float and (base.op is Op.NEG or (base.op is Op.CAST and base.srcs[0].dtype.is_float)):
+            base = base.srcs[0]
+        if base.dtype.is_float and ((base.op is Op.CAST and base.srcs[0].dtype.is_bool) or (
+                base.op is Op.WHERE and any(branch.is_const and _is_zero(branch) for branch in base.srcs[1:]))):
             return True
         return node.dtype.is_float and not compute_bottom_up(
             node, lambda below: below.srcs,
