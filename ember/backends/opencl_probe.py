@@ -199,7 +199,7 @@ def _build(builder: Builder, expression: Any, load: Any, lanes: int, dtype: DTyp
         return builder.vectorize([builder.const(expression, dtype)] * lanes)
     op, *operands = expression
     sources = [_build(builder, operand, load, lanes, dtype) for operand in operands]
-    return builder.vector_alu(op, dtypes.bool_ if op in COMPARISON_OPS | MASK_OPS else dtype, *sources)
+    return builder.vector_alu(op, _result_dtype(op, dtype), *sources)
 
 
 def _evaluate(expression: Any, inputs: np.ndarray, dtype: DType) -> np.ndarray:
@@ -209,7 +209,12 @@ def _evaluate(expression: Any, inputs: np.ndarray, dtype: DType) -> np.ndarray:
         return np.full(inputs.shape[1], expression, dtype=dtype.numpy)
     op, *operands = expression
     sources = [_evaluate(operand, inputs, dtype) for operand in operands]
-    return _reference(op, sources, None, dtypes.bool_ if op in COMPARISON_OPS | MASK_OPS else dtype)
+    return _reference(op, sources, None, _result_dtype(op, dtype))
+
+
+def _result_dtype(op: Op, dtype: DType) -> DType:
+    """The dtype of a case expression's op on values of `dtype`: bool for comparisons and masks combined."""
+    return dtypes.bool_ if op in COMPARISON_OPS | MASK_OPS else dtype
 
 
 def _reference(op: Op, sources: list[np.ndarray], arg: Any, dtype: DType) -> np.ndarray:

@@ -548,7 +548,7 @@ class WGSLRenderer(StepRenderer[KernelBody]):
         while base.dtype.is_float and (base.op is Op.NEG or (base.op is Op.CAST and base.srcs[0].dtype.is_float)):
             base = base.srcs[0]
         if base.dtype.is_float and ((base.op is Op.CAST and base.srcs[0].dtype.is_bool) or (
-                base.op is Op.WHERE and any(branch.is_const and _is_zero(branch) for branch in base.srcs[1:]))):
+                base.op is Op.WHERE and any(_is_zero(branch) for branch in base.srcs[1:]))):
             return True
         return node.dtype.is_float and not compute_bottom_up(
             node, lambda below: below.srcs,

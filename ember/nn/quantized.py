@@ -56,8 +56,8 @@ class QuantizedLinear(Module):
         them instead of picking them out of the blocks again, in a kernel of its own that reads every block. Blocks
         of a format with a layout of ember's own for the device (Q5_0, Q6_K) are laid out so first
         (`QuantizedTensor.repacked`: widened to a byte a value, Q8_0 and Q6_KW, where the device sums bytes in
-        integers; else Q5_0's interleaved, the same bytes unpacked on byte vectors). A format of SCALES_IN_BLOCKS keeps reading its scale from the
-        blocks."""
+        integers; else Q5_0's interleaved, the same bytes unpacked on byte vectors). A format of SCALES_IN_BLOCKS
+        keeps reading its scale from the blocks."""
         if self.format is not None:
             repacked = self.quantized().repacked()
             self.raw, self.format = repacked.raw, repacked.format
