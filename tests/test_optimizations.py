@@ -166,6 +166,26 @@ def test_reductions_and_elementwise_are_vectorized(monkeypatch: pytest.MonkeyPat
     assert linear.count("ember_float32x8 acc") == 12 and "loop1 < 4;" in linear
 
 
+def test_a_small_reduce_computes_one_output_per_work_item(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel reducing fewer than SMALL_REDUCE_ELEMENTS in all (nanoGPT's layer norm statistics: rows of 64, 64 x
+    64 of them) takes one output per work item in vectors along its rows, not a register tile of 4 x 3 outputs: as
+    fast there, a twelfth of the code to lower and compile. From that size on the tile is kept. Values are torch's
+    either side of the bound, the row's sum and its centered sum of squares."""
+    from ember.ir.opt import SMALL_REDUCE_ELEMENTS
+
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    for batch, accumulators in [(64, 1), (256, 12)]:
+        source = rendered_c((_dummy(batch, 64, 64) + _dummy(1, 64, 64)).sum(-1))
+        assert source.count("ember_float32x8 acc") == accumulators
+        assert (batch * 64 * 64 < SMALL_REDUCE_ELEMENTS) == (accumulators == 1)
+        x, tx = pair(random_array((batch, 64, 64), seed=batch), device)
+        position, tposition = pair(random_array((1, 64, 64), seed=batch + 1), device)
+        assert_close((x + position).sum(-1), (tx + tposition).sum(-1), atol=1e-4)
+        centered, tcentered = x - x.mean(-1, keepdim=True), tx - tx.mean(-1, keepdim=True)
+        assert_close((centered * centered + position).sum(-1), (tcentered * tcentered + tposition).sum(-1),
+                     atol=1e-4)
+
+
 def test_a_scalar_reduce_is_vectorized_along_its_reduces(monkeypatch: pytest.MonkeyPatch) -> None:
     """A loss over a batch (one output): its exp and log in 8 lanes, as a row reduction's (a VAE's loss kernel was a
     scalar loop of 63 us, one of its step's 71 kernels)."""

@@ -41,6 +41,12 @@ EXPANDED_FUNCTION_STEPS = 40  # what one exp2, log2 or sin may cost a scalar til
 EXPANDED_FUNCTIONS = frozenset({Op.EXP2, Op.LOG2, Op.SIN})
 STREAMED_OPERAND_BYTES = 8 << 20  # a matmul operand past this (beyond a CPU's L2) is read once (`_streaming_order`)
 WORK_TOLERANCE = 0.05  # tile plans within this much of the least work count as equal (the earlier one wins)
+# a kernel reducing fewer elements than this in all (4 MB of float32) runs in tens of microseconds on a CPU core: its
+# reduce-vector plan computes one output per work item, not a register tile. A tile there saves at most the loads its
+# outputs share (a few microseconds) and costs its outputs' code over again: nanoGPT's layer norm and attention
+# statistics (rows of 64, 64 x 64 outputs) tiled 4 x 3 were 20-28 KB of C and 22-48 ms of lowering each against 3 KB
+# and 8-30 ms untiled, running as fast either way (0.02-0.15 ms); the cold first step 4.3 -> 3.1-3.8 s
+SMALL_REDUCE_ELEMENTS = 1 << 20
 
 
 def optimizations_enabled() -> bool:
@@ -222,8 +228,11 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
             plans.append(Plan(vector_tile))
     if len(reduce_dtypes) == 1:
         reduce_lanes = lanes_for(reduce_dtypes.pop(), vector_bytes)
-        # the last two output dims of size > 1: rows x columns of outputs (columns only where tiles share loads)
+        # the last two output dims of size > 1: rows x columns of outputs (columns only where tiles share loads);
+        # none in a small kernel (SMALL_REDUCE_ELEMENTS)
         axes = [axis for axis, size in enumerate(shape) if size > 1][-2 if _shares_loads(kernel) else -1:]
+        if _reduced_elements(kernel) < SMALL_REDUCE_ELEMENTS:
+            axes = []
         reduce_factors = [1] * len(shape)
         items = _product(list(shape))
         for axis, wanted in zip(axes, (4, 3) if len(axes) == 2 else (4,)):
@@ -238,6 +247,11 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
             streaming = _streaming_order(kernel, axes) if len(axes) == 2 and _shares_loads(kernel) else None
             plans.append(Plan(tuple(reduce_factors), streaming, reduce_lanes=reduce_lanes))
     return plans
+
+
+def _reduced_elements(kernel: Kernel) -> int:
+    """Elements the kernel's reduces read in all (each reduce's input size, summed)."""
+    return sum(_product(list(kernel.steps[step.srcs[0]].shape)) for step in kernel.steps if step.op in REDUCE_OPS)
 
 
 def _streaming_order(kernel: Kernel, axes: list[int]) -> tuple[int, ...] | None:
