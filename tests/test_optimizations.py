@@ -414,24 +414,30 @@ def test_gathering_tiles_are_judged_by_their_first_row(device: str, monkeypatch:
                                                        tmp_path: object) -> None:
     """A matmul whose B is transposed (attention's q @ k.T, a linear layer's weight) has its vector tile along the
     output's columns gather B's columns unless each work item stages its panel of B first: the unstaged tile is
-    found out from its first row lowered alone, and only the plan chosen is lowered whole; code and values as
-    before."""
+    found out from its first row lowered alone, or the first vector of that row, and only the plan chosen is lowered
+    whole; code and values as before."""
     from ember.ir import opt
 
     monkeypatch.setenv("EMBER_NOOPT", "0")
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))  # (nothing lowered before: no kernel from the disk)
-    lowered: list[str] = []  # what each plan tried had lowered: its first row, or its whole tile
-    first_row, whole = opt.TileLowering.first_row, opt.TileLowering.whole
-    monkeypatch.setattr(opt.TileLowering, "first_row", lambda tile: lowered.append("row") or first_row(tile))
+    lowered: list[str] = []  # what each plan tried had lowered: its first vector, its first row, or its whole tile
+    first_outputs, whole = opt.TileLowering.first_outputs, opt.TileLowering.whole
+
+    def first(tile: Any, count: int) -> Any:
+        lowered.append("row" if count == tile.row_length else "vector")
+        return first_outputs(tile, count)
+
+    monkeypatch.setattr(opt.TileLowering, "first_outputs", first)
     monkeypatch.setattr(opt.TileLowering, "whole", lambda tile: lowered.append("whole") or whole(tile))
     linear = rendered_c(_dummy(64, 32) @ _dummy(48, 32).T)
     assert linear.count("ember_float32x8 acc") == 12 and "float local1[" in linear  # the staged column tile
-    # the staged tile's first row (no gather: the panel is staged), then the rest of it (chosen); the unstaged
-    # tile's first row, which gathers: that tile is never lowered whole (nor the reduce split, after a tile that fits)
-    assert lowered == ["row", "whole", "row"]
+    # the staged tile's first vector and first row (no gather: the panel is staged), then the rest of it (chosen);
+    # the unstaged tile's first vector, which gathers: its row is not lowered on, the tile never whole (nor the
+    # reduce split, after a tile that fits)
+    assert lowered == ["vector", "row", "whole", "vector"]
     lowered.clear()
     assert "ember_float32x8 acc" in rendered_c(_dummy(23, 32) @ _dummy(32, 64))  # B's rows contiguous: no gather
-    assert lowered == ["row", "whole"]
+    assert lowered == ["vector", "row", "whole"]
     for seed, (rows, columns, inner) in enumerate([(64, 48, 32), (23, 37, 40), (70, 48, 33)]):
         a, ta = pair(random_array((rows, inner), seed=seed), device)
         w, tw = pair(random_array((columns, inner), seed=seed + 10), device)
@@ -441,6 +447,44 @@ def test_gathering_tiles_are_judged_by_their_first_row(device: str, monkeypatch:
     a, ta = pair(x, device)
     w, tw = pair(random_array((48, 32), seed=3), device)
     assert_close(a @ w.T, ta @ tw.T, atol=1e-4)
+
+
+def test_a_tile_is_lowered_once_for_every_vector_width_tried(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row of 87 selected by an int64 comparison (a cross-entropy gradient's one-hot row) packs no vectors of 16
+    lanes nor of 8, the narrower width the device also offers: the row's tile, the same plan at both widths, is
+    lowered once (its scalar lowering kept for the second width), then the kernel loops over the row. Values are
+    torch's."""
+    from ember.ir import opt
+    from ember.scheduler.compile_cache import kernel_name
+
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    info = DeviceInfo(compute_units=2, preferred_vector_width=16, vector_ops=VECTOR_OPS,
+                      fallback_vector_widths=((8, VECTOR_OPS),))
+
+    def one_hot_rows(x: Any, targets: Any, library: Any) -> Any:
+        classes = library.arange(87, device=x.device)
+        return (classes == targets[:, None]).float() * x.exp()
+
+    x, targets = _dummy(300, 87), _dummy(300, dtype=em.int64)
+    [kernel] = [item.kernel for item in kernelize([one_hot_rows(x, targets, em).node]) if isinstance(item, Launch)]
+    assert len(opt._vector_widths_for(kernel, info)) == 2
+    tiles: list[tuple] = []
+    construct = opt.TileLowering.__init__
+
+    def recorded(tile: Any, *arguments: Any) -> None:
+        tiles.append(arguments[2:])
+        construct(tile, *arguments)
+
+    monkeypatch.setattr(opt.TileLowering, "__init__", recorded)
+    plan, _ = opt.choose_plan(kernel, kernel_name(kernel), info)
+    assert plan.loop == (1, 87) and plan.vector_width == 0
+    assert tiles == [((1, 87), None, 1, None), (None, None, 1, (1, 87))]  # the row's tile once, then the loop
+    monkeypatch.undo()
+    values = random_array((300, 87), seed=8)
+    labels = np.random.default_rng(8).integers(0, 87, size=300)
+    x, tx = pair(values, device)
+    targets, ttargets = pair(labels, device)
+    assert_close(one_hot_rows(x, targets, em), one_hot_rows(tx, ttargets, torch), rtol=1e-6)
 
 
 def test_a_tile_lowered_after_its_first_row_is_the_tile_lowered_at_once(monkeypatch: pytest.MonkeyPatch) -> None:

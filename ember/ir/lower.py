@@ -512,8 +512,13 @@ class TileLowering:
 
     def first_row(self) -> KernelIR:
         """The kernel IR of the tile's first row alone (the same nodes as those outputs of the whole tile)."""
-        self._lower(self.row_length - len(self.stores))
-        return self._kernel_ir(self.stores[:self.row_length])
+        return self.first_outputs(self.row_length)
+
+    def first_outputs(self, count: int) -> KernelIR:
+        """The kernel IR of the tile's first `count` outputs alone (the same nodes as those outputs of the whole
+        tile; lowering goes on from them)."""
+        self._lower(count - len(self.stores))
+        return self._kernel_ir(self.stores[:count])
 
     def whole(self) -> KernelIR:
         """The kernel IR of the whole tile."""

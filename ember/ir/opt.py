@@ -392,8 +392,9 @@ def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, Kern
     grouped = group_lowering(kernel, name, info)
     if grouped is not None:
         return GROUP_PLAN, grouped
+    tiles: dict[tuple, TileLowering] = {}  # the tiles lowered for one width, kept for the next (a row of 87 either way)
     for capabilities in _vector_widths_for(kernel, info):
-        vectorized = _vector_lowering(kernel, name, capabilities)
+        vectorized = _vector_lowering(kernel, name, capabilities, tiles)
         if vectorized is not None:
             return vectorized
     upcast = choose_upcast(kernel, info) or row_tile(kernel, info)
@@ -506,8 +507,11 @@ def narrower_capabilities(info: DeviceInfo, width: int) -> list[DeviceInfo]:
     return choices
 
 
-def _vector_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, KernelIR] | None:
-    """The first vector plan that packs vectors without gathering them, with the kernel lowered by it, or None."""
+def _vector_lowering(kernel: Kernel, name: str, info: DeviceInfo,
+                     tiles_lowered: dict[tuple, TileLowering]) -> tuple[Plan, KernelIR] | None:
+    """The first vector plan that packs vectors without gathering them, with the kernel lowered by it, or None.
+    `tiles_lowered` keeps each tile's scalar lowering by its plan (vectorizing rebuilds it, never changes it), for
+    the narrower widths tried after this one: a tile of the same plan there is not lowered again."""
     # tile plans (upcast, no reduce split) are compared by their estimated work, the others taken in order
     tiles: list[tuple[float, Plan, KernelIR]] = []
     failed: set[tuple] = set()
@@ -521,7 +525,9 @@ def _vector_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan,
         lanes = (plan.upcast, plan.order, plan.reduce_lanes)
         if lanes in failed:
             continue
-        tile = TileLowering(kernel, name, plan.upcast, plan.order, plan.reduce_lanes, plan.loop)
+        key = (plan.upcast, plan.order, plan.reduce_lanes, plan.loop)
+        tile = tiles_lowered.get(key) or tiles_lowered.setdefault(
+            key, TileLowering(kernel, name, plan.upcast, plan.order, plan.reduce_lanes, plan.loop))
         if _first_row_gathers(kernel, tile, plan, info):
             failed.add(lanes)
             continue
@@ -563,10 +569,20 @@ def _first_row_gathers(kernel: Kernel, tile: TileLowering, plan: Plan, info: Dev
     lanes = lanes_for(kernel.output.dtype, 4 * info.preferred_vector_width)
     if lanes <= 1 or factors[row_axis] % lanes or row_axis != _last_axis(kernel.output.shape):
         return False
-    row = tile.first_row()
-    vectorized = vectorize(row, 4 * info.preferred_vector_width, info.vector_ops)
-    if vectorized is row:
-        return False
+    # the row's first vector alone first, by the same argument: its stores are one run packed as in the row (each
+    # run is packed by itself), so it gathers where the row's first vector does (rows of 32 outputs of nanoGPT's
+    # statistics gather at their first 16, in half the lowering)
+    if lanes < factors[row_axis] and _gathers_in_loops(tile.first_outputs(lanes), plan, info) is True:
+        return True
+    return _gathers_in_loops(tile.first_row(), plan, info) is True
+
+
+def _gathers_in_loops(lowered: KernelIR, plan: Plan, info: DeviceInfo) -> bool | None:
+    """Whether `lowered` (part of a tile), vectorized and staged as `plan` says, builds a vector inside a reduce's
+    loop from computed scalars; None where it packs no vectors at all."""
+    vectorized = vectorize(lowered, 4 * info.preferred_vector_width, info.vector_ops)
+    if vectorized is lowered:
+        return None
     if plan.stage:
         vectorized = stage_loads(vectorized, MAX_STAGED_BYTES)
     return gathers_in_loops(vectorized)
