@@ -1,7 +1,11 @@
 """ember's float32 matmuls on the c backend against numpy's BLAS (OpenBLAS) on the same number of threads.
 
 ember and numpy are timed in alternation in one process (the machine may be shared), each case several times; the
-best and the median GFLOP/s of each and their ratios are printed. Both sides get `--threads` threads: OpenMP's
+best and the median GFLOP/s of each and their ratios are printed. The sides alternate in blocks of back-to-back
+calls (a program calling matmuls in a loop), each block after the process's threads are idle (suite.settle) and one
+untimed call: OpenBLAS's workers spin ~0.1 s after each call, and ember timed call by call right after numpy shared
+the cores with them (127x255 @ 255x63: median 2.6 GFLOP/s, best 43), while a call after an idle wait pays the
+wake-up of both sides' sleeping threads (numpy's 127x255 @ 255x63 then ran at 30 instead of 120 GFLOP/s). Both sides get `--threads` threads: OpenMP's
 (OMP_NUM_THREADS, read by ember's kernels) and the BLAS's (threadpoolctl, which also reports what numpy's BLAS
 uses). The first line says which BLAS numpy has and its threads.
 
@@ -37,6 +41,7 @@ def main() -> None:
 
     import ember as em
     from ember.scheduler.devices import get_device
+    from suite import settle  # (benchmarks/, this script's folder)
 
     device = get_device("c")
     with threadpool_limits(arguments.threads):
@@ -59,12 +64,16 @@ def main() -> None:
                 np.matmul(a, b)
 
             repeats = arguments.repeats or (5 if flops > 1e10 else 20 if flops > 1e8 else 200)
+            blocks = min(5, repeats)
             seconds: dict[str, list[float]] = {"ember": [], "numpy": []}
-            for _ in range(repeats):
+            for block in range(blocks):
                 for name, runner in (("ember", run_ember), ("numpy", run_numpy)):
-                    start = time.perf_counter()
+                    settle()
                     runner()
-                    seconds[name].append(time.perf_counter() - start)
+                    for _ in range(repeats // blocks + (block < repeats % blocks)):
+                        start = time.perf_counter()
+                        runner()
+                        seconds[name].append(time.perf_counter() - start)
             best = {name: flops / min(times) / 1e9 for name, times in seconds.items()}
             median = {name: flops / statistics.median(times) / 1e9 for name, times in seconds.items()}
             print(f"{case:<22} ember best {best['ember']:6.1f} median {median['ember']:6.1f} | numpy best "
