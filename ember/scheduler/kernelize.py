@@ -35,6 +35,11 @@ SHARED_WORK_LIMIT = 256  # elementwise ops per element above which a node read b
 SHARED_READ_LIMIT = 8  # buffers (of its size) read per element from which a node read by several kernels is stored
 EXPENSIVE_WORK = 4  # weighted ops per element from which a value read under a broadcast may be stored
 BROADCAST_WORK_LIMIT = 1 << 18  # weighted ops of repeated evaluation from which it is stored
+# a concatenation (padded parts joined by ADD, or OR for bools: core/movement.py's cat; a split's gradient) read under
+# a broadcast counts this much per element: each read of it is a masked load of every part, which keeps its reader
+# from packed panels and vectors (nanoGPT's q, k and v gradients joined into the input projection's: its three
+# matmuls were register tiles of 18 masked loads, 6.7 ms of a 60 ms step; stored once, they are plain matmuls)
+JOINED_PARTS_WORK = EXPENSIVE_WORK
 TRANSCENDENTAL_OPS = frozenset({Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.DIV, Op.IDIV, Op.MOD})
 TRANSCENDENTAL_WEIGHT = 8  # these become polynomial approximations or divisions: several ops each
 MAX_KERNEL_OPS = 1024  # ops (elementwise, movement, reduce) above which a kernel is split by storing intermediates
@@ -170,11 +175,12 @@ def _broadcast_recompute_cuts(kernel_roots: list[Node], boundaries: dict[int, No
     operand) and that are expensive to evaluate: storing one costs a write and a read per use, recomputing it costs
     its whole chain per use. The span of a node is the largest iteration domain above it in the kernel (a reduce's
     source, an expanded shape); a node is chosen when it reads memory and is no larger than the largest buffer its
-chain reads (index arithmetic stays recomputed like a constant, and a decompression, such as a quantized weight's
-dequantization, is never stored: it is read in its compact form), its span is at least twice its size, its chain
-costs
-    EXPENSIVE_WORK weighted ops or more, and the repeated evaluations cost BROADCAST_WORK_LIMIT or more. Only the
-    highest such node of a chain is chosen in a pass (it covers the nodes below)."""
+    chain reads (index arithmetic stays recomputed like a constant, and a decompression, such as a quantized
+    weight's dequantization, is never stored: it is read in its compact form), its span is at least twice its size,
+    its chain costs EXPENSIVE_WORK weighted ops or more, and the repeated evaluations cost BROADCAST_WORK_LIMIT or
+    more. A
+    concatenation costs JOINED_PARTS_WORK and may be as large as all the buffers it reads together (it is their
+    values side by side). Only the highest such node of a chain is chosen in a pass (it covers the nodes below)."""
     chosen: list[Node] = []
     for root in kernel_roots:
         if root.op is Op.COPY:
@@ -185,12 +191,22 @@ costs
         computed = {id(node) for node in interior}
         cost: dict[int, int] = {}
         largest_read: dict[int, int] = {}  # bytes of the largest buffer a node's chain loads (0: index arithmetic)
+        total_read: dict[int, int] = {}  # bytes of the buffers a node's chain loads (a buffer read twice, twice)
+        joins: set[int] = set()  # the concatenations: ADDs (ORs of bools) of PADs and of such joins
         for node in interior:
             below = sum(cost.get(id(source), 0) for source in node.srcs)
-            cost[id(node)] = min(op_work(node.op) + below, BROADCAST_WORK_LIMIT)
-            largest_read[id(node)] = max((largest_read[id(source)] if id(source) in computed else
-                                          0 if source.op in INLINE_LEAVES else source.size * source.dtype.itemsize
-                                          for source in node.srcs), default=0)
+            joined = node.op is (Op.OR if node.dtype.is_bool else Op.ADD) and all(
+                source.op is Op.PAD or id(source) in joins for source in node.srcs)
+            if joined:
+                joins.add(id(node))
+            cost[id(node)] = min((JOINED_PARTS_WORK if joined else op_work(node.op)) + below, BROADCAST_WORK_LIMIT)
+            reads = [largest_read[id(source)] if id(source) in computed else
+                     0 if source.op in INLINE_LEAVES else source.size * source.dtype.itemsize for source in node.srcs]
+            largest_read[id(node)] = max(reads, default=0)
+            total_read[id(node)] = sum(total_read[id(source)] if id(source) in computed else read
+                                       for source, read in zip(node.srcs, reads))
+            if joined:
+                largest_read[id(node)] = max(largest_read[id(node)], total_read[id(node)])
         span: dict[int, int] = {}
         covered: set[int] = set()
         for node in (root, *reversed(interior)):  # consumers before their sources
