@@ -45,7 +45,8 @@ WORK_TOLERANCE = 0.05  # tile plans within this much of the least work count as 
 # reduce-vector plan computes one output per work item, not a register tile. A tile there saves at most the loads its
 # outputs share (a few microseconds) and costs its outputs' code over again: nanoGPT's layer norm and attention
 # statistics (rows of 64, 64 x 64 outputs) tiled 4 x 3 were 20-28 KB of C and 22-48 ms of lowering each against 3 KB
-# and 8-30 ms untiled, running as fast either way (0.02-0.15 ms); the cold first step 4.3 -> 3.1-3.8 s
+# and 8-30 ms untiled, running as fast either way (0.02-0.15 ms); with the packed library's -O2, nanoGPT's cold first
+# step 4.4 -> 3.0-3.1 s
 SMALL_REDUCE_ELEMENTS = 1 << 20
 
 
@@ -392,9 +393,9 @@ def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, Kern
     grouped = group_lowering(kernel, name, info)
     if grouped is not None:
         return GROUP_PLAN, grouped
-    tiles: dict[tuple, TileLowering] = {}  # the tiles lowered for one width, kept for the next (a row of 87 either way)
+    lowered_tiles: dict[tuple, TileLowering] = {}  # kept from one width for the next (a row of 87 either way)
     for capabilities in _vector_widths_for(kernel, info):
-        vectorized = _vector_lowering(kernel, name, capabilities, tiles)
+        vectorized = _vector_lowering(kernel, name, capabilities, lowered_tiles)
         if vectorized is not None:
             return vectorized
     upcast = choose_upcast(kernel, info) or row_tile(kernel, info)

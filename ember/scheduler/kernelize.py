@@ -178,9 +178,9 @@ def _broadcast_recompute_cuts(kernel_roots: list[Node], boundaries: dict[int, No
     chain reads (index arithmetic stays recomputed like a constant, and a decompression, such as a quantized
     weight's dequantization, is never stored: it is read in its compact form), its span is at least twice its size,
     its chain costs EXPENSIVE_WORK weighted ops or more, and the repeated evaluations cost BROADCAST_WORK_LIMIT or
-    more. A
-    concatenation costs JOINED_PARTS_WORK and may be as large as all the buffers it reads together (it is their
-    values side by side). Only the highest such node of a chain is chosen in a pass (it covers the nodes below)."""
+    more. A concatenation costs JOINED_PARTS_WORK and may be as large as all the buffers it reads together (it is
+    their values side by side). Only the highest such node of a chain is chosen in a pass (it covers the nodes
+    below)."""
     chosen: list[Node] = []
     for root in kernel_roots:
         if root.op is Op.COPY:
