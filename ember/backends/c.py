@@ -830,6 +830,12 @@ def link_libraries() -> list[str]:
     return ["-lmvec", "-lm"] if has_vector_math() else ["-lm"]
 
 
+def _key_prefix(command: list[str]) -> str:
+    """What a library built by `command` is cached under besides its source: the command, the libraries it links,
+    the CPU model."""
+    return " ".join(command + link_libraries()) + "|" + _cpu_model()
+
+
 def _cpu_model() -> str:
     return host_cpu_field("model name") or "unknown"
 
@@ -868,10 +874,9 @@ class CDevice(Device):
         self._libraries: weakref.WeakValueDictionary[str, ctypes.CDLL] = weakref.WeakValueDictionary()
         self._rendered: dict[int, tuple[KernelIR, str]] = {}  # the last RENDERED_KEPT kernels rendered, by id
         self._rendered_lock = threading.Lock()  # (compile threads render at once: compile_ahead.py)
-        self._class_key_prefixes = {kind: " ".join(class_compiler_command(kind) + link_libraries()) + "|"
-                                    + _cpu_model() for kind in (TILE, SCALAR, LIGHT)}
-        self._packed_key_prefix = " ".join(packed_compiler_command() + link_libraries()) + "|" + _cpu_model()
-        self._quick_key_prefix = " ".join(quick_compiler_command() + link_libraries()) + "|" + _cpu_model()
+        self._class_key_prefixes = {kind: _key_prefix(class_compiler_command(kind)) for kind in (TILE, SCALAR, LIGHT)}
+        self._packed_key_prefix = _key_prefix(packed_compiler_command())
+        self._quick_key_prefix = _key_prefix(quick_compiler_command())
         self.launch_group = LaunchGroup(cores, self._load_runner)  # launches held while the executor gathers
         self._runner_library: ctypes.CDLL | None = None
         self._packed_libraries: dict[Path, ctypes.CDLL] = {}  # each packed matmul tile's library, by its cache entry
@@ -898,7 +903,7 @@ class CDevice(Device):
     def _build_runner() -> ctypes.CDLL:
         """The C runner's library, from the disk cache or built into it."""
         command = [*plain_compiler_command(("-O2",)), "-pthread"]
-        library, _ = build_library(runner_source(), " ".join(command + link_libraries()) + "|" + _cpu_model(),
+        library, _ = build_library(runner_source(), _key_prefix(command),
                                    command, ["ember_run_group", "ember_run_sequence"])
         return library
 

@@ -35,13 +35,12 @@ class Kernel(NamedTuple):
     def flops(self) -> int:
         """Its arithmetic: per element, one for each elementwise op and one for each element a reduce reads (a
         matmul's multiply and add: 2 * M * N * K)."""
-        total = 0
-        for step in self.steps:
-            if step.op in ELEMENTWISE_OPS:
-                total += prod(step.shape)
-            elif step.op in REDUCE_OPS:
-                total += prod(self.steps[step.srcs[0]].shape)
-        return total
+        return sum(prod(step.shape) for step in self.steps if step.op in ELEMENTWISE_OPS) + self.reduced_elements
+
+    @property
+    def reduced_elements(self) -> int:
+        """The elements its reduces read, in all (each reduce's input size, summed)."""
+        return sum(prod(self.steps[step.srcs[0]].shape) for step in self.steps if step.op in REDUCE_OPS)
 
 
 # Row fusion. A reduce of the last axis whose result is read back along that axis (softmax's max and sum,

@@ -232,7 +232,7 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
         # the last two output dims of size > 1: rows x columns of outputs (columns only where tiles share loads);
         # none in a small kernel (SMALL_REDUCE_ELEMENTS)
         axes = [axis for axis, size in enumerate(shape) if size > 1][-2 if _shares_loads(kernel) else -1:]
-        if _reduced_elements(kernel) < SMALL_REDUCE_ELEMENTS:
+        if kernel.reduced_elements < SMALL_REDUCE_ELEMENTS:
             axes = []
         reduce_factors = [1] * len(shape)
         items = _product(list(shape))
@@ -248,11 +248,6 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
             streaming = _streaming_order(kernel, axes) if len(axes) == 2 and _shares_loads(kernel) else None
             plans.append(Plan(tuple(reduce_factors), streaming, reduce_lanes=reduce_lanes))
     return plans
-
-
-def _reduced_elements(kernel: Kernel) -> int:
-    """Elements the kernel's reduces read in all (each reduce's input size, summed)."""
-    return sum(_product(list(kernel.steps[step.srcs[0]].shape)) for step in kernel.steps if step.op in REDUCE_OPS)
 
 
 def _streaming_order(kernel: Kernel, axes: list[int]) -> tuple[int, ...] | None:
@@ -527,8 +522,10 @@ def _vector_lowering(kernel: Kernel, name: str, info: DeviceInfo,
         if lanes in failed:
             continue
         key = (plan.upcast, plan.order, plan.reduce_lanes, plan.loop)
-        tile = tiles_lowered.get(key) or tiles_lowered.setdefault(
-            key, TileLowering(kernel, name, plan.upcast, plan.order, plan.reduce_lanes, plan.loop))
+        tile = tiles_lowered.get(key)
+        if tile is None:
+            tile = tiles_lowered[key] = TileLowering(kernel, name, plan.upcast, plan.order, plan.reduce_lanes,
+                                                     plan.loop)
         if _first_row_gathers(kernel, tile, plan, info):
             failed.add(lanes)
             continue
@@ -573,17 +570,17 @@ def _first_row_gathers(kernel: Kernel, tile: TileLowering, plan: Plan, info: Dev
     # the row's first vector alone first, by the same argument: its stores are one run packed as in the row (each
     # run is packed by itself), so it gathers where the row's first vector does (rows of 32 outputs of nanoGPT's
     # statistics gather at their first 16, in half the lowering)
-    if lanes < factors[row_axis] and _gathers_in_loops(tile.first_outputs(lanes), plan, info) is True:
+    if lanes < factors[row_axis] and _gathers_in_loops(tile.first_outputs(lanes), plan, info):
         return True
-    return _gathers_in_loops(tile.first_row(), plan, info) is True
+    return _gathers_in_loops(tile.first_row(), plan, info)
 
 
-def _gathers_in_loops(lowered: KernelIR, plan: Plan, info: DeviceInfo) -> bool | None:
+def _gathers_in_loops(lowered: KernelIR, plan: Plan, info: DeviceInfo) -> bool:
     """Whether `lowered` (part of a tile), vectorized and staged as `plan` says, builds a vector inside a reduce's
-    loop from computed scalars; None where it packs no vectors at all."""
+    loop from computed scalars (not where it packs no vectors at all)."""
     vectorized = vectorize(lowered, 4 * info.preferred_vector_width, info.vector_ops)
     if vectorized is lowered:
-        return None
+        return False
     if plan.stage:
         vectorized = stage_loads(vectorized, MAX_STAGED_BYTES)
     return gathers_in_loops(vectorized)

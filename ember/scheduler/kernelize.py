@@ -202,11 +202,10 @@ def _broadcast_recompute_cuts(kernel_roots: list[Node], boundaries: dict[int, No
             cost[id(node)] = min((JOINED_PARTS_WORK if joined else op_work(node.op)) + below, BROADCAST_WORK_LIMIT)
             reads = [largest_read[id(source)] if id(source) in computed else
                      0 if source.op in INLINE_LEAVES else source.size * source.dtype.itemsize for source in node.srcs]
-            largest_read[id(node)] = max(reads, default=0)
             total_read[id(node)] = sum(total_read[id(source)] if id(source) in computed else read
                                        for source, read in zip(node.srcs, reads))
-            if joined:
-                largest_read[id(node)] = max(largest_read[id(node)], total_read[id(node)])
+            # (a join may be stored as large as its parts together: it is their values side by side)
+            largest_read[id(node)] = total_read[id(node)] if joined else max(reads, default=0)
         span: dict[int, int] = {}
         covered: set[int] = set()
         for node in (root, *reversed(interior)):  # consumers before their sources
