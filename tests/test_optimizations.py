@@ -572,6 +572,35 @@ def test_a_row_too_long_to_tile_is_a_loop_over_the_row(device: str) -> None:
         assert IF_CONVERTED not in CRenderer().render(guarded) and total.item() == 9.0
 
 
+def test_a_long_scalar_row_is_a_loop_not_a_tile(device: str) -> None:
+    """A join of three parts along a row of 192, one part transposed (nanoGPT's q, k and v gradients joined for the
+    input projection: the transposed part gathers, so no vector plan fits) is not tiled whole, each of its 192
+    lanes a copy of the join's steps (gcc took 0.28 s over that tile, 0.04 s over a loop), but walks each row in a
+    loop (ir/opt.py MAX_SCALAR_TILE_STEPS). Values exactly torch's, NaN, infinities and -0.0 included."""
+    from ember.ir.opt import MAX_SCALAR_TILE_STEPS, choose_plan
+    from ember.scheduler.compile_cache import kernel_name
+    from ember.scheduler.devices import get_device
+
+    generator = np.random.default_rng(5)
+    parts = [generator.standard_normal((8, 64, 64)).astype(np.float32) for _ in range(3)]
+    parts[0][1, 2, 3], parts[1][4, 5, 6], parts[2][7, 8, 9], parts[2][0, 0, 1] = np.nan, np.inf, -np.inf, -0.0
+
+    def join(tensors: list[Any], library: Any) -> Any:
+        return library.cat([tensors[0], tensors[1], tensors[2].transpose(1, 2)], 2)
+
+    tensors = [em.tensor(part, device=device) for part in parts]
+    expected = join([torch.from_numpy(part) for part in parts], torch).numpy()
+    result = join(tensors, em)
+    np.testing.assert_array_equal(result.numpy(), expected)
+    assert np.signbit(result.numpy()[0, 1, 128]) and np.signbit(expected[0, 1, 128])
+    [kernel] = [item.kernel for item in kernelize([join(tensors, em).node]) if isinstance(item, Launch)]
+    assert len(kernel.steps) * 192 > MAX_SCALAR_TILE_STEPS
+    info = get_device(device).info
+    plan, _ = choose_plan(kernel, kernel_name(kernel), info)
+    if info.warp_width == 1:
+        assert plan.upcast is None and plan.loop == (2, 192), plan
+
+
 def test_an_argmax_of_computed_values_finds_its_maximum(device: str) -> None:
     """An argmax of values computed with logs (a Gumbel sample's) takes the maximum in one loop and recomputes the
     values in another to find where it is: on c that kernel keeps gcc's loop if-conversion off, which vectorized one
