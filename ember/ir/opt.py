@@ -35,10 +35,11 @@ MINIMUM_STAGED_TILES = 4  # tiles a work item loops over before staging the pane
 MAX_STAGED_BYTES = 256 * 1024  # scratch per work item (on the stack of the C thread running it), within L2
 MAX_LOWERED_STEPS = 6_000  # kernel steps x lanes per tile a plan may lower: each lane is lowered (in Python)
 # separately, so a long fused expression tiled wide takes seconds to lower; such a kernel is compute-bound anyway
-# kernel steps x lanes of a scalar tile (no vectors: every lane a copy of the steps in the source). The C compiler's
-# time grows with it, a row loop's does not: nanoGPT's join of its q, k and v gradients (17 steps x a row of 192, one
-# part transposed, so no vector plan) took 0.28 s of gcc as a tile, 0.04 s as a loop over the row, and ran as fast
-# (0.42 against 0.47 ms); its causal mask (14 int64 steps x 64) 0.18 s, on the cold step's critical path
+# kernel steps x lanes of an elementwise kernel's scalar tile (no vectors: every lane a copy of the steps in the
+# source). The C compiler's time grows with it, a row loop's does not: nanoGPT's join of its q, k and v gradients (17
+# steps x a row of 192, one part transposed, so no vector plan) took 0.28 s of gcc as a tile, 0.04 s as a loop over
+# the row, and ran as fast (0.42 against 0.47 ms); its causal mask (14 int64 steps x 64) 0.18 s, on the cold step's
+# critical path
 MAX_SCALAR_TILE_STEPS = 800
 EXPANDED_FUNCTION_STEPS = 40  # what one exp2, log2 or sin may cost a scalar tile's source: a renderer without an
 # accurate one of its own writes a polynomial of ~40 ops (ir/libm.py; WGSL, PTX) in every lane (a GRU's gates unrolled
@@ -341,10 +342,13 @@ def _affordable(kernel: Kernel, upcast: tuple[int, ...] | None, reduce_lanes: in
 
 
 def _renderable(kernel: Kernel, upcast: tuple[int, ...] | None) -> bool:
-    """Whether a scalar tile's source stays within MAX_SCALAR_TILE_STEPS, each exp2, log2 and sin counted as the
+    """Whether a scalar tile's source stays within MAX_SCALAR_TILE_STEPS (an elementwise kernel's: its row is
+    walked by a loop instead) or MAX_LOWERED_STEPS (a reduce's tile: a loop over its outputs would multiply its
+    reduce's iterations per work item, past what wgpu on llvmpipe runs), each exp2, log2 and sin counted as the
     polynomial a renderer may write for it (EXPANDED_FUNCTION_STEPS): every lane of the tile is a copy."""
     steps = sum(EXPANDED_FUNCTION_STEPS if step.op in EXPANDED_FUNCTIONS else 1 for step in kernel.steps)
-    return steps * _product(list(upcast or ())) <= MAX_SCALAR_TILE_STEPS
+    reduces = any(step.op in REDUCE_OPS for step in kernel.steps)
+    return steps * _product(list(upcast or ())) <= (MAX_LOWERED_STEPS if reduces else MAX_SCALAR_TILE_STEPS)
 
 
 def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
