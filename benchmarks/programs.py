@@ -457,47 +457,75 @@ def loss_agreement(name: str, device: str, size: Size, steps: int) -> float:
     return max(abs(e - t) / max(abs(t), 1e-12) for e, t in zip(ember_losses, torch_losses))
 
 
-def jit_timing(name: str, device: str, size: Size, steps: int, deterministic: bool) -> tuple[float, int]:
-    """The median step under ember.jit (after its eager call and its capture) and the kernels one replay launches."""
+# steps one side runs back to back before the next side's turn: torch, ember eager and ember under ember.jit take
+# turns in blocks, so that a machine whose speed drifts (a shared VM's does, by 20-40% within minutes) slows all
+# three alike; the medians and means are over every block's steps
+BLOCK_STEPS = 5
+
+
+def jit_program(name: str, device: str, size: Size) -> tuple[Program | None, Any, list[str]]:
+    """ember's program under ember.jit with its eager call, its capture and WARM_UP_STEPS replays done, the jitted
+    step, and notes; (None, None, notes) where the step cannot be jitted (the notes say why). Dropout on first;
+    with dropout off (the VAE's noise from the data) where ember.jit refuses the random ops."""
     import ember
 
-    _, program = build_pair(name, device, size, deterministic)
-    jitted = ember.jit(program.step)
-    run_steps(program, 2, jitted)  # the eager call, then the capture
-    median = statistics.median(seconds for seconds, _ in run_steps(program, steps, jitted))
-    assert jitted.capture is not None and jitted.replays > 0, "ember.jit never replayed the step"
-    return median, jitted.capture.kernels
+    errors: list[str] = []
+    for deterministic in (False, True):
+        try:
+            _, program = build_pair(name, device, size, deterministic)
+            jitted = ember.jit(program.step)
+            run_steps(program, 2 + WARM_UP_STEPS, jitted)  # the eager call, the capture, replays
+            assert jitted.capture is not None and jitted.replays > 0, "ember.jit never replayed the step"
+        except Exception as error:  # noqa: BLE001 - the table says why the step could not be jitted
+            errors.append(f"{type(error).__name__}: {str(error).splitlines()[0][:110]}")
+            continue
+        refused = (f"jit timed with dropout off / the VAE's noise from the data (*): with its random ops on, "
+                   f"ember.jit refused the step (their seeds are Python values): {errors[0]}" if errors else None)
+        return program, jitted, [refused] if refused else []
+    return None, None, [f"jit: {errors[-1]}"]
+
+
+def interleaved_steps(sides: list[tuple[Program, Callable[..., Any] | None]], steps: int) -> list[list[float]]:
+    """`steps` timed steps of each (program, step) side, in blocks of BLOCK_STEPS taking turns; each block starts
+    once the process is idle (another library's spinning workers settled) and after one untimed step."""
+    from ember.benchmark_files import load_suite
+
+    settle = load_suite().settle
+    times: list[list[float]] = [[] for _ in sides]
+    while len(times[0]) < steps:
+        for timed, (program, step) in zip(times, sides):
+            settle()
+            run_steps(program, 1, step)
+            timed += [seconds for seconds, _ in run_steps(program, min(BLOCK_STEPS, steps - len(timed)), step)]
+    return times
 
 
 def measure(name: str, device: str, size: Size, steps: int, agreement_steps: int = 3) -> Report:
-    """Time one program: torch, ember eager (its first step is the cold one), ember under ember.jit."""
+    """Time one program: ember's cold first step, then torch, ember eager and ember under ember.jit in turns
+    (interleaved_steps)."""
     import ember
 
     report = Report(name)
     torch_program, ember_program = build_pair(name, device, size, deterministic=False)
-    torch_times = [seconds for seconds, _ in run_steps(torch_program, WARM_UP_STEPS + steps)[WARM_UP_STEPS:]]
-    report.torch_step, report.torch_mean = statistics.median(torch_times), statistics.mean(torch_times)
+    run_steps(torch_program, WARM_UP_STEPS)
     with ember.profile() as cold:
         report.ember_cold = run_steps(ember_program, 1)[0][0]
     report.cold_compiles = len(cold.compiles)
     report.cold_compile_seconds = sum(record.seconds for record in cold.compiles)
-    ember_times = [seconds for seconds, _ in run_steps(ember_program, WARM_UP_STEPS + steps)[WARM_UP_STEPS:]]
-    report.ember_step, report.ember_mean = statistics.median(ember_times), statistics.mean(ember_times)
+    run_steps(ember_program, WARM_UP_STEPS)
     with ember.profile() as warm:
         run_steps(ember_program, 1)
     report.kernels_per_step = len(warm.kernels)
-    errors: list[str] = []
-    for deterministic in (False, True):  # (random ops jit; dropout off is the fallback should a step not)
-        try:
-            report.ember_jit_step, report.kernels_per_jit_step = jit_timing(name, device, size, steps, deterministic)
-            break
-        except Exception as error:  # the table says why the step could not be jitted
-            errors.append(f"{type(error).__name__}: {str(error).splitlines()[0][:110]}")
-    if errors and report.ember_jit_step is not None:
-        report.notes.append(f"jit timed with dropout off / the VAE's noise from the data (*): with its random ops "
-                            f"on, ember.jit refused the step (their seeds are Python values): {errors[0]}")
-    elif errors:
-        report.notes.append(f"jit: {errors[-1]}")
+    jitted_program, jitted, report.notes = jit_program(name, device, size)
+    sides: list[tuple[Program, Callable[..., Any] | None]] = [(torch_program, None), (ember_program, None)]
+    if jitted_program is not None:
+        sides.append((jitted_program, jitted))
+    times = interleaved_steps(sides, steps)
+    report.torch_step, report.torch_mean = statistics.median(times[0]), statistics.mean(times[0])
+    report.ember_step, report.ember_mean = statistics.median(times[1]), statistics.mean(times[1])
+    if jitted is not None:
+        report.ember_jit_step = statistics.median(times[2])
+        report.kernels_per_jit_step = jitted.capture.kernels
     report.loss_difference = loss_agreement(name, device, size, agreement_steps)
     return report
 
