@@ -11,7 +11,9 @@ the VAE's noise from the data, so that ember and torch started from the same wei
 median step, ember's eager median step, ember's median step under `ember.jit`, the ratio, ember's cold first step
 (and whether its kernels came from the disk cache), kernels per ember step, and the largest relative difference of
 the first losses; and the ratio of the mean eager steps (an epoch's time: a pause of either runtime, such as
-Python's collector, counts there and not in the medians). `python -m ember bench --case programs` runs the same.
+Python's collector, counts there and not in the medians). Torch, ember eager and ember under ember.jit are timed in
+turns, in blocks of a few steps (`interleaved_steps`), so that a machine whose speed drifts moves all three alike.
+`python -m ember bench --case programs` runs the same.
 """
 
 from __future__ import annotations
