@@ -39,8 +39,8 @@ MAX_LOWERED_STEPS = 6_000  # kernel steps x lanes per tile a plan may lower: eac
 # source). The C compiler's time grows with it, a row loop's does not: nanoGPT's join of its q, k and v gradients (17
 # steps x a row of 192, one part transposed, so no vector plan) took 0.28 s of gcc as a tile, 0.04 s as a loop over
 # the row, and ran as fast (0.42 against 0.47 ms); its causal mask (14 int64 steps x 64) 0.18 s, on the cold step's
-# critical path. Lavapipe's shader compiler pays for every copy too, and wgpu has no vector plans: the cold first steps
-# on wgpu went from 95 to 4 s (char_lstm), 223 to 3.7 s (char_gru), 65 to 6.6 s (nanoGPT), running as fast
+# critical path. Lavapipe's shader compiler pays for every copy too, and wgpu has no vector plans: char_lstm's cold
+# first step on wgpu (Mesa's shader cache off) went from 709 to 12.5 s, its steps as fast
 MAX_SCALAR_TILE_STEPS = 800
 EXPANDED_FUNCTION_STEPS = 40  # what one exp2, log2 or sin may cost a scalar tile's source: a renderer without an
 # accurate one of its own writes a polynomial of ~40 ops (ir/libm.py; WGSL, PTX) in every lane (a GRU's gates unrolled
