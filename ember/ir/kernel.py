@@ -38,6 +38,11 @@ class Kernel(NamedTuple):
         return sum(prod(step.shape) for step in self.steps if step.op in ELEMENTWISE_OPS) + self.reduced_elements
 
     @property
+    def has_reduce(self) -> bool:
+        """Whether any of its steps is a reduce."""
+        return any(step.op in REDUCE_OPS for step in self.steps)
+
+    @property
     def reduced_elements(self) -> int:
         """The elements its reduces read, in all (each reduce's input size, summed)."""
         return sum(prod(self.steps[step.srcs[0]].shape) for step in self.steps if step.op in REDUCE_OPS)

@@ -348,8 +348,7 @@ def _renderable(kernel: Kernel, upcast: tuple[int, ...] | None) -> bool:
     reduce's iterations per work item, past what wgpu on llvmpipe runs), each exp2, log2 and sin counted as the
     polynomial a renderer may write for it (EXPANDED_FUNCTION_STEPS): every lane of the tile is a copy."""
     steps = sum(EXPANDED_FUNCTION_STEPS if step.op in EXPANDED_FUNCTIONS else 1 for step in kernel.steps)
-    reduces = any(step.op in REDUCE_OPS for step in kernel.steps)
-    return steps * _product(list(upcast or ())) <= (MAX_LOWERED_STEPS if reduces else MAX_SCALAR_TILE_STEPS)
+    return steps * _product(list(upcast or ())) <= (MAX_LOWERED_STEPS if kernel.has_reduce else MAX_SCALAR_TILE_STEPS)
 
 
 def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
@@ -464,7 +463,7 @@ def row_tile(kernel: Kernel, info: DeviceInfo) -> tuple[int, ...] | None:
         return None
     axis = _last_axis(shape)
     rows = _product(list(shape)) // shape[axis]
-    elementwise = info.warp_width == 1 and not any(step.op in REDUCE_OPS for step in kernel.steps)
+    elementwise = info.warp_width == 1 and not kernel.has_reduce
     if not 2 <= shape[axis] <= (MAX_ROW_OUTPUTS if elementwise else MAX_TILE_OUTPUTS):
         return None
     if rows < 4 * max(1, info.compute_units):
@@ -493,7 +492,7 @@ def _vector_widths_for(kernel: Kernel, info: DeviceInfo) -> list[DeviceInfo]:
     kernel uses and the wider ones lack, or the preferred width's ops (DeviceInfo.fallback_vector_widths)."""
     choices = [info] if info.vector_ops else []
     used = {step.op for step in kernel.steps} | {IROp.LOAD} | (
-        {IROp.REDUCE} if any(step.op in REDUCE_OPS for step in kernel.steps) else set())
+        {IROp.REDUCE} if kernel.has_reduce else set())
     covered = set(info.vector_ops)
     for width, ops in info.fallback_vector_widths:
         # a narrower width with the same ops still fits dims the wider vectors do not divide (24 columns in 16s)
@@ -571,7 +570,7 @@ def _first_row_gathers(kernel: Kernel, tile: TileLowering, plan: Plan, info: Dev
     factors = plan.upcast
     if factors is None or sum(1 for factor in factors if factor > 1) < 2:
         return False
-    if not any(step.op in REDUCE_OPS for step in kernel.steps):
+    if not kernel.has_reduce:
         return False
     row_axis = max(axis for axis, factor in enumerate(factors) if factor > 1)
     lanes = lanes_for(kernel.output.dtype, 4 * info.preferred_vector_width)

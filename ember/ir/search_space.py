@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ember.capabilities import DeviceInfo
-from ember.core.ops import REDUCE_OPS
 from ember.ir.kernel import Kernel, row_loop
 from ember.ir.opt import MAX_TILE_OUTPUTS, Plan
 
@@ -53,7 +52,7 @@ def actions(kernel: Kernel, info: DeviceInfo) -> list[Action]:
     found: list[Action] = [Action("untile")]
     if not shape or not info.can_run:
         return found
-    if info.packed_matmul and any(step.op in REDUCE_OPS for step in kernel.steps):
+    if info.packed_matmul and kernel.has_reduce:
         found.append(Action("pack"))  # (lower_plan refuses it where the kernel is not a plain matmul)
     whole_rows = row_loop(kernel) is not None
     for axis in axes:
@@ -61,7 +60,7 @@ def actions(kernel: Kernel, info: DeviceInfo) -> list[Action]:
     widths = sorted({info.preferred_vector_width} if info.vector_ops else set()) + sorted(
         width for width, _ in info.fallback_vector_widths)
     found += [Action("vectorize", amount=width) for width in [0, *widths] if width != 1]
-    if any(step.op in REDUCE_OPS for step in kernel.steps):
+    if kernel.has_reduce:
         found += [Action("split_reduce", amount=lanes) for lanes in (1, *REDUCE_SPLITS)]
     if not whole_rows:  # (a kernel fused by rows walks its rows in one fixed order)
         found += [Action("permute", first, second) for index, first in enumerate(axes) for second in axes[index + 1:]]
