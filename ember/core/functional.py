@@ -17,7 +17,8 @@ from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.graph_templates import TEMPLATES, traced_call
 from ember.core.half_precision import HALF_TYPES, computed_in_float32, rounded, widened
 from ember.core.linalg import check_same_dtype, product
-from ember.core.ops import Composite, Op
+from ember.core import runtime
+from ember.core.ops import FUSED_ATTENTION, Composite, Op
 from ember.core.shapes import broadcast_shapes, normalize_dim
 from ember.core.staged_reduce import reduce_axes
 from ember.core.tensor_base import TensorBase
@@ -527,6 +528,14 @@ class FunctionalOps(TensorBase):
             )
         length, source_length = query.shape[-2], key.shape[-2]
         scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+        if attn_mask is not None and not (attn_mask.dtype.is_bool or attn_mask.dtype.is_float):
+            raise DTypeError(
+                f"scaled_dot_product_attention: expected attn_mask dtype to be bool or float, got "
+                f"{attn_mask.dtype.name}"
+            )
+        fused = _fused_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
+        if fused is not None:
+            return fused
         scores = query.matmul(key.mT) * scale
         if is_causal:
             # row >= column as one comparison of float32 indices (exact below 2**24), column < row + 1: kernels pack
@@ -545,13 +554,8 @@ class FunctionalOps(TensorBase):
                 ) from None
             if attn_mask.dtype.is_bool:
                 scores = where(attn_mask, scores, -math.inf)
-            elif attn_mask.dtype.is_float:
+            else:  # (a float mask: its dtype was checked above)
                 scores = scores + attn_mask.cast(scores.dtype)
-            else:
-                raise DTypeError(
-                    f"scaled_dot_product_attention: expected attn_mask dtype to be bool or float, got "
-                    f"{attn_mask.dtype.name}"
-                )
         if source_length == 0:
             return scores.matmul(value)  # no keys: zeros, like torch
         mask = attn_mask if attn_mask is not None and attn_mask.dtype.is_bool else None
@@ -589,6 +593,50 @@ class FunctionalOps(TensorBase):
         products = weights.unsqueeze(-2) * value.mT.unsqueeze(-3)  # [..., L, Ev, S]
         products = where(mask.unsqueeze(-2) if mask.ndim else mask, products, 0.0)
         return products.sum(-1, dtype=query.dtype)
+
+
+def _fused_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout_p: float,
+                     is_causal: bool, scale: float) -> Tensor | None:
+    """Attention as one fused graph (ir/flash_attention.py's form: the kernelizer keeps its nested reduces in one
+    kernel, lowered as a flash attention) where the runtime says the device has tiles for it; None for the
+    composite: a graph recording gradients (the composite's backward reads the stored weights), dropout, or a device
+    without local memory and warps (CPUs)."""
+    inputs = [query, key, value] + ([mask] if mask is not None else [])
+    if dropout_p > 0.0 or (CONTEXT.get().grad_enabled and any(tensor._requires_grad for tensor in inputs)):
+        return None
+    length, source_length, head, value_head = query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
+    try:  # (shapes that do not fit: the composite raises the error that says how)
+        batch = broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+        if mask is not None:
+            batch = broadcast_shapes((*batch, length, source_length), mask.shape)[:-2]
+    except ShapeError:
+        return None
+    batches = math.prod(batch)
+    if batches == 0 or not runtime.RUNTIME.fused_attention(query.node, batches, length, source_length, head,
+                                                           value_head):
+        return None
+    computed = dtypes.float32  # (half inputs: computed in float32, the output rounded once)
+    query, key, value = (tensor.cast(computed).expand(*batch, *tensor.shape[-2:]) for tensor in (query, key, value))
+    if is_causal:
+        index_dtype = dtypes.float32 if max(length, source_length) < 2**24 else dtypes.int64
+        rows = query._arange_primitive(length, index_dtype, query.device).reshape(length, 1)
+        columns = query._arange_primitive(source_length, index_dtype, query.device).reshape(1, source_length)
+        mask = columns < rows + 1
+    rank = len(batch) + 2
+    scores = (query.unsqueeze(-2) * key.unsqueeze(-3))._apply(Op.SUM, arg=(rank,)).reshape(
+        *batch, length, source_length) * scale
+    if mask is not None:
+        scores = where(mask, scores, -math.inf) if mask.dtype.is_bool else scores + mask.cast(computed)
+    maximum = scores._apply(Op.REDUCE_MAX, arg=(rank - 1,))
+    maximum = where(maximum == -math.inf, 0.0, maximum)  # a fully masked row: exp(-inf) = 0 everywhere
+    weights = exp_of_shifted(scores - maximum)
+    if mask is not None and mask.dtype.is_bool:
+        weights = where(mask, weights, 0.0)  # exactly 0 where masked
+    total = weights._apply(Op.SUM, arg=(rank - 1,))
+    numerator = (weights.unsqueeze(-1) * value.unsqueeze(-3))._apply(Op.SUM, arg=(rank - 1,)).reshape(
+        *batch, length, value_head)
+    output = where(total == 0, 0.0, numerator / total)._apply(Op.CONTIGUOUS, arg=FUSED_ATTENTION)
+    return output if output.dtype == inputs[0].dtype else output.cast(inputs[0].dtype)
 
 
 def _update_instance_stats(tensor: Tensor, mean: Tensor, variance: Tensor, running_mean: Tensor | None,

@@ -19,7 +19,9 @@ class Op(Enum):
     CONST = auto()  # a scalar broadcast to the node's shape; arg: the Python value
     ARANGE = auto()  # 0, 1, ..., n-1 along the only axis of a 1-d node
     COPY = auto()  # the source moved to another device; arg: the target device name
-    CONTIGUOUS = auto()  # the source, stored to its own buffer (a forced kernel boundary)
+    CONTIGUOUS = auto()  # the source, stored to its own buffer (a forced kernel boundary); arg: None, or
+    # FUSED_ATTENTION on a fused attention's output (core/functional.py), whose reduces the kernelizer keeps in one
+    # kernel (ir/flash_attention.py)
     # unary
     NEG = auto()
     RECIPROCAL = auto()
@@ -120,6 +122,7 @@ class Composite(Enum):
     __hash__ = object.__hash__
 
 
+FUSED_ATTENTION = "fused attention"  # CONTIGUOUS's arg on a fused attention's output (see Op.CONTIGUOUS)
 SOURCE_OPS = frozenset({Op.BUFFER, Op.CONST, Op.ARANGE, Op.COPY, Op.CONTIGUOUS})
 UNARY_OPS = frozenset({Op.NEG, Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC, Op.NOT, Op.CAST, Op.BITCAST})
 BINARY_OPS = frozenset(

@@ -55,6 +55,13 @@ class Runtime:
         workgroups (a full reduction in two steps), or None for core's own short stages (core/staged_reduce.py)."""
         raise _not_installed()
 
+    def fused_attention(self, node: Node, batches: int, length: int, source_length: int, head: int,
+                        value_head: int) -> bool:
+        """Whether an attention of `batches` x [length, head] queries (`node` one of them) over `source_length` keys
+        with values of `value_head` is written as one fused graph, which the node's device lowers as one flash
+        attention kernel (ir/flash_attention.py)."""
+        raise _not_installed()
+
     def supports_dtype(self, device: str, dtype: DType) -> bool:
         """Whether kernels on `device` compute in `dtype` (WebGPU without shader-f64 has no float64)."""
         raise _not_installed()

@@ -16,6 +16,7 @@ from ember.capabilities import DeviceInfo
 from ember.collection_pause import collection_paused
 from ember.core.ops import REDUCE_OPS, Op
 from ember.ir import lowered_cache
+from ember.ir.flash_attention import lower_attention_kernel
 from ember.ir.group_matmul import lower_matmul_kernel, matmul_tiles
 from ember.ir.group_reduce import choose_local_size, lower_group_kernel
 from ember.ir.ir import IROp, KernelIR
@@ -411,8 +412,11 @@ def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, Kern
 
 
 def group_lowering(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR | None:
-    """The workgroup kernel DeviceInfo asks for, or None: a matmul tiled in local memory (ir/group_matmul.py), or
-    long rows reduced by groups (ir/group_reduce.py)."""
+    """The workgroup kernel DeviceInfo asks for, or None: a fused attention (ir/flash_attention.py), a matmul tiled
+    in local memory (ir/group_matmul.py), or long rows reduced by groups (ir/group_reduce.py)."""
+    attention = lower_attention_kernel(kernel, name, info)
+    if attention is not None:
+        return attention
     tiles = matmul_tiles(kernel, info)
     if tiles is not None:
         tiled = lower_matmul_kernel(kernel, name, tiles, info.warp_width)

@@ -5,7 +5,7 @@ consumes it when every output element of that kernel uses a different reduce res
 is not inside another reduce, or when it reduces the last axis and is read back along it by a kernel whose work
 items walk whole rows (row fusion, ir/kernel.py: softmax is one kernel); otherwise the reduce is stored by a kernel
 of its own. CONTIGUOUS and COPY always
-mark a boundary. Elementwise work with several consumer kernels is recomputed by each, unless it is expensive
+mark a boundary; a fused attention's output (`fused_attention`) keeps all its reduces in its kernel. Elementwise work with several consumer kernels is recomputed by each, unless it is expensive
 (SHARED_WORK_LIMIT distinct ops per element or more): then it is stored once, so a recurrence (an RNN's cell state over time
 steps) costs linear work, not quadratic. Elementwise work that a kernel reads under a broadcast (a softmax's output
 in the matmul of its gradient, a normalized activation in the next matmul) is evaluated once per use, not once per
@@ -23,7 +23,7 @@ from typing import cast
 
 from ember.core import dtype as dtypes
 from ember.core.graph import Node
-from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op
+from ember.core.ops import ELEMENTWISE_OPS, FUSED_ATTENTION, REDUCE_OPS, Op
 from ember.core.graph_templates import expand_in_place
 from ember.core.shapes import prod
 from ember.core.walk import post_order
@@ -183,7 +183,7 @@ def _broadcast_recompute_cuts(kernel_roots: list[Node], boundaries: dict[int, No
     below)."""
     chosen: list[Node] = []
     for root in kernel_roots:
-        if root.op is Op.COPY:
+        if root.op is Op.COPY or fused_attention(root):
             continue
         interior = _interior(root, boundaries)  # sources first
         if not interior:
@@ -347,8 +347,10 @@ def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> 
     variance), so it is fused, and its source is a SPAN again. An int32 reduce reached inside another reduce
     without an EXPAND (each of its values read once: a quantized product's integer sum per block, which the outer
     reduce scales and sums) is fused too when it is short (MAX_NESTED_EXTENT), computed in a loop inside the outer
-    reduce's loop; float reduces inside reduces are stored by a kernel of their own."""
+    reduce's loop; float reduces inside reduces are stored by a kernel of their own, except in a fused attention
+    (`fused_attention`), which computes all its reduces in its one kernel."""
     seen: set[tuple[int, bool, bool, int, int]] = set()
+    fused = fused_attention(kernel_root)  # (its reduces are all computed in the one kernel)
     stack = [(source, kernel_root.op in REDUCE_OPS, True, *_row_of_sources(kernel_root))
              for source in kernel_root.srcs]
     while stack:
@@ -370,7 +372,8 @@ def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> 
         # (see the docstring; int32 only: the sort network's int64 records nest reduces the linearizer cannot)
         nested = inside_reduce and not (injective and node.dtype is dtypes.int32 and node.op in REDUCE_OPS
                                         and _reduced_extent(node) <= MAX_NESTED_EXTENT)
-        if node.op in (Op.CONTIGUOUS, Op.COPY) or (node.op in REDUCE_OPS and (nested or not injective)):
+        if node.op in (Op.CONTIGUOUS, Op.COPY) or (node.op in REDUCE_OPS and (nested or not injective)
+                                                   and not fused):
             found.append(node)
             continue
         if node.op in REDUCE_OPS:
@@ -379,6 +382,13 @@ def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> 
         elif node.op is Op.EXPAND:
             injective = False
         stack.extend((source, inside_reduce, injective, row, row_length) for source in node.srcs)
+
+
+def fused_attention(node: Node) -> bool:
+    """Whether a kernel root is a fused attention's output (core/functional.py: a CONTIGUOUS marked FUSED_ATTENTION):
+    its nested reduces stay in its kernel, lowered as one flash attention kernel (ir/flash_attention.py), and no
+    cut for broadcast recomputation splits it (its scores, read under the values' broadcast, are the point)."""
+    return node.op is Op.CONTIGUOUS and node.arg == FUSED_ATTENTION
 
 
 def _reduced_extent(node: Node) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ember.core import runtime
 from ember.core.dtype import DType
 from ember.core.graph import Node
+from ember.ir.flash_attention import attention_tiles
 from ember.ir.group_reduce import group_stage_extents, stages_for_parallelism
 from ember.ir.opt import optimizations_enabled
 from ember.scheduler import devices
@@ -42,6 +43,14 @@ class SchedulerRuntime(runtime.Runtime):
         info = devices.get_device(device_of(node)).info
         return group_stage_extents(extent, outputs, node.dtype, info)
 
+    @staticmethod
+    def fused_attention(node: Node, batches: int, length: int, source_length: int, head: int,
+                        value_head: int) -> bool:
+        """Where optimizations are on and the node's device has tiles for it (ir/flash_attention.py)."""
+        if not optimizations_enabled():
+            return False
+        info = devices.get_device(device_of(node)).info
+        return attention_tiles(batches, length, source_length, head, value_head, node.dtype, info) is not None
 
     @staticmethod
     def supports_dtype(device: str, dtype: DType) -> bool:
