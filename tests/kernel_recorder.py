@@ -91,12 +91,17 @@ def assemble_all(kernels: list[Kernel]) -> list[str]:
     """Render each kernel's PTX and assemble them in modules of many entries; the messages of rejected ones."""
     from ember.ir.opt import build_kernel_ir
 
+    from ember.backends.dummy import H100_LIMITS
+    from ember.ir.flash_attention import attention_parts
+
     renderer = ptx.PTXRenderer()
     info = DeviceInfo()
+    gpu = DeviceInfo(**H100_LIMITS)  # (a fused attention's kernel exists only for a device with warps: its flash one)
     entries, failures = [], []
     for number, kernel in enumerate(kernels):
         try:
-            entries.append(renderer.render_entry(build_kernel_ir(kernel, f"kernel{number}", info)))
+            kernel_info = gpu if attention_parts(kernel) is not None else info
+            entries.append(renderer.render_entry(build_kernel_ir(kernel, f"kernel{number}", kernel_info)))
         except Exception as error:  # noqa: BLE001 - reported with the kernel that caused it
             failures.append(f"rendering PTX failed ({type(error).__name__}: {error}) for {kernel!r}")
     modules = [entries[start:start + KERNELS_PER_MODULE] for start in range(0, len(entries), KERNELS_PER_MODULE)]

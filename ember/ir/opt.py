@@ -14,9 +14,10 @@ from dataclasses import dataclass, replace
 
 from ember.capabilities import DeviceInfo
 from ember.collection_pause import collection_paused
+from ember.core.errors import CompileError
 from ember.core.ops import REDUCE_OPS, Op
 from ember.ir import lowered_cache
-from ember.ir.flash_attention import lower_attention_kernel
+from ember.ir.flash_attention import attention_parts, lower_attention_kernel
 from ember.ir.group_matmul import lower_matmul_kernel, matmul_tiles
 from ember.ir.group_reduce import choose_local_size, lower_group_kernel
 from ember.ir.ir import IROp, KernelIR
@@ -362,7 +363,9 @@ def build_kernel_ir(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR:
     if cached is not None:
         return cached
     with collection_paused():
-        lowered = choose_plan(kernel, name, info)[1] if optimize else lower_kernel(widened_products(kernel, info), name)
+        # (a fused attention has one lowering, the flash kernel, with optimizations off too: ir/flash_attention.py)
+        lowered = (choose_plan(kernel, name, info)[1] if optimize or attention_parts(kernel) is not None
+                   else lower_kernel(widened_products(kernel, info), name))
     lowered_cache.store(path, lowered)
     return lowered
 
@@ -398,6 +401,12 @@ def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, Kern
     grouped = group_lowering(kernel, name, info)
     if grouped is not None:
         return GROUP_PLAN, grouped
+    if attention_parts(kernel) is not None:
+        raise CompileError(
+            f"{name}: a fused attention (scaled_dot_product_attention as one kernel) is lowered only as a flash "
+            f"attention kernel, which needs warps and local memory for its tiles; this DeviceInfo has warp_width "
+            f"{info.warp_width}, local_memory_bytes {info.local_memory_bytes}, max_local_size {info.max_local_size} "
+            f"(core writes the fused graph only for a device whose DeviceInfo fits it: ir/flash_attention.py)")
     lowered_tiles: dict[tuple, TileLowering] = {}  # kept from one width for the next (a row of 87 either way)
     for capabilities in _vector_widths_for(kernel, info):
         vectorized = _vector_lowering(kernel, name, capabilities, lowered_tiles)
@@ -430,7 +439,7 @@ def lower_plan(kernel: Kernel, name: str, info: DeviceInfo, plan: Plan) -> Kerne
     """The kernel lowered by `plan` (the same IR `choose_plan` gives for its own plan), or None where the plan does
     not apply: vectors the kernel cannot be packed into, or that need gathering, or a tile too long to lower."""
     kernel = widened_products(kernel, info)
-    if plan.group:
+    if plan.group or attention_parts(kernel) is not None:  # (a fused attention: the flash kernel or nothing)
         return group_lowering(kernel, name, info)
     if plan.packed:
         return lower_packed_matmul(kernel, name, info)

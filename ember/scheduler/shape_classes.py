@@ -28,6 +28,7 @@ import numpy as np
 
 from ember.backends.base import Device, Event, Program
 from ember.core import dtype as dtypes
+from ember.ir.flash_attention import attention_parts
 from ember.ir.ir import IROp, KernelIR, topological_nodes
 from ember.ir.kernel import Kernel, row_loop
 from ember.ir.linearize import Step, linearize
@@ -178,8 +179,8 @@ def member(device: Device, kernel: Kernel) -> Any:
         return None
     STRUCTURES.move_to_end(key)
     known.meet(sizes)
-    if known.refused or not fits_class(kernel):
-        return None
+    if known.refused or not fits_class(kernel) or attention_parts(kernel) is not None:
+        return None  # (a fused attention: its flash kernel is made for its sizes, ir/flash_attention.py)
     found = _holding_class(device, kernel, known, sizes)
     if found is None:
         made = _new_class(device, kernel, known, sizes, limits)
