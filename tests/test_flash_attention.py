@@ -32,10 +32,9 @@ from tests.wgpu_groups import group_devices
 
 H100_LIKE = DeviceInfo(**H100_LIMITS)  # (1024 threads a block, 48 KiB of shared memory, warps of 32, 132 SMs)
 
-# where workgroup kernels run here: PoCL with a GPU's warp width (tests/opencl_groups.py) where opencl is a test
-# device, lavapipe likewise (tests/wgpu_groups.py) where wgpu is, and the PTX simulator
-ATTENTION_DEVICES = group_devices(TEST_DEVICES) + (
-    ["openclgroups:0"] if any(name.startswith("opencl") for name in TEST_DEVICES) else [])
+# where workgroup kernels run here: lavapipe and PoCL with a GPU's warp width (tests/wgpu_groups.py,
+# tests/opencl_groups.py) where wgpu and opencl are test devices, and the PTX simulator
+ATTENTION_DEVICES = group_devices(TEST_DEVICES)
 
 
 @pytest.fixture(autouse=True)

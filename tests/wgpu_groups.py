@@ -17,10 +17,13 @@ def probe() -> list[Device]:
 
 def group_devices(test_devices: list[str]) -> list[str]:
     """The devices here that run workgroup kernels: this backend's device where wgpu is among `test_devices` (its
-    lavapipe's own DeviceInfo asks for none), and the PTX simulator (an H100's DeviceInfo)."""
+    lavapipe's own DeviceInfo asks for none), tests/opencl_groups.py's likewise where opencl is (PoCL), and the PTX
+    simulator (an H100's DeviceInfo)."""
     from ember.backends.registry import REGISTRY
 
     devices = ["ptxsim:0"]
+    if any(name.startswith("opencl") for name in test_devices):
+        devices.insert(0, REGISTRY.probe("openclgroups")[0].name)
     if any(name.startswith("wgpu") for name in test_devices):
         devices.insert(0, REGISTRY.probe("wgpugroups")[0].name)
     return devices
