@@ -76,13 +76,20 @@ def attention_tiles(batches: int, length: int, source_length: int, head: int, va
         return None
     for rows, keys in TILE_CHOICES:
         tiles = AttentionTiles(rows, keys)
-        floats = rows * head + keys * head + keys * value_head + 2 * rows * keys + state_slots(value_head) * (
-            tiles.local_size)
+        floats = (rows * padded(head) + keys * padded(head) + keys * padded(value_head) + 2 * rows * padded(keys)
+                  + state_slots(value_head) * tiles.local_size)
         groups = batches * -(-length // rows)
         if (tiles.local_size <= info.max_local_size and 4 * floats <= info.local_memory_bytes
                 and groups * tiles.local_size <= info.max_global_size):
             return tiles
     return None
+
+
+def padded(width: int) -> int:
+    """The distance between a tile's rows in local memory: one more than the row where it is even, so that the
+    items reading one column of several rows (the rows of a warp's queries, the keys of a row's items) read different
+    banks instead of the same one (32 banks of 4 bytes: rows of 64 apart all fall in one)."""
+    return width + 1 if width % 2 == 0 else width
 
 
 def state_slots(value_head: int) -> int:
@@ -210,8 +217,8 @@ class _AttentionLowering:
     def fill(self, tile: IRNode, rows: int, origin: IRNode, limit: int, width: int, position: int,
              hole: IRNode, query_side: bool) -> list[IRNode] | None:
         """Stores of the `rows` x `width` tile's elements (each item every local_size-th from its own on, clamped to
-        the last; row i the query or key origin + i, clamped to `limit`) of the factor of step `position` that does
-        not read `hole`, as float32; None where the factor is not found."""
+        the last; row i the query or key origin + i, clamped to `limit`; rows padded(width) apart) of the factor of
+        step `position` that does not read `hole`, as float32; None where the factor is not found."""
         builder, local_size = self.builder, self.tiles.local_size
         count = rows * width
         stores = []
@@ -225,7 +232,8 @@ class _AttentionLowering:
                 return None
             if value.dtype != dtypes.float32:
                 value = builder.alu(Op.CAST, dtypes.float32, value)
-            stores.append(builder.store(tile, element, value))
+            row, column = builder.div(element, width), builder.mod(element, width)
+            stores.append(builder.store(tile, builder.add(builder.mul(row, padded(width)), column), value))
         return stores
 
 
@@ -251,7 +259,7 @@ def lower_attention_kernel(kernel: Kernel, name: str, info: DeviceInfo) -> Kerne
     dot_source, numerator_source = steps[parts.dot].srcs[0], steps[parts.numerator].srcs[0]
 
     # the Q tile, once
-    query_tile = builder.define_shared(float32, rows * head)
+    query_tile = builder.define_shared(float32, rows * padded(head))
     query_fills = lowering.fill(query_tile, rows, lowering.row_origin, length - 1, head, dot_source, key_hole, True)
     if query_fills is None:
         return None
@@ -274,7 +282,8 @@ def lower_attention_kernel(kernel: Kernel, name: str, info: DeviceInfo) -> Kerne
     block = builder.new_range(-(-source_length // keys), index)
     free = builder.barrier([block])  # (the last block's reads of the tiles are done)
     key_origin = builder.mul(block, keys)
-    key_tile, value_tile = builder.define_shared(float32, keys * head), builder.define_shared(float32, keys * value_head)
+    key_tile = builder.define_shared(float32, keys * padded(head))
+    value_tile = builder.define_shared(float32, keys * padded(value_head))
     key_fills = lowering.fill(builder.after(key_tile, [free]), keys, key_origin, source_length - 1, head, dot_source,
                               query_hole, False)
     value_fills = lowering.fill(builder.after(value_tile, [free]), keys, key_origin, source_length - 1, value_head,
@@ -285,13 +294,14 @@ def lower_attention_kernel(kernel: Kernel, name: str, info: DeviceInfo) -> Kerne
     key_values, value_values = builder.after(key_tile, [filled]), builder.after(value_tile, [filled])
 
     # scores of the item's keys t, t + T, ...
-    score_tile, weight_tile = builder.define_shared(float32, rows * keys), builder.define_shared(float32, rows * keys)
+    score_tile = builder.define_shared(float32, rows * padded(keys))
+    weight_tile = builder.define_shared(float32, rows * padded(keys))
     depth = builder.new_range(head, index)
-    query_value = builder.load(queries, builder.add(builder.mul(lowering.row, head), depth), None)
+    query_value = builder.load(queries, builder.add(builder.mul(lowering.row, padded(head)), depth), None)
     owned = [builder.add(lowering.lane, items * number) for number in range(keys // items)]
     dots, score_stores = [], []
     for local_key in owned:
-        key_value = builder.load(key_values, builder.add(builder.mul(local_key, head), depth), None)
+        key_value = builder.load(key_values, builder.add(builder.mul(local_key, padded(head)), depth), None)
         dot = builder.reduce(Op.SUM, builder.alu(Op.MUL, float32, query_value, key_value), (depth,))
         key = builder.add(key_origin, local_key)
         place = (*lowering.batch, lowering.query, builder.at_most(key, source_length - 1))
@@ -303,14 +313,14 @@ def lower_attention_kernel(kernel: Kernel, name: str, info: DeviceInfo) -> Kerne
                                 builder.const(-math.inf, float32))
         dots.append((dot, key, place))
         score_stores.append(builder.store(builder.after(score_tile, [free]),
-                                          builder.add(builder.mul(lowering.row, keys), local_key), score))
+                                          builder.add(builder.mul(lowering.row, padded(keys)), local_key), score))
     scored = builder.barrier(score_stores)
 
     # the running maximum, and the weights of the item's keys relative to it
     current = builder.after(state, [*initial, free])
     maximum, total = builder.load(current, slot(0), None), builder.load(current, slot(1), None)
     along = builder.new_range(keys, index)
-    row_start = builder.mul(lowering.row, keys)
+    row_start = builder.mul(lowering.row, padded(keys))
     block_maximum = builder.reduce(Op.REDUCE_MAX, builder.load(builder.after(score_tile, [scored]),
                                                                builder.add(row_start, along), None), (along,))
     new_maximum = builder.alu(Op.MAX, float32, maximum, block_maximum)
@@ -338,7 +348,7 @@ def lower_attention_kernel(kernel: Kernel, name: str, info: DeviceInfo) -> Kerne
                             builder.reduce(Op.SUM, weight_value, (inner,)))
     updates = [builder.store(state, slot(0), new_maximum), builder.store(state, slot(1), new_total)]
     for number, column in enumerate(columns, start=2):
-        value_value = builder.load(value_values, builder.add(builder.mul(inner, value_head), column), None)
+        value_value = builder.load(value_values, builder.add(builder.mul(inner, padded(value_head)), column), None)
         weighted = builder.reduce(Op.SUM, builder.alu(Op.MUL, float32, weight_value, value_value), (inner,))
         running = builder.load(current, slot(number), None)
         updates.append(builder.store(state, slot(number), builder.alu(
