@@ -123,6 +123,25 @@ def test_a_long_sequence_matches_torch(attention_device: str) -> None:
     np.testing.assert_allclose(output.numpy(), attention.torch(), rtol=2e-5, atol=2e-5)
 
 
+def test_inputs_computed_by_reduces_are_stored_first(attention_device: str) -> None:
+    """q, k and v as a model computes them (lazy projections of a normalized input, a head split's transpose): the
+    projections and the norm are kernels of their own, the attention one flash kernel, the values torch's."""
+    rng = np.random.default_rng(15)
+    x, weights = rng.standard_normal((2, 40, 32)).astype(np.float32), rng.standard_normal((3, 32, 32)).astype(
+        np.float32)
+
+    def attention(library: Any, x: Any, weights: Any) -> Any:
+        normed = library.nn.functional.layer_norm(x, (32,))
+        q, k, v = ((normed @ weights[number]).reshape(2, 40, 2, 16).transpose(1, 2) for number in range(3))
+        return library.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    output = attention(em, em.tensor(x, device=attention_device), em.tensor(weights, device=attention_device))
+    kernels = _kernels(output)
+    assert sum(attention_parts(kernel) is not None for kernel in kernels) == 1 and len(kernels) >= 3
+    expected = attention(torch, torch.tensor(x), torch.tensor(weights))
+    np.testing.assert_allclose(output.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_nan_and_infinity_reach_the_rows_torch_gives_them_to(attention_device: str) -> None:
     attention = Case(11, (1, 1), 32, 40, 16, 16)
     attention.query[0, 0, 4, 2] = np.nan  # row 4's scores: NaN

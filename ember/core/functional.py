@@ -18,7 +18,7 @@ from ember.core.graph_templates import TEMPLATES, traced_call
 from ember.core.half_precision import HALF_TYPES, computed_in_float32, rounded, widened
 from ember.core.linalg import check_same_dtype, product
 from ember.core import runtime
-from ember.core.ops import FUSED_ATTENTION, Composite, Op
+from ember.core.ops import EXPANDED_OPS, FUSED_ATTENTION, REDUCE_OPS, Composite, Op
 from ember.core.shapes import broadcast_shapes, normalize_dim
 from ember.core.staged_reduce import reduce_axes
 from ember.core.tensor_base import TensorBase
@@ -616,7 +616,9 @@ def _fused_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | N
                                                            value_head):
         return None
     computed = dtypes.float32  # (half inputs: computed in float32, the output rounded once)
-    query, key, value = (tensor.cast(computed).expand(*batch, *tensor.shape[-2:]) for tensor in (query, key, value))
+    query, key, value = (_stored_if_reduced(tensor).cast(computed).expand(*batch, *tensor.shape[-2:])
+                         for tensor in (query, key, value))
+    mask = None if mask is None else _stored_if_reduced(mask)
     if is_causal:
         index_dtype = dtypes.float32 if max(length, source_length) < 2**24 else dtypes.int64
         rows = query._arange_primitive(length, index_dtype, query.device).reshape(length, 1)
@@ -637,6 +639,24 @@ def _fused_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | N
         *batch, length, value_head)
     output = where(total == 0, 0.0, numerator / total)._apply(Op.CONTIGUOUS, arg=FUSED_ATTENTION)
     return output if output.dtype == inputs[0].dtype else output.cast(inputs[0].dtype)
+
+
+def _stored_if_reduced(tensor: Tensor) -> Tensor:
+    """The tensor, stored by a kernel of its own where its lazy graph holds a reduce (a projection `x @ w`, a norm;
+    a graph template's copy, which may hold one):
+    the kernelizer keeps every reduce of a fused attention's graph in its one kernel, and the flash kernel expects
+    exactly its own four; elementwise work and views of stored values (a head split's transpose) stay fused."""
+    pending, seen = [tensor.node], set()
+    while pending:
+        node = pending.pop()
+        if node.realized or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.op in REDUCE_OPS or node.op in EXPANDED_OPS:  # (a template's copy, such as a linear, may hold one)
+            return tensor._apply(Op.CONTIGUOUS)
+        if node.op is not Op.CONTIGUOUS:  # (a stored boundary: what is below it is another kernel's)
+            pending.extend(node.srcs)
+    return tensor
 
 
 def _update_instance_stats(tensor: Tensor, mean: Tensor, variance: Tensor, running_mean: Tensor | None,
