@@ -19,9 +19,9 @@ kernel is recognized by its four reduces (`attention_parts`) and lowered (`lower
 - the epilogue, the kernel's own (out = sum / total, 0 where the total is 0), at each owned output.
 
 Rows, keys and columns past the end are clamped to the last (recomputed and stored with the same bits); keys past the
-end of the last block score -inf and weigh 0. The weights are computed relative to the running maximum instead of
-the row's: exp(s - m_new) alpha... is exp(s - m) in real arithmetic, so results agree with the composite within
-float rounding; a row whose keys are all masked gives 0, as the composite. Only the forward pass: a graph that
+end of the last block score -inf and weigh 0. Each block's weights are taken relative to the running maximum, and
+the later alphas rescale them to exp(s - m) for the row's final maximum m in real arithmetic, so results agree with
+the composite within float rounding; a row whose keys are all masked gives 0, as the composite and torch. Only the forward pass: a graph that
 records gradients keeps the composite (its backward reads the stored weights).
 """
 
