@@ -89,10 +89,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def assemble_all(kernels: list[Kernel]) -> list[str]:
     """Render each kernel's PTX and assemble them in modules of many entries; the messages of rejected ones."""
-    from ember.ir.opt import build_kernel_ir
-
     from ember.backends.dummy import H100_LIMITS
     from ember.ir.flash_attention import attention_parts
+    from ember.ir.opt import build_kernel_ir
 
     renderer = ptx.PTXRenderer()
     info = DeviceInfo()

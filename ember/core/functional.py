@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from ember.context import CONTEXT
 from ember.core import dtype as dtypes
+from ember.core import runtime
 from ember.core.advanced_indexing import SORTED_WRITE_PAIRS, picked_sum, take_last
 from ember.core.checks import check_index
 from ember.core.dtype import to_dtype
@@ -17,7 +18,6 @@ from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.graph_templates import TEMPLATES, traced_call
 from ember.core.half_precision import HALF_TYPES, computed_in_float32, rounded, widened
 from ember.core.linalg import check_same_dtype, product
-from ember.core import runtime
 from ember.core.ops import EXPANDED_OPS, FUSED_ATTENTION, REDUCE_OPS, Composite, Op
 from ember.core.shapes import broadcast_shapes, normalize_dim
 from ember.core.staged_reduce import reduce_axes
@@ -642,10 +642,10 @@ def _fused_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | N
 
 
 def _stored_if_reduced(tensor: Tensor) -> Tensor:
-    """The tensor, stored by a kernel of its own where its lazy graph holds a reduce (a projection `x @ w`, a norm;
-    a graph template's copy, which may hold one):
-    the kernelizer keeps every reduce of a fused attention's graph in its one kernel, and the flash kernel expects
-    exactly its own four; elementwise work and views of stored values (a head split's transpose) stay fused."""
+    """The tensor, stored by a kernel of its own where its lazy graph holds a reduce (a projection `x @ w`, a norm, a
+    graph template's copy, which may hold one): the kernelizer keeps every reduce of a fused attention's graph in its
+    one kernel, and the flash kernel expects exactly its own four. Elementwise work and views of stored values (a
+    head split's transpose) stay fused."""
     pending, seen = [tensor.node], set()
     while pending:
         node = pending.pop()
