@@ -538,12 +538,7 @@ class FunctionalOps(TensorBase):
             return fused
         scores = query.matmul(key.mT) * scale
         if is_causal:
-            # row >= column as one comparison of float32 indices (exact below 2**24), column < row + 1: kernels pack
-            # float comparisons into vectors, not integer ones
-            index_dtype = dtypes.float32 if max(length, source_length) < 2**24 else dtypes.int64
-            rows = self._arange_primitive(length, index_dtype, self.device).reshape(length, 1)
-            columns = self._arange_primitive(source_length, index_dtype, self.device).reshape(1, source_length)
-            attn_mask = columns < rows + 1
+            attn_mask = _causal_mask(query, length, source_length)
         if attn_mask is not None:
             try:
                 broadcast_shapes(scores.shape, attn_mask.shape)
@@ -620,10 +615,7 @@ def _fused_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | N
                          for tensor in (query, key, value))
     mask = None if mask is None else _stored_if_reduced(mask)
     if is_causal:
-        index_dtype = dtypes.float32 if max(length, source_length) < 2**24 else dtypes.int64
-        rows = query._arange_primitive(length, index_dtype, query.device).reshape(length, 1)
-        columns = query._arange_primitive(source_length, index_dtype, query.device).reshape(1, source_length)
-        mask = columns < rows + 1
+        mask = _causal_mask(query, length, source_length)
     rank = len(batch) + 2
     scores = (query.unsqueeze(-2) * key.unsqueeze(-3))._apply(Op.SUM, arg=(rank,)).reshape(
         *batch, length, source_length) * scale
@@ -639,6 +631,16 @@ def _fused_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | N
         *batch, length, value_head)
     output = where(total == 0, 0.0, numerator / total)._apply(Op.CONTIGUOUS, arg=FUSED_ATTENTION)
     return output if output.dtype == inputs[0].dtype else output.cast(inputs[0].dtype)
+
+
+def _causal_mask(query: Tensor, length: int, source_length: int) -> Tensor:
+    """torch's is_causal mask [length, source_length] (key j visible to query i where j <= i) on the query's device:
+    row >= column as one comparison of float32 indices (exact below 2**24), column < row + 1, since kernels pack float
+    comparisons into vectors, not integer ones."""
+    index_dtype = dtypes.float32 if max(length, source_length) < 2**24 else dtypes.int64
+    rows = query._arange_primitive(length, index_dtype, query.device).reshape(length, 1)
+    columns = query._arange_primitive(source_length, index_dtype, query.device).reshape(1, source_length)
+    return columns < rows + 1
 
 
 def _stored_if_reduced(tensor: Tensor) -> Tensor:

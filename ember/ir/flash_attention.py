@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from ember.capabilities import DeviceInfo
 from ember.core import dtype as dtypes
+from ember.core.errors import CompileError
 from ember.core.ops import REDUCE_OPS, Op
 from ember.core.shapes import prod, strides_of
 from ember.ir.ir import Builder, IRNode, KernelIR, topological_nodes
@@ -62,6 +63,10 @@ class AttentionTiles:
     def local_size(self) -> int:
         return self.rows * self.items_per_row
 
+    def state_slots(self, value_head: int) -> int:
+        """The running values each work item keeps: the maximum, the total and its output columns."""
+        return 2 + -(-value_head // self.items_per_row)
+
 
 def attention_tiles(batches: int, length: int, source_length: int, head: int, value_head: int, dtype: dtypes.DType,
                     info: DeviceInfo) -> AttentionTiles | None:
@@ -77,7 +82,7 @@ def attention_tiles(batches: int, length: int, source_length: int, head: int, va
     for rows, keys in TILE_CHOICES:
         tiles = AttentionTiles(rows, keys)
         floats = (rows * padded(head) + keys * padded(head) + keys * padded(value_head) + 2 * rows * padded(keys)
-                  + state_slots(value_head) * tiles.local_size)
+                  + tiles.state_slots(value_head) * tiles.local_size)
         groups = batches * -(-length // rows)
         if (tiles.local_size <= info.max_local_size and 4 * floats <= info.local_memory_bytes
                 and groups * tiles.local_size <= info.max_global_size):
@@ -90,11 +95,6 @@ def padded(width: int) -> int:
     items reading one column of several rows (the rows of a warp's queries, the keys of a row's items) read different
     banks instead of the same one (32 banks of 4 bytes: rows of 64 apart all fall in one)."""
     return width + 1 if width % 2 == 0 else width
-
-
-def state_slots(value_head: int) -> int:
-    """The running values each work item keeps: the maximum, the total and its output columns."""
-    return 2 + -(-value_head // ITEMS_PER_ROW)
 
 
 @dataclass(frozen=True)
@@ -194,13 +194,12 @@ class _AttentionLowering:
         self.row = builder.div(self.local_id, tiles.items_per_row)  # r: the item's row in the group
         self.lane = builder.mod(self.local_id, tiles.items_per_row)  # t: its first key and column
         self.query = builder.at_most(builder.add(self.row_origin, self.row), self.length - 1)
-        self.lowerer: Replaced | None = None
         # stand-ins for the reduces' values, to tell a product's factors apart (parameters no kernel has)
         self.stand_ins = [builder.param(-1 - number, dtypes.float32, False) for number in range(2)]
 
     def value(self, position: int, index: tuple[IRNode, ...], values: dict[int, IRNode]) -> IRNode | None:
         """Step `position` at `index` with the reduces replaced by `values`; None where another reduce is reached."""
-        lowerer = self.lowerer = Replaced(self.kernel, self.builder, values)
+        lowerer = Replaced(self.kernel, self.builder, values)
         result = lowerer.lower(position, index, None)
         return None if lowerer.missing else result
 
@@ -238,11 +237,24 @@ class _AttentionLowering:
 
 
 def lower_attention_kernel(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR | None:
-    """The kernel IR of a fused attention (see the module's docstring), or None where the kernel is not one, its
-    tiles do not fit the device, or its parts do not lower as expected."""
+    """The kernel IR of a fused attention (see the module's docstring), or None where the kernel is not one. A fused
+    attention has no other lowering (the generic lowering of its nested float reduces is not rendered correctly):
+    where its tiles do not fit the device or its parts do not lower as core writes them, a CompileError says so."""
     parts = attention_parts(kernel)
     if parts is None:
         return None
+    lowered = _lower_attention(kernel, parts, name, info)
+    if lowered is None:
+        raise CompileError(
+            f"{name}: a fused attention (scaled_dot_product_attention as one kernel) is lowered only as a flash "
+            f"attention kernel, which needs warps and local memory for its tiles; this DeviceInfo has warp_width "
+            f"{info.warp_width}, local_memory_bytes {info.local_memory_bytes}, max_local_size {info.max_local_size} "
+            f"(core writes the fused graph only for a device whose DeviceInfo fits it)")
+    return lowered
+
+
+def _lower_attention(kernel: Kernel, parts: AttentionParts, name: str, info: DeviceInfo) -> KernelIR | None:
+    """lower_attention_kernel's IR, or None where the tiles do not fit or a part does not lower as expected."""
     steps, shape = kernel.steps, kernel.output.shape
     source_length, head = steps[parts.scores].shape[-1], steps[steps[parts.dot].srcs[0]].shape[-1]
     input_dtypes = {step.dtype for step in steps if step.op is Op.BUFFER and step.dtype.is_float}
@@ -267,7 +279,7 @@ def lower_attention_kernel(kernel: Kernel, name: str, info: DeviceInfo) -> Kerne
     queries = builder.after(query_tile, [queries_ready])
     # each item's running maximum, total and output columns: slot s of item l at s * local_size + l (local memory:
     # PTX has no scratch arrays; the items' own elements, side by side)
-    state = builder.define_shared(float32, state_slots(value_head) * tiles.local_size)
+    state = builder.define_shared(float32, tiles.state_slots(value_head) * tiles.local_size)
 
     def slot(number: int) -> IRNode:
         return builder.add(lowering.local_id, number * tiles.local_size)
@@ -365,9 +377,8 @@ def lower_attention_kernel(kernel: Kernel, name: str, info: DeviceInfo) -> Kerne
         output_stores.append(lowerer.store_output((*lowering.batch, lowering.query, column)))
         if lowerer.missing:
             return None
-    for hole in (query_hole, key_hole, *lowering.stand_ins):
-        if any(_reaches(store, [hole]) for store in output_stores + updates):
-            return None
+    if any(_reaches(store, [query_hole, key_hole, *lowering.stand_ins]) for store in output_stores + updates):
+        return None
     sink = builder.sink([*query_fills, queries_ready, *initial, loop, *output_stores])
     warp_width = info.warp_width if tiles.local_size % max(info.warp_width, 1) == 0 else 1
     return KernelIR(name=name, params=Replaced(kernel, builder, {}).buffer_params(),

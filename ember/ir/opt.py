@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 
 from ember.capabilities import DeviceInfo
 from ember.collection_pause import collection_paused
-from ember.core.errors import CompileError
 from ember.core.ops import REDUCE_OPS, Op
 from ember.ir import lowered_cache
 from ember.ir.flash_attention import attention_parts, lower_attention_kernel
@@ -401,12 +400,6 @@ def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, Kern
     grouped = group_lowering(kernel, name, info)
     if grouped is not None:
         return GROUP_PLAN, grouped
-    if attention_parts(kernel) is not None:
-        raise CompileError(
-            f"{name}: a fused attention (scaled_dot_product_attention as one kernel) is lowered only as a flash "
-            f"attention kernel, which needs warps and local memory for its tiles; this DeviceInfo has warp_width "
-            f"{info.warp_width}, local_memory_bytes {info.local_memory_bytes}, max_local_size {info.max_local_size} "
-            f"(core writes the fused graph only for a device whose DeviceInfo fits it: ir/flash_attention.py)")
     lowered_tiles: dict[tuple, TileLowering] = {}  # kept from one width for the next (a row of 87 either way)
     for capabilities in _vector_widths_for(kernel, info):
         vectorized = _vector_lowering(kernel, name, capabilities, lowered_tiles)
