@@ -21,6 +21,7 @@ DEFAULT_TEST_BACKENDS = "c,opencl,wgpu"  # each one that is available here (wgpu
 REGISTRY.modules.setdefault("ptxsim", "tests.ptx_simulator")  # the cuda backend's PTX, run by a simulator
 REGISTRY.modules.setdefault("wgpugroups", "tests.wgpu_groups")  # wgpu with a GPU's warps: workgroup kernels
 REGISTRY.modules.setdefault("openclgroups", "tests.opencl_groups")  # OpenCL (PoCL) likewise
+pytest_plugins = ("tests.workgroups",)  # the workgroup kernel tests' devices and helpers
 
 
 def available_test_devices() -> list[str]:

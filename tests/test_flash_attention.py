@@ -23,33 +23,10 @@ from ember.backends.wgsl import WGSLRenderer
 from ember.core.errors import CompileError
 from ember.ir.flash_attention import MINIMUM_ROWS, attention_parts, attention_tiles
 from ember.ir.ir import IROp, KernelIR, topological_nodes
-from ember.ir.kernel import Kernel
 from ember.ir.opt import build_kernel_ir
-from ember.scheduler.kernelize import kernelize
-from ember.scheduler.program import Launch
-from tests.conftest import TEST_DEVICES
-from tests.wgpu_groups import group_devices
+from tests.workgroups import H100_LIKE, kernels_of
 
-H100_LIKE = DeviceInfo(**H100_LIMITS)  # (1024 threads a block, 48 KiB of shared memory, warps of 32, 132 SMs)
-
-# where workgroup kernels run here: lavapipe and PoCL with a GPU's warp width (tests/wgpu_groups.py,
-# tests/opencl_groups.py) where wgpu and opencl are test devices, and the PTX simulator
-ATTENTION_DEVICES = group_devices(TEST_DEVICES)
-
-
-@pytest.fixture(autouse=True)
-def _optimizations_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Workgroup kernels are an optional transform (EMBER_NOOPT=1 turns them off): these tests are about them."""
-    monkeypatch.setenv("EMBER_NOOPT", "0")
-
-
-@pytest.fixture(params=ATTENTION_DEVICES)
-def attention_device(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-def _kernels(tensor: em.Tensor) -> list[Kernel]:
-    return [item.kernel for item in kernelize([tensor.node]) if isinstance(item, Launch)]
+pytestmark = pytest.mark.usefixtures("optimizations_on")  # (workgroup kernels are an optimization)
 
 
 def _is_flash(ir: KernelIR) -> bool:
@@ -103,27 +80,27 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_attention_is_one_flash_kernel_matching_torch(attention_device: str, case: str) -> None:
+def test_attention_is_one_flash_kernel_matching_torch(group_device: str, case: str) -> None:
     attention = CASES[case]
-    output = attention.ember(attention_device)
-    kernels = [kernel for kernel in _kernels(output) if attention_parts(kernel) is not None]
+    output = attention.ember(group_device)
+    kernels = [kernel for kernel in kernels_of(output) if attention_parts(kernel) is not None]
     assert len(kernels) == 1
-    assert _is_flash(build_kernel_ir(kernels[0], "attention", REGISTRY.device(attention_device).info))
+    assert _is_flash(build_kernel_ir(kernels[0], "attention", REGISTRY.device(group_device).info))
     np.testing.assert_allclose(output.numpy(), attention.torch(), rtol=2e-5, atol=2e-5)
 
 
-def test_a_long_sequence_matches_torch(attention_device: str) -> None:
+def test_a_long_sequence_matches_torch(group_device: str) -> None:
     """A size users run (a 2,048-token causal self-attention of 64-wide heads; on the simulator 512 tokens): one
     kernel, no [L, S] matrix stored, every row against torch."""
-    length = 512 if attention_device.startswith("ptxsim") else 2048
+    length = 512 if group_device.startswith("ptxsim") else 2048
     attention = Case(10, (1, 2), length, length, 64, 64, causal=True)
-    output = attention.ember(attention_device)
-    (kernel,) = _kernels(output)
+    output = attention.ember(group_device)
+    (kernel,) = kernels_of(output)
     assert max(kernel.input_sizes) < length * length  # nothing read is the score matrix
     np.testing.assert_allclose(output.numpy(), attention.torch(), rtol=2e-5, atol=2e-5)
 
 
-def test_inputs_computed_by_reduces_are_stored_first(attention_device: str) -> None:
+def test_inputs_computed_by_reduces_are_stored_first(group_device: str) -> None:
     """q, k and v as a model computes them (lazy projections of a normalized input, a head split's transpose): the
     projections and the norm are kernels of their own, the attention one flash kernel, the values torch's."""
     rng = np.random.default_rng(15)
@@ -135,44 +112,44 @@ def test_inputs_computed_by_reduces_are_stored_first(attention_device: str) -> N
         q, k, v = ((normed @ weights[number]).reshape(2, 40, 2, 16).transpose(1, 2) for number in range(3))
         return library.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-    output = attention(em, em.tensor(x, device=attention_device), em.tensor(weights, device=attention_device))
-    kernels = _kernels(output)
+    output = attention(em, em.tensor(x, device=group_device), em.tensor(weights, device=group_device))
+    kernels = kernels_of(output)
     assert sum(attention_parts(kernel) is not None for kernel in kernels) == 1 and len(kernels) >= 3
     expected = attention(torch, torch.tensor(x), torch.tensor(weights))
     np.testing.assert_allclose(output.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)
 
 
-def test_nan_and_infinity_reach_the_rows_torch_gives_them_to(attention_device: str) -> None:
+def test_nan_and_infinity_reach_the_rows_torch_gives_them_to(group_device: str) -> None:
     attention = Case(11, (1, 1), 32, 40, 16, 16)
     attention.query[0, 0, 4, 2] = np.nan  # row 4's scores: NaN
     attention.value[0, 0, 7, 3] = np.inf  # column 3 of every row: inf (or NaN where weights are NaN)
     attention.key[0, 0, 9, :] = 0.0
     expected = attention.torch()
-    got = attention.ember(attention_device).numpy()
+    got = attention.ember(group_device).numpy()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
     np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
 
 
 @pytest.mark.parametrize("dtype", [em.float16, em.bfloat16], ids=lambda dtype: dtype.name)
-def test_half_inputs_match_torch(attention_device: str, dtype: em.DType) -> None:
+def test_half_inputs_match_torch(group_device: str, dtype: em.DType) -> None:
     attention = Case(12, (1, 2), 40, 50, 32, 32, causal=True)
     torch_dtype = torch.float16 if dtype == em.float16 else torch.bfloat16
     halves = [torch.tensor(array).to(torch_dtype) for array in (attention.query, attention.key, attention.value)]
     expected = torch.nn.functional.scaled_dot_product_attention(*[t.float() for t in halves], is_causal=True)
-    output = attention.ember(attention_device, dtype)
-    assert output.dtype == dtype and len(_kernels(output)) <= 4  # (the casts of the inputs to halves among them)
+    output = attention.ember(group_device, dtype)
+    assert output.dtype == dtype and len(kernels_of(output)) <= 4  # (the casts of the inputs to halves among them)
     np.testing.assert_allclose(output.float().numpy(), expected.to(torch_dtype).float().numpy(),
                                rtol=1e-2, atol=1e-2)
 
 
-def test_the_composite_stays_where_flash_does_not_apply(attention_device: str) -> None:
+def test_the_composite_stays_where_flash_does_not_apply(group_device: str) -> None:
     """Gradients recorded (the composite's backward reads its stored weights), dropout, a decode step's few query
     rows: the composite's kernels, still matching torch, gradients included."""
     attention = Case(13, (1, 2), 32, 32, 16, 16, causal=True)
-    query = em.tensor(attention.query, device=attention_device, requires_grad=True)
-    key, value = em.tensor(attention.key, device=attention_device), em.tensor(attention.value, device=attention_device)
+    query = em.tensor(attention.query, device=group_device, requires_grad=True)
+    key, value = em.tensor(attention.key, device=group_device), em.tensor(attention.value, device=group_device)
     output = em.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=True)
-    assert not any(attention_parts(kernel) for kernel in _kernels(output))
+    assert not any(attention_parts(kernel) for kernel in kernels_of(output))
     output.sum().backward()
     torch_query = torch.tensor(attention.query, requires_grad=True)
     expected = torch.nn.functional.scaled_dot_product_attention(torch_query, torch.tensor(attention.key),
@@ -181,11 +158,11 @@ def test_the_composite_stays_where_flash_does_not_apply(attention_device: str) -
     np.testing.assert_allclose(output.detach().numpy(), expected.detach().numpy(), rtol=2e-5, atol=2e-5)
     assert query.grad is not None and torch_query.grad is not None
     np.testing.assert_allclose(query.grad.numpy(), torch_query.grad.numpy(), rtol=1e-4, atol=1e-4)
-    decode = Case(14, (1, 2), MINIMUM_ROWS - 1, 64, 16, 16).ember(attention_device)
-    assert not any(attention_parts(kernel) for kernel in _kernels(decode))
+    decode = Case(14, (1, 2), MINIMUM_ROWS - 1, 64, 16, 16).ember(group_device)
+    assert not any(attention_parts(kernel) for kernel in kernels_of(decode))
     with em.no_grad():
         dropped = em.nn.functional.scaled_dot_product_attention(query, key, value, dropout_p=0.5)
-    assert not any(attention_parts(kernel) for kernel in _kernels(dropped))
+    assert not any(attention_parts(kernel) for kernel in kernels_of(dropped))
 
 
 def test_only_device_info_decides() -> None:
@@ -199,7 +176,7 @@ def test_only_device_info_decides() -> None:
     assert tiles is not None and (tiles.rows, tiles.keys) < (32, 32)
     assert attention_tiles(4, 128, 128, 512, 64, em.float32, H100_LIKE) is None
     x = em.tensor(np.zeros((1, 64, 16), np.float32), device="dummy:0")  # (no warps in its DeviceInfo)
-    assert not any(attention_parts(kernel) for kernel in _kernels(em.nn.functional.scaled_dot_product_attention(x, x, x)))
+    assert not any(attention_parts(kernel) for kernel in kernels_of(em.nn.functional.scaled_dot_product_attention(x, x, x)))
 
 
 def test_a_fused_kernel_lowered_for_a_device_without_warps_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -207,7 +184,7 @@ def test_a_fused_kernel_lowered_for_a_device_without_warps_is_a_clear_error(monk
     cache moved between machines, a test's renderer), its lowering says so instead of failing inside a renderer."""
     monkeypatch.setattr(REGISTRY.device("dummy:0"), "info", H100_LIKE)
     x = em.tensor(np.zeros((1, 64, 16), np.float32), device="dummy:0")
-    (kernel,) = _kernels(em.nn.functional.scaled_dot_product_attention(x, x, x))
+    (kernel,) = kernels_of(em.nn.functional.scaled_dot_product_attention(x, x, x))
     assert attention_parts(kernel) is not None and _is_flash(build_kernel_ir(kernel, "attention", H100_LIKE))
     with pytest.raises(CompileError, match="fused attention .* needs warps and local memory"):
         build_kernel_ir(kernel, "attention", DeviceInfo())
@@ -223,7 +200,7 @@ def _shape_irs() -> dict[str, KernelIR]:
     for name, attention in CASES.items():
         for dtype in (em.float32, em.float16):
             output = attention.ember("dummy:0", dtype)
-            kernels = [kernel for kernel in _kernels(output) if attention_parts(kernel) is not None]
+            kernels = [kernel for kernel in kernels_of(output) if attention_parts(kernel) is not None]
             if kernels:  # (the dummy device has no warps: its SDPA is the composite; lowered for an H100 below)
                 irs[f"{name}-{dtype.name}"] = build_kernel_ir(kernels[0], "attention", H100_LIKE)
     return irs

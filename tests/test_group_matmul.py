@@ -25,32 +25,11 @@ from ember.core.errors import BackendUnavailable, CompileError
 from ember.ir import group_matmul
 from ember.ir.group_matmul import is_tiled_matmul, matmul_tiles
 from ember.ir.ir import IROp, KernelIR, topological_nodes
-from ember.ir.kernel import Kernel
 from ember.ir.opt import build_kernel_ir
-from ember.scheduler.kernelize import kernelize
-from ember.scheduler.program import Launch
 from tests.conftest import TEST_DEVICES
-from tests.wgpu_groups import group_devices
+from tests.workgroups import H100_LIKE, kernels_of, workgroup_devices
 
-H100_LIKE = DeviceInfo(**H100_LIMITS)  # (1024 threads a block, 48 KiB of shared memory, warps of 32, 132 SMs)
-
-
-GROUP_DEVICES = group_devices(TEST_DEVICES)
-
-
-@pytest.fixture(autouse=True)
-def _optimizations_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Workgroup kernels are an optional transform (EMBER_NOOPT=1 turns them off): these tests are about them."""
-    monkeypatch.setenv("EMBER_NOOPT", "0")
-
-
-@pytest.fixture(params=GROUP_DEVICES)
-def group_device(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-def _kernels(tensor: em.Tensor) -> list[Kernel]:
-    return [item.kernel for item in kernelize([tensor.node]) if isinstance(item, Launch)]
+pytestmark = pytest.mark.usefixtures("optimizations_on")  # (workgroup kernels are an optimization)
 
 
 def _dummy(*shape: int, dtype: em.DType = em.float32) -> em.Tensor:
@@ -60,7 +39,7 @@ def _dummy(*shape: int, dtype: em.DType = em.float32) -> em.Tensor:
 
 def _tiled(tensor: em.Tensor, info: DeviceInfo) -> list[KernelIR]:
     """The kernels of a tensor lowered for `info` that are workgroup-tiled matmuls."""
-    irs = [build_kernel_ir(kernel, f"k{number}", info) for number, kernel in enumerate(_kernels(tensor))]
+    irs = [build_kernel_ir(kernel, f"k{number}", info) for number, kernel in enumerate(kernels_of(tensor))]
     return [ir for ir in irs if is_tiled_matmul(ir)]
 
 
@@ -118,14 +97,14 @@ def test_each_k_step_fills_the_tiles_between_two_barriers() -> None:
 
 
 def test_the_tile_is_the_largest_that_still_fills_the_device() -> None:
-    (kernel,) = _kernels(_dummy(512, 512) @ _dummy(512, 512))
+    (kernel,) = kernels_of(_dummy(512, 512) @ _dummy(512, 512))
     tiles = matmul_tiles(kernel, H100_LIKE)
     assert tiles is not None and tiles.block == 32  # 64 groups of 64x64 would leave most of 132 SMs idle
     assert tiles.register == 2 and tiles.local_size == 256  # 16,384 items of 4x4 outputs: too few for 132 SMs
-    (large,) = _kernels(_dummy(2048, 512) @ _dummy(512, 2048))
+    (large,) = kernels_of(_dummy(2048, 512) @ _dummy(512, 2048))
     tiles = matmul_tiles(large, H100_LIKE)
     assert tiles is not None and tiles.block == 128 and tiles.register == 8  # 256 groups of 128x128, 8x8 an item
-    (middle,) = _kernels(_dummy(1024, 512) @ _dummy(512, 1024))
+    (middle,) = kernels_of(_dummy(1024, 512) @ _dummy(512, 1024))
     tiles = matmul_tiles(middle, H100_LIKE)
     assert tiles is not None and tiles.block == 64 and tiles.register == 4  # 64 groups of 128x128: too few
     tiles = matmul_tiles(kernel, DeviceInfo(**{**H100_LIMITS, "compute_units": 16}))
@@ -255,11 +234,11 @@ def test_products_past_the_index_limit_are_still_tiled(cold: None, monkeypatch: 
     assert tiled.local_size == 256
     (matrix,) = _tiled(_halves(1024, 1024) @ _halves(1024, 1024), MATRIX_H100)
     assert _mma_count(matrix) == 8
-    (kernel,) = _kernels(_dummy(4096, 1100) @ _dummy(1100, 64))  # 4.5M elements in A
+    (kernel,) = kernels_of(_dummy(4096, 1100) @ _dummy(1100, 64))  # 4.5M elements in A
     assert matmul_tiles(kernel, H100_LIKE) is None
 
 
-@pytest.mark.parametrize("device", [name for name in GROUP_DEVICES if not name.startswith("ptxsim")]
+@pytest.mark.parametrize("device", [name for name in workgroup_devices() if not name.startswith("ptxsim")]
                          or [pytest.param("", marks=pytest.mark.skip(reason="needs wgpu (lavapipe) for group kernels"))])
 def test_a_tiled_product_past_two_to_the_31_matches_torch(device: str) -> None:
     """1100 x 1800 @ 1800 x 1100: M N K = 2.18e9, tiled in local memory on a device that runs workgroup kernels."""
@@ -309,7 +288,7 @@ def test_the_smaller_tile_matches_torch(group_device: str, monkeypatch: pytest.M
     rng = np.random.default_rng(14)
     a = rng.standard_normal((2, 70, 45)).astype(np.float32)
     b = rng.standard_normal((45, 90)).astype(np.float32)
-    (kernel,) = _kernels(_dummy(2, 70, 45) @ _dummy(45, 90))
+    (kernel,) = kernels_of(_dummy(2, 70, 45) @ _dummy(45, 90))
     assert matmul_tiles(kernel, device.info).block == 32  # type: ignore[union-attr]
     got = (em.tensor(a, device=group_device) @ em.tensor(b, device=group_device)).numpy()
     _compare(got, torch.tensor(a) @ torch.tensor(b), 1e-4)
@@ -323,7 +302,7 @@ def test_the_largest_tile_matches_torch(group_device: str, monkeypatch: pytest.M
     rng = np.random.default_rng(15)
     a = rng.standard_normal((131, 37)).astype(np.float32)
     b = rng.standard_normal((37, 150)).astype(np.float32)
-    (kernel,) = _kernels(_dummy(131, 37) @ _dummy(37, 150))
+    (kernel,) = kernels_of(_dummy(131, 37) @ _dummy(37, 150))
     tiles = matmul_tiles(kernel, device.info)
     assert tiles is not None and tiles.block == 128 and tiles.register == 8
     got = (em.tensor(a, device=group_device) @ em.tensor(b, device=group_device)).numpy()

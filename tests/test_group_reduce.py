@@ -15,7 +15,6 @@ import torch
 import ember as em
 from ember.backends.base import DeviceInfo
 from ember.backends.c import CRenderer
-from ember.backends.dummy import H100_LIMITS
 from ember.backends.opencl import OpenCLRenderer
 from ember.backends.ptx import PTXRenderer, assemble, ptxas_path
 from ember.backends.registry import REGISTRY
@@ -23,28 +22,12 @@ from ember.backends.wgsl import WGSLRenderer
 from ember.core.errors import BackendUnavailable, CompileError
 from ember.ir.group_reduce import MINIMUM_ROW, choose_local_size, group_reduce_count
 from ember.ir.ir import KernelIR
-from ember.ir.kernel import Kernel
 from ember.ir.opt import build_kernel_ir
-from ember.scheduler.kernelize import kernelize
-from ember.scheduler.program import Launch
-from tests.conftest import TEST_DEVICES
-from tests.wgpu_groups import group_devices
+from tests.workgroups import H100_LIKE, kernels_of, workgroup_devices
 
-H100_LIKE = DeviceInfo(**H100_LIMITS)  # (1024 threads a block, 48 KiB of shared memory, warps of 32, 132 SMs)
+pytestmark = pytest.mark.usefixtures("optimizations_on")  # (workgroup kernels are an optimization)
+
 ROW_LENGTHS = (1, 7, 255, 256, 1000, 4097, 100_000)
-
-
-GROUP_DEVICES = group_devices(TEST_DEVICES)
-
-
-@pytest.fixture(autouse=True)
-def _optimizations_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Workgroup kernels are an optional transform (EMBER_NOOPT=1 turns them off): these tests are about them."""
-    monkeypatch.setenv("EMBER_NOOPT", "0")
-
-
-def _kernels(tensor: em.Tensor) -> list[Kernel]:
-    return [item.kernel for item in kernelize([tensor.node]) if isinstance(item, Launch)]
 
 
 def _norm(name: str) -> Callable[[Any], Any]:
@@ -81,7 +64,7 @@ def _dummy(*shape: int, dtype: em.DType = em.float32) -> em.Tensor:
 
 @pytest.mark.parametrize("name", list(_row_ops()))
 def test_long_rows_become_workgroup_kernels_on_a_device_with_local_memory(name: str) -> None:
-    kernels = _kernels(_row_ops()[name](_dummy(6, 1000)))
+    kernels = kernels_of(_row_ops()[name](_dummy(6, 1000)))
     irs = [build_kernel_ir(kernel, f"k{number}", H100_LIKE) for number, kernel in enumerate(kernels)]
     assert all(ir.local_size == 256 for ir in irs), [ir.local_size for ir in irs]
     # the row kernels fused by rows stay one kernel, each reduce of the row a group reduce
@@ -90,7 +73,7 @@ def test_long_rows_become_workgroup_kernels_on_a_device_with_local_memory(name: 
 
 
 def test_softmax_is_one_kernel_with_two_group_reduces() -> None:
-    (kernel,) = _kernels(_dummy(6, 1000).softmax(-1))
+    (kernel,) = kernels_of(_dummy(6, 1000).softmax(-1))
     ir = build_kernel_ir(kernel, "softmax", H100_LIKE)
     assert group_reduce_count(ir) == 2
 
@@ -104,7 +87,7 @@ def test_softmax_is_one_kernel_with_two_group_reduces() -> None:
                          ids=["default", "c-like", "no-local-memory", "tiny-groups", "no-warps", "rows-fill-it"])
 def test_devices_without_local_memory_or_groups_keep_one_item_per_row(info: DeviceInfo) -> None:
     for name, op in _row_ops().items():
-        for kernel in _kernels(op(_dummy(6, 1000))):
+        for kernel in kernels_of(op(_dummy(6, 1000))):
             assert choose_local_size(kernel, info) is None, name
             assert build_kernel_ir(kernel, "k", info).local_size is None, name
 
@@ -117,14 +100,14 @@ def test_the_c_device_and_lavapipe_never_get_workgroup_kernels(backend: str) -> 
         pytest.skip(str(error))
     if backend == "wgpu" and "llvmpipe" not in str(device.info.extra.get("adapter")):
         pytest.skip("a GPU adapter: it gets them")
-    for kernel in _kernels(_dummy(6, 4096).softmax(-1)):
+    for kernel in kernels_of(_dummy(6, 4096).softmax(-1)):
         assert choose_local_size(kernel, device.info) is None
 
 
 def test_rows_that_fill_the_device_keep_one_work_item_each() -> None:
-    (kernel,) = _kernels(_dummy(132 * 1024, 256).softmax(-1))
+    (kernel,) = kernels_of(_dummy(132 * 1024, 256).softmax(-1))
     assert choose_local_size(kernel, H100_LIKE) is None
-    (kernel,) = _kernels(_dummy(132 * 1024 - 1, 256).softmax(-1))
+    (kernel,) = kernels_of(_dummy(132 * 1024 - 1, 256).softmax(-1))
     assert choose_local_size(kernel, H100_LIKE) == 256
 
 
@@ -134,11 +117,11 @@ def test_rows_around_a_value_broadcast_along_them_are_group_reduces() -> None:
     serial float32 loop over 784 elements on an H100 (instance norm's output 4x torch's float32 error); a matmul
     whose 16 columns are too few for local-memory tiles still keeps its register tiles."""
     x, mean = _dummy(1024, 784), _dummy(1024, 1)
-    (kernel,) = _kernels(((x - mean) * (x - mean)).sum(-1))
+    (kernel,) = kernels_of(((x - mean) * (x - mean)).sum(-1))
     assert choose_local_size(kernel, H100_LIKE) == 256
     stacked = em.stack([x, x * x]).sum(-1)  # a sum and a sum of squares: x read for two outputs, not a matmul's
-    assert [choose_local_size(kernel, H100_LIKE) for kernel in _kernels(stacked)] == [256]
-    (kernel,) = _kernels(_dummy(64, 784) @ _dummy(784, 16))
+    assert [choose_local_size(kernel, H100_LIKE) for kernel in kernels_of(stacked)] == [256]
+    (kernel,) = kernels_of(_dummy(64, 784) @ _dummy(784, 16))
     assert choose_local_size(kernel, H100_LIKE) is None
 
 
@@ -152,12 +135,12 @@ def test_other_reduces_keep_their_lowering(case: str) -> None:
         "bool any": lambda: _dummy(6, 1000, dtype=em.bool).any(-1),
         "staged long rows": lambda: _dummy(6, 100_000).sum(-1),
     }[case]()
-    for kernel in _kernels(tensor):
+    for kernel in kernels_of(tensor):
         assert choose_local_size(kernel, H100_LIKE) is None
 
 
 def test_local_memory_bounds_the_local_size() -> None:
-    (kernel,) = _kernels(_dummy(6, 1000).softmax(-1))
+    (kernel,) = kernels_of(_dummy(6, 1000).softmax(-1))
     # two reduces of 64 items, 8 bytes each
     small = DeviceInfo(max_local_size=1024, local_memory_bytes=2 * 64 * 8, warp_width=32)
     assert choose_local_size(kernel, small) == 64
@@ -180,7 +163,7 @@ SHAPE_CASES: dict[str, Callable[[], em.Tensor]] = {
 
 def _shape_irs(case: str) -> list[KernelIR]:
     irs = [build_kernel_ir(kernel, f"k{number}", H100_LIKE)
-           for number, kernel in enumerate(_kernels(SHAPE_CASES[case]()))]
+           for number, kernel in enumerate(kernels_of(SHAPE_CASES[case]()))]
     assert any(ir.local_size is not None for ir in irs), case
     return irs
 
@@ -226,11 +209,6 @@ def test_wgsl_of_every_shape_passes_naga() -> None:
 def _compare(got: np.ndarray, expected: torch.Tensor, tolerance: float) -> None:
     want = expected.double().detach().numpy()
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=tolerance, atol=tolerance, equal_nan=True)
-
-
-@pytest.fixture(params=GROUP_DEVICES)
-def group_device(request: pytest.FixtureRequest) -> str:
-    return request.param
 
 
 @pytest.mark.parametrize("length", ROW_LENGTHS)
@@ -300,7 +278,7 @@ def test_softmax_and_layer_norm_gradients_match_torch(group_device: str) -> None
 
 
 def test_a_full_sum_of_ten_million_elements_matches_numpy() -> None:
-    wgpu = [name for name in GROUP_DEVICES if name.startswith("wgpugroups")]
+    wgpu = [name for name in workgroup_devices() if name.startswith("wgpugroups")]
     if not wgpu:
         pytest.skip("no wgpu device here")
     data = np.random.default_rng(4).random(10_000_003, dtype=np.float32)
@@ -312,7 +290,7 @@ def test_a_full_sum_of_ten_million_elements_matches_numpy() -> None:
 
 def test_a_long_full_reduce_is_two_workgroup_kernels() -> None:
     """Partials per group, then one group (issue 28's two-step full reduction), where workgroups run here."""
-    wgpu = [name for name in GROUP_DEVICES if name.startswith("wgpugroups")]
+    wgpu = [name for name in workgroup_devices() if name.startswith("wgpugroups")]
     if not wgpu:
         pytest.skip("no wgpu device here")
     data = np.random.default_rng(5).standard_normal(6_000_011).astype(np.float32)
@@ -367,7 +345,7 @@ def test_the_devices_running_these_tests_get_workgroup_kernels(group_device: str
     """(So that the comparisons above run workgroup kernels: their DeviceInfo asks for them.)"""
     info = REGISTRY.device(group_device).info
     for name, op in _row_ops().items():
-        for kernel in _kernels(op(_dummy(5, 1000))):
+        for kernel in kernels_of(op(_dummy(5, 1000))):
             assert choose_local_size(kernel, info) is not None, name
 
 
@@ -382,7 +360,7 @@ def test_ptx_without_warp_shuffles_reduces_by_a_shared_tree(dtype: em.DType) -> 
     if dtype.is_float:
         data[1, 999] = np.nan
     for reduce, expected in (("sum", data.sum(1)), ("amax", data.max(1))):
-        (kernel,) = _kernels(getattr(_dummy(3, 1000, dtype=dtype), reduce)(-1))
+        (kernel,) = kernels_of(getattr(_dummy(3, 1000, dtype=dtype), reduce)(-1))
         ir = lower_group_kernel(kernel, "tree", 128)  # (warp width 1)
         source = PTXRenderer().render(ir)
         assert "shfl" not in source and "bar.sync 0;" in source
@@ -430,7 +408,7 @@ def test_a_row_of_up_to_16_elements_per_item_is_read_once(length: int, loads: in
     (4 of 1000 / 256); longer rows loop, one load per pass."""
     from ember.ir.ir import IROp, topological_nodes
 
-    (kernel,) = _kernels(_dummy(5, length).softmax(-1))
+    (kernel,) = kernels_of(_dummy(5, length).softmax(-1))
     ir = build_kernel_ir(kernel, "softmax", H100_LIKE)
     assert sum(1 for node in topological_nodes(ir.sink) if node.op is IROp.LOAD) == loads
 
@@ -479,7 +457,7 @@ def test_short_reduces_with_few_outputs_match_torch(group_device: str, name: str
     _compare(got.numpy(), expected, 2e-5)
     # the work is a group's per output, or chunks of the inner dim for a product (never one item per output)
     info = REGISTRY.device(group_device).info
-    kernels = _kernels(op(em.tensor(data, device=group_device)))
+    kernels = kernels_of(op(em.tensor(data, device=group_device)))
     assert len(kernels) >= 1
     if name != "matrix times a vector":
         assert any(choose_local_size(kernel, info) is not None for kernel in kernels), name
@@ -516,7 +494,7 @@ def test_short_reduces_with_few_outputs_at_the_sizes_of_real_gradients() -> None
     """The largest reduces the parallel stages take (16,384 elements per output: a conv's weight gradient over a
     batch of 64 at 16x16), and 64 outputs of 4,096 (a layer norm's weight gradient over batch and sequence), with a
     NaN and infinities, against numpy in float64; where workgroups run on lavapipe (the simulator is too slow)."""
-    wgpu = [name for name in GROUP_DEVICES if name.startswith("wgpugroups")]
+    wgpu = [name for name in workgroup_devices() if name.startswith("wgpugroups")]
     if not wgpu:
         pytest.skip("no wgpu device here")
     rng = np.random.default_rng(16)
@@ -531,4 +509,4 @@ def test_short_reduces_with_few_outputs_at_the_sizes_of_real_gradients() -> None
                                atol=1e-3)
     np.testing.assert_array_equal(tensor.amax((0, 1)).numpy(), statistics.max((0, 1)))
     info = REGISTRY.device(wgpu[0]).info
-    assert all(choose_local_size(kernel, info) is not None for kernel in _kernels(tensor.sum((0, 1))))
+    assert all(choose_local_size(kernel, info) is not None for kernel in kernels_of(tensor.sum((0, 1))))
