@@ -30,6 +30,8 @@ NOT_READY = 600  # CUDA_ERROR_NOT_READY from cuEventQuery: the event has not com
 OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY from cuMemAlloc
 BUSY_RECHECK_SECONDS = 50e-6  # a stream found busy is taken as busy this long before it is asked again
 STAGING_CACHE_BYTES = 64 << 20  # page-locked staging memory kept for reuse
+FREE_RECHECK_SECONDS = 0.25  # the GPU's free memory is asked of the driver again when the last answer is older
+SHORT_FRACTION = 8  # ... or when the estimate says less than 1/8 of the GPU is free (precision matters then)
 DRIVER_LIBRARY = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
 
 
@@ -230,16 +232,36 @@ class CudaMemoryPool(MemoryPool):
         self.driver = driver
         self.device = device
         self.staging = PinnedStaging(driver)
-        make_current(driver, device.context)
-        _, total = check(driver, "cuMemGetInfo", driver.cuMemGetInfo())
-        self.reuse_budget_bytes = int(total) // 8
+        # the GPU's free memory, estimated: the driver's answer (cuMemGetInfo, 9 us on an H100: the sharding
+        # decision reads free_bytes at every realize of a large output) less what this pool allocated since, plus
+        # what it freed (by handle: `_sizes`); asked again after FREE_RECHECK_SECONDS (other processes and
+        # libraries allocate too), when the estimate is short, and when an allocation fails
+        self._sizes: dict[int, int] = {}
+        self._device_free = 0
+        self._asked_at = 0.0
+        self.total_bytes = self._ask_free()
+        self.reuse_budget_bytes = self.total_bytes // 8
+
+    def _ask_free(self) -> int:
+        """Ask the driver for the GPU's free memory (the estimate starts from it again); the total memory."""
+        make_current(self.driver, self.device.context)
+        free, total = check(self.driver, "cuMemGetInfo", self.driver.cuMemGetInfo())
+        self._device_free, self._asked_at = int(free), time.perf_counter()
+        return int(total)
 
     def create_buffer(self, nbytes: int) -> Any:
         make_current(self.driver, self.device.context)
         status, handle = self.driver.cuMemAlloc(nbytes)
         if int(status) == OUT_OF_MEMORY and self.drop_kept():  # the kept buffers may hold what is missing
             status, handle = self.driver.cuMemAlloc(nbytes)
-        return check(self.driver, "cuMemAlloc", (status, handle))
+        if int(status) == OUT_OF_MEMORY:
+            self._ask_free()  # (the estimate was wrong: what the error and the next decisions see is the driver's)
+        handle = check(self.driver, "cuMemAlloc", (status, handle))
+        # (cuMemAlloc hands out multiples of view_alignment at least: what the driver counts as used)
+        size = -(-nbytes // self.view_alignment) * self.view_alignment
+        self._sizes[int(handle)] = size
+        self._device_free -= size
+        return handle
 
     view_alignment = 256  # cuMemAlloc's own alignment: a view is as aligned as an allocation
 
@@ -249,6 +271,7 @@ class CudaMemoryPool(MemoryPool):
     def destroy_buffer(self, handle: Any) -> None:
         make_current(self.driver, self.device.context)
         check(self.driver, "cuMemFree", self.driver.cuMemFree(handle))
+        self._device_free += self._sizes.pop(int(handle), 0)
 
     def copy_in(self, handle: Any, source: memoryview) -> None:
         self.copy_in_async(handle, source, (self.device.launches_so_far(),)).wait()
@@ -303,10 +326,12 @@ class CudaMemoryPool(MemoryPool):
     @property
     def free_bytes(self) -> int | None:
         """What the GPU has free (the kept buffers counted as free: they are handed out again), or less where the
-        pool's limit (EMBER_POOL_LIMITS) leaves less."""
-        make_current(self.driver, self.device.context)
-        free, _ = check(self.driver, "cuMemGetInfo", self.driver.cuMemGetInfo())
-        free = int(free) + self.kept_bytes
+        pool's limit (EMBER_POOL_LIMITS) leaves less. The GPU's part is the pool's estimate (see __init__): the
+        driver is asked only when its last answer is older than FREE_RECHECK_SECONDS or the estimate is short."""
+        if (self._device_free * SHORT_FRACTION < self.total_bytes
+                or time.perf_counter() - self._asked_at > FREE_RECHECK_SECONDS):
+            self._ask_free()
+        free = self._device_free + self.kept_bytes
         limited = super().free_bytes
         return free if limited is None else min(free, limited)
 
