@@ -236,6 +236,32 @@ def test_free_bytes_are_the_gpus_or_what_the_pool_limit_leaves(streams: tuple[St
         pool.limit_bytes = before
 
 
+def test_synchronize_waits_only_for_the_streams_with_work(streams: tuple[StreamDriver, cuda.CudaDevice],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Device.synchronize (benchmarks call it after every run) waits for the compute stream unless it was seen idle
+    since its last launch, and for the transfer stream only after a copy: a cuStreamSynchronize each otherwise. A
+    copy enqueued without a launch, and a launch without a copy, are still waited for (the values match torch)."""
+    driver, device = streams
+    synchronized: list[int] = []
+    synchronize = driver.cuStreamSynchronize
+    monkeypatch.setattr(driver, "cuStreamSynchronize",
+                        lambda stream: synchronized.append(stream) or synchronize(stream))
+    device.synchronize()  # (a new device's compute stream was not seen idle yet)
+    synchronized.clear()
+    data = random_array((16, 8))
+    x = em.tensor(data, device="cuda:0").realize()  # an upload: on the transfer stream
+    device.synchronize()
+    device.synchronize()
+    assert synchronized == [device.transfer_stream]
+    synchronized.clear()
+    y = (x * 2).realize()
+    device.synchronize()
+    device.synchronize()
+    assert synchronized == [device.stream]
+    assert not driver.queues[device.stream] and not driver.queues[device.transfer_stream]
+    assert_close(y, torch.tensor(data) * 2)
+
+
 def test_free_bytes_follow_the_pools_own_allocations_and_ask_the_driver_only_when_needed(
         streams: tuple[StreamDriver, cuda.CudaDevice], monkeypatch: pytest.MonkeyPatch) -> None:
     """The sharding decision reads free_bytes at every realize of a large output, and a cuMemGetInfo cost 9 us on
@@ -330,7 +356,8 @@ def test_a_busy_stream_is_asked_about_once_per_launch_or_less(streams: tuple[Str
     """Eager launches ask whether their inputs' writers and their buffers' readers are done: on cuda all of them
     are the compute stream's one mark, and each answer was a cuStreamQuery (a driver call costing about what the
     launch does). A busy answer is kept for BUSY_RECHECK_SECONDS (an idle one until the next launch), so a chain
-    of launches on a stream that has not run yet asks the driver at most once a launch; the values match torch."""
+    of launches on a stream that has not run yet asks the driver at most once a launch, and a launch is taken as
+    busy without asking (its reader's bookkeeping asked at every eager launch); the values match torch."""
     driver, device = streams
     monkeypatch.setattr(cuda, "BUSY_RECHECK_SECONDS", 60.0)  # (this test's launches may be slower than a GPU's)
     queries = []
@@ -347,6 +374,10 @@ def test_a_busy_stream_is_asked_about_once_per_launch_or_less(streams: tuple[Str
     assert len(queries) <= 12, len(queries)
     assert_close(x, expected)
     device.synchronize()  # (the mark idle again: the buffers this test dropped go back to the pool)
-    del x
+    queries.clear()
+    y = (x + 1).realize()
+    assert queries == []  # (its input's writer is idle, its own launch busy)
+    assert_close(y, expected + 1)
+    del x, y
     gc.collect()
     release_finished()

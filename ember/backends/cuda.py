@@ -115,13 +115,16 @@ class StreamMark(Event):
         # what a query found, so that `done` answers again without a driver call (a replay asks every buffer's
         # event, eager code each input's and each reader's; a cuStreamQuery each cost more than the launch):
         # `idle`, the stream had finished (true until the next launch); `busy_until`, it had not, an answer kept
-        # for BUSY_RECHECK_SECONDS (late at worst, never early: a launch's own bookkeeping asks several times)
+        # for BUSY_RECHECK_SECONDS (late at worst, never early: a launch's own bookkeeping asks several times).
+        # A launch sets it too: a kernel just enqueued has not finished (the launch's own bookkeeping asked at
+        # once, a cuStreamQuery of 2 us on an H100 answering NOT_READY at every eager launch)
         self.idle = False
         self.busy_until = 0.0
 
     def launched(self) -> StreamMark:
-        """The mark of a launch just enqueued on the stream."""
+        """The mark of a launch just enqueued on the stream (busy: not asked for BUSY_RECHECK_SECONDS)."""
         self.idle = False
+        self.busy_until = time.perf_counter() + BUSY_RECHECK_SECONDS
         return self
 
     def wait(self) -> None:
@@ -287,7 +290,7 @@ class CudaMemoryPool(MemoryPool):
         nbytes = len(source)
         entry = self.staging.take(nbytes)
         entry[1][:nbytes] = np.frombuffer(source, dtype=np.uint8)
-        stream = self.device.transfer_stream
+        stream = self.device.transfers()
         check(self.driver, "cuMemcpyHtoDAsync", self.driver.cuMemcpyHtoDAsync(handle, entry[1], nbytes, stream))
         event = CudaEvent(self.driver, stream)
         self.staging.give_after(event, entry)
@@ -297,7 +300,7 @@ class CudaMemoryPool(MemoryPool):
         make_current(self.driver, self.device.context)
         nbytes = len(destination)
         entry = self.staging.take(nbytes)
-        stream = self.device.transfer_stream
+        stream = self.device.transfers()
         stream_wait(self.driver, stream, wait_for)
         check(self.driver, "cuMemcpyDtoHAsync", self.driver.cuMemcpyDtoHAsync(entry[1], handle, nbytes, stream))
 
@@ -313,7 +316,7 @@ class CudaMemoryPool(MemoryPool):
         if not isinstance(source_pool, CudaMemoryPool):
             return None
         make_current(self.driver, self.device.context)
-        stream = self.device.transfer_stream
+        stream = self.device.transfers()
         stream_wait(self.driver, stream, wait_for)
         if source_pool.device.context is self.device.context:
             check(self.driver, "cuMemcpyDtoDAsync", self.driver.cuMemcpyDtoDAsync(handle, source_handle, nbytes,
@@ -458,6 +461,7 @@ class CudaDevice(Device):
         make_current(driver, self.context)
         self.stream = check(driver, "cuStreamCreate", driver.cuStreamCreate(STREAM_NON_BLOCKING))
         self.transfer_stream = check(driver, "cuStreamCreate", driver.cuStreamCreate(STREAM_NON_BLOCKING))
+        self.copies_since_synchronize = False  # whether synchronize must wait for the transfer stream (transfers)
         self.mark = StreamMark(driver, self.stream, self.context)  # every launch's event (see StreamMark)
         major = _attribute(driver, self.handle, "COMPUTE_CAPABILITY_MAJOR")
         minor = _attribute(driver, self.handle, "COMPUTE_CAPABILITY_MINOR")
@@ -510,11 +514,22 @@ class CudaDevice(Device):
         """An event after every launch enqueued so far (the synchronous copies keep one-stream ordering with it)."""
         return CudaEvent(self.driver, self.stream)
 
+    def transfers(self) -> Any:
+        """The transfer stream, for a copy about to be enqueued on it (the next synchronize waits for it)."""
+        self.copies_since_synchronize = True
+        return self.transfer_stream
+
     def synchronize(self) -> None:
+        """Wait for the compute stream unless its mark was seen idle since its last launch, and for the transfer
+        stream if a copy was enqueued on it since the last synchronize (a cuStreamSynchronize each, a few
+        microseconds on an idle H100: benchmarks synchronize after every run)."""
         make_current(self.driver, self.context)
-        for stream in (self.stream, self.transfer_stream):
-            check(self.driver, "cuStreamSynchronize", self.driver.cuStreamSynchronize(stream))
-        self.mark.idle, self.mark.busy_until = True, 0.0
+        if not self.mark.idle:
+            check(self.driver, "cuStreamSynchronize", self.driver.cuStreamSynchronize(self.stream))
+            self.mark.idle, self.mark.busy_until = True, 0.0
+        if self.copies_since_synchronize:
+            self.copies_since_synchronize = False  # (before the wait: a copy enqueued meanwhile sets it again)
+            check(self.driver, "cuStreamSynchronize", self.driver.cuStreamSynchronize(self.transfer_stream))
 
 
 def probe() -> list[Device]:
