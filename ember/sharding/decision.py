@@ -141,7 +141,12 @@ def decide(root: Node, forced: bool | None, devices: list[str] | Callable[[], li
             return None
     # the graph as it is: a template copy's leaves are its sources, its work and dtypes its template's (expanded
     # only where a split is worked out: its axes are its primitives')
-    graph_nodes = post_order([root], lambda node: () if node.realized else node.srcs)
+    for source in root.srcs:
+        if source.srcs:
+            graph_nodes = post_order([root], lambda node: () if node.realized else node.srcs)
+            break
+    else:  # one op over leaves (stored tensors, constants: a softmax realized each time): its graph without a walk
+        graph_nodes = [*{id(source): source for source in root.srcs}.values(), root]
     work, used_dtypes = _work_and_dtypes(graph_nodes)
     work += size
     cheap = work < MINIMUM_WORK or work < MINIMUM_INTENSITY * size
