@@ -259,10 +259,10 @@ class CudaMemoryPool(MemoryPool):
             status, handle = self.driver.cuMemAlloc(nbytes)
         if int(status) == OUT_OF_MEMORY:
             self._ask_free()  # (the estimate was wrong: what the error and the next decisions see is the driver's)
-        handle = check(self.driver, "cuMemAlloc", (status, handle))
+        handle = int(check(self.driver, "cuMemAlloc", (status, handle)))  # (a plain integer, as views are)
         # (cuMemAlloc hands out multiples of view_alignment at least: what the driver counts as used)
         size = -(-nbytes // self.view_alignment) * self.view_alignment
-        self._sizes[int(handle)] = size
+        self._sizes[handle] = size
         self._device_free -= size
         return handle
 
@@ -363,16 +363,21 @@ class CudaProgram(Program):
         self.values, self.pointers, self.address = parameter_arrays([0] * len(kernel.params))
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
-        make_current(self.driver, self.context)
-        stream_wait(self.driver, self.stream, wait_for)
-        values = self.values
-        for index, buffer in enumerate(buffers):
-            values[index] = int(buffer)
+        driver = self.driver
+        make_current(driver, self.context)
+        if wait_for:
+            stream_wait(driver, self.stream, wait_for)
+        try:
+            self.values[:] = buffers  # (the pool's handles and views are plain integers: one slice assignment)
+        except TypeError:  # a cuda-python CUdeviceptr
+            self.values[:] = [int(buffer) for buffer in buffers]
         blocks, block_size = self.blocks, self.block_size
         if self.info is not None:
             (blocks, _, _), block_size = launch_geometry(global_size, self.info)
-        check(self.driver, "cuLaunchKernel", self.driver.cuLaunchKernel(
-            self.function, blocks, 1, 1, block_size, 1, 1, 0, self.stream, self.address, 0))
+        (status,) = driver.cuLaunchKernel(self.function, blocks, 1, 1, block_size, 1, 1, 0, self.stream,
+                                          self.address, 0)
+        if status:  # (CUDA_SUCCESS is 0: the message is made only for an error)
+            check(driver, "cuLaunchKernel", (status,))
         return self.mark.launched()
 
     def bind(self, buffers: list[Any], global_size: int) -> Callable[[tuple[Event, ...]], Event]:
@@ -389,8 +394,9 @@ class CudaProgram(Program):
             make_current(driver, context)
             if wait_for:
                 stream_wait(driver, stream, wait_for)
-            check(driver, "cuLaunchKernel", driver.cuLaunchKernel(function, blocks, 1, 1, block_size, 1, 1, 0, stream,
-                                                                  address, 0))
+            (status,) = driver.cuLaunchKernel(function, blocks, 1, 1, block_size, 1, 1, 0, stream, address, 0)
+            if status:
+                check(driver, "cuLaunchKernel", (status,))
             return mark.launched()
 
         return run
