@@ -21,6 +21,7 @@ from ember.scheduler.launch_plan import bind_devices, plan_launches
 from ember.scheduler.parallel import parallel_program
 from ember.scheduler.lock import acquire, release
 from ember.budget.memory_budget import run_budgeted
+from ember.sharding.automatic import RECENT, compute_devices, shard_plan
 from ember.sharding.decision import MINIMUM_ELEMENTS
 from ember.scheduler.placement import place_graph
 from ember.scheduler.program import CommandProgram
@@ -150,8 +151,6 @@ def _record_peaks(records: tuple[profile.Profile, ...], pools: set[MemoryPool]) 
 def _shard_large_outputs(pending: list[Node]) -> list[Node]:
     """Compute the large outputs that automatic sharding splits across devices (sharding/decision.py decides, or
     EMBER_AUTO_SHARD=1 splits every one); return the rest."""
-    from ember.sharding.automatic import RECENT, compute_devices, shard_plan
-
     remaining = []
     for node in pending:
         plan = shard_plan(node, compute_devices, CONFIG.auto_shard)
