@@ -122,6 +122,7 @@ class Machine:
         self.lanes = threads
         # each `.shared` array: one more buffer holding every block's copy (a lane's address starts at its block's)
         lane = np.arange(threads, dtype=np.uint32)
+        self.block_of = lane // block_size
         self.shared_bases: dict[str, np.ndarray] = {}
         self.buffers = list(buffers)
         for name, size in module.shared.items():
@@ -227,7 +228,14 @@ class Machine:
                     parked[target] = parked.get(target, np.zeros(self.lanes, bool)) | mask
                     active = active & ~mask
                 elif mask.any():
-                    assert (mask == active).all(), "divergent backward branch"
+                    if not (mask == active).all():
+                        # lanes going round again while others leave: only whole blocks may (a group's own count
+                        # of steps, the same for each of its items: what a loop holding a barrier needs); those
+                        # leaving wait after the loop until the others leave it too
+                        looping = np.isin(self.block_of, self.block_of[mask])
+                        assert not (active & ~mask & looping).any(), "divergent backward branch inside a block"
+                        parked[position + 1] = parked.get(position + 1, np.zeros(self.lanes, bool)) | (active & ~mask)
+                        active = mask
                     position = target
                     continue
                 position += 1

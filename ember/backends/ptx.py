@@ -618,6 +618,10 @@ class PTXRenderer(StepRenderer[PTXBody]):
         counter = body.names[id(node)] = body.e.register(body.index_kind)
         body.loops[id(node)] = f"$L_loop{node.arg[0]}"
         body.e.emit(f"mov.{body.index_kind}", counter, "0")
+        if node.srcs:  # (a size known at launch, or a group's own count of steps: it may be 0, past the loop)
+            empty = body.e.register("pred")
+            body.e.emit(f"setp.lt.{body.index_suffix}", empty, body.operand(node.srcs[0]), "1")
+            body.e.emit("bra", f"$L_done{node.arg[0]}", guard=empty)
         body.e.label(body.loops[id(node)])
 
     def close_loop(self, body: PTXBody, node: IRNode) -> None:
@@ -627,6 +631,8 @@ class PTXRenderer(StepRenderer[PTXBody]):
         size = body.operand(node.srcs[0]) if node.srcs else str(node.arg[1])  # (a size known at launch: a value)
         e.emit(f"setp.lt.{body.index_suffix}", again, counter, size)
         e.emit("bra", body.loops[id(node)], guard=again)
+        if node.srcs:
+            e.label(f"$L_done{node.arg[0]}")
 
     def define_accumulator(self, body: PTXBody, node: IRNode) -> None:
         if node.width > 1:  # an mma's outputs: a float32 register a lane

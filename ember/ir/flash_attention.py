@@ -1,28 +1,29 @@
 """Flash attention: on a device with local memory and warps, `scaled_dot_product_attention` is one kernel per block of
-query rows that walks the keys in blocks with an online softmax, so the [L, S] score matrix never reaches memory.
+query rows that walks the keys in blocks, so the [L, S] score matrix never reaches memory.
 
 core's scaled_dot_product_attention asks the runtime first (`attention_tiles`, from DeviceInfo only) and, where the
 tiles fit, writes the attention as one fused graph: scores = sum_e(q k) * scale (masked), m = max over the keys
 (0 where every key is masked), p = exp(scores - m) (0 where masked), out = sum_k(p v) / sum_k(p) (0 where the sum
 is 0), marked FUSED_ATTENTION (core/ops.py) so the kernelizer keeps its nested reduces in one kernel. Here that
-kernel is recognized by its four reduces (`attention_parts`) and lowered (`lower_attention_kernel`) as:
+kernel is recognized by its four reduces (`attention_parts`) and lowered (`lower_attention_kernel`) as a group of
+work items per block of query rows (of one batch index), its Q tile filled once, then two passes over the key
+blocks, each block's K (and V) tile filled between barriers:
 
-- a group of ROWS x ITEMS_PER_ROW work items per block of ROWS query rows (of one batch index): item (r, t) owns
-  row r; the Q tile [ROWS, E] is filled once;
-- a loop over key blocks of KEYS: the items fill the K tile [KEYS, E] and the V tile [KEYS, Ev] (barrier); item
-  (r, t) computes the scores of keys t, t + T, ... of its row from the tiles, masked by the kernel's own expression
-  (barrier); each item reads its row's scores for the block maximum, m_new = max(m, block maximum), and stores the
-  weights p of its keys, the kernel's own expression with m_new as the maximum (barrier); then rescales its running
-  sum and its output columns t, t + T, ... by alpha = exp(m - m_new) and adds the block's weights and weighted
-  values. The running maximum, sum and outputs are each item's own (in local memory, side by side: PTX has no
-  scratch arrays), so no work item waits on another's;
-- the epilogue, the kernel's own (out = sum / total, 0 where the total is 0), at each owned output.
+- pass 1, the maxima: each item computes the scores of its rows and keys (a register tile: every value it reads from
+  the tiles serves several multiply-adds, see TILE_CHOICES) and keeps the largest of each row; the items of a row
+  leave their partial maxima in local memory and each reads the row's maximum from them;
+- pass 2, the sums: each item computes its scores again and stores their weights, the kernel's own expression with
+  the row's maximum, in a weight tile (barrier); then it sums, over every key of every block, the weights of its
+  rows (the totals) and the weights times the values at its output columns (the numerators), in registers;
+- the epilogue, the kernel's own (out = numerator / total, 0 where the total is 0), at each of its outputs.
 
-Rows, keys and columns past the end are clamped to the last (recomputed and stored with the same bits); keys past the
-end of the last block score -inf and weigh 0. Each block's weights are taken relative to the running maximum, and
-the later alphas rescale them to exp(s - m) for the row's final maximum m in real arithmetic, so results agree with
-the composite within float rounding; a row whose keys are all masked gives 0, as the composite and torch. Only the forward pass: a graph that
-records gradients keeps the composite (its backward reads the stored weights).
+The maximum is the row's exact one before any weight is taken, so each weight is exp(s - m) as the composite's and
+no running sum is rescaled; the price is computing the scores twice. A causal attention (torch's is_causal, the mask
+core writes: key j seen by query i where j <= i) walks only the key blocks its last query sees, and its blocks
+wholly before the group's first query are summed in a loop of their own, without the mask. Rows, keys and columns
+past the end are clamped to the last (recomputed and stored with the same bits); keys past the end of the last block
+score -inf and weigh 0; a row whose keys are all masked gives 0, as the composite and torch. Only the forward pass:
+a graph that records gradients keeps the composite (its backward reads the stored weights).
 """
 
 from __future__ import annotations
@@ -40,32 +41,44 @@ from ember.ir.ir import Builder, IRNode, KernelIR, topological_nodes
 from ember.ir.kernel import Kernel, KernelStep
 from ember.ir.lower import INT32_LIMIT, Lowerer, compute_dtype, index_extent
 
-ITEMS_PER_ROW = 4  # T: the work items sharing a query row (each owns every T-th key of a block and output column)
-# (ROWS, KEYS) a group, the largest first whose tiles fit the device's local memory: the Q tile ROWS x E, the K and V
-# tiles KEYS x E and KEYS x Ev, the block's scores and weights ROWS x KEYS, all float32
-TILE_CHOICES = ((32, 32), (16, 32), (16, 16), (8, 16))
+# (rows, keys, local size, rows of an item) of a group, the first whose tiles fit the device's local memory (the Q
+# tile rows x E, the K and V tiles keys x E and keys x Ev, the block's weights rows x keys and the rows' partial
+# maxima, all float32) and whose rows are no more than the queries: item (a, b) of a group computes the scores of rows
+# a, a + R, ... (R = rows / its rows) and keys b, b + K, ... (K = local size / R) of a block, and the outputs of the
+# same rows at columns b, b + K, ...: each value it reads from a tile serves several of its multiply-adds (a 64 x 32
+# block's item: 8 values read for 16 of them; one row an item read 9 for 8, and the L1 bandwidth bound the kernel on an
+# H100)
+TILE_CHOICES = ((64, 32, 128, 4), (32, 32, 128, 2), (32, 16, 64, 2), (16, 16, 64, 2), (8, 16, 32, 2))
 MINIMUM_ROWS = 16  # query rows from which attention is fused (fewer, a decode step: the composite's kernels)
 MINIMUM_KEYS = 16  # keys from which it is
-MAXIMUM_HEAD = 256  # E and Ev at most (each item keeps Ev / T running outputs)
+MAXIMUM_HEAD = 256  # E and Ev at most
 ATTENTION_DTYPES = frozenset({dtypes.float32, dtypes.float16, dtypes.bfloat16})
-LOG2_E = math.log2(math.e)
 
 
 @dataclass(frozen=True)
 class AttentionTiles:
-    """A fused attention's group: `rows` query rows, `keys` keys a step of its loop, `items_per_row` work items a row."""
+    """A fused attention's group: `rows` query rows, `keys` keys a step of its loops, `local_size` work items, each
+    computing `item_rows` of the rows (see TILE_CHOICES)."""
 
     rows: int
     keys: int
-    items_per_row: int = ITEMS_PER_ROW
+    local_size: int
+    item_rows: int
 
     @property
-    def local_size(self) -> int:
-        return self.rows * self.items_per_row
+    def row_items(self) -> int:
+        """R: the items along the rows (an item's rows are R apart)."""
+        return self.rows // self.item_rows
 
-    def state_slots(self, value_head: int) -> int:
-        """The running values each work item keeps: the maximum, the total and its output columns."""
-        return 2 + -(-value_head // self.items_per_row)
+    @property
+    def key_items(self) -> int:
+        """K: the items sharing a row (an item's keys and output columns are K apart)."""
+        return self.local_size // self.row_items
+
+    def local_floats(self, head: int, value_head: int) -> int:
+        """The float32 elements of the group's local memory: the Q, K, V and weight tiles and the partial maxima."""
+        return (self.rows * padded(head) + self.keys * padded(head) + self.keys * padded(value_head)
+                + self.rows * padded(self.keys) + self.rows * self.key_items)
 
 
 def attention_tiles(batches: int, length: int, source_length: int, head: int, value_head: int, dtype: dtypes.DType,
@@ -79,13 +92,12 @@ def attention_tiles(batches: int, length: int, source_length: int, head: int, va
     if length < MINIMUM_ROWS or source_length < MINIMUM_KEYS or not 1 <= head <= MAXIMUM_HEAD \
             or not 1 <= value_head <= MAXIMUM_HEAD:
         return None
-    for rows, keys in TILE_CHOICES:
-        tiles = AttentionTiles(rows, keys)
-        floats = (rows * padded(head) + keys * padded(head) + keys * padded(value_head) + 2 * rows * padded(keys)
-                  + tiles.state_slots(value_head) * tiles.local_size)
+    for rows, keys, local_size, item_rows in TILE_CHOICES:
+        tiles = AttentionTiles(rows, keys, local_size, item_rows)
         groups = batches * -(-length // rows)
-        if (tiles.local_size <= info.max_local_size and 4 * floats <= info.local_memory_bytes
-                and groups * tiles.local_size <= info.max_global_size):
+        if (rows <= length and local_size <= info.max_local_size and local_size % info.warp_width == 0
+                and 4 * tiles.local_floats(head, value_head) <= info.local_memory_bytes
+                and groups * local_size <= info.max_global_size):
             return tiles
     return None
 
@@ -162,6 +174,11 @@ class Replaced(Lowerer):
         yield  # (a generator, as Lowerer's)
 
 
+def _selects_zero(node: IRNode) -> bool:
+    """Whether a value is where(condition, x, 0)."""
+    return node.op is Op.WHERE and node.srcs[2].is_const and node.srcs[2].arg == 0
+
+
 def _reaches(value: IRNode, nodes: list[IRNode]) -> bool:
     """Whether `value` is computed from any of `nodes`."""
     below = {id(node) for node in topological_nodes(value)}
@@ -191,9 +208,13 @@ class _AttentionLowering:
         for position, (extent, stride) in enumerate(zip(batch_shape, strides_of(batch_shape))):
             quotient = builder.div(batch, stride)
             self.batch.append(quotient if position == 0 else builder.mod(quotient, extent))
-        self.row = builder.div(self.local_id, tiles.items_per_row)  # r: the item's row in the group
-        self.lane = builder.mod(self.local_id, tiles.items_per_row)  # t: its first key and column
-        self.query = builder.at_most(builder.add(self.row_origin, self.row), self.length - 1)
+        item_row, item_key = builder.div(self.local_id, tiles.key_items), builder.mod(self.local_id, tiles.key_items)
+        # the item's rows in the group and their queries (clamped to the last), its keys in a block
+        self.local_rows = [builder.add(item_row, number * tiles.row_items) for number in range(tiles.item_rows)]
+        self.queries = [builder.at_most(builder.add(self.row_origin, row), self.length - 1) for row in self.local_rows]
+        self.local_keys = [builder.add(item_key, number * tiles.key_items)
+                           for number in range(tiles.keys // tiles.key_items)]
+        self.item_key = item_key
         # stand-ins for the reduces' values, to tell a product's factors apart (parameters no kernel has)
         self.stand_ins = [builder.param(-1 - number, dtypes.float32, False) for number in range(2)]
 
@@ -203,11 +224,32 @@ class _AttentionLowering:
         result = lowerer.lower(position, index, None)
         return None if lowerer.missing else result
 
+    def product(self, position: int, index: tuple[IRNode, ...]) -> IRNode | None:
+        """Step `position` (a reduce's source) at `index`, the dot product and the maximum replaced by stand-ins."""
+        return self.value(position, index, {self.parts.dot: self.stand_ins[0], self.parts.maximum: self.stand_ins[1]})
+
+    def selection(self, position: int, index: tuple[IRNode, ...]) -> IRNode | None:
+        """The condition selecting the products of step `position` at `index` (a causal attention's numerator sums
+        where(mask, weight * value, 0): a masked key adds an exact 0, whatever its value), or None where none does."""
+        product = self.product(position, index)
+        return product.srcs[0] if product is not None and _selects_zero(product) else None
+
+    def is_causal(self, query: IRNode, key: IRNode) -> bool:
+        """Whether the kernel's scores at (query, key) are where(key < query + 1, score, -inf): torch's is_causal mask
+        as core writes it (functional._causal_mask, in float32 indices), so a key past a query is never seen."""
+        builder, float32 = self.builder, dtypes.float32
+        score = self.value(self.parts.scores, (*self.batch, query, key), {self.parts.dot: self.stand_ins[0]})
+        visible = builder.alu(Op.CMPLT, dtypes.bool_, builder.alu(Op.CAST, float32, key), builder.alu(
+            Op.ADD, float32, builder.alu(Op.CAST, float32, query), builder.const(1.0, float32)))
+        return (score is not None and score.op is Op.WHERE and score.srcs[0] is visible
+                and score.srcs[2] is builder.const(-math.inf, float32))
+
     def factor(self, position: int, index: tuple[IRNode, ...], hole: IRNode) -> IRNode | None:
         """The one factor of the product at step `position` (a reduce's source) that reaches neither `hole` (a
         placeholder index the factor must not read) nor the stand-ins; None where there is no such one factor."""
-        parts = self.parts
-        product = self.value(position, index, {parts.dot: self.stand_ins[0], parts.maximum: self.stand_ins[1]})
+        product = self.product(position, index)
+        if product is not None and _selects_zero(product):
+            product = product.srcs[1]  # (a causal attention's product, selected by its mask)
         if product is None or product.op is not Op.MUL or product.width != 1:
             return None
         kept = [factor for factor in product.srcs if not _reaches(factor, [hole, *self.stand_ins])]
@@ -264,11 +306,12 @@ def _lower_attention(kernel: Kernel, parts: AttentionParts, name: str, info: Dev
         return None
     lowering = _AttentionLowering(kernel, parts, tiles)
     builder, index, float32 = lowering.builder, lowering.index, dtypes.float32
-    rows, keys, items = tiles.rows, tiles.keys, tiles.items_per_row
+    rows, keys = tiles.rows, tiles.keys
     length, value_head = lowering.length, lowering.value_head
     query_hole = builder.new_range(length, index)
     key_hole = builder.new_range(source_length, index)
     dot_source, numerator_source = steps[parts.dot].srcs[0], steps[parts.numerator].srcs[0]
+    blocks = -(-source_length // keys)
 
     # the Q tile, once
     query_tile = builder.define_shared(float32, rows * padded(head))
@@ -277,110 +320,151 @@ def _lower_attention(kernel: Kernel, parts: AttentionParts, name: str, info: Dev
         return None
     queries_ready = builder.barrier(query_fills)
     queries = builder.after(query_tile, [queries_ready])
-    # each item's running maximum, total and output columns: slot s of item l at s * local_size + l (local memory:
-    # PTX has no scratch arrays; the items' own elements, side by side)
-    state = builder.define_shared(float32, tiles.state_slots(value_head) * tiles.local_size)
-
-    def slot(number: int) -> IRNode:
-        return builder.add(lowering.local_id, number * tiles.local_size)
-
-    columns = [builder.at_most(builder.add(lowering.lane, items * number), value_head - 1)
-               for number in range(-(-value_head // items))]
-    starts = [builder.const(-math.inf, float32), builder.const(0.0, float32)] + [builder.const(0.0, float32)] * len(
-        columns)
-    initial = [builder.store(state, slot(number), start) for number, start in enumerate(starts)]
-
-    # the loop over key blocks
-    block = builder.new_range(-(-source_length // keys), index)
-    free = builder.barrier([block])  # (the last block's reads of the tiles are done)
-    key_origin = builder.mul(block, keys)
     key_tile = builder.define_shared(float32, keys * padded(head))
     value_tile = builder.define_shared(float32, keys * padded(value_head))
-    key_fills = lowering.fill(builder.after(key_tile, [free]), keys, key_origin, source_length - 1, head, dot_source,
-                              query_hole, False)
-    value_fills = lowering.fill(builder.after(value_tile, [free]), keys, key_origin, source_length - 1, value_head,
-                                numerator_source, query_hole, False)
-    if key_fills is None or value_fills is None:
-        return None
-    filled = builder.barrier(key_fills + value_fills)
-    key_values, value_values = builder.after(key_tile, [filled]), builder.after(value_tile, [filled])
-
-    # scores of the item's keys t, t + T, ...
-    score_tile = builder.define_shared(float32, rows * padded(keys))
     weight_tile = builder.define_shared(float32, rows * padded(keys))
-    depth = builder.new_range(head, index)
-    query_value = builder.load(queries, builder.add(builder.mul(lowering.row, padded(head)), depth), None)
-    owned = [builder.add(lowering.lane, items * number) for number in range(keys // items)]
-    dots, score_stores = [], []
-    for local_key in owned:
-        key_value = builder.load(key_values, builder.add(builder.mul(local_key, padded(head)), depth), None)
-        dot = builder.reduce(Op.SUM, builder.alu(Op.MUL, float32, query_value, key_value), (depth,))
-        key = builder.add(key_origin, local_key)
-        place = (*lowering.batch, lowering.query, builder.at_most(key, source_length - 1))
-        score = lowering.value(parts.scores, place, {parts.dot: dot})
-        if score is None or score.dtype != float32:
-            return None
-        if source_length % keys:
-            score = builder.alu(Op.WHERE, float32, builder.less(key, source_length), score,
-                                builder.const(-math.inf, float32))
-        dots.append((dot, key, place))
-        score_stores.append(builder.store(builder.after(score_tile, [free]),
-                                          builder.add(builder.mul(lowering.row, padded(keys)), local_key), score))
-    scored = builder.barrier(score_stores)
 
-    # the running maximum, and the weights of the item's keys relative to it
-    current = builder.after(state, [*initial, free])
-    maximum, total = builder.load(current, slot(0), None), builder.load(current, slot(1), None)
-    along = builder.new_range(keys, index)
-    row_start = builder.mul(lowering.row, padded(keys))
-    block_maximum = builder.reduce(Op.REDUCE_MAX, builder.load(builder.after(score_tile, [scored]),
-                                                               builder.add(row_start, along), None), (along,))
-    new_maximum = builder.alu(Op.MAX, float32, maximum, block_maximum)
-    weight_stores = []
-    for (dot, key, place), local_key in zip(dots, owned):
-        weight = lowering.value(parts.weights, place, {parts.dot: dot, parts.maximum: new_maximum})
-        if weight is None or weight.dtype != float32:
-            return None
-        if source_length % keys:
-            weight = builder.alu(Op.WHERE, float32, builder.less(key, source_length), weight,
-                                 builder.const(0.0, float32))
-        weight_stores.append(builder.store(builder.after(weight_tile, [free]), builder.add(row_start, local_key),
-                                           weight))
-    weighed = builder.barrier(weight_stores)
+    # a causal attention (torch's is_causal: key j seen by query i where j <= i) walks only the key blocks its last
+    # query sees; blocks wholly before its first query need no mask
+    causal = lowering.is_causal(query_hole, key_hole)
+    count: IRNode | None = None
+    if causal:
+        last_query = builder.at_most(builder.add(lowering.row_origin, rows - 1), length - 1)
+        count = builder.at_most(builder.add(builder.div(last_query, keys), 1), blocks)
 
-    # rescale the running total and outputs, add the block's
-    inner = builder.new_range(keys, index)
-    weight_value = builder.load(builder.after(weight_tile, [weighed]), builder.add(row_start, inner), None)
-    shift = builder.alu(Op.MUL, float32, builder.alu(Op.SUB, float32, maximum, new_maximum),
-                        builder.const(LOG2_E, float32))
-    alpha = builder.alu(Op.WHERE, float32, builder.alu(Op.CMPEQ, dtypes.bool_, maximum,
-                                                       builder.const(-math.inf, float32)),
-                        builder.const(0.0, float32), builder.alu(Op.EXP2, float32, shift))
-    new_total = builder.alu(Op.ADD, float32, builder.alu(Op.MUL, float32, total, alpha),
-                            builder.reduce(Op.SUM, weight_value, (inner,)))
-    updates = [builder.store(state, slot(0), new_maximum), builder.store(state, slot(1), new_total)]
-    for number, column in enumerate(columns, start=2):
-        value_value = builder.load(value_values, builder.add(builder.mul(inner, padded(value_head)), column), None)
-        weighted = builder.reduce(Op.SUM, builder.alu(Op.MUL, float32, weight_value, value_value), (inner,))
-        running = builder.load(current, slot(number), None)
-        updates.append(builder.store(state, slot(number), builder.alu(
-            Op.ADD, float32, builder.alu(Op.MUL, float32, running, alpha), weighted)))
-    loop = builder.loop(updates, (block,))
+    def fill_keys(block: IRNode, free: IRNode, values: bool) -> list[IRNode] | None:
+        origin = builder.mul(block, keys)
+        fills = lowering.fill(builder.after(key_tile, [free]), keys, origin, source_length - 1, head, dot_source,
+                              query_hole, False)
+        if values and fills is not None:
+            value_fills = lowering.fill(builder.after(value_tile, [free]), keys, origin, source_length - 1,
+                                        value_head, numerator_source, query_hole, False)
+            fills = None if value_fills is None else fills + value_fills
+        return fills
 
-    # the epilogue at the item's output columns
-    final = builder.after(state, [loop])
-    final_total = builder.load(final, slot(1), None)
-    output_stores = []
-    for number, column in enumerate(columns, start=2):
-        values = {parts.numerator: builder.load(final, slot(number), None), parts.total: final_total}
-        lowerer = Replaced(kernel, builder, values)
-        output_stores.append(lowerer.store_output((*lowering.batch, lowering.query, column)))
-        if lowerer.missing:
-            return None
-    if any(_reaches(store, [query_hole, key_hole, *lowering.stand_ins]) for store in output_stores + updates):
+    def scores(block: IRNode, key_values: IRNode) -> list[list[tuple[IRNode, IRNode, tuple[IRNode, ...]]]] | None:
+        """The item's scores of a block (its rows x its keys), each with its dot product and its place."""
+        depth = builder.new_range(head, index)
+        query_values = [builder.load(queries, builder.add(builder.mul(row, padded(head)), depth), None)
+                        for row in lowering.local_rows]
+        key_values_at = [builder.load(key_values, builder.add(builder.mul(key, padded(head)), depth), None)
+                         for key in lowering.local_keys]
+        result = []
+        for query, query_value in zip(lowering.queries, query_values):
+            row = []
+            for local_key, key_value in zip(lowering.local_keys, key_values_at):
+                dot = builder.reduce(Op.SUM, builder.alu(Op.MUL, float32, query_value, key_value), (depth,))
+                key = builder.add(builder.mul(block, keys), local_key)
+                place = (*lowering.batch, query, builder.at_most(key, source_length - 1))
+                score = lowering.value(parts.scores, place, {parts.dot: dot})
+                if score is None or score.dtype != float32:
+                    return None
+                if source_length % keys:
+                    score = builder.alu(Op.WHERE, float32, builder.less(key, source_length), score,
+                                        builder.const(-math.inf, float32))
+                row.append((score, dot, place))
+            result.append(row)
+        return result
+
+    # pass 1: each row's maximum score (the item's keys of every block, then the row's items' partial maxima)
+    block = builder.new_range(blocks, index, count)
+    free = builder.barrier([block, queries_ready])
+    key_fills = fill_keys(block, free, False)
+    if key_fills is None:
         return None
-    sink = builder.sink([*query_fills, queries_ready, *initial, loop, *output_stores])
-    warp_width = info.warp_width if tiles.local_size % max(info.warp_width, 1) == 0 else 1
+    block_scores = scores(block, builder.after(key_tile, [builder.barrier(key_fills)]))
+    if block_scores is None:
+        return None
+    partial_tile = builder.define_shared(float32, rows * tiles.key_items)
+    partial_stores = []
+    for local_row, row_scores in zip(lowering.local_rows, block_scores):
+        largest = row_scores[0][0]
+        for score, _, _ in row_scores[1:]:
+            largest = builder.alu(Op.MAX, float32, largest, score)
+        partial_stores.append(builder.store(
+            partial_tile, builder.add(builder.mul(local_row, tiles.key_items), lowering.item_key),
+            builder.reduce(Op.REDUCE_MAX, largest, (block,))))
+    partials_ready = builder.barrier(partial_stores)
+    partials = builder.after(partial_tile, [partials_ready])
+    other = builder.new_range(tiles.key_items, index)
+    maxima = [builder.reduce(Op.REDUCE_MAX, builder.load(partials, builder.add(
+        builder.mul(local_row, tiles.key_items), other), None), (other,)) for local_row in lowering.local_rows]
+
+    # pass 2: the weights of each block (exp of the scores less the row's maximum) through local memory, and the
+    # item's outputs and totals summed over the blocks; a causal attention's blocks before its first query unmasked
+    columns = [builder.at_most(builder.add(lowering.item_key, tiles.key_items * number), value_head - 1)
+               for number in range(-(-value_head // tiles.key_items))]
+
+    def weighted_sums(start: IRNode | None, size: IRNode | None, masked: bool) -> list[list[IRNode]] | None:
+        """Per row of the item: its total and its outputs' numerators over the blocks start, start + 1, ..."""
+        counter = builder.new_range(blocks, index, size)
+        block = counter if start is None else builder.add(start, counter)
+        free = builder.barrier([counter, partials_ready])
+        fills = fill_keys(block, free, True)
+        if fills is None:
+            return None
+        filled = builder.barrier(fills)
+        block_scores = scores(block, builder.after(key_tile, [filled]))
+        if block_scores is None:
+            return None
+        weight_stores = []
+        for local_row, maximum, row_scores in zip(lowering.local_rows, maxima, block_scores):
+            for local_key, (_, dot, place) in zip(lowering.local_keys, row_scores):
+                weight = lowering.value(parts.weights, place, {parts.dot: dot, parts.maximum: maximum})
+                if weight is None or weight.dtype != float32:
+                    return None
+                if source_length % keys:
+                    key = builder.add(builder.mul(block, keys), local_key)
+                    weight = builder.alu(Op.WHERE, float32, builder.less(key, source_length), weight,
+                                         builder.const(0.0, float32))
+                weight_stores.append(builder.store(builder.after(weight_tile, [free]), builder.add(
+                    builder.mul(local_row, padded(keys)), local_key), weight))
+        weights = builder.after(weight_tile, [builder.barrier(weight_stores)])
+        values = builder.after(value_tile, [filled])
+        inner = builder.new_range(keys, index)
+        key = builder.at_most(builder.add(builder.mul(block, keys), inner), source_length - 1)
+        value_loads = [builder.load(values, builder.add(builder.mul(inner, padded(value_head)), column), None)
+                       for column in columns]
+        sums = []
+        for local_row, query in zip(lowering.local_rows, lowering.queries):
+            weight = builder.load(weights, builder.add(builder.mul(local_row, padded(keys)), inner), None)
+            row = [builder.reduce(Op.SUM, weight, (counter, inner))]
+            for column, value_value in zip(columns, value_loads):
+                product = builder.alu(Op.MUL, float32, weight, value_value)
+                selected = lowering.selection(numerator_source, (*lowering.batch, query, key, column)) if masked \
+                    else None
+                if selected is not None:  # (the kernel's own mask, as its products are selected)
+                    product = builder.alu(Op.WHERE, float32, selected, product, builder.const(0.0, float32))
+                row.append(builder.reduce(Op.SUM, product, (counter, inner)))
+            sums.append(row)
+        return sums
+
+    if causal:
+        assert count is not None
+        first_masked = builder.at_most(builder.div(lowering.row_origin, keys), blocks - 1)
+        unmasked = weighted_sums(None, first_masked, False)
+        masked = weighted_sums(first_masked, builder.add(count, builder.mul(first_masked, -1)), True)
+        if unmasked is None or masked is None:
+            return None
+        sums = [[builder.alu(Op.ADD, float32, a, b) for a, b in zip(row_a, row_b)]
+                for row_a, row_b in zip(unmasked, masked)]
+    else:
+        found = weighted_sums(None, None, True)
+        if found is None:
+            return None
+        sums = found
+
+    # the epilogue at the item's outputs
+    output_stores = []
+    for query, (total, *numerators) in zip(lowering.queries, sums):
+        for column, numerator in zip(columns, numerators):
+            lowerer = Replaced(kernel, builder, {parts.numerator: numerator, parts.total: total})
+            output_stores.append(lowerer.store_output((*lowering.batch, query, column)))
+            if lowerer.missing:
+                return None
+    if any(_reaches(store, [query_hole, key_hole, *lowering.stand_ins]) for store in output_stores):
+        return None
+    sink = builder.sink([*query_fills, queries_ready, *output_stores])
     return KernelIR(name=name, params=Replaced(kernel, builder, {}).buffer_params(),
                     global_size=lowering.groups * tiles.local_size, sink=sink, index_dtype=index,
-                    local_size=tiles.local_size, warp_width=warp_width)
+                    local_size=tiles.local_size, warp_width=info.warp_width)

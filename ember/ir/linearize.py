@@ -138,7 +138,12 @@ class Linearizer:
         computed where the loop's counter is out of scope."""
         held: set[int] = set()
         for node in self._topological_deep(roots):
-            if id(node) in self.done or node.op is IROp.STORE or not self.ranges_of(node) <= self.open:
+            if id(node) in self.done:
+                continue
+            if node.op is IROp.STORE:  # (never hoisted: neither is what waits for it, a barrier after local stores)
+                held.add(id(node))
+                continue
+            if not self.ranges_of(node) <= self.open:
                 continue
             if any(id(src) in held for src in node.srcs) or (node.op is IROp.REDUCE and not self._group_ready(node)):
                 held.add(id(node))
