@@ -28,7 +28,8 @@ echo "$(grep -c " PASSED " "$out/tests.log") passed as they ran; failed: $(wc -l
 if [ -s "$out/failed.txt" ]; then
     cat "$out/failed.txt"
     # shellcheck disable=SC2046
-    timeout 100 "$python" -m pytest -q -p no:cacheprovider --tb=short $(head -20 "$out/failed.txt") \
+    EMBER_TEST_DEVICES=cuda timeout 100 "$python" -m pytest -q -p no:cacheprovider --tb=short \
+        $(head -20 "$out/failed.txt") \
         > "$out/rerun.log" 2>&1
     grep -E "^(E |FAILED|ERROR|tests/)" "$out/rerun.log" | head -120
 fi
