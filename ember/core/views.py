@@ -90,12 +90,13 @@ class _BaseReference(weakref.ref):  # type: ignore[type-arg]
 ORPHANED: list[weakref.ref[Storage]] = []  # storages whose first tensor is gone (compact_orphans looks at them)
 
 
-def _base_gone(reference: _BaseReference) -> None:
+def _base_gone(reference: _BaseReference, orphaned: list[weakref.ref[Storage]] = ORPHANED) -> None:
     """The tensor a storage was made for is gone: look at the storage at the next compaction (never here: this runs
-    wherever the last reference happens to drop)."""
-    ORPHANED.append(reference.storage)
-    if len(ORPHANED) > 256:  # (forget the storages gone since)
-        ORPHANED[:] = [storage for storage in ORPHANED if storage() is not None]
+    wherever the last reference happens to drop, at the interpreter's exit too, when the module's globals are
+    already None: the list is bound here)."""
+    orphaned.append(reference.storage)
+    if len(orphaned) > 256:  # (forget the storages gone since)
+        orphaned[:] = [storage for storage in orphaned if storage() is not None]
 
 
 def compact_orphans() -> None:
