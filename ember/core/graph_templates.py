@@ -162,6 +162,17 @@ class Template:
         return f"Template({len(self.entries)} nodes, {self.inputs} inputs)"
 
 
+_TENSOR: list[type[Tensor]] = []  # the Tensor class, imported at the first instantiation (tensor.py imports this)
+
+
+def _tensor_class() -> type[Tensor]:
+    """core.tensor's Tensor (an import at every instantiation cost 0.5-1 us)."""
+    from ember.core.tensor import Tensor
+
+    _TENSOR.append(Tensor)
+    return Tensor
+
+
 class TemplateResult(NamedTuple):
     """The arg of a TEMPLATE node: its template and the position of the result it stands for."""
 
@@ -193,8 +204,7 @@ class GraphTemplates:
 
     def _instantiate(self, signature: Hashable, build: Callable[..., Any], inputs: tuple[Tensor, ...],
                      many: bool) -> Any:
-        from ember.core.tensor import Tensor
-
+        tensor_class = _TENSOR[0] if _TENSOR else _tensor_class()
         input_nodes = [tensor.node for tensor in inputs]
         recording = CONTEXT.get().grad_enabled
         for tensor in inputs:
@@ -234,12 +244,13 @@ class GraphTemplates:
                     if many:
                         node.siblings = siblings
                         siblings[position] = weakref.ref(node)
-                results.append(Tensor._from_node(node))
+                results.append(tensor_class._from_node(node))
             return tuple(results) if many else results[0]
         nodes = copy_entries(template, input_nodes)
         if not many:
-            return Tensor._from_node(nodes[-1])
-        return tuple(None if position is None else Tensor._from_node(nodes[position]) for position in template.outputs)
+            return tensor_class._from_node(nodes[-1])
+        return tuple(None if position is None else tensor_class._from_node(nodes[position])
+                     for position in template.outputs)
 
 
 def copy_entries(template: Template, input_nodes: list[Node]) -> list[Node]:
