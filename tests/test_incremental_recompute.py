@@ -1,6 +1,7 @@
 """Incremental recomputation (ember/incremental: restrict, IncrementalGraph): after edits of input regions, the
 kept values hold what a full recompute gives (the numpy reference tensor and torch are the truth), on random graphs
-and edits and on every device; a causal transformer block decodes token by token like torch."""
+and edits and on every device; a causal transformer block decodes token by token like torch (also through a flash
+attention, on the workgroup devices)."""
 
 from __future__ import annotations
 
@@ -15,21 +16,24 @@ from hypothesis import strategies as st
 
 import ember as em
 import ember.nn.functional as F
+from ember.core.errors import ArgumentError
 from ember.core.ops import REDUCE_OPS
 from ember.core.tensor import Tensor
 from ember.core.walk import post_order
 from ember.incremental import affine, write
-from ember.incremental.region import Region
-from ember.incremental.restrict import restrict
-from ember.core.errors import ArgumentError
 from ember.incremental import runner as runner_module
 from ember.incremental.position_replay import PositionReplay, fit, within
+from ember.incremental.region import Region
+from ember.incremental.restrict import restrict
 from ember.incremental.runner import IncrementalGraph
+from ember.ir.flash_attention import attention_parts
+from ember.ir.kernel import Kernel
 from ember.scheduler import compile_cache, shape_classes
 from ember.scheduler.devices import get_device
 from ember.testing.reference import ReferenceTensor
 from tests.conftest import TEST_DEVICES
 from tests.test_incremental_regions import Program, draw_step, edit, programs, regions
+from tests.workgroups import kernels_of
 
 SMALL_BUFFER = write.SMALL_BUFFER
 
@@ -181,6 +185,25 @@ def test_a_masked_reduce_restricted_to_a_row_reads_only_where_its_mask_may_pick(
             assert_close(Tensor._from_node(restricted).numpy(), expected.numpy()[row:row + 1])
 
 
+@pytest.mark.usefixtures("optimizations_on")
+def test_a_row_of_a_flash_attention_is_computed_from_its_causal_keys(group_device: str) -> None:
+    """A box of core's fused attention graph (one flash kernel over all its rows) is computed by the primitive ops
+    the graph is made of: a query row, below the flash kernel's rows, reads only the keys up to it (each of its
+    four reduces), with torch's values."""
+    random = np.random.default_rng(5)
+    arrays = [random.standard_normal((2, 20, 8)).astype(np.float32) for _ in range(3)]
+    output = F.scaled_dot_product_attention(*(em.tensor(array, device=group_device) for array in arrays),
+                                            is_causal=True)
+    assert sum(attention_parts(kernel) is not None for kernel in kernels_of(output)) == 1
+    expected = torch.nn.functional.scaled_dot_product_attention(*map(torch.tensor, arrays), is_causal=True).numpy()
+    for row in (5, 12):
+        box = Region(output.shape, [(0, 2), (row, row + 1), (0, 8)])
+        restricted = restrict(output.node, box)
+        reduces = [node for node in post_order([restricted], lambda node: node.srcs) if node.op in REDUCE_OPS]
+        assert len(reduces) == 4 and all(20 not in node.srcs[0].shape for node in reduces), reduces
+        assert_close(Tensor._from_node(restricted).numpy(), expected[box.slices()])
+
+
 # ---- decoding a causal transformer block -------------------------------------------------------------------------
 
 VOCABULARY, CAPACITY, WIDTH, HEADS, HIDDEN = 11, 16, 16, 2, 32
@@ -209,10 +232,9 @@ def transformer_block(tokens: Any, parameters: dict[str, Any], functional: Any) 
     return functional.linear(x, parameters["head"])
 
 
-@pytest.mark.parametrize("small_buffer", [SMALL_BUFFER, 0], ids=["select", "views"])
-def test_decoding_a_transformer_block_matches_torch(device: str, small_buffer: int,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(write, "SMALL_BUFFER", small_buffer)  # 0: kernels write into views of the kept buffers
+def decode_like_torch(device: str) -> list[Kernel]:
+    """Decode tokens one at a time after a prompt through the block, each update needing the prefix's logits:
+    torch's logits, for under a quarter of a full recompute's FLOPs. The kernels of the full graph (its first run)."""
     parameters = transformer_parameters()
     ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
     prompt = 6
@@ -221,7 +243,9 @@ def test_decoding_a_transformer_block_matches_torch(device: str, small_buffer: i
     tokens = em.tensor(buffer, device=device)
     weights = {name: em.tensor(value, device=device) for name, value in parameters.items()}
     torch_weights = {name: torch.tensor(value) for name, value in parameters.items()}
-    graph = IncrementalGraph([transformer_block(tokens, weights, F)], [tokens], count_flops=True)
+    output = transformer_block(tokens, weights, F)
+    kernels = kernels_of(output)
+    graph = IncrementalGraph([output], [tokens], count_flops=True)
     for position in range(prompt, len(ids)):  # (from the third position on, no kernel compiles)
         tokens[position] = ids[position]
         logits = graph.update({tokens: Region.from_index((CAPACITY,), position)},
@@ -229,6 +253,32 @@ def test_decoding_a_transformer_block_matches_torch(device: str, small_buffer: i
         expected = transformer_block(torch.tensor(ids[:position + 1]), torch_weights, torch.nn.functional)
         assert_close(logits.numpy()[:position + 1], expected.numpy())
         assert graph.last_flops * 4 < graph.full_flops, (graph.last_flops, graph.full_flops)
+    return kernels
+
+
+@pytest.mark.parametrize("small_buffer", [SMALL_BUFFER, 0], ids=["select", "views"])
+def test_decoding_a_transformer_block_matches_torch(device: str, small_buffer: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(write, "SMALL_BUFFER", small_buffer)  # 0: kernels write into views of the kept buffers
+    decode_like_torch(device)
+
+
+@pytest.mark.usefixtures("optimizations_on")
+@pytest.mark.parametrize("small_buffer", [SMALL_BUFFER, 0], ids=["select", "views"])
+def test_decoding_through_a_flash_attention_recomputes_only_the_new_rows(group_device: str, small_buffer: int,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where workgroups run (warps and local memory: core writes the attention as its fused graph, one flash kernel
+    in the full run), a decode step still recomputes the new row only: the fused graph selects each product by the
+    causal mask, as the composite does, so a new key's value dirties only the rows that may read it, and the box of
+    a row is computed by the primitive ops the fused graph is made of. With views aligned as a GPU's (cuda's 256
+    bytes: a box grows back to where a view may start), the kept q, k and v are the projections' rows, as the
+    composite's, not a block of rows of every head."""
+    monkeypatch.setattr(write, "SMALL_BUFFER", small_buffer)  # 0: kernels write into views of the kept buffers
+    pool = em.tensor([0.0], device=group_device).realize().node.buffer.pool
+    if not small_buffer and pool.view_alignment:
+        monkeypatch.setattr(pool, "view_alignment", 256)
+    kernels = decode_like_torch(group_device)
+    assert sum(attention_parts(kernel) is not None for kernel in kernels) == 1, kernels
 
 
 def decoding_setup(device: str, capacity: int, prompt: int,

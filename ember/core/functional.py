@@ -627,8 +627,12 @@ def _fused_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | N
     if mask is not None and mask.dtype.is_bool:
         weights = where(mask, weights, 0.0)  # exactly 0 where masked
     total = weights._apply(Op.SUM, arg=(rank - 1,))
-    numerator = (weights.unsqueeze(-1) * value.unsqueeze(-3))._apply(Op.SUM, arg=(rank - 1,)).reshape(
-        *batch, length, value_head)
+    products = weights.unsqueeze(-1) * value.unsqueeze(-3)  # [..., L, S, Ev]
+    if is_causal:  # as the composite: each product selected by the mask, so a later key adds an exact 0 (not 0 *
+        # value, NaN for an infinite value) and ember/incremental narrows an appended key to the rows that read it
+        assert mask is not None
+        products = where(mask.unsqueeze(-1), products, 0.0)
+    numerator = products._apply(Op.SUM, arg=(rank - 1,)).reshape(*batch, length, value_head)
     output = where(total == 0, 0.0, numerator / total)._apply(Op.CONTIGUOUS, arg=FUSED_ATTENTION)
     return output if output.dtype == inputs[0].dtype else output.cast(inputs[0].dtype)
 
@@ -644,21 +648,35 @@ def _causal_mask(query: Tensor, length: int, source_length: int) -> Tensor:
 
 
 def _stored_if_reduced(tensor: Tensor) -> Tensor:
-    """The tensor, stored by a kernel of its own where its lazy graph holds a reduce (a projection `x @ w`, a norm, a
-    graph template's copy, which may hold one): the kernelizer keeps every reduce of a fused attention's graph in its
-    one kernel, and the flash kernel expects exactly its own four. Elementwise work and views of stored values (a
-    head split's transpose) stay fused."""
-    pending, seen = [tensor.node], set()
+    """The tensor, with the value under its views stored by a kernel of its own where its lazy graph holds a reduce
+    (a projection `x @ w`, a norm, a graph template's copy, which may hold one): the kernelizer keeps every reduce of
+    a fused attention's graph in its one kernel, and the flash kernel expects exactly its own four. Elementwise work
+    below the views is stored with the value; the views (a head split's reshape and transpose, grouped heads'
+    repeat) stay fused, so the value stored is the one the composite's kernels store (a projection's rows, which
+    ember/incremental recomputes one token's row of, not a block of rows of every head)."""
+    from ember.core.tensor import Tensor as TensorClass  # (core's Tensor: this module is one of its mixins)
+
+    views, value = [], tensor.node
+    while value.op in _VALUE_VIEWS and not value.realized:
+        views.append(value)
+        value = value.srcs[0]
+    pending, seen = [value], set()
     while pending:
         node = pending.pop()
         if node.realized or id(node) in seen:
             continue
         seen.add(id(node))
         if node.op in REDUCE_OPS or node.op in EXPANDED_OPS:  # (a template's copy, such as a linear, may hold one)
-            return tensor._apply(Op.CONTIGUOUS)
+            stored = TensorClass._from_node(value)._apply(Op.CONTIGUOUS)
+            for view in reversed(views):
+                stored = stored._apply(view.op, arg=view.arg)
+            return stored
         if node.op is not Op.CONTIGUOUS:  # (a stored boundary: what is below it is another kernel's)
             pending.extend(node.srcs)
     return tensor
+
+
+_VALUE_VIEWS = frozenset({Op.RESHAPE, Op.EXPAND, Op.PERMUTE, Op.SHRINK, Op.FLIP})  # views that add no values
 
 
 def _update_instance_stats(tensor: Tensor, mean: Tensor, variance: Tensor, running_mean: Tensor | None,

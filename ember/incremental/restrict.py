@@ -10,7 +10,7 @@ from weakref import WeakKeyDictionary
 from ember.core.errors import ArgumentError, ShapeError
 from ember.core.graph import Node, infer
 from ember.core.graph_templates import expand_in_place
-from ember.core.ops import ELEMENTWISE_OPS, REDUCE_OPS, Op, reduce_identity
+from ember.core.ops import ELEMENTWISE_OPS, FUSED_ATTENTION, REDUCE_OPS, Op, reduce_identity
 from ember.core.walk import post_order
 from ember.incremental.propagate import _narrow
 from ember.incremental.region import Range, Region, reshape_groups
@@ -87,6 +87,11 @@ class _Restriction:
 
     def _build(self, node: Node, box: Region, sources: list[Node | None]) -> Node:
         op = node.op
+        if op is Op.CONTIGUOUS and node.arg == FUSED_ATTENTION:
+            # a box of a fused attention (core's flash attention graph) is computed by the primitive ops it is made
+            # of, in the kernels any graph of them gets: a decode step's row is below the flash kernel's rows, and
+            # its restricted parts (a causal prefix of keys, rows stored apart) are not the fused form
+            return _make(op, tuple(_present(sources)), None)
         if op in ELEMENTWISE_OPS or op in (Op.CONTIGUOUS, Op.COPY):
             return _make(op, tuple(_present(sources)), node.arg, node.device if op is Op.COPY else None)
         if op in REDUCE_OPS:
