@@ -124,6 +124,7 @@ def test_nan_and_infinity_reach_the_rows_torch_gives_them_to(group_device: str) 
     attention = Case(11, (1, 1), 32, 40, 16, 16)
     attention.query[0, 0, 4, 2] = np.nan  # row 4's scores: NaN
     attention.value[0, 0, 7, 3] = np.inf  # column 3 of every row: inf (or NaN where weights are NaN)
+    attention.value[0, 0, 39, 5] = np.inf  # the last key's (the key blocks' padding past it weighs 0: not NaN)
     attention.key[0, 0, 9, :] = 0.0
     expected = attention.torch()
     got = attention.ember(group_device).numpy()

@@ -256,16 +256,18 @@ class _AttentionLowering:
         return kept[0] if len(kept) == 1 else None
 
     def fill(self, tile: IRNode, rows: int, origin: IRNode, limit: int, width: int, position: int,
-             hole: IRNode, query_side: bool) -> list[IRNode] | None:
+             hole: IRNode, query_side: bool, zero_past: bool = False) -> list[IRNode] | None:
         """Stores of the `rows` x `width` tile's elements (each item every local_size-th from its own on, clamped to
-        the last; row i the query or key origin + i, clamped to `limit`; rows padded(width) apart) of the factor of
-        step `position` that does not read `hole`, as float32; None where the factor is not found."""
+        the last; row i the query or key origin + i, clamped to `limit`, or with `zero_past` 0 past it; rows
+        padded(width) apart) of the factor of step `position` that does not read `hole`, as float32; None where the
+        factor is not found."""
         builder, local_size = self.builder, self.tiles.local_size
         count = rows * width
         stores = []
         for number in range(-(-count // local_size)):
             element = builder.at_most(builder.add(self.local_id, number * local_size), count - 1)
-            along = builder.at_most(builder.add(origin, builder.div(element, width)), limit)
+            unclamped = builder.add(origin, builder.div(element, width))
+            along = builder.at_most(unclamped, limit)
             column = builder.mod(element, width)
             place = (*self.batch, along, hole, column) if query_side else (*self.batch, hole, along, column)
             value = self.factor(position, place, hole)
@@ -273,6 +275,9 @@ class _AttentionLowering:
                 return None
             if value.dtype != dtypes.float32:
                 value = builder.alu(Op.CAST, dtypes.float32, value)
+            if zero_past:
+                value = builder.alu(Op.WHERE, dtypes.float32, builder.less(unclamped, limit + 1), value,
+                                    builder.const(0.0, dtypes.float32))
             row, column = builder.div(element, width), builder.mod(element, width)
             stores.append(builder.store(tile, builder.add(builder.mul(row, padded(width)), column), value))
         return stores
@@ -337,8 +342,9 @@ def _lower_attention(kernel: Kernel, parts: AttentionParts, name: str, info: Dev
         fills = lowering.fill(builder.after(key_tile, [free]), keys, origin, source_length - 1, head, dot_source,
                               query_hole, False)
         if values and fills is not None:
+            # (keys past the end: values 0, which their weights of 0 multiply to 0 whatever the last key's value)
             value_fills = lowering.fill(builder.after(value_tile, [free]), keys, origin, source_length - 1,
-                                        value_head, numerator_source, query_hole, False)
+                                        value_head, numerator_source, query_hole, False, source_length % keys != 0)
             fills = None if value_fills is None else fills + value_fills
         return fills
 
