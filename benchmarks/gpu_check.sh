@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One check of a machine with an NVIDIA GPU, sized for a short loan (~8 minutes on 16 cores): benchmarks/gpu.py with
+# One check of a machine with an NVIDIA GPU, sized for a short loan (~9 minutes on 16 cores): benchmarks/gpu.py with
 # --profile (each case against torch on the same GPU, then its kernels and its driver calls), the test suite on cuda
 # (each failure named as it happens, so a run cut short still says which; then up to 20 of them again, alone, with
 # their tracebacks), and 45 seconds of fuzzing against the numpy reference. Logs go to $OUT (or /tmp/gpu-check).
@@ -33,5 +33,7 @@ if [ -s "$out/failed.txt" ]; then
         > "$out/rerun.log" 2>&1
     grep -E "^(E |FAILED|ERROR|tests/)" "$out/rerun.log" | head -120
 fi
+echo "=== flash attention's tile choices"
+timeout 60 "$python" benchmarks/attention_tiles.py --runs 5 --budget 0.5 2>&1 | tail -6
 echo "=== fuzz cuda"
 timeout 75 "$python" -m ember fuzz --device cuda --minutes 0.75 --seed 20240611 2>&1 | tail -2
