@@ -223,6 +223,29 @@ def test_randperm_is_a_permutation(device: str) -> None:
     assert not np.array_equal(em.randperm(500, device=device).numpy(), np.arange(500))
 
 
+def test_a_draw_is_computed_once_and_then_read(device: str) -> None:
+    """Random tensors the user holds (randn, rand, randint, randperm, the in-place fills) are values, as torch's: the
+    first realize that needs one stores it and later ones read it, instead of recomputing its draw inside each kernel
+    that reads it (in a matmul, once per column tile: a 64 x 784 randn input ran 300x slower than a stored one)."""
+    from ember.core.ops import Op
+    from ember.scheduler.kernelize import kernelize
+    from ember.scheduler.program import Launch
+
+    weight = em.tensor(np.random.default_rng(0).standard_normal((96, 40)).astype(np.float32), device=device)
+    filled = em.empty(64, 96, device=device)
+    filled.normal_(0.0, 2.0)
+    drawn = {"randn": em.randn(64, 96, device=device), "rand": em.rand(64, 96, device=device), "normal_": filled,
+             "randint": em.randint(0, 9, (64, 96), device=device).float(),
+             "randperm": em.randperm(96, device=device).float().reshape(1, 96).expand(64, 96)}
+    for name, draw in drawn.items():
+        first = (draw @ weight).numpy()
+        product = draw @ weight
+        (launch,) = [item for item in kernelize([product.node]) if isinstance(item, Launch)]  # the matmul alone
+        assert Op.XOR not in {step.op for step in launch.kernel.steps}, name  # (no counter hashed: no draw made)
+        np.testing.assert_array_equal(product.numpy(), first, err_msg=name)  # (the same values, read back)
+        np.testing.assert_allclose(first, draw.numpy() @ weight.numpy(), rtol=1e-4, atol=1e-3, err_msg=name)
+
+
 def test_permutation_from_tied_keys(device: str) -> None:
     """Ties between random keys (rare with 32-bit keys, but possible) still give a permutation."""
     from ember.core.creation import _permutation_from_keys

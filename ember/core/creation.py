@@ -444,9 +444,18 @@ def _float_dtype(dtype: Any, name: str) -> DType:
     return resolved
 
 
+def kept(draw: Tensor) -> Tensor:
+    """A draw the user holds, as torch's: its values made once, by a kernel of their own the first time a realize
+    needs them, and read from memory after (a CONTIGUOUS boundary, which the realize leaves stored as the tensor's
+    buffer). Left lazy, a draw is computed again wherever it is read: a 64 x 784 randn input to a matmul of 512
+    columns took 716 ms a realize (its normals recomputed for each column tile), stored 2 ms; a randperm, O(n^2), at
+    every realize that read it. Draws the framework makes for one use (dropout's mask) stay fused."""
+    return draw._apply(Op.CONTIGUOUS)
+
+
 def rand(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """Uniform random numbers in [0, 1), the same on every device for the same seed."""
-    result = _uniform(_checked_shape(size, "rand"), _float_dtype(dtype, "rand"), _device(device))
+    result = kept(_uniform(_checked_shape(size, "rand"), _float_dtype(dtype, "rand"), _device(device)))
     return result.requires_grad_() if requires_grad else result
 
 
@@ -454,7 +463,7 @@ def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     """Standard normal random numbers, the same bits on every device for the same seed (see _standard_normal)."""
     shape = _checked_shape(size, "randn")
     resolved = _float_dtype(dtype, "randn")
-    result = _standard_normal(math.prod(shape), _device(device), resolved)._reshaped(shape)
+    result = kept(_standard_normal(math.prod(shape), _device(device), resolved)._reshaped(shape))
     return result.requires_grad_() if requires_grad else result
 
 
@@ -551,7 +560,7 @@ def randint(low: int, high: Any = None, size: Any = None, dtype: Any = None, dev
         high_bits = _random_bits(count, target).cast(dtypes.uint64) << 32
         offsets = (high_bits | _random_bits(count, target).cast(dtypes.uint64)) % span
     values = offsets.cast(dtypes.int64) + low
-    return values.reshape(shape).cast(resolved)
+    return kept(values.reshape(shape).cast(resolved))
 
 
 def rand_like(other: Tensor, dtype: Any = None, device: Any = None) -> Tensor:
@@ -573,7 +582,7 @@ def randperm(count: int, dtype: Any = None, device: Any = None) -> Tensor:
     if count < 0:
         raise ShapeError(f"randperm: count must be non-negative, got {count}")
     permutation = _permutation_from_keys(_random_bits(count, _device(device)))
-    return permutation.cast(to_dtype(dtype)) if dtype is not None else permutation
+    return kept(permutation.cast(to_dtype(dtype)) if dtype is not None else permutation)
 
 
 def _permutation_from_keys(keys: Tensor) -> Tensor:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from ember.core import dtype as dtypes
-from ember.core.creation import _random_bits, _uniform, randn
+from ember.core.creation import _random_bits, _uniform, kept, randn
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.tensor_base import TensorBase
@@ -60,7 +60,7 @@ def bernoulli(input: Tensor, p: float | None = None, *, generator: Any = None) -
         _check_probabilities(input, "bernoulli")
         probabilities = input._detached_copy()
     draw = _uniform(input.shape, dtypes.float64 if input.dtype is dtypes.float64 else dtypes.float32, input.device)
-    return (draw < probabilities).cast(input.dtype)
+    return kept((draw < probabilities).cast(input.dtype))
 
 
 def bernoulli_(tensor: Tensor, p: Any = 0.5) -> Tensor:
@@ -77,7 +77,7 @@ def bernoulli_(tensor: Tensor, p: Any = 0.5) -> Tensor:
     elif not 0.0 <= float(p) <= 1.0:
         raise ArgumentError(f"bernoulli_: expects p to be in [0, 1], got p={p}")
     draw = _uniform(tensor.shape, dtypes.float32, tensor.device)
-    return tensor.assign((draw < p).cast(tensor.dtype))
+    return tensor.assign(kept((draw < p).cast(tensor.dtype)))
 
 
 # ---- multinomial ---------------------------------------------------------------------------------------------
@@ -116,7 +116,7 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *,  
         samples = (log_weights.unsqueeze(1) + noise).contiguous().argmax(-1)
     else:
         samples = _largest_first((log_weights + _gumbel(rows.shape, input.device, compute)).contiguous(), num_samples)
-    return samples.reshape(input.shape[:-1] + (num_samples,))
+    return kept(samples.reshape(input.shape[:-1] + (num_samples,)))
 
 
 def _check_weights(rows: Tensor) -> None:
@@ -165,7 +165,7 @@ def uniform_(tensor: Tensor, low: float, high: float) -> Tensor:
     if not low <= high:
         raise ArgumentError(f"uniform_: expects a [from, to) range, got from={low} > to={high}")
     draw = _uniform(tensor.shape, tensor.dtype, tensor.device)
-    return tensor.assign(draw * (high - low) + low if (low, high) != (0.0, 1.0) else draw)
+    return tensor.assign(kept(draw * (high - low) + low if (low, high) != (0.0, 1.0) else draw))
 
 
 def normal_(tensor: Tensor, mean: float, std: float) -> Tensor:
@@ -174,7 +174,7 @@ def normal_(tensor: Tensor, mean: float, std: float) -> Tensor:
     if not std >= 0:
         raise ArgumentError(f"normal_: expects std >= 0.0, got std={std}")
     draw = randn(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-    return tensor.assign(draw * std + mean if (mean, std) != (0.0, 1.0) else draw)
+    return tensor.assign(kept(draw * std + mean if (mean, std) != (0.0, 1.0) else draw))
 
 
 
@@ -204,7 +204,7 @@ def exponential_(tensor: Tensor, lambd: float = 1.0) -> Tensor:
     if not lambd > 0:
         raise ArgumentError(f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
     draw = _uniform(tensor.shape, tensor.dtype, tensor.device)
-    return tensor.assign(-(1 - draw).log() / lambd)
+    return tensor.assign(kept(-(1 - draw).log() / lambd))
 
 
 def cauchy_(tensor: Tensor, median: float = 0.0, sigma: float = 1.0) -> Tensor:
@@ -213,7 +213,7 @@ def cauchy_(tensor: Tensor, median: float = 0.0, sigma: float = 1.0) -> Tensor:
     if not sigma > 0:
         raise ArgumentError(f"cauchy_ expects sigma > 0.0, but found sigma={sigma}")
     draw = _open_uniform(tensor.shape, tensor.device, tensor.dtype)
-    return tensor.assign(((draw - 0.5) * math.pi).tan() * sigma + median)
+    return tensor.assign(kept(((draw - 0.5) * math.pi).tan() * sigma + median))
 
 
 def log_normal_(tensor: Tensor, mean: float = 1.0, std: float = 2.0) -> Tensor:
@@ -222,7 +222,7 @@ def log_normal_(tensor: Tensor, mean: float = 1.0, std: float = 2.0) -> Tensor:
     if not std > 0:
         raise ArgumentError(f"log_normal_ expects std > 0.0, but found std={std}")
     draw = randn(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-    return tensor.assign((draw * std + mean).exp())
+    return tensor.assign(kept((draw * std + mean).exp()))
 
 
 def geometric_(tensor: Tensor, p: float) -> Tensor:
@@ -231,7 +231,7 @@ def geometric_(tensor: Tensor, p: float) -> Tensor:
         raise ArgumentError(f"geometric_ expects p to be in (0, 1), but got p={p}")
     draw = _open_uniform(tensor.shape, tensor.device, dtypes.float32)
     trials = (draw.log() / math.log1p(-p)).ceil().clamp_min(1)
-    return tensor.assign(trials.cast(tensor.dtype))
+    return tensor.assign(kept(trials.cast(tensor.dtype)))
 
 
 def get_rng_state() -> Tensor:
