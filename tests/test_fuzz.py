@@ -217,7 +217,9 @@ def test_command_line_exit_status_tells_a_fuzzer_bug_and_an_unavailable_device(t
         "gradient_fuzz.KINDS = {'unary': broken}\n")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), root, os.environ.get("PYTHONPATH", "")]))
-    command = [sys.executable, "-m", "ember", "fuzz", "--device", "dummy", "--minutes", "0.04", "--seed", "8"]
+    # (6 s: the worker's start-up counts against its time, and on a loaded machine, 15 test processes on a GPU
+    # host, 2.4 s ended before its first example, so nothing was generated and the run was clean)
+    command = [sys.executable, "-m", "ember", "fuzz", "--device", "dummy", "--minutes", "0.1", "--seed", "8"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
     assert result.returncode == EXIT_FUZZER_BUG, result.stdout + result.stderr
     assert "FUZZER BUG on dummy:0 (seed 8)" in result.stdout and "planted generator error" in result.stdout
