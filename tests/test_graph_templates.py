@@ -282,9 +282,10 @@ def test_equal_constants_of_a_template_are_one_node_in_its_copies() -> None:
     em.manual_seed(4)
     em.rand(6, 4)  # (records the template)
     drawn = em.rand(6, 4)
-    assert drawn.node.op.name == "TEMPLATE"  # (the copy is one node until the scheduler expands it)
-    expand_in_place([drawn.node])
-    constants = [node for node in post_order([drawn.node], lambda node: node.srcs) if node.op.name == "CONST"]
+    copy = drawn.node.srcs[0]  # (under the CONTIGUOUS that stores a user's draw: creation.kept)
+    assert copy.op.name == "TEMPLATE"  # (the copy is one node until the scheduler expands it)
+    expand_in_place([copy])
+    constants = [node for node in post_order([copy], lambda node: node.srcs) if node.op.name == "CONST"]
     described = [(type(node.arg), node.arg, node.shape, node.dtype) for node in constants]
     assert len(described) == len(set(described)) > 0
     np.testing.assert_array_equal(drawn.numpy(), _reference_uniform(4, 24, 24).reshape(6, 4))

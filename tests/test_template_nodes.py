@@ -61,7 +61,8 @@ def test_a_traced_result_is_one_template_node_until_it_is_scheduled(device: str)
     expected = torch.nn.functional.linear(torch.tensor(x), torch.tensor(w), torch.tensor(b)).numpy()
     np.testing.assert_allclose(result.numpy(), expected, rtol=1e-5, atol=1e-6)
     drawn = em.rand(4, 3, device=device)
-    assert drawn.node.op is Op.TEMPLATE  # (a random draw: one node over its key)
+    assert drawn.node.op is Op.CONTIGUOUS and drawn.node.srcs[0].op is Op.TEMPLATE  # (a draw: one node over its
+    # key, stored once it is computed: creation.kept)
 
 
 def test_a_collapsed_step_keys_fewer_nodes_and_launches_the_same_kernels(device: str,
