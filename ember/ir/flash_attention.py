@@ -186,8 +186,8 @@ def _reaches(value: IRNode, nodes: list[IRNode]) -> bool:
 
 
 class _AttentionLowering:
-    """The builder, the group's place (batch index, first query row, the item's row and column), and the kernel's
-    expressions lowered at given places with given values for its reduces."""
+    """The builder, the group's place (batch index, first query row; the item's rows, their queries and its keys in
+    a block), and the kernel's expressions lowered at given places with given values for its reduces."""
 
     def __init__(self, kernel: Kernel, parts: AttentionParts, tiles: AttentionTiles) -> None:
         self.kernel, self.parts, self.tiles = kernel, parts, tiles
