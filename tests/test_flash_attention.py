@@ -214,6 +214,21 @@ def _fused_on_dummy(monkeypatch: Any) -> dict[str, KernelIR]:
     return _shape_irs()
 
 
+def test_every_barrier_comes_after_the_local_stores_it_waits_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The linearizer's order, for every case: a barrier after local-memory stores was once hoisted above them (the
+    partial maxima read before they were written: NaN rows where scores were large, right ones by chance where they
+    were small)."""
+    from ember.ir.linearize import Step, linearize
+
+    for case, ir in _fused_on_dummy(monkeypatch).items():
+        position = {id(instruction.node): number for number, instruction in enumerate(linearize(ir.sink))
+                    if instruction.kind in (Step.STORE, Step.BARRIER)}
+        for node in topological_nodes(ir.sink):
+            if node.op is IROp.BARRIER:
+                waited = [source for source in node.srcs if source.op is IROp.STORE]
+                assert all(position[id(store)] < position[id(node)] for store in waited), case
+
+
 def test_every_case_renders_for_an_h100_like_device(monkeypatch: pytest.MonkeyPatch) -> None:
     irs = _fused_on_dummy(monkeypatch)
     assert len(irs) == 2 * len(CASES)
