@@ -191,10 +191,8 @@ class _AttentionLowering:
 
     def __init__(self, kernel: Kernel, parts: AttentionParts, tiles: AttentionTiles) -> None:
         self.kernel, self.parts, self.tiles = kernel, parts, tiles
-        steps, shape = kernel.steps, kernel.output.shape
+        shape = kernel.output.shape
         self.length, self.value_head = shape[-2], shape[-1]
-        self.source_length = steps[parts.scores].shape[-1]
-        self.head = steps[steps[parts.dot].srcs[0]].shape[-1]
         builder = self.builder = Builder()
         index = self.index = dtypes.int32
         batch_shape = shape[:-2]
@@ -266,9 +264,9 @@ class _AttentionLowering:
         stores = []
         for number in range(-(-count // local_size)):
             element = builder.at_most(builder.add(self.local_id, number * local_size), count - 1)
-            unclamped = builder.add(origin, builder.div(element, width))
+            row, column = builder.div(element, width), builder.mod(element, width)
+            unclamped = builder.add(origin, row)
             along = builder.at_most(unclamped, limit)
-            column = builder.mod(element, width)
             place = (*self.batch, along, hole, column) if query_side else (*self.batch, hole, along, column)
             value = self.factor(position, place, hole)
             if value is None:
@@ -278,7 +276,6 @@ class _AttentionLowering:
             if zero_past:
                 value = builder.alu(Op.WHERE, dtypes.float32, builder.less(unclamped, limit + 1), value,
                                     builder.const(0.0, dtypes.float32))
-            row, column = builder.div(element, width), builder.mod(element, width)
             stores.append(builder.store(tile, builder.add(builder.mul(row, padded(width)), column), value))
         return stores
 
@@ -348,8 +345,8 @@ def _lower_attention(kernel: Kernel, parts: AttentionParts, name: str, info: Dev
             fills = None if value_fills is None else fills + value_fills
         return fills
 
-    def scores(block: IRNode, key_values: IRNode) -> list[list[tuple[IRNode, IRNode, tuple[IRNode, ...]]]] | None:
-        """The item's scores of a block (its rows x its keys), each with its dot product and its place."""
+    def scores(block: IRNode, key_values: IRNode) -> list[list[tuple[IRNode, IRNode, tuple[IRNode, ...], IRNode]]] | None:
+        """The item's scores of a block (its rows x its keys), each with its dot product, its place and its key."""
         depth = builder.new_range(head, index)
         query_values = [builder.load(queries, builder.add(builder.mul(row, padded(head)), depth), None)
                         for row in lowering.local_rows]
@@ -368,7 +365,7 @@ def _lower_attention(kernel: Kernel, parts: AttentionParts, name: str, info: Dev
                 if source_length % keys:
                     score = builder.alu(Op.WHERE, float32, builder.less(key, source_length), score,
                                         builder.const(-math.inf, float32))
-                row.append((score, dot, place))
+                row.append((score, dot, place, key))
             result.append(row)
         return result
 
@@ -385,7 +382,7 @@ def _lower_attention(kernel: Kernel, parts: AttentionParts, name: str, info: Dev
     partial_stores = []
     for local_row, row_scores in zip(lowering.local_rows, block_scores):
         largest = row_scores[0][0]
-        for score, _, _ in row_scores[1:]:
+        for score, _, _, _ in row_scores[1:]:
             largest = builder.alu(Op.MAX, float32, largest, score)
         partial_stores.append(builder.store(
             partial_tile, builder.add(builder.mul(local_row, tiles.key_items), lowering.item_key),
@@ -415,12 +412,11 @@ def _lower_attention(kernel: Kernel, parts: AttentionParts, name: str, info: Dev
             return None
         weight_stores = []
         for local_row, maximum, row_scores in zip(lowering.local_rows, maxima, block_scores):
-            for local_key, (_, dot, place) in zip(lowering.local_keys, row_scores):
+            for local_key, (_, dot, place, key) in zip(lowering.local_keys, row_scores):
                 weight = lowering.value(parts.weights, place, {parts.dot: dot, parts.maximum: maximum})
                 if weight is None or weight.dtype != float32:
                     return None
                 if source_length % keys:
-                    key = builder.add(builder.mul(block, keys), local_key)
                     weight = builder.alu(Op.WHERE, float32, builder.less(key, source_length), weight,
                                          builder.const(0.0, float32))
                 weight_stores.append(builder.store(builder.after(weight_tile, [free]), builder.add(
