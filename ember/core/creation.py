@@ -463,8 +463,13 @@ def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     """Standard normal random numbers, the same bits on every device for the same seed (see _standard_normal)."""
     shape = _checked_shape(size, "randn")
     resolved = _float_dtype(dtype, "randn")
-    result = kept(_standard_normal(math.prod(shape), _device(device), resolved)._reshaped(shape))
+    result = kept(_normal(shape, resolved, _device(device)))
     return result.requires_grad_() if requires_grad else result
+
+
+def _normal(shape: tuple[int, ...], dtype: DType, device: str) -> Tensor:
+    """Standard normal numbers of `shape`, lazy (randn keeps them; an in-place fill keeps what it makes of them)."""
+    return _standard_normal(math.prod(shape), device, dtype)._reshaped(shape)
 
 
 # fixed-point constants (Q30: value * 2**30) for _standard_normal

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from ember.core import dtype as dtypes
-from ember.core.creation import _random_bits, _uniform, kept, randn
+from ember.core.creation import _normal, _random_bits, _uniform, kept
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.tensor_base import TensorBase
@@ -173,7 +173,7 @@ def normal_(tensor: Tensor, mean: float, std: float) -> Tensor:
     _require_float(tensor, "normal_")
     if not std >= 0:
         raise ArgumentError(f"normal_: expects std >= 0.0, got std={std}")
-    draw = randn(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+    draw = _normal(tensor.shape, tensor.dtype, tensor.device)
     return tensor.assign(kept(draw * std + mean if (mean, std) != (0.0, 1.0) else draw))
 
 
@@ -221,7 +221,7 @@ def log_normal_(tensor: Tensor, mean: float = 1.0, std: float = 2.0) -> Tensor:
     _require_float(tensor, "log_normal_")
     if not std > 0:
         raise ArgumentError(f"log_normal_ expects std > 0.0, but found std={std}")
-    draw = randn(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+    draw = _normal(tensor.shape, tensor.dtype, tensor.device)
     return tensor.assign(kept((draw * std + mean).exp()))
 
 
