@@ -315,7 +315,12 @@ class OpenCLMemoryPool(MemoryPool):
         return cl.Buffer(self.device.context, cl.mem_flags.READ_WRITE, nbytes)
 
     def view(self, handle: Any, offset: int, nbytes: int) -> Any:
-        return handle.get_sub_region(offset, nbytes)  # clCreateSubBuffer (released by its own finalizer)
+        # clCreateSubBuffer (released by its own finalizer); OpenCL makes none of a sub-buffer (a jit arena's piece,
+        # viewed again for a kernel's input offset: scheduler/input_views.py), so that one is made of its buffer
+        parent = handle.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
+        if parent is not None:
+            return parent.get_sub_region(handle.get_info(cl.mem_info.OFFSET) + offset, nbytes)
+        return handle.get_sub_region(offset, nbytes)
 
     def destroy_buffer(self, handle: Any) -> None:
         handle.release()  # OpenCL keeps the memory until the commands already enqueued on it have finished

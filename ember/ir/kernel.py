@@ -22,10 +22,20 @@ class KernelStep(NamedTuple):
 
 
 class Kernel(NamedTuple):
-    """The steps of one kernel (the last one is stored to parameter 0) and the sizes of its input parameters."""
+    """The steps of one kernel (the last one is stored to parameter 0) and the sizes of its input parameters.
+
+    `input_offsets`, where not empty, says where in its buffer each input parameter starts (in elements; 0: at the
+    start): a launch passes a view of the buffer at that offset (scheduler/input_views.py). The steps never depend
+    on it, so kernels alike but for it share their `code`, compiled once."""
 
     steps: tuple[KernelStep, ...]
     input_sizes: tuple[int, ...]  # element counts of parameters 1..n
+    input_offsets: tuple[int, ...] = ()  # per parameter 1..n, where its view starts; () for none
+
+    @property
+    def code(self) -> Kernel:
+        """The kernel without its input offsets: what is lowered and compiled."""
+        return Kernel(self.steps, self.input_sizes) if self.input_offsets else self
 
     @property
     def output(self) -> KernelStep:

@@ -36,7 +36,8 @@ def encode(value: Any) -> Any:
     if isinstance(value, KernelStep):
         return {"step": [encode(field) for field in value]}
     if isinstance(value, Kernel):
-        return {"kernel": [[encode(step) for step in value.steps], list(value.input_sizes)]}
+        encoded = [[encode(step) for step in value.steps], list(value.input_sizes)]
+        return {"kernel": [*encoded, list(value.input_offsets)] if value.input_offsets else encoded}
     if isinstance(value, tuple):
         return [encode(item) for item in value]
     if isinstance(value, Template):  # (a TEMPLATE node's arg in a graph signature: its graph, which names it)
@@ -62,8 +63,10 @@ def decode(value: Any) -> Any:
             if tag == "step":
                 return KernelStep(*(decode(field) for field in content))
             if tag == "kernel":
-                steps, sizes = content
-                return Kernel(tuple(decode(step) for step in steps), tuple(sizes))
+                steps, sizes, *offsets = content
+                if len(offsets) > 1:
+                    raise ValueError("more than steps, sizes and offsets")
+                return Kernel(tuple(decode(step) for step in steps), tuple(sizes), tuple(offsets[0]) if offsets else ())
             if tag == "template result":
                 template, position = content
                 return TemplateResult(decode(template), int(position))

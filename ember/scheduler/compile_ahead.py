@@ -45,7 +45,7 @@ def compile_ahead(items: CommandProgram, graph_nodes: list[Node]) -> None:
         if not isinstance(item, Launch) or graph_nodes[item.output].size == 0:
             continue
         device = get_device(cast(str, graph_nodes[item.output].device))
-        kernel = cast(Kernel, item.kernel)
+        kernel = cast(Kernel, item.kernel).code  # (kernels alike but for input offsets compile once)
         if (device.name, kernel) not in compiled and device.info.can_run:
             found = shape_classes.member(device, kernel) if shape_classes.enabled() else None
             if found is not None:  # a member of a shape class: its compiled kernel launched with its sizes

@@ -9,6 +9,7 @@ import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import cast
 
 from ember.backends.base import Device, DeviceInfo, Program
 from ember.core.dtype import DType
@@ -20,6 +21,7 @@ from ember.ir.kernel import Kernel
 from ember.ir.opt import build_kernel_ir, narrower_capabilities
 from ember.ir.vectorize import vector_width
 from ember.scheduler import profile, shape_classes
+from ember.scheduler.input_views import ViewedProgram, input_views
 
 MAX_COMPILED_PROGRAMS = 4096  # kernels kept compiled in memory (all devices); beyond it the least recently used go
 
@@ -43,14 +45,41 @@ class CompileCache:
         self.generation = 0  # changes whenever a program leaves the cache or is replaced (a schedule compiled before
         # may miss some; a launch plan may hold the old program)
         self._lock = threading.Lock()  # batches compile in threads (compile_ahead)
+        # (device name, kernel with input offsets) -> its code's program launched with views: `viewed`
+        self.views: OrderedDict[tuple[str, Kernel], CompiledKernel] = OrderedDict()
 
     def get(self, key: tuple[str, Kernel]) -> CompiledKernel | None:
+        """The compiled kernel of (device name, kernel); for a kernel with input offsets, its code's launched with
+        views of the offset inputs (`viewed`)."""
+        if key[1].input_offsets:
+            code = self.get((key[0], key[1].code))
+            return None if code is None else self.viewed(key[0], key[1], code)
         compiled = self.entries.get(key)
         if compiled is not None:
             self.entries.move_to_end(key)
         return compiled
 
+    def viewed(self, device_name: str, kernel: Kernel, code: CompiledKernel) -> CompiledKernel:
+        """`code` (the compiled `kernel.code`) launched for `kernel`, whose input offsets it reads through views
+        (input_views.ViewedProgram), made once per kernel and program."""
+        key = (device_name, kernel)
+        known = self.views.get(key)
+        if known is not None and cast(ViewedProgram, known.program).program is code.program:
+            return known
+        from ember.scheduler.devices import get_device
+
+        viewed = CompiledKernel(code.ir, ViewedProgram(code.program, get_device(device_name).pool,
+                                                       input_views(kernel)))
+        with self._lock:
+            self.views[key] = viewed
+            while len(self.views) > self.limit:
+                self.views.popitem(last=False)
+        return viewed
+
     def put(self, key: tuple[str, Kernel], compiled: CompiledKernel) -> None:
+        """Keep the compiled code of a kernel (of its `code`: kernels alike but for input offsets share it)."""
+        assert not isinstance(compiled.program, ViewedProgram), "the compile cache keeps the code's own program"
+        key = (key[0], key[1].code)
         with self._lock:
             if key in self.entries:  # a program replaced (narrower vectors after a failed launch)
                 self.generation += 1
@@ -67,13 +96,15 @@ class CompileCache:
 
     def replace(self, key: tuple[str, Kernel], old: CompiledKernel, new: CompiledKernel) -> None:
         """Put `new` where `old` still is (a quick build swapped for its optimized one); else leave the entry."""
+        key = (key[0], key[1].code)
         with self._lock:
             if self.entries.get(key) is old:
                 self.entries[key] = new
                 self.generation += 1  # (launch plans hold programs: they are made again)
 
     def __contains__(self, key: object) -> bool:
-        return key in self.entries
+        device_name, kernel = cast(tuple[str, Kernel], key)
+        return (device_name, kernel.code) in self.entries
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -89,6 +120,7 @@ class CompileCache:
 
     def clear(self) -> None:
         self.entries.clear()
+        self.views.clear()
         self.generation += 1
 
 
@@ -113,6 +145,7 @@ def lower_for(device: Device, kernel: Kernel, capabilities: DeviceInfo | None = 
     capabilities, its stored kernel search winner or the winner of a search now (EMBER_SEARCH, ir/search.py), else
     the heuristic's lowering; with other `capabilities` (narrower vectors), the heuristic's for those. EMBER_DEBUG=3
     prints the linearized IR, 4 the generated source."""
+    kernel = kernel.code  # (input offsets are the launch's: input_views.py)
     name = kernel_name(kernel)
     searched = None if capabilities is not None else search.searched_lowering(device, kernel, name)
     ir = searched if searched is not None else build_kernel_ir(kernel, name, capabilities or device.info)
@@ -140,7 +173,12 @@ def compile_kernel(device: Device, kernel: Kernel) -> CompiledKernel:
 def compile_kernels(device: Device, kernels: list[Kernel], irs: list[KernelIR] | None = None) -> list[CompiledKernel]:
     """Compile several kernels for one device (lowered here unless their `irs` are given), in one compiler run where
     the device's `compile_many` makes one; if that fails, one by one, a kernel the device cannot build with vectors
-    again with narrower ones or none."""
+    again with narrower ones or none. A kernel with input offsets compiles its `code` and launches it with views of
+    those inputs (CompileCache.viewed)."""
+    if any(kernel.input_offsets for kernel in kernels):
+        codes = compile_kernels(device, [kernel.code for kernel in kernels], irs)
+        return [COMPILED.viewed(device.name, kernel, compiled) if kernel.input_offsets else compiled
+                for kernel, compiled in zip(kernels, codes)]
     if irs is None and shape_classes.enabled():  # members of a shape class launch its compiled kernel
         members = [shape_classes.member(device, kernel) for kernel in kernels]
         if any(found is not None for found in members):

@@ -28,6 +28,8 @@ from ember.core.graph_templates import expand_in_place
 from ember.core.shapes import prod
 from ember.core.walk import post_order
 from ember.ir.kernel import NO_ROW, REDUCED, ROW_SPANNING_OPS, SPAN, Kernel, KernelStep, row_state_below
+from ember.scheduler import input_views, shape_classes
+from ember.scheduler.devices import get_device
 from ember.scheduler.program import Copy, Launch
 
 INLINE_LEAVES = (Op.CONST, Op.ARANGE)
@@ -439,7 +441,16 @@ def build_kernel(root: Node, boundaries: set[int]) -> Launch[Node]:
         position_of[id(node)] = len(steps)
         steps.append(step)
     kernel = Kernel(tuple(steps), tuple(node.size for node in inputs))
-    return Launch(root, tuple(inputs), kernel)
+    return Launch(root, tuple(inputs), input_views.rebased(kernel, _view_alignment(root)))
+
+
+def _view_alignment(root: Node) -> int:
+    """The view alignment of the pool a kernel computing `root` runs on (input_views.rebased); 0 (no input views)
+    for an unplaced node, and inside shape_classes.by_class(), whose classes read offsets at launch already (the
+    incremental runner replays a class kernel at other positions)."""
+    if root.device is None or shape_classes.FORCED.get():
+        return 0
+    return get_device(root.device).pool.view_alignment
 
 
 def kernel_groups(roots: list[Node], buffer_limit: BufferLimit = unlimited_buffers) -> list[tuple[Node, list[Node]]]:

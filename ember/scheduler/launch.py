@@ -106,4 +106,6 @@ def launch(device: Device, kernel: Kernel, compiled: CompiledKernel, handles: li
         ir, program = compile_narrower(device, kernel, compiled.ir, error)
         compiled = CompiledKernel(ir, program)
         compile_cache.COMPILED.put((device.name, kernel), compiled)
+        if kernel.input_offsets:  # (launched with views of its offset inputs, as before: input_views.py)
+            compiled = compile_cache.COMPILED.viewed(device.name, kernel, compiled)
         error = None
