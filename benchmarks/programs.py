@@ -7,9 +7,10 @@ are the step's inputs (made once, from scikit-learn's digits or this file's own 
 schedule (outside `step`, so that `ember.jit` can replay the step). `deterministic=True` turns dropout off and takes
 the VAE's noise from the data, so that ember and torch started from the same weights must give the same losses.
 
-`python benchmarks/programs.py [--steps N] [--program NAME] [--quick] [--device c]` prints, per program: torch's
-median step, ember's eager median step, ember's median step under `ember.jit`, the ratio, ember's cold first step
-(and whether its kernels came from the disk cache), kernels per ember step, and the largest relative difference of
+`python benchmarks/programs.py [--steps N] [--program NAME] [--quick] [--device c] [--empty-cache]` prints, per
+program: torch's median step, ember's eager median step, ember's median step under `ember.jit`, the ratio, ember's
+cold first step (and whether its kernels came from the disk cache), with --empty-cache the first step in a fresh
+process with empty kernel caches, kernels per ember step, and the largest relative difference of
 the first losses; and the ratio of the mean eager steps (an epoch's time: a pause of either runtime, such as
 Python's collector, counts there and not in the medians). Torch, ember eager and ember under ember.jit are timed in
 turns, in blocks of a few steps (`interleaved_steps`), so that a machine whose speed drifts moves all three alike.
@@ -410,6 +411,7 @@ class Report:
     ember_cold: float | None = None
     cold_compiles: int = 0  # kernels the cold step compiled (or loaded from ember's disk cache: both count)
     cold_compile_seconds: float = 0.0
+    empty_cache_cold: float | None = None  # the first step in a fresh process with an empty kernel cache (--empty-cache)
     kernels_per_step: int | None = None
     kernels_per_jit_step: int | None = None
     loss_difference: float | None = None
@@ -539,6 +541,38 @@ def measure(name: str, device: str, size: Size, steps: int, agreement_steps: int
     return report
 
 
+def empty_cache_cold_step(name: str, device: str, threads: int | None) -> float:
+    """ember's first step of a program in a fresh process whose kernel caches (ember's, PoCL's, Mesa's) are new empty
+    folders: every kernel is lowered and compiled in the step, as on a new machine (issue 27's cold first step).
+    The child runs this file with --cold-step and prints the seconds."""
+    import os
+    import subprocess
+    import tempfile
+
+    import ember
+
+    # (the child imports the ember this process runs, installed or not)
+    search_path = os.pathsep.join(filter(None, [str(Path(ember.__file__).resolve().parent.parent),
+                                                os.environ.get("PYTHONPATH", "")]))
+    with tempfile.TemporaryDirectory(prefix="ember-cold-step-") as folder:
+        environment = dict(os.environ, EMBER_CACHE_DIR=os.path.join(folder, "ember"), PYTHONPATH=search_path,
+                           POCL_CACHE_DIR=os.path.join(folder, "pocl"), MESA_SHADER_CACHE_DIR=os.path.join(folder, "mesa"))
+        command = [sys.executable, str(Path(__file__).resolve()), "--cold-step", name, "--device", device]
+        if threads:
+            command += ["--threads", str(threads)]
+        result = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=900, check=False)
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(f"the cold step of {name} failed: {(result.stderr or result.stdout).strip()[-300:]}")
+    return float(lines[-1])
+
+
+def cold_step(name: str, device: str) -> float:
+    """The seconds of ember's first step of a program in this process (--cold-step: empty_cache_cold_step's child)."""
+    _, ember_program = build_pair(name, device, Size(), deterministic=False)
+    return run_steps(ember_program, 1)[0][0]
+
+
 def format_reports(reports: list[Report]) -> str:
     """The table: milliseconds per step, ratios, the cold step, kernels per step, loss agreement."""
     def ms(value: float | None) -> str:
@@ -548,7 +582,8 @@ def format_reports(reports: list[Report]) -> str:
         return f"{value / base:6.2f}x" if value is not None and base else f"{'-':>7}"
 
     header = (f"| {'program':<12} | {'torch ms':>9} | {'ember ms':>9} | {'jit ms':>9} | {'eager/t':>7} | "
-              f"{'jit/t':>7} | {'mean e/t':>8} | {'cold ms':>9} | {'cold: compiles, seconds':<23} | {'kernels':>7} | "
+              f"{'jit/t':>7} | {'mean e/t':>8} | {'cold ms':>9} | {'cold: compiles, seconds':<23} | {'empty ms':>9} | "
+              f"{'kernels':>7} | "
               f"{'jit kern':>8} | {'loss rel diff':>13} |")
     lines = [header, "|" + "|".join("-" * (len(cell)) for cell in header.split("|")[1:-1]) + "|"]
     for report in reports:
@@ -560,6 +595,7 @@ def format_reports(reports: list[Report]) -> str:
                      f"{ms(report.ember_jit_step)[1:]}{star} | {ratio(report.ember_step, report.torch_step)} | "
                      f"{ratio(report.ember_jit_step, report.torch_step)} | "
                      f"{ratio(report.ember_mean, report.torch_mean):>8} | {ms(report.ember_cold)} | {cached:<23} | "
+                     f"{ms(report.empty_cache_cold)} | "
                      f"{kernels(report.kernels_per_step)} | {kernels(report.kernels_per_jit_step)[-8:]:>8} | "
                      f"{difference} |")
     notes = [f"  {report.name}: {note}" for report in reports for note in report.notes]
@@ -567,8 +603,10 @@ def format_reports(reports: list[Report]) -> str:
 
 
 def run_programs(names: list[str] | None = None, steps: int = 10, quick: bool = False, device: str = "c",
-                 log: Callable[[str], None] = print) -> list[Report]:
-    """Measure the named programs (all by default); a program that fails is reported, not fatal."""
+                 log: Callable[[str], None] = print, empty_cache: bool = False,
+                 threads: int | None = None) -> list[Report]:
+    """Measure the named programs (all by default); a program that fails is reported, not fatal. With
+    `empty_cache`, also each program's first step in a fresh process with empty kernel caches (at the real size)."""
     size = QUICK if quick else Size()
     reports = []
     for name in names or list(PROGRAMS):
@@ -578,6 +616,12 @@ def run_programs(names: list[str] | None = None, steps: int = 10, quick: bool = 
         except Exception as error:
             traceback.print_exc()
             reports.append(Report(name, notes=[f"failed: {type(error).__name__}: {str(error).splitlines()[0][:120]}"]))
+            continue
+        if empty_cache:
+            try:
+                reports[-1].empty_cache_cold = empty_cache_cold_step(name, device, threads)
+            except (RuntimeError, OSError, ValueError) as error:
+                reports[-1].notes.append(f"empty-cache cold step: {str(error).splitlines()[0][:120]}")
     return reports
 
 
@@ -602,18 +646,26 @@ def main(argv: list[str] | None = None) -> int:
                         "a GPU, else cpu)")
     parser.add_argument("--threads", type=int, help="threads for both torch and ember's OpenMP kernels (default: "
                         "each library's own; on a loaded machine 1 avoids threads waiting on each other)")
+    parser.add_argument("--empty-cache", action="store_true", help="also time each program's first step in a fresh "
+                        "process with empty kernel caches (the 'empty ms' column)")
+    parser.add_argument("--cold-step", choices=list(PROGRAMS), help=argparse.SUPPRESS)  # (--empty-cache's child)
     arguments = parser.parse_args(argv)
     if arguments.threads:
         set_threads(arguments.threads)
+    if arguments.cold_step:
+        print(cold_step(arguments.cold_step, arguments.device))
+        return 0
     if arguments.torch_device:
         TORCH_DEVICE[0] = arguments.torch_device
     elif arguments.device.startswith("cuda"):
         import torch
 
         TORCH_DEVICE[0] = "cuda" if torch.cuda.is_available() else "cpu"
-    reports = run_programs(arguments.program, arguments.steps, arguments.quick, arguments.device)
+    reports = run_programs(arguments.program, arguments.steps, arguments.quick, arguments.device,
+                           empty_cache=arguments.empty_cache, threads=arguments.threads)
     print(f"\nmedian step times over {arguments.steps} steps (noisy: a shared machine); cold = ember's first step "
-          "in this process, with its kernel compiles (a warm disk cache loads them in milliseconds); kernels = "
+          "in this process, with its kernel compiles (a warm disk cache loads them in milliseconds); empty = the "
+          "first step in a fresh process with empty kernel caches (--empty-cache); kernels = "
           "launches per ember step (eager; jit: per replay); mean e/t = ember's mean eager step over torch's; * = jit "
           "timed with dropout off")
     print(format_reports(reports))

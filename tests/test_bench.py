@@ -65,3 +65,14 @@ def test_programs_table_and_missing_benchmarks_folder(tmp_path: Path) -> None:
     assert reports[0].loss_difference is not None and reports[0].loss_difference < 1e-4, table
     with pytest.raises(ProgramsMissing, match="benchmarks/programs.py"):
         load_programs(tmp_path / "programs.py")
+
+
+def test_programs_cold_step_on_an_empty_cache_runs_in_a_fresh_process() -> None:
+    """--empty-cache's first step: a child process with new empty kernel caches runs one step and reports its
+    seconds (a time, never checked beyond being one); a program that fails there is named in the error."""
+    from ember.benchmark_files import load_programs
+
+    programs = load_programs()
+    assert programs.empty_cache_cold_step("tabular_mlp", "c", 1) > 0
+    with pytest.raises(RuntimeError, match="the cold step of tabular_mlp failed"):
+        programs.empty_cache_cold_step("tabular_mlp", "no-such-device", 1)
