@@ -81,6 +81,17 @@ def test_offsets_the_pool_cannot_view_keep_their_kernels(device: str) -> None:
         np.testing.assert_array_equal(row.numpy(), values[t] * 2 + 1)
 
 
+def test_empty_slices_sum_to_torchs_zeros(device: str) -> None:
+    """Sums over empty slices of a realized tensor (at its start, middle and end), alone and added to a row: torch's
+    values on every device."""
+    values = np.arange(6 * 8, dtype=np.float32).reshape(6, 8)
+    x, expected = em.tensor(values, device=device), torch.tensor(values)
+    em.realize(x)
+    for start in (0, 2, 6):
+        assert_close(x[start:start].sum(0), expected[start:start].sum(0))
+        assert_close(x[start:start].sum(0) + x[1], expected[start:start].sum(0) + expected[1])
+
+
 def test_views_at_the_end_of_a_ten_million_element_buffer(device: str) -> None:
     """The last rows of a 2,500 x 4,096 buffer (10^7 elements), NaN and inf among them, read through views: every
     value numpy's, the last element included."""
@@ -146,6 +157,8 @@ def test_rebased_leaves_what_is_not_one_viewable_run() -> None:
                                                                          (2, 4, 8)),
                   _step(Op.ADD, (3, 4), None, (2, 4, 8))), (320,))
     assert rebased(two, 16) is two  # two slices of one buffer
+    empty = _slice_kernel(((3, 3), (0, 4), (0, 8)))
+    assert rebased(empty, 16) is empty  # an empty slice (a pool views at least one byte)
 
 
 def test_rebased_looks_through_reshapes_and_keeps_a_copied_slice() -> None:

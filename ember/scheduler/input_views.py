@@ -21,10 +21,11 @@ from ember.ir.kernel import Kernel, KernelStep
 
 def rebased(kernel: Kernel, view_alignment: int) -> Kernel:
     """`kernel` with each input read only through one contiguous slice (every step reading the BUFFER, or the
-    reshapes of it that only one step reads, is the same SHRINK) made an input of the slice's shape at an offset (`input_offsets`) where the offset's bytes are a multiple
-    of `view_alignment` (a pool's; 0: no views, nothing changes). The rewritten steps read the BUFFER where they read
-    the SHRINK (the reshapes between are dropped); a slice that is the kernel's output (a copy of it) becomes a SHRINK
-    that keeps the whole view."""
+    reshapes of it that only one step reads, is the same SHRINK) made an input of the slice's shape at an offset
+    (`input_offsets`), where the offset's bytes are a multiple of `view_alignment` (a pool's; 0: no views, nothing
+    changes) and the slice is not empty (a pool views at least one byte). The rewritten steps read the BUFFER where
+    they read the SHRINK (the reshapes between are dropped); a slice that is the kernel's output (a copy of it)
+    becomes a SHRINK that keeps the whole view."""
     if view_alignment <= 0:
         return kernel
     steps = kernel.steps
@@ -53,6 +54,8 @@ def rebased(kernel: Kernel, view_alignment: int) -> Kernel:
         if offset is None or offset * step.dtype.itemsize % view_alignment:
             continue
         region = tuple(end - start for start, end in bounds)
+        if not prod(region):
+            continue
         for user in (*chain, *users):
             replaced[user] = position
         new_shapes[position] = region
