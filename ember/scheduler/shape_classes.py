@@ -148,7 +148,8 @@ class Structure:
         EMBER_SHAPE_CLASSES=1, by_class()). Sizes met in one schedule are a fixed set (a sort's merge passes, a
         model's layers: compiled once each, they run faster for their own sizes); a generation loop's lengths come
         one new schedule at a time. Offsets alone do not make a class either: a recurrent layer's time steps slice
-        the same tensors at offsets that differ per step."""
+        the same tensors at offsets that differ per step (where a slice is one run at a viewable offset, its kernels
+        are one already: scheduler/input_views.py; a class kernel, untiled, would run them slower)."""
         if not automatic():
             return True
         if len(self.schedules) < DYNAMIC_AFTER:
