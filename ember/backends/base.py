@@ -208,6 +208,9 @@ class MemoryPool(ABC):
         return None
 
     view_alignment = 0  # bytes: offsets of `view` are multiples of this; 0: the pool makes no views (the default)
+    # bytes: the start of a kernel's input view (scheduler/input_views.py) is a multiple of this; None: view_alignment.
+    # A pool whose `view` takes any offset, for a device whose kernels need only element alignment, says 1 (c)
+    input_view_alignment: int | None = None
 
     def view(self, handle: Any, offset: int, nbytes: int) -> Any:
         """A handle to the `nbytes` (> 0) at `offset` of a buffer this pool created, usable wherever a buffer handle

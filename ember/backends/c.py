@@ -868,6 +868,9 @@ class CDevice(Device):
                                concurrent_compile=True, integer_dot_products=has_byte_dot_products(),
                                host_cores=True, packed_matmul=True)
         self.pool = HostMemoryPool(name)
+        # (c's kernels load through element-aligned types, and a numpy slice views at any offset: an RNN's time
+        # steps of 57 floats read views too; the pool's other views, jit arenas', keep view_alignment)
+        self.pool.input_view_alignment = 1
         self.renderer = CRenderer(threads, vector_math=has_vector_math())
         self._programs: ProgramTable[str, CProgram] = ProgramTable()  # by source, least recently used dropped
         # the libraries that programs still use, by entry file name (a library no program uses is dlclosed)

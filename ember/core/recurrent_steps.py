@@ -6,7 +6,7 @@ time) graphs are copied from graph templates, so that a time step costs no Tenso
 and stored beforehand (torch's gate orders: LSTM i, f, g, o; GRU r, z, n). Each stored value is one kernel; a step's
 kernels are the same kernel at every step, also the one or two that read the step's rows of the projection (forward)
 or of the output's gradient (backward): they read a view at the rows' offset (scheduler/input_views.py), where the
-rows start at a multiple of the pool's view alignment, else they name the offset and compile per step. Per
+pool views at that offset (c: any), else they name the offset and compile per step. Per
 time step (torch launches 4):
 - LSTM, 7: forward the product by W_hh, the activated gates (adding the step's rows of the projection), the cell
   state with its tanh (one kernel of both, joined) and the hidden state; backward the cell state's gradient with

@@ -6,7 +6,7 @@ kernel, not one per offset.
 `rebased` rewrites a kernel built by kernelize (its `input_offsets`, ir/kernel.py); the compile cache compiles the
 kernel's `code` once and launches it as a `ViewedProgram`, which hands the program a view of each offset input
 (MemoryPool.view). Only pools that make views rewrite (view_alignment > 0), and only at offsets that are a multiple
-of it."""
+of their input_view_alignment (c: any element) or else of their view_alignment."""
 
 from __future__ import annotations
 

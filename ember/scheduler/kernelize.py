@@ -445,12 +445,15 @@ def build_kernel(root: Node, boundaries: set[int]) -> Launch[Node]:
 
 
 def _view_alignment(root: Node) -> int:
-    """The view alignment of the pool a kernel computing `root` runs on (input_views.rebased); 0 (no input views)
-    for an unplaced node, and inside shape_classes.by_class(), whose classes read offsets at launch already (the
-    incremental runner replays a class kernel at other positions)."""
+    """The input view alignment of the pool a kernel computing `root` runs on (input_views.rebased); 0 (no input
+    views) for a pool that makes no views, an unplaced node, and inside shape_classes.by_class(), whose classes read
+    offsets at launch already (the incremental runner replays a class kernel at other positions)."""
     if root.device is None or shape_classes.FORCED.get():
         return 0
-    return get_device(root.device).pool.view_alignment
+    pool = get_device(root.device).pool
+    if not pool.view_alignment:  # (a pool that makes no views)
+        return 0
+    return pool.input_view_alignment or pool.view_alignment
 
 
 def kernel_groups(roots: list[Node], buffer_limit: BufferLimit = unlimited_buffers) -> list[tuple[Node, list[Node]]]:
