@@ -184,6 +184,42 @@ def test_a_batch_library_that_does_not_load_is_built_kernel_by_kernel(cold: None
         np.testing.assert_allclose(output.numpy(), values.numpy(), rtol=1e-4, atol=1e-4)
 
 
+def test_kernel_libraries_link_without_the_c_library_and_compute_torchs_values(
+        cold: None, compiler_runs: list[list[str]]) -> None:
+    """From gcc, kernel libraries link only libm (and libmvec), libgcc and OpenMP's runtime: what kernels call of
+    the C library (a memcpy gcc may emit, the packed matmul's aligned_alloc) the loader finds in the process. Every
+    kind of kernel loads and computes torch's values: elementwise with exp, a reduction, a packed matmul with its
+    OpenMP threads."""
+    arrays = _inputs(7, 301)
+    outputs = _outputs(em, arrays, lambda array: em.tensor(array, device="c"))
+    _check_against_torch(outputs, arrays)
+    kernel_runs = [run for run in compiler_runs if "-pthread" not in run]
+    assert kernel_runs
+    if c_backend._is_gcc("cc"):
+        assert all("-nodefaultlibs" in run and "-lgcc" in run for run in kernel_runs)
+
+
+def test_a_library_missing_a_symbol_after_the_lean_link_is_linked_again_with_every_library(
+        cold: None, compiler_runs: list[list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    real_open = c_backend.open_library
+    opened: list[Path] = []
+
+    def missing_symbol_first(path: Path) -> Any:
+        opened.append(path)
+        if len(opened) == 1:
+            raise OSError(f"{path}: undefined symbol: ember_missing")
+        return real_open(path)
+
+    monkeypatch.setattr(c_backend, "open_library", missing_symbol_first)
+    monkeypatch.setattr(c_backend, "link_libraries", lambda: ["-nodefaultlibs", *c_backend.math_libraries(), "-lgcc"])
+    arrays = _inputs(8, 31)
+    outputs = _outputs(em, arrays, lambda array: em.tensor(array, device="c"))[:1]
+    _check_against_torch(outputs, arrays)
+    assert len(compiler_runs) == 2
+    assert "-nodefaultlibs" in compiler_runs[0] and "-nodefaultlibs" not in compiler_runs[1]
+    assert compiler_runs[0][:-4] == compiler_runs[1][:-len(c_backend.full_link_libraries())]
+
+
 def test_adding_negative_zero_is_simplified_away_exactly() -> None:
     """x + -0.0 is x for every float (+0.0, -0.0, NaN, inf): the simplifier drops it, and values stay torch's."""
     from ember.ir.ir import Builder

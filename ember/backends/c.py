@@ -49,10 +49,20 @@ from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
 from ember.ir.linearize import Step, linearize
 from ember.ir.vectorize import SCALAR_CONDITION, vector_width
 
-C_PRELUDE = """#include <math.h>
-#include <stdint.h>
-#ifndef EMBER_C_PRELUDE
+# The prelude declares what kernels call instead of including <math.h> and <stdint.h>: their preprocessing was a
+# fifth of a compiler run's ~40 ms start-up, paid by each of the ~20 runs of a cold training step (kernels name their
+# integer types in plain C: c_style.CStyleRenderer.type_names). Every declaration is the one <math.h> makes, so a
+# source that includes it too (the packed matmul's) still compiles, and gcc treats these functions as its builtins.
+C_PRELUDE = """#ifndef EMBER_C_PRELUDE
 #define EMBER_C_PRELUDE
+float sqrtf(float); double sqrt(double); float truncf(float); double trunc(double);
+float exp2f(float); double exp2(double); float log2f(float); double log2(double); float sinf(float); double sin(double);
+#ifndef NAN
+#define NAN (__builtin_nanf(""))
+#endif
+#ifndef INFINITY
+#define INFINITY (__builtin_inff())
+#endif
 static inline float ember_bf16_to_float(unsigned short value) {
   union { unsigned int u; float f; } bits; bits.u = ((unsigned int)value) << 16; return bits.f; }
 static inline unsigned short ember_float_to_bf16(float value) {
@@ -804,36 +814,68 @@ def native_vector_width() -> int:
 
 
 def _targets_avx512(compiler: str) -> bool:
-    """Whether `compiler -march=native` targets AVX-512F here. Asking it costs a compiler run (~20 ms, at every
-    process's c probe), so the answer is kept in the disk cache, keyed by the compiler's file and the CPU (its
-    model and flags: a virtual machine may hide AVX-512 from a model that has it)."""
+    """Whether `compiler -march=native` targets AVX-512F here (compiler_traits)."""
+    return "__AVX512F__" in compiler_traits(compiler)
+
+
+def _is_gcc(compiler: str) -> bool:
+    """Whether `compiler` is gcc (it defines __GNUC__, as clang does, but not __clang__)."""
+    traits = compiler_traits(compiler)
+    return "__GNUC__" in traits and "__clang__" not in traits
+
+
+TRAIT_MACROS = ("__AVX512F__", "__GNUC__", "__clang__")  # what compiler_traits reports
+
+
+@functools.cache
+def compiler_traits(compiler: str) -> frozenset[str]:
+    """The macros of TRAIT_MACROS that `compiler -march=native` defines here. Asking costs a compiler run (~20 ms,
+    at every process's c probe), so the answer is kept in the disk cache, keyed by the compiler's file and the CPU
+    (its model and flags: a virtual machine may hide AVX-512 from a model that has it)."""
     executable = shutil.which(compiler) or compiler
     try:
         stamp = os.stat(executable).st_mtime_ns
     except OSError:
         stamp = 0
     key = f"{executable}|{stamp}|{_cpu_model()}|{_cpu_flags()}"
-    known = cache.load("c-target", key)
+    known = cache.load("c-traits", key)
     if known is not None:
-        return known == b"1"
+        return frozenset(known.decode().split())
     command = [compiler, "-march=native", "-dM", "-E", "-x", "c", os.devnull]
     try:
         macros = subprocess.run(command, capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
-        return False  # (not kept: the next process asks again)
-    found = "#define __AVX512F__ 1" in macros
-    cache.store("c-target", key, b"1" if found else b"0")
+        return frozenset()  # (not kept: the next process asks again)
+    found = frozenset(name for name in TRAIT_MACROS if f"#define {name} " in macros)
+    cache.store("c-traits", key, " ".join(sorted(found)).encode())
     return found
 
 
-def link_libraries() -> list[str]:
+def math_libraries() -> list[str]:
+    """libm, and libmvec where kernels call its vector variants (has_vector_math)."""
     return ["-lmvec", "-lm"] if has_vector_math() else ["-lm"]
 
 
-def _key_prefix(command: list[str]) -> str:
-    """What a library built by `command` is cached under besides its source: the command, the libraries it links,
-    the CPU model."""
-    return " ".join(command + link_libraries()) + "|" + _cpu_model()
+def link_libraries() -> list[str]:
+    """What a kernel library is linked with. From gcc, without the default libraries (the C library, libpthread,
+    libgcc_s: their link took ~8 of a compiler run's ~40 ms): kernels call nothing of libc's but what gcc emits
+    itself (memcpy, memset), which the loader finds in the process's C library, always loaded; libgcc's helpers
+    are linked statically, OpenMP's runtime by -fopenmp. A library that still misses a symbol does not load, and
+    build_library then links it again with everything (full_link_libraries)."""
+    if _is_gcc(os.environ.get("CC", "cc")):
+        return ["-nodefaultlibs", *math_libraries(), "-lgcc"]
+    return math_libraries()
+
+
+def full_link_libraries() -> list[str]:
+    """The libraries of a plain link (with the compiler's default ones)."""
+    return math_libraries()
+
+
+def _key_prefix(command: list[str], libraries: list[str] | None = None) -> str:
+    """What a library built by `command` is cached under besides its source: the command, the libraries it links
+    (default link_libraries()), the CPU model."""
+    return " ".join(command + (link_libraries() if libraries is None else libraries)) + "|" + _cpu_model()
 
 
 def _cpu_model() -> str:
@@ -905,9 +947,9 @@ class CDevice(Device):
     @staticmethod
     def _build_runner() -> ctypes.CDLL:
         """The C runner's library, from the disk cache or built into it."""
-        command = [*plain_compiler_command(("-O2",)), "-pthread"]
-        library, _ = build_library(runner_source(), _key_prefix(command),
-                                   command, ["ember_run_group", "ember_run_sequence"])
+        command = [*plain_compiler_command(("-O2",)), "-pthread"]  # (threads of its own: the default libraries)
+        library, _ = build_library(runner_source(), _key_prefix(command, full_link_libraries()),
+                                   command, ["ember_run_group", "ember_run_sequence"], full_link_libraries())
         return library
 
     def prepare_replays(self) -> None:
@@ -1112,30 +1154,40 @@ def load_library(entry: Path, names: list[str]) -> ctypes.CDLL | None:
 
 
 def build_library(source: str, key_prefix: str, command: list[str] | None = None,
-                  names: list[str] | None = None) -> tuple[ctypes.CDLL, Path]:
-    """Compile C source to a shared library (with `command`, default compiler_command()), cached on disk
-    (ember/cache.py: checked entries) by source, compiler and flags (`key_prefix`); the library and its entry. A
-    cached library must define every function of `names` (the kernels of the source) to be used."""
+                  names: list[str] | None = None, libraries: list[str] | None = None) -> tuple[ctypes.CDLL, Path]:
+    """Compile C source to a shared library (with `command`, default compiler_command(), linked with `libraries`,
+    default link_libraries()), cached on disk (ember/cache.py: checked entries) by source, compiler and flags
+    (`key_prefix`); the library and its entry. A cached library must define every function of `names` (the kernels
+    of the source) to be used."""
     entry = cache.entry_path("c", key_prefix + "\n" + source)
     cached = load_library(entry, names or [])
     if cached is not None:
         return cached, entry
+    libraries = link_libraries() if libraries is None else libraries
     with cache.scratch_directory("c", "ember-c-") as work:
         output = work / "kernel.so"
         source_path = work / "kernel.c"
         source_path.write_text(source)
-        result = subprocess.run([*(command or compiler_command()), "-o", str(output), str(source_path), *link_libraries()],
-                                capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise CompileError(f"the C compiler rejected a kernel:\n{result.stderr}\n--- source ---\n{source}")
-        try:
-            library = open_library(output)  # (checked before it is cached: a library the loader refuses is no entry)
-        except OSError as error:
-            raise CompileError(f"the library the C compiler built cannot be loaded: {error}") from error
+        library = _compile_and_load([*(command or compiler_command()), "-o", str(output), str(source_path)],
+                                    libraries, output, source)
         if not defines(library, names or []):
             raise CompileError(f"the library the C compiler built lacks kernels of {', '.join(names or [])}")
         cache.write_entry(entry, output.read_bytes())
         return library, entry
+
+
+def _compile_and_load(command: list[str], libraries: list[str], output: Path, source: str) -> ctypes.CDLL:
+    """Run the compiler `command` with `libraries` and load what it wrote to `output`; linked again with the
+    compiler's default libraries where the lean link (link_libraries) left a symbol the loader cannot find."""
+    result = subprocess.run([*command, *libraries], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise CompileError(f"the C compiler rejected a kernel:\n{result.stderr}\n--- source ---\n{source}")
+    try:
+        return open_library(output)  # (checked before it is cached: a library the loader refuses is no entry)
+    except OSError as error:
+        if "undefined symbol" in str(error) and libraries != full_link_libraries():
+            return _compile_and_load(command, full_link_libraries(), output, source)
+        raise CompileError(f"the library the C compiler built cannot be loaded: {error}") from error
 
 
 def missing_linker(compiler: str) -> str | None:

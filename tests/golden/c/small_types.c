@@ -1,7 +1,13 @@
-#include <math.h>
-#include <stdint.h>
 #ifndef EMBER_C_PRELUDE
 #define EMBER_C_PRELUDE
+float sqrtf(float); double sqrt(double); float truncf(float); double trunc(double);
+float exp2f(float); double exp2(double); float log2f(float); double log2(double); float sinf(float); double sin(double);
+#ifndef NAN
+#define NAN (__builtin_nanf(""))
+#endif
+#ifndef INFINITY
+#define INFINITY (__builtin_inff())
+#endif
 static inline float ember_bf16_to_float(unsigned short value) {
   union { unsigned int u; float f; } bits; bits.u = ((unsigned int)value) << 16; return bits.f; }
 static inline unsigned short ember_float_to_bf16(float value) {
