@@ -190,7 +190,7 @@ def test_kernel_libraries_link_without_the_c_library_and_compute_torchs_values(
     the C library (a memcpy gcc may emit, the packed matmul's aligned_alloc) the loader finds in the process. Every
     kind of kernel loads and computes torch's values: elementwise with exp, a reduction, a packed matmul with its
     OpenMP threads."""
-    arrays = _inputs(7, 301)
+    arrays = _inputs(7, 263)  # (rows no other test uses: kernels this process has not built)
     outputs = _outputs(em, arrays, lambda array: em.tensor(array, device="c"))
     _check_against_torch(outputs, arrays)
     kernel_runs = [run for run in compiler_runs if "-pthread" not in run]
@@ -212,7 +212,7 @@ def test_a_library_missing_a_symbol_after_the_lean_link_is_linked_again_with_eve
 
     monkeypatch.setattr(c_backend, "open_library", missing_symbol_first)
     monkeypatch.setattr(c_backend, "link_libraries", lambda: ["-nodefaultlibs", *c_backend.math_libraries(), "-lgcc"])
-    arrays = _inputs(8, 31)
+    arrays = _inputs(8, 37)  # (rows no other test uses)
     outputs = _outputs(em, arrays, lambda array: em.tensor(array, device="c"))[:1]
     _check_against_torch(outputs, arrays)
     assert len(compiler_runs) == 2

@@ -69,15 +69,16 @@ def compute_bottom_up(root: Node, sources: Callable[[Node], Iterable[Node]], com
     return memo[id(root)]
 
 
-def evaluate(request: Request, key_of: Callable[[Request], Hashable],
+def evaluate(request: Request, key_of: Callable[[Request], Hashable] | None,
              computation: Callable[[Request], Computation], memo: dict[Any, Value]) -> Value:
-    """The value of `request`, memoized in `memo` by `key_of(request)`.
+    """The value of `request`, memoized in `memo` by `key_of(request)` (key_of None: by the request itself, for
+    requests that hash and compare as keys do: tuples of ints and of objects compared by identity).
 
     `computation(request)` is a generator that yields each request whose value it needs (it is sent that value)
     and returns its own value. The suspended generators wait on an explicit stack, so nesting as deep as a graph
     (a chain of 100,000 ops) takes memory, not Python frames, and everything runs in the order a recursive
     evaluation would run it: code that builds hash-consed nodes builds the same nodes in the same order."""
-    key = key_of(request)
+    key = request if key_of is None else key_of(request)
     if key in memo:
         return memo[key]
     stack = [(key, computation(request))]
@@ -90,7 +91,7 @@ def evaluate(request: Request, key_of: Callable[[Request], Hashable],
             stack.pop()
             value = memo[key] = finished.value
             continue
-        needed_key = key_of(needed)
+        needed_key = needed if key_of is None else key_of(needed)
         if needed_key in memo:
             value = memo[needed_key]
         else:

@@ -187,7 +187,7 @@ class Builder:
             arg_key = (type(arg), arg, math.copysign(1.0, arg) if isinstance(arg, float) else 1.0)
         else:
             arg_key = arg
-        key = (op, dtype, tuple(map(id, srcs)), arg_key, width)
+        key = (op, dtype, srcs, arg_key, width)  # (nodes hash and compare by identity: hash-consed)
         node = self._nodes.get(key)
         if node is None:
             node = IRNode(op, dtype, srcs, arg, minimum, maximum, width)

@@ -65,7 +65,9 @@ class Lowerer:
     def lower(self, position: int, index: tuple[IRNode, ...], valid: IRNode | None) -> IRNode:
         """The value of step `position` at `index` (where `valid`). Steps are lowered by generators that yield the
         (source position, index, valid) they need, so a chain of any length lowers without recursion (walk.py)."""
-        return evaluate((position, index, valid), _request_key, self._start, self.memo)
+        # (a request is its own memo key: IR nodes are hash-consed, so identity is structure, and they hash and
+        # compare by identity)
+        return evaluate((position, index, valid), None, self._start, self.memo)
 
     def _start(self, request: tuple[int, tuple[IRNode, ...], IRNode | None]) -> Lowering:
         position, index, valid = request
@@ -441,12 +443,6 @@ def _has_loop(node: IRNode) -> bool:
     """Whether a loop variable or a reduce is among the nodes `node` is computed from (the one-hot pick takes
     only values computed without loops: its index, and the value it picks)."""
     return any(item.op in (IROp.RANGE, IROp.REDUCE) for item in topological_nodes(node))
-
-
-def _request_key(request: tuple[int, tuple[IRNode, ...], IRNode | None]) -> tuple:
-    """Lowering is memoized by (step, index, validity); IR nodes are hash-consed, so identity is structure."""
-    position, index, valid = request
-    return (position, tuple(map(id, index)), id(valid))
 
 
 def lower_kernel(kernel: Kernel, name: str, upcast: tuple[int, ...] | None = None,

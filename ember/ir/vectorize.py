@@ -37,10 +37,6 @@ SCALAR_CONDITION = "WHERE with a scalar condition"
 Packing = Generator[tuple[IRNode, ...], IRNode | None, IRNode | None]
 
 
-def _lane_ids(lanes: tuple[IRNode, ...]) -> tuple[int, ...]:
-    return tuple(id(lane) for lane in lanes)
-
-
 def lanes_for(dtype: DType, vector_bytes: int) -> int:
     return vector_bytes // dtype.itemsize if dtype in VECTOR_DTYPES else 1
 
@@ -67,7 +63,7 @@ class Vectorizer:
         self.vector_bytes = vector_bytes
         self.vector_ops = vector_ops
         self.scalars: dict[int, IRNode] = {}  # old node id -> rebuilt scalar node
-        self.vectors: dict[tuple[int, ...], IRNode | None] = {}  # lane ids -> vector (None: cannot pack)
+        self.vectors: dict[tuple[IRNode, ...], IRNode | None] = {}  # lanes -> vector (None: cannot pack)
         self.lane_of: dict[int, tuple[IRNode, int]] = {}  # old reduce id -> (its vector, lane)
 
     # ---- scalars --------------------------------------------------------------------------------------------
@@ -88,7 +84,7 @@ class Vectorizer:
     def pack(self, lanes: tuple[IRNode, ...]) -> IRNode | None:
         """A vector whose lane i is lanes[i], or None where bool lanes cannot be packed by ops. Packing a group
         yields the groups of sources it needs packed first (walk.py: no recursion up a long chain of ops)."""
-        return evaluate(lanes, _lane_ids, self._pack, self.vectors)
+        return evaluate(lanes, None, self._pack, self.vectors)  # (lanes: their own key)
 
     def _pack(self, lanes: tuple[IRNode, ...]) -> Packing:
         b = self.builder
