@@ -138,3 +138,43 @@ def _kernel_of_a_sum() -> Kernel:
     """The kernel of (x * 2).sum(0) for a 4x3 x on c."""
     x = em.tensor(np.arange(12, dtype=np.float32).reshape(4, 3), device="c")
     return next(item.kernel for item in kernelize([(x * 2).sum(0).node]) if isinstance(item, Launch))
+
+
+def test_the_compile_work_left_after_lowering_goes_out_in_shrinking_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once every kernel is lowered, each compiler thread that frees takes a share of what is left, so the parts
+    shrink (to MIN_PART_COST) and the cores finish close together; every kernel is built once, in order, by at most
+    one run per core at a time."""
+    import threading
+    import time
+
+    from ember.progress import Progress
+
+    costs = [300] * 60  # 18,000 cost units: parts from 18,000 / 4 down to the smallest
+    kernels = [f"kernel {index}" for index in range(len(costs))]
+    monkeypatch.setattr(compile_cache, "lower_for", lambda device, kernel: kernel)
+    monkeypatch.setattr(compile_ahead, "_compile_cost", lambda device, ir: costs[kernels.index(ir)])
+    monkeypatch.setattr(compile_ahead.os, "cpu_count", lambda: 2)
+    parts: list[list[Any]] = []
+    active, most = [0], [0]
+    lock = threading.Lock()
+
+    def build(device: Any, batch: list[Any], irs: list[Any]) -> list[Any]:
+        with lock:
+            parts.append(list(batch))
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        time.sleep(0.002 * len(batch))
+        with lock:
+            active[0] -= 1
+        return []
+
+    monkeypatch.setattr(compile_ahead, "_build", build)
+    with Progress(len(kernels), "test", "kernel", shown=False) as progress:
+        compile_ahead._compile_pipelined(None, list(kernels), progress)  # type: ignore[arg-type]
+    assert sorted(kernel for part in parts for kernel in part) == sorted(kernels)
+    assert len({kernel for part in parts for kernel in part}) == len(kernels)
+    assert most[0] <= 2
+    part_costs = [sum(costs[kernels.index(kernel)] for kernel in part) for part in parts]
+    last_parts = part_costs[-4:]
+    assert last_parts == sorted(last_parts, reverse=True)
+    assert last_parts[-1] <= compile_ahead.MIN_PART_COST + 300  # (equal fifths of the work would leave 3,600)

@@ -4,7 +4,7 @@ while compiler runs build the batches already lowered, in parallel, with a progr
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextvars import copy_context
 from functools import partial
 from typing import cast
@@ -19,13 +19,17 @@ from ember.scheduler.devices import get_device
 from ember.scheduler.program import CommandProgram, Launch
 
 PROGRESS_MIN_KERNELS = 8  # a cold compile of this many kernels or more shows a progress bar (ember/progress.py)
-# what is left once all are lowered goes to the compiler threads in this many parts per core, taken in turn by
-# whichever thread is free: a cost estimate off by 2x for one part (a register tile's compile is slower per node than
-# an elementwise kernel's) then leaves a core idle for a fraction of a part, not for half the tail (nanoGPT's cold
-# step: one run of 21 kernels took 1.3 s while the other core finished 0.3 s earlier)
-TAIL_PARTS_PER_CORE = 3
-# ... but no part below this cost (in nodes, ~0.2 s of gcc): a compiler run starts in ~20 ms whatever it builds, so
-# the small kernels of an optimizer step (nanoGPT's AdamW: 27 of 17-55 nodes) share a few runs, not one part each
+# what is left once all are lowered goes to the compiler threads in parts, each thread that frees taking the next: a
+# part is a TAIL_SHARE_PER_CORE-th of a core's share of what is left, so parts shrink as the work runs out and the
+# cores finish close together (equal parts, 5 of them on 2 cores, left one core idle for a whole part: 0.3 s of
+# nanoGPT's 2.7 s cold step); a cost estimate off by 2x for a part (a register tile's compile is slower per node than
+# an elementwise kernel's) then costs a fraction of a small part at the end
+TAIL_SHARE_PER_CORE = 2
+# while lowering goes on, a compiler run takes the kernels lowered since the last one, up to this part of a core's
+# share of all the compile work left (a run that took everything lowered near the end would run on alone)
+LOWERING_PARTS_PER_CORE = 3
+# ... but no part below this cost (in nodes, ~0.1-0.2 s of gcc): a compiler run starts in ~20 ms whatever it builds,
+# so the small kernels of an optimizer step (nanoGPT's AdamW: 27 of 17-55 nodes) share a few runs, not one part each
 MIN_PART_COST = 1000
 COMPILE_COST_FIXED = 50  # a compiler run's cost of a kernel beyond its IR nodes, in nodes (see _compile_cost)
 # a packed matmul's tile library (c_matmul.py), built at the first kernel of its tile shape in a process: ~0.2-0.3 s
@@ -70,11 +74,11 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
     """Lower the kernels in order here and hand what is lowered to compiler threads, so compilers run while the next
     kernels are lowered (lowering is Python and holds the interpreter; a compiler run does not). While lowering goes
     on, one core is left to it: a compiler run starts whenever fewer than the other cores compile, with the kernels
-    lowered since the last run up to a TAIL_PARTS_PER_CORE-th of a core's share of the compile work left
+    lowered since the last run up to a LOWERING_PARTS_PER_CORE-th of a core's share of the compile work left
     (`_compile_cost`; the kernels still to lower counted at the average so far): a compiler start costs tens of
     milliseconds whatever the batch, so runs gather batches, but a run that took everything lowered near the end of
-    lowering would keep one core busy long after the others are done. Once all are lowered, the rest is split by cost into TAIL_PARTS_PER_CORE parts per
-    core, which the compiler threads take in turn."""
+    lowering would keep one core busy long after the others are done. Once all are lowered, each compiler thread
+    that frees takes the next part of what is left (TAIL_SHARE_PER_CORE), down to MIN_PART_COST."""
     cores = os.cpu_count() or 1
     lowered: tuple[list[Kernel], list[KernelIR], list[int]] = ([], [], [])
     running: list[Future[list[compile_cache.CompiledKernel]]] = []
@@ -101,13 +105,14 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
             running[:] = [future for future in running if not future.done()]
             if len(running) < max(1, cores - 1):
                 left = sum(lowered[2]) + total_cost / (position + 1) * (len(batch) - position - 1)
-                submit(_first_part(lowered[2], left / (TAIL_PARTS_PER_CORE * cores)))
-        running[:] = [future for future in running if not future.done()]
-        parts = max(1, min(len(lowered[0]), TAIL_PARTS_PER_CORE * cores - len(running),
-                           -(-sum(lowered[2]) // MIN_PART_COST)))
+                submit(_first_part(lowered[2], left / (LOWERING_PARTS_PER_CORE * cores)))
         while lowered[0]:
-            submit(_first_part(lowered[2], sum(lowered[2]) / parts))
-            parts = max(1, parts - 1)
+            running[:] = [future for future in running if not future.done()]
+            if len(running) >= cores:
+                wait(running, return_when=FIRST_COMPLETED)
+                continue
+            share = sum(lowered[2]) / (TAIL_SHARE_PER_CORE * cores)
+            submit(_first_part(lowered[2], max(share, MIN_PART_COST)))
         for future in futures:
             future.result()  # the first error, if any, is raised here
 
