@@ -10,10 +10,11 @@ the VAE's noise from the data, so that ember and torch started from the same wei
 `python benchmarks/programs.py [--steps N] [--program NAME] [--quick] [--device c] [--empty-cache]` prints, per
 program: torch's median step, ember's eager median step, ember's median step under `ember.jit`, the ratio, ember's
 cold first step (and whether its kernels came from the disk cache), with --empty-cache the first step in a fresh
-process with empty kernel caches, kernels per ember step, and the largest relative difference of
-the first losses; and the ratio of the mean eager steps (an epoch's time: a pause of either runtime, such as
-Python's collector, counts there and not in the medians). Torch, ember eager and ember under ember.jit are timed in
-turns, in blocks of a few steps (`interleaved_steps`), so that a machine whose speed drifts moves all three alike.
+process with empty kernel caches (the median of --empty-cache-runs processes, 3 by default), kernels per ember
+step, and the largest relative difference of the first losses; and the ratio of the mean eager steps (an epoch's
+time: a pause of either runtime, such as Python's collector, counts there and not in the medians). Torch, ember
+eager and ember under ember.jit are timed in turns, in blocks of a few steps (`interleaved_steps`), so that a
+machine whose speed drifts moves all three alike.
 `python -m ember bench --case programs` runs the same.
 """
 
@@ -411,13 +412,15 @@ class Report:
     ember_cold: float | None = None
     cold_compiles: int = 0  # kernels the cold step compiled (or loaded from ember's disk cache: both count)
     cold_compile_seconds: float = 0.0
-    empty_cache_cold: float | None = None  # the first step in a fresh process with an empty kernel cache (--empty-cache)
+    # the first step in a fresh process with an empty kernel cache (--empty-cache): the median of the processes run
+    empty_cache_cold: float | None = None
     kernels_per_step: int | None = None
     kernels_per_jit_step: int | None = None
     loss_difference: float | None = None
     notes: list[str] = field(default_factory=list)
 
 
+EMPTY_CACHE_RUNS = 3  # fresh processes timed per program for --empty-cache (their median is reported)
 TORCH_DEVICE = ["cpu"]  # torch's device (--torch-device; cuda beside ember's cuda where torch has it)
 
 
@@ -604,9 +607,10 @@ def format_reports(reports: list[Report]) -> str:
 
 def run_programs(names: list[str] | None = None, steps: int = 10, quick: bool = False, device: str = "c",
                  log: Callable[[str], None] = print, empty_cache: bool = False,
-                 threads: int | None = None) -> list[Report]:
+                 threads: int | None = None, empty_cache_runs: int = EMPTY_CACHE_RUNS) -> list[Report]:
     """Measure the named programs (all by default); a program that fails is reported, not fatal. With
-    `empty_cache`, also each program's first step in a fresh process with empty kernel caches (at the real size)."""
+    `empty_cache`, also each program's first step in a fresh process with empty kernel caches (at the real size):
+    the median of `empty_cache_runs` processes, each run listed in the report's notes."""
     size = QUICK if quick else Size()
     reports = []
     for name in names or list(PROGRAMS):
@@ -619,7 +623,11 @@ def run_programs(names: list[str] | None = None, steps: int = 10, quick: bool = 
             continue
         if empty_cache:
             try:
-                reports[-1].empty_cache_cold = empty_cache_cold_step(name, device, threads)
+                seconds = [empty_cache_cold_step(name, device, threads) for _ in range(max(1, empty_cache_runs))]
+                reports[-1].empty_cache_cold = statistics.median(seconds)
+                if len(seconds) > 1:
+                    runs = ", ".join(f"{value:.2f}" for value in seconds)
+                    reports[-1].notes.append(f"empty-cache first steps: {runs} s")
             except (RuntimeError, OSError, ValueError) as error:
                 reports[-1].notes.append(f"empty-cache cold step: {str(error).splitlines()[0][:120]}")
     return reports
@@ -648,6 +656,9 @@ def main(argv: list[str] | None = None) -> int:
                         "each library's own; on a loaded machine 1 avoids threads waiting on each other)")
     parser.add_argument("--empty-cache", action="store_true", help="also time each program's first step in a fresh "
                         "process with empty kernel caches (the 'empty ms' column)")
+    parser.add_argument("--empty-cache-runs", type=int, default=EMPTY_CACHE_RUNS, help="fresh processes per "
+                        f"program for --empty-cache, their median shown (default {EMPTY_CACHE_RUNS}: one run on a "
+                        "shared machine can be a third slower than the next)")
     parser.add_argument("--cold-step", choices=list(PROGRAMS), help=argparse.SUPPRESS)  # (--empty-cache's child)
     arguments = parser.parse_args(argv)
     if arguments.threads:
@@ -662,10 +673,12 @@ def main(argv: list[str] | None = None) -> int:
 
         TORCH_DEVICE[0] = "cuda" if torch.cuda.is_available() else "cpu"
     reports = run_programs(arguments.program, arguments.steps, arguments.quick, arguments.device,
-                           empty_cache=arguments.empty_cache, threads=arguments.threads)
+                           empty_cache=arguments.empty_cache, threads=arguments.threads,
+                           empty_cache_runs=arguments.empty_cache_runs)
     print(f"\nmedian step times over {arguments.steps} steps (noisy: a shared machine); cold = ember's first step "
           "in this process, with its kernel compiles (a warm disk cache loads them in milliseconds); empty = the "
-          "first step in a fresh process with empty kernel caches (--empty-cache); kernels = "
+          "first step in a fresh process with empty kernel caches (--empty-cache: the median of --empty-cache-runs); "
+          "kernels = "
           "launches per ember step (eager; jit: per replay); mean e/t = ember's mean eager step over torch's; * = jit "
           "timed with dropout off")
     print(format_reports(reports))

@@ -76,3 +76,17 @@ def test_programs_cold_step_on_an_empty_cache_runs_in_a_fresh_process() -> None:
     assert programs.empty_cache_cold_step("tabular_mlp", "c", 1) > 0
     with pytest.raises(RuntimeError, match="the cold step of tabular_mlp failed"):
         programs.empty_cache_cold_step("tabular_mlp", "no-such-device", 1)
+
+
+def test_programs_empty_cache_column_is_the_median_of_its_fresh_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--empty-cache times each program's first step in --empty-cache-runs fresh processes: the column shows their
+    median and the notes list every run (one run on a shared machine can be a third slower than the next)."""
+    from ember.benchmark_files import load_programs
+
+    programs = load_programs()
+    runs = iter([3.0, 1.0, 2.0])
+    monkeypatch.setattr(programs, "empty_cache_cold_step", lambda name, device, threads: next(runs))
+    report, = programs.run_programs(["tabular_mlp"], steps=1, quick=True, log=lambda line: None, empty_cache=True,
+                                    empty_cache_runs=3)
+    assert report.empty_cache_cold == 2.0
+    assert "empty-cache first steps: 3.00, 1.00, 2.00 s" in report.notes
