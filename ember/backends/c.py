@@ -52,7 +52,7 @@ from ember.ir.vectorize import SCALAR_CONDITION, vector_width
 # The prelude declares what kernels call instead of including <math.h> and <stdint.h>: their preprocessing was a
 # fifth of a compiler run's ~40 ms start-up, paid by each of the ~20 runs of a cold training step (kernels name their
 # integer types in plain C: c_style.CStyleRenderer.type_names). Every declaration is the one <math.h> makes, so a
-# source that includes it too (the packed matmul's) still compiles, and gcc treats these functions as its builtins.
+# source that includes <math.h> too still compiles, and gcc treats these functions as its builtins.
 C_PRELUDE = """#ifndef EMBER_C_PRELUDE
 #define EMBER_C_PRELUDE
 float sqrtf(float); double sqrt(double); float truncf(float); double trunc(double);
@@ -859,8 +859,8 @@ def math_libraries() -> list[str]:
 def link_libraries() -> list[str]:
     """What a kernel library is linked with. From gcc, without the default libraries (the C library, libpthread,
     libgcc_s: their link took ~8 of a compiler run's ~40 ms): kernels call nothing of libc's but what gcc emits
-    itself (memcpy, memset), which the loader finds in the process's C library, always loaded; libgcc's helpers
-    are linked statically, OpenMP's runtime by -fopenmp. A library that still misses a symbol does not load, and
+    itself (memcpy, memset) and the packed matmul's aligned_alloc and free, which the loader finds in the process's
+    C library, always loaded; libgcc's helpers are linked statically, OpenMP's runtime by -fopenmp. A library that still misses a symbol does not load, and
     build_library then links it again with everything (full_link_libraries)."""
     if _is_gcc(os.environ.get("CC", "cc")):
         return ["-nodefaultlibs", *math_libraries(), "-lgcc"]
