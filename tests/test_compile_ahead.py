@@ -170,7 +170,7 @@ def test_the_compile_work_left_after_lowering_goes_out_in_shrinking_parts(monkey
 
     monkeypatch.setattr(compile_ahead, "_build", build)
     with Progress(len(kernels), "test", "kernel", shown=False) as progress:
-        compile_ahead._compile_pipelined(None, list(kernels), progress)  # type: ignore[arg-type]
+        compile_ahead._compile_pipelined(None, list(kernels), [], progress)  # type: ignore[arg-type]
     assert sorted(kernel for part in parts for kernel in part) == sorted(kernels)
     assert len({kernel for part in parts for kernel in part}) == len(kernels)
     assert most[0] <= 2

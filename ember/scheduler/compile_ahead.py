@@ -7,7 +7,7 @@ import os
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextvars import copy_context
 from functools import partial
-from typing import cast
+from typing import Any, cast
 
 from ember.backends.base import Device
 from ember.core.graph import Node
@@ -61,16 +61,23 @@ def compile_ahead(items: CommandProgram, graph_nodes: list[Node]) -> None:
         device, batch = devices[name], list(kernels)
         if len(batch) < 2:
             continue
-        with Progress(len(batch), f"ember: compiling {len(batch)} kernels for {name}", "kernel",
-                      shown=len(batch) >= PROGRESS_MIN_KERNELS) as progress:
+        count = len(batch)
+        batch, classes = shape_classes.batch_classes(device, batch)  # (flat kernels alike but for their sizes)
+        with Progress(count, f"ember: compiling {count} kernels for {name}", "kernel",
+                      shown=count >= PROGRESS_MIN_KERNELS) as progress:
             if device.info.concurrent_compile:
-                _compile_pipelined(device, batch, progress)
+                _compile_pipelined(device, batch, classes, progress)
             else:
-                compile_cache.compile_kernels(device, batch)
-                progress.advance(len(batch))
+                if classes:
+                    shape_classes.enter_batch_classes(device, classes,
+                                                      shape_classes.build_batch_classes(device, classes))
+                if batch:
+                    compile_cache.compile_kernels(device, batch)
+                progress.advance(count)
 
 
-def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) -> None:
+def _compile_pipelined(device: Device, batch: list[Kernel], classes: list[shape_classes.BatchClass],
+                       progress: Progress) -> None:
     """Lower the kernels in order here and hand what is lowered to compiler threads, so compilers run while the next
     kernels are lowered (lowering is Python and holds the interpreter; a compiler run does not). While lowering goes
     on, one core is left to it: a compiler run starts whenever fewer than the other cores compile, with the kernels
@@ -81,8 +88,8 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
     that frees takes the next part of what is left (TAIL_SHARE_PER_CORE), down to MIN_PART_COST."""
     cores = os.cpu_count() or 1
     lowered: tuple[list[Kernel], list[KernelIR], list[int]] = ([], [], [])
-    running: list[Future[list[compile_cache.CompiledKernel]]] = []
-    futures: list[Future[list[compile_cache.CompiledKernel]]] = []
+    running: list[Future[Any]] = []
+    futures: list[Future[Any]] = []
     total_cost = 0
 
     def submit(count: int) -> None:
@@ -95,6 +102,11 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
         futures.append(future)
 
     with ThreadPoolExecutor(max_workers=cores) as pool:
+        classes_built = None
+        if classes:  # (lowered already: built first, in one compiler run; entered here once built)
+            classes_built = pool.submit(copy_context().run, shape_classes.build_batch_classes, device, classes)
+            classes_built.add_done_callback(partial(_advance, progress, sum(len(made.members) for made in classes)))
+            running.append(classes_built)
         for position, kernel in enumerate(batch):
             ir = compile_cache.lower_for(device, kernel)
             cost = _compile_cost(device, ir)
@@ -115,6 +127,8 @@ def _compile_pipelined(device: Device, batch: list[Kernel], progress: Progress) 
             submit(_first_part(lowered[2], max(share, MIN_PART_COST)))
         for future in futures:
             future.result()  # the first error, if any, is raised here
+        if classes_built is not None:
+            shape_classes.enter_batch_classes(device, classes, classes_built.result())
 
 
 def _compile_cost(device: Device, ir: KernelIR) -> int:
@@ -146,5 +160,5 @@ def _build(device: Device, kernels: list[Kernel], irs: list[KernelIR]) -> list[c
     return quick_compile.compile_quickly(device, kernels, irs) or compile_cache.compile_kernels(device, kernels, irs)
 
 
-def _advance(progress: Progress, count: int, _: Future[list[compile_cache.CompiledKernel]]) -> None:
+def _advance(progress: Progress, count: int, _: Future[Any]) -> None:
     progress.advance(count)

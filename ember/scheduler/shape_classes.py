@@ -9,7 +9,9 @@ sizes (tiled and vectorized), while a generation loop compiles for its first few
 makes a class from the second sizes met (fewest compiles; the incremental runner's `by_class()` blocks always do);
 "0" compiles every kernel for its sizes. Class kernels are untiled (their float sums vectorized by the compiler
 where it can: c's `omp simd reduction`), so what a kernel costs, and the pool bytes its sizes buffer takes, depend
-on the kernels met before it."""
+on the kernels met before it. In every mode but "0", the flat kernels of one schedule that differ only in their
+element count (an optimizer's update of each parameter: ir/flat_kernel.py) make a class at once (`batch_classes`):
+their class kernel is one loop over the elements, which loses nothing to kernels compiled for their sizes."""
 
 from __future__ import annotations
 
@@ -28,7 +30,10 @@ import numpy as np
 
 from ember.backends.base import Device, Event, Program
 from ember.core import dtype as dtypes
+from ember.core.ops import REDUCE_OPS
+from ember.core.shapes import prod
 from ember.ir.flash_attention import attention_parts
+from ember.ir.flat_kernel import flat_kernel
 from ember.ir.ir import IROp, KernelIR, topological_nodes
 from ember.ir.kernel import Kernel, row_loop
 from ember.ir.linearize import Step, linearize
@@ -169,6 +174,12 @@ def member(device: Device, kernel: Kernel) -> Any:
     for its sizes (its structure met first, sizes no class holds, or large: MAX_MEMBER_WORK)."""
     if not enabled() or not device.info.can_run:
         return None
+    flat = _flat_member(device, kernel)
+    if flat is not None and FLAT_CLASSES:  # (a class made for the flat kernels of an earlier batch may hold it)
+        structure, flat_sizes, _ = split_sizes(flat)
+        held = _flat_class_holding(FLAT_CLASSES.get((device.name, SCOPE.get(), structure), []), flat_sizes)
+        if held is not None:
+            return _launched(device, held[0], flat, held[1])
     structure_key, sizes, limits = split_sizes(kernel)
     key = (device.name, SCOPE.get(), structure_key)
     known = STRUCTURES.get(key)
@@ -189,6 +200,13 @@ def member(device: Device, kernel: Kernel) -> Any:
             return None
         found = made
     chosen, values = found
+    return _launched(device, chosen, kernel, values)
+
+
+def _launched(device: Device, chosen: CompiledClass, kernel: Kernel, values: tuple[int, ...]) -> Any:
+    """The compiled kernel (a compile_cache.CompiledKernel) launching class `chosen`'s program for `kernel`, a member
+    with these variable values; None where the member would do too much work for an untiled kernel
+    (MAX_MEMBER_WORK) or run loops longer than the device allows."""
     work_items = global_size(kernel, chosen.whole_rows)
     assert chosen.loops is not None
     iterations = nest_iterations(chosen.loops, values)
@@ -334,3 +352,159 @@ def nest_iterations(nest: tuple[int | None, ...], values: tuple[int, ...]) -> in
         trips.append(trips[-1] * (values[-size - 1] if size < 0 else size))
         total += trips[-1]
     return total
+
+
+# Classes of a batch's flat kernels. A schedule's kernels that are alike once flat (ir/flat_kernel.py) but for their
+# element count, an optimizer's update of each parameter, clip_grad_norm_'s sum of squares and scaling of each
+# gradient, compile as one class kernel at once, in the batch (compile_ahead), rather than one kernel per parameter
+# shape: a flat class's kernel is one loop over the elements, vectorized by the compiler as a kernel of fixed sizes
+# would be (nanoGPT's AdamW step: 27 kernels become 9). Its members are at most MAX_MEMBER_WORK elements, and a
+# reduce's at most MAX_REDUCED_MEMBER, on devices computing on this machine's cores only (a class's reduce is one
+# work item's loop: a GPU would run it on one thread).
+MAX_REDUCED_MEMBER = 1 << 16
+MAX_FLAT_CLASSES = 1024  # flat structures with classes remembered (the least recently made forgotten)
+FLAT_CLASSES: OrderedDict[tuple[str, Hashable, tuple], list[CompiledClass]] = OrderedDict()
+
+
+@dataclass
+class BatchClass:
+    """A class made for the flat kernels of one structure met in one batch: where its classes are kept, the class,
+    its kernel's IR (built with the batch) and its members, each the kernel as scheduled, its flat form and that
+    form's variable values."""
+
+    key: tuple[str, Hashable, tuple]
+    shape_class: ShapeClass
+    ir: KernelIR
+    whole_rows: bool
+    members: list[tuple[Kernel, Kernel, tuple[int, ...]]]
+
+
+def batch_classes(device: Device, kernels: list[Kernel]) -> tuple[list[Kernel], list[BatchClass]]:
+    """Split a batch of kernels to compile on `device`: those compiled for their sizes, and the classes made for the
+    rest, lowered (build_batch_classes builds them): each for the flat kernels of one structure that come with two
+    or more element counts. A kernel a flat class made before holds is entered in the compile cache here."""
+    if not enabled() or not device.info.can_run or len(kernels) < 2:
+        return kernels, []
+    from ember.scheduler.compile_cache import COMPILED
+
+    scope = SCOPE.get()
+    groups: dict[tuple[str, Hashable, tuple], list[tuple[Kernel, Kernel, tuple[int, ...], tuple[Limits, ...]]]] = {}
+    entered: set[Kernel] = set()
+    for kernel in kernels:
+        flat = _flat_member(device, kernel)
+        if flat is None:
+            continue
+        structure, sizes, limits = split_sizes(flat)
+        key = (device.name, scope, structure)
+        held = _flat_class_holding(FLAT_CLASSES.get(key, []), sizes)
+        launched = None if held is None else _launched(device, held[0], flat, held[1])
+        if launched is not None:
+            COMPILED.put((device.name, kernel), launched)
+            entered.add(kernel)
+        else:
+            groups.setdefault(key, []).append((kernel, flat, sizes, limits))
+    made = []
+    for key, group in groups.items():
+        made_class = _batch_class(key, group)
+        if made_class is not None:
+            made.append(made_class)
+            entered.update(kernel for kernel, _, _ in made_class.members)
+    return [kernel for kernel in kernels if kernel not in entered], made
+
+
+def build_batch_classes(device: Device, made: list[BatchClass]) -> list[Program] | None:
+    """Build the kernels of the classes `batch_classes` made, in one compiler run (any thread); None where they
+    cannot be built (enter_batch_classes then compiles their members for their sizes)."""
+    start = time.perf_counter()
+    try:
+        programs = device.compile_many([batch_class.ir for batch_class in made])
+    except Exception as error:  # noqa: BLE001 - any failure leaves the members to kernels of their own sizes
+        profile.debug_print(1, f"  {len(made)} flat shape class(es) not built ({type(error).__name__}: {error}); "
+                               "their kernels compile for their sizes")
+        return None
+    seconds = (time.perf_counter() - start) / len(made)
+    for batch_class in made:
+        for record in profile.current():
+            record.compiles.append(profile.CompileRecord(batch_class.ir.name, device.name, seconds, from_cache=False))
+    return programs
+
+
+def enter_batch_classes(device: Device, made: list[BatchClass], programs: list[Program] | None) -> None:
+    """Enter each member of the classes `batch_classes` made in the compile cache, launching its class's kernel
+    (built: `programs`) with its sizes, on the thread holding the scheduler (a member's sizes are a buffer it
+    writes); members of classes not built, or with loops longer than the device allows, compile for their sizes."""
+    from ember.scheduler import compile_cache
+
+    rest: list[Kernel] = []
+    for index, batch_class in enumerate(made):
+        if programs is None:
+            rest.extend(kernel for kernel, _, _ in batch_class.members)
+            continue
+        compiled = CompiledClass(batch_class.shape_class, batch_class.ir, programs[index], batch_class.whole_rows)
+        FLAT_CLASSES.setdefault(batch_class.key, []).append(compiled)
+        FLAT_CLASSES.move_to_end(batch_class.key)
+        while len(FLAT_CLASSES) > MAX_FLAT_CLASSES:
+            FLAT_CLASSES.popitem(last=False)
+        for kernel, flat, values in batch_class.members:
+            launched = _launched(device, compiled, flat, values)
+            if launched is None:
+                rest.append(kernel)
+            else:
+                compile_cache.COMPILED.put((device.name, kernel), launched)
+    if rest:
+        compile_cache.compile_kernels(device, rest)
+
+
+def _flat_member(device: Device, kernel: Kernel) -> Kernel | None:
+    """The flat form of a kernel that may be a flat class's member on `device` (its elements within the limits),
+    or None."""
+    flat = flat_kernel(kernel)
+    if flat is None or not fits_class(flat):
+        return None
+    reduces = any(step.op in REDUCE_OPS for step in flat.steps)
+    elements = len(flat.steps) and max(prod(step.shape) for step in flat.steps)
+    if elements > (MAX_REDUCED_MEMBER if reduces else MAX_MEMBER_WORK) or (reduces and not device.info.host_cores):
+        return None
+    return flat
+
+
+def _flat_class_holding(classes: list[CompiledClass], sizes: tuple[int, ...]
+                        ) -> tuple[CompiledClass, tuple[int, ...]] | None:
+    """The first of `classes` that holds a flat kernel of these sizes, with the kernel's variable values."""
+    for compiled in classes:
+        values = compiled.shape_class.member_values(sizes)
+        if values is not None:
+            return compiled, values
+    return None
+
+
+def _batch_class(key: tuple[str, Hashable, tuple],
+                 group: list[tuple[Kernel, Kernel, tuple[int, ...], tuple[Limits, ...]]]) -> BatchClass | None:
+    """The class holding a batch's flat kernels of one structure (`group`: each kernel, its flat form, that form's
+    sizes and their limits), lowered; None where they come with one set of sizes, or the class cannot be lowered."""
+    first_sizes, limits = group[0][2], group[0][3]
+    shape_class: ShapeClass | None = None
+    for _, _, sizes, _ in group:
+        if sizes == first_sizes:
+            continue
+        wider = (class_of(first_sizes, sizes, limits) if shape_class is None else
+                 shape_class.widened(sizes) if shape_class.member_values(sizes) is None else shape_class)
+        if wider is not None:
+            shape_class = wider
+    if shape_class is None:
+        return None
+    members = []
+    for kernel, flat, sizes, _ in group:
+        values = shape_class.member_values(sizes)
+        if values is not None:
+            members.append((kernel, flat, values))
+    generic = class_kernel(group[0][1], shape_class)
+    name = "s_" + hashlib.blake2s(repr(generic).encode(), digest_size=5).hexdigest()
+    try:
+        ir = lower_shape_class(generic, name, shape_class.variables)
+    except Exception as error:  # noqa: BLE001 - a class that cannot be lowered leaves its kernels to their sizes
+        profile.debug_print(1, f"  flat shape class of {name} refused ({type(error).__name__}: {error})")
+        return None
+    profile.debug_print(1, f"  flat shape class {name}: {len(members)} kernels, {shape_class.variables} size(s) "
+                           "read at launch")
+    return BatchClass(key, shape_class, ir, row_loop(generic), members)
