@@ -78,7 +78,7 @@ def _live_steps(steps: list[KernelStep]) -> tuple[KernelStep, ...]:
             for source in steps[position].srcs:
                 live[source] = True
     renumbered: dict[int, int] = {}
-    kept = []
+    kept: list[KernelStep] = []
     for position, step in enumerate(steps):
         if live[position]:
             renumbered[position] = len(kept)

@@ -39,7 +39,14 @@ from ember.ir.kernel import Kernel, row_loop
 from ember.ir.linearize import Step, linearize
 from ember.ir.lower import lower_shape_class
 from ember.ir.shape_class import (
-    SIZE_LIMITS, Limits, ShapeClass, class_kernel, class_of, fits_class, global_size, split_sizes,
+    SIZE_LIMITS,
+    Limits,
+    ShapeClass,
+    class_kernel,
+    class_of,
+    fits_class,
+    global_size,
+    split_sizes,
 )
 from ember.scheduler import profile
 
