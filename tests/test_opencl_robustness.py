@@ -117,8 +117,10 @@ PROBE_ONLY = textwrap.dedent("""
 
 def run_workloads(cache: Path, script: str = WORKLOADS, **variables: str) -> dict[str, Any]:
     """Run the issue's workloads (or another script) in a new interpreter with 16-wide OpenCL vectors and the
-    given variables."""
-    environment = dict(os.environ, EMBER_CACHE_DIR=str(cache), EMBER_OPENCL_VECTOR_WIDTH="16", **variables)
+    given variables; every kernel compiled for its sizes (shape classes off: AdamW's updates of the weight and the
+    bias would share a flat class's kernel, which has no vectors of its own)."""
+    environment = dict(os.environ, EMBER_CACHE_DIR=str(cache), EMBER_OPENCL_VECTOR_WIDTH="16",
+                       EMBER_SHAPE_CLASSES="0", **variables)
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), environment.get("PYTHONPATH")]))
     environment.pop("EMBER_NOOPT", None)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment,
