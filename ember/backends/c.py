@@ -93,6 +93,22 @@ def has_vector_math() -> bool:
     return name == "glibc" and (major, minor) >= (2, 35)
 
 
+# libmvec's vector variants by vector bytes: the x86 ISA letter of their names (glibc's vector ABI) and the macro
+# gcc defines where that ISA is there
+LIBMVEC_ISAS = {32: ("d", "__AVX2__"), 64: ("e", "__AVX512F__")}
+
+
+def libmvec_variant(scalar: str, vector_bytes: int) -> tuple[str, str] | None:
+    """(the macro that must be defined, the libmvec function) computing `scalar` (exp2f, log2, sin, ...) on a vector
+    of `vector_bytes`, or None where libmvec has none (then a lane loop, which gcc vectorizes into the same call:
+    calling it directly spares gcc vectorizing a loop per call site, ~25% of an attention tile's compile)."""
+    if scalar.rstrip("f") not in ("exp2", "log2", "sin") or vector_bytes not in LIBMVEC_ISAS or not has_vector_math():
+        return None
+    letter, guard = LIBMVEC_ISAS[vector_bytes]
+    lanes = vector_bytes // (4 if scalar.endswith("f") else 8)
+    return guard, f"_ZGV{letter}N{lanes}v_{scalar}"
+
+
 # what CRenderer renders on vectors (gcc's vector extensions, with helpers for MAX, WHERE and math functions)
 VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.CMPEQ,
                         Op.WHERE, Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC, Op.CAST, Op.BITCAST,
@@ -259,6 +275,11 @@ class CRenderer(CStyleRenderer):
                 scalar = self.math_function(Op[kind.upper()], dtype)
                 body = (f"static inline {vector} {function}({vector} x) {{ {vector} r;"
                         f" for (int lane = 0; lane < {width}; lane++) r[lane] = {scalar}(x[lane]); return r; }}")
+                variant = libmvec_variant(scalar, dtype.itemsize * width)
+                if variant is not None:
+                    guard, symbol = variant
+                    body = (f"#if defined({guard})\n{vector} {symbol}({vector});\nstatic inline {vector} {function}("
+                            f"{vector} x) {{ return {symbol}(x); }}\n#else\n{body}\n#endif")
             lines.append(f"#ifndef {function.upper()}\n#define {function.upper()}\n{body}\n#endif")
         return lines
 
