@@ -382,3 +382,58 @@ def test_rewrites_across_devices() -> None:
     result = moved * 1.0 + em.tensor(EDGES, device=second).neg().neg()
     tx = torch.tensor(EDGES)
     _bits_equal(result, (tx + 1.0) + tx)
+
+
+# ---- sums of one-hot selections -------------------------------------------------------------------------------------
+
+
+def test_a_sum_of_a_one_hot_selection_is_a_select_bit_for_bit(device: str, rewrites: bool) -> None:
+    """sum_k where(index == k, x, 0) over k < 5, with indices in range, negative and past the end, and x at NaN,
+    inf and -0.0 (whose sum is +0.0): torch's values bit for bit, and, with a mask and-ed in, as torch's too."""
+    index_values = np.array([0, 4, -1, 5, 2, 7, 3, 1, 0, -100], dtype=np.int64)
+    x, tx = em.tensor(EDGES, device=device), torch.tensor(EDGES)
+    index, tindex = em.tensor(index_values, device=device), torch.tensor(index_values)
+    classes, tclasses = em.arange(5, device=device), torch.arange(5)
+    hits = index.reshape(-1, 1) == classes.reshape(1, -1)
+    thits = tindex.reshape(-1, 1) == tclasses.reshape(1, -1)
+    summed = em.where(hits, x.neg().reshape(-1, 1), 0.0).sum(1)
+    if rewrites:
+        assert _fired(summed).get("a sum of a one-hot selection of one value") == 1
+    _bits_equal(summed, torch.where(thits, tx.neg().reshape(-1, 1), 0.0).sum(1))
+    kept = (index != -100).reshape(-1, 1)
+    masked = em.where(hits & kept, x.reshape(-1, 1) * 2.0, 0.0).sum(1, keepdim=True)
+    tmasked = torch.where(thits & (tindex != -100).reshape(-1, 1), tx.reshape(-1, 1) * 2.0, 0.0).sum(1, keepdim=True)
+    _bits_equal(masked, tmasked)
+
+
+def test_a_one_hot_selection_of_values_that_differ_per_class_is_left_alone() -> None:
+    """sum_k where(index == k, x[k], 0) picks x at the index (lowering gathers it, ir/lower.py): not this rule, whose
+    value must be the same for every class; nor a sum whose other branch is -0.0 (each term then may be -0.0)."""
+    index = em.tensor(np.array([0, 2, 1], dtype=np.int64)).reshape(-1, 1)
+    table = em.tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+    hits = index == em.arange(4).reshape(1, -1)
+    picked = em.where(hits, table, 0.0).sum(1)
+    negative_zero = em.where(hits, em.tensor(np.ones((3, 1), np.float32)), -0.0).sum(1)
+    assert "a sum of a one-hot selection of one value" not in _fired(picked, negative_zero)
+    np.testing.assert_array_equal(picked.numpy(), [0.0, 6.0, 9.0])
+    np.testing.assert_array_equal(negative_zero.numpy(), [1.0, 1.0, 1.0])
+
+
+def test_cross_entropy_gradients_lose_their_loop_over_classes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A classifier's cross-entropy gradient (class indices, some ignored) sums its one-hot target over 88 classes:
+    with the rule, no work per class for that sum; the gradient as torch's."""
+    rng = np.random.default_rng(4)
+    logits = rng.standard_normal((256, 88), dtype=np.float32)
+    targets = rng.integers(0, 88, size=256)
+    targets[::7] = -100
+
+    def build() -> list[em.Tensor]:
+        x = em.tensor(logits, device="c", requires_grad=True)
+        loss = em.nn.functional.cross_entropy(x, em.tensor(targets, device="c"), ignore_index=-100)
+        return list(em.autograd.grad(loss, [x]))
+
+    (_, flops_before), (_, flops_after) = _counts_both_ways(build, monkeypatch)
+    assert flops_after < flops_before - 256 * 70, (flops_before, flops_after)  # (a compare, an and, a select per class)
+    tx = torch.tensor(logits, requires_grad=True)
+    (expected,) = torch.autograd.grad(torch.nn.functional.cross_entropy(tx, torch.tensor(targets)), [tx])
+    np.testing.assert_allclose(build()[0].numpy(), expected.numpy(), rtol=1e-5, atol=1e-7)

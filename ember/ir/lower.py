@@ -232,6 +232,8 @@ class Lowerer:
         value = yield source.srcs[1], at, inside if valid is None else b.alu(Op.AND, dtypes.bool_, valid, inside)
         if _has_loop(value):  # (a value computed by loops of its own keeps the plain reduce)
             return None
+        if value.dtype.is_float:  # (the sum starts from +0.0: a -0.0 picked sums to +0.0, as torch's index_add)
+            value = b.alu(Op.ADD, value.dtype, value, b.const(0.0, value.dtype))
         nothing = b.const(0, value.dtype)
         return b.alu(Op.WHERE, value.dtype, inside, value, nothing)
 
