@@ -135,3 +135,18 @@ def test_members_past_the_size_limit_compile_for_their_sizes(monkeypatch: pytest
     assert not shape_classes.FLAT_CLASSES
     for result, array in zip(results, arrays):
         np.testing.assert_array_equal(result.numpy(), array * 2.0 + 1.0)
+
+
+def test_a_structure_makes_at_most_max_classes_flat_classes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels of one flat structure that keep differing in a value a class holds fixed (an integer constant: the
+    same in both kernels of the first batch, another in the second's) make new classes up to MAX_CLASSES; past it
+    they compile for their sizes."""
+    monkeypatch.setattr(shape_classes, "MAX_CLASSES", 1)
+    generator = np.random.default_rng(2)
+    for factor in (3, 5):
+        arrays = [generator.integers(-1000, 1000, size=count).astype(np.int32) for count in (64, 4096)]
+        results = [em.tensor(array) * factor + 7 for array in arrays]
+        em.realize(*results)
+        for result, array in zip(results, arrays):
+            np.testing.assert_array_equal(result.numpy(), array * factor + 7)
+    assert [len(classes) for classes in shape_classes.FLAT_CLASSES.values()] == [1]

@@ -412,6 +412,8 @@ def batch_classes(device: Device, kernels: list[Kernel]) -> tuple[list[Kernel], 
             groups.setdefault(key, []).append((kernel, flat, sizes, limits))
     made = []
     for key, group in groups.items():
+        if len(FLAT_CLASSES.get(key, ())) >= MAX_CLASSES:
+            continue  # (a structure whose kernels keep differing in fixed sizes: compiled for their sizes)
         made_class = _batch_class(key, group)
         if made_class is not None:
             made.append(made_class)
