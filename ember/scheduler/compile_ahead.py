@@ -40,8 +40,9 @@ PACKED_TILES: set[tuple[str, tuple[int, ...]]] = set()  # (device, tile shape) o
 
 def compile_ahead(items: CommandProgram, graph_nodes: list[Node]) -> None:
     """Compile the kernels of a schedule that are not in the compile cache yet, each device's in batches (one
-    compiler run each): in parallel on devices that allow concurrent compiles, as one batch elsewhere. A single new
-    kernel is left to its launch."""
+    compiler run each): in parallel on devices that allow concurrent compiles, as one batch elsewhere. Flat kernels
+    alike but for their element count (an optimizer's per-parameter updates) share one class kernel, built with the
+    batch (shape_classes.batch_classes). A single new kernel is left to its launch."""
     missing: dict[str, dict[Kernel, None]] = {}
     devices: dict[str, Device] = {}
     compiled = compile_cache.COMPILED
