@@ -150,3 +150,16 @@ def test_a_structure_makes_at_most_max_classes_flat_classes(monkeypatch: pytest.
         for result, array in zip(results, arrays):
             np.testing.assert_array_equal(result.numpy(), array * factor + 7)
     assert [len(classes) for classes in shape_classes.FLAT_CLASSES.values()] == [1]
+
+
+def test_members_reading_slices_at_offsets_match_numpy(device: str) -> None:
+    """Slices of one buffer at offsets (an RNN's time steps) read as views at launch: a class kernel launched for
+    each slice reads its own elements, in a first realize and in the next ones (cached programs and launch plans)."""
+    values = np.random.default_rng(3).normal(size=8192).astype(np.float32)
+    whole = em.tensor(values, device=device).realize()
+    ranges = [(100, 164), (1000, 5096), (16, 48)]
+    for _ in range(3):
+        results = [whole[start:end] * 2.0 + 1.0 for start, end in ranges]
+        em.realize(*results)
+        for result, (start, end) in zip(results, ranges):
+            np.testing.assert_array_equal(result.numpy(), values[start:end] * 2.0 + 1.0)
