@@ -181,8 +181,8 @@ def member(device: Device, kernel: Kernel) -> Any:
     for its sizes (its structure met first, sizes no class holds, or large: MAX_MEMBER_WORK)."""
     if not enabled() or not device.info.can_run:
         return None
-    flat = _flat_member(device, kernel)
-    if flat is not None and FLAT_CLASSES:  # (a class made for the flat kernels of an earlier batch may hold it)
+    flat = _flat_member(device, kernel) if FLAT_CLASSES else None
+    if flat is not None:  # (a class made for the flat kernels of an earlier batch may hold it)
         structure, flat_sizes, _ = split_sizes(flat)
         held = _flat_class_holding(FLAT_CLASSES.get((device.name, SCOPE.get(), structure), []), flat_sizes)
         if held is not None:
