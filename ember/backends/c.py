@@ -881,8 +881,9 @@ def link_libraries() -> list[str]:
     """What a kernel library is linked with. From gcc, without the default libraries (the C library, libpthread,
     libgcc_s: their link took ~8 of a compiler run's ~40 ms): kernels call nothing of libc's but what gcc emits
     itself (memcpy, memset) and the packed matmul's aligned_alloc and free, which the loader finds in the process's
-    C library, always loaded; libgcc's helpers are linked statically, OpenMP's runtime by -fopenmp. A library that still misses a symbol does not load, and
-    build_library then links it again with everything (full_link_libraries)."""
+    C library, always loaded; libgcc's helpers are linked statically, OpenMP's runtime by -fopenmp. A library that
+    still misses a symbol does not load, and build_library then links it again with everything
+    (full_link_libraries)."""
     if _is_gcc(os.environ.get("CC", "cc")):
         return ["-nodefaultlibs", *math_libraries(), "-lgcc"]
     return math_libraries()

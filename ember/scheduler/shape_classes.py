@@ -184,9 +184,9 @@ def member(device: Device, kernel: Kernel) -> Any:
     flat = _flat_member(device, kernel) if FLAT_CLASSES else None
     if flat is not None:  # (a class made for the flat kernels of an earlier batch may hold it)
         structure, flat_sizes, _ = split_sizes(flat)
-        held = _flat_class_holding(FLAT_CLASSES.get((device.name, SCOPE.get(), structure), []), flat_sizes)
-        if held is not None:
-            return _launched(device, held[0], flat, held[1])
+        launched = _flat_launch(device, flat, (device.name, SCOPE.get(), structure), flat_sizes)
+        if launched is not None:
+            return launched
     structure_key, sizes, limits = split_sizes(kernel)
     key = (device.name, SCOPE.get(), structure_key)
     known = STRUCTURES.get(key)
@@ -281,10 +281,9 @@ def _holding_class(device: Device, kernel: Kernel, known: Structure, sizes: tupl
     """A class of `known` that holds a kernel of these sizes and the kernel's variable values, a class made wider
     to hold it where one can be (other sizes vary too: two layers of one structure, then a longer sequence), or
     None."""
-    for compiled in known.classes:
-        values = compiled.shape_class.member_values(sizes)
-        if values is not None:
-            return compiled, values
+    held = _class_holding(known.classes, sizes)
+    if held is not None:
+        return held
     for index, compiled in enumerate(known.classes):
         wider = compiled.shape_class.widened(sizes)
         if wider is None or compiled.widenings >= MAX_WIDENINGS or not known.dynamic(wider):
@@ -305,13 +304,9 @@ def _compile_class(device: Device, kernel: Kernel, known: Structure, shape_class
     kernels compile for their sizes)."""
     start = time.perf_counter()
     generic = class_kernel(kernel, shape_class)
-    name = "s_" + hashlib.blake2s(repr(generic).encode(), digest_size=5).hexdigest()
+    name = _class_name(generic)
     try:
-        ir = lower_shape_class(generic, name, shape_class.variables)
-        unsupported = device.info.unsupported({param.dtype for param in ir.params} |
-                                              {node.dtype for node in topological_nodes(ir.sink)})
-        if unsupported:
-            raise TypeError(f"dtypes {unsupported} unsupported")
+        ir = _lowered_class(device, generic, name, shape_class.variables)
         program = device.compile_many([ir])[0]
     except Exception as error:  # noqa: BLE001 - any failure keeps the structure to kernels of its own sizes
         if not known.classes:  # (a wider class that failed leaves the ones there are)
@@ -324,6 +319,22 @@ def _compile_class(device: Device, kernel: Kernel, known: Structure, shape_class
         record.compiles.append(profile.CompileRecord(ir.name, device.name, seconds, from_cache=False))
     profile.debug_print(1, f"  shape class {name}: {shape_class.variables} size(s) read at launch")
     return CompiledClass(shape_class, ir, program, row_loop(generic))
+
+
+def _class_name(generic: Kernel) -> str:
+    """The name of a class's kernel: a digest of the kernel with the class's variables in place of its sizes."""
+    return "s_" + hashlib.blake2s(repr(generic).encode(), digest_size=5).hexdigest()
+
+
+def _lowered_class(device: Device, generic: Kernel, name: str, variables: int) -> KernelIR:
+    """The IR of a class's kernel (`generic`: a member with the class's variables in place of its sizes) for
+    `device`; raises where it cannot be lowered, or uses a dtype the device lacks (TypeError)."""
+    ir = lower_shape_class(generic, name, variables)
+    unsupported = device.info.unsupported({param.dtype for param in ir.params} |
+                                          {node.dtype for node in topological_nodes(ir.sink)})
+    if unsupported:
+        raise TypeError(f"dtypes {unsupported} unsupported")
+    return ir
 
 
 UNKNOWN_LOOP = -(1 << 62)  # a loop bound that is neither a constant nor a size variable
@@ -403,8 +414,7 @@ def batch_classes(device: Device, kernels: list[Kernel]) -> tuple[list[Kernel], 
             continue
         structure, sizes, limits = split_sizes(flat)
         key = (device.name, scope, structure)
-        held = _flat_class_holding(FLAT_CLASSES.get(key, []), sizes)
-        launched = None if held is None else _launched(device, held[0], flat, held[1])
+        launched = _flat_launch(device, flat, key, sizes)
         if launched is not None:
             COMPILED.put((device.name, kernel), launched)
             entered.add(kernel)
@@ -414,7 +424,7 @@ def batch_classes(device: Device, kernels: list[Kernel]) -> tuple[list[Kernel], 
     for key, group in groups.items():
         if len(FLAT_CLASSES.get(key, ())) >= MAX_CLASSES:
             continue  # (a structure whose kernels keep differing in fixed sizes: compiled for their sizes)
-        made_class = _batch_class(key, group)
+        made_class = _batch_class(device, key, group)
         if made_class is not None:
             made.append(made_class)
             entered.update(kernel for kernel, _, _ in made_class.members)
@@ -477,9 +487,15 @@ def _flat_member(device: Device, kernel: Kernel) -> Kernel | None:
     return flat
 
 
-def _flat_class_holding(classes: list[CompiledClass], sizes: tuple[int, ...]
-                        ) -> tuple[CompiledClass, tuple[int, ...]] | None:
-    """The first of `classes` that holds a flat kernel of these sizes, with the kernel's variable values."""
+def _flat_launch(device: Device, flat: Kernel, key: tuple[str, Hashable, tuple], sizes: tuple[int, ...]) -> Any:
+    """The compiled kernel launching the flat class of `key` (FLAT_CLASSES) that holds `flat`, a flat form of these
+    sizes, or None."""
+    held = _class_holding(FLAT_CLASSES.get(key, []), sizes)
+    return None if held is None else _launched(device, held[0], flat, held[1])
+
+
+def _class_holding(classes: list[CompiledClass], sizes: tuple[int, ...]) -> tuple[CompiledClass, tuple[int, ...]] | None:
+    """The first of `classes` that holds a kernel of these sizes, with the kernel's variable values."""
     for compiled in classes:
         values = compiled.shape_class.member_values(sizes)
         if values is not None:
@@ -487,20 +503,15 @@ def _flat_class_holding(classes: list[CompiledClass], sizes: tuple[int, ...]
     return None
 
 
-def _batch_class(key: tuple[str, Hashable, tuple],
+def _batch_class(device: Device, key: tuple[str, Hashable, tuple],
                  group: list[tuple[Kernel, Kernel, tuple[int, ...], tuple[Limits, ...]]]) -> BatchClass | None:
     """The class holding a batch's flat kernels of one structure (`group`: each kernel, its flat form, that form's
     sizes and their limits), lowered; None where they come with one set of sizes, or the class cannot be lowered."""
-    first_sizes, limits = group[0][2], group[0][3]
-    shape_class: ShapeClass | None = None
+    shape_class = ShapeClass(group[0][2], 0, group[0][3])  # (the first kernel's sizes, all fixed)
     for _, _, sizes, _ in group:
-        if sizes == first_sizes:
-            continue
-        wider = (class_of(first_sizes, sizes, limits) if shape_class is None else
-                 shape_class.widened(sizes) if shape_class.member_values(sizes) is None else shape_class)
-        if wider is not None:
-            shape_class = wider
-    if shape_class is None:
+        if shape_class.member_values(sizes) is None:
+            shape_class = shape_class.widened(sizes) or shape_class  # (None: a size outside its place's limits)
+    if not shape_class.variables:
         return None
     members = []
     for kernel, flat, sizes, _ in group:
@@ -508,9 +519,9 @@ def _batch_class(key: tuple[str, Hashable, tuple],
         if values is not None:
             members.append((kernel, flat, values))
     generic = class_kernel(group[0][1], shape_class)
-    name = "s_" + hashlib.blake2s(repr(generic).encode(), digest_size=5).hexdigest()
+    name = _class_name(generic)
     try:
-        ir = lower_shape_class(generic, name, shape_class.variables)
+        ir = _lowered_class(device, generic, name, shape_class.variables)
     except Exception as error:  # noqa: BLE001 - a class that cannot be lowered leaves its kernels to their sizes
         profile.debug_print(1, f"  flat shape class of {name} refused ({type(error).__name__}: {error})")
         return None
