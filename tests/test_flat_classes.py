@@ -163,3 +163,55 @@ def test_members_reading_slices_at_offsets_match_numpy(device: str) -> None:
         em.realize(*results)
         for result, (start, end) in zip(results, ranges):
             np.testing.assert_array_equal(result.numpy(), values[start:end] * 2.0 + 1.0)
+
+
+def test_members_of_millions_of_elements_and_the_reduce_limit(device: str) -> None:
+    """Members at the sizes of real parameters (2,000,003 and 1,048,577 elements: past 65,535 work items and no
+    multiple of a vector, a NaN and an infinity in the last elements) share a class and match numpy; sums of
+    squares at the reduce limit and one past it (compiled for its sizes) match float64 sums within float32's
+    rounding."""
+    generator = np.random.default_rng(12)
+    arrays = [generator.normal(size=count).astype(np.float32) for count in (2_000_003, 1_048_577)]
+    arrays[0][-1], arrays[1][-2] = np.nan, np.inf
+    results = [(em.tensor(array, device=device) * 0.5 - 2.0).maximum(em.tensor(array, device=device))
+               for array in arrays]
+    em.realize(*results)
+    assert shape_classes.FLAT_CLASSES
+    for result, array in zip(results, arrays):
+        np.testing.assert_array_equal(result.numpy(), np.maximum(array * np.float32(0.5) - np.float32(2.0), array))
+    limit = shape_classes.MAX_REDUCED_MEMBER
+    squares = [generator.normal(size=count).astype(np.float32) for count in (limit, limit + 1, 1000)]
+    sums = [(em.tensor(array, device=device) ** 2).sum() for array in squares]
+    em.realize(*sums)
+    for total, array in zip(sums, squares):
+        np.testing.assert_allclose(total.numpy(), np.sum(array.astype(np.float64) ** 2), rtol=1e-5)
+
+
+def test_threads_realizing_flat_batches_at_once_get_their_own_values() -> None:
+    """Four threads each realize elementwise kernels of their own sizes, one structure for all, several times: the
+    classes made and entered under the scheduler's lock serve every thread; each gets numpy's values."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            generator = np.random.default_rng(seed)
+            for round_ in range(3):
+                arrays = [generator.normal(size=100 * seed + 37 * round_ + count).astype(np.float32)
+                          for count in (5, 3000, 70_000)]
+                # (times 2 is exact: c contracts a * b + c into one rounding, numpy rounds twice)
+                results = [em.tensor(array) * 2.0 + 1.0 for array in arrays]
+                em.realize(*results)
+                for result, array in zip(results, arrays):
+                    np.testing.assert_array_equal(result.numpy(), array * np.float32(2.0) + np.float32(1.0))
+        except BaseException as error:  # noqa: BLE001 - reported by the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(1, 5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert shape_classes.FLAT_CLASSES
