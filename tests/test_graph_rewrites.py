@@ -12,6 +12,7 @@ import torch
 
 import ember as em
 from ember.core.ops import Op
+from ember.core.staged_reduce import STAGE_THRESHOLD
 from ember.scheduler.graph_rewrite import rewrite_graph
 from ember.scheduler.placement import place_graph
 from ember.scheduler.program import Launch
@@ -437,3 +438,31 @@ def test_cross_entropy_gradients_lose_their_loop_over_classes(monkeypatch: pytes
     tx = torch.tensor(logits, requires_grad=True)
     (expected,) = torch.autograd.grad(torch.nn.functional.cross_entropy(tx, torch.tensor(targets)), [tx])
     np.testing.assert_allclose(build()[0].numpy(), expected.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_one_hot_sums_over_more_classes_than_65535(rewrites: bool) -> None:
+    """A cross-entropy gradient over 70,000 classes (a language model's vocabulary), targets at the first and last
+    class and ignored ones, as torch's with the rule and without."""
+    rng = np.random.default_rng(6)
+    logits = rng.standard_normal((6, 70_000), dtype=np.float32)
+    targets = np.array([0, 69_999, -100, 12_345, 69_998, -100])
+    x = em.tensor(logits, requires_grad=True)
+    loss = em.nn.functional.cross_entropy(x, em.tensor(targets), ignore_index=-100)
+    (grad,) = em.autograd.grad(loss, [x])  # (realized: its graph is gone, so the rule is checked on the sum below)
+    tx = torch.tensor(logits, requires_grad=True)
+    (expected,) = torch.autograd.grad(torch.nn.functional.cross_entropy(tx, torch.tensor(targets)), [tx])
+    np.testing.assert_allclose(grad.numpy(), expected.numpy(), rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(loss.item(), torch.nn.functional.cross_entropy(tx, torch.tensor(targets)).item(),
+                               rtol=1e-6)
+    # the rule on the one-hot sum itself: at 16,384 classes it fires; past that (staged_reduce.STAGE_THRESHOLD) the
+    # sum is recorded as stages of partial sums, which it does not see through; torch's values bit for bit at both
+    for classes in (STAGE_THRESHOLD, 70_000):
+        index, values = em.tensor(targets % classes), em.tensor(logits[:, :1].copy())
+        hits = (index.reshape(-1, 1) == em.arange(classes).reshape(1, -1)) & (em.tensor(targets) != -100).reshape(-1, 1)
+        summed = em.where(hits, values, 0.0).sum(1)
+        fired = _fired(summed).get("a sum of a one-hot selection of one value")
+        assert fired == (1 if classes <= STAGE_THRESHOLD else None), (classes, fired)  # (_fired: rewrites on)
+        tindex = torch.tensor(targets % classes)
+        thits = (tindex.reshape(-1, 1) == torch.arange(classes).reshape(1, -1)) & (
+            torch.tensor(targets) != -100).reshape(-1, 1)
+        _bits_equal(summed, torch.where(thits, torch.tensor(logits[:, :1].copy()), 0.0).sum(1))
