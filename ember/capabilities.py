@@ -31,6 +31,9 @@ class DeviceInfo:
     # WebGPU adapter such as lavapipe): two such devices share the cores, so splitting work between them gains
     # nothing (sharding/decision.py never does)
     host_cores: bool = False
+    # loop iterations a work item may run in all, where the device ends longer ones (wgpu on Mesa's llvmpipe: 65,535,
+    # wgpu.py's loop_limit); None: no limit. Plans that loop over a whole row keep within it (ir/opt.long_row_loop)
+    max_loop_iterations: int | None = None
     # the renderer runs a plain float32 matmul as packed panels and a register-tiled micro-kernel with its
     # accumulators in vector registers (ir/packed_matmul.py; the c backend's backends/c_matmul.py)
     packed_matmul: bool = False

@@ -230,6 +230,8 @@ class WGPUDevice(Device):
         if not float64:
             unsupported.add(dtypes.float64)
         adapter_info = adapter.info
+        # Mesa's llvmpipe (lavapipe) stops a shader invocation after 65535 loop iterations in all, silently
+        self.loop_limit = LLVMPIPE_LOOP_LIMIT if "llvmpipe" in str(adapter_info.get("device", "")).lower() else None
         max_buffer_bytes = min(limits.get("max-storage-buffer-binding-size", 2**27),
                                limits.get("max-buffer-size", 2**28))
         self.info = DeviceInfo(
@@ -247,13 +249,12 @@ class WGPUDevice(Device):
             max_kernel_buffers=limits.get("max-storage-buffers-per-shader-stage", 8),
             max_buffer_bytes=max_buffer_bytes,
             host_cores=adapter_info.get("adapter_type") == "CPU",
+            max_loop_iterations=self.loop_limit,
             extra={
                 "adapter": f"{adapter_info.get('device', '')} ({adapter_info.get('backend_type', '')})",
                 "features": sorted(features),
             },
         )
-        # Mesa's llvmpipe (lavapipe) stops a shader invocation after 65535 loop iterations in all, silently
-        self.loop_limit = LLVMPIPE_LOOP_LIMIT if "llvmpipe" in str(adapter_info.get("device", "")).lower() else None
         self.pool = WGPUMemoryPool(name, self.device, max_buffer_bytes)
         self.renderer = WGSLRenderer(int64=int64, float64=float64)
         self.queue = WGPUQueue(self.device)
