@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ember.core import dtype as dtypes
-from ember.core.dtype import DType, max_value
+from ember.core.dtype import DType
 from ember.core.graph import Node
+from ember.core.one_hot import one_hot_selection
 from ember.core.ops import Op, reduce_identity
 from ember.core.shapes import prod
 from ember.ir.ir import normalize_constant
@@ -407,37 +408,17 @@ def _exact_float_sum(node: Node, value: float, count: int) -> Node | None:
 
 def _one_hot_sum(rewriter: Rewriter, node: Node) -> Node | None:
     """sum over an axis of where(index == arange, x, +0.0) [the condition maybe and-ed with a mask], where the
-    index, the mask and x are each the same along that axis (broadcast along it): at most one term is not +0.0,
-    so the sum is exactly x + 0.0 where the index is in [0, n) (and the mask holds), else +0.0 (the sum starts from
-    +0.0: -0.0 sums to +0.0, NaN and inf stay). A classifier's cross-entropy gradient sums its one-hot target over
-    the classes this way (log_softmax's backward): a loop over every class per row becomes a select."""
+    index, the mask and x are each the same along that axis (broadcast along it: core/one_hot.py): at most one term
+    is not +0.0, so the sum is exactly x + 0.0 where the index is in [0, n) (and the mask holds), else +0.0 (the
+    sum starts from +0.0: -0.0 sums to +0.0, NaN and inf stay). A classifier's cross-entropy gradient sums its
+    one-hot target over the classes this way (log_softmax's backward): a loop over every class per row becomes a
+    select."""
     if len(node.arg) != 1 or not node.dtype.is_float:
         return None
-    axis = node.arg[0]
-    select = node.srcs[0]
-    if select.op is not Op.WHERE or not _is_zero_of_sign(select.srcs[2], negative=False):
+    found = one_hot_selection(node.srcs[0], node.arg[0])
+    if found is None:
         return None
-    condition, value = select.srcs[0], select.srcs[1]
-    picked = _along(value, axis)
-    if picked is None:
-        return None
-    mask = None
-    if condition.op is Op.AND:
-        first, second = condition.srcs
-        if first.op is Op.CMPEQ and (mask := _along(second, axis)) is not None:
-            condition = first
-        elif second.op is Op.CMPEQ and (mask := _along(first, axis)) is not None:
-            condition = second
-        else:
-            return None
-    if condition.op is not Op.CMPEQ:
-        return None
-    first, second = condition.srcs
-    index = (_along(first, axis) if _arange_along(second, axis) else
-             _along(second, axis) if _arange_along(first, axis) else None)
-    count = select.shape[axis]
-    if index is None or not index.dtype.is_int or count > max_value(index.dtype):
-        return None
+    index, count, mask = found.index, found.count, found.mask
     shape, device, flags = node.shape, node.device, dtypes.bool_
     below = rewriter.make(Op.CMPLT, (index, Node(CONST, (), 0, shape, index.dtype, device)), None, shape, flags, device)
     above = rewriter.make(Op.CMPLT, (index, Node(CONST, (), count, shape, index.dtype, device)), None, shape, flags,
@@ -446,27 +427,8 @@ def _one_hot_sum(rewriter: Rewriter, node: Node) -> Node | None:
                          flags, device)
     if mask is not None:
         held = rewriter.make(Op.AND, (held, mask), None, shape, flags, device)
-    summed = rewriter.make(Op.ADD, (picked, _constant(picked, 0.0)), None, shape, node.dtype, device)
+    summed = rewriter.make(Op.ADD, (found.value, _constant(found.value, 0.0)), None, shape, node.dtype, device)
     return rewriter.make(Op.WHERE, (held, summed, _constant(node, 0.0)), None, shape, node.dtype, device)
-
-
-def _along(node: Node, axis: int) -> Node | None:
-    """The value `node` broadcasts along `axis` (of size 1 there), or None where it may differ along it."""
-    if node.op is Op.EXPAND and node.srcs[0].shape[axis] == 1:
-        return node.srcs[0]
-    if node.op is CONST:
-        return Node(CONST, (), node.arg, node.shape[:axis] + (1,) + node.shape[axis + 1:], node.dtype, node.device)
-    return None
-
-
-def _arange_along(node: Node, axis: int) -> bool:
-    """Whether `node` is 0, 1, ..., n - 1 along `axis` (n its size there), the same along every other axis."""
-    count = node.shape[axis]
-    if node.op is Op.EXPAND:
-        node = node.srcs[0]
-    if node.op is Op.RESHAPE and node.shape[axis] == count == prod(node.shape):
-        node = node.srcs[0]
-    return node.op is Op.ARANGE and node.shape == (count,)
 
 
 # ---- the distributive law (integers) ------------------------------------------------------------------------------
