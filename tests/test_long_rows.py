@@ -1,7 +1,8 @@
 """Long rows that are not a whole number of vectors (a vocabulary of 50,257 logits, rows of 1,001): elementwise kernels
-loop over each row on a CPU (ir/opt.long_row_loop), and the first stage of a long reduce reduces its whole chunks
-without masks and the elements after them on their own (core/staged_reduce._chunks_and_tail); values against torch
-on every device, NaN and inf included."""
+loop over each row on a CPU (ir/opt.long_row_loop), a reduce's lanes take the whole vectors and a short loop the rest
+(ir/lower.Lowerer._lower_reduce), and the first stage of a long reduce reduces its whole chunks without masks and the
+elements after them on their own (core/staged_reduce._chunks_and_tail); values against torch on every device, NaN
+and inf included."""
 
 from __future__ import annotations
 
@@ -47,6 +48,15 @@ def test_the_first_stage_of_a_long_sum_loads_no_mask() -> None:
     assert "< 17;" in tail
 
 
+def test_a_row_reduce_that_vectors_do_not_divide_takes_vectors_and_a_tail() -> None:
+    source = rendered_c(_dummy(64, 1003).sum(1))  # 125 vectors of 8 lanes, then 3 elements
+    assert "ember_float32x8 acc" in source and "loop1 < 125;" in source and "loop2 < 3;" in source
+    assert "(loop2+1000)" in source
+    softmax = rendered_c(_dummy(64, 1003).softmax(1))  # one kernel, its max and its sum in lanes
+    assert softmax.count("void ") == 1 and softmax.count("ember_float32x8 acc") == 2
+    assert "ember_float32x" not in rendered_c(_dummy(64, 17).sum(1))  # a short row: one scalar loop
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_elementwise_ops_on_long_odd_rows_match_torch(device: str, shape: tuple[int, ...]) -> None:
     rng = np.random.default_rng(len(shape) + shape[-1])
@@ -67,7 +77,7 @@ def test_elementwise_ops_on_long_odd_rows_match_torch(device: str, shape: tuple[
                                       (torch.tensor(flipped).T + tx).numpy())
 
 
-@pytest.mark.parametrize("extent", [STAGE_THRESHOLD + 1, 50_257, 100_003])
+@pytest.mark.parametrize("extent", [1003, 4099, STAGE_THRESHOLD + 1, 50_257, 100_003])
 def test_long_reduces_with_a_tail_match_torch(device: str, extent: int) -> None:
     rng = np.random.default_rng(extent)
     values = rng.standard_normal((3, extent)).astype(np.float32)
