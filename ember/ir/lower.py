@@ -29,7 +29,8 @@ INT32_LIMIT = 2**31 - 1
 # a workgroup kernel's rows of at most this many elements per work item are unrolled (ir/group_reduce.py): each
 # element one load shared by every pass over the row (softmax's max, sum and output), kept in registers
 UNROLLED_ROW_STEPS = 16
-TAILED_LANES = 4  # lanes a reduce's axis holds at least before lanes take it with a tail (_lower_reduce)
+TAILED_LANES = 16  # vectors a reduce's axis holds at least before lanes take it with a tail (_lower_reduce): a
+# short reduce (a normalization statistic's staged chunks of 66) keeps its one sequential loop, and its rounding
 RUNTIME_SIZE_ESTIMATE = 64  # what loop-work estimates take a loop over a size known only at launch to run
 # lowering one step: yields (source position, index, valid) for each source value it needs, returns its IR value
 Lowering = Generator[tuple[int, tuple[IRNode, ...], IRNode | None], IRNode, IRNode]
@@ -162,11 +163,13 @@ class Lowerer:
         if self.group is not None:
             return (yield from self._lower_group_reduce(position, step, index, valid))
         lanes = self.reduce_lanes
-        # an axis that `lanes` divides, or one of TAILED_LANES * lanes elements or more, whose last size % lanes
+        # an axis that `lanes` divides, else one of TAILED_LANES * lanes elements or more, whose last size % lanes
         # elements are then a short reduce of their own (a row of 1,001 summed in 16 lanes and a tail of 9: 256 rows
         # on 2 cores 104 -> 13 us; a row of 17 stays one scalar loop)
-        split = [axis for axis in step.arg if source_shape[axis] % lanes == 0 and source_shape[axis] >= lanes or (
-            isinstance(source_shape[axis], int) and source_shape[axis] >= TAILED_LANES * lanes)] if lanes > 1 else []
+        split = [axis for axis in step.arg if source_shape[axis] % lanes == 0 and source_shape[axis] >= lanes
+                 ] if lanes > 1 else []
+        split = split or [axis for axis in step.arg if lanes > 1 and isinstance(source_shape[axis], int)
+                          and source_shape[axis] >= TAILED_LANES * lanes]  # (an axis lanes divide first)
         split_axis = split[-1] if split else None
         tail = source_shape[split_axis] % lanes if split_axis is not None and isinstance(
             source_shape[split_axis], int) else 0
