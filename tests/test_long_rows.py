@@ -120,3 +120,24 @@ def test_cross_entropy_over_a_vocabulary_of_50257_matches_torch(device: str) -> 
     np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-6)
     assert x.grad is not None and tx.grad is not None
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-10)
+
+
+@pytest.mark.parametrize("length", [65, 257, 1001, 20_003])
+def test_scans_of_long_rows_match_torch(device: str, length: int) -> None:
+    """cumsum, cumprod and logcumsumexp in blocks (reductions.SCAN_BLOCK) and their totals' scans, against torch's
+    float64; a NaN part-way along a row is carried to its end."""
+    rng = np.random.default_rng(length)
+    values = rng.standard_normal((3, length)).astype(np.float32)
+    x, t = em.tensor(values, device=device), torch.tensor(values, dtype=torch.float64)
+    scale = np.sqrt(length)
+    np.testing.assert_allclose(x.cumsum(1).numpy(), t.cumsum(1).numpy(), rtol=1e-5, atol=2e-6 * scale)
+    np.testing.assert_allclose(x.cumsum(0).numpy(), t.cumsum(0).numpy(), rtol=1e-5, atol=1e-5)
+    near_one = (values * 1e-3 + 1).astype(np.float32)
+    np.testing.assert_allclose(em.tensor(near_one, device=device).cumprod(1).numpy(),
+                               torch.tensor(near_one, dtype=torch.float64).cumprod(1).numpy(), rtol=2e-5)
+    np.testing.assert_allclose(x.logcumsumexp(1).numpy(), t.logcumsumexp(1).numpy(), rtol=1e-5, atol=1e-5)
+    values[1, length // 2] = np.nan
+    scanned = em.tensor(values, device=device).cumsum(1).numpy()
+    assert np.isnan(scanned[1, length // 2:]).all() and not np.isnan(scanned[1, :length // 2]).any()
+    integers = rng.integers(-1000, 1000, (2, length))
+    np.testing.assert_array_equal(em.tensor(integers, device=device).cumsum(1).numpy(), integers.cumsum(1))

@@ -381,8 +381,12 @@ def _scan(source: Tensor, dim: int, op: Op, name: str) -> Tensor:
     return _scan_last(source.transpose(axis, -1), *_combined(op, identity)).transpose(axis, -1)
 
 
-SCAN_WINDOW_LIMIT = 256  # a scan of up to this many elements is one reduce over prefix windows: O(n^2) work
-SCAN_BLOCK = 64  # a longer one scans blocks of this many that way, then the blocks' totals: O(n * SCAN_BLOCK)
+# a scan of up to SCAN_WINDOW_LIMIT elements is one reduce over prefix windows: O(n^2) work; a longer one scans blocks
+# of SCAN_BLOCK that way, then the blocks' totals: O(n * SCAN_BLOCK). At 256 and 64, a cumsum over 512 rows of 256
+# took 17.5 ms, of 64 rows of 1,001 2.4 ms, of 4 rows of 100,000 7.6 ms; at 64 and 16, 0.83, 0.92 and 2.1 ms (2
+# cores; the same error against torch's float64 within 10-20%)
+SCAN_WINDOW_LIMIT = 64
+SCAN_BLOCK = 16
 _COMBINE_OPS = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.REDUCE_MAX: Op.MAX}
 
 
