@@ -141,3 +141,16 @@ def test_scans_of_long_rows_match_torch(device: str, length: int) -> None:
     assert np.isnan(scanned[1, length // 2:]).all() and not np.isnan(scanned[1, :length // 2]).any()
     integers = rng.integers(-1000, 1000, (2, length))
     np.testing.assert_array_equal(em.tensor(integers, device=device).cumsum(1).numpy(), integers.cumsum(1))
+
+
+def test_a_sum_of_twenty_million_values_with_a_tail_matches_float64(device: str) -> None:
+    """20,000,003 values (a first stage of 312,500 whole chunks and a tail of 3, the largest value in the tail): the
+    staged sum, maximum and argmax against numpy's float64, and a NaN in the tail."""
+    rng = np.random.default_rng(7)
+    values = rng.standard_normal(20_000_003).astype(np.float32)
+    values[-2] = 50.0
+    x = em.tensor(values, device=device).realize()
+    assert abs(x.sum().item() - values.sum(dtype=np.float64)) <= 1e-6 * np.abs(values).sum(dtype=np.float64)
+    assert x.max().item() == 50.0 and x.argmax().item() == 20_000_001
+    values[-1] = np.nan
+    assert np.isnan(em.tensor(values, device=device).sum().item())

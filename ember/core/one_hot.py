@@ -30,30 +30,30 @@ def one_hot_selection(select: Node, axis: int) -> OneHot | None:
     if select.op is not Op.WHERE or not select.dtype.is_float or not _positive_zero(select.srcs[2]):
         return None
     condition, value = select.srcs[0], select.srcs[1]
-    picked = along(value, axis)
+    picked = _along(value, axis)
     if picked is None:
         return None
     mask = None
     if condition.op is Op.AND:
         first, second = condition.srcs
-        if first.op is Op.CMPEQ and (mask := along(second, axis)) is not None:
+        if first.op is Op.CMPEQ and (mask := _along(second, axis)) is not None:
             condition = first
-        elif second.op is Op.CMPEQ and (mask := along(first, axis)) is not None:
+        elif second.op is Op.CMPEQ and (mask := _along(first, axis)) is not None:
             condition = second
         else:
             return None
     if condition.op is not Op.CMPEQ:
         return None
     first, second = condition.srcs
-    index = (along(first, axis) if _arange_along(second, axis) else
-             along(second, axis) if _arange_along(first, axis) else None)
+    index = (_along(first, axis) if _arange_along(second, axis) else
+             _along(second, axis) if _arange_along(first, axis) else None)
     count = select.shape[axis]
     if index is None or not index.dtype.is_int or count > max_value(index.dtype):
         return None
     return OneHot(picked, index, mask, count)
 
 
-def along(node: Node, axis: int) -> Node | None:
+def _along(node: Node, axis: int) -> Node | None:
     """The value `node` broadcasts along `axis` (of size 1 there), or None where it may differ along it."""
     if node.op is Op.EXPAND and node.srcs[0].shape[axis] == 1:
         return node.srcs[0]

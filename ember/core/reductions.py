@@ -11,7 +11,7 @@ from ember.core.dtype import DType, to_dtype
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, AxisError, DTypeError, ShapeError
 from ember.core.half_precision import HALF_TYPES, computed_in_float32
-from ember.core.ops import Op, reduce_identity
+from ember.core.ops import REDUCE_COMBINE, Op, reduce_identity
 from ember.core.shapes import normalize_dim, normalize_dims, prod
 from ember.core.staged_reduce import reduce_axes
 from ember.core.tensor_base import TensorBase
@@ -387,13 +387,12 @@ def _scan(source: Tensor, dim: int, op: Op, name: str) -> Tensor:
 # cores; the same error against torch's float64 within 10-20%)
 SCAN_WINDOW_LIMIT = 64
 SCAN_BLOCK = 16
-_COMBINE_OPS = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.REDUCE_MAX: Op.MAX}
 
 
 def _combined(op: Op, identity: Any) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor], Any]:
     """The (windowed scan, combine, identity) of `_scan_last` for a reduce op: SUM, PROD or REDUCE_MAX."""
     return (lambda block: _prefix_windows(block, identity)._reduce_axes(op, (block.ndim,), False),
-            lambda left, right: left._apply(_COMBINE_OPS[op], right), identity)
+            lambda left, right: left._apply(REDUCE_COMBINE[op], right), identity)
 
 
 def _scan_last(moved: Tensor, windowed: Callable[[Tensor], Tensor], combine: Callable[[Tensor, Tensor], Tensor],

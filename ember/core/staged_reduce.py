@@ -28,7 +28,7 @@ from ember.context import CONTEXT
 from ember.core import dtype as dtypes
 from ember.core.half_precision import HALF_TYPES
 from ember.core.one_hot import one_hot_selection
-from ember.core.ops import Op, reduce_identity
+from ember.core.ops import REDUCE_COMBINE, Op, reduce_identity
 from ember.core import runtime
 from ember.core.shapes import prod
 
@@ -179,8 +179,7 @@ def _chunks_and_tail(current: Tensor, op: Op, kept_shape: tuple[int, ...], exten
         identity = -0.0
     main = main._apply(Op.PAD, arg=(((0, 0),) * rank + ((0, 1),), identity))
     tail = tail._apply(Op.PAD, arg=(((0, 0),) * rank + ((whole, 0),), identity))
-    combine = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.REDUCE_MAX: Op.MAX}[op]
-    return main._apply(combine, tail)
+    return main._apply(REDUCE_COMBINE[op], tail)
 
 
 def _parts_first(tensor: Tensor, axes: tuple[int, ...]) -> bool:
