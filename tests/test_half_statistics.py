@@ -72,3 +72,25 @@ def test_half_sum_past_the_largest_float16_is_inf_like_torch(device: str) -> Non
     assert np.isinf(em.tensor(ones, device=device).sum().float().item())
     assert em.tensor(ones[:60_000], device=device).sum().item() == 60_000
     assert em.tensor(ones, device=device).mean().item() == 1.0
+
+
+def test_float16_results_read_back_as_float32_round_and_overflow_like_torch(device: str) -> None:
+    """A float16 value used as float32 in the kernel that makes it is rounded to float16 first: row sums of 4 rows
+    (a loop gcc's vectorizer takes 4 at a time), past 65,504 (inf) and between float16's values. gcc 12's -O3 at
+    -march=native dropped the round trip where the CPU has AVX512-FP16 (backends/c.py half_precision_flags)."""
+    require_dtypes(device, em.float16, em.bfloat16)
+    rows = np.array([[14_300.0] * 7, [0.1] * 7, [-14_300.0] * 7, [1 / 3] * 7], np.float32)
+    for ember_dtype, torch_dtype in [(em.float16, torch.float16), (em.bfloat16, torch.bfloat16)]:
+        actual = em.tensor(rows, device=device).sum(1).to(ember_dtype).float().numpy()
+        expected = torch.from_numpy(rows).sum(1).to(torch_dtype).float().numpy()
+        np.testing.assert_array_equal(actual, expected, err_msg=f"{ember_dtype}")
+
+
+def test_c_kernels_are_built_without_avx512_fp16_where_the_compiler_targets_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ember.backends import c as c_backend
+
+    for traits, expected in [({"__AVX512F__", "__AVX512FP16__", "__GNUC__"}, True),
+                             ({"__AVX512F__", "__GNUC__"}, False)]:
+        monkeypatch.setattr(c_backend, "compiler_traits", lambda compiler, found=frozenset(traits): found)
+        assert ("-mno-avx512fp16" in c_backend.compiler_command()) == expected
+        assert ("-mno-avx512fp16" in c_backend.quick_compiler_command()) == expected

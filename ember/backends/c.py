@@ -769,8 +769,16 @@ MAX_JOINED_NODES = 400  # ... but SCALAR kernels of fewer IR nodes than this in 
 def plain_compiler_command(level: tuple[str, ...] = ("-O3",)) -> list[str]:
     """compiler_command at `level` without SCHEDULING_FLAGS."""
     compiler = os.environ.get("CC", "cc")
-    return [compiler, *level, "-pipe", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno",
-            "-fno-trapping-math", "-fno-thread-jumps", "-fno-tree-loop-if-convert"]
+    return [compiler, *level, "-pipe", "-march=native", *half_precision_flags(compiler), "-fopenmp", "-fPIC",
+            "-shared", "-fno-math-errno", "-fno-trapping-math", "-fno-thread-jumps", "-fno-tree-loop-if-convert"]
+
+
+def half_precision_flags(compiler: str) -> tuple[str, ...]:
+    """-mno-avx512fp16 where `compiler -march=native` targets AVX512-FP16 (Intel's Sapphire Rapids and later): there
+    gcc 12's -O3 vectorizer drops a float32 -> float16 -> float32 round trip (a float16 sum cast back to float32
+    kept 100,100, not float16's inf). Without the instructions, float16 values are converted with F16C's, as on
+    every other x86 CPU, and computed in float32."""
+    return ("-mno-avx512fp16",) if "__AVX512FP16__" in compiler_traits(compiler) else ()
 
 
 def build_class(kernel: KernelIR) -> str:
@@ -845,7 +853,7 @@ def _is_gcc(compiler: str) -> bool:
     return "__GNUC__" in traits and "__clang__" not in traits
 
 
-TRAIT_MACROS = ("__AVX512F__", "__GNUC__", "__clang__")  # what compiler_traits reports
+TRAIT_MACROS = ("__AVX512F__", "__AVX512FP16__", "__GNUC__", "__clang__")  # what compiler_traits reports
 
 
 @functools.cache
@@ -858,7 +866,7 @@ def compiler_traits(compiler: str) -> frozenset[str]:
         stamp = os.stat(executable).st_mtime_ns
     except OSError:
         stamp = 0
-    key = f"{executable}|{stamp}|{_cpu_model()}|{_cpu_flags()}"
+    key = f"{executable}|{stamp}|{_cpu_model()}|{_cpu_flags()}|{' '.join(TRAIT_MACROS)}"
     known = cache.load("c-traits", key)
     if known is not None:
         return frozenset(known.decode().split())
