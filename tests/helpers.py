@@ -171,3 +171,24 @@ def unbound_launches(capture: Any, bound: Any) -> list[int]:
             covered.add(position)
     return [position for position, command in enumerate(capture.program.commands)
             if isinstance(command, Launch) and position not in covered]
+
+
+def compiled_sizes() -> dict[int, tuple[Any, int]]:
+    """The sizes buffers the compile cache keeps with its shape-class members' kernels (scheduler/shape_classes.py:
+    each member launch's global size and variable values, a few bytes of device memory made when the member is
+    compiled and kept as its code is), by id of their pool handle: (handle, bytes). Tests that count a pool's bytes
+    allow for those the cache made or dropped meanwhile: whether a kernel compiles as a member depends on the
+    structures earlier tests met, and a full cache drops old members as it takes new ones."""
+    from ember.scheduler import compile_cache
+    from ember.scheduler.shape_classes import SizedProgram
+
+    return {id(compiled.program.sizes.handle): (compiled.program.sizes.handle, compiled.program.sizes.nbytes)
+            for compiled in list(compile_cache.COMPILED.entries.values()) if isinstance(compiled.program, SizedProgram)}
+
+
+def compiled_sizes_change(before: dict[int, tuple[Any, int]]) -> int:
+    """Bytes of shape-class sizes buffers the compile cache took since `before` (compiled_sizes()), less those it
+    dropped."""
+    after = compiled_sizes()
+    return (sum(nbytes for key, (_, nbytes) in after.items() if key not in before)
+            - sum(nbytes for key, (_, nbytes) in before.items() if key not in after))

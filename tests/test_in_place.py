@@ -12,11 +12,9 @@ import torch
 
 import ember as em
 from ember import optim
-from ember.scheduler import compile_cache
 from ember.scheduler.buffers import release_finished
 from ember.scheduler.devices import get_device
-from ember.scheduler.shape_classes import SizedProgram
-from tests.helpers import assert_close
+from tests.helpers import assert_close, compiled_sizes, compiled_sizes_change
 
 OPTIMIZERS = [
     ("SGD", {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01}),
@@ -29,14 +27,6 @@ OPTIMIZERS = [
 
 def _buffers(tensors: list[em.Tensor]) -> list[Any]:
     return [tensor.node.buffer for tensor in tensors]
-
-
-def _class_sizes() -> dict[int, int]:
-    """The sizes buffers of the compiled kernels that launch a shape class's kernel (scheduler/shape_classes.py:
-    the flat updates of parameters of several shapes share one), by id: made when a kernel is compiled, and kept
-    with it, as its code is."""
-    return {id(compiled.program.sizes): compiled.program.sizes.nbytes for compiled in compile_cache.COMPILED.entries.values()
-            if isinstance(compiled.program, SizedProgram)}
 
 
 @pytest.mark.parametrize(("name", "options"), OPTIMIZERS, ids=[name for name, _ in OPTIMIZERS])
@@ -59,7 +49,7 @@ def test_optimizer_step_updates_parameters_and_state_in_place(name: str, options
         gc.collect()  # tensors of earlier tests in reference cycles must not be freed during the step measured
         release_finished(wait=True)  # buffers dropped while kernels still read them are counted until these finish
         parameters_before, state_before, used_before = _buffers(ember_parameters), _buffers(state), pool.used_bytes
-        sizes_before = _class_sizes()
+        sizes_before = compiled_sizes()
         gc.disable()  # and none during it
         try:
             ember_optimizer.step()
@@ -80,8 +70,8 @@ def test_optimizer_step_updates_parameters_and_state_in_place(name: str, options
             recorded = [buffer.nbytes for jitted in ember_optimizer._replays.recorded.values()
                         if jitted is not None and jitted.capture is not None and jitted.replays == 0
                         for buffer in jitted.capture.buffers if buffer is not None]
-            compiled = [nbytes for key, nbytes in _class_sizes().items() if key not in sizes_before]
-            assert pool.used_bytes == used_before + sum(recorded) + sum(compiled), (
+            compiled = compiled_sizes_change(sizes_before)  # (less those of members a full cache dropped)
+            assert pool.used_bytes == used_before + sum(recorded) + compiled, (
                 step, pool.used_bytes, used_before, recorded, compiled)
 
 

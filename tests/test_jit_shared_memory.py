@@ -18,7 +18,7 @@ from ember.capture.arena import ArenaView
 from ember.capture.shared_arena import DEFAULT_POOL
 from ember.scheduler.buffers import release_finished
 from ember.scheduler.devices import get_device
-from tests.helpers import assert_close
+from tests.helpers import assert_close, compiled_sizes, compiled_sizes_change
 from tests.test_jit_arena import queued  # noqa: F401 - the deferred-command device with views, as a fixture
 
 ROWS = 6
@@ -145,7 +145,7 @@ def test_interleaved_calls_keep_every_result_and_state(device: str, order: tuple
 def test_jitted_functions_share_by_default_and_memory_goes_with_them(device: str) -> None:
     gc.collect()
     release_finished(wait=True)
-    before = get_device(device).pool.used_bytes
+    before, sizes_before = get_device(device).pool.used_bytes, compiled_sizes()
     functions, state = _jitted(device, None)
     for function in functions:
         for seed in range(3):
@@ -159,7 +159,8 @@ def test_jitted_functions_share_by_default_and_memory_goes_with_them(device: str
     del functions, function, state
     gc.collect()
     release_finished(wait=True)
-    assert get_device(device).pool.used_bytes <= before  # the captures and their shared memory are gone
+    # the captures and their shared memory are gone (kernels compiled as shape classes' members keep their sizes)
+    assert get_device(device).pool.used_bytes <= before + compiled_sizes_change(sizes_before)
 
 
 def test_memory_pool_must_be_a_pool() -> None:
