@@ -5,6 +5,8 @@ inputs of another signature capture again or raise; what a capture fixes (Python
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import numpy as np
@@ -13,6 +15,7 @@ import torch
 
 import ember as em
 from ember.scheduler import buffers, compile_cache, schedule
+from ember.scheduler.buffers import buffer_of
 from ember.scheduler.devices import get_device
 from ember.backends.c import JoinedCLaunches
 from ember.capture.jit import JitError
@@ -109,24 +112,42 @@ def test_inputs_passed_again_bind_every_launch_and_new_inputs_are_read_by_the_re
     for step in range(4):  # a new input at each call (the last one freed: its id and memory may be the next one's)
         inputs = _batch(step)[0]
         assert_close(predict(em.tensor(inputs, device=device), em.tensor([1.5], device=device)), expected(inputs, 1.5))
-    assert predict.capture is not None and predict.capture.bound_with_inputs is None
+    capture = predict.capture
+    assert capture is not None and capture.bound_with_inputs is None
+    input_slot = capture.input_slots[0][1]
+    # where launches are pointed at each replay's inputs in place (c), every launch is bound, and a new input is
+    # not held after its replay
+    rebinding = capture.rebinding is not None
+    assert rebinding == device.startswith("c:")
+    if rebinding:
+        assert capture.pointed[input_slot] is None
     staged = em.tensor(_batch(0)[0], device=device).realize()
     scale = em.tensor([1.5], device=device).realize()
     for step in range(6):
         inputs = _batch(step)[0]
         buffers.write_node(staged.node, inputs)
         assert_close(predict(staged, scale), expected(inputs, 1.5))
-    capture = predict.capture
-    assert capture is not None and capture.bound is not None and capture.bound_with_inputs is not None
-    # (the launches over fixed slots alone leave those reading an input unbound; with the inputs, none is)
-    assert unbound_launches(capture, capture.bound) and not unbound_launches(capture, capture.bound_with_inputs)
+    assert capture.bound is not None
+    if rebinding:
+        assert capture.rebinding is not None and not unbound_launches(capture, capture.rebinding[0])
+        assert capture.pointed[input_slot] is buffer_of(staged.node)  # (passed again: stays bound)
+    else:  # (the launches over fixed slots alone leave those reading an input unbound; with the inputs, none is)
+        assert capture.bound_with_inputs is not None
+        assert unbound_launches(capture, capture.bound) and not unbound_launches(capture, capture.bound_with_inputs)
     other = em.tensor(_batch(7)[0], device=device).realize()  # another input: read, not the bound one
     assert_close(predict(other, scale), expected(_batch(7)[0], 1.5))
-    assert capture.bound_with_inputs is None and not capture.bound_inputs  # (the staged input is not held)
+    if rebinding:  # (neither the staged input nor the new one is held)
+        assert capture.pointed[input_slot] is None
+    else:
+        assert capture.bound_with_inputs is None and not capture.bound_inputs  # (the staged input is not held)
+    held = weakref.ref(buffer_of(other.node))
     assert_close(predict(other, em.tensor([0.5], device=device)), expected(_batch(7)[0], 0.5))
+    del other
     buffers.write_node(staged.node, _batch(8)[0])
     for _ in range(3):  # the first input again: bound again, its new values read
         assert_close(predict(staged, scale), expected(_batch(8)[0], 1.5))
+    gc.collect()
+    assert held() is None  # (an input passed again is held only until a replay gets another)
 
 
 def _train_step(model: Any, optimizer: Any, inputs: Any, targets: Any) -> Any:
@@ -383,3 +404,29 @@ def test_the_leaves_of_arguments_are_flattens_in_its_order() -> None:
     for value in [((1, [2, {"b": 3, "a": (4, tensor)}]), {}), pair_type([5], {"x": None}), [], (((),),), 7]:
         leaves, _ = _flatten(value)
         assert [id(leaf) for leaf in _leaves(value)] == [id(leaf) for leaf in leaves]
+
+
+def test_replays_read_a_new_input_in_every_kind_of_launch(device: str) -> None:
+    """A new input at each call, read by a packed matmul and, at an offset, by a kernel launched with a view of it
+    (input_views.py): each replay reads its own input (on c, every launch stays bound: the launches touching the
+    input are pointed at it in place, Program.rebind)."""
+    weight = np.random.default_rng(0).standard_normal((512, 384)).astype(np.float32)
+    ember_weight = em.tensor(weight, device=device).realize()
+
+    @em.jit
+    def function(inputs: em.Tensor) -> em.Tensor:
+        return (inputs @ ember_weight).relu().sum(0) + inputs[3, :384]
+
+    for call in range(5):
+        inputs = np.random.default_rng(call).standard_normal((256, 512)).astype(np.float32)
+        expected = np.maximum(inputs.astype(np.float64) @ weight, 0).sum(0) + inputs[3, :384]
+        np.testing.assert_allclose(function(em.tensor(inputs, device=device)).numpy(), expected, rtol=1e-4, atol=1e-2)
+    capture = function.capture
+    assert capture is not None
+    if device.startswith("c:"):
+        from ember.backends.c import PackedCProgram
+        from ember.scheduler.input_views import ViewedProgram
+
+        assert capture.rebinding is not None and not unbound_launches(capture, capture.rebinding[0])
+        kinds = {type(program) for targets in capture.rebinding[1].values() for program, _, _ in targets}
+        assert PackedCProgram in kinds and ViewedProgram in kinds

@@ -250,6 +250,14 @@ class Program(ABC):
         backend converts the handles once where that costs (c: the pointers)."""
         return lambda wait_for: self(buffers, global_size, wait_for)
 
+    def rebind(self, bound: Any, index: int, handle: Any) -> bool:
+        """Point `bound`, a launch this program's `bind` made, at `handle` as its buffer `index` (0 the output, then
+        the inputs), in place: a replay whose inputs are new buffers at each call (a batch, an optimizer step's
+        gradients) keeps its launches bound and joined. `handle` None leaves the launch holding nothing there (it
+        must be pointed at a buffer again before it runs). False where the program cannot (the default): the
+        caller launches with the new buffers instead."""
+        return False
+
 
 Key = TypeVar("Key")
 Value = TypeVar("Value")

@@ -580,6 +580,16 @@ class CProgram(Program):
     def bind(self, buffers: list[Any], global_size: int) -> Callable[[tuple[Event, ...]], Event]:
         return BoundCLaunch(self, buffers)
 
+    def rebind(self, bound: Any, index: int, handle: Any) -> bool:
+        if bound.__class__ is not BoundCLaunch or bound.program is not self:
+            return False
+        bound.point(index, handle, self.pointer_positions(index))
+        return True
+
+    def pointer_positions(self, index: int) -> tuple[int, ...]:
+        """Where the address of the launch's buffer `index` is among the function's arguments."""
+        return (index,)
+
 
 class PackedCProgram(CProgram):
     """A packed matmul (ir/packed_matmul.py): a call of its micro-kernel tile's library function (c_matmul.py,
@@ -603,6 +613,9 @@ class PackedCProgram(CProgram):
     def _call(self, buffers: list[Any]) -> None:
         self.function(*self.pointers(buffers))
 
+    def pointer_positions(self, index: int) -> tuple[int, ...]:
+        return tuple(position for position, operand in enumerate(self.operands, start=1) if operand == index)
+
 
 class BoundCLaunch:
     """A CProgram's launch with fixed buffers (Program.bind): the pointers converted once, and the `void *` array
@@ -616,6 +629,19 @@ class BoundCLaunch:
         self.arguments = (ctypes.c_void_p * len(self.pointers))(*self.pointers)
         self.count = len(self.pointers)
         self.ranges = [_memory(handle) for handle in buffers]
+
+    def point(self, index: int, handle: Any, positions: tuple[int, ...]) -> None:
+        """Make buffer `index` `handle`, whose address is the function's arguments at `positions` (CProgram.rebind);
+        None holds no buffer there (the arguments keep the last address until the next handle)."""
+        self.buffers[index] = handle
+        if handle is None:
+            self.ranges[index] = (0, 0)
+            return
+        address = _pointer(handle)
+        self.ranges[index] = (address, address + handle.nbytes)
+        for position in positions:
+            self.pointers[position] = address
+            self.arguments[position] = address
 
     def __call__(self, wait_for: tuple[Event, ...]) -> Event:
         program = self.program

@@ -25,7 +25,7 @@ from ember.scheduler.buffers import Buffer, buffer_of, pending
 from ember.scheduler.lock import SCHEDULER_LOCK
 from ember.capture.recording import Recorder
 from ember.scheduler.executor import BoundLaunch, JoinedLaunches, execute
-from ember.scheduler.launch_plan import bind_buffers
+from ember.scheduler.launch_plan import Rebinding, bind_buffers, bind_rebindable
 from ember.scheduler.parallel import replay_gathers
 from ember.settings import CONFIG
 from ember.scheduler.program import CommandProgram, Copy, Launch, LaunchBinding
@@ -67,6 +67,16 @@ class Capture:
     bound_with_inputs: list[BoundLaunch | JoinedLaunches | None] | None = None
     bound_inputs: tuple[Buffer, ...] = ()
     last_inputs: tuple[weakref.ref[Buffer], ...] = ()
+    # where every launch touching an input can be pointed at the input's buffer in place (launch_plan.
+    # bind_rebindable; c): every launch bound and joined, made with `bound` (`rebinding_refused`: the device cannot);
+    # `pointed`, per input slot, the buffer its launches point at (None: none). Before a replay, the slots whose
+    # buffer is another are pointed at it; after it, those whose buffer was not the last replay's too (a new batch
+    # at each call) are pointed at none, so that the capture does not hold them, while inputs passed again (state,
+    # an optimizer's parameters) stay bound
+    rebinding: Rebinding | None = None
+    rebinding_refused: bool = False
+    pointed: dict[int, Buffer | None] = field(default_factory=dict)
+    new_inputs: list[int] = field(default_factory=list)  # the input slots of the replay running that are new
     memory_pool: JitMemoryPool | None = None  # where the intermediates live (shared with other captures)
     shared_memories: list[Any] = field(default_factory=list)  # the pool's memory of each device it uses
 
@@ -214,9 +224,12 @@ class Jitted:
             if capture.bound is None:
                 capture.bound = bind_buffers(capture.program, capture.bindings, capture.buffers)
                 capture.bound_with_inputs, capture.bound_inputs = None, ()
+                capture.rebinding, capture.rebinding_refused, capture.pointed = None, False, {}
             bound = _bound_for_inputs(capture, buffers) if capture.input_slots else capture.bound
             unfinished = execute(capture.program.commands, capture.bindings, buffers, bound=bound,
                                  gather=CONFIG.parallel_kernels and replay_gathers(capture.program))
+            if capture.rebinding is not None and not unfinished:
+                _release_new_inputs(capture)
             capture.memory_pool.leave(capture, unfinished)
         self.replays += 1
         for slot, describe in capture.checks:  # value checks (core/checks.py) raise as they would without jit
@@ -245,11 +258,31 @@ class Jitted:
 
 
 def _bound_for_inputs(capture: Capture, buffers: list[Buffer | None]) -> list[BoundLaunch | JoinedLaunches | None]:
-    """The launches of a replay whose input buffers are `buffers`' input slots: every launch bound (and joined), when
-    these are the buffers of the last replay too (state passed in again: a cache, a staged input); else the launches
-    over fixed slots only, those touching an input launched one by one (a new batch at each call)."""
+    """The launches of a replay whose input buffers are `buffers`' input slots. Where the device points bound
+    launches at other buffers in place (Capture.rebinding: c), every launch bound and joined, those touching an input
+    whose buffer changed pointed at it. Elsewhere: every launch bound (and joined) when these are the buffers of the
+    last replay too (state passed in again: a cache, a staged input); else the launches over fixed slots only, those
+    touching an input launched one by one (a new batch at each call)."""
     inputs = tuple(cast(Buffer, buffers[slot]) for _, slot in capture.input_slots)
     last, capture.last_inputs = capture.last_inputs, tuple(map(weakref.ref, inputs))
+    if capture.rebinding is None and not capture.rebinding_refused:
+        capture.rebinding = bind_rebindable(capture.program, capture.bindings, buffers,
+                                            {slot for _, slot in capture.input_slots})
+        capture.rebinding_refused = capture.rebinding is None
+        capture.pointed = {slot: cast(Buffer, buffers[slot]) for _, slot in capture.input_slots}
+    if capture.rebinding is not None:
+        targets, pointed, new = capture.rebinding[1], capture.pointed, capture.new_inputs
+        new.clear()
+        for position, (_, slot) in enumerate(capture.input_slots):
+            buffer = inputs[position]
+            if pointed[slot] is not buffer:
+                handle = buffer.handle
+                for program, launch, index in targets[slot]:
+                    program.rebind(launch, index, handle)
+                pointed[slot] = buffer
+            if position >= len(last) or last[position]() is not buffer:
+                new.append(slot)
+        return capture.rebinding[0]
     bound_inputs = capture.bound_inputs
     if len(bound_inputs) == len(inputs) and all(map(operator.is_, inputs, bound_inputs)):
         assert capture.bound_with_inputs is not None
@@ -261,6 +294,18 @@ def _bound_for_inputs(capture: Capture, buffers: list[Buffer | None]) -> list[Bo
     capture.bound_with_inputs = bind_buffers(capture.program, capture.bindings, buffers)
     capture.bound_inputs = inputs  # (held: ids compared alone could be a freed buffer's, reused)
     return capture.bound_with_inputs
+
+
+def _release_new_inputs(capture: Capture) -> None:
+    """After a replay over a rebinding (Capture.pointed): point the launches touching an input slot whose buffer
+    was not the previous replay's at none, so that the capture does not hold a new batch."""
+    assert capture.rebinding is not None
+    targets, pointed = capture.rebinding[1], capture.pointed
+    for slot in capture.new_inputs:
+        if pointed[slot] is not None:
+            for program, launch, index in targets[slot]:
+                program.rebind(launch, index, None)
+            pointed[slot] = None
 
 
 def jit(function: Callable[..., Any] | None = None, *, recapture: bool = True,

@@ -119,6 +119,13 @@ class ViewedProgram(Program):
     def bind(self, buffers: list[Any], global_size: int) -> Callable[[tuple[Event, ...]], Event]:
         return self.program.bind(self.viewed(buffers), global_size)
 
+    def rebind(self, bound: Any, index: int, handle: Any) -> bool:
+        if handle is not None:
+            for position, offset, nbytes in self.views:
+                if position == index:
+                    handle = self.pool.view(handle, offset, nbytes)
+        return self.program.rebind(bound, index, handle)
+
 
 def input_views(kernel: Kernel) -> tuple[tuple[int, int, int], ...]:
     """A kernel's views for ViewedProgram: per input with a nonzero offset, (its handle's position: the parameter

@@ -7,10 +7,10 @@ path's binding (devices only) and a replay's (launches bound to its buffers)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import cast
 
-from ember.backends.base import Device, MemoryPool
+from ember.backends.base import Device, MemoryPool, Program
 from ember.backends.registry import REGISTRY
 from ember.core.graph import Node
 from ember.scheduler import compile_cache
@@ -114,6 +114,36 @@ def bind_buffers(program: CommandProgram, bindings: Sequence[LaunchBinding | Non
         bound.append(step.compiled.program.bind(handles, step.compiled.ir.global_size))
     _join_runs(program, bindings, bound)
     return bound
+
+
+Rebinding = tuple[list[BoundLaunch | JoinedLaunches | None], dict[int, list[tuple[Program, BoundLaunch, int]]]]
+
+
+def bind_rebindable(program: CommandProgram, bindings: Sequence[LaunchBinding | None],
+                    buffers: Sequence[Buffer | None], slots: Collection[int]) -> Rebinding | None:
+    """bind_buffers for a replay whose `slots` hold other buffers at each run (a new batch, an optimizer step's new
+    gradients), every launch bound to `buffers` (all filled) and joined: the binding, and per slot the launches
+    reading or writing it, as (program, bound launch, the buffer's index in the launch), each pointed at the slot's
+    next buffer by Program.rebind before a run. None where a launch touching the slots cannot be (its device binds
+    none in place): the caller launches those one by one with the run's buffers."""
+    bound: list[BoundLaunch | JoinedLaunches | None] = []
+    targets: dict[int, list[tuple[Program, BoundLaunch, int]]] = {slot: [] for slot in slots}
+    for command, step in zip(program.commands, bindings):
+        if command.__class__ is not Launch or step is None:
+            bound.append(None)
+            continue
+        launched = (command.output, *command.inputs)  # type: ignore[union-attr]
+        handles = [cast(Buffer, buffers[slot]).handle for slot in launched]
+        compiled = step.compiled.program
+        launch = compiled.bind(handles, step.compiled.ir.global_size)
+        for index, slot in enumerate(launched):
+            if slot in targets:
+                if not compiled.rebind(launch, index, handles[index]):
+                    return None
+                targets[slot].append((compiled, launch, index))
+        bound.append(launch)
+    _join_runs(program, bindings, bound)
+    return bound, targets
 
 
 def _join_runs(program: CommandProgram, bindings: Sequence[LaunchBinding | None],

@@ -109,6 +109,9 @@ class SizedProgram(Program):
     def bind(self, buffers: list[Any], global_size: int) -> Callable[[tuple[Event, ...]], Event]:
         return self.program.bind([*buffers, self.handle], global_size)
 
+    def rebind(self, bound: Any, index: int, handle: Any) -> bool:
+        return self.program.rebind(bound, index, handle)  # (the sizes come after the buffers)
+
 
 @dataclass
 class CompiledClass:
