@@ -173,12 +173,24 @@ def unbound_launches(capture: Any, bound: Any) -> list[int]:
             if isinstance(command, Launch) and position not in covered]
 
 
+def isolated_compile_cache(monkeypatch: Any) -> None:
+    """A fresh compile cache and shape-class history for the calling test (undone after it): the kernels it
+    compiles, as shape-class members or not, depend on its own calls only, and none is dropped meanwhile (a full
+    cache drops old kernels, whose sizes buffers are freed or not as launch plans and replays still hold them)."""
+    from collections import OrderedDict
+
+    from ember.scheduler import compile_cache, shape_classes
+
+    monkeypatch.setattr(compile_cache, "COMPILED", compile_cache.CompileCache())
+    monkeypatch.setattr(shape_classes, "STRUCTURES", OrderedDict())
+
+
 def compiled_sizes() -> dict[int, tuple[Any, int]]:
     """The sizes buffers the compile cache keeps with its shape-class members' kernels (scheduler/shape_classes.py:
     each member launch's global size and variable values, a few bytes of device memory made when the member is
     compiled and kept as its code is), by id of their pool handle: (handle, bytes). Tests that count a pool's bytes
-    allow for those the cache made or dropped meanwhile: whether a kernel compiles as a member depends on the
-    structures earlier tests met, and a full cache drops old members as it takes new ones."""
+    allow for those their kernels made (with isolated_compile_cache: which kernels compile as members then depends
+    on the test's own calls)."""
     from ember.scheduler import compile_cache
     from ember.scheduler.shape_classes import SizedProgram
 
@@ -188,7 +200,7 @@ def compiled_sizes() -> dict[int, tuple[Any, int]]:
 
 def compiled_sizes_change(before: dict[int, tuple[Any, int]]) -> int:
     """Bytes of shape-class sizes buffers the compile cache took since `before` (compiled_sizes()), less those it
-    dropped."""
+    dropped (none in a test with isolated_compile_cache)."""
     after = compiled_sizes()
     return (sum(nbytes for key, (_, nbytes) in after.items() if key not in before)
             - sum(nbytes for key, (_, nbytes) in before.items() if key not in after))

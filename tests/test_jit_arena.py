@@ -20,7 +20,7 @@ from ember.capture.arena import ArenaView
 from ember.scheduler.buffers import release_finished
 from ember.scheduler.devices import get_device
 from ember.capture.memory_plan import padded
-from tests.helpers import assert_close, compiled_sizes
+from tests.helpers import assert_close, compiled_sizes, isolated_compile_cache
 from tests.queued_device import QueuedDevice, QueuedPool
 from tests.test_jit import _batch, _ember_model, _train_step
 
@@ -87,6 +87,7 @@ def test_the_arena_is_used_where_the_pool_makes_views(backend: str) -> None:
 
 def test_pool_bytes_count_the_arena_once_and_return_to_the_start(device: str,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    isolated_compile_cache(monkeypatch)  # (the shape-class members it compiles are its own, and kept)
     _, weights = _layers(device)
     inputs = em.ones(9, 12, device=device).realize()
     for weight in weights:

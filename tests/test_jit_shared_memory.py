@@ -18,7 +18,7 @@ from ember.capture.arena import ArenaView
 from ember.capture.shared_arena import DEFAULT_POOL
 from ember.scheduler.buffers import release_finished
 from ember.scheduler.devices import get_device
-from tests.helpers import assert_close, compiled_sizes, compiled_sizes_change
+from tests.helpers import assert_close, compiled_sizes, compiled_sizes_change, isolated_compile_cache
 from tests.test_jit_arena import queued  # noqa: F401 - the deferred-command device with views, as a fixture
 
 ROWS = 6
@@ -142,7 +142,9 @@ def test_interleaved_calls_keep_every_result_and_state(device: str, order: tuple
     assert pool.bytes_on(device) > 0
 
 
-def test_jitted_functions_share_by_default_and_memory_goes_with_them(device: str) -> None:
+def test_jitted_functions_share_by_default_and_memory_goes_with_them(device: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    isolated_compile_cache(monkeypatch)  # (the shape-class members it compiles are its own, and kept)
     gc.collect()
     release_finished(wait=True)
     before, sizes_before = get_device(device).pool.used_bytes, compiled_sizes()
