@@ -15,9 +15,10 @@ import torch
 
 import ember as em
 from ember.backends import c as c_backend
-from ember.core.errors import CompileFallbackWarning
+from ember.core.errors import CompileError, CompileFallbackWarning
 from ember.ir.kernel import Kernel
 from ember.scheduler import compile_cache
+from ember.scheduler.compile_cache import first_error_line
 from ember.scheduler.devices import get_device
 from ember.scheduler.kernelize import kernelize
 from ember.scheduler.program import Launch
@@ -240,3 +241,14 @@ def test_adding_negative_zero_is_simplified_away_exactly() -> None:
                  + torch.nn.functional.pad(torch.from_numpy(second), (3, 0), value=-0.0)).numpy()
     np.testing.assert_array_equal(np.signbit(total.numpy()), np.signbit(reference))
     np.testing.assert_array_equal(total.numpy(), reference)
+
+
+def test_a_fallback_warning_names_the_compilers_error() -> None:
+    """A compiler's output starts with a line naming the function; the warning's one line carries the error."""
+    error = CompileError("the C compiler rejected a kernel:\n/tmp/k/kernel.c: In function 'r_1':\n"
+                         "/tmp/k/kernel.c:85:24: error: 'v1' undeclared (first use in this function)\n   85 | x")
+    assert first_error_line(error) == ("the C compiler rejected a kernel: /tmp/k/kernel.c:85:24: error: 'v1' "
+                                       "undeclared (first use in this function)")
+    assert first_error_line(CompileError("clBuildProgram failed: BUILD_PROGRAM_FAILURE\nmore")) == \
+        "clBuildProgram failed: BUILD_PROGRAM_FAILURE"
+    assert first_error_line(CompileError("")) == "CompileError"

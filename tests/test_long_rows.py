@@ -7,6 +7,7 @@ and inf included."""
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import torch
 
 import ember as em
 from ember.capabilities import DeviceInfo
+from ember.core.errors import CompileFallbackWarning
 from ember.core.staged_reduce import FIRST_STAGE_CHUNK, STAGE_THRESHOLD
 from tests.test_optimizations import C_VECTORS, _dummy, rendered_c
 
@@ -55,6 +57,25 @@ def test_a_row_reduce_that_vectors_do_not_divide_takes_vectors_and_a_tail() -> N
     softmax = rendered_c(_dummy(64, 1003).softmax(1))  # one kernel, its max and its sum in lanes
     assert softmax.count("void ") == 1 and softmax.count("ember_float32x8 acc") == 2
     assert "ember_float32x" not in rendered_c(_dummy(64, 17).sum(1))  # a short row: one scalar loop
+
+
+@pytest.mark.parametrize(("shape", "dims"), [((2, 1000), None), ((3, 4, 1003), (0, 2)), ((5, 1001, 2), (0, 1))],
+                         ids=["2x1000 all", "3x4x1003 (0, 2)", "5x1001x2 (0, 1)"])
+def test_a_reduce_of_several_axes_whose_lanes_have_a_tail_builds_and_matches_torch(
+        device: str, cold: None, shape: tuple[int, ...], dims: tuple[int, ...] | None) -> None:
+    """The tail's loops are its own (ir/lower.py): a sum of 2 rows of 1,000 in lanes of 16 (62 vectors a row and
+    8 elements) rendered a row's offset outside the loop that computed it; the C and OpenCL compilers rejected the
+    kernel and it was built again with narrower vectors, after a warning."""
+    values = np.random.default_rng(shape[-1]).standard_normal(shape).astype(np.float32)
+    x, tx = em.tensor(values, device=device), torch.tensor(values)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileFallbackWarning)
+        for ember_result, torch_result in [(x.sum(dims), tx.sum(dims) if dims else tx.sum()),
+                                           (x.amax(dims), tx.amax(dims) if dims else tx.amax())]:
+            np.testing.assert_allclose(ember_result.numpy(), torch_result.numpy(), rtol=1e-5, atol=1e-4)
+    source = rendered_c(_dummy(*shape).sum(dims))  # (8 lanes: lanes and a tail where 8 does not divide the axis)
+    if (dims is None or len(shape) - 1 in dims) and shape[-1] % 8:
+        assert "ember_float32x8 acc" in source and "+1000)" in source  # (the tail: 3 or 1 elements after 1,000)
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -199,12 +199,17 @@ class Lowerer:
                      else group[number] for number in range(0, len(group), 2)]
         if not tail:
             return group[0]
+        # the tail's loops are its own, the other reduced axes' too: values computed from the main loops' variables
+        # (a row's offset) belong to that loop nest (with them shared, a sum of 2 rows of 1,000 rendered an offset
+        # outside its loop, which the C and OpenCL compilers rejected)
+        others = {axis: (b.new_range(RUNTIME_SIZE_ESTIMATE, self.index_dtype, source_shape[axis])
+                         if isinstance(source_shape[axis], IRNode) else b.new_range(source_shape[axis], self.index_dtype))
+                  for axis in ranges if axis != split_axis}
         rest = b.new_range(tail, self.index_dtype)
         start = source_shape[split_axis] - tail
-        tail_ranges = {**ranges, split_axis: b.add(rest, start)}
+        tail_ranges = {**others, split_axis: b.add(rest, start)}
         reduced = yield from self._reduced_value(step, index, tail_ranges, valid)
-        others = tuple(node for axis, node in ranges.items() if axis != split_axis)
-        return b.alu(combine, group[0].dtype, group[0], b.reduce(op, reduced, (*others, rest)))
+        return b.alu(combine, group[0].dtype, group[0], b.reduce(op, reduced, (*others.values(), rest)))
 
     def _one_hot_pick(self, position: int, step: KernelStep, index: tuple[IRNode, ...],
                       valid: IRNode | None) -> Generator[tuple[int, tuple[IRNode, ...], IRNode | None], IRNode,

@@ -204,7 +204,7 @@ def _compile_kernels(device: Device, kernels: list[Kernel], irs: list[KernelIR] 
     except CompileError as error:
         if len(kernels) > 1:
             warnings.warn(f"ember: building {len(kernels)} kernels together on {device.name} failed "
-                          f"({str(error).splitlines()[0]}); building them one by one", CompileFallbackWarning,
+                          f"({first_error_line(error)}); building them one by one", CompileFallbackWarning,
                           stacklevel=2)
         built = [compile_narrower(device, kernel, ir, error) if len(kernels) == 1 else _compile_one(device, kernel, ir)
                  for kernel, ir in zip(kernels, irs)]
@@ -242,13 +242,26 @@ def compile_narrower(device: Device, kernel: Kernel, failed: KernelIR, error: Co
         if vector_width(ir) >= vector_width(failed):
             continue
         warnings.warn(f"ember: {device.name} failed on kernel {failed.name} with {_vectors(failed)} "
-                      f"({str(error).splitlines()[0]}); using {_vectors(ir)} instead", CompileFallbackWarning,
+                      f"({first_error_line(error)}); using {_vectors(ir)} instead", CompileFallbackWarning,
                       stacklevel=2)
         try:
             return ir, device.compile_many([ir])[0]
         except CompileError as next_error:
             failed, error = ir, next_error
     raise error
+
+
+def first_error_line(error: CompileError) -> str:
+    """A compile error in one line for a warning: its first line, and where that only introduces the compiler's
+    output ("the C compiler rejected a kernel:"), the output's first line saying "error" too."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    first = lines[0]
+    if first.endswith(":"):
+        detail = next((line for line in lines[1:] if "error" in line.lower()), lines[1] if len(lines) > 1 else "")
+        return f"{first} {detail}".strip()
+    return first
 
 
 def _vectors(ir: KernelIR) -> str:
