@@ -41,6 +41,14 @@ def compute_dtype(dtype: DType) -> DType:
     return dtypes.float32 if dtype in HALF_TYPES else dtype
 
 
+
+def size_range(builder: Builder, size: int | IRNode, dtype: DType) -> IRNode:
+    """A loop over `size` elements: a constant, or a size known only at launch (a shape class's variable, whose
+    loop-work estimates take RUNTIME_SIZE_ESTIMATE)."""
+    if isinstance(size, IRNode):
+        return builder.new_range(RUNTIME_SIZE_ESTIMATE, dtype, size)
+    return builder.new_range(size, dtype)
+
 class Lowerer:
     """Lowers the steps of one kernel at symbolic indices, memoizing (step, index, validity)."""
 
@@ -178,9 +186,7 @@ class Lowerer:
             if source_shape[axis] != 1:
                 if (position, axis) not in self.ranges:
                     size = source_shape[axis] // lanes if axis == split_axis else source_shape[axis]
-                    self.ranges[(position, axis)] = (
-                        b.new_range(RUNTIME_SIZE_ESTIMATE, self.index_dtype, size) if isinstance(size, IRNode)
-                        else b.new_range(size, self.index_dtype))
+                    self.ranges[(position, axis)] = size_range(b, size, self.index_dtype)
                 ranges[axis] = self.ranges[(position, axis)]
         if split_axis is None:
             reduced = yield from self._reduced_value(step, index, ranges, valid)
@@ -202,9 +208,7 @@ class Lowerer:
         # the tail's loops are its own, the other reduced axes' too: values computed from the main loops' variables
         # (a row's offset) belong to that loop nest (with them shared, a sum of 2 rows of 1,000 rendered an offset
         # outside its loop, which the C and OpenCL compilers rejected)
-        others = {axis: (b.new_range(RUNTIME_SIZE_ESTIMATE, self.index_dtype, source_shape[axis])
-                         if isinstance(source_shape[axis], IRNode) else b.new_range(source_shape[axis], self.index_dtype))
-                  for axis in ranges if axis != split_axis}
+        others = {axis: size_range(b, source_shape[axis], self.index_dtype) for axis in ranges if axis != split_axis}
         rest = b.new_range(tail, self.index_dtype)
         start = source_shape[split_axis] - tail
         tail_ranges = {**others, split_axis: b.add(rest, start)}
@@ -623,8 +627,7 @@ def lower_shape_class(kernel: Kernel, name: str, variables: int) -> KernelIR:
     loop_ranges: tuple[IRNode, ...] = ()
     if whole_rows:
         row: int | IRNode = shape[-1]
-        origin[-1] = (builder.new_range(row, index_dtype) if isinstance(row, int) else
-                      builder.new_range(RUNTIME_SIZE_ESTIMATE, index_dtype, row))
+        origin[-1] = size_range(builder, row, index_dtype)
         loop_ranges = (origin[-1],)
     output = symbolic.output
     output_param = lowerer.param(0, output.dtype, True)

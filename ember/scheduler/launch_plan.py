@@ -101,19 +101,9 @@ def bind_buffers(program: CommandProgram, bindings: Sequence[LaunchBinding | Non
     buffers of its slots (Program.bind), or None for a copy, a free and a launch touching a slot that is bound anew
     at each run (None in `buffers`); then each run of bound launches on one device that joins them
     (Device.join_launches: cuda's graphs) as a JoinedLaunches at the run's first command."""
-    bound: list[BoundLaunch | JoinedLaunches | None] = []
-    for command, step in zip(program.commands, bindings):
-        if command.__class__ is not Launch or step is None:
-            bound.append(None)
-            continue
-        slots = (command.output, *command.inputs)  # type: ignore[union-attr]
-        if any(buffers[slot] is None for slot in slots):
-            bound.append(None)
-            continue
-        handles = [buffers[slot].handle for slot in slots]  # type: ignore[union-attr]
-        bound.append(step.compiled.program.bind(handles, step.compiled.ir.global_size))
-    _join_runs(program, bindings, bound)
-    return bound
+    binding = _bind(program, bindings, buffers, ())
+    assert binding is not None  # (no slot to point anew)
+    return binding[0]
 
 
 Rebinding = tuple[list[BoundLaunch | JoinedLaunches | None], dict[int, list[tuple[Program, BoundLaunch, int]]]]
@@ -126,6 +116,13 @@ def bind_rebindable(program: CommandProgram, bindings: Sequence[LaunchBinding | 
     reading or writing it, as (program, bound launch, the buffer's index in the launch), each pointed at the slot's
     next buffer by Program.rebind before a run. None where a launch touching the slots cannot be (its device binds
     none in place): the caller launches those one by one with the run's buffers."""
+    return _bind(program, bindings, buffers, slots)
+
+
+def _bind(program: CommandProgram, bindings: Sequence[LaunchBinding | None], buffers: Sequence[Buffer | None],
+          slots: Collection[int]) -> Rebinding | None:
+    """bind_buffers, noting for each of `slots` the launches touching it (bind_rebindable); None where one of
+    those cannot be pointed at another buffer."""
     bound: list[BoundLaunch | JoinedLaunches | None] = []
     targets: dict[int, list[tuple[Program, BoundLaunch, int]]] = {slot: [] for slot in slots}
     for command, step in zip(program.commands, bindings):
@@ -133,6 +130,9 @@ def bind_rebindable(program: CommandProgram, bindings: Sequence[LaunchBinding | 
             bound.append(None)
             continue
         launched = (command.output, *command.inputs)  # type: ignore[union-attr]
+        if any(buffers[slot] is None for slot in launched):
+            bound.append(None)
+            continue
         handles = [cast(Buffer, buffers[slot]).handle for slot in launched]
         compiled = step.compiled.program
         launch = compiled.bind(handles, step.compiled.ir.global_size)

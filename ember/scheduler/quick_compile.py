@@ -16,7 +16,7 @@ from ember.core.errors import CompileError
 from ember.ir.ir import KernelIR
 from ember.ir.kernel import Kernel
 from ember.scheduler import compile_cache, profile
-from ember.scheduler.compile_cache import CompileCache, CompiledKernel
+from ember.scheduler.compile_cache import CompileCache, CompiledKernel, first_error_line
 
 # one thread: the optimized builds queue behind each other instead of taking every core from the first steps; its
 # pending work is finished at interpreter exit (concurrent.futures joins its threads), so the disk cache gets it
@@ -78,7 +78,7 @@ def _optimize(cache: CompileCache, device: Device, kernels: list[Kernel], irs: l
         programs = device.compile_background(irs)
     except CompileError as error:
         profile.debug_print(1, f"  optimized build failed on {device.name}, quick builds kept: "
-                               f"{str(error).splitlines()[0]}")
+                               f"{first_error_line(error)}")
         return
     for kernel, ir, program, before in zip(kernels, irs, programs, quick):
         cache.replace((device.name, kernel), before, CompiledKernel(ir, program))
