@@ -274,7 +274,9 @@ def _transpose(name: str, lanes: int, vector: str) -> list[str]:
 
 
 def _pack_a(name: str, rows: int) -> list[str]:
-    """A's block (row_count x depth_count from `a`) as panels `rows` tall, k-major, zeros past the edge."""
+    """A's block (row_count x depth_count from `a`) as panels `rows` tall, k-major, zeros past the edge. A panel is
+    read a k at a time across its rows: its rows' streams are read together, not one after another (one thread,
+    4096^2: 4% faster, its A from memory)."""
     element = "a[(panel + row) * row_stride + k * depth_stride]"
     return [
         f"static void {name}_pack_a(const float* restrict a, float* restrict pack, long row_count,"
@@ -282,11 +284,12 @@ def _pack_a(name: str, rows: int) -> list[str]:
         f"  for (long panel = 0; panel < row_count; panel += {rows}) {{",
         "    float* restrict target = pack + panel * depth_count;",
         f"    const long height = row_count - panel < {rows} ? row_count - panel : {rows};",
-        f"    for (long row = 0; row < {rows}; row++)",
-        "      if (row < height)",
-        f"        for (long k = 0; k < depth_count; k++) target[k * {rows} + row] = {element};",
-        "      else",
-        f"        for (long k = 0; k < depth_count; k++) target[k * {rows} + row] = 0.0f;",
+        f"    if (height == {rows})",
+        "      for (long k = 0; k < depth_count; k++)",
+        f"        for (long row = 0; row < {rows}; row++) target[k * {rows} + row] = {element};",
+        "    else",
+        "      for (long k = 0; k < depth_count; k++)",
+        f"        for (long row = 0; row < {rows}; row++) target[k * {rows} + row] = row < height ? {element} : 0.0f;",
         "  }",
         "}",
     ]
@@ -302,16 +305,19 @@ def _micro_kernel(name: str, lanes: int, rows: int, vectors: int, vector: str) -
         f"static inline void {name}_micro(long depth_count, const float* restrict a, long a_row_step,"
         " long a_depth_step, const float* restrict b, long b_step, float* restrict out, long stride, long row_count,"
         " long column_count, int accumulate) {",
+        # the tile's rows of the output asked for now, so they arrive while the products run (a row a cache line;
+        # without, a 4096^2 matmul waited on them after every tile: 100 against 130 GFLOP/s on one thread)
+        *(f"  __builtin_prefetch(out + {row} * stride + {line}, 1, 3);"
+          for row in range(rows) for line in range(0, columns, 16)),
         *(f"  {vector} {', '.join(f'{accumulator} = {{0}}' for accumulator in row)};" for row in accumulators),
-        "  #pragma GCC unroll 4",
-        "  for (long k = 0; k < depth_count; k++) {",
-        *(f"    const {vector} b{column} = *(const {vector}_u*)(b + k * b_step + {column * lanes});"
-          for column in range(vectors)),
+        # A packed (its steps known: each A value at a constant offset, no register a row) or read in place
+        f"  if (a_row_step == 1 && a_depth_step == {rows}) {{",
+        *_products(accumulators, vector, lanes, "1", str(rows)),
+        "  } else {",
+        *_products(accumulators, vector, lanes, "a_row_step", "a_depth_step"),
+        "  }",
     ]
-    for row in range(rows):
-        updates = " ".join(f"{accumulators[row][column]} += value * b{column};" for column in range(vectors))
-        lines.append(f"    {{ const float value = a[k * a_depth_step + {row} * a_row_step]; {updates} }}")
-    lines += ["  }", f"  if (row_count == {rows} && column_count == {columns}) {{", "    if (accumulate) {"]
+    lines += [f"  if (row_count == {rows} && column_count == {columns}) {{", "    if (accumulate) {"]
     for row in range(rows):
         for column in range(vectors):
             lines.append(f"      *({vector}_u*)(out + {row} * stride + {column * lanes}) += {accumulators[row][column]};")
@@ -334,6 +340,21 @@ def _micro_kernel(name: str, lanes: int, rows: int, vectors: int, vector: str) -
         "}",
     ]
     return lines
+
+
+def _products(accumulators: list[list[str]], vector: str, lanes: int, row_step: str, depth_step: str) -> list[str]:
+    """The micro-kernel's loop over k: each k, the B vectors loaded once and each row's A value broadcast over
+    them."""
+    lines = [
+        "    #pragma GCC unroll 4",
+        "    for (long k = 0; k < depth_count; k++) {",
+        *(f"      const {vector} b{column} = *(const {vector}_u*)(b + k * b_step + {column * lanes});"
+          for column in range(len(accumulators[0]))),
+    ]
+    for row, names in enumerate(accumulators):
+        updates = " ".join(f"{accumulator} += value * b{column};" for column, accumulator in enumerate(names))
+        lines.append(f"      {{ const float value = a[k * {depth_step} + {row} * {row_step}]; {updates} }}")
+    return [*lines, "    }"]
 
 
 def _plain_task(name: str) -> list[str]:
