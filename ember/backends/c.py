@@ -420,10 +420,18 @@ class HostArray(np.ndarray):
     address: int
 
 
+class PoolArray(HostArray):
+    """A HostArray the pool made (HostMemoryPool.create_buffer): its memory starts at a multiple of BUFFER_ALIGNMENT,
+    inside a plain numpy array a little larger (its base)."""
+
+
 class MappedHostArray(HostArray):
     """A HostArray over a private (copy-on-write) mapping of a file region: never kept for reuse once released."""
 
 
+# where a buffer's memory starts: a cache line, the width of AVX-512's vectors (numpy aligns to 16 bytes, so every
+# 64-byte load or store of a row split two cache lines)
+BUFFER_ALIGNMENT = 64
 MAX_SMALL_BUFFER_BYTES = 1 << 16  # released buffers up to this size are kept for the next of their size ...
 SMALL_BUFFERS_KEPT = 16  # ... this many of each size ...
 MAX_SMALL_BYTES_KEPT = 1 << 24  # ... and this many bytes in all
@@ -454,16 +462,19 @@ class HostMemoryPool(MemoryPool):
             else:
                 self._small_bytes -= nbytes
                 return handle
-        array = np.ndarray.__new__(HostArray, nbytes, np.uint8)
+        memory = np.empty(nbytes + BUFFER_ALIGNMENT - 1, np.uint8)
         # (a third of `.ctypes.data`'s time; a numpy array is a writable buffer, which typeshed does not know)
-        array.address = ctypes.addressof(ctypes.c_char.from_buffer(array))  # type: ignore[arg-type]
+        start = ctypes.addressof(ctypes.c_char.from_buffer(memory))  # type: ignore[arg-type]
+        offset = -start % BUFFER_ALIGNMENT
+        array = np.ndarray.__new__(PoolArray, nbytes, np.uint8, memory, offset)
+        array.address = start + offset
         return array
 
     def destroy_buffer(self, handle: Any) -> None:
         """Keep a small buffer this pool made for the next one of its size (the per-op path allocates one every
         op); let the rest go to numpy. The scheduler releases a c buffer only once its commands are done."""
         nbytes = handle.nbytes
-        if nbytes <= MAX_SMALL_BUFFER_BYTES and handle.base is None and handle.__class__ is HostArray:
+        if nbytes <= MAX_SMALL_BUFFER_BYTES and handle.__class__ is PoolArray:
             kept = self._small.get(nbytes)
             if kept is None:
                 kept = self._small[nbytes] = []
