@@ -25,6 +25,7 @@ os.environ.setdefault("EMBER_AUTO_SHARD", "0")  # one device's kernels (not spli
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from suite import settle  # noqa: E402  (benchmarks/, this script's folder)
 
 import ember as em  # noqa: E402
 from ember.ir import search  # noqa: E402
@@ -43,6 +44,12 @@ CASES: dict[str, tuple[Callable[[], Arrays], Callable[..., Any], Callable[..., A
     # name: (inputs, ember, torch, numpy)
     "matmul 1024x1024 @ 1024x1024": (lambda: _inputs((1024, 1024), (1024, 1024)), lambda a, b: a @ b,
                                      torch.matmul, np.matmul),
+    "matmul 4096x4096 @ 4096x4096": (lambda: _inputs((4096, 4096), (4096, 4096)), lambda a, b: a @ b,
+                                     torch.matmul, np.matmul),
+    "matmul 1000x1000 @ 1000x1000": (lambda: _inputs((1000, 1000), (1000, 1000)), lambda a, b: a @ b,
+                                     torch.matmul, np.matmul),
+    "matmul 4096x64 @ 64x4096": (lambda: _inputs((4096, 64), (64, 4096)), lambda a, b: a @ b, torch.matmul,
+                                 np.matmul),
     "matmul 127x255 @ 255x63": (lambda: _inputs((127, 255), (255, 63)), lambda a, b: a @ b, torch.matmul, np.matmul),
     "bmm 8x512x64 @ 8x64x512": (lambda: _inputs((8, 512, 64), (8, 64, 512)), lambda a, b: a @ b, torch.matmul,
                                 np.matmul),
@@ -53,7 +60,9 @@ CASES: dict[str, tuple[Callable[[], Arrays], Callable[..., Any], Callable[..., A
 
 
 def best(run: Callable[[], Any], repeats: int) -> float:
-    """The least seconds of `repeats` runs after a warm-up run."""
+    """The least seconds of `repeats` runs after a warm-up run, once no other library's threads keep the cores
+    busy (torch's and OpenBLAS's workers spin a while after each call)."""
+    settle()
     run()
     times = []
     for _ in range(repeats):
@@ -97,6 +106,7 @@ def main() -> None:
             default_result = ember_op(*tensors).numpy()
         before = len(search.STATISTICS.searches)
         compile_cache.COMPILED.clear()
+        settle()  # (the candidates' times are not taken beside another library's spinning threads)
         start = time.perf_counter()
         with search.search(arguments.beam, arguments.budget):
             searched_result = ember_op(*tensors).numpy()

@@ -4,6 +4,7 @@ numpy, a Free releasing its slot's buffer, copies between devices, and a replay 
 from __future__ import annotations
 
 import gc
+
 import numpy as np
 import pytest
 

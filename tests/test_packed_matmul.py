@@ -211,10 +211,69 @@ def test_the_search_compares_the_packed_form_with_the_tiled_plans() -> None:
     space = actions(kernel, AVX2)
     assert Action("pack") in space
     neighbours = [apply(PACKED_PLAN, action, kernel) for action in space]
-    assert Plan() in neighbours and all(plan is None or not plan.packed for plan in neighbours)
+    assert Plan() in neighbours
+    # from the packed plan: tiled plans, or the packed one with other blocks or another micro-kernel
+    assert all(plan is None or not plan.packed or plan.packed_blocks or plan.packed_tile for plan in neighbours)
     assert apply(Plan(), Action("pack"), kernel) == PACKED_PLAN
     assert plan_from_data(plan_to_data(PACKED_PLAN), kernel) == PACKED_PLAN
     lowered = lower_plan(kernel, "k", AVX2, PACKED_PLAN)
     assert lowered is not None and lowered.packed is not None
     (epilogue,) = _kernels((_dummy(64, 48) @ _dummy(48, 80)).relu())
     assert lower_plan(epilogue, "k", AVX2, PACKED_PLAN) is None  # not a plain matmul: the plan does not lower
+
+
+def test_a_packed_matmuls_blocks_and_tiles_are_in_the_search_space() -> None:
+    """The cache blocks under the matmul's sides and the micro-kernels that fit the registers (16 with AVX2: no
+    8 x 2 tile, whose 16 accumulators leave none for B) are actions from the packed plan only; a plan keeps them
+    through the disk cache's data, and lowers to a packed matmul with them (blocks rounded to whole tiles)."""
+    (kernel,) = _kernels(_dummy(300, 700) @ _dummy(700, 600))
+    space = actions(kernel, AVX2)
+    blocks = {(action.axis, action.amount) for action in space if action.kind == "pack_block"}
+    assert blocks == {(0, 128), (0, 384), (0, 512), (1, 48), (1, 96), (2, 512)}
+    tiles = {(action.axis, action.amount) for action in space if action.kind == "pack_tile"}
+    assert tiles == {(4, 1), (4, 2), (6, 1), (8, 1), (12, 1)}
+    assert apply(Plan(), Action("pack_tile", 4, 1), kernel) is None  # (a tiled plan has no micro-kernel)
+    plan = apply(apply(PACKED_PLAN, Action("pack_block", 1, 48), kernel), Action("pack_tile", 4, 1), kernel)
+    assert plan == Plan(packed=True, packed_blocks=(256, 48, 4080), packed_tile=(4, 1))
+    lowered = lower_plan(kernel, "k", AVX2, plan)
+    assert lowered is not None and lowered.packed is not None
+    packed = lowered.packed
+    assert (packed.micro_rows, packed.micro_vectors, packed.depth_block, packed.row_block, packed.column_block) == (
+        4, 1, 256, 48, 4080)
+    assert lower_plan(kernel, "k", AVX2, replace(plan, packed_tile=(8, 2))) is None  # does not fit 16 registers
+    assert plan_from_data(plan_to_data(plan), kernel) == plan
+    older = {key: value for key, value in plan_to_data(PACKED_PLAN).items() if not key.startswith("packed_")}
+    assert plan_from_data(older, kernel) == PACKED_PLAN  # an entry stored before plans had blocks and tiles
+    for wrong in ({"packed_blocks": [256, 0, 4080]}, {"packed_tile": [4]}, {"packed": False, "packed_tile": [4, 1]}):
+        with pytest.raises(ValueError, match="positive whole numbers of a packed plan"):
+            plan_from_data({**plan_to_data(plan), **wrong}, kernel)
+
+
+def test_searched_blocks_and_tiles_compute_the_matmul_on_c() -> None:
+    """Each micro-kernel the c device's registers fit, with small blocks (several blocks over k, rows and columns,
+    and edge tiles in each), computes the matmul as numpy does."""
+    from ember.scheduler.devices import get_device
+
+    device = get_device("c")
+    a_data, b_data = _random(301, 700), _random(700, 613, seed=1)
+    (kernel,) = _kernels(em.tensor(a_data, device="c") @ em.tensor(b_data, device="c"))
+    tiles = [(action.axis, action.amount) for action in actions(kernel, device.info) if action.kind == "pack_tile"]
+    assert len(tiles) >= 4
+    for tile in tiles:
+        lowered = lower_plan(kernel, f"packed_tile_{tile[0]}x{tile[1]}", device.info,
+                             Plan(packed=True, packed_blocks=(128, 48, 512), packed_tile=tile))
+        assert lowered is not None and lowered.packed is not None
+        pool = device.pool
+        handles = [pool.allocate(param.size * 4) for param in lowered.params]
+        try:
+            for param, handle in zip(lowered.params, handles):
+                if not param.is_output:
+                    pool.copy_in(handle, np.ascontiguousarray(a_data if param.position == lowered.packed.a
+                                                              else b_data).data.cast("B"))
+            device.compile(lowered)(handles, lowered.global_size).wait()
+            output = np.empty((301, 613), np.float32)
+            pool.copy_out(output.data.cast("B"), handles[0])
+        finally:
+            for param, handle in zip(lowered.params, handles):
+                pool.release(handle, param.size * 4)
+        np.testing.assert_allclose(output, a_data @ b_data, rtol=1e-4, atol=1e-4 * 700**0.5, err_msg=str(tile))

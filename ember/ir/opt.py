@@ -192,6 +192,10 @@ class Plan:
     vector_width: int = 0  # float32 lanes of the vectors the lowered kernel is packed into (0: not vectorized)
     group: bool = False  # a workgroup kernel (ir/group_reduce.py), whose local size DeviceInfo decides
     packed: bool = False  # a plain float32 matmul as packed panels (ir/packed_matmul.py), its tiles DeviceInfo's
+    # a packed plan's cache blocks (over k, rows, columns) and micro-kernel tile (rows, vectors of columns), where a
+    # search chose them (None: packed_matmul's defaults)
+    packed_blocks: tuple[int, int, int] | None = None
+    packed_tile: tuple[int, int] | None = None
 
 
 GROUP_PLAN = Plan(group=True)
@@ -437,7 +441,7 @@ def lower_plan(kernel: Kernel, name: str, info: DeviceInfo, plan: Plan) -> Kerne
     if plan.group or attention_parts(kernel) is not None:  # (a fused attention: the flash kernel or nothing)
         return group_lowering(kernel, name, info)
     if plan.packed:
-        return lower_packed_matmul(kernel, name, info)
+        return lower_packed_matmul(kernel, name, info, plan.packed_blocks, plan.packed_tile)
     if not _affordable(kernel, plan.upcast, plan.reduce_lanes):
         return None
     lowered = lower_kernel(kernel, name, plan.upcast, plan.order, plan.reduce_lanes, plan.loop)

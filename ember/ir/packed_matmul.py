@@ -83,6 +83,12 @@ class PackedMatmul:
         return cls(*values)
 
 
+def tile_fits(info: DeviceInfo, rows: int, vectors: int) -> bool:
+    """Whether a micro-kernel of rows x vectors vector accumulators, its B vectors and the broadcast A value fit
+    in the device's vector registers."""
+    return rows >= 1 and vectors >= 1 and rows * vectors + vectors + 1 <= info.vector_registers
+
+
 def micro_tile(info: DeviceInfo) -> tuple[int, int] | None:
     """The micro-kernel's (rows, vectors of columns) for a device: two vectors of columns, and as many rows as leave
     registers for the two B vectors and the broadcast A value (6 with AVX2's 16 registers), at most MAX_MICRO_ROWS;
@@ -106,10 +112,18 @@ def _linear(index: IRNode, known: dict[int, int]) -> tuple[int, dict[int, int]] 
     return constant, coefficients
 
 
-def packed_matmul(kernel: Kernel, info: DeviceInfo) -> PackedMatmul | None:
+def packed_matmul(kernel: Kernel, info: DeviceInfo, blocks: tuple[int, int, int] | None = None,
+                  tile: tuple[int, int] | None = None) -> PackedMatmul | None:
     """The packed form of `kernel` on a device whose renderer has it (DeviceInfo.packed_matmul), or None: the kernel
-    is not a plain float32 matmul (see the module's docstring), or is too small to gain from packing."""
-    tile = micro_tile(info)
+    is not a plain float32 matmul (see the module's docstring), or is too small to gain from packing. `blocks` (the
+    cache blocks over k, rows and columns) and `tile` (the micro-kernel's rows and vectors of columns) are a kernel
+    search's (opt.Plan.packed_blocks, packed_tile); None takes the defaults (DEPTH_BLOCK, ROW_BLOCK, COLUMN_BLOCK;
+    micro_tile). The row and column blocks are rounded down to whole micro-kernel tiles (at least one); a tile that
+    does not fit the device's registers is None."""
+    if tile is None:
+        tile = micro_tile(info)
+    elif micro_tile(info) is None or not tile_fits(info, *tile):
+        return None
     if not info.packed_matmul or tile is None:
         return None
     shape = kernel.output.shape
@@ -154,19 +168,22 @@ def packed_matmul(kernel: Kernel, info: DeviceInfo) -> PackedMatmul | None:
                     for axis in axes if axis not in (row, column))
     micro_rows, micro_vectors = tile
     micro_columns = micro_vectors * info.preferred_vector_width
+    depth_block, row_block, column_block = blocks or (DEPTH_BLOCK, ROW_BLOCK, COLUMN_BLOCK)
     return PackedMatmul(
         rows=shape[row], columns=shape[column], depth=reduced, a=a, b=b, a_offset=a_offset,
         a_row_stride=a_strides[row], a_depth_stride=a_strides[len(shape)], b_offset=b_offset,
         b_depth_stride=b_strides[len(shape)], b_column_stride=b_strides[column],
         output_row_stride=output_strides[row], batches=batches, lanes=info.preferred_vector_width,
-        micro_rows=micro_rows, micro_vectors=micro_vectors, depth_block=DEPTH_BLOCK,
-        row_block=max(micro_rows, ROW_BLOCK // micro_rows * micro_rows),
-        column_block=max(micro_columns, COLUMN_BLOCK // micro_columns * micro_columns))
+        micro_rows=micro_rows, micro_vectors=micro_vectors, depth_block=max(1, depth_block),
+        row_block=max(micro_rows, row_block // micro_rows * micro_rows),
+        column_block=max(micro_columns, column_block // micro_columns * micro_columns))
 
 
-def lower_packed_matmul(kernel: Kernel, name: str, info: DeviceInfo) -> KernelIR | None:
-    """The kernel as a packed-panel matmul (the plain lowering, with `packed` set), or None where it is not one."""
-    packed = packed_matmul(kernel, info)
+def lower_packed_matmul(kernel: Kernel, name: str, info: DeviceInfo, blocks: tuple[int, int, int] | None = None,
+                        tile: tuple[int, int] | None = None) -> KernelIR | None:
+    """The kernel as a packed-panel matmul (the plain lowering, with `packed` set), or None where it is not one
+    (`blocks`, `tile`: as packed_matmul's)."""
+    packed = packed_matmul(kernel, info, blocks, tile)
     if packed is None:
         return None
     plain = lower_kernel(kernel, name)

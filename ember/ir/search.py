@@ -29,6 +29,9 @@ TIMED_RUNS = 5  # runs per candidate (their median is its time), after the run w
 HOPELESS = 2.0  # a candidate whose checked run takes this many times the best time so far is not run again
 MAX_ROUNDS = 4  # beam steps: each tries every action on every plan of the beam
 CONFIRMING_RUNS = 7  # runs of the default and the winner, alternating, before the winner is kept
+# a packed matmul whose default run takes more than this share of the budget is searched over its blocks and tiles
+# only: a tiled plan runs it tens of times slower, and one run of it cannot be cut short (4096^2 untiled: ~90 s)
+PACKED_ONLY_SHARE = 0.01
 BATCH = max(2, os.cpu_count() or 1)  # candidates lowered and compiled at once (in threads where the device compiles
 # concurrently): one a core, so that the budget is checked often on a kernel that is slow to compile
 
@@ -256,6 +259,8 @@ def _search(device: Any, kernel: Kernel, name: str, width: int, path: Any) -> Ke
         programs_of: dict[Plan, Any] = {default_plan: default_program}
         beam = [default_plan]
         space = actions(kernel, device.info)
+        if default_plan.packed and default_seconds > PACKED_ONLY_SHARE * budget:
+            space = [action for action in space if action.kind in ("pack_block", "pack_tile")]
         with Progress(MAX_ROUNDS * width * len(space), f"search {name}", unit="variant") as progress:
             for _ in range(MAX_ROUNDS):
                 best_before = min(timed.values())

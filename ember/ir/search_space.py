@@ -9,11 +9,18 @@ from dataclasses import dataclass, replace
 from ember.capabilities import DeviceInfo
 from ember.ir.kernel import Kernel, row_loop
 from ember.ir.opt import MAX_TILE_OUTPUTS, Plan
+from ember.ir.packed_matmul import COLUMN_BLOCK, DEPTH_BLOCK, ROW_BLOCK, PackedMatmul, packed_matmul, tile_fits
+from ember.ir.wide_products import widened_products
 
 UPCAST_FACTORS = (2, 3, 4, 8)  # outputs per work item along an axis; one that does not divide it pads the last tile
 REDUCE_SPLITS = (2, 4, 8)  # accumulators a reduce is split into (every k-th element each)
 LOOP_TILES = (2, 4, 8, 16)  # tiles one work item loops over along an axis
 MAX_SEARCH_TILE = 2 * MAX_TILE_OUTPUTS  # outputs a searched tile may hold (counting vector lanes once per vector)
+# a packed matmul's cache blocks tried: elements of k, rows, columns (ir/packed_matmul.py; those under the matmul's
+# size, as a block past it is the whole side), and its micro-kernel tiles: rows x vectors of columns, where they fit
+# the device's vector registers
+PACKED_BLOCKS = ((128, 256, 384, 512, 768), (48, 96, 168, 336, 672), (512, 1024, 2048, 4080, 8192))
+PACKED_TILE_ROWS, PACKED_TILE_VECTORS = (4, 6, 8, 12), (1, 2, 4)
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,8 @@ ACTION_KINDS = {
     "untile": "no tiling: one output per work item, scalar code (the plain lowering)",
     "pack": "a plain float32 matmul as packed panels and a register-tiled micro-kernel (ir/packed_matmul.py), on a "
             "device whose renderer has them (DeviceInfo.packed_matmul)",
+    "pack_block": "a packed matmul's cache block `axis` (0: over k, 1: rows, 2: columns) of `amount` elements",
+    "pack_tile": "a packed matmul's micro-kernel of `axis` rows x `amount` vectors of columns",
 }
 
 
@@ -52,8 +61,9 @@ def actions(kernel: Kernel, info: DeviceInfo) -> list[Action]:
     found: list[Action] = [Action("untile")]
     if not shape or not info.can_run:
         return found
-    if info.packed_matmul and kernel.has_reduce:
-        found.append(Action("pack"))  # (lower_plan refuses it where the kernel is not a plain matmul)
+    packed = packed_matmul(widened_products(kernel, info), info) if info.packed_matmul and kernel.has_reduce else None
+    if packed is not None:
+        found += [Action("pack"), *_packed_actions(packed, info)]
     whole_rows = row_loop(kernel) is not None
     for axis in axes:
         found += [Action("upcast", axis, factor) for factor in UPCAST_FACTORS if factor <= shape[axis]]
@@ -70,6 +80,17 @@ def actions(kernel: Kernel, info: DeviceInfo) -> list[Action]:
     return found
 
 
+def _packed_actions(packed: PackedMatmul, info: DeviceInfo) -> list[Action]:
+    """The blocks and tiles a packed matmul may take other than its defaults (PACKED_BLOCKS, PACKED_TILE_ROWS and
+    PACKED_TILE_VECTORS)."""
+    sides = (packed.depth, packed.rows, packed.columns)
+    defaults = (packed.depth_block, packed.row_block, packed.column_block)
+    found = [Action("pack_block", axis, size) for axis, sizes in enumerate(PACKED_BLOCKS) for size in sizes
+             if size < sides[axis] and size != defaults[axis]]
+    return found + [Action("pack_tile", rows, vectors) for rows in PACKED_TILE_ROWS for vectors in PACKED_TILE_VECTORS
+                    if (rows, vectors) != (packed.micro_rows, packed.micro_vectors) and tile_fits(info, rows, vectors)]
+
+
 def apply(plan: Plan, action: Action, kernel: Kernel) -> Plan | None:
     """The plan one action away from `plan`, or None where the action changes nothing or makes no sense there (the
     lowering may still refuse the result: opt.lower_plan). Every action but `pack` leaves a packed plan for a tiled
@@ -77,7 +98,17 @@ def apply(plan: Plan, action: Action, kernel: Kernel) -> Plan | None:
     rank = len(kernel.output.shape)
     if action.kind == "pack":
         return None if plan.packed else Plan(packed=True)
-    original, plan = plan, replace(plan, packed=False)
+    if action.kind in ("pack_block", "pack_tile"):
+        if not plan.packed:
+            return None
+        if action.kind == "pack_tile":
+            result = replace(plan, packed_tile=(action.axis, action.amount))
+        else:
+            blocks = list(plan.packed_blocks or (DEPTH_BLOCK, ROW_BLOCK, COLUMN_BLOCK))
+            blocks[action.axis] = action.amount
+            result = replace(plan, packed_blocks=(blocks[0], blocks[1], blocks[2]))
+        return None if result == plan else result
+    original, plan = plan, replace(plan, packed=False, packed_blocks=None, packed_tile=None)
     upcast = list(plan.upcast or (1,) * rank)
     if action.kind == "untile":
         result = Plan(vector_width=0)
@@ -113,7 +144,9 @@ def plan_to_data(plan: Plan) -> dict:
     """A plan as JSON-ready data (the disk cache of search winners stores this)."""
     return {"upcast": list(plan.upcast) if plan.upcast else None, "order": list(plan.order) if plan.order else None,
             "reduce_lanes": plan.reduce_lanes, "loop": list(plan.loop) if plan.loop else None, "stage": plan.stage,
-            "vector_width": plan.vector_width, "packed": plan.packed}
+            "vector_width": plan.vector_width, "packed": plan.packed,
+            "packed_blocks": list(plan.packed_blocks) if plan.packed_blocks else None,
+            "packed_tile": list(plan.packed_tile) if plan.packed_tile else None}
 
 
 def plan_from_data(data: object, kernel: Kernel) -> Plan:
@@ -128,7 +161,10 @@ def plan_from_data(data: object, kernel: Kernel) -> Plan:
             raise ValueError(f"{what} {value!r} is not {rank} positive whole numbers (the kernel's output rank)")
         return tuple(value)
 
-    if not isinstance(data, dict) or set(data) != set(plan_to_data(Plan())):
+    fields = set(plan_to_data(Plan()))
+    if isinstance(data, dict) and set(data) == fields - {"packed_blocks", "packed_tile"}:
+        data = {**data, "packed_blocks": None, "packed_tile": None}  # (an entry from before packed plans had them)
+    if not isinstance(data, dict) or set(data) != fields:
         raise ValueError(f"{data!r} does not have the fields of a plan")
     order = axes(data["order"], "order")
     if order is not None and sorted(order) != list(range(rank)):
@@ -140,5 +176,12 @@ def plan_from_data(data: object, kernel: Kernel) -> Plan:
     lanes, width = data["reduce_lanes"], data["vector_width"]
     if not isinstance(lanes, int) or lanes < 1 or not isinstance(width, int) or width < 0:
         raise ValueError(f"reduce lanes {lanes!r} or vector width {width!r} is not a whole number")
+    blocks, tile = data["packed_blocks"], data["packed_tile"]
+    for value, length, what in ((blocks, 3, "packed blocks"), (tile, 2, "packed tile")):
+        if value is not None and (not data["packed"] or not isinstance(value, list) or len(value) != length
+                                  or not all(isinstance(item, int) and item >= 1 for item in value)):
+            raise ValueError(f"{what} {value!r} are not {length} positive whole numbers of a packed plan")
     return Plan(axes(data["upcast"], "upcast"), order, lanes, None if loop is None else (loop[0], loop[1]),
-                bool(data["stage"]), width, packed=bool(data["packed"]))
+                bool(data["stage"]), width, packed=bool(data["packed"]),
+                packed_blocks=None if blocks is None else (blocks[0], blocks[1], blocks[2]),
+                packed_tile=None if tile is None else (tile[0], tile[1]))
