@@ -20,7 +20,7 @@ from ember.core.errors import CompileError
 from ember.ir import lowered_cache
 from ember.ir.kernel import Kernel
 from ember.ir.opt import PACKED_PLAN, Plan, choose_plan, lower_plan
-from ember.ir.packed_matmul import PackedMatmul, lower_packed_matmul, micro_tile, packed_matmul
+from ember.ir.packed_matmul import PackedMatmul, default_tile, lower_packed_matmul, micro_tile, packed_matmul
 from ember.ir.search_space import Action, actions, apply, plan_from_data, plan_to_data
 from ember.scheduler.kernelize import kernelize
 from ember.scheduler.program import Launch
@@ -67,6 +67,11 @@ def test_tiles_come_from_the_vector_width_and_registers() -> None:
     (packed,) = _packed(_dummy(64, 64) @ _dummy(64, 64), AVX512)
     assert packed is not None and (packed.lanes, packed.micro_columns) == (16, 32)
     assert micro_tile(replace(AVX2, preferred_vector_width=1)) is None
+    # the wide tile where 32 registers hold it and the output is large enough, with its longer blocks over k
+    (wide,) = _packed(_dummy(96, 700) @ _dummy(700, 256), AVX512)
+    assert wide is not None and (wide.micro_rows, wide.micro_vectors, wide.depth_block) == (6, 4, 512)
+    assert default_tile(AVX512, 95, 256) == default_tile(AVX512, 96, 255) == (8, 2)
+    assert default_tile(AVX2, 4096, 4096) == (6, 2)  # (16 registers: no room for 24 accumulators)
 
 
 def test_only_devices_whose_renderer_packs_get_packed_kernels() -> None:
@@ -234,7 +239,7 @@ def test_a_packed_matmuls_blocks_and_tiles_are_in_the_search_space() -> None:
     assert tiles == {(4, 1), (4, 2), (6, 1), (8, 1), (12, 1)}
     assert apply(Plan(), Action("pack_tile", 4, 1), kernel) is None  # (a tiled plan has no micro-kernel)
     plan = apply(apply(PACKED_PLAN, Action("pack_block", 1, 48), kernel), Action("pack_tile", 4, 1), kernel)
-    assert plan == Plan(packed=True, packed_blocks=(256, 48, 4080), packed_tile=(4, 1))
+    assert plan == Plan(packed=True, packed_blocks=(0, 48, 0), packed_tile=(4, 1))  # (0: the default)
     lowered = lower_plan(kernel, "k", AVX2, plan)
     assert lowered is not None and lowered.packed is not None
     packed = lowered.packed
@@ -244,8 +249,9 @@ def test_a_packed_matmuls_blocks_and_tiles_are_in_the_search_space() -> None:
     assert plan_from_data(plan_to_data(plan), kernel) == plan
     older = {key: value for key, value in plan_to_data(PACKED_PLAN).items() if not key.startswith("packed_")}
     assert plan_from_data(older, kernel) == PACKED_PLAN  # an entry stored before plans had blocks and tiles
-    for wrong in ({"packed_blocks": [256, 0, 4080]}, {"packed_tile": [4]}, {"packed": False, "packed_tile": [4, 1]}):
-        with pytest.raises(ValueError, match="positive whole numbers of a packed plan"):
+    for wrong in ({"packed_blocks": [256, -1, 4080]}, {"packed_tile": [4]}, {"packed": False, "packed_tile": [4, 1]},
+                  {"packed_tile": [0, 2]}):
+        with pytest.raises(ValueError, match="whole numbers of [01] or more of a packed plan"):
             plan_from_data({**plan_to_data(plan), **wrong}, kernel)
 
 

@@ -193,7 +193,7 @@ class Plan:
     group: bool = False  # a workgroup kernel (ir/group_reduce.py), whose local size DeviceInfo decides
     packed: bool = False  # a plain float32 matmul as packed panels (ir/packed_matmul.py), its tiles DeviceInfo's
     # a packed plan's cache blocks (over k, rows, columns) and micro-kernel tile (rows, vectors of columns), where a
-    # search chose them (None: packed_matmul's defaults)
+    # search chose them (None, or a block of 0: packed_matmul's defaults)
     packed_blocks: tuple[int, int, int] | None = None
     packed_tile: tuple[int, int] | None = None
 

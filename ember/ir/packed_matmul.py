@@ -33,6 +33,14 @@ MINIMUM_DEPTH = 8  # elements summed per output from which it is
 # rows of the micro-kernel's tile at most: with AVX-512's 32 registers, 12 or 14 rows (24 or 28 accumulators) made gcc
 # 12 spill accumulators in the k loop (one thread, 1024^2: 52-80 GFLOP/s), 8 rows ran at 97, as fast as 10 and OpenBLAS
 MAX_MICRO_ROWS = 8
+# the wide tile: 6 rows x 4 vectors (24 accumulators, 29 of AVX-512's 32 registers) loads 0.42 values per
+# multiply-add against the 8 x 2 tile's 0.63; on a Sapphire Rapids core pair (2 threads, alternating runs, blocks
+# over k of 512 for it, 256 for 8 x 2) it ran 1024^2 2-3% faster, 1000^2 1-4%, 4096x4096x64 3%, 4096^2 13-19%, and
+# 64 x 128 x 512 (an RNN step's, rows padded 64 -> 66) 3-4% slower: it is the default from WIDE_TILE_ROWS rows and
+# 4 vectors' columns x 4 on, where it fits
+WIDE_TILE = (6, 4)
+WIDE_TILE_ROWS = 96
+WIDE_DEPTH_BLOCK = 512  # KC for the wide tile (its B panels, 64 columns x KC, live in L2, not L1)
 DEPTH_BLOCK = 256  # KC: the reduced elements of one packed block (a B micro-panel, KC x NR floats, stays in L1)
 ROW_BLOCK = 168  # MC: A's rows packed at a time (MC x KC floats, ~170 KB: in L2), rounded to the micro-kernel's
 COLUMN_BLOCK = 4080  # NC: B's columns packed at a time (KC x NC floats, ~4 MB: in L3), rounded likewise
@@ -99,6 +107,17 @@ def micro_tile(info: DeviceInfo) -> tuple[int, int] | None:
     return (rows, 2) if rows >= 2 else None
 
 
+def default_tile(info: DeviceInfo, rows: int, columns: int) -> tuple[int, int]:
+    """The micro-kernel's tile for a matmul of `rows` x `columns` outputs (on a device with micro_tile): WIDE_TILE
+    where it fits the registers and the output has WIDE_TILE_ROWS rows and 4 of its widths of columns, else
+    micro_tile's."""
+    narrow = micro_tile(info)
+    assert narrow is not None
+    wide = tile_fits(info, *WIDE_TILE) and rows >= WIDE_TILE_ROWS \
+        and columns >= 4 * WIDE_TILE[1] * info.preferred_vector_width
+    return WIDE_TILE if wide else narrow
+
+
 def _linear(index: IRNode, known: dict[int, int]) -> tuple[int, dict[int, int]] | None:
     """An index as (constant, {position in `known`'s order: coefficient}) where it is a sum of the loop variables
     `known` lists (by id, their positions) times constants, else None."""
@@ -117,14 +136,11 @@ def packed_matmul(kernel: Kernel, info: DeviceInfo, blocks: tuple[int, int, int]
     """The packed form of `kernel` on a device whose renderer has it (DeviceInfo.packed_matmul), or None: the kernel
     is not a plain float32 matmul (see the module's docstring), or is too small to gain from packing. `blocks` (the
     cache blocks over k, rows and columns) and `tile` (the micro-kernel's rows and vectors of columns) are a kernel
-    search's (opt.Plan.packed_blocks, packed_tile); None takes the defaults (DEPTH_BLOCK, ROW_BLOCK, COLUMN_BLOCK;
-    micro_tile). The row and column blocks are rounded down to whole micro-kernel tiles (at least one); a tile that
+    search's (opt.Plan.packed_blocks, packed_tile); None (a block of 0) takes the defaults (default_tile; DEPTH_BLOCK
+    or, for the wide tile, WIDE_DEPTH_BLOCK, ROW_BLOCK, COLUMN_BLOCK). The row and column blocks are rounded down to whole micro-kernel tiles (at least one); a tile that
     does not fit the device's registers is None."""
-    if tile is None:
-        tile = micro_tile(info)
-    elif micro_tile(info) is None or not tile_fits(info, *tile):
-        return None
-    if not info.packed_matmul or tile is None:
+    narrow = micro_tile(info)
+    if not info.packed_matmul or narrow is None or (tile is not None and not tile_fits(info, *tile)):
         return None
     shape = kernel.output.shape
     reduced = one_sum_axis(kernel, MINIMUM_DEPTH)
@@ -166,9 +182,12 @@ def packed_matmul(kernel: Kernel, info: DeviceInfo, blocks: tuple[int, int, int]
         return None
     batches = tuple((shape[axis], a_strides.get(axis, 0), b_strides.get(axis, 0), output_strides[axis])
                     for axis in axes if axis not in (row, column))
+    if tile is None:
+        tile = default_tile(info, shape[row], shape[column])
     micro_rows, micro_vectors = tile
     micro_columns = micro_vectors * info.preferred_vector_width
-    depth_block, row_block, column_block = blocks or (DEPTH_BLOCK, ROW_BLOCK, COLUMN_BLOCK)
+    defaults = (WIDE_DEPTH_BLOCK if tile == WIDE_TILE else DEPTH_BLOCK, ROW_BLOCK, COLUMN_BLOCK)
+    depth_block, row_block, column_block = (chosen or default for chosen, default in zip(blocks or (0, 0, 0), defaults))
     return PackedMatmul(
         rows=shape[row], columns=shape[column], depth=reduced, a=a, b=b, a_offset=a_offset,
         a_row_stride=a_strides[row], a_depth_stride=a_strides[len(shape)], b_offset=b_offset,

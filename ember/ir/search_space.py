@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from ember.capabilities import DeviceInfo
 from ember.ir.kernel import Kernel, row_loop
 from ember.ir.opt import MAX_TILE_OUTPUTS, Plan
-from ember.ir.packed_matmul import COLUMN_BLOCK, DEPTH_BLOCK, ROW_BLOCK, PackedMatmul, packed_matmul, tile_fits
+from ember.ir.packed_matmul import PackedMatmul, packed_matmul, tile_fits
 from ember.ir.wide_products import widened_products
 
 UPCAST_FACTORS = (2, 3, 4, 8)  # outputs per work item along an axis; one that does not divide it pads the last tile
@@ -104,7 +104,7 @@ def apply(plan: Plan, action: Action, kernel: Kernel) -> Plan | None:
         if action.kind == "pack_tile":
             result = replace(plan, packed_tile=(action.axis, action.amount))
         else:
-            blocks = list(plan.packed_blocks or (DEPTH_BLOCK, ROW_BLOCK, COLUMN_BLOCK))
+            blocks = list(plan.packed_blocks or (0, 0, 0))  # (0: the default, which may follow the tile)
             blocks[action.axis] = action.amount
             result = replace(plan, packed_blocks=(blocks[0], blocks[1], blocks[2]))
         return None if result == plan else result
@@ -177,10 +177,10 @@ def plan_from_data(data: object, kernel: Kernel) -> Plan:
     if not isinstance(lanes, int) or lanes < 1 or not isinstance(width, int) or width < 0:
         raise ValueError(f"reduce lanes {lanes!r} or vector width {width!r} is not a whole number")
     blocks, tile = data["packed_blocks"], data["packed_tile"]
-    for value, length, what in ((blocks, 3, "packed blocks"), (tile, 2, "packed tile")):
+    for value, length, least, what in ((blocks, 3, 0, "packed blocks"), (tile, 2, 1, "packed tile")):
         if value is not None and (not data["packed"] or not isinstance(value, list) or len(value) != length
-                                  or not all(isinstance(item, int) and item >= 1 for item in value)):
-            raise ValueError(f"{what} {value!r} are not {length} positive whole numbers of a packed plan")
+                                  or not all(isinstance(item, int) and item >= least for item in value)):
+            raise ValueError(f"{what} {value!r} are not {length} whole numbers of {least} or more of a packed plan")
     return Plan(axes(data["upcast"], "upcast"), order, lanes, None if loop is None else (loop[0], loop[1]),
                 bool(data["stage"]), width, packed=bool(data["packed"]),
                 packed_blocks=None if blocks is None else (blocks[0], blocks[1], blocks[2]),
