@@ -27,6 +27,7 @@ from ember import cache
 from ember.backends.base import COMPLETED, Device, DeviceInfo, Event, MemoryPool, Program, ProgramTable
 from ember.backends.disk import map_file_bytes
 from ember.backends import launch_group
+from ember.backends.c_math import LANE_INSTRUCTIONS, exp2_source, integral_exp2_source, lane_instruction_source
 from ember.backends.c_matmul import (
     PARALLEL_PRODUCTS, library_function, library_source, packed_products, render_packed_matmul, shape_values,
 )
@@ -107,6 +108,17 @@ def libmvec_variant(scalar: str, vector_bytes: int) -> tuple[str, str] | None:
     letter, guard = LIBMVEC_ISAS[vector_bytes]
     lanes = vector_bytes // (4 if scalar.endswith("f") else 8)
     return guard, f"_ZGV{letter}N{lanes}v_{scalar}"
+
+
+# float32 vector math written inline (c_math.py), not called from libmvec: by _math_kind's names
+INLINE_MATH = {"exp2": exp2_source, "exp2_integral": integral_exp2_source}
+
+
+def _math_kind(node: IRNode) -> str:
+    """The name of a vector math node's helper: its op's, but for a float32 EXP2 of a TRUNC, exp2_integral."""
+    if node.op is Op.EXP2 and node.dtype == dtypes.float32 and node.srcs[0].op is Op.TRUNC:
+        return "exp2_integral"
+    return node.op.name.lower()
 
 
 # what CRenderer renders on vectors (gcc's vector extensions, with helpers for MAX, WHERE and math functions)
@@ -214,7 +226,7 @@ class CRenderer(CStyleRenderer):
         return f"ember_select_{node.dtype.name}x{node.width}({', '.join(operands)})"
 
     def vector_math(self, operands: list[str], node: IRNode) -> str:
-        return f"ember_{node.op.name.lower()}_{node.dtype.name}x{node.width}({operands[0]})"
+        return f"ember_{_math_kind(node)}_{node.dtype.name}x{node.width}({operands[0]})"
 
     def vector_helpers(self, kernel: KernelIR) -> list[str]:
         """typedefs of the vector types a kernel uses, and the helpers for its vector MAX, WHERE and math."""
@@ -228,13 +240,13 @@ class CRenderer(CStyleRenderer):
             elif node.op is Op.WHERE:
                 functions.add(("select", dtype, node.width))
             elif node.op in self.math_functions:
-                functions.add((node.op.name.lower(), dtype, node.width))
+                functions.add((_math_kind(node), dtype, node.width))
             elif node.op is Op.CAST and (node.srcs[0].dtype.name, dtype.name, node.width) in BYTE_CONVERSIONS:
                 functions.add(("convert", node.srcs[0].dtype, node.width))
             elif node.op is Op.SHR and _uniform_byte_shift(node) is not None:
                 functions.add(("shr", dtype, node.width))
         for kind, dtype, width in functions:
-            if kind in ("max", "select"):  # both need the mask type
+            if kind in ("max", "select") or (kind in INLINE_MATH and dtype == dtypes.float32):  # (the mask type)
                 mask = MASK_TYPES[dtype.itemsize]
                 types[self.vector_type(mask, width)] = (mask, width)
         lines = []
@@ -268,9 +280,14 @@ class CRenderer(CStyleRenderer):
             elif kind == "max":  # NaN-propagating, like the scalar MAX
                 body = (f"static inline {vector} {function}({vector} a, {vector} b) {{ {mask_vector} take = "
                         f"(a > b) | (a != a); return ({vector})((take & ({mask_vector})a) | (~take & ({mask_vector})b)); }}")
+            elif kind in INLINE_MATH and dtype == dtypes.float32:
+                body = INLINE_MATH[kind](function, vector, mask_vector)
             elif kind == "select":
                 body = (f"static inline {vector} {function}({mask_vector} take, {vector} a, {vector} b) {{"
                         f" return ({vector})((take & ({mask_vector})a) | (~take & ({mask_vector})b)); }}")
+            elif dtype == dtypes.float32 and (kind, width) in LANE_INSTRUCTIONS:
+                body = lane_instruction_source(kind, function, vector, width, self.math_function(Op[kind.upper()],
+                                                                                                  dtype)) or ""
             else:  # gcc turns the lane loop into one instruction (sqrt, trunc) or a libmvec call (exp2, log2, sin)
                 scalar = self.math_function(Op[kind.upper()], dtype)
                 body = (f"static inline {vector} {function}({vector} x) {{ {vector} r;"
