@@ -528,7 +528,8 @@ class HostMemoryPool(MemoryPool):
     def host_view(self, handle: np.ndarray, nbytes: int) -> memoryview:
         return handle[:nbytes].data
 
-    view_alignment = BUFFER_ALIGNMENT  # (views in a jit arena start on a cache line as buffers do)
+    view_alignment = 16  # as numpy aligns its arrays (the kernels need only element alignment; views at a 64-byte
+    # boundary ran char_lstm, vae and tabular_mlp no faster, and a decode's boxes of 11 logits took 16 shape classes)
 
     def view(self, handle: np.ndarray, offset: int, nbytes: int) -> np.ndarray:
         view = handle[offset:offset + nbytes].view(HostArray)  # the slice keeps the buffer's array alive
