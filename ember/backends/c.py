@@ -460,6 +460,11 @@ class HostMemoryPool(MemoryPool):
     first touch cost as much as the kernel writing them (softmax over 4096x4096: 47 against 40 ms). Released small
     buffers are kept too, a few of each size, for the next allocation of that size (about 1 us, a tenth of an op)."""
 
+    # every buffer past the small ones destroy_buffer keeps is kept by the reuse policy: from 64 KiB to 1 MiB (base's
+    # MIN_REUSABLE_BYTES) none was, and each came back as fresh pages, faulted in by the kernel writing it (8 ops on
+    # 512 KiB tensors with their intermediates alive: 1.9 -> 0.7-1.1 ms; a fault cost ~5 us on this VM)
+    min_reusable_bytes = MAX_SMALL_BUFFER_BYTES + 1
+
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self._small: dict[int, list[HostArray]] = {}  # released small buffers by size (destroy_buffer)
