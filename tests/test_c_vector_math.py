@@ -78,3 +78,33 @@ def test_vector_kernels_call_no_libmvec_exp2() -> None:
     assert "_ZGV" not in source and "exp2f(x[lane])" not in source
     assert "ember_exp2_integral_float32x" in source
     assert "static inline" in exp2_source("f", "v", "m")
+
+
+def _lowered(tensor: em.Tensor):
+    from ember.ir.opt import choose_plan
+    from ember.scheduler.devices import get_device
+
+    (launch,) = [item for item in kernelize([tensor.node]) if isinstance(item, Launch)]
+    return choose_plan(launch.kernel, "kernel", get_device("c").info)
+
+
+def test_a_negated_mask_vectorizes_and_heavy_kernels_take_every_core() -> None:
+    """tanh tests its value with NOTs of comparisons: negated masks (`~` on a vector) let it vectorize, with torch's
+    values at the edges; its work items weigh ~10 light ones, so 2,048 of them run on two threads (73 -> 41 us),
+    where an addition's 2,048 stay on one."""
+    from ember.backends.c import kernel_threads
+
+    data = np.concatenate([np.linspace(-30, 30, 32768 - 8, dtype=np.float32),
+                           np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-7, -1e-30, 9.0], dtype=np.float32)])
+    x = em.tensor(data.reshape(64, 512), device="c")
+    plan, lowered = _lowered(x.tanh())
+    assert plan.vector_width > 1
+    assert kernel_threads(lowered, 2) == 2
+    assert kernel_threads(_lowered(x + x)[1], 2) == 1
+    import torch
+
+    expected = torch.tanh(torch.from_numpy(data)).numpy()
+    np.testing.assert_allclose(x.tanh().numpy().reshape(-1), expected, rtol=2e-6, atol=1e-7)
+    assert np.array_equal(np.signbit(x.tanh().numpy().reshape(-1)[-5:-3]), [False, True])  # tanh(-0.0) is -0.0
+    mask = em.tensor(data, device="c") > 0
+    np.testing.assert_array_equal((~mask).numpy(), ~(data > 0))

@@ -21,7 +21,7 @@ from ember.ir.ir import Builder, IRNode, IROp, KernelIR, linear_terms, topologic
 # the ALU ops a vector can carry, lane by lane, when the renderer supports them (DeviceInfo.vector_ops)
 VECTOR_ALU_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.CMPEQ, Op.WHERE, Op.TRUNC,
                             Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.RECIPROCAL, Op.CAST, Op.BITCAST, Op.AND, Op.OR, Op.SHR,
-                            Op.SHL, Op.XOR})
+                            Op.SHL, Op.XOR, Op.NOT})
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64})
 # integer lanes are packed only as the bits of numbers converted to floats (packed quantized weights): loaded, their
 # bits picked by masks and shifts, reinterpreted, converted; as many lanes as the float vector they become (a vector
