@@ -89,22 +89,36 @@ def _lowered(tensor: em.Tensor):
 
 
 def test_a_negated_mask_vectorizes_and_heavy_kernels_take_every_core() -> None:
-    """tanh tests its value with NOTs of comparisons: negated masks (`~` on a vector) let it vectorize, with torch's
-    values at the edges; its work items weigh ~10 light ones, so 2,048 of them run on two threads (73 -> 41 us),
-    where an addition's 2,048 stay on one."""
+    """expm1 tests its value with NOTs of comparisons (u != 1): negated masks (`~` on a vector) let it vectorize,
+    with torch's values at the edges; its work items (exp, log2, a division) weigh ~7 light ones, so 4,096 of them
+    run on two threads, where an addition's 4,096 stay on one."""
+    import torch
+
     from ember.backends.c import kernel_threads
 
-    data = np.concatenate([np.linspace(-30, 30, 32768 - 8, dtype=np.float32),
+    data = np.concatenate([np.linspace(-30, 30, 65536 - 8, dtype=np.float32),
                            np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-7, -1e-30, 9.0], dtype=np.float32)])
-    x = em.tensor(data.reshape(64, 512), device="c")
-    plan, lowered = _lowered(x.tanh())
+    x = em.tensor(data.reshape(128, 512), device="c")
+    plan, lowered = _lowered(x.expm1())
     assert plan.vector_width > 1
     assert kernel_threads(lowered, 2) == 2
     assert kernel_threads(_lowered(x + x)[1], 2) == 1
-    import torch
-
-    expected = torch.tanh(torch.from_numpy(data)).numpy()
-    np.testing.assert_allclose(x.tanh().numpy().reshape(-1), expected, rtol=2e-6, atol=1e-7)
-    assert np.array_equal(np.signbit(x.tanh().numpy().reshape(-1)[-5:-3]), [False, True])  # tanh(-0.0) is -0.0
+    expected = torch.expm1(torch.from_numpy(data)).numpy()
+    np.testing.assert_allclose(x.expm1().numpy().reshape(-1), expected, rtol=2e-6, atol=1e-30)
+    assert np.signbit(x.expm1().numpy().reshape(-1)[-4])  # expm1(-0.0) is -0.0
     mask = em.tensor(data, device="c") > 0
     np.testing.assert_array_equal((~mask).numpy(), ~(data > 0))
+
+
+def test_tanh_is_within_2_ulps_over_the_float32_range() -> None:
+    """float32 tanh: an odd polynomial below |x| = 0.625 and 1 - 2 / (exp(2|x|) + 1) above (core/unary_math.py),
+    against numpy in float64, tiny values, the bound, saturation, NaN, the infinities and -0.0 included."""
+    magnitudes = np.float32(10.0) ** np.linspace(-30, 1.6, 20000, dtype=np.float32)
+    data = np.concatenate([np.linspace(-12, 12, 200000, dtype=np.float32), magnitudes, -magnitudes,
+                           np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.625, -0.625, 0.62499994, 100.0, -100.0,
+                                     1e-45, 44.0], dtype=np.float32)])
+    result = em.tensor(data, device="c").tanh().numpy()
+    truth = np.tanh(data.astype(np.float64))
+    finite = np.isfinite(truth)
+    assert _ulps(result[finite], truth[finite]).max() <= 2
+    assert np.isnan(result[np.isnan(data)]).all() and np.signbit(result[data == 0]).tolist() == [False, True]
