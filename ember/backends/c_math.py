@@ -65,23 +65,31 @@ def integral_exp2_source(function: str, vector: str, mask: str) -> str:
 
 # x86 instructions for a whole vector of float32 lanes: the lane loop gcc is given otherwise became two 256-bit
 # halves on Intel (gcc prefers 256-bit vectors for the loops it vectorizes itself there), stored and read back as
-# one 512-bit vector: a store-forwarding stall in every vector of ember's exp
+# one 512-bit vector: a store-forwarding stall in every vector of ember's exp. Called through the compiler's
+# builtins (what <immintrin.h>'s intrinsics expand to; the header alone cost ~120 ms of every compiler run), each
+# form where `__has_builtin` finds it, else the lane loop: (width, builtin, call) by kind
 LANE_INSTRUCTIONS = {
-    ("trunc", 16): ("__AVX512F__", "_mm512_roundscale_ps(x, 0x0B)"),  # (toward zero, no exceptions)
-    ("trunc", 8): ("__AVX__", "_mm256_round_ps(x, 0x0B)"),
-    ("sqrt", 16): ("__AVX512F__", "_mm512_sqrt_ps(x)"),
-    ("sqrt", 8): ("__AVX__", "_mm256_sqrt_ps(x)"),
+    ("trunc", 16): (("__builtin_ia32_rndscaleps_mask", "__builtin_ia32_rndscaleps_mask(x, 0x0B, x, -1, 4)"),),
+    ("trunc", 8): (("__builtin_ia32_roundps256", "__builtin_ia32_roundps256(x, 0x0B)"),),  # (toward zero, quiet)
+    ("sqrt", 16): (("__builtin_ia32_sqrtps512_mask", "__builtin_ia32_sqrtps512_mask(x, x, -1, 4)"),  # gcc's
+                   ("__builtin_ia32_sqrtps512", "__builtin_ia32_sqrtps512(x, 4)")),  # clang's
+    ("sqrt", 8): (("__builtin_ia32_sqrtps256", "__builtin_ia32_sqrtps256(x)"),),
 }
 
 
 def lane_instruction_source(kind: str, function: str, vector: str, width: int, scalar: str) -> str | None:
     """`static inline vector function(vector x)` for a float32 TRUNC or SQRT by one x86 instruction where the
-    compiler targets it (else the lane loop calling `scalar`), or None where LANE_INSTRUCTIONS has no entry."""
-    entry = LANE_INSTRUCTIONS.get((kind, width))
-    if entry is None:
+    compiler has its builtin and targets its ISA (else the lane loop calling `scalar`), or None where
+    LANE_INSTRUCTIONS has no entry."""
+    forms = LANE_INSTRUCTIONS.get((kind, width))
+    if forms is None:
         return None
-    guard, instruction = entry
+    isa = "__AVX512F__" if width == 16 else "__AVX__"
     loop = (f"static inline {vector} {function}({vector} x) {{ {vector} r;"
             f" for (int lane = 0; lane < {width}; lane++) r[lane] = {scalar}(x[lane]); return r; }}")
-    return (f"#if defined({guard})\n#include <immintrin.h>\nstatic inline {vector} {function}({vector} x) {{"
-            f" return ({vector}){instruction}; }}\n#else\n{loop}\n#endif")
+    lines = ["#if !defined(__has_builtin)", "#define __has_builtin(name) 0", "#endif"]
+    for position, (builtin, call) in enumerate(forms):
+        test = f"defined({isa}) && __has_builtin({builtin})"
+        lines += [f"#{'if' if position == 0 else 'elif'} {test}",
+                  f"static inline {vector} {function}({vector} x) {{ return ({vector}){call}; }}"]
+    return "\n".join([*lines, "#else", loop, "#endif"])
