@@ -1,4 +1,5 @@
-"""C source of exp2 on float32 vectors, inline: the c backend's vector kernels call it instead of glibc's libmvec.
+"""C source of float32 vector math the c backend writes inline: exp2 (its kernels call it instead of glibc's
+libmvec), and trunc and sqrt as one instruction a vector (`lane_instruction_source`).
 
 The algorithm is ir/libm.py's exp2 (tested there within 3 ulp over the whole float32 range, subnormal results
 included): x clamped to [-152, 128], k = x rounded (halves away from zero), r = x - k in [-1/2, 1/2], 2**r by the
