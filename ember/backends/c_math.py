@@ -78,16 +78,14 @@ LANE_INSTRUCTIONS = {
 }
 
 
-def lane_instruction_source(kind: str, function: str, vector: str, width: int, scalar: str) -> str | None:
-    """`static inline vector function(vector x)` for a float32 TRUNC or SQRT by one x86 instruction where the
-    compiler has its builtin and targets its ISA (else the lane loop calling `scalar`), or None where
-    LANE_INSTRUCTIONS has no entry."""
+def lane_instruction_source(kind: str, function: str, vector: str, width: int, loop: str) -> str:
+    """The helper `loop` defines (`static inline vector function(vector x)`, a lane loop) as one x86 instruction for
+    a float32 TRUNC or SQRT where the compiler has its builtin and targets its ISA, with `loop` kept for where it
+    has not; `loop` itself where LANE_INSTRUCTIONS has no entry."""
     forms = LANE_INSTRUCTIONS.get((kind, width))
     if forms is None:
-        return None
+        return loop
     isa = "__AVX512F__" if width == 16 else "__AVX__"
-    loop = (f"static inline {vector} {function}({vector} x) {{ {vector} r;"
-            f" for (int lane = 0; lane < {width}; lane++) r[lane] = {scalar}(x[lane]); return r; }}")
     lines = ["#if !defined(__has_builtin)", "#define __has_builtin(name) 0", "#endif"]
     for position, (builtin, call) in enumerate(forms):
         test = f"defined({isa}) && __has_builtin({builtin})"

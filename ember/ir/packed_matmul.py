@@ -137,10 +137,9 @@ def packed_matmul(kernel: Kernel, info: DeviceInfo, blocks: tuple[int, int, int]
     is not a plain float32 matmul (see the module's docstring), or is too small to gain from packing. `blocks` (the
     cache blocks over k, rows and columns) and `tile` (the micro-kernel's rows and vectors of columns) are a kernel
     search's (opt.Plan.packed_blocks, packed_tile); None (a block of 0) takes the defaults (default_tile; DEPTH_BLOCK
-    or, for the wide tile, WIDE_DEPTH_BLOCK, ROW_BLOCK, COLUMN_BLOCK). The row and column blocks are rounded down to whole micro-kernel tiles (at least one); a tile that
-    does not fit the device's registers is None."""
-    narrow = micro_tile(info)
-    if not info.packed_matmul or narrow is None or (tile is not None and not tile_fits(info, *tile)):
+    or, for the wide tile, WIDE_DEPTH_BLOCK, ROW_BLOCK, COLUMN_BLOCK). The row and column blocks are rounded down to
+    whole micro-kernel tiles (at least one); a tile that does not fit the device's registers is None."""
+    if not info.packed_matmul or micro_tile(info) is None or (tile is not None and not tile_fits(info, *tile)):
         return None
     shape = kernel.output.shape
     reduced = one_sum_axis(kernel, MINIMUM_DEPTH)
