@@ -2,12 +2,13 @@
 
 ember and numpy are timed in alternation in one process (the machine may be shared), each case several times; the
 best and the median GFLOP/s of each and their ratios are printed. The sides alternate in blocks of back-to-back
-calls (a program calling matmuls in a loop), each block after the process's threads are idle (suite.settle) and one
-untimed call: OpenBLAS's workers spin ~0.1 s after each call, and ember timed call by call right after numpy shared
-the cores with them (127x255 @ 255x63: median 2.6 GFLOP/s, best 43), while a call after an idle wait pays the
-wake-up of both sides' sleeping threads (numpy's 127x255 @ 255x63 then ran at 30 instead of 120 GFLOP/s). Both sides get `--threads` threads: OpenMP's
-(OMP_NUM_THREADS, read by ember's kernels) and the BLAS's (threadpoolctl, which also reports what numpy's BLAS
-uses). The first line says which BLAS numpy has and its threads.
+calls (a program calling matmuls in a loop), each block after the process's threads are idle (suite.settle) and
+untimed calls for WARM_SECONDS (at least one): OpenBLAS's workers spin ~0.1 s after each call, and ember timed call
+by call right after numpy shared the cores with them (127x255 @ 255x63: median 2.6 GFLOP/s, best 43), while a call
+after an idle wait pays the wake-up of both sides' sleeping threads (numpy's 127x255 @ 255x63 then ran at 30
+instead of 120 GFLOP/s). Both sides get `--threads` threads: OpenMP's (OMP_NUM_THREADS, read by ember's kernels)
+and the BLAS's (threadpoolctl, which also reports what numpy's BLAS uses). The first line says which BLAS numpy has
+and its threads.
 
     python benchmarks/blas_matmul.py [CASE ...] [--threads 2] [--repeats N]
 """
@@ -18,6 +19,13 @@ import argparse
 import os
 import statistics
 import time
+
+# untimed calls at the start of each block: after the other side's threads ran, the first ~10-40 ms of calls ran
+# at half speed here (1024^2: ember 140-190 GFLOP/s for 2-4 calls, then 330-350; numpy likewise after ember's), as
+# the kernel's scheduler had both of a side's threads on one core until it spread them again (binding OpenMP's
+# threads, OMP_PROC_BIND=true, removed the dip, but it pins the interpreter's main thread and every thread it starts
+# later to one core); a program calling matmuls back to back runs at the later speed
+WARM_SECONDS = 0.05
 
 SHAPES = {
     "1024^2": ((1024, 1024), (1024, 1024)), "4096^2": ((4096, 4096), (4096, 4096)),
@@ -69,7 +77,10 @@ def main() -> None:
             for block in range(blocks):
                 for name, runner in (("ember", run_ember), ("numpy", run_numpy)):
                     settle()
+                    warm_until = time.perf_counter() + WARM_SECONDS
                     runner()
+                    while time.perf_counter() < warm_until:
+                        runner()
                     for _ in range(repeats // blocks + (block < repeats % blocks)):
                         start = time.perf_counter()
                         runner()

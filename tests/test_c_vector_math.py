@@ -5,6 +5,8 @@ this machine's width (EMBER_C_VECTOR_WIDTH=8 runs them in AVX2's)."""
 
 from __future__ import annotations
 
+import ctypes
+import subprocess
 from collections.abc import Callable
 
 import numpy as np
@@ -12,7 +14,7 @@ import pytest
 
 import ember as em
 from ember.backends.c import CRenderer
-from ember.backends.c_math import exp2_source
+from ember.backends.c_math import exp2_source, integral_exp2_source
 from ember.scheduler.kernelize import kernelize
 from ember.scheduler.program import Launch
 
@@ -49,6 +51,54 @@ def test_exp2_and_exp_are_within_3_ulps_over_the_float32_range(name: str, low: f
     finite = np.isfinite(truth) & (truth < np.finfo(np.float32).max)
     assert _ulps(result[finite], truth[finite]).max() <= 3
     assert np.array_equal(result[~finite], _as_float32(truth[~finite]), equal_nan=True)  # inf, NaN, 0
+
+
+def _compiled_helpers(tmp_path, width: int, portable: bool) -> ctypes.CDLL:
+    """exp2_source's and integral_exp2_source's helpers for `width` lanes in a library of their own, with
+    AVX-512's instructions where this compiler and machine have them or (`portable`) the exponent-bit form."""
+    from ember.backends.c import plain_compiler_command
+
+    vector, mask = f"float{width}", f"int{width}"
+    source = "\n".join([
+        f"typedef float {vector} __attribute__((vector_size({4 * width})));",
+        f"typedef int {mask} __attribute__((vector_size({4 * width})));",
+        "float truncf(float);",
+        exp2_source("exp2_lanes", vector, mask, width), integral_exp2_source("integral_lanes", vector, mask, width),
+        "void run(const float* x, float* fraction, float* integral, long count) {",
+        f"  for (long start = 0; start < count; start += {width}) {{",
+        f"    {vector} v, whole; __builtin_memcpy(&v, x + start, sizeof v);",
+        f"    for (int lane = 0; lane < {width}; lane++) whole[lane] = truncf(v[lane]);",
+        f"    {vector} a = exp2_lanes(v), b = integral_lanes(whole);",
+        "    __builtin_memcpy(fraction + start, &a, sizeof a); __builtin_memcpy(integral + start, &b, sizeof b);",
+        "  }",
+        "}",
+    ])
+    (tmp_path / "helpers.c").write_text(source)
+    library = tmp_path / f"helpers_{width}_{portable}.so"
+    undefine = ["-U__AVX512F__", "-U__AVX512VL__"] if portable else []
+    subprocess.run([*plain_compiler_command(("-O2",)), *undefine, str(tmp_path / "helpers.c"), "-o", str(library),
+                    "-lm"], check=True, capture_output=True)
+    return ctypes.CDLL(str(library))
+
+
+@pytest.mark.parametrize("width", [16, 8, 4])
+@pytest.mark.parametrize("portable", [False, True], ids=["machine", "portable"])
+def test_both_forms_of_the_exp2_helpers_are_within_3_ulps(tmp_path, width: int, portable: bool) -> None:
+    """The AVX-512 form (vrndscaleps, vscalefps: taken by the kernels of a machine that has it) and the portable
+    form (exponent bits in two halves: every other machine's) over the whole range, NaN and the infinities."""
+    library = _compiled_helpers(tmp_path, width, portable)
+    data = _sweep(-160.0, 130.0)
+    fraction, integral = np.empty_like(data), np.empty_like(data)
+    pointer = ctypes.POINTER(ctypes.c_float)
+    library.run(data.ctypes.data_as(pointer), fraction.ctypes.data_as(pointer), integral.ctypes.data_as(pointer),
+                ctypes.c_long(data.size))
+    for result, argument in ((fraction, data), (integral, np.trunc(data))):
+        truth = np.exp2(argument.astype(np.float64))
+        finite = np.isfinite(truth) & (truth < np.finfo(np.float32).max)
+        assert _ulps(result[finite], truth[finite]).max() <= 3
+        assert np.array_equal(result[~finite], _as_float32(truth[~finite]), equal_nan=True)
+    np.testing.assert_array_equal(integral[np.isfinite(data)], _as_float32(np.exp2(np.trunc(data[np.isfinite(data)])
+                                                                                  .astype(np.float64))))
 
 
 def test_trunc_and_sqrt_match_numpy_exactly_at_every_magnitude() -> None:

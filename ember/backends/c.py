@@ -283,7 +283,7 @@ class CRenderer(CStyleRenderer):
                 body = (f"static inline {vector} {function}({vector} a, {vector} b) {{ {mask_vector} take = "
                         f"(a > b) | (a != a); return ({vector})((take & ({mask_vector})a) | (~take & ({mask_vector})b)); }}")
             elif kind in INLINE_MATH and dtype == dtypes.float32:
-                body = INLINE_MATH[kind](function, vector, mask_vector)
+                body = INLINE_MATH[kind](function, vector, mask_vector, width)
             elif kind == "select":
                 body = (f"static inline {vector} {function}({mask_vector} take, {vector} a, {vector} b) {{"
                         f" return ({vector})((take & ({mask_vector})a) | (~take & ({mask_vector})b)); }}")
