@@ -12,7 +12,8 @@ in the matmul of its gradient, a normalized activation in the next matmul) is ev
 element: it is stored when it costs EXPENSIVE_WORK weighted ops per element or more and the repeated evaluations add
 up to BROADCAST_WORK_LIMIT weighted ops (so a small value broadcast a little stays fused); a stored value is never
 larger than what it is computed from (a quantized weight is dequantized inside its matmul, but the scales of its
-blocks are stored). A kernel never reads more buffers than its device binds (DeviceInfo.max_kernel_buffers):
+blocks are stored). A large reduce whose result its kernel pads (PADDED_REDUCE_WORK) is stored, so that no
+mask guards its loop's loads. A kernel never reads more buffers than its device binds (DeviceInfo.max_kernel_buffers):
 intermediates are stored until it fits.
 """
 
@@ -50,6 +51,13 @@ MAX_KERNEL_OPS = 1024  # ops (elementwise, movement, reduce) above which a kerne
 # staged int32 maximum or sum: chunks of 4,096) is stored: nested, a maximum of 3*10^6 int32 values was one serial
 # loop of every element on one work item (and past wgpu's loop limit)
 MAX_NESTED_EXTENT = 256
+# a reduce whose result a kernel pads (a PAD on the way from the kernel's output: a concatenation of matmul results,
+# an RNN's state gradients joined with the initial state's zeros) is stored by a kernel of its own when it reads at
+# least PADDED_REDUCE_WORK elements, PADDED_REDUCE_DEPTH or more per result: fused, the pad's mask guarded every
+# load of its loop and kept it from packed panels (char_lstm's 2048 x 512 @ 512 x 128 padded to 2112 rows: 2.3 ms),
+# while stored, the pad is a copy of a result a tenth the size of what the reduce read or less
+PADDED_REDUCE_WORK = 1 << 20
+PADDED_REDUCE_DEPTH = 16
 
 
 ScheduleItem = Launch[Node] | Copy[Node]  # kernelize's steps over nodes (program.py: the one kind of each)
@@ -351,13 +359,14 @@ def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> 
     reduce scales and sums) is fused too when it is short (MAX_NESTED_EXTENT), computed in a loop inside the outer
     reduce's loop; float reduces inside reduces are stored by a kernel of their own, except in a fused attention
     (`fused_attention`), which computes all its reduces in its one kernel."""
-    seen: set[tuple[int, bool, bool, int, int]] = set()
+    seen: set[tuple[int, bool, bool, int, int, bool]] = set()
     fused = fused_attention(kernel_root)  # (its reduces are all computed in the one kernel)
-    stack = [(source, kernel_root.op in REDUCE_OPS, True, *_row_of_sources(kernel_root))
+    padded = kernel_root.op is Op.PAD
+    stack = [(source, kernel_root.op in REDUCE_OPS, True, *_row_of_sources(kernel_root), padded)
              for source in kernel_root.srcs]
     while stack:
-        node, inside_reduce, injective, row, row_length = stack.pop()
-        key = (id(node), inside_reduce, injective, row, row_length)
+        node, inside_reduce, injective, row, row_length, padded = stack.pop()
+        key = (id(node), inside_reduce, injective, row, row_length, padded)
         if key in seen:
             continue
         seen.add(key)
@@ -369,7 +378,10 @@ def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> 
         row = row_state_below(node.op, node.arg, node.shape, node.srcs[0].shape if node.srcs else (), row,
                               row_length)
         if node.op in REDUCE_OPS and row == SPAN:  # a last-axis reduce read once per row: fused
-            stack.extend((source, True, injective, SPAN, row_length) for source in node.srcs)
+            stack.extend((source, True, injective, SPAN, row_length, False) for source in node.srcs)
+            continue
+        if padded and node.op in REDUCE_OPS and not inside_reduce and not fused and _heavy_reduce(node):
+            found.append(node)  # (PADDED_REDUCE_WORK)
             continue
         # (see the docstring; int32 only: the sort network's int64 records nest reduces the linearizer cannot)
         nested = inside_reduce and not (injective and node.dtype is dtypes.int32 and node.op in REDUCE_OPS
@@ -383,7 +395,8 @@ def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> 
             row, row_length = _row_of_sources(node)
         elif node.op is Op.EXPAND:
             injective = False
-        stack.extend((source, inside_reduce, injective, row, row_length) for source in node.srcs)
+        padded = padded or node.op is Op.PAD
+        stack.extend((source, inside_reduce, injective, row, row_length, padded) for source in node.srcs)
 
 
 def fused_attention(node: Node) -> bool:
@@ -397,6 +410,11 @@ def _reduced_extent(node: Node) -> int:
     """The elements a reduce node combines into each of its outputs."""
     source_shape = node.srcs[0].shape
     return prod([source_shape[axis] for axis in node.arg])
+
+
+def _heavy_reduce(node: Node) -> bool:
+    """Whether a reduce reads enough, and enough per result, to be stored rather than padded (PADDED_REDUCE_WORK)."""
+    return prod(node.srcs[0].shape) >= PADDED_REDUCE_WORK and _reduced_extent(node) >= PADDED_REDUCE_DEPTH
 
 
 def _row_of_sources(node: Node) -> tuple[int, int]:
