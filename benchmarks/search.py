@@ -33,6 +33,9 @@ from ember.scheduler import compile_cache  # noqa: E402
 from ember.scheduler.devices import get_device  # noqa: E402
 
 Arrays = tuple[np.ndarray, ...]
+# untimed runs before each timing: right after another library's threads ran, the first ~10-40 ms of calls ran at
+# half speed here (the kernel's scheduler had both of a side's threads on one core; blas_matmul.py)
+WARM_SECONDS = 0.05
 
 
 def _inputs(*shapes: tuple[int, ...]) -> Arrays:
@@ -51,6 +54,13 @@ CASES: dict[str, tuple[Callable[[], Arrays], Callable[..., Any], Callable[..., A
     "matmul 4096x64 @ 64x4096": (lambda: _inputs((4096, 64), (64, 4096)), lambda a, b: a @ b, torch.matmul,
                                  np.matmul),
     "matmul 127x255 @ 255x63": (lambda: _inputs((127, 255), (255, 63)), lambda a, b: a @ b, torch.matmul, np.matmul),
+    # the MLP training step's three products (784-512-10, batch 256): forward, weight gradient, input gradient
+    "linear 256x784 @ (512x784)^T": (lambda: _inputs((256, 784), (512, 784)), lambda x, w: x @ w.T,
+                                     lambda x, w: x @ w.T, lambda x, w: x @ w.T),
+    "matmul (256x512)^T @ 256x784": (lambda: _inputs((256, 512), (256, 784)), lambda g, x: g.T @ x,
+                                     lambda g, x: g.T @ x, lambda g, x: g.T @ x),
+    "matmul 256x512 @ 512x784": (lambda: _inputs((256, 512), (512, 784)), lambda a, b: a @ b, torch.matmul,
+                                 np.matmul),
     "bmm 8x512x64 @ 8x64x512": (lambda: _inputs((8, 512, 64), (8, 64, 512)), lambda a, b: a @ b, torch.matmul,
                                 np.matmul),
     "conv2d 8x64x56x56, 64x64x3x3": (lambda: _inputs((8, 64, 56, 56), (64, 64, 3, 3)),
@@ -60,10 +70,13 @@ CASES: dict[str, tuple[Callable[[], Arrays], Callable[..., Any], Callable[..., A
 
 
 def best(run: Callable[[], Any], repeats: int) -> float:
-    """The least seconds of `repeats` runs after a warm-up run, once no other library's threads keep the cores
-    busy (torch's and OpenBLAS's workers spin a while after each call)."""
+    """The least seconds of `repeats` runs after warm-up runs (WARM_SECONDS, at least one), once no other
+    library's threads keep the cores busy (torch's and OpenBLAS's workers spin a while after each call)."""
     settle()
+    warm_until = time.perf_counter() + WARM_SECONDS
     run()
+    while time.perf_counter() < warm_until:
+        run()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()

@@ -72,6 +72,9 @@ def test_tiles_come_from_the_vector_width_and_registers() -> None:
     assert wide is not None and (wide.micro_rows, wide.micro_vectors, wide.depth_block) == (6, 4, 512)
     assert default_tile(AVX512, 95, 256) == default_tile(AVX512, 96, 255) == (8, 2)
     assert default_tile(AVX2, 4096, 4096) == (6, 2)  # (16 registers: no room for 24 accumulators)
+    # not where its edge tiles pad more: 784 columns are 13 tiles of 64 (6% padding), 25 of 32 (2%)
+    assert default_tile(AVX512, 512, 784) == default_tile(AVX512, 256, 784) == (8, 2)
+    assert default_tile(AVX512, 1000, 1000) == default_tile(AVX512, 1024, 1024) == (6, 4)
 
 
 def test_only_devices_whose_renderer_packs_get_packed_kernels() -> None:
