@@ -219,6 +219,34 @@ def test_cat_and_stack(device: str) -> None:
     same.verify()
 
 
+def test_a_join_of_hundreds_of_parts_reads_a_few_parts_a_kernel_and_matches_torch(device: str, monkeypatch) -> None:
+    """A cat of 300 parts of mixed sizes (and a stack of 300, as an RNN's outputs are stacked): no kernel reads more
+    than JOIN_GROUP parts (one kernel of all parts read each of them through a mask for every element: a stack of
+    512 tensors of 64 x 128 took 0.73 s, torch's 2 ms); values, bools, integers and gradients are torch's."""
+    from ember.core.movement import JOIN_GROUP
+    from tests.helpers import scheduled_launches
+
+    generator = np.random.default_rng(5)
+    arrays = [generator.standard_normal((3, int(generator.integers(1, 4)), 5)).astype(np.float32) for _ in range(300)]
+    arrays[7][0, 0, 0], arrays[299][2, 0, 4] = np.nan, -0.0
+    parts = [em.tensor(array, device=device, requires_grad=True) for array in arrays]
+    references = [torch.tensor(array, requires_grad=True) for array in arrays]
+    joined = em.cat(parts, 1)
+    launches = scheduled_launches(joined.realize, monkeypatch)
+    assert JOIN_GROUP <= 16 and launches and max(len(launch.inputs) for launch in launches) <= JOIN_GROUP
+    same(joined, torch.cat(references, 1))
+    same(em.stack([part[:, :1] for part in parts[::3]], -1), torch.stack([part[:, :1] for part in references[::3]], -1))
+    flags = [em.tensor(array > 0, device=device) for array in arrays]
+    same(em.cat(flags, 1), torch.cat([torch.from_numpy(array > 0) for array in arrays], 1))
+    counts = [em.tensor(array.astype(np.int64), device=device) for array in arrays[:20]]
+    same(em.cat(counts, 1), torch.cat([torch.from_numpy(array.astype(np.int64)) for array in arrays[:20]], 1))
+    weights = generator.standard_normal(torch.cat(references, 1).shape).astype(np.float32)
+    (em.cat(parts, 1) * em.tensor(weights, device=device)).sum().backward()
+    (torch.cat(references, 1) * torch.from_numpy(weights)).sum().backward()
+    for part, reference in zip(parts, references):
+        same(part.grad, reference.grad)
+
+
 def test_cat_keeps_special_values(device: str) -> None:
     special, tspecial = pair(np.array([np.inf, -np.inf, np.nan, 1.0], dtype=np.float32), device)
     same(em.cat([special, special.flip(0)]), torch.cat([tspecial, tspecial.flip(0)]))
@@ -340,15 +368,17 @@ def test_movement_errors_name_the_shapes(device: str) -> None:
         _ = em.zeros(3, device=device).mT
     with pytest.raises(em.ShapeError, match=r"t\(\) expects"):
         em.zeros(1, 2, 3, device=device).t()
-    with pytest.raises(em.ShapeError, match=r"cat: the shapes \(2, 3\), \(3, 2\) must match.*dim 0"):
+    with pytest.raises(em.ShapeError, match=r"cat: the shapes must match in every dim except dim 0: the tensor at "
+                                            r"position 1 has shape \(3, 2\), the first \(2, 3\)"):
         em.cat([x, x.T])
-    with pytest.raises(em.ShapeError, match=r"\(2, 3\), \(3\,\)"):
+    with pytest.raises(em.ShapeError, match=r"position 1 has shape \(3,\), the first \(2, 3\)"):
         em.cat([x, em.zeros(3, device=device)])
     with pytest.raises(em.ShapeError, match="zero-dimensional"):
         em.cat([em.tensor(1.0, device=device)])
     with pytest.raises(ValueError, match="non-empty"):
         em.stack([])
-    with pytest.raises(em.ShapeError, match=r"same shape.*\(2, 3\), \(3, 2\)"):
+    with pytest.raises(em.ShapeError, match=r"same shape: the tensor at position 1 has shape \(3, 2\), the first "
+                                            r"\(2, 3\)"):
         em.stack([x, x.T])
     with pytest.raises(em.ShapeError, match="one count per element"):
         x.repeat_interleave(em.tensor([1, 2], device=device), dim=1)

@@ -495,6 +495,12 @@ def _pad_axis(tensor: Tensor, axis: int, before: int, after: int, mode: str) -> 
     return cat([left, tensor, right], axis)
 
 
+# the parts one kernel joins at most: each element of a join reads every part through a mask, so joining N parts
+# in one kernel cost N masked loads an element (a stack of 512 tensors of 64 x 128 took 0.73 s, torch 2 ms); more
+# parts are joined in groups of JOIN_GROUP, each stored, and the groups joined likewise (log N levels)
+JOIN_GROUP = 8
+
+
 @numpy_argument_names
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """torch.cat: join tensors along an existing dim (each is padded into place and the pads summed, one kernel).
@@ -514,29 +520,38 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     for part in parts[1:]:
         dtype = promote_types(dtype, part.dtype)
     # torch's legacy rule: a 1-d tensor of size 0 may be joined with tensors of any shape (and is skipped)
-    parts = [part for part in parts if part.shape != (0,)] or parts[:1]
+    positions = [position for position, part in enumerate(parts) if part.shape != (0,)] or [0]
+    parts = [parts[position] for position in positions]
     reference = parts[0]
     axis = normalize_dim(dim, reference.ndim, "cat")
-    for position, part in enumerate(parts):
+    for position, part in zip(positions, parts):
         if part.ndim != reference.ndim or any(
             a != b for index, (a, b) in enumerate(zip(part.shape, reference.shape)) if index != axis
         ):
-            shapes = ", ".join(str(part.shape) for part in parts)
-            raise ShapeError(f"cat: the shapes {shapes} must match in every dim except dim {dim}")
+            raise ShapeError(f"cat: the shapes must match in every dim except dim {dim}: the tensor at position "
+                             f"{position} has shape {part.shape}, the first {reference.shape}")
+    if len(parts) == 1:
+        return parts[0].cast(dtype).clone()  # a new tensor, as torch's, never a view of its input
+    while len(parts) > JOIN_GROUP:  # (see JOIN_GROUP)
+        groups = [parts[start:start + JOIN_GROUP] for start in range(0, len(parts), JOIN_GROUP)]
+        parts = [_joined(group, axis, dtype)._apply(Op.CONTIGUOUS) if len(group) > 1 else group[0]
+                 for group in groups]
+    return _joined(parts, axis, dtype)
+
+
+def _joined(parts: list[Tensor], axis: int, dtype: Any) -> Tensor:
+    """The parts (at least two) padded into place along `axis` and summed (ORed for bools) as `dtype`."""
     total = sum(part.shape[axis] for part in parts)
     fill = False if dtype.is_bool else 0 if dtype.is_int else -0.0
     result, offset = None, 0
     for part in parts:
-        amounts = [(0, 0)] * reference.ndim
+        amounts = [(0, 0)] * part.ndim
         amounts[axis] = (offset, total - offset - part.shape[axis])
         padded = part.cast(dtype)._pad_and_shrink(amounts, fill)
-        if result is None:
-            result = padded
-        else:
-            result = result._apply(Op.OR if dtype.is_bool else Op.ADD, padded)
+        result = padded if result is None else result._apply(Op.OR if dtype.is_bool else Op.ADD, padded)
         offset += part.shape[axis]
-    assert result is not None  # parts is not empty
-    return result.clone() if len(parts) == 1 else result  # a new tensor, as torch's, never a view of its input
+    assert result is not None
+    return result
 
 
 @numpy_argument_names
@@ -547,10 +562,10 @@ def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     parts = tensor_sequence(tensors)
     if not parts:
         raise ArgumentError("stack: expected a non-empty sequence of tensors")
-    for part in parts:
+    for position, part in enumerate(parts):
         if part.shape != parts[0].shape:
-            shapes = ", ".join(str(part.shape) for part in parts)
-            raise ShapeError(f"stack: all tensors need the same shape, got {shapes}")
+            raise ShapeError(f"stack: all tensors need the same shape: the tensor at position {position} has shape "
+                             f"{part.shape}, the first {parts[0].shape}")
     axis = normalize_dim(dim, parts[0].ndim + 1, "stack")
     return cat([part._reshaped(part.shape[:axis] + (1,) + part.shape[axis:]) for part in parts], axis)
 
