@@ -95,6 +95,51 @@ def test_a_forced_winner_matches_torch(backend: str, searching: search.SearchSta
     assert len(list((Path(cache.root()) / "search").glob("*.entry"))) == len(searching.searches)
 
 
+@pytest.mark.parametrize("patience", [0, 1])
+def test_a_round_without_a_faster_plan_does_not_end_the_search_within_its_patience(
+        patience: int, searching: search.SearchStatistics, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Timings by each plan's distance (in actions) from the default: every plan one action away is slower, every
+    plan two away faster. With a round of patience (search.PATIENCE) the search goes on past the slower round and a
+    two-action plan wins; without, the default stays."""
+    depth: dict[object, int] = {}
+    plan_of: dict[int, object] = {}
+    original_apply, original_build, original_compile = search.apply, search.build_planned_ir, search._compile
+
+    def applying(plan, action, kernel):  # type: ignore[no-untyped-def]
+        neighbour = original_apply(plan, action, kernel)
+        if neighbour is not None and neighbour not in depth:
+            depth[neighbour] = depth.get(plan, 0) + 1
+        return neighbour
+
+    def building(kernel, name, info, plan):  # type: ignore[no-untyped-def]
+        ir = original_build(kernel, name, info, plan)
+        if ir is not None:
+            plan_of[id(ir)] = plan
+        return ir
+
+    def compiling(device, irs):  # type: ignore[no-untyped-def]
+        programs = original_compile(device, irs)
+        for ir, program in zip(irs, programs):
+            if program is not None:
+                plan_of[id(program)] = plan_of.get(id(ir))
+        return programs
+
+    def timing(bench, program, global_size, deadline):  # type: ignore[no-untyped-def]
+        distance = depth.get(plan_of.get(id(program)), 0)
+        return {0: 1.0, 1: 2.0}.get(distance, 0.5)
+
+    for name, replacement in (("apply", applying), ("build_planned_ir", building), ("_compile", compiling),
+                              ("_time", timing), ("_confirmed", lambda *arguments: True), ("PATIENCE", patience)):
+        monkeypatch.setattr(search, name, replacement)
+    values = np.random.default_rng(1).standard_normal((37, 53)).astype(np.float32)
+    with em.search(2, budget_seconds=30):
+        sums = (em.tensor(values, device="c").exp() * 2).sum(0)
+        assert_close(sums.numpy(), (torch.tensor(values).exp() * 2).sum(0).numpy(), rtol=1e-5)
+    (record,) = searching.searches
+    assert record.winner_seconds == (0.5 if patience else 1.0)
+    assert depth.get(record.winner, 0) == (2 if patience else 0)
+
+
 def test_outputs_are_compared_with_the_default() -> None:
     reference = np.array([1.0, np.nan, np.inf, -2.0, 1e-9], dtype=np.float32)
     assert search._same_output(reference.copy(), reference, em.float32)

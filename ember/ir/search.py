@@ -28,6 +28,7 @@ DEFAULT_BUDGET_SECONDS = 10.0  # search time per kernel unless EMBER_SEARCH_BUDG
 TIMED_RUNS = 5  # runs per candidate (their median is its time), after the run whose output is checked
 HOPELESS = 2.0  # a candidate whose checked run takes this many times the best time so far is not run again
 MAX_ROUNDS = 4  # beam steps: each tries every action on every plan of the beam
+PATIENCE = 1  # rounds without a faster plan after which the search stops (a 2-action move: upcast, then vectorize)
 CONFIRMING_RUNS = 7  # runs of the default and the winner, alternating, before the winner is kept
 # a packed matmul whose default run takes more than this share of the budget is searched over its blocks and tiles
 # only: a tiled plan runs it tens of times slower, and one run of it cannot be cut short (4096^2 untiled: ~90 s)
@@ -262,6 +263,7 @@ def _search(device: Any, kernel: Kernel, name: str, width: int, path: Any) -> Ke
         if default_plan.packed and default_seconds > PACKED_ONLY_SHARE * budget:
             space = [action for action in space if action.kind in ("pack_block", "pack_tile")]
         with Progress(MAX_ROUNDS * width * len(space), f"search {name}", unit="variant") as progress:
+            stalled = 0
             for _ in range(MAX_ROUNDS):
                 best_before = min(timed.values())
                 neighbours = list(dict.fromkeys(
@@ -296,7 +298,11 @@ def _search(device: Any, kernel: Kernel, name: str, width: int, path: Any) -> Ke
                         timed.setdefault(plan, float("inf"))
                     progress.advance(len(batch))
                 beam = sorted((plan for plan in timed if plan in lowered), key=timed.__getitem__)[:width]
-                if min(timed.values()) >= best_before or time.perf_counter() > deadline:
+                if min(timed.values()) < best_before:
+                    stalled = 0
+                else:
+                    stalled += 1
+                if stalled > PATIENCE or time.perf_counter() > deadline:
                     break
         winner = min(lowered, key=timed.__getitem__)
         if winner != default_plan and not _confirmed(bench, (default_ir, default_program),
