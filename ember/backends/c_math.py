@@ -15,6 +15,7 @@ builds 2**n alone.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -50,37 +51,41 @@ def _series() -> str:
     return series
 
 
-def _with_scale_instructions(width: int, scaled: list[str], portable: list[str]) -> str:
-    """`scaled` (lines that call ROUND(x) and SCALE(x, k)) with AVX-512's builtins where the compiler has them for
-    vectors of `width` float32 lanes, else `portable`; `portable` alone for widths without them."""
+def _with_scale_instructions(width: int, scaled: Callable[[Callable[[str], str], Callable[[str, str], str]], list[str]],
+                             portable: list[str]) -> str:
+    """The lines `scaled(round_call, scale_call)` gives (round_call(x): x rounded to whole numbers; scale_call(x,
+    k): x * 2**k) with AVX-512's builtins where the compiler has them for vectors of `width` float32 lanes, else
+    `portable`; `portable` alone for widths without them."""
     if width not in SCALE_INSTRUCTIONS:
         return "\n".join(portable)
     isa, round_builtin, round_call, scale_builtin, scale_call = SCALE_INSTRUCTIONS[width]
-    body = "\n".join(scaled)
-    body = body.replace("ROUND(clamped)", round_call.format(x="clamped"))
-    body = body.replace("SCALE(series, k)", scale_call.format(x="series", k="k"))
-    body = body.replace("SCALE(one, x)", scale_call.format(x="one", k="x"))
+    body = scaled(lambda x: round_call.format(x=x), lambda x, k: scale_call.format(x=x, k=k))
     return "\n".join(["#if !defined(__has_builtin)", "#define __has_builtin(name) 0", "#endif",
                       f"#if defined({isa}) && __has_builtin({round_builtin}) && __has_builtin({scale_builtin})",
-                      body, "#else", *portable, "#endif"])
+                      *body, "#else", *portable, "#endif"])
 
 
 def exp2_source(function: str, vector: str, mask: str, width: int = 0) -> str:
     """`static inline vector function(vector x)`: 2**x lane by lane (`mask`: the int32 vector of as many lanes;
     `width`: their count, which picks AVX-512's instructions where SCALE_INSTRUCTIONS has them)."""
     series = _series()
-    scaled = [
-        f"static inline {vector} {function}({vector} x) {{",
-        f"  const {mask} below = x < {_literal(LOWEST)};",
-        f"  {vector} clamped = ({vector})((below & ({mask})(({vector}){{}} + {_literal(LOWEST)})) | (~below & ({mask})x));",
-        f"  const {mask} above = clamped > {_literal(HIGHEST)};",
-        f"  clamped = ({vector})((above & ({mask})(({vector}){{}} + {_literal(HIGHEST)})) | (~above & ({mask})clamped));",
-        f"  const {vector} k = ({vector})ROUND(clamped);",
-        f"  const {vector} r = clamped - k;",
-        f"  const {vector} series = {series};",
-        f"  return ({vector})SCALE(series, k);",
-        "}",
-    ]
+
+    def scaled(round_call: Callable[[str], str], scale_call: Callable[[str, str], str]) -> list[str]:
+        return [
+            f"static inline {vector} {function}({vector} x) {{",
+            f"  const {mask} below = x < {_literal(LOWEST)};",
+            f"  {vector} clamped = ({vector})((below & ({mask})(({vector}){{}} + {_literal(LOWEST)}))"
+            f" | (~below & ({mask})x));",
+            f"  const {mask} above = clamped > {_literal(HIGHEST)};",
+            f"  clamped = ({vector})((above & ({mask})(({vector}){{}} + {_literal(HIGHEST)}))"
+            f" | (~above & ({mask})clamped));",
+            f"  const {vector} k = ({vector}){round_call('clamped')};",
+            f"  const {vector} r = clamped - k;",
+            f"  const {vector} series = {series};",
+            f"  return ({vector}){scale_call('series', 'k')};",
+            "}",
+        ]
+
     portable = [
         f"static inline {vector} {function}({vector} x) {{",
         f"  const {mask} is_nan = x != x, below = x < {_literal(LOWEST)}, above = x > {_literal(HIGHEST)};",
@@ -103,10 +108,13 @@ def exp2_source(function: str, vector: str, mask: str, width: int = 0) -> str:
 def integral_exp2_source(function: str, vector: str, mask: str, width: int = 0) -> str:
     """`static inline vector function(vector x)`: 2**x for x whose lanes are whole numbers (or NaN, or beyond the
     range: clamped as exp2_source clamps), from exponent bits alone, or one vscalefps."""
-    scaled = [f"static inline {vector} {function}({vector} x) {{",
-              f"  const {vector} one = ({vector}){{}} + 1.0f;",
-              f"  return ({vector})SCALE(one, x);",
-              "}"]
+
+    def scaled(_: Callable[[str], str], scale_call: Callable[[str, str], str]) -> list[str]:
+        return [f"static inline {vector} {function}({vector} x) {{",
+                f"  const {vector} one = ({vector}){{}} + 1.0f;",
+                f"  return ({vector}){scale_call('one', 'x')};",
+                "}"]
+
     portable = [
         f"static inline {vector} {function}({vector} x) {{",
         f"  const {mask} is_nan = x != x, below = x < {_literal(LOWEST)}, above = x > {_literal(HIGHEST)};",

@@ -503,7 +503,8 @@ JOIN_GROUP = 8
 
 @numpy_argument_names
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    """torch.cat: join tensors along an existing dim (each is padded into place and the pads summed, one kernel).
+    """torch.cat: join tensors along an existing dim (each is padded into place and the pads summed: one kernel
+    for up to JOIN_GROUP parts, stored groups of them for more).
 
     Floats are padded with -0.0, the identity of addition, so every value (-0.0, inf, NaN) is kept exactly.
     """

@@ -349,7 +349,8 @@ def _buffer_limit_cuts(kernel_roots: list[Node], boundaries: dict[int, Node], bu
 def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> None:
     """Find the nodes below kernel_root that must be stored by other kernels.
 
-    A walk state is (node, inside a reduce, reached without an EXPAND, row, row length). `row` follows the row
+    A walk state is (node, inside a reduce, reached without an EXPAND, row, row length, reached through a PAD: a
+    large reduce reached so is stored, PADDED_REDUCE_WORK). `row` follows the row
     fusion of ir/kernel.py: SPAN where one work item evaluates the node along a whole last axis (the kernel's output
     when lowering loops over its rows, the source of a fused reduce of the last axis), REDUCED where the node is
     read through an EXPAND of that axis from a SPAN (one value per row): a reduce of the last axis reached REDUCED
