@@ -61,6 +61,21 @@ def test_a_plain_matmul_is_packed_with_its_strides() -> None:
     assert transposed is not None and transposed.a_row_stride == 1 and transposed.b_column_stride == 70
 
 
+def test_axes_that_walk_every_operand_alike_are_one_axis_of_the_panels() -> None:
+    """A batch of rows from one matrix (a linear layer over (batch, tokens, features)) is one matmul of all the
+    rows, and a 1x1 convolution's rows and columns of pixels one axis of columns, not a matmul per batch or per
+    row of pixels; a true batch (each element its own B) and a transposed output stay as they are."""
+    (rows,) = _packed(_dummy(8, 64, 128) @ _dummy(128, 256))
+    assert rows is not None and (rows.rows, rows.columns, rows.depth, rows.batches) == (512, 256, 128, ())
+    (pixels,) = _packed(em.nn.functional.conv2d(_dummy(8, 64, 56, 56), _dummy(32, 64, 1, 1)))
+    assert pixels is not None and (pixels.rows, pixels.columns, pixels.depth) == (32, 3136, 64)
+    assert pixels.batches == ((8, 0, 64 * 3136, 32 * 3136),)
+    (batched,) = _packed(_dummy(8, 64, 128) @ _dummy(8, 128, 256))
+    assert batched is not None and (batched.rows, batched.batches) == (64, ((8, 64 * 128, 128 * 256, 64 * 256),))
+    (transposed,) = _packed((_dummy(6, 40, 128) @ _dummy(128, 50)).transpose(-1, -2).contiguous())
+    assert transposed is not None and (transposed.rows, transposed.columns) == (50, 40)
+
+
 def test_tiles_come_from_the_vector_width_and_registers() -> None:
     assert micro_tile(AVX2) == (6, 2)
     assert micro_tile(AVX512) == (8, 2)
@@ -128,7 +143,7 @@ def _random(*shape: int, seed: int = 0) -> np.ndarray:
 @pytest.mark.parametrize("a_shape, b_shape", [
     ((16, 16), (16, 16)), ((17, 9), (9, 33)), ((127, 255), (255, 63)), ((1000, 1000), (1000, 1000)),
     ((2049, 130), (130, 1025)), ((300, 600), (600, 70)), ((3, 40, 33), (3, 33, 50)), ((4, 70, 50), (50, 90)),
-    ((2, 3, 20, 30), (3, 30, 40)),
+    ((2, 3, 20, 30), (3, 30, 40)), ((6, 50, 70), (70, 90)), ((3, 4, 17, 40), (40, 35)),
     # both operands read in place (rows and columns up to c_matmul.DIRECT_SIDE), edge panels of both, three blocks
     # of the reduced dim accumulated; then only A in place, only B
     ((100, 600), (600, 50)), ((261, 77), (77, 255)), ((255, 40), (40, 300)),

@@ -54,7 +54,8 @@ class PackedMatmul:
     """A matmul as packed panels: out[batch, row, column] = sum over k of A[row, k] * B[k, column], every element at
     an offset plus its indices times strides (in elements) in its buffer (`a`, `b`: the buffers' parameter
     positions; the output is parameter 0, its columns of stride 1). `batches` lists the other output axes as
-    (size, A's stride, B's stride, the output's stride). The tiles: `lanes` float32 lanes a vector, micro_rows x
+    (size, A's stride, B's stride, the output's stride); rows, columns and batches are the output's axes with the
+    neighbours that walk all three alike merged (`_coalesced`). The tiles: `lanes` float32 lanes a vector, micro_rows x
     micro_vectors vectors of accumulators, and the cache blocks over k, rows and columns."""
 
     rows: int
@@ -129,6 +130,21 @@ def _padded_outputs(rows: int, columns: int, tile: tuple[int, int], lanes: int) 
     return -(-rows // tile_rows) * tile_rows * -(-columns // tile_columns) * tile_columns
 
 
+def _coalesced(axes: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """Output axes as (size, A's stride, B's stride, the output's stride), outermost first, with each axis merged into
+    the next where that walks A, B and the output alike (every stride the next one's times its size: a 1x1
+    convolution's rows and columns of pixels, a batch of rows read from one matrix), so the packed panels span it."""
+    merged: list[tuple[int, int, int, int]] = []
+    for entry in reversed(axes):
+        if merged:
+            inner = merged[-1]
+            if all(outer == inner_stride * inner[0] for outer, inner_stride in zip(entry[1:], inner[1:])):
+                merged[-1] = (entry[0] * inner[0], *inner[1:])
+                continue
+        merged.append(entry)
+    return merged[::-1]
+
+
 def _linear(index: IRNode, known: dict[int, int]) -> tuple[int, dict[int, int]] | None:
     """An index as (constant, {position in `known`'s order: coefficient}) where it is a sum of the loop variables
     `known` lists (by id, their positions) times constants, else None."""
@@ -178,31 +194,38 @@ def packed_matmul(kernel: Kernel, info: DeviceInfo, blocks: tuple[int, int, int]
             return None
         factors.append((factor.srcs[0].arg[0], *linear))
     (a, a_offset, a_strides), (b, b_offset, b_strides) = factors
+    depth_strides = (a_strides.get(len(shape), 0), b_strides.get(len(shape), 0))
+    if not all(depth_strides):
+        return None
     output_strides = strides_of(shape)
-    axes = [axis for axis, extent in enumerate(shape) if extent != 1]
-    rows = [axis for axis in axes if a_strides.get(axis, 0) and not b_strides.get(axis, 0)]
-    columns = [axis for axis in axes if b_strides.get(axis, 0) and not a_strides.get(axis, 0)]
-    if not rows or not columns or not a_strides.get(len(shape)) or not b_strides.get(len(shape)):
+    # per output axis (size, A's stride, B's stride, the output's stride), neighbours that walk all three operands
+    # as one axis merged
+    axes = _coalesced([(extent, a_strides.get(axis, 0), b_strides.get(axis, 0), output_strides[axis])
+                       for axis, extent in enumerate(shape) if extent != 1])
+    rows = [axis for axis, (_, a_stride, b_stride, _) in enumerate(axes) if a_stride and not b_stride]
+    columns = [axis for axis, (_, a_stride, b_stride, _) in enumerate(axes) if b_stride and not a_stride]
+    if not rows or not columns:
         return None
     row, column = rows[-1], columns[-1]
-    if output_strides[row] == 1:  # the output transposed: compute out^T = B^T A^T
-        (a, a_offset, a_strides), (b, b_offset, b_strides) = (b, b_offset, b_strides), (a, a_offset, a_strides)
+    if axes[row][3] == 1:  # the output transposed: compute out^T = B^T A^T
+        (a, a_offset), (b, b_offset) = (b, b_offset), (a, a_offset)
+        axes = [(extent, b_stride, a_stride, out_stride) for extent, a_stride, b_stride, out_stride in axes]
+        depth_strides = depth_strides[::-1]
         row, column = column, row
-    if output_strides[column] != 1 or shape[row] < MINIMUM_SIDE or shape[column] < MINIMUM_SIDE:
+    if axes[column][3] != 1 or axes[row][0] < MINIMUM_SIDE or axes[column][0] < MINIMUM_SIDE:
         return None
-    batches = tuple((shape[axis], a_strides.get(axis, 0), b_strides.get(axis, 0), output_strides[axis])
-                    for axis in axes if axis not in (row, column))
+    batches = tuple(entry for axis, entry in enumerate(axes) if axis not in (row, column))
     if tile is None:
-        tile = default_tile(info, shape[row], shape[column])
+        tile = default_tile(info, axes[row][0], axes[column][0])
     micro_rows, micro_vectors = tile
     micro_columns = micro_vectors * info.preferred_vector_width
     defaults = (WIDE_DEPTH_BLOCK if tile == WIDE_TILE else DEPTH_BLOCK, ROW_BLOCK, COLUMN_BLOCK)
     depth_block, row_block, column_block = (chosen or default for chosen, default in zip(blocks or (0, 0, 0), defaults))
     return PackedMatmul(
-        rows=shape[row], columns=shape[column], depth=reduced, a=a, b=b, a_offset=a_offset,
-        a_row_stride=a_strides[row], a_depth_stride=a_strides[len(shape)], b_offset=b_offset,
-        b_depth_stride=b_strides[len(shape)], b_column_stride=b_strides[column],
-        output_row_stride=output_strides[row], batches=batches, lanes=info.preferred_vector_width,
+        rows=axes[row][0], columns=axes[column][0], depth=reduced, a=a, b=b, a_offset=a_offset,
+        a_row_stride=axes[row][1], a_depth_stride=depth_strides[0], b_offset=b_offset,
+        b_depth_stride=depth_strides[1], b_column_stride=axes[column][2],
+        output_row_stride=axes[row][3], batches=batches, lanes=info.preferred_vector_width,
         micro_rows=micro_rows, micro_vectors=micro_vectors, depth_block=max(1, depth_block),
         row_block=max(micro_rows, row_block // micro_rows * micro_rows),
         column_block=max(micro_columns, column_block // micro_columns * micro_columns))
