@@ -4,7 +4,7 @@ libmvec), and trunc and sqrt as one instruction a vector (`lane_instruction_sour
 The algorithm is ir/libm.py's exp2 (tested there within 3 ulp over the whole float32 range, subnormal results
 included): x clamped to [-152, 128], k = x rounded, r = x - k in [-1/2, 1/2], 2**r by the first 8 terms of its
 Taylor series, times 2**k; NaN passes through. Where the compiler targets AVX-512, vrndscaleps rounds and vscalefps
-multiplies by 2**k (SCALE_INSTRUCTIONS); elsewhere k rounds halves away from zero and 2**k is built from exponent
+multiplies by 2**k, masked off where 2**k vanishes (SCALE_INSTRUCTIONS); elsewhere k rounds halves away from zero and 2**k is built from exponent
 bits in two halves (so that 2**-149 and 2**127 both come out right). Written in gcc's vector extensions, it is a
 dozen multiply-adds and a few conversions a vector with nothing called: 32,768 values ran in 16.6 us against
 libmvec's AVX-512 exp2f's 29.7 (one thread, Sapphire Rapids), before the AVX-512 form halved it again. An exponent
@@ -27,19 +27,29 @@ def _literal(value: float) -> str:
     return f"{float(np.float32(value))!r}f"
 
 
-# AVX-512's instructions for 2**x, where the compiler has their builtins (what <immintrin.h>'s _mm*_roundscale_ps
-# and _mm*_scalef_ps expand to) and targets the ISA: vrndscaleps rounds to the nearest whole number and vscalefps
-# multiplies by 2**k in one rounding (overflow to infinity, underflow through the subnormals to 0, NaN through), in
-# place of the exponent bits built in two halves, the clamps and the NaN select: exp of 2^20 floats on one thread
-# 908 -> 377 us (Sapphire Rapids). (width: (ISA, round builtin, its call, scale builtin, its call))
+# AVX-512's instructions for 2**x, where the compiler has their builtins (what <immintrin.h>'s _mm*_roundscale_ps,
+# _mm*_scalef_ps and _mm*_cmp_ps_mask expand to) and targets the ISA: vrndscaleps rounds to the nearest whole number
+# and vscalefps multiplies by 2**k in one rounding (overflow to infinity, underflow through the subnormals, NaN
+# through), in place of the exponent bits built in two halves, the clamps and the NaN select: exp of 2^20 floats on
+# one thread 908 -> 377 us (Sapphire Rapids). The scaling is masked off (0) where k is below VANISHING: a scaling
+# that underflows to 0 took a microcode assist, exp of 2^20 floats below -104 ran 20x slower than of 0 (8.5 ms
+# against 0.4); masked lanes are not computed (a subnormal result, exp of -103..-88, still takes one).
+# (width: (ISA, builtins, the rounding of {x}, {x} * 2**{k}))
 SCALE_INSTRUCTIONS = {
-    16: ("__AVX512F__", "__builtin_ia32_rndscaleps_mask", "__builtin_ia32_rndscaleps_mask({x}, 0x08, {x}, -1, 4)",
-         "__builtin_ia32_scalefps512_mask", "__builtin_ia32_scalefps512_mask({x}, {k}, {x}, -1, 4)"),
-    8: ("__AVX512VL__", "__builtin_ia32_rndscaleps_256_mask", "__builtin_ia32_rndscaleps_256_mask({x}, 0x08, {x}, -1)",
-        "__builtin_ia32_scalefps256_mask", "__builtin_ia32_scalefps256_mask({x}, {k}, {x}, -1)"),
-    4: ("__AVX512VL__", "__builtin_ia32_rndscaleps_128_mask", "__builtin_ia32_rndscaleps_128_mask({x}, 0x08, {x}, -1)",
-        "__builtin_ia32_scalefps128_mask", "__builtin_ia32_scalefps128_mask({x}, {k}, {x}, -1)"),
+    16: ("__AVX512F__", ("__builtin_ia32_rndscaleps_mask", "__builtin_ia32_scalefps512_mask",
+                         "__builtin_ia32_cmpps512_mask"),
+         "__builtin_ia32_rndscaleps_mask({x}, 0x08, {x}, -1, 4)",
+         "__builtin_ia32_scalefps512_mask({x}, {k}, {zero}, __builtin_ia32_cmpps512_mask({k}, {low}, 0x15, -1, 4), 4)"),
+    8: ("__AVX512VL__", ("__builtin_ia32_rndscaleps_256_mask", "__builtin_ia32_scalefps256_mask",
+                         "__builtin_ia32_cmpps256_mask"),
+        "__builtin_ia32_rndscaleps_256_mask({x}, 0x08, {x}, -1)",
+        "__builtin_ia32_scalefps256_mask({x}, {k}, {zero}, __builtin_ia32_cmpps256_mask({k}, {low}, 0x15, -1))"),
+    4: ("__AVX512VL__", ("__builtin_ia32_rndscaleps_128_mask", "__builtin_ia32_scalefps128_mask",
+                         "__builtin_ia32_cmpps128_mask"),
+        "__builtin_ia32_rndscaleps_128_mask({x}, 0x08, {x}, -1)",
+        "__builtin_ia32_scalefps128_mask({x}, {k}, {zero}, __builtin_ia32_cmpps128_mask({k}, {low}, 0x15, -1))"),
 }
+VANISHING = -150.0  # 2**k for whole k below it rounds to 0 (2**-150 is half the smallest subnormal: to even, 0)
 
 
 def _series() -> str:
@@ -51,18 +61,20 @@ def _series() -> str:
     return series
 
 
-def _with_scale_instructions(width: int, scaled: Callable[[Callable[[str], str], Callable[[str, str], str]], list[str]],
+def _with_scale_instructions(width: int, vector: str,
+                             scaled: Callable[[Callable[[str], str], Callable[[str, str], str]], list[str]],
                              portable: list[str]) -> str:
     """The lines `scaled(round_call, scale_call)` gives (round_call(x): x rounded to whole numbers; scale_call(x,
-    k): x * 2**k) with AVX-512's builtins where the compiler has them for vectors of `width` float32 lanes, else
+    k): x * 2**k, 0 where k is below VANISHING) with AVX-512's builtins where the compiler has them for vectors of `width` float32 lanes, else
     `portable`; `portable` alone for widths without them."""
     if width not in SCALE_INSTRUCTIONS:
         return "\n".join(portable)
-    isa, round_builtin, round_call, scale_builtin, scale_call = SCALE_INSTRUCTIONS[width]
-    body = scaled(lambda x: round_call.format(x=x), lambda x, k: scale_call.format(x=x, k=k))
+    isa, builtins, round_call, scale_call = SCALE_INSTRUCTIONS[width]
+    zero, low = f"({vector}){{}}", f"(({vector}){{}} + {_literal(VANISHING)})"
+    body = scaled(lambda x: round_call.format(x=x), lambda x, k: scale_call.format(x=x, k=k, zero=zero, low=low))
+    available = " && ".join(f"__has_builtin({builtin})" for builtin in builtins)
     return "\n".join(["#if !defined(__has_builtin)", "#define __has_builtin(name) 0", "#endif",
-                      f"#if defined({isa}) && __has_builtin({round_builtin}) && __has_builtin({scale_builtin})",
-                      *body, "#else", *portable, "#endif"])
+                      f"#if defined({isa}) && {available}", *body, "#else", *portable, "#endif"])
 
 
 def exp2_source(function: str, vector: str, mask: str, width: int = 0) -> str:
@@ -102,7 +114,7 @@ def exp2_source(function: str, vector: str, mask: str, width: int = 0) -> str:
         f"  return ({vector})((is_nan & ({mask})x) | (~is_nan & ({mask})result));",
         "}",
     ]
-    return _with_scale_instructions(width, scaled, portable)
+    return _with_scale_instructions(width, vector, scaled, portable)
 
 
 def integral_exp2_source(function: str, vector: str, mask: str, width: int = 0) -> str:
@@ -126,7 +138,7 @@ def integral_exp2_source(function: str, vector: str, mask: str, width: int = 0) 
         f"  return ({vector})((is_nan & ({mask})x) | (~is_nan & ({mask})result));",
         "}",
     ]
-    return _with_scale_instructions(width, scaled, portable)
+    return _with_scale_instructions(width, vector, scaled, portable)
 
 
 # x86 instructions for a whole vector of float32 lanes: the lane loop gcc is given otherwise became two 256-bit
