@@ -10,8 +10,7 @@ mark a boundary; a fused attention's output (`fused_attention`) keeps all its re
 steps) costs linear work, not quadratic. Elementwise work that a kernel reads under a broadcast (a softmax's output
 in the matmul of its gradient, a normalized activation in the next matmul) is evaluated once per use, not once per
 element: it is stored when it costs EXPENSIVE_WORK weighted ops per element or more and the repeated evaluations add
-up to BROADCAST_WORK_LIMIT weighted ops (so a small value broadcast a little stays fused), or however cheap when it
-is a large matmul's operand read OPERAND_REUSE times per value (so the product reads plain buffers: packed panels); a stored value is never
+up to BROADCAST_WORK_LIMIT weighted ops (so a small value broadcast a little stays fused); a stored value is never
 larger than what it is computed from (a quantized weight is dequantized inside its matmul, but the scales of its
 blocks are stored). A large reduce whose result its kernel pads (PADDED_REDUCE_WORK) is stored, so that no
 mask guards its loop's loads. A kernel never reads more buffers than its device binds (DeviceInfo.max_kernel_buffers):
@@ -44,12 +43,6 @@ BROADCAST_WORK_LIMIT = 1 << 18  # weighted ops of repeated evaluation from which
 # from packed panels and vectors (nanoGPT's q, k and v gradients joined into the input projection's: its three
 # matmuls were register tiles of 18 masked loads, 6.7 ms of a 60 ms step; stored once, they are plain matmuls)
 JOINED_PARTS_WORK = EXPENSIVE_WORK
-# elementwise work on a matmul's operand (a gradient scaled, an activation's derivative applied) read under a
-# broadcast OPERAND_REUSE times or more per value, in a product of OPERAND_WORK or more, is stored however cheap:
-# fused, it kept the product from packed panels (the input gradient of a linear layer over (16, 64, 256) whose
-# output gradient was 2y: 2.9 ms in the tiled kernel)
-OPERAND_REUSE = 64
-OPERAND_WORK = 1 << 24
 TRANSCENDENTAL_OPS = frozenset({Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.DIV, Op.IDIV, Op.MOD})
 TRANSCENDENTAL_WEIGHT = 8  # these become polynomial approximations or divisions: several ops each
 MAX_KERNEL_OPS = 1024  # ops (elementwise, movement, reduce) above which a kernel is split by storing intermediates
@@ -232,9 +225,8 @@ def _broadcast_recompute_cuts(kernel_roots: list[Node], boundaries: dict[int, No
                 continue
             if (node is not root and node.op in ELEMENTWISE_OPS
                     and 0 < node.size * node.dtype.itemsize <= largest_read[id(node)]
-                    and ((node_span >= 2 * node.size and cost[id(node)] >= EXPENSIVE_WORK
-                          and (node_span - node.size) * cost[id(node)] >= BROADCAST_WORK_LIMIT)
-                         or (node_span >= OPERAND_REUSE * node.size and node_span >= OPERAND_WORK))):
+                    and node_span >= 2 * node.size and cost[id(node)] >= EXPENSIVE_WORK
+                    and (node_span - node.size) * cost[id(node)] >= BROADCAST_WORK_LIMIT):
                 chosen.append(node)
                 covered.update(id(source) for source in node.srcs)
                 continue
