@@ -4,12 +4,12 @@ libmvec), and trunc and sqrt as one instruction a vector (`lane_instruction_sour
 The algorithm is ir/libm.py's exp2 (tested there within 3 ulp over the whole float32 range, subnormal results
 included): x clamped to [-152, 128], k = x rounded, r = x - k in [-1/2, 1/2], 2**r by the first 8 terms of its
 Taylor series, times 2**k; NaN passes through. Where the compiler targets AVX-512, vrndscaleps rounds and vscalefps
-multiplies by 2**k, masked off where 2**k vanishes (SCALE_INSTRUCTIONS); elsewhere k rounds halves away from zero and 2**k is built from exponent
-bits in two halves (so that 2**-149 and 2**127 both come out right). Written in gcc's vector extensions, it is a
-dozen multiply-adds and a few conversions a vector with nothing called: 32,768 values ran in 16.6 us against
-libmvec's AVX-512 exp2f's 29.7 (one thread, Sapphire Rapids), before the AVX-512 form halved it again. An exponent
-already integral (a TRUNC: exp(x) = 2**(x/ln2 - n) * 2**n, ember's exp) needs no series: `integral_exp2_source`
-builds 2**n alone.
+multiplies by 2**k, masked off where 2**k vanishes (SCALE_INSTRUCTIONS); elsewhere k rounds halves away from zero
+and 2**k is built from exponent bits in two halves (so that 2**-149 and 2**127 both come out right). Written in
+gcc's vector extensions, it is a dozen multiply-adds and a few conversions a vector with nothing called: 32,768
+values ran in 16.6 us against libmvec's AVX-512 exp2f's 29.7 (one thread, Sapphire Rapids), before the AVX-512
+form halved it again. An exponent already integral (a TRUNC: exp(x) = 2**(x/ln2 - n) * 2**n, ember's exp) needs
+no series: `integral_exp2_source` builds 2**n alone.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def _with_scale_instructions(width: int, vector: str,
                              scaled: Callable[[Callable[[str], str], Callable[[str, str], str]], list[str]],
                              portable: list[str]) -> str:
     """The lines `scaled(round_call, scale_call)` gives (round_call(x): x rounded to whole numbers; scale_call(x,
-    k): x * 2**k, 0 where k is below VANISHING) with AVX-512's builtins where the compiler has them for vectors of `width` float32 lanes, else
-    `portable`; `portable` alone for widths without them."""
+    k): x * 2**k, 0 where k is below VANISHING) with AVX-512's builtins where the compiler has them for vectors of
+    `width` float32 lanes, else `portable`; `portable` alone for widths without them."""
     if width not in SCALE_INSTRUCTIONS:
         return "\n".join(portable)
     isa, builtins, round_call, scale_call = SCALE_INSTRUCTIONS[width]
@@ -119,7 +119,7 @@ def exp2_source(function: str, vector: str, mask: str, width: int = 0) -> str:
 
 def integral_exp2_source(function: str, vector: str, mask: str, width: int = 0) -> str:
     """`static inline vector function(vector x)`: 2**x for x whose lanes are whole numbers (or NaN, or beyond the
-    range: clamped as exp2_source clamps), from exponent bits alone, or one vscalefps."""
+    range: 0 and infinity as exp2_source's), from exponent bits alone, or one vscalefps."""
 
     def scaled(_: Callable[[str], str], scale_call: Callable[[str, str], str]) -> list[str]:
         return [f"static inline {vector} {function}({vector} x) {{",
