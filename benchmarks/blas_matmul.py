@@ -3,7 +3,7 @@
 ember and numpy are timed in alternation in one process (the machine may be shared), each case several times; the
 best and the median GFLOP/s of each and their ratios are printed. The sides alternate in blocks of back-to-back
 calls (a program calling matmuls in a loop), each block after the process's threads are idle (suite.settle) and
-untimed calls for WARM_SECONDS (at least one): OpenBLAS's workers spin ~0.1 s after each call, and ember timed call
+untimed calls for suite.WARM_SECONDS (at least one): OpenBLAS's workers spin ~0.1 s after each call, and ember timed call
 by call right after numpy shared the cores with them (127x255 @ 255x63: median 2.6 GFLOP/s, best 43), while a call
 after an idle wait pays the wake-up of both sides' sleeping threads (numpy's 127x255 @ 255x63 then ran at 30
 instead of 120 GFLOP/s). Both sides get `--threads` threads: OpenMP's (OMP_NUM_THREADS, read by ember's kernels)
@@ -19,13 +19,6 @@ import argparse
 import os
 import statistics
 import time
-
-# untimed calls at the start of each block: after the other side's threads ran, the first ~10-40 ms of calls ran
-# at half speed here (1024^2: ember 140-190 GFLOP/s for 2-4 calls, then 330-350; numpy likewise after ember's), as
-# the kernel's scheduler had both of a side's threads on one core until it spread them again (binding OpenMP's
-# threads, OMP_PROC_BIND=true, removed the dip, but it pins the interpreter's main thread and every thread it starts
-# later to one core); a program calling matmuls back to back runs at the later speed
-WARM_SECONDS = 0.05
 
 SHAPES = {
     "1024^2": ((1024, 1024), (1024, 1024)), "4096^2": ((4096, 4096), (4096, 4096)),
@@ -49,7 +42,7 @@ def main() -> None:
 
     import ember as em
     from ember.scheduler.devices import get_device
-    from suite import settle  # (benchmarks/, this script's folder)
+    from suite import settle, warm_up  # (benchmarks/, this script's folder)
 
     device = get_device("c")
     with threadpool_limits(arguments.threads):
@@ -77,10 +70,7 @@ def main() -> None:
             for block in range(blocks):
                 for name, runner in (("ember", run_ember), ("numpy", run_numpy)):
                     settle()
-                    warm_until = time.perf_counter() + WARM_SECONDS
-                    runner()
-                    while time.perf_counter() < warm_until:
-                        runner()
+                    warm_up(runner)
                     for _ in range(repeats // blocks + (block < repeats % blocks)):
                         start = time.perf_counter()
                         runner()

@@ -25,7 +25,7 @@ os.environ.setdefault("EMBER_AUTO_SHARD", "0")  # one device's kernels (not spli
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from suite import settle  # noqa: E402  (benchmarks/, this script's folder)
+from suite import settle, warm_up  # noqa: E402  (benchmarks/, this script's folder)
 
 import ember as em  # noqa: E402
 from ember.ir import search  # noqa: E402
@@ -33,9 +33,6 @@ from ember.scheduler import compile_cache  # noqa: E402
 from ember.scheduler.devices import get_device  # noqa: E402
 
 Arrays = tuple[np.ndarray, ...]
-# untimed runs before each timing: right after another library's threads ran, the first ~10-40 ms of calls ran at
-# half speed here (the kernel's scheduler had both of a side's threads on one core; blas_matmul.py)
-WARM_SECONDS = 0.05
 
 
 def _inputs(*shapes: tuple[int, ...]) -> Arrays:
@@ -70,13 +67,10 @@ CASES: dict[str, tuple[Callable[[], Arrays], Callable[..., Any], Callable[..., A
 
 
 def best(run: Callable[[], Any], repeats: int) -> float:
-    """The least seconds of `repeats` runs after warm-up runs (WARM_SECONDS, at least one), once no other
+    """The least seconds of `repeats` runs after warm-up runs (suite.warm_up), once no other
     library's threads keep the cores busy (torch's and OpenBLAS's workers spin a while after each call)."""
     settle()
-    warm_until = time.perf_counter() + WARM_SECONDS
-    run()
-    while time.perf_counter() < warm_until:
-        run()
+    warm_up(run)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()

@@ -89,6 +89,22 @@ def settle() -> float:
     return time.perf_counter() - start
 
 
+# untimed calls before back-to-back timed ones: right after another library's threads ran, the first ~10-40 ms of
+# calls ran at half speed here (1024^2: ember 140-190 GFLOP/s for 2-4 calls, then 330-350; numpy likewise after
+# ember's), as the kernel's scheduler had both of a side's threads on one core until it spread them again (binding
+# OpenMP's threads, OMP_PROC_BIND=true, removed the dip, but it pins the interpreter's main thread and every thread
+# it starts later to one core); a program calling matmuls back to back runs at the later speed
+WARM_SECONDS = 0.05
+
+
+def warm_up(run: Callable[[], Any]) -> None:
+    """Call `run` for WARM_SECONDS (at least once), untimed."""
+    warm_until = time.perf_counter() + WARM_SECONDS
+    run()
+    while time.perf_counter() < warm_until:
+        run()
+
+
 def touched(array: np.ndarray) -> np.ndarray:
     """The array with every page written once (first touches of fresh memory are slow on some VMs)."""
     array.reshape(-1)[:: max(1, 4096 // array.itemsize)] += 0

@@ -404,10 +404,7 @@ def _tanh(x: Tensor) -> Tensor:
         negative = x < 0
         magnitude = (-x).where(negative, x)
         square = x * x
-        polynomial = square * TANH_COEFFICIENTS[-1] + TANH_COEFFICIENTS[-2]
-        for coefficient in reversed(TANH_COEFFICIENTS[:-2]):
-            polynomial = polynomial * square + coefficient
-        near_zero = x * (polynomial * square + 1.0)  # (x times, not x plus: tanh(-0.0) stays -0.0)
+        near_zero = x * (horner(square, TANH_COEFFICIENTS) * square + 1.0)  # (x times, not x plus: tanh(-0.0) stays -0.0)
         far = 1.0 - 2.0 / (_exp(magnitude * 2.0) + 1.0)
         return near_zero.where(magnitude < TANH_SERIES_BOUND, (-far).where(negative, far))
     negative = x < 0
