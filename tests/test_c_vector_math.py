@@ -174,9 +174,12 @@ def test_tanh_is_within_2_ulps_over_the_float32_range() -> None:
 
 def test_exp_and_tanh_of_ten_million_values_on_every_thread() -> None:
     """At a user's size: 10^7 values in rows of 125,000 (past 65,535), both threads' shares of the vector loops
-    and their ends, within 3 ulp of float64 everywhere (one computation, checked whole)."""
+    and their ends, a row whose exp underflows to 0 (the lanes vscalefps masks off) and one of subnormal results,
+    within 3 ulp of float64 everywhere (one computation, checked whole)."""
     generator = np.random.default_rng(3)
     data = generator.uniform(-100.0, 88.0, (80, 125_000)).astype(np.float32)
+    data[1] = generator.uniform(-3000.0, -104.0, 125_000)
+    data[2] = generator.uniform(-103.9, -87.4, 125_000)
     data[0, :4], data[-1, -4:] = [np.nan, np.inf, -np.inf, -0.0], [1e-30, -1e-30, 88.7, -104.0]
     x = em.tensor(data, device="c")
     for name, truth_of in (("exp", np.exp), ("tanh", np.tanh)):

@@ -247,6 +247,19 @@ def test_a_join_of_hundreds_of_parts_reads_a_few_parts_a_kernel_and_matches_torc
         same(part.grad, reference.grad)
 
 
+def test_a_join_at_a_users_size_matches_numpy_exactly() -> None:
+    """600 rows of 70,001 floats (past 65,535; 4.2 * 10^7 values, four levels of joins) stacked, and 40 of them
+    joined along their long dim, with NaN, infinities and -0.0: numpy's values exactly (one computation each)."""
+    generator = np.random.default_rng(11)
+    rows = generator.standard_normal((600, 70_001)).astype(np.float32)
+    rows[0, 0], rows[299, 70_000], rows[599, 12345], rows[450, 7] = np.nan, np.inf, -np.inf, -0.0
+    parts = [em.tensor(row, device="c") for row in rows]
+    stacked = em.stack(parts).numpy()
+    np.testing.assert_array_equal(stacked, rows)
+    assert np.signbit(stacked[450, 7])
+    np.testing.assert_array_equal(em.cat(parts[:40]).numpy(), rows[:40].reshape(-1))
+
+
 def test_cat_keeps_special_values(device: str) -> None:
     special, tspecial = pair(np.array([np.inf, -np.inf, np.nan, 1.0], dtype=np.float32), device)
     same(em.cat([special, special.flip(0)]), torch.cat([tspecial, tspecial.flip(0)]))
