@@ -20,10 +20,11 @@ PARALLEL_PRODUCTS = 1 << 18  # multiply-adds below which a packed matmul runs on
 # for each use, more than the products of a small matmul (one thread: 64 x 512 x 128 60 -> 54 us, 256^3 165 -> 148)
 DIRECT_SIDE = 256
 # the places of the values in a packed matmul's array of longs (`shape_values`), then 4 per batch dim (its size,
-# A's stride, B's stride, the output's stride)
+# A's stride, B's stride, the output's stride), 3 per depth axis (its size, A's stride, B's stride) and 2 per column
+# axis (its size, B's stride)
 SHAPE_FIELDS = ("rows", "columns", "depth", "a_offset", "a_row_stride", "a_depth_stride", "b_offset",
                 "b_depth_stride", "b_column_stride", "output_row_stride", "depth_block", "row_block",
-                "column_block", "threads", "batch_dims")
+                "column_block", "threads", "batch_dims", "depth_dims", "column_dims")
 
 
 def packed_products(packed: PackedMatmul) -> int:
@@ -49,11 +50,13 @@ def _at(field: str) -> str:
 
 
 def shape_values(packed: PackedMatmul, threads: int | None) -> list[int]:
-    """What the library function reads at run time, in SHAPE_FIELDS's order, then each batch dim's four values
-    (`threads`: OpenMP threads, None for all: 0 in the array)."""
+    """What the library function reads at run time, in SHAPE_FIELDS's order, then each batch dim's four values,
+    each depth axis's three and each column axis's two (`threads`: OpenMP threads, None for all: 0 in the array)."""
     fields = {name: getattr(packed, name) for name in SHAPE_FIELDS if hasattr(packed, name)}
-    fields.update(threads=threads or 0, batch_dims=len(packed.batches))
-    return [int(fields[name]) for name in SHAPE_FIELDS] + [int(value) for batch in packed.batches for value in batch]
+    fields.update(threads=threads or 0, batch_dims=len(packed.batches), depth_dims=len(packed.depth_axes),
+                  column_dims=len(packed.column_axes))
+    axes = (*packed.batches, *packed.depth_axes, *packed.column_axes)
+    return [int(fields[name]) for name in SHAPE_FIELDS] + [int(value) for axis in axes for value in axis]
 
 
 def render_packed_matmul(kernel: KernelIR, parameters: list[str], threads: int | None) -> str:
@@ -76,7 +79,9 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
     """C source of the library function for a micro-kernel of rows x vectors vectors of `lanes` float32 lanes:
     `void name(const long* shape, float* out, const float* a, const float* b)`. The output is split into tasks (a
     batch element, or a part of one: a range of column panels times a range of row panels), one thread each, so no
-    thread waits for another; each task walks GotoBLAS's loops over its part with its own packed panels."""
+    thread waits for another; each task walks GotoBLAS's loops over its part with its own packed panels. An operand
+    read through offset tables (a depth of several axes, B's columns of several: PackedMatmul.gathers) is packed
+    from the tables, built once a call."""
     name = _function_name(lanes, rows, vectors)
     columns = lanes * vectors
     vector = f"ember_packed_float32x{lanes}"
@@ -93,12 +98,16 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         "#endif",
         *_pack_b(name, columns, lanes, vector),
         *_pack_a(name, rows),
+        *_gathers(name, rows, columns, lanes, vector),
         *_micro_kernel(name, lanes, rows, vectors, vector),
+        *_offset(name),
         *_plain_task(name),
         f"void {name}(const long* restrict shape, float* restrict out, const float* restrict a,"
         " const float* restrict b) {",
         reads,
         f"  const long* batch_shape = shape + {len(SHAPE_FIELDS)};",
+        "  const long* depth_shape = batch_shape + 4 * batch_dims;",
+        "  const long* column_shape = depth_shape + 3 * depth_dims;",
         "  long batch_count = 1;",
         "  for (long dim = 0; dim < batch_dims; dim++) batch_count *= batch_shape[4 * dim];",
         f"  const long depth_blocks = (depth + {_at('depth_block')} - 1) / {_at('depth_block')};",
@@ -127,8 +136,23 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         # broadcast one at a time, any strides), B where few row panels do and its columns are contiguous (its
         # rows are vector loads); packing costs about a copy of the operand per use, which small matmuls (an RNN
         # step's 64 x 128 x 512) spend more time on than on the products
-        f"  const int direct_a = columns <= {DIRECT_SIDE};",
-        f"  const int direct_b = rows <= {DIRECT_SIDE} && b_column_stride == 1;",
+        # an operand read through offset tables (its stride 0): the tables built once for every task
+        "  const int a_gather = a_depth_stride == 0, b_gather = b_depth_stride == 0 || b_column_stride == 0;",
+        "  long* a_offsets = 0; long* b_offsets = 0; long* column_offsets = 0;",
+        "  if (a_gather || b_gather) {",
+        "    a_offsets = malloc(sizeof(long) * (2 * depth + columns));",
+        "    if (a_offsets != 0) {",
+        "      b_offsets = a_offsets + depth; column_offsets = b_offsets + depth;",
+        "      for (long k = 0; k < depth; k++) {",
+        f"        a_offsets[k] = {name}_offset(shape, k, 0);",
+        f"        b_offsets[k] = {name}_offset(shape, k, 1);",
+        "      }",
+        "      for (long column = 0; column < columns; column++)",
+        f"        column_offsets[column] = {name}_offset(shape, column, 2);",
+        "    }",
+        "  }",
+        f"  const int direct_a = columns <= {DIRECT_SIDE} && !a_gather;",
+        f"  const int direct_b = rows <= {DIRECT_SIDE} && b_column_stride == 1 && !b_gather;",
         "  #pragma omp parallel num_threads(threads) if(threads > 1)",
         "  {",
         f"    float* a_pack = aligned_alloc(64, (4 * (direct_a ? {rows} : row_block) * depth_block + 63) / 64 * 64);",
@@ -149,22 +173,33 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         "        const long index = rest % sizes[0]; rest /= sizes[0];",
         "        a_origin += index * sizes[1]; b_origin += index * sizes[2]; out_origin += index * sizes[3];",
         "      }",
-        "      if (a_pack == 0 || b_pack == 0) {  /* no memory for the panels: plain loops */",
+          "      if (a_pack == 0 || b_pack == 0 || ((a_gather || b_gather) && a_offsets == 0)) {",
+        # (no memory for the panels or the tables: plain loops)
         f"        {name}_plain(shape, a + a_origin, b + b_origin, out + out_origin, row_start, row_end, column_start,"
         " column_end);",
         "        continue;",
         "      }",
+        # a task of one block of rows gathering B (a convolution) packs each panel of B just before its products (it
+        # stays in L1 for every row panel), not a block of them that the products read back from L2 or memory once
+        # (64 filters over 56 x 56 pixels: 2% faster); a plain B transposed packed so ran a 64 x 128 product of an
+        # MLP 2.5x slower (45 against 18 us), so it keeps the block
+        "      const int panel_b = b_gather && row_end - row_start <= row_block;",
         "      for (long column = column_start; column < column_end; column += column_block) {",
         "        const long column_count = column_end - column < column_block ? column_end - column : column_block;",
         "        for (long k = 0; k < depth; k += depth_block) {",
         "          const long depth_count = depth - k < depth_block ? depth - k : depth_block;",
         "          const float* b_block = b + b_origin + k * b_depth_stride + column * b_column_stride;",
-        f"          if (!direct_b) {name}_pack_b(b_block, b_pack, depth_count, column_count, b_depth_stride,"
+        "          if (panel_b) {}",
+        f"          else if (b_gather) {name}_pack_b_gather(b_block, b_pack, depth_count, column_count, b_offsets + k,"
+        " column_offsets + column);",
+        f"          else if (!direct_b) {name}_pack_b(b_block, b_pack, depth_count, column_count, b_depth_stride,"
         " b_column_stride);",
         "          for (long row = row_start; row < row_end; row += row_block) {",
         "            const long row_count = row_end - row < row_block ? row_end - row : row_block;",
         "            const float* a_block = a + a_origin + row * a_row_stride + k * a_depth_stride;",
-        f"            if (!direct_a) {name}_pack_a(a_block, a_pack, row_count, depth_count, a_row_stride,"
+        f"            if (a_gather) {name}_pack_a_gather(a_block, a_pack, row_count, depth_count, a_row_stride,"
+        " a_offsets + k);",
+        f"            else if (!direct_a) {name}_pack_a(a_block, a_pack, row_count, depth_count, a_row_stride,"
         " a_depth_stride);",
         f"            for (long panel_column = 0; panel_column < column_count; panel_column += {columns}) {{",
         f"              const long width = column_count - panel_column < {columns} ? column_count - panel_column"
@@ -175,6 +210,12 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         f"              if (direct_b && width == {columns}) {{ b_panel = b_block + panel_column; b_step = b_depth_stride; }}",
         "              else if (direct_b) {",
         f"                {name}_pack_b(b_block + panel_column, b_pack, depth_count, width, b_depth_stride, 1);",
+        "                b_panel = b_pack;",
+        "              } else if (panel_b) {",
+        f"                if (b_gather) {name}_pack_b_gather(b_block, b_pack, depth_count, width, b_offsets + k,"
+        " column_offsets + column + panel_column);",
+        f"                else {name}_pack_b(b_block + panel_column * b_column_stride, b_pack, depth_count, width,"
+        " b_depth_stride, b_column_stride);",
         "                b_panel = b_pack;",
         "              }",
         f"              for (long panel_row = 0; panel_row < row_count; panel_row += {rows}) {{",
@@ -201,6 +242,7 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         "    free(a_pack);",
         "    free(b_pack);",
         "  }",
+        "  free(a_offsets);",
         "}",
         "#endif",
     ]
@@ -358,7 +400,8 @@ def _products(accumulators: list[list[str]], vector: str, lanes: int, row_step: 
 
 
 def _plain_task(name: str) -> list[str]:
-    """A task's part of the output by plain loops (where the panels' memory could not be allocated)."""
+    """A task's part of the output by plain loops (where the panels' or the tables' memory could not be
+    allocated)."""
     return [
         f"static void {name}_plain(const long* restrict shape, const float* restrict a, const float* restrict b,"
         " float* restrict out, long row_start, long row_end, long column_start, long column_end) {",
@@ -366,9 +409,95 @@ def _plain_task(name: str) -> list[str]:
         "    for (long column = column_start; column < column_end; column++) {",
         "      float sum = 0.0f;",
         f"      for (long k = 0; k < {_at('depth')}; k++)",
-        f"        sum += a[row * {_at('a_row_stride')} + k * {_at('a_depth_stride')}]"
-        f" * b[k * {_at('b_depth_stride')} + column * {_at('b_column_stride')}];",
+        f"        sum += a[row * {_at('a_row_stride')} + {name}_offset(shape, k, 0)]"
+        f" * b[{name}_offset(shape, k, 1) + {name}_offset(shape, column, 2)];",
         f"      out[row * {_at('output_row_stride')} + column] = sum;",
         "    }",
+        "}",
+    ]
+
+
+def _offset(name: str) -> list[str]:
+    """`name_offset(shape, index, which)`: the offset of A's k-th reduced element (which 0), B's (1), or B's
+    `index`-th column (2): the index times the stride, or, where that stride is 0, summed over the depth or column
+    axes after the batch dims in `shape`."""
+    batch_dims, depth_dims, column_dims = (_at(field) for field in ("batch_dims", "depth_dims", "column_dims"))
+    return [
+        f"static long {name}_offset(const long* restrict shape, long index, int which) {{",
+        f"  const long stride = which == 0 ? {_at('a_depth_stride')} : which == 1 ? {_at('b_depth_stride')}"
+        f" : {_at('b_column_stride')};",
+        "  if (stride != 0) return index * stride;",
+        f"  const long* depth_axes = shape + {len(SHAPE_FIELDS)} + 4 * {batch_dims};",
+        f"  const long* axes = which == 2 ? depth_axes + 3 * {depth_dims} : depth_axes;",
+        "  const long width = which == 2 ? 2 : 3, field = which == 2 ? 1 : which + 1;",
+        "  long offset = 0;",
+        f"  for (long dim = (which == 2 ? {column_dims} : {depth_dims}) - 1; dim >= 0; dim--) {{",
+        "    offset += index % axes[width * dim] * axes[width * dim + field];",
+        "    index /= axes[width * dim];",
+        "  }",
+        "  return offset;",
+        "}",
+    ]
+
+
+def _gathers(name: str, rows: int, columns: int, lanes: int, vector: str) -> list[str]:
+    """Packing through offset tables: A's block (row_count x depth_count) with its k-th value of a row at
+    `depth_offsets[k]`, B's (depth_count x column_count) with its value (k, column) at depth_offsets[k] +
+    column_offsets[column], both as _pack_a's and _pack_b's panels. B's panel is copied a run of contiguous columns at
+    a time (a convolution's panel of 32 pixels: one run within a row of pixels, two across rows), each run by vectors
+    (the last one overlapping the one before) or, below a vector, by halves and quarters of one."""
+    widths = [width for width in (lanes, lanes // 2, lanes // 4) if width >= 4]
+    copies = []
+    for width in widths:
+        kind = f"{vector}_u" if width == lanes else f"{name}_float32x{width}_u"
+        if width != lanes:
+            copies.append(f"typedef float {kind} __attribute__((vector_size({4 * width}), aligned(4)));")
+    body = []
+    for width in widths:
+        kind = f"{vector}_u" if width == lanes else f"{name}_float32x{width}_u"
+        body += [
+            f"  if (count >= {width}) {{",
+            "    long column = 0;",
+            f"    for (; column + {width} <= count; column += {width})"
+            f" *({kind}*)(target + column) = *(const {kind}*)(source + column);",
+            f"    if (column < count) *({kind}*)(target + count - {width}) = *(const {kind}*)(source + count - {width});",
+            "    return;",
+            "  }",
+        ]
+    return [
+        *copies,
+        f"static inline void {name}_copy(float* restrict target, const float* restrict source, long count) {{",
+        *body,
+        "  for (long column = 0; column < count; column++) target[column] = source[column];",
+        "}",
+        f"static void {name}_pack_b_gather(const float* restrict b, float* restrict pack, long depth_count,"
+        " long column_count, const long* restrict depth_offsets, const long* restrict column_offsets) {",
+        f"  long starts[{columns}], sources[{columns}], lengths[{columns}];",
+        f"  for (long panel = 0; panel < column_count; panel += {columns}) {{",
+        "    float* restrict target = pack + panel * depth_count;",
+        f"    const long width = column_count - panel < {columns} ? column_count - panel : {columns};",
+        "    long runs = 0;",
+        "    for (long column = 0; column < width; column++) {",
+        "      const long source = column_offsets[panel + column];",
+        "      if (runs > 0 && source == sources[runs - 1] + lengths[runs - 1]) { lengths[runs - 1]++; continue; }",
+        "      starts[runs] = column; sources[runs] = source; lengths[runs] = 1; runs++;",
+        "    }",
+        "    for (long k = 0; k < depth_count; k++) {",
+        f"      float* restrict row = target + k * {columns};",
+        "      const float* restrict source = b + depth_offsets[k];",
+        f"      for (long run = 0; run < runs; run++) {name}_copy(row + starts[run], source + sources[run], lengths[run]);",
+        f"      for (long column = width; column < {columns}; column++) row[column] = 0.0f;",
+        "    }",
+        "  }",
+        "}",
+        f"static void {name}_pack_a_gather(const float* restrict a, float* restrict pack, long row_count,"
+        " long depth_count, long row_stride, const long* restrict depth_offsets) {",
+        f"  for (long panel = 0; panel < row_count; panel += {rows}) {{",
+        "    float* restrict target = pack + panel * depth_count;",
+        f"    const long height = row_count - panel < {rows} ? row_count - panel : {rows};",
+        "    for (long k = 0; k < depth_count; k++)",
+        f"      for (long row = 0; row < {rows}; row++)",
+        f"        target[k * {rows} + row] = row < height ? a[(panel + row) * row_stride + depth_offsets[k]] : 0.0f;",
+        "  }",
         "}",
     ]

@@ -73,12 +73,14 @@ class MatmulTiles:
 
 class ReduceReplaced(Lowerer):
     """Lowers a kernel with its one reduce replaced by `result`, recording the value the reduce sums at the reduced
-    index `depth_index` (None where the reduce is not one axis, or is reached under a mask; nothing recorded where
+    index `depth_index` (a tuple: one index per reduced axis of more than one element, in the axes' order; None
+    recorded where the reduce's axes do not match, or it is reached under a mask; nothing recorded where
     `depth_index` is None: the epilogue)."""
 
-    def __init__(self, kernel: Kernel, builder: Builder, depth_index: IRNode | None, result: IRNode) -> None:
+    def __init__(self, kernel: Kernel, builder: Builder, depth_index: IRNode | tuple[IRNode, ...] | None,
+                 result: IRNode) -> None:
         super().__init__(kernel, builder, dtypes.int32)
-        self.depth_index = depth_index
+        self.depth_index = (depth_index,) if isinstance(depth_index, IRNode) else depth_index
         self.result = result
         self.reduced: list[IRNode | None] = []
 
@@ -87,9 +89,9 @@ class ReduceReplaced(Lowerer):
         if self.depth_index is None:
             return self.result
         source_shape = self.steps[step.srcs[0]].shape
-        axes = [axis for axis in step.arg if source_shape[axis] != 1]
-        if len(axes) == 1 and valid is None:
-            value = yield from self._reduced_value(step, index, {axes[0]: self.depth_index}, valid)
+        axes = [axis for axis in sorted(step.arg) if source_shape[axis] != 1]
+        if len(axes) == len(self.depth_index) and valid is None:
+            value = yield from self._reduced_value(step, index, dict(zip(axes, self.depth_index)), valid)
             self.reduced.append(value)
         else:
             self.reduced.append(None)
@@ -101,13 +103,21 @@ def one_sum_axis(kernel: Kernel, minimum_depth: int) -> int | None:
     known at compile time and no row loop whose reduce is a SUM over one axis (others of length 1) of at least
     `minimum_depth` elements; None for any other kernel (what a matmul-like kernel must be, here and in
     ir/packed_matmul.py)."""
+    reduced = sum_axes(kernel, minimum_depth)
+    return reduced[0] if reduced is not None and len(reduced) == 1 else None
+
+
+def sum_axes(kernel: Kernel, minimum_depth: int) -> tuple[int, ...] | None:
+    """The lengths of the axes (of more than one element, in order) the kernel's one reduce sums, for a kernel as
+    one_sum_axis asks for whose reduce is a SUM over one axis or several (a convolution's channels and filter
+    offsets) of at least `minimum_depth` elements in all; None for any other kernel."""
     reduces = [step for step in kernel.steps if step.op in REDUCE_OPS]
     if (len(reduces) != 1 or reduces[0].op is not Op.SUM or row_loop(kernel) or len(kernel.output.shape) < 2
             or any(not isinstance(size, int) for step in kernel.steps for size in step.shape)):
         return None
     source_shape = kernel.steps[reduces[0].srcs[0]].shape
-    reduced = [source_shape[axis] for axis in reduces[0].arg if source_shape[axis] != 1]
-    return reduced[0] if len(reduced) == 1 and reduced[0] >= minimum_depth else None
+    reduced = tuple(source_shape[axis] for axis in sorted(reduces[0].arg) if source_shape[axis] != 1)
+    return reduced if reduced and prod(reduced) >= minimum_depth else None
 
 
 def output_and_depth_ranges(builder: Builder, shape: tuple[int, ...], depth: int) -> tuple[tuple[IRNode, ...], IRNode]:
@@ -117,8 +127,10 @@ def output_and_depth_ranges(builder: Builder, shape: tuple[int, ...], depth: int
     return place, builder.new_range(depth, dtypes.int32)
 
 
-def reduced_product(kernel: Kernel, builder: Builder, place: tuple[IRNode, ...], depth: IRNode) -> IRNode | None:
-    """The product the kernel's reduce sums at output `place` and reduced index `depth`, or None where it is not one
+def reduced_product(kernel: Kernel, builder: Builder, place: tuple[IRNode, ...],
+                    depth: IRNode | tuple[IRNode, ...]) -> IRNode | None:
+    """The product the kernel's reduce sums at output `place` and reduced index `depth` (an index per reduced axis
+    where it sums several), or None where it is not one
     product of two float32 factors (the kernel's output is lowered with a stand-in for the reduce's value, a
     parameter no kernel has, only to reach the reduce as the output reaches it)."""
     lowerer = ReduceReplaced(kernel, builder, depth, builder.param(-1, dtypes.float32, False))

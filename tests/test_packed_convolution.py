@@ -1,0 +1,196 @@
+"""Convolutions as packed matmuls (ir/packed_matmul.py's offset tables, backends/c_matmul.py's gathers): which
+convolution kernels are packed, and the c backend's results against torch, forward and backward, at odd, strided,
+dilated, grouped and ResNet sizes, with the library's own source built alone at both vector widths and its plain
+loops (where no memory is left for panels or tables) checked too."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+import ember as em
+from ember.backends.base import DeviceInfo
+from ember.backends.c import CRenderer, build_library, plain_compiler_command
+from ember.core.convolution_forms import ConvolutionGeometry, convolution_gradients
+from ember.ir.kernel import Kernel
+from ember.ir.packed_matmul import lower_packed_matmul, packed_matmul
+from ember.scheduler.kernelize import kernelize
+from ember.scheduler.program import Launch
+
+AVX2 = DeviceInfo(compute_units=2, preferred_vector_width=8, vector_registers=16, vector_ops=frozenset({"any"}),
+                  host_cores=True, packed_matmul=True)
+AVX512 = replace(AVX2, preferred_vector_width=16, vector_registers=32)
+
+
+@pytest.fixture(autouse=True)
+def _optimizations_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+
+
+def _dummy(*shape: int) -> em.Tensor:
+    return em.tensor(np.zeros(shape, dtype=np.float32), device="dummy:0")
+
+
+def _reduce_kernels(tensor: em.Tensor) -> list[Kernel]:
+    return [item.kernel for item in kernelize([tensor.node]) if isinstance(item, Launch) and item.kernel.has_reduce]
+
+
+def _random(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed + sum(shape)).standard_normal(shape, dtype=np.float32)
+
+
+def test_a_convolution_is_one_packed_matmul_through_offset_tables() -> None:
+    """A 3x3 convolution of 64 filters over 56 x 56 pixels: rows are the filters, the reduced axes (channels, filter
+    rows and columns) walk the filters as one axis and the padded input through a table, and the columns are every
+    pixel of an image (56-pixel rows would pad panels of 32 by 14%), read from the input through a table."""
+    (kernel,) = _reduce_kernels(em.nn.functional.conv2d(_dummy(8, 64, 56, 56), _dummy(64, 64, 3, 3), padding=1))
+    packed = packed_matmul(kernel, AVX512)
+    assert packed is not None and (packed.rows, packed.columns, packed.depth) == (64, 3136, 576)
+    assert (packed.a_depth_stride, packed.b_depth_stride, packed.b_column_stride) == (1, 0, 0)
+    assert packed.depth_axes == ((64, 9, 58 * 58), (3, 3, 58), (3, 1, 1))
+    assert packed.column_axes == ((56, 58), (56, 1)) and packed.batches == ((8, 0, 64 * 58 * 58, 64 * 3136),)
+    # rows of 64 pixels fill the panels: they stay one axis of columns, the image's rows a batch dim
+    (wide,) = _reduce_kernels(em.nn.functional.conv2d(_dummy(2, 32, 64, 64), _dummy(48, 32, 3, 3), padding=1))
+    wide_packed = packed_matmul(wide, AVX512)
+    assert wide_packed is not None and wide_packed.columns == 64 and wide_packed.column_axes == ()
+    assert wide_packed.b_column_stride == 1 and [size for size, *_ in wide_packed.batches] == [2, 64]
+
+
+def _gradients(batch: int, channels: int, filters: int, size: int) -> tuple[em.Tensor, em.Tensor]:
+    """A 3x3 convolution's (input, filters) gradients (padding 1) as autograd records them, unrealized."""
+    geometry = ConvolutionGeometry((1, 1), ((1, 1), (1, 1)), (1, 1), 1, (size, size))
+    return convolution_gradients(_dummy(batch, filters, size, size), _dummy(batch, channels, size + 2, size + 2),
+                                 _dummy(filters, channels, 3, 3), geometry)
+
+
+def test_the_input_gradient_reads_the_flipped_filters_through_a_table() -> None:
+    """A convolution's input gradient reads its filters flipped and transposed: 2 - ky, a difference of loop
+    variables, is linear too, and A (the filters) is read through a table."""
+    input_gradient, _ = _gradients(4, 64, 48, 20)
+    found = [packed for packed in (packed_matmul(kernel, AVX512) for kernel in _reduce_kernels(input_gradient))
+             if packed is not None]
+    assert len(found) == 1 and found[0].a_depth_stride == 0 and found[0].depth_axes[1:] == ((3, -3, 22), (3, -1, 1))
+    assert (found[0].rows, found[0].columns, found[0].depth) == (64, 400, 48 * 9)
+
+
+def test_the_filters_gradient_is_not_gathered_a_column_at_a_time() -> None:
+    """The filters' gradient sums over pixels, the input read with its channels as B's columns, 484 floats apart:
+    packed, every value of B's panels would be copied alone (2x slower than the tiled kernel)."""
+    _, filters_gradient = _gradients(4, 64, 48, 20)
+    kernels = _reduce_kernels(filters_gradient)
+    assert kernels and all(packed_matmul(kernel, AVX512) is None for kernel in kernels)
+
+
+@pytest.mark.parametrize("input_shape, weight_shape", [
+    ((64, 16, 16, 16), (16, 16, 3, 3)),  # 16 filters over 256 pixels: tiled kernels ran 2.7x faster
+    ((8, 1, 28, 28), (32, 1, 3, 3)),  # one input channel: 9 products an output
+], ids=["16 filters, 16x16", "one channel"])
+def test_small_convolutions_keep_the_tiled_kernels(input_shape: tuple[int, ...],
+                                                   weight_shape: tuple[int, ...]) -> None:
+    (kernel,) = _reduce_kernels(em.nn.functional.conv2d(_dummy(*input_shape), _dummy(*weight_shape), padding=1))
+    assert packed_matmul(kernel, AVX512) is None
+
+
+CASES = {
+    # (input shape, weight shape, conv2d's keyword arguments)
+    "3x3 on 20x22": ((2, 32, 20, 22), (48, 32, 3, 3), {"padding": 1}),
+    "5x5 on 13x11, no padding": ((3, 24, 13, 11), (40, 24, 5, 5), {}),
+    "rows of 5": ((4, 40, 9, 5), (64, 40, 3, 3), {"padding": 1}),  # runs shorter than a vector
+    "rows of 3": ((6, 40, 12, 3), (33, 40, 3, 3), {"padding": 1}),  # and than a quarter vector
+    "4x4, stride 2": ((2, 32, 34, 34), (40, 32, 4, 4), {"stride": 2, "padding": 1}),  # (3x3: masked taps)
+    "dilation 2": ((2, 32, 21, 19), (36, 32, 3, 3), {"dilation": 2, "padding": 2}),
+    "3x5, one image": ((1, 32, 18, 17), (64, 32, 3, 5), {"padding": (1, 2)}),
+    "with bias": ((2, 48, 28, 28), (64, 48, 3, 3), {"padding": 1, "bias": True}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_convolutions_against_torch(case: str) -> None:
+    """Forward, the input's and the filters' gradients on c against torch, for convolutions whose forward kernel
+    is packed through tables."""
+    input_shape, weight_shape, options = CASES[case]
+    options = dict(options)
+    bias = _random(weight_shape[0], seed=2) if options.pop("bias", False) else None
+    forward = _reduce_kernels(em.nn.functional.conv2d(_dummy(*input_shape), _dummy(*weight_shape), **options))
+    assert any(packed_matmul(kernel, AVX2) is not None for kernel in forward)
+    x_data, weight_data = _random(*input_shape), _random(*weight_shape, seed=1) / 10
+    x = em.tensor(x_data, device="c", requires_grad=True)
+    weight = em.tensor(weight_data, device="c", requires_grad=True)
+    output = em.nn.functional.conv2d(x, weight, None if bias is None else em.tensor(bias, device="c"), **options)
+    output_gradient = _random(*output.shape, seed=4)
+    (output * em.tensor(output_gradient, device="c")).sum().backward()
+    tx = torch.from_numpy(x_data).requires_grad_()
+    tw = torch.from_numpy(weight_data).requires_grad_()
+    expected = torch.nn.functional.conv2d(tx, tw, None if bias is None else torch.from_numpy(bias), **options)
+    (expected * torch.from_numpy(output_gradient)).sum().backward()
+    depth = weight_shape[1] * weight_shape[2] * weight_shape[3]
+    np.testing.assert_allclose(output.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4 * depth**0.5)
+    assert x.grad is not None and weight.grad is not None and tx.grad is not None and tw.grad is not None
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(weight.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-2)
+
+
+def test_a_resnet_convolution_against_torch() -> None:
+    """ResNet's 3x3 convolution of 64 channels over 56 x 56 pixels at batch 8 (1.85 GFLOP; 285 ms tiled at 512
+    filters over 7 x 7, 12.7 packed) and its last stage's 512 filters over 7 x 7 pixels: torch's values, NaN and
+    infinity where the input has them."""
+    x_data, weight_data = _random(8, 64, 56, 56), _random(64, 64, 3, 3, seed=1) / 24
+    x_data[3, 5, 10, 11] = np.nan
+    x_data[6, 7, 0, 55] = np.inf
+    got = em.nn.functional.conv2d(em.tensor(x_data, device="c"), em.tensor(weight_data, device="c"), padding=1)
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x_data), torch.from_numpy(weight_data), padding=1)
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4 * 24)
+    assert np.isnan(got.numpy()).sum() == torch.isnan(expected).sum().item() > 0
+    deep_x, deep_weight = _random(4, 512, 7, 7), _random(512, 512, 3, 3, seed=1) / 68
+    got = em.nn.functional.conv2d(em.tensor(deep_x, device="c"), em.tensor(deep_weight, device="c"), padding=1)
+    expected = torch.nn.functional.conv2d(torch.from_numpy(deep_x), torch.from_numpy(deep_weight), padding=1)
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4 * 68)
+
+
+def test_a_bias_and_activation_after_a_large_convolution_are_a_kernel_of_their_own_on_c() -> None:
+    """On a device that packs matmuls, a large convolution's bias and ReLU are not fused into its kernel (a packed
+    matmul has no epilogue): the convolution is stored by a packed kernel, and they are an elementwise kernel."""
+    x_data, weight_data, bias = _random(2, 48, 28, 28), _random(64, 48, 3, 3, seed=1), _random(64, seed=2)
+    with em.profile() as profile:
+        got = em.nn.functional.conv2d(em.tensor(x_data, device="c"), em.tensor(weight_data, device="c"),
+                                      em.tensor(bias, device="c"), padding=1).relu().numpy()
+    names = [kernel.name for kernel in profile.kernels]
+    assert sum(name.startswith("r_") for name in names) == 1 and names[-1].startswith("e_2_64_28_28"), names
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x_data), torch.from_numpy(weight_data),
+                                          torch.from_numpy(bias), padding=1).relu()
+    np.testing.assert_allclose(got, expected.numpy(), rtol=1e-4, atol=1e-4 * 432**0.5)
+
+
+def _run_alone(lowered_name: str, source: str, inputs: dict[int, np.ndarray],
+               output_shape: tuple[int, ...]) -> np.ndarray:
+    library, _ = build_library(source, "test of a packed convolution", plain_compiler_command(), [lowered_name])
+    output = np.full(output_shape, np.nan, np.float32)
+    buffers = {0: output, **inputs}
+    getattr(library, lowered_name)(*[ctypes.c_void_p(buffers[position].ctypes.data) for position in range(3)])
+    return output
+
+
+@pytest.mark.parametrize("info", [AVX2, AVX512], ids=["AVX2", "AVX-512"])
+@pytest.mark.parametrize("memory", ["panels", "no memory"])
+def test_a_rendered_packed_convolution_builds_alone(info: DeviceInfo, memory: str) -> None:
+    """The renderer's source of a packed convolution builds alone and computes torch's values at both vector widths
+    (runs of 13 pixels: copies by whole, half and quarter vectors); and, where no memory can be allocated for
+    panels or offset tables (aligned_alloc and malloc give NULL), by its plain loops."""
+    x_data, weight_data = _random(2, 40, 15, 13), _random(48, 40, 3, 3, seed=1)
+    padded = np.pad(x_data, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    (kernel,) = _reduce_kernels(em.nn.functional.conv2d(_dummy(2, 40, 17, 15), _dummy(48, 40, 3, 3)))
+    name = f"packed_convolution_{info.preferred_vector_width}_{memory.replace(' ', '_')}"
+    lowered = lower_packed_matmul(kernel, name, info)
+    assert lowered is not None and lowered.packed is not None and lowered.packed.gathers
+    source = CRenderer().render(lowered)
+    if memory == "no memory":
+        source = ("#include <stdlib.h>\n#define aligned_alloc(alignment, size) ((void*)0)\n"
+                  "#define malloc(size) ((void*)0)\n" + source)
+    inputs = {lowered.packed.a: np.ascontiguousarray(weight_data), lowered.packed.b: np.ascontiguousarray(padded)}
+    got = _run_alone(name, source, inputs, (2, 48, 15, 13))
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x_data), torch.from_numpy(weight_data), padding=1)
+    np.testing.assert_allclose(got, expected.numpy(), rtol=1e-4, atol=1e-4 * 360**0.5)
