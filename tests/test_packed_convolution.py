@@ -54,7 +54,7 @@ def test_a_convolution_is_one_packed_matmul_through_offset_tables() -> None:
     assert packed.depth_axes == ((64, 9, 58 * 58), (3, 3, 58), (3, 1, 1))
     assert packed.column_axes == ((56, 58), (56, 1)) and packed.batches == ((8, 0, 64 * 58 * 58, 64 * 3136),)
     # rows of 64 pixels fill the panels: they stay one axis of columns, the image's rows a batch dim
-    (wide,) = _reduce_kernels(em.nn.functional.conv2d(_dummy(2, 32, 64, 64), _dummy(48, 32, 3, 3), padding=1))
+    (wide,) = _reduce_kernels(em.nn.functional.conv2d(_dummy(2, 32, 64, 64), _dummy(64, 32, 3, 3), padding=1))
     wide_packed = packed_matmul(wide, AVX512)
     assert wide_packed is not None and wide_packed.columns == 64 and wide_packed.column_axes == ()
     assert wide_packed.b_column_stride == 1 and [size for size, *_ in wide_packed.batches] == [2, 64]
@@ -97,12 +97,16 @@ def test_small_convolutions_keep_the_tiled_kernels(input_shape: tuple[int, ...],
 
 CASES = {
     # (input shape, weight shape, conv2d's keyword arguments)
-    "3x3 on 20x22": ((2, 32, 20, 22), (48, 32, 3, 3), {"padding": 1}),
-    "5x5 on 13x11, no padding": ((3, 24, 13, 11), (40, 24, 5, 5), {}),
+    "3x3 on 20x22": ((2, 32, 20, 22), (64, 32, 3, 3), {"padding": 1}),
+    "5x5 on 13x11, no padding": ((3, 24, 13, 11), (70, 24, 5, 5), {}),
     "rows of 5": ((4, 40, 9, 5), (64, 40, 3, 3), {"padding": 1}),  # runs shorter than a vector
-    "rows of 3": ((6, 40, 12, 3), (33, 40, 3, 3), {"padding": 1}),  # and than a quarter vector
-    "4x4, stride 2": ((2, 32, 34, 34), (40, 32, 4, 4), {"stride": 2, "padding": 1}),  # (3x3: masked taps)
-    "dilation 2": ((2, 32, 21, 19), (36, 32, 3, 3), {"dilation": 2, "padding": 2}),
+    "rows of 3": ((6, 40, 12, 3), (67, 40, 3, 3), {"padding": 1}),  # and than a quarter vector
+    "4x4, stride 2": ((2, 32, 34, 34), (72, 32, 4, 4), {"stride": 2, "padding": 1}),  # (3x3: masked taps)
+    "dilation 2": ((2, 32, 21, 19), (64, 32, 3, 3), {"dilation": 2, "padding": 2}),
+    "16 filters, 600 pixels": ((2, 24, 20, 30), (16, 24, 3, 3), {"padding": 1}),
+    # rows of 64 pixels: one axis of columns (no table), 21 batch elements (rows of pixels) that two threads split
+    # along the columns
+    "rows of 64 pixels": ((1, 32, 21, 64), (64, 32, 3, 3), {"padding": 1}),
     "3x5, one image": ((1, 32, 18, 17), (64, 32, 3, 5), {"padding": (1, 2)}),
     "with bias": ((2, 48, 28, 28), (64, 48, 3, 3), {"padding": 1, "bias": True}),
 }
@@ -165,32 +169,53 @@ def test_a_bias_and_activation_after_a_large_convolution_are_a_kernel_of_their_o
     np.testing.assert_allclose(got, expected.numpy(), rtol=1e-4, atol=1e-4 * 432**0.5)
 
 
-def _run_alone(lowered_name: str, source: str, inputs: dict[int, np.ndarray],
-               output_shape: tuple[int, ...]) -> np.ndarray:
-    library, _ = build_library(source, "test of a packed convolution", plain_compiler_command(), [lowered_name])
-    output = np.full(output_shape, np.nan, np.float32)
-    buffers = {0: output, **inputs}
-    getattr(library, lowered_name)(*[ctypes.c_void_p(buffers[position].ctypes.data) for position in range(3)])
-    return output
+def _forward_case() -> tuple[Kernel, dict[str, np.ndarray], np.ndarray]:
+    """A convolution's kernel (rows of 13 pixels: runs copied by whole, half and quarter vectors), its operands by
+    role (the filters, the padded input) and torch's output."""
+    x_data, weight_data = _random(2, 40, 15, 13), _random(66, 40, 3, 3, seed=1)
+    (kernel,) = _reduce_kernels(em.nn.functional.conv2d(_dummy(2, 40, 17, 15), _dummy(66, 40, 3, 3)))
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x_data), torch.from_numpy(weight_data), padding=1)
+    return kernel, {"a": weight_data, "b": np.pad(x_data, ((0, 0), (0, 0), (1, 1), (1, 1)))}, expected.numpy()
+
+
+def _filters_gradient_case() -> tuple[Kernel, dict[str, np.ndarray], np.ndarray]:
+    """A filters' gradient's kernel (B's columns the input's channels, 77 floats apart; its k rows of 19 pixels:
+    a transpose and 3 k alone, or 2 transposes and 3), its operands (the output's gradient, the padded input) and
+    torch's gradient, as the kernel lays it out ([1, 3, 3, filters, channels])."""
+    geometry = ConvolutionGeometry((1, 1), ((1, 1), (1, 1)), (1, 1), 1, (5, 19))
+    _, filters_gradient = convolution_gradients(_dummy(3, 70, 5, 19), _dummy(3, 40, 7, 21), _dummy(70, 40, 3, 3),
+                                                geometry)
+    (kernel,) = _reduce_kernels(filters_gradient)
+    x_data, gradient = _random(3, 40, 5, 19), _random(3, 70, 5, 19, seed=1)
+    expected = torch.nn.grad.conv2d_weight(torch.from_numpy(x_data), (70, 40, 3, 3), torch.from_numpy(gradient),
+                                           padding=1).numpy()
+    return kernel, {"a": gradient, "b": np.pad(x_data, ((0, 0), (0, 0), (1, 1), (1, 1)))}, np.ascontiguousarray(
+        expected.transpose(2, 3, 0, 1)).reshape(kernel.output.shape)
 
 
 @pytest.mark.parametrize("info", [AVX2, AVX512], ids=["AVX2", "AVX-512"])
-@pytest.mark.parametrize("memory", ["panels", "no memory"])
-def test_a_rendered_packed_convolution_builds_alone(info: DeviceInfo, memory: str) -> None:
-    """The renderer's source of a packed convolution builds alone and computes torch's values at both vector widths
-    (runs of 13 pixels: copies by whole, half and quarter vectors); and, where no memory can be allocated for
-    panels or offset tables (aligned_alloc and malloc give NULL), by its plain loops."""
-    x_data, weight_data = _random(2, 40, 15, 13), _random(48, 40, 3, 3, seed=1)
-    padded = np.pad(x_data, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    (kernel,) = _reduce_kernels(em.nn.functional.conv2d(_dummy(2, 40, 17, 15), _dummy(48, 40, 3, 3)))
-    name = f"packed_convolution_{info.preferred_vector_width}_{memory.replace(' ', '_')}"
-    lowered = lower_packed_matmul(kernel, name, info)
+@pytest.mark.parametrize("case", ["forward", "filters' gradient"])
+@pytest.mark.parametrize("variant", ["default blocks", "small blocks", "no memory"])
+def test_a_rendered_packed_convolution_builds_alone(info: DeviceInfo, case: str, variant: str) -> None:
+    """The renderer's source of a packed convolution, and of a filters' gradient (B's panels through transposes),
+    builds alone and computes torch's values at both vector widths: with the default cache blocks, with blocks
+    small enough that the columns, rows and k each take several (B's panels packed a block at a time, offsets
+    from a column block's start), and, where no memory can be allocated for panels or offset tables (aligned_alloc
+    and malloc give NULL), by its plain loops."""
+    kernel, operands, expected = (_forward_case if case == "forward" else _filters_gradient_case)()
+    name = f"packed_{case[0]}_{info.preferred_vector_width}_{variant[0]}"
+    blocks = (24, 2 * info.preferred_vector_width, 3 * info.preferred_vector_width) if variant == "small blocks" \
+        else None
+    lowered = lower_packed_matmul(kernel, name, info, blocks)
     assert lowered is not None and lowered.packed is not None and lowered.packed.gathers
+    assert (lowered.packed.b_column_stride not in (0, 1)) == (case != "forward")
     source = CRenderer().render(lowered)
-    if memory == "no memory":
+    if variant == "no memory":
         source = ("#include <stdlib.h>\n#define aligned_alloc(alignment, size) ((void*)0)\n"
                   "#define malloc(size) ((void*)0)\n" + source)
-    inputs = {lowered.packed.a: np.ascontiguousarray(weight_data), lowered.packed.b: np.ascontiguousarray(padded)}
-    got = _run_alone(name, source, inputs, (2, 48, 15, 13))
-    expected = torch.nn.functional.conv2d(torch.from_numpy(x_data), torch.from_numpy(weight_data), padding=1)
-    np.testing.assert_allclose(got, expected.numpy(), rtol=1e-4, atol=1e-4 * 360**0.5)
+    library, _ = build_library(source, "test of a packed convolution", plain_compiler_command(), [name])
+    output = np.full(kernel.output.shape, np.nan, np.float32)
+    buffers = {0: output, lowered.packed.a: np.ascontiguousarray(operands["a"]),
+               lowered.packed.b: np.ascontiguousarray(operands["b"])}
+    getattr(library, name)(*[ctypes.c_void_p(buffers[position].ctypes.data) for position in range(3)])
+    np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-3)

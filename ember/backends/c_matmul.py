@@ -19,6 +19,9 @@ PARALLEL_PRODUCTS = 1 << 18  # multiply-adds below which a packed matmul runs on
 # rows up to which B (columns up to which A) is read in place, not packed: packing costs about a copy of the operand
 # for each use, more than the products of a small matmul (one thread: 64 x 512 x 128 60 -> 54 us, 256^3 165 -> 148)
 DIRECT_SIDE = 256
+# A's floats (its rows padded to whole panels, times k) up to which an A shared by every batch element is packed once
+# for all of them (32 MB)
+SHARED_A_FLOATS = 1 << 23
 # the places of the values in a packed matmul's array of longs (`shape_values`), then 4 per batch dim (its size,
 # A's stride, B's stride, the output's stride), 3 per depth axis (its size, A's stride, B's stride) and 2 per column
 # axis (its size, B's stride)
@@ -81,7 +84,7 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
     batch element, or a part of one: a range of column panels times a range of row panels), one thread each, so no
     thread waits for another; each task walks GotoBLAS's loops over its part with its own packed panels. An operand
     read through offset tables (a depth of several axes, B's columns of several: PackedMatmul.gathers) is packed
-    from the tables, built once a call."""
+    from the tables, built once a call; an A every batch element shares is packed once a call for all of them."""
     name = _function_name(lanes, rows, vectors)
     columns = lanes * vectors
     vector = f"ember_packed_float32x{lanes}"
@@ -132,10 +135,6 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         "    column_parts = parts / row_parts; if (column_parts > column_panels) column_parts = column_panels;",
         "  }",
         "  const long tasks = batch_count * column_parts * row_parts;",
-        # an operand read in place instead of packed: A where few column panels read it again (its values are
-        # broadcast one at a time, any strides), B where few row panels do and its columns are contiguous (its
-        # rows are vector loads); packing costs about a copy of the operand per use, which small matmuls (an RNN
-        # step's 64 x 128 x 512) spend more time on than on the products
         # an operand read through offset tables (its stride 0): the tables built once for every task
         "  const int a_gather = a_depth_stride == 0, b_gather = b_depth_stride == 0 || b_column_stride == 0;",
         "  long* a_offsets = 0; long* b_offsets = 0; long* column_offsets = 0;",
@@ -151,8 +150,32 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         f"        column_offsets[column] = {name}_offset(shape, column, 2);",
         "    }",
         "  }",
+        # an operand read in place instead of packed: A where few column panels read it again (its values are
+        # broadcast one at a time, any strides), B where few row panels do and its columns are contiguous (its
+        # rows are vector loads); packing costs about a copy of the operand per use, which small matmuls (an RNN
+        # step's 64 x 128 x 512) spend more time on than on the products
         f"  const int direct_a = columns <= {DIRECT_SIDE} && !a_gather;",
         f"  const int direct_b = rows <= {DIRECT_SIDE} && b_column_stride == 1 && !b_gather;",
+        # A the same for every batch element (its batch strides 0: a convolution's filters, its input gradient's
+        # flipped ones, a filters' gradient's output gradient for every filter offset) is packed once, all of it,
+        # in panels of every block of k, and each task reads its panels there
+        f"  const long padded_rows = row_panels * {rows};",
+        "  int shared_a = !direct_a && batch_count > 1 && !(a_gather && a_offsets == 0)"
+        f" && padded_rows * depth <= {SHARED_A_FLOATS}L;",
+        "  for (long dim = 0; dim < batch_dims; dim++) if (batch_shape[4 * dim + 1] != 0) shared_a = 0;",
+        "  float* a_shared = shared_a ? aligned_alloc(64, (4 * padded_rows * depth + 63) / 64 * 64) : 0;",
+        "  if (a_shared != 0) {",
+        "    #pragma omp parallel for num_threads(threads) if(threads > 1) schedule(static)",
+        "    for (long panel = 0; panel < row_panels; panel++)",
+        "      for (long k = 0; k < depth; k += depth_block) {",
+        "        const long depth_count = depth - k < depth_block ? depth - k : depth_block;",
+        f"        const long height = rows - panel * {rows} < {rows} ? rows - panel * {rows} : {rows};",
+        f"        const float* a_block = a + a_offset + panel * {rows} * a_row_stride + k * a_depth_stride;",
+        f"        float* target = a_shared + k * padded_rows + panel * {rows} * depth_count;",
+        f"        if (a_gather) {name}_pack_a_gather(a_block, target, height, depth_count, a_row_stride, a_offsets + k);",
+        f"        else {name}_pack_a(a_block, target, height, depth_count, a_row_stride, a_depth_stride);",
+        "      }",
+        "  }",
         "  #pragma omp parallel num_threads(threads) if(threads > 1)",
         "  {",
         f"    float* a_pack = aligned_alloc(64, (4 * (direct_a ? {rows} : row_block) * depth_block + 63) / 64 * 64);",
@@ -190,14 +213,16 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         "          const long depth_count = depth - k < depth_block ? depth - k : depth_block;",
         "          const float* b_block = b + b_origin + k * b_depth_stride + column * b_column_stride;",
         "          if (panel_b) {}",
-        f"          else if (b_gather) {name}_pack_b_gather(b_block, b_pack, depth_count, column_count, b_offsets + k,"
-        " column_offsets + column);",
+        f"          else if (b_gather) {name}_pack_b_gather(b + b_origin, b_pack, depth_count, column_count,"
+        " b_offsets + k, column_offsets + column, b_column_stride);",
         f"          else if (!direct_b) {name}_pack_b(b_block, b_pack, depth_count, column_count, b_depth_stride,"
         " b_column_stride);",
         "          for (long row = row_start; row < row_end; row += row_block) {",
         "            const long row_count = row_end - row < row_block ? row_end - row : row_block;",
         "            const float* a_block = a + a_origin + row * a_row_stride + k * a_depth_stride;",
-        f"            if (a_gather) {name}_pack_a_gather(a_block, a_pack, row_count, depth_count, a_row_stride,"
+        "            const float* a_panels = a_pack;",
+        "            if (a_shared != 0) a_panels = a_shared + k * padded_rows + row * depth_count;",
+        f"            else if (a_gather) {name}_pack_a_gather(a_block, a_pack, row_count, depth_count, a_row_stride,"
         " a_offsets + k);",
         f"            else if (!direct_a) {name}_pack_a(a_block, a_pack, row_count, depth_count, a_row_stride,"
         " a_depth_stride);",
@@ -212,15 +237,15 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         f"                {name}_pack_b(b_block + panel_column, b_pack, depth_count, width, b_depth_stride, 1);",
         "                b_panel = b_pack;",
         "              } else if (panel_b) {",
-        f"                if (b_gather) {name}_pack_b_gather(b_block, b_pack, depth_count, width, b_offsets + k,"
-        " column_offsets + column + panel_column);",
+        f"                if (b_gather) {name}_pack_b_gather(b + b_origin, b_pack, depth_count, width, b_offsets + k,"
+        " column_offsets + column + panel_column, b_column_stride);",
         f"                else {name}_pack_b(b_block + panel_column * b_column_stride, b_pack, depth_count, width,"
         " b_depth_stride, b_column_stride);",
         "                b_panel = b_pack;",
         "              }",
         f"              for (long panel_row = 0; panel_row < row_count; panel_row += {rows}) {{",
         f"                const long height = row_count - panel_row < {rows} ? row_count - panel_row : {rows};",
-        "                const float* a_panel = a_pack + panel_row * depth_count;",
+        "                const float* a_panel = a_panels + panel_row * depth_count;",
         f"                long a_row_step = 1, a_depth_step = {rows};",
         f"                if (direct_a && height == {rows}) {{",
         "                  a_panel = a_block + panel_row * a_row_stride; a_row_step = a_row_stride;"
@@ -243,6 +268,7 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         "    free(b_pack);",
         "  }",
         "  free(a_offsets);",
+        "  free(a_shared);",
         "}",
         "#endif",
     ]
@@ -466,12 +492,42 @@ def _gathers(name: str, rows: int, columns: int, lanes: int, vector: str) -> lis
         ]
     return [
         *copies,
+        # B's columns at a constant stride, its k contiguous in runs (a filters' gradient: channels apart, pixels
+        # along a row): lanes x lanes blocks through the transposes in vector registers where `lanes` k are
+        # consecutive, else a k at a time
+        f"static void {name}_pack_b_gather_transposed(const float* restrict b, float* restrict pack,"
+        " long depth_count, long column_count, const long* restrict depth_offsets,"
+        " const long* restrict column_offsets, long column_stride) {",
+        f"  for (long panel = 0; panel < column_count; panel += {columns}) {{",
+        "    float* restrict target = pack + panel * depth_count;",
+        f"    const long width = column_count - panel < {columns} ? column_count - panel : {columns};",
+        "    for (long k = 0; k < depth_count;) {",
+        f"      int run = width == {columns} && k + {lanes} <= depth_count;",
+        f"      for (long lane = 1; run && lane < {lanes}; lane++)"
+        " run = depth_offsets[k + lane] == depth_offsets[k] + lane;",
+        "      if (run) {",
+        f"        for (long column = 0; column < {columns}; column += {lanes})",
+        f"          {name}_transpose(b + depth_offsets[k] + column_offsets[panel + column], column_stride,"
+        f" target + k * {columns} + column, {columns});",
+        f"        k += {lanes};",
+        "      } else {",
+        f"        for (long column = 0; column < {columns}; column++)",
+        f"          target[k * {columns} + column] = column < width"
+        " ? b[depth_offsets[k] + column_offsets[panel + column]] : 0.0f;",
+        "        k++;",
+        "      }",
+        "    }",
+        "  }",
+        "}",
         f"static inline void {name}_copy(float* restrict target, const float* restrict source, long count) {{",
         *body,
         "  for (long column = 0; column < count; column++) target[column] = source[column];",
         "}",
         f"static void {name}_pack_b_gather(const float* restrict b, float* restrict pack, long depth_count,"
-        " long column_count, const long* restrict depth_offsets, const long* restrict column_offsets) {",
+        " long column_count, const long* restrict depth_offsets, const long* restrict column_offsets,"
+        " long column_stride) {",
+        f"  if (column_stride != 0 && column_stride != 1) {{ {name}_pack_b_gather_transposed(b, pack, depth_count,"
+        " column_count, depth_offsets, column_offsets, column_stride); return; }",
         f"  long starts[{columns}], sources[{columns}], lengths[{columns}];",
         f"  for (long panel = 0; panel < column_count; panel += {columns}) {{",
         "    float* restrict target = pack + panel * depth_count;",

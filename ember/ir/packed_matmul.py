@@ -60,10 +60,18 @@ COLUMN_PADDING = 0.05
 # where a matmul whose operand is read through offset tables (a convolution) is packed: from GATHER_MINIMUM_DEPTH
 # products an output, GATHER_MINIMUM_ROWS[1] rows, or GATHER_MINIMUM_ROWS[0] rows and GATHER_WIDE_COLUMNS columns.
 # Against the tiled kernels on 2 cores: 16 filters of 144 over 16 x 16 pixels (64 images) ran 2.7x slower packed,
-# of 288 over 28 x 28 pixels 5x faster, of 9 (one input channel) 5.6x slower; 32 filters over 8 x 8 pixels 1.1x
-# slower, over 28 x 28 pixels 7x faster; 512 filters of 4608 over 7 x 7 pixels 22x faster (12.7 against 285 ms)
+# of 288 over 28 x 28 pixels 5x faster, of 9 (one input channel) 5.6x slower; 32 filters over 8 x 8 pixels 1.1-1.2x
+# slower, over 28 x 28 pixels 7x faster; 64 over 8 x 8 1.1x faster; 512 filters of 4608 over 7 x 7 pixels 22x
+# faster (12.7 against 285 ms)
 GATHER_MINIMUM_DEPTH = 32
-GATHER_MINIMUM_ROWS = (16, 32)
+# B's columns at a stride other than 1 with its k through a table (a filters' gradient: input channels as columns,
+# pixels as k) are packed through transposes of `lanes` consecutive k where they are consecutive (rows of 56 pixels:
+# 3 transposes, then 8 k a value at a time), else a value at a time: from this many rows, which the copies are
+# spread over. Filters' gradients of 3x3 convolutions against the tiled kernels on 2 cores: 64 filters over 56 x 56
+# pixels (batch 8) 8.6 -> 6.4 ms, 128 over 28 x 28 69 -> 10 ms, 64 over 14 x 14 (batch 32) 19.6 -> 5.3 ms, 512 over
+# 7 x 7 (batch 16) 194 -> 12.5 ms; 32 over 8 x 8 (batch 64) 0.4 -> 1.5 ms, so not there
+TRANSPOSED_GATHER_ROWS = 64
+GATHER_MINIMUM_ROWS = (16, 64)
 GATHER_WIDE_COLUMNS = 512
 
 
@@ -276,8 +284,8 @@ def packed_matmul(kernel: Kernel, info: DeviceInfo, blocks: tuple[int, int, int]
     if axes[row][0] < MINIMUM_SIDE or column_count < MINIMUM_SIDE:
         return None
     if first < column or not all(depth_strides):
-        if axes[column][2] != 1:
-            return None  # (B gathered a column at a time: a convolution's filter gradient runs faster tiled)
+        if axes[column][2] != 1 and (first < column or axes[row][0] < TRANSPOSED_GATHER_ROWS):
+            return None
         if prod(reduced) < GATHER_MINIMUM_DEPTH or axes[row][0] < GATHER_MINIMUM_ROWS[0] or (
                 axes[row][0] < GATHER_MINIMUM_ROWS[1] and column_count < GATHER_WIDE_COLUMNS):
             return None
