@@ -336,8 +336,8 @@ def _kernels(function: Any) -> int:
 
 def test_one_convolution_layer_kernel_counts(device: str) -> None:
     """Forward: 1 kernel (the reduce); 2 with padding on the last axis (the input copied padded, so the reduce
-    loads whole vectors) or a stride along it (the input copied split into the stride's phases, read with stride
-    1). Backward: the output's gradient copied spread and padded, the transposed convolution (the input's gradient),
+    loads whole vectors); 3 with a stride along it (the input copied split into the stride's phases, read with stride
+    1, and the filters copied zero-padded to 2 x 2 taps of the 2 phases, so no product reads them through a mask). Backward: the output's gradient copied spread and padded, the transposed convolution (the input's gradient),
     the filters' gradient (stored in its tile's layout [G, *K, Og, Cg]) and its copy as [Cout, Cg, *K] (filter-sized):
     4 kernels. Before: 4 too, one of them a scalar sum over the kernel copies of the padded axis (the window views'
     adjoint) and the forward 1 kernel of masked scalar loads."""
@@ -345,7 +345,7 @@ def test_one_convolution_layer_kernel_counts(device: str) -> None:
     w = em.randn(8, 3, 3, 3, device=device).realize()
     assert _kernels(lambda: x.conv2d(w).realize()) == 1
     assert _kernels(lambda: x.conv2d(w, padding=1).realize()) == 2
-    assert _kernels(lambda: x.conv2d(w, stride=2).realize()) == 2
+    assert _kernels(lambda: x.conv2d(w, stride=2).realize()) == 3
     assert _kernels(lambda: x.conv2d(w, stride=(2, 1)).realize()) == 1  # a row stride needs no copy
     x.requires_grad_()
     w.requires_grad_()
@@ -356,19 +356,22 @@ def test_one_convolution_layer_kernel_counts(device: str) -> None:
 
 
 def test_strided_convolution_layer_kernel_counts(device: str) -> None:
-    """Stride 2 (the resnet program's): forward, the input copied split into its phases and the reduce (2). Backward:
-    the output's gradient copied padded by one on each axis, the input's gradient by phase group (4 reduces: the
-    2 x 2, 2 x 1, 1 x 2 and 1 x 1 taps of the even and odd rows and columns, 9 taps in all, each stored), their
-    interleaving into x.grad, the filters' gradient from the forward's phase copy and its copy as [Cout, Cg, *K]: 8
-    kernels (before: 4, the input's gradient one reduce of 2 x 2 phases by 2 x 2 taps, 16, over positions rounded up
-    to 16, fused into the store of x.grad as a scalar loop: 9.7 ms vs 0.5 ms at batch 64). A 1x1 downsample's: one
-    reduce (the even rows and columns), its interleaving and the filters' gradient: 3."""
+    """Stride 2 (the resnet program's): forward, the input copied split into its phases, the filters copied padded to
+    4 taps a row (3 taps at stride 2 read taps q, p in {0, 1}: through the pad, every product took its mask and no
+    packed form applied) and the reduce (3). Backward: the output's gradient copied padded by one on each axis, the
+    filters copied padded (as the forward's, for the input's gradient), the input's gradient by phase group (4
+    reduces: the 2 x 2, 2 x 1, 1 x 2 and 1 x 1 taps of the even and odd rows and columns, 9 taps in all, each
+    stored), their interleaving into x.grad, the filters' gradient from the forward's phase copy stored as the
+    reduce lays it out (2 x 2 taps of the phases) and its copy as [Cout, Cg, *K]: 10 kernels (before: 4, the input's
+    gradient one reduce of 2 x 2 phases by 2 x 2 taps, 16, over positions rounded up to 16, fused into the store of
+    x.grad as a scalar loop: 9.7 ms vs 0.5 ms at batch 64). A 1x1 downsample's: one reduce (the even rows and
+    columns), its interleaving and the filters' gradient: 3."""
     x = em.randn(4, 16, 16, 16, device=device).realize().requires_grad_()
     w = em.randn(32, 16, 3, 3, device=device).realize().requires_grad_()
-    assert _kernels(lambda: x.conv2d(w, stride=2, padding=1).realize()) == 2
+    assert _kernels(lambda: x.conv2d(w, stride=2, padding=1).realize()) == 3
     output = x.conv2d(w, stride=2, padding=1).realize()
     grad = em.randn(*output.shape, device=device).realize()
-    assert _kernels(lambda: output.backward(grad)) == 8
+    assert _kernels(lambda: output.backward(grad)) == 10
     assert x.grad is not None and w.grad is not None
     x.grad = None
     w = em.randn(32, 16, 1, 1, device=device).realize().requires_grad_()
@@ -401,8 +404,9 @@ def test_conv_transpose_kernel_counts(device: str) -> None:
     each tap's columns spread, shifted and summed (one elementwise kernel): 2 kernels, as torch's scatter, no product
     with a padded or inserted zero (before: the input copied spread and padded, then a convolution over it, whose
     zeros times an inf filter gave NaN; before that a reduce of masked scalar loads, ~40x slower).
-    Backward (one step): the output's gradient copied split into the stride's phases and the strided convolution
-    (the input's gradient, reading no inserted zeros), the filters' gradient and its copy: 4 kernels."""
+    Backward (one step): the output's gradient copied split into the stride's phases, the filters copied padded to 2
+    taps of the 2 phases, the strided convolution (the input's gradient, reading no inserted zeros), the filters'
+    gradient stored as its reduce lays it out and its copy: 6 kernels."""
     x = em.randn(2, 4, 9, 16, device=device).realize()
     w = em.randn(4, 3, 3, 3, device=device).realize()
     options = {"stride": 2, "padding": 1, "output_padding": 1}
@@ -411,7 +415,7 @@ def test_conv_transpose_kernel_counts(device: str) -> None:
     w.requires_grad_()
     output = x.conv_transpose2d(w, None, **options).realize()
     grad = em.randn(*output.shape, device=device).realize()
-    assert _kernels(lambda: output.backward(grad)) == 4
+    assert _kernels(lambda: output.backward(grad)) == 6
     assert x.grad is not None and w.grad is not None
     assert tuple(x.grad.shape) == (2, 4, 9, 16) and tuple(w.grad.shape) == (4, 3, 3, 3)
 

@@ -101,7 +101,9 @@ CASES = {
     "5x5 on 13x11, no padding": ((3, 24, 13, 11), (70, 24, 5, 5), {}),
     "rows of 5": ((4, 40, 9, 5), (64, 40, 3, 3), {"padding": 1}),  # runs shorter than a vector
     "rows of 3": ((6, 40, 12, 3), (67, 40, 3, 3), {"padding": 1}),  # and than a quarter vector
-    "4x4, stride 2": ((2, 32, 34, 34), (72, 32, 4, 4), {"stride": 2, "padding": 1}),  # (3x3: masked taps)
+    "4x4, stride 2": ((2, 32, 34, 34), (72, 32, 4, 4), {"stride": 2, "padding": 1}),
+    # 3 taps at stride 2: the filters zero-padded to 4 (copied, not read through the pad's mask)
+    "3x3, stride 2": ((2, 32, 31, 30), (64, 32, 3, 3), {"stride": 2, "padding": 1}),
     "dilation 2": ((2, 32, 21, 19), (64, 32, 3, 3), {"dilation": 2, "padding": 2}),
     "16 filters, 600 pixels": ((2, 24, 20, 30), (16, 24, 3, 3), {"padding": 1}),
     # rows of 64 pixels: one axis of columns (no table), 21 batch elements (rows of pixels) that two threads split
@@ -153,6 +155,32 @@ def test_a_resnet_convolution_against_torch() -> None:
     got = em.nn.functional.conv2d(em.tensor(deep_x, device="c"), em.tensor(deep_weight, device="c"), padding=1)
     expected = torch.nn.functional.conv2d(torch.from_numpy(deep_x), torch.from_numpy(deep_weight), padding=1)
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4 * 68)
+
+
+def test_a_resnet_downsampling_block_against_torch() -> None:
+    """ResNet-18's first strided BasicBlock convolutions at their sizes (batch 4, 64 -> 128 filters over 56 x 56
+    pixels, stride 2, then 128 -> 128 over 28 x 28), forward and backward, sizes where c packs every product (the
+    strided one's filters copied zero-padded to 2 x 2 taps of the 2 phases): torch's outputs and gradients."""
+    x_data = _random(4, 64, 56, 56)
+    first, second = _random(128, 64, 3, 3, seed=1) / 24, _random(128, 128, 3, 3, seed=2) / 34
+    output_gradient = _random(4, 128, 28, 28, seed=3)
+    x = em.tensor(x_data, device="c", requires_grad=True)
+    weights = [em.tensor(data, device="c", requires_grad=True) for data in (first, second)]
+    output = em.nn.functional.conv2d(em.nn.functional.conv2d(x, weights[0], stride=2, padding=1).relu(), weights[1],
+                                     padding=1)
+    (output * em.tensor(output_gradient, device="c")).sum().backward()
+    tx = torch.from_numpy(x_data).requires_grad_()
+    tweights = [torch.from_numpy(data).requires_grad_() for data in (first, second)]
+    expected = torch.nn.functional.conv2d(torch.nn.functional.conv2d(tx, tweights[0], stride=2, padding=1).relu(),
+                                          tweights[1], padding=1)
+    (expected * torch.from_numpy(output_gradient)).sum().backward()
+    np.testing.assert_allclose(output.numpy(), expected.detach().numpy(), rtol=1e-4, atol=2e-3)
+    assert x.grad is not None and tx.grad is not None
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=2e-3)
+    for weight, tweight in zip(weights, tweights):
+        assert weight.grad is not None and tweight.grad is not None
+        scale = float(np.abs(tweight.grad.numpy()).max())
+        np.testing.assert_allclose(weight.grad.numpy(), tweight.grad.numpy(), rtol=1e-4, atol=1e-5 * scale)
 
 
 def test_a_bias_and_activation_after_a_large_convolution_are_a_kernel_of_their_own_on_c() -> None:
