@@ -58,9 +58,11 @@ class Size:
     heads: int = 4
     latent: int = 16
     batches: int = 4
+    image: int = 56  # the feature maps' side of resnet_stage (ImageNet's ResNet-18 after its stem: 56 x 56)
 
 
-QUICK = Size(batch=8, channels=4, hidden=16, embed=16, sequence=8, block=8, layers=2, heads=2, latent=4, batches=2)
+QUICK = Size(batch=8, channels=4, hidden=16, embed=16, sequence=8, block=8, layers=2, heads=2, latent=4, batches=2,
+             image=8)
 
 
 # ---- data (numpy, the same arrays for both libraries) ------------------------------------------------------------
@@ -385,9 +387,53 @@ def tabular_mlp(lib: Any, device: str, size: Size, deterministic: bool) -> Progr
                    schedule.step)
 
 
+def resnet_stage(lib: Any, device: str, size: Size, deterministic: bool) -> Program:
+    """ResNet-18 at ImageNet's sizes after its stem: 4 x channels (64) feature maps of 56 x 56 at batch / 8 (8)
+    through its second stage's BasicBlock and the third's first (3x3 convolutions of 64 and 128 filters, one of
+    stride 2, a 1x1 downsample), global average pool, Linear; SGD with momentum. Random feature maps and labels."""
+    nn = lib.nn
+    F = nn.functional
+    width, batch = 4 * size.channels, max(1, size.batch // 8)
+
+    class BasicBlock(nn.Module):
+        def __init__(self, inputs: int, outputs: int, stride: int) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(inputs, outputs, 3, stride=stride, padding=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(outputs)
+            self.conv2 = nn.Conv2d(outputs, outputs, 3, padding=1, bias=False)
+            self.bn2 = nn.BatchNorm2d(outputs)
+            self.downsample = None
+            if stride != 1 or inputs != outputs:
+                self.downsample = nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride=stride, bias=False),
+                                                nn.BatchNorm2d(outputs))
+
+        def forward(self, x: Any) -> Any:
+            identity = x if self.downsample is None else self.downsample(x)
+            out = F.relu(self.bn1(self.conv1(x)))
+            return F.relu(self.bn2(self.conv2(out)) + identity)
+
+    model = nn.Sequential(
+        BasicBlock(width, width, 1), BasicBlock(width, 2 * width, 2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, 10),
+    ).to(device)
+    optimizer = lib.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    generator = np.random.default_rng(6)
+    batches = [(generator.standard_normal((batch, width, size.image, size.image), dtype=np.float32),
+                generator.integers(0, 10, batch).astype(np.int64)) for _ in range(size.batches)]
+
+    def step(images: Any, labels: Any) -> Any:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return Program(model, step, on_device(lib, device, batches))
+
+
 PROGRAMS: dict[str, Callable[[Any, str, Size, bool], Program]] = {
     "cnn": cnn, "char_lstm": char_lstm, "char_gru": char_gru, "gpt_manual": gpt_manual, "gpt_sdpa": gpt_sdpa,
-    "vae": vae, "resnet": resnet, "tabular_mlp": tabular_mlp,
+    "vae": vae, "resnet": resnet, "tabular_mlp": tabular_mlp, "resnet_stage": resnet_stage,
 }
 
 
