@@ -147,6 +147,9 @@ def _random(*shape: int, seed: int = 0) -> np.ndarray:
     # both operands read in place (rows and columns up to c_matmul.DIRECT_SIDE), edge panels of both, three blocks
     # of the reduced dim accumulated; then only A in place, only B
     ((100, 600), (600, 50)), ((261, 77), (77, 255)), ((255, 40), (40, 300)),
+    # A shared by the batch elements along a dim where its stride is 0 (packed once a call, a variant per element
+    # of the other dim): the outer dim, then the inner
+    ((4, 1, 70, 50), (4, 3, 50, 300)), ((1, 3, 70, 50), (4, 3, 50, 300)),
 ])
 def test_matmul_against_torch(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
     _check(_random(*a_shape), _random(*b_shape, seed=1), lambda a, b: a @ b)

@@ -156,25 +156,35 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         # step's 64 x 128 x 512) spend more time on than on the products
         f"  const int direct_a = columns <= {DIRECT_SIDE} && !a_gather;",
         f"  const int direct_b = rows <= {DIRECT_SIDE} && b_column_stride == 1 && !b_gather;",
-        # A the same for every batch element (its batch strides 0: a convolution's filters, its input gradient's
-        # flipped ones, a filters' gradient's output gradient for every filter offset) is packed once, all of it,
-        # in panels of every block of k, and each task reads its panels there
-        f"  const long padded_rows = row_panels * {rows};",
-        "  int shared_a = !direct_a && batch_count > 1 && !(a_gather && a_offsets == 0)"
-        f" && padded_rows * depth <= {SHARED_A_FLOATS}L;",
-        "  for (long dim = 0; dim < batch_dims; dim++) if (batch_shape[4 * dim + 1] != 0) shared_a = 0;",
-        "  float* a_shared = shared_a ? aligned_alloc(64, (4 * padded_rows * depth + 63) / 64 * 64) : 0;",
+        # A that several batch elements share (batch dims along which its stride is 0: a convolution's filters, its
+        # input gradient's flipped ones, a filters' gradient's output gradient for every filter offset) is packed
+        # once a call, each of its variants (the batch dims A walks) all of it, in panels of every block of k, and
+        # each task reads its panels there
+        f"  const long padded_rows = row_panels * {rows}, a_size = padded_rows * depth;",
+        "  long a_variants = 1;",
+        "  for (long dim = 0; dim < batch_dims; dim++) if (batch_shape[4 * dim + 1] != 0) a_variants *= batch_shape[4 * dim];",
+        "  const int shared_a = !direct_a && batch_count > a_variants && !(a_gather && a_offsets == 0)"
+        f" && a_variants * a_size <= {SHARED_A_FLOATS}L;",
+        "  float* a_shared = shared_a ? aligned_alloc(64, (4 * a_variants * a_size + 63) / 64 * 64) : 0;",
         "  if (a_shared != 0) {",
         "    #pragma omp parallel for num_threads(threads) if(threads > 1) schedule(static)",
-        "    for (long panel = 0; panel < row_panels; panel++)",
+        "    for (long job = 0; job < a_variants * row_panels; job++) {",
+        "      const long variant = job / row_panels, panel = job % row_panels;",
+        "      long a_origin = a_offset, rest = variant;",
+        "      for (long dim = batch_dims - 1; dim >= 0; dim--) {",
+        "        const long* sizes = batch_shape + 4 * dim;",
+        "        if (sizes[1] == 0) continue;",
+        "        a_origin += rest % sizes[0] * sizes[1]; rest /= sizes[0];",
+        "      }",
         "      for (long k = 0; k < depth; k += depth_block) {",
         "        const long depth_count = depth - k < depth_block ? depth - k : depth_block;",
         f"        const long height = rows - panel * {rows} < {rows} ? rows - panel * {rows} : {rows};",
-        f"        const float* a_block = a + a_offset + panel * {rows} * a_row_stride + k * a_depth_stride;",
-        f"        float* target = a_shared + k * padded_rows + panel * {rows} * depth_count;",
+        f"        const float* a_block = a + a_origin + panel * {rows} * a_row_stride + k * a_depth_stride;",
+        f"        float* target = a_shared + variant * a_size + k * padded_rows + panel * {rows} * depth_count;",
         f"        if (a_gather) {name}_pack_a_gather(a_block, target, height, depth_count, a_row_stride, a_offsets + k);",
         f"        else {name}_pack_a(a_block, target, height, depth_count, a_row_stride, a_depth_stride);",
         "      }",
+        "    }",
         "  }",
         "  #pragma omp parallel num_threads(threads) if(threads > 1)",
         "  {",
@@ -190,11 +200,12 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         f"      const long row_start = row_part * row_panels / row_parts * {rows};",
         f"      long row_end = (row_part + 1) * row_panels / row_parts * {rows};",
         "      if (row_end > rows) row_end = rows;",
-        "      long a_origin = a_offset, b_origin = b_offset, out_origin = 0, rest = batch;",
+        "      long a_origin = a_offset, b_origin = b_offset, out_origin = 0, rest = batch, variant = 0, place = 1;",
         "      for (long dim = batch_dims - 1; dim >= 0; dim--) {",
         "        const long* sizes = batch_shape + 4 * dim;",
         "        const long index = rest % sizes[0]; rest /= sizes[0];",
         "        a_origin += index * sizes[1]; b_origin += index * sizes[2]; out_origin += index * sizes[3];",
+        "        if (sizes[1] != 0) { variant += index * place; place *= sizes[0]; }",
         "      }",
           "      if (a_pack == 0 || b_pack == 0 || ((a_gather || b_gather) && a_offsets == 0)) {",
         # (no memory for the panels or the tables: plain loops)
@@ -221,7 +232,7 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         "            const long row_count = row_end - row < row_block ? row_end - row : row_block;",
         "            const float* a_block = a + a_origin + row * a_row_stride + k * a_depth_stride;",
         "            const float* a_panels = a_pack;",
-        "            if (a_shared != 0) a_panels = a_shared + k * padded_rows + row * depth_count;",
+        "            if (a_shared != 0) a_panels = a_shared + variant * a_size + k * padded_rows + row * depth_count;",
         f"            else if (a_gather) {name}_pack_a_gather(a_block, a_pack, row_count, depth_count, a_row_stride,"
         " a_offsets + k);",
         f"            else if (!direct_a) {name}_pack_a(a_block, a_pack, row_count, depth_count, a_row_stride,"
