@@ -335,12 +335,13 @@ def _kernels(function: Any) -> int:
 
 
 def test_one_convolution_layer_kernel_counts(device: str) -> None:
-    """Forward: 1 kernel (the reduce); 2 with padding on the last axis (the input copied padded, so the reduce
-    loads whole vectors); 3 with a stride along it (the input copied split into the stride's phases, read with stride
-    1, and the filters copied zero-padded to 2 x 2 taps of the 2 phases, so no product reads them through a mask). Backward: the output's gradient copied spread and padded, the transposed convolution (the input's gradient),
-    the filters' gradient (stored in its tile's layout [G, *K, Og, Cg]) and its copy as [Cout, Cg, *K] (filter-sized):
-    4 kernels. Before: 4 too, one of them a scalar sum over the kernel copies of the padded axis (the window views'
-    adjoint) and the forward 1 kernel of masked scalar loads."""
+    """Forward: 1 kernel (the reduce); 2 with padding on the last axis (the input copied padded, so the reduce loads
+    whole vectors); 3 with a stride along it (the input copied split into the stride's phases, read with stride
+    1, and the filters copied zero-padded to 2 x 2 taps of the 2 phases, so no product reads them through a
+    mask). Backward: the output's gradient copied spread and padded, the transposed convolution (the input's
+    gradient), the filters' gradient (stored in its tile's layout [G, *K, Og, Cg]) and its copy as [Cout, Cg,
+    *K] (filter-sized): 4 kernels. Before: 4 too, one of them a scalar sum over the kernel copies of the padded
+    axis (the window views' adjoint) and the forward 1 kernel of masked scalar loads."""
     x = em.randn(2, 3, 9, 16, device=device).realize()
     w = em.randn(8, 3, 3, 3, device=device).realize()
     assert _kernels(lambda: x.conv2d(w).realize()) == 1

@@ -162,7 +162,8 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         # each task reads its panels there
         f"  const long padded_rows = row_panels * {rows}, a_size = padded_rows * depth;",
         "  long a_variants = 1;",
-        "  for (long dim = 0; dim < batch_dims; dim++) if (batch_shape[4 * dim + 1] != 0) a_variants *= batch_shape[4 * dim];",
+        "  for (long dim = 0; dim < batch_dims; dim++)",
+        "    if (batch_shape[4 * dim + 1] != 0) a_variants *= batch_shape[4 * dim];",
         "  const int shared_a = !direct_a && batch_count > a_variants && !(a_gather && a_offsets == 0)"
         f" && a_variants * a_size <= {SHARED_A_FLOATS}L;",
         "  float* a_shared = shared_a ? aligned_alloc(64, (4 * a_variants * a_size + 63) / 64 * 64) : 0;",
@@ -181,7 +182,8 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         f"        const long height = rows - panel * {rows} < {rows} ? rows - panel * {rows} : {rows};",
         f"        const float* a_block = a + a_origin + panel * {rows} * a_row_stride + k * a_depth_stride;",
         f"        float* target = a_shared + variant * a_size + k * padded_rows + panel * {rows} * depth_count;",
-        f"        if (a_gather) {name}_pack_a_gather(a_block, target, height, depth_count, a_row_stride, a_offsets + k);",
+        f"        if (a_gather) {name}_pack_a_gather(a_block, target, height, depth_count, a_row_stride,"
+        " a_offsets + k);",
         f"        else {name}_pack_a(a_block, target, height, depth_count, a_row_stride, a_depth_stride);",
         "      }",
         "    }",
@@ -497,7 +499,8 @@ def _gathers(name: str, rows: int, columns: int, lanes: int, vector: str) -> lis
             "    long column = 0;",
             f"    for (; column + {width} <= count; column += {width})"
             f" *({kind}*)(target + column) = *(const {kind}*)(source + column);",
-            f"    if (column < count) *({kind}*)(target + count - {width}) = *(const {kind}*)(source + count - {width});",
+            f"    if (column < count)"
+            f" *({kind}*)(target + count - {width}) = *(const {kind}*)(source + count - {width});",
             "    return;",
             "  }",
         ]
@@ -549,12 +552,15 @@ def _gathers(name: str, rows: int, columns: int, lanes: int, vector: str) -> lis
         "      if (runs > 0 && source == sources[runs - 1] + lengths[runs - 1]) { lengths[runs - 1]++; continue; }",
         "      starts[runs] = column; sources[runs] = source; lengths[runs] = 1; runs++;",
         "    }",
-        "    for (long k = 0; k < depth_count; k++) {",
-        f"      float* restrict row = target + k * {columns};",
-        "      const float* restrict source = b + depth_offsets[k];",
-        f"      for (long run = 0; run < runs; run++) {name}_copy(row + starts[run], source + sources[run], lengths[run]);",
-        f"      for (long column = width; column < {columns}; column++) row[column] = 0.0f;",
-        "    }",
+        # a run at a time down every k: each run's copies take one branch of the copy (its length) k after k,
+        # where alternating runs of different lengths mispredicted it
+        "    for (long run = 0; run < runs; run++)",
+        "      for (long k = 0; k < depth_count; k++)",
+        f"        {name}_copy(target + k * {columns} + starts[run], b + depth_offsets[k] + sources[run],"
+        " lengths[run]);",
+        f"    if (width < {columns})",
+        "      for (long k = 0; k < depth_count; k++)",
+        f"        for (long column = width; column < {columns}; column++) target[k * {columns} + column] = 0.0f;",
         "  }",
         "}",
         f"static void {name}_pack_a_gather(const float* restrict a, float* restrict pack, long row_count,"

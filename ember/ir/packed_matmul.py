@@ -3,16 +3,16 @@
 A kernel qualifies when its output is exactly one float32 sum over one axis (or several, below) of the product of
 two float32 loads, each from a buffer at an index linear in the output's axes and the reduced one (plain buffers and
 views that are strides and an offset: transposes, slices, flips, broadcast batches; no mask, no reshape that divides
-an index, no fused prologue or epilogue). Such a kernel is described by sizes and strides (`PackedMatmul`), and a renderer that has
-the packed form (DeviceInfo.packed_matmul: the c backend, backends/c_matmul.py) renders the loops of GotoBLAS and
-BLIS: the output is split into parts, one a thread; a part walks the columns in blocks of `column_block` and the
-reduced axis in blocks of `depth_block`, copying B's block into panels `micro_columns` wide (k-major, so the
-micro-kernel reads one vector row a k) and A's rows, `row_block` at a time, into panels `micro_rows` tall; a
-register-tiled micro-kernel keeps `micro_rows` x `micro_columns` accumulators in vector registers and adds a
-broadcast A value times a B vector (a fused multiply-add) per accumulator and k. Panels past the matrix's edge are
-filled with zeros, and only the valid part of an edge tile is stored. The tiles come from DeviceInfo (its vector
-width and register count), never from a backend's name. The KernelIR keeps the plain lowering of the kernel as its
-sink (what the kernel reads and writes, for every pass that inspects it) and the description in
+an index, no fused prologue or epilogue). Such a kernel is described by sizes and strides (`PackedMatmul`), and a
+renderer that has the packed form (DeviceInfo.packed_matmul: the c backend, backends/c_matmul.py) renders the loops
+of GotoBLAS and BLIS: the output is split into parts, one a thread; a part walks the columns in blocks of
+`column_block` and the reduced axis in blocks of `depth_block`, copying B's block into panels `micro_columns` wide
+(k-major, so the micro-kernel reads one vector row a k) and A's rows, `row_block` at a time, into panels
+`micro_rows` tall; a register-tiled micro-kernel keeps `micro_rows` x `micro_columns` accumulators in vector
+registers and adds a broadcast A value times a B vector (a fused multiply-add) per accumulator and k. Panels past
+the matrix's edge are filled with zeros, and only the valid part of an edge tile is stored. The tiles come from
+DeviceInfo (its vector width and register count), never from a backend's name. The KernelIR keeps the plain lowering
+of the kernel as its sink (what the kernel reads and writes, for every pass that inspects it) and the description in
 `KernelIR.packed`.
 
 A convolution is such a matmul too (an implicit GEMM): its sum runs over several axes (input channels, filter rows
@@ -64,15 +64,15 @@ COLUMN_PADDING = 0.05
 # slower, over 28 x 28 pixels 7x faster; 64 over 8 x 8 1.1x faster; 512 filters of 4608 over 7 x 7 pixels 22x
 # faster (12.7 against 285 ms)
 GATHER_MINIMUM_DEPTH = 32
+GATHER_MINIMUM_ROWS = (16, 64)
+GATHER_WIDE_COLUMNS = 512
 # B's columns at a stride other than 1 with its k through a table (a filters' gradient: input channels as columns,
 # pixels as k) are packed through transposes of `lanes` consecutive k where they are consecutive (rows of 56 pixels:
 # 3 transposes, then 8 k a value at a time), else a value at a time: from this many rows, which the copies are
-# spread over. Filters' gradients of 3x3 convolutions against the tiled kernels on 2 cores: 64 filters over 56 x 56
-# pixels (batch 8) 8.6 -> 6.4 ms, 128 over 28 x 28 69 -> 10 ms, 64 over 14 x 14 (batch 32) 19.6 -> 5.3 ms, 512 over
-# 7 x 7 (batch 16) 194 -> 12.5 ms; 32 over 8 x 8 (batch 64) 0.4 -> 1.5 ms, so not there
+# spread over. Filters' gradients of 3x3 convolutions against the tiled kernels on 2 cores (A shared: see c_matmul):
+# 64 filters over 56 x 56 pixels (batch 8) 8.6 -> 5.7 ms, 128 over 28 x 28 69 -> 7.4 ms, 64 over 14 x 14 (batch 32)
+# 19.6 -> 3.4 ms, 512 over 7 x 7 (batch 16) 194 -> 12.5 ms; 32 over 8 x 8 (batch 64) 0.4 -> 1.5 ms, so not there
 TRANSPOSED_GATHER_ROWS = 64
-GATHER_MINIMUM_ROWS = (16, 64)
-GATHER_WIDE_COLUMNS = 512
 
 
 @dataclass(frozen=True)

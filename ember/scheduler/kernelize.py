@@ -1,21 +1,21 @@
 """The kernelizer: which nodes of a lazy graph are stored (kernel boundaries), and each kernel's steps.
 
 Fusion rule (DESIGN.md principle 4): elementwise and movement ops always fuse; a reduce fuses into the kernel that
-consumes it when every output element of that kernel uses a different reduce result (no EXPAND on the way) and it
-is not inside another reduce, or when it reduces the last axis and is read back along it by a kernel whose work
-items walk whole rows (row fusion, ir/kernel.py: softmax is one kernel); otherwise the reduce is stored by a kernel
-of its own. CONTIGUOUS and COPY always
-mark a boundary; a fused attention's output (`fused_attention`) keeps all its reduces in its kernel. Elementwise work with several consumer kernels is recomputed by each, unless it is expensive
-(SHARED_WORK_LIMIT distinct ops per element or more): then it is stored once, so a recurrence (an RNN's cell state over time
-steps) costs linear work, not quadratic. Elementwise work that a kernel reads under a broadcast (a softmax's output
-in the matmul of its gradient, a normalized activation in the next matmul) is evaluated once per use, not once per
-element: it is stored when it costs EXPENSIVE_WORK weighted ops per element or more and the repeated evaluations add
-up to BROADCAST_WORK_LIMIT weighted ops (so a small value broadcast a little stays fused); a stored value is never
-larger than what it is computed from (a quantized weight is dequantized inside its matmul, but the scales of its
-blocks are stored). A large reduce whose result its kernel pads (PADDED_REDUCE_WORK) is stored, so that no
-mask guards its loop's loads; so is a large sum of products followed by an epilogue on a device that packs matmuls
-(PACKED_EPILOGUE_WORK), which the packed form does not fuse. A kernel never reads more buffers than its device binds (DeviceInfo.max_kernel_buffers):
-intermediates are stored until it fits.
+consumes it when every output element of that kernel uses a different reduce result (no EXPAND on the way) and it is
+not inside another reduce, or when it reduces the last axis and is read back along it by a kernel whose work items
+walk whole rows (row fusion, ir/kernel.py: softmax is one kernel); otherwise the reduce is stored by a kernel of its
+own. CONTIGUOUS and COPY always mark a boundary; a fused attention's output (`fused_attention`) keeps all its
+reduces in its kernel. Elementwise work with several consumer kernels is recomputed by each, unless it is expensive
+(SHARED_WORK_LIMIT distinct ops per element or more): then it is stored once, so a recurrence (an RNN's cell state
+over time steps) costs linear work, not quadratic. Elementwise work that a kernel reads under a broadcast (a
+softmax's output in the matmul of its gradient, a normalized activation in the next matmul) is evaluated once per
+use, not once per element: it is stored when it costs EXPENSIVE_WORK weighted ops per element or more and the
+repeated evaluations add up to BROADCAST_WORK_LIMIT weighted ops (so a small value broadcast a little stays fused);
+a stored value is never larger than what it is computed from (a quantized weight is dequantized inside its matmul,
+but the scales of its blocks are stored). A large reduce whose result its kernel pads (PADDED_REDUCE_WORK) is
+stored, so that no mask guards its loop's loads; so is a large sum of products followed by an epilogue on a device
+that packs matmuls (PACKED_EPILOGUE_WORK), which the packed form does not fuse. A kernel never reads more buffers
+than its device binds (DeviceInfo.max_kernel_buffers): intermediates are stored until it fits.
 """
 
 from __future__ import annotations
