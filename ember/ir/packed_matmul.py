@@ -53,6 +53,12 @@ WIDE_EDGE_ALLOWANCE = 0.02
 WIDE_DEPTH_BLOCK = 512  # KC for the wide tile (its B panels, 64 columns x KC, live in L2, not L1)
 DEPTH_BLOCK = 256  # KC: the reduced elements of one packed block (a B micro-panel, KC x NR floats, stays in L1)
 ROW_BLOCK = 168  # MC: A's rows packed at a time (MC x KC floats, ~170 KB: in L2), rounded to the micro-kernel's
+# MC where the whole depth is SHORT_DEPTH or less: the output is then written once, a tile at a time down MC rows
+# for each panel of columns, and fewer rows written at once ran faster (2 cores, interleaved: 4096x128 @ 128x4096
+# 12.6 -> 10.8 ms, 4096x64 @ 64x4096 5.9 -> 5.2, a batch of 8 512x64 @ 64x512 774 -> 726 us, 1024x32 @ 32x1024 234
+# -> 229; depth 256 and 512 no faster, 256x512 @ 512x784 14% slower)
+SHORT_DEPTH = 128
+SHORT_DEPTH_ROW_BLOCK = 24
 COLUMN_BLOCK = 4080  # NC: B's columns packed at a time (KC x NC floats, ~4 MB: in L3), rounded likewise
 # the share of an output row's columns its last panel may pad before the panels run on across the rows before it
 # (a convolution's 56-pixel rows: 14% padding in panels of 32 columns)
@@ -218,8 +224,9 @@ def packed_matmul(kernel: Kernel, info: DeviceInfo, blocks: tuple[int, int, int]
     is not a plain float32 matmul (see the module's docstring), or is too small to gain from packing. `blocks` (the
     cache blocks over k, rows and columns) and `tile` (the micro-kernel's rows and vectors of columns) are a kernel
     search's (opt.Plan.packed_blocks, packed_tile); None (a block of 0) takes the defaults (default_tile; DEPTH_BLOCK
-    or, for the wide tile, WIDE_DEPTH_BLOCK, ROW_BLOCK, COLUMN_BLOCK). The row and column blocks are rounded down to
-    whole micro-kernel tiles (at least one); a tile that does not fit the device's registers is None."""
+    or, for the wide tile, WIDE_DEPTH_BLOCK, ROW_BLOCK or, for a short depth, SHORT_DEPTH_ROW_BLOCK, COLUMN_BLOCK). The
+    row and column blocks are rounded down to whole micro-kernel tiles (at least one); a tile that does not fit the
+    device's registers is None."""
     narrow = micro_tile(info)
     if not info.packed_matmul or narrow is None or (tile is not None and not tile_fits(info, *tile)):
         return None
@@ -294,7 +301,8 @@ def packed_matmul(kernel: Kernel, info: DeviceInfo, blocks: tuple[int, int, int]
         tile = default_tile(info, axes[row][0], column_count)
     micro_rows, micro_vectors = tile
     micro_columns = micro_vectors * info.preferred_vector_width
-    defaults = (WIDE_DEPTH_BLOCK if tile == WIDE_TILE else DEPTH_BLOCK, ROW_BLOCK, COLUMN_BLOCK)
+    defaults = (WIDE_DEPTH_BLOCK if tile == WIDE_TILE else DEPTH_BLOCK,
+                ROW_BLOCK if prod(reduced) > SHORT_DEPTH else SHORT_DEPTH_ROW_BLOCK, COLUMN_BLOCK)
     depth_block, row_block, column_block = (chosen or default for chosen, default in zip(blocks or (0, 0, 0), defaults))
     return PackedMatmul(
         rows=axes[row][0], columns=column_count, depth=prod(reduced), a=a, b=b, a_offset=a_offset,
