@@ -197,6 +197,23 @@ def test_a_bias_and_activation_after_a_large_convolution_are_a_kernel_of_their_o
     np.testing.assert_allclose(got, expected.numpy(), rtol=1e-4, atol=1e-4 * 432**0.5)
 
 
+def test_a_half_precision_products_epilogue_stays_in_its_kernel_on_c() -> None:
+    """The packed form takes float32 values only: a float16 product (summed in float32) keeps its bias and ReLU in
+    its one kernel, while the same float32 product is stored by a kernel of its own and they are another."""
+    data = [_random(256, 784), _random(784, 512, seed=1), _random(512, seed=2)]
+    halves = [em.tensor(array, device="c").to(em.float16).realize() for array in data]
+    with em.profile() as profile:
+        got = (halves[0] @ halves[1] + halves[2]).relu().to(em.float32).numpy()
+    assert [kernel.name[:2] for kernel in profile.kernels] == ["r_"]
+    singles = [half.to(em.float32).realize() for half in halves]
+    with em.profile() as profile:
+        (singles[0] @ singles[1] + singles[2]).relu().numpy()
+    assert [kernel.name[:2] for kernel in profile.kernels] == ["r_", "e_"]
+    expected = (torch.from_numpy(data[0]).half().float() @ torch.from_numpy(data[1]).half().float()
+                + torch.from_numpy(data[2]).half().float()).relu().half().float()
+    np.testing.assert_allclose(got, expected.numpy(), rtol=2e-3, atol=2e-2)
+
+
 def _forward_case() -> tuple[Kernel, dict[str, np.ndarray], np.ndarray]:
     """A convolution's kernel (rows of 13 pixels: runs copied by whole, half and quarter vectors), its operands by
     role (the filters, the padded input) and torch's output."""

@@ -25,7 +25,7 @@ from typing import cast
 
 from ember.core import dtype as dtypes
 from ember.core.graph import Node
-from ember.core.ops import ELEMENTWISE_OPS, FUSED_ATTENTION, REDUCE_OPS, Op
+from ember.core.ops import ELEMENTWISE_OPS, FUSED_ATTENTION, MOVEMENT_OPS, REDUCE_OPS, Op
 from ember.core.graph_templates import expand_in_place
 from ember.core.shapes import prod
 from ember.core.walk import post_order
@@ -433,11 +433,17 @@ def _heavy_reduce(node: Node) -> bool:
 
 
 def _packed_product(node: Node) -> bool:
-    """Whether a reduce is a float32 sum of products (a matmul's, a convolution's) of PACKED_EPILOGUE_WORK or more,
-    at least PACKED_EPILOGUE_DEPTH a result, on a device that packs matmuls (DeviceInfo.packed_matmul)."""
+    """Whether a reduce is a float32 sum of products of float32 values (a matmul's, a convolution's; not of half
+    values converted, which the packed form does not take) of PACKED_EPILOGUE_WORK or more, at least
+    PACKED_EPILOGUE_DEPTH a result, on a device that packs matmuls (DeviceInfo.packed_matmul)."""
     if node.op is not Op.SUM or node.dtype is not dtypes.float32 or node.srcs[0].op is not Op.MUL \
             or prod(node.srcs[0].shape) < PACKED_EPILOGUE_WORK or _reduced_extent(node) < PACKED_EPILOGUE_DEPTH:
         return False
+    for factor in node.srcs[0].srcs:
+        while factor.op in MOVEMENT_OPS and not factor.realized:
+            factor = factor.srcs[0]
+        if factor.op is Op.CAST or factor.dtype is not dtypes.float32:
+            return False
     return node.device is not None and get_device(node.device).info.packed_matmul
 
 
