@@ -19,8 +19,8 @@ PARALLEL_PRODUCTS = 1 << 18  # multiply-adds below which a packed matmul runs on
 # rows up to which B (columns up to which A) is read in place, not packed: packing costs about a copy of the operand
 # for each use, more than the products of a small matmul (one thread: 64 x 512 x 128 60 -> 54 us, 256^3 165 -> 148)
 DIRECT_SIDE = 256
-# A's floats (its rows padded to whole panels, times k) up to which an A shared by every batch element is packed once
-# for all of them (32 MB)
+# A's floats (its rows padded to whole panels, times k, times its variants: the elements of the batch dims it walks)
+# up to which an A that batch elements share is packed once a call for all of them (32 MB)
 SHARED_A_FLOATS = 1 << 23
 # the places of the values in a packed matmul's array of longs (`shape_values`), then 4 per batch dim (its size,
 # A's stride, B's stride, the output's stride), 3 per depth axis (its size, A's stride, B's stride) and 2 per column
@@ -84,13 +84,15 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
     batch element, or a part of one: a range of column panels times a range of row panels), one thread each, so no
     thread waits for another; each task walks GotoBLAS's loops over its part with its own packed panels. An operand
     read through offset tables (a depth of several axes, B's columns of several: PackedMatmul.gathers) is packed
-    from the tables, built once a call; an A every batch element shares is packed once a call for all of them."""
+    from the tables, built once a call; an A that batch elements share is packed once a call for all of them."""
     name = _function_name(lanes, rows, vectors)
     columns = lanes * vectors
     vector = f"ember_packed_float32x{lanes}"
-    # (the cache blocks and threads are read where the values a task uses are derived from them)
+    # (the cache blocks and threads are read where the values a task uses are derived from them, the depth and column
+    # dims by name_offset)
     reads = "\n".join(f"  const long {field} = {_at(field)};" for field in SHAPE_FIELDS
-                      if field not in ("depth_block", "row_block", "column_block", "threads"))
+                      if field not in ("depth_block", "row_block", "column_block", "threads", "depth_dims",
+                                       "column_dims"))
     lines = [
         "#include <stdlib.h>",
         "#include <omp.h>",
@@ -109,8 +111,6 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         " const float* restrict b) {",
         reads,
         f"  const long* batch_shape = shape + {len(SHAPE_FIELDS)};",
-        "  const long* depth_shape = batch_shape + 4 * batch_dims;",
-        "  const long* column_shape = depth_shape + 3 * depth_dims;",
         "  long batch_count = 1;",
         "  for (long dim = 0; dim < batch_dims; dim++) batch_count *= batch_shape[4 * dim];",
         f"  const long depth_blocks = (depth + {_at('depth_block')} - 1) / {_at('depth_block')};",
@@ -209,7 +209,7 @@ def library_source(lanes: int, rows: int, vectors: int) -> str:
         "        a_origin += index * sizes[1]; b_origin += index * sizes[2]; out_origin += index * sizes[3];",
         "        if (sizes[1] != 0) { variant += index * place; place *= sizes[0]; }",
         "      }",
-          "      if (a_pack == 0 || b_pack == 0 || ((a_gather || b_gather) && a_offsets == 0)) {",
+        "      if (a_pack == 0 || b_pack == 0 || ((a_gather || b_gather) && a_offsets == 0)) {",
         # (no memory for the panels or the tables: plain loops)
         f"        {name}_plain(shape, a + a_origin, b + b_origin, out + out_origin, row_start, row_end, column_start,"
         " column_end);",
