@@ -121,6 +121,46 @@ def on_device(lib: Any, device: str, batches: list[tuple[np.ndarray, ...]]) -> l
 # ---- the programs (the same code for torch and ember) ------------------------------------------------------------
 
 
+def classification_step(lib: Any, model: Any, optimizer: Any) -> Callable[[Any, Any], Any]:
+    """One training step of a classifier: cross-entropy of the model's logits against the labels, backward, the
+    optimizer's step; returns the loss."""
+
+    def step(inputs: Any, labels: Any) -> Any:
+        optimizer.zero_grad()
+        loss = lib.nn.functional.cross_entropy(model(inputs), labels)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step
+
+
+def basic_block(lib: Any) -> type:
+    """ResNet's BasicBlock for `lib`: two 3x3 convolutions (the first strided) with BatchNorm and ReLU, and the
+    identity added, through a 1x1 strided convolution and BatchNorm where the shape changes."""
+    nn = lib.nn
+    F = nn.functional
+
+    class BasicBlock(nn.Module):
+        def __init__(self, inputs: int, outputs: int, stride: int) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(inputs, outputs, 3, stride=stride, padding=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(outputs)
+            self.conv2 = nn.Conv2d(outputs, outputs, 3, padding=1, bias=False)
+            self.bn2 = nn.BatchNorm2d(outputs)
+            self.downsample = None
+            if stride != 1 or inputs != outputs:
+                self.downsample = nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride=stride, bias=False),
+                                                nn.BatchNorm2d(outputs))
+
+        def forward(self, x: Any) -> Any:
+            identity = x if self.downsample is None else self.downsample(x)
+            out = F.relu(self.bn1(self.conv1(x)))
+            return F.relu(self.bn2(self.conv2(out)) + identity)
+
+    return BasicBlock
+
+
 def cnn(lib: Any, device: str, size: Size, deterministic: bool) -> Program:
     """CNN on digits (upsampled to 16x16): 2 conv 3x3 + BatchNorm + ReLU + MaxPool, Dropout, Linear; Adam."""
     nn = lib.nn
@@ -132,12 +172,7 @@ def cnn(lib: Any, device: str, size: Size, deterministic: bool) -> Program:
     ).to(device)
     optimizer = lib.optim.Adam(model.parameters(), lr=1e-3)
 
-    def step(images: Any, labels: Any) -> Any:
-        optimizer.zero_grad()
-        loss = nn.functional.cross_entropy(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        return loss
+    step = classification_step(lib, model, optimizer)
 
     return Program(model, step, on_device(lib, device, digit_batches(size, 1, upsample=2)))
 
@@ -323,26 +358,8 @@ def resnet(lib: Any, device: str, size: Size, deterministic: bool) -> Program:
     """A small ResNet on digits (upsampled to 16x16): stem, BasicBlocks (the second pair strided, with a 1x1
     downsample), BatchNorm, global average pool, Linear; SGD with momentum and weight decay."""
     nn = lib.nn
-    F = nn.functional
     width = size.channels
-
-    class BasicBlock(nn.Module):
-        def __init__(self, inputs: int, outputs: int, stride: int) -> None:
-            super().__init__()
-            self.conv1 = nn.Conv2d(inputs, outputs, 3, stride=stride, padding=1, bias=False)
-            self.bn1 = nn.BatchNorm2d(outputs)
-            self.conv2 = nn.Conv2d(outputs, outputs, 3, padding=1, bias=False)
-            self.bn2 = nn.BatchNorm2d(outputs)
-            self.downsample = None
-            if stride != 1 or inputs != outputs:
-                self.downsample = nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride=stride, bias=False),
-                                                nn.BatchNorm2d(outputs))
-
-        def forward(self, x: Any) -> Any:
-            identity = x if self.downsample is None else self.downsample(x)
-            out = F.relu(self.bn1(self.conv1(x)))
-            return F.relu(self.bn2(self.conv2(out)) + identity)
-
+    BasicBlock = basic_block(lib)
     model = nn.Sequential(
         nn.Conv2d(1, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
         BasicBlock(width, width, 1), BasicBlock(width, 2 * width, 2),
@@ -350,12 +367,7 @@ def resnet(lib: Any, device: str, size: Size, deterministic: bool) -> Program:
     ).to(device)
     optimizer = lib.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
 
-    def step(images: Any, labels: Any) -> Any:
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        return loss
+    step = classification_step(lib, model, optimizer)
 
     return Program(model, step, on_device(lib, device, digit_batches(size, 5, upsample=2)))
 
@@ -372,12 +384,7 @@ def tabular_mlp(lib: Any, device: str, size: Size, deterministic: bool) -> Progr
     optimizer = lib.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     schedule = lib.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.5)
 
-    def step(features: Any, labels: Any) -> Any:
-        optimizer.zero_grad()
-        loss = nn.functional.cross_entropy(model(features), labels)
-        loss.backward()
-        optimizer.step()
-        return loss
+    step = classification_step(lib, model, optimizer)
 
     images, _ = digits()
     flat = images.reshape(len(images), 64)
@@ -392,26 +399,8 @@ def resnet_stage(lib: Any, device: str, size: Size, deterministic: bool) -> Prog
     through its second stage's BasicBlock and the third's first (3x3 convolutions of 64 and 128 filters, one of
     stride 2, a 1x1 downsample), global average pool, Linear; SGD with momentum. Random feature maps and labels."""
     nn = lib.nn
-    F = nn.functional
     width, batch = 4 * size.channels, max(1, size.batch // 8)
-
-    class BasicBlock(nn.Module):
-        def __init__(self, inputs: int, outputs: int, stride: int) -> None:
-            super().__init__()
-            self.conv1 = nn.Conv2d(inputs, outputs, 3, stride=stride, padding=1, bias=False)
-            self.bn1 = nn.BatchNorm2d(outputs)
-            self.conv2 = nn.Conv2d(outputs, outputs, 3, padding=1, bias=False)
-            self.bn2 = nn.BatchNorm2d(outputs)
-            self.downsample = None
-            if stride != 1 or inputs != outputs:
-                self.downsample = nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride=stride, bias=False),
-                                                nn.BatchNorm2d(outputs))
-
-        def forward(self, x: Any) -> Any:
-            identity = x if self.downsample is None else self.downsample(x)
-            out = F.relu(self.bn1(self.conv1(x)))
-            return F.relu(self.bn2(self.conv2(out)) + identity)
-
+    BasicBlock = basic_block(lib)
     model = nn.Sequential(
         BasicBlock(width, width, 1), BasicBlock(width, 2 * width, 2),
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, 10),
@@ -421,12 +410,7 @@ def resnet_stage(lib: Any, device: str, size: Size, deterministic: bool) -> Prog
     batches = [(generator.standard_normal((batch, width, size.image, size.image), dtype=np.float32),
                 generator.integers(0, 10, batch).astype(np.int64)) for _ in range(size.batches)]
 
-    def step(images: Any, labels: Any) -> Any:
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        return loss
+    step = classification_step(lib, model, optimizer)
 
     return Program(model, step, on_device(lib, device, batches))
 

@@ -1,12 +1,11 @@
 """Convolutions as packed matmuls (ir/packed_matmul.py's offset tables, backends/c_matmul.py's gathers): which
 convolution kernels are packed, and the c backend's results against torch, forward and backward, at odd, strided,
-dilated, grouped and ResNet sizes, with the library's own source built alone at both vector widths and its plain
+dilated and ResNet sizes, with the library's own source built alone at both vector widths and its plain
 loops (where no memory is left for panels or tables) checked too."""
 
 from __future__ import annotations
 
 import ctypes
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,41 +19,26 @@ from ember.ir.kernel import Kernel
 from ember.ir.packed_matmul import lower_packed_matmul, packed_matmul
 from ember.scheduler.kernelize import kernelize
 from ember.scheduler.program import Launch
-
-AVX2 = DeviceInfo(compute_units=2, preferred_vector_width=8, vector_registers=16, vector_ops=frozenset({"any"}),
-                  host_cores=True, packed_matmul=True)
-AVX512 = replace(AVX2, preferred_vector_width=16, vector_registers=32)
-
-
-@pytest.fixture(autouse=True)
-def _optimizations_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EMBER_NOOPT", "0")
-
-
-def _dummy(*shape: int) -> em.Tensor:
-    return em.tensor(np.zeros(shape, dtype=np.float32), device="dummy:0")
+from tests.packed_devices import AVX2, AVX512, dummy, normal, optimizations_on  # noqa: F401 (an autouse fixture)
 
 
 def _reduce_kernels(tensor: em.Tensor) -> list[Kernel]:
     return [item.kernel for item in kernelize([tensor.node]) if isinstance(item, Launch) and item.kernel.has_reduce]
 
 
-def _random(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed + sum(shape)).standard_normal(shape, dtype=np.float32)
-
 
 def test_a_convolution_is_one_packed_matmul_through_offset_tables() -> None:
     """A 3x3 convolution of 64 filters over 56 x 56 pixels: rows are the filters, the reduced axes (channels, filter
     rows and columns) walk the filters as one axis and the padded input through a table, and the columns are every
     pixel of an image (56-pixel rows would pad panels of 32 by 14%), read from the input through a table."""
-    (kernel,) = _reduce_kernels(em.nn.functional.conv2d(_dummy(8, 64, 56, 56), _dummy(64, 64, 3, 3), padding=1))
+    (kernel,) = _reduce_kernels(em.nn.functional.conv2d(dummy(8, 64, 56, 56), dummy(64, 64, 3, 3), padding=1))
     packed = packed_matmul(kernel, AVX512)
     assert packed is not None and (packed.rows, packed.columns, packed.depth) == (64, 3136, 576)
     assert (packed.a_depth_stride, packed.b_depth_stride, packed.b_column_stride) == (1, 0, 0)
     assert packed.depth_axes == ((64, 9, 58 * 58), (3, 3, 58), (3, 1, 1))
     assert packed.column_axes == ((56, 58), (56, 1)) and packed.batches == ((8, 0, 64 * 58 * 58, 64 * 3136),)
     # rows of 64 pixels fill the panels: they stay one axis of columns, the image's rows a batch dim
-    (wide,) = _reduce_kernels(em.nn.functional.conv2d(_dummy(2, 32, 64, 64), _dummy(64, 32, 3, 3), padding=1))
+    (wide,) = _reduce_kernels(em.nn.functional.conv2d(dummy(2, 32, 64, 64), dummy(64, 32, 3, 3), padding=1))
     wide_packed = packed_matmul(wide, AVX512)
     assert wide_packed is not None and wide_packed.columns == 64 and wide_packed.column_axes == ()
     assert wide_packed.b_column_stride == 1 and [size for size, *_ in wide_packed.batches] == [2, 64]
@@ -63,8 +47,8 @@ def test_a_convolution_is_one_packed_matmul_through_offset_tables() -> None:
 def _gradients(batch: int, channels: int, filters: int, size: int) -> tuple[em.Tensor, em.Tensor]:
     """A 3x3 convolution's (input, filters) gradients (padding 1) as autograd records them, unrealized."""
     geometry = ConvolutionGeometry((1, 1), ((1, 1), (1, 1)), (1, 1), 1, (size, size))
-    return convolution_gradients(_dummy(batch, filters, size, size), _dummy(batch, channels, size + 2, size + 2),
-                                 _dummy(filters, channels, 3, 3), geometry)
+    return convolution_gradients(dummy(batch, filters, size, size), dummy(batch, channels, size + 2, size + 2),
+                                 dummy(filters, channels, 3, 3), geometry)
 
 
 def test_the_input_gradient_reads_the_flipped_filters_through_a_table() -> None:
@@ -91,7 +75,7 @@ def test_the_filters_gradient_is_not_gathered_a_column_at_a_time() -> None:
 ], ids=["16 filters, 16x16", "one channel"])
 def test_small_convolutions_keep_the_tiled_kernels(input_shape: tuple[int, ...],
                                                    weight_shape: tuple[int, ...]) -> None:
-    (kernel,) = _reduce_kernels(em.nn.functional.conv2d(_dummy(*input_shape), _dummy(*weight_shape), padding=1))
+    (kernel,) = _reduce_kernels(em.nn.functional.conv2d(dummy(*input_shape), dummy(*weight_shape), padding=1))
     assert packed_matmul(kernel, AVX512) is None
 
 
@@ -120,14 +104,14 @@ def test_convolutions_against_torch(case: str) -> None:
     is packed through tables."""
     input_shape, weight_shape, options = CASES[case]
     options = dict(options)
-    bias = _random(weight_shape[0], seed=2) if options.pop("bias", False) else None
-    forward = _reduce_kernels(em.nn.functional.conv2d(_dummy(*input_shape), _dummy(*weight_shape), **options))
+    bias = normal(weight_shape[0], seed=2) if options.pop("bias", False) else None
+    forward = _reduce_kernels(em.nn.functional.conv2d(dummy(*input_shape), dummy(*weight_shape), **options))
     assert any(packed_matmul(kernel, AVX2) is not None for kernel in forward)
-    x_data, weight_data = _random(*input_shape), _random(*weight_shape, seed=1) / 10
+    x_data, weight_data = normal(*input_shape), normal(*weight_shape, seed=1) / 10
     x = em.tensor(x_data, device="c", requires_grad=True)
     weight = em.tensor(weight_data, device="c", requires_grad=True)
     output = em.nn.functional.conv2d(x, weight, None if bias is None else em.tensor(bias, device="c"), **options)
-    output_gradient = _random(*output.shape, seed=4)
+    output_gradient = normal(*output.shape, seed=4)
     (output * em.tensor(output_gradient, device="c")).sum().backward()
     tx = torch.from_numpy(x_data).requires_grad_()
     tw = torch.from_numpy(weight_data).requires_grad_()
@@ -144,14 +128,14 @@ def test_a_resnet_convolution_against_torch() -> None:
     """ResNet's 3x3 convolution of 64 channels over 56 x 56 pixels at batch 8 (1.85 GFLOP; 285 ms tiled at 512
     filters over 7 x 7, 12.7 packed) and its last stage's 512 filters over 7 x 7 pixels: torch's values, NaN and
     infinity where the input has them."""
-    x_data, weight_data = _random(8, 64, 56, 56), _random(64, 64, 3, 3, seed=1) / 24
+    x_data, weight_data = normal(8, 64, 56, 56), normal(64, 64, 3, 3, seed=1) / 24
     x_data[3, 5, 10, 11] = np.nan
     x_data[6, 7, 0, 55] = np.inf
     got = em.nn.functional.conv2d(em.tensor(x_data, device="c"), em.tensor(weight_data, device="c"), padding=1)
     expected = torch.nn.functional.conv2d(torch.from_numpy(x_data), torch.from_numpy(weight_data), padding=1)
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4 * 24)
     assert np.isnan(got.numpy()).sum() == torch.isnan(expected).sum().item() > 0
-    deep_x, deep_weight = _random(4, 512, 7, 7), _random(512, 512, 3, 3, seed=1) / 68
+    deep_x, deep_weight = normal(4, 512, 7, 7), normal(512, 512, 3, 3, seed=1) / 68
     got = em.nn.functional.conv2d(em.tensor(deep_x, device="c"), em.tensor(deep_weight, device="c"), padding=1)
     expected = torch.nn.functional.conv2d(torch.from_numpy(deep_x), torch.from_numpy(deep_weight), padding=1)
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4 * 68)
@@ -161,9 +145,9 @@ def test_a_resnet_downsampling_block_against_torch() -> None:
     """ResNet-18's first strided BasicBlock convolutions at their sizes (batch 4, 64 -> 128 filters over 56 x 56
     pixels, stride 2, then 128 -> 128 over 28 x 28), forward and backward, sizes where c packs every product (the
     strided one's filters copied zero-padded to 2 x 2 taps of the 2 phases): torch's outputs and gradients."""
-    x_data = _random(4, 64, 56, 56)
-    first, second = _random(128, 64, 3, 3, seed=1) / 24, _random(128, 128, 3, 3, seed=2) / 34
-    output_gradient = _random(4, 128, 28, 28, seed=3)
+    x_data = normal(4, 64, 56, 56)
+    first, second = normal(128, 64, 3, 3, seed=1) / 24, normal(128, 128, 3, 3, seed=2) / 34
+    output_gradient = normal(4, 128, 28, 28, seed=3)
     x = em.tensor(x_data, device="c", requires_grad=True)
     weights = [em.tensor(data, device="c", requires_grad=True) for data in (first, second)]
     output = em.nn.functional.conv2d(em.nn.functional.conv2d(x, weights[0], stride=2, padding=1).relu(), weights[1],
@@ -186,7 +170,7 @@ def test_a_resnet_downsampling_block_against_torch() -> None:
 def test_a_bias_and_activation_after_a_large_convolution_are_a_kernel_of_their_own_on_c() -> None:
     """On a device that packs matmuls, a large convolution's bias and ReLU are not fused into its kernel (a packed
     matmul has no epilogue): the convolution is stored by a packed kernel, and they are an elementwise kernel."""
-    x_data, weight_data, bias = _random(2, 48, 28, 28), _random(64, 48, 3, 3, seed=1), _random(64, seed=2)
+    x_data, weight_data, bias = normal(2, 48, 28, 28), normal(64, 48, 3, 3, seed=1), normal(64, seed=2)
     with em.profile() as profile:
         got = em.nn.functional.conv2d(em.tensor(x_data, device="c"), em.tensor(weight_data, device="c"),
                                       em.tensor(bias, device="c"), padding=1).relu().numpy()
@@ -200,7 +184,7 @@ def test_a_bias_and_activation_after_a_large_convolution_are_a_kernel_of_their_o
 def test_a_half_precision_products_epilogue_stays_in_its_kernel_on_c() -> None:
     """The packed form takes float32 values only: a float16 product (summed in float32) keeps its bias and ReLU in
     its one kernel, while the same float32 product is stored by a kernel of its own and they are another."""
-    data = [_random(256, 784), _random(784, 512, seed=1), _random(512, seed=2)]
+    data = [normal(256, 784), normal(784, 512, seed=1), normal(512, seed=2)]
     halves = [em.tensor(array, device="c").to(em.float16).realize() for array in data]
     with em.profile() as profile:
         got = (halves[0] @ halves[1] + halves[2]).relu().to(em.float32).numpy()
@@ -217,8 +201,8 @@ def test_a_half_precision_products_epilogue_stays_in_its_kernel_on_c() -> None:
 def _forward_case() -> tuple[Kernel, dict[str, np.ndarray], np.ndarray]:
     """A convolution's kernel (rows of 13 pixels: runs copied by whole, half and quarter vectors), its operands by
     role (the filters, the padded input) and torch's output."""
-    x_data, weight_data = _random(2, 40, 15, 13), _random(66, 40, 3, 3, seed=1)
-    (kernel,) = _reduce_kernels(em.nn.functional.conv2d(_dummy(2, 40, 17, 15), _dummy(66, 40, 3, 3)))
+    x_data, weight_data = normal(2, 40, 15, 13), normal(66, 40, 3, 3, seed=1)
+    (kernel,) = _reduce_kernels(em.nn.functional.conv2d(dummy(2, 40, 17, 15), dummy(66, 40, 3, 3)))
     expected = torch.nn.functional.conv2d(torch.from_numpy(x_data), torch.from_numpy(weight_data), padding=1)
     return kernel, {"a": weight_data, "b": np.pad(x_data, ((0, 0), (0, 0), (1, 1), (1, 1)))}, expected.numpy()
 
@@ -228,10 +212,10 @@ def _filters_gradient_case() -> tuple[Kernel, dict[str, np.ndarray], np.ndarray]
     a transpose and 3 k alone, or 2 transposes and 3), its operands (the output's gradient, the padded input) and
     torch's gradient, as the kernel lays it out ([1, 3, 3, filters, channels])."""
     geometry = ConvolutionGeometry((1, 1), ((1, 1), (1, 1)), (1, 1), 1, (5, 19))
-    _, filters_gradient = convolution_gradients(_dummy(3, 70, 5, 19), _dummy(3, 40, 7, 21), _dummy(70, 40, 3, 3),
+    _, filters_gradient = convolution_gradients(dummy(3, 70, 5, 19), dummy(3, 40, 7, 21), dummy(70, 40, 3, 3),
                                                 geometry)
     (kernel,) = _reduce_kernels(filters_gradient)
-    x_data, gradient = _random(3, 40, 5, 19), _random(3, 70, 5, 19, seed=1)
+    x_data, gradient = normal(3, 40, 5, 19), normal(3, 70, 5, 19, seed=1)
     expected = torch.nn.grad.conv2d_weight(torch.from_numpy(x_data), (70, 40, 3, 3), torch.from_numpy(gradient),
                                            padding=1).numpy()
     return kernel, {"a": gradient, "b": np.pad(x_data, ((0, 0), (0, 0), (1, 1), (1, 1)))}, np.ascontiguousarray(

@@ -24,26 +24,12 @@ from ember.ir.packed_matmul import PackedMatmul, default_tile, lower_packed_matm
 from ember.ir.search_space import Action, actions, apply, plan_from_data, plan_to_data
 from ember.scheduler.kernelize import kernelize
 from ember.scheduler.program import Launch
-
-# an AVX2-like and an AVX-512-like CPU whose renderer packs panels
-AVX2 = DeviceInfo(compute_units=2, preferred_vector_width=8, vector_registers=16, vector_ops=frozenset({"any"}),
-                  host_cores=True, packed_matmul=True)
-AVX512 = replace(AVX2, preferred_vector_width=16, vector_registers=32)
-
-
-@pytest.fixture(autouse=True)
-def _optimizations_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Packing is an optional transform (EMBER_NOOPT=1 turns it off): these tests are about it."""
-    monkeypatch.setenv("EMBER_NOOPT", "0")
+from tests.packed_devices import AVX2, AVX512, dummy, normal, optimizations_on  # noqa: F401 (an autouse fixture)
 
 
 def _kernels(tensor: em.Tensor) -> list[Kernel]:
     return [item.kernel for item in kernelize([tensor.node]) if isinstance(item, Launch)]
 
-
-def _dummy(*shape: int, dtype: em.DType = em.float32) -> em.Tensor:
-    tensor = em.tensor(np.zeros(shape, dtype=np.float32), device="dummy:0")
-    return tensor if dtype == em.float32 else tensor.to(dtype)
 
 
 def _packed(tensor: em.Tensor, info: DeviceInfo = AVX2) -> list[PackedMatmul | None]:
@@ -51,13 +37,13 @@ def _packed(tensor: em.Tensor, info: DeviceInfo = AVX2) -> list[PackedMatmul | N
 
 
 def test_a_plain_matmul_is_packed_with_its_strides() -> None:
-    a, b = _dummy(100, 70), _dummy(70, 90)
+    a, b = dummy(100, 70), dummy(70, 90)
     (packed,) = _packed(a @ b)
     assert packed is not None
     assert (packed.rows, packed.columns, packed.depth) == (100, 90, 70)
     assert (packed.a_row_stride, packed.a_depth_stride, packed.b_depth_stride, packed.b_column_stride) == (70, 1, 90, 1)
     assert packed.output_row_stride == 90 and packed.batches == ()
-    (transposed,) = _packed(_dummy(70, 100).T @ _dummy(90, 70).T)  # views: the strides of the transposes
+    (transposed,) = _packed(dummy(70, 100).T @ dummy(90, 70).T)  # views: the strides of the transposes
     assert transposed is not None and transposed.a_row_stride == 1 and transposed.b_column_stride == 70
 
 
@@ -65,25 +51,25 @@ def test_axes_that_walk_every_operand_alike_are_one_axis_of_the_panels() -> None
     """A batch of rows from one matrix (a linear layer over (batch, tokens, features)) is one matmul of all the
     rows, and a 1x1 convolution's rows and columns of pixels one axis of columns, not a matmul per batch or per
     row of pixels; a true batch (each element its own B) and a transposed output stay as they are."""
-    (rows,) = _packed(_dummy(8, 64, 128) @ _dummy(128, 256))
+    (rows,) = _packed(dummy(8, 64, 128) @ dummy(128, 256))
     assert rows is not None and (rows.rows, rows.columns, rows.depth, rows.batches) == (512, 256, 128, ())
-    (pixels,) = _packed(em.nn.functional.conv2d(_dummy(8, 64, 56, 56), _dummy(32, 64, 1, 1)))
+    (pixels,) = _packed(em.nn.functional.conv2d(dummy(8, 64, 56, 56), dummy(32, 64, 1, 1)))
     assert pixels is not None and (pixels.rows, pixels.columns, pixels.depth) == (32, 3136, 64)
     assert pixels.batches == ((8, 0, 64 * 3136, 32 * 3136),)
-    (batched,) = _packed(_dummy(8, 64, 128) @ _dummy(8, 128, 256))
+    (batched,) = _packed(dummy(8, 64, 128) @ dummy(8, 128, 256))
     assert batched is not None and (batched.rows, batched.batches) == (64, ((8, 64 * 128, 128 * 256, 64 * 256),))
-    (transposed,) = _packed((_dummy(6, 40, 128) @ _dummy(128, 50)).transpose(-1, -2).contiguous())
+    (transposed,) = _packed((dummy(6, 40, 128) @ dummy(128, 50)).transpose(-1, -2).contiguous())
     assert transposed is not None and (transposed.rows, transposed.columns) == (50, 40)
 
 
 def test_tiles_come_from_the_vector_width_and_registers() -> None:
     assert micro_tile(AVX2) == (6, 2)
     assert micro_tile(AVX512) == (8, 2)
-    (packed,) = _packed(_dummy(64, 64) @ _dummy(64, 64), AVX512)
+    (packed,) = _packed(dummy(64, 64) @ dummy(64, 64), AVX512)
     assert packed is not None and (packed.lanes, packed.micro_columns) == (16, 32)
     assert micro_tile(replace(AVX2, preferred_vector_width=1)) is None
     # the wide tile where 32 registers hold it and the output is large enough, with its longer blocks over k
-    (wide,) = _packed(_dummy(96, 700) @ _dummy(700, 256), AVX512)
+    (wide,) = _packed(dummy(96, 700) @ dummy(700, 256), AVX512)
     assert wide is not None and (wide.micro_rows, wide.micro_vectors, wide.depth_block) == (6, 4, 512)
     assert default_tile(AVX512, 95, 256) == default_tile(AVX512, 96, 255) == (8, 2)
     assert default_tile(AVX2, 4096, 4096) == (6, 2)  # (16 registers: no room for 24 accumulators)
@@ -93,25 +79,25 @@ def test_tiles_come_from_the_vector_width_and_registers() -> None:
 
 
 def test_only_devices_whose_renderer_packs_get_packed_kernels() -> None:
-    product = _dummy(64, 64) @ _dummy(64, 64)
+    product = dummy(64, 64) @ dummy(64, 64)
     assert _packed(product, replace(AVX2, packed_matmul=False)) == [None]
     assert _packed(product, replace(AVX2, vector_ops=frozenset())) == [None]
 
 
 @pytest.mark.parametrize("build", [
-    lambda: (_dummy(64, 64) @ _dummy(64, 64)).relu(),  # a fused epilogue
-    lambda: (_dummy(64, 64) * 2) @ _dummy(64, 64),  # a fused prologue
-    lambda: _dummy(64, 64, dtype=em.float16) @ _dummy(64, 64, dtype=em.float16),
-    lambda: _dummy(64, 64, dtype=em.float64) @ _dummy(64, 64, dtype=em.float64),
-    lambda: _dummy(8, 8) @ _dummy(8, 8),  # too small to gain
-    lambda: _dummy(62, 64).pad((0, 0, 1, 1)) @ _dummy(64, 64),  # a masked load
+    lambda: (dummy(64, 64) @ dummy(64, 64)).relu(),  # a fused epilogue
+    lambda: (dummy(64, 64) * 2) @ dummy(64, 64),  # a fused prologue
+    lambda: dummy(64, 64, dtype=em.float16) @ dummy(64, 64, dtype=em.float16),
+    lambda: dummy(64, 64, dtype=em.float64) @ dummy(64, 64, dtype=em.float64),
+    lambda: dummy(8, 8) @ dummy(8, 8),  # too small to gain
+    lambda: dummy(62, 64).pad((0, 0, 1, 1)) @ dummy(64, 64),  # a masked load
 ], ids=["epilogue", "prologue", "float16", "float64", "small", "padded"])
 def test_kernels_other_than_plain_float32_matmuls_keep_the_other_lowerings(build: Callable[[], em.Tensor]) -> None:
     assert all(packed is None for packed in _packed(build()))
 
 
 def test_other_renderers_refuse_a_packed_kernel_with_a_message() -> None:
-    (kernel,) = _kernels(_dummy(64, 64) @ _dummy(64, 64))
+    (kernel,) = _kernels(dummy(64, 64) @ dummy(64, 64))
     lowered = lower_packed_matmul(kernel, "k", AVX2)
     assert lowered is not None and "_micro(" in CRenderer().render(lowered)
     with pytest.raises(CompileError, match="packed"):
@@ -119,7 +105,7 @@ def test_other_renderers_refuse_a_packed_kernel_with_a_message() -> None:
 
 
 def test_the_lowered_kernel_cache_keeps_the_packed_form() -> None:
-    (kernel,) = _kernels(_dummy(3, 40, 33) @ _dummy(3, 33, 50))
+    (kernel,) = _kernels(dummy(3, 40, 33) @ dummy(3, 33, 50))
     plan, lowered = choose_plan(kernel, "k", AVX2)
     assert lowered.packed is not None and lowered.packed.batches == ((3, 40 * 33, 33 * 50, 40 * 50),)
     path = lowered_cache.entry_path(kernel, "k", AVX2, True, variant="test of the packed form")
@@ -136,9 +122,6 @@ def _check(a: np.ndarray, b: np.ndarray, operation: Callable, dtype: em.DType = 
     np.testing.assert_allclose(got, expected.to(torch.float32).numpy(), rtol=tolerance, atol=tolerance * depth**0.5)
 
 
-def _random(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed + sum(shape)).standard_normal(shape, dtype=np.float32)
-
 
 @pytest.mark.parametrize("a_shape, b_shape", [
     ((16, 16), (16, 16)), ((17, 9), (9, 33)), ((127, 255), (255, 63)), ((1000, 1000), (1000, 1000)),
@@ -152,7 +135,7 @@ def _random(*shape: int, seed: int = 0) -> np.ndarray:
     ((4, 1, 70, 50), (4, 3, 50, 300)), ((1, 3, 70, 50), (4, 3, 50, 300)),
 ])
 def test_matmul_against_torch(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
-    _check(_random(*a_shape), _random(*b_shape, seed=1), lambda a, b: a @ b)
+    _check(normal(*a_shape), normal(*b_shape, seed=1), lambda a, b: a @ b)
 
 
 @pytest.mark.parametrize("operation", [
@@ -161,27 +144,27 @@ def test_matmul_against_torch(a_shape: tuple[int, ...], b_shape: tuple[int, ...]
     lambda a, b: a.flip(1) @ b.flip(0).T,
 ], ids=["a.T", "b.T", "both", "output.T", "slices", "every other row", "flipped rows and columns", "flipped depth"])
 def test_views_against_torch(operation: Callable) -> None:
-    _check(_random(130, 130), _random(130, 130, seed=1), operation)
+    _check(normal(130, 130), normal(130, 130, seed=1), operation)
 
 
 @pytest.mark.parametrize("dtype", [em.float16, em.bfloat16, em.float64], ids=str)
 def test_other_dtypes_against_torch(dtype: em.DType) -> None:
     torch_dtype = {em.float16: torch.float16, em.bfloat16: torch.bfloat16, em.float64: torch.float64}[dtype]
-    a, b = _random(70, 90), _random(90, 50, seed=1)
+    a, b = normal(70, 90), normal(90, 50, seed=1)
     expected = (torch.from_numpy(a).to(torch_dtype).float() @ torch.from_numpy(b).to(torch_dtype).float())
     got = (em.tensor(a, device="c").to(dtype) @ em.tensor(b, device="c").to(dtype)).to(em.float32).numpy()
     np.testing.assert_allclose(got, expected.numpy(), rtol=2e-2, atol=2e-2 * 90**0.5)
 
 
 def test_a_fused_epilogue_against_torch() -> None:
-    a, b, bias = _random(100, 80), _random(80, 60, seed=1), _random(60, seed=2)
+    a, b, bias = normal(100, 80), normal(80, 60, seed=1), normal(60, seed=2)
     expected = torch.relu(torch.from_numpy(a) @ torch.from_numpy(b) + torch.from_numpy(bias)).numpy()
     got = (em.tensor(a, device="c") @ em.tensor(b, device="c") + em.tensor(bias, device="c")).relu().numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * 80**0.5)
 
 
 def test_matmul_gradients_against_torch() -> None:
-    a, b = _random(50, 70), _random(70, 40, seed=1)
+    a, b = normal(50, 70), normal(70, 40, seed=1)
     x, y = em.tensor(a, device="c", requires_grad=True), em.tensor(b, device="c", requires_grad=True)
     (x @ y).sum().backward()
     tx, ty = torch.from_numpy(a).requires_grad_(), torch.from_numpy(b).requires_grad_()
@@ -196,11 +179,11 @@ def test_new_matmul_shapes_compile_nothing(cold: None, compiler_runs: list[list[
     once (into the disk cache: a compiler run), and matmuls of new shapes, batches and views then run with no
     compiler run at all (gpt_manual's first step compiled 14 of them, ~0.7 s of gcc), with torch's values."""
     runs = compiler_runs
-    _check(_random(37, 45), _random(45, 29, seed=1), lambda a, b: a @ b)
+    _check(normal(37, 45), normal(45, 29, seed=1), lambda a, b: a @ b)
     assert len(runs) == 1 and any(path.suffix == ".entry" for path in (tmp_path / "c").rglob("*"))
-    _check(_random(53, 61), _random(61, 47, seed=1), lambda a, b: a @ b)
-    _check(_random(3, 2, 21, 35), _random(2, 35, 19, seed=1), lambda a, b: a @ b)
-    _check(_random(40, 90), _random(66, 90, seed=1), lambda a, b: a[5:, ::2] @ b[:, 1::2].T)
+    _check(normal(53, 61), normal(61, 47, seed=1), lambda a, b: a @ b)
+    _check(normal(3, 2, 21, 35), normal(2, 35, 19, seed=1), lambda a, b: a @ b)
+    _check(normal(40, 90), normal(66, 90, seed=1), lambda a, b: a[5:, ::2] @ b[:, 1::2].T)
     assert len(runs) == 1
 
 
@@ -215,10 +198,10 @@ def test_a_rendered_packed_kernel_builds_alone(info: DeviceInfo, transposed: boo
 
     from ember.backends.c import build_library, plain_compiler_command
 
-    a_data = _random(3, 20, 37)
-    b_data = _random(3, 300, 37, seed=1) if transposed else _random(3, 37, 300, seed=1)
-    right = _dummy(3, 300, 37).transpose(1, 2) if transposed else _dummy(3, 37, 300)
-    (kernel,) = _kernels(_dummy(3, 20, 37) @ right)
+    a_data = normal(3, 20, 37)
+    b_data = normal(3, 300, 37, seed=1) if transposed else normal(3, 37, 300, seed=1)
+    right = dummy(3, 300, 37).transpose(1, 2) if transposed else dummy(3, 37, 300)
+    (kernel,) = _kernels(dummy(3, 20, 37) @ right)
     name = f"packed_alone_{info.preferred_vector_width}_{int(transposed)}"
     lowered = lower_packed_matmul(kernel, name, info)
     assert lowered is not None and lowered.packed is not None
@@ -233,7 +216,7 @@ def test_a_rendered_packed_kernel_builds_alone(info: DeviceInfo, transposed: boo
 
 
 def test_the_search_compares_the_packed_form_with_the_tiled_plans() -> None:
-    (kernel,) = _kernels(_dummy(64, 48) @ _dummy(48, 80))
+    (kernel,) = _kernels(dummy(64, 48) @ dummy(48, 80))
     space = actions(kernel, AVX2)
     assert Action("pack") in space
     neighbours = [apply(PACKED_PLAN, action, kernel) for action in space]
@@ -244,7 +227,7 @@ def test_the_search_compares_the_packed_form_with_the_tiled_plans() -> None:
     assert plan_from_data(plan_to_data(PACKED_PLAN), kernel) == PACKED_PLAN
     lowered = lower_plan(kernel, "k", AVX2, PACKED_PLAN)
     assert lowered is not None and lowered.packed is not None
-    (epilogue,) = _kernels((_dummy(64, 48) @ _dummy(48, 80)).relu())
+    (epilogue,) = _kernels((dummy(64, 48) @ dummy(48, 80)).relu())
     assert lower_plan(epilogue, "k", AVX2, PACKED_PLAN) is None  # not a plain matmul: the plan does not lower
 
 
@@ -252,7 +235,7 @@ def test_a_packed_matmuls_blocks_and_tiles_are_in_the_search_space() -> None:
     """The cache blocks under the matmul's sides and the micro-kernels that fit the registers (16 with AVX2: no
     8 x 2 tile, whose 16 accumulators leave none for B) are actions from the packed plan only; a plan keeps them
     through the disk cache's data, and lowers to a packed matmul with them (blocks rounded to whole tiles)."""
-    (kernel,) = _kernels(_dummy(300, 700) @ _dummy(700, 600))
+    (kernel,) = _kernels(dummy(300, 700) @ dummy(700, 600))
     space = actions(kernel, AVX2)
     blocks = {(action.axis, action.amount) for action in space if action.kind == "pack_block"}
     assert blocks == {(0, 128), (0, 384), (0, 512), (1, 48), (1, 96), (2, 512)}
@@ -282,7 +265,7 @@ def test_searched_blocks_and_tiles_compute_the_matmul_on_c() -> None:
     from ember.scheduler.devices import get_device
 
     device = get_device("c")
-    a_data, b_data = _random(301, 700), _random(700, 613, seed=1)
+    a_data, b_data = normal(301, 700), normal(700, 613, seed=1)
     (kernel,) = _kernels(em.tensor(a_data, device="c") @ em.tensor(b_data, device="c"))
     tiles = [(action.axis, action.amount) for action in actions(kernel, device.info) if action.kind == "pack_tile"]
     assert len(tiles) >= 4
