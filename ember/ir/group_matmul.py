@@ -120,11 +120,15 @@ def sum_axes(kernel: Kernel, minimum_depth: int) -> tuple[int, ...] | None:
     return reduced if reduced and prod(reduced) >= minimum_depth else None
 
 
+def output_ranges(builder: Builder, shape: tuple[int, ...]) -> tuple[IRNode, ...]:
+    """A range per output axis (a constant 0 for an axis of one element)."""
+    return tuple(builder.new_range(extent, dtypes.int32) if extent != 1 else builder.const(0, dtypes.int32)
+                 for extent in shape)
+
+
 def output_and_depth_ranges(builder: Builder, shape: tuple[int, ...], depth: int) -> tuple[tuple[IRNode, ...], IRNode]:
     """A range per output axis (a constant 0 for an axis of one element) and one for the reduced axis."""
-    place = tuple(builder.new_range(extent, dtypes.int32) if extent != 1 else builder.const(0, dtypes.int32)
-                  for extent in shape)
-    return place, builder.new_range(depth, dtypes.int32)
+    return output_ranges(builder, shape), builder.new_range(depth, dtypes.int32)
 
 
 def reduced_product(kernel: Kernel, builder: Builder, place: tuple[IRNode, ...],

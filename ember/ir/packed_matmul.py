@@ -30,7 +30,7 @@ from ember.capabilities import DeviceInfo
 from ember.core import dtype as dtypes
 from ember.core.ops import Op
 from ember.core.shapes import prod, strides_of
-from ember.ir.group_matmul import ReduceReplaced, reduced_product, sum_axes
+from ember.ir.group_matmul import ReduceReplaced, output_ranges, reduced_product, sum_axes
 from ember.ir.ir import Builder, IRNode, IROp, KernelIR, linear_terms
 from ember.ir.kernel import Kernel
 from ember.ir.lower import lower_kernel
@@ -235,8 +235,7 @@ def packed_matmul(kernel: Kernel, info: DeviceInfo, blocks: tuple[int, int, int]
     if reduced is None or kernel.output.dtype != dtypes.float32:
         return None
     builder = Builder()
-    place = tuple(builder.new_range(extent, dtypes.int32) if extent != 1 else builder.const(0, dtypes.int32)
-                  for extent in shape)
+    place = output_ranges(builder, shape)
     depths = tuple(builder.new_range(size, dtypes.int32) for size in reduced)
     known = {id(node): axis for axis, node in enumerate(place) if node.op is IROp.RANGE}
     known.update({id(node): len(shape) + axis for axis, node in enumerate(depths)})

@@ -359,16 +359,17 @@ def _walk(kernel_root: Node, boundaries: dict[int, Node], found: list[Node]) -> 
     """Find the nodes below kernel_root that must be stored by other kernels.
 
     A walk state is (node, inside a reduce, reached without an EXPAND, row, row length, reached through a PAD: a
-    large reduce reached so is stored, PADDED_REDUCE_WORK). `row` follows the row
-    fusion of ir/kernel.py: SPAN where one work item evaluates the node along a whole last axis (the kernel's output
-    when lowering loops over its rows, the source of a fused reduce of the last axis), REDUCED where the node is
-    read through an EXPAND of that axis from a SPAN (one value per row): a reduce of the last axis reached REDUCED
-    is computed once per row by the work item that needs it (softmax's max and sum, layer_norm's mean and
-    variance), so it is fused, and its source is a SPAN again. An int32 reduce reached inside another reduce
-    without an EXPAND (each of its values read once: a quantized product's integer sum per block, which the outer
-    reduce scales and sums) is fused too when it is short (MAX_NESTED_EXTENT), computed in a loop inside the outer
-    reduce's loop; float reduces inside reduces are stored by a kernel of their own, except in a fused attention
-    (`fused_attention`), which computes all its reduces in its one kernel."""
+    large reduce reached so is stored, PADDED_REDUCE_WORK; reached through an elementwise op outside any reduce, an
+    epilogue: a large sum of products reached so is stored on a device that packs, PACKED_EPILOGUE_WORK). `row`
+    follows the row fusion of ir/kernel.py: SPAN where one work item evaluates the node along a whole last axis (the
+    kernel's output when lowering loops over its rows, the source of a fused reduce of the last axis), REDUCED where
+    the node is read through an EXPAND of that axis from a SPAN (one value per row): a reduce of the last axis
+    reached REDUCED is computed once per row by the work item that needs it (softmax's max and sum, layer_norm's
+    mean and variance), so it is fused, and its source is a SPAN again. An int32 reduce reached inside another
+    reduce without an EXPAND (each of its values read once: a quantized product's integer sum per block, which the
+    outer reduce scales and sums) is fused too when it is short (MAX_NESTED_EXTENT), computed in a loop inside the
+    outer reduce's loop; float reduces inside reduces are stored by a kernel of their own, except in a fused
+    attention (`fused_attention`), which computes all its reduces in its one kernel."""
     seen: set[tuple[int, bool, bool, int, int, bool, bool]] = set()
     fused = fused_attention(kernel_root)  # (its reduces are all computed in the one kernel)
     padded = kernel_root.op is Op.PAD
