@@ -413,8 +413,9 @@ def build_planned_ir(kernel: Kernel, name: str, info: DeviceInfo, plan: Plan) ->
 def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, KernelIR]:
     """The heuristic's plan and the kernel lowered by it: the first vector plan whose vectors need no gathering
     (tile plans compared by estimated work), at the preferred vector width or, for a kernel needing an op only a
-    narrower width has, at that width; else scalar tiles (a whole short row per work item where no other tile
-    fits); a loop over each row where that row's tile would take too long to lower (`row_loop_plan`); untiled where
+    narrower width has, at that width; else the first whose vectors read a few nearby runs of memory each
+    (vectorize.nearby_loads: a strided convolution's gradient interleaving its phases, 10x faster than scalar);
+    else scalar tiles (a whole short row per work item where no other tile fits); a loop over each row where that row's tile would take too long to lower (`row_loop_plan`); untiled where
     tiling would take too long to lower. A matmul, or a kernel of long row reductions, on a
     device with local memory and warps is a workgroup kernel instead (ir/group_matmul.py, ir/group_reduce.py; its
     plan is `GROUP_PLAN`, which the kernel search leaves alone); a plain float32 matmul on a device whose renderer
@@ -428,10 +429,11 @@ def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, Kern
     if grouped is not None:
         return GROUP_PLAN, grouped
     lowered_tiles: dict[tuple, TileLowering] = {}  # kept from one width for the next (a row of 87 either way)
-    for capabilities in _vector_widths_for(kernel, info):
-        vectorized = _vector_lowering(kernel, name, capabilities, lowered_tiles)
-        if vectorized is not None:
-            return vectorized
+    for nearby in (False, True):  # vectors reading one run of memory at any width first, then a few nearby runs
+        for capabilities in _vector_widths_for(kernel, info):
+            vectorized = _vector_lowering(kernel, name, capabilities, lowered_tiles, nearby)
+            if vectorized is not None:
+                return vectorized
     upcast = choose_upcast(kernel, info) or row_tile(kernel, info)
     if upcast is None:
         plan = Plan(None, loop=long_row_loop(kernel, info))
@@ -477,7 +479,7 @@ def lower_plan(kernel: Kernel, name: str, info: DeviceInfo, plan: Plan) -> Kerne
             return None
         if plan.stage:
             vectorized = stage_loads(vectorized, MAX_STAGED_BYTES)
-        return None if gathers(vectorized) else vectorized
+        return None if gathers(vectorized, nearby=True) else vectorized
     return stage_loads(lowered, MAX_STAGED_BYTES) if plan.stage else lowered
 
 
@@ -567,11 +569,12 @@ def narrower_capabilities(info: DeviceInfo, width: int) -> list[DeviceInfo]:
     return choices
 
 
-def _vector_lowering(kernel: Kernel, name: str, info: DeviceInfo,
-                     tiles_lowered: dict[tuple, TileLowering]) -> tuple[Plan, KernelIR] | None:
-    """The first vector plan that packs vectors without gathering them, with the kernel lowered by it, or None.
-    `tiles_lowered` keeps each tile's scalar lowering by its plan (vectorizing rebuilds it, never changes it), for
-    the narrower widths tried after this one: a tile of the same plan there is not lowered again."""
+def _vector_lowering(kernel: Kernel, name: str, info: DeviceInfo, tiles_lowered: dict[tuple, TileLowering],
+                     nearby: bool = False) -> tuple[Plan, KernelIR] | None:
+    """The first vector plan that packs vectors without gathering them (but from a few nearby runs of memory, with
+    `nearby`: vectorize.gathers), with the kernel lowered by it, or None. `tiles_lowered` keeps each tile's scalar
+    lowering by its plan (vectorizing rebuilds it, never changes it), for the narrower widths tried after this one
+    and the second rule: a tile of the same plan there is not lowered again."""
     # tile plans (upcast, no reduce split) are compared by their estimated work, the others taken in order
     tiles: list[tuple[float, Plan, KernelIR]] = []
     failed: set[tuple] = set()
@@ -590,7 +593,7 @@ def _vector_lowering(kernel: Kernel, name: str, info: DeviceInfo,
         if tile is None:
             tile = tiles_lowered[key] = TileLowering(kernel, name, plan.upcast, plan.order, plan.reduce_lanes,
                                                      plan.loop)
-        if _first_row_gathers(kernel, tile, plan, info):
+        if _first_row_gathers(kernel, tile, plan, info, nearby):
             failed.add(lanes)
             continue
         lowered = tile.whole()  # (the first row's lowering, if any, goes on to the whole tile)
@@ -600,7 +603,7 @@ def _vector_lowering(kernel: Kernel, name: str, info: DeviceInfo,
             continue
         if plan.stage:
             vectorized = stage_loads(vectorized, MAX_STAGED_BYTES)
-        if gathers(vectorized):
+        if gathers(vectorized, nearby):
             failed.add(lanes)
             continue
         plan = replace(plan, vector_width=info.preferred_vector_width)
@@ -613,7 +616,7 @@ def _vector_lowering(kernel: Kernel, name: str, info: DeviceInfo,
     return None
 
 
-def _first_row_gathers(kernel: Kernel, tile: TileLowering, plan: Plan, info: DeviceInfo) -> bool:
+def _first_row_gathers(kernel: Kernel, tile: TileLowering, plan: Plan, info: DeviceInfo, nearby: bool) -> bool:
     """Whether a vector plan of a kernel with reduces gathers, as its tile's first row shows (lowered alone; the
     whole tile's lowering then goes on from it): a tile of several rows whose row is a whole number of vectors.
     That row's nodes are the whole tile's first-row nodes, packed into the same vectors (its stores' runs are whole
@@ -634,20 +637,20 @@ def _first_row_gathers(kernel: Kernel, tile: TileLowering, plan: Plan, info: Dev
     # the row's first vector alone first, by the same argument: its stores are one run packed as in the row (each
     # run is packed by itself), so it gathers where the row's first vector does (rows of 32 outputs of nanoGPT's
     # statistics gather at their first 16, in half the lowering)
-    if lanes < factors[row_axis] and _gathers_in_loops(tile.first_outputs(lanes), plan, info):
+    if lanes < factors[row_axis] and _gathers_in_loops(tile.first_outputs(lanes), plan, info, nearby):
         return True
-    return _gathers_in_loops(tile.first_row(), plan, info)
+    return _gathers_in_loops(tile.first_row(), plan, info, nearby)
 
 
-def _gathers_in_loops(lowered: KernelIR, plan: Plan, info: DeviceInfo) -> bool:
+def _gathers_in_loops(lowered: KernelIR, plan: Plan, info: DeviceInfo, nearby: bool) -> bool:
     """Whether `lowered` (part of a tile), vectorized and staged as `plan` says, builds a vector inside a reduce's
-    loop from computed scalars (not where it packs no vectors at all)."""
+    loop from computed scalars (not where it packs no vectors at all; `nearby` as for vectorize.gathers)."""
     vectorized = vectorize(lowered, 4 * info.preferred_vector_width, info.vector_ops)
     if vectorized is lowered:
         return False
     if plan.stage:
         vectorized = stage_loads(vectorized, MAX_STAGED_BYTES)
-    return gathers_in_loops(vectorized)
+    return gathers_in_loops(vectorized, nearby)
 
 
 def estimated_work(kernel: KernelIR) -> float:

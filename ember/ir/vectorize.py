@@ -277,11 +277,13 @@ def _has_store_runs(sink: IRNode, vector_bytes: int) -> bool:
     return False
 
 
-def gathers(kernel: KernelIR) -> bool:
+def gathers(kernel: KernelIR, nearby: bool = False) -> bool:
     """Whether the kernel builds vectors from computed scalars where it repeats work (inside a reduce's loop, or
-    anywhere in a kernel without reduces): a sign that the vectors run across memory that is not contiguous."""
+    anywhere in a kernel without reduces): a sign that the vectors run across memory that is not contiguous. With
+    `nearby`, vectors built from a few nearby runs of memory do not count (`nearby_loads`: the rule of a second
+    choice, for a kernel that no vector plan fits without them)."""
     nodes = topological_nodes(kernel.sink)
-    has_reduces, gathered = _gathered_vectors(nodes)
+    has_reduces, gathered = _gathered_vectors(nodes, nearby)
     if not gathered or has_reduces:
         return bool(gathered)
     # an elementwise kernel whose vectors gather only loaded values (and constants), fewer of them than the vector
@@ -293,18 +295,19 @@ def gathers(kernel: KernelIR) -> bool:
         len(loaded) > arithmetic)
 
 
-def gathers_in_loops(kernel: KernelIR) -> bool:
+def gathers_in_loops(kernel: KernelIR, nearby: bool = False) -> bool:
     """Whether the kernel has reduces and builds a vector from computed scalars inside a reduce's loop: what
     `gathers` answers for a kernel with reduces, and what it answers for any kernel holding this one's nodes (each
     node's place inside or outside a loop is a function of its sources), so a plan's first tile row that gathers
-    so shows that the whole tile does (ir/opt.py)."""
-    has_reduces, gathered = _gathered_vectors(topological_nodes(kernel.sink))
+    so shows that the whole tile does (ir/opt.py). `nearby` as for `gathers`."""
+    has_reduces, gathered = _gathered_vectors(topological_nodes(kernel.sink), nearby)
     return has_reduces and bool(gathered)
 
 
-def _gathered_vectors(nodes: tuple[IRNode, ...]) -> tuple[bool, list[IRNode]]:
+def _gathered_vectors(nodes: tuple[IRNode, ...], nearby: bool) -> tuple[bool, list[IRNode]]:
     """Whether the nodes (sources first) have reduces, and their vectors built from computed scalars where work
-    repeats: inside a reduce's loop, or anywhere where there are no reduces."""
+    repeats: inside a reduce's loop, or anywhere where there are no reduces (not counting vectors of a few nearby
+    runs of memory, with `nearby`)."""
     in_loop: dict[int, bool] = {}
     reduce_ranges = {id(range_) for node in nodes if node.op is IROp.REDUCE for range_ in node.srcs[1:]}
     for node in nodes:  # sources first
@@ -312,7 +315,7 @@ def _gathered_vectors(nodes: tuple[IRNode, ...]) -> tuple[bool, list[IRNode]]:
             node.op is not IROp.REDUCE and any(in_loop[id(src)] for src in node.srcs))
     gathered = [node for node in nodes if node.op is IROp.VECTORIZE and (in_loop[id(node)] or not reduce_ranges)
                 and any(lane is not node.srcs[0] for lane in node.srcs) and not all(lane.is_const for lane in node.srcs)
-                and not repeated_loads(node.srcs) and not nearby_loads(node.srcs)]
+                and not repeated_loads(node.srcs) and not nearby_loads(node.srcs, nearby)]
     return bool(reduce_ranges), gathered
 
 
@@ -322,17 +325,36 @@ def repeated_loads(lanes: tuple[IRNode, ...]) -> bool:
     return all(lane.op is IROp.LOAD for lane in lanes) and 2 * len({id(lane) for lane in lanes}) <= len(lanes)
 
 
-def nearby_loads(lanes: tuple[IRNode, ...]) -> bool:
+def nearby_loads(lanes: tuple[IRNode, ...], runs: bool = False) -> bool:
     """Whether vector lanes are loads of one buffer within a span of a few vectors (a stride-2 pooling window's
     elements, a tile of two short rows): the lanes' cache lines are those of a vector load or two, and building the
-    vector costs its loads, not a walk across memory."""
-    first = lanes[0]
-    if not all(lane.op is IROp.LOAD and lane.srcs[0] is first.srcs[0] and lane.srcs[2:] == first.srcs[2:]
-               for lane in lanes):
-        return False
-    keys = [index_key(lane.srcs[1]) for lane in lanes]
-    constants = [constant for _, constant in keys]
-    return all(terms == keys[0][0] for terms, _ in keys) and max(constants) - min(constants) < 4 * len(lanes)
+    vector costs its loads, not a walk across memory. With `runs`, also lanes in a few such runs, up to a quarter as
+    many as lanes, of one buffer or several, each lane a constant, a load, or ops of one load and constants (a
+    strided convolution's input gradient interleaving its phases between zeros, a row's end and the next row's
+    start): they cost their loads and ops, but a narrower vector that reads one run is better where one fits (a
+    batch norm's statistics over 28x28 maps: 2-3x faster in 8 lanes than in 16 across two maps)."""
+    spans: dict[tuple, list[int]] = {}
+    for lane in lanes:
+        if lane.is_const and runs:
+            continue
+        load = _lane_load(lane) if runs else lane if lane.op is IROp.LOAD else None
+        if load is None:
+            return False
+        terms, constant = index_key(load.srcs[1])
+        spans.setdefault((id(load.srcs[0]), terms, *map(id, load.srcs[2:])), []).append(constant)
+    return 0 < len(spans) <= (max(1, len(lanes) // 4) if runs else 1) and all(
+        max(constants) - min(constants) < 4 * len(lanes) for constants in spans.values())
+
+
+def _lane_load(lane: IRNode) -> IRNode | None:
+    """The load a vector's lane is computed from with constants only (the lane itself, or ops of it and
+    constants), or None."""
+    while lane.op is not IROp.LOAD:
+        sources = [source for source in lane.srcs if not source.is_const]
+        if lane.op not in VECTOR_ALU_OPS or len(sources) != 1:
+            return None
+        lane = sources[0]
+    return lane
 
 
 def vector_width(kernel: KernelIR) -> int:
