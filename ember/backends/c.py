@@ -122,7 +122,7 @@ def _math_kind(node: IRNode) -> str:
 
 
 # what CRenderer renders on vectors (gcc's vector extensions, with helpers for MAX, WHERE and math functions)
-VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.CMPEQ,
+VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, IROp.SHUFFLE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.CMPEQ,
                         Op.WHERE, Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC, Op.CAST, Op.BITCAST,
                         Op.AND, Op.OR, Op.XOR, Op.NOT, Op.SHR, Op.SHL, SCALAR_CONDITION})
 # byte lanes converted to float32 lanes through AVX2's (8 lanes) or AVX-512's (16) widening moves (a helper per
@@ -149,6 +149,7 @@ class CRenderer(CStyleRenderer):
         self.vector_expressions[Op.SHR] = self.vector_shift_right
         # (C has no `!` on vectors; a bool vector is a mask of all-ones lanes, which `~` negates as `!` does scalars)
         self.vector_expressions[Op.NOT] = lambda node, operand: f"(~{operand(node.srcs[0])})"
+        self.vector_expressions[IROp.SHUFFLE] = self.vector_shuffle
         # per thread (kernels render in several threads): whether the kernel being rendered is a shape class's, and
         # its loops that only sum floats (simd_sum_loops), found once per kernel
         self._rendering = threading.local()
@@ -211,6 +212,23 @@ class CRenderer(CStyleRenderer):
     def vector_bitcast(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
         return f"(({self.vector_type(node.dtype, node.width)})({operand(node.srcs[0])}))"
 
+    def vector_shuffle(self, node: IRNode, operand: Callable[[IRNode], str]) -> str:
+        """Lanes picked from one or two vectors (IROp.SHUFFLE) by gcc's __builtin_shuffle (clang's, and gcc 12's,
+        __builtin_shufflevector where the compiler is not gcc); a -1 pick is a lane of zero bits."""
+        mask = self.vector_type(MASK_TYPES[node.dtype.itemsize], node.width)
+        sources = [operand(source) for source in node.srcs]
+        if len(sources) == 1:
+            sources.append(sources[0])
+        picks = [max(pick, 0) for pick in node.arg]
+        if _is_gcc(os.environ.get("CC", "cc")):
+            picked = f"__builtin_shuffle({sources[0]}, {sources[1]}, ({mask}){{{','.join(map(str, picks))}}})"
+        else:
+            picked = f"__builtin_shufflevector({sources[0]}, {sources[1]}, {', '.join(map(str, picks))})"
+        if all(pick >= 0 for pick in node.arg):
+            return picked
+        kept = ",".join("-1" if pick >= 0 else "0" for pick in node.arg)
+        return f"(({self.vector_type(node.dtype, node.width)})(({mask}){picked} & ({mask}){{{kept}}}))"
+
     def vector_maximum(self, operands: list[str], node: IRNode) -> str:
         return f"ember_max_{node.dtype.name}x{node.width}({operands[0]}, {operands[1]})"
 
@@ -247,6 +265,9 @@ class CRenderer(CStyleRenderer):
                 functions.add(("convert", node.srcs[0].dtype, node.width))
             elif node.op is Op.SHR and _uniform_byte_shift(node) is not None:
                 functions.add(("shr", dtype, node.width))
+            elif node.op is IROp.SHUFFLE:  # (its picks are a vector of the mask type)
+                mask = MASK_TYPES[dtype.itemsize]
+                types[self.vector_type(mask, node.width)] = (mask, node.width)
         for kind, dtype, width in functions:
             if kind in ("max", "select") or (kind in INLINE_MATH and dtype == dtypes.float32):  # (the mask type)
                 mask = MASK_TYPES[dtype.itemsize]

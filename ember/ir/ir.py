@@ -36,6 +36,8 @@ class IROp(Enum):
     SINK = auto()  # srcs: the stores of the kernel
     VECTORIZE = auto()  # a vector from scalar srcs, one per lane
     GEP = auto()  # one lane of a vector; srcs: (vector,); arg: the lane
+    SHUFFLE = auto()  # a vector of lanes picked from one or two vectors of its width (srcs); arg: per lane, the lane
+    # number among the sources' lanes taken in order (srcs[1]'s after srcs[0]'s), or -1 for a +0.0 lane
     DEFINE_LOCAL = auto()  # a scratch array of each work item; arg: (number, element count); loads/stores use it
     LOOP = auto()  # a statement: srcs (body, *ranges), the body (a SINK of stores and loops) run for every range value
     AFTER = auto()  # srcs (buffer, *statements): the buffer once the statements ran (loads from it wait for them)
@@ -297,6 +299,11 @@ class Builder:
             return vector.srcs[lane]
         return self._make(IROp.GEP, vector.dtype, (vector,), lane)
 
+    def shuffle(self, sources: list[IRNode], picks: tuple[int, ...]) -> IRNode:
+        """A vector whose lane i is lane picks[i] of the sources' lanes (srcs[1]'s numbered after srcs[0]'s), +0.0
+        where picks[i] is -1."""
+        return self._make(IROp.SHUFFLE, sources[0].dtype, tuple(sources), picks, width=len(picks))
+
     def vector_load(self, param: IRNode, index: IRNode, valid: IRNode | None, width: int) -> IRNode:
         """`width` consecutive elements from `index` on; a scalar `valid` guards all of them (0 where false)."""
         srcs = (param, index) if valid is None else (param, index, valid)
@@ -355,6 +362,8 @@ class Builder:
             return self.vectorize(srcs)
         if op is IROp.GEP:
             return self.gep(srcs[0], node.arg)
+        if op is IROp.SHUFFLE:
+            return self.shuffle(srcs, node.arg)
         if node.width > 1:
             return self.vector_alu(op, node.dtype, *srcs, arg=node.arg)
         return self.alu(op, node.dtype, *srcs, arg=node.arg)

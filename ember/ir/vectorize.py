@@ -10,6 +10,7 @@ reduce split into lanes, see `lower_kernel`); their scalar users then read lanes
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Iterable
 
 from ember.core import dtype as dtypes
@@ -104,6 +105,10 @@ class Vectorizer:
                 lane.srcs[1] for lane in lanes):
             valid = self.scalar(first.srcs[2]) if len(first.srcs) == 3 else None
             return b.vector_load(self.scalar(first.srcs[0]), self.scalar(first.srcs[1]), valid, width)
+        if IROp.SHUFFLE in self.vector_ops and IROp.LOAD in self.vector_ops:
+            shuffled = self._shuffled_loads(lanes)
+            if shuffled is not None:
+                return shuffled
         if first.op is IROp.REDUCE and IROp.REDUCE in self.vector_ops and self._same_op(lanes) and all(
                 lane.srcs[1:] == first.srcs[1:] for lane in lanes):
             return (yield from self._pack_reduce(lanes))
@@ -142,6 +147,47 @@ class Vectorizer:
         return (first.dtype in (dtypes.int32, dtypes.uint32) and Op.ADD in self.vector_ops
                 and len(lanes) * first.dtype.itemsize <= self.vector_bytes
                 and all(lane.width == 1 and lane.dtype is first.dtype for lane in lanes) and consecutive(lanes))
+
+    def _shuffled_loads(self, lanes: tuple[IRNode, ...]) -> IRNode | None:
+        """Lanes that are loads of one buffer under one guard, at one index but for a constant, and +0.0 constants
+        (lanes a padding masked out), spanning one to two vectors of elements: the one or two vector loads that
+        cover the span, lanes picked from them (IROp.SHUFFLE), or None. A stride-2 read's elements (a strided
+        convolution's phase split, a row's even or odd elements) cost two loads and a permute, not a load and an
+        insert per lane. The second load ends at the last element read, so both read only elements between two that
+        the lanes read: nothing past the buffer's ends."""
+        width = len(lanes)
+        loads = [lane for lane in lanes if not lane.is_const]
+        if len(loads) < 2 or any(lane.is_const and (lane.arg != 0 or math.copysign(1.0, lane.arg) < 0)
+                                 for lane in lanes):
+            return None
+        first = loads[0]
+        if not all(load.op is IROp.LOAD and load.width == 1 and load.srcs[0] is first.srcs[0]
+                   and load.srcs[2:] == first.srcs[2:] for load in loads):
+            return None
+        keys = [index_key(load.srcs[1]) for load in loads]
+        if not all(terms == keys[0][0] for terms, _ in keys):
+            return None
+        offsets = {id(load): constant for load, (_, constant) in zip(loads, keys)}
+        lowest = min(loads, key=lambda load: offsets[id(load)])
+        highest = max(loads, key=lambda load: offsets[id(load)])
+        span = offsets[id(highest)] - offsets[id(lowest)]
+        if not width - 1 <= span <= 2 * width - 1:
+            return None
+        b = self.builder
+        param = self.scalar(first.srcs[0])
+        valid = self.scalar(first.srcs[2]) if len(first.srcs) == 3 else None
+        sources = [b.vector_load(param, self.scalar(lowest.srcs[1]), valid, width)]
+        second_start = span - (width - 1)  # the second vector's first element, from the lowest one's
+        if second_start > 0:
+            sources.append(b.vector_load(param, b.add(self.scalar(highest.srcs[1]), -(width - 1)), valid, width))
+        picks = []
+        for lane in lanes:
+            if lane.is_const:
+                picks.append(-1)
+                continue
+            offset = offsets[id(lane)] - offsets[id(lowest)]
+            picks.append(offset if offset < width else width + offset - second_start)
+        return b.shuffle(sources, tuple(picks))
 
     @staticmethod
     def _same_op(lanes: tuple[IRNode, ...]) -> bool:
