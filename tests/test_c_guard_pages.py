@@ -91,8 +91,9 @@ for (n, c, h, w), (o, k, stride, pad) in [((2, 4, 11, 11), (5, 3, 2, 1)), ((1, 3
 for a_shape, b_shape in [((127, 255), (255, 63)), ((64, 128), (128, 512)), ((3, 17, 9), (3, 9, 33)),
                          ((200, 300), (300, 100))]:
     a, b = generator.standard_normal(a_shape).astype(np.float32), generator.standard_normal(b_shape).astype(np.float32)
+    transposed = np.ascontiguousarray(np.swapaxes(b, -1, -2))  # (B read transposed: x @ W.T)
     close(em.tensor(a, device="c") @ em.tensor(b, device="c"), a @ b, 1e-3)
-    close(em.tensor(a, device="c") @ em.tensor(np.ascontiguousarray(np.swapaxes(b, -1, -2)), device="c").mT, a @ b, 1e-3)
+    close(em.tensor(a, device="c") @ em.tensor(transposed, device="c").mT, a @ b, 1e-3)
 print("ok")
 """
 
