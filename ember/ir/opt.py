@@ -221,20 +221,21 @@ def vector_plans(kernel: Kernel, info: DeviceInfo) -> list[Plan]:
         vectors = output_lanes > 1 and shape[-1] % output_lanes == 0
         return [Plan((1,) * (len(shape) - 1) + (output_lanes,) if vectors else None, reduce_lanes=reduce_lanes)]
     plans = []
-    if _shares_loads(kernel):
-        tile = choose_vector_tile(kernel, info)
-        if tile is not None:
-            factors, order = tile
-            tiles = _product([-(-size // factor) for size, factor in zip(shape, factors)])
-            # a work item loops down the rows of its column panel (B's panel staged), or along the columns of its
-            # rows (A's rows staged: pays where A is computed, e.g. a gradient through an activation)
-            for loop_axis in [axis for axis, size in enumerate(shape) if size > 1][-2:]:
-                along = -(-shape[loop_axis] // factors[loop_axis])
-                loop_tiles = -(-along // max(1, -(-minimum_items // (tiles // along))))
-                if loop_tiles >= MINIMUM_STAGED_TILES:
-                    plans.append(Plan(factors, order, loop=(loop_axis, loop_tiles), stage=True))
-            plans.append(Plan(factors, order))
-    elif output_lanes > 1:
+    tile = choose_vector_tile(kernel, info)
+    if tile is not None:
+        factors, order = tile
+        tiles = _product([-(-size // factor) for size, factor in zip(shape, factors)])
+        # a work item loops down the rows of its column panel (B's panel staged), or along the columns of its
+        # rows (A's rows staged: pays where A is computed, e.g. a gradient through an activation)
+        for loop_axis in [axis for axis, size in enumerate(shape) if size > 1][-2:]:
+            along = -(-shape[loop_axis] // factors[loop_axis])
+            loop_tiles = -(-along // max(1, -(-minimum_items // (tiles // along))))
+            if loop_tiles >= MINIMUM_STAGED_TILES:
+                plans.append(Plan(factors, order, loop=(loop_axis, loop_tiles), stage=True))
+        plans.append(Plan(factors, order))
+    elif output_lanes > 1 and (not _shares_loads(kernel) or len([size for size in shape if size > 1]) == 1):
+        # (also a reduce over broadcast inputs with one output axis, no matmul tile: a layer norm's weight gradient,
+        # columns summed over rows, in vectors along its columns)
         # (an elementwise kernel on a device without warps, a CPU, may take longer rows while items stay plenty)
         longest = MAX_ROW_OUTPUTS if not reduces and info.warp_width == 1 else MAX_TILE_OUTPUTS
         vector_tile = _rows_vector_tile(shape, output_lanes)
