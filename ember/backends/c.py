@@ -122,9 +122,9 @@ def _math_kind(node: IRNode) -> str:
 
 
 # what CRenderer renders on vectors (gcc's vector extensions, with helpers for MAX, WHERE and math functions)
-VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, IROp.SHUFFLE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.CMPLT, Op.CMPEQ,
-                        Op.WHERE, Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC, Op.CAST, Op.BITCAST,
-                        Op.AND, Op.OR, Op.XOR, Op.NOT, Op.SHR, Op.SHL, SCALAR_CONDITION})
+VECTOR_OPS = frozenset({IROp.LOAD, IROp.REDUCE, IROp.SHUFFLE, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX,
+                        Op.CMPLT, Op.CMPEQ, Op.WHERE, Op.RECIPROCAL, Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.TRUNC,
+                        Op.CAST, Op.BITCAST, Op.AND, Op.OR, Op.XOR, Op.NOT, Op.SHR, Op.SHL, SCALAR_CONDITION})
 # byte lanes converted to float32 lanes through AVX2's (8 lanes) or AVX-512's (16) widening moves (a helper per
 # source type and width), else generically
 BYTE_CONVERSIONS = {("int8", "float32", 8): "_mm256_cvtepi8_epi32", ("uint8", "float32", 8): "_mm256_cvtepu8_epi32",

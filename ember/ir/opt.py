@@ -416,10 +416,11 @@ def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, Kern
     (tile plans compared by estimated work), at the preferred vector width or, for a kernel needing an op only a
     narrower width has, at that width; else the first whose vectors read a few nearby runs of memory each
     (vectorize.nearby_loads: a strided convolution's gradient interleaving its phases, 10x faster than scalar);
-    else scalar tiles (a whole short row per work item where no other tile fits); a loop over each row where that row's tile would take too long to lower (`row_loop_plan`); untiled where
-    tiling would take too long to lower. A matmul, or a kernel of long row reductions, on a
-    device with local memory and warps is a workgroup kernel instead (ir/group_matmul.py, ir/group_reduce.py; its
-    plan is `GROUP_PLAN`, which the kernel search leaves alone); a plain float32 matmul on a device whose renderer
+    else scalar tiles (a whole short row per work item where no other tile fits); a loop over each row where that
+    row's tile would take too long to lower (`row_loop_plan`); untiled where tiling would take too long to lower. A
+    matmul, or a kernel of long row reductions, on a device with local memory and warps is a workgroup kernel
+    instead (ir/group_matmul.py, ir/group_reduce.py; its plan is `GROUP_PLAN`, which the kernel search leaves
+    alone); a plain float32 matmul on a device whose renderer
     packs panels (DeviceInfo.packed_matmul) is a packed matmul (ir/packed_matmul.py; `PACKED_PLAN`, which the
     search compares with the tiled plans)."""
     kernel = widened_products(kernel, info)
