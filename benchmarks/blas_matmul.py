@@ -3,12 +3,14 @@
 ember and numpy are timed in alternation in one process (the machine may be shared), each case several times; the
 best and the median GFLOP/s of each and their ratios are printed. The sides alternate in blocks of back-to-back
 calls (a program calling matmuls in a loop), each block after the process's threads are idle (suite.settle) and
-untimed calls for suite.WARM_SECONDS (at least one): OpenBLAS's workers spin ~0.1 s after each call, and ember timed call
-by call right after numpy shared the cores with them (127x255 @ 255x63: median 2.6 GFLOP/s, best 43), while a call
+untimed calls for suite.WARM_SECONDS (at least one): OpenBLAS's workers spin ~0.1 s after each call, and ember timed
+call by call right after numpy shared the cores with them (127x255 @ 255x63: median 2.6 GFLOP/s, best 43), while a call
 after an idle wait pays the wake-up of both sides' sleeping threads (numpy's 127x255 @ 255x63 then ran at 30
 instead of 120 GFLOP/s). Both sides get `--threads` threads: OpenMP's (OMP_NUM_THREADS, read by ember's kernels)
 and the BLAS's (threadpoolctl, which also reports what numpy's BLAS uses). The first line says which BLAS numpy has
-and its threads.
+and its threads. ember is timed eagerly (`(x @ y).realize()`: the graph built, scheduled and launched at every
+call) and under `ember.jit` (the launch replayed): their difference is the eager path's Python, which decides a
+small product (127x255 @ 255x63: ~20 us of ~45).
 
     python benchmarks/blas_matmul.py [CASE ...] [--threads 2] [--repeats N]
 """
@@ -61,14 +63,20 @@ def main() -> None:
                 (x @ y).realize()
                 device.synchronize()
 
+            jitted = em.jit(lambda left, right: left @ right)
+
+            def run_jit() -> None:
+                jitted(x, y)
+                device.synchronize()
+
             def run_numpy() -> None:
                 np.matmul(a, b)
 
             repeats = arguments.repeats or (5 if flops > 1e10 else 20 if flops > 1e8 else 200)
             blocks = min(5, repeats)
-            seconds: dict[str, list[float]] = {"ember": [], "numpy": []}
+            seconds: dict[str, list[float]] = {"ember": [], "jit": [], "numpy": []}
             for block in range(blocks):
-                for name, runner in (("ember", run_ember), ("numpy", run_numpy)):
+                for name, runner in (("ember", run_ember), ("jit", run_jit), ("numpy", run_numpy)):
                     settle()
                     warm_up(runner)
                     for _ in range(repeats // blocks + (block < repeats % blocks)):
@@ -79,7 +87,8 @@ def main() -> None:
             median = {name: flops / statistics.median(times) / 1e9 for name, times in seconds.items()}
             print(f"{case:<22} ember best {best['ember']:6.1f} median {median['ember']:6.1f} | numpy best "
                   f"{best['numpy']:6.1f} median {median['numpy']:6.1f} GFLOP/s | ember/numpy best "
-                  f"{best['ember'] / best['numpy']:.2f} median {median['ember'] / median['numpy']:.2f}", flush=True)
+                  f"{best['ember'] / best['numpy']:.2f} median {median['ember'] / median['numpy']:.2f} | jit/numpy "
+                  f"best {best['jit'] / best['numpy']:.2f} median {median['jit'] / median['numpy']:.2f}", flush=True)
 
 
 if __name__ == "__main__":
