@@ -449,9 +449,8 @@ def choose_plan(kernel: Kernel, name: str, info: DeviceInfo) -> tuple[Plan, Kern
     row's tile would take too long to lower (`row_loop_plan`); untiled where tiling would take too long to lower. A
     matmul, or a kernel of long row reductions, on a device with local memory and warps is a workgroup kernel
     instead (ir/group_matmul.py, ir/group_reduce.py; its plan is `GROUP_PLAN`, which the kernel search leaves
-    alone); a plain float32 matmul on a device whose renderer
-    packs panels (DeviceInfo.packed_matmul) is a packed matmul (ir/packed_matmul.py; `PACKED_PLAN`, which the
-    search compares with the tiled plans)."""
+    alone); a plain float32 matmul on a device whose renderer packs panels (DeviceInfo.packed_matmul) is a packed
+    matmul (ir/packed_matmul.py; `PACKED_PLAN`, which the search compares with the tiled plans)."""
     kernel = widened_products(kernel, info)
     packed = lower_packed_matmul(kernel, name, info)
     if packed is not None:

@@ -149,16 +149,16 @@ class Vectorizer:
                 and all(lane.width == 1 and lane.dtype is first.dtype for lane in lanes) and consecutive(lanes))
 
     def _shuffled_loads(self, lanes: tuple[IRNode, ...]) -> IRNode | None:
-        """Lanes that are loads of one buffer under one guard, at one index but for a constant, and +0.0 constants
-        (lanes a padding masked out), spanning one to two vectors of elements: the one or two vector loads that
-        cover the span, lanes picked from them (IROp.SHUFFLE), or None. A stride-2 read's elements (a strided
+        """Float lanes that are loads of one buffer under one guard, at one index but for a constant, and +0.0
+        constants (lanes a padding masked out), spanning one to two vectors of elements: the one or two vector loads
+        that cover the span, lanes picked from them (IROp.SHUFFLE), or None. A stride-2 read's elements (a strided
         convolution's phase split, a row's even or odd elements) cost two loads and a permute, not a load and an
         insert per lane. The second load ends at the last element read, so both read only elements between two that
         the lanes read: nothing past the buffer's ends."""
         width = len(lanes)
         loads = [lane for lane in lanes if not lane.is_const]
-        if len(loads) < 2 or any(lane.is_const and (lane.arg != 0 or math.copysign(1.0, lane.arg) < 0)
-                                 for lane in lanes):
+        if lanes[0].dtype not in VECTOR_DTYPES or len(loads) < 2 or any(
+                lane.is_const and (lane.arg != 0 or math.copysign(1.0, lane.arg) < 0) for lane in lanes):
             return None
         first = loads[0]
         if not all(load.op is IROp.LOAD and load.width == 1 and load.srcs[0] is first.srcs[0]
