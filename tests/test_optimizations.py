@@ -490,9 +490,9 @@ def test_gathering_tiles_are_judged_by_their_first_row(device: str, monkeypatch:
 def test_a_tile_is_lowered_once_for_every_vector_width_tried(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A row of 87 selected by an int64 comparison (a cross-entropy gradient's one-hot row) packs its vectors, of 16
     lanes or of the 8 the device also offers, only from lanes each computed from one load (the row's target): the
-    row's tile, the same plan at both widths and by both rules (one run of memory, then a few nearby
-    runs: vectorize.nearby_loads), is lowered once (its scalar lowering kept), and the second rule takes it at 16
-    lanes (on 2 AVX-512 cores 30,000 rows took 1.8 ms, a loop over each row 2.5). Values are torch's."""
+    row's tile, the same plan at both widths and by both rules (one run of memory, then a few nearby runs:
+    vectorize.nearby_loads), is lowered once (its scalar lowering kept), and the second rule takes it at 16 lanes
+    (on 2 AVX-512 cores 30,000 rows took 1.8 ms, a loop over each row 2.5). Values are torch's."""
     from ember.ir import opt
     from ember.scheduler.compile_cache import kernel_name
 
@@ -529,7 +529,7 @@ def test_a_tile_is_lowered_once_for_every_vector_width_tried(device: str, monkey
 def test_a_strided_convolutions_phases_are_split_and_interleaved_in_vectors(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A 3x3 stride-2 convolution copies its padded input split into the 2 phases of its columns, [N, C, 2, 18, 9]:
-    its rows of 9 are tiled with both phases (opt._short_axis_tiles), so each lane's padding is a constant and the
+    its rows of 9 are tiled with both phases (opt.short_axis_plans), so each lane's padding is a constant and the
     vectors read one run (the row alone gathered: the resnet program's 286 -> 51 us). Its input gradient interleaves
     the phases' gradients, each read at a quarter of the positions between the zeros of the others: its vectors are
     built from a few nearby runs of memory each, which the second rule takes (vectorize.nearby_loads; scalar before,
