@@ -160,20 +160,19 @@ class Vectorizer:
         if lanes[0].dtype not in VECTOR_DTYPES or len(loads) < 2 or any(
                 lane.is_const and (lane.arg != 0 or math.copysign(1.0, lane.arg) < 0) for lane in lanes):
             return None
-        first = loads[0]
-        if not all(load.op is IROp.LOAD and load.width == 1 and load.srcs[0] is first.srcs[0]
-                   and load.srcs[2:] == first.srcs[2:] for load in loads):
+        if not all(load.op is IROp.LOAD and load.width == 1 for load in loads):
             return None
-        keys = [index_key(load.srcs[1]) for load in loads]
-        if not all(terms == keys[0][0] for terms, _ in keys):
+        runs = list(_memory_runs(loads).values())
+        if len(runs) != 1:
             return None
-        offsets = {id(load): constant for load, (_, constant) in zip(loads, keys)}
-        lowest = min(loads, key=lambda load: offsets[id(load)])
-        highest = max(loads, key=lambda load: offsets[id(load)])
-        span = offsets[id(highest)] - offsets[id(lowest)]
+        offsets = {id(load): constant for constant, load in runs[0]}
+        low, lowest = min(runs[0], key=lambda entry: entry[0])
+        high, highest = max(runs[0], key=lambda entry: entry[0])
+        span = high - low
         if not width - 1 <= span <= 2 * width - 1:
             return None
         b = self.builder
+        first = loads[0]
         param = self.scalar(first.srcs[0])
         valid = self.scalar(first.srcs[2]) if len(first.srcs) == 3 else None
         sources = [b.vector_load(param, self.scalar(lowest.srcs[1]), valid, width)]
@@ -185,7 +184,7 @@ class Vectorizer:
             if lane.is_const:
                 picks.append(-1)
                 continue
-            offset = offsets[id(lane)] - offsets[id(lowest)]
+            offset = offsets[id(lane)] - low
             picks.append(offset if offset < width else width + offset - second_start)
         return b.shuffle(sources, tuple(picks))
 
@@ -379,17 +378,27 @@ def nearby_loads(lanes: tuple[IRNode, ...], runs: bool = False) -> bool:
     strided convolution's input gradient interleaving its phases between zeros, a row's end and the next row's
     start): they cost their loads and ops, but a narrower vector that reads one run is better where one fits (a
     batch norm's statistics over 28x28 maps: 2-3x faster in 8 lanes than in 16 across two maps)."""
-    spans: dict[tuple, list[int]] = {}
+    loads = []
     for lane in lanes:
         if lane.is_const and runs:
             continue
         load = _lane_load(lane) if runs else lane if lane.op is IROp.LOAD else None
         if load is None:
             return False
-        terms, constant = index_key(load.srcs[1])
-        spans.setdefault((id(load.srcs[0]), terms, *map(id, load.srcs[2:])), []).append(constant)
+        loads.append(load)
+    spans = [[constant for constant, _ in run] for run in _memory_runs(loads).values()]
     return 0 < len(spans) <= (max(1, len(lanes) // 4) if runs else 1) and all(
-        max(constants) - min(constants) < 4 * len(lanes) for constants in spans.values())
+        max(constants) - min(constants) < 4 * len(lanes) for constants in spans)
+
+
+def _memory_runs(loads: list[IRNode]) -> dict[tuple, list[tuple[int, IRNode]]]:
+    """Loads by the run of memory they read (one buffer, one guard, one index but for a constant), each with its
+    index's constant."""
+    runs: dict[tuple, list[tuple[int, IRNode]]] = {}
+    for load in loads:
+        terms, constant = index_key(load.srcs[1])
+        runs.setdefault((id(load.srcs[0]), terms, *map(id, load.srcs[2:])), []).append((constant, load))
+    return runs
 
 
 def _lane_load(lane: IRNode) -> IRNode | None:
