@@ -138,6 +138,20 @@ def test_strided_reads_are_picked_from_vector_loads(dtype: type, monkeypatch: py
     np.testing.assert_array_equal(x[:, 1::2].contiguous().numpy(), data[:, 1::2])
 
 
+def test_strided_reads_at_users_sizes_match_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shuffled strided reads at a user's size: 70,001 rows (past 65,535) of 130, 9.1M elements (the last row's
+    last vector ends at the buffer's end), read even and odd on the c device's two threads, with a padded stride-2
+    phase of the same rows; each compared with numpy in full, NaN and infs at row ends included."""
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    data = np.random.default_rng(9).standard_normal((70_001, 130), dtype=np.float32)
+    data[0, 0], data[70_000, 129], data[35_000, 128] = np.nan, np.inf, -np.inf
+    x = em.tensor(data, device="c")
+    np.testing.assert_array_equal((x[:, ::2] * 2).numpy(), data[:, ::2] * 2)
+    np.testing.assert_array_equal((x[:, 1::2] + 1).numpy(), data[:, 1::2] + 1)
+    padded = np.pad(data, ((0, 0), (1, 1)))
+    np.testing.assert_array_equal(em.nn.functional.pad(x, (1, 1))[:, 1::2].numpy(), padded[:, 1::2])
+
+
 def test_column_sums_over_a_broadcast_are_vectorized_along_the_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     """A layer norm's weight gradient (the normalized input times the output's gradient, summed over batch and
     positions: one output axis, a reduce over broadcast inputs, so no matmul tile) takes vectors along its columns,
