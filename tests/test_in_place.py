@@ -4,6 +4,7 @@ it (optimizer steps allocate nothing); otherwise a new buffer keeps every other 
 from __future__ import annotations
 
 import gc
+import weakref
 from typing import Any
 
 import numpy as np
@@ -145,3 +146,61 @@ def test_assign_keeps_a_fused_intermediate_another_tensor_holds(device: str) -> 
         parameter -= 0.05 * (gradient + 0.1 * parameter)
         parameter.realize()
     assert (parameter.node.buffer is buffer) == get_device(device).info.output_may_alias_input
+
+
+def test_a_small_assign_nothing_else_observes_gets_a_new_buffer_and_a_large_one_is_written_in_place(
+        device: str) -> None:
+    # a small value whose old buffer only its node holds skips the in-place analysis (in_place.new_buffer_will_do:
+    # a batch norm's running statistics); past SMALL_ASSIGN_BYTES the kernel writes into the old buffer. A weak
+    # reference watches the old buffer without holding it (a strong one would make the buffer observed)
+    from ember.scheduler.in_place import SMALL_ASSIGN_BYTES
+
+    # (a schedule's first run binds its launches as it goes: the rule applies from its second run on, as in a loop)
+    for count, small in ((6, True), (SMALL_ASSIGN_BYTES // 4 + 1024, False)):
+        values = np.arange(count, dtype=np.float32)
+        tensor = em.tensor(values, device=device).realize()
+        in_place = get_device(device).info.output_may_alias_input and not small
+        for step in range(1, 4):
+            old = weakref.ref(tensor.node.buffer)
+            tensor += 1
+            tensor.realize()
+            np.testing.assert_array_equal(tensor.numpy(), values + step)
+        assert (tensor.node.buffer is old()) == in_place, (count, small)
+        for step in range(1, 4):
+            old = weakref.ref(tensor.node.buffer)
+            with em.no_grad():
+                tensor.mul_(2.0)
+            np.testing.assert_array_equal(tensor.numpy(), (values + 3) * 2 ** step)
+        assert (tensor.node.buffer is old()) == in_place, (count, small)
+
+
+def test_a_small_state_tensor_changed_eagerly_between_replays_is_read_by_the_next_replay(device: str) -> None:
+    # the capture binds the state's buffer: the eager assign must write into it (a new buffer would leave the
+    # replays reading the old value)
+    state = em.tensor(np.arange(6, dtype=np.float32), device=device).realize()
+    shifted = em.jit(lambda x: x + state)
+    x = em.tensor(np.ones(6, dtype=np.float32), device=device)
+    for _ in range(3):
+        np.testing.assert_array_equal(shifted(x).numpy(), 1 + np.arange(6))
+    assert shifted.replays >= 1
+    for step in range(1, 4):
+        state += 10
+        state.realize()
+        np.testing.assert_array_equal(shifted(x).numpy(), 1 + np.arange(6) + 10 * step)
+
+
+def test_batch_norm_running_statistics_small_and_past_the_small_assign_size_against_torch(device: str) -> None:
+    # running statistics are assigned every step (new buffers when small, in place when large); torch's values
+    from ember.scheduler.in_place import SMALL_ASSIGN_BYTES
+
+    generator = np.random.default_rng(3)
+    for channels in (3, SMALL_ASSIGN_BYTES // 4 + 16):
+        layer, torch_layer = em.nn.BatchNorm1d(channels).to(device), torch.nn.BatchNorm1d(channels)
+        for _ in range(3):
+            batch = generator.normal(size=(4, channels)).astype(np.float32)
+            layer(em.tensor(batch, device=device))
+            torch_layer(torch.tensor(batch))
+            em.realize(layer.running_mean, layer.running_var)
+        assert_close(layer.running_mean, torch_layer.running_mean, rtol=1e-5, atol=1e-6)
+        assert_close(layer.running_var, torch_layer.running_var, rtol=1e-5, atol=1e-6)
+        assert int(layer.num_batches_tracked.item()) == 3

@@ -38,7 +38,7 @@ from ember.core.graph import Node
 from ember.scheduler import profile
 from ember.scheduler.buffers import Buffer, pending
 from ember.scheduler.copies import enqueue_copy, run_copy
-from ember.scheduler.in_place import schedule_hold
+from ember.scheduler.in_place import new_buffer_will_do, schedule_hold
 from ember.scheduler.launch import launch, launch_compiled, run_kernel
 from ember.scheduler.host_call import run_host_function
 from ember.scheduler.program import Command, Copy, Free, HostCall, Launch, LaunchBinding
@@ -65,7 +65,8 @@ NOTHING: list[Any] = []
 def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None], table: list[Any],
             last_use: Mapping[int, int] = NO_LAST_USES, not_in_place: Collection[int] = NO_POSITIONS,
             notes: Mapping[int, str] | None = None,
-            bound: Sequence[BoundLaunch | JoinedLaunches | None] | None = None, gather: bool = False) -> bool:
+            bound: Sequence[BoundLaunch | JoinedLaunches | None] | None = None, gather: bool = False,
+            small_assigns_anywhere: bool = False) -> bool:
     """Run `commands` over `table` (by slot), each kernel step as its `bindings` entry (same position) binds it.
 
     The slots are nodes (eager realize: each output node becomes a buffer at its step; `last_use`, per slot the
@@ -79,10 +80,15 @@ def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None
 
     With `gather` (graph-parallel execution: parallel.py decides which programs), launches that occupy at most
     half of a device are held and run beside each other (backends/launch_group.py); everything held has run when
-    this returns."""
+    this returns.
+
+    With `small_assigns_anywhere` (nothing records the launches: a recording needs arguments written in place), a
+    small assigned value whose old buffer nobody else holds is computed into a new buffer without the in-place
+    analysis (in_place.new_buffer_will_do)."""
     if gather:
         with gathering():
-            return execute(commands, bindings, table, last_use, not_in_place, notes, bound)
+            return execute(commands, bindings, table, last_use, not_in_place, notes, bound,
+                           small_assigns_anywhere=small_assigns_anywhere)
     replaying = bound is not None
     tracking = False
     writers: list[Event | None] = NOTHING
@@ -124,7 +130,8 @@ def execute(commands: Sequence[Command], bindings: Sequence[LaunchBinding | None
                 profile.debug_print(2, notes[position])
             output: Node = table[command.output]  # type: ignore[union-attr]
             step: LaunchBinding = bindings[position]  # type: ignore[assignment]
-            if step.compiled is not None and output.replaces is None:
+            if step.compiled is not None and (output.replaces is None or (
+                    small_assigns_anywhere and new_buffer_will_do(output))):
                 buffer = Buffer(step.device, step.size, step.dtype)  # type: ignore[arg-type]
                 inputs: list[Node] = list(map(table.__getitem__, command.inputs))  # type: ignore[union-attr]
                 launch_compiled(output, command.kernel, step.compiled, buffer, inputs, None,  # type: ignore[union-attr]

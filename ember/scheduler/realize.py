@@ -96,7 +96,7 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
             del graph_nodes
             for pool in plan.pools:
                 pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
-            execute(program.commands, plan.bindings, live, program.last_use, gather=gather)
+            execute(program.commands, plan.bindings, live, program.last_use, gather=gather, small_assigns_anywhere=True)
             if stored:
                 keep_stored(stored)
             return
@@ -115,7 +115,8 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
     if context.budget is not None:  # ember.memory_budget: intermediates freed early and recomputed as planned
         run_budgeted(program, live, pending, pools, context.budget)
     else:
-        execute(program.commands, bindings, live, program.last_use, gather=gather)
+        execute(program.commands, bindings, live, program.last_use, gather=gather,
+                small_assigns_anywhere=context.recorder is None)
     if stored:
         keep_stored(stored)
     _record_peaks(records, pools)
