@@ -32,6 +32,7 @@ from ember.backends.c_matmul import (
     PARALLEL_PRODUCTS, library_function, library_source, packed_products, render_packed_matmul, shape_values,
 )
 from ember.backends.launch_group import GATHERING, MAX_GROUPED_PARAMETERS, LaunchGroup, runner_source
+from ember.backends.launch_queue import QUEUE, flush_launches
 from ember.capabilities import host_cpu_field
 from ember.backends.c_style import (
     MASK_TYPES,
@@ -538,6 +539,9 @@ class HostMemoryPool(MemoryPool):
             if len(kept) < SMALL_BUFFERS_KEPT and self._small_bytes + nbytes <= MAX_SMALL_BYTES_KEPT:
                 kept.append(handle)
                 self._small_bytes += nbytes
+                return
+        if QUEUE.addresses:  # (a held launch may still use it: held until the queue runs)
+            QUEUE.note_released(nbytes)
 
     def _keep_or_destroy(self, handle: Any, nbytes: int) -> None:
         if isinstance(handle, MappedHostArray):
@@ -557,15 +561,19 @@ class HostMemoryPool(MemoryPool):
         array.address = array.ctypes.data
         return array
 
+    # (the host touches memory here: the held launches of an eager program run first, launch_queue.py)
     def copy_in(self, handle: np.ndarray, source: memoryview) -> None:
+        flush_launches()
         handle[: len(source)] = np.frombuffer(source, dtype=np.uint8)
 
     def copy_out(self, destination: memoryview, handle: np.ndarray) -> None:
+        flush_launches()
         np.frombuffer(destination, dtype=np.uint8)[:] = handle[: len(destination)]
 
     # copies to and from another pool are synchronous memcpys (the base class's *_async): a worker thread would
     # take a core from the OpenMP kernels for a copy that runs at memory speed; the copy's event is COMPLETED
     def host_view(self, handle: np.ndarray, nbytes: int) -> memoryview:
+        flush_launches()
         return handle[:nbytes].data
 
     view_alignment = 16  # as numpy aligns its arrays (the kernels need only element alignment; views at a 64-byte
@@ -610,6 +618,10 @@ class CProgram(Program):
                 self.group.run()
         for event in wait_for:
             event.wait()
+        queue = QUEUE
+        if queue.active and self.group is not None and queue.thread == threading.get_ident() and \
+                queue.hold(self, self.pointers(buffers), buffers, self.group.load_runner):
+            return COMPLETED  # (held: it runs in order before anything else touches memory, launch_queue.py)
         self._call(buffers)
         return COMPLETED
 

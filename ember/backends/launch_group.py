@@ -197,7 +197,7 @@ class LaunchGroup:
     """The launches held for one device of `cores` cores; `load_runner` gives the C runner's function (built once,
     at the first group of two)."""
 
-    def __init__(self, cores: int, load_runner: Callable[[], Any]) -> None:
+    def __init__(self, cores: int, load_runner: Callable[..., Any]) -> None:
         self.cores = cores
         self.load_runner = load_runner
         self.runner: Any = None

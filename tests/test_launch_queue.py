@@ -1,0 +1,160 @@
+"""The c backend's launch queue (backends/launch_queue.py): an eager program's kernels held and run back to back at
+its end, in program order. Values against numpy where memory is released and reused inside the program, uploaded,
+copied to another device, given back to the system, and where the runner is missing or a kernel has too many
+parameters for it."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember.backends import launch_queue
+from ember.scheduler.devices import get_device
+from tests.conftest import TEST_DEVICES
+
+pytestmark = pytest.mark.skipif("c:0" not in TEST_DEVICES, reason="needs the c backend")
+
+
+@pytest.fixture
+def flushes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """The number of launches each run of the queue ran."""
+    counts: list[int] = []
+    original = launch_queue.LaunchQueue.flush
+
+    def counted(queue: launch_queue.LaunchQueue) -> None:
+        if queue.addresses:
+            counts.append(len(queue.addresses))
+        original(queue)
+
+    monkeypatch.setattr(launch_queue.LaunchQueue, "flush", counted)
+    yield counts
+
+
+def _twice(run: Callable[[], Any]) -> Any:
+    """The second of two runs: a program runs its launch plan (and so the queue) from its second realize on."""
+    run()
+    return run()
+
+
+def _chain(x: em.Tensor) -> em.Tensor:
+    # each step stores a value (a reduce reads it again), so the program allocates, frees and reuses buffers
+    for step in range(12):
+        x = (x * 0.5 + step).contiguous()
+        x = x - x.sum(1, keepdim=True) / x.shape[1]
+    return x
+
+
+def _chain_numpy(x: np.ndarray) -> np.ndarray:
+    for step in range(12):
+        x = x * np.float32(0.5) + np.float32(step)
+        x = x - x.sum(1, keepdims=True, dtype=np.float64).astype(np.float32) / np.float32(x.shape[1])
+    return x
+
+
+def test_a_program_whose_buffers_are_released_and_reused_runs_from_the_queue_in_order(flushes: list[int]) -> None:
+    values = np.random.default_rng(0).standard_normal((300, 1000)).astype(np.float32)
+    x = em.tensor(values, device="c").realize()
+    result = _twice(lambda: _chain(x).numpy())
+    np.testing.assert_allclose(result, _chain_numpy(values), rtol=1e-4, atol=1e-4)
+    assert flushes and max(flushes) >= 12  # the program's kernels were held and ran together
+
+
+def test_an_upload_and_a_copy_inside_a_queued_program_see_the_kernels_before_them(flushes: list[int]) -> None:
+    generator = np.random.default_rng(1)
+    values, added = (generator.standard_normal((256, 512)).astype(np.float32) for _ in range(2))
+    x = em.tensor(values, device="c").realize()
+
+    def run() -> tuple[np.ndarray, np.ndarray | None]:
+        fresh = em.tensor(added, device="c")  # uploaded at its first use, inside the program
+        staged = _chain(x) + fresh
+        other = None
+        if "opencl:0" in TEST_DEVICES:
+            other = (staged.to("opencl:0") * 2).to("c") + 1  # copies out of and back into c memory mid-program
+            return staged.numpy(), other.numpy()
+        return staged.numpy(), other
+
+    staged, other = _twice(run)
+    expected = _chain_numpy(values) + added
+    np.testing.assert_allclose(staged, expected, rtol=1e-4, atol=1e-4)
+    if other is not None:
+        np.testing.assert_allclose(other, expected * 2 + 1, rtol=1e-4, atol=1e-4)
+    assert flushes
+
+
+def test_memory_the_pool_gives_back_runs_the_queue_past_its_limit(flushes: list[int],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # a pool that keeps no large buffer lets each one go at its release: the queue holds that memory until it runs,
+    # and runs once it holds more than MAX_RELEASED_BYTES (here 1 MiB: every few launches of 1.2 MB buffers)
+    pool = get_device("c").pool
+    monkeypatch.setattr(pool, "reuse_budget_bytes", 0)
+    monkeypatch.setattr(launch_queue, "MAX_RELEASED_BYTES", 1 << 20)
+    values = np.random.default_rng(2).standard_normal((300, 1000)).astype(np.float32)
+    x = em.tensor(values, device="c").realize()
+    result = _twice(lambda: _chain(x).numpy())
+    np.testing.assert_allclose(result, _chain_numpy(values), rtol=1e-4, atol=1e-4)
+    assert len(flushes) >= 4  # (the program's ~24 launches ran in several runs of the queue)
+
+
+def test_without_the_runner_the_held_launches_run_one_by_one_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(name: str) -> Any:
+        raise OSError("no runner here")
+
+    monkeypatch.setattr(launch_queue.QUEUE, "runner", None)
+    monkeypatch.setattr(launch_queue.QUEUE, "load_runner", broken)
+    monkeypatch.setattr(get_device("c").launch_group, "load_runner", broken)
+    values = np.random.default_rng(3).standard_normal((64, 100)).astype(np.float32)
+    x = em.tensor(values, device="c").realize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = _twice(lambda: _chain(x).numpy())
+    np.testing.assert_allclose(result, _chain_numpy(values), rtol=1e-4, atol=1e-4)
+    assert any("launch one by one" in str(warning.message) for warning in caught)
+
+
+def test_a_kernel_with_more_parameters_than_the_runner_passes_runs_itself_after_the_queue() -> None:
+    # 70 separate inputs: a kernel of 71 parameters (launch_group.MAX_GROUPED_PARAMETERS is 64), after kernels held
+    generator = np.random.default_rng(4)
+    arrays = [generator.standard_normal(1000).astype(np.float32) for _ in range(70)]
+    tensors = [em.tensor(array, device="c").realize() for array in arrays]
+
+    def run() -> np.ndarray:
+        total = (tensors[0] * 2).contiguous().sin()
+        for tensor in tensors[1:]:
+            total = total + tensor
+        return (total * 3).numpy()
+
+    expected = (np.sin(arrays[0] * 2) + np.sum(arrays[1:], axis=0, dtype=np.float64)) * 3
+    np.testing.assert_allclose(_twice(run), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_training_step_with_the_queue_matches_torch() -> None:
+    torch = pytest.importorskip("torch")
+    generator = np.random.default_rng(5)
+    inputs = generator.standard_normal((32, 20)).astype(np.float32)
+    labels = generator.integers(0, 5, 32)
+    torch.manual_seed(0)
+    torch_model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.BatchNorm1d(64), torch.nn.ReLU(),
+                                      torch.nn.Linear(64, 5))
+    model = em.nn.Sequential(em.nn.Linear(20, 64), em.nn.BatchNorm1d(64), em.nn.ReLU(), em.nn.Linear(64, 5))
+    model.load_state_dict({key: value.detach().numpy() for key, value in torch_model.state_dict().items()})
+    optimizer = em.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    torch_optimizer = torch.optim.SGD(torch_model.parameters(), lr=0.1, momentum=0.9)
+    x, y = em.tensor(inputs, device="c"), em.tensor(labels, device="c")
+    tx, ty = torch.tensor(inputs), torch.tensor(labels)
+    for _ in range(5):
+        optimizer.zero_grad()
+        loss = em.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        torch_optimizer.zero_grad()
+        torch_loss = torch.nn.functional.cross_entropy(torch_model(tx), ty)
+        torch_loss.backward()
+        torch_optimizer.step()
+        np.testing.assert_allclose(float(loss.item()), float(torch_loss.item()), rtol=1e-4)
+    for key, value in torch_model.state_dict().items():
+        np.testing.assert_allclose(model.state_dict()[key].numpy(), value.numpy(), rtol=1e-4, atol=1e-5)
