@@ -1,10 +1,11 @@
-"""The launch queue of host kernels: while the executor runs an eager program (`queued_launches`: realize's launch-
-plan path), a c kernel's launch is held here instead of run, and the held launches run in program order, back to
-back, in one call of the C runner's `ember_run_sequence` (launch_group.runner_source) when the program ends, or
-before anything else touches host memory (`flush_launches`: a copy, an upload, a read, a host call). Python's work
-between the kernels (the executor's, ~10-20 us a launch) then no longer runs between them: their data stays in the
-caches and their OpenMP threads awake (one step's launches replayed back to back took 15-35% less time than they
-took between the executor's work: ResNet's 12.0 -> 9.3-10.7 ms, char_lstm's 54 -> 35-38).
+"""The launch queue of host kernels: while the executor runs an eager program (realize's launch-plan path, for a
+program of two launches or more: `open_queue`), a c kernel's launch is held here instead of run, and the held
+launches run in program order, back to back, in one call of the C runner's `ember_run_sequence`
+(launch_group.runner_source) when the program ends, or before anything else touches host memory (`flush_launches`:
+a copy, an upload, a read). Python's work between the kernels (the executor's, ~10-20 us a launch) then no longer
+runs between them: their data stays in the caches and their OpenMP threads awake (one step's launches replayed back
+to back took 15-35% less time than they took between the executor's work: ResNet's 12.0 -> 9.3-10.7 ms,
+char_lstm's 54 -> 35-38).
 
 Why it is safe: the kernels run in program order, as they would one by one, so a buffer released and reused within
 the program is written only after every held reader of its old value has run. A held launch keeps its buffers'
@@ -18,8 +19,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from ember.backends.launch_group import MAX_GROUPED_PARAMETERS
@@ -110,20 +110,21 @@ class LaunchQueue:
 QUEUE = LaunchQueue()
 
 
-@contextmanager
-def queued_launches() -> Iterator[None]:
-    """Hold the calling thread's host kernel launches inside the block; what is held runs at its end (also when the
-    block raises: the buffers the launches write were made for them)."""
+def open_queue() -> bool:
+    """Hold the calling thread's host kernel launches from now on; False where the queue is open already (whoever
+    opened it closes it). The caller closes it in a `finally` (also when it raises: the buffers the held launches
+    write were made for them). (Functions, not a context manager: a realize of two launches is ~40 us of Python.)"""
     if QUEUE.active:
-        yield
-        return
+        return False
     QUEUE.thread = threading.get_ident()
     QUEUE.active = True
-    try:
-        yield
-    finally:
-        QUEUE.active = False
-        QUEUE.flush()
+    return True
+
+
+def close_queue() -> None:
+    """Run what is held and stop holding launches."""
+    QUEUE.active = False
+    QUEUE.flush()
 
 
 def flush_launches() -> None:

@@ -104,7 +104,8 @@ class Jitted:
         return {} if self.capture is None else self.capture.memory_plan
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        leaves = _leaves((args, kwargs))
+        # (tensors alone, the common call, are their own leaves)
+        leaves = list(args) if not kwargs and all(arg.__class__ is Tensor for arg in args) else _leaves((args, kwargs))
         key = _key(leaves)
         if self.capture is not None:
             if _same_key(self.capture.key, key):
@@ -210,7 +211,9 @@ class Jitted:
         return self._replay(self.capture, _leaves(args))
 
     def _replay(self, capture: Capture, leaves: list[Any]) -> Any:
-        realize(*(leaf for leaf in leaves if isinstance(leaf, Tensor) and not leaf.node.realized))
+        unrealized = [leaf for leaf in leaves if isinstance(leaf, Tensor) and not leaf.node.realized]
+        if unrealized:
+            realize(*unrealized)
         with SCHEDULER_LOCK:  # (the pools and device queues are shared with other threads)
             assert capture.memory_pool is not None
             capture.memory_pool.enter(capture)  # (another capture may have used the intermediates' memory)

@@ -678,7 +678,8 @@ def realize(*tensors: Tensor) -> None:
             nodes.extend(piece.node for piece in cast(Any, tensor).shards)
         else:
             nodes.append(tensor.node)
-    runtime.RUNTIME.realize(nodes)
+    if nodes:  # (a jit replay realizes its unrealized arguments: usually none)
+        runtime.RUNTIME.realize(nodes)
 
 
 def is_tensor(obj: Any) -> bool:

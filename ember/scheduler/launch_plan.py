@@ -29,6 +29,8 @@ class LaunchPlan:
                  device_lists: dict[str, list[Device]]) -> None:
         self.runnable = bindings is not None
         self.bindings = bindings or []
+        # whether a realize holds its host launches in the launch queue (backends/launch_queue.py): two or more
+        self.queued = sum(binding is not None for binding in self.bindings) >= 2
         self.stamp = stamp
         self.pools: tuple[MemoryPool, ...] = tuple({device.pool: None for device in devices})
         self.device_lists = tuple(device_lists.items())

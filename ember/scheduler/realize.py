@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import cast
 
 from ember.backends.base import MemoryPool
-from ember.backends.launch_queue import queued_launches
+from ember.backends.launch_queue import close_queue, open_queue
 from ember.settings import CONFIG
 from ember.context import CONTEXT, CallContext
 from ember.core import checks as value_checks
@@ -97,12 +97,14 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
             del graph_nodes
             for pool in plan.pools:
                 pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
-            if gather:
-                execute(program.commands, plan.bindings, live, program.last_use, gather=True,
+            # host kernels run back to back at the end (backends/launch_queue.py)
+            opened = plan.queued and not gather and open_queue()
+            try:
+                execute(program.commands, plan.bindings, live, program.last_use, gather=gather,
                         small_assigns_anywhere=True)
-            else:
-                with queued_launches():  # host kernels run back to back at the end (backends/launch_queue.py)
-                    execute(program.commands, plan.bindings, live, program.last_use, small_assigns_anywhere=True)
+            finally:
+                if opened:
+                    close_queue()
             if stored:
                 keep_stored(stored)
             return
