@@ -634,7 +634,10 @@ class CProgram(Program):
 
     def pointers(self, buffers: list[Any]) -> list[int]:
         """The arguments of the kernel's function for a launch on `buffers`: their addresses."""
-        return [_pointer(handle) for handle in buffers]
+        try:
+            return list(map(_address, buffers))  # (the pool's arrays carry theirs: a launch queued per op)
+        except AttributeError:  # an array this pool did not create
+            return [_pointer(handle) for handle in buffers]
 
     def _short(self) -> bool:
         """Whether a launch while the executor gathers runs directly, untimed: the kernel's last run was too short
