@@ -620,7 +620,7 @@ class CProgram(Program):
             event.wait()
         queue = QUEUE
         if queue.active and self.group is not None and queue.thread == threading.get_ident() and \
-                queue.hold(self, self.pointers(buffers), buffers, self.group.load_runner):
+                queue.hold(self, self.pointers(buffers), buffers):
             return COMPLETED  # (held: it runs in order before anything else touches memory, launch_queue.py)
         self._call(buffers)
         return COMPLETED

@@ -33,8 +33,8 @@ class LaunchQueue:
     """The held launches, in order: each one's function address and pointer arguments (one flat list, with each
     launch's start and count), its program (its function and library) and its buffers' handles."""
 
-    __slots__ = ("active", "addresses", "counts", "handles", "load_runner", "pointers", "programs", "released_bytes",
-                 "runner", "starts", "thread")
+    __slots__ = ("active", "addresses", "counts", "handles", "pointers", "programs", "released_bytes", "runner",
+                 "starts", "thread")
 
     def __init__(self) -> None:
         self.active = False
@@ -47,11 +47,11 @@ class LaunchQueue:
         self.handles: list[Any] = []
         self.released_bytes = 0
         self.runner: Any = None  # ember_run_sequence (False: it did not build; launches run one by one)
-        self.load_runner: Callable[[str], Any] | None = None
 
-    def hold(self, program: Any, pointers: list[int], handles: list[Any], load_runner: Callable[[str], Any]) -> bool:
-        """Hold a launch of `program` (a CProgram: `function`, `address`) with `pointers` as its arguments; False
-        where the caller must run it itself (more parameters than the runner passes: the queue has run first)."""
+    def hold(self, program: Any, pointers: list[int], handles: list[Any]) -> bool:
+        """Hold a launch of `program` (a CProgram: `function`, `address`, and `group`, whose `load_runner` builds the
+        runner) with `pointers` as its arguments; False where the caller must run it itself (more parameters than
+        the runner passes: the queue has run first)."""
         count = len(pointers)
         if count > MAX_GROUPED_PARAMETERS:
             self.flush()
@@ -62,8 +62,6 @@ class LaunchQueue:
         self.addresses.append(program.address)
         self.programs.append(program)
         self.handles.append(handles)
-        if self.load_runner is None:
-            self.load_runner = load_runner
         if len(self.addresses) >= MAX_QUEUED or self.released_bytes > MAX_RELEASED_BYTES:
             self.flush()
         return True
@@ -77,7 +75,7 @@ class LaunchQueue:
                                                                  self.counts, self.programs, self.handles)
         self.addresses, self.pointers, self.starts, self.counts, self.programs, self.handles = [], [], [], [], [], []
         self.released_bytes = 0
-        runner = self._runner()
+        runner = self._runner(programs[0].group.load_runner)
         if runner is False or count == 1:
             for program, start, arguments in zip(programs, starts, counts):
                 program.function(*pointers[start:start + arguments])
@@ -89,11 +87,10 @@ class LaunchQueue:
                    (ctypes.c_int * count)(*counts))
         del handles, programs  # (the memory and libraries the launches used, kept until they ran)
 
-    def _runner(self) -> Any:
+    def _runner(self, load_runner: Callable[[str], Any]) -> Any:
         if self.runner is None:
-            assert self.load_runner is not None
             try:
-                self.runner = self.load_runner("ember_run_sequence")
+                self.runner = load_runner("ember_run_sequence")
             except Exception as error:  # noqa: BLE001 - a compiler or loader failure: launch one by one instead
                 self.runner = False
                 warnings.warn(f"ember: c kernels of eager programs launch one by one: the C runner that runs them "

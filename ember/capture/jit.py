@@ -211,9 +211,7 @@ class Jitted:
         return self._replay(self.capture, _leaves(args))
 
     def _replay(self, capture: Capture, leaves: list[Any]) -> Any:
-        unrealized = [leaf for leaf in leaves if isinstance(leaf, Tensor) and not leaf.node.realized]
-        if unrealized:
-            realize(*unrealized)
+        realize(*(leaf for leaf in leaves if isinstance(leaf, Tensor) and not leaf.node.realized))
         with SCHEDULER_LOCK:  # (the pools and device queues are shared with other threads)
             assert capture.memory_pool is not None
             capture.memory_pool.enter(capture)  # (another capture may have used the intermediates' memory)
