@@ -161,3 +161,24 @@ def test_a_training_step_with_the_queue_matches_torch() -> None:
         np.testing.assert_allclose(float(loss.item()), float(torch_loss.item()), rtol=1e-4)
     for key, value in torch_model.state_dict().items():
         np.testing.assert_allclose(model.state_dict()[key].numpy(), value.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_queued_program_at_a_users_size_with_the_pools_real_bounds(flushes: list[int]) -> None:
+    # 70,001 rows of 240 (16.8M elements, the first dim past 65,535): each stored step is 67 MB, released and reused
+    # inside the program under the pool's own reuse budget; one computation, checked in full against numpy
+    values = np.random.default_rng(6).standard_normal((70_001, 240)).astype(np.float32)
+    x = em.tensor(values, device="c").realize()
+
+    def run() -> np.ndarray:
+        y = x
+        for step in range(3):
+            y = (y * 0.5 + step).contiguous()
+            y = y - y.sum(1, keepdim=True) / y.shape[1]
+        return y.numpy()
+
+    expected = values
+    for step in range(3):
+        expected = expected * np.float32(0.5) + np.float32(step)
+        expected = expected - (expected.sum(1, keepdims=True, dtype=np.float64) / expected.shape[1]).astype(np.float32)
+    np.testing.assert_allclose(_twice(run), expected, rtol=1e-4, atol=1e-4)
+    assert flushes and max(flushes) >= 2  # (its launches were held and ran together)
