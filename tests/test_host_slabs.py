@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import mmap
 import threading
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 import ember as em
 from ember.backends.host_slabs import (
     HUGE_PAGE_BYTES,
-    MAX_SLOT_BYTES,
+    MAX_SHARED_SLOT_BYTES,
     MIN_SLOT_BYTES,
     SLABS,
     HugePageSlabs,
@@ -32,12 +33,13 @@ def _array(slabs: HugePageSlabs, nbytes: int) -> np.ndarray:
 
 
 def test_size_classes_hold_the_size_asked_for_with_at_most_an_eighth_more() -> None:
-    sizes = [MIN_SLOT_BYTES, 65_600, 100_000, 1 << 20, (1 << 20) + 1, 1_327_104, 3_000_001, MAX_SLOT_BYTES]
-    sizes += list(np.random.default_rng(0).integers(MIN_SLOT_BYTES, MAX_SLOT_BYTES, 500))
+    sizes = [MIN_SLOT_BYTES, 65_600, 100_000, 1 << 20, (1 << 20) + 1, 1_327_104, 3_000_001, MAX_SHARED_SLOT_BYTES]
+    sizes += list(np.random.default_rng(0).integers(MIN_SLOT_BYTES, MAX_SHARED_SLOT_BYTES, 500))
     for nbytes in sizes:
         size = slot_bytes(int(nbytes))
         assert nbytes <= size <= nbytes * 1.125 and size % 64 == 0, (nbytes, size)
     assert slot_bytes(1 << 20) == 1 << 20
+    assert slot_bytes(MAX_SHARED_SLOT_BYTES + 1) == MAX_SHARED_SLOT_BYTES + mmap.PAGESIZE  # (a slab of its own)
 
 
 def test_slots_are_aligned_and_a_slab_starts_at_a_huge_page() -> None:
@@ -73,6 +75,18 @@ def test_slabs_whose_slots_all_came_back_are_unmapped() -> None:
     del arrays
     gc.collect()
     assert slabs.mapped_bytes == 0 < mapped
+
+
+def test_a_large_buffer_has_a_slab_of_its_own_from_a_huge_page_on() -> None:
+    slabs = HugePageSlabs()
+    nbytes = 7_000_003
+    arrays = [_array(slabs, nbytes) for _ in range(3)]
+    assert all(array.ctypes.data % HUGE_PAGE_BYTES == 0 for array in arrays)
+    assert slabs.mapped_bytes == 3 * (slot_bytes(nbytes) + HUGE_PAGE_BYTES)  # (each mapped a huge page longer)
+    arrays[1][-1] = 5
+    del arrays
+    gc.collect()
+    assert slabs.mapped_bytes == 0
 
 
 def test_several_threads_carving_and_giving_back_never_share_a_slot() -> None:

@@ -32,7 +32,7 @@ from ember.backends.c_matmul import (
     PARALLEL_PRODUCTS, library_function, library_source, packed_products, render_packed_matmul, shape_values,
 )
 from ember.backends.launch_group import GATHERING, MAX_GROUPED_PARAMETERS, LaunchGroup, runner_source
-from ember.backends.host_slabs import MAX_SLOT_BYTES, MIN_SLOT_BYTES, SLABS
+from ember.backends.host_slabs import MIN_SLOT_BYTES, SLABS
 from ember.backends.launch_queue import QUEUE, flush_launches
 from ember.capabilities import host_cpu_field
 from ember.backends.c_style import (
@@ -521,7 +521,7 @@ class HostMemoryPool(MemoryPool):
             else:
                 self._small_bytes -= nbytes
                 return handle
-        if MIN_SLOT_BYTES <= nbytes <= MAX_SLOT_BYTES and SLABS.advise:  # (in huge pages: host_slabs.py)
+        if nbytes >= MIN_SLOT_BYTES and SLABS.advise:  # (in huge pages: host_slabs.py)
             slot, address = SLABS.carve(nbytes)
             array = np.ndarray.__new__(PoolArray, nbytes, np.uint8, slot, 0)
             array.address = address
