@@ -108,7 +108,7 @@ def test_without_the_runner_the_held_launches_run_one_by_one_with_a_warning(monk
     def broken(name: str) -> Any:
         raise OSError("no runner here")
 
-    monkeypatch.setattr(launch_queue.QUEUE, "runner", None)
+    monkeypatch.setattr(get_device("c").launch_group, "_sequence_runner", None)
     monkeypatch.setattr(get_device("c").launch_group, "load_runner", broken)
     values = np.random.default_rng(3).standard_normal((64, 100)).astype(np.float32)
     x = em.tensor(values, device="c").realize()

@@ -1072,7 +1072,6 @@ class CDevice(Device):
         self._runner_library: ctypes.CDLL | None = None
         self._packed_libraries: dict[Path, ctypes.CDLL] = {}  # each packed matmul tile's library, by its cache entry
         self._packed_lock = threading.Lock()
-        self._sequence_runner: Any = None  # ember_run_sequence, loaded at the first join (join_launches)
 
     def _program(self, library: ctypes.CDLL, kernel: KernelIR) -> CProgram:
         """A kernel's program in a loaded library, with this device's launch group and the cores it occupies."""
@@ -1111,18 +1110,10 @@ class CDevice(Device):
         if not all(isinstance(launch, BoundCLaunch) and launch.count <= MAX_GROUPED_PARAMETERS
                    for launch in launches):
             return None
-        bound = cast(list[BoundCLaunch], launches)
-        if self._sequence_runner is None:
-            try:
-                self._sequence_runner = self._load_runner("ember_run_sequence")
-            except (CompileError, OSError, AttributeError) as error:  # (replays then launch one by one)
-                self._sequence_runner = False
-                warnings.warn(f"ember: {self.name}: replays launch their kernels one by one: the C runner that "
-                              f"joins them did not build ({type(error).__name__}: {str(error)[:200]})",
-                              RuntimeWarning, stacklevel=2)
-        if self._sequence_runner is False:
+        runner = self.launch_group.sequence_runner()
+        if runner is None:
             return None
-        return JoinedCLaunches(self._sequence_runner, bound)
+        return JoinedCLaunches(runner, cast(list[BoundCLaunch], launches))
 
     def render(self, kernel: KernelIR) -> str:
         return self.renderer.render(kernel)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -202,6 +203,21 @@ class LaunchGroup:
         self.load_runner = load_runner
         self.runner: Any = None
         self.held: list[HeldLaunch] = []
+        self._sequence_runner: Any = None  # ember_run_sequence (False: it did not build)
+
+    def sequence_runner(self) -> Any:
+        """The C runner's `ember_run_sequence`, which runs launches in order in one call (a jit replay's joined
+        launches, the launch queue's held ones), built once; None where it did not build (said once: both then
+        launch their kernels one by one)."""
+        if self._sequence_runner is None:
+            try:
+                self._sequence_runner = self.load_runner("ember_run_sequence")
+            except Exception as error:  # noqa: BLE001 - a compiler or loader failure: launches run one by one
+                self._sequence_runner = False
+                warnings.warn(f"ember: c kernels of eager programs and jit replays launch one by one: the C runner "
+                              f"that runs them back to back did not build ({type(error).__name__}: "
+                              f"{str(error)[:200]})", RuntimeWarning, stacklevel=3)
+        return self._sequence_runner or None
 
     def hold(self, kernel: Any, function: Any, pointer: int, arguments: Any, count: int, ranges: list[Range],
              wait_for: tuple[Event, ...], keep_alive: Any) -> Event | None:

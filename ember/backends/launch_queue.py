@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import threading
-import warnings
-from collections.abc import Callable
 from typing import Any
 
 from ember.backends.launch_group import MAX_GROUPED_PARAMETERS
@@ -33,8 +31,8 @@ class LaunchQueue:
     """The held launches, in order: each one's function address and pointer arguments (one flat list, with each
     launch's start and count), its program (its function and library) and its buffers' handles."""
 
-    __slots__ = ("active", "addresses", "counts", "handles", "pointers", "programs", "released_bytes", "runner",
-                 "starts", "thread")
+    __slots__ = ("active", "addresses", "counts", "handles", "pointers", "programs", "released_bytes", "starts",
+                 "thread")
 
     def __init__(self) -> None:
         self.active = False
@@ -46,11 +44,10 @@ class LaunchQueue:
         self.programs: list[Any] = []
         self.handles: list[Any] = []
         self.released_bytes = 0
-        self.runner: Any = None  # ember_run_sequence (False: it did not build; launches run one by one)
 
     def hold(self, program: Any, pointers: list[int], handles: list[Any]) -> bool:
-        """Hold a launch of `program` (a CProgram: `function`, `address`, and `group`, whose `load_runner` builds the
-        runner) with `pointers` as its arguments; False where the caller must run it itself (more parameters than
+        """Hold a launch of `program` (a CProgram: `function`, `address`, and `group`, whose `sequence_runner` runs
+        the held launches) with `pointers` as its arguments; False where the caller must run it itself (more parameters than
         the runner passes: the queue has run first)."""
         count = len(pointers)
         if count > MAX_GROUPED_PARAMETERS:
@@ -75,8 +72,8 @@ class LaunchQueue:
                                                                  self.counts, self.programs, self.handles)
         self.addresses, self.pointers, self.starts, self.counts, self.programs, self.handles = [], [], [], [], [], []
         self.released_bytes = 0
-        runner = self._runner(programs[0].group.load_runner)
-        if runner is False or count == 1:
+        runner = programs[0].group.sequence_runner() if count > 1 else None
+        if runner is None:
             for program, start, arguments in zip(programs, starts, counts):
                 program.function(*pointers[start:start + arguments])
         else:
@@ -86,17 +83,6 @@ class LaunchQueue:
                    (ctypes.c_void_p * count)(*[base + start * POINTER_BYTES for start in starts]),
                    (ctypes.c_int * count)(*counts))
         del handles, programs  # (the memory and libraries the launches used, kept until they ran)
-
-    def _runner(self, load_runner: Callable[[str], Any]) -> Any:
-        if self.runner is None:
-            try:
-                self.runner = load_runner("ember_run_sequence")
-            except Exception as error:  # noqa: BLE001 - a compiler or loader failure: launch one by one instead
-                self.runner = False
-                warnings.warn(f"ember: c kernels of eager programs launch one by one: the C runner that runs them "
-                              f"back to back did not build ({type(error).__name__}: {str(error)[:200]})",
-                              RuntimeWarning, stacklevel=3)
-        return self.runner
 
     def note_released(self, nbytes: int) -> None:
         """The pool let memory go (to numpy) that a held launch may still use: it stays held until the queue runs,
