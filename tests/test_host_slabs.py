@@ -4,6 +4,7 @@ numpy."""
 
 from __future__ import annotations
 
+import errno
 import gc
 import itertools
 import mmap
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 import ember as em
+from ember.backends import host_slabs
 from ember.backends.host_slabs import (
     HUGE_PAGE_BYTES,
     MAX_SHARED_SLOT_BYTES,
@@ -135,6 +137,19 @@ def test_advised_slabs_are_marked_for_huge_pages() -> None:
                 assert " hg" in flags, flags  # (MADV_HUGEPAGE applied to the slab)
                 return
     raise AssertionError("the slab's mapping is not in /proc/self/smaps")
+
+
+@pytest.mark.skipif("c:0" not in TEST_DEVICES, reason="needs the c backend")
+def test_a_mapping_the_system_refuses_is_an_out_of_memory_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not SLABS.advise:
+        pytest.skip("this system has no transparent huge pages: the pool does not use slabs")
+
+    def refused(size: int, advise: bool) -> None:
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(host_slabs, "Slab", refused)
+    with pytest.raises(em.OutOfMemoryError, match="could not map 7340000 bytes .*Cannot allocate memory"):
+        em.zeros(1_835_000, device="c").realize()  # (a size no slab of this process has a free slot for)
 
 
 @pytest.mark.skipif("c:0" not in TEST_DEVICES, reason="needs the c backend")

@@ -45,7 +45,7 @@ from ember.backends.c_style import (
 )
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType
-from ember.core.errors import BackendUnavailable, CompileError, DeviceError
+from ember.core.errors import BackendUnavailable, CompileError, DeviceError, OutOfMemoryError
 from ember.core.ops import Op
 from ember.backends.render_steps import KernelBody
 from ember.ir.ir import IRNode, IROp, KernelIR, topological_nodes
@@ -522,7 +522,12 @@ class HostMemoryPool(MemoryPool):
                 self._small_bytes -= nbytes
                 return handle
         if nbytes >= MIN_SLOT_BYTES and SLABS.advise:  # (in huge pages: host_slabs.py)
-            slot, address = SLABS.carve(nbytes)
+            try:
+                slot, address = SLABS.carve(nbytes)
+            except OSError as error:  # (the system would not map more memory)
+                raise OutOfMemoryError(f"memory pool {self.name}: the system could not map {nbytes} bytes for a "
+                                       f"buffer ({error.strerror or error}); free tensors you no longer need, or "
+                                       "use ember.memory_budget") from error
             array = np.ndarray.__new__(PoolArray, nbytes, np.uint8, slot, 0)
             array.address = address
             return array
