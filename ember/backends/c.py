@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
