@@ -47,8 +47,8 @@ class LaunchQueue:
 
     def hold(self, program: Any, pointers: list[int], handles: list[Any]) -> bool:
         """Hold a launch of `program` (a CProgram: `function`, `address`, and `group`, whose `sequence_runner` runs
-        the held launches) with `pointers` as its arguments; False where the caller must run it itself (more parameters than
-        the runner passes: the queue has run first)."""
+        the held launches) with `pointers` as its arguments; False where the caller must run it itself (more
+        parameters than the runner passes: the queue has run first)."""
         count = len(pointers)
         if count > MAX_GROUPED_PARAMETERS:
             self.flush()
