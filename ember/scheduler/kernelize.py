@@ -91,22 +91,70 @@ def find_boundaries(roots: list[Node], buffer_limit: BufferLimit = unlimited_buf
     place first."""
     expand_in_place(roots)
     boundaries: dict[int, Node] = {}
+    walks = KernelWalks(boundaries)
     pending = [root for root in roots if not root.realized] + _deep_cuts(roots)
     while pending:
         _discover(pending, boundaries)
         # A boundary found late (e.g. the source of a COPY) changes the kernels walked before it was known:
-        # walk every kernel again with the final set; that pass gives the dependencies (and rarely more nodes).
-        depends_on = {id(root): _kernel_dependencies(root, boundaries) for root in boundaries.values()}
+        # walk every kernel again with the final set (KernelWalks: those a new boundary changed); that pass gives
+        # the dependencies (and rarely more nodes).
+        depends_on = {id(root): walks.dependencies(root) for root in boundaries.values()}
         pending = [node for found in depends_on.values() for node in found if id(node) not in boundaries]
         if not pending:
-            pending = _expensive_shared_nodes(list(boundaries.values()), boundaries)
+            pending = _expensive_shared_nodes(list(boundaries.values()), walks)
         if not pending:
-            pending = _broadcast_recompute_cuts(list(boundaries.values()), boundaries)
+            pending = _broadcast_recompute_cuts(list(boundaries.values()), walks)
         if not pending:
-            pending = _oversized_kernel_cuts(list(boundaries.values()), boundaries)
+            pending = _oversized_kernel_cuts(list(boundaries.values()), walks)
         if not pending:
-            pending = _buffer_limit_cuts(list(boundaries.values()), boundaries, buffer_limit)
+            pending = _buffer_limit_cuts(list(boundaries.values()), walks, buffer_limit)
     return post_order([root for root in roots if not root.realized], lambda node: depends_on[id(node)])
+
+
+class KernelWalks:
+    """Each kernel's interior (`_interior`) and stored dependencies (`_kernel_dependencies`) while find_boundaries
+    runs its passes, kept until a node of the kernel's interior becomes a boundary: boundaries only grow, and a
+    walk stops at them, so a boundary outside a kernel's interior never changes its walks (each pass walked every
+    kernel again: char_lstm's cold schedule spent 0.5 s of its 1.2 s kernelizing in these walks). Also which
+    kernels `_broadcast_recompute_cuts` found nothing to cut in since their interior was walked (it decides per
+    kernel, from its interior alone)."""
+
+    def __init__(self, boundaries: dict[int, Node]) -> None:
+        self.boundaries = boundaries
+        self._applied = 0  # boundaries (in insertion order) whose kernels' walks were forgotten
+        self._interiors: dict[int, list[Node]] = {}
+        self._dependencies: dict[int, list[Node]] = {}
+        self._kernels_of: dict[int, list[int]] = {}  # node -> the kernels whose kept interior holds it
+        self.uncut: set[int] = set()  # kernels _broadcast_recompute_cuts chose nothing in (interior unchanged)
+
+    def interior(self, root: Node) -> list[Node]:
+        self._forget_changed()
+        interior = self._interiors.get(id(root))
+        if interior is None:
+            interior = self._interiors[id(root)] = _interior(root, self.boundaries)
+            for node in interior:
+                self._kernels_of.setdefault(id(node), []).append(id(root))
+        return interior
+
+    def dependencies(self, root: Node) -> list[Node]:
+        if root.op is Op.COPY:  # (its source: no walk)
+            return _kernel_dependencies(root, self.boundaries)
+        self.interior(root)  # (kept with the nodes whose storing changes the walk)
+        found = self._dependencies.get(id(root))
+        if found is None:
+            found = self._dependencies[id(root)] = _kernel_dependencies(root, self.boundaries)
+        return found
+
+    def _forget_changed(self) -> None:
+        if len(self.boundaries) == self._applied:
+            return
+        added = list(self.boundaries.values())[self._applied:]
+        self._applied = len(self.boundaries)
+        for node in added:
+            for kernel in self._kernels_of.pop(id(node), ()):
+                self._interiors.pop(kernel, None)
+                self._dependencies.pop(kernel, None)
+                self.uncut.discard(kernel)
 
 
 def _discover(pending: list[Node], boundaries: dict[int, Node]) -> None:
@@ -140,7 +188,7 @@ def _interior(kernel_root: Node, boundaries: dict[int, Node]) -> list[Node]:
     return post_order(computed_sources(kernel_root), computed_sources)
 
 
-def _expensive_shared_nodes(kernel_roots: list[Node], boundaries: dict[int, Node]) -> list[Node]:
+def _expensive_shared_nodes(kernel_roots: list[Node], walks: KernelWalks) -> list[Node]:
     """Elementwise nodes that several kernels would recompute and that cost SHARED_WORK_LIMIT ops per element or
     more, counting from the last stored node below. A floating value costs the distinct elementwise ops it needs
     (a value used twice below it, such as an erfc's t in its Horner steps, is computed once: counted as a tree, a
@@ -156,7 +204,7 @@ def _expensive_shared_nodes(kernel_roots: list[Node], boundaries: dict[int, Node
     for root in kernel_roots:
         if root.op is Op.COPY:
             continue
-        for node in _interior(root, boundaries):
+        for node in walks.interior(root):
             if id(node) not in kernels_using:
                 kernels_using[id(node)] = 0
                 in_order.append(node)
@@ -189,7 +237,7 @@ def _expensive_shared_nodes(kernel_roots: list[Node], boundaries: dict[int, Node
     return chosen
 
 
-def _broadcast_recompute_cuts(kernel_roots: list[Node], boundaries: dict[int, Node]) -> list[Node]:
+def _broadcast_recompute_cuts(kernel_roots: list[Node], walks: KernelWalks) -> list[Node]:
     """Elementwise nodes that a kernel evaluates many times per element (read under an EXPAND, e.g. as a matmul
     operand) and that are expensive to evaluate: storing one costs a write and a read per use, recomputing it costs
     its whole chain per use. The span of a node is the largest iteration domain above it in the kernel (a reduce's
@@ -202,49 +250,57 @@ def _broadcast_recompute_cuts(kernel_roots: list[Node], boundaries: dict[int, No
     below)."""
     chosen: list[Node] = []
     for root in kernel_roots:
-        if root.op is Op.COPY or fused_attention(root):
+        if root.op is Op.COPY or id(root) in walks.uncut or fused_attention(root):
             continue
-        interior = _interior(root, boundaries)  # sources first
-        if not interior:
-            continue
-        computed = {id(node) for node in interior}
-        cost: dict[int, int] = {}
-        largest_read: dict[int, int] = {}  # bytes of the largest buffer a node's chain loads (0: index arithmetic)
-        total_read: dict[int, int] = {}  # bytes of the buffers a node's chain loads (a buffer read twice, twice)
-        joins: set[int] = set()  # the concatenations: ADDs (ORs of bools) of PADs and of such joins
-        for node in interior:
-            below = sum(cost.get(id(source), 0) for source in node.srcs)
-            joined = node.op is (Op.OR if node.dtype.is_bool else Op.ADD) and all(
-                source.op is Op.PAD or id(source) in joins for source in node.srcs)
-            if joined:
-                joins.add(id(node))
-            cost[id(node)] = min((JOINED_PARTS_WORK if joined else op_work(node.op)) + below, BROADCAST_WORK_LIMIT)
-            reads = [largest_read[id(source)] if id(source) in computed else
-                     0 if source.op in INLINE_LEAVES else source.size * source.dtype.itemsize for source in node.srcs]
-            total_read[id(node)] = sum(total_read[id(source)] if id(source) in computed else read
-                                       for source, read in zip(node.srcs, reads))
-            # (a join may be stored as large as its parts together: it is their values side by side)
-            largest_read[id(node)] = total_read[id(node)] if joined else max(reads, default=0)
-        span: dict[int, int] = {}
-        covered: set[int] = set()
-        for node in (root, *reversed(interior)):  # consumers before their sources
-            node_span = max(node.size, span.get(id(node), 0))
-            if id(node) in covered:
-                covered.update(id(source) for source in node.srcs)
-                continue
-            if (node is not root and node.op in ELEMENTWISE_OPS
-                    and 0 < node.size * node.dtype.itemsize <= largest_read[id(node)]
-                    and node_span >= 2 * node.size and cost[id(node)] >= EXPENSIVE_WORK
-                    and (node_span - node.size) * cost[id(node)] >= BROADCAST_WORK_LIMIT):
-                chosen.append(node)
-                covered.update(id(source) for source in node.srcs)
-                continue
-            for source in node.srcs:
-                if id(source) in computed:
-                    # a row's value read along the row is evaluated once per row (row fusion): not a broadcast
-                    source_span = source.size if _reads_a_row_value(node, source, computed) else node_span
-                    span[id(source)] = max(span.get(id(source), 0), source_span)
+        interior = walks.interior(root)  # sources first
+        chosen_before = len(chosen)
+        _broadcast_cuts_of(root, interior, chosen)
+        if len(chosen) == chosen_before:
+            walks.uncut.add(id(root))
     return chosen
+
+
+def _broadcast_cuts_of(root: Node, interior: list[Node], chosen: list[Node]) -> None:
+    """_broadcast_recompute_cuts for one kernel: its cuts appended to `chosen`."""
+    if not interior:
+        return
+    computed = {id(node) for node in interior}
+    cost: dict[int, int] = {}
+    largest_read: dict[int, int] = {}  # bytes of the largest buffer a node's chain loads (0: index arithmetic)
+    total_read: dict[int, int] = {}  # bytes of the buffers a node's chain loads (a buffer read twice, twice)
+    joins: set[int] = set()  # the concatenations: ADDs (ORs of bools) of PADs and of such joins
+    for node in interior:
+        below = sum(cost.get(id(source), 0) for source in node.srcs)
+        joined = node.op is (Op.OR if node.dtype.is_bool else Op.ADD) and all(
+            source.op is Op.PAD or id(source) in joins for source in node.srcs)
+        if joined:
+            joins.add(id(node))
+        cost[id(node)] = min((JOINED_PARTS_WORK if joined else op_work(node.op)) + below, BROADCAST_WORK_LIMIT)
+        reads = [largest_read[id(source)] if id(source) in computed else
+                 0 if source.op in INLINE_LEAVES else source.size * source.dtype.itemsize for source in node.srcs]
+        total_read[id(node)] = sum(total_read[id(source)] if id(source) in computed else read
+                                   for source, read in zip(node.srcs, reads))
+        # (a join may be stored as large as its parts together: it is their values side by side)
+        largest_read[id(node)] = total_read[id(node)] if joined else max(reads, default=0)
+    span: dict[int, int] = {}
+    covered: set[int] = set()
+    for node in (root, *reversed(interior)):  # consumers before their sources
+        node_span = max(node.size, span.get(id(node), 0))
+        if id(node) in covered:
+            covered.update(id(source) for source in node.srcs)
+            continue
+        if (node is not root and node.op in ELEMENTWISE_OPS
+                and 0 < node.size * node.dtype.itemsize <= largest_read[id(node)]
+                and node_span >= 2 * node.size and cost[id(node)] >= EXPENSIVE_WORK
+                and (node_span - node.size) * cost[id(node)] >= BROADCAST_WORK_LIMIT):
+            chosen.append(node)
+            covered.update(id(source) for source in node.srcs)
+            continue
+        for source in node.srcs:
+            if id(source) in computed:
+                # a row's value read along the row is evaluated once per row (row fusion): not a broadcast
+                source_span = source.size if _reads_a_row_value(node, source, computed) else node_span
+                span[id(source)] = max(span.get(id(source), 0), source_span)
 
 
 def _reads_a_row_value(node: Node, source: Node, computed: set[int]) -> bool:
@@ -296,7 +352,7 @@ def _deep_cuts(roots: list[Node]) -> list[Node]:
     return chosen
 
 
-def _oversized_kernel_cuts(kernel_roots: list[Node], boundaries: dict[int, Node]) -> list[Node]:
+def _oversized_kernel_cuts(kernel_roots: list[Node], walks: KernelWalks) -> list[Node]:
     """Nodes to store so that no kernel computes MAX_KERNEL_OPS ops or more (compilers take superlinear time on
     huge kernels). In a kernel that is too large, a node is stored once the ops below it since the last stored
     node reach the limit (counted as a tree: shared work counts once per use, so the pieces only get smaller),
@@ -305,7 +361,7 @@ def _oversized_kernel_cuts(kernel_roots: list[Node], boundaries: dict[int, Node]
     for root in kernel_roots:
         if root.op is Op.COPY:
             continue
-        interior = _interior(root, boundaries)
+        interior = walks.interior(root)
         if len(interior) + 1 < MAX_KERNEL_OPS:
             continue
         computed = {id(node) for node in interior}
@@ -322,7 +378,7 @@ def _oversized_kernel_cuts(kernel_roots: list[Node], boundaries: dict[int, Node]
     return chosen
 
 
-def _buffer_limit_cuts(kernel_roots: list[Node], boundaries: dict[int, Node], buffer_limit: BufferLimit) -> list[Node]:
+def _buffer_limit_cuts(kernel_roots: list[Node], walks: KernelWalks, buffer_limit: BufferLimit) -> list[Node]:
     """Nodes to store so that no kernel reads more buffers than its device binds (WebGPU: a few dozen).
 
     Sources first, each node's set of buffers read is the union of its sources'; where it would pass the limit (the
@@ -332,7 +388,7 @@ def _buffer_limit_cuts(kernel_roots: list[Node], boundaries: dict[int, Node], bu
         if root.op is Op.COPY:
             continue
         budget = buffer_limit(cast(str, root.device)) - 1  # placed by the schedule's walk
-        interior = _interior(root, boundaries)
+        interior = walks.interior(root)
         computed = {id(node) for node in interior}
         reads: dict[int, frozenset[int]] = {}
 
