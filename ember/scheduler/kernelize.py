@@ -20,6 +20,7 @@ than its device binds (DeviceInfo.max_kernel_buffers): intermediates are stored 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import cast
 
@@ -148,7 +149,7 @@ class KernelWalks:
     def _forget_changed(self) -> None:
         if len(self.boundaries) == self._applied:
             return
-        added = list(self.boundaries.values())[self._applied:]
+        added = list(itertools.islice(self.boundaries.values(), self._applied, None))
         self._applied = len(self.boundaries)
         for node in added:
             for kernel in self._kernels_of.pop(id(node), ()):
@@ -252,18 +253,19 @@ def _broadcast_recompute_cuts(kernel_roots: list[Node], walks: KernelWalks) -> l
     for root in kernel_roots:
         if root.op is Op.COPY or id(root) in walks.uncut or fused_attention(root):
             continue
-        interior = walks.interior(root)  # sources first
-        chosen_before = len(chosen)
-        _broadcast_cuts_of(root, interior, chosen)
-        if len(chosen) == chosen_before:
+        cuts = _broadcast_cuts_of(root, walks.interior(root))
+        if cuts:
+            chosen += cuts
+        else:
             walks.uncut.add(id(root))
     return chosen
 
 
-def _broadcast_cuts_of(root: Node, interior: list[Node], chosen: list[Node]) -> None:
-    """_broadcast_recompute_cuts for one kernel: its cuts appended to `chosen`."""
+def _broadcast_cuts_of(root: Node, interior: list[Node]) -> list[Node]:
+    """_broadcast_recompute_cuts for one kernel, whose interior (sources first) is `interior`."""
+    chosen: list[Node] = []
     if not interior:
-        return
+        return chosen
     computed = {id(node) for node in interior}
     cost: dict[int, int] = {}
     largest_read: dict[int, int] = {}  # bytes of the largest buffer a node's chain loads (0: index arithmetic)
@@ -301,6 +303,7 @@ def _broadcast_cuts_of(root: Node, interior: list[Node], chosen: list[Node]) -> 
                 # a row's value read along the row is evaluated once per row (row fusion): not a broadcast
                 source_span = source.size if _reads_a_row_value(node, source, computed) else node_span
                 span[id(source)] = max(span.get(id(source), 0), source_span)
+    return chosen
 
 
 def _reads_a_row_value(node: Node, source: Node, computed: set[int]) -> bool:
