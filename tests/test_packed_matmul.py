@@ -259,31 +259,67 @@ def test_a_packed_matmuls_blocks_and_tiles_are_in_the_search_space() -> None:
             plan_from_data({**plan_to_data(plan), **wrong}, kernel)
 
 
-def test_searched_blocks_and_tiles_compute_the_matmul_on_c() -> None:
-    """Each micro-kernel the c device's registers fit, with small blocks (several blocks over k, rows and columns,
-    and edge tiles in each), computes the matmul as numpy does."""
+def _run_plan(a_data: np.ndarray, b_data: np.ndarray, plan: Plan, name: str) -> np.ndarray:
+    """a_data @ b_data computed on c by the packed kernel `plan` lowers to (the c device's DeviceInfo)."""
     from ember.scheduler.devices import get_device
 
     device = get_device("c")
-    a_data, b_data = normal(301, 700), normal(700, 613, seed=1)
     (kernel,) = _kernels(em.tensor(a_data, device="c") @ em.tensor(b_data, device="c"))
-    tiles = [(action.axis, action.amount) for action in actions(kernel, device.info) if action.kind == "pack_tile"]
+    lowered = lower_plan(kernel, name, device.info, plan)
+    assert lowered is not None and lowered.packed is not None
+    pool = device.pool
+    handles = [pool.allocate(param.size * 4) for param in lowered.params]
+    try:
+        for param, handle in zip(lowered.params, handles):
+            if not param.is_output:
+                pool.copy_in(handle, np.ascontiguousarray(a_data if param.position == lowered.packed.a
+                                                          else b_data).data.cast("B"))
+        device.compile(lowered)(handles, lowered.global_size).wait()
+        output = np.empty((a_data.shape[0], b_data.shape[1]), np.float32)
+        pool.copy_out(output.data.cast("B"), handles[0])
+    finally:
+        for param, handle in zip(lowered.params, handles):
+            pool.release(handle, param.size * 4)
+    return output
+
+
+def _c_tiles(a_shape: tuple[int, int], b_shape: tuple[int, int]) -> list[tuple[int, int]]:
+    """The micro-kernel tiles the c device's registers fit, for a matmul of these shapes."""
+    from ember.scheduler.devices import get_device
+
+    info = get_device("c").info
+    (kernel,) = _kernels(em.tensor(np.zeros(a_shape, np.float32), device="c")
+                         @ em.tensor(np.zeros(b_shape, np.float32), device="c"))
+    return [(action.axis, action.amount) for action in actions(kernel, info) if action.kind == "pack_tile"]
+
+
+def test_searched_blocks_and_tiles_compute_the_matmul_on_c() -> None:
+    """Each micro-kernel the c device's registers fit, with small blocks (several blocks over k, rows and columns,
+    and edge tiles in each), computes the matmul as numpy does."""
+    a_data, b_data = normal(301, 700), normal(700, 613, seed=1)
+    tiles = _c_tiles((301, 700), (700, 613))
     assert len(tiles) >= 4
     for tile in tiles:
-        lowered = lower_plan(kernel, f"packed_tile_{tile[0]}x{tile[1]}", device.info,
-                             Plan(packed=True, packed_blocks=(128, 48, 512), packed_tile=tile))
-        assert lowered is not None and lowered.packed is not None
-        pool = device.pool
-        handles = [pool.allocate(param.size * 4) for param in lowered.params]
-        try:
-            for param, handle in zip(lowered.params, handles):
-                if not param.is_output:
-                    pool.copy_in(handle, np.ascontiguousarray(a_data if param.position == lowered.packed.a
-                                                              else b_data).data.cast("B"))
-            device.compile(lowered)(handles, lowered.global_size).wait()
-            output = np.empty((301, 613), np.float32)
-            pool.copy_out(output.data.cast("B"), handles[0])
-        finally:
-            for param, handle in zip(lowered.params, handles):
-                pool.release(handle, param.size * 4)
+        output = _run_plan(a_data, b_data, Plan(packed=True, packed_blocks=(128, 48, 512), packed_tile=tile),
+                           f"packed_tile_{tile[0]}x{tile[1]}")
         np.testing.assert_allclose(output, a_data @ b_data, rtol=1e-4, atol=1e-4 * 700**0.5, err_msg=str(tile))
+
+
+def test_edge_tiles_of_operands_read_in_place_on_c() -> None:
+    """Operands read in place (A of at most c_matmul.DIRECT_SIDE columns, B of as many rows) whose last panel
+    crosses the edge: the micro-kernel reads it from a panel's size before the edge and stores only its own rows
+    and columns (the vector across the edge with a masked store), adding to what the earlier blocks of k stored
+    (three blocks here: a row or column stored twice would be added twice); a side smaller than one panel (19
+    columns of a 32- or 64-wide panel) is packed with zeros as before. Every tile the c device fits, against numpy."""
+    from ember.scheduler.devices import get_device
+
+    lanes = get_device("c").info.preferred_vector_width
+    for rows, vectors in _c_tiles((40, 300), (300, 40)):
+        for height in (17, 5 * rows - 1, 5 * rows + rows // 2):  # (from ir/packed_matmul.MINIMUM_SIDE rows)
+            for width in (19, lanes * vectors + 1, 2 * lanes * vectors + lanes + 5):
+                a_data, b_data = normal(height, 300), normal(300, width, seed=1)
+                output = _run_plan(a_data, b_data, Plan(packed=True, packed_blocks=(128, 0, 0),
+                                                        packed_tile=(rows, vectors)),
+                                   f"packed_edge_{rows}x{vectors}_{height}_{width}")
+                np.testing.assert_allclose(output, a_data @ b_data, rtol=1e-4, atol=1e-4 * 300**0.5,
+                                           err_msg=f"tile {rows}x{vectors}, {height} x 300 @ 300 x {width}")
