@@ -122,8 +122,9 @@ def _kernels(function: Any) -> int:
 def test_batch_norm_training_step_kernel_counts(device: str) -> None:
     """Forward: the mean and the variance each summed in stages (chunks of 64 values, then of 64 partials), 1 / std,
     the normalization. Backward: sum(grad) and sum(grad * xhat) as one staged reduce (grad times [1, xhat]), the
-    input's gradient (one elementwise kernel), the weight's and bias' gradients copied from the stacked sums. The
-    running statistics: 3 assignments. Before: 8 + 9 kernels over 64 x 32 x 8 x 8 (the two backward sums reduced
+    input's gradient (one elementwise kernel), the weight's and bias' gradients copied from the stacked sums; and the
+    running statistics, 3 assignments, in the backward's schedule (core/state_updates.py: nothing is left to compute
+    for them afterwards). Before: 8 + 9 kernels over 64 x 32 x 8 x 8 (the two backward sums reduced
     apart, 3 stages each), 10 + 11 over 8 x 64 x 56 x 56 (3 stages of 64 and 16: 4). These are a CPU's stages; a
     device that reduces rows by workgroups (a GPU) has its own, counted in tests/test_group_reduce.py."""
     if reduces_by_groups(get_device(device).info):
@@ -135,6 +136,32 @@ def test_batch_norm_training_step_kernel_counts(device: str) -> None:
         assert _kernels(output.realize) == forward, shape
         grad = em.randn(*shape, device=device).realize()
         assert _kernels(lambda: (output.backward(grad), em.realize(x.grad, layer.weight.grad,
-                                                                   layer.bias.grad))) == backward, shape
+                                                                   layer.bias.grad))) == backward + 3, shape
         assert _kernels(lambda: em.realize(layer.running_mean, layer.running_var,
-                                           layer.num_batches_tracked)) == 3, shape
+                                           layer.num_batches_tracked)) == 0, shape
+
+
+def test_running_statistics_are_computed_by_the_next_backward_or_optimizer_step(device: str) -> None:
+    """The lazy running statistics a training forward makes are computed in the schedule of the backward that follows
+    (core/state_updates.py), else by the optimizer's next step (a forward without a backward), never chained across
+    steps; their values and the parameters' follow torch's over SGD steps."""
+    layer, torch_layer = em.nn.BatchNorm1d(4).to(device), torch.nn.BatchNorm1d(4)
+    optimizer = em.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9)
+    torch_optimizer = torch.optim.SGD(torch_layer.parameters(), lr=0.1, momentum=0.9)
+    for step in range(3):
+        x, tx = pair(random_array((8, 4), seed=step) * 2 + 1, device, requires_grad=True)
+        (layer(x) * x).sum().backward()
+        (torch_layer(tx) * tx).sum().backward()
+        assert layer.running_mean.node.realized and layer.running_var.node.realized, step
+        optimizer.step(), torch_optimizer.step()
+        optimizer.zero_grad(), torch_optimizer.zero_grad()
+    x, tx = pair(random_array((8, 4), seed=9) - 1, device)
+    with em.no_grad():
+        layer(x)
+    with torch.no_grad():
+        torch_layer(tx)
+    assert not layer.running_mean.node.realized
+    optimizer.step(), torch_optimizer.step()  # (no gradients: only the statistics are computed)
+    assert layer.running_mean.node.realized and layer.running_var.node.realized
+    for name in ("running_mean", "running_var", "num_batches_tracked", "weight", "bias"):
+        assert_close(getattr(layer, name), getattr(torch_layer, name), check_dtype=False, atol=1e-5)

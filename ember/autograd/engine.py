@@ -12,6 +12,7 @@ from ember.core import runtime
 from ember.core.errors import AutogradError, DeviceError, ShapeError
 from ember.core.graph_templates import TEMPLATES
 from ember.core.ops import Op
+from ember.core.state_updates import take_state_updates
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -46,7 +47,9 @@ def backward(
         for tensor, gradient in gradients:
             tensor.grad = _own(gradient) if tensor.grad is None else _accumulate(tensor.grad, gradient, create_graph)
             updated.append(tensor.grad)
-        _realize(updated + roots)  # the roots (the loss) too: reading them afterwards must not recompute the forward
+        # the roots (the loss) too: reading them afterwards must not recompute the forward; and the module state the
+        # forward updated lazily (running statistics: core/state_updates.py), in the same schedule
+        _realize(updated + roots + take_state_updates())
         if walked is not None:
             free_history(walked)
         for tensor, _ in gradients:  # leaves' post-accumulate hooks, in the order their gradients were completed

@@ -204,13 +204,15 @@ class Jitted:
                                        f"{plan.describe()}")
         return result
 
-    def replay_captured(self, *args: Any) -> Any:
-        """A call the caller knows to match the capture's key (the optimizer's step replays, whose own signature
-        holds it): replayed without comparing the inputs with the key again."""
-        assert self.capture is not None, "replay_captured before a capture"
-        return self._replay(self.capture, _leaves(args))
+    def replay_in_place(self, leaves: list[Any]) -> None:
+        """A call the caller knows to match the capture's key, replayed without comparing the inputs with the key
+        again, whose results the caller does not read: the optimizer's step replays, whose own signature holds the
+        key and whose updates are written into their arguments. `leaves`: the call's arguments as `_leaves`
+        flattens them; no result is built."""
+        assert self.capture is not None, "replay_in_place before a capture"
+        self._replay(self.capture, leaves, results=False)
 
-    def _replay(self, capture: Capture, leaves: list[Any]) -> Any:
+    def _replay(self, capture: Capture, leaves: list[Any], results: bool = True) -> Any:
         realize(*(leaf for leaf in leaves if isinstance(leaf, Tensor) and not leaf.node.realized))
         with SCHEDULER_LOCK:  # (the pools and device queues are shared with other threads)
             assert capture.memory_pool is not None
@@ -242,6 +244,8 @@ class Jitted:
                 error.args = (f"{error.args[0]} (in a replay of ember.jit({self.function.__name__}); the "
                               "values it computed are wrong and its in-place updates are done)",)
                 raise error
+        if not results:
+            return None
         values = []
         for kind, where in capture.outputs:
             if kind == "value":

@@ -2,35 +2,18 @@
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import ember as em
 from ember.autograd.grad_mode import no_grad
 from ember.core.errors import ShapeError
+from ember.core.state_updates import note_state_update
 from ember.core.tensor import Tensor
 from ember.nn import functional as F
 from ember.nn import init
 from ember.nn.linear import empty_parameter
 from ember.nn.module import Module
-
-_pending_updates: dict[int, weakref.ref[Tensor]] = {}
-
-
-def pending_buffer_updates() -> list[Tensor]:
-    """Buffers given a lazy new value in forward (running statistics) and not computed yet; the list is emptied.
-
-    Optimizers realize these together with the parameters in their one realize per step, so running statistics
-    never build a chain of lazy updates across steps.
-    """
-    tensors = [tensor for reference in _pending_updates.values() if (tensor := reference()) is not None]
-    _pending_updates.clear()
-    return [tensor for tensor in tensors if not tensor.node.realized]
-
-
-def _mark_pending(tensor: Tensor) -> None:
-    _pending_updates[id(tensor)] = weakref.ref(tensor)
 
 
 def register_running_stats(module: Module, num_features: int, track: bool, device: Any, dtype: Any) -> None:
@@ -128,7 +111,7 @@ class _BatchNorm(Module):
             self.running_mean.assign(self.running_mean * (1 - factor) + mean.cast(self.running_mean.dtype) * factor)
             self.running_var.assign(self.running_var * (1 - factor) + variance.cast(self.running_var.dtype) * factor)
         for buffer in buffers:
-            _mark_pending(buffer)
+            note_state_update(buffer)
 
     def extra_repr(self) -> str:
         return (

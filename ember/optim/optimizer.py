@@ -23,6 +23,7 @@ from ember.autograd.grad_mode import enable_grad, no_grad
 from ember.core import dtype as dtypes
 from ember.core.runtime import RUNTIME
 from ember.core.creation import tensor as data_tensor
+from ember.core.state_updates import take_state_updates
 from ember.core.tensor import Tensor, realize
 from ember.optim.step_replay import StepReplays
 
@@ -177,8 +178,6 @@ class Optimizer:
         With a closure (which recomputes the loss and calls backward), the loss it returns is realized in the
         same schedule as the update, so reading it afterwards costs nothing extra.
         """
-        from ember.nn.normalization import pending_buffer_updates
-
         loss = None
         if closure is not None:
             with enable_grad():
@@ -199,7 +198,7 @@ class Optimizer:
             outputs = self._replays.run(self, stepped, self._updates) if self.replays_steps else None
             if outputs is None:
                 outputs = self._updates(stepped)
-        outputs += pending_buffer_updates()
+        outputs += take_state_updates()  # (a forward's running statistics not realized by a backward since)
         if isinstance(loss, Tensor):
             outputs.append(loss)
         pending = [tensor for tensor in outputs if not tensor.node.realized]

@@ -79,7 +79,7 @@ class StepReplays:
         replays = jitted.replays
         try:
             if jitted.capture is not None:  # (the signature holds its capture's key: every tensor's shape, dtype, device)
-                jitted.replay_captured(tensors)
+                jitted.replay_in_place(tensors)  # (one list: the leaves of the recorded call's arguments)
             else:
                 jitted(tensors)  # (realizes what the update computed, its arguments and the state it made, at once)
         except JitError:  # raised after the recorded call ran (eagerly, in full): keep its result, never replay it
@@ -161,13 +161,21 @@ def _signature(optimizer: Optimizer, stepped: Stepped, tensors: list[Tensor]) ->
     split_counts = tuple(sorted(holders[count] != members for count, members in stepped_holders.items()))
     # the tensors' shapes, dtypes and devices (what ember.jit keys its capture on), and which share a buffer
     first_of: dict[int, int] = {}
-    layout = tuple((node.shape, node.dtype, node.device, first_of.setdefault(id(buffer_of(node)), position))
-                   for position, node in enumerate(tensor.node for tensor in tensors))
-    return (type(optimizer), groups, tuple(parameters), split_counts, layout)
+    layout = []
+    for position, tensor in enumerate(tensors):
+        node = tensor.node
+        layout.append((node.shape, node.dtype, node.device,
+                       first_of.setdefault(id(node.buffer or buffer_of(node)), position)))
+    return (type(optimizer), groups, tuple(parameters), split_counts, tuple(layout))
+
+
+PLAIN_VALUES = frozenset({bool, int, float, str, type(None)})  # types whose values are their own stand-ins
 
 
 def _frozen(value: Any) -> Any:
     """A hashable stand-in for a group or state value that compares equal exactly when the value does."""
+    if value.__class__ in PLAIN_VALUES:  # (most group entries: learning rates, flags)
+        return value
     if isinstance(value, (list, tuple)):
         return (type(value).__name__, tuple(_frozen(item) for item in value))
     try:
