@@ -90,6 +90,22 @@ def test_an_upload_and_a_copy_inside_a_queued_program_see_the_kernels_before_the
     assert flushes
 
 
+def test_host_data_a_queued_program_reads_late_is_uploaded_before_its_launches_are_held(flushes: list[int]) -> None:
+    """A leaf of host data (a new batch, a random draw's key) that a program reads only after many kernels is
+    uploaded before the queue holds the first of them: an upload runs what the queue holds, so at its first use it
+    split the program's launches into two runs of the queue (three with a dropout's two keys)."""
+    generator = np.random.default_rng(2)
+    values, added = (generator.standard_normal((256, 512)).astype(np.float32) for _ in range(2))
+    x = em.tensor(values, device="c").realize()
+
+    def run() -> np.ndarray:
+        flushes.clear()
+        return (_chain(x) + em.tensor(added, device="c")).numpy()
+
+    np.testing.assert_allclose(_twice(run), _chain_numpy(values) + added, rtol=1e-4, atol=1e-4)
+    assert len(flushes) == 1 and flushes[0] >= 12, flushes
+
+
 def test_memory_the_pool_gives_back_runs_the_queue_past_its_limit(flushes: list[int],
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # a pool that keeps no large buffer lets each one go at its release: the queue holds that memory until it runs,

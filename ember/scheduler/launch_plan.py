@@ -13,6 +13,7 @@ from typing import cast
 from ember.backends.base import Device, MemoryPool, Program
 from ember.backends.registry import REGISTRY
 from ember.core.graph import Node
+from ember.core.ops import Op
 from ember.scheduler import compile_cache
 from ember.scheduler.buffers import Buffer
 from ember.scheduler.devices import get_device
@@ -26,11 +27,14 @@ class LaunchPlan:
     for a program that cannot be planned (its realizes bind it at each run)."""
 
     def __init__(self, bindings: list[LaunchBinding | None] | None, stamp: tuple[object, int], devices: list[Device],
-                 device_lists: dict[str, list[Device]]) -> None:
+                 device_lists: dict[str, list[Device]], leaves: tuple[int, ...] = ()) -> None:
         self.runnable = bindings is not None
         self.bindings = bindings or []
         # whether a realize holds its host launches in the launch queue (backends/launch_queue.py): two or more
         self.queued = sum(binding is not None for binding in self.bindings) >= 2
+        # the slots of the graph's leaves the program reads (realized nodes, or host data a first use uploads: a
+        # queued realize uploads those before it holds a launch, as an upload runs what the queue holds first)
+        self.leaves = leaves
         self.stamp = stamp
         self.pools: tuple[MemoryPool, ...] = tuple({device.pool: None for device in devices})
         self.device_lists = tuple(device_lists.items())
@@ -76,7 +80,8 @@ def plan_launches(program: CommandProgram, nodes: list[Node], stamp: tuple[objec
         if size == 0 or not device.info.can_run or compiled is None:
             return unplanned
         bindings.append(LaunchBinding(device, compiled, size, output.dtype))
-    return LaunchPlan(bindings, stamp, list(devices.values()), device_lists)
+    leaves = tuple(index for index in sorted(program.used) if nodes[index].op is Op.BUFFER)
+    return LaunchPlan(bindings, stamp, list(devices.values()), device_lists, leaves)
 
 
 def bind_devices(program: CommandProgram,

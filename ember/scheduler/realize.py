@@ -97,8 +97,15 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
             del graph_nodes
             for pool in plan.pools:
                 pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
-            # host kernels run back to back at the end (backends/launch_queue.py)
+            # host kernels run back to back at the end (backends/launch_queue.py), after the uploads of the host data
+            # the program reads (an upload runs what the queue holds: at their first use, a training step's random
+            # draws' keys split its launches into three runs)
             opened = plan.queued and not gather and open_queue()
+            if opened:
+                for index in plan.leaves:
+                    leaf = cast(Node, live[index])
+                    if leaf.buffer is None:
+                        buffer_of(leaf)
             try:
                 execute(program.commands, plan.bindings, live, program.last_use, gather=gather,
                         small_assigns_anywhere=True)
