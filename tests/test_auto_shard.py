@@ -254,3 +254,31 @@ def test_work_that_fits_its_pool_builds_no_axis_model(other: str, limits: dict[s
     product = (em.tensor(a) @ em.tensor(b)).realize()
     assert built
     np.testing.assert_allclose(product.numpy(), (torch.tensor(a) @ torch.tensor(b)).numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_the_rules_are_not_asked_where_no_listed_device_could_share_the_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where every other listed device runs on c:0's cores (PoCL, lavapipe) or none is listed, no rule could split
+    c:0's work: a large output's realize does not run them (their walk of its graph cost a batched matmul realized
+    each time ~35 us of its 1 ms); a listed device off the host's cores (standing for a GPU) makes them decide again.
+    The values against numpy either way."""
+    if "c:0" not in ALL_DEVICES:
+        pytest.skip("needs the c device")
+    asked: list[Any] = []
+    original = automatic.decide
+    monkeypatch.setattr(automatic, "decide", lambda *arguments: asked.append(arguments[0]) or original(*arguments))
+    a_data, b_data = random_array((1100, 64)), random_array((64, 1000), seed=1)
+    others = [device for device in ALL_DEVICES if device != "c:0"]
+    result = (em.tensor(a_data, device="c") @ em.tensor(b_data, device="c")).numpy()
+    np.testing.assert_allclose(result, a_data @ b_data, rtol=1e-4, atol=1e-4)
+    assert 1100 * 1000 >= MINIMUM_ELEMENTS
+    assert bool(asked) == any(not get_device(device).info.host_cores for device in others)
+    assert automatic._may_share("c:0") == bool(asked)
+    if others:
+        device = get_device(others[0])
+        monkeypatch.setattr(device, "info", dataclasses.replace(device.info, host_cores=False))
+        assert automatic._may_share("c:0")
+        asked.clear()
+        result = (em.tensor(a_data, device="c") @ em.tensor(b_data, device="c")).numpy()
+        np.testing.assert_allclose(result, a_data @ b_data, rtol=1e-4, atol=1e-4)
+        assert asked
+    assert not automatic._may_share("dummy:0")  # (not a compute device: the rules never split its work)
