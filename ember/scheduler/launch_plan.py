@@ -80,7 +80,7 @@ def plan_launches(program: CommandProgram, nodes: list[Node], stamp: tuple[objec
         if size == 0 or not device.info.can_run or compiled is None:
             return unplanned
         bindings.append(LaunchBinding(device, compiled, size, output.dtype))
-    leaves = tuple(index for index in sorted(program.used) if nodes[index].op is Op.BUFFER)
+    leaves = tuple(index for index in program.used if nodes[index].op is Op.BUFFER)
     return LaunchPlan(bindings, stamp, list(devices.values()), device_lists, leaves)
 
 

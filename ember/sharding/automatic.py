@@ -10,8 +10,7 @@ from typing import cast
 
 from ember.core.graph import Node
 from ember.core.ops import Op
-from ember.scheduler.devices import get_device
-from ember.sharding.decision import MINIMUM_ELEMENTS, Decision, decide
+from ember.sharding.decision import MINIMUM_ELEMENTS, Decision, decide, sharing_devices
 from ember.sharding.slicing import SlicedGraph, box
 
 __all__ = ["MINIMUM_ELEMENTS", "RECENT", "compute_devices", "shard_plan", "split_plan"]
@@ -53,10 +52,7 @@ def _may_share(home: str) -> bool:
     names = _Found.devices
     if names is None or _Found.probed != len(REGISTRY.devices):
         return True
-    if home not in names:
-        return False
-    host = get_device(home).info.host_cores
-    return any(name != home and not (host and get_device(name).info.host_cores) for name in names)
+    return len(sharing_devices(home, names, set())) >= 2  # (before the dtypes: the rules check those)
 
 
 def split_plan(root: Node, decision: Decision) -> Node:

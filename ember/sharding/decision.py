@@ -113,6 +113,17 @@ def _resident(leaf: Node, device: str) -> bool:
     return leaf.device == device and leaf.buffer is not None
 
 
+def sharing_devices(home: str, devices: list[str], used_dtypes: set[DType]) -> list[str]:
+    """The rules' candidates for a split of home's work among `devices`: home and the others that run `used_dtypes`
+    and are not on home's cores where home's are the host's (a second device on the same CPU cores only takes them
+    from the first); none where home is not among `devices`."""
+    if home not in devices:
+        return []
+    host = get_device(home).info.host_cores
+    return [device for device in devices if device == home or (
+        not get_device(device).info.unsupported(used_dtypes) and not (host and get_device(device).info.host_cores))]
+
+
 def decide(root: Node, forced: bool | None, devices: list[str] | Callable[[], list[str]]) -> Decision | None:
     """The split of root's value across `devices` (root placed already; a callable giving them is called only when
     the rules need them: a process with one backend in use probes no other for cheap work), or None to compute it
@@ -156,12 +167,7 @@ def decide(root: Node, forced: bool | None, devices: list[str] | Callable[[], li
     tight = home_free is not None and _most_arriving(graph_nodes, home) + output_bytes > home_free
     if cheap and not tight:  # neither rule can apply
         return None
-    devices = devices() if callable(devices) else devices
-    if len(devices) < 2 or home not in devices:
-        return None
-    host = home_device.info.host_cores  # (a second device on the same CPU cores only takes them from the first)
-    devices = [device for device in devices if device == home or (
-        not get_device(device).info.unsupported(used_dtypes) and not (host and get_device(device).info.host_cores))]
+    devices = sharing_devices(home, devices() if callable(devices) else devices, used_dtypes)
     if len(devices) < 2:
         return None
     axes: list[_Axis] | None = None
