@@ -106,6 +106,23 @@ def test_host_data_a_queued_program_reads_late_is_uploaded_before_its_launches_a
     assert len(flushes) == 1 and flushes[0] >= 12, flushes
 
 
+def test_an_assign_whose_target_a_queued_program_reads_is_written_in_place() -> None:
+    """A queued program's leaves are uploaded before its launches are held, and nothing of that loop still refers to
+    the last leaf when the kernels run: a stray reference to the node an assign replaces (here the program's one
+    leaf) made its kernel compute into a new buffer (the reference count in_place.reusable_buffer checks), so a
+    decode step's write into a cache's window view missed the cache."""
+    size = 200_000  # past SMALL_ASSIGN_BYTES: a new buffer is not allowed to stand in for the old one
+    expected = np.arange(size, dtype=np.float32) / size
+    target = em.tensor(expected, device="c").contiguous().realize()
+    for _ in range(3):  # the first call compiles; the next ones run from the program's launch plan
+        before = id(target.node.buffer)
+        target.assign(target + (target * 2).sum() / size)
+        target.realize()
+        expected = expected + (expected * 2).sum(dtype=np.float64).astype(np.float32) / size
+        assert id(target.node.buffer) == before
+        np.testing.assert_allclose(target.numpy(), expected, rtol=1e-5)
+
+
 def test_memory_the_pool_gives_back_runs_the_queue_past_its_limit(flushes: list[int],
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # a pool that keeps no large buffer lets each one go at its release: the queue holds that memory until it runs,

@@ -102,10 +102,7 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
             # draws' keys split its launches into three runs)
             opened = plan.queued and not gather and open_queue()
             if opened:
-                for index in plan.leaves:
-                    leaf = cast(Node, live[index])
-                    if leaf.buffer is None:
-                        buffer_of(leaf)
+                _upload_leaves(plan.leaves, live)
             try:
                 execute(program.commands, plan.bindings, live, program.last_use, gather=gather,
                         small_assigns_anywhere=True)
@@ -135,6 +132,16 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
     if stored:
         keep_stored(stored)
     _record_peaks(records, pools)
+
+
+def _upload_leaves(leaves: tuple[int, ...], live: list[Node | None]) -> None:
+    """Upload the host data of the program's leaves at slots `leaves` of `live`. A function of its own, so that no
+    name of the caller's frame still holds the last leaf when its kernels run: an assign's kernel writes into the
+    buffer it replaces only when nothing but the schedule refers to it (in_place.reusable_buffer counts references)."""
+    for index in leaves:
+        leaf = cast(Node, live[index])
+        if leaf.buffer is None:
+            buffer_of(leaf)
 
 
 def _realize_checked(nodes: list[Node], allow_sharding: bool, context: CallContext) -> None:
