@@ -12,11 +12,12 @@ printed with ptxas's message; the summary line gives the number of kernels assem
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import pickle
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,23 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def assemble_all(kernels: list[Kernel]) -> list[str]:
-    """Render each kernel's PTX and assemble them in modules of many entries; the messages of rejected ones."""
+    """Render each kernel's PTX and assemble them in modules of many entries; the messages of rejected ones. The
+    modules are rendered and assembled in worker processes, one a core (rendering is Python: in the controller alone
+    it took half of the check's minutes while ptxas ran beside it)."""
+    modules = [[encode(kernel) for kernel in kernels[start:start + KERNELS_PER_MODULE]]
+               for start in range(0, len(kernels), KERNELS_PER_MODULE)]
+    workers = min(len(modules), os.cpu_count() or 2)
+    if workers <= 1:
+        return [message for number, module in enumerate(modules) for message in _check_module(number, module)]
+    failures = []
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for messages in pool.map(_check_module, range(len(modules)), modules):
+            failures.extend(messages)
+    return failures
+
+
+def _check_module(number: int, encoded: list[Any]) -> list[str]:
+    """Render the kernels of one module (encoded, `plan.kernel_codec`) and assemble it for each session target."""
     from ember.backends.dummy import H100_LIMITS
     from ember.ir.flash_attention import attention_parts
     from ember.ir.opt import build_kernel_ir
@@ -97,17 +114,15 @@ def assemble_all(kernels: list[Kernel]) -> list[str]:
     info = DeviceInfo()
     gpu = DeviceInfo(**H100_LIMITS)  # (a fused attention's kernel exists only for a device with warps: its flash one)
     entries, failures = [], []
-    for number, kernel in enumerate(kernels):
+    for index, kernel in enumerate(map(decode, encoded)):
         try:
             kernel_info = gpu if attention_parts(kernel) is not None else info
-            entries.append(renderer.render_entry(build_kernel_ir(kernel, f"kernel{number}", kernel_info)))
+            name = f"kernel{number * KERNELS_PER_MODULE + index}"
+            entries.append(renderer.render_entry(build_kernel_ir(kernel, name, kernel_info)))
         except Exception as error:  # noqa: BLE001 - reported with the kernel that caused it
             failures.append(f"rendering PTX failed ({type(error).__name__}: {error}) for {kernel!r}")
-    modules = [entries[start:start + KERNELS_PER_MODULE] for start in range(0, len(entries), KERNELS_PER_MODULE)]
-    jobs = [(module, ptx.PTXRenderer(target)) for module in modules for target in SESSION_TARGETS]
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        for messages in pool.map(lambda job: _assemble_module(*job), jobs):
-            failures.extend(messages)
+    for target in SESSION_TARGETS:
+        failures.extend(_assemble_module(entries, ptx.PTXRenderer(target)))
     return failures
 
 
