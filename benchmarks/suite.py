@@ -513,12 +513,17 @@ def cold_results(devices: list[str], batch: int, repeats: int) -> list[Result]:
 # ---- running and reporting ----------------------------------------------------------------------------------------
 
 
-def run_case(case: Case, repeats: int, warmup: int, log: Callable[[str], None]) -> list[Result]:
+def run_case(case: Case, repeats: int, warmup: int, log: Callable[[str], None], warm_turns: bool = True) -> \
+        list[Result]:
     """Warm every implementation up, then time them in turns (run 1 of each, run 2 of each, ...), each run once the
-    threads the previous one left spinning are idle (`settle`).
+    threads the previous one left spinning are idle (`settle`) and, with `warm_turns`, after WARM_SECONDS of its own
+    untimed calls (`warm_up`).
 
     Taking turns spreads the noise of other processes evenly over the implementations, so ratios hold up better
-    than absolute numbers on a busy machine."""
+    than absolute numbers on a busy machine. The warm calls of each turn keep a turn's timed run from being the first
+    call after another library's: ember's 1024^2 matmul timed right after numpy's (OpenBLAS's threads idle again)
+    measured 145-168 GFLOP/s, and 335-347 after its warm calls (numpy's and torch's alike, 326-354), so the table gave
+    0.64x numpy for what runs at 1.06x back to back (benchmarks/blas_matmul.py)."""
     runners: dict[str, Runner] = {}
     failures: dict[str, str] = {}
     for implementation, builder in case.builders.items():
@@ -534,6 +539,8 @@ def run_case(case: Case, repeats: int, warmup: int, log: Callable[[str], None]) 
     for _ in range(repeats):
         for implementation, runner in runners.items():
             settle()
+            if warm_turns:
+                warm_up(runner)
             times[implementation] += measure(runner, 1, 0)
     results = []
     for implementation in case.builders:
@@ -637,7 +644,7 @@ def run_benchmarks(devices: list[str] | None = None, quick: bool = False, cases:
             continue
         case = builders[name]()
         log(case.name)
-        results += run_case(case, repeats, warmup, log)
+        results += run_case(case, repeats, warmup, log, warm_turns=not quick)
     return {
         "meta": {
             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": quick, "repeats": repeats, "warmup": warmup,
@@ -676,7 +683,8 @@ def main_bench(devices: list[str] | None, quick: bool, json_path: str | None, co
     meta["load_average_after"] = os.getloadavg()[0]
     print(f"\n{meta['date']}: {meta['cpus']} CPUs, load average {meta['load_average_before']:.1f} before and "
           f"{meta['load_average_after']:.1f} after (other processes make every number noisy); torch {meta['torch']}, "
-          f"numpy {meta['numpy']}; medians of {meta['repeats']} runs after {meta['warmup']} warm-up")
+          f"numpy {meta['numpy']}; medians of {meta['repeats']} runs after {meta['warmup']} warm-up"
+          + ("" if meta["quick"] else f", each run after {WARM_SECONDS * 1e3:.0f} ms of untimed calls"))
     print(format_table([Result(**row) for row in report["results"]]))
     if json_path:
         with open(json_path, "w") as file:
