@@ -29,8 +29,9 @@ def compute_devices() -> list[str]:
     backend the first time; listed again only when a backend was probed since."""
     from ember.backends.registry import REGISTRY
 
-    if _Found.devices is not None and _Found.probed == len(REGISTRY.devices):
-        return _Found.devices
+    listed = _listed()
+    if listed is not None:
+        return listed
     names: list[str] = []
     for backend, devices in REGISTRY.available().items():
         if backend in ("dummy", "disk"):
@@ -47,12 +48,17 @@ def _may_share(home: str) -> bool:
     listed (the rules then list them only where they need to). An output past MINIMUM_ELEMENTS on a machine of host
     devices alone (the c backend, PoCL, lavapipe) then skips the rules' walk of its graph (a batched matmul realized
     each time: ~35 us of its 1 ms)."""
-    from ember.backends.registry import REGISTRY
-
-    names = _Found.devices
-    if names is None or _Found.probed != len(REGISTRY.devices):
+    names = _listed()
+    if names is None:
         return True
     return len(sharing_devices(home, names, set())) >= 2  # (before the dtypes: the rules check those)
+
+
+def _listed() -> list[str] | None:
+    """compute_devices' listing where no backend was probed since it was made, else None (list them again)."""
+    from ember.backends.registry import REGISTRY
+
+    return _Found.devices if _Found.probed == len(REGISTRY.devices) else None
 
 
 def split_plan(root: Node, decision: Decision) -> Node:
