@@ -111,7 +111,7 @@ def test_an_assign_whose_target_a_queued_program_reads_is_written_in_place() -> 
     the last leaf when the kernels run: a stray reference to the node an assign replaces (here the program's one
     leaf) made its kernel compute into a new buffer (the reference count in_place.reusable_buffer checks), so a
     decode step's write into a cache's window view missed the cache."""
-    size = 200_000  # past SMALL_ASSIGN_BYTES: a new buffer is not allowed to stand in for the old one
+    size = 10_000_001  # past SMALL_ASSIGN_BYTES (a new buffer may not stand in for the old one), a sum of 10^7
     expected = np.arange(size, dtype=np.float32) / size
     target = em.tensor(expected, device="c").contiguous().realize()
     for _ in range(3):  # the first call compiles; the next ones run from the program's launch plan
