@@ -66,6 +66,14 @@ def _maximum(step: Recorded, grad: Tensor) -> Gradients:
     return _select(left < right, zeros, equal_share), _select(right < left, zeros, equal_share)
 
 
+def _relu(output: Tensor, grad: Tensor) -> Gradients:
+    """torch's rule (threshold_backward on the result): no gradient where relu gave 0, which is where the input was
+    at most 0; a NaN input gave NaN and passes the gradient. One comparison with the output, which the next layer
+    reads anyway, instead of `input <= 0` (two comparisons and an or, on a tensor the step need not keep)."""
+    zeros = _zeros(grad)
+    return (_select(output._apply(Op.CMPEQ, zeros), zeros, grad),)
+
+
 def _reduce_max(step: Recorded, grad: Tensor) -> Gradients:
     """Gradient to every element equal to the maximum, split equally among ties (as torch.amax does)."""
     (source,) = step.sources
@@ -375,7 +383,7 @@ COMPOSITE_BACKWARD: dict[Composite, Rule] = {
     Composite.TANH: lambda step, grad: (grad * (1.0 - step.output * step.output),),
     Composite.SIGMOID: lambda step, grad: (grad * (step.output * (1.0 - step.output)),),
     Composite.GATES: lambda step, grad: (grad * ((step.output + step.arg) * (1.0 - step.output)),),
-    Composite.RELU: lambda step, grad: (_select(step.sources[0] <= 0, _zeros(grad), grad),),
+    Composite.RELU: lambda step, grad: _relu(step.output, grad),
     Composite.SOFTMAX: _softmax,
     Composite.LOG_SOFTMAX: _log_softmax,
     Composite.GELU: _gelu,

@@ -108,14 +108,12 @@ class LossOps(TensorBase):
         _check_class_target(cast("Tensor", self), target, "nll_loss")
         classes = self.shape[0] if self.ndim == 1 else self.shape[1]
         _class_weight(weight, classes, "nll_loss")
-        picked, picked_weight = _pick_classes(_class_axis_last(cast("Tensor", self)), target, weight, ignore_index,
-                                              classes, "nll_loss")
-        loss = -picked
-        if reduction == "none":
-            return loss
-        if reduction == "sum":
-            return loss.sum()
-        return loss.sum() / picked_weight.sum()
+        checked = _checked_target(target, classes, ignore_index, "nll_loss")
+        # one step for autograd whose graphs are copied from templates (Composite.TRACED): the loss of a training
+        # step is built again at every step (its two dozen primitives built op by op took 145 us, a copy ~25)
+        compute = functools.partial(_class_nll, classes=classes, ignore_index=ignore_index, reduction=reduction)
+        operands = (cast("Tensor", self), checked) if weight is None else (cast("Tensor", self), checked, weight)
+        return traced_call(compute, operands)
 
     def cross_entropy(self, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
                       reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
@@ -151,30 +149,12 @@ class LossOps(TensorBase):
                 return loss.sum() / count if count else loss.sum() * math.nan
             return _reduce(loss, reduction)
         _check_class_target(cast("Tensor", self), target, "cross_entropy")
-        if weight is None and label_smoothing == 0:
-            # the usual case, one step for autograd whose graphs are copied from templates (Composite.TRACED)
-            checked = _checked_target(target, classes, ignore_index, "cross_entropy")
-            compute = functools.partial(_class_cross_entropy, class_dim=class_dim, classes=classes,
-                                        ignore_index=ignore_index, reduction=reduction)
-            return traced_call(compute, (cast("Tensor", self), checked))
-        log_probabilities = _class_axis_last(self.log_softmax(class_dim))
-        picked, picked_weight = _pick_classes(log_probabilities, target, weight, ignore_index, classes,
-                                              "cross_entropy")
-        loss = -picked
-        if label_smoothing > 0:
-            weighted = log_probabilities * weight if weight is not None else log_probabilities
-            smooth = where(target.cast(dtypes.int64) != ignore_index, -weighted.sum(-1), 0.0)
-            if reduction == "none":
-                return (1 - label_smoothing) * loss + smooth * (label_smoothing / classes)
-            if reduction == "sum":
-                return (1 - label_smoothing) * loss.sum() + smooth.sum() * (label_smoothing / classes)
-            total_weight = picked_weight.sum()
-            return ((1 - label_smoothing) * loss.sum() + smooth.sum() * (label_smoothing / classes)) / total_weight
-        if reduction == "none":
-            return loss
-        if reduction == "sum":
-            return loss.sum()
-        return loss.sum() / picked_weight.sum()
+        # one step for autograd whose graphs are copied from templates (Composite.TRACED)
+        checked = _checked_target(target, classes, ignore_index, "cross_entropy")
+        compute = functools.partial(_class_cross_entropy, class_dim=class_dim, classes=classes,
+                                    ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing)
+        operands = (cast("Tensor", self), checked) if weight is None else (cast("Tensor", self), checked, weight)
+        return traced_call(compute, operands)
 
     def mse_loss(self, target: Tensor, reduction: str = "mean") -> Tensor:
         _check_reduction(reduction)
@@ -257,17 +237,40 @@ class LossOps(TensorBase):
         return _reduce(loss, reduction)
 
 
-def _class_cross_entropy(input: Tensor, target: Tensor, class_dim: int, classes: int,  # noqa: A002
-                         ignore_index: int, reduction: str) -> Tensor:
-    """cross_entropy of class-index targets (checked already) without class weights or label smoothing: the graph
-    cross_entropy is traced as."""
-    log_probabilities = _class_axis_last(input.log_softmax(class_dim))
-    picked, picked_weight = _picked_classes(log_probabilities, target, None, ignore_index, classes)
+def _class_nll(input: Tensor, target: Tensor, weight: Tensor | None = None, *, classes: int,  # noqa: A002
+               ignore_index: int, reduction: str) -> Tensor:
+    """nll_loss of class-index targets (checked already): the graph nll_loss is traced as."""
+    picked, picked_weight = _picked_classes(_class_axis_last(input), target, weight, ignore_index, classes)
+    loss = -picked
     if reduction == "none":
-        return -picked
+        return loss
     if reduction == "sum":
-        return (-picked).sum()
-    return (-picked).sum() / picked_weight.sum()
+        return loss.sum()
+    return loss.sum() / picked_weight.sum()
+
+
+def _class_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, *,  # noqa: A002
+                         class_dim: int, classes: int, ignore_index: int, reduction: str,
+                         label_smoothing: float = 0.0) -> Tensor:
+    """cross_entropy of class-index targets (checked already), with torch's class weights and label smoothing: the
+    graph cross_entropy is traced as."""
+    log_probabilities = _class_axis_last(input.log_softmax(class_dim))
+    picked, picked_weight = _picked_classes(log_probabilities, target, weight, ignore_index, classes)
+    loss = -picked
+    if label_smoothing > 0:
+        weighted = log_probabilities * weight if weight is not None else log_probabilities
+        smooth = where(target.cast(dtypes.int64) != ignore_index, -weighted.sum(-1), 0.0)
+        if reduction == "none":
+            return (1 - label_smoothing) * loss + smooth * (label_smoothing / classes)
+        if reduction == "sum":
+            return (1 - label_smoothing) * loss.sum() + smooth.sum() * (label_smoothing / classes)
+        total_weight = picked_weight.sum()
+        return ((1 - label_smoothing) * loss.sum() + smooth.sum() * (label_smoothing / classes)) / total_weight
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / picked_weight.sum()
 
 
 def _checked_target(target: Tensor, classes: int, ignore_index: int, op: str) -> Tensor:
@@ -275,13 +278,6 @@ def _checked_target(target: Tensor, classes: int, ignore_index: int, op: str) ->
     IndexOutOfRangeError when the loss is read (torch: 'Target 5 is out of bounds')."""
     return check_index(target, classes, op, None, negatives=False, ignore=ignore_index,
                        describe=describe_target(op, target.shape, classes, ignore_index))
-
-
-def _pick_classes(log_probabilities: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int,
-                  classes: int, op: str) -> tuple[Tensor, Tensor]:
-    """`_picked_classes` of the targets after their check (`_checked_target`)."""
-    return _picked_classes(log_probabilities, _checked_target(target, classes, ignore_index, op), weight,
-                           ignore_index, classes)
 
 
 def _picked_classes(log_probabilities: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int,
