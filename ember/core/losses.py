@@ -52,6 +52,43 @@ def _binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None =
     return _reduce(loss, reduction)
 
 
+def _smooth_l1(input: Tensor, target: Tensor, beta: float, reduction: str) -> Tensor:  # noqa: A002
+    distance = (input - target).abs()
+    if beta == 0:
+        return _reduce(distance, reduction)
+    return _reduce(where(distance < beta, 0.5 * distance * distance / beta, distance - 0.5 * beta), reduction)
+
+
+def _huber(input: Tensor, target: Tensor, delta: float, reduction: str) -> Tensor:  # noqa: A002
+    distance = (input - target).abs()
+    return _reduce(where(distance < delta, 0.5 * distance * distance, delta * (distance - 0.5 * delta)), reduction)
+
+
+def _kl_divergence(input: Tensor, target: Tensor, log_target: bool, reduction: str) -> Tensor:  # noqa: A002
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:  # torch: xlogy(target, target) - target * input, where xlogy(0, y) = 0
+        loss = where(target == 0, 0.0, target * target.log()) - target * input
+    if reduction == "batchmean":
+        return loss.sum() / (input.shape[0] if input.ndim else 1)
+    return _reduce(loss, reduction)
+
+
+def _binary_cross_entropy_with_logits(input: Tensor, target: Tensor, *weights: Tensor,  # noqa: A002
+                                      weighted: bool, positive_weighted: bool, reduction: str) -> Tensor:
+    """BCE of sigmoid(input), computed stably; `weights` are the weight, then pos_weight, of those given."""
+    weight = weights[0] if weighted else None
+    pos_weight = weights[-1] if positive_weighted else None
+    softplus_negative = (-input.abs()).exp().log1p() + (-input).maximum(0)
+    if pos_weight is not None:
+        loss = (1 - target) * input + (1 + (pos_weight - 1) * target) * softplus_negative
+    else:
+        loss = (1 - target) * input + softplus_negative
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
 def _pointwise_operands(input: Tensor, target: Tensor, op: str) -> tuple[Tensor, Tensor]:  # noqa: A002
     """input and target broadcast together (torch warns when their shapes differ; ember follows its result)."""
     if not isinstance(target, type(input)):
@@ -172,10 +209,7 @@ class LossOps(TensorBase):
         if beta < 0:
             raise ArgumentError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
         input_, target = _pointwise_operands(cast("Tensor", self), target, "smooth_l1_loss")
-        distance = (input_ - target).abs()
-        if beta == 0:
-            return _reduce(distance, reduction)
-        return _reduce(where(distance < beta, 0.5 * distance * distance / beta, distance - 0.5 * beta), reduction)
+        return traced_call(functools.partial(_smooth_l1, beta=beta, reduction=reduction), (input_, target))
 
     def huber_loss(self, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
         """0.5 * d^2 where |d| < delta, else delta * (|d| - 0.5 * delta)."""
@@ -183,9 +217,7 @@ class LossOps(TensorBase):
         if delta <= 0:
             raise ArgumentError(f"huber_loss: delta must be positive, got {delta}")
         input_, target = _pointwise_operands(cast("Tensor", self), target, "huber_loss")
-        distance = (input_ - target).abs()
-        return _reduce(where(distance < delta, 0.5 * distance * distance, delta * (distance - 0.5 * delta)),
-                       reduction)
+        return traced_call(functools.partial(_huber, delta=delta, reduction=reduction), (input_, target))
 
     def kl_div(self, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:
         """KL divergence with self holding log-probabilities: target * (log(target) - self), like torch."""
@@ -193,15 +225,8 @@ class LossOps(TensorBase):
             raise ArgumentError(f"{reduction!r} is not a valid value for reduction; valid: 'mean', 'batchmean', 'sum', "
                              "'none'")
         input_, target = _pointwise_operands(cast("Tensor", self), target, "kl_div")
-        if log_target:
-            loss = target.exp() * (target - input_)
-        else:
-            # torch: xlogy(target, target) - target * input, where xlogy(0, y) = 0
-            loss = where(target == 0, 0.0, target * target.log()) - target * input_
-        if reduction == "batchmean":
-            batch = input_.shape[0] if input_.ndim else 1
-            return loss.sum() / batch
-        return _reduce(loss, reduction)
+        return traced_call(functools.partial(_kl_divergence, log_target=log_target, reduction=reduction),
+                           (input_, target))
 
     def binary_cross_entropy(self, target: Tensor, weight: Tensor | None = None,
                              reduction: str = "mean") -> Tensor:
@@ -226,15 +251,12 @@ class LossOps(TensorBase):
                 f"size ({list(self.shape)})"
             )
         input_, target = _pointwise_operands(cast("Tensor", self), target, "binary_cross_entropy_with_logits")
-        softplus_negative = (-input_.abs()).exp().log1p() + (-input_).maximum(0)
         if pos_weight is not None:
             broadcast_shapes(pos_weight.shape, input_.shape, op="binary_cross_entropy_with_logits (pos_weight)")
-            loss = (1 - target) * input_ + (1 + (pos_weight - 1) * target) * softplus_negative
-        else:
-            loss = (1 - target) * input_ + softplus_negative
-        if weight is not None:
-            loss = loss * weight
-        return _reduce(loss, reduction)
+        operands = (input_, target, *([] if weight is None else [weight]), *([] if pos_weight is None else [pos_weight]))
+        compute = functools.partial(_binary_cross_entropy_with_logits, weighted=weight is not None,
+                                    positive_weighted=pos_weight is not None, reduction=reduction)
+        return traced_call(compute, operands)
 
 
 def _class_nll(input: Tensor, target: Tensor, weight: Tensor | None = None, *, classes: int,  # noqa: A002

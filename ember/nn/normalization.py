@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import ember as em
 from ember.autograd.grad_mode import no_grad
 from ember.core.errors import ShapeError
+from ember.core.graph_templates import TEMPLATES
 from ember.core.state_updates import note_state_update
 from ember.core.tensor import Tensor
 from ember.nn import functional as F
@@ -26,6 +28,16 @@ def register_running_stats(module: Module, num_features: int, track: bool, devic
     else:
         for name in ("running_mean", "running_var", "num_batches_tracked"):
             module.register_buffer(name, None)
+
+
+def _running_statistics(count: Tensor, running_mean: Tensor, running_var: Tensor, mean: Tensor, variance: Tensor,
+                        momentum: float | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """The batches counted, and the running mean and variance moved toward the batch's `mean` and `variance` by
+    `momentum` (None: the cumulative average, a factor of 1 / batches counted), as torch updates them."""
+    count = count + 1
+    factor: Any = 1.0 / count.cast(running_mean.dtype) if momentum is None else momentum
+    return (count, running_mean * (1 - factor) + mean.cast(running_mean.dtype) * factor,
+            running_var * (1 - factor) + variance.cast(running_var.dtype) * factor)
 
 
 class _BatchNorm(Module):
@@ -102,14 +114,14 @@ class _BatchNorm(Module):
         waiting = [buffer for buffer in buffers if not buffer.node.realized]
         if waiting:  # the previous step's update was never computed: do it now, so updates never chain
             em.realize(*waiting)
-        with no_grad():
-            self.num_batches_tracked.assign(self.num_batches_tracked + 1)
-            if self.momentum is None:  # cumulative moving average: the factor is 1 / batches seen
-                factor: Any = 1.0 / self.num_batches_tracked.cast(self.running_mean.dtype)
-            else:
-                factor = self.momentum
-            self.running_mean.assign(self.running_mean * (1 - factor) + mean.cast(self.running_mean.dtype) * factor)
-            self.running_var.assign(self.running_var * (1 - factor) + variance.cast(self.running_var.dtype) * factor)
+        with no_grad():  # (one template's copy: a ResNet step updates the statistics of every BatchNorm layer)
+            count, running_mean, running_var = TEMPLATES.instantiate_many(
+                ("batch norm running statistics", self.momentum),
+                functools.partial(_running_statistics, momentum=self.momentum),
+                (self.num_batches_tracked, self.running_mean, self.running_var, mean, variance))
+            self.num_batches_tracked.assign(count)
+            self.running_mean.assign(running_mean)
+            self.running_var.assign(running_var)
         for buffer in buffers:
             note_state_update(buffer)
 
