@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
@@ -164,17 +165,16 @@ class ReductionOps(TensorBase):
             normalize_dim(dim, 0, name)
             return self._full((), 0, dtypes.int64, self.device)
         axis = normalize_dim(dim, self.ndim, name)
-        size = self.shape[axis]
-        extreme = self._max_or_min_values(axis, True, name, minimum)  # raises for a zero-size dim
-        is_extreme = self == extreme
-        if self.dtype.is_float:
-            is_extreme = is_extreme.logical_or(self.isnan())  # where the extreme is NaN, only NaN matches
-        index_shape = [1] * self.ndim
-        index_shape[axis] = size
-        reversed_index = (size - 1) - self._arange_primitive(size, dtypes.int64, self.device).reshape(index_shape)
-        missing = self._full(self.shape, -1, dtypes.int64, self.device)
-        score = where(is_extreme, reversed_index.expand(self.shape), missing)
-        return (size - 1) - score._reduce_axes(Op.REDUCE_MAX, (axis,), keepdim)
+        if self.shape[axis] == 0:
+            self._max_or_min_values(axis, True, name, minimum)  # (raises: no extreme over a zero-size dim)
+        from ember.core.graph_templates import TEMPLATES  # (graph_templates imports the tensor, which imports this)
+
+        build = functools.partial(_arg_extreme_along, axis=axis, keepdim=keepdim, name=name, minimum=minimum)
+        if not hasattr(self, "_traced"):  # (the numpy reference tensor: its primitives, as ever)
+            return build(cast("Tensor", self))
+        # (copied from a template from the second call of a shape on: a dozen primitives, an accuracy's argmax at
+        # every training step)
+        return TEMPLATES.instantiate(("arg extreme", axis, keepdim, minimum), build, (cast("Tensor", self),))
 
     def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
         return self._arg_extreme(dim, keepdim, "argmax", minimum=False)
@@ -448,3 +448,18 @@ def _reduction_axes(dim: Dims, ndim: int, name: str) -> tuple[int, ...]:
 def _check_single_dim(dim: Any, name: str) -> None:
     if not isinstance(dim, int) or isinstance(dim, bool):
         raise TypeError(f"{name}: dim must be a single int here, got {dim!r} (use amax/amin for several dims)")
+
+
+def _arg_extreme_along(tensor: Tensor, axis: int, keepdim: bool, name: str, minimum: bool) -> Tensor:
+    """The first index of the max (or min) along `axis` (of a size above 0); a NaN counts as the extreme."""
+    size = tensor.shape[axis]
+    extreme = tensor._max_or_min_values(axis, True, name, minimum)
+    is_extreme = tensor == extreme
+    if tensor.dtype.is_float:
+        is_extreme = is_extreme.logical_or(tensor.isnan())  # where the extreme is NaN, only NaN matches
+    index_shape = [1] * tensor.ndim
+    index_shape[axis] = size
+    reversed_index = (size - 1) - tensor._arange_primitive(size, dtypes.int64, tensor.device).reshape(index_shape)
+    missing = tensor._full(tensor.shape, -1, dtypes.int64, tensor.device)
+    score = where(is_extreme, reversed_index.expand(tensor.shape), missing)
+    return (size - 1) - score._reduce_axes(Op.REDUCE_MAX, (axis,), keepdim)
