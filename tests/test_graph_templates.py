@@ -305,13 +305,29 @@ TRACED_CASES = {
     "layer_norm without affine": (lambda lib, a, b, c: lib.nn.functional.layer_norm(a @ b + c, (4, 3)),
                                   ((2, 4, 5), (5, 3), (3,))),
     "rms_norm": (lambda lib, a, b, c: lib.nn.functional.rms_norm(a @ b, (3,), c, eps=1e-6), ((4, 5), (5, 3), (3,))),
+    "smooth_l1": (lambda lib, a, b, c: lib.nn.functional.smooth_l1_loss(a @ b, c.expand(4, 3), beta=0.5),
+                  ((4, 5), (5, 3), (3,))),
+    "huber": (lambda lib, a, b, c: lib.nn.functional.huber_loss(a @ b, c.expand(4, 3), reduction="sum", delta=0.7),
+              ((4, 5), (5, 3), (3,))),
+    "kl_div": (lambda lib, a, b, c: lib.nn.functional.kl_div((a @ b).log_softmax(-1), c.softmax(-1).expand(4, 3),
+                                                             reduction="batchmean"), ((4, 5), (5, 3), (3,))),
+    "bce_with_logits": (lambda lib, a, b, c: lib.nn.functional.binary_cross_entropy_with_logits(
+        a @ b, c.sigmoid().expand(4, 3), weight=c.detach().abs(), pos_weight=c.detach().exp()), ((4, 5), (5, 3), (3,))),
+    "nll_loss": (lambda lib, a, b, c: lib.nn.functional.nll_loss(
+        (a @ b).log_softmax(-1), lib.tensor([0, 2, -100, 1], device=a.device), weight=c.detach().exp()),
+        ((4, 5), (5, 3), (3,))),
+    "cross_entropy smoothed": (lambda lib, a, b, c: lib.nn.functional.cross_entropy(
+        a @ b, lib.tensor([0, 2, 2, 1], device=a.device), weight=c.detach().exp(), label_smoothing=0.2),
+        ((4, 5), (5, 3), (3,))),
 }
+ONE_STEP = ("matmul", "linear", "vector matmul", "layer_norm", "rms_norm", "smooth_l1", "huber", "kl_div",
+            "bce_with_logits", "nll_loss", "cross_entropy smoothed")
 
 
 @pytest.mark.parametrize("case", list(TRACED_CASES))
 def test_traced_functions_are_one_step_copied_and_match_torch_with_gradients(case: str, device: str) -> None:
-    """Traced compositions (matmul, linear, the pointwise losses): recorded as one autograd step, copied from their
-    templates at the second call, values and gradients as torch's."""
+    """Traced compositions (matmul, linear, the losses): recorded as one autograd step, copied from their templates at
+    the second call, values and gradients as torch's (class weights, ignored targets, label smoothing included)."""
     import torch
 
     from ember.core.ops import Composite
@@ -325,7 +341,7 @@ def test_traced_functions_are_one_step_copied_and_match_torch_with_gradients(cas
         expected_inputs = [torch.tensor(array, requires_grad=True) for array in arrays]
         output = function(em, *inputs)
         expected = function(torch, *expected_inputs)
-        if case in ("matmul", "linear", "vector matmul", "layer_norm", "rms_norm"):
+        if case in ONE_STEP:
             assert output._context[0] is Composite.TRACED
         if attempt:
             assert TEMPLATES.instantiated > instantiated
