@@ -173,8 +173,14 @@ class ReductionOps(TensorBase):
         if not hasattr(self, "_traced"):  # (the numpy reference tensor: its primitives, as ever)
             return build(cast("Tensor", self))
         # (copied from a template from the second call of a shape on: a dozen primitives, an accuracy's argmax at
-        # every training step)
-        return TEMPLATES.instantiate(("arg extreme", axis, keepdim, minimum), build, (cast("Tensor", self),))
+        # every training step; with grad off, as the indices have no gradient and a template records no history)
+        from ember.context import CONTEXT
+
+        token = CONTEXT.set(CONTEXT.get().with_grad(False))
+        try:
+            return TEMPLATES.instantiate(("arg extreme", axis, keepdim, minimum), build, (cast("Tensor", self),))
+        finally:
+            CONTEXT.reset(token)
 
     def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
         return self._arg_extreme(dim, keepdim, "argmax", minimum=False)
