@@ -454,6 +454,34 @@ def test_relu_gradient_at_special_values_is_torchs(device: str) -> None:
     assert_close(x.grad, expected_x.grad)
 
 
+@pytest.mark.parametrize("bounds", ["numbers", "tensors"])
+def test_clamp_gradient_at_nan_and_at_its_bounds_is_torchs(device: str, bounds: str) -> None:
+    """torch's clamp_backward: the input gets the gradient where min <= x <= max (both included), a tensor bound
+    where it is the result, and nothing where a NaN (in the input or a bound) makes the comparisons false (ember
+    passed a NaN input its gradient). Number bounds go through clamp's traced step, twice (the template copy)."""
+    generator = np.random.default_rng(17)
+    values = generator.standard_normal((4, 6)).astype(np.float32)
+    values[0, 0], values[1, 2], values[2, 3], values[3, 4] = np.nan, 1.0, -1.0, np.inf
+    low = (generator.standard_normal((4, 6)) - 1).astype(np.float32)
+    low[1, 1], low[2, 2] = np.nan, values[2, 2]
+    high = (generator.standard_normal(6) + 1).astype(np.float32)
+    high[5] = np.nan
+    weights = np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6)
+    for _ in range(2):
+        arrays = (values,) if bounds == "numbers" else (values, low, high)
+        mine = [em.tensor(array, device=device, requires_grad=True) for array in arrays]
+        theirs = [torch.tensor(array, requires_grad=True) for array in arrays]
+        if bounds == "numbers":
+            result, expected = mine[0].clamp(-1, 1.0), theirs[0].clamp(-1, 1.0)
+        else:
+            result, expected = mine[0].clamp(mine[1], mine[2]), theirs[0].clamp(theirs[1], theirs[2])
+        (result * em.tensor(weights, device=device)).sum().backward()
+        (expected * torch.tensor(weights)).sum().backward()
+        np.testing.assert_array_equal(result.numpy(), expected.detach().numpy())
+        for value, reference in zip(mine, theirs):
+            np.testing.assert_array_equal(value.grad.numpy(), reference.grad.numpy())
+
+
 def test_each_grad_is_a_tensor_of_its_own(device: str) -> None:
     """An add hands one gradient to both operands, and a leaf's seed is the caller's tensor: each `.grad` must still
     be changed in place alone, as in torch (clip_grad_norm_ scales every .grad in place: a shared one was scaled

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast, overload
@@ -348,22 +349,18 @@ class ElementwiseOps(UnaryMathOps, TrigonometryOps, SpecialFunctionOps, BinaryMa
         """min(max(self, min), max): bounds are numbers or tensors; the dtype is torch.result_type of all three."""
         if min is None and max is None:
             raise ArgumentError("clamp: at least one of min and max must be given")
+        if (self.dtype.is_float and type(min) in _NUMBER_BOUNDS and type(max) in _NUMBER_BOUNDS
+                and hasattr(self, "_traced")):
+            # a float tensor between numbers (its dtype, as torch's result type): one traced step copied from a
+            # template from the second call of a shape on (~20 primitives op by op: 59 us a call)
+            from ember.core.graph_templates import traced_call  # (graph_templates imports the tensor module)
+
+            return traced_call(functools.partial(_clamped_by_numbers, low=min, high=max), (cast("Tensor", self),))
         bounds = [bound for bound in (min, max) if bound is not None]
         aligned = _align(cast("Tensor", self), (cast("Tensor", self), *bounds), "clamp")
-        result = aligned[0]
         if aligned[0].dtype.is_bool:
             raise DTypeError("clamp: not supported for bool tensors with bool bounds; cast to an integer dtype")
-        position = 1
-        # torch's gradient convention: self gets it where min <= self <= max (both bounds included), a bound where
-        # it is the result; the maximum/minimum is taken only where a NaN makes both comparisons false
-        if min is not None:
-            bound = aligned[position]
-            result = where(result >= bound, result, where(result < bound, bound, _maximum(result, bound)))
-            position += 1
-        if max is not None:
-            bound = aligned[position]
-            result = where(result <= bound, result, where(result > bound, bound, _minimum(result, bound)))
-        return result
+        return _clamped(aligned[0], aligned[1] if min is not None else None, aligned[-1] if max is not None else None)
 
     clip = clamp
 
@@ -620,6 +617,38 @@ def _check_no_bool_subtraction(tensor: Tensor, other: Any) -> None:
             "sub: subtraction with a bool operand is not supported (as in PyTorch); to invert a mask use ~ or "
             "logical_not(), to compare masks use logical_xor()"
         )
+
+
+_NUMBER_BOUNDS = frozenset({int, float, type(None)})  # bound types of clamp's traced path (bool is not among them)
+
+
+def _clamped(value: Tensor, low: Tensor | None, high: Tensor | None) -> Tensor:
+    """value clamped to [low, high] (each None for no bound), all of one dtype and shape. torch's gradient
+    convention: value gets it where low <= value <= high (both bounds included), a bound where it is the result;
+    where a NaN makes both comparisons false the result is NaN (the maximum/minimum of the two, NaN winning) and
+    nothing gets a gradient (torch's clamp_backward: a NaN input's gradient is 0)."""
+    result = value
+    if low is not None:
+        nan = _maximum(_without_gradient(result), _without_gradient(low))
+        result = where(result >= low, result, where(result < low, low, nan))
+    if high is not None:
+        nan = _minimum(_without_gradient(result), _without_gradient(high))
+        result = where(result <= high, result, where(result > high, high, nan))
+    return result
+
+
+def _without_gradient(tensor: Tensor) -> Tensor:
+    """tensor's value without its history (the numpy reference tensor: its detach)."""
+    detached = getattr(tensor, "_detached_copy", None)
+    return detached() if detached is not None else tensor.detach()
+
+
+def _clamped_by_numbers(value: Tensor, low: float | None, high: float | None) -> Tensor:
+    """A float tensor clamped to number bounds (in its dtype, as torch's result type)."""
+    def bound(number: float | None) -> Tensor | None:
+        return None if number is None else value._full(value.shape, number, value.dtype, value.device)
+
+    return _clamped(value, bound(low), bound(high))
 
 
 def _maximum(left: Tensor, right: Tensor) -> Tensor:
