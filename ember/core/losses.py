@@ -276,23 +276,20 @@ def _class_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
                          label_smoothing: float = 0.0) -> Tensor:
     """cross_entropy of class-index targets (checked already), with torch's class weights and label smoothing: the
     graph cross_entropy is traced as."""
+    if label_smoothing == 0:
+        return _class_nll(input.log_softmax(class_dim), target, weight, classes=classes, ignore_index=ignore_index,
+                          reduction=reduction)
     log_probabilities = _class_axis_last(input.log_softmax(class_dim))
     picked, picked_weight = _picked_classes(log_probabilities, target, weight, ignore_index, classes)
     loss = -picked
-    if label_smoothing > 0:
-        weighted = log_probabilities * weight if weight is not None else log_probabilities
-        smooth = where(target.cast(dtypes.int64) != ignore_index, -weighted.sum(-1), 0.0)
-        if reduction == "none":
-            return (1 - label_smoothing) * loss + smooth * (label_smoothing / classes)
-        if reduction == "sum":
-            return (1 - label_smoothing) * loss.sum() + smooth.sum() * (label_smoothing / classes)
-        total_weight = picked_weight.sum()
-        return ((1 - label_smoothing) * loss.sum() + smooth.sum() * (label_smoothing / classes)) / total_weight
+    weighted = log_probabilities * weight if weight is not None else log_probabilities
+    smooth = where(target.cast(dtypes.int64) != ignore_index, -weighted.sum(-1), 0.0)
     if reduction == "none":
-        return loss
+        return (1 - label_smoothing) * loss + smooth * (label_smoothing / classes)
     if reduction == "sum":
-        return loss.sum()
-    return loss.sum() / picked_weight.sum()
+        return (1 - label_smoothing) * loss.sum() + smooth.sum() * (label_smoothing / classes)
+    total_weight = picked_weight.sum()
+    return ((1 - label_smoothing) * loss.sum() + smooth.sum() * (label_smoothing / classes)) / total_weight
 
 
 def _checked_target(target: Tensor, classes: int, ignore_index: int, op: str) -> Tensor:

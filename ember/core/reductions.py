@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
+from ember.context import CONTEXT
 from ember.core import dtype as dtypes
 from ember.core.dtype import DType, to_dtype
 from ember.core.elementwise import where
@@ -174,8 +175,6 @@ class ReductionOps(TensorBase):
             return build(cast("Tensor", self))
         # (copied from a template from the second call of a shape on: a dozen primitives, an accuracy's argmax at
         # every training step; with grad off, as the indices have no gradient and a template records no history)
-        from ember.context import CONTEXT
-
         token = CONTEXT.set(CONTEXT.get().with_grad(False))
         try:
             return TEMPLATES.instantiate(("arg extreme", axis, keepdim, minimum), build, (cast("Tensor", self),))
