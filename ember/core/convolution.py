@@ -359,7 +359,7 @@ def _max_indices(source: Tensor, chosen: Tensor, kernel: tuple[int, ...], stride
 
 
 def _average_pooled(source: Tensor, kernel: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...],
-                    outputs: tuple[int, ...], amounts: tuple[tuple[int, int], ...], count_include_pad: bool,
+                    outputs: tuple[int, ...], amounts: tuple[tuple[int, ...], ...], count_include_pad: bool,
                     divisor_override: int | None) -> Tensor:
     """avg_pool of [N, C, *spatial] (checked, its geometry computed): each window's sum over torch's divisor."""
     spatial = len(kernel)
