@@ -233,9 +233,9 @@ class ConvolutionOps(TensorBase):
         outputs, amounts = _pool_geometry(sizes, kernel, strides, pads, ones, ceil_mode, op)
         # one traced step whose graph is copied from a template from the second call of a shape on (the windows, the
         # sum and torch's divisors: ~30 primitives, 157 us a call op by op)
-        compute = functools.partial(_average_pooled, kernel=kernel, strides=strides, pads=pads, outputs=tuple(outputs),
-                                    amounts=tuple(tuple(amount) for amount in amounts),
-                                    count_include_pad=count_include_pad, divisor_override=divisor_override)
+        compute = functools.partial(_average_pooled, kernel=kernel, strides=strides, pads=pads, outputs=outputs,
+                                    amounts=tuple(amounts), count_include_pad=count_include_pad,
+                                    divisor_override=divisor_override)
         result = traced_call(compute, (source,))
         return result.squeeze(0) if unbatched else result
 
@@ -359,7 +359,7 @@ def _max_indices(source: Tensor, chosen: Tensor, kernel: tuple[int, ...], stride
 
 
 def _average_pooled(source: Tensor, kernel: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...],
-                    outputs: tuple[int, ...], amounts: tuple[tuple[int, ...], ...], count_include_pad: bool,
+                    outputs: tuple[int, ...], amounts: tuple[tuple[int, int], ...], count_include_pad: bool,
                     divisor_override: int | None) -> Tensor:
     """avg_pool of [N, C, *spatial] (checked, its geometry computed): each window's sum over torch's divisor."""
     spatial = len(kernel)
