@@ -241,14 +241,14 @@ def test_class_kernels_compute_their_work_items_in_simd_lanes_on_c() -> None:
     parallel for simd` on the c backend: gcc vectorizes no loop OpenMP outlined unless told, and relu(x + bias) over a
     class's 1M floats ran scalar, ten times slower than the same op's kernel for its size. A kernel with a guarded
     load (a concatenation) keeps the plain loop (gcc 12's if-conversion miscompiled such loads: c.compiler_command).
-    Values against torch at every length, up to 2^20 + 1536 elements, with NaN and infinities, odd lengths past the
-    vector lanes included."""
+    Values against torch at every length, up to 10^7 + 323 elements (rows of 509: no length a multiple of the vector
+    lanes, so each simd loop ends in a remainder), with NaN and infinities."""
     from ember.backends.c import CRenderer
 
     generator = np.random.default_rng(13)
-    bias = generator.normal(size=512).astype(np.float32)
-    for rows in (3, 5, 8, 13, 2051):
-        values = generator.normal(size=(rows, 512)).astype(np.float32)
+    bias = generator.normal(size=509).astype(np.float32)
+    for rows in (3, 5, 8, 13, 2051, 19647):
+        values = generator.normal(size=(rows, 509)).astype(np.float32)
         values[rows // 2, 7] = np.nan
         values[0, 3], values[-1, -1] = np.inf, -np.inf
         x, expected_x = em.tensor(values, device="c"), torch.tensor(values)
