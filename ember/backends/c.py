@@ -355,8 +355,11 @@ class CRenderer(CStyleRenderer):
         parallel = f"#pragma omp parallel for{simd} schedule(static){threads}"
         if kernel.size_parameter is not None:  # work known at launch: threads only for enough of it, as below
             estimate = " * ".join(["(long long)work", *_runtime_loop_sizes(kernel)])
+            # (`if(parallel: ...)`: a plain `if` applies to the simd construct too, which ran the loop scalar on
+            # every launch below the threshold: a 64 x 128 relu gradient took 5 us instead of 1)
             parallel = (f"const {index_type} work = {self.global_bound(kernel)};\n"
-                        f"  #pragma omp parallel for{simd} schedule(static){threads} if({estimate} >= {PARALLEL_THRESHOLD})")
+                        f"  #pragma omp parallel for{simd} schedule(static){threads} "
+                        f"if(parallel: {estimate} >= {PARALLEL_THRESHOLD})")
             return [f"  {parallel}", f"  for ({index_type} gid = 0; gid < work; gid++) {{"]
         pragma = f"  {parallel}" if work >= PARALLEL_THRESHOLD else ""
         return [pragma, f"  for ({index_type} gid = 0; gid < {kernel.global_size}; gid++) {{"]
