@@ -24,6 +24,9 @@ rewrites = true                # EMBER_REWRITES=0: kernelize graphs as recorded 
 
 [scheduler]
 parallel_kernels = false       # EMBER_PARALLEL_KERNELS=1: independent small kernels run at once (graph-parallel)
+
+[autograd]
+backward_replay = true         # EMBER_BACKWARD_REPLAY=0: build and schedule every backward pass's graph anew
 ```
 """
 
@@ -67,6 +70,7 @@ class Config:
     auto_shard: bool | None = None  # None: decided per output (sharding/decision.py); True: always; False: never
     rewrites: bool = True  # graph rewrites (scheduler/graph_rewrite.py) before kernelizing a new graph
     parallel_kernels: bool = False  # graph-parallel execution (backends/launch_group.py)
+    backward_replay: bool = True  # a backward pass shaped like one before runs its program again (autograd/)
 
     def describe(self) -> list[str]:
         return [
@@ -81,6 +85,7 @@ class Config:
                                       False: "off (EMBER_AUTO_SHARD=0)"}[self.auto_shard],
             f"graph rewrites: {'on' if self.rewrites else 'off'}",
             f"parallel kernels: {'on' if self.parallel_kernels else 'off'}",
+            f"backward replays: {'on' if self.backward_replay else 'off'}",
         ]
 
 
@@ -138,6 +143,7 @@ def load_config() -> Config:
         config.auto_shard = _shard_mode(data.get("sharding", {}).get("auto", "decide"), f"{path}: sharding.auto")
         config.rewrites = bool(data.get("graph", {}).get("rewrites", True))
         config.parallel_kernels = bool(data.get("scheduler", {}).get("parallel_kernels", False))
+        config.backward_replay = bool(data.get("autograd", {}).get("backward_replay", True))
     environment = os.environ
     if environment.get("EMBER_BACKENDS"):
         config.enabled_backends = [name.strip() for name in environment["EMBER_BACKENDS"].split(",") if name.strip()]
@@ -160,6 +166,8 @@ def load_config() -> Config:
         config.rewrites = environment["EMBER_REWRITES"] not in ("0", "false")
     if environment.get("EMBER_PARALLEL_KERNELS"):
         config.parallel_kernels = environment["EMBER_PARALLEL_KERNELS"] not in ("0", "", "false")
+    if environment.get("EMBER_BACKWARD_REPLAY"):
+        config.backward_replay = environment["EMBER_BACKWARD_REPLAY"] not in ("0", "", "false")
     if config.c_devices < 1:
         raise ConfigError(f"c devices must be at least 1, got {config.c_devices}")
     return config

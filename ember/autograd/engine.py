@@ -5,14 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ember.autograd.backward_replay import REPLAYS
 from ember.autograd.grad_mode import is_grad_enabled, set_grad_enabled
 from ember.autograd.rules import RULES, TEMPLATED_RULES, Gradients, Recorded
 from ember.collection_pause import collection_paused
+from ember.core import checks as value_checks
 from ember.core import runtime
 from ember.core.errors import AutogradError, DeviceError, ShapeError
 from ember.core.graph_templates import TEMPLATES
 from ember.core.ops import Op
 from ember.core.state_updates import take_state_updates
+from ember.scheduler.realize import WATCH, PlanRun
 
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
@@ -41,6 +44,11 @@ def backward(
         if targets is not None:
             _check_inputs(targets, "backward")
         retained = create_graph if retain_graph is None else retain_graph
+        found = None  # the pass's signature, where a replay may do it (autograd/backward_replay.py)
+        if grad_tensors is None and targets is None and not create_graph and not retained and len(roots) == 1:
+            found = REPLAYS.prepare(roots[0])
+            if found is not None and REPLAYS.replay(found):
+                return
         walked: list[Tensor] | None = None if retained else []
         gradients = _propagate(roots, seeds, targets, create_graph, accumulate=True, walked=walked)
         updated = []
@@ -49,7 +57,18 @@ def backward(
             updated.append(tensor.grad)
         # the roots (the loss) too: reading them afterwards must not recompute the forward; and the module state the
         # forward updated lazily (running statistics: core/state_updates.py), in the same schedule
-        _realize(updated + roots + take_state_updates())
+        updates = take_state_updates()
+        if found is None:
+            _realize(updated + roots + updates)
+        else:  # watched, so that a later pass of its signature replays the program it ran
+            checks = value_checks.pending([tensor.node for tensor in (*updated, *roots, *updates)])
+            runs: list[PlanRun | None] = []
+            WATCH.runs = runs
+            try:
+                _realize(updated + roots + updates)
+            finally:
+                WATCH.runs = None
+            REPLAYS.record(found, runs, gradients, checks, updates)
         if walked is not None:
             free_history(walked)
         for tensor, _ in gradients:  # leaves' post-accumulate hooks, in the order their gradients were completed

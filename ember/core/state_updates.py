@@ -19,10 +19,17 @@ def note_state_update(tensor: Tensor) -> None:
     _PENDING[id(tensor)] = weakref.ref(tensor)
 
 
-def take_state_updates() -> list[Tensor]:
-    """The noted tensors still alive whose values are not computed yet; nothing is noted afterwards."""
+def pending_state_updates() -> list[Tensor]:
+    """The noted tensors still alive whose values are not computed yet, still noted (take_state_updates takes
+    them)."""
     if not _PENDING:
         return []
     tensors = [tensor for reference in _PENDING.values() if (tensor := reference()) is not None]
-    _PENDING.clear()
     return [tensor for tensor in tensors if not tensor.node.realized]
+
+
+def take_state_updates() -> list[Tensor]:
+    """The noted tensors still alive whose values are not computed yet; nothing is noted afterwards."""
+    tensors = pending_state_updates()
+    _PENDING.clear()
+    return tensors

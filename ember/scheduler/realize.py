@@ -4,7 +4,8 @@ ember.memory_budget, the budget's program); EMBER_DEBUG=1 output and peak bytes.
 
 from __future__ import annotations
 
-from typing import cast
+import threading
+from typing import NamedTuple, cast
 
 from ember.backends.base import MemoryPool
 from ember.backends.launch_queue import close_queue, open_queue
@@ -18,7 +19,7 @@ from ember.scheduler import compile_cache, profile
 from ember.scheduler.buffers import DEFERRED_FREES, MAX_DEFERRED_FREES, buffer_of, read_node, release_finished
 from ember.scheduler.compile_ahead import compile_ahead
 from ember.scheduler.executor import execute
-from ember.scheduler.launch_plan import bind_devices, plan_launches
+from ember.scheduler.launch_plan import LaunchPlan, bind_devices, plan_launches
 from ember.scheduler.parallel import parallel_program
 from ember.scheduler.lock import acquire, release
 from ember.budget.memory_budget import run_budgeted
@@ -95,23 +96,17 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
         if plan.runnable:
             live = _live_nodes(program, graph_nodes)
             del graph_nodes
-            for pool in plan.pools:
-                pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
-            # host kernels run back to back at the end (backends/launch_queue.py), after the uploads of the host data
-            # the program reads (an upload runs what the queue holds: at their first use, a training step's random
-            # draws' keys split its launches into three runs)
-            opened = plan.queued and not gather and open_queue()
-            if opened:
-                _upload_leaves(plan.leaves, live)
-            try:
-                execute(program.commands, plan.bindings, live, program.last_use, gather=gather,
-                        small_assigns_anywhere=True)
-            finally:
-                if opened:
-                    close_queue()
+            runs = WATCH.runs
+            if runs is not None:  # (a backward pass being recorded: autograd/backward_replay.py)
+                runs.append(PlanRun(program, plan, list(live), gather,
+                                    [node is not None and node.op is BUFFER for node in live],
+                                    [node is not None and node.replaces is not None for node in live]))
+            run_plan(program, plan, live, gather)
             if stored:
                 keep_stored(stored)
             return
+    if WATCH.runs is not None:
+        WATCH.runs.append(None)  # (a run off the plan path: not one a replay can repeat)
     records = context.profiles
     for record in records:
         record.realizes += 1
@@ -132,6 +127,47 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
     if stored:
         keep_stored(stored)
     _record_peaks(records, pools)
+
+
+def run_plan(program: CommandProgram, plan: LaunchPlan, live: list[Node | None], gather: bool = False) -> None:
+    """Run `program` over the nodes `live` (by slot; the program's Frees empty it as it goes) from its launch plan:
+    the per-op path of a realize, and a backward pass replayed (autograd/backward_replay.py). The caller holds the
+    scheduler's lock."""
+    for pool in plan.pools:
+        pool.peak_bytes = pool.used_bytes  # peak bytes are reported per realize
+    # host kernels run back to back at the end (backends/launch_queue.py), after the uploads of the host data the
+    # program reads (an upload runs what the queue holds: at their first use, a training step's random draws' keys
+    # split its launches into three runs)
+    opened = plan.queued and not gather and open_queue()
+    if opened:
+        _upload_leaves(plan.leaves, live)
+    try:
+        execute(program.commands, plan.bindings, live, program.last_use, gather=gather, small_assigns_anywhere=True)
+    finally:
+        if opened:
+            close_queue()
+
+
+class PlanRun(NamedTuple):
+    """A realize's run from its launch plan, as a watch sees it before the run: the program, the plan, the nodes
+    by slot, whether it gathered launches, and which slots were realized nodes and which in-place assigns."""
+
+    program: CommandProgram
+    plan: LaunchPlan
+    table: list[Node | None]
+    gather: bool
+    realized: list[bool]
+    assigns: list[bool]
+
+
+class RealizeWatch(threading.local):
+    """What the realizes of this thread ran while `runs` is a list (None: not watched): a PlanRun per run from a
+    launch plan, None per run otherwise. A backward pass being recorded for replays watches its realize."""
+
+    runs: list[PlanRun | None] | None = None
+
+
+WATCH = RealizeWatch()
 
 
 def _upload_leaves(leaves: tuple[int, ...], live: list[Node | None]) -> None:
