@@ -197,7 +197,9 @@ def _signature(root: Tensor, updates: list[Tensor]) -> Pass | None:
         if not isinstance(update, Tensor) or update.is_sharded:
             return None
         roots.append(update.node)
-    checks = value_checks.pending(roots)  # (raises a failed one, as the eager pass's realize does)
+    if any(check.failure is not None for node in roots for check in node.checks or ()):
+        return None  # (a check failed before: the eager pass raises it again, at its realize)
+    checks = value_checks.pending(roots)
     roots.extend(check.violation for check in checks)  # type: ignore[misc]
     nodes = place_graph(roots)
     key = graph_key(nodes, roots)
