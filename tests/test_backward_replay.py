@@ -189,3 +189,45 @@ def test_replays_follow_the_setting_and_new_shapes(device: str, monkeypatch: pyt
         torch.nn.functional.cross_entropy(theirs(torch.tensor(features)), torch.tensor(labels)).backward()
         _compare(mine, theirs)
     assert REPLAYS.replayed - before >= 3
+
+
+def test_threads_training_models_of_one_signature_replay_each_their_own() -> None:
+    """Two threads train two models of the same shapes at once (one signature, one recorded program) from different
+    weights and data; each thread's gradients and weights after every step are torch's for its own model."""
+    import threading
+
+    results: dict[int, BaseException | None] = {}
+    start = threading.Barrier(2)
+
+    def train(index: int) -> None:
+        try:
+            torch.manual_seed(10 + index)
+            theirs = _models(torch, "cpu", False)
+            mine = _models(em, "c", False)
+            mine.load_state_dict({name: em.tensor(value.detach().numpy())
+                                  for name, value in theirs.state_dict().items()})
+            my_optimizer = em.optim.SGD(mine.parameters(), lr=0.05)
+            their_optimizer = torch.optim.SGD(theirs.parameters(), lr=0.05)
+            start.wait()
+            for features, labels in _batches(6, seed=20 + index):
+                my_optimizer.zero_grad()
+                their_optimizer.zero_grad()
+                F.cross_entropy(mine(em.tensor(features)), em.tensor(labels)).backward()
+                torch.nn.functional.cross_entropy(theirs(torch.tensor(features)), torch.tensor(labels)).backward()
+                _compare(mine, theirs)
+                my_optimizer.step()
+                their_optimizer.step()
+            results[index] = None
+        except BaseException as error:  # noqa: BLE001 - reported by the main thread
+            results[index] = error
+
+    before = REPLAYS.replayed
+    threads = [threading.Thread(target=train, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for index in range(2):
+        if results.get(index) is not None:
+            raise AssertionError(f"thread {index} failed") from results[index]
+    assert REPLAYS.replayed - before >= 4

@@ -164,42 +164,51 @@ def _signature(root: Tensor, updates: list[Tensor]) -> Pass | None:
     recorded: dict[int, tuple[Tensor, ...]] = {}
     order = _topological_order([root], recorded)  # (raises for a freed history, as the eager pass does)
     roots: list[Node] = []
+    append = roots.append
     held: list[tuple[Any, tuple[Tensor, ...]]] = []  # per tensor with history: (its split arg, the tensors it holds)
     for tensor in order:
         if tensor.is_sharded or tensor._hooks or tensor._retains_grad:  # (a sharded kind: its own backward)
             return None
-        roots.append(tensor.node)
+        append(tensor.node)
         context = tensor._context
         if context is None:
             gradient = tensor.grad
             if gradient is not None:
                 if not isinstance(gradient, Tensor) or gradient.is_sharded:
                     return None
-                roots.append(gradient.node)
+                append(gradient.node)
             continue
         op, arg, sources = context
         if recorded[id(tensor)] is not sources:  # (a source changed in place since: its state then)
             return None
         for source in sources:
-            roots.append(source.node)
+            if not source._requires_grad:  # (one that does is in `order`: its node is listed there)
+                append(source.node)
         split = TEMPLATED_RULES.get(op)
         if split is not None:
             signature, tensors, _ = split(arg)
+        elif arg is None:
+            signature, tensors = None, ()
         else:
             signature, held_tensors = arg, list[Tensor]()
             if not _collect_tensors(arg, held_tensors):
                 return None
             tensors = tuple(held_tensors)
         for tensor_held in tensors:
-            roots.append(tensor_held.node)
+            append(tensor_held.node)
         held.append((signature, tensors))
     for update in updates:
         if not isinstance(update, Tensor) or update.is_sharded:
             return None
-        roots.append(update.node)
-    if any(check.failure is not None for node in roots for check in node.checks or ()):
-        return None  # (a check failed before: the eager pass raises it again, at its realize)
-    checks = value_checks.pending(roots)
+        append(update.node)
+    checks: list[value_checks.Check] = []
+    for node in roots:  # (value_checks.pending, without raising a failed check)
+        if node.checks is not None:
+            for check in node.checks:
+                if check.failure is not None:
+                    return None  # (failed before: the eager pass raises it again, at its realize)
+                if not check.passed and check not in checks:
+                    checks.append(check)
     roots.extend(check.violation for check in checks)  # type: ignore[misc]
     nodes = place_graph(roots)
     key = graph_key(nodes, roots)
@@ -215,11 +224,12 @@ def _signature(root: Tensor, updates: list[Tensor]) -> Pass | None:
             continue
         op, arg, sources = context
         signature, tensors = next(arguments)
-        frozen = _frozen(signature, position)
+        frozen = None if signature is None else _frozen(signature, position)
         if frozen is _REFUSED:
             return None
-        history.append((position[id(tensor.node)], op, frozen, tuple(position[id(item.node)] for item in tensors),
-                        tuple((position[id(source.node)], index_of.get(id(source), -1)) for source in sources)))
+        history.append((position[id(tensor.node)], op, frozen,
+                        tuple([position[id(item.node)] for item in tensors]) if tensors else (),
+                        tuple([(position[id(source.node)], index_of.get(id(source), -1)) for source in sources])))
     settings = (CONFIG.rewrites, CONFIG.auto_shard, CONFIG.parallel_kernels)
     return Pass((key, tuple(history), settings), order, updates, nodes, position, checks)
 
