@@ -1,28 +1,30 @@
 """Backward passes replayed: `loss.backward()` on a history shaped like one differentiated before runs the command
 program that backward ran, on the new graph's nodes, without building or scheduling the gradients' graph again.
 
-An eager training step builds its gradients' graph anew at every step: each recorded op's rule (or the copy of its
-template), then the schedule's walk and key over the forward and backward graphs together. Which gradients' graph
-the rules build is decided by the recorded history (each op, its arg, which sources require grad) and by the lazy
-forward graph under it (its structure: ops, args, shapes, dtypes, devices, which nodes are realized); what the
-schedule's program computes is decided by the two graphs' structure. So a backward pass is a function of its
-*signature*: the forward graph's key (schedule.graph_key over the nodes of the history: each tensor's node, its
-sources' nodes, the tensors its arg holds, the leaves' existing gradients and the value checks' violations) and the
-history's structure by those nodes' positions. A signature's first eager runs watch their realize
-(realize.WATCH): from the run of the program's launch plan, every slot of the program is either a node of the
-forward graph (by its position there) or a node of the gradients' graph, which a replay makes as a fresh stand-in
-(the executor computes it, as it does a template's stored values: schedule.with_extra_slots), and each leaf's new
-gradient is a slot. A replay computes the signature, fills the slots and runs the program from its plan
-(realize.run_plan), then does what the eager pass does after its realize: settles the value checks, sets `.grad`,
-frees the history and runs the post-accumulate hooks.
+An eager training step builds its gradients' graph anew at every step (each recorded op's rule, or the copy of its
+template), then places and keys the forward and backward graphs together to find their program. Which gradients'
+graph the rules build is decided by the recorded history (each op, its arg, which sources require grad) and by the
+lazy forward graph under it (ops, args, shapes, dtypes, devices, which nodes are realized); what the program
+computes, by the two graphs' structure. So a backward pass is a function of its *signature*: the forward graph's key
+(schedule.graph_key over the nodes of the history: each tensor's node, its sources' nodes, the tensors its arg
+holds, the leaves' existing gradients, the module state its forward updated lazily (core/state_updates.py) and the
+value checks' violations) and the history by those nodes' positions. A signature's first eager passes watch their
+realize (realize.WATCH) until one runs from the program's launch plan: every slot of that program is either a node of
+the forward graph (by its position there: an in-place assign of BatchNorm's running statistics is one, run as the
+eager pass runs it) or a node of the gradients' graph, which a replay makes as a fresh stand-in (the executor computes
+it, as it does a template's stored values: schedule.with_extra_slots), and each leaf's new gradient is a slot. A
+replay computes the signature, fills the slots and runs the program from its plan (realize.run_plan), then does
+what the eager pass does after its realize: settles the value checks, sets `.grad`, frees the history and runs the
+post-accumulate hooks. A template's stored values are not kept for later copies (a later realize of one computes
+them again).
 
 The eager pass stays the reference, and runs (unrecorded) wherever a replay could differ from it: create_graph,
 retain_graph, `inputs`, an explicit gradient, several roots, hooks or retain_grad on a tensor of the history, a
 history changed in place since it was recorded, an op whose arg is neither plain data nor tensors (a recurrent
-layer's deferred weight gradients), module state updated lazily (BatchNorm's running statistics), a realize that is
-not plain (a profile, a capture, a memory budget, debug output, a trace), graph-parallel launches, a program that
-stores a template's values, and a plan the compile cache has since outdated (recorded again). `EMBER_BACKWARD_REPLAY=0`
-(settings.backward_replay) turns replays off.
+layer's deferred weight gradients), a check that failed before, a realize that is not plain (a profile, a capture,
+a memory budget, debug output, a trace) and graph-parallel launches; a program whose gradients' graph holds a
+realized leaf or an assign is never recorded, and one whose plan the compile cache has since outdated is recorded
+again. `EMBER_BACKWARD_REPLAY=0` (settings.backward_replay) turns replays off.
 """
 
 from __future__ import annotations
@@ -55,7 +57,6 @@ if TYPE_CHECKING:
 
 SIGNATURES_KEPT = 8  # backward signatures with a recorded program, least recently used dropped first
 RECORDING_TRIES = 3  # eager passes of a signature that may record it (the first compiles: off the launch plan)
-BUFFER = Op.BUFFER
 
 
 class Recorded(NamedTuple):
@@ -83,6 +84,7 @@ class Pass(NamedTuple):
     nodes: list[Node]
     position: dict[int, int]
     checks: list[value_checks.Check]
+    realized: list[bool] | None = None  # per forward node, whether it was realized (a pass to record only)
 
 
 class BackwardReplays:
@@ -108,8 +110,11 @@ class BackwardReplays:
         if found is None:
             return None
         with self.lock:
-            if found.signature in self.recorded and self.recorded[found.signature] is None:
+            known = found.signature in self.recorded
+            if known and self.recorded[found.signature] is None:
                 return None
+        if not known:  # (to record: a node realized by the pass's rules before its realize is no leaf of a replay)
+            found = found._replace(realized=[node.op is Op.BUFFER for node in found.nodes])
         return found
 
     def replay(self, found: Pass) -> bool:
@@ -295,6 +300,8 @@ def _recorded(found: Pass, runs: list[PlanRun | None], gradients: list[tuple[Ten
         slot_of[id(node)] = slot
         at = position.get(id(node))
         if at is not None:
+            if found.realized is None or realized[slot] != found.realized[at]:
+                return None  # (realized since the signature was taken: by a rule, not by the program)
             forward_slots.append((slot, at))
         elif realized[slot] or assigns[slot] or node.device is None:
             return None  # (a leaf or an assign the gradients' graph made: not a stand-in's value)
