@@ -286,27 +286,27 @@ def _recorded(found: Pass, runs: list[PlanRun | None], gradients: list[tuple[Ten
     """The replayable form of an eager pass whose realize ran `runs`, or None where it cannot be replayed."""
     if len(runs) != 1 or runs[0] is None:
         return None
-    program, plan, table, gather, realized, assigns = runs[0]
+    program, plan, gather, slots = runs[0]
     if gather:
         return None
     position = found.position
     forward_slots: list[tuple[int, int]] = []
     fresh_slots: list[tuple[int, tuple[int, ...], Any, str]] = []
-    slot_of: dict[int, int] = {}
+    slot_of: dict[int, int] = {}  # (ids of nodes alive since before the run: the forward graph's, the gradients')
     for slot in program.used:
-        node = table[slot]
-        if node is None:
+        noted = slots[slot]
+        if noted is None:
             return None
-        slot_of[id(node)] = slot
-        at = position.get(id(node))
+        slot_of[noted.identity] = slot
+        at = position.get(noted.identity)
         if at is not None:
-            if found.realized is None or realized[slot] != found.realized[at]:
+            if found.realized is None or noted.realized != found.realized[at]:
                 return None  # (realized since the signature was taken: by a rule, not by the program)
             forward_slots.append((slot, at))
-        elif realized[slot] or assigns[slot] or node.device is None:
+        elif noted.realized or noted.assign or noted.device is None:
             return None  # (a leaf or an assign the gradients' graph made: not a stand-in's value)
         else:
-            fresh_slots.append((slot, node.shape, node.dtype, node.device))
+            fresh_slots.append((slot, noted.shape, noted.dtype, noted.device))
     index_of = {id(tensor): index for index, tensor in enumerate(found.order)}
     leaves = []
     for tensor, _ in gradients:
@@ -323,7 +323,7 @@ def _recorded(found: Pass, runs: list[PlanRun | None], gradients: list[tuple[Ten
     for tensor in (found.order[-1], *found.updates):  # (the loss and the state: realized by the program's steps)
         if id(tensor.node) not in slot_of or not tensor.node.realized:
             return None
-    return Recorded(program, plan, len(table), tuple(forward_slots), tuple(fresh_slots), tuple(leaves),
+    return Recorded(program, plan, len(slots), tuple(forward_slots), tuple(fresh_slots), tuple(leaves),
                     tuple(check_index[id(check)] for check in checks))
 
 

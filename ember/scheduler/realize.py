@@ -5,7 +5,7 @@ ember.memory_budget, the budget's program); EMBER_DEBUG=1 output and peak bytes.
 from __future__ import annotations
 
 import threading
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 from ember.backends.base import MemoryPool
 from ember.backends.launch_queue import close_queue, open_queue
@@ -98,9 +98,10 @@ def _realize(nodes: list[Node], allow_sharding: bool, context: CallContext, chec
             del graph_nodes
             runs = WATCH.runs
             if runs is not None:  # (a backward pass being recorded: autograd/backward_replay.py)
-                runs.append(PlanRun(program, plan, list(live), gather,
-                                    [node is not None and node.op is BUFFER for node in live],
-                                    [node is not None and node.replaces is not None for node in live]))
+                runs.append(PlanRun(program, plan, gather, [
+                    None if node is None else
+                    SlotNode(id(node), node.op is BUFFER, node.replaces is not None, node.shape, node.dtype,
+                             node.device) for node in live]))
             run_plan(program, plan, live, gather)
             if stored:
                 keep_stored(stored)
@@ -148,16 +149,26 @@ def run_plan(program: CommandProgram, plan: LaunchPlan, live: list[Node | None],
             close_queue()
 
 
+class SlotNode(NamedTuple):
+    """What a watch notes of a slot's node before a run: its id (no reference: the run frees each intermediate after
+    its last use), whether it was realized and whether it was an in-place assign, its shape, dtype and device."""
+
+    identity: int
+    realized: bool
+    assign: bool
+    shape: tuple[int, ...]
+    dtype: Any
+    device: str | None
+
+
 class PlanRun(NamedTuple):
-    """A realize's run from its launch plan, as a watch sees it before the run: the program, the plan, the nodes
-    by slot, whether it gathered launches, and which slots were realized nodes and which in-place assigns."""
+    """A realize's run from its launch plan, as a watch sees it before the run: the program, the plan, whether it
+    gathered launches, and the node of each slot (None: a slot the program does not use)."""
 
     program: CommandProgram
     plan: LaunchPlan
-    table: list[Node | None]
     gather: bool
-    realized: list[bool]
-    assigns: list[bool]
+    slots: list[SlotNode | None]
 
 
 class RealizeWatch(threading.local):
