@@ -502,7 +502,9 @@ class MappedHostArray(HostArray):
 # 64-byte load or store of a row split two cache lines)
 BUFFER_ALIGNMENT = 64
 MAX_SMALL_BUFFER_BYTES = 1 << 16  # released buffers up to this size are kept for the next of their size ...
-SMALL_BUFFERS_KEPT = 16  # ... this many of each size ...
+# ... this many of each size (an RNN step's backward frees ~60 buffers of one size; at 16 a char_lstm step made
+# 50 new ones, 3-5 us each, at 64 two) ...
+SMALL_BUFFERS_KEPT = 64
 MAX_SMALL_BYTES_KEPT = 1 << 24  # ... and this many bytes in all
 
 
