@@ -45,6 +45,52 @@ def test_clip_grad_norm_matches_torch(norm_type: float | str, scale: float, devi
         assert_close(ember_parameter, torch_parameter.detach())  # clipping touches only the gradients
 
 
+def test_clip_grad_norm_is_one_template_copy_with_torchs_values(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 2-norm clip of many gradients (a training step's clip_grad_norm_) is recorded as one template's copy from
+    its second call on, no op recorded one by one: three calls of three scales (shrinking and not), gradients that
+    are views and lazy values, torch's norms and gradients each time, and the gradients' versions advance as mul_'s
+    do."""
+    import ember.core.tensor as tensor_module
+    from ember.core.graph_templates import TEMPLATES
+
+    recorded: list[object] = []  # ops recorded one by one, but for the view's write into its base (views.py)
+    writing = []
+    apply, write_through = em.Tensor._apply, tensor_module.write_through
+
+    def counted(self: em.Tensor, *args: object, **kwargs: object) -> em.Tensor:
+        if not writing:
+            recorded.append(args[0])
+        return apply(self, *args, **kwargs)
+
+    def written(*args: object) -> em.Tensor:
+        writing.append(1)
+        try:
+            return write_through(*args)
+        finally:
+            writing.pop()
+
+    monkeypatch.setattr(em.Tensor, "_apply", counted)
+    monkeypatch.setattr(tensor_module, "write_through", written)
+    for scale in (10.0, 0.1, 10.0):
+        ember_parameters, torch_parameters = _parameters_with_grads(device, scale)
+        ember_parameters[1].grad = ember_parameters[1].grad * 1.0  # (a lazy value)
+        base = em.tensor(np.zeros((2, 7), np.float32), device=device)
+        base[0] = ember_parameters[1].grad
+        ember_parameters[1].grad = base[0]  # (a view: the clip writes through it into `base`)
+        versions = [parameter.grad._version for parameter in ember_parameters]
+        copies = TEMPLATES.instantiated
+        recorded.clear()
+        total = enn.utils.clip_grad_norm_(ember_parameters, max_norm=1.5)
+        if scale == 0.1:
+            assert TEMPLATES.instantiated == copies + 1 and not recorded, recorded
+        torch_total = torch.nn.utils.clip_grad_norm_(torch_parameters, max_norm=1.5)
+        assert_close(total, torch_total, atol=1e-4)
+        for ember_parameter, torch_parameter in zip(ember_parameters, torch_parameters):
+            assert_close(ember_parameter.grad, torch_parameter.grad, atol=1e-6)
+        assert_close(base[0], torch_parameters[1].grad, atol=1e-6)
+        assert [parameter.grad._version for parameter in ember_parameters] == [version + 1 for version in versions]
+
+
 def test_get_total_norm_clip_grads_with_norm_and_clip_grad_value(device: str) -> None:
     ember_parameters, torch_parameters = _parameters_with_grads(device, 3.0)
     total = enn.utils.get_total_norm([p.grad for p in ember_parameters], 2.0)
