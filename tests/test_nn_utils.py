@@ -91,6 +91,16 @@ def test_clip_grad_norm_is_one_template_copy_with_torchs_values(device: str, mon
         assert [parameter.grad._version for parameter in ember_parameters] == [version + 1 for version in versions]
 
 
+def test_clip_grad_norm_of_a_parameter_listed_twice_is_torchs(device: str) -> None:
+    """A parameter listed twice counts twice in the norm and is scaled twice, as torch's loop of mul_ does."""
+    ember_parameters, torch_parameters = _parameters_with_grads(device, 10.0)
+    total = enn.utils.clip_grad_norm_([*ember_parameters, ember_parameters[0]], max_norm=1.5)
+    torch_total = torch.nn.utils.clip_grad_norm_([*torch_parameters, torch_parameters[0]], max_norm=1.5)
+    assert_close(total, torch_total, atol=1e-4)
+    for ember_parameter, torch_parameter in zip(ember_parameters, torch_parameters):
+        assert_close(ember_parameter.grad, torch_parameter.grad, atol=1e-6)
+
+
 def test_get_total_norm_clip_grads_with_norm_and_clip_grad_value(device: str) -> None:
     ember_parameters, torch_parameters = _parameters_with_grads(device, 3.0)
     total = enn.utils.get_total_norm([p.grad for p in ember_parameters], 2.0)

@@ -101,9 +101,9 @@ def clip_grad_norm_(
 
 
 def _one_kind(grads: list[Tensor], norm_type: float) -> bool:
-    """Whether clipping `grads` by their 2-norm is one template's copy: plain tensors of one float dtype on one
-    device."""
-    if float(norm_type) != 2.0 or not grads:
+    """Whether clipping `grads` by their 2-norm is one template's copy: distinct plain tensors of one float dtype on
+    one device (a gradient listed twice is scaled twice, as torch's loop of mul_ does)."""
+    if float(norm_type) != 2.0 or not grads or len({id(grad) for grad in grads}) != len(grads):
         return False
     first = grads[0]
     return first.dtype.is_float and all(
