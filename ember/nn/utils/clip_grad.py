@@ -63,9 +63,14 @@ def clip_grads_with_norm_(
     if not grads:
         return
     with em.no_grad():
-        coefficient = (max_norm / (total_norm + 1e-6)).clamp(max=1.0)
+        coefficient = _coefficient(total_norm, max_norm)
         for grad in grads:
             grad.mul_(coefficient.to(grad.device).cast(grad.dtype))
+
+
+def _coefficient(total_norm: Tensor, max_norm: float) -> Tensor:
+    """What clipping multiplies the gradients by: clamp(max_norm / (total_norm + 1e-6), max=1), as torch."""
+    return (max_norm / (total_norm + 1e-6)).clamp(max=1.0)
 
 
 def clip_grad_norm_(
@@ -115,7 +120,7 @@ def _clipped(*grads: Tensor, max_norm: float) -> tuple[Tensor, ...]:
     """The total 2-norm of `grads` and each gradient scaled by clamp(max_norm / (norm + 1e-6), max=1): what
     get_total_norm and clip_grads_with_norm_ compute, op for op."""
     total_norm = get_total_norm(list(grads), 2.0)
-    coefficient = (max_norm / (total_norm + 1e-6)).clamp(max=1.0)
+    coefficient = _coefficient(total_norm, max_norm)
     return (total_norm, *[grad * coefficient.to(grad.device).cast(grad.dtype) for grad in grads])
 
 
