@@ -206,14 +206,9 @@ def _signature(root: Tensor, updates: list[Tensor]) -> Pass | None:
         if not isinstance(update, Tensor) or update.is_sharded:
             return None
         append(update.node)
-    checks: list[value_checks.Check] = []
-    for node in roots:  # (value_checks.pending, without raising a failed check)
-        if node.checks is not None:
-            for check in node.checks:
-                if check.failure is not None:
-                    return None  # (failed before: the eager pass raises it again, at its realize)
-                if not check.passed and check not in checks:
-                    checks.append(check)
+    checks, failed = value_checks.unsettled(roots)
+    if failed is not None:
+        return None  # (failed before: the eager pass raises it again, at its realize)
     roots.extend(check.violation for check in checks)  # type: ignore[misc]
     nodes = place_graph(roots)
     key = graph_key(nodes, roots)

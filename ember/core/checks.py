@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -93,14 +93,23 @@ def checked(values: Tensor, invalid: Tensor, describe: Describe, named: Tensor |
 
 def pending(nodes: Sequence[Node]) -> list[Check]:
     """The checks of `nodes` still to evaluate; raises the failure of one already evaluated."""
+    checks, failed = unsettled(nodes)
+    if failed is not None:
+        raise cast(Exception, failed.failure)
+    return checks
+
+
+def unsettled(nodes: Sequence[Node]) -> tuple[list[Check], Check | None]:
+    """The checks of `nodes` still to evaluate, and the first one met that was evaluated and failed (None: none;
+    the checks are then those met before it)."""
     checks: list[Check] = []
     for node in nodes:
         for check in node.checks or ():
             if check.failure is not None:
-                raise check.failure
+                return checks, check
             if not check.passed and check not in checks:
                 checks.append(check)
-    return checks
+    return checks, None
 
 
 def settle(checks: list[Check], nodes: Sequence[Node], read: Callable[[Node], np.ndarray]) -> None:
