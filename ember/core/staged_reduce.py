@@ -110,12 +110,17 @@ def stage_extents(extent: int, outputs: int = 1, later_chunk: int = LATER_STAGE_
 
 def _staged(tensor: Tensor, op: Op, axes: tuple[int, ...], later_chunk: int = LATER_STAGE_CHUNK,
             parallel: bool = False) -> Tensor:
-    """The stages of a long reduce: the reduced axes moved last and flattened into one, then reduced chunk by chunk
+    """The stages of a long reduce: each run of adjacent reduced axes merged into one (`_merged_reduced_runs`), the
+    reduced axes moved last and flattened into one, then reduced chunk by chunk
     (padded with the identity to whole chunks) until one value per output is left; each stage's partials laid out
     parts first where `_parts_first` says so. `parallel`: a reduce staged only for a GPU's parallelism, which takes
     the group stages (a group per output row) unless it is a contraction (a matmul's shape, which keeps register
     tiles: its inner dim is split into chunks, parts first, so that the chunks' products run in parallel)."""
     shape = tensor.shape
+    merged_shape, merged_axes = _merged_reduced_runs(shape, axes)
+    if merged_axes != axes and not _contraction(tensor, axes):
+        merged = _staged(tensor._apply(Op.RESHAPE, arg=merged_shape), op, merged_axes, later_chunk, parallel)
+        return merged._apply(Op.RESHAPE, arg=tuple(1 if axis in axes else size for axis, size in enumerate(shape)))
     kept = tuple(axis for axis in range(len(shape)) if axis not in axes)
     order = kept + tuple(sorted(axes))
     current = tensor if order == tuple(range(len(shape))) else tensor._apply(Op.PERMUTE, arg=order)
@@ -145,6 +150,25 @@ def _staged(tensor: Tensor, op: Op, axes: tuple[int, ...], later_chunk: int = LA
     if half is not None:
         current = current._apply(Op.CAST, arg=half)
     return current._apply(Op.RESHAPE, arg=tuple(1 if axis in axes else size for axis, size in enumerate(shape)))
+
+
+def _merged_reduced_runs(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """`shape` with each run of adjacent reduced axes merged into one axis, and the reduced axes of that shape (as
+    they were where no two reduced axes are adjacent). The reduced elements of a run are one run of the tensor's
+    memory where its trailing axes are (a batch norm's H x W plane of [N, C, H, W]): merged, a stage's chunk of
+    them is read as consecutive elements, where split into H and W every chunk's index went through a division and
+    a remainder by W and its loads were gathered (the statistics over 8 x 128 x 28 x 28 took 250 us, torch's 30)."""
+    reduced = set(axes)
+    merged: list[int] = []
+    merged_axes: list[int] = []
+    for axis, size in enumerate(shape):
+        if axis in reduced and axis - 1 in reduced:
+            merged[-1] *= size
+            continue
+        if axis in reduced:
+            merged_axes.append(len(merged))
+        merged.append(size)
+    return tuple(merged), tuple(merged_axes)
 
 
 def _chunks(current: Tensor, op: Op, kept_shape: tuple[int, ...], parts: int, chunk: int,
