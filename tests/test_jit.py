@@ -130,7 +130,8 @@ def test_inputs_passed_again_bind_every_launch_and_new_inputs_are_read_by_the_re
     assert capture.bound is not None
     if rebinding:
         assert capture.rebinding is not None and not unbound_launches(capture, capture.rebinding[0])
-        assert capture.pointed[input_slot] is buffer_of(staged.node)  # (passed again: stays bound)
+        pointed_at = capture.pointed[input_slot]  # (passed again: stays bound, by a weak reference)
+        assert pointed_at is not None and pointed_at() is buffer_of(staged.node)
     else:  # (the launches over fixed slots alone leave those reading an input unbound; with the inputs, none is)
         assert capture.bound_with_inputs is not None
         assert unbound_launches(capture, capture.bound) and not unbound_launches(capture, capture.bound_with_inputs)

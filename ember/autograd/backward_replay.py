@@ -16,7 +16,8 @@ it, as it does a template's stored values: schedule.with_extra_slots), and each 
 replay computes the signature, fills the slots and runs the program from its plan (realize.run_plan), then does
 what the eager pass does after its realize: settles the value checks, sets `.grad`, frees the history and runs the
 post-accumulate hooks. A template's stored values are not kept for later copies (a later realize of one computes
-them again).
+them again). Where it can be, a recorded program is bound to buffers at its first replay (bound_backward.py: its
+launches run with no executor work per launch, the gradients' graph's intermediates in an arena).
 
 The eager pass stays the reference, and runs (unrecorded) wherever a replay could differ from it: create_graph,
 retain_graph, `inputs`, an explicit gradient, several roots, hooks or retain_grad on a tensor of the history, a
@@ -33,8 +34,10 @@ import operator
 import threading
 from collections import OrderedDict
 from enum import Enum
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
+from ember.autograd import bound_backward
+from ember.autograd.bound_backward import BoundBackward, bind
 from ember.autograd.rules import TEMPLATED_RULES
 from ember.context import CONTEXT
 from ember.core import checks as value_checks
@@ -62,7 +65,9 @@ RECORDING_TRIES = 3  # eager passes of a signature that may record it (the first
 class Recorded(NamedTuple):
     """A backward pass's program by slot: `forward_slots` (slot, position in the forward graph), `fresh_slots`
     (slot, shape, dtype, device) of the gradients' graph, `gradients` (position in the history's order of a leaf,
-    the slot of its new .grad), `checks` (positions among the signature's value checks, in the realize's order)."""
+    the slot of its new .grad), `checks` (positions among the signature's value checks, in the realize's order);
+    `binding` holds the program bound to buffers (bound_backward.py) once a replay made it: [None] before the first
+    replay, [False] where it cannot be bound."""
 
     program: CommandProgram
     plan: LaunchPlan
@@ -71,6 +76,7 @@ class Recorded(NamedTuple):
     fresh_slots: tuple[tuple[int, tuple[int, ...], Any, str], ...]
     gradients: tuple[tuple[int, int], ...]
     checks: tuple[int, ...]
+    binding: list[BoundBackward | bool | None]
 
 
 class Pass(NamedTuple):
@@ -95,6 +101,7 @@ class BackwardReplays:
         self.recorded: OrderedDict[tuple[Any, ...], Recorded | None] = OrderedDict()
         self.tries: dict[tuple[Any, ...], int] = {}
         self.replayed = 0  # backward passes done by a replay (tests and benchmarks read it)
+        self.bound = 0  # of those, replays of a program bound to buffers (bound_backward.py)
         self.lock = threading.Lock()
 
     def prepare(self, root: Tensor) -> Pass | None:
@@ -130,7 +137,7 @@ class BackwardReplays:
                 del self.recorded[found.signature]
                 return False
         self.replayed += 1
-        _run(recorded, found)  # (raises a failed value check as the eager pass would: a replay nonetheless)
+        self.bound += _run(recorded, found)  # (raises a failed value check as the eager pass would: a replay nonetheless)
         return True
 
     def record(self, found: Pass, runs: list[PlanRun | None], gradients: list[tuple[Tensor, Tensor]],
@@ -319,33 +326,29 @@ def _recorded(found: Pass, runs: list[PlanRun | None], gradients: list[tuple[Ten
         if id(tensor.node) not in slot_of or not tensor.node.realized:
             return None
     return Recorded(program, plan, len(slots), tuple(forward_slots), tuple(fresh_slots), tuple(leaves),
-                    tuple(check_index[id(check)] for check in checks))
+                    tuple(check_index[id(check)] for check in checks), [None])
 
 
-def _run(recorded: Recorded, found: Pass) -> None:
+def _run(recorded: Recorded, found: Pass) -> bool:
     """The backward pass of `found` by `recorded`'s program: its realize, `.grad` of each leaf, the value checks
     settled, the history freed and the leaves' post-accumulate hooks run (as engine.backward does after its
-    realize)."""
+    realize); whether the program ran bound to buffers."""
     from ember.autograd.engine import free_history
     from ember.core.tensor import Tensor
 
-    table: list[Node | None] = [None] * recorded.table_size
     nodes = found.nodes
-    for slot, at in recorded.forward_slots:
-        table[slot] = nodes[at]
-    for slot, shape, dtype, device in recorded.fresh_slots:
-        table[slot] = Node(Op.CONTIGUOUS, (), None, shape, dtype, device)
-    nodes.clear()  # (the table holds the nodes the run needs: an assign may write in place where nothing else does)
-    outputs = [table[slot] for _, slot in recorded.gradients]  # (the run empties its table as slots are freed)
     root = found.order[-1]
     acquire()
     try:
         if DEFERRED_FREES:
             release_finished(wait=len(DEFERRED_FREES) > MAX_DEFERRED_FREES)
-        run_plan(recorded.program, recorded.plan, table)
+        bound = recorded.binding[0] if bound_backward.BIND_REPLAYS else False
+        if bound is None:  # (bound at the first replay, to its forward graph's buffers)
+            bound = recorded.binding[0] = bind(recorded, nodes) or False
+        outputs = _run_bound(bound, recorded, nodes) if isinstance(bound, BoundBackward) else \
+            _run_nodes(recorded, nodes)
     finally:
         release()
-    del table
     state_updates.take_state_updates()  # (computed: `found.updates`)
     checks = [found.checks[index] for index in recorded.checks]
     order = found.order
@@ -355,7 +358,6 @@ def _run(recorded: Recorded, found: Pass) -> None:
     finally:  # (the eager pass sets .grad before its realize raises a failed check)
         failed = tuple(check for check in checks if check.failure is not None) or None
         for (index, _), node in zip(recorded.gradients, outputs):
-            assert node is not None
             if failed is not None:  # (computed from wrong values: reading them raises the failure again)
                 node.checks = failed
             order[index].grad = Tensor._from_node(node, False)
@@ -365,3 +367,35 @@ def _run(recorded: Recorded, found: Pass) -> None:
         if tensor._post_accumulate_hooks:
             for hook in list(tensor._post_accumulate_hooks):
                 hook(tensor)
+    return isinstance(bound, BoundBackward)
+
+
+def _run_nodes(recorded: Recorded, nodes: list[Node]) -> list[Node]:
+    """Run the program over nodes (the forward graph's, by position, and fresh stand-ins for the gradients' graph),
+    through the per-op path's executor; the leaves' new gradients (nodes), in `recorded.gradients`' order."""
+    table: list[Node | None] = [None] * recorded.table_size
+    for slot, at in recorded.forward_slots:
+        table[slot] = nodes[at]
+    for slot, shape, dtype, device in recorded.fresh_slots:
+        table[slot] = Node(Op.CONTIGUOUS, (), None, shape, dtype, device)
+    nodes.clear()  # (the table holds the nodes the run needs: an assign may write in place where nothing else does)
+    outputs = [cast(Node, table[slot]) for _, slot in recorded.gradients]  # (the run empties its table as it goes)
+    run_plan(recorded.program, recorded.plan, table)
+    return outputs
+
+
+def _run_bound(bound: BoundBackward, recorded: Recorded, nodes: list[Node]) -> list[Node]:
+    """Run the program bound to buffers (bound_backward.py): the forward nodes it computes become their buffers, as
+    the eager pass's do; the leaves' new gradients (nodes holding their buffers), in `recorded.gradients`' order."""
+    made = bound.run(recorded, nodes)
+    shapes = {slot: (shape, dtype, device) for slot, shape, dtype, device in recorded.fresh_slots}
+    gradients: dict[int, Node] = {}
+    for (slot, position, *_), buffer in zip(bound.made, made):
+        if position >= 0:
+            nodes[position].become_buffer(buffer)
+        else:
+            shape, dtype, device = shapes[slot]
+            node = gradients[slot] = Node(Op.CONTIGUOUS, (), None, shape, dtype, device)
+            node.become_buffer(buffer)
+    nodes.clear()
+    return [gradients[slot] for _, slot in recorded.gradients]

@@ -69,13 +69,15 @@ class Capture:
     last_inputs: tuple[weakref.ref[Buffer], ...] = ()
     # where every launch touching an input can be pointed at the input's buffer in place (launch_plan.
     # bind_rebindable; c): every launch bound and joined, made with `bound` (`rebinding_refused`: the device cannot);
-    # `pointed`, per input slot, the buffer its launches point at (None: none). Before a replay, the slots whose
-    # buffer is another are pointed at it; after it, those whose buffer was not the last replay's too (a new batch
-    # at each call) are pointed at none, so that the capture does not hold them, while inputs passed again (state,
-    # an optimizer's parameters) stay bound
+    # `pointed`, per input slot, a weak reference to the buffer its launches point at (None: none). Before a
+    # replay, the slots whose buffer is another (or gone) are pointed at it; after it, those whose buffer was not
+    # the last replay's too (a new batch at each call) are pointed at none, so that the capture does not hold their
+    # memory, while inputs passed again (state, an optimizer's parameters) stay bound. Weak: a buffer the capture
+    # held would look in use to whoever asks whether anything else holds it (a bound backward pass reuses a
+    # gradient's buffer that nothing holds: autograd/bound_backward.py)
     rebinding: Rebinding | None = None
     rebinding_refused: bool = False
-    pointed: dict[int, Buffer | None] = field(default_factory=dict)
+    pointed: dict[int, weakref.ref[Buffer] | None] = field(default_factory=dict)
     new_inputs: list[int] = field(default_factory=list)  # the input slots of the replay running that are new
     memory_pool: JitMemoryPool | None = None  # where the intermediates live (shared with other captures)
     shared_memories: list[Any] = field(default_factory=list)  # the pool's memory of each device it uses
@@ -274,17 +276,18 @@ def _bound_for_inputs(capture: Capture, buffers: list[Buffer | None]) -> list[Bo
         capture.rebinding = bind_rebindable(capture.program, capture.bindings, buffers,
                                             {slot for _, slot in capture.input_slots})
         capture.rebinding_refused = capture.rebinding is None
-        capture.pointed = {slot: cast(Buffer, buffers[slot]) for _, slot in capture.input_slots}
+        capture.pointed = {slot: weakref.ref(cast(Buffer, buffers[slot])) for _, slot in capture.input_slots}
     if capture.rebinding is not None:
         targets, pointed, new = capture.rebinding[1], capture.pointed, capture.new_inputs
         new.clear()
         for position, (_, slot) in enumerate(capture.input_slots):
             buffer = inputs[position]
-            if pointed[slot] is not buffer:
+            reference = pointed[slot]
+            if reference is None or reference() is not buffer:
                 handle = buffer.handle
                 for program, launch, index in targets[slot]:
                     program.rebind(launch, index, handle)
-                pointed[slot] = buffer
+                pointed[slot] = weakref.ref(buffer)
             if position >= len(last) or last[position]() is not buffer:
                 new.append(slot)
         return capture.rebinding[0]

@@ -1,0 +1,135 @@
+"""Backward replays bound to buffers (autograd/bound_backward.py): a bound pass gives torch's gradients and the same
+bits as an unbound one, never overwrites a tensor a caller kept from an earlier step (a loss, a gradient, an
+activation), and stays unbound where its memory would pass the limit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import ember as em
+import ember.nn.functional as F
+from ember.autograd import bound_backward
+from ember.autograd.backward_replay import REPLAYS
+from tests.helpers import assert_close
+from tests.test_backward_replay import _batches, _compare, _pair
+
+
+def _binds(device: str) -> bool:
+    """Whether replays on `device` are bound: where a launch is pointed at another buffer in place (c)."""
+    return device.startswith("c:")
+
+
+@pytest.mark.parametrize("normalization", [False, True])
+def test_bound_replays_match_torch(device: str, normalization: bool) -> None:
+    """Six SGD-momentum steps of a classifier, with and without BatchNorm1d (whose running statistics the program
+    assigns): the later ones are bound replays (on c), and every step's loss, gradients, parameters and running
+    statistics are torch's."""
+    mine, theirs = _pair(device, normalization)
+    my_optimizer = em.optim.SGD(mine.parameters(), lr=0.1, momentum=0.9)
+    their_optimizer = torch.optim.SGD(theirs.parameters(), lr=0.1, momentum=0.9)
+    before = REPLAYS.bound
+    for features, labels in _batches(6):
+        my_optimizer.zero_grad()
+        their_optimizer.zero_grad()
+        loss = F.cross_entropy(mine(em.tensor(features, device=device)), em.tensor(labels, device=device))
+        expected = torch.nn.functional.cross_entropy(theirs(torch.tensor(features)), torch.tensor(labels))
+        loss.backward()
+        expected.backward()
+        assert_close(loss, expected.detach(), atol=1e-5, rtol=1e-5)
+        _compare(mine, theirs)
+        my_optimizer.step()
+        their_optimizer.step()
+    assert (REPLAYS.bound - before >= 3) == _binds(device)
+
+
+def test_tensors_kept_from_a_bound_pass_keep_their_values(device: str) -> None:
+    """A caller that keeps each step's loss, logits and gradients (the gradients set to None by zero_grad, so the
+    parameters let them go): a later bound pass writes its results elsewhere, and every kept tensor still holds the
+    values read right after its step. Tensors dropped are written over (their buffers reused)."""
+    mine, _ = _pair(device)
+    optimizer = em.optim.SGD(mine.parameters(), lr=0.1)
+    kept: list[tuple[em.Tensor, np.ndarray]] = []
+    for features, labels in _batches(6):
+        optimizer.zero_grad()
+        logits = mine(em.tensor(features, device=device))
+        loss = F.cross_entropy(logits, em.tensor(labels, device=device))
+        loss.backward()
+        for tensor in (loss, logits, *[parameter.grad for parameter in mine.parameters()]):
+            assert tensor is not None
+            kept.append((tensor, tensor.numpy().copy()))
+        optimizer.step()
+    for tensor, values in kept:
+        np.testing.assert_array_equal(tensor.numpy(), values)
+
+
+def _char_model(seed: int) -> tuple[Any, Any, list[tuple[em.Tensor, em.Tensor]]]:
+    torch.manual_seed(seed)
+    em.manual_seed(seed)
+
+    class CharModel(em.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = em.nn.Embedding(20, 8)
+            self.rnn = em.nn.LSTM(8, 16, 2)
+            self.decoder = em.nn.Linear(16, 20)
+
+        def forward(self, codes: em.Tensor) -> em.Tensor:
+            output, _ = self.rnn(self.encoder(codes))
+            return self.decoder(output)
+
+    model = CharModel().to("c")
+    generator = np.random.default_rng(seed)
+    batches = [(em.tensor(generator.integers(0, 20, (6, 4)), device="c"),
+                em.tensor(generator.integers(0, 20, (6, 4)), device="c")) for _ in range(3)]
+    return model, em.optim.SGD(model.parameters(), lr=0.5), batches
+
+
+def _char_steps(steps: int) -> tuple[list[float], list[np.ndarray]]:
+    model, optimizer, batches = _char_model(4)
+    losses = []
+    for step in range(steps):
+        codes, targets = batches[step % len(batches)]
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(codes).reshape(-1, 20), targets.reshape(-1))
+        loss.backward()
+        em.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        optimizer.step()
+        losses.append(float(loss.item()))
+    return losses, [parameter.numpy() for parameter in model.parameters()]
+
+
+def test_a_recurrent_model_bound_and_unbound_gives_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2-layer LSTM char model with clip_grad_norm_ (its stored per-step values are forward nodes the program
+    computes; the gradients' graph's intermediates live in the arena): eight steps bound and eight unbound give the
+    same losses and parameters, bit for bit."""
+    before = REPLAYS.bound
+    bound_losses, bound_parameters = _char_steps(8)
+    assert REPLAYS.bound - before >= 4
+    monkeypatch.setattr(bound_backward, "BIND_REPLAYS", False)
+    replayed, before = REPLAYS.replayed, REPLAYS.bound
+    losses, parameters = _char_steps(8)
+    assert REPLAYS.bound == before and REPLAYS.replayed - replayed >= 4
+    assert bound_losses == losses
+    for bound_value, value in zip(bound_parameters, parameters):
+        np.testing.assert_array_equal(bound_value, value)
+
+
+def test_a_binding_past_the_memory_limit_stays_unbound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With MAX_BOUND_BYTES below what the binding would keep, the replays run unbound and still match torch."""
+    monkeypatch.setattr(bound_backward, "MAX_BOUND_BYTES", 0)
+    REPLAYS.recorded.clear()  # (bindings made before are kept with their recordings)
+    mine, theirs = _pair("c:0")
+    replayed, bound = REPLAYS.replayed, REPLAYS.bound
+    for features, labels in _batches(5):
+        for model in (mine, theirs):
+            model.zero_grad()
+        loss = F.cross_entropy(mine(em.tensor(features, device="c:0")), em.tensor(labels, device="c:0"))
+        expected = torch.nn.functional.cross_entropy(theirs(torch.tensor(features)), torch.tensor(labels))
+        loss.backward()
+        expected.backward()
+        _compare(mine, theirs)
+    assert REPLAYS.replayed - replayed >= 2 and REPLAYS.bound == bound
