@@ -87,6 +87,15 @@ def _own_shape_classes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shape_classes, "STRUCTURES", type(shape_classes.STRUCTURES)())
 
 
+@pytest.fixture(autouse=True)
+def _own_backward_replays() -> None:
+    """Each test records its own backward passes: a recording of an earlier test's, bound to buffers
+    (autograd/bound_backward.py), would hold pool memory that a test counting the pool's bytes sees."""
+    from ember.autograd.backward_replay import REPLAYS
+
+    REPLAYS.clear()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from tests import kernel_recorder  # every kernel of the session is assembled by ptxas at the end
 

@@ -133,3 +133,37 @@ def test_a_binding_past_the_memory_limit_stays_unbound(monkeypatch: pytest.Monke
         expected.backward()
         _compare(mine, theirs)
     assert REPLAYS.replayed - replayed >= 2 and REPLAYS.bound == bound
+
+
+def test_bindings_past_the_total_limit_let_the_least_recent_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two signatures (batches of 8 and of 12 rows) whose bindings do not fit MAX_BOUND_BYTES together: binding one
+    lets the other's go (it binds again at its next replay), the bindings never hold more than the limit, and the
+    steps stay torch's."""
+    mine, theirs = _pair("c:0")
+    small, large = _batches(1, rows=8)[0], _batches(1, rows=12, seed=1)[0]
+
+    def step(features: np.ndarray, labels: np.ndarray) -> None:
+        for model in (mine, theirs):
+            model.zero_grad()
+        loss = F.cross_entropy(mine(em.tensor(features, device="c:0")), em.tensor(labels, device="c:0"))
+        expected = torch.nn.functional.cross_entropy(theirs(torch.tensor(features)), torch.tensor(labels))
+        loss.backward()
+        expected.backward()
+        _compare(mine, theirs)
+
+    def held() -> list[int]:
+        return [recorded.binding[0].held_bytes for recorded in REPLAYS.recorded.values()
+                if recorded is not None and isinstance(recorded.binding[0], bound_backward.BoundBackward)]
+
+    for batch in [small] * 4 + [large] * 4:
+        step(*batch)
+    assert len(held()) == 2
+    monkeypatch.setattr(bound_backward, "MAX_BOUND_BYTES", max(held()) + 1)  # (one fits, not both)
+    REPLAYS.clear()
+    for batch in [small] * 4 + [large] * 4:
+        step(*batch)
+    bound = REPLAYS.bound
+    for batch in (small, large, small, large):
+        step(*batch)
+        assert len(held()) == 1 and sum(held()) <= bound_backward.MAX_BOUND_BYTES
+    assert REPLAYS.bound - bound == 4

@@ -140,6 +140,28 @@ class BackwardReplays:
         self.bound += _run(recorded, found)  # (raises a failed value check as the eager pass would: a replay nonetheless)
         return True
 
+    def make_room(self, nbytes: int) -> None:
+        """Let the bindings of the least recently replayed programs go (bound_backward.py: they bind again at their
+        next replay) until `nbytes` more fit within bound_backward.MAX_BOUND_BYTES. The caller holds the scheduler's
+        lock (bindings are made and run under it)."""
+        with self.lock:
+            recordings = [recorded for recorded in self.recorded.values() if recorded is not None]
+        held = sum(recorded.binding[0].held_bytes for recorded in recordings
+                   if isinstance(recorded.binding[0], BoundBackward))
+        for recorded in recordings:
+            if held + nbytes <= bound_backward.MAX_BOUND_BYTES:
+                return
+            binding = recorded.binding[0]
+            if isinstance(binding, BoundBackward):
+                held -= binding.held_bytes
+                recorded.binding[0] = None
+
+    def clear(self) -> None:
+        """Forget every recorded pass and let the memory of their bindings go (the next passes record again)."""
+        with self.lock:
+            self.recorded.clear()
+            self.tries.clear()
+
     def record(self, found: Pass, runs: list[PlanRun | None], gradients: list[tuple[Tensor, Tensor]],
                checks: list[value_checks.Check], updates: list[Tensor]) -> None:
         """After an eager pass of `found`: keep the program its realize ran (`runs`, what realize.WATCH saw), with
@@ -344,7 +366,7 @@ def _run(recorded: Recorded, found: Pass) -> bool:
             release_finished(wait=len(DEFERRED_FREES) > MAX_DEFERRED_FREES)
         bound = recorded.binding[0] if bound_backward.BIND_REPLAYS else False
         if bound is None:  # (bound at the first replay, to its forward graph's buffers)
-            bound = recorded.binding[0] = bind(recorded, nodes) or False
+            bound = recorded.binding[0] = bind(recorded, nodes, REPLAYS.make_room) or False
         outputs = _run_bound(bound, recorded, nodes) if isinstance(bound, BoundBackward) else \
             _run_nodes(recorded, nodes)
     finally:

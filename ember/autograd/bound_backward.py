@@ -24,12 +24,15 @@ leaf of the run: the buffer it holds is never free), and the tensor it updates h
 
 A program is bound only where that is the same computation: launches and frees only (no copy between devices), one
 device whose pool makes views, and every launch's program rebinds its buffers; and only where the memory a binding keeps between steps (the arena and
-the kept buffers; the eager pass frees them) is at most MAX_BOUND_BYTES and an eighth of a limited pool. Else its
-replays stay unbound. `BIND_REPLAYS = False` turns binding off (tests compare both paths)."""
+the kept buffers; the eager pass frees them) is at most an eighth of a limited pool and, with every other binding's,
+at most MAX_BOUND_BYTES (the bindings of the least recently replayed programs are let go first: they bind again at
+their next replay). Else its replays stay unbound. `REPLAYS.clear()` (backward_replay.py) lets every recording and
+binding go. `BIND_REPLAYS = False` turns binding off (tests compare both paths)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from sys import getrefcount
 from typing import TYPE_CHECKING, Any, cast
 
@@ -47,8 +50,10 @@ if TYPE_CHECKING:
     from ember.autograd.backward_replay import Recorded
 
 BIND_REPLAYS = True  # bind recorded backward passes to buffers (False: every replay runs over nodes)
-MAX_BOUND_BYTES = 1 << 29  # a binding's own memory (its arena and the buffers its runs keep) at most; and at most an
-POOL_SHARE = 8  # eighth of a pool with a limit: a binding holds that memory between steps, where the eager pass frees it
+# the memory bindings keep between steps (their arenas and the buffers their runs keep; the eager pass frees it), all
+# together at most (the least recently replayed bindings are let go first), and a binding's at most an eighth of a
+MAX_BOUND_BYTES = 1 << 29
+POOL_SHARE = 8  # limited pool's
 FREE_REFERENCES = 3  # sys.getrefcount of a kept buffer nothing else holds: the list, the name, the call's argument
 ARENA_ALIGNMENT = 64  # bytes: an intermediate's offset in the arena (a cache line, AVX-512's vector), at least
 
@@ -61,14 +66,15 @@ class BoundBackward:
     anew), `handles` (per rebound slot, the handle its launches point to now) and the arena that keeps the
     intermediates' memory."""
 
-    __slots__ = ("arena", "handles", "kept", "launches", "leaves", "made", "targets", "template")
+    __slots__ = ("arena", "handles", "held_bytes", "kept", "launches", "leaves", "made", "targets", "template")
 
     def __init__(self, template: list[Buffer | None], leaves: list[tuple[int, int]],
-                 made: list[tuple[int, int, Any, int, Any]], arena: Buffer | None) -> None:
+                 made: list[tuple[int, int, Any, int, Any]], arena: Buffer | None, held_bytes: int) -> None:
         self.template = template
         self.leaves = leaves
         self.made = made
         self.arena = arena
+        self.held_bytes = held_bytes  # the arena's bytes and those of the buffers kept for `made`
         self.kept: list[Buffer | None] = [None] * len(made)  # the buffers of the last run's `made`
         self.launches: list[Any] = []
         self.targets: dict[int, list[tuple[Any, Any, int]]] = {}
@@ -114,9 +120,10 @@ def _point(targets: list[tuple[Any, Any, int]], handle: Any) -> None:
         program.rebind(launch, index, handle)
 
 
-def bind(recorded: Recorded, nodes: list[Node]) -> BoundBackward | None:
+def bind(recorded: Recorded, nodes: list[Node], make_room: Callable[[int], None]) -> BoundBackward | None:
     """`recorded`'s program bound for the forward graph `nodes` (the replay's), or None where binding could change
-    what the program computes or the device cannot rebind a launch (see the module's docstring)."""
+    what the program computes, the device cannot rebind a launch or the binding's memory is past the limits (see
+    the module's docstring); `make_room(nbytes)` lets other bindings go until this one's memory fits."""
     program, plan = recorded.program, recorded.plan
     writers: dict[int, tuple[int, LaunchBinding]] = {}
     devices = set()
@@ -163,12 +170,13 @@ def bind(recorded: Recorded, nodes: list[Node]) -> BoundBackward | None:
     limit = device.pool.limit_bytes
     if held > MAX_BOUND_BYTES or (limit is not None and held > limit // POOL_SHARE):
         return None
+    make_room(held)
     arena = None
     if intermediates:
         arena = Buffer(device, max(1, layout.arena_bytes), dtypes.uint8)
         for (slot, size, dtype), offset in zip(intermediates, layout.offsets):
             template[slot] = ArenaView(arena, offset, size, dtype)
-    bound = BoundBackward(template, leaves, made, arena)
+    bound = BoundBackward(template, leaves, made, arena, held)
     table, _ = bound.table(nodes, point=False)
     rebound = [slot for slot, _ in leaves] + [slot for slot, *_ in made]
     rebinding = bind_rebindable(program, plan.bindings, table, rebound)
