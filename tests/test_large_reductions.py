@@ -202,13 +202,20 @@ def test_a_stage_reads_a_run_of_adjacent_reduced_axes_as_consecutive_elements() 
     chunk of the first stage is consecutive elements of an H x W plane. Split, every chunk's index went through a
     division and a remainder by W (28) and the loads were gathered (8 x 128 x 28 x 28: 401 -> 81 us a stage)."""
     from ember.core.functional import normalization_total
-    from ember.core.staged_reduce import _merged_reduced_runs
+    from ember.core.staged_reduce import merged_reduced_runs
 
-    assert _merged_reduced_runs((8, 128, 28, 28), (0, 2, 3)) == ((8, 128, 784), (0, 2))
-    assert _merged_reduced_runs((2, 3, 4, 5, 6), (0, 1, 3)) == ((6, 4, 5, 6), (0, 2))
-    assert _merged_reduced_runs((2, 3, 4), (0, 2)) == ((2, 3, 4), (0, 2))
+    assert merged_reduced_runs((8, 128, 28, 28), (0, 2, 3)) == ((8, 128, 784), (0, 2))
+    assert merged_reduced_runs((2, 3, 4, 5, 6), (0, 1, 3)) == ((6, 4, 5, 6), (0, 2))
+    assert merged_reduced_runs((2, 3, 4), (0, 2)) == ((2, 3, 4), (0, 2))
     source = rendered_c(normalization_total(_dummy(8, 128, 28, 28), (0, 2, 3)))
     assert "%28)" not in source and "/28)" not in source and "%7)" not in source
+    # the backward's sums of grad and grad * xhat (one reduce of grad times [1, xhat]): H x W merged too
+    from ember.autograd.rules import _grad_totals
+
+    for total in _grad_totals(_dummy(8, 128, 28, 28), _dummy(8, 128, 28, 28), (0, 2, 3)):
+        assert total.shape == (1, 128, 1, 1)
+        source = rendered_c(total)
+        assert "%28)" not in source and "/28)" not in source and "%7)" not in source
 
 
 @pytest.mark.parametrize(("shape", "axes"), [((8, 128, 28, 28), (0, 2, 3)), ((6, 5, 13, 17), (0, 2, 3)),

@@ -179,9 +179,15 @@ def _grad_totals(grad: Tensor, normalized: Tensor, axes: tuple[int, ...]) -> tup
     twice per element, the cheap part; two products stacked would be stored first, as values read under a
     broadcast)."""
     from ember.core.functional import normalization_total
+    from ember.core.staged_reduce import merged_reduced_runs
 
     if not axes:
         return grad, grad * normalized
+    merged_shape, merged_axes = merged_reduced_runs(grad.shape, axes)
+    if merged_axes != axes:  # (a batch norm's H x W as one axis: its stages read planes as consecutive elements)
+        kept_shape = tuple(1 if axis in axes else size for axis, size in enumerate(grad.shape))
+        grad_sum, grad_dot = _grad_totals(grad.reshape(merged_shape), normalized.reshape(merged_shape), merged_axes)
+        return grad_sum.reshape(kept_shape), grad_dot.reshape(kept_shape)
     factor = normalized.reshape((1,) + normalized.shape)._pad_and_shrink(
         [(1, 0)] + [(0, 0)] * normalized.ndim, value=1.0)
     both = normalization_total(grad.reshape((1,) + grad.shape) * factor, tuple(axis + 1 for axis in axes))

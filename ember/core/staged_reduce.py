@@ -110,14 +110,14 @@ def stage_extents(extent: int, outputs: int = 1, later_chunk: int = LATER_STAGE_
 
 def _staged(tensor: Tensor, op: Op, axes: tuple[int, ...], later_chunk: int = LATER_STAGE_CHUNK,
             parallel: bool = False) -> Tensor:
-    """The stages of a long reduce: each run of adjacent reduced axes merged into one (`_merged_reduced_runs`), the
+    """The stages of a long reduce: each run of adjacent reduced axes merged into one (`merged_reduced_runs`), the
     reduced axes moved last and flattened into one, then reduced chunk by chunk
     (padded with the identity to whole chunks) until one value per output is left; each stage's partials laid out
     parts first where `_parts_first` says so. `parallel`: a reduce staged only for a GPU's parallelism, which takes
     the group stages (a group per output row) unless it is a contraction (a matmul's shape, which keeps register
     tiles: its inner dim is split into chunks, parts first, so that the chunks' products run in parallel)."""
     shape = tensor.shape
-    merged_shape, merged_axes = _merged_reduced_runs(shape, axes)
+    merged_shape, merged_axes = merged_reduced_runs(shape, axes)
     if merged_axes != axes and not _contraction(tensor, axes):
         merged = _staged(tensor._apply(Op.RESHAPE, arg=merged_shape), op, merged_axes, later_chunk, parallel)
         return merged._apply(Op.RESHAPE, arg=tuple(1 if axis in axes else size for axis, size in enumerate(shape)))
@@ -152,7 +152,7 @@ def _staged(tensor: Tensor, op: Op, axes: tuple[int, ...], later_chunk: int = LA
     return current._apply(Op.RESHAPE, arg=tuple(1 if axis in axes else size for axis, size in enumerate(shape)))
 
 
-def _merged_reduced_runs(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def merged_reduced_runs(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """`shape` with each run of adjacent reduced axes merged into one axis, and the reduced axes of that shape (as
     they were where no two reduced axes are adjacent). The reduced elements of a run are one run of the tensor's
     memory where its trailing axes are (a batch norm's H x W plane of [N, C, H, W]): merged, a stage's chunk of
