@@ -235,6 +235,46 @@ def test_staged_sums_over_merged_axes_match_float64(device: str, shape: tuple[in
     assert np.all(np.abs(total.numpy() - expected) <= 1e-6 * scale + 1e-6)
 
 
+def test_a_sum_over_rows_takes_several_vectors_of_a_row_per_work_item() -> None:
+    """A bias's gradient (columns summed over rows) on a vector CPU: each work item sums 8, 4 or 2 vectors of a row
+    (ir/opt._strided_reduce_tile), not one 64-byte piece of every row; rows that are no whole number of such tiles
+    keep one vector, and a product that shares loads (a matrix-vector product) is not widened."""
+    from ember.ir.opt import choose_plan
+    from tests.test_optimizations import C_VECTORS
+
+    def plan_of(tensor: em.Tensor) -> tuple[int, ...] | None:
+        items = [item for item in kernelize([tensor.node]) if isinstance(item, Launch)]
+        assert len(items) == 1
+        return choose_plan(items[0].kernel, "kernel", C_VECTORS)[0].upcast
+
+    assert plan_of(_dummy(2048, 512).sum(0)) == (64,)  # (8 vectors of 8 lanes)
+    assert plan_of(_dummy(8, 300, 48).sum((0, 1))) == (16,)  # (48 = 6 vectors: 2 a work item)
+    assert plan_of(_dummy(64, 40).sum(0)) == (8,)  # (5 vectors: one a work item)
+    assert plan_of(_dummy(512, 256) @ _dummy(256, 1)) != (64, 1)
+
+
+@pytest.mark.parametrize("shape", [(8192, 1024), (2048, 512), (1000, 96), (3, 777, 80), (70_000, 64)])
+def test_sums_over_rows_match_numpy(device: str, shape: tuple[int, ...]) -> None:
+    """Columns summed over rows at real sizes (a bias's gradient over batch x sequence rows; 70,000 rows: staged)
+    and over two leading axes, against numpy's float64 sums, and a Linear's bias gradient against torch's."""
+    data = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    axes = tuple(range(len(shape) - 1))
+    total = em.tensor(data, device=device).sum(axes)
+    expected = data.astype(np.float64).sum(axis=axes)
+    scale = np.abs(data).astype(np.float64).sum(axis=axes)
+    assert np.all(np.abs(total.numpy() - expected) <= 2e-6 * scale + 1e-6)
+    if len(shape) == 2 and shape[0] <= 8192:
+        layer, reference = em.nn.Linear(shape[1], 3).to(device), torch.nn.Linear(shape[1], 3)
+        rows = em.tensor(data, device=device, requires_grad=True)
+        layer(rows).square().sum().backward()
+        reference.weight.data = torch.tensor(layer.weight.numpy())
+        reference.bias.data = torch.tensor(layer.bias.numpy())
+        torch_rows = torch.tensor(data, requires_grad=True)
+        reference(torch_rows).square().sum().backward()
+        assert_close(layer.bias.grad, reference.bias.grad, atol=1e-2, rtol=1e-4)
+        assert_close(rows.grad, torch_rows.grad, atol=1e-4, rtol=1e-4)
+
+
 def test_int64_sum_past_two_to_the_31_uses_64_bit_counters(device: str) -> None:
     count = 2**31 + 5
     values = em.arange(count, dtype=em.int64, device=device)  # computed in the kernel: no buffer behind it
