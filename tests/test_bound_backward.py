@@ -167,3 +167,45 @@ def test_bindings_past_the_total_limit_let_the_least_recent_go(monkeypatch: pyte
         step(*batch)
         assert len(held()) == 1 and sum(held()) <= bound_backward.MAX_BOUND_BYTES
     assert REPLAYS.bound - bound == 4
+
+
+def test_truncated_backpropagation_carries_the_hidden_state_through_bound_passes() -> None:
+    """word_language_model's loop: the LSTM's last hidden and cell states, detached, start the next window. They are
+    forward nodes a bound pass computes and the caller keeps (the next window reads them as leaves): every window's
+    loss and the parameters after it are torch's."""
+    torch.manual_seed(7)
+    theirs_rnn, theirs_decoder = torch.nn.LSTM(6, 12, 2), torch.nn.Linear(12, 6)
+    mine_rnn, mine_decoder = em.nn.LSTM(6, 12, 2).to("c:0"), em.nn.Linear(12, 6).to("c:0")
+    for mine, theirs in ((mine_rnn, theirs_rnn), (mine_decoder, theirs_decoder)):
+        mine.load_state_dict({name: em.tensor(value.detach().numpy(), device="c:0")
+                              for name, value in theirs.state_dict().items()})
+    mine_parameters = [*mine_rnn.parameters(), *mine_decoder.parameters()]
+    theirs_parameters = [*theirs_rnn.parameters(), *theirs_decoder.parameters()]
+    my_optimizer = em.optim.SGD(mine_parameters, lr=0.5)
+    their_optimizer = torch.optim.SGD(theirs_parameters, lr=0.5)
+    generator = np.random.default_rng(2)
+    my_state: Any = None
+    their_state: Any = None
+    bound = REPLAYS.bound
+    for _ in range(7):
+        inputs = generator.standard_normal((5, 3, 6)).astype(np.float32)
+        targets = generator.integers(0, 6, (5, 3))
+        my_optimizer.zero_grad()
+        their_optimizer.zero_grad()
+        output, my_state = mine_rnn(em.tensor(inputs, device="c:0"), my_state)
+        expected, their_state = theirs_rnn(torch.tensor(inputs), their_state)
+        loss = F.cross_entropy(mine_decoder(output).reshape(-1, 6), em.tensor(targets.reshape(-1), device="c:0"))
+        their_loss = torch.nn.functional.cross_entropy(theirs_decoder(expected).reshape(-1, 6),
+                                                       torch.tensor(targets.reshape(-1)))
+        loss.backward()
+        their_loss.backward()
+        my_optimizer.step()
+        their_optimizer.step()
+        my_state = tuple(state.detach() for state in my_state)
+        their_state = tuple(state.detach() for state in their_state)
+        assert_close(loss, their_loss.detach(), atol=1e-5, rtol=1e-5)
+        for mine, theirs in zip(mine_parameters, theirs_parameters):
+            assert_close(mine, theirs.detach(), atol=1e-5, rtol=1e-4)
+        for mine, theirs in zip(my_state, their_state):
+            assert_close(mine, theirs, atol=1e-5, rtol=1e-4)
+    assert REPLAYS.bound - bound >= 3
