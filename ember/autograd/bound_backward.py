@@ -50,10 +50,10 @@ if TYPE_CHECKING:
     from ember.autograd.backward_replay import Recorded
 
 BIND_REPLAYS = True  # bind recorded backward passes to buffers (False: every replay runs over nodes)
-# the memory bindings keep between steps (their arenas and the buffers their runs keep; the eager pass frees it), all
-# together at most (the least recently replayed bindings are let go first), and a binding's at most an eighth of a
+# the memory all bindings together keep between steps (their arenas and the buffers kept for what their runs leave;
+# the eager pass frees it), at most: the least recently replayed bindings are let go first
 MAX_BOUND_BYTES = 1 << 29
-POOL_SHARE = 8  # limited pool's
+POOL_SHARE = 8  # a binding keeps at most 1/POOL_SHARE of a pool with a limit
 FREE_REFERENCES = 3  # sys.getrefcount of a kept buffer nothing else holds: the list, the name, the call's argument
 ARENA_ALIGNMENT = 64  # bytes: an intermediate's offset in the arena (a cache line, AVX-512's vector), at least
 
@@ -61,10 +61,10 @@ ARENA_ALIGNMENT = 64  # bytes: an intermediate's offset in the arena (a cache li
 class BoundBackward:
     """A recorded backward program bound to buffers: `template` (the table of slots, the arena's views in place),
     `leaves` (slot, position in the forward graph) of the forward leaves, `made` (slot, position in the forward graph
-    or -1 for a leaf's gradient, its device, size and dtype) of the slots a run allocates anew, `launches` (per
-    command, its bound launch or the joined run it starts), `targets` (per rebound slot, the launches to point
-    anew), `handles` (per rebound slot, the handle its launches point to now) and the arena that keeps the
-    intermediates' memory."""
+    or -1 for a leaf's gradient, its device, size and dtype) of the slots whose values a run leaves to its caller,
+    `kept` (the buffers the last run left in them), `launches` (per command, its bound launch or the joined run it
+    starts), `targets` (per rebound slot, the launches to point anew), `handles` (per rebound slot, the handle its
+    launches point to now) and the arena that keeps the intermediates' memory."""
 
     __slots__ = ("arena", "handles", "held_bytes", "kept", "launches", "leaves", "made", "targets", "template")
 
@@ -88,9 +88,9 @@ class BoundBackward:
         return made  # (the program's frees emptied the table as it ran)
 
     def table(self, nodes: list[Node], point: bool) -> tuple[list[Any], list[Buffer]]:
-        """The table of one run (the arena's views, the leaves' buffers, new buffers for what the run makes) and
-        the new buffers; with `point`, each launch pointed at them where its slot holds another handle than at the
-        last run."""
+        """The table of one run (the arena's views, the leaves' buffers, and for what the run leaves the last run's
+        buffers where nothing else holds them, else new ones) and those buffers of `made`; with `point`, each launch
+        pointed at them where its slot holds another handle than at the last run."""
         table = list(self.template)
         handles, targets = self.handles, self.targets
         for slot, position in self.leaves:
