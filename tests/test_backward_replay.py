@@ -258,3 +258,13 @@ def test_replayed_steps_at_a_tutorial_size_match_torch() -> None:
         for value, expected in zip(mine.parameters(), theirs.parameters()):
             assert_close(value, expected.detach(), atol=2e-5, rtol=1e-3)
     assert REPLAYS.replayed - before >= 2
+
+
+def test_frozen_args_tell_ints_from_bools_and_floats() -> None:
+    """A signature's frozen arg is equal exactly when the values are: a tuple of ints (a convolution's strides,
+    frozen as it is) differs from one holding a bool or a float of the same value, and from a nested one."""
+    from ember.autograd.backward_replay import _frozen
+
+    assert _frozen((1, 2), {}) == _frozen((1, 2), {})
+    frozen = {_frozen(value, {}) for value in [(1, 2), (True, 2), (1.0, 2), ((1, 2),), (1, 2, 0), (-0.0,), (0.0,)]}
+    assert len(frozen) == 7

@@ -264,6 +264,7 @@ def _signature(root: Tensor, updates: list[Tensor]) -> Pass | None:
 
 
 _REFUSED = object()  # an arg with a value a signature cannot stand for
+INTEGERS = "ints"  # the kind of a tuple of ints alone, frozen as it is (ints are equal exactly when their values are)
 PLAIN_TYPES = (bool, int, str, type(None))
 
 
@@ -286,15 +287,21 @@ def _frozen(value: Any, position: dict[int, int]) -> Any:
     by its node's position in the forward graph), or _REFUSED."""
     from ember.core.tensor import Tensor
 
+    return _frozen_value(value, position, Tensor)
+
+
+def _frozen_value(value: Any, position: dict[int, int], tensor_class: type) -> Any:
     kind = value.__class__
     if kind in PLAIN_TYPES:
         return (kind, value)
     if kind is float:
         return (float, value.hex())
-    if isinstance(value, Tensor):
-        return (Tensor, position[id(value.node)])
+    if kind is tuple and all(item.__class__ is int for item in value):  # (a convolution's strides, its padding)
+        return (INTEGERS, value)
+    if isinstance(value, tensor_class):
+        return (tensor_class, position[id(value.node)])  # type: ignore[attr-defined]
     if isinstance(value, tuple):
-        items = tuple(_frozen(item, position) for item in value)
+        items = tuple([_frozen_value(item, position, tensor_class) for item in value])
         return _REFUSED if _REFUSED in items else (kind, items)
     if isinstance(value, (Enum, TracedFunction)):  # (a TracedFunction equals another of its signature)
         return (kind, value)
