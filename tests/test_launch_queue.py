@@ -16,6 +16,9 @@ import ember as em
 from ember.backends import launch_queue
 from ember.scheduler import quick_compile
 from ember.scheduler.devices import get_device
+from ember.scheduler.executor import JoinedLaunches
+from ember.scheduler.kernelize import kernelize
+from ember.scheduler.program import Launch
 from tests.conftest import TEST_DEVICES
 
 pytestmark = pytest.mark.skipif("c:0" not in TEST_DEVICES, reason="needs the c backend")
@@ -215,3 +218,51 @@ def test_a_queued_program_at_a_users_size_with_the_pools_real_bounds(flushes: li
         expected = expected - (expected.sum(1, keepdims=True, dtype=np.float64) / expected.shape[1]).astype(np.float32)
     np.testing.assert_allclose(_twice(run), expected, rtol=1e-4, atol=1e-4)
     assert flushes and max(flushes) >= 2  # (its launches were held and ran together)
+
+
+def test_a_small_kernel_right_after_one_on_every_core_runs_on_every_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel of WARM_THRESHOLD to PARALLEL_THRESHOLD estimated operations reads whether its threads are awake (a
+    last argument: c.warm_parallel). Held in the queue right after a launch on every core it is passed WARM, first
+    in a run or after a one-thread launch COLD, and alone COLD; a replay's joined run passes the same. Its values
+    are numpy's either way."""
+    from ember.backends import c as c_backend
+    from ember.backends.launch_group import COLD, WARM
+
+    rows = np.random.default_rng(1).standard_normal((256, 512)).astype(np.float32)
+    weight = np.random.default_rng(2).standard_normal((512, 512)).astype(np.float32)
+    bias = np.random.default_rng(3).standard_normal(512).astype(np.float32)
+    x, w, b = (em.tensor(array, device="c").realize() for array in (rows, weight, bias))
+    held: list[tuple[str, bool, int]] = []
+    original = launch_queue.LaunchQueue.hold
+
+    def noted(queue: launch_queue.LaunchQueue, program: Any, pointers: list[int], handles: list[Any]) -> bool:
+        kept = original(queue, program, pointers, handles)
+        held.append((program.function.__name__, program.warm, pointers[-1]))
+        return kept
+
+    monkeypatch.setattr(launch_queue.LaunchQueue, "hold", noted)
+    expected_alone = np.maximum(rows + bias, 0)
+    np.testing.assert_allclose(_twice(lambda: ((x + b).relu()).numpy()), expected_alone, rtol=1e-6)
+    expected = np.maximum(rows @ weight + bias, 0) * 0.5
+    result = _twice(lambda: ((((x @ w).contiguous() + b).relu()).contiguous() * 0.5).numpy())
+    np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-3)
+    warm = [(name, flag) for name, is_warm, flag in held if is_warm]
+    assert warm and all(flag in (COLD, WARM) for _, flag in warm)
+    assert any(flag == WARM for _, flag in warm), held  # (the bias and relu after the matmul, on every core)
+    from ember.ir.opt import build_kernel_ir
+
+    source = c_backend.CRenderer().render(
+        build_kernel_ir(next(item.kernel for item in kernelize([((x + b).relu()).node]) if isinstance(item, Launch)),
+                        "kernel", get_device("c").info))
+    assert "const int* restrict ember_warm" in source and "if(parallel: *ember_warm)" in source
+
+    @em.jit
+    def step(x: em.Tensor, w: em.Tensor, b: em.Tensor) -> em.Tensor:
+        return ((((x @ w).contiguous() + b).relu()).contiguous() * 0.5)
+
+    for _ in range(4):
+        np.testing.assert_allclose(step(x, w, b).numpy(), expected, rtol=1e-4, atol=1e-3)
+    capture = step.capture
+    bound = [*(capture.bound or []), *(capture.rebinding[0] if capture.rebinding else [])]
+    joined = [launch for command in bound if isinstance(command, JoinedLaunches) for launch in command.launch.launches]
+    assert any(launch.program.warm and launch.pointers[-1] == WARM for launch in joined)

@@ -30,7 +30,7 @@ from ember.backends.c_math import exp2_source, integral_exp2_source, lane_instru
 from ember.backends.c_matmul import (
     PARALLEL_PRODUCTS, library_function, library_source, packed_products, render_packed_matmul, shape_values,
 )
-from ember.backends.launch_group import GATHERING, MAX_GROUPED_PARAMETERS, LaunchGroup, runner_source
+from ember.backends.launch_group import COLD, GATHERING, MAX_GROUPED_PARAMETERS, WARM, LaunchGroup, runner_source
 from ember.backends.host_slabs import MIN_SLOT_BYTES, SLABS
 from ember.backends.launch_queue import QUEUE, flush_launches
 from ember.capabilities import host_cpu_field
@@ -133,6 +133,9 @@ BYTE_CONVERSIONS = {("int8", "float32", 8): "_mm256_cvtepi8_epi32", ("uint8", "f
 RENDERED_KEPT = 256  # sources of the kernels rendered last, kept for compile_many after compile_quick
 SPIN_COUNT = "20000"  # how long idle OpenMP threads spin before they sleep, unless the environment says (probe)
 PARALLEL_THRESHOLD = 1 << 15  # estimated operations below which a kernel runs on one thread
+# estimated operations from which a kernel below PARALLEL_THRESHOLD runs on every core where the launch before it in
+# a run of launches did (`warm_parallel`): its threads still spin, so splitting costs ~1 us, not a wake-up of ~60
+WARM_THRESHOLD = 1 << 13
 # an integer sum's loop counts 1/INTEGER_LOOP_SHARE of its iterations: gcc vectorizes it, but each iteration picks
 # bits, multiplies and adds (at 16, a token's 1024 x 640 Q5_0 product ran on one thread: 55 us, 34 us on two)
 INTEGER_LOOP_SHARE = 2
@@ -170,6 +173,8 @@ class CRenderer(CStyleRenderer):
     def signature(self, kernel: KernelIR, parameters: list[str]) -> str:
         """The function's signature; a kernel that allows it has gcc's loop if-conversion back (IF_CONVERTED, which
         compiler_command turns off for every kernel: `if_convertible`)."""
+        if warm_parallel(kernel):  # (a last argument: whether the threads are awake, set per launch)
+            parameters = [*parameters, "const int* restrict ember_warm"]
         signature = super().signature(kernel, parameters)
         return f"{IF_CONVERTED} {signature}" if if_convertible(kernel) else signature
 
@@ -361,11 +366,24 @@ class CRenderer(CStyleRenderer):
                         f"  #pragma omp parallel for{simd} schedule(static){threads} "
                         f"if(parallel: {estimate} >= {PARALLEL_THRESHOLD})")
             return [f"  {parallel}", f"  for ({index_type} gid = 0; gid < work; gid++) {{"]
-        pragma = f"  {parallel}" if work >= PARALLEL_THRESHOLD else ""
+        pragma = f"  {parallel}" if work >= PARALLEL_THRESHOLD else \
+            f"  {parallel} if(parallel: *ember_warm)" if warm_parallel(kernel) else ""
         return [pragma, f"  for ({index_type} gid = 0; gid < {kernel.global_size}; gid++) {{"]
 
     def global_loop_close(self) -> list[str]:
         return ["  }"]
+
+
+def warm_parallel(kernel: KernelIR) -> bool:
+    """Whether a kernel runs on every core when its launch says the threads are awake (a last argument, the address
+    of WARM or COLD): a kernel of fixed sizes whose estimated work is from WARM_THRESHOLD to below PARALLEL_THRESHOLD.
+    Below PARALLEL_THRESHOLD a launch after an idle wait runs on one thread (a sleeping thread takes ~60 us to wake on
+    this VM: a decode step's small kernels); right after a launch on every core (the launch queue's and a replay's
+    joined runs: launch_queue.py, JoinedCLaunches) its threads still spin, and an LSTM step's gate activations over
+    64 x 512 took 20 -> 14 us, their gradients 20 -> 12 us."""
+    if kernel.size_parameter is not None or kernel.packed is not None or kernel.global_size < 2:
+        return False
+    return WARM_THRESHOLD <= kernel.global_size * max(1, _loop_work(kernel)) < PARALLEL_THRESHOLD
 
 
 def simd_work_items(kernel: KernelIR) -> bool:
@@ -626,14 +644,17 @@ class CProgram(Program):
     kernel while the executor gathers may be held and run beside others."""
 
     def __init__(self, library: ctypes.CDLL, name: str, parameter_count: int, group: LaunchGroup | None = None,
-                 threads: int = 0) -> None:
+                 threads: int = 0, warm: bool = False) -> None:
         self.library = library  # keeps the shared library loaded
         self.function = getattr(library, name)
-        self.function.argtypes = [ctypes.c_void_p] * parameter_count
+        self.function.argtypes = [ctypes.c_void_p] * (parameter_count + warm)
         self.function.restype = None
         self.address = _function_pointer(self.function)
         self.group = group
         self.threads = threads
+        # a kernel that runs on every core when its launch's last argument is WARM (warm_parallel): the launch
+        # queue and a joined run pass WARM after a launch on every core; alone it is passed COLD
+        self.warm = warm
         self.seconds = 0.0  # how long its last run took while the executor gathered (0: not measured yet)
 
     def __call__(self, buffers: list[Any], global_size: int, wait_for: tuple[Event, ...] = ()) -> Event:
@@ -655,17 +676,28 @@ class CProgram(Program):
 
     def _call(self, buffers: list[Any]) -> None:
         """Run the kernel on `buffers` now."""
+        if self.warm:
+            self.function(*self.pointers(buffers))
+            return
         try:
             self.function(*map(_address, buffers))  # (map: no comprehension frame on the per-op path)
         except AttributeError:  # an array this pool did not create (the arguments fail before the call)
             self.function(*[handle.ctypes.data for handle in buffers])
 
     def pointers(self, buffers: list[Any]) -> list[int]:
-        """The arguments of the kernel's function for a launch on `buffers`: their addresses."""
+        """The arguments of the kernel's function for a launch on `buffers`: their addresses (and COLD for a
+        kernel that reads whether its threads are awake)."""
         try:
-            return list(map(_address, buffers))  # (the pool's arrays carry theirs: a launch queued per op)
+            pointers = list(map(_address, buffers))  # (the pool's arrays carry theirs: a launch queued per op)
         except AttributeError:  # an array this pool did not create
-            return [_pointer(handle) for handle in buffers]
+            pointers = [_pointer(handle) for handle in buffers]
+        if self.warm:
+            pointers.append(COLD)
+        return pointers
+
+    def runs_parallel(self, pointers: list[int]) -> bool:
+        """Whether a launch of this kernel with `pointers` runs on more than one thread."""
+        return self.threads > 1 or (self.warm and pointers[-1] == WARM)
 
     def _short(self) -> bool:
         """Whether a launch while the executor gathers runs directly, untimed: the kernel's last run was too short
@@ -777,6 +809,11 @@ class JoinedCLaunches:
 
     def __init__(self, runner: Any, launches: list[BoundCLaunch]) -> None:
         self.runner, self.launches, self.count = runner, launches, len(launches)
+        parallel = False  # (whether the launch before runs on every core: its threads are awake for the next)
+        for launch in launches:
+            if launch.program.warm:
+                launch.pointers[-1] = launch.arguments[-1] = WARM if parallel else COLD
+            parallel = launch.program.runs_parallel(launch.pointers)
         self.functions = (ctypes.c_void_p * self.count)(*[launch.program.address for launch in launches])
         self.arguments = (ctypes.c_void_p * self.count)(*[ctypes.addressof(launch.arguments) for launch in launches])
         self.counts = (ctypes.c_int * self.count)(*[launch.count for launch in launches])
@@ -1098,7 +1135,8 @@ class CDevice(Device):
     def _program(self, library: ctypes.CDLL, kernel: KernelIR) -> CProgram:
         """A kernel's program in a loaded library, with this device's launch group and the cores it occupies."""
         return CProgram(library, kernel.name, len(kernel.params), self.launch_group,
-                        kernel_threads(kernel, self.info.compute_units))
+                        kernel_threads(kernel, self.info.compute_units),
+                        self.info.compute_units > 1 and warm_parallel(kernel))
 
     def _load_runner(self, name: str = "ember_run_group") -> Any:
         """A function of the C runner (launch_group.runner_source: the launch group's `ember_run_group`, or a

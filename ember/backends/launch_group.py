@@ -25,6 +25,11 @@ from typing import Any
 from ember.backends.base import Event
 
 MAX_GROUPED_PARAMETERS = 64  # a kernel with more parameters than this is never held (the runner's calls below)
+# the last argument of a c kernel that reads whether its threads are awake (c.warm_parallel): the address of a 1
+# (WARM: right after a launch on every core, in a run of launches) or of a 0 (COLD)
+_FLAGS = (ctypes.c_int * 2)(0, 1)
+COLD = ctypes.addressof(_FLAGS)
+WARM = COLD + ctypes.sizeof(ctypes.c_int)
 # a kernel whose last run took less than this is never held: running it beside another saves less than waking a
 # sleeping worker thread and handing it the group costs (measured: two MLP towers' 20-40 us kernels all held ran
 # 2x slower as jit replays on the busy 2-core machine)

@@ -20,7 +20,7 @@ import ctypes
 import threading
 from typing import Any
 
-from ember.backends.launch_group import MAX_GROUPED_PARAMETERS
+from ember.backends.launch_group import COLD, MAX_GROUPED_PARAMETERS, WARM
 
 MAX_QUEUED = 256  # launches held before the queue runs them
 MAX_RELEASED_BYTES = 1 << 28  # memory the pool released while launches were held, held by them until they run
@@ -31,8 +31,8 @@ class LaunchQueue:
     """The held launches, in order: each one's function address and pointer arguments (one flat list, with each
     launch's start and count), its program (its function and library) and its buffers' handles."""
 
-    __slots__ = ("active", "addresses", "counts", "handles", "pointers", "programs", "released_bytes", "starts",
-                 "thread")
+    __slots__ = ("active", "addresses", "counts", "handles", "parallel", "pointers", "programs", "released_bytes",
+                 "starts", "thread")
 
     def __init__(self) -> None:
         self.active = False
@@ -44,6 +44,7 @@ class LaunchQueue:
         self.programs: list[Any] = []
         self.handles: list[Any] = []
         self.released_bytes = 0
+        self.parallel = False  # whether the last launch held runs on every core (its threads awake for the next)
 
     def hold(self, program: Any, pointers: list[int], handles: list[Any]) -> bool:
         """Hold a launch of `program` (a CProgram: `function`, `address`, and `group`, whose `sequence_runner` runs
@@ -53,6 +54,9 @@ class LaunchQueue:
         if count > MAX_GROUPED_PARAMETERS:
             self.flush()
             return False
+        if program.warm:  # (runs on every core right after a launch that does: c.warm_parallel)
+            pointers[-1] = WARM if self.parallel else COLD
+        self.parallel = program.runs_parallel(pointers)
         self.starts.append(len(self.pointers))
         self.pointers += pointers
         self.counts.append(count)
@@ -72,6 +76,7 @@ class LaunchQueue:
                                                                  self.counts, self.programs, self.handles)
         self.addresses, self.pointers, self.starts, self.counts, self.programs, self.handles = [], [], [], [], [], []
         self.released_bytes = 0
+        self.parallel = False  # (the next launch held runs after the Python that follows this run)
         runner = programs[0].group.sequence_runner() if count > 1 else None
         if runner is None:
             for program, start, arguments in zip(programs, starts, counts):
