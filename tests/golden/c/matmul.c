@@ -16,7 +16,8 @@ static inline unsigned short ember_float_to_bf16(float value) {
   return (unsigned short)((bits.u + 0x7FFFu + ((bits.u >> 16) & 1u)) >> 16); }
 #endif
 
-__attribute__((optimize("tree-loop-if-convert"))) void matmul_0(float* restrict data0, const float* restrict data1, const float* restrict data2) {
+__attribute__((optimize("tree-loop-if-convert"))) void matmul_0(float* restrict data0, const float* restrict data1, const float* restrict data2, const int* restrict ember_warm) {
+  #pragma omp parallel for schedule(static) if(parallel: *ember_warm)
   for (int gid = 0; gid < 16; gid++) {
     int v0 = (gid%2);
     int v1 = (v0*4);
