@@ -1135,8 +1135,7 @@ class CDevice(Device):
     def _program(self, library: ctypes.CDLL, kernel: KernelIR) -> CProgram:
         """A kernel's program in a loaded library, with this device's launch group and the cores it occupies."""
         return CProgram(library, kernel.name, len(kernel.params), self.launch_group,
-                        kernel_threads(kernel, self.info.compute_units),
-                        self.info.compute_units > 1 and warm_parallel(kernel))
+                        kernel_threads(kernel, self.info.compute_units), warm_parallel(kernel))  # (as rendered)
 
     def _load_runner(self, name: str = "ember_run_group") -> Any:
         """A function of the C runner (launch_group.runner_source: the launch group's `ember_run_group`, or a
