@@ -266,3 +266,32 @@ def test_a_small_kernel_right_after_one_on_every_core_runs_on_every_core(monkeyp
     bound = [*(capture.bound or []), *(capture.rebinding[0] if capture.rebinding else [])]
     joined = [launch for command in bound if isinstance(command, JoinedLaunches) for launch in command.launch.launches]
     assert any(launch.program.warm and launch.pointers[-1] == WARM for launch in joined)
+
+
+def test_a_warm_kernel_on_a_one_core_device_takes_its_argument_and_matches_numpy() -> None:
+    """A device of one core (config `c.devices` splits the cores) compiles the same source, whose kernel takes the
+    warm argument: its program passes it too (a call with one argument too few read a stray pointer)."""
+    from ember.backends.c import CDevice, warm_parallel
+    from ember.ir.opt import build_kernel_ir
+    from ember.ir.search import _Bench
+
+    x = em.tensor(np.zeros((256, 512), dtype=np.float32), device="dummy:0")
+    b = em.tensor(np.zeros(512, dtype=np.float32), device="dummy:0")
+    kernel = next(item.kernel for item in kernelize([((x + b).relu()).node]) if isinstance(item, Launch))
+    device = CDevice("c:0", threads=1)
+    ir = build_kernel_ir(kernel, "warm_kernel", device.info)
+    assert warm_parallel(ir)
+    program = device.compile(ir)
+    assert program.warm
+    bench = _Bench(device, ir)
+    try:
+        output, _ = bench.output_of(program, ir.global_size)
+        inputs = []
+        for (handle, nbytes), param in zip(bench.buffers[1:], ir.params[1:]):
+            values = np.empty(param.size, dtype=np.float32)
+            device.pool.copy_out(values.data.cast("B"), handle)
+            inputs.append(values)
+    finally:
+        bench.close()
+    rows, bias = (inputs[0], inputs[1]) if inputs[0].size > inputs[1].size else (inputs[1], inputs[0])
+    np.testing.assert_array_equal(output.reshape(256, 512), np.maximum(rows.reshape(256, 512) + bias, 0))
