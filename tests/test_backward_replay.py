@@ -60,11 +60,13 @@ def _compare(mine: Any, theirs: torch.nn.Module, gradients: bool = True) -> None
 def test_training_steps_replay_and_match_torch(device: str, normalization: bool) -> None:
     """Six steps of a classifier (cross-entropy with its target check, SGD with momentum; BatchNorm's running
     statistics updated in place in the same program): the later steps are replays, and every step's loss, gradients,
-    parameters and running statistics are torch's. New label tensors each step keep a pending check on each loss."""
+    parameters and running statistics are torch's. New label tensors each step keep a pending check on each loss.
+    On c the replays are bound to buffers (autograd/bound_backward.py: BatchNorm's assigns among what a run
+    leaves)."""
     mine, theirs = _pair(device, normalization)
     my_optimizer = em.optim.SGD(mine.parameters(), lr=0.1, momentum=0.9)
     their_optimizer = torch.optim.SGD(theirs.parameters(), lr=0.1, momentum=0.9)
-    before = REPLAYS.replayed
+    before, bound = REPLAYS.replayed, REPLAYS.bound
     for features, labels in _batches(6):
         my_optimizer.zero_grad()
         their_optimizer.zero_grad()
@@ -78,6 +80,7 @@ def test_training_steps_replay_and_match_torch(device: str, normalization: bool)
         their_optimizer.step()
     _compare(mine, theirs, gradients=False)
     assert REPLAYS.replayed - before >= 3, "the later steps were not replayed"
+    assert (REPLAYS.bound - bound >= 3) == device.startswith("c:")  # (where launches rebind in place)
 
 
 def test_gradients_accumulate_over_replayed_passes(device: str) -> None:
