@@ -417,14 +417,12 @@ def _run_bound(bound: BoundBackward, recorded: Recorded, nodes: list[Node]) -> l
     """Run the program bound to buffers (bound_backward.py): the forward nodes it computes become their buffers, as
     the eager pass's do; the leaves' new gradients (nodes holding their buffers), in `recorded.gradients`' order."""
     made = bound.run(recorded, nodes)
-    shapes = {slot: (shape, dtype, device) for slot, shape, dtype, device in recorded.fresh_slots}
     gradients: dict[int, Node] = {}
     for (slot, position, *_), buffer in zip(bound.made, made):
         if position >= 0:
             nodes[position].become_buffer(buffer)
         else:
-            shape, dtype, device = shapes[slot]
-            node = gradients[slot] = Node(Op.CONTIGUOUS, (), None, shape, dtype, device)
+            node = gradients[slot] = Node(Op.CONTIGUOUS, (), None, *bound.gradient_nodes[slot])
             node.become_buffer(buffer)
     nodes.clear()
     return [gradients[slot] for _, slot in recorded.gradients]

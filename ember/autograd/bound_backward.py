@@ -64,9 +64,11 @@ class BoundBackward:
     or -1 for a leaf's gradient, its device, size and dtype) of the slots whose values a run leaves to its caller,
     `kept` (the buffers the last run left in them), `launches` (per command, its bound launch or the joined run it
     starts), `targets` (per rebound slot, the launches to point anew), `handles` (per rebound slot, the handle its
-    launches point to now) and the arena that keeps the intermediates' memory."""
+    launches point to now), `gradient_nodes` (per gradient slot, its node's shape, dtype and device) and the arena
+    that keeps the intermediates' memory."""
 
-    __slots__ = ("arena", "handles", "held_bytes", "kept", "launches", "leaves", "made", "targets", "template")
+    __slots__ = ("arena", "gradient_nodes", "handles", "held_bytes", "kept", "launches", "leaves", "made", "targets",
+                 "template")
 
     def __init__(self, template: list[Buffer | None], leaves: list[tuple[int, int]],
                  made: list[tuple[int, int, Any, int, Any]], arena: Buffer | None, held_bytes: int) -> None:
@@ -79,6 +81,7 @@ class BoundBackward:
         self.launches: list[Any] = []
         self.targets: dict[int, list[tuple[Any, Any, int]]] = {}
         self.handles: dict[int, Any] = {}
+        self.gradient_nodes: dict[int, tuple[Any, ...]] = {}  # per gradient slot, its node's shape, dtype and device
 
     def run(self, recorded: Recorded, nodes: list[Node]) -> list[Buffer]:
         """Run the program on the forward graph's `nodes` (by position); the buffers made for `made`, in its order
@@ -184,4 +187,6 @@ def bind(recorded: Recorded, nodes: list[Node], make_room: Callable[[int], None]
         return None
     bound.launches, bound.targets = rebinding
     bound.handles = {slot: table[slot].handle for slot in rebound}
+    bound.gradient_nodes = {slot: (shape, dtype, device_name) for slot, shape, dtype, device_name
+                            in recorded.fresh_slots if slot in gradient_slots}
     return bound
