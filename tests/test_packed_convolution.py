@@ -69,6 +69,31 @@ def test_the_filters_gradient_is_not_gathered_a_column_at_a_time() -> None:
     assert kernels and all(packed_matmul(kernel, AVX512) is None for kernel in kernels)
 
 
+@pytest.mark.parametrize("width", [28, 19, 40, 13])
+def test_filters_gradients_over_rows_that_end_inside_a_vector_against_torch(width: int) -> None:
+    """A filters' gradient packs B (the input, its channels as columns) by transposes of `lanes` consecutive pixels;
+    a row's tail shorter than a vector (28 pixels: 16 + 12; 19: 16 + 3; 40: 16 + 16 + 8) by the transpose ending
+    where the row ends, which writes pixels before the tail again, and a row shorter than a vector (13) a pixel at a
+    time; at 40 pixels the sum's blocks of k start inside a row. torch's gradient (writing the tail's transpose one
+    pixel early fails at 28 pixels)."""
+    batch, channels, filters, height = 2, 48, 64, 7  # (48 channels: a panel of 32 columns and one of 16)
+    geometry = ConvolutionGeometry((1, 1), ((1, 1), (1, 1)), (1, 1), 1, (height, width))
+    _, recorded = convolution_gradients(dummy(batch, filters, height, width),
+                                        dummy(batch, channels, height + 2, width + 2),
+                                        dummy(filters, channels, 3, 3), geometry)
+    assert any(packed_matmul(kernel, AVX512) is not None for kernel in _reduce_kernels(recorded))
+    x_data, weight_data = normal(batch, channels, height, width), normal(filters, channels, 3, 3, seed=1) / 12
+    output_gradient = normal(batch, filters, height, width, seed=2)
+    weight = em.tensor(weight_data, device="c", requires_grad=True)
+    output = em.nn.functional.conv2d(em.tensor(x_data, device="c"), weight, padding=1)
+    (output * em.tensor(output_gradient, device="c")).sum().backward()
+    tweight = torch.from_numpy(weight_data).requires_grad_()
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x_data), tweight, padding=1)
+    (expected * torch.from_numpy(output_gradient)).sum().backward()
+    assert weight.grad is not None and tweight.grad is not None
+    np.testing.assert_allclose(weight.grad.numpy(), tweight.grad.numpy(), rtol=1e-4, atol=1e-4 * width)
+
+
 @pytest.mark.parametrize("input_shape, weight_shape", [
     ((64, 16, 16, 16), (16, 16, 3, 3)),  # 16 filters over 256 pixels: tiled kernels ran 2.7x faster
     ((8, 1, 28, 28), (32, 1, 3, 3)),  # one input channel: 9 products an output
