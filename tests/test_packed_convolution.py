@@ -70,12 +70,11 @@ def test_the_filters_gradient_is_not_gathered_a_column_at_a_time() -> None:
 
 
 @pytest.mark.parametrize("width", [28, 19, 40, 13])
-def test_filters_gradients_over_rows_that_end_inside_a_vector_against_torch(width: int) -> None:
-    """A filters' gradient packs B (the input, its channels as columns) by transposes of `lanes` consecutive pixels;
-    a row's tail shorter than a vector (28 pixels: 16 + 12; 19: 16 + 3; 40: 16 + 16 + 8) by the transpose ending
-    where the row ends, which writes pixels before the tail again, and a row shorter than a vector (13) a pixel at a
-    time; at 40 pixels the sum's blocks of k start inside a row. torch's gradient (writing the tail's transpose one
-    pixel early fails at 28 pixels)."""
+def test_filters_gradients_over_runs_shorter_than_a_vector_against_torch(width: int) -> None:
+    """A filters' gradient packs B (the input, its channels as columns) by transposes of `lanes` consecutive pixels,
+    a run of fewer (a row's tail: 28 pixels are 16 + 12, 19 are 16 + 3, 40 are 16 + 16 + 8; a row of 13) by the
+    transpose of its lanes alone, loaded masked; at 40 pixels the sum's blocks of k start inside a row. torch's
+    gradient (a short transpose that leaves its last row out fails every width)."""
     batch, channels, filters, height = 2, 48, 64, 7  # (48 channels: a panel of 32 columns and one of 16)
     geometry = ConvolutionGeometry((1, 1), ((1, 1), (1, 1)), (1, 1), 1, (height, width))
     _, recorded = convolution_gradients(dummy(batch, filters, height, width),
@@ -234,8 +233,8 @@ def _forward_case() -> tuple[Kernel, dict[str, np.ndarray], np.ndarray]:
 
 def _filters_gradient_case() -> tuple[Kernel, dict[str, np.ndarray], np.ndarray]:
     """A filters' gradient's kernel (B's columns the input's channels, 77 floats apart; its k rows of 19 pixels:
-    a transpose and 3 k alone, or 2 transposes and 3), its operands (the output's gradient, the padded input) and
-    torch's gradient, as the kernel lays it out ([1, 3, 3, filters, channels])."""
+    a transpose and one of 3 lanes, or 2 transposes and one of 3), its operands (the output's gradient, the padded
+    input) and torch's gradient, as the kernel lays it out ([1, 3, 3, filters, channels])."""
     geometry = ConvolutionGeometry((1, 1), ((1, 1), (1, 1)), (1, 1), 1, (5, 19))
     _, filters_gradient = convolution_gradients(dummy(3, 70, 5, 19), dummy(3, 40, 7, 21), dummy(70, 40, 3, 3),
                                                 geometry)

@@ -344,14 +344,7 @@ def _transpose(name: str, lanes: int, vector: str) -> list[str]:
     for a lanes x lanes block, in vector registers: at each scale s (1, 2, 4, ...) the off-diagonal s x s blocks of
     every 2s x 2s block swap, one two-source shuffle per row (log2(lanes) rounds)."""
     mask = f"{name}_lane_mask"
-    lines = [
-        f"typedef int {mask} __attribute__((vector_size({4 * lanes})));",
-        f"static inline void {name}_transpose(const float* restrict source, long source_stride, float* restrict"
-        " target, long target_stride) {",
-        f"  {vector} " + ", ".join(f"r{row} = *(const {vector}_u*)(source + {row} * source_stride)"
-                                   for row in range(lanes)) + ";",
-        f"  {vector} low, high;",
-    ]
+    shuffles = [f"  {vector} low, high;"]
     scale = 1
     while scale < lanes:
         low = ", ".join(str(lane if not lane & scale else lanes + lane - scale) for lane in range(lanes))
@@ -360,12 +353,59 @@ def _transpose(name: str, lanes: int, vector: str) -> list[str]:
             if row & scale:
                 continue
             other = row + scale
-            lines.append(f"  low = __builtin_shuffle(r{row}, r{other}, ({mask}){{{low}}}); high = __builtin_shuffle("
-                         f"r{row}, r{other}, ({mask}){{{high}}}); r{row} = low; r{other} = high;")
+            shuffles.append(f"  low = __builtin_shuffle(r{row}, r{other}, ({mask}){{{low}}}); high = __builtin_shuffle("
+                            f"r{row}, r{other}, ({mask}){{{high}}}); r{row} = low; r{other} = high;")
         scale *= 2
-    lines += [f"  *({vector}_u*)(target + {row} * target_stride) = r{row};" for row in range(lanes)]
-    lines.append("}")
-    return lines
+    return [
+        f"typedef int {mask} __attribute__((vector_size({4 * lanes})));",
+        f"static inline void {name}_transpose(const float* restrict source, long source_stride, float* restrict"
+        " target, long target_stride) {",
+        f"  {vector} " + ", ".join(f"r{row} = *(const {vector}_u*)(source + {row} * source_stride)"
+                                   for row in range(lanes)) + ";",
+        *shuffles,
+        *(f"  *({vector}_u*)(target + {row} * target_stride) = r{row};" for row in range(lanes)),
+        "}",
+        # the first `count` (< lanes) lanes of each source row (the lanes past them not read: they may lie past the
+        # end of the buffer), the first `count` rows of the target
+        *_load_lanes(name, lanes, vector),
+        f"static inline void {name}_transpose_short(const float* restrict source, long source_stride,"
+        " float* restrict target, long target_stride, long count) {",
+        f"  {vector} " + ", ".join(f"r{row} = {name}_load_lanes(source + {row} * source_stride, count)"
+                                   for row in range(lanes)) + ";",
+        *shuffles,
+        *(f"  if ({row} < count) *({vector}_u*)(target + {row} * target_stride) = r{row};" for row in range(lanes)),
+        "}",
+    ]
+
+
+# masked loads of a vector's first lanes where the compiler has the builtins and targets the ISA: (lanes, ISA macro,
+# the builtin, C loading `count` lanes from `source`)
+MASKED_LOADS = {
+    16: ("__AVX512F__", "__builtin_ia32_loadups512_mask", [
+        "  return __builtin_ia32_loadups512_mask(source, ({vector}){{0}}, (unsigned short)((1u << count) - 1u));",
+    ]),
+    8: ("__AVX__", "__builtin_ia32_maskloadps256", [
+        "  typedef int lanes_mask __attribute__((vector_size(32)));",
+        "  lanes_mask mask;",
+        "  for (int lane = 0; lane < 8; lane++) mask[lane] = lane < count ? -1 : 0;",
+        "  return __builtin_ia32_maskloadps256((const {vector}*)source, mask);",
+    ]),
+}
+
+
+def _load_lanes(name: str, lanes: int, vector: str) -> list[str]:
+    """`name_load_lanes(source, count)`: a vector of the `count` floats at `source`, zeros past them, by one masked
+    load where MASKED_LOADS has the ISA, else lane by lane."""
+    header = f"static inline {vector} {name}_load_lanes(const float* restrict source, long count) {{"
+    loop = [header, f"  {vector} value = {{0}};", "  for (long lane = 0; lane < count; lane++) value[lane] = source[lane];",
+            "  return value;", "}"]
+    if lanes not in MASKED_LOADS:
+        return loop
+    isa, builtin, body = MASKED_LOADS[lanes]
+    return ["#if !defined(__has_builtin)", "#define __has_builtin(name) 0", "#endif",
+            f"#if defined({isa}) && __has_builtin({builtin})", header, *(line.format(vector=vector) for line in body),
+            "}", "#else",
+            *loop, "#endif"]
 
 
 def _pack_a(name: str, rows: int) -> list[str]:
@@ -565,15 +605,9 @@ def _gathers(name: str, rows: int, columns: int, lanes: int, vector: str) -> lis
         *copies,
         # B's columns at a constant stride, its k contiguous in runs (a filters' gradient: channels apart, pixels
         # along a row): lanes x lanes blocks through the transposes in vector registers where `lanes` k are
-        # consecutive; a run's tail shorter than `lanes` (a row of 28 pixels: 16, then 12) by the block ending
-        # where the tail ends, which writes the run's k before the tail again with the same values (by scalars, the
-        # tails of 28-pixel rows made a 128-filter gradient 233 GFLOP/s against 300 for the products around it);
-        # else a k at a time
-        f"static inline int {name}_consecutive(const long* restrict depth_offsets, long k) {{",
-        f"  for (long lane = 1; lane < {lanes}; lane++)",
-        "    if (depth_offsets[k + lane] != depth_offsets[k] + lane) return 0;",
-        "  return 1;",
-        "}",
+        # consecutive, a run of fewer (a row's last 12 of 28 pixels, a row of 14) through the transpose of its
+        # lanes alone, else (a k alone) a value at a time. A value at a time, the last 12 pixels of each row of 28
+        # made a 128-filter gradient 233 GFLOP/s against 300 for the products around it
         f"static void {name}_pack_b_gather_transposed(const float* restrict b, float* restrict pack,"
         " long depth_count, long column_count, const long* restrict depth_offsets,"
         " const long* restrict column_offsets, long column_stride) {",
@@ -581,27 +615,24 @@ def _gathers(name: str, rows: int, columns: int, lanes: int, vector: str) -> lis
         "    float* restrict target = pack + panel * depth_count;",
         f"    const long width = column_count - panel < {columns} ? column_count - panel : {columns};",
         "    for (long k = 0; k < depth_count;) {",
-        f"      long start = -1, next = k + {lanes};",
-        f"      if (width == {columns} && k + {lanes} <= depth_count && {name}_consecutive(depth_offsets, k)) start = k;",
-        f"      else if (width == {columns} && k > 0 && depth_offsets[k] == depth_offsets[k - 1] + 1) {{",
-        "        long tail = 1;",  # (the run's k from k on, fewer than `lanes`)
-        f"        while (tail < {lanes} && k + tail < depth_count && depth_offsets[k + tail] == depth_offsets[k] + tail)"
-        " tail++;",
-        f"        if (tail < {lanes} && k + tail >= {lanes} && {name}_consecutive(depth_offsets, k + tail - {lanes})) {{",
-        f"          start = k + tail - {lanes}; next = k + tail;",
-        "        }",
-        "      }",
-        "      if (start >= 0) {",
+        "      long run = 1;",  # (the k consecutive from k on, up to `lanes`)
+        f"      if (width == {columns})",
+        f"        while (run < {lanes} && k + run < depth_count && depth_offsets[k + run] == depth_offsets[k] + run)"
+        " run++;",
+        f"      if (run == {lanes}) {{",
         f"        for (long column = 0; column < {columns}; column += {lanes})",
-        f"          {name}_transpose(b + depth_offsets[start] + column_offsets[panel + column], column_stride,"
-        f" target + start * {columns} + column, {columns});",
-        "        k = next;",
+        f"          {name}_transpose(b + depth_offsets[k] + column_offsets[panel + column], column_stride,"
+        f" target + k * {columns} + column, {columns});",
+        "      } else if (run > 1) {",
+        f"        for (long column = 0; column < {columns}; column += {lanes})",
+        f"          {name}_transpose_short(b + depth_offsets[k] + column_offsets[panel + column], column_stride,"
+        f" target + k * {columns} + column, {columns}, run);",
         "      } else {",
         f"        for (long column = 0; column < {columns}; column++)",
         f"          target[k * {columns} + column] = column < width"
         " ? b[depth_offsets[k] + column_offsets[panel + column]] : 0.0f;",
-        "        k++;",
         "      }",
+        "      k += run;",
         "    }",
         "  }",
         "}",

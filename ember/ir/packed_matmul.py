@@ -73,11 +73,13 @@ GATHER_MINIMUM_DEPTH = 32
 GATHER_MINIMUM_ROWS = (16, 64)
 GATHER_WIDE_COLUMNS = 512
 # B's columns at a stride other than 1 with its k through a table (a filters' gradient: input channels as columns,
-# pixels as k) are packed through transposes of `lanes` consecutive k where they are consecutive (rows of 56 pixels:
-# 3 transposes, then one of the row's last 16), else a value at a time: from this many rows, which the copies are
-# spread over. Filters' gradients of 3x3 convolutions against the tiled kernels on 2 cores (A shared: see c_matmul):
-# 64 filters over 56 x 56 pixels (batch 8) 8.6 -> 5.7 ms, 128 over 28 x 28 69 -> 7.4 ms, 64 over 14 x 14 (batch 32)
-# 19.6 -> 3.4 ms, 512 over 7 x 7 (batch 16) 194 -> 12.5 ms; 32 over 8 x 8 (batch 64) 0.4 -> 1.5 ms, so not there
+# pixels as k) are packed through transposes of `lanes` consecutive k, a run of fewer through a transpose of its lanes
+# alone (rows of 56 pixels: 3 transposes and one of 8 lanes; of 14: one of 14), a k alone a value at a time: from
+# this many rows, which the copies are spread over. Filters' gradients of 3x3 convolutions against the tiled kernels
+# on 2 cores (A shared: see c_matmul): 64 filters over 56 x 56 pixels (batch 8) 8.6 -> 5.7 ms, 128 over 28 x 28
+# 69 -> 7.4 ms, 64 over 14 x 14 (batch 32) 19.6 -> 3.4 ms, 512 over 7 x 7 (batch 16) 194 -> 12.5 ms; 32 over 8 x 8
+# (batch 64) 0.4 -> 1.5 ms, so not there. With the short runs' transposes (rows of 14, 7 and the tails of 28 and 56
+# were packed a value at a time before): 6.3, 6.8, 2.1 and 10.8 ms; 32 over 8 x 8 0.56 against the tiled 0.47
 TRANSPOSED_GATHER_ROWS = 64
 
 
