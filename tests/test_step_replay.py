@@ -164,7 +164,8 @@ def test_replayed_adam_on_a_ten_million_element_parameter_matches_torch() -> Non
 
 def test_a_replayed_step_copies_held_values_without_scheduling(device: str) -> None:
     """Parameters still read by the lazy forward result get buffer copies, not a cloned graph: a replayed step
-    schedules no graph of its own (the step is the replay alone), and the lazy result keeps the old values."""
+    schedules no graph of its own (the step is the replay alone), and the lazy result keeps the old values in the
+    copies while each parameter keeps its buffer (which the recorded step and the backward's binding point at)."""
     from ember.scheduler.schedule import SCHEDULES
 
     model, reference = _models(device)
@@ -179,10 +180,12 @@ def test_a_replayed_step_copies_held_values_without_scheduling(device: str) -> N
         output.square().mean().backward()
         torch_output.square().mean().backward()
         scheduled, replayed = SCHEDULES.hits + SCHEDULES.misses, optimizer._replays.replayed
+        buffers = [parameter.node.buffer for parameter in model.parameters()]
         optimizer.step()
         torch_optimizer.step()
         if optimizer._replays.replayed > replayed:
             assert SCHEDULES.hits + SCHEDULES.misses == scheduled
+            assert all(parameter.node.buffer is buffer for parameter, buffer in zip(model.parameters(), buffers))
         assert_close(output, torch_output.detach(), atol=2e-5, rtol=1e-4)
         _compare(model, reference)
     assert optimizer._replays.replayed >= 2

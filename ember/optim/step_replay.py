@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from ember.capture.jit import JitError, Jitted
 from ember.context import CONTEXT
+from ember.core.graph import Node
+from ember.core.ops import Op
 from ember.core.tensor import Tensor, realize
 from ember.core.views import leave_storage
 from ember.scheduler.buffers import buffer_of
@@ -134,13 +136,20 @@ def _arguments(optimizer: Optimizer, stepped: Stepped, vectors: list[Tensor]) ->
 
 
 def _own_values(written: list[Tensor]) -> None:
-    """Give each tensor the step writes, whose value something else still holds (a lazy result of this step's
-    forward pass reads the parameters, `state_dict()` shares the state), a copy of its own to be updated in place:
-    the eager step would leave the old value to its other holders by writing the new one into a new buffer. The
-    tensors are realized (`run` realizes them first): each copy is one buffer-to-buffer copy."""
+    """Leave the old value of each tensor the step writes to whatever else still holds its node (a lazy result of
+    this step's forward pass reads the parameters, `state_dict()` shares the state), as the eager step would by
+    writing the new value into a new buffer. The node those holders share gets a copy of the buffer (the tensors are
+    realized: `run` realizes them first, so it is one buffer-to-buffer copy), and the tensor a node of its own over
+    its buffer, which the step updates in place: its buffer stays the one the recorded step's launches and the
+    backward pass's binding point at, so neither is pointed anew at the next step (a model's output kept while
+    stepping, as tutorials keep it, made both point its last layer at a new buffer at every step)."""
     for tensor in written:
-        if sys.getrefcount(tensor.node) > 2:  # (the tensor, getrefcount's argument)
-            tensor.node = copied_leaf(tensor.node)  # (a buffer copy: the values are realized, see `run`)
+        node = tensor.node
+        if sys.getrefcount(node) > 3:  # (the tensor, `node`, getrefcount's argument)
+            copy = copied_leaf(node)  # (a buffer copy, enqueued after the buffer's writer)
+            own = Node(Op.BUFFER, (), None, node.shape, node.dtype, node.device)
+            own.buffer, own.checks, node.buffer = node.buffer, node.checks, copy.buffer
+            tensor.node = own
 
 
 def _signature(optimizer: Optimizer, stepped: Stepped, tensors: list[Tensor]) -> tuple[Any, ...]:
