@@ -422,6 +422,35 @@ def test_short_rows_are_tiled_whole(device: str, monkeypatch: pytest.MonkeyPatch
     np.testing.assert_array_equal(output, torch.nn.functional.pad(torch.tensor(x) * 2, (1, 1, 2, 1)).numpy())
 
 
+def test_a_rows_values_left_over_by_whole_vectors_are_stored_in_narrower_ones(device: str,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row whose computed values a whole number of vectors does not hold (a padded copy's 56 interior values of a
+    row of 58 under 16 lanes: 3 vectors and 8 left; 28 of 30 under 8 lanes: 3 and 4 left; a stride-2 phase's 28 of
+    29) stores the values left over in narrower vectors (halves, quarters: 4 lanes at least), each packed as a
+    device of that width packs a vector, not one by one (resnet_stage's padded, phase-split copy 2.9 -> 0.6 ms a
+    step). Values are torch's on every device, NaN and infs at the rows' ends included, and an in-place add on rows
+    of 28 (the kernel writes the buffer it reads) adds once."""
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    wide = DeviceInfo(compute_units=2, preferred_vector_width=16, vector_ops=VECTOR_OPS)
+    source = rendered_c((_dummy(2, 3, 56, 56) * 2).pad((1, 1, 1, 1)).contiguous(), wide)
+    assert "*(ember_float32x16_u*)(data0+" in source and "*(ember_float32x8_u*)(data0+" in source, source
+    source = rendered_c((_dummy(2, 3, 28, 28) * 2).pad((1, 1, 1, 1)).contiguous())
+    assert "*(ember_float32x8_u*)(data0+" in source and "*(ember_float32x4_u*)(data0+" in source, source
+    phases = rendered_c(em.nn.functional.pad(_dummy(8, 58), (0, 0))[:, 1::2] + 1, wide)  # rows of 29
+    assert "*(ember_float32x16_u*)(data0+" in phases and "*(ember_float32x8_u*)(data0+" in phases, phases
+    x = np.random.default_rng(2).standard_normal((2, 3, 56, 56)).astype(np.float32)
+    x[0, 0, 0, 52:56] = [np.nan, np.inf, -np.inf, -0.0]
+    x[1, 2, 55, 48:52] = [np.inf, np.nan, 1e30, -1e-30]
+    output = (em.tensor(x, device=device) * 2).pad((1, 1, 1, 1)).numpy()
+    np.testing.assert_array_equal(output, torch.nn.functional.pad(torch.tensor(x) * 2, (1, 1, 1, 1)).numpy())
+    rows = em.tensor(x[:, :, :29, :], device=device)
+    np.testing.assert_array_equal((em.nn.functional.pad(rows, (1, 1)) * 3)[..., 1::2].numpy(),
+                                  (np.pad(x[:, :, :29, :], ((0, 0), (0, 0), (0, 0), (1, 1))) * 3)[..., 1::2])
+    twenty_eight = em.tensor(x[..., :28], device=device)
+    twenty_eight.add_(1)
+    np.testing.assert_array_equal(twenty_eight.numpy(), x[..., :28] + 1)
+
+
 def test_long_rows_of_elementwise_kernels_are_tiled_whole(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a CPU an elementwise kernel's rows longer than a tile's accumulators (32) are still one work item each: a
     padded copy's rows of 34 (a 32x32 convolution input padded by 1) store their 32 interior outputs as vectors, a

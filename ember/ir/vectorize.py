@@ -24,6 +24,9 @@ VECTOR_ALU_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.MAX, Op.C
                             Op.SQRT, Op.EXP2, Op.LOG2, Op.SIN, Op.RECIPROCAL, Op.CAST, Op.BITCAST, Op.AND, Op.OR, Op.SHR,
                             Op.SHL, Op.XOR, Op.NOT})
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64})
+# the fewest lanes of a narrower vector that stores what a row's whole vectors leave over (store_groups): the float4
+# of every vector ISA; a device of 4-lane vectors (wgpu, cuda) keeps its leftovers scalar
+MIN_NARROW_LANES = 4
 # integer lanes are packed only as the bits of numbers converted to floats (packed quantized weights): loaded, their
 # bits picked by masks and shifts, reinterpreted, converted; as many lanes as the float vector they become (a vector
 # of 8 bytes under 8 float32 lanes), and not by arithmetic, whose overflow vectors need not wrap as scalars do ...
@@ -226,6 +229,21 @@ class Vectorizer:
             self.lane_of.setdefault(id(lane), (vector, lane_number))
         return vector
 
+    def _pack_stored(self, lanes: tuple[IRNode, ...]) -> IRNode:
+        """The vector of a group of stored values: a narrower group (store_groups' leftovers) packed as a device
+        whose vectors are that narrow would pack it, so every rule on a vector's lanes (comparisons as wide as
+        the values compared, integers riding under floats) holds for it as it holds for a whole vector."""
+        full_bytes = self.vector_bytes
+        narrow = len(lanes) < lanes_for(lanes[0].dtype, full_bytes)
+        if narrow:
+            self.vector_bytes = full_bytes * len(lanes) // lanes_for(lanes[0].dtype, full_bytes)
+        try:
+            value = self.pack(lanes)
+        finally:
+            self.vector_bytes = full_bytes
+        assert value is not None
+        return value
+
     # ---- the kernel -----------------------------------------------------------------------------------------
 
     def run(self, kernel: KernelIR, reduce_groups: list[tuple[IRNode, ...]]) -> KernelIR:
@@ -250,8 +268,7 @@ class Vectorizer:
             elif len(group) == 1:
                 statements.append(self.scalar(first))
             else:
-                value = self.pack(tuple(store.srcs[2] for store in group))
-                assert value is not None
+                value = self._pack_stored(tuple(store.srcs[2] for store in group))
                 statements.append(self.builder.store(self.scalar(first.srcs[0]), self.scalar(first.srcs[1]), value))
         return self.builder.sink(statements)
 
@@ -272,12 +289,16 @@ def store_groups(stores: Iterable[IRNode], vector_bytes: int) -> list[tuple[IRNo
         width = lanes_for(dtype, vector_bytes)
         for start, length in _runs(sorted(by_constant)):
             # a run a whole number of vectors does not divide: the vectors start where they hold the most computed
-            # lanes (a padded row [0, x, ..., x, 0]: its interior), the stores left over stay scalar
+            # lanes (a padded row [0, x, ..., x, 0]: its interior); the stores left over before and after them go in
+            # narrower vectors (halves, quarters, ... of MIN_NARROW_LANES lanes or more), the rest stay scalar
             first = max(range(start, start + length % width + 1), key=lambda offset: (sum(
                 not by_constant[offset + lane].srcs[2].is_const
                 for lane in range(width * ((length - (offset - start)) // width))), -offset))
-            for origin in range(first, start + length - width + 1, width):
-                group = tuple(by_constant[origin + lane] for lane in range(width))
+            end = first + width * ((start + length - first) // width)
+            origins = [(origin, width) for origin in range(first, end, width)]
+            origins += _narrow_origins(start, first, width) + _narrow_origins(end, start + length, width)
+            for origin, lanes in origins:
+                group = tuple(by_constant[origin + lane] for lane in range(lanes))
                 for store in group:
                     grouped[id(store)] = group
     result, emitted = [], set()
@@ -287,6 +308,21 @@ def store_groups(stores: Iterable[IRNode], vector_bytes: int) -> list[tuple[IRNo
             emitted.add(id(group[0]))
             result.append(group)
     return result
+
+
+def _narrow_origins(start: int, end: int, width: int) -> list[tuple[int, int]]:
+    """(origin, lanes) of the narrower vectors that cover the stores from `start` to `end` left over by vectors of
+    `width` lanes: the widest first, each half the one before at most, none under MIN_NARROW_LANES lanes (the
+    stores past the last one stay scalar). A row of 28 values after a vector of 16: 8 and 4 lanes; of 8: one of 8."""
+    origins = []
+    lanes = width // 2
+    while lanes >= MIN_NARROW_LANES:
+        if end - start >= lanes:
+            origins.append((start, lanes))
+            start += lanes
+        else:
+            lanes //= 2
+    return origins
 
 
 def _runs(constants: list[int]) -> list[tuple[int, int]]:
