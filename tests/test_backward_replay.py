@@ -265,9 +265,19 @@ def test_replayed_steps_at_a_tutorial_size_match_torch() -> None:
 
 def test_frozen_args_tell_ints_from_bools_and_floats() -> None:
     """A signature's frozen arg is equal exactly when the values are: a tuple of ints (a convolution's strides,
-    frozen as it is) differs from one holding a bool or a float of the same value, and from a nested one."""
+    frozen as it is) differs from one holding a bool or a float of the same value, from a nested one, and from a
+    Size or a NamedTuple of the same ints; -0.0 from 0.0 inside a NamedTuple."""
+    from typing import NamedTuple
+
     from ember.autograd.backward_replay import _frozen
 
+    class Pair(NamedTuple):
+        first: Any
+        second: Any
+
     assert _frozen((1, 2), {}) == _frozen((1, 2), {})
-    frozen = {_frozen(value, {}) for value in [(1, 2), (True, 2), (1.0, 2), ((1, 2),), (1, 2, 0), (-0.0,), (0.0,)]}
-    assert len(frozen) == 7
+    assert _frozen(Pair((1, 1), 0.5), {}) == _frozen(Pair((1, 1), 0.5), {})
+    values = [(1, 2), (True, 2), (1.0, 2), ((1, 2),), (1, 2, 0), (-0.0,), (0.0,), em.Size([1, 2]), Pair(1, 2),
+              Pair((1, 1), 0.0), Pair((1, 1), -0.0), Pair((1, True), 0.0), ((1, 2), em.Size([1, 2]))]
+    frozen = {_frozen(value, {}) for value in values}
+    assert len(frozen) == len(values)  # (a tuple's kind too: a Size or a NamedTuple of the same ints differs)

@@ -225,7 +225,7 @@ def _signature(root: Tensor, updates: list[Tensor]) -> Pass | None:
             signature, tensors = None, ()
         else:
             signature, held_tensors = arg, list[Tensor]()
-            if not _collect_tensors(arg, held_tensors):
+            if not _collect(arg, held_tensors, Tensor):
                 return None
             tensors = tuple(held_tensors)
         for tensor_held in tensors:
@@ -253,7 +253,7 @@ def _signature(root: Tensor, updates: list[Tensor]) -> Pass | None:
             continue
         op, arg, sources = context
         signature, tensors = next(arguments)
-        frozen = None if signature is None else _frozen(signature, position)
+        frozen = None if signature is None else _frozen_value(signature, position, Tensor)
         if frozen is _REFUSED:
             return None
         history.append((position[id(tensor.node)], op, frozen,
@@ -268,18 +268,20 @@ INTEGERS = "ints"  # the kind of a tuple of ints alone, frozen as it is (ints ar
 PLAIN_TYPES = (bool, int, str, type(None))
 
 
-def _collect_tensors(value: Any, found: list[Tensor]) -> bool:
-    """Append the tensors in an arg (plain data and tuples of it) to `found`; False for a value of another kind."""
-    from ember.core.tensor import Tensor
-
-    if isinstance(value, Tensor):
-        if value.is_sharded:
+def _collect(value: Any, found: list[Tensor], tensor_class: type) -> bool:
+    """Append the tensors (of `tensor_class`) in an arg of plain data and tuples of it to `found`; False for a value
+    of another kind."""
+    kind = value.__class__
+    if kind in PLAIN_TYPES or kind is float:  # (most items: a pad's amounts, a geometry's sizes)
+        return True
+    if isinstance(value, tensor_class):
+        if value.is_sharded:  # type: ignore[attr-defined]
             return False
-        found.append(value)
+        found.append(value)  # type: ignore[arg-type]
         return True
     if isinstance(value, tuple):
-        return all(_collect_tensors(item, found) for item in value)
-    return value.__class__ in PLAIN_TYPES or isinstance(value, (float, Enum, TracedFunction))
+        return all(item.__class__ in PLAIN_TYPES or _collect(item, found, tensor_class) for item in value)
+    return isinstance(value, (float, Enum, TracedFunction))
 
 
 def _frozen(value: Any, position: dict[int, int]) -> Any:
@@ -291,18 +293,20 @@ def _frozen(value: Any, position: dict[int, int]) -> Any:
 
 
 def _frozen_value(value: Any, position: dict[int, int], tensor_class: type) -> Any:
+    """_frozen with the Tensor class given (the signature's loop imports it once)."""
     kind = value.__class__
     if kind in PLAIN_TYPES:
         return (kind, value)
     if kind is float:
         return (float, value.hex())
-    if kind is tuple and all(item.__class__ is int for item in value):  # (a convolution's strides, its padding)
-        return (INTEGERS, value)
+    if isinstance(value, tuple):
+        if all(item.__class__ is int for item in value):  # (a convolution's strides, its padding, a Size)
+            return (INTEGERS, value) if kind is tuple else (kind, INTEGERS, value)
+        items = tuple([(item.__class__, item) if item.__class__ in PLAIN_TYPES else
+                       _frozen_value(item, position, tensor_class) for item in value])
+        return _REFUSED if _REFUSED in items else (kind, items)
     if isinstance(value, tensor_class):
         return (tensor_class, position[id(value.node)])  # type: ignore[attr-defined]
-    if isinstance(value, tuple):
-        items = tuple([_frozen_value(item, position, tensor_class) for item in value])
-        return _REFUSED if _REFUSED in items else (kind, items)
     if isinstance(value, (Enum, TracedFunction)):  # (a TracedFunction equals another of its signature)
         return (kind, value)
     try:
