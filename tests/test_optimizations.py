@@ -449,6 +449,10 @@ def test_a_rows_values_left_over_by_whole_vectors_are_stored_in_narrower_ones(de
     twenty_eight = em.tensor(x[..., :28], device=device)
     twenty_eight.add_(1)
     np.testing.assert_array_equal(twenty_eight.numpy(), x[..., :28] + 1)
+    if device.startswith("c"):  # (float64: 8 lanes a vector on AVX-512, 4 on AVX2; rows of 28 leave 4 or none)
+        wide_values = x[..., :28].astype(np.float64) * 1e-3
+        output = (em.tensor(wide_values, device=device) * 2).pad((1, 1)).numpy()
+        np.testing.assert_array_equal(output, np.pad(wide_values * 2, ((0, 0), (0, 0), (0, 0), (1, 1))))
 
 
 def test_long_rows_of_elementwise_kernels_are_tiled_whole(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
