@@ -204,3 +204,17 @@ def test_batch_norm_running_statistics_small_and_past_the_small_assign_size_agai
         assert_close(layer.running_mean, torch_layer.running_mean, rtol=1e-5, atol=1e-6)
         assert_close(layer.running_var, torch_layer.running_var, rtol=1e-5, atol=1e-6)
         assert int(layer.num_batches_tracked.item()) == 3
+
+
+def test_the_schedules_hold_on_a_replaced_node_counts_its_slots_until_their_last_use() -> None:
+    """schedule_hold: how many slots of the executor's table hold the replaced node (by identity, not by equality)
+    when no later command reads it; None where a later one does; 0 where no slot holds it."""
+    from ember.core.graph import Node
+    from ember.core.ops import Op
+    from ember.scheduler.in_place import schedule_hold
+
+    old, other = (Node(Op.BUFFER, (), None, (2,), em.float32, "c:0") for _ in range(2))
+    live = [other, old, None, old, other]
+    assert schedule_hold(old, live, {0: 9, 1: 3, 3: 4, 4: 9}, 4) == 2
+    assert schedule_hold(old, live, {0: 9, 1: 3, 3: 5, 4: 9}, 4) is None  # (slot 3 read by command 5)
+    assert schedule_hold(old, [other, None], {0: 9}, 4) == 0
