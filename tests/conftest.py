@@ -89,11 +89,14 @@ def _own_shape_classes(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def _own_backward_replays() -> None:
-    """Each test records its own backward passes: a recording of an earlier test's, bound to buffers
-    (autograd/bound_backward.py), would hold pool memory that a test counting the pool's bytes sees."""
+    """Each test records its own backward passes and clips: a recording of an earlier test's, bound to buffers
+    (autograd/bound_backward.py, nn/utils/clip_replay.py), would hold pool memory that a test counting the pool's
+    bytes sees."""
     from ember.autograd.backward_replay import REPLAYS
+    from ember.nn.utils.clip_replay import REPLAYS as CLIP_REPLAYS
 
     REPLAYS.clear()
+    CLIP_REPLAYS.clear()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -369,3 +369,39 @@ def test_parity_report_has_the_new_sections() -> None:
     assert data["count"] == 29 and data["present"] == data["count"] - len(data["missing"]["names"])
     text = format_report(found)
     assert "torch.nn.utils functions:" in text and "torch.optim.lr_scheduler classes:" in text
+
+
+def test_clip_grad_norm_in_a_training_loop_is_replayed_with_torchs_values(device: str) -> None:
+    """A training loop's clip_grad_norm_ is replayed from its third call on (clip_replay.py: the same kernels on the
+    gradients' buffers, scaled in place): torch's gradients and norms at every step, each step's norm kept (a
+    replay's is copied out of the capture's buffer), the gradients' versions advancing as mul_'s do, a gradient read
+    by a lazy value kept from before the clip keeping its old value, and another max_norm clipped by its own
+    signature."""
+    from ember.nn.utils.clip_replay import REPLAYS
+
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    model = enn.Sequential(enn.Linear(6, 8), enn.Tanh(), enn.Linear(8, 3)).to(device)
+    model.load_state_dict({name: value.detach().numpy() for name, value in reference.state_dict().items()})
+    replayed = REPLAYS.replayed
+    norms, torch_norms = [], []
+    for step in range(6):
+        values = np.random.default_rng(step).normal(size=(5, 6)).astype(np.float32) * (1 + step)
+        model.zero_grad()
+        reference.zero_grad()
+        (model(em.tensor(values, device=device)) ** 2).sum().backward()
+        (reference(torch.tensor(values)) ** 2).sum().backward()
+        parameters = list(model.parameters())
+        held = parameters[0].grad * 1.0  # (lazy: reads the gradient before the clip)
+        versions = [parameter.grad._version for parameter in parameters]
+        max_norm = 0.5 if step < 5 else 0.25
+        norms.append(enn.utils.clip_grad_norm_(parameters, max_norm))
+        torch_norms.append(torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm))
+        for parameter, torch_parameter in zip(parameters, reference.parameters()):
+            assert_close(parameter.grad, torch_parameter.grad, atol=1e-5, rtol=1e-4)
+        assert [parameter.grad._version for parameter in parameters] == [version + 1 for version in versions]
+        expected_held = next(reference.parameters()).grad * torch_norms[-1].clamp(min=max_norm) / max_norm
+        assert_close(held, expected_held, atol=1e-4, rtol=1e-4)
+    for norm, torch_norm in zip(norms, torch_norms):
+        assert_close(norm, torch_norm, atol=1e-4, rtol=1e-4)
+    assert REPLAYS.replayed - replayed >= 2

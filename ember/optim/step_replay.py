@@ -65,7 +65,7 @@ class StepReplays:
         pending = [tensor for tensor in tensors if not tensor.node.realized]
         if pending:  # (gradients scaled by clip_grad_norm_, parameters changed in place by the user)
             realize(*pending)
-        _own_values(written)
+        own_values(written)
         signature = _signature(optimizer, stepped, tensors)
         if signature in self.recorded:
             jitted = self.recorded[signature]
@@ -135,7 +135,7 @@ def _arguments(optimizer: Optimizer, stepped: Stepped, vectors: list[Tensor]) ->
     return tensors, written
 
 
-def _own_values(written: list[Tensor]) -> None:
+def own_values(written: list[Tensor]) -> None:
     """Leave the old value of each tensor the step writes to whatever else still holds its node (a lazy result of
     this step's forward pass reads the parameters, `state_dict()` shares the state), as the eager step would by
     writing the new value into a new buffer. The node those holders share gets a copy of the buffer (the tensors are

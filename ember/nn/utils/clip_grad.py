@@ -15,6 +15,7 @@ from typing import Union
 import ember as em
 from ember.core.graph_templates import TEMPLATES
 from ember.core.tensor import Tensor
+from ember.nn.utils.clip_replay import REPLAYS
 
 TensorOrTensors = Union[Tensor, Iterable[Tensor]]
 
@@ -90,18 +91,36 @@ def clip_grad_norm_(
             warnings.warn("`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=2)
     grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
     if not error_if_nonfinite and _one_kind(grads, norm_type):
-        # (one template's copy for every gradient: an LSTM's or a GPT's 10-30 gradients took ~100 us each to record
-        # op by op at every step; the same ops, so the same values)
         max_norm = float(max_norm)
-        with em.no_grad():
-            total_norm, *clipped = TEMPLATES.instantiate_many(
-                ("clip_grad_norm_", max_norm, len(grads)), functools.partial(_clipped, max_norm=max_norm),
-                tuple(grads))
-            for grad, value in zip(grads, clipped):
-                grad._assign_in_place(value, "clip_grad_norm_")  # type: ignore[arg-type]
-        return total_norm  # type: ignore[return-value]
+        # (its kernels replayed, clip_replay.py; the ops recorded op by op, whose assigns write in place)
+        replayed = REPLAYS.run(grads, max_norm, functools.partial(_clip_by_ops, max_norm=max_norm))
+        return replayed if replayed is not None else _clip_in_place(grads, max_norm)
     total_norm = get_total_norm(grads, norm_type, error_if_nonfinite, foreach)
     clip_grads_with_norm_(parameters, max_norm, total_norm, foreach)
+    return total_norm
+
+
+def _clip_in_place(grads: list[Tensor], max_norm: float) -> Tensor:
+    """Scale `grads` in place by clamp(max_norm / (total 2-norm + 1e-6), max=1), lazily, and return the total norm:
+    one template's copy for every gradient (an LSTM's or a GPT's 10-30 gradients took ~100 us each to record op by
+    op at every step; the same ops, so the same values)."""
+    with em.no_grad():
+        total_norm, *clipped = TEMPLATES.instantiate_many(
+            ("clip_grad_norm_", max_norm, len(grads)), functools.partial(_clipped, max_norm=max_norm), tuple(grads))
+        for grad, value in zip(grads, clipped):
+            grad._assign_in_place(value, "clip_grad_norm_")  # type: ignore[arg-type]
+    return total_norm  # type: ignore[return-value]
+
+
+def _clip_by_ops(grads: list[Tensor], max_norm: float) -> Tensor:
+    """_clip_in_place op by op (get_total_norm, then each gradient's mul_: the same ops, so the same values), for a
+    replay's recording: an assign of a template's copy reads every gradient through the copy, so it is not written
+    in place, which a replay needs."""
+    total_norm = get_total_norm(grads, 2.0)
+    with em.no_grad():
+        coefficient = _coefficient(total_norm, max_norm)
+        for grad in grads:
+            grad.mul_(coefficient.to(grad.device).cast(grad.dtype))
     return total_norm
 
 
