@@ -265,3 +265,8 @@ def test_compiler_rewrites_that_change_results(device_under_test: str) -> None:
     if em.float64 in REGISTRY.device(device_under_test).info.supported_dtypes:  # (and a float conversion)
         assert_close(special.to(em.float64) * never.to(em.float32).to(em.float64),
                      tspecial.double() * tnever.float().double())
+    # a product reduced over a padded row: its last factor a padded 0, which an unrolled loop makes a constant
+    # (the product of [NaN, 0] gave 0, not NaN: fuzz seed 120); inf times it is NaN too
+    for value in (math.nan, math.inf, 2.0):
+        single, tsingle = pair_of([[value]], em.float32, device_under_test)
+        assert_close(single.pad((0, 0, 0, 1)).prod(0), torch.nn.functional.pad(tsingle, (0, 0, 0, 1)).prod(0))

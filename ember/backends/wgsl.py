@@ -449,7 +449,14 @@ class WGSLRenderer(StepRenderer[KernelBody]):
     def update_accumulator(self, body: KernelBody, node: IRNode) -> None:
         name = body.names[id(node)]
         combine = REDUCE_COMBINE[node.arg]
-        update = self.alu[combine]([name, body.operand(node.srcs[0])], node.dtype, node.dtype)
+        value = body.operand(node.srcs[0])
+        if combine is Op.MUL and node.dtype.is_float:
+            # a product's factors pass through ember_opaque: Mesa unrolled a short loop whose last factor was a
+            # padded 0 and folded the product to 0 (the product of [NaN, 0] gave 0, not NaN: fuzz seed 120)
+            kind = self.value_type(node.dtype)
+            self.helpers.update({"opaque", f"opaque_{kind}"})
+            value = f"ember_opaque_{kind}({value})"
+        update = self.alu[combine]([name, value], node.dtype, node.dtype)
         if combine in WRAPPING_OPS:
             update = self.wrap(update, node.dtype)
         body.line(f"{name} = {update};")
