@@ -22,6 +22,7 @@ from ember.core.dtype import min_value
 from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, DTypeError, ShapeError
 from ember.core.graph_templates import traced_call
+from ember.core.read_alike import read_alike
 from ember.core.tensor_base import TensorBase
 
 if TYPE_CHECKING:
@@ -192,6 +193,8 @@ class ConvolutionOps(TensorBase):
         sizes = source.shape[2:]
         outputs, amounts = _pool_geometry(sizes, kernel, strides, pads, dilations, ceil_mode, op)
         geometry = PoolGeometry(kernel, strides, dilations, outputs, tuple(amounts))
+        if return_indices:  # (the values and their positions from one stored copy of a lazy input: read_alike.py)
+            source = read_alike(source)
         values = max_pool(source, geometry)
         if return_indices:
             patches = pool_windows(source, geometry)  # [N, C, *outputs, *kernel]
@@ -303,7 +306,8 @@ class ConvolutionOps(TensorBase):
             # where the gradient goes
             count = math.prod(sizes)
             flat_shape = source.shape[:2] + tuple(outputs) + (count,)
-            values = where(mask, expanded, min_value(source.dtype)).reshape(flat_shape)
+            alike = read_alike(source).reshape(expanded.shape)  # (compared with its own maximum: read_alike.py)
+            values = where(mask, alike, min_value(source.dtype)).reshape(flat_shape)
             inside = mask.reshape(tuple(outputs) + (count,))
             largest = values.amax(-1, keepdim=True)
             hit = inside.logical_and((values == largest).logical_or(values.isnan().logical_and(largest.isnan())))

@@ -28,6 +28,7 @@ from ember.core import dtype as dtypes
 from ember.core.dtype import min_value
 from ember.core.elementwise import where
 from ember.core.ops import Composite
+from ember.core.read_alike import read_alike
 from ember.core.staged_reduce import STAGE_THRESHOLD
 from ember.core.views import intermediates
 
@@ -690,7 +691,7 @@ def max_pool_gradient(grad: Tensor, source: Tensor, geometry: PoolGeometry) -> T
     kernel offset, the windows' gradients spread by the stride and shifted to that offset, summed (one elementwise
     kernel, no scatter)."""
     spatial = len(geometry.kernel)
-    patches = pool_windows(source, geometry)
+    patches = pool_windows(read_alike(source), geometry)  # (compared with its windows' maxima: read_alike.py)
     flat = patches.reshape(patches.shape[:2 + spatial] + (math.prod(geometry.kernel),))
     # the offsets as float32 (exact: a window has far fewer than 2^24 elements): the gradient's kernel then compares
     # and selects float lanes only, which vectorize.py packs

@@ -14,6 +14,7 @@ from ember.core.elementwise import where
 from ember.core.errors import ArgumentError, AxisError, DTypeError, ShapeError
 from ember.core.half_precision import HALF_TYPES, computed_in_float32
 from ember.core.ops import REDUCE_COMBINE, Op, reduce_identity
+from ember.core.read_alike import read_alike
 from ember.core.shapes import normalize_dim, normalize_dims, prod
 from ember.core.staged_reduce import reduce_axes
 from ember.core.tensor_base import TensorBase
@@ -176,8 +177,9 @@ class ReductionOps(TensorBase):
         # (copied from a template from the second call of a shape on: a dozen primitives, an accuracy's argmax at
         # every training step; with grad off, as the indices have no gradient and a template records no history)
         token = CONTEXT.set(CONTEXT.get().with_grad(False))
-        try:
-            return TEMPLATES.instantiate(("arg extreme", axis, keepdim, minimum), build, (cast("Tensor", self),))
+        try:  # (the values stored once where two kernels could compute them differently: read_alike.py)
+            return TEMPLATES.instantiate(("arg extreme", axis, keepdim, minimum), build,
+                                         (read_alike(cast("Tensor", self)),))
         finally:
             CONTEXT.reset(token)
 
