@@ -60,23 +60,12 @@ class StepReplays:
             return None  # (a sharded or foreign gradient: the eager path knows what to do with it)
         vectors = _step_scalars(optimizer, stepped)
         tensors, written = _arguments(optimizer, stepped, vectors)
-        if not all([leave_storage(tensor) for tensor in written]):
-            return None  # (a tensor with live views is written through its storage: the eager path does that)
-        pending = [tensor for tensor in tensors if not tensor.node.realized]
-        if pending:  # (gradients scaled by clip_grad_norm_, parameters changed in place by the user)
-            realize(*pending)
-        own_values(written)
+        if not ready_to_write(tensors, written):
+            return None
         signature = _signature(optimizer, stepped, tensors)
-        if signature in self.recorded:
-            jitted = self.recorded[signature]
-            self.recorded.move_to_end(signature)
-            if jitted is None:
-                return None
-        else:
-            jitted = Jitted(self._record_function(update), recapture=True)
-            self.recorded[signature] = jitted
-            if len(self.recorded) > SIGNATURES_KEPT:
-                self.recorded.popitem(last=False)
+        jitted = recorded_replay(self.recorded, signature, lambda: self._record_function(update))
+        if jitted is None:
+            return None
         self.stepped = stepped
         replays = jitted.replays
         try:
@@ -133,6 +122,33 @@ def _arguments(optimizer: Optimizer, stepped: Stepped, vectors: list[Tensor]) ->
         tensors += (parameter, parameter.grad, *kept, vector)
         written += (parameter, *kept)
     return tensors, written
+
+
+def ready_to_write(read: list[Tensor], written: list[Tensor]) -> bool:
+    """Make a replay's arguments ready to be read (`read`, realized: gradients scaled by clip_grad_norm_,
+    parameters changed in place by the user) and written in place (`written`, taken out of their storages and given
+    nodes of their own: own_values); False where one is written through the storage of its live views, which the
+    eager path does (nothing was done then)."""
+    if not all([leave_storage(tensor) for tensor in written]):  # noqa: C419 (each one leaves its storage if it can)
+        return False
+    pending = [tensor for tensor in read if not tensor.node.realized]
+    if pending:
+        realize(*pending)
+    own_values(written)
+    return True
+
+
+def recorded_replay(recorded: OrderedDict[tuple[Any, ...], Jitted | None], signature: tuple[Any, ...],
+                    function: Callable[[], Callable[..., Any]]) -> Jitted | None:
+    """The ember.jit of `signature` in `recorded` (least recently used last; None: a signature never replayed),
+    made of `function()` where it has none yet, the least recently used past SIGNATURES_KEPT dropped."""
+    if signature in recorded:
+        recorded.move_to_end(signature)
+        return recorded[signature]
+    jitted = recorded[signature] = Jitted(function(), recapture=True)
+    if len(recorded) > SIGNATURES_KEPT:
+        recorded.popitem(last=False)
+    return jitted
 
 
 def own_values(written: list[Tensor]) -> None:

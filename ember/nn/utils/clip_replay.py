@@ -12,8 +12,8 @@ The eager clip stays the reference and is used wherever a replay could differ fr
 replays, optim/step_replay.py): a context that is not plain (a capture, a profile, a budget, a trace, debug output),
 a gradient that is not a plain tensor or has live views, and a signature whose capture was refused (JitError,
 raised after the recorded call ran eagerly in full). A gradient whose value something else still holds gives that
-holder a copy first (step_replay.own_values), as the eager assign would leave it the old value. The norm a replay
-returns (and the recorded call's) is copied out of the capture's buffer, which the next replay overwrites.
+holder a copy first (step_replay.ready_to_write), as the eager assign would leave it the old value. The norm a
+replay returns (and the recorded call's) is copied out of the capture's buffer, which the next replay overwrites.
 """
 
 from __future__ import annotations
@@ -24,12 +24,9 @@ from typing import Any
 from ember.capture.jit import JitError, Jitted
 from ember.context import CONTEXT
 from ember.core.tensor import Tensor, realize
-from ember.core.views import leave_storage
-from ember.optim.step_replay import own_values
+from ember.optim.step_replay import ready_to_write, recorded_replay
 from ember.scheduler.buffers import buffer_of
 from ember.scheduler.copies import copied_leaf
-
-SIGNATURES_KEPT = 8  # clip signatures with a recorded replay, least recently used dropped first
 
 
 class ClipReplays:
@@ -49,23 +46,12 @@ class ClipReplays:
             return None
         if any(grad.__class__ is not Tensor for grad in grads):
             return None  # (a sharded or foreign gradient: the eager clip knows what to do with it)
-        if not all([leave_storage(grad) for grad in grads]):  # noqa: C419 (each one leaves its storage if it can)
+        if not ready_to_write(grads, grads):
             return None  # (a gradient with live views is written through its storage: the eager clip does that)
-        pending = [grad for grad in grads if not grad.node.realized]
-        if pending:
-            realize(*pending)
-        own_values(grads)
         signature = _signature(grads, max_norm)
-        if signature in self.recorded:
-            jitted = self.recorded[signature]
-            self.recorded.move_to_end(signature)
-            if jitted is None:
-                return None
-        else:
-            jitted = Jitted(self._record_function(clip), recapture=True)
-            self.recorded[signature] = jitted
-            if len(self.recorded) > SIGNATURES_KEPT:
-                self.recorded.popitem(last=False)
+        jitted = recorded_replay(self.recorded, signature, lambda: self._record_function(clip))
+        if jitted is None:
+            return None
         replays = jitted.replays
         try:
             norm = jitted(*grads)
