@@ -379,12 +379,12 @@ def _transpose(name: str, lanes: int, vector: str) -> list[str]:
 
 
 # masked loads of a vector's first lanes where the compiler has the builtins and targets the ISA: (lanes, ISA macro,
-# the builtin, C loading `count` lanes from `source`)
+# the builtins, C loading `count` lanes from `source`)
 MASKED_LOADS = {
-    16: ("__AVX512F__", "__builtin_ia32_loadups512_mask", [
+    16: ("__AVX512F__", ("__builtin_ia32_loadups512_mask",), [
         "  return __builtin_ia32_loadups512_mask(source, ({vector}){{0}}, (unsigned short)((1u << count) - 1u));",
     ]),
-    8: ("__AVX__", "__builtin_ia32_maskloadps256", [
+    8: ("__AVX__", ("__builtin_ia32_maskloadps256",), [
         "  typedef int lanes_mask __attribute__((vector_size(32)));",
         "  lanes_mask mask;",
         "  for (int lane = 0; lane < 8; lane++) mask[lane] = lane < count ? -1 : 0;",
@@ -399,13 +399,19 @@ def _load_lanes(name: str, lanes: int, vector: str) -> list[str]:
     header = f"static inline {vector} {name}_load_lanes(const float* restrict source, long count) {{"
     loop = [header, f"  {vector} value = {{0}};", "  for (long lane = 0; lane < count; lane++) value[lane] = source[lane];",
             "  return value;", "}"]
-    if lanes not in MASKED_LOADS:
+    return _with_builtins(MASKED_LOADS.get(lanes), header, loop, vector)
+
+
+def _with_builtins(builtins: tuple[str, tuple[str, ...], list[str]] | None, header: str, loop: list[str],
+                   vector: str) -> list[str]:
+    """A helper function as `builtins` (its ISA macro, the compiler builtins it calls, its body) writes it where the
+    compiler targets the ISA and has the builtins, else as `loop` (its whole function, lane by lane)."""
+    if builtins is None:
         return loop
-    isa, builtin, body = MASKED_LOADS[lanes]
-    return ["#if !defined(__has_builtin)", "#define __has_builtin(name) 0", "#endif",
-            f"#if defined({isa}) && __has_builtin({builtin})", header, *(line.format(vector=vector) for line in body),
-            "}", "#else",
-            *loop, "#endif"]
+    isa, names, body = builtins
+    test = " && ".join([f"defined({isa})", *(f"__has_builtin({builtin})" for builtin in names)])
+    return ["#if !defined(__has_builtin)", "#define __has_builtin(name) 0", "#endif", f"#if {test}", header,
+            *(line.format(vector=vector) for line in body), "}", "#else", *loop, "#endif"]
 
 
 def _pack_a(name: str, rows: int) -> list[str]:
@@ -512,12 +518,7 @@ def _store_lanes(name: str, lanes: int, vector: str) -> list[str]:
               " int accumulate) {")
     loop = [header, "  for (long lane = first; lane < end; lane++)",
             "    target[lane] = (accumulate ? target[lane] : 0.0f) + value[lane];", "}"]
-    if lanes not in MASKED_STORES:
-        return loop
-    isa, builtins, body = MASKED_STORES[lanes]
-    test = " && ".join([f"defined({isa})", *(f"__has_builtin({builtin})" for builtin in builtins)])
-    return ["#if !defined(__has_builtin)", "#define __has_builtin(name) 0", "#endif", f"#if {test}", header,
-            *(line.format(vector=vector) for line in body), "}", "#else", *loop, "#endif"]
+    return _with_builtins(MASKED_STORES.get(lanes), header, loop, vector)
 
 
 def _products(accumulators: list[list[str]], vector: str, lanes: int, row_step: str, depth_step: str) -> list[str]:
