@@ -60,9 +60,12 @@ def clip_grads_with_norm_(
 ) -> None:
     """Scale the gradients of `parameters` in place by clamp(max_norm / (total_norm + 1e-6), max=1)."""
     grads = [parameter.grad for parameter in _as_list(parameters) if parameter.grad is not None]
-    max_norm = float(max_norm)
-    if not grads:
-        return
+    if grads:
+        _scale_in_place(grads, float(max_norm), total_norm)
+
+
+def _scale_in_place(grads: list[Tensor], max_norm: float, total_norm: Tensor) -> None:
+    """Each gradient's mul_ by the clip's coefficient (clip_grads_with_norm_'s loop)."""
     with em.no_grad():
         coefficient = _coefficient(total_norm, max_norm)
         for grad in grads:
@@ -117,10 +120,7 @@ def _clip_by_ops(grads: list[Tensor], max_norm: float) -> Tensor:
     replay's recording: an assign of a template's copy reads every gradient through the copy, so it is not written
     in place, which a replay needs."""
     total_norm = get_total_norm(grads, 2.0)
-    with em.no_grad():
-        coefficient = _coefficient(total_norm, max_norm)
-        for grad in grads:
-            grad.mul_(coefficient.to(grad.device).cast(grad.dtype))
+    _scale_in_place(grads, max_norm, total_norm)
     return total_norm
 
 
