@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ember.autograd.grad_mode import is_grad_enabled
 from ember.core.ops import Composite, Op
+from ember.core.read_alike import read_alike
 from ember.core.staged_reduce import reduce_axes
 from ember.core.views import intermediates
 
@@ -75,9 +76,12 @@ def _relu(output: Tensor, grad: Tensor) -> Gradients:
 
 
 def _reduce_max(step: Recorded, grad: Tensor) -> Gradients:
-    """Gradient to every element equal to the maximum, split equally among ties (as torch.amax does)."""
+    """Gradient to every element equal to the maximum, split equally among ties (as torch.amax does). A computed
+    source is compared with the maximum of its stored copy (read_alike.py): the output's kernel computed it again."""
     (source,) = step.sources
-    is_maximum = source == _expand_to(step.output, source.shape)
+    alike = read_alike(source)
+    maximum = step.output if alike is source else _reduce(alike, Op.REDUCE_MAX, step.arg)
+    is_maximum = alike == _expand_to(maximum, source.shape)
     as_float = _select(is_maximum, _ones(source), _zeros(source))
     count = _reduce(as_float, Op.SUM, step.arg)
     return (as_float * _expand_to(grad / count, source.shape),)

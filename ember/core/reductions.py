@@ -270,11 +270,11 @@ class ReductionOps(TensorBase):
     def cummax(self, dim: int) -> ValuesIndices:
         """The running maximum along dim and the last index where it was reached (a NaN, once met, stays), like
         torch.cummax; with a gradient to track the values are gathered there, so the gradient goes to that index."""
-        return _cumulative_extreme(self, dim, "cummax", minimum=False)
+        return _cumulative_extreme(cast("Tensor", self), dim, "cummax", minimum=False)
 
     def cummin(self, dim: int) -> ValuesIndices:
         """The running minimum along dim and the last index where it was reached, like torch.cummin."""
-        return _cumulative_extreme(self, dim, "cummin", minimum=True)
+        return _cumulative_extreme(cast("Tensor", self), dim, "cummin", minimum=True)
 
     def logcumsumexp(self, dim: int) -> Tensor:
         """log(cumsum(exp(x))) along dim without overflow: a logsumexp over each prefix window (each has its own
@@ -344,29 +344,30 @@ class ReductionOps(TensorBase):
         return result
 
 
-def _cumulative_extreme(self, dim: int, name: str, minimum: bool) -> ValuesIndices:
+def _cumulative_extreme(tensor: Tensor, dim: int, name: str, minimum: bool) -> ValuesIndices:
     """cummax / cummin: running values by a scan of REDUCE_MAX (of the flipped values for the minimum, as min's
     reductions do) and the last index j <= i where x[j] equals the running value at i (or is NaN)."""
-    flip = Op.NEG if self.dtype.is_float else Op.NOT
-    values = _scan(self._apply(flip), dim, Op.REDUCE_MAX, name)._apply(flip) if minimum else _scan(
-        self, dim, Op.REDUCE_MAX, name
+    values_read = read_alike(tensor)  # (the scan and the comparison with its values read one copy: read_alike.py)
+    flip = Op.NEG if values_read.dtype.is_float else Op.NOT
+    values = _scan(values_read._apply(flip), dim, Op.REDUCE_MAX, name)._apply(flip) if minimum else _scan(
+        values_read, dim, Op.REDUCE_MAX, name
     )
-    if self.ndim == 0:
-        return ValuesIndices(values, self._full((), 0, dtypes.int64, self.device))
-    axis = normalize_dim(dim, self.ndim, name)
-    size = self.shape[axis]
+    if values_read.ndim == 0:
+        return ValuesIndices(values, values_read._full((), 0, dtypes.int64, values_read.device))
+    axis = normalize_dim(dim, values_read.ndim, name)
+    size = values_read.shape[axis]
     # the running value only grows (shrinks, for the minimum), so the last j <= i where x[j] equals it is the
     # last j <= i where x[j] equals its own running value: a running maximum of those positions (a NaN, once met,
     # is the running value, and only a NaN equals it)
-    source = self.transpose(axis, -1)
+    source = values_read.transpose(axis, -1)
     reached = source == values.transpose(axis, -1)
-    if self.dtype.is_float:
+    if values_read.dtype.is_float:
         reached = reached.logical_or(source.isnan())
-    positions = self._arange_primitive(size, dtypes.int64, self.device).expand(source.shape)
-    missing = self._full((), -1, dtypes.int64, self.device)
+    positions = values_read._arange_primitive(size, dtypes.int64, values_read.device).expand(source.shape)
+    missing = values_read._full((), -1, dtypes.int64, values_read.device)
     indices = _scan_last(where(reached, positions, missing), *_combined(Op.REDUCE_MAX, -1)).transpose(axis, -1)
-    if getattr(self, "requires_grad", False):
-        values = self._gather(axis, indices, checked=False)
+    if getattr(values_read, "requires_grad", False):
+        values = values_read._gather(axis, indices, checked=False)
     return ValuesIndices(values, indices)
 
 

@@ -19,6 +19,7 @@ from ember.core import dtype as dtypes
 from ember.core.advanced_indexing import take_last
 from ember.core.elementwise import where
 from ember.core.errors import DTypeError, ShapeError
+from ember.core.read_alike import read_alike
 from ember.core.reductions import ValuesIndices
 from ember.core.shapes import normalize_dim
 from ember.core.sort_network import sort_rows
@@ -101,7 +102,8 @@ class SortingOps(TensorBase):
             return ValuesIndices(self, self._full((), 0, dtypes.int64, self.device))
         if size == 0:
             raise ShapeError(f"mode: cannot reduce over the zero-size dim {dim} of a tensor of shape {self.shape}")
-        source = self.cast(dtypes.uint8) if self.dtype.is_bool else cast("Tensor", self)
+        # (the values are compared with each other and with the smallest candidate: one copy, read_alike.py)
+        source = self.cast(dtypes.uint8) if self.dtype.is_bool else read_alike(cast("Tensor", self))
         rows = _rows(source, axis)  # [B, n]
         equal = rows.unsqueeze(2) == rows.unsqueeze(1)  # [B, i, j]
         counts = equal.sum(2)
@@ -121,7 +123,7 @@ class SortingOps(TensorBase):
         values = _take_exact(rows, last) if not getattr(self, "requires_grad", False) else None
         indices = _unrows(last, cast("Tensor", self), axis, keepdim)
         if values is None:
-            values = self._gather(axis, indices if keepdim else indices.unsqueeze(axis), checked=False)
+            values = source._gather(axis, indices if keepdim else indices.unsqueeze(axis), checked=False)
             values = values if keepdim else values.squeeze(axis)
         else:
             values = _unrows(values, cast("Tensor", self), axis, keepdim).cast(self.dtype)
@@ -182,6 +184,7 @@ def _unrows(rows: Tensor, like: Tensor, axis: int, keepdim: bool) -> Tensor:
 def _sort_along(tensor: Tensor, dim: int, descending: bool, name: str, need_values: bool = True
                 ) -> tuple[Tensor, Tensor]:
     """Values and int64 indices sorted along dim; with a gradient to track, the values are gathered from tensor."""
+    tensor = read_alike(tensor)  # (the passes of the sort read one copy of a computed value: read_alike.py)
     axis, size = _axis_and_size(tensor, dim, name)
     if tensor.numel() == 0 or tensor.ndim == 0:
         return tensor, tensor._full(tensor.shape, 0, dtypes.int64, tensor.device)
@@ -222,6 +225,7 @@ def _take_exact(rows: Tensor, index: Tensor) -> Tensor:
 
 def _median(tensor: Tensor, dim: int | None, keepdim: bool, ignore_nan: bool, name: str) -> Any:
     _reject_bool(tensor, name)
+    tensor = read_alike(tensor)  # (the sort and the comparison with its median read one copy: read_alike.py)
     if dim is None:
         if tensor.numel() == 0:
             if not tensor.dtype.is_float:
@@ -273,6 +277,7 @@ def _quantile(tensor: Tensor, q: Any, dim: int | None, keepdim: bool, interpolat
               name: str) -> Tensor:
     from ember.core.tensor import Tensor
 
+    tensor = read_alike(tensor)  # (the sort and the picks from its rows read one copy: read_alike.py)
     if tensor.dtype not in (dtypes.float32, dtypes.float64):
         raise DTypeError(f"{name}: the input must be a float32 or float64 tensor (as in PyTorch), got "
                          f"{tensor.dtype.name}")
