@@ -198,6 +198,34 @@ def test_copies_and_launches_on_two_queues_stay_ordered() -> None:
 
 
 @needs_opencl
+def test_a_copy_out_of_a_buffer_is_read_before_a_later_in_place_write() -> None:
+    """OpenCL runs copies on a queue of their own: a kernel writing a buffer in place waits for the copies out of it
+    enqueued before (Buffer.add_reader), not only for the kernels before it on its own queue. Before, a copy of a
+    buffer (copies.copied_leaf, what an optimizer's or clip_grad_norm_'s replayed step keeps for a value held from
+    before the step) read the in-place add enqueued after it 9 times in 10, and so did a copy to the host. Large
+    buffers (64 MB), each way ten times; a replayed SGD step keeps a lazy value of its parameter's old value."""
+    from ember.core.tensor import Tensor
+    from ember.scheduler.copies import copied_leaf
+
+    for _ in range(10):
+        x = (em.tensor(np.zeros(1 << 24, dtype=np.float32), device=OPENCL) + 0).realize()
+        copy = Tensor._from_node(copied_leaf(x.node))
+        to_host = x.to("c").realize()  # (enqueued: nothing lazy holds x's node, so the add writes in place)
+        x.add_(1).realize()
+        assert float(copy.max().item()) == 0.0 and float(to_host.max().item()) == 0.0
+        assert float(x.min().item()) == 1.0
+    parameter = em.nn.Parameter(em.tensor(np.ones((2048, 2048), dtype=np.float32), device=OPENCL))
+    optimizer = em.optim.SGD([parameter], lr=0.5)
+    for step in range(6):
+        held = parameter * 1.0  # (lazy: reads the parameter before the step)
+        (parameter * parameter).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        expected = 0.0 ** step  # (1, then 1 - 0.5 * 2 = 0 from the first step on)
+        assert float(held.min().item()) == float(held.max().item()) == expected, step
+
+
+@needs_opencl
 def test_debug_output_shows_every_copy(capsys: pytest.CaptureFixture[str]) -> None:
     x = em.tensor(random_array((8,)), device="c")
     level = profile.debug_level()

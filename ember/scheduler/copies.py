@@ -25,7 +25,7 @@ def run_copy(output: Node, source_node: Node) -> None:
     wait_for = pending(source.event)
     event, route = enqueue_copy(buffer, source, wait_for)
     buffer.event = event
-    source.add_user(event)
+    source.add_reader(event)
     context = CONTEXT.get()  # (the calling thread's: ember/context.py)
     if context.recorder is not None:
         context.recorder.copy(buffer, source)
@@ -48,7 +48,7 @@ def copied_leaf(node: Node) -> Node:
         buffer = Buffer(source.device, source.size, source.dtype)
         event, _ = enqueue_copy(buffer, source, pending(source.event))
         buffer.event = event
-        source.add_user(event)
+        source.add_reader(event)
         for record in CONTEXT.get().profiles:
             record.copies.append((source.device_name, source.device_name, buffer.nbytes))
     finally:
