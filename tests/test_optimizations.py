@@ -455,6 +455,27 @@ def test_a_rows_values_left_over_by_whole_vectors_are_stored_in_narrower_ones(de
         np.testing.assert_array_equal(output, np.pad(wide_values * 2, ((0, 0), (0, 0), (0, 0), (1, 1))))
 
 
+def test_row_reduces_of_many_rows_keep_their_vectors_along_the_row(device: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reduce over rows of a large tensor (4096 x 1000: work items of 4 rows) splits each row's reduce into vector
+    lanes, and the 4 results of a work item are stored as one narrower vector: that store reads the rows' reduces
+    as lanes of their vectors, and does not pack them again across the rows, whose loads were then gathered and the
+    plan refused (x.exp().amax(1) ran scalar, 17 ms against torch's 1.6; vectorize.py). The sources hold the row's
+    vectors; values are torch's on every device, a NaN and infinities in some rows."""
+    monkeypatch.setenv("EMBER_NOOPT", "0")
+    wide = DeviceInfo(compute_units=2, preferred_vector_width=16, vector_ops=VECTOR_OPS)
+    for reduce in (lambda value: value.amax(1), lambda value: value.sum(1)):
+        source = rendered_c(reduce(_dummy(4096, 1000).exp()), wide)
+        assert "ember_exp2_float32x16(" in source and "*(const ember_float32x16_u*)(data1+" in source, source
+        assert "*(ember_float32x4_u*)(data0+" in source, source  # (a work item's 4 rows stored at once)
+    x = np.random.default_rng(3).standard_normal((4096, 1000)).astype(np.float32)
+    x[7, 500], x[100, 999], x[2049, 0] = np.nan, np.inf, -np.inf
+    mine, theirs = em.tensor(x, device=device), torch.from_numpy(x)
+    assert_close(mine.exp().amax(1), theirs.exp().amax(1))
+    assert_close(mine.exp().sum(1), theirs.exp().sum(1), rtol=1e-5)
+    assert_close((mine * 2).amin(1), (theirs * 2).amin(1))
+
+
 def test_long_rows_of_elementwise_kernels_are_tiled_whole(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a CPU an elementwise kernel's rows longer than a tile's accumulators (32) are still one work item each: a
     padded copy's rows of 34 (a 32x32 convolution input padded by 1) store their 32 interior outputs as vectors, a

@@ -112,6 +112,11 @@ class Vectorizer:
             shuffled = self._shuffled_loads(lanes)
             if shuffled is not None:
                 return shuffled
+        if first.op is IROp.REDUCE and any(id(lane) in self.lane_of for lane in lanes):
+            # reduces packed along their own lanes already (a row's reduce split into vector lanes, `run`), met
+            # again across rows by a run of stores: read as lanes of those vectors, not packed again across rows
+            # (their loads would be gathered, and the plan refused: x.exp().amax(1) over 4096 x 1000 ran scalar)
+            return b.vectorize([self.scalar(lane) for lane in lanes])
         if first.op is IROp.REDUCE and IROp.REDUCE in self.vector_ops and self._same_op(lanes) and all(
                 lane.srcs[1:] == first.srcs[1:] for lane in lanes):
             return (yield from self._pack_reduce(lanes))
