@@ -236,9 +236,10 @@ def test_staged_sums_over_merged_axes_match_float64(device: str, shape: tuple[in
 
 
 def test_a_sum_over_rows_takes_several_vectors_of_a_row_per_work_item() -> None:
-    """A bias's gradient (columns summed over rows) on a vector CPU: each work item sums 8, 4 or 2 vectors of a row
-    (ir/opt._strided_reduce_tile), not one 64-byte piece of every row; rows that are no whole number of such tiles
-    keep one vector, and a product that shares loads (a matrix-vector product) is not widened."""
+    """A bias's gradient (columns summed over rows) on a vector CPU: each work item sums the most vectors of a row,
+    8 down to 2, that divide it (ir/opt._strided_reduce_tile), not one 64-byte piece of every row (a row of 1000:
+    5 vectors of 8 lanes, where 8, 4 and 2 left one); rows that are no whole number of such tiles keep one vector,
+    and a product that shares loads (a matrix-vector product) is not widened."""
     from ember.ir.opt import choose_plan
     from tests.test_optimizations import C_VECTORS
 
@@ -248,12 +249,13 @@ def test_a_sum_over_rows_takes_several_vectors_of_a_row_per_work_item() -> None:
         return choose_plan(items[0].kernel, "kernel", C_VECTORS)[0].upcast
 
     assert plan_of(_dummy(2048, 512).sum(0)) == (64,)  # (8 vectors of 8 lanes)
-    assert plan_of(_dummy(8, 300, 48).sum((0, 1))) == (16,)  # (48 = 6 vectors: 2 a work item)
+    assert plan_of(_dummy(8, 300, 48).sum((0, 1))) == (24,)  # (48 = 6 vectors: 3 a work item, 2 work items)
+    assert plan_of(_dummy(4096, 1000).exp().sum(0)) == (40,)  # (125 vectors: 5 a work item)
     assert plan_of(_dummy(64, 40).sum(0)) == (8,)  # (5 vectors: one a work item)
     assert plan_of(_dummy(512, 256) @ _dummy(256, 1)) != (64, 1)
 
 
-@pytest.mark.parametrize("shape", [(8192, 1024), (2048, 512), (1000, 96), (3, 777, 80), (70_000, 64)])
+@pytest.mark.parametrize("shape", [(8192, 1024), (4096, 1000), (2048, 512), (1000, 96), (3, 777, 80), (70_000, 64)])
 def test_sums_over_rows_match_numpy(device: str, shape: tuple[int, ...]) -> None:
     """Columns summed over rows at real sizes (a bias's gradient over batch x sequence rows; 70,000 rows: staged)
     and over two leading axes, against numpy's float64 sums, and a Linear's bias gradient against torch's."""

@@ -315,14 +315,17 @@ def _offset_tile(kernel: Kernel, info: DeviceInfo, factors: list[int], axes: lis
     return tuple(factors)
 
 
-STRIDED_REDUCE_VECTORS = (8, 4, 2)  # vectors of a row a work item of a reduce over other axes sums at once, at most
+# vectors of a row a work item of a reduce over other axes sums at once, the most first: any count dividing the row
+# (a row of 1000 under 8 lanes, 125 vectors: 5 at once, where 8, 4 and 2 left one vector a work item)
+STRIDED_REDUCE_VECTORS = (8, 7, 6, 5, 4, 3, 2)
 
 
 def _strided_reduce_tile(kernel: Kernel, tile: tuple[int, ...] | None, lanes: int,
                          info: DeviceInfo) -> tuple[int, ...] | None:
     """For a reduce over axes before its output's row (a bias's gradient: columns summed over rows), whose vector
-    tile (`tile`, from _rows_vector_tile) is one vector of the row: several vectors of the row instead (8, 4 or 2,
-    dividing the row, within the device's vector registers, a work item left for every core), or None. One vector a
+    tile (`tile`, from _rows_vector_tile) is one vector of the row: several vectors of the row instead (the most of
+    STRIDED_REDUCE_VECTORS dividing the row, within the device's vector registers, a work item left for every core),
+    or None. One vector a
     work item read a 64-byte piece of every row of the reduce (a stride of the row's length: no prefetcher follows
     strides of 4 KiB, and one accumulator's additions wait on each other); 8 read 512 consecutive bytes of each row
     into 8 accumulators: 2048 x 512 summed over its rows 202 -> 93 us, 8192 x 1024 2.4 -> 0.83 ms (2 AVX-512 cores).
