@@ -325,10 +325,10 @@ def _strided_reduce_tile(kernel: Kernel, tile: tuple[int, ...] | None, lanes: in
     """For a reduce over axes before its output's row (a bias's gradient: columns summed over rows), whose vector
     tile (`tile`, from _rows_vector_tile) is one vector of the row: several vectors of the row instead (the most of
     STRIDED_REDUCE_VECTORS dividing the row, within the device's vector registers, a work item left for every core),
-    or None. One vector a
-    work item read a 64-byte piece of every row of the reduce (a stride of the row's length: no prefetcher follows
-    strides of 4 KiB, and one accumulator's additions wait on each other); 8 read 512 consecutive bytes of each row
-    into 8 accumulators: 2048 x 512 summed over its rows 202 -> 93 us, 8192 x 1024 2.4 -> 0.83 ms (2 AVX-512 cores).
+    or None. One vector a work item read a 64-byte piece of every row of the reduce (a stride of the row's length: no
+    prefetcher follows strides of 4 KiB, and one accumulator's additions wait on each other); 8 read 512 consecutive
+    bytes of each row into 8 accumulators: 2048 x 512 summed over its rows 202 -> 93 us, 8192 x 1024 2.4 -> 0.83 ms
+    (2 AVX-512 cores); a row of 1000 under 8 lanes, 5 vectors: 4096 x 1000 1.83 -> 0.46 ms.
     Not for a reduce that shares loads (a matrix-vector product's vectors would gather its rows)."""
     if tile is None or _shares_loads(kernel):
         return None
