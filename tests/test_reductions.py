@@ -325,6 +325,9 @@ def test_argmax_of_a_computed_value_finds_its_maximum_against_torch(function: st
     view = realized.T[1:]
     assert read_alike(realized) is realized and read_alike(view) is view  # (a buffer and a view of it: no copy)
     assert read_alike(realized.exp()).node.op is Op.CONTIGUOUS
+    stored = read_alike(realized.exp())
+    stored_view = stored.T
+    assert read_alike(stored) is stored and read_alike(stored_view) is stored_view  # (stored once: not again)
 
 
 @pytest.mark.parametrize("function", ["exp", "sin", "log"])

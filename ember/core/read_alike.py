@@ -10,7 +10,9 @@ no element equals the maximum and the search finds none: `x.exp().argmax(0)` ret
 183 of 480 float32 and float64 cases on c; a max pool's gradient went to no element of its window;
 `x.exp().cummin(1).indices` held -1 (no position matched its own running minimum) in each of 20 cases on c; and the
 gradient of `x.sin().amax(0)` was 0 in whole columns. Such a value is stored once (CONTIGUOUS), so that every kernel
-reads the same bits; a buffer, a constant and views of them (movement ops) are read alike already.
+reads the same bits; a buffer, a constant, a value stored already (CONTIGUOUS, COPY: always a kernel's output) and
+views of them (movement ops) are read alike already, so that a value stored once is not stored again (a max pool's
+positions and its gradient, which reads the pool's stored input).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from ember.core.ops import MOVEMENT_OPS, Op
 if TYPE_CHECKING:
     from ember.core.tensor import Tensor
 
+READ_ALIKE = frozenset({Op.BUFFER, Op.CONST, Op.CONTIGUOUS, Op.COPY})  # values every kernel reads from one place
+
 
 def read_alike(tensor: Tensor) -> Tensor:
     """`tensor` where every kernel reading it reads the same values (see the module's docstring), else its values
@@ -32,6 +36,6 @@ def read_alike(tensor: Tensor) -> Tensor:
         return tensor
     while node.op in MOVEMENT_OPS:
         node = node.srcs[0]
-    if node.op in (Op.BUFFER, Op.CONST):
+    if node.op in READ_ALIKE:
         return tensor
     return tensor.contiguous()
